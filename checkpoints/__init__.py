@@ -1,0 +1,1 @@
+"""The checkpoint, effect and review store."""

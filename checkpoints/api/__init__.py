@@ -1,0 +1,1 @@
+"""The HTTP API (CONTRACT.md section 3), DRF views calling ``checkpoints.services``."""

@@ -1,0 +1,7 @@
+from django.apps import AppConfig
+
+
+class CheckpointsConfig(AppConfig):
+    name = "checkpoints"
+    verbose_name = "Checkpoints and recovery"
+    default_auto_field = "django.db.models.BigAutoField"

@@ -1,0 +1,124 @@
+"""Domain errors raised by services; the API and views map each to one HTTP answer.
+
+Each carries ``status`` (HTTP code) and ``body()`` (the JSON the contract fixes).
+"""
+
+from __future__ import annotations
+
+
+class DomainError(Exception):
+    """Base of every error a service raises on purpose. ``error`` is the stable word."""
+
+    status = 400
+    error = "bad_request"
+
+    def __init__(self, detail: str = "", **extra):
+        super().__init__(detail or self.error)
+        self.detail = detail
+        self.extra = extra
+
+    def body(self) -> dict:
+        out = {"error": self.error}
+        if self.detail:
+            out["detail"] = self.detail
+        out.update(self.extra)
+        return out
+
+
+class InvalidPayload(DomainError):
+    """Malformed input (CONTRACT.md section 6): 400 naming the field in ``detail``."""
+
+    status = 400
+    error = "invalid_payload"
+
+
+class PayloadTooLarge(DomainError):
+    status = 413
+    error = "payload_too_large"
+
+
+class PreconditionRequired(DomainError):
+    """A PUT with neither If-Match nor If-None-Match: 428."""
+
+    status = 428
+    error = "precondition_required"
+
+
+class NotFound(DomainError):
+    """The object does not exist in this tenant, or the caller may not know it does: 404."""
+
+    status = 404
+    error = "not_found"
+
+
+class Forbidden(DomainError):
+    """The caller sees the tenant but its role lacks this right: 403."""
+
+    status = 403
+    error = "forbidden"
+
+
+class StaleRevision(DomainError):
+    """Compare-and-swap refused: 412 ``{"error": "conflict", "current_revision": M}``."""
+
+    status = 412
+    error = "conflict"
+
+    def __init__(self, current_revision: int):
+        super().__init__("", current_revision=current_revision)
+        self.current_revision = current_revision
+
+    def body(self) -> dict:
+        return {"error": "conflict", "current_revision": self.current_revision}
+
+
+class Fenced(DomainError):
+    """A write carried an older (or missing) fencing token while the run is leased: 409."""
+
+    status = 409
+    error = "fenced"
+
+    def __init__(self, fencing_token: int):
+        super().__init__("", fencing_token=fencing_token)
+
+    def body(self) -> dict:
+        return {"error": "fenced", "fencing_token": self.extra["fencing_token"]}
+
+
+class LeaseHeld(DomainError):
+    """Another owner's lease on the run is live: 409."""
+
+    status = 409
+    error = "lease_held"
+
+
+class OperationExists(DomainError):
+    """Same operation key, same fingerprint, other effect id: 409, continue with that one."""
+
+    status = 409
+    error = "operation_exists"
+
+    def __init__(self, effect_id: str):
+        super().__init__("", effect_id=effect_id)
+
+    def body(self) -> dict:
+        return {"error": "operation_exists", "effect_id": self.extra["effect_id"]}
+
+
+class IdempotencyKeyReuse(DomainError):
+    """Same operation key, different request fingerprint: 422."""
+
+    status = 422
+    error = "idempotency_key_reuse"
+
+
+class InvalidTransition(DomainError):
+    """A state move the effect or retry state machine does not allow: 422."""
+
+    status = 422
+    error = "invalid_transition"
+
+
+class ReasonRequired(DomainError):
+    status = 400
+    error = "reason_required"

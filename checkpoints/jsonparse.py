@@ -1,0 +1,121 @@
+"""Strict JSON for request bodies (CONTRACT.md section 6).
+
+Refused, each with ``InvalidPayload`` naming the field: malformed JSON, a non-object
+body, a duplicated key, NaN/Infinity or a number that overflows to them (``1e400``),
+U+0000 in any string or key, nesting deeper than ``RECOVERY_MAX_JSON_DEPTH``.
+Integers keep full precision (Python ints), and escaped strings such as ``"\\u0000"``
+(a backslash, not a NUL) round-trip byte for byte through ``dumps``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from django.conf import settings
+
+from .exceptions import InvalidPayload
+
+
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _pairs(pairs: list[tuple[str, Any]]) -> dict:
+    out: dict = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number {text[:40]} overflows to infinity")
+    return value
+
+
+def _constant(name: str) -> Any:
+    raise ValueError(f"{name} is not allowed")
+
+
+def _scan_depth(raw: str, limit: int) -> None:
+    """Refuse nesting deeper than ``limit`` before json.loads recurses into it."""
+    depth = 0
+    in_string = False
+    escaped = False
+    for ch in raw:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            if depth > limit:
+                raise InvalidPayload(f"body: nesting deeper than {limit} levels")
+        elif ch in "]}":
+            depth -= 1
+
+
+def _check_nul(value: Any, path: str) -> None:
+    stack = [(value, path)]
+    while stack:
+        item, where = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                raise InvalidPayload(f"{where}: U+0000 is not allowed")
+        elif isinstance(item, dict):
+            for key, sub in item.items():
+                if "\x00" in key:
+                    raise InvalidPayload(f"{where}: U+0000 is not allowed in a key")
+                stack.append((sub, f"{where}.{key}"))
+        elif isinstance(item, list):
+            for i, sub in enumerate(item):
+                stack.append((sub, f"{where}[{i}]"))
+
+
+def loads_object(raw: bytes | str, *, max_depth: int | None = None) -> dict:
+    """Parse a request body that must be one JSON object.
+
+    Returns the dict; raises ``InvalidPayload`` (400) for every case in the module doc.
+    """
+    limit = max_depth or settings.RECOVERY_MAX_JSON_DEPTH
+    if isinstance(raw, bytes):
+        try:
+            raw = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InvalidPayload(f"body: not UTF-8 ({exc.reason})") from None
+    _scan_depth(raw, limit)
+    try:
+        value = json.loads(
+            raw, object_pairs_hook=_pairs, parse_float=_finite_float, parse_constant=_constant
+        )
+    except _DuplicateKey as exc:
+        raise InvalidPayload(f"body: duplicated key {str(exc)!r}") from None
+    except RecursionError:
+        raise InvalidPayload(f"body: nesting deeper than {limit} levels") from None
+    except ValueError as exc:
+        raise InvalidPayload(f"body: malformed JSON ({exc})") from None
+    if not isinstance(value, dict):
+        raise InvalidPayload("body: must be a JSON object")
+    _check_nul(value, "body")
+    return value
+
+
+def dumps(value: Any) -> str:
+    """Canonical compact JSON text (sorted keys, UTF-8 kept, no NaN)."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True,
+                      allow_nan=False)
+
+
+def loads_any(text: str) -> Any:
+    """Parse JSON text this service wrote itself (stored payloads); ints keep full precision."""
+    return json.loads(text)

@@ -1,0 +1,314 @@
+"""The kind registry: turns a checkpoint payload into a phase class, a label and an identity.
+
+A kind is registered with its supported schema versions; each version has a validator, a
+phase extractor and an identity extractor (DESIGN.md section 3). Built in:
+
+- ``runifold.agent`` v1 (RUNIFOLD.md section 2): ``ready_for_turn`` stable,
+  ``turn_in_flight{turn}`` in flight, ``completed{response}`` completed.
+- ``runifold.workflow`` v3 and v4 (RUNIFOLD.md section 3): ``ready`` stable,
+  ``step_in_flight`` in flight, ``parallel_in_flight`` / ``race_in_flight`` in flight
+  unless their branches settle the step (all completed; a race with a completed winner or
+  all failed), ``waiting`` stable (the lease is released by design; only v4),
+  ``completed{outcome}`` completed.
+- ``acme.order`` v1, the demo kind: ``phase`` one of ``ready``, ``charging``,
+  ``charged``, ``shipping``, ``completed``, ``cancelled``.
+
+A kind or version that is not registered, or a payload its validator refuses, is still
+stored; ``classify`` then answers ``unsupported`` and the run becomes ``schema_mismatch``
+(never guessed).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+KIND_RE = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z0-9_-]+)+$")
+
+STABLE, IN_FLIGHT, COMPLETED, UNSUPPORTED = "stable", "in_flight", "completed", "unsupported"
+
+
+class SchemaError(ValueError):
+    """The payload does not match its kind's schema; message names the field."""
+
+
+@dataclass(frozen=True)
+class Phase:
+    """``phase_class`` is stable / in_flight / completed / unsupported; ``label`` is for humans."""
+
+    phase_class: str
+    label: str
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who must resume a run: agent, ``provider/name`` model, workflow, definition version.
+
+    Empty strings mean the kind does not carry that part.
+    """
+
+    agent: str = ""
+    model: str = ""
+    workflow: str = ""
+    definition_version: str = ""
+
+
+@dataclass(frozen=True)
+class Classification:
+    phase: Phase
+    identity: Identity
+    error: str = ""
+
+    @property
+    def supported(self) -> bool:
+        return self.phase.phase_class != UNSUPPORTED
+
+
+@dataclass
+class VersionSpec:
+    validate: Callable[[Any], None]
+    phase: Callable[[dict], Phase]
+    identity: Callable[[dict], Identity]
+
+
+@dataclass
+class KindSpec:
+    kind: str
+    versions: dict[int, VersionSpec] = field(default_factory=dict)
+    description: str = ""
+
+
+_REGISTRY: dict[str, KindSpec] = {}
+
+
+def register(kind: str, version: int, spec: VersionSpec, description: str = "") -> None:
+    """Register ``spec`` for ``kind`` at ``version``; re-registering replaces it."""
+    if not KIND_RE.match(kind):
+        raise ValueError(f"bad kind {kind!r}")
+    entry = _REGISTRY.setdefault(kind, KindSpec(kind=kind, description=description))
+    entry.versions[version] = spec
+
+
+def registered() -> dict[str, list[int]]:
+    """``{kind: [supported versions]}``, for reports and the UI."""
+    return {k: sorted(v.versions) for k, v in sorted(_REGISTRY.items())}
+
+
+def classify(kind: str, schema_version: int, payload: Any) -> Classification:
+    """Phase and identity of a payload, or ``unsupported`` with the reason in ``error``."""
+    spec = _REGISTRY.get(kind)
+    if spec is None:
+        return Classification(Phase(UNSUPPORTED, f"unregistered kind {kind}"), Identity(),
+                              f"kind {kind!r} is not registered")
+    version = spec.versions.get(schema_version)
+    if version is None:
+        supported = ", ".join(str(v) for v in sorted(spec.versions))
+        return Classification(
+            Phase(UNSUPPORTED, f"{kind} v{schema_version} unsupported"), Identity(),
+            f"{kind} schema_version {schema_version} is not supported (supported: {supported})",
+        )
+    try:
+        version.validate(payload)
+        return Classification(version.phase(payload), version.identity(payload))
+    except SchemaError as exc:
+        return Classification(Phase(UNSUPPORTED, f"{kind} v{schema_version} invalid"),
+                              Identity(), f"payload does not match {kind} v{schema_version}: {exc}")
+
+
+# --- small validation helpers ------------------------------------------------------------
+
+def _obj(value: Any, where: str) -> dict:
+    if not isinstance(value, dict):
+        raise SchemaError(f"{where} must be an object")
+    return value
+
+
+def _str(obj: dict, key: str, where: str, *, required: bool = True) -> str:
+    value = obj.get(key)
+    if value is None and not required:
+        return ""
+    if not isinstance(value, str) or not value:
+        raise SchemaError(f"{where}.{key} must be a non-empty string")
+    return value
+
+
+def _uint(obj: dict, key: str, where: str, *, positive: bool = False) -> int:
+    value = obj.get(key)
+    if type(value) is not int or value < (1 if positive else 0):
+        raise SchemaError(f"{where}.{key} must be an integer >= {1 if positive else 0}")
+    return value
+
+
+def _state(obj: dict, where: str, allowed: set[str]) -> str:
+    phase = _obj(obj.get("phase"), f"{where}.phase")
+    state = phase.get("state")
+    if state not in allowed:
+        raise SchemaError(f"{where}.phase.state must be one of {sorted(allowed)}, not {state!r}")
+    return state
+
+
+# --- runifold.agent v1 ---------------------------------------------------------------------
+
+_AGENT_STATES = {"ready_for_turn", "turn_in_flight", "completed"}
+
+
+def _agent_validate(payload: Any) -> None:
+    p = _obj(payload, "payload")
+    _str(p, "agent", "payload")
+    model = _obj(p.get("model"), "payload.model")
+    _str(model, "provider", "payload.model")
+    _str(model, "name", "payload.model")
+    if not isinstance(p.get("transcript"), list):
+        raise SchemaError("payload.transcript must be an array")
+    for key in ("turns", "tool_calls", "delegations"):
+        _uint(p, key, "payload")
+    _obj(p.get("usage"), "payload.usage")
+    state = _state(p, "payload", _AGENT_STATES)
+    if state == "turn_in_flight":
+        _uint(p["phase"], "turn", "payload.phase", positive=True)
+    if state == "completed":
+        _obj(p["phase"].get("response"), "payload.phase.response")
+
+
+def _agent_phase(p: dict) -> Phase:
+    phase = p["phase"]
+    state = phase["state"]
+    if state == "turn_in_flight":
+        return Phase(IN_FLIGHT, f"turn_in_flight turn {phase['turn']}")
+    if state == "completed":
+        return Phase(COMPLETED, f"completed after {p['turns']} turn(s)")
+    return Phase(STABLE, f"ready_for_turn turn {p['turns'] + 1}")
+
+
+def _agent_identity(p: dict) -> Identity:
+    return Identity(agent=p["agent"], model=f"{p['model']['provider']}/{p['model']['name']}")
+
+
+register("runifold.agent", 1, VersionSpec(_agent_validate, _agent_phase, _agent_identity),
+         "runifold agent loop (RUNIFOLD.md section 2)")
+
+
+# --- runifold.workflow v3, v4 --------------------------------------------------------------
+
+_BRANCH_STATES = {"in_flight", "completed", "failed", "cancelled"}
+
+
+def _workflow_validator(version: int) -> Callable[[Any], None]:
+    states = {"ready", "step_in_flight", "parallel_in_flight", "race_in_flight", "completed"}
+    if version >= 4:
+        states = states | {"waiting"}
+
+    def validate(payload: Any) -> None:
+        p = _obj(payload, "payload")
+        _str(p, "workflow", "payload")
+        _uint(p, "workflow_version", "payload", positive=True)
+        layout = p.get("layout")
+        if not isinstance(layout, list) or not all(isinstance(s, str) for s in layout):
+            raise SchemaError("payload.layout must be an array of step ids")
+        next_index = _uint(p, "next_index", "payload")
+        if next_index > len(layout):
+            raise SchemaError("payload.next_index is past the end of payload.layout")
+        outputs = _obj(p.get("outputs"), "payload.outputs")
+        if set(outputs) != set(layout[:next_index]):
+            raise SchemaError("payload.outputs must hold exactly layout[:next_index]")
+        state = _state(p, "payload", states)
+        phase = p["phase"]
+        if state in {"step_in_flight", "waiting", "parallel_in_flight", "race_in_flight"}:
+            _str(phase, "step", "payload.phase")
+        if state in {"parallel_in_flight", "race_in_flight"}:
+            branches = _obj(phase.get("branches"), "payload.phase.branches")
+            for name, branch in branches.items():
+                b = _obj(branch, f"payload.phase.branches.{name}")
+                if b.get("state") not in _BRANCH_STATES:
+                    raise SchemaError(
+                        f"payload.phase.branches.{name}.state must be one of "
+                        f"{sorted(_BRANCH_STATES)}"
+                    )
+        if state == "waiting":
+            _obj(phase.get("wait"), "payload.phase.wait")
+        if state == "completed":
+            _obj(phase.get("outcome"), "payload.phase.outcome")
+            if next_index != len(layout):
+                raise SchemaError("payload.next_index must equal len(layout) when completed")
+
+    return validate
+
+
+def _workflow_phase(p: dict) -> Phase:
+    phase = p["phase"]
+    state = phase["state"]
+    step = phase.get("step", "")
+    if state == "ready":
+        nxt = p["layout"][p["next_index"]] if p["next_index"] < len(p["layout"]) else "end"
+        return Phase(STABLE, f"ready next {nxt}")
+    if state == "waiting":
+        return Phase(STABLE, f"waiting {step} on {phase['wait'].get('kind', '?')}")
+    if state == "step_in_flight":
+        return Phase(IN_FLIGHT, f"step_in_flight {step}")
+    if state in {"parallel_in_flight", "race_in_flight"}:
+        branches = phase["branches"]
+        counts: dict[str, int] = {}
+        for b in branches.values():
+            counts[b["state"]] = counts.get(b["state"], 0) + 1
+        summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+        if state == "parallel_in_flight":
+            settled = bool(branches) and counts.get("completed", 0) == len(branches)
+        else:
+            settled = counts.get("completed", 0) > 0 or (
+                bool(branches) and counts.get("failed", 0) == len(branches)
+            )
+        return Phase(STABLE if settled else IN_FLIGHT, f"{state} {step} ({summary})")
+    return Phase(COMPLETED, f"completed {len(p['layout'])} step(s)")
+
+
+def _workflow_identity(p: dict) -> Identity:
+    return Identity(workflow=p["workflow"], definition_version=str(p["workflow_version"]))
+
+
+for _v in (3, 4):
+    register("runifold.workflow", _v,
+             VersionSpec(_workflow_validator(_v), _workflow_phase, _workflow_identity),
+             "runifold workflow (RUNIFOLD.md section 3)")
+
+
+# --- acme.order v1 (the demo kind) ---------------------------------------------------------
+
+ACME_PHASES = {
+    "ready": STABLE,
+    "charging": IN_FLIGHT,
+    "charged": STABLE,
+    "shipping": IN_FLIGHT,
+    "completed": COMPLETED,
+    "cancelled": COMPLETED,
+}
+
+
+def _acme_validate(payload: Any) -> None:
+    p = _obj(payload, "payload")
+    phase = p.get("phase")
+    if phase not in ACME_PHASES:
+        raise SchemaError(f"payload.phase must be one of {sorted(ACME_PHASES)}, not {phase!r}")
+    for key in ("order_id", "workflow"):
+        if key in p and not isinstance(p[key], str):
+            raise SchemaError(f"payload.{key} must be a string")
+    if "amount_cents" in p and (type(p["amount_cents"]) is not int or p["amount_cents"] < 0):
+        raise SchemaError("payload.amount_cents must be an integer >= 0")
+
+
+def _acme_phase(p: dict) -> Phase:
+    label = p["phase"]
+    if p.get("order_id"):
+        label = f"{label} order {p['order_id']}"
+    return Phase(ACME_PHASES[p["phase"]], label)
+
+
+def _acme_identity(p: dict) -> Identity:
+    version = p.get("definition_version")
+    return Identity(workflow=str(p.get("workflow") or "acme.order"),
+                    definition_version="" if version is None else str(version))
+
+
+register("acme.order", 1, VersionSpec(_acme_validate, _acme_phase, _acme_identity),
+         "demo order workflow: charge a card, then ship")

@@ -1,0 +1,400 @@
+"""The store: tenants, runs, checkpoints with revision history, effects, conflicts, retry
+requests, API tokens and the audit log.
+
+Nothing outside ``checkpoints.services`` writes these tables (DESIGN.md section 5). Each
+row belongs to exactly one tenant, and every runtime-visible identity is (tenant, UUID):
+the same UUID in two tenants is two objects (CONTRACT.md section 3).
+
+Payloads (checkpoint payloads, refused writes) are stored encrypted
+(``checkpoints.crypto``); lists read only metadata columns.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.db.models import F, Q
+
+MAX_REVISION = 2**63 - 1
+
+
+class RecoveryState(models.TextChoices):
+    """A run's one recovery state; precedence in ``RECOVERY_PRECEDENCE`` (DESIGN.md 4)."""
+
+    HEALTHY = "healthy"
+    AMBIGUOUS = "ambiguous"
+    CONFLICTED = "conflicted"
+    SCHEMA_MISMATCH = "schema_mismatch"
+    AWAITING_APPROVAL = "awaiting_approval"
+    RETRY_APPROVED = "retry_approved"
+    UNKNOWN_OUTCOME = "unknown_outcome"
+    COMPLETED = "completed"
+
+
+class PhaseClass(models.TextChoices):
+    """What the kind registry makes of a payload; ``unsupported`` for unknown kinds/versions."""
+
+    STABLE = "stable"
+    IN_FLIGHT = "in_flight"
+    COMPLETED = "completed"
+    UNSUPPORTED = "unsupported"
+
+
+class EffectState(models.TextChoices):
+    """Effect states (CONTRACT.md section 3, "Effects")."""
+
+    PLANNED = "planned"
+    SUBMITTED = "submitted"
+    CONFIRMED = "confirmed"
+    FAILED = "failed"
+    UNRESOLVED = "unresolved"
+    NOT_EXECUTED = "not_executed"
+    UNKNOWN = "unknown"
+
+
+class EffectClass(models.TextChoices):
+    READ_ONLY = "read_only"
+    IDEMPOTENT = "idempotent"
+    NON_IDEMPOTENT = "non_idempotent"
+
+
+class RetryState(models.TextChoices):
+    """requested -> approved | rejected | expired; approved -> consumed (DESIGN.md 4)."""
+
+    REQUESTED = "requested"
+    APPROVED = "approved"
+    REJECTED = "rejected"
+    EXPIRED = "expired"
+    CONSUMED = "consumed"
+
+
+class TimestampedModel(models.Model):
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        abstract = True
+
+
+class Tenant(TimestampedModel):
+    """An organisation. Roles are django-guardian object permissions on this row.
+
+    The custom permissions below are the only rights the service checks; a role
+    (``checkpoints.roles``) is a named set of them, granted through a per-tenant group.
+    """
+
+    slug = models.SlugField(max_length=64, unique=True)
+    name = models.CharField(max_length=200)
+    ambiguity_threshold_s = models.PositiveIntegerField(
+        default=300,
+        help_text="A run with an in-flight checkpoint and no lease is ambiguous after this many seconds.",
+    )
+
+    class Meta:
+        ordering = ["slug"]
+        permissions = [
+            ("view_runs", "See runs, metadata, reports and audit"),
+            ("reveal_payload", "Reveal checkpoint payloads"),
+            ("review_runs", "Request retry, mark unknown, reconcile, acknowledge conflicts"),
+            ("approve_retry", "Approve or reject retry requests"),
+            ("write_runs", "Write checkpoints and effects, take leases, ask resume decisions"),
+            ("manage_roles", "Grant roles in this tenant"),
+        ]
+
+    def __str__(self) -> str:
+        return self.slug
+
+
+class Run(TimestampedModel):
+    """One execution of an agent or workflow; owns checkpoints and effects.
+
+    ``recovery_state`` is materialised in the same transaction as every write that changes
+    it (``services.run_refresh_state``), so inbox lists are an indexed filter.
+    Identity columns (agent, model, workflow, definition_version) come from the kind
+    registry reading the latest checkpoint.
+    """
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="runs")
+    run_id = models.UUIDField()
+    kind = models.CharField(max_length=200, blank=True)
+    schema_version = models.PositiveIntegerField(null=True, blank=True)
+    agent = models.CharField(max_length=256, blank=True)
+    model = models.CharField(max_length=256, blank=True, help_text="provider/name")
+    workflow = models.CharField(max_length=256, blank=True)
+    definition_version = models.CharField(max_length=64, blank=True)
+    phase_class = models.CharField(max_length=16, choices=PhaseClass.choices, blank=True)
+    phase_label = models.CharField(max_length=256, blank=True)
+    latest_checkpoint = models.ForeignKey(
+        "Checkpoint", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    recovery_state = models.CharField(
+        max_length=24, choices=RecoveryState.choices, default=RecoveryState.HEALTHY
+    )
+    recovery_reason = models.CharField(max_length=256, blank=True)
+    state_changed_at = models.DateTimeField(null=True, blank=True)
+    last_write_at = models.DateTimeField(null=True, blank=True)
+    lease_owner = models.CharField(max_length=256, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    fencing_token = models.BigIntegerField(default=0)
+    unacknowledged_conflicts = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "run_id"], name="run_unique_per_tenant"),
+            models.CheckConstraint(condition=Q(fencing_token__gte=0), name="run_fencing_token_gte_0"),
+        ]
+        indexes = [
+            models.Index(fields=["tenant", "recovery_state", "-last_write_at", "-id"],
+                         name="run_inbox_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"run {self.run_id}"
+
+
+class Checkpoint(models.Model):
+    """The latest accepted revision of one checkpoint envelope (runifold-core format).
+
+    ``payload_ciphertext`` is the exact JSON text of the payload, encrypted. History lives
+    in ``CheckpointRevision``, one row per accepted revision including this one.
+    """
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="checkpoints")
+    checkpoint_id = models.UUIDField()
+    revision = models.BigIntegerField()
+    kind = models.CharField(max_length=200)
+    schema_version = models.BigIntegerField()
+    payload_ciphertext = models.TextField()
+    payload_size = models.PositiveIntegerField(help_text="bytes of the payload's JSON text")
+    phase_class = models.CharField(max_length=16, choices=PhaseClass.choices)
+    phase_label = models.CharField(max_length=256, blank=True)
+    updated_at_ms = models.BigIntegerField(help_text="writer's clock, ms since the epoch")
+    received_at = models.DateTimeField(help_text="server receive time")
+    written_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "checkpoint_id"],
+                                    name="checkpoint_unique_per_tenant"),
+            models.CheckConstraint(condition=Q(revision__gte=0), name="checkpoint_revision_gte_0"),
+        ]
+
+    def __str__(self) -> str:
+        return f"checkpoint {self.checkpoint_id}@{self.revision}"
+
+
+class CheckpointRevision(models.Model):
+    """One accepted revision of a checkpoint, kept for the timeline and diffs."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
+    checkpoint = models.ForeignKey(Checkpoint, on_delete=models.CASCADE, related_name="revisions")
+    revision = models.BigIntegerField()
+    kind = models.CharField(max_length=200)
+    schema_version = models.BigIntegerField()
+    payload_ciphertext = models.TextField()
+    payload_size = models.PositiveIntegerField()
+    phase_class = models.CharField(max_length=16, choices=PhaseClass.choices)
+    phase_label = models.CharField(max_length=256, blank=True)
+    updated_at_ms = models.BigIntegerField()
+    received_at = models.DateTimeField()
+    written_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["checkpoint_id", "revision"]
+        constraints = [
+            models.UniqueConstraint(fields=["checkpoint", "revision"],
+                                    name="checkpoint_revision_unique"),
+            models.CheckConstraint(condition=Q(revision__gte=0),
+                                   name="checkpoint_revision_row_gte_0"),
+        ]
+
+
+class Effect(TimestampedModel):
+    """The write-ahead record of one external side effect, keyed by ``operation_key``.
+
+    ``(tenant, service, operation_key)`` is unique in the database: a second effect id with
+    a used key is answered 409 ``operation_exists`` or 422 ``idempotency_key_reuse``.
+    ``retry_authorized_by`` is set when an approved retry is consumed; only then may an
+    ``unknown``/``not_executed`` effect go back to ``planned`` (attempt + 1).
+    """
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="effects")
+    effect_id = models.UUIDField()
+    revision = models.BigIntegerField()
+    operation_key = models.CharField(max_length=512)
+    service = models.CharField(max_length=200)
+    effect_class = models.CharField(max_length=16, choices=EffectClass.choices)
+    request_fingerprint = models.CharField(max_length=64)
+    state = models.CharField(max_length=16, choices=EffectState.choices)
+    receipt = models.JSONField(null=True, blank=True)
+    attempt = models.PositiveIntegerField(default=1)
+    state_changed_at = models.DateTimeField(null=True, blank=True)
+    retry_authorized_by = models.ForeignKey(
+        "RetryRequest", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "effect_id"], name="effect_unique_per_tenant"),
+            models.UniqueConstraint(fields=["tenant", "service", "operation_key"],
+                                    name="effect_operation_key_unique"),
+            models.CheckConstraint(condition=Q(revision__gte=0), name="effect_revision_gte_0"),
+        ]
+        indexes = [models.Index(fields=["run", "state"], name="effect_run_state_idx")]
+
+    def __str__(self) -> str:
+        return f"effect {self.service}:{self.operation_key} ({self.state})"
+
+
+class EffectRevision(models.Model):
+    """One accepted revision of an effect record: who moved it to which state, and when."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
+    effect = models.ForeignKey(Effect, on_delete=models.CASCADE, related_name="revisions")
+    revision = models.BigIntegerField()
+    state = models.CharField(max_length=16, choices=EffectState.choices)
+    receipt = models.JSONField(null=True, blank=True)
+    attempt = models.PositiveIntegerField(default=1)
+    actor_name = models.CharField(max_length=150, help_text='username, or "system"')
+    source = models.CharField(max_length=32, help_text="runtime, reconciliation, sweep, reviewer")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["effect_id", "revision"]
+        constraints = [
+            models.UniqueConstraint(fields=["effect", "revision"], name="effect_revision_unique"),
+        ]
+
+
+class Conflict(models.Model):
+    """A compare-and-swap the store refused: kept and shown until a reviewer acknowledges it.
+
+    ``expected_revision`` is what the writer claimed (null on a create), ``actual_revision``
+    what the store held. The refused envelope is kept encrypted for inspection.
+    """
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="conflicts")
+    target_type = models.CharField(max_length=16)  # "checkpoint" | "effect"
+    target_id = models.UUIDField()
+    expected_revision = models.BigIntegerField(null=True, blank=True)
+    actual_revision = models.BigIntegerField()
+    attempted_revision = models.BigIntegerField(null=True, blank=True)
+    writer = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    writer_name = models.CharField(max_length=150)
+    refused_ciphertext = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    acknowledged_at = models.DateTimeField(null=True, blank=True)
+    acknowledged_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["run", "acknowledged_at"], name="conflict_run_ack_idx")]
+
+
+class RetryRequest(TimestampedModel):
+    """A reviewer's request to retry an in-doubt run, decided by a different approver.
+
+    The database refuses ``decided_by == requested_by`` (four eyes), and at most one
+    request per run is open (requested or approved) at a time.
+    """
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="retry_requests")
+    state = models.CharField(max_length=16, choices=RetryState.choices,
+                             default=RetryState.REQUESTED)
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+"
+    )
+    reason = models.TextField()
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    decision_reason = models.TextField(blank=True)
+    decided_at = models.DateTimeField(null=True, blank=True)
+    consumed_at = models.DateTimeField(null=True, blank=True)
+    consumed_fencing_token = models.BigIntegerField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(decided_by__isnull=True) | ~Q(decided_by=F("requested_by")),
+                name="retry_requester_is_not_approver",
+            ),
+            models.UniqueConstraint(
+                fields=["run"],
+                condition=Q(state__in=["requested", "approved"]),
+                name="retry_one_open_request_per_run",
+            ),
+        ]
+
+
+class ApiToken(models.Model):
+    """A bearer token for runtimes and scripts. Only its SHA-256 is stored."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE,
+                             related_name="api_tokens")
+    prefix = models.CharField(max_length=12)
+    key_hash = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+
+class AuditEvent(models.Model):
+    """Append-only, per-tenant hash-chained record of every action and payload reveal.
+
+    ``actor`` is who did it (null and ``actor_name == "system"`` for the sweep and
+    reconciliation); ``target_type``/``target_id`` is what it was done to; ``run_id`` the
+    run it concerns. ``before``/``after`` hold the changed fields. ``hash`` is
+    SHA-256(prev_hash + canonical JSON of the event); ``verify_audit_chain`` recomputes it.
+    On PostgreSQL a trigger refuses UPDATE and DELETE (migration 0002); SQLite has no
+    such trigger.
+    """
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
+    seq = models.BigIntegerField(help_text="position in the tenant's chain, from 1")
+    created_at = models.DateTimeField()
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    actor_name = models.CharField(max_length=150)
+    action = models.CharField(max_length=64)
+    target_type = models.CharField(max_length=32)
+    target_id = models.CharField(max_length=64)
+    run_id = models.UUIDField(null=True, blank=True)
+    reason = models.TextField(blank=True)
+    before = models.JSONField(null=True, blank=True)
+    after = models.JSONField(null=True, blank=True)
+    prev_hash = models.CharField(max_length=64)
+    hash = models.CharField(max_length=64)
+
+    class Meta:
+        ordering = ["-seq"]
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "seq"], name="audit_seq_unique_per_tenant"),
+        ]
+        indexes = [
+            models.Index(fields=["tenant", "run_id", "-seq"], name="audit_run_idx"),
+            models.Index(fields=["tenant", "action", "-seq"], name="audit_action_idx"),
+        ]
+
+
+class AuditChainHead(models.Model):
+    """The last link of a tenant's audit chain; locked FOR UPDATE to append in order."""
+
+    tenant = models.OneToOneField(Tenant, on_delete=models.PROTECT, primary_key=True,
+                                  related_name="+")
+    seq = models.BigIntegerField(default=0)
+    last_hash = models.CharField(max_length=64, default="0" * 64)

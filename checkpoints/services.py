@@ -1,0 +1,1093 @@
+"""Every write to the store, one function per operation (DESIGN.md section 5).
+
+Each public function takes keyword arguments ``actor`` (a user, or ``None`` for the
+system) and ``tenant``, checks the actor's rights, does its conditional UPDATE, writes
+history, the run's recovery state and one audit event in **one** transaction, and queues
+Celery work with ``transaction.on_commit``. Views, the API, tasks and commands call these;
+nothing else writes the tables.
+
+Lock order, to stay free of deadlocks: the run row (``SELECT … FOR UPDATE``), then the
+object's conditional UPDATE, then the tenant's audit chain head.
+
+A refused compare-and-swap is not a rollback: the conflict record, the run's conflict
+count and its audit event commit, and ``StaleRevision`` is raised after the commit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import secrets
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from django.db import IntegrityError, transaction
+from django.db.models import Count, F, Q
+from django.utils import timezone
+from guardian.shortcuts import assign_perm
+
+from . import crypto, kinds, policy, roles
+from .exceptions import (
+    DomainError,
+    Fenced,
+    Forbidden,
+    IdempotencyKeyReuse,
+    InvalidPayload,
+    InvalidTransition,
+    LeaseHeld,
+    NotFound,
+    OperationExists,
+    ReasonRequired,
+    StaleRevision,
+)
+from .jsonparse import dumps
+from .models import (
+    MAX_REVISION,
+    ApiToken,
+    AuditChainHead,
+    AuditEvent,
+    Checkpoint,
+    CheckpointRevision,
+    Conflict,
+    Effect,
+    EffectRevision,
+    EffectState,
+    RetryRequest,
+    RetryState,
+    Run,
+    Tenant,
+)
+from .permissions import require
+
+User = get_user_model()
+
+SYSTEM = "system"
+U64_MAX = 2**64 - 1
+U32_MAX = 2**32 - 1
+HEX64_RE = re.compile(r"^[0-9a-fA-F]{64}$")
+
+
+# --------------------------------------------------------------------------------------
+# Audit log
+# --------------------------------------------------------------------------------------
+
+def _actor_name(actor) -> str:
+    return actor.get_username() if actor is not None else SYSTEM
+
+
+def audit_hash(prev_hash: str, event: dict) -> str:
+    """SHA-256 hex of ``prev_hash`` + canonical JSON of the event's fields."""
+    return hashlib.sha256((prev_hash + dumps(event)).encode("utf-8")).hexdigest()
+
+
+def _audit_fields(e: AuditEvent) -> dict:
+    return {
+        "seq": e.seq,
+        "created_at": e.created_at.isoformat(),
+        "actor": e.actor_name,
+        "action": e.action,
+        "target_type": e.target_type,
+        "target_id": e.target_id,
+        "run_id": str(e.run_id) if e.run_id else None,
+        "reason": e.reason,
+        "before": e.before,
+        "after": e.after,
+    }
+
+
+def audit_record(
+    *,
+    tenant: Tenant,
+    actor,
+    action: str,
+    target_type: str,
+    target_id: Any,
+    run_id: uuid.UUID | str | None = None,
+    reason: str = "",
+    before: dict | None = None,
+    after: dict | None = None,
+) -> AuditEvent:
+    """Append one event to the tenant's hash chain. Must run inside the caller's transaction.
+
+    Locks the tenant's ``AuditChainHead`` so events are chained in commit order.
+    """
+    assert transaction.get_connection().in_atomic_block, "audit_record needs a transaction"
+    head, _ = AuditChainHead.objects.select_for_update().get_or_create(tenant=tenant)
+    event = AuditEvent(
+        tenant=tenant,
+        seq=head.seq + 1,
+        created_at=timezone.now(),
+        actor=actor,
+        actor_name=_actor_name(actor),
+        action=action,
+        target_type=target_type,
+        target_id=str(target_id),
+        run_id=run_id,
+        reason=reason,
+        before=before,
+        after=after,
+        prev_hash=head.last_hash,
+    )
+    event.hash = audit_hash(head.last_hash, _audit_fields(event))
+    event.save()
+    AuditChainHead.objects.filter(pk=head.pk).update(seq=event.seq, last_hash=event.hash)
+    return event
+
+
+def audit_verify(*, tenant: Tenant) -> tuple[bool, int, str]:
+    """Recompute the tenant's chain. Returns (intact, events checked, first problem or "")."""
+    prev = "0" * 64
+    n = 0
+    for e in AuditEvent.objects.filter(tenant=tenant).order_by("seq").iterator():
+        n += 1
+        if e.seq != n:
+            return False, n, f"gap before seq {e.seq}"
+        if e.prev_hash != prev or audit_hash(prev, _audit_fields(e)) != e.hash:
+            return False, n, f"event seq {e.seq} (id {e.pk}) does not match its hash"
+        prev = e.hash
+    return True, n, ""
+
+
+def _require_reason(reason: str | None) -> str:
+    reason = (reason or "").strip()
+    if not reason:
+        raise ReasonRequired("reason: a reason is required")
+    if len(reason) > 4000:
+        raise InvalidPayload("reason: at most 4000 characters")
+    return reason
+
+
+# --------------------------------------------------------------------------------------
+# Tenants, accounts, roles, tokens (operator commands)
+# --------------------------------------------------------------------------------------
+
+def tenant_create(*, slug: str, name: str = "", actor=None) -> Tenant:
+    """Create a tenant and its audit chain. Raises ``InvalidPayload`` if the slug is taken."""
+    with transaction.atomic():
+        if Tenant.objects.filter(slug=slug).exists():
+            raise InvalidPayload(f"slug: tenant {slug!r} already exists")
+        tenant = Tenant.objects.create(slug=slug, name=name or slug)
+        audit_record(tenant=tenant, actor=actor, action="tenant.create", target_type="tenant",
+                     target_id=tenant.slug, after={"slug": slug, "name": tenant.name})
+    return tenant
+
+
+def account_create(*, username: str, password: str | None = None, service: bool = False):
+    """Create a login account (``password``) or a service account (no password, tokens only).
+
+    Raises ``InvalidPayload`` if the username is taken. Accounts belong to no tenant, so
+    this writes no tenant audit event; granting a role does.
+    """
+    with transaction.atomic():
+        if User.objects.filter(username=username).exists():
+            raise InvalidPayload(f"username: account {username!r} already exists")
+        user = User(username=username)
+        if password and not service:
+            user.set_password(password)
+        else:
+            user.set_unusable_password()
+        user.save()
+    return user
+
+
+def role_grant(*, actor, tenant: Tenant, user, role: str) -> None:
+    """Give ``user`` ``role`` in ``tenant`` (CONTRACT.md section 4), audited.
+
+    ``actor`` must be an admin of the tenant, or ``None`` for the operator's command line.
+    Raises ``InvalidPayload`` for an unknown role.
+    """
+    if role not in roles.ROLE_PERMISSIONS:
+        raise InvalidPayload(f"role: must be one of {', '.join(roles.ROLES)}")
+    if actor is not None:
+        require(actor, tenant, roles.MANAGE)
+    with transaction.atomic():
+        group, created = Group.objects.get_or_create(name=roles.group_name(tenant.slug, role))
+        if created:
+            for codename in roles.ROLE_PERMISSIONS[role]:
+                assign_perm(f"checkpoints.{codename}", group, tenant)
+        user.groups.add(group)
+        audit_record(tenant=tenant, actor=actor, action="role.grant", target_type="account",
+                     target_id=user.get_username(), after={"role": role})
+
+
+def token_issue(*, user) -> str:
+    """Create a bearer token for ``user``; returns the secret once (only its hash is kept)."""
+    raw = "rcv_" + secrets.token_urlsafe(32)
+    ApiToken.objects.create(user=user, prefix=raw[:12],
+                            key_hash=hashlib.sha256(raw.encode()).hexdigest())
+    return raw
+
+
+def token_authenticate(raw: str):
+    """The active user owning bearer token ``raw``, or ``None``."""
+    digest = hashlib.sha256(raw.encode()).hexdigest()
+    token = (ApiToken.objects.select_related("user")
+             .filter(key_hash=digest, revoked_at__isnull=True).first())
+    if token is None or not token.user.is_active:
+        return None
+    return token.user
+
+
+# --------------------------------------------------------------------------------------
+# Envelope validation (CONTRACT.md sections 2 and 6)
+# --------------------------------------------------------------------------------------
+
+def _uuid_field(body: dict, key: str) -> uuid.UUID:
+    value = body.get(key)
+    if not isinstance(value, str):
+        raise InvalidPayload(f"{key}: must be a UUID string")
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        raise InvalidPayload(f"{key}: {value[:64]!r} is not a UUID") from None
+
+
+def _int_field(body: dict, key: str, maximum: int) -> int:
+    value = body.get(key)
+    if type(value) is not int or not 0 <= value <= maximum:
+        raise InvalidPayload(f"{key}: must be an integer in 0..{maximum}")
+    return value
+
+
+def _str_field(body: dict, key: str, max_len: int) -> str:
+    value = body.get(key)
+    if not isinstance(value, str) or not value:
+        raise InvalidPayload(f"{key}: must be a non-empty string")
+    if len(value) > max_len:
+        raise InvalidPayload(f"{key}: at most {max_len} characters")
+    return value
+
+
+@dataclass(frozen=True)
+class Envelope:
+    """A validated checkpoint envelope; ``payload_json`` is its canonical JSON text."""
+
+    checkpoint_id: uuid.UUID
+    run_id: uuid.UUID
+    revision: int
+    kind: str
+    schema_version: int
+    payload: Any
+    payload_json: str
+    updated_at_ms: int
+
+
+def parse_envelope(body: dict, *, url_id: uuid.UUID) -> Envelope:
+    """Validate a checkpoint body against CONTRACT.md sections 2 and 6.
+
+    Raises ``InvalidPayload`` naming the first bad field.
+    """
+    cid = _uuid_field(body, "id")
+    if cid != url_id:
+        raise InvalidPayload("id: differs from the id in the URL")
+    run_id = _uuid_field(body, "run_id")
+    revision = _int_field(body, "revision", MAX_REVISION)
+    kind = body.get("kind")
+    if not isinstance(kind, str) or len(kind) > 200 or not kinds.KIND_RE.match(kind):
+        raise InvalidPayload(
+            "kind: must match ^[a-z][a-z0-9_]*(\\.[a-z0-9_-]+)+$ (e.g. acme.order)"
+        )
+    schema_version = _int_field(body, "schema_version", U32_MAX)
+    if "payload" not in body:
+        raise InvalidPayload("payload: required")
+    updated_at_ms = _int_field(body, "updated_at_ms", U64_MAX)
+    unknown = set(body) - {"id", "run_id", "revision", "kind", "schema_version", "payload",
+                           "updated_at_ms"}
+    if unknown:
+        raise InvalidPayload(f"{sorted(unknown)[0]}: unknown field")
+    return Envelope(cid, run_id, revision, kind, schema_version, body["payload"],
+                    dumps(body["payload"]), updated_at_ms)
+
+
+# --------------------------------------------------------------------------------------
+# Runs: locking, fencing, recovery state
+# --------------------------------------------------------------------------------------
+
+def _lock_run(tenant: Tenant, run_id: uuid.UUID, *, create: bool) -> Run | None:
+    """The run row, locked FOR UPDATE; created (race-safe) when ``create``."""
+    run = Run.objects.select_for_update().filter(tenant=tenant, run_id=run_id).first()
+    if run is not None or not create:
+        return run
+    try:
+        with transaction.atomic():
+            Run.objects.create(tenant=tenant, run_id=run_id, last_write_at=timezone.now())
+    except IntegrityError:
+        pass  # a concurrent writer created it first; lock theirs
+    return Run.objects.select_for_update().get(tenant=tenant, run_id=run_id)
+
+
+def _check_fence(run: Run, token: int | None, now: datetime) -> None:
+    """CONTRACT.md 3: while the run holds a live lease a write must carry its current token;
+    a token other than the current one is refused whether or not the lease is live."""
+    lease_live = bool(run.lease_owner) and run.lease_expires_at is not None and (
+        run.lease_expires_at > now
+    )
+    if token is not None and token != run.fencing_token:
+        raise Fenced(run.fencing_token)
+    if token is None and lease_live:
+        raise Fenced(run.fencing_token)
+
+
+def run_facts(run: Run, now: datetime | None = None) -> policy.RunFacts:
+    """Read the facts the policy needs for ``run`` (call under the run's lock to act on them)."""
+    now = now or timezone.now()
+    counts = dict(
+        Effect.objects.filter(run=run)
+        .exclude(state__in=["unknown", "not_executed"], retry_authorized_by__isnull=False)
+        .values_list("state").annotate(n=Count("pk")).values_list("state", "n")
+    )
+    open_retry = (RetryRequest.objects.filter(run=run, state__in=["requested", "approved"])
+                  .values_list("state", flat=True).first())
+    schema_error = ""
+    if run.phase_class == "unsupported":
+        schema_error = run.phase_label
+    return policy.RunFacts(
+        now=now,
+        phase_class=run.phase_class,
+        schema_error=schema_error,
+        last_write_at=run.last_write_at,
+        lease_owner=run.lease_owner,
+        lease_expires_at=run.lease_expires_at,
+        ambiguity_threshold_s=run.tenant.ambiguity_threshold_s,
+        effect_states=counts,
+        open_retry_state=open_retry or "",
+        unacknowledged_conflicts=run.unacknowledged_conflicts,
+        identity={"agent": run.agent, "model": run.model, "workflow": run.workflow,
+                  "definition_version": run.definition_version},
+    )
+
+
+def run_refresh_state(run: Run, now: datetime | None = None) -> str:
+    """Recompute and save the run's recovery state (caller holds the run's lock)."""
+    now = now or timezone.now()
+    state, reason = policy.recovery_state(run_facts(run, now))
+    fields = {"recovery_state": state, "recovery_reason": reason[:256]}
+    if state != run.recovery_state:
+        fields["state_changed_at"] = now
+    for key, value in fields.items():
+        setattr(run, key, value)
+    Run.objects.filter(pk=run.pk).update(**fields)
+    return state
+
+
+def _record_conflict(*, tenant, run: Run, actor, target_type: str, target_id, expected,
+                     actual: int, attempted: int | None, refused: str) -> None:
+    Conflict.objects.create(
+        tenant=tenant, run=run, target_type=target_type, target_id=target_id,
+        expected_revision=expected, actual_revision=actual, attempted_revision=attempted,
+        writer=actor, writer_name=_actor_name(actor),
+        refused_ciphertext=crypto.encrypt_text(refused) if refused else "",
+    )
+    Run.objects.filter(pk=run.pk).update(unacknowledged_conflicts=F("unacknowledged_conflicts") + 1)
+    run.refresh_from_db(fields=["unacknowledged_conflicts"])
+    run_refresh_state(run)
+    audit_record(tenant=tenant, actor=actor, action=f"{target_type}.conflict",
+                 target_type=target_type, target_id=target_id, run_id=run.run_id,
+                 before={"current_revision": actual},
+                 after={"expected_revision": expected, "attempted_revision": attempted})
+
+
+# --------------------------------------------------------------------------------------
+# Checkpoints: compare-and-swap
+# --------------------------------------------------------------------------------------
+
+def checkpoint_put(
+    *,
+    actor,
+    tenant: Tenant,
+    envelope: Envelope,
+    expected_revision: int | None,
+    fencing_token: int | None = None,
+) -> tuple[Checkpoint, bool]:
+    """Compare-and-swap one checkpoint (CONTRACT.md 3, RUNIFOLD.md 1).
+
+    ``expected_revision=None`` creates (the envelope's revision must be 0); an integer N
+    updates from N to N+1. Returns ``(checkpoint, created)``.
+
+    Raises ``InvalidPayload`` (400: revision not 0 / N+1, run_id or kind changed),
+    ``NotFound`` (404: update of a missing checkpoint), ``Fenced`` (409),
+    ``StaleRevision`` (412, after committing the conflict record).
+    """
+    require(actor, tenant, roles.WRITE)
+    if expected_revision is None and envelope.revision != 0:
+        raise InvalidPayload("revision: must be 0 when creating (If-None-Match: *)")
+    if expected_revision is not None and (
+        expected_revision >= MAX_REVISION or envelope.revision != expected_revision + 1
+    ):
+        raise InvalidPayload(f"revision: must be {expected_revision + 1} (If-Match + 1)")
+    cls = kinds.classify(envelope.kind, envelope.schema_version, envelope.payload)
+    phase_label = (cls.error if not cls.supported else cls.phase.label)[:256]
+    ciphertext = crypto.encrypt_text(envelope.payload_json)
+    size = len(envelope.payload_json.encode("utf-8"))
+    now = timezone.now()
+    conflict_at: int | None = None
+
+    with transaction.atomic():
+        existing = (Checkpoint.objects.filter(tenant=tenant, checkpoint_id=envelope.checkpoint_id)
+                    .values("run_id", "run__run_id", "kind").first())
+        if expected_revision is not None and existing is None:
+            raise NotFound("no such checkpoint")
+        if existing is not None:
+            if existing["run__run_id"] != envelope.run_id:
+                raise InvalidPayload("run_id: a checkpoint's run_id never changes")
+            if existing["kind"] != envelope.kind:
+                raise InvalidPayload("kind: a checkpoint's kind never changes")
+        run = _lock_run(tenant, envelope.run_id, create=existing is None)
+        _check_fence(run, fencing_token, now)
+        fields = dict(
+            kind=envelope.kind, schema_version=envelope.schema_version,
+            payload_ciphertext=ciphertext, payload_size=size, phase_class=cls.phase.phase_class,
+            phase_label=phase_label, updated_at_ms=envelope.updated_at_ms, received_at=now,
+            written_by=actor,
+        )
+        if expected_revision is None:
+            if existing is not None:
+                conflict_at = Checkpoint.objects.get(
+                    tenant=tenant, checkpoint_id=envelope.checkpoint_id).revision
+            else:
+                try:
+                    with transaction.atomic():
+                        checkpoint = Checkpoint.objects.create(
+                            tenant=tenant, run=run, checkpoint_id=envelope.checkpoint_id,
+                            revision=0, **fields)
+                except IntegrityError:
+                    conflict_at = Checkpoint.objects.get(
+                        tenant=tenant, checkpoint_id=envelope.checkpoint_id).revision
+        else:
+            # The compare-and-swap: one conditional UPDATE; 0 rows means a stale revision.
+            updated = Checkpoint.objects.filter(
+                tenant=tenant, checkpoint_id=envelope.checkpoint_id, revision=expected_revision
+            ).update(revision=envelope.revision, **fields)
+            if updated != 1:
+                conflict_at = Checkpoint.objects.get(
+                    tenant=tenant, checkpoint_id=envelope.checkpoint_id).revision
+            else:
+                checkpoint = Checkpoint.objects.get(tenant=tenant,
+                                                    checkpoint_id=envelope.checkpoint_id)
+
+        if conflict_at is not None:
+            _record_conflict(
+                tenant=tenant, run=run, actor=actor, target_type="checkpoint",
+                target_id=envelope.checkpoint_id, expected=expected_revision, actual=conflict_at,
+                attempted=envelope.revision, refused=dumps(_envelope_json(envelope)),
+            )
+        else:
+            CheckpointRevision.objects.create(
+                tenant=tenant, checkpoint=checkpoint, revision=envelope.revision, **fields)
+            ident = cls.identity
+            run_fields = dict(
+                latest_checkpoint=checkpoint, kind=envelope.kind,
+                schema_version=envelope.schema_version, phase_class=cls.phase.phase_class,
+                phase_label=phase_label, last_write_at=now,
+            )
+            if cls.supported:
+                run_fields.update(agent=ident.agent, model=ident.model, workflow=ident.workflow,
+                                  definition_version=ident.definition_version)
+            for key, value in run_fields.items():
+                setattr(run, key, value)
+            run.save(update_fields=[*run_fields, "updated_at"])
+            run_refresh_state(run, now)
+            audit_record(
+                tenant=tenant, actor=actor, action="checkpoint.write", target_type="checkpoint",
+                target_id=envelope.checkpoint_id, run_id=run.run_id,
+                before=None if expected_revision is None else {"revision": expected_revision},
+                after={"revision": envelope.revision, "phase": phase_label,
+                       "phase_class": cls.phase.phase_class},
+            )
+    if conflict_at is not None:
+        raise StaleRevision(conflict_at)
+    return checkpoint, expected_revision is None
+
+
+def _envelope_json(env: Envelope) -> dict:
+    return {"id": str(env.checkpoint_id), "run_id": str(env.run_id), "revision": env.revision,
+            "kind": env.kind, "schema_version": env.schema_version, "payload": env.payload,
+            "updated_at_ms": env.updated_at_ms}
+
+
+def checkpoint_envelope(checkpoint: Checkpoint | CheckpointRevision, *, run_id=None,
+                        checkpoint_id=None) -> dict:
+    """The runifold-core JSON envelope of a checkpoint or one of its revisions (decrypts)."""
+    from .jsonparse import loads_any
+
+    if isinstance(checkpoint, Checkpoint):
+        run_id = run_id or checkpoint.run.run_id
+        checkpoint_id = checkpoint.checkpoint_id
+    return {
+        "id": str(checkpoint_id),
+        "run_id": str(run_id),
+        "revision": checkpoint.revision,
+        "kind": checkpoint.kind,
+        "schema_version": checkpoint.schema_version,
+        "payload": loads_any(crypto.decrypt_text(checkpoint.payload_ciphertext)),
+        "updated_at_ms": checkpoint.updated_at_ms,
+    }
+
+
+def payload_reveal(*, actor, tenant: Tenant, checkpoint: Checkpoint, revision: int | None = None,
+                   reason: str = "", action: str = "payload.reveal") -> dict:
+    """Decrypt one revision's envelope for ``actor``; audited in the same transaction.
+
+    Needs ``reveal_payload`` (reviewer, approver, admin) or, for the runtime's own
+    ``GET`` of a checkpoint, ``write_runs`` (``action="payload.read"``).
+    Raises ``Forbidden``/``NotFound`` as ``permissions.require``; ``NotFound`` for a
+    revision that does not exist.
+    """
+    require(actor, tenant, roles.WRITE if action == "payload.read" else roles.REVEAL)
+    with transaction.atomic():
+        if revision is None or revision == checkpoint.revision:
+            source = Checkpoint.objects.select_related("run").get(pk=checkpoint.pk)
+            envelope = checkpoint_envelope(source)
+        else:
+            rev = CheckpointRevision.objects.filter(checkpoint=checkpoint, revision=revision).first()
+            if rev is None:
+                raise NotFound(f"revision {revision} does not exist")
+            envelope = checkpoint_envelope(rev, run_id=checkpoint.run.run_id,
+                                           checkpoint_id=checkpoint.checkpoint_id)
+        audit_record(tenant=tenant, actor=actor, action=action, target_type="checkpoint",
+                     target_id=checkpoint.checkpoint_id, run_id=checkpoint.run.run_id,
+                     reason=reason, after={"revision": envelope["revision"]})
+    return envelope
+
+
+def revisions_export(*, actor, tenant: Tenant, checkpoint: Checkpoint) -> list[dict]:
+    """Every accepted revision of a checkpoint, oldest first, decrypted; one audit event."""
+    require(actor, tenant, roles.VIEW)
+    from .permissions import tenant_perms
+
+    perms = tenant_perms(actor, tenant)
+    if not perms & {roles.WRITE, roles.REVEAL}:
+        raise Forbidden("your role may not read payloads")
+    with transaction.atomic():
+        revs = list(CheckpointRevision.objects.filter(checkpoint=checkpoint).order_by("revision"))
+        out = [checkpoint_envelope(r, run_id=checkpoint.run.run_id,
+                                   checkpoint_id=checkpoint.checkpoint_id) for r in revs]
+        audit_record(tenant=tenant, actor=actor, action="payload.export",
+                     target_type="checkpoint", target_id=checkpoint.checkpoint_id,
+                     run_id=checkpoint.run.run_id, after={"revisions": len(out)})
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# Effects: write-ahead side-effect records
+# --------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class EffectBody:
+    effect_id: uuid.UUID
+    run_id: uuid.UUID
+    revision: int
+    operation_key: str
+    service: str
+    effect_class: str
+    request_fingerprint: str
+    state: str
+    receipt: Any
+
+
+def parse_effect(body: dict, *, url_id: uuid.UUID) -> EffectBody:
+    """Validate an effect body (CONTRACT.md 3 "Effects"); raises ``InvalidPayload``."""
+    eid = _uuid_field(body, "id")
+    if eid != url_id:
+        raise InvalidPayload("id: differs from the id in the URL")
+    run_id = _uuid_field(body, "run_id")
+    revision = _int_field(body, "revision", MAX_REVISION)
+    operation_key = _str_field(body, "operation_key", 512)
+    service = _str_field(body, "service", 200)
+    effect_class = body.get("effect_class")
+    if effect_class not in {"read_only", "idempotent", "non_idempotent"}:
+        raise InvalidPayload("effect_class: must be read_only, idempotent or non_idempotent")
+    fp = body.get("request_fingerprint")
+    if not isinstance(fp, str) or not HEX64_RE.match(fp):
+        raise InvalidPayload("request_fingerprint: must be 64 hex digits (SHA-256)")
+    state = body.get("state")
+    if state not in EffectState.values:
+        raise InvalidPayload(f"state: must be one of {', '.join(EffectState.values)}")
+    receipt = body.get("receipt")
+    if receipt is not None and not isinstance(receipt, dict):
+        raise InvalidPayload("receipt: must be an object or null")
+    unknown = set(body) - {"id", "run_id", "revision", "operation_key", "service",
+                           "effect_class", "request_fingerprint", "state", "receipt"}
+    if unknown:
+        raise InvalidPayload(f"{sorted(unknown)[0]}: unknown field")
+    return EffectBody(eid, run_id, revision, operation_key, service, effect_class, fp.lower(),
+                      state, receipt)
+
+
+def _effect_history(effect: Effect, *, actor, source: str) -> None:
+    EffectRevision.objects.create(
+        tenant_id=effect.tenant_id, effect=effect, revision=effect.revision, state=effect.state,
+        receipt=effect.receipt, attempt=effect.attempt, actor_name=_actor_name(actor),
+        source=source,
+    )
+
+
+def effect_put(
+    *,
+    actor,
+    tenant: Tenant,
+    body: EffectBody,
+    expected_revision: int | None,
+    fencing_token: int | None = None,
+) -> tuple[Effect, bool]:
+    """Compare-and-swap one effect record, walking the effect state machine.
+
+    Create (``expected_revision=None``): revision 0, state ``planned``; a used
+    (service, operation_key) answers ``OperationExists`` (409, same fingerprint) or
+    ``IdempotencyKeyReuse`` (422). Update: revision N+1, identity fields unchanged, a move
+    the runtime may make (``policy.EFFECT_TRANSITIONS``), ``confirmed`` with a receipt;
+    ``unknown``/``not_executed`` -> ``planned`` only after an approved retry was consumed
+    (attempt + 1). Raises ``InvalidPayload``, ``InvalidTransition`` (422), ``NotFound``,
+    ``Fenced``, ``StaleRevision`` (412, conflict kept).
+    """
+    require(actor, tenant, roles.WRITE)
+    if expected_revision is None and body.revision != 0:
+        raise InvalidPayload("revision: must be 0 when creating (If-None-Match: *)")
+    if expected_revision is not None and (
+        expected_revision >= MAX_REVISION or body.revision != expected_revision + 1
+    ):
+        raise InvalidPayload(f"revision: must be {expected_revision + 1} (If-Match + 1)")
+    if body.state == "confirmed" and body.receipt is None:
+        raise InvalidPayload("receipt: required when state is confirmed")
+    now = timezone.now()
+    conflict_at: int | None = None
+    refused = dumps({"id": str(body.effect_id), "revision": body.revision, "state": body.state,
+                     "operation_key": body.operation_key, "service": body.service})
+
+    with transaction.atomic():
+        existing = Effect.objects.filter(tenant=tenant, effect_id=body.effect_id).select_related(
+            "run").first()
+        if expected_revision is not None and existing is None:
+            raise NotFound("no such effect")
+        if existing is None:
+            if body.state != "planned":
+                raise InvalidTransition("state: a new effect starts as planned")
+            _check_operation_key(tenant, body)
+            run = _lock_run(tenant, body.run_id, create=True)
+            _check_fence(run, fencing_token, now)
+            try:
+                with transaction.atomic():
+                    effect = Effect.objects.create(
+                        tenant=tenant, run=run, effect_id=body.effect_id, revision=0,
+                        operation_key=body.operation_key, service=body.service,
+                        effect_class=body.effect_class,
+                        request_fingerprint=body.request_fingerprint, state="planned",
+                        receipt=body.receipt, state_changed_at=now,
+                    )
+            except IntegrityError:
+                # Lost a race: either the effect id or the operation key is now taken.
+                other = Effect.objects.filter(tenant=tenant, effect_id=body.effect_id).first()
+                if other is None:
+                    _check_operation_key(tenant, body)
+                    raise
+                conflict_at = other.revision
+        else:
+            for key in ("operation_key", "service", "effect_class", "request_fingerprint"):
+                if getattr(existing, key) != getattr(body, key):
+                    raise InvalidPayload(f"{key}: never changes across revisions")
+            if existing.run.run_id != body.run_id:
+                raise InvalidPayload("run_id: never changes across revisions")
+            run = _lock_run(tenant, body.run_id, create=False)
+            _check_fence(run, fencing_token, now)
+            if expected_revision is None:
+                conflict_at = existing.revision
+            else:
+                existing.refresh_from_db()
+                if existing.revision != expected_revision:
+                    conflict_at = existing.revision
+                else:
+                    effect = _effect_transition(
+                        existing, expected_revision=expected_revision, to_state=body.state,
+                        receipt=body.receipt, by=policy.RUNTIME, actor=actor, now=now)
+                    if effect is None:
+                        conflict_at = Effect.objects.get(pk=existing.pk).revision
+        if conflict_at is not None:
+            _record_conflict(tenant=tenant, run=run, actor=actor, target_type="effect",
+                             target_id=body.effect_id, expected=expected_revision,
+                             actual=conflict_at, attempted=body.revision, refused=refused)
+        else:
+            if expected_revision is None:
+                _effect_history(effect, actor=actor, source="runtime")
+            Run.objects.filter(pk=run.pk).update(last_write_at=now)
+            run.last_write_at = now
+            run_refresh_state(run, now)
+            audit_record(
+                tenant=tenant, actor=actor, action="effect.write", target_type="effect",
+                target_id=body.effect_id, run_id=run.run_id,
+                before=None if expected_revision is None else {"revision": expected_revision},
+                after={"revision": effect.revision, "state": effect.state,
+                       "operation_key": effect.operation_key, "service": effect.service},
+            )
+    if conflict_at is not None:
+        raise StaleRevision(conflict_at)
+    return effect, expected_revision is None
+
+
+def _check_operation_key(tenant: Tenant, body: EffectBody) -> None:
+    other = Effect.objects.filter(tenant=tenant, service=body.service,
+                                  operation_key=body.operation_key).first()
+    if other is None or other.effect_id == body.effect_id:
+        return
+    if other.request_fingerprint == body.request_fingerprint:
+        raise OperationExists(str(other.effect_id))
+    raise IdempotencyKeyReuse(
+        "operation_key: already used in this service with another request_fingerprint")
+
+
+def _effect_transition(effect: Effect, *, expected_revision: int, to_state: str, receipt: Any,
+                       by: str, actor, now: datetime) -> Effect | None:
+    """Move ``effect`` one state by compare-and-swap; ``None`` if its revision moved on.
+
+    Raises ``InvalidTransition`` for a move ``by`` may not make, ``InvalidPayload`` for
+    ``confirmed`` without a receipt.
+    """
+    from_state = effect.state
+    attempt = effect.attempt
+    retry_clear = False
+    if from_state in {"unknown", "not_executed"} and to_state == "planned":
+        if effect.retry_authorized_by_id is None:
+            raise InvalidTransition(
+                f"state: {from_state} -> planned needs an approved, consumed retry")
+        by, attempt, retry_clear = policy.RETRY, attempt + 1, True
+    if not policy.transition_allowed(from_state, to_state, by):
+        raise InvalidTransition(f"state: {from_state} -> {to_state} is not allowed ({by})")
+    if to_state == "confirmed" and receipt is None:
+        raise InvalidPayload("receipt: required when state is confirmed")
+    fields = dict(revision=expected_revision + 1, state=to_state, receipt=receipt,
+                  attempt=attempt, state_changed_at=now, updated_at=now)
+    if retry_clear:
+        fields["retry_authorized_by"] = None
+    updated = Effect.objects.filter(pk=effect.pk, revision=expected_revision).update(**fields)
+    if updated != 1:
+        return None
+    for key, value in fields.items():
+        setattr(effect, key, value)
+    source = {policy.RUNTIME: "runtime", policy.RETRY: "runtime"}.get(by, by)
+    _effect_history(effect, actor=actor, source=source)
+    return effect
+
+
+# --------------------------------------------------------------------------------------
+# Leases and resume decisions
+# --------------------------------------------------------------------------------------
+
+def lease_acquire(*, actor, tenant: Tenant, run_id: uuid.UUID, owner: str, ttl_s: int) -> Run:
+    """Take or renew the run's lease (CONTRACT.md 3).
+
+    A new owner (none before, or the previous lease expired) bumps the fencing token; the
+    same owner renewing keeps it. Raises ``NotFound`` for an unknown run, ``LeaseHeld``
+    (409) while another owner's lease is live, ``InvalidPayload`` for a bad owner or ttl.
+    """
+    require(actor, tenant, roles.WRITE)
+    if not isinstance(owner, str) or not owner or len(owner) > 256:
+        raise InvalidPayload("owner: must be a non-empty string of at most 256 characters")
+    if type(ttl_s) is not int or not 1 <= ttl_s <= 86400:
+        raise InvalidPayload("ttl_s: must be an integer in 1..86400")
+    now = timezone.now()
+    with transaction.atomic():
+        run = _lock_run(tenant, run_id, create=False)
+        if run is None:
+            raise NotFound("no such run")
+        live = bool(run.lease_owner) and run.lease_expires_at and run.lease_expires_at > now
+        if live and run.lease_owner != owner:
+            raise LeaseHeld(f"owner: the run is leased by another owner until "
+                            f"{run.lease_expires_at.isoformat()}")
+        before = {"owner": run.lease_owner, "fencing_token": run.fencing_token}
+        if not (live and run.lease_owner == owner):
+            run.fencing_token += 1
+        run.lease_owner = owner
+        run.lease_expires_at = now + timedelta(seconds=ttl_s)
+        run.last_write_at = now
+        run.save(update_fields=["fencing_token", "lease_owner", "lease_expires_at",
+                                "last_write_at", "updated_at"])
+        run_refresh_state(run, now)
+        audit_record(tenant=tenant, actor=actor, action="lease.acquire", target_type="run",
+                     target_id=run.run_id, run_id=run.run_id, before=before,
+                     after={"owner": owner, "fencing_token": run.fencing_token,
+                            "expires_at": run.lease_expires_at.isoformat()})
+    return run
+
+
+def resume_decide(*, actor, tenant: Tenant, run_id: uuid.UUID, asked: dict[str, str]) -> dict:
+    """The resume answer for a restarting runtime (CONTRACT.md 3, ``policy.resume_decision``).
+
+    An approved retry is consumed here: the request becomes ``consumed``, the fencing token
+    is bumped and the lease dropped (so the old owner is fenced), in-doubt
+    ``unknown``/``not_executed`` effects are authorised to go back to ``planned``, and one
+    audit event is written. Returns ``{action, reason, checkpoint_id, revision,
+    fencing_token}``. Raises ``NotFound`` for an unknown run.
+    """
+    require(actor, tenant, roles.WRITE)
+    now = timezone.now()
+    with transaction.atomic():
+        run = _lock_run(tenant, run_id, create=False)
+        if run is None:
+            raise NotFound("no such run")
+        decision = policy.resume_decision(run_facts(run, now), asked)
+        if decision.consume_retry:
+            retry = RetryRequest.objects.select_for_update().get(run=run, state="approved")
+            run.fencing_token += 1
+            run.lease_owner = ""
+            run.lease_expires_at = None
+            run.save(update_fields=["fencing_token", "lease_owner", "lease_expires_at",
+                                    "updated_at"])
+            RetryRequest.objects.filter(pk=retry.pk).update(
+                state=RetryState.CONSUMED, consumed_at=now, consumed_fencing_token=run.fencing_token)
+            Effect.objects.filter(run=run, state__in=["unknown", "not_executed"]).update(
+                retry_authorized_by=retry)
+            run_refresh_state(run, now)
+            audit_record(tenant=tenant, actor=actor, action="retry.consume",
+                         target_type="retry_request", target_id=retry.pk, run_id=run.run_id,
+                         before={"state": "approved"},
+                         after={"state": "consumed", "fencing_token": run.fencing_token})
+        checkpoint = run.latest_checkpoint
+        return {
+            "action": decision.action,
+            "reason": decision.reason,
+            "checkpoint_id": str(checkpoint.checkpoint_id) if checkpoint else None,
+            "revision": checkpoint.revision if checkpoint else None,
+            "fencing_token": run.fencing_token,
+        }
+
+
+# --------------------------------------------------------------------------------------
+# Review actions (CONTRACT.md 3 "Review actions"; the dashboard's buttons call these too)
+# --------------------------------------------------------------------------------------
+
+def _get_run(tenant: Tenant, run_id) -> Run:
+    run = _lock_run(tenant, run_id, create=False)
+    if run is None:
+        raise NotFound("no such run")
+    return run
+
+
+def retry_request(*, actor, tenant: Tenant, run_id: uuid.UUID, reason: str) -> RetryRequest:
+    """A reviewer asks for a retry of an in-doubt run; a different approver must decide.
+
+    Raises ``InvalidTransition`` (422) when the run is completed or a request is already
+    open, ``ReasonRequired`` (400), ``NotFound``/``Forbidden``.
+    """
+    require(actor, tenant, roles.REVIEW)
+    reason = _require_reason(reason)
+    with transaction.atomic():
+        run = _get_run(tenant, run_id)
+        if run.recovery_state == "completed":
+            raise InvalidTransition("run: a completed run has nothing to retry")
+        if RetryRequest.objects.filter(run=run, state__in=["requested", "approved"]).exists():
+            raise InvalidTransition("run: a retry request is already open")
+        retry = RetryRequest.objects.create(tenant=tenant, run=run, requested_by=actor,
+                                            reason=reason)
+        before = run.recovery_state
+        run_refresh_state(run)
+        audit_record(tenant=tenant, actor=actor, action="retry.request",
+                     target_type="retry_request", target_id=retry.pk, run_id=run.run_id,
+                     reason=reason, before={"recovery_state": before},
+                     after={"state": "requested", "recovery_state": run.recovery_state})
+    return retry
+
+
+def _retry_decide(*, actor, tenant: Tenant, retry_id: int, reason: str, approve: bool):
+    require(actor, tenant, roles.APPROVE)
+    reason = _require_reason(reason)
+    with transaction.atomic():
+        retry = RetryRequest.objects.filter(tenant=tenant, pk=retry_id).first()
+        if retry is None:
+            raise NotFound("no such retry request")
+        run = _get_run(tenant, retry.run.run_id)
+        retry = RetryRequest.objects.select_for_update().get(pk=retry.pk)
+        if retry.requested_by_id == actor.pk:
+            raise Forbidden("approver: the requester may not decide their own retry request")
+        if retry.state != RetryState.REQUESTED:
+            raise InvalidTransition(f"state: the request is already {retry.state}")
+        new_state = RetryState.APPROVED if approve else RetryState.REJECTED
+        retry.state = new_state
+        retry.decided_by = actor
+        retry.decision_reason = reason
+        retry.decided_at = timezone.now()
+        retry.save(update_fields=["state", "decided_by", "decision_reason", "decided_at",
+                                  "updated_at"])
+        run_refresh_state(run)
+        audit_record(tenant=tenant, actor=actor,
+                     action="retry.approve" if approve else "retry.reject",
+                     target_type="retry_request", target_id=retry.pk, run_id=run.run_id,
+                     reason=reason, before={"state": "requested"},
+                     after={"state": new_state, "recovery_state": run.recovery_state})
+    return retry
+
+
+def retry_approve(*, actor, tenant: Tenant, retry_id: int, reason: str) -> RetryRequest:
+    """Approve someone else's retry request (approver role; four eyes). The runtime's next
+    resume call consumes it. Raises ``Forbidden`` for the requester, ``InvalidTransition``
+    unless the request is ``requested``."""
+    return _retry_decide(actor=actor, tenant=tenant, retry_id=retry_id, reason=reason,
+                         approve=True)
+
+
+def retry_reject(*, actor, tenant: Tenant, retry_id: int, reason: str) -> RetryRequest:
+    """Reject someone else's retry request; same rules as ``retry_approve``."""
+    return _retry_decide(actor=actor, tenant=tenant, retry_id=retry_id, reason=reason,
+                         approve=False)
+
+
+def effect_mark_unknown(*, actor, tenant: Tenant, effect_id: uuid.UUID, reason: str) -> Effect:
+    """A reviewer declares that nobody can tell whether the effect happened.
+
+    Allowed from ``submitted`` and ``unresolved`` only (422 otherwise). The run becomes
+    ``unknown_outcome`` until a retry is approved or the run is closed.
+    """
+    require(actor, tenant, roles.REVIEW)
+    reason = _require_reason(reason)
+    with transaction.atomic():
+        effect = Effect.objects.filter(tenant=tenant, effect_id=effect_id).select_related(
+            "run").first()
+        if effect is None:
+            raise NotFound("no such effect")
+        run = _get_run(tenant, effect.run.run_id)
+        effect.refresh_from_db()
+        before = {"state": effect.state, "revision": effect.revision}
+        moved = _effect_transition(effect, expected_revision=effect.revision, to_state="unknown",
+                                   receipt=effect.receipt, by=policy.REVIEWER, actor=actor,
+                                   now=timezone.now())
+        if moved is None:  # cannot happen under the run lock; kept as a guard
+            raise StaleRevision(Effect.objects.get(pk=effect.pk).revision)
+        run_refresh_state(run)
+        audit_record(tenant=tenant, actor=actor, action="effect.mark_unknown",
+                     target_type="effect", target_id=effect.effect_id, run_id=run.run_id,
+                     reason=reason, before=before,
+                     after={"state": "unknown", "revision": moved.revision})
+    return moved
+
+
+def run_reconcile(*, actor, tenant: Tenant, run_id: uuid.UUID, reason: str) -> str:
+    """Queue reconciliation of the run's in-doubt effects (Celery, on commit).
+
+    Returns the task id. Raises ``InvalidTransition`` (422) when no effect is
+    ``submitted`` or ``unresolved``.
+    """
+    require(actor, tenant, roles.REVIEW)
+    reason = _require_reason(reason)
+    task_id = str(uuid.uuid4())
+    with transaction.atomic():
+        run = _get_run(tenant, run_id)
+        in_doubt = list(Effect.objects.filter(run=run, state__in=["submitted", "unresolved"])
+                        .values_list("effect_id", flat=True))
+        if not in_doubt:
+            raise InvalidTransition("run: no effect is submitted or unresolved")
+        audit_record(tenant=tenant, actor=actor, action="run.reconcile", target_type="run",
+                     target_id=run.run_id, run_id=run.run_id, reason=reason,
+                     after={"task_id": task_id, "effects": [str(e) for e in in_doubt]})
+        from .tasks import reconcile_run
+
+        run_pk = run.pk
+        transaction.on_commit(lambda: reconcile_run.apply_async(args=[run_pk], task_id=task_id))
+    return task_id
+
+
+def conflicts_acknowledge(*, actor, tenant: Tenant, run_id: uuid.UUID, reason: str) -> int:
+    """Acknowledge every open conflict of the run; returns how many. Audited."""
+    require(actor, tenant, roles.REVIEW)
+    reason = _require_reason(reason)
+    now = timezone.now()
+    with transaction.atomic():
+        run = _get_run(tenant, run_id)
+        n = Conflict.objects.filter(run=run, acknowledged_at__isnull=True).update(
+            acknowledged_at=now, acknowledged_by=actor)
+        Run.objects.filter(pk=run.pk).update(unacknowledged_conflicts=0)
+        run.unacknowledged_conflicts = 0
+        before = run.recovery_state
+        run_refresh_state(run, now)
+        audit_record(tenant=tenant, actor=actor, action="conflicts.acknowledge",
+                     target_type="run", target_id=run.run_id, run_id=run.run_id, reason=reason,
+                     before={"recovery_state": before, "open_conflicts": n},
+                     after={"recovery_state": run.recovery_state, "open_conflicts": 0})
+    return n
+
+
+# --------------------------------------------------------------------------------------
+# System work: reconciliation results and the stale-run sweep
+# --------------------------------------------------------------------------------------
+
+def effect_apply_reconciliation(*, effect_pk: int, expected_revision: int, outcome: str,
+                                receipt: Any = None, detail: str = "") -> Effect | None:
+    """Record what the external service said about an in-doubt effect (actor: system).
+
+    ``outcome`` is ``confirmed``/``failed``/``not_executed``/``unknown``. A ``submitted``
+    effect first goes to ``unresolved`` when the outcome is ``not_executed``. Returns the
+    effect, or ``None`` if it moved on since the lookup (then nothing is written: a task
+    that runs twice is a no-op).
+    """
+    now = timezone.now()
+    with transaction.atomic():
+        effect = Effect.objects.select_related("run", "tenant").filter(pk=effect_pk).first()
+        if effect is None:
+            return None
+        run = _lock_run(effect.tenant, effect.run.run_id, create=False)
+        effect.refresh_from_db()
+        if effect.revision != expected_revision or effect.state not in {"submitted",
+                                                                         "unresolved"}:
+            return None
+        before = {"state": effect.state, "revision": effect.revision}
+        if outcome == "not_executed" and effect.state == "submitted":
+            effect = _effect_transition(effect, expected_revision=effect.revision,
+                                        to_state="unresolved", receipt=effect.receipt,
+                                        by=policy.SWEEP, actor=None, now=now)
+        receipt = receipt if outcome == "confirmed" else effect.receipt
+        effect = _effect_transition(effect, expected_revision=effect.revision, to_state=outcome,
+                                    receipt=receipt, by=policy.RECONCILIATION, actor=None, now=now)
+        run_refresh_state(run, now)
+        audit_record(tenant=effect.tenant, actor=None, action="effect.reconcile",
+                     target_type="effect", target_id=effect.effect_id, run_id=run.run_id,
+                     reason=detail[:4000], before=before,
+                     after={"state": effect.state, "revision": effect.revision})
+    return effect
+
+
+def sweep_stale_runs(*, now: datetime | None = None) -> dict[str, int]:
+    """Move runs whose owner went quiet into ``ambiguous`` (DESIGN.md 4).
+
+    Candidates: runs with a ``submitted`` effect, or an in-flight latest checkpoint, that
+    are not yet ambiguous for it. Under each run's lock: ``submitted`` effects whose owner
+    is gone become ``unresolved`` (audited, actor system), then the state is recomputed.
+    Idempotent and safe on many workers at once. Returns counts.
+    """
+    now = now or timezone.now()
+    candidates = (
+        Run.objects.filter(Q(effects__state="submitted") | Q(phase_class="in_flight"))
+        .exclude(recovery_state__in=["schema_mismatch"])
+        .filter(Q(lease_expires_at__lte=now) | Q(lease_owner="")
+                | Q(lease_expires_at__isnull=True))
+        .values_list("pk", flat=True).distinct()
+    )
+    stats = {"examined": 0, "effects_unresolved": 0, "runs_ambiguous": 0}
+    for pk in list(candidates):
+        stats["examined"] += 1
+        with transaction.atomic():
+            run = Run.objects.select_for_update().select_related("tenant").filter(pk=pk).first()
+            if run is None:
+                continue
+            facts = run_facts(run, now)
+            if not facts.owner_gone:
+                continue
+            for effect in Effect.objects.filter(run=run, state="submitted"):
+                moved = _effect_transition(effect, expected_revision=effect.revision,
+                                           to_state="unresolved", receipt=effect.receipt,
+                                           by=policy.SWEEP, actor=None, now=now)
+                if moved is not None:
+                    stats["effects_unresolved"] += 1
+                    audit_record(tenant=run.tenant, actor=None, action="effect.unresolved",
+                                 target_type="effect", target_id=effect.effect_id,
+                                 run_id=run.run_id, reason="owner gone (stale-run sweep)",
+                                 before={"state": "submitted"}, after={"state": "unresolved"})
+            before = run.recovery_state
+            if run_refresh_state(run, now) == "ambiguous" and before != "ambiguous":
+                stats["runs_ambiguous"] += 1
+                audit_record(tenant=run.tenant, actor=None, action="run.ambiguous",
+                             target_type="run", target_id=run.run_id, run_id=run.run_id,
+                             reason=run.recovery_reason, before={"recovery_state": before},
+                             after={"recovery_state": "ambiguous"})
+    return stats
+

@@ -1,0 +1,241 @@
+"""Settings, read from the environment (CONTRACT.md section 7).
+
+Every variable is optional: with nothing set the service runs on an embedded SQLite file
+under ``var/`` with Celery tasks executed in-process, and prints a loud warning for each
+development default it falls back to. Bad values raise ``ImproperlyConfigured``.
+A variable ``NAME_FILE`` is read as the value of ``NAME`` (container secrets).
+"""
+
+import os
+import sys
+import warnings
+from datetime import timedelta
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(os.environ.get("RECOVERY_VAR_DIR", BASE_DIR / "var"))
+
+
+def env(name: str, default: str | None = None) -> str | None:
+    """Return ``$NAME``, else the contents of the file named by ``$NAME_FILE``, else default."""
+    if name in os.environ:
+        return os.environ[name]
+    path = os.environ.get(f"{name}_FILE")
+    if path:
+        try:
+            return Path(path).read_text().strip()
+        except OSError as exc:
+            raise ImproperlyConfigured(f"{name}_FILE={path!r} cannot be read: {exc}") from exc
+    return default
+
+
+def env_bool(name: str, default: bool) -> bool:
+    """``0``/``1`` (also false/true, no/yes); anything else raises ImproperlyConfigured."""
+    raw = env(name)
+    if raw is None or raw == "":
+        return default
+    value = raw.strip().lower()
+    if value in {"1", "true", "yes", "on"}:
+        return True
+    if value in {"0", "false", "no", "off"}:
+        return False
+    raise ImproperlyConfigured(f"{name} must be 0 or 1, not {raw!r}")
+
+
+def env_int(name: str, default: int, *, minimum: int = 0) -> int:
+    """An integer >= minimum; anything else raises ImproperlyConfigured."""
+    raw = env(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name} must be an integer, not {raw!r}") from exc
+    if value < minimum:
+        raise ImproperlyConfigured(f"{name} must be >= {minimum}, not {value}")
+    return value
+
+
+def _dev_default(name: str, value: str) -> str:
+    if "pytest" not in sys.modules:
+        warnings.warn(
+            f"\n*** {name} is not set: using an insecure DEVELOPMENT value. "
+            f"Set {name} before running this anywhere real. ***\n",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+    return value
+
+
+SECRET_KEY = env("SECRET_KEY") or _dev_default(
+    "SECRET_KEY", "dev-insecure-0c6b1f0e-recovery-secret-key-change-me"
+)
+DEBUG = env_bool("DEBUG", default="SECRET_KEY" not in os.environ)
+ALLOWED_HOSTS = [
+    h.strip() for h in (env("ALLOWED_HOSTS") or "localhost,127.0.0.1,[::1]").split(",") if h.strip()
+]
+CSRF_TRUSTED_ORIGINS = [
+    o.strip() for o in (env("CSRF_TRUSTED_ORIGINS") or "").split(",") if o.strip()
+]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "drf_spectacular",
+    "guardian",
+    "django_htmx",
+    "template_partials",
+    "checkpoints",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "recovery.urls"
+WSGI_APPLICATION = "recovery.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    }
+]
+
+# --- Database -------------------------------------------------------------------------
+DATABASE_URL = env("DATABASE_URL")
+if DATABASE_URL:
+    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
+else:
+    VAR_DIR.mkdir(parents=True, exist_ok=True)
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": env("RECOVERY_SQLITE_PATH") or str(VAR_DIR / "recovery.sqlite3"),
+            # DESIGN.md section 6: concurrent demo writers queue instead of failing.
+            "OPTIONS": {
+                "transaction_mode": "IMMEDIATE",
+                "timeout": 30,
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+            },
+            "TEST": {"NAME": str(VAR_DIR / "test-recovery.sqlite3")},
+        }
+    }
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTHENTICATION_BACKENDS = [
+    "django.contrib.auth.backends.ModelBackend",
+    "guardian.backends.ObjectPermissionBackend",
+]
+ANONYMOUS_USER_NAME = None  # guardian: no anonymous user row
+GUARDIAN_MONKEY_PATCH_USER = False
+
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "inbox"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = VAR_DIR / "staticfiles"
+
+# --- Bodies and payloads (CONTRACT.md section 6) ---------------------------------------
+RECOVERY_MAX_BODY_BYTES = env_int("RECOVERY_MAX_BODY_BYTES", 1024 * 1024, minimum=1024)
+RECOVERY_MAX_JSON_DEPTH = env_int("RECOVERY_MAX_JSON_DEPTH", 64, minimum=2)
+# Django refuses bodies over this before our view sees them; keep it above our own limit
+# so that the API can answer the contract's 413 itself.
+DATA_UPLOAD_MAX_MEMORY_SIZE = RECOVERY_MAX_BODY_BYTES + 64 * 1024
+
+# --- Encryption at rest ----------------------------------------------------------------
+# Comma-separated Fernet keys, newest first; old keys still decrypt (rotation).
+RECOVERY_ENCRYPTION_KEYS = [
+    k.strip()
+    for k in (
+        env("RECOVERY_ENCRYPTION_KEYS")
+        or _dev_default(
+            "RECOVERY_ENCRYPTION_KEYS", "ZGV2LW9ubHkta2V5LXJlY292ZXJ5LTMyYnl0ZXMhISE="
+        )
+    ).split(",")
+    if k.strip()
+]
+
+# --- Recovery policy --------------------------------------------------------------------
+RECOVERY_DEFAULT_AMBIGUITY_THRESHOLD_S = env_int("RECOVERY_DEFAULT_AMBIGUITY_THRESHOLD_S", 300)
+RECOVERY_SWEEP_INTERVAL_S = env_int("RECOVERY_SWEEP_INTERVAL_S", 60, minimum=1)
+RECOVERY_RECONCILE_TIMEOUT_S = env_int("RECOVERY_RECONCILE_TIMEOUT_S", 5, minimum=1)
+# service name -> base URL of its status resource; GET {base}/{operation_key}
+RECOVERY_RECONCILERS = {
+    pair.split("=", 1)[0].strip(): pair.split("=", 1)[1].strip()
+    for pair in (env("RECOVERY_RECONCILERS") or "").split(",")
+    if "=" in pair
+}
+
+# --- Celery -----------------------------------------------------------------------------
+CELERY_BROKER_URL = env("CELERY_BROKER_URL") or None
+CELERY_TASK_ALWAYS_EAGER = CELERY_BROKER_URL is None
+CELERY_TASK_EAGER_PROPAGATES = True
+CELERY_RESULT_BACKEND = env("CELERY_RESULT_BACKEND") or None
+CELERY_TASK_ACKS_LATE = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_BEAT_SCHEDULE = {
+    "stale-run-sweep": {
+        "task": "checkpoints.tasks.sweep_stale_runs",
+        "schedule": timedelta(seconds=RECOVERY_SWEEP_INTERVAL_S),
+    }
+}
+
+# --- DRF --------------------------------------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "checkpoints.api.auth.BearerTokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "checkpoints.api.errors.exception_handler",
+    "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "recovery API",
+    "DESCRIPTION": "Checkpoint and effect store with compare-and-swap, leases, resume decisions "
+    "and review actions. See CONTRACT.md.",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": env("LOG_LEVEL") or "WARNING"},
+}
+
+if "pytest" in sys.modules or env_bool("RECOVERY_FAST_HASHER", False):
+    PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
