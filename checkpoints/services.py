@@ -32,7 +32,6 @@ from guardian.shortcuts import assign_perm
 
 from . import crypto, kinds, policy, roles
 from .exceptions import (
-    DomainError,
     Fenced,
     Forbidden,
     IdempotencyKeyReuse,

@@ -1,0 +1,265 @@
+"""Reads: every query filters by tenant first, then by the caller's role on the tenant.
+
+Views and the API never call ``Model.objects`` directly. Lists read metadata columns only
+(never payload ciphertext), and paginate by keyset on ``(last_write_at, id)`` so a page
+costs the same at any depth.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.db.models import Count, Q, QuerySet
+from django.utils import timezone
+from guardian.shortcuts import get_objects_for_user
+
+from . import roles
+from .exceptions import InvalidPayload, NotFound
+from .models import (
+    AuditEvent,
+    Checkpoint,
+    CheckpointRevision,
+    Conflict,
+    Effect,
+    EffectRevision,
+    RecoveryState,
+    RetryRequest,
+    Run,
+    Tenant,
+)
+from .permissions import require
+
+RUN_LIST_FIELDS = (
+    "id", "tenant_id", "run_id", "kind", "schema_version", "agent", "model", "workflow",
+    "definition_version", "phase_class", "phase_label", "recovery_state", "recovery_reason",
+    "state_changed_at", "last_write_at", "created_at", "lease_owner", "lease_expires_at",
+    "fencing_token", "unacknowledged_conflicts",
+)
+
+
+def tenants_for_user(user) -> QuerySet[Tenant]:
+    """Tenants where ``user`` holds a role (object permission ``view_runs``); never global."""
+    if user is None or not user.is_authenticated:
+        return Tenant.objects.none()
+    return get_objects_for_user(
+        user, "checkpoints.view_runs", klass=Tenant, with_superuser=False,
+        accept_global_perms=False,
+    ).order_by("slug")
+
+
+def state_counts(*, tenant: Tenant) -> dict[str, int]:
+    """``{recovery_state: number of runs}`` for the inbox tabs (every state present)."""
+    counts = dict(Run.objects.filter(tenant=tenant).values_list("recovery_state")
+                  .annotate(n=Count("id")).values_list("recovery_state", "n"))
+    return {state: counts.get(state, 0) for state in RecoveryState.values}
+
+
+@dataclass(frozen=True)
+class RunFilters:
+    """Inbox filters. ``age_s_min``: only runs whose last write is at least this old."""
+
+    recovery_state: str | None = None
+    kind: str | None = None
+    subject: str | None = None  # agent or workflow name, substring, case-insensitive
+    age_s_min: int | None = None
+
+
+def encode_cursor(run: Run | dict) -> str:
+    """Opaque keyset cursor for the row after which the next page starts."""
+    last = run["last_write_at"] if isinstance(run, dict) else run.last_write_at
+    pk = run["id"] if isinstance(run, dict) else run.pk
+    raw = json.dumps([last.isoformat() if last else None, pk])
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[datetime | None, int]:
+    """Raises ``InvalidPayload`` naming ``cursor`` for anything not made by ``encode_cursor``."""
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        last, pk = json.loads(base64.urlsafe_b64decode(padded.encode()))
+        when = datetime.fromisoformat(last) if last else None
+        if type(pk) is not int:
+            raise ValueError
+        return when, pk
+    except (ValueError, TypeError, json.JSONDecodeError, UnicodeDecodeError):
+        raise InvalidPayload("cursor: not a cursor returned by this API") from None
+
+
+def run_list(*, user, tenant: Tenant, filters: RunFilters, cursor: str | None = None,
+             limit: int = 50) -> tuple[list[dict], str | None]:
+    """One page of the tenant's runs, newest write first, and the next page's cursor.
+
+    Returns ``(rows, next_cursor)``; rows are dicts of ``RUN_LIST_FIELDS``. Raises
+    ``NotFound``/``Forbidden`` via ``permissions.require``, ``InvalidPayload`` for a bad
+    filter or cursor.
+    """
+    require(user, tenant, roles.VIEW)
+    if filters.recovery_state and filters.recovery_state not in RecoveryState.values:
+        raise InvalidPayload(
+            f"recovery_state: must be one of {', '.join(RecoveryState.values)}")
+    qs = Run.objects.filter(tenant=tenant)
+    if filters.recovery_state:
+        qs = qs.filter(recovery_state=filters.recovery_state)
+    if filters.kind:
+        qs = qs.filter(kind=filters.kind)
+    if filters.subject:
+        qs = qs.filter(Q(agent__icontains=filters.subject) | Q(workflow__icontains=filters.subject))
+    if filters.age_s_min:
+        qs = qs.filter(last_write_at__lte=timezone.now() - timedelta(seconds=filters.age_s_min))
+    if cursor:
+        last, pk = decode_cursor(cursor)
+        if last is None:
+            qs = qs.filter(last_write_at__isnull=True, id__lt=pk)
+        else:
+            qs = qs.filter(Q(last_write_at__lt=last) | Q(last_write_at=last, id__lt=pk)
+                           | Q(last_write_at__isnull=True))
+    limit = max(1, min(limit, 200))
+    rows = list(qs.order_by("-last_write_at", "-id").values(*RUN_LIST_FIELDS)[: limit + 1])
+    next_cursor = encode_cursor(rows[limit - 1]) if len(rows) > limit else None
+    return rows[:limit], next_cursor
+
+
+def run_get(*, user, tenant: Tenant, run_id: uuid.UUID | str) -> Run:
+    """The run, or ``NotFound`` (also for a malformed id)."""
+    require(user, tenant, roles.VIEW)
+    try:
+        rid = uuid.UUID(str(run_id))
+    except ValueError:
+        raise NotFound("no such run") from None
+    run = Run.objects.filter(tenant=tenant, run_id=rid).select_related(
+        "latest_checkpoint").first()
+    if run is None:
+        raise NotFound("no such run")
+    return run
+
+
+@dataclass
+class RunDetail:
+    """Everything the run page and ``GET …/runs/{run_id}`` show (metadata only)."""
+
+    run: Run
+    checkpoints: list[Checkpoint]
+    revisions: dict[int, list[CheckpointRevision]]  # checkpoint pk -> revisions, oldest first
+    effects: list[Effect]
+    effect_history: dict[int, list[EffectRevision]]  # effect pk -> revisions
+    conflicts: list[Conflict]
+    retry_requests: list[RetryRequest]
+    audit: list[AuditEvent]
+
+
+def run_detail(*, user, tenant: Tenant, run_id) -> RunDetail:
+    """Load a run with its checkpoints (and revision metadata), effects, conflicts, retry
+    requests and the latest 200 audit events, in a fixed number of queries."""
+    run = run_get(user=user, tenant=tenant, run_id=run_id)
+    cps = list(Checkpoint.objects.filter(run=run).defer("payload_ciphertext")
+               .order_by("-received_at"))
+    revisions: dict[int, list[CheckpointRevision]] = {c.pk: [] for c in cps}
+    for rev in (CheckpointRevision.objects.filter(checkpoint__run=run)
+                .defer("payload_ciphertext").select_related("written_by")
+                .order_by("checkpoint_id", "revision")):
+        revisions.setdefault(rev.checkpoint_id, []).append(rev)
+    effects = list(Effect.objects.filter(run=run).order_by("created_at", "id"))
+    history: dict[int, list[EffectRevision]] = {e.pk: [] for e in effects}
+    for rev in EffectRevision.objects.filter(effect__run=run).order_by("effect_id", "revision"):
+        history.setdefault(rev.effect_id, []).append(rev)
+    conflicts = list(Conflict.objects.filter(run=run).defer("refused_ciphertext")
+                     .select_related("acknowledged_by"))
+    retries = list(RetryRequest.objects.filter(run=run)
+                   .select_related("requested_by", "decided_by"))
+    audit = list(AuditEvent.objects.filter(tenant=tenant, run_id=run.run_id).order_by("-seq")[:200])
+    return RunDetail(run, cps, revisions, effects, history, conflicts, retries, audit)
+
+
+def checkpoint_get(*, user, tenant: Tenant, checkpoint_id) -> Checkpoint:
+    """The latest row of a checkpoint, or ``NotFound``."""
+    require(user, tenant, roles.VIEW)
+    try:
+        cid = uuid.UUID(str(checkpoint_id))
+    except ValueError:
+        raise NotFound("no such checkpoint") from None
+    cp = Checkpoint.objects.filter(tenant=tenant, checkpoint_id=cid).select_related("run").first()
+    if cp is None:
+        raise NotFound("no such checkpoint")
+    return cp
+
+
+def effect_get(*, user, tenant: Tenant, effect_id) -> Effect:
+    require(user, tenant, roles.VIEW)
+    try:
+        eid = uuid.UUID(str(effect_id))
+    except ValueError:
+        raise NotFound("no such effect") from None
+    effect = Effect.objects.filter(tenant=tenant, effect_id=eid).select_related("run").first()
+    if effect is None:
+        raise NotFound("no such effect")
+    return effect
+
+
+def effect_find(*, user, tenant: Tenant, service: str | None, operation_key: str | None,
+                run_id=None, limit: int = 100) -> list[Effect]:
+    """Effects of the tenant filtered by service, operation key and/or run."""
+    require(user, tenant, roles.VIEW)
+    qs = Effect.objects.filter(tenant=tenant).select_related("run")
+    if service:
+        qs = qs.filter(service=service)
+    if operation_key:
+        qs = qs.filter(operation_key=operation_key)
+    if run_id:
+        try:
+            qs = qs.filter(run__run_id=uuid.UUID(str(run_id)))
+        except ValueError:
+            raise InvalidPayload("run_id: not a UUID") from None
+    return list(qs.order_by("-created_at", "-id")[: max(1, min(limit, 500))])
+
+
+def retry_get(*, user, tenant: Tenant, retry_id) -> RetryRequest:
+    require(user, tenant, roles.VIEW)
+    try:
+        pk = int(retry_id)
+    except (TypeError, ValueError):
+        raise NotFound("no such retry request") from None
+    retry = (RetryRequest.objects.filter(tenant=tenant, pk=pk)
+             .select_related("run", "requested_by", "decided_by").first())
+    if retry is None:
+        raise NotFound("no such retry request")
+    return retry
+
+
+def audit_list(*, user, tenant: Tenant, run_id=None, actor: str | None = None,
+               action: str | None = None, before_seq: int | None = None,
+               limit: int = 100) -> list[AuditEvent]:
+    """Audit events of the tenant, newest first, filtered; ``before_seq`` pages backwards."""
+    require(user, tenant, roles.VIEW)
+    qs = AuditEvent.objects.filter(tenant=tenant)
+    if run_id:
+        try:
+            qs = qs.filter(run_id=uuid.UUID(str(run_id)))
+        except ValueError:
+            raise InvalidPayload("run: not a UUID") from None
+    if actor:
+        qs = qs.filter(actor_name=actor)
+    if action:
+        qs = qs.filter(action=action)
+    if before_seq is not None:
+        qs = qs.filter(seq__lt=before_seq)
+    return list(qs.order_by("-seq")[: max(1, min(limit, 500))])
+
+
+def report(*, user, tenant: Tenant) -> dict:
+    """Tenant-scoped numbers: runs per state, effects per state, open conflicts, retries."""
+    require(user, tenant, roles.VIEW)
+    effects = dict(Effect.objects.filter(tenant=tenant).values_list("state")
+                   .annotate(n=Count("id")).values_list("state", "n"))
+    retries = dict(RetryRequest.objects.filter(tenant=tenant).values_list("state")
+                   .annotate(n=Count("id")).values_list("state", "n"))
+    return {
+        "runs": state_counts(tenant=tenant),
+        "effects": effects,
+        "retry_requests": retries,
+        "open_conflicts": Conflict.objects.filter(tenant=tenant,
+                                                  acknowledged_at__isnull=True).count(),
+    }
