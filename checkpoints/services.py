@@ -430,12 +430,14 @@ def checkpoint_put(
                     .values("run_id", "run__run_id", "kind").first())
         if expected_revision is not None and existing is None:
             raise NotFound("no such checkpoint")
-        if existing is not None:
+        if existing is not None and expected_revision is not None:
             if existing["run__run_id"] != envelope.run_id:
                 raise InvalidPayload("run_id: a checkpoint's run_id never changes")
             if existing["kind"] != envelope.kind:
                 raise InvalidPayload("kind: a checkpoint's kind never changes")
-        run = _lock_run(tenant, envelope.run_id, create=existing is None)
+        # A create that finds the id taken is a conflict of the run that owns the id.
+        run_id = existing["run__run_id"] if existing is not None else envelope.run_id
+        run = _lock_run(tenant, run_id, create=existing is None)
         _check_fence(run, fencing_token, now)
         fields = dict(
             kind=envelope.kind, schema_version=envelope.schema_version,
@@ -684,6 +686,11 @@ def effect_put(
                     _check_operation_key(tenant, body)
                     raise
                 conflict_at = other.revision
+        elif expected_revision is None:
+            # A create that finds the id taken is a conflict of the run that owns the id.
+            run = _lock_run(tenant, existing.run.run_id, create=False)
+            _check_fence(run, fencing_token, now)
+            conflict_at = existing.revision
         else:
             for key in ("operation_key", "service", "effect_class", "request_fingerprint"):
                 if getattr(existing, key) != getattr(body, key):
@@ -692,18 +699,15 @@ def effect_put(
                 raise InvalidPayload("run_id: never changes across revisions")
             run = _lock_run(tenant, body.run_id, create=False)
             _check_fence(run, fencing_token, now)
-            if expected_revision is None:
+            existing.refresh_from_db()
+            if existing.revision != expected_revision:
                 conflict_at = existing.revision
             else:
-                existing.refresh_from_db()
-                if existing.revision != expected_revision:
-                    conflict_at = existing.revision
-                else:
-                    effect = _effect_transition(
-                        existing, expected_revision=expected_revision, to_state=body.state,
-                        receipt=body.receipt, by=policy.RUNTIME, actor=actor, now=now)
-                    if effect is None:
-                        conflict_at = Effect.objects.get(pk=existing.pk).revision
+                effect = _effect_transition(
+                    existing, expected_revision=expected_revision, to_state=body.state,
+                    receipt=body.receipt, by=policy.RUNTIME, actor=actor, now=now)
+                if effect is None:
+                    conflict_at = Effect.objects.get(pk=existing.pk).revision
         if conflict_at is not None:
             _record_conflict(tenant=tenant, run=run, actor=actor, target_type="effect",
                              target_id=body.effect_id, expected=expected_revision,
