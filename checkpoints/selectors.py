@@ -13,7 +13,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Count, F, Q, QuerySet
 from django.utils import timezone
 from guardian.shortcuts import get_objects_for_user
 
@@ -118,7 +118,9 @@ def run_list(*, user, tenant: Tenant, filters: RunFilters, cursor: str | None = 
             qs = qs.filter(Q(last_write_at__lt=last) | Q(last_write_at=last, id__lt=pk)
                            | Q(last_write_at__isnull=True))
     limit = max(1, min(limit, 200))
-    rows = list(qs.order_by("-last_write_at", "-id").values(*RUN_LIST_FIELDS)[: limit + 1])
+    # NULLs last on every backend, which is what the cursor filter above assumes.
+    order = (F("last_write_at").desc(nulls_last=True), F("id").desc())
+    rows = list(qs.order_by(*order).values(*RUN_LIST_FIELDS)[: limit + 1])
     next_cursor = encode_cursor(rows[limit - 1]) if len(rows) > limit else None
     return rows[:limit], next_cursor
 
@@ -188,6 +190,7 @@ def checkpoint_get(*, user, tenant: Tenant, checkpoint_id) -> Checkpoint:
 
 
 def effect_get(*, user, tenant: Tenant, effect_id) -> Effect:
+    """The effect ``effect_id`` of the tenant, or ``NotFound`` (also for a malformed id)."""
     require(user, tenant, roles.VIEW)
     try:
         eid = uuid.UUID(str(effect_id))
@@ -217,6 +220,7 @@ def effect_find(*, user, tenant: Tenant, service: str | None, operation_key: str
 
 
 def retry_get(*, user, tenant: Tenant, retry_id) -> RetryRequest:
+    """The retry request ``retry_id`` of the tenant, or ``NotFound``."""
     require(user, tenant, roles.VIEW)
     try:
         pk = int(retry_id)

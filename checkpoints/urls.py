@@ -1,2 +1,36 @@
+"""Dashboard URLs (server-rendered, htmx). The tenant is in the path by slug; fragment
+URLs sit under the page they belong to. The JSON API lives in ``checkpoints.api.urls``."""
 
-urlpatterns: list = []
+from django.contrib.auth import views as auth_views
+from django.urls import path
+
+from . import views
+
+urlpatterns = [
+    path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True),
+         name="login"),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),  # POST only (Django 5)
+    path("", views.home, name="inbox"),  # settings.LOGIN_REDIRECT_URL
+    path("t/<slug:slug>/", views.run_list, name="run_list"),
+    path("t/<slug:slug>/counts/", views.run_counts, name="run_counts"),
+    path("t/<slug:slug>/report/", views.report, name="report"),
+    path("t/<slug:slug>/audit/", views.audit_log, name="audit_log"),
+    path("t/<slug:slug>/runs/<str:run_id>/", views.run_detail, name="run_detail"),
+    path("t/<slug:slug>/runs/<str:run_id>/audit/", views.run_audit, name="run_audit"),
+    path("t/<slug:slug>/runs/<str:run_id>/retry/", views.run_retry_request,
+         name="run_retry_request"),
+    path("t/<slug:slug>/runs/<str:run_id>/reconcile/", views.run_reconcile,
+         name="run_reconcile"),
+    path("t/<slug:slug>/runs/<str:run_id>/conflicts/acknowledge/", views.conflicts_acknowledge,
+         name="conflicts_acknowledge"),
+    path("t/<slug:slug>/retry-requests/<int:retry_id>/approve/", views.retry_approve,
+         name="retry_approve"),
+    path("t/<slug:slug>/retry-requests/<int:retry_id>/reject/", views.retry_reject,
+         name="retry_reject"),
+    path("t/<slug:slug>/effects/<str:effect_id>/mark-unknown/", views.effect_mark_unknown,
+         name="effect_mark_unknown"),
+    path("t/<slug:slug>/checkpoints/<str:checkpoint_id>/reveal/", views.checkpoint_reveal,
+         name="checkpoint_reveal"),
+    path("t/<slug:slug>/checkpoints/<str:checkpoint_id>/diff/", views.checkpoint_diff,
+         name="checkpoint_diff"),
+]

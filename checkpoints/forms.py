@@ -1,0 +1,94 @@
+"""Dashboard forms: they only parse and validate request parameters.
+
+Nothing here writes; the views hand the cleaned values to ``checkpoints.services`` (writes)
+and ``checkpoints.selectors`` (reads). ``first_error`` turns a form's errors into the one
+line the dashboard shows, naming the field (bad input is a 400, never a 500).
+"""
+
+from __future__ import annotations
+
+from django import forms
+
+from .models import RecoveryState
+
+#: Inbox "age" filter choices: only runs whose last write is at least this many seconds old.
+AGE_CHOICES = [
+    ("", "any age"),
+    ("300", "quiet ≥ 5 min"),
+    ("3600", "quiet ≥ 1 h"),
+    ("86400", "quiet ≥ 1 day"),
+    ("604800", "quiet ≥ 7 days"),
+]
+
+#: Inbox tabs, in the order a reviewer works them; "all" lists every state.
+INBOX_TABS = [
+    RecoveryState.AMBIGUOUS,
+    RecoveryState.UNKNOWN_OUTCOME,
+    RecoveryState.CONFLICTED,
+    RecoveryState.AWAITING_APPROVAL,
+    RecoveryState.RETRY_APPROVED,
+    RecoveryState.SCHEMA_MISMATCH,
+    RecoveryState.HEALTHY,
+    RecoveryState.COMPLETED,
+]
+DEFAULT_TAB = RecoveryState.AMBIGUOUS.value
+
+
+def first_error(form: forms.Form) -> str:
+    """``"field: message"`` for the first invalid field of a bound, invalid form."""
+    for field, errors in form.errors.items():
+        name = "form" if field == "__all__" else field
+        return f"{name}: {errors[0]}"
+    return ""
+
+
+class ReasonForm(forms.Form):
+    """Every review action and payload reveal needs a reason (CONTRACT.md 3); at most
+    4000 characters, as ``services._require_reason`` enforces."""
+
+    reason = forms.CharField(max_length=4000, strip=True,
+                             error_messages={"required": "a reason is required"})
+
+
+class RevealForm(ReasonForm):
+    """Reveal one revision of a checkpoint's payload; no ``revision`` means the latest."""
+
+    revision = forms.IntegerField(required=False, min_value=0)
+
+
+class DiffForm(ReasonForm):
+    """Diff two revisions (``from_rev`` -> ``to_rev``) of one checkpoint; both are revealed."""
+
+    from_rev = forms.IntegerField(min_value=0, label="from")
+    to_rev = forms.IntegerField(min_value=0, label="to")
+
+
+class InboxFilterForm(forms.Form):
+    """Inbox query string: ``state`` (a recovery state or ``all``), ``kind``, ``subject``
+    (agent or workflow, substring), ``age`` (seconds, from ``AGE_CHOICES``), ``cursor``."""
+
+    state = forms.ChoiceField(
+        required=False,
+        choices=[("all", "all")] + [(s.value, s.label) for s in RecoveryState],
+    )
+    kind = forms.CharField(required=False, max_length=200, strip=True)
+    subject = forms.CharField(required=False, max_length=256, strip=True)
+    age = forms.ChoiceField(required=False, choices=AGE_CHOICES)
+    cursor = forms.CharField(required=False, max_length=512)
+
+    def clean_state(self) -> str:
+        return self.cleaned_data.get("state") or DEFAULT_TAB
+
+    def clean_age(self) -> int | None:
+        value = self.cleaned_data.get("age")
+        return int(value) if value else None
+
+
+class AuditFilterForm(forms.Form):
+    """Audit log query string: ``actor`` (username or ``system``), ``action``, ``run``
+    (a run UUID) and ``before`` (page backwards from this sequence number)."""
+
+    actor = forms.CharField(required=False, max_length=150, strip=True)
+    action = forms.CharField(required=False, max_length=64, strip=True)
+    run = forms.UUIDField(required=False)
+    before = forms.IntegerField(required=False, min_value=1)

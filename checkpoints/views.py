@@ -1,0 +1,492 @@
+"""The reviewer dashboard: server-rendered pages with htmx fragments (no SPA).
+
+One function view per page or action. Each page view resolves the tenant from the URL
+through ``permissions.access_tenant`` (no role there -> 404, role lacks the right -> 403),
+reads through ``selectors`` and writes only through ``services`` (which check the right
+again and write the audit event in the same transaction). Fragments are
+``{% partialdef %}`` blocks of the page template, rendered as ``"page.html#name"`` when the
+request comes from htmx; every link and form also works without JavaScript.
+
+Errors: a ``DomainError`` becomes its own status with a readable message. For htmx the
+message fragment is retargeted into the error slot of the form that sent the request
+(``#<form id>-error``), otherwise a full error page is rendered. ``templates/base.html``
+tells htmx 2 to swap 400/403/404/409/412/422 responses (it swaps only 2xx by default).
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from collections.abc import Callable
+from functools import wraps
+
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.contrib.auth.views import redirect_to_login
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_POST
+from django_htmx.http import HttpResponseClientRedirect, reswap, retarget, trigger_client_event
+
+from . import kinds, roles, selectors, services
+from .exceptions import DomainError, InvalidPayload, ReasonRequired
+from .forms import (
+    INBOX_TABS,
+    AuditFilterForm,
+    DiffForm,
+    InboxFilterForm,
+    ReasonForm,
+    RevealForm,
+    first_error,
+)
+from .models import Tenant
+from .permissions import access_tenant, role_names, tenant_perms
+
+AUDIT_CHANGED = "audit-changed"
+_SAFE_ID = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,80}$")
+IN_DOUBT = {"submitted", "unresolved"}
+#: Suggestions for the audit log's action filter (what ``services`` writes).
+AUDIT_ACTIONS = (
+    "retry.request", "retry.approve", "retry.reject", "retry.consume", "effect.mark_unknown",
+    "effect.reconcile", "effect.unresolved", "run.reconcile", "run.ambiguous",
+    "conflicts.acknowledge", "payload.reveal", "payload.read", "payload.export",
+    "checkpoint.write", "checkpoint.conflict", "effect.write", "effect.conflict", "role.grant",
+)
+
+
+# --------------------------------------------------------------------------------------
+# Decorators and helpers
+# --------------------------------------------------------------------------------------
+
+def htmx_login_redirect(view: Callable) -> Callable:
+    """An htmx request from an expired session gets ``HX-Redirect`` to the login page.
+
+    Django's ``login_required`` answers 302, which htmx would follow and swap the login
+    form into a fragment; a client redirect reloads the whole page instead.
+    """
+
+    @wraps(view)
+    def wrapper(request: HttpRequest, *args, **kwargs):
+        if request.htmx and not request.user.is_authenticated:
+            here = request.htmx.current_url_abs_path or request.get_full_path()
+            return HttpResponseClientRedirect(
+                redirect_to_login(here, settings.LOGIN_URL).url)
+        return view(request, *args, **kwargs)
+
+    return wrapper
+
+
+def domain_errors(view: Callable) -> Callable:
+    """Turn a ``DomainError`` into its status code with a readable message.
+
+    htmx: the ``checkpoints/error.html#message`` fragment, retargeted into the sending
+    form's error slot (``#<form id>-error``) or the page's ``#flash`` area. Otherwise the
+    full error page.
+    """
+
+    @wraps(view)
+    def wrapper(request: HttpRequest, *args, **kwargs):
+        try:
+            return view(request, *args, **kwargs)
+        except DomainError as exc:
+            context = {"status": exc.status, "error": exc.error,
+                       "message": _message(exc), "back": request.META.get("HTTP_REFERER")}
+            if request.htmx:
+                response = render(request, "checkpoints/error.html#message", context,
+                                  status=exc.status)
+                trigger = request.htmx.trigger or ""
+                target = f"#{trigger}-error" if _SAFE_ID.match(trigger) else "#flash"
+                return reswap(retarget(response, target), "innerHTML")
+            return render(request, "checkpoints/error.html", context, status=exc.status)
+
+    return wrapper
+
+
+def _message(exc: DomainError) -> str:
+    """One human sentence for an error; the detail names the field where there is one."""
+    if exc.detail:
+        return exc.detail
+    readable = {
+        "not_found": "Not found.",
+        "forbidden": "Your role does not allow this.",
+        "conflict": "Someone else changed this first; reload and try again.",
+    }
+    extra = ", ".join(f"{k}: {v}" for k, v in exc.extra.items())
+    return readable.get(exc.error, exc.error.replace("_", " ")) + (f" ({extra})" if extra else "")
+
+
+def dashboard(view: Callable) -> Callable:
+    """The stack every dashboard view wears: htmx-aware login, then domain error mapping."""
+    return htmx_login_redirect(login_required(domain_errors(view)))
+
+
+def _reason(request: HttpRequest) -> str:
+    """The POSTed ``reason``; raises ``ReasonRequired``/``InvalidPayload`` (400)."""
+    form = ReasonForm(request.POST)
+    if not form.is_valid():
+        raise ReasonRequired(first_error(form))
+    return form.cleaned_data["reason"]
+
+
+def _base_context(request: HttpRequest, tenant: Tenant | None, section: str) -> dict:
+    perms = tenant_perms(request.user, tenant) if tenant else set()
+    return {
+        "tenant": tenant,
+        "tenants": list(selectors.tenants_for_user(request.user)),
+        "section": section,
+        "perms": perms,
+        "roles": role_names(request.user, tenant) if tenant else [],
+        "can_reveal": roles.REVEAL in perms,
+        "can_review": roles.REVIEW in perms,
+        "can_approve": roles.APPROVE in perms,
+    }
+
+
+def _run_url(tenant: Tenant, run_id) -> str:
+    return reverse("run_detail", args=[tenant.slug, str(run_id)])
+
+
+# --------------------------------------------------------------------------------------
+# Home and inbox
+# --------------------------------------------------------------------------------------
+
+@require_GET
+@dashboard
+def home(request: HttpRequest) -> HttpResponse:
+    """``/``: the first tenant's inbox, or a page saying the account has no role anywhere."""
+    tenant = selectors.tenants_for_user(request.user).first()
+    if tenant is not None:
+        return redirect("run_list", slug=tenant.slug)
+    return render(request, "checkpoints/no_tenant.html", _base_context(request, None, "home"))
+
+
+def _inbox_context(request: HttpRequest, tenant: Tenant) -> dict:
+    form = InboxFilterForm(request.GET)
+    if not form.is_valid():
+        raise InvalidPayload(first_error(form))
+    data = form.cleaned_data
+    state = data["state"]
+    filters = selectors.RunFilters(
+        recovery_state=None if state == "all" else state,
+        kind=data["kind"] or None, subject=data["subject"] or None, age_s_min=data["age"],
+    )
+    rows, next_cursor = selectors.run_list(user=request.user, tenant=tenant, filters=filters,
+                                           cursor=data["cursor"] or None, limit=50)
+    counts = selectors.state_counts(tenant=tenant)
+    query = {k: v for k, v in (("kind", data["kind"]), ("subject", data["subject"]),
+                               ("age", request.GET.get("age", ""))) if v}
+    return {
+        "state": state,
+        "form": form,
+        "rows": rows,
+        "next_cursor": next_cursor,
+        "paged": bool(data["cursor"]),
+        "tabs": [(s.value, s.label, counts.get(s.value, 0)) for s in INBOX_TABS],
+        "total": sum(counts.values()),
+        "filter_query": query,
+        "known_kinds": list(kinds.registered()),
+        "age_choices": form.fields["age"].choices,
+    }
+
+
+@require_GET
+@dashboard
+def run_list(request: HttpRequest, slug: str) -> HttpResponse:
+    """``/t/<slug>/``: the inbox. One tab per recovery state (default ``ambiguous``),
+    filters ``kind``/``subject``/``age``, keyset pagination by ``cursor``.
+
+    An htmx request (tab, filter, page) gets only the ``inbox-main`` fragment.
+    """
+    tenant = access_tenant(request.user, slug)
+    context = _base_context(request, tenant, "inbox") | _inbox_context(request, tenant)
+    template = "checkpoints/inbox.html"
+    if request.htmx:
+        template += "#inbox-main"
+    return render(request, template, context)
+
+
+@require_GET
+@dashboard
+def run_counts(request: HttpRequest, slug: str) -> HttpResponse:
+    """``/t/<slug>/counts/``: the inbox tabs with live counts, polled by htmx every 10 s."""
+    tenant = access_tenant(request.user, slug)
+    context = _base_context(request, tenant, "inbox") | _inbox_context(request, tenant)
+    return render(request, "checkpoints/inbox.html#tabs", context)
+
+
+# --------------------------------------------------------------------------------------
+# Run page
+# --------------------------------------------------------------------------------------
+
+def _run_context(request: HttpRequest, tenant: Tenant, run_id, **extra) -> dict:
+    """Everything the run page shows, with the action flags the viewer's role allows."""
+    detail = selectors.run_detail(user=request.user, tenant=tenant, run_id=run_id)
+    context = _base_context(request, tenant, "inbox")
+    user = request.user
+    open_retry = next((r for r in detail.retry_requests
+                       if r.state in {"requested", "approved"}), None)
+    effects = [
+        {"effect": e, "history": detail.effect_history.get(e.pk, []),
+         "can_mark_unknown": context["can_review"] and e.state in IN_DOUBT}
+        for e in detail.effects
+    ]
+    checkpoints = [{"cp": cp, "revisions": detail.revisions.get(cp.pk, [])}
+                   for cp in detail.checkpoints]
+    retries = [
+        {"retry": r,
+         "can_decide": (context["can_approve"] and r.state == "requested"
+                        and r.requested_by_id != user.pk),
+         "own": r.requested_by_id == user.pk}
+        for r in detail.retry_requests
+    ]
+    open_conflicts = sum(1 for c in detail.conflicts if c.acknowledged_at is None)
+    context.update(
+        run=detail.run,
+        checkpoints=checkpoints,
+        effects=effects,
+        conflicts=detail.conflicts,
+        open_conflicts=open_conflicts,
+        retries=retries,
+        audit=detail.audit,
+        can_request_retry=(context["can_review"] and open_retry is None
+                           and detail.run.recovery_state != "completed"),
+        can_reconcile=context["can_review"] and any(e.state in IN_DOUBT for e in detail.effects),
+        can_acknowledge=context["can_review"] and open_conflicts > 0,
+        revealed=None,
+        notice="",
+    )
+    context["has_actions"] = (context["can_request_retry"] or context["can_reconcile"]
+                              or context["can_acknowledge"]
+                              or any(r["can_decide"] for r in retries)
+                              or any(e["can_mark_unknown"] for e in effects))
+    context.update(extra)
+    return context
+
+
+@require_GET
+@dashboard
+def run_detail(request: HttpRequest, slug: str, run_id: str) -> HttpResponse:
+    """``/t/<slug>/runs/<run_id>/``: identity, lease, state, checkpoint timeline, effects,
+    conflicts, retry requests, audit trail and the actions the viewer's role allows."""
+    tenant = access_tenant(request.user, slug)
+    return render(request, "checkpoints/run.html", _run_context(request, tenant, run_id))
+
+
+@require_GET
+@dashboard
+def run_audit(request: HttpRequest, slug: str, run_id: str) -> HttpResponse:
+    """The run's audit trail fragment; the page re-fetches it on ``audit-changed``."""
+    tenant = access_tenant(request.user, slug)
+    run = selectors.run_get(user=request.user, tenant=tenant, run_id=run_id)
+    audit = selectors.audit_list(user=request.user, tenant=tenant, run_id=run.run_id, limit=200)
+    context = _base_context(request, tenant, "inbox") | {"run": run, "audit": audit}
+    return render(request, "checkpoints/run.html#audit-panel", context)
+
+
+def _action_done(request: HttpRequest, tenant: Tenant, run_id, notice: str) -> HttpResponse:
+    """After a successful action: htmx gets the refreshed run body plus ``audit-changed``;
+    a plain form post is redirected back to the run page (post/redirect/get)."""
+    if request.htmx:
+        context = _run_context(request, tenant, run_id, notice=notice)
+        response = render(request, "checkpoints/run.html#run-body", context)
+        return trigger_client_event(response, AUDIT_CHANGED)
+    messages.success(request, notice)
+    return redirect(_run_url(tenant, run_id))
+
+
+# --------------------------------------------------------------------------------------
+# Actions (POST only; each asks for a reason and calls one service function)
+# --------------------------------------------------------------------------------------
+
+@require_POST
+@dashboard
+def run_retry_request(request: HttpRequest, slug: str, run_id: str) -> HttpResponse:
+    """Request a retry of the run (reviewer); ``services.retry_request``."""
+    tenant = access_tenant(request.user, slug, roles.REVIEW)
+    run = selectors.run_get(user=request.user, tenant=tenant, run_id=run_id)
+    services.retry_request(actor=request.user, tenant=tenant, run_id=run.run_id,
+                           reason=_reason(request))
+    return _action_done(request, tenant, run.run_id, "Retry requested; an approver must decide.")
+
+
+def _retry_decide(request: HttpRequest, slug: str, retry_id: int, approve: bool):
+    tenant = access_tenant(request.user, slug, roles.APPROVE)
+    retry = selectors.retry_get(user=request.user, tenant=tenant, retry_id=retry_id)
+    decide = services.retry_approve if approve else services.retry_reject
+    decide(actor=request.user, tenant=tenant, retry_id=retry.pk, reason=_reason(request))
+    word = "approved; the runtime's next resume call will retry" if approve else "rejected"
+    return _action_done(request, tenant, retry.run.run_id, f"Retry request {word}.")
+
+
+@require_POST
+@dashboard
+def retry_approve(request: HttpRequest, slug: str, retry_id: int) -> HttpResponse:
+    """Approve someone else's retry request (approver); ``services.retry_approve``."""
+    return _retry_decide(request, slug, retry_id, approve=True)
+
+
+@require_POST
+@dashboard
+def retry_reject(request: HttpRequest, slug: str, retry_id: int) -> HttpResponse:
+    """Reject someone else's retry request (approver); ``services.retry_reject``."""
+    return _retry_decide(request, slug, retry_id, approve=False)
+
+
+@require_POST
+@dashboard
+def effect_mark_unknown(request: HttpRequest, slug: str, effect_id: str) -> HttpResponse:
+    """Declare a submitted/unresolved effect's outcome unknown (reviewer)."""
+    tenant = access_tenant(request.user, slug, roles.REVIEW)
+    effect = selectors.effect_get(user=request.user, tenant=tenant, effect_id=effect_id)
+    services.effect_mark_unknown(actor=request.user, tenant=tenant, effect_id=effect.effect_id,
+                                 reason=_reason(request))
+    return _action_done(request, tenant, effect.run.run_id,
+                        f"Effect {effect.operation_key} marked outcome unknown.")
+
+
+@require_POST
+@dashboard
+def run_reconcile(request: HttpRequest, slug: str, run_id: str) -> HttpResponse:
+    """Queue reconciliation of the run's in-doubt effects (reviewer); runs on commit."""
+    tenant = access_tenant(request.user, slug, roles.REVIEW)
+    run = selectors.run_get(user=request.user, tenant=tenant, run_id=run_id)
+    task_id = services.run_reconcile(actor=request.user, tenant=tenant, run_id=run.run_id,
+                                     reason=_reason(request))
+    return _action_done(request, tenant, run.run_id,
+                        f"Reconciliation queued (task {task_id[:8]}).")
+
+
+@require_POST
+@dashboard
+def conflicts_acknowledge(request: HttpRequest, slug: str, run_id: str) -> HttpResponse:
+    """Acknowledge every open conflict of the run (reviewer)."""
+    tenant = access_tenant(request.user, slug, roles.REVIEW)
+    run = selectors.run_get(user=request.user, tenant=tenant, run_id=run_id)
+    n = services.conflicts_acknowledge(actor=request.user, tenant=tenant, run_id=run.run_id,
+                                       reason=_reason(request))
+    return _action_done(request, tenant, run.run_id, f"{n} conflict(s) acknowledged.")
+
+
+# --------------------------------------------------------------------------------------
+# Payloads: reveal and diff (reviewer, approver, admin; each reveal is audited)
+# --------------------------------------------------------------------------------------
+
+def _pretty(envelope: dict) -> str:
+    return json.dumps(envelope["payload"], indent=2, sort_keys=True, ensure_ascii=False)
+
+
+def _payload_done(request: HttpRequest, tenant: Tenant, checkpoint, revealed: dict):
+    """htmx: the payload fragment plus ``audit-changed``; otherwise the run page with the
+    revealed payload shown under its checkpoint."""
+    if request.htmx:
+        context = _base_context(request, tenant, "inbox") | {"revealed": revealed}
+        response = render(request, "checkpoints/run.html#payload", context)
+        return trigger_client_event(response, AUDIT_CHANGED)
+    context = _run_context(request, tenant, checkpoint.run.run_id, revealed=revealed)
+    return render(request, "checkpoints/run.html", context)
+
+
+@require_POST
+@dashboard
+def checkpoint_reveal(request: HttpRequest, slug: str, checkpoint_id: str) -> HttpResponse:
+    """Decrypt and show one revision's payload; ``services.payload_reveal`` audits it."""
+    tenant = access_tenant(request.user, slug, roles.REVEAL)
+    checkpoint = selectors.checkpoint_get(user=request.user, tenant=tenant,
+                                          checkpoint_id=checkpoint_id)
+    form = RevealForm(request.POST)
+    if not form.is_valid():
+        error = first_error(form)
+        raise (ReasonRequired if error.startswith("reason") else InvalidPayload)(error)
+    envelope = services.payload_reveal(actor=request.user, tenant=tenant, checkpoint=checkpoint,
+                                       revision=form.cleaned_data["revision"],
+                                       reason=form.cleaned_data["reason"])
+    revealed = {"checkpoint_pk": checkpoint.pk, "mode": "payload",
+                "revision": envelope["revision"], "text": _pretty(envelope)}
+    return _payload_done(request, tenant, checkpoint, revealed)
+
+
+@require_POST
+@dashboard
+def checkpoint_diff(request: HttpRequest, slug: str, checkpoint_id: str) -> HttpResponse:
+    """Line diff of two revisions' pretty-printed payloads; both reveals are audited."""
+    tenant = access_tenant(request.user, slug, roles.REVEAL)
+    checkpoint = selectors.checkpoint_get(user=request.user, tenant=tenant,
+                                          checkpoint_id=checkpoint_id)
+    form = DiffForm(request.POST)
+    if not form.is_valid():
+        error = first_error(form)
+        raise (ReasonRequired if error.startswith("reason") else InvalidPayload)(error)
+    data = form.cleaned_data
+    for field in ("from_rev", "to_rev"):
+        if data[field] > checkpoint.revision:
+            raise InvalidPayload(f"{field}: revision {data[field]} does not exist "
+                                 f"(latest is {checkpoint.revision})")
+    reason = f"diff r{data['from_rev']}..r{data['to_rev']}: {data['reason']}"
+    old = services.payload_reveal(actor=request.user, tenant=tenant, checkpoint=checkpoint,
+                                  revision=data["from_rev"], reason=reason)
+    new = services.payload_reveal(actor=request.user, tenant=tenant, checkpoint=checkpoint,
+                                  revision=data["to_rev"], reason=reason)
+    lines = list(difflib.unified_diff(
+        _pretty(old).splitlines(), _pretty(new).splitlines(),
+        fromfile=f"revision {data['from_rev']}", tofile=f"revision {data['to_rev']}",
+        lineterm="", n=3))
+    diff = [{"text": line, "cls": _diff_class(line)} for line in lines]
+    revealed = {"checkpoint_pk": checkpoint.pk, "mode": "diff", "diff": diff,
+                "from_rev": data["from_rev"], "to_rev": data["to_rev"]}
+    return _payload_done(request, tenant, checkpoint, revealed)
+
+
+def _diff_class(line: str) -> str:
+    if line.startswith(("+++", "---")):
+        return "file"
+    if line.startswith("@@"):
+        return "hunk"
+    return {"+": "add", "-": "del"}.get(line[:1], "ctx")
+
+
+# --------------------------------------------------------------------------------------
+# Reports and the audit log
+# --------------------------------------------------------------------------------------
+
+@require_GET
+@dashboard
+def report(request: HttpRequest, slug: str) -> HttpResponse:
+    """``/t/<slug>/report/``: runs per recovery state, effects and retries per state."""
+    tenant = access_tenant(request.user, slug)
+    data = selectors.report(user=request.user, tenant=tenant)
+    runs_total = sum(data["runs"].values()) or 1
+    run_rows = [(state, n, round(100 * n / runs_total)) for state, n in data["runs"].items()]
+    context = _base_context(request, tenant, "report") | {
+        "data": data, "run_rows": run_rows, "runs_total": sum(data["runs"].values()),
+        "effect_rows": sorted(data["effects"].items()),
+        "retry_rows": sorted(data["retry_requests"].items()),
+    }
+    return render(request, "checkpoints/report.html", context)
+
+
+@require_GET
+@dashboard
+def audit_log(request: HttpRequest, slug: str) -> HttpResponse:
+    """``/t/<slug>/audit/``: the tenant's audit events, newest first, filtered by
+    ``actor``/``action``/``run``, paged backwards with ``before``."""
+    tenant = access_tenant(request.user, slug)
+    form = AuditFilterForm(request.GET)
+    if not form.is_valid():
+        raise InvalidPayload(first_error(form))
+    data = form.cleaned_data
+    page_size = 100
+    events = selectors.audit_list(user=request.user, tenant=tenant, run_id=data["run"],
+                                  actor=data["actor"] or None, action=data["action"] or None,
+                                  before_seq=data["before"], limit=page_size + 1)
+    older = events[page_size - 1].seq if len(events) > page_size else None
+    query = {k: v for k, v in (("actor", data["actor"]), ("action", data["action"]),
+                               ("run", str(data["run"]) if data["run"] else "")) if v}
+    context = _base_context(request, tenant, "audit") | {
+        "events": events[:page_size], "older": older, "form": form, "filter_query": query,
+        "paged": data["before"] is not None, "known_actions": AUDIT_ACTIONS,
+    }
+    return render(request, "checkpoints/audit.html", context)
+

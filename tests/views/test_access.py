@@ -1,0 +1,149 @@
+"""Tenant isolation and roles on every dashboard URL (CONTRACT.md 3 and 4).
+
+omar (reviewer of globex) gets 404 for every acme page and action and changes nothing;
+vic (viewer of acme) sees pages, no action buttons, and gets 403 on every action.
+"""
+
+from __future__ import annotations
+
+import pytest
+from django.urls import reverse
+
+from checkpoints import services
+from checkpoints.models import AuditEvent, Conflict, Effect, RetryRequest, Run
+
+pytestmark = pytest.mark.django_db
+
+REASON = {"reason": "looked at it"}
+
+
+@pytest.fixture
+def retry(stuck, acme, rita):
+    return services.retry_request(actor=rita, tenant=acme, run_id=stuck.run_id,
+                                  reason="worker died mid-charge")
+
+
+def _pages(slug, stuck):
+    return [
+        reverse("run_list", args=[slug]),
+        reverse("run_counts", args=[slug]),
+        reverse("report", args=[slug]),
+        reverse("audit_log", args=[slug]),
+        reverse("run_detail", args=[slug, stuck.run_id]),
+        reverse("run_audit", args=[slug, stuck.run_id]),
+    ]
+
+
+def _actions(slug, stuck, retry):
+    return [
+        (reverse("run_retry_request", args=[slug, stuck.run_id]), REASON),
+        (reverse("run_reconcile", args=[slug, stuck.run_id]), REASON),
+        (reverse("conflicts_acknowledge", args=[slug, stuck.run_id]), REASON),
+        (reverse("retry_approve", args=[slug, retry.pk]), REASON),
+        (reverse("retry_reject", args=[slug, retry.pk]), REASON),
+        (reverse("effect_mark_unknown", args=[slug, stuck.effect_id]), REASON),
+        (reverse("checkpoint_reveal", args=[slug, stuck.checkpoint_id]), REASON),
+        (reverse("checkpoint_diff", args=[slug, stuck.checkpoint_id]),
+         {**REASON, "from_rev": 0, "to_rev": 1}),
+    ]
+
+
+def _snapshot(acme):
+    return (
+        AuditEvent.objects.filter(tenant=acme).count(),
+        list(RetryRequest.objects.values_list("pk", "state")),
+        list(Effect.objects.values_list("pk", "state", "revision")),
+        list(Run.objects.values_list("pk", "recovery_state", "fencing_token")),
+        list(Conflict.objects.values_list("pk", "acknowledged_at")),
+    )
+
+
+def test_it_answers_404_for_every_acme_page_to_another_tenants_reviewer(login, omar, stuck, retry):
+    client = login(omar)
+    for url in _pages("acme", stuck):
+        assert client.get(url).status_code == 404, url
+        assert client.get(url, HTTP_HX_REQUEST="true").status_code == 404, url
+
+
+def test_it_answers_404_for_acme_objects_under_omars_own_tenant(login, omar, stuck, retry):
+    client = login(omar)
+    for url in _pages("globex", stuck)[4:]:
+        assert client.get(url).status_code == 404, url
+    for url, data in _actions("globex", stuck, retry):
+        # omar may not approve in globex at all: the role check (403) comes before any
+        # lookup, so the answer still says nothing about acme's retry request.
+        expected = 403 if "/retry-requests/" in url else 404
+        assert client.post(url, data).status_code == expected, url
+
+
+def test_it_answers_404_and_changes_nothing_for_every_acme_action_by_omar(
+        login, omar, stuck, retry, acme):
+    before = _snapshot(acme)
+    client = login(omar)
+    for url, data in _actions("acme", stuck, retry):
+        assert client.post(url, data).status_code == 404, url
+        assert client.post(url, data, HTTP_HX_REQUEST="true").status_code == 404, url
+    assert _snapshot(acme) == before
+
+
+def test_it_shows_the_viewer_pages_but_no_action_buttons(login, vic, stuck, retry):
+    client = login(vic)
+    for url in _pages("acme", stuck):
+        assert client.get(url).status_code == 200, url
+    body = client.get(reverse("run_detail", args=["acme", stuck.run_id])).content.decode()
+    for word in ("Request retry", "Approve", "Reject", "Mark outcome unknown", "Reconcile",
+                 "Acknowledge", "Reveal payload", "Show diff", 'method="post" action="/t/'):
+        assert word not in body, word
+    assert "can look but not act" in body
+
+
+def test_it_answers_403_to_the_viewer_on_every_action_and_changes_nothing(
+        login, vic, stuck, retry, acme):
+    before = _snapshot(acme)
+    client = login(vic)
+    for url, data in _actions("acme", stuck, retry):
+        response = client.post(url, data)
+        assert response.status_code == 403, url
+        assert b"does not allow" in response.content
+    assert _snapshot(acme) == before
+
+
+def test_it_refuses_get_on_actions(login, rita, stuck, retry):
+    client = login(rita)
+    for url, _ in _actions("acme", stuck, retry):
+        assert client.get(url).status_code == 405, url
+
+
+def test_it_shows_reviewers_their_buttons_and_not_the_approvers(login, rita, stuck):
+    body = login(rita).get(reverse("run_detail", args=["acme", stuck.run_id])).content.decode()
+    assert "Request retry" in body and "Reconcile" in body and "Mark outcome unknown" in body
+    assert "Reveal payload" in body and "Show diff" in body
+    assert ">Approve<" not in body
+
+
+def test_it_hides_approve_from_the_requester_even_when_they_can_approve(
+        login, adam, april, stuck, acme):
+    services.retry_request(actor=adam, tenant=acme, run_id=stuck.run_id, reason="admin asks")
+    url = reverse("run_detail", args=["acme", stuck.run_id])
+    own = login(adam).get(url).content.decode()
+    assert ">Approve<" not in own and "another approver decides" in own
+    assert ">Approve<" in login(april).get(url).content.decode()
+
+
+def test_it_refuses_an_approval_of_ones_own_request_even_when_posted(login, adam, stuck, acme):
+    retry = services.retry_request(actor=adam, tenant=acme, run_id=stuck.run_id,
+                                   reason="admin asks")
+    response = login(adam).post(reverse("retry_approve", args=["acme", retry.pk]), REASON)
+    assert response.status_code == 403
+    retry.refresh_from_db()
+    assert retry.state == "requested"
+
+
+def test_it_enforces_csrf_on_session_posts(login, rita, april, stuck, retry, acme):
+    before = _snapshot(acme)
+    for user, (url, data) in [(rita, _actions("acme", stuck, retry)[0]),
+                              (april, _actions("acme", stuck, retry)[3]),
+                              (rita, _actions("acme", stuck, retry)[6])]:
+        response = login(user, csrf=True).post(url, data)
+        assert response.status_code == 403, url
+    assert _snapshot(acme) == before
