@@ -148,7 +148,8 @@ EFFECT_TRANSITIONS: dict[tuple[str, str], frozenset[str]] = {
     ("planned", "submitted"): frozenset({RUNTIME}),
     ("submitted", "confirmed"): frozenset({RUNTIME, RECONCILIATION}),
     ("submitted", "failed"): frozenset({RUNTIME, RECONCILIATION}),
-    ("submitted", "unresolved"): frozenset({RUNTIME, SWEEP}),
+    # Reconciliation too: its first step on a service that never saw the key.
+    ("submitted", "unresolved"): frozenset({RUNTIME, SWEEP, RECONCILIATION}),
     # A runtime that reconciles by itself (runifold's execute_reconciled) is reconciliation.
     ("unresolved", "confirmed"): frozenset({RECONCILIATION, RUNTIME}),
     ("unresolved", "failed"): frozenset({RECONCILIATION, RUNTIME}),

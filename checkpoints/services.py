@@ -165,7 +165,13 @@ def _require_reason(reason: str | None) -> str:
 # --------------------------------------------------------------------------------------
 
 def tenant_create(*, slug: str, name: str = "", actor=None) -> Tenant:
-    """Create a tenant and its audit chain. Raises ``InvalidPayload`` if the slug is taken."""
+    """Create a tenant and its audit chain.
+
+    Raises ``InvalidPayload`` if the slug is not a slug (letters, digits, ``-``, ``_``;
+    at most 64) or is taken.
+    """
+    if not isinstance(slug, str) or not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", slug):
+        raise InvalidPayload("slug: letters, digits, '-' and '_' only, 1 to 64 characters")
     with transaction.atomic():
         if Tenant.objects.filter(slug=slug).exists():
             raise InvalidPayload(f"slug: tenant {slug!r} already exists")
@@ -211,6 +217,25 @@ def role_grant(*, actor, tenant: Tenant, user, role: str) -> None:
         user.groups.add(group)
         audit_record(tenant=tenant, actor=actor, action="role.grant", target_type="account",
                      target_id=user.get_username(), after={"role": role})
+
+
+def tenant_set_ambiguity_threshold(*, actor, tenant: Tenant, seconds: int) -> Tenant:
+    """Set how long an in-flight run with no lease may stay quiet before it is ambiguous
+    (CONTRACT.md 1, default 300 s). ``actor`` must be an admin of the tenant, or ``None``
+    for the operator's command line. Raises ``InvalidPayload`` unless 1 <= seconds <= 86400.
+    Audited."""
+    if type(seconds) is not int or not 1 <= seconds <= 86400:
+        raise InvalidPayload("ambiguity_threshold_s: must be an integer in 1..86400")
+    if actor is not None:
+        require(actor, tenant, roles.MANAGE)
+    with transaction.atomic():
+        before = Tenant.objects.select_for_update().get(pk=tenant.pk).ambiguity_threshold_s
+        Tenant.objects.filter(pk=tenant.pk).update(ambiguity_threshold_s=seconds)
+        tenant.ambiguity_threshold_s = seconds
+        audit_record(tenant=tenant, actor=actor, action="tenant.threshold", target_type="tenant",
+                     target_id=tenant.slug, before={"ambiguity_threshold_s": before},
+                     after={"ambiguity_threshold_s": seconds})
+    return tenant
 
 
 def token_issue(*, user) -> str:
@@ -317,6 +342,14 @@ def _lock_run(tenant: Tenant, run_id: uuid.UUID, *, create: bool) -> Run | None:
     except IntegrityError:
         pass  # a concurrent writer created it first; lock theirs
     return Run.objects.select_for_update().get(tenant=tenant, run_id=run_id)
+
+
+def _drop_if_empty(run: Run) -> None:
+    """Delete a run that owns nothing (made by a writer that then lost a create race)."""
+    if not (Checkpoint.objects.filter(run=run).exists() or Effect.objects.filter(run=run).exists()
+            or Conflict.objects.filter(run=run).exists()
+            or RetryRequest.objects.filter(run=run).exists()):
+        Run.objects.filter(pk=run.pk).delete()
 
 
 def _check_fence(run: Run, token: int | None, now: datetime) -> None:
@@ -456,8 +489,14 @@ def checkpoint_put(
                             tenant=tenant, run=run, checkpoint_id=envelope.checkpoint_id,
                             revision=0, **fields)
                 except IntegrityError:
-                    conflict_at = Checkpoint.objects.get(
-                        tenant=tenant, checkpoint_id=envelope.checkpoint_id).revision
+                    # Lost a create race: the conflict belongs to the winner's run, and the
+                    # run this call just made for itself is dropped if nothing else uses it.
+                    winner = Checkpoint.objects.select_related("run").get(
+                        tenant=tenant, checkpoint_id=envelope.checkpoint_id)
+                    conflict_at = winner.revision
+                    if winner.run_id != run.pk:
+                        _drop_if_empty(run)
+                        run = _lock_run(tenant, winner.run.run_id, create=False)
         else:
             # The compare-and-swap: one conditional UPDATE; 0 rows means a stale revision.
             updated = Checkpoint.objects.filter(
@@ -1037,7 +1076,7 @@ def effect_apply_reconciliation(*, effect_pk: int, expected_revision: int, outco
         if outcome == "not_executed" and effect.state == "submitted":
             effect = _effect_transition(effect, expected_revision=effect.revision,
                                         to_state="unresolved", receipt=effect.receipt,
-                                        by=policy.SWEEP, actor=None, now=now)
+                                        by=policy.RECONCILIATION, actor=None, now=now)
         receipt = receipt if outcome == "confirmed" else effect.receipt
         effect = _effect_transition(effect, expected_revision=effect.revision, to_state=outcome,
                                     receipt=receipt, by=policy.RECONCILIATION, actor=None, now=now)

@@ -1,2 +1,40 @@
+"""API routes under ``/api/v1/`` (CONTRACT.md section 3); every path is tenant-scoped.
 
-urlpatterns: list = []
+Ids in paths are matched as plain strings so that a malformed id is answered by the view
+(404 on reads, 400 naming ``id`` on a PUT) as JSON, not by Django's HTML 404 page.
+"""
+
+from django.urls import path
+
+from . import views
+
+app_name = "api"
+
+T = "tenants/<slug:tenant>/"
+
+urlpatterns = [
+    path(T + "checkpoints/<str:checkpoint_id>", views.CheckpointApi.as_view(),
+         name="checkpoint"),
+    path(T + "checkpoints/<str:checkpoint_id>/revisions", views.CheckpointRevisionsApi.as_view(),
+         name="checkpoint-revisions"),
+    path(T + "effects", views.EffectListApi.as_view(), name="effect-list"),
+    path(T + "effects/<str:effect_id>", views.EffectApi.as_view(), name="effect"),
+    path(T + "effects/<str:effect_id>/mark-unknown", views.EffectMarkUnknownApi.as_view(),
+         name="effect-mark-unknown"),
+    path(T + "runs", views.RunListApi.as_view(), name="run-list"),
+    path(T + "runs/<str:run_id>", views.RunDetailApi.as_view(), name="run"),
+    path(T + "runs/<str:run_id>/lease", views.RunLeaseApi.as_view(), name="run-lease"),
+    path(T + "runs/<str:run_id>/resume", views.RunResumeApi.as_view(), name="run-resume"),
+    path(T + "runs/<str:run_id>/retry-requests", views.RetryRequestCreateApi.as_view(),
+         name="run-retry-requests"),
+    path(T + "runs/<str:run_id>/reconcile", views.RunReconcileApi.as_view(),
+         name="run-reconcile"),
+    path(T + "runs/<str:run_id>/conflicts/acknowledge", views.ConflictsAcknowledgeApi.as_view(),
+         name="run-conflicts-acknowledge"),
+    path(T + "retry-requests/<str:retry_id>/approve", views.RetryApproveApi.as_view(),
+         name="retry-approve"),
+    path(T + "retry-requests/<str:retry_id>/reject", views.RetryRejectApi.as_view(),
+         name="retry-reject"),
+    path(T + "audit-events", views.AuditEventListApi.as_view(), name="audit-events"),
+    path(T + "report", views.ReportApi.as_view(), name="report"),
+]

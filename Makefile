@@ -1,0 +1,90 @@
+# Operator and developer entry points. `make demo` is the README's first command,
+# `make test` its second; `.ci/run` calls `make test`.
+#
+# make test runs: ruff, `makemigrations --check`, the whole suite on PostgreSQL (with a
+# real Redis broker and a real Celery worker for the celery_worker tests), then the whole
+# suite again on the embedded SQLite default. Any failure, and pytest's exit 5 ("no tests
+# collected"), fails the target.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+PG_HOST ?= 127.0.0.1
+PG_PORT ?= 5432
+PG_URL ?= postgres://postgres@$(PG_HOST):$(PG_PORT)/recovery
+REDIS_PORT ?= 6379
+REDIS_URL ?= redis://127.0.0.1:$(REDIS_PORT)/9
+# Extra arguments for every pytest run, e.g. make test PYTEST_ARGS="-x -k cas"
+PYTEST_ARGS ?=
+PYTEST := $(PY) -m pytest -q -rs --strict-markers $(PYTEST_ARGS)
+TEST_VAR_DIR ?= $(CURDIR)/var/test
+
+.PHONY: help demo test lint install services test-postgres test-sqlite bench
+
+help:
+	@echo "make demo   - install, then run the demo (migrate, seed, crash workers, serve)"
+	@echo "make test   - lint, migrations check, full suite on PostgreSQL + Redis, then SQLite"
+	@echo "make lint   - ruff"
+	@echo "make bench  - checkpoint CAS throughput/latency on the configured database"
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(PY) manage.py demo
+
+lint: $(STAMP)
+	$(PY) -m ruff check .
+
+# Start PostgreSQL and Redis only when they are not already answering (works as root:
+# pg_ctlcluster switches to the cluster's owner by itself).
+services:
+	@if ! pg_isready -q -h $(PG_HOST) -p $(PG_PORT); then \
+		echo "starting PostgreSQL"; \
+		pg_ctlcluster --skip-systemctl-redirect $$(ls /etc/postgresql | sort -V | tail -1) main start; \
+		for i in $$(seq 1 30); do pg_isready -q -h $(PG_HOST) -p $(PG_PORT) && break; sleep 1; done; \
+	fi
+	@pg_isready -h $(PG_HOST) -p $(PG_PORT) || { echo "PostgreSQL is not answering on $(PG_HOST):$(PG_PORT)"; exit 1; }
+	@if ! redis-cli -h 127.0.0.1 -p $(REDIS_PORT) ping >/dev/null 2>&1; then \
+		echo "starting Redis"; \
+		redis-server --daemonize yes --bind 127.0.0.1 --port $(REDIS_PORT) --save "" --appendonly no; \
+		for i in $$(seq 1 30); do redis-cli -h 127.0.0.1 -p $(REDIS_PORT) ping >/dev/null 2>&1 && break; sleep 1; done; \
+	fi
+	@redis-cli -h 127.0.0.1 -p $(REDIS_PORT) ping | grep -q PONG || { echo "Redis is not answering on port $(REDIS_PORT)"; exit 1; }
+
+# The PostgreSQL pass. Two pytest runs on one server: the suite with Celery in-process
+# (as the embedded default runs it), then the celery_worker tests with CELERY_BROKER_URL
+# set, which start a real worker. With DATABASE_URL set nothing marked `postgres` is
+# skipped; a missing server is an error, never a skip.
+test-postgres: $(STAMP) services
+	DATABASE_URL=$(PG_URL) RECOVERY_VAR_DIR=$(TEST_VAR_DIR)/pg \
+		$(PYTEST) --create-db -m "not celery_worker"
+	DATABASE_URL=$(PG_URL) CELERY_BROKER_URL=$(REDIS_URL) RECOVERY_VAR_DIR=$(TEST_VAR_DIR)/pg \
+		$(PYTEST) --create-db -m celery_worker
+
+# The embedded default: SQLite; `postgres` tests skip with a stated reason and the
+# celery_worker tests skip because no broker is configured.
+test-sqlite: $(STAMP)
+	env -u DATABASE_URL -u CELERY_BROKER_URL RECOVERY_VAR_DIR=$(TEST_VAR_DIR)/sqlite \
+		$(PYTEST) --create-db
+
+test: lint
+	RECOVERY_VAR_DIR=$(TEST_VAR_DIR)/check $(PY) manage.py makemigrations --check --dry-run
+	$(MAKE) --no-print-directory test-postgres
+	$(MAKE) --no-print-directory test-sqlite
+
+bench: $(STAMP)
+	$(PY) bench/bench_cas.py

@@ -1,0 +1,639 @@
+"""The HTTP API (CONTRACT.md sections 3 and 6): one APIView per path, one method per operation.
+
+Every view does the same four steps, in this order:
+
+1. **Tenant scope**: ``permissions.access_tenant(user, slug, right)``. No role in the
+   tenant -> 404, exactly as for a tenant that does not exist (so nothing about its
+   objects leaks and nothing is changed); a role lacking ``right`` -> 403. This runs
+   before the body is read or any id is looked at.
+2. **Headers and body**: the raw body is read here (413 over
+   ``settings.RECOVERY_MAX_BODY_BYTES``) and parsed by ``jsonparse.loads_object``
+   (strict JSON, 400 ``invalid_payload``); DRF's parsers never see it (``_NoParse``).
+3. **One service or selector call**, which re-checks the right and writes its audit event
+   in the same transaction.
+4. **Answer** with the documented JSON (``serializers``) and, for CAS resources, an
+   ``ETag: "N"``.
+
+Domain errors (``checkpoints.exceptions``) become their status and body in
+``checkpoints.api.errors.exception_handler``.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import status
+from rest_framework.parsers import BaseParser
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from .. import roles, selectors, services
+from ..exceptions import (
+    Forbidden,
+    InvalidPayload,
+    NotFound,
+    PayloadTooLarge,
+    PreconditionRequired,
+    ReasonRequired,
+)
+from ..jsonparse import loads_object
+from ..models import MAX_REVISION, Tenant
+from ..permissions import access_tenant, tenant_perms
+from ..policy import IDENTITY_PARAMS
+from . import serializers as s
+
+# --------------------------------------------------------------------------------------
+# Request helpers
+# --------------------------------------------------------------------------------------
+
+_STRONG_ETAG_RE = re.compile(r'^"(0|[1-9][0-9]{0,18})"$')
+_UINT_RE = re.compile(r"^(0|[1-9][0-9]{0,18})$")
+_PK_RE = re.compile(r"^[1-9][0-9]{0,17}$")
+
+
+class _NoParse(BaseParser):
+    """Accepts any media type and reads nothing.
+
+    DRF's CSRF check for session-authenticated POSTs touches ``request.POST``, which would
+    otherwise run DRF's (lenient) JSON parser over the body and consume the stream. Our
+    bodies are read raw by ``read_object`` and parsed strictly instead.
+    """
+
+    media_type = "*/*"
+
+    def parse(self, stream, media_type=None, parser_context=None):
+        return {}
+
+
+def read_object(request: Request, *, empty_ok: bool = False) -> dict:
+    """The request body as one strict JSON object (CONTRACT.md section 6).
+
+    Raises ``PayloadTooLarge`` (413) when ``Content-Length`` or the bytes actually read
+    exceed ``RECOVERY_MAX_BODY_BYTES`` (also when Django itself refuses the body), and
+    ``InvalidPayload`` (400) for everything ``jsonparse.loads_object`` refuses. With
+    ``empty_ok`` an empty body reads as ``{}`` (review actions: then "reason" is named).
+    """
+    limit = settings.RECOVERY_MAX_BODY_BYTES
+    raw_request = request._request
+    declared = raw_request.META.get("CONTENT_LENGTH") or "0"
+    if not _UINT_RE.match(declared.strip()):
+        raise InvalidPayload("Content-Length: not a non-negative integer")
+    if int(declared) > limit:
+        raise PayloadTooLarge(f"body: larger than {limit} bytes")
+    try:
+        raw = raw_request.body
+    except RequestDataTooBig:
+        raise PayloadTooLarge(f"body: larger than {limit} bytes") from None
+    if len(raw) > limit:
+        raise PayloadTooLarge(f"body: larger than {limit} bytes")
+    if empty_ok and not raw.strip():
+        return {}
+    return loads_object(raw)
+
+
+def _only_fields(body: dict, allowed: set[str]) -> None:
+    unknown = sorted(set(body) - allowed)
+    if unknown:
+        raise InvalidPayload(f"{unknown[0]}: unknown field")
+
+
+def parse_precondition(request: Request) -> int | None:
+    """The CAS precondition: ``None`` to create (``If-None-Match: *``), N to update from N.
+
+    Exactly one strong entity tag is accepted (CONTRACT.md section 3). Raises
+    ``PreconditionRequired`` (428) when neither header is sent and ``InvalidPayload``
+    (400) for both headers, ``If-Match: *``, a list, a weak ``W/"N"``, an unquoted,
+    non-integer or out-of-range tag, or an ``If-None-Match`` other than ``*``.
+    """
+    if_match = request.META.get("HTTP_IF_MATCH")
+    if_none_match = request.META.get("HTTP_IF_NONE_MATCH")
+    if if_match is None and if_none_match is None:
+        raise PreconditionRequired(
+            'If-Match: required ("N" to update from revision N), or If-None-Match: * to create')
+    if if_match is not None and if_none_match is not None:
+        raise InvalidPayload("If-Match: send If-Match or If-None-Match, not both")
+    if if_none_match is not None:
+        if if_none_match.strip() != "*":
+            raise InvalidPayload("If-None-Match: must be exactly * (create)")
+        return None
+    match = _STRONG_ETAG_RE.match(if_match.strip())
+    if match is None or int(match[1]) > MAX_REVISION:
+        raise InvalidPayload(
+            'If-Match: must be exactly one strong entity tag "N", N the current revision')
+    return int(match[1])
+
+
+def parse_fencing_token(request: Request) -> int | None:
+    """``Fencing-Token: T`` as an integer in 0..2^63-1, ``None`` when absent; else 400."""
+    raw = request.META.get("HTTP_FENCING_TOKEN")
+    if raw is None:
+        return None
+    raw = raw.strip()
+    if not _UINT_RE.match(raw) or int(raw) > MAX_REVISION:
+        raise InvalidPayload("Fencing-Token: must be an integer in 0..2^63-1")
+    return int(raw)
+
+
+def url_uuid(value: str, what: str, *, for_write: bool = False) -> uuid.UUID:
+    """A UUID from the URL. A malformed one is 404 on reads (no such object can exist) and
+    400 naming ``id`` on a PUT (the client means to create it)."""
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        if for_write:
+            raise InvalidPayload(f"id: {value[:64]!r} in the URL is not a UUID") from None
+        raise NotFound(f"no such {what}") from None
+
+
+def query_int(request: Request, name: str, *, minimum: int, maximum: int,
+              default: int | None = None) -> int | None:
+    """An optional integer query parameter in ``minimum..maximum``; 400 naming it."""
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return default
+    if not _UINT_RE.match(raw) or not minimum <= int(raw) <= maximum:
+        raise InvalidPayload(f"{name}: must be an integer in {minimum}..{maximum}")
+    return int(raw)
+
+
+def read_reason(request: Request) -> str:
+    """The ``reason`` of a review action body ``{"reason": str}``.
+
+    Missing or blank -> ``ReasonRequired`` (400 naming ``reason``); not a string or any
+    other field -> ``InvalidPayload``. The service trims and length-checks it.
+    """
+    body = read_object(request, empty_ok=True)
+    _only_fields(body, {"reason"})
+    reason = body.get("reason")
+    if reason is None or (isinstance(reason, str) and not reason.strip()):
+        raise ReasonRequired("reason: a reason is required")
+    if not isinstance(reason, str):
+        raise InvalidPayload("reason: must be a string")
+    return reason
+
+
+def etag(revision: int) -> dict[str, str]:
+    return {"ETag": f'"{revision}"'}
+
+
+def page_url(request: Request, **changes) -> str:
+    """The absolute URL of this request with query parameters replaced by ``changes``."""
+    params = request.query_params.copy()
+    for key, value in changes.items():
+        params[key] = value
+    return request.build_absolute_uri(request.path) + "?" + params.urlencode()
+
+
+# --------------------------------------------------------------------------------------
+# OpenAPI helpers
+# --------------------------------------------------------------------------------------
+
+def _path(name: str, kind=OpenApiTypes.UUID, description: str = "") -> OpenApiParameter:
+    return OpenApiParameter(name, kind, OpenApiParameter.PATH, description=description)
+
+
+def _query(name: str, kind=OpenApiTypes.STR, description: str = "") -> OpenApiParameter:
+    return OpenApiParameter(name, kind, OpenApiParameter.QUERY, required=False,
+                            description=description)
+
+
+TENANT = _path("tenant", OpenApiTypes.STR, "the tenant's slug")
+CAS_HEADERS = [
+    OpenApiParameter("If-None-Match", OpenApiTypes.STR, OpenApiParameter.HEADER,
+                     description="`*` to create (body revision 0)"),
+    OpenApiParameter("If-Match", OpenApiTypes.STR, OpenApiParameter.HEADER,
+                     description='`"N"` to update from revision N (body revision N+1)'),
+    OpenApiParameter("Fencing-Token", OpenApiTypes.INT, OpenApiParameter.HEADER,
+                     description="the run's current fencing token; required while it is leased"),
+]
+ERR = OpenApiResponse(s.ErrorSerializer)
+ETAG_HEADER = {"ETag": {"description": 'the stored revision, `"N"`', "schema": {"type": "string"}}}
+
+
+def _errors(*codes: int) -> dict:
+    """Standard error answers: 401 unauthenticated, 403 role, 404 tenant/object, 400/413 body."""
+    out = {401: ERR, 403: ERR, 404: ERR}
+    for code in codes:
+        out[code] = ERR
+    return out
+
+
+class TenantApi(APIView):
+    """Base of every endpoint: raw bodies only (no DRF parsing), tenant resolved first."""
+
+    parser_classes = [_NoParse]
+
+    @staticmethod
+    def tenant(request: Request, slug: str, right: str) -> Tenant:
+        """The tenant, or 404 (no role / no tenant) / 403 (role lacks ``right``)."""
+        return access_tenant(request.user, slug, right)
+
+
+# --------------------------------------------------------------------------------------
+# Checkpoints
+# --------------------------------------------------------------------------------------
+
+class CheckpointApi(TenantApi):
+    """``…/checkpoints/{id}``: read the latest envelope (GET) or compare-and-swap it (PUT)."""
+
+    @extend_schema(
+        operation_id="checkpoint_get",
+        summary="Latest revision of a checkpoint (payload read, audited)",
+        parameters=[TENANT, _path("checkpoint_id")],
+        responses={200: OpenApiResponse(s.EnvelopeSerializer, description="with ETag"),
+                   **_errors()},
+    )
+    def get(self, request, tenant, checkpoint_id):
+        """Writers read their own checkpoints (``payload.read``); reviewers, approvers and
+        admins reveal them (``payload.reveal``); viewers may not read payloads (403)."""
+        t = self.tenant(request, tenant, roles.VIEW)
+        perms = tenant_perms(request.user, t)
+        if roles.REVEAL in perms:
+            action = "payload.reveal"
+        elif roles.WRITE in perms:
+            action = "payload.read"
+        else:
+            raise Forbidden("your role may not read payloads")
+        cp = selectors.checkpoint_get(user=request.user, tenant=t, checkpoint_id=checkpoint_id)
+        envelope = services.payload_reveal(actor=request.user, tenant=t, checkpoint=cp,
+                                           action=action)
+        return Response(envelope, headers=etag(envelope["revision"]))
+
+    @extend_schema(
+        operation_id="checkpoint_put",
+        summary="Create (If-None-Match: *) or update (If-Match: \"N\") a checkpoint",
+        parameters=[TENANT, _path("checkpoint_id"), *CAS_HEADERS],
+        request=s.EnvelopeSerializer,
+        responses={
+            201: OpenApiResponse(s.CheckpointMetaSerializer, description='created; ETag "0"'),
+            200: OpenApiResponse(s.CheckpointMetaSerializer, description='updated; ETag "N+1"'),
+            400: ERR, 401: ERR, 403: ERR, 404: ERR,
+            409: OpenApiResponse(s.FencedErrorSerializer),
+            412: OpenApiResponse(s.ConflictErrorSerializer),
+            413: ERR, 428: ERR,
+        },
+    )
+    def put(self, request, tenant, checkpoint_id):
+        """Compare-and-swap (CONTRACT.md section 3); a refused one is kept as a conflict."""
+        t = self.tenant(request, tenant, roles.WRITE)
+        url_id = url_uuid(checkpoint_id, "checkpoint", for_write=True)
+        expected = parse_precondition(request)
+        token = parse_fencing_token(request)
+        envelope = services.parse_envelope(read_object(request), url_id=url_id)
+        cp, created = services.checkpoint_put(actor=request.user, tenant=t, envelope=envelope,
+                                              expected_revision=expected, fencing_token=token)
+        return Response(s.checkpoint_meta_json(cp, run_id=envelope.run_id),
+                        status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
+                        headers=etag(cp.revision))
+
+
+class CheckpointRevisionsApi(TenantApi):
+    @extend_schema(
+        operation_id="checkpoint_revisions",
+        summary="Every accepted revision of a checkpoint, oldest first (audited export)",
+        parameters=[TENANT, _path("checkpoint_id")],
+        responses={200: s.RevisionsSerializer, **_errors()},
+    )
+    def get(self, request, tenant, checkpoint_id):
+        """Readers of payloads only (writer, reviewer, approver, admin); one audit event."""
+        t = self.tenant(request, tenant, roles.VIEW)
+        cp = selectors.checkpoint_get(user=request.user, tenant=t, checkpoint_id=checkpoint_id)
+        return Response({"results": services.revisions_export(actor=request.user, tenant=t,
+                                                              checkpoint=cp)})
+
+
+# --------------------------------------------------------------------------------------
+# Effects
+# --------------------------------------------------------------------------------------
+
+class EffectListApi(TenantApi):
+    @extend_schema(
+        operation_id="effect_list",
+        summary="Find effects by service and operation key, and/or run",
+        parameters=[TENANT, _query("service"), _query("operation_key"),
+                    _query("run", OpenApiTypes.UUID, "run_id"),
+                    _query("limit", OpenApiTypes.INT, "1..500, default 100")],
+        responses={200: s.EffectListSerializer, **_errors(400)},
+    )
+    def get(self, request, tenant):
+        t = self.tenant(request, tenant, roles.VIEW)
+        run = request.query_params.get("run") or None
+        if run is not None:
+            try:
+                uuid.UUID(run)
+            except ValueError:
+                raise InvalidPayload("run: not a UUID") from None
+        limit = query_int(request, "limit", minimum=1, maximum=500, default=100)
+        effects = selectors.effect_find(
+            user=request.user, tenant=t, service=request.query_params.get("service"),
+            operation_key=request.query_params.get("operation_key"), run_id=run, limit=limit)
+        return Response({"results": [s.effect_json(e) for e in effects]})
+
+
+class EffectApi(TenantApi):
+    """``…/effects/{id}``: read an effect record (GET) or compare-and-swap it (PUT)."""
+
+    @extend_schema(
+        operation_id="effect_get",
+        summary="One effect record",
+        parameters=[TENANT, _path("effect_id")],
+        responses={200: OpenApiResponse(s.EffectSerializer, description="with ETag"),
+                   **_errors()},
+    )
+    def get(self, request, tenant, effect_id):
+        t = self.tenant(request, tenant, roles.VIEW)
+        effect = selectors.effect_get(user=request.user, tenant=t, effect_id=effect_id)
+        return Response(s.effect_json(effect), headers=etag(effect.revision))
+
+    @extend_schema(
+        operation_id="effect_put",
+        summary="Create (planned) or move an effect record one state, by compare-and-swap",
+        parameters=[TENANT, _path("effect_id"), *CAS_HEADERS],
+        request=s.EffectInputSerializer,
+        responses={
+            201: OpenApiResponse(s.EffectSerializer, description='created; ETag "0"'),
+            200: OpenApiResponse(s.EffectSerializer, description='updated; ETag "N+1"'),
+            400: ERR, 401: ERR, 403: ERR, 404: ERR,
+            409: OpenApiResponse(s.OperationExistsSerializer,
+                                 description="operation_exists, or fenced "
+                                             '({"error": "fenced", "fencing_token": T})'),
+            412: OpenApiResponse(s.ConflictErrorSerializer),
+            413: ERR,
+            422: OpenApiResponse(s.ErrorSerializer,
+                                 description="invalid_transition or idempotency_key_reuse"),
+            428: ERR,
+        },
+    )
+    def put(self, request, tenant, effect_id):
+        """The effect state machine of CONTRACT.md section 3, as the runtime may walk it."""
+        t = self.tenant(request, tenant, roles.WRITE)
+        url_id = url_uuid(effect_id, "effect", for_write=True)
+        expected = parse_precondition(request)
+        token = parse_fencing_token(request)
+        body = services.parse_effect(read_object(request), url_id=url_id)
+        effect, created = services.effect_put(actor=request.user, tenant=t, body=body,
+                                              expected_revision=expected, fencing_token=token)
+        return Response(s.effect_json(effect),
+                        status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
+                        headers=etag(effect.revision))
+
+
+class EffectMarkUnknownApi(TenantApi):
+    @extend_schema(
+        operation_id="effect_mark_unknown",
+        summary="Reviewer: nobody can tell whether this effect happened",
+        parameters=[TENANT, _path("effect_id")],
+        request=s.ReasonSerializer,
+        responses={200: s.EffectSerializer, **_errors(400, 413, 422)},
+    )
+    def post(self, request, tenant, effect_id):
+        t = self.tenant(request, tenant, roles.REVIEW)
+        eid = url_uuid(effect_id, "effect")
+        reason = read_reason(request)
+        effect = services.effect_mark_unknown(actor=request.user, tenant=t, effect_id=eid,
+                                              reason=reason)
+        return Response(s.effect_json(effect))
+
+
+# --------------------------------------------------------------------------------------
+# Runs, leases, resume
+# --------------------------------------------------------------------------------------
+
+class RunListApi(TenantApi):
+    @extend_schema(
+        operation_id="run_list",
+        summary="The tenant's runs, newest write first, keyset-paginated",
+        parameters=[
+            TENANT,
+            OpenApiParameter("recovery_state", OpenApiTypes.STR, OpenApiParameter.QUERY,
+                             enum=s.RECOVERY_STATES),
+            _query("kind"),
+            _query("subject", description="agent or workflow name, substring"),
+            _query("age_s_min", OpenApiTypes.INT, "only runs quiet for at least this long"),
+            _query("cursor", description="from the previous page's next URL"),
+            _query("limit", OpenApiTypes.INT, "1..200, default 50"),
+        ],
+        responses={200: s.RunPageSerializer, **_errors(400)},
+    )
+    def get(self, request, tenant):
+        t = self.tenant(request, tenant, roles.VIEW)
+        q = request.query_params
+        filters = selectors.RunFilters(
+            recovery_state=q.get("recovery_state") or None,
+            kind=q.get("kind") or None,
+            subject=q.get("subject") or None,
+            age_s_min=query_int(request, "age_s_min", minimum=0, maximum=10**9),
+        )
+        limit = query_int(request, "limit", minimum=1, maximum=200, default=50)
+        rows, next_cursor = selectors.run_list(user=request.user, tenant=t, filters=filters,
+                                               cursor=q.get("cursor") or None, limit=limit)
+        return Response({
+            "results": [s.run_json(row, t.slug) for row in rows],
+            "next": page_url(request, cursor=next_cursor) if next_cursor else None,
+        })
+
+
+class RunDetailApi(TenantApi):
+    @extend_schema(
+        operation_id="run_get",
+        summary="A run, its latest checkpoints (metadata), effects and open review items",
+        parameters=[TENANT, _path("run_id")],
+        responses={200: s.RunDetailSerializer, **_errors()},
+    )
+    def get(self, request, tenant, run_id):
+        t = self.tenant(request, tenant, roles.VIEW)
+        d = selectors.run_detail(user=request.user, tenant=t, run_id=run_id)
+        rid = d.run.run_id
+        open_retry = next((r for r in d.retry_requests if r.state in ("requested", "approved")),
+                          None)
+        for effect in d.effects:
+            effect.run = d.run
+        return Response({
+            "run": s.run_json(d.run, t.slug),
+            "checkpoints": [s.checkpoint_meta_json(c, run_id=rid) for c in d.checkpoints],
+            "effects": [s.effect_json(e) for e in d.effects],
+            "open_review_items": {
+                "retry_request": s.retry_json(open_retry, run_id=rid) if open_retry else None,
+                "conflicts": [s.conflict_json(c) for c in d.conflicts
+                              if c.acknowledged_at is None],
+            },
+        })
+
+
+class RunLeaseApi(TenantApi):
+    @extend_schema(
+        operation_id="run_lease",
+        summary="Take or renew the run's lease; a new owner bumps the fencing token",
+        parameters=[TENANT, _path("run_id")],
+        request=s.LeaseInputSerializer,
+        responses={200: s.LeaseSerializer,
+                   409: OpenApiResponse(s.ErrorSerializer,
+                                        description="lease_held: another owner's lease is live"),
+                   **_errors(400, 413)},
+    )
+    def post(self, request, tenant, run_id):
+        t = self.tenant(request, tenant, roles.WRITE)
+        rid = url_uuid(run_id, "run")
+        body = read_object(request)
+        _only_fields(body, {"owner", "ttl_s"})
+        run = services.lease_acquire(actor=request.user, tenant=t, run_id=rid,
+                                     owner=body.get("owner"), ttl_s=body.get("ttl_s"))
+        return Response({"fencing_token": run.fencing_token,
+                         "expires_at": run.lease_expires_at.isoformat()})
+
+
+class RunResumeApi(TenantApi):
+    @extend_schema(
+        operation_id="run_resume",
+        summary="The resume decision for a restarting runtime (consumes an approved retry)",
+        parameters=[TENANT, _path("run_id"), _query("agent"),
+                    _query("model", description="provider/name"), _query("workflow"),
+                    _query("definition_version")],
+        responses={200: s.ResumeSerializer, **_errors()},
+    )
+    def get(self, request, tenant, run_id):
+        """Each identity parameter given must equal the run's, else reject/identity_mismatch."""
+        t = self.tenant(request, tenant, roles.WRITE)
+        rid = url_uuid(run_id, "run")
+        asked = {k: request.query_params[k] for k in IDENTITY_PARAMS if k in request.query_params}
+        return Response(services.resume_decide(actor=request.user, tenant=t, run_id=rid,
+                                               asked=asked))
+
+
+# --------------------------------------------------------------------------------------
+# Review actions
+# --------------------------------------------------------------------------------------
+
+class RetryRequestCreateApi(TenantApi):
+    @extend_schema(
+        operation_id="retry_request_create",
+        summary="Reviewer: ask for a retry of an in-doubt run (a different approver decides)",
+        parameters=[TENANT, _path("run_id")],
+        request=s.ReasonSerializer,
+        responses={201: s.RetryRequestSerializer, **_errors(400, 413, 422)},
+    )
+    def post(self, request, tenant, run_id):
+        t = self.tenant(request, tenant, roles.REVIEW)
+        rid = url_uuid(run_id, "run")
+        retry = services.retry_request(actor=request.user, tenant=t, run_id=rid,
+                                       reason=read_reason(request))
+        return Response(s.retry_json(retry, run_id=rid), status=status.HTTP_201_CREATED)
+
+
+def _retry_pk(value: str) -> int:
+    if not _PK_RE.match(value):
+        raise NotFound("no such retry request")
+    return int(value)
+
+
+class RetryApproveApi(TenantApi):
+    @extend_schema(
+        operation_id="retry_request_approve",
+        summary="Approver: approve someone else's retry request",
+        parameters=[TENANT, _path("retry_id", OpenApiTypes.INT)],
+        request=s.ReasonSerializer,
+        responses={200: s.RetryRequestSerializer, **_errors(400, 413, 422)},
+    )
+    def post(self, request, tenant, retry_id):
+        t = self.tenant(request, tenant, roles.APPROVE)
+        pk = _retry_pk(retry_id)
+        retry = services.retry_approve(actor=request.user, tenant=t, retry_id=pk,
+                                       reason=read_reason(request))
+        return Response(s.retry_json(retry))
+
+
+class RetryRejectApi(TenantApi):
+    @extend_schema(
+        operation_id="retry_request_reject",
+        summary="Approver: reject someone else's retry request",
+        parameters=[TENANT, _path("retry_id", OpenApiTypes.INT)],
+        request=s.ReasonSerializer,
+        responses={200: s.RetryRequestSerializer, **_errors(400, 413, 422)},
+    )
+    def post(self, request, tenant, retry_id):
+        t = self.tenant(request, tenant, roles.APPROVE)
+        pk = _retry_pk(retry_id)
+        retry = services.retry_reject(actor=request.user, tenant=t, retry_id=pk,
+                                      reason=read_reason(request))
+        return Response(s.retry_json(retry))
+
+
+class RunReconcileApi(TenantApi):
+    @extend_schema(
+        operation_id="run_reconcile",
+        summary="Reviewer: queue reconciliation of the run's in-doubt effects",
+        parameters=[TENANT, _path("run_id")],
+        request=s.ReasonSerializer,
+        responses={202: s.TaskSerializer, **_errors(400, 413, 422)},
+    )
+    def post(self, request, tenant, run_id):
+        t = self.tenant(request, tenant, roles.REVIEW)
+        rid = url_uuid(run_id, "run")
+        task_id = services.run_reconcile(actor=request.user, tenant=t, run_id=rid,
+                                         reason=read_reason(request))
+        return Response({"task_id": task_id}, status=status.HTTP_202_ACCEPTED)
+
+
+class ConflictsAcknowledgeApi(TenantApi):
+    @extend_schema(
+        operation_id="run_conflicts_acknowledge",
+        summary="Reviewer: acknowledge every open conflict of the run",
+        parameters=[TENANT, _path("run_id")],
+        request=s.ReasonSerializer,
+        responses={200: s.AcknowledgedSerializer, **_errors(400, 413)},
+    )
+    def post(self, request, tenant, run_id):
+        t = self.tenant(request, tenant, roles.REVIEW)
+        rid = url_uuid(run_id, "run")
+        n = services.conflicts_acknowledge(actor=request.user, tenant=t, run_id=rid,
+                                           reason=read_reason(request))
+        return Response({"acknowledged": n})
+
+
+# --------------------------------------------------------------------------------------
+# Audit and report
+# --------------------------------------------------------------------------------------
+
+class AuditEventListApi(TenantApi):
+    @extend_schema(
+        operation_id="audit_event_list",
+        summary="The tenant's audit events, newest first",
+        parameters=[TENANT, _query("run", OpenApiTypes.UUID, "run_id"),
+                    _query("actor", description='username, or "system"'), _query("action"),
+                    _query("before_seq", OpenApiTypes.INT, "from the previous page's next URL"),
+                    _query("limit", OpenApiTypes.INT, "1..200, default 100")],
+        responses={200: s.AuditPageSerializer, **_errors(400)},
+    )
+    def get(self, request, tenant):
+        t = self.tenant(request, tenant, roles.VIEW)
+        q = request.query_params
+        limit = query_int(request, "limit", minimum=1, maximum=200, default=100)
+        before_seq = query_int(request, "before_seq", minimum=1, maximum=MAX_REVISION)
+        events = selectors.audit_list(user=request.user, tenant=t, run_id=q.get("run") or None,
+                                      actor=q.get("actor") or None,
+                                      action=q.get("action") or None, before_seq=before_seq,
+                                      limit=limit + 1)
+        more = len(events) > limit
+        events = events[:limit]
+        return Response({
+            "results": [s.audit_json(e) for e in events],
+            "next": page_url(request, before_seq=str(events[-1].seq)) if more else None,
+        })
+
+
+class ReportApi(TenantApi):
+    @extend_schema(
+        operation_id="report",
+        summary="Tenant numbers: runs per recovery state, effects per state, retries, conflicts",
+        parameters=[TENANT],
+        responses={200: s.ReportSerializer, **_errors()},
+    )
+    def get(self, request, tenant):
+        t = self.tenant(request, tenant, roles.VIEW)
+        return Response(selectors.report(user=request.user, tenant=t))

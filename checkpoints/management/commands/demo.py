@@ -1,0 +1,208 @@
+"""``python manage.py demo``: a dashboard full of runs that really crashed or really raced.
+
+Steps:
+
+1. Recreate the embedded SQLite database (settings' default DB; with ``DATABASE_URL`` set
+   it must be empty of demo tenants) and migrate it.
+2. Create tenants ``acme`` and ``globex`` through the services, each with one account per
+   role (viewer, reviewer, two approvers, a writer service account with a token, admin)
+   and a 10 s ambiguity threshold.
+3. Start the demo payment service and the web server (``runserver --noreload``, with
+   ``RECOVERY_RECONCILERS`` pointing at the payment service) as child processes.
+4. Run about ``--workers`` worker processes through ``checkpoints.client`` (at most
+   ``--parallel`` at a time): some finish, some SIGKILL themselves at a random
+   write-ahead boundary, some pairs race on one checkpoint.
+5. Wait for the dead workers' leases to expire, run the stale-run sweep, print the runs
+   per recovery state, the URL and the logins, and serve until Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError
+from django.db import connections
+
+from checkpoints import selectors, services
+from checkpoints.demo.orchestrate import plan, run_units
+from checkpoints.models import Tenant
+
+PASSWORD = "recovery-demo"
+TENANTS = {"acme": "Acme Corp", "globex": "Globex"}
+# (username suffix, role); the writer is a service account that authenticates by token.
+ACCOUNTS = [("viewer", "viewer"), ("reviewer", "reviewer"), ("approver", "approver"),
+            ("approver2", "approver"), ("writer", "writer"), ("admin", "admin")]
+LEASE_TTL_S = 5
+THRESHOLD_S = 10
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def _wait_http(url: str, timeout_s: float, proc: subprocess.Popen) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise CommandError(f"{url}: the process exited with status {proc.returncode}")
+        try:
+            with urllib.request.urlopen(url, timeout=2):  # noqa: S310
+                return
+        except urllib.error.HTTPError:
+            return  # it answers
+        except OSError:
+            time.sleep(0.2)
+    raise CommandError(f"{url} did not answer within {timeout_s:.0f} s")
+
+
+class Command(BaseCommand):
+    help = "Fill a fresh database with runs from real crashed and racing workers, then serve."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--port", type=int, default=8000, help="web server port")
+        parser.add_argument("--payments-port", type=int, default=None,
+                            help="payment service port (default: port + 765)")
+        parser.add_argument("--workers", type=int, default=36, help="worker processes, about")
+        parser.add_argument("--parallel", type=int, default=6, help="workers at a time")
+        parser.add_argument("--seed", type=int, default=None, help="plan seed (default random)")
+        parser.add_argument("--no-serve", action="store_true",
+                            help="stop after the summary instead of serving")
+
+    def handle(self, *args, **opts):
+        started = time.monotonic()
+        port = opts["port"]
+        payments_port = opts["payments_port"] or port + 765
+        seed = opts["seed"] if opts["seed"] is not None else random.randrange(10_000)
+        var_dir = Path(settings.VAR_DIR)
+        var_dir.mkdir(parents=True, exist_ok=True)
+
+        self._reset_database()
+        tokens = self._create_tenants()
+
+        children: list[subprocess.Popen] = []
+        # SIGTERM (e.g. from a process manager) stops the children like Ctrl-C does.
+        signal.signal(signal.SIGTERM, _interrupt)
+        try:
+            payments_db = var_dir / "demo-payments.sqlite3"
+            for suffix in ("", "-wal", "-shm"):
+                Path(f"{payments_db}{suffix}").unlink(missing_ok=True)
+            payments = subprocess.Popen(
+                [sys.executable, "-m", "checkpoints.demo.payments", "--port",
+                 str(payments_port), "--db", str(payments_db)], cwd=settings.BASE_DIR)
+            children.append(payments)
+            payments_url = f"http://127.0.0.1:{payments_port}"
+            _wait_http(f"{payments_url}/health", 15, payments)
+
+            log_path = var_dir / "demo-server.log"
+            env = dict(os.environ,
+                       RECOVERY_RECONCILERS=f"payments={payments_url}/operations")
+            with open(log_path, "w") as log:
+                server = subprocess.Popen(
+                    [sys.executable, "manage.py", "runserver", f"127.0.0.1:{port}",
+                     "--noreload"], cwd=settings.BASE_DIR, env=env, stdout=log,
+                    stderr=subprocess.STDOUT)
+            children.append(server)
+            base_url = f"http://127.0.0.1:{port}"
+            _wait_http(f"{base_url}/login/", 60, server)
+
+            units = plan(opts["workers"], seed, tuple(TENANTS))
+            n_proc = sum(len(u.commands) + (1 if u.setup else 0) for u in units)
+            self.stdout.write(f"Running {n_proc} worker processes (seed {seed}, "
+                              f"{opts['parallel']} at a time)...")
+            tally = run_units(units, base_url=base_url, payments_url=payments_url,
+                              tokens=tokens, ttl_s=LEASE_TTL_S, parallel=opts["parallel"],
+                              cwd=str(settings.BASE_DIR))
+            for unit in units:
+                for argv in unit.commands:
+                    if "--race-dir" in argv:
+                        shutil.rmtree(argv[argv.index("--race-dir") + 1], ignore_errors=True)
+
+            # The dead workers' leases expire after LEASE_TTL_S; then the sweep (what
+            # Celery beat does every RECOVERY_SWEEP_INTERVAL_S) marks their runs ambiguous.
+            time.sleep(LEASE_TTL_S + 0.5)
+            swept = services.sweep_stale_runs()
+            self._summary(tally, swept, base_url, payments_url, seed, time.monotonic() - started,
+                          log_path)
+            if opts["no_serve"]:
+                return
+            self.stdout.write("Serving; press Ctrl-C to stop.")
+            server.wait()
+            raise CommandError(f"the web server exited with status {server.returncode}; "
+                               f"see {log_path}")
+        except KeyboardInterrupt:
+            self.stdout.write("\nStopping.")
+        finally:
+            for proc in reversed(children):
+                if proc.poll() is None:
+                    proc.terminate()
+                    try:
+                        proc.wait(timeout=10)
+                    except subprocess.TimeoutExpired:
+                        proc.kill()
+
+    def _reset_database(self) -> None:
+        db = settings.DATABASES["default"]
+        connections.close_all()
+        if db["ENGINE"].endswith("sqlite3"):
+            path = Path(db["NAME"])
+            for suffix in ("", "-wal", "-shm"):
+                Path(f"{path}{suffix}").unlink(missing_ok=True)
+            self.stdout.write(f"Recreating {path}")
+        call_command("migrate", verbosity=0, interactive=False)
+        if Tenant.objects.filter(slug__in=list(TENANTS)).exists():
+            raise CommandError("the demo tenants already exist in this database; "
+                               "run the demo on the embedded SQLite default or an empty DB")
+
+    def _create_tenants(self) -> dict[str, str]:
+        """Tenants, accounts and roles through the services; returns writer tokens."""
+        tokens: dict[str, str] = {}
+        for slug, name in TENANTS.items():
+            tenant = services.tenant_create(slug=slug, name=name)
+            services.tenant_set_ambiguity_threshold(actor=None, tenant=tenant,
+                                                    seconds=THRESHOLD_S)
+            for suffix, role in ACCOUNTS:
+                service = role == "writer"
+                user = services.account_create(username=f"{slug}-{suffix}",
+                                               password=None if service else PASSWORD,
+                                               service=service)
+                services.role_grant(actor=None, tenant=tenant, user=user, role=role)
+                if service:
+                    tokens[slug] = services.token_issue(user=user)
+        return tokens
+
+    def _summary(self, tally, swept, base_url, payments_url, seed, elapsed, log_path) -> None:
+        w = self.stdout.write
+        w("")
+        w(self.style.SUCCESS(f"Demo ready in {elapsed:.0f} s (seed {seed})."))
+        w("Worker processes: " + ", ".join(f"{k}: {v}" for k, v in sorted(tally.items())))
+        w(f"Stale-run sweep: {swept['runs_ambiguous']} run(s) ambiguous, "
+          f"{swept['effects_unresolved']} effect(s) unresolved")
+        w("")
+        for slug in TENANTS:
+            counts = selectors.state_counts(tenant=Tenant.objects.get(slug=slug))
+            shown = ", ".join(f"{state} {n}" for state, n in counts.items() if n)
+            w(f"  {slug:8} runs: {shown or 'none'}")
+        w("")
+        w(f"Dashboard:        {base_url}/")
+        w(f"API schema:       {base_url}/api/schema/")
+        w(f"Payment service:  {payments_url}/charges   (status: {payments_url}/operations/KEY)")
+        w(f"Server log:       {log_path}")
+        w("")
+        w(f"Logins (password for every person: {PASSWORD}):")
+        for slug in TENANTS:
+            people = [f"{slug}-{suffix} ({role})" for suffix, role in ACCOUNTS
+                      if role != "writer"]
+            w(f"  {slug:8} " + ", ".join(people))
+        w(f"  ({'/'.join(f'{s}-writer' for s in TENANTS)} are service accounts: API tokens only)")
+        w("")

@@ -1,0 +1,27 @@
+"""``manage.py issue_token USERNAME``: print a new bearer token once (CONTRACT.md 5).
+
+Only the token's SHA-256 is stored, so the printed line is the only copy.
+"""
+
+from __future__ import annotations
+
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand, CommandError
+
+from checkpoints import services
+
+
+class Command(BaseCommand):
+    help = "Issue a bearer token for an account; prints it once (only its hash is stored)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("username")
+
+    def handle(self, *args, username: str, **options):
+        user = get_user_model().objects.filter(username=username).first()
+        if user is None:
+            raise CommandError(f"username: no account {username!r} (create_account first)")
+        if not user.is_active:
+            raise CommandError(f"username: account {username!r} is inactive")
+        # The token alone on stdout, so scripts can capture it: TOKEN=$(manage.py issue_token x)
+        self.stdout.write(services.token_issue(user=user))

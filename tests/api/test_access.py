@@ -1,0 +1,181 @@
+"""Who may call what: every API path as another tenant's accounts (404, nothing changes),
+unauthenticated (401), session without CSRF (403), and the role matrix of CONTRACT.md 4."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+
+import pytest
+from django.utils.crypto import get_random_string
+from rest_framework.test import APIClient
+
+from checkpoints.models import Checkpoint
+from tests.api.apihelpers import new_checkpoint, post, put_cp, snapshot, url, walk
+from tests.helpers import effect_body, envelope
+
+
+@dataclass
+class World:
+    """acme objects: run ``rid`` (checkpoint ``cid`` in flight, effect ``eid`` submitted, a
+    conflict, retry request ``retry`` by rita) and run ``rid2`` (stable, effect ``eid2``
+    submitted, nothing open)."""
+
+    rid: str
+    cid: str
+    eid: str
+    retry: int
+    rid2: str
+    eid2: str
+
+
+@pytest.fixture
+def world(api_as, wendy, rita, acme) -> World:
+    w = api_as(wendy)
+    cp = new_checkpoint(w, "acme", payload={"phase": "charging"})
+    put_cp(w, "acme", cp, create=True)  # refused: a conflict on the run
+    fx = effect_body(run_id=cp["run_id"])
+    walk(w, "acme", fx, "submitted")
+    retry = post(api_as(rita), "acme", f"runs/{cp['run_id']}/retry-requests", {"reason": "x"})
+    cp2 = new_checkpoint(w, "acme")
+    fx2 = effect_body(run_id=cp2["run_id"], operation_key="charge:B")
+    walk(w, "acme", fx2, "submitted")
+    return World(cp["run_id"], cp["id"], fx["id"], retry.json()["id"], cp2["run_id"], fx2["id"])
+
+
+# name -> (method, path, body builder or None, headers, success status)
+def _new_cp(wd):
+    return envelope(run_id=wd.rid2)
+
+
+def _cp_update(wd):
+    return envelope(checkpoint_id=wd.cid, run_id=wd.rid, revision=1)
+
+
+def _new_fx(wd):
+    return effect_body(run_id=wd.rid2, operation_key="charge:C")
+
+
+REASON = {"reason": "because"}
+OPS = {
+    "checkpoint_create": ("put", "checkpoints/{new}", _new_cp, {"HTTP_IF_NONE_MATCH": "*"}, 201),
+    "checkpoint_update": ("put", "checkpoints/{cid}", _cp_update, {"HTTP_IF_MATCH": '"0"'}, 200),
+    "checkpoint_get": ("get", "checkpoints/{cid}", None, {}, 200),
+    "checkpoint_revisions": ("get", "checkpoints/{cid}/revisions", None, {}, 200),
+    "effect_create": ("put", "effects/{new}", _new_fx, {"HTTP_IF_NONE_MATCH": "*"}, 201),
+    "effect_list": ("get", "effects?service=payments&operation_key=charge:A-1042", None, {}, 200),
+    "effect_get": ("get", "effects/{eid}", None, {}, 200),
+    "effect_mark_unknown": ("post", "effects/{eid2}/mark-unknown", REASON, {}, 200),
+    "run_list": ("get", "runs?recovery_state=awaiting_approval", None, {}, 200),
+    "run_get": ("get", "runs/{rid}", None, {}, 200),
+    "run_lease": ("post", "runs/{rid2}/lease", {"owner": "w9", "ttl_s": 30}, {}, 200),
+    "run_resume": ("get", "runs/{rid2}/resume", None, {}, 200),
+    "retry_request": ("post", "runs/{rid2}/retry-requests", REASON, {}, 201),
+    "retry_approve": ("post", "retry-requests/{retry}/approve", REASON, {}, 200),
+    "retry_reject": ("post", "retry-requests/{retry}/reject", REASON, {}, 200),
+    "run_reconcile": ("post", "runs/{rid2}/reconcile", REASON, {}, 202),
+    "conflicts_acknowledge": ("post", "runs/{rid}/conflicts/acknowledge", REASON, {}, 200),
+    "audit_events": ("get", "audit-events?run={rid}", None, {}, 200),
+    "report": ("get", "report", None, {}, 200),
+}
+WRITE_OPS = {"checkpoint_create", "checkpoint_update", "effect_create", "run_lease",
+             "run_resume"}
+ALLOWED = {
+    "viewer": {"effect_list", "effect_get", "run_list", "run_get", "audit_events", "report"},
+    "reviewer": {"effect_list", "effect_get", "run_list", "run_get", "audit_events", "report",
+                 "checkpoint_get", "checkpoint_revisions", "effect_mark_unknown",
+                 "retry_request", "run_reconcile", "conflicts_acknowledge"},
+    "approver": {"effect_list", "effect_get", "run_list", "run_get", "audit_events", "report",
+                 "checkpoint_get", "checkpoint_revisions", "retry_approve", "retry_reject"},
+    "writer": {"effect_list", "effect_get", "run_list", "run_get", "audit_events", "report",
+               "checkpoint_get", "checkpoint_revisions", *WRITE_OPS},
+    "admin": set(OPS),
+}
+PERSONA = {"viewer": "vic", "reviewer": "rita", "approver": "april", "writer": "wendy",
+           "admin": "adam"}
+
+
+def call(client, tenant: str, name: str, wd: World, *, ids: dict | None = None):
+    """Perform operation ``name`` on ``tenant`` against the world's objects."""
+    method, path, body, headers, _ = OPS[name]
+    built = body(wd) if callable(body) else body
+    new = built["id"] if isinstance(built, dict) and "id" in built else str(uuid.uuid4())
+    values = {"new": new, **vars(wd), **(ids or {})}
+    target = url(tenant, path.format(**values))
+    if method == "get":
+        return client.get(target)
+    return getattr(client, method)(target, data=json.dumps(built), content_type="application/json",
+                                   **headers)
+
+
+@pytest.mark.parametrize("who", ["omar", "wes"])
+def test_it_answers_404_on_every_path_to_another_tenants_account_and_changes_nothing(
+        request, api_as, world, who):
+    client = api_as(request.getfixturevalue(who))
+    missing = {k: str(uuid.uuid4()) for k in ("rid", "cid", "eid", "rid2", "eid2")}
+    missing["retry"] = 987654
+    before = snapshot()
+    for name in OPS:
+        r = call(client, "acme", name, world)
+        assert r.status_code == 404, (name, r.content)
+        assert r.json() == {"error": "not_found", "detail": "no tenant 'acme'"}, name
+        # Existing and absent objects are indistinguishable.
+        assert call(client, "acme", name, world, ids=missing).json() == r.json(), name
+        # ... and so is a tenant that does not exist at all.
+        r = call(client, "no-such-tenant", name, world)
+        assert r.status_code == 404
+        assert r.json() == {"error": "not_found", "detail": "no tenant 'no-such-tenant'"}
+    assert snapshot() == before
+
+
+def test_it_keeps_the_same_uuid_in_two_tenants_apart(api_as, world, wes, omar):
+    body = envelope(checkpoint_id=world.cid, run_id=world.rid, payload={"phase": "ready"})
+    assert put_cp(api_as(wes), "globex", body, create=True).status_code == 201
+    assert Checkpoint.objects.filter(checkpoint_id=world.cid).count() == 2
+    r = api_as(omar).get(url("globex", f"checkpoints/{world.cid}"))
+    assert r.json()["payload"] == {"phase": "ready"}
+    r = api_as(omar).get(url("globex", f"runs/{world.rid}"))
+    assert r.status_code == 200 and r.json()["open_review_items"]["retry_request"] is None
+
+
+def test_it_answers_401_on_every_path_without_credentials(world):
+    anonymous = APIClient()
+    for name in OPS:
+        r = call(anonymous, "acme", name, world)
+        assert r.status_code == 401, name
+    bad = APIClient()
+    bad.credentials(HTTP_AUTHORIZATION="Bearer rcv_not-a-token")
+    assert call(bad, "acme", "run_list", world).status_code == 401
+
+
+def test_it_enforces_csrf_on_session_writes(world, adam):
+    client = APIClient(enforce_csrf_checks=True)
+    client.force_login(adam)
+    for name, (method, *_rest) in OPS.items():
+        before = snapshot()
+        r = call(client, "acme", name, world)
+        if method == "get":
+            assert r.status_code == 200, name  # reads need no token (and may audit a reveal)
+        else:
+            assert r.status_code == 403, name
+            assert "CSRF" in json.dumps(r.json())
+            assert snapshot() == before
+    token = get_random_string(32)
+    client.cookies["csrftoken"] = token
+    client.credentials(HTTP_X_CSRFTOKEN=token)
+    assert call(client, "acme", "retry_request", world).status_code == 201
+
+
+@pytest.mark.parametrize("name", list(OPS))
+@pytest.mark.parametrize("role", list(PERSONA))
+def test_it_gives_each_role_exactly_its_rights(request, api_as, world, role, name):
+    client = api_as(request.getfixturevalue(PERSONA[role]))
+    before = snapshot()
+    r = call(client, "acme", name, world)
+    if name in ALLOWED[role]:
+        assert r.status_code == OPS[name][4], (role, name, r.content)
+    else:
+        assert r.status_code == 403, (role, name, r.content)
+        assert r.json()["error"] == "forbidden"
+        assert snapshot() == before

@@ -1,0 +1,196 @@
+"""Review actions over HTTP: reasons, four eyes, audit events in the same transaction."""
+
+from __future__ import annotations
+
+import pytest
+
+from checkpoints import services
+from checkpoints.models import AuditEvent, Checkpoint, Conflict, Effect, RetryRequest, Run
+from tests.api.apihelpers import get, new_checkpoint, post, put_cp, snapshot, walk
+from tests.helpers import effect_body
+
+AUDIT_KEYS = {"id", "created_at", "actor", "action", "target_type", "target_id", "run_id",
+              "reason", "before", "after"}
+
+
+@pytest.fixture
+def w(api_as, wendy):
+    return api_as(wendy)
+
+
+@pytest.fixture
+def in_doubt(w, acme):
+    """A run whose charge was submitted: (run_id, effect_id)."""
+    rid = new_checkpoint(w, "acme", payload={"phase": "charging"})["run_id"]
+    fx = effect_body(run_id=rid)
+    walk(w, "acme", fx, "submitted")
+    return rid, fx["id"]
+
+
+@pytest.mark.parametrize("path", ["runs/{rid}/retry-requests", "effects/{eid}/mark-unknown",
+                                  "runs/{rid}/reconcile", "runs/{rid}/conflicts/acknowledge"])
+@pytest.mark.parametrize("body", [None, {}, {"reason": ""}, {"reason": "   "}])
+def test_it_requires_a_reason_naming_it(api_as, rita, in_doubt, path, body):
+    rid, eid = in_doubt
+    before = snapshot()
+    r = post(api_as(rita), "acme", path.format(rid=rid, eid=eid),
+             raw=b"" if body is None else None, body=body)
+    assert r.status_code == 400
+    assert r.json()["detail"].startswith("reason")
+    assert snapshot() == before
+
+
+@pytest.mark.parametrize("body,field", [({"reason": 5}, "reason"), ({"reason": ["x"]}, "reason"),
+                                        ({"reason": "x", "other": 1}, "other")])
+def test_it_refuses_a_bad_reason_body_naming_the_field(api_as, rita, in_doubt, body, field):
+    rid, _ = in_doubt
+    r = post(api_as(rita), "acme", f"runs/{rid}/retry-requests", body)
+    assert r.status_code == 400 and r.json()["detail"].startswith(field)
+    assert not RetryRequest.objects.exists()
+
+
+def test_it_requests_and_approves_a_retry_with_four_eyes(api_as, rita, april, in_doubt):
+    rid, _ = in_doubt
+    r = post(api_as(rita), "acme", f"runs/{rid}/retry-requests", {"reason": "customer asked"})
+    assert r.status_code == 201
+    retry = r.json()
+    assert {"id", "run_id", "state", "requested_by", "decided_by"} <= set(retry)
+    assert (retry["run_id"], retry["state"], retry["requested_by"], retry["decided_by"]) == (
+        rid, "requested", "rita", None)
+    assert Run.objects.get(run_id=rid).recovery_state == "awaiting_approval"
+    r = post(api_as(april), "acme", f"retry-requests/{retry['id']}/approve", {"reason": "fine"})
+    assert r.status_code == 200
+    assert (r.json()["state"], r.json()["decided_by"]) == ("approved", "april")
+    assert Run.objects.get(run_id=rid).recovery_state == "retry_approved"
+    r = post(api_as(april), "acme", f"retry-requests/{retry['id']}/reject", {"reason": "late"})
+    assert r.status_code == 422 and r.json()["error"] == "invalid_transition"
+
+
+def test_it_forbids_the_requester_to_decide_their_own_retry(api_as, adam, in_doubt):
+    rid, _ = in_doubt
+    retry = post(api_as(adam), "acme", f"runs/{rid}/retry-requests", {"reason": "x"}).json()
+    before = snapshot()
+    for verb in ("approve", "reject"):
+        r = post(api_as(adam), "acme", f"retry-requests/{retry['id']}/{verb}", {"reason": "me"})
+        assert r.status_code == 403
+    assert snapshot() == before
+
+
+def test_it_rejects_a_retry_and_answers_404_for_an_unknown_one(api_as, rita, april, in_doubt):
+    rid, _ = in_doubt
+    retry = post(api_as(rita), "acme", f"runs/{rid}/retry-requests", {"reason": "x"}).json()
+    r = post(api_as(april), "acme", f"retry-requests/{retry['id']}/reject", {"reason": "no"})
+    assert r.status_code == 200 and r.json()["state"] == "rejected"
+    for bad in ("999999", "abc", "0", "-1", "1" * 40):
+        assert post(api_as(april), "acme", f"retry-requests/{bad}/approve",
+                    {"reason": "x"}).status_code == 404
+
+
+def test_it_answers_422_for_a_second_open_retry_request(api_as, rita, in_doubt):
+    rid, _ = in_doubt
+    assert post(api_as(rita), "acme", f"runs/{rid}/retry-requests",
+                {"reason": "x"}).status_code == 201
+    r = post(api_as(rita), "acme", f"runs/{rid}/retry-requests", {"reason": "again"})
+    assert r.status_code == 422
+
+
+def test_it_marks_an_effect_unknown_only_from_submitted_or_unresolved(w, api_as, rita, acme,
+                                                                     in_doubt):
+    rid, eid = in_doubt
+    r = post(api_as(rita), "acme", f"effects/{eid}/mark-unknown", {"reason": "no lookup"})
+    assert r.status_code == 200 and r.json()["state"] == "unknown"
+    assert Run.objects.get(run_id=rid).recovery_state == "unknown_outcome"
+    r = post(api_as(rita), "acme", f"effects/{eid}/mark-unknown", {"reason": "again"})
+    assert r.status_code == 422 and r.json()["error"] == "invalid_transition"
+
+
+def test_it_queues_reconciliation_with_202_and_a_task_id(api_as, rita, in_doubt,
+                                                          django_capture_on_commit_callbacks):
+    rid, eid = in_doubt
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        r = post(api_as(rita), "acme", f"runs/{rid}/reconcile", {"reason": "check payments"})
+    assert r.status_code == 202
+    assert set(r.json()) == {"task_id"}
+    assert len(callbacks) == 1
+    # The eager task asked the service's reconciler; "payments" has no lookup -> unknown.
+    assert Effect.objects.get(effect_id=eid).state == "unknown"
+    event = AuditEvent.objects.get(action="run.reconcile")
+    assert event.after["task_id"] == r.json()["task_id"]
+
+
+def test_it_answers_422_when_nothing_is_in_doubt_to_reconcile(w, api_as, rita, acme):
+    rid = new_checkpoint(w, "acme")["run_id"]
+    r = post(api_as(rita), "acme", f"runs/{rid}/reconcile", {"reason": "x"})
+    assert r.status_code == 422
+
+
+def test_it_acknowledges_conflicts(w, api_as, rita, acme):
+    body = new_checkpoint(w, "acme")
+    put_cp(w, "acme", body, create=True)  # refused: conflict
+    assert Run.objects.get(run_id=body["run_id"]).recovery_state == "conflicted"
+    r = post(api_as(rita), "acme", f"runs/{body['run_id']}/conflicts/acknowledge",
+             {"reason": "duplicate start"})
+    assert r.status_code == 200 and r.json() == {"acknowledged": 1}
+    assert Run.objects.get(run_id=body["run_id"]).recovery_state == "healthy"
+    assert Conflict.objects.get().acknowledged_by.username == "rita"
+
+
+def test_it_lists_audit_events_exactly_as_the_contract_reads_them(api_as, rita, vic, in_doubt):
+    rid, _ = in_doubt
+    post(api_as(rita), "acme", f"runs/{rid}/retry-requests", {"reason": "why not"})
+    r = get(api_as(vic), "acme", "audit-events", run=rid, actor="rita", action="retry.request")
+    assert r.status_code == 200
+    [event] = r.json()["results"]
+    assert set(event) == AUDIT_KEYS
+    assert (event["actor"], event["action"], event["run_id"], event["reason"]) == (
+        "rita", "retry.request", rid, "why not")
+    assert event["target_type"] == "retry_request"
+    r = get(api_as(vic), "acme", "audit-events", actor="system")
+    assert r.json()["results"] and {e["actor"] for e in r.json()["results"]} == {"system"}
+    r = get(api_as(vic), "acme", "audit-events", run="nope")
+    assert r.status_code == 400 and r.json()["detail"].startswith("run")
+
+
+def test_it_pages_audit_events_backwards(api_as, vic, acme, rita):
+    total = AuditEvent.objects.filter(tenant=acme).count()
+    seen, r = [], get(api_as(vic), "acme", "audit-events", limit=1)
+    while True:
+        seen += [e["id"] for e in r.json()["results"]]
+        if r.json()["next"] is None:
+            break
+        r = api_as(vic).get(r.json()["next"])
+    assert len(seen) == len(set(seen)) == total
+
+
+def test_it_reports_tenant_numbers(api_as, vic, in_doubt):
+    r = get(api_as(vic), "acme", "report")
+    assert r.status_code == 200
+    data = r.json()
+    assert data["effects"] == {"submitted": 1}
+    assert sum(data["runs"].values()) == 1 and data["open_conflicts"] == 0
+
+
+@pytest.mark.parametrize("action", ["retry", "mark-unknown", "acknowledge", "checkpoint"])
+def test_it_writes_the_audit_event_in_the_same_transaction_as_the_action(
+        monkeypatch, w, api_as, rita, in_doubt, action):
+    """If the audit write fails, the action itself is rolled back."""
+    rid, eid = in_doubt
+    before = snapshot()
+
+    def broken_audit(**kwargs):
+        raise RuntimeError("audit store down")
+
+    monkeypatch.setattr(services, "audit_record", broken_audit)
+    client = api_as(rita)
+    with pytest.raises(RuntimeError):
+        if action == "retry":
+            post(client, "acme", f"runs/{rid}/retry-requests", {"reason": "x"})
+        elif action == "mark-unknown":
+            post(client, "acme", f"effects/{eid}/mark-unknown", {"reason": "x"})
+        elif action == "acknowledge":
+            post(client, "acme", f"runs/{rid}/conflicts/acknowledge", {"reason": "x"})
+        else:
+            new_checkpoint(w, "acme")
+    assert snapshot() == before
+    assert not RetryRequest.objects.exists()
+    assert Checkpoint.objects.count() == 1

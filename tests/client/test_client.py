@@ -1,0 +1,237 @@
+"""``checkpoints.client`` against the real API (pytest-django ``live_server``).
+
+The client must mirror runifold-core's store (load / compare_and_swap with error kinds
+not_found, conflict, invalid_payload, storage), carry fencing tokens after a lease, and
+walk effects planned -> submitted -> confirmed (CONTRACT.md 3, DESIGN.md 1 and 4).
+"""
+
+from __future__ import annotations
+
+import socket
+import uuid
+
+import pytest
+
+from checkpoints import services
+from checkpoints.client import (
+    CheckpointError,
+    EffectFailed,
+    EffectInDoubt,
+    HttpCheckpointStore,
+    fingerprint,
+    next_revision,
+    perform_effect,
+)
+from checkpoints.models import Conflict, Effect
+from tests.helpers import envelope
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def create(store, **kw) -> dict:
+    body = envelope(**kw)
+    assert store.compare_and_swap(body, None) == 0
+    return body
+
+
+def test_it_creates_loads_and_updates_a_checkpoint(store):
+    first = create(store)
+    second = next_revision(first, {"phase": "charging", "order_id": "A-1042"})
+
+    assert store.compare_and_swap(second, 0) == 1
+    loaded = store.load(first["id"])
+    assert loaded == second
+    assert [r["revision"] for r in store.revisions(first["id"])] == [0, 1]
+
+
+def test_it_answers_none_when_loading_a_missing_checkpoint(store):
+    assert store.load(str(uuid.uuid4())) is None
+
+
+def test_it_raises_conflict_with_the_current_revision_on_a_stale_write(acme, store):
+    first = create(store)
+    store.compare_and_swap(next_revision(first, {"phase": "charging"}), 0)
+
+    with pytest.raises(CheckpointError) as err:
+        store.compare_and_swap(next_revision(first, {"phase": "cancelled"}), 0)
+
+    assert (err.value.kind, err.value.status, err.value.current_revision) == ("conflict", 412, 1)
+    assert Conflict.objects.filter(target_id=first["id"]).count() == 1
+
+
+def test_it_raises_conflict_when_creating_an_existing_id(store):
+    first = create(store)
+
+    with pytest.raises(CheckpointError) as err:
+        store.compare_and_swap(first, None)
+
+    assert err.value.kind == "conflict"
+    assert err.value.current_revision == 0
+
+
+def test_it_raises_not_found_when_updating_a_missing_checkpoint(store):
+    body = envelope(revision=1)
+
+    with pytest.raises(CheckpointError) as err:
+        store.compare_and_swap(body, 0)
+
+    assert (err.value.kind, err.value.status) == ("not_found", 404)
+
+
+def test_it_raises_invalid_payload_for_a_wrong_revision(store):
+    first = create(store)
+
+    with pytest.raises(CheckpointError) as err:
+        store.compare_and_swap(dict(first, revision=5), 0)
+
+    assert (err.value.kind, err.value.status) == ("invalid_payload", 400)
+    assert "revision" in err.value.message
+
+
+def test_it_raises_storage_when_the_server_cannot_be_reached():
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    store = HttpCheckpointStore(f"http://127.0.0.1:{port}", "acme", "rcv_x", timeout_s=2)
+
+    with pytest.raises(CheckpointError) as err:
+        store.load(str(uuid.uuid4()))
+
+    assert (err.value.kind, err.value.status) == ("storage", 0)
+
+
+def test_it_answers_not_found_in_a_tenant_the_token_has_no_role_in(acme, wes, make_store, store):
+    first = create(store)
+    outsider = make_store(wes, tenant="acme")
+
+    assert outsider.load(first["id"]) is None
+    with pytest.raises(CheckpointError) as err:
+        outsider.compare_and_swap(next_revision(first, {"phase": "cancelled"}), 0)
+    assert err.value.kind == "not_found"
+    assert store.load(first["id"])["revision"] == 0
+
+
+def test_it_sends_the_fencing_token_after_a_lease_and_is_fenced_once_taken_over(
+        wendy, make_store, store):
+    first = create(store)
+    lease = store.lease(first["run_id"], "worker-1", ttl_s=30)
+    assert store.fencing_token == lease["fencing_token"] == 1
+    store.compare_and_swap(next_revision(first, {"phase": "charging"}), 0)
+
+    other = make_store(wendy)
+    with pytest.raises(CheckpointError) as held:
+        other.lease(first["run_id"], "worker-2", ttl_s=30)
+    assert (held.value.kind, held.value.error) == ("conflict", "lease_held")
+    with pytest.raises(CheckpointError) as fenced:  # no token while the lease is live
+        other.compare_and_swap(next_revision(dict(first, revision=1), {"phase": "charged"}), 1)
+    assert (fenced.value.kind, fenced.value.status, fenced.value.error) == (
+        "conflict", 409, "fenced")
+
+
+def test_it_answers_resume_decisions_with_identity(store):
+    first = create(store, payload={"phase": "ready", "order_id": "A-1", "workflow": "acme.order"})
+
+    assert store.resume(first["run_id"])["action"] == "continue"
+    mismatch = store.resume(first["run_id"], workflow="other.flow")
+    assert (mismatch["action"], mismatch["reason"]) == ("reject", "identity_mismatch")
+
+
+def test_it_computes_a_stable_lower_case_fingerprint():
+    assert fingerprint({"b": 1, "a": [1, 2]}) == fingerprint({"a": [1, 2], "b": 1})
+    assert fingerprint({"a": 1}) != fingerprint({"a": 2})
+    assert len(fingerprint({})) == 64 and fingerprint({}) == fingerprint({}).lower()
+
+
+def _effect(store, run_id, call, key="charge:A-7", request=None, **kw):
+    return perform_effect(store, run_id=run_id, service="payments", operation_key=key,
+                          effect_class="non_idempotent",
+                          request=request or {"order_id": "A-7", "amount_cents": 700},
+                          call=call, **kw)
+
+
+def test_it_walks_an_effect_to_confirmed_with_the_key_as_idempotency_key(store):
+    run_id = create(store)["run_id"]
+    calls, steps = [], []
+
+    receipt = _effect(store, run_id, lambda key: calls.append(key) or {"charge_id": "ch_7"},
+                      on_step=steps.append)
+
+    assert receipt == {"charge_id": "ch_7"}
+    assert calls == ["charge:A-7"]
+    assert steps == ["submitted", "called", "confirmed"]
+    effect = Effect.objects.get(operation_key="charge:A-7")
+    assert (effect.state, effect.revision, effect.receipt) == ("confirmed", 2, receipt)
+
+
+def test_it_replays_a_confirmed_effect_without_calling_again(store):
+    run_id = create(store)["run_id"]
+    _effect(store, run_id, lambda key: {"charge_id": "ch_7"})
+    calls = []
+
+    receipt = _effect(store, run_id, lambda key: calls.append(key) or {"charge_id": "ch_8"})
+
+    assert receipt == {"charge_id": "ch_7"}
+    assert calls == []
+    assert Effect.objects.filter(operation_key="charge:A-7").count() == 1
+
+
+def test_it_refuses_to_reuse_a_key_for_another_request(store):
+    run_id = create(store)["run_id"]
+    _effect(store, run_id, lambda key: {"charge_id": "ch_7"})
+
+    with pytest.raises(CheckpointError) as err:
+        _effect(store, run_id, lambda key: {}, request={"order_id": "A-7", "amount_cents": 1})
+
+    assert (err.value.kind, err.value.status, err.value.error) == (
+        "invalid_payload", 422, "idempotency_key_reuse")
+
+
+def test_it_records_failed_when_the_service_refuses(store):
+    run_id = create(store)["run_id"]
+
+    def refuse(key):
+        raise EffectFailed("card declined", {"error": "card_declined"})
+
+    with pytest.raises(EffectFailed):
+        _effect(store, run_id, refuse)
+
+    effect = Effect.objects.get(operation_key="charge:A-7")
+    assert (effect.state, effect.receipt) == ("failed", {"error": "card_declined"})
+
+
+def test_it_leaves_the_effect_submitted_and_refuses_to_call_again_after_an_error(store):
+    run_id = create(store)["run_id"]
+
+    def lost(key):
+        raise TimeoutError("no answer")
+
+    with pytest.raises(TimeoutError):
+        _effect(store, run_id, lost)
+    with pytest.raises(EffectInDoubt) as err:
+        _effect(store, run_id, lambda key: pytest.fail("must not call an in-doubt effect"))
+
+    assert err.value.effect["state"] == "submitted"
+
+
+def test_it_calls_again_only_after_an_approved_retry_was_consumed(acme, rita, april, store):
+    first = create(store)
+    run_id = first["run_id"]
+    store.lease(run_id, "worker-1", ttl_s=30)
+    with pytest.raises(TimeoutError):
+        _effect(store, run_id, lambda key: (_ for _ in ()).throw(TimeoutError("lost")))
+    effect = Effect.objects.get(operation_key="charge:A-7")
+    services.effect_mark_unknown(actor=rita, tenant=acme, effect_id=effect.effect_id,
+                                 reason="the processor cannot tell")
+    retry = services.retry_request(actor=rita, tenant=acme, run_id=effect.run.run_id,
+                                   reason="customer confirmed no charge")
+    services.retry_approve(actor=april, tenant=acme, retry_id=retry.pk, reason="ok")
+    with pytest.raises(EffectInDoubt):  # not without retry=True
+        _effect(store, run_id, lambda key: pytest.fail("must not call"))
+
+    decision = store.resume(run_id)
+    receipt = _effect(store, run_id, lambda key: {"charge_id": "ch_2"}, retry=True)
+
+    assert decision["action"] == "retry"
+    assert store.fencing_token == decision["fencing_token"] == 2
+    effect.refresh_from_db()
+    assert (effect.state, effect.attempt, receipt) == ("confirmed", 2, {"charge_id": "ch_2"})

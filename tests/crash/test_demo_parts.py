@@ -1,0 +1,96 @@
+"""The demo's payment service (idempotency keys, status look-ups) and worker plan."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+
+import pytest
+
+from checkpoints.demo.orchestrate import plan
+from checkpoints.demo.payments import PaymentService
+from checkpoints.reconcile import HttpStatusReconciler
+
+
+@pytest.fixture
+def service(tmp_path):
+    svc = PaymentService(tmp_path / "p.sqlite3").start()
+    yield svc
+    svc.stop()
+
+
+def post(url, body, key=None):
+    headers = {"Content-Type": "application/json"}
+    if key:
+        headers["Idempotency-Key"] = key
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers=headers,
+                                 method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=5) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def test_it_charges_once_per_idempotency_key(service):
+    body = {"order_id": "A-1", "amount_cents": 500}
+
+    first = post(f"{service.url}/charges", body, key="charge:A-1")
+    again = post(f"{service.url}/charges", body, key="charge:A-1")
+
+    assert first[0] == 201 and again[0] == 200
+    assert again[1]["charge_id"] == first[1]["charge_id"]
+    assert len(service.store.charges("A-1")) == 1
+
+
+def test_it_refuses_a_reused_key_with_another_body_and_a_missing_key(service):
+    post(f"{service.url}/charges", {"order_id": "A-1", "amount_cents": 500}, key="k1")
+
+    status, answer = post(f"{service.url}/charges", {"order_id": "A-1", "amount_cents": 9},
+                          key="k1")
+    missing = post(f"{service.url}/charges", {"order_id": "A-2", "amount_cents": 9})
+
+    assert (status, answer["error"]) == (422, "idempotency_key_reuse")
+    assert missing[0] == 400 and "Idempotency-Key" in missing[1]["detail"]
+    assert len(service.store.charges()) == 1
+
+
+def test_it_answers_the_reconcilers_status_lookup(service):
+    post(f"{service.url}/charges", {"order_id": "A-3", "amount_cents": 300}, key="charge:A-3")
+    reconciler = HttpStatusReconciler(f"{service.url}/operations")
+
+    found = reconciler.lookup("charge:A-3")
+    missing = reconciler.lookup("charge:never")
+
+    assert (found.outcome, found.receipt["amount_cents"]) == ("confirmed", 300)
+    assert missing.outcome == "not_executed"
+
+
+def test_it_plans_the_same_mix_for_the_same_seed():
+    a, b = plan(36, seed=5), plan(36, seed=5)
+
+    labels = [u.label for u in a]
+    assert labels == [u.label for u in b]
+    assert labels.count("race") == 4
+    assert any(label.startswith("die ") for label in labels)
+    assert sum(len(u.commands) for u in a) == 36
+
+
+@pytest.mark.django_db
+def test_it_sets_the_demo_tenants_ambiguity_threshold_audited_and_admin_only(acme, adam, rita):
+    from checkpoints import services
+    from checkpoints.exceptions import Forbidden, InvalidPayload
+    from checkpoints.models import AuditEvent
+
+    services.tenant_set_ambiguity_threshold(actor=adam, tenant=acme, seconds=10)
+
+    acme.refresh_from_db()
+    assert acme.ambiguity_threshold_s == 10
+    event = AuditEvent.objects.filter(tenant=acme, action="tenant.threshold").get()
+    assert (event.actor_name, event.before, event.after) == (
+        "adam", {"ambiguity_threshold_s": 300}, {"ambiguity_threshold_s": 10})
+    with pytest.raises(Forbidden):
+        services.tenant_set_ambiguity_threshold(actor=rita, tenant=acme, seconds=5)
+    with pytest.raises(InvalidPayload, match="ambiguity_threshold_s"):
+        services.tenant_set_ambiguity_threshold(actor=None, tenant=acme, seconds=0)

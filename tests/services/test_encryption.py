@@ -1,0 +1,67 @@
+"""Payloads are encrypted at rest (``checkpoints.crypto``); keys rotate by prepending a new
+one, and old keys still decrypt (CONTRACT.md 7, DESIGN.md 5)."""
+
+from __future__ import annotations
+
+import pytest
+from cryptography.fernet import Fernet, InvalidToken
+from django.db import connection
+
+from checkpoints import crypto, services
+from checkpoints.exceptions import StaleRevision
+from checkpoints.models import Checkpoint, CheckpointRevision, Conflict
+from tests.helpers import envelope, put_checkpoint
+
+SECRET = "card-4242-4242-4242-4242-secret-marker"
+
+
+def _raw_column(model, column: str) -> list[str]:
+    with connection.cursor() as cur:
+        cur.execute(f"SELECT {column} FROM {model._meta.db_table}")
+        return [row[0] for row in cur.fetchall()]
+
+
+def test_it_never_stores_the_plaintext_payload(acme, wendy):
+    body = envelope(payload={"phase": "ready", "order_id": SECRET})
+    put_checkpoint(wendy, acme, body)
+    put_checkpoint(wendy, acme, dict(body, revision=1), expected=0)
+    with pytest.raises(StaleRevision):
+        put_checkpoint(wendy, acme, dict(body, revision=1), expected=0)
+    stored = (_raw_column(Checkpoint, "payload_ciphertext")
+              + _raw_column(CheckpointRevision, "payload_ciphertext")
+              + _raw_column(Conflict, "refused_ciphertext"))
+    assert len(stored) == 4
+    for value in stored:
+        assert SECRET not in value
+        assert "order_id" not in value
+    assert SECRET in crypto.decrypt_text(stored[0])
+
+
+def test_it_decrypts_with_an_old_key_after_rotation(acme, wendy, rita, settings):
+    old, new = Fernet.generate_key().decode(), Fernet.generate_key().decode()
+    settings.RECOVERY_ENCRYPTION_KEYS = [old]
+    body = envelope(payload={"phase": "ready", "order_id": SECRET})
+    cp = put_checkpoint(wendy, acme, body)
+    settings.RECOVERY_ENCRYPTION_KEYS = [new, old]
+    revealed = services.payload_reveal(actor=rita, tenant=acme, checkpoint=cp, reason="audit")
+    assert revealed["payload"]["order_id"] == SECRET
+    # New writes use the newest key only.
+    cp = put_checkpoint(wendy, acme, dict(body, revision=1), expected=0)
+    settings.RECOVERY_ENCRYPTION_KEYS = [new]
+    assert SECRET in crypto.decrypt_text(Checkpoint.objects.get().payload_ciphertext)
+    old_revision = CheckpointRevision.objects.get(checkpoint=cp, revision=0)
+    with pytest.raises(InvalidToken):
+        crypto.decrypt_text(old_revision.payload_ciphertext)
+    # Rotating the old token re-encrypts it under the newest key.
+    settings.RECOVERY_ENCRYPTION_KEYS = [new, old]
+    rotated = crypto.rotate_token(old_revision.payload_ciphertext)
+    settings.RECOVERY_ENCRYPTION_KEYS = [new]
+    assert SECRET in crypto.decrypt_text(rotated)
+
+
+def test_it_refuses_a_key_that_is_not_a_fernet_key(settings):
+    from django.core.exceptions import ImproperlyConfigured
+
+    settings.RECOVERY_ENCRYPTION_KEYS = ["not-a-key"]
+    with pytest.raises(ImproperlyConfigured):
+        crypto.encrypt_text("x")

@@ -1,0 +1,116 @@
+"""Retry requests: a reviewer asks, a *different* approver decides (four eyes), in the
+service and in the database (``retry_requester_is_not_approver``)."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from django.db import IntegrityError, connection, transaction
+
+from checkpoints import services
+from checkpoints.exceptions import Forbidden, InvalidTransition, NotFound, ReasonRequired
+from checkpoints.models import AuditEvent, RetryRequest, Run
+from tests.helpers import envelope, put_checkpoint
+
+
+@pytest.fixture
+def run_id(acme, wendy):
+    body = envelope(payload={"phase": "charging"})
+    put_checkpoint(wendy, acme, body)
+    return uuid.UUID(body["run_id"])
+
+
+def test_it_walks_requested_then_approved(acme, rita, april, run_id):
+    retry = services.retry_request(actor=rita, tenant=acme, run_id=run_id, reason="stuck")
+    assert (retry.state, retry.requested_by) == ("requested", rita)
+    assert Run.objects.get().recovery_state == "awaiting_approval"
+    services.retry_approve(actor=april, tenant=acme, retry_id=retry.pk, reason="looks safe")
+    retry.refresh_from_db()
+    assert (retry.state, retry.decided_by, retry.decision_reason) == ("approved", april,
+                                                                      "looks safe")
+    assert Run.objects.get().recovery_state == "retry_approved"
+    actions = list(AuditEvent.objects.filter(run_id=run_id).order_by("seq")
+                   .values_list("action", "actor_name"))
+    assert actions[-2:] == [("retry.request", "rita"), ("retry.approve", "april")]
+
+
+def test_it_rejects_and_closes_the_request(acme, rita, april, run_id):
+    retry = services.retry_request(actor=rita, tenant=acme, run_id=run_id, reason="stuck")
+    services.retry_reject(actor=april, tenant=acme, retry_id=retry.pk, reason="no")
+    retry.refresh_from_db()
+    assert retry.state == "rejected"
+    assert Run.objects.get().recovery_state != "awaiting_approval"
+    with pytest.raises(InvalidTransition):
+        services.retry_approve(actor=april, tenant=acme, retry_id=retry.pk, reason="changed mind")
+    # A new request may be opened after a decision.
+    services.retry_request(actor=rita, tenant=acme, run_id=run_id, reason="again")
+
+
+def test_it_refuses_the_requester_as_approver_even_with_both_rights(acme, adam, april, run_id):
+    retry = services.retry_request(actor=adam, tenant=acme, run_id=run_id, reason="stuck")
+    for decide in (services.retry_approve, services.retry_reject):
+        with pytest.raises(Forbidden) as exc:
+            decide(actor=adam, tenant=acme, retry_id=retry.pk, reason="self")
+        assert "requester" in exc.value.detail
+    retry.refresh_from_db()
+    assert (retry.state, retry.decided_by) == ("requested", None)
+    services.retry_approve(actor=april, tenant=acme, retry_id=retry.pk, reason="second pair")
+
+
+def test_it_refuses_decisions_without_the_approver_role(acme, rita, vic, wendy, omar, run_id):
+    retry = services.retry_request(actor=rita, tenant=acme, run_id=run_id, reason="stuck")
+    for actor in (rita, vic, wendy):
+        with pytest.raises(Forbidden):
+            services.retry_approve(actor=actor, tenant=acme, retry_id=retry.pk, reason="x")
+    with pytest.raises(NotFound):
+        services.retry_approve(actor=omar, tenant=acme, retry_id=retry.pk, reason="x")
+    assert RetryRequest.objects.get().state == "requested"
+
+
+def test_it_refuses_requests_without_the_reviewer_role(acme, april, vic, wendy, run_id):
+    for actor in (april, vic, wendy):
+        with pytest.raises(Forbidden):
+            services.retry_request(actor=actor, tenant=acme, run_id=run_id, reason="x")
+    assert not RetryRequest.objects.exists()
+
+
+def test_it_keeps_one_open_request_per_run(acme, rita, adam, run_id):
+    services.retry_request(actor=rita, tenant=acme, run_id=run_id, reason="stuck")
+    with pytest.raises(InvalidTransition):
+        services.retry_request(actor=adam, tenant=acme, run_id=run_id, reason="me too")
+    assert RetryRequest.objects.count() == 1
+
+
+@pytest.mark.parametrize("reason", ["", "   ", None])
+def test_it_requires_a_reason(acme, rita, run_id, reason):
+    with pytest.raises(ReasonRequired):
+        services.retry_request(actor=rita, tenant=acme, run_id=run_id, reason=reason)
+    assert not RetryRequest.objects.exists()
+
+
+def test_it_refuses_a_retry_of_a_completed_run(acme, wendy, rita):
+    body = envelope(payload={"phase": "completed"})
+    put_checkpoint(wendy, acme, body)
+    with pytest.raises(InvalidTransition):
+        services.retry_request(actor=rita, tenant=acme, run_id=uuid.UUID(body["run_id"]),
+                               reason="again")
+
+
+def test_it_enforces_four_eyes_in_the_database(acme, rita, run_id):
+    """The constraint itself, bypassing the service with a plain SQL UPDATE (PostgreSQL in
+    CI; SQLite enforces the same CHECK)."""
+    retry = services.retry_request(actor=rita, tenant=acme, run_id=run_id, reason="stuck")
+    table = RetryRequest._meta.db_table
+    with pytest.raises(IntegrityError), transaction.atomic(), connection.cursor() as cur:
+        cur.execute(f"UPDATE {table} SET decided_by_id = requested_by_id, state = 'approved' "
+                    f"WHERE id = %s", [retry.pk])
+    retry.refresh_from_db()
+    assert retry.decided_by is None
+
+
+def test_it_enforces_one_open_request_in_the_database(acme, rita, adam, run_id):
+    services.retry_request(actor=rita, tenant=acme, run_id=run_id, reason="stuck")
+    with pytest.raises(IntegrityError), transaction.atomic():
+        RetryRequest.objects.create(tenant=acme, run=Run.objects.get(), requested_by=adam,
+                                    reason="bypassing the service")

@@ -1,0 +1,159 @@
+"""The kind registry against our fixtures (tests/fixtures/, written by us from RUNIFOLD.md).
+
+Every supported version has fixtures for each phase; unsupported versions and kinds are
+classified ``unsupported`` (never guessed), and the registry's validators name the field.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from checkpoints import kinds
+
+FIXTURES = Path(__file__).parent / "fixtures"
+SUPPORTED_FILES = ["runifold.agent.v1.json", "runifold.workflow.v3.json",
+                   "runifold.workflow.v4.json", "acme.order.v1.json"]
+
+
+def _load(name: str) -> dict:
+    return json.loads((FIXTURES / name).read_text())
+
+
+def _cases(name: str) -> list:
+    data = _load(name)
+    return [pytest.param(data, c, id=f"{name}:{c['name']}") for c in data["cases"]]
+
+
+SUPPORTED = [p for f in SUPPORTED_FILES for p in _cases(f)]
+UNSUPPORTED = _cases("unsupported.json")
+
+
+def _phase_states(name: str) -> set[str]:
+    out = set()
+    for case in _load(name)["cases"]:
+        phase = case["checkpoint"]["payload"]["phase"]
+        out.add(phase["state"] if isinstance(phase, dict) else phase)
+    return out
+
+
+def test_it_has_fixtures_for_every_phase_of_every_supported_version():
+    assert kinds.registered() == {"acme.order": [1], "runifold.agent": [1],
+                                  "runifold.workflow": [3, 4]}
+    assert _phase_states("runifold.agent.v1.json") == {"ready_for_turn", "turn_in_flight",
+                                                       "completed"}
+    wf = {"ready", "step_in_flight", "parallel_in_flight", "race_in_flight", "completed"}
+    assert _phase_states("runifold.workflow.v3.json") == wf
+    assert _phase_states("runifold.workflow.v4.json") == wf | {"waiting"}
+    assert _phase_states("acme.order.v1.json") == set(kinds.ACME_PHASES)
+
+
+@pytest.mark.parametrize(("data", "case"), SUPPORTED)
+def test_it_classifies_each_supported_fixture(data, case):
+    cp = case["checkpoint"]
+    assert (cp["kind"], cp["schema_version"]) == (data["kind"], data["schema_version"])
+    result = kinds.classify(cp["kind"], cp["schema_version"], cp["payload"])
+    assert result.error == ""
+    assert result.supported
+    assert result.phase.phase_class == case["phase_class"]
+    if "label" in case:
+        assert result.phase.label == case["label"]
+    assert result.identity == kinds.Identity(**case["identity"])
+
+
+@pytest.mark.parametrize(("data", "case"), UNSUPPORTED)
+def test_it_answers_unsupported_for_unknown_versions_and_kinds(data, case):
+    cp = case["checkpoint"]
+    result = kinds.classify(cp["kind"], cp["schema_version"], cp["payload"])
+    assert not result.supported
+    assert result.phase.phase_class == "unsupported"
+    assert result.error
+    assert result.identity == kinds.Identity()
+
+
+def test_it_names_the_versions_it_supports_when_refusing_one():
+    result = kinds.classify("runifold.workflow", 5, {})
+    assert "supported: 3, 4" in result.error
+
+
+def test_it_rejects_the_waiting_phase_in_v3_but_accepts_it_in_v4():
+    waiting = next(c for c in _load("runifold.workflow.v4.json")["cases"]
+                   if c["checkpoint"]["payload"]["phase"]["state"] == "waiting")
+    payload = waiting["checkpoint"]["payload"]
+    assert kinds.classify("runifold.workflow", 4, payload).phase.phase_class == "stable"
+    v3 = kinds.classify("runifold.workflow", 3, payload)
+    assert v3.phase.phase_class == "unsupported"
+    assert "payload.phase.state" in v3.error
+
+
+def _agent_payload() -> dict:
+    return copy.deepcopy(_load("runifold.agent.v1.json")["cases"][0]["checkpoint"]["payload"])
+
+
+def _workflow_payload(state: str) -> dict:
+    case = next(c for c in _load("runifold.workflow.v4.json")["cases"]
+                if c["checkpoint"]["payload"]["phase"]["state"] == state)
+    return copy.deepcopy(case["checkpoint"]["payload"])
+
+
+@pytest.mark.parametrize(("mutate", "field"), [
+    (lambda p: p.pop("agent"), "payload.agent"),
+    (lambda p: p.update(model={"provider": "openai"}), "payload.model.name"),
+    (lambda p: p.update(transcript={}), "payload.transcript"),
+    (lambda p: p.update(turns=-1), "payload.turns"),
+    (lambda p: p.update(turns=True), "payload.turns"),
+    (lambda p: p.update(phase={"state": "turn_in_flight"}), "payload.phase.turn"),
+    (lambda p: p.update(phase={"state": "turn_in_flight", "turn": 0}), "payload.phase.turn"),
+    (lambda p: p.update(phase={"state": "completed"}), "payload.phase.response"),
+    (lambda p: p.update(phase={"state": "sleeping"}), "payload.phase.state"),
+])
+def test_it_refuses_an_agent_payload_that_breaks_the_schema(mutate, field):
+    payload = _agent_payload()
+    mutate(payload)
+    result = kinds.classify("runifold.agent", 1, payload)
+    assert result.phase.phase_class == "unsupported"
+    assert field in result.error
+
+
+@pytest.mark.parametrize(("state", "mutate", "field"), [
+    ("ready", lambda p: p.update(next_index=9), "payload.next_index"),
+    ("ready", lambda p: p.update(outputs={"notify": {}}), "payload.outputs"),
+    ("ready", lambda p: p.update(workflow_version=0), "payload.workflow_version"),
+    ("ready", lambda p: p.update(layout="classify"), "payload.layout"),
+    ("step_in_flight", lambda p: p["phase"].pop("step"), "payload.phase.step"),
+    ("parallel_in_flight", lambda p: p["phase"]["branches"]["fraud"].update(state="lost"),
+     "payload.phase.branches.fraud.state"),
+    ("waiting", lambda p: p["phase"].pop("wait"), "payload.phase.wait"),
+    ("completed", lambda p: p.update(next_index=4, outputs={
+        k: v for k, v in p["outputs"].items() if k != "notify"}), "payload.next_index"),
+])
+def test_it_refuses_a_workflow_payload_that_breaks_the_schema(state, mutate, field):
+    payload = _workflow_payload(state)
+    mutate(payload)
+    result = kinds.classify("runifold.workflow", 4, payload)
+    assert result.phase.phase_class == "unsupported"
+    assert field in result.error
+
+
+@pytest.mark.parametrize("payload", [
+    {"phase": "teleporting"}, {"phase": "ready", "amount_cents": -1},
+    {"phase": "ready", "order_id": 7}, [], "ready",
+])
+def test_it_refuses_a_bad_acme_order_payload(payload):
+    assert kinds.classify("acme.order", 1, payload).phase.phase_class == "unsupported"
+
+
+def test_it_labels_branch_counts_for_parallel_steps():
+    result = kinds.classify("runifold.workflow", 4, _workflow_payload("parallel_in_flight"))
+    assert result.phase.label.startswith("parallel_in_flight enrich (")
+    assert "1 in_flight" in result.phase.label
+
+
+def test_it_refuses_to_register_a_kind_that_breaks_the_naming_rule():
+    spec = kinds.VersionSpec(lambda p: None, lambda p: kinds.Phase("stable", ""),
+                             lambda p: kinds.Identity())
+    with pytest.raises(ValueError):
+        kinds.register("NoDots", 1, spec)

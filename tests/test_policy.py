@@ -1,0 +1,208 @@
+"""The pure recovery rules (checkpoints.policy): recovery-state precedence, owner-gone,
+resume decisions and the effect transition table, without a database.
+
+Sources: DESIGN.md section 4 (states, precedence), CONTRACT.md sections 1 and 3.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from checkpoints import policy
+from checkpoints.policy import RunFacts
+
+NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+FRESH = NOW - timedelta(seconds=10)
+QUIET = NOW - timedelta(seconds=301)
+
+
+def facts(**kw) -> RunFacts:
+    kw.setdefault("phase_class", "stable")
+    kw.setdefault("last_write_at", FRESH)
+    return RunFacts(now=NOW, **kw)
+
+
+# Each condition alone, as RunFacts fields, and the state it produces.
+CONDITIONS = {
+    "schema_mismatch": dict(phase_class="unsupported", schema_error="acme.order v9 unsupported"),
+    "unknown_outcome": dict(effect_states={"unknown": 1}),
+    "awaiting_approval": dict(open_retry_state="requested"),
+    "retry_approved": dict(open_retry_state="approved"),
+    "ambiguous": dict(effect_states={"unresolved": 1}),
+    "conflicted": dict(unacknowledged_conflicts=2),
+}
+
+
+@pytest.mark.parametrize("state", list(CONDITIONS))
+def test_it_reports_each_state_when_it_is_the_only_condition(state):
+    assert policy.recovery_state(facts(**CONDITIONS[state]))[0] == state
+
+
+def _combine(*states: str) -> dict:
+    merged: dict = {}
+    for s in states:
+        for key, value in CONDITIONS[s].items():
+            if key == "effect_states":
+                merged.setdefault(key, {}).update(value)
+            elif key == "phase_class" or key not in merged:
+                merged[key] = value
+    return merged
+
+
+@pytest.mark.parametrize(("higher", "lower"), [
+    ("schema_mismatch", "unknown_outcome"),
+    ("schema_mismatch", "conflicted"),
+    ("schema_mismatch", "ambiguous"),
+    ("unknown_outcome", "ambiguous"),
+    ("unknown_outcome", "conflicted"),
+    ("awaiting_approval", "ambiguous"),
+    ("awaiting_approval", "conflicted"),
+    ("retry_approved", "ambiguous"),
+    ("retry_approved", "conflicted"),
+    ("ambiguous", "conflicted"),
+])
+def test_it_applies_the_design_precedence(higher, lower):
+    assert policy.recovery_state(facts(**_combine(higher, lower)))[0] == higher
+
+
+def test_it_lets_an_open_retry_request_stand_in_for_an_unknown_outcome():
+    # policy.py's documented deviation from DESIGN.md: the approvers' tab must show it.
+    requested = facts(effect_states={"unknown": 1}, open_retry_state="requested")
+    approved = facts(effect_states={"unknown": 1}, open_retry_state="approved")
+    assert policy.recovery_state(requested)[0] == "awaiting_approval"
+    assert policy.recovery_state(approved)[0] == "retry_approved"
+
+
+def test_it_puts_schema_mismatch_above_everything_at_once():
+    everything = facts(phase_class="unsupported", effect_states={"unknown": 1, "unresolved": 1},
+                       open_retry_state="requested", unacknowledged_conflicts=1)
+    assert policy.recovery_state(everything)[0] == "schema_mismatch"
+
+
+def test_it_is_healthy_or_completed_when_nothing_applies():
+    assert policy.recovery_state(facts()) == ("healthy", "")
+    assert policy.recovery_state(facts(phase_class="completed")) == ("completed", "")
+    assert policy.recovery_state(facts(phase_class="")) == ("healthy", "")
+
+
+def test_it_shows_a_conflict_on_a_completed_run():
+    assert policy.recovery_state(
+        facts(phase_class="completed", unacknowledged_conflicts=1))[0] == "conflicted"
+
+
+@pytest.mark.parametrize(("kw", "gone"), [
+    (dict(lease_owner="w1", lease_expires_at=NOW + timedelta(seconds=1)), False),
+    (dict(lease_owner="w1", lease_expires_at=NOW), True),  # expiry is exclusive
+    (dict(lease_owner="w1", lease_expires_at=NOW - timedelta(seconds=1), last_write_at=NOW), True),
+    (dict(last_write_at=NOW - timedelta(seconds=299)), False),
+    (dict(last_write_at=NOW - timedelta(seconds=300)), True),
+    (dict(last_write_at=NOW - timedelta(seconds=30), ambiguity_threshold_s=30), True),
+    (dict(last_write_at=None), True),
+])
+def test_it_decides_when_the_owner_is_gone(kw, gone):
+    assert facts(**kw).owner_gone is gone
+
+
+@pytest.mark.parametrize(("kw", "state"), [
+    (dict(phase_class="in_flight", last_write_at=QUIET), "ambiguous"),
+    (dict(phase_class="in_flight", last_write_at=FRESH), "healthy"),
+    (dict(phase_class="in_flight", last_write_at=QUIET, lease_owner="w",
+          lease_expires_at=NOW + timedelta(seconds=5)), "healthy"),
+    (dict(effect_states={"submitted": 1}, last_write_at=QUIET), "ambiguous"),
+    (dict(effect_states={"submitted": 1}, last_write_at=FRESH), "healthy"),
+    (dict(effect_states={"unresolved": 1}, last_write_at=FRESH), "ambiguous"),
+    (dict(phase_class="stable", last_write_at=QUIET), "healthy"),
+    (dict(effect_states={"confirmed": 3, "failed": 1, "planned": 1}, last_write_at=QUIET),
+     "healthy"),
+])
+def test_it_calls_a_run_ambiguous_only_when_in_doubt_and_unowned(kw, state):
+    assert policy.recovery_state(facts(**kw))[0] == state
+
+
+# --- resume decisions -------------------------------------------------------------------
+
+IDENT = {"agent": "refund-assistant", "model": "openai/gpt-4.1-mini", "workflow": "",
+         "definition_version": ""}
+
+
+RESUME_CASES = [
+    (dict(phase_class=""), {}, "reject", "no_checkpoint"),
+    (dict(phase_class="unsupported"), {}, "reject", "unsupported_schema"),
+    (dict(), {"agent": "other-agent"}, "reject", "identity_mismatch"),
+    (dict(), {"model": "openai/gpt-4o"}, "reject", "identity_mismatch"),
+    (dict(), {"workflow": "refund-approval"}, "reject", "identity_mismatch"),
+    (dict(), {"definition_version": "3"}, "reject", "identity_mismatch"),
+    (dict(phase_class="completed"), {}, "replay", "completed"),
+    (dict(phase_class="completed", effect_states={"unknown": 1}), {}, "replay", "completed"),
+    (dict(open_retry_state="approved", phase_class="in_flight"), {}, "retry", "retry_approved"),
+    (dict(open_retry_state="requested"), {}, "reject", "awaiting_approval"),
+    (dict(effect_states={"unknown": 1}), {}, "reject", "outcome_unknown"),
+    (dict(effect_states={"submitted": 1}), {}, "reconcile", "effects_in_doubt"),
+    (dict(effect_states={"unresolved": 1}, phase_class="in_flight"), {}, "reconcile",
+     "effects_in_doubt"),
+    (dict(phase_class="in_flight"), {}, "reject", "in_flight"),
+    (dict(), {}, "continue", "stable"),
+    (dict(), {"agent": "refund-assistant", "model": "openai/gpt-4.1-mini"}, "continue",
+     "stable"),
+]
+
+
+@pytest.mark.parametrize(("kw", "asked", "action", "reason"), RESUME_CASES)
+def test_it_answers_each_resume_action_and_reason(kw, asked, action, reason):
+    decision = policy.resume_decision(facts(identity=IDENT, **kw), asked)
+    assert (decision.action, decision.reason) == (action, reason)
+    assert decision.consume_retry is (action == "retry")
+
+
+def test_it_checks_the_schema_before_the_identity():
+    decision = policy.resume_decision(facts(phase_class="unsupported", identity=IDENT),
+                                      {"agent": "someone-else"})
+    assert decision.reason == "unsupported_schema"
+
+
+def test_it_checks_the_identity_before_replaying_a_completed_run():
+    decision = policy.resume_decision(facts(phase_class="completed", identity=IDENT),
+                                      {"agent": "someone-else"})
+    assert (decision.action, decision.reason) == ("reject", "identity_mismatch")
+
+
+def test_it_covers_every_resume_action_the_contract_names():
+    seen = set()
+    for kw, asked, _, _ in RESUME_CASES:
+        seen.add(policy.resume_decision(facts(identity=IDENT, **kw), asked).action)
+    assert seen == {"replay", "continue", "reject", "retry", "reconcile"}
+
+
+# --- the effect transition table (CONTRACT.md section 3) -----------------------------------
+
+STATES = ["planned", "submitted", "confirmed", "failed", "unresolved", "not_executed", "unknown"]
+ACTORS = [policy.RUNTIME, policy.RECONCILIATION, policy.REVIEWER, policy.SWEEP, policy.RETRY]
+ALLOWED = {
+    ("planned", "submitted"): {"runtime"},
+    ("submitted", "confirmed"): {"runtime", "reconciliation"},
+    ("submitted", "failed"): {"runtime", "reconciliation"},
+    ("submitted", "unresolved"): {"runtime", "sweep", "reconciliation"},
+    ("unresolved", "confirmed"): {"reconciliation", "runtime"},
+    ("unresolved", "failed"): {"reconciliation", "runtime"},
+    ("unresolved", "not_executed"): {"reconciliation", "runtime"},
+    ("submitted", "unknown"): {"reviewer", "reconciliation"},
+    ("unresolved", "unknown"): {"reviewer", "reconciliation"},
+    ("not_executed", "planned"): {"retry"},
+    ("unknown", "planned"): {"retry"},
+}
+
+
+@pytest.mark.parametrize("src", STATES)
+@pytest.mark.parametrize("dst", STATES)
+def test_it_allows_exactly_the_contract_table(src, dst):
+    for actor in ACTORS:
+        expected = actor in ALLOWED.get((src, dst), set())
+        assert policy.transition_allowed(src, dst, actor) is expected, (src, dst, actor)
+
+
+def test_it_never_leaves_a_terminal_state():
+    for src in ("confirmed", "failed"):
+        for dst in STATES:
+            assert not any(policy.transition_allowed(src, dst, a) for a in ACTORS)
