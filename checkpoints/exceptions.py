@@ -78,8 +78,9 @@ class Fenced(DomainError):
     status = 409
     error = "fenced"
 
-    def __init__(self, fencing_token: int):
+    def __init__(self, fencing_token: int, *, run_pk: int | None = None):
         super().__init__("", fencing_token=fencing_token)
+        self.run_pk = run_pk
 
     def body(self) -> dict:
         return {"error": "fenced", "fencing_token": self.extra["fencing_token"]}

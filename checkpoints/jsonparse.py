@@ -31,15 +31,25 @@ def _pairs(pairs: list[tuple[str, Any]]) -> dict:
     return out
 
 
-def _finite_float(text: str) -> float:
+class _NonFinite(float):
+    """A parsed NaN/Infinity/overflowing number, refused by ``_check_values`` with its path."""
+
+    source: str
+
+
+def _number(text: str) -> float:
     value = float(text)
-    if not math.isfinite(value):
-        raise ValueError(f"number {text[:40]} overflows to infinity")
-    return value
+    if math.isfinite(value):
+        return value
+    marked = _NonFinite(value)
+    marked.source = f"number {text[:40]} overflows to infinity"
+    return marked
 
 
-def _constant(name: str) -> Any:
-    raise ValueError(f"{name} is not allowed")
+def _constant(name: str) -> float:
+    marked = _NonFinite(float(name.replace("Infinity", "inf")))
+    marked.source = f"{name} is not allowed"
+    return marked
 
 
 def _scan_depth(raw: str, limit: int) -> None:
@@ -65,10 +75,13 @@ def _scan_depth(raw: str, limit: int) -> None:
             depth -= 1
 
 
-def _check_nul(value: Any, path: str) -> None:
+def _check_values(value: Any, path: str) -> None:
+    """Refuse U+0000 in strings and keys and non-finite numbers, naming the field."""
     stack = [(value, path)]
     while stack:
         item, where = stack.pop()
+        if isinstance(item, _NonFinite):
+            raise InvalidPayload(f"{where}: {item.source}")
         if isinstance(item, str):
             if "\x00" in item:
                 raise InvalidPayload(f"{where}: U+0000 is not allowed")
@@ -96,7 +109,7 @@ def loads_object(raw: bytes | str, *, max_depth: int | None = None) -> dict:
     _scan_depth(raw, limit)
     try:
         value = json.loads(
-            raw, object_pairs_hook=_pairs, parse_float=_finite_float, parse_constant=_constant
+            raw, object_pairs_hook=_pairs, parse_float=_number, parse_constant=_constant
         )
     except _DuplicateKey as exc:
         raise InvalidPayload(f"body: duplicated key {str(exc)!r}") from None
@@ -106,7 +119,7 @@ def loads_object(raw: bytes | str, *, max_depth: int | None = None) -> dict:
         raise InvalidPayload(f"body: malformed JSON ({exc})") from None
     if not isinstance(value, dict):
         raise InvalidPayload("body: must be a JSON object")
-    _check_nul(value, "body")
+    _check_values(value, "body")
     return value
 
 

@@ -273,19 +273,31 @@ class EffectRevision(models.Model):
 
 
 class Conflict(models.Model):
-    """A compare-and-swap the store refused: kept and shown until a reviewer acknowledges it.
+    """A write the store refused: kept and shown until a reviewer acknowledges it.
 
-    ``expected_revision`` is what the writer claimed (null on a create), ``actual_revision``
-    what the store held. The refused envelope is kept encrypted for inspection.
+    ``reason``: ``stale_revision`` (the writer's expected revision was not the current
+    one), ``id_exists`` (a create found the id taken) or ``fenced`` (the writer's fencing
+    token was not the run's current one: a zombie owner). ``expected_revision`` is what the
+    writer claimed (null on a create), ``actual_revision`` what the store held (null when
+    a fenced create found nothing). The refused body is kept encrypted for inspection.
     """
+
+    class Reason(models.TextChoices):
+        STALE_REVISION = "stale_revision"
+        ID_EXISTS = "id_exists"
+        FENCED = "fenced"
 
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
     run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="conflicts")
     target_type = models.CharField(max_length=16)  # "checkpoint" | "effect"
     target_id = models.UUIDField()
+    reason = models.CharField(max_length=16, choices=Reason.choices,
+                              default=Reason.STALE_REVISION)
     expected_revision = models.BigIntegerField(null=True, blank=True)
-    actual_revision = models.BigIntegerField()
+    actual_revision = models.BigIntegerField(null=True, blank=True)
     attempted_revision = models.BigIntegerField(null=True, blank=True)
+    fencing_token_sent = models.BigIntegerField(null=True, blank=True)
+    fencing_token_current = models.BigIntegerField(null=True, blank=True)
     writer = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
     )

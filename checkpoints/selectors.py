@@ -215,7 +215,7 @@ def effect_find(*, user, tenant: Tenant, service: str | None, operation_key: str
         try:
             qs = qs.filter(run__run_id=uuid.UUID(str(run_id)))
         except ValueError:
-            raise InvalidPayload("run_id: not a UUID") from None
+            raise InvalidPayload("run: not a UUID") from None
     return list(qs.order_by("-created_at", "-id")[: max(1, min(limit, 500))])
 
 

@@ -152,6 +152,8 @@ def audit_verify(*, tenant: Tenant) -> tuple[bool, int, str]:
 
 
 def _require_reason(reason: str | None) -> str:
+    if reason is not None and not isinstance(reason, str):
+        raise InvalidPayload("reason: must be a string")
     reason = (reason or "").strip()
     if not reason:
         raise ReasonRequired("reason: a reason is required")
@@ -358,10 +360,26 @@ def _check_fence(run: Run, token: int | None, now: datetime) -> None:
     lease_live = bool(run.lease_owner) and run.lease_expires_at is not None and (
         run.lease_expires_at > now
     )
-    if token is not None and token != run.fencing_token:
-        raise Fenced(run.fencing_token)
-    if token is None and lease_live:
-        raise Fenced(run.fencing_token)
+    if (token is not None and token != run.fencing_token) or (token is None and lease_live):
+        raise Fenced(run.fencing_token, run_pk=run.pk)
+
+
+def _record_fenced(exc: Fenced, *, tenant, actor, target_type: str, target_id, expected,
+                   attempted: int, token: int | None, refused: str) -> None:
+    """Keep a fenced write as a conflict of the leased run, in its own transaction (the
+    write's transaction has rolled back), so a zombie owner shows in the inbox."""
+    with transaction.atomic():
+        run = Run.objects.select_for_update().filter(pk=exc.run_pk).first()
+        if run is None:  # the run was new in the rolled-back write: nothing to attach to
+            return
+        model = Checkpoint if target_type == "checkpoint" else Effect
+        key = "checkpoint_id" if target_type == "checkpoint" else "effect_id"
+        actual = (model.objects.filter(tenant=tenant, **{key: target_id})
+                  .values_list("revision", flat=True).first())
+        _record_conflict(tenant=tenant, run=run, actor=actor, target_type=target_type,
+                         target_id=target_id, expected=expected, actual=actual,
+                         attempted=attempted, refused=refused, reason=Conflict.Reason.FENCED,
+                         token_sent=token)
 
 
 def run_facts(run: Run, now: datetime | None = None) -> policy.RunFacts:
@@ -407,10 +425,15 @@ def run_refresh_state(run: Run, now: datetime | None = None) -> str:
 
 
 def _record_conflict(*, tenant, run: Run, actor, target_type: str, target_id, expected,
-                     actual: int, attempted: int | None, refused: str) -> None:
+                     actual: int | None, attempted: int | None, refused: str,
+                     reason: str | None = None, token_sent: int | None = None) -> None:
+    if reason is None:
+        reason = Conflict.Reason.ID_EXISTS if expected is None else Conflict.Reason.STALE_REVISION
     Conflict.objects.create(
-        tenant=tenant, run=run, target_type=target_type, target_id=target_id,
+        tenant=tenant, run=run, target_type=target_type, target_id=target_id, reason=reason,
         expected_revision=expected, actual_revision=actual, attempted_revision=attempted,
+        fencing_token_sent=token_sent,
+        fencing_token_current=run.fencing_token if reason == Conflict.Reason.FENCED else None,
         writer=actor, writer_name=_actor_name(actor),
         refused_ciphertext=crypto.encrypt_text(refused) if refused else "",
     )
@@ -420,7 +443,8 @@ def _record_conflict(*, tenant, run: Run, actor, target_type: str, target_id, ex
     audit_record(tenant=tenant, actor=actor, action=f"{target_type}.conflict",
                  target_type=target_type, target_id=target_id, run_id=run.run_id,
                  before={"current_revision": actual},
-                 after={"expected_revision": expected, "attempted_revision": attempted})
+                 after={"reason": reason, "expected_revision": expected,
+                        "attempted_revision": attempted, "fencing_token": token_sent})
 
 
 # --------------------------------------------------------------------------------------
@@ -456,8 +480,26 @@ def checkpoint_put(
     ciphertext = crypto.encrypt_text(envelope.payload_json)
     size = len(envelope.payload_json.encode("utf-8"))
     now = timezone.now()
-    conflict_at: int | None = None
 
+    try:
+        checkpoint = _checkpoint_cas(actor, tenant, envelope, expected_revision, fencing_token,
+                                     cls, phase_label, ciphertext, size, now)
+    except Fenced as exc:
+        _record_fenced(exc, tenant=tenant, actor=actor, target_type="checkpoint",
+                       target_id=envelope.checkpoint_id, expected=expected_revision,
+                       attempted=envelope.revision, token=fencing_token,
+                       refused=dumps(_envelope_json(envelope)))
+        raise
+    if isinstance(checkpoint, StaleRevision):
+        raise checkpoint
+    return checkpoint, expected_revision is None
+
+
+def _checkpoint_cas(actor, tenant, envelope, expected_revision, fencing_token, cls,
+                    phase_label, ciphertext, size, now):
+    """The transaction of ``checkpoint_put``; returns the checkpoint, or the
+    ``StaleRevision`` to raise once the conflict record has committed."""
+    conflict_at: int | None = None
     with transaction.atomic():
         existing = (Checkpoint.objects.filter(tenant=tenant, checkpoint_id=envelope.checkpoint_id)
                     .values("run_id", "run__run_id", "kind").first())
@@ -539,8 +581,8 @@ def checkpoint_put(
                        "phase_class": cls.phase.phase_class},
             )
     if conflict_at is not None:
-        raise StaleRevision(conflict_at)
-    return checkpoint, expected_revision is None
+        return StaleRevision(conflict_at)
+    return checkpoint
 
 
 def _envelope_json(env: Envelope) -> dict:
@@ -694,10 +736,24 @@ def effect_put(
     if body.state == "confirmed" and body.receipt is None:
         raise InvalidPayload("receipt: required when state is confirmed")
     now = timezone.now()
-    conflict_at: int | None = None
     refused = dumps({"id": str(body.effect_id), "revision": body.revision, "state": body.state,
                      "operation_key": body.operation_key, "service": body.service})
+    try:
+        effect = _effect_cas(actor, tenant, body, expected_revision, fencing_token, now, refused)
+    except Fenced as exc:
+        _record_fenced(exc, tenant=tenant, actor=actor, target_type="effect",
+                       target_id=body.effect_id, expected=expected_revision,
+                       attempted=body.revision, token=fencing_token, refused=refused)
+        raise
+    if isinstance(effect, StaleRevision):
+        raise effect
+    return effect, expected_revision is None
 
+
+def _effect_cas(actor, tenant, body, expected_revision, fencing_token, now, refused):
+    """The transaction of ``effect_put``; returns the effect, or the ``StaleRevision`` to
+    raise once the conflict record has committed."""
+    conflict_at: int | None = None
     with transaction.atomic():
         existing = Effect.objects.filter(tenant=tenant, effect_id=body.effect_id).select_related(
             "run").first()
@@ -765,8 +821,8 @@ def effect_put(
                        "operation_key": effect.operation_key, "service": effect.service},
             )
     if conflict_at is not None:
-        raise StaleRevision(conflict_at)
-    return effect, expected_revision is None
+        return StaleRevision(conflict_at)
+    return effect
 
 
 def _check_operation_key(tenant: Tenant, body: EffectBody) -> None:

@@ -224,14 +224,19 @@ class RunPageSerializer(serializers.Serializer):
 
 
 class ConflictSerializer(serializers.Serializer):
-    """A refused compare-and-swap (``expected_revision`` null for a create)."""
+    """A refused write: ``reason`` stale_revision | id_exists | fenced
+    (``expected_revision`` null for a create; ``actual_revision`` null when a fenced
+    create found nothing)."""
 
     id = serializers.IntegerField()
+    reason = serializers.ChoiceField(choices=["stale_revision", "id_exists", "fenced"])
     target_type = serializers.ChoiceField(choices=["checkpoint", "effect"])
     target_id = serializers.UUIDField()
     expected_revision = serializers.IntegerField(allow_null=True)
-    actual_revision = serializers.IntegerField()
+    actual_revision = serializers.IntegerField(allow_null=True)
     attempted_revision = serializers.IntegerField(allow_null=True)
+    fencing_token_sent = serializers.IntegerField(allow_null=True)
+    fencing_token_current = serializers.IntegerField(allow_null=True)
     writer = serializers.CharField()
     created_at = serializers.DateTimeField()
 
@@ -239,11 +244,14 @@ class ConflictSerializer(serializers.Serializer):
 def conflict_json(c: Conflict) -> dict:
     return {
         "id": c.pk,
+        "reason": c.reason,
         "target_type": c.target_type,
         "target_id": str(c.target_id),
         "expected_revision": c.expected_revision,
         "actual_revision": c.actual_revision,
         "attempted_revision": c.attempted_revision,
+        "fencing_token_sent": c.fencing_token_sent,
+        "fencing_token_current": c.fencing_token_current,
         "writer": c.writer_name,
         "created_at": _iso(c.created_at),
     }

@@ -141,7 +141,11 @@ def test_it_fences_writes_while_the_run_is_leased(w, acme):
         r = put_cp(w, "acme", dict(body, revision=1), match=0, token=sent)
         assert r.status_code == 409
         assert r.json() == {"error": "fenced", "fencing_token": token}
-    assert snapshot() == before
+    after = snapshot()
+    # The checkpoint is untouched; each refused write is kept as a "fenced" conflict.
+    assert after["checkpoints"] == before["checkpoints"]
+    assert list(Conflict.objects.values_list("reason", flat=True)) == ["fenced"] * 3
+    assert after["runs"][0][1] == "conflicted"
     r = put_cp(w, "acme", dict(body, revision=1), match=0, token=token)
     assert r.status_code == 200
 

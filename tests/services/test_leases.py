@@ -9,7 +9,7 @@ import pytest
 
 from checkpoints import services
 from checkpoints.exceptions import Fenced, InvalidPayload, LeaseHeld, NotFound
-from checkpoints.models import AuditEvent, Checkpoint, Run
+from checkpoints.models import AuditEvent, Checkpoint, Conflict, Effect, Run
 from tests.helpers import effect_body, envelope, put_checkpoint, put_effect
 
 
@@ -74,6 +74,27 @@ def test_it_fences_writes_with_a_stale_or_missing_token(acme, wendy, run_body, c
     cp = put_checkpoint(wendy, acme, dict(run_body, revision=1), expected=0, token=2)
     assert cp.revision == 1
     put_effect(wendy, acme, effect_body(run_id=run_body["run_id"]), token=2)
+
+
+def test_it_keeps_each_fenced_write_as_a_conflict_of_the_run(acme, wendy, run_body, clock):
+    lease(acme, wendy, run_body, "worker-1", ttl_s=5)
+    clock.advance(6)
+    lease(acme, wendy, run_body, "worker-2")  # token 2: worker-1 is now a zombie
+    with pytest.raises(Fenced):
+        put_checkpoint(wendy, acme, dict(run_body, revision=1), expected=0, token=1)
+    effect = effect_body(run_id=run_body["run_id"])
+    with pytest.raises(Fenced):
+        put_effect(wendy, acme, effect, token=1)
+    conflicts = {c.target_type: c for c in Conflict.objects.all()}
+    cp = conflicts["checkpoint"]
+    assert (cp.reason, cp.expected_revision, cp.actual_revision, cp.attempted_revision) == (
+        "fenced", 0, 0, 1)
+    assert (cp.fencing_token_sent, cp.fencing_token_current) == (1, 2)
+    assert (conflicts["effect"].reason, conflicts["effect"].actual_revision) == ("fenced", None)
+    run = Run.objects.get()
+    assert (run.unacknowledged_conflicts, run.recovery_state) == (2, "conflicted")
+    assert not Effect.objects.exists()
+    assert AuditEvent.objects.filter(action__endswith=".conflict").count() == 2
 
 
 def test_it_refuses_an_old_token_even_after_the_lease_expired(acme, wendy, run_body, clock):
