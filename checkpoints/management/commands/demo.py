@@ -45,6 +45,7 @@ ACCOUNTS = [("viewer", "viewer"), ("reviewer", "reviewer"), ("approver", "approv
             ("approver2", "approver"), ("writer", "writer"), ("admin", "admin")]
 LEASE_TTL_S = 5
 THRESHOLD_S = 10
+SWEEP_EVERY_S = 10
 
 
 def _interrupt(signum, frame):
@@ -136,8 +137,12 @@ class Command(BaseCommand):
                           log_path)
             if opts["no_serve"]:
                 return
-            self.stdout.write("Serving; press Ctrl-C to stop.")
-            server.wait()
+            self.stdout.write("Serving; press Ctrl-C to stop. The stale-run sweep runs every "
+                              f"{SWEEP_EVERY_S} s here (Celery beat's job in production).")
+            # Embedded default: no beat, so this process plays it while the demo serves.
+            while server.poll() is None:
+                time.sleep(SWEEP_EVERY_S)
+                services.sweep_stale_runs()
             raise CommandError(f"the web server exited with status {server.returncode}; "
                                f"see {log_path}")
         except KeyboardInterrupt:
