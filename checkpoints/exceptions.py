@@ -37,6 +37,13 @@ class PayloadTooLarge(DomainError):
     error = "payload_too_large"
 
 
+class UnsupportedMediaType(DomainError):
+    """A body whose Content-Type is not JSON: 415."""
+
+    status = 415
+    error = "unsupported_media_type"
+
+
 class PreconditionRequired(DomainError):
     """A PUT with neither If-Match nor If-None-Match: 428."""
 

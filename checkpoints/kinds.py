@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-KIND_RE = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z0-9_-]+)+$")
+KIND_RE = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z0-9_-]+)+\Z")
 
 STABLE, IN_FLIGHT, COMPLETED, UNSUPPORTED = "stable", "in_flight", "completed", "unsupported"
 

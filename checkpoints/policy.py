@@ -113,9 +113,9 @@ def resume_decision(facts: RunFacts, asked: dict[str, str]) -> Decision:
     """CONTRACT.md section 3, ``GET …/runs/{run_id}/resume``.
 
     Order: no checkpoint, unsupported schema, identity mismatch (each given parameter
-    must equal the run's), completed -> replay (executes nothing, always safe), approved
-    retry -> retry, unknown effect -> reject, effects in doubt -> reconcile, in flight ->
-    reject, stable -> continue.
+    must equal the run's), completed -> replay (executes nothing, always safe), effects in
+    doubt -> reconcile, approved retry -> retry, requested retry -> reject, unknown effect
+    -> reject, in flight -> reject, stable -> continue.
     """
     if not facts.phase_class:
         return Decision("reject", "no_checkpoint")
@@ -127,14 +127,16 @@ def resume_decision(facts: RunFacts, asked: dict[str, str]) -> Decision:
             return Decision("reject", "identity_mismatch")
     if facts.phase_class == "completed":
         return Decision("replay", "completed")
+    # Effects in doubt come before an approved retry: the approval is not spent on a
+    # resume that would stop at the unresolved effect anyway.
+    if facts.count("submitted", "unresolved"):
+        return Decision("reconcile", "effects_in_doubt")
     if facts.open_retry_state == "approved":
         return Decision("retry", "retry_approved", consume_retry=True)
     if facts.open_retry_state == "requested":
         return Decision("reject", "awaiting_approval")
     if facts.count("unknown"):
         return Decision("reject", "outcome_unknown")
-    if facts.count("submitted", "unresolved"):
-        return Decision("reconcile", "effects_in_doubt")
     if facts.phase_class == "in_flight":
         return Decision("reject", "in_flight")
     return Decision("continue", "stable")

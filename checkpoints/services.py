@@ -67,7 +67,7 @@ User = get_user_model()
 SYSTEM = "system"
 U64_MAX = 2**64 - 1
 U32_MAX = 2**32 - 1
-HEX64_RE = re.compile(r"^[0-9a-fA-F]{64}$")
+HEX64_RE = re.compile(r"^[0-9a-fA-F]{64}\Z")
 
 
 # --------------------------------------------------------------------------------------
@@ -356,11 +356,15 @@ def _drop_if_empty(run: Run) -> None:
 
 def _check_fence(run: Run, token: int | None, now: datetime) -> None:
     """CONTRACT.md 3: while the run holds a live lease a write must carry its current token;
-    a token other than the current one is refused whether or not the lease is live."""
+    a token other than the current one is refused whether or not the lease is live. Once
+    ownership has begun (token > 0: a lease was taken or a retry consumed) a write with no
+    token is refused too, so a zombie cannot slip past fencing by leaving the header out."""
     lease_live = bool(run.lease_owner) and run.lease_expires_at is not None and (
         run.lease_expires_at > now
     )
-    if (token is not None and token != run.fencing_token) or (token is None and lease_live):
+    if (token is not None and token != run.fencing_token) or (
+        token is None and (lease_live or run.fencing_token > 0)
+    ):
         raise Fenced(run.fencing_token, run_pk=run.pk)
 
 
@@ -931,8 +935,11 @@ def resume_decide(*, actor, tenant: Tenant, run_id: uuid.UUID, asked: dict[str, 
             run.fencing_token += 1
             run.lease_owner = ""
             run.lease_expires_at = None
+            # The retrying runtime gets a fresh ambiguity window to lease and write in,
+            # so the sweep does not call the run abandoned the moment it is handed over.
+            run.last_write_at = now
             run.save(update_fields=["fencing_token", "lease_owner", "lease_expires_at",
-                                    "updated_at"])
+                                    "last_write_at", "updated_at"])
             RetryRequest.objects.filter(pk=retry.pk).update(
                 state=RetryState.CONSUMED, consumed_at=now, consumed_fencing_token=run.fencing_token)
             Effect.objects.filter(run=run, state__in=["unknown", "not_executed"]).update(
@@ -963,20 +970,32 @@ def _get_run(tenant: Tenant, run_id) -> Run:
     return run
 
 
+RETRYABLE_STATES = frozenset({"ambiguous", "unknown_outcome"})
+
+
 def retry_request(*, actor, tenant: Tenant, run_id: uuid.UUID, reason: str) -> RetryRequest:
     """A reviewer asks for a retry of an in-doubt run; a different approver must decide.
 
-    Raises ``InvalidTransition`` (422) when the run is completed or a request is already
-    open, ``ReasonRequired`` (400), ``NotFound``/``Forbidden``.
+    Raises ``InvalidTransition`` (422) unless the run is ``ambiguous`` or
+    ``unknown_outcome`` with no effect ``submitted``/``unresolved`` and no open request;
+    ``ReasonRequired`` (400), ``NotFound``/``Forbidden``.
     """
     require(actor, tenant, roles.REVIEW)
     reason = _require_reason(reason)
     with transaction.atomic():
         run = _get_run(tenant, run_id)
-        if run.recovery_state == "completed":
-            raise InvalidTransition("run: a completed run has nothing to retry")
         if RetryRequest.objects.filter(run=run, state__in=["requested", "approved"]).exists():
             raise InvalidTransition("run: a retry request is already open")
+        # A retry fences the current owner, so it is offered only for runs a human must
+        # decide; and never over an effect still in doubt, which reconciliation (or
+        # "mark unknown") must settle first, or the approval would be spent on it.
+        if run.recovery_state not in RETRYABLE_STATES:
+            raise InvalidTransition(
+                f"run: a retry is for ambiguous or unknown-outcome runs; this run is "
+                f"{run.recovery_state}")
+        if Effect.objects.filter(run=run, state__in=["submitted", "unresolved"]).exists():
+            raise InvalidTransition(
+                "run: an effect is still in doubt; reconcile it or mark it unknown first")
         retry = RetryRequest.objects.create(tenant=tenant, run=run, requested_by=actor,
                                             reason=reason)
         before = run.recovery_state

@@ -235,6 +235,9 @@ LOGGING = {
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": env("LOG_LEVEL") or "WARNING"},
+    # Django's own "django" logger has a console handler too: let it go through root only,
+    # so that each warning prints once.
+    "loggers": {"django": {"handlers": [], "level": "INFO", "propagate": True}},
 }
 
 if "pytest" in sys.modules or env_bool("RECOVERY_FAST_HASHER", False):

@@ -63,3 +63,22 @@ def walk_effect(writer, tenant, body: dict, *states, token=None):
         effect = put_effect(writer, tenant, dict(body, revision=i, state=state, receipt=receipt),
                             expected=i - 1, token=token)
     return effect
+
+
+def sweep_later(hours: float = 1):
+    """Run the stale-run sweep as if ``hours`` had passed: quiet in-flight runs become
+    ambiguous and their submitted effects unresolved (what beat does in production)."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    return services.sweep_stale_runs(now=timezone.now() + timedelta(hours=hours))
+
+
+def ambiguous_run(writer, tenant, body: dict | None = None):
+    """Write an in-flight checkpoint with no lease and sweep: the run is ``ambiguous`` and
+    a reviewer may request a retry. Returns the run id (UUID)."""
+    body = body or envelope(payload={"phase": "charging", "order_id": "A-1042"})
+    put_checkpoint(writer, tenant, body)
+    sweep_later()
+    return uuid.UUID(body["run_id"])

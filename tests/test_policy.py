@@ -142,6 +142,9 @@ RESUME_CASES = [
     (dict(effect_states={"submitted": 1}), {}, "reconcile", "effects_in_doubt"),
     (dict(effect_states={"unresolved": 1}, phase_class="in_flight"), {}, "reconcile",
      "effects_in_doubt"),
+    # An approval is not spent while an effect is still in doubt: reconcile first.
+    (dict(open_retry_state="approved", phase_class="in_flight",
+          effect_states={"unresolved": 1}), {}, "reconcile", "effects_in_doubt"),
     (dict(phase_class="in_flight"), {}, "reject", "in_flight"),
     (dict(), {}, "continue", "stable"),
     (dict(), {"agent": "refund-assistant", "model": "openai/gpt-4.1-mini"}, "continue",

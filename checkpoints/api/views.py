@@ -41,6 +41,7 @@ from ..exceptions import (
     PayloadTooLarge,
     PreconditionRequired,
     ReasonRequired,
+    UnsupportedMediaType,
 )
 from ..jsonparse import loads_object
 from ..models import MAX_REVISION, Tenant
@@ -52,9 +53,9 @@ from . import serializers as s
 # Request helpers
 # --------------------------------------------------------------------------------------
 
-_STRONG_ETAG_RE = re.compile(r'^"(0|[1-9][0-9]{0,18})"$')
-_UINT_RE = re.compile(r"^(0|[1-9][0-9]{0,18})$")
-_PK_RE = re.compile(r"^[1-9][0-9]{0,17}$")
+_STRONG_ETAG_RE = re.compile(r'^"(0|[1-9][0-9]{0,18})"\Z')
+_UINT_RE = re.compile(r"^(0|[1-9][0-9]{0,18})\Z")
+_PK_RE = re.compile(r"^[1-9][0-9]{0,17}\Z")
 
 
 class _NoParse(BaseParser):
@@ -94,6 +95,9 @@ def read_object(request: Request, *, empty_ok: bool = False) -> dict:
         raise PayloadTooLarge(f"body: larger than {limit} bytes")
     if empty_ok and not raw.strip():
         return {}
+    media_type = (raw_request.META.get("CONTENT_TYPE") or "").split(";")[0].strip().lower()
+    if media_type and media_type != "application/json" and not media_type.endswith("+json"):
+        raise UnsupportedMediaType(f"Content-Type: {media_type} is not application/json")
     return loads_object(raw)
 
 

@@ -41,14 +41,21 @@ class Unit:
 def plan(n: int, seed: int, tenants: tuple[str, ...] = ("acme", "globex")) -> list[Unit]:
     """About ``n`` worker processes: 1/9 of them in race pairs, 40% of the rest killed at
     a random boundary, the others finishing; 60% orders, 40% agent turns; 1 in 5 on the
-    second tenant. Same ``seed``, same plan."""
+    second tenant. Same ``seed``, same plan.
+
+    Whatever the seed, the first tenant always gets one order killed at each boundary and
+    one agent killed after its CRM call, so the README's walk-through is always there.
+    """
     rng = random.Random(seed)
     units: list[Unit] = []
     pairs = max(1, n // 9)
     singles = max(0, n - 2 * pairs)
+    guaranteed = [("order", b) for b in BOUNDARIES] + [("agent", "after_call")]
     for i in range(singles + pairs):
         tenant = tenants[1] if len(tenants) > 1 and rng.random() < 0.2 else tenants[0]
         shape = "order" if rng.random() < 0.6 else "agent"
+        if i < len(guaranteed) and i < singles:
+            tenant, shape = tenants[0], guaranteed[i][0]
         base = ["--tenant", tenant, "--shape", shape, "--run-id", str(uuid.uuid4()),
                 "--checkpoint-id", str(uuid.uuid4()), "--order-id", f"A-{1001 + i}",
                 "--amount-cents", str(rng.choice([1299, 2599, 4999, 8900, 15000]))]
@@ -57,6 +64,9 @@ def plan(n: int, seed: int, tenants: tuple[str, ...] = ("acme", "globex")) -> li
             race_dir = os.path.join(tempfile.gettempdir(), f"recovery-race-{uuid.uuid4().hex}")
             race = [*base, "--race-dir", race_dir, "--race-parties", "2"]
             units.append(Unit(tenant, shape, "race", [race, race], setup=[*base, "--create-only"]))
+        elif i < len(guaranteed):
+            boundary = guaranteed[i][1]
+            units.append(Unit(tenant, shape, f"die {boundary}", [[*base, "--die-at", boundary]]))
         elif rng.random() < 0.4:
             boundary = rng.choice(BOUNDARIES)
             units.append(Unit(tenant, shape, f"die {boundary}", [[*base, "--die-at", boundary]]))

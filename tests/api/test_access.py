@@ -13,14 +13,15 @@ from rest_framework.test import APIClient
 
 from checkpoints.models import Checkpoint
 from tests.api.apihelpers import new_checkpoint, post, put_cp, snapshot, url, walk
-from tests.helpers import effect_body, envelope
+from tests.helpers import effect_body, envelope, sweep_later
 
 
 @dataclass
 class World:
-    """acme objects: run ``rid`` (checkpoint ``cid`` in flight, effect ``eid`` submitted, a
-    conflict, retry request ``retry`` by rita) and run ``rid2`` (stable, effect ``eid2``
-    submitted, nothing open)."""
+    """acme objects: run ``rid`` (checkpoint ``cid`` in flight, a conflict, retry request
+    ``retry`` by rita, then effect ``eid`` submitted), run ``rid2`` (stable, effect ``eid2``
+    unresolved after the sweep, nothing open) and run ``rid3`` (in flight, owner gone:
+    ambiguous with no effect, so a retry may be requested)."""
 
     rid: str
     cid: str
@@ -28,6 +29,7 @@ class World:
     retry: int
     rid2: str
     eid2: str
+    rid3: str
 
 
 @pytest.fixture
@@ -35,13 +37,18 @@ def world(api_as, wendy, rita, acme) -> World:
     w = api_as(wendy)
     cp = new_checkpoint(w, "acme", payload={"phase": "charging"})
     put_cp(w, "acme", cp, create=True)  # refused: a conflict on the run
+    sweep_later()  # its owner is gone: ambiguous, so rita may ask for a retry
+    retry = post(api_as(rita), "acme", f"runs/{cp['run_id']}/retry-requests", {"reason": "x"})
+    assert retry.status_code == 201, retry.content
     fx = effect_body(run_id=cp["run_id"])
     walk(w, "acme", fx, "submitted")
-    retry = post(api_as(rita), "acme", f"runs/{cp['run_id']}/retry-requests", {"reason": "x"})
     cp2 = new_checkpoint(w, "acme")
     fx2 = effect_body(run_id=cp2["run_id"], operation_key="charge:B")
     walk(w, "acme", fx2, "submitted")
-    return World(cp["run_id"], cp["id"], fx["id"], retry.json()["id"], cp2["run_id"], fx2["id"])
+    cp3 = new_checkpoint(w, "acme", payload={"phase": "charging"})
+    sweep_later()
+    return World(cp["run_id"], cp["id"], fx["id"], retry.json()["id"], cp2["run_id"], fx2["id"],
+                 cp3["run_id"])
 
 
 # name -> (method, path, body builder or None, headers, success status)
@@ -71,7 +78,7 @@ OPS = {
     "run_get": ("get", "runs/{rid}", None, {}, 200),
     "run_lease": ("post", "runs/{rid2}/lease", {"owner": "w9", "ttl_s": 30}, {}, 200),
     "run_resume": ("get", "runs/{rid2}/resume", None, {}, 200),
-    "retry_request": ("post", "runs/{rid2}/retry-requests", REASON, {}, 201),
+    "retry_request": ("post", "runs/{rid3}/retry-requests", REASON, {}, 201),
     "retry_approve": ("post", "retry-requests/{retry}/approve", REASON, {}, 200),
     "retry_reject": ("post", "retry-requests/{retry}/reject", REASON, {}, 200),
     "run_reconcile": ("post", "runs/{rid2}/reconcile", REASON, {}, 202),
@@ -113,7 +120,7 @@ def call(client, tenant: str, name: str, wd: World, *, ids: dict | None = None):
 def test_it_answers_404_on_every_path_to_another_tenants_account_and_changes_nothing(
         request, api_as, world, who):
     client = api_as(request.getfixturevalue(who))
-    missing = {k: str(uuid.uuid4()) for k in ("rid", "cid", "eid", "rid2", "eid2")}
+    missing = {k: str(uuid.uuid4()) for k in ("rid", "cid", "eid", "rid2", "eid2", "rid3")}
     missing["retry"] = 987654
     before = snapshot()
     for name in OPS:

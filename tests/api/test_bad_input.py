@@ -55,15 +55,16 @@ CASES = {
     "kind-uppercase": (body_text(kind='"Acme.Order"'), "kind"),
     "kind-no-namespace": (body_text(kind='"acme"'), "kind"),
     "kind-not-string": (body_text(kind="7"), "kind"),
+    "kind-trailing-newline": (body_text(kind='"acme.order\\n"'), "kind"),
     "schema-version-float": (body_text(schema_version="1.5"), "schema_version"),
     "unknown-field": (body_text(extra="1"), "extra"),
     "nul-in-value": (body_text(payload='{"phase": "ready", "note": "a\\u0000b"}'), "body.payload.note"),
     "nul-in-key": (body_text(payload='{"phase": "ready", "a\\u0000": 1}'), "body.payload"),
     "nul-in-kind": (body_text(kind='"acme.order\\u0000"'), "body.kind"),
-    "nan": (body_text(payload='{"phase": "ready", "x": NaN}'), "body"),
+    "nan": (body_text(payload='{"phase": "ready", "x": NaN}'), "body.payload.x"),
     "infinity": (body_text(payload='{"phase": "ready", "x": Infinity}'), "body"),
     "minus-infinity": (body_text(payload='{"phase": "ready", "x": -Infinity}'), "body"),
-    "overflow-1e400": (body_text(payload='{"phase": "ready", "x": 1e400}'), "body"),
+    "overflow-1e400": (body_text(payload='{"phase": "ready", "x": 1e400}'), "body.payload.x"),
     "overflow-minus-1e400": (body_text(payload='{"phase": "ready", "x": -1e400}'), "body"),
     "nesting-65": (body_text(payload=nested(65)), "body"),
     "nesting-100000": (body_text(payload=nested(100000)), "body"),
@@ -172,3 +173,24 @@ def test_it_refuses_bad_effect_fields_naming_them(w, acme, field, value):
     r = put_fx(w, "acme", raw, create=True, headers={"url_id": body["id"]})
     assert r.status_code == 400 and r.json()["detail"].startswith(field), r.content
     assert _counts() == before
+
+
+@pytest.mark.parametrize("fingerprint", ["a" * 64 + "\n", "a" * 63, "g" * 64, "a" * 65])
+def test_it_refuses_a_fingerprint_that_is_not_exactly_64_hex_digits(w, fingerprint):
+    before = _counts()
+    r = put_fx(w, "acme", effect_body(fingerprint=fingerprint), create=True)
+    assert r.status_code == 400
+    assert r.json()["detail"].startswith("request_fingerprint")
+    assert _counts() == before
+
+
+def test_it_answers_415_for_a_body_that_is_not_json(w):
+    before = _counts()
+    r = w.put(f"/api/v1/tenants/acme/checkpoints/{CID}", data=body_text(),
+              content_type="text/plain", HTTP_IF_NONE_MATCH="*")
+    assert r.status_code == 415
+    assert r.json()["error"] == "unsupported_media_type"
+    assert _counts() == before
+    r = w.put(f"/api/v1/tenants/acme/checkpoints/{CID}", data=body_text(),
+              content_type="application/json; charset=utf-8", HTTP_IF_NONE_MATCH="*")
+    assert r.status_code == 201

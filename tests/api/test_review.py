@@ -7,7 +7,7 @@ import pytest
 from checkpoints import services
 from checkpoints.models import AuditEvent, Checkpoint, Conflict, Effect, RetryRequest, Run
 from tests.api.apihelpers import get, new_checkpoint, post, put_cp, snapshot, walk
-from tests.helpers import effect_body
+from tests.helpers import effect_body, sweep_later
 
 AUDIT_KEYS = {"id", "created_at", "actor", "action", "target_type", "target_id", "run_id",
               "reason", "before", "after"}
@@ -25,6 +25,15 @@ def in_doubt(w, acme):
     fx = effect_body(run_id=rid)
     walk(w, "acme", fx, "submitted")
     return rid, fx["id"]
+
+
+@pytest.fixture
+def retryable(w, acme):
+    """A run a reviewer may retry: in flight, owner gone (swept ambiguous), no effect in
+    doubt. Returns its run id."""
+    rid = new_checkpoint(w, "acme", payload={"phase": "charging"})["run_id"]
+    sweep_later()
+    return rid
 
 
 @pytest.mark.parametrize("path", ["runs/{rid}/retry-requests", "effects/{eid}/mark-unknown",
@@ -49,8 +58,8 @@ def test_it_refuses_a_bad_reason_body_naming_the_field(api_as, rita, in_doubt, b
     assert not RetryRequest.objects.exists()
 
 
-def test_it_requests_and_approves_a_retry_with_four_eyes(api_as, rita, april, in_doubt):
-    rid, _ = in_doubt
+def test_it_requests_and_approves_a_retry_with_four_eyes(api_as, rita, april, retryable):
+    rid = retryable
     r = post(api_as(rita), "acme", f"runs/{rid}/retry-requests", {"reason": "customer asked"})
     assert r.status_code == 201
     retry = r.json()
@@ -66,8 +75,8 @@ def test_it_requests_and_approves_a_retry_with_four_eyes(api_as, rita, april, in
     assert r.status_code == 422 and r.json()["error"] == "invalid_transition"
 
 
-def test_it_forbids_the_requester_to_decide_their_own_retry(api_as, adam, in_doubt):
-    rid, _ = in_doubt
+def test_it_forbids_the_requester_to_decide_their_own_retry(api_as, adam, retryable):
+    rid = retryable
     retry = post(api_as(adam), "acme", f"runs/{rid}/retry-requests", {"reason": "x"}).json()
     before = snapshot()
     for verb in ("approve", "reject"):
@@ -76,8 +85,8 @@ def test_it_forbids_the_requester_to_decide_their_own_retry(api_as, adam, in_dou
     assert snapshot() == before
 
 
-def test_it_rejects_a_retry_and_answers_404_for_an_unknown_one(api_as, rita, april, in_doubt):
-    rid, _ = in_doubt
+def test_it_rejects_a_retry_and_answers_404_for_an_unknown_one(api_as, rita, april, retryable):
+    rid = retryable
     retry = post(api_as(rita), "acme", f"runs/{rid}/retry-requests", {"reason": "x"}).json()
     r = post(api_as(april), "acme", f"retry-requests/{retry['id']}/reject", {"reason": "no"})
     assert r.status_code == 200 and r.json()["state"] == "rejected"
@@ -86,8 +95,18 @@ def test_it_rejects_a_retry_and_answers_404_for_an_unknown_one(api_as, rita, apr
                     {"reason": "x"}).status_code == 404
 
 
-def test_it_answers_422_for_a_second_open_retry_request(api_as, rita, in_doubt):
+def test_it_refuses_a_retry_while_an_effect_is_in_doubt(api_as, rita, in_doubt):
     rid, _ = in_doubt
+    sweep_later()  # ambiguous now, but its charge is unresolved: reconcile first
+    assert Run.objects.get(run_id=rid).recovery_state == "ambiguous"
+    before = snapshot()
+    r = post(api_as(rita), "acme", f"runs/{rid}/retry-requests", {"reason": "x"})
+    assert r.status_code == 422 and "reconcile" in r.json()["detail"]
+    assert snapshot() == before
+
+
+def test_it_answers_422_for_a_second_open_retry_request(api_as, rita, retryable):
+    rid = retryable
     assert post(api_as(rita), "acme", f"runs/{rid}/retry-requests",
                 {"reason": "x"}).status_code == 201
     r = post(api_as(rita), "acme", f"runs/{rid}/retry-requests", {"reason": "again"})
@@ -135,8 +154,8 @@ def test_it_acknowledges_conflicts(w, api_as, rita, acme):
     assert Conflict.objects.get().acknowledged_by.username == "rita"
 
 
-def test_it_lists_audit_events_exactly_as_the_contract_reads_them(api_as, rita, vic, in_doubt):
-    rid, _ = in_doubt
+def test_it_lists_audit_events_exactly_as_the_contract_reads_them(api_as, rita, vic, retryable):
+    rid = retryable
     post(api_as(rita), "acme", f"runs/{rid}/retry-requests", {"reason": "why not"})
     r = get(api_as(vic), "acme", "audit-events", run=rid, actor="rita", action="retry.request")
     assert r.status_code == 200
@@ -172,10 +191,11 @@ def test_it_reports_tenant_numbers(api_as, vic, in_doubt):
 
 @pytest.mark.parametrize("action", ["retry", "mark-unknown", "acknowledge", "checkpoint"])
 def test_it_writes_the_audit_event_in_the_same_transaction_as_the_action(
-        monkeypatch, w, api_as, rita, in_doubt, action):
+        monkeypatch, w, api_as, rita, in_doubt, retryable, action):
     """If the audit write fails, the action itself is rolled back."""
     rid, eid = in_doubt
     before = snapshot()
+    checkpoints = Checkpoint.objects.count()
 
     def broken_audit(**kwargs):
         raise RuntimeError("audit store down")
@@ -184,7 +204,7 @@ def test_it_writes_the_audit_event_in_the_same_transaction_as_the_action(
     client = api_as(rita)
     with pytest.raises(RuntimeError):
         if action == "retry":
-            post(client, "acme", f"runs/{rid}/retry-requests", {"reason": "x"})
+            post(client, "acme", f"runs/{retryable}/retry-requests", {"reason": "x"})
         elif action == "mark-unknown":
             post(client, "acme", f"effects/{eid}/mark-unknown", {"reason": "x"})
         elif action == "acknowledge":
@@ -193,4 +213,4 @@ def test_it_writes_the_audit_event_in_the_same_transaction_as_the_action(
             new_checkpoint(w, "acme")
     assert snapshot() == before
     assert not RetryRequest.objects.exists()
-    assert Checkpoint.objects.count() == 1
+    assert Checkpoint.objects.count() == checkpoints

@@ -72,6 +72,8 @@ def test_it_shows_a_run_with_checkpoints_effects_and_open_review_items(w, api_as
     put_cp(w, "acme", dict(body, revision=1), match=0)  # refused: a conflict
     fx = effect_body(run_id=rid)
     walk(w, "acme", fx, "submitted")
+    assert post(api_as(rita), "acme", f"effects/{fx['id']}/mark-unknown",
+                {"reason": "no lookup"}).status_code == 200
     assert post(api_as(rita), "acme", f"runs/{rid}/retry-requests",
                 {"reason": "stuck"}).status_code == 201
     r = get(api_as(rita), "acme", f"runs/{rid}")

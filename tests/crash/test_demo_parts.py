@@ -77,6 +77,15 @@ def test_it_plans_the_same_mix_for_the_same_seed():
     assert sum(len(u.commands) for u in a) == 36
 
 
+@pytest.mark.parametrize("seed", [1, 7, 1982])
+def test_it_always_gives_the_first_tenant_the_readme_walk_through(seed):
+    """Whatever the seed: one acme order killed at each boundary, one agent after its call."""
+    kills = {(u.tenant, u.shape, u.label) for u in plan(36, seed=seed)}
+    for boundary in ("after_intent", "after_submitted", "after_call", "after_confirmed"):
+        assert ("acme", "order", f"die {boundary}") in kills
+    assert ("acme", "agent", "die after_call") in kills
+
+
 @pytest.mark.django_db
 def test_it_sets_the_demo_tenants_ambiguity_threshold_audited_and_admin_only(acme, adam, rita):
     from checkpoints import services

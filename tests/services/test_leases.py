@@ -105,8 +105,12 @@ def test_it_refuses_an_old_token_even_after_the_lease_expired(acme, wendy, run_b
     clock.advance(6)
     with pytest.raises(Fenced):
         put_checkpoint(wendy, acme, dict(run_body, revision=1), expected=0, token=1)
-    # Without a live lease a write with no token is accepted.
-    assert put_checkpoint(wendy, acme, dict(run_body, revision=1), expected=0).revision == 1
+    # Once the run has had an owner, leaving the token out is refused too (a zombie
+    # cannot slip past the fence by omitting the header); the current token is accepted.
+    with pytest.raises(Fenced):
+        put_checkpoint(wendy, acme, dict(run_body, revision=1), expected=0)
+    assert put_checkpoint(wendy, acme, dict(run_body, revision=1), expected=0,
+                          token=2).revision == 1
 
 
 @pytest.mark.parametrize(("owner", "ttl_s", "field"), [

@@ -10,7 +10,14 @@ import pytest
 from checkpoints import services
 from checkpoints.exceptions import Fenced, Forbidden, NotFound
 from checkpoints.models import AuditEvent, RetryRequest, Run
-from tests.helpers import effect_body, envelope, put_checkpoint, put_effect, walk_effect
+from tests.helpers import (
+    effect_body,
+    envelope,
+    put_checkpoint,
+    put_effect,
+    sweep_later,
+    walk_effect,
+)
 
 AGENT = {"execution_id": "x", "agent": "refund-assistant",
          "model": {"provider": "openai", "name": "gpt-4.1-mini"}, "transcript": [],
@@ -92,7 +99,8 @@ def test_it_rejects_an_unknown_outcome_until_a_human_decides(acme, wendy, rita, 
 def test_it_consumes_an_approved_retry_once_and_fences_the_old_owner(acme, wendy, rita, april):
     body, _ = _checkpoint(acme, wendy, "charging")
     run_id = uuid.UUID(body["run_id"])
-    services.lease_acquire(actor=wendy, tenant=acme, run_id=run_id, owner="w1", ttl_s=600)
+    services.lease_acquire(actor=wendy, tenant=acme, run_id=run_id, owner="w1", ttl_s=1)
+    sweep_later()  # w1 went quiet: its lease expired, the run is ambiguous
     retry = services.retry_request(actor=rita, tenant=acme, run_id=run_id, reason="stuck")
     services.retry_approve(actor=april, tenant=acme, retry_id=retry.pk, reason="ok")
     decision = resume(acme, wendy, body)
@@ -106,6 +114,9 @@ def test_it_consumes_an_approved_retry_once_and_fences_the_old_owner(acme, wendy
     # The old owner's token is refused; the second call is no longer a retry.
     with pytest.raises(Fenced):
         put_checkpoint(wendy, acme, dict(body, revision=1), expected=0, token=1)
+    with pytest.raises(Fenced):  # leaving the header out does not get past the fence
+        put_checkpoint(wendy, acme, dict(body, revision=1), expected=0)
+    assert put_checkpoint(wendy, acme, dict(body, revision=1), expected=0, token=2).revision == 1
     assert resume(acme, wendy, body)["action"] == "reject"
     assert RetryRequest.objects.get().state == "consumed"
 

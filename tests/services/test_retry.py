@@ -10,15 +10,20 @@ from django.db import IntegrityError, connection, transaction
 
 from checkpoints import services
 from checkpoints.exceptions import Forbidden, InvalidTransition, NotFound, ReasonRequired
-from checkpoints.models import AuditEvent, RetryRequest, Run
-from tests.helpers import envelope, put_checkpoint
+from checkpoints.models import AuditEvent, Effect, RetryRequest, Run
+from tests.helpers import (
+    ambiguous_run,
+    effect_body,
+    envelope,
+    put_checkpoint,
+    sweep_later,
+    walk_effect,
+)
 
 
 @pytest.fixture
 def run_id(acme, wendy):
-    body = envelope(payload={"phase": "charging"})
-    put_checkpoint(wendy, acme, body)
-    return uuid.UUID(body["run_id"])
+    return ambiguous_run(wendy, acme)
 
 
 def test_it_walks_requested_then_approved(acme, rita, april, run_id):
@@ -43,8 +48,42 @@ def test_it_rejects_and_closes_the_request(acme, rita, april, run_id):
     assert Run.objects.get().recovery_state != "awaiting_approval"
     with pytest.raises(InvalidTransition):
         services.retry_approve(actor=april, tenant=acme, retry_id=retry.pk, reason="changed mind")
-    # A new request may be opened after a decision.
+    # A new request may be opened after a decision (once the run is ambiguous again).
+    sweep_later()
     services.retry_request(actor=rita, tenant=acme, run_id=run_id, reason="again")
+
+
+def test_it_refuses_a_retry_of_a_run_that_needs_no_human(acme, wendy, rita):
+    """A retry fences the owner, so a healthy run with a live worker is never retried."""
+    body = envelope(payload={"phase": "charging"})
+    put_checkpoint(wendy, acme, body)
+    services.lease_acquire(actor=wendy, tenant=acme, run_id=uuid.UUID(body["run_id"]),
+                           owner="live-worker", ttl_s=300)
+    with pytest.raises(InvalidTransition) as exc:
+        services.retry_request(actor=rita, tenant=acme, run_id=uuid.UUID(body["run_id"]),
+                               reason="just because")
+    assert "healthy" in exc.value.detail
+    assert not RetryRequest.objects.exists()
+
+
+def test_it_refuses_a_retry_while_an_effect_is_in_doubt(acme, wendy, rita):
+    """Reconcile (or mark unknown) first, else the approval would be spent on a resume
+    that must stop at the unresolved effect."""
+    body = envelope(payload={"phase": "charging"})
+    put_checkpoint(wendy, acme, body)
+    walk_effect(wendy, acme, effect_body(run_id=body["run_id"]), "submitted")
+    sweep_later()
+    assert Run.objects.get().recovery_state == "ambiguous"
+    with pytest.raises(InvalidTransition) as exc:
+        services.retry_request(actor=rita, tenant=acme, run_id=uuid.UUID(body["run_id"]),
+                               reason="retry it")
+    assert "reconcile" in exc.value.detail
+    effect = Effect.objects.get()
+    services.effect_mark_unknown(actor=rita, tenant=acme, effect_id=effect.effect_id,
+                                 reason="no lookup")
+    retry = services.retry_request(actor=rita, tenant=acme, run_id=uuid.UUID(body["run_id"]),
+                                   reason="accept a possible duplicate")
+    assert retry.state == "requested"
 
 
 def test_it_refuses_the_requester_as_approver_even_with_both_rights(acme, adam, april, run_id):
