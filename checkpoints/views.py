@@ -34,6 +34,7 @@ from django_htmx.http import HttpResponseClientRedirect, reswap, retarget, trigg
 from . import kinds, roles, selectors, services
 from .exceptions import DomainError, InvalidPayload, ReasonRequired
 from .forms import (
+    DEFAULT_TAB,
     INBOX_TABS,
     AuditFilterForm,
     DiffForm,
@@ -46,8 +47,12 @@ from .models import Tenant
 from .permissions import access_tenant, role_names, tenant_perms
 
 AUDIT_CHANGED = "audit-changed"
-_SAFE_ID = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,80}$")
+_SAFE_ID = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,80}\Z")
 IN_DOUBT = {"submitted", "unresolved"}
+#: Effect states nothing more is to be learnt about (``planned`` was never sent).
+SETTLED = {"planned", "confirmed", "failed", "not_executed"}
+AWAITING = "awaiting_approval"
+TAB_STATES = {s.value for s in INBOX_TABS}
 #: Suggestions for the audit log's action filter (what ``services`` writes).
 AUDIT_ACTIONS = (
     "retry.request", "retry.approve", "retry.reject", "retry.consume", "effect.mark_unknown",
@@ -106,7 +111,13 @@ def domain_errors(view: Callable) -> Callable:
 
 
 def _message(exc: DomainError) -> str:
-    """One human sentence for an error; the detail names the field where there is one."""
+    """One human sentence for an error; the detail names the field where there is one.
+
+    A 404 says the same for "no such object" and "not yours to know about" (CONTRACT.md 3).
+    """
+    if exc.status == 404:
+        return ("We could not find that. It may not exist, or it belongs to a tenant "
+                "where you have no role.")
     if exc.detail:
         return exc.detail
     readable = {
@@ -168,14 +179,16 @@ def _inbox_context(request: HttpRequest, tenant: Tenant) -> dict:
     if not form.is_valid():
         raise InvalidPayload(first_error(form))
     data = form.cleaned_data
+    counts = selectors.state_counts(tenant=tenant)
     state = data["state"]
+    if not request.GET.get("state"):
+        state = _default_tab(request, tenant, counts)
     filters = selectors.RunFilters(
         recovery_state=None if state == "all" else state,
         kind=data["kind"] or None, subject=data["subject"] or None, age_s_min=data["age"],
     )
     rows, next_cursor = selectors.run_list(user=request.user, tenant=tenant, filters=filters,
                                            cursor=data["cursor"] or None, limit=50)
-    counts = selectors.state_counts(tenant=tenant)
     query = {k: v for k, v in (("kind", data["kind"]), ("subject", data["subject"]),
                                ("age", request.GET.get("age", ""))) if v}
     return {
@@ -190,6 +203,16 @@ def _inbox_context(request: HttpRequest, tenant: Tenant) -> dict:
         "known_kinds": list(kinds.registered()),
         "age_choices": form.fields["age"].choices,
     }
+
+
+def _default_tab(request: HttpRequest, tenant: Tenant, counts: dict[str, int]) -> str:
+    """An approver (may approve, may not review) starts on "awaiting approval" when that
+    tab has runs; everyone else on ``DEFAULT_TAB`` ("ambiguous")."""
+    perms = tenant_perms(request.user, tenant)
+    approver_only = roles.APPROVE in perms and roles.REVIEW not in perms
+    if approver_only and counts.get(AWAITING, 0):
+        return AWAITING
+    return DEFAULT_TAB
 
 
 @require_GET
@@ -221,6 +244,61 @@ def run_counts(request: HttpRequest, slug: str) -> HttpResponse:
 # Run page
 # --------------------------------------------------------------------------------------
 
+def _service_names(effects) -> str:
+    return ", ".join(sorted({e.service for e in effects}))
+
+
+def _next_step(detail: selectors.RunDetail, open_retry) -> str:
+    """One short hint at the top of the run page, from the run's state (presentation only:
+    the services decide what is allowed)."""
+    run, effects = detail.run, detail.effects
+    state = run.recovery_state
+    in_doubt = [e for e in effects if e.state in IN_DOUBT]
+    unknown = [e for e in effects if e.state == "unknown"]
+    if state == "schema_mismatch":
+        return f"Schema mismatch: {run.recovery_reason or 'unsupported kind or schema version'}"
+    if state == AWAITING and open_retry is not None:
+        return f"Waiting for an approver other than {open_retry.requested_by.get_username()}"
+    if state == "retry_approved":
+        return "Approved: the runtime's next resume call will retry"
+    if in_doubt and state in services.RETRYABLE_STATES:
+        return f"Reconcile first: ask {_service_names(in_doubt)} by operation key"
+    if unknown and open_retry is None:
+        e = unknown[0]
+        more = f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""
+        return (f"Nobody can tell whether {e.service} ran {e.operation_key}{more}: request a "
+                f"retry (accepts a possible duplicate) or leave it")
+    if (state == "ambiguous" and run.phase_class == "in_flight" and open_retry is None
+            and all(e.state in SETTLED for e in effects)):
+        if not effects:
+            return "No side effect was recorded; a retry re-runs the step"
+        return ("Every recorded effect is settled; a retry re-runs the step and replays "
+                "confirmed receipts (no second charge)")
+    if state == "conflicted":
+        return "Refused writes to acknowledge"
+    return ""
+
+
+def _retry_blocked(run, open_retry, in_doubt: bool) -> str:
+    """Why "Request retry" is not offered (mirrors ``services.retry_request``'s refusals)."""
+    if open_retry is not None:
+        waits = "an approver" if open_retry.state == "requested" else "the runtime's resume"
+        return f"No new retry: request #{open_retry.pk} is open and awaits {waits}."
+    if run.recovery_state not in services.RETRYABLE_STATES:
+        return (f"No retry: it is for ambiguous or unknown-outcome runs, and this one is "
+                f"{run.recovery_state.replace('_', ' ')}.")
+    if in_doubt:
+        return "No retry yet: an effect is still in doubt (reconcile or mark it unknown first)."
+    return ""
+
+
+def _back_link(run) -> tuple[str, str]:
+    """The run page's back link: the inbox tab of the run's current state."""
+    if run.recovery_state in TAB_STATES:
+        return f"?state={run.recovery_state}", f"{run.recovery_state.replace('_', ' ')} runs"
+    return "", "inbox"
+
+
 def _run_context(request: HttpRequest, tenant: Tenant, run_id, **extra) -> dict:
     """Everything the run page shows, with the action flags the viewer's role allows."""
     detail = selectors.run_detail(user=request.user, tenant=tenant, run_id=run_id)
@@ -228,6 +306,7 @@ def _run_context(request: HttpRequest, tenant: Tenant, run_id, **extra) -> dict:
     user = request.user
     open_retry = next((r for r in detail.retry_requests
                        if r.state in {"requested", "approved"}), None)
+    any_in_doubt = any(e.state in IN_DOUBT for e in detail.effects)
     effects = [
         {"effect": e, "history": detail.effect_history.get(e.pk, []),
          "can_mark_unknown": context["can_review"] and e.state in IN_DOUBT}
@@ -243,6 +322,8 @@ def _run_context(request: HttpRequest, tenant: Tenant, run_id, **extra) -> dict:
         for r in detail.retry_requests
     ]
     open_conflicts = sum(1 for c in detail.conflicts if c.acknowledged_at is None)
+    retry_blocked = _retry_blocked(detail.run, open_retry, any_in_doubt)
+    back_query, back_label = _back_link(detail.run)
     context.update(
         run=detail.run,
         checkpoints=checkpoints,
@@ -251,10 +332,13 @@ def _run_context(request: HttpRequest, tenant: Tenant, run_id, **extra) -> dict:
         open_conflicts=open_conflicts,
         retries=retries,
         audit=detail.audit,
-        can_request_retry=(context["can_review"] and open_retry is None
-                           and detail.run.recovery_state != "completed"),
-        can_reconcile=context["can_review"] and any(e.state in IN_DOUBT for e in detail.effects),
+        next_step=_next_step(detail, open_retry),
+        can_request_retry=context["can_review"] and not retry_blocked,
+        retry_blocked=retry_blocked if context["can_review"] else "",
+        can_reconcile=context["can_review"] and any_in_doubt,
         can_acknowledge=context["can_review"] and open_conflicts > 0,
+        back_query=back_query,
+        back_label=back_label,
         revealed=None,
         notice="",
     )
@@ -350,13 +434,20 @@ def effect_mark_unknown(request: HttpRequest, slug: str, effect_id: str) -> Http
 @require_POST
 @dashboard
 def run_reconcile(request: HttpRequest, slug: str, run_id: str) -> HttpResponse:
-    """Queue reconciliation of the run's in-doubt effects (reviewer); runs on commit."""
+    """Reconcile the run's in-doubt effects (reviewer). The task starts on commit: in the
+    embedded default it has already run when the page is rendered; with a broker a worker
+    may still be asking the services, and the notice says so."""
     tenant = access_tenant(request.user, slug, roles.REVIEW)
     run = selectors.run_get(user=request.user, tenant=tenant, run_id=run_id)
     task_id = services.run_reconcile(actor=request.user, tenant=tenant, run_id=run.run_id,
                                      reason=_reason(request))
-    return _action_done(request, tenant, run.run_id,
-                        f"Reconciliation queued (task {task_id[:8]}).")
+    if getattr(settings, "CELERY_TASK_ALWAYS_EAGER", False):
+        notice = (f"Reconciliation requested (task {task_id[:8]}); the effects below show "
+                  f"what the services answered.")
+    else:
+        notice = (f"Reconciliation requested (task {task_id[:8]}); a worker may still be "
+                  f"asking the services, so reload in a moment to see their answers.")
+    return _action_done(request, tenant, run.run_id, notice)
 
 
 @require_POST

@@ -1,6 +1,7 @@
-"""End to end in headless Chromium: a reviewer requests a retry of a run that crashed in
-an ambiguous place, a different approver approves it, and the run page and its audit
-trail show both (issue 2, "One Playwright test")."""
+"""End to end in headless Chromium: a reviewer finds a run that crashed in an ambiguous
+place, marks its in-doubt effect's outcome unknown (no retry is offered before that) and
+requests a retry; a different approver, who lands on the awaiting-approval tab, approves
+it; the run page and its audit trail show both (issue 2, "One Playwright test")."""
 
 from __future__ import annotations
 
@@ -62,25 +63,37 @@ def test_it_lets_a_reviewer_request_and_another_person_approve_a_retry(
     services.sweep_stale_runs(now=timezone.now() + timedelta(hours=1))
     run_url = f"{live_server.url}/t/acme/runs/{run_id}/"
 
-    # rita finds the run in the ambiguous tab and requests a retry.
+    # rita finds the run in the ambiguous tab; its charge is in doubt, so no retry yet.
     context, page = _login(browser, live_server, "rita")
     page.click(f"a[title='{run_id}']")
     page.wait_for_url(run_url)
     expect(page.locator("#run-state")).to_have_text("ambiguous")
+    expect(page.locator("#next-step")).to_contain_text("Reconcile first")
+    expect(page.locator("#f-retry")).to_have_count(0)
+    # She marks the outcome unknown, then requests a retry.
+    unknown = page.locator("form[id^='f-unknown-']")
+    unknown.locator("input[name=reason]").fill("gateway has no lookup")
+    unknown.locator("button[type=submit]").click()
+    expect(page.locator("#run-state")).to_have_text("unknown outcome")
+    expect(page.locator("#back-link")).to_contain_text("unknown outcome runs")
     page.fill("#f-retry input[name=reason]", "worker died after submit; charge unconfirmed")
     page.click("#f-retry button[type=submit]")
     expect(page.locator("#run-state")).to_have_text("awaiting approval")
+    expect(page.locator("#next-step")).to_contain_text("other than rita")
     expect(page.locator("#audit-panel tr[data-action='retry.request']")).to_contain_text("rita")
     page.wait_for_load_state("networkidle")  # let the server finish before the context goes
     context.close()
 
-    # april, in a fresh browser context, approves it.
+    # april, in a fresh browser context, lands on the awaiting-approval tab and approves.
     context, page = _login(browser, live_server, "april")
-    page.goto(run_url)
+    expect(page.locator(".tab.active")).to_contain_text("awaiting approval")
+    page.click(f"a[title='{run_id}']")
+    page.wait_for_url(run_url)
     decide = page.locator("form[id^='f-decide-']")
     decide.locator("input[name=reason]").fill("gateway dedupes by operation key")
     decide.locator("button", has_text="Approve").click()
     expect(page.locator("#run-state")).to_have_text("retry approved")
+    expect(page.locator("#back-link")).to_contain_text("retry approved runs")
     audit = page.locator("#audit-panel")
     expect(audit.locator("tr[data-action='retry.approve']")).to_contain_text("april")
     expect(audit.locator("tr[data-action='retry.request']")).to_contain_text("rita")

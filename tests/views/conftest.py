@@ -43,6 +43,15 @@ def stuck(acme, wendy) -> Stuck:
 
 
 @pytest.fixture
+def unknown(stuck, acme, rita) -> Stuck:
+    """The stuck run after a reviewer marked its effect's outcome unknown: nothing is in
+    doubt any more and the run is ``unknown_outcome``, so a retry may be requested."""
+    services.effect_mark_unknown(actor=rita, tenant=acme, effect_id=stuck.effect_id,
+                                 reason="gateway has no lookup")
+    return stuck
+
+
+@pytest.fixture
 def login():
     """``login(user, csrf=False)`` -> a session ``django.test.Client`` logged in as user."""
 

@@ -18,8 +18,8 @@ REASON = {"reason": "looked at it"}
 
 
 @pytest.fixture
-def retry(stuck, acme, rita):
-    return services.retry_request(actor=rita, tenant=acme, run_id=stuck.run_id,
+def retry(unknown, acme, rita):
+    return services.retry_request(actor=rita, tenant=acme, run_id=unknown.run_id,
                                   reason="worker died mid-charge")
 
 
@@ -114,24 +114,31 @@ def test_it_refuses_get_on_actions(login, rita, stuck, retry):
         assert client.get(url).status_code == 405, url
 
 
-def test_it_shows_reviewers_their_buttons_and_not_the_approvers(login, rita, stuck):
-    body = login(rita).get(reverse("run_detail", args=["acme", stuck.run_id])).content.decode()
-    assert "Request retry" in body and "Reconcile" in body and "Mark outcome unknown" in body
+def test_it_shows_reviewers_their_buttons_and_not_the_approvers(login, rita, stuck, acme):
+    client = login(rita)
+    body = client.get(reverse("run_detail", args=["acme", stuck.run_id])).content.decode()
+    assert "Reconcile" in body and "Mark outcome unknown" in body
     assert "Reveal payload" in body and "Show diff" in body
     assert ">Approve<" not in body
+    # An effect is in doubt: no retry until it is reconciled or marked unknown.
+    assert "Request retry" not in body
+    services.effect_mark_unknown(actor=rita, tenant=acme, effect_id=stuck.effect_id,
+                                 reason="no lookup")
+    body = client.get(reverse("run_detail", args=["acme", stuck.run_id])).content.decode()
+    assert "Request retry" in body
 
 
 def test_it_hides_approve_from_the_requester_even_when_they_can_approve(
-        login, adam, april, stuck, acme):
-    services.retry_request(actor=adam, tenant=acme, run_id=stuck.run_id, reason="admin asks")
-    url = reverse("run_detail", args=["acme", stuck.run_id])
+        login, adam, april, unknown, acme):
+    services.retry_request(actor=adam, tenant=acme, run_id=unknown.run_id, reason="admin asks")
+    url = reverse("run_detail", args=["acme", unknown.run_id])
     own = login(adam).get(url).content.decode()
     assert ">Approve<" not in own and "another approver decides" in own
     assert ">Approve<" in login(april).get(url).content.decode()
 
 
-def test_it_refuses_an_approval_of_ones_own_request_even_when_posted(login, adam, stuck, acme):
-    retry = services.retry_request(actor=adam, tenant=acme, run_id=stuck.run_id,
+def test_it_refuses_an_approval_of_ones_own_request_even_when_posted(login, adam, unknown, acme):
+    retry = services.retry_request(actor=adam, tenant=acme, run_id=unknown.run_id,
                                    reason="admin asks")
     response = login(adam).post(reverse("retry_approve", args=["acme", retry.pk]), REASON)
     assert response.status_code == 403

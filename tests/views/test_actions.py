@@ -21,20 +21,20 @@ def _events(acme, action):
     return list(AuditEvent.objects.filter(tenant=acme, action=action))
 
 
-def test_it_lets_a_reviewer_request_a_retry_and_redirects_back(login, rita, stuck, acme):
-    url = reverse("run_retry_request", args=["acme", stuck.run_id])
+def test_it_lets_a_reviewer_request_a_retry_and_redirects_back(login, rita, unknown, acme):
+    url = reverse("run_retry_request", args=["acme", unknown.run_id])
     response = login(rita).post(url, {"reason": "charge may not have gone through"})
     assert response.status_code == 302
-    assert response["Location"] == reverse("run_detail", args=["acme", str(stuck.run_id)])
+    assert response["Location"] == reverse("run_detail", args=["acme", str(unknown.run_id)])
     retry = RetryRequest.objects.get()
     assert retry.state == "requested" and retry.requested_by == rita
-    assert Run.objects.get(run_id=stuck.run_id).recovery_state == "awaiting_approval"
+    assert Run.objects.get(run_id=unknown.run_id).recovery_state == "awaiting_approval"
     [event] = _events(acme, "retry.request")
     assert event.actor_name == "rita" and event.reason == "charge may not have gone through"
 
 
-def test_it_returns_the_run_body_and_audit_changed_event_for_htmx(login, rita, stuck):
-    url = reverse("run_retry_request", args=["acme", stuck.run_id])
+def test_it_returns_the_run_body_and_audit_changed_event_for_htmx(login, rita, unknown):
+    url = reverse("run_retry_request", args=["acme", unknown.run_id])
     response = login(rita).post(url, REASON, HTTP_HX_REQUEST="true", HTTP_HX_TRIGGER="f-retry")
     body = response.content.decode()
     assert response.status_code == 200
@@ -42,19 +42,19 @@ def test_it_returns_the_run_body_and_audit_changed_event_for_htmx(login, rita, s
     assert body.lstrip().startswith('<div id="run-body">') and "awaiting approval" in body
 
 
-def test_it_lets_an_approver_approve_anothers_request(login, rita, april, stuck, acme):
-    retry = services.retry_request(actor=rita, tenant=acme, run_id=stuck.run_id, reason="r")
+def test_it_lets_an_approver_approve_anothers_request(login, rita, april, unknown, acme):
+    retry = services.retry_request(actor=rita, tenant=acme, run_id=unknown.run_id, reason="r")
     response = login(april).post(reverse("retry_approve", args=["acme", retry.pk]),
                                  {"reason": "duplicate charge is refundable"})
     assert response.status_code == 302
     retry.refresh_from_db()
     assert retry.state == "approved" and retry.decided_by == april
-    assert Run.objects.get(run_id=stuck.run_id).recovery_state == "retry_approved"
+    assert Run.objects.get(run_id=unknown.run_id).recovery_state == "retry_approved"
     assert [e.actor_name for e in _events(acme, "retry.approve")] == ["april"]
 
 
-def test_it_lets_an_approver_reject_anothers_request(login, rita, april, stuck, acme):
-    retry = services.retry_request(actor=rita, tenant=acme, run_id=stuck.run_id, reason="r")
+def test_it_lets_an_approver_reject_anothers_request(login, rita, april, unknown, acme):
+    retry = services.retry_request(actor=rita, tenant=acme, run_id=unknown.run_id, reason="r")
     response = login(april).post(reverse("retry_reject", args=["acme", retry.pk]),
                                  {"reason": "customer cancelled"})
     assert response.status_code == 302
@@ -64,13 +64,13 @@ def test_it_lets_an_approver_reject_anothers_request(login, rita, april, stuck, 
 
 
 def test_it_refuses_review_actions_to_an_approver_and_approval_to_a_reviewer(
-        login, rita, april, stuck, acme):
-    retry = services.retry_request(actor=rita, tenant=acme, run_id=stuck.run_id, reason="r")
+        login, rita, april, unknown, acme):
+    retry = services.retry_request(actor=rita, tenant=acme, run_id=unknown.run_id, reason="r")
     before = _snapshot(acme)
     approver, reviewer = login(april), login(rita)
-    for url, data in _actions("acme", stuck, retry)[:3] + [_actions("acme", stuck, retry)[5]]:
+    for url, data in _actions("acme", unknown, retry)[:3] + [_actions("acme", unknown, retry)[5]]:
         assert approver.post(url, data).status_code == 403, url
-    for url, data in _actions("acme", stuck, retry)[3:5]:
+    for url, data in _actions("acme", unknown, retry)[3:5]:
         assert reviewer.post(url, data).status_code == 403, url
     assert _snapshot(acme) == before
 
@@ -108,10 +108,10 @@ def test_it_lets_a_reviewer_acknowledge_conflicts(login, rita, wendy, stuck, acm
 
 
 @pytest.mark.parametrize("index", range(8))
-def test_it_answers_400_without_a_reason_and_writes_nothing(login, adam, rita, stuck, acme,
+def test_it_answers_400_without_a_reason_and_writes_nothing(login, adam, rita, unknown, acme,
                                                             index):
-    retry = services.retry_request(actor=rita, tenant=acme, run_id=stuck.run_id, reason="r")
-    url, data = _actions("acme", stuck, retry)[index]
+    retry = services.retry_request(actor=rita, tenant=acme, run_id=unknown.run_id, reason="r")
+    url, data = _actions("acme", unknown, retry)[index]
     if index == 0:  # a second open request would be refused anyway; test on a fresh run
         services.retry_reject(actor=adam, tenant=acme, retry_id=retry.pk, reason="make room")
     before = _snapshot(acme)
@@ -135,9 +135,9 @@ def test_it_retargets_an_htmx_error_into_the_forms_error_slot(login, rita, stuck
     assert odd["HX-Retarget"] == "#flash"
 
 
-def test_it_shows_a_readable_422_for_a_second_retry_request(login, rita, stuck):
+def test_it_shows_a_readable_422_for_a_second_retry_request(login, rita, unknown):
     client = login(rita)
-    url = reverse("run_retry_request", args=["acme", stuck.run_id])
+    url = reverse("run_retry_request", args=["acme", unknown.run_id])
     client.post(url, REASON)
     response = client.post(url, REASON)
     assert response.status_code == 422

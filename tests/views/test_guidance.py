@@ -1,0 +1,193 @@
+"""What the run page and inbox offer and show, per run state and role: "Request retry" only
+where the service would accept it, the approver's default tab, the back link after an
+action, the next-step hint, receipts hidden from viewers, a human 404."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+import pytest
+from django.db import transaction
+from django.urls import reverse
+from django.utils import timezone
+
+from checkpoints import services
+from checkpoints.exceptions import InvalidTransition
+from checkpoints.models import RetryRequest, Run
+from tests.helpers import effect_body, envelope, put_checkpoint, walk_effect
+from tests.views.conftest import make_stuck_run
+from tests.views.test_access import REASON, _snapshot
+
+pytestmark = pytest.mark.django_db
+
+
+def _run_url(run_id):
+    return reverse("run_detail", args=["acme", run_id])
+
+
+# --- scenarios: each returns the run id of a run in one situation ---------------------
+
+def _fresh_stuck(acme, wendy):
+    order = f"O-{uuid.uuid4().hex[:8]}"
+    return make_stuck_run(wendy, acme, order_id=order, key=f"charge:{order}")
+
+
+def _stuck(acme, wendy, rita):  # ambiguous, effect unresolved
+    return _fresh_stuck(acme, wendy).run_id
+
+
+def _unknown(acme, wendy, rita):  # unknown_outcome, nothing in doubt
+    stuck = _fresh_stuck(acme, wendy)
+    services.effect_mark_unknown(actor=rita, tenant=acme, effect_id=stuck.effect_id,
+                                 reason="no lookup")
+    return stuck.run_id
+
+
+def _settled_in_flight(acme, wendy, rita):  # ambiguous: in flight, owner gone, effect confirmed
+    run_id = uuid.uuid4()
+    put_checkpoint(wendy, acme, envelope(run_id=run_id, payload={"phase": "charging",
+                                                                  "order_id": "S-1"}))
+    walk_effect(wendy, acme, effect_body(run_id=run_id, operation_key="charge:S-1"),
+                "submitted", "confirmed")
+    services.sweep_stale_runs(now=timezone.now() + timedelta(hours=1))
+    return run_id
+
+
+def _healthy(acme, wendy, rita):  # stable checkpoint, no effect
+    run_id = uuid.uuid4()
+    put_checkpoint(wendy, acme, envelope(run_id=run_id, payload={"phase": "ready",
+                                                                  "order_id": "H-1"}))
+    return run_id
+
+
+def _open_request(acme, wendy, rita):  # awaiting_approval
+    run_id = _unknown(acme, wendy, rita)
+    services.retry_request(actor=rita, tenant=acme, run_id=run_id, reason="try again")
+    return run_id
+
+
+SCENARIOS = {"stuck": _stuck, "unknown": _unknown, "settled_in_flight": _settled_in_flight,
+             "healthy": _healthy, "open_request": _open_request}
+
+
+def _service_accepts(rita, acme, run_id) -> bool:
+    """Would ``services.retry_request`` accept? Asked inside a rolled-back savepoint."""
+    try:
+        with transaction.atomic():
+            services.retry_request(actor=rita, tenant=acme, run_id=run_id, reason="probe")
+            transaction.set_rollback(True)
+    except InvalidTransition:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+def test_it_offers_request_retry_exactly_when_the_service_would_accept_it(
+        login, rita, wendy, acme, scenario):
+    run_id = SCENARIOS[scenario](acme, wendy, rita)
+    response = login(rita).get(_run_url(run_id))
+    offered = response.context["can_request_retry"]
+    body = response.content.decode()
+    assert offered == ('id="f-retry"' in body)
+    assert offered == _service_accepts(rita, acme, run_id), scenario
+    # When it is not offered, a reviewer is told why in one line.
+    assert offered == ('id="retry-blocked"' not in body), scenario
+    assert offered == (scenario in {"unknown", "settled_in_flight"})
+
+
+def test_it_refuses_a_posted_retry_while_an_effect_is_in_doubt(login, rita, stuck, acme):
+    before = _snapshot(acme)
+    response = login(rita).post(reverse("run_retry_request", args=["acme", stuck.run_id]),
+                                REASON)
+    assert response.status_code == 422
+    assert _snapshot(acme) == before and not RetryRequest.objects.exists()
+
+
+def test_it_tells_only_reviewers_why_retry_is_not_offered(login, rita, vic, april, stuck):
+    assert 'id="retry-blocked"' in login(rita).get(_run_url(stuck.run_id)).content.decode()
+    for user in (vic, april):
+        body = login(user).get(_run_url(stuck.run_id)).content.decode()
+        assert 'id="retry-blocked"' not in body and 'id="f-retry"' not in body
+
+
+def test_it_gives_a_next_step_derived_from_the_runs_state(login, rita, wendy, acme):
+    client = login(rita)
+    hint = {name: client.get(_run_url(make(acme, wendy, rita))).context["next_step"]
+            for name, make in SCENARIOS.items()}
+    assert hint["stuck"].startswith("Reconcile first") and "payments" in hint["stuck"]
+    assert "request a retry" in hint["unknown"] and "charge:O-" in hint["unknown"]
+    assert hint["settled_in_flight"].startswith("Every recorded effect is settled")
+    assert "other than rita" in hint["open_request"]
+    assert hint["healthy"] == ""
+
+
+# --- the approver's default tab --------------------------------------------------------
+
+def test_it_opens_the_awaiting_approval_tab_for_an_approver_when_it_has_runs(
+        login, rita, april, adam, wendy, acme):
+    make_stuck_run(wendy, acme, order_id="X-1", key="charge:X-1")
+    url = reverse("run_list", args=["acme"])
+    assert login(april).get(url).context["state"] == "ambiguous"  # nothing awaits approval
+    awaiting = _open_request(acme, wendy, rita)
+    response = login(april).get(url)
+    assert response.context["state"] == "awaiting_approval"
+    assert [r["run_id"] for r in response.context["rows"]] == [awaiting]
+    assert login(april).get(url, {"state": "ambiguous"}).context["state"] == "ambiguous"
+    # A reviewer, and an admin who may also review, keep the ambiguous tab.
+    assert login(rita).get(url).context["state"] == "ambiguous"
+    assert login(adam).get(url).context["state"] == "ambiguous"
+
+
+# --- the back link follows the run's state ---------------------------------------------
+
+def _back_href(body: str) -> str:
+    start = body.index('id="back-link" href="') + len('id="back-link" href="')
+    return body[start:body.index('"', start)]
+
+
+def test_it_points_the_back_link_at_the_runs_current_tab_after_an_action(
+        login, rita, april, unknown):
+    base = reverse("run_list", args=["acme"])
+    page = login(rita).get(_run_url(unknown.run_id)).content.decode()
+    assert _back_href(page) == f"{base}?state=unknown_outcome"
+    response = login(rita).post(reverse("run_retry_request", args=["acme", unknown.run_id]),
+                                REASON, HTTP_HX_REQUEST="true", HTTP_HX_TRIGGER="f-retry")
+    assert response.status_code == 200
+    assert _back_href(response.content.decode()) == f"{base}?state=awaiting_approval"
+    retry = RetryRequest.objects.get()
+    response = login(april).post(reverse("retry_approve", args=["acme", retry.pk]), REASON,
+                                 HTTP_HX_REQUEST="true")
+    assert _back_href(response.content.decode()) == f"{base}?state=retry_approved"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_says_truthfully_that_an_embedded_reconciliation_already_ran(login, rita, stuck):
+    # Real commits: the in-process task runs on commit, before the page is rendered.
+    response = login(rita).post(reverse("run_reconcile", args=["acme", stuck.run_id]),
+                                REASON, HTTP_HX_REQUEST="true")
+    body = response.content.decode()
+    assert response.status_code == 200
+    assert "Reconciliation requested" in body and "queued" not in body
+    assert Run.objects.get(run_id=stuck.run_id).recovery_state == "unknown_outcome"
+    assert 'id="run-state">unknown outcome<' in body  # the page shows the answer already
+
+
+# --- payload-derived data and the 404 page ---------------------------------------------
+
+def test_it_hides_effect_receipts_from_viewers_only(login, vic, rita, april, adam, wendy, acme):
+    run_id = _settled_in_flight(acme, wendy, rita)
+    viewer = login(vic).get(_run_url(run_id)).content.decode()
+    assert "ch_1" not in viewer and "hidden (needs reveal right)" in viewer
+    for user in (rita, april, adam):
+        body = login(user).get(_run_url(run_id)).content.decode()
+        assert "ch_1" in body and "hidden (needs reveal right)" not in body, user
+
+
+def test_it_answers_a_human_sentence_not_an_error_code_on_404(login, omar, rita, stuck):
+    for user, url in ((omar, _run_url(stuck.run_id)),
+                      (rita, reverse("run_detail", args=["acme", uuid.uuid4()]))):
+        response = login(user).get(url)
+        assert response.status_code == 404
+        body = response.content.decode()
+        assert "not_found" not in body and "We could not find that" in body
