@@ -45,6 +45,9 @@ class RunFacts:
     open_retry_state: str = ""  # "requested" | "approved" | ""
     unacknowledged_conflicts: int = 0
     identity: dict[str, str] = field(default_factory=dict)
+    # state -> "service operation_key" of the first few effects in that state (submitted,
+    # unresolved, unknown), so a reason can say *which* side effect is in doubt.
+    effect_labels: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def lease_live(self) -> bool:
@@ -65,6 +68,18 @@ class RunFacts:
         return sum(self.effect_states.get(s, 0) for s in states)
 
 
+def _effects(facts: RunFacts, state: str, words: str) -> str:
+    """``payments charge:A-1 unresolved`` or ``2 effects unresolved: a, b``."""
+    n = facts.count(state)
+    labels = facts.effect_labels.get(state, [])
+    if n == 1 and labels:
+        return f"{labels[0]} {words}"
+    text = f"{n} effects {words}"
+    if labels:
+        text += ": " + ", ".join(labels) + (", …" if n > len(labels) else "")
+    return text
+
+
 def recovery_state(facts: RunFacts) -> tuple[str, str]:
     """The run's recovery state and a short human reason, by DESIGN.md's precedence."""
     applies: dict[str, str] = {}
@@ -74,15 +89,15 @@ def recovery_state(facts: RunFacts) -> tuple[str, str]:
     # it shows as awaiting_approval / retry_approved instead (DESIGN.md's precedence would
     # hide every such run from the approvers' tab; see the issue note).
     if facts.count("unknown") and not facts.open_retry_state:
-        applies["unknown_outcome"] = f"{facts.count('unknown')} effect(s) with unknown outcome"
+        applies["unknown_outcome"] = _effects(facts, "unknown", "outcome unknown")
     if facts.open_retry_state == "requested":
         applies["awaiting_approval"] = "retry requested, awaiting a second person"
     if facts.open_retry_state == "approved":
         applies["retry_approved"] = "retry approved, waiting for the runtime to resume"
     if facts.count("unresolved"):
-        applies["ambiguous"] = f"{facts.count('unresolved')} effect(s) unresolved"
+        applies["ambiguous"] = _effects(facts, "unresolved", "unresolved")
     elif facts.owner_gone and facts.count("submitted"):
-        applies["ambiguous"] = f"{facts.count('submitted')} submitted effect(s), owner gone"
+        applies["ambiguous"] = _effects(facts, "submitted", "submitted, owner gone")
     elif facts.owner_gone and facts.phase_class == "in_flight":
         applies["ambiguous"] = "checkpoint in flight, owner gone"
     if facts.unacknowledged_conflicts:

@@ -394,6 +394,16 @@ def run_facts(run: Run, now: datetime | None = None) -> policy.RunFacts:
         .exclude(state__in=["unknown", "not_executed"], retry_authorized_by__isnull=False)
         .values_list("state").annotate(n=Count("pk")).values_list("state", "n")
     )
+    labels: dict[str, list[str]] = {}
+    if any(counts.get(state) for state in ("submitted", "unresolved", "unknown")):
+        for state, service, key in (
+            Effect.objects.filter(run=run, state__in=["submitted", "unresolved", "unknown"],
+                                  retry_authorized_by__isnull=True)
+            .order_by("created_at", "id").values_list("state", "service", "operation_key")[:20]
+        ):
+            group = labels.setdefault(state, [])
+            if len(group) < 3:
+                group.append(f"{service} {key[:60]}")
     open_retry = (RetryRequest.objects.filter(run=run, state__in=["requested", "approved"])
                   .values_list("state", flat=True).first())
     schema_error = ""
@@ -412,6 +422,7 @@ def run_facts(run: Run, now: datetime | None = None) -> policy.RunFacts:
         unacknowledged_conflicts=run.unacknowledged_conflicts,
         identity={"agent": run.agent, "model": run.model, "workflow": run.workflow,
                   "definition_version": run.definition_version},
+        effect_labels=labels,
     )
 
 

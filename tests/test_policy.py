@@ -209,3 +209,13 @@ def test_it_never_leaves_a_terminal_state():
     for src in ("confirmed", "failed"):
         for dst in STATES:
             assert not any(policy.transition_allowed(src, dst, a) for a in ACTORS)
+
+
+def test_it_names_the_side_effect_in_doubt_in_the_reason():
+    one = facts(phase_class="in_flight", effect_states={"unresolved": 1},
+                effect_labels={"unresolved": ["payments charge:A-9001"]})
+    assert policy.recovery_state(one) == ("ambiguous", "payments charge:A-9001 unresolved")
+    many = facts(effect_states={"unknown": 4},
+                 effect_labels={"unknown": ["crm a", "crm b", "crm c"]})
+    assert policy.recovery_state(many) == (
+        "unknown_outcome", "4 effects outcome unknown: crm a, crm b, crm c, …")
