@@ -22,8 +22,14 @@ def tenant_perms(user: AbstractBaseUser | AnonymousUser | None, tenant: Tenant) 
     """
     if user is None or not user.is_authenticated or not user.is_active:
         return set()
-    checker = ObjectPermissionChecker(user)
-    return {p for p in checker.get_perms(tenant) if p in roles.ROLE_PERMISSIONS["admin"]}
+    # Cached on the user object, which lives for one request (or one command): the view
+    # and the service it calls ask the same question. ``services.role_grant`` clears it.
+    cache = user.__dict__.setdefault("_tenant_perms_cache", {})
+    if tenant.pk not in cache:
+        checker = ObjectPermissionChecker(user)
+        cache[tenant.pk] = frozenset(
+            p for p in checker.get_perms(tenant) if p in roles.ROLE_PERMISSIONS["admin"])
+    return set(cache[tenant.pk])
 
 
 def has_perm(user, tenant: Tenant, codename: str) -> bool:

@@ -217,6 +217,7 @@ def role_grant(*, actor, tenant: Tenant, user, role: str) -> None:
             for codename in roles.ROLE_PERMISSIONS[role]:
                 assign_perm(f"checkpoints.{codename}", group, tenant)
         user.groups.add(group)
+        user.__dict__.pop("_tenant_perms_cache", None)
         audit_record(tenant=tenant, actor=actor, action="role.grant", target_type="account",
                      target_id=user.get_username(), after={"role": role})
 
@@ -336,6 +337,8 @@ def parse_envelope(body: dict, *, url_id: uuid.UUID) -> Envelope:
 def _lock_run(tenant: Tenant, run_id: uuid.UUID, *, create: bool) -> Run | None:
     """The run row, locked FOR UPDATE; created (race-safe) when ``create``."""
     run = Run.objects.select_for_update().filter(tenant=tenant, run_id=run_id).first()
+    if run is not None:
+        run.tenant = tenant  # already loaded; saves a query in run_facts
     if run is not None or not create:
         return run
     try:
@@ -343,7 +346,9 @@ def _lock_run(tenant: Tenant, run_id: uuid.UUID, *, create: bool) -> Run | None:
             Run.objects.create(tenant=tenant, run_id=run_id, last_write_at=timezone.now())
     except IntegrityError:
         pass  # a concurrent writer created it first; lock theirs
-    return Run.objects.select_for_update().get(tenant=tenant, run_id=run_id)
+    run = Run.objects.select_for_update().get(tenant=tenant, run_id=run_id)
+    run.tenant = tenant
+    return run
 
 
 def _drop_if_empty(run: Run) -> None:
