@@ -10,6 +10,7 @@ import uuid
 from datetime import timedelta
 
 import pytest
+from django.db import connections
 from django.utils import timezone
 
 from checkpoints import services
@@ -28,7 +29,9 @@ pytestmark = [
 ]
 
 @pytest.fixture
-def browser(monkeypatch):
+def browser(monkeypatch, live_server):
+    # Depends on live_server so that Chromium (and its polling keep-alive requests) is
+    # closed before the server and the test database go away.
     # Playwright's sync API runs an event loop in this thread; Django's async-safety check
     # would otherwise refuse the ORM calls the test makes while the browser is open.
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
@@ -105,3 +108,6 @@ def test_it_lets_a_reviewer_request_and_another_person_approve_a_retry(
     expect(page.locator("#audit-panel tr[data-action='retry.request']")).to_have_count(1)
     page.wait_for_load_state("networkidle")
     context.close()
+    # The ORM calls above ran inside Playwright's greenlet context, which has its own
+    # database connection; close it here, or PostgreSQL cannot drop the test database.
+    connections.close_all()
