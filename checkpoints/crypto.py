@@ -44,3 +44,14 @@ def decrypt_text(token: str) -> str:
 def rotate_token(token: str) -> str:
     """Re-encrypt a token under the newest key."""
     return fernet().rotate(token.encode("ascii")).decode("ascii")
+
+
+def is_current(token: str) -> bool:
+    """Whether ``token`` is already encrypted under the newest key (rotation skips it)."""
+    from cryptography.fernet import InvalidToken
+
+    try:
+        Fernet(settings.RECOVERY_ENCRYPTION_KEYS[0].encode()).decrypt(token.encode("ascii"))
+    except InvalidToken:
+        return False
+    return True

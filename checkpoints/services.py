@@ -1224,3 +1224,49 @@ def sweep_stale_runs(*, now: datetime | None = None) -> dict[str, int]:
                              after={"recovery_state": "ambiguous"})
     return stats
 
+
+
+# --------------------------------------------------------------------------------------
+# Encryption keys
+# --------------------------------------------------------------------------------------
+
+_CIPHER_COLUMNS = (
+    (Checkpoint, "payload_ciphertext"),
+    (CheckpointRevision, "payload_ciphertext"),
+    (Conflict, "refused_ciphertext"),
+)
+
+
+def payloads_rotate_keys(*, batch_size: int = 500) -> dict[str, int]:
+    """Re-encrypt every stored payload under the newest key of
+    ``RECOVERY_ENCRYPTION_KEYS``, so older keys can then be removed (DESIGN.md 5).
+
+    Works in batches of ``batch_size`` rows, each batch one transaction; a row is rewritten
+    only if its ciphertext is unchanged since it was read (compare-and-swap), so running
+    beside live writers is safe and running twice is harmless. Writes one audit event per
+    tenant with the counts (actor: system). Returns ``{"rows": n, "tenants": m}``.
+    Raises ``cryptography.fernet.InvalidToken`` if a row fits none of the keys.
+    """
+    per_tenant: dict[int, int] = {}
+    for model, column in _CIPHER_COLUMNS:
+        last_pk = 0
+        while True:
+            rows = list(model.objects.filter(pk__gt=last_pk).exclude(**{column: ""})
+                        .order_by("pk").values_list("pk", "tenant_id", column)[:batch_size])
+            if not rows:
+                break
+            with transaction.atomic():
+                for pk, tenant_id, token in rows:
+                    if crypto.is_current(token):
+                        continue
+                    rotated = crypto.rotate_token(token)
+                    if model.objects.filter(
+                            pk=pk, **{column: token}).update(**{column: rotated}):
+                        per_tenant[tenant_id] = per_tenant.get(tenant_id, 0) + 1
+            last_pk = rows[-1][0]
+    with transaction.atomic():
+        for tenant in Tenant.objects.filter(pk__in=per_tenant):
+            audit_record(tenant=tenant, actor=None, action="payload.rotate_keys",
+                         target_type="tenant", target_id=tenant.slug,
+                         after={"rows": per_tenant[tenant.pk]})
+    return {"rows": sum(per_tenant.values()), "tenants": len(per_tenant)}

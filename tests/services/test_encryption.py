@@ -9,7 +9,7 @@ from django.db import connection
 
 from checkpoints import crypto, services
 from checkpoints.exceptions import StaleRevision
-from checkpoints.models import Checkpoint, CheckpointRevision, Conflict
+from checkpoints.models import AuditEvent, Checkpoint, CheckpointRevision, Conflict
 from tests.helpers import envelope, put_checkpoint
 
 SECRET = "card-4242-4242-4242-4242-secret-marker"
@@ -65,3 +65,25 @@ def test_it_refuses_a_key_that_is_not_a_fernet_key(settings):
     settings.RECOVERY_ENCRYPTION_KEYS = ["not-a-key"]
     with pytest.raises(ImproperlyConfigured):
         crypto.encrypt_text("x")
+
+
+def test_it_rotates_every_stored_payload_to_the_newest_key(acme, wendy, settings):
+    from django.core.management import call_command
+
+    old, new = Fernet.generate_key().decode(), Fernet.generate_key().decode()
+    settings.RECOVERY_ENCRYPTION_KEYS = [old]
+    body = envelope(payload={"phase": "ready", "order_id": SECRET})
+    put_checkpoint(wendy, acme, body)
+    with pytest.raises(StaleRevision):
+        put_checkpoint(wendy, acme, body)  # a conflict keeps the refused body, encrypted
+    settings.RECOVERY_ENCRYPTION_KEYS = [new, old]
+    assert services.payloads_rotate_keys(batch_size=1) == {"rows": 3, "tenants": 1}
+    settings.RECOVERY_ENCRYPTION_KEYS = [new]  # the old key is gone
+    stored = (_raw_column(Checkpoint, "payload_ciphertext")
+              + _raw_column(CheckpointRevision, "payload_ciphertext")
+              + _raw_column(Conflict, "refused_ciphertext"))
+    assert all(SECRET in crypto.decrypt_text(value) for value in stored)
+    settings.RECOVERY_ENCRYPTION_KEYS = [new, old]
+    call_command("rotate_payload_keys")  # a second run finds nothing left to rewrite
+    assert services.payloads_rotate_keys() == {"rows": 0, "tenants": 0}
+    assert AuditEvent.objects.filter(action="payload.rotate_keys").count() == 1
