@@ -26,7 +26,12 @@ import uuid
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_view,
+)
 from rest_framework import status
 from rest_framework.parsers import BaseParser
 from rest_framework.request import Request
@@ -536,36 +541,39 @@ def _retry_pk(value: str) -> int:
     return int(value)
 
 
-class RetryApproveApi(TenantApi):
-    @extend_schema(
-        operation_id="retry_request_approve",
-        summary="Approver: approve someone else's retry request",
-        parameters=[TENANT, _path("retry_id", OpenApiTypes.INT)],
-        request=s.ReasonSerializer,
-        responses={200: s.RetryRequestSerializer, **_errors(400, 413, 422)},
-    )
+class _RetryDecisionApi(TenantApi):
+    """Approve or reject someone else's retry request (approver role, four eyes)."""
+
+    decide = staticmethod(services.retry_approve)
+
     def post(self, request, tenant, retry_id):
         t = self.tenant(request, tenant, roles.APPROVE)
         pk = _retry_pk(retry_id)
-        retry = services.retry_approve(actor=request.user, tenant=t, retry_id=pk,
-                                       reason=read_reason(request))
+        retry = self.decide(actor=request.user, tenant=t, retry_id=pk,
+                            reason=read_reason(request))
         return Response(s.retry_json(retry))
 
 
-class RetryRejectApi(TenantApi):
-    @extend_schema(
-        operation_id="retry_request_reject",
-        summary="Approver: reject someone else's retry request",
-        parameters=[TENANT, _path("retry_id", OpenApiTypes.INT)],
-        request=s.ReasonSerializer,
-        responses={200: s.RetryRequestSerializer, **_errors(400, 413, 422)},
-    )
-    def post(self, request, tenant, retry_id):
-        t = self.tenant(request, tenant, roles.APPROVE)
-        pk = _retry_pk(retry_id)
-        retry = services.retry_reject(actor=request.user, tenant=t, retry_id=pk,
-                                      reason=read_reason(request))
-        return Response(s.retry_json(retry))
+@extend_schema_view(post=extend_schema(
+    operation_id="retry_request_approve",
+    summary="Approver: approve someone else's retry request",
+    parameters=[TENANT, _path("retry_id", OpenApiTypes.INT)],
+    request=s.ReasonSerializer,
+    responses={200: s.RetryRequestSerializer, **_errors(400, 413, 422)},
+))
+class RetryApproveApi(_RetryDecisionApi):
+    decide = staticmethod(services.retry_approve)
+
+
+@extend_schema_view(post=extend_schema(
+    operation_id="retry_request_reject",
+    summary="Approver: reject someone else's retry request",
+    parameters=[TENANT, _path("retry_id", OpenApiTypes.INT)],
+    request=s.ReasonSerializer,
+    responses={200: s.RetryRequestSerializer, **_errors(400, 413, 422)},
+))
+class RetryRejectApi(_RetryDecisionApi):
+    decide = staticmethod(services.retry_reject)
 
 
 class RunReconcileApi(TenantApi):
