@@ -41,6 +41,14 @@ RUN_LIST_FIELDS = (
 )
 
 
+def _uuid_or_404(value, what: str) -> uuid.UUID:
+    """``value`` as a UUID; a malformed id is answered like a missing object."""
+    try:
+        return uuid.UUID(str(value))
+    except ValueError:
+        raise NotFound(f"no such {what}") from None
+
+
 def tenants_for_user(user) -> QuerySet[Tenant]:
     """Tenants where ``user`` holds a role (object permission ``view_runs``); never global."""
     if user is None or not user.is_authenticated:
@@ -128,10 +136,7 @@ def run_list(*, user, tenant: Tenant, filters: RunFilters, cursor: str | None = 
 def run_get(*, user, tenant: Tenant, run_id: uuid.UUID | str) -> Run:
     """The run, or ``NotFound`` (also for a malformed id)."""
     require(user, tenant, roles.VIEW)
-    try:
-        rid = uuid.UUID(str(run_id))
-    except ValueError:
-        raise NotFound("no such run") from None
+    rid = _uuid_or_404(run_id, "run")
     run = Run.objects.filter(tenant=tenant, run_id=rid).select_related(
         "latest_checkpoint").first()
     if run is None:
@@ -179,10 +184,7 @@ def run_detail(*, user, tenant: Tenant, run_id) -> RunDetail:
 def checkpoint_get(*, user, tenant: Tenant, checkpoint_id) -> Checkpoint:
     """The latest row of a checkpoint, or ``NotFound``."""
     require(user, tenant, roles.VIEW)
-    try:
-        cid = uuid.UUID(str(checkpoint_id))
-    except ValueError:
-        raise NotFound("no such checkpoint") from None
+    cid = _uuid_or_404(checkpoint_id, "checkpoint")
     cp = Checkpoint.objects.filter(tenant=tenant, checkpoint_id=cid).select_related("run").first()
     if cp is None:
         raise NotFound("no such checkpoint")
@@ -192,10 +194,7 @@ def checkpoint_get(*, user, tenant: Tenant, checkpoint_id) -> Checkpoint:
 def effect_get(*, user, tenant: Tenant, effect_id) -> Effect:
     """The effect ``effect_id`` of the tenant, or ``NotFound`` (also for a malformed id)."""
     require(user, tenant, roles.VIEW)
-    try:
-        eid = uuid.UUID(str(effect_id))
-    except ValueError:
-        raise NotFound("no such effect") from None
+    eid = _uuid_or_404(effect_id, "effect")
     effect = Effect.objects.filter(tenant=tenant, effect_id=eid).select_related("run").first()
     if effect is None:
         raise NotFound("no such effect")

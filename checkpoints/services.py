@@ -43,7 +43,7 @@ from .exceptions import (
     ReasonRequired,
     StaleRevision,
 )
-from .jsonparse import dumps
+from .jsonparse import dumps, loads_any
 from .models import (
     MAX_REVISION,
     ApiToken,
@@ -60,7 +60,7 @@ from .models import (
     Run,
     Tenant,
 )
-from .permissions import require
+from .permissions import require, tenant_perms
 
 User = get_user_model()
 
@@ -614,8 +614,6 @@ def _envelope_json(env: Envelope) -> dict:
 def checkpoint_envelope(checkpoint: Checkpoint | CheckpointRevision, *, run_id=None,
                         checkpoint_id=None) -> dict:
     """The runifold-core JSON envelope of a checkpoint or one of its revisions (decrypts)."""
-    from .jsonparse import loads_any
-
     if isinstance(checkpoint, Checkpoint):
         run_id = run_id or checkpoint.run.run_id
         checkpoint_id = checkpoint.checkpoint_id
@@ -659,8 +657,6 @@ def payload_reveal(*, actor, tenant: Tenant, checkpoint: Checkpoint, revision: i
 def revisions_export(*, actor, tenant: Tenant, checkpoint: Checkpoint) -> list[dict]:
     """Every accepted revision of a checkpoint, oldest first, decrypted; one audit event."""
     require(actor, tenant, roles.VIEW)
-    from .permissions import tenant_perms
-
     perms = tenant_perms(actor, tenant)
     if not perms & {roles.WRITE, roles.REVEAL}:
         raise Forbidden("your role may not read payloads")

@@ -480,6 +480,14 @@ def _payload_done(request: HttpRequest, tenant: Tenant, checkpoint, revealed: di
     return render(request, "checkpoints/run.html", context)
 
 
+def _require_valid(form) -> None:
+    """Raise the domain error for a bound form's first invalid field: ``ReasonRequired``
+    when it is the reason, else ``InvalidPayload`` (both 400, naming the field)."""
+    if not form.is_valid():
+        error = first_error(form)
+        raise (ReasonRequired if error.startswith("reason") else InvalidPayload)(error)
+
+
 @require_POST
 @dashboard
 def checkpoint_reveal(request: HttpRequest, slug: str, checkpoint_id: str) -> HttpResponse:
@@ -488,9 +496,7 @@ def checkpoint_reveal(request: HttpRequest, slug: str, checkpoint_id: str) -> Ht
     checkpoint = selectors.checkpoint_get(user=request.user, tenant=tenant,
                                           checkpoint_id=checkpoint_id)
     form = RevealForm(request.POST)
-    if not form.is_valid():
-        error = first_error(form)
-        raise (ReasonRequired if error.startswith("reason") else InvalidPayload)(error)
+    _require_valid(form)
     envelope = services.payload_reveal(actor=request.user, tenant=tenant, checkpoint=checkpoint,
                                        revision=form.cleaned_data["revision"],
                                        reason=form.cleaned_data["reason"])
@@ -507,9 +513,7 @@ def checkpoint_diff(request: HttpRequest, slug: str, checkpoint_id: str) -> Http
     checkpoint = selectors.checkpoint_get(user=request.user, tenant=tenant,
                                           checkpoint_id=checkpoint_id)
     form = DiffForm(request.POST)
-    if not form.is_valid():
-        error = first_error(form)
-        raise (ReasonRequired if error.startswith("reason") else InvalidPayload)(error)
+    _require_valid(form)
     data = form.cleaned_data
     for field in ("from_rev", "to_rev"):
         if data[field] > checkpoint.revision:
