@@ -130,3 +130,16 @@ class InvalidTransition(DomainError):
 class ReasonRequired(DomainError):
     status = 400
     error = "reason_required"
+
+
+class OwnerLive(DomainError):
+    """Reconciliation refused while the run's owner is alive (CONTRACT.md 3): 409
+    ``{"error": "owner_live", "lease_expires_at": ...}``. ``lease_expires_at`` is when the
+    owner counts as gone (its lease's expiry, or its last write plus the ambiguity
+    threshold), ISO 8601, or null."""
+
+    status = 409
+    error = "owner_live"
+
+    def __init__(self, detail: str, lease_expires_at: str | None):
+        super().__init__(detail, lease_expires_at=lease_expires_at)

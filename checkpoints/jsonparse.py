@@ -52,7 +52,7 @@ def _constant(name: str) -> float:
     return marked
 
 
-def _scan_depth(raw: str, limit: int) -> None:
+def _scan_depth(raw: str, limit: int, what: str = "body") -> None:
     """Refuse nesting deeper than ``limit`` before json.loads recurses into it."""
     depth = 0
     in_string = False
@@ -70,56 +70,78 @@ def _scan_depth(raw: str, limit: int) -> None:
         elif ch in "[{":
             depth += 1
             if depth > limit:
-                raise InvalidPayload(f"body: nesting deeper than {limit} levels")
+                raise InvalidPayload(f"{what}: nesting deeper than {limit} levels")
         elif ch in "]}":
             depth -= 1
 
 
+def _bad_text(text: str) -> str:
+    """Why ``text`` cannot be stored ("" if it can): U+0000, or an unpaired surrogate
+    (not a Unicode scalar value, so not valid UTF-8 and refused by PostgreSQL)."""
+    if "\x00" in text:
+        return "U+0000 is not allowed"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "an unpaired surrogate (\\ud800-\\udfff) is not allowed"
+    return ""
+
+
 def _check_values(value: Any, path: str) -> None:
-    """Refuse U+0000 in strings and keys and non-finite numbers, naming the field."""
+    """Refuse U+0000 and unpaired surrogates in strings and keys, and non-finite numbers,
+    naming the field."""
     stack = [(value, path)]
     while stack:
         item, where = stack.pop()
         if isinstance(item, _NonFinite):
             raise InvalidPayload(f"{where}: {item.source}")
         if isinstance(item, str):
-            if "\x00" in item:
-                raise InvalidPayload(f"{where}: U+0000 is not allowed")
+            problem = _bad_text(item)
+            if problem:
+                raise InvalidPayload(f"{where}: {problem}")
         elif isinstance(item, dict):
             for key, sub in item.items():
-                if "\x00" in key:
-                    raise InvalidPayload(f"{where}: U+0000 is not allowed in a key")
-                stack.append((sub, f"{where}.{key}"))
+                problem = _bad_text(key)
+                if problem:
+                    raise InvalidPayload(f"{where}: {problem} in a key")
+                stack.append((sub, f"{where}.{_printable(key)}"))
         elif isinstance(item, list):
             for i, sub in enumerate(item):
                 stack.append((sub, f"{where}[{i}]"))
 
 
-def loads_object(raw: bytes | str, *, max_depth: int | None = None) -> dict:
-    """Parse a request body that must be one JSON object.
+def _printable(key: str) -> str:
+    """A key as it may appear in an error message (no NUL, no lone surrogate, short)."""
+    return key[:60].encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\0")
 
-    Returns the dict; raises ``InvalidPayload`` (400) for every case in the module doc.
+
+def loads_object(raw: bytes | str, *, max_depth: int | None = None, what: str = "body") -> dict:
+    """Parse a request body (or an outside service's answer) that must be one JSON object.
+
+    ``what`` names the document in error messages (``body``, ``answer``). Returns the
+    dict; raises ``InvalidPayload`` (400) for every case in the module doc. Outside
+    services' answers go through this same function (CONTRACT.md 6, last paragraph).
     """
     limit = max_depth or settings.RECOVERY_MAX_JSON_DEPTH
     if isinstance(raw, bytes):
         try:
             raw = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise InvalidPayload(f"body: not UTF-8 ({exc.reason})") from None
-    _scan_depth(raw, limit)
+            raise InvalidPayload(f"{what}: not UTF-8 ({exc.reason})") from None
+    _scan_depth(raw, limit, what)
     try:
         value = json.loads(
             raw, object_pairs_hook=_pairs, parse_float=_number, parse_constant=_constant
         )
     except _DuplicateKey as exc:
-        raise InvalidPayload(f"body: duplicated key {str(exc)!r}") from None
+        raise InvalidPayload(f"{what}: duplicated key {_printable(str(exc))!r}") from None
     except RecursionError:
-        raise InvalidPayload(f"body: nesting deeper than {limit} levels") from None
+        raise InvalidPayload(f"{what}: nesting deeper than {limit} levels") from None
     except ValueError as exc:
-        raise InvalidPayload(f"body: malformed JSON ({exc})") from None
+        raise InvalidPayload(f"{what}: malformed JSON ({str(exc)[:200]})") from None
     if not isinstance(value, dict):
-        raise InvalidPayload("body: must be a JSON object")
-    _check_values(value, "body")
+        raise InvalidPayload(f"{what}: must be a JSON object")
+    _check_values(value, what)
     return value
 
 

@@ -29,6 +29,7 @@ class RecoveryState(models.TextChoices):
     RETRY_APPROVED = "retry_approved"
     UNKNOWN_OUTCOME = "unknown_outcome"
     COMPLETED = "completed"
+    CLOSED = "closed"
 
 
 class PhaseClass(models.TextChoices):
@@ -137,6 +138,12 @@ class Run(TimestampedModel):
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     fencing_token = models.BigIntegerField(default=0)
     unacknowledged_conflicts = models.PositiveIntegerField(default=0)
+    # A reviewer closed the run (handled outside the system); cleared by its next write.
+    closed_at = models.DateTimeField(null=True, blank=True)
+    closed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    closed_reason = models.TextField(blank=True)
 
     class Meta:
         constraints = [
@@ -235,6 +242,12 @@ class Effect(TimestampedModel):
     receipt = models.JSONField(null=True, blank=True)
     attempt = models.PositiveIntegerField(default=1)
     state_changed_at = models.DateTimeField(null=True, blank=True)
+    submitted_at = models.DateTimeField(
+        null=True, blank=True,
+        help_text="database time of the last move to submitted (the settle delay counts from it)")
+    # The canonical request whose SHA-256 is request_fingerprint, encrypted; optional, sent
+    # by runtimes that want the replay-with-the-same-key reconciler.
+    request_ciphertext = models.TextField(blank=True)
     retry_authorized_by = models.ForeignKey(
         "RetryRequest", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -410,3 +423,114 @@ class AuditChainHead(models.Model):
                                   related_name="+")
     seq = models.BigIntegerField(default=0)
     last_hash = models.CharField(max_length=64, default="0" * 64)
+
+
+class ReconcileState(models.TextChoices):
+    """A reconcile request's life: queued -> running -> done, or back to queued (try
+    later), or gave_up after the attempt cap (a human decides); cancelled when the run was
+    closed or the effect settled before the look-up."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    GAVE_UP = "gave_up"
+    CANCELLED = "cancelled"
+
+
+RECONCILE_OPEN_STATES = (ReconcileState.QUEUED, ReconcileState.RUNNING)
+
+
+class ReconcileRequest(TimestampedModel):
+    """A durable job: reconcile one in-doubt effect through its service, by operation key.
+
+    Written in the same transaction as the reviewer's audit event (or the sweep's), then
+    driven by a Celery worker (acks late, re-driven by the sweep when its worker vanished)
+    or, without a broker, by the web process's in-process worker. Every time is the
+    database's clock. ``attempts`` counts look-ups; ``failures`` counts look-ups in a row
+    that could not tell (after ``RECOVERY_RECONCILE_MAX_FAILURES`` the request gives up
+    and the effect waits for a human, with ``last_error`` shown). ``outcome`` is the effect
+    state reconciliation settled (confirmed/failed/not_executed/unknown), or ``moved_on``
+    when the effect had settled by other means. At most one open request per effect.
+    """
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="reconcile_requests")
+    effect = models.ForeignKey(Effect, on_delete=models.PROTECT,
+                               related_name="reconcile_requests")
+    task_id = models.UUIDField(help_text="the id the reviewer was given (one per action)")
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+        related_name="+")
+    requested_by_name = models.CharField(max_length=150)
+    reason = models.TextField(blank=True)
+    state = models.CharField(max_length=16, choices=ReconcileState.choices,
+                             default=ReconcileState.QUEUED)
+    attempts = models.PositiveIntegerField(default=0)
+    failures = models.PositiveIntegerField(default=0)
+    next_attempt_at = models.DateTimeField()
+    claimed_until = models.DateTimeField(null=True, blank=True)
+    dispatched_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+    outcome = models.CharField(max_length=16, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["effect"], condition=Q(state__in=["queued", "running"]),
+                name="reconcile_one_open_request_per_effect"),
+            models.CheckConstraint(condition=Q(state__in=ReconcileState.values),
+                                   name="reconcile_state_valid"),
+        ]
+        indexes = [models.Index(fields=["state", "next_attempt_at"], name="reconcile_due_idx")]
+
+    def __str__(self) -> str:
+        return f"reconcile request {self.pk} ({self.state})"
+
+
+class ReconcileAttempt(models.Model):
+    """One look-up made for a reconcile request: what the service answered, and the
+    evidence (its answer, encrypted like a receipt; shown only to roles that may reveal).
+
+    ``answer``: ``found`` (the operation happened: receipt), ``failed`` (the service
+    refused it), ``not_executed`` (never saw the key), ``cannot_tell`` (error, timeout or a
+    bad answer: ``detail`` says which), ``no_lookup`` (the service offers none), or
+    ``owner_live``/``settling`` (not asked yet: the owner is alive, or the settle delay has
+    not passed since ``submitted``). ``applied`` is the effect state it led to, if any.
+    """
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
+    request = models.ForeignKey(ReconcileRequest, on_delete=models.CASCADE,
+                                related_name="attempt_log")
+    number = models.PositiveIntegerField()
+    reconciler = models.CharField(max_length=64)
+    answer = models.CharField(max_length=16)
+    detail = models.TextField(blank=True)
+    evidence_ciphertext = models.TextField(blank=True)
+    applied = models.CharField(max_length=16, blank=True)
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["request_id", "number"]
+
+
+class ReconcilerConfig(TimestampedModel):
+    """Which reconciler answers for one service in one tenant (``reconcile.REGISTRY`` name
+    or a dotted path to a class), with its options. Without a row, the
+    ``RECOVERY_RECONCILERS`` environment default applies (HTTP status look-up), else none.
+    """
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
+    service = models.CharField(max_length=200)
+    plugin = models.CharField(max_length=200)
+    url = models.CharField(max_length=2000, blank=True)
+    timeout_s = models.PositiveIntegerField(default=5)
+    settle_delay_s = models.PositiveIntegerField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "service"],
+                                    name="reconciler_one_per_service"),
+        ]

@@ -48,6 +48,7 @@ class RunFacts:
     # state -> "service operation_key" of the first few effects in that state (submitted,
     # unresolved, unknown), so a reason can say *which* side effect is in doubt.
     effect_labels: dict[str, list[str]] = field(default_factory=dict)
+    closed: bool = False  # a reviewer closed the run; its next write reopens it
 
     @property
     def lease_live(self) -> bool:
@@ -56,13 +57,21 @@ class RunFacts:
         )
 
     @property
-    def owner_gone(self) -> bool:
-        """CONTRACT.md 1: lease expired, or no lease and quiet longer than the threshold."""
+    def owner_gone_at(self) -> datetime | None:
+        """When the owner counts as gone (CONTRACT.md 1): the lease's expiry, or with no
+        lease the last write plus the tenant's ambiguity threshold; ``None``: already."""
         if self.lease_owner and self.lease_expires_at is not None:
-            return self.lease_expires_at <= self.now
+            return self.lease_expires_at
         if self.last_write_at is None:
-            return True
-        return self.now - self.last_write_at >= timedelta(seconds=self.ambiguity_threshold_s)
+            return None
+        return self.last_write_at + timedelta(seconds=self.ambiguity_threshold_s)
+
+    @property
+    def owner_gone(self) -> bool:
+        """CONTRACT.md 1: lease expired, or no lease and quiet longer than the threshold.
+        The one rule for the sweep, reconciliation and the state shown."""
+        gone_at = self.owner_gone_at
+        return gone_at is None or gone_at <= self.now
 
     def count(self, *states: str) -> int:
         return sum(self.effect_states.get(s, 0) for s in states)
@@ -81,7 +90,10 @@ def _effects(facts: RunFacts, state: str, words: str) -> str:
 
 
 def recovery_state(facts: RunFacts) -> tuple[str, str]:
-    """The run's recovery state and a short human reason, by DESIGN.md's precedence."""
+    """The run's recovery state and a short human reason, by DESIGN.md's precedence;
+    ``closed`` (a reviewer's mark, cleared by the run's next write) comes before all."""
+    if facts.closed:
+        return "closed", "closed by a reviewer"
     applies: dict[str, str] = {}
     if facts.phase_class == "unsupported":
         applies["schema_mismatch"] = facts.schema_error or "unsupported schema"
@@ -128,7 +140,8 @@ def resume_decision(facts: RunFacts, asked: dict[str, str]) -> Decision:
     """CONTRACT.md section 3, ``GET …/runs/{run_id}/resume``.
 
     Order: no checkpoint, unsupported schema, identity mismatch (each given parameter
-    must equal the run's), completed -> replay (executes nothing, always safe), effects in
+    must equal the run's), completed -> replay (executes nothing, always safe), closed by
+    a reviewer -> reject (handled outside the system), effects in
     doubt -> reconcile, approved retry -> retry, requested retry -> reject, unknown effect
     -> reject, in flight -> reject, stable -> continue.
     """
@@ -142,6 +155,8 @@ def resume_decision(facts: RunFacts, asked: dict[str, str]) -> Decision:
             return Decision("reject", "identity_mismatch")
     if facts.phase_class == "completed":
         return Decision("replay", "completed")
+    if facts.closed:
+        return Decision("reject", "closed")
     # Effects in doubt come before an approved retry: the approval is not spent on a
     # resume that would stop at the unresolved effect anyway.
     if facts.count("submitted", "unresolved"):
@@ -181,3 +196,22 @@ EFFECT_TRANSITIONS: dict[tuple[str, str], frozenset[str]] = {
 def transition_allowed(from_state: str, to_state: str, by: str) -> bool:
     """Whether ``by`` (runtime/reconciliation/reviewer/sweep/retry) may move an effect."""
     return by in EFFECT_TRANSITIONS.get((from_state, to_state), frozenset())
+
+
+# What an approved retry does to an effect in each state (the retry preview, issue 5):
+# (outcome word, sentence for people).
+RETRY_OUTCOMES: dict[str, tuple[str, str]] = {
+    "confirmed": ("replay_receipt", "replays the confirmed receipt; not called again"),
+    "failed": ("stays_failed", "stays failed; the run follows its own failure path"),
+    "planned": ("submit", "submitted for the first time (it was never sent)"),
+    "not_executed": ("submit_again", "submitted again: the service never saw it"),
+    "unknown": ("possible_duplicate",
+                "submitted again: POSSIBLE DUPLICATE, nobody can tell whether it happened"),
+    "submitted": ("in_doubt", "still in doubt: reconcile it or mark it unknown first"),
+    "unresolved": ("in_doubt", "still in doubt: reconcile it or mark it unknown first"),
+}
+
+
+def retry_outcome(state: str) -> tuple[str, str]:
+    """``(outcome, words)`` for an effect in ``state`` under an approved retry."""
+    return RETRY_OUTCOMES.get(state, ("unchanged", "unchanged"))

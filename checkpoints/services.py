@@ -30,7 +30,8 @@ from django.db.models import Count, F, Q
 from django.utils import timezone
 from guardian.shortcuts import assign_perm
 
-from . import crypto, kinds, policy, roles
+from . import crypto, kinds, policy, reconciliation, roles
+from .dbclock import NOW, db_now
 from .exceptions import (
     Fenced,
     Forbidden,
@@ -61,6 +62,7 @@ from .models import (
     Tenant,
 )
 from .permissions import require, tenant_perms
+from .reconciliation import run_reconcile  # noqa: F401 - the reviewer's reconcile action
 
 User = get_user_model()
 
@@ -335,20 +337,35 @@ def parse_envelope(body: dict, *, url_id: uuid.UUID) -> Envelope:
 # --------------------------------------------------------------------------------------
 
 def _lock_run(tenant: Tenant, run_id: uuid.UUID, *, create: bool) -> Run | None:
-    """The run row, locked FOR UPDATE; created (race-safe) when ``create``."""
-    run = Run.objects.select_for_update().filter(tenant=tenant, run_id=run_id).first()
+    """The run row, locked FOR UPDATE; created (race-safe) when ``create``.
+
+    The same query reads the database's clock into ``run.db_now`` (``dbclock``): every
+    time this write stores or compares is that one, never the process's clock.
+    """
+    locked = Run.objects.select_for_update().annotate(db_now=NOW)
+    run = locked.filter(tenant=tenant, run_id=run_id).first()
     if run is not None:
         run.tenant = tenant  # already loaded; saves a query in run_facts
     if run is not None or not create:
         return run
     try:
         with transaction.atomic():
-            Run.objects.create(tenant=tenant, run_id=run_id, last_write_at=timezone.now())
+            Run.objects.create(tenant=tenant, run_id=run_id, last_write_at=db_now())
     except IntegrityError:
         pass  # a concurrent writer created it first; lock theirs
-    run = Run.objects.select_for_update().get(tenant=tenant, run_id=run_id)
+    run = locked.get(tenant=tenant, run_id=run_id)
     run.tenant = tenant
     return run
+
+
+def _reopen(run: Run) -> bool:
+    """Clear a reviewer's ``closed`` mark: any new write by the runtime reopens the run
+    (DESIGN.md 4). Returns whether it was closed. Caller holds the run's lock."""
+    if run.closed_at is None:
+        return False
+    Run.objects.filter(pk=run.pk).update(closed_at=None, closed_by=None, closed_reason="")
+    run.closed_at, run.closed_by, run.closed_reason = None, None, ""
+    return True
 
 
 def _drop_if_empty(run: Run) -> None:
@@ -378,7 +395,8 @@ def _record_fenced(exc: Fenced, *, tenant, actor, target_type: str, target_id, e
     """Keep a fenced write as a conflict of the leased run, in its own transaction (the
     write's transaction has rolled back), so a zombie owner shows in the inbox."""
     with transaction.atomic():
-        run = Run.objects.select_for_update().filter(pk=exc.run_pk).first()
+        run = (Run.objects.select_for_update().annotate(db_now=NOW).select_related("tenant")
+               .filter(pk=exc.run_pk).first())
         if run is None:  # the run was new in the rolled-back write: nothing to attach to
             return
         model = Checkpoint if target_type == "checkpoint" else Effect
@@ -391,9 +409,15 @@ def _record_fenced(exc: Fenced, *, tenant, actor, target_type: str, target_id, e
                          token_sent=token)
 
 
+def _now_for(run: Run) -> datetime:
+    """The database time read with the run's row (``_lock_run``), else a fresh one."""
+    return getattr(run, "db_now", None) or db_now()
+
+
 def run_facts(run: Run, now: datetime | None = None) -> policy.RunFacts:
-    """Read the facts the policy needs for ``run`` (call under the run's lock to act on them)."""
-    now = now or timezone.now()
+    """Read the facts the policy needs for ``run`` (call under the run's lock to act on
+    them). ``now`` defaults to the database time read with the run (``dbclock``)."""
+    now = now or _now_for(run)
     counts = dict(
         Effect.objects.filter(run=run)
         .exclude(state__in=["unknown", "not_executed"], retry_authorized_by__isnull=False)
@@ -428,12 +452,14 @@ def run_facts(run: Run, now: datetime | None = None) -> policy.RunFacts:
         identity={"agent": run.agent, "model": run.model, "workflow": run.workflow,
                   "definition_version": run.definition_version},
         effect_labels=labels,
+        closed=run.closed_at is not None,
     )
 
 
 def run_refresh_state(run: Run, now: datetime | None = None) -> str:
-    """Recompute and save the run's recovery state (caller holds the run's lock)."""
-    now = now or timezone.now()
+    """Recompute and save the run's recovery state (caller holds the run's lock); ``now``
+    defaults to the database time read with the run."""
+    now = now or _now_for(run)
     state, reason = policy.recovery_state(run_facts(run, now))
     fields = {"recovery_state": state, "recovery_reason": reason[:256]}
     if state != run.recovery_state:
@@ -499,11 +525,10 @@ def checkpoint_put(
     phase_label = (cls.error if not cls.supported else cls.phase.label)[:256]
     ciphertext = crypto.encrypt_text(envelope.payload_json)
     size = len(envelope.payload_json.encode("utf-8"))
-    now = timezone.now()
 
     try:
         checkpoint = _checkpoint_cas(actor, tenant, envelope, expected_revision, fencing_token,
-                                     cls, phase_label, ciphertext, size, now)
+                                     cls, phase_label, ciphertext, size)
     except Fenced as exc:
         _record_fenced(exc, tenant=tenant, actor=actor, target_type="checkpoint",
                        target_id=envelope.checkpoint_id, expected=expected_revision,
@@ -516,7 +541,7 @@ def checkpoint_put(
 
 
 def _checkpoint_cas(actor, tenant, envelope, expected_revision, fencing_token, cls,
-                    phase_label, ciphertext, size, now):
+                    phase_label, ciphertext, size):
     """The transaction of ``checkpoint_put``; returns the checkpoint, or the
     ``StaleRevision`` to raise once the conflict record has committed."""
     conflict_at: int | None = None
@@ -533,6 +558,7 @@ def _checkpoint_cas(actor, tenant, envelope, expected_revision, fencing_token, c
         # A create that finds the id taken is a conflict of the run that owns the id.
         run_id = existing["run__run_id"] if existing is not None else envelope.run_id
         run = _lock_run(tenant, run_id, create=existing is None)
+        now = run.db_now
         _check_fence(run, fencing_token, now)
         fields = dict(
             kind=envelope.kind, schema_version=envelope.schema_version,
@@ -592,13 +618,17 @@ def _checkpoint_cas(actor, tenant, envelope, expected_revision, fencing_token, c
             for key, value in run_fields.items():
                 setattr(run, key, value)
             run.save(update_fields=[*run_fields, "updated_at"])
+            reopened = _reopen(run)
             run_refresh_state(run, now)
+            after = {"revision": envelope.revision, "phase": phase_label,
+                     "phase_class": cls.phase.phase_class}
+            if reopened:
+                after["reopened"] = True
             audit_record(
                 tenant=tenant, actor=actor, action="checkpoint.write", target_type="checkpoint",
                 target_id=envelope.checkpoint_id, run_id=run.run_id,
                 before=None if expected_revision is None else {"revision": expected_revision},
-                after={"revision": envelope.revision, "phase": phase_label,
-                       "phase_class": cls.phase.phase_class},
+                after=after,
             )
     if conflict_at is not None:
         return StaleRevision(conflict_at)
@@ -751,11 +781,10 @@ def effect_put(
         raise InvalidPayload(f"revision: must be {expected_revision + 1} (If-Match + 1)")
     if body.state == "confirmed" and body.receipt is None:
         raise InvalidPayload("receipt: required when state is confirmed")
-    now = timezone.now()
     refused = dumps({"id": str(body.effect_id), "revision": body.revision, "state": body.state,
                      "operation_key": body.operation_key, "service": body.service})
     try:
-        effect = _effect_cas(actor, tenant, body, expected_revision, fencing_token, now, refused)
+        effect = _effect_cas(actor, tenant, body, expected_revision, fencing_token, refused)
     except Fenced as exc:
         _record_fenced(exc, tenant=tenant, actor=actor, target_type="effect",
                        target_id=body.effect_id, expected=expected_revision,
@@ -766,7 +795,7 @@ def effect_put(
     return effect, expected_revision is None
 
 
-def _effect_cas(actor, tenant, body, expected_revision, fencing_token, now, refused):
+def _effect_cas(actor, tenant, body, expected_revision, fencing_token, refused):
     """The transaction of ``effect_put``; returns the effect, or the ``StaleRevision`` to
     raise once the conflict record has committed."""
     conflict_at: int | None = None
@@ -780,6 +809,7 @@ def _effect_cas(actor, tenant, body, expected_revision, fencing_token, now, refu
                 raise InvalidTransition("state: a new effect starts as planned")
             _check_operation_key(tenant, body)
             run = _lock_run(tenant, body.run_id, create=True)
+            now = run.db_now
             _check_fence(run, fencing_token, now)
             try:
                 with transaction.atomic():
@@ -800,7 +830,7 @@ def _effect_cas(actor, tenant, body, expected_revision, fencing_token, now, refu
         elif expected_revision is None:
             # A create that finds the id taken is a conflict of the run that owns the id.
             run = _lock_run(tenant, existing.run.run_id, create=False)
-            _check_fence(run, fencing_token, now)
+            _check_fence(run, fencing_token, run.db_now)
             conflict_at = existing.revision
         else:
             for key in ("operation_key", "service", "effect_class", "request_fingerprint"):
@@ -809,6 +839,7 @@ def _effect_cas(actor, tenant, body, expected_revision, fencing_token, now, refu
             if existing.run.run_id != body.run_id:
                 raise InvalidPayload("run_id: never changes across revisions")
             run = _lock_run(tenant, body.run_id, create=False)
+            now = run.db_now
             _check_fence(run, fencing_token, now)
             existing.refresh_from_db()
             if existing.revision != expected_revision:
@@ -828,13 +859,17 @@ def _effect_cas(actor, tenant, body, expected_revision, fencing_token, now, refu
                 _effect_history(effect, actor=actor, source="runtime")
             Run.objects.filter(pk=run.pk).update(last_write_at=now)
             run.last_write_at = now
+            reopened = _reopen(run)
             run_refresh_state(run, now)
+            after = {"revision": effect.revision, "state": effect.state,
+                     "operation_key": effect.operation_key, "service": effect.service}
+            if reopened:
+                after["reopened"] = True
             audit_record(
                 tenant=tenant, actor=actor, action="effect.write", target_type="effect",
                 target_id=body.effect_id, run_id=run.run_id,
                 before=None if expected_revision is None else {"revision": expected_revision},
-                after={"revision": effect.revision, "state": effect.state,
-                       "operation_key": effect.operation_key, "service": effect.service},
+                after=after,
             )
     if conflict_at is not None:
         return StaleRevision(conflict_at)
@@ -873,6 +908,8 @@ def _effect_transition(effect: Effect, *, expected_revision: int, to_state: str,
         raise InvalidPayload("receipt: required when state is confirmed")
     fields = dict(revision=expected_revision + 1, state=to_state, receipt=receipt,
                   attempt=attempt, state_changed_at=now, updated_at=now)
+    if to_state == "submitted":
+        fields["submitted_at"] = now
     if retry_clear:
         fields["retry_authorized_by"] = None
     updated = Effect.objects.filter(pk=effect.pk, revision=expected_revision).update(**fields)
@@ -901,11 +938,11 @@ def lease_acquire(*, actor, tenant: Tenant, run_id: uuid.UUID, owner: str, ttl_s
         raise InvalidPayload("owner: must be a non-empty string of at most 256 characters")
     if type(ttl_s) is not int or not 1 <= ttl_s <= 86400:
         raise InvalidPayload("ttl_s: must be an integer in 1..86400")
-    now = timezone.now()
     with transaction.atomic():
         run = _lock_run(tenant, run_id, create=False)
         if run is None:
             raise NotFound("no such run")
+        now = run.db_now
         live = bool(run.lease_owner) and run.lease_expires_at and run.lease_expires_at > now
         if live and run.lease_owner != owner:
             raise LeaseHeld(f"owner: the run is leased by another owner until "
@@ -918,29 +955,63 @@ def lease_acquire(*, actor, tenant: Tenant, run_id: uuid.UUID, owner: str, ttl_s
         run.last_write_at = now
         run.save(update_fields=["fencing_token", "lease_owner", "lease_expires_at",
                                 "last_write_at", "updated_at"])
+        reopened = _reopen(run)
         run_refresh_state(run, now)
+        after = {"owner": owner, "fencing_token": run.fencing_token,
+                 "expires_at": run.lease_expires_at.isoformat()}
+        if reopened:
+            after["reopened"] = True
         audit_record(tenant=tenant, actor=actor, action="lease.acquire", target_type="run",
-                     target_id=run.run_id, run_id=run.run_id, before=before,
-                     after={"owner": owner, "fencing_token": run.fencing_token,
-                            "expires_at": run.lease_expires_at.isoformat()})
+                     target_id=run.run_id, run_id=run.run_id, before=before, after=after)
     return run
 
 
-def resume_decide(*, actor, tenant: Tenant, run_id: uuid.UUID, asked: dict[str, str]) -> dict:
-    """The resume answer for a restarting runtime (CONTRACT.md 3, ``policy.resume_decision``).
+def _resume_answer(run: Run, decision: policy.Decision) -> dict:
+    checkpoint = run.latest_checkpoint
+    return {
+        "action": decision.action,
+        "reason": decision.reason,
+        "checkpoint_id": str(checkpoint.checkpoint_id) if checkpoint else None,
+        "revision": checkpoint.revision if checkpoint else None,
+        "fencing_token": run.fencing_token,
+    }
 
-    An approved retry is consumed here: the request becomes ``consumed``, the fencing token
-    is bumped and the lease dropped (so the old owner is fenced), in-doubt
-    ``unknown``/``not_executed`` effects are authorised to go back to ``planned``, and one
-    audit event is written. Returns ``{action, reason, checkpoint_id, revision,
-    fencing_token}``. Raises ``NotFound`` for an unknown run.
+
+def resume_preview(*, actor, tenant: Tenant, run_id: uuid.UUID, asked: dict[str, str]) -> dict:
+    """What a restarting runtime would be told (CONTRACT.md 3, ``GET …/resume``): a
+    preview that changes nothing: it consumes no approval, bumps no token, takes no lock
+    and writes no audit event. An approved retry shows as ``retry``/``retry_approved``;
+    only ``resume_claim`` consumes it.
+
+    Returns ``{action, reason, checkpoint_id, revision, fencing_token}`` (the run's
+    current token). Raises ``NotFound`` for an unknown run, ``Forbidden`` without
+    ``write_runs``.
     """
     require(actor, tenant, roles.WRITE)
-    now = timezone.now()
+    run = (Run.objects.annotate(db_now=NOW).select_related("latest_checkpoint")
+           .filter(tenant=tenant, run_id=run_id).first())
+    if run is None:
+        raise NotFound("no such run")
+    run.tenant = tenant
+    return _resume_answer(run, policy.resume_decision(run_facts(run), asked))
+
+
+def resume_claim(*, actor, tenant: Tenant, run_id: uuid.UUID, asked: dict[str, str]) -> dict:
+    """The resume decision, claimed (CONTRACT.md 3, ``POST …/resume``, writer only).
+
+    When the answer is ``retry`` the approved retry is consumed in the same transaction:
+    the request becomes ``consumed``, the fencing token is bumped and the lease dropped
+    (so the old owner is fenced), the run is reopened if a reviewer had closed it, its
+    ``unknown``/``not_executed`` effects are authorised to go back to ``planned``, and one
+    audit event is written. Any other answer changes nothing. Returns ``{action, reason,
+    checkpoint_id, revision, fencing_token}``. Raises ``NotFound`` for an unknown run.
+    """
+    require(actor, tenant, roles.WRITE)
     with transaction.atomic():
         run = _lock_run(tenant, run_id, create=False)
         if run is None:
             raise NotFound("no such run")
+        now = run.db_now
         decision = policy.resume_decision(run_facts(run, now), asked)
         if decision.consume_retry:
             retry = RetryRequest.objects.select_for_update().get(run=run, state="approved")
@@ -961,14 +1032,7 @@ def resume_decide(*, actor, tenant: Tenant, run_id: uuid.UUID, asked: dict[str, 
                          target_type="retry_request", target_id=retry.pk, run_id=run.run_id,
                          before={"state": "approved"},
                          after={"state": "consumed", "fencing_token": run.fencing_token})
-        checkpoint = run.latest_checkpoint
-        return {
-            "action": decision.action,
-            "reason": decision.reason,
-            "checkpoint_id": str(checkpoint.checkpoint_id) if checkpoint else None,
-            "revision": checkpoint.revision if checkpoint else None,
-            "fencing_token": run.fencing_token,
-        }
+        return _resume_answer(run, decision)
 
 
 # --------------------------------------------------------------------------------------
@@ -996,6 +1060,9 @@ def retry_request(*, actor, tenant: Tenant, run_id: uuid.UUID, reason: str) -> R
     reason = _require_reason(reason)
     with transaction.atomic():
         run = _get_run(tenant, run_id)
+        # Judge the run as it is now (database clock), not as the last sweep left it: an
+        # owner that went quiet since is gone, whether or not a sweeper ran.
+        run_refresh_state(run)
         if RetryRequest.objects.filter(run=run, state__in=["requested", "approved"]).exists():
             raise InvalidTransition("run: a retry request is already open")
         # A retry fences the current owner, so it is offered only for runs a human must
@@ -1015,8 +1082,26 @@ def retry_request(*, actor, tenant: Tenant, run_id: uuid.UUID, reason: str) -> R
         audit_record(tenant=tenant, actor=actor, action="retry.request",
                      target_type="retry_request", target_id=retry.pk, run_id=run.run_id,
                      reason=reason, before={"recovery_state": before},
-                     after={"state": "requested", "recovery_state": run.recovery_state})
+                     after={"state": "requested", "recovery_state": run.recovery_state,
+                            "preview": retry_preview(run)})
     return retry
+
+
+def retry_preview(run: Run) -> list[dict]:
+    """What an approved retry of ``run`` would do to each of its effects
+    (``policy.retry_outcome``): ``[{effect_id, service, operation_key, state, outcome,
+    words}]``, oldest effect first. ``possible_duplicate`` rows are what the approver
+    accepts. Shown before the request and the approval, and stored in both audit events.
+    """
+    rows = (Effect.objects.filter(run=run, retry_authorized_by__isnull=True)
+            .order_by("created_at", "id")
+            .values_list("effect_id", "service", "operation_key", "state"))
+    out = []
+    for effect_id, service, key, state in rows:
+        outcome, words = policy.retry_outcome(state)
+        out.append({"effect_id": str(effect_id), "service": service, "operation_key": key,
+                    "state": state, "outcome": outcome, "words": words})
+    return out
 
 
 def _retry_decide(*, actor, tenant: Tenant, retry_id: int, reason: str, approve: bool):
@@ -1036,15 +1121,17 @@ def _retry_decide(*, actor, tenant: Tenant, retry_id: int, reason: str, approve:
         retry.state = new_state
         retry.decided_by = actor
         retry.decision_reason = reason
-        retry.decided_at = timezone.now()
+        retry.decided_at = run.db_now
         retry.save(update_fields=["state", "decided_by", "decision_reason", "decided_at",
                                   "updated_at"])
         run_refresh_state(run)
+        after = {"state": new_state, "recovery_state": run.recovery_state}
+        if approve:
+            after["preview"] = retry_preview(run)
         audit_record(tenant=tenant, actor=actor,
                      action="retry.approve" if approve else "retry.reject",
                      target_type="retry_request", target_id=retry.pk, run_id=run.run_id,
-                     reason=reason, before={"state": "requested"},
-                     after={"state": new_state, "recovery_state": run.recovery_state})
+                     reason=reason, before={"state": "requested"}, after=after)
     return retry
 
 
@@ -1080,7 +1167,7 @@ def effect_mark_unknown(*, actor, tenant: Tenant, effect_id: uuid.UUID, reason: 
         before = {"state": effect.state, "revision": effect.revision}
         moved = _effect_transition(effect, expected_revision=effect.revision, to_state="unknown",
                                    receipt=effect.receipt, by=policy.REVIEWER, actor=actor,
-                                   now=timezone.now())
+                                   now=run.db_now)
         if moved is None:  # cannot happen under the run lock; kept as a guard
             raise StaleRevision(Effect.objects.get(pk=effect.pk).revision)
         run_refresh_state(run)
@@ -1091,38 +1178,50 @@ def effect_mark_unknown(*, actor, tenant: Tenant, effect_id: uuid.UUID, reason: 
     return moved
 
 
-def run_reconcile(*, actor, tenant: Tenant, run_id: uuid.UUID, reason: str) -> str:
-    """Queue reconciliation of the run's in-doubt effects (Celery, on commit).
+def run_close(*, actor, tenant: Tenant, run_id: uuid.UUID, reason: str) -> Run:
+    """A reviewer closes a run that was handled outside the system (DESIGN.md 4).
 
-    Returns the task id. Raises ``InvalidTransition`` (422) when no effect is
-    ``submitted`` or ``unresolved``.
+    The run shows as ``closed`` (its own tab) until the runtime's next write reopens it;
+    an open retry request is expired and open reconcile requests are cancelled, so
+    nothing acts on a closed run. Raises ``InvalidTransition`` (422) if it is already
+    closed, ``ReasonRequired`` (400), ``NotFound``/``Forbidden``. Audited.
     """
     require(actor, tenant, roles.REVIEW)
     reason = _require_reason(reason)
-    task_id = str(uuid.uuid4())
     with transaction.atomic():
         run = _get_run(tenant, run_id)
-        in_doubt = list(Effect.objects.filter(run=run, state__in=["submitted", "unresolved"])
-                        .values_list("effect_id", flat=True))
-        if not in_doubt:
-            raise InvalidTransition("run: no effect is submitted or unresolved")
-        audit_record(tenant=tenant, actor=actor, action="run.reconcile", target_type="run",
-                     target_id=run.run_id, run_id=run.run_id, reason=reason,
-                     after={"task_id": task_id, "effects": [str(e) for e in in_doubt]})
-        from .tasks import reconcile_run
+        if run.closed_at is not None:
+            raise InvalidTransition("run: already closed")
+        now = run.db_now
+        before = run.recovery_state
+        expired = RetryRequest.objects.filter(
+            run=run, state__in=["requested", "approved"]).update(
+            state=RetryState.EXPIRED, decided_at=now)
+        from .models import ReconcileRequest, ReconcileState
 
-        run_pk = run.pk
-        transaction.on_commit(lambda: reconcile_run.apply_async(args=[run_pk], task_id=task_id))
-    return task_id
+        cancelled = ReconcileRequest.objects.filter(
+            run=run, state__in=["queued", "running"]).update(
+            state=ReconcileState.CANCELLED, finished_at=now, last_error="the run was closed")
+        Run.objects.filter(pk=run.pk).update(closed_at=now, closed_by=actor,
+                                             closed_reason=reason)
+        run.closed_at, run.closed_by, run.closed_reason = now, actor, reason
+        run_refresh_state(run, now)
+        audit_record(tenant=tenant, actor=actor, action="run.close", target_type="run",
+                     target_id=run.run_id, run_id=run.run_id, reason=reason,
+                     before={"recovery_state": before},
+                     after={"recovery_state": run.recovery_state,
+                            "retry_requests_expired": expired,
+                            "reconcile_requests_cancelled": cancelled})
+    return run
 
 
 def conflicts_acknowledge(*, actor, tenant: Tenant, run_id: uuid.UUID, reason: str) -> int:
     """Acknowledge every open conflict of the run; returns how many. Audited."""
     require(actor, tenant, roles.REVIEW)
     reason = _require_reason(reason)
-    now = timezone.now()
     with transaction.atomic():
         run = _get_run(tenant, run_id)
+        now = run.db_now
         n = Conflict.objects.filter(run=run, acknowledged_at__isnull=True).update(
             acknowledged_at=now, acknowledged_by=actor)
         Run.objects.filter(pk=run.pk).update(unacknowledged_conflicts=0)
@@ -1140,54 +1239,23 @@ def conflicts_acknowledge(*, actor, tenant: Tenant, run_id: uuid.UUID, reason: s
 # System work: reconciliation results and the stale-run sweep
 # --------------------------------------------------------------------------------------
 
-def effect_apply_reconciliation(*, effect_pk: int, expected_revision: int, outcome: str,
-                                receipt: Any = None, detail: str = "") -> Effect | None:
-    """Record what the external service said about an in-doubt effect (actor: system).
+def sweep_stale_runs() -> dict[str, int]:
+    """Move runs whose owner went quiet into ``ambiguous`` (DESIGN.md 4), on the
+    database's clock, then re-drive reconcile requests whose worker vanished or whose
+    message was lost (``reconciliation.redrive``).
 
-    ``outcome`` is ``confirmed``/``failed``/``not_executed``/``unknown``. A ``submitted``
-    effect first goes to ``unresolved`` when the outcome is ``not_executed``. Returns the
-    effect, or ``None`` if it moved on since the lookup (then nothing is written: a task
-    that runs twice is a no-op).
+    Candidates: open runs with a ``submitted`` effect or an in-flight latest checkpoint
+    whose lease is expired or absent. Under each run's lock the rule is judged again
+    (``RunFacts.owner_gone``): ``submitted`` effects become ``unresolved`` (audited, actor
+    system), then the state is recomputed. Idempotent and safe on many workers at once.
+    Returns counts: ``examined``, ``effects_unresolved``, ``runs_ambiguous`` and the
+    re-drive's ``reconcile_redriven``.
     """
-    now = timezone.now()
-    with transaction.atomic():
-        effect = Effect.objects.select_related("run", "tenant").filter(pk=effect_pk).first()
-        if effect is None:
-            return None
-        run = _lock_run(effect.tenant, effect.run.run_id, create=False)
-        effect.refresh_from_db()
-        if effect.revision != expected_revision or effect.state not in {"submitted",
-                                                                         "unresolved"}:
-            return None
-        before = {"state": effect.state, "revision": effect.revision}
-        if outcome == "not_executed" and effect.state == "submitted":
-            effect = _effect_transition(effect, expected_revision=effect.revision,
-                                        to_state="unresolved", receipt=effect.receipt,
-                                        by=policy.RECONCILIATION, actor=None, now=now)
-        receipt = receipt if outcome == "confirmed" else effect.receipt
-        effect = _effect_transition(effect, expected_revision=effect.revision, to_state=outcome,
-                                    receipt=receipt, by=policy.RECONCILIATION, actor=None, now=now)
-        run_refresh_state(run, now)
-        audit_record(tenant=effect.tenant, actor=None, action="effect.reconcile",
-                     target_type="effect", target_id=effect.effect_id, run_id=run.run_id,
-                     reason=detail[:4000], before=before,
-                     after={"state": effect.state, "revision": effect.revision})
-    return effect
-
-
-def sweep_stale_runs(*, now: datetime | None = None) -> dict[str, int]:
-    """Move runs whose owner went quiet into ``ambiguous`` (DESIGN.md 4).
-
-    Candidates: runs with a ``submitted`` effect, or an in-flight latest checkpoint, that
-    are not yet ambiguous for it. Under each run's lock: ``submitted`` effects whose owner
-    is gone become ``unresolved`` (audited, actor system), then the state is recomputed.
-    Idempotent and safe on many workers at once. Returns counts.
-    """
-    now = now or timezone.now()
     candidates = (
         Run.objects.filter(Q(effects__state="submitted") | Q(phase_class="in_flight"))
         .exclude(recovery_state__in=["schema_mismatch"])
-        .filter(Q(lease_expires_at__lte=now) | Q(lease_owner="")
+        .filter(closed_at__isnull=True)
+        .filter(Q(lease_expires_at__lte=NOW) | Q(lease_owner="")
                 | Q(lease_expires_at__isnull=True))
         .values_list("pk", flat=True).distinct()
     )
@@ -1195,11 +1263,13 @@ def sweep_stale_runs(*, now: datetime | None = None) -> dict[str, int]:
     for pk in list(candidates):
         stats["examined"] += 1
         with transaction.atomic():
-            run = Run.objects.select_for_update().select_related("tenant").filter(pk=pk).first()
+            run = (Run.objects.select_for_update().annotate(db_now=NOW)
+                   .select_related("tenant").filter(pk=pk).first())
             if run is None:
                 continue
+            now = run.db_now
             facts = run_facts(run, now)
-            if not facts.owner_gone:
+            if not facts.owner_gone or facts.closed:
                 continue
             for effect in Effect.objects.filter(run=run, state="submitted"):
                 moved = _effect_transition(effect, expected_revision=effect.revision,
@@ -1218,8 +1288,8 @@ def sweep_stale_runs(*, now: datetime | None = None) -> dict[str, int]:
                              target_type="run", target_id=run.run_id, run_id=run.run_id,
                              reason=run.recovery_reason, before={"recovery_state": before},
                              after={"recovery_state": "ambiguous"})
+    stats["reconcile_redriven"] = reconciliation.redrive()
     return stats
-
 
 
 # --------------------------------------------------------------------------------------

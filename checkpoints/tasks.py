@@ -1,39 +1,29 @@
-"""Celery tasks: thin wrappers that take ids and call services; safe to run twice."""
+"""Celery tasks: thin wrappers that take ids and call services; safe to run twice.
+
+``reconcile_effect`` is acknowledged late and given back to the queue if its worker
+process dies (settings: ``CELERY_TASK_ACKS_LATE``, ``CELERY_TASK_REJECT_ON_WORKER_LOST``);
+whatever still slips through (the whole worker killed, a lost message, a broker outage)
+the stored ``ReconcileRequest`` keeps, and the sweep sends it again.
+"""
 
 from __future__ import annotations
 
 from celery import shared_task
 
 
-@shared_task(name="checkpoints.tasks.reconcile_run")
-def reconcile_run(run_pk: int) -> dict:
-    """Look up each in-doubt effect of the run by operation key and record the answer.
+@shared_task(name="checkpoints.tasks.reconcile_effect", acks_late=True,
+             reject_on_worker_lost=True)
+def reconcile_effect(request_pk: int) -> dict:
+    """Run one stored reconcile request (``reconciliation.execute``)."""
+    from .reconciliation import execute
 
-    The network lookup runs outside any transaction; the result is applied by
-    compare-and-swap (``services.effect_apply_reconciliation``), so a repeat is a no-op.
-    Returns ``{effect_id: outcome}``.
-    """
-    from .models import Effect
-    from .reconcile import reconciler_for
-    from .services import effect_apply_reconciliation
-
-    results: dict[str, str] = {}
-    for effect in Effect.objects.filter(run_id=run_pk, state__in=["submitted", "unresolved"]):
-        found = reconciler_for(effect.service).lookup(effect.operation_key)
-        if found.outcome == "error":
-            results[str(effect.effect_id)] = f"error: {found.detail}"
-            continue
-        applied = effect_apply_reconciliation(
-            effect_pk=effect.pk, expected_revision=effect.revision, outcome=found.outcome,
-            receipt=found.receipt, detail=found.detail,
-        )
-        results[str(effect.effect_id)] = found.outcome if applied else "skipped (moved on)"
-    return results
+    return execute(request_pk)
 
 
 @shared_task(name="checkpoints.tasks.sweep_stale_runs")
 def sweep_stale_runs() -> dict:
-    """Celery beat entry for ``services.sweep_stale_runs``."""
+    """Celery beat entry for ``services.sweep_stale_runs`` (which also re-drives
+    reconcile requests left behind)."""
     from .services import sweep_stale_runs as sweep
 
     return sweep()

@@ -434,19 +434,24 @@ def effect_mark_unknown(request: HttpRequest, slug: str, effect_id: str) -> Http
 @require_POST
 @dashboard
 def run_reconcile(request: HttpRequest, slug: str, run_id: str) -> HttpResponse:
-    """Reconcile the run's in-doubt effects (reviewer). The task starts on commit: in the
-    embedded default it has already run when the page is rendered; with a broker a worker
-    may still be asking the services, and the notice says so."""
+    """Reconcile the run's in-doubt effects (reviewer): stored requests, one per effect.
+    In the embedded default they have run when the page is rendered; with a broker a
+    worker may still be asking the services; with the broker down they wait, stored, and
+    the notice says so. A live owner is refused (409 ``owner_live``) with its expiry."""
     tenant = access_tenant(request.user, slug, roles.REVIEW)
     run = selectors.run_get(user=request.user, tenant=tenant, run_id=run_id)
-    task_id = services.run_reconcile(actor=request.user, tenant=tenant, run_id=run.run_id,
-                                     reason=_reason(request))
-    if getattr(settings, "CELERY_TASK_ALWAYS_EAGER", False):
-        notice = (f"Reconciliation requested (task {task_id[:8]}); the effects below show "
-                  f"what the services answered.")
+    queued = services.run_reconcile(actor=request.user, tenant=tenant, run_id=run.run_id,
+                                    reason=_reason(request))
+    n = len(queued.requests)
+    what = f"Reconciliation of {n} effect{'s' if n != 1 else ''} requested " \
+           f"(task {queued.task_id[:8]})"
+    if not queued.dispatched:
+        notice = f"{what}: {queued.detail}."
+    elif queued.results:
+        notice = f"{what}; the section below shows what the services answered."
     else:
-        notice = (f"Reconciliation requested (task {task_id[:8]}); a worker may still be "
-                  f"asking the services, so reload in a moment to see their answers.")
+        notice = (f"{what}; a worker is asking the services, so reload in a moment to see "
+                  f"their answers.")
     return _action_done(request, tenant, run.run_id, notice)
 
 

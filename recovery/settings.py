@@ -105,6 +105,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "checkpoints.inprocess.InProcessWorkerMiddleware",
 ]
 
 ROOT_URLCONF = "recovery.urls"
@@ -188,8 +189,22 @@ RECOVERY_ENCRYPTION_KEYS = [
 
 # --- Recovery policy --------------------------------------------------------------------
 RECOVERY_DEFAULT_AMBIGUITY_THRESHOLD_S = env_int("RECOVERY_DEFAULT_AMBIGUITY_THRESHOLD_S", 300)
-RECOVERY_SWEEP_INTERVAL_S = env_int("RECOVERY_SWEEP_INTERVAL_S", 60, minimum=1)
+# How often the stale-run sweep (and the re-drive of reconcile requests) runs: Celery beat
+# with a broker, the web process's in-process worker without one. A run whose owner is
+# gone is listed ambiguous within about this long (DESIGN.md 4: "never staler than ~15 s").
+RECOVERY_SWEEP_INTERVAL_S = env_int("RECOVERY_SWEEP_INTERVAL_S", 10, minimum=1)
 RECOVERY_RECONCILE_TIMEOUT_S = env_int("RECOVERY_RECONCILE_TIMEOUT_S", 5, minimum=1)
+# A look-up's "never saw the key" settles not_executed only this long after submitted
+# (a call still in flight may not have reached the service yet).
+RECOVERY_RECONCILE_SETTLE_DELAY_S = env_int("RECOVERY_RECONCILE_SETTLE_DELAY_S", 30)
+# Look-ups in a row that cannot tell before a request gives up and waits for a human.
+RECOVERY_RECONCILE_MAX_FAILURES = env_int("RECOVERY_RECONCILE_MAX_FAILURES", 6, minimum=1)
+# Capped exponential back-off between look-ups that could not tell: base * 2^(n-1) <= max.
+RECOVERY_RECONCILE_BACKOFF_S = env_int("RECOVERY_RECONCILE_BACKOFF_S", 5, minimum=1)
+RECOVERY_RECONCILE_BACKOFF_MAX_S = env_int("RECOVERY_RECONCILE_BACKOFF_MAX_S", 300, minimum=1)
+# With a broker: a queued request this overdue (its message lost, or never sent because
+# the broker was down) is sent again by the sweep. Duplicates are harmless (claimed once).
+RECOVERY_RECONCILE_REDRIVE_GRACE_S = env_int("RECOVERY_RECONCILE_REDRIVE_GRACE_S", 30)
 # service name -> base URL of its status resource; GET {base}/{operation_key}
 RECOVERY_RECONCILERS = {
     pair.split("=", 1)[0].strip(): pair.split("=", 1)[1].strip()
@@ -203,7 +218,22 @@ CELERY_TASK_ALWAYS_EAGER = CELERY_BROKER_URL is None
 CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_RESULT_BACKEND = env("CELERY_RESULT_BACKEND") or None
 CELERY_TASK_ACKS_LATE = True
+# A task whose worker process died is given back to the queue, not acknowledged.
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# A broker that is down answers fast: the reviewer is told "queued, will run when the
+# worker is back" (the request is stored; the sweep sends it again) instead of waiting.
+CELERY_BROKER_CONNECTION_TIMEOUT = 2
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_TASK_PUBLISH_RETRY = True
+CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 1, "interval_start": 0,
+                                    "interval_step": 0.2, "interval_max": 0.5}
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 900, "socket_connect_timeout": 2,
+                                   "socket_timeout": 5, "max_retries": 1}
+# Without a broker the web process runs the sweep and due reconcile requests itself in a
+# background thread (checkpoints.inprocess); off under the test runner (tests drive it).
+RECOVERY_INPROCESS_WORKER = env_bool(
+    "RECOVERY_INPROCESS_WORKER", CELERY_BROKER_URL is None and "pytest" not in sys.modules)
 CELERY_BEAT_SCHEDULE = {
     "stale-run-sweep": {
         "task": "checkpoints.tasks.sweep_stale_runs",

@@ -65,14 +65,37 @@ def walk_effect(writer, tenant, body: dict, *states, token=None):
     return effect
 
 
+# Every stored time that a rule compares with the database's clock (checkpoints.dbclock).
+_AGED = {
+    "Run": ("last_write_at", "lease_expires_at", "state_changed_at", "closed_at"),
+    "Effect": ("submitted_at", "state_changed_at"),
+    "ReconcileRequest": ("next_attempt_at", "claimed_until"),
+}
+
+
+def age_world(seconds: float) -> None:
+    """Make ``seconds`` pass for the rules without sleeping: every stored time they
+    compare with the database's clock moves that far into the past. (The services read
+    the database's clock, never the process's, so patching ``timezone.now`` would not.)"""
+    from datetime import timedelta
+
+    from django.db.models import F
+
+    from checkpoints import models
+
+    delta = timedelta(seconds=seconds)
+    for model_name, columns in _AGED.items():
+        model = getattr(models, model_name)
+        for column in columns:
+            model.objects.filter(**{f"{column}__isnull": False}).update(
+                **{column: F(column) - delta})
+
+
 def sweep_later(hours: float = 1):
     """Run the stale-run sweep as if ``hours`` had passed: quiet in-flight runs become
     ambiguous and their submitted effects unresolved (what beat does in production)."""
-    from datetime import timedelta
-
-    from django.utils import timezone
-
-    return services.sweep_stale_runs(now=timezone.now() + timedelta(hours=hours))
+    age_world(hours * 3600)
+    return services.sweep_stale_runs()
 
 
 def ambiguous_run(writer, tenant, body: dict | None = None):

@@ -114,14 +114,11 @@ def test_it_refuses_a_token_for_an_unknown_account(db):
     assert not ApiToken.objects.exists()
 
 
-def test_it_sweeps_stale_runs(acme, wendy, monkeypatch):
-    from datetime import timedelta
-
-    from django.utils import timezone
+def test_it_sweeps_stale_runs(acme, wendy):
+    from tests.helpers import age_world
 
     put_checkpoint(wendy, acme, envelope(payload={"phase": "charging"}))
-    real_now = timezone.now
-    monkeypatch.setattr(timezone, "now", lambda: real_now() + timedelta(seconds=600))
+    age_world(600)
     assert "1 became ambiguous" in run("sweep_stale_runs")
     assert "0 became ambiguous" in run("sweep_stale_runs")
 

@@ -48,6 +48,15 @@ class FencedErrorSerializer(serializers.Serializer):
     fencing_token = serializers.IntegerField()
 
 
+class OwnerLiveSerializer(serializers.Serializer):
+    """409: reconciliation refused while the run's owner is alive; it counts as gone at
+    ``lease_expires_at`` (lease expiry, or last write + the ambiguity threshold)."""
+
+    error = serializers.CharField(default="owner_live")
+    detail = serializers.CharField()
+    lease_expires_at = serializers.DateTimeField(allow_null=True)
+
+
 class OperationExistsSerializer(serializers.Serializer):
     """409: another effect id already holds this (service, operation_key) with the same
     fingerprint; continue with ``effect_id``."""
@@ -295,11 +304,86 @@ class OpenReviewItemsSerializer(serializers.Serializer):
     conflicts = ConflictSerializer(many=True, help_text="unacknowledged conflicts")
 
 
+class ReconcileAttemptSerializer(serializers.Serializer):
+    """One look-up of a reconcile request (the evidence itself is shown on the dashboard
+    to roles that may reveal payloads, audited)."""
+
+    number = serializers.IntegerField()
+    reconciler = serializers.CharField()
+    answer = serializers.CharField(
+        help_text="found, failed, not_executed, cannot_tell, no_lookup, owner_live, "
+                  "settling or moved_on")
+    detail = serializers.CharField()
+    applied = serializers.CharField(help_text="effect state it led to, or empty")
+    started_at = serializers.DateTimeField()
+    finished_at = serializers.DateTimeField()
+
+
+class ReconcileRequestSerializer(serializers.Serializer):
+    """A stored reconcile request: queued -> running -> done | gave_up | cancelled."""
+
+    id = serializers.IntegerField()
+    task_id = serializers.UUIDField()
+    effect_id = serializers.UUIDField()
+    service = serializers.CharField()
+    operation_key = serializers.CharField()
+    state = serializers.CharField(help_text="queued, running, done, gave_up or cancelled")
+    requested_by = serializers.CharField()
+    attempts = serializers.IntegerField()
+    failures = serializers.IntegerField(help_text="look-ups in a row that could not tell")
+    next_attempt_at = serializers.DateTimeField(allow_null=True)
+    last_error = serializers.CharField()
+    outcome = serializers.CharField(help_text="effect state it settled, moved_on, or empty")
+    created_at = serializers.DateTimeField()
+    finished_at = serializers.DateTimeField(allow_null=True)
+    attempt_log = ReconcileAttemptSerializer(many=True)
+
+
+def reconcile_request_json(r, *, attempts: bool = True) -> dict:
+    open_ = r.state in ("queued", "running")
+    return {
+        "id": r.pk,
+        "task_id": str(r.task_id),
+        "effect_id": str(r.effect.effect_id),
+        "service": r.effect.service,
+        "operation_key": r.effect.operation_key,
+        "state": r.state,
+        "requested_by": r.requested_by_name,
+        "attempts": r.attempts,
+        "failures": r.failures,
+        "next_attempt_at": _iso(r.next_attempt_at) if open_ else None,
+        "last_error": r.last_error,
+        "outcome": r.outcome,
+        "created_at": _iso(r.created_at),
+        "finished_at": _iso(r.finished_at),
+        "attempt_log": [{
+            "number": a.number, "reconciler": a.reconciler, "answer": a.answer,
+            "detail": a.detail, "applied": a.applied, "started_at": _iso(a.started_at),
+            "finished_at": _iso(a.finished_at),
+        } for a in r.attempt_log.all()] if attempts else [],
+    }
+
+
+class RetryPreviewSerializer(serializers.Serializer):
+    """What an approved retry would do to one effect (issue 5)."""
+
+    effect_id = serializers.UUIDField()
+    service = serializers.CharField()
+    operation_key = serializers.CharField()
+    state = serializers.CharField()
+    outcome = serializers.CharField(
+        help_text="replay_receipt, stays_failed, submit, submit_again, possible_duplicate "
+                  "(accepted by the approver) or in_doubt")
+    words = serializers.CharField()
+
+
 class RunDetailSerializer(serializers.Serializer):
     run = RunSerializer()
     checkpoints = CheckpointMetaSerializer(many=True, help_text="latest revision of each")
     effects = EffectSerializer(many=True)
     open_review_items = OpenReviewItemsSerializer()
+    reconcile_requests = ReconcileRequestSerializer(many=True, help_text="newest first")
+    retry_preview = RetryPreviewSerializer(many=True)
 
 
 class LeaseInputSerializer(serializers.Serializer):
@@ -335,6 +419,25 @@ class ReasonSerializer(serializers.Serializer):
 
 class TaskSerializer(serializers.Serializer):
     task_id = serializers.CharField()
+    queued = serializers.BooleanField(
+        help_text="false when the task queue was unavailable: the requests are stored and "
+                  "run when the worker is back")
+    detail = serializers.CharField()
+    requests = ReconcileRequestSerializer(many=True)
+
+
+class ResumeInputSerializer(serializers.Serializer):
+    agent = serializers.CharField(required=False)
+    model = serializers.CharField(required=False, help_text="provider/name")
+    workflow = serializers.CharField(required=False)
+    definition_version = serializers.CharField(required=False)
+
+
+class ClosedSerializer(serializers.Serializer):
+    run_id = serializers.UUIDField()
+    recovery_state = serializers.CharField()
+    closed_at = serializers.DateTimeField()
+    closed_by = serializers.CharField()
 
 
 class AcknowledgedSerializer(serializers.Serializer):

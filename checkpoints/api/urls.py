@@ -29,6 +29,7 @@ urlpatterns = [
          name="run-retry-requests"),
     path(T + "runs/<str:run_id>/reconcile", views.RunReconcileApi.as_view(),
          name="run-reconcile"),
+    path(T + "runs/<str:run_id>/close", views.RunCloseApi.as_view(), name="run-close"),
     path(T + "runs/<str:run_id>/conflicts/acknowledge", views.ConflictsAcknowledgeApi.as_view(),
          name="run-conflicts-acknowledge"),
     path(T + "retry-requests/<str:retry_id>/approve", views.RetryApproveApi.as_view(),

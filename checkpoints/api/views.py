@@ -38,7 +38,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from .. import roles, selectors, services
+from .. import reconciliation, roles, selectors, services
 from ..exceptions import (
     Forbidden,
     InvalidPayload,
@@ -53,6 +53,7 @@ from ..models import MAX_REVISION, Tenant
 from ..permissions import access_tenant, tenant_perms
 from ..policy import IDENTITY_PARAMS
 from . import serializers as s
+from .auth import BearerTokenAuthentication
 
 # --------------------------------------------------------------------------------------
 # Request helpers
@@ -472,6 +473,9 @@ class RunDetailApi(TenantApi):
                 "conflicts": [s.conflict_json(c) for c in d.conflicts
                               if c.acknowledged_at is None],
             },
+            "reconcile_requests": [s.reconcile_request_json(r)
+                                   for r in reconciliation.requests_for_run(d.run)],
+            "retry_preview": services.retry_preview(d.run),
         })
 
 
@@ -499,20 +503,52 @@ class RunLeaseApi(TenantApi):
 
 class RunResumeApi(TenantApi):
     @extend_schema(
-        operation_id="run_resume",
-        summary="The resume decision for a restarting runtime (consumes an approved retry)",
+        operation_id="run_resume_preview",
+        summary="Preview the resume decision: changes nothing (no approval consumed, no "
+                "fencing, no audit)",
         parameters=[TENANT, _path("run_id"), _query("agent"),
                     _query("model", description="provider/name"), _query("workflow"),
                     _query("definition_version")],
-        responses={200: s.ResumeSerializer, **_errors()},
+        responses={200: s.ResumeSerializer, **_errors(400)},
     )
     def get(self, request, tenant, run_id):
         """Each identity parameter given must equal the run's, else reject/identity_mismatch."""
         t = self.tenant(request, tenant, roles.WRITE)
         rid = url_uuid(run_id, "run")
-        asked = {k: request.query_params[k] for k in IDENTITY_PARAMS if k in request.query_params}
-        return Response(services.resume_decide(actor=request.user, tenant=t, run_id=rid,
-                                               asked=asked))
+        return Response(services.resume_preview(actor=request.user, tenant=t, run_id=rid,
+                                                asked=_identity(request.query_params)))
+
+    @extend_schema(
+        operation_id="run_resume_claim",
+        summary="Claim the resume decision (runtime's bearer token, writer): an approved "
+                "retry is consumed and the old owner fenced",
+        parameters=[TENANT, _path("run_id")],
+        request=s.ResumeInputSerializer,
+        responses={200: s.ResumeSerializer, **_errors(400, 413)},
+    )
+    def post(self, request, tenant, run_id):
+        t = self.tenant(request, tenant, roles.WRITE)
+        if not isinstance(request.successful_authenticator, BearerTokenAuthentication):
+            raise Forbidden("authorization: claiming a resume needs a runtime's bearer token, "
+                            "not a browser session")
+        rid = url_uuid(run_id, "run")
+        body = read_object(request, empty_ok=True)
+        _only_fields(body, set(IDENTITY_PARAMS))
+        return Response(services.resume_claim(actor=request.user, tenant=t, run_id=rid,
+                                              asked=_identity(body)))
+
+
+def _identity(source) -> dict[str, str]:
+    """The identity parameters given (query or body), each a string of at most 256."""
+    asked = {}
+    for key in IDENTITY_PARAMS:
+        if key not in source:
+            continue
+        value = source[key]
+        if not isinstance(value, str) or len(value) > 256 or "\x00" in value:
+            raise InvalidPayload(f"{key}: must be a string of at most 256 characters")
+        asked[key] = value
+    return asked
 
 
 # --------------------------------------------------------------------------------------
@@ -579,17 +615,42 @@ class RetryRejectApi(_RetryDecisionApi):
 class RunReconcileApi(TenantApi):
     @extend_schema(
         operation_id="run_reconcile",
-        summary="Reviewer: queue reconciliation of the run's in-doubt effects",
+        summary="Reviewer: reconcile the run's in-doubt effects (stored jobs, retried)",
         parameters=[TENANT, _path("run_id")],
         request=s.ReasonSerializer,
-        responses={202: s.TaskSerializer, **_errors(400, 413, 422)},
+        responses={202: s.TaskSerializer,
+                   409: OpenApiResponse(s.OwnerLiveSerializer,
+                                        description="owner_live: the run's owner is alive"),
+                   **_errors(400, 413, 422)},
     )
     def post(self, request, tenant, run_id):
         t = self.tenant(request, tenant, roles.REVIEW)
         rid = url_uuid(run_id, "run")
-        task_id = services.run_reconcile(actor=request.user, tenant=t, run_id=rid,
-                                         reason=read_reason(request))
-        return Response({"task_id": task_id}, status=status.HTTP_202_ACCEPTED)
+        queued = reconciliation.run_reconcile(actor=request.user, tenant=t, run_id=rid,
+                                              reason=read_reason(request))
+        requests = [reconciliation.request_get(t, r.pk) for r in queued.requests]
+        return Response({"task_id": queued.task_id, "queued": queued.dispatched,
+                         "detail": queued.detail,
+                         "requests": [s.reconcile_request_json(r) for r in requests]},
+                        status=status.HTTP_202_ACCEPTED)
+
+
+class RunCloseApi(TenantApi):
+    @extend_schema(
+        operation_id="run_close",
+        summary="Reviewer: close a run handled outside the system (until its next write)",
+        parameters=[TENANT, _path("run_id")],
+        request=s.ReasonSerializer,
+        responses={200: s.ClosedSerializer, **_errors(400, 413, 422)},
+    )
+    def post(self, request, tenant, run_id):
+        t = self.tenant(request, tenant, roles.REVIEW)
+        rid = url_uuid(run_id, "run")
+        run = services.run_close(actor=request.user, tenant=t, run_id=rid,
+                                 reason=read_reason(request))
+        return Response({"run_id": str(run.run_id), "recovery_state": run.recovery_state,
+                         "closed_at": run.closed_at.isoformat(),
+                         "closed_by": request.user.get_username()})
 
 
 class ConflictsAcknowledgeApi(TenantApi):

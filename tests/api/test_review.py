@@ -5,9 +5,17 @@ from __future__ import annotations
 import pytest
 
 from checkpoints import services
-from checkpoints.models import AuditEvent, Checkpoint, Conflict, Effect, RetryRequest, Run
+from checkpoints.models import (
+    AuditEvent,
+    Checkpoint,
+    Conflict,
+    Effect,
+    ReconcileRequest,
+    RetryRequest,
+    Run,
+)
 from tests.api.apihelpers import get, new_checkpoint, post, put_cp, snapshot, walk
-from tests.helpers import effect_body, sweep_later
+from tests.helpers import age_world, effect_body, sweep_later
 
 AUDIT_KEYS = {"id", "created_at", "actor", "action", "target_type", "target_id", "run_id",
               "reason", "before", "after"}
@@ -123,18 +131,41 @@ def test_it_marks_an_effect_unknown_only_from_submitted_or_unresolved(w, api_as,
     assert r.status_code == 422 and r.json()["error"] == "invalid_transition"
 
 
+def test_it_refuses_to_reconcile_while_the_owner_is_live_and_changes_nothing(
+        api_as, rita, in_doubt):
+    rid, eid = in_doubt  # written just now, no lease: the owner counts as live for 300 s
+    events = AuditEvent.objects.count()
+    r = post(api_as(rita), "acme", f"runs/{rid}/reconcile", {"reason": "check payments"})
+    assert r.status_code == 409
+    body = r.json()
+    assert body["error"] == "owner_live" and body["lease_expires_at"]
+    assert "live until" in body["detail"]
+    assert Effect.objects.get(effect_id=eid).state == "submitted"
+    assert not ReconcileRequest.objects.exists()
+    assert AuditEvent.objects.count() == events
+
+
 def test_it_queues_reconciliation_with_202_and_a_task_id(api_as, rita, in_doubt,
                                                           django_capture_on_commit_callbacks):
     rid, eid = in_doubt
+    age_world(301)  # the owner went quiet past the tenant's threshold
     with django_capture_on_commit_callbacks(execute=True) as callbacks:
         r = post(api_as(rita), "acme", f"runs/{rid}/reconcile", {"reason": "check payments"})
     assert r.status_code == 202
-    assert set(r.json()) == {"task_id"}
+    assert set(r.json()) == {"task_id", "queued", "detail", "requests"}
+    assert [q["effect_id"] for q in r.json()["requests"]] == [eid]
     assert len(callbacks) == 1
-    # The eager task asked the service's reconciler; "payments" has no lookup -> unknown.
+    # The in-process worker asked the service's reconciler; "payments" has no lookup here
+    # -> unknown, and the stored request says so.
     assert Effect.objects.get(effect_id=eid).state == "unknown"
+    request = ReconcileRequest.objects.get()
+    assert (request.state, request.outcome, request.attempts) == ("done", "unknown", 1)
+    assert request.attempt_log.get().answer == "no_lookup"
     event = AuditEvent.objects.get(action="run.reconcile")
-    assert event.after["task_id"] == r.json()["task_id"]
+    assert event.after["task_id"] == r.json()["task_id"] == str(request.task_id)
+    detail = get(api_as(rita), "acme", f"runs/{rid}").json()
+    assert detail["reconcile_requests"][0]["outcome"] == "unknown"
+    assert detail["reconcile_requests"][0]["attempt_log"][0]["answer"] == "no_lookup"
 
 
 def test_it_answers_422_when_nothing_is_in_doubt_to_reconcile(w, api_as, rita, acme):

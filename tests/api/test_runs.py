@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 
-from checkpoints.models import RetryRequest, Run
+from checkpoints.models import AuditEvent, RetryRequest, Run
 from tests.api.apihelpers import get, new_checkpoint, post, put_cp, put_fx, snapshot, walk
 from tests.helpers import effect_body
 
@@ -167,11 +167,22 @@ def test_it_answers_resume_reject_outcome_unknown_then_retry_once_approved(w, ap
     r = post(api_as(april), "acme", f"retry-requests/{retry.json()['id']}/approve",
              {"reason": "ok"})
     assert r.status_code == 200
+    # The GET only previews: it says a retry is there, and consumes, fences, audits nothing.
+    events = AuditEvent.objects.count()
     data = _resume(w, rid)
+    assert (data["action"], data["reason"], data["fencing_token"]) == ("retry", "retry_approved",
+                                                                       0)
+    assert RetryRequest.objects.get(pk=retry.json()["id"]).state == "approved"
+    assert AuditEvent.objects.count() == events
+    # The runtime's POST claims it: consumed once, the old owner fenced.
+    r = post(w, "acme", f"runs/{rid}/resume", {})
+    assert r.status_code == 200
+    data = r.json()
     assert (data["action"], data["reason"], data["fencing_token"]) == ("retry", "retry_approved",
                                                                        1)
     assert RetryRequest.objects.get(pk=retry.json()["id"]).state == "consumed"
     assert _resume(w, rid)["action"] != "retry"  # consumed once
+    assert post(w, "acme", f"runs/{rid}/resume", {}).json()["action"] != "retry"
     # The retry authorises the effect to go back to planned (attempt 2) with the new token.
     r = put_fx(w, "acme", dict(fx, revision=3, state="planned"), match=2, token=1)
     assert r.status_code == 200 and r.json()["attempt"] == 2

@@ -7,15 +7,12 @@ from __future__ import annotations
 
 import os
 import uuid
-from datetime import timedelta
 
 import pytest
 from django.db import connections
-from django.utils import timezone
 
-from checkpoints import services
 from tests.conftest import PASSWORD
-from tests.helpers import effect_body, envelope, put_checkpoint, walk_effect
+from tests.helpers import effect_body, envelope, put_checkpoint, sweep_later, walk_effect
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking",
@@ -63,7 +60,7 @@ def test_it_lets_a_reviewer_request_and_another_person_approve_a_retry(
                                                                     "order_id": "A-7"}))
     walk_effect(wendy, acme, effect_body(run_id=run_id, operation_key="charge:A-7"),
                 "submitted")
-    services.sweep_stale_runs(now=timezone.now() + timedelta(hours=1))
+    sweep_later()
     run_url = f"{live_server.url}/t/acme/runs/{run_id}/"
 
     # rita finds the run in the ambiguous tab; its charge is in doubt, so no retry yet.

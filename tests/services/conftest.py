@@ -2,27 +2,19 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 import pytest
-from django.utils import timezone
+
+from tests.helpers import age_world
 
 
 class Clock:
-    """Moves ``django.utils.timezone.now`` forward without sleeping (no timed assertions)."""
-
-    def __init__(self, monkeypatch):
-        self._real_now = timezone.now
-        self.offset = timedelta(0)
-        monkeypatch.setattr(timezone, "now", lambda: self._real_now() + self.offset)
+    """Moves time forward for the rules without sleeping (no timed assertions): the
+    stored times they compare with the database's clock move into the past."""
 
     def advance(self, seconds: float) -> None:
-        self.offset += timedelta(seconds=seconds)
-
-    def now(self):
-        return timezone.now()
+        age_world(seconds)
 
 
 @pytest.fixture
-def clock(monkeypatch) -> Clock:
-    return Clock(monkeypatch)
+def clock(db) -> Clock:
+    return Clock()

@@ -103,45 +103,6 @@ def test_it_lets_a_reviewer_mark_unknown_only_when_in_doubt(acme, wendy, rita, s
         assert effect.state == src
 
 
-@pytest.mark.parametrize("src", ["submitted", "unresolved"])
-@pytest.mark.parametrize(("outcome", "states"), [
-    ("confirmed", ["confirmed"]),
-    ("failed", ["failed"]),
-    ("not_executed", ["unresolved", "not_executed"]),
-    ("unknown", ["unknown"]),
-])
-def test_it_records_each_reconciliation_outcome(acme, wendy, src, outcome, states):
-    effect = walk_effect(wendy, acme, effect_body(), *PATHS[src])
-    receipt = {"charge_id": "ch_77"} if outcome == "confirmed" else None
-    moved = services.effect_apply_reconciliation(
-        effect_pk=effect.pk, expected_revision=effect.revision, outcome=outcome, receipt=receipt,
-        detail="looked up")
-    assert moved.state == outcome
-    if outcome == "confirmed":
-        assert moved.receipt == {"charge_id": "ch_77"}
-    history = list(EffectRevision.objects.filter(effect=effect).order_by("revision")
-                   .values_list("state", flat=True))
-    expected_tail = states if src == "submitted" else [s for s in states if s != "unresolved"]
-    assert history[-len(expected_tail):] == expected_tail
-    event = AuditEvent.objects.get(action="effect.reconcile")
-    assert (event.actor, event.actor_name, event.after["state"]) == (None, "system", outcome)
-
-
-def test_it_makes_a_repeated_or_late_reconciliation_a_no_op(acme, wendy):
-    effect = walk_effect(wendy, acme, effect_body(), "submitted")
-    first = services.effect_apply_reconciliation(
-        effect_pk=effect.pk, expected_revision=effect.revision, outcome="confirmed",
-        receipt={"charge_id": "ch_1"})
-    assert first.state == "confirmed"
-    events = AuditEvent.objects.count()
-    again = services.effect_apply_reconciliation(
-        effect_pk=effect.pk, expected_revision=effect.revision, outcome="failed")
-    assert again is None
-    effect.refresh_from_db()
-    assert (effect.state, effect.revision) == ("confirmed", 2)
-    assert AuditEvent.objects.count() == events
-
-
 def test_it_requires_a_receipt_to_confirm(acme, wendy):
     body = effect_body()
     walk_effect(wendy, acme, body, "submitted")
@@ -234,7 +195,7 @@ def test_it_sends_an_effect_back_to_planned_only_after_an_approved_retry_is_cons
     # Approved but not yet consumed: still refused.
     with pytest.raises(InvalidTransition):
         put_effect(wendy, acme, again, expected=n)
-    decision = services.resume_decide(actor=wendy, tenant=acme, run_id=run_id, asked={})
+    decision = services.resume_claim(actor=wendy, tenant=acme, run_id=run_id, asked={})
     assert decision["action"] == "retry"
     retry.refresh_from_db()
     assert retry.state == "consumed"

@@ -1,5 +1,6 @@
-"""Resume decisions through ``services.resume_decide``, with state built by real writes:
-every action and reason of CONTRACT.md 3, and the consumption of an approved retry."""
+"""Resume decisions through ``services.resume_claim`` (and ``resume_preview``), with state
+built by real writes: every action and reason of CONTRACT.md 3, the consumption of an
+approved retry by the claim, and a preview that changes nothing."""
 
 from __future__ import annotations
 
@@ -26,8 +27,8 @@ AGENT = {"execution_id": "x", "agent": "refund-assistant",
 
 
 def resume(acme, wendy, body, **asked):
-    return services.resume_decide(actor=wendy, tenant=acme, run_id=uuid.UUID(body["run_id"]),
-                                  asked=asked)
+    return services.resume_claim(actor=wendy, tenant=acme, run_id=uuid.UUID(body["run_id"]),
+                                 asked=asked)
 
 
 def _checkpoint(acme, wendy, phase="ready", **kw):

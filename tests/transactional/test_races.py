@@ -26,7 +26,7 @@ from checkpoints.models import (
     EffectRevision,
     Run,
 )
-from tests.helpers import effect_body, envelope, put_checkpoint, put_effect
+from tests.helpers import age_world, effect_body, envelope, put_checkpoint, put_effect
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -142,18 +142,14 @@ def test_it_lets_exactly_one_writer_move_an_effect(acme, wendy):
 
 
 def test_it_sweeps_once_when_many_workers_sweep_at_once(acme, wendy):
-    from datetime import timedelta
-
-    from django.utils import timezone
-
     for _ in range(3):
         body = envelope(payload={"phase": "charging"})
         put_checkpoint(wendy, acme, body)
         eb = effect_body(run_id=body["run_id"], operation_key=f"k-{body['id']}")
         put_effect(wendy, acme, eb)
         put_effect(wendy, acme, dict(eb, revision=1, state="submitted"), expected=0)
-    later = timezone.now() + timedelta(seconds=3600)
-    results = race(4, lambda i: services.sweep_stale_runs(now=later))
+    age_world(3600)
+    results = race(4, lambda i: services.sweep_stale_runs())
     assert all(isinstance(r, dict) for r in results), results
     assert sum(r["effects_unresolved"] for r in results) == 3
     assert sum(r["runs_ambiguous"] for r in results) == 3

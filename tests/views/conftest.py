@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from datetime import timedelta
 
 import pytest
 from django.test import Client
-from django.utils import timezone
 
 from checkpoints import services
-from tests.helpers import effect_body, envelope, put_checkpoint, walk_effect
+from tests.helpers import effect_body, envelope, put_checkpoint, sweep_later, walk_effect
 
 
 @dataclass
@@ -33,7 +31,7 @@ def make_stuck_run(writer, tenant, *, order_id="A-1042", key="charge:A-1042") ->
         cp_id, run_id, 1,
         payload={"phase": "charging", "order_id": order_id, "amount_cents": 2599}), expected=0)
     walk_effect(writer, tenant, effect_body(effect_id, run_id, operation_key=key), "submitted")
-    services.sweep_stale_runs(now=timezone.now() + timedelta(hours=1))
+    sweep_later()
     return Stuck(run_id, cp_id, effect_id)
 
 

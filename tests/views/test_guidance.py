@@ -5,17 +5,15 @@ action, the next-step hint, receipts hidden from viewers, a human 404."""
 from __future__ import annotations
 
 import uuid
-from datetime import timedelta
 
 import pytest
 from django.db import transaction
 from django.urls import reverse
-from django.utils import timezone
 
 from checkpoints import services
 from checkpoints.exceptions import InvalidTransition
 from checkpoints.models import RetryRequest, Run
-from tests.helpers import effect_body, envelope, put_checkpoint, walk_effect
+from tests.helpers import effect_body, envelope, put_checkpoint, sweep_later, walk_effect
 from tests.views.conftest import make_stuck_run
 from tests.views.test_access import REASON, _snapshot
 
@@ -50,7 +48,7 @@ def _settled_in_flight(acme, wendy, rita):  # ambiguous: in flight, owner gone, 
                                                                   "order_id": "S-1"}))
     walk_effect(wendy, acme, effect_body(run_id=run_id, operation_key="charge:S-1"),
                 "submitted", "confirmed")
-    services.sweep_stale_runs(now=timezone.now() + timedelta(hours=1))
+    sweep_later()
     return run_id
 
 
@@ -168,7 +166,8 @@ def test_it_says_truthfully_that_an_embedded_reconciliation_already_ran(login, r
                                 REASON, HTTP_HX_REQUEST="true")
     body = response.content.decode()
     assert response.status_code == 200
-    assert "Reconciliation requested" in body and "queued" not in body
+    assert "Reconciliation of 1 effect requested" in body and "queued" not in body
+    assert "shows what the services answered" in body
     assert Run.objects.get(run_id=stuck.run_id).recovery_state == "unknown_outcome"
     assert 'id="run-state">unknown outcome<' in body  # the page shows the answer already
 

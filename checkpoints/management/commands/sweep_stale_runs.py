@@ -18,5 +18,6 @@ class Command(BaseCommand):
         stats = services.sweep_stale_runs()
         self.stdout.write(
             f"examined {stats['examined']} run(s); {stats['runs_ambiguous']} became ambiguous; "
-            f"{stats['effects_unresolved']} effect(s) became unresolved"
+            f"{stats['effects_unresolved']} effect(s) became unresolved; "
+            f"{stats['reconcile_redriven']} reconcile request(s) sent again"
         )

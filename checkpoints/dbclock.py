@@ -1,0 +1,37 @@
+"""One clock: the database's (CONTRACT.md 3, "Lease expiry, quiet time and every other
+time comparison use the database's clock, never a process's").
+
+A web node or worker whose wall clock runs ahead or behind must not grant a second lease,
+call a live owner gone, or settle a look-up early. So every time that is later compared
+(``lease_expires_at``, ``last_write_at``, ``submitted_at``, ``next_attempt_at``,
+``claimed_until``) is written from the database's clock and compared with it:
+
+- ``NOW`` is the SQL expression (``STATEMENT_TIMESTAMP()`` on PostgreSQL, SQLite's
+  ``'now'``) for filters and for annotating the row a service locks, so the lock and the
+  time arrive in one round trip (``services._lock_run`` sets ``run.db_now``);
+- ``db_now()`` asks for it in a query of its own where no row is locked.
+
+On the embedded SQLite default the database lives in the process, but its ``'now'`` is
+read by SQLite's C code from the operating system, not through Python's ``time`` or
+``django.utils.timezone``, so a patched process clock changes nothing there either.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from django.db import connection
+from django.db.models.functions import Now
+
+NOW = Now()
+
+
+def db_now() -> datetime:
+    """The database's current time as an aware UTC datetime (one query)."""
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("SELECT CLOCK_TIMESTAMP()")
+            value = cursor.fetchone()[0]
+            return value if value.tzinfo else value.replace(tzinfo=UTC)
+        cursor.execute("SELECT STRFTIME('%Y-%m-%d %H:%M:%f', 'now')")
+        return datetime.fromisoformat(cursor.fetchone()[0]).replace(tzinfo=UTC)
