@@ -489,3 +489,26 @@ def request_get(tenant: Tenant, pk: int) -> ReconcileRequest:
     if req is None:
         raise NotFound("no such reconcile request")
     return req
+
+
+def evidence_reveal(*, actor, tenant: Tenant, attempt_id: int, reason: str = "") -> Any:
+    """Decrypt what a service answered to one look-up (``ReconcileAttempt`` evidence) for
+    a role that may reveal payloads (receipts are treated like payloads, CONTRACT.md 4);
+    one ``evidence.reveal`` audit event in the same transaction. Returns the JSON value
+    (``None`` when the look-up kept no evidence). Raises ``NotFound`` (not this tenant's
+    attempt) or ``Forbidden``.
+    """
+    svc = _services()
+    require(actor, tenant, roles.REVEAL)
+    with transaction.atomic():
+        attempt = (ReconcileAttempt.objects.select_related("request__effect", "request__run")
+                   .filter(tenant=tenant, pk=attempt_id).first())
+        if attempt is None:
+            raise NotFound("no such reconcile attempt")
+        value = (loads_any(crypto.decrypt_text(attempt.evidence_ciphertext))
+                 if attempt.evidence_ciphertext else None)
+        svc.audit_record(tenant=tenant, actor=actor, action="evidence.reveal",
+                         target_type="effect", target_id=attempt.request.effect.effect_id,
+                         run_id=attempt.request.run.run_id, reason=reason[:4000],
+                         after={"request": attempt.request_id, "attempt": attempt.number})
+    return value
