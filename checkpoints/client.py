@@ -11,6 +11,10 @@ file. It speaks CONTRACT.md section 3 and mirrors runifold-core's checkpoint sto
     receipt = perform_effect(store, run_id=run_id, service="payments",
                              operation_key="charge:A-1042", effect_class="non_idempotent",
                              request={"amount_cents": 2599}, call=charge_card)
+    # after a restart:
+    store.resume_preview(run_id)                       # look: changes nothing (GET)
+    decision = store.resume(run_id, workflow="acme.order")  # claim (POST); on "retry"
+                                                       # the old owner is fenced
 
 Errors: every failure is a ``CheckpointError`` whose ``kind`` is one of runifold's
 ``not_found``, ``conflict``, ``invalid_payload``, ``storage``; ``status`` is the HTTP
@@ -100,8 +104,9 @@ class HttpCheckpointStore:
     ``base_url`` is the server root (``http://127.0.0.1:8000``), ``tenant`` the tenant's
     slug, ``token`` a bearer token of an account with the writer role, ``timeout_s`` the
     per-request socket timeout in seconds. ``fencing_token`` is ``None`` until ``lease``
-    (or ``resume`` answering ``retry``) sets it; from then on every write sends it in
-    ``Fencing-Token``. Not thread-safe: use one store per worker thread.
+    (or ``resume`` claiming a ``retry``) sets it; from then on every write sends it in
+    ``Fencing-Token``. ``resume_preview`` only looks. Not thread-safe: use one store per
+    worker thread.
     """
 
     def __init__(self, base_url: str, tenant: str, token: str, timeout_s: float = 10):
@@ -212,19 +217,76 @@ class HttpCheckpointStore:
         self.fencing_token = answer["fencing_token"]
         return answer
 
-    def resume(self, run_id: str, **identity: str) -> dict:
-        """Ask what to do with ``run_id`` after a restart.
+    @staticmethod
+    def _identity(agent, model, workflow, definition_version) -> dict:
+        given = {"agent": agent, "model": model, "workflow": workflow,
+                 "definition_version": definition_version}
+        return {k: v for k, v in given.items() if v is not None}
 
-        ``identity`` keys: ``agent``, ``model`` (``provider/name``), ``workflow``,
-        ``definition_version``; each one given must match the run's. Returns
-        ``{"action", "reason", "checkpoint_id", "revision", "fencing_token"}``; when the
-        action is ``retry`` the new fencing token is remembered (the old owner is fenced).
+    def resume_preview(self, run_id: str, *, agent: str | None = None, model: str | None = None,
+                       workflow: str | None = None,
+                       definition_version: str | None = None) -> dict:
+        """What ``resume`` would answer now, without claiming anything (``GET …/resume``).
+
+        Same arguments as ``resume``. Returns ``{"action", "reason", "checkpoint_id",
+        "revision"}`` (the server may add the run's current ``fencing_token``; this store
+        does not adopt it). An approved retry shows as action ``retry``, reason
+        ``retry_approved``, and stays approved: the preview never consumes it, never fences
+        the owner and writes no audit event. Raises ``CheckpointError``: ``not_found`` (no
+        such run, or a tenant this token has no role in), ``invalid_payload`` (400, a bad
+        parameter), ``storage`` (403 for a token without the writer role, 5xx, network).
         """
-        query = {k: v for k, v in identity.items() if v is not None}
-        answer = self.request("GET", f"runs/{run_id}/resume", query=query)[2]
+        query = self._identity(agent, model, workflow, definition_version)
+        return self.request("GET", f"runs/{run_id}/resume", query=query)[2]
+
+    def resume(self, run_id: str, *, agent: str | None = None, model: str | None = None,
+               workflow: str | None = None, definition_version: str | None = None) -> dict:
+        """Claim the resume decision for ``run_id`` after a restart (``POST …/resume``).
+
+        The identity arguments (``model`` is ``provider/name``) are sent in the JSON body,
+        only those given; each one given must match the run's, else the answer is
+        ``reject`` / ``identity_mismatch``. Returns ``{"action", "reason",
+        "checkpoint_id", "revision", "fencing_token"}``; ``action`` is ``replay``,
+        ``continue``, ``reject``, ``retry`` or ``reconcile`` (CONTRACT.md 3).
+
+        ``retry`` means this call consumed an approved retry: the server bumped the
+        fencing token (the old owner is fenced), dropped the lease, and authorised
+        ``unknown``/``not_executed`` effects to go back to ``planned``. The returned
+        ``fencing_token`` is remembered and sent with every later write (a ``lease``
+        afterwards replaces it with a newer one). Only one caller gets ``retry`` for one
+        approval. For any other action the store's fencing token is left as it was.
+
+        Raises ``CheckpointError``: ``not_found`` (no such run, or a tenant this token has
+        no role in), ``invalid_payload`` (400, a bad field), ``storage`` (403 for a token
+        without the writer role, 5xx, network).
+        """
+        body = self._identity(agent, model, workflow, definition_version)
+        answer = self.request("POST", f"runs/{run_id}/resume", body)[2]
         if answer.get("action") == "retry":
             self.fencing_token = answer.get("fencing_token")
         return answer
+
+    def list_runs(self, *, recovery_state: str | None = None, limit: int = 50):
+        """Yield the tenant's runs (``GET …/runs``), newest write first, every page.
+
+        Each run is the API's run object (``run_id``, ``recovery_state``,
+        ``recovery_reason``, ``kind``, ...). ``recovery_state`` filters (``ambiguous``,
+        ``retry_approved``, ...); ``limit`` is the page size (1..200). Raises
+        ``CheckpointError`` (``invalid_payload`` for a bad filter, ``storage``, ...).
+        """
+        query: dict = {"limit": limit}
+        if recovery_state is not None:
+            query["recovery_state"] = recovery_state
+        while True:
+            page = self.request("GET", "runs", query=query)[2] or {}
+            yield from page.get("results", [])
+            nxt = page.get("next")
+            if not nxt:
+                return
+            cursor = urllib.parse.parse_qs(urllib.parse.urlsplit(nxt).query).get("cursor")
+            if not cursor:
+                return
+            query["cursor"] = cursor[0]
 
     # --- effects ------------------------------------------------------------------------
 
@@ -299,9 +361,11 @@ def perform_effect(
     2. ``confirmed``: return its receipt (replay; never call again). ``failed``: raise
        ``EffectFailed``. ``submitted``/``unresolved``/``unknown``/``not_executed``:
        raise ``EffectInDoubt`` (reconcile first; only an approved retry re-plans it).
-       With ``retry=True`` (the resume answer was ``retry``), an ``unknown`` or
+       With ``retry=True`` (``resume`` claimed a ``retry``), an ``unknown`` or
        ``not_executed`` record first goes back to ``planned`` (the server counts the
-       attempt) and the call is made again: a possible duplicate a human accepted.
+       attempt) and the call is made again, with the same operation key: a service that
+       dedupes by idempotency key still executes it at most once; for one that does not,
+       a possible duplicate is what the approvers accepted.
     3. ``planned`` -> ``submitted``; ``on_step("submitted")``.
     4. ``call(operation_key)``: the caller sends the request with the operation key as its
        idempotency key and returns the receipt (a dict); ``on_step("called")``.

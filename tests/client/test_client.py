@@ -1,13 +1,15 @@
 """``checkpoints.client`` against the real API (pytest-django ``live_server``).
 
 The client must mirror runifold-core's store (load / compare_and_swap with error kinds
-not_found, conflict, invalid_payload, storage), carry fencing tokens after a lease, and
-walk effects planned -> submitted -> confirmed (CONTRACT.md 3, DESIGN.md 1 and 4).
+not_found, conflict, invalid_payload, storage), carry fencing tokens after a lease or a
+claimed retry, preview resume decisions without claiming them, and walk effects
+planned -> submitted -> confirmed (CONTRACT.md 3, DESIGN.md 1 and 4).
 """
 
 from __future__ import annotations
 
 import socket
+import time
 import uuid
 
 import pytest
@@ -22,7 +24,7 @@ from checkpoints.client import (
     next_revision,
     perform_effect,
 )
-from checkpoints.models import Conflict, Effect
+from checkpoints.models import AuditEvent, Conflict, Effect
 from tests.helpers import envelope
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -128,12 +130,63 @@ def test_it_sends_the_fencing_token_after_a_lease_and_is_fenced_once_taken_over(
         "conflict", 409, "fenced")
 
 
-def test_it_answers_resume_decisions_with_identity(store):
+def test_it_previews_and_claims_resume_decisions_with_identity(store):
     first = create(store, payload={"phase": "ready", "order_id": "A-1", "workflow": "acme.order"})
 
-    assert store.resume(first["run_id"])["action"] == "continue"
+    preview = store.resume_preview(first["run_id"], workflow="acme.order")
+    claimed = store.resume(first["run_id"], workflow="acme.order")
     mismatch = store.resume(first["run_id"], workflow="other.flow")
+
+    assert (preview["action"], preview["reason"]) == ("continue", "stable")
+    assert (preview["checkpoint_id"], preview["revision"]) == (first["id"], 0)
+    assert (claimed["action"], claimed["reason"]) == ("continue", "stable")
+    assert (claimed["checkpoint_id"], claimed["revision"]) == (first["id"], 0)
+    assert isinstance(claimed["fencing_token"], int)
     assert (mismatch["action"], mismatch["reason"]) == ("reject", "identity_mismatch")
+    assert store.resume_preview(first["run_id"], workflow="other.flow")["reason"] == (
+        "identity_mismatch")
+    assert store.fencing_token is None  # only a claimed retry hands over a token
+
+
+def test_it_raises_for_resume_on_a_missing_run_or_without_the_writer_role(
+        rita, make_store, store):
+    run_id = create(store)["run_id"]
+    reviewer = make_store(rita)
+
+    for call in (store.resume, store.resume_preview):
+        with pytest.raises(CheckpointError) as missing:
+            call(str(uuid.uuid4()))
+        assert (missing.value.kind, missing.value.status) == ("not_found", 404)
+    with pytest.raises(CheckpointError) as forbidden:
+        reviewer.resume(run_id)
+    assert (forbidden.value.kind, forbidden.value.status) == ("storage", 403)
+    with pytest.raises(TypeError):
+        store.resume(run_id, agnet="typo")  # a misspelt identity is never sent silently
+
+
+def test_the_claim_body_is_a_strict_json_object(store):
+    run_id = create(store)["run_id"]
+
+    with pytest.raises(CheckpointError) as unknown:
+        store.request("POST", f"runs/{run_id}/resume", {"workflow": "acme.order", "bogus": 1})
+    with pytest.raises(CheckpointError) as not_a_string:
+        store.request("POST", f"runs/{run_id}/resume", {"workflow": 7})
+
+    assert (unknown.value.kind, unknown.value.status) == ("invalid_payload", 400)
+    assert (not_a_string.value.kind, not_a_string.value.status) == ("invalid_payload", 400)
+
+
+def test_it_lists_runs_by_recovery_state_across_pages(store):
+    made = {create(store)["run_id"] for _ in range(3)}
+    done = create(store, payload={"phase": "completed", "order_id": "A-9"})["run_id"]
+
+    healthy = {r["run_id"] for r in store.list_runs(recovery_state="healthy", limit=2)}
+    everything = [r["run_id"] for r in store.list_runs(limit=1)]
+
+    assert healthy == made
+    assert sorted(everything) == sorted([*made, done])
+    assert [r["run_id"] for r in store.list_runs(recovery_state="completed")] == [done]
+    assert list(store.list_runs(recovery_state="retry_approved")) == []
 
 
 def test_it_computes_a_stable_lower_case_fingerprint():
@@ -228,10 +281,41 @@ def test_it_calls_again_only_after_an_approved_retry_was_consumed(acme, rita, ap
     with pytest.raises(EffectInDoubt):  # not without retry=True
         _effect(store, run_id, lambda key: pytest.fail("must not call"))
 
+    previews = [store.resume_preview(run_id) for _ in range(2)]
+    assert store.fencing_token == 1  # a preview hands over nothing
     decision = store.resume(run_id)
+    again = store.resume(run_id)
     receipt = _effect(store, run_id, lambda key: {"charge_id": "ch_2"}, retry=True)
 
-    assert decision["action"] == "retry"
+    assert [(p["action"], p["reason"]) for p in previews] == [("retry", "retry_approved")] * 2
+    assert (decision["action"], decision["reason"]) == ("retry", "retry_approved")
+    assert again["action"] != "retry"  # one approval, one claim
     assert store.fencing_token == decision["fencing_token"] == 2
     effect.refresh_from_db()
     assert (effect.state, effect.attempt, receipt) == ("confirmed", 2, {"charge_id": "ch_2"})
+    consumed = AuditEvent.objects.filter(run_id=effect.run.run_id, action="retry.consume")
+    assert consumed.count() == 1
+
+
+def test_a_claimed_retry_fences_the_old_owner(acme, rita, april, wendy, make_store, store):
+    first = create(store, payload={"phase": "charging", "order_id": "A-8"})
+    run_id = first["run_id"]
+    store.lease(run_id, "worker-1", ttl_s=1)
+    time.sleep(1.1)
+    services.sweep_stale_runs()
+    retry = services.retry_request(actor=rita, tenant=acme, run_id=uuid.UUID(run_id),
+                                   reason="worker died")
+    services.retry_approve(actor=april, tenant=acme, retry_id=retry.pk, reason="ok")
+    restarted = make_store(wendy)
+
+    decision = restarted.resume(run_id)
+    restarted.compare_and_swap(next_revision(first, {"phase": "charged", "order_id": "A-8"}),
+                               0)
+
+    assert decision["action"] == "retry"
+    assert restarted.fencing_token == decision["fencing_token"] == 2
+    with pytest.raises(CheckpointError) as fenced:  # the zombie still holds token 1
+        store.compare_and_swap(next_revision(dict(first, revision=1), {"phase": "cancelled"}),
+                               1)
+    assert (fenced.value.kind, fenced.value.error, fenced.value.body["fencing_token"]) == (
+        "conflict", "fenced", 2)
