@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import json
+import threading
+import time
 import urllib.error
 import urllib.request
+import uuid
 
 import pytest
 
 from checkpoints.demo.orchestrate import plan
 from checkpoints.demo.payments import PaymentService
-from checkpoints.reconcile import HttpStatusReconciler
+from checkpoints.reconcile import EffectRef, HttpStatusReconciler
 
 
 @pytest.fixture
@@ -56,15 +59,45 @@ def test_it_refuses_a_reused_key_with_another_body_and_a_missing_key(service):
     assert len(service.store.charges()) == 1
 
 
+def _ref(key: str) -> EffectRef:
+    return EffectRef(tenant="acme", effect_id=uuid.uuid4(), service="payments",
+                     operation_key=key, effect_class="non_idempotent",
+                     request_fingerprint="0" * 64, attempt=1)
+
+
 def test_it_answers_the_reconcilers_status_lookup(service):
     post(f"{service.url}/charges", {"order_id": "A-3", "amount_cents": 300}, key="charge:A-3")
     reconciler = HttpStatusReconciler(f"{service.url}/operations")
 
-    found = reconciler.lookup("charge:A-3")
-    missing = reconciler.lookup("charge:never")
+    found = reconciler.lookup(_ref("charge:A-3"))
+    missing = reconciler.lookup(_ref("charge:never"))
 
-    assert (found.outcome, found.receipt["amount_cents"]) == ("confirmed", 300)
-    assert missing.outcome == "not_executed"
+    assert (found.kind, found.receipt["amount_cents"]) == ("found", 300)
+    assert missing.kind == "not_executed"
+
+
+def test_it_still_commits_a_charge_whose_client_died_while_it_was_held(service):
+    """The slow provider: a client that gives up (or dies) before the answer changes
+    nothing; the charge commits once, and a repeat with the key replays it."""
+    service.store.hold_before_commit = gate = threading.Event()
+    body = {"order_id": "A-4", "amount_cents": 400}
+    req = urllib.request.Request(f"{service.url}/charges", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json",
+                                          "Idempotency-Key": "charge:A-4"}, method="POST")
+
+    with pytest.raises(OSError):  # a timeout: the client goes away
+        urllib.request.urlopen(req, timeout=0.3)
+    assert service.store.received["charge:A-4"] == 1
+    assert service.store.committed["charge:A-4"] == 0
+    gate.set()
+    deadline = time.monotonic() + 10
+    while service.store.committed["charge:A-4"] == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    again = post(f"{service.url}/charges", body, key="charge:A-4")
+
+    assert service.store.committed["charge:A-4"] == 1
+    assert again[0] == 200
+    assert service.store.executions("A-4") == 1
 
 
 def test_it_plans_the_same_mix_for_the_same_seed():
