@@ -261,6 +261,56 @@ def token_authenticate(raw: str):
     return token.user
 
 
+def reconciler_configure(*, actor, tenant: Tenant, service: str, plugin: str, url: str = "",
+                         timeout_s: int = 5, settle_delay_s: int | None = None):
+    """Choose the reconciler that answers for ``service`` in ``tenant`` (issue 5,
+    ``reconcile`` module doc); ``plugin="default"`` removes the choice (the
+    ``RECOVERY_RECONCILERS`` environment default applies again). ``actor`` must be an admin
+    of the tenant, or ``None`` for the operator's command line. Audited.
+
+    Raises ``InvalidPayload`` naming the field: an unknown plugin or one that cannot be
+    imported, a URL that is not http(s) or longer than 2000, ``timeout_s`` outside 1..120,
+    ``settle_delay_s`` outside 0..86400, a service name that is empty or over 200.
+    Returns the ``ReconcilerConfig`` (``None`` after ``default``).
+    """
+    from .models import ReconcilerConfig
+    from .reconcile import plugin_class
+
+    if actor is not None:
+        require(actor, tenant, roles.MANAGE)
+    service = _str_field({"service": service}, "service", 200)
+    if plugin != "default":
+        plugin_class(plugin)
+    if not isinstance(url, str) or len(url) > 2000 or (
+            url and not re.match(r"https?://[^\s]+\Z", url)):
+        raise InvalidPayload("url: must be an http:// or https:// URL of at most 2000 characters")
+    if plugin in ("http_status", "replay") and not url:
+        raise InvalidPayload(f"url: required for the {plugin} reconciler")
+    if type(timeout_s) is not int or not 1 <= timeout_s <= 120:
+        raise InvalidPayload("timeout_s: must be an integer in 1..120")
+    if settle_delay_s is not None and (type(settle_delay_s) is not int
+                                       or not 0 <= settle_delay_s <= 86400):
+        raise InvalidPayload("settle_delay_s: must be an integer in 0..86400")
+    with transaction.atomic():
+        before = (ReconcilerConfig.objects.select_for_update()
+                  .filter(tenant=tenant, service=service)
+                  .values("plugin", "url", "timeout_s", "settle_delay_s").first())
+        if plugin == "default":
+            ReconcilerConfig.objects.filter(tenant=tenant, service=service).delete()
+            row, after = None, None
+        else:
+            row, _ = ReconcilerConfig.objects.update_or_create(
+                tenant=tenant, service=service,
+                defaults={"plugin": plugin, "url": url, "timeout_s": timeout_s,
+                          "settle_delay_s": settle_delay_s})
+            after = {"plugin": plugin, "url": url, "timeout_s": timeout_s,
+                     "settle_delay_s": settle_delay_s}
+        audit_record(tenant=tenant, actor=actor, action="reconciler.configure",
+                     target_type="service", target_id=service[:64], before=before,
+                     after=after)
+    return row
+
+
 # --------------------------------------------------------------------------------------
 # Envelope validation (CONTRACT.md sections 2 and 6)
 # --------------------------------------------------------------------------------------
@@ -715,6 +765,7 @@ class EffectBody:
     request_fingerprint: str
     state: str
     receipt: Any
+    request_json: str = ""  # canonical JSON of the optional ``request`` (fingerprint checked)
 
 
 def parse_effect(body: dict, *, url_id: uuid.UUID) -> EffectBody:
@@ -738,12 +789,22 @@ def parse_effect(body: dict, *, url_id: uuid.UUID) -> EffectBody:
     receipt = body.get("receipt")
     if receipt is not None and not isinstance(receipt, dict):
         raise InvalidPayload("receipt: must be an object or null")
+    request_json = ""
+    if body.get("request") is not None:
+        # Optional: the canonical request itself, so that the replay reconciler can send it
+        # again with the same key. It must be the request the fingerprint names.
+        if not isinstance(body["request"], dict):
+            raise InvalidPayload("request: must be an object or null")
+        request_json = dumps(body["request"])
+        if hashlib.sha256(request_json.encode("utf-8")).hexdigest() != fp.lower():
+            raise InvalidPayload("request: its SHA-256 (canonical JSON: sorted keys, no "
+                                 "spaces, UTF-8) is not request_fingerprint")
     unknown = set(body) - {"id", "run_id", "revision", "operation_key", "service",
-                           "effect_class", "request_fingerprint", "state", "receipt"}
+                           "effect_class", "request_fingerprint", "state", "receipt", "request"}
     if unknown:
         raise InvalidPayload(f"{sorted(unknown)[0]}: unknown field")
     return EffectBody(eid, run_id, revision, operation_key, service, effect_class, fp.lower(),
-                      state, receipt)
+                      state, receipt, request_json)
 
 
 def _effect_history(effect: Effect, *, actor, source: str) -> None:
@@ -819,6 +880,8 @@ def _effect_cas(actor, tenant, body, expected_revision, fencing_token, refused):
                         effect_class=body.effect_class,
                         request_fingerprint=body.request_fingerprint, state="planned",
                         receipt=body.receipt, state_changed_at=now,
+                        request_ciphertext=(crypto.encrypt_text(body.request_json)
+                                            if body.request_json else ""),
                     )
             except IntegrityError:
                 # Lost a race: either the effect id or the operation key is now taken.

@@ -144,6 +144,16 @@ class EffectInputSerializer(serializers.Serializer):
     receipt = serializers.JSONField(allow_null=True, help_text="object, required for confirmed")
 
 
+class EffectWriteSerializer(EffectInputSerializer):
+    """The PUT body: the record, plus optionally the canonical request itself."""
+
+    request = serializers.JSONField(
+        required=False, allow_null=True,
+        help_text="optional: the request object whose SHA-256 (canonical JSON: sorted keys, "
+                  "no spaces, UTF-8) is request_fingerprint (400 otherwise). Stored encrypted, "
+                  "never returned; lets the replay reconciler send it again with the same key")
+
+
 class EffectSerializer(EffectInputSerializer):
     """An effect record as stored; the fingerprint is lower-case."""
 

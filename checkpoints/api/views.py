@@ -365,7 +365,7 @@ class EffectApi(TenantApi):
         operation_id="effect_put",
         summary="Create (planned) or move an effect record one state, by compare-and-swap",
         parameters=[TENANT, _path("effect_id"), *CAS_HEADERS],
-        request=s.EffectInputSerializer,
+        request=s.EffectWriteSerializer,
         responses={
             201: OpenApiResponse(s.EffectSerializer, description='created; ETag "0"'),
             200: OpenApiResponse(s.EffectSerializer, description='updated; ETag "N+1"'),
