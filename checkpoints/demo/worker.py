@@ -6,6 +6,9 @@ Run as its own process::
         --base-url http://127.0.0.1:8000 --tenant acme --shape order \\
         --run-id UUID --checkpoint-id UUID --order-id A-1001 --amount-cents 2599 \\
         --payments-url http://127.0.0.1:8765 [--ttl 5] [--die-at after_call]
+    RECOVERY_TOKEN=rcv_... python -m checkpoints.demo.worker --resume \\
+        --base-url http://127.0.0.1:8000 --tenant acme --run-id UUID \\
+        --payments-url http://127.0.0.1:8765
 
 Two shapes, each a write-ahead sequence of checkpoint revisions around one effect:
 
@@ -30,8 +33,27 @@ DIR), then all try the next revision at once: exactly one wins, the others get a
 and exit with status 3. The winner takes the lease only after every party has tried (so a
 slow loser meets a stale revision, not a fence), then goes on.
 
-Prints one JSON line ``{"outcome": ..., "run_id": ...}``. Exit status: 0 done, 3 lost a
-race, 4 refused by the store or the service (message on stderr).
+``--resume --run-id R`` (``--checkpoint-id`` optional) finishes an existing run instead,
+as a restarted runtime would. It previews the decision (``GET …/resume``, which changes
+nothing) to learn the checkpoint, loads it, takes the shape from its ``kind`` and the
+order from its payload, then claims the decision (``POST …/resume``, with this worker's
+identity: workflow ``acme.order`` v1, or agent ``refund-assistant`` on
+``openai/gpt-4.1-mini``):
+
+- ``retry`` (an approved retry, consumed by this claim, the old owner fenced) or
+  ``continue`` (stable): take a lease (a new fencing token), reload the checkpoint and
+  finish: write the in-flight checkpoint if the run stopped before it, perform the effect
+  with ``perform_effect(..., retry=True)`` for a retry (``confirmed`` replays its receipt
+  and calls nothing; ``unknown``/``not_executed`` goes planned -> submitted -> the call
+  with the same operation key as Idempotency-Key -> confirmed), then write the stable and
+  completed revisions.
+- ``replay`` (completed): print the recorded outcome, do nothing.
+- ``reject`` / ``reconcile``: do nothing, say why and what a person can do (stderr).
+
+Prints one JSON line ``{"outcome": ..., "run_id": ...}``; ``outcome`` is ``completed``,
+``created``, ``lost_race``, ``replayed``, ``not_resumed`` or ``refused``. Exit status:
+0 done (completed, created or replayed), 3 lost a race, 4 refused by the store or the
+service (message on stderr), 5 not resumed (the decision was reject or reconcile).
 """
 
 from __future__ import annotations
@@ -49,6 +71,7 @@ import uuid
 from checkpoints.client import (
     CheckpointError,
     EffectFailed,
+    EffectInDoubt,
     HttpCheckpointStore,
     next_revision,
     now_ms,
@@ -58,6 +81,7 @@ from checkpoints.client import (
 BOUNDARIES = ("after_intent", "after_submitted", "after_call", "after_confirmed")
 EXIT_LOST_RACE = 3
 EXIT_REFUSED = 4
+EXIT_NOT_RESUMED = 5
 AGENT_NAME = "refund-assistant"
 MODEL = {"provider": "openai", "name": "gpt-4.1-mini"}
 
@@ -108,49 +132,121 @@ def wait_barrier(directory: str, parties: int, stage: str = "arrived",
 
 # --- the two shapes ------------------------------------------------------------------------
 
-class OrderShape:
+class Shape:
+    """One kind of run: its payloads around one effect, and where a loaded payload stands.
+
+    ``remaining(payload)`` answers what is left to do from a stored payload: ``"start"``
+    (stable, before the effect: write the in-flight checkpoint first), ``"effect"`` (in
+    flight around the effect: perform it, then ``stabilise``), or the list of payloads
+    still to write (empty when the run is complete).
+    """
+
+    kind = ""
+    service = ""
+
+    def __init__(self, *, order_id: str, amount_cents: int, payments_url: str,
+                 execution_id: str = ""):
+        self.order_id = order_id
+        self.amount_cents = amount_cents
+        self.payments_url = payments_url.rstrip("/")
+        self.execution_id = execution_id
+
+    @classmethod
+    def from_args(cls, args) -> Shape:
+        return cls(order_id=args.order_id, amount_cents=args.amount_cents,
+                   payments_url=args.payments_url, execution_id=args.checkpoint_id)
+
+    def _call_args(self) -> dict:
+        return {"order_id": self.order_id, "amount_cents": self.amount_cents}
+
+
+class OrderShape(Shape):
     """``acme.order`` v1: charge the order's card once, then complete."""
 
     kind = "acme.order"
     service = "payments"
+    WORKFLOW = "acme.order"
+    DEFINITION_VERSION = "1"
 
-    def __init__(self, args):
-        self.args = args
+    @classmethod
+    def from_checkpoint(cls, checkpoint: dict, payments_url: str) -> OrderShape:
+        p = checkpoint["payload"]
+        if not isinstance(p.get("order_id"), str) or type(p.get("amount_cents")) is not int:
+            raise ValueError("acme.order payload without order_id and amount_cents")
+        return cls(order_id=p["order_id"], amount_cents=p["amount_cents"],
+                   payments_url=payments_url, execution_id=checkpoint["id"])
+
+    def identity(self) -> dict:
+        """The run identity this worker's code implements (sent with ``resume``)."""
+        return {"workflow": self.WORKFLOW, "definition_version": self.DEFINITION_VERSION}
 
     def initial_payload(self) -> dict:
-        return {"phase": "ready", "order_id": self.args.order_id, "workflow": "acme.order",
-                "definition_version": "1", "amount_cents": self.args.amount_cents}
+        return {"phase": "ready", "order_id": self.order_id, "workflow": self.WORKFLOW,
+                "definition_version": self.DEFINITION_VERSION,
+                "amount_cents": self.amount_cents}
 
     def intent(self, payload: dict) -> dict:
         return dict(payload, phase="charging")
 
     def effect(self, payload: dict) -> dict:
-        request = {"order_id": self.args.order_id, "amount_cents": self.args.amount_cents}
-        return {"service": self.service, "operation_key": f"charge:{self.args.order_id}",
-                "effect_class": "non_idempotent", "request": request,
-                "url": f"{self.args.payments_url.rstrip('/')}/charges"}
+        return {"service": self.service, "operation_key": f"charge:{self.order_id}",
+                "effect_class": "non_idempotent", "request": self._call_args(),
+                "url": f"{self.payments_url}/charges"}
 
     def stabilise(self, payload: dict, receipt: dict) -> list[dict]:
         charged = dict(payload, phase="charged", charge_id=receipt.get("charge_id", ""))
         return [charged, dict(charged, phase="completed")]
 
+    def remaining(self, payload: dict):
+        phase = payload.get("phase")
+        if phase == "ready":
+            return "start"
+        if phase == "charging":
+            return "effect"
+        if phase == "charged":
+            return [dict(payload, phase="completed")]
+        if phase in ("completed", "cancelled"):
+            return []
+        raise ValueError(f"acme.order phase {phase!r}: this worker does not resume it")
 
-class AgentShape:
-    """``runifold.agent`` v1: one turn that calls a CRM tool, one that answers."""
+    def outcome(self, payload: dict) -> dict:
+        """What a completed run recorded (a replay shows it, executes nothing)."""
+        return {"phase": payload.get("phase"), "charge_id": payload.get("charge_id")}
+
+
+class AgentShape(Shape):
+    """``runifold.agent`` v1: one turn that calls a CRM tool, one that answers.
+
+    The tool call's arguments (order id, amount) ride in the user message's ``metadata``,
+    so a resumed worker rebuilds the same request, and so the same fingerprint, from the
+    checkpoint alone.
+    """
 
     kind = "runifold.agent"
     service = "crm"
 
-    def __init__(self, args):
-        self.args = args
+    @classmethod
+    def from_checkpoint(cls, checkpoint: dict, payments_url: str) -> AgentShape:
+        p = checkpoint["payload"]
+        meta = next((m.get("metadata") or {} for m in p.get("transcript", [])
+                     if isinstance(m, dict) and m.get("role") == "user"), {})
+        if not isinstance(meta.get("order_id"), str) or type(meta.get("amount_cents")) is not int:
+            raise ValueError("runifold.agent payload: the user message's metadata has no "
+                             "order_id and amount_cents")
+        return cls(order_id=meta["order_id"], amount_cents=meta["amount_cents"],
+                   payments_url=payments_url, execution_id=p.get("execution_id") or checkpoint["id"])
+
+    def identity(self) -> dict:
+        return {"agent": AGENT_NAME, "model": f"{MODEL['provider']}/{MODEL['name']}"}
 
     def initial_payload(self) -> dict:
         return {
-            "execution_id": self.args.checkpoint_id,
+            "execution_id": self.execution_id,
             "agent": AGENT_NAME, "model": MODEL,
             "transcript": [
                 _msg("system", "You handle refund requests."),
-                _msg("user", f"Please refund order {self.args.order_id}."),
+                _msg("user", f"Please refund order {self.order_id}.",
+                     metadata=self._call_args()),
             ],
             "turns": 0, "tool_calls": 0, "delegations": 0,
             "usage": _usage(0, 0, 0, 0),
@@ -160,15 +256,12 @@ class AgentShape:
     def intent(self, payload: dict) -> dict:
         return dict(payload, phase={"state": "turn_in_flight", "turn": payload["turns"] + 1})
 
-    def _call_args(self) -> dict:
-        return {"order_id": self.args.order_id, "amount_cents": self.args.amount_cents}
-
     def effect(self, payload: dict) -> dict:
         turn = payload["phase"]["turn"]
         key = f"{payload['execution_id']}:agent:{AGENT_NAME}:turn:{turn}:call:0"
         return {"service": self.service, "operation_key": key, "effect_class": "non_idempotent",
                 "request": {"tool": "issue_refund", "arguments": self._call_args()},
-                "url": f"{self.args.payments_url.rstrip('/')}/crm/notes"}
+                "url": f"{self.payments_url}/crm/notes"}
 
     def stabilise(self, payload: dict, receipt: dict) -> list[dict]:
         args = self._call_args()
@@ -182,8 +275,15 @@ class AgentShape:
                       {"role": "tool", "content": [result], "metadata": {}}]
         ready = dict(payload, transcript=transcript, turns=1, tool_calls=1,
                      usage=_usage(702, 215, 1, 1), phase={"state": "ready_for_turn"})
+        return [ready, *self._tail(ready, receipt)]
+
+    def _tail(self, ready: dict, receipt: dict) -> list[dict]:
+        """Turn 2 (no tool): in flight, then completed with the answer."""
         in_flight = dict(ready, phase={"state": "turn_in_flight", "turn": 2})
-        answer = f"Refund for order {self.args.order_id} issued ({receipt.get('charge_id')})."
+        return [in_flight, self._done(ready, receipt)]
+
+    def _done(self, ready: dict, receipt: dict) -> dict:
+        answer = f"Refund for order {self.order_id} issued ({receipt.get('charge_id')})."
         response = {
             "id": f"resp_{uuid.uuid4().hex[:8]}", "model": MODEL,
             "content": [{"type": "text", "text": answer}], "finish_reason": "stop",
@@ -191,14 +291,44 @@ class AgentShape:
                       "cached_input_tokens": 0, "cache_write_tokens": 0, "cost_microusd": 30},
             "warnings": [], "provider_metadata": {}, "provider_events": [],
         }
-        done = dict(ready, transcript=[*transcript, _msg("assistant", answer)], turns=2,
-                    usage=_usage(802, 245, 2, 1), phase={"state": "completed",
-                                                         "response": response})
-        return [ready, in_flight, done]
+        return dict(ready, transcript=[*ready["transcript"], _msg("assistant", answer)],
+                    turns=2, usage=_usage(802, 245, 2, 1),
+                    phase={"state": "completed", "response": response})
+
+    @staticmethod
+    def _recorded_receipt(payload: dict) -> dict:
+        """The tool result turn 1 recorded in the transcript."""
+        for message in payload.get("transcript", []):
+            for part in message.get("content", []) if isinstance(message, dict) else []:
+                if isinstance(part, dict) and part.get("type") == "tool_result":
+                    return part.get("structured_content") or {}
+        return {}
+
+    def remaining(self, payload: dict):
+        phase = payload.get("phase") or {}
+        state, turns = phase.get("state"), payload.get("turns", 0)
+        if state == "completed":
+            return []
+        if state == "ready_for_turn":
+            if turns == 0:
+                return "start"
+            return self._tail(payload, self._recorded_receipt(payload))
+        if state == "turn_in_flight" and phase.get("turn") == 1:
+            return "effect"
+        if state == "turn_in_flight" and phase.get("turn") == 2:
+            return [self._done(payload, self._recorded_receipt(payload))]
+        raise ValueError(f"runifold.agent phase {phase!r}: this worker does not resume it")
+
+    def outcome(self, payload: dict) -> dict:
+        response = (payload.get("phase") or {}).get("response") or {}
+        text = " ".join(part.get("text", "") for part in response.get("content", [])
+                        if isinstance(part, dict))
+        return {"phase": (payload.get("phase") or {}).get("state"), "response": text}
 
 
-def _msg(role: str, text: str) -> dict:
-    return {"role": role, "content": [{"type": "text", "text": text}], "metadata": {}}
+def _msg(role: str, text: str, metadata: dict | None = None) -> dict:
+    return {"role": role, "content": [{"type": "text", "text": text}],
+            "metadata": metadata or {}}
 
 
 def _usage(tokens: int, cost: int, turns: int, tool_calls: int) -> dict:
@@ -207,14 +337,59 @@ def _usage(tokens: int, cost: int, turns: int, tool_calls: int) -> dict:
 
 
 SHAPES = {"order": OrderShape, "agent": AgentShape}
+SHAPE_OF_KIND = {cls.kind: name for name, cls in SHAPES.items()}
 
 
 # --- the worker ----------------------------------------------------------------------------
 
+def _die_on(args):
+    boundary = {"submitted": "after_submitted", "called": "after_call",
+                "confirmed": "after_confirmed"}
+
+    def on_step(name: str) -> None:
+        if boundary.get(name) == args.die_at:
+            die()
+
+    return on_step
+
+
+def drive(store: HttpCheckpointStore, shape: Shape, checkpoint: dict, args, *,
+          retry: bool = False) -> tuple[dict, dict | None]:
+    """Take the run from ``checkpoint`` (its latest revision, this process the owner) to
+    completed: write the in-flight checkpoint if it is still stable before the effect,
+    perform the effect (``retry``: re-plan an ``unknown``/``not_executed`` one; a
+    ``confirmed`` one replays its receipt), then write the stable and completed revisions.
+    Returns the last checkpoint written and the effect's receipt (``None`` if the effect
+    was already behind the checkpoint)."""
+    todo = shape.remaining(checkpoint["payload"])
+    receipt = None
+    if todo == "start":
+        intent = next_revision(checkpoint, shape.intent(checkpoint["payload"]))
+        store.compare_and_swap(intent, checkpoint["revision"])
+        checkpoint = intent
+        if args.die_at == "after_intent":
+            die()
+        todo = "effect"
+    if todo == "effect":
+        spec = shape.effect(checkpoint["payload"])
+        receipt = perform_effect(
+            store, run_id=checkpoint["run_id"], service=spec["service"],
+            operation_key=spec["operation_key"], effect_class=spec["effect_class"],
+            request=spec["request"], call=lambda key: post_json(spec["url"], key, spec["request"]),
+            on_step=_die_on(args), retry=retry,
+        )
+        todo = shape.stabilise(checkpoint["payload"], receipt)
+    for payload in todo:
+        nxt = next_revision(checkpoint, payload)
+        store.compare_and_swap(nxt, checkpoint["revision"])
+        checkpoint = nxt
+    return checkpoint, receipt
+
+
 def run(args) -> dict:
     """Drive one run to completion (or to ``--die-at``); returns the result line."""
     store = HttpCheckpointStore(args.base_url, args.tenant, args.token, timeout_s=args.timeout)
-    shape = SHAPES[args.shape](args)
+    shape = SHAPES[args.shape].from_args(args)
     owner = args.owner or f"{args.shape}-worker-{os.getpid()}"
     result = {"run_id": args.run_id, "checkpoint_id": args.checkpoint_id, "owner": owner,
               "pid": os.getpid()}
@@ -251,25 +426,72 @@ def run(args) -> dict:
     if args.die_at == "after_intent":
         die()
 
-    spec = shape.effect(checkpoint["payload"])
-    boundary = {"submitted": "after_submitted", "called": "after_call",
-                "confirmed": "after_confirmed"}
-
-    def on_step(name: str) -> None:
-        if boundary.get(name) == args.die_at:
-            die()
-
-    receipt = perform_effect(
-        store, run_id=args.run_id, service=spec["service"], operation_key=spec["operation_key"],
-        effect_class=spec["effect_class"], request=spec["request"],
-        call=lambda key: post_json(spec["url"], key, spec["request"]), on_step=on_step,
-    )
-    for payload in shape.stabilise(checkpoint["payload"], receipt):
-        nxt = next_revision(checkpoint, payload)
-        store.compare_and_swap(nxt, checkpoint["revision"])
-        checkpoint = nxt
+    checkpoint, receipt = drive(store, shape, checkpoint, args)
     return dict(result, outcome="completed", revision=checkpoint["revision"],
                 receipt=receipt)
+
+
+# Why a resume did nothing, and what a person can do about it (printed on stderr).
+NOT_RESUMED_HINTS = {
+    "reconcile": "an effect is still in doubt: reconcile the run first (dashboard: Reconcile)",
+    "in_flight": "its latest checkpoint is in flight and no retry is approved: a reviewer "
+                 "requests a retry, a second person approves it",
+    "outcome_unknown": "an effect's outcome is unknown: approve a retry (accepting a possible "
+                       "duplicate) or close the run",
+    "awaiting_approval": "a retry is requested but not approved yet",
+    "closed": "a reviewer closed the run (handled outside the system)",
+    "identity_mismatch": "the run belongs to another agent, model or workflow version than "
+                         "this worker's",
+    "unsupported_schema": "its checkpoint's kind or schema version is not supported",
+    "no_checkpoint": "the run has no checkpoint to resume from",
+    "unsupported_kind": f"this worker resumes only {', '.join(sorted(SHAPE_OF_KIND))} runs",
+}
+
+
+def resume(args) -> dict:
+    """``--resume``: claim the run's resume decision and act on it (module docstring)."""
+    store = HttpCheckpointStore(args.base_url, args.tenant, args.token, timeout_s=args.timeout)
+    owner = args.owner or f"resume-worker-{os.getpid()}"
+    result = {"run_id": args.run_id, "owner": owner, "pid": os.getpid(), "mode": "resume"}
+
+    def not_resumed(action: str, reason: str) -> dict:
+        return dict(result, outcome="not_resumed", action=action, reason=reason,
+                    hint=NOT_RESUMED_HINTS.get(reason) or NOT_RESUMED_HINTS.get(action)
+                    or f"the store answered {action} ({reason})")
+
+    # Look first (changes nothing) to learn the checkpoint, so the shape, the order and
+    # this worker's identity come from the stored payload, not from the command line.
+    preview = store.resume_preview(args.run_id)
+    checkpoint_id = args.checkpoint_id or preview.get("checkpoint_id")
+    if not checkpoint_id:
+        return not_resumed(preview.get("action", "reject"), "no_checkpoint")
+    checkpoint = store.load(checkpoint_id)
+    if checkpoint is None or checkpoint.get("run_id") != args.run_id:
+        return not_resumed("reject", "no_checkpoint")
+    name = SHAPE_OF_KIND.get(checkpoint.get("kind"))
+    if name is None:
+        return not_resumed("reject", "unsupported_kind")
+    shape = SHAPES[name].from_checkpoint(checkpoint, args.payments_url)
+    result.update(shape=name, checkpoint_id=checkpoint_id)
+
+    decision = store.resume(args.run_id, **shape.identity())  # the claim
+    action, reason = decision.get("action"), decision.get("reason", "")
+    result.update(action=action, reason=reason)
+    if action == "replay":
+        latest = store.load(checkpoint_id) or checkpoint
+        return dict(result, outcome="replayed", revision=latest["revision"],
+                    recorded=shape.outcome(latest["payload"]))
+    if action not in ("retry", "continue"):
+        return not_resumed(action, reason)
+    # Ours now (retry: the old owner is fenced). A lease makes that visible, keeps the
+    # sweep away while we work, and gives this process its own, newer fencing token.
+    store.lease(args.run_id, owner, args.ttl)
+    checkpoint = store.load(checkpoint_id)
+    if checkpoint is None:
+        return not_resumed(action, "no_checkpoint")
+    checkpoint, receipt = drive(store, shape, checkpoint, args, retry=action == "retry")
+    return dict(result, outcome="completed", revision=checkpoint["revision"],
+                receipt=receipt, fencing_token=store.fencing_token)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -292,25 +514,39 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="write revision 0 and exit (to set up a race)")
     p.add_argument("--race-dir", default=None)
     p.add_argument("--race-parties", type=int, default=2)
+    p.add_argument("--resume", action="store_true",
+                   help="resume the existing run --run-id: claim the resume decision and act "
+                        "on it (shape and order come from its checkpoint)")
     args = p.parse_args(argv)
     if not args.token:
         p.error("--token or $RECOVERY_TOKEN is required")
+    if args.resume and not args.run_id:
+        p.error("--resume needs --run-id")
+    if args.resume and (args.create_only or args.race_dir):
+        p.error("--resume cannot be combined with --create-only or --race-dir")
     args.run_id = str(uuid.UUID(args.run_id)) if args.run_id else str(uuid.uuid4())
-    args.checkpoint_id = (str(uuid.UUID(args.checkpoint_id)) if args.checkpoint_id
-                          else str(uuid.uuid4()))
+    if args.checkpoint_id:
+        args.checkpoint_id = str(uuid.UUID(args.checkpoint_id))
+    elif not args.resume:  # a resume learns it from the store
+        args.checkpoint_id = str(uuid.uuid4())
     return args
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
-        result = run(args)
-    except (CheckpointError, EffectFailed, TimeoutError) as exc:
+        result = resume(args) if args.resume else run(args)
+    except (CheckpointError, EffectFailed, EffectInDoubt, TimeoutError, ValueError) as exc:
         print(json.dumps({"run_id": args.run_id, "outcome": "refused", "error": str(exc)}),
               flush=True)
         print(f"worker {os.getpid()}: {exc}", file=sys.stderr, flush=True)
         return EXIT_REFUSED
     print(json.dumps(result), flush=True)
+    if result["outcome"] == "not_resumed":
+        print(f"worker {os.getpid()}: run {args.run_id} not resumed: the store answered "
+              f"{result['action']} ({result['reason']}); {result['hint']}. Nothing was done.",
+              file=sys.stderr, flush=True)
+        return EXIT_NOT_RESUMED
     return EXIT_LOST_RACE if result["outcome"] == "lost_race" else 0
 
 

@@ -1,9 +1,11 @@
 """Process death at each write-ahead boundary (DESIGN.md section 4, issue 2 "Tests").
 
 Each test starts ``checkpoints.demo.worker`` as a real subprocess against the live
-server; the worker SIGKILLs itself at one boundary. With its 1 s lease expired (the sweep
-is given a ``now`` 5 s ahead instead of waiting), the run's recovery state and the
-resume decision a restarted runtime gets must be exactly what DESIGN.md section 4 says.
+server; the worker SIGKILLs itself at one boundary. Once its 1 s lease has really expired
+(on the database's clock; the sweep takes no fake ``now``), the run's recovery state and
+the resume decision a restarted runtime would get (the preview, which claims nothing)
+must be exactly what DESIGN.md section 4 says. ``test_crash_matrix`` takes each window on
+to a completed run.
 """
 
 from __future__ import annotations
@@ -11,23 +13,22 @@ from __future__ import annotations
 import signal
 import subprocess
 import uuid
-from datetime import timedelta
 
 import pytest
-from django.utils import timezone
 
 from checkpoints import services
 from checkpoints.models import Conflict, Effect, Run
 
-from .conftest import ROOT, parse_result, worker_argv, worker_env
+from .conftest import ROOT, parse_result, wait_for_lease_expiry, worker_argv, worker_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 KILLED = -signal.SIGKILL
 
 
-def sweep_after_lease_expiry() -> dict:
-    return services.sweep_stale_runs(now=timezone.now() + timedelta(seconds=5))
+def sweep_after_lease_expiry(tenant, run_id) -> dict:
+    wait_for_lease_expiry(tenant, run_id)
+    return services.sweep_stale_runs()
 
 
 def the_run(acme, run_id) -> Run:
@@ -42,7 +43,7 @@ def test_it_finishes_a_run_when_nobody_dies(acme, run_worker, payments, store):
     assert run.recovery_state == "completed"
     assert [e.state for e in Effect.objects.filter(run=run)] == ["confirmed"]
     assert len(payments.store.charges(worker.order_id)) == 1
-    assert store.resume(worker.run_id)["action"] == "replay"
+    assert store.resume_preview(worker.run_id)["action"] == "replay"
 
 
 def test_it_leaves_an_in_flight_checkpoint_ambiguous_when_killed_after_intent(
@@ -53,11 +54,11 @@ def test_it_leaves_an_in_flight_checkpoint_ambiguous_when_killed_after_intent(
     run = the_run(acme, worker.run_id)
     assert run.phase_class == "in_flight"
     assert run.recovery_state == "healthy"  # lease still counted live before the sweep
-    sweep_after_lease_expiry()
+    sweep_after_lease_expiry(acme, worker.run_id)
     run.refresh_from_db()
     assert run.recovery_state == "ambiguous"
     assert not Effect.objects.filter(run=run).exists()
-    decision = store.resume(worker.run_id, workflow="acme.order")
+    decision = store.resume_preview(worker.run_id, workflow="acme.order")
     assert (decision["action"], decision["reason"]) == ("reject", "in_flight")
     assert decision["revision"] == 1
 
@@ -69,12 +70,12 @@ def test_it_marks_a_submitted_effect_unresolved_when_killed_after_submitted(
     assert worker.returncode == KILLED, worker.stderr
     effect = Effect.objects.get(run__run_id=worker.run_id)
     assert effect.state == "submitted"
-    stats = sweep_after_lease_expiry()
+    stats = sweep_after_lease_expiry(acme, worker.run_id)
     effect.refresh_from_db()
     assert effect.state == "unresolved"
     assert stats["effects_unresolved"] == 1
     assert the_run(acme, worker.run_id).recovery_state == "ambiguous"
-    decision = store.resume(worker.run_id)
+    decision = store.resume_preview(worker.run_id)
     assert (decision["action"], decision["reason"]) == ("reconcile", "effects_in_doubt")
     assert payments.store.charges(worker.order_id) == []  # the call never went out
 
@@ -85,11 +86,11 @@ def test_it_reconciles_a_charge_made_just_before_the_kill(acme, rita, run_worker
 
     assert worker.returncode == KILLED, worker.stderr
     assert len(payments.store.charges(worker.order_id)) == 1  # the remote call happened
-    sweep_after_lease_expiry()
+    sweep_after_lease_expiry(acme, worker.run_id)
     effect = Effect.objects.get(run__run_id=worker.run_id)
     assert effect.state == "unresolved"
     assert the_run(acme, worker.run_id).recovery_state == "ambiguous"
-    assert store.resume(worker.run_id)["action"] == "reconcile"
+    assert store.resume_preview(worker.run_id)["action"] == "reconcile"
 
     services.run_reconcile(actor=rita, tenant=acme, run_id=uuid.UUID(worker.run_id),
                            reason="worker died after the charge")
@@ -99,7 +100,7 @@ def test_it_reconciles_a_charge_made_just_before_the_kill(acme, rita, run_worker
     assert effect.state == "confirmed"
     assert len(charges) == 1
     assert effect.receipt["charge_id"] == charges[0]["charge_id"]
-    decision = store.resume(worker.run_id)
+    decision = store.resume_preview(worker.run_id)
     assert (decision["action"], decision["reason"]) == ("reject", "in_flight")
 
 
@@ -108,14 +109,14 @@ def test_it_keeps_a_confirmed_effect_but_rejects_resume_when_killed_after_confir
     worker = run_worker(die_at="after_confirmed")
 
     assert worker.returncode == KILLED, worker.stderr
-    sweep_after_lease_expiry()
+    sweep_after_lease_expiry(acme, worker.run_id)
     run = the_run(acme, worker.run_id)
     effect = Effect.objects.get(run=run)
     assert effect.state == "confirmed"
     assert effect.receipt["charge_id"] == payments.store.charges(worker.order_id)[0]["charge_id"]
     assert run.phase_class == "in_flight"
     assert run.recovery_state == "ambiguous"
-    decision = store.resume(worker.run_id)
+    decision = store.resume_preview(worker.run_id)
     assert (decision["action"], decision["reason"]) == ("reject", "in_flight")
 
 
@@ -124,11 +125,12 @@ def test_it_answers_unknown_for_an_agent_tool_call_without_lookup(acme, rita, ru
     worker = run_worker(shape="agent", die_at="after_call")
 
     assert worker.returncode == KILLED, worker.stderr
-    sweep_after_lease_expiry()
+    sweep_after_lease_expiry(acme, worker.run_id)
     run = the_run(acme, worker.run_id)
     assert run.recovery_state == "ambiguous"
     assert run.phase_label == "turn_in_flight turn 1"
-    decision = store.resume(worker.run_id, agent="refund-assistant", model="openai/gpt-4.1-mini")
+    decision = store.resume_preview(worker.run_id, agent="refund-assistant",
+                                    model="openai/gpt-4.1-mini")
     assert decision["action"] == "reconcile"
 
     services.run_reconcile(actor=rita, tenant=acme, run_id=run.run_id, reason="crm call lost")
@@ -137,7 +139,7 @@ def test_it_answers_unknown_for_an_agent_tool_call_without_lookup(acme, rita, ru
     run.refresh_from_db()
     assert (effect.service, effect.state) == ("crm", "unknown")
     assert run.recovery_state == "unknown_outcome"
-    decision = store.resume(worker.run_id)
+    decision = store.resume_preview(worker.run_id)
     assert (decision["action"], decision["reason"]) == ("reject", "outcome_unknown")
 
 
