@@ -173,7 +173,14 @@ def dispatch(request_pks: list[int], *, countdown: float | None = None) -> Sent:
     if not broker_configured():
         if countdown:
             return Sent(True, "queued for the in-process worker")
-        results = [execute(pk) for pk in request_pks]
+        results = []
+        for pk in request_pks:
+            try:
+                results.append(execute(pk))
+            except Exception:  # noqa: BLE001 - stored and claimed: the sweep re-drives it
+                log.exception("reconcile request %s failed in this process; the sweep will "
+                              "run it again", pk)
+                results.append({"request": pk, "result": "error"})
         return Sent(True, "reconciled in this process", results)
     from celery import current_app
 
