@@ -14,6 +14,11 @@ Steps:
    write-ahead boundary, some pairs race on one checkpoint.
 5. Wait for the dead workers' leases to expire, run the stale-run sweep, print the runs
    per recovery state, the URL and the logins, and serve until Ctrl-C.
+6. While serving, run the stale-run sweep every 10 s and the demo supervisor
+   (``checkpoints.demo.supervisor``, a child process): every 3 s it lists each tenant's
+   ``retry_approved`` runs with the tenant's writer token and starts ``worker --resume``
+   for each (one at a time per run), so a retry approved in the dashboard completes the
+   run by itself; one line per resume in ``var/demo-supervisor.log``.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ ACCOUNTS = [("viewer", "viewer"), ("reviewer", "reviewer"), ("approver", "approv
 LEASE_TTL_S = 5
 THRESHOLD_S = 10
 SWEEP_EVERY_S = 10
+SUPERVISE_EVERY_S = 3
 
 
 def _interrupt(signum, frame):
@@ -68,7 +74,8 @@ def _wait_http(url: str, timeout_s: float, proc: subprocess.Popen) -> None:
 
 
 class Command(BaseCommand):
-    help = "Fill a fresh database with runs from real crashed and racing workers, then serve."
+    help = ("Fill a fresh database with runs from real crashed and racing workers, then serve, "
+            "resuming runs whose retry was approved.")
 
     def add_arguments(self, parser):
         parser.add_argument("--port", type=int, default=8000, help="web server port")
@@ -133,16 +140,34 @@ class Command(BaseCommand):
             # Celery beat does every RECOVERY_SWEEP_INTERVAL_S) marks their runs ambiguous.
             time.sleep(LEASE_TTL_S + 0.5)
             swept = services.sweep_stale_runs()
+            supervisor_log = var_dir / "demo-supervisor.log"
             self._summary(tally, swept, base_url, payments_url, seed, time.monotonic() - started,
-                          log_path)
+                          log_path, None if opts["no_serve"] else supervisor_log)
             if opts["no_serve"]:
                 return
+            supervisor_log.write_text("")
+            supervisor = subprocess.Popen(
+                [sys.executable, "-m", "checkpoints.demo.supervisor", "--base-url", base_url,
+                 "--payments-url", payments_url, "--log", str(supervisor_log),
+                 "--interval", str(SUPERVISE_EVERY_S), "--ttl", str(LEASE_TTL_S)],
+                cwd=settings.BASE_DIR,
+                env=dict(os.environ, RECOVERY_TOKENS=",".join(f"{t}={tok}"
+                                                              for t, tok in tokens.items())))
+            children.append(supervisor)
             self.stdout.write("Serving; press Ctrl-C to stop. The stale-run sweep runs every "
-                              f"{SWEEP_EVERY_S} s here (Celery beat's job in production).")
+                              f"{SWEEP_EVERY_S} s here (Celery beat's job in production); "
+                              f"approved retries are resumed within about {SUPERVISE_EVERY_S} s "
+                              f"(log: {supervisor_log}).")
             # Embedded default: no beat, so this process plays it while the demo serves.
+            supervising = True
             while server.poll() is None:
                 time.sleep(SWEEP_EVERY_S)
                 services.sweep_stale_runs()
+                if supervising and supervisor.poll() is not None:
+                    supervising = False
+                    self.stderr.write(f"The demo supervisor exited ({supervisor.returncode}); "
+                                      f"approved retries are no longer resumed by themselves. "
+                                      f"See {supervisor_log}.")
             raise CommandError(f"the web server exited with status {server.returncode}; "
                                f"see {log_path}")
         except KeyboardInterrupt:
@@ -186,7 +211,8 @@ class Command(BaseCommand):
                     tokens[slug] = services.token_issue(user=user)
         return tokens
 
-    def _summary(self, tally, swept, base_url, payments_url, seed, elapsed, log_path) -> None:
+    def _summary(self, tally, swept, base_url, payments_url, seed, elapsed, log_path,
+                 supervisor_log) -> None:
         w = self.stdout.write
         w("")
         w(self.style.SUCCESS(f"Demo ready in {elapsed:.0f} s (seed {seed})."))
@@ -203,6 +229,8 @@ class Command(BaseCommand):
         w(f"API schema:       {base_url}/api/schema/")
         w(f"Payment service:  {payments_url}/charges   (status: {payments_url}/operations/KEY)")
         w(f"Server log:       {log_path}")
+        if supervisor_log is not None:
+            w(f"Supervisor log:   {supervisor_log}   (resumes runs whose retry was approved)")
         w("")
         w(f"Logins (password for every person: {PASSWORD}):")
         for slug in TENANTS:
