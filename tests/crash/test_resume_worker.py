@@ -14,6 +14,7 @@ import uuid
 
 import pytest
 
+from checkpoints import services
 from checkpoints.client import CheckpointError, HttpCheckpointStore, next_revision, now_ms
 from checkpoints.models import AuditEvent, Effect, Run
 
@@ -164,3 +165,19 @@ def test_a_retried_worker_fences_the_old_owner(acme, rita, april, live_server, r
     assert run.recovery_state == "conflicted"  # the zombie's write is kept, and shown
     assert run.latest_checkpoint.revision == latest["revision"]
     assert payments.store.executions(dead.order_id) == 1
+
+
+def test_it_leaves_a_closed_run_alone_until_its_next_write(acme, rita, run_worker,
+                                                           resume_worker, payments):
+    dead = run_worker(die_at="after_intent")
+    sweep_after_lease_expiry(acme, dead.run_id)
+    services.run_close(actor=rita, tenant=acme, run_id=uuid.UUID(dead.run_id),
+                       reason="refunded by hand")
+
+    resumed = resume_worker(dead.run_id)
+
+    assert resumed.returncode == EXIT_NOT_RESUMED
+    assert (resumed.result["action"], resumed.result["reason"]) == ("reject", "closed")
+    assert "closed" in resumed.stderr
+    assert the_run(acme, dead.run_id).recovery_state == "closed"
+    assert payments.store.executions(dead.order_id) == 0
