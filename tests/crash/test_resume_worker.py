@@ -167,8 +167,7 @@ def test_a_retried_worker_fences_the_old_owner(acme, rita, april, live_server, r
     assert payments.store.executions(dead.order_id) == 1
 
 
-def test_it_leaves_a_closed_run_alone_until_its_next_write(acme, rita, run_worker,
-                                                           resume_worker, payments):
+def test_it_leaves_a_closed_run_alone(acme, rita, run_worker, resume_worker, payments):
     dead = run_worker(die_at="after_intent")
     sweep_after_lease_expiry(acme, dead.run_id)
     services.run_close(actor=rita, tenant=acme, run_id=uuid.UUID(dead.run_id),
