@@ -132,6 +132,9 @@ def parse_answer(raw: bytes) -> dict:
 
 def _classify_status_body(body: dict, where: str) -> Answer:
     status = body.get("status")
+    if not isinstance(status, str):  # e.g. an object: unhashable, and no status at all
+        return Answer.cannot_tell(f"{where}: unexpected status {type(status).__name__!r}",
+                                  evidence=body)
     if status in {"succeeded", "confirmed", "completed"}:
         return Answer.found(body, f"{where}: {status}")
     if status == "failed":

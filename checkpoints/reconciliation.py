@@ -268,7 +268,12 @@ def lookup_with_timeout(configured: reconcile.Configured, ref: reconcile.EffectR
             f"{configured.name}: {type(exc).__name__}: {_safe_text(str(exc), 300)}")
     finally:
         pool.shutdown(wait=False)
-    return _checked(answer, configured.name)
+    try:
+        return _checked(answer, configured.name)
+    except Exception as exc:  # noqa: BLE001 - e.g. an unhashable kind, a detail that
+        # cannot be printed: garbage is "cannot tell", never a crash left "running"
+        return reconcile.Answer.cannot_tell(
+            f"{configured.name}: unusable answer ({type(exc).__name__})")
 
 
 def _safe_text(text: Any, limit: int) -> str:
@@ -338,7 +343,7 @@ def execute(request_pk: int) -> dict:
     run = Run.objects.annotate(db_now=NOW).select_related("tenant").get(pk=req.run_id)
     facts = svc.run_facts(run)
     configured = reconcile.reconciler_for(req.tenant_id, effect.service)
-    seen_revision = effect.revision
+    seen_attempt = effect.attempt
 
     answer: reconcile.Answer | None = None
     wait_until: datetime | None = None
@@ -362,7 +367,7 @@ def execute(request_pk: int) -> dict:
             if settle_at > run.db_now:
                 wait_until = settle_at
                 note = policy_words("settling", settle_at)
-    return _apply(req, effect, seen_revision, answer, wait_until, note, configured.name,
+    return _apply(req, effect, seen_attempt, answer, wait_until, note, configured.name,
                   started)
 
 
@@ -373,7 +378,7 @@ def policy_words(why: str, until: datetime | None) -> str:
     return f"the service has not seen the key; waiting for the settle delay until {when}"
 
 
-def _apply(req: ReconcileRequest, effect: Effect, seen_revision: int,
+def _apply(req: ReconcileRequest, effect: Effect, seen_attempt: int,
            answer: reconcile.Answer | None, wait_until: datetime | None, note: str,
            reconciler_name: str, started: datetime) -> dict:
     svc = _services()
@@ -389,12 +394,21 @@ def _apply(req: ReconcileRequest, effect: Effect, seen_revision: int,
         attempt = ReconcileAttempt(
             tenant_id=req.tenant_id, request=current, number=current.attempts,
             reconciler=reconciler_name[:64], started_at=started, finished_at=now)
-        moved_on = effect.revision != seen_revision or effect.state not in IN_DOUBT
+        # Moved on: settled by other means, or sent again under a retry. A move that left
+        # it in doubt (the sweep's submitted -> unresolved meanwhile) does not count: the
+        # answer is about the same operation key and still settles it.
+        moved_on = effect.state not in IN_DOUBT or effect.attempt != seen_attempt
         if not moved_on and answer is not None and not facts.owner_gone:
             # The owner came back while we asked: leave its effect alone.
             answer, wait_until = None, facts.owner_gone_at
             note = policy_words("owner_live", wait_until)
-        if answer is not None:
+        if answer is not None and wait_until is not None:
+            # "Never saw the key" within the settle delay: the call may still be on its way.
+            attempt.answer = "settling"
+            attempt.detail = f"{note}; {answer.detail}"
+            if answer.evidence is not None:
+                attempt.evidence_ciphertext = crypto.encrypt_text(dumps(answer.evidence))
+        elif answer is not None:
             attempt.answer = answer.kind
             attempt.detail = answer.detail
             if answer.evidence is not None:
