@@ -350,6 +350,7 @@ def perform_effect(
     effect_id: str | None = None,
     on_step: Callable[[str], None] | None = None,
     retry: bool = False,
+    store_request: bool | None = None,
 ) -> dict:
     """Perform one external side effect exactly as the write-ahead protocol says.
 
@@ -373,7 +374,10 @@ def perform_effect(
        refused); any other exception leaves it ``submitted`` (in doubt) and propagates.
     5. ``submitted`` -> ``confirmed`` with the receipt; ``on_step("confirmed")``.
 
-    ``request`` is what the fingerprint is computed over. Returns the receipt. Raises
+    ``request`` is what the fingerprint is computed over. With ``store_request`` (default:
+    only for ``idempotent`` effects) the planned record also carries ``request`` itself
+    (stored encrypted), so that the service's ``replay`` reconciler can send it again with
+    the same key if this process dies mid-call. Returns the receipt. Raises
     ``CheckpointError`` from the store (422 ``idempotency_key_reuse`` when the key holds
     another request; ``conflict`` if fenced or raced), ``EffectFailed``, ``EffectInDoubt``.
     """
@@ -389,8 +393,10 @@ def perform_effect(
         "state": "planned",
         "receipt": None,
     }
+    if store_request is None:
+        store_request = effect_class == "idempotent"
     try:
-        store.put_effect(record, None)
+        store.put_effect(dict(record, request=request) if store_request else record, None)
     except CheckpointError as exc:
         if exc.error != "operation_exists":
             raise

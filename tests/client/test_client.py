@@ -8,6 +8,7 @@ planned -> submitted -> confirmed (CONTRACT.md 3, DESIGN.md 1 and 4).
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 import uuid
@@ -214,6 +215,19 @@ def test_it_walks_an_effect_to_confirmed_with_the_key_as_idempotency_key(store):
     assert steps == ["submitted", "called", "confirmed"]
     effect = Effect.objects.get(operation_key="charge:A-7")
     assert (effect.state, effect.revision, effect.receipt) == ("confirmed", 2, receipt)
+
+
+def test_it_stores_the_request_of_an_idempotent_effect_for_the_replay_reconciler(store):
+    from checkpoints import crypto
+
+    run_id = create(store)["run_id"]
+    request = {"order_id": "A-8", "amount_cents": 800}
+    perform_effect(store, run_id=run_id, service="refunds", operation_key="refund:A-8",
+                   effect_class="idempotent", request=request, call=lambda key: {"ok": 1})
+    _effect(store, run_id, lambda key: {"charge_id": "ch_7"})
+    kept = Effect.objects.get(operation_key="refund:A-8").request_ciphertext
+    assert json.loads(crypto.decrypt_text(kept)) == request
+    assert Effect.objects.get(operation_key="charge:A-7").request_ciphertext == ""
 
 
 def test_it_replays_a_confirmed_effect_without_calling_again(store):
