@@ -1,0 +1,106 @@
+"""Issue 5, fault 5: a process whose clock is wrong changes nothing.
+
+The process clock (``django.utils.timezone.now`` and ``time.time``) is patched 60 s ahead
+(or behind) while the database's clock stays right: leases, "owner gone", the sweep and
+reconcile are judged on the database's clock only (CONTRACT.md 3). Runs on PostgreSQL
+and SQLite (whose ``'now'`` is read by SQLite's C code, not through Python's clock).
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from checkpoints import services
+from checkpoints.exceptions import LeaseHeld, OwnerLive
+from checkpoints.models import AuditEvent, Effect, ReconcileRequest, Run
+from tests.api.apihelpers import post, snapshot
+from tests.faults.conftest import in_doubt_run
+from tests.helpers import age_world, envelope, put_checkpoint
+
+
+@pytest.fixture
+def skew(monkeypatch):
+    """``skew(seconds)``: from now on this process's clock is off by ``seconds``."""
+    real_now, real_time = timezone.now, time.time
+
+    def shift(seconds: float) -> None:
+        monkeypatch.setattr(timezone, "now", lambda: real_now() + timedelta(seconds=seconds))
+        monkeypatch.setattr(time, "time", lambda: real_time() + seconds)
+
+    return shift
+
+
+def test_the_patched_clock_really_is_ahead(skew):
+    before = timezone.now()
+    skew(60)
+    assert timezone.now() - before >= timedelta(seconds=59)
+    assert time.time() - before.timestamp() >= 59
+
+
+def test_a_clock_ahead_does_not_grant_a_second_lease_while_the_first_is_live(
+        acme, wendy, api_as, skew):
+    body = envelope(payload={"phase": "charging"})
+    put_checkpoint(wendy, acme, body)
+    first = services.lease_acquire(actor=wendy, tenant=acme, run_id=body["run_id"],
+                                   owner="worker-1", ttl_s=30)
+    skew(60)  # on this node's clock the 30 s lease ran out half a minute ago
+
+    with pytest.raises(LeaseHeld):
+        services.lease_acquire(actor=wendy, tenant=acme, run_id=body["run_id"],
+                               owner="worker-2", ttl_s=30)
+    before = snapshot()
+    r = post(api_as(wendy), "acme", f"runs/{body['run_id']}/lease",
+             {"owner": "worker-2", "ttl_s": 30})
+    assert r.status_code == 409 and r.json()["error"] == "lease_held"
+    assert snapshot() == before
+    # The live owner renews: same token, nobody fenced.
+    again = services.lease_acquire(actor=wendy, tenant=acme, run_id=body["run_id"],
+                                   owner="worker-1", ttl_s=30)
+    assert again.fencing_token == first.fencing_token
+
+
+@pytest.mark.parametrize("lease_ttl", [30, None], ids=["leased", "no_lease_recent_write"])
+def test_a_sweep_on_a_clock_ahead_leaves_a_live_run_alone(acme, wendy, skew, lease_ttl):
+    run = in_doubt_run(wendy, acme, lease_ttl=lease_ttl)
+    # 60 s is past the lease; with no lease, 400 s is past the tenant's 300 s threshold.
+    skew(60 if lease_ttl else 400)
+    events = AuditEvent.objects.count()
+
+    stats = services.sweep_stale_runs()
+
+    assert (stats["effects_unresolved"], stats["runs_ambiguous"]) == (0, 0)
+    assert Effect.objects.get(effect_id=run.effects["charge:A-1"]).state == "submitted"
+    assert Run.objects.get(run_id=run.run_id).recovery_state == "healthy"
+    assert AuditEvent.objects.count() == events
+
+
+@pytest.mark.parametrize("lease_ttl", [30, None], ids=["leased", "no_lease_recent_write"])
+def test_reconcile_on_a_clock_ahead_still_answers_owner_live(acme, wendy, rita, api_as, skew,
+                                                             lease_ttl):
+    run = in_doubt_run(wendy, acme, lease_ttl=lease_ttl)
+    skew(60 if lease_ttl else 400)
+    with pytest.raises(OwnerLive):
+        services.run_reconcile(actor=rita, tenant=acme, run_id=run.run_id, reason="stuck")
+    before = snapshot()
+    r = post(api_as(rita), "acme", f"runs/{run.run_id}/reconcile", {"reason": "stuck"})
+    assert r.status_code == 409 and r.json()["error"] == "owner_live"
+    assert snapshot() == before
+    assert not ReconcileRequest.objects.exists()
+
+
+def test_a_clock_behind_does_not_keep_an_expired_lease_alive(acme, wendy, skew):
+    """The other direction: the lease expired on the database's clock, so a second owner
+    gets it and the sweep calls the first one gone, though this node's clock is behind."""
+    run = in_doubt_run(wendy, acme, lease_ttl=30)
+    age_world(31)
+    skew(-60)
+    stats = services.sweep_stale_runs()
+    assert stats["effects_unresolved"] == 1
+    assert Run.objects.get(run_id=run.run_id).recovery_state == "ambiguous"
+    second = services.lease_acquire(actor=wendy, tenant=acme, run_id=run.run_id,
+                                    owner="worker-2", ttl_s=30)
+    assert second.fencing_token == run.token + 1
