@@ -189,3 +189,19 @@ class GarbagePlugin:
 
     def lookup(self, effect):
         return GARBAGE[GARBAGE_CHOICE["value"]]()
+
+
+class CountingPlugin:
+    """Answers ``found`` for every key and counts look-ups per key (thread-safe)."""
+
+    name = "counting"
+    lookups: dict[str, int] = {}
+    _lock = threading.Lock()
+
+    def __init__(self, url: str = "", timeout_s: float = 5):
+        pass
+
+    def lookup(self, effect):
+        with self._lock:
+            self.lookups[effect.operation_key] = self.lookups.get(effect.operation_key, 0) + 1
+        return reconcile.Answer.found({"status": "succeeded", "key": effect.operation_key})
