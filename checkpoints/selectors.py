@@ -13,11 +13,12 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db.models import Count, F, Q, QuerySet
+from django.db.models import BooleanField, Count, ExpressionWrapper, F, Prefetch, Q, QuerySet
 from django.utils import timezone
 from guardian.shortcuts import get_objects_for_user
 
-from . import roles
+from . import policy, roles
+from .dbclock import db_now
 from .exceptions import InvalidPayload, NotFound
 from .models import (
     AuditEvent,
@@ -26,6 +27,8 @@ from .models import (
     Conflict,
     Effect,
     EffectRevision,
+    ReconcileAttempt,
+    ReconcileRequest,
     RecoveryState,
     RetryRequest,
     Run,
@@ -37,7 +40,8 @@ RUN_LIST_FIELDS = (
     "id", "tenant_id", "run_id", "kind", "schema_version", "agent", "model", "workflow",
     "definition_version", "phase_class", "phase_label", "recovery_state", "recovery_reason",
     "state_changed_at", "last_write_at", "created_at", "lease_owner", "lease_expires_at",
-    "fencing_token", "unacknowledged_conflicts",
+    "fencing_token", "unacknowledged_conflicts", "closed_at", "closed_reason",
+    "closed_by__username",
 )
 
 
@@ -138,7 +142,7 @@ def run_get(*, user, tenant: Tenant, run_id: uuid.UUID | str) -> Run:
     require(user, tenant, roles.VIEW)
     rid = _uuid_or_404(run_id, "run")
     run = Run.objects.filter(tenant=tenant, run_id=rid).select_related(
-        "latest_checkpoint").first()
+        "latest_checkpoint", "closed_by").first()
     if run is None:
         raise NotFound("no such run")
     return run
@@ -179,6 +183,66 @@ def run_detail(*, user, tenant: Tenant, run_id) -> RunDetail:
                    .select_related("requested_by", "decided_by"))
     audit = list(AuditEvent.objects.filter(tenant=tenant, run_id=run.run_id).order_by("-seq")[:200])
     return RunDetail(run, cps, revisions, effects, history, conflicts, retries, audit)
+
+
+def _attempts_without_evidence() -> QuerySet[ReconcileAttempt]:
+    """Attempts as metadata: the evidence ciphertext stays in the database, and
+    ``has_evidence`` says whether there is any to reveal."""
+    return (ReconcileAttempt.objects.defer("evidence_ciphertext")
+            .annotate(has_evidence=ExpressionWrapper(~Q(evidence_ciphertext=""),
+                                                     output_field=BooleanField()))
+            .order_by("number", "id"))
+
+
+def reconcile_requests(*, user, tenant: Tenant, run: Run,
+                       limit: int = 50) -> list[ReconcileRequest]:
+    """The run's reconcile requests, newest first, each with its ``effect`` and its
+    ``attempt_log`` (oldest look-up first, evidence left out: ``has_evidence`` instead),
+    in two queries whatever their number. Like ``reconciliation.requests_for_run`` but
+    never reads evidence ciphertext for a page that only lists it."""
+    require(user, tenant, roles.VIEW)
+    return list(ReconcileRequest.objects.filter(tenant=tenant, run=run)
+                .select_related("effect")
+                .prefetch_related(Prefetch("attempt_log", queryset=_attempts_without_evidence()))
+                .order_by("-created_at", "-id")[: max(1, min(limit, 200))])
+
+
+def reconcile_attempt_get(*, user, tenant: Tenant, attempt_id) -> ReconcileAttempt:
+    """One look-up of a reconcile request (metadata, with its request, effect and run),
+    or ``NotFound``."""
+    require(user, tenant, roles.VIEW)
+    try:
+        pk = int(attempt_id)
+    except (TypeError, ValueError):
+        raise NotFound("no such reconcile attempt") from None
+    attempt = (_attempts_without_evidence().filter(tenant=tenant, pk=pk)
+               .select_related("request__effect", "request__run").first())
+    if attempt is None:
+        raise NotFound("no such reconcile attempt")
+    return attempt
+
+
+@dataclass(frozen=True)
+class OwnerStatus:
+    """Whether the run's owner counts as alive, on the database's clock, by the rule the
+    sweep and reconciliation use (``policy.RunFacts.owner_gone``). ``owner`` is the lease
+    owner ("" without a lease: then the owner is live while the run wrote recently);
+    ``gone_at`` is when it counts as gone (``None``: it already does)."""
+
+    live: bool
+    owner: str
+    gone_at: datetime | None
+
+
+def run_owner_status(*, user, tenant: Tenant, run: Run) -> OwnerStatus:
+    """Is the run's owner live now? (One query: the database's clock.)"""
+    require(user, tenant, roles.VIEW)
+    facts = policy.RunFacts(
+        now=db_now(), phase_class=run.phase_class, last_write_at=run.last_write_at,
+        lease_owner=run.lease_owner, lease_expires_at=run.lease_expires_at,
+        ambiguity_threshold_s=tenant.ambiguity_threshold_s)
+    return OwnerStatus(live=not facts.owner_gone, owner=run.lease_owner,
+                       gone_at=facts.owner_gone_at if not facts.owner_gone else None)
 
 
 def checkpoint_get(*, user, tenant: Tenant, checkpoint_id) -> Checkpoint:
