@@ -30,6 +30,7 @@ INBOX_TABS = [
     RecoveryState.SCHEMA_MISMATCH,
     RecoveryState.HEALTHY,
     RecoveryState.COMPLETED,
+    RecoveryState.CLOSED,
 ]
 DEFAULT_TAB = RecoveryState.AMBIGUOUS.value
 
@@ -54,6 +55,14 @@ class RevealForm(ReasonForm):
     """Reveal one revision of a checkpoint's payload; no ``revision`` means the latest."""
 
     revision = forms.IntegerField(required=False, min_value=0)
+
+
+class CloseForm(ReasonForm):
+    """Close a run (reviewer): a reason, and a ticked ``confirm`` box, because the
+    reviewer cannot undo it (only the runtime's next write reopens the run)."""
+
+    confirm = forms.BooleanField(
+        error_messages={"required": "tick the box to confirm closing the run"})
 
 
 class DiffForm(ReasonForm):

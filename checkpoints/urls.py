@@ -21,6 +21,7 @@ urlpatterns = [
          name="run_retry_request"),
     path("t/<slug:slug>/runs/<str:run_id>/reconcile/", views.run_reconcile,
          name="run_reconcile"),
+    path("t/<slug:slug>/runs/<str:run_id>/close/", views.run_close, name="run_close"),
     path("t/<slug:slug>/runs/<str:run_id>/conflicts/acknowledge/", views.conflicts_acknowledge,
          name="conflicts_acknowledge"),
     path("t/<slug:slug>/retry-requests/<int:retry_id>/approve/", views.retry_approve,
@@ -33,4 +34,6 @@ urlpatterns = [
          name="checkpoint_reveal"),
     path("t/<slug:slug>/checkpoints/<str:checkpoint_id>/diff/", views.checkpoint_diff,
          name="checkpoint_diff"),
+    path("t/<slug:slug>/reconcile-attempts/<int:attempt_id>/evidence/",
+         views.reconcile_evidence_reveal, name="reconcile_evidence_reveal"),
 ]

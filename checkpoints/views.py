@@ -11,6 +11,15 @@ Errors: a ``DomainError`` becomes its own status with a readable message. For ht
 message fragment is retargeted into the error slot of the form that sent the request
 (``#<form id>-error``), otherwise a full error page is rendered. ``templates/base.html``
 tells htmx 2 to swap 400/403/404/409/412/422 responses (it swaps only 2xx by default).
+One refusal is not an error page: reconcile while the run's owner is live (``OwnerLive``)
+answers 409 with the run page itself, the reason shown where the button was.
+
+Caching: every dashboard response carries ``Vary: HX-Request`` (``vary_on_htmx``), since
+the same URL answers a whole page or a fragment (or an error page or an error fragment)
+depending on that header.
+
+GETs never write: pages read through ``selectors`` (and the read-only
+``services.retry_preview``); only the POST actions call services that write.
 """
 
 from __future__ import annotations
@@ -19,6 +28,7 @@ import difflib
 import json
 import re
 from collections.abc import Callable
+from datetime import UTC, datetime
 from functools import wraps
 
 from django.conf import settings
@@ -28,23 +38,26 @@ from django.contrib.auth.views import redirect_to_login
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.utils.cache import patch_vary_headers
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect, reswap, retarget, trigger_client_event
 
-from . import kinds, roles, selectors, services
-from .exceptions import DomainError, InvalidPayload, ReasonRequired
+from . import kinds, reconciliation, roles, selectors, services
+from .exceptions import DomainError, InvalidPayload, OwnerLive, ReasonRequired
 from .forms import (
     DEFAULT_TAB,
     INBOX_TABS,
     AuditFilterForm,
+    CloseForm,
     DiffForm,
     InboxFilterForm,
     ReasonForm,
     RevealForm,
     first_error,
 )
-from .models import Tenant
+from .models import RECONCILE_OPEN_STATES, ReconcileState, Tenant
 from .permissions import access_tenant, role_names, tenant_perms
+from .templatetags.dashboard import ago
 
 AUDIT_CHANGED = "audit-changed"
 _SAFE_ID = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,80}\Z")
@@ -53,13 +66,27 @@ IN_DOUBT = {"submitted", "unresolved"}
 SETTLED = {"planned", "confirmed", "failed", "not_executed"}
 AWAITING = "awaiting_approval"
 TAB_STATES = {s.value for s in INBOX_TABS}
+#: What ``reconciliation.dispatch`` writes into a request it could not hand to the broker.
+BROKER_DOWN = "broker unavailable"
 #: Suggestions for the audit log's action filter (what ``services`` writes).
 AUDIT_ACTIONS = (
     "retry.request", "retry.approve", "retry.reject", "retry.consume", "effect.mark_unknown",
-    "effect.reconcile", "effect.unresolved", "run.reconcile", "run.ambiguous",
+    "effect.reconcile", "effect.unresolved", "run.reconcile", "run.ambiguous", "run.close",
+    "reconcile.gave_up", "reconcile.moved_on", "evidence.reveal",
     "conflicts.acknowledge", "payload.reveal", "payload.read", "payload.export",
     "checkpoint.write", "checkpoint.conflict", "effect.write", "effect.conflict", "role.grant",
 )
+#: What a look-up answered, in words (``ReconcileAttempt.answer``).
+ANSWER_WORDS = {
+    "found": "the service has it: it happened",
+    "failed": "the service refused it",
+    "not_executed": "the service never saw the key",
+    "cannot_tell": "could not tell (error, timeout or a bad answer)",
+    "no_lookup": "the service offers no look-up",
+    "owner_live": "not asked: the owner was live",
+    "settling": "not asked yet: waiting for the settle delay",
+    "moved_on": "the effect had settled by other means",
+}
 
 
 # --------------------------------------------------------------------------------------
@@ -129,9 +156,24 @@ def _message(exc: DomainError) -> str:
     return readable.get(exc.error, exc.error.replace("_", " ")) + (f" ({extra})" if extra else "")
 
 
+def vary_on_htmx(view: Callable) -> Callable:
+    """Add ``Vary: HX-Request``: the same URL answers a page or a fragment (an error page
+    or an error fragment, a redirect or a client redirect) depending on that header, so
+    a cache must not hand one to the other (django-htmx docs, "middleware")."""
+
+    @wraps(view)
+    def wrapper(request: HttpRequest, *args, **kwargs):
+        response = view(request, *args, **kwargs)
+        patch_vary_headers(response, ("HX-Request",))
+        return response
+
+    return wrapper
+
+
 def dashboard(view: Callable) -> Callable:
-    """The stack every dashboard view wears: htmx-aware login, then domain error mapping."""
-    return htmx_login_redirect(login_required(domain_errors(view)))
+    """The stack every dashboard view wears: ``Vary: HX-Request``, htmx-aware login, then
+    domain error mapping."""
+    return vary_on_htmx(htmx_login_redirect(login_required(domain_errors(view))))
 
 
 def _reason(request: HttpRequest) -> str:
@@ -248,13 +290,106 @@ def _service_names(effects) -> str:
     return ", ".join(sorted({e.service for e in effects}))
 
 
-def _next_step(detail: selectors.RunDetail, open_retry) -> str:
+def _owner_live_words(owner: dict) -> str:
+    """The sentence for a live owner: *The owner X is live until T (in 4 min); reconcile
+    after it is gone.* ``owner`` is ``{"owner": lease owner or "", "until": when it counts
+    as gone, or None}``."""
+    who = (f"The owner {owner['owner']}" if owner["owner"]
+           else "The run's owner (no lease; it wrote recently)")
+    until = owner["until"]
+    when = (f" until {until.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC ({ago(until)})"
+            if until else "")
+    return f"{who} is live{when}; reconcile after it is gone."
+
+
+def _reconcile_rows(requests) -> list[dict]:
+    """The run's reconcile requests (newest first) as the Reconciliation section shows
+    them: the attempt log in words, whether a queued request waits for the task queue to
+    come back (``broker_down``), and whether a request that gave up leaves its effect
+    waiting for a human (the newest request of that effect, and the effect still in
+    doubt)."""
+    broker = reconciliation.broker_configured()
+    seen: set[int] = set()
+    rows = []
+    for r in requests:
+        latest = r.effect_id not in seen
+        seen.add(r.effect_id)
+        queued = r.state == ReconcileState.QUEUED
+        rows.append({
+            "req": r,
+            "effect": r.effect,
+            "attempts": [{"a": a, "words": ANSWER_WORDS.get(a.answer, "")}
+                         for a in r.attempt_log.all()],
+            "broker_down": queued and (BROKER_DOWN in r.last_error
+                                       or (broker and r.dispatched_at is None)),
+            "waits_for_human": (r.state == ReconcileState.GAVE_UP and latest
+                                and r.effect.state in IN_DOUBT),
+        })
+    return rows
+
+
+def _reconcile_step(in_doubt, rows: list[dict], owner: dict | None) -> str:
+    """The next step while an effect is in doubt: wait for a reconciliation under way,
+    wait for a live owner, decide after one gave up, or reconcile."""
+    doubtful = [r for r in rows if r["effect"].state in IN_DOUBT]
+    open_rows = [r for r in doubtful if r["req"].state in RECONCILE_OPEN_STATES]
+    if any(r["broker_down"] for r in open_rows):
+        return ("Reconciliation is queued and will run when the worker is back (nothing is "
+                "lost); nothing to do meanwhile")
+    running = [r["effect"] for r in open_rows if r["req"].state == ReconcileState.RUNNING]
+    if running:
+        return f"Reconciliation is asking {_service_names(running)} now; reload in a moment"
+    if open_rows:
+        req = open_rows[0]["req"]
+        return (f"Reconciliation is queued; its next look-up is {ago(req.next_attempt_at)}: "
+                f"wait for the answer")
+    if owner is not None:
+        words = _owner_live_words(owner).rstrip(".")
+        return f"Wait: {words[0].lower()}{words[1:]}"
+    gave_up = [r["effect"] for r in rows if r["waits_for_human"]]
+    if gave_up:
+        e = gave_up[0]
+        return (f"Reconciliation gave up on {e.service} {e.operation_key}: reconcile again, "
+                f"or mark the outcome unknown")
+    return f"Reconcile first: ask {_service_names(in_doubt)} by operation key"
+
+
+#: What a reconciliation that settled an in-flight run's effect leads to, best news first.
+_RECONCILED_STEP = {
+    "confirmed": ("Reconciliation confirmed {e}: request a retry (it replays the confirmed "
+                  "receipt; no second charge) or close the run"),
+    "not_executed": ("Reconciliation found that {e} never ran: request a retry (it is "
+                     "submitted again with the same key) or close the run"),
+    "failed": ("Reconciliation found that the service refused {e}: request a retry (the run "
+               "follows its failure path) or close the run"),
+}
+
+
+def _reconciled(rows: list[dict]) -> str:
+    """The hint for a run whose effect reconciliation settled, if one did and it still
+    stands (the newest such request; ``confirmed`` before the others)."""
+    for outcome, words in _RECONCILED_STEP.items():
+        for r in rows:
+            req, effect = r["req"], r["effect"]
+            if (req.state == ReconcileState.DONE and req.outcome == outcome
+                    and effect.state == outcome):
+                return words.format(e=f"{effect.service} {effect.operation_key}")
+    return ""
+
+
+def _next_step(detail: selectors.RunDetail, open_retry, *, reconcile_rows=(),
+               owner: dict | None = None) -> str:
     """One short hint at the top of the run page, from the run's state (presentation only:
-    the services decide what is allowed)."""
+    the services decide what is allowed). It leads a reviewer to an end state: the run
+    retried (and finished by its runtime) or closed."""
     run, effects = detail.run, detail.effects
     state = run.recovery_state
     in_doubt = [e for e in effects if e.state in IN_DOUBT]
     unknown = [e for e in effects if e.state == "unknown"]
+    if run.closed_at is not None:
+        who = run.closed_by.get_username() if run.closed_by else "a reviewer"
+        return (f"Closed by {who}: nothing to do here; a new write by the runtime reopens "
+                f"it")
     if state == "schema_mismatch":
         return f"Schema mismatch: {run.recovery_reason or 'unsupported kind or schema version'}"
     if state == AWAITING and open_retry is not None:
@@ -262,18 +397,19 @@ def _next_step(detail: selectors.RunDetail, open_retry) -> str:
     if state == "retry_approved":
         return "Approved: the runtime's next resume call will retry"
     if in_doubt and state in services.RETRYABLE_STATES:
-        return f"Reconcile first: ask {_service_names(in_doubt)} by operation key"
+        return _reconcile_step(in_doubt, list(reconcile_rows), owner)
     if unknown and open_retry is None:
         e = unknown[0]
         more = f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""
         return (f"Nobody can tell whether {e.service} ran {e.operation_key}{more}: request a "
-                f"retry (accepts a possible duplicate) or leave it")
+                f"retry (accepts a possible duplicate) or close the run")
     if (state == "ambiguous" and run.phase_class == "in_flight" and open_retry is None
             and all(e.state in SETTLED for e in effects)):
         if not effects:
-            return "No side effect was recorded; a retry re-runs the step"
-        return ("Every recorded effect is settled; a retry re-runs the step and replays "
-                "confirmed receipts (no second charge)")
+            return "No side effect was recorded; a retry re-runs the step, or close the run"
+        return _reconciled(list(reconcile_rows)) or (
+            "Every recorded effect is settled; a retry re-runs the step and replays "
+            "confirmed receipts (no second charge), or close the run")
     if state == "conflicted":
         return "Refused writes to acknowledge"
     return ""
@@ -281,6 +417,8 @@ def _next_step(detail: selectors.RunDetail, open_retry) -> str:
 
 def _retry_blocked(run, open_retry, in_doubt: bool) -> str:
     """Why "Request retry" is not offered (mirrors ``services.retry_request``'s refusals)."""
+    if run.closed_at is not None:
+        return "No retry: the run is closed; a new write by the runtime reopens it."
     if open_retry is not None:
         waits = "an approver" if open_retry.state == "requested" else "the runtime's resume"
         return f"No new retry: request #{open_retry.pk} is open and awaits {waits}."
@@ -304,6 +442,8 @@ def _run_context(request: HttpRequest, tenant: Tenant, run_id, **extra) -> dict:
     detail = selectors.run_detail(user=request.user, tenant=tenant, run_id=run_id)
     context = _base_context(request, tenant, "inbox")
     user = request.user
+    run = detail.run
+    closed = run.closed_at is not None
     open_retry = next((r for r in detail.retry_requests
                        if r.state in {"requested", "approved"}), None)
     any_in_doubt = any(e.state in IN_DOUBT for e in detail.effects)
@@ -321,30 +461,61 @@ def _run_context(request: HttpRequest, tenant: Tenant, run_id, **extra) -> dict:
          "own": r.requested_by_id == user.pk}
         for r in detail.retry_requests
     ]
+    reconcile_rows = _reconcile_rows(
+        selectors.reconcile_requests(user=user, tenant=tenant, run=run))
+    # Reconcile is refused while the owner is live (``OwnerLive``): ask the database's
+    # clock only when there is something to reconcile.
+    owner = None
+    if any_in_doubt and not closed:
+        status = selectors.run_owner_status(user=user, tenant=tenant, run=run)
+        if status.live:
+            owner = {"owner": status.owner, "until": status.gone_at}
+    can_reconcile = context["can_review"] and any_in_doubt and not closed and owner is None
+    reconcile_blocked = ""
+    if context["can_review"] and any_in_doubt and not can_reconcile:
+        reconcile_blocked = ("No reconcile: the run is closed; a new write by the runtime "
+                             "reopens it." if closed else _owner_live_words(owner))
     open_conflicts = sum(1 for c in detail.conflicts if c.acknowledged_at is None)
-    retry_blocked = _retry_blocked(detail.run, open_retry, any_in_doubt)
-    back_query, back_label = _back_link(detail.run)
+    retry_blocked = _retry_blocked(run, open_retry, any_in_doubt)
+    can_request_retry = context["can_review"] and not retry_blocked
+    deciding = any(r["can_decide"] for r in retries)
+    # What an approved retry would do, shown before it is requested and before approval.
+    preview = services.retry_preview(run) if can_request_retry or deciding else []
+    duplicates = sum(1 for p in preview if p["outcome"] == "possible_duplicate")
+    back_query, back_label = _back_link(run)
     context.update(
-        run=detail.run,
+        run=run,
         checkpoints=checkpoints,
         effects=effects,
         conflicts=detail.conflicts,
         open_conflicts=open_conflicts,
         retries=retries,
         audit=detail.audit,
-        next_step=_next_step(detail, open_retry),
-        can_request_retry=context["can_review"] and not retry_blocked,
+        reconcile_rows=reconcile_rows,
+        show_reconciliation=bool(reconcile_rows) or any_in_doubt,
+        next_step=_next_step(detail, open_retry, reconcile_rows=reconcile_rows, owner=owner),
+        can_request_retry=can_request_retry,
         retry_blocked=retry_blocked if context["can_review"] else "",
-        can_reconcile=context["can_review"] and any_in_doubt,
+        can_reconcile=can_reconcile,
+        reconcile_again=any(r["waits_for_human"] for r in reconcile_rows),
+        reconcile_blocked=reconcile_blocked,
+        reconcile_refused=False,
         can_acknowledge=context["can_review"] and open_conflicts > 0,
+        can_close=context["can_review"] and not closed,
+        has_open_retry=open_retry is not None,
+        has_open_reconcile=any(r["req"].state in RECONCILE_OPEN_STATES for r in reconcile_rows),
+        show_preview=can_request_retry or deciding,
+        preview=preview,
+        preview_duplicates=duplicates,
         back_query=back_query,
         back_label=back_label,
         revealed=None,
+        revealed_evidence=None,
         notice="",
     )
     context["has_actions"] = (context["can_request_retry"] or context["can_reconcile"]
-                              or context["can_acknowledge"]
-                              or any(r["can_decide"] for r in retries)
+                              or context["can_acknowledge"] or context["can_close"]
+                              or deciding
                               or any(e["can_mark_unknown"] for e in effects))
     context.update(extra)
     return context
@@ -440,8 +611,11 @@ def run_reconcile(request: HttpRequest, slug: str, run_id: str) -> HttpResponse:
     the notice says so. A live owner is refused (409 ``owner_live``) with its expiry."""
     tenant = access_tenant(request.user, slug, roles.REVIEW)
     run = selectors.run_get(user=request.user, tenant=tenant, run_id=run_id)
-    queued = services.run_reconcile(actor=request.user, tenant=tenant, run_id=run.run_id,
-                                    reason=_reason(request))
+    try:
+        queued = services.run_reconcile(actor=request.user, tenant=tenant, run_id=run.run_id,
+                                        reason=_reason(request))
+    except OwnerLive as exc:
+        return _owner_live_refusal(request, tenant, run, exc)
     n = len(queued.requests)
     what = f"Reconciliation of {n} effect{'s' if n != 1 else ''} requested " \
            f"(task {queued.task_id[:8]})"
@@ -453,6 +627,38 @@ def run_reconcile(request: HttpRequest, slug: str, run_id: str) -> HttpResponse:
         notice = (f"{what}; a worker is asking the services, so reload in a moment to see "
                   f"their answers.")
     return _action_done(request, tenant, run.run_id, notice)
+
+
+def _owner_live_refusal(request: HttpRequest, tenant: Tenant, run, exc: OwnerLive):
+    """Reconcile refused because the run's owner is alive: not an error page but the run
+    page (htmx: its body) with the reason where the Reconcile button was, 409. Nothing
+    was written (the service refused inside its transaction)."""
+    until = exc.extra.get("lease_expires_at")
+    try:
+        until = datetime.fromisoformat(until) if until else None
+    except ValueError:
+        until = None
+    words = _owner_live_words({"owner": run.lease_owner, "until": until})
+    context = _run_context(request, tenant, run.run_id, reconcile_blocked=words,
+                           reconcile_refused=True)
+    template = "checkpoints/run.html" + ("#run-body" if request.htmx else "")
+    return render(request, template, context, status=exc.status)
+
+
+@require_POST
+@dashboard
+def run_close(request: HttpRequest, slug: str, run_id: str) -> HttpResponse:
+    """Close a run that was handled outside the system (reviewer; a reason and a ticked
+    confirmation); ``services.run_close``. It leaves the inbox for the ``closed`` tab until
+    the runtime's next write reopens it."""
+    tenant = access_tenant(request.user, slug, roles.REVIEW)
+    run = selectors.run_get(user=request.user, tenant=tenant, run_id=run_id)
+    form = CloseForm(request.POST)
+    _require_valid(form)
+    services.run_close(actor=request.user, tenant=tenant, run_id=run.run_id,
+                       reason=form.cleaned_data["reason"])
+    return _action_done(request, tenant, run.run_id,
+                        "Run closed. A new write by the runtime reopens it.")
 
 
 @require_POST
@@ -537,6 +743,30 @@ def checkpoint_diff(request: HttpRequest, slug: str, checkpoint_id: str) -> Http
     revealed = {"checkpoint_pk": checkpoint.pk, "mode": "diff", "diff": diff,
                 "from_rev": data["from_rev"], "to_rev": data["to_rev"]}
     return _payload_done(request, tenant, checkpoint, revealed)
+
+
+@require_POST
+@dashboard
+def reconcile_evidence_reveal(request: HttpRequest, slug: str, attempt_id: int) -> HttpResponse:
+    """Show what a service answered to one reconcile look-up (roles that may reveal
+    payloads; a reason is required); ``reconciliation.evidence_reveal`` audits it. htmx:
+    the evidence fragment plus ``audit-changed``; otherwise the run page with it shown."""
+    tenant = access_tenant(request.user, slug, roles.REVEAL)
+    attempt = selectors.reconcile_attempt_get(user=request.user, tenant=tenant,
+                                              attempt_id=attempt_id)
+    reason = _reason(request)
+    value = reconciliation.evidence_reveal(actor=request.user, tenant=tenant,
+                                           attempt_id=attempt.pk, reason=reason)
+    revealed = {"attempt_pk": attempt.pk, "number": attempt.number,
+                "text": None if value is None else json.dumps(
+                    value, indent=2, sort_keys=True, ensure_ascii=False)}
+    if request.htmx:
+        context = _base_context(request, tenant, "inbox") | {"revealed_evidence": revealed}
+        response = render(request, "checkpoints/run.html#evidence", context)
+        return trigger_client_event(response, AUDIT_CHANGED)
+    context = _run_context(request, tenant, attempt.request.run.run_id,
+                           revealed_evidence=revealed)
+    return render(request, "checkpoints/run.html", context)
 
 
 def _diff_class(line: str) -> str:

@@ -15,13 +15,17 @@ register = template.Library()
 BADGE_CLASSES = {
     "ambiguous": "amber", "conflicted": "orange", "schema_mismatch": "purple",
     "unknown_outcome": "red", "awaiting_approval": "blue", "retry_approved": "teal",
-    "healthy": "green", "completed": "grey",
+    "healthy": "green", "completed": "grey", "closed": "grey",
     # effects
     "planned": "grey", "submitted": "amber", "unresolved": "amber", "confirmed": "green",
     "failed": "red", "not_executed": "teal", "unknown": "red",
     # retry requests
     "requested": "blue", "approved": "teal", "rejected": "grey", "expired": "grey",
     "consumed": "green",
+    # reconcile requests and what their look-ups answered
+    "queued": "blue", "running": "amber", "done": "green", "gave_up": "red",
+    "cancelled": "grey", "found": "green", "cannot_tell": "orange", "no_lookup": "red",
+    "owner_live": "amber", "settling": "amber", "moved_on": "grey",
     # phase classes
     "stable": "green", "in_flight": "amber", "unsupported": "purple",
 }
