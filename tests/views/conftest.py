@@ -1,5 +1,6 @@
 """Fixtures for the dashboard tests: a run stuck in an ambiguous place, built through the
-real services (a writer's checkpoints and effect, then the stale-run sweep)."""
+real services (a writer's checkpoints and effect, then the stale-run sweep), and a
+payment service whose reconciler answers what a test scripts."""
 
 from __future__ import annotations
 
@@ -7,10 +8,18 @@ import uuid
 from dataclasses import dataclass
 
 import pytest
-from django.test import Client
+from django.test import Client, TestCase
 
 from checkpoints import services
+from checkpoints.reconcile import Answer
 from tests.helpers import effect_body, envelope, put_checkpoint, sweep_later, walk_effect
+from tests.views.reconcilers import Scripted
+
+#: What the scripted payment service answers by default: the charge exists. The evidence
+#: carries a field (``gateway_ref``) that appears nowhere else, to see where it shows.
+FOUND = Answer.found({"charge_id": "ch_9"}, "payments: charge ch_9 succeeded",
+                     evidence={"status": "succeeded", "charge_id": "ch_9",
+                               "gateway_ref": "gw-777"})
 
 
 @dataclass
@@ -59,3 +68,21 @@ def login():
         return client
 
     return _login
+
+
+@pytest.fixture
+def scripted(acme):
+    """``payments`` in acme is reconciled by ``Scripted`` (answers: ``[FOUND]``)."""
+    services.reconciler_configure(actor=None, tenant=acme, service="payments",
+                                  plugin="tests.views.reconcilers.Scripted")
+    Scripted.answers, Scripted.asked = [FOUND], []
+    yield Scripted
+    Scripted.answers, Scripted.asked = [], []
+
+
+def reconcile(reviewer, tenant, run_id, reason="ask the payment service"):
+    """A reviewer's reconcile through the service, with its after-commit dispatch run (in
+    this process, as the embedded default does)."""
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        return services.run_reconcile(actor=reviewer, tenant=tenant, run_id=run_id,
+                                      reason=reason)

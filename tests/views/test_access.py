@@ -10,7 +10,15 @@ import pytest
 from django.urls import reverse
 
 from checkpoints import services
-from checkpoints.models import AuditEvent, Conflict, Effect, RetryRequest, Run
+from checkpoints.models import (
+    AuditEvent,
+    Conflict,
+    Effect,
+    ReconcileAttempt,
+    ReconcileRequest,
+    RetryRequest,
+    Run,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -45,6 +53,7 @@ def _actions(slug, stuck, retry):
         (reverse("checkpoint_reveal", args=[slug, stuck.checkpoint_id]), REASON),
         (reverse("checkpoint_diff", args=[slug, stuck.checkpoint_id]),
          {**REASON, "from_rev": 0, "to_rev": 1}),
+        (reverse("run_close", args=[slug, stuck.run_id]), {**REASON, "confirm": "yes"}),
     ]
 
 
@@ -53,8 +62,10 @@ def _snapshot(acme):
         AuditEvent.objects.filter(tenant=acme).count(),
         list(RetryRequest.objects.values_list("pk", "state")),
         list(Effect.objects.values_list("pk", "state", "revision")),
-        list(Run.objects.values_list("pk", "recovery_state", "fencing_token")),
+        list(Run.objects.values_list("pk", "recovery_state", "fencing_token", "closed_at")),
         list(Conflict.objects.values_list("pk", "acknowledged_at")),
+        list(ReconcileRequest.objects.values_list("pk", "state", "attempts")),
+        ReconcileAttempt.objects.count(),
     )
 
 
@@ -92,7 +103,8 @@ def test_it_shows_the_viewer_pages_but_no_action_buttons(login, vic, stuck, retr
         assert client.get(url).status_code == 200, url
     body = client.get(reverse("run_detail", args=["acme", stuck.run_id])).content.decode()
     for word in ("Request retry", "Approve", "Reject", "Mark outcome unknown", "Reconcile",
-                 "Acknowledge", "Reveal payload", "Show diff", 'method="post" action="/t/'):
+                 "Acknowledge", "Reveal payload", "Show diff", "Close run",
+                 'method="post" action="/t/'):
         assert word not in body, word
     assert "can look but not act" in body
 

@@ -1,5 +1,5 @@
 """Query budgets: the inbox, the run page and the API run list cost the same number of
-queries whatever the number of runs, effects or revisions (no N+1)."""
+queries whatever the number of runs, effects, revisions or reconcile look-ups (no N+1)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,11 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
+from checkpoints.models import ReconcileAttempt
+from checkpoints.reconcile import Answer
 from tests.conftest import bearer_client
-from tests.helpers import effect_body, envelope, put_checkpoint, walk_effect
-from tests.views.conftest import make_stuck_run
+from tests.helpers import age_world, effect_body, envelope, put_checkpoint, walk_effect
+from tests.views.conftest import make_stuck_run, reconcile
 
 
 def _queries(fetch) -> int:
@@ -55,4 +57,21 @@ def test_it_renders_the_run_page_in_constant_queries(acme, wendy, rita):
     client.get("/t/acme/")
     page = _queries(lambda: client.get(f"/t/acme/runs/{stuck.run_id}/"))
     _grow_run(wendy, acme, stuck.run_id, 6)
+    assert _queries(lambda: client.get(f"/t/acme/runs/{stuck.run_id}/")) == page
+
+
+def test_it_renders_the_run_page_in_constant_queries_whatever_its_reconcile_history(
+        acme, wendy, rita, scripted):
+    client = Client()
+    client.force_login(rita)
+    stuck = make_stuck_run(wendy, acme)
+    scripted.answers = [Answer.cannot_tell("payments: HTTP 503")]
+    reconcile(rita, acme, stuck.run_id)
+    client.get("/t/acme/")
+    page = _queries(lambda: client.get(f"/t/acme/runs/{stuck.run_id}/"))
+    _grow_run(wendy, acme, stuck.run_id, 4)  # four more in-doubt effects...
+    age_world(3600)
+    for _ in range(3):  # ...each reconciled, and every request asked again, three times
+        reconcile(rita, acme, stuck.run_id)
+    assert ReconcileAttempt.objects.count() > 10
     assert _queries(lambda: client.get(f"/t/acme/runs/{stuck.run_id}/")) == page
