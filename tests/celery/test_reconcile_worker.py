@@ -1,35 +1,36 @@
-"""Reconciliation through a real Redis broker and a real ``celery -A recovery worker``
-process, against a stub status service on 127.0.0.1 (stdlib HTTP server).
+"""Reconciliation through a real Redis broker and real ``celery -A recovery worker``
+processes, against a stub status service on 127.0.0.1 (issue 5).
 
 Runs in the PostgreSQL pass of ``make test`` (``CELERY_BROKER_URL`` set); skipped, with a
-message, only when no broker is configured (the embedded SQLite pass). The worker gets
-the *test* database through ``DATABASE_URL`` and the stub through
-``RECOVERY_RECONCILERS``; the test waits (bounded) for the worker's commit.
+message, only when no broker is configured (the embedded SQLite pass). The tests wait
+(bounded) for the workers' commits and make time pass for the rules with ``age_world``
+(stored times move into the past), never by sleeping.
+
+- a worker reconciles a run's in-doubt effects (found -> confirmed, 404 -> not_executed);
+- a worker's pool child SIGKILLed during a slow look-up, and separately a worker's main
+  process SIGKILLed: the request is not lost; once its claim has expired the sweep
+  re-drives it and the effect is reconciled exactly once;
+- the same task delivered twice at once to two workers: one look-up, one transition, one
+  audit event;
+- the broker down when the reviewer reconciles: 202 ``queued: false``; once it is back
+  the sweep's re-drive sends the request and a worker runs it.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-import subprocess
-import sys
-import threading
-import time
-import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
-from urllib.parse import quote, unquote
 
 import pytest
 from django.conf import settings
 
-from checkpoints import services
-from checkpoints.models import AuditEvent, Effect, EffectRevision, Run
-from tests.helpers import effect_body, envelope, put_checkpoint, put_effect
-
-ROOT = Path(__file__).resolve().parents[2]
-WAIT_S = 30
+from checkpoints import reconciliation, services
+from checkpoints.models import AuditEvent, Effect, EffectRevision, ReconcileRequest, Run
+from tests.api.apihelpers import post
+from tests.celery.conftest import children, wait_for
+from tests.faults.conftest import in_doubt_run, request_for
+from tests.faults.stubs import broker_at
+from tests.helpers import age_world
 
 pytestmark = [
     pytest.mark.celery_worker,
@@ -39,127 +40,160 @@ pytestmark = [
                               "(make test runs this in its PostgreSQL pass)"),
 ]
 
-KNOWN = {"charge:A-1042": {"status": "succeeded", "charge_id": "ch_42", "amount_cents": 2599}}
+RECEIPT = b'{"status": "succeeded", "charge_id": "ch_42", "amount_cents": 2599}'
+KEY = "charge:A-1042"
+# Longer than any claim (look-up timeout + margin) and the re-drive's grace.
+CLAIM_EXPIRED_S = (settings.RECOVERY_RECONCILE_TIMEOUT_S + reconciliation.CLAIM_MARGIN_S
+                   + settings.RECOVERY_RECONCILE_REDRIVE_GRACE_S + 1)
 
 
-class StatusHandler(BaseHTTPRequestHandler):
-    """``GET /operations/<key>``: 200 with the stored receipt, 404 for a key never seen."""
-
-    seen: list[str] = []
-
-    def do_GET(self):  # noqa: N802 (http.server's naming)
-        prefix = "/operations/"
-        key = unquote(self.path[len(prefix):]) if self.path.startswith(prefix) else None
-        self.seen.append(key or self.path)
-        body = KNOWN.get(key) if key else None
-        payload = json.dumps(body if body else {"error": "not_found"}).encode()
-        self.send_response(200 if body else 404)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
-    def log_message(self, *args):
-        pass
+def _settled(effect_id):
+    return lambda: Effect.objects.get(effect_id=effect_id).state not in ("submitted",
+                                                                           "unresolved")
 
 
-@pytest.fixture
-def status_service():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), StatusHandler)
-    StatusHandler.seen = []
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/operations"
-    server.shutdown()
-    server.server_close()
+def _reconciled_once(effect_id, *, state: str = "confirmed") -> Effect:
+    effect = Effect.objects.get(effect_id=effect_id)
+    assert effect.state == state
+    assert EffectRevision.objects.filter(effect=effect, state=state).count() == 1
+    assert EffectRevision.objects.get(effect=effect, state=state).source == "reconciliation"
+    events = AuditEvent.objects.filter(action="effect.reconcile", target_id=str(effect_id))
+    assert [(e.actor_name, e.after["state"]) for e in events] == [("system", state)]
+    return effect
 
 
-def _database_url() -> str:
-    """The URL of the database this test runs on (the test database, not the configured
-    one), so the worker process reads and writes the same rows."""
-    db = settings.DATABASES["default"]
-    if db["ENGINE"].endswith("sqlite3"):
-        return f"sqlite:///{db['NAME']}"
-    auth = quote(db["USER"] or "", safe="")
-    if db.get("PASSWORD"):
-        auth += ":" + quote(db["PASSWORD"], safe="")
-    return f"postgres://{auth}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+def _redrive_after_the_claim_expired() -> None:
+    """What beat's sweep does once the dead worker's claim has run out: the request goes
+    back to ``queued``, and (overdue past the grace) is sent to a worker again."""
+    age_world(CLAIM_EXPIRED_S)
+    services.sweep_stale_runs()
+    age_world(settings.RECOVERY_RECONCILE_REDRIVE_GRACE_S + 1)
+    services.sweep_stale_runs()
 
 
-@pytest.fixture
-def worker(status_service, tmp_path):
+def test_it_reconciles_in_doubt_effects_in_a_real_worker(acme, wendy, rita, stub, start_worker):
+    worker = start_worker()
+    assert not settings.CELERY_TASK_ALWAYS_EAGER
+    stub.answer(KEY, RECEIPT)
+    run = in_doubt_run(wendy, acme, keys=(KEY, "charge:never-sent"))
+    age_world(3600)  # the owner is gone and the settle delay has passed
+
+    queued = services.run_reconcile(actor=rita, tenant=acme, run_id=run.run_id,
+                                    reason="worker died after the charge")
+    assert queued.dispatched and len(queued.requests) == 2
+
+    for effect_id in run.effects.values():
+        wait_for(_settled(effect_id), worker, what="the effects to settle")
+    confirmed = _reconciled_once(run.effects[KEY])
+    assert confirmed.receipt["charge_id"] == "ch_42"
+    _reconciled_once(run.effects["charge:never-sent"], state="not_executed")
+    assert sorted(stub.seen) == sorted([KEY, "charge:never-sent"])
+    assert Run.objects.get(run_id=run.run_id).recovery_reason == \
+        "checkpoint in flight, owner gone"  # nothing left in doubt
+    assert services.audit_verify(tenant=acme)[0]
+
+
+def _slow_lookup_started(acme, wendy, rita, stub, worker) -> tuple:
+    """A run with one in-doubt charge the provider knows, reconciled; the worker's
+    look-up is held by the stub until the test releases it."""
+    stub.answer(KEY, RECEIPT)
+    stub.hold(KEY)
+    run = in_doubt_run(wendy, acme, keys=(KEY,))
+    age_world(3600)
+    services.run_reconcile(actor=rita, tenant=acme, run_id=run.run_id, reason="died")
+    wait_for(stub.entered(KEY).is_set, worker, what="the look-up to start")
+    return run, request_for(run.effects[KEY])
+
+
+def test_a_pool_child_killed_mid_look_up_is_reconciled_later_exactly_once(
+        acme, wendy, rita, stub, start_worker):
+    worker = start_worker(pool="prefork", concurrency=1)
+    run, req = _slow_lookup_started(acme, wendy, rita, stub, worker)
+    (child,) = children(worker.pid)
+
+    os.kill(child, signal.SIGKILL)
+    stub.release(KEY)
+
+    # The message comes back (acks late, reject on worker loss) and finds the request
+    # still claimed by the dead child: it does nothing rather than run it twice at once.
+    wait_for(lambda: "skipped" in worker.results(), worker, what="the redelivery")
+    req.refresh_from_db()
+    assert (req.state, req.attempts) == ("running", 1)
+    assert Effect.objects.get(effect_id=run.effects[KEY]).state == "submitted"
+
+    _redrive_after_the_claim_expired()
+
+    wait_for(_settled(run.effects[KEY]), worker, what="the re-driven request")
+    assert worker.proc.poll() is None  # the worker itself lived on
+    _reconciled_once(run.effects[KEY])
+    req.refresh_from_db()
+    assert (req.state, req.outcome, req.attempts) == ("done", "confirmed", 2)
+    assert stub.looked_up(KEY) == 2  # the killed look-up, then the one that settled it
+    assert services.audit_verify(tenant=acme)[0]
+
+
+def test_a_worker_main_process_killed_mid_look_up_is_reconciled_later_exactly_once(
+        acme, wendy, rita, stub, start_worker):
+    first = start_worker(pool="solo")
+    run, req = _slow_lookup_started(acme, wendy, rita, stub, first)
+
+    first.kill()  # the whole worker: its message stays unacknowledged at the broker
+    stub.release(KEY)
+    second = start_worker(pool="solo")
+    req.refresh_from_db()
+    assert (req.state, req.attempts) == ("running", 1)
+
+    _redrive_after_the_claim_expired()
+
+    wait_for(_settled(run.effects[KEY]), second, what="the re-driven request")
+    _reconciled_once(run.effects[KEY])
+    req.refresh_from_db()
+    assert (req.state, req.outcome, req.attempts) == ("done", "confirmed", 2)
+    assert stub.looked_up(KEY) == 2
+
+
+def test_the_same_task_delivered_twice_at_once_settles_once(
+        acme, wendy, rita, stub, start_worker):
     from recovery.celery import app
 
-    app.control.purge()  # nothing left over from an earlier, aborted run
-    env = dict(os.environ)
-    env.update(
-        DATABASE_URL=_database_url(),
-        CELERY_BROKER_URL=os.environ["CELERY_BROKER_URL"],
-        RECOVERY_RECONCILERS=f"payments={status_service}",
-        RECOVERY_ENCRYPTION_KEYS=",".join(settings.RECOVERY_ENCRYPTION_KEYS),
-        RECOVERY_VAR_DIR=str(tmp_path),
-        PYTHONUNBUFFERED="1",
-    )
-    log = (tmp_path / "worker.log").open("w")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "recovery", "worker", "--pool=solo",
-         "--loglevel=INFO", "--without-gossip", "--without-mingle", "--without-heartbeat",
-         "-n", f"test-{uuid.uuid4().hex[:8]}@%h"],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-    )
-    try:
-        yield proc, tmp_path / "worker.log"
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
+    one, two = start_worker(pool="solo"), start_worker(pool="solo")
+    run, req = _slow_lookup_started(acme, wendy, rita, stub, one)
+    # A second delivery of the same message while the first is still looking up.
+    app.send_task("checkpoints.tasks.reconcile_effect", args=[req.pk])
+    wait_for(lambda: "skipped" in one.results() + two.results(), one, two,
+             what="the duplicate delivery")
+    stub.release(KEY)
+
+    wait_for(_settled(run.effects[KEY]), one, two, what="the first delivery")
+    _reconciled_once(run.effects[KEY])
+    assert sorted(one.results() + two.results()) == ["confirmed", "skipped"]
+    assert stub.looked_up(KEY) == 1
+    req.refresh_from_db()
+    assert (req.state, req.attempts) == ("done", 1)
 
 
-def _wait_for(predicate, proc, log_path):
-    deadline = time.monotonic() + WAIT_S
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        if proc.poll() is not None:
-            break
-        time.sleep(0.2)
-    pytest.fail(f"the worker did not finish within {WAIT_S} s (exit {proc.poll()}); log:\n"
-                + log_path.read_text()[-4000:])
+def test_a_broker_outage_queues_and_the_sweep_sends_it_once_the_broker_is_back(
+        acme, wendy, rita, api_as, stub, start_worker):
+    worker = start_worker(pool="solo")
+    stub.answer(KEY, RECEIPT)
+    run = in_doubt_run(wendy, acme, keys=(KEY,))
+    age_world(3600)
 
+    with broker_at("redis://127.0.0.1:1/0"):
+        r = post(api_as(rita), "acme", f"runs/{run.run_id}/reconcile", {"reason": "died"})
+    assert r.status_code == 202, r.content
+    assert r.json()["queued"] is False and "worker is back" in r.json()["detail"]
+    req = request_for(run.effects[KEY])
+    assert req.state == "queued" and "broker unavailable" in req.last_error
+    assert stub.seen == []
 
-def test_it_reconciles_in_doubt_effects_in_a_real_worker(acme, wendy, rita, worker):
-    proc, log_path = worker
-    assert not settings.CELERY_TASK_ALWAYS_EAGER
-    body = envelope(payload={"phase": "charging", "order_id": "A-1042"})
-    put_checkpoint(wendy, acme, body)
-    charged = effect_body(run_id=body["run_id"], operation_key="charge:A-1042")
-    never = effect_body(run_id=body["run_id"], operation_key="charge:never-sent")
-    for eb in (charged, never):
-        put_effect(wendy, acme, eb)
-        put_effect(wendy, acme, dict(eb, revision=1, state="submitted"), expected=0)
-    run_id = uuid.UUID(body["run_id"])
+    # The broker is back (this process publishes to the real one again).
+    age_world(settings.RECOVERY_RECONCILE_REDRIVE_GRACE_S + 1)
+    stats = services.sweep_stale_runs()
+    assert stats["reconcile_redriven"] == 1
 
-    task_id = services.run_reconcile(actor=rita, tenant=acme, run_id=run_id,
-                                     reason="worker died after the charge")
-    assert uuid.UUID(task_id)
-
-    def settled():
-        return not Effect.objects.filter(state__in=["submitted", "unresolved"]).exists()
-
-    _wait_for(settled, proc, log_path)
-    confirmed = Effect.objects.get(operation_key="charge:A-1042")
-    assert (confirmed.state, confirmed.revision) == ("confirmed", 2)
-    assert confirmed.receipt == KNOWN["charge:A-1042"]
-    assert EffectRevision.objects.get(effect=confirmed, revision=2).source == "reconciliation"
-    not_run = Effect.objects.get(operation_key="charge:never-sent")
-    assert not_run.state == "not_executed"  # 404: the service never saw the key
-    events = AuditEvent.objects.filter(action="effect.reconcile", run_id=run_id)
-    assert {(e.actor_id, e.actor_name, e.after["state"]) for e in events} == {
-        (None, "system", "confirmed"), (None, "system", "not_executed")}
-    assert set(StatusHandler.seen) == {"charge:A-1042", "charge:never-sent"}
-    assert Run.objects.get().recovery_state != "ambiguous"
-    assert services.audit_verify(tenant=acme)[0]
+    wait_for(_settled(run.effects[KEY]), worker, what="the re-driven request")
+    _reconciled_once(run.effects[KEY])
+    req.refresh_from_db()
+    assert (req.state, req.attempts, req.last_error) == ("done", 1, "")
+    assert ReconcileRequest.objects.count() == 1

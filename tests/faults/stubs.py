@@ -5,14 +5,18 @@
   raw bytes), can hold a look-up on a gate (a slow provider), and records every look-up.
 - Reconciler plugins, loaded by dotted path through ``ReconcilerConfig`` rows, that raise,
   hang past their timeout or return garbage.
-- ``use_plugin``: point a tenant's service at a plugin.
+- ``use_plugin``: point a tenant's service at a plugin; ``broker_at``: publish elsewhere.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import unquote
+
+from django.test import override_settings
 
 from checkpoints import reconcile
 from checkpoints.models import ReconcilerConfig
@@ -205,3 +209,29 @@ class CountingPlugin:
         with self._lock:
             self.lookups[effect.operation_key] = self.lookups.get(effect.operation_key, 0) + 1
         return reconcile.Answer.found({"status": "succeeded", "key": effect.operation_key})
+
+
+@contextlib.contextmanager
+def broker_at(url: str):
+    """Make this process publish to ``url`` (eager off), whatever the Celery app had
+    already connected to: ``override_settings`` alone does not reconfigure the app, and
+    Celery reads ``$CELERY_BROKER_URL`` before its own configuration."""
+    from recovery.celery import app
+
+    saved_conf, saved_env = app.conf.broker_url, os.environ.get("CELERY_BROKER_URL")
+
+    def point(to, env):
+        if env is None:
+            os.environ.pop("CELERY_BROKER_URL", None)
+        else:
+            os.environ["CELERY_BROKER_URL"] = env
+        app.conf.broker_url = to
+        app._pool = None
+        app.amqp._producer_pool = None
+
+    point(url, url)
+    try:
+        with override_settings(CELERY_TASK_ALWAYS_EAGER=False):
+            yield
+    finally:
+        point(saved_conf, saved_env)
