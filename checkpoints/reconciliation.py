@@ -39,7 +39,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Prefetch, Q
 
 from . import crypto, policy, reconcile, roles
 from .dbclock import NOW
@@ -501,8 +501,9 @@ def _finish(req: ReconcileRequest, now: datetime, *, outcome: str, state: str) -
 def requests_for_run(run: Run) -> list[ReconcileRequest]:
     """The run's reconcile requests, newest first, each with ``attempt_log`` prefetched
     and its ``effect`` loaded (for the run page and the API)."""
+    log = Prefetch("attempt_log", queryset=ReconcileAttempt.objects.defer("evidence_ciphertext"))
     return list(ReconcileRequest.objects.filter(run=run).select_related("effect")
-                .prefetch_related("attempt_log").order_by("-created_at", "-id")[:50])
+                .prefetch_related(log).order_by("-created_at", "-id")[:50])
 
 
 def request_get(tenant: Tenant, pk: int) -> ReconcileRequest:
@@ -512,22 +513,24 @@ def request_get(tenant: Tenant, pk: int) -> ReconcileRequest:
     return req
 
 
-def evidence_reveal(*, actor, tenant: Tenant, attempt_id: int, reason: str = "") -> Any:
+def evidence_reveal(*, actor, tenant: Tenant, attempt_id: int, reason: str) -> Any:
     """Decrypt what a service answered to one look-up (``ReconcileAttempt`` evidence) for
     a role that may reveal payloads (receipts are treated like payloads, CONTRACT.md 4);
     one ``evidence.reveal`` audit event in the same transaction. Returns the JSON value
-    (``None`` when the look-up kept no evidence). Raises ``NotFound`` (not this tenant's
-    attempt) or ``Forbidden``.
+    (``None``, and nothing audited, when the look-up kept no evidence). Raises
+    ``NotFound`` (not this tenant's attempt), ``Forbidden``, ``ReasonRequired``.
     """
     svc = _services()
     require(actor, tenant, roles.REVEAL)
+    reason = svc._require_reason(reason)
     with transaction.atomic():
         attempt = (ReconcileAttempt.objects.select_related("request__effect", "request__run")
                    .filter(tenant=tenant, pk=attempt_id).first())
         if attempt is None:
             raise NotFound("no such reconcile attempt")
-        value = (loads_any(crypto.decrypt_text(attempt.evidence_ciphertext))
-                 if attempt.evidence_ciphertext else None)
+        if not attempt.evidence_ciphertext:
+            return None
+        value = loads_any(crypto.decrypt_text(attempt.evidence_ciphertext))
         svc.audit_record(tenant=tenant, actor=actor, action="evidence.reveal",
                          target_type="effect", target_id=attempt.request.effect.effect_id,
                          run_id=attempt.request.run.run_id, reason=reason[:4000],

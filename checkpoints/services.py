@@ -1226,6 +1226,8 @@ def effect_mark_unknown(*, actor, tenant: Tenant, effect_id: uuid.UUID, reason: 
         if effect is None:
             raise NotFound("no such effect")
         run = _get_run(tenant, effect.run.run_id)
+        if run.closed_at is not None:
+            raise InvalidTransition("run: the run is closed; a new write reopens it")
         effect.refresh_from_db()
         before = {"state": effect.state, "revision": effect.revision}
         moved = _effect_transition(effect, expected_revision=effect.revision, to_state="unknown",
