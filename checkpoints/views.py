@@ -449,7 +449,7 @@ def _run_context(request: HttpRequest, tenant: Tenant, run_id, **extra) -> dict:
     any_in_doubt = any(e.state in IN_DOUBT for e in detail.effects)
     effects = [
         {"effect": e, "history": detail.effect_history.get(e.pk, []),
-         "can_mark_unknown": context["can_review"] and e.state in IN_DOUBT}
+         "can_mark_unknown": context["can_review"] and e.state in IN_DOUBT and not closed}
         for e in detail.effects
     ]
     checkpoints = [{"cp": cp, "revisions": detail.revisions.get(cp.pk, [])}
