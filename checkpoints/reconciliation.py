@@ -215,6 +215,8 @@ def redrive(limit: int = 200) -> int:
                 last_error="the worker vanished during the look-up; trying again")
     due = Q(state="queued",
             next_attempt_at__lte=NOW - timedelta(seconds=grace) if grace else NOW)
+    # A request whose worker vanished is sent now, not a grace period after this sweep.
+    due |= Q(state="queued", pk__in=reclaimed)
     pks = list(ReconcileRequest.objects.filter(due).order_by("next_attempt_at", "pk")
                .values_list("pk", flat=True)[:limit])
     if pks:

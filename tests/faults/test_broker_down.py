@@ -9,40 +9,17 @@ broker and worker see ``tests/celery``), the sweep's re-drive runs them.
 
 from __future__ import annotations
 
-import contextlib
-
 import pytest
-from django.test import override_settings
 
 from checkpoints.models import AuditEvent, Effect, ReconcileRequest
 from checkpoints.services import sweep_stale_runs
 from tests.api.apihelpers import get, post
 from tests.faults.conftest import in_doubt_run
+from tests.faults.stubs import broker_at
 from tests.helpers import age_world
 
 CLOSED_PORT = "redis://127.0.0.1:1/0"
 RECEIPT = b'{"status": "succeeded", "charge_id": "ch_3"}'
-
-
-@contextlib.contextmanager
-def broker_at(url: str):
-    """Make this process publish to ``url`` (eager off), whatever the Celery app had
-    already connected to: ``override_settings`` alone does not reconfigure the app."""
-    from recovery.celery import app
-
-    saved = app.conf.broker_url
-
-    def point(to):
-        app.conf.broker_url = to
-        app._pool = None
-        app.amqp._producer_pool = None
-
-    point(url)
-    try:
-        with override_settings(CELERY_TASK_ALWAYS_EAGER=False):
-            yield
-    finally:
-        point(saved)
 
 
 @pytest.mark.django_db(transaction=True)
