@@ -1088,8 +1088,19 @@ def resume_claim(*, actor, tenant: Tenant, run_id: uuid.UUID, asked: dict[str, s
                                     "last_write_at", "updated_at"])
             RetryRequest.objects.filter(pk=retry.pk).update(
                 state=RetryState.CONSUMED, consumed_at=now, consumed_fencing_token=run.fencing_token)
-            Effect.objects.filter(run=run, state__in=["unknown", "not_executed"]).update(
-                retry_authorized_by=retry)
+            # Only what the approver accepted: the effects its preview showed as sent again.
+            # One that became unknown/not_executed after the approval (a zombie owner sent
+            # it meanwhile) waits for a new retry whose preview names it: no duplicate that
+            # nobody accepted. (An approval recorded without a preview authorises all.)
+            approval = (AuditEvent.objects.filter(
+                tenant=tenant, action="retry.approve", target_type="retry_request",
+                target_id=str(retry.pk)).values_list("after", flat=True).first()) or {}
+            again = Effect.objects.filter(run=run, state__in=["unknown", "not_executed"])
+            if "preview" in approval:
+                again = again.filter(effect_id__in=[
+                    row["effect_id"] for row in approval["preview"]
+                    if row.get("outcome") in ("submit_again", "possible_duplicate")])
+            again.update(retry_authorized_by=retry)
             run_refresh_state(run, now)
             audit_record(tenant=tenant, actor=actor, action="retry.consume",
                          target_type="retry_request", target_id=retry.pk, run_id=run.run_id,
