@@ -349,6 +349,9 @@ class RetryRequest(TimestampedModel):
     decided_at = models.DateTimeField(null=True, blank=True)
     consumed_at = models.DateTimeField(null=True, blank=True)
     consumed_fencing_token = models.BigIntegerField(null=True, blank=True)
+    # What the approver saw and accepted (services.retry_preview at approval): a consumed
+    # retry re-plans only the effects this names as sent again.
+    approved_preview = models.JSONField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]

@@ -1092,13 +1092,10 @@ def resume_claim(*, actor, tenant: Tenant, run_id: uuid.UUID, asked: dict[str, s
             # One that became unknown/not_executed after the approval (a zombie owner sent
             # it meanwhile) waits for a new retry whose preview names it: no duplicate that
             # nobody accepted. (An approval recorded without a preview authorises all.)
-            approval = (AuditEvent.objects.filter(
-                tenant=tenant, action="retry.approve", target_type="retry_request",
-                target_id=str(retry.pk)).values_list("after", flat=True).first()) or {}
             again = Effect.objects.filter(run=run, state__in=["unknown", "not_executed"])
-            if "preview" in approval:
+            if retry.approved_preview is not None:
                 again = again.filter(effect_id__in=[
-                    row["effect_id"] for row in approval["preview"]
+                    row["effect_id"] for row in retry.approved_preview
                     if row.get("outcome") in ("submit_again", "possible_duplicate")])
             again.update(retry_authorized_by=retry)
             run_refresh_state(run, now)
@@ -1196,12 +1193,14 @@ def _retry_decide(*, actor, tenant: Tenant, retry_id: int, reason: str, approve:
         retry.decided_by = actor
         retry.decision_reason = reason
         retry.decided_at = run.db_now
+        if approve:
+            retry.approved_preview = retry_preview(run)
         retry.save(update_fields=["state", "decided_by", "decision_reason", "decided_at",
-                                  "updated_at"])
+                                  "approved_preview", "updated_at"])
         run_refresh_state(run)
         after = {"state": new_state, "recovery_state": run.recovery_state}
         if approve:
-            after["preview"] = retry_preview(run)
+            after["preview"] = retry.approved_preview
         audit_record(tenant=tenant, actor=actor,
                      action="retry.approve" if approve else "retry.reject",
                      target_type="retry_request", target_id=retry.pk, run_id=run.run_id,
