@@ -68,3 +68,25 @@ def empty(*tables: str, truncate: bool = False) -> None:
     else:
         for table in tables:
             raw(f"DELETE FROM {table}")
+
+
+# The tamper set's results (tests/security/test_tamper.py), printed at the end of the run.
+RESULTS: list[tuple[str, str, str, str]] = []
+
+
+def record(attack: str, by: str, outcome: str, how: str) -> None:
+    """Note what one attack met: ``refused`` or ``detected``, and by what."""
+    RESULTS.append((attack, by, outcome, how))
+
+
+def results_table(vendor: str) -> list[str]:
+    """``RESULTS`` as aligned text lines, titled with the backend."""
+    head = ("attack", "by", "result", "how")
+    widths = [max(len(r[i]) for r in [head, *RESULTS]) for i in range(4)]
+    title = f"tamper set on {vendor}: {len(RESULTS)} attack(s), " + ", ".join(
+        f"{sum(r[2] == o for r in RESULTS)} {o}" for o in ("refused", "detected"))
+    if vendor != "postgresql":
+        title += " (SQLite has no triggers or roles: only the detections apply)"
+    rows = [" | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+            for r in [head, *RESULTS]]
+    return [title, rows[0], "-+-".join("-" * w for w in widths), *rows[1:]]
