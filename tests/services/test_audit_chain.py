@@ -77,6 +77,13 @@ def test_it_keys_every_new_event_with_the_newest_audit_key(settings, acme, histo
     assert (head.seq, head.last_hash) == (event.seq, event.hash)
 
 
+def test_it_costs_three_queries_per_event(acme, django_assert_num_queries):
+    """audit_record is on every write's hot path: lock the head, insert, move the head."""
+    with transaction.atomic(), django_assert_num_queries(3):
+        services.audit_record(tenant=acme, actor=None, action="test.cost",
+                              target_type="tenant", target_id="acme")
+
+
 def test_it_detects_an_event_rewritten_and_rehashed_without_the_key(acme, globex, history):
     """The fault: before, a rewritten event with every later hash recomputed verified."""
     victim = events_of(acme)[2]
