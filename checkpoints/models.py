@@ -380,15 +380,29 @@ class ApiToken(models.Model):
     revoked_at = models.DateTimeField(null=True, blank=True)
 
 
+class AuditHashScheme(models.IntegerChoices):
+    """How an audit event's ``hash`` was computed (``checkpoints.audit``).
+
+    ``SHA256`` is the unkeyed scheme of events written before migration 0005; it is
+    accepted only inside the tenant's sealed legacy range (``AuditChainHead.legacy_seq``).
+    ``HMAC_SHA256`` is keyed with ``RECOVERY_AUDIT_KEYS``; ``key_id`` names the key.
+    """
+
+    SHA256 = 1, "sha256 (legacy, unkeyed)"
+    HMAC_SHA256 = 2, "hmac-sha256"
+
+
 class AuditEvent(models.Model):
     """Append-only, per-tenant hash-chained record of every action and payload reveal.
 
     ``actor`` is who did it (null and ``actor_name == "system"`` for the sweep and
     reconciliation); ``target_type``/``target_id`` is what it was done to; ``run_id`` the
     run it concerns. ``before``/``after`` hold the changed fields. ``hash`` is
-    SHA-256(prev_hash + canonical JSON of the event); ``verify_audit_chain`` recomputes it.
-    On PostgreSQL a trigger refuses UPDATE and DELETE (migration 0002); SQLite has no
-    such trigger.
+    HMAC-SHA256 (key ``key_id`` of ``RECOVERY_AUDIT_KEYS``) over the tenant, ``prev_hash``
+    and the event's fields, or plain SHA-256 for events older than migration 0005
+    (``hash_scheme``); ``verify_audit_chain`` recomputes it (docs/security/audit.md).
+    On PostgreSQL triggers refuse UPDATE, DELETE and TRUNCATE (migrations 0002, 0005);
+    SQLite has no such trigger.
     """
 
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
@@ -407,6 +421,9 @@ class AuditEvent(models.Model):
     after = models.JSONField(null=True, blank=True)
     prev_hash = models.CharField(max_length=64)
     hash = models.CharField(max_length=64)
+    hash_scheme = models.PositiveSmallIntegerField(choices=AuditHashScheme.choices)
+    key_id = models.CharField(max_length=16, blank=True, default="",
+                              help_text="id of the RECOVERY_AUDIT_KEYS key of the HMAC")
 
     class Meta:
         ordering = ["-seq"]
@@ -420,12 +437,21 @@ class AuditEvent(models.Model):
 
 
 class AuditChainHead(models.Model):
-    """The last link of a tenant's audit chain; locked FOR UPDATE to append in order."""
+    """The last link of a tenant's audit chain; locked FOR UPDATE to append in order.
+
+    ``seq``/``last_hash`` must equal the last event's (the verifier checks it, so events
+    cut from the end or added past the head are found). ``legacy_seq`` is where the
+    chain's unkeyed SHA-256 events end (0: none); ``legacy_mac`` seals that position with
+    an audit key (migration 0005), so unkeyed events are accepted nowhere else.
+    """
 
     tenant = models.OneToOneField(Tenant, on_delete=models.PROTECT, primary_key=True,
                                   related_name="+")
     seq = models.BigIntegerField(default=0)
     last_hash = models.CharField(max_length=64, default="0" * 64)
+    legacy_seq = models.BigIntegerField(default=0)
+    legacy_key_id = models.CharField(max_length=16, blank=True, default="")
+    legacy_mac = models.CharField(max_length=64, blank=True, default="")
 
 
 class ReconcileState(models.TextChoices):

@@ -27,10 +27,16 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.db import IntegrityError, transaction
 from django.db.models import Count, F, Q
-from django.utils import timezone
 from guardian.shortcuts import assign_perm
 
 from . import crypto, kinds, policy, reconciliation, roles
+from .audit import (  # noqa: F401 - audit_head_*/audit_verify: part of this module's interface
+    audit_head_check,
+    audit_head_export,
+    audit_head_parse,
+    audit_record,
+    audit_verify,
+)
 from .dbclock import NOW, db_now
 from .exceptions import (
     Fenced,
@@ -48,8 +54,6 @@ from .jsonparse import dumps, loads_any
 from .models import (
     MAX_REVISION,
     ApiToken,
-    AuditChainHead,
-    AuditEvent,
     Checkpoint,
     CheckpointRevision,
     Conflict,
@@ -80,77 +84,9 @@ def _actor_name(actor) -> str:
     return actor.get_username() if actor is not None else SYSTEM
 
 
-def audit_hash(prev_hash: str, event: dict) -> str:
-    """SHA-256 hex of ``prev_hash`` + canonical JSON of the event's fields."""
-    return hashlib.sha256((prev_hash + dumps(event)).encode("utf-8")).hexdigest()
-
-
-def _audit_fields(e: AuditEvent) -> dict:
-    return {
-        "seq": e.seq,
-        "created_at": e.created_at.isoformat(),
-        "actor": e.actor_name,
-        "action": e.action,
-        "target_type": e.target_type,
-        "target_id": e.target_id,
-        "run_id": str(e.run_id) if e.run_id else None,
-        "reason": e.reason,
-        "before": e.before,
-        "after": e.after,
-    }
-
-
-def audit_record(
-    *,
-    tenant: Tenant,
-    actor,
-    action: str,
-    target_type: str,
-    target_id: Any,
-    run_id: uuid.UUID | str | None = None,
-    reason: str = "",
-    before: dict | None = None,
-    after: dict | None = None,
-) -> AuditEvent:
-    """Append one event to the tenant's hash chain. Must run inside the caller's transaction.
-
-    Locks the tenant's ``AuditChainHead`` so events are chained in commit order.
-    """
-    assert transaction.get_connection().in_atomic_block, "audit_record needs a transaction"
-    head, _ = AuditChainHead.objects.select_for_update().get_or_create(tenant=tenant)
-    event = AuditEvent(
-        tenant=tenant,
-        seq=head.seq + 1,
-        created_at=timezone.now(),
-        actor=actor,
-        actor_name=_actor_name(actor),
-        action=action,
-        target_type=target_type,
-        target_id=str(target_id),
-        run_id=run_id,
-        reason=reason,
-        before=before,
-        after=after,
-        prev_hash=head.last_hash,
-    )
-    event.hash = audit_hash(head.last_hash, _audit_fields(event))
-    event.save()
-    AuditChainHead.objects.filter(pk=head.pk).update(seq=event.seq, last_hash=event.hash)
-    return event
-
-
-def audit_verify(*, tenant: Tenant) -> tuple[bool, int, str]:
-    """Recompute the tenant's chain. Returns (intact, events checked, first problem or "")."""
-    prev = "0" * 64
-    n = 0
-    for e in AuditEvent.objects.filter(tenant=tenant).order_by("seq").iterator():
-        n += 1
-        if e.seq != n:
-            return False, n, f"gap before seq {e.seq}"
-        if e.prev_hash != prev or audit_hash(prev, _audit_fields(e)) != e.hash:
-            return False, n, f"event seq {e.seq} (id {e.pk}) does not match its hash"
-        prev = e.hash
-    return True, n, ""
+# The keyed chain, its verifier and the signed head exports are ``checkpoints.audit``
+# (docs/security/audit.md), imported above; every service here calls ``audit_record``
+# inside its own transaction.
 
 
 def _require_reason(reason: str | None) -> str:

@@ -186,6 +186,18 @@ RECOVERY_ENCRYPTION_KEYS = [
     ).split(",")
     if k.strip()
 ]
+# Audit chain HMAC keys (docs/security/audit.md): comma-separated secrets of at least 32
+# characters, newest first. New events are keyed with the first; every listed key still
+# verifies the events it signed, so keep old keys listed (rotation never rewrites history).
+# The database never holds them.
+RECOVERY_AUDIT_KEYS = [
+    k.strip()
+    for k in (
+        env("RECOVERY_AUDIT_KEYS")
+        or _dev_default("RECOVERY_AUDIT_KEYS", "dev-insecure-recovery-audit-key-change-me-00")
+    ).split(",")
+    if k.strip()
+]
 
 # --- Recovery policy --------------------------------------------------------------------
 RECOVERY_DEFAULT_AMBIGUITY_THRESHOLD_S = env_int("RECOVERY_DEFAULT_AMBIGUITY_THRESHOLD_S", 300)

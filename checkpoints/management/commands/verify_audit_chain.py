@@ -1,7 +1,16 @@
-"""``manage.py verify_audit_chain [TENANT]``: recompute each tenant's audit hash chain.
+"""``manage.py verify_audit_chain [TENANT] [--against FILE]``: check each tenant's audit
+chain (docs/security/audit.md).
 
-Exits 0 when every chain checked is intact, 1 (``CommandError``) when one is broken or the
-tenant does not exist. The first broken link is named.
+Every tenant checked (one, or all) must have an intact chain: seq 1..n with no gap, each
+event linked to the one before and matching its HMAC (or its plain SHA-256 inside the
+sealed legacy range), and the chain head exactly at the last event. With ``--against``,
+each head exported earlier by ``export_audit_head`` (JSON lines; for one tenant, only its
+lines) must carry a valid signature and still be in the chain with the same hash, with the
+head at or past it: this is what shows that events were cut from the end.
+
+Prints one line per tenant and per exported head; exits 0 when all hold, else 1
+(``CommandError``) naming each broken tenant and its first problem. A tenant that does
+not exist, or an unreadable or malformed FILE (line and field named), also exits 1.
 """
 
 from __future__ import annotations
@@ -9,28 +18,63 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand, CommandError
 
 from checkpoints import services
+from checkpoints.exceptions import DomainError
 from checkpoints.models import Tenant
 
 
+def _read_exports(path: str, tenant: str | None) -> list[tuple[int, dict]]:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            lines = fh.read().splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CommandError(f"--against: cannot read {path!r} ({exc})") from None
+    records = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = services.audit_head_parse(line)
+        except DomainError as exc:
+            raise CommandError(f"--against: {path} line {number}: {exc.detail}") from None
+        if tenant is None or record["tenant"] == tenant:
+            records.append((number, record))
+    return records
+
+
 class Command(BaseCommand):
-    help = "Verify the audit log's per-tenant hash chain; exits non-zero when it is broken."
+    help = ("Verify each tenant's keyed audit chain and head (and, with --against, heads "
+            "exported earlier); exits non-zero naming the tenant and its first problem.")
 
     def add_arguments(self, parser):
         parser.add_argument("tenant", nargs="?", help="tenant slug (default: every tenant)")
+        parser.add_argument("--against", metavar="FILE",
+                            help="JSON lines written by export_audit_head: each exported head "
+                                 "must still be in its chain")
 
-    def handle(self, *args, tenant: str | None, **options):
+    def handle(self, *args, tenant: str | None, against: str | None, **options):
         tenants = Tenant.objects.order_by("slug")
         if tenant is not None:
             tenants = tenants.filter(slug=tenant)
             if not tenants.exists():
                 raise CommandError(f"tenant: no tenant {tenant!r}")
-        broken = []
+        exports = _read_exports(against, tenant) if against else []
+        broken: dict[str, str] = {}
         for t in tenants:
             intact, n, problem = services.audit_verify(tenant=t)
             if intact:
                 self.stdout.write(f"{t.slug}: intact ({n} event(s))")
             else:
                 self.stdout.write(f"{t.slug}: BROKEN at {problem}")
-                broken.append(t.slug)
+                broken[t.slug] = problem
+        for number, record in exports:
+            problem = services.audit_head_check(record=record)
+            slug = record["tenant"]
+            if problem:
+                self.stdout.write(f"{slug}: BROKEN against {against} line {number}: {problem}")
+                broken.setdefault(slug, problem)
+            else:
+                self.stdout.write(f"{slug}: holds exported head seq {record['seq']} "
+                                  f"of {record['exported_at']}")
         if broken:
-            raise CommandError(f"audit chain broken for: {', '.join(broken)}")
+            raise CommandError("audit chain broken for: " + "; ".join(
+                f"{slug}: {problem}" for slug, problem in sorted(broken.items())))

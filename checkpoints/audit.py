@@ -1,0 +1,396 @@
+"""The tamper-evident audit trail: keyed hash chain, verifier, signed head exports.
+
+Every tenant has one chain of ``AuditEvent`` rows (seq 1, 2, ...) and one
+``AuditChainHead`` holding the last seq and hash. What each piece proves, and what it does
+not, is written up in ``docs/security/audit.md``; the short version:
+
+- **Keyed hash.** An event's ``hash`` is HMAC-SHA256 over the tenant, the key id, the
+  previous event's hash and the event's fields (``hash_scheme`` 2), keyed with a secret
+  from ``RECOVERY_AUDIT_KEYS`` that the database never holds. Someone who can write the
+  table but lacks the key cannot rewrite an event and recompute the chain. Events written
+  before migration 0005 are plain SHA-256 (scheme 1); they verify only inside the range
+  that migration sealed with a key (``AuditChainHead.legacy_seq``/``legacy_mac``), so an
+  attacker cannot "downgrade" newer events to the unkeyed scheme.
+- **Key rotation.** Each event names its key (``key_id``: the first 16 hex digits of
+  HMAC-SHA256(key, "recovery.audit.key-id"), which identifies the key without revealing
+  it). Prepend a new key; keep the old ones listed so the events they signed still verify.
+- **Head and count.** The verifier walks seq 1..n without gaps and requires the head to be
+  exactly the last event: events cut from the end (without rewinding the head), events
+  past the head, and a tenant whose chain is missing altogether are all reported. Every
+  tenant has a chain: ``tenant_create`` audits the creation.
+- **Signed head exports.** ``audit_head_export`` writes an ``audit.export_head`` event and
+  returns that event's (seq, hash) signed with the newest key; kept outside the database,
+  it proves later (``audit_head_check``) that nothing up to it was cut or rewritten, even
+  by someone who rewound the head.
+
+``audit_record`` is on every write's hot path: one locked read of the head, one INSERT,
+one UPDATE of the head, and one HMAC; nothing else.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+import uuid
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.db import transaction
+from django.utils import timezone
+
+from . import roles
+from .exceptions import InvalidPayload
+from .jsonparse import dumps, loads_object
+from .models import AuditChainHead, AuditEvent, AuditHashScheme, Tenant
+from .permissions import require
+
+SYSTEM = "system"
+GENESIS = "0" * 64
+KEY_MIN_LENGTH = 32
+KEY_ID_LABEL = b"recovery.audit.key-id"
+HEX64_RE = re.compile(r"[0-9a-f]{64}\Z")
+EXPORT_FIELDS = ("tenant", "seq", "last_hash", "exported_at", "key_id", "signature")
+
+
+# --------------------------------------------------------------------------------------
+# Keys
+# --------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class AuditKeys:
+    """The configured audit keys: ``newest_id`` signs, ``by_id`` verifies."""
+
+    newest_id: str
+    by_id: dict[str, bytes]
+
+    @property
+    def newest(self) -> bytes:
+        return self.by_id[self.newest_id]
+
+
+def key_id_of(secret: bytes) -> str:
+    """The public id of an audit key: 16 hex digits of HMAC-SHA256(key, label)."""
+    return hmac.new(secret, KEY_ID_LABEL, hashlib.sha256).hexdigest()[:16]
+
+
+@lru_cache(maxsize=8)
+def _keys(raw: tuple[str, ...]) -> AuditKeys:
+    if not raw:
+        raise ImproperlyConfigured("RECOVERY_AUDIT_KEYS: at least one key is required")
+    by_id: dict[str, bytes] = {}
+    for i, key in enumerate(raw, start=1):
+        if len(key) < KEY_MIN_LENGTH:
+            raise ImproperlyConfigured(
+                f"RECOVERY_AUDIT_KEYS: key {i} is shorter than {KEY_MIN_LENGTH} characters "
+                "(make one with: python -c 'import secrets; print(secrets.token_urlsafe(32))')")
+        secret = key.encode("utf-8")
+        by_id.setdefault(key_id_of(secret), secret)
+    return AuditKeys(newest_id=key_id_of(raw[0].encode("utf-8")), by_id=by_id)
+
+
+def audit_keys() -> AuditKeys:
+    """The keys of ``settings.RECOVERY_AUDIT_KEYS`` (newest first), parsed once per value.
+
+    Raises ``ImproperlyConfigured`` when the list is empty or a key is shorter than 32
+    characters.
+    """
+    return _keys(tuple(settings.RECOVERY_AUDIT_KEYS))
+
+
+def _mac(secret: bytes, message: dict) -> str:
+    return hmac.new(secret, dumps(message).encode("utf-8"), hashlib.sha256).hexdigest()
+
+
+# --------------------------------------------------------------------------------------
+# Hash schemes
+# --------------------------------------------------------------------------------------
+
+def audit_fields(e: AuditEvent) -> dict:
+    """The fields an event's hash covers (both schemes), as canonical-JSON-ready values."""
+    return {
+        "seq": e.seq,
+        "created_at": e.created_at.isoformat(),
+        "actor": e.actor_name,
+        "action": e.action,
+        "target_type": e.target_type,
+        "target_id": e.target_id,
+        "run_id": str(e.run_id) if e.run_id else None,
+        "reason": e.reason,
+        "before": e.before,
+        "after": e.after,
+    }
+
+
+def legacy_hash(prev_hash: str, fields: dict) -> str:
+    """Scheme 1 (before migration 0005): SHA-256 hex of ``prev_hash`` + canonical JSON."""
+    return hashlib.sha256((prev_hash + dumps(fields)).encode("utf-8")).hexdigest()
+
+
+def event_mac(secret: bytes, *, tenant_id: int, key_id: str, prev_hash: str,
+              fields: dict) -> str:
+    """Scheme 2: HMAC-SHA256 hex over the tenant, key id, previous hash and the fields.
+
+    The tenant is covered so that one tenant's chain cannot be passed off as another's.
+    """
+    return _mac(secret, {"purpose": "audit-event", "tenant": tenant_id, "key_id": key_id,
+                         "prev_hash": prev_hash, "event": fields})
+
+
+def legacy_seal_mac(secret: bytes, *, tenant_id: int, seq: int, last_hash: str) -> str:
+    """The seal of a chain's unkeyed prefix: HMAC over (tenant, its last seq, its hash)."""
+    return _mac(secret, {"purpose": "audit-legacy-seal", "tenant": tenant_id, "seq": seq,
+                         "hash": last_hash})
+
+
+def seal_legacy_chains(head_model) -> int:
+    """Seal every chain's existing (unkeyed, scheme 1) events with the newest audit key.
+
+    Called once by migration 0005, with its historical ``AuditChainHead`` model: each head
+    with events gets ``legacy_seq = seq`` and ``legacy_mac`` over (tenant, seq, last_hash).
+    The verifier then accepts scheme 1 only up to ``legacy_seq``. Returns how many chains
+    were sealed. Raises ``ImproperlyConfigured`` for bad ``RECOVERY_AUDIT_KEYS``.
+    """
+    keys = audit_keys()
+    sealed = 0
+    for head in head_model.objects.filter(seq__gt=0, legacy_seq=0):
+        head.legacy_seq = head.seq
+        head.legacy_key_id = keys.newest_id
+        head.legacy_mac = legacy_seal_mac(keys.newest, tenant_id=head.tenant_id,
+                                          seq=head.seq, last_hash=head.last_hash)
+        head.save(update_fields=["legacy_seq", "legacy_key_id", "legacy_mac"])
+        sealed += 1
+    return sealed
+
+
+# --------------------------------------------------------------------------------------
+# Recording
+# --------------------------------------------------------------------------------------
+
+def audit_record(
+    *,
+    tenant: Tenant,
+    actor,
+    action: str,
+    target_type: str,
+    target_id: Any,
+    run_id: uuid.UUID | str | None = None,
+    reason: str = "",
+    before: dict | None = None,
+    after: dict | None = None,
+) -> AuditEvent:
+    """Append one event to the tenant's chain. Must run inside the caller's transaction
+    (the rule of DESIGN.md 5: the change and its audit event commit together).
+
+    Locks the tenant's ``AuditChainHead`` (``SELECT … FOR UPDATE``) so events are chained
+    in commit order, keys the event with the newest ``RECOVERY_AUDIT_KEYS`` key and moves
+    the head. Returns the saved event. Raises ``ImproperlyConfigured`` for bad keys.
+    """
+    assert transaction.get_connection().in_atomic_block, "audit_record needs a transaction"
+    keys = audit_keys()
+    head, _ = AuditChainHead.objects.select_for_update().get_or_create(tenant=tenant)
+    event = AuditEvent(
+        tenant=tenant,
+        seq=head.seq + 1,
+        created_at=timezone.now(),
+        actor=actor,
+        actor_name=actor.get_username() if actor is not None else SYSTEM,
+        action=action,
+        target_type=target_type,
+        target_id=str(target_id),
+        # As the database gives it back, so that the hash recomputes the same.
+        run_id=uuid.UUID(str(run_id)) if run_id else None,
+        reason=reason,
+        before=before,
+        after=after,
+        prev_hash=head.last_hash,
+        hash_scheme=AuditHashScheme.HMAC_SHA256,
+        key_id=keys.newest_id,
+    )
+    event.hash = event_mac(keys.newest, tenant_id=tenant.pk, key_id=keys.newest_id,
+                           prev_hash=head.last_hash, fields=audit_fields(event))
+    event.save()
+    AuditChainHead.objects.filter(pk=head.pk).update(seq=event.seq, last_hash=event.hash)
+    return event
+
+
+# --------------------------------------------------------------------------------------
+# Verifying
+# --------------------------------------------------------------------------------------
+
+def _event_problem(e: AuditEvent, prev: str, keys: AuditKeys, legacy_seq: int) -> str:
+    """Why event ``e`` does not verify after ``prev``, or ""."""
+    where = f"event seq {e.seq} (id {e.pk})"
+    if e.prev_hash != prev:
+        return f"{where} does not link to the event before it"
+    if e.hash_scheme == AuditHashScheme.SHA256:
+        if e.seq > legacy_seq:
+            return (f"{where} uses the unkeyed legacy hash outside the sealed legacy range "
+                    f"(seq 1..{legacy_seq})")
+        if legacy_hash(prev, audit_fields(e)) != e.hash:
+            return f"{where} does not match its hash"
+        return ""
+    if e.hash_scheme != AuditHashScheme.HMAC_SHA256:
+        return f"{where} has unknown hash scheme {e.hash_scheme}"
+    secret = keys.by_id.get(e.key_id)
+    if secret is None:
+        return (f"{where} is signed with unknown audit key id {e.key_id!r} "
+                "(an old key missing from RECOVERY_AUDIT_KEYS?)")
+    expected = event_mac(secret, tenant_id=e.tenant_id, key_id=e.key_id, prev_hash=prev,
+                         fields=audit_fields(e))
+    if not hmac.compare_digest(expected, e.hash):
+        return f"{where} does not match its hash (HMAC)"
+    return ""
+
+
+def _seal_problem(head: AuditChainHead, sealed_hash: str, keys: AuditKeys) -> str:
+    secret = keys.by_id.get(head.legacy_key_id)
+    if secret is None:
+        return (f"the legacy seal (seq {head.legacy_seq}) is signed with unknown audit key id "
+                f"{head.legacy_key_id!r} (an old key missing from RECOVERY_AUDIT_KEYS?)")
+    expected = legacy_seal_mac(secret, tenant_id=head.tenant_id, seq=head.legacy_seq,
+                               last_hash=sealed_hash)
+    if not hmac.compare_digest(expected, head.legacy_mac):
+        return f"the legacy seal (seq {head.legacy_seq}) does not match the events"
+    return ""
+
+
+def audit_verify(*, tenant: Tenant) -> tuple[bool, int, str]:
+    """Check the tenant's whole chain against its head and the audit keys.
+
+    Returns ``(intact, events checked, first problem or "")``. Broken when: the tenant has
+    no head or no events (its creation is always audited); a seq is missing or repeated; an
+    event does not link to the one before, or its hash (HMAC with the key its ``key_id``
+    names; plain SHA-256 only inside the sealed legacy range) does not recompute; a key id
+    is unknown; an event lies past the head; the head's seq or hash is not the last
+    event's. Raises ``ImproperlyConfigured`` for bad ``RECOVERY_AUDIT_KEYS``.
+    """
+    keys = audit_keys()
+    head = AuditChainHead.objects.filter(tenant=tenant).first()
+    legacy_seq = head.legacy_seq if head is not None else 0
+    prev, n = GENESIS, 0
+    for e in AuditEvent.objects.filter(tenant=tenant).order_by("seq").iterator():
+        n += 1
+        if head is None:
+            return False, n, "the chain head is missing but events exist"
+        if e.seq != n:
+            return False, n, f"gap before seq {e.seq} (seq {n} expected)"
+        if e.seq > head.seq:
+            return False, n, f"event seq {e.seq} is past the chain head (seq {head.seq})"
+        problem = _event_problem(e, prev, keys, legacy_seq)
+        if problem:
+            return False, n, problem
+        if e.seq == legacy_seq:
+            problem = _seal_problem(head, e.hash, keys)
+            if problem:
+                return False, n, problem
+        prev = e.hash
+    if head is None:
+        return False, 0, "no audit chain at all (every tenant's creation is audited)"
+    if head.seq != n:
+        return False, n, (f"the chain head is at seq {head.seq} but the events end at seq {n} "
+                          "(events missing)")
+    if head.last_hash != prev:
+        return False, n, f"the chain head's hash is not event seq {n}'s"
+    if legacy_seq > n:
+        return False, n, f"the legacy seal (seq {legacy_seq}) lies past the last event"
+    return True, n, ""
+
+
+# --------------------------------------------------------------------------------------
+# Signed head exports
+# --------------------------------------------------------------------------------------
+
+def _export_signature(secret: bytes, record: dict) -> str:
+    return _mac(secret, {"purpose": "audit-head-export",
+                         **{k: record[k] for k in EXPORT_FIELDS if k != "signature"}})
+
+
+def audit_head_export(*, tenant: Tenant, actor=None) -> dict:
+    """Export a signed checkpoint of the tenant's chain head, to keep outside the database.
+
+    In one transaction: locks the head, writes an ``audit.export_head`` event (an export
+    is an operator action, audited like the others) and returns that event's position:
+    ``{"tenant", "seq", "last_hash", "exported_at", "key_id", "signature"}``, where
+    ``signature`` is HMAC-SHA256 with the newest audit key over the other five fields. The
+    export covers its own event. ``actor`` must be an admin of the tenant, or ``None`` for
+    the operator's command line (``manage.py export_audit_head``); raises
+    ``NotFound``/``Forbidden`` otherwise. Issue 6, fault 2; docs/security/audit.md.
+    """
+    if actor is not None:
+        require(actor, tenant, roles.MANAGE)
+    keys = audit_keys()
+    with transaction.atomic():
+        event = audit_record(tenant=tenant, actor=actor, action="audit.export_head",
+                             target_type="tenant", target_id=tenant.slug,
+                             after={"key_id": keys.newest_id})
+    record = {"tenant": tenant.slug, "seq": event.seq, "last_hash": event.hash,
+              "exported_at": event.created_at.isoformat(), "key_id": keys.newest_id}
+    record["signature"] = _export_signature(keys.newest, record)
+    return record
+
+
+def audit_head_parse(line: str) -> dict:
+    """Parse one line written by ``export_audit_head`` (a JSON object).
+
+    Returns the record with exactly the fields of ``EXPORT_FIELDS``. Raises
+    ``InvalidPayload`` naming the field: not one strict JSON object (``jsonparse``), a
+    missing or unknown field,
+    ``tenant``/``exported_at``/``key_id`` not strings, ``seq`` not an integer >= 1,
+    ``last_hash``/``signature`` not 64 lower-case hex digits.
+    """
+    record = loads_object(line, max_depth=2, what="line")
+    for name in EXPORT_FIELDS:
+        if name not in record:
+            raise InvalidPayload(f"{name}: missing")
+    for name in record:
+        if name not in EXPORT_FIELDS:
+            raise InvalidPayload(f"{str(name)[:40]}: unknown field")
+    for name in ("tenant", "exported_at", "key_id"):
+        if not isinstance(record[name], str) or not 0 < len(record[name]) <= 200:
+            raise InvalidPayload(f"{name}: must be a non-empty string")
+    if type(record["seq"]) is not int or not 1 <= record["seq"] < 2**63:
+        raise InvalidPayload("seq: must be an integer >= 1")
+    for name in ("last_hash", "signature"):
+        if not isinstance(record[name], str) or not HEX64_RE.match(record[name]):
+            raise InvalidPayload(f"{name}: must be 64 lower-case hex digits")
+    return record
+
+
+def audit_head_check(*, record: dict) -> str:
+    """Check that the chain still holds an exported head; returns the problem, or "".
+
+    ``record`` comes from ``audit_head_parse``. A problem when: the signature is made with
+    an unknown key or does not verify (the line was altered or forged); the tenant does
+    not exist; the chain has no event at ``seq`` (cut), or that event's hash is not
+    ``last_hash`` (rewritten); the head is behind ``seq`` (rewound). Together with
+    ``audit_verify`` (which proves events 1..head link up to the head) this proves nothing
+    up to the export was cut or changed since. Reads only.
+    """
+    keys = audit_keys()
+    secret = keys.by_id.get(record["key_id"])
+    if secret is None:
+        return (f"exported head seq {record['seq']} is signed with unknown audit key id "
+                f"{record['key_id']!r}")
+    if not hmac.compare_digest(_export_signature(secret, record), record["signature"]):
+        return f"exported head seq {record['seq']}: the signature does not verify (altered?)"
+    tenant = Tenant.objects.filter(slug=record["tenant"]).first()
+    if tenant is None:
+        return "the tenant no longer exists"
+    seq = record["seq"]
+    head_seq = (AuditChainHead.objects.filter(tenant=tenant)
+                .values_list("seq", flat=True).first())
+    stored = (AuditEvent.objects.filter(tenant=tenant, seq=seq)
+              .values_list("hash", flat=True).first())
+    if stored is None:
+        return (f"exported head seq {seq} of {record['exported_at']} is no longer in the "
+                "chain (events were cut)")
+    if not hmac.compare_digest(stored, record["last_hash"]):
+        return (f"event seq {seq} no longer has the hash exported on {record['exported_at']} "
+                "(history was rewritten)")
+    if head_seq is None or head_seq < seq:
+        return f"the chain head (seq {head_seq}) is behind the exported head seq {seq}"
+    return ""

@@ -1,0 +1,147 @@
+"""Least-privilege PostgreSQL roles for the service (issue 6, fault 2; docs/security/audit.md).
+
+Two roles:
+
+- the **owner** owns every table of the schema and the audit trigger function, and is the
+  role ``manage.py migrate`` runs as. Only it (or a superuser) can alter, disable or drop
+  the audit triggers, so its credentials stay out of the running service.
+- the **app** role is what the web nodes and workers connect as. It has the ordinary
+  rights (SELECT, INSERT, UPDATE, DELETE) on every table except the audit trail: on the
+  event table only SELECT and INSERT, on the chain heads SELECT, INSERT and UPDATE (the
+  head moves with each event; the verifier checks it against the events). It owns
+  nothing, is no superuser and no member of the owner, and cannot create objects in the
+  schema (which also keeps it from planting functions the owner's migrations would run).
+
+``role_setup_sql`` returns the SQL; ``manage.py setup_database_roles`` runs or prints it.
+Every statement is idempotent, so it is re-run after each ``migrate`` as a check (default
+privileges already give the app its rights on new tables). The last statement refuses
+(raises) when the app role could still change the audit trail.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .models import AuditChainHead, AuditEvent
+
+ROLE_RE = re.compile(r"[a-z_][a-z0-9_]{0,62}\Z")
+TRIGGER_FUNCTIONS = ("checkpoints_audit_append_only()",)
+
+
+def _ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _lit(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def check_role_name(field: str, name: str) -> str:
+    """Return ``name`` if it is a plain lower-case PostgreSQL role name, else raise
+    ``ValueError`` naming ``field`` (letters, digits, ``_``; at most 63; not ``pg_*``)."""
+    if not isinstance(name, str) or not ROLE_RE.match(name) or name.startswith("pg_"):
+        raise ValueError(f"{field}: a role name of lower-case letters, digits and '_' "
+                         "(not starting with a digit or pg_), at most 63 characters")
+    return name
+
+
+def role_setup_sql(*, owner: str, app: str, schema: str = "public") -> list[str]:
+    """The statements that create and configure the owner and app roles, in order.
+
+    Run them in one transaction as a superuser, in the service's database. Raises
+    ``ValueError`` naming ``--owner``/``--app`` for a bad or equal role name.
+    """
+    check_role_name("--owner", owner)
+    check_role_name("--app", app)
+    if owner == app:
+        raise ValueError("--app: must differ from --owner (the owner can disable triggers)")
+    o, a, s = _ident(owner), _ident(app), _ident(schema)
+    events, heads = AuditEvent._meta.db_table, AuditChainHead._meta.db_table
+    functions = ", ".join(f"{schema}.{f}" for f in TRIGGER_FUNCTIONS)
+    return [
+        # 1. The roles (LOGIN; set their passwords yourself, e.g. psql's \password).
+        f"""DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = {_lit(owner)}) THEN
+        CREATE ROLE {o} LOGIN;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = {_lit(app)}) THEN
+        CREATE ROLE {a} LOGIN;
+    END IF;
+END $$""",
+        f"ALTER ROLE {o} LOGIN",
+        f"ALTER ROLE {a} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS",
+        f"REVOKE {o} FROM {a}",
+        # 2. The database and the schema: only the owner creates objects.
+        f"""DO $$
+BEGIN
+    EXECUTE format('GRANT CONNECT ON DATABASE %I TO {o}, {a}', current_database());
+END $$""",
+        f"GRANT USAGE, CREATE ON SCHEMA {s} TO {o}",
+        f"REVOKE CREATE ON SCHEMA {s} FROM PUBLIC",
+        f"REVOKE CREATE ON SCHEMA {s} FROM {a}",
+        f"GRANT USAGE ON SCHEMA {s} TO {a}",
+        # 3. The owner owns every table (their identity sequences follow) and the trigger
+        #    function: only it can ALTER, DISABLE or DROP the triggers, or replace the function.
+        f"""DO $$
+DECLARE
+    t record;
+BEGIN
+    FOR t IN SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+             WHERE n.nspname = {_lit(schema)} AND c.relkind IN ('r', 'p')
+               AND NOT EXISTS (SELECT 1 FROM pg_depend d
+                               WHERE d.objid = c.oid AND d.deptype = 'e')
+    LOOP
+        EXECUTE format('ALTER TABLE %I.%I OWNER TO %I', {_lit(schema)}, t.relname, {_lit(owner)});
+    END LOOP;
+END $$""",
+        f"ALTER FUNCTION {functions} OWNER TO {o}",
+        # 4. The app: ordinary rights everywhere (now and on the owner's future tables) ...
+        f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {s} TO {a}",
+        f"GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA {s} TO {a}",
+        f"ALTER DEFAULT PRIVILEGES FOR ROLE {o} IN SCHEMA {s} "
+        f"GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO {a}",
+        f"ALTER DEFAULT PRIVILEGES FOR ROLE {o} IN SCHEMA {s} "
+        f"GRANT USAGE, SELECT ON SEQUENCES TO {a}",
+        # ... except the audit trail: append events, move the head, nothing else.
+        f"REVOKE ALL ON {s}.{_ident(events)}, {s}.{_ident(heads)} FROM PUBLIC, {a}",
+        f"GRANT SELECT, INSERT ON {s}.{_ident(events)} TO {a}",
+        f"GRANT SELECT, INSERT, UPDATE ON {s}.{_ident(heads)} TO {a}",
+        # 5. Refuse to finish when the app role could still change the audit trail.
+        f"""DO $$
+DECLARE
+    app_role text := {_lit(app)};
+    events regclass := {_lit(schema + '.' + events)};
+    heads regclass := {_lit(schema + '.' + heads)};
+BEGIN
+    IF (SELECT rolsuper FROM pg_roles WHERE rolname = app_role) THEN
+        RAISE EXCEPTION 'app role % is a superuser', app_role;
+    END IF;
+    IF pg_has_role(app_role, {_lit(owner)}, 'MEMBER') THEN
+        RAISE EXCEPTION 'app role % is a member of the owner role', app_role;
+    END IF;
+    IF pg_has_role(app_role, (SELECT datdba FROM pg_database
+                              WHERE datname = current_database()), 'MEMBER')
+       OR pg_has_role(app_role, (SELECT nspowner FROM pg_namespace
+                                 WHERE nspname = {_lit(schema)}), 'MEMBER')
+       OR pg_has_role(app_role, (SELECT relowner FROM pg_class WHERE oid = events), 'MEMBER')
+    THEN
+        RAISE EXCEPTION 'app role % owns the database, the schema or the audit table', app_role;
+    END IF;
+    IF has_table_privilege(app_role, events, 'UPDATE') OR has_table_privilege(app_role, events, 'DELETE')
+       OR has_table_privilege(app_role, events, 'TRUNCATE') OR has_table_privilege(app_role, events, 'TRIGGER')
+       OR has_table_privilege(app_role, heads, 'DELETE') OR has_table_privilege(app_role, heads, 'TRUNCATE')
+       OR has_table_privilege(app_role, heads, 'TRIGGER')
+    THEN
+        RAISE EXCEPTION 'app role % may still change the audit trail (through PUBLIC or a role it belongs to)', app_role;
+    END IF;
+END $$""",
+    ]
+
+
+def role_setup_script(*, owner: str, app: str, schema: str = "public") -> str:
+    """``role_setup_sql`` as one psql script in a transaction (``--print``)."""
+    body = ";\n\n".join(role_setup_sql(owner=owner, app=app, schema=schema))
+    return (f"-- recovery: least-privilege roles (owner {owner}, app {app}); "
+            "run as a superuser in the service's database\n"
+            f"BEGIN;\n\n{body};\n\nCOMMIT;\n")

@@ -1,0 +1,92 @@
+"""What an attacker does to the audit tables once past the triggers: a PostgreSQL
+superuser who switches them off (``session_replication_role = replica``), or anyone with
+the SQLite file. None of these functions has the audit key: rewritten hashes are plain
+SHA-256, the best a key-less attacker can compute.
+"""
+
+from __future__ import annotations
+
+from django.db import connection, transaction
+
+from checkpoints.audit import audit_fields, legacy_hash
+from checkpoints.models import AuditChainHead, AuditEvent, AuditHashScheme
+
+EVENTS = AuditEvent._meta.db_table
+HEADS = AuditChainHead._meta.db_table
+
+
+def raw(sql: str, params: list | tuple = ()) -> int:
+    """Run ``sql`` with the triggers off (PostgreSQL superuser) or as is (SQLite, which has
+    no triggers); returns the row count."""
+    with transaction.atomic(), connection.cursor() as cur:
+        if connection.vendor == "postgresql":
+            cur.execute("SET LOCAL session_replication_role = replica")
+        cur.execute(sql, params)
+        count = cur.rowcount
+        if connection.vendor == "postgresql":
+            cur.execute("SET LOCAL session_replication_role = origin")
+    return count
+
+
+def set_head(tenant, seq: int, last_hash: str) -> None:
+    raw(f"UPDATE {HEADS} SET seq = %s, last_hash = %s WHERE tenant_id = %s",
+        [seq, last_hash, tenant.pk])
+
+
+def rewrite(tenant, seq: int, *, downgrade: bool = False, **changes) -> None:
+    """Change event ``seq``'s fields, then recompute its hash and every later one with plain
+    SHA-256 and move the head along, so that every link and the head agree. With
+    ``downgrade`` the rewritten events also claim the unkeyed legacy scheme."""
+    events = list(AuditEvent.objects.filter(tenant=tenant).order_by("seq"))
+    prev = events[seq - 2].hash if seq > 1 else "0" * 64
+    for name, value in changes.items():
+        setattr(events[seq - 1], name, value)
+    for e in events[seq - 1:]:
+        e.prev_hash = prev
+        e.hash = legacy_hash(prev, audit_fields(e))
+        scheme = AuditHashScheme.SHA256 if downgrade else e.hash_scheme
+        raw(f"UPDATE {EVENTS} SET reason = %s, actor_name = %s, action = %s, prev_hash = %s, "
+            f"hash = %s, hash_scheme = %s WHERE id = %s",
+            [e.reason, e.actor_name, e.action, e.prev_hash, e.hash, scheme, e.pk])
+        prev = e.hash
+    set_head(tenant, events[-1].seq, prev)
+
+
+def cut_tail(tenant, keep: int) -> None:
+    """Delete every event after seq ``keep`` and rewind the head to it: a consistent,
+    shorter chain."""
+    raw(f"DELETE FROM {EVENTS} WHERE tenant_id = %s AND seq > %s", [tenant.pk, keep])
+    kept = AuditEvent.objects.get(tenant=tenant, seq=keep)
+    set_head(tenant, keep, kept.hash)
+
+
+def empty(*tables: str, truncate: bool = False) -> None:
+    """DELETE every row of ``tables``; with ``truncate``, TRUNCATE them on PostgreSQL (not
+    inside a test's transaction: PostgreSQL refuses it there with pending FK checks)."""
+    if truncate and connection.vendor == "postgresql":
+        raw("TRUNCATE " + ", ".join(tables))
+    else:
+        for table in tables:
+            raw(f"DELETE FROM {table}")
+
+
+# The tamper set's results (tests/security/test_tamper.py), printed at the end of the run.
+RESULTS: list[tuple[str, str, str, str]] = []
+
+
+def record(attack: str, by: str, outcome: str, how: str) -> None:
+    """Note what one attack met: ``refused`` or ``detected``, and by what."""
+    RESULTS.append((attack, by, outcome, how))
+
+
+def results_table(vendor: str) -> list[str]:
+    """``RESULTS`` as aligned text lines, titled with the backend."""
+    head = ("attack", "by", "result", "how")
+    widths = [max(len(r[i]) for r in [head, *RESULTS]) for i in range(4)]
+    title = f"tamper set on {vendor}: {len(RESULTS)} attack(s), " + ", ".join(
+        f"{sum(r[2] == o for r in RESULTS)} {o}" for o in ("refused", "detected"))
+    if vendor != "postgresql":
+        title += " (SQLite has no triggers or roles: only the detections apply)"
+    rows = [" | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+            for r in [head, *RESULTS]]
+    return [title, rows[0], "-+-".join("-" * w for w in widths), *rows[1:]]

@@ -1,0 +1,139 @@
+"""The audit commands operators script (issue 6, fault 2): ``export_audit_head``,
+``verify_audit_chain [--against FILE]`` and ``setup_database_roles --print``."""
+
+from __future__ import annotations
+
+import io
+import json
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from checkpoints.models import AuditEvent
+from tests.helpers import envelope, put_checkpoint
+from tests.security import tampering
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run(*args, **options) -> str:
+    out = io.StringIO()
+    call_command(*args, stdout=out, **options)
+    return out.getvalue()
+
+
+def test_it_prints_one_signed_head_per_tenant_and_audits_each(acme, globex):
+    lines = run("export_audit_head").splitlines()
+    records = [json.loads(line) for line in lines]
+    assert [r["tenant"] for r in records] == ["acme", "globex"]
+    for r in records:
+        assert set(r) == {"tenant", "seq", "last_hash", "exported_at", "key_id", "signature"}
+        event = AuditEvent.objects.get(tenant__slug=r["tenant"], seq=r["seq"])
+        assert (event.action, event.hash) == ("audit.export_head", r["last_hash"])
+    assert "acme: intact (2 event(s))" in run("verify_audit_chain")
+
+
+def test_it_appends_to_the_out_file_and_verifies_against_it(acme, globex, tmp_path):
+    heads = tmp_path / "heads.jsonl"
+    assert run("export_audit_head", "acme", out=str(heads)).strip() == (
+        f"appended 1 signed head(s) to {heads}")
+    run("export_audit_head", out=str(heads))
+    records = [json.loads(line) for line in heads.read_text().splitlines()]
+    assert [r["tenant"] for r in records] == ["acme", "acme", "globex"]
+    out = run("verify_audit_chain", against=str(heads))
+    assert "acme: intact" in out and "globex: intact" in out
+    assert out.count("holds exported head") == 3
+    only_globex = run("verify_audit_chain", "globex", against=str(heads))
+    assert "acme" not in only_globex and "globex: holds exported head" in only_globex
+
+
+def test_it_names_the_tenant_and_the_problem_against_a_cut_chain(acme, globex, wendy,
+                                                                   tmp_path):
+    heads = tmp_path / "heads.jsonl"
+    run("export_audit_head", out=str(heads))
+    acme_seq = json.loads(heads.read_text().splitlines()[0])["seq"]
+    put_checkpoint(wendy, acme, envelope())
+    tampering.cut_tail(acme, keep=acme_seq - 1)
+    assert "acme: intact" in run("verify_audit_chain")
+    with pytest.raises(CommandError) as caught:
+        run("verify_audit_chain", against=str(heads))
+    assert str(caught.value).startswith(
+        f"audit chain broken for: acme: exported head seq {acme_seq} of ")
+    assert "globex" not in str(caught.value)
+
+
+@pytest.mark.parametrize("content, message", [
+    ("not json\n", "line 1: line: malformed JSON"),
+    ('\n{"tenant": "acme"}\n', "line 2: seq: missing"),
+])
+def test_it_names_the_line_and_field_of_a_bad_against_file(acme, tmp_path, content, message):
+    heads = tmp_path / "heads.jsonl"
+    heads.write_text(content)
+    with pytest.raises(CommandError, match=f"--against: {heads} {message}"):
+        run("verify_audit_chain", against=str(heads))
+
+
+def test_it_refuses_unreadable_files_and_unknown_tenants(acme, tmp_path):
+    with pytest.raises(CommandError, match="--against: cannot read"):
+        run("verify_audit_chain", against=str(tmp_path / "missing.jsonl"))
+    with pytest.raises(CommandError, match="--out: cannot write"):
+        run("export_audit_head", out=str(tmp_path / "no-such-dir" / "heads.jsonl"))
+    with pytest.raises(CommandError, match="tenant: no tenant 'initech'"):
+        run("export_audit_head", "initech")
+    assert not AuditEvent.objects.filter(action="audit.export_head").exists()
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"owner": "Owner", "app": "app"}, "--owner: a role name"),
+    ({"owner": "owner", "app": "pg_app"}, "--app: a role name"),
+    ({"owner": "owner", "app": "x; DROP TABLE y"}, "--app: a role name"),
+    ({"owner": "same", "app": "same"}, "--app: must differ from --owner"),
+])
+def test_it_refuses_bad_role_names(db, options, message):
+    with pytest.raises(CommandError, match=message):
+        run("setup_database_roles", print_only=True, **options)
+
+
+def test_it_prints_the_role_sql_on_any_backend(db):
+    sql = run("setup_database_roles", owner="rcv_owner", app="rcv_app", print_only=True)
+    assert sql.startswith("-- recovery: least-privilege roles") and "COMMIT;" in sql
+    for statement in (
+        'GRANT SELECT, INSERT ON "public"."checkpoints_auditevent" TO "rcv_app"',
+        'REVOKE ALL ON "public"."checkpoints_auditevent", "public"."checkpoints_auditchainhead"'
+        ' FROM PUBLIC, "rcv_app"',
+        'ALTER FUNCTION public.checkpoints_audit_append_only() OWNER TO "rcv_owner"',
+        'REVOKE CREATE ON SCHEMA "public" FROM PUBLIC',
+    ):
+        assert statement in sql
+
+
+def test_it_runs_roles_only_on_postgresql(db, on_postgres):
+    if on_postgres:
+        pytest.skip("the PostgreSQL run is tests/security/test_db_roles.py")
+    with pytest.raises(CommandError, match="database: roles need PostgreSQL"):
+        run("setup_database_roles", owner="rcv_owner", app="rcv_app")
+
+
+def test_the_real_command_line_exits_non_zero_naming_the_tenant(tmp_path):
+    """``manage.py verify_audit_chain`` on a tampered embedded database: exit 1, one line
+    naming the tenant and its first problem, no traceback."""
+    db = tmp_path / "cli.sqlite3"
+    env = {"PATH": "/usr/bin:/bin", "RECOVERY_VAR_DIR": str(tmp_path),
+           "RECOVERY_SQLITE_PATH": str(db)}
+    manage = [sys.executable, str(ROOT / "manage.py")]
+    for args in (["migrate", "-v", "0"], ["create_tenant", "acme"], ["create_tenant", "globex"]):
+        subprocess.run([*manage, *args], env=env, check=True, capture_output=True)
+    with sqlite3.connect(db) as con:  # anyone with the file: no trigger on SQLite
+        con.execute("DELETE FROM checkpoints_auditevent WHERE tenant_id = "
+                    "(SELECT id FROM checkpoints_tenant WHERE slug = 'globex')")
+    done = subprocess.run([*manage, "verify_audit_chain"], env=env, capture_output=True,
+                          text=True)
+    assert done.returncode == 1
+    assert "acme: intact (1 event(s))" in done.stdout
+    assert ("CommandError: audit chain broken for: globex: the chain head is at seq 1 but the "
+            "events end at seq 0 (events missing)") in done.stderr
+    assert "Traceback" not in done.stderr
