@@ -235,3 +235,40 @@ def broker_at(url: str):
             yield
     finally:
         point(saved_conf, saved_env)
+
+
+class FakeProvider:
+    """An in-memory external service for the state machine: ``executed`` counts how many
+    times each operation key was really carried out (it does *not* deduplicate keys: the
+    worst case), and a look-up answers as ``modes[key]`` says: ``truthful`` (found if it
+    was executed, else not found), ``found``, ``not_found``, ``cannot_tell``,
+    ``no_lookup``."""
+
+    name = "fake"
+    executed: dict[str, int] = {}
+    modes: dict[str, str] = {}
+
+    def __init__(self, url: str = "", timeout_s: float = 5):
+        pass
+
+    @classmethod
+    def reset(cls) -> None:
+        cls.executed, cls.modes = {}, {}
+
+    @classmethod
+    def execute(cls, key: str) -> dict:
+        cls.executed[key] = cls.executed.get(key, 0) + 1
+        return {"status": "succeeded", "key": key, "n": cls.executed[key]}
+
+    def lookup(self, effect):
+        key = effect.operation_key
+        mode = self.modes.get(key, "truthful")
+        if mode == "truthful":
+            mode = "found" if self.executed.get(key) else "not_found"
+        if mode == "found":
+            return reconcile.Answer.found({"status": "succeeded", "key": key})
+        if mode == "not_found":
+            return reconcile.Answer.not_executed("never saw the key")
+        if mode == "no_lookup":
+            return reconcile.Answer.no_lookup()
+        return reconcile.Answer.cannot_tell("provider unavailable")
