@@ -206,7 +206,8 @@ RETRY_OUTCOMES: dict[str, tuple[str, str]] = {
     "planned": ("submit", "submitted for the first time (it was never sent)"),
     "not_executed": ("submit_again", "submitted again: the service never saw it"),
     "unknown": ("possible_duplicate",
-                "submitted again: POSSIBLE DUPLICATE, nobody can tell whether it happened"),
+                "sent again although nobody can tell whether the first attempt happened: "
+                "the approver accepts a possible duplicate"),
     "submitted": ("in_doubt", "still in doubt: reconcile it or mark it unknown first"),
     "unresolved": ("in_doubt", "still in doubt: reconcile it or mark it unknown first"),
 }

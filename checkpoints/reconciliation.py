@@ -43,7 +43,7 @@ from django.db.models import Prefetch, Q
 
 from . import crypto, policy, reconcile, roles
 from .dbclock import NOW
-from .exceptions import InvalidPayload, InvalidTransition, NotFound, OwnerLive
+from .exceptions import InvalidPayload, InvalidTransition, NotFound
 from .jsonparse import dumps, loads_any, loads_object
 from .models import (
     Effect,
@@ -111,13 +111,7 @@ def run_reconcile(*, actor, tenant: Tenant, run_id: uuid.UUID, reason: str) -> R
         in_doubt = list(Effect.objects.filter(run=run, state__in=IN_DOUBT).order_by("id"))
         if not in_doubt:
             raise InvalidTransition("run: no effect is submitted or unresolved")
-        if not facts.owner_gone:
-            gone_at = facts.owner_gone_at
-            raise OwnerLive(
-                f"run: its owner {run.lease_owner or '(no lease, recent writes)'} is live "
-                f"until {gone_at.isoformat() if gone_at else 'now'}; reconciling now could "
-                f"call a charge that is still in flight 'not executed'",
-                gone_at.isoformat() if gone_at else None)
+        svc.require_owner_gone(run, facts, "reconcile")
         open_by_effect = {r.effect_id: r for r in ReconcileRequest.objects.select_for_update()
                           .filter(effect__in=in_doubt, state__in=["queued", "running"])}
         for effect in in_doubt:

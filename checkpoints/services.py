@@ -47,6 +47,7 @@ from .exceptions import (
     LeaseHeld,
     NotFound,
     OperationExists,
+    OwnerLive,
     ReasonRequired,
     StaleRevision,
 )
@@ -418,7 +419,7 @@ def run_facts(run: Run, now: datetime | None = None) -> policy.RunFacts:
         ):
             group = labels.setdefault(state, [])
             if len(group) < 3:
-                group.append(f"{service} {key[:60]}")
+                group.append(f"{service} {key if len(key) <= 80 else key[:79] + '…'}")
     open_retry = (RetryRequest.objects.filter(run=run, state__in=["requested", "approved"])
                   .values_list("state", flat=True).first())
     schema_error = ""
@@ -440,6 +441,22 @@ def run_facts(run: Run, now: datetime | None = None) -> policy.RunFacts:
         effect_labels=labels,
         closed=run.closed_at is not None,
     )
+
+
+def require_owner_gone(run: Run, facts: policy.RunFacts, doing: str) -> None:
+    """Refuse ``doing`` while the run's owner is live (CONTRACT.md 3 ``owner_live``): the
+    sweep's rule (``RunFacts.owner_gone``) on the database clock, under the run's lock.
+    Reconciling, declaring an outcome unknown or retrying over a live owner could call a
+    call still on the wire "not executed", or fence a worker in the middle of it.
+    Raises ``OwnerLive`` (409) with when the owner will count as gone."""
+    if facts.owner_gone:
+        return
+    gone_at = facts.owner_gone_at
+    owner = run.lease_owner or "(no lease; it wrote recently)"
+    raise OwnerLive(
+        f"run: its owner {owner} is live until "
+        f"{gone_at.isoformat() if gone_at else 'now'}; {doing} only after it is gone",
+        gone_at.isoformat() if gone_at else None)
 
 
 def run_refresh_state(run: Run, now: datetime | None = None) -> str:
@@ -1079,6 +1096,8 @@ def retry_request(*, actor, tenant: Tenant, run_id: uuid.UUID, reason: str) -> R
             raise InvalidTransition(
                 f"run: a retry is for ambiguous or unknown-outcome runs; this run is "
                 f"{run.recovery_state}")
+        # A retry fences the owner: never over one that is alive (it may come back).
+        require_owner_gone(run, run_facts(run), "request a retry")
         if Effect.objects.filter(run=run, state__in=["submitted", "unresolved"]).exists():
             raise InvalidTransition(
                 "run: an effect is still in doubt; reconcile it or mark it unknown first")
@@ -1161,7 +1180,8 @@ def retry_reject(*, actor, tenant: Tenant, retry_id: int, reason: str) -> RetryR
 def effect_mark_unknown(*, actor, tenant: Tenant, effect_id: uuid.UUID, reason: str) -> Effect:
     """A reviewer declares that nobody can tell whether the effect happened.
 
-    Allowed from ``submitted`` and ``unresolved`` only (422 otherwise). The run becomes
+    Allowed from ``submitted`` and ``unresolved`` only (422 otherwise), and only once the
+    run's owner is gone (``OwnerLive``, 409, like reconciliation). The run becomes
     ``unknown_outcome`` until a retry is approved or the run is closed.
     """
     require(actor, tenant, roles.REVIEW)
@@ -1174,6 +1194,7 @@ def effect_mark_unknown(*, actor, tenant: Tenant, effect_id: uuid.UUID, reason: 
         run = _get_run(tenant, effect.run.run_id)
         if run.closed_at is not None:
             raise InvalidTransition("run: the run is closed; a new write reopens it")
+        require_owner_gone(run, run_facts(run), "mark an outcome unknown")
         effect.refresh_from_db()
         before = {"state": effect.state, "revision": effect.revision}
         moved = _effect_transition(effect, expected_revision=effect.revision, to_state="unknown",
@@ -1203,6 +1224,8 @@ def run_close(*, actor, tenant: Tenant, run_id: uuid.UUID, reason: str) -> Run:
         run = _get_run(tenant, run_id)
         if run.closed_at is not None:
             raise InvalidTransition("run: already closed")
+        if run.recovery_state == "completed":
+            raise InvalidTransition("run: it completed; there is nothing to close")
         now = run.db_now
         before = run.recovery_state
         expired = RetryRequest.objects.filter(

@@ -8,7 +8,7 @@ import pytest
 
 from checkpoints.models import AuditEvent, RetryRequest, Run
 from tests.api.apihelpers import get, new_checkpoint, post, put_cp, put_fx, snapshot, walk
-from tests.helpers import effect_body
+from tests.helpers import age_world, effect_body
 
 
 @pytest.fixture
@@ -72,6 +72,7 @@ def test_it_shows_a_run_with_checkpoints_effects_and_open_review_items(w, api_as
     put_cp(w, "acme", dict(body, revision=1), match=0)  # refused: a conflict
     fx = effect_body(run_id=rid)
     walk(w, "acme", fx, "submitted")
+    age_world(3600)  # the owner is gone: a reviewer may declare it
     assert post(api_as(rita), "acme", f"effects/{fx['id']}/mark-unknown",
                 {"reason": "no lookup"}).status_code == 200
     assert post(api_as(rita), "acme", f"runs/{rid}/retry-requests",
@@ -159,6 +160,7 @@ def test_it_answers_resume_reject_outcome_unknown_then_retry_once_approved(w, ap
     rid = new_checkpoint(w, "acme")["run_id"]
     fx = effect_body(run_id=rid)
     walk(w, "acme", fx, "submitted")
+    age_world(3600)  # the owner is gone: a reviewer may declare it
     r = post(api_as(rita), "acme", f"effects/{fx['id']}/mark-unknown", {"reason": "no lookup"})
     assert r.status_code == 200
     assert _resume(w, rid)["reason"] == "outcome_unknown"

@@ -26,7 +26,7 @@ from checkpoints.client import (
     perform_effect,
 )
 from checkpoints.models import AuditEvent, Conflict, Effect
-from tests.helpers import envelope
+from tests.helpers import age_world, envelope
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -287,6 +287,7 @@ def test_it_calls_again_only_after_an_approved_retry_was_consumed(acme, rita, ap
     with pytest.raises(TimeoutError):
         _effect(store, run_id, lambda key: (_ for _ in ()).throw(TimeoutError("lost")))
     effect = Effect.objects.get(operation_key="charge:A-7")
+    age_world(3600)  # the owner is gone: a reviewer may declare it
     services.effect_mark_unknown(actor=rita, tenant=acme, effect_id=effect.effect_id,
                                  reason="the processor cannot tell")
     retry = services.retry_request(actor=rita, tenant=acme, run_id=effect.run.run_id,

@@ -20,6 +20,7 @@ from checkpoints.exceptions import (
 from checkpoints.models import AuditEvent, Conflict, Effect, EffectRevision, Run
 from tests.helpers import (
     FP,
+    age_world,
     effect_body,
     envelope,
     put_checkpoint,
@@ -51,6 +52,7 @@ RUNTIME_MOVES = {
 def _bring_to(state, wendy, rita, acme, body) -> Effect:
     effect = walk_effect(wendy, acme, body, *PATHS[state])
     if state == "unknown":
+        age_world(3600)  # the owner is gone: a reviewer may declare it
         effect = services.effect_mark_unknown(actor=rita, tenant=acme,
                                               effect_id=effect.effect_id, reason="no lookup")
     return effect
@@ -89,6 +91,7 @@ def test_it_creates_effects_only_as_planned(acme, wendy):
 def test_it_lets_a_reviewer_mark_unknown_only_when_in_doubt(acme, wendy, rita, src):
     effect = _bring_to(src, wendy, rita, acme, effect_body())
     if src in {"submitted", "unresolved"}:
+        age_world(3600)  # the owner is gone: a reviewer may declare it
         moved = services.effect_mark_unknown(actor=rita, tenant=acme,
                                              effect_id=effect.effect_id, reason="cannot tell")
         assert moved.state == "unknown"
@@ -97,6 +100,7 @@ def test_it_lets_a_reviewer_mark_unknown_only_when_in_doubt(acme, wendy, rita, s
         assert (event.actor, event.reason, event.before["state"]) == (rita, "cannot tell", src)
     else:
         with pytest.raises(InvalidTransition):
+            age_world(3600)  # the owner is gone: a reviewer may declare it
             services.effect_mark_unknown(actor=rita, tenant=acme, effect_id=effect.effect_id,
                                          reason="cannot tell")
         effect.refresh_from_db()

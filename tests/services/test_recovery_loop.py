@@ -264,6 +264,7 @@ def test_it_previews_what_a_retry_does_and_stores_it_with_the_approval(acme, wen
                 "submitted", "confirmed")
     unknown = walk_effect(wendy, acme, effect_body(run_id=run_id, operation_key="k-unknown"),
                           "submitted")
+    age_world(3600)  # the owner is gone: a reviewer may declare it
     services.effect_mark_unknown(actor=rita, tenant=acme, effect_id=unknown.effect_id,
                                  reason="no look-up")
     preview = services.retry_preview(Run.objects.get())
@@ -311,3 +312,26 @@ def test_it_accepts_a_retry_request_for_a_quiet_run_that_no_sweep_has_seen(acme,
 def test_the_fingerprint_is_the_servers_canonical_json():
     assert fingerprint(REQUEST) == hashlib.sha256(
         json.dumps(REQUEST, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def test_it_refuses_unknown_and_retry_over_a_live_owner_and_close_of_a_completed_run(
+        acme, wendy, rita):
+    from checkpoints.exceptions import OwnerLive
+
+    run_id = uuid.uuid4()
+    put_checkpoint(wendy, acme, envelope(run_id=run_id, payload={"phase": "charging"}))
+    services.lease_acquire(actor=wendy, tenant=acme, run_id=run_id, owner="w-1", ttl_s=3600)
+    effect = walk_effect(wendy, acme, effect_body(run_id=run_id), "submitted", token=1)
+    events = AuditEvent.objects.count()
+    with pytest.raises(OwnerLive) as err:
+        services.effect_mark_unknown(actor=rita, tenant=acme, effect_id=effect.effect_id,
+                                     reason="cannot tell")
+    assert err.value.body()["lease_expires_at"]
+    assert Effect.objects.get().state == "submitted"
+    assert AuditEvent.objects.count() == events
+    done = envelope(payload={"phase": "completed"})
+    put_checkpoint(wendy, acme, done)
+    with pytest.raises(InvalidTransition, match="completed"):
+        services.run_close(actor=rita, tenant=acme, run_id=uuid.UUID(done["run_id"]),
+                           reason="x")
+    assert Run.objects.get(run_id=done["run_id"]).closed_at is None

@@ -12,6 +12,7 @@ from checkpoints import services
 from checkpoints.exceptions import Fenced, Forbidden, NotFound
 from checkpoints.models import AuditEvent, RetryRequest, Run
 from tests.helpers import (
+    age_world,
     effect_body,
     envelope,
     put_checkpoint,
@@ -87,6 +88,7 @@ def test_it_asks_for_reconciliation_while_an_effect_is_in_doubt(acme, wendy):
 def test_it_rejects_an_unknown_outcome_until_a_human_decides(acme, wendy, rita, april):
     body, _ = _checkpoint(acme, wendy, "charging")
     effect = walk_effect(wendy, acme, effect_body(run_id=body["run_id"]), "submitted")
+    age_world(3600)  # the owner is gone: a reviewer may declare it
     services.effect_mark_unknown(actor=rita, tenant=acme, effect_id=effect.effect_id,
                                  reason="the processor has no lookup")
     assert resume(acme, wendy, body)["reason"] == "outcome_unknown"
