@@ -56,12 +56,14 @@ from .models import (
     Effect,
     EffectRevision,
     EffectState,
+    ReconcileAttempt,
     RetryRequest,
     RetryState,
     Run,
     Tenant,
+    encrypt_receipt,
 )
-from .permissions import require, tenant_perms
+from .permissions import forget_perms, require, tenant_perms
 from .reconciliation import run_reconcile  # noqa: F401 - the reviewer's reconcile action
 
 User = get_user_model()
@@ -750,6 +752,40 @@ def revisions_export(*, actor, tenant: Tenant, checkpoint: Checkpoint) -> list[d
     return out
 
 
+def receipt_reveal(*, actor, tenant: Tenant, effect_id, reason: str) -> dict:
+    """Decrypt an effect's current receipt for a role that may reveal payloads
+    (reviewer, approver, admin), with one ``receipt.reveal`` audit event carrying the
+    reason, in the same transaction (CONTRACT.md 4: receipts are treated like payloads;
+    issue 6, fault 3). Runtimes read receipts in the effect answers instead
+    (``permissions.receipts_in_answers``).
+
+    Returns ``{"id": effect UUID str, "run_id": str, "revision": int, "receipt": dict or
+    None}``; ``None`` (and nothing audited: nothing was revealed) when the effect has no
+    receipt. Raises ``NotFound`` (no role in the tenant, or no such effect, also a
+    malformed id), ``Forbidden`` (the role may not reveal), ``ReasonRequired`` /
+    ``InvalidPayload`` for a missing or bad reason.
+    """
+    require(actor, tenant, roles.REVEAL)
+    reason = _require_reason(reason)
+    try:
+        eid = uuid.UUID(str(effect_id))
+    except ValueError:
+        raise NotFound("no such effect") from None
+    with transaction.atomic():
+        effect = (Effect.objects.filter(tenant=tenant, effect_id=eid)
+                  .select_related("run").first())
+        if effect is None:
+            raise NotFound("no such effect")
+        answer = {"id": str(effect.effect_id), "run_id": str(effect.run.run_id),
+                  "revision": effect.revision, "receipt": effect.receipt}
+        if effect.has_receipt:
+            audit_record(tenant=tenant, actor=actor, action="receipt.reveal",
+                         target_type="effect", target_id=effect.effect_id,
+                         run_id=effect.run.run_id, reason=reason,
+                         after={"revision": effect.revision})
+    return answer
+
+
 # --------------------------------------------------------------------------------------
 # Effects: write-ahead side-effect records
 # --------------------------------------------------------------------------------------
@@ -810,8 +846,8 @@ def parse_effect(body: dict, *, url_id: uuid.UUID) -> EffectBody:
 def _effect_history(effect: Effect, *, actor, source: str) -> None:
     EffectRevision.objects.create(
         tenant_id=effect.tenant_id, effect=effect, revision=effect.revision, state=effect.state,
-        receipt=effect.receipt, attempt=effect.attempt, actor_name=_actor_name(actor),
-        source=source,
+        receipt_ciphertext=effect.receipt_ciphertext, attempt=effect.attempt,
+        actor_name=_actor_name(actor), source=source,
     )
 
 
@@ -969,8 +1005,9 @@ def _effect_transition(effect: Effect, *, expected_revision: int, to_state: str,
         raise InvalidTransition(f"state: {from_state} -> {to_state} is not allowed ({by})")
     if to_state == "confirmed" and receipt is None:
         raise InvalidPayload("receipt: required when state is confirmed")
-    fields = dict(revision=expected_revision + 1, state=to_state, receipt=receipt,
-                  attempt=attempt, state_changed_at=now, updated_at=now)
+    fields = dict(revision=expected_revision + 1, state=to_state,
+                  receipt_ciphertext=encrypt_receipt(receipt), attempt=attempt,
+                  state_changed_at=now, updated_at=now)
     if to_state == "submitted":
         fields["submitted_at"] = now
     if retry_clear:
@@ -1361,15 +1398,22 @@ def sweep_stale_runs() -> dict[str, int]:
 # Encryption keys
 # --------------------------------------------------------------------------------------
 
+# Every encrypted column. One left out here would become unreadable once the old key is
+# dropped.
 _CIPHER_COLUMNS = (
     (Checkpoint, "payload_ciphertext"),
     (CheckpointRevision, "payload_ciphertext"),
     (Conflict, "refused_ciphertext"),
+    (Effect, "receipt_ciphertext"),
+    (Effect, "request_ciphertext"),
+    (EffectRevision, "receipt_ciphertext"),
+    (ReconcileAttempt, "evidence_ciphertext"),
 )
 
 
 def payloads_rotate_keys(*, batch_size: int = 500) -> dict[str, int]:
-    """Re-encrypt every stored payload under the newest key of
+    """Re-encrypt every stored payload, receipt, stored request and reconcile evidence
+    (``_cipher_columns``) under the newest key of
     ``RECOVERY_ENCRYPTION_KEYS``, so older keys can then be removed (DESIGN.md 5).
 
     Works in batches of ``batch_size`` rows, each batch one transaction; a row is rewritten
