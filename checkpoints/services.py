@@ -221,9 +221,56 @@ def role_grant(*, actor, tenant: Tenant, user, role: str) -> None:
             for codename in roles.ROLE_PERMISSIONS[role]:
                 assign_perm(f"checkpoints.{codename}", group, tenant)
         user.groups.add(group)
-        user.__dict__.pop("_tenant_perms_cache", None)
+        forget_perms(user)
         audit_record(tenant=tenant, actor=actor, action="role.grant", target_type="account",
                      target_id=user.get_username(), after={"role": role})
+
+
+def role_revoke(*, actor, tenant: Tenant, user, role: str) -> None:
+    """Take ``role`` in ``tenant`` away from ``user`` (CONTRACT.md 5, ``revoke``), with one
+    ``role.revoke`` audit event in the tenant, in the same transaction. The account's next
+    request is judged without it (rights are read per request; ``forget_perms`` clears
+    this object's cache).
+
+    ``actor`` must be an admin of the tenant, or ``None`` for the operator's command line.
+    Raises ``InvalidPayload`` naming ``role`` for an unknown role or one the account does
+    not hold there (nothing is written), ``NotFound``/``Forbidden`` for an actor who may
+    not manage roles in the tenant.
+    """
+    if role not in roles.ROLE_PERMISSIONS:
+        raise InvalidPayload(f"role: must be one of {', '.join(roles.ROLES)}")
+    if actor is not None:
+        require(actor, tenant, roles.MANAGE)
+    with transaction.atomic():
+        group = Group.objects.filter(name=roles.group_name(tenant.slug, role),
+                                     user=user).first()
+        if group is None:
+            raise InvalidPayload(
+                f"role: {user.get_username()} holds no {role} role in {tenant.slug}")
+        user.groups.remove(group)
+        forget_perms(user)
+        audit_record(tenant=tenant, actor=actor, action="role.revoke", target_type="account",
+                     target_id=user.get_username(), before={"role": role},
+                     after={"roles": _roles_in(user, tenant)})
+
+
+def _roles_in(user, tenant: Tenant) -> list[str]:
+    """The roles ``user`` holds in ``tenant`` (from its groups), sorted."""
+    prefix = roles.group_name(tenant.slug, "")
+    names = user.groups.filter(name__startswith=prefix).values_list("name", flat=True)
+    return sorted(n[len(prefix):] for n in names if n[len(prefix):] in roles.ROLE_PERMISSIONS)
+
+
+def account_tenants(user) -> list[tuple[Tenant, list[str]]]:
+    """``[(tenant, [roles])]`` for every tenant where ``user`` holds a role, by slug: the
+    tenants an account command "concerns" (CONTRACT.md 5), where it is audited. Read from
+    the role groups (``tenant:<slug>:<role>``), whether or not the account is active."""
+    held: dict[str, list[str]] = {}
+    for name in user.groups.filter(name__startswith="tenant:").values_list("name", flat=True):
+        parts = name.split(":")
+        if len(parts) == 3 and parts[2] in roles.ROLE_PERMISSIONS:
+            held.setdefault(parts[1], []).append(parts[2])
+    return [(t, sorted(held[t.slug])) for t in Tenant.objects.filter(slug__in=held)]
 
 
 def tenant_set_ambiguity_threshold(*, actor, tenant: Tenant, seconds: int) -> Tenant:
@@ -246,21 +293,105 @@ def tenant_set_ambiguity_threshold(*, actor, tenant: Tenant, seconds: int) -> Te
 
 
 def token_issue(*, user) -> str:
-    """Create a bearer token for ``user``; returns the secret once (only its hash is kept)."""
+    """Create a bearer token for ``user``; returns the secret once (only its SHA-256 and
+    its first 12 characters, the prefix, are kept). Audited as ``token.issue`` (with the
+    prefix) in every tenant where the account holds a role, in the same transaction;
+    an account with no role concerns no tenant, so nothing is audited then.
+    Raises ``InvalidPayload`` for an inactive account."""
+    if not user.is_active:
+        raise InvalidPayload(f"username: account {user.get_username()!r} is deactivated")
     raw = "rcv_" + secrets.token_urlsafe(32)
-    ApiToken.objects.create(user=user, prefix=raw[:12],
-                            key_hash=hashlib.sha256(raw.encode()).hexdigest())
+    with transaction.atomic():
+        token = ApiToken.objects.create(user=user, prefix=raw[:12],
+                                        key_hash=hashlib.sha256(raw.encode()).hexdigest())
+        for tenant, held in account_tenants(user):
+            audit_record(tenant=tenant, actor=None, action="token.issue",
+                         target_type="account", target_id=user.get_username(),
+                         after={"prefix": token.prefix, "roles": held})
     return raw
 
 
+#: ``ApiToken.last_used_at`` is written at most this often per token.
+TOKEN_TOUCH_INTERVAL = timedelta(seconds=60)
+
+
 def token_authenticate(raw: str):
-    """The active user owning bearer token ``raw``, or ``None``."""
+    """The active account owning bearer token ``raw``, or ``None`` (unknown, revoked, or
+    its account deactivated: the API answers 401 from the next request on).
+
+    Bookkeeping: the token's ``last_used_at`` is set to the database's time when it is
+    empty or at least ``TOKEN_TOUCH_INTERVAL`` old, by a conditional UPDATE, so a token
+    used many times a minute costs one small write a minute, not one per request, and
+    concurrent requests write it once. It is the one write a GET may cause: it is about
+    the credential, not tenant data, and is neither audited nor shown to tenants
+    (docs/security/access.md).
+    """
+    if not isinstance(raw, str) or not raw.isascii():
+        return None
     digest = hashlib.sha256(raw.encode()).hexdigest()
-    token = (ApiToken.objects.select_related("user")
+    token = (ApiToken.objects.select_related("user").annotate(db_now=NOW)
              .filter(key_hash=digest, revoked_at__isnull=True).first())
     if token is None or not token.user.is_active:
         return None
+    last = token.last_used_at
+    if last is None or token.db_now - last >= TOKEN_TOUCH_INTERVAL:
+        unchanged = Q(last_used_at__isnull=True) if last is None else Q(last_used_at=last)
+        ApiToken.objects.filter(unchanged, pk=token.pk).update(last_used_at=NOW)
     return token.user
+
+
+def tokens_revoke(*, user, actor=None) -> list[str]:
+    """Revoke every live bearer token of ``user`` (CONTRACT.md 5, ``revoke_token``): the
+    API answers 401 to each from the next request on. Audited as ``token.revoke`` (the
+    prefixes) in every tenant where the account holds a role, in the same transaction.
+    Returns the revoked tokens' prefixes (empty, and nothing written, when none was
+    live). ``actor`` is ``None`` for the operator's command line.
+    """
+    with transaction.atomic():
+        live = ApiToken.objects.select_for_update().filter(user=user, revoked_at__isnull=True)
+        prefixes = sorted(live.values_list("prefix", flat=True))
+        if not prefixes:
+            return []
+        live.update(revoked_at=NOW)
+        for tenant, held in account_tenants(user):
+            audit_record(tenant=tenant, actor=actor, action="token.revoke",
+                         target_type="account", target_id=user.get_username(),
+                         after={"revoked": prefixes, "roles": held})
+    return prefixes
+
+
+def account_deactivate(*, user, actor=None) -> dict:
+    """Deactivate an account (CONTRACT.md 5, ``deactivate_account``): it can no longer log
+    in, its sessions count as logged out and its tokens as revoked from the next request
+    on (API: 401; dashboard: the login page). Every live token is revoked too, so
+    reactivating the account later would not bring them back. Role grants are kept as
+    the record of what it held; an inactive account holds no rights
+    (``permissions.tenant_perms``).
+
+    One ``account.deactivate`` audit event (roles held, tokens revoked) in every tenant
+    where the account holds a role, in the same transaction. Returns ``{"tenants":
+    [slugs], "tokens_revoked": [prefixes]}``. Raises ``InvalidTransition`` (nothing
+    written) when the account is already inactive. ``actor`` is ``None`` for the
+    operator's command line.
+    """
+    with transaction.atomic():
+        locked = User.objects.select_for_update().get(pk=user.pk)
+        if not locked.is_active:
+            raise InvalidTransition(
+                f"username: account {user.get_username()!r} is already deactivated")
+        User.objects.filter(pk=user.pk).update(is_active=False)
+        user.is_active = False
+        forget_perms(user)
+        live = ApiToken.objects.filter(user=user, revoked_at__isnull=True)
+        prefixes = sorted(live.values_list("prefix", flat=True))
+        live.update(revoked_at=NOW)
+        concerned = account_tenants(user)
+        for tenant, held in concerned:
+            audit_record(tenant=tenant, actor=actor, action="account.deactivate",
+                         target_type="account", target_id=user.get_username(),
+                         before={"is_active": True, "roles": held},
+                         after={"is_active": False, "tokens_revoked": prefixes})
+    return {"tenants": [t.slug for t, _ in concerned], "tokens_revoked": prefixes}
 
 
 def reconciler_configure(*, actor, tenant: Tenant, service: str, plugin: str, url: str = "",

@@ -72,9 +72,10 @@ BROKER_DOWN = "broker unavailable"
 AUDIT_ACTIONS = (
     "retry.request", "retry.approve", "retry.reject", "retry.consume", "effect.mark_unknown",
     "effect.reconcile", "effect.unresolved", "run.reconcile", "run.ambiguous", "run.close",
-    "reconcile.gave_up", "reconcile.moved_on", "evidence.reveal",
+    "reconcile.gave_up", "reconcile.moved_on", "evidence.reveal", "receipt.reveal",
     "conflicts.acknowledge", "payload.reveal", "payload.read", "payload.export",
     "checkpoint.write", "checkpoint.conflict", "effect.write", "effect.conflict", "role.grant",
+    "role.revoke", "token.issue", "token.revoke", "account.deactivate",
 )
 #: What a look-up answered, in words (``ReconcileAttempt.answer``).
 ANSWER_WORDS = {
