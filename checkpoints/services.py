@@ -294,20 +294,16 @@ def tenant_set_ambiguity_threshold(*, actor, tenant: Tenant, seconds: int) -> Te
 
 def token_issue(*, user) -> str:
     """Create a bearer token for ``user``; returns the secret once (only its SHA-256 and
-    its first 12 characters, the prefix, are kept). Audited as ``token.issue`` (with the
-    prefix) in every tenant where the account holds a role, in the same transaction;
-    an account with no role concerns no tenant, so nothing is audited then.
-    Raises ``InvalidPayload`` for an inactive account."""
+    its first 12 characters, the prefix, are kept). Raises ``InvalidPayload`` for a
+    deactivated account.
+
+    Not audited (yet): see docs/security/access.md, "Ending access".
+    """
     if not user.is_active:
         raise InvalidPayload(f"username: account {user.get_username()!r} is deactivated")
     raw = "rcv_" + secrets.token_urlsafe(32)
-    with transaction.atomic():
-        token = ApiToken.objects.create(user=user, prefix=raw[:12],
-                                        key_hash=hashlib.sha256(raw.encode()).hexdigest())
-        for tenant, held in account_tenants(user):
-            audit_record(tenant=tenant, actor=None, action="token.issue",
-                         target_type="account", target_id=user.get_username(),
-                         after={"prefix": token.prefix, "roles": held})
+    ApiToken.objects.create(user=user, prefix=raw[:12],
+                            key_hash=hashlib.sha256(raw.encode()).hexdigest())
     return raw
 
 
