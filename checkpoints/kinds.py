@@ -31,7 +31,10 @@ STABLE, IN_FLIGHT, COMPLETED, UNSUPPORTED = "stable", "in_flight", "completed", 
 
 
 class SchemaError(ValueError):
-    """The payload does not match its kind's schema; message names the field."""
+    """The payload does not match its kind's schema. The message names the field and the
+    rule, never the value found there: it becomes the run's phase label and recovery
+    reason, stored in clear and shown to viewers, who may not see payloads (issue 6,
+    fault 3)."""
 
 
 @dataclass(frozen=True)
@@ -97,7 +100,11 @@ def registered() -> dict[str, list[int]]:
 
 
 def classify(kind: str, schema_version: int, payload: Any) -> Classification:
-    """Phase and identity of a payload, or ``unsupported`` with the reason in ``error``."""
+    """Phase and identity of a payload, or ``unsupported`` with the reason in ``error``.
+
+    ``error`` names the kind, the version, the field and the rule; never a value taken
+    from the payload (``SchemaError``).
+    """
     spec = _REGISTRY.get(kind)
     if spec is None:
         return Classification(Phase(UNSUPPORTED, f"unregistered kind {kind}"), Identity(),
@@ -145,7 +152,7 @@ def _state(obj: dict, where: str, allowed: set[str]) -> str:
     phase = _obj(obj.get("phase"), f"{where}.phase")
     state = phase.get("state")
     if state not in allowed:
-        raise SchemaError(f"{where}.phase.state must be one of {sorted(allowed)}, not {state!r}")
+        raise SchemaError(f"{where}.phase.state must be one of {sorted(allowed)}")
     return state
 
 
@@ -289,7 +296,7 @@ def _acme_validate(payload: Any) -> None:
     p = _obj(payload, "payload")
     phase = p.get("phase")
     if phase not in ACME_PHASES:
-        raise SchemaError(f"payload.phase must be one of {sorted(ACME_PHASES)}, not {phase!r}")
+        raise SchemaError(f"payload.phase must be one of {sorted(ACME_PHASES)}")
     for key in ("order_id", "workflow"):
         if key in p and not isinstance(p[key], str):
             raise SchemaError(f"payload.{key} must be a string")
@@ -298,10 +305,9 @@ def _acme_validate(payload: Any) -> None:
 
 
 def _acme_phase(p: dict) -> Phase:
-    label = p["phase"]
-    if p.get("order_id"):
-        label = f"{label} order {p['order_id']}"
-    return Phase(ACME_PHASES[p["phase"]], label)
+    # The phase only: the order id is business data of the payload, and labels are shown
+    # to viewers, who may not see payloads (issue 6, fault 3).
+    return Phase(ACME_PHASES[p["phase"]], p["phase"])
 
 
 def _acme_identity(p: dict) -> Identity:

@@ -5,8 +5,8 @@ Nothing outside ``checkpoints.services`` writes these tables (DESIGN.md section 
 row belongs to exactly one tenant, and every runtime-visible identity is (tenant, UUID):
 the same UUID in two tenants is two objects (CONTRACT.md section 3).
 
-Payloads (checkpoint payloads, refused writes) are stored encrypted
-(``checkpoints.crypto``); lists read only metadata columns.
+Payloads (checkpoint payloads, refused writes, effect receipts and requests, reconcile
+evidence) are stored encrypted (``checkpoints.crypto``); lists read only metadata columns.
 """
 
 from __future__ import annotations
@@ -67,6 +67,50 @@ class RetryState(models.TextChoices):
     REJECTED = "rejected"
     EXPIRED = "expired"
     CONSUMED = "consumed"
+
+
+class EncryptedReceipt:
+    """``receipt`` of an effect row as a JSON object (or ``None``), kept encrypted in the
+    ``receipt_ciphertext`` column like a payload (CONTRACT.md 4: "effect receipts are
+    treated like payloads"; issue 6, fault 3).
+
+    Reading ``receipt`` decrypts; assigning it (also ``Model(receipt=...)`` and
+    ``objects.create(receipt=...)``) encrypts. Querysets cannot filter or ``update`` on
+    it: write ``receipt_ciphertext`` with ``encrypt_receipt``. Raises
+    ``cryptography.fernet.InvalidToken`` when no configured key fits.
+    """
+
+    receipt_ciphertext: str
+
+    @property
+    def receipt(self) -> dict | None:
+        token = self.receipt_ciphertext
+        if not token:
+            return None
+        from . import crypto
+        from .jsonparse import loads_any
+
+        return loads_any(crypto.decrypt_text(token))
+
+    @receipt.setter
+    def receipt(self, value: dict | None) -> None:
+        self.receipt_ciphertext = encrypt_receipt(value)
+
+    @property
+    def has_receipt(self) -> bool:
+        """Whether there is a receipt (without decrypting it)."""
+        return bool(self.receipt_ciphertext)
+
+
+def encrypt_receipt(value: dict | None) -> str:
+    """The ``receipt_ciphertext`` of a receipt: its canonical JSON text encrypted, or ""
+    for ``None``."""
+    if value is None:
+        return ""
+    from . import crypto
+    from .jsonparse import dumps
+
+    return crypto.encrypt_text(dumps(value))
 
 
 class TimestampedModel(models.Model):
@@ -221,13 +265,14 @@ class CheckpointRevision(models.Model):
         ]
 
 
-class Effect(TimestampedModel):
+class Effect(EncryptedReceipt, TimestampedModel):
     """The write-ahead record of one external side effect, keyed by ``operation_key``.
 
     ``(tenant, service, operation_key)`` is unique in the database: a second effect id with
     a used key is answered 409 ``operation_exists`` or 422 ``idempotency_key_reuse``.
     ``retry_authorized_by`` is set when an approved retry is consumed; only then may an
     ``unknown``/``not_executed`` effect go back to ``planned`` (attempt + 1).
+    ``receipt`` is kept encrypted (``EncryptedReceipt``).
     """
 
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
@@ -239,7 +284,7 @@ class Effect(TimestampedModel):
     effect_class = models.CharField(max_length=16, choices=EffectClass.choices)
     request_fingerprint = models.CharField(max_length=64)
     state = models.CharField(max_length=16, choices=EffectState.choices)
-    receipt = models.JSONField(null=True, blank=True)
+    receipt_ciphertext = models.TextField(blank=True, default="")
     attempt = models.PositiveIntegerField(default=1)
     state_changed_at = models.DateTimeField(null=True, blank=True)
     submitted_at = models.DateTimeField(
@@ -265,14 +310,15 @@ class Effect(TimestampedModel):
         return f"effect {self.service}:{self.operation_key} ({self.state})"
 
 
-class EffectRevision(models.Model):
-    """One accepted revision of an effect record: who moved it to which state, and when."""
+class EffectRevision(EncryptedReceipt, models.Model):
+    """One accepted revision of an effect record: who moved it to which state, and when
+    (its ``receipt`` encrypted, as on ``Effect``)."""
 
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
     effect = models.ForeignKey(Effect, on_delete=models.CASCADE, related_name="revisions")
     revision = models.BigIntegerField()
     state = models.CharField(max_length=16, choices=EffectState.choices)
-    receipt = models.JSONField(null=True, blank=True)
+    receipt_ciphertext = models.TextField(blank=True, default="")
     attempt = models.PositiveIntegerField(default=1)
     actor_name = models.CharField(max_length=150, help_text='username, or "system"')
     source = models.CharField(max_length=32, help_text="runtime, reconciliation, sweep, reviewer")

@@ -14,26 +14,56 @@ from . import roles
 from .exceptions import Forbidden, NotFound
 from .models import Tenant
 
+_CACHE = "_tenant_perms_cache"
+
 
 def tenant_perms(user: AbstractBaseUser | AnonymousUser | None, tenant: Tenant) -> set[str]:
-    """The codenames ``user`` holds on ``tenant`` through its role groups (no globals).
+    """The codenames (``roles.VIEW`` ...) ``user`` holds on ``tenant`` through its role
+    groups, as a new set; empty for ``None``, anonymous and inactive accounts.
 
-    Superuser status grants nothing here: rights come only from tenant roles.
+    Rights come only from the tenant's role groups (CONTRACT.md 4): the superuser and
+    staff flags, global permissions and object permissions given to the account itself
+    all count for nothing. (guardian's ``ObjectPermissionChecker.get_perms`` hands a
+    superuser every permission, so only ``get_group_perms`` is asked; issue 6, fault 1.)
     """
     if user is None or not user.is_authenticated or not user.is_active:
         return set()
     # Cached on the user object, which lives for one request (or one command): the view
-    # and the service it calls ask the same question. ``services.role_grant`` clears it.
-    cache = user.__dict__.setdefault("_tenant_perms_cache", {})
+    # and the service it calls ask the same question. ``forget_perms`` clears it (the
+    # services granting and revoking roles call it).
+    cache = user.__dict__.setdefault(_CACHE, {})
     if tenant.pk not in cache:
         checker = ObjectPermissionChecker(user)
         cache[tenant.pk] = frozenset(
-            p for p in checker.get_perms(tenant) if p in roles.ROLE_PERMISSIONS["admin"])
+            p for p in checker.get_group_perms(tenant) if p in roles.ROLE_PERMISSIONS["admin"])
     return set(cache[tenant.pk])
 
 
+def forget_perms(user) -> None:
+    """Drop the per-request cache of ``tenant_perms`` on this user object, so the next
+    question is answered from the database (after a grant, a revocation or a
+    deactivation made through this same object)."""
+    if user is not None:
+        user.__dict__.pop(_CACHE, None)
+
+
 def has_perm(user, tenant: Tenant, codename: str) -> bool:
+    """Whether ``user`` holds ``codename`` on ``tenant`` through a role (``tenant_perms``)."""
     return codename in tenant_perms(user, tenant)
+
+
+def receipts_in_answers(user, tenant: Tenant) -> bool:
+    """Whether API answers about effects may carry their receipts to ``user`` unaudited.
+
+    Only for a runtime: a role that writes (``write_runs``) and may not reveal. A runtime
+    needs the receipt of a ``confirmed`` effect to replay it instead of calling the
+    service again. Viewers never see a receipt; reviewers, approvers and admins see one
+    only through an audited reveal with a reason (``services.receipt_reveal``), as for
+    payloads (CONTRACT.md 4: "effect receipts are treated like payloads"; issue 6,
+    fault 3). So an admin, who may reveal, is answered like a reviewer.
+    """
+    perms = tenant_perms(user, tenant)
+    return roles.WRITE in perms and roles.REVEAL not in perms
 
 
 def access_tenant(user, slug: str, codename: str = roles.VIEW) -> Tenant:

@@ -70,7 +70,11 @@ class EffectRef:
 class Answer:
     """A reconciler's answer. ``kind`` is one of found/failed/not_executed/cannot_tell/
     no_lookup; ``receipt`` a JSON object for found/failed; ``evidence`` what the service
-    actually answered (kept, encrypted, for reviewers); ``detail`` one line for people."""
+    actually answered (kept, encrypted, for reviewers); ``detail`` one line for people.
+
+    ``detail`` is stored in clear and shown to every role (viewers included) and written
+    into audit reasons: say what happened and why, never a value from the receipt or the
+    evidence (those are encrypted and revealed only with an audit event)."""
 
     kind: str
     receipt: dict | None = None
@@ -139,8 +143,10 @@ def _classify_status_body(body: dict, where: str) -> Answer:
         return Answer.found(body, f"{where}: {status}")
     if status == "failed":
         return Answer.refused(body, f"{where}: failed")
-    shown = status if isinstance(status, str) and len(status) <= 40 else type(status).__name__
-    return Answer.cannot_tell(f"{where}: unexpected status {shown!r}", evidence=body)
+    # Not the value itself: the detail is stored and shown in clear, while what the
+    # service answered is evidence, encrypted and revealed only with an audit event.
+    return Answer.cannot_tell(f"{where}: unexpected status (expected succeeded, confirmed, "
+                              f"completed or failed)", evidence=body)
 
 
 class HttpStatusReconciler:

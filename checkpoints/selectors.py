@@ -13,14 +13,26 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db.models import BooleanField, Count, ExpressionWrapper, F, Prefetch, Q, QuerySet
+from django.contrib.contenttypes.models import ContentType
+from django.db.models import (
+    BigIntegerField,
+    BooleanField,
+    Count,
+    ExpressionWrapper,
+    F,
+    Prefetch,
+    Q,
+    QuerySet,
+)
+from django.db.models.functions import Cast
 from django.utils import timezone
-from guardian.shortcuts import get_objects_for_user
+from guardian.models import GroupObjectPermission
 
 from . import policy, roles
 from .dbclock import db_now
 from .exceptions import InvalidPayload, NotFound
 from .models import (
+    ApiToken,
     AuditEvent,
     Checkpoint,
     CheckpointRevision,
@@ -54,13 +66,29 @@ def _uuid_or_404(value, what: str) -> uuid.UUID:
 
 
 def tenants_for_user(user) -> QuerySet[Tenant]:
-    """Tenants where ``user`` holds a role (object permission ``view_runs``); never global."""
-    if user is None or not user.is_authenticated:
+    """Tenants where ``user`` holds a role, ordered by slug; none for ``None``, anonymous
+    and inactive accounts.
+
+    Like ``permissions.tenant_perms``, only the role groups' object permission
+    ``view_runs`` counts: never a global permission, a permission given to the account
+    itself, or the superuser/staff flags (CONTRACT.md 4; issue 6, fault 1).
+    """
+    if user is None or not user.is_authenticated or not user.is_active:
         return Tenant.objects.none()
-    return get_objects_for_user(
-        user, "checkpoints.view_runs", klass=Tenant, with_superuser=False,
-        accept_global_perms=False,
-    ).order_by("slug")
+    tenant_type = ContentType.objects.get_for_model(Tenant)
+    granted = (GroupObjectPermission.objects
+               .filter(group__user=user, content_type=tenant_type,
+                       permission__content_type=tenant_type,
+                       permission__codename=roles.VIEW)
+               .annotate(tenant_pk=Cast("object_pk", BigIntegerField()))
+               .values("tenant_pk"))
+    return Tenant.objects.filter(pk__in=granted).order_by("slug")
+
+
+def tokens_of_account(*, user) -> list[ApiToken]:
+    """Every bearer token of ``user`` (live and revoked), newest first, for the operator's
+    ``list_tokens``: prefix, created, last used, revoked; the secret is never stored."""
+    return list(ApiToken.objects.filter(user=user).order_by("-created_at", "-id"))
 
 
 def state_counts(*, tenant: Tenant) -> dict[str, int]:

@@ -61,12 +61,14 @@ from .models import (
     Effect,
     EffectRevision,
     EffectState,
+    ReconcileAttempt,
     RetryRequest,
     RetryState,
     Run,
     Tenant,
+    encrypt_receipt,
 )
-from .permissions import require, tenant_perms
+from .permissions import forget_perms, require, tenant_perms
 from .reconciliation import run_reconcile  # noqa: F401 - the reviewer's reconcile action
 
 User = get_user_model()
@@ -156,9 +158,56 @@ def role_grant(*, actor, tenant: Tenant, user, role: str) -> None:
             for codename in roles.ROLE_PERMISSIONS[role]:
                 assign_perm(f"checkpoints.{codename}", group, tenant)
         user.groups.add(group)
-        user.__dict__.pop("_tenant_perms_cache", None)
+        forget_perms(user)
         audit_record(tenant=tenant, actor=actor, action="role.grant", target_type="account",
                      target_id=user.get_username(), after={"role": role})
+
+
+def role_revoke(*, actor, tenant: Tenant, user, role: str) -> None:
+    """Take ``role`` in ``tenant`` away from ``user`` (CONTRACT.md 5, ``revoke``), with one
+    ``role.revoke`` audit event in the tenant, in the same transaction. The account's next
+    request is judged without it (rights are read per request; ``forget_perms`` clears
+    this object's cache).
+
+    ``actor`` must be an admin of the tenant, or ``None`` for the operator's command line.
+    Raises ``InvalidPayload`` naming ``role`` for an unknown role or one the account does
+    not hold there (nothing is written), ``NotFound``/``Forbidden`` for an actor who may
+    not manage roles in the tenant.
+    """
+    if role not in roles.ROLE_PERMISSIONS:
+        raise InvalidPayload(f"role: must be one of {', '.join(roles.ROLES)}")
+    if actor is not None:
+        require(actor, tenant, roles.MANAGE)
+    with transaction.atomic():
+        group = Group.objects.filter(name=roles.group_name(tenant.slug, role),
+                                     user=user).first()
+        if group is None:
+            raise InvalidPayload(
+                f"role: {user.get_username()} holds no {role} role in {tenant.slug}")
+        user.groups.remove(group)
+        forget_perms(user)
+        audit_record(tenant=tenant, actor=actor, action="role.revoke", target_type="account",
+                     target_id=user.get_username(), before={"role": role},
+                     after={"roles": _roles_in(user, tenant)})
+
+
+def _roles_in(user, tenant: Tenant) -> list[str]:
+    """The roles ``user`` holds in ``tenant`` (from its groups), sorted."""
+    prefix = roles.group_name(tenant.slug, "")
+    names = user.groups.filter(name__startswith=prefix).values_list("name", flat=True)
+    return sorted(n[len(prefix):] for n in names if n[len(prefix):] in roles.ROLE_PERMISSIONS)
+
+
+def account_tenants(user) -> list[tuple[Tenant, list[str]]]:
+    """``[(tenant, [roles])]`` for every tenant where ``user`` holds a role, by slug: the
+    tenants an account command "concerns" (CONTRACT.md 5), where it is audited. Read from
+    the role groups (``tenant:<slug>:<role>``), whether or not the account is active."""
+    held: dict[str, list[str]] = {}
+    for name in user.groups.filter(name__startswith="tenant:").values_list("name", flat=True):
+        parts = name.split(":")
+        if len(parts) == 3 and parts[2] in roles.ROLE_PERMISSIONS:
+            held.setdefault(parts[1], []).append(parts[2])
+    return [(t, sorted(held[t.slug])) for t in Tenant.objects.filter(slug__in=held)]
 
 
 def tenant_set_ambiguity_threshold(*, actor, tenant: Tenant, seconds: int) -> Tenant:
@@ -181,21 +230,101 @@ def tenant_set_ambiguity_threshold(*, actor, tenant: Tenant, seconds: int) -> Te
 
 
 def token_issue(*, user) -> str:
-    """Create a bearer token for ``user``; returns the secret once (only its hash is kept)."""
+    """Create a bearer token for ``user``; returns the secret once (only its SHA-256 and
+    its first 12 characters, the prefix, are kept). Raises ``InvalidPayload`` for a
+    deactivated account.
+
+    Not audited (yet): see docs/security/access.md, "Ending access".
+    """
+    if not user.is_active:
+        raise InvalidPayload(f"username: account {user.get_username()!r} is deactivated")
     raw = "rcv_" + secrets.token_urlsafe(32)
     ApiToken.objects.create(user=user, prefix=raw[:12],
                             key_hash=hashlib.sha256(raw.encode()).hexdigest())
     return raw
 
 
+#: ``ApiToken.last_used_at`` is written at most this often per token.
+TOKEN_TOUCH_INTERVAL = timedelta(seconds=60)
+
+
 def token_authenticate(raw: str):
-    """The active user owning bearer token ``raw``, or ``None``."""
+    """The active account owning bearer token ``raw``, or ``None`` (unknown, revoked, or
+    its account deactivated: the API answers 401 from the next request on).
+
+    Bookkeeping: the token's ``last_used_at`` is set to the database's time when it is
+    empty or at least ``TOKEN_TOUCH_INTERVAL`` old, by a conditional UPDATE, so a token
+    used many times a minute costs one small write a minute, not one per request, and
+    concurrent requests write it once. It is the one write a GET may cause: it is about
+    the credential, not tenant data, and is neither audited nor shown to tenants
+    (docs/security/access.md).
+    """
+    if not isinstance(raw, str) or not raw.isascii():
+        return None
     digest = hashlib.sha256(raw.encode()).hexdigest()
-    token = (ApiToken.objects.select_related("user")
+    token = (ApiToken.objects.select_related("user").annotate(db_now=NOW)
              .filter(key_hash=digest, revoked_at__isnull=True).first())
     if token is None or not token.user.is_active:
         return None
+    last = token.last_used_at
+    if last is None or token.db_now - last >= TOKEN_TOUCH_INTERVAL:
+        unchanged = Q(last_used_at__isnull=True) if last is None else Q(last_used_at=last)
+        ApiToken.objects.filter(unchanged, pk=token.pk).update(last_used_at=NOW)
     return token.user
+
+
+def tokens_revoke(*, user, actor=None) -> list[str]:
+    """Revoke every live bearer token of ``user`` (CONTRACT.md 5, ``revoke_token``): the
+    API answers 401 to each from the next request on. Audited as ``token.revoke`` (the
+    prefixes) in every tenant where the account holds a role, in the same transaction.
+    Returns the revoked tokens' prefixes (empty, and nothing written, when none was
+    live). ``actor`` is ``None`` for the operator's command line.
+    """
+    with transaction.atomic():
+        live = ApiToken.objects.select_for_update().filter(user=user, revoked_at__isnull=True)
+        prefixes = sorted(live.values_list("prefix", flat=True))
+        if not prefixes:
+            return []
+        live.update(revoked_at=NOW)
+        for tenant, held in account_tenants(user):
+            audit_record(tenant=tenant, actor=actor, action="token.revoke",
+                         target_type="account", target_id=user.get_username(),
+                         after={"revoked": prefixes, "roles": held})
+    return prefixes
+
+
+def account_deactivate(*, user, actor=None) -> dict:
+    """Deactivate an account (CONTRACT.md 5, ``deactivate_account``): it can no longer log
+    in, its sessions count as logged out and its tokens as revoked from the next request
+    on (API: 401; dashboard: the login page). Every live token is revoked too, so
+    reactivating the account later would not bring them back. Role grants are kept as
+    the record of what it held; an inactive account holds no rights
+    (``permissions.tenant_perms``).
+
+    One ``account.deactivate`` audit event (roles held, tokens revoked) in every tenant
+    where the account holds a role, in the same transaction. Returns ``{"tenants":
+    [slugs], "tokens_revoked": [prefixes]}``. Raises ``InvalidTransition`` (nothing
+    written) when the account is already inactive. ``actor`` is ``None`` for the
+    operator's command line.
+    """
+    with transaction.atomic():
+        locked = User.objects.select_for_update().get(pk=user.pk)
+        if not locked.is_active:
+            raise InvalidTransition(
+                f"username: account {user.get_username()!r} is already deactivated")
+        User.objects.filter(pk=user.pk).update(is_active=False)
+        user.is_active = False
+        forget_perms(user)
+        live = ApiToken.objects.filter(user=user, revoked_at__isnull=True)
+        prefixes = sorted(live.values_list("prefix", flat=True))
+        live.update(revoked_at=NOW)
+        concerned = account_tenants(user)
+        for tenant, held in concerned:
+            audit_record(tenant=tenant, actor=actor, action="account.deactivate",
+                         target_type="account", target_id=user.get_username(),
+                         before={"is_active": True, "roles": held},
+                         after={"is_active": False, "tokens_revoked": prefixes})
+    return {"tenants": [t.slug for t, _ in concerned], "tokens_revoked": prefixes}
 
 
 def reconciler_configure(*, actor, tenant: Tenant, service: str, plugin: str, url: str = "",
@@ -703,6 +832,40 @@ def revisions_export(*, actor, tenant: Tenant, checkpoint: Checkpoint) -> list[d
     return out
 
 
+def receipt_reveal(*, actor, tenant: Tenant, effect_id, reason: str) -> dict:
+    """Decrypt an effect's current receipt for a role that may reveal payloads
+    (reviewer, approver, admin), with one ``receipt.reveal`` audit event carrying the
+    reason, in the same transaction (CONTRACT.md 4: receipts are treated like payloads;
+    issue 6, fault 3). Runtimes read receipts in the effect answers instead
+    (``permissions.receipts_in_answers``).
+
+    Returns ``{"id": effect UUID str, "run_id": str, "revision": int, "receipt": dict or
+    None}``; ``None`` (and nothing audited: nothing was revealed) when the effect has no
+    receipt. Raises ``NotFound`` (no role in the tenant, or no such effect, also a
+    malformed id), ``Forbidden`` (the role may not reveal), ``ReasonRequired`` /
+    ``InvalidPayload`` for a missing or bad reason.
+    """
+    require(actor, tenant, roles.REVEAL)
+    reason = _require_reason(reason)
+    try:
+        eid = uuid.UUID(str(effect_id))
+    except ValueError:
+        raise NotFound("no such effect") from None
+    with transaction.atomic():
+        effect = (Effect.objects.filter(tenant=tenant, effect_id=eid)
+                  .select_related("run").first())
+        if effect is None:
+            raise NotFound("no such effect")
+        answer = {"id": str(effect.effect_id), "run_id": str(effect.run.run_id),
+                  "revision": effect.revision, "receipt": effect.receipt}
+        if effect.has_receipt:
+            audit_record(tenant=tenant, actor=actor, action="receipt.reveal",
+                         target_type="effect", target_id=effect.effect_id,
+                         run_id=effect.run.run_id, reason=reason,
+                         after={"revision": effect.revision})
+    return answer
+
+
 # --------------------------------------------------------------------------------------
 # Effects: write-ahead side-effect records
 # --------------------------------------------------------------------------------------
@@ -763,8 +926,8 @@ def parse_effect(body: dict, *, url_id: uuid.UUID) -> EffectBody:
 def _effect_history(effect: Effect, *, actor, source: str) -> None:
     EffectRevision.objects.create(
         tenant_id=effect.tenant_id, effect=effect, revision=effect.revision, state=effect.state,
-        receipt=effect.receipt, attempt=effect.attempt, actor_name=_actor_name(actor),
-        source=source,
+        receipt_ciphertext=effect.receipt_ciphertext, attempt=effect.attempt,
+        actor_name=_actor_name(actor), source=source,
     )
 
 
@@ -922,8 +1085,9 @@ def _effect_transition(effect: Effect, *, expected_revision: int, to_state: str,
         raise InvalidTransition(f"state: {from_state} -> {to_state} is not allowed ({by})")
     if to_state == "confirmed" and receipt is None:
         raise InvalidPayload("receipt: required when state is confirmed")
-    fields = dict(revision=expected_revision + 1, state=to_state, receipt=receipt,
-                  attempt=attempt, state_changed_at=now, updated_at=now)
+    fields = dict(revision=expected_revision + 1, state=to_state,
+                  receipt_ciphertext=encrypt_receipt(receipt), attempt=attempt,
+                  state_changed_at=now, updated_at=now)
     if to_state == "submitted":
         fields["submitted_at"] = now
     if retry_clear:
@@ -1330,15 +1494,22 @@ def sweep_stale_runs() -> dict[str, int]:
 # Encryption keys
 # --------------------------------------------------------------------------------------
 
+# Every encrypted column. One left out here would become unreadable once the old key is
+# dropped.
 _CIPHER_COLUMNS = (
     (Checkpoint, "payload_ciphertext"),
     (CheckpointRevision, "payload_ciphertext"),
     (Conflict, "refused_ciphertext"),
+    (Effect, "receipt_ciphertext"),
+    (Effect, "request_ciphertext"),
+    (EffectRevision, "receipt_ciphertext"),
+    (ReconcileAttempt, "evidence_ciphertext"),
 )
 
 
 def payloads_rotate_keys(*, batch_size: int = 500) -> dict[str, int]:
-    """Re-encrypt every stored payload under the newest key of
+    """Re-encrypt every stored payload, receipt, stored request and reconcile evidence
+    (``_cipher_columns``) under the newest key of
     ``RECOVERY_ENCRYPTION_KEYS``, so older keys can then be removed (DESIGN.md 5).
 
     Works in batches of ``batch_size`` rows, each batch one transaction; a row is rewritten

@@ -30,6 +30,8 @@ urlpatterns = [
          name="retry_reject"),
     path("t/<slug:slug>/effects/<str:effect_id>/mark-unknown/", views.effect_mark_unknown,
          name="effect_mark_unknown"),
+    path("t/<slug:slug>/effects/<str:effect_id>/receipt/", views.effect_receipt_reveal,
+         name="effect_receipt_reveal"),
     path("t/<slug:slug>/checkpoints/<str:checkpoint_id>/reveal/", views.checkpoint_reveal,
          name="checkpoint_reveal"),
     path("t/<slug:slug>/checkpoints/<str:checkpoint_id>/diff/", views.checkpoint_diff,

@@ -72,9 +72,10 @@ BROKER_DOWN = "broker unavailable"
 AUDIT_ACTIONS = (
     "retry.request", "retry.approve", "retry.reject", "retry.consume", "effect.mark_unknown",
     "effect.reconcile", "effect.unresolved", "run.reconcile", "run.ambiguous", "run.close",
-    "reconcile.gave_up", "reconcile.moved_on", "evidence.reveal",
+    "reconcile.gave_up", "reconcile.moved_on", "evidence.reveal", "receipt.reveal",
     "conflicts.acknowledge", "payload.reveal", "payload.read", "payload.export",
     "checkpoint.write", "checkpoint.conflict", "effect.write", "effect.conflict", "role.grant",
+    "role.revoke", "token.issue", "token.revoke", "account.deactivate",
 )
 #: What a look-up answered, in words (``ReconcileAttempt.answer``).
 ANSWER_WORDS = {
@@ -511,6 +512,7 @@ def _run_context(request: HttpRequest, tenant: Tenant, run_id, **extra) -> dict:
         back_label=back_label,
         revealed=None,
         revealed_evidence=None,
+        revealed_receipt=None,
         notice="",
     )
     context["has_actions"] = (context["can_request_retry"] or context["can_reconcile"]
@@ -766,6 +768,28 @@ def reconcile_evidence_reveal(request: HttpRequest, slug: str, attempt_id: int) 
         return trigger_client_event(response, AUDIT_CHANGED)
     context = _run_context(request, tenant, attempt.request.run.run_id,
                            revealed_evidence=revealed)
+    return render(request, "checkpoints/run.html", context)
+
+
+@require_POST
+@dashboard
+def effect_receipt_reveal(request: HttpRequest, slug: str, effect_id: str) -> HttpResponse:
+    """Show an effect's receipt (roles that may reveal payloads; a reason is required);
+    ``services.receipt_reveal`` audits it. Receipts are treated like payloads
+    (CONTRACT.md 4): the run page never shows one without this. htmx: the receipt
+    fragment plus ``audit-changed``; otherwise the run page with it shown."""
+    tenant = access_tenant(request.user, slug, roles.REVEAL)
+    effect = selectors.effect_get(user=request.user, tenant=tenant, effect_id=effect_id)
+    answer = services.receipt_reveal(actor=request.user, tenant=tenant,
+                                     effect_id=effect.effect_id, reason=_reason(request))
+    revealed = {"effect_pk": effect.pk, "revision": answer["revision"],
+                "text": None if answer["receipt"] is None else json.dumps(
+                    answer["receipt"], indent=2, sort_keys=True, ensure_ascii=False)}
+    if request.htmx:
+        context = _base_context(request, tenant, "inbox") | {"revealed_receipt": revealed}
+        response = render(request, "checkpoints/run.html#receipt", context)
+        return trigger_client_event(response, AUDIT_CHANGED)
+    context = _run_context(request, tenant, effect.run.run_id, revealed_receipt=revealed)
     return render(request, "checkpoints/run.html", context)
 
 

@@ -155,8 +155,20 @@ class EffectWriteSerializer(EffectInputSerializer):
 
 
 class EffectSerializer(EffectInputSerializer):
-    """An effect record as stored; the fingerprint is lower-case."""
+    """An effect record as stored; the fingerprint is lower-case.
 
+    ``receipt`` is answered only to runtimes (a role that writes and may not reveal:
+    the writer), which replay it; to every other role it is ``null``, and
+    ``has_receipt`` says whether there is one to reveal (``POST
+    …/effects/{id}/reveal-receipt``, audited, for reviewers, approvers and admins).
+    Receipts are treated like payloads (CONTRACT.md 4)."""
+
+    receipt = serializers.JSONField(
+        allow_null=True,
+        help_text="the receipt object for a writer; null for other roles (see has_receipt)")
+    has_receipt = serializers.BooleanField(
+        help_text="whether the effect has a receipt (shown to every role; the receipt "
+                  "itself only to writers or through an audited reveal)")
     attempt = serializers.IntegerField(help_text="1, +1 for each approved retry")
     state_changed_at = serializers.DateTimeField(allow_null=True)
     created_at = serializers.DateTimeField()
@@ -167,8 +179,23 @@ class EffectListSerializer(serializers.Serializer):
     results = EffectSerializer(many=True)
 
 
-def effect_json(effect: Effect) -> dict:
-    """``EffectSerializer`` dict of an ``Effect`` row (``effect.run`` must be loaded)."""
+class ReceiptRevealSerializer(serializers.Serializer):
+    """An effect's current receipt, revealed with a reason (one ``receipt.reveal`` audit
+    event; none when there was no receipt to reveal)."""
+
+    id = serializers.UUIDField()
+    run_id = serializers.UUIDField()
+    revision = serializers.IntegerField()
+    receipt = serializers.JSONField(allow_null=True)
+
+
+def effect_json(effect: Effect, *, with_receipt: bool) -> dict:
+    """``EffectSerializer`` dict of an ``Effect`` row (``effect.run`` must be loaded).
+
+    ``with_receipt``: whether the caller may have the receipt unaudited
+    (``permissions.receipts_in_answers``); otherwise ``receipt`` is ``None`` and the
+    receipt is not even decrypted. Every caller must say which.
+    """
     return {
         "id": str(effect.effect_id),
         "run_id": str(effect.run.run_id),
@@ -178,7 +205,8 @@ def effect_json(effect: Effect) -> dict:
         "effect_class": effect.effect_class,
         "request_fingerprint": effect.request_fingerprint,
         "state": effect.state,
-        "receipt": effect.receipt,
+        "receipt": effect.receipt if with_receipt else None,
+        "has_receipt": effect.has_receipt,
         "attempt": effect.attempt,
         "state_changed_at": _iso(effect.state_changed_at),
         "created_at": _iso(effect.created_at),

@@ -21,6 +21,8 @@ urlpatterns = [
     path(T + "effects/<str:effect_id>", views.EffectApi.as_view(), name="effect"),
     path(T + "effects/<str:effect_id>/mark-unknown", views.EffectMarkUnknownApi.as_view(),
          name="effect-mark-unknown"),
+    path(T + "effects/<str:effect_id>/reveal-receipt", views.EffectReceiptRevealApi.as_view(),
+         name="effect-reveal-receipt"),
     path(T + "runs", views.RunListApi.as_view(), name="run-list"),
     path(T + "runs/<str:run_id>", views.RunDetailApi.as_view(), name="run"),
     path(T + "runs/<str:run_id>/lease", views.RunLeaseApi.as_view(), name="run-lease"),

@@ -50,7 +50,7 @@ from ..exceptions import (
 )
 from ..jsonparse import loads_object
 from ..models import MAX_REVISION, Tenant
-from ..permissions import access_tenant, tenant_perms
+from ..permissions import access_tenant, receipts_in_answers, tenant_perms
 from ..policy import IDENTITY_PARAMS
 from . import serializers as s
 from .auth import BearerTokenAuthentication
@@ -343,7 +343,8 @@ class EffectListApi(TenantApi):
         effects = selectors.effect_find(
             user=request.user, tenant=t, service=request.query_params.get("service"),
             operation_key=request.query_params.get("operation_key"), run_id=run, limit=limit)
-        return Response({"results": [s.effect_json(e) for e in effects]})
+        shown = receipts_in_answers(request.user, t)
+        return Response({"results": [s.effect_json(e, with_receipt=shown) for e in effects]})
 
 
 class EffectApi(TenantApi):
@@ -359,7 +360,8 @@ class EffectApi(TenantApi):
     def get(self, request, tenant, effect_id):
         t = self.tenant(request, tenant, roles.VIEW)
         effect = selectors.effect_get(user=request.user, tenant=t, effect_id=effect_id)
-        return Response(s.effect_json(effect), headers=etag(effect.revision))
+        return Response(s.effect_json(effect, with_receipt=receipts_in_answers(request.user, t)),
+                        headers=etag(effect.revision))
 
     @extend_schema(
         operation_id="effect_put",
@@ -389,7 +391,7 @@ class EffectApi(TenantApi):
         body = services.parse_effect(read_object(request), url_id=url_id)
         effect, created = services.effect_put(actor=request.user, tenant=t, body=body,
                                               expected_revision=expected, fencing_token=token)
-        return Response(s.effect_json(effect),
+        return Response(s.effect_json(effect, with_receipt=receipts_in_answers(request.user, t)),
                         status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
                         headers=etag(effect.revision))
 
@@ -408,7 +410,25 @@ class EffectMarkUnknownApi(TenantApi):
         reason = read_reason(request)
         effect = services.effect_mark_unknown(actor=request.user, tenant=t, effect_id=eid,
                                               reason=reason)
-        return Response(s.effect_json(effect))
+        return Response(s.effect_json(effect, with_receipt=receipts_in_answers(request.user, t)))
+
+
+class EffectReceiptRevealApi(TenantApi):
+    @extend_schema(
+        operation_id="effect_reveal_receipt",
+        summary="Reviewer, approver or admin: reveal an effect's receipt (reason required, "
+                "audited)",
+        parameters=[TENANT, _path("effect_id")],
+        request=s.ReasonSerializer,
+        responses={200: s.ReceiptRevealSerializer, **_errors(400, 413)},
+    )
+    def post(self, request, tenant, effect_id):
+        """Receipts are treated like payloads (CONTRACT.md 4): roles that may reveal see
+        one only through this audited call; writers read them in effect answers."""
+        t = self.tenant(request, tenant, roles.REVEAL)
+        eid = url_uuid(effect_id, "effect")
+        return Response(services.receipt_reveal(actor=request.user, tenant=t, effect_id=eid,
+                                                reason=read_reason(request)))
 
 
 # --------------------------------------------------------------------------------------
@@ -464,10 +484,11 @@ class RunDetailApi(TenantApi):
                           None)
         for effect in d.effects:
             effect.run = d.run
+        shown = receipts_in_answers(request.user, t)
         return Response({
             "run": s.run_json(d.run, t.slug),
             "checkpoints": [s.checkpoint_meta_json(c, run_id=rid) for c in d.checkpoints],
-            "effects": [s.effect_json(e) for e in d.effects],
+            "effects": [s.effect_json(e, with_receipt=shown) for e in d.effects],
             "open_review_items": {
                 "retry_request": s.retry_json(open_retry, run_id=rid) if open_retry else None,
                 "conflicts": [s.conflict_json(c) for c in d.conflicts

@@ -12,6 +12,9 @@ CONTRACT_PATHS = {
     "effects": {"get"},
     "effects/{effect_id}": {"get", "put"},
     "effects/{effect_id}/mark-unknown": {"post"},
+    # Not in CONTRACT.md: receipts are treated like payloads, so roles that may reveal
+    # read one through this audited reveal (issue 6).
+    "effects/{effect_id}/reveal-receipt": {"post"},
     "runs": {"get"},
     "runs/{run_id}": {"get"},
     "runs/{run_id}/lease": {"post"},

@@ -12,7 +12,7 @@ from django.urls import reverse
 
 from checkpoints import services
 from checkpoints.exceptions import InvalidTransition
-from checkpoints.models import RetryRequest, Run
+from checkpoints.models import AuditEvent, Effect, RetryRequest, Run
 from tests.helpers import effect_body, envelope, put_checkpoint, sweep_later, walk_effect
 from tests.views.conftest import make_stuck_run
 from tests.views.test_access import REASON, _snapshot
@@ -174,13 +174,30 @@ def test_it_says_truthfully_that_an_embedded_reconciliation_already_ran(login, r
 
 # --- payload-derived data and the 404 page ---------------------------------------------
 
-def test_it_hides_effect_receipts_from_viewers_only(login, vic, rita, april, adam, wendy, acme):
+def test_it_shows_effect_receipts_only_through_an_audited_reveal(
+        login, vic, rita, april, adam, wendy, acme):
     run_id = _settled_in_flight(acme, wendy, rita)
     viewer = login(vic).get(_run_url(run_id)).content.decode()
     assert "ch_1" not in viewer and "hidden (needs reveal right)" in viewer
-    for user in (rita, april, adam):
+    assert "Reveal receipt" not in viewer
+    for user in (rita, april, adam):  # issue 6: not even the roles that may reveal
         body = login(user).get(_run_url(run_id)).content.decode()
-        assert "ch_1" in body and "hidden (needs reveal right)" not in body, user
+        assert "ch_1" not in body and "Reveal receipt" in body, user
+    effect = Effect.objects.get(run__run_id=run_id)
+    url = reverse("effect_receipt_reveal", args=["acme", effect.effect_id])
+    before = _snapshot(acme)
+    refused = login(vic).post(url, REASON)
+    assert refused.status_code == 403 and "ch_1" not in refused.content.decode()
+    no_reason = login(rita).post(url, {"reason": " "}, HTTP_HX_REQUEST="true")
+    assert no_reason.status_code == 400 and "ch_1" not in no_reason.content.decode()
+    assert _snapshot(acme) == before
+    revealed = login(rita).post(url, REASON, HTTP_HX_REQUEST="true")
+    assert revealed.status_code == 200 and "ch_1" in revealed.content.decode()
+    assert "audit-changed" in revealed["HX-Trigger"]
+    event = AuditEvent.objects.filter(tenant=acme).latest("seq")
+    assert (event.action, event.actor_name, event.reason) == (
+        "receipt.reveal", "rita", REASON["reason"])
+    assert event.target_id == str(effect.effect_id)
 
 
 def test_it_answers_a_human_sentence_not_an_error_code_on_404(login, omar, rita, stuck):

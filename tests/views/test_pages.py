@@ -120,7 +120,8 @@ def test_it_shows_identity_lease_timeline_effects_and_audit_on_the_run_page(logi
     body = response.content.decode()
     assert response.status_code == 200
     assert str(stuck.run_id) in body and "acme.order" in body
-    assert "charging order A-1042" in body and "ready order A-1042" in body  # timeline
+    assert ">charging<" in body and ">ready<" in body  # timeline
+    assert "order A-1042" not in body  # labels carry no payload value (issue 6)
     assert "charge:A-1042" in body and "unresolved" in body  # effect
     assert "effect.unresolved" in body and "run.ambiguous" in body  # audit trail
     assert "2599" not in body  # payloads stay hidden until revealed

@@ -40,6 +40,7 @@ def test_it_renders_the_inbox_and_the_api_list_in_constant_queries(acme, wendy, 
     api = bearer_client(rita)
     make_stuck_run(wendy, acme, order_id="A-1", key="charge:A-1")
     client.get("/t/acme/")  # the first request of a session does its own bookkeeping
+    api.get("/api/v1/tenants/acme/report")  # ... and of a token (its last_used_at)
     inbox = _queries(lambda: client.get("/t/acme/?state=ambiguous"))
     listing = _queries(lambda: api.get("/api/v1/tenants/acme/runs?recovery_state=ambiguous"))
     for i in range(2, 12):

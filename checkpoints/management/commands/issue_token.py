@@ -9,6 +9,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
 from checkpoints import services
+from checkpoints.exceptions import DomainError
 
 
 class Command(BaseCommand):
@@ -23,5 +24,9 @@ class Command(BaseCommand):
             raise CommandError(f"username: no account {username!r} (create_account first)")
         if not user.is_active:
             raise CommandError(f"username: account {username!r} is inactive")
+        try:
+            raw = services.token_issue(user=user)
+        except DomainError as exc:
+            raise CommandError(exc.detail or exc.error) from None
         # The token alone on stdout, so scripts can capture it: TOKEN=$(manage.py issue_token x)
-        self.stdout.write(services.token_issue(user=user))
+        self.stdout.write(raw)

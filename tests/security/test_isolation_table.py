@@ -1,0 +1,586 @@
+"""The isolation table (issue 6): every URL pattern of the dashboard and the API, taken
+from the URL resolver, x every identity, with the exact status CONTRACT.md's rules give
+and proof that nothing changed.
+
+- **Patterns** come from ``get_resolver()``; each needs a request recipe in ``RECIPES``
+  (a pattern without one, or a recipe without a pattern, fails
+  ``test_every_url_pattern_has_a_recipe``). The Django admin is the one namespace left
+  out: it is no tenant's surface, and ``test_admin`` pins down what it may show.
+- **Identities**: anonymous; each role in the tenant (acme); each role in the twin tenant
+  (globex) only; a superuser and a staff account without a role; an account that had a
+  role and was deactivated; a token that had a role and was revoked. The API is called
+  with bearer tokens, the dashboard with a logged-in session.
+- **Twin world**: acme and globex hold the same objects under the same UUIDs (runs,
+  checkpoints, effects), so a request that reached the wrong tenant's row would show.
+  It is built once for the module, in a transaction rolled back at the end.
+- **Rules** (CONTRACT.md 3 and 4): API: no or dead credentials 401; no role in the
+  tenant (another tenant's roles, superuser, staff) 404; a role lacking the right 403;
+  else the action's own success status. Dashboard: the same, with the login redirect
+  for 401. Flags give nothing.
+- **Nothing changed**: each request runs in a savepoint that is rolled back afterwards;
+  before that, row counts, a few aggregates of mutable columns and the audit chain head
+  of both tenants, plus accounts, grants and tokens, are compared with the state before.
+  A refusal changes nothing; a read changes nothing; an audited payload read adds
+  exactly one audit event; a write changes its own tenant (with an audit event) and
+  never the twin. (``ApiToken.last_used_at`` is bookkeeping and left out: see
+  ``services.token_authenticate``.)
+
+The table is printed (``pytest -s``) and written to ``$RECOVERY_VAR_DIR/isolation-table.txt``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.db import connection, transaction
+from django.test import Client
+from django.urls import URLPattern, URLResolver, get_resolver, reverse
+from rest_framework.test import APIClient
+
+from checkpoints import reconciliation, roles, services
+from checkpoints.models import (
+    ApiToken,
+    AuditChainHead,
+    AuditEvent,
+    Checkpoint,
+    CheckpointRevision,
+    Conflict,
+    Effect,
+    EffectRevision,
+    ReconcileAttempt,
+    ReconcilerConfig,
+    ReconcileRequest,
+    RetryRequest,
+    Run,
+    Tenant,
+)
+from checkpoints.reconcile import Answer
+from tests.helpers import age_world, effect_body, envelope, put_checkpoint, walk_effect
+from tests.views.reconcilers import Scripted
+
+User = get_user_model()
+HOME, TWIN = "acme", "globex"
+REASON = {"reason": "isolation table"}
+SKIPPED_NAMESPACES = {"admin"}  # not a tenant surface: tests/security/test_admin.py
+
+# --------------------------------------------------------------------------------------
+# The twin world
+# --------------------------------------------------------------------------------------
+
+IDS = {name: uuid.uuid5(uuid.NAMESPACE_URL, f"isolation/{name}") for name in (
+    "r_stuck", "c_stuck", "e_stuck",          # ambiguous, effect unresolved, a conflict
+    "r_unknown", "c_unknown", "e_unknown",    # unknown outcome, a retry request open
+    "r_retry", "c_retry",                     # ambiguous, nothing in doubt, no request
+    "r_stable", "c_stable", "e_done",         # stable, effect confirmed with a receipt
+    "r_looked", "c_looked", "e_looked",       # reconciled: a look-up with evidence
+    "new_cp", "new_fx",                       # ids a writer creates
+)}
+
+
+@dataclass
+class World:
+    retry_pk: int           # acme's open retry request (requested by someone else)
+    attempt_pk: int         # acme's reconcile look-up with evidence
+    identities: list[Identity]
+
+
+@dataclass
+class Identity:
+    name: str
+    role: str | None = None          # its role ...
+    tenant: str | None = None        # ... in this tenant
+    live: bool = True                # False: deactivated account or revoked token
+    user: object = None
+    token: str | None = None
+    session: dict = field(default_factory=dict)  # cookies of a logged-in session
+
+    def api(self) -> APIClient:
+        client = APIClient()
+        if self.token:
+            client.credentials(HTTP_AUTHORIZATION=f"Bearer {self.token}")
+        return client
+
+    def web(self) -> Client:
+        client = Client()
+        for key, value in self.session.items():
+            client.cookies[key] = value
+        if self.token and not self.session:  # a token means nothing to the dashboard
+            client.defaults["HTTP_AUTHORIZATION"] = f"Bearer {self.token}"
+        return client
+
+    def perms(self, tenant: str) -> set[str]:
+        """Its rights in ``tenant`` under CONTRACT.md 4 (none without a live role there:
+        flags count for nothing)."""
+        if not self.live or self.tenant != tenant or self.role is None:
+            return set()
+        return set(roles.ROLE_PERMISSIONS[self.role])
+
+
+def _account(name: str, **flags):
+    user = services.account_create(username=name, password="pw-for-tests")
+    if flags:
+        User.objects.filter(pk=user.pk).update(**flags)
+        user = User.objects.get(pk=user.pk)
+    return user
+
+
+def _login(user) -> dict:
+    client = Client()
+    client.force_login(user)
+    return {k: v.value for k, v in client.cookies.items()}
+
+
+def _build_tenant(slug: str) -> tuple[int, int]:
+    """The same objects, under the same UUIDs, in tenant ``slug``; returns the pks of its
+    open retry request and of its look-up with evidence."""
+    tenant = services.tenant_create(slug=slug)
+    writer = _account(f"{slug}-builder")
+    services.role_grant(actor=None, tenant=tenant, user=writer, role="writer")
+    helper = _account(f"{slug}-requester")  # requests the retry; not an identity
+    services.role_grant(actor=None, tenant=tenant, user=helper, role="reviewer")
+    i = IDS
+
+    def in_flight(run, cp, effect=None, key=""):
+        put_checkpoint(writer, tenant, envelope(cp, run, 0, payload={"phase": "ready"}))
+        put_checkpoint(writer, tenant, envelope(cp, run, 1, payload={"phase": "charging"}),
+                       expected=0)
+        if effect:
+            walk_effect(writer, tenant, effect_body(effect, run, operation_key=key),
+                        "submitted")
+
+    in_flight(i["r_stuck"], i["c_stuck"], i["e_stuck"], "charge:stuck")
+    with pytest.raises(services.StaleRevision):  # a refused write: a conflict to see
+        put_checkpoint(writer, tenant, envelope(i["c_stuck"], i["r_stuck"], 1), expected=0)
+    in_flight(i["r_unknown"], i["c_unknown"], i["e_unknown"], "charge:unknown")
+    in_flight(i["r_retry"], i["c_retry"])
+    in_flight(i["r_looked"], i["c_looked"], i["e_looked"], "charge:looked")
+    put_checkpoint(writer, tenant, envelope(i["c_stable"], i["r_stable"], 0,
+                                            payload={"phase": "charged"}))
+    walk_effect(writer, tenant, effect_body(i["e_done"], i["r_stable"], operation_key="done"),
+                "submitted", "confirmed")
+    age_world(3600)
+    services.sweep_stale_runs()
+    services.effect_mark_unknown(actor=helper, tenant=tenant, effect_id=i["e_unknown"],
+                                 reason="no look-up")
+    retry = services.retry_request(actor=helper, tenant=tenant, run_id=i["r_unknown"],
+                                   reason="try again")
+    services.reconciler_configure(actor=None, tenant=tenant, service="payments",
+                                  plugin="tests.views.reconcilers.Scripted")
+    Scripted.answers = [Answer.found({"charge_id": "ch_1"}, "found",
+                                     evidence={"status": "succeeded", "charge_id": "ch_1"})]
+    queued = services.run_reconcile(actor=helper, tenant=tenant, run_id=i["r_looked"],
+                                    reason="ask")
+    reconciliation.execute(queued.requests[0].pk)
+    Scripted.answers = []
+    attempt = ReconcileAttempt.objects.get(tenant=tenant)
+    return retry.pk, attempt.pk
+
+
+def _identities() -> list[Identity]:
+    out = [Identity("anonymous", live=False)]
+    for slug, tag in ((HOME, ""), (TWIN, "g.")):
+        tenant = Tenant.objects.get(slug=slug)
+        for role in roles.ROLES:
+            user = _account(f"{role}-{slug}")
+            services.role_grant(actor=None, tenant=tenant, user=user, role=role)
+            out.append(Identity(f"{tag}{role}", role, slug, user=user,
+                                token=services.token_issue(user=user), session=_login(user)))
+    for name, flags in (("superuser", {"is_superuser": True, "is_staff": True}),
+                        ("staff", {"is_staff": True})):
+        user = _account(f"{name}-no-role", **flags)
+        out.append(Identity(name, user=user, token=services.token_issue(user=user),
+                            session=_login(user)))
+    home = Tenant.objects.get(slug=HOME)
+    gone = _account("deactivated-reviewer")
+    services.role_grant(actor=None, tenant=home, user=gone, role="reviewer")
+    ident = Identity("deactivated", "reviewer", HOME, live=False, user=gone,
+                     token=services.token_issue(user=gone), session=_login(gone))
+    services.account_deactivate(user=gone)
+    out.append(ident)
+    holder = _account("revoked-writer")
+    services.role_grant(actor=None, tenant=home, user=holder, role="writer")
+    ident = Identity("revoked", "writer", HOME, live=False, user=holder,
+                     token=services.token_issue(user=holder))
+    services.tokens_revoke(user=holder)
+    out.append(ident)
+    return out
+
+
+@pytest.fixture(scope="module")
+def world(django_db_setup, django_db_blocker):
+    with django_db_blocker.unblock():
+        outer = transaction.atomic()
+        outer.__enter__()
+        try:
+            retry_pk, attempt_pk = _build_tenant(HOME)
+            _build_tenant(TWIN)
+            yield World(retry_pk, attempt_pk, _identities())
+        finally:
+            transaction.set_rollback(True)
+            outer.__exit__(None, None, None)
+
+
+# --------------------------------------------------------------------------------------
+# Rules and recipes
+# --------------------------------------------------------------------------------------
+
+LOGIN = "login"  # the expected answer "302 to the login page"
+
+
+def api_rule(right: str, ok: int, *, any_of: tuple[str, ...] = ()) -> Callable:
+    def rule(ident: Identity, tenant: str) -> int:
+        if not ident.live:
+            return 401
+        perms = ident.perms(tenant)
+        if not perms:
+            return 404
+        if right not in perms or (any_of and not perms & set(any_of)):
+            return 403
+        return ok
+    return rule
+
+
+def page_rule(right: str, ok: int | str) -> Callable:
+    def rule(ident: Identity, tenant: str):
+        if not ident.live or not ident.session:
+            return LOGIN
+        perms = ident.perms(tenant)
+        if not perms:
+            return 404
+        return ok if right in perms else 403
+    return rule
+
+
+def home_rule(ident: Identity, tenant: str):
+    if not ident.live or not ident.session:
+        return LOGIN
+    return 302 if ident.role else 200  # to its tenant's inbox; else "no role anywhere"
+
+
+def login_page_rule(ident: Identity, tenant: str):
+    return 302 if ident.live and ident.session else 200  # logged in: on to the inbox
+
+
+def open_rule(ident: Identity, tenant: str) -> int:
+    """Not a tenant resource (the schema and its docs page): a dead token is refused,
+    everything else is answered alike; flags and roles change nothing."""
+    return 401 if ident.token and not ident.live else 200
+
+
+@dataclass
+class Op:
+    method: str
+    kwargs: Callable[[World], dict]
+    rule: Callable[[Identity], int | str]
+    effect: str = "read"            # read | audited (one audit event) | write
+    query: str = ""
+    body: object = None
+    headers: dict = field(default_factory=dict)
+    surface: str = "api"            # api (bearer) | web (session)
+    tenant: str = HOME              # the tenant in the URL (TWIN: cross-tenant ids)
+
+
+def _ids(**names) -> Callable[[World], dict]:
+    """URL kwargs from ``IDS``/world attributes: ``_ids(run_id="r_stuck")``."""
+    def build(w: World) -> dict:
+        out = {}
+        for key, source in names.items():
+            out[key] = getattr(w, source) if hasattr(w, source) else str(IDS[source])
+        return out
+    return build
+
+
+def _t(tenant=HOME, **names):
+    build = _ids(**names)
+    return lambda w: {"tenant": tenant, **build(w)}
+
+
+def _s(tenant=HOME, **names):
+    build = _ids(**names)
+    return lambda w: {"slug": tenant, **build(w)}
+
+
+
+V, RV, RW, AP, WR = roles.VIEW, roles.REVEAL, roles.REVIEW, roles.APPROVE, roles.WRITE
+NEW_CP = envelope(IDS["new_cp"], IDS["r_stable"], 0, payload={"phase": "ready"})
+NEW_FX = effect_body(IDS["new_fx"], IDS["r_stable"], operation_key="charge:new")
+CREATE = {"HTTP_IF_NONE_MATCH": "*"}
+
+RECIPES: dict[str, list[Op]] = {
+    # --- API (CONTRACT.md 3), bearer tokens ---------------------------------------------
+    "api:checkpoint": [
+        Op("get", _t(checkpoint_id="c_stuck"), api_rule(V, 200, any_of=(RV, WR)), "audited"),
+        Op("put", _t(checkpoint_id="new_cp"), api_rule(WR, 201), "write", body=NEW_CP,
+           headers=CREATE),
+    ],
+    "api:checkpoint-revisions": [
+        Op("get", _t(checkpoint_id="c_stuck"), api_rule(V, 200, any_of=(RV, WR)), "audited")],
+    "api:effect-list": [Op("get", _t(), api_rule(V, 200), query="service=payments")],
+    "api:effect": [
+        Op("get", _t(effect_id="e_done"), api_rule(V, 200)),
+        Op("put", _t(effect_id="new_fx"), api_rule(WR, 201), "write", body=NEW_FX,
+           headers=CREATE),
+    ],
+    "api:effect-mark-unknown": [
+        Op("post", _t(effect_id="e_stuck"), api_rule(RW, 200), "write", body=REASON)],
+    "api:effect-reveal-receipt": [
+        Op("post", _t(effect_id="e_done"), api_rule(RV, 200), "audited", body=REASON)],
+    "api:run-list": [Op("get", _t(), api_rule(V, 200), query="recovery_state=ambiguous")],
+    "api:run": [Op("get", _t(run_id="r_stuck"), api_rule(V, 200))],
+    "api:run-lease": [Op("post", _t(run_id="r_stable"), api_rule(WR, 200), "write",
+                         body={"owner": "table", "ttl_s": 30})],
+    "api:run-resume": [
+        Op("get", _t(run_id="r_stable"), api_rule(WR, 200)),
+        Op("post", _t(run_id="r_stable"), api_rule(WR, 200), body={}),
+    ],
+    "api:run-retry-requests": [
+        Op("post", _t(run_id="r_retry"), api_rule(RW, 201), "write", body=REASON)],
+    "api:run-reconcile": [
+        Op("post", _t(run_id="r_stuck"), api_rule(RW, 202), "write", body=REASON)],
+    "api:run-close": [Op("post", _t(run_id="r_stuck"), api_rule(RW, 200), "write", body=REASON)],
+    "api:run-conflicts-acknowledge": [
+        Op("post", _t(run_id="r_stuck"), api_rule(RW, 200), "write", body=REASON)],
+    # Integer ids are not shared by the twins: HOME's id on the twin's URL finds nothing,
+    # whoever may act in the twin (404), and changes nothing anywhere.
+    "api:retry-approve": [
+        Op("post", _t(retry_id="retry_pk"), api_rule(AP, 200), "write", body=REASON),
+        Op("post", _t(TWIN, retry_id="retry_pk"), api_rule(AP, 404), body=REASON,
+           tenant=TWIN)],
+    "api:retry-reject": [
+        Op("post", _t(retry_id="retry_pk"), api_rule(AP, 200), "write", body=REASON),
+        Op("post", _t(TWIN, retry_id="retry_pk"), api_rule(AP, 404), body=REASON,
+           tenant=TWIN)],
+    "api:audit-events": [Op("get", _t(), api_rule(V, 200))],
+    "api:report": [Op("get", _t(), api_rule(V, 200))],
+    "schema": [Op("get", lambda w: {}, open_rule)],
+    "api-docs": [Op("get", lambda w: {}, open_rule)],
+    # --- dashboard, sessions ------------------------------------------------------------
+    "login": [Op("get", lambda w: {}, login_page_rule, surface="web")],
+    "logout": [Op("post", lambda w: {}, lambda ident, tenant: 302, surface="web")],
+    "inbox": [Op("get", lambda w: {}, home_rule, surface="web")],
+    "run_list": [Op("get", _s(), page_rule(V, 200), surface="web")],
+    "run_counts": [Op("get", _s(), page_rule(V, 200), surface="web")],
+    "report": [Op("get", _s(), page_rule(V, 200), surface="web")],
+    "audit_log": [Op("get", _s(), page_rule(V, 200), surface="web")],
+    "run_detail": [Op("get", _s(run_id="r_stuck"), page_rule(V, 200), surface="web")],
+    "run_audit": [Op("get", _s(run_id="r_stuck"), page_rule(V, 200), surface="web")],
+    "run_retry_request": [Op("post", _s(run_id="r_retry"), page_rule(RW, 302), "write",
+                             body=REASON, surface="web")],
+    "run_reconcile": [Op("post", _s(run_id="r_stuck"), page_rule(RW, 302), "write",
+                         body=REASON, surface="web")],
+    "run_close": [Op("post", _s(run_id="r_stuck"), page_rule(RW, 302), "write",
+                     body={**REASON, "confirm": "on"}, surface="web")],
+    "conflicts_acknowledge": [Op("post", _s(run_id="r_stuck"), page_rule(RW, 302), "write",
+                                 body=REASON, surface="web")],
+    "retry_approve": [
+        Op("post", _s(retry_id="retry_pk"), page_rule(AP, 302), "write", body=REASON,
+           surface="web"),
+        Op("post", _s(TWIN, retry_id="retry_pk"), page_rule(AP, 404), body=REASON,
+           surface="web", tenant=TWIN)],
+    "retry_reject": [
+        Op("post", _s(retry_id="retry_pk"), page_rule(AP, 302), "write", body=REASON,
+           surface="web"),
+        Op("post", _s(TWIN, retry_id="retry_pk"), page_rule(AP, 404), body=REASON,
+           surface="web", tenant=TWIN)],
+    "effect_mark_unknown": [Op("post", _s(effect_id="e_stuck"), page_rule(RW, 302), "write",
+                               body=REASON, surface="web")],
+    "effect_receipt_reveal": [Op("post", _s(effect_id="e_done"), page_rule(RV, 200),
+                                 "audited", body=REASON, surface="web")],
+    "checkpoint_reveal": [Op("post", _s(checkpoint_id="c_stuck"), page_rule(RV, 200),
+                             "audited", body=REASON, surface="web")],
+    "checkpoint_diff": [Op("post", _s(checkpoint_id="c_stuck"), page_rule(RV, 200), "write",
+                           body={**REASON, "from_rev": 0, "to_rev": 1}, surface="web")],
+    "reconcile_evidence_reveal": [
+        Op("post", _s(attempt_id="attempt_pk"), page_rule(RV, 200), "audited", body=REASON,
+           surface="web"),
+        Op("post", _s(TWIN, attempt_id="attempt_pk"), page_rule(RV, 404), body=REASON,
+           surface="web", tenant=TWIN)],
+}
+
+
+# --------------------------------------------------------------------------------------
+# The resolver's patterns
+# --------------------------------------------------------------------------------------
+
+def url_patterns() -> list[tuple[str, str]]:
+    """``[(qualified name, route)]`` of every URL pattern the resolver knows, but those
+    of ``SKIPPED_NAMESPACES``."""
+    found: list[tuple[str, str]] = []
+
+    def walk(resolver: URLResolver, prefix: str, namespace: str) -> None:
+        for entry in resolver.url_patterns:
+            if isinstance(entry, URLResolver):
+                ns = entry.namespace or namespace
+                if ns in SKIPPED_NAMESPACES:
+                    continue
+                walk(entry, prefix + str(entry.pattern), ns)
+            elif isinstance(entry, URLPattern):
+                name = f"{namespace}:{entry.name}" if namespace and entry.name else entry.name
+                found.append((name or f"(unnamed) {prefix}{entry.pattern}",
+                              prefix + str(entry.pattern)))
+
+    walk(get_resolver(), "/", "")
+    return found
+
+
+PATTERNS = url_patterns()
+
+
+def test_every_url_pattern_has_a_recipe():
+    names = [name for name, _ in PATTERNS]
+    missing = sorted(set(names) - set(RECIPES))
+    assert not missing, f"URL patterns without a request recipe in RECIPES: {missing}"
+    stale = sorted(set(RECIPES) - set(names))
+    assert not stale, f"recipes for URL patterns that no longer exist: {stale}"
+    assert len(names) == len(set(names)), "two URL patterns share a name"
+
+
+# --------------------------------------------------------------------------------------
+# "Nothing changed"
+# --------------------------------------------------------------------------------------
+
+_PER_TENANT = [
+    (Run, ("COUNT(*)", "SUM(fencing_token)", "COUNT(closed_at)", "MAX(updated_at)",
+           "SUM(CASE WHEN lease_owner = '' THEN 0 ELSE 1 END)")),
+    (Checkpoint, ("COUNT(*)", "SUM(revision)")),
+    (CheckpointRevision, ("COUNT(*)",)),
+    (Effect, ("COUNT(*)", "SUM(revision)", "MAX(updated_at)")),
+    (EffectRevision, ("COUNT(*)",)),
+    (Conflict, ("COUNT(*)", "COUNT(acknowledged_at)")),
+    (RetryRequest, ("COUNT(*)", "MAX(updated_at)")),
+    (ReconcileRequest, ("COUNT(*)", "MAX(updated_at)")),
+    (ReconcileAttempt, ("COUNT(*)",)),
+    (ReconcilerConfig, ("COUNT(*)",)),
+    (AuditEvent, ("COUNT(*)",)),
+    (AuditChainHead, ("MAX(seq)", "MAX(last_hash)")),
+]
+_GLOBAL = [
+    (ApiToken, ("COUNT(*)", "COUNT(revoked_at)")),  # last_used_at: bookkeeping, left out
+    (User, ("COUNT(*)", "SUM(CASE WHEN is_active THEN 1 ELSE 0 END)")),
+    (User.groups.through, ("COUNT(*)",)),
+]
+_TENANT = f"(SELECT id FROM {Tenant._meta.db_table} WHERE slug = %s)"
+_STATE_SQL = "SELECT " + ", ".join(
+    [f"(SELECT {expr} FROM {model._meta.db_table} WHERE tenant_id = {_TENANT})"
+     for _slug in (HOME, TWIN) for model, exprs in _PER_TENANT for expr in exprs]
+    + [f"(SELECT {expr} FROM {model._meta.db_table})" for model, exprs in _GLOBAL
+       for expr in exprs])
+_N = sum(len(exprs) for _, exprs in _PER_TENANT)  # values per tenant
+_AUDIT = _N - 3  # AuditEvent COUNT(*); the chain head's seq and hash follow it
+
+
+def state() -> tuple[tuple, tuple, tuple]:
+    """``(home, twin, global)``: row counts, aggregates of mutable columns and the audit
+    chain head of each tenant, and accounts, grants and tokens; one query."""
+    params = [HOME] * _N + [TWIN] * _N
+    with connection.cursor() as cur:
+        cur.execute(_STATE_SQL, params)
+        row = tuple(str(v) for v in cur.fetchone())
+    return row[:_N], row[_N:2 * _N], row[2 * _N:]
+
+
+# --------------------------------------------------------------------------------------
+# The table
+# --------------------------------------------------------------------------------------
+
+TABLE: dict[str, dict[str, str]] = {}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def print_table(request):
+    yield
+    if not TABLE:
+        return
+    names = list(next(iter(TABLE.values())))
+    width = max(len(k) for k in TABLE) + 2
+    lines = [f"isolation table: {len(TABLE)} requests x {len(names)} identities = "
+             f"{len(TABLE) * len(names)} cells; tenant {HOME}, its twin {TWIN} (g. = a role "
+             f"in {TWIN} only); 302L = redirect to the login page",
+             " " * width + " ".join(f"{n[:11]:>11}" for n in names)]
+    for row, cells in TABLE.items():
+        lines.append(f"{row:<{width}}" + " ".join(f"{cells[n]:>11}" for n in names))
+    text = "\n".join(lines) + "\n"
+    print("\n" + text)
+    var = Path(getattr(settings, "VAR_DIR", "var"))
+    var.mkdir(parents=True, exist_ok=True)
+    (var / "isolation-table.txt").write_text(text)
+
+
+def _request(op: Op, ident: Identity, path: str):
+    import json
+
+    if op.surface == "api":
+        client = ident.api()
+        target = path + (f"?{op.query}" if op.query else "")
+        if op.method == "get":
+            return client.get(target)
+        return getattr(client, op.method)(target, data=json.dumps(op.body),
+                                          content_type="application/json", **op.headers)
+    client = ident.web()
+    if op.method == "get":
+        return client.get(path)
+    return client.post(path, op.body or {})
+
+
+def _check_cell(op: Op, path: str, response, expected, before, after) -> list[str]:
+    problems = []
+    status = response.status_code
+    if expected == LOGIN:
+        location = response.get("Location", "")
+        if status != 302 or not location.startswith(reverse("login")):
+            problems.append(f"expected a redirect to the login page, got {status} {location}")
+    elif status != expected:
+        problems.append(f"expected {expected}, got {status}: {response.content[:200]!r}")
+    if (path.startswith("/api/v1/") and status >= 400
+            and "json" not in response.get("Content-Type", "")):
+        problems.append("an API error that is not JSON")
+    home_before, twin_before, glob_before = before
+    home_after, twin_after, glob_after = after
+    if twin_after != twin_before:
+        problems.append("the twin tenant changed")
+    succeeded = status < 400 and expected not in (LOGIN, 401, 403, 404)
+    if not succeeded or op.effect == "read":
+        if home_after != home_before or glob_after != glob_before:
+            problems.append(f"something changed on a {'read' if succeeded else 'refusal'}")
+    elif op.effect == "audited":
+        if int(home_after[_AUDIT]) != int(home_before[_AUDIT]) + 1:
+            problems.append("an audited read did not write exactly one audit event")
+        if home_after[:_AUDIT] != home_before[:_AUDIT] or glob_after != glob_before:
+            problems.append("an audited read changed more than the audit log")
+    elif home_after[_AUDIT:] == home_before[_AUDIT:]:
+        problems.append("a write wrote no audit event")
+    return problems
+
+
+CASES = [(name, i, op) for name, _ in PATTERNS for i, op in enumerate(RECIPES.get(name, []))]
+
+
+@pytest.mark.django_db  # (also tells pytest-django to set the test database up)
+@pytest.mark.parametrize(("name", "index", "op"), CASES,
+                         ids=[f"{n}-{op.method}" for n, _, op in CASES])
+def test_isolation_row(world, name, index, op):
+    kwargs = op.kwargs(world)
+    path = reverse(name, kwargs=kwargs)
+    row = f"{op.method.upper():<5}{path}"
+    for key, value in IDS.items():
+        row = row.replace(str(value), "{" + key + "}")
+    cells, failures = {}, []
+    for ident in world.identities:
+        expected = op.rule(ident, op.tenant)
+        with transaction.atomic():
+            before = state()
+            response = _request(op, ident, path)
+            after = state()
+            transaction.set_rollback(True)
+        status = response.status_code
+        cells[ident.name] = "302L" if expected == LOGIN and status == 302 else str(status)
+        for problem in _check_cell(op, path, response, expected, before, after):
+            failures.append(f"{ident.name}: {problem}")
+    TABLE[row] = cells
+    assert not failures, f"{row}\n" + "\n".join(failures)
