@@ -167,6 +167,16 @@ STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = VAR_DIR / "staticfiles"
 
+# --- Security: logins, passwords, headers, deployment (docs/security/hardening.md) ----
+# Every password set anywhere (create_account, the admin, changepassword) is checked.
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator",
+     "OPTIONS": {"min_length": env_int("RECOVERY_PASSWORD_MIN_LENGTH", 12, minimum=8)}},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
 # --- Bodies and payloads (CONTRACT.md section 6) ---------------------------------------
 RECOVERY_MAX_BODY_BYTES = env_int("RECOVERY_MAX_BODY_BYTES", 1024 * 1024, minimum=1024)
 RECOVERY_MAX_JSON_DEPTH = env_int("RECOVERY_MAX_JSON_DEPTH", 64, minimum=2)
