@@ -93,6 +93,7 @@ INSTALLED_APPS = [
     "guardian",
     "django_htmx",
     "template_partials",
+    "axes",
     "checkpoints",
 ]
 
@@ -106,6 +107,7 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "checkpoints.inprocess.InProcessWorkerMiddleware",
+    "axes.middleware.AxesMiddleware",  # last (django-axes docs)
 ]
 
 ROOT_URLCONF = "recovery.urls"
@@ -148,6 +150,8 @@ else:
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTHENTICATION_BACKENDS = [
+    # First: a locked-out username or address is refused before any password is hashed.
+    "axes.backends.AxesStandaloneBackend",
     "django.contrib.auth.backends.ModelBackend",
     "guardian.backends.ObjectPermissionBackend",
 ]
@@ -176,6 +180,24 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+# django-axes: after AXES_FAILURE_LIMIT failed logins for one username (from anywhere), or
+# from one address (for any usernames), logins for it are refused (429, lockout page)
+# without hashing the password, until the cool-off has passed since the last counted
+# failure. `manage.py axes_reset_username NAME` / `axes_reset_ip ADDR` unlock by hand.
+AXES_FAILURE_LIMIT = env_int("RECOVERY_LOGIN_FAILURE_LIMIT", 5, minimum=1)
+AXES_COOLOFF_TIME = timedelta(seconds=env_int("RECOVERY_LOGIN_COOLOFF_S", 900, minimum=1))
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+# A refused attempt during the lockout is not recorded: it costs reads only, and cannot
+# grow the attempt row (axes appends each attempt's form data to it).
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+AXES_CLIENT_IP_CALLABLE = "checkpoints.security.client_ip"
+AXES_USERNAME_CALLABLE = "checkpoints.security.login_username"
+# Reverse proxies in front of the service that append to X-Forwarded-For (0: none, the
+# peer address is the client's).
+RECOVERY_TRUSTED_PROXY_COUNT = env_int("RECOVERY_TRUSTED_PROXY_COUNT", 0)
+AXES_ENABLE_ADMIN = False  # the admin writes nothing (DESIGN.md 5); unlock by command
+
 
 # --- Bodies and payloads (CONTRACT.md section 6) ---------------------------------------
 RECOVERY_MAX_BODY_BYTES = env_int("RECOVERY_MAX_BODY_BYTES", 1024 * 1024, minimum=1024)
