@@ -8,7 +8,10 @@ then measures API GET latency (bearer token, ``GET /api/v1/tenants/bench/runs``)
 
 1. baseline: nobody logs in;
 2. under attack: N threads loop wrong passwords at ``/login/`` for the account
-   ``bench-reviewer`` from 127.0.0.1 while the API is timed;
+   ``bench-reviewer`` from 127.0.0.1 while the API is timed; with ``--spread``, each
+   guess comes from a new address for a new username instead (a botnet: the server is
+   told it is behind one proxy and each guess sends its own ``X-Forwarded-For``), which
+   no per-account or per-address lockout stops;
 3. then the right password is tried once at ``/login/``.
 
 It prints numbers; it asserts nothing (a benchmark, not a test; see
@@ -64,12 +67,15 @@ class Client:
         self.port = port
         self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
         self.cookies: dict[str, str] = {}
+        self.forwarded_for: str | None = None
 
     def request(self, method: str, path: str, body: str | None = None,
                 headers: dict | None = None) -> tuple[int, str, dict]:
         headers = dict(headers or {})
         if self.cookies:
             headers["Cookie"] = "; ".join(f"{k}={v}" for k, v in self.cookies.items())
+        if self.forwarded_for:
+            headers["X-Forwarded-For"] = self.forwarded_for
         if body is not None:
             headers["Content-Type"] = "application/x-www-form-urlencoded"
         for attempt in (1, 2):
@@ -110,12 +116,16 @@ def time_api(port: int, token: str, until: float, out: list[float]) -> None:
         out.append(time.perf_counter() - t0)
 
 
-def guess(port: int, until: float, statuses: Counter, lock: threading.Lock, n: int) -> None:
+def guess(port: int, until: float, statuses: Counter, lock: threading.Lock, n: int,
+          spread: bool) -> None:
     client = Client(port)
     i = 0
     while time.monotonic() < until:
         i += 1
-        status = client.login("/login/", USERNAME, f"wrong-guess-{n}-{i}")
+        if spread:
+            client.forwarded_for = f"10.{n}.{i // 250 % 250}.{i % 250 + 1}"
+        status = client.login("/login/", f"nobody-{n}-{i}" if spread else USERNAME,
+                              f"wrong-guess-{n}-{i}")
         with lock:
             statuses[status] += 1
 
@@ -130,6 +140,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--guessers", type=int, default=4, help="parallel wrong-login loops")
     parser.add_argument("--seconds", type=float, default=20.0, help="length of the attack")
+    parser.add_argument("--spread", action="store_true",
+                        help="every guess from a new address for a new username")
     parser.add_argument("--baseline-seconds", type=float, default=5.0)
     parser.add_argument("--server-args", default="",
                         help="extra gunicorn arguments (default: none, i.e. one sync worker "
@@ -157,6 +169,8 @@ def main() -> None:
         connection.close()
 
         env = dict(os.environ, RECOVERY_INPROCESS_WORKER="0")
+        if args.spread:
+            env["RECOVERY_TRUSTED_PROXY_COUNT"] = "1"
         if db["ENGINE"].endswith("sqlite3"):
             env.pop("DATABASE_URL", None)
             env["RECOVERY_SQLITE_PATH"] = str(db["NAME"])
@@ -194,7 +208,7 @@ def main() -> None:
         statuses: Counter = Counter()
         lock = threading.Lock()
         until = time.monotonic() + args.seconds
-        guessers = [threading.Thread(target=guess, args=(port, until, statuses, lock, n))
+        guessers = [threading.Thread(target=guess, args=(port, until, statuses, lock, n, args.spread))
                     for n in range(args.guessers)]
         attacked: list[float] = []
         t0 = time.perf_counter()
@@ -204,7 +218,8 @@ def main() -> None:
         for t in guessers:
             t.join()
         elapsed = time.perf_counter() - t0
-        print(describe(f"{args.guessers} guessers", attacked))
+        print(describe(f"{args.guessers} guessers" + (" (spread)" if args.spread else ""),
+                       attacked))
         slowdown = statistics.median(attacked) / statistics.median(baseline)
         print(f"slowdown      p50 x{slowdown:.1f}, "
               f"p99 x{percentile(attacked, .99) / percentile(baseline, .99):.1f}")

@@ -5,14 +5,27 @@
   it is the N-th address from the right of ``X-Forwarded-For`` (each proxy appends the
   address it saw, so the entries further left are whatever the client chose to send).
 - ``login_username``: the username axes records, fitted to its column.
+- ``LoginSlotsMiddleware``: a login POST (``/login/``, ``/admin/login/``) runs only while it
+  holds one of ``RECOVERY_LOGIN_SLOTS`` machine-wide slots (file locks), so password
+  hashing never takes more than that many cores from the API, whichever worker or thread
+  the guesses land on. A POST that finds no free slot within ``RECOVERY_LOGIN_SLOT_WAIT_MS``
+  is answered 429 with ``Retry-After`` before anything is hashed. Lockouts (axes) stop a
+  guesser that uses one account or address; the slots bound the rest (many addresses).
 """
 
 from __future__ import annotations
 
+import fcntl
 import ipaddress
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
 
 from django.conf import settings
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.urls import reverse
 
 
 def client_ip(request: HttpRequest) -> str | None:
@@ -51,3 +64,55 @@ def login_username(request: HttpRequest, credentials: dict | None) -> str | None
 
 #: ``axes.models.AccessAttempt.username`` (and ``AccessLog.username``) is varchar(255).
 _USERNAME_WIDTH = 255
+
+
+class LoginSlotsMiddleware:
+    """Bounds how many login POSTs run at once on this machine (see the module doc)."""
+
+    POLL_S = 0.02
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]):
+        self.get_response = get_response
+        self._paths: frozenset[str] | None = None
+
+    def login_paths(self) -> frozenset[str]:
+        if self._paths is None:
+            self._paths = frozenset({reverse("login"), reverse("admin:login")})
+        return self._paths
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if request.method != "POST" or request.path not in self.login_paths():
+            return self.get_response(request)
+        slot = acquire_login_slot(settings.RECOVERY_LOGIN_SLOT_WAIT_MS / 1000)
+        if slot is None:
+            response = render(request, "registration/login_busy.html", status=429)
+            response["Retry-After"] = "1"
+            return response
+        try:
+            return self.get_response(request)
+        finally:
+            release_login_slot(slot)
+
+
+def acquire_login_slot(wait_s: float) -> int | None:
+    """An open, exclusively locked slot file (its descriptor), or None if every one of
+    ``RECOVERY_LOGIN_SLOTS`` stayed taken for ``wait_s`` seconds."""
+    directory = Path(settings.RECOVERY_LOGIN_SLOT_DIR)
+    directory.mkdir(parents=True, exist_ok=True)
+    deadline = time.monotonic() + wait_s
+    while True:
+        for i in range(settings.RECOVERY_LOGIN_SLOTS):
+            fd = os.open(directory / f"slot-{i}", os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            return fd
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(LoginSlotsMiddleware.POLL_S)
+
+
+def release_login_slot(fd: int) -> None:
+    os.close(fd)  # closing the descriptor releases its lock

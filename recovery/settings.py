@@ -99,6 +99,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "checkpoints.security.LoginSlotsMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -197,6 +198,12 @@ AXES_USERNAME_CALLABLE = "checkpoints.security.login_username"
 # peer address is the client's).
 RECOVERY_TRUSTED_PROXY_COUNT = env_int("RECOVERY_TRUSTED_PROXY_COUNT", 0)
 AXES_ENABLE_ADMIN = False  # the admin writes nothing (DESIGN.md 5); unlock by command
+# Login slots (checkpoints.security.LoginSlotsMiddleware): at most this many login POSTs
+# hash passwords at once on this machine; one that waits longer than the wait gets 429.
+RECOVERY_LOGIN_SLOTS = env_int("RECOVERY_LOGIN_SLOTS", max(1, (os.cpu_count() or 2) // 2),
+                               minimum=1)
+RECOVERY_LOGIN_SLOT_WAIT_MS = env_int("RECOVERY_LOGIN_SLOT_WAIT_MS", 1000)
+RECOVERY_LOGIN_SLOT_DIR = env("RECOVERY_LOGIN_SLOT_DIR") or str(VAR_DIR / "login-slots")
 
 
 # --- Bodies and payloads (CONTRACT.md section 6) ---------------------------------------
