@@ -144,8 +144,9 @@ def main() -> None:
                         help="every guess from a new address for a new username")
     parser.add_argument("--baseline-seconds", type=float, default=5.0)
     parser.add_argument("--server-args", default="",
-                        help="extra gunicorn arguments (default: none, i.e. one sync worker "
-                        "as README's `gunicorn recovery.wsgi`; try '--workers 2 --threads 4')")
+                        help="extra gunicorn arguments (default: none, i.e. the shipped "
+                        "gunicorn.conf.py; '-c /dev/null' is gunicorn's own default of one "
+                        "synchronous worker)")
     args = parser.parse_args()
 
     import django
@@ -195,7 +196,7 @@ def main() -> None:
                 time.sleep(0.2)
 
         hasher = settings.PASSWORD_HASHERS[0].rsplit(".", 1)[-1]
-        print(f"database: {connection.vendor}; server: gunicorn {args.server_args or '(defaults)'}; "
+        print(f"database: {connection.vendor}; server: gunicorn {args.server_args or '(gunicorn.conf.py)'}; "
               f"hasher: {hasher}; {os.cpu_count()} CPUs")
         print(f"lockout: {getattr(settings, 'AXES_FAILURE_LIMIT', None) or 'none'} failures"
               f" (axes {'on' if 'axes' in settings.INSTALLED_APPS else 'not installed'})")
