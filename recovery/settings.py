@@ -94,11 +94,14 @@ INSTALLED_APPS = [
     "django_htmx",
     "template_partials",
     "axes",
+    "csp",
     "checkpoints",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "csp.middleware.CSPMiddleware",
+    "django_permissions_policy.PermissionsPolicyMiddleware",
     "checkpoints.security.LoginSlotsMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -205,6 +208,33 @@ RECOVERY_LOGIN_SLOTS = env_int("RECOVERY_LOGIN_SLOTS", max(1, (os.cpu_count() or
 RECOVERY_LOGIN_SLOT_WAIT_MS = env_int("RECOVERY_LOGIN_SLOT_WAIT_MS", 1000)
 RECOVERY_LOGIN_SLOT_DIR = env("RECOVERY_LOGIN_SLOT_DIR") or str(VAR_DIR / "login-slots")
 
+# Content-Security-Policy (django-csp) on every response: scripts and styles only from
+# our own static files (no inline code, no eval), nothing framed, forms post to us only.
+_CSP_REPORT_URI = env("RECOVERY_CSP_REPORT_URI") or ""
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'none'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'"],
+        "img-src": ["'self'", "data:"],
+        "font-src": ["'self'"],
+        "connect-src": ["'self'"],
+        "manifest-src": ["'self'"],
+        "form-action": ["'self'"],
+        "frame-ancestors": ["'none'"],
+        "base-uri": ["'none'"],
+        "object-src": ["'none'"],
+        **({"report-uri": [_CSP_REPORT_URI]} if _CSP_REPORT_URI else {}),
+    },
+}
+PERMISSIONS_POLICY = {feature: [] for feature in (
+    "accelerometer", "camera", "geolocation", "gyroscope", "magnetometer", "microphone",
+    "payment", "usb", "browsing-topics")}
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+CSRF_COOKIE_HTTPONLY = True  # htmx sends the token from the page (hx-headers), not the cookie
 
 # --- Bodies and payloads (CONTRACT.md section 6) ---------------------------------------
 RECOVERY_MAX_BODY_BYTES = env_int("RECOVERY_MAX_BODY_BYTES", 1024 * 1024, minimum=1024)
