@@ -11,6 +11,9 @@
   the guesses land on. A POST that finds no free slot within ``RECOVERY_LOGIN_SLOT_WAIT_MS``
   is answered 429 with ``Retry-After`` before anything is hashed. Lockouts (axes) stop a
   guesser that uses one account or address; the slots bound the rest (many addresses).
+- ``PrivateNoStoreMiddleware``: every dynamic response is ``Cache-Control: no-store,
+  private`` unless its view said otherwise: pages, fragments and API answers carry
+  per-account data (revealed payloads, receipts), which no browser or proxy may keep.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
+from django.utils.cache import add_never_cache_headers
 
 
 def client_ip(request: HttpRequest) -> str | None:
@@ -64,6 +68,20 @@ def login_username(request: HttpRequest, credentials: dict | None) -> str | None
 
 #: ``axes.models.AccessAttempt.username`` (and ``AccessLog.username``) is varchar(255).
 _USERNAME_WIDTH = 255
+
+
+class PrivateNoStoreMiddleware:
+    """``Cache-Control: max-age=0, no-cache, no-store, must-revalidate, private`` (Django's
+    ``never_cache``) on every response whose view set no ``Cache-Control`` of its own."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]):
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        response = self.get_response(request)
+        if not response.has_header("Cache-Control"):
+            add_never_cache_headers(response)
+        return response
 
 
 class LoginSlotsMiddleware:

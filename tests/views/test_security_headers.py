@@ -1,6 +1,7 @@
 """Security headers on every response (issue 6, fault 6): a Content-Security-Policy with no
 inline script or style and no eval, plus nosniff, Referrer-Policy, X-Frame-Options,
-Cross-Origin-Opener-Policy and Permissions-Policy. "Every response" is every URL pattern
+Cross-Origin-Opener-Policy, Permissions-Policy and ``Cache-Control: no-store, private``
+(pages, fragments and API answers carry per-account data such as revealed payloads). "Every response" is every URL pattern
 of the project (from the resolver, so a new URL is covered without editing this file),
 fetched as an anonymous visitor, a reviewer's session and a writer's bearer token.
 The HTML that comes back, and every template, carries no inline code the policy would
@@ -17,6 +18,8 @@ from django.urls import URLPattern, URLResolver, get_resolver
 from django.urls.resolvers import RoutePattern
 
 from checkpoints import services
+from checkpoints.models import ReconcileAttempt
+from tests.views.conftest import reconcile
 
 pytestmark = pytest.mark.django_db
 
@@ -88,12 +91,25 @@ def assert_hardened(response, where: str, third_party: bool = False) -> None:
         assert response["Cross-Origin-Opener-Policy"] == "same-origin", where
     assert "camera=()" in response["Permissions-Policy"], where
     assert "microphone=()" in response["Permissions-Policy"], where
+    assert_not_cacheable(response, where)
+
+
+def assert_not_cacheable(response, where: str) -> None:
+    cache_control = {d.strip() for d in response.get("Cache-Control", "").split(",")}
+    assert {"no-store", "private"} <= cache_control, f"{where}: {cache_control}"
 
 
 def assert_no_inline_code(text: str, where: str) -> None:
     for what, pattern in INLINE_CODE.items():
         found = pattern.search(text)
         assert found is None, f"{where}: {what}: {found and found.group(0)[:120]}"
+
+
+@pytest.fixture
+def attempt(stuck, acme, rita, scripted):
+    """A reconcile look-up whose evidence (``gw-777``) can be revealed."""
+    reconcile(rita, acme, stuck.run_id)
+    return ReconcileAttempt.objects.get()
 
 
 @pytest.fixture
@@ -128,15 +144,38 @@ def test_every_response_carries_the_policy_and_the_security_headers(paths, rita,
     assert {200, 302, 404, 405} <= seen  # pages, redirects, refusals and errors alike
 
 
-def test_a_post_answer_carries_them_too(rita, stuck):
+@pytest.mark.parametrize("htmx", [True, False])
+def test_revealed_payloads_diffs_and_evidence_are_not_cacheable(rita, stuck, attempt, htmx):
+    """The answers that show a decrypted payload, a diff of two, or a service's evidence."""
     reviewer = Client()
     reviewer.force_login(rita)
-    response = reviewer.post(f"/t/acme/checkpoints/{stuck.checkpoint_id}/reveal/",
-                             {"revision": 1, "reason": "check the header"},
-                             HTTP_HX_REQUEST="true")
-    assert response.status_code == 200
-    assert_hardened(response, "reveal")
-    assert_no_inline_code(response.content.decode(), "reveal")
+    extra = {"HTTP_HX_REQUEST": "true"} if htmx else {}
+    cp = f"/t/acme/checkpoints/{stuck.checkpoint_id}"
+    for url, data, secret in [
+        (f"{cp}/reveal/", {"revision": 1, "reason": "check"}, "amount_cents"),
+        (f"{cp}/diff/", {"from_rev": 0, "to_rev": 1, "reason": "check"}, "amount_cents"),
+        (f"/t/acme/reconcile-attempts/{attempt.pk}/evidence/", {"reason": "check"}, "gw-777"),
+    ]:
+        response = reviewer.post(url, data, **extra)
+        assert response.status_code == 200 and secret in response.content.decode(), url
+        assert_hardened(response, url)
+        assert_no_inline_code(response.content.decode(), url)
+
+
+def test_a_view_that_sets_its_own_cache_control_keeps_it(rf):
+    from django.http import HttpResponse
+
+    from checkpoints.security import PrivateNoStoreMiddleware
+
+    def view(request):
+        response = HttpResponse("public")
+        response["Cache-Control"] = "public, max-age=60"
+        return response
+
+    response = PrivateNoStoreMiddleware(view)(rf.get("/"))
+    assert response["Cache-Control"] == "public, max-age=60"
+    response = PrivateNoStoreMiddleware(lambda request: HttpResponse("x"))(rf.get("/"))
+    assert_not_cacheable(response, "plain")
 
 
 def test_no_template_carries_inline_code():
