@@ -5,6 +5,8 @@
   it is the N-th address from the right of ``X-Forwarded-For`` (each proxy appends the
   address it saw, so the entries further left are whatever the client chose to send).
 - ``login_username``: the username axes records, fitted to its column.
+- ``dev_defaults_check``: ``check --deploy`` reports every setting still on its
+  development value (``recovery.W001``), e.g. ``RECOVERY_ENCRYPTION_KEYS``.
 - ``LoginSlotsMiddleware``: a login POST (``/login/``, ``/admin/login/``) runs only while it
   holds one of ``RECOVERY_LOGIN_SLOTS`` machine-wide slots (file locks), so password
   hashing never takes more than that many cores from the API, whichever worker or thread
@@ -26,10 +28,19 @@ from collections.abc import Callable
 from pathlib import Path
 
 from django.conf import settings
+from django.core import checks
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
 from django.utils.cache import add_never_cache_headers
+
+
+@checks.register(checks.Tags.security, deploy=True)
+def dev_defaults_check(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
+    return [checks.Warning(f"{name} is not set: the service runs on a public development "
+                           "value.", hint=f"Set {name} (or {name}_FILE) in the environment.",
+                           id="recovery.W001")
+            for name in getattr(settings, "RECOVERY_DEV_DEFAULTS", [])]
 
 
 def client_ip(request: HttpRequest) -> str | None:

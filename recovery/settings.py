@@ -59,7 +59,12 @@ def env_int(name: str, default: int, *, minimum: int = 0) -> int:
     return value
 
 
+#: Settings that fell back to a development value (a deploy check reports each one).
+RECOVERY_DEV_DEFAULTS: list[str] = []
+
+
 def _dev_default(name: str, value: str) -> str:
+    RECOVERY_DEV_DEFAULTS.append(name)
     if "pytest" not in sys.modules:
         warnings.warn(
             f"\n*** {name} is not set: using an insecure DEVELOPMENT value. "
@@ -71,7 +76,8 @@ def _dev_default(name: str, value: str) -> str:
 
 
 SECRET_KEY = env("SECRET_KEY") or _dev_default(
-    "SECRET_KEY", "dev-insecure-0c6b1f0e-recovery-secret-key-change-me"
+    # The django-insecure- prefix makes `check --deploy` report it (security.W009).
+    "SECRET_KEY", "django-insecure-dev-0c6b1f0e-recovery-secret-key-change-me"
 )
 DEBUG = env_bool("DEBUG", default="SECRET_KEY" not in os.environ)
 ALLOWED_HOSTS = [
@@ -236,6 +242,26 @@ SECURE_REFERRER_POLICY = "same-origin"
 SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
 X_FRAME_OPTIONS = "DENY"
 CSRF_COOKIE_HTTPONLY = True  # htmx sends the token from the page (hx-headers), not the cookie
+# Deployment: secure by default when DEBUG is off; each may be turned off from the
+# environment (e.g. TLS ends at a proxy that already redirects), and the check it then
+# raises silenced with RECOVERY_SILENCED_CHECKS=security.W008,...
+_SECURE = not DEBUG
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", _SECURE)
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31536000 if _SECURE else 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", _SECURE)
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", _SECURE)
+SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", _SECURE)
+CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", _SECURE)
+# Behind a TLS-terminating proxy: SECURE_PROXY_SSL_HEADER=HTTP_X_FORWARDED_PROTO,https
+_proxy_ssl = (env("SECURE_PROXY_SSL_HEADER") or "").split(",")
+if len(_proxy_ssl) == 2 and all(part.strip() for part in _proxy_ssl):
+    SECURE_PROXY_SSL_HEADER = (_proxy_ssl[0].strip(), _proxy_ssl[1].strip())
+elif _proxy_ssl != [""]:
+    raise ImproperlyConfigured("SECURE_PROXY_SSL_HEADER must be HEADER,value, e.g. "
+                               "HTTP_X_FORWARDED_PROTO,https")
+SILENCED_SYSTEM_CHECKS = [
+    c.strip() for c in (env("RECOVERY_SILENCED_CHECKS") or "").split(",") if c.strip()
+]
 
 # --- Bodies and payloads (CONTRACT.md section 6) ---------------------------------------
 RECOVERY_MAX_BODY_BYTES = env_int("RECOVERY_MAX_BODY_BYTES", 1024 * 1024, minimum=1024)
