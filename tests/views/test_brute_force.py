@@ -100,7 +100,7 @@ def test_the_lockout_page_says_what_happened_and_how_long(url, rita):
     assert response.status_code == 429
     page = response.content.decode()
     assert "Too many failed logins" in page
-    assert "for <strong>rita</strong>" in page
+    assert "as <strong>rita</strong>, or from your address" in page
     assert f"after {LIMIT} failed attempts" in page
     minutes = int(settings.AXES_COOLOFF_TIME.total_seconds() // 60)
     assert f"Try again in {minutes} minutes" in page
