@@ -5,3 +5,6 @@ class CheckpointsConfig(AppConfig):
     name = "checkpoints"
     verbose_name = "Checkpoints and recovery"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from . import security  # noqa: F401 (registers its deploy checks)

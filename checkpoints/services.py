@@ -25,6 +25,8 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
+from django.contrib.auth.password_validation import validate_password
+from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import Count, F, Q
 from guardian.shortcuts import assign_perm
@@ -127,14 +129,19 @@ def tenant_create(*, slug: str, name: str = "", actor=None) -> Tenant:
 def account_create(*, username: str, password: str | None = None, service: bool = False):
     """Create a login account (``password``) or a service account (no password, tokens only).
 
-    Raises ``InvalidPayload`` if the username is taken. Accounts belong to no tenant, so
-    this writes no tenant audit event; granting a role does.
+    Raises ``InvalidPayload`` if the username is taken, or if the password fails
+    ``AUTH_PASSWORD_VALIDATORS`` (length, common, numeric, similar to the username).
+    Accounts belong to no tenant, so this writes no tenant audit event; granting a role does.
     """
     with transaction.atomic():
         if User.objects.filter(username=username).exists():
             raise InvalidPayload(f"username: account {username!r} already exists")
         user = User(username=username)
         if password and not service:
+            try:
+                validate_password(password, user)
+            except ValidationError as exc:
+                raise InvalidPayload(f"password: {' '.join(exc.messages)}") from None
             user.set_password(password)
         else:
             user.set_unusable_password()

@@ -59,7 +59,12 @@ def env_int(name: str, default: int, *, minimum: int = 0) -> int:
     return value
 
 
+#: Settings that fell back to a development value (a deploy check reports each one).
+RECOVERY_DEV_DEFAULTS: list[str] = []
+
+
 def _dev_default(name: str, value: str) -> str:
+    RECOVERY_DEV_DEFAULTS.append(name)
     if "pytest" not in sys.modules:
         warnings.warn(
             f"\n*** {name} is not set: using an insecure DEVELOPMENT value. "
@@ -71,7 +76,8 @@ def _dev_default(name: str, value: str) -> str:
 
 
 SECRET_KEY = env("SECRET_KEY") or _dev_default(
-    "SECRET_KEY", "dev-insecure-0c6b1f0e-recovery-secret-key-change-me"
+    # The django-insecure- prefix makes `check --deploy` report it (security.W009).
+    "SECRET_KEY", "django-insecure-dev-0c6b1f0e-recovery-secret-key-change-me"
 )
 DEBUG = env_bool("DEBUG", default="SECRET_KEY" not in os.environ)
 ALLOWED_HOSTS = [
@@ -93,11 +99,17 @@ INSTALLED_APPS = [
     "guardian",
     "django_htmx",
     "template_partials",
+    "axes",
+    "csp",
     "checkpoints",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "csp.middleware.CSPMiddleware",
+    "django_permissions_policy.PermissionsPolicyMiddleware",
+    "checkpoints.security.PrivateNoStoreMiddleware",
+    "checkpoints.security.LoginSlotsMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -106,6 +118,7 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "checkpoints.inprocess.InProcessWorkerMiddleware",
+    "axes.middleware.AxesMiddleware",  # last (django-axes docs)
 ]
 
 ROOT_URLCONF = "recovery.urls"
@@ -148,6 +161,8 @@ else:
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTHENTICATION_BACKENDS = [
+    # First: a locked-out username or address is refused before any password is hashed.
+    "axes.backends.AxesStandaloneBackend",
     "django.contrib.auth.backends.ModelBackend",
     "guardian.backends.ObjectPermissionBackend",
 ]
@@ -166,6 +181,87 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = VAR_DIR / "staticfiles"
+
+# --- Security: logins, passwords, headers, deployment (docs/security/hardening.md) ----
+# Every password set anywhere (create_account, the admin, changepassword) is checked.
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator",
+     "OPTIONS": {"min_length": env_int("RECOVERY_PASSWORD_MIN_LENGTH", 12, minimum=8)}},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+# django-axes: after AXES_FAILURE_LIMIT failed logins for one username (from anywhere), or
+# from one address (for any usernames), logins for it are refused (429, lockout page)
+# without hashing the password, until the cool-off has passed since the last counted
+# failure. `manage.py axes_reset_username NAME` / `axes_reset_ip ADDR` unlock by hand.
+AXES_FAILURE_LIMIT = env_int("RECOVERY_LOGIN_FAILURE_LIMIT", 5, minimum=1)
+AXES_COOLOFF_TIME = timedelta(seconds=env_int("RECOVERY_LOGIN_COOLOFF_S", 900, minimum=1))
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+# A refused attempt during the lockout is not recorded: it costs reads only, and cannot
+# grow the attempt row (axes appends each attempt's form data to it).
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+AXES_CLIENT_IP_CALLABLE = "checkpoints.security.client_ip"
+AXES_USERNAME_CALLABLE = "checkpoints.security.login_username"
+# Reverse proxies in front of the service that append to X-Forwarded-For (0: none, the
+# peer address is the client's).
+RECOVERY_TRUSTED_PROXY_COUNT = env_int("RECOVERY_TRUSTED_PROXY_COUNT", 0)
+AXES_ENABLE_ADMIN = False  # the admin writes nothing (DESIGN.md 5); unlock by command
+# Login slots (checkpoints.security.LoginSlotsMiddleware): at most this many login POSTs
+# hash passwords at once on this machine; one that waits longer than the wait gets 429.
+RECOVERY_LOGIN_SLOTS = env_int("RECOVERY_LOGIN_SLOTS", max(1, (os.cpu_count() or 2) // 2),
+                               minimum=1)
+RECOVERY_LOGIN_SLOT_WAIT_MS = env_int("RECOVERY_LOGIN_SLOT_WAIT_MS", 1000)
+RECOVERY_LOGIN_SLOT_DIR = env("RECOVERY_LOGIN_SLOT_DIR") or str(VAR_DIR / "login-slots")
+
+# Content-Security-Policy (django-csp) on every response: scripts and styles only from
+# our own static files (no inline code, no eval), nothing framed, forms post to us only.
+_CSP_REPORT_URI = env("RECOVERY_CSP_REPORT_URI") or ""
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'none'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'"],
+        "img-src": ["'self'", "data:"],
+        "font-src": ["'self'"],
+        "connect-src": ["'self'"],
+        "manifest-src": ["'self'"],
+        "form-action": ["'self'"],
+        "frame-ancestors": ["'none'"],
+        "base-uri": ["'none'"],
+        "object-src": ["'none'"],
+        **({"report-uri": [_CSP_REPORT_URI]} if _CSP_REPORT_URI else {}),
+    },
+}
+PERMISSIONS_POLICY = {feature: [] for feature in (
+    "accelerometer", "camera", "geolocation", "gyroscope", "magnetometer", "microphone",
+    "payment", "usb", "browsing-topics")}
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+CSRF_COOKIE_HTTPONLY = True  # htmx sends the token from the page (hx-headers), not the cookie
+# Deployment: secure by default when DEBUG is off; each may be turned off from the
+# environment (e.g. TLS ends at a proxy that already redirects), and the check it then
+# raises silenced with RECOVERY_SILENCED_CHECKS=security.W008,...
+_SECURE = not DEBUG
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", _SECURE)
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31536000 if _SECURE else 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", _SECURE)
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", _SECURE)
+SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", _SECURE)
+CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", _SECURE)
+# Behind a TLS-terminating proxy: SECURE_PROXY_SSL_HEADER=HTTP_X_FORWARDED_PROTO,https
+_proxy_ssl = (env("SECURE_PROXY_SSL_HEADER") or "").split(",")
+if len(_proxy_ssl) == 2 and all(part.strip() for part in _proxy_ssl):
+    SECURE_PROXY_SSL_HEADER = (_proxy_ssl[0].strip(), _proxy_ssl[1].strip())
+elif _proxy_ssl != [""]:
+    raise ImproperlyConfigured("SECURE_PROXY_SSL_HEADER must be HEADER,value, e.g. "
+                               "HTTP_X_FORWARDED_PROTO,https")
+SILENCED_SYSTEM_CHECKS = [
+    c.strip() for c in (env("RECOVERY_SILENCED_CHECKS") or "").split(",") if c.strip()
+]
 
 # --- Bodies and payloads (CONTRACT.md section 6) ---------------------------------------
 RECOVERY_MAX_BODY_BYTES = env_int("RECOVERY_MAX_BODY_BYTES", 1024 * 1024, minimum=1024)

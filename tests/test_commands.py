@@ -52,9 +52,9 @@ def test_it_refuses_bad_tenants(acme, args, message):
 
 def test_it_creates_a_login_account_from_stdin(db):
     assert "created account rita" in run("create_account", "rita", "--password-stdin",
-                                         stdin="s3cret pass\n")
+                                         stdin="s3cret pass phrase\n")
     user = User.objects.get(username="rita")
-    assert user.check_password("s3cret pass")
+    assert user.check_password("s3cret pass phrase")
     assert not user.is_superuser and not user.is_staff
 
 
@@ -76,7 +76,7 @@ def test_it_refuses_bad_accounts(wendy, args, stdin, message):
 
 
 def test_it_grants_a_role_with_its_rights_and_an_audit_event(acme, db):
-    run("create_account", "ann", "--password-stdin", stdin="pw\n")
+    run("create_account", "ann", "--password-stdin", stdin="a-sound-pass-phrase\n")
     assert "granted approver in acme to ann" in run("grant", "ann", "approver", "acme")
     ann = User.objects.get(username="ann")
     assert role_names(ann, acme) == ["approver"]

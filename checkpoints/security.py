@@ -1,0 +1,147 @@
+"""Web hardening that no library covers (docs/security/hardening.md).
+
+- ``client_ip``: the address django-axes counts login failures against. Without a
+  trusted proxy it is ``REMOTE_ADDR``; behind ``RECOVERY_TRUSTED_PROXY_COUNT`` = N proxies
+  it is the N-th address from the right of ``X-Forwarded-For`` (each proxy appends the
+  address it saw, so the entries further left are whatever the client chose to send).
+- ``login_username``: the username axes records, fitted to its column.
+- ``dev_defaults_check``: ``check --deploy`` reports every setting still on its
+  development value (``recovery.W001``), e.g. ``RECOVERY_ENCRYPTION_KEYS``.
+- ``LoginSlotsMiddleware``: a login POST (``/login/``, ``/admin/login/``) runs only while it
+  holds one of ``RECOVERY_LOGIN_SLOTS`` machine-wide slots (file locks), so password
+  hashing never takes more than that many cores from the API, whichever worker or thread
+  the guesses land on. A POST that finds no free slot within ``RECOVERY_LOGIN_SLOT_WAIT_MS``
+  is answered 429 with ``Retry-After`` before anything is hashed. Lockouts (axes) stop a
+  guesser that uses one account or address; the slots bound the rest (many addresses).
+- ``PrivateNoStoreMiddleware``: every dynamic response is ``Cache-Control: no-store,
+  private`` unless its view said otherwise: pages, fragments and API answers carry
+  per-account data (revealed payloads, receipts), which no browser or proxy may keep.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import ipaddress
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from django.conf import settings
+from django.core import checks
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.urls import reverse
+from django.utils.cache import add_never_cache_headers
+
+
+@checks.register(checks.Tags.security, deploy=True)
+def dev_defaults_check(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
+    return [checks.Warning(f"{name} is not set: the service runs on a public development "
+                           "value.", hint=f"Set {name} (or {name}_FILE) in the environment.",
+                           id="recovery.W001")
+            for name in getattr(settings, "RECOVERY_DEV_DEFAULTS", [])]
+
+
+def client_ip(request: HttpRequest) -> str | None:
+    """The client's address as seen by the closest untrusted hop (see the module doc).
+    Always a valid IP address (axes stores it in an address column), or None."""
+    proxies = settings.RECOVERY_TRUSTED_PROXY_COUNT
+    remote = _valid_ip(request.META.get("REMOTE_ADDR"))
+    if proxies <= 0:
+        return remote
+    hops = [h.strip() for h in request.META.get("HTTP_X_FORWARDED_FOR", "").split(",")]
+    hops = [h for h in hops if h]
+    if len(hops) < proxies:
+        # Fewer hops than proxies: the request did not come through all of them (or a
+        # proxy is misconfigured); count it against the address that reached us.
+        return remote
+    return _valid_ip(hops[-proxies]) or remote
+
+
+def _valid_ip(value: str | None) -> str | None:
+    try:
+        return str(ipaddress.ip_address((value or "").strip()))
+    except ValueError:
+        return None
+
+
+def login_username(request: HttpRequest, credentials: dict | None) -> str | None:
+    """The username axes counts failures against: as typed, without NUL characters and
+    cut to the width of its column (a login form does not limit it; a longer value
+    would fail the insert on PostgreSQL and answer 500)."""
+    field = settings.AXES_USERNAME_FORM_FIELD
+    name = credentials.get(field) if credentials else request.POST.get(field)
+    if name is None:
+        return None
+    return str(name).replace("\x00", "")[:_USERNAME_WIDTH]
+
+
+#: ``axes.models.AccessAttempt.username`` (and ``AccessLog.username``) is varchar(255).
+_USERNAME_WIDTH = 255
+
+
+class PrivateNoStoreMiddleware:
+    """``Cache-Control: max-age=0, no-cache, no-store, must-revalidate, private`` (Django's
+    ``never_cache``) on every response whose view set no ``Cache-Control`` of its own."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]):
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        response = self.get_response(request)
+        if not response.has_header("Cache-Control"):
+            add_never_cache_headers(response)
+        return response
+
+
+class LoginSlotsMiddleware:
+    """Bounds how many login POSTs run at once on this machine (see the module doc)."""
+
+    POLL_S = 0.02
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]):
+        self.get_response = get_response
+        self._paths: frozenset[str] | None = None
+
+    def login_paths(self) -> frozenset[str]:
+        if self._paths is None:
+            self._paths = frozenset({reverse("login"), reverse("admin:login")})
+        return self._paths
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if request.method != "POST" or request.path not in self.login_paths():
+            return self.get_response(request)
+        slot = acquire_login_slot(settings.RECOVERY_LOGIN_SLOT_WAIT_MS / 1000)
+        if slot is None:
+            response = render(request, "registration/login_busy.html", status=429)
+            response["Retry-After"] = "1"
+            return response
+        try:
+            return self.get_response(request)
+        finally:
+            release_login_slot(slot)
+
+
+def acquire_login_slot(wait_s: float) -> int | None:
+    """An open, exclusively locked slot file (its descriptor), or None if every one of
+    ``RECOVERY_LOGIN_SLOTS`` stayed taken for ``wait_s`` seconds."""
+    directory = Path(settings.RECOVERY_LOGIN_SLOT_DIR)
+    directory.mkdir(parents=True, exist_ok=True)
+    deadline = time.monotonic() + wait_s
+    while True:
+        for i in range(settings.RECOVERY_LOGIN_SLOTS):
+            fd = os.open(directory / f"slot-{i}", os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            return fd
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(LoginSlotsMiddleware.POLL_S)
+
+
+def release_login_slot(fd: int) -> None:
+    os.close(fd)  # closing the descriptor releases its lock

@@ -1,0 +1,87 @@
+"""``manage.py check --deploy`` with production settings (issue 6, fault 6): clean when the
+environment says DEBUG=0 with a real SECRET_KEY and ALLOWED_HOSTS, because every
+deployment setting defaults to its secure value then; each may be turned off from the
+environment, and the warning that raises silenced by RECOVERY_SILENCED_CHECKS. Run in a
+subprocess: settings are read from the environment once, at start-up."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from cryptography.fernet import Fernet
+
+ROOT = Path(__file__).resolve().parent.parent
+LOOSENED = {"SECURE_SSL_REDIRECT": "0", "SECURE_HSTS_SECONDS": "0",
+            "SESSION_COOKIE_SECURE": "0", "CSRF_COOKIE_SECURE": "0"}
+LOOSENED_CHECKS = ["security.W004", "security.W008", "security.W012", "security.W016"]
+
+
+@pytest.fixture
+def production(tmp_path) -> dict[str, str]:
+    """The environment of a production web node (no database is touched by the checks)."""
+    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "DEBUG": "0",
+            "SECRET_KEY": secrets.token_urlsafe(50), "ALLOWED_HOSTS": "recovery.example",
+            "RECOVERY_ENCRYPTION_KEYS": Fernet.generate_key().decode(),
+            "RECOVERY_VAR_DIR": str(tmp_path)}
+
+
+def manage(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "manage.py"), *args], env=env,
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+
+def deploy_check(env: dict[str, str]) -> subprocess.CompletedProcess:
+    return manage(env, "check", "--deploy", "--fail-level", "WARNING")
+
+
+def test_check_deploy_is_clean_with_production_settings(production):
+    done = deploy_check(production)
+    assert done.returncode == 0, done.stderr
+    assert "System check identified no issues (0 silenced)." in done.stdout
+
+
+def test_development_defaults_fail_check_deploy(production):
+    env = {k: v for k, v in production.items() if k not in ("DEBUG", "SECRET_KEY")}
+    done = deploy_check(env)
+    assert done.returncode == 1
+    for check in ("security.W018", "security.W009", "recovery.W001"):
+        assert check in done.stderr  # DEBUG on, the development secret key
+    assert "recovery.W001) SECRET_KEY is not set" in done.stderr
+
+
+def test_debug_off_does_not_hide_a_development_key(production):
+    for name in ("SECRET_KEY", "RECOVERY_ENCRYPTION_KEYS"):
+        env = {k: v for k, v in production.items() if k != name}
+        done = deploy_check(env)
+        assert done.returncode == 1
+        assert f"recovery.W001) {name} is not set" in done.stderr
+
+
+def test_each_loosened_setting_is_reported_and_can_be_silenced(production):
+    done = deploy_check(production | LOOSENED)
+    assert done.returncode == 1
+    for check in LOOSENED_CHECKS:
+        assert check in done.stderr
+    silenced = production | LOOSENED | {"RECOVERY_SILENCED_CHECKS": ",".join(LOOSENED_CHECKS)}
+    done = deploy_check(silenced)
+    assert done.returncode == 0, done.stderr
+    assert f"no issues ({len(LOOSENED_CHECKS)} silenced)" in done.stdout
+
+
+def test_production_values_and_a_proxy_ssl_header(production):
+    code = ("from django.conf import settings as s; print(s.SECURE_SSL_REDIRECT, "
+            "s.SECURE_HSTS_SECONDS, s.SECURE_HSTS_INCLUDE_SUBDOMAINS, s.SECURE_HSTS_PRELOAD, "
+            "s.SESSION_COOKIE_SECURE, s.CSRF_COOKIE_SECURE, s.SECURE_PROXY_SSL_HEADER)")
+    env = production | {"SECURE_PROXY_SSL_HEADER": "HTTP_X_FORWARDED_PROTO,https"}
+    done = manage(env, "shell", "-v", "0", "-c", code)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "31536000", "True", "True", "True", "True",
+                                   "('HTTP_X_FORWARDED_PROTO',", "'https')"]
+    done = manage(production | {"SECURE_PROXY_SSL_HEADER": "https"}, "check")
+    assert done.returncode != 0
+    assert "SECURE_PROXY_SSL_HEADER must be HEADER,value" in done.stderr
