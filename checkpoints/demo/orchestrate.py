@@ -132,7 +132,7 @@ def describe(returncode: int, stdout: str, stderr: str, args: list[str]) -> dict
     if returncode == -signal.SIGKILL:
         boundary = args[args.index("--die-at") + 1] if "--die-at" in args else "?"
         result.update(outcome=f"killed {boundary}")
-    elif not result:
-        result = {"outcome": "error", "error": stderr.strip()[-500:]}
+    elif "outcome" not in result:  # nothing said, or only the "started" line
+        result.update(outcome="error", error=stderr.strip()[-500:])
     result["returncode"] = returncode
     return result

@@ -393,6 +393,8 @@ def run(args) -> dict:
     owner = args.owner or f"{args.shape}-worker-{os.getpid()}"
     result = {"run_id": args.run_id, "checkpoint_id": args.checkpoint_id, "owner": owner,
               "pid": os.getpid()}
+    # Said first, so that a run whose worker is killed can still be found by its id.
+    print(json.dumps({"started": True, **result}), flush=True)
 
     checkpoint = store.load(args.checkpoint_id)
     if checkpoint is None:

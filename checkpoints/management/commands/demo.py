@@ -111,10 +111,20 @@ class Command(BaseCommand):
             children.append(payments)
             payments_url = f"http://127.0.0.1:{payments_port}"
             _wait_http(f"{payments_url}/health", 15, payments)
+            # Stored per tenant (set_reconciler), so every process that runs reconcile
+            # jobs (this one's sweep, the web server's in-process worker) asks the same
+            # service the same way; an environment variable set on one process only would
+            # let another answer "no look-up".
+            for slug in TENANTS:
+                tenant = Tenant.objects.get(slug=slug)
+                services.reconciler_configure(actor=None, tenant=tenant, service="payments",
+                                              plugin="http_status",
+                                              url=f"{payments_url}/operations")
+                services.reconciler_configure(actor=None, tenant=tenant, service="crm",
+                                              plugin="none")
 
             log_path = var_dir / "demo-server.log"
-            env = dict(os.environ,
-                       RECOVERY_RECONCILERS=f"payments={payments_url}/operations")
+            env = dict(os.environ)
             with open(log_path, "w") as log:
                 server = subprocess.Popen(
                     [sys.executable, "manage.py", "runserver", f"127.0.0.1:{port}",
@@ -154,15 +164,14 @@ class Command(BaseCommand):
                 env=dict(os.environ, RECOVERY_TOKENS=",".join(f"{t}={tok}"
                                                               for t, tok in tokens.items())))
             children.append(supervisor)
-            self.stdout.write("Serving; press Ctrl-C to stop. The stale-run sweep runs every "
-                              f"{SWEEP_EVERY_S} s here (Celery beat's job in production); "
-                              f"approved retries are resumed within about {SUPERVISE_EVERY_S} s "
-                              f"(log: {supervisor_log}).")
-            # Embedded default: no beat, so this process plays it while the demo serves.
+            self.stdout.write("Serving; press Ctrl-C to stop. The web server runs the "
+                              "stale-run sweep and reconcile jobs itself every "
+                              f"{settings.RECOVERY_SWEEP_INTERVAL_S} s (no broker: its "
+                              f"in-process worker); approved retries are resumed within about "
+                              f"{SUPERVISE_EVERY_S} s (log: {supervisor_log}).")
             supervising = True
             while server.poll() is None:
                 time.sleep(SWEEP_EVERY_S)
-                services.sweep_stale_runs()
                 if supervising and supervisor.poll() is not None:
                     supervising = False
                     self.stderr.write(f"The demo supervisor exited ({supervisor.returncode}); "
@@ -173,6 +182,9 @@ class Command(BaseCommand):
         except KeyboardInterrupt:
             self.stdout.write("\nStopping.")
         finally:
+            # A second Ctrl-C or SIGTERM (make passes it on too) must not cut the clean-up.
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
             for proc in reversed(children):
                 if proc.poll() is None:
                     proc.terminate()
@@ -217,8 +229,8 @@ class Command(BaseCommand):
         w("")
         w(self.style.SUCCESS(f"Demo ready in {elapsed:.0f} s (seed {seed})."))
         w("Worker processes: " + ", ".join(f"{k}: {v}" for k, v in sorted(tally.items())))
-        w(f"Stale-run sweep: {swept['runs_ambiguous']} run(s) ambiguous, "
-          f"{swept['effects_unresolved']} effect(s) unresolved")
+        w(f"The sweep just now marked {swept['runs_ambiguous']} more run(s) ambiguous and "
+          f"{swept['effects_unresolved']} effect(s) unresolved; runs per state:")
         w("")
         for slug in TENANTS:
             counts = selectors.state_counts(tenant=Tenant.objects.get(slug=slug))
