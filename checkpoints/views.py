@@ -342,7 +342,9 @@ def _reconcile_step(in_doubt, rows: list[dict], owner: dict | None) -> str:
         return f"Reconciliation is asking {_service_names(running)} now; reload in a moment"
     if open_rows:
         req = open_rows[0]["req"]
-        return (f"Reconciliation is queued; its next look-up is {ago(req.next_attempt_at)}: "
+        when = ago(req.next_attempt_at)
+        when = f"due {when}" if when.startswith("in ") else "due now"
+        return (f"Reconciliation is queued; its next look-up is {when}: "
                 f"wait for the answer")
     if owner is not None:
         words = _owner_live_words(owner).rstrip(".")
@@ -358,7 +360,7 @@ def _reconcile_step(in_doubt, rows: list[dict], owner: dict | None) -> str:
 #: What a reconciliation that settled an in-flight run's effect leads to, best news first.
 _RECONCILED_STEP = {
     "confirmed": ("Reconciliation confirmed {e}: request a retry (it replays the confirmed "
-                  "receipt; no second charge) or close the run"),
+                  "receipt; not called again) or close the run"),
     "not_executed": ("Reconciliation found that {e} never ran: request a retry (it is "
                      "submitted again with the same key) or close the run"),
     "failed": ("Reconciliation found that the service refused {e}: request a retry (the run "
@@ -379,7 +381,7 @@ def _reconciled(rows: list[dict]) -> str:
 
 
 def _next_step(detail: selectors.RunDetail, open_retry, *, reconcile_rows=(),
-               owner: dict | None = None) -> str:
+               owner: dict | None = None, may_decide: bool = False) -> str:
     """One short hint at the top of the run page, from the run's state (presentation only:
     the services decide what is allowed). It leads a reviewer to an end state: the run
     retried (and finished by its runtime) or closed."""
@@ -394,7 +396,11 @@ def _next_step(detail: selectors.RunDetail, open_retry, *, reconcile_rows=(),
     if state == "schema_mismatch":
         return f"Schema mismatch: {run.recovery_reason or 'unsupported kind or schema version'}"
     if state == AWAITING and open_retry is not None:
-        return f"Waiting for an approver other than {open_retry.requested_by.get_username()}"
+        requester = open_retry.requested_by.get_username()
+        if may_decide:
+            return f"Your decision: {requester} asked for this retry; read the preview, then " \
+                   f"approve or reject it"
+        return f"Waiting for an approver other than {requester}"
     if state == "retry_approved":
         return "Approved: the runtime's next resume call will retry"
     if in_doubt and state in services.RETRYABLE_STATES:
@@ -410,7 +416,7 @@ def _next_step(detail: selectors.RunDetail, open_retry, *, reconcile_rows=(),
             return "No side effect was recorded; a retry re-runs the step, or close the run"
         return _reconciled(list(reconcile_rows)) or (
             "Every recorded effect is settled; a retry re-runs the step and replays "
-            "confirmed receipts (no second charge), or close the run")
+            "confirmed receipts (not called again), or close the run")
     if state == "conflicted":
         return "Refused writes to acknowledge"
     return ""
@@ -472,6 +478,9 @@ def _run_context(request: HttpRequest, tenant: Tenant, run_id, **extra) -> dict:
         if status.live:
             owner = {"owner": status.owner, "until": status.gone_at}
     can_reconcile = context["can_review"] and any_in_doubt and not closed and owner is None
+    if owner is not None:  # mark unknown is refused over a live owner too (OwnerLive)
+        for item in effects:
+            item["can_mark_unknown"] = False
     reconcile_blocked = ""
     if context["can_review"] and any_in_doubt and not can_reconcile:
         reconcile_blocked = ("No reconcile: the run is closed; a new write by the runtime "
@@ -494,7 +503,10 @@ def _run_context(request: HttpRequest, tenant: Tenant, run_id, **extra) -> dict:
         audit=detail.audit,
         reconcile_rows=reconcile_rows,
         show_reconciliation=bool(reconcile_rows) or any_in_doubt,
-        next_step=_next_step(detail, open_retry, reconcile_rows=reconcile_rows, owner=owner),
+        next_step=_next_step(
+            detail, open_retry, reconcile_rows=reconcile_rows, owner=owner,
+            may_decide=(open_retry is not None and context["can_approve"]
+                        and user.pk != open_retry.requested_by_id)),
         can_request_retry=can_request_retry,
         retry_blocked=retry_blocked if context["can_review"] else "",
         can_reconcile=can_reconcile,

@@ -148,7 +148,7 @@ def test_it_suggests_a_retry_or_closing_after_reconciliation_confirmed_the_effec
     response = login(rita).get(_run_url(stuck.run_id))
     assert response.context["next_step"] == (
         "Reconciliation confirmed payments charge:A-1042: request a retry (it replays the "
-        "confirmed receipt; no second charge) or close the run")
+        "confirmed receipt; not called again) or close the run")
     body = response.content.decode()
     # Both end states are on offer.
     assert 'id="f-retry"' in body and 'id="f-close"' in body
