@@ -139,7 +139,10 @@ def test_it_deactivates_an_account_everywhere_at_once(client, ann, acme, globex)
     page = client.get(reverse("run_list", args=["acme"]))  # same session, next request
     assert page.status_code == 302 and page["Location"].startswith(reverse("login"))
     assert api.get(url("globex", "runs")).status_code == 401
-    assert client.login(username="ann", password="pw-for-tests") is False
+    client.logout()
+    refused = client.post(reverse("login"), {"username": "ann", "password": "pw-for-tests"})
+    assert refused.status_code != 302  # the right password of a deactivated account: no
+    assert client.get(reverse("run_list", args=["acme"])).status_code == 302
     assert ApiToken.objects.filter(user=ann, revoked_at__isnull=True).count() == 0
     assert events("account.deactivate") == [("acme", "system", "ann"),
                                             ("globex", "system", "ann")]
@@ -158,7 +161,7 @@ def test_it_deactivates_an_account_everywhere_at_once(client, ann, acme, globex)
 
 
 def test_it_deactivates_an_account_without_any_role_writing_no_tenant_event(db):
-    services.account_create(username="loner", password="pw")
+    services.account_create(username="loner", password="pw-for-tests")
     assert "audited in: no tenant (it held no role)" in run("deactivate_account", "loner")
     assert not User.objects.get(username="loner").is_active
     assert AuditEvent.objects.count() == 0

@@ -92,7 +92,7 @@ def test_it_refuses_every_change_even_to_a_superuser(root, world, vic, acme):
 
 
 def test_it_gives_staff_without_model_permissions_nothing(client, world, db):
-    staff = services.account_create(username="staffer", password="pw")
+    staff = services.account_create(username="staffer", password="pw-for-tests")
     User.objects.filter(pk=staff.pk).update(is_staff=True)
     client.force_login(User.objects.get(pk=staff.pk))
     assert client.get("/admin/").status_code == 200
