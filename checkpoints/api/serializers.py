@@ -82,9 +82,11 @@ class EnvelopeSerializer(serializers.Serializer):
 
 
 class RevisionsSerializer(serializers.Serializer):
-    """Every accepted revision of one checkpoint, oldest first (an audited export)."""
+    """One page of a checkpoint's accepted revisions, oldest first (an audited export);
+    ``next`` is the URL of the following page, or null on the last."""
 
     results = EnvelopeSerializer(many=True)
+    next = serializers.URLField(allow_null=True)
 
 
 class CheckpointMetaSerializer(serializers.Serializer):

@@ -1,0 +1,21 @@
+"""The OpenAPI schema view: drf-spectacular's, with its errors in JSON.
+
+The schema itself is YAML by default (``?format=json`` or ``Accept:
+application/vnd.oai.openapi+json`` for JSON), but an error (401 without an account) is
+JSON like every other API error (CONTRACT.md section 6), not YAML.
+"""
+
+from __future__ import annotations
+
+from drf_spectacular.views import SpectacularAPIView
+from rest_framework.renderers import JSONRenderer
+
+
+class SchemaView(SpectacularAPIView):
+    """``GET /api/schema/``; needs an account (``SERVE_PERMISSIONS``)."""
+
+    def finalize_response(self, request, response, *args, **kwargs):
+        if response.status_code >= 400:
+            request.accepted_renderer = JSONRenderer()
+            request.accepted_media_type = JSONRenderer.media_type
+        return super().finalize_response(request, response, *args, **kwargs)
