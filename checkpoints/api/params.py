@@ -14,8 +14,9 @@ drift apart. The rules, each a 400 ``{"error": "invalid_payload", "detail": "<na
   with (limits read from the models, so they follow the columns);
 - an integer outside its range, a UUID that is not one, a value outside a choice.
 
-An empty value (``?kind=``) counts as not given. Whitespace is kept: filters compare
-exactly.
+An empty value is checked like any other: ``?run=`` is not a UUID and ``?limit=`` not
+an integer (400), while an empty text filter (``?kind=``) filters nothing. Whitespace is
+kept: filters compare exactly.
 """
 
 from __future__ import annotations
@@ -115,20 +116,16 @@ class IdentityParams(Params):
     definition_version = Text(max_length=column_limit(Run, "definition_version"))
 
 
-def check(params_class: type[Params], data: dict, *, blank_is_absent: bool = False
-          ) -> dict[str, Any]:
+def check(params_class: type[Params], data: dict) -> dict[str, Any]:
     """Validate ``data`` (one value per name) against ``params_class``.
 
-    Returns every declared name: its value, its default, or ``None`` when not given (with
-    ``blank_is_absent``, an empty string counts as not given). Raises ``InvalidPayload``
-    naming the first unknown or refused name.
+    Returns every declared name: its value, its default, or ``None`` when not given.
+    Raises ``InvalidPayload`` naming the first unknown or refused name.
     """
     fields = params_class().fields
     for name in data:
         if name not in fields:
             raise InvalidPayload(f"{printable(name)}: unknown parameter")
-    if blank_is_absent:
-        data = {name: value for name, value in data.items() if value != ""}
     serializer = params_class(data=data)
     if not serializer.is_valid():
         name, errors = next(iter(serializer.errors.items()))
@@ -149,4 +146,4 @@ def validate(request: Request, params_class: type[Params]) -> dict[str, Any]:
         if len(values) > 1:
             raise InvalidPayload(f"{printable(name)}: given more than once")
         data[name] = values[0]
-    return check(params_class, data, blank_is_absent=True)
+    return check(params_class, data)

@@ -1,4 +1,5 @@
-"""The OpenAPI schema view: drf-spectacular's, with its errors in JSON.
+"""The OpenAPI schema: the view (drf-spectacular's, with its errors in JSON) and the
+``AutoSchema`` of the API's views.
 
 The schema itself is YAML by default (``?format=json`` or ``Accept:
 application/vnd.oai.openapi+json`` for JSON), but an error (401 without an account) is
@@ -7,6 +8,7 @@ JSON like every other API error (CONTRACT.md section 6), not YAML.
 
 from __future__ import annotations
 
+from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.views import SpectacularAPIView
 from rest_framework.renderers import JSONRenderer
 
@@ -19,3 +21,13 @@ class SchemaView(SpectacularAPIView):
             request.accepted_renderer = JSONRenderer()
             request.accepted_media_type = JSONRenderer.media_type
         return super().finalize_response(request, response, *args, **kwargs)
+
+
+class ApiSchema(AutoSchema):
+    """Request bodies are ``application/json`` and nothing else (``views.read_object``
+    answers 415 for any other type). The views' parser reads nothing (it accepts ``*/*``
+    so that DRF never parses a body itself), which drf-spectacular would otherwise
+    document as "any media type"."""
+
+    def map_parsers(self):
+        return ["application/json"]

@@ -15,7 +15,7 @@ from typing import Any
 
 from rest_framework import serializers
 
-from ..models import AuditEvent, Checkpoint, Conflict, Effect, RetryRequest, Run
+from ..models import AuditEvent, Checkpoint, Conflict, Effect, RecoveryState, RetryRequest, Run
 
 
 def _iso(value) -> str | None:
@@ -192,8 +192,8 @@ def effect_json(effect: Effect) -> dict:
 # Runs, leases, resume
 # --------------------------------------------------------------------------------------
 
-RECOVERY_STATES = ["healthy", "ambiguous", "conflicted", "schema_mismatch", "awaiting_approval",
-                   "retry_approved", "unknown_outcome", "completed"]
+#: Every value ``Run.recovery_state`` can hold, ``closed`` included (a reviewer's close).
+RECOVERY_STATES = list(RecoveryState.values)
 
 
 class RunSerializer(serializers.Serializer):

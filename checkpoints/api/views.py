@@ -60,6 +60,7 @@ from ..permissions import access_tenant, tenant_perms
 from . import params as p
 from . import serializers as s
 from .auth import BearerTokenAuthentication
+from .schema import ApiSchema
 
 # --------------------------------------------------------------------------------------
 # Request helpers
@@ -223,10 +224,14 @@ ETAG_HEADER = {"ETag": {"description": 'the stored revision, `"N"`', "schema": {
 
 
 def _errors(*codes: int) -> dict:
-    """Standard error answers: 401 unauthenticated, 403 role, 404 tenant/object, 400/413 body."""
-    out = {401: ERR, 403: ERR, 404: ERR}
+    """Standard error answers: 401 unauthenticated, 403 role, 404 tenant/object, 400 query;
+    with 413 (a body): also 411 (chunked, no Content-Length) and 415 (not JSON)."""
+    out = {400: ERR, 401: ERR, 403: ERR, 404: ERR}
     for code in codes:
         out[code] = ERR
+    if 413 in codes:
+        out[411] = ERR
+        out[415] = ERR
     return out
 
 
@@ -235,6 +240,7 @@ class TenantApi(APIView):
     then the query parameters checked, every answer ``Cache-Control: no-store``."""
 
     parser_classes = [_NoParse]
+    schema = ApiSchema()
     #: The query parameters each method takes (``params.Params`` classes, which also
     #: document them in the schema); a method not listed takes none.
     params: dict[str, type[p.Params]] = {}
@@ -298,7 +304,7 @@ class CheckpointApi(TenantApi):
             400: ERR, 401: ERR, 403: ERR, 404: ERR,
             409: OpenApiResponse(s.FencedErrorSerializer),
             412: OpenApiResponse(s.ConflictErrorSerializer),
-            413: ERR, 428: ERR,
+            411: ERR, 413: ERR, 415: ERR, 428: ERR,
         },
     )
     def put(self, request, tenant, checkpoint_id):
@@ -388,7 +394,7 @@ class EffectApi(TenantApi):
                                  description="operation_exists, or fenced "
                                              '({"error": "fenced", "fencing_token": T})'),
             412: OpenApiResponse(s.ConflictErrorSerializer),
-            413: ERR,
+            411: ERR, 413: ERR, 415: ERR,
             422: OpenApiResponse(s.ErrorSerializer,
                                  description="invalid_transition or idempotency_key_reuse"),
             428: ERR,

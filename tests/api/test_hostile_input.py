@@ -152,8 +152,12 @@ def test_it_still_filters_with_good_parameters(api_as, wendy, vic, acme):
     cp = new_checkpoint(w, "acme")
     r = api_as(vic).get(url("acme", "runs"), {"kind": "acme.order", "limit": "1"})
     assert r.status_code == 200 and [x["run_id"] for x in r.json()["results"]] == [cp["run_id"]]
-    r = api_as(vic).get(url("acme", "runs"), {"kind": "", "recovery_state": ""})
+    # An empty text filter filters nothing; an empty typed value is not a value.
+    r = api_as(vic).get(url("acme", "runs"), {"kind": "", "subject": ""})
     assert r.status_code == 200 and len(r.json()["results"]) == 1
+    for name in ("recovery_state", "limit", "age_s_min"):
+        r = api_as(vic).get(url("acme", "runs"), {name: ""})
+        assert r.status_code == 400 and r.json()["detail"].startswith(f"{name}: ")
 
 
 # --- path segments ------------------------------------------------------------------------
