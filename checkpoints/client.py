@@ -196,11 +196,20 @@ class HttpCheckpointStore:
             return checkpoint["revision"]
 
     def revisions(self, checkpoint_id: str) -> list[dict]:
-        """Every accepted revision of a checkpoint, oldest first."""
-        answer = self.request("GET", f"checkpoints/{checkpoint_id}/revisions")[2]
-        if isinstance(answer, dict):  # tolerate a wrapped list
-            answer = answer.get("results") or answer.get("revisions") or []
-        return answer
+        """Every accepted revision of a checkpoint, oldest first (every page: the server
+        answers them a bounded page at a time and this follows ``next``)."""
+        out: list[dict] = []
+        query: dict = {}
+        while True:
+            page = self.request("GET", f"checkpoints/{checkpoint_id}/revisions",
+                                query=query)[2] or {}
+            out.extend(page.get("results", []))
+            nxt = page.get("next")
+            cursor = urllib.parse.parse_qs(urllib.parse.urlsplit(nxt).query).get("cursor") \
+                if nxt else None
+            if not cursor:
+                return out
+            query["cursor"] = cursor[0]
 
     # --- leases and resume --------------------------------------------------------------
 

@@ -37,6 +37,15 @@ class PayloadTooLarge(DomainError):
     error = "payload_too_large"
 
 
+class LengthRequired(DomainError):
+    """A body sent with ``Transfer-Encoding`` (chunked) instead of ``Content-Length``: 411.
+    Django reads such a body as empty under WSGI, so it is refused, never read as ``{}``
+    (issue 6, fault 6; ``docs/security/input.md``)."""
+
+    status = 411
+    error = "length_required"
+
+
 class UnsupportedMediaType(DomainError):
     """A body whose Content-Type is not JSON: 415."""
 

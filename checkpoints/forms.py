@@ -2,14 +2,17 @@
 
 Nothing here writes; the views hand the cleaned values to ``checkpoints.services`` (writes)
 and ``checkpoints.selectors`` (reads). ``first_error`` turns a form's errors into the one
-line the dashboard shows, naming the field (bad input is a 400, never a 500).
+line the dashboard shows, naming the field (bad input is a 400, never a 500). Every field
+is bounded by the column it reaches (text: ``max_length``, and Django's ``CharField``
+refuses U+0000; integers: at most 2^63-1), so nothing out of range gets to a query
+(CONTRACT.md section 6, ``docs/security/input.md``).
 """
 
 from __future__ import annotations
 
 from django import forms
 
-from .models import RecoveryState
+from .models import MAX_REVISION, RecoveryState
 
 #: Inbox "age" filter choices: only runs whose last write is at least this many seconds old.
 AGE_CHOICES = [
@@ -54,7 +57,7 @@ class ReasonForm(forms.Form):
 class RevealForm(ReasonForm):
     """Reveal one revision of a checkpoint's payload; no ``revision`` means the latest."""
 
-    revision = forms.IntegerField(required=False, min_value=0)
+    revision = forms.IntegerField(required=False, min_value=0, max_value=MAX_REVISION)
 
 
 class CloseForm(ReasonForm):
@@ -68,8 +71,8 @@ class CloseForm(ReasonForm):
 class DiffForm(ReasonForm):
     """Diff two revisions (``from_rev`` -> ``to_rev``) of one checkpoint; both are revealed."""
 
-    from_rev = forms.IntegerField(min_value=0, label="from")
-    to_rev = forms.IntegerField(min_value=0, label="to")
+    from_rev = forms.IntegerField(min_value=0, max_value=MAX_REVISION, label="from")
+    to_rev = forms.IntegerField(min_value=0, max_value=MAX_REVISION, label="to")
 
 
 class InboxFilterForm(forms.Form):
@@ -100,4 +103,4 @@ class AuditFilterForm(forms.Form):
     actor = forms.CharField(required=False, max_length=150, strip=True)
     action = forms.CharField(required=False, max_length=64, strip=True)
     run = forms.UUIDField(required=False)
-    before = forms.IntegerField(required=False, min_value=1)
+    before = forms.IntegerField(required=False, min_value=1, max_value=MAX_REVISION)

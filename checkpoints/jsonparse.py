@@ -2,7 +2,8 @@
 
 Refused, each with ``InvalidPayload`` naming the field: malformed JSON, a non-object
 body, a duplicated key, NaN/Infinity or a number that overflows to them (``1e400``),
-U+0000 in any string or key, nesting deeper than ``RECOVERY_MAX_JSON_DEPTH``.
+U+0000 or an unpaired surrogate (``"\\ud800"``) in any string or key, nesting deeper
+than ``RECOVERY_MAX_JSON_DEPTH``.
 Integers keep full precision (Python ints), and escaped strings such as ``"\\u0000"``
 (a backslash, not a NUL) round-trip byte for byte through ``dumps``.
 """
@@ -75,9 +76,14 @@ def _scan_depth(raw: str, limit: int, what: str = "body") -> None:
             depth -= 1
 
 
-def _bad_text(text: str) -> str:
+def text_problem(text: str) -> str:
     """Why ``text`` cannot be stored ("" if it can): U+0000, or an unpaired surrogate
-    (not a Unicode scalar value, so not valid UTF-8 and refused by PostgreSQL)."""
+    (not a Unicode scalar value, so not valid UTF-8 and refused by PostgreSQL).
+
+    The one rule for text from outside (CONTRACT.md section 6), used for JSON strings and
+    keys here, and by ``checkpoints.api.params`` (query parameters), ``services`` (reasons)
+    and ``manage.py`` (command-line arguments).
+    """
     if "\x00" in text:
         return "U+0000 is not allowed"
     try:
@@ -96,22 +102,23 @@ def _check_values(value: Any, path: str) -> None:
         if isinstance(item, _NonFinite):
             raise InvalidPayload(f"{where}: {item.source}")
         if isinstance(item, str):
-            problem = _bad_text(item)
+            problem = text_problem(item)
             if problem:
                 raise InvalidPayload(f"{where}: {problem}")
         elif isinstance(item, dict):
             for key, sub in item.items():
-                problem = _bad_text(key)
+                problem = text_problem(key)
                 if problem:
                     raise InvalidPayload(f"{where}: {problem} in a key")
-                stack.append((sub, f"{where}.{_printable(key)}"))
+                stack.append((sub, f"{where}.{printable(key)}"))
         elif isinstance(item, list):
             for i, sub in enumerate(item):
                 stack.append((sub, f"{where}[{i}]"))
 
 
-def _printable(key: str) -> str:
-    """A key as it may appear in an error message (no NUL, no lone surrogate, short)."""
+def printable(key: str) -> str:
+    """A key or name as it may appear in an error message (no NUL, no lone surrogate,
+    at most 60 characters)."""
     return key[:60].encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\0")
 
 
@@ -134,7 +141,7 @@ def loads_object(raw: bytes | str, *, max_depth: int | None = None, what: str = 
             raw, object_pairs_hook=_pairs, parse_float=_number, parse_constant=_constant
         )
     except _DuplicateKey as exc:
-        raise InvalidPayload(f"{what}: duplicated key {_printable(str(exc))!r}") from None
+        raise InvalidPayload(f"{what}: duplicated key {printable(str(exc))!r}") from None
     except RecursionError:
         raise InvalidPayload(f"{what}: nesting deeper than {limit} levels") from None
     except ValueError as exc:

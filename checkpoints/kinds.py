@@ -16,6 +16,13 @@ phase extractor and an identity extractor (DESIGN.md section 3). Built in:
 A kind or version that is not registered, or a payload its validator refuses, is still
 stored; ``classify`` then answers ``unsupported`` and the run becomes ``schema_mismatch``
 (never guessed).
+
+The identity a payload yields must fit the run's columns (``IDENTITY_LIMITS``, the
+``max_length`` of ``Run.agent``/``model``/``workflow``/``definition_version``): a longer
+part, or one holding U+0000 or an unpaired surrogate, makes the payload a schema error
+like any other (stored, run ``schema_mismatch``, the error naming the identity field and
+its limit, never the value). So no identity reaches a query it cannot be stored by
+(issue 6, fault 4; ``docs/security/input.md``).
 """
 
 from __future__ import annotations
@@ -35,6 +42,11 @@ class SchemaError(ValueError):
     rule, never the value found there: it becomes the run's phase label and recovery
     reason, stored in clear and shown to viewers, who may not see payloads (issue 6,
     fault 3)."""
+
+
+#: Longest identity part a run can store: ``Run.<field>.max_length`` (a test keeps the two
+#: equal; this module stays free of Django so the registry is testable on its own).
+IDENTITY_LIMITS = {"agent": 256, "model": 256, "workflow": 256, "definition_version": 64}
 
 
 @dataclass(frozen=True)
@@ -118,10 +130,33 @@ def classify(kind: str, schema_version: int, payload: Any) -> Classification:
         )
     try:
         version.validate(payload)
-        return Classification(version.phase(payload), version.identity(payload))
+        identity = version.identity(payload)
+        _check_identity(identity)
+        return Classification(version.phase(payload), identity)
     except SchemaError as exc:
         return Classification(Phase(UNSUPPORTED, f"{kind} v{schema_version} invalid"),
                               Identity(), f"payload does not match {kind} v{schema_version}: {exc}")
+
+
+def _check_identity(identity: Identity) -> None:
+    """Raise ``SchemaError`` naming the identity part that its run column cannot hold:
+    longer than ``IDENTITY_LIMITS``, or not valid text (U+0000, unpaired surrogate)."""
+    for name, limit in IDENTITY_LIMITS.items():
+        value = getattr(identity, name)
+        if not isinstance(value, str):
+            raise SchemaError(f"identity {name} must be a string")
+        if len(value) > limit:
+            raise SchemaError(f"identity {name} is longer than {limit} characters")
+        if "\x00" in value or _has_surrogate(value):
+            raise SchemaError(f"identity {name} is not valid text")
+
+
+def _has_surrogate(value: str) -> bool:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 # --- small validation helpers ------------------------------------------------------------

@@ -72,6 +72,8 @@ def access_tenant(user, slug: str, codename: str = roles.VIEW) -> Tenant:
     Raises ``NotFound`` when the tenant does not exist or the user has no role there,
     ``Forbidden`` when a role is held but lacks ``codename``.
     """
+    if len(slug) > Tenant._meta.get_field("slug").max_length:  # checked before any query
+        raise NotFound("no such tenant")
     tenant = Tenant.objects.filter(slug=slug).first()
     if tenant is None:
         raise NotFound(f"no tenant {slug!r}")

@@ -16,7 +16,8 @@ answers 409 with the run page itself, the reason shown where the button was.
 
 Caching: every dashboard response carries ``Vary: HX-Request`` (``vary_on_htmx``), since
 the same URL answers a whole page or a fragment (or an error page or an error fragment)
-depending on that header.
+depending on that header. The reveal views (payload, diff, evidence) are
+``Cache-Control: no-store`` (``never_cache``).
 
 GETs never write: pages read through ``selectors`` (and the read-only
 ``services.retry_preview``); only the POST actions call services that write.
@@ -39,6 +40,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.cache import patch_vary_headers
+from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect, reswap, retarget, trigger_client_event
 
@@ -714,6 +716,7 @@ def _require_valid(form) -> None:
 
 
 @require_POST
+@never_cache  # a revealed payload or evidence must not be kept by any cache (issue 6)
 @dashboard
 def checkpoint_reveal(request: HttpRequest, slug: str, checkpoint_id: str) -> HttpResponse:
     """Decrypt and show one revision's payload; ``services.payload_reveal`` audits it."""
@@ -731,6 +734,7 @@ def checkpoint_reveal(request: HttpRequest, slug: str, checkpoint_id: str) -> Ht
 
 
 @require_POST
+@never_cache  # a revealed payload or evidence must not be kept by any cache (issue 6)
 @dashboard
 def checkpoint_diff(request: HttpRequest, slug: str, checkpoint_id: str) -> HttpResponse:
     """Line diff of two revisions' pretty-printed payloads; both reveals are audited."""
@@ -760,6 +764,7 @@ def checkpoint_diff(request: HttpRequest, slug: str, checkpoint_id: str) -> Http
 
 
 @require_POST
+@never_cache  # a revealed payload or evidence must not be kept by any cache (issue 6)
 @dashboard
 def reconcile_evidence_reveal(request: HttpRequest, slug: str, attempt_id: int) -> HttpResponse:
     """Show what a service answered to one reconcile look-up (roles that may reveal

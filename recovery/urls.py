@@ -1,13 +1,29 @@
-"""Top-level URLs: the dashboard at /, the API at /api/v1/, its schema at /api/schema/."""
+"""Top-level URLs: the dashboard at /, the API at /api/v1/, its schema at /api/schema/.
+
+The schema and the docs page need a login (issue 6): the schema answers 401 JSON to an
+anonymous client (a bearer token or a session works), the docs page redirects a browser
+to the login page. Swagger UI is served from the pinned ``drf-spectacular-sidecar``
+package, never a CDN, with its init script as a separate file (no inline script).
+Errors under ``/api/`` are JSON (``checkpoints.api.errors``), the dashboard's are pages.
+"""
 
 from django.contrib import admin
+from django.contrib.auth.decorators import login_required
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularSwaggerSplitView
+
+from checkpoints.api.schema import SchemaView
 
 urlpatterns = [
-    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
-    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+    path("api/schema/", SchemaView.as_view(), name="schema"),
+    path("api/docs/", login_required(SpectacularSwaggerSplitView.as_view(url_name="schema")),
+         name="api-docs"),
     path("api/v1/", include("checkpoints.api.urls")),
     path("admin/", admin.site.urls),
     path("", include("checkpoints.urls")),
 ]
+
+handler400 = "checkpoints.api.errors.bad_request"
+handler403 = "checkpoints.api.errors.permission_denied"
+handler404 = "checkpoints.api.errors.not_found"
+handler500 = "checkpoints.api.errors.server_error"

@@ -1,19 +1,52 @@
 """Maps domain errors and DRF's own errors to the contract's JSON bodies; never a 500 for
-bad input."""
+bad input, never an HTML page for an API client (CONTRACT.md section 6).
+
+Two layers:
+
+- ``exception_handler`` (DRF's ``EXCEPTION_HANDLER``) for what an API view raises:
+  domain errors, DRF's errors, and an outage of the database or the broker, which is
+  503 ``{"error": "unavailable"}`` with ``Retry-After`` (retrying helps). Anything else
+  is left to Django, which logs it with its traceback and calls ``server_error``.
+- ``bad_request``, ``permission_denied``, ``not_found`` and ``server_error``, the
+  project's ``handler400/403/404/500`` (``recovery/urls.py``): JSON for paths under
+  ``/api/`` (no such URL, a tenant slug that is not one, an error raised in a middleware,
+  an unexpected exception: 500 ``{"error": "internal"}`` without details), Django's
+  pages for the dashboard.
+"""
 
 from __future__ import annotations
 
+import logging
+import sys
+
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
-from django.http import Http404
+from django.db import InterfaceError, OperationalError
+from django.http import Http404, JsonResponse
+from django.utils.cache import add_never_cache_headers
+from django.views import defaults
+from kombu.exceptions import OperationalError as BrokerError
 from rest_framework import exceptions
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
+from rest_framework.views import set_rollback
 
 from ..exceptions import DomainError
 
+log = logging.getLogger(__name__)
+
+#: Seconds a client is asked to wait before retrying a 503.
+RETRY_AFTER_S = 5
+#: Exceptions that mean "a service we depend on is down", not "this request is wrong":
+#: the database (connection refused or lost, server shutting down) and the broker.
+UNAVAILABLE = (OperationalError, InterfaceError, BrokerError)
+UNAVAILABLE_BODY = {"error": "unavailable"}
+INTERNAL_BODY = {"error": "internal"}
+
 
 def exception_handler(exc, context):
+    """DRF's exception handler: the JSON answer for ``exc``, or ``None`` to let Django
+    handle it (and log it) as a 500 (``server_error``)."""
     if isinstance(exc, DomainError):
         return Response(exc.body(), status=exc.status)
     if isinstance(exc, RequestDataTooBig):
@@ -25,9 +58,62 @@ def exception_handler(exc, context):
         return Response({"error": "not_found"}, status=404)
     if isinstance(exc, exceptions.ParseError):
         return Response({"error": "invalid_payload", "detail": f"body: {exc.detail}"}, status=400)
+    if isinstance(exc, UNAVAILABLE):
+        log.warning("API request answered 503: %s unavailable (%s)",
+                    "broker" if isinstance(exc, BrokerError) else "database", type(exc).__name__,
+                    exc_info=exc)
+        set_rollback()
+        return Response(UNAVAILABLE_BODY, status=503,
+                        headers={"Retry-After": str(RETRY_AFTER_S)})
     response = drf_exception_handler(exc, context)
     if response is not None and isinstance(response.data, dict) and "error" not in response.data:
         detail = response.data.get("detail", response.data)
         word = getattr(exc, "default_code", "error")
         response.data = {"error": word, "detail": detail}
     return response
+
+
+def _is_api(request) -> bool:
+    return request.path.startswith("/api/")
+
+
+def _json(body: dict, status: int, **headers) -> JsonResponse:
+    response = JsonResponse(body, status=status)
+    for name, value in headers.items():
+        response[name] = value
+    add_never_cache_headers(response)
+    return response
+
+
+def bad_request(request, exception, template_name="400.html"):
+    """``handler400``: e.g. a header Django itself refuses (``SuspiciousOperation``)."""
+    if _is_api(request):
+        return _json({"error": "bad_request"}, 400)
+    return defaults.bad_request(request, exception, template_name)
+
+
+def permission_denied(request, exception, template_name="403.html"):
+    """``handler403``: a ``PermissionDenied`` raised outside DRF (DRF answers its own)."""
+    if _is_api(request):
+        return _json({"error": "forbidden"}, 403)
+    return defaults.permission_denied(request, exception, template_name)
+
+
+def not_found(request, exception, template_name="404.html"):
+    """``handler404``: no URL matched (an unknown path, a tenant slug that is not a slug)."""
+    if _is_api(request):
+        return _json({"error": "not_found"}, 404)
+    return defaults.page_not_found(request, exception, template_name)
+
+
+def server_error(request, template_name="500.html"):
+    """``handler500``: an exception nothing else answered; Django has logged it already.
+
+    Under ``/api/``: 503 ``{"error": "unavailable"}`` + ``Retry-After`` when the database
+    or broker is down (e.g. raised by a middleware before DRF), else 500
+    ``{"error": "internal"}`` with no detail (no traceback, no SQL, no payload value)."""
+    if not _is_api(request):
+        return defaults.server_error(request, template_name)
+    if isinstance(sys.exc_info()[1], UNAVAILABLE):
+        return _json(UNAVAILABLE_BODY, 503, **{"Retry-After": str(RETRY_AFTER_S)})
+    return _json(INTERNAL_BODY, 500)

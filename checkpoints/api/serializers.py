@@ -15,7 +15,7 @@ from typing import Any
 
 from rest_framework import serializers
 
-from ..models import AuditEvent, Checkpoint, Conflict, Effect, RetryRequest, Run
+from ..models import AuditEvent, Checkpoint, Conflict, Effect, RecoveryState, RetryRequest, Run
 
 
 def _iso(value) -> str | None:
@@ -82,9 +82,11 @@ class EnvelopeSerializer(serializers.Serializer):
 
 
 class RevisionsSerializer(serializers.Serializer):
-    """Every accepted revision of one checkpoint, oldest first (an audited export)."""
+    """One page of a checkpoint's accepted revisions, oldest first (an audited export);
+    ``next`` is the URL of the following page, or null on the last."""
 
     results = EnvelopeSerializer(many=True)
+    next = serializers.URLField(allow_null=True)
 
 
 class CheckpointMetaSerializer(serializers.Serializer):
@@ -218,8 +220,8 @@ def effect_json(effect: Effect, *, with_receipt: bool) -> dict:
 # Runs, leases, resume
 # --------------------------------------------------------------------------------------
 
-RECOVERY_STATES = ["healthy", "ambiguous", "conflicted", "schema_mismatch", "awaiting_approval",
-                   "retry_approved", "unknown_outcome", "completed"]
+#: Every value ``Run.recovery_state`` can hold, ``closed`` included (a reviewer's close).
+RECOVERY_STATES = list(RecoveryState.values)
 
 
 class RunSerializer(serializers.Serializer):

@@ -6,13 +6,17 @@ Every view does the same four steps, in this order:
    tenant -> 404, exactly as for a tenant that does not exist (so nothing about its
    objects leaks and nothing is changed); a role lacking ``right`` -> 403. This runs
    before the body is read or any id is looked at.
-2. **Headers and body**: the raw body is read here (413 over
-   ``settings.RECOVERY_MAX_BODY_BYTES``) and parsed by ``jsonparse.loads_object``
-   (strict JSON, 400 ``invalid_payload``); DRF's parsers never see it (``_NoParse``).
+2. **Query, headers and body**: the query parameters are checked against the
+   endpoint's ``params`` (``checkpoints.api.params``: one place, 400 naming the
+   parameter) as part of step 1; the raw body is read here (413 over
+   ``settings.RECOVERY_MAX_BODY_BYTES``, 411 when sent chunked without
+   ``Content-Length``) and parsed by ``jsonparse.loads_object`` (strict JSON, 400
+   ``invalid_payload``); DRF's parsers never see it (``_NoParse``).
 3. **One service or selector call**, which re-checks the right and writes its audit event
    in the same transaction.
 4. **Answer** with the documented JSON (``serializers``) and, for CAS resources, an
-   ``ETag: "N"``.
+   ``ETag: "N"``. Every answer is ``Cache-Control: no-store`` (tenant data, payloads and
+   receipts must not sit in a cache).
 
 Domain errors (``checkpoints.exceptions``) become their status and body in
 ``checkpoints.api.errors.exception_handler``.
@@ -25,6 +29,7 @@ import uuid
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
+from django.utils.cache import add_never_cache_headers
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
     OpenApiParameter,
@@ -42,6 +47,7 @@ from .. import reconciliation, roles, selectors, services
 from ..exceptions import (
     Forbidden,
     InvalidPayload,
+    LengthRequired,
     NotFound,
     PayloadTooLarge,
     PreconditionRequired,
@@ -51,9 +57,10 @@ from ..exceptions import (
 from ..jsonparse import loads_object
 from ..models import MAX_REVISION, Tenant
 from ..permissions import access_tenant, receipts_in_answers, tenant_perms
-from ..policy import IDENTITY_PARAMS
+from . import params as p
 from . import serializers as s
 from .auth import BearerTokenAuthentication
+from .schema import ApiSchema
 
 # --------------------------------------------------------------------------------------
 # Request helpers
@@ -81,13 +88,19 @@ class _NoParse(BaseParser):
 def read_object(request: Request, *, empty_ok: bool = False) -> dict:
     """The request body as one strict JSON object (CONTRACT.md section 6).
 
-    Raises ``PayloadTooLarge`` (413) when ``Content-Length`` or the bytes actually read
-    exceed ``RECOVERY_MAX_BODY_BYTES`` (also when Django itself refuses the body), and
-    ``InvalidPayload`` (400) for everything ``jsonparse.loads_object`` refuses. With
-    ``empty_ok`` an empty body reads as ``{}`` (review actions: then "reason" is named).
+    Raises ``LengthRequired`` (411) for a body sent with ``Transfer-Encoding`` (chunked)
+    instead of ``Content-Length``: under WSGI Django would read it as empty, so it is
+    refused rather than taken for ``{}``. Raises ``PayloadTooLarge`` (413) when
+    ``Content-Length`` or the bytes actually read exceed ``RECOVERY_MAX_BODY_BYTES`` (also
+    when Django itself refuses the body), and ``InvalidPayload`` (400) for everything
+    ``jsonparse.loads_object`` refuses. With ``empty_ok`` an empty body reads as ``{}``
+    (review actions: then "reason" is named).
     """
     limit = settings.RECOVERY_MAX_BODY_BYTES
     raw_request = request._request
+    if raw_request.META.get("HTTP_TRANSFER_ENCODING"):
+        raise LengthRequired("Content-Length: required; a body sent with Transfer-Encoding "
+                             "(chunked) is not accepted")
     declared = raw_request.META.get("CONTENT_LENGTH") or "0"
     if not _UINT_RE.match(declared.strip()):
         raise InvalidPayload("Content-Length: not a non-negative integer")
@@ -161,17 +174,6 @@ def url_uuid(value: str, what: str, *, for_write: bool = False) -> uuid.UUID:
         raise NotFound(f"no such {what}") from None
 
 
-def query_int(request: Request, name: str, *, minimum: int, maximum: int,
-              default: int | None = None) -> int | None:
-    """An optional integer query parameter in ``minimum..maximum``; 400 naming it."""
-    raw = request.query_params.get(name)
-    if raw is None or raw == "":
-        return default
-    if not _UINT_RE.match(raw) or not minimum <= int(raw) <= maximum:
-        raise InvalidPayload(f"{name}: must be an integer in {minimum}..{maximum}")
-    return int(raw)
-
-
 def read_reason(request: Request) -> str:
     """The ``reason`` of a review action body ``{"reason": str}``.
 
@@ -208,11 +210,6 @@ def _path(name: str, kind=OpenApiTypes.UUID, description: str = "") -> OpenApiPa
     return OpenApiParameter(name, kind, OpenApiParameter.PATH, description=description)
 
 
-def _query(name: str, kind=OpenApiTypes.STR, description: str = "") -> OpenApiParameter:
-    return OpenApiParameter(name, kind, OpenApiParameter.QUERY, required=False,
-                            description=description)
-
-
 TENANT = _path("tenant", OpenApiTypes.STR, "the tenant's slug")
 CAS_HEADERS = [
     OpenApiParameter("If-None-Match", OpenApiTypes.STR, OpenApiParameter.HEADER,
@@ -227,22 +224,43 @@ ETAG_HEADER = {"ETag": {"description": 'the stored revision, `"N"`', "schema": {
 
 
 def _errors(*codes: int) -> dict:
-    """Standard error answers: 401 unauthenticated, 403 role, 404 tenant/object, 400/413 body."""
-    out = {401: ERR, 403: ERR, 404: ERR}
+    """Standard error answers: 401 unauthenticated, 403 role, 404 tenant/object, 400 query;
+    with 413 (a body): also 411 (chunked, no Content-Length) and 415 (not JSON)."""
+    out = {400: ERR, 401: ERR, 403: ERR, 404: ERR}
     for code in codes:
         out[code] = ERR
+    if 413 in codes:
+        out[411] = ERR
+        out[415] = ERR
     return out
 
 
 class TenantApi(APIView):
-    """Base of every endpoint: raw bodies only (no DRF parsing), tenant resolved first."""
+    """Base of every endpoint: raw bodies only (no DRF parsing), tenant resolved first,
+    then the query parameters checked, every answer ``Cache-Control: no-store``."""
 
     parser_classes = [_NoParse]
+    schema = ApiSchema()
+    #: The query parameters each method takes (``params.Params`` classes, which also
+    #: document them in the schema); a method not listed takes none.
+    params: dict[str, type[p.Params]] = {}
+    #: The checked query parameters of this request (``params.validate``).
+    query: dict
 
-    @staticmethod
-    def tenant(request: Request, slug: str, right: str) -> Tenant:
-        """The tenant, or 404 (no role / no tenant) / 403 (role lacks ``right``)."""
-        return access_tenant(request.user, slug, right)
+    def tenant(self, request: Request, slug: str, right: str) -> Tenant:
+        """The tenant, or 404 (no role / no tenant) / 403 (role lacks ``right``); then
+        the query parameters, checked against ``params`` into ``self.query`` (400 naming
+        the parameter, CONTRACT.md 6). Every handler starts here, so none skips either."""
+        tenant = access_tenant(request.user, slug, right)
+        method = "get" if request.method == "HEAD" else request.method.lower()
+        self.query = p.validate(request, self.params.get(method, p.Params))
+        return tenant
+
+    def finalize_response(self, request, response, *args, **kwargs):
+        response = super().finalize_response(request, response, *args, **kwargs)
+        # Payloads, receipts and every other tenant answer stay out of caches (issue 6).
+        add_never_cache_headers(response)
+        return response
 
 
 # --------------------------------------------------------------------------------------
@@ -286,7 +304,7 @@ class CheckpointApi(TenantApi):
             400: ERR, 401: ERR, 403: ERR, 404: ERR,
             409: OpenApiResponse(s.FencedErrorSerializer),
             412: OpenApiResponse(s.ConflictErrorSerializer),
-            413: ERR, 428: ERR,
+            411: ERR, 413: ERR, 415: ERR, 428: ERR,
         },
     )
     def put(self, request, tenant, checkpoint_id):
@@ -304,18 +322,26 @@ class CheckpointApi(TenantApi):
 
 
 class CheckpointRevisionsApi(TenantApi):
+    params = {"get": p.RevisionListParams}
+
     @extend_schema(
         operation_id="checkpoint_revisions",
-        summary="Every accepted revision of a checkpoint, oldest first (audited export)",
-        parameters=[TENANT, _path("checkpoint_id")],
-        responses={200: s.RevisionsSerializer, **_errors()},
+        summary="Every accepted revision of a checkpoint, oldest first, one page at a time "
+                "(audited export)",
+        parameters=[TENANT, _path("checkpoint_id"), p.RevisionListParams],
+        responses={200: s.RevisionsSerializer, **_errors(400)},
     )
     def get(self, request, tenant, checkpoint_id):
-        """Readers of payloads only (writer, reviewer, approver, admin); one audit event."""
+        """Readers of payloads only (writer, reviewer, approver, admin); one audit event
+        per page. A page holds at most ``limit`` revisions and about four times the body
+        limit of payload bytes; ``next`` continues after its last revision."""
         t = self.tenant(request, tenant, roles.VIEW)
         cp = selectors.checkpoint_get(user=request.user, tenant=t, checkpoint_id=checkpoint_id)
-        return Response({"results": services.revisions_export(actor=request.user, tenant=t,
-                                                              checkpoint=cp)})
+        results, more = services.revisions_export(
+            actor=request.user, tenant=t, checkpoint=cp, after=self.query["cursor"],
+            limit=self.query["limit"])
+        nxt = page_url(request, cursor=str(results[-1]["revision"])) if more and results else None
+        return Response({"results": results, "next": nxt})
 
 
 # --------------------------------------------------------------------------------------
@@ -323,26 +349,20 @@ class CheckpointRevisionsApi(TenantApi):
 # --------------------------------------------------------------------------------------
 
 class EffectListApi(TenantApi):
+    params = {"get": p.EffectListParams}
+
     @extend_schema(
         operation_id="effect_list",
         summary="Find effects by service and operation key, and/or run",
-        parameters=[TENANT, _query("service"), _query("operation_key"),
-                    _query("run", OpenApiTypes.UUID, "run_id"),
-                    _query("limit", OpenApiTypes.INT, "1..500, default 100")],
+        parameters=[TENANT, p.EffectListParams],
         responses={200: s.EffectListSerializer, **_errors(400)},
     )
     def get(self, request, tenant):
         t = self.tenant(request, tenant, roles.VIEW)
-        run = request.query_params.get("run") or None
-        if run is not None:
-            try:
-                uuid.UUID(run)
-            except ValueError:
-                raise InvalidPayload("run: not a UUID") from None
-        limit = query_int(request, "limit", minimum=1, maximum=500, default=100)
+        q = self.query
         effects = selectors.effect_find(
-            user=request.user, tenant=t, service=request.query_params.get("service"),
-            operation_key=request.query_params.get("operation_key"), run_id=run, limit=limit)
+            user=request.user, tenant=t, service=q["service"], operation_key=q["operation_key"],
+            run_id=q["run"], limit=q["limit"])
         shown = receipts_in_answers(request.user, t)
         return Response({"results": [s.effect_json(e, with_receipt=shown) for e in effects]})
 
@@ -376,7 +396,7 @@ class EffectApi(TenantApi):
                                  description="operation_exists, or fenced "
                                              '({"error": "fenced", "fencing_token": T})'),
             412: OpenApiResponse(s.ConflictErrorSerializer),
-            413: ERR,
+            411: ERR, 413: ERR, 415: ERR,
             422: OpenApiResponse(s.ErrorSerializer,
                                  description="invalid_transition or idempotency_key_reuse"),
             428: ERR,
@@ -436,33 +456,22 @@ class EffectReceiptRevealApi(TenantApi):
 # --------------------------------------------------------------------------------------
 
 class RunListApi(TenantApi):
+    params = {"get": p.RunListParams}
+
     @extend_schema(
         operation_id="run_list",
         summary="The tenant's runs, newest write first, keyset-paginated",
-        parameters=[
-            TENANT,
-            OpenApiParameter("recovery_state", OpenApiTypes.STR, OpenApiParameter.QUERY,
-                             enum=s.RECOVERY_STATES),
-            _query("kind"),
-            _query("subject", description="agent or workflow name, substring"),
-            _query("age_s_min", OpenApiTypes.INT, "only runs quiet for at least this long"),
-            _query("cursor", description="from the previous page's next URL"),
-            _query("limit", OpenApiTypes.INT, "1..200, default 50"),
-        ],
+        parameters=[TENANT, p.RunListParams],
         responses={200: s.RunPageSerializer, **_errors(400)},
     )
     def get(self, request, tenant):
         t = self.tenant(request, tenant, roles.VIEW)
-        q = request.query_params
+        q = self.query
         filters = selectors.RunFilters(
-            recovery_state=q.get("recovery_state") or None,
-            kind=q.get("kind") or None,
-            subject=q.get("subject") or None,
-            age_s_min=query_int(request, "age_s_min", minimum=0, maximum=10**9),
-        )
-        limit = query_int(request, "limit", minimum=1, maximum=200, default=50)
+            recovery_state=q["recovery_state"], kind=q["kind"], subject=q["subject"],
+            age_s_min=q["age_s_min"])
         rows, next_cursor = selectors.run_list(user=request.user, tenant=t, filters=filters,
-                                               cursor=q.get("cursor") or None, limit=limit)
+                                               cursor=q["cursor"], limit=q["limit"])
         return Response({
             "results": [s.run_json(row, t.slug) for row in rows],
             "next": page_url(request, cursor=next_cursor) if next_cursor else None,
@@ -523,21 +532,22 @@ class RunLeaseApi(TenantApi):
 
 
 class RunResumeApi(TenantApi):
+    params = {"get": p.IdentityParams}
+
     @extend_schema(
         operation_id="run_resume_preview",
         summary="Preview the resume decision: changes nothing (no approval consumed, no "
                 "fencing, no audit)",
-        parameters=[TENANT, _path("run_id"), _query("agent"),
-                    _query("model", description="provider/name"), _query("workflow"),
-                    _query("definition_version")],
+        parameters=[TENANT, _path("run_id"), p.IdentityParams],
         responses={200: s.ResumeSerializer, **_errors(400)},
     )
     def get(self, request, tenant, run_id):
         """Each identity parameter given must equal the run's, else reject/identity_mismatch."""
         t = self.tenant(request, tenant, roles.WRITE)
         rid = url_uuid(run_id, "run")
+        asked = {k: v for k, v in self.query.items() if v is not None}
         return Response(services.resume_preview(actor=request.user, tenant=t, run_id=rid,
-                                                asked=_identity(request.query_params)))
+                                                asked=asked))
 
     @extend_schema(
         operation_id="run_resume_claim",
@@ -554,22 +564,11 @@ class RunResumeApi(TenantApi):
                             "not a browser session")
         rid = url_uuid(run_id, "run")
         body = read_object(request, empty_ok=True)
-        _only_fields(body, set(IDENTITY_PARAMS))
+        # The body's identity obeys the same rules as the GET's query (params.IdentityParams).
+        checked = p.check(p.IdentityParams, body)
+        asked = {k: v for k, v in checked.items() if v is not None}
         return Response(services.resume_claim(actor=request.user, tenant=t, run_id=rid,
-                                              asked=_identity(body)))
-
-
-def _identity(source) -> dict[str, str]:
-    """The identity parameters given (query or body), each a string of at most 256."""
-    asked = {}
-    for key in IDENTITY_PARAMS:
-        if key not in source:
-            continue
-        value = source[key]
-        if not isinstance(value, str) or len(value) > 256 or "\x00" in value:
-            raise InvalidPayload(f"{key}: must be a string of at most 256 characters")
-        asked[key] = value
-    return asked
+                                              asked=asked))
 
 
 # --------------------------------------------------------------------------------------
@@ -695,24 +694,21 @@ class ConflictsAcknowledgeApi(TenantApi):
 # --------------------------------------------------------------------------------------
 
 class AuditEventListApi(TenantApi):
+    params = {"get": p.AuditListParams}
+
     @extend_schema(
         operation_id="audit_event_list",
         summary="The tenant's audit events, newest first",
-        parameters=[TENANT, _query("run", OpenApiTypes.UUID, "run_id"),
-                    _query("actor", description='username, or "system"'), _query("action"),
-                    _query("before_seq", OpenApiTypes.INT, "from the previous page's next URL"),
-                    _query("limit", OpenApiTypes.INT, "1..200, default 100")],
+        parameters=[TENANT, p.AuditListParams],
         responses={200: s.AuditPageSerializer, **_errors(400)},
     )
     def get(self, request, tenant):
         t = self.tenant(request, tenant, roles.VIEW)
-        q = request.query_params
-        limit = query_int(request, "limit", minimum=1, maximum=200, default=100)
-        before_seq = query_int(request, "before_seq", minimum=1, maximum=MAX_REVISION)
-        events = selectors.audit_list(user=request.user, tenant=t, run_id=q.get("run") or None,
-                                      actor=q.get("actor") or None,
-                                      action=q.get("action") or None, before_seq=before_seq,
-                                      limit=limit + 1)
+        q = self.query
+        limit = q["limit"]
+        events = selectors.audit_list(user=request.user, tenant=t, run_id=q["run"],
+                                      actor=q["actor"], action=q["action"],
+                                      before_seq=q["before_seq"], limit=limit + 1)
         more = len(events) > limit
         events = events[:limit]
         return Response({

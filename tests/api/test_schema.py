@@ -30,7 +30,8 @@ CONTRACT_PATHS = {
 }
 
 
-def test_it_serves_the_schema(client, db):
+def test_it_serves_the_schema(client, vic):
+    client.force_login(vic)  # the schema needs an account (tests/api/test_hardening.py)
     r = client.get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json")
     assert r.status_code == 200
     assert "/api/v1/tenants/{tenant}/checkpoints/{checkpoint_id}" in r.json()["paths"]

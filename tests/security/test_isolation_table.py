@@ -267,10 +267,16 @@ def login_page_rule(ident: Identity, tenant: str):
     return 302 if ident.live and ident.session else 200  # logged in: on to the inbox
 
 
-def open_rule(ident: Identity, tenant: str) -> int:
-    """Not a tenant resource (the schema and its docs page): a dead token is refused,
-    everything else is answered alike; flags and roles change nothing."""
-    return 401 if ident.token and not ident.live else 200
+def schema_rule(ident: Identity, tenant: str) -> int:
+    """The schema is not a tenant resource but needs an account (docs/security/input.md):
+    any live token is answered alike (flags and roles change nothing); none, or a dead
+    one, is 401."""
+    return 200 if ident.token and ident.live else 401
+
+
+def docs_rule(ident: Identity, tenant: str):
+    """The docs page is for a logged-in browser: without a live session, to the login."""
+    return 200 if ident.live and ident.session else LOGIN
 
 
 @dataclass
@@ -358,8 +364,8 @@ RECIPES: dict[str, list[Op]] = {
            tenant=TWIN)],
     "api:audit-events": [Op("get", _t(), api_rule(V, 200))],
     "api:report": [Op("get", _t(), api_rule(V, 200))],
-    "schema": [Op("get", lambda w: {}, open_rule)],
-    "api-docs": [Op("get", lambda w: {}, open_rule)],
+    "schema": [Op("get", lambda w: {}, schema_rule)],
+    "api-docs": [Op("get", lambda w: {}, docs_rule, surface="web")],
     # --- dashboard, sessions ------------------------------------------------------------
     "login": [Op("get", lambda w: {}, login_page_rule, surface="web")],
     "logout": [Op("post", lambda w: {}, lambda ident, tenant: 302, surface="web")],

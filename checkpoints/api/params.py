@@ -1,0 +1,149 @@
+"""Query parameters of the API, validated in one place (CONTRACT.md section 6: "and the
+same in query parameters"; issue 6, fault 4).
+
+Each endpoint declares the parameters it takes as a ``Params`` serializer (views:
+``TenantApi.params``); ``validate`` checks a request against it right after the tenant
+is resolved, before any query, and the same class documents the parameters in the
+OpenAPI schema (``extend_schema(parameters=[...])``), so the schema and the checks cannot
+drift apart. The rules, each a 400 ``{"error": "invalid_payload", "detail": "<name>: ..."}``:
+
+- a parameter the endpoint does not take (typos such as ``recovery_sate`` would
+  otherwise silently list everything), or one given twice (like a duplicated JSON key);
+- a string with U+0000 or an unpaired surrogate (DRF's ``CharField`` validators; the
+  same rule as ``jsonparse.text_problem``), or longer than the column it is compared
+  with (limits read from the models, so they follow the columns);
+- an integer outside its range, a UUID that is not one, a value outside a choice.
+
+An empty value is checked like any other: ``?run=`` is not a UUID and ``?limit=`` not
+an integer (400), while an empty text filter (``?kind=``) filters nothing. Whitespace is
+kept: filters compare exactly.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+from rest_framework.request import Request
+
+from ..exceptions import InvalidPayload
+from ..jsonparse import printable, text_problem
+from ..models import MAX_REVISION, AuditEvent, Effect, RecoveryState, Run
+
+
+def column_limit(model, field: str) -> int:
+    """``max_length`` of ``model.field``: the longest value the store can hold."""
+    return model._meta.get_field(field).max_length
+
+
+class Text(serializers.CharField):
+    """A string as given: never a number turned into one, whitespace kept, no U+0000 and
+    no unpaired surrogate (DRF's validators), at most ``max_length``."""
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("required", False)
+        kwargs.setdefault("allow_blank", True)
+        kwargs.setdefault("trim_whitespace", False)
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+def _int(minimum: int, maximum: int, help_text: str, default: int | None = None):
+    kwargs: dict[str, Any] = {"required": False, "min_value": minimum, "max_value": maximum,
+                              "help_text": help_text}
+    if default is not None:
+        kwargs["default"] = default
+    return serializers.IntegerField(**kwargs)
+
+
+class Params(serializers.Serializer):
+    """Base of every endpoint's query parameters; on its own: the endpoint takes none."""
+
+
+class RunListParams(Params):
+    """``GET …/runs``."""
+
+    recovery_state = serializers.ChoiceField(choices=RecoveryState.values, required=False)
+    kind = Text(max_length=column_limit(Run, "kind"))
+    subject = Text(max_length=column_limit(Run, "agent"),
+                   help_text="agent or workflow name, substring")
+    age_s_min = _int(0, 10**9, "only runs quiet for at least this many seconds")
+    cursor = Text(max_length=512, help_text="from the previous page's next URL")
+    limit = _int(1, 200, "page size", default=50)
+
+
+class EffectListParams(Params):
+    """``GET …/effects``."""
+
+    service = Text(max_length=column_limit(Effect, "service"))
+    operation_key = Text(max_length=column_limit(Effect, "operation_key"))
+    run = serializers.UUIDField(required=False, help_text="run_id")
+    limit = _int(1, 500, "page size", default=100)
+
+
+class AuditListParams(Params):
+    """``GET …/audit-events``."""
+
+    run = serializers.UUIDField(required=False, help_text="run_id")
+    actor = Text(max_length=column_limit(AuditEvent, "actor_name"),
+                 help_text='username, or "system"')
+    action = Text(max_length=column_limit(AuditEvent, "action"))
+    before_seq = _int(1, MAX_REVISION, "from the previous page's next URL")
+    limit = _int(1, 200, "page size", default=100)
+
+
+class RevisionListParams(Params):
+    """``GET …/checkpoints/{id}/revisions``."""
+
+    cursor = _int(0, MAX_REVISION, "from the previous page's next URL: the last revision "
+                                   "of that page")
+    limit = _int(1, 100, "page size (a page also stops at about four times the body limit "
+                         "of payload bytes)", default=20)
+
+
+class IdentityParams(Params):
+    """The run identity a runtime resumes as: ``GET …/resume`` query parameters and the
+    ``POST …/resume`` body. Each at most as long as the run's column (a longer one could
+    never match, and CONTRACT.md 6 refuses values the store cannot hold)."""
+
+    agent = Text(max_length=column_limit(Run, "agent"))
+    model = Text(max_length=column_limit(Run, "model"), help_text="provider/name")
+    workflow = Text(max_length=column_limit(Run, "workflow"))
+    definition_version = Text(max_length=column_limit(Run, "definition_version"))
+
+
+def check(params_class: type[Params], data: dict) -> dict[str, Any]:
+    """Validate ``data`` (one value per name) against ``params_class``.
+
+    Returns every declared name: its value, its default, or ``None`` when not given.
+    Raises ``InvalidPayload`` naming the first unknown or refused name.
+    """
+    fields = params_class().fields
+    for name in data:
+        if name not in fields:
+            raise InvalidPayload(f"{printable(name)}: unknown parameter")
+    serializer = params_class(data=data)
+    if not serializer.is_valid():
+        name, errors = next(iter(serializer.errors.items()))
+        raise InvalidPayload(f"{name}: {errors[0]}")
+    return {name: serializer.validated_data.get(name) for name in fields}
+
+
+def validate(request: Request, params_class: type[Params]) -> dict[str, Any]:
+    """The request's query parameters checked against ``params_class`` (module doc).
+
+    Returns ``check``'s dict. Raises ``InvalidPayload`` (400) naming the parameter: unknown,
+    repeated, or refused by its field.
+    """
+    data: dict[str, str] = {}
+    for name, values in request.query_params.lists():
+        if text_problem(name):
+            raise InvalidPayload(f"{printable(name)}: unknown parameter")
+        if len(values) > 1:
+            raise InvalidPayload(f"{printable(name)}: given more than once")
+        data[name] = values[0]
+    return check(params_class, data)

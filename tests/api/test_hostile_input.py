@@ -1,0 +1,343 @@
+"""Issue 6, fault 4: hostile input never reaches a 500, each kind everywhere.
+
+- Query parameters: every parameter of every API operation, read from the OpenAPI
+  schema (so a new parameter is covered by itself), refuses U+0000 and an over-long
+  value with 400 naming it; every operation refuses a parameter it does not take and one
+  given twice. The schema and ``checkpoints.api.params`` are the same classes.
+- Path segments: NUL and non-UUIDs in every API URL pattern (from the resolver) are
+  JSON 404s (400 naming ``id`` on a PUT), never an HTML page.
+- Bodies: unpaired surrogates in payloads, keys, operation keys, reasons, owners and
+  resume identities; an identity part taken from a payload longer than its run column;
+  an ``updated_at_ms`` the column cannot hold.
+
+Each answer is checked with "nothing stored" (``snapshot``).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+from drf_spectacular.generators import SchemaGenerator
+from rest_framework.test import APIClient
+
+from checkpoints.api import params
+from checkpoints.exceptions import InvalidPayload
+from checkpoints.models import Run
+from tests.api.apihelpers import new_checkpoint, post, put_cp, put_fx, snapshot, url
+from tests.helpers import effect_body, envelope
+
+PREFIX = "/api/v1/tenants/{tenant}/"
+
+
+def _schema() -> dict:
+    return SchemaGenerator().get_schema(request=None, public=True)
+
+
+def _query_params() -> list[tuple[str, str, dict]]:
+    """(method, path, parameter) of every query parameter the schema documents."""
+    out = []
+    for path, ops in _schema()["paths"].items():
+        for method, op in ops.items():
+            for param in op.get("parameters", []):
+                if param["in"] == "query":
+                    out.append((method, path, param))
+    return out
+
+
+def _operations() -> list[tuple[str, str]]:
+    return [(method, path) for path, ops in _schema()["paths"].items()
+            for method in ops if path.startswith(PREFIX)]
+
+
+QUERY_PARAMS = _query_params()
+OPERATIONS = _operations()
+
+
+@pytest.fixture
+def ids(api_as, wendy, acme) -> dict:
+    """A real checkpoint, run and effect of acme for the path templates."""
+    w = api_as(wendy)
+    cp = new_checkpoint(w, "acme")
+    fx = effect_body(run_id=cp["run_id"])
+    assert put_fx(w, "acme", fx, create=True).status_code == 201
+    return {"tenant": "acme", "checkpoint_id": cp["id"], "run_id": cp["run_id"],
+            "effect_id": fx["id"], "retry_id": "1"}
+
+
+def _client_for(method: str, path: str, api_as, wendy, adam) -> APIClient:
+    # The writer may call the writer's operations (resume, lease); the admin every other.
+    writer_ops = ("resume", "lease")
+    return api_as(wendy) if any(w in path for w in writer_ops) else api_as(adam)
+
+
+def _call(client, method: str, path: str, ids: dict, query: str):
+    target = path.format(**ids) + "?" + query
+    body = json.dumps({"reason": "r"}) if method == "post" else None
+    return getattr(client, method)(target, data=body, content_type="application/json")
+
+
+def test_it_documents_a_query_parameter_for_every_list_filter():
+    """The generated table below is not empty: the list endpoints' filters are in it."""
+    names = {(path.rsplit("/", 1)[-1], p["name"]) for _m, path, p in QUERY_PARAMS}
+    assert {("runs", "kind"), ("runs", "cursor"), ("effects", "operation_key"),
+            ("audit-events", "actor"), ("revisions", "limit"),
+            ("resume", "definition_version")} <= names
+
+
+@pytest.mark.parametrize("method,path,param", QUERY_PARAMS,
+                         ids=[f"{m} {p[len(PREFIX):]} {q['name']}" for m, p, q in QUERY_PARAMS])
+def test_it_refuses_nul_and_overlong_query_values_naming_the_parameter(
+        api_as, wendy, adam, ids, method, path, param):
+    client = _client_for(method, path, api_as, wendy, adam)
+    before = snapshot()
+    name = param["name"]
+    for value in ("a%00b", "%00", "x" * 1001):
+        r = _call(client, method, path, ids, f"{name}={value}")
+        assert r.status_code == 400, (name, value, r.content)
+        assert r["Content-Type"] == "application/json"
+        assert r.json()["error"] == "invalid_payload"
+        assert r.json()["detail"].startswith(f"{name}: "), r.json()
+    assert snapshot() == before
+
+
+@pytest.mark.parametrize("method,path", OPERATIONS,
+                         ids=[f"{m} {p[len(PREFIX):]}" for m, p in OPERATIONS])
+def test_it_refuses_unknown_and_repeated_query_parameters_on_every_operation(
+        api_as, wendy, adam, ids, method, path):
+    client = _client_for(method, path, api_as, wendy, adam)
+    before = snapshot()
+    r = _call(client, method, path, ids, "no_such_param=1")
+    assert r.status_code == 400 and r.json()["detail"] == "no_such_param: unknown parameter"
+    r = _call(client, method, path, ids, "%00=1")
+    assert r.status_code == 400 and r.json()["detail"] == "\\0: unknown parameter"
+    documented = [p["name"] for m, pth, p in QUERY_PARAMS if m == method and pth == path]
+    if documented:
+        name = documented[0]
+        r = _call(client, method, path, ids, f"{name}=1&{name}=2")
+        assert r.status_code == 400
+        assert r.json()["detail"] == f"{name}: given more than once"
+    assert snapshot() == before
+
+
+@pytest.mark.parametrize("cls,name", [(params.RunListParams, "kind"),
+                                      (params.EffectListParams, "operation_key"),
+                                      (params.AuditListParams, "actor"),
+                                      (params.IdentityParams, "agent")])
+def test_it_refuses_an_unpaired_surrogate_in_a_parameter(cls, name):
+    # HTTP cannot carry one (Django decodes query strings with replacement), but a body
+    # checked with the same classes can: the rule holds for both.
+    with pytest.raises(InvalidPayload, match=f"^{name}: "):
+        params.check(cls, {name: "a\ud800b"})
+
+
+def test_it_takes_the_parameter_limits_from_the_columns():
+    fields = params.IdentityParams().fields
+    for name in ("agent", "model", "workflow", "definition_version"):
+        assert fields[name].max_length == Run._meta.get_field(name).max_length
+
+
+def test_it_lists_runs_with_a_nul_kind_as_a_400_not_a_500(api_as, vic, acme):
+    """The issue's instance: ``runs?kind=%00``."""
+    r = api_as(vic).get(url("acme", "runs") + "?kind=%00")
+    assert r.status_code == 400
+    assert r.json() == {"error": "invalid_payload",
+                        "detail": "kind: Null characters are not allowed."}
+
+
+def test_it_still_filters_with_good_parameters(api_as, wendy, vic, acme):
+    w = api_as(wendy)
+    cp = new_checkpoint(w, "acme")
+    r = api_as(vic).get(url("acme", "runs"), {"kind": "acme.order", "limit": "1"})
+    assert r.status_code == 200 and [x["run_id"] for x in r.json()["results"]] == [cp["run_id"]]
+    # An empty text filter filters nothing; an empty typed value is not a value.
+    r = api_as(vic).get(url("acme", "runs"), {"kind": "", "subject": ""})
+    assert r.status_code == 200 and len(r.json()["results"]) == 1
+    for name in ("recovery_state", "limit", "age_s_min"):
+        r = api_as(vic).get(url("acme", "runs"), {name: ""})
+        assert r.status_code == 400 and r.json()["detail"].startswith(f"{name}: ")
+
+
+# --- path segments ------------------------------------------------------------------------
+
+PATH_OPS = [(m, p) for m, p in OPERATIONS if "{" in p[len(PREFIX):]]
+
+
+@pytest.mark.parametrize("method,path", PATH_OPS,
+                         ids=[f"{m} {p[len(PREFIX):]}" for m, p in PATH_OPS])
+@pytest.mark.parametrize("segment", ["%00", "a%00b", "%ED%A0%80", "x" * 300])
+def test_it_answers_json_for_bad_ids_in_every_path(api_as, adam, ids, method, path, segment):
+    before = snapshot()
+    bad = {k: (segment if k != "tenant" else v) for k, v in ids.items()}
+    r = _call(api_as(adam), method, path, bad, "")
+    assert r["Content-Type"] == "application/json", r.content[:200]
+    if method == "put":
+        assert r.status_code == 400 and r.json()["detail"].startswith("id: ")
+    else:
+        assert r.status_code == 404 and r.json()["error"] == "not_found"
+    assert snapshot() == before
+
+
+@pytest.mark.parametrize("segment", ["%00", "ac%00me", "%ED%A0%80", "x" * 300])
+def test_it_answers_json_404_for_a_tenant_that_is_not_a_slug(api_as, adam, acme, segment):
+    r = api_as(adam).get(f"/api/v1/tenants/{segment}/runs")
+    assert r.status_code == 404
+    assert r["Content-Type"] == "application/json"
+    assert r.json()["error"] == "not_found"
+    assert len(r.json().get("detail", "")) < 100
+
+
+# --- bodies -------------------------------------------------------------------------------
+
+SURROGATE = "\\ud800"
+
+
+@pytest.mark.parametrize("where", ["payload-value", "payload-key", "kind"])
+def test_it_refuses_unpaired_surrogates_in_checkpoint_bodies(api_as, wendy, acme, where):
+    body = json.dumps(envelope())
+    if where == "payload-value":
+        body = body.replace('"A-1042"', f'"A{SURROGATE}"')
+    elif where == "payload-key":
+        body = body.replace('"order_id"', f'"o{SURROGATE}"')
+    else:
+        body = body.replace('"acme.order"', f'"acme.order{SURROGATE}"')
+    before = snapshot()
+    r = put_cp(api_as(wendy), "acme", body, create=True,
+               headers={"url_id": json.loads(body.replace(SURROGATE, ""))["id"]})
+    assert r.status_code == 400 and "surrogate" in r.json()["detail"], r.content
+    assert r.json()["detail"].startswith("body")
+    assert snapshot() == before
+
+
+@pytest.mark.parametrize("field", ["operation_key", "service", "receipt"])
+def test_it_refuses_unpaired_surrogates_in_effect_bodies(api_as, wendy, acme, field):
+    fx = effect_body(receipt={"note": "x"})
+    raw = json.dumps(fx)
+    raw = raw.replace(json.dumps(fx[field])[:-1] if field != "receipt" else '"x',
+                      (json.dumps(fx[field])[:-1] if field != "receipt" else '"x') + SURROGATE)
+    before = snapshot()
+    r = put_fx(api_as(wendy), "acme", raw, create=True, headers={"url_id": fx["id"]})
+    assert r.status_code == 400 and "surrogate" in r.json()["detail"], r.content
+    assert r.json()["detail"].startswith(f"body.{field}")
+    assert snapshot() == before
+
+
+@pytest.mark.parametrize("action", ["retry-requests", "close", "conflicts/acknowledge",
+                                    "reconcile"])
+def test_it_refuses_unpaired_surrogates_in_reasons(api_as, wendy, rita, acme, action):
+    rid = new_checkpoint(api_as(wendy), "acme")["run_id"]
+    before = snapshot()
+    r = post(api_as(rita), "acme", f"runs/{rid}/{action}", raw='{"reason": "x' + SURROGATE + '"}')
+    assert r.status_code == 400 and r.json()["detail"].startswith("body.reason"), r.content
+    assert snapshot() == before
+
+
+def test_it_refuses_unpaired_surrogates_in_lease_owners_and_resume_identities(
+        api_as, wendy, acme):
+    w = api_as(wendy)
+    rid = new_checkpoint(w, "acme")["run_id"]
+    before = snapshot()
+    r = post(w, "acme", f"runs/{rid}/lease", raw='{"owner": "w' + SURROGATE + '", "ttl_s": 5}')
+    assert r.status_code == 400 and r.json()["detail"].startswith("body.owner")
+    r = post(w, "acme", f"runs/{rid}/resume", raw='{"agent": "a' + SURROGATE + '"}')
+    assert r.status_code == 400 and r.json()["detail"].startswith("body.agent")
+    assert snapshot() == before
+
+
+@pytest.mark.parametrize("body,detail", [
+    ({"definition_version": "v" * 65}, "definition_version: "),
+    ({"agent": "a" * 257}, "agent: "),
+    ({"model": 7}, "model: "),
+    ({"workflow": None}, "workflow: "),
+])
+def test_it_checks_the_resume_body_like_the_resume_query(api_as, wendy, acme, body, detail):
+    w = api_as(wendy)
+    rid = new_checkpoint(w, "acme")["run_id"]
+    before = snapshot()
+    r = post(w, "acme", f"runs/{rid}/resume", body)
+    assert r.status_code == 400 and r.json()["detail"].startswith(detail), r.content
+    assert snapshot() == before
+    query = {k: str(v) for k, v in body.items() if v is not None and not isinstance(v, int)}
+    if query:
+        r = w.get(url("acme", f"runs/{rid}/resume"), query)
+        assert r.status_code == 400 and r.json()["detail"].startswith(detail)
+
+
+# Identity parts a payload yields, one over its column's limit, for each built-in kind.
+OVERLONG_IDENTITY = {
+    "acme.order definition_version": (
+        "acme.order", 1, {"phase": "ready", "definition_version": "v" * 65},
+        "definition_version", 64),
+    "acme.order definition_version (a 65-digit integer)": (
+        "acme.order", 1, {"phase": "ready", "definition_version": 10**64}, "definition_version",
+        64),
+    "acme.order workflow": (
+        "acme.order", 1, {"phase": "ready", "workflow": "w" * 257}, "workflow", 256),
+    "runifold.agent agent": (
+        "runifold.agent", 1, None, "agent", 256),
+    "runifold.agent model": (
+        "runifold.agent", 1, None, "model", 256),
+    "runifold.workflow workflow": (
+        "runifold.workflow", 3, None, "workflow", 256),
+    "runifold.workflow definition_version": (
+        "runifold.workflow", 4, None, "definition_version", 64),
+}
+
+
+def _fixture_payload(kind: str, version: int, part: str) -> dict:
+    """The first fixture payload of ``kind`` v``version`` with ``part`` made too long."""
+    fixtures = Path(__file__).resolve().parent.parent / "fixtures"
+    data = json.loads((fixtures / f"{kind}.v{version}.json").read_text())
+    payload = data["cases"][0]["checkpoint"]["payload"]
+    if part == "agent":
+        payload["agent"] = "a" * 257
+    elif part == "model":
+        payload["model"] = {"provider": "p" * 200, "name": "n" * 56}  # "p…/n…" is 257
+    elif part == "workflow":
+        payload["workflow"] = "w" * 257
+    elif part == "definition_version":
+        payload["workflow_version"] = 10**64  # 65 digits
+    return payload
+
+
+@pytest.mark.parametrize("name", list(OVERLONG_IDENTITY))
+def test_it_makes_an_overlong_identity_a_schema_error_not_a_database_error(
+        api_as, wendy, vic, acme, name):
+    kind, version, payload, part, limit = OVERLONG_IDENTITY[name]
+    if payload is None:
+        payload = _fixture_payload(kind, version, part)
+    body = envelope(kind=kind, schema_version=version, payload=payload)
+    r = put_cp(api_as(wendy), "acme", body, create=True)
+    # Stored (the runtime's data is never lost), the run is schema_mismatch, the label
+    # names the identity part and its limit, and no column got the value.
+    assert r.status_code == 201, r.content
+    assert r.json()["phase_class"] == "unsupported"
+    assert f"identity {part} is longer than {limit} characters" in r.json()["phase_label"]
+    run = Run.objects.get(run_id=body["run_id"])
+    assert run.recovery_state == "schema_mismatch"
+    assert (run.agent, run.model, run.workflow, run.definition_version) == ("", "", "", "")
+    assert "vvvv" not in run.phase_label and "wwww" not in run.phase_label
+    listed = api_as(vic).get(url("acme", "runs")).json()["results"]
+    assert [x["recovery_state"] for x in listed] == ["schema_mismatch"]
+
+
+def test_it_accepts_identities_of_exactly_the_column_limits(api_as, wendy, acme):
+    body = envelope(payload={"phase": "ready", "definition_version": "v" * 64,
+                             "workflow": "w" * 256})
+    r = put_cp(api_as(wendy), "acme", body, create=True)
+    assert r.status_code == 201 and r.json()["phase_class"] == "stable"
+    run = Run.objects.get(run_id=body["run_id"])
+    assert (len(run.definition_version), len(run.workflow)) == (64, 256)
+
+
+@pytest.mark.parametrize("value,status", [(2**63 - 1, 201), (2**63, 400), (2**64 - 1, 400)])
+def test_it_refuses_an_updated_at_ms_the_column_cannot_hold(api_as, wendy, acme, value, status):
+    before = snapshot()
+    body = envelope(checkpoint_id=uuid.uuid4(), updated_at_ms=value)
+    r = put_cp(api_as(wendy), "acme", body, create=True)
+    assert r.status_code == status, r.content
+    if status == 400:
+        assert r.json()["detail"].startswith("updated_at_ms: ")
+        assert snapshot() == before
