@@ -27,6 +27,7 @@ def production(tmp_path) -> dict[str, str]:
     return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "DEBUG": "0",
             "SECRET_KEY": secrets.token_urlsafe(50), "ALLOWED_HOSTS": "recovery.example",
             "RECOVERY_ENCRYPTION_KEYS": Fernet.generate_key().decode(),
+            "RECOVERY_AUDIT_KEYS": secrets.token_urlsafe(40),
             "RECOVERY_VAR_DIR": str(tmp_path)}
 
 
@@ -55,7 +56,7 @@ def test_development_defaults_fail_check_deploy(production):
 
 
 def test_debug_off_does_not_hide_a_development_key(production):
-    for name in ("SECRET_KEY", "RECOVERY_ENCRYPTION_KEYS"):
+    for name in ("SECRET_KEY", "RECOVERY_ENCRYPTION_KEYS", "RECOVERY_AUDIT_KEYS"):
         env = {k: v for k, v in production.items() if k != name}
         done = deploy_check(env)
         assert done.returncode == 1
