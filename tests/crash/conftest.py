@@ -12,14 +12,13 @@ import sys
 import time
 import uuid
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from django.db import connection
 
 from checkpoints import services
 from checkpoints.client import HttpCheckpointStore
+from checkpoints.dbclock import db_now
 from checkpoints.demo.payments import PaymentService
 from checkpoints.models import Run
 
@@ -114,15 +113,7 @@ def resume_worker(live_server, payments, writer_token):
 
 # --- time: the database's clock, never a fake "now" --------------------------------------
 
-def db_time() -> datetime:
-    """The database's current time (what the services compare leases with)."""
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            cursor.execute("SELECT CLOCK_TIMESTAMP()")
-            value = cursor.fetchone()[0]
-            return value if value.tzinfo else value.replace(tzinfo=UTC)
-        cursor.execute("SELECT STRFTIME('%Y-%m-%d %H:%M:%f', 'now')")
-        return datetime.fromisoformat(cursor.fetchone()[0]).replace(tzinfo=UTC)
+db_time = db_now  # the services compare leases with this clock
 
 
 def wait_for_lease_expiry(tenant, run_id, timeout_s: float = 10) -> Run:
