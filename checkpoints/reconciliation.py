@@ -30,9 +30,8 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import uuid
-from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -252,18 +251,27 @@ def lookup_with_timeout(configured: reconcile.Configured, ref: reconcile.EffectR
                         ) -> reconcile.Answer:
     """Call the plugin under its timeout; whatever it raises or returns that is not an
     ``Answer`` of a known kind becomes ``cannot_tell`` with the reason."""
-    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="reconciler")
-    try:
-        future = pool.submit(configured.reconciler.lookup, ref)
-        answer = future.result(timeout=configured.timeout_s + 1)
-    except FutureTimeout:
+    # A daemon thread, so that a plugin that never returns cannot hold the worker process
+    # open at exit (a ThreadPoolExecutor's threads are joined then).
+    box: dict[str, Any] = {}
+
+    def call() -> None:
+        try:
+            box["answer"] = configured.reconciler.lookup(ref)
+        except BaseException as exc:  # noqa: BLE001 - a plugin's failure is data
+            box["error"] = exc
+
+    thread = threading.Thread(target=call, name="reconciler", daemon=True)
+    thread.start()
+    thread.join(configured.timeout_s + 1)
+    if thread.is_alive():
         return reconcile.Answer.cannot_tell(
             f"{configured.name}: no answer within {configured.timeout_s} s")
-    except Exception as exc:  # noqa: BLE001 - a plugin's failure is data, not a crash
+    if "error" in box:
+        exc = box["error"]
         return reconcile.Answer.cannot_tell(
             f"{configured.name}: {type(exc).__name__}: {_safe_text(str(exc), 300)}")
-    finally:
-        pool.shutdown(wait=False)
+    answer = box.get("answer")
     try:
         return _checked(answer, configured.name)
     except Exception as exc:  # noqa: BLE001 - e.g. an unhashable kind, a detail that

@@ -25,11 +25,10 @@ from django.db.models import (
     QuerySet,
 )
 from django.db.models.functions import Cast
-from django.utils import timezone
 from guardian.models import GroupObjectPermission
 
 from . import policy, roles
-from .dbclock import db_now
+from .dbclock import NOW, db_now
 from .exceptions import InvalidPayload, NotFound
 from .models import (
     ApiToken,
@@ -149,7 +148,7 @@ def run_list(*, user, tenant: Tenant, filters: RunFilters, cursor: str | None = 
     if filters.subject:
         qs = qs.filter(Q(agent__icontains=filters.subject) | Q(workflow__icontains=filters.subject))
     if filters.age_s_min:
-        qs = qs.filter(last_write_at__lte=timezone.now() - timedelta(seconds=filters.age_s_min))
+        qs = qs.filter(last_write_at__lte=NOW - timedelta(seconds=filters.age_s_min))
     if cursor:
         last, pk = decode_cursor(cursor)
         if last is None:

@@ -87,7 +87,7 @@ ANSWER_WORDS = {
     "cannot_tell": "could not tell (error, timeout or a bad answer)",
     "no_lookup": "the service offers no look-up",
     "owner_live": "not asked: the owner was live",
-    "settling": "not asked yet: waiting for the settle delay",
+    "settling": "the service had not seen the key yet: waiting for the settle delay",
     "moved_on": "the effect had settled by other means",
 }
 
