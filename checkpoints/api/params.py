@@ -22,6 +22,7 @@ kept: filters compare exactly.
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import unquote_to_bytes
 
 from rest_framework import serializers
 from rest_framework.request import Request
@@ -139,6 +140,7 @@ def validate(request: Request, params_class: type[Params]) -> dict[str, Any]:
     Returns ``check``'s dict. Raises ``InvalidPayload`` (400) naming the parameter: unknown,
     repeated, or refused by its field.
     """
+    _check_raw_utf8(request.META.get("QUERY_STRING", ""))
     data: dict[str, str] = {}
     for name, values in request.query_params.lists():
         if text_problem(name):
@@ -147,3 +149,21 @@ def validate(request: Request, params_class: type[Params]) -> dict[str, Any]:
             raise InvalidPayload(f"{printable(name)}: given more than once")
         data[name] = values[0]
     return check(params_class, data)
+
+
+def _check_raw_utf8(query_string: str) -> None:
+    """Refuse percent-encoded bytes that are not UTF-8 (``%ED%A0%80``, a lone surrogate;
+    ``%FF``): Django decodes them to U+FFFD before any field sees them, so the check reads
+    the raw query string. Raises ``InvalidPayload`` naming the parameter."""
+    for pair in query_string.split("&"):
+        if "%" not in pair:
+            continue
+        raw_name, _, raw_value = pair.partition("=")
+        name = unquote_to_bytes(raw_name.replace("+", " ")).decode("utf-8", "replace")
+        for part in (raw_name, raw_value):
+            try:
+                unquote_to_bytes(part.replace("+", " ")).decode("utf-8")
+            except UnicodeDecodeError:
+                raise InvalidPayload(
+                    f"{printable(name)}: not UTF-8 (an unpaired surrogate or a stray byte)"
+                ) from None

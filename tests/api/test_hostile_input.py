@@ -341,3 +341,16 @@ def test_it_refuses_an_updated_at_ms_the_column_cannot_hold(api_as, wendy, acme,
     if status == 400:
         assert r.json()["detail"].startswith("updated_at_ms: ")
         assert snapshot() == before
+
+
+@pytest.mark.parametrize("path,param", [("effects", "operation_key"), ("effects", "service"),
+                                        ("audit-events", "actor"), ("audit-events", "action"),
+                                        ("runs", "kind")])
+@pytest.mark.parametrize("raw", ["%ED%A0%80", "%FF", "a%C3"])
+def test_it_refuses_query_bytes_that_are_not_utf8_naming_the_parameter(api_as, vic, acme, path,
+                                                                       param, raw):
+    """Django decodes such bytes to U+FFFD; the raw query string is checked before that."""
+    r = api_as(vic).get(url("acme", path) + f"?{param}={raw}")
+    assert r.status_code == 400, r.content
+    assert r.json()["error"] == "invalid_payload"
+    assert r.json()["detail"].startswith(f"{param}: not UTF-8")
