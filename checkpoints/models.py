@@ -160,7 +160,7 @@ class Run(TimestampedModel):
     """
 
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="runs")
-    run_id = models.UUIDField()
+    uuid = models.UUIDField(help_text="the run's public id (``run_id`` on the wire)")
     kind = models.CharField(max_length=200, blank=True)
     schema_version = models.PositiveIntegerField(null=True, blank=True)
     agent = models.CharField(max_length=256, blank=True)
@@ -191,7 +191,7 @@ class Run(TimestampedModel):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["tenant", "run_id"], name="run_unique_per_tenant"),
+            models.UniqueConstraint(fields=["tenant", "uuid"], name="run_unique_per_tenant"),
             models.CheckConstraint(condition=Q(fencing_token__gte=0), name="run_fencing_token_gte_0"),
         ]
         indexes = [
@@ -200,7 +200,7 @@ class Run(TimestampedModel):
         ]
 
     def __str__(self) -> str:
-        return f"run {self.run_id}"
+        return f"run {self.uuid}"
 
 
 class Checkpoint(models.Model):
@@ -212,7 +212,7 @@ class Checkpoint(models.Model):
 
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
     run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="checkpoints")
-    checkpoint_id = models.UUIDField()
+    uuid = models.UUIDField(help_text="the checkpoint's public id (``id`` on the wire)")
     revision = models.BigIntegerField()
     kind = models.CharField(max_length=200)
     schema_version = models.BigIntegerField()
@@ -228,13 +228,13 @@ class Checkpoint(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["tenant", "checkpoint_id"],
+            models.UniqueConstraint(fields=["tenant", "uuid"],
                                     name="checkpoint_unique_per_tenant"),
             models.CheckConstraint(condition=Q(revision__gte=0), name="checkpoint_revision_gte_0"),
         ]
 
     def __str__(self) -> str:
-        return f"checkpoint {self.checkpoint_id}@{self.revision}"
+        return f"checkpoint {self.uuid}@{self.revision}"
 
 
 class CheckpointRevision(models.Model):
@@ -277,7 +277,7 @@ class Effect(EncryptedReceipt, TimestampedModel):
 
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
     run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="effects")
-    effect_id = models.UUIDField()
+    uuid = models.UUIDField(help_text="the effect's public id (``id`` on the wire)")
     revision = models.BigIntegerField()
     operation_key = models.CharField(max_length=512)
     service = models.CharField(max_length=200)
@@ -299,7 +299,7 @@ class Effect(EncryptedReceipt, TimestampedModel):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["tenant", "effect_id"], name="effect_unique_per_tenant"),
+            models.UniqueConstraint(fields=["tenant", "uuid"], name="effect_unique_per_tenant"),
             models.UniqueConstraint(fields=["tenant", "service", "operation_key"],
                                     name="effect_operation_key_unique"),
             models.CheckConstraint(condition=Q(revision__gte=0), name="effect_revision_gte_0"),
@@ -349,7 +349,7 @@ class Conflict(models.Model):
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
     run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="conflicts")
     target_type = models.CharField(max_length=16)  # "checkpoint" | "effect"
-    target_id = models.UUIDField()
+    target_uuid = models.UUIDField(help_text="the checkpoint's or effect's public id")
     reason = models.CharField(max_length=16, choices=Reason.choices,
                               default=Reason.STALE_REVISION)
     expected_revision = models.BigIntegerField(null=True, blank=True)
@@ -442,7 +442,7 @@ class AuditEvent(models.Model):
     """Append-only, per-tenant hash-chained record of every action and payload reveal.
 
     ``actor`` is who did it (null and ``actor_name == "system"`` for the sweep and
-    reconciliation); ``target_type``/``target_id`` is what it was done to; ``run_id`` the
+    reconciliation); ``target_type``/``target_ref`` is what it was done to; ``run_uuid`` the
     run it concerns. ``before``/``after`` hold the changed fields. ``hash`` is
     HMAC-SHA256 (key ``key_id`` of ``RECOVERY_AUDIT_KEYS``) over the tenant, ``prev_hash``
     and the event's fields, or plain SHA-256 for events older than migration 0005
@@ -460,8 +460,9 @@ class AuditEvent(models.Model):
     actor_name = models.CharField(max_length=150)
     action = models.CharField(max_length=64)
     target_type = models.CharField(max_length=32)
-    target_id = models.CharField(max_length=64)
-    run_id = models.UUIDField(null=True, blank=True)
+    target_ref = models.CharField(
+        max_length=64, help_text="what it was done to: a UUID, pk, slug or username (``target_id`` in the event JSON)")
+    run_uuid = models.UUIDField(null=True, blank=True, help_text="the run's public id (``run_id`` in the event JSON)")
     reason = models.TextField(blank=True)
     before = models.JSONField(null=True, blank=True)
     after = models.JSONField(null=True, blank=True)
@@ -477,7 +478,7 @@ class AuditEvent(models.Model):
             models.UniqueConstraint(fields=["tenant", "seq"], name="audit_seq_unique_per_tenant"),
         ]
         indexes = [
-            models.Index(fields=["tenant", "run_id", "-seq"], name="audit_run_idx"),
+            models.Index(fields=["tenant", "run_uuid", "-seq"], name="audit_run_idx"),
             models.Index(fields=["tenant", "action", "-seq"], name="audit_action_idx"),
         ]
 
@@ -532,7 +533,7 @@ class ReconcileRequest(TimestampedModel):
     run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="reconcile_requests")
     effect = models.ForeignKey(Effect, on_delete=models.PROTECT,
                                related_name="reconcile_requests")
-    task_id = models.UUIDField(help_text="the id the reviewer was given (one per action)")
+    task_uuid = models.UUIDField(help_text="the id the reviewer was given (one per action; ``task_id`` on the wire)")
     requested_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
         related_name="+")

@@ -121,14 +121,14 @@ def run_reconcile(*, actor, tenant: Tenant, run_id: uuid.UUID, reason: str) -> R
                 outcome.requests.append(existing)
                 continue
             outcome.requests.append(ReconcileRequest.objects.create(
-                tenant=tenant, run=run, effect=effect, task_id=task_id, requested_by=actor,
+                tenant=tenant, run=run, effect=effect, task_uuid=task_id, requested_by=actor,
                 requested_by_name=svc._actor_name(actor), reason=reason, next_attempt_at=now))
         svc.audit_record(
             tenant=tenant, actor=actor, action="run.reconcile", target_type="run",
-            target_id=run.run_id, run_id=run.run_id, reason=reason,
+            target_id=run.uuid, run_id=run.uuid, reason=reason,
             after={"task_id": str(task_id),
                    "requests": [r.pk for r in outcome.requests],
-                   "effects": [str(e.effect_id) for e in in_doubt]})
+                   "effects": [str(e.uuid) for e in in_doubt]})
         pks = [r.pk for r in outcome.requests]
 
         def send():
@@ -327,7 +327,7 @@ def _effect_ref(effect: Effect, tenant_slug: str) -> reconcile.EffectRef:
     if effect.request_ciphertext:
         request = loads_any(crypto.decrypt_text(effect.request_ciphertext))
     return reconcile.EffectRef(
-        tenant=tenant_slug, effect_id=effect.effect_id, service=effect.service,
+        tenant=tenant_slug, effect_id=effect.uuid, service=effect.service,
         operation_key=effect.operation_key, effect_class=effect.effect_class,
         request_fingerprint=effect.request_fingerprint, attempt=effect.attempt,
         request=request)
@@ -388,7 +388,7 @@ def _apply(req: ReconcileRequest, effect: Effect, seen_attempt: int,
     svc = _services()
     after_commit: list[tuple[int, float]] = []
     with transaction.atomic():
-        run = svc._lock_run(effect.tenant, effect.run.run_id, create=False)
+        run = svc._lock_run(effect.tenant, effect.run.uuid, create=False)
         now = run.db_now
         current = ReconcileRequest.objects.select_for_update().get(pk=req.pk)
         if current.state != ReconcileState.RUNNING or current.attempts != req.attempts:
@@ -427,8 +427,8 @@ def _apply(req: ReconcileRequest, effect: Effect, seen_attempt: int,
                               f"{effect.revision}) before the answer was applied")
             result = _finish(current, now, outcome="moved_on", state=ReconcileState.DONE)
             svc.audit_record(tenant=run.tenant, actor=None, action="reconcile.moved_on",
-                             target_type="effect", target_id=effect.effect_id,
-                             run_id=run.run_id, reason=attempt.detail,
+                             target_type="effect", target_id=effect.uuid,
+                             run_id=run.uuid, reason=attempt.detail,
                              after={"request": current.pk, "state": effect.state})
         elif wait_until is not None or answer is None:
             # Not asked, or "never saw the key" too early: wait, without counting a failure.
@@ -448,7 +448,7 @@ def _apply(req: ReconcileRequest, effect: Effect, seen_attempt: int,
                 result = _finish(current, now, outcome="", state=ReconcileState.GAVE_UP)
                 svc.audit_record(
                     tenant=run.tenant, actor=None, action="reconcile.gave_up",
-                    target_type="effect", target_id=effect.effect_id, run_id=run.run_id,
+                    target_type="effect", target_id=effect.uuid, run_id=run.uuid,
                     reason=answer.detail[:4000],
                     after={"request": current.pk, "attempts": current.attempts,
                            "failures": current.failures})
@@ -479,7 +479,7 @@ def _apply(req: ReconcileRequest, effect: Effect, seen_attempt: int,
             result = _finish(current, now, outcome=to_state, state=ReconcileState.DONE)
             svc.audit_record(
                 tenant=run.tenant, actor=None, action="effect.reconcile",
-                target_type="effect", target_id=effect.effect_id, run_id=run.run_id,
+                target_type="effect", target_id=effect.uuid, run_id=run.uuid,
                 reason=answer.detail[:4000], before=before,
                 after={"state": effect.state, "revision": effect.revision,
                        "answer": answer.kind, "request": current.pk,
@@ -536,7 +536,7 @@ def evidence_reveal(*, actor, tenant: Tenant, attempt_id: int, reason: str) -> A
             return None
         value = loads_any(crypto.decrypt_text(attempt.evidence_ciphertext))
         svc.audit_record(tenant=tenant, actor=actor, action="evidence.reveal",
-                         target_type="effect", target_id=attempt.request.effect.effect_id,
-                         run_id=attempt.request.run.run_id, reason=reason[:4000],
+                         target_type="effect", target_id=attempt.request.effect.uuid,
+                         run_id=attempt.request.run.uuid, reason=reason[:4000],
                          after={"request": attempt.request_id, "attempt": attempt.number})
     return value

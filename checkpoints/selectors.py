@@ -48,7 +48,7 @@ from .models import (
 from .permissions import require
 
 RUN_LIST_FIELDS = (
-    "id", "tenant_id", "run_id", "kind", "schema_version", "agent", "model", "workflow",
+    "id", "tenant_id", "uuid", "kind", "schema_version", "agent", "model", "workflow",
     "definition_version", "phase_class", "phase_label", "recovery_state", "recovery_reason",
     "state_changed_at", "last_write_at", "created_at", "lease_owner", "lease_expires_at",
     "fencing_token", "unacknowledged_conflicts", "closed_at", "closed_reason",
@@ -168,7 +168,7 @@ def run_get(*, user, tenant: Tenant, run_id: uuid.UUID | str) -> Run:
     """The run, or ``NotFound`` (also for a malformed id)."""
     require(user, tenant, roles.VIEW)
     rid = _uuid_or_404(run_id, "run")
-    run = Run.objects.filter(tenant=tenant, run_id=rid).select_related(
+    run = Run.objects.filter(tenant=tenant, uuid=rid).select_related(
         "latest_checkpoint", "closed_by").first()
     if run is None:
         raise NotFound("no such run")
@@ -208,7 +208,7 @@ def run_detail(*, user, tenant: Tenant, run_id) -> RunDetail:
                      .select_related("acknowledged_by"))
     retries = list(RetryRequest.objects.filter(run=run)
                    .select_related("requested_by", "decided_by"))
-    audit = list(AuditEvent.objects.filter(tenant=tenant, run_id=run.run_id).order_by("-seq")[:200])
+    audit = list(AuditEvent.objects.filter(tenant=tenant, run_uuid=run.uuid).order_by("-seq")[:200])
     return RunDetail(run, cps, revisions, effects, history, conflicts, retries, audit)
 
 
@@ -276,7 +276,7 @@ def checkpoint_get(*, user, tenant: Tenant, checkpoint_id) -> Checkpoint:
     """The latest row of a checkpoint, or ``NotFound``."""
     require(user, tenant, roles.VIEW)
     cid = _uuid_or_404(checkpoint_id, "checkpoint")
-    cp = Checkpoint.objects.filter(tenant=tenant, checkpoint_id=cid).select_related("run").first()
+    cp = Checkpoint.objects.filter(tenant=tenant, uuid=cid).select_related("run").first()
     if cp is None:
         raise NotFound("no such checkpoint")
     return cp
@@ -286,7 +286,7 @@ def effect_get(*, user, tenant: Tenant, effect_id) -> Effect:
     """The effect ``effect_id`` of the tenant, or ``NotFound`` (also for a malformed id)."""
     require(user, tenant, roles.VIEW)
     eid = _uuid_or_404(effect_id, "effect")
-    effect = Effect.objects.filter(tenant=tenant, effect_id=eid).select_related("run").first()
+    effect = Effect.objects.filter(tenant=tenant, uuid=eid).select_related("run").first()
     if effect is None:
         raise NotFound("no such effect")
     return effect
@@ -303,7 +303,7 @@ def effect_find(*, user, tenant: Tenant, service: str | None, operation_key: str
         qs = qs.filter(operation_key=operation_key)
     if run_id:
         try:
-            qs = qs.filter(run__run_id=uuid.UUID(str(run_id)))
+            qs = qs.filter(run__uuid=uuid.UUID(str(run_id)))
         except ValueError:
             raise InvalidPayload("run: not a UUID") from None
     return list(qs.order_by("-created_at", "-id")[: max(1, min(limit, 500))])
@@ -331,7 +331,7 @@ def audit_list(*, user, tenant: Tenant, run_id=None, actor: str | None = None,
     qs = AuditEvent.objects.filter(tenant=tenant)
     if run_id:
         try:
-            qs = qs.filter(run_id=uuid.UUID(str(run_id)))
+            qs = qs.filter(run_uuid=uuid.UUID(str(run_id)))
         except ValueError:
             raise InvalidPayload("run: not a UUID") from None
     if actor:

@@ -471,17 +471,17 @@ def _lock_run(tenant: Tenant, run_id: uuid.UUID, *, create: bool) -> Run | None:
     time this write stores or compares is that one, never the process's clock.
     """
     locked = Run.objects.select_for_update().annotate(db_now=NOW)
-    run = locked.filter(tenant=tenant, run_id=run_id).first()
+    run = locked.filter(tenant=tenant, uuid=run_id).first()
     if run is not None:
         run.tenant = tenant  # already loaded; saves a query in run_facts
     if run is not None or not create:
         return run
     try:
         with transaction.atomic():
-            Run.objects.create(tenant=tenant, run_id=run_id, last_write_at=db_now())
+            Run.objects.create(tenant=tenant, uuid=run_id, last_write_at=db_now())
     except IntegrityError:
         pass  # a concurrent writer created it first; lock theirs
-    run = locked.get(tenant=tenant, run_id=run_id)
+    run = locked.get(tenant=tenant, uuid=run_id)
     run.tenant = tenant
     return run
 
@@ -528,8 +528,7 @@ def _record_fenced(exc: Fenced, *, tenant, actor, target_type: str, target_id, e
         if run is None:  # the run was new in the rolled-back write: nothing to attach to
             return
         model = Checkpoint if target_type == "checkpoint" else Effect
-        key = "checkpoint_id" if target_type == "checkpoint" else "effect_id"
-        actual = (model.objects.filter(tenant=tenant, **{key: target_id})
+        actual = (model.objects.filter(tenant=tenant, uuid=target_id)
                   .values_list("revision", flat=True).first())
         _record_conflict(tenant=tenant, run=run, actor=actor, target_type=target_type,
                          target_id=target_id, expected=expected, actual=actual,
@@ -620,7 +619,7 @@ def _record_conflict(*, tenant, run: Run, actor, target_type: str, target_id, ex
     if reason is None:
         reason = Conflict.Reason.ID_EXISTS if expected is None else Conflict.Reason.STALE_REVISION
     Conflict.objects.create(
-        tenant=tenant, run=run, target_type=target_type, target_id=target_id, reason=reason,
+        tenant=tenant, run=run, target_type=target_type, target_uuid=target_id, reason=reason,
         expected_revision=expected, actual_revision=actual, attempted_revision=attempted,
         fencing_token_sent=token_sent,
         fencing_token_current=run.fencing_token if reason == Conflict.Reason.FENCED else None,
@@ -631,7 +630,7 @@ def _record_conflict(*, tenant, run: Run, actor, target_type: str, target_id, ex
     run.refresh_from_db(fields=["unacknowledged_conflicts"])
     run_refresh_state(run)
     audit_record(tenant=tenant, actor=actor, action=f"{target_type}.conflict",
-                 target_type=target_type, target_id=target_id, run_id=run.run_id,
+                 target_type=target_type, target_id=target_id, run_id=run.uuid,
                  before={"current_revision": actual},
                  after={"reason": reason, "expected_revision": expected,
                         "attempted_revision": attempted, "fencing_token": token_sent})
@@ -690,17 +689,17 @@ def _checkpoint_cas(actor, tenant, envelope, expected_revision, fencing_token, c
     ``StaleRevision`` to raise once the conflict record has committed."""
     conflict_at: int | None = None
     with transaction.atomic():
-        existing = (Checkpoint.objects.filter(tenant=tenant, checkpoint_id=envelope.checkpoint_id)
-                    .values("run_id", "run__run_id", "kind").first())
+        existing = (Checkpoint.objects.filter(tenant=tenant, uuid=envelope.checkpoint_id)
+                    .values("run_id", "run__uuid", "kind").first())
         if expected_revision is not None and existing is None:
             raise NotFound("no such checkpoint")
         if existing is not None and expected_revision is not None:
-            if existing["run__run_id"] != envelope.run_id:
+            if existing["run__uuid"] != envelope.run_id:
                 raise InvalidPayload("run_id: a checkpoint's run_id never changes")
             if existing["kind"] != envelope.kind:
                 raise InvalidPayload("kind: a checkpoint's kind never changes")
         # A create that finds the id taken is a conflict of the run that owns the id.
-        run_id = existing["run__run_id"] if existing is not None else envelope.run_id
+        run_id = existing["run__uuid"] if existing is not None else envelope.run_id
         run = _lock_run(tenant, run_id, create=existing is None)
         now = run.db_now
         _check_fence(run, fencing_token, now)
@@ -713,33 +712,33 @@ def _checkpoint_cas(actor, tenant, envelope, expected_revision, fencing_token, c
         if expected_revision is None:
             if existing is not None:
                 conflict_at = Checkpoint.objects.get(
-                    tenant=tenant, checkpoint_id=envelope.checkpoint_id).revision
+                    tenant=tenant, uuid=envelope.checkpoint_id).revision
             else:
                 try:
                     with transaction.atomic():
                         checkpoint = Checkpoint.objects.create(
-                            tenant=tenant, run=run, checkpoint_id=envelope.checkpoint_id,
+                            tenant=tenant, run=run, uuid=envelope.checkpoint_id,
                             revision=0, **fields)
                 except IntegrityError:
                     # Lost a create race: the conflict belongs to the winner's run, and the
                     # run this call just made for itself is dropped if nothing else uses it.
                     winner = Checkpoint.objects.select_related("run").get(
-                        tenant=tenant, checkpoint_id=envelope.checkpoint_id)
+                        tenant=tenant, uuid=envelope.checkpoint_id)
                     conflict_at = winner.revision
                     if winner.run_id != run.pk:
                         _drop_if_empty(run)
-                        run = _lock_run(tenant, winner.run.run_id, create=False)
+                        run = _lock_run(tenant, winner.run.uuid, create=False)
         else:
             # The compare-and-swap: one conditional UPDATE; 0 rows means a stale revision.
             updated = Checkpoint.objects.filter(
-                tenant=tenant, checkpoint_id=envelope.checkpoint_id, revision=expected_revision
+                tenant=tenant, uuid=envelope.checkpoint_id, revision=expected_revision
             ).update(revision=envelope.revision, **fields)
             if updated != 1:
                 conflict_at = Checkpoint.objects.get(
-                    tenant=tenant, checkpoint_id=envelope.checkpoint_id).revision
+                    tenant=tenant, uuid=envelope.checkpoint_id).revision
             else:
                 checkpoint = Checkpoint.objects.get(tenant=tenant,
-                                                    checkpoint_id=envelope.checkpoint_id)
+                                                    uuid=envelope.checkpoint_id)
 
         if conflict_at is not None:
             _record_conflict(
@@ -770,7 +769,7 @@ def _checkpoint_cas(actor, tenant, envelope, expected_revision, fencing_token, c
                 after["reopened"] = True
             audit_record(
                 tenant=tenant, actor=actor, action="checkpoint.write", target_type="checkpoint",
-                target_id=envelope.checkpoint_id, run_id=run.run_id,
+                target_id=envelope.checkpoint_id, run_id=run.uuid,
                 before=None if expected_revision is None else {"revision": expected_revision},
                 after=after,
             )
@@ -789,8 +788,8 @@ def checkpoint_envelope(checkpoint: Checkpoint | CheckpointRevision, *, run_id=N
                         checkpoint_id=None) -> dict:
     """The runifold-core JSON envelope of a checkpoint or one of its revisions (decrypts)."""
     if isinstance(checkpoint, Checkpoint):
-        run_id = run_id or checkpoint.run.run_id
-        checkpoint_id = checkpoint.checkpoint_id
+        run_id = run_id or checkpoint.run.uuid
+        checkpoint_id = checkpoint.uuid
     return {
         "id": str(checkpoint_id),
         "run_id": str(run_id),
@@ -820,10 +819,10 @@ def payload_reveal(*, actor, tenant: Tenant, checkpoint: Checkpoint, revision: i
             rev = CheckpointRevision.objects.filter(checkpoint=checkpoint, revision=revision).first()
             if rev is None:
                 raise NotFound(f"revision {revision} does not exist")
-            envelope = checkpoint_envelope(rev, run_id=checkpoint.run.run_id,
-                                           checkpoint_id=checkpoint.checkpoint_id)
+            envelope = checkpoint_envelope(rev, run_id=checkpoint.run.uuid,
+                                           checkpoint_id=checkpoint.uuid)
         audit_record(tenant=tenant, actor=actor, action=action, target_type="checkpoint",
-                     target_id=checkpoint.checkpoint_id, run_id=checkpoint.run.run_id,
+                     target_id=checkpoint.uuid, run_id=checkpoint.run.uuid,
                      reason=reason, after={"revision": envelope["revision"]})
     return envelope
 
@@ -861,11 +860,11 @@ def revisions_export(*, actor, tenant: Tenant, checkpoint: Checkpoint, after: in
     more = len(sizes) > len(page)
     with transaction.atomic():
         rows = list(revs.filter(revision__in=page)) if page else []
-        out = [checkpoint_envelope(r, run_id=checkpoint.run.run_id,
-                                   checkpoint_id=checkpoint.checkpoint_id) for r in rows]
+        out = [checkpoint_envelope(r, run_id=checkpoint.run.uuid,
+                                   checkpoint_id=checkpoint.uuid) for r in rows]
         audit_record(tenant=tenant, actor=actor, action="payload.export",
-                     target_type="checkpoint", target_id=checkpoint.checkpoint_id,
-                     run_id=checkpoint.run.run_id,
+                     target_type="checkpoint", target_id=checkpoint.uuid,
+                     run_id=checkpoint.run.uuid,
                      after={"revisions": len(out),
                             "from": page[0] if page else None,
                             "to": page[-1] if page else None})
@@ -892,16 +891,16 @@ def receipt_reveal(*, actor, tenant: Tenant, effect_id, reason: str) -> dict:
     except ValueError:
         raise NotFound("no such effect") from None
     with transaction.atomic():
-        effect = (Effect.objects.filter(tenant=tenant, effect_id=eid)
+        effect = (Effect.objects.filter(tenant=tenant, uuid=eid)
                   .select_related("run").first())
         if effect is None:
             raise NotFound("no such effect")
-        answer = {"id": str(effect.effect_id), "run_id": str(effect.run.run_id),
+        answer = {"id": str(effect.uuid), "run_id": str(effect.run.uuid),
                   "revision": effect.revision, "receipt": effect.receipt}
         if effect.has_receipt:
             audit_record(tenant=tenant, actor=actor, action="receipt.reveal",
-                         target_type="effect", target_id=effect.effect_id,
-                         run_id=effect.run.run_id, reason=reason,
+                         target_type="effect", target_id=effect.uuid,
+                         run_id=effect.run.uuid, reason=reason,
                          after={"revision": effect.revision})
     return answer
 
@@ -1017,7 +1016,7 @@ def _effect_cas(actor, tenant, body, expected_revision, fencing_token, refused):
     raise once the conflict record has committed."""
     conflict_at: int | None = None
     with transaction.atomic():
-        existing = Effect.objects.filter(tenant=tenant, effect_id=body.effect_id).select_related(
+        existing = Effect.objects.filter(tenant=tenant, uuid=body.effect_id).select_related(
             "run").first()
         if expected_revision is not None and existing is None:
             raise NotFound("no such effect")
@@ -1031,7 +1030,7 @@ def _effect_cas(actor, tenant, body, expected_revision, fencing_token, refused):
             try:
                 with transaction.atomic():
                     effect = Effect.objects.create(
-                        tenant=tenant, run=run, effect_id=body.effect_id, revision=0,
+                        tenant=tenant, run=run, uuid=body.effect_id, revision=0,
                         operation_key=body.operation_key, service=body.service,
                         effect_class=body.effect_class,
                         request_fingerprint=body.request_fingerprint, state="planned",
@@ -1041,21 +1040,21 @@ def _effect_cas(actor, tenant, body, expected_revision, fencing_token, refused):
                     )
             except IntegrityError:
                 # Lost a race: either the effect id or the operation key is now taken.
-                other = Effect.objects.filter(tenant=tenant, effect_id=body.effect_id).first()
+                other = Effect.objects.filter(tenant=tenant, uuid=body.effect_id).first()
                 if other is None:
                     _check_operation_key(tenant, body)
                     raise
                 conflict_at = other.revision
         elif expected_revision is None:
             # A create that finds the id taken is a conflict of the run that owns the id.
-            run = _lock_run(tenant, existing.run.run_id, create=False)
+            run = _lock_run(tenant, existing.run.uuid, create=False)
             _check_fence(run, fencing_token, run.db_now)
             conflict_at = existing.revision
         else:
             for key in ("operation_key", "service", "effect_class", "request_fingerprint"):
                 if getattr(existing, key) != getattr(body, key):
                     raise InvalidPayload(f"{key}: never changes across revisions")
-            if existing.run.run_id != body.run_id:
+            if existing.run.uuid != body.run_id:
                 raise InvalidPayload("run_id: never changes across revisions")
             run = _lock_run(tenant, body.run_id, create=False)
             now = run.db_now
@@ -1086,7 +1085,7 @@ def _effect_cas(actor, tenant, body, expected_revision, fencing_token, refused):
                 after["reopened"] = True
             audit_record(
                 tenant=tenant, actor=actor, action="effect.write", target_type="effect",
-                target_id=body.effect_id, run_id=run.run_id,
+                target_id=body.effect_id, run_id=run.uuid,
                 before=None if expected_revision is None else {"revision": expected_revision},
                 after=after,
             )
@@ -1098,10 +1097,10 @@ def _effect_cas(actor, tenant, body, expected_revision, fencing_token, refused):
 def _check_operation_key(tenant: Tenant, body: EffectBody) -> None:
     other = Effect.objects.filter(tenant=tenant, service=body.service,
                                   operation_key=body.operation_key).first()
-    if other is None or other.effect_id == body.effect_id:
+    if other is None or other.uuid == body.effect_id:
         return
     if other.request_fingerprint == body.request_fingerprint:
-        raise OperationExists(str(other.effect_id))
+        raise OperationExists(str(other.uuid))
     raise IdempotencyKeyReuse(
         "operation_key: already used in this service with another request_fingerprint")
 
@@ -1182,7 +1181,7 @@ def lease_acquire(*, actor, tenant: Tenant, run_id: uuid.UUID, owner: str, ttl_s
         if reopened:
             after["reopened"] = True
         audit_record(tenant=tenant, actor=actor, action="lease.acquire", target_type="run",
-                     target_id=run.run_id, run_id=run.run_id, before=before, after=after)
+                     target_id=run.uuid, run_id=run.uuid, before=before, after=after)
     return run
 
 
@@ -1191,7 +1190,7 @@ def _resume_answer(run: Run, decision: policy.Decision) -> dict:
     return {
         "action": decision.action,
         "reason": decision.reason,
-        "checkpoint_id": str(checkpoint.checkpoint_id) if checkpoint else None,
+        "checkpoint_id": str(checkpoint.uuid) if checkpoint else None,
         "revision": checkpoint.revision if checkpoint else None,
         "fencing_token": run.fencing_token,
     }
@@ -1209,7 +1208,7 @@ def resume_preview(*, actor, tenant: Tenant, run_id: uuid.UUID, asked: dict[str,
     """
     require(actor, tenant, roles.WRITE)
     run = (Run.objects.annotate(db_now=NOW).select_related("latest_checkpoint")
-           .filter(tenant=tenant, run_id=run_id).first())
+           .filter(tenant=tenant, uuid=run_id).first())
     if run is None:
         raise NotFound("no such run")
     run.tenant = tenant
@@ -1251,13 +1250,13 @@ def resume_claim(*, actor, tenant: Tenant, run_id: uuid.UUID, asked: dict[str, s
             # nobody accepted. (An approval recorded without a preview authorises all.)
             again = Effect.objects.filter(run=run, state__in=["unknown", "not_executed"])
             if retry.approved_preview is not None:
-                again = again.filter(effect_id__in=[
+                again = again.filter(uuid__in=[
                     row["effect_id"] for row in retry.approved_preview
                     if row.get("outcome") in ("submit_again", "possible_duplicate")])
             again.update(retry_authorized_by=retry)
             run_refresh_state(run, now)
             audit_record(tenant=tenant, actor=actor, action="retry.consume",
-                         target_type="retry_request", target_id=retry.pk, run_id=run.run_id,
+                         target_type="retry_request", target_id=retry.pk, run_id=run.uuid,
                          before={"state": "approved"},
                          after={"state": "consumed", "fencing_token": run.fencing_token})
         return _resume_answer(run, decision)
@@ -1310,7 +1309,7 @@ def retry_request(*, actor, tenant: Tenant, run_id: uuid.UUID, reason: str) -> R
         before = run.recovery_state
         run_refresh_state(run)
         audit_record(tenant=tenant, actor=actor, action="retry.request",
-                     target_type="retry_request", target_id=retry.pk, run_id=run.run_id,
+                     target_type="retry_request", target_id=retry.pk, run_id=run.uuid,
                      reason=reason, before={"recovery_state": before},
                      after={"state": "requested", "recovery_state": run.recovery_state,
                             "preview": retry_preview(run)})
@@ -1325,7 +1324,7 @@ def retry_preview(run: Run) -> list[dict]:
     """
     rows = (Effect.objects.filter(run=run, retry_authorized_by__isnull=True)
             .order_by("created_at", "id")
-            .values_list("effect_id", "service", "operation_key", "state"))
+            .values_list("uuid", "service", "operation_key", "state"))
     out = []
     for effect_id, service, key, state in rows:
         outcome, words = policy.retry_outcome(state)
@@ -1341,7 +1340,7 @@ def _retry_decide(*, actor, tenant: Tenant, retry_id: int, reason: str, approve:
         retry = RetryRequest.objects.filter(tenant=tenant, pk=retry_id).first()
         if retry is None:
             raise NotFound("no such retry request")
-        run = _get_run(tenant, retry.run.run_id)
+        run = _get_run(tenant, retry.run.uuid)
         retry = RetryRequest.objects.select_for_update().get(pk=retry.pk)
         if retry.requested_by_id == actor.pk:
             raise Forbidden("approver: the requester may not decide their own retry request")
@@ -1362,7 +1361,7 @@ def _retry_decide(*, actor, tenant: Tenant, retry_id: int, reason: str, approve:
             after["preview"] = retry.approved_preview
         audit_record(tenant=tenant, actor=actor,
                      action="retry.approve" if approve else "retry.reject",
-                     target_type="retry_request", target_id=retry.pk, run_id=run.run_id,
+                     target_type="retry_request", target_id=retry.pk, run_id=run.uuid,
                      reason=reason, before={"state": "requested"}, after=after)
     return retry
 
@@ -1391,11 +1390,11 @@ def effect_mark_unknown(*, actor, tenant: Tenant, effect_id: uuid.UUID, reason: 
     require(actor, tenant, roles.REVIEW)
     reason = _require_reason(reason)
     with transaction.atomic():
-        effect = Effect.objects.filter(tenant=tenant, effect_id=effect_id).select_related(
+        effect = Effect.objects.filter(tenant=tenant, uuid=effect_id).select_related(
             "run").first()
         if effect is None:
             raise NotFound("no such effect")
-        run = _get_run(tenant, effect.run.run_id)
+        run = _get_run(tenant, effect.run.uuid)
         if run.closed_at is not None:
             raise InvalidTransition("run: the run is closed; a new write reopens it")
         require_owner_gone(run, run_facts(run), "mark an outcome unknown")
@@ -1408,7 +1407,7 @@ def effect_mark_unknown(*, actor, tenant: Tenant, effect_id: uuid.UUID, reason: 
             raise StaleRevision(Effect.objects.get(pk=effect.pk).revision)
         run_refresh_state(run)
         audit_record(tenant=tenant, actor=actor, action="effect.mark_unknown",
-                     target_type="effect", target_id=effect.effect_id, run_id=run.run_id,
+                     target_type="effect", target_id=effect.uuid, run_id=run.uuid,
                      reason=reason, before=before,
                      after={"state": "unknown", "revision": moved.revision})
     return moved
@@ -1445,7 +1444,7 @@ def run_close(*, actor, tenant: Tenant, run_id: uuid.UUID, reason: str) -> Run:
         run.closed_at, run.closed_by, run.closed_reason = now, actor, reason
         run_refresh_state(run, now)
         audit_record(tenant=tenant, actor=actor, action="run.close", target_type="run",
-                     target_id=run.run_id, run_id=run.run_id, reason=reason,
+                     target_id=run.uuid, run_id=run.uuid, reason=reason,
                      before={"recovery_state": before},
                      after={"recovery_state": run.recovery_state,
                             "retry_requests_expired": expired,
@@ -1467,7 +1466,7 @@ def conflicts_acknowledge(*, actor, tenant: Tenant, run_id: uuid.UUID, reason: s
         before = run.recovery_state
         run_refresh_state(run, now)
         audit_record(tenant=tenant, actor=actor, action="conflicts.acknowledge",
-                     target_type="run", target_id=run.run_id, run_id=run.run_id, reason=reason,
+                     target_type="run", target_id=run.uuid, run_id=run.uuid, reason=reason,
                      before={"recovery_state": before, "open_conflicts": n},
                      after={"recovery_state": run.recovery_state, "open_conflicts": 0})
     return n
@@ -1516,14 +1515,14 @@ def sweep_stale_runs() -> dict[str, int]:
                 if moved is not None:
                     stats["effects_unresolved"] += 1
                     audit_record(tenant=run.tenant, actor=None, action="effect.unresolved",
-                                 target_type="effect", target_id=effect.effect_id,
-                                 run_id=run.run_id, reason="owner gone (stale-run sweep)",
+                                 target_type="effect", target_id=effect.uuid,
+                                 run_id=run.uuid, reason="owner gone (stale-run sweep)",
                                  before={"state": "submitted"}, after={"state": "unresolved"})
             before = run.recovery_state
             if run_refresh_state(run, now) == "ambiguous" and before != "ambiguous":
                 stats["runs_ambiguous"] += 1
                 audit_record(tenant=run.tenant, actor=None, action="run.ambiguous",
-                             target_type="run", target_id=run.run_id, run_id=run.run_id,
+                             target_type="run", target_id=run.uuid, run_id=run.uuid,
                              reason=run.recovery_reason, before={"recovery_state": before},
                              after={"recovery_state": "ambiguous"})
     stats["reconcile_redriven"] = reconciliation.redrive()

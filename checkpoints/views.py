@@ -552,7 +552,7 @@ def run_audit(request: HttpRequest, slug: str, run_id: str) -> HttpResponse:
     """The run's audit trail fragment; the page re-fetches it on ``audit-changed``."""
     tenant = access_tenant(request.user, slug)
     run = selectors.run_get(user=request.user, tenant=tenant, run_id=run_id)
-    audit = selectors.audit_list(user=request.user, tenant=tenant, run_id=run.run_id, limit=200)
+    audit = selectors.audit_list(user=request.user, tenant=tenant, run_id=run.uuid, limit=200)
     context = _base_context(request, tenant, "inbox") | {"run": run, "audit": audit}
     return render(request, "checkpoints/run.html#audit-panel", context)
 
@@ -578,9 +578,9 @@ def run_retry_request(request: HttpRequest, slug: str, run_id: str) -> HttpRespo
     """Request a retry of the run (reviewer); ``services.retry_request``."""
     tenant = access_tenant(request.user, slug, roles.REVIEW)
     run = selectors.run_get(user=request.user, tenant=tenant, run_id=run_id)
-    services.retry_request(actor=request.user, tenant=tenant, run_id=run.run_id,
+    services.retry_request(actor=request.user, tenant=tenant, run_id=run.uuid,
                            reason=_reason(request))
-    return _action_done(request, tenant, run.run_id, "Retry requested; an approver must decide.")
+    return _action_done(request, tenant, run.uuid, "Retry requested; an approver must decide.")
 
 
 def _retry_decide(request: HttpRequest, slug: str, retry_id: int, approve: bool):
@@ -589,7 +589,7 @@ def _retry_decide(request: HttpRequest, slug: str, retry_id: int, approve: bool)
     decide = services.retry_approve if approve else services.retry_reject
     decide(actor=request.user, tenant=tenant, retry_id=retry.pk, reason=_reason(request))
     word = "approved; the runtime's next resume call will retry" if approve else "rejected"
-    return _action_done(request, tenant, retry.run.run_id, f"Retry request {word}.")
+    return _action_done(request, tenant, retry.run.uuid, f"Retry request {word}.")
 
 
 @require_POST
@@ -612,9 +612,9 @@ def effect_mark_unknown(request: HttpRequest, slug: str, effect_id: str) -> Http
     """Declare a submitted/unresolved effect's outcome unknown (reviewer)."""
     tenant = access_tenant(request.user, slug, roles.REVIEW)
     effect = selectors.effect_get(user=request.user, tenant=tenant, effect_id=effect_id)
-    services.effect_mark_unknown(actor=request.user, tenant=tenant, effect_id=effect.effect_id,
+    services.effect_mark_unknown(actor=request.user, tenant=tenant, effect_id=effect.uuid,
                                  reason=_reason(request))
-    return _action_done(request, tenant, effect.run.run_id,
+    return _action_done(request, tenant, effect.run.uuid,
                         f"Effect {effect.operation_key} marked outcome unknown.")
 
 
@@ -628,7 +628,7 @@ def run_reconcile(request: HttpRequest, slug: str, run_id: str) -> HttpResponse:
     tenant = access_tenant(request.user, slug, roles.REVIEW)
     run = selectors.run_get(user=request.user, tenant=tenant, run_id=run_id)
     try:
-        queued = services.run_reconcile(actor=request.user, tenant=tenant, run_id=run.run_id,
+        queued = services.run_reconcile(actor=request.user, tenant=tenant, run_id=run.uuid,
                                         reason=_reason(request))
     except OwnerLive as exc:
         return _owner_live_refusal(request, tenant, run, exc)
@@ -642,7 +642,7 @@ def run_reconcile(request: HttpRequest, slug: str, run_id: str) -> HttpResponse:
     else:
         notice = (f"{what}; a worker is asking the services, so reload in a moment to see "
                   f"their answers.")
-    return _action_done(request, tenant, run.run_id, notice)
+    return _action_done(request, tenant, run.uuid, notice)
 
 
 def _owner_live_refusal(request: HttpRequest, tenant: Tenant, run, exc: OwnerLive):
@@ -655,7 +655,7 @@ def _owner_live_refusal(request: HttpRequest, tenant: Tenant, run, exc: OwnerLiv
     except ValueError:
         until = None
     words = _owner_live_words({"owner": run.lease_owner, "until": until})
-    context = _run_context(request, tenant, run.run_id, reconcile_blocked=words,
+    context = _run_context(request, tenant, run.uuid, reconcile_blocked=words,
                            reconcile_refused=True)
     template = "checkpoints/run.html" + ("#run-body" if request.htmx else "")
     return render(request, template, context, status=exc.status)
@@ -671,9 +671,9 @@ def run_close(request: HttpRequest, slug: str, run_id: str) -> HttpResponse:
     run = selectors.run_get(user=request.user, tenant=tenant, run_id=run_id)
     form = CloseForm(request.POST)
     _require_valid(form)
-    services.run_close(actor=request.user, tenant=tenant, run_id=run.run_id,
+    services.run_close(actor=request.user, tenant=tenant, run_id=run.uuid,
                        reason=form.cleaned_data["reason"])
-    return _action_done(request, tenant, run.run_id,
+    return _action_done(request, tenant, run.uuid,
                         "Run closed. A new write by the runtime reopens it.")
 
 
@@ -683,9 +683,9 @@ def conflicts_acknowledge(request: HttpRequest, slug: str, run_id: str) -> HttpR
     """Acknowledge every open conflict of the run (reviewer)."""
     tenant = access_tenant(request.user, slug, roles.REVIEW)
     run = selectors.run_get(user=request.user, tenant=tenant, run_id=run_id)
-    n = services.conflicts_acknowledge(actor=request.user, tenant=tenant, run_id=run.run_id,
+    n = services.conflicts_acknowledge(actor=request.user, tenant=tenant, run_id=run.uuid,
                                        reason=_reason(request))
-    return _action_done(request, tenant, run.run_id, f"{n} conflict(s) acknowledged.")
+    return _action_done(request, tenant, run.uuid, f"{n} conflict(s) acknowledged.")
 
 
 # --------------------------------------------------------------------------------------
@@ -703,7 +703,7 @@ def _payload_done(request: HttpRequest, tenant: Tenant, checkpoint, revealed: di
         context = _base_context(request, tenant, "inbox") | {"revealed": revealed}
         response = render(request, "checkpoints/run.html#payload", context)
         return trigger_client_event(response, AUDIT_CHANGED)
-    context = _run_context(request, tenant, checkpoint.run.run_id, revealed=revealed)
+    context = _run_context(request, tenant, checkpoint.run.uuid, revealed=revealed)
     return render(request, "checkpoints/run.html", context)
 
 
@@ -783,7 +783,7 @@ def reconcile_evidence_reveal(request: HttpRequest, slug: str, attempt_id: int) 
         context = _base_context(request, tenant, "inbox") | {"revealed_evidence": revealed}
         response = render(request, "checkpoints/run.html#evidence", context)
         return trigger_client_event(response, AUDIT_CHANGED)
-    context = _run_context(request, tenant, attempt.request.run.run_id,
+    context = _run_context(request, tenant, attempt.request.run.uuid,
                            revealed_evidence=revealed)
     return render(request, "checkpoints/run.html", context)
 
@@ -798,7 +798,7 @@ def effect_receipt_reveal(request: HttpRequest, slug: str, effect_id: str) -> Ht
     tenant = access_tenant(request.user, slug, roles.REVEAL)
     effect = selectors.effect_get(user=request.user, tenant=tenant, effect_id=effect_id)
     answer = services.receipt_reveal(actor=request.user, tenant=tenant,
-                                     effect_id=effect.effect_id, reason=_reason(request))
+                                     effect_id=effect.uuid, reason=_reason(request))
     revealed = {"effect_pk": effect.pk, "revision": answer["revision"],
                 "text": None if answer["receipt"] is None else json.dumps(
                     answer["receipt"], indent=2, sort_keys=True, ensure_ascii=False)}
@@ -806,7 +806,7 @@ def effect_receipt_reveal(request: HttpRequest, slug: str, effect_id: str) -> Ht
         context = _base_context(request, tenant, "inbox") | {"revealed_receipt": revealed}
         response = render(request, "checkpoints/run.html#receipt", context)
         return trigger_client_event(response, AUDIT_CHANGED)
-    context = _run_context(request, tenant, effect.run.run_id, revealed_receipt=revealed)
+    context = _run_context(request, tenant, effect.run.uuid, revealed_receipt=revealed)
     return render(request, "checkpoints/run.html", context)
 
 

@@ -82,7 +82,7 @@ def test_it_grants_a_role_with_its_rights_and_an_audit_event(acme, db):
     assert role_names(ann, acme) == ["approver"]
     assert tenant_perms(ann, acme) == {"view_runs", "reveal_payload", "approve_retry"}
     event = AuditEvent.objects.get(action="role.grant")
-    assert (event.actor_name, event.target_id, event.after) == ("system", "ann",
+    assert (event.actor_name, event.target_ref, event.after) == ("system", "ann",
                                                                 {"role": "approver"})
 
 

@@ -109,8 +109,8 @@ class CheckpointMetaSerializer(serializers.Serializer):
 def checkpoint_meta_json(cp: Checkpoint, *, run_id=None) -> dict:
     """``CheckpointMetaSerializer`` dict of a ``Checkpoint`` row (never decrypts)."""
     return {
-        "id": str(cp.checkpoint_id),
-        "run_id": str(run_id or cp.run.run_id),
+        "id": str(cp.uuid),
+        "run_id": str(run_id or cp.run.uuid),
         "revision": cp.revision,
         "kind": cp.kind,
         "schema_version": cp.schema_version,
@@ -199,8 +199,8 @@ def effect_json(effect: Effect, *, with_receipt: bool) -> dict:
     receipt is not even decrypted. Every caller must say which.
     """
     return {
-        "id": str(effect.effect_id),
-        "run_id": str(effect.run.run_id),
+        "id": str(effect.uuid),
+        "run_id": str(effect.run.uuid),
         "revision": effect.revision,
         "operation_key": effect.operation_key,
         "service": effect.service,
@@ -257,7 +257,7 @@ RUN_TIME_FIELDS = ("state_changed_at", "last_write_at", "created_at", "lease_exp
 def run_json(run: Run | dict, tenant_slug: str) -> dict:
     """``RunSerializer`` dict of a ``Run`` row or a ``selectors.run_list`` row."""
     get = run.get if isinstance(run, dict) else (lambda key: getattr(run, key))
-    out: dict[str, Any] = {"run_id": str(get("run_id")), "tenant": tenant_slug}
+    out: dict[str, Any] = {"run_id": str(get("uuid")), "tenant": tenant_slug}
     for key in RUN_FIELDS:
         out[key] = get(key)
     for key in RUN_TIME_FIELDS:
@@ -295,7 +295,7 @@ def conflict_json(c: Conflict) -> dict:
         "id": c.pk,
         "reason": c.reason,
         "target_type": c.target_type,
-        "target_id": str(c.target_id),
+        "target_id": str(c.target_uuid),
         "expected_revision": c.expected_revision,
         "actual_revision": c.actual_revision,
         "attempted_revision": c.attempted_revision,
@@ -326,7 +326,7 @@ class RetryRequestSerializer(serializers.Serializer):
 def retry_json(r: RetryRequest, *, run_id=None) -> dict:
     return {
         "id": r.pk,
-        "run_id": str(run_id or r.run.run_id),
+        "run_id": str(run_id or r.run.uuid),
         "state": r.state,
         "requested_by": r.requested_by.get_username(),
         "decided_by": r.decided_by.get_username() if r.decided_by_id else None,
@@ -383,8 +383,8 @@ def reconcile_request_json(r, *, attempts: bool = True) -> dict:
     open_ = r.state in ("queued", "running")
     return {
         "id": r.pk,
-        "task_id": str(r.task_id),
-        "effect_id": str(r.effect.effect_id),
+        "task_id": str(r.task_uuid),
+        "effect_id": str(r.effect.uuid),
         "service": r.effect.service,
         "operation_key": r.effect.operation_key,
         "state": r.state,
@@ -506,8 +506,8 @@ def audit_json(e: AuditEvent) -> dict:
         "actor": e.actor_name,
         "action": e.action,
         "target_type": e.target_type,
-        "target_id": e.target_id,
-        "run_id": str(e.run_id) if e.run_id else None,
+        "target_id": e.target_ref,
+        "run_id": str(e.run_uuid) if e.run_uuid else None,
         "reason": e.reason,
         "before": e.before,
         "after": e.after,

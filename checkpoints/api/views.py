@@ -488,7 +488,7 @@ class RunDetailApi(TenantApi):
     def get(self, request, tenant, run_id):
         t = self.tenant(request, tenant, roles.VIEW)
         d = selectors.run_detail(user=request.user, tenant=t, run_id=run_id)
-        rid = d.run.run_id
+        rid = d.run.uuid
         open_retry = next((r for r in d.retry_requests if r.state in ("requested", "approved")),
                           None)
         for effect in d.effects:
@@ -668,7 +668,7 @@ class RunCloseApi(TenantApi):
         rid = url_uuid(run_id, "run")
         run = services.run_close(actor=request.user, tenant=t, run_id=rid,
                                  reason=read_reason(request))
-        return Response({"run_id": str(run.run_id), "recovery_state": run.recovery_state,
+        return Response({"run_id": str(run.uuid), "recovery_state": run.recovery_state,
                          "closed_at": run.closed_at.isoformat(),
                          "closed_by": request.user.get_username()})
 

@@ -65,11 +65,11 @@ def get(client, tenant: str, rest: str, **params):
 def snapshot() -> dict:
     """Row counts and revisions of everything the API can change, to prove nothing did."""
     return {
-        "runs": sorted(Run.objects.values_list("run_id", "recovery_state", "fencing_token",
+        "runs": sorted(Run.objects.values_list("uuid", "recovery_state", "fencing_token",
                                                "lease_owner", "unacknowledged_conflicts")),
-        "checkpoints": sorted(Checkpoint.objects.values_list("checkpoint_id", "revision")),
+        "checkpoints": sorted(Checkpoint.objects.values_list("uuid", "revision")),
         "checkpoint_revisions": CheckpointRevision.objects.count(),
-        "effects": sorted(Effect.objects.values_list("effect_id", "revision", "state")),
+        "effects": sorted(Effect.objects.values_list("uuid", "revision", "state")),
         "effect_revisions": EffectRevision.objects.count(),
         "conflicts": sorted(Conflict.objects.values_list("pk", "acknowledged_at")),
         "retries": sorted(RetryRequest.objects.values_list("pk", "state")),

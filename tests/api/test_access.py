@@ -139,7 +139,7 @@ def test_it_answers_404_on_every_path_to_another_tenants_account_and_changes_not
 def test_it_keeps_the_same_uuid_in_two_tenants_apart(api_as, world, wes, omar):
     body = envelope(checkpoint_id=world.cid, run_id=world.rid, payload={"phase": "ready"})
     assert put_cp(api_as(wes), "globex", body, create=True).status_code == 201
-    assert Checkpoint.objects.filter(checkpoint_id=world.cid).count() == 2
+    assert Checkpoint.objects.filter(uuid=world.cid).count() == 2
     r = api_as(omar).get(url("globex", f"checkpoints/{world.cid}"))
     assert r.json()["payload"] == {"phase": "ready"}
     r = api_as(omar).get(url("globex", f"runs/{world.rid}"))

@@ -23,9 +23,9 @@ def test_it_creates_with_if_none_match_star(w, acme):
     assert r.status_code == 201
     assert r["ETag"] == '"0"'
     assert r.json()["revision"] == 0 and r.json()["id"] == body["id"]
-    cp = Checkpoint.objects.get(tenant=acme, checkpoint_id=body["id"])
+    cp = Checkpoint.objects.get(tenant=acme, uuid=body["id"])
     assert cp.revision == 0 and cp.written_by.username == "wendy"
-    assert AuditEvent.objects.filter(action="checkpoint.write", target_id=body["id"]).count() == 1
+    assert AuditEvent.objects.filter(action="checkpoint.write", target_ref=body["id"]).count() == 1
 
 
 def test_it_updates_with_if_match_to_the_next_revision(w, acme):
@@ -36,7 +36,7 @@ def test_it_updates_with_if_match_to_the_next_revision(w, acme):
     r = get(w, "acme", f"checkpoints/{body['id']}")
     assert r.status_code == 200 and r["ETag"] == '"1"'
     assert r.json()["payload"] == {"phase": "charging"}
-    assert CheckpointRevision.objects.filter(checkpoint__checkpoint_id=body["id"]).count() == 2
+    assert CheckpointRevision.objects.filter(checkpoint__uuid=body["id"]).count() == 2
 
 
 def test_it_answers_412_for_a_stale_revision_and_records_the_conflict(w, acme):
@@ -45,11 +45,11 @@ def test_it_answers_412_for_a_stale_revision_and_records_the_conflict(w, acme):
     r = put_cp(w, "acme", dict(body, revision=1, payload={"phase": "charged"}), match=0)
     assert r.status_code == 412
     assert r.json() == {"error": "conflict", "current_revision": 1}
-    conflict = Conflict.objects.get(target_id=body["id"])
+    conflict = Conflict.objects.get(target_uuid=body["id"])
     assert (conflict.expected_revision, conflict.actual_revision) == (0, 1)
-    run = Run.objects.get(run_id=body["run_id"])
+    run = Run.objects.get(uuid=body["run_id"])
     assert run.unacknowledged_conflicts == 1 and run.recovery_state == "conflicted"
-    assert Checkpoint.objects.get(checkpoint_id=body["id"]).revision == 1
+    assert Checkpoint.objects.get(uuid=body["id"]).revision == 1
 
 
 def test_it_answers_412_when_creating_an_existing_id(w, acme):
@@ -57,7 +57,7 @@ def test_it_answers_412_when_creating_an_existing_id(w, acme):
     r = put_cp(w, "acme", body, create=True)
     assert r.status_code == 412
     assert r.json() == {"error": "conflict", "current_revision": 0}
-    assert Conflict.objects.filter(target_id=body["id"], expected_revision=None).count() == 1
+    assert Conflict.objects.filter(target_uuid=body["id"], expected_revision=None).count() == 1
 
 
 def test_it_answers_404_for_an_update_of_a_missing_checkpoint(w, acme):
@@ -187,7 +187,7 @@ def test_it_audits_a_writer_read_as_payload_read_and_a_reviewer_read_as_reveal(
     body = new_checkpoint(w, "acme")
     assert get(w, "acme", f"checkpoints/{body['id']}").status_code == 200
     assert get(api_as(rita), "acme", f"checkpoints/{body['id']}").status_code == 200
-    actions = list(AuditEvent.objects.filter(target_id=body["id"], action__startswith="payload.")
+    actions = list(AuditEvent.objects.filter(target_ref=body["id"], action__startswith="payload.")
                    .order_by("seq").values_list("actor_name", "action"))
     assert actions == [("wendy", "payload.read"), ("rita", "payload.reveal")]
 
@@ -202,9 +202,9 @@ def test_it_exports_every_revision_oldest_first(w, acme):
     assert results[1]["payload"] == {"phase": "charging"}
     assert set(results[0]) == {"id", "run_id", "revision", "kind", "schema_version", "payload",
                                "updated_at_ms"}
-    assert AuditEvent.objects.filter(action="payload.export", target_id=body["id"]).count() == 1
+    assert AuditEvent.objects.filter(action="payload.export", target_ref=body["id"]).count() == 1
 
 
 def test_it_stores_an_unknown_kind_and_marks_the_run_schema_mismatch(w, acme):
     body = new_checkpoint(w, "acme", kind="zeta.thing", payload={"anything": 1})
-    assert Run.objects.get(run_id=body["run_id"]).recovery_state == "schema_mismatch"
+    assert Run.objects.get(uuid=body["run_id"]).recovery_state == "schema_mismatch"

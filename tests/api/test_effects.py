@@ -32,7 +32,7 @@ def test_it_walks_planned_submitted_confirmed_with_a_receipt(w, acme):
     data = walk(w, "acme", body, "submitted", "confirmed")
     assert data["state"] == "confirmed" and data["revision"] == 2
     assert data["receipt"] == {"charge_id": "ch_1"}
-    states = list(EffectRevision.objects.filter(effect__effect_id=body["id"])
+    states = list(EffectRevision.objects.filter(effect__uuid=body["id"])
                   .order_by("revision").values_list("state", flat=True))
     assert states == ["planned", "submitted", "confirmed"]
 
@@ -99,7 +99,7 @@ def test_it_stores_the_fingerprint_lower_case(w, acme):
     body = effect_body(fingerprint=FP.upper())
     r = put_fx(w, "acme", body, create=True)
     assert r.status_code == 201 and r.json()["request_fingerprint"] == FP
-    assert Effect.objects.get(effect_id=body["id"]).request_fingerprint == FP
+    assert Effect.objects.get(uuid=body["id"]).request_fingerprint == FP
 
 
 def test_it_finds_an_effect_by_service_and_operation_key(w, acme):
@@ -121,7 +121,7 @@ def test_it_answers_412_for_a_stale_effect_revision_and_records_the_conflict(w, 
     r = put_fx(w, "acme", dict(body, revision=1, state="submitted"), match=0)
     assert r.status_code == 412
     assert r.json() == {"error": "conflict", "current_revision": 1}
-    assert Conflict.objects.filter(target_type="effect", target_id=body["id"]).count() == 1
+    assert Conflict.objects.filter(target_type="effect", target_uuid=body["id"]).count() == 1
 
 
 def test_it_refuses_a_change_of_operation_key_with_400(w, acme):

@@ -315,7 +315,7 @@ def test_it_makes_an_overlong_identity_a_schema_error_not_a_database_error(
     assert r.status_code == 201, r.content
     assert r.json()["phase_class"] == "unsupported"
     assert f"identity {part} is longer than {limit} characters" in r.json()["phase_label"]
-    run = Run.objects.get(run_id=body["run_id"])
+    run = Run.objects.get(uuid=body["run_id"])
     assert run.recovery_state == "schema_mismatch"
     assert (run.agent, run.model, run.workflow, run.definition_version) == ("", "", "", "")
     assert "vvvv" not in run.phase_label and "wwww" not in run.phase_label
@@ -328,7 +328,7 @@ def test_it_accepts_identities_of_exactly_the_column_limits(api_as, wendy, acme)
                              "workflow": "w" * 256})
     r = put_cp(api_as(wendy), "acme", body, create=True)
     assert r.status_code == 201 and r.json()["phase_class"] == "stable"
-    run = Run.objects.get(run_id=body["run_id"])
+    run = Run.objects.get(uuid=body["run_id"])
     assert (len(run.definition_version), len(run.workflow)) == (64, 256)
 
 

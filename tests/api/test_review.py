@@ -74,11 +74,11 @@ def test_it_requests_and_approves_a_retry_with_four_eyes(api_as, rita, april, re
     assert {"id", "run_id", "state", "requested_by", "decided_by"} <= set(retry)
     assert (retry["run_id"], retry["state"], retry["requested_by"], retry["decided_by"]) == (
         rid, "requested", "rita", None)
-    assert Run.objects.get(run_id=rid).recovery_state == "awaiting_approval"
+    assert Run.objects.get(uuid=rid).recovery_state == "awaiting_approval"
     r = post(api_as(april), "acme", f"retry-requests/{retry['id']}/approve", {"reason": "fine"})
     assert r.status_code == 200
     assert (r.json()["state"], r.json()["decided_by"]) == ("approved", "april")
-    assert Run.objects.get(run_id=rid).recovery_state == "retry_approved"
+    assert Run.objects.get(uuid=rid).recovery_state == "retry_approved"
     r = post(api_as(april), "acme", f"retry-requests/{retry['id']}/reject", {"reason": "late"})
     assert r.status_code == 422 and r.json()["error"] == "invalid_transition"
 
@@ -106,7 +106,7 @@ def test_it_rejects_a_retry_and_answers_404_for_an_unknown_one(api_as, rita, apr
 def test_it_refuses_a_retry_while_an_effect_is_in_doubt(api_as, rita, in_doubt):
     rid, _ = in_doubt
     sweep_later()  # ambiguous now, but its charge is unresolved: reconcile first
-    assert Run.objects.get(run_id=rid).recovery_state == "ambiguous"
+    assert Run.objects.get(uuid=rid).recovery_state == "ambiguous"
     before = snapshot()
     r = post(api_as(rita), "acme", f"runs/{rid}/retry-requests", {"reason": "x"})
     assert r.status_code == 422 and "reconcile" in r.json()["detail"]
@@ -127,7 +127,7 @@ def test_it_marks_an_effect_unknown_only_from_submitted_or_unresolved(w, api_as,
     age_world(3600)  # the owner is gone: a reviewer may declare it
     r = post(api_as(rita), "acme", f"effects/{eid}/mark-unknown", {"reason": "no lookup"})
     assert r.status_code == 200 and r.json()["state"] == "unknown"
-    assert Run.objects.get(run_id=rid).recovery_state == "unknown_outcome"
+    assert Run.objects.get(uuid=rid).recovery_state == "unknown_outcome"
     r = post(api_as(rita), "acme", f"effects/{eid}/mark-unknown", {"reason": "again"})
     assert r.status_code == 422 and r.json()["error"] == "invalid_transition"
 
@@ -141,7 +141,7 @@ def test_it_refuses_to_reconcile_while_the_owner_is_live_and_changes_nothing(
     body = r.json()
     assert body["error"] == "owner_live" and body["lease_expires_at"]
     assert "live until" in body["detail"]
-    assert Effect.objects.get(effect_id=eid).state == "submitted"
+    assert Effect.objects.get(uuid=eid).state == "submitted"
     assert not ReconcileRequest.objects.exists()
     assert AuditEvent.objects.count() == events
 
@@ -158,12 +158,12 @@ def test_it_queues_reconciliation_with_202_and_a_task_id(api_as, rita, in_doubt,
     assert len(callbacks) == 1
     # The in-process worker asked the service's reconciler; "payments" has no lookup here
     # -> unknown, and the stored request says so.
-    assert Effect.objects.get(effect_id=eid).state == "unknown"
+    assert Effect.objects.get(uuid=eid).state == "unknown"
     request = ReconcileRequest.objects.get()
     assert (request.state, request.outcome, request.attempts) == ("done", "unknown", 1)
     assert request.attempt_log.get().answer == "no_lookup"
     event = AuditEvent.objects.get(action="run.reconcile")
-    assert event.after["task_id"] == r.json()["task_id"] == str(request.task_id)
+    assert event.after["task_id"] == r.json()["task_id"] == str(request.task_uuid)
     detail = get(api_as(rita), "acme", f"runs/{rid}").json()
     assert detail["reconcile_requests"][0]["outcome"] == "unknown"
     assert detail["reconcile_requests"][0]["attempt_log"][0]["answer"] == "no_lookup"
@@ -178,11 +178,11 @@ def test_it_answers_422_when_nothing_is_in_doubt_to_reconcile(w, api_as, rita, a
 def test_it_acknowledges_conflicts(w, api_as, rita, acme):
     body = new_checkpoint(w, "acme")
     put_cp(w, "acme", body, create=True)  # refused: conflict
-    assert Run.objects.get(run_id=body["run_id"]).recovery_state == "conflicted"
+    assert Run.objects.get(uuid=body["run_id"]).recovery_state == "conflicted"
     r = post(api_as(rita), "acme", f"runs/{body['run_id']}/conflicts/acknowledge",
              {"reason": "duplicate start"})
     assert r.status_code == 200 and r.json() == {"acknowledged": 1}
-    assert Run.objects.get(run_id=body["run_id"]).recovery_state == "healthy"
+    assert Run.objects.get(uuid=body["run_id"]).recovery_state == "healthy"
     assert Conflict.objects.get().acknowledged_by.username == "rita"
 
 

@@ -196,4 +196,4 @@ def test_it_answers_resume_no_checkpoint_for_an_effect_only_run(w, acme):
     assert _resume(w, fx["run_id"]) == {"action": "reject", "reason": "no_checkpoint",
                                         "checkpoint_id": None, "revision": None,
                                         "fencing_token": 0}
-    assert Run.objects.filter(run_id=fx["run_id"]).exists()
+    assert Run.objects.filter(uuid=fx["run_id"]).exists()

@@ -84,6 +84,6 @@ def test_it_lets_a_reviewer_reconcile_reveal_the_evidence_and_close_the_run(
     expect(page.locator(f"a[title='{run_id}']")).to_have_count(1)
     page.wait_for_load_state("networkidle")
     context.close()
-    assert Run.objects.get(run_id=run_id).recovery_state == "closed"
+    assert Run.objects.get(uuid=run_id).recovery_state == "closed"
     assert AuditEvent.objects.filter(action="evidence.reveal").count() == 1
     connections.close_all()

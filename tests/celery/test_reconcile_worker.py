@@ -47,16 +47,16 @@ CLAIM_EXPIRED_S = settings.RECOVERY_RECONCILE_TIMEOUT_S + reconciliation.CLAIM_M
 
 
 def _settled(effect_id):
-    return lambda: Effect.objects.get(effect_id=effect_id).state not in ("submitted",
+    return lambda: Effect.objects.get(uuid=effect_id).state not in ("submitted",
                                                                            "unresolved")
 
 
 def _reconciled_once(effect_id, *, state: str = "confirmed") -> Effect:
-    effect = Effect.objects.get(effect_id=effect_id)
+    effect = Effect.objects.get(uuid=effect_id)
     assert effect.state == state
     assert EffectRevision.objects.filter(effect=effect, state=state).count() == 1
     assert EffectRevision.objects.get(effect=effect, state=state).source == "reconciliation"
-    events = AuditEvent.objects.filter(action="effect.reconcile", target_id=str(effect_id))
+    events = AuditEvent.objects.filter(action="effect.reconcile", target_ref=str(effect_id))
     assert [(e.actor_name, e.after["state"]) for e in events] == [("system", state)]
     return effect
 
@@ -85,7 +85,7 @@ def test_it_reconciles_in_doubt_effects_in_a_real_worker(acme, wendy, rita, stub
     assert confirmed.receipt["charge_id"] == "ch_42"
     _reconciled_once(run.effects["charge:never-sent"], state="not_executed")
     assert sorted(stub.seen) == sorted([KEY, "charge:never-sent"])
-    assert Run.objects.get(run_id=run.run_id).recovery_reason == \
+    assert Run.objects.get(uuid=run.run_id).recovery_reason == \
         "checkpoint in flight, owner gone"  # nothing left in doubt
     assert services.audit_verify(tenant=acme)[0]
 
@@ -116,7 +116,7 @@ def test_a_pool_child_killed_mid_look_up_is_reconciled_later_exactly_once(
     wait_for(lambda: "skipped" in worker.results(), worker, what="the redelivery")
     req.refresh_from_db()
     assert (req.state, req.attempts) == ("running", 1)
-    assert Effect.objects.get(effect_id=run.effects[KEY]).state == "submitted"
+    assert Effect.objects.get(uuid=run.effects[KEY]).state == "submitted"
 
     _redrive_after_the_claim_expired()
 

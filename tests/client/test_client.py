@@ -59,7 +59,7 @@ def test_it_raises_conflict_with_the_current_revision_on_a_stale_write(acme, sto
         store.compare_and_swap(next_revision(first, {"phase": "cancelled"}), 0)
 
     assert (err.value.kind, err.value.status, err.value.current_revision) == ("conflict", 412, 1)
-    assert Conflict.objects.filter(target_id=first["id"]).count() == 1
+    assert Conflict.objects.filter(target_uuid=first["id"]).count() == 1
 
 
 def test_it_raises_conflict_when_creating_an_existing_id(store):
@@ -288,9 +288,9 @@ def test_it_calls_again_only_after_an_approved_retry_was_consumed(acme, rita, ap
         _effect(store, run_id, lambda key: (_ for _ in ()).throw(TimeoutError("lost")))
     effect = Effect.objects.get(operation_key="charge:A-7")
     age_world(3600)  # the owner is gone: a reviewer may declare it
-    services.effect_mark_unknown(actor=rita, tenant=acme, effect_id=effect.effect_id,
+    services.effect_mark_unknown(actor=rita, tenant=acme, effect_id=effect.uuid,
                                  reason="the processor cannot tell")
-    retry = services.retry_request(actor=rita, tenant=acme, run_id=effect.run.run_id,
+    retry = services.retry_request(actor=rita, tenant=acme, run_id=effect.run.uuid,
                                    reason="customer confirmed no charge")
     services.retry_approve(actor=april, tenant=acme, retry_id=retry.pk, reason="ok")
     with pytest.raises(EffectInDoubt):  # not without retry=True
@@ -308,7 +308,7 @@ def test_it_calls_again_only_after_an_approved_retry_was_consumed(acme, rita, ap
     assert store.fencing_token == decision["fencing_token"] == 2
     effect.refresh_from_db()
     assert (effect.state, effect.attempt, receipt) == ("confirmed", 2, {"charge_id": "ch_2"})
-    consumed = AuditEvent.objects.filter(run_id=effect.run.run_id, action="retry.consume")
+    consumed = AuditEvent.objects.filter(run_uuid=effect.run.uuid, action="retry.consume")
     assert consumed.count() == 1
 
 

@@ -120,7 +120,7 @@ def wait_for_lease_expiry(tenant, run_id, timeout_s: float = 10) -> Run:
     """Block until the run's lease has expired on the database's clock; returns the run."""
     deadline = time.monotonic() + timeout_s
     while True:
-        run = Run.objects.get(tenant=tenant, run_id=run_id)
+        run = Run.objects.get(tenant=tenant, uuid=run_id)
         expires = run.lease_expires_at
         if expires is None or expires <= db_time():
             return run
@@ -133,7 +133,7 @@ def sweep_after_lease_expiry(tenant, run_id) -> tuple[Run, dict]:
     """Wait for the real lease expiry, then run the stale-run sweep once (what beat does)."""
     wait_for_lease_expiry(tenant, run_id)
     stats = services.sweep_stale_runs()
-    return Run.objects.get(tenant=tenant, run_id=run_id), stats
+    return Run.objects.get(tenant=tenant, uuid=run_id), stats
 
 
 def approve_retry(tenant, run_id, requester, approver):

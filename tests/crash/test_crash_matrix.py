@@ -151,7 +151,7 @@ def _reconcile(tenant, reviewer, run_id) -> str:
                                reason="the runtime died; ask the provider")
     except InvalidTransition:
         return "nothing in doubt"
-    states = list(Effect.objects.filter(run__run_id=run_id).values_list("state", flat=True))
+    states = list(Effect.objects.filter(run__uuid=run_id).values_list("state", flat=True))
     return ",".join(states)
 
 
@@ -214,7 +214,7 @@ def test_each_crash_window_recovers_with_at_most_one_execution(
             reconciliation += " (no look-up)"
     assert reconciled == window.reconciled
     assert executions() == window.executions_before
-    effect = Effect.objects.filter(run__run_id=ids["run_id"]).first()
+    effect = Effect.objects.filter(run__uuid=ids["run_id"]).first()
     if window.reconciled == "confirmed":
         charge = payments.store.lookup(effect_key)
         assert effect.receipt["charge_id"] == charge["charge_id"]
@@ -273,5 +273,5 @@ def test_a_second_resumer_gets_nothing_once_the_retry_is_claimed(
     assert second.result["outcome"] == "not_resumed"
     assert second.result["action"] == "reject"
     assert "Nothing was done" in second.stderr
-    assert Run.objects.get(run_id=worker.run_id).recovery_state != "retry_approved"
+    assert Run.objects.get(uuid=worker.run_id).recovery_state != "retry_approved"
     assert payments.store.executions(worker.order_id) == 0

@@ -32,7 +32,7 @@ def sweep_after_lease_expiry(tenant, run_id) -> dict:
 
 
 def the_run(acme, run_id) -> Run:
-    return Run.objects.get(tenant=acme, run_id=run_id)
+    return Run.objects.get(tenant=acme, uuid=run_id)
 
 
 def test_it_finishes_a_run_when_nobody_dies(acme, run_worker, payments, store):
@@ -68,7 +68,7 @@ def test_it_marks_a_submitted_effect_unresolved_when_killed_after_submitted(
     worker = run_worker(die_at="after_submitted")
 
     assert worker.returncode == KILLED, worker.stderr
-    effect = Effect.objects.get(run__run_id=worker.run_id)
+    effect = Effect.objects.get(run__uuid=worker.run_id)
     assert effect.state == "submitted"
     stats = sweep_after_lease_expiry(acme, worker.run_id)
     effect.refresh_from_db()
@@ -87,7 +87,7 @@ def test_it_reconciles_a_charge_made_just_before_the_kill(acme, rita, run_worker
     assert worker.returncode == KILLED, worker.stderr
     assert len(payments.store.charges(worker.order_id)) == 1  # the remote call happened
     sweep_after_lease_expiry(acme, worker.run_id)
-    effect = Effect.objects.get(run__run_id=worker.run_id)
+    effect = Effect.objects.get(run__uuid=worker.run_id)
     assert effect.state == "unresolved"
     assert the_run(acme, worker.run_id).recovery_state == "ambiguous"
     assert store.resume_preview(worker.run_id)["action"] == "reconcile"
@@ -133,7 +133,7 @@ def test_it_answers_unknown_for_an_agent_tool_call_without_lookup(acme, rita, ru
                                     model="openai/gpt-4.1-mini")
     assert decision["action"] == "reconcile"
 
-    services.run_reconcile(actor=rita, tenant=acme, run_id=run.run_id, reason="crm call lost")
+    services.run_reconcile(actor=rita, tenant=acme, run_id=run.uuid, reason="crm call lost")
 
     effect = Effect.objects.get(run=run)
     run.refresh_from_db()

@@ -27,7 +27,7 @@ EXIT_REFUSED, EXIT_NOT_RESUMED = 4, 5
 
 
 def the_run(tenant, run_id) -> Run:
-    return Run.objects.get(tenant=tenant, run_id=run_id)
+    return Run.objects.get(tenant=tenant, uuid=run_id)
 
 
 @pytest.mark.parametrize("shape", ["order", "agent"])
@@ -98,7 +98,7 @@ def test_it_asks_for_reconciliation_when_an_effect_is_in_doubt(acme, run_worker,
     assert (resumed.result["action"], resumed.result["reason"]) == ("reconcile",
                                                                     "effects_in_doubt")
     assert "reconcile" in resumed.stderr
-    assert Effect.objects.get(run__run_id=dead.run_id).state == "unresolved"
+    assert Effect.objects.get(run__uuid=dead.run_id).state == "unresolved"
     assert sum(payments.store.received.values()) == 0
 
 

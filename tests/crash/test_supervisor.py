@@ -70,8 +70,8 @@ def test_it_resumes_an_approved_run_once_and_logs_it(acme, rita, april, run_work
     assert f"tenant=acme run={dead.run_id} exit=0 outcome=completed" in lines[0]
     assert "decision=retry/retry_approved" in lines[0]
     assert (tmp_path / "sup.log").read_text().splitlines() == lines
-    assert Run.objects.get(run_id=dead.run_id).recovery_state == "completed"
-    assert Run.objects.get(run_id=idle.run_id).recovery_state == "ambiguous"
+    assert Run.objects.get(uuid=dead.run_id).recovery_state == "completed"
+    assert Run.objects.get(uuid=idle.run_id).recovery_state == "ambiguous"
     assert payments.store.executions(dead.order_id) == 1
     assert payments.store.executions(idle.order_id) == 0
     assert sup.tick() == [] and not sup.running
@@ -104,7 +104,7 @@ def test_it_backs_off_and_gives_up_on_a_run_it_cannot_resume(acme, rita, april, 
     assert len(lines) == 1 and "attempt=2/2" in lines[0]
     sup.not_before.clear()
     assert tick_until_idle(sup) == []  # given up
-    assert Run.objects.get(run_id=run_id).recovery_state == "retry_approved"
+    assert Run.objects.get(uuid=run_id).recovery_state == "retry_approved"
 
 
 def test_it_reads_tenant_tokens_from_one_variable():
@@ -138,5 +138,5 @@ def test_it_runs_as_the_demos_child_process_and_stops_on_sigterm(
     assert proc.returncode == 0, err
     line, = log.read_text().splitlines()
     assert f"run={dead.run_id} exit=0 outcome=completed decision=retry/retry_approved" in line
-    assert Run.objects.get(run_id=dead.run_id).recovery_state == "completed"
+    assert Run.objects.get(uuid=dead.run_id).recovery_state == "completed"
     assert payments.store.executions(dead.order_id) == 1

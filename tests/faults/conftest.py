@@ -61,4 +61,4 @@ def in_doubt_run(writer, tenant, keys=("charge:A-1",), *, lease_ttl: int | None 
 
 
 def request_for(effect_id) -> ReconcileRequest:
-    return ReconcileRequest.objects.get(effect__effect_id=effect_id)
+    return ReconcileRequest.objects.get(effect__uuid=effect_id)

@@ -70,7 +70,7 @@ def _run_until_done(pk: int) -> list[str]:
 
 
 def _assert_untouched(effect_id, revision: int, state: str) -> None:
-    effect = Effect.objects.get(effect_id=effect_id)
+    effect = Effect.objects.get(uuid=effect_id)
     assert (effect.state, effect.revision, effect.receipt) == (state, revision, None)
 
 
@@ -124,7 +124,7 @@ def test_a_bad_answer_for_one_effect_never_skips_its_sibling(
     with django_capture_on_commit_callbacks(execute=True):
         r = post(api_as(rita), "acme", f"runs/{run.run_id}/reconcile", {"reason": "died"})
     assert r.status_code == 202, r.content
-    good = Effect.objects.get(effect_id=run.effects["charge:good"])
+    good = Effect.objects.get(uuid=run.effects["charge:good"])
     assert good.state == "confirmed" and good.receipt["charge_id"] == "ch_7"
     _assert_untouched(run.effects["charge:bad"], 1, "submitted")
     assert request_for(run.effects["charge:bad"]).failures == 1
@@ -158,7 +158,7 @@ def test_a_plugin_that_raises_is_cannot_tell_with_its_message(
     assert "RuntimeError: provider SDK exploded" in attempt.detail
     assert "\x00" not in attempt.detail and len(attempt.detail) <= 1000
     _assert_untouched(run.effects["note:1"], 1, "submitted")
-    assert Effect.objects.get(effect_id=sibling.effects["charge:A-1"]).state == "confirmed"
+    assert Effect.objects.get(uuid=sibling.effects["charge:A-1"]).state == "confirmed"
 
 
 def test_a_plugin_that_hangs_past_its_timeout_is_cannot_tell(
@@ -170,10 +170,10 @@ def test_a_plugin_that_hangs_past_its_timeout_is_cannot_tell(
     assert (req.state, req.failures) == ("queued", 1)
     assert "no answer within 1 s" in req.attempt_log.get().detail
     _assert_untouched(run.effects["note:1"], 1, "submitted")
-    assert Effect.objects.get(effect_id=sibling.effects["charge:A-1"]).state == "confirmed"
+    assert Effect.objects.get(uuid=sibling.effects["charge:A-1"]).state == "confirmed"
     # The late answer of the hung call is never applied.
     hang_released.set()
-    assert Effect.objects.get(effect_id=run.effects["note:1"]).state == "submitted"
+    assert Effect.objects.get(uuid=run.effects["note:1"]).state == "submitted"
 
 
 @pytest.mark.parametrize("garbage", sorted(stubs.GARBAGE))
@@ -189,7 +189,7 @@ def test_a_plugin_that_returns_garbage_is_cannot_tell_and_never_a_crash(
     assert attempt.answer == "cannot_tell" and attempt.detail
     assert "\x00" not in attempt.detail
     _assert_untouched(run.effects["note:1"], 1, "submitted")
-    assert not EffectRevision.objects.filter(effect__effect_id=run.effects["note:1"],
+    assert not EffectRevision.objects.filter(effect__uuid=run.effects["note:1"],
                                              source="reconciliation").exists()
-    assert Effect.objects.get(effect_id=sibling.effects["charge:A-1"]).state == "confirmed"
+    assert Effect.objects.get(uuid=sibling.effects["charge:A-1"]).state == "confirmed"
     assert ReconcileRequest.objects.filter(state="running").count() == 0

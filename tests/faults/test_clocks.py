@@ -73,8 +73,8 @@ def test_a_sweep_on_a_clock_ahead_leaves_a_live_run_alone(acme, wendy, skew, lea
     stats = services.sweep_stale_runs()
 
     assert (stats["effects_unresolved"], stats["runs_ambiguous"]) == (0, 0)
-    assert Effect.objects.get(effect_id=run.effects["charge:A-1"]).state == "submitted"
-    assert Run.objects.get(run_id=run.run_id).recovery_state == "healthy"
+    assert Effect.objects.get(uuid=run.effects["charge:A-1"]).state == "submitted"
+    assert Run.objects.get(uuid=run.run_id).recovery_state == "healthy"
     assert AuditEvent.objects.count() == events
 
 
@@ -100,7 +100,7 @@ def test_a_clock_behind_does_not_keep_an_expired_lease_alive(acme, wendy, skew):
     skew(-60)
     stats = services.sweep_stale_runs()
     assert stats["effects_unresolved"] == 1
-    assert Run.objects.get(run_id=run.run_id).recovery_state == "ambiguous"
+    assert Run.objects.get(uuid=run.run_id).recovery_state == "ambiguous"
     second = services.lease_acquire(actor=wendy, tenant=acme, run_id=run.run_id,
                                     owner="worker-2", ttl_s=30)
     assert second.fencing_token == run.token + 1

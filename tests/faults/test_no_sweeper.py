@@ -48,7 +48,7 @@ def test_the_web_process_lists_a_dead_owners_run_as_ambiguous_by_itself(
     put_checkpoint(wendy, acme, body)
     run_id = uuid.UUID(body["run_id"])
     age_world(301)  # the owner stopped writing 301 s ago (threshold 300 s); nobody swept
-    assert Run.objects.get(run_id=run_id).recovery_state == "healthy"
+    assert Run.objects.get(uuid=run_id).recovery_state == "healthy"
 
     browser = Client()
     browser.force_login(vic)
@@ -56,7 +56,7 @@ def test_the_web_process_lists_a_dead_owners_run_as_ambiguous_by_itself(
 
     deadline = time.monotonic() + WAIT_S
     while time.monotonic() < deadline:
-        if Run.objects.get(run_id=run_id).recovery_state == "ambiguous":
+        if Run.objects.get(uuid=run_id).recovery_state == "ambiguous":
             break
         time.sleep(0.2)
     listed = get(api_as(vic), "acme", "runs", recovery_state="ambiguous").json()["results"]
@@ -68,13 +68,13 @@ def test_a_retry_request_on_a_run_whose_owner_went_quiet_needs_no_sweep(
     body = envelope(payload={"phase": "charging"})
     put_checkpoint(wendy, acme, body)
     age_world(301)  # owner gone by the rule; no sweep ran, the stored state says healthy
-    assert Run.objects.get(run_id=body["run_id"]).recovery_state == "healthy"
+    assert Run.objects.get(uuid=body["run_id"]).recovery_state == "healthy"
 
     r = post(api_as(rita), "acme", f"runs/{body['run_id']}/retry-requests",
              {"reason": "worker died"})
 
     assert r.status_code == 201, r.content
-    assert Run.objects.get(run_id=body["run_id"]).recovery_state == "awaiting_approval"
+    assert Run.objects.get(uuid=body["run_id"]).recovery_state == "awaiting_approval"
 
 
 def test_a_retry_request_on_a_live_run_is_still_refused(acme, wendy, rita, api_as):
@@ -83,4 +83,4 @@ def test_a_retry_request_on_a_live_run_is_still_refused(acme, wendy, rita, api_a
     age_world(290)  # short of the 300 s threshold: the owner counts as live
     r = post(api_as(rita), "acme", f"runs/{body['run_id']}/retry-requests", {"reason": "x"})
     assert r.status_code == 422, r.content
-    assert Run.objects.get(run_id=body["run_id"]).recovery_state == "healthy"
+    assert Run.objects.get(uuid=body["run_id"]).recovery_state == "healthy"

@@ -35,7 +35,7 @@ def test_it_refuses_to_reconcile_a_run_whose_lease_is_live_and_changes_nothing(
     assert r.status_code == 409, r.content
     body = r.json()
     assert body["error"] == "owner_live"
-    leased_until = Run.objects.get(run_id=run.run_id).lease_expires_at
+    leased_until = Run.objects.get(uuid=run.run_id).lease_expires_at
     assert body["lease_expires_at"] == leased_until.isoformat()
     assert snapshot() == before
     assert not ReconcileRequest.objects.exists()
@@ -57,7 +57,7 @@ def test_a_queued_request_waits_when_its_owner_came_back_before_the_look_up(
     result = reconciliation.execute(req.pk)
 
     assert result["result"] == "waiting"
-    effect = Effect.objects.get(effect_id=run.effects["charge:A-1"])
+    effect = Effect.objects.get(uuid=run.effects["charge:A-1"])
     assert (effect.state, effect.revision) == ("submitted", 1)
     assert stub.seen == []
     req.refresh_from_db()
@@ -88,7 +88,7 @@ def test_an_answer_is_dropped_when_the_owner_came_back_during_the_look_up(
     assert reconciliation.execute(req.pk)["result"] == "waiting"
 
     assert stub.looked_up("charge:A-1") == 1
-    effect = Effect.objects.get(effect_id=run.effects["charge:A-1"])
+    effect = Effect.objects.get(uuid=run.effects["charge:A-1"])
     assert (effect.state, effect.revision) == ("submitted", 1)
     req.refresh_from_db()
     assert req.state == "queued"
@@ -98,14 +98,14 @@ def test_an_answer_is_dropped_when_the_owner_came_back_during_the_look_up(
         actor=wendy, tenant=acme,
         body=services.parse_effect(
             {**_effect_json(effect), "revision": 2, "state": "confirmed",
-             "receipt": {"charge_id": "ch_9"}}, url_id=effect.effect_id),
+             "receipt": {"charge_id": "ch_9"}}, url_id=effect.uuid),
         expected_revision=1,
-        fencing_token=Run.objects.get(run_id=run.run_id).fencing_token)
+        fencing_token=Run.objects.get(uuid=run.run_id).fencing_token)
     assert Effect.objects.get(pk=effect.pk).state == "confirmed"
 
 
 def _effect_json(effect) -> dict:
-    return {"id": str(effect.effect_id), "run_id": str(effect.run.run_id),
+    return {"id": str(effect.uuid), "run_id": str(effect.run.uuid),
             "operation_key": effect.operation_key, "service": effect.service,
             "effect_class": effect.effect_class,
             "request_fingerprint": effect.request_fingerprint, "receipt": None}
@@ -115,7 +115,7 @@ def test_the_service_refuses_reconcile_for_a_live_owner_with_its_expiry(acme, we
     run = in_doubt_run(wendy, acme, lease_ttl=120)
     with pytest.raises(OwnerLive) as caught:
         services.run_reconcile(actor=rita, tenant=acme, run_id=run.run_id, reason="x")
-    expires = Run.objects.get(run_id=run.run_id).lease_expires_at
+    expires = Run.objects.get(uuid=run.run_id).lease_expires_at
     assert caught.value.body()["lease_expires_at"] == expires.isoformat()
     assert not ReconcileRequest.objects.exists()
 
@@ -135,11 +135,11 @@ def test_not_found_waits_for_the_settle_delay_then_a_later_sweep_settles_it(
         r = post(api_as(rita), "acme", f"runs/{run.run_id}/reconcile", {"reason": "died"})
     assert r.status_code == 202, r.content
 
-    waiting = Effect.objects.get(effect_id=run.effects["charge:A-1"])
+    waiting = Effect.objects.get(uuid=run.effects["charge:A-1"])
     assert waiting.state == "submitted"  # not "not_executed": the call may be on its way
-    found = Effect.objects.get(effect_id=run.effects["charge:A-2"])
+    found = Effect.objects.get(uuid=run.effects["charge:A-2"])
     assert found.state == "confirmed"  # a found answer needs no settle delay
-    req = request_for(waiting.effect_id)
+    req = request_for(waiting.uuid)
     assert (req.state, req.failures) == ("queued", 0)
     assert req.attempt_log.get().answer == "settling"
     shown = {q["operation_key"]: q for q in
@@ -165,7 +165,7 @@ def test_not_found_waits_for_the_settle_delay_then_a_later_sweep_settles_it(
         == [("planned", "runtime"), ("submitted", "runtime"), ("unresolved", "sweep"),
             ("not_executed", "reconciliation")]
     assert AuditEvent.objects.filter(action="effect.reconcile",
-                                     target_id=str(settled.effect_id)).count() == 1
+                                     target_id=str(settled.uuid)).count() == 1
     assert services.audit_verify(tenant=acme)[0]
 
 
@@ -176,7 +176,7 @@ def test_not_found_is_asked_again_only_once_the_settle_delay_has_passed(
     with django_capture_on_commit_callbacks(execute=True):
         services.run_reconcile(actor=rita, tenant=acme, run_id=run.run_id, reason="died")
     req = request_for(run.effects["charge:A-1"])
-    effect = Effect.objects.get(effect_id=run.effects["charge:A-1"])
+    effect = Effect.objects.get(uuid=run.effects["charge:A-1"])
     settle_at = effect.submitted_at.timestamp() + long_settle
     assert req.next_attempt_at.timestamp() >= settle_at
     for _ in range(4):
@@ -211,7 +211,7 @@ def test_an_answer_still_applies_when_the_sweep_unresolved_the_effect_during_the
 
     assert reconciliation.execute(req.pk)["result"] == "confirmed"
 
-    effect = Effect.objects.get(effect_id=run.effects["charge:A-1"])
+    effect = Effect.objects.get(uuid=run.effects["charge:A-1"])
     assert (effect.state, effect.receipt["charge_id"]) == ("confirmed", "ch_9")
     assert list(EffectRevision.objects.filter(effect=effect).values_list("state", "source")) \
         == [("planned", "runtime"), ("submitted", "runtime"), ("unresolved", "sweep"),
@@ -219,5 +219,5 @@ def test_an_answer_still_applies_when_the_sweep_unresolved_the_effect_during_the
     req.refresh_from_db()
     assert (req.state, req.outcome) == ("done", "confirmed")
     # Still ambiguous only for its in-flight checkpoint: no effect is left in doubt.
-    assert Run.objects.get(run_id=run.run_id).recovery_reason == \
+    assert Run.objects.get(uuid=run.run_id).recovery_reason == \
         "checkpoint in flight, owner gone"

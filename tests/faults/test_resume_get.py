@@ -38,7 +38,7 @@ def _session(user, csrf_token: str | None = None) -> APIClient:
 
 
 def _state(run_id, retry_pk):
-    run = Run.objects.get(run_id=run_id)
+    run = Run.objects.get(uuid=run_id)
     return (RetryRequest.objects.get(pk=retry_pk).state, run.fencing_token,
             run.recovery_state, AuditEvent.objects.count())
 

@@ -25,7 +25,7 @@ from tests.helpers import age_world, effect_body, envelope, put_checkpoint, put_
 def _approve(acme, rita, april, run_id) -> list[dict]:
     retry = services.retry_request(actor=rita, tenant=acme, run_id=run_id, reason="rerun")
     services.retry_approve(actor=april, tenant=acme, retry_id=retry.pk, reason="ok")
-    return AuditEvent.objects.get(action="retry.approve", target_id=str(retry.pk)
+    return AuditEvent.objects.get(action="retry.approve", target_ref=str(retry.pk)
                                   ).after["preview"]
 
 
@@ -66,8 +66,8 @@ def test_a_retry_does_not_send_again_an_effect_its_approver_never_saw(
     with pytest.raises(InvalidTransition):
         put_effect(wendy, acme, dict(late, revision=3, state="planned"), expected=2,
                    token=new_token)
-    assert Effect.objects.get(effect_id=late["id"]).state == "unknown"
-    assert Run.objects.get(run_id=run_id).recovery_state == "unknown_outcome"
+    assert Effect.objects.get(uuid=late["id"]).state == "unknown"
+    assert Run.objects.get(uuid=run_id).recovery_state == "unknown_outcome"
 
     # A new retry names it, and once approved and claimed it may be sent again.
     age_world(400)
@@ -77,4 +77,4 @@ def test_a_retry_does_not_send_again_an_effect_its_approver_never_saw(
     token = services.resume_claim(actor=wendy, tenant=acme, run_id=run_id,
                                   asked={})["fencing_token"]
     put_effect(wendy, acme, dict(late, revision=3, state="planned"), expected=2, token=token)
-    assert Effect.objects.get(effect_id=late["id"]).attempt == 2
+    assert Effect.objects.get(uuid=late["id"]).attempt == 2

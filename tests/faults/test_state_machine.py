@@ -180,7 +180,7 @@ class RecoveryLoop(RuleBasedStateMachine):
         rt = Runtime(owner, run.fencing_token,
                      checkpoint_revision=Run.objects.get(pk=run.pk).latest_checkpoint.revision)
         for i, (key, effect_id) in enumerate(zip(model.keys, model.effect_ids, strict=True)):
-            row = Effect.objects.filter(tenant=self.tenant, effect_id=effect_id).first()
+            row = Effect.objects.filter(tenant=self.tenant, uuid=effect_id).first()
             rt.effects[i] = Local(effect_id, key, row.revision if row else None,
                                   row.state if row else None)
         model.runtimes.append(rt)
@@ -229,7 +229,7 @@ class RecoveryLoop(RuleBasedStateMachine):
         return any(rt.alive for m in self.runs for rt in m.runtimes)
 
     def _mine(self):
-        return {"run__run_id__in": [m.run_id for m in self.runs]}
+        return {"run__uuid__in": [m.run_id for m in self.runs]}
 
     @precondition(_alive)
     @rule(i=st.integers(0, RUNS - 1), j=st.integers(0, 2), e=st.integers(0, 1),
@@ -346,14 +346,14 @@ class RecoveryLoop(RuleBasedStateMachine):
     def _snapshot(self) -> tuple:
         """Everything of this example's runs a write could change, and the audit count."""
         runs = [m.run_id for m in self.runs]
-        mine = {"run__run_id__in": runs}
+        mine = {"run__uuid__in": runs}
         return (
-            sorted(Run.objects.filter(run_id__in=runs).values_list(
+            sorted(Run.objects.filter(uuid__in=runs).values_list(
                 "run_id", "recovery_state", "fencing_token", "lease_owner", "lease_expires_at",
                 "last_write_at", "unacknowledged_conflicts", "closed_at")),
             sorted(Effect.objects.filter(**mine).values_list(
                 "effect_id", "revision", "state", "attempt", "retry_authorized_by")),
-            EffectRevision.objects.filter(effect__run__run_id__in=runs).count(),
+            EffectRevision.objects.filter(effect__run__uuid__in=runs).count(),
             sorted(RetryRequest.objects.filter(**mine).values_list("pk", "state")),
             sorted(ReconcileRequest.objects.filter(**mine).values_list("pk", "state",
                                                                        "attempts")),
@@ -361,9 +361,9 @@ class RecoveryLoop(RuleBasedStateMachine):
         )
 
     def _allow_what_the_approver_accepted(self, model: RunModel) -> None:
-        retry = RetryRequest.objects.filter(run__run_id=model.run_id,
+        retry = RetryRequest.objects.filter(run__uuid=model.run_id,
                                             state="consumed").order_by("-pk").first()
-        approval = AuditEvent.objects.get(action="retry.approve", target_id=str(retry.pk))
+        approval = AuditEvent.objects.get(action="retry.approve", target_ref=str(retry.pk))
         for row in approval.after["preview"]:
             if row["outcome"] in DUPLICATE_OK:
                 self.allowance[row["operation_key"]] = \
@@ -380,8 +380,8 @@ class RecoveryLoop(RuleBasedStateMachine):
     def _age(self, seconds: int) -> None:
         """``tests.helpers.age_world`` for this example's rows only (the same columns)."""
         delta = timedelta(seconds=seconds)
-        mine = {"run__run_id__in": [m.run_id for m in self.runs]}
-        for model, where in ((Run, {"run_id__in": mine["run__run_id__in"]}), (Effect, mine),
+        mine = {"run__uuid__in": [m.run_id for m in self.runs]}
+        for model, where in ((Run, {"uuid__in": mine["run__uuid__in"]}), (Effect, mine),
                              (ReconcileRequest, mine)):
             for column in AGED[model.__name__]:
                 model.objects.filter(**where, **{f"{column}__isnull": False}).update(
@@ -421,7 +421,7 @@ class RecoveryLoop(RuleBasedStateMachine):
     def reviewer_reconciles(self, i, now):
         """Reconcile a run with an effect in doubt; with ``now`` a worker runs the stored
         requests at once (otherwise they wait for ``reconcile_worker_runs`` or the sweep)."""
-        runs = self._ordered_runs(self._in_doubt().values_list("run__run_id", flat=True))
+        runs = self._ordered_runs(self._in_doubt().values_list("run__uuid", flat=True))
         self._review(services.run_reconcile, actor=self.reviewer, run_id=runs[i % len(runs)])
         if now and self._queued().exists():
             self.reconcile_worker_runs()
@@ -429,13 +429,13 @@ class RecoveryLoop(RuleBasedStateMachine):
     @precondition(lambda self: self._in_doubt().exists())
     @rule(e=st.integers(0, RUNS * EFFECTS_PER_RUN - 1))
     def reviewer_marks_unknown(self, e):
-        in_doubt = set(self._in_doubt().values_list("effect_id", flat=True))
+        in_doubt = set(self._in_doubt().values_list("uuid", flat=True))
         effects = [e for m in self.runs for e in m.effect_ids if e in in_doubt]
         self._review(services.effect_mark_unknown, actor=self.reviewer,
                      effect_id=effects[e % len(effects)])
 
     def _retryable(self):
-        return Run.objects.filter(run_id__in=[m.run_id for m in self.runs],
+        return Run.objects.filter(uuid__in=[m.run_id for m in self.runs],
                                   recovery_state__in=["ambiguous", "unknown_outcome"])
 
     @precondition(lambda self: self._retryable().exists())
@@ -443,7 +443,7 @@ class RecoveryLoop(RuleBasedStateMachine):
     def reviewer_requests_retry(self, i, then):
         """Ask for a retry of a run listed ambiguous / unknown outcome (the service judges
         it again); usually a second person approves it at once."""
-        runs = self._ordered_runs(self._retryable().values_list("run_id", flat=True))
+        runs = self._ordered_runs(self._retryable().values_list("uuid", flat=True))
         self._review(services.retry_request, actor=self.reviewer, run_id=runs[i % len(runs)])
         if then == "approve" and RetryRequest.objects.filter(state="requested",
                                                              **self._mine()).exists():
@@ -459,12 +459,12 @@ class RecoveryLoop(RuleBasedStateMachine):
         if self._queued().exists():
             self.reconcile_worker_runs()
         if give_up:
-            for effect_id in self._in_doubt().filter(run__run_id=model.run_id).values_list(
-                    "effect_id", flat=True).order_by("created_at", "id"):
+            for effect_id in self._in_doubt().filter(run__uuid=model.run_id).values_list(
+                    "uuid", flat=True).order_by("created_at", "id"):
                 self._review(services.effect_mark_unknown, actor=self.reviewer,
                              effect_id=effect_id)
         self._review(services.retry_request, actor=self.reviewer, run_id=model.run_id)
-        retry = RetryRequest.objects.filter(state="requested", run__run_id=model.run_id).first()
+        retry = RetryRequest.objects.filter(state="requested", run__uuid=model.run_id).first()
         if retry is not None:
             self._review(services.retry_approve, actor=self.approver, retry_id=retry.pk)
 
@@ -500,9 +500,9 @@ class RecoveryLoop(RuleBasedStateMachine):
         runs = [m.run_id for m in self.runs]
         consumed = {}
         for run_id in runs:
-            consumed[run_id] = RetryRequest.objects.filter(run__run_id=run_id,
+            consumed[run_id] = RetryRequest.objects.filter(run__uuid=run_id,
                                                            state="consumed").count()
-        for effect in Effect.objects.filter(tenant=self.tenant, run__run_id__in=runs
+        for effect in Effect.objects.filter(tenant=self.tenant, run__uuid__in=runs
                                             ).select_related("run"):
             history = list(EffectRevision.objects.filter(effect=effect).order_by("revision")
                            .values_list("revision", "state", "source", "attempt"))
@@ -518,9 +518,9 @@ class RecoveryLoop(RuleBasedStateMachine):
                     attempt, back = attempt + 1, back + 1
                 assert rev_attempt == attempt, history
                 previous = state
-            assert back <= consumed[effect.run.run_id], (
+            assert back <= consumed[effect.run.uuid], (
                 f"{effect.operation_key} went back to planned {back} times with "
-                f"{consumed[effect.run.run_id]} consumed retries")
+                f"{consumed[effect.run.uuid]} consumed retries")
 
 
 @pytest.mark.django_db

@@ -38,7 +38,7 @@ def bearer(raw: str) -> APIClient:
 
 def events(action: str) -> list[tuple[str, str, str]]:
     return list(AuditEvent.objects.filter(action=action).order_by("tenant__slug", "seq")
-                .values_list("tenant__slug", "actor_name", "target_id"))
+                .values_list("tenant__slug", "actor_name", "target_ref"))
 
 
 def state() -> tuple:
@@ -67,7 +67,7 @@ def test_it_revokes_a_role_at_once_with_one_audit_event(ann, acme):
     assert client.get(url("acme", "runs")).status_code == 404  # the next request
     assert client.get(url("globex", "runs")).status_code == 200  # the other grant stays
     event = AuditEvent.objects.filter(tenant=acme).latest("seq")
-    assert (event.action, event.actor_name, event.target_id, event.before, event.after) == (
+    assert (event.action, event.actor_name, event.target_ref, event.before, event.after) == (
         "role.revoke", "system", "ann", {"role": "reviewer"}, {"roles": []})
     ok, n, problem = services.audit_verify(tenant=acme)
     assert ok, problem

@@ -76,7 +76,7 @@ def test_it_runs_the_service_as_the_app_role(db_roles, chain, wendy):
         record = services.audit_head_export(tenant=chain)
         assert services.audit_verify(tenant=chain)[0]
         assert services.audit_head_check(record=record) == ""
-    assert Checkpoint.objects.get(tenant=chain, checkpoint_id=uuid.UUID(body["id"])).revision == 1
+    assert Checkpoint.objects.get(tenant=chain, uuid=uuid.UUID(body["id"])).revision == 1
     assert services.audit_verify(tenant=tenant) == (True, 1, "")
     assert AuditEvent.objects.filter(tenant=chain, action="checkpoint.write").count() == 3
 

@@ -57,7 +57,7 @@ def test_it_stores_receipts_encrypted_and_reads_them_back(confirmed):
     stored = _raw(Effect, "receipt_ciphertext") + _raw(EffectRevision, "receipt_ciphertext")
     assert len([v for v in stored if v]) == 2  # the effect and its confirmed revision
     assert all(SECRET not in v and "charge_id" not in v for v in stored)
-    effect = Effect.objects.get(effect_id=fx_id)
+    effect = Effect.objects.get(uuid=fx_id)
     assert effect.receipt == {"charge_id": SECRET} and effect.has_receipt
     assert [r.receipt for r in effect.revisions.order_by("revision")] == [
         None, None, {"charge_id": SECRET}]
@@ -108,7 +108,7 @@ def test_it_answers_receipts_to_the_runtime_that_replays_them(api_as, wendy, con
 def test_it_hides_the_receipt_in_the_mark_unknown_answer(api_as, rita, acme, wendy):
     fx = effect_body()
     walk_effect(wendy, acme, fx, "submitted")
-    Effect.objects.filter(effect_id=fx["id"]).update(
+    Effect.objects.filter(uuid=fx["id"]).update(
         receipt_ciphertext=crypto.encrypt_text('{"partial": "' + SECRET + '"}'))
     age_world(3600)  # the owner is gone: a reviewer may declare the outcome unknown
     r = post(api_as(rita), "acme", f"effects/{fx['id']}/mark-unknown", {"reason": "no lookup"})
@@ -123,7 +123,7 @@ def test_it_reveals_a_receipt_with_a_reason_and_one_audit_event(api_as, rita, ac
     assert r.json() == {"id": str(fx_id), "run_id": str(run_id), "revision": 2,
                         "receipt": {"charge_id": SECRET}}
     event = AuditEvent.objects.filter(tenant=acme).latest("seq")
-    assert (event.action, event.actor_name, event.reason, event.target_id, event.after) == (
+    assert (event.action, event.actor_name, event.reason, event.target_ref, event.after) == (
         "receipt.reveal", "rita", "dispute #7", str(fx_id), {"revision": 2})
     assert SECRET not in str(event.after)
 
@@ -177,7 +177,7 @@ def test_it_names_the_field_not_the_value_of_a_schema_mismatch(acme, wendy, kind
                                                                field):
     body = envelope(kind=kind, payload=payload)
     put_checkpoint(wendy, acme, body)
-    run = Run.objects.get(run_id=body["run_id"])
+    run = Run.objects.get(uuid=body["run_id"])
     assert run.recovery_state == "schema_mismatch"
     stored = [run.phase_label, run.recovery_reason,
               Checkpoint.objects.get().phase_label, CheckpointRevision.objects.get().phase_label,

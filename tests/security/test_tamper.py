@@ -205,7 +205,7 @@ def test_a_forged_event_appended_by_the_app_role_is_detected(db_roles, chain):
     with db_roles.connect(db_roles.app) as app, app.cursor() as cur:
         cur.execute(
             f"INSERT INTO {EVENTS} (tenant_id, seq, created_at, actor_name, action, target_type, "
-            "target_id, reason, prev_hash, hash, hash_scheme, key_id) VALUES "
+            "target_ref, reason, prev_hash, hash, hash_scheme, key_id) VALUES "
             "(%s, %s, now(), 'rita', 'retry.approve', 'run', 'x', 'looks fine', %s, %s, 2, %s)",
             [chain.pk, last.seq + 1, last.hash, forged, last.key_id])
         cur.execute(f"UPDATE {HEADS} SET seq = %s, last_hash = %s WHERE tenant_id = %s",

@@ -175,7 +175,7 @@ def legacy_chain(slug: str, n: int) -> Tenant:
     prev = "0" * 64
     for seq in range(1, n + 1):
         e = AuditEvent(tenant=tenant, seq=seq, created_at=timezone.now(), actor_name="system",
-                       action="legacy.event", target_type="tenant", target_id=slug,
+                       action="legacy.event", target_type="tenant", target_ref=slug,
                        reason=f"old event {seq}", prev_hash=prev,
                        hash_scheme=AuditHashScheme.SHA256)
         e.hash = legacy_hash(prev, audit_fields(e))
@@ -276,7 +276,7 @@ def test_it_exports_a_signed_head_as_an_audited_event(settings, acme, history):
     record = services.audit_head_export(tenant=acme)
     assert set(record) == {"tenant", "seq", "last_hash", "exported_at", "key_id", "signature"}
     event = events_of(acme)[-1]
-    assert (event.action, event.actor_name, event.target_id) == (
+    assert (event.action, event.actor_name, event.target_ref) == (
         "audit.export_head", "system", "acme")
     assert (record["tenant"], record["seq"], record["last_hash"], record["key_id"]) == (
         "acme", event.seq, event.hash, key_id_of(KEY_A.encode()))

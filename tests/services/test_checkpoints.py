@@ -12,7 +12,7 @@ from tests.helpers import envelope, put_checkpoint
 
 
 def _run(body) -> Run:
-    return Run.objects.get(run_id=body["run_id"])
+    return Run.objects.get(uuid=body["run_id"])
 
 
 def test_it_creates_at_revision_0_with_history_and_an_audit_event(acme, wendy):
@@ -24,7 +24,7 @@ def test_it_creates_at_revision_0_with_history_and_an_audit_event(acme, wendy):
     assert run.latest_checkpoint == cp
     assert run.workflow == "acme.order"
     event = AuditEvent.objects.get(action="checkpoint.write")
-    assert (event.actor, event.after["revision"], event.run_id) == (wendy, 0, run.run_id)
+    assert (event.actor, event.after["revision"], event.run_uuid) == (wendy, 0, run.uuid)
 
 
 def test_it_updates_one_revision_at_a_time(acme, wendy):
@@ -151,7 +151,7 @@ def test_it_keeps_the_same_uuid_in_two_tenants_apart(acme, globex, wendy, wes):
     put_checkpoint(wes, globex, dict(body, revision=1), expected=0)
     revisions = dict(Checkpoint.objects.values_list("tenant__slug", "revision"))
     assert revisions == {"acme": 0, "globex": 1}
-    assert Run.objects.filter(run_id=body["run_id"]).count() == 2
+    assert Run.objects.filter(uuid=body["run_id"]).count() == 2
 
 
 def test_it_refuses_writers_without_the_right(acme, globex, wendy, vic, rita, omar, wes):

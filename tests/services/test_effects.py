@@ -54,7 +54,7 @@ def _bring_to(state, wendy, rita, acme, body) -> Effect:
     if state == "unknown":
         age_world(3600)  # the owner is gone: a reviewer may declare it
         effect = services.effect_mark_unknown(actor=rita, tenant=acme,
-                                              effect_id=effect.effect_id, reason="no lookup")
+                                              effect_id=effect.uuid, reason="no lookup")
     return effect
 
 
@@ -93,7 +93,7 @@ def test_it_lets_a_reviewer_mark_unknown_only_when_in_doubt(acme, wendy, rita, s
     if src in {"submitted", "unresolved"}:
         age_world(3600)  # the owner is gone: a reviewer may declare it
         moved = services.effect_mark_unknown(actor=rita, tenant=acme,
-                                             effect_id=effect.effect_id, reason="cannot tell")
+                                             effect_id=effect.uuid, reason="cannot tell")
         assert moved.state == "unknown"
         assert Run.objects.get().recovery_state == "unknown_outcome"
         event = AuditEvent.objects.get(action="effect.mark_unknown")
@@ -101,7 +101,7 @@ def test_it_lets_a_reviewer_mark_unknown_only_when_in_doubt(acme, wendy, rita, s
     else:
         with pytest.raises(InvalidTransition):
             age_world(3600)  # the owner is gone: a reviewer may declare it
-            services.effect_mark_unknown(actor=rita, tenant=acme, effect_id=effect.effect_id,
+            services.effect_mark_unknown(actor=rita, tenant=acme, effect_id=effect.uuid,
                                          reason="cannot tell")
         effect.refresh_from_db()
         assert effect.state == src
@@ -122,7 +122,7 @@ def test_it_answers_operation_exists_for_the_same_request(acme, wendy):
     with pytest.raises(OperationExists) as exc:
         put_effect(wendy, acme, effect_body(fingerprint=FP.upper()))
     assert exc.value.status == 409
-    assert exc.value.body() == {"error": "operation_exists", "effect_id": str(first.effect_id)}
+    assert exc.value.body() == {"error": "operation_exists", "effect_id": str(first.uuid)}
     assert Effect.objects.count() == 1
 
 

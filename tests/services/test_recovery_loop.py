@@ -122,7 +122,7 @@ def test_it_replays_an_idempotent_effect_with_its_key_and_confirms_once(
     sweep_later()
     with django_capture_on_commit_callbacks(execute=True):
         services.run_reconcile(actor=rita, tenant=acme, run_id=run_id, reason="replay it")
-    effect = Effect.objects.get(effect_id=effect_id)
+    effect = Effect.objects.get(uuid=effect_id)
     assert effect.state == "confirmed" and effect.receipt["charge_id"] == "ch_0"
     assert Provider.executions == {"charge:A-9": 1}
     # The runtime had in fact charged before dying? The same key replays the same answer.
@@ -140,7 +140,7 @@ def test_it_never_replays_a_non_idempotent_effect(acme, wendy, rita, provider,
     sweep_later()
     with django_capture_on_commit_callbacks(execute=True):
         services.run_reconcile(actor=rita, tenant=acme, run_id=run_id, reason="replay it")
-    assert Effect.objects.get(effect_id=effect_id).state == "unresolved"
+    assert Effect.objects.get(uuid=effect_id).state == "unresolved"
     request = ReconcileRequest.objects.get()
     assert (request.state, request.failures) == ("queued", 1)
     assert "only idempotent effects replay" in request.last_error
@@ -158,7 +158,7 @@ def test_it_uses_the_tenants_plugin_and_not_another_tenants(acme, globex, wendy,
     with django_capture_on_commit_callbacks(execute=True):
         services.run_reconcile(actor=rita, tenant=acme, run_id=run_id, reason="look")
     # acme has no look-up for payments: the outcome is unknown, a human decides.
-    assert Effect.objects.get(effect_id=effect_id).state == "unknown"
+    assert Effect.objects.get(uuid=effect_id).state == "unknown"
     services.reconciler_configure(actor=None, tenant=acme, service="payments",
                                   plugin="http_status", url=f"{provider}/operations")
     assert ReconcilerConfig.objects.filter(tenant=acme).get().plugin == "http_status"
@@ -173,7 +173,7 @@ def test_it_settles_with_the_status_look_up_and_keeps_the_evidence(
     sweep_later()
     with django_capture_on_commit_callbacks(execute=True):
         services.run_reconcile(actor=rita, tenant=acme, run_id=run_id, reason="look")
-    assert Effect.objects.get(effect_id=effect_id).state == "confirmed"
+    assert Effect.objects.get(uuid=effect_id).state == "confirmed"
     attempt = ReconcileRequest.objects.get().attempt_log.get()
     assert (attempt.answer, attempt.applied) == ("found", "confirmed")
     assert "ch_9" not in attempt.evidence_ciphertext  # encrypted like a receipt
@@ -265,7 +265,7 @@ def test_it_previews_what_a_retry_does_and_stores_it_with_the_approval(acme, wen
     unknown = walk_effect(wendy, acme, effect_body(run_id=run_id, operation_key="k-unknown"),
                           "submitted")
     age_world(3600)  # the owner is gone: a reviewer may declare it
-    services.effect_mark_unknown(actor=rita, tenant=acme, effect_id=unknown.effect_id,
+    services.effect_mark_unknown(actor=rita, tenant=acme, effect_id=unknown.uuid,
                                  reason="no look-up")
     preview = services.retry_preview(Run.objects.get())
     assert [(p["operation_key"], p["outcome"]) for p in preview] == [
@@ -324,7 +324,7 @@ def test_it_refuses_unknown_and_retry_over_a_live_owner_and_close_of_a_completed
     effect = walk_effect(wendy, acme, effect_body(run_id=run_id), "submitted", token=1)
     events = AuditEvent.objects.count()
     with pytest.raises(OwnerLive) as err:
-        services.effect_mark_unknown(actor=rita, tenant=acme, effect_id=effect.effect_id,
+        services.effect_mark_unknown(actor=rita, tenant=acme, effect_id=effect.uuid,
                                      reason="cannot tell")
     assert err.value.body()["lease_expires_at"]
     assert Effect.objects.get().state == "submitted"
@@ -334,4 +334,4 @@ def test_it_refuses_unknown_and_retry_over_a_live_owner_and_close_of_a_completed
     with pytest.raises(InvalidTransition, match="completed"):
         services.run_close(actor=rita, tenant=acme, run_id=uuid.UUID(done["run_id"]),
                            reason="x")
-    assert Run.objects.get(run_id=done["run_id"]).closed_at is None
+    assert Run.objects.get(uuid=done["run_id"]).closed_at is None

@@ -41,7 +41,7 @@ def _checkpoint(acme, wendy, phase="ready", **kw):
 def test_it_continues_from_a_stable_checkpoint(acme, wendy):
     body, cp = _checkpoint(acme, wendy, "charged")
     assert resume(acme, wendy, body) == {"action": "continue", "reason": "stable",
-                                         "checkpoint_id": str(cp.checkpoint_id), "revision": 0,
+                                         "checkpoint_id": str(cp.uuid), "revision": 0,
                                          "fencing_token": 0}
 
 
@@ -89,7 +89,7 @@ def test_it_rejects_an_unknown_outcome_until_a_human_decides(acme, wendy, rita, 
     body, _ = _checkpoint(acme, wendy, "charging")
     effect = walk_effect(wendy, acme, effect_body(run_id=body["run_id"]), "submitted")
     age_world(3600)  # the owner is gone: a reviewer may declare it
-    services.effect_mark_unknown(actor=rita, tenant=acme, effect_id=effect.effect_id,
+    services.effect_mark_unknown(actor=rita, tenant=acme, effect_id=effect.uuid,
                                  reason="the processor has no lookup")
     assert resume(acme, wendy, body)["reason"] == "outcome_unknown"
     retry = services.retry_request(actor=rita, tenant=acme, run_id=uuid.UUID(body["run_id"]),

@@ -35,7 +35,7 @@ def test_it_walks_requested_then_approved(acme, rita, april, run_id):
     assert (retry.state, retry.decided_by, retry.decision_reason) == ("approved", april,
                                                                       "looks safe")
     assert Run.objects.get().recovery_state == "retry_approved"
-    actions = list(AuditEvent.objects.filter(run_id=run_id).order_by("seq")
+    actions = list(AuditEvent.objects.filter(run_uuid=run_id).order_by("seq")
                    .values_list("action", "actor_name"))
     assert actions[-2:] == [("retry.request", "rita"), ("retry.approve", "april")]
 
@@ -79,7 +79,7 @@ def test_it_refuses_a_retry_while_an_effect_is_in_doubt(acme, wendy, rita):
                                reason="retry it")
     assert "reconcile" in exc.value.detail
     effect = Effect.objects.get()
-    services.effect_mark_unknown(actor=rita, tenant=acme, effect_id=effect.effect_id,
+    services.effect_mark_unknown(actor=rita, tenant=acme, effect_id=effect.uuid,
                                  reason="no lookup")
     retry = services.retry_request(actor=rita, tenant=acme, run_id=uuid.UUID(body["run_id"]),
                                    reason="accept a possible duplicate")

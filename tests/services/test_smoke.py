@@ -6,4 +6,4 @@ def test_it_creates_a_run_with_the_first_checkpoint(acme, wendy):
     body = envelope()
     cp = put_checkpoint(wendy, acme, body)
     assert cp.revision == 0
-    assert Run.objects.get(run_id=body["run_id"]).recovery_state == "healthy"
+    assert Run.objects.get(uuid=body["run_id"]).recovery_state == "healthy"

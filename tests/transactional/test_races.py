@@ -122,7 +122,7 @@ def test_it_lets_exactly_one_effect_claim_an_operation_key(acme, wendy, same_run
         assert kinds_of(results) == {"Effect": 1, "OperationExists": WRITERS - 1}, results
         winner = next(r for r in results if isinstance(r, Effect))
         assert {r.extra["effect_id"] for r in results if isinstance(r, OperationExists)} == {
-            str(winner.effect_id)}
+            str(winner.uuid)}
     assert Effect.objects.count() == ROUNDS
     assert EffectRevision.objects.count() == ROUNDS
     assert services.audit_verify(tenant=acme)[0]

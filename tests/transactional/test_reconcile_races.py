@@ -47,11 +47,11 @@ def test_the_same_request_executed_twice_at_once_settles_once(acme, wendy, rita,
 
         assert sorted(r["result"] for r in results) == ["confirmed", "skipped"], results
         assert counting.lookups[key] == 1
-        effect = Effect.objects.get(effect_id=run.effects[key])
+        effect = Effect.objects.get(uuid=run.effects[key])
         assert effect.state == "confirmed"
         assert EffectRevision.objects.filter(effect=effect, source="reconciliation").count() == 1
         assert AuditEvent.objects.filter(action="effect.reconcile",
-                                         target_id=str(effect.effect_id)).count() == 1
+                                         target_id=str(effect.uuid)).count() == 1
         req.refresh_from_db()
         assert (req.state, req.attempts) == ("done", 1)
         assert req.attempt_log.count() == 1
@@ -70,10 +70,10 @@ def test_a_delivery_racing_the_sweeps_redrive_settles_once(acme, wendy, rita, co
         race(2, one)
 
         assert counting.lookups[key] == 1
-        effect = Effect.objects.get(effect_id=run.effects[key])
+        effect = Effect.objects.get(uuid=run.effects[key])
         assert effect.state == "confirmed"
         assert AuditEvent.objects.filter(action="effect.reconcile",
-                                         target_id=str(effect.effect_id)).count() == 1
+                                         target_id=str(effect.uuid)).count() == 1
 
 
 def test_many_reviewers_reconciling_one_run_at_once_store_one_request_per_effect(

@@ -28,7 +28,7 @@ def test_it_lets_a_reviewer_request_a_retry_and_redirects_back(login, rita, unkn
     assert response["Location"] == reverse("run_detail", args=["acme", str(unknown.run_id)])
     retry = RetryRequest.objects.get()
     assert retry.state == "requested" and retry.requested_by == rita
-    assert Run.objects.get(run_id=unknown.run_id).recovery_state == "awaiting_approval"
+    assert Run.objects.get(uuid=unknown.run_id).recovery_state == "awaiting_approval"
     [event] = _events(acme, "retry.request")
     assert event.actor_name == "rita" and event.reason == "charge may not have gone through"
 
@@ -49,7 +49,7 @@ def test_it_lets_an_approver_approve_anothers_request(login, rita, april, unknow
     assert response.status_code == 302
     retry.refresh_from_db()
     assert retry.state == "approved" and retry.decided_by == april
-    assert Run.objects.get(run_id=unknown.run_id).recovery_state == "retry_approved"
+    assert Run.objects.get(uuid=unknown.run_id).recovery_state == "retry_approved"
     assert [e.actor_name for e in _events(acme, "retry.approve")] == ["april"]
 
 
@@ -79,8 +79,8 @@ def test_it_refuses_review_actions_to_an_approver_and_approval_to_a_reviewer(
 def test_it_lets_a_reviewer_mark_an_effect_outcome_unknown(login, rita, stuck, acme):
     url = reverse("effect_mark_unknown", args=["acme", stuck.effect_id])
     assert login(rita).post(url, {"reason": "gateway has no lookup"}).status_code == 302
-    assert Effect.objects.get(effect_id=stuck.effect_id).state == "unknown"
-    assert Run.objects.get(run_id=stuck.run_id).recovery_state == "unknown_outcome"
+    assert Effect.objects.get(uuid=stuck.effect_id).state == "unknown"
+    assert Run.objects.get(uuid=stuck.run_id).recovery_state == "unknown_outcome"
     assert len(_events(acme, "effect.mark_unknown")) == 1
 
 
@@ -93,7 +93,7 @@ def test_it_lets_a_reviewer_queue_reconciliation(login, rita, stuck, acme,
     assert len(callbacks) == 1
     assert len(_events(acme, "run.reconcile")) == 1
     # No reconciler is configured for "payments": the in-process task answers unknown.
-    assert Effect.objects.get(effect_id=stuck.effect_id).state == "unknown"
+    assert Effect.objects.get(uuid=stuck.effect_id).state == "unknown"
 
 
 def test_it_lets_a_reviewer_acknowledge_conflicts(login, rita, wendy, stuck, acme):

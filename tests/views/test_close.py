@@ -30,7 +30,7 @@ def _run_url(run_id):
 def _tab(client, state):
     response = client.get(reverse("run_list", args=["acme"]), {"state": state})
     counts = {value: n for value, _, n in response.context["tabs"]}
-    return [r["run_id"] for r in response.context["rows"]], counts
+    return [r["uuid"] for r in response.context["rows"]], counts
 
 
 def test_it_lets_a_reviewer_close_a_run_and_shows_who_when_and_why(login, rita, stuck, acme):
@@ -39,7 +39,7 @@ def test_it_lets_a_reviewer_close_a_run_and_shows_who_when_and_why(login, rita, 
     response = client.post(_close_url(stuck.run_id), CLOSE)
     assert response.status_code == 302
     assert response["Location"] == _run_url(stuck.run_id)
-    run = Run.objects.get(run_id=stuck.run_id)
+    run = Run.objects.get(uuid=stuck.run_id)
     assert (run.recovery_state, run.closed_by, run.closed_reason) == (
         "closed", rita, CLOSE["reason"])
     [event] = AuditEvent.objects.filter(tenant=acme, action="run.close")
@@ -90,7 +90,7 @@ def test_it_refuses_close_to_a_viewer_and_an_approver_and_changes_nothing(
             response = client.post(_close_url(stuck.run_id), CLOSE, **extra)
             assert response.status_code == 403, user
     assert _snapshot(acme) == before
-    assert Run.objects.get(run_id=stuck.run_id).closed_at is None
+    assert Run.objects.get(uuid=stuck.run_id).closed_at is None
 
 
 def test_it_answers_422_for_closing_a_closed_run(login, rita, stuck, acme):
@@ -121,7 +121,7 @@ def test_it_lists_a_closed_run_in_the_closed_tab_until_the_runtime_writes_again(
     put_checkpoint(wendy, acme, envelope(stuck.checkpoint_id, stuck.run_id, 2,
                                          payload={"phase": "charging", "order_id": "A-1042"}),
                    expected=1)
-    run = Run.objects.get(run_id=stuck.run_id)
+    run = Run.objects.get(uuid=stuck.run_id)
     assert run.closed_at is None and run.recovery_state != "closed"
     rows, counts = _tab(client, "closed")
     assert rows == [] and counts["closed"] == 0

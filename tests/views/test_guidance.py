@@ -130,7 +130,7 @@ def test_it_opens_the_awaiting_approval_tab_for_an_approver_when_it_has_runs(
     awaiting = _open_request(acme, wendy, rita)
     response = login(april).get(url)
     assert response.context["state"] == "awaiting_approval"
-    assert [r["run_id"] for r in response.context["rows"]] == [awaiting]
+    assert [r["uuid"] for r in response.context["rows"]] == [awaiting]
     assert login(april).get(url, {"state": "ambiguous"}).context["state"] == "ambiguous"
     # A reviewer, and an admin who may also review, keep the ambiguous tab.
     assert login(rita).get(url).context["state"] == "ambiguous"
@@ -168,7 +168,7 @@ def test_it_says_truthfully_that_an_embedded_reconciliation_already_ran(login, r
     assert response.status_code == 200
     assert "Reconciliation of 1 effect requested" in body and "queued" not in body
     assert "shows what the services answered" in body
-    assert Run.objects.get(run_id=stuck.run_id).recovery_state == "unknown_outcome"
+    assert Run.objects.get(uuid=stuck.run_id).recovery_state == "unknown_outcome"
     assert 'id="run-state">unknown outcome<' in body  # the page shows the answer already
 
 
@@ -183,8 +183,8 @@ def test_it_shows_effect_receipts_only_through_an_audited_reveal(
     for user in (rita, april, adam):  # issue 6: not even the roles that may reveal
         body = login(user).get(_run_url(run_id)).content.decode()
         assert "ch_1" not in body and "Reveal receipt" in body, user
-    effect = Effect.objects.get(run__run_id=run_id)
-    url = reverse("effect_receipt_reveal", args=["acme", effect.effect_id])
+    effect = Effect.objects.get(run__uuid=run_id)
+    url = reverse("effect_receipt_reveal", args=["acme", effect.uuid])
     before = _snapshot(acme)
     refused = login(vic).post(url, REASON)
     assert refused.status_code == 403 and "ch_1" not in refused.content.decode()
@@ -197,7 +197,7 @@ def test_it_shows_effect_receipts_only_through_an_audited_reveal(
     event = AuditEvent.objects.filter(tenant=acme).latest("seq")
     assert (event.action, event.actor_name, event.reason) == (
         "receipt.reveal", "rita", REASON["reason"])
-    assert event.target_id == str(effect.effect_id)
+    assert event.target_ref == str(effect.uuid)
 
 
 def test_it_answers_a_human_sentence_not_an_error_code_on_404(login, omar, rita, stuck):

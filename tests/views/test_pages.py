@@ -56,7 +56,7 @@ def test_it_defaults_the_inbox_to_the_ambiguous_tab_with_counts(login, rita, stu
     response = login(rita).get(reverse("run_list", args=["acme"]))
     assert response.status_code == 200
     assert response.context["state"] == "ambiguous"
-    assert [r["run_id"] for r in response.context["rows"]] == [stuck.run_id]
+    assert [r["uuid"] for r in response.context["rows"]] == [stuck.run_id]
     tabs = {value: n for value, _, n in response.context["tabs"]}
     assert tabs["ambiguous"] == 1 and tabs["healthy"] == 0
     assert str(stuck.run_id)[:8] in response.content.decode()
@@ -97,7 +97,7 @@ def test_it_paginates_the_inbox_by_keyset_cursor(login, rita, acme, wendy):
     for _ in range(3):
         response = client.get(url, {"cursor": cursor} if cursor else {})
         rows = response.context["rows"]
-        seen += [r["run_id"] for r in rows]
+        seen += [r["uuid"] for r in rows]
         cursor = response.context["next_cursor"]
         if not cursor:
             break
@@ -155,7 +155,7 @@ def test_it_filters_the_audit_log_by_actor_action_and_run(login, vic, stuck, acm
     by_action = client.get(url, {"action": "run.ambiguous"}).context["events"]
     assert {e.action for e in by_action} == {"run.ambiguous"} and len(by_action) == 2
     by_run = client.get(url, {"run": str(other.run_id)}).context["events"]
-    assert by_run and {e.run_id for e in by_run} == {other.run_id}
+    assert by_run and {e.run_uuid for e in by_run} == {other.run_id}
     by_actor = client.get(url, {"actor": "wendy"}).context["events"]
     assert by_actor and {e.actor_name for e in by_actor} == {"wendy"}
     assert client.get(url, {"run": "zzz"}).status_code == 400

@@ -37,7 +37,7 @@ def world(acme, rita, april, wendy, scripted, settings):
     services.effect_mark_unknown(actor=rita, tenant=acme, effect_id=awaiting.effect_id,
                                  reason="no lookup")
     services.retry_request(actor=rita, tenant=acme, run_id=awaiting.run_id, reason="retry")
-    states = dict(ReconcileRequest.objects.values_list("run__run_id", "state"))
+    states = dict(ReconcileRequest.objects.values_list("run__uuid", "state"))
     assert states == {reconciled.run_id: "done", gave_up.run_id: "gave_up"}
     return [s.run_id for s in (reconciled, gave_up, owned, closed, awaiting)]
 

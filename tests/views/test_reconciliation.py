@@ -85,7 +85,7 @@ def test_it_says_plainly_when_a_request_gave_up_and_what_a_reviewer_can_do(
     scripted.answers = [Answer.cannot_tell("payments: HTTP 503 from /operations")]
     reconcile(rita, acme, stuck.run_id)
     assert ReconcileRequest.objects.get().state == "gave_up"
-    assert Effect.objects.get(effect_id=stuck.effect_id).state == "unresolved"
+    assert Effect.objects.get(uuid=stuck.effect_id).state == "unresolved"
 
     response = login(rita).get(_run_url(stuck.run_id))
     body = html.unescape(response.content.decode())
@@ -142,8 +142,8 @@ def test_it_says_no_reconciliation_was_requested_for_an_in_doubt_effect(login, v
 def test_it_suggests_a_retry_or_closing_after_reconciliation_confirmed_the_effect(
         login, rita, stuck, acme, scripted):
     reconcile(rita, acme, stuck.run_id)
-    run = Run.objects.get(run_id=stuck.run_id)
-    assert Effect.objects.get(effect_id=stuck.effect_id).state == "confirmed"
+    run = Run.objects.get(uuid=stuck.run_id)
+    assert Effect.objects.get(uuid=stuck.effect_id).state == "confirmed"
     assert (run.recovery_state, run.phase_class) == ("ambiguous", "in_flight")
     response = login(rita).get(_run_url(stuck.run_id))
     assert response.context["next_step"] == (
@@ -159,7 +159,7 @@ def test_it_suggests_a_retry_or_closing_after_reconciliation_found_nothing(
         login, rita, stuck, acme, scripted):
     scripted.answers = [Answer.not_executed("payments: no such operation")]
     reconcile(rita, acme, stuck.run_id)
-    assert Effect.objects.get(effect_id=stuck.effect_id).state == "not_executed"
+    assert Effect.objects.get(uuid=stuck.effect_id).state == "not_executed"
     hint = login(rita).get(_run_url(stuck.run_id)).context["next_step"]
     assert hint == ("Reconciliation found that payments charge:A-1042 never ran: request a "
                     "retry (it is submitted again with the same key) or close the run")

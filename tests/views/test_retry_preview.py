@@ -47,11 +47,11 @@ def _mixed_run(acme, wendy):
 def test_it_shows_the_reviewer_what_a_retry_will_do_before_requesting_it(
         login, rita, wendy, acme):
     run_id, note = _mixed_run(acme, wendy)
-    services.effect_mark_unknown(actor=rita, tenant=acme, effect_id=note.effect_id,
+    services.effect_mark_unknown(actor=rita, tenant=acme, effect_id=note.uuid,
                                  reason="the CRM has no look-up")
     response, body = _page(login(rita), run_id)
     assert 'id="f-retry"' in body and 'id="retry-preview"' in body
-    run = Run.objects.get(run_id=run_id)
+    run = Run.objects.get(uuid=run_id)
     assert response.context["preview"] == services.retry_preview(run)
     assert response.context["preview_duplicates"] == 1
     rows = _preview_rows(body)
