@@ -186,28 +186,8 @@ CONTRACT_MOVES = contract_tables.effect_transitions()
 STATES = list(contract_tables.effect_states())
 ACTORS = [policy.RUNTIME, policy.RECONCILIATION, policy.REVIEWER, policy.SWEEP, policy.RETRY]
 
-# Where the code deliberately allows more than CONTRACT's table, and why. Each entry is one
-# (from, to, actor) that the table does not list; anything else the code allows beyond the
-# table, or anything the table allows that the code refuses, fails the matrix below.
-BEYOND_CONTRACT = {
-    # Reconciliation settles "the service never saw the key" on a *submitted* effect in two
-    # recorded steps, submitted -> unresolved -> not_executed (the table has no
-    # submitted -> not_executed), so the history says who did each (policy.py,
-    # reconciliation.py, docs/reconciliation.md).
-    ("submitted", "unresolved", policy.RECONCILIATION):
-        "reconciliation's first step when the service never saw the key",
-    # A runtime that reconciles by itself (runifold's execute_reconciled: RUNIFOLD.md 4,
-    # "started -> reconciler first") settles its own unresolved effect with a PUT; the
-    # table says reconciliation only (policy.py's comment on EFFECT_TRANSITIONS).
-    ("unresolved", "confirmed", policy.RUNTIME): "a runtime reconciling by itself",
-    ("unresolved", "failed", policy.RUNTIME): "a runtime reconciling by itself",
-    ("unresolved", "not_executed", policy.RUNTIME): "a runtime reconciling by itself",
-}
-
-
-def allowed_by_contract(src: str | None, dst: str, actor: str) -> bool:
-    """CONTRACT's effect table plus the named ``BEYOND_CONTRACT`` exceptions."""
-    return actor in CONTRACT_MOVES.get((src, dst), set()) or (src, dst, actor) in BEYOND_CONTRACT
+BEYOND_CONTRACT = contract_tables.CODE_BEYOND_CONTRACT
+allowed_by_contract = contract_tables.allowed_by_code
 
 
 def test_the_table_names_exactly_the_actor_classes_of_the_code():
