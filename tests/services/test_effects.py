@@ -286,10 +286,12 @@ def test_it_stores_fingerprints_in_lower_case(acme, wendy):
 def test_it_never_changes_an_effects_identity(acme, wendy, field, value):
     body = effect_body()
     put_effect(wendy, acme, body)
+    before = snapshot()
     with pytest.raises(InvalidPayload) as exc:
         put_effect(wendy, acme, dict(body, revision=1, state="submitted", **{field: value}),
                    expected=0)
     assert exc.value.detail.startswith(field)
+    assert snapshot() == before
 
 
 def test_it_refuses_a_stale_effect_write_and_keeps_the_conflict(acme, wendy):
@@ -305,8 +307,10 @@ def test_it_refuses_a_stale_effect_write_and_keeps_the_conflict(acme, wendy):
 
 
 def test_it_answers_not_found_for_an_update_of_a_missing_effect(acme, wendy):
+    before = snapshot()
     with pytest.raises(NotFound):
         put_effect(wendy, acme, effect_body(revision=1, state="submitted"), expected=0)
+    assert snapshot() == before  # no effect, and no run for its run_id either
 
 
 def _retry_cycle(acme, rita, april, wendy, run_id):
