@@ -1,7 +1,8 @@
 """The pure recovery rules (checkpoints.policy): recovery-state precedence, owner-gone,
 resume decisions and the effect transition table, without a database.
 
-Sources: DESIGN.md section 4 (states, precedence), CONTRACT.md sections 1 and 3.
+Sources: DESIGN.md section 4 (states, precedence), CONTRACT.md sections 1 and 3; the
+effect table is read from docs/CONTRACT.md (tests/contract_tables.py), not copied.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import pytest
 
 from checkpoints import policy
 from checkpoints.policy import RunFacts
+from tests import contract_tables
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 FRESH = NOW - timedelta(seconds=10)
@@ -178,37 +180,44 @@ def test_it_covers_every_resume_action_the_contract_names():
     assert seen == {"replay", "continue", "reject", "retry", "reconcile"}
 
 
-# --- the effect transition table (CONTRACT.md section 3) -----------------------------------
+# --- the effect transition table (CONTRACT.md section 3, read from docs/CONTRACT.md) -------
 
-STATES = ["planned", "submitted", "confirmed", "failed", "unresolved", "not_executed", "unknown"]
+CONTRACT_MOVES = contract_tables.effect_transitions()
+STATES = list(contract_tables.effect_states())
 ACTORS = [policy.RUNTIME, policy.RECONCILIATION, policy.REVIEWER, policy.SWEEP, policy.RETRY]
-ALLOWED = {
-    ("planned", "submitted"): {"runtime"},
-    ("submitted", "confirmed"): {"runtime", "reconciliation"},
-    ("submitted", "failed"): {"runtime", "reconciliation"},
-    ("submitted", "unresolved"): {"runtime", "sweep", "reconciliation"},
-    ("unresolved", "confirmed"): {"reconciliation", "runtime"},
-    ("unresolved", "failed"): {"reconciliation", "runtime"},
-    ("unresolved", "not_executed"): {"reconciliation", "runtime"},
-    ("submitted", "unknown"): {"reviewer", "reconciliation"},
-    ("unresolved", "unknown"): {"reviewer", "reconciliation"},
-    ("not_executed", "planned"): {"retry"},
-    ("unknown", "planned"): {"retry"},
-}
+
+BEYOND_CONTRACT = contract_tables.CODE_BEYOND_CONTRACT
+allowed_by_contract = contract_tables.allowed_by_code
+
+
+def test_the_table_names_exactly_the_actor_classes_of_the_code():
+    assert set().union(*CONTRACT_MOVES.values()) == set(ACTORS)
+
+
+def test_every_exception_is_outside_the_table():
+    for src, dst, actor in BEYOND_CONTRACT:
+        assert actor not in CONTRACT_MOVES.get((src, dst), set()), (src, dst, actor)
 
 
 @pytest.mark.parametrize("src", STATES)
 @pytest.mark.parametrize("dst", STATES)
-def test_it_allows_exactly_the_contract_table(src, dst):
-    for actor in ACTORS:
-        expected = actor in ALLOWED.get((src, dst), set())
-        assert policy.transition_allowed(src, dst, actor) is expected, (src, dst, actor)
+@pytest.mark.parametrize("actor", ACTORS)
+def test_it_allows_exactly_the_contract_table(src, dst, actor):
+    assert policy.transition_allowed(src, dst, actor) is allowed_by_contract(src, dst, actor)
 
 
-def test_it_never_leaves_a_terminal_state():
-    for src in ("confirmed", "failed"):
+def test_it_knows_no_state_outside_the_table():
+    assert {s for pair in policy.EFFECT_TRANSITIONS for s in pair} <= set(STATES)
+    assert not policy.transition_allowed("planned", "submitted", "someone")
+
+
+def test_it_never_leaves_a_state_the_table_never_leaves():
+    # confirmed and failed are terminal in CONTRACT's table (no row starts there).
+    terminal = [s for s in STATES if not any(src == s for src, _ in CONTRACT_MOVES)]
+    assert terminal == ["confirmed", "failed"]
+    for src in terminal:
         for dst in STATES:
-            assert not any(policy.transition_allowed(src, dst, a) for a in ACTORS)
+            assert not any(policy.transition_allowed(src, dst, a) for a in ACTORS), (src, dst)
 
 
 def test_it_names_the_side_effect_in_doubt_in_the_reason():

@@ -153,15 +153,19 @@ def test_it_fences_writes_while_the_run_is_leased(w, acme):
 @pytest.mark.parametrize("value", ["abc", "-1", "1.5", str(2**63), ""])
 def test_it_refuses_a_non_integer_fencing_token_with_400(w, acme, value):
     body = new_checkpoint(w, "acme")
+    before = snapshot()
     r = put_cp(w, "acme", dict(body, revision=1), match=0,
                headers={"HTTP_FENCING_TOKEN": value})
     assert r.status_code == 400
     assert r.json()["detail"].startswith("Fencing-Token")
+    assert snapshot() == before
 
 
 def test_it_refuses_a_malformed_url_id_on_put_naming_id(w, acme):
+    before = snapshot()
     r = put_cp(w, "acme", envelope(), create=True, headers={"url_id": "nope"})
     assert r.status_code == 400 and r.json()["detail"].startswith("id")
+    assert snapshot() == before
 
 
 def test_it_round_trips_big_integers_and_escaped_nul_byte_for_byte(w, acme):

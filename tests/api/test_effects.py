@@ -40,8 +40,10 @@ def test_it_walks_planned_submitted_confirmed_with_a_receipt(w, acme):
 def test_it_refuses_confirmed_without_a_receipt(w, acme):
     body = effect_body()
     walk(w, "acme", body, "submitted")
+    before = snapshot()
     r = put_fx(w, "acme", dict(body, revision=2, state="confirmed", receipt=None), match=1)
     assert r.status_code == 400 and r.json()["detail"].startswith("receipt")
+    assert snapshot() == before
 
 
 @pytest.mark.parametrize("path,to", [
@@ -127,11 +129,15 @@ def test_it_answers_412_for_a_stale_effect_revision_and_records_the_conflict(w, 
 def test_it_refuses_a_change_of_operation_key_with_400(w, acme):
     body = effect_body()
     walk(w, "acme", body)
+    before = snapshot()
     r = put_fx(w, "acme", dict(body, revision=1, state="submitted", operation_key="x"), match=0)
     assert r.status_code == 400 and r.json()["detail"].startswith("operation_key")
+    assert snapshot() == before
 
 
 def test_it_answers_404_for_an_update_of_a_missing_effect(w, acme):
+    before = snapshot()
     r = put_fx(w, "acme", effect_body(revision=1, state="submitted"), match=0)
     assert r.status_code == 404
+    assert snapshot() == before  # no effect, and no run for its run_id either
     assert get(w, "acme", f"effects/{uuid.uuid4()}").status_code == 404

@@ -98,9 +98,11 @@ def test_it_rejects_a_retry_and_answers_404_for_an_unknown_one(api_as, rita, apr
     retry = post(api_as(rita), "acme", f"runs/{rid}/retry-requests", {"reason": "x"}).json()
     r = post(api_as(april), "acme", f"retry-requests/{retry['id']}/reject", {"reason": "no"})
     assert r.status_code == 200 and r.json()["state"] == "rejected"
+    before = snapshot()
     for bad in ("999999", "abc", "0", "-1", "1" * 40):
         assert post(api_as(april), "acme", f"retry-requests/{bad}/approve",
                     {"reason": "x"}).status_code == 404
+    assert snapshot() == before
 
 
 def test_it_refuses_a_retry_while_an_effect_is_in_doubt(api_as, rita, in_doubt):
@@ -117,19 +119,24 @@ def test_it_answers_422_for_a_second_open_retry_request(api_as, rita, retryable)
     rid = retryable
     assert post(api_as(rita), "acme", f"runs/{rid}/retry-requests",
                 {"reason": "x"}).status_code == 201
+    before = snapshot()
     r = post(api_as(rita), "acme", f"runs/{rid}/retry-requests", {"reason": "again"})
     assert r.status_code == 422
+    assert snapshot() == before  # still the one open request, no second audit event
 
 
-def test_it_marks_an_effect_unknown_only_from_submitted_or_unresolved(w, api_as, rita, acme,
-                                                                     in_doubt):
+def test_it_marks_a_submitted_effect_unknown_once_and_refuses_it_again(w, api_as, rita, acme,
+                                                                      in_doubt):
+    # Every state x mark-unknown, from CONTRACT.md's table: tests/services/test_effects.py.
     rid, eid = in_doubt
     age_world(3600)  # the owner is gone: a reviewer may declare it
     r = post(api_as(rita), "acme", f"effects/{eid}/mark-unknown", {"reason": "no lookup"})
     assert r.status_code == 200 and r.json()["state"] == "unknown"
     assert Run.objects.get(uuid=rid).recovery_state == "unknown_outcome"
+    before = snapshot()
     r = post(api_as(rita), "acme", f"effects/{eid}/mark-unknown", {"reason": "again"})
     assert r.status_code == 422 and r.json()["error"] == "invalid_transition"
+    assert snapshot() == before
 
 
 def test_it_refuses_to_reconcile_while_the_owner_is_live_and_changes_nothing(
@@ -171,8 +178,10 @@ def test_it_queues_reconciliation_with_202_and_a_task_id(api_as, rita, in_doubt,
 
 def test_it_answers_422_when_nothing_is_in_doubt_to_reconcile(w, api_as, rita, acme):
     rid = new_checkpoint(w, "acme")["run_id"]
+    before = snapshot()
     r = post(api_as(rita), "acme", f"runs/{rid}/reconcile", {"reason": "x"})
     assert r.status_code == 422
+    assert snapshot() == before
 
 
 def test_it_acknowledges_conflicts(w, api_as, rita, acme):

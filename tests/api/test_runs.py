@@ -93,8 +93,12 @@ def test_it_shows_a_run_with_checkpoints_effects_and_open_review_items(w, api_as
 def test_it_answers_404_for_a_missing_or_malformed_run(w, acme):
     assert get(w, "acme", f"runs/{uuid.uuid4()}").status_code == 404
     assert get(w, "acme", "runs/xyz").status_code == 404
+    before = snapshot()
     r = post(w, "acme", f"runs/{uuid.uuid4()}/lease", {"owner": "a", "ttl_s": 5})
     assert r.status_code == 404
+    assert post(w, "acme", f"runs/{uuid.uuid4()}/resume", {}).status_code == 404
+    assert get(w, "acme", f"runs/{uuid.uuid4()}/resume").status_code == 404
+    assert snapshot() == before  # neither the lease nor the resume made a run
 
 
 def test_it_leases_renews_and_refuses_another_owner_with_409(w, acme):
@@ -119,8 +123,10 @@ def test_it_leases_renews_and_refuses_another_owner_with_409(w, acme):
                                         ({"owner": "a", "ttl_s": 5, "x": 1}, "x")])
 def test_it_refuses_a_bad_lease_body_naming_the_field(w, acme, body, field):
     rid = new_checkpoint(w, "acme")["run_id"]
+    before = snapshot()
     r = post(w, "acme", f"runs/{rid}/lease", body)
     assert r.status_code == 400 and r.json()["detail"].startswith(field)
+    assert snapshot() == before
 
 
 @pytest.mark.parametrize("phase,action,reason", [

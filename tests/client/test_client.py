@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import socket
-import time
 import uuid
 
 import pytest
@@ -26,6 +25,7 @@ from checkpoints.client import (
     perform_effect,
 )
 from checkpoints.models import AuditEvent, Conflict, Effect
+from tests.api.apihelpers import snapshot
 from tests.helpers import age_world, envelope
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -64,31 +64,41 @@ def test_it_raises_conflict_with_the_current_revision_on_a_stale_write(acme, sto
 
 def test_it_raises_conflict_when_creating_an_existing_id(store):
     first = create(store)
+    before = snapshot()
 
     with pytest.raises(CheckpointError) as err:
         store.compare_and_swap(first, None)
 
     assert err.value.kind == "conflict"
     assert err.value.current_revision == 0
+    # The refused create is kept as a conflict of the run (CONTRACT.md 3), nothing else.
+    after = snapshot()
+    assert len(after.pop("conflicts")) == len(before.pop("conflicts")) + 1
+    assert (after.pop("runs")[0][4], before.pop("runs")[0][4]) == (1, 0)
+    assert after["checkpoints"] == before["checkpoints"]
 
 
 def test_it_raises_not_found_when_updating_a_missing_checkpoint(store):
     body = envelope(revision=1)
+    before = snapshot()
 
     with pytest.raises(CheckpointError) as err:
         store.compare_and_swap(body, 0)
 
     assert (err.value.kind, err.value.status) == ("not_found", 404)
+    assert snapshot() == before
 
 
 def test_it_raises_invalid_payload_for_a_wrong_revision(store):
     first = create(store)
+    before = snapshot()
 
     with pytest.raises(CheckpointError) as err:
         store.compare_and_swap(dict(first, revision=5), 0)
 
     assert (err.value.kind, err.value.status) == ("invalid_payload", 400)
     assert "revision" in err.value.message
+    assert snapshot() == before
 
 
 def test_it_raises_storage_when_the_server_cannot_be_reached():
@@ -122,9 +132,11 @@ def test_it_sends_the_fencing_token_after_a_lease_and_is_fenced_once_taken_over(
     store.compare_and_swap(next_revision(first, {"phase": "charging"}), 0)
 
     other = make_store(wendy)
+    before = snapshot()
     with pytest.raises(CheckpointError) as held:
         other.lease(first["run_id"], "worker-2", ttl_s=30)
     assert (held.value.kind, held.value.error) == ("conflict", "lease_held")
+    assert snapshot() == before  # worker-1 keeps the lease and token 1
     with pytest.raises(CheckpointError) as fenced:  # no token while the lease is live
         other.compare_and_swap(next_revision(dict(first, revision=1), {"phase": "charged"}), 1)
     assert (fenced.value.kind, fenced.value.status, fenced.value.error) == (
@@ -167,6 +179,7 @@ def test_it_raises_for_resume_on_a_missing_run_or_without_the_writer_role(
 
 def test_the_claim_body_is_a_strict_json_object(store):
     run_id = create(store)["run_id"]
+    before = snapshot()
 
     with pytest.raises(CheckpointError) as unknown:
         store.request("POST", f"runs/{run_id}/resume", {"workflow": "acme.order", "bogus": 1})
@@ -175,6 +188,7 @@ def test_the_claim_body_is_a_strict_json_object(store):
 
     assert (unknown.value.kind, unknown.value.status) == ("invalid_payload", 400)
     assert (not_a_string.value.kind, not_a_string.value.status) == ("invalid_payload", 400)
+    assert snapshot() == before
 
 
 def test_it_lists_runs_by_recovery_state_across_pages(store):
@@ -245,12 +259,15 @@ def test_it_replays_a_confirmed_effect_without_calling_again(store):
 def test_it_refuses_to_reuse_a_key_for_another_request(store):
     run_id = create(store)["run_id"]
     _effect(store, run_id, lambda key: {"charge_id": "ch_7"})
+    before = snapshot()
 
     with pytest.raises(CheckpointError) as err:
-        _effect(store, run_id, lambda key: {}, request={"order_id": "A-7", "amount_cents": 1})
+        _effect(store, run_id, lambda key: pytest.fail("must not call"),
+                request={"order_id": "A-7", "amount_cents": 1})
 
     assert (err.value.kind, err.value.status, err.value.error) == (
         "invalid_payload", 422, "idempotency_key_reuse")
+    assert snapshot() == before
 
 
 def test_it_records_failed_when_the_service_refuses(store):
@@ -316,7 +333,7 @@ def test_a_claimed_retry_fences_the_old_owner(acme, rita, april, wendy, make_sto
     first = create(store, payload={"phase": "charging", "order_id": "A-8"})
     run_id = first["run_id"]
     store.lease(run_id, "worker-1", ttl_s=1)
-    time.sleep(1.1)
+    age_world(3600)  # worker-1's lease has long expired (database clock; no sleeping)
     services.sweep_stale_runs()
     retry = services.retry_request(actor=rita, tenant=acme, run_id=uuid.UUID(run_id),
                                    reason="worker died")
@@ -334,3 +351,4 @@ def test_a_claimed_retry_fences_the_old_owner(acme, rita, april, wendy, make_sto
                                1)
     assert (fenced.value.kind, fenced.value.error, fenced.value.body["fencing_token"]) == (
         "conflict", "fenced", 2)
+    assert restarted.load(first["id"])["payload"]["phase"] == "charged"  # not cancelled

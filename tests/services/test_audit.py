@@ -8,6 +8,7 @@ from django.db import DatabaseError, connection, transaction
 
 from checkpoints import services
 from checkpoints.models import AuditEvent
+from tests.api.apihelpers import snapshot
 from tests.helpers import envelope, put_checkpoint
 
 
@@ -80,12 +81,19 @@ def test_it_refuses_update_and_delete_in_the_database(acme, history):
     assert services.audit_verify(tenant=acme)[0]
 
 
-def test_it_writes_the_audit_event_in_the_same_transaction_as_the_change(acme, wendy):
-    """A write that fails after its audit row was added leaves neither behind."""
-    body = envelope()
-    before = AuditEvent.objects.count()
-    with pytest.raises(RuntimeError), transaction.atomic():
-        put_checkpoint(wendy, acme, body)
-        raise RuntimeError("crash after the service, before commit")
-    assert AuditEvent.objects.count() == before
+def test_it_writes_the_audit_event_in_the_same_transaction_as_the_change(acme, wendy,
+                                                                         monkeypatch):
+    """If the audit insert fails, nothing of the write is left: no run, checkpoint or
+    revision. (The test used to raise in an outer ``transaction.atomic()`` of its own,
+    which rolled back whatever the code did, so it could not fail.)"""
+    before = snapshot()
+
+    def audit_store_down(**kwargs):
+        raise DatabaseError("audit insert failed")
+
+    monkeypatch.setattr(services, "audit_record", audit_store_down)
+    with pytest.raises(DatabaseError):
+        put_checkpoint(wendy, acme, envelope())
+    assert snapshot() == before
+    monkeypatch.undo()
     assert services.audit_verify(tenant=acme)[0]

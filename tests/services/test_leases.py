@@ -103,12 +103,18 @@ def test_it_refuses_an_old_token_even_after_the_lease_expired(acme, wendy, run_b
     clock.advance(6)
     lease(acme, wendy, run_body, "worker-2", ttl_s=5)
     clock.advance(6)
+    conflicts = Conflict.objects.count()
     with pytest.raises(Fenced):
         put_checkpoint(wendy, acme, dict(run_body, revision=1), expected=0, token=1)
     # Once the run has had an owner, leaving the token out is refused too (a zombie
     # cannot slip past the fence by omitting the header); the current token is accepted.
     with pytest.raises(Fenced):
         put_checkpoint(wendy, acme, dict(run_body, revision=1), expected=0)
+    # Each refusal is kept as a fenced conflict (CONTRACT.md 3) and writes nothing else.
+    assert Checkpoint.objects.get().revision == 0
+    assert list(Conflict.objects.order_by("pk").values_list("reason", "fencing_token_sent"))[
+        conflicts:] == [("fenced", 1), ("fenced", None)]
+    assert Run.objects.get().fencing_token == 2
     assert put_checkpoint(wendy, acme, dict(run_body, revision=1), expected=0,
                           token=2).revision == 1
 

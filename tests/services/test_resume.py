@@ -11,6 +11,7 @@ import pytest
 from checkpoints import services
 from checkpoints.exceptions import Fenced, Forbidden, NotFound
 from checkpoints.models import AuditEvent, RetryRequest, Run
+from tests.api.apihelpers import snapshot
 from tests.helpers import (
     age_world,
     effect_body,
@@ -133,6 +134,9 @@ def test_it_rejects_a_run_without_a_checkpoint(acme, wendy):
 def test_it_answers_not_found_for_an_unknown_run_and_refuses_readers(acme, wendy, vic):
     with pytest.raises(NotFound):
         resume(acme, wendy, envelope())
+    assert not Run.objects.exists()
     body, _ = _checkpoint(acme, wendy)
+    before = snapshot()
     with pytest.raises(Forbidden):
         resume(acme, vic, body)
+    assert snapshot() == before

@@ -11,6 +11,7 @@ from django.db import IntegrityError, connection, transaction
 from checkpoints import services
 from checkpoints.exceptions import Forbidden, InvalidTransition, NotFound, ReasonRequired
 from checkpoints.models import AuditEvent, Effect, RetryRequest, Run
+from tests.api.apihelpers import snapshot
 from tests.helpers import (
     ambiguous_run,
     effect_body,
@@ -131,9 +132,11 @@ def test_it_requires_a_reason(acme, rita, run_id, reason):
 def test_it_refuses_a_retry_of_a_completed_run(acme, wendy, rita):
     body = envelope(payload={"phase": "completed"})
     put_checkpoint(wendy, acme, body)
+    before = snapshot()
     with pytest.raises(InvalidTransition):
         services.retry_request(actor=rita, tenant=acme, run_id=uuid.UUID(body["run_id"]),
                                reason="again")
+    assert snapshot() == before
 
 
 def test_it_enforces_four_eyes_in_the_database(acme, rita, run_id):

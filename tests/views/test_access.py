@@ -120,10 +120,12 @@ def test_it_answers_403_to_the_viewer_on_every_action_and_changes_nothing(
     assert _snapshot(acme) == before
 
 
-def test_it_refuses_get_on_actions(login, rita, stuck, retry):
+def test_it_refuses_get_on_actions(login, rita, acme, stuck, retry):
     client = login(rita)
+    before = _snapshot(acme)
     for url, _ in _actions("acme", stuck, retry):
         assert client.get(url).status_code == 405, url
+    assert _snapshot(acme) == before
 
 
 def test_it_shows_reviewers_their_buttons_and_not_the_approvers(login, rita, stuck, acme):
