@@ -372,6 +372,9 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # A nullable nested shape says "X or null" in OpenAPI 3.0.3 terms (checkpoints.api.schema).
+    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums",
+                             "checkpoints.api.schema.nullable_refs"],
 }
 
 LOGGING = {

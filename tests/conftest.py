@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import pytest
 from django.db import connection
+from django.test import Client
 from rest_framework.test import APIClient
 
 from checkpoints import services
+from tests import openapi_check
 
 PASSWORD = "pw-for-tests"
 
@@ -50,6 +52,33 @@ def _flush_past_the_audit_triggers():
     DatabaseOperations.sql_flush = sql_flush
     yield
     DatabaseOperations.sql_flush = original
+
+
+@pytest.fixture(autouse=True)
+def _api_answers_match_the_schema(request, monkeypatch):
+    """Every answer the test client gets from ``/api/v1/`` must be what the OpenAPI
+    schema at ``/api/schema/`` documents for its path, method and status
+    (``tests/openapi_check.py``); a test that deliberately gets an answer the schema
+    cannot describe says why with ``@pytest.mark.no_schema_check(reason=...)``.
+
+    Wraps ``django.test.Client.request``, which every test client (``APIClient``
+    included) sends through, so no test can forget it."""
+    marker = request.node.get_closest_marker("no_schema_check")
+    if marker is not None:
+        if not marker.kwargs.get("reason"):
+            pytest.fail("@pytest.mark.no_schema_check needs a reason=")
+        yield
+        return
+    send = Client.request
+
+    def checked_request(self, **kwargs):
+        response = send(self, **kwargs)
+        if openapi_check.wants_check(response):
+            openapi_check.check(response)
+        return response
+
+    monkeypatch.setattr(Client, "request", checked_request)
+    yield
 
 
 @pytest.fixture

@@ -32,6 +32,7 @@ from rest_framework.views import exception_handler as drf_exception_handler
 from rest_framework.views import set_rollback
 
 from ..exceptions import DomainError
+from .serializers import ErrorSerializer, error_body
 
 log = logging.getLogger(__name__)
 
@@ -40,24 +41,26 @@ RETRY_AFTER_S = 5
 #: Exceptions that mean "a service we depend on is down", not "this request is wrong":
 #: the database (connection refused or lost, server shutting down) and the broker.
 UNAVAILABLE = (OperationalError, InterfaceError, BrokerError)
-UNAVAILABLE_BODY = {"error": "unavailable"}
-INTERNAL_BODY = {"error": "internal"}
+UNAVAILABLE_BODY = ErrorSerializer.render({"error": "unavailable"})
+INTERNAL_BODY = ErrorSerializer.render({"error": "internal"})
 
 
 def exception_handler(exc, context):
     """DRF's exception handler: the JSON answer for ``exc``, or ``None`` to let Django
     handle it (and log it) as a 500 (``server_error``)."""
     if isinstance(exc, DomainError):
-        return Response(exc.body(), status=exc.status)
+        return Response(error_body(exc), status=exc.status)
     if isinstance(exc, RequestDataTooBig):
         # Django refuses bodies over DATA_UPLOAD_MAX_MEMORY_SIZE; that is our 413, not a 400.
         limit = settings.RECOVERY_MAX_BODY_BYTES
-        return Response({"error": "payload_too_large", "detail": f"body: larger than {limit} bytes"},
-                        status=413)
+        return Response(ErrorSerializer.render(
+            {"error": "payload_too_large", "detail": f"body: larger than {limit} bytes"}),
+            status=413)
     if isinstance(exc, Http404):
-        return Response({"error": "not_found"}, status=404)
+        return Response(ErrorSerializer.render({"error": "not_found"}), status=404)
     if isinstance(exc, exceptions.ParseError):
-        return Response({"error": "invalid_payload", "detail": f"body: {exc.detail}"}, status=400)
+        return Response(ErrorSerializer.render(
+            {"error": "invalid_payload", "detail": f"body: {exc.detail}"}), status=400)
     if isinstance(exc, UNAVAILABLE):
         log.warning("API request answered 503: %s unavailable (%s)",
                     "broker" if isinstance(exc, BrokerError) else "database", type(exc).__name__,
@@ -69,7 +72,7 @@ def exception_handler(exc, context):
     if response is not None and isinstance(response.data, dict) and "error" not in response.data:
         detail = response.data.get("detail", response.data)
         word = getattr(exc, "default_code", "error")
-        response.data = {"error": word, "detail": detail}
+        response.data = ErrorSerializer.render({"error": word, "detail": detail})
     return response
 
 
@@ -78,7 +81,7 @@ def _is_api(request) -> bool:
 
 
 def _json(body: dict, status: int, **headers) -> JsonResponse:
-    response = JsonResponse(body, status=status)
+    response = JsonResponse(ErrorSerializer.render(body), status=status)
     for name, value in headers.items():
         response[name] = value
     add_never_cache_headers(response)

@@ -9,6 +9,8 @@ JSON like every other API error (CONTRACT.md section 6), not YAML.
 from __future__ import annotations
 
 from drf_spectacular.openapi import AutoSchema
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter
 from drf_spectacular.views import SpectacularAPIView
 from rest_framework.renderers import JSONRenderer
 
@@ -23,11 +25,49 @@ class SchemaView(SpectacularAPIView):
         return super().finalize_response(request, response, *args, **kwargs)
 
 
+#: The header of every 503 (``errors.RETRY_AFTER_S``), on every operation.
+RETRY_AFTER = OpenApiParameter("Retry-After", OpenApiTypes.INT, OpenApiParameter.HEADER,
+                               response=[503], required=True,
+                               description="seconds to wait before retrying")
+
+
 class ApiSchema(AutoSchema):
     """Request bodies are ``application/json`` and nothing else (``views.read_object``
     answers 415 for any other type). The views' parser reads nothing (it accepts ``*/*``
     so that DRF never parses a body itself), which drf-spectacular would otherwise
-    document as "any media type"."""
+    document as "any media type". Every operation's 503 carries ``Retry-After``."""
 
     def map_parsers(self):
         return ["application/json"]
+
+    def get_override_parameters(self):
+        return [*super().get_override_parameters(), RETRY_AFTER]
+
+
+
+def nullable_refs(result, generator, request, public):
+    """drf-spectacular post-processing hook: a nullable nested shape, which it writes
+    ``{"allOf": [{"$ref": X}], "nullable": true}``, becomes ``{"oneOf": [{"$ref": X},
+    {"type": "object", "nullable": true, "enum": [null]}]}``.
+
+    OpenAPI 3.0.3 gives ``nullable`` a meaning only beside a ``type`` in the same schema
+    object, so the first form does not allow ``null`` (validators that follow 3.0.3,
+    openapi-core among them, refuse it), while ``open_review_items.retry_request`` is
+    null whenever no retry is open (CONTRACT.md 3). The second form says "X or null" in
+    3.0.3. Returns the schema (``result``), changed in place."""
+
+    def visit(node):
+        if isinstance(node, dict):
+            all_of = node.get("allOf")
+            if node.get("nullable") is True and isinstance(all_of, list) and len(all_of) == 1 \
+                    and set(all_of[0]) == {"$ref"}:
+                del node["allOf"], node["nullable"]
+                node["oneOf"] = [all_of[0], {"type": "object", "nullable": True, "enum": [None]}]
+            for value in node.values():
+                visit(value)
+        elif isinstance(node, list):
+            for value in node:
+                visit(value)
+
+    visit(result)
+    return result

@@ -1,75 +1,188 @@
 """Shapes of the API's JSON (CONTRACT.md section 3), for the OpenAPI schema and for output.
 
+Each answer's shape is written once, as an ``Answer`` serializer: drf-spectacular reads
+its fields for the schema, and the view renders the answer with it
+(``RunSerializer.render(run, tenant=t)``), so the schema and the wire cannot drift apart.
+Error bodies too (``ErrorSerializer`` and the four specific ones; ``error_body`` picks
+the one for a domain error). ``tests/conftest.py`` validates every answer of the test
+suite against the served schema.
+
 Request bodies are never parsed or validated by these serializers: the views read the raw
 body with ``checkpoints.jsonparse.loads_object`` and validate it with the service layer's
 ``parse_envelope`` / ``parse_effect`` (CONTRACT.md section 6 is stricter than DRF). The
 input serializers below only *describe* those bodies in the schema.
 
-Output helpers (``run_json``, ``effect_json``, ...) turn model rows into the documented
-dicts. Times are ISO 8601 strings (UTC); ``*_ms`` are integers, milliseconds since the epoch.
+Times are ISO 8601 strings as Python writes them (UTC, ``+00:00``); ``*_ms`` are integers,
+milliseconds since the epoch.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import threading
 
 from rest_framework import serializers
 
-from ..models import AuditEvent, Checkpoint, Conflict, Effect, RecoveryState, RetryRequest, Run
+from .. import exceptions
+from ..models import RecoveryState
 
 
-def _iso(value) -> str | None:
-    return value.isoformat() if value is not None else None
+class Answer(serializers.Serializer):
+    """Base of every answer's shape (output only): its fields are the one definition of
+    the answer's keys (in order), types and nulls, for the schema and for ``render``.
+
+    Field values come from the instance's attribute or key of the field's name (or
+    ``source``; dotted paths follow relations), ``None`` is always written as ``null``.
+    Keyword arguments of ``render`` are the serializer's context (e.g. ``tenant`` for
+    ``RunSerializer``, ``receipts`` for ``EffectSerializer``), passed on to nested shapes.
+    """
+
+    @classmethod
+    def render(cls, instance, **context) -> dict:
+        """The answer's dict for ``instance`` (a model row, an object or a dict).
+
+        Uses one bound serializer per class and thread (``_bound``): building one per
+        answer deep-copies every field, about 50 times the cost of rendering a
+        checkpoint's metadata, on the write path."""
+        serializer = cls._bound()
+        serializer._context = context
+        try:
+            return serializer.to_representation(instance)
+        finally:
+            serializer._context = {}
+
+    @classmethod
+    def _bound(cls) -> Answer:
+        cache = _BOUND.__dict__.setdefault("serializers", {})
+        serializer = cache.get(cls)
+        if serializer is None:
+            serializer = cache[cls] = cls()
+            serializer.fields  # noqa: B018 - bind the fields once
+        return serializer
+
+
+#: Per thread: one bound serializer of each ``Answer`` class (``Answer.render``).
+_BOUND = threading.local()
+
+
+class IsoDateTimeField(serializers.DateTimeField):
+    """A time as ``datetime.isoformat()`` writes it (``2025-01-02T03:04:05.123456+00:00``),
+    the API's format since version 1 (DRF's own would write ``Z`` and convert zones). A
+    string is taken as already formatted."""
+
+    def to_representation(self, value):
+        return value if isinstance(value, str) else value.isoformat()
+
+
+def error_word(word: str) -> serializers.ChoiceField:
+    """The ``error`` of a specific error body: always ``word`` (an enum of one in the
+    schema), so that a client can tell the bodies of one status apart."""
+    return serializers.ChoiceField(choices=[word])
+
+
+class TenantSlugField(serializers.CharField):
+    """The slug of the answer's tenant, from the context's ``tenant`` (a ``Tenant``)."""
+
+    def get_attribute(self, instance):
+        return self.context["tenant"].slug
+
+
+class RunUuidField(serializers.UUIDField):
+    """The UUID of the row's run: the context's ``run_id`` when the caller knows it (it
+    then saves loading the run; every row of such an answer belongs to that run), else
+    ``instance.run.uuid``."""
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("source", "run.uuid")
+        super().__init__(**kwargs)
+
+    def get_attribute(self, instance):
+        run_id = self.context.get("run_id")
+        return run_id if run_id is not None else super().get_attribute(instance)
+
+
+class WriterReceiptField(serializers.JSONField):
+    """An effect's receipt when the context's ``receipts`` is true
+    (``permissions.receipts_in_answers``), else ``None`` without decrypting it. Every
+    caller must say which: a missing ``receipts`` is a ``KeyError``."""
+
+    def get_attribute(self, instance):
+        if not self.context["receipts"]:
+            return None
+        return super().get_attribute(instance)
 
 
 # --------------------------------------------------------------------------------------
 # Errors
 # --------------------------------------------------------------------------------------
 
-class ErrorSerializer(serializers.Serializer):
+# Rendered from a ``DomainError`` (its ``error`` and ``detail``) or a dict; an empty
+# ``detail`` is left out.
+class ErrorSerializer(Answer):
     """Every error answer: a stable snake_case ``error`` word and, usually, a ``detail``
     that names the offending field (``"revision: must be an integer in 0..N"``)."""
 
     error = serializers.CharField()
     detail = serializers.CharField(required=False)
 
+    def to_representation(self, instance):
+        out = super().to_representation(instance)
+        if not out.get("detail", True):
+            del out["detail"]
+        return out
 
-class ConflictErrorSerializer(serializers.Serializer):
+
+class ConflictErrorSerializer(Answer):
     """412: the compare-and-swap was refused; the store holds ``current_revision``."""
 
-    error = serializers.CharField(default="conflict")
+    error = error_word("conflict")
     current_revision = serializers.IntegerField()
 
 
-class FencedErrorSerializer(serializers.Serializer):
+class FencedErrorSerializer(Answer):
     """409: the write carried a fencing token other than the run's current one."""
 
-    error = serializers.CharField(default="fenced")
-    fencing_token = serializers.IntegerField()
+    error = error_word("fenced")
+    fencing_token = serializers.IntegerField(source="extra.fencing_token")
 
 
-class OwnerLiveSerializer(serializers.Serializer):
+class OwnerLiveSerializer(Answer):
     """409: reconciliation refused while the run's owner is alive; it counts as gone at
     ``lease_expires_at`` (lease expiry, or last write + the ambiguity threshold)."""
 
-    error = serializers.CharField(default="owner_live")
+    error = error_word("owner_live")
     detail = serializers.CharField()
-    lease_expires_at = serializers.DateTimeField(allow_null=True)
+    lease_expires_at = IsoDateTimeField(source="extra.lease_expires_at", allow_null=True)
 
 
-class OperationExistsSerializer(serializers.Serializer):
+class OperationExistsSerializer(Answer):
     """409: another effect id already holds this (service, operation_key) with the same
     fingerprint; continue with ``effect_id``."""
 
-    error = serializers.CharField(default="operation_exists")
-    effect_id = serializers.UUIDField()
+    error = error_word("operation_exists")
+    effect_id = serializers.UUIDField(source="extra.effect_id")
+
+
+#: The body of each domain error that has its own shape; every other one is an
+#: ``ErrorSerializer``.
+ERROR_SHAPES: dict[type[exceptions.DomainError], type[Answer]] = {
+    exceptions.StaleRevision: ConflictErrorSerializer,
+    exceptions.Fenced: FencedErrorSerializer,
+    exceptions.OwnerLive: OwnerLiveSerializer,
+    exceptions.OperationExists: OperationExistsSerializer,
+}
+
+
+def error_body(exc: exceptions.DomainError) -> dict:
+    """The JSON body of a domain error, in the shape ``ERROR_SHAPES`` gives its class."""
+    return ERROR_SHAPES.get(type(exc), ErrorSerializer).render(exc)
 
 
 # --------------------------------------------------------------------------------------
 # Checkpoints
 # --------------------------------------------------------------------------------------
 
-class EnvelopeSerializer(serializers.Serializer):
+# Rendered from ``services.checkpoint_envelope``'s dict.
+class EnvelopeSerializer(Answer):
     """The runifold-core checkpoint envelope (CONTRACT.md section 2), request and response."""
 
     id = serializers.UUIDField()
@@ -81,7 +194,7 @@ class EnvelopeSerializer(serializers.Serializer):
     updated_at_ms = serializers.IntegerField(min_value=0, help_text="writer's clock, ms")
 
 
-class RevisionsSerializer(serializers.Serializer):
+class RevisionsSerializer(Answer):
     """One page of a checkpoint's accepted revisions, oldest first (an audited export);
     ``next`` is the URL of the following page, or null on the last."""
 
@@ -89,11 +202,13 @@ class RevisionsSerializer(serializers.Serializer):
     next = serializers.URLField(allow_null=True)
 
 
-class CheckpointMetaSerializer(serializers.Serializer):
+# Rendered from a ``Checkpoint`` row (never decrypts); ``run`` and ``written_by`` loaded,
+# set or (``run_id=``) given, else each costs a query.
+class CheckpointMetaSerializer(Answer):
     """A checkpoint's metadata without its payload (lists and write answers)."""
 
-    id = serializers.UUIDField()
-    run_id = serializers.UUIDField()
+    id = serializers.UUIDField(source="uuid")
+    run_id = RunUuidField()
     revision = serializers.IntegerField()
     kind = serializers.CharField()
     schema_version = serializers.IntegerField()
@@ -101,26 +216,9 @@ class CheckpointMetaSerializer(serializers.Serializer):
         choices=["stable", "in_flight", "completed", "unsupported"])
     phase_label = serializers.CharField()
     updated_at_ms = serializers.IntegerField()
-    received_at = serializers.DateTimeField()
+    received_at = IsoDateTimeField()
     payload_size = serializers.IntegerField(help_text="bytes of the payload's JSON text")
-    written_by = serializers.CharField(allow_null=True)
-
-
-def checkpoint_meta_json(cp: Checkpoint, *, run_id=None) -> dict:
-    """``CheckpointMetaSerializer`` dict of a ``Checkpoint`` row (never decrypts)."""
-    return {
-        "id": str(cp.uuid),
-        "run_id": str(run_id or cp.run.uuid),
-        "revision": cp.revision,
-        "kind": cp.kind,
-        "schema_version": cp.schema_version,
-        "phase_class": cp.phase_class,
-        "phase_label": cp.phase_label,
-        "updated_at_ms": cp.updated_at_ms,
-        "received_at": _iso(cp.received_at),
-        "payload_size": cp.payload_size,
-        "written_by": cp.written_by.get_username() if cp.written_by_id else None,
-    }
+    written_by = serializers.CharField(source="written_by.get_username", allow_null=True)
 
 
 # --------------------------------------------------------------------------------------
@@ -156,7 +254,9 @@ class EffectWriteSerializer(EffectInputSerializer):
                   "never returned; lets the replay reconciler send it again with the same key")
 
 
-class EffectSerializer(EffectInputSerializer):
+# Rendered from an ``Effect`` row (``run`` loaded or set) with ``receipts=`` true or false
+# (``permissions.receipts_in_answers``).
+class EffectSerializer(Answer, EffectInputSerializer):
     """An effect record as stored; the fingerprint is lower-case.
 
     ``receipt`` is answered only to runtimes (a role that writes and may not reveal:
@@ -165,23 +265,28 @@ class EffectSerializer(EffectInputSerializer):
     …/effects/{id}/reveal-receipt``, audited, for reviewers, approvers and admins).
     Receipts are treated like payloads (CONTRACT.md 4)."""
 
-    receipt = serializers.JSONField(
+    id = serializers.UUIDField(source="uuid")
+    run_id = RunUuidField()
+    receipt = WriterReceiptField(
         allow_null=True,
         help_text="the receipt object for a writer; null for other roles (see has_receipt)")
     has_receipt = serializers.BooleanField(
         help_text="whether the effect has a receipt (shown to every role; the receipt "
                   "itself only to writers or through an audited reveal)")
     attempt = serializers.IntegerField(help_text="1, +1 for each approved retry")
-    state_changed_at = serializers.DateTimeField(allow_null=True)
-    created_at = serializers.DateTimeField()
-    updated_at = serializers.DateTimeField()
+    state_changed_at = IsoDateTimeField(allow_null=True)
+    created_at = IsoDateTimeField()
+    updated_at = IsoDateTimeField()
 
 
-class EffectListSerializer(serializers.Serializer):
+class EffectListSerializer(Answer):
+    """The effects found (at most ``limit``)."""
+
     results = EffectSerializer(many=True)
 
 
-class ReceiptRevealSerializer(serializers.Serializer):
+# Rendered from ``services.receipt_reveal``'s dict.
+class ReceiptRevealSerializer(Answer):
     """An effect's current receipt, revealed with a reason (one ``receipt.reveal`` audit
     event; none when there was no receipt to reveal)."""
 
@@ -189,31 +294,6 @@ class ReceiptRevealSerializer(serializers.Serializer):
     run_id = serializers.UUIDField()
     revision = serializers.IntegerField()
     receipt = serializers.JSONField(allow_null=True)
-
-
-def effect_json(effect: Effect, *, with_receipt: bool) -> dict:
-    """``EffectSerializer`` dict of an ``Effect`` row (``effect.run`` must be loaded).
-
-    ``with_receipt``: whether the caller may have the receipt unaudited
-    (``permissions.receipts_in_answers``); otherwise ``receipt`` is ``None`` and the
-    receipt is not even decrypted. Every caller must say which.
-    """
-    return {
-        "id": str(effect.uuid),
-        "run_id": str(effect.run.uuid),
-        "revision": effect.revision,
-        "operation_key": effect.operation_key,
-        "service": effect.service,
-        "effect_class": effect.effect_class,
-        "request_fingerprint": effect.request_fingerprint,
-        "state": effect.state,
-        "receipt": effect.receipt if with_receipt else None,
-        "has_receipt": effect.has_receipt,
-        "attempt": effect.attempt,
-        "state_changed_at": _iso(effect.state_changed_at),
-        "created_at": _iso(effect.created_at),
-        "updated_at": _iso(effect.updated_at),
-    }
 
 
 # --------------------------------------------------------------------------------------
@@ -224,11 +304,12 @@ def effect_json(effect: Effect, *, with_receipt: bool) -> dict:
 RECOVERY_STATES = list(RecoveryState.values)
 
 
-class RunSerializer(serializers.Serializer):
+# Rendered from a ``Run`` row or a ``selectors.run_list`` row, with ``tenant=`` its Tenant.
+class RunSerializer(Answer):
     """A run's metadata and materialised recovery state (never a payload)."""
 
-    run_id = serializers.UUIDField()
-    tenant = serializers.CharField(help_text="tenant slug")
+    run_id = serializers.UUIDField(source="uuid")
+    tenant = TenantSlugField(help_text="tenant slug")
     kind = serializers.CharField()
     schema_version = serializers.IntegerField(allow_null=True)
     agent = serializers.CharField()
@@ -239,112 +320,70 @@ class RunSerializer(serializers.Serializer):
     phase_label = serializers.CharField()
     recovery_state = serializers.ChoiceField(choices=RECOVERY_STATES)
     recovery_reason = serializers.CharField()
-    state_changed_at = serializers.DateTimeField(allow_null=True)
-    last_write_at = serializers.DateTimeField(allow_null=True)
-    created_at = serializers.DateTimeField()
     lease_owner = serializers.CharField()
-    lease_expires_at = serializers.DateTimeField(allow_null=True)
     fencing_token = serializers.IntegerField()
     unacknowledged_conflicts = serializers.IntegerField()
+    state_changed_at = IsoDateTimeField(allow_null=True)
+    last_write_at = IsoDateTimeField(allow_null=True)
+    created_at = IsoDateTimeField()
+    lease_expires_at = IsoDateTimeField(allow_null=True)
 
 
-RUN_FIELDS = ("kind", "schema_version", "agent", "model", "workflow", "definition_version",
-              "phase_class", "phase_label", "recovery_state", "recovery_reason",
-              "lease_owner", "fencing_token", "unacknowledged_conflicts")
-RUN_TIME_FIELDS = ("state_changed_at", "last_write_at", "created_at", "lease_expires_at")
-
-
-def run_json(run: Run | dict, tenant_slug: str) -> dict:
-    """``RunSerializer`` dict of a ``Run`` row or a ``selectors.run_list`` row."""
-    get = run.get if isinstance(run, dict) else (lambda key: getattr(run, key))
-    out: dict[str, Any] = {"run_id": str(get("uuid")), "tenant": tenant_slug}
-    for key in RUN_FIELDS:
-        out[key] = get(key)
-    for key in RUN_TIME_FIELDS:
-        out[key] = _iso(get(key))
-    return out
-
-
-class RunPageSerializer(serializers.Serializer):
+class RunPageSerializer(Answer):
     """One keyset page; ``next`` is the URL of the following page, or null on the last."""
 
     results = RunSerializer(many=True)
     next = serializers.URLField(allow_null=True)
 
 
-class ConflictSerializer(serializers.Serializer):
+# Rendered from a ``Conflict`` row.
+class ConflictSerializer(Answer):
     """A refused write: ``reason`` stale_revision | id_exists | fenced
     (``expected_revision`` null for a create; ``actual_revision`` null when a fenced
     create found nothing)."""
 
-    id = serializers.IntegerField()
+    id = serializers.IntegerField(source="pk")
     reason = serializers.ChoiceField(choices=["stale_revision", "id_exists", "fenced"])
     target_type = serializers.ChoiceField(choices=["checkpoint", "effect"])
-    target_id = serializers.UUIDField()
+    target_id = serializers.UUIDField(source="target_uuid")
     expected_revision = serializers.IntegerField(allow_null=True)
     actual_revision = serializers.IntegerField(allow_null=True)
     attempted_revision = serializers.IntegerField(allow_null=True)
     fencing_token_sent = serializers.IntegerField(allow_null=True)
     fencing_token_current = serializers.IntegerField(allow_null=True)
-    writer = serializers.CharField()
-    created_at = serializers.DateTimeField()
+    writer = serializers.CharField(source="writer_name")
+    created_at = IsoDateTimeField()
 
 
-def conflict_json(c: Conflict) -> dict:
-    return {
-        "id": c.pk,
-        "reason": c.reason,
-        "target_type": c.target_type,
-        "target_id": str(c.target_uuid),
-        "expected_revision": c.expected_revision,
-        "actual_revision": c.actual_revision,
-        "attempted_revision": c.attempted_revision,
-        "fencing_token_sent": c.fencing_token_sent,
-        "fencing_token_current": c.fencing_token_current,
-        "writer": c.writer_name,
-        "created_at": _iso(c.created_at),
-    }
-
-
-class RetryRequestSerializer(serializers.Serializer):
+# Rendered from a ``RetryRequest`` row (``run``, ``requested_by``, ``decided_by`` loaded,
+# set or, for ``run``, ``run_id=`` given; else each costs a query).
+class RetryRequestSerializer(Answer):
     """A retry request (CONTRACT.md section 3): requested -> approved | rejected;
     approved -> consumed by the runtime's next resume call."""
 
-    id = serializers.IntegerField()
-    run_id = serializers.UUIDField()
+    id = serializers.IntegerField(source="pk")
+    run_id = RunUuidField()
     # A plain string (not an enum) so the schema's "state" enum stays the effect states.
     state = serializers.CharField(help_text="requested, approved, rejected, expired or consumed")
-    requested_by = serializers.CharField()
-    decided_by = serializers.CharField(allow_null=True)
+    requested_by = serializers.CharField(source="requested_by.get_username")
+    decided_by = serializers.CharField(source="decided_by.get_username", allow_null=True)
     reason = serializers.CharField()
     decision_reason = serializers.CharField()
-    created_at = serializers.DateTimeField()
-    decided_at = serializers.DateTimeField(allow_null=True)
-    consumed_at = serializers.DateTimeField(allow_null=True)
+    created_at = IsoDateTimeField()
+    decided_at = IsoDateTimeField(allow_null=True)
+    consumed_at = IsoDateTimeField(allow_null=True)
 
 
-def retry_json(r: RetryRequest, *, run_id=None) -> dict:
-    return {
-        "id": r.pk,
-        "run_id": str(run_id or r.run.uuid),
-        "state": r.state,
-        "requested_by": r.requested_by.get_username(),
-        "decided_by": r.decided_by.get_username() if r.decided_by_id else None,
-        "reason": r.reason,
-        "decision_reason": r.decision_reason,
-        "created_at": _iso(r.created_at),
-        "decided_at": _iso(r.decided_at),
-        "consumed_at": _iso(r.consumed_at),
-    }
+class OpenReviewItemsSerializer(Answer):
+    """What awaits a decision on the run: its open retry request and its unacknowledged
+    conflicts."""
 
-
-class OpenReviewItemsSerializer(serializers.Serializer):
     retry_request = RetryRequestSerializer(allow_null=True,
                                            help_text="the open (requested or approved) one")
     conflicts = ConflictSerializer(many=True, help_text="unacknowledged conflicts")
 
 
-class ReconcileAttemptSerializer(serializers.Serializer):
+class ReconcileAttemptSerializer(Answer):
     """One look-up of a reconcile request (the evidence itself is shown on the dashboard
     to roles that may reveal payloads, audited)."""
 
@@ -355,56 +394,41 @@ class ReconcileAttemptSerializer(serializers.Serializer):
                   "settling or moved_on")
     detail = serializers.CharField()
     applied = serializers.CharField(help_text="effect state it led to, or empty")
-    started_at = serializers.DateTimeField()
-    finished_at = serializers.DateTimeField()
+    started_at = IsoDateTimeField()
+    finished_at = IsoDateTimeField()
 
 
-class ReconcileRequestSerializer(serializers.Serializer):
-    """A stored reconcile request: queued -> running -> done | gave_up | cancelled."""
+# Rendered from a ``ReconcileRequest`` row (``effect`` loaded, ``attempt_log`` prefetched:
+# ``reconciliation.requests_for_run`` / ``request_get``).
+class ReconcileRequestSerializer(Answer):
+    """A stored reconcile request: queued -> running -> done | gave_up | cancelled;
+    ``next_attempt_at`` is null once it is no longer queued or running."""
 
-    id = serializers.IntegerField()
-    task_id = serializers.UUIDField()
-    effect_id = serializers.UUIDField()
-    service = serializers.CharField()
-    operation_key = serializers.CharField()
+    id = serializers.IntegerField(source="pk")
+    task_id = serializers.UUIDField(source="task_uuid")
+    effect_id = serializers.UUIDField(source="effect.uuid")
+    service = serializers.CharField(source="effect.service")
+    operation_key = serializers.CharField(source="effect.operation_key")
     state = serializers.CharField(help_text="queued, running, done, gave_up or cancelled")
-    requested_by = serializers.CharField()
+    requested_by = serializers.CharField(source="requested_by_name")
     attempts = serializers.IntegerField()
     failures = serializers.IntegerField(help_text="look-ups in a row that could not tell")
-    next_attempt_at = serializers.DateTimeField(allow_null=True)
+    next_attempt_at = IsoDateTimeField(allow_null=True)
     last_error = serializers.CharField()
     outcome = serializers.CharField(help_text="effect state it settled, moved_on, or empty")
-    created_at = serializers.DateTimeField()
-    finished_at = serializers.DateTimeField(allow_null=True)
+    created_at = IsoDateTimeField()
+    finished_at = IsoDateTimeField(allow_null=True)
     attempt_log = ReconcileAttemptSerializer(many=True)
 
-
-def reconcile_request_json(r, *, attempts: bool = True) -> dict:
-    open_ = r.state in ("queued", "running")
-    return {
-        "id": r.pk,
-        "task_id": str(r.task_uuid),
-        "effect_id": str(r.effect.uuid),
-        "service": r.effect.service,
-        "operation_key": r.effect.operation_key,
-        "state": r.state,
-        "requested_by": r.requested_by_name,
-        "attempts": r.attempts,
-        "failures": r.failures,
-        "next_attempt_at": _iso(r.next_attempt_at) if open_ else None,
-        "last_error": r.last_error,
-        "outcome": r.outcome,
-        "created_at": _iso(r.created_at),
-        "finished_at": _iso(r.finished_at),
-        "attempt_log": [{
-            "number": a.number, "reconciler": a.reconciler, "answer": a.answer,
-            "detail": a.detail, "applied": a.applied, "started_at": _iso(a.started_at),
-            "finished_at": _iso(a.finished_at),
-        } for a in r.attempt_log.all()] if attempts else [],
-    }
+    def to_representation(self, instance):
+        out = super().to_representation(instance)
+        if out["state"] not in ("queued", "running"):
+            out["next_attempt_at"] = None
+        return out
 
 
-class RetryPreviewSerializer(serializers.Serializer):
+# Rendered from a row of ``services.retry_preview``.
+class RetryPreviewSerializer(Answer):
     """What an approved retry would do to one effect (issue 5)."""
 
     effect_id = serializers.UUIDField()
@@ -417,7 +441,12 @@ class RetryPreviewSerializer(serializers.Serializer):
     words = serializers.CharField()
 
 
-class RunDetailSerializer(serializers.Serializer):
+# Rendered from a dict of the rows, with ``tenant=``, ``receipts=`` and ``run_id=``.
+class RunDetailSerializer(Answer):
+    """A run, its latest checkpoints (metadata), effects, open review items, reconcile
+    requests, and what an approved retry would do to each effect."""
+
+
     run = RunSerializer()
     checkpoints = CheckpointMetaSerializer(many=True, help_text="latest revision of each")
     effects = EffectSerializer(many=True)
@@ -431,12 +460,17 @@ class LeaseInputSerializer(serializers.Serializer):
     ttl_s = serializers.IntegerField(min_value=1, max_value=86400)
 
 
-class LeaseSerializer(serializers.Serializer):
+# Rendered from the ``Run`` row.
+class LeaseSerializer(Answer):
+    """The run's lease: the owner's fencing token and when the lease expires."""
+
+
     fencing_token = serializers.IntegerField()
-    expires_at = serializers.DateTimeField()
+    expires_at = IsoDateTimeField(source="lease_expires_at")
 
 
-class ResumeSerializer(serializers.Serializer):
+# Rendered from ``services.resume_preview`` / ``resume_claim``.
+class ResumeSerializer(Answer):
     """The resume decision (CONTRACT.md section 3)."""
 
     action = serializers.ChoiceField(choices=["replay", "continue", "reject", "retry",
@@ -457,7 +491,11 @@ class ReasonSerializer(serializers.Serializer):
     reason = serializers.CharField(max_length=4000)
 
 
-class TaskSerializer(serializers.Serializer):
+# Rendered from a dict of ``reconciliation.run_reconcile``'s answer and the stored requests.
+class TaskSerializer(Answer):
+    """Reconciliation requested: the task and the stored requests it runs."""
+
+
     task_id = serializers.CharField()
     queued = serializers.BooleanField(
         help_text="false when the task queue was unavailable: the requests are stored and "
@@ -473,55 +511,51 @@ class ResumeInputSerializer(serializers.Serializer):
     definition_version = serializers.CharField(required=False)
 
 
-class ClosedSerializer(serializers.Serializer):
-    run_id = serializers.UUIDField()
+# Rendered from the ``Run`` row (``closed_by`` set).
+class ClosedSerializer(Answer):
+    """A run a reviewer closed (it stays closed until its next write)."""
+
+
+    run_id = serializers.UUIDField(source="uuid")
     recovery_state = serializers.CharField()
-    closed_at = serializers.DateTimeField()
-    closed_by = serializers.CharField()
+    closed_at = IsoDateTimeField()
+    closed_by = serializers.CharField(source="closed_by.get_username")
 
 
-class AcknowledgedSerializer(serializers.Serializer):
+class AcknowledgedSerializer(Answer):
+    """How many of the run's open conflicts the call acknowledged."""
+
     acknowledged = serializers.IntegerField(help_text="how many conflicts were acknowledged")
 
 
-class AuditEventSerializer(serializers.Serializer):
+# Rendered from an ``AuditEvent`` row.
+class AuditEventSerializer(Answer):
     """An audit event exactly as CONTRACT.md section 3 lists it."""
 
-    id = serializers.IntegerField()
-    created_at = serializers.DateTimeField()
-    actor = serializers.CharField(help_text='username, or "system"')
+    id = serializers.IntegerField(source="pk")
+    created_at = IsoDateTimeField()
+    actor = serializers.CharField(source="actor_name", help_text='username, or "system"')
     action = serializers.CharField()
     target_type = serializers.CharField()
-    target_id = serializers.CharField()
-    run_id = serializers.UUIDField(allow_null=True)
+    target_id = serializers.CharField(source="target_ref")
+    run_id = serializers.UUIDField(source="run_uuid", allow_null=True)
     reason = serializers.CharField()
     before = serializers.JSONField(allow_null=True)
     after = serializers.JSONField(allow_null=True)
 
 
-def audit_json(e: AuditEvent) -> dict:
-    return {
-        "id": e.pk,
-        "created_at": _iso(e.created_at),
-        "actor": e.actor_name,
-        "action": e.action,
-        "target_type": e.target_type,
-        "target_id": e.target_ref,
-        "run_id": str(e.run_uuid) if e.run_uuid else None,
-        "reason": e.reason,
-        "before": e.before,
-        "after": e.after,
-    }
-
-
-class AuditPageSerializer(serializers.Serializer):
+class AuditPageSerializer(Answer):
     """Newest first; ``next`` pages backwards (``before_seq``), null on the last page."""
 
     results = AuditEventSerializer(many=True)
     next = serializers.URLField(allow_null=True)
 
 
-class ReportSerializer(serializers.Serializer):
+# Rendered from ``selectors.report``.
+class ReportSerializer(Answer):
+    """Tenant numbers."""
+
+
     runs = serializers.DictField(child=serializers.IntegerField(),
                                  help_text="recovery_state -> number of runs")
     effects = serializers.DictField(child=serializers.IntegerField(),

@@ -14,7 +14,8 @@ Every view does the same four steps, in this order:
    ``invalid_payload``); DRF's parsers never see it (``_NoParse``).
 3. **One service or selector call**, which re-checks the right and writes its audit event
    in the same transaction.
-4. **Answer** with the documented JSON (``serializers``) and, for CAS resources, an
+4. **Answer** with the documented JSON: rendered by the serializer that also documents
+   it in the schema (``serializers.Answer.render``), and, for CAS resources, an
    ``ETag: "N"``. Every answer is ``Cache-Control: no-store`` (tenant data, payloads and
    receipts must not sit in a cache).
 
@@ -34,6 +35,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
     OpenApiParameter,
     OpenApiResponse,
+    PolymorphicProxySerializer,
     extend_schema,
     extend_schema_view,
 )
@@ -219,14 +221,42 @@ CAS_HEADERS = [
     OpenApiParameter("Fencing-Token", OpenApiTypes.INT, OpenApiParameter.HEADER,
                      description="the run's current fencing token; required while it is leased"),
 ]
+
+
+def _etag(*codes: int) -> OpenApiParameter:
+    """The ``ETag: "N"`` answer header of a CAS resource, on answers ``codes``."""
+    return OpenApiParameter("ETag", OpenApiTypes.STR, OpenApiParameter.HEADER,
+                            response=list(codes), required=True,
+                            description='the stored revision, `"N"`')
+
+
 ERR = OpenApiResponse(s.ErrorSerializer)
-ETAG_HEADER = {"ETag": {"description": 'the stored revision, `"N"`', "schema": {"type": "string"}}}
+UNAVAILABLE = OpenApiResponse(
+    s.ErrorSerializer, description="unavailable: the database or the task broker is down; "
+                                   "retry after Retry-After seconds (CONTRACT.md 6)")
+STALE = OpenApiResponse(s.ConflictErrorSerializer,
+                        description="conflict: the stored revision is not the one in If-Match "
+                                    "(or the id exists, on a create); kept as a conflict")
+FENCED = OpenApiResponse(s.FencedErrorSerializer,
+                         description="fenced: the run is leased and Fencing-Token is not its "
+                                     "current token; kept as a conflict")
+OWNER_LIVE = OpenApiResponse(s.OwnerLiveSerializer,
+                             description="owner_live: the run's owner is alive")
+EFFECT_CONFLICT = OpenApiResponse(
+    PolymorphicProxySerializer(
+        component_name="EffectPutConflict",
+        serializers=[s.OperationExistsSerializer, s.FencedErrorSerializer],
+        resource_type_field_name=None),
+    description="operation_exists: another effect id holds this operation key with the same "
+                "fingerprint; or fenced, as for checkpoints")
 
 
 def _errors(*codes: int) -> dict:
-    """Standard error answers: 401 unauthenticated, 403 role, 404 tenant/object, 400 query;
-    with 413 (a body): also 411 (chunked, no Content-Length) and 415 (not JSON)."""
-    out = {400: ERR, 401: ERR, 403: ERR, 404: ERR}
+    """The error answers every operation may give: 401 unauthenticated, 403 role, 404
+    tenant/object, 400 query, 503 outage; and ``codes`` (an ``Error`` body each), with 413
+    (a body): also 411 (chunked, no Content-Length) and 415 (not JSON). An operation adds
+    its specific bodies (409, 412) after these."""
+    out = {400: ERR, 401: ERR, 403: ERR, 404: ERR, 503: UNAVAILABLE}
     for code in codes:
         out[code] = ERR
     if 413 in codes:
@@ -273,7 +303,7 @@ class CheckpointApi(TenantApi):
     @extend_schema(
         operation_id="checkpoint_get",
         summary="Latest revision of a checkpoint (payload read, audited)",
-        parameters=[TENANT, _path("checkpoint_id")],
+        parameters=[TENANT, _path("checkpoint_id"), _etag(200)],
         responses={200: OpenApiResponse(s.EnvelopeSerializer, description="with ETag"),
                    **_errors()},
     )
@@ -291,20 +321,20 @@ class CheckpointApi(TenantApi):
         cp = selectors.checkpoint_get(user=request.user, tenant=t, checkpoint_id=checkpoint_id)
         envelope = services.payload_reveal(actor=request.user, tenant=t, checkpoint=cp,
                                            action=action)
-        return Response(envelope, headers=etag(envelope["revision"]))
+        return Response(s.EnvelopeSerializer.render(envelope),
+                        headers=etag(envelope["revision"]))
 
     @extend_schema(
         operation_id="checkpoint_put",
         summary="Create (If-None-Match: *) or update (If-Match: \"N\") a checkpoint",
-        parameters=[TENANT, _path("checkpoint_id"), *CAS_HEADERS],
+        parameters=[TENANT, _path("checkpoint_id"), *CAS_HEADERS, _etag(200, 201)],
         request=s.EnvelopeSerializer,
         responses={
             201: OpenApiResponse(s.CheckpointMetaSerializer, description='created; ETag "0"'),
             200: OpenApiResponse(s.CheckpointMetaSerializer, description='updated; ETag "N+1"'),
-            400: ERR, 401: ERR, 403: ERR, 404: ERR,
-            409: OpenApiResponse(s.FencedErrorSerializer),
-            412: OpenApiResponse(s.ConflictErrorSerializer),
-            411: ERR, 413: ERR, 415: ERR, 428: ERR,
+            **_errors(413, 428),
+            409: FENCED,
+            412: STALE,
         },
     )
     def put(self, request, tenant, checkpoint_id):
@@ -316,7 +346,7 @@ class CheckpointApi(TenantApi):
         envelope = services.parse_envelope(read_object(request), url_id=url_id)
         cp, created = services.checkpoint_put(actor=request.user, tenant=t, envelope=envelope,
                                               expected_revision=expected, fencing_token=token)
-        return Response(s.checkpoint_meta_json(cp, run_id=envelope.run_id),
+        return Response(s.CheckpointMetaSerializer.render(cp, run_id=envelope.run_id),
                         status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
                         headers=etag(cp.revision))
 
@@ -341,7 +371,7 @@ class CheckpointRevisionsApi(TenantApi):
             actor=request.user, tenant=t, checkpoint=cp, after=self.query["cursor"],
             limit=self.query["limit"])
         nxt = page_url(request, cursor=str(results[-1]["revision"])) if more and results else None
-        return Response({"results": results, "next": nxt})
+        return Response(s.RevisionsSerializer.render({"results": results, "next": nxt}))
 
 
 # --------------------------------------------------------------------------------------
@@ -364,7 +394,7 @@ class EffectListApi(TenantApi):
             user=request.user, tenant=t, service=q["service"], operation_key=q["operation_key"],
             run_id=q["run"], limit=q["limit"])
         shown = receipts_in_answers(request.user, t)
-        return Response({"results": [s.effect_json(e, with_receipt=shown) for e in effects]})
+        return Response(s.EffectListSerializer.render({"results": effects}, receipts=shown))
 
 
 class EffectApi(TenantApi):
@@ -373,33 +403,30 @@ class EffectApi(TenantApi):
     @extend_schema(
         operation_id="effect_get",
         summary="One effect record",
-        parameters=[TENANT, _path("effect_id")],
+        parameters=[TENANT, _path("effect_id"), _etag(200)],
         responses={200: OpenApiResponse(s.EffectSerializer, description="with ETag"),
                    **_errors()},
     )
     def get(self, request, tenant, effect_id):
         t = self.tenant(request, tenant, roles.VIEW)
         effect = selectors.effect_get(user=request.user, tenant=t, effect_id=effect_id)
-        return Response(s.effect_json(effect, with_receipt=receipts_in_answers(request.user, t)),
+        shown = receipts_in_answers(request.user, t)
+        return Response(s.EffectSerializer.render(effect, receipts=shown),
                         headers=etag(effect.revision))
 
     @extend_schema(
         operation_id="effect_put",
         summary="Create (planned) or move an effect record one state, by compare-and-swap",
-        parameters=[TENANT, _path("effect_id"), *CAS_HEADERS],
+        parameters=[TENANT, _path("effect_id"), *CAS_HEADERS, _etag(200, 201)],
         request=s.EffectWriteSerializer,
         responses={
             201: OpenApiResponse(s.EffectSerializer, description='created; ETag "0"'),
             200: OpenApiResponse(s.EffectSerializer, description='updated; ETag "N+1"'),
-            400: ERR, 401: ERR, 403: ERR, 404: ERR,
-            409: OpenApiResponse(s.OperationExistsSerializer,
-                                 description="operation_exists, or fenced "
-                                             '({"error": "fenced", "fencing_token": T})'),
-            412: OpenApiResponse(s.ConflictErrorSerializer),
-            411: ERR, 413: ERR, 415: ERR,
+            **_errors(413, 428),
+            409: EFFECT_CONFLICT,
+            412: STALE,
             422: OpenApiResponse(s.ErrorSerializer,
                                  description="invalid_transition or idempotency_key_reuse"),
-            428: ERR,
         },
     )
     def put(self, request, tenant, effect_id):
@@ -411,7 +438,8 @@ class EffectApi(TenantApi):
         body = services.parse_effect(read_object(request), url_id=url_id)
         effect, created = services.effect_put(actor=request.user, tenant=t, body=body,
                                               expected_revision=expected, fencing_token=token)
-        return Response(s.effect_json(effect, with_receipt=receipts_in_answers(request.user, t)),
+        shown = receipts_in_answers(request.user, t)
+        return Response(s.EffectSerializer.render(effect, receipts=shown),
                         status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
                         headers=etag(effect.revision))
 
@@ -422,7 +450,7 @@ class EffectMarkUnknownApi(TenantApi):
         summary="Reviewer: nobody can tell whether this effect happened",
         parameters=[TENANT, _path("effect_id")],
         request=s.ReasonSerializer,
-        responses={200: s.EffectSerializer, **_errors(400, 413, 422)},
+        responses={200: s.EffectSerializer, **_errors(400, 413, 422), 409: OWNER_LIVE},
     )
     def post(self, request, tenant, effect_id):
         t = self.tenant(request, tenant, roles.REVIEW)
@@ -430,7 +458,8 @@ class EffectMarkUnknownApi(TenantApi):
         reason = read_reason(request)
         effect = services.effect_mark_unknown(actor=request.user, tenant=t, effect_id=eid,
                                               reason=reason)
-        return Response(s.effect_json(effect, with_receipt=receipts_in_answers(request.user, t)))
+        shown = receipts_in_answers(request.user, t)
+        return Response(s.EffectSerializer.render(effect, receipts=shown))
 
 
 class EffectReceiptRevealApi(TenantApi):
@@ -447,8 +476,9 @@ class EffectReceiptRevealApi(TenantApi):
         one only through this audited call; writers read them in effect answers."""
         t = self.tenant(request, tenant, roles.REVEAL)
         eid = url_uuid(effect_id, "effect")
-        return Response(services.receipt_reveal(actor=request.user, tenant=t, effect_id=eid,
-                                                reason=read_reason(request)))
+        revealed = services.receipt_reveal(actor=request.user, tenant=t, effect_id=eid,
+                                           reason=read_reason(request))
+        return Response(s.ReceiptRevealSerializer.render(revealed))
 
 
 # --------------------------------------------------------------------------------------
@@ -472,10 +502,8 @@ class RunListApi(TenantApi):
             age_s_min=q["age_s_min"])
         rows, next_cursor = selectors.run_list(user=request.user, tenant=t, filters=filters,
                                                cursor=q["cursor"], limit=q["limit"])
-        return Response({
-            "results": [s.run_json(row, t.slug) for row in rows],
-            "next": page_url(request, cursor=next_cursor) if next_cursor else None,
-        })
+        nxt = page_url(request, cursor=next_cursor) if next_cursor else None
+        return Response(s.RunPageSerializer.render({"results": rows, "next": nxt}, tenant=t))
 
 
 class RunDetailApi(TenantApi):
@@ -493,20 +521,17 @@ class RunDetailApi(TenantApi):
                           None)
         for effect in d.effects:
             effect.run = d.run
-        shown = receipts_in_answers(request.user, t)
-        return Response({
-            "run": s.run_json(d.run, t.slug),
-            "checkpoints": [s.checkpoint_meta_json(c, run_id=rid) for c in d.checkpoints],
-            "effects": [s.effect_json(e, with_receipt=shown) for e in d.effects],
+        return Response(s.RunDetailSerializer.render({
+            "run": d.run,
+            "checkpoints": d.checkpoints,
+            "effects": d.effects,
             "open_review_items": {
-                "retry_request": s.retry_json(open_retry, run_id=rid) if open_retry else None,
-                "conflicts": [s.conflict_json(c) for c in d.conflicts
-                              if c.acknowledged_at is None],
+                "retry_request": open_retry,
+                "conflicts": [c for c in d.conflicts if c.acknowledged_at is None],
             },
-            "reconcile_requests": [s.reconcile_request_json(r)
-                                   for r in reconciliation.requests_for_run(d.run)],
+            "reconcile_requests": reconciliation.requests_for_run(d.run),
             "retry_preview": services.retry_preview(d.run),
-        })
+        }, tenant=t, receipts=receipts_in_answers(request.user, t), run_id=rid))
 
 
 class RunLeaseApi(TenantApi):
@@ -515,10 +540,9 @@ class RunLeaseApi(TenantApi):
         summary="Take or renew the run's lease; a new owner bumps the fencing token",
         parameters=[TENANT, _path("run_id")],
         request=s.LeaseInputSerializer,
-        responses={200: s.LeaseSerializer,
+        responses={200: s.LeaseSerializer, **_errors(400, 413),
                    409: OpenApiResponse(s.ErrorSerializer,
-                                        description="lease_held: another owner's lease is live"),
-                   **_errors(400, 413)},
+                                        description="lease_held: another owner's lease is live")},
     )
     def post(self, request, tenant, run_id):
         t = self.tenant(request, tenant, roles.WRITE)
@@ -527,8 +551,7 @@ class RunLeaseApi(TenantApi):
         _only_fields(body, {"owner", "ttl_s"})
         run = services.lease_acquire(actor=request.user, tenant=t, run_id=rid,
                                      owner=body.get("owner"), ttl_s=body.get("ttl_s"))
-        return Response({"fencing_token": run.fencing_token,
-                         "expires_at": run.lease_expires_at.isoformat()})
+        return Response(s.LeaseSerializer.render(run))
 
 
 class RunResumeApi(TenantApi):
@@ -546,8 +569,8 @@ class RunResumeApi(TenantApi):
         t = self.tenant(request, tenant, roles.WRITE)
         rid = url_uuid(run_id, "run")
         asked = {k: v for k, v in self.query.items() if v is not None}
-        return Response(services.resume_preview(actor=request.user, tenant=t, run_id=rid,
-                                                asked=asked))
+        answer = services.resume_preview(actor=request.user, tenant=t, run_id=rid, asked=asked)
+        return Response(s.ResumeSerializer.render(answer))
 
     @extend_schema(
         operation_id="run_resume_claim",
@@ -567,8 +590,8 @@ class RunResumeApi(TenantApi):
         # The body's identity obeys the same rules as the GET's query (params.IdentityParams).
         checked = p.check(p.IdentityParams, body)
         asked = {k: v for k, v in checked.items() if v is not None}
-        return Response(services.resume_claim(actor=request.user, tenant=t, run_id=rid,
-                                              asked=asked))
+        answer = services.resume_claim(actor=request.user, tenant=t, run_id=rid, asked=asked)
+        return Response(s.ResumeSerializer.render(answer))
 
 
 # --------------------------------------------------------------------------------------
@@ -581,14 +604,15 @@ class RetryRequestCreateApi(TenantApi):
         summary="Reviewer: ask for a retry of an in-doubt run (a different approver decides)",
         parameters=[TENANT, _path("run_id")],
         request=s.ReasonSerializer,
-        responses={201: s.RetryRequestSerializer, **_errors(400, 413, 422)},
+        responses={201: s.RetryRequestSerializer, **_errors(400, 413, 422), 409: OWNER_LIVE},
     )
     def post(self, request, tenant, run_id):
         t = self.tenant(request, tenant, roles.REVIEW)
         rid = url_uuid(run_id, "run")
         retry = services.retry_request(actor=request.user, tenant=t, run_id=rid,
                                        reason=read_reason(request))
-        return Response(s.retry_json(retry, run_id=rid), status=status.HTTP_201_CREATED)
+        return Response(s.RetryRequestSerializer.render(retry, run_id=rid),
+                        status=status.HTTP_201_CREATED)
 
 
 def _retry_pk(value: str) -> int:
@@ -607,7 +631,7 @@ class _RetryDecisionApi(TenantApi):
         pk = _retry_pk(retry_id)
         retry = self.decide(actor=request.user, tenant=t, retry_id=pk,
                             reason=read_reason(request))
-        return Response(s.retry_json(retry))
+        return Response(s.RetryRequestSerializer.render(retry))
 
 
 @extend_schema_view(post=extend_schema(
@@ -638,10 +662,7 @@ class RunReconcileApi(TenantApi):
         summary="Reviewer: reconcile the run's in-doubt effects (stored jobs, retried)",
         parameters=[TENANT, _path("run_id")],
         request=s.ReasonSerializer,
-        responses={202: s.TaskSerializer,
-                   409: OpenApiResponse(s.OwnerLiveSerializer,
-                                        description="owner_live: the run's owner is alive"),
-                   **_errors(400, 413, 422)},
+        responses={202: s.TaskSerializer, **_errors(400, 413, 422), 409: OWNER_LIVE},
     )
     def post(self, request, tenant, run_id):
         t = self.tenant(request, tenant, roles.REVIEW)
@@ -649,9 +670,9 @@ class RunReconcileApi(TenantApi):
         queued = reconciliation.run_reconcile(actor=request.user, tenant=t, run_id=rid,
                                               reason=read_reason(request))
         requests = [reconciliation.request_get(t, r.pk) for r in queued.requests]
-        return Response({"task_id": queued.task_id, "queued": queued.dispatched,
-                         "detail": queued.detail,
-                         "requests": [s.reconcile_request_json(r) for r in requests]},
+        return Response(s.TaskSerializer.render({"task_id": queued.task_id,
+                                                 "queued": queued.dispatched,
+                                                 "detail": queued.detail, "requests": requests}),
                         status=status.HTTP_202_ACCEPTED)
 
 
@@ -668,9 +689,7 @@ class RunCloseApi(TenantApi):
         rid = url_uuid(run_id, "run")
         run = services.run_close(actor=request.user, tenant=t, run_id=rid,
                                  reason=read_reason(request))
-        return Response({"run_id": str(run.uuid), "recovery_state": run.recovery_state,
-                         "closed_at": run.closed_at.isoformat(),
-                         "closed_by": request.user.get_username()})
+        return Response(s.ClosedSerializer.render(run))
 
 
 class ConflictsAcknowledgeApi(TenantApi):
@@ -686,7 +705,7 @@ class ConflictsAcknowledgeApi(TenantApi):
         rid = url_uuid(run_id, "run")
         n = services.conflicts_acknowledge(actor=request.user, tenant=t, run_id=rid,
                                            reason=read_reason(request))
-        return Response({"acknowledged": n})
+        return Response(s.AcknowledgedSerializer.render({"acknowledged": n}))
 
 
 # --------------------------------------------------------------------------------------
@@ -711,10 +730,8 @@ class AuditEventListApi(TenantApi):
                                       before_seq=q["before_seq"], limit=limit + 1)
         more = len(events) > limit
         events = events[:limit]
-        return Response({
-            "results": [s.audit_json(e) for e in events],
-            "next": page_url(request, before_seq=str(events[-1].seq)) if more else None,
-        })
+        nxt = page_url(request, before_seq=str(events[-1].seq)) if more else None
+        return Response(s.AuditPageSerializer.render({"results": events, "next": nxt}))
 
 
 class ReportApi(TenantApi):
@@ -726,4 +743,5 @@ class ReportApi(TenantApi):
     )
     def get(self, request, tenant):
         t = self.tenant(request, tenant, roles.VIEW)
-        return Response(selectors.report(user=request.user, tenant=t))
+        numbers = selectors.report(user=request.user, tenant=t)
+        return Response(s.ReportSerializer.render(numbers))

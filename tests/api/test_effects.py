@@ -141,3 +141,28 @@ def test_it_answers_404_for_an_update_of_a_missing_effect(w, acme):
     assert r.status_code == 404
     assert snapshot() == before  # no effect, and no run for its run_id either
     assert get(w, "acme", f"effects/{uuid.uuid4()}").status_code == 404
+
+
+def test_it_fences_effect_writes_while_the_run_is_leased(w, acme):
+    """409 fenced on an effect PUT (documented beside operation_exists): an update and a
+    create with a missing or old token change nothing and are kept as conflicts."""
+    from tests.api.apihelpers import post
+
+    body = effect_body()
+    assert put_fx(w, "acme", body, create=True).status_code == 201
+    lease = post(w, "acme", f"runs/{body['run_id']}/lease", {"owner": "worker-1", "ttl_s": 60})
+    assert lease.status_code == 200
+    token = lease.json()["fencing_token"]
+    before = snapshot()
+    other = effect_body(run_id=body["run_id"], operation_key="charge:other")
+    for sent in (None, token - 1):
+        r = put_fx(w, "acme", dict(body, revision=1, state="submitted"), match=0, token=sent)
+        assert (r.status_code, r.json()) == (409, {"error": "fenced", "fencing_token": token})
+        r = put_fx(w, "acme", other, create=True, token=sent)
+        assert (r.status_code, r.json()) == (409, {"error": "fenced", "fencing_token": token})
+    after = snapshot()
+    assert (after["effects"], after["effect_revisions"]) == (before["effects"],
+                                                             before["effect_revisions"])
+    assert list(Conflict.objects.values_list("reason", flat=True)) == ["fenced"] * 4
+    r = put_fx(w, "acme", dict(body, revision=1, state="submitted"), match=0, token=token)
+    assert r.status_code == 200

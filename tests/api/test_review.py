@@ -153,6 +153,36 @@ def test_it_refuses_to_reconcile_while_the_owner_is_live_and_changes_nothing(
     assert AuditEvent.objects.count() == events
 
 
+def test_it_refuses_to_mark_an_outcome_unknown_while_the_owner_is_live(api_as, rita, in_doubt):
+    """Marking unknown waits for the owner like reconciling does: 409 owner_live
+    (documented), nothing changed."""
+    rid, eid = in_doubt  # written just now: the owner counts as live for 300 s
+    before = snapshot()
+    r = post(api_as(rita), "acme", f"effects/{eid}/mark-unknown", {"reason": "stuck?"})
+    assert r.status_code == 409, r.content
+    body = r.json()
+    assert body["error"] == "owner_live" and body["lease_expires_at"]
+    assert snapshot() == before
+
+
+def test_it_refuses_a_retry_request_while_the_owner_is_live(w, api_as, rita, in_doubt):
+    """An unknown-outcome run whose runtime took a lease again: a retry would fence a live
+    owner, so it is 409 owner_live (documented), nothing changed."""
+    rid, eid = in_doubt
+    age_world(3600)
+    assert post(api_as(rita), "acme", f"effects/{eid}/mark-unknown",
+                {"reason": "no lookup"}).status_code == 200
+    lease = post(w, "acme", f"runs/{rid}/lease", {"owner": "worker-2", "ttl_s": 600})
+    assert lease.status_code == 200
+    assert Run.objects.get(uuid=rid).recovery_state == "unknown_outcome"
+    before = snapshot()
+    r = post(api_as(rita), "acme", f"runs/{rid}/retry-requests", {"reason": "retry it"})
+    assert r.status_code == 409, r.content
+    assert r.json()["error"] == "owner_live"
+    assert r.json()["lease_expires_at"] == lease.json()["expires_at"]
+    assert snapshot() == before
+
+
 def test_it_queues_reconciliation_with_202_and_a_task_id(api_as, rita, in_doubt,
                                                           django_capture_on_commit_callbacks):
     rid, eid = in_doubt
