@@ -47,6 +47,7 @@ from .exceptions import InvalidPayload
 from .jsonparse import dumps, loads_object
 from .models import AuditChainHead, AuditEvent, AuditHashScheme, Tenant
 from .permissions import require
+from .vocab import AuditAction, TargetType
 
 SYSTEM = "system"
 GENESIS = "0" * 64
@@ -324,8 +325,8 @@ def audit_head_export(*, tenant: Tenant, actor=None) -> dict:
         require(actor, tenant, roles.MANAGE)
     keys = audit_keys()
     with transaction.atomic():
-        event = audit_record(tenant=tenant, actor=actor, action="audit.export_head",
-                             target_type="tenant", target_id=tenant.slug,
+        event = audit_record(tenant=tenant, actor=actor, action=AuditAction.AUDIT_EXPORT_HEAD,
+                             target_type=TargetType.TENANT, target_id=tenant.slug,
                              after={"key_id": keys.newest_id})
     record = {"tenant": tenant.slug, "seq": event.seq, "last_hash": event.hash,
               "exported_at": event.created_at.isoformat(), "key_id": keys.newest_id}

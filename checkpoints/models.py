@@ -15,58 +15,22 @@ from django.conf import settings
 from django.db import models
 from django.db.models import F, Q
 
+from .vocab import (
+    ConflictReason,
+    EffectClass,
+    EffectState,
+    PhaseClass,
+    ReconcileState,
+    RecoveryState,
+    RetryState,
+)
+
+__all__ = [  # the vocabulary, re-exported for the code that imported it from here
+    "ConflictReason", "EffectClass", "EffectState", "PhaseClass", "ReconcileState",
+    "RecoveryState", "RetryState",
+]
+
 MAX_REVISION = 2**63 - 1
-
-
-class RecoveryState(models.TextChoices):
-    """A run's one recovery state; precedence in ``RECOVERY_PRECEDENCE`` (DESIGN.md 4)."""
-
-    HEALTHY = "healthy"
-    AMBIGUOUS = "ambiguous"
-    CONFLICTED = "conflicted"
-    SCHEMA_MISMATCH = "schema_mismatch"
-    AWAITING_APPROVAL = "awaiting_approval"
-    RETRY_APPROVED = "retry_approved"
-    UNKNOWN_OUTCOME = "unknown_outcome"
-    COMPLETED = "completed"
-    CLOSED = "closed"
-
-
-class PhaseClass(models.TextChoices):
-    """What the kind registry makes of a payload; ``unsupported`` for unknown kinds/versions."""
-
-    STABLE = "stable"
-    IN_FLIGHT = "in_flight"
-    COMPLETED = "completed"
-    UNSUPPORTED = "unsupported"
-
-
-class EffectState(models.TextChoices):
-    """Effect states (CONTRACT.md section 3, "Effects")."""
-
-    PLANNED = "planned"
-    SUBMITTED = "submitted"
-    CONFIRMED = "confirmed"
-    FAILED = "failed"
-    UNRESOLVED = "unresolved"
-    NOT_EXECUTED = "not_executed"
-    UNKNOWN = "unknown"
-
-
-class EffectClass(models.TextChoices):
-    READ_ONLY = "read_only"
-    IDEMPOTENT = "idempotent"
-    NON_IDEMPOTENT = "non_idempotent"
-
-
-class RetryState(models.TextChoices):
-    """requested -> approved | rejected | expired; approved -> consumed (DESIGN.md 4)."""
-
-    REQUESTED = "requested"
-    APPROVED = "approved"
-    REJECTED = "rejected"
-    EXPIRED = "expired"
-    CONSUMED = "consumed"
 
 
 class EncryptedReceipt:
@@ -341,17 +305,12 @@ class Conflict(models.Model):
     a fenced create found nothing). The refused body is kept encrypted for inspection.
     """
 
-    class Reason(models.TextChoices):
-        STALE_REVISION = "stale_revision"
-        ID_EXISTS = "id_exists"
-        FENCED = "fenced"
-
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
     run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="conflicts")
-    target_type = models.CharField(max_length=16)  # "checkpoint" | "effect"
+    target_type = models.CharField(max_length=16)  # TargetType.WRITABLE
     target_uuid = models.UUIDField(help_text="the checkpoint's or effect's public id")
-    reason = models.CharField(max_length=16, choices=Reason.choices,
-                              default=Reason.STALE_REVISION)
+    reason = models.CharField(max_length=16, choices=ConflictReason.choices,
+                              default=ConflictReason.STALE_REVISION)
     expected_revision = models.BigIntegerField(null=True, blank=True)
     actual_revision = models.BigIntegerField(null=True, blank=True)
     attempted_revision = models.BigIntegerField(null=True, blank=True)
@@ -408,7 +367,7 @@ class RetryRequest(TimestampedModel):
             ),
             models.UniqueConstraint(
                 fields=["run"],
-                condition=Q(state__in=["requested", "approved"]),
+                condition=Q(state__in=[RetryState.REQUESTED, RetryState.APPROVED]),  # OPEN
                 name="retry_one_open_request_per_run",
             ),
         ]
@@ -501,21 +460,6 @@ class AuditChainHead(models.Model):
     legacy_mac = models.CharField(max_length=64, blank=True, default="")
 
 
-class ReconcileState(models.TextChoices):
-    """A reconcile request's life: queued -> running -> done, or back to queued (try
-    later), or gave_up after the attempt cap (a human decides); cancelled when the run was
-    closed or the effect settled before the look-up."""
-
-    QUEUED = "queued"
-    RUNNING = "running"
-    DONE = "done"
-    GAVE_UP = "gave_up"
-    CANCELLED = "cancelled"
-
-
-RECONCILE_OPEN_STATES = (ReconcileState.QUEUED, ReconcileState.RUNNING)
-
-
 class ReconcileRequest(TimestampedModel):
     """A durable job: reconcile one in-doubt effect through its service, by operation key.
 
@@ -554,7 +498,7 @@ class ReconcileRequest(TimestampedModel):
         ordering = ["-created_at", "-id"]
         constraints = [
             models.UniqueConstraint(
-                fields=["effect"], condition=Q(state__in=["queued", "running"]),
+                fields=["effect"], condition=Q(state__in=list(ReconcileState.OPEN)),
                 name="reconcile_one_open_request_per_effect"),
             models.CheckConstraint(condition=Q(state__in=ReconcileState.values),
                                    name="reconcile_state_valid"),

@@ -63,21 +63,31 @@ from .models import (
     Conflict,
     Effect,
     EffectRevision,
-    EffectState,
     ReconcileAttempt,
     RetryRequest,
-    RetryState,
     Run,
     Tenant,
     encrypt_receipt,
 )
 from .permissions import forget_perms, require, tenant_perms
 from .reconciliation import run_reconcile  # noqa: F401 - the reviewer's reconcile action
+from .vocab import (
+    AuditAction,
+    ConflictReason,
+    EffectClass,
+    EffectSource,
+    EffectState,
+    PhaseClass,
+    ReconcileState,
+    RecoveryState,
+    RetryOutcome,
+    RetryState,
+    TargetType,
+)
 
 User = get_user_model()
 
 SYSTEM = "system"
-U64_MAX = 2**64 - 1
 U32_MAX = 2**32 - 1
 HEX64_RE = re.compile(r"^[0-9a-fA-F]{64}\Z")
 
@@ -125,7 +135,7 @@ def tenant_create(*, slug: str, name: str = "", actor=None) -> Tenant:
         if Tenant.objects.filter(slug=slug).exists():
             raise InvalidPayload(f"slug: tenant {slug!r} already exists")
         tenant = Tenant.objects.create(slug=slug, name=name or slug)
-        audit_record(tenant=tenant, actor=actor, action="tenant.create", target_type="tenant",
+        audit_record(tenant=tenant, actor=actor, action=AuditAction.TENANT_CREATE, target_type=TargetType.TENANT,
                      target_id=tenant.slug, after={"slug": slug, "name": tenant.name})
     return tenant
 
@@ -170,7 +180,7 @@ def role_grant(*, actor, tenant: Tenant, user, role: str) -> None:
                 assign_perm(f"checkpoints.{codename}", group, tenant)
         user.groups.add(group)
         forget_perms(user)
-        audit_record(tenant=tenant, actor=actor, action="role.grant", target_type="account",
+        audit_record(tenant=tenant, actor=actor, action=AuditAction.ROLE_GRANT, target_type=TargetType.ACCOUNT,
                      target_id=user.get_username(), after={"role": role})
 
 
@@ -197,7 +207,7 @@ def role_revoke(*, actor, tenant: Tenant, user, role: str) -> None:
                 f"role: {user.get_username()} holds no {role} role in {tenant.slug}")
         user.groups.remove(group)
         forget_perms(user)
-        audit_record(tenant=tenant, actor=actor, action="role.revoke", target_type="account",
+        audit_record(tenant=tenant, actor=actor, action=AuditAction.ROLE_REVOKE, target_type=TargetType.ACCOUNT,
                      target_id=user.get_username(), before={"role": role},
                      after={"roles": _roles_in(user, tenant)})
 
@@ -234,7 +244,7 @@ def tenant_set_ambiguity_threshold(*, actor, tenant: Tenant, seconds: int) -> Te
         before = Tenant.objects.select_for_update().get(pk=tenant.pk).ambiguity_threshold_s
         Tenant.objects.filter(pk=tenant.pk).update(ambiguity_threshold_s=seconds)
         tenant.ambiguity_threshold_s = seconds
-        audit_record(tenant=tenant, actor=actor, action="tenant.threshold", target_type="tenant",
+        audit_record(tenant=tenant, actor=actor, action=AuditAction.TENANT_THRESHOLD, target_type=TargetType.TENANT,
                      target_id=tenant.slug, before={"ambiguity_threshold_s": before},
                      after={"ambiguity_threshold_s": seconds})
     return tenant
@@ -298,8 +308,8 @@ def tokens_revoke(*, user, actor=None) -> list[str]:
             return []
         live.update(revoked_at=NOW)
         for tenant, held in account_tenants(user):
-            audit_record(tenant=tenant, actor=actor, action="token.revoke",
-                         target_type="account", target_id=user.get_username(),
+            audit_record(tenant=tenant, actor=actor, action=AuditAction.TOKEN_REVOKE,
+                         target_type=TargetType.ACCOUNT, target_id=user.get_username(),
                          after={"revoked": prefixes, "roles": held})
     return prefixes
 
@@ -331,8 +341,8 @@ def account_deactivate(*, user, actor=None) -> dict:
         live.update(revoked_at=NOW)
         concerned = account_tenants(user)
         for tenant, held in concerned:
-            audit_record(tenant=tenant, actor=actor, action="account.deactivate",
-                         target_type="account", target_id=user.get_username(),
+            audit_record(tenant=tenant, actor=actor, action=AuditAction.ACCOUNT_DEACTIVATE,
+                         target_type=TargetType.ACCOUNT, target_id=user.get_username(),
                          before={"is_active": True, "roles": held},
                          after={"is_active": False, "tokens_revoked": prefixes})
     return {"tenants": [t.slug for t, _ in concerned], "tokens_revoked": prefixes}
@@ -382,8 +392,8 @@ def reconciler_configure(*, actor, tenant: Tenant, service: str, plugin: str, ur
                           "settle_delay_s": settle_delay_s})
             after = {"plugin": plugin, "url": url, "timeout_s": timeout_s,
                      "settle_delay_s": settle_delay_s}
-        audit_record(tenant=tenant, actor=actor, action="reconciler.configure",
-                     target_type="service", target_id=service[:64], before=before,
+        audit_record(tenant=tenant, actor=actor, action=AuditAction.RECONCILER_CONFIGURE,
+                     target_type=TargetType.SERVICE, target_id=service[:64], before=before,
                      after=after)
     return row
 
@@ -527,12 +537,12 @@ def _record_fenced(exc: Fenced, *, tenant, actor, target_type: str, target_id, e
                .filter(pk=exc.run_pk).first())
         if run is None:  # the run was new in the rolled-back write: nothing to attach to
             return
-        model = Checkpoint if target_type == "checkpoint" else Effect
+        model = Checkpoint if target_type == TargetType.CHECKPOINT else Effect
         actual = (model.objects.filter(tenant=tenant, uuid=target_id)
                   .values_list("revision", flat=True).first())
         _record_conflict(tenant=tenant, run=run, actor=actor, target_type=target_type,
                          target_id=target_id, expected=expected, actual=actual,
-                         attempted=attempted, refused=refused, reason=Conflict.Reason.FENCED,
+                         attempted=attempted, refused=refused, reason=ConflictReason.FENCED,
                          token_sent=token)
 
 
@@ -547,23 +557,23 @@ def run_facts(run: Run, now: datetime | None = None) -> policy.RunFacts:
     now = now or _now_for(run)
     counts = dict(
         Effect.objects.filter(run=run)
-        .exclude(state__in=["unknown", "not_executed"], retry_authorized_by__isnull=False)
+        .exclude(state__in=EffectState.NEEDS_RETRY, retry_authorized_by__isnull=False)
         .values_list("state").annotate(n=Count("pk")).values_list("state", "n")
     )
     labels: dict[str, list[str]] = {}
-    if any(counts.get(state) for state in ("submitted", "unresolved", "unknown")):
+    if any(counts.get(state) for state in EffectState.DOUBTFUL):
         for state, service, key in (
-            Effect.objects.filter(run=run, state__in=["submitted", "unresolved", "unknown"],
+            Effect.objects.filter(run=run, state__in=EffectState.DOUBTFUL,
                                   retry_authorized_by__isnull=True)
             .order_by("created_at", "id").values_list("state", "service", "operation_key")[:20]
         ):
             group = labels.setdefault(state, [])
             if len(group) < 3:
                 group.append(f"{service} {key if len(key) <= 80 else key[:79] + '…'}")
-    open_retry = (RetryRequest.objects.filter(run=run, state__in=["requested", "approved"])
+    open_retry = (RetryRequest.objects.filter(run=run, state__in=RetryState.OPEN)
                   .values_list("state", flat=True).first())
     schema_error = ""
-    if run.phase_class == "unsupported":
+    if run.phase_class == PhaseClass.UNSUPPORTED:
         schema_error = run.phase_label
     return policy.RunFacts(
         now=now,
@@ -617,19 +627,19 @@ def _record_conflict(*, tenant, run: Run, actor, target_type: str, target_id, ex
                      actual: int | None, attempted: int | None, refused: str,
                      reason: str | None = None, token_sent: int | None = None) -> None:
     if reason is None:
-        reason = Conflict.Reason.ID_EXISTS if expected is None else Conflict.Reason.STALE_REVISION
+        reason = ConflictReason.ID_EXISTS if expected is None else ConflictReason.STALE_REVISION
     Conflict.objects.create(
         tenant=tenant, run=run, target_type=target_type, target_uuid=target_id, reason=reason,
         expected_revision=expected, actual_revision=actual, attempted_revision=attempted,
         fencing_token_sent=token_sent,
-        fencing_token_current=run.fencing_token if reason == Conflict.Reason.FENCED else None,
+        fencing_token_current=run.fencing_token if reason == ConflictReason.FENCED else None,
         writer=actor, writer_name=_actor_name(actor),
         refused_ciphertext=crypto.encrypt_text(refused) if refused else "",
     )
     Run.objects.filter(pk=run.pk).update(unacknowledged_conflicts=F("unacknowledged_conflicts") + 1)
     run.refresh_from_db(fields=["unacknowledged_conflicts"])
     run_refresh_state(run)
-    audit_record(tenant=tenant, actor=actor, action=f"{target_type}.conflict",
+    audit_record(tenant=tenant, actor=actor, action=AuditAction.CONFLICT[target_type],
                  target_type=target_type, target_id=target_id, run_id=run.uuid,
                  before={"current_revision": actual},
                  after={"reason": reason, "expected_revision": expected,
@@ -673,7 +683,7 @@ def checkpoint_put(
         checkpoint = _checkpoint_cas(actor, tenant, envelope, expected_revision, fencing_token,
                                      cls, phase_label, ciphertext, size)
     except Fenced as exc:
-        _record_fenced(exc, tenant=tenant, actor=actor, target_type="checkpoint",
+        _record_fenced(exc, tenant=tenant, actor=actor, target_type=TargetType.CHECKPOINT,
                        target_id=envelope.checkpoint_id, expected=expected_revision,
                        attempted=envelope.revision, token=fencing_token,
                        refused=dumps(_envelope_json(envelope)))
@@ -742,7 +752,7 @@ def _checkpoint_cas(actor, tenant, envelope, expected_revision, fencing_token, c
 
         if conflict_at is not None:
             _record_conflict(
-                tenant=tenant, run=run, actor=actor, target_type="checkpoint",
+                tenant=tenant, run=run, actor=actor, target_type=TargetType.CHECKPOINT,
                 target_id=envelope.checkpoint_id, expected=expected_revision, actual=conflict_at,
                 attempted=envelope.revision, refused=dumps(_envelope_json(envelope)),
             )
@@ -768,7 +778,7 @@ def _checkpoint_cas(actor, tenant, envelope, expected_revision, fencing_token, c
             if reopened:
                 after["reopened"] = True
             audit_record(
-                tenant=tenant, actor=actor, action="checkpoint.write", target_type="checkpoint",
+                tenant=tenant, actor=actor, action=AuditAction.CHECKPOINT_WRITE, target_type=TargetType.CHECKPOINT,
                 target_id=envelope.checkpoint_id, run_id=run.uuid,
                 before=None if expected_revision is None else {"revision": expected_revision},
                 after=after,
@@ -802,15 +812,15 @@ def checkpoint_envelope(checkpoint: Checkpoint | CheckpointRevision, *, run_id=N
 
 
 def payload_reveal(*, actor, tenant: Tenant, checkpoint: Checkpoint, revision: int | None = None,
-                   reason: str = "", action: str = "payload.reveal") -> dict:
+                   reason: str = "", action: str = AuditAction.PAYLOAD_REVEAL) -> dict:
     """Decrypt one revision's envelope for ``actor``; audited in the same transaction.
 
     Needs ``reveal_payload`` (reviewer, approver, admin) or, for the runtime's own
-    ``GET`` of a checkpoint, ``write_runs`` (``action="payload.read"``).
+    ``GET`` of a checkpoint, ``write_runs`` (``action=AuditAction.PAYLOAD_READ``).
     Raises ``Forbidden``/``NotFound`` as ``permissions.require``; ``NotFound`` for a
     revision that does not exist.
     """
-    require(actor, tenant, roles.WRITE if action == "payload.read" else roles.REVEAL)
+    require(actor, tenant, roles.WRITE if action == AuditAction.PAYLOAD_READ else roles.REVEAL)
     with transaction.atomic():
         if revision is None or revision == checkpoint.revision:
             source = Checkpoint.objects.select_related("run").get(pk=checkpoint.pk)
@@ -821,7 +831,7 @@ def payload_reveal(*, actor, tenant: Tenant, checkpoint: Checkpoint, revision: i
                 raise NotFound(f"revision {revision} does not exist")
             envelope = checkpoint_envelope(rev, run_id=checkpoint.run.uuid,
                                            checkpoint_id=checkpoint.uuid)
-        audit_record(tenant=tenant, actor=actor, action=action, target_type="checkpoint",
+        audit_record(tenant=tenant, actor=actor, action=action, target_type=TargetType.CHECKPOINT,
                      target_id=checkpoint.uuid, run_id=checkpoint.run.uuid,
                      reason=reason, after={"revision": envelope["revision"]})
     return envelope
@@ -862,8 +872,8 @@ def revisions_export(*, actor, tenant: Tenant, checkpoint: Checkpoint, after: in
         rows = list(revs.filter(revision__in=page)) if page else []
         out = [checkpoint_envelope(r, run_id=checkpoint.run.uuid,
                                    checkpoint_id=checkpoint.uuid) for r in rows]
-        audit_record(tenant=tenant, actor=actor, action="payload.export",
-                     target_type="checkpoint", target_id=checkpoint.uuid,
+        audit_record(tenant=tenant, actor=actor, action=AuditAction.PAYLOAD_EXPORT,
+                     target_type=TargetType.CHECKPOINT, target_id=checkpoint.uuid,
                      run_id=checkpoint.run.uuid,
                      after={"revisions": len(out),
                             "from": page[0] if page else None,
@@ -898,8 +908,8 @@ def receipt_reveal(*, actor, tenant: Tenant, effect_id, reason: str) -> dict:
         answer = {"id": str(effect.uuid), "run_id": str(effect.run.uuid),
                   "revision": effect.revision, "receipt": effect.receipt}
         if effect.has_receipt:
-            audit_record(tenant=tenant, actor=actor, action="receipt.reveal",
-                         target_type="effect", target_id=effect.uuid,
+            audit_record(tenant=tenant, actor=actor, action=AuditAction.RECEIPT_REVEAL,
+                         target_type=TargetType.EFFECT, target_id=effect.uuid,
                          run_id=effect.run.uuid, reason=reason,
                          after={"revision": effect.revision})
     return answer
@@ -933,7 +943,7 @@ def parse_effect(body: dict, *, url_id: uuid.UUID) -> EffectBody:
     operation_key = _str_field(body, "operation_key", 512)
     service = _str_field(body, "service", 200)
     effect_class = body.get("effect_class")
-    if effect_class not in {"read_only", "idempotent", "non_idempotent"}:
+    if effect_class not in EffectClass.values:
         raise InvalidPayload("effect_class: must be read_only, idempotent or non_idempotent")
     fp = body.get("request_fingerprint")
     if not isinstance(fp, str) or not HEX64_RE.match(fp):
@@ -995,14 +1005,14 @@ def effect_put(
         expected_revision >= MAX_REVISION or body.revision != expected_revision + 1
     ):
         raise InvalidPayload(f"revision: must be {expected_revision + 1} (If-Match + 1)")
-    if body.state == "confirmed" and body.receipt is None:
+    if body.state == EffectState.CONFIRMED and body.receipt is None:
         raise InvalidPayload("receipt: required when state is confirmed")
     refused = dumps({"id": str(body.effect_id), "revision": body.revision, "state": body.state,
                      "operation_key": body.operation_key, "service": body.service})
     try:
         effect = _effect_cas(actor, tenant, body, expected_revision, fencing_token, refused)
     except Fenced as exc:
-        _record_fenced(exc, tenant=tenant, actor=actor, target_type="effect",
+        _record_fenced(exc, tenant=tenant, actor=actor, target_type=TargetType.EFFECT,
                        target_id=body.effect_id, expected=expected_revision,
                        attempted=body.revision, token=fencing_token, refused=refused)
         raise
@@ -1021,7 +1031,7 @@ def _effect_cas(actor, tenant, body, expected_revision, fencing_token, refused):
         if expected_revision is not None and existing is None:
             raise NotFound("no such effect")
         if existing is None:
-            if body.state != "planned":
+            if body.state != EffectState.PLANNED:
                 raise InvalidTransition("state: a new effect starts as planned")
             _check_operation_key(tenant, body)
             run = _lock_run(tenant, body.run_id, create=True)
@@ -1033,7 +1043,7 @@ def _effect_cas(actor, tenant, body, expected_revision, fencing_token, refused):
                         tenant=tenant, run=run, uuid=body.effect_id, revision=0,
                         operation_key=body.operation_key, service=body.service,
                         effect_class=body.effect_class,
-                        request_fingerprint=body.request_fingerprint, state="planned",
+                        request_fingerprint=body.request_fingerprint, state=EffectState.PLANNED,
                         receipt=body.receipt, state_changed_at=now,
                         request_ciphertext=(crypto.encrypt_text(body.request_json)
                                             if body.request_json else ""),
@@ -1065,16 +1075,16 @@ def _effect_cas(actor, tenant, body, expected_revision, fencing_token, refused):
             else:
                 effect = _effect_transition(
                     existing, expected_revision=expected_revision, to_state=body.state,
-                    receipt=body.receipt, by=policy.RUNTIME, actor=actor, now=now)
+                    receipt=body.receipt, by=EffectSource.RUNTIME, actor=actor, now=now)
                 if effect is None:
                     conflict_at = Effect.objects.get(pk=existing.pk).revision
         if conflict_at is not None:
-            _record_conflict(tenant=tenant, run=run, actor=actor, target_type="effect",
+            _record_conflict(tenant=tenant, run=run, actor=actor, target_type=TargetType.EFFECT,
                              target_id=body.effect_id, expected=expected_revision,
                              actual=conflict_at, attempted=body.revision, refused=refused)
         else:
             if expected_revision is None:
-                _effect_history(effect, actor=actor, source="runtime")
+                _effect_history(effect, actor=actor, source=EffectSource.RUNTIME)
             Run.objects.filter(pk=run.pk).update(last_write_at=now)
             run.last_write_at = now
             reopened = _reopen(run)
@@ -1084,7 +1094,7 @@ def _effect_cas(actor, tenant, body, expected_revision, fencing_token, refused):
             if reopened:
                 after["reopened"] = True
             audit_record(
-                tenant=tenant, actor=actor, action="effect.write", target_type="effect",
+                tenant=tenant, actor=actor, action=AuditAction.EFFECT_WRITE, target_type=TargetType.EFFECT,
                 target_id=body.effect_id, run_id=run.uuid,
                 before=None if expected_revision is None else {"revision": expected_revision},
                 after=after,
@@ -1115,19 +1125,19 @@ def _effect_transition(effect: Effect, *, expected_revision: int, to_state: str,
     from_state = effect.state
     attempt = effect.attempt
     retry_clear = False
-    if from_state in {"unknown", "not_executed"} and to_state == "planned":
+    if from_state in EffectState.NEEDS_RETRY and to_state == EffectState.PLANNED:
         if effect.retry_authorized_by_id is None:
             raise InvalidTransition(
                 f"state: {from_state} -> planned needs an approved, consumed retry")
-        by, attempt, retry_clear = policy.RETRY, attempt + 1, True
+        by, attempt, retry_clear = EffectSource.RETRY, attempt + 1, True
     if not policy.transition_allowed(from_state, to_state, by):
         raise InvalidTransition(f"state: {from_state} -> {to_state} is not allowed ({by})")
-    if to_state == "confirmed" and receipt is None:
+    if to_state == EffectState.CONFIRMED and receipt is None:
         raise InvalidPayload("receipt: required when state is confirmed")
     fields = dict(revision=expected_revision + 1, state=to_state,
                   receipt_ciphertext=encrypt_receipt(receipt), attempt=attempt,
                   state_changed_at=now, updated_at=now)
-    if to_state == "submitted":
+    if to_state == EffectState.SUBMITTED:
         fields["submitted_at"] = now
     if retry_clear:
         fields["retry_authorized_by"] = None
@@ -1136,7 +1146,8 @@ def _effect_transition(effect: Effect, *, expected_revision: int, to_state: str,
         return None
     for key, value in fields.items():
         setattr(effect, key, value)
-    source = {policy.RUNTIME: "runtime", policy.RETRY: "runtime"}.get(by, by)
+    # The consumed retry re-plans on the runtime's resume: its history says runtime.
+    source = EffectSource.RUNTIME if by == EffectSource.RETRY else by
     _effect_history(effect, actor=actor, source=source)
     return effect
 
@@ -1180,7 +1191,7 @@ def lease_acquire(*, actor, tenant: Tenant, run_id: uuid.UUID, owner: str, ttl_s
                  "expires_at": run.lease_expires_at.isoformat()}
         if reopened:
             after["reopened"] = True
-        audit_record(tenant=tenant, actor=actor, action="lease.acquire", target_type="run",
+        audit_record(tenant=tenant, actor=actor, action=AuditAction.LEASE_ACQUIRE, target_type=TargetType.RUN,
                      target_id=run.uuid, run_id=run.uuid, before=before, after=after)
     return run
 
@@ -1233,7 +1244,8 @@ def resume_claim(*, actor, tenant: Tenant, run_id: uuid.UUID, asked: dict[str, s
         now = run.db_now
         decision = policy.resume_decision(run_facts(run, now), asked)
         if decision.consume_retry:
-            retry = RetryRequest.objects.select_for_update().get(run=run, state="approved")
+            retry = RetryRequest.objects.select_for_update().get(run=run,
+                                                                 state=RetryState.APPROVED)
             run.fencing_token += 1
             run.lease_owner = ""
             run.lease_expires_at = None
@@ -1248,17 +1260,17 @@ def resume_claim(*, actor, tenant: Tenant, run_id: uuid.UUID, asked: dict[str, s
             # One that became unknown/not_executed after the approval (a zombie owner sent
             # it meanwhile) waits for a new retry whose preview names it: no duplicate that
             # nobody accepted. (An approval recorded without a preview authorises all.)
-            again = Effect.objects.filter(run=run, state__in=["unknown", "not_executed"])
+            again = Effect.objects.filter(run=run, state__in=EffectState.NEEDS_RETRY)
             if retry.approved_preview is not None:
                 again = again.filter(uuid__in=[
                     row["effect_id"] for row in retry.approved_preview
-                    if row.get("outcome") in ("submit_again", "possible_duplicate")])
+                    if row.get("outcome") in RetryOutcome.SENT_AGAIN])
             again.update(retry_authorized_by=retry)
             run_refresh_state(run, now)
-            audit_record(tenant=tenant, actor=actor, action="retry.consume",
-                         target_type="retry_request", target_id=retry.pk, run_id=run.uuid,
-                         before={"state": "approved"},
-                         after={"state": "consumed", "fencing_token": run.fencing_token})
+            audit_record(tenant=tenant, actor=actor, action=AuditAction.RETRY_CONSUME,
+                         target_type=TargetType.RETRY_REQUEST, target_id=retry.pk, run_id=run.uuid,
+                         before={"state": RetryState.APPROVED},
+                         after={"state": RetryState.CONSUMED, "fencing_token": run.fencing_token})
         return _resume_answer(run, decision)
 
 
@@ -1273,7 +1285,6 @@ def _get_run(tenant: Tenant, run_id) -> Run:
     return run
 
 
-RETRYABLE_STATES = frozenset({"ambiguous", "unknown_outcome"})
 
 
 def retry_request(*, actor, tenant: Tenant, run_id: uuid.UUID, reason: str) -> RetryRequest:
@@ -1290,28 +1301,28 @@ def retry_request(*, actor, tenant: Tenant, run_id: uuid.UUID, reason: str) -> R
         # Judge the run as it is now (database clock), not as the last sweep left it: an
         # owner that went quiet since is gone, whether or not a sweeper ran.
         run_refresh_state(run)
-        if RetryRequest.objects.filter(run=run, state__in=["requested", "approved"]).exists():
+        if RetryRequest.objects.filter(run=run, state__in=RetryState.OPEN).exists():
             raise InvalidTransition("run: a retry request is already open")
         # A retry fences the current owner, so it is offered only for runs a human must
         # decide; and never over an effect still in doubt, which reconciliation (or
         # "mark unknown") must settle first, or the approval would be spent on it.
-        if run.recovery_state not in RETRYABLE_STATES:
+        if run.recovery_state not in RecoveryState.RETRYABLE:
             raise InvalidTransition(
                 f"run: a retry is for ambiguous or unknown-outcome runs; this run is "
                 f"{run.recovery_state}")
         # A retry fences the owner: never over one that is alive (it may come back).
         require_owner_gone(run, run_facts(run), "request a retry")
-        if Effect.objects.filter(run=run, state__in=["submitted", "unresolved"]).exists():
+        if Effect.objects.filter(run=run, state__in=EffectState.IN_DOUBT).exists():
             raise InvalidTransition(
                 "run: an effect is still in doubt; reconcile it or mark it unknown first")
         retry = RetryRequest.objects.create(tenant=tenant, run=run, requested_by=actor,
                                             reason=reason)
         before = run.recovery_state
         run_refresh_state(run)
-        audit_record(tenant=tenant, actor=actor, action="retry.request",
-                     target_type="retry_request", target_id=retry.pk, run_id=run.uuid,
+        audit_record(tenant=tenant, actor=actor, action=AuditAction.RETRY_REQUEST,
+                     target_type=TargetType.RETRY_REQUEST, target_id=retry.pk, run_id=run.uuid,
                      reason=reason, before={"recovery_state": before},
-                     after={"state": "requested", "recovery_state": run.recovery_state,
+                     after={"state": RetryState.REQUESTED, "recovery_state": run.recovery_state,
                             "preview": retry_preview(run)})
     return retry
 
@@ -1360,9 +1371,9 @@ def _retry_decide(*, actor, tenant: Tenant, retry_id: int, reason: str, approve:
         if approve:
             after["preview"] = retry.approved_preview
         audit_record(tenant=tenant, actor=actor,
-                     action="retry.approve" if approve else "retry.reject",
-                     target_type="retry_request", target_id=retry.pk, run_id=run.uuid,
-                     reason=reason, before={"state": "requested"}, after=after)
+                     action=AuditAction.RETRY_APPROVE if approve else AuditAction.RETRY_REJECT,
+                     target_type=TargetType.RETRY_REQUEST, target_id=retry.pk, run_id=run.uuid,
+                     reason=reason, before={"state": RetryState.REQUESTED}, after=after)
     return retry
 
 
@@ -1400,16 +1411,16 @@ def effect_mark_unknown(*, actor, tenant: Tenant, effect_id: uuid.UUID, reason: 
         require_owner_gone(run, run_facts(run), "mark an outcome unknown")
         effect.refresh_from_db()
         before = {"state": effect.state, "revision": effect.revision}
-        moved = _effect_transition(effect, expected_revision=effect.revision, to_state="unknown",
-                                   receipt=effect.receipt, by=policy.REVIEWER, actor=actor,
+        moved = _effect_transition(effect, expected_revision=effect.revision, to_state=EffectState.UNKNOWN,
+                                   receipt=effect.receipt, by=EffectSource.REVIEWER, actor=actor,
                                    now=run.db_now)
         if moved is None:  # cannot happen under the run lock; kept as a guard
             raise StaleRevision(Effect.objects.get(pk=effect.pk).revision)
         run_refresh_state(run)
-        audit_record(tenant=tenant, actor=actor, action="effect.mark_unknown",
-                     target_type="effect", target_id=effect.uuid, run_id=run.uuid,
+        audit_record(tenant=tenant, actor=actor, action=AuditAction.EFFECT_MARK_UNKNOWN,
+                     target_type=TargetType.EFFECT, target_id=effect.uuid, run_id=run.uuid,
                      reason=reason, before=before,
-                     after={"state": "unknown", "revision": moved.revision})
+                     after={"state": EffectState.UNKNOWN, "revision": moved.revision})
     return moved
 
 
@@ -1427,23 +1438,23 @@ def run_close(*, actor, tenant: Tenant, run_id: uuid.UUID, reason: str) -> Run:
         run = _get_run(tenant, run_id)
         if run.closed_at is not None:
             raise InvalidTransition("run: already closed")
-        if run.recovery_state == "completed":
+        if run.recovery_state == RecoveryState.COMPLETED:
             raise InvalidTransition("run: it completed; there is nothing to close")
         now = run.db_now
         before = run.recovery_state
         expired = RetryRequest.objects.filter(
-            run=run, state__in=["requested", "approved"]).update(
+            run=run, state__in=RetryState.OPEN).update(
             state=RetryState.EXPIRED, decided_at=now)
-        from .models import ReconcileRequest, ReconcileState
+        from .models import ReconcileRequest
 
         cancelled = ReconcileRequest.objects.filter(
-            run=run, state__in=["queued", "running"]).update(
+            run=run, state__in=ReconcileState.OPEN).update(
             state=ReconcileState.CANCELLED, finished_at=now, last_error="the run was closed")
         Run.objects.filter(pk=run.pk).update(closed_at=now, closed_by=actor,
                                              closed_reason=reason)
         run.closed_at, run.closed_by, run.closed_reason = now, actor, reason
         run_refresh_state(run, now)
-        audit_record(tenant=tenant, actor=actor, action="run.close", target_type="run",
+        audit_record(tenant=tenant, actor=actor, action=AuditAction.RUN_CLOSE, target_type=TargetType.RUN,
                      target_id=run.uuid, run_id=run.uuid, reason=reason,
                      before={"recovery_state": before},
                      after={"recovery_state": run.recovery_state,
@@ -1465,8 +1476,8 @@ def conflicts_acknowledge(*, actor, tenant: Tenant, run_id: uuid.UUID, reason: s
         run.unacknowledged_conflicts = 0
         before = run.recovery_state
         run_refresh_state(run, now)
-        audit_record(tenant=tenant, actor=actor, action="conflicts.acknowledge",
-                     target_type="run", target_id=run.uuid, run_id=run.uuid, reason=reason,
+        audit_record(tenant=tenant, actor=actor, action=AuditAction.CONFLICTS_ACKNOWLEDGE,
+                     target_type=TargetType.RUN, target_id=run.uuid, run_id=run.uuid, reason=reason,
                      before={"recovery_state": before, "open_conflicts": n},
                      after={"recovery_state": run.recovery_state, "open_conflicts": 0})
     return n
@@ -1489,8 +1500,9 @@ def sweep_stale_runs() -> dict[str, int]:
     re-drive's ``reconcile_redriven``.
     """
     candidates = (
-        Run.objects.filter(Q(effects__state="submitted") | Q(phase_class="in_flight"))
-        .exclude(recovery_state__in=["schema_mismatch"])
+        Run.objects.filter(Q(effects__state=EffectState.SUBMITTED)
+                           | Q(phase_class=PhaseClass.IN_FLIGHT))
+        .exclude(recovery_state=RecoveryState.SCHEMA_MISMATCH)
         .filter(closed_at__isnull=True)
         .filter(Q(lease_expires_at__lte=NOW) | Q(lease_owner="")
                 | Q(lease_expires_at__isnull=True))
@@ -1508,23 +1520,25 @@ def sweep_stale_runs() -> dict[str, int]:
             facts = run_facts(run, now)
             if not facts.owner_gone or facts.closed:
                 continue
-            for effect in Effect.objects.filter(run=run, state="submitted"):
+            for effect in Effect.objects.filter(run=run, state=EffectState.SUBMITTED):
                 moved = _effect_transition(effect, expected_revision=effect.revision,
-                                           to_state="unresolved", receipt=effect.receipt,
-                                           by=policy.SWEEP, actor=None, now=now)
+                                           to_state=EffectState.UNRESOLVED, receipt=effect.receipt,
+                                           by=EffectSource.SWEEP, actor=None, now=now)
                 if moved is not None:
                     stats["effects_unresolved"] += 1
-                    audit_record(tenant=run.tenant, actor=None, action="effect.unresolved",
-                                 target_type="effect", target_id=effect.uuid,
+                    audit_record(tenant=run.tenant, actor=None, action=AuditAction.EFFECT_UNRESOLVED,
+                                 target_type=TargetType.EFFECT, target_id=effect.uuid,
                                  run_id=run.uuid, reason="owner gone (stale-run sweep)",
-                                 before={"state": "submitted"}, after={"state": "unresolved"})
+                                 before={"state": EffectState.SUBMITTED},
+                                 after={"state": EffectState.UNRESOLVED})
             before = run.recovery_state
-            if run_refresh_state(run, now) == "ambiguous" and before != "ambiguous":
+            ambiguous = RecoveryState.AMBIGUOUS
+            if run_refresh_state(run, now) == ambiguous and before != ambiguous:
                 stats["runs_ambiguous"] += 1
-                audit_record(tenant=run.tenant, actor=None, action="run.ambiguous",
-                             target_type="run", target_id=run.uuid, run_id=run.uuid,
+                audit_record(tenant=run.tenant, actor=None, action=AuditAction.RUN_AMBIGUOUS,
+                             target_type=TargetType.RUN, target_id=run.uuid, run_id=run.uuid,
                              reason=run.recovery_reason, before={"recovery_state": before},
-                             after={"recovery_state": "ambiguous"})
+                             after={"recovery_state": ambiguous})
     stats["reconcile_redriven"] = reconciliation.redrive()
     return stats
 
@@ -1576,7 +1590,7 @@ def payloads_rotate_keys(*, batch_size: int = 500) -> dict[str, int]:
             last_pk = rows[-1][0]
     with transaction.atomic():
         for tenant in Tenant.objects.filter(pk__in=per_tenant):
-            audit_record(tenant=tenant, actor=None, action="payload.rotate_keys",
-                         target_type="tenant", target_id=tenant.slug,
+            audit_record(tenant=tenant, actor=None, action=AuditAction.PAYLOAD_ROTATE_KEYS,
+                         target_type=TargetType.TENANT, target_id=tenant.slug,
                          after={"rows": per_tenant[tenant.pk]})
     return {"rows": sum(per_tenant.values()), "tenants": len(per_tenant)}

@@ -44,11 +44,11 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect, reswap, retarget, trigger_client_event
 
-from . import kinds, reconciliation, roles, selectors, services
+from . import kinds, reconciliation, roles, selectors, services, vocab
 from .exceptions import DomainError, InvalidPayload, OwnerLive, ReasonRequired
 from .forms import (
+    ALL_TAB,
     DEFAULT_TAB,
-    INBOX_TABS,
     AuditFilterForm,
     CloseForm,
     DiffForm,
@@ -57,38 +57,33 @@ from .forms import (
     RevealForm,
     first_error,
 )
-from .models import RECONCILE_OPEN_STATES, ReconcileState, Tenant
+from .models import Tenant
 from .permissions import access_tenant, role_names, tenant_perms
 from .templatetags.dashboard import ago
+from .vocab import (
+    AuditAction,
+    EffectState,
+    PhaseClass,
+    ReconcileAnswer,
+    ReconcileState,
+    RecoveryState,
+    RetryOutcome,
+    RetryState,
+)
 
 AUDIT_CHANGED = "audit-changed"
 _SAFE_ID = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,80}\Z")
-IN_DOUBT = {"submitted", "unresolved"}
-#: Effect states nothing more is to be learnt about (``planned`` was never sent).
-SETTLED = {"planned", "confirmed", "failed", "not_executed"}
-AWAITING = "awaiting_approval"
-TAB_STATES = {s.value for s in INBOX_TABS}
-#: What ``reconciliation.dispatch`` writes into a request it could not hand to the broker.
-BROKER_DOWN = "broker unavailable"
-#: Suggestions for the audit log's action filter (what ``services`` writes).
-AUDIT_ACTIONS = (
-    "retry.request", "retry.approve", "retry.reject", "retry.consume", "effect.mark_unknown",
-    "effect.reconcile", "effect.unresolved", "run.reconcile", "run.ambiguous", "run.close",
-    "reconcile.gave_up", "reconcile.moved_on", "evidence.reveal", "receipt.reveal",
-    "conflicts.acknowledge", "payload.reveal", "payload.read", "payload.export",
-    "checkpoint.write", "checkpoint.conflict", "effect.write", "effect.conflict", "role.grant",
-    "role.revoke", "token.issue", "token.revoke", "account.deactivate",
-)
 #: What a look-up answered, in words (``ReconcileAttempt.answer``).
 ANSWER_WORDS = {
-    "found": "the service has it: it happened",
-    "failed": "the service refused it",
-    "not_executed": "the service never saw the key",
-    "cannot_tell": "could not tell (error, timeout or a bad answer)",
-    "no_lookup": "the service offers no look-up",
-    "owner_live": "not asked: the owner was live",
-    "settling": "the service had not seen the key yet: waiting for the settle delay",
-    "moved_on": "the effect had settled by other means",
+    ReconcileAnswer.FOUND: "the service has it: it happened",
+    ReconcileAnswer.FAILED: "the service refused it",
+    ReconcileAnswer.NOT_EXECUTED: "the service never saw the key",
+    ReconcileAnswer.CANNOT_TELL: "could not tell (error, timeout or a bad answer)",
+    ReconcileAnswer.NO_LOOKUP: "the service offers no look-up",
+    ReconcileAnswer.OWNER_LIVE: "not asked: the owner was live",
+    ReconcileAnswer.SETTLING: "the service had not seen the key yet: waiting for the settle "
+                              "delay",
+    ReconcileAnswer.MOVED_ON: "the effect had settled by other means",
 }
 
 
@@ -198,6 +193,9 @@ def _base_context(request: HttpRequest, tenant: Tenant | None, section: str) -> 
         "can_reveal": roles.REVEAL in perms,
         "can_review": roles.REVIEW in perms,
         "can_approve": roles.APPROVE in perms,
+        # The vocabulary for templates ({% if r.state == vocab.ReconcileState.QUEUED %}):
+        # a template compares against the enums, never a literal state.
+        "vocab": vocab,
     }
 
 
@@ -229,7 +227,7 @@ def _inbox_context(request: HttpRequest, tenant: Tenant) -> dict:
     if not request.GET.get("state"):
         state = _default_tab(request, tenant, counts)
     filters = selectors.RunFilters(
-        recovery_state=None if state == "all" else state,
+        recovery_state=None if state == ALL_TAB else state,
         kind=data["kind"] or None, subject=data["subject"] or None, age_s_min=data["age"],
     )
     rows, next_cursor = selectors.run_list(user=request.user, tenant=tenant, filters=filters,
@@ -238,11 +236,12 @@ def _inbox_context(request: HttpRequest, tenant: Tenant) -> dict:
                                ("age", request.GET.get("age", ""))) if v}
     return {
         "state": state,
+        "all_tab": ALL_TAB,
         "form": form,
         "rows": rows,
         "next_cursor": next_cursor,
         "paged": bool(data["cursor"]),
-        "tabs": [(s.value, s.label, counts.get(s.value, 0)) for s in INBOX_TABS],
+        "tabs": [(s.value, s.label, counts.get(s.value, 0)) for s in RecoveryState.INBOX_TABS],
         "total": sum(counts.values()),
         "filter_query": query,
         "known_kinds": list(kinds.registered()),
@@ -255,8 +254,8 @@ def _default_tab(request: HttpRequest, tenant: Tenant, counts: dict[str, int]) -
     tab has runs; everyone else on ``DEFAULT_TAB`` ("ambiguous")."""
     perms = tenant_perms(request.user, tenant)
     approver_only = roles.APPROVE in perms and roles.REVIEW not in perms
-    if approver_only and counts.get(AWAITING, 0):
-        return AWAITING
+    if approver_only and counts.get(RecoveryState.AWAITING_APPROVAL, 0):
+        return RecoveryState.AWAITING_APPROVAL
     return DEFAULT_TAB
 
 
@@ -323,10 +322,10 @@ def _reconcile_rows(requests) -> list[dict]:
             "effect": r.effect,
             "attempts": [{"a": a, "words": ANSWER_WORDS.get(a.answer, "")}
                          for a in r.attempt_log.all()],
-            "broker_down": queued and (BROKER_DOWN in r.last_error
+            "broker_down": queued and (reconciliation.BROKER_DOWN in r.last_error
                                        or (broker and r.dispatched_at is None)),
             "waits_for_human": (r.state == ReconcileState.GAVE_UP and latest
-                                and r.effect.state in IN_DOUBT),
+                                and r.effect.state in EffectState.IN_DOUBT),
         })
     return rows
 
@@ -334,8 +333,8 @@ def _reconcile_rows(requests) -> list[dict]:
 def _reconcile_step(in_doubt, rows: list[dict], owner: dict | None) -> str:
     """The next step while an effect is in doubt: wait for a reconciliation under way,
     wait for a live owner, decide after one gave up, or reconcile."""
-    doubtful = [r for r in rows if r["effect"].state in IN_DOUBT]
-    open_rows = [r for r in doubtful if r["req"].state in RECONCILE_OPEN_STATES]
+    doubtful = [r for r in rows if r["effect"].state in EffectState.IN_DOUBT]
+    open_rows = [r for r in doubtful if r["req"].state in ReconcileState.OPEN]
     if any(r["broker_down"] for r in open_rows):
         return ("Reconciliation is queued and will run when the worker is back (nothing is "
                 "lost); nothing to do meanwhile")
@@ -361,11 +360,11 @@ def _reconcile_step(in_doubt, rows: list[dict], owner: dict | None) -> str:
 
 #: What a reconciliation that settled an in-flight run's effect leads to, best news first.
 _RECONCILED_STEP = {
-    "confirmed": ("Reconciliation confirmed {e}: request a retry (it replays the confirmed "
+    EffectState.CONFIRMED: ("Reconciliation confirmed {e}: request a retry (it replays the confirmed "
                   "receipt; not called again) or close the run"),
-    "not_executed": ("Reconciliation found that {e} never ran: request a retry (it is "
+    EffectState.NOT_EXECUTED: ("Reconciliation found that {e} never ran: request a retry (it is "
                      "submitted again with the same key) or close the run"),
-    "failed": ("Reconciliation found that the service refused {e}: request a retry (the run "
+    EffectState.FAILED: ("Reconciliation found that the service refused {e}: request a retry (the run "
                "follows its failure path) or close the run"),
 }
 
@@ -389,37 +388,37 @@ def _next_step(detail: selectors.RunDetail, open_retry, *, reconcile_rows=(),
     retried (and finished by its runtime) or closed."""
     run, effects = detail.run, detail.effects
     state = run.recovery_state
-    in_doubt = [e for e in effects if e.state in IN_DOUBT]
-    unknown = [e for e in effects if e.state == "unknown"]
+    in_doubt = [e for e in effects if e.state in EffectState.IN_DOUBT]
+    unknown = [e for e in effects if e.state == EffectState.UNKNOWN]
     if run.closed_at is not None:
         who = run.closed_by.get_username() if run.closed_by else "a reviewer"
         return (f"Closed by {who}: nothing to do here; a new write by the runtime reopens "
                 f"it")
-    if state == "schema_mismatch":
+    if state == RecoveryState.SCHEMA_MISMATCH:
         return f"Schema mismatch: {run.recovery_reason or 'unsupported kind or schema version'}"
-    if state == AWAITING and open_retry is not None:
+    if state == RecoveryState.AWAITING_APPROVAL and open_retry is not None:
         requester = open_retry.requested_by.get_username()
         if may_decide:
             return f"Your decision: {requester} asked for this retry; read the preview, then " \
                    f"approve or reject it"
         return f"Waiting for an approver other than {requester}"
-    if state == "retry_approved":
+    if state == RecoveryState.RETRY_APPROVED:
         return "Approved: the runtime's next resume call will retry"
-    if in_doubt and state in services.RETRYABLE_STATES:
+    if in_doubt and state in RecoveryState.RETRYABLE:
         return _reconcile_step(in_doubt, list(reconcile_rows), owner)
     if unknown and open_retry is None:
         e = unknown[0]
         more = f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""
         return (f"Nobody can tell whether {e.service} ran {e.operation_key}{more}: request a "
                 f"retry (accepts a possible duplicate) or close the run")
-    if (state == "ambiguous" and run.phase_class == "in_flight" and open_retry is None
-            and all(e.state in SETTLED for e in effects)):
+    if (state == RecoveryState.AMBIGUOUS and run.phase_class == PhaseClass.IN_FLIGHT
+            and open_retry is None and all(e.state in EffectState.SETTLED for e in effects)):
         if not effects:
             return "No side effect was recorded; a retry re-runs the step, or close the run"
         return _reconciled(list(reconcile_rows)) or (
             "Every recorded effect is settled; a retry re-runs the step and replays "
             "confirmed receipts (not called again), or close the run")
-    if state == "conflicted":
+    if state == RecoveryState.CONFLICTED:
         return "Refused writes to acknowledge"
     return ""
 
@@ -429,9 +428,10 @@ def _retry_blocked(run, open_retry, in_doubt: bool) -> str:
     if run.closed_at is not None:
         return "No retry: the run is closed; a new write by the runtime reopens it."
     if open_retry is not None:
-        waits = "an approver" if open_retry.state == "requested" else "the runtime's resume"
+        waits = ("an approver" if open_retry.state == RetryState.REQUESTED
+                 else "the runtime's resume")
         return f"No new retry: request #{open_retry.pk} is open and awaits {waits}."
-    if run.recovery_state not in services.RETRYABLE_STATES:
+    if run.recovery_state not in RecoveryState.RETRYABLE:
         return (f"No retry: it is for ambiguous or unknown-outcome runs, and this one is "
                 f"{run.recovery_state.replace('_', ' ')}.")
     if in_doubt:
@@ -441,7 +441,7 @@ def _retry_blocked(run, open_retry, in_doubt: bool) -> str:
 
 def _back_link(run) -> tuple[str, str]:
     """The run page's back link: the inbox tab of the run's current state."""
-    if run.recovery_state in TAB_STATES:
+    if run.recovery_state in RecoveryState.INBOX_TABS:
         return f"?state={run.recovery_state}", f"{run.recovery_state.replace('_', ' ')} runs"
     return "", "inbox"
 
@@ -454,18 +454,19 @@ def _run_context(request: HttpRequest, tenant: Tenant, run_id, **extra) -> dict:
     run = detail.run
     closed = run.closed_at is not None
     open_retry = next((r for r in detail.retry_requests
-                       if r.state in {"requested", "approved"}), None)
-    any_in_doubt = any(e.state in IN_DOUBT for e in detail.effects)
+                       if r.state in RetryState.OPEN), None)
+    any_in_doubt = any(e.state in EffectState.IN_DOUBT for e in detail.effects)
     effects = [
         {"effect": e, "history": detail.effect_history.get(e.pk, []),
-         "can_mark_unknown": context["can_review"] and e.state in IN_DOUBT and not closed}
+         "can_mark_unknown": (context["can_review"] and e.state in EffectState.IN_DOUBT
+                              and not closed)}
         for e in detail.effects
     ]
     checkpoints = [{"cp": cp, "revisions": detail.revisions.get(cp.pk, [])}
                    for cp in detail.checkpoints]
     retries = [
         {"retry": r,
-         "can_decide": (context["can_approve"] and r.state == "requested"
+         "can_decide": (context["can_approve"] and r.state == RetryState.REQUESTED
                         and r.requested_by_id != user.pk),
          "own": r.requested_by_id == user.pk}
         for r in detail.retry_requests
@@ -493,7 +494,7 @@ def _run_context(request: HttpRequest, tenant: Tenant, run_id, **extra) -> dict:
     deciding = any(r["can_decide"] for r in retries)
     # What an approved retry would do, shown before it is requested and before approval.
     preview = services.retry_preview(run) if can_request_retry or deciding else []
-    duplicates = sum(1 for p in preview if p["outcome"] == "possible_duplicate")
+    duplicates = sum(1 for p in preview if p["outcome"] == RetryOutcome.POSSIBLE_DUPLICATE)
     back_query, back_label = _back_link(run)
     context.update(
         run=run,
@@ -518,7 +519,7 @@ def _run_context(request: HttpRequest, tenant: Tenant, run_id, **extra) -> dict:
         can_acknowledge=context["can_review"] and open_conflicts > 0,
         can_close=context["can_review"] and not closed,
         has_open_retry=open_retry is not None,
-        has_open_reconcile=any(r["req"].state in RECONCILE_OPEN_STATES for r in reconcile_rows),
+        has_open_reconcile=any(r["req"].state in ReconcileState.OPEN for r in reconcile_rows),
         show_preview=can_request_retry or deciding,
         preview=preview,
         preview_duplicates=duplicates,
@@ -857,7 +858,7 @@ def audit_log(request: HttpRequest, slug: str) -> HttpResponse:
                                ("run", str(data["run"]) if data["run"] else "")) if v}
     context = _base_context(request, tenant, "audit") | {
         "events": events[:page_size], "older": older, "form": form, "filter_query": query,
-        "paged": data["before"] is not None, "known_actions": AUDIT_ACTIONS,
+        "paged": data["before"] is not None, "known_actions": AuditAction.values,
     }
     return render(request, "checkpoints/audit.html", context)
 

@@ -12,6 +12,7 @@ import pytest
 
 from checkpoints import policy
 from checkpoints.policy import RunFacts
+from checkpoints.vocab import EffectSource
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 FRESH = NOW - timedelta(seconds=10)
@@ -181,7 +182,7 @@ def test_it_covers_every_resume_action_the_contract_names():
 # --- the effect transition table (CONTRACT.md section 3) -----------------------------------
 
 STATES = ["planned", "submitted", "confirmed", "failed", "unresolved", "not_executed", "unknown"]
-ACTORS = [policy.RUNTIME, policy.RECONCILIATION, policy.REVIEWER, policy.SWEEP, policy.RETRY]
+ACTORS = [EffectSource.RUNTIME, EffectSource.RECONCILIATION, EffectSource.REVIEWER, EffectSource.SWEEP, EffectSource.RETRY]
 ALLOWED = {
     ("planned", "submitted"): {"runtime"},
     ("submitted", "confirmed"): {"runtime", "reconciliation"},

@@ -15,7 +15,27 @@ from typing import Any
 
 from rest_framework import serializers
 
-from ..models import AuditEvent, Checkpoint, Conflict, Effect, RecoveryState, RetryRequest, Run
+from ..exceptions import Fenced, OwnerLive, StaleRevision
+from ..models import AuditEvent, Checkpoint, Conflict, Effect, RetryRequest, Run
+from ..vocab import (
+    ConflictReason,
+    EffectClass,
+    EffectState,
+    PhaseClass,
+    ReconcileAnswer,
+    ReconcileState,
+    RecoveryState,
+    ResumeAction,
+    RetryOutcome,
+    RetryState,
+    TargetType,
+)
+
+
+def _words(values) -> str:
+    """``"a, b or c"``: an enum's values for a help text."""
+    values = list(values)
+    return ", ".join(values[:-1]) + " or " + values[-1] if len(values) > 1 else "".join(values)
 
 
 def _iso(value) -> str | None:
@@ -37,14 +57,14 @@ class ErrorSerializer(serializers.Serializer):
 class ConflictErrorSerializer(serializers.Serializer):
     """412: the compare-and-swap was refused; the store holds ``current_revision``."""
 
-    error = serializers.CharField(default="conflict")
+    error = serializers.CharField(default=StaleRevision.error)
     current_revision = serializers.IntegerField()
 
 
 class FencedErrorSerializer(serializers.Serializer):
     """409: the write carried a fencing token other than the run's current one."""
 
-    error = serializers.CharField(default="fenced")
+    error = serializers.CharField(default=Fenced.error)
     fencing_token = serializers.IntegerField()
 
 
@@ -52,7 +72,7 @@ class OwnerLiveSerializer(serializers.Serializer):
     """409: reconciliation refused while the run's owner is alive; it counts as gone at
     ``lease_expires_at`` (lease expiry, or last write + the ambiguity threshold)."""
 
-    error = serializers.CharField(default="owner_live")
+    error = serializers.CharField(default=OwnerLive.error)
     detail = serializers.CharField()
     lease_expires_at = serializers.DateTimeField(allow_null=True)
 
@@ -98,7 +118,7 @@ class CheckpointMetaSerializer(serializers.Serializer):
     kind = serializers.CharField()
     schema_version = serializers.IntegerField()
     phase_class = serializers.ChoiceField(
-        choices=["stable", "in_flight", "completed", "unsupported"])
+        choices=PhaseClass.values)
     phase_label = serializers.CharField()
     updated_at_ms = serializers.IntegerField()
     received_at = serializers.DateTimeField()
@@ -127,10 +147,6 @@ def checkpoint_meta_json(cp: Checkpoint, *, run_id=None) -> dict:
 # Effects
 # --------------------------------------------------------------------------------------
 
-EFFECT_STATES = ["planned", "submitted", "confirmed", "failed", "unresolved", "not_executed",
-                 "unknown"]
-
-
 class EffectInputSerializer(serializers.Serializer):
     """``PUT …/effects/{id}`` body (CONTRACT.md section 3, "Effects")."""
 
@@ -139,10 +155,10 @@ class EffectInputSerializer(serializers.Serializer):
     revision = serializers.IntegerField(min_value=0, max_value=2**63 - 1)
     operation_key = serializers.CharField(max_length=512)
     service = serializers.CharField(max_length=200)
-    effect_class = serializers.ChoiceField(choices=["read_only", "idempotent", "non_idempotent"])
+    effect_class = serializers.ChoiceField(choices=EffectClass.values)
     request_fingerprint = serializers.RegexField(r"^[0-9a-fA-F]{64}$",
                                                  help_text="hex SHA-256 of the canonical request")
-    state = serializers.ChoiceField(choices=EFFECT_STATES)
+    state = serializers.ChoiceField(choices=EffectState.values)
     receipt = serializers.JSONField(allow_null=True, help_text="object, required for confirmed")
 
 
@@ -220,10 +236,6 @@ def effect_json(effect: Effect, *, with_receipt: bool) -> dict:
 # Runs, leases, resume
 # --------------------------------------------------------------------------------------
 
-#: Every value ``Run.recovery_state`` can hold, ``closed`` included (a reviewer's close).
-RECOVERY_STATES = list(RecoveryState.values)
-
-
 class RunSerializer(serializers.Serializer):
     """A run's metadata and materialised recovery state (never a payload)."""
 
@@ -237,7 +249,8 @@ class RunSerializer(serializers.Serializer):
     definition_version = serializers.CharField()
     phase_class = serializers.CharField()
     phase_label = serializers.CharField()
-    recovery_state = serializers.ChoiceField(choices=RECOVERY_STATES)
+    # Every value ``Run.recovery_state`` can hold, ``closed`` included (a reviewer's close).
+    recovery_state = serializers.ChoiceField(choices=RecoveryState.values)
     recovery_reason = serializers.CharField()
     state_changed_at = serializers.DateTimeField(allow_null=True)
     last_write_at = serializers.DateTimeField(allow_null=True)
@@ -278,8 +291,8 @@ class ConflictSerializer(serializers.Serializer):
     create found nothing)."""
 
     id = serializers.IntegerField()
-    reason = serializers.ChoiceField(choices=["stale_revision", "id_exists", "fenced"])
-    target_type = serializers.ChoiceField(choices=["checkpoint", "effect"])
+    reason = serializers.ChoiceField(choices=ConflictReason.values)
+    target_type = serializers.ChoiceField(choices=TargetType.WRITABLE)
     target_id = serializers.UUIDField()
     expected_revision = serializers.IntegerField(allow_null=True)
     actual_revision = serializers.IntegerField(allow_null=True)
@@ -313,7 +326,7 @@ class RetryRequestSerializer(serializers.Serializer):
     id = serializers.IntegerField()
     run_id = serializers.UUIDField()
     # A plain string (not an enum) so the schema's "state" enum stays the effect states.
-    state = serializers.CharField(help_text="requested, approved, rejected, expired or consumed")
+    state = serializers.CharField(help_text=_words(RetryState.values))
     requested_by = serializers.CharField()
     decided_by = serializers.CharField(allow_null=True)
     reason = serializers.CharField()
@@ -351,8 +364,7 @@ class ReconcileAttemptSerializer(serializers.Serializer):
     number = serializers.IntegerField()
     reconciler = serializers.CharField()
     answer = serializers.CharField(
-        help_text="found, failed, not_executed, cannot_tell, no_lookup, owner_live, "
-                  "settling or moved_on")
+        help_text=_words(ReconcileAnswer.values))
     detail = serializers.CharField()
     applied = serializers.CharField(help_text="effect state it led to, or empty")
     started_at = serializers.DateTimeField()
@@ -367,7 +379,7 @@ class ReconcileRequestSerializer(serializers.Serializer):
     effect_id = serializers.UUIDField()
     service = serializers.CharField()
     operation_key = serializers.CharField()
-    state = serializers.CharField(help_text="queued, running, done, gave_up or cancelled")
+    state = serializers.CharField(help_text=_words(ReconcileState.values))
     requested_by = serializers.CharField()
     attempts = serializers.IntegerField()
     failures = serializers.IntegerField(help_text="look-ups in a row that could not tell")
@@ -380,7 +392,7 @@ class ReconcileRequestSerializer(serializers.Serializer):
 
 
 def reconcile_request_json(r, *, attempts: bool = True) -> dict:
-    open_ = r.state in ("queued", "running")
+    open_ = r.state in ReconcileState.OPEN
     return {
         "id": r.pk,
         "task_id": str(r.task_uuid),
@@ -412,8 +424,8 @@ class RetryPreviewSerializer(serializers.Serializer):
     operation_key = serializers.CharField()
     state = serializers.CharField()
     outcome = serializers.CharField(
-        help_text="replay_receipt, stays_failed, submit, submit_again, possible_duplicate "
-                  "(accepted by the approver) or in_doubt")
+        help_text=f"{_words(RetryOutcome.values)}; {RetryOutcome.POSSIBLE_DUPLICATE} is what "
+                  f"the approver accepts")
     words = serializers.CharField()
 
 
@@ -439,8 +451,7 @@ class LeaseSerializer(serializers.Serializer):
 class ResumeSerializer(serializers.Serializer):
     """The resume decision (CONTRACT.md section 3)."""
 
-    action = serializers.ChoiceField(choices=["replay", "continue", "reject", "retry",
-                                              "reconcile"])
+    action = serializers.ChoiceField(choices=ResumeAction.values)
     reason = serializers.CharField(help_text="stable snake_case word, e.g. in_flight")
     checkpoint_id = serializers.UUIDField(allow_null=True)
     revision = serializers.IntegerField(allow_null=True)

@@ -57,6 +57,7 @@ from ..exceptions import (
 from ..jsonparse import loads_object
 from ..models import MAX_REVISION, Tenant
 from ..permissions import access_tenant, receipts_in_answers, tenant_perms
+from ..vocab import AuditAction, RetryState
 from . import params as p
 from . import serializers as s
 from .auth import BearerTokenAuthentication
@@ -220,7 +221,6 @@ CAS_HEADERS = [
                      description="the run's current fencing token; required while it is leased"),
 ]
 ERR = OpenApiResponse(s.ErrorSerializer)
-ETAG_HEADER = {"ETag": {"description": 'the stored revision, `"N"`', "schema": {"type": "string"}}}
 
 
 def _errors(*codes: int) -> dict:
@@ -283,9 +283,9 @@ class CheckpointApi(TenantApi):
         t = self.tenant(request, tenant, roles.VIEW)
         perms = tenant_perms(request.user, t)
         if roles.REVEAL in perms:
-            action = "payload.reveal"
+            action = AuditAction.PAYLOAD_REVEAL
         elif roles.WRITE in perms:
-            action = "payload.read"
+            action = AuditAction.PAYLOAD_READ
         else:
             raise Forbidden("your role may not read payloads")
         cp = selectors.checkpoint_get(user=request.user, tenant=t, checkpoint_id=checkpoint_id)
@@ -489,7 +489,7 @@ class RunDetailApi(TenantApi):
         t = self.tenant(request, tenant, roles.VIEW)
         d = selectors.run_detail(user=request.user, tenant=t, run_id=run_id)
         rid = d.run.uuid
-        open_retry = next((r for r in d.retry_requests if r.state in ("requested", "approved")),
+        open_retry = next((r for r in d.retry_requests if r.state in RetryState.OPEN),
                           None)
         for effect in d.effects:
             effect.run = d.run
