@@ -7,6 +7,15 @@ the same UUID in two tenants is two objects (CONTRACT.md section 3).
 
 Payloads (checkpoint payloads, refused writes, effect receipts and requests, reconcile
 evidence) are stored encrypted (``checkpoints.crypto``); lists read only metadata columns.
+
+Tenant scoping (issue 7, docs/tenancy.md). Every tenant-owned model's manager is a
+``TenantQuerySet``: a query on tenant data starts with ``Model.objects.for_tenant(t)``
+(one tenant, a tenant id, or the caller's tenants), or, in the few places that span
+tenants by design, with ``Model.objects.for_all_tenants(reason=...)``. A related manager
+(``run.effects``) is scoped by construction: its parent row was read scoped.
+``tests/test_tenant_scoping_lint.py`` fails on any other start (``Model.objects.filter``,
+``.get``, ``.all``, ``select_for_update`` ...) in ``checkpoints/``, and lists every
+``for_all_tenants`` use with its reason.
 """
 
 from __future__ import annotations
@@ -77,6 +86,57 @@ def encrypt_receipt(value: dict | None) -> str:
     return crypto.encrypt_text(dumps(value))
 
 
+class TenantQuerySet(models.QuerySet):
+    """The queryset (and, through ``TenantManager``, the manager) of every tenant-owned
+    model: the one way to start a query on tenant data."""
+
+    def for_tenant(self, tenants) -> TenantQuerySet:
+        """Rows of one tenant (a ``Tenant`` or its id) or of several (an iterable or a
+        queryset of tenants or ids: the caller's tenants). Raises ``TypeError`` for
+        ``None``, a bool or anything else, so a missing tenant never means "all"."""
+        if isinstance(tenants, Tenant):
+            return self.filter(tenant_id=tenants.pk)
+        if isinstance(tenants, int) and not isinstance(tenants, bool):
+            return self.filter(tenant_id=tenants)
+        if isinstance(tenants, models.QuerySet):
+            if tenants.model is not Tenant:
+                raise TypeError(f"for_tenant: a queryset of {tenants.model.__name__}, "
+                                f"not of tenants")
+            return self.filter(tenant__in=tenants)
+        if isinstance(tenants, list | tuple | set | frozenset):
+            ids = []
+            for t in tenants:
+                if isinstance(t, Tenant):
+                    ids.append(t.pk)
+                elif isinstance(t, int) and not isinstance(t, bool):
+                    ids.append(t)
+                else:
+                    raise TypeError(f"for_tenant: {type(t).__name__} is not a tenant")
+            return self.filter(tenant_id__in=ids)
+        raise TypeError(f"for_tenant: {type(tenants).__name__} is not a tenant")
+
+    def for_all_tenants(self, *, reason: str) -> TenantQuerySet:
+        """Every tenant's rows: the explicit escape hatch for what spans tenants by design
+        (the sweep, re-driving and claiming reconcile jobs, key rotation). The
+        ``reason`` (required, non-blank) documents the use; each one is listed with it in
+        ``tests/test_tenant_scoping_lint.py``. Raises ``ValueError`` without a reason."""
+        if not isinstance(reason, str) or not reason.strip():
+            raise ValueError("for_all_tenants: a reason is required")
+        return self.all()
+
+
+TenantManager = models.Manager.from_queryset(TenantQuerySet)
+
+
+class TenantOwned(models.Model):
+    """Abstract base of every tenant-owned model: ``objects`` is a ``TenantManager``."""
+
+    objects = TenantManager()
+
+    class Meta:
+        abstract = True
+
+
 class TimestampedModel(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -114,7 +174,7 @@ class Tenant(TimestampedModel):
         return self.slug
 
 
-class Run(TimestampedModel):
+class Run(TenantOwned, TimestampedModel):
     """One execution of an agent or workflow; owns checkpoints and effects.
 
     ``recovery_state`` is materialised in the same transaction as every write that changes
@@ -167,7 +227,7 @@ class Run(TimestampedModel):
         return f"run {self.uuid}"
 
 
-class Checkpoint(models.Model):
+class Checkpoint(TenantOwned):
     """The latest accepted revision of one checkpoint envelope (runifold-core format).
 
     ``payload_ciphertext`` is the exact JSON text of the payload, encrypted. History lives
@@ -201,7 +261,7 @@ class Checkpoint(models.Model):
         return f"checkpoint {self.uuid}@{self.revision}"
 
 
-class CheckpointRevision(models.Model):
+class CheckpointRevision(TenantOwned):
     """One accepted revision of a checkpoint, kept for the timeline and diffs."""
 
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
@@ -229,7 +289,7 @@ class CheckpointRevision(models.Model):
         ]
 
 
-class Effect(EncryptedReceipt, TimestampedModel):
+class Effect(EncryptedReceipt, TenantOwned, TimestampedModel):
     """The write-ahead record of one external side effect, keyed by ``operation_key``.
 
     ``(tenant, service, operation_key)`` is unique in the database: a second effect id with
@@ -274,7 +334,7 @@ class Effect(EncryptedReceipt, TimestampedModel):
         return f"effect {self.service}:{self.operation_key} ({self.state})"
 
 
-class EffectRevision(EncryptedReceipt, models.Model):
+class EffectRevision(EncryptedReceipt, TenantOwned):
     """One accepted revision of an effect record: who moved it to which state, and when
     (its ``receipt`` encrypted, as on ``Effect``)."""
 
@@ -295,7 +355,7 @@ class EffectRevision(EncryptedReceipt, models.Model):
         ]
 
 
-class Conflict(models.Model):
+class Conflict(TenantOwned):
     """A write the store refused: kept and shown until a reviewer acknowledges it.
 
     ``reason``: ``stale_revision`` (the writer's expected revision was not the current
@@ -332,7 +392,7 @@ class Conflict(models.Model):
         indexes = [models.Index(fields=["run", "acknowledged_at"], name="conflict_run_ack_idx")]
 
 
-class RetryRequest(TimestampedModel):
+class RetryRequest(TenantOwned, TimestampedModel):
     """A reviewer's request to retry an in-doubt run, decided by a different approver.
 
     The database refuses ``decided_by == requested_by`` (four eyes), and at most one
@@ -397,7 +457,7 @@ class AuditHashScheme(models.IntegerChoices):
     HMAC_SHA256 = 2, "hmac-sha256"
 
 
-class AuditEvent(models.Model):
+class AuditEvent(TenantOwned):
     """Append-only, per-tenant hash-chained record of every action and payload reveal.
 
     ``actor`` is who did it (null and ``actor_name == "system"`` for the sweep and
@@ -442,7 +502,7 @@ class AuditEvent(models.Model):
         ]
 
 
-class AuditChainHead(models.Model):
+class AuditChainHead(TenantOwned):
     """The last link of a tenant's audit chain; locked FOR UPDATE to append in order.
 
     ``seq``/``last_hash`` must equal the last event's (the verifier checks it, so events
@@ -460,7 +520,7 @@ class AuditChainHead(models.Model):
     legacy_mac = models.CharField(max_length=64, blank=True, default="")
 
 
-class ReconcileRequest(TimestampedModel):
+class ReconcileRequest(TenantOwned, TimestampedModel):
     """A durable job: reconcile one in-doubt effect through its service, by operation key.
 
     Written in the same transaction as the reviewer's audit event (or the sweep's), then
@@ -509,7 +569,7 @@ class ReconcileRequest(TimestampedModel):
         return f"reconcile request {self.pk} ({self.state})"
 
 
-class ReconcileAttempt(models.Model):
+class ReconcileAttempt(TenantOwned):
     """One look-up made for a reconcile request: what the service answered, and the
     evidence (its answer, encrypted like a receipt; shown only to roles that may reveal).
 
@@ -536,7 +596,7 @@ class ReconcileAttempt(models.Model):
         ordering = ["request_id", "number"]
 
 
-class ReconcilerConfig(TimestampedModel):
+class ReconcilerConfig(TenantOwned, TimestampedModel):
     """Which reconciler answers for one service in one tenant (``reconcile.REGISTRY`` name
     or a dotted path to a class), with its options. Without a row, the
     ``RECOVERY_RECONCILERS`` environment default applies (HTTP status look-up), else none.

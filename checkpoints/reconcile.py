@@ -271,7 +271,7 @@ def reconciler_for(tenant_id: int, service: str) -> Configured:
     from .models import ReconcilerConfig
 
     settle = settings.RECOVERY_RECONCILE_SETTLE_DELAY_S
-    row = ReconcilerConfig.objects.filter(tenant_id=tenant_id, service=service).first()
+    row = ReconcilerConfig.objects.for_tenant(tenant_id).filter(service=service).first()
     if row is not None:
         try:
             cls = plugin_class(row.plugin)

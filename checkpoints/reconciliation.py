@@ -66,6 +66,8 @@ log = logging.getLogger(__name__)
 #: What ``dispatch`` writes into a request it could not hand to the broker (the run page
 #: says "queued, will run when the worker is back" for it).
 BROKER_DOWN = "broker unavailable"
+_DISPATCH = ("dispatch marks, by primary key, the requests it was handed (read scoped by "
+             "the reviewer's action, or by the sweep's re-drive)")
 # How long a claim lasts beyond the look-up's own timeout before the sweep re-drives it.
 CLAIM_MARGIN_S = 60
 
@@ -113,18 +115,21 @@ def run_reconcile(*, actor, tenant: Tenant, run_id: uuid.UUID, reason: str) -> R
         if run.closed_at is not None:
             raise InvalidTransition("run: the run is closed; a new write reopens it")
         facts = svc.run_facts(run, now)
-        in_doubt = list(Effect.objects.filter(run=run, state__in=EffectState.IN_DOUBT)
+        in_doubt = list(Effect.objects.for_tenant(run.tenant_id)
+                        .filter(run=run, state__in=EffectState.IN_DOUBT)
                         .order_by("id"))
         if not in_doubt:
             raise InvalidTransition("run: no effect is submitted or unresolved")
         svc.require_owner_gone(run, facts, "reconcile")
-        open_by_effect = {r.effect_id: r for r in ReconcileRequest.objects.select_for_update()
+        open_by_effect = {r.effect_id: r for r in ReconcileRequest.objects.for_tenant(tenant)
+                          .select_for_update()
                           .filter(effect__in=in_doubt, state__in=ReconcileState.OPEN)}
         for effect in in_doubt:
             existing = open_by_effect.get(effect.pk)
             if existing is not None:
                 if existing.state == ReconcileState.QUEUED:
-                    ReconcileRequest.objects.filter(pk=existing.pk).update(next_attempt_at=now)
+                    ReconcileRequest.objects.for_tenant(tenant).filter(pk=existing.pk).update(
+                        next_attempt_at=now)
                 outcome.requests.append(existing)
                 continue
             outcome.requests.append(ReconcileRequest.objects.create(
@@ -192,11 +197,12 @@ def dispatch(request_pks: list[int], *, countdown: float | None = None) -> Sent:
         log.warning("reconcile dispatch failed, requests %s stay queued: %s", request_pks, exc)
         why = f"{BROKER_DOWN} ({type(exc).__name__}); queued, will run when the " \
               f"worker is back"
-        ReconcileRequest.objects.filter(pk__in=request_pks, state=ReconcileState.QUEUED).update(
-            last_error=why[:500])
+        (ReconcileRequest.objects.for_all_tenants(reason=_DISPATCH)
+         .filter(pk__in=request_pks, state=ReconcileState.QUEUED).update(last_error=why[:500]))
         return Sent(False, "queued; the task queue is unavailable, so it will run when the "
                            "worker is back (nothing is lost)")
-    ReconcileRequest.objects.filter(pk__in=request_pks).update(dispatched_at=NOW)
+    (ReconcileRequest.objects.for_all_tenants(reason=_DISPATCH).filter(pk__in=request_pks)
+     .update(dispatched_at=NOW))
     return Sent(True, "queued for a worker")
 
 
@@ -207,17 +213,19 @@ def redrive(limit: int = 200) -> int:
     grace = settings.RECOVERY_RECONCILE_REDRIVE_GRACE_S if broker_configured() else 0
     stale = Q(state=ReconcileState.RUNNING, claimed_until__lt=NOW)
     with transaction.atomic():
-        reclaimed = list(ReconcileRequest.objects.select_for_update()
-                         .filter(stale).values_list("pk", flat=True)[:limit])
+        every = ReconcileRequest.objects.for_all_tenants(
+            reason="the sweep re-drives every tenant's stale or due reconcile requests")
+        reclaimed = list(every.select_for_update().filter(stale)
+                         .values_list("pk", flat=True)[:limit])
         if reclaimed:
-            ReconcileRequest.objects.filter(pk__in=reclaimed).filter(stale).update(
+            every.filter(pk__in=reclaimed).filter(stale).update(
                 state=ReconcileState.QUEUED, next_attempt_at=NOW, claimed_until=None,
                 last_error="the worker vanished during the look-up; trying again")
     due = Q(state=ReconcileState.QUEUED,
             next_attempt_at__lte=NOW - timedelta(seconds=grace) if grace else NOW)
     # A request whose worker vanished is sent now, not a grace period after this sweep.
     due |= Q(state=ReconcileState.QUEUED, pk__in=reclaimed)
-    pks = list(ReconcileRequest.objects.filter(due).order_by("next_attempt_at", "pk")
+    pks = list(every.filter(due).order_by("next_attempt_at", "pk")
                .values_list("pk", flat=True)[:limit])
     if pks:
         dispatch(pks)
@@ -235,7 +243,9 @@ def _backoff_s(failures: int) -> int:
 
 def _claim(request_pk: int) -> tuple[ReconcileRequest, datetime] | None:
     with transaction.atomic():
-        req = (ReconcileRequest.objects.select_for_update().annotate(db_now=NOW)
+        req = (ReconcileRequest.objects.for_all_tenants(reason="a worker claims the request "
+                                                        "it was handed, by primary key")
+               .select_for_update().annotate(db_now=NOW)
                .filter(pk=request_pk).first())
         if req is None:
             return None
@@ -348,8 +358,10 @@ def execute(request_pk: int) -> dict:
         return {"request": request_pk, "result": "skipped"}
     req, started = claimed
     svc = _services()
-    effect = Effect.objects.select_related("run", "tenant").get(pk=req.effect_id)
-    run = Run.objects.annotate(db_now=NOW).select_related("tenant").get(pk=req.run_id)
+    effect = (Effect.objects.for_tenant(req.tenant_id).select_related("run", "tenant")
+              .get(pk=req.effect_id))
+    run = (Run.objects.for_tenant(req.tenant_id).annotate(db_now=NOW).select_related("tenant")
+           .get(pk=req.run_id))
     facts = svc.run_facts(run)
     configured = reconcile.reconciler_for(req.tenant_id, effect.service)
     seen_attempt = effect.attempt
@@ -395,7 +407,8 @@ def _apply(req: ReconcileRequest, effect: Effect, seen_attempt: int,
     with transaction.atomic():
         run = svc._lock_run(effect.tenant, effect.run.uuid, create=False)
         now = run.db_now
-        current = ReconcileRequest.objects.select_for_update().get(pk=req.pk)
+        current = (ReconcileRequest.objects.for_tenant(req.tenant_id)
+                   .select_for_update().get(pk=req.pk))
         if current.state != ReconcileState.RUNNING or current.attempts != req.attempts:
             return {"request": req.pk, "result": "lost_claim"}
         effect.refresh_from_db()
@@ -512,13 +525,15 @@ def _finish(req: ReconcileRequest, now: datetime, *, outcome: str, state: str) -
 def requests_for_run(run: Run) -> list[ReconcileRequest]:
     """The run's reconcile requests, newest first, each with ``attempt_log`` prefetched
     and its ``effect`` loaded (for the run page and the API)."""
-    log = Prefetch("attempt_log", queryset=ReconcileAttempt.objects.defer("evidence_ciphertext"))
-    return list(ReconcileRequest.objects.filter(run=run).select_related("effect")
+    log = Prefetch("attempt_log", queryset=ReconcileAttempt.objects.for_tenant(run.tenant_id)
+                   .defer("evidence_ciphertext"))
+    return list(ReconcileRequest.objects.for_tenant(run.tenant_id)
+                .filter(run=run).select_related("effect")
                 .prefetch_related(log).order_by("-created_at", "-id")[:50])
 
 
 def request_get(tenant: Tenant, pk: int) -> ReconcileRequest:
-    req = ReconcileRequest.objects.filter(tenant=tenant, pk=pk).first()
+    req = ReconcileRequest.objects.for_tenant(tenant).filter(pk=pk).first()
     if req is None:
         raise NotFound("no such reconcile request")
     return req
@@ -535,8 +550,9 @@ def evidence_reveal(*, actor, tenant: Tenant, attempt_id: int, reason: str) -> A
     require(actor, tenant, roles.REVEAL)
     reason = svc._require_reason(reason)
     with transaction.atomic():
-        attempt = (ReconcileAttempt.objects.select_related("request__effect", "request__run")
-                   .filter(tenant=tenant, pk=attempt_id).first())
+        attempt = (ReconcileAttempt.objects.for_tenant(tenant)
+                   .select_related("request__effect", "request__run")
+                   .filter(pk=attempt_id).first())
         if attempt is None:
             raise NotFound("no such reconcile attempt")
         if not attempt.evidence_ciphertext:

@@ -379,14 +379,14 @@ def reconciler_configure(*, actor, tenant: Tenant, service: str, plugin: str, ur
                                        or not 0 <= settle_delay_s <= 86400):
         raise InvalidPayload("settle_delay_s: must be an integer in 0..86400")
     with transaction.atomic():
-        before = (ReconcilerConfig.objects.select_for_update()
-                  .filter(tenant=tenant, service=service)
+        before = (ReconcilerConfig.objects.for_tenant(tenant).select_for_update()
+                  .filter(service=service)
                   .values("plugin", "url", "timeout_s", "settle_delay_s").first())
         if plugin == "default":
-            ReconcilerConfig.objects.filter(tenant=tenant, service=service).delete()
+            ReconcilerConfig.objects.for_tenant(tenant).filter(service=service).delete()
             row, after = None, None
         else:
-            row, _ = ReconcilerConfig.objects.update_or_create(
+            row, _ = ReconcilerConfig.objects.for_tenant(tenant).update_or_create(
                 tenant=tenant, service=service,
                 defaults={"plugin": plugin, "url": url, "timeout_s": timeout_s,
                           "settle_delay_s": settle_delay_s})
@@ -480,8 +480,8 @@ def _lock_run(tenant: Tenant, run_id: uuid.UUID, *, create: bool) -> Run | None:
     The same query reads the database's clock into ``run.db_now`` (``dbclock``): every
     time this write stores or compares is that one, never the process's clock.
     """
-    locked = Run.objects.select_for_update().annotate(db_now=NOW)
-    run = locked.filter(tenant=tenant, uuid=run_id).first()
+    locked = Run.objects.for_tenant(tenant).select_for_update().annotate(db_now=NOW)
+    run = locked.filter(uuid=run_id).first()
     if run is not None:
         run.tenant = tenant  # already loaded; saves a query in run_facts
     if run is not None or not create:
@@ -491,7 +491,7 @@ def _lock_run(tenant: Tenant, run_id: uuid.UUID, *, create: bool) -> Run | None:
             Run.objects.create(tenant=tenant, uuid=run_id, last_write_at=db_now())
     except IntegrityError:
         pass  # a concurrent writer created it first; lock theirs
-    run = locked.get(tenant=tenant, uuid=run_id)
+    run = locked.get(uuid=run_id)
     run.tenant = tenant
     return run
 
@@ -501,17 +501,19 @@ def _reopen(run: Run) -> bool:
     (DESIGN.md 4). Returns whether it was closed. Caller holds the run's lock."""
     if run.closed_at is None:
         return False
-    Run.objects.filter(pk=run.pk).update(closed_at=None, closed_by=None, closed_reason="")
+    (Run.objects.for_tenant(run.tenant_id)
+     .filter(pk=run.pk).update(closed_at=None, closed_by=None, closed_reason=""))
     run.closed_at, run.closed_by, run.closed_reason = None, None, ""
     return True
 
 
 def _drop_if_empty(run: Run) -> None:
     """Delete a run that owns nothing (made by a writer that then lost a create race)."""
-    if not (Checkpoint.objects.filter(run=run).exists() or Effect.objects.filter(run=run).exists()
-            or Conflict.objects.filter(run=run).exists()
-            or RetryRequest.objects.filter(run=run).exists()):
-        Run.objects.filter(pk=run.pk).delete()
+    if not (Checkpoint.objects.for_tenant(run.tenant_id).filter(run=run).exists()
+            or Effect.objects.for_tenant(run.tenant_id).filter(run=run).exists()
+            or Conflict.objects.for_tenant(run.tenant_id).filter(run=run).exists()
+            or RetryRequest.objects.for_tenant(run.tenant_id).filter(run=run).exists()):
+        Run.objects.for_tenant(run.tenant_id).filter(pk=run.pk).delete()
 
 
 def _check_fence(run: Run, token: int | None, now: datetime) -> None:
@@ -533,12 +535,12 @@ def _record_fenced(exc: Fenced, *, tenant, actor, target_type: str, target_id, e
     """Keep a fenced write as a conflict of the leased run, in its own transaction (the
     write's transaction has rolled back), so a zombie owner shows in the inbox."""
     with transaction.atomic():
-        run = (Run.objects.select_for_update().annotate(db_now=NOW).select_related("tenant")
-               .filter(pk=exc.run_pk).first())
+        run = (Run.objects.for_tenant(tenant).select_for_update().annotate(db_now=NOW)
+               .select_related("tenant").filter(pk=exc.run_pk).first())
         if run is None:  # the run was new in the rolled-back write: nothing to attach to
             return
         model = Checkpoint if target_type == TargetType.CHECKPOINT else Effect
-        actual = (model.objects.filter(tenant=tenant, uuid=target_id)
+        actual = (model.objects.for_tenant(tenant).filter(uuid=target_id)
                   .values_list("revision", flat=True).first())
         _record_conflict(tenant=tenant, run=run, actor=actor, target_type=target_type,
                          target_id=target_id, expected=expected, actual=actual,
@@ -556,21 +558,22 @@ def run_facts(run: Run, now: datetime | None = None) -> policy.RunFacts:
     them). ``now`` defaults to the database time read with the run (``dbclock``)."""
     now = now or _now_for(run)
     counts = dict(
-        Effect.objects.filter(run=run)
+        Effect.objects.for_tenant(run.tenant_id).filter(run=run)
         .exclude(state__in=EffectState.NEEDS_RETRY, retry_authorized_by__isnull=False)
         .values_list("state").annotate(n=Count("pk")).values_list("state", "n")
     )
     labels: dict[str, list[str]] = {}
     if any(counts.get(state) for state in EffectState.DOUBTFUL):
         for state, service, key in (
-            Effect.objects.filter(run=run, state__in=EffectState.DOUBTFUL,
+            Effect.objects.for_tenant(run.tenant_id).filter(run=run, state__in=EffectState.DOUBTFUL,
                                   retry_authorized_by__isnull=True)
             .order_by("created_at", "id").values_list("state", "service", "operation_key")[:20]
         ):
             group = labels.setdefault(state, [])
             if len(group) < 3:
                 group.append(f"{service} {key if len(key) <= 80 else key[:79] + '…'}")
-    open_retry = (RetryRequest.objects.filter(run=run, state__in=RetryState.OPEN)
+    open_retry = (RetryRequest.objects.for_tenant(run.tenant_id)
+                  .filter(run=run, state__in=RetryState.OPEN)
                   .values_list("state", flat=True).first())
     schema_error = ""
     if run.phase_class == PhaseClass.UNSUPPORTED:
@@ -619,7 +622,7 @@ def run_refresh_state(run: Run, now: datetime | None = None) -> str:
         fields["state_changed_at"] = now
     for key, value in fields.items():
         setattr(run, key, value)
-    Run.objects.filter(pk=run.pk).update(**fields)
+    Run.objects.for_tenant(run.tenant_id).filter(pk=run.pk).update(**fields)
     return state
 
 
@@ -636,7 +639,8 @@ def _record_conflict(*, tenant, run: Run, actor, target_type: str, target_id, ex
         writer=actor, writer_name=_actor_name(actor),
         refused_ciphertext=crypto.encrypt_text(refused) if refused else "",
     )
-    Run.objects.filter(pk=run.pk).update(unacknowledged_conflicts=F("unacknowledged_conflicts") + 1)
+    (Run.objects.for_tenant(run.tenant_id)
+     .filter(pk=run.pk).update(unacknowledged_conflicts=F("unacknowledged_conflicts") + 1))
     run.refresh_from_db(fields=["unacknowledged_conflicts"])
     run_refresh_state(run)
     audit_record(tenant=tenant, actor=actor, action=AuditAction.CONFLICT[target_type],
@@ -699,7 +703,7 @@ def _checkpoint_cas(actor, tenant, envelope, expected_revision, fencing_token, c
     ``StaleRevision`` to raise once the conflict record has committed."""
     conflict_at: int | None = None
     with transaction.atomic():
-        existing = (Checkpoint.objects.filter(tenant=tenant, uuid=envelope.checkpoint_id)
+        existing = (Checkpoint.objects.for_tenant(tenant).filter(uuid=envelope.checkpoint_id)
                     .values("run_id", "run__uuid", "kind").first())
         if expected_revision is not None and existing is None:
             raise NotFound("no such checkpoint")
@@ -721,8 +725,8 @@ def _checkpoint_cas(actor, tenant, envelope, expected_revision, fencing_token, c
         )
         if expected_revision is None:
             if existing is not None:
-                conflict_at = Checkpoint.objects.get(
-                    tenant=tenant, uuid=envelope.checkpoint_id).revision
+                conflict_at = Checkpoint.objects.for_tenant(tenant).get(
+                    uuid=envelope.checkpoint_id).revision
             else:
                 try:
                     with transaction.atomic():
@@ -732,23 +736,23 @@ def _checkpoint_cas(actor, tenant, envelope, expected_revision, fencing_token, c
                 except IntegrityError:
                     # Lost a create race: the conflict belongs to the winner's run, and the
                     # run this call just made for itself is dropped if nothing else uses it.
-                    winner = Checkpoint.objects.select_related("run").get(
-                        tenant=tenant, uuid=envelope.checkpoint_id)
+                    winner = Checkpoint.objects.for_tenant(tenant).select_related("run").get(
+                        uuid=envelope.checkpoint_id)
                     conflict_at = winner.revision
                     if winner.run_id != run.pk:
                         _drop_if_empty(run)
                         run = _lock_run(tenant, winner.run.uuid, create=False)
         else:
             # The compare-and-swap: one conditional UPDATE; 0 rows means a stale revision.
-            updated = Checkpoint.objects.filter(
-                tenant=tenant, uuid=envelope.checkpoint_id, revision=expected_revision
+            updated = Checkpoint.objects.for_tenant(tenant).filter(
+                uuid=envelope.checkpoint_id, revision=expected_revision
             ).update(revision=envelope.revision, **fields)
             if updated != 1:
-                conflict_at = Checkpoint.objects.get(
-                    tenant=tenant, uuid=envelope.checkpoint_id).revision
+                conflict_at = Checkpoint.objects.for_tenant(tenant).get(
+                    uuid=envelope.checkpoint_id).revision
             else:
-                checkpoint = Checkpoint.objects.get(tenant=tenant,
-                                                    uuid=envelope.checkpoint_id)
+                checkpoint = Checkpoint.objects.for_tenant(tenant).get(
+                    uuid=envelope.checkpoint_id)
 
         if conflict_at is not None:
             _record_conflict(
@@ -823,10 +827,12 @@ def payload_reveal(*, actor, tenant: Tenant, checkpoint: Checkpoint, revision: i
     require(actor, tenant, roles.WRITE if action == AuditAction.PAYLOAD_READ else roles.REVEAL)
     with transaction.atomic():
         if revision is None or revision == checkpoint.revision:
-            source = Checkpoint.objects.select_related("run").get(pk=checkpoint.pk)
+            source = Checkpoint.objects.for_tenant(tenant).select_related("run").get(
+                pk=checkpoint.pk)
             envelope = checkpoint_envelope(source)
         else:
-            rev = CheckpointRevision.objects.filter(checkpoint=checkpoint, revision=revision).first()
+            rev = (CheckpointRevision.objects.for_tenant(checkpoint.tenant_id)
+                   .filter(checkpoint=checkpoint, revision=revision).first())
             if rev is None:
                 raise NotFound(f"revision {revision} does not exist")
             envelope = checkpoint_envelope(rev, run_id=checkpoint.run.uuid,
@@ -856,7 +862,8 @@ def revisions_export(*, actor, tenant: Tenant, checkpoint: Checkpoint, after: in
         raise Forbidden("your role may not read payloads")
     if max_bytes is None:
         max_bytes = 4 * settings.RECOVERY_MAX_BODY_BYTES
-    revs = CheckpointRevision.objects.filter(checkpoint=checkpoint).order_by("revision")
+    revs = (CheckpointRevision.objects.for_tenant(checkpoint.tenant_id)
+            .filter(checkpoint=checkpoint).order_by("revision"))
     if after is not None:
         revs = revs.filter(revision__gt=after)
     # Choose the page from the sizes first, so no ciphertext beyond it is read.
@@ -901,7 +908,7 @@ def receipt_reveal(*, actor, tenant: Tenant, effect_id, reason: str) -> dict:
     except ValueError:
         raise NotFound("no such effect") from None
     with transaction.atomic():
-        effect = (Effect.objects.filter(tenant=tenant, uuid=eid)
+        effect = (Effect.objects.for_tenant(tenant).filter(uuid=eid)
                   .select_related("run").first())
         if effect is None:
             raise NotFound("no such effect")
@@ -1026,7 +1033,7 @@ def _effect_cas(actor, tenant, body, expected_revision, fencing_token, refused):
     raise once the conflict record has committed."""
     conflict_at: int | None = None
     with transaction.atomic():
-        existing = Effect.objects.filter(tenant=tenant, uuid=body.effect_id).select_related(
+        existing = Effect.objects.for_tenant(tenant).filter(uuid=body.effect_id).select_related(
             "run").first()
         if expected_revision is not None and existing is None:
             raise NotFound("no such effect")
@@ -1050,7 +1057,7 @@ def _effect_cas(actor, tenant, body, expected_revision, fencing_token, refused):
                     )
             except IntegrityError:
                 # Lost a race: either the effect id or the operation key is now taken.
-                other = Effect.objects.filter(tenant=tenant, uuid=body.effect_id).first()
+                other = Effect.objects.for_tenant(tenant).filter(uuid=body.effect_id).first()
                 if other is None:
                     _check_operation_key(tenant, body)
                     raise
@@ -1077,7 +1084,7 @@ def _effect_cas(actor, tenant, body, expected_revision, fencing_token, refused):
                     existing, expected_revision=expected_revision, to_state=body.state,
                     receipt=body.receipt, by=EffectSource.RUNTIME, actor=actor, now=now)
                 if effect is None:
-                    conflict_at = Effect.objects.get(pk=existing.pk).revision
+                    conflict_at = Effect.objects.for_tenant(tenant).get(pk=existing.pk).revision
         if conflict_at is not None:
             _record_conflict(tenant=tenant, run=run, actor=actor, target_type=TargetType.EFFECT,
                              target_id=body.effect_id, expected=expected_revision,
@@ -1085,7 +1092,7 @@ def _effect_cas(actor, tenant, body, expected_revision, fencing_token, refused):
         else:
             if expected_revision is None:
                 _effect_history(effect, actor=actor, source=EffectSource.RUNTIME)
-            Run.objects.filter(pk=run.pk).update(last_write_at=now)
+            Run.objects.for_tenant(run.tenant_id).filter(pk=run.pk).update(last_write_at=now)
             run.last_write_at = now
             reopened = _reopen(run)
             run_refresh_state(run, now)
@@ -1105,7 +1112,7 @@ def _effect_cas(actor, tenant, body, expected_revision, fencing_token, refused):
 
 
 def _check_operation_key(tenant: Tenant, body: EffectBody) -> None:
-    other = Effect.objects.filter(tenant=tenant, service=body.service,
+    other = Effect.objects.for_tenant(tenant).filter(service=body.service,
                                   operation_key=body.operation_key).first()
     if other is None or other.uuid == body.effect_id:
         return
@@ -1141,7 +1148,8 @@ def _effect_transition(effect: Effect, *, expected_revision: int, to_state: str,
         fields["submitted_at"] = now
     if retry_clear:
         fields["retry_authorized_by"] = None
-    updated = Effect.objects.filter(pk=effect.pk, revision=expected_revision).update(**fields)
+    updated = (Effect.objects.for_tenant(effect.tenant_id)
+               .filter(pk=effect.pk, revision=expected_revision).update(**fields))
     if updated != 1:
         return None
     for key, value in fields.items():
@@ -1218,8 +1226,8 @@ def resume_preview(*, actor, tenant: Tenant, run_id: uuid.UUID, asked: dict[str,
     ``write_runs``.
     """
     require(actor, tenant, roles.WRITE)
-    run = (Run.objects.annotate(db_now=NOW).select_related("latest_checkpoint")
-           .filter(tenant=tenant, uuid=run_id).first())
+    run = (Run.objects.for_tenant(tenant).annotate(db_now=NOW)
+           .select_related("latest_checkpoint").filter(uuid=run_id).first())
     if run is None:
         raise NotFound("no such run")
     run.tenant = tenant
@@ -1244,7 +1252,7 @@ def resume_claim(*, actor, tenant: Tenant, run_id: uuid.UUID, asked: dict[str, s
         now = run.db_now
         decision = policy.resume_decision(run_facts(run, now), asked)
         if decision.consume_retry:
-            retry = RetryRequest.objects.select_for_update().get(run=run,
+            retry = RetryRequest.objects.for_tenant(run.tenant_id).select_for_update().get(run=run,
                                                                  state=RetryState.APPROVED)
             run.fencing_token += 1
             run.lease_owner = ""
@@ -1254,13 +1262,14 @@ def resume_claim(*, actor, tenant: Tenant, run_id: uuid.UUID, asked: dict[str, s
             run.last_write_at = now
             run.save(update_fields=["fencing_token", "lease_owner", "lease_expires_at",
                                     "last_write_at", "updated_at"])
-            RetryRequest.objects.filter(pk=retry.pk).update(
+            RetryRequest.objects.for_tenant(retry.tenant_id).filter(pk=retry.pk).update(
                 state=RetryState.CONSUMED, consumed_at=now, consumed_fencing_token=run.fencing_token)
             # Only what the approver accepted: the effects its preview showed as sent again.
             # One that became unknown/not_executed after the approval (a zombie owner sent
             # it meanwhile) waits for a new retry whose preview names it: no duplicate that
             # nobody accepted. (An approval recorded without a preview authorises all.)
-            again = Effect.objects.filter(run=run, state__in=EffectState.NEEDS_RETRY)
+            again = (Effect.objects.for_tenant(run.tenant_id)
+                     .filter(run=run, state__in=EffectState.NEEDS_RETRY))
             if retry.approved_preview is not None:
                 again = again.filter(uuid__in=[
                     row["effect_id"] for row in retry.approved_preview
@@ -1301,7 +1310,8 @@ def retry_request(*, actor, tenant: Tenant, run_id: uuid.UUID, reason: str) -> R
         # Judge the run as it is now (database clock), not as the last sweep left it: an
         # owner that went quiet since is gone, whether or not a sweeper ran.
         run_refresh_state(run)
-        if RetryRequest.objects.filter(run=run, state__in=RetryState.OPEN).exists():
+        if (RetryRequest.objects.for_tenant(run.tenant_id)
+            .filter(run=run, state__in=RetryState.OPEN).exists()):
             raise InvalidTransition("run: a retry request is already open")
         # A retry fences the current owner, so it is offered only for runs a human must
         # decide; and never over an effect still in doubt, which reconciliation (or
@@ -1312,7 +1322,8 @@ def retry_request(*, actor, tenant: Tenant, run_id: uuid.UUID, reason: str) -> R
                 f"{run.recovery_state}")
         # A retry fences the owner: never over one that is alive (it may come back).
         require_owner_gone(run, run_facts(run), "request a retry")
-        if Effect.objects.filter(run=run, state__in=EffectState.IN_DOUBT).exists():
+        if (Effect.objects.for_tenant(run.tenant_id)
+            .filter(run=run, state__in=EffectState.IN_DOUBT).exists()):
             raise InvalidTransition(
                 "run: an effect is still in doubt; reconcile it or mark it unknown first")
         retry = RetryRequest.objects.create(tenant=tenant, run=run, requested_by=actor,
@@ -1333,7 +1344,8 @@ def retry_preview(run: Run) -> list[dict]:
     words}]``, oldest effect first. ``possible_duplicate`` rows are what the approver
     accepts. Shown before the request and the approval, and stored in both audit events.
     """
-    rows = (Effect.objects.filter(run=run, retry_authorized_by__isnull=True)
+    rows = (Effect.objects.for_tenant(run.tenant_id)
+            .filter(run=run, retry_authorized_by__isnull=True)
             .order_by("created_at", "id")
             .values_list("uuid", "service", "operation_key", "state"))
     out = []
@@ -1348,11 +1360,12 @@ def _retry_decide(*, actor, tenant: Tenant, retry_id: int, reason: str, approve:
     require(actor, tenant, roles.APPROVE)
     reason = _require_reason(reason)
     with transaction.atomic():
-        retry = RetryRequest.objects.filter(tenant=tenant, pk=retry_id).first()
+        retry = RetryRequest.objects.for_tenant(tenant).filter(pk=retry_id).first()
         if retry is None:
             raise NotFound("no such retry request")
         run = _get_run(tenant, retry.run.uuid)
-        retry = RetryRequest.objects.select_for_update().get(pk=retry.pk)
+        retry = (RetryRequest.objects.for_tenant(retry.tenant_id)
+                 .select_for_update().get(pk=retry.pk))
         if retry.requested_by_id == actor.pk:
             raise Forbidden("approver: the requester may not decide their own retry request")
         if retry.state != RetryState.REQUESTED:
@@ -1401,7 +1414,7 @@ def effect_mark_unknown(*, actor, tenant: Tenant, effect_id: uuid.UUID, reason: 
     require(actor, tenant, roles.REVIEW)
     reason = _require_reason(reason)
     with transaction.atomic():
-        effect = Effect.objects.filter(tenant=tenant, uuid=effect_id).select_related(
+        effect = Effect.objects.for_tenant(tenant).filter(uuid=effect_id).select_related(
             "run").first()
         if effect is None:
             raise NotFound("no such effect")
@@ -1415,7 +1428,8 @@ def effect_mark_unknown(*, actor, tenant: Tenant, effect_id: uuid.UUID, reason: 
                                    receipt=effect.receipt, by=EffectSource.REVIEWER, actor=actor,
                                    now=run.db_now)
         if moved is None:  # cannot happen under the run lock; kept as a guard
-            raise StaleRevision(Effect.objects.get(pk=effect.pk).revision)
+            raise StaleRevision(Effect.objects.for_tenant(effect.tenant_id)
+                                .get(pk=effect.pk).revision)
         run_refresh_state(run)
         audit_record(tenant=tenant, actor=actor, action=AuditAction.EFFECT_MARK_UNKNOWN,
                      target_type=TargetType.EFFECT, target_id=effect.uuid, run_id=run.uuid,
@@ -1442,16 +1456,16 @@ def run_close(*, actor, tenant: Tenant, run_id: uuid.UUID, reason: str) -> Run:
             raise InvalidTransition("run: it completed; there is nothing to close")
         now = run.db_now
         before = run.recovery_state
-        expired = RetryRequest.objects.filter(
+        expired = RetryRequest.objects.for_tenant(tenant).filter(
             run=run, state__in=RetryState.OPEN).update(
             state=RetryState.EXPIRED, decided_at=now)
         from .models import ReconcileRequest
 
-        cancelled = ReconcileRequest.objects.filter(
+        cancelled = ReconcileRequest.objects.for_tenant(tenant).filter(
             run=run, state__in=ReconcileState.OPEN).update(
             state=ReconcileState.CANCELLED, finished_at=now, last_error="the run was closed")
-        Run.objects.filter(pk=run.pk).update(closed_at=now, closed_by=actor,
-                                             closed_reason=reason)
+        Run.objects.for_tenant(run.tenant_id).filter(pk=run.pk).update(
+            closed_at=now, closed_by=actor, closed_reason=reason)
         run.closed_at, run.closed_by, run.closed_reason = now, actor, reason
         run_refresh_state(run, now)
         audit_record(tenant=tenant, actor=actor, action=AuditAction.RUN_CLOSE, target_type=TargetType.RUN,
@@ -1470,9 +1484,10 @@ def conflicts_acknowledge(*, actor, tenant: Tenant, run_id: uuid.UUID, reason: s
     with transaction.atomic():
         run = _get_run(tenant, run_id)
         now = run.db_now
-        n = Conflict.objects.filter(run=run, acknowledged_at__isnull=True).update(
+        n = Conflict.objects.for_tenant(run.tenant_id).filter(
+            run=run, acknowledged_at__isnull=True).update(
             acknowledged_at=now, acknowledged_by=actor)
-        Run.objects.filter(pk=run.pk).update(unacknowledged_conflicts=0)
+        Run.objects.for_tenant(run.tenant_id).filter(pk=run.pk).update(unacknowledged_conflicts=0)
         run.unacknowledged_conflicts = 0
         before = run.recovery_state
         run_refresh_state(run, now)
@@ -1499,9 +1514,12 @@ def sweep_stale_runs() -> dict[str, int]:
     Returns counts: ``examined``, ``effects_unresolved``, ``runs_ambiguous`` and the
     re-drive's ``reconcile_redriven``.
     """
+    every_run = Run.objects.for_all_tenants(
+        reason="the stale-run sweep looks at every tenant's runs; each is then locked and "
+               "changed within its own tenant")
     candidates = (
-        Run.objects.filter(Q(effects__state=EffectState.SUBMITTED)
-                           | Q(phase_class=PhaseClass.IN_FLIGHT))
+        every_run.filter(Q(effects__state=EffectState.SUBMITTED)
+                         | Q(phase_class=PhaseClass.IN_FLIGHT))
         .exclude(recovery_state=RecoveryState.SCHEMA_MISMATCH)
         .filter(closed_at__isnull=True)
         .filter(Q(lease_expires_at__lte=NOW) | Q(lease_owner="")
@@ -1512,7 +1530,7 @@ def sweep_stale_runs() -> dict[str, int]:
     for pk in list(candidates):
         stats["examined"] += 1
         with transaction.atomic():
-            run = (Run.objects.select_for_update().annotate(db_now=NOW)
+            run = (every_run.select_for_update().annotate(db_now=NOW)
                    .select_related("tenant").filter(pk=pk).first())
             if run is None:
                 continue
@@ -1520,7 +1538,8 @@ def sweep_stale_runs() -> dict[str, int]:
             facts = run_facts(run, now)
             if not facts.owner_gone or facts.closed:
                 continue
-            for effect in Effect.objects.filter(run=run, state=EffectState.SUBMITTED):
+            for effect in Effect.objects.for_tenant(run.tenant_id).filter(
+                    run=run, state=EffectState.SUBMITTED):
                 moved = _effect_transition(effect, expected_revision=effect.revision,
                                            to_state=EffectState.UNRESOLVED, receipt=effect.receipt,
                                            by=EffectSource.SWEEP, actor=None, now=now)
@@ -1560,6 +1579,9 @@ _CIPHER_COLUMNS = (
 )
 
 
+_ROTATION = "key rotation re-encrypts every tenant's ciphertext columns"
+
+
 def payloads_rotate_keys(*, batch_size: int = 500) -> dict[str, int]:
     """Re-encrypt every stored payload, receipt, stored request and reconcile evidence
     (``_cipher_columns``) under the newest key of
@@ -1575,7 +1597,8 @@ def payloads_rotate_keys(*, batch_size: int = 500) -> dict[str, int]:
     for model, column in _CIPHER_COLUMNS:
         last_pk = 0
         while True:
-            rows = list(model.objects.filter(pk__gt=last_pk).exclude(**{column: ""})
+            rows = list(model.objects.for_all_tenants(reason=_ROTATION)
+                        .filter(pk__gt=last_pk).exclude(**{column: ""})
                         .order_by("pk").values_list("pk", "tenant_id", column)[:batch_size])
             if not rows:
                 break
@@ -1584,7 +1607,7 @@ def payloads_rotate_keys(*, batch_size: int = 500) -> dict[str, int]:
                     if crypto.is_current(token):
                         continue
                     rotated = crypto.rotate_token(token)
-                    if model.objects.filter(
+                    if model.objects.for_tenant(tenant_id).filter(
                             pk=pk, **{column: token}).update(**{column: rotated}):
                         per_tenant[tenant_id] = per_tenant.get(tenant_id, 0) + 1
             last_pk = rows[-1][0]

@@ -174,6 +174,25 @@ def dashboard(view: Callable) -> Callable:
     return vary_on_htmx(htmx_login_redirect(login_required(domain_errors(view))))
 
 
+def tenant_page(right: str = roles.VIEW) -> Callable:
+    """The base of every tenant page and action: resolves the tenant from the URL's
+    ``slug`` and the caller's grants once (``permissions.access_tenant``: no role -> 404,
+    role lacks ``right`` -> 403) and hands the view the ``Tenant`` instead of the slug, so
+    a view never sees an unresolved slug. Everything it reads then starts from that
+    tenant (``selectors``/``services`` take it; ``Model.objects.for_tenant(tenant)``,
+    docs/tenancy.md). Wear it under ``@dashboard`` (which maps the 404/403)."""
+
+    def decorate(view: Callable) -> Callable:
+        @wraps(view)
+        def wrapper(request: HttpRequest, *args, slug: str, **kwargs):
+            tenant = access_tenant(request.user, slug, right)
+            return view(request, *args, tenant=tenant, **kwargs)
+
+        return wrapper
+
+    return decorate
+
+
 def _reason(request: HttpRequest) -> str:
     """The POSTed ``reason``; raises ``ReasonRequired``/``InvalidPayload`` (400)."""
     form = ReasonForm(request.POST)
@@ -261,13 +280,13 @@ def _default_tab(request: HttpRequest, tenant: Tenant, counts: dict[str, int]) -
 
 @require_GET
 @dashboard
-def run_list(request: HttpRequest, slug: str) -> HttpResponse:
+@tenant_page()
+def run_list(request: HttpRequest, tenant: Tenant) -> HttpResponse:
     """``/t/<slug>/``: the inbox. One tab per recovery state (default ``ambiguous``),
     filters ``kind``/``subject``/``age``, keyset pagination by ``cursor``.
 
     An htmx request (tab, filter, page) gets only the ``inbox-main`` fragment.
     """
-    tenant = access_tenant(request.user, slug)
     context = _base_context(request, tenant, "inbox") | _inbox_context(request, tenant)
     template = "checkpoints/inbox.html"
     if request.htmx:
@@ -277,9 +296,9 @@ def run_list(request: HttpRequest, slug: str) -> HttpResponse:
 
 @require_GET
 @dashboard
-def run_counts(request: HttpRequest, slug: str) -> HttpResponse:
+@tenant_page()
+def run_counts(request: HttpRequest, tenant: Tenant) -> HttpResponse:
     """``/t/<slug>/counts/``: the inbox tabs with live counts, polled by htmx every 10 s."""
-    tenant = access_tenant(request.user, slug)
     context = _base_context(request, tenant, "inbox") | _inbox_context(request, tenant)
     return render(request, "checkpoints/inbox.html#tabs", context)
 
@@ -540,18 +559,18 @@ def _run_context(request: HttpRequest, tenant: Tenant, run_id, **extra) -> dict:
 
 @require_GET
 @dashboard
-def run_detail(request: HttpRequest, slug: str, run_id: str) -> HttpResponse:
+@tenant_page()
+def run_detail(request: HttpRequest, tenant: Tenant, run_id: str) -> HttpResponse:
     """``/t/<slug>/runs/<run_id>/``: identity, lease, state, checkpoint timeline, effects,
     conflicts, retry requests, audit trail and the actions the viewer's role allows."""
-    tenant = access_tenant(request.user, slug)
     return render(request, "checkpoints/run.html", _run_context(request, tenant, run_id))
 
 
 @require_GET
 @dashboard
-def run_audit(request: HttpRequest, slug: str, run_id: str) -> HttpResponse:
+@tenant_page()
+def run_audit(request: HttpRequest, tenant: Tenant, run_id: str) -> HttpResponse:
     """The run's audit trail fragment; the page re-fetches it on ``audit-changed``."""
-    tenant = access_tenant(request.user, slug)
     run = selectors.run_get(user=request.user, tenant=tenant, run_id=run_id)
     audit = selectors.audit_list(user=request.user, tenant=tenant, run_id=run.uuid, limit=200)
     context = _base_context(request, tenant, "inbox") | {"run": run, "audit": audit}
@@ -575,17 +594,16 @@ def _action_done(request: HttpRequest, tenant: Tenant, run_id, notice: str) -> H
 
 @require_POST
 @dashboard
-def run_retry_request(request: HttpRequest, slug: str, run_id: str) -> HttpResponse:
+@tenant_page(roles.REVIEW)
+def run_retry_request(request: HttpRequest, tenant: Tenant, run_id: str) -> HttpResponse:
     """Request a retry of the run (reviewer); ``services.retry_request``."""
-    tenant = access_tenant(request.user, slug, roles.REVIEW)
     run = selectors.run_get(user=request.user, tenant=tenant, run_id=run_id)
     services.retry_request(actor=request.user, tenant=tenant, run_id=run.uuid,
                            reason=_reason(request))
     return _action_done(request, tenant, run.uuid, "Retry requested; an approver must decide.")
 
 
-def _retry_decide(request: HttpRequest, slug: str, retry_id: int, approve: bool):
-    tenant = access_tenant(request.user, slug, roles.APPROVE)
+def _retry_decide(request: HttpRequest, tenant: Tenant, retry_id: int, approve: bool):
     retry = selectors.retry_get(user=request.user, tenant=tenant, retry_id=retry_id)
     decide = services.retry_approve if approve else services.retry_reject
     decide(actor=request.user, tenant=tenant, retry_id=retry.pk, reason=_reason(request))
@@ -595,23 +613,25 @@ def _retry_decide(request: HttpRequest, slug: str, retry_id: int, approve: bool)
 
 @require_POST
 @dashboard
-def retry_approve(request: HttpRequest, slug: str, retry_id: int) -> HttpResponse:
+@tenant_page(roles.APPROVE)
+def retry_approve(request: HttpRequest, tenant: Tenant, retry_id: int) -> HttpResponse:
     """Approve someone else's retry request (approver); ``services.retry_approve``."""
-    return _retry_decide(request, slug, retry_id, approve=True)
+    return _retry_decide(request, tenant, retry_id, approve=True)
 
 
 @require_POST
 @dashboard
-def retry_reject(request: HttpRequest, slug: str, retry_id: int) -> HttpResponse:
+@tenant_page(roles.APPROVE)
+def retry_reject(request: HttpRequest, tenant: Tenant, retry_id: int) -> HttpResponse:
     """Reject someone else's retry request (approver); ``services.retry_reject``."""
-    return _retry_decide(request, slug, retry_id, approve=False)
+    return _retry_decide(request, tenant, retry_id, approve=False)
 
 
 @require_POST
 @dashboard
-def effect_mark_unknown(request: HttpRequest, slug: str, effect_id: str) -> HttpResponse:
+@tenant_page(roles.REVIEW)
+def effect_mark_unknown(request: HttpRequest, tenant: Tenant, effect_id: str) -> HttpResponse:
     """Declare a submitted/unresolved effect's outcome unknown (reviewer)."""
-    tenant = access_tenant(request.user, slug, roles.REVIEW)
     effect = selectors.effect_get(user=request.user, tenant=tenant, effect_id=effect_id)
     services.effect_mark_unknown(actor=request.user, tenant=tenant, effect_id=effect.uuid,
                                  reason=_reason(request))
@@ -621,12 +641,12 @@ def effect_mark_unknown(request: HttpRequest, slug: str, effect_id: str) -> Http
 
 @require_POST
 @dashboard
-def run_reconcile(request: HttpRequest, slug: str, run_id: str) -> HttpResponse:
+@tenant_page(roles.REVIEW)
+def run_reconcile(request: HttpRequest, tenant: Tenant, run_id: str) -> HttpResponse:
     """Reconcile the run's in-doubt effects (reviewer): stored requests, one per effect.
     In the embedded default they have run when the page is rendered; with a broker a
     worker may still be asking the services; with the broker down they wait, stored, and
     the notice says so. A live owner is refused (409 ``owner_live``) with its expiry."""
-    tenant = access_tenant(request.user, slug, roles.REVIEW)
     run = selectors.run_get(user=request.user, tenant=tenant, run_id=run_id)
     try:
         queued = services.run_reconcile(actor=request.user, tenant=tenant, run_id=run.uuid,
@@ -664,11 +684,11 @@ def _owner_live_refusal(request: HttpRequest, tenant: Tenant, run, exc: OwnerLiv
 
 @require_POST
 @dashboard
-def run_close(request: HttpRequest, slug: str, run_id: str) -> HttpResponse:
+@tenant_page(roles.REVIEW)
+def run_close(request: HttpRequest, tenant: Tenant, run_id: str) -> HttpResponse:
     """Close a run that was handled outside the system (reviewer; a reason and a ticked
     confirmation); ``services.run_close``. It leaves the inbox for the ``closed`` tab until
     the runtime's next write reopens it."""
-    tenant = access_tenant(request.user, slug, roles.REVIEW)
     run = selectors.run_get(user=request.user, tenant=tenant, run_id=run_id)
     form = CloseForm(request.POST)
     _require_valid(form)
@@ -680,9 +700,9 @@ def run_close(request: HttpRequest, slug: str, run_id: str) -> HttpResponse:
 
 @require_POST
 @dashboard
-def conflicts_acknowledge(request: HttpRequest, slug: str, run_id: str) -> HttpResponse:
+@tenant_page(roles.REVIEW)
+def conflicts_acknowledge(request: HttpRequest, tenant: Tenant, run_id: str) -> HttpResponse:
     """Acknowledge every open conflict of the run (reviewer)."""
-    tenant = access_tenant(request.user, slug, roles.REVIEW)
     run = selectors.run_get(user=request.user, tenant=tenant, run_id=run_id)
     n = services.conflicts_acknowledge(actor=request.user, tenant=tenant, run_id=run.uuid,
                                        reason=_reason(request))
@@ -719,9 +739,9 @@ def _require_valid(form) -> None:
 @require_POST
 @never_cache  # a revealed payload or evidence must not be kept by any cache (issue 6)
 @dashboard
-def checkpoint_reveal(request: HttpRequest, slug: str, checkpoint_id: str) -> HttpResponse:
+@tenant_page(roles.REVEAL)
+def checkpoint_reveal(request: HttpRequest, tenant: Tenant, checkpoint_id: str) -> HttpResponse:
     """Decrypt and show one revision's payload; ``services.payload_reveal`` audits it."""
-    tenant = access_tenant(request.user, slug, roles.REVEAL)
     checkpoint = selectors.checkpoint_get(user=request.user, tenant=tenant,
                                           checkpoint_id=checkpoint_id)
     form = RevealForm(request.POST)
@@ -737,9 +757,9 @@ def checkpoint_reveal(request: HttpRequest, slug: str, checkpoint_id: str) -> Ht
 @require_POST
 @never_cache  # a revealed payload or evidence must not be kept by any cache (issue 6)
 @dashboard
-def checkpoint_diff(request: HttpRequest, slug: str, checkpoint_id: str) -> HttpResponse:
+@tenant_page(roles.REVEAL)
+def checkpoint_diff(request: HttpRequest, tenant: Tenant, checkpoint_id: str) -> HttpResponse:
     """Line diff of two revisions' pretty-printed payloads; both reveals are audited."""
-    tenant = access_tenant(request.user, slug, roles.REVEAL)
     checkpoint = selectors.checkpoint_get(user=request.user, tenant=tenant,
                                           checkpoint_id=checkpoint_id)
     form = DiffForm(request.POST)
@@ -767,11 +787,12 @@ def checkpoint_diff(request: HttpRequest, slug: str, checkpoint_id: str) -> Http
 @require_POST
 @never_cache  # a revealed payload or evidence must not be kept by any cache (issue 6)
 @dashboard
-def reconcile_evidence_reveal(request: HttpRequest, slug: str, attempt_id: int) -> HttpResponse:
+@tenant_page(roles.REVEAL)
+def reconcile_evidence_reveal(request: HttpRequest, tenant: Tenant,
+                              attempt_id: int) -> HttpResponse:
     """Show what a service answered to one reconcile look-up (roles that may reveal
     payloads; a reason is required); ``reconciliation.evidence_reveal`` audits it. htmx:
     the evidence fragment plus ``audit-changed``; otherwise the run page with it shown."""
-    tenant = access_tenant(request.user, slug, roles.REVEAL)
     attempt = selectors.reconcile_attempt_get(user=request.user, tenant=tenant,
                                               attempt_id=attempt_id)
     reason = _reason(request)
@@ -791,12 +812,12 @@ def reconcile_evidence_reveal(request: HttpRequest, slug: str, attempt_id: int) 
 
 @require_POST
 @dashboard
-def effect_receipt_reveal(request: HttpRequest, slug: str, effect_id: str) -> HttpResponse:
+@tenant_page(roles.REVEAL)
+def effect_receipt_reveal(request: HttpRequest, tenant: Tenant, effect_id: str) -> HttpResponse:
     """Show an effect's receipt (roles that may reveal payloads; a reason is required);
     ``services.receipt_reveal`` audits it. Receipts are treated like payloads
     (CONTRACT.md 4): the run page never shows one without this. htmx: the receipt
     fragment plus ``audit-changed``; otherwise the run page with it shown."""
-    tenant = access_tenant(request.user, slug, roles.REVEAL)
     effect = selectors.effect_get(user=request.user, tenant=tenant, effect_id=effect_id)
     answer = services.receipt_reveal(actor=request.user, tenant=tenant,
                                      effect_id=effect.uuid, reason=_reason(request))
@@ -825,9 +846,9 @@ def _diff_class(line: str) -> str:
 
 @require_GET
 @dashboard
-def report(request: HttpRequest, slug: str) -> HttpResponse:
+@tenant_page()
+def report(request: HttpRequest, tenant: Tenant) -> HttpResponse:
     """``/t/<slug>/report/``: runs per recovery state, effects and retries per state."""
-    tenant = access_tenant(request.user, slug)
     data = selectors.report(user=request.user, tenant=tenant)
     runs_total = sum(data["runs"].values()) or 1
     run_rows = [(state, n, round(100 * n / runs_total)) for state, n in data["runs"].items()]
@@ -841,10 +862,10 @@ def report(request: HttpRequest, slug: str) -> HttpResponse:
 
 @require_GET
 @dashboard
-def audit_log(request: HttpRequest, slug: str) -> HttpResponse:
+@tenant_page()
+def audit_log(request: HttpRequest, tenant: Tenant) -> HttpResponse:
     """``/t/<slug>/audit/``: the tenant's audit events, newest first, filtered by
     ``actor``/``action``/``run``, paged backwards with ``before``."""
-    tenant = access_tenant(request.user, slug)
     form = AuditFilterForm(request.GET)
     if not form.is_valid():
         raise InvalidPayload(first_error(form))
