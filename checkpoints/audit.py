@@ -47,6 +47,7 @@ from .exceptions import InvalidPayload
 from .jsonparse import dumps, loads_object
 from .models import AuditChainHead, AuditEvent, AuditHashScheme, Tenant
 from .permissions import require
+from .vocab import AuditAction, TargetType
 
 SYSTEM = "system"
 GENESIS = "0" * 64
@@ -191,7 +192,8 @@ def audit_record(
     """
     assert transaction.get_connection().in_atomic_block, "audit_record needs a transaction"
     keys = audit_keys()
-    head, _ = AuditChainHead.objects.select_for_update().get_or_create(tenant=tenant)
+    head, _ = (AuditChainHead.objects.for_tenant(tenant).select_for_update()
+               .get_or_create(tenant=tenant))
     event = AuditEvent(
         tenant=tenant,
         seq=head.seq + 1,
@@ -213,7 +215,8 @@ def audit_record(
     event.hash = event_mac(keys.newest, tenant_id=tenant.pk, key_id=keys.newest_id,
                            prev_hash=head.last_hash, fields=audit_fields(event))
     event.save()
-    AuditChainHead.objects.filter(pk=head.pk).update(seq=event.seq, last_hash=event.hash)
+    (AuditChainHead.objects.for_tenant(tenant)
+     .filter(pk=head.pk).update(seq=event.seq, last_hash=event.hash))
     return event
 
 
@@ -269,10 +272,10 @@ def audit_verify(*, tenant: Tenant) -> tuple[bool, int, str]:
     event's. Raises ``ImproperlyConfigured`` for bad ``RECOVERY_AUDIT_KEYS``.
     """
     keys = audit_keys()
-    head = AuditChainHead.objects.filter(tenant=tenant).first()
+    head = AuditChainHead.objects.for_tenant(tenant).first()
     legacy_seq = head.legacy_seq if head is not None else 0
     prev, n = GENESIS, 0
-    for e in AuditEvent.objects.filter(tenant=tenant).order_by("seq").iterator():
+    for e in AuditEvent.objects.for_tenant(tenant).order_by("seq").iterator():
         n += 1
         if head is None:
             return False, n, "the chain head is missing but events exist"
@@ -324,8 +327,8 @@ def audit_head_export(*, tenant: Tenant, actor=None) -> dict:
         require(actor, tenant, roles.MANAGE)
     keys = audit_keys()
     with transaction.atomic():
-        event = audit_record(tenant=tenant, actor=actor, action="audit.export_head",
-                             target_type="tenant", target_id=tenant.slug,
+        event = audit_record(tenant=tenant, actor=actor, action=AuditAction.AUDIT_EXPORT_HEAD,
+                             target_type=TargetType.TENANT, target_id=tenant.slug,
                              after={"key_id": keys.newest_id})
     record = {"tenant": tenant.slug, "seq": event.seq, "last_hash": event.hash,
               "exported_at": event.created_at.isoformat(), "key_id": keys.newest_id}
@@ -381,9 +384,9 @@ def audit_head_check(*, record: dict) -> str:
     if tenant is None:
         return "the tenant no longer exists"
     seq = record["seq"]
-    head_seq = (AuditChainHead.objects.filter(tenant=tenant)
+    head_seq = (AuditChainHead.objects.for_tenant(tenant)
                 .values_list("seq", flat=True).first())
-    stored = (AuditEvent.objects.filter(tenant=tenant, seq=seq)
+    stored = (AuditEvent.objects.for_tenant(tenant).filter(seq=seq)
               .values_list("hash", flat=True).first())
     if stored is None:
         return (f"exported head seq {seq} of {record['exported_at']} is no longer in the "

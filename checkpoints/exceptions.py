@@ -85,7 +85,7 @@ class StaleRevision(DomainError):
         self.current_revision = current_revision
 
     def body(self) -> dict:
-        return {"error": "conflict", "current_revision": self.current_revision}
+        return {"error": self.error, "current_revision": self.current_revision}
 
 
 class Fenced(DomainError):
@@ -99,7 +99,7 @@ class Fenced(DomainError):
         self.run_pk = run_pk
 
     def body(self) -> dict:
-        return {"error": "fenced", "fencing_token": self.extra["fencing_token"]}
+        return {"error": self.error, "fencing_token": self.extra["fencing_token"]}
 
 
 class LeaseHeld(DomainError):
@@ -119,7 +119,7 @@ class OperationExists(DomainError):
         super().__init__("", effect_id=effect_id)
 
     def body(self) -> dict:
-        return {"error": "operation_exists", "effect_id": self.extra["effect_id"]}
+        return {"error": self.error, "effect_id": self.extra["effect_id"]}
 
 
 class IdempotencyKeyReuse(DomainError):

@@ -23,18 +23,8 @@ AGE_CHOICES = [
     ("604800", "quiet ≥ 7 days"),
 ]
 
-#: Inbox tabs, in the order a reviewer works them; "all" lists every state.
-INBOX_TABS = [
-    RecoveryState.AMBIGUOUS,
-    RecoveryState.UNKNOWN_OUTCOME,
-    RecoveryState.CONFLICTED,
-    RecoveryState.AWAITING_APPROVAL,
-    RecoveryState.RETRY_APPROVED,
-    RecoveryState.SCHEMA_MISMATCH,
-    RecoveryState.HEALTHY,
-    RecoveryState.COMPLETED,
-    RecoveryState.CLOSED,
-]
+#: The inbox tabs are ``RecoveryState.INBOX_TABS``; this pseudo-state lists every state.
+ALL_TAB = "all"
 DEFAULT_TAB = RecoveryState.AMBIGUOUS.value
 
 
@@ -81,7 +71,7 @@ class InboxFilterForm(forms.Form):
 
     state = forms.ChoiceField(
         required=False,
-        choices=[("all", "all")] + [(s.value, s.label) for s in RecoveryState],
+        choices=[(ALL_TAB, ALL_TAB)] + RecoveryState.choices,
     )
     kind = forms.CharField(required=False, max_length=200, strip=True)
     subject = forms.CharField(required=False, max_length=256, strip=True)

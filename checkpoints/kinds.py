@@ -32,9 +32,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-KIND_RE = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z0-9_-]+)+\Z")
+from .vocab import PhaseClass
 
-STABLE, IN_FLIGHT, COMPLETED, UNSUPPORTED = "stable", "in_flight", "completed", "unsupported"
+KIND_RE = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z0-9_-]+)+\Z")
 
 
 class SchemaError(ValueError):
@@ -78,7 +78,7 @@ class Classification:
 
     @property
     def supported(self) -> bool:
-        return self.phase.phase_class != UNSUPPORTED
+        return self.phase.phase_class != PhaseClass.UNSUPPORTED
 
 
 @dataclass
@@ -119,13 +119,13 @@ def classify(kind: str, schema_version: int, payload: Any) -> Classification:
     """
     spec = _REGISTRY.get(kind)
     if spec is None:
-        return Classification(Phase(UNSUPPORTED, f"unregistered kind {kind}"), Identity(),
+        return Classification(Phase(PhaseClass.UNSUPPORTED, f"unregistered kind {kind}"), Identity(),
                               f"kind {kind!r} is not registered")
     version = spec.versions.get(schema_version)
     if version is None:
         supported = ", ".join(str(v) for v in sorted(spec.versions))
         return Classification(
-            Phase(UNSUPPORTED, f"{kind} v{schema_version} unsupported"), Identity(),
+            Phase(PhaseClass.UNSUPPORTED, f"{kind} v{schema_version} unsupported"), Identity(),
             f"{kind} schema_version {schema_version} is not supported (supported: {supported})",
         )
     try:
@@ -134,7 +134,7 @@ def classify(kind: str, schema_version: int, payload: Any) -> Classification:
         _check_identity(identity)
         return Classification(version.phase(payload), identity)
     except SchemaError as exc:
-        return Classification(Phase(UNSUPPORTED, f"{kind} v{schema_version} invalid"),
+        return Classification(Phase(PhaseClass.UNSUPPORTED, f"{kind} v{schema_version} invalid"),
                               Identity(), f"payload does not match {kind} v{schema_version}: {exc}")
 
 
@@ -218,10 +218,10 @@ def _agent_phase(p: dict) -> Phase:
     phase = p["phase"]
     state = phase["state"]
     if state == "turn_in_flight":
-        return Phase(IN_FLIGHT, f"turn_in_flight turn {phase['turn']}")
+        return Phase(PhaseClass.IN_FLIGHT, f"turn_in_flight turn {phase['turn']}")
     if state == "completed":
-        return Phase(COMPLETED, f"completed after {p['turns']} turn(s)")
-    return Phase(STABLE, f"ready_for_turn turn {p['turns'] + 1}")
+        return Phase(PhaseClass.COMPLETED, f"completed after {p['turns']} turn(s)")
+    return Phase(PhaseClass.STABLE, f"ready_for_turn turn {p['turns'] + 1}")
 
 
 def _agent_identity(p: dict) -> Identity:
@@ -284,11 +284,11 @@ def _workflow_phase(p: dict) -> Phase:
     step = phase.get("step", "")
     if state == "ready":
         nxt = p["layout"][p["next_index"]] if p["next_index"] < len(p["layout"]) else "end"
-        return Phase(STABLE, f"ready next {nxt}")
+        return Phase(PhaseClass.STABLE, f"ready next {nxt}")
     if state == "waiting":
-        return Phase(STABLE, f"waiting {step} on {phase['wait'].get('kind', '?')}")
+        return Phase(PhaseClass.STABLE, f"waiting {step} on {phase['wait'].get('kind', '?')}")
     if state == "step_in_flight":
-        return Phase(IN_FLIGHT, f"step_in_flight {step}")
+        return Phase(PhaseClass.IN_FLIGHT, f"step_in_flight {step}")
     if state in {"parallel_in_flight", "race_in_flight"}:
         branches = phase["branches"]
         counts: dict[str, int] = {}
@@ -301,8 +301,8 @@ def _workflow_phase(p: dict) -> Phase:
             settled = counts.get("completed", 0) > 0 or (
                 bool(branches) and counts.get("failed", 0) == len(branches)
             )
-        return Phase(STABLE if settled else IN_FLIGHT, f"{state} {step} ({summary})")
-    return Phase(COMPLETED, f"completed {len(p['layout'])} step(s)")
+        return Phase(PhaseClass.STABLE if settled else PhaseClass.IN_FLIGHT, f"{state} {step} ({summary})")
+    return Phase(PhaseClass.COMPLETED, f"completed {len(p['layout'])} step(s)")
 
 
 def _workflow_identity(p: dict) -> Identity:
@@ -318,12 +318,12 @@ for _v in (3, 4):
 # --- acme.order v1 (the demo kind) ---------------------------------------------------------
 
 ACME_PHASES = {
-    "ready": STABLE,
-    "charging": IN_FLIGHT,
-    "charged": STABLE,
-    "shipping": IN_FLIGHT,
-    "completed": COMPLETED,
-    "cancelled": COMPLETED,
+    "ready": PhaseClass.STABLE,
+    "charging": PhaseClass.IN_FLIGHT,
+    "charged": PhaseClass.STABLE,
+    "shipping": PhaseClass.IN_FLIGHT,
+    "completed": PhaseClass.COMPLETED,
+    "cancelled": PhaseClass.COMPLETED,
 }
 
 

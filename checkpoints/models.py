@@ -7,6 +7,15 @@ the same UUID in two tenants is two objects (CONTRACT.md section 3).
 
 Payloads (checkpoint payloads, refused writes, effect receipts and requests, reconcile
 evidence) are stored encrypted (``checkpoints.crypto``); lists read only metadata columns.
+
+Tenant scoping (issue 7, docs/tenancy.md). Every tenant-owned model's manager is a
+``TenantQuerySet``: a query on tenant data starts with ``Model.objects.for_tenant(t)``
+(one tenant, a tenant id, or the caller's tenants), or, in the few places that span
+tenants by design, with ``Model.objects.for_all_tenants(reason=...)``. A related manager
+(``run.effects``) is scoped by construction: its parent row was read scoped.
+``tests/test_tenant_scoping_lint.py`` fails on any other start (``Model.objects.filter``,
+``.get``, ``.all``, ``select_for_update`` ...) in ``checkpoints/``, and lists every
+``for_all_tenants`` use with its reason.
 """
 
 from __future__ import annotations
@@ -15,58 +24,22 @@ from django.conf import settings
 from django.db import models
 from django.db.models import F, Q
 
+from .vocab import (
+    ConflictReason,
+    EffectClass,
+    EffectState,
+    PhaseClass,
+    ReconcileState,
+    RecoveryState,
+    RetryState,
+)
+
+__all__ = [  # the vocabulary, re-exported for the code that imported it from here
+    "ConflictReason", "EffectClass", "EffectState", "PhaseClass", "ReconcileState",
+    "RecoveryState", "RetryState",
+]
+
 MAX_REVISION = 2**63 - 1
-
-
-class RecoveryState(models.TextChoices):
-    """A run's one recovery state; precedence in ``RECOVERY_PRECEDENCE`` (DESIGN.md 4)."""
-
-    HEALTHY = "healthy"
-    AMBIGUOUS = "ambiguous"
-    CONFLICTED = "conflicted"
-    SCHEMA_MISMATCH = "schema_mismatch"
-    AWAITING_APPROVAL = "awaiting_approval"
-    RETRY_APPROVED = "retry_approved"
-    UNKNOWN_OUTCOME = "unknown_outcome"
-    COMPLETED = "completed"
-    CLOSED = "closed"
-
-
-class PhaseClass(models.TextChoices):
-    """What the kind registry makes of a payload; ``unsupported`` for unknown kinds/versions."""
-
-    STABLE = "stable"
-    IN_FLIGHT = "in_flight"
-    COMPLETED = "completed"
-    UNSUPPORTED = "unsupported"
-
-
-class EffectState(models.TextChoices):
-    """Effect states (CONTRACT.md section 3, "Effects")."""
-
-    PLANNED = "planned"
-    SUBMITTED = "submitted"
-    CONFIRMED = "confirmed"
-    FAILED = "failed"
-    UNRESOLVED = "unresolved"
-    NOT_EXECUTED = "not_executed"
-    UNKNOWN = "unknown"
-
-
-class EffectClass(models.TextChoices):
-    READ_ONLY = "read_only"
-    IDEMPOTENT = "idempotent"
-    NON_IDEMPOTENT = "non_idempotent"
-
-
-class RetryState(models.TextChoices):
-    """requested -> approved | rejected | expired; approved -> consumed (DESIGN.md 4)."""
-
-    REQUESTED = "requested"
-    APPROVED = "approved"
-    REJECTED = "rejected"
-    EXPIRED = "expired"
-    CONSUMED = "consumed"
 
 
 class EncryptedReceipt:
@@ -113,6 +86,57 @@ def encrypt_receipt(value: dict | None) -> str:
     return crypto.encrypt_text(dumps(value))
 
 
+class TenantQuerySet(models.QuerySet):
+    """The queryset (and, through ``TenantManager``, the manager) of every tenant-owned
+    model: the one way to start a query on tenant data."""
+
+    def for_tenant(self, tenants) -> TenantQuerySet:
+        """Rows of one tenant (a ``Tenant`` or its id) or of several (an iterable or a
+        queryset of tenants or ids: the caller's tenants). Raises ``TypeError`` for
+        ``None``, a bool or anything else, so a missing tenant never means "all"."""
+        if isinstance(tenants, Tenant):
+            return self.filter(tenant_id=tenants.pk)
+        if isinstance(tenants, int) and not isinstance(tenants, bool):
+            return self.filter(tenant_id=tenants)
+        if isinstance(tenants, models.QuerySet):
+            if tenants.model is not Tenant:
+                raise TypeError(f"for_tenant: a queryset of {tenants.model.__name__}, "
+                                f"not of tenants")
+            return self.filter(tenant__in=tenants)
+        if isinstance(tenants, list | tuple | set | frozenset):
+            ids = []
+            for t in tenants:
+                if isinstance(t, Tenant):
+                    ids.append(t.pk)
+                elif isinstance(t, int) and not isinstance(t, bool):
+                    ids.append(t)
+                else:
+                    raise TypeError(f"for_tenant: {type(t).__name__} is not a tenant")
+            return self.filter(tenant_id__in=ids)
+        raise TypeError(f"for_tenant: {type(tenants).__name__} is not a tenant")
+
+    def for_all_tenants(self, *, reason: str) -> TenantQuerySet:
+        """Every tenant's rows: the explicit escape hatch for what spans tenants by design
+        (the sweep, re-driving and claiming reconcile jobs, key rotation). The
+        ``reason`` (required, non-blank) documents the use; each one is listed with it in
+        ``tests/test_tenant_scoping_lint.py``. Raises ``ValueError`` without a reason."""
+        if not isinstance(reason, str) or not reason.strip():
+            raise ValueError("for_all_tenants: a reason is required")
+        return self.all()
+
+
+TenantManager = models.Manager.from_queryset(TenantQuerySet)
+
+
+class TenantOwned(models.Model):
+    """Abstract base of every tenant-owned model: ``objects`` is a ``TenantManager``."""
+
+    objects = TenantManager()
+
+    class Meta:
+        abstract = True
+
+
 class TimestampedModel(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -150,7 +174,7 @@ class Tenant(TimestampedModel):
         return self.slug
 
 
-class Run(TimestampedModel):
+class Run(TenantOwned, TimestampedModel):
     """One execution of an agent or workflow; owns checkpoints and effects.
 
     ``recovery_state`` is materialised in the same transaction as every write that changes
@@ -203,7 +227,7 @@ class Run(TimestampedModel):
         return f"run {self.uuid}"
 
 
-class Checkpoint(models.Model):
+class Checkpoint(TenantOwned):
     """The latest accepted revision of one checkpoint envelope (runifold-core format).
 
     ``payload_ciphertext`` is the exact JSON text of the payload, encrypted. History lives
@@ -237,7 +261,7 @@ class Checkpoint(models.Model):
         return f"checkpoint {self.uuid}@{self.revision}"
 
 
-class CheckpointRevision(models.Model):
+class CheckpointRevision(TenantOwned):
     """One accepted revision of a checkpoint, kept for the timeline and diffs."""
 
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
@@ -265,7 +289,7 @@ class CheckpointRevision(models.Model):
         ]
 
 
-class Effect(EncryptedReceipt, TimestampedModel):
+class Effect(EncryptedReceipt, TenantOwned, TimestampedModel):
     """The write-ahead record of one external side effect, keyed by ``operation_key``.
 
     ``(tenant, service, operation_key)`` is unique in the database: a second effect id with
@@ -310,7 +334,7 @@ class Effect(EncryptedReceipt, TimestampedModel):
         return f"effect {self.service}:{self.operation_key} ({self.state})"
 
 
-class EffectRevision(EncryptedReceipt, models.Model):
+class EffectRevision(EncryptedReceipt, TenantOwned):
     """One accepted revision of an effect record: who moved it to which state, and when
     (its ``receipt`` encrypted, as on ``Effect``)."""
 
@@ -331,7 +355,7 @@ class EffectRevision(EncryptedReceipt, models.Model):
         ]
 
 
-class Conflict(models.Model):
+class Conflict(TenantOwned):
     """A write the store refused: kept and shown until a reviewer acknowledges it.
 
     ``reason``: ``stale_revision`` (the writer's expected revision was not the current
@@ -341,17 +365,12 @@ class Conflict(models.Model):
     a fenced create found nothing). The refused body is kept encrypted for inspection.
     """
 
-    class Reason(models.TextChoices):
-        STALE_REVISION = "stale_revision"
-        ID_EXISTS = "id_exists"
-        FENCED = "fenced"
-
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
     run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="conflicts")
-    target_type = models.CharField(max_length=16)  # "checkpoint" | "effect"
+    target_type = models.CharField(max_length=16)  # TargetType.WRITABLE
     target_uuid = models.UUIDField(help_text="the checkpoint's or effect's public id")
-    reason = models.CharField(max_length=16, choices=Reason.choices,
-                              default=Reason.STALE_REVISION)
+    reason = models.CharField(max_length=16, choices=ConflictReason.choices,
+                              default=ConflictReason.STALE_REVISION)
     expected_revision = models.BigIntegerField(null=True, blank=True)
     actual_revision = models.BigIntegerField(null=True, blank=True)
     attempted_revision = models.BigIntegerField(null=True, blank=True)
@@ -373,7 +392,7 @@ class Conflict(models.Model):
         indexes = [models.Index(fields=["run", "acknowledged_at"], name="conflict_run_ack_idx")]
 
 
-class RetryRequest(TimestampedModel):
+class RetryRequest(TenantOwned, TimestampedModel):
     """A reviewer's request to retry an in-doubt run, decided by a different approver.
 
     The database refuses ``decided_by == requested_by`` (four eyes), and at most one
@@ -408,7 +427,7 @@ class RetryRequest(TimestampedModel):
             ),
             models.UniqueConstraint(
                 fields=["run"],
-                condition=Q(state__in=["requested", "approved"]),
+                condition=Q(state__in=[RetryState.REQUESTED, RetryState.APPROVED]),  # OPEN
                 name="retry_one_open_request_per_run",
             ),
         ]
@@ -438,7 +457,7 @@ class AuditHashScheme(models.IntegerChoices):
     HMAC_SHA256 = 2, "hmac-sha256"
 
 
-class AuditEvent(models.Model):
+class AuditEvent(TenantOwned):
     """Append-only, per-tenant hash-chained record of every action and payload reveal.
 
     ``actor`` is who did it (null and ``actor_name == "system"`` for the sweep and
@@ -483,7 +502,7 @@ class AuditEvent(models.Model):
         ]
 
 
-class AuditChainHead(models.Model):
+class AuditChainHead(TenantOwned):
     """The last link of a tenant's audit chain; locked FOR UPDATE to append in order.
 
     ``seq``/``last_hash`` must equal the last event's (the verifier checks it, so events
@@ -501,22 +520,7 @@ class AuditChainHead(models.Model):
     legacy_mac = models.CharField(max_length=64, blank=True, default="")
 
 
-class ReconcileState(models.TextChoices):
-    """A reconcile request's life: queued -> running -> done, or back to queued (try
-    later), or gave_up after the attempt cap (a human decides); cancelled when the run was
-    closed or the effect settled before the look-up."""
-
-    QUEUED = "queued"
-    RUNNING = "running"
-    DONE = "done"
-    GAVE_UP = "gave_up"
-    CANCELLED = "cancelled"
-
-
-RECONCILE_OPEN_STATES = (ReconcileState.QUEUED, ReconcileState.RUNNING)
-
-
-class ReconcileRequest(TimestampedModel):
+class ReconcileRequest(TenantOwned, TimestampedModel):
     """A durable job: reconcile one in-doubt effect through its service, by operation key.
 
     Written in the same transaction as the reviewer's audit event (or the sweep's), then
@@ -554,7 +558,7 @@ class ReconcileRequest(TimestampedModel):
         ordering = ["-created_at", "-id"]
         constraints = [
             models.UniqueConstraint(
-                fields=["effect"], condition=Q(state__in=["queued", "running"]),
+                fields=["effect"], condition=Q(state__in=list(ReconcileState.OPEN)),
                 name="reconcile_one_open_request_per_effect"),
             models.CheckConstraint(condition=Q(state__in=ReconcileState.values),
                                    name="reconcile_state_valid"),
@@ -565,7 +569,7 @@ class ReconcileRequest(TimestampedModel):
         return f"reconcile request {self.pk} ({self.state})"
 
 
-class ReconcileAttempt(models.Model):
+class ReconcileAttempt(TenantOwned):
     """One look-up made for a reconcile request: what the service answered, and the
     evidence (its answer, encrypted like a receipt; shown only to roles that may reveal).
 
@@ -592,7 +596,7 @@ class ReconcileAttempt(models.Model):
         ordering = ["request_id", "number"]
 
 
-class ReconcilerConfig(TimestampedModel):
+class ReconcilerConfig(TenantOwned, TimestampedModel):
     """Which reconciler answers for one service in one tenant (``reconcile.REGISTRY`` name
     or a dotted path to a class), with its options. Without a row, the
     ``RECOVERY_RECONCILERS`` environment default applies (HTTP status look-up), else none.

@@ -13,6 +13,7 @@ from guardian.core import ObjectPermissionChecker
 from . import roles
 from .exceptions import Forbidden, NotFound
 from .models import Tenant
+from .vocab import Role
 
 _CACHE = "_tenant_perms_cache"
 
@@ -35,7 +36,7 @@ def tenant_perms(user: AbstractBaseUser | AnonymousUser | None, tenant: Tenant) 
     if tenant.pk not in cache:
         checker = ObjectPermissionChecker(user)
         cache[tenant.pk] = frozenset(
-            p for p in checker.get_group_perms(tenant) if p in roles.ROLE_PERMISSIONS["admin"])
+            p for p in checker.get_group_perms(tenant) if p in roles.ROLE_PERMISSIONS[Role.ADMIN])
     return set(cache[tenant.pk])
 
 
@@ -45,11 +46,6 @@ def forget_perms(user) -> None:
     deactivation made through this same object)."""
     if user is not None:
         user.__dict__.pop(_CACHE, None)
-
-
-def has_perm(user, tenant: Tenant, codename: str) -> bool:
-    """Whether ``user`` holds ``codename`` on ``tenant`` through a role (``tenant_perms``)."""
-    return codename in tenant_perms(user, tenant)
 
 
 def receipts_in_answers(user, tenant: Tenant) -> bool:

@@ -11,18 +11,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-# Effect states that leave a run's side effect in doubt.
-IN_DOUBT_EFFECT_STATES = frozenset({"submitted", "unresolved"})
-
-# DESIGN.md section 4: schema_mismatch > unknown_outcome > awaiting_approval >
-# retry_approved > ambiguous > conflicted > healthy/completed.
-RECOVERY_PRECEDENCE = (
-    "schema_mismatch",
-    "unknown_outcome",
-    "awaiting_approval",
-    "retry_approved",
-    "ambiguous",
-    "conflicted",
+from .vocab import (
+    EffectSource,
+    EffectState,
+    PhaseClass,
+    RecoveryState,
+    ResumeAction,
+    ResumeReason,
+    RetryOutcome,
+    RetryState,
 )
 
 
@@ -35,14 +32,14 @@ class RunFacts:
     """
 
     now: datetime
-    phase_class: str  # of the latest checkpoint; "" when the run has none
+    phase_class: str  # a PhaseClass of the latest checkpoint; "" when the run has none
     schema_error: str = ""
     last_write_at: datetime | None = None
     lease_owner: str = ""
     lease_expires_at: datetime | None = None
     ambiguity_threshold_s: int = 300
     effect_states: dict[str, int] = field(default_factory=dict)
-    open_retry_state: str = ""  # "requested" | "approved" | ""
+    open_retry_state: str = ""  # one of RetryState.OPEN, or ""
     unacknowledged_conflicts: int = 0
     identity: dict[str, str] = field(default_factory=dict)
     # state -> "service operation_key" of the first few effects in that state (submitted,
@@ -93,39 +90,40 @@ def recovery_state(facts: RunFacts) -> tuple[str, str]:
     """The run's recovery state and a short human reason, by DESIGN.md's precedence;
     ``closed`` (a reviewer's mark, cleared by the run's next write) comes before all."""
     if facts.closed:
-        return "closed", "closed by a reviewer"
+        return RecoveryState.CLOSED, "closed by a reviewer"
     applies: dict[str, str] = {}
-    if facts.phase_class == "unsupported":
-        applies["schema_mismatch"] = facts.schema_error or "unsupported schema"
+    if facts.phase_class == PhaseClass.UNSUPPORTED:
+        applies[RecoveryState.SCHEMA_MISMATCH] = facts.schema_error or "unsupported schema"
     # An open retry request is the human decision on an unknown outcome in progress, so
     # it shows as awaiting_approval / retry_approved instead (DESIGN.md's precedence would
     # hide every such run from the approvers' tab; see the issue note).
-    if facts.count("unknown") and not facts.open_retry_state:
-        applies["unknown_outcome"] = _effects(facts, "unknown", "outcome unknown")
-    if facts.open_retry_state == "requested":
-        applies["awaiting_approval"] = "retry requested, awaiting a second person"
-    if facts.open_retry_state == "approved":
-        applies["retry_approved"] = "retry approved, waiting for the runtime to resume"
-    if facts.count("unresolved"):
-        applies["ambiguous"] = _effects(facts, "unresolved", "unresolved")
-    elif facts.owner_gone and facts.count("submitted"):
-        applies["ambiguous"] = _effects(facts, "submitted", "submitted, owner gone")
-    elif facts.owner_gone and facts.phase_class == "in_flight":
-        applies["ambiguous"] = "checkpoint in flight, owner gone"
+    if facts.count(EffectState.UNKNOWN) and not facts.open_retry_state:
+        applies[RecoveryState.UNKNOWN_OUTCOME] = _effects(facts, EffectState.UNKNOWN,
+                                                          "outcome unknown")
+    if facts.open_retry_state == RetryState.REQUESTED:
+        applies[RecoveryState.AWAITING_APPROVAL] = "retry requested, awaiting a second person"
+    if facts.open_retry_state == RetryState.APPROVED:
+        applies[RecoveryState.RETRY_APPROVED] = "retry approved, waiting for the runtime to resume"
+    if facts.count(EffectState.UNRESOLVED):
+        applies[RecoveryState.AMBIGUOUS] = _effects(facts, EffectState.UNRESOLVED, "unresolved")
+    elif facts.owner_gone and facts.count(EffectState.SUBMITTED):
+        applies[RecoveryState.AMBIGUOUS] = _effects(facts, EffectState.SUBMITTED,
+                                                    "submitted, owner gone")
+    elif facts.owner_gone and facts.phase_class == PhaseClass.IN_FLIGHT:
+        applies[RecoveryState.AMBIGUOUS] = "checkpoint in flight, owner gone"
     if facts.unacknowledged_conflicts:
-        applies["conflicted"] = f"{facts.unacknowledged_conflicts} refused write(s)"
-    for state in RECOVERY_PRECEDENCE:
+        applies[RecoveryState.CONFLICTED] = f"{facts.unacknowledged_conflicts} refused write(s)"
+    for state in RecoveryState.PRECEDENCE:
         if state in applies:
             return state, applies[state]
-    if facts.phase_class == "completed":
-        return "completed", ""
-    return "healthy", ""
+    if facts.phase_class == PhaseClass.COMPLETED:
+        return RecoveryState.COMPLETED, ""
+    return RecoveryState.HEALTHY, ""
 
 
 @dataclass(frozen=True)
 class Decision:
-    """A resume answer: ``action`` in replay/continue/reject/retry/reconcile, ``reason`` a
-    stable snake_case word. ``consume_retry`` tells the service to consume the approval and
+    """A resume answer: ``action`` a ``ResumeAction``, ``reason`` a ``ResumeReason``. ``consume_retry`` tells the service to consume the approval and
     bump the fencing token in the same transaction."""
 
     action: str
@@ -145,74 +143,74 @@ def resume_decision(facts: RunFacts, asked: dict[str, str]) -> Decision:
     doubt -> reconcile, approved retry -> retry, requested retry -> reject, unknown effect
     -> reject, in flight -> reject, stable -> continue.
     """
+    reject, reason = ResumeAction.REJECT, ResumeReason
     if not facts.phase_class:
-        return Decision("reject", "no_checkpoint")
-    if facts.phase_class == "unsupported":
-        return Decision("reject", "unsupported_schema")
+        return Decision(reject, reason.NO_CHECKPOINT)
+    if facts.phase_class == PhaseClass.UNSUPPORTED:
+        return Decision(reject, reason.UNSUPPORTED_SCHEMA)
     for key in IDENTITY_PARAMS:
         given = asked.get(key)
         if given is not None and given != facts.identity.get(key, ""):
-            return Decision("reject", "identity_mismatch")
-    if facts.phase_class == "completed":
-        return Decision("replay", "completed")
+            return Decision(reject, reason.IDENTITY_MISMATCH)
+    if facts.phase_class == PhaseClass.COMPLETED:
+        return Decision(ResumeAction.REPLAY, reason.COMPLETED)
     if facts.closed:
-        return Decision("reject", "closed")
+        return Decision(reject, reason.CLOSED)
     # Effects in doubt come before an approved retry: the approval is not spent on a
     # resume that would stop at the unresolved effect anyway.
-    if facts.count("submitted", "unresolved"):
-        return Decision("reconcile", "effects_in_doubt")
-    if facts.open_retry_state == "approved":
-        return Decision("retry", "retry_approved", consume_retry=True)
-    if facts.open_retry_state == "requested":
-        return Decision("reject", "awaiting_approval")
-    if facts.count("unknown"):
-        return Decision("reject", "outcome_unknown")
-    if facts.phase_class == "in_flight":
-        return Decision("reject", "in_flight")
-    return Decision("continue", "stable")
+    if facts.count(*EffectState.IN_DOUBT):
+        return Decision(ResumeAction.RECONCILE, reason.EFFECTS_IN_DOUBT)
+    if facts.open_retry_state == RetryState.APPROVED:
+        return Decision(ResumeAction.RETRY, reason.RETRY_APPROVED, consume_retry=True)
+    if facts.open_retry_state == RetryState.REQUESTED:
+        return Decision(reject, reason.AWAITING_APPROVAL)
+    if facts.count(EffectState.UNKNOWN):
+        return Decision(reject, reason.OUTCOME_UNKNOWN)
+    if facts.phase_class == PhaseClass.IN_FLIGHT:
+        return Decision(reject, reason.IN_FLIGHT)
+    return Decision(ResumeAction.CONTINUE, reason.STABLE)
 
 
 # Effect state machine (CONTRACT.md section 3). Keys: (from, to); value: who may do it.
-RUNTIME, RECONCILIATION, REVIEWER, SWEEP, RETRY = (
-    "runtime", "reconciliation", "reviewer", "sweep", "retry"
-)
+_S, _B = EffectState, EffectSource
 EFFECT_TRANSITIONS: dict[tuple[str, str], frozenset[str]] = {
-    ("planned", "submitted"): frozenset({RUNTIME}),
-    ("submitted", "confirmed"): frozenset({RUNTIME, RECONCILIATION}),
-    ("submitted", "failed"): frozenset({RUNTIME, RECONCILIATION}),
+    (_S.PLANNED, _S.SUBMITTED): frozenset({_B.RUNTIME}),
+    (_S.SUBMITTED, _S.CONFIRMED): frozenset({_B.RUNTIME, _B.RECONCILIATION}),
+    (_S.SUBMITTED, _S.FAILED): frozenset({_B.RUNTIME, _B.RECONCILIATION}),
     # Reconciliation too: its first step on a service that never saw the key.
-    ("submitted", "unresolved"): frozenset({RUNTIME, SWEEP, RECONCILIATION}),
+    (_S.SUBMITTED, _S.UNRESOLVED): frozenset({_B.RUNTIME, _B.SWEEP, _B.RECONCILIATION}),
     # A runtime that reconciles by itself (runifold's execute_reconciled) is reconciliation.
-    ("unresolved", "confirmed"): frozenset({RECONCILIATION, RUNTIME}),
-    ("unresolved", "failed"): frozenset({RECONCILIATION, RUNTIME}),
-    ("unresolved", "not_executed"): frozenset({RECONCILIATION, RUNTIME}),
-    ("submitted", "unknown"): frozenset({REVIEWER, RECONCILIATION}),
-    ("unresolved", "unknown"): frozenset({REVIEWER, RECONCILIATION}),
-    ("not_executed", "planned"): frozenset({RETRY}),
-    ("unknown", "planned"): frozenset({RETRY}),
+    (_S.UNRESOLVED, _S.CONFIRMED): frozenset({_B.RECONCILIATION, _B.RUNTIME}),
+    (_S.UNRESOLVED, _S.FAILED): frozenset({_B.RECONCILIATION, _B.RUNTIME}),
+    (_S.UNRESOLVED, _S.NOT_EXECUTED): frozenset({_B.RECONCILIATION, _B.RUNTIME}),
+    (_S.SUBMITTED, _S.UNKNOWN): frozenset({_B.REVIEWER, _B.RECONCILIATION}),
+    (_S.UNRESOLVED, _S.UNKNOWN): frozenset({_B.REVIEWER, _B.RECONCILIATION}),
+    (_S.NOT_EXECUTED, _S.PLANNED): frozenset({_B.RETRY}),
+    (_S.UNKNOWN, _S.PLANNED): frozenset({_B.RETRY}),
 }
 
 
 def transition_allowed(from_state: str, to_state: str, by: str) -> bool:
-    """Whether ``by`` (runtime/reconciliation/reviewer/sweep/retry) may move an effect."""
+    """Whether ``by`` (an ``EffectSource``) may move an effect from one state to another."""
     return by in EFFECT_TRANSITIONS.get((from_state, to_state), frozenset())
 
 
 # What an approved retry does to an effect in each state (the retry preview, issue 5):
 # (outcome word, sentence for people).
+_STILL_IN_DOUBT = (RetryOutcome.IN_DOUBT, "still in doubt: reconcile it or mark it unknown first")
 RETRY_OUTCOMES: dict[str, tuple[str, str]] = {
-    "confirmed": ("replay_receipt", "replays the confirmed receipt; not called again"),
-    "failed": ("stays_failed", "stays failed; the run follows its own failure path"),
-    "planned": ("submit", "submitted for the first time (it was never sent)"),
-    "not_executed": ("submit_again", "submitted again: the service never saw it"),
-    "unknown": ("possible_duplicate",
-                "sent again although nobody can tell whether the first attempt happened: "
-                "the approver accepts a possible duplicate"),
-    "submitted": ("in_doubt", "still in doubt: reconcile it or mark it unknown first"),
-    "unresolved": ("in_doubt", "still in doubt: reconcile it or mark it unknown first"),
+    _S.CONFIRMED: (RetryOutcome.REPLAY_RECEIPT,
+                   "replays the confirmed receipt; not called again"),
+    _S.FAILED: (RetryOutcome.STAYS_FAILED, "stays failed; the run follows its own failure path"),
+    _S.PLANNED: (RetryOutcome.SUBMIT, "submitted for the first time (it was never sent)"),
+    _S.NOT_EXECUTED: (RetryOutcome.SUBMIT_AGAIN, "submitted again: the service never saw it"),
+    _S.UNKNOWN: (RetryOutcome.POSSIBLE_DUPLICATE,
+                 "sent again although nobody can tell whether the first attempt happened: "
+                 "the approver accepts a possible duplicate"),
+    **{state: _STILL_IN_DOUBT for state in _S.IN_DOUBT},
 }
 
 
 def retry_outcome(state: str) -> tuple[str, str]:
     """``(outcome, words)`` for an effect in ``state`` under an approved retry."""
-    return RETRY_OUTCOMES.get(state, ("unchanged", "unchanged"))
+    return RETRY_OUTCOMES.get(state, (RetryOutcome.UNCHANGED, "unchanged"))

@@ -40,12 +40,13 @@ from django.utils.module_loading import import_string
 
 from .exceptions import InvalidPayload
 from .jsonparse import loads_object
+from .vocab import EffectClass, ReconcileAnswer
 
 # The most of an answer a reconciler reads; more is "cannot tell" (a receipt is small).
 MAX_ANSWER_BYTES = 256 * 1024
 
-FOUND, REFUSED, NOT_EXECUTED, CANNOT_TELL, NO_LOOKUP = (
-    "found", "failed", "not_executed", "cannot_tell", "no_lookup")
+# A plugin's answers (``ReconcileAnswer.SERVICE``), by the names plugins use.
+FOUND, REFUSED, NOT_EXECUTED, CANNOT_TELL, NO_LOOKUP = ReconcileAnswer.SERVICE
 
 
 @dataclass(frozen=True)
@@ -68,8 +69,7 @@ class EffectRef:
 
 @dataclass(frozen=True)
 class Answer:
-    """A reconciler's answer. ``kind`` is one of found/failed/not_executed/cannot_tell/
-    no_lookup; ``receipt`` a JSON object for found/failed; ``evidence`` what the service
+    """A reconciler's answer. ``kind`` is one of ``ReconcileAnswer.SERVICE``; ``receipt`` a JSON object for found/failed; ``evidence`` what the service
     actually answered (kept, encrypted, for reviewers); ``detail`` one line for people.
 
     ``detail`` is stored in clear and shown to every role (viewers included) and written
@@ -199,7 +199,7 @@ class ReplayReconciler:
         self.timeout_s = timeout_s
 
     def lookup(self, effect: EffectRef) -> Answer:
-        if effect.effect_class != "idempotent":
+        if effect.effect_class != EffectClass.IDEMPOTENT:
             return Answer.cannot_tell(
                 f"replay: the effect is {effect.effect_class}, only idempotent effects replay")
         if effect.request is None:
@@ -271,7 +271,7 @@ def reconciler_for(tenant_id: int, service: str) -> Configured:
     from .models import ReconcilerConfig
 
     settle = settings.RECOVERY_RECONCILE_SETTLE_DELAY_S
-    row = ReconcilerConfig.objects.filter(tenant_id=tenant_id, service=service).first()
+    row = ReconcilerConfig.objects.for_tenant(tenant_id).filter(service=service).first()
     if row is not None:
         try:
             cls = plugin_class(row.plugin)

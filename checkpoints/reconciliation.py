@@ -40,7 +40,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Prefetch, Q
 
-from . import crypto, policy, reconcile, roles
+from . import crypto, reconcile, roles
 from .dbclock import NOW
 from .exceptions import InvalidPayload, InvalidTransition, NotFound
 from .jsonparse import dumps, loads_any, loads_object
@@ -53,13 +53,21 @@ from .models import (
     Tenant,
 )
 from .permissions import require
+from .vocab import (
+    AuditAction,
+    EffectSource,
+    EffectState,
+    ReconcileAnswer,
+    TargetType,
+)
 
 log = logging.getLogger(__name__)
 
-IN_DOUBT = ("submitted", "unresolved")
-# Effect state each answer settles (cannot_tell settles nothing).
-SETTLES = {reconcile.FOUND: "confirmed", reconcile.REFUSED: "failed",
-           reconcile.NOT_EXECUTED: "not_executed", reconcile.NO_LOOKUP: "unknown"}
+#: What ``dispatch`` writes into a request it could not hand to the broker (the run page
+#: says "queued, will run when the worker is back" for it).
+BROKER_DOWN = "broker unavailable"
+_DISPATCH = ("dispatch marks, by primary key, the requests it was handed (read scoped by "
+             "the reviewer's action, or by the sweep's re-drive)")
 # How long a claim lasts beyond the look-up's own timeout before the sweep re-drives it.
 CLAIM_MARGIN_S = 60
 
@@ -107,24 +115,28 @@ def run_reconcile(*, actor, tenant: Tenant, run_id: uuid.UUID, reason: str) -> R
         if run.closed_at is not None:
             raise InvalidTransition("run: the run is closed; a new write reopens it")
         facts = svc.run_facts(run, now)
-        in_doubt = list(Effect.objects.filter(run=run, state__in=IN_DOUBT).order_by("id"))
+        in_doubt = list(Effect.objects.for_tenant(run.tenant_id)
+                        .filter(run=run, state__in=EffectState.IN_DOUBT)
+                        .order_by("id"))
         if not in_doubt:
             raise InvalidTransition("run: no effect is submitted or unresolved")
         svc.require_owner_gone(run, facts, "reconcile")
-        open_by_effect = {r.effect_id: r for r in ReconcileRequest.objects.select_for_update()
-                          .filter(effect__in=in_doubt, state__in=["queued", "running"])}
+        open_by_effect = {r.effect_id: r for r in ReconcileRequest.objects.for_tenant(tenant)
+                          .select_for_update()
+                          .filter(effect__in=in_doubt, state__in=ReconcileState.OPEN)}
         for effect in in_doubt:
             existing = open_by_effect.get(effect.pk)
             if existing is not None:
                 if existing.state == ReconcileState.QUEUED:
-                    ReconcileRequest.objects.filter(pk=existing.pk).update(next_attempt_at=now)
+                    ReconcileRequest.objects.for_tenant(tenant).filter(pk=existing.pk).update(
+                        next_attempt_at=now)
                 outcome.requests.append(existing)
                 continue
             outcome.requests.append(ReconcileRequest.objects.create(
                 tenant=tenant, run=run, effect=effect, task_uuid=task_id, requested_by=actor,
                 requested_by_name=svc._actor_name(actor), reason=reason, next_attempt_at=now))
         svc.audit_record(
-            tenant=tenant, actor=actor, action="run.reconcile", target_type="run",
+            tenant=tenant, actor=actor, action=AuditAction.RUN_RECONCILE, target_type=TargetType.RUN,
             target_id=run.uuid, run_id=run.uuid, reason=reason,
             after={"task_id": str(task_id),
                    "requests": [r.pk for r in outcome.requests],
@@ -183,13 +195,14 @@ def dispatch(request_pks: list[int], *, countdown: float | None = None) -> Sent:
                                   countdown=countdown)
     except Exception as exc:  # noqa: BLE001 - any broker failure: keep the job, say so
         log.warning("reconcile dispatch failed, requests %s stay queued: %s", request_pks, exc)
-        why = f"broker unavailable ({type(exc).__name__}); queued, will run when the " \
+        why = f"{BROKER_DOWN} ({type(exc).__name__}); queued, will run when the " \
               f"worker is back"
-        ReconcileRequest.objects.filter(pk__in=request_pks, state="queued").update(
-            last_error=why[:500])
+        (ReconcileRequest.objects.for_all_tenants(reason=_DISPATCH)
+         .filter(pk__in=request_pks, state=ReconcileState.QUEUED).update(last_error=why[:500]))
         return Sent(False, "queued; the task queue is unavailable, so it will run when the "
                            "worker is back (nothing is lost)")
-    ReconcileRequest.objects.filter(pk__in=request_pks).update(dispatched_at=NOW)
+    (ReconcileRequest.objects.for_all_tenants(reason=_DISPATCH).filter(pk__in=request_pks)
+     .update(dispatched_at=NOW))
     return Sent(True, "queued for a worker")
 
 
@@ -198,19 +211,21 @@ def redrive(limit: int = 200) -> int:
     behind; run by the sweep. A ``running`` request whose claim expired goes back to
     ``queued`` first. Returns how many were sent (or, without a broker, executed)."""
     grace = settings.RECOVERY_RECONCILE_REDRIVE_GRACE_S if broker_configured() else 0
-    stale = Q(state="running", claimed_until__lt=NOW)
+    stale = Q(state=ReconcileState.RUNNING, claimed_until__lt=NOW)
     with transaction.atomic():
-        reclaimed = list(ReconcileRequest.objects.select_for_update()
-                         .filter(stale).values_list("pk", flat=True)[:limit])
+        every = ReconcileRequest.objects.for_all_tenants(
+            reason="the sweep re-drives every tenant's stale or due reconcile requests")
+        reclaimed = list(every.select_for_update().filter(stale)
+                         .values_list("pk", flat=True)[:limit])
         if reclaimed:
-            ReconcileRequest.objects.filter(pk__in=reclaimed).filter(stale).update(
-                state="queued", next_attempt_at=NOW, claimed_until=None,
+            every.filter(pk__in=reclaimed).filter(stale).update(
+                state=ReconcileState.QUEUED, next_attempt_at=NOW, claimed_until=None,
                 last_error="the worker vanished during the look-up; trying again")
-    due = Q(state="queued",
+    due = Q(state=ReconcileState.QUEUED,
             next_attempt_at__lte=NOW - timedelta(seconds=grace) if grace else NOW)
     # A request whose worker vanished is sent now, not a grace period after this sweep.
-    due |= Q(state="queued", pk__in=reclaimed)
-    pks = list(ReconcileRequest.objects.filter(due).order_by("next_attempt_at", "pk")
+    due |= Q(state=ReconcileState.QUEUED, pk__in=reclaimed)
+    pks = list(every.filter(due).order_by("next_attempt_at", "pk")
                .values_list("pk", flat=True)[:limit])
     if pks:
         dispatch(pks)
@@ -228,7 +243,9 @@ def _backoff_s(failures: int) -> int:
 
 def _claim(request_pk: int) -> tuple[ReconcileRequest, datetime] | None:
     with transaction.atomic():
-        req = (ReconcileRequest.objects.select_for_update().annotate(db_now=NOW)
+        req = (ReconcileRequest.objects.for_all_tenants(reason="a worker claims the request "
+                                                        "it was handed, by primary key")
+               .select_for_update().annotate(db_now=NOW)
                .filter(pk=request_pk).first())
         if req is None:
             return None
@@ -299,16 +316,14 @@ def _checked(answer: Any, name: str) -> reconcile.Answer:
     if not isinstance(answer, reconcile.Answer):
         return reconcile.Answer.cannot_tell(f"{name}: returned {type(answer).__name__}, "
                                             f"not an Answer")
-    kinds = {reconcile.FOUND, reconcile.REFUSED, reconcile.NOT_EXECUTED,
-             reconcile.CANNOT_TELL, reconcile.NO_LOOKUP}
-    if answer.kind not in kinds:
+    if answer.kind not in ReconcileAnswer.SERVICE:
         return reconcile.Answer.cannot_tell(f"{name}: unknown answer {_safe_text(answer.kind, 40)!r}")
     try:
         evidence = _strict(answer.evidence, "answer") if answer.evidence is not None else None
     except InvalidPayload as exc:
         return reconcile.Answer.cannot_tell(f"{name}: {exc.detail}")
     receipt = answer.receipt
-    if answer.kind in (reconcile.FOUND, reconcile.REFUSED):
+    if answer.kind in ReconcileAnswer.WITH_RECEIPT:
         if not isinstance(receipt, dict):
             return reconcile.Answer.cannot_tell(f"{name}: a {answer.kind} answer needs a "
                                                 f"receipt object", evidence=evidence)
@@ -343,8 +358,10 @@ def execute(request_pk: int) -> dict:
         return {"request": request_pk, "result": "skipped"}
     req, started = claimed
     svc = _services()
-    effect = Effect.objects.select_related("run", "tenant").get(pk=req.effect_id)
-    run = Run.objects.annotate(db_now=NOW).select_related("tenant").get(pk=req.run_id)
+    effect = (Effect.objects.for_tenant(req.tenant_id).select_related("run", "tenant")
+              .get(pk=req.effect_id))
+    run = (Run.objects.for_tenant(req.tenant_id).annotate(db_now=NOW).select_related("tenant")
+           .get(pk=req.run_id))
     facts = svc.run_facts(run)
     configured = reconcile.reconciler_for(req.tenant_id, effect.service)
     seen_attempt = effect.attempt
@@ -352,11 +369,11 @@ def execute(request_pk: int) -> dict:
     answer: reconcile.Answer | None = None
     wait_until: datetime | None = None
     note = ""
-    if effect.state not in IN_DOUBT:
+    if effect.state not in EffectState.IN_DOUBT:
         pass  # settled by other means: recorded as moved on below
     elif not facts.owner_gone:
         wait_until = facts.owner_gone_at
-        note = policy_words("owner_live", wait_until)
+        note = policy_words(ReconcileAnswer.OWNER_LIVE, wait_until)
     else:
         try:
             ref = _effect_ref(effect, run.tenant.slug)
@@ -365,19 +382,19 @@ def execute(request_pk: int) -> dict:
                                                   f"{type(exc).__name__}")
         else:
             answer = lookup_with_timeout(configured, ref)
-        if answer.kind == reconcile.NOT_EXECUTED:
+        if answer.kind == ReconcileAnswer.NOT_EXECUTED:
             submitted_at = effect.submitted_at or effect.state_changed_at or effect.created_at
             settle_at = submitted_at + timedelta(seconds=configured.settle_delay_s)
             if settle_at > run.db_now:
                 wait_until = settle_at
-                note = policy_words("settling", settle_at)
+                note = policy_words(ReconcileAnswer.SETTLING, settle_at)
     return _apply(req, effect, seen_attempt, answer, wait_until, note, configured.name,
                   started)
 
 
 def policy_words(why: str, until: datetime | None) -> str:
     when = until.isoformat() if until else "now"
-    if why == "owner_live":
+    if why == ReconcileAnswer.OWNER_LIVE:
         return f"not asked: the run's owner is live until {when}"
     return f"the service has not seen the key; waiting for the settle delay until {when}"
 
@@ -390,7 +407,8 @@ def _apply(req: ReconcileRequest, effect: Effect, seen_attempt: int,
     with transaction.atomic():
         run = svc._lock_run(effect.tenant, effect.run.uuid, create=False)
         now = run.db_now
-        current = ReconcileRequest.objects.select_for_update().get(pk=req.pk)
+        current = (ReconcileRequest.objects.for_tenant(req.tenant_id)
+                   .select_for_update().get(pk=req.pk))
         if current.state != ReconcileState.RUNNING or current.attempts != req.attempts:
             return {"request": req.pk, "result": "lost_claim"}
         effect.refresh_from_db()
@@ -401,14 +419,14 @@ def _apply(req: ReconcileRequest, effect: Effect, seen_attempt: int,
         # Moved on: settled by other means, or sent again under a retry. A move that left
         # it in doubt (the sweep's submitted -> unresolved meanwhile) does not count: the
         # answer is about the same operation key and still settles it.
-        moved_on = effect.state not in IN_DOUBT or effect.attempt != seen_attempt
+        moved_on = effect.state not in EffectState.IN_DOUBT or effect.attempt != seen_attempt
         if not moved_on and answer is not None and not facts.owner_gone:
             # The owner came back while we asked: leave its effect alone.
             answer, wait_until = None, facts.owner_gone_at
-            note = policy_words("owner_live", wait_until)
+            note = policy_words(ReconcileAnswer.OWNER_LIVE, wait_until)
         if answer is not None and wait_until is not None:
             # "Never saw the key" within the settle delay: the call may still be on its way.
-            attempt.answer = "settling"
+            attempt.answer = ReconcileAnswer.SETTLING
             attempt.detail = f"{note}; {answer.detail}"
             if answer.evidence is not None:
                 attempt.evidence_ciphertext = crypto.encrypt_text(dumps(answer.evidence))
@@ -418,16 +436,18 @@ def _apply(req: ReconcileRequest, effect: Effect, seen_attempt: int,
             if answer.evidence is not None:
                 attempt.evidence_ciphertext = crypto.encrypt_text(dumps(answer.evidence))
         elif moved_on:
-            attempt.answer = "moved_on"
+            attempt.answer = ReconcileAnswer.MOVED_ON
         else:
-            attempt.answer = "owner_live" if note.startswith("not asked") else "settling"
+            attempt.answer = (ReconcileAnswer.OWNER_LIVE if note.startswith("not asked")
+                              else ReconcileAnswer.SETTLING)
             attempt.detail = note
         if moved_on:
             attempt.detail = (f"the effect moved on to {effect.state} (revision "
                               f"{effect.revision}) before the answer was applied")
-            result = _finish(current, now, outcome="moved_on", state=ReconcileState.DONE)
-            svc.audit_record(tenant=run.tenant, actor=None, action="reconcile.moved_on",
-                             target_type="effect", target_id=effect.uuid,
+            result = _finish(current, now, outcome=ReconcileAnswer.MOVED_ON,
+                             state=ReconcileState.DONE)
+            svc.audit_record(tenant=run.tenant, actor=None, action=AuditAction.RECONCILE_MOVED_ON,
+                             target_type=TargetType.EFFECT, target_id=effect.uuid,
                              run_id=run.uuid, reason=attempt.detail,
                              after={"request": current.pk, "state": effect.state})
         elif wait_until is not None or answer is None:
@@ -440,15 +460,15 @@ def _apply(req: ReconcileRequest, effect: Effect, seen_attempt: int,
                                         "last_error", "updated_at"])
             after_commit.append((current.pk, (current.next_attempt_at - now).total_seconds()))
             result = "waiting"
-        elif answer.kind == reconcile.CANNOT_TELL:
+        elif answer.kind == ReconcileAnswer.CANNOT_TELL:
             current.failures += 1
             current.last_error = answer.detail[:1000]
             current.claimed_until = None
             if current.failures >= settings.RECOVERY_RECONCILE_MAX_FAILURES:
                 result = _finish(current, now, outcome="", state=ReconcileState.GAVE_UP)
                 svc.audit_record(
-                    tenant=run.tenant, actor=None, action="reconcile.gave_up",
-                    target_type="effect", target_id=effect.uuid, run_id=run.uuid,
+                    tenant=run.tenant, actor=None, action=AuditAction.RECONCILE_GAVE_UP,
+                    target_type=TargetType.EFFECT, target_id=effect.uuid, run_id=run.uuid,
                     reason=answer.detail[:4000],
                     after={"request": current.pk, "attempts": current.attempts,
                            "failures": current.failures})
@@ -461,25 +481,25 @@ def _apply(req: ReconcileRequest, effect: Effect, seen_attempt: int,
                 after_commit.append((current.pk, delay))
                 result = "retry"
         else:
-            to_state = SETTLES[answer.kind]
+            to_state = ReconcileAnswer.SETTLES[answer.kind]
             before = {"state": effect.state, "revision": effect.revision}
-            if to_state == "not_executed" and effect.state == "submitted":
+            if to_state == EffectState.NOT_EXECUTED and effect.state == EffectState.SUBMITTED:
                 effect = svc._effect_transition(
-                    effect, expected_revision=effect.revision, to_state="unresolved",
-                    receipt=effect.receipt, by=policy.RECONCILIATION, actor=None, now=now)
-            receipt = answer.receipt if to_state in ("confirmed", "failed") else effect.receipt
-            if to_state == "failed" and receipt is None:
+                    effect, expected_revision=effect.revision, to_state=EffectState.UNRESOLVED,
+                    receipt=effect.receipt, by=EffectSource.RECONCILIATION, actor=None, now=now)
+            receipt = answer.receipt if to_state in EffectState.WITH_RECEIPT else effect.receipt
+            if to_state == EffectState.FAILED and receipt is None:
                 receipt = effect.receipt
             effect = svc._effect_transition(
                 effect, expected_revision=effect.revision, to_state=to_state, receipt=receipt,
-                by=policy.RECONCILIATION, actor=None, now=now)
+                by=EffectSource.RECONCILIATION, actor=None, now=now)
             attempt.applied = to_state
             current.failures = 0
             current.last_error = ""
             result = _finish(current, now, outcome=to_state, state=ReconcileState.DONE)
             svc.audit_record(
-                tenant=run.tenant, actor=None, action="effect.reconcile",
-                target_type="effect", target_id=effect.uuid, run_id=run.uuid,
+                tenant=run.tenant, actor=None, action=AuditAction.EFFECT_RECONCILE,
+                target_type=TargetType.EFFECT, target_id=effect.uuid, run_id=run.uuid,
                 reason=answer.detail[:4000], before=before,
                 after={"state": effect.state, "revision": effect.revision,
                        "answer": answer.kind, "request": current.pk,
@@ -505,13 +525,15 @@ def _finish(req: ReconcileRequest, now: datetime, *, outcome: str, state: str) -
 def requests_for_run(run: Run) -> list[ReconcileRequest]:
     """The run's reconcile requests, newest first, each with ``attempt_log`` prefetched
     and its ``effect`` loaded (for the run page and the API)."""
-    log = Prefetch("attempt_log", queryset=ReconcileAttempt.objects.defer("evidence_ciphertext"))
-    return list(ReconcileRequest.objects.filter(run=run).select_related("effect")
+    log = Prefetch("attempt_log", queryset=ReconcileAttempt.objects.for_tenant(run.tenant_id)
+                   .defer("evidence_ciphertext"))
+    return list(ReconcileRequest.objects.for_tenant(run.tenant_id)
+                .filter(run=run).select_related("effect")
                 .prefetch_related(log).order_by("-created_at", "-id")[:50])
 
 
 def request_get(tenant: Tenant, pk: int) -> ReconcileRequest:
-    req = ReconcileRequest.objects.filter(tenant=tenant, pk=pk).first()
+    req = ReconcileRequest.objects.for_tenant(tenant).filter(pk=pk).first()
     if req is None:
         raise NotFound("no such reconcile request")
     return req
@@ -528,15 +550,16 @@ def evidence_reveal(*, actor, tenant: Tenant, attempt_id: int, reason: str) -> A
     require(actor, tenant, roles.REVEAL)
     reason = svc._require_reason(reason)
     with transaction.atomic():
-        attempt = (ReconcileAttempt.objects.select_related("request__effect", "request__run")
-                   .filter(tenant=tenant, pk=attempt_id).first())
+        attempt = (ReconcileAttempt.objects.for_tenant(tenant)
+                   .select_related("request__effect", "request__run")
+                   .filter(pk=attempt_id).first())
         if attempt is None:
             raise NotFound("no such reconcile attempt")
         if not attempt.evidence_ciphertext:
             return None
         value = loads_any(crypto.decrypt_text(attempt.evidence_ciphertext))
-        svc.audit_record(tenant=tenant, actor=actor, action="evidence.reveal",
-                         target_type="effect", target_id=attempt.request.effect.uuid,
+        svc.audit_record(tenant=tenant, actor=actor, action=AuditAction.EVIDENCE_REVEAL,
+                         target_type=TargetType.EFFECT, target_id=attempt.request.effect.uuid,
                          run_id=attempt.request.run.uuid, reason=reason[:4000],
                          after={"request": attempt.request_id, "attempt": attempt.number})
     return value

@@ -7,6 +7,8 @@ granted globally, so a global permission can never widen a list.
 
 from __future__ import annotations
 
+from .vocab import Role
+
 VIEW = "view_runs"
 REVEAL = "reveal_payload"
 REVIEW = "review_runs"
@@ -15,13 +17,13 @@ WRITE = "write_runs"
 MANAGE = "manage_roles"
 
 ROLE_PERMISSIONS: dict[str, tuple[str, ...]] = {
-    "viewer": (VIEW,),
-    "reviewer": (VIEW, REVEAL, REVIEW),
-    "approver": (VIEW, REVEAL, APPROVE),
-    "writer": (VIEW, WRITE),
-    "admin": (VIEW, REVEAL, REVIEW, APPROVE, WRITE, MANAGE),
+    Role.VIEWER: (VIEW,),
+    Role.REVIEWER: (VIEW, REVEAL, REVIEW),
+    Role.APPROVER: (VIEW, REVEAL, APPROVE),
+    Role.WRITER: (VIEW, WRITE),
+    Role.ADMIN: (VIEW, REVEAL, REVIEW, APPROVE, WRITE, MANAGE),
 }
-ROLES = tuple(ROLE_PERMISSIONS)
+ROLES = tuple(Role.values)
 
 
 def group_name(tenant_slug: str, role: str) -> str:

@@ -92,7 +92,7 @@ def tokens_of_account(*, user) -> list[ApiToken]:
 
 def state_counts(*, tenant: Tenant) -> dict[str, int]:
     """``{recovery_state: number of runs}`` for the inbox tabs (every state present)."""
-    counts = dict(Run.objects.filter(tenant=tenant).values_list("recovery_state")
+    counts = dict(Run.objects.for_tenant(tenant).values_list("recovery_state")
                   .annotate(n=Count("id")).values_list("recovery_state", "n"))
     return {state: counts.get(state, 0) for state in RecoveryState.values}
 
@@ -140,7 +140,7 @@ def run_list(*, user, tenant: Tenant, filters: RunFilters, cursor: str | None = 
     if filters.recovery_state and filters.recovery_state not in RecoveryState.values:
         raise InvalidPayload(
             f"recovery_state: must be one of {', '.join(RecoveryState.values)}")
-    qs = Run.objects.filter(tenant=tenant)
+    qs = Run.objects.for_tenant(tenant)
     if filters.recovery_state:
         qs = qs.filter(recovery_state=filters.recovery_state)
     if filters.kind:
@@ -168,7 +168,7 @@ def run_get(*, user, tenant: Tenant, run_id: uuid.UUID | str) -> Run:
     """The run, or ``NotFound`` (also for a malformed id)."""
     require(user, tenant, roles.VIEW)
     rid = _uuid_or_404(run_id, "run")
-    run = Run.objects.filter(tenant=tenant, uuid=rid).select_related(
+    run = Run.objects.for_tenant(tenant).filter(uuid=rid).select_related(
         "latest_checkpoint", "closed_by").first()
     if run is None:
         raise NotFound("no such run")
@@ -193,29 +193,34 @@ def run_detail(*, user, tenant: Tenant, run_id) -> RunDetail:
     """Load a run with its checkpoints (and revision metadata), effects, conflicts, retry
     requests and the latest 200 audit events, in a fixed number of queries."""
     run = run_get(user=user, tenant=tenant, run_id=run_id)
-    cps = list(Checkpoint.objects.filter(run=run).defer("payload_ciphertext")
+    cps = list(Checkpoint.objects.for_tenant(run.tenant_id)
+               .filter(run=run).defer("payload_ciphertext")
                .order_by("-received_at"))
     revisions: dict[int, list[CheckpointRevision]] = {c.pk: [] for c in cps}
-    for rev in (CheckpointRevision.objects.filter(checkpoint__run=run)
+    for rev in (CheckpointRevision.objects.for_tenant(run.tenant_id).filter(checkpoint__run=run)
                 .defer("payload_ciphertext").select_related("written_by")
                 .order_by("checkpoint_id", "revision")):
         revisions.setdefault(rev.checkpoint_id, []).append(rev)
-    effects = list(Effect.objects.filter(run=run).order_by("created_at", "id"))
+    effects = list(Effect.objects.for_tenant(run.tenant_id)
+                   .filter(run=run).order_by("created_at", "id"))
     history: dict[int, list[EffectRevision]] = {e.pk: [] for e in effects}
-    for rev in EffectRevision.objects.filter(effect__run=run).order_by("effect_id", "revision"):
+    for rev in (EffectRevision.objects.for_tenant(run.tenant_id)
+                .filter(effect__run=run).order_by("effect_id", "revision")):
         history.setdefault(rev.effect_id, []).append(rev)
-    conflicts = list(Conflict.objects.filter(run=run).defer("refused_ciphertext")
+    conflicts = list(Conflict.objects.for_tenant(run.tenant_id)
+                     .filter(run=run).defer("refused_ciphertext")
                      .select_related("acknowledged_by"))
-    retries = list(RetryRequest.objects.filter(run=run)
+    retries = list(RetryRequest.objects.for_tenant(run.tenant_id).filter(run=run)
                    .select_related("requested_by", "decided_by"))
-    audit = list(AuditEvent.objects.filter(tenant=tenant, run_uuid=run.uuid).order_by("-seq")[:200])
+    audit = list(AuditEvent.objects.for_tenant(tenant)
+                 .filter(run_uuid=run.uuid).order_by("-seq")[:200])
     return RunDetail(run, cps, revisions, effects, history, conflicts, retries, audit)
 
 
-def _attempts_without_evidence() -> QuerySet[ReconcileAttempt]:
-    """Attempts as metadata: the evidence ciphertext stays in the database, and
-    ``has_evidence`` says whether there is any to reveal."""
-    return (ReconcileAttempt.objects.defer("evidence_ciphertext")
+def _attempts_without_evidence(tenant: Tenant) -> QuerySet[ReconcileAttempt]:
+    """The tenant's attempts as metadata: the evidence ciphertext stays in the database,
+    and ``has_evidence`` says whether there is any to reveal."""
+    return (ReconcileAttempt.objects.for_tenant(tenant).defer("evidence_ciphertext")
             .annotate(has_evidence=ExpressionWrapper(~Q(evidence_ciphertext=""),
                                                      output_field=BooleanField()))
             .order_by("number", "id"))
@@ -228,9 +233,10 @@ def reconcile_requests(*, user, tenant: Tenant, run: Run,
     in two queries whatever their number. Like ``reconciliation.requests_for_run`` but
     never reads evidence ciphertext for a page that only lists it."""
     require(user, tenant, roles.VIEW)
-    return list(ReconcileRequest.objects.filter(tenant=tenant, run=run)
+    return list(ReconcileRequest.objects.for_tenant(tenant).filter(run=run)
                 .select_related("effect")
-                .prefetch_related(Prefetch("attempt_log", queryset=_attempts_without_evidence()))
+                .prefetch_related(Prefetch("attempt_log",
+                                           queryset=_attempts_without_evidence(tenant)))
                 .order_by("-created_at", "-id")[: max(1, min(limit, 200))])
 
 
@@ -242,7 +248,7 @@ def reconcile_attempt_get(*, user, tenant: Tenant, attempt_id) -> ReconcileAttem
         pk = int(attempt_id)
     except (TypeError, ValueError):
         raise NotFound("no such reconcile attempt") from None
-    attempt = (_attempts_without_evidence().filter(tenant=tenant, pk=pk)
+    attempt = (_attempts_without_evidence(tenant).filter(pk=pk)
                .select_related("request__effect", "request__run").first())
     if attempt is None:
         raise NotFound("no such reconcile attempt")
@@ -276,7 +282,7 @@ def checkpoint_get(*, user, tenant: Tenant, checkpoint_id) -> Checkpoint:
     """The latest row of a checkpoint, or ``NotFound``."""
     require(user, tenant, roles.VIEW)
     cid = _uuid_or_404(checkpoint_id, "checkpoint")
-    cp = Checkpoint.objects.filter(tenant=tenant, uuid=cid).select_related("run").first()
+    cp = Checkpoint.objects.for_tenant(tenant).filter(uuid=cid).select_related("run").first()
     if cp is None:
         raise NotFound("no such checkpoint")
     return cp
@@ -286,7 +292,7 @@ def effect_get(*, user, tenant: Tenant, effect_id) -> Effect:
     """The effect ``effect_id`` of the tenant, or ``NotFound`` (also for a malformed id)."""
     require(user, tenant, roles.VIEW)
     eid = _uuid_or_404(effect_id, "effect")
-    effect = Effect.objects.filter(tenant=tenant, uuid=eid).select_related("run").first()
+    effect = Effect.objects.for_tenant(tenant).filter(uuid=eid).select_related("run").first()
     if effect is None:
         raise NotFound("no such effect")
     return effect
@@ -296,7 +302,7 @@ def effect_find(*, user, tenant: Tenant, service: str | None, operation_key: str
                 run_id=None, limit: int = 100) -> list[Effect]:
     """Effects of the tenant filtered by service, operation key and/or run."""
     require(user, tenant, roles.VIEW)
-    qs = Effect.objects.filter(tenant=tenant).select_related("run")
+    qs = Effect.objects.for_tenant(tenant).select_related("run")
     if service:
         qs = qs.filter(service=service)
     if operation_key:
@@ -316,7 +322,7 @@ def retry_get(*, user, tenant: Tenant, retry_id) -> RetryRequest:
         pk = int(retry_id)
     except (TypeError, ValueError):
         raise NotFound("no such retry request") from None
-    retry = (RetryRequest.objects.filter(tenant=tenant, pk=pk)
+    retry = (RetryRequest.objects.for_tenant(tenant).filter(pk=pk)
              .select_related("run", "requested_by", "decided_by").first())
     if retry is None:
         raise NotFound("no such retry request")
@@ -328,7 +334,7 @@ def audit_list(*, user, tenant: Tenant, run_id=None, actor: str | None = None,
                limit: int = 100) -> list[AuditEvent]:
     """Audit events of the tenant, newest first, filtered; ``before_seq`` pages backwards."""
     require(user, tenant, roles.VIEW)
-    qs = AuditEvent.objects.filter(tenant=tenant)
+    qs = AuditEvent.objects.for_tenant(tenant)
     if run_id:
         try:
             qs = qs.filter(run_uuid=uuid.UUID(str(run_id)))
@@ -346,14 +352,14 @@ def audit_list(*, user, tenant: Tenant, run_id=None, actor: str | None = None,
 def report(*, user, tenant: Tenant) -> dict:
     """Tenant-scoped numbers: runs per state, effects per state, open conflicts, retries."""
     require(user, tenant, roles.VIEW)
-    effects = dict(Effect.objects.filter(tenant=tenant).values_list("state")
+    effects = dict(Effect.objects.for_tenant(tenant).values_list("state")
                    .annotate(n=Count("id")).values_list("state", "n"))
-    retries = dict(RetryRequest.objects.filter(tenant=tenant).values_list("state")
+    retries = dict(RetryRequest.objects.for_tenant(tenant).values_list("state")
                    .annotate(n=Count("id")).values_list("state", "n"))
     return {
         "runs": state_counts(tenant=tenant),
         "effects": effects,
         "retry_requests": retries,
-        "open_conflicts": Conflict.objects.filter(tenant=tenant,
-                                                  acknowledged_at__isnull=True).count(),
+        "open_conflicts": Conflict.objects.for_tenant(tenant).filter(
+            acknowledged_at__isnull=True).count(),
     }

@@ -63,21 +63,31 @@ from .models import (
     Conflict,
     Effect,
     EffectRevision,
-    EffectState,
     ReconcileAttempt,
     RetryRequest,
-    RetryState,
     Run,
     Tenant,
     encrypt_receipt,
 )
 from .permissions import forget_perms, require, tenant_perms
 from .reconciliation import run_reconcile  # noqa: F401 - the reviewer's reconcile action
+from .vocab import (
+    AuditAction,
+    ConflictReason,
+    EffectClass,
+    EffectSource,
+    EffectState,
+    PhaseClass,
+    ReconcileState,
+    RecoveryState,
+    RetryOutcome,
+    RetryState,
+    TargetType,
+)
 
 User = get_user_model()
 
 SYSTEM = "system"
-U64_MAX = 2**64 - 1
 U32_MAX = 2**32 - 1
 HEX64_RE = re.compile(r"^[0-9a-fA-F]{64}\Z")
 
@@ -125,7 +135,7 @@ def tenant_create(*, slug: str, name: str = "", actor=None) -> Tenant:
         if Tenant.objects.filter(slug=slug).exists():
             raise InvalidPayload(f"slug: tenant {slug!r} already exists")
         tenant = Tenant.objects.create(slug=slug, name=name or slug)
-        audit_record(tenant=tenant, actor=actor, action="tenant.create", target_type="tenant",
+        audit_record(tenant=tenant, actor=actor, action=AuditAction.TENANT_CREATE, target_type=TargetType.TENANT,
                      target_id=tenant.slug, after={"slug": slug, "name": tenant.name})
     return tenant
 
@@ -170,7 +180,7 @@ def role_grant(*, actor, tenant: Tenant, user, role: str) -> None:
                 assign_perm(f"checkpoints.{codename}", group, tenant)
         user.groups.add(group)
         forget_perms(user)
-        audit_record(tenant=tenant, actor=actor, action="role.grant", target_type="account",
+        audit_record(tenant=tenant, actor=actor, action=AuditAction.ROLE_GRANT, target_type=TargetType.ACCOUNT,
                      target_id=user.get_username(), after={"role": role})
 
 
@@ -197,7 +207,7 @@ def role_revoke(*, actor, tenant: Tenant, user, role: str) -> None:
                 f"role: {user.get_username()} holds no {role} role in {tenant.slug}")
         user.groups.remove(group)
         forget_perms(user)
-        audit_record(tenant=tenant, actor=actor, action="role.revoke", target_type="account",
+        audit_record(tenant=tenant, actor=actor, action=AuditAction.ROLE_REVOKE, target_type=TargetType.ACCOUNT,
                      target_id=user.get_username(), before={"role": role},
                      after={"roles": _roles_in(user, tenant)})
 
@@ -234,7 +244,7 @@ def tenant_set_ambiguity_threshold(*, actor, tenant: Tenant, seconds: int) -> Te
         before = Tenant.objects.select_for_update().get(pk=tenant.pk).ambiguity_threshold_s
         Tenant.objects.filter(pk=tenant.pk).update(ambiguity_threshold_s=seconds)
         tenant.ambiguity_threshold_s = seconds
-        audit_record(tenant=tenant, actor=actor, action="tenant.threshold", target_type="tenant",
+        audit_record(tenant=tenant, actor=actor, action=AuditAction.TENANT_THRESHOLD, target_type=TargetType.TENANT,
                      target_id=tenant.slug, before={"ambiguity_threshold_s": before},
                      after={"ambiguity_threshold_s": seconds})
     return tenant
@@ -298,8 +308,8 @@ def tokens_revoke(*, user, actor=None) -> list[str]:
             return []
         live.update(revoked_at=NOW)
         for tenant, held in account_tenants(user):
-            audit_record(tenant=tenant, actor=actor, action="token.revoke",
-                         target_type="account", target_id=user.get_username(),
+            audit_record(tenant=tenant, actor=actor, action=AuditAction.TOKEN_REVOKE,
+                         target_type=TargetType.ACCOUNT, target_id=user.get_username(),
                          after={"revoked": prefixes, "roles": held})
     return prefixes
 
@@ -331,8 +341,8 @@ def account_deactivate(*, user, actor=None) -> dict:
         live.update(revoked_at=NOW)
         concerned = account_tenants(user)
         for tenant, held in concerned:
-            audit_record(tenant=tenant, actor=actor, action="account.deactivate",
-                         target_type="account", target_id=user.get_username(),
+            audit_record(tenant=tenant, actor=actor, action=AuditAction.ACCOUNT_DEACTIVATE,
+                         target_type=TargetType.ACCOUNT, target_id=user.get_username(),
                          before={"is_active": True, "roles": held},
                          after={"is_active": False, "tokens_revoked": prefixes})
     return {"tenants": [t.slug for t, _ in concerned], "tokens_revoked": prefixes}
@@ -369,21 +379,21 @@ def reconciler_configure(*, actor, tenant: Tenant, service: str, plugin: str, ur
                                        or not 0 <= settle_delay_s <= 86400):
         raise InvalidPayload("settle_delay_s: must be an integer in 0..86400")
     with transaction.atomic():
-        before = (ReconcilerConfig.objects.select_for_update()
-                  .filter(tenant=tenant, service=service)
+        before = (ReconcilerConfig.objects.for_tenant(tenant).select_for_update()
+                  .filter(service=service)
                   .values("plugin", "url", "timeout_s", "settle_delay_s").first())
         if plugin == "default":
-            ReconcilerConfig.objects.filter(tenant=tenant, service=service).delete()
+            ReconcilerConfig.objects.for_tenant(tenant).filter(service=service).delete()
             row, after = None, None
         else:
-            row, _ = ReconcilerConfig.objects.update_or_create(
+            row, _ = ReconcilerConfig.objects.for_tenant(tenant).update_or_create(
                 tenant=tenant, service=service,
                 defaults={"plugin": plugin, "url": url, "timeout_s": timeout_s,
                           "settle_delay_s": settle_delay_s})
             after = {"plugin": plugin, "url": url, "timeout_s": timeout_s,
                      "settle_delay_s": settle_delay_s}
-        audit_record(tenant=tenant, actor=actor, action="reconciler.configure",
-                     target_type="service", target_id=service[:64], before=before,
+        audit_record(tenant=tenant, actor=actor, action=AuditAction.RECONCILER_CONFIGURE,
+                     target_type=TargetType.SERVICE, target_id=service[:64], before=before,
                      after=after)
     return row
 
@@ -470,8 +480,8 @@ def _lock_run(tenant: Tenant, run_id: uuid.UUID, *, create: bool) -> Run | None:
     The same query reads the database's clock into ``run.db_now`` (``dbclock``): every
     time this write stores or compares is that one, never the process's clock.
     """
-    locked = Run.objects.select_for_update().annotate(db_now=NOW)
-    run = locked.filter(tenant=tenant, uuid=run_id).first()
+    locked = Run.objects.for_tenant(tenant).select_for_update().annotate(db_now=NOW)
+    run = locked.filter(uuid=run_id).first()
     if run is not None:
         run.tenant = tenant  # already loaded; saves a query in run_facts
     if run is not None or not create:
@@ -481,7 +491,7 @@ def _lock_run(tenant: Tenant, run_id: uuid.UUID, *, create: bool) -> Run | None:
             Run.objects.create(tenant=tenant, uuid=run_id, last_write_at=db_now())
     except IntegrityError:
         pass  # a concurrent writer created it first; lock theirs
-    run = locked.get(tenant=tenant, uuid=run_id)
+    run = locked.get(uuid=run_id)
     run.tenant = tenant
     return run
 
@@ -491,17 +501,19 @@ def _reopen(run: Run) -> bool:
     (DESIGN.md 4). Returns whether it was closed. Caller holds the run's lock."""
     if run.closed_at is None:
         return False
-    Run.objects.filter(pk=run.pk).update(closed_at=None, closed_by=None, closed_reason="")
+    (Run.objects.for_tenant(run.tenant_id)
+     .filter(pk=run.pk).update(closed_at=None, closed_by=None, closed_reason=""))
     run.closed_at, run.closed_by, run.closed_reason = None, None, ""
     return True
 
 
 def _drop_if_empty(run: Run) -> None:
     """Delete a run that owns nothing (made by a writer that then lost a create race)."""
-    if not (Checkpoint.objects.filter(run=run).exists() or Effect.objects.filter(run=run).exists()
-            or Conflict.objects.filter(run=run).exists()
-            or RetryRequest.objects.filter(run=run).exists()):
-        Run.objects.filter(pk=run.pk).delete()
+    if not (Checkpoint.objects.for_tenant(run.tenant_id).filter(run=run).exists()
+            or Effect.objects.for_tenant(run.tenant_id).filter(run=run).exists()
+            or Conflict.objects.for_tenant(run.tenant_id).filter(run=run).exists()
+            or RetryRequest.objects.for_tenant(run.tenant_id).filter(run=run).exists()):
+        Run.objects.for_tenant(run.tenant_id).filter(pk=run.pk).delete()
 
 
 def _check_fence(run: Run, token: int | None, now: datetime) -> None:
@@ -523,16 +535,16 @@ def _record_fenced(exc: Fenced, *, tenant, actor, target_type: str, target_id, e
     """Keep a fenced write as a conflict of the leased run, in its own transaction (the
     write's transaction has rolled back), so a zombie owner shows in the inbox."""
     with transaction.atomic():
-        run = (Run.objects.select_for_update().annotate(db_now=NOW).select_related("tenant")
-               .filter(pk=exc.run_pk).first())
+        run = (Run.objects.for_tenant(tenant).select_for_update().annotate(db_now=NOW)
+               .select_related("tenant").filter(pk=exc.run_pk).first())
         if run is None:  # the run was new in the rolled-back write: nothing to attach to
             return
-        model = Checkpoint if target_type == "checkpoint" else Effect
-        actual = (model.objects.filter(tenant=tenant, uuid=target_id)
+        model = Checkpoint if target_type == TargetType.CHECKPOINT else Effect
+        actual = (model.objects.for_tenant(tenant).filter(uuid=target_id)
                   .values_list("revision", flat=True).first())
         _record_conflict(tenant=tenant, run=run, actor=actor, target_type=target_type,
                          target_id=target_id, expected=expected, actual=actual,
-                         attempted=attempted, refused=refused, reason=Conflict.Reason.FENCED,
+                         attempted=attempted, refused=refused, reason=ConflictReason.FENCED,
                          token_sent=token)
 
 
@@ -546,24 +558,25 @@ def run_facts(run: Run, now: datetime | None = None) -> policy.RunFacts:
     them). ``now`` defaults to the database time read with the run (``dbclock``)."""
     now = now or _now_for(run)
     counts = dict(
-        Effect.objects.filter(run=run)
-        .exclude(state__in=["unknown", "not_executed"], retry_authorized_by__isnull=False)
+        Effect.objects.for_tenant(run.tenant_id).filter(run=run)
+        .exclude(state__in=EffectState.NEEDS_RETRY, retry_authorized_by__isnull=False)
         .values_list("state").annotate(n=Count("pk")).values_list("state", "n")
     )
     labels: dict[str, list[str]] = {}
-    if any(counts.get(state) for state in ("submitted", "unresolved", "unknown")):
+    if any(counts.get(state) for state in EffectState.DOUBTFUL):
         for state, service, key in (
-            Effect.objects.filter(run=run, state__in=["submitted", "unresolved", "unknown"],
+            Effect.objects.for_tenant(run.tenant_id).filter(run=run, state__in=EffectState.DOUBTFUL,
                                   retry_authorized_by__isnull=True)
             .order_by("created_at", "id").values_list("state", "service", "operation_key")[:20]
         ):
             group = labels.setdefault(state, [])
             if len(group) < 3:
                 group.append(f"{service} {key if len(key) <= 80 else key[:79] + '…'}")
-    open_retry = (RetryRequest.objects.filter(run=run, state__in=["requested", "approved"])
+    open_retry = (RetryRequest.objects.for_tenant(run.tenant_id)
+                  .filter(run=run, state__in=RetryState.OPEN)
                   .values_list("state", flat=True).first())
     schema_error = ""
-    if run.phase_class == "unsupported":
+    if run.phase_class == PhaseClass.UNSUPPORTED:
         schema_error = run.phase_label
     return policy.RunFacts(
         now=now,
@@ -609,7 +622,7 @@ def run_refresh_state(run: Run, now: datetime | None = None) -> str:
         fields["state_changed_at"] = now
     for key, value in fields.items():
         setattr(run, key, value)
-    Run.objects.filter(pk=run.pk).update(**fields)
+    Run.objects.for_tenant(run.tenant_id).filter(pk=run.pk).update(**fields)
     return state
 
 
@@ -617,19 +630,20 @@ def _record_conflict(*, tenant, run: Run, actor, target_type: str, target_id, ex
                      actual: int | None, attempted: int | None, refused: str,
                      reason: str | None = None, token_sent: int | None = None) -> None:
     if reason is None:
-        reason = Conflict.Reason.ID_EXISTS if expected is None else Conflict.Reason.STALE_REVISION
+        reason = ConflictReason.ID_EXISTS if expected is None else ConflictReason.STALE_REVISION
     Conflict.objects.create(
         tenant=tenant, run=run, target_type=target_type, target_uuid=target_id, reason=reason,
         expected_revision=expected, actual_revision=actual, attempted_revision=attempted,
         fencing_token_sent=token_sent,
-        fencing_token_current=run.fencing_token if reason == Conflict.Reason.FENCED else None,
+        fencing_token_current=run.fencing_token if reason == ConflictReason.FENCED else None,
         writer=actor, writer_name=_actor_name(actor),
         refused_ciphertext=crypto.encrypt_text(refused) if refused else "",
     )
-    Run.objects.filter(pk=run.pk).update(unacknowledged_conflicts=F("unacknowledged_conflicts") + 1)
+    (Run.objects.for_tenant(run.tenant_id)
+     .filter(pk=run.pk).update(unacknowledged_conflicts=F("unacknowledged_conflicts") + 1))
     run.refresh_from_db(fields=["unacknowledged_conflicts"])
     run_refresh_state(run)
-    audit_record(tenant=tenant, actor=actor, action=f"{target_type}.conflict",
+    audit_record(tenant=tenant, actor=actor, action=AuditAction.CONFLICT[target_type],
                  target_type=target_type, target_id=target_id, run_id=run.uuid,
                  before={"current_revision": actual},
                  after={"reason": reason, "expected_revision": expected,
@@ -673,7 +687,7 @@ def checkpoint_put(
         checkpoint = _checkpoint_cas(actor, tenant, envelope, expected_revision, fencing_token,
                                      cls, phase_label, ciphertext, size)
     except Fenced as exc:
-        _record_fenced(exc, tenant=tenant, actor=actor, target_type="checkpoint",
+        _record_fenced(exc, tenant=tenant, actor=actor, target_type=TargetType.CHECKPOINT,
                        target_id=envelope.checkpoint_id, expected=expected_revision,
                        attempted=envelope.revision, token=fencing_token,
                        refused=dumps(_envelope_json(envelope)))
@@ -689,7 +703,7 @@ def _checkpoint_cas(actor, tenant, envelope, expected_revision, fencing_token, c
     ``StaleRevision`` to raise once the conflict record has committed."""
     conflict_at: int | None = None
     with transaction.atomic():
-        existing = (Checkpoint.objects.filter(tenant=tenant, uuid=envelope.checkpoint_id)
+        existing = (Checkpoint.objects.for_tenant(tenant).filter(uuid=envelope.checkpoint_id)
                     .values("run_id", "run__uuid", "kind").first())
         if expected_revision is not None and existing is None:
             raise NotFound("no such checkpoint")
@@ -711,8 +725,8 @@ def _checkpoint_cas(actor, tenant, envelope, expected_revision, fencing_token, c
         )
         if expected_revision is None:
             if existing is not None:
-                conflict_at = Checkpoint.objects.get(
-                    tenant=tenant, uuid=envelope.checkpoint_id).revision
+                conflict_at = Checkpoint.objects.for_tenant(tenant).get(
+                    uuid=envelope.checkpoint_id).revision
             else:
                 try:
                     with transaction.atomic():
@@ -722,27 +736,27 @@ def _checkpoint_cas(actor, tenant, envelope, expected_revision, fencing_token, c
                 except IntegrityError:
                     # Lost a create race: the conflict belongs to the winner's run, and the
                     # run this call just made for itself is dropped if nothing else uses it.
-                    winner = Checkpoint.objects.select_related("run").get(
-                        tenant=tenant, uuid=envelope.checkpoint_id)
+                    winner = Checkpoint.objects.for_tenant(tenant).select_related("run").get(
+                        uuid=envelope.checkpoint_id)
                     conflict_at = winner.revision
                     if winner.run_id != run.pk:
                         _drop_if_empty(run)
                         run = _lock_run(tenant, winner.run.uuid, create=False)
         else:
             # The compare-and-swap: one conditional UPDATE; 0 rows means a stale revision.
-            updated = Checkpoint.objects.filter(
-                tenant=tenant, uuid=envelope.checkpoint_id, revision=expected_revision
+            updated = Checkpoint.objects.for_tenant(tenant).filter(
+                uuid=envelope.checkpoint_id, revision=expected_revision
             ).update(revision=envelope.revision, **fields)
             if updated != 1:
-                conflict_at = Checkpoint.objects.get(
-                    tenant=tenant, uuid=envelope.checkpoint_id).revision
+                conflict_at = Checkpoint.objects.for_tenant(tenant).get(
+                    uuid=envelope.checkpoint_id).revision
             else:
-                checkpoint = Checkpoint.objects.get(tenant=tenant,
-                                                    uuid=envelope.checkpoint_id)
+                checkpoint = Checkpoint.objects.for_tenant(tenant).get(
+                    uuid=envelope.checkpoint_id)
 
         if conflict_at is not None:
             _record_conflict(
-                tenant=tenant, run=run, actor=actor, target_type="checkpoint",
+                tenant=tenant, run=run, actor=actor, target_type=TargetType.CHECKPOINT,
                 target_id=envelope.checkpoint_id, expected=expected_revision, actual=conflict_at,
                 attempted=envelope.revision, refused=dumps(_envelope_json(envelope)),
             )
@@ -768,7 +782,7 @@ def _checkpoint_cas(actor, tenant, envelope, expected_revision, fencing_token, c
             if reopened:
                 after["reopened"] = True
             audit_record(
-                tenant=tenant, actor=actor, action="checkpoint.write", target_type="checkpoint",
+                tenant=tenant, actor=actor, action=AuditAction.CHECKPOINT_WRITE, target_type=TargetType.CHECKPOINT,
                 target_id=envelope.checkpoint_id, run_id=run.uuid,
                 before=None if expected_revision is None else {"revision": expected_revision},
                 after=after,
@@ -802,26 +816,28 @@ def checkpoint_envelope(checkpoint: Checkpoint | CheckpointRevision, *, run_id=N
 
 
 def payload_reveal(*, actor, tenant: Tenant, checkpoint: Checkpoint, revision: int | None = None,
-                   reason: str = "", action: str = "payload.reveal") -> dict:
+                   reason: str = "", action: str = AuditAction.PAYLOAD_REVEAL) -> dict:
     """Decrypt one revision's envelope for ``actor``; audited in the same transaction.
 
     Needs ``reveal_payload`` (reviewer, approver, admin) or, for the runtime's own
-    ``GET`` of a checkpoint, ``write_runs`` (``action="payload.read"``).
+    ``GET`` of a checkpoint, ``write_runs`` (``action=AuditAction.PAYLOAD_READ``).
     Raises ``Forbidden``/``NotFound`` as ``permissions.require``; ``NotFound`` for a
     revision that does not exist.
     """
-    require(actor, tenant, roles.WRITE if action == "payload.read" else roles.REVEAL)
+    require(actor, tenant, roles.WRITE if action == AuditAction.PAYLOAD_READ else roles.REVEAL)
     with transaction.atomic():
         if revision is None or revision == checkpoint.revision:
-            source = Checkpoint.objects.select_related("run").get(pk=checkpoint.pk)
+            source = Checkpoint.objects.for_tenant(tenant).select_related("run").get(
+                pk=checkpoint.pk)
             envelope = checkpoint_envelope(source)
         else:
-            rev = CheckpointRevision.objects.filter(checkpoint=checkpoint, revision=revision).first()
+            rev = (CheckpointRevision.objects.for_tenant(checkpoint.tenant_id)
+                   .filter(checkpoint=checkpoint, revision=revision).first())
             if rev is None:
                 raise NotFound(f"revision {revision} does not exist")
             envelope = checkpoint_envelope(rev, run_id=checkpoint.run.uuid,
                                            checkpoint_id=checkpoint.uuid)
-        audit_record(tenant=tenant, actor=actor, action=action, target_type="checkpoint",
+        audit_record(tenant=tenant, actor=actor, action=action, target_type=TargetType.CHECKPOINT,
                      target_id=checkpoint.uuid, run_id=checkpoint.run.uuid,
                      reason=reason, after={"revision": envelope["revision"]})
     return envelope
@@ -846,7 +862,8 @@ def revisions_export(*, actor, tenant: Tenant, checkpoint: Checkpoint, after: in
         raise Forbidden("your role may not read payloads")
     if max_bytes is None:
         max_bytes = 4 * settings.RECOVERY_MAX_BODY_BYTES
-    revs = CheckpointRevision.objects.filter(checkpoint=checkpoint).order_by("revision")
+    revs = (CheckpointRevision.objects.for_tenant(checkpoint.tenant_id)
+            .filter(checkpoint=checkpoint).order_by("revision"))
     if after is not None:
         revs = revs.filter(revision__gt=after)
     # Choose the page from the sizes first, so no ciphertext beyond it is read.
@@ -862,8 +879,8 @@ def revisions_export(*, actor, tenant: Tenant, checkpoint: Checkpoint, after: in
         rows = list(revs.filter(revision__in=page)) if page else []
         out = [checkpoint_envelope(r, run_id=checkpoint.run.uuid,
                                    checkpoint_id=checkpoint.uuid) for r in rows]
-        audit_record(tenant=tenant, actor=actor, action="payload.export",
-                     target_type="checkpoint", target_id=checkpoint.uuid,
+        audit_record(tenant=tenant, actor=actor, action=AuditAction.PAYLOAD_EXPORT,
+                     target_type=TargetType.CHECKPOINT, target_id=checkpoint.uuid,
                      run_id=checkpoint.run.uuid,
                      after={"revisions": len(out),
                             "from": page[0] if page else None,
@@ -891,15 +908,15 @@ def receipt_reveal(*, actor, tenant: Tenant, effect_id, reason: str) -> dict:
     except ValueError:
         raise NotFound("no such effect") from None
     with transaction.atomic():
-        effect = (Effect.objects.filter(tenant=tenant, uuid=eid)
+        effect = (Effect.objects.for_tenant(tenant).filter(uuid=eid)
                   .select_related("run").first())
         if effect is None:
             raise NotFound("no such effect")
         answer = {"id": str(effect.uuid), "run_id": str(effect.run.uuid),
                   "revision": effect.revision, "receipt": effect.receipt}
         if effect.has_receipt:
-            audit_record(tenant=tenant, actor=actor, action="receipt.reveal",
-                         target_type="effect", target_id=effect.uuid,
+            audit_record(tenant=tenant, actor=actor, action=AuditAction.RECEIPT_REVEAL,
+                         target_type=TargetType.EFFECT, target_id=effect.uuid,
                          run_id=effect.run.uuid, reason=reason,
                          after={"revision": effect.revision})
     return answer
@@ -933,7 +950,7 @@ def parse_effect(body: dict, *, url_id: uuid.UUID) -> EffectBody:
     operation_key = _str_field(body, "operation_key", 512)
     service = _str_field(body, "service", 200)
     effect_class = body.get("effect_class")
-    if effect_class not in {"read_only", "idempotent", "non_idempotent"}:
+    if effect_class not in EffectClass.values:
         raise InvalidPayload("effect_class: must be read_only, idempotent or non_idempotent")
     fp = body.get("request_fingerprint")
     if not isinstance(fp, str) or not HEX64_RE.match(fp):
@@ -995,14 +1012,14 @@ def effect_put(
         expected_revision >= MAX_REVISION or body.revision != expected_revision + 1
     ):
         raise InvalidPayload(f"revision: must be {expected_revision + 1} (If-Match + 1)")
-    if body.state == "confirmed" and body.receipt is None:
+    if body.state == EffectState.CONFIRMED and body.receipt is None:
         raise InvalidPayload("receipt: required when state is confirmed")
     refused = dumps({"id": str(body.effect_id), "revision": body.revision, "state": body.state,
                      "operation_key": body.operation_key, "service": body.service})
     try:
         effect = _effect_cas(actor, tenant, body, expected_revision, fencing_token, refused)
     except Fenced as exc:
-        _record_fenced(exc, tenant=tenant, actor=actor, target_type="effect",
+        _record_fenced(exc, tenant=tenant, actor=actor, target_type=TargetType.EFFECT,
                        target_id=body.effect_id, expected=expected_revision,
                        attempted=body.revision, token=fencing_token, refused=refused)
         raise
@@ -1016,12 +1033,12 @@ def _effect_cas(actor, tenant, body, expected_revision, fencing_token, refused):
     raise once the conflict record has committed."""
     conflict_at: int | None = None
     with transaction.atomic():
-        existing = Effect.objects.filter(tenant=tenant, uuid=body.effect_id).select_related(
+        existing = Effect.objects.for_tenant(tenant).filter(uuid=body.effect_id).select_related(
             "run").first()
         if expected_revision is not None and existing is None:
             raise NotFound("no such effect")
         if existing is None:
-            if body.state != "planned":
+            if body.state != EffectState.PLANNED:
                 raise InvalidTransition("state: a new effect starts as planned")
             _check_operation_key(tenant, body)
             run = _lock_run(tenant, body.run_id, create=True)
@@ -1033,14 +1050,14 @@ def _effect_cas(actor, tenant, body, expected_revision, fencing_token, refused):
                         tenant=tenant, run=run, uuid=body.effect_id, revision=0,
                         operation_key=body.operation_key, service=body.service,
                         effect_class=body.effect_class,
-                        request_fingerprint=body.request_fingerprint, state="planned",
+                        request_fingerprint=body.request_fingerprint, state=EffectState.PLANNED,
                         receipt=body.receipt, state_changed_at=now,
                         request_ciphertext=(crypto.encrypt_text(body.request_json)
                                             if body.request_json else ""),
                     )
             except IntegrityError:
                 # Lost a race: either the effect id or the operation key is now taken.
-                other = Effect.objects.filter(tenant=tenant, uuid=body.effect_id).first()
+                other = Effect.objects.for_tenant(tenant).filter(uuid=body.effect_id).first()
                 if other is None:
                     _check_operation_key(tenant, body)
                     raise
@@ -1065,17 +1082,17 @@ def _effect_cas(actor, tenant, body, expected_revision, fencing_token, refused):
             else:
                 effect = _effect_transition(
                     existing, expected_revision=expected_revision, to_state=body.state,
-                    receipt=body.receipt, by=policy.RUNTIME, actor=actor, now=now)
+                    receipt=body.receipt, by=EffectSource.RUNTIME, actor=actor, now=now)
                 if effect is None:
-                    conflict_at = Effect.objects.get(pk=existing.pk).revision
+                    conflict_at = Effect.objects.for_tenant(tenant).get(pk=existing.pk).revision
         if conflict_at is not None:
-            _record_conflict(tenant=tenant, run=run, actor=actor, target_type="effect",
+            _record_conflict(tenant=tenant, run=run, actor=actor, target_type=TargetType.EFFECT,
                              target_id=body.effect_id, expected=expected_revision,
                              actual=conflict_at, attempted=body.revision, refused=refused)
         else:
             if expected_revision is None:
-                _effect_history(effect, actor=actor, source="runtime")
-            Run.objects.filter(pk=run.pk).update(last_write_at=now)
+                _effect_history(effect, actor=actor, source=EffectSource.RUNTIME)
+            Run.objects.for_tenant(run.tenant_id).filter(pk=run.pk).update(last_write_at=now)
             run.last_write_at = now
             reopened = _reopen(run)
             run_refresh_state(run, now)
@@ -1084,7 +1101,7 @@ def _effect_cas(actor, tenant, body, expected_revision, fencing_token, refused):
             if reopened:
                 after["reopened"] = True
             audit_record(
-                tenant=tenant, actor=actor, action="effect.write", target_type="effect",
+                tenant=tenant, actor=actor, action=AuditAction.EFFECT_WRITE, target_type=TargetType.EFFECT,
                 target_id=body.effect_id, run_id=run.uuid,
                 before=None if expected_revision is None else {"revision": expected_revision},
                 after=after,
@@ -1095,7 +1112,7 @@ def _effect_cas(actor, tenant, body, expected_revision, fencing_token, refused):
 
 
 def _check_operation_key(tenant: Tenant, body: EffectBody) -> None:
-    other = Effect.objects.filter(tenant=tenant, service=body.service,
+    other = Effect.objects.for_tenant(tenant).filter(service=body.service,
                                   operation_key=body.operation_key).first()
     if other is None or other.uuid == body.effect_id:
         return
@@ -1115,28 +1132,30 @@ def _effect_transition(effect: Effect, *, expected_revision: int, to_state: str,
     from_state = effect.state
     attempt = effect.attempt
     retry_clear = False
-    if from_state in {"unknown", "not_executed"} and to_state == "planned":
+    if from_state in EffectState.NEEDS_RETRY and to_state == EffectState.PLANNED:
         if effect.retry_authorized_by_id is None:
             raise InvalidTransition(
                 f"state: {from_state} -> planned needs an approved, consumed retry")
-        by, attempt, retry_clear = policy.RETRY, attempt + 1, True
+        by, attempt, retry_clear = EffectSource.RETRY, attempt + 1, True
     if not policy.transition_allowed(from_state, to_state, by):
         raise InvalidTransition(f"state: {from_state} -> {to_state} is not allowed ({by})")
-    if to_state == "confirmed" and receipt is None:
+    if to_state == EffectState.CONFIRMED and receipt is None:
         raise InvalidPayload("receipt: required when state is confirmed")
     fields = dict(revision=expected_revision + 1, state=to_state,
                   receipt_ciphertext=encrypt_receipt(receipt), attempt=attempt,
                   state_changed_at=now, updated_at=now)
-    if to_state == "submitted":
+    if to_state == EffectState.SUBMITTED:
         fields["submitted_at"] = now
     if retry_clear:
         fields["retry_authorized_by"] = None
-    updated = Effect.objects.filter(pk=effect.pk, revision=expected_revision).update(**fields)
+    updated = (Effect.objects.for_tenant(effect.tenant_id)
+               .filter(pk=effect.pk, revision=expected_revision).update(**fields))
     if updated != 1:
         return None
     for key, value in fields.items():
         setattr(effect, key, value)
-    source = {policy.RUNTIME: "runtime", policy.RETRY: "runtime"}.get(by, by)
+    # The consumed retry re-plans on the runtime's resume: its history says runtime.
+    source = EffectSource.RUNTIME if by == EffectSource.RETRY else by
     _effect_history(effect, actor=actor, source=source)
     return effect
 
@@ -1180,7 +1199,7 @@ def lease_acquire(*, actor, tenant: Tenant, run_id: uuid.UUID, owner: str, ttl_s
                  "expires_at": run.lease_expires_at.isoformat()}
         if reopened:
             after["reopened"] = True
-        audit_record(tenant=tenant, actor=actor, action="lease.acquire", target_type="run",
+        audit_record(tenant=tenant, actor=actor, action=AuditAction.LEASE_ACQUIRE, target_type=TargetType.RUN,
                      target_id=run.uuid, run_id=run.uuid, before=before, after=after)
     return run
 
@@ -1207,8 +1226,8 @@ def resume_preview(*, actor, tenant: Tenant, run_id: uuid.UUID, asked: dict[str,
     ``write_runs``.
     """
     require(actor, tenant, roles.WRITE)
-    run = (Run.objects.annotate(db_now=NOW).select_related("latest_checkpoint")
-           .filter(tenant=tenant, uuid=run_id).first())
+    run = (Run.objects.for_tenant(tenant).annotate(db_now=NOW)
+           .select_related("latest_checkpoint").filter(uuid=run_id).first())
     if run is None:
         raise NotFound("no such run")
     run.tenant = tenant
@@ -1233,7 +1252,8 @@ def resume_claim(*, actor, tenant: Tenant, run_id: uuid.UUID, asked: dict[str, s
         now = run.db_now
         decision = policy.resume_decision(run_facts(run, now), asked)
         if decision.consume_retry:
-            retry = RetryRequest.objects.select_for_update().get(run=run, state="approved")
+            retry = RetryRequest.objects.for_tenant(run.tenant_id).select_for_update().get(run=run,
+                                                                 state=RetryState.APPROVED)
             run.fencing_token += 1
             run.lease_owner = ""
             run.lease_expires_at = None
@@ -1242,23 +1262,24 @@ def resume_claim(*, actor, tenant: Tenant, run_id: uuid.UUID, asked: dict[str, s
             run.last_write_at = now
             run.save(update_fields=["fencing_token", "lease_owner", "lease_expires_at",
                                     "last_write_at", "updated_at"])
-            RetryRequest.objects.filter(pk=retry.pk).update(
+            RetryRequest.objects.for_tenant(retry.tenant_id).filter(pk=retry.pk).update(
                 state=RetryState.CONSUMED, consumed_at=now, consumed_fencing_token=run.fencing_token)
             # Only what the approver accepted: the effects its preview showed as sent again.
             # One that became unknown/not_executed after the approval (a zombie owner sent
             # it meanwhile) waits for a new retry whose preview names it: no duplicate that
             # nobody accepted. (An approval recorded without a preview authorises all.)
-            again = Effect.objects.filter(run=run, state__in=["unknown", "not_executed"])
+            again = (Effect.objects.for_tenant(run.tenant_id)
+                     .filter(run=run, state__in=EffectState.NEEDS_RETRY))
             if retry.approved_preview is not None:
                 again = again.filter(uuid__in=[
                     row["effect_id"] for row in retry.approved_preview
-                    if row.get("outcome") in ("submit_again", "possible_duplicate")])
+                    if row.get("outcome") in RetryOutcome.SENT_AGAIN])
             again.update(retry_authorized_by=retry)
             run_refresh_state(run, now)
-            audit_record(tenant=tenant, actor=actor, action="retry.consume",
-                         target_type="retry_request", target_id=retry.pk, run_id=run.uuid,
-                         before={"state": "approved"},
-                         after={"state": "consumed", "fencing_token": run.fencing_token})
+            audit_record(tenant=tenant, actor=actor, action=AuditAction.RETRY_CONSUME,
+                         target_type=TargetType.RETRY_REQUEST, target_id=retry.pk, run_id=run.uuid,
+                         before={"state": RetryState.APPROVED},
+                         after={"state": RetryState.CONSUMED, "fencing_token": run.fencing_token})
         return _resume_answer(run, decision)
 
 
@@ -1273,7 +1294,6 @@ def _get_run(tenant: Tenant, run_id) -> Run:
     return run
 
 
-RETRYABLE_STATES = frozenset({"ambiguous", "unknown_outcome"})
 
 
 def retry_request(*, actor, tenant: Tenant, run_id: uuid.UUID, reason: str) -> RetryRequest:
@@ -1290,28 +1310,30 @@ def retry_request(*, actor, tenant: Tenant, run_id: uuid.UUID, reason: str) -> R
         # Judge the run as it is now (database clock), not as the last sweep left it: an
         # owner that went quiet since is gone, whether or not a sweeper ran.
         run_refresh_state(run)
-        if RetryRequest.objects.filter(run=run, state__in=["requested", "approved"]).exists():
+        if (RetryRequest.objects.for_tenant(run.tenant_id)
+            .filter(run=run, state__in=RetryState.OPEN).exists()):
             raise InvalidTransition("run: a retry request is already open")
         # A retry fences the current owner, so it is offered only for runs a human must
         # decide; and never over an effect still in doubt, which reconciliation (or
         # "mark unknown") must settle first, or the approval would be spent on it.
-        if run.recovery_state not in RETRYABLE_STATES:
+        if run.recovery_state not in RecoveryState.RETRYABLE:
             raise InvalidTransition(
                 f"run: a retry is for ambiguous or unknown-outcome runs; this run is "
                 f"{run.recovery_state}")
         # A retry fences the owner: never over one that is alive (it may come back).
         require_owner_gone(run, run_facts(run), "request a retry")
-        if Effect.objects.filter(run=run, state__in=["submitted", "unresolved"]).exists():
+        if (Effect.objects.for_tenant(run.tenant_id)
+            .filter(run=run, state__in=EffectState.IN_DOUBT).exists()):
             raise InvalidTransition(
                 "run: an effect is still in doubt; reconcile it or mark it unknown first")
         retry = RetryRequest.objects.create(tenant=tenant, run=run, requested_by=actor,
                                             reason=reason)
         before = run.recovery_state
         run_refresh_state(run)
-        audit_record(tenant=tenant, actor=actor, action="retry.request",
-                     target_type="retry_request", target_id=retry.pk, run_id=run.uuid,
+        audit_record(tenant=tenant, actor=actor, action=AuditAction.RETRY_REQUEST,
+                     target_type=TargetType.RETRY_REQUEST, target_id=retry.pk, run_id=run.uuid,
                      reason=reason, before={"recovery_state": before},
-                     after={"state": "requested", "recovery_state": run.recovery_state,
+                     after={"state": RetryState.REQUESTED, "recovery_state": run.recovery_state,
                             "preview": retry_preview(run)})
     return retry
 
@@ -1322,7 +1344,8 @@ def retry_preview(run: Run) -> list[dict]:
     words}]``, oldest effect first. ``possible_duplicate`` rows are what the approver
     accepts. Shown before the request and the approval, and stored in both audit events.
     """
-    rows = (Effect.objects.filter(run=run, retry_authorized_by__isnull=True)
+    rows = (Effect.objects.for_tenant(run.tenant_id)
+            .filter(run=run, retry_authorized_by__isnull=True)
             .order_by("created_at", "id")
             .values_list("uuid", "service", "operation_key", "state"))
     out = []
@@ -1337,11 +1360,12 @@ def _retry_decide(*, actor, tenant: Tenant, retry_id: int, reason: str, approve:
     require(actor, tenant, roles.APPROVE)
     reason = _require_reason(reason)
     with transaction.atomic():
-        retry = RetryRequest.objects.filter(tenant=tenant, pk=retry_id).first()
+        retry = RetryRequest.objects.for_tenant(tenant).filter(pk=retry_id).first()
         if retry is None:
             raise NotFound("no such retry request")
         run = _get_run(tenant, retry.run.uuid)
-        retry = RetryRequest.objects.select_for_update().get(pk=retry.pk)
+        retry = (RetryRequest.objects.for_tenant(retry.tenant_id)
+                 .select_for_update().get(pk=retry.pk))
         if retry.requested_by_id == actor.pk:
             raise Forbidden("approver: the requester may not decide their own retry request")
         if retry.state != RetryState.REQUESTED:
@@ -1360,9 +1384,9 @@ def _retry_decide(*, actor, tenant: Tenant, retry_id: int, reason: str, approve:
         if approve:
             after["preview"] = retry.approved_preview
         audit_record(tenant=tenant, actor=actor,
-                     action="retry.approve" if approve else "retry.reject",
-                     target_type="retry_request", target_id=retry.pk, run_id=run.uuid,
-                     reason=reason, before={"state": "requested"}, after=after)
+                     action=AuditAction.RETRY_APPROVE if approve else AuditAction.RETRY_REJECT,
+                     target_type=TargetType.RETRY_REQUEST, target_id=retry.pk, run_id=run.uuid,
+                     reason=reason, before={"state": RetryState.REQUESTED}, after=after)
     return retry
 
 
@@ -1390,7 +1414,7 @@ def effect_mark_unknown(*, actor, tenant: Tenant, effect_id: uuid.UUID, reason: 
     require(actor, tenant, roles.REVIEW)
     reason = _require_reason(reason)
     with transaction.atomic():
-        effect = Effect.objects.filter(tenant=tenant, uuid=effect_id).select_related(
+        effect = Effect.objects.for_tenant(tenant).filter(uuid=effect_id).select_related(
             "run").first()
         if effect is None:
             raise NotFound("no such effect")
@@ -1400,16 +1424,17 @@ def effect_mark_unknown(*, actor, tenant: Tenant, effect_id: uuid.UUID, reason: 
         require_owner_gone(run, run_facts(run), "mark an outcome unknown")
         effect.refresh_from_db()
         before = {"state": effect.state, "revision": effect.revision}
-        moved = _effect_transition(effect, expected_revision=effect.revision, to_state="unknown",
-                                   receipt=effect.receipt, by=policy.REVIEWER, actor=actor,
+        moved = _effect_transition(effect, expected_revision=effect.revision, to_state=EffectState.UNKNOWN,
+                                   receipt=effect.receipt, by=EffectSource.REVIEWER, actor=actor,
                                    now=run.db_now)
         if moved is None:  # cannot happen under the run lock; kept as a guard
-            raise StaleRevision(Effect.objects.get(pk=effect.pk).revision)
+            raise StaleRevision(Effect.objects.for_tenant(effect.tenant_id)
+                                .get(pk=effect.pk).revision)
         run_refresh_state(run)
-        audit_record(tenant=tenant, actor=actor, action="effect.mark_unknown",
-                     target_type="effect", target_id=effect.uuid, run_id=run.uuid,
+        audit_record(tenant=tenant, actor=actor, action=AuditAction.EFFECT_MARK_UNKNOWN,
+                     target_type=TargetType.EFFECT, target_id=effect.uuid, run_id=run.uuid,
                      reason=reason, before=before,
-                     after={"state": "unknown", "revision": moved.revision})
+                     after={"state": EffectState.UNKNOWN, "revision": moved.revision})
     return moved
 
 
@@ -1427,23 +1452,23 @@ def run_close(*, actor, tenant: Tenant, run_id: uuid.UUID, reason: str) -> Run:
         run = _get_run(tenant, run_id)
         if run.closed_at is not None:
             raise InvalidTransition("run: already closed")
-        if run.recovery_state == "completed":
+        if run.recovery_state == RecoveryState.COMPLETED:
             raise InvalidTransition("run: it completed; there is nothing to close")
         now = run.db_now
         before = run.recovery_state
-        expired = RetryRequest.objects.filter(
-            run=run, state__in=["requested", "approved"]).update(
+        expired = RetryRequest.objects.for_tenant(tenant).filter(
+            run=run, state__in=RetryState.OPEN).update(
             state=RetryState.EXPIRED, decided_at=now)
-        from .models import ReconcileRequest, ReconcileState
+        from .models import ReconcileRequest
 
-        cancelled = ReconcileRequest.objects.filter(
-            run=run, state__in=["queued", "running"]).update(
+        cancelled = ReconcileRequest.objects.for_tenant(tenant).filter(
+            run=run, state__in=ReconcileState.OPEN).update(
             state=ReconcileState.CANCELLED, finished_at=now, last_error="the run was closed")
-        Run.objects.filter(pk=run.pk).update(closed_at=now, closed_by=actor,
-                                             closed_reason=reason)
+        Run.objects.for_tenant(run.tenant_id).filter(pk=run.pk).update(
+            closed_at=now, closed_by=actor, closed_reason=reason)
         run.closed_at, run.closed_by, run.closed_reason = now, actor, reason
         run_refresh_state(run, now)
-        audit_record(tenant=tenant, actor=actor, action="run.close", target_type="run",
+        audit_record(tenant=tenant, actor=actor, action=AuditAction.RUN_CLOSE, target_type=TargetType.RUN,
                      target_id=run.uuid, run_id=run.uuid, reason=reason,
                      before={"recovery_state": before},
                      after={"recovery_state": run.recovery_state,
@@ -1459,14 +1484,15 @@ def conflicts_acknowledge(*, actor, tenant: Tenant, run_id: uuid.UUID, reason: s
     with transaction.atomic():
         run = _get_run(tenant, run_id)
         now = run.db_now
-        n = Conflict.objects.filter(run=run, acknowledged_at__isnull=True).update(
+        n = Conflict.objects.for_tenant(run.tenant_id).filter(
+            run=run, acknowledged_at__isnull=True).update(
             acknowledged_at=now, acknowledged_by=actor)
-        Run.objects.filter(pk=run.pk).update(unacknowledged_conflicts=0)
+        Run.objects.for_tenant(run.tenant_id).filter(pk=run.pk).update(unacknowledged_conflicts=0)
         run.unacknowledged_conflicts = 0
         before = run.recovery_state
         run_refresh_state(run, now)
-        audit_record(tenant=tenant, actor=actor, action="conflicts.acknowledge",
-                     target_type="run", target_id=run.uuid, run_id=run.uuid, reason=reason,
+        audit_record(tenant=tenant, actor=actor, action=AuditAction.CONFLICTS_ACKNOWLEDGE,
+                     target_type=TargetType.RUN, target_id=run.uuid, run_id=run.uuid, reason=reason,
                      before={"recovery_state": before, "open_conflicts": n},
                      after={"recovery_state": run.recovery_state, "open_conflicts": 0})
     return n
@@ -1488,9 +1514,13 @@ def sweep_stale_runs() -> dict[str, int]:
     Returns counts: ``examined``, ``effects_unresolved``, ``runs_ambiguous`` and the
     re-drive's ``reconcile_redriven``.
     """
+    every_run = Run.objects.for_all_tenants(
+        reason="the stale-run sweep looks at every tenant's runs; each is then locked and "
+               "changed within its own tenant")
     candidates = (
-        Run.objects.filter(Q(effects__state="submitted") | Q(phase_class="in_flight"))
-        .exclude(recovery_state__in=["schema_mismatch"])
+        every_run.filter(Q(effects__state=EffectState.SUBMITTED)
+                         | Q(phase_class=PhaseClass.IN_FLIGHT))
+        .exclude(recovery_state=RecoveryState.SCHEMA_MISMATCH)
         .filter(closed_at__isnull=True)
         .filter(Q(lease_expires_at__lte=NOW) | Q(lease_owner="")
                 | Q(lease_expires_at__isnull=True))
@@ -1500,7 +1530,7 @@ def sweep_stale_runs() -> dict[str, int]:
     for pk in list(candidates):
         stats["examined"] += 1
         with transaction.atomic():
-            run = (Run.objects.select_for_update().annotate(db_now=NOW)
+            run = (every_run.select_for_update().annotate(db_now=NOW)
                    .select_related("tenant").filter(pk=pk).first())
             if run is None:
                 continue
@@ -1508,23 +1538,26 @@ def sweep_stale_runs() -> dict[str, int]:
             facts = run_facts(run, now)
             if not facts.owner_gone or facts.closed:
                 continue
-            for effect in Effect.objects.filter(run=run, state="submitted"):
+            for effect in Effect.objects.for_tenant(run.tenant_id).filter(
+                    run=run, state=EffectState.SUBMITTED):
                 moved = _effect_transition(effect, expected_revision=effect.revision,
-                                           to_state="unresolved", receipt=effect.receipt,
-                                           by=policy.SWEEP, actor=None, now=now)
+                                           to_state=EffectState.UNRESOLVED, receipt=effect.receipt,
+                                           by=EffectSource.SWEEP, actor=None, now=now)
                 if moved is not None:
                     stats["effects_unresolved"] += 1
-                    audit_record(tenant=run.tenant, actor=None, action="effect.unresolved",
-                                 target_type="effect", target_id=effect.uuid,
+                    audit_record(tenant=run.tenant, actor=None, action=AuditAction.EFFECT_UNRESOLVED,
+                                 target_type=TargetType.EFFECT, target_id=effect.uuid,
                                  run_id=run.uuid, reason="owner gone (stale-run sweep)",
-                                 before={"state": "submitted"}, after={"state": "unresolved"})
+                                 before={"state": EffectState.SUBMITTED},
+                                 after={"state": EffectState.UNRESOLVED})
             before = run.recovery_state
-            if run_refresh_state(run, now) == "ambiguous" and before != "ambiguous":
+            ambiguous = RecoveryState.AMBIGUOUS
+            if run_refresh_state(run, now) == ambiguous and before != ambiguous:
                 stats["runs_ambiguous"] += 1
-                audit_record(tenant=run.tenant, actor=None, action="run.ambiguous",
-                             target_type="run", target_id=run.uuid, run_id=run.uuid,
+                audit_record(tenant=run.tenant, actor=None, action=AuditAction.RUN_AMBIGUOUS,
+                             target_type=TargetType.RUN, target_id=run.uuid, run_id=run.uuid,
                              reason=run.recovery_reason, before={"recovery_state": before},
-                             after={"recovery_state": "ambiguous"})
+                             after={"recovery_state": ambiguous})
     stats["reconcile_redriven"] = reconciliation.redrive()
     return stats
 
@@ -1546,6 +1579,9 @@ _CIPHER_COLUMNS = (
 )
 
 
+_ROTATION = "key rotation re-encrypts every tenant's ciphertext columns"
+
+
 def payloads_rotate_keys(*, batch_size: int = 500) -> dict[str, int]:
     """Re-encrypt every stored payload, receipt, stored request and reconcile evidence
     (``_cipher_columns``) under the newest key of
@@ -1561,7 +1597,8 @@ def payloads_rotate_keys(*, batch_size: int = 500) -> dict[str, int]:
     for model, column in _CIPHER_COLUMNS:
         last_pk = 0
         while True:
-            rows = list(model.objects.filter(pk__gt=last_pk).exclude(**{column: ""})
+            rows = list(model.objects.for_all_tenants(reason=_ROTATION)
+                        .filter(pk__gt=last_pk).exclude(**{column: ""})
                         .order_by("pk").values_list("pk", "tenant_id", column)[:batch_size])
             if not rows:
                 break
@@ -1570,13 +1607,13 @@ def payloads_rotate_keys(*, batch_size: int = 500) -> dict[str, int]:
                     if crypto.is_current(token):
                         continue
                     rotated = crypto.rotate_token(token)
-                    if model.objects.filter(
+                    if model.objects.for_tenant(tenant_id).filter(
                             pk=pk, **{column: token}).update(**{column: rotated}):
                         per_tenant[tenant_id] = per_tenant.get(tenant_id, 0) + 1
             last_pk = rows[-1][0]
     with transaction.atomic():
         for tenant in Tenant.objects.filter(pk__in=per_tenant):
-            audit_record(tenant=tenant, actor=None, action="payload.rotate_keys",
-                         target_type="tenant", target_id=tenant.slug,
+            audit_record(tenant=tenant, actor=None, action=AuditAction.PAYLOAD_ROTATE_KEYS,
+                         target_type=TargetType.TENANT, target_id=tenant.slug,
                          after={"rows": per_tenant[tenant.pk]})
     return {"rows": sum(per_tenant.values()), "tenants": len(per_tenant)}

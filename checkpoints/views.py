@@ -44,11 +44,11 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect, reswap, retarget, trigger_client_event
 
-from . import kinds, reconciliation, roles, selectors, services
+from . import kinds, reconciliation, roles, selectors, services, vocab
 from .exceptions import DomainError, InvalidPayload, OwnerLive, ReasonRequired
 from .forms import (
+    ALL_TAB,
     DEFAULT_TAB,
-    INBOX_TABS,
     AuditFilterForm,
     CloseForm,
     DiffForm,
@@ -57,38 +57,33 @@ from .forms import (
     RevealForm,
     first_error,
 )
-from .models import RECONCILE_OPEN_STATES, ReconcileState, Tenant
+from .models import Tenant
 from .permissions import access_tenant, role_names, tenant_perms
 from .templatetags.dashboard import ago
+from .vocab import (
+    AuditAction,
+    EffectState,
+    PhaseClass,
+    ReconcileAnswer,
+    ReconcileState,
+    RecoveryState,
+    RetryOutcome,
+    RetryState,
+)
 
 AUDIT_CHANGED = "audit-changed"
 _SAFE_ID = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,80}\Z")
-IN_DOUBT = {"submitted", "unresolved"}
-#: Effect states nothing more is to be learnt about (``planned`` was never sent).
-SETTLED = {"planned", "confirmed", "failed", "not_executed"}
-AWAITING = "awaiting_approval"
-TAB_STATES = {s.value for s in INBOX_TABS}
-#: What ``reconciliation.dispatch`` writes into a request it could not hand to the broker.
-BROKER_DOWN = "broker unavailable"
-#: Suggestions for the audit log's action filter (what ``services`` writes).
-AUDIT_ACTIONS = (
-    "retry.request", "retry.approve", "retry.reject", "retry.consume", "effect.mark_unknown",
-    "effect.reconcile", "effect.unresolved", "run.reconcile", "run.ambiguous", "run.close",
-    "reconcile.gave_up", "reconcile.moved_on", "evidence.reveal", "receipt.reveal",
-    "conflicts.acknowledge", "payload.reveal", "payload.read", "payload.export",
-    "checkpoint.write", "checkpoint.conflict", "effect.write", "effect.conflict", "role.grant",
-    "role.revoke", "token.issue", "token.revoke", "account.deactivate",
-)
 #: What a look-up answered, in words (``ReconcileAttempt.answer``).
 ANSWER_WORDS = {
-    "found": "the service has it: it happened",
-    "failed": "the service refused it",
-    "not_executed": "the service never saw the key",
-    "cannot_tell": "could not tell (error, timeout or a bad answer)",
-    "no_lookup": "the service offers no look-up",
-    "owner_live": "not asked: the owner was live",
-    "settling": "the service had not seen the key yet: waiting for the settle delay",
-    "moved_on": "the effect had settled by other means",
+    ReconcileAnswer.FOUND: "the service has it: it happened",
+    ReconcileAnswer.FAILED: "the service refused it",
+    ReconcileAnswer.NOT_EXECUTED: "the service never saw the key",
+    ReconcileAnswer.CANNOT_TELL: "could not tell (error, timeout or a bad answer)",
+    ReconcileAnswer.NO_LOOKUP: "the service offers no look-up",
+    ReconcileAnswer.OWNER_LIVE: "not asked: the owner was live",
+    ReconcileAnswer.SETTLING: "the service had not seen the key yet: waiting for the settle "
+                              "delay",
+    ReconcileAnswer.MOVED_ON: "the effect had settled by other means",
 }
 
 
@@ -179,6 +174,25 @@ def dashboard(view: Callable) -> Callable:
     return vary_on_htmx(htmx_login_redirect(login_required(domain_errors(view))))
 
 
+def tenant_page(right: str = roles.VIEW) -> Callable:
+    """The base of every tenant page and action: resolves the tenant from the URL's
+    ``slug`` and the caller's grants once (``permissions.access_tenant``: no role -> 404,
+    role lacks ``right`` -> 403) and hands the view the ``Tenant`` instead of the slug, so
+    a view never sees an unresolved slug. Everything it reads then starts from that
+    tenant (``selectors``/``services`` take it; ``Model.objects.for_tenant(tenant)``,
+    docs/tenancy.md). Wear it under ``@dashboard`` (which maps the 404/403)."""
+
+    def decorate(view: Callable) -> Callable:
+        @wraps(view)
+        def wrapper(request: HttpRequest, *args, slug: str, **kwargs):
+            tenant = access_tenant(request.user, slug, right)
+            return view(request, *args, tenant=tenant, **kwargs)
+
+        return wrapper
+
+    return decorate
+
+
 def _reason(request: HttpRequest) -> str:
     """The POSTed ``reason``; raises ``ReasonRequired``/``InvalidPayload`` (400)."""
     form = ReasonForm(request.POST)
@@ -198,6 +212,9 @@ def _base_context(request: HttpRequest, tenant: Tenant | None, section: str) -> 
         "can_reveal": roles.REVEAL in perms,
         "can_review": roles.REVIEW in perms,
         "can_approve": roles.APPROVE in perms,
+        # The vocabulary for templates ({% if r.state == vocab.ReconcileState.QUEUED %}):
+        # a template compares against the enums, never a literal state.
+        "vocab": vocab,
     }
 
 
@@ -229,7 +246,7 @@ def _inbox_context(request: HttpRequest, tenant: Tenant) -> dict:
     if not request.GET.get("state"):
         state = _default_tab(request, tenant, counts)
     filters = selectors.RunFilters(
-        recovery_state=None if state == "all" else state,
+        recovery_state=None if state == ALL_TAB else state,
         kind=data["kind"] or None, subject=data["subject"] or None, age_s_min=data["age"],
     )
     rows, next_cursor = selectors.run_list(user=request.user, tenant=tenant, filters=filters,
@@ -238,11 +255,12 @@ def _inbox_context(request: HttpRequest, tenant: Tenant) -> dict:
                                ("age", request.GET.get("age", ""))) if v}
     return {
         "state": state,
+        "all_tab": ALL_TAB,
         "form": form,
         "rows": rows,
         "next_cursor": next_cursor,
         "paged": bool(data["cursor"]),
-        "tabs": [(s.value, s.label, counts.get(s.value, 0)) for s in INBOX_TABS],
+        "tabs": [(s.value, s.label, counts.get(s.value, 0)) for s in RecoveryState.INBOX_TABS],
         "total": sum(counts.values()),
         "filter_query": query,
         "known_kinds": list(kinds.registered()),
@@ -255,20 +273,20 @@ def _default_tab(request: HttpRequest, tenant: Tenant, counts: dict[str, int]) -
     tab has runs; everyone else on ``DEFAULT_TAB`` ("ambiguous")."""
     perms = tenant_perms(request.user, tenant)
     approver_only = roles.APPROVE in perms and roles.REVIEW not in perms
-    if approver_only and counts.get(AWAITING, 0):
-        return AWAITING
+    if approver_only and counts.get(RecoveryState.AWAITING_APPROVAL, 0):
+        return RecoveryState.AWAITING_APPROVAL
     return DEFAULT_TAB
 
 
 @require_GET
 @dashboard
-def run_list(request: HttpRequest, slug: str) -> HttpResponse:
+@tenant_page()
+def run_list(request: HttpRequest, tenant: Tenant) -> HttpResponse:
     """``/t/<slug>/``: the inbox. One tab per recovery state (default ``ambiguous``),
     filters ``kind``/``subject``/``age``, keyset pagination by ``cursor``.
 
     An htmx request (tab, filter, page) gets only the ``inbox-main`` fragment.
     """
-    tenant = access_tenant(request.user, slug)
     context = _base_context(request, tenant, "inbox") | _inbox_context(request, tenant)
     template = "checkpoints/inbox.html"
     if request.htmx:
@@ -278,9 +296,9 @@ def run_list(request: HttpRequest, slug: str) -> HttpResponse:
 
 @require_GET
 @dashboard
-def run_counts(request: HttpRequest, slug: str) -> HttpResponse:
+@tenant_page()
+def run_counts(request: HttpRequest, tenant: Tenant) -> HttpResponse:
     """``/t/<slug>/counts/``: the inbox tabs with live counts, polled by htmx every 10 s."""
-    tenant = access_tenant(request.user, slug)
     context = _base_context(request, tenant, "inbox") | _inbox_context(request, tenant)
     return render(request, "checkpoints/inbox.html#tabs", context)
 
@@ -323,10 +341,10 @@ def _reconcile_rows(requests) -> list[dict]:
             "effect": r.effect,
             "attempts": [{"a": a, "words": ANSWER_WORDS.get(a.answer, "")}
                          for a in r.attempt_log.all()],
-            "broker_down": queued and (BROKER_DOWN in r.last_error
+            "broker_down": queued and (reconciliation.BROKER_DOWN in r.last_error
                                        or (broker and r.dispatched_at is None)),
             "waits_for_human": (r.state == ReconcileState.GAVE_UP and latest
-                                and r.effect.state in IN_DOUBT),
+                                and r.effect.state in EffectState.IN_DOUBT),
         })
     return rows
 
@@ -334,8 +352,8 @@ def _reconcile_rows(requests) -> list[dict]:
 def _reconcile_step(in_doubt, rows: list[dict], owner: dict | None) -> str:
     """The next step while an effect is in doubt: wait for a reconciliation under way,
     wait for a live owner, decide after one gave up, or reconcile."""
-    doubtful = [r for r in rows if r["effect"].state in IN_DOUBT]
-    open_rows = [r for r in doubtful if r["req"].state in RECONCILE_OPEN_STATES]
+    doubtful = [r for r in rows if r["effect"].state in EffectState.IN_DOUBT]
+    open_rows = [r for r in doubtful if r["req"].state in ReconcileState.OPEN]
     if any(r["broker_down"] for r in open_rows):
         return ("Reconciliation is queued and will run when the worker is back (nothing is "
                 "lost); nothing to do meanwhile")
@@ -361,11 +379,11 @@ def _reconcile_step(in_doubt, rows: list[dict], owner: dict | None) -> str:
 
 #: What a reconciliation that settled an in-flight run's effect leads to, best news first.
 _RECONCILED_STEP = {
-    "confirmed": ("Reconciliation confirmed {e}: request a retry (it replays the confirmed "
+    EffectState.CONFIRMED: ("Reconciliation confirmed {e}: request a retry (it replays the confirmed "
                   "receipt; not called again) or close the run"),
-    "not_executed": ("Reconciliation found that {e} never ran: request a retry (it is "
+    EffectState.NOT_EXECUTED: ("Reconciliation found that {e} never ran: request a retry (it is "
                      "submitted again with the same key) or close the run"),
-    "failed": ("Reconciliation found that the service refused {e}: request a retry (the run "
+    EffectState.FAILED: ("Reconciliation found that the service refused {e}: request a retry (the run "
                "follows its failure path) or close the run"),
 }
 
@@ -389,37 +407,37 @@ def _next_step(detail: selectors.RunDetail, open_retry, *, reconcile_rows=(),
     retried (and finished by its runtime) or closed."""
     run, effects = detail.run, detail.effects
     state = run.recovery_state
-    in_doubt = [e for e in effects if e.state in IN_DOUBT]
-    unknown = [e for e in effects if e.state == "unknown"]
+    in_doubt = [e for e in effects if e.state in EffectState.IN_DOUBT]
+    unknown = [e for e in effects if e.state == EffectState.UNKNOWN]
     if run.closed_at is not None:
         who = run.closed_by.get_username() if run.closed_by else "a reviewer"
         return (f"Closed by {who}: nothing to do here; a new write by the runtime reopens "
                 f"it")
-    if state == "schema_mismatch":
+    if state == RecoveryState.SCHEMA_MISMATCH:
         return f"Schema mismatch: {run.recovery_reason or 'unsupported kind or schema version'}"
-    if state == AWAITING and open_retry is not None:
+    if state == RecoveryState.AWAITING_APPROVAL and open_retry is not None:
         requester = open_retry.requested_by.get_username()
         if may_decide:
             return f"Your decision: {requester} asked for this retry; read the preview, then " \
                    f"approve or reject it"
         return f"Waiting for an approver other than {requester}"
-    if state == "retry_approved":
+    if state == RecoveryState.RETRY_APPROVED:
         return "Approved: the runtime's next resume call will retry"
-    if in_doubt and state in services.RETRYABLE_STATES:
+    if in_doubt and state in RecoveryState.RETRYABLE:
         return _reconcile_step(in_doubt, list(reconcile_rows), owner)
     if unknown and open_retry is None:
         e = unknown[0]
         more = f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""
         return (f"Nobody can tell whether {e.service} ran {e.operation_key}{more}: request a "
                 f"retry (accepts a possible duplicate) or close the run")
-    if (state == "ambiguous" and run.phase_class == "in_flight" and open_retry is None
-            and all(e.state in SETTLED for e in effects)):
+    if (state == RecoveryState.AMBIGUOUS and run.phase_class == PhaseClass.IN_FLIGHT
+            and open_retry is None and all(e.state in EffectState.SETTLED for e in effects)):
         if not effects:
             return "No side effect was recorded; a retry re-runs the step, or close the run"
         return _reconciled(list(reconcile_rows)) or (
             "Every recorded effect is settled; a retry re-runs the step and replays "
             "confirmed receipts (not called again), or close the run")
-    if state == "conflicted":
+    if state == RecoveryState.CONFLICTED:
         return "Refused writes to acknowledge"
     return ""
 
@@ -429,9 +447,10 @@ def _retry_blocked(run, open_retry, in_doubt: bool) -> str:
     if run.closed_at is not None:
         return "No retry: the run is closed; a new write by the runtime reopens it."
     if open_retry is not None:
-        waits = "an approver" if open_retry.state == "requested" else "the runtime's resume"
+        waits = ("an approver" if open_retry.state == RetryState.REQUESTED
+                 else "the runtime's resume")
         return f"No new retry: request #{open_retry.pk} is open and awaits {waits}."
-    if run.recovery_state not in services.RETRYABLE_STATES:
+    if run.recovery_state not in RecoveryState.RETRYABLE:
         return (f"No retry: it is for ambiguous or unknown-outcome runs, and this one is "
                 f"{run.recovery_state.replace('_', ' ')}.")
     if in_doubt:
@@ -441,7 +460,7 @@ def _retry_blocked(run, open_retry, in_doubt: bool) -> str:
 
 def _back_link(run) -> tuple[str, str]:
     """The run page's back link: the inbox tab of the run's current state."""
-    if run.recovery_state in TAB_STATES:
+    if run.recovery_state in RecoveryState.INBOX_TABS:
         return f"?state={run.recovery_state}", f"{run.recovery_state.replace('_', ' ')} runs"
     return "", "inbox"
 
@@ -454,18 +473,19 @@ def _run_context(request: HttpRequest, tenant: Tenant, run_id, **extra) -> dict:
     run = detail.run
     closed = run.closed_at is not None
     open_retry = next((r for r in detail.retry_requests
-                       if r.state in {"requested", "approved"}), None)
-    any_in_doubt = any(e.state in IN_DOUBT for e in detail.effects)
+                       if r.state in RetryState.OPEN), None)
+    any_in_doubt = any(e.state in EffectState.IN_DOUBT for e in detail.effects)
     effects = [
         {"effect": e, "history": detail.effect_history.get(e.pk, []),
-         "can_mark_unknown": context["can_review"] and e.state in IN_DOUBT and not closed}
+         "can_mark_unknown": (context["can_review"] and e.state in EffectState.IN_DOUBT
+                              and not closed)}
         for e in detail.effects
     ]
     checkpoints = [{"cp": cp, "revisions": detail.revisions.get(cp.pk, [])}
                    for cp in detail.checkpoints]
     retries = [
         {"retry": r,
-         "can_decide": (context["can_approve"] and r.state == "requested"
+         "can_decide": (context["can_approve"] and r.state == RetryState.REQUESTED
                         and r.requested_by_id != user.pk),
          "own": r.requested_by_id == user.pk}
         for r in detail.retry_requests
@@ -493,7 +513,7 @@ def _run_context(request: HttpRequest, tenant: Tenant, run_id, **extra) -> dict:
     deciding = any(r["can_decide"] for r in retries)
     # What an approved retry would do, shown before it is requested and before approval.
     preview = services.retry_preview(run) if can_request_retry or deciding else []
-    duplicates = sum(1 for p in preview if p["outcome"] == "possible_duplicate")
+    duplicates = sum(1 for p in preview if p["outcome"] == RetryOutcome.POSSIBLE_DUPLICATE)
     back_query, back_label = _back_link(run)
     context.update(
         run=run,
@@ -518,7 +538,7 @@ def _run_context(request: HttpRequest, tenant: Tenant, run_id, **extra) -> dict:
         can_acknowledge=context["can_review"] and open_conflicts > 0,
         can_close=context["can_review"] and not closed,
         has_open_retry=open_retry is not None,
-        has_open_reconcile=any(r["req"].state in RECONCILE_OPEN_STATES for r in reconcile_rows),
+        has_open_reconcile=any(r["req"].state in ReconcileState.OPEN for r in reconcile_rows),
         show_preview=can_request_retry or deciding,
         preview=preview,
         preview_duplicates=duplicates,
@@ -539,18 +559,18 @@ def _run_context(request: HttpRequest, tenant: Tenant, run_id, **extra) -> dict:
 
 @require_GET
 @dashboard
-def run_detail(request: HttpRequest, slug: str, run_id: str) -> HttpResponse:
+@tenant_page()
+def run_detail(request: HttpRequest, tenant: Tenant, run_id: str) -> HttpResponse:
     """``/t/<slug>/runs/<run_id>/``: identity, lease, state, checkpoint timeline, effects,
     conflicts, retry requests, audit trail and the actions the viewer's role allows."""
-    tenant = access_tenant(request.user, slug)
     return render(request, "checkpoints/run.html", _run_context(request, tenant, run_id))
 
 
 @require_GET
 @dashboard
-def run_audit(request: HttpRequest, slug: str, run_id: str) -> HttpResponse:
+@tenant_page()
+def run_audit(request: HttpRequest, tenant: Tenant, run_id: str) -> HttpResponse:
     """The run's audit trail fragment; the page re-fetches it on ``audit-changed``."""
-    tenant = access_tenant(request.user, slug)
     run = selectors.run_get(user=request.user, tenant=tenant, run_id=run_id)
     audit = selectors.audit_list(user=request.user, tenant=tenant, run_id=run.uuid, limit=200)
     context = _base_context(request, tenant, "inbox") | {"run": run, "audit": audit}
@@ -574,17 +594,16 @@ def _action_done(request: HttpRequest, tenant: Tenant, run_id, notice: str) -> H
 
 @require_POST
 @dashboard
-def run_retry_request(request: HttpRequest, slug: str, run_id: str) -> HttpResponse:
+@tenant_page(roles.REVIEW)
+def run_retry_request(request: HttpRequest, tenant: Tenant, run_id: str) -> HttpResponse:
     """Request a retry of the run (reviewer); ``services.retry_request``."""
-    tenant = access_tenant(request.user, slug, roles.REVIEW)
     run = selectors.run_get(user=request.user, tenant=tenant, run_id=run_id)
     services.retry_request(actor=request.user, tenant=tenant, run_id=run.uuid,
                            reason=_reason(request))
     return _action_done(request, tenant, run.uuid, "Retry requested; an approver must decide.")
 
 
-def _retry_decide(request: HttpRequest, slug: str, retry_id: int, approve: bool):
-    tenant = access_tenant(request.user, slug, roles.APPROVE)
+def _retry_decide(request: HttpRequest, tenant: Tenant, retry_id: int, approve: bool):
     retry = selectors.retry_get(user=request.user, tenant=tenant, retry_id=retry_id)
     decide = services.retry_approve if approve else services.retry_reject
     decide(actor=request.user, tenant=tenant, retry_id=retry.pk, reason=_reason(request))
@@ -594,23 +613,25 @@ def _retry_decide(request: HttpRequest, slug: str, retry_id: int, approve: bool)
 
 @require_POST
 @dashboard
-def retry_approve(request: HttpRequest, slug: str, retry_id: int) -> HttpResponse:
+@tenant_page(roles.APPROVE)
+def retry_approve(request: HttpRequest, tenant: Tenant, retry_id: int) -> HttpResponse:
     """Approve someone else's retry request (approver); ``services.retry_approve``."""
-    return _retry_decide(request, slug, retry_id, approve=True)
+    return _retry_decide(request, tenant, retry_id, approve=True)
 
 
 @require_POST
 @dashboard
-def retry_reject(request: HttpRequest, slug: str, retry_id: int) -> HttpResponse:
+@tenant_page(roles.APPROVE)
+def retry_reject(request: HttpRequest, tenant: Tenant, retry_id: int) -> HttpResponse:
     """Reject someone else's retry request (approver); ``services.retry_reject``."""
-    return _retry_decide(request, slug, retry_id, approve=False)
+    return _retry_decide(request, tenant, retry_id, approve=False)
 
 
 @require_POST
 @dashboard
-def effect_mark_unknown(request: HttpRequest, slug: str, effect_id: str) -> HttpResponse:
+@tenant_page(roles.REVIEW)
+def effect_mark_unknown(request: HttpRequest, tenant: Tenant, effect_id: str) -> HttpResponse:
     """Declare a submitted/unresolved effect's outcome unknown (reviewer)."""
-    tenant = access_tenant(request.user, slug, roles.REVIEW)
     effect = selectors.effect_get(user=request.user, tenant=tenant, effect_id=effect_id)
     services.effect_mark_unknown(actor=request.user, tenant=tenant, effect_id=effect.uuid,
                                  reason=_reason(request))
@@ -620,12 +641,12 @@ def effect_mark_unknown(request: HttpRequest, slug: str, effect_id: str) -> Http
 
 @require_POST
 @dashboard
-def run_reconcile(request: HttpRequest, slug: str, run_id: str) -> HttpResponse:
+@tenant_page(roles.REVIEW)
+def run_reconcile(request: HttpRequest, tenant: Tenant, run_id: str) -> HttpResponse:
     """Reconcile the run's in-doubt effects (reviewer): stored requests, one per effect.
     In the embedded default they have run when the page is rendered; with a broker a
     worker may still be asking the services; with the broker down they wait, stored, and
     the notice says so. A live owner is refused (409 ``owner_live``) with its expiry."""
-    tenant = access_tenant(request.user, slug, roles.REVIEW)
     run = selectors.run_get(user=request.user, tenant=tenant, run_id=run_id)
     try:
         queued = services.run_reconcile(actor=request.user, tenant=tenant, run_id=run.uuid,
@@ -663,11 +684,11 @@ def _owner_live_refusal(request: HttpRequest, tenant: Tenant, run, exc: OwnerLiv
 
 @require_POST
 @dashboard
-def run_close(request: HttpRequest, slug: str, run_id: str) -> HttpResponse:
+@tenant_page(roles.REVIEW)
+def run_close(request: HttpRequest, tenant: Tenant, run_id: str) -> HttpResponse:
     """Close a run that was handled outside the system (reviewer; a reason and a ticked
     confirmation); ``services.run_close``. It leaves the inbox for the ``closed`` tab until
     the runtime's next write reopens it."""
-    tenant = access_tenant(request.user, slug, roles.REVIEW)
     run = selectors.run_get(user=request.user, tenant=tenant, run_id=run_id)
     form = CloseForm(request.POST)
     _require_valid(form)
@@ -679,9 +700,9 @@ def run_close(request: HttpRequest, slug: str, run_id: str) -> HttpResponse:
 
 @require_POST
 @dashboard
-def conflicts_acknowledge(request: HttpRequest, slug: str, run_id: str) -> HttpResponse:
+@tenant_page(roles.REVIEW)
+def conflicts_acknowledge(request: HttpRequest, tenant: Tenant, run_id: str) -> HttpResponse:
     """Acknowledge every open conflict of the run (reviewer)."""
-    tenant = access_tenant(request.user, slug, roles.REVIEW)
     run = selectors.run_get(user=request.user, tenant=tenant, run_id=run_id)
     n = services.conflicts_acknowledge(actor=request.user, tenant=tenant, run_id=run.uuid,
                                        reason=_reason(request))
@@ -718,9 +739,9 @@ def _require_valid(form) -> None:
 @require_POST
 @never_cache  # a revealed payload or evidence must not be kept by any cache (issue 6)
 @dashboard
-def checkpoint_reveal(request: HttpRequest, slug: str, checkpoint_id: str) -> HttpResponse:
+@tenant_page(roles.REVEAL)
+def checkpoint_reveal(request: HttpRequest, tenant: Tenant, checkpoint_id: str) -> HttpResponse:
     """Decrypt and show one revision's payload; ``services.payload_reveal`` audits it."""
-    tenant = access_tenant(request.user, slug, roles.REVEAL)
     checkpoint = selectors.checkpoint_get(user=request.user, tenant=tenant,
                                           checkpoint_id=checkpoint_id)
     form = RevealForm(request.POST)
@@ -736,9 +757,9 @@ def checkpoint_reveal(request: HttpRequest, slug: str, checkpoint_id: str) -> Ht
 @require_POST
 @never_cache  # a revealed payload or evidence must not be kept by any cache (issue 6)
 @dashboard
-def checkpoint_diff(request: HttpRequest, slug: str, checkpoint_id: str) -> HttpResponse:
+@tenant_page(roles.REVEAL)
+def checkpoint_diff(request: HttpRequest, tenant: Tenant, checkpoint_id: str) -> HttpResponse:
     """Line diff of two revisions' pretty-printed payloads; both reveals are audited."""
-    tenant = access_tenant(request.user, slug, roles.REVEAL)
     checkpoint = selectors.checkpoint_get(user=request.user, tenant=tenant,
                                           checkpoint_id=checkpoint_id)
     form = DiffForm(request.POST)
@@ -766,11 +787,12 @@ def checkpoint_diff(request: HttpRequest, slug: str, checkpoint_id: str) -> Http
 @require_POST
 @never_cache  # a revealed payload or evidence must not be kept by any cache (issue 6)
 @dashboard
-def reconcile_evidence_reveal(request: HttpRequest, slug: str, attempt_id: int) -> HttpResponse:
+@tenant_page(roles.REVEAL)
+def reconcile_evidence_reveal(request: HttpRequest, tenant: Tenant,
+                              attempt_id: int) -> HttpResponse:
     """Show what a service answered to one reconcile look-up (roles that may reveal
     payloads; a reason is required); ``reconciliation.evidence_reveal`` audits it. htmx:
     the evidence fragment plus ``audit-changed``; otherwise the run page with it shown."""
-    tenant = access_tenant(request.user, slug, roles.REVEAL)
     attempt = selectors.reconcile_attempt_get(user=request.user, tenant=tenant,
                                               attempt_id=attempt_id)
     reason = _reason(request)
@@ -790,12 +812,12 @@ def reconcile_evidence_reveal(request: HttpRequest, slug: str, attempt_id: int) 
 
 @require_POST
 @dashboard
-def effect_receipt_reveal(request: HttpRequest, slug: str, effect_id: str) -> HttpResponse:
+@tenant_page(roles.REVEAL)
+def effect_receipt_reveal(request: HttpRequest, tenant: Tenant, effect_id: str) -> HttpResponse:
     """Show an effect's receipt (roles that may reveal payloads; a reason is required);
     ``services.receipt_reveal`` audits it. Receipts are treated like payloads
     (CONTRACT.md 4): the run page never shows one without this. htmx: the receipt
     fragment plus ``audit-changed``; otherwise the run page with it shown."""
-    tenant = access_tenant(request.user, slug, roles.REVEAL)
     effect = selectors.effect_get(user=request.user, tenant=tenant, effect_id=effect_id)
     answer = services.receipt_reveal(actor=request.user, tenant=tenant,
                                      effect_id=effect.uuid, reason=_reason(request))
@@ -824,9 +846,9 @@ def _diff_class(line: str) -> str:
 
 @require_GET
 @dashboard
-def report(request: HttpRequest, slug: str) -> HttpResponse:
+@tenant_page()
+def report(request: HttpRequest, tenant: Tenant) -> HttpResponse:
     """``/t/<slug>/report/``: runs per recovery state, effects and retries per state."""
-    tenant = access_tenant(request.user, slug)
     data = selectors.report(user=request.user, tenant=tenant)
     runs_total = sum(data["runs"].values()) or 1
     run_rows = [(state, n, round(100 * n / runs_total)) for state, n in data["runs"].items()]
@@ -840,10 +862,10 @@ def report(request: HttpRequest, slug: str) -> HttpResponse:
 
 @require_GET
 @dashboard
-def audit_log(request: HttpRequest, slug: str) -> HttpResponse:
+@tenant_page()
+def audit_log(request: HttpRequest, tenant: Tenant) -> HttpResponse:
     """``/t/<slug>/audit/``: the tenant's audit events, newest first, filtered by
     ``actor``/``action``/``run``, paged backwards with ``before``."""
-    tenant = access_tenant(request.user, slug)
     form = AuditFilterForm(request.GET)
     if not form.is_valid():
         raise InvalidPayload(first_error(form))
@@ -857,7 +879,7 @@ def audit_log(request: HttpRequest, slug: str) -> HttpResponse:
                                ("run", str(data["run"]) if data["run"] else "")) if v}
     context = _base_context(request, tenant, "audit") | {
         "events": events[:page_size], "older": older, "form": form, "filter_query": query,
-        "paged": data["before"] is not None, "known_actions": AUDIT_ACTIONS,
+        "paged": data["before"] is not None, "known_actions": AuditAction.values,
     }
     return render(request, "checkpoints/audit.html", context)
 

@@ -297,7 +297,6 @@ RECOVERY_AUDIT_KEYS = [
 ]
 
 # --- Recovery policy --------------------------------------------------------------------
-RECOVERY_DEFAULT_AMBIGUITY_THRESHOLD_S = env_int("RECOVERY_DEFAULT_AMBIGUITY_THRESHOLD_S", 300)
 # How often the stale-run sweep (and the re-drive of reconcile requests) runs: Celery beat
 # with a broker, the web process's in-process worker without one. A run whose owner is
 # gone is listed ambiguous within about this long (DESIGN.md 4: "never staler than ~15 s").

@@ -12,6 +12,7 @@ import pytest
 
 from checkpoints import kinds
 from checkpoints.models import Run
+from checkpoints.vocab import PhaseClass
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -35,7 +36,7 @@ def test_it_classifies_an_overlong_identity_as_unsupported_without_its_value(pay
 
 
 def test_it_refuses_identity_parts_that_are_not_text():
-    spec = kinds.VersionSpec(lambda p: None, lambda p: kinds.Phase(kinds.STABLE, "ok"),
+    spec = kinds.VersionSpec(lambda p: None, lambda p: kinds.Phase(PhaseClass.STABLE, "ok"),
                              lambda p: kinds.Identity(agent=p["agent"]))
     kinds.register("test.identity", 1, spec)
     try:

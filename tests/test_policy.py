@@ -13,6 +13,7 @@ import pytest
 
 from checkpoints import policy
 from checkpoints.policy import RunFacts
+from checkpoints.vocab import EffectSource
 from tests import contract_tables
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
@@ -184,7 +185,8 @@ def test_it_covers_every_resume_action_the_contract_names():
 
 CONTRACT_MOVES = contract_tables.effect_transitions()
 STATES = list(contract_tables.effect_states())
-ACTORS = [policy.RUNTIME, policy.RECONCILIATION, policy.REVIEWER, policy.SWEEP, policy.RETRY]
+ACTORS = [EffectSource.RUNTIME, EffectSource.RECONCILIATION, EffectSource.REVIEWER,
+          EffectSource.SWEEP, EffectSource.RETRY]
 
 BEYOND_CONTRACT = contract_tables.CODE_BEYOND_CONTRACT
 allowed_by_contract = contract_tables.allowed_by_code

@@ -23,7 +23,25 @@ import threading
 from rest_framework import serializers
 
 from .. import exceptions
-from ..models import RecoveryState
+from ..vocab import (
+    ConflictReason,
+    EffectClass,
+    EffectState,
+    PhaseClass,
+    ReconcileAnswer,
+    ReconcileState,
+    RecoveryState,
+    ResumeAction,
+    RetryOutcome,
+    RetryState,
+    TargetType,
+)
+
+
+def _words(values) -> str:
+    """``"a, b or c"``: an enum's values for a help text."""
+    values = list(values)
+    return ", ".join(values[:-1]) + " or " + values[-1] if len(values) > 1 else "".join(values)
 
 
 class Answer(serializers.Serializer):
@@ -213,7 +231,7 @@ class CheckpointMetaSerializer(Answer):
     kind = serializers.CharField()
     schema_version = serializers.IntegerField()
     phase_class = serializers.ChoiceField(
-        choices=["stable", "in_flight", "completed", "unsupported"])
+        choices=PhaseClass.values)
     phase_label = serializers.CharField()
     updated_at_ms = serializers.IntegerField()
     received_at = IsoDateTimeField()
@@ -225,10 +243,6 @@ class CheckpointMetaSerializer(Answer):
 # Effects
 # --------------------------------------------------------------------------------------
 
-EFFECT_STATES = ["planned", "submitted", "confirmed", "failed", "unresolved", "not_executed",
-                 "unknown"]
-
-
 class EffectInputSerializer(serializers.Serializer):
     """``PUT …/effects/{id}`` body (CONTRACT.md section 3, "Effects")."""
 
@@ -237,10 +251,10 @@ class EffectInputSerializer(serializers.Serializer):
     revision = serializers.IntegerField(min_value=0, max_value=2**63 - 1)
     operation_key = serializers.CharField(max_length=512)
     service = serializers.CharField(max_length=200)
-    effect_class = serializers.ChoiceField(choices=["read_only", "idempotent", "non_idempotent"])
+    effect_class = serializers.ChoiceField(choices=EffectClass.values)
     request_fingerprint = serializers.RegexField(r"^[0-9a-fA-F]{64}$",
                                                  help_text="hex SHA-256 of the canonical request")
-    state = serializers.ChoiceField(choices=EFFECT_STATES)
+    state = serializers.ChoiceField(choices=EffectState.values)
     receipt = serializers.JSONField(allow_null=True, help_text="object, required for confirmed")
 
 
@@ -318,7 +332,8 @@ class RunSerializer(Answer):
     definition_version = serializers.CharField()
     phase_class = serializers.CharField()
     phase_label = serializers.CharField()
-    recovery_state = serializers.ChoiceField(choices=RECOVERY_STATES)
+    # Every value ``Run.recovery_state`` can hold, ``closed`` included (a reviewer's close).
+    recovery_state = serializers.ChoiceField(choices=RecoveryState.values)
     recovery_reason = serializers.CharField()
     lease_owner = serializers.CharField()
     fencing_token = serializers.IntegerField()
@@ -343,8 +358,8 @@ class ConflictSerializer(Answer):
     create found nothing)."""
 
     id = serializers.IntegerField(source="pk")
-    reason = serializers.ChoiceField(choices=["stale_revision", "id_exists", "fenced"])
-    target_type = serializers.ChoiceField(choices=["checkpoint", "effect"])
+    reason = serializers.ChoiceField(choices=ConflictReason.values)
+    target_type = serializers.ChoiceField(choices=TargetType.WRITABLE)
     target_id = serializers.UUIDField(source="target_uuid")
     expected_revision = serializers.IntegerField(allow_null=True)
     actual_revision = serializers.IntegerField(allow_null=True)
@@ -364,7 +379,7 @@ class RetryRequestSerializer(Answer):
     id = serializers.IntegerField(source="pk")
     run_id = RunUuidField()
     # A plain string (not an enum) so the schema's "state" enum stays the effect states.
-    state = serializers.CharField(help_text="requested, approved, rejected, expired or consumed")
+    state = serializers.CharField(help_text=_words(RetryState.values))
     requested_by = serializers.CharField(source="requested_by.get_username")
     decided_by = serializers.CharField(source="decided_by.get_username", allow_null=True)
     reason = serializers.CharField()
@@ -390,8 +405,7 @@ class ReconcileAttemptSerializer(Answer):
     number = serializers.IntegerField()
     reconciler = serializers.CharField()
     answer = serializers.CharField(
-        help_text="found, failed, not_executed, cannot_tell, no_lookup, owner_live, "
-                  "settling or moved_on")
+        help_text=_words(ReconcileAnswer.values))
     detail = serializers.CharField()
     applied = serializers.CharField(help_text="effect state it led to, or empty")
     started_at = IsoDateTimeField()
@@ -409,7 +423,7 @@ class ReconcileRequestSerializer(Answer):
     effect_id = serializers.UUIDField(source="effect.uuid")
     service = serializers.CharField(source="effect.service")
     operation_key = serializers.CharField(source="effect.operation_key")
-    state = serializers.CharField(help_text="queued, running, done, gave_up or cancelled")
+    state = serializers.CharField(help_text=_words(ReconcileState.values))
     requested_by = serializers.CharField(source="requested_by_name")
     attempts = serializers.IntegerField()
     failures = serializers.IntegerField(help_text="look-ups in a row that could not tell")
@@ -422,7 +436,7 @@ class ReconcileRequestSerializer(Answer):
 
     def to_representation(self, instance):
         out = super().to_representation(instance)
-        if out["state"] not in ("queued", "running"):
+        if out["state"] not in ReconcileState.OPEN:
             out["next_attempt_at"] = None
         return out
 
@@ -436,8 +450,8 @@ class RetryPreviewSerializer(Answer):
     operation_key = serializers.CharField()
     state = serializers.CharField()
     outcome = serializers.CharField(
-        help_text="replay_receipt, stays_failed, submit, submit_again, possible_duplicate "
-                  "(accepted by the approver) or in_doubt")
+        help_text=f"{_words(RetryOutcome.values)}; {RetryOutcome.POSSIBLE_DUPLICATE} is what "
+                  f"the approver accepts")
     words = serializers.CharField()
 
 
@@ -473,8 +487,7 @@ class LeaseSerializer(Answer):
 class ResumeSerializer(Answer):
     """The resume decision (CONTRACT.md section 3)."""
 
-    action = serializers.ChoiceField(choices=["replay", "continue", "reject", "retry",
-                                              "reconcile"])
+    action = serializers.ChoiceField(choices=ResumeAction.values)
     reason = serializers.CharField(help_text="stable snake_case word, e.g. in_flight")
     checkpoint_id = serializers.UUIDField(allow_null=True)
     revision = serializers.IntegerField(allow_null=True)

@@ -58,7 +58,8 @@ from ..exceptions import (
 )
 from ..jsonparse import loads_object
 from ..models import MAX_REVISION, Tenant
-from ..permissions import access_tenant, receipts_in_answers, tenant_perms
+from ..permissions import access_tenant, receipts_in_answers, require, tenant_perms
+from ..vocab import AuditAction, RetryState
 from . import params as p
 from . import serializers as s
 from .auth import BearerTokenAuthentication
@@ -267,7 +268,14 @@ def _errors(*codes: int) -> dict:
 
 class TenantApi(APIView):
     """Base of every endpoint: raw bodies only (no DRF parsing), tenant resolved first,
-    then the query parameters checked, every answer ``Cache-Control: no-store``."""
+    then the query parameters checked, every answer ``Cache-Control: no-store``.
+
+    The tenant of the URL is resolved once, in ``initial`` (after authentication, before
+    any handler): through the caller's grants (``permissions.access_tenant``: no role ->
+    404). A handler gets it back from ``tenant(request, slug, right)``, which checks the
+    right it needs (403); everything the handler reads starts from that tenant
+    (docs/tenancy.md), so no handler can reach tenant data from an unresolved slug.
+    """
 
     parser_classes = [_NoParse]
     schema = ApiSchema()
@@ -276,12 +284,20 @@ class TenantApi(APIView):
     params: dict[str, type[p.Params]] = {}
     #: The checked query parameters of this request (``params.validate``).
     query: dict
+    #: The URL's tenant, resolved through the caller's grants by ``initial``.
+    scope_tenant: Tenant
+
+    def initial(self, request: Request, *args, **kwargs) -> None:
+        super().initial(request, *args, **kwargs)  # authentication first: 401 before 404
+        self.scope_tenant = access_tenant(request.user, kwargs["tenant"])
 
     def tenant(self, request: Request, slug: str, right: str) -> Tenant:
-        """The tenant, or 404 (no role / no tenant) / 403 (role lacks ``right``); then
-        the query parameters, checked against ``params`` into ``self.query`` (400 naming
-        the parameter, CONTRACT.md 6). Every handler starts here, so none skips either."""
-        tenant = access_tenant(request.user, slug, right)
+        """The tenant ``initial`` resolved, or 403 (role lacks ``right``); then the query
+        parameters, checked against ``params`` into ``self.query`` (400 naming the
+        parameter, CONTRACT.md 6). Every handler starts here, so none skips either."""
+        tenant = self.scope_tenant
+        assert slug == tenant.slug, "the handler's slug is the URL's"
+        require(request.user, tenant, right)
         method = "get" if request.method == "HEAD" else request.method.lower()
         self.query = p.validate(request, self.params.get(method, p.Params))
         return tenant
@@ -313,9 +329,9 @@ class CheckpointApi(TenantApi):
         t = self.tenant(request, tenant, roles.VIEW)
         perms = tenant_perms(request.user, t)
         if roles.REVEAL in perms:
-            action = "payload.reveal"
+            action = AuditAction.PAYLOAD_REVEAL
         elif roles.WRITE in perms:
-            action = "payload.read"
+            action = AuditAction.PAYLOAD_READ
         else:
             raise Forbidden("your role may not read payloads")
         cp = selectors.checkpoint_get(user=request.user, tenant=t, checkpoint_id=checkpoint_id)
@@ -517,7 +533,7 @@ class RunDetailApi(TenantApi):
         t = self.tenant(request, tenant, roles.VIEW)
         d = selectors.run_detail(user=request.user, tenant=t, run_id=run_id)
         rid = d.run.uuid
-        open_retry = next((r for r in d.retry_requests if r.state in ("requested", "approved")),
+        open_retry = next((r for r in d.retry_requests if r.state in RetryState.OPEN),
                           None)
         for effect in d.effects:
             effect.run = d.run

@@ -9,25 +9,34 @@ from urllib.parse import urlencode
 from django import template
 from django.utils import timezone
 
+from ..vocab import (
+    EffectState,
+    PhaseClass,
+    ReconcileAnswer,
+    ReconcileState,
+    RecoveryState,
+    RetryState,
+)
+
 register = template.Library()
 
-#: CSS modifier per state word; states of runs, effects and retry requests share colours.
+_R, _E, _T, _Q, _A, _P = (RecoveryState, EffectState, RetryState, ReconcileState,
+                          ReconcileAnswer, PhaseClass)
+#: CSS modifier per state word; states of runs, effects and retry requests share colours
+#: (a word in two enums, e.g. ``failed``, has one colour).
 BADGE_CLASSES = {
-    "ambiguous": "amber", "conflicted": "orange", "schema_mismatch": "purple",
-    "unknown_outcome": "red", "awaiting_approval": "blue", "retry_approved": "teal",
-    "healthy": "green", "completed": "grey", "closed": "grey",
-    # effects
-    "planned": "grey", "submitted": "amber", "unresolved": "amber", "confirmed": "green",
-    "failed": "red", "not_executed": "teal", "unknown": "red",
-    # retry requests
-    "requested": "blue", "approved": "teal", "rejected": "grey", "expired": "grey",
-    "consumed": "green",
+    _R.AMBIGUOUS: "amber", _R.CONFLICTED: "orange", _R.SCHEMA_MISMATCH: "purple",
+    _R.UNKNOWN_OUTCOME: "red", _R.AWAITING_APPROVAL: "blue", _R.RETRY_APPROVED: "teal",
+    _R.HEALTHY: "green", _R.COMPLETED: "grey", _R.CLOSED: "grey",
+    _E.PLANNED: "grey", _E.SUBMITTED: "amber", _E.UNRESOLVED: "amber", _E.CONFIRMED: "green",
+    _E.FAILED: "red", _E.NOT_EXECUTED: "teal", _E.UNKNOWN: "red",
+    _T.REQUESTED: "blue", _T.APPROVED: "teal", _T.REJECTED: "grey", _T.EXPIRED: "grey",
+    _T.CONSUMED: "green",
     # reconcile requests and what their look-ups answered
-    "queued": "blue", "running": "amber", "done": "green", "gave_up": "red",
-    "cancelled": "grey", "found": "green", "cannot_tell": "orange", "no_lookup": "red",
-    "owner_live": "amber", "settling": "amber", "moved_on": "grey",
-    # phase classes
-    "stable": "green", "in_flight": "amber", "unsupported": "purple",
+    _Q.QUEUED: "blue", _Q.RUNNING: "amber", _Q.DONE: "green", _Q.GAVE_UP: "red",
+    _Q.CANCELLED: "grey", _A.FOUND: "green", _A.CANNOT_TELL: "orange", _A.NO_LOOKUP: "red",
+    _A.OWNER_LIVE: "amber", _A.SETTLING: "amber", _A.MOVED_ON: "grey",
+    _P.STABLE: "green", _P.IN_FLIGHT: "amber", _P.UNSUPPORTED: "purple",
 }
 
 

@@ -42,12 +42,13 @@ from django.db import connections
 from checkpoints import selectors, services
 from checkpoints.demo.orchestrate import plan, run_units
 from checkpoints.models import Tenant
+from checkpoints.vocab import Role
 
 PASSWORD = "recovery-demo"
 TENANTS = {"acme": "Acme Corp", "globex": "Globex"}
 # (username suffix, role); the writer is a service account that authenticates by token.
-ACCOUNTS = [("viewer", "viewer"), ("reviewer", "reviewer"), ("approver", "approver"),
-            ("approver2", "approver"), ("writer", "writer"), ("admin", "admin")]
+ACCOUNTS = [("viewer", Role.VIEWER), ("reviewer", Role.REVIEWER), ("approver", Role.APPROVER),
+            ("approver2", Role.APPROVER), ("writer", Role.WRITER), ("admin", Role.ADMIN)]
 LEASE_TTL_S = 5
 THRESHOLD_S = 10
 SWEEP_EVERY_S = 10
@@ -214,7 +215,7 @@ class Command(BaseCommand):
             services.tenant_set_ambiguity_threshold(actor=None, tenant=tenant,
                                                     seconds=THRESHOLD_S)
             for suffix, role in ACCOUNTS:
-                service = role == "writer"
+                service = role == Role.WRITER
                 user = services.account_create(username=f"{slug}-{suffix}",
                                                password=None if service else PASSWORD,
                                                service=service)
@@ -247,7 +248,7 @@ class Command(BaseCommand):
         w(f"Logins (password for every person: {PASSWORD}):")
         for slug in TENANTS:
             people = [f"{slug}-{suffix} ({role})" for suffix, role in ACCOUNTS
-                      if role != "writer"]
+                      if role != Role.WRITER]
             w(f"  {slug:8} " + ", ".join(people))
         w(f"  ({'/'.join(f'{s}-writer' for s in TENANTS)} are service accounts: API tokens only)")
         w("")

@@ -1,0 +1,325 @@
+"""The service's one vocabulary: every state, class, reason, action and role word, as an
+enum, with the named sets the rules use next to it (issue 7, item 3).
+
+The string VALUES are the wire and storage values of CONTRACT.md (section 3: run, effect
+and retry states, resume answers; section 4: roles) and DESIGN.md section 4 (recovery
+states and their precedence): they are stored in the database, sent in JSON and written
+into audit events, so they never change. Python code compares against the members
+(``EffectState.SUBMITTED``), never against a literal; a ``TextChoices`` member *is* its
+string (``EffectState.SUBMITTED == "submitted"``), so rows, JSON and enums mix freely.
+
+Named sets. An ``Enum`` turns every class-body attribute into a member, so a set cannot
+be written inside the class. The sets are assigned right after each class instead
+(``EffectState.IN_DOUBT = frozenset({...})``): ``EnumType.__setattr__`` refuses only the
+re-assignment of a member, and a later attribute is neither a member nor a choice
+(``EffectState.values``/``.choices`` stay the seven states). Sets are ``frozenset`` (for
+``in``) or ``tuple`` where the order matters (precedence, tabs); each is defined once,
+here, and used by ``policy``, ``services``, ``selectors``, ``reconciliation``, the views,
+the API and the templates (``{% vocab %}`` / the ``vocab`` context entry).
+
+This module needs no configured Django (``TextChoices`` only), so ``policy`` stays pure.
+The HTTP runtime client (``checkpoints.client``, ``checkpoints.demo``) runs without
+Django and keeps the wire strings as literals.
+"""
+
+from __future__ import annotations
+
+from django.db.models import TextChoices
+
+
+class RecoveryState(TextChoices):
+    """A run's one recovery state (DESIGN.md 4); materialised on ``Run.recovery_state``.
+
+    Sets: ``PRECEDENCE`` (when several apply, the first wins; ``closed`` comes before
+    all, ``healthy``/``completed`` after all), ``INBOX_TABS`` (the dashboard's tabs in the
+    order a reviewer works them), ``RETRYABLE`` (a reviewer may request a retry).
+    """
+
+    HEALTHY = "healthy"
+    AMBIGUOUS = "ambiguous"
+    CONFLICTED = "conflicted"
+    SCHEMA_MISMATCH = "schema_mismatch"
+    AWAITING_APPROVAL = "awaiting_approval"
+    RETRY_APPROVED = "retry_approved"
+    UNKNOWN_OUTCOME = "unknown_outcome"
+    COMPLETED = "completed"
+    CLOSED = "closed"
+
+
+# DESIGN.md section 4: schema_mismatch > unknown_outcome > awaiting_approval >
+# retry_approved > ambiguous > conflicted > healthy/completed.
+RecoveryState.PRECEDENCE = (
+    RecoveryState.SCHEMA_MISMATCH,
+    RecoveryState.UNKNOWN_OUTCOME,
+    RecoveryState.AWAITING_APPROVAL,
+    RecoveryState.RETRY_APPROVED,
+    RecoveryState.AMBIGUOUS,
+    RecoveryState.CONFLICTED,
+)
+RecoveryState.INBOX_TABS = (
+    RecoveryState.AMBIGUOUS,
+    RecoveryState.UNKNOWN_OUTCOME,
+    RecoveryState.CONFLICTED,
+    RecoveryState.AWAITING_APPROVAL,
+    RecoveryState.RETRY_APPROVED,
+    RecoveryState.SCHEMA_MISMATCH,
+    RecoveryState.HEALTHY,
+    RecoveryState.COMPLETED,
+    RecoveryState.CLOSED,
+)
+RecoveryState.RETRYABLE = frozenset({RecoveryState.AMBIGUOUS, RecoveryState.UNKNOWN_OUTCOME})
+
+
+class PhaseClass(TextChoices):
+    """What the kind registry makes of a payload; ``unsupported`` for unknown kinds or
+    versions (CONTRACT.md 3)."""
+
+    STABLE = "stable"
+    IN_FLIGHT = "in_flight"
+    COMPLETED = "completed"
+    UNSUPPORTED = "unsupported"
+
+
+class EffectState(TextChoices):
+    """Effect states (CONTRACT.md section 3, "Effects").
+
+    Sets: ``IN_DOUBT`` (sent, outcome not known yet: reconcile it), ``NEEDS_RETRY``
+    (``unknown``/``not_executed``: only a consumed retry moves them back to ``planned``),
+    ``DOUBTFUL`` (``IN_DOUBT`` plus ``unknown``: what a run's reason names), ``SETTLED``
+    (nothing more is to be learnt: ``planned`` was never sent, the rest are answers),
+    ``WITH_RECEIPT`` (a reconciler's receipt is kept: the service's answer).
+    """
+
+    PLANNED = "planned"
+    SUBMITTED = "submitted"
+    CONFIRMED = "confirmed"
+    FAILED = "failed"
+    UNRESOLVED = "unresolved"
+    NOT_EXECUTED = "not_executed"
+    UNKNOWN = "unknown"
+
+
+EffectState.IN_DOUBT = frozenset({EffectState.SUBMITTED, EffectState.UNRESOLVED})
+EffectState.NEEDS_RETRY = frozenset({EffectState.UNKNOWN, EffectState.NOT_EXECUTED})
+EffectState.DOUBTFUL = EffectState.IN_DOUBT | {EffectState.UNKNOWN}
+EffectState.SETTLED = frozenset({EffectState.PLANNED, EffectState.CONFIRMED, EffectState.FAILED,
+                                 EffectState.NOT_EXECUTED})
+EffectState.WITH_RECEIPT = frozenset({EffectState.CONFIRMED, EffectState.FAILED})
+
+
+class EffectClass(TextChoices):
+    """How safe an effect is to send again (CONTRACT.md 3)."""
+
+    READ_ONLY = "read_only"
+    IDEMPOTENT = "idempotent"
+    NON_IDEMPOTENT = "non_idempotent"
+
+
+class EffectSource(TextChoices):
+    """Who moves an effect (``EffectRevision.source``; the "by" of CONTRACT.md's effect
+    table). ``retry`` is the consumed approval re-planning an effect; its revision row
+    says ``runtime`` (the runtime's resume did it)."""
+
+    RUNTIME = "runtime"
+    RECONCILIATION = "reconciliation"
+    REVIEWER = "reviewer"
+    SWEEP = "sweep"
+    RETRY = "retry"
+
+
+class RetryState(TextChoices):
+    """requested -> approved | rejected | expired; approved -> consumed (DESIGN.md 4).
+
+    Sets: ``OPEN`` (at most one per run, a database constraint), ``DECIDED``.
+    """
+
+    REQUESTED = "requested"
+    APPROVED = "approved"
+    REJECTED = "rejected"
+    EXPIRED = "expired"
+    CONSUMED = "consumed"
+
+
+RetryState.OPEN = frozenset({RetryState.REQUESTED, RetryState.APPROVED})
+RetryState.DECIDED = frozenset({RetryState.APPROVED, RetryState.REJECTED})
+
+
+class RetryOutcome(TextChoices):
+    """What an approved retry does to one effect (the retry preview, ``policy.RETRY_OUTCOMES``).
+
+    Sets: ``SENT_AGAIN`` (the effects a consumed retry re-plans: what the approver
+    accepted).
+    """
+
+    REPLAY_RECEIPT = "replay_receipt"
+    STAYS_FAILED = "stays_failed"
+    SUBMIT = "submit"
+    SUBMIT_AGAIN = "submit_again"
+    POSSIBLE_DUPLICATE = "possible_duplicate"
+    IN_DOUBT = "in_doubt"
+    UNCHANGED = "unchanged"
+
+
+RetryOutcome.SENT_AGAIN = frozenset({RetryOutcome.SUBMIT_AGAIN, RetryOutcome.POSSIBLE_DUPLICATE})
+
+
+class ReconcileState(TextChoices):
+    """A reconcile request's life: queued -> running -> done, or back to queued (try
+    later), or gave_up after the attempt cap (a human decides); cancelled when the run was
+    closed or the effect settled before the look-up.
+
+    Sets: ``OPEN`` (at most one per effect, a database constraint).
+    """
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    GAVE_UP = "gave_up"
+    CANCELLED = "cancelled"
+
+
+ReconcileState.OPEN = (ReconcileState.QUEUED, ReconcileState.RUNNING)
+
+
+class ReconcileAnswer(TextChoices):
+    """What one look-up answered (``ReconcileAttempt.answer``; ``reconcile.Answer.kind``).
+
+    ``found``/``failed``/``not_executed`` settle the effect, ``cannot_tell`` counts a
+    failure, ``no_lookup`` marks it unknown; ``owner_live``/``settling`` mean the service
+    was not asked yet; ``moved_on``: the effect had settled by other means.
+    Sets: ``SERVICE`` (what a reconciler plugin may answer, in ``reconcile``'s order),
+    ``WITH_RECEIPT`` (answers that carry the service's receipt), ``SETTLES`` (a mapping:
+    the effect state each service answer settles; ``cannot_tell`` settles nothing).
+    """
+
+    FOUND = "found"
+    FAILED = "failed"
+    NOT_EXECUTED = "not_executed"
+    CANNOT_TELL = "cannot_tell"
+    NO_LOOKUP = "no_lookup"
+    OWNER_LIVE = "owner_live"
+    SETTLING = "settling"
+    MOVED_ON = "moved_on"
+
+
+ReconcileAnswer.SERVICE = (ReconcileAnswer.FOUND, ReconcileAnswer.FAILED,
+                           ReconcileAnswer.NOT_EXECUTED, ReconcileAnswer.CANNOT_TELL,
+                           ReconcileAnswer.NO_LOOKUP)
+ReconcileAnswer.WITH_RECEIPT = frozenset({ReconcileAnswer.FOUND, ReconcileAnswer.FAILED})
+ReconcileAnswer.SETTLES = {
+    ReconcileAnswer.FOUND: EffectState.CONFIRMED,
+    ReconcileAnswer.FAILED: EffectState.FAILED,
+    ReconcileAnswer.NOT_EXECUTED: EffectState.NOT_EXECUTED,
+    ReconcileAnswer.NO_LOOKUP: EffectState.UNKNOWN,
+}
+
+
+class ConflictReason(TextChoices):
+    """Why the store refused a write (``Conflict.reason``)."""
+
+    STALE_REVISION = "stale_revision"
+    ID_EXISTS = "id_exists"
+    FENCED = "fenced"
+
+
+class TargetType(TextChoices):
+    """What an audit event (``AuditEvent.target_type``) or a conflict was about.
+
+    Sets: ``WRITABLE`` (what a runtime writes, so what a conflict can be about).
+    """
+
+    RUN = "run"
+    CHECKPOINT = "checkpoint"
+    EFFECT = "effect"
+    RETRY_REQUEST = "retry_request"
+    TENANT = "tenant"
+    ACCOUNT = "account"
+    SERVICE = "service"
+
+
+TargetType.WRITABLE = (TargetType.CHECKPOINT, TargetType.EFFECT)
+
+
+class AuditAction(TextChoices):
+    """Every ``AuditEvent.action`` the service writes (docs/security/audit.md).
+
+    ``<target>.conflict`` is ``TargetType`` + ``.conflict`` (``CHECKPOINT_CONFLICT``,
+    ``EFFECT_CONFLICT``). Sets: ``REVEALS`` (payload, receipt and evidence reads),
+    ``CONFLICT`` (by target type).
+    """
+
+    TENANT_CREATE = "tenant.create"
+    TENANT_THRESHOLD = "tenant.threshold"
+    ROLE_GRANT = "role.grant"
+    ROLE_REVOKE = "role.revoke"
+    TOKEN_REVOKE = "token.revoke"
+    ACCOUNT_DEACTIVATE = "account.deactivate"
+    RECONCILER_CONFIGURE = "reconciler.configure"
+    CHECKPOINT_WRITE = "checkpoint.write"
+    CHECKPOINT_CONFLICT = "checkpoint.conflict"
+    EFFECT_WRITE = "effect.write"
+    EFFECT_CONFLICT = "effect.conflict"
+    PAYLOAD_REVEAL = "payload.reveal"
+    PAYLOAD_READ = "payload.read"
+    PAYLOAD_EXPORT = "payload.export"
+    PAYLOAD_ROTATE_KEYS = "payload.rotate_keys"
+    RECEIPT_REVEAL = "receipt.reveal"
+    EVIDENCE_REVEAL = "evidence.reveal"
+    LEASE_ACQUIRE = "lease.acquire"
+    RETRY_REQUEST = "retry.request"
+    RETRY_APPROVE = "retry.approve"
+    RETRY_REJECT = "retry.reject"
+    RETRY_CONSUME = "retry.consume"
+    EFFECT_MARK_UNKNOWN = "effect.mark_unknown"
+    EFFECT_UNRESOLVED = "effect.unresolved"
+    EFFECT_RECONCILE = "effect.reconcile"
+    RUN_RECONCILE = "run.reconcile"
+    RUN_AMBIGUOUS = "run.ambiguous"
+    RUN_CLOSE = "run.close"
+    CONFLICTS_ACKNOWLEDGE = "conflicts.acknowledge"
+    RECONCILE_GAVE_UP = "reconcile.gave_up"
+    RECONCILE_MOVED_ON = "reconcile.moved_on"
+    AUDIT_EXPORT_HEAD = "audit.export_head"
+
+
+AuditAction.REVEALS = frozenset({AuditAction.PAYLOAD_REVEAL, AuditAction.PAYLOAD_READ,
+                                 AuditAction.PAYLOAD_EXPORT, AuditAction.RECEIPT_REVEAL,
+                                 AuditAction.EVIDENCE_REVEAL})
+AuditAction.CONFLICT = {TargetType.CHECKPOINT: AuditAction.CHECKPOINT_CONFLICT,
+                        TargetType.EFFECT: AuditAction.EFFECT_CONFLICT}
+
+
+class ResumeAction(TextChoices):
+    """The ``action`` of a resume answer (CONTRACT.md 3, ``GET …/runs/{run_id}/resume``)."""
+
+    REPLAY = "replay"
+    CONTINUE = "continue"
+    REJECT = "reject"
+    RETRY = "retry"
+    RECONCILE = "reconcile"
+
+
+class ResumeReason(TextChoices):
+    """The ``reason`` of a resume answer (CONTRACT.md 3): one stable snake_case word."""
+
+    NO_CHECKPOINT = "no_checkpoint"
+    UNSUPPORTED_SCHEMA = "unsupported_schema"
+    IDENTITY_MISMATCH = "identity_mismatch"
+    COMPLETED = "completed"
+    CLOSED = "closed"
+    EFFECTS_IN_DOUBT = "effects_in_doubt"
+    RETRY_APPROVED = "retry_approved"
+    AWAITING_APPROVAL = "awaiting_approval"
+    OUTCOME_UNKNOWN = "outcome_unknown"
+    IN_FLIGHT = "in_flight"
+    STABLE = "stable"
+
+
+class Role(TextChoices):
+    """Tenant roles (CONTRACT.md 4); ``roles.ROLE_PERMISSIONS`` maps each to its rights."""
+
+    VIEWER = "viewer"
+    REVIEWER = "reviewer"
+    APPROVER = "approver"
+    WRITER = "writer"
+    ADMIN = "admin"

@@ -1,0 +1,196 @@
+"""Tenant scoping that cannot be forgotten (issue 7, item 4; docs/tenancy.md).
+
+Parses ``checkpoints/`` with ``ast`` and fails, naming file:line, on a query of a
+tenant-owned model that starts anywhere but ``Model.objects.for_tenant(...)``: a plain
+``.objects.filter/get/all/create/select_for_update/...``, ``_default_manager`` or
+``_base_manager``. A related manager (``run.effects.all()``) is allowed: its parent row was
+read scoped, so it is scoped by construction. The escape hatch,
+``Model.objects.for_all_tenants(reason=...)``, is allowed only where ``ESCAPE_HATCHES``
+lists it, with why. ``.objects`` on a name that is not a known model (an alias such as
+``model = Checkpoint if ... else Effect``) counts as a tenant model: the lint cannot tell.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+from django.apps import apps
+
+ROOT = Path(__file__).resolve().parent.parent / "checkpoints"
+SKIP = ("migrations/",)
+TENANT_MODELS = sorted(m.__name__ for m in apps.get_app_config("checkpoints").get_models()
+                       if any(f.name == "tenant" for f in m._meta.fields))
+#: Models that belong to no tenant: ``.objects`` on them needs no scope.
+UNSCOPED_MODELS = {"Tenant", "ApiToken", "User", "Group", "Permission", "ContentType"}
+#: ``create``/``bulk_create`` write a row that names its tenant (``tenant`` is NOT NULL):
+#: they read nothing, so they need no scope.
+STARTS = {"for_tenant", "create", "bulk_create"}
+HATCH = "for_all_tenants"
+#: (file, function) -> why it spans tenants. Each ``for_all_tenants`` use must be here,
+#: and each entry must still be used (a stale entry fails too).
+ESCAPE_HATCHES = {
+    ("services.py", "sweep_stale_runs"):
+        "the stale-run sweep looks at every tenant's runs (each run is then locked and "
+        "changed within its own tenant)",
+    ("services.py", "payloads_rotate_keys"):
+        "key rotation reads every tenant's ciphertext columns (each row is rewritten "
+        "within its own tenant)",
+    ("reconciliation.py", "redrive"):
+        "the sweep re-drives every tenant's stale or due reconcile requests",
+    ("reconciliation.py", "dispatch"):
+        "marks, by primary key, the requests it was handed to the task queue (read scoped "
+        "by the reviewer's action, or by the sweep's re-drive)",
+    ("reconciliation.py", "_claim"):
+        "a worker claims the request it was handed by primary key; everything it does next "
+        "is scoped to that request's tenant",
+}
+#: (file, function) -> why it may use a plain manager: it is handed a historical model
+#: (a migration's ``apps.get_model``), whose manager has no ``for_tenant``.
+HISTORICAL = {
+    ("audit.py", "seal_legacy_chains"):
+        "migration 0005 seals every tenant's legacy chain with its historical AuditChainHead",
+}
+
+
+def _enclosing_functions(tree: ast.AST) -> dict[int, str]:
+    """line -> name of the innermost function around it."""
+    where: dict[int, str] = {}
+
+    def visit(node: ast.AST, name: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            inner = child.name if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef) \
+                else name
+            if hasattr(child, "lineno"):
+                for line in range(child.lineno, (child.end_lineno or child.lineno) + 1):
+                    where[line] = inner
+            visit(child, inner)
+
+    visit(tree, "<module>")
+    return where
+
+
+def scoping_problems(source: str, filename: str = "<snippet>") -> tuple[list[str], set]:
+    """``(problems, hatches)``: ``file:line`` of each unscoped start of a tenant-model
+    query, and the ``(file, function)`` of each ``for_all_tenants`` use."""
+    tree = ast.parse(source, filename)
+    functions = _enclosing_functions(tree)
+    problems, hatches = [], set()
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Attribute):
+            continue
+        base = node.value
+        if isinstance(base, ast.Call) and getattr(base.func, "id", "") == "get_user_model":
+            continue  # accounts belong to no tenant
+        model = base.id if isinstance(base, ast.Name) else (
+            base.attr if isinstance(base, ast.Attribute) else "?")
+        if model in UNSCOPED_MODELS:
+            continue
+        if node.attr in ("_default_manager", "_base_manager"):
+            problems.append(f"{filename}:{node.lineno} {model}.{node.attr}")
+            continue
+        if node.attr != "objects":
+            continue
+        if model not in TENANT_MODELS and isinstance(base, ast.Name) and model[:1].isupper():
+            continue  # some other app's model (a name we do not own)
+        follow = parents.get(node)
+        method = follow.attr if isinstance(follow, ast.Attribute) else ""
+        if method in STARTS:
+            continue
+        if method == HATCH:
+            hatches.add((filename, functions.get(node.lineno, "<module>")))
+            continue
+        if (filename, functions.get(node.lineno)) in HISTORICAL:
+            continue
+        problems.append(f"{filename}:{node.lineno} {model}.objects.{method or '?'}")
+    return problems, hatches
+
+
+def _scan():
+    problems, hatches = [], set()
+    for path in sorted(ROOT.rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel.startswith(SKIP):
+            continue
+        found, used = scoping_problems(path.read_text(), rel)
+        problems += found
+        hatches |= used
+    return problems, hatches
+
+
+def test_every_query_on_tenant_data_starts_scoped():
+    problems, _ = _scan()
+    assert problems == [], ("start with Model.objects.for_tenant(tenant) (or a related "
+                            "manager):\n" + "\n".join(problems))
+
+
+def test_every_escape_hatch_is_listed_with_its_reason_and_still_used():
+    _, hatches = _scan()
+    assert hatches - set(ESCAPE_HATCHES) == set(), "unlisted for_all_tenants uses"
+    assert set(ESCAPE_HATCHES) - hatches == set(), "listed but no longer used"
+
+
+def test_the_tenant_models_are_the_ones_with_a_tenant():
+    assert {"Run", "Checkpoint", "CheckpointRevision", "Effect", "EffectRevision", "Conflict",
+            "RetryRequest", "AuditEvent", "AuditChainHead", "ReconcileRequest",
+            "ReconcileAttempt", "ReconcilerConfig"} <= set(TENANT_MODELS)
+    for name in TENANT_MODELS:
+        assert hasattr(apps.get_model("checkpoints", name).objects, "for_tenant"), name
+
+
+#: Where the tenant of a URL is resolved through the caller's grants: the dashboard's
+#: ``tenant_page`` decorator and the API's ``TenantApi.initial``. A view that resolved it
+#: by itself could skip the base.
+RESOLVERS = {("views.py", "wrapper"), ("api/views.py", "initial")}
+
+
+def test_views_get_their_tenant_only_from_the_base():
+    calls = set()
+    for rel in ("views.py", "api/views.py"):
+        tree = ast.parse((ROOT / rel).read_text(), rel)
+        functions = _enclosing_functions(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "access_tenant":
+                calls.add((rel, functions.get(node.lineno)))
+    assert calls == RESOLVERS
+
+
+def test_every_dashboard_view_with_a_tenant_wears_tenant_page():
+    """A view whose URL has a ``slug`` takes ``tenant`` (the decorator's), never the slug."""
+    tree = ast.parse((ROOT / "views.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.args.args[:1] \
+                and node.args.args[0].arg == "request":
+            names = [a.arg for a in node.args.args]
+            assert "slug" not in names, node.name
+            if "tenant" in names and not node.name.startswith("_"):
+                decorators = [ast.unparse(d) for d in node.decorator_list]
+                assert any(d.startswith("tenant_page") for d in decorators), node.name
+
+
+@pytest.mark.parametrize("snippet", [
+    "Effect.objects.filter(state='x')",
+    "Run.objects.get(pk=1)",
+    "Run.objects.select_for_update().filter(tenant=t)",
+    "list(AuditEvent.objects.all())",
+    "Conflict.objects.get_or_create(tenant=t)",
+    "RetryRequest._default_manager.filter(pk=1)",
+    "model = Checkpoint if a else Effect\nmodel.objects.filter(uuid=u)",
+])
+def test_the_lint_finds_an_unscoped_query(snippet):
+    problems, _ = scoping_problems(snippet)
+    assert len(problems) == 1, problems
+    assert problems[0].startswith("<snippet>:")
+
+
+def test_the_lint_accepts_scoped_starts_related_managers_and_reports_hatches():
+    problems, hatches = scoping_problems(
+        "def f(t, run):\n"
+        "    Effect.objects.for_tenant(t).filter(state='x')\n"
+        "    run.effects.filter(state='x')\n"
+        "    Tenant.objects.get(slug='a')\n"
+        "def g():\n"
+        "    Run.objects.for_all_tenants(reason='sweep').filter(x=1)\n")
+    assert problems == [] and hatches == {("<snippet>", "g")}
