@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from checkpoints import reconcile, reconciliation, services
+from checkpoints import reconcile, services
 from checkpoints.exceptions import (
     IdempotencyKeyReuse,
     InvalidPayload,
@@ -19,6 +19,7 @@ from checkpoints.exceptions import (
     StaleRevision,
 )
 from checkpoints.models import AuditEvent, Conflict, Effect, EffectRevision, Run
+from checkpoints.vocab import ReconcileAnswer
 from tests import contract_tables
 from tests.api.apihelpers import snapshot
 from tests.contract_tables import NEW
@@ -202,7 +203,7 @@ class FixedAnswer:
         }[FixedAnswer.KIND]
 
 
-@pytest.mark.parametrize("answer", sorted(reconciliation.SETTLES))
+@pytest.mark.parametrize("answer", sorted(ReconcileAnswer.SETTLES))
 @pytest.mark.parametrize("src", STATES)
 def test_it_lets_reconciliation_make_exactly_the_allowed_moves(
         acme, wendy, rita, src, answer, monkeypatch, django_capture_on_commit_callbacks):
@@ -212,7 +213,7 @@ def test_it_lets_reconciliation_make_exactly_the_allowed_moves(
     body = effect_body()
     effect = _bring_to(src, wendy, rita, acme, body)
     age_world(3600)  # the owner is gone and the settle delay has passed
-    target = reconciliation.SETTLES[answer]
+    target = ReconcileAnswer.SETTLES[answer]
     # The table's move, or (the named exception) via unresolved in two recorded steps.
     direct = allowed(src, target, "reconciliation")
     two_steps = (src != "unresolved" and allowed(src, "unresolved", "reconciliation")
