@@ -13,12 +13,13 @@ once it is applied (kept narrow: seconds per mutant), and the database those tes
    baseline: a selection that fails already would "kill" everything);
 3. per mutant: writes the mutated file into its worker's copy, runs
    ``python -m pytest -x -q -p no:cacheprovider <tests>``, restores the file. Exit code 1
-   is "killed", 0 is "survived", a timeout is "timeout" (counted as killed, shown apart),
-   anything else (a selection that no longer exists, an internal error) is an error.
+   is "killed", 0 is "survived"; a timeout is not a kill (a slow selection would pass for
+   one): it is an error, like any other exit code (a selection that no longer exists, an
+   internal error).
 
 Exit status: 0 when every mutant is killed; 1 when one survived (or, with ``--strict``,
-a ``pending`` one survived); 2 for a stale or broken entry, a failing baseline or an
-error. A mutant with ``pending = "why"`` waits for tests that are not on this branch yet:
+a ``pending`` one survived); 2 for a stale or broken entry, a failing baseline, a
+timeout or an error. A mutant with ``pending = "why"`` waits for tests that are not on this branch yet:
 its survival is reported but does not fail the run until the mark is deleted (or
 ``--strict`` is given); a pending mutant that is killed says its mark can go.
 
@@ -41,6 +42,7 @@ import argparse
 import os
 import queue
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -179,19 +181,20 @@ class Worker:
         reuse = "--reuse-db" if db in self.db_made else "--create-db"
         cmd = [sys.executable, *PYTEST, reuse, *tests]
         start = time.monotonic()
+        # Its own process group, so a timeout ends the tests' own subprocesses too.
+        proc = subprocess.Popen(cmd, cwd=self.tree, env=self.env(db), stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
         try:
-            proc = subprocess.run(cmd, cwd=self.tree, env=self.env(db), capture_output=True,
-                                  text=True, timeout=timeout, start_new_session=True)
-        except subprocess.TimeoutExpired as exc:
-            out = (exc.stdout or b"")
-            out = out.decode(errors="replace") if isinstance(out, bytes) else out
-            return "timeout", time.monotonic() - start, out[-3000:]
+            out, _ = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, _ = proc.communicate()
+            return "timeout", time.monotonic() - start, (out or "")[-3000:]
         seconds = time.monotonic() - start
         self.db_made.add(db)
-        tail = (proc.stdout + proc.stderr)[-3000:]
         outcome = {0: "passed", 1: "failed"}.get(proc.returncode,
                                                  f"error (exit {proc.returncode})")
-        return outcome, seconds, tail
+        return outcome, seconds, (out or "")[-3000:]
 
     def run_mutant(self, m: Mutant, timeout: int) -> None:
         path = self.tree / m.file
@@ -223,7 +226,7 @@ def line(m: Mutant) -> str:
     status = m.status.upper()
     if m.pending and m.status == "survived":
         status = "SURVIVED (pending)"
-    elif m.pending and m.status in ("killed", "timeout"):
+    elif m.pending and m.status == "killed":
         status += " (pending mark can go)"
     return f"{status:<34} {m.id:<40} {m.seconds:6.1f}s  {m.file}"
 
@@ -330,18 +333,19 @@ def main(argv: list[str] | None = None) -> int:
     everything = mutants + skipped
     required = [m for m in mutants if args.strict or not m.pending]
     survivors = [m for m in required if m.status == "survived"]
-    errors = [m for m in mutants if m.status.startswith("error")]
+    errors = [m for m in mutants if m.status.startswith("error") or m.status == "timeout"]
     for m in errors:
-        print(f"\nmutant {m.id}: {m.status}; the selection {' '.join(m.tests)} said:\n"
+        why = (f"ran longer than {m.timeout or args.timeout}s: narrow its selection (or "
+               "give it a timeout)" if m.status == "timeout" else m.status)
+        print(f"\nmutant {m.id}: {why}; the selection {' '.join(m.tests)} said:\n"
               f"{m.output}", file=sys.stderr)
     for m in survivors:
         print(f"\nSURVIVED {m.id}: {m.description}\n  {m.file}: tests {' '.join(m.tests)} "
               "all pass with this rule broken", file=sys.stderr)
-    counts = {s: sum(m.status == s for m in everything)
-              for s in ("killed", "timeout", "survived")}
+    counts = {s: sum(m.status == s for m in everything) for s in ("killed", "survived")}
     pending_alive = sum(m.pending != "" and m.status == "survived" for m in mutants)
     print(f"\ncurated mutants: {len(everything)}, killed {counts['killed']}, "
-          f"timeout {counts['timeout']}, survived {counts['survived']} "
+          f"survived {counts['survived']} "
           f"({pending_alive} of them pending), errors {len(errors)}, skipped {len(skipped)}; "
           f"{wall:.0f}s with {jobs} at a time")
     if args.report:
