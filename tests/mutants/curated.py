@@ -19,9 +19,9 @@ once it is applied (kept narrow: seconds per mutant), and the database those tes
 
 Exit status: 0 when every mutant is killed; 1 when one survived (or, with ``--strict``,
 a ``pending`` one survived); 2 for a stale or broken entry, a failing baseline, a
-timeout or an error. A mutant with ``pending = "why"`` waits for tests that are not on this branch yet:
-its survival is reported but does not fail the run until the mark is deleted (or
-``--strict`` is given); a pending mutant that is killed says its mark can go.
+timeout or an error. A mutant with ``pending = "why"`` waits for tests that are not on
+this branch yet: its survival is reported but does not fail the run until the mark is
+deleted (or ``--strict`` is given); a pending mutant that is killed says its mark can go.
 
 Usage::
 
