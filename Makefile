@@ -25,13 +25,16 @@ PYTEST_ARGS ?=
 PYTEST := $(PY) -m pytest -q -rs --strict-markers $(PYTEST_ARGS)
 TEST_VAR_DIR ?= $(CURDIR)/var/test
 
-.PHONY: help demo test lint install services test-postgres test-sqlite bench
+.PHONY: help demo test lint install services test-postgres test-sqlite bench \
+	mutants mutants-curated
 
 help:
 	@echo "make demo   - install, then run the demo (migrate, seed, crash workers, serve)"
 	@echo "make test   - lint, migrations check, full suite on PostgreSQL + Redis, then SQLite"
 	@echo "make lint   - ruff"
 	@echo "make bench  - checkpoint CAS throughput/latency on the configured database"
+	@echo "make mutants         - mutmut on the core rule modules; report in var/mutants/report.md"
+	@echo "make mutants-curated - the curated rule mutants (tests/mutants/curated.toml); any survivor fails"
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -85,6 +88,54 @@ test: lint
 	RECOVERY_VAR_DIR=$(TEST_VAR_DIR)/check $(PY) manage.py makemigrations --check --dry-run
 	$(MAKE) --no-print-directory test-postgres
 	$(MAKE) --no-print-directory test-sqlite
+	$(MAKE) --no-print-directory mutants-curated CURATED_ARGS=--no-baseline
+
+# Curated rule mutants (issue 7): each breaks one rule of CONTRACT.md in a private copy of
+# the tree and runs its narrow test selection, which must fail. A survivor, a stale entry
+# (its old text no longer in the code) or a failing baseline fails the target. The
+# postgres mutants use the same server as test-postgres (one database per worker). Under
+# `make test` the baseline (the selections on the unmutated tree) is skipped: both suite
+# runs have just passed.
+CURATED_ARGS ?=
+mutants-curated: $(STAMP) services
+	$(PY) -m tests.mutants.curated --jobs 2 --pg-url $(PG_URL) \
+		--report $(CURDIR)/var/mutants/curated.md $(CURATED_ARGS)
+
+# Mutation testing with mutmut 3 (the `mutation` extra) of the core rule modules
+# ([tool.mutmut] in pyproject.toml: the modules, the test selection). Not part of
+# `make test`: it takes most of an hour. Every run starts afresh (mutants/ is rebuilt) on
+# SQLite, at the lowest priority, two mutants at a time. By default it runs every mutant
+# of the modules in MUTANTS_FULL and a seeded random sample of the others (MUTANTS_SAMPLE:
+# FILE:N); `make mutants MUTANTS_FULL="policy services selectors permissions kinds
+# jsonparse" MUTANTS_SAMPLE=` runs them all (several hours on a 2-core machine).
+MUTANTS_VAR := $(CURDIR)/var/mutants
+MUTANTS_FULL ?= policy permissions jsonparse kinds
+MUTANTS_SAMPLE ?= checkpoints/services.py:120 checkpoints/selectors.py:60
+MUTANTS_SEED ?= 7
+MUTATION_STAMP := $(VENV)/.installed-mutation
+
+$(MUTATION_STAMP): pyproject.toml | $(STAMP)
+	$(PY) -m pip install --quiet -e '.[test,mutation]'
+	touch $(MUTATION_STAMP)
+
+mutants: $(MUTATION_STAMP)
+	rm -rf mutants $(MUTANTS_VAR)/var $(MUTANTS_VAR)/report.md
+	mkdir -p $(MUTANTS_VAR)/var
+	env -u DATABASE_URL RECOVERY_VAR_DIR=$(MUTANTS_VAR)/var \
+		$(PY) -m tests.mutants.template_db $(MUTANTS_VAR)/var/template.sqlite3
+	$(PY) -m tests.mutants.sample --seed $(MUTANTS_SEED) \
+		$(foreach m,$(MUTANTS_FULL),checkpoints/$(m).py:all) $(MUTANTS_SAMPLE) \
+		> $(MUTANTS_VAR)/selected.txt
+	start=$$(date +%s); \
+	env -u DATABASE_URL -u CELERY_BROKER_URL RECOVERY_VAR_DIR=$(MUTANTS_VAR)/var \
+		RECOVERY_MUTMUT_DB_TEMPLATE=$(MUTANTS_VAR)/var/template.sqlite3 \
+		nice -n 19 $(VENV)/bin/mutmut run --max-children 2 $$(cat $(MUTANTS_VAR)/selected.txt) \
+		| tr '\r' '\n' | grep -v '^[⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏]' > $(MUTANTS_VAR)/mutmut.log; \
+	wall=$$(( $$(date +%s) - start )); \
+	$(PY) -m tests.mutants.report --out $(MUTANTS_VAR)/report.md --json $(MUTANTS_VAR)/report.json \
+		--wall "$$((wall / 60)) min $$((wall % 60)) s" \
+		--sampled $(foreach s,$(MUTANTS_SAMPLE),$(firstword $(subst :, ,$(s)))) \
+		--sample-note "every mutant of $(MUTANTS_FULL); a random sample (seed $(MUTANTS_SEED)) of $(MUTANTS_SAMPLE)"
 
 bench: $(STAMP)
 	$(PY) bench/bench_cas.py

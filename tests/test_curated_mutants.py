@@ -1,0 +1,35 @@
+"""The curated mutant list (tests/mutants/curated.toml) still fits the code: every entry's
+old text occurs exactly once in its file, the mutated file compiles, its test paths exist.
+
+The mutants themselves run in ``make mutants-curated`` (after both suite runs of ``make
+test``); this check fails the suite as soon as code moves under an entry, naming it.
+"""
+
+from __future__ import annotations
+
+from tests.mutants import curated
+
+
+def test_every_curated_mutant_still_names_exactly_one_place_in_the_code():
+    mutants = curated.load()
+    assert curated.validate(mutants) == []
+
+
+def test_the_runner_refuses_an_entry_whose_old_text_moved(tmp_path):
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "rules.py").write_text("ALLOWED = {1, 2}\nALLOWED2 = {1, 2}\n")
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_rules.py").write_text("")
+    entry = dict(description="d", file="checkpoints/rules.py", tests=["tests/test_rules.py"])
+    gone = curated.Mutant(id="gone", old="ALLOWED = {1}", new="ALLOWED = set()", **entry)
+    twice = curated.Mutant(id="twice", old="{1, 2}", new="{1}", **entry)
+    broken = curated.Mutant(id="broken", old="ALLOWED = {1, 2}\n", new="ALLOWED = {\n", **entry)
+    fine = curated.Mutant(id="fine", old="ALLOWED = {1, 2}\n", new="ALLOWED = {1}\n", **entry)
+    problems = curated.validate([gone, twice, broken, fine], root=tmp_path)
+    assert problems == [
+        "mutant gone: old text not found in checkpoints/rules.py",
+        "mutant twice: old text found 2 times in checkpoints/rules.py (make it longer so it "
+        "names one place)",
+        "mutant broken: the mutated checkpoints/rules.py does not compile "
+        "('{' was never closed, line 1)",
+    ]
