@@ -729,6 +729,8 @@ def _checkpoint_cas(actor, tenant, envelope, expected_revision, fencing_token, c
                     if winner.run_id != run.pk:
                         _drop_if_empty(run)
                         run = _lock_run(tenant, winner.run.run_id, create=False)
+                        # Judged like a create that finds the id taken: by the owning run.
+                        _check_fence(run, fencing_token, run.db_now)
         else:
             # The compare-and-swap: one conditional UPDATE; 0 rows means a stale revision.
             updated = Checkpoint.objects.filter(
@@ -1041,11 +1043,19 @@ def _effect_cas(actor, tenant, body, expected_revision, fencing_token, refused):
                     )
             except IntegrityError:
                 # Lost a race: either the effect id or the operation key is now taken.
-                other = Effect.objects.filter(tenant=tenant, effect_id=body.effect_id).first()
+                other = (Effect.objects.filter(tenant=tenant, effect_id=body.effect_id)
+                         .select_related("run").first())
                 if other is None:
                     _check_operation_key(tenant, body)
                     raise
                 conflict_at = other.revision
+                if other.run_id != run.pk:
+                    # As for checkpoints: the conflict belongs to the winner's run (the run
+                    # that owns the id), and the run this call just made for itself is
+                    # dropped if nothing else uses it; the winner's run fences the writer.
+                    _drop_if_empty(run)
+                    run = _lock_run(tenant, other.run.run_id, create=False)
+                    _check_fence(run, fencing_token, run.db_now)
         elif expected_revision is None:
             # A create that finds the id taken is a conflict of the run that owns the id.
             run = _lock_run(tenant, existing.run.run_id, create=False)
