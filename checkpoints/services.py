@@ -804,6 +804,15 @@ def checkpoint_envelope(checkpoint: Checkpoint | CheckpointRevision, *, run_id=N
     }
 
 
+def _require_own(tenant: Tenant, checkpoint: Checkpoint) -> None:
+    """``NotFound`` unless ``checkpoint`` is ``tenant``'s: a checkpoint object handed in
+    by the caller is checked like an id in a URL, so a caller that looked it up in the
+    wrong tenant cannot have the twin's payload revealed and audited here (CONTRACT.md 3:
+    an object of another tenant is answered as if it did not exist)."""
+    if checkpoint.tenant_id != tenant.pk:
+        raise NotFound("no such checkpoint")
+
+
 def payload_reveal(*, actor, tenant: Tenant, checkpoint: Checkpoint, revision: int | None = None,
                    reason: str = "", action: str = "payload.reveal") -> dict:
     """Decrypt one revision's envelope for ``actor``; audited in the same transaction.
@@ -811,9 +820,10 @@ def payload_reveal(*, actor, tenant: Tenant, checkpoint: Checkpoint, revision: i
     Needs ``reveal_payload`` (reviewer, approver, admin) or, for the runtime's own
     ``GET`` of a checkpoint, ``write_runs`` (``action="payload.read"``).
     Raises ``Forbidden``/``NotFound`` as ``permissions.require``; ``NotFound`` for a
-    revision that does not exist.
+    revision that does not exist, or a checkpoint that is not ``tenant``'s.
     """
     require(actor, tenant, roles.WRITE if action == "payload.read" else roles.REVEAL)
+    _require_own(tenant, checkpoint)
     with transaction.atomic():
         if revision is None or revision == checkpoint.revision:
             source = Checkpoint.objects.select_related("run").get(pk=checkpoint.pk)
@@ -840,13 +850,14 @@ def revisions_export(*, actor, tenant: Tenant, checkpoint: Checkpoint, after: in
     ``limit`` of them and no more payload bytes than ``max_bytes`` (default four times
     ``RECOVERY_MAX_BODY_BYTES``; always at least one revision). Returns
     ``(envelopes, more)``; ``more`` says whether revisions follow the page. Raises
-    ``Forbidden`` for a role that may not read payloads (viewer), and what
-    ``permissions.require`` raises.
+    ``Forbidden`` for a role that may not read payloads (viewer), ``NotFound`` for a
+    checkpoint that is not ``tenant``'s, and what ``permissions.require`` raises.
     """
     require(actor, tenant, roles.VIEW)
     perms = tenant_perms(actor, tenant)
     if not perms & {roles.WRITE, roles.REVEAL}:
         raise Forbidden("your role may not read payloads")
+    _require_own(tenant, checkpoint)
     if max_bytes is None:
         max_bytes = 4 * settings.RECOVERY_MAX_BODY_BYTES
     revs = CheckpointRevision.objects.filter(checkpoint=checkpoint).order_by("revision")
