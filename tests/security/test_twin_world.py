@@ -15,11 +15,11 @@ markers, and a full persona set in each; nothing of one tenant may ever reach th
   the OpenAPI schema (drf-spectacular's generator, which reads the URL resolver); the
   dashboard's URL patterns (``checkpoints/urls.py``); the public services that take a
   ``tenant`` (introspected from services, reconciliation and audit).
-- **Cells**: every selector x tenant x persona (17 selectors, 2 tenants, 12 personas:
-  408, plus the cross-tenant integer ids); every API operation x tenant x persona (21 x 2
-  x 12 = 504); every dashboard page x tenant x persona (22 x 2 x 12 = 528); every
-  tenant-taking service, called in one tenant with the twin's ids and objects (22).
-  About 1,460 cells in all.
+- **Cells**: every selector x tenant x persona (13 x 2 x 12 = 312, plus 20 cells of the
+  twin's integer ids); every API operation x tenant x persona (21 x 2 x 12 = 504); every
+  dashboard page x tenant x persona (20 x 2 x 12 = 480); every tenant-taking service (22
+  recipes), called in each tenant by its own persona with the twin's ids or objects, and
+  by the twin's persona (84). 1,400 cells in all.
 - **What each cell asserts**: the other tenant's marker appears nowhere in the answer
   (body and headers), model objects returned belong to the asked tenant, counts are the
   tenant's own (an oracle counting rows by tenant), a write changes nothing of the twin,
@@ -705,77 +705,81 @@ def _cp(w: World, slug: str):
 
 @dataclass
 class ServiceCell:
-    """``call(world, slug)`` acts in tenant ``slug``; ``foreign``: the call names an
-    object of the twin (its integer id, or its model object) and must be ``NotFound``;
-    otherwise it uses the shared UUIDs and must act on its own tenant only."""
+    """``call(world, slug, actor_slug)`` acts in tenant ``slug`` as a persona of
+    ``actor_slug``. ``foreign``: the call names an object of the twin (its integer id, or
+    its model object) and must be ``NotFound``; otherwise it uses the shared UUIDs and
+    must act on its own tenant only. A persona of the twin acting in ``slug`` (an
+    approver of B deciding in A) is always ``NotFound`` and changes nothing anywhere;
+    ``actor=False`` for the operator-only functions that take no actor."""
 
-    call: Callable[[World, str], object]
+    call: Callable[[World, str, str], object]
     foreign: bool = False
+    actor: bool = True
 
 
 _BODY = lambda: services.parse_envelope(  # noqa: E731
     envelope(IDS["new_cp"], IDS["r_stable"], 0, payload={"phase": "ready"}),
     url_id=IDS["new_cp"])
 SERVICES: dict[str, list[ServiceCell]] = {
-    "retry_approve": [ServiceCell(lambda w, s: services.retry_approve(
-        actor=_as(w, s, "approver"), tenant=w.tenant(s), retry_id=w.data[other(s)].retry_pk,
+    "retry_approve": [ServiceCell(lambda w, s, a: services.retry_approve(
+        actor=_as(w, a, "approver"), tenant=w.tenant(s), retry_id=w.data[other(s)].retry_pk,
         reason="x"), foreign=True)],
-    "retry_reject": [ServiceCell(lambda w, s: services.retry_reject(
-        actor=_as(w, s, "approver"), tenant=w.tenant(s), retry_id=w.data[other(s)].retry_pk,
+    "retry_reject": [ServiceCell(lambda w, s, a: services.retry_reject(
+        actor=_as(w, a, "approver"), tenant=w.tenant(s), retry_id=w.data[other(s)].retry_pk,
         reason="x"), foreign=True)],
-    "evidence_reveal": [ServiceCell(lambda w, s: reconciliation.evidence_reveal(
-        actor=_as(w, s, "reviewer"), tenant=w.tenant(s),
+    "evidence_reveal": [ServiceCell(lambda w, s, a: reconciliation.evidence_reveal(
+        actor=_as(w, a, "reviewer"), tenant=w.tenant(s),
         attempt_id=w.data[other(s)].attempt_pk, reason="x"), foreign=True)],
-    "request_get": [ServiceCell(lambda w, s: reconciliation.request_get(
+    "request_get": [ServiceCell(lambda w, s, a: reconciliation.request_get(
         w.tenant(s), ReconcileRequest.objects.get(tenant=w.tenant(other(s))).pk),
-        foreign=True)],
-    "payload_reveal": [ServiceCell(lambda w, s: services.payload_reveal(
-        actor=_as(w, s, "reviewer"), tenant=w.tenant(s), checkpoint=_cp(w, other(s)),
+        foreign=True, actor=False)],
+    "payload_reveal": [ServiceCell(lambda w, s, a: services.payload_reveal(
+        actor=_as(w, a, "reviewer"), tenant=w.tenant(s), checkpoint=_cp(w, other(s)),
         reason="x"), foreign=True)],
-    "revisions_export": [ServiceCell(lambda w, s: services.revisions_export(
-        actor=_as(w, s, "reviewer"), tenant=w.tenant(s), checkpoint=_cp(w, other(s))),
+    "revisions_export": [ServiceCell(lambda w, s, a: services.revisions_export(
+        actor=_as(w, a, "reviewer"), tenant=w.tenant(s), checkpoint=_cp(w, other(s))),
         foreign=True)],
-    "receipt_reveal": [ServiceCell(lambda w, s: services.receipt_reveal(
-        actor=_as(w, s, "reviewer"), tenant=w.tenant(s), effect_id=IDS["e_done"],
+    "receipt_reveal": [ServiceCell(lambda w, s, a: services.receipt_reveal(
+        actor=_as(w, a, "reviewer"), tenant=w.tenant(s), effect_id=IDS["e_done"],
         reason="x"))],
-    "effect_mark_unknown": [ServiceCell(lambda w, s: services.effect_mark_unknown(
-        actor=_as(w, s, "reviewer"), tenant=w.tenant(s), effect_id=IDS["e_stuck"],
+    "effect_mark_unknown": [ServiceCell(lambda w, s, a: services.effect_mark_unknown(
+        actor=_as(w, a, "reviewer"), tenant=w.tenant(s), effect_id=IDS["e_stuck"],
         reason="x"))],
-    "run_close": [ServiceCell(lambda w, s: services.run_close(
-        actor=_as(w, s, "reviewer"), tenant=w.tenant(s), run_id=IDS["r_stuck"], reason="x"))],
-    "conflicts_acknowledge": [ServiceCell(lambda w, s: services.conflicts_acknowledge(
-        actor=_as(w, s, "reviewer"), tenant=w.tenant(s), run_id=IDS["r_stuck"], reason="x"))],
-    "retry_request": [ServiceCell(lambda w, s: services.retry_request(
-        actor=_as(w, s, "reviewer"), tenant=w.tenant(s), run_id=IDS["r_retry"], reason="x"))],
-    "run_reconcile": [ServiceCell(lambda w, s: services.run_reconcile(
-        actor=_as(w, s, "reviewer"), tenant=w.tenant(s), run_id=IDS["r_stuck"], reason="x"))],
-    "lease_acquire": [ServiceCell(lambda w, s: services.lease_acquire(
-        actor=_as(w, s, "writer"), tenant=w.tenant(s), run_id=IDS["r_stable"], owner="x",
+    "run_close": [ServiceCell(lambda w, s, a: services.run_close(
+        actor=_as(w, a, "reviewer"), tenant=w.tenant(s), run_id=IDS["r_stuck"], reason="x"))],
+    "conflicts_acknowledge": [ServiceCell(lambda w, s, a: services.conflicts_acknowledge(
+        actor=_as(w, a, "reviewer"), tenant=w.tenant(s), run_id=IDS["r_stuck"], reason="x"))],
+    "retry_request": [ServiceCell(lambda w, s, a: services.retry_request(
+        actor=_as(w, a, "reviewer"), tenant=w.tenant(s), run_id=IDS["r_retry"], reason="x"))],
+    "run_reconcile": [ServiceCell(lambda w, s, a: services.run_reconcile(
+        actor=_as(w, a, "reviewer"), tenant=w.tenant(s), run_id=IDS["r_stuck"], reason="x"))],
+    "lease_acquire": [ServiceCell(lambda w, s, a: services.lease_acquire(
+        actor=_as(w, a, "writer"), tenant=w.tenant(s), run_id=IDS["r_stable"], owner="x",
         ttl_s=30))],
-    "resume_preview": [ServiceCell(lambda w, s: services.resume_preview(
-        actor=_as(w, s, "writer"), tenant=w.tenant(s), run_id=IDS["r_stable"], asked={}))],
-    "resume_claim": [ServiceCell(lambda w, s: services.resume_claim(
-        actor=_as(w, s, "writer"), tenant=w.tenant(s), run_id=IDS["r_stable"], asked={}))],
-    "checkpoint_put": [ServiceCell(lambda w, s: services.checkpoint_put(
-        actor=_as(w, s, "writer"), tenant=w.tenant(s), envelope=_BODY(),
+    "resume_preview": [ServiceCell(lambda w, s, a: services.resume_preview(
+        actor=_as(w, a, "writer"), tenant=w.tenant(s), run_id=IDS["r_stable"], asked={}))],
+    "resume_claim": [ServiceCell(lambda w, s, a: services.resume_claim(
+        actor=_as(w, a, "writer"), tenant=w.tenant(s), run_id=IDS["r_stable"], asked={}))],
+    "checkpoint_put": [ServiceCell(lambda w, s, a: services.checkpoint_put(
+        actor=_as(w, a, "writer"), tenant=w.tenant(s), envelope=_BODY(),
         expected_revision=None))],
-    "effect_put": [ServiceCell(lambda w, s: services.effect_put(
-        actor=_as(w, s, "writer"), tenant=w.tenant(s), body=services.parse_effect(
+    "effect_put": [ServiceCell(lambda w, s, a: services.effect_put(
+        actor=_as(w, a, "writer"), tenant=w.tenant(s), body=services.parse_effect(
             effect_body(IDS["new_fx"], IDS["r_stable"], operation_key="done"),
             url_id=IDS["new_fx"]), expected_revision=None))],
-    "role_grant": [ServiceCell(lambda w, s: services.role_grant(
-        actor=_as(w, s, "admin"), tenant=w.tenant(s), user=_as(w, s, "viewer"),
+    "role_grant": [ServiceCell(lambda w, s, a: services.role_grant(
+        actor=_as(w, a, "admin"), tenant=w.tenant(s), user=_as(w, a, "viewer"),
         role="reviewer"))],
-    "role_revoke": [ServiceCell(lambda w, s: services.role_revoke(
-        actor=_as(w, s, "admin"), tenant=w.tenant(s), user=_as(w, s, "viewer"),
+    "role_revoke": [ServiceCell(lambda w, s, a: services.role_revoke(
+        actor=_as(w, a, "admin"), tenant=w.tenant(s), user=_as(w, a, "viewer"),
         role="viewer"))],
     "tenant_set_ambiguity_threshold": [ServiceCell(
-        lambda w, s: services.tenant_set_ambiguity_threshold(
-            actor=_as(w, s, "admin"), tenant=w.tenant(s), seconds=60))],
-    "reconciler_configure": [ServiceCell(lambda w, s: services.reconciler_configure(
-        actor=_as(w, s, "admin"), tenant=w.tenant(s), service="payments", plugin="default"))],
-    "audit_head_export": [ServiceCell(lambda w, s: audit.audit_head_export(
-        tenant=w.tenant(s)))],
+        lambda w, s, a: services.tenant_set_ambiguity_threshold(
+            actor=_as(w, a, "admin"), tenant=w.tenant(s), seconds=60))],
+    "reconciler_configure": [ServiceCell(lambda w, s, a: services.reconciler_configure(
+        actor=_as(w, a, "admin"), tenant=w.tenant(s), service="payments", plugin="default"))],
+    "audit_head_export": [ServiceCell(lambda w, s, a: audit.audit_head_export(
+        tenant=w.tenant(s)), actor=False)],
 }
 NOT_SERVICE_CELLS = {
     "audit_verify": "reads one tenant's chain by tenant pk: tests/services/test_audit_chain.py",
@@ -812,20 +816,25 @@ def test_a_service_in_one_tenant_never_touches_the_twin(world, name, index):
     cell = SERVICES[name][index]
     failures = []
     for slug in SLUGS:
-        twin = world.tenant(other(slug))
-        with transaction.atomic():
-            before = tenant_rows(twin)
-            try:
-                answer = cell.call(world, slug)
-            except NotFound:
-                answer = NotFound
-            except DomainError as exc:  # an answer of the service about its own tenant
-                answer = exc
-            if tenant_rows(twin) != before:
-                failures.append(f"in {slug}: the twin's data changed")
-            if cell.foreign and answer is not NotFound:
-                failures.append(f"in {slug}: the twin's object was acted on: {answer!r:.200}")
-            if answer is not NotFound and MARK[other(slug)] in _text(answer):
-                failures.append(f"in {slug}: the answer holds the twin's marker")
-            transaction.set_rollback(True)
+        for acting in (slug, other(slug)) if cell.actor else (slug,):
+            where = f"in {slug} as a persona of {acting}"
+            twin = world.tenant(other(slug))
+            with transaction.atomic():
+                before = tenant_rows(twin)
+                home_before = tenant_rows(world.tenant(slug))
+                try:
+                    answer = cell.call(world, slug, acting)
+                except NotFound:
+                    answer = NotFound
+                except DomainError as exc:  # an answer of the service about its own tenant
+                    answer = exc
+                if tenant_rows(twin) != before:
+                    failures.append(f"{where}: the twin's data changed")
+                if (cell.foreign or acting != slug) and answer is not NotFound:
+                    failures.append(f"{where}: not NotFound: {answer!r:.200}")
+                if acting != slug and tenant_rows(world.tenant(slug)) != home_before:
+                    failures.append(f"{where}: a persona without a role here changed data")
+                if answer is not NotFound and MARK[other(slug)] in _text(answer):
+                    failures.append(f"{where}: the answer holds the twin's marker")
+                transaction.set_rollback(True)
     assert not failures, f"{name}:\n" + "\n".join(failures)
