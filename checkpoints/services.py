@@ -742,6 +742,8 @@ def _checkpoint_cas(actor, tenant, envelope, expected_revision, fencing_token, c
                     if winner.run_id != run.pk:
                         _drop_if_empty(run)
                         run = _lock_run(tenant, winner.run.uuid, create=False)
+                        # Judged like a create that finds the id taken: by the owning run.
+                        _check_fence(run, fencing_token, run.db_now)
         else:
             # The compare-and-swap: one conditional UPDATE; 0 rows means a stale revision.
             updated = Checkpoint.objects.for_tenant(tenant).filter(
@@ -815,6 +817,15 @@ def checkpoint_envelope(checkpoint: Checkpoint | CheckpointRevision, *, run_id=N
     }
 
 
+def _require_own(tenant: Tenant, checkpoint: Checkpoint) -> None:
+    """``NotFound`` unless ``checkpoint`` is ``tenant``'s: a checkpoint object handed in
+    by the caller is checked like an id in a URL, so a caller that looked it up in the
+    wrong tenant cannot have the twin's payload revealed and audited here (CONTRACT.md 3:
+    an object of another tenant is answered as if it did not exist)."""
+    if checkpoint.tenant_id != tenant.pk:
+        raise NotFound("no such checkpoint")
+
+
 def payload_reveal(*, actor, tenant: Tenant, checkpoint: Checkpoint, revision: int | None = None,
                    reason: str = "", action: str = AuditAction.PAYLOAD_REVEAL) -> dict:
     """Decrypt one revision's envelope for ``actor``; audited in the same transaction.
@@ -822,9 +833,10 @@ def payload_reveal(*, actor, tenant: Tenant, checkpoint: Checkpoint, revision: i
     Needs ``reveal_payload`` (reviewer, approver, admin) or, for the runtime's own
     ``GET`` of a checkpoint, ``write_runs`` (``action=AuditAction.PAYLOAD_READ``).
     Raises ``Forbidden``/``NotFound`` as ``permissions.require``; ``NotFound`` for a
-    revision that does not exist.
+    revision that does not exist, or a checkpoint that is not ``tenant``'s.
     """
     require(actor, tenant, roles.WRITE if action == AuditAction.PAYLOAD_READ else roles.REVEAL)
+    _require_own(tenant, checkpoint)
     with transaction.atomic():
         if revision is None or revision == checkpoint.revision:
             source = Checkpoint.objects.for_tenant(tenant).select_related("run").get(
@@ -853,13 +865,14 @@ def revisions_export(*, actor, tenant: Tenant, checkpoint: Checkpoint, after: in
     ``limit`` of them and no more payload bytes than ``max_bytes`` (default four times
     ``RECOVERY_MAX_BODY_BYTES``; always at least one revision). Returns
     ``(envelopes, more)``; ``more`` says whether revisions follow the page. Raises
-    ``Forbidden`` for a role that may not read payloads (viewer), and what
-    ``permissions.require`` raises.
+    ``Forbidden`` for a role that may not read payloads (viewer), ``NotFound`` for a
+    checkpoint that is not ``tenant``'s, and what ``permissions.require`` raises.
     """
     require(actor, tenant, roles.VIEW)
     perms = tenant_perms(actor, tenant)
     if not perms & {roles.WRITE, roles.REVEAL}:
         raise Forbidden("your role may not read payloads")
+    _require_own(tenant, checkpoint)
     if max_bytes is None:
         max_bytes = 4 * settings.RECOVERY_MAX_BODY_BYTES
     revs = (CheckpointRevision.objects.for_tenant(checkpoint.tenant_id)
@@ -1057,11 +1070,19 @@ def _effect_cas(actor, tenant, body, expected_revision, fencing_token, refused):
                     )
             except IntegrityError:
                 # Lost a race: either the effect id or the operation key is now taken.
-                other = Effect.objects.for_tenant(tenant).filter(uuid=body.effect_id).first()
+                other = (Effect.objects.for_tenant(tenant).filter(uuid=body.effect_id)
+                         .select_related("run").first())
                 if other is None:
                     _check_operation_key(tenant, body)
                     raise
                 conflict_at = other.revision
+                if other.run_id != run.pk:
+                    # As for checkpoints: the conflict belongs to the winner's run (the run
+                    # that owns the id), and the run this call just made for itself is
+                    # dropped if nothing else uses it; the winner's run fences the writer.
+                    _drop_if_empty(run)
+                    run = _lock_run(tenant, other.run.uuid, create=False)
+                    _check_fence(run, fencing_token, run.db_now)
         elif expected_revision is None:
             # A create that finds the id taken is a conflict of the run that owns the id.
             run = _lock_run(tenant, existing.run.uuid, create=False)

@@ -1,0 +1,44 @@
+"""Helpers of the issue-7 matrices: a whole-database snapshot and its difference, so a
+"nothing else changed" check cannot miss a table that a narrower snapshot forgot."""
+
+from __future__ import annotations
+
+from django.apps import apps
+
+#: Columns left out of every snapshot: bookkeeping that a request may move without
+#: changing any tenant data (``services.token_authenticate``; Django's session store).
+IGNORED = {("checkpoints.ApiToken", "last_used_at"), ("auth.User", "last_login")}
+SKIPPED_MODELS = {"sessions.Session", "admin.LogEntry"}
+
+Snapshot = dict[str, dict[object, tuple]]
+
+
+def db_state(ignore: set[tuple[str, str]] = frozenset()) -> Snapshot:
+    """Every row of every model (but ``SKIPPED_MODELS``): ``{"app.Model": {pk: (column
+    values as text)}}``, without the ``IGNORED`` columns and those in ``ignore``."""
+    out: Snapshot = {}
+    skip = IGNORED | set(ignore)
+    for model in apps.get_models():
+        label = model._meta.label
+        if label in SKIPPED_MODELS:
+            continue
+        fields = [f.attname for f in model._meta.concrete_fields if (label, f.name) not in skip]
+        pk = model._meta.pk.attname
+        rows = model.objects.order_by(pk).values_list(pk, *fields)
+        out[label] = {row[0]: tuple(str(v) for v in row[1:]) for row in rows}
+    return out
+
+
+def db_diff(before: Snapshot, after: Snapshot) -> dict[str, dict[str, list]]:
+    """``{"app.Model": {"added": [pk], "removed": [pk], "changed": [pk]}}`` for every
+    model whose rows differ (empty dict: nothing changed)."""
+    out: dict[str, dict[str, list]] = {}
+    for label in sorted(set(before) | set(after)):
+        b, a = before.get(label, {}), after.get(label, {})
+        added = sorted(set(a) - set(b), key=str)
+        removed = sorted(set(b) - set(a), key=str)
+        changed = sorted((k for k in set(a) & set(b) if a[k] != b[k]), key=str)
+        if added or removed or changed:
+            out[label] = {k: v for k, v in (("added", added), ("removed", removed),
+                                            ("changed", changed)) if v}
+    return out

@@ -1,0 +1,840 @@
+"""The twin world (issue 7, item 1): two tenants holding the same UUIDs, each with its own
+markers, and a full persona set in each; nothing of one tenant may ever reach the other.
+
+- **World**: ``acme`` and ``globex`` hold runs, checkpoints and effects under the same
+  UUIDs (and the same operation keys), built through the services. Each tenant's data
+  carries its own marker (``MARK``): workflow names, order ids in payloads, receipts,
+  reconcile evidence, every reason, and the names of the accounts that built it. globex
+  has a few more runs, effects, retry requests and open conflicts, so every count
+  differs between the twins. Personas in each tenant: viewer, reviewer, approver,
+  writer, admin; plus a superuser and a staff account with no role anywhere. Built once
+  for the module inside a transaction rolled back at the end; each request or call runs
+  in a savepoint that is rolled back too.
+- **Sources of truth** (a new one fails a ``test_every_…`` test until it has a recipe):
+  the public functions of ``checkpoints/selectors.py`` (introspected); the operations of
+  the OpenAPI schema (drf-spectacular's generator, which reads the URL resolver); the
+  dashboard's URL patterns (``checkpoints/urls.py``); the public services that take a
+  ``tenant`` (introspected from services, reconciliation and audit).
+- **Cells**: every selector x tenant x persona (13 x 2 x 12 = 312, plus 20 cells of the
+  twin's integer ids); every API operation x tenant x persona (21 x 2 x 12 = 504); every
+  dashboard page x tenant x persona (20 x 2 x 12 = 480); every tenant-taking service (22
+  recipes), called in each tenant by its own persona with the twin's ids or objects, and
+  by the twin's persona (84). 1,400 cells in all.
+- **What each cell asserts**: the other tenant's marker appears nowhere in the answer
+  (body and headers), model objects returned belong to the asked tenant, counts are the
+  tenant's own (an oracle counting rows by tenant), a write changes nothing of the twin,
+  and a read that succeeds shows its own tenant's marker (so a cell cannot pass by
+  showing nothing).
+- **Killed mutants** (scratch edits, one at a time): the tenant filter removed from
+  ``effect_get``, ``retry_get``, ``audit_list``, ``effect_find``, ``run_list``,
+  ``report``, the audit query of ``run_detail``, and the retry decision in services.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import json
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.db import models as djm
+from django.db import transaction
+from django.test import Client
+from django.urls import URLPattern, reverse
+from rest_framework.test import APIClient
+
+from checkpoints import audit, reconciliation, roles, selectors, services
+from checkpoints import urls as dashboard_urls
+from checkpoints.exceptions import DomainError, NotFound
+from checkpoints.models import (
+    AuditEvent,
+    Conflict,
+    Effect,
+    ReconcileAttempt,
+    ReconcileRequest,
+    RetryRequest,
+    Run,
+    Tenant,
+)
+from checkpoints.reconcile import Answer
+from tests.helpers import age_world, effect_body, envelope, put_checkpoint, walk_effect
+from tests.views.reconcilers import Scripted
+
+User = get_user_model()
+HOME, TWIN = "acme", "globex"
+SLUGS = (HOME, TWIN)
+MARK = {HOME: "qqacmeqq", TWIN: "qqglobexqq"}  # in every piece of each tenant's data
+
+
+def other(slug: str) -> str:
+    return TWIN if slug == HOME else HOME
+
+
+IDS = {name: uuid.uuid5(uuid.NAMESPACE_URL, f"twin-world/{name}") for name in (
+    "r_stuck", "c_stuck", "e_stuck",          # ambiguous, effect unresolved, a conflict
+    "r_unknown", "c_unknown", "e_unknown",    # unknown outcome, a retry request open
+    "r_retry", "c_retry",                     # ambiguous, nothing in doubt, no request
+    "r_stable", "c_stable", "e_done",         # stable, effect confirmed with a receipt
+    "r_looked", "c_looked", "e_looked",       # reconciled: a look-up with evidence
+    "r_closed", "c_closed",                   # closed by a reviewer
+    "new_cp", "new_fx",                       # ids a writer creates
+)}
+EXTRA = {name: uuid.uuid5(uuid.NAMESPACE_URL, f"twin-world/{TWIN}/{name}") for name in (
+    "r_more", "c_more", "e_more", "r_more2", "c_more2")}  # globex only
+
+
+# --------------------------------------------------------------------------------------
+# The world
+# --------------------------------------------------------------------------------------
+
+@dataclass
+class Persona:
+    name: str
+    role: str | None
+    slug: str | None
+    user: object
+    token: str
+    cookies: dict
+
+    def api(self) -> APIClient:
+        client = APIClient()
+        client.credentials(HTTP_AUTHORIZATION=f"Bearer {self.token}")
+        return client
+
+    def web(self) -> Client:
+        client = Client()
+        for key, value in self.cookies.items():
+            client.cookies[key] = value
+        return client
+
+    def perms(self, slug: str) -> set[str]:
+        return set(roles.ROLE_PERMISSIONS[self.role]) if self.slug == slug and self.role \
+            else set()
+
+
+@dataclass
+class TenantData:
+    tenant: Tenant
+    builder: object
+    requester: object
+    retry_pk: int = 0
+    attempt_pk: int = 0
+
+
+@dataclass
+class World:
+    data: dict[str, TenantData]
+    personas: list[Persona] = field(default_factory=list)
+
+    def tenant(self, slug: str) -> Tenant:
+        return self.data[slug].tenant
+
+    def persona(self, slug: str, role: str) -> Persona:
+        return next(p for p in self.personas if p.slug == slug and p.role == role)
+
+
+def _account(name: str, **flags):
+    user = services.account_create(username=name, password="pw-for-tests")
+    if flags:
+        User.objects.filter(pk=user.pk).update(**flags)
+        user = User.objects.get(pk=user.pk)
+    return user
+
+
+def _payload(slug: str, phase: str) -> dict:
+    m = MARK[slug]
+    return {"phase": phase, "order_id": f"order-{m}", "workflow": f"wf-{m}"}
+
+
+def _in_flight(writer, tenant, slug, run, cp, effect=None, key=""):
+    put_checkpoint(writer, tenant, envelope(cp, run, 0, payload=_payload(slug, "ready")))
+    put_checkpoint(writer, tenant, envelope(cp, run, 1, payload=_payload(slug, "charging")),
+                   expected=0)
+    if effect:
+        walk_effect(writer, tenant, effect_body(effect, run, operation_key=key), "submitted")
+
+
+def _build_writes(slug: str) -> TenantData:
+    """Phase 1 of a tenant: what its runtime writes (before the owners go quiet)."""
+    m = MARK[slug]
+    tenant = services.tenant_create(slug=slug, name=f"{slug} {m}")
+    builder = _account(f"{slug}-builder-{m}")
+    services.role_grant(actor=None, tenant=tenant, user=builder, role="writer")
+    requester = _account(f"{slug}-requester-{m}")
+    services.role_grant(actor=None, tenant=tenant, user=requester, role="reviewer")
+    i = IDS
+    _in_flight(builder, tenant, slug, i["r_stuck"], i["c_stuck"], i["e_stuck"], "charge:stuck")
+    with pytest.raises(services.StaleRevision):  # a refused write: a conflict to see
+        put_checkpoint(builder, tenant, envelope(i["c_stuck"], i["r_stuck"], 1,
+                                                 payload=_payload(slug, "charged")), expected=0)
+    _in_flight(builder, tenant, slug, i["r_unknown"], i["c_unknown"], i["e_unknown"],
+               "charge:unknown")
+    _in_flight(builder, tenant, slug, i["r_retry"], i["c_retry"])
+    _in_flight(builder, tenant, slug, i["r_looked"], i["c_looked"], i["e_looked"],
+               "charge:looked")
+    _in_flight(builder, tenant, slug, i["r_closed"], i["c_closed"])
+    put_checkpoint(builder, tenant, envelope(i["c_stable"], i["r_stable"], 0,
+                                             payload=_payload(slug, "charged")))
+    done = effect_body(i["e_done"], i["r_stable"], operation_key="done")
+    walk_effect(builder, tenant, done, "submitted")
+    services.effect_put(actor=builder, tenant=tenant, body=services.parse_effect(
+        dict(done, revision=2, state="confirmed", receipt={"charge_id": f"ch-{m}"}),
+        url_id=i["e_done"]), expected_revision=1)
+    if slug == TWIN:  # more of everything than its twin, so no count is shared
+        e = EXTRA
+        _in_flight(builder, tenant, slug, e["r_more"], e["c_more"], e["e_more"], "charge:more")
+        _in_flight(builder, tenant, slug, e["r_more2"], e["c_more2"])
+        with pytest.raises(services.StaleRevision):
+            put_checkpoint(builder, tenant, envelope(e["c_more2"], e["r_more2"], 1,
+                                                     payload=_payload(slug, "charged")),
+                           expected=0)
+    return TenantData(tenant, builder, requester)
+
+
+def _build_reviews(d: TenantData, slug: str) -> None:
+    """Phase 2, once the owners are gone: review actions with marked reasons."""
+    m, t, i = MARK[slug], d.tenant, IDS
+    services.effect_mark_unknown(actor=d.requester, tenant=t, effect_id=i["e_unknown"],
+                                 reason=f"no look-up {m}")
+    d.retry_pk = services.retry_request(actor=d.requester, tenant=t, run_id=i["r_unknown"],
+                                        reason=f"try again {m}").pk
+    services.run_close(actor=d.requester, tenant=t, run_id=i["r_closed"],
+                       reason=f"handled by phone {m}")
+    services.reconciler_configure(actor=None, tenant=t, service="payments",
+                                  plugin="tests.views.reconcilers.Scripted")
+    Scripted.answers = [Answer.found({"charge_id": f"ch-{m}"}, f"found {m}",
+                                     evidence={"status": "succeeded", "note": f"ev-{m}"})]
+    queued = services.run_reconcile(actor=d.requester, tenant=t, run_id=i["r_looked"],
+                                    reason=f"ask {m}")
+    reconciliation.execute(queued.requests[0].pk)
+    Scripted.answers = []
+    d.attempt_pk = ReconcileAttempt.objects.get(tenant=t).pk
+    if slug == TWIN:
+        services.effect_mark_unknown(actor=d.requester, tenant=t, effect_id=EXTRA["e_more"],
+                                     reason=f"more {m}")
+        services.retry_request(actor=d.requester, tenant=t, run_id=EXTRA["r_more"],
+                               reason=f"more {m}")
+
+
+def _login(user) -> dict:
+    client = Client()
+    client.force_login(user)
+    return {k: v.value for k, v in client.cookies.items()}
+
+
+def _personas() -> list[Persona]:
+    out = []
+    for slug in SLUGS:
+        tenant = Tenant.objects.get(slug=slug)
+        for role in roles.ROLES:
+            user = _account(f"{role}-{slug}")
+            services.role_grant(actor=None, tenant=tenant, user=user, role=role)
+            out.append(Persona(f"{slug}.{role}", role, slug, user,
+                               services.token_issue(user=user), _login(user)))
+    for name, flags in (("superuser", {"is_superuser": True, "is_staff": True}),
+                        ("staff", {"is_staff": True})):
+        user = _account(f"{name}-no-role", **flags)
+        out.append(Persona(name, None, None, user, services.token_issue(user=user),
+                           _login(user)))
+    return out
+
+
+@pytest.fixture(scope="module")
+def world(django_db_setup, django_db_blocker):
+    with django_db_blocker.unblock():
+        outer = transaction.atomic()
+        outer.__enter__()
+        try:
+            data = {slug: _build_writes(slug) for slug in (TWIN, HOME)}
+            age_world(3600)
+            services.sweep_stale_runs()
+            for slug in (TWIN, HOME):
+                _build_reviews(data[slug], slug)
+            yield World(data, _personas())
+        finally:
+            transaction.set_rollback(True)
+            outer.__exit__(None, None, None)
+
+
+# --------------------------------------------------------------------------------------
+# Oracles and checks
+# --------------------------------------------------------------------------------------
+
+def own_counts(tenant: Tenant) -> dict:
+    """What a tenant holds, counted by the test itself (rows filtered by tenant)."""
+    def by(model, column, **filters):
+        return dict(Counter(model.objects.filter(tenant=tenant, **filters)
+                            .values_list(column, flat=True)))
+    return {
+        "runs": by(Run, "recovery_state"),
+        "effects": by(Effect, "state"),
+        "retry_requests": by(RetryRequest, "state"),
+        "open_conflicts": Conflict.objects.filter(tenant=tenant,
+                                                  acknowledged_at__isnull=True).count(),
+        "audit": AuditEvent.objects.filter(tenant=tenant).count(),
+        "payments": Effect.objects.filter(tenant=tenant, service="payments").count(),
+    }
+
+
+def _objects(value, depth=0):
+    """Model instances inside a selector's answer (lists, dicts, dataclasses, and the
+    related objects loaded with them)."""
+    if depth > 6:
+        return
+    if isinstance(value, djm.Model):
+        yield value
+        for cached in value._state.fields_cache.values():
+            if cached is not None:
+                yield from _objects(cached, depth + 1)
+        for cached in getattr(value, "_prefetched_objects_cache", {}).values():
+            yield from _objects(list(cached), depth + 1)
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for f in dataclasses.fields(value):
+            yield from _objects(getattr(value, f.name), depth + 1)
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _objects(v, depth + 1)
+    elif isinstance(value, (list, tuple, set, djm.QuerySet)):
+        for v in value:
+            yield from _objects(v, depth + 1)
+
+
+def _text(value) -> str:
+    """Everything a selector's answer says, as text: values of every loaded column of
+    every object in it, and the plain values around them."""
+    parts = []
+    for obj in _objects(value):
+        parts += [str(getattr(obj, f.attname, "")) for f in obj._meta.concrete_fields]
+    parts.append(repr(value))
+    return "\n".join(parts)
+
+
+def foreign_problems(value, slug: str, world: World) -> list[str]:
+    """What of the twin of ``slug`` is in ``value``."""
+    problems = []
+    mark = MARK[other(slug)]
+    if mark in _text(value):
+        problems.append(f"the marker {mark} of {other(slug)} appears")
+    own = world.tenant(slug).pk
+    for obj in _objects(value):
+        if isinstance(obj, Tenant):
+            if obj.pk != own:
+                problems.append(f"the tenant {obj.slug} appears")
+        elif getattr(obj, "tenant_id", own) != own:
+            problems.append(f"{type(obj).__name__} {obj.pk} of {other(slug)}")
+    rows = value[0] if isinstance(value, tuple) and value and isinstance(value[0], list) \
+        else value if isinstance(value, list) else []
+    for row in rows:
+        if isinstance(row, dict) and row.get("tenant_id", own) != own:
+            problems.append(f"a row of {other(slug)}: {row.get('id')}")
+    return problems
+
+
+# --------------------------------------------------------------------------------------
+# Selectors: every public function of checkpoints/selectors.py
+# --------------------------------------------------------------------------------------
+
+def _viewer(w: World, slug: str):
+    return w.persona(slug, "viewer").user
+
+
+def _run(w: World, slug: str, name="r_looked") -> Run:
+    return selectors.run_get(user=_viewer(w, slug), tenant=w.tenant(slug), run_id=IDS[name])
+
+
+@dataclass
+class SelectorCell:
+    call: Callable[[World, str, object], object]   # (world, tenant slug, user) -> answer
+    count: Callable[[World, str, object], str] | None = None  # "" or the problem
+    shows_mark: bool = True  # an answer holds its tenant's marker
+
+
+def _count_is(expected_of: Callable, got_of: Callable) -> Callable:
+    def check(w, slug, answer):
+        expected, got = expected_of(own_counts(w.tenant(slug))), got_of(answer)
+        return "" if expected == got else f"count {got}, the tenant's own is {expected}"
+    return check
+
+
+SELECTORS: dict[str, SelectorCell] = {
+    "run_list": SelectorCell(
+        lambda w, s, u: selectors.run_list(user=u, tenant=w.tenant(s),
+                                           filters=selectors.RunFilters(), limit=200),
+        _count_is(lambda c: sum(c["runs"].values()), lambda a: len(a[0]))),
+    "run_get": SelectorCell(
+        lambda w, s, u: selectors.run_get(user=u, tenant=w.tenant(s), run_id=IDS["r_closed"])),
+    "run_detail": SelectorCell(
+        lambda w, s, u: selectors.run_detail(user=u, tenant=w.tenant(s),
+                                             run_id=IDS["r_unknown"]),
+        lambda w, s, a: "" if len(a.audit) == AuditEvent.objects.filter(
+            tenant=w.tenant(s), run_uuid=IDS["r_unknown"]).count() else "audit count"),
+    "reconcile_requests": SelectorCell(
+        lambda w, s, u: selectors.reconcile_requests(user=u, tenant=w.tenant(s),
+                                                     run=_run(w, s)),
+        lambda w, s, a: "" if len(a) == ReconcileRequest.objects.filter(
+            tenant=w.tenant(s)).count() else "request count"),
+    "reconcile_attempt_get": SelectorCell(
+        lambda w, s, u: selectors.reconcile_attempt_get(user=u, tenant=w.tenant(s),
+                                                        attempt_id=w.data[s].attempt_pk)),
+    "run_owner_status": SelectorCell(
+        lambda w, s, u: selectors.run_owner_status(user=u, tenant=w.tenant(s), run=_run(w, s)),
+        shows_mark=False),
+    "checkpoint_get": SelectorCell(
+        lambda w, s, u: selectors.checkpoint_get(user=u, tenant=w.tenant(s),
+                                                 checkpoint_id=IDS["c_stuck"])),
+    "effect_get": SelectorCell(
+        lambda w, s, u: selectors.effect_get(user=u, tenant=w.tenant(s),
+                                             effect_id=IDS["e_done"])),
+    "effect_find": SelectorCell(
+        lambda w, s, u: selectors.effect_find(user=u, tenant=w.tenant(s), service="payments",
+                                              operation_key=None),
+        _count_is(lambda c: c["payments"], len)),
+    "retry_get": SelectorCell(
+        lambda w, s, u: selectors.retry_get(user=u, tenant=w.tenant(s),
+                                            retry_id=w.data[s].retry_pk)),
+    "audit_list": SelectorCell(
+        lambda w, s, u: selectors.audit_list(user=u, tenant=w.tenant(s), limit=500),
+        _count_is(lambda c: c["audit"], len)),
+    "report": SelectorCell(
+        lambda w, s, u: selectors.report(user=u, tenant=w.tenant(s)),
+        lambda w, s, a: "" if (a["effects"], a["retry_requests"], a["open_conflicts"],
+                               {k: v for k, v in a["runs"].items() if v}) == (
+            (c := own_counts(w.tenant(s)))["effects"], c["retry_requests"],
+            c["open_conflicts"], c["runs"]) else f"report {a}, own {c}",
+        shows_mark=False),
+    "state_counts": SelectorCell(
+        lambda w, s, u: selectors.state_counts(tenant=w.tenant(s)),
+        lambda w, s, a: "" if {k: v for k, v in a.items() if v} == own_counts(
+            w.tenant(s))["runs"] else f"counts {a}",
+        shows_mark=False),
+}
+# Integer ids are not shared by the twins: the twin's id, asked in this tenant, is 404.
+CROSS_IDS: dict[str, Callable[[World, str, object], object]] = {
+    "retry_get": lambda w, s, u: selectors.retry_get(
+        user=u, tenant=w.tenant(s), retry_id=w.data[other(s)].retry_pk),
+    "reconcile_attempt_get": lambda w, s, u: selectors.reconcile_attempt_get(
+        user=u, tenant=w.tenant(s), attempt_id=w.data[other(s)].attempt_pk),
+}
+NOT_TENANT_DATA = {
+    "encode_cursor": "pure: turns a row into a cursor",
+    "decode_cursor": "pure: parses a cursor",
+    "tenants_for_user": "the tenants of one account: test_tenants_for_user_lists_only_granted",
+    "tokens_of_account": "one account's tokens, no tenant: the operator's list_tokens",
+}
+
+
+def test_every_public_selector_is_classified():
+    found = {name for name, fn in inspect.getmembers(selectors, inspect.isfunction)
+             if fn.__module__ == selectors.__name__ and not name.startswith("_")}
+    missing = sorted(found - set(SELECTORS) - set(NOT_TENANT_DATA))
+    assert not missing, f"selectors with no twin-world cell nor a reason: {missing}"
+    stale = sorted((set(SELECTORS) | set(NOT_TENANT_DATA) | set(CROSS_IDS)) - found)
+    assert not stale, f"cells for selectors that no longer exist: {stale}"
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("name", sorted(SELECTORS))
+def test_a_selector_answers_with_its_own_tenant_only(world, name):
+    cell = SELECTORS[name]
+    failures = []
+    for slug in SLUGS:
+        for p in world.personas:
+            allowed = roles.VIEW in p.perms(slug)
+            try:
+                answer = cell.call(world, slug, p.user)
+            except NotFound:
+                if allowed:
+                    failures.append(f"{slug}/{p.name}: NotFound for its own tenant")
+                continue
+            if not allowed and name != "state_counts":  # state_counts takes no user
+                failures.append(f"{slug}/{p.name}: answered without a role: {answer!r:.100}")
+            failures += [f"{slug}/{p.name}: {x}" for x in foreign_problems(answer, slug, world)]
+            if cell.count and (problem := cell.count(world, slug, answer)):
+                failures.append(f"{slug}/{p.name}: {problem}")
+            if cell.shows_mark and MARK[slug] not in _text(answer):
+                failures.append(f"{slug}/{p.name}: its own marker is missing (vacuous cell)")
+        if name in CROSS_IDS:
+            for p in world.personas:
+                if p.slug != slug:
+                    continue
+                try:
+                    answer = CROSS_IDS[name](world, slug, p.user)
+                except NotFound:
+                    continue
+                failures.append(f"{slug}/{p.name}: the twin's id answered {answer!r:.100}")
+    assert not failures, f"{name}:\n" + "\n".join(failures)
+
+
+@pytest.mark.django_db
+def test_tenants_for_user_lists_only_granted(world):
+    for p in world.personas:
+        got = [t.slug for t in selectors.tenants_for_user(p.user)]
+        assert got == ([p.slug] if p.slug else []), (p.name, got)
+
+
+def test_the_twins_differ_in_every_count(world):
+    """The oracle has power: the tenants' counts differ, so a leak changes a number."""
+    with transaction.atomic():
+        home, twin = own_counts(world.tenant(HOME)), own_counts(world.tenant(TWIN))
+    for key in home:
+        assert home[key] != twin[key], key
+
+
+# --------------------------------------------------------------------------------------
+# Requests: every API operation (from the OpenAPI schema) and every dashboard page
+# --------------------------------------------------------------------------------------
+
+R = {"reason": "twin world"}
+
+
+@dataclass
+class Req:
+    ids: dict = field(default_factory=dict)  # URL kwarg -> IDS name, or "retry_pk"/"attempt_pk"
+    body: object = None
+    headers: dict = field(default_factory=dict)
+    query: str = ""
+    write: bool = False      # may change its own tenant
+    shows_mark: bool = False  # a 200 carries its tenant's marker
+    count: Callable | None = None  # (world, slug, response) -> problem or ""
+
+    def kwargs(self, w: World, slug: str) -> dict:
+        out = {}
+        for key, source in self.ids.items():
+            out[key] = str(getattr(w.data[slug], source)) if source in ("retry_pk",
+                                                                         "attempt_pk") \
+                else str(IDS[source])
+        return out
+
+
+def _api_count(key: str, total: Callable[[dict], int]) -> Callable:
+    def check(w, slug, response):
+        got, want = len(response.json()[key]), total(own_counts(w.tenant(slug)))
+        return "" if got == want else f"{got} {key}, the tenant's own is {want}"
+    return check
+
+
+def _report_count(w, slug, response):
+    data, own = response.json(), own_counts(w.tenant(slug))
+    got = (data["effects"], data["retry_requests"], data["open_conflicts"],
+           {k: v for k, v in data["runs"].items() if v})
+    want = (own["effects"], own["retry_requests"], own["open_conflicts"], own["runs"])
+    return "" if got == want else f"report {got}, own {want}"
+
+
+NEW_CP = lambda: envelope(IDS["new_cp"], IDS["r_stable"], 0, payload={"phase": "ready"})  # noqa: E731
+NEW_FX = lambda: effect_body(IDS["new_fx"], IDS["r_stable"], operation_key="charge:new")  # noqa: E731
+T = "/api/v1/tenants/{tenant}/"
+API: dict[str, Req] = {
+    f"get {T}checkpoints/{{checkpoint_id}}": Req({"checkpoint_id": "c_stuck"}, shows_mark=True),
+    f"put {T}checkpoints/{{checkpoint_id}}": Req({"checkpoint_id": "new_cp"}, NEW_CP,
+                                                 {"HTTP_IF_NONE_MATCH": "*"}, write=True),
+    f"get {T}checkpoints/{{checkpoint_id}}/revisions": Req({"checkpoint_id": "c_stuck"},
+                                                          shows_mark=True),
+    f"get {T}effects": Req(query="service=payments&limit=500",
+                           count=_api_count("results", lambda c: c["payments"])),
+    f"get {T}effects/{{effect_id}}": Req({"effect_id": "e_done"}),
+    f"put {T}effects/{{effect_id}}": Req({"effect_id": "new_fx"}, NEW_FX,
+                                         {"HTTP_IF_NONE_MATCH": "*"}, write=True),
+    f"post {T}effects/{{effect_id}}/mark-unknown": Req({"effect_id": "e_stuck"}, R, write=True),
+    f"post {T}effects/{{effect_id}}/reveal-receipt": Req({"effect_id": "e_done"}, R,
+                                                         write=True, shows_mark=True),
+    f"get {T}runs": Req(query="limit=200", shows_mark=True,
+                        count=_api_count("results", lambda c: sum(c["runs"].values()))),
+    f"get {T}runs/{{run_id}}": Req({"run_id": "r_unknown"}, shows_mark=True),
+    f"post {T}runs/{{run_id}}/lease": Req({"run_id": "r_stable"}, {"owner": "tw", "ttl_s": 30},
+                                          write=True),
+    f"get {T}runs/{{run_id}}/resume": Req({"run_id": "r_stable"}),
+    f"post {T}runs/{{run_id}}/resume": Req({"run_id": "r_stable"}, {}, write=True),
+    f"post {T}runs/{{run_id}}/retry-requests": Req({"run_id": "r_retry"}, R, write=True),
+    f"post {T}runs/{{run_id}}/reconcile": Req({"run_id": "r_stuck"}, R, write=True),
+    f"post {T}runs/{{run_id}}/close": Req({"run_id": "r_stuck"}, R, write=True),
+    f"post {T}runs/{{run_id}}/conflicts/acknowledge": Req({"run_id": "r_stuck"}, R, write=True),
+    f"post {T}retry-requests/{{retry_id}}/approve": Req({"retry_id": "retry_pk"}, R,
+                                                        write=True, shows_mark=True),
+    f"post {T}retry-requests/{{retry_id}}/reject": Req({"retry_id": "retry_pk"}, R,
+                                                       write=True, shows_mark=True),
+    f"get {T}audit-events": Req(query="limit=200", shows_mark=True,
+                                count=_api_count("results", lambda c: c["audit"])),
+    f"get {T}report": Req(count=_report_count),
+}
+
+PAGES: dict[str, Req] = {
+    "login": Req(),
+    "logout": Req(body={}, write=True),
+    "inbox": Req(),
+    "run_list": Req(shows_mark=True),
+    "run_counts": Req(),
+    "report": Req(),
+    "audit_log": Req(shows_mark=True),
+    "run_detail": Req({"run_id": "r_unknown"}, shows_mark=True),
+    "run_audit": Req({"run_id": "r_unknown"}, shows_mark=True),
+    "run_retry_request": Req({"run_id": "r_retry"}, R, write=True),
+    "run_reconcile": Req({"run_id": "r_stuck"}, R, write=True),
+    "run_close": Req({"run_id": "r_stuck"}, {**R, "confirm": "on"}, write=True),
+    "conflicts_acknowledge": Req({"run_id": "r_stuck"}, R, write=True),
+    "retry_approve": Req({"retry_id": "retry_pk"}, R, write=True),
+    "retry_reject": Req({"retry_id": "retry_pk"}, R, write=True),
+    "effect_mark_unknown": Req({"effect_id": "e_stuck"}, R, write=True),
+    "effect_receipt_reveal": Req({"effect_id": "e_done"}, R, write=True, shows_mark=True),
+    "checkpoint_reveal": Req({"checkpoint_id": "c_stuck"}, R, write=True, shows_mark=True),
+    "checkpoint_diff": Req({"checkpoint_id": "c_stuck"}, {**R, "from_rev": 0, "to_rev": 1},
+                           write=True, shows_mark=True),
+    "reconcile_evidence_reveal": Req({"attempt_id": "attempt_pk"}, R, write=True,
+                                     shows_mark=True),
+}
+
+
+def schema_operations() -> list[str]:
+    """``"method path"`` of every operation of the OpenAPI schema, tenant-scoped or not."""
+    from drf_spectacular.generators import SchemaGenerator
+
+    schema = SchemaGenerator().get_schema(request=None, public=True)
+    return sorted(f"{method} {path}" for path, ops in schema["paths"].items()
+                  for method in ops if method in ("get", "put", "post", "patch", "delete"))
+
+
+def page_names() -> list[str]:
+    return [p.name for p in dashboard_urls.urlpatterns if isinstance(p, URLPattern)]
+
+
+def test_every_api_operation_and_page_has_a_recipe():
+    ops = schema_operations()
+    assert sorted(set(ops) - set(API)) == [], "API operations without a twin-world recipe"
+    assert sorted(set(API) - set(ops)) == [], "recipes for operations no longer in the schema"
+    pages = page_names()
+    assert sorted(set(pages) - set(PAGES)) == [], "dashboard pages without a recipe"
+    assert sorted(set(PAGES) - set(pages)) == [], "recipes for pages that no longer exist"
+
+
+def tenant_rows(tenant: Tenant) -> dict:
+    """Every row of the tenant's data (every model with a ``tenant`` column)."""
+    from django.apps import apps
+
+    out = {}
+    for model in apps.get_app_config("checkpoints").get_models():
+        if any(f.name == "tenant" for f in model._meta.concrete_fields):
+            out[model.__name__] = sorted(
+                tuple(str(v) for v in row)
+                for row in model.objects.filter(tenant=tenant).values_list())
+    return out
+
+
+def _request(kind: str, key: str, req: Req, w: World, slug: str, p: Persona):
+    if kind == "api":
+        method, template = key.split(" ", 1)
+        path = template.format(tenant=slug, **req.kwargs(w, slug))
+        client = p.api()
+        target = path + (f"?{req.query}" if req.query else "")
+        if method == "get":
+            return path, client.get(target)
+        body = req.body() if callable(req.body) else req.body
+        return path, getattr(client, method)(target, data=json.dumps(body),
+                                             content_type="application/json", **req.headers)
+    pattern = next(x for x in dashboard_urls.urlpatterns if x.name == key)
+    kwargs = req.kwargs(w, slug)
+    if "slug" in pattern.pattern.converters:
+        kwargs["slug"] = slug
+    path = reverse(key, kwargs=kwargs)
+    client = p.web()
+    return path, (client.post(path, req.body) if req.body is not None else client.get(path))
+
+
+def _scoped(kind: str, key: str) -> bool:
+    if kind == "api":
+        return "{tenant}" in key
+    pattern = next(x for x in dashboard_urls.urlpatterns if x.name == key)
+    return "slug" in pattern.pattern.converters
+
+
+REQUEST_CASES = [("api", k) for k in API] + [("page", k) for k in PAGES]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("kind", "key"), REQUEST_CASES,
+                         ids=[f"{k}:{x}" for k, x in REQUEST_CASES])
+def test_a_request_shows_nothing_of_the_twin(world, kind, key):
+    req = (API if kind == "api" else PAGES)[key]
+    scoped = _scoped(kind, key)
+    failures = []
+    for slug in SLUGS:
+        for p in world.personas:
+            # Whose data may appear: the URL's tenant; on an unscoped page, the persona's.
+            allowed = slug if scoped else p.slug
+            forbidden = [MARK[s] for s in SLUGS if s != allowed]
+            twin_tenant = world.tenant(other(slug))
+            with transaction.atomic():
+                twin_before = tenant_rows(twin_tenant) if req.write else None
+                path, response = _request(kind, key, req, world, slug, p)
+                text = response.content.decode("utf-8", "replace") + "\n" + "\n".join(
+                    f"{k}: {v}" for k, v in response.items())
+                for mark in forbidden:
+                    if mark in text:
+                        failures.append(f"{slug}/{p.name} {path}: {mark} appears "
+                                        f"({response.status_code})")
+                if req.write and scoped and tenant_rows(twin_tenant) != twin_before:
+                    failures.append(f"{slug}/{p.name} {path}: the twin's data changed")
+                ok = response.status_code == 200
+                if ok and scoped and req.shows_mark and MARK[slug] not in text:
+                    failures.append(f"{slug}/{p.name} {path}: 200 without its own marker")
+                if ok and scoped and req.count and (problem := req.count(world, slug,
+                                                                         response)):
+                    failures.append(f"{slug}/{p.name} {path}: {problem}")
+                if scoped and p.slug not in (slug, None) and ok:
+                    failures.append(f"{slug}/{p.name} {path}: 200 for a persona of the twin")
+                transaction.set_rollback(True)
+    assert not failures, f"{kind} {key}:\n" + "\n".join(failures[:40])
+
+
+# --------------------------------------------------------------------------------------
+# Services that take a tenant: called in one tenant with the twin's ids and objects
+# --------------------------------------------------------------------------------------
+
+def _as(w: World, slug: str, role: str):
+    return w.persona(slug, role).user
+
+
+def _cp(w: World, slug: str):
+    return selectors.checkpoint_get(user=_as(w, slug, "viewer"), tenant=w.tenant(slug),
+                                    checkpoint_id=IDS["c_stuck"])
+
+
+@dataclass
+class ServiceCell:
+    """``call(world, slug, actor_slug)`` acts in tenant ``slug`` as a persona of
+    ``actor_slug``. ``foreign``: the call names an object of the twin (its integer id, or
+    its model object) and must be ``NotFound``; otherwise it uses the shared UUIDs and
+    must act on its own tenant only. A persona of the twin acting in ``slug`` (an
+    approver of B deciding in A) is always ``NotFound`` and changes nothing anywhere;
+    ``actor=False`` for the operator-only functions that take no actor."""
+
+    call: Callable[[World, str, str], object]
+    foreign: bool = False
+    actor: bool = True
+
+
+_BODY = lambda: services.parse_envelope(  # noqa: E731
+    envelope(IDS["new_cp"], IDS["r_stable"], 0, payload={"phase": "ready"}),
+    url_id=IDS["new_cp"])
+SERVICES: dict[str, list[ServiceCell]] = {
+    "retry_approve": [ServiceCell(lambda w, s, a: services.retry_approve(
+        actor=_as(w, a, "approver"), tenant=w.tenant(s), retry_id=w.data[other(s)].retry_pk,
+        reason="x"), foreign=True)],
+    "retry_reject": [ServiceCell(lambda w, s, a: services.retry_reject(
+        actor=_as(w, a, "approver"), tenant=w.tenant(s), retry_id=w.data[other(s)].retry_pk,
+        reason="x"), foreign=True)],
+    "evidence_reveal": [ServiceCell(lambda w, s, a: reconciliation.evidence_reveal(
+        actor=_as(w, a, "reviewer"), tenant=w.tenant(s),
+        attempt_id=w.data[other(s)].attempt_pk, reason="x"), foreign=True)],
+    "request_get": [ServiceCell(lambda w, s, a: reconciliation.request_get(
+        w.tenant(s), ReconcileRequest.objects.get(tenant=w.tenant(other(s))).pk),
+        foreign=True, actor=False)],
+    "payload_reveal": [ServiceCell(lambda w, s, a: services.payload_reveal(
+        actor=_as(w, a, "reviewer"), tenant=w.tenant(s), checkpoint=_cp(w, other(s)),
+        reason="x"), foreign=True)],
+    "revisions_export": [ServiceCell(lambda w, s, a: services.revisions_export(
+        actor=_as(w, a, "reviewer"), tenant=w.tenant(s), checkpoint=_cp(w, other(s))),
+        foreign=True)],
+    "receipt_reveal": [ServiceCell(lambda w, s, a: services.receipt_reveal(
+        actor=_as(w, a, "reviewer"), tenant=w.tenant(s), effect_id=IDS["e_done"],
+        reason="x"))],
+    "effect_mark_unknown": [ServiceCell(lambda w, s, a: services.effect_mark_unknown(
+        actor=_as(w, a, "reviewer"), tenant=w.tenant(s), effect_id=IDS["e_stuck"],
+        reason="x"))],
+    "run_close": [ServiceCell(lambda w, s, a: services.run_close(
+        actor=_as(w, a, "reviewer"), tenant=w.tenant(s), run_id=IDS["r_stuck"], reason="x"))],
+    "conflicts_acknowledge": [ServiceCell(lambda w, s, a: services.conflicts_acknowledge(
+        actor=_as(w, a, "reviewer"), tenant=w.tenant(s), run_id=IDS["r_stuck"], reason="x"))],
+    "retry_request": [ServiceCell(lambda w, s, a: services.retry_request(
+        actor=_as(w, a, "reviewer"), tenant=w.tenant(s), run_id=IDS["r_retry"], reason="x"))],
+    "run_reconcile": [ServiceCell(lambda w, s, a: services.run_reconcile(
+        actor=_as(w, a, "reviewer"), tenant=w.tenant(s), run_id=IDS["r_stuck"], reason="x"))],
+    "lease_acquire": [ServiceCell(lambda w, s, a: services.lease_acquire(
+        actor=_as(w, a, "writer"), tenant=w.tenant(s), run_id=IDS["r_stable"], owner="x",
+        ttl_s=30))],
+    "resume_preview": [ServiceCell(lambda w, s, a: services.resume_preview(
+        actor=_as(w, a, "writer"), tenant=w.tenant(s), run_id=IDS["r_stable"], asked={}))],
+    "resume_claim": [ServiceCell(lambda w, s, a: services.resume_claim(
+        actor=_as(w, a, "writer"), tenant=w.tenant(s), run_id=IDS["r_stable"], asked={}))],
+    "checkpoint_put": [ServiceCell(lambda w, s, a: services.checkpoint_put(
+        actor=_as(w, a, "writer"), tenant=w.tenant(s), envelope=_BODY(),
+        expected_revision=None))],
+    "effect_put": [ServiceCell(lambda w, s, a: services.effect_put(
+        actor=_as(w, a, "writer"), tenant=w.tenant(s), body=services.parse_effect(
+            effect_body(IDS["new_fx"], IDS["r_stable"], operation_key="done"),
+            url_id=IDS["new_fx"]), expected_revision=None))],
+    "role_grant": [ServiceCell(lambda w, s, a: services.role_grant(
+        actor=_as(w, a, "admin"), tenant=w.tenant(s), user=_as(w, a, "viewer"),
+        role="reviewer"))],
+    "role_revoke": [ServiceCell(lambda w, s, a: services.role_revoke(
+        actor=_as(w, a, "admin"), tenant=w.tenant(s), user=_as(w, a, "viewer"),
+        role="viewer"))],
+    "tenant_set_ambiguity_threshold": [ServiceCell(
+        lambda w, s, a: services.tenant_set_ambiguity_threshold(
+            actor=_as(w, a, "admin"), tenant=w.tenant(s), seconds=60))],
+    "reconciler_configure": [ServiceCell(lambda w, s, a: services.reconciler_configure(
+        actor=_as(w, a, "admin"), tenant=w.tenant(s), service="payments", plugin="default"))],
+    "audit_head_export": [ServiceCell(lambda w, s, a: audit.audit_head_export(
+        tenant=w.tenant(s)), actor=False)],
+}
+NOT_SERVICE_CELLS = {
+    "audit_verify": "reads one tenant's chain by tenant pk: tests/services/test_audit_chain.py",
+    "audit_record": "appends to the given tenant's chain; every service above goes through it",
+}
+
+
+def _tenant_taking_services() -> set[str]:
+    out = set()
+    for module in (services, reconciliation, audit):
+        for name, fn in inspect.getmembers(module, inspect.isfunction):
+            if name.startswith("_") or fn.__module__ != module.__name__:
+                continue
+            if "tenant" in inspect.signature(fn).parameters:
+                out.add(name)
+    return out
+
+
+def test_every_tenant_taking_service_is_classified():
+    found = _tenant_taking_services()
+    missing = sorted(found - set(SERVICES) - set(NOT_SERVICE_CELLS))
+    assert not missing, f"services taking a tenant with no twin-world cell: {missing}"
+    stale = sorted((set(SERVICES) | set(NOT_SERVICE_CELLS)) - found)
+    assert not stale, f"cells for services that no longer take a tenant: {stale}"
+
+
+SERVICE_CASES = [(name, i) for name, cells in SERVICES.items() for i in range(len(cells))]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("name", "index"), SERVICE_CASES,
+                         ids=[f"{n}-{i}" for n, i in SERVICE_CASES])
+def test_a_service_in_one_tenant_never_touches_the_twin(world, name, index):
+    cell = SERVICES[name][index]
+    failures = []
+    for slug in SLUGS:
+        for acting in (slug, other(slug)) if cell.actor else (slug,):
+            where = f"in {slug} as a persona of {acting}"
+            twin = world.tenant(other(slug))
+            with transaction.atomic():
+                before = tenant_rows(twin)
+                home_before = tenant_rows(world.tenant(slug))
+                try:
+                    answer = cell.call(world, slug, acting)
+                except NotFound:
+                    answer = NotFound
+                except DomainError as exc:  # an answer of the service about its own tenant
+                    answer = exc
+                if tenant_rows(twin) != before:
+                    failures.append(f"{where}: the twin's data changed")
+                if (cell.foreign or acting != slug) and answer is not NotFound:
+                    failures.append(f"{where}: not NotFound: {answer!r:.200}")
+                if acting != slug and tenant_rows(world.tenant(slug)) != home_before:
+                    failures.append(f"{where}: a persona without a role here changed data")
+                if answer is not NotFound and MARK[other(slug)] in _text(answer):
+                    failures.append(f"{where}: the answer holds the twin's marker")
+                transaction.set_rollback(True)
+    assert not failures, f"{name}:\n" + "\n".join(failures)

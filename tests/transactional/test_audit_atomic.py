@@ -1,0 +1,469 @@
+"""Audit in the same transaction, over every audited service (issue 7, item 1).
+
+- **Source of truth**: the code. Every public function of ``checkpoints.services``,
+  ``checkpoints.reconciliation`` and ``checkpoints.audit`` that reaches ``audit_record``
+  (directly or through module functions; read with ``ast``) must have cells in
+  ``CELLS`` or a reason in ``NOT_CELLS``, else ``test_every_audited_service_is_in_the_matrix``
+  fails; a name in either that no longer audits fails it too.
+- **Cells**: one per branch that ends in an audit event (a create, an update, a refused
+  write kept as a conflict, a fenced write, a reveal, ...): 33 cells for 25 services.
+- **How**: ``AuditEvent.save`` raises (the audit store is down), the service is called,
+  and the whole database (every row of every model, ``tests.matrixhelpers.db_state``)
+  must be as it was: nothing of the write is left. Then the same call runs with the
+  audit working and must change something, so no cell is vacuous.
+- **Outside any test transaction**: ``django_db(transaction=True)``, so the service's
+  own ``transaction.atomic`` is the outermost one and really commits. (The test this
+  replaces wrapped everything in an outer atomic block that rolled back whatever the
+  code did, so it could not fail.)
+- **What it proves**: the audit event and the change commit together or not at all.
+  Killed mutants (scratch edits): the ``retry.approve``/``retry.reject`` audit row moved
+  out of ``_retry_decide``'s transaction; the ``lease.acquire`` audit row moved out of
+  ``lease_acquire``'s.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pytest
+
+from checkpoints import audit, reconciliation, selectors, services
+from checkpoints.exceptions import DomainError
+from checkpoints.models import AuditEvent
+from checkpoints.reconcile import Answer
+from tests.faults.conftest import in_doubt_run
+from tests.helpers import (
+    age_world,
+    ambiguous_run,
+    effect_body,
+    envelope,
+    put_checkpoint,
+    put_effect,
+    walk_effect,
+)
+from tests.matrixhelpers import db_diff, db_state
+from tests.views.reconcilers import Scripted
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+class AuditDown(Exception):
+    """The audit insert failed."""
+
+
+def _broken_save(self, *args, **kwargs):
+    raise AuditDown("audit store down")
+
+
+@dataclass
+class People:
+    acme: object
+    wendy: object   # writer (service account)
+    rita: object    # reviewer
+    april: object   # approver
+    vic: object     # viewer
+
+
+@dataclass
+class Cell:
+    """``act`` is the audited call; ``again`` (default ``act``) is the positive control
+    run with the audit working; ``ignore`` are columns a committed earlier step of the
+    same call may change by design (the reconcile claim)."""
+
+    act: Callable[[], object]
+    again: Callable[[], object] | None = None
+    ignore: frozenset = frozenset()
+
+
+# --------------------------------------------------------------------------------------
+# Cells: each builds its state through the services and returns the call to break
+# --------------------------------------------------------------------------------------
+
+def _cp(p, phase="ready"):
+    body = envelope(payload={"phase": phase, "order_id": "A-1"})
+    put_checkpoint(p.wendy, p.acme, body)
+    return body
+
+
+def _leased(p):
+    body = _cp(p)
+    run_id = uuid.UUID(body["run_id"])
+    token = services.lease_acquire(actor=p.wendy, tenant=p.acme, run_id=run_id, owner="w1",
+                                   ttl_s=600).fencing_token
+    return body, token
+
+
+def checkpoint_create(p):
+    body = envelope()
+    return Cell(lambda: put_checkpoint(p.wendy, p.acme, body))
+
+
+def checkpoint_update(p):
+    body = _cp(p)
+    return Cell(lambda: put_checkpoint(p.wendy, p.acme, dict(body, revision=1), expected=0))
+
+
+def checkpoint_stale(p):
+    body = _cp(p)
+    put_checkpoint(p.wendy, p.acme, dict(body, revision=1), expected=0)
+    return Cell(lambda: put_checkpoint(p.wendy, p.acme, dict(body, revision=1), expected=0))
+
+
+def checkpoint_id_exists(p):
+    body = _cp(p)
+    return Cell(lambda: put_checkpoint(p.wendy, p.acme, body))
+
+
+def checkpoint_fenced(p):
+    body, token = _leased(p)
+    return Cell(lambda: put_checkpoint(p.wendy, p.acme, dict(body, revision=1), expected=0,
+                                       token=token - 1))
+
+
+def effect_create(p):
+    body = effect_body()
+    return Cell(lambda: put_effect(p.wendy, p.acme, body))
+
+
+def effect_update(p):
+    body = effect_body()
+    put_effect(p.wendy, p.acme, body)
+    return Cell(lambda: put_effect(p.wendy, p.acme, dict(body, revision=1, state="submitted"),
+                                   expected=0))
+
+
+def effect_stale(p):
+    body = effect_body()
+    walk_effect(p.wendy, p.acme, body, "submitted")
+    return Cell(lambda: put_effect(p.wendy, p.acme, dict(body, revision=1, state="submitted"),
+                                   expected=0))
+
+
+def effect_id_exists(p):
+    body = effect_body()
+    put_effect(p.wendy, p.acme, body)
+    return Cell(lambda: put_effect(p.wendy, p.acme, body))
+
+
+def effect_fenced(p):
+    cp, token = _leased(p)
+    body = effect_body(run_id=cp["run_id"])
+    put_effect(p.wendy, p.acme, body, token=token)
+    return Cell(lambda: put_effect(p.wendy, p.acme, dict(body, revision=1, state="submitted"),
+                                   expected=0, token=None))
+
+
+def lease_acquire(p):
+    run_id = uuid.UUID(_cp(p)["run_id"])
+    return Cell(lambda: services.lease_acquire(actor=p.wendy, tenant=p.acme, run_id=run_id,
+                                               owner="w1", ttl_s=60))
+
+
+def _requested(p):
+    run_id = ambiguous_run(p.wendy, p.acme)
+    return run_id, services.retry_request(actor=p.rita, tenant=p.acme, run_id=run_id,
+                                          reason="died")
+
+
+def retry_request(p):
+    run_id = ambiguous_run(p.wendy, p.acme)
+    return Cell(lambda: services.retry_request(actor=p.rita, tenant=p.acme, run_id=run_id,
+                                               reason="died"))
+
+
+def retry_approve(p):
+    _, retry = _requested(p)
+    return Cell(lambda: services.retry_approve(actor=p.april, tenant=p.acme, retry_id=retry.pk,
+                                               reason="ok"))
+
+
+def retry_reject(p):
+    _, retry = _requested(p)
+    return Cell(lambda: services.retry_reject(actor=p.april, tenant=p.acme, retry_id=retry.pk,
+                                              reason="no"))
+
+
+def resume_claim(p):
+    run_id, retry = _requested(p)
+    services.retry_approve(actor=p.april, tenant=p.acme, retry_id=retry.pk, reason="ok")
+    return Cell(lambda: services.resume_claim(actor=p.wendy, tenant=p.acme, run_id=run_id,
+                                              asked={}))
+
+
+def effect_mark_unknown(p):
+    run = in_doubt_run(p.wendy, p.acme)
+    age_world(3600)
+    (eid,) = run.effects.values()
+    return Cell(lambda: services.effect_mark_unknown(actor=p.rita, tenant=p.acme, effect_id=eid,
+                                                     reason="nobody knows"))
+
+
+def run_close(p):
+    run_id = ambiguous_run(p.wendy, p.acme)
+    return Cell(lambda: services.run_close(actor=p.rita, tenant=p.acme, run_id=run_id,
+                                           reason="handled by phone"))
+
+
+def conflicts_acknowledge(p):
+    body = _cp(p)
+    with pytest.raises(services.StaleRevision):
+        put_checkpoint(p.wendy, p.acme, dict(body, revision=2), expected=1)
+    put_checkpoint(p.wendy, p.acme, dict(body, revision=1), expected=0)
+    with pytest.raises(services.StaleRevision):
+        put_checkpoint(p.wendy, p.acme, dict(body, revision=1), expected=0)
+    run_id = uuid.UUID(body["run_id"])
+    return Cell(lambda: services.conflicts_acknowledge(actor=p.rita, tenant=p.acme,
+                                                       run_id=run_id, reason="seen"))
+
+
+def _no_dispatch(monkeypatch):
+    monkeypatch.setattr(reconciliation, "dispatch",
+                        lambda pks, **kw: reconciliation.Sent(True, "held by the test"))
+
+
+def run_reconcile(p, monkeypatch):
+    _no_dispatch(monkeypatch)
+    run = in_doubt_run(p.wendy, p.acme)
+    age_world(3600)
+    return Cell(lambda: services.run_reconcile(actor=p.rita, tenant=p.acme, run_id=run.run_id,
+                                               reason="ask the provider"))
+
+
+def _scripted(p):
+    services.reconciler_configure(actor=None, tenant=p.acme, service="payments",
+                                  plugin="tests.views.reconcilers.Scripted")
+    Scripted.answers = [Answer.found({"charge_id": "ch_1"}, "found",
+                                     evidence={"status": "succeeded", "charge_id": "ch_1"})]
+
+
+def execute(p, monkeypatch):
+    _no_dispatch(monkeypatch)
+    _scripted(p)
+    run = in_doubt_run(p.wendy, p.acme)
+    age_world(3600)
+    (req,) = services.run_reconcile(actor=p.rita, tenant=p.acme, run_id=run.run_id,
+                                    reason="ask").requests
+
+    def again():
+        age_world(3600)  # the broken attempt's claim expires; a worker takes it again
+        return reconciliation.execute(req.pk)
+
+    # The claim is its own short transaction by design (reconciliation module doc, step
+    # 1): it commits before the look-up. Everything after it must roll back.
+    claim = frozenset({("checkpoints.ReconcileRequest", f) for f in
+                       ("state", "attempts", "claimed_until", "updated_at")})
+    return Cell(lambda: reconciliation.execute(req.pk), again, claim)
+
+
+def _looked_up(p, monkeypatch):
+    _no_dispatch(monkeypatch)
+    _scripted(p)
+    run = in_doubt_run(p.wendy, p.acme)
+    age_world(3600)
+    (req,) = services.run_reconcile(actor=p.rita, tenant=p.acme, run_id=run.run_id,
+                                    reason="ask").requests
+    reconciliation.execute(req.pk)
+    return req.attempt_log.get().pk
+
+
+def evidence_reveal(p, monkeypatch):
+    pk = _looked_up(p, monkeypatch)
+    return Cell(lambda: reconciliation.evidence_reveal(actor=p.rita, tenant=p.acme,
+                                                       attempt_id=pk, reason="check"))
+
+
+def sweep_stale_runs(p):
+    in_doubt_run(p.wendy, p.acme)
+    age_world(3600)
+    return Cell(services.sweep_stale_runs)
+
+
+def payload_reveal(p):
+    body = _cp(p)
+    cp = selectors.checkpoint_get(user=p.rita, tenant=p.acme, checkpoint_id=body["id"])
+    return Cell(lambda: services.payload_reveal(actor=p.rita, tenant=p.acme, checkpoint=cp,
+                                                reason="look"))
+
+
+def revisions_export(p):
+    body = _cp(p)
+    cp = selectors.checkpoint_get(user=p.wendy, tenant=p.acme, checkpoint_id=body["id"])
+    return Cell(lambda: services.revisions_export(actor=p.wendy, tenant=p.acme, checkpoint=cp))
+
+
+def receipt_reveal(p):
+    body = effect_body()
+    walk_effect(p.wendy, p.acme, body, "submitted", "confirmed")
+    return Cell(lambda: services.receipt_reveal(actor=p.rita, tenant=p.acme,
+                                                effect_id=body["id"], reason="look"))
+
+
+def tenant_create(p):
+    return Cell(lambda: services.tenant_create(slug="newco"))
+
+
+def role_grant(p):
+    user = services.account_create(username="newbie", password=None, service=True)
+    return Cell(lambda: services.role_grant(actor=None, tenant=p.acme, user=user,
+                                            role="viewer"))
+
+
+def role_revoke(p):
+    return Cell(lambda: services.role_revoke(actor=None, tenant=p.acme, user=p.vic,
+                                             role="viewer"))
+
+
+def tenant_set_ambiguity_threshold(p):
+    return Cell(lambda: services.tenant_set_ambiguity_threshold(actor=None, tenant=p.acme,
+                                                                seconds=60))
+
+
+def tokens_revoke(p):
+    services.token_issue(user=p.wendy)
+    return Cell(lambda: services.tokens_revoke(user=p.wendy))
+
+
+def account_deactivate(p):
+    return Cell(lambda: services.account_deactivate(user=p.vic))
+
+
+def reconciler_configure(p):
+    return Cell(lambda: services.reconciler_configure(
+        actor=None, tenant=p.acme, service="payments",
+        plugin="tests.views.reconcilers.Scripted"))
+
+
+def audit_head_export(p):
+    return Cell(lambda: audit.audit_head_export(tenant=p.acme))
+
+
+CELLS: dict[str, dict[str, Callable]] = {
+    "checkpoint_put": {"create": checkpoint_create, "update": checkpoint_update,
+                       "stale-revision conflict": checkpoint_stale,
+                       "id-exists conflict": checkpoint_id_exists,
+                       "fenced conflict": checkpoint_fenced},
+    "effect_put": {"create": effect_create, "update": effect_update,
+                   "stale-revision conflict": effect_stale,
+                   "id-exists conflict": effect_id_exists, "fenced conflict": effect_fenced},
+    "lease_acquire": {"take": lease_acquire},
+    "resume_claim": {"consume": resume_claim},
+    "retry_request": {"request": retry_request},
+    "retry_approve": {"approve": retry_approve},
+    "retry_reject": {"reject": retry_reject},
+    "effect_mark_unknown": {"mark": effect_mark_unknown},
+    "run_close": {"close": run_close},
+    "conflicts_acknowledge": {"acknowledge": conflicts_acknowledge},
+    "run_reconcile": {"queue": run_reconcile},
+    "execute": {"apply": execute},
+    "evidence_reveal": {"reveal": evidence_reveal},
+    "sweep_stale_runs": {"sweep": sweep_stale_runs},
+    "payload_reveal": {"reveal": payload_reveal},
+    "revisions_export": {"export": revisions_export},
+    "receipt_reveal": {"reveal": receipt_reveal},
+    "tenant_create": {"create": tenant_create},
+    "role_grant": {"grant": role_grant},
+    "role_revoke": {"revoke": role_revoke},
+    "tenant_set_ambiguity_threshold": {"set": tenant_set_ambiguity_threshold},
+    "tokens_revoke": {"revoke": tokens_revoke},
+    "account_deactivate": {"deactivate": account_deactivate},
+    "reconciler_configure": {"configure": reconciler_configure},
+    "audit_head_export": {"export": audit_head_export},
+}
+NOT_CELLS = {
+    "audit_record": "the append itself",
+    "dispatch": "without a broker it runs execute, whose cell covers it",
+    "redrive": "part of sweep_stale_runs; it runs execute, whose cell covers it",
+    "payloads_rotate_keys": "re-encrypts in batches, each its own transaction, so it can run "
+                            "beside live writers; the per-tenant audit event is a summary "
+                            "written afterwards, and a batch changes no plaintext",
+}
+
+
+# --------------------------------------------------------------------------------------
+# Source of truth: the audited public functions
+# --------------------------------------------------------------------------------------
+
+def audited_public_functions() -> set[str]:
+    """Public functions of services, reconciliation and audit that reach ``audit_record``
+    through calls to module functions."""
+    calls: dict[str, set[str]] = {}
+    public: set[str] = set()
+    for module in (services, reconciliation, audit):
+        for node in ast.parse(inspect.getsource(module)).body:
+            if isinstance(node, ast.FunctionDef):
+                names = calls.setdefault(node.name, set())
+                for sub in ast.walk(node):
+                    if isinstance(sub, ast.Call):
+                        f = sub.func
+                        names.add(f.id if isinstance(f, ast.Name) else getattr(f, "attr", ""))
+                if not node.name.startswith("_"):
+                    public.add(node.name)
+    audited = {"audit_record"}
+    grew = True
+    while grew:
+        grew = False
+        for name, called in calls.items():
+            if name not in audited and called & audited:
+                audited.add(name)
+                grew = True
+    return public & audited
+
+
+@pytest.mark.django_db(transaction=False)
+def test_every_audited_service_is_in_the_matrix():
+    found = audited_public_functions()
+    missing = sorted(found - set(CELLS) - set(NOT_CELLS))
+    assert not missing, f"audited services with no cell in CELLS nor reason in NOT_CELLS: " \
+                        f"{missing}"
+    stale = sorted((set(CELLS) | set(NOT_CELLS)) - found)
+    assert not stale, f"CELLS/NOT_CELLS name services that no longer audit: {stale}"
+
+
+# --------------------------------------------------------------------------------------
+# The matrix
+# --------------------------------------------------------------------------------------
+
+CASES = [(service, branch, build) for service, branches in CELLS.items()
+         for branch, build in branches.items()]
+
+
+@pytest.fixture
+def people(acme, wendy, rita, april, vic):
+    return People(acme, wendy, rita, april, vic)
+
+
+def _call(fn):
+    """Run ``fn``; a domain refusal is an answer (a conflict is committed, then raised)."""
+    try:
+        return fn()
+    except DomainError as exc:
+        return exc
+
+
+@pytest.mark.parametrize(("service", "branch", "build"), CASES,
+                         ids=[f"{s}-{b}" for s, b, _ in CASES])
+def test_a_failed_audit_insert_leaves_nothing_of_the_write(people, monkeypatch, service,
+                                                           branch, build):
+    params = inspect.signature(build).parameters
+    cell = build(people, monkeypatch) if "monkeypatch" in params else build(people)
+    before = db_state(cell.ignore)
+    with monkeypatch.context() as mp:
+        mp.setattr(AuditEvent, "save", _broken_save)
+        with pytest.raises(Exception) as raised:  # noqa: B017 - any failure; state below
+            cell.act()
+    left = db_diff(before, db_state(cell.ignore))
+    assert not left, (f"{service} ({branch}) left part of its write behind when the audit "
+                      f"insert failed ({type(raised.value).__name__}: {raised.value}): {left}")
+    assert isinstance(raised.value, AuditDown), (
+        f"{service} ({branch}) answered {raised.value!r}, not the audit failure")
+
+    events = AuditEvent.objects.count()
+    _call(cell.again or cell.act)  # the positive control: with the audit working ...
+    assert AuditEvent.objects.count() > events, f"{service} ({branch}) audited nothing"
+    assert db_diff(before, db_state(cell.ignore)), "... it changes something"
+    assert services.audit_verify(tenant=people.acme)[0]
+

@@ -1,0 +1,269 @@
+"""Race matrix on real PostgreSQL (issue 7, item 1): every "exactly one wins" rule that a
+lock or a constraint enforces, raced by real threads.
+
+- **Source of truth**: the locks the services take. ``RACES`` names, for each lock or
+  unique constraint that decides a race, the test that races it; a lock-taking public
+  service (one that calls ``_lock_run``/``_get_run`` or ``select_for_update``, found by
+  reading ``checkpoints/services.py`` and ``checkpoints/reconciliation.py``) must be named
+  in ``RACED`` or ``NOT_RACED`` (with the reason), else ``test_every_locking_service_is_raced``
+  fails.
+- **How**: N threads, each on its own connection (``tests.transactional.test_races.race``),
+  released together on a ``threading.Barrier``; the database decides.
+- **Cells**: lease/lease (8 owners), approve/approve and approve/reject (2 approvers, 4
+  rounds each), resume claim/claim (8 writers), reconcile claim/claim (8 workers on one
+  request), create races naming their own runs for checkpoints and effects (8 writers, 4
+  rounds each: no empty run is left, the conflicts belong to the winner's run): 7 races.
+- **What it proves**: one winner, the token bumped once, one decision, one consume, one
+  look-up, no orphan run, and one audit event per win; the audit chain verifies. Killed
+  mutants (scratch edits): ``select_for_update`` dropped from the run lock (every lease
+  owner "wins" token 1), orphan-run clean-up skipped (seven empty runs per race).
+
+SQLite has one writer at a time and no row locks: these skip there (``postgres`` mark).
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import uuid
+from collections import Counter
+
+import pytest
+
+from checkpoints import reconciliation, services
+from checkpoints.exceptions import InvalidTransition, LeaseHeld
+from checkpoints.models import AuditEvent, Conflict, Run
+from tests.conftest import _person
+from tests.faults import stubs
+from tests.faults.conftest import in_doubt_run
+from tests.helpers import (
+    age_world,
+    ambiguous_run,
+    effect_body,
+    envelope,
+    put_checkpoint,
+    put_effect,
+)
+from tests.transactional.test_races import race
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+OWNERS = 8
+ROUNDS = 4
+
+
+def kinds_of(results) -> Counter:
+    return Counter(type(r).__name__ for r in results)
+
+
+def audit_count(action: str) -> int:
+    return AuditEvent.objects.filter(action=action).count()
+
+
+# --------------------------------------------------------------------------------------
+# Source of truth: which public services take a lock, and which race covers each
+# --------------------------------------------------------------------------------------
+
+RACED = {
+    "lease_acquire": "test_eight_owners_racing_for_one_lease",
+    "retry_approve": "test_two_approvers_deciding_one_request",
+    "retry_reject": "test_two_approvers_deciding_one_request",
+    "resume_claim": "test_resume_claims_racing_for_one_approved_retry",
+    "execute": "test_workers_racing_to_claim_one_reconcile_request",
+    "checkpoint_put": "test_checkpoint_creates_naming_their_own_runs_leave_no_empty_run "
+                      "(+ tests/transactional/test_races.py)",
+    "effect_put": "test_effect_creates_naming_their_own_runs_leave_no_empty_run "
+                  "(+ tests/transactional/test_races.py)",
+    "sweep_stale_runs": "tests/transactional/test_races.py::"
+                        "test_it_sweeps_once_when_many_workers_sweep_at_once",
+    "run_reconcile": "tests/transactional/test_reconcile_races.py::"
+                     "test_many_reviewers_reconciling_one_run_at_once_store_one_request_per_"
+                     "effect",
+}
+NOT_RACED = {
+    "tenant_set_ambiguity_threshold": "operator setting; last write wins by design",
+    "tokens_revoke": "idempotent: a second revocation finds nothing live",
+    "account_deactivate": "row lock on the account; the second call is refused "
+                          "(InvalidTransition), tested in tests/test_commands.py",
+    "reconciler_configure": "operator setting; last write wins by design",
+    "effect_mark_unknown": "reviewer action under the run lock; the second finds the effect "
+                           "unknown (422); same lock as lease_acquire, raced there",
+    "run_close": "reviewer action under the run lock; the second is refused (422); same "
+                 "lock as lease_acquire, raced there",
+    "conflicts_acknowledge": "idempotent under the run lock; same lock as lease_acquire",
+    "retry_request": "at most one open request per run is a database constraint "
+                     "(retry_one_open_request_per_run); same run lock as lease_acquire",
+    "redrive": "part of sweep_stale_runs, raced there",
+    "dispatch": "runs execute in this process without a broker; execute is raced",
+}
+
+
+def _locking_public_functions() -> set[str]:
+    """Public functions of services/reconciliation that (transitively, through module
+    functions) lock a row: call ``_lock_run``, ``_get_run`` or ``select_for_update``."""
+    sources = {m: ast.parse(inspect.getsource(m)) for m in (services, reconciliation)}
+    calls: dict[str, set[str]] = {}
+    public: set[str] = set()
+    for tree in sources.values():
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef):
+                names = set()
+                for sub in ast.walk(node):
+                    if isinstance(sub, ast.Call):
+                        f = sub.func
+                        names.add(f.id if isinstance(f, ast.Name) else getattr(f, "attr", ""))
+                    elif isinstance(sub, ast.Attribute):
+                        names.add(sub.attr)
+                calls.setdefault(node.name, set()).update(names)
+                if not node.name.startswith("_"):
+                    public.add(node.name)
+    roots = {"_lock_run", "_get_run", "select_for_update"}
+    locking = set(roots)
+    changed = True
+    while changed:
+        changed = False
+        for name, called in calls.items():
+            if name not in locking and called & locking:
+                locking.add(name)
+                changed = True
+    return {n for n in public if n in locking}
+
+
+@pytest.mark.django_db(transaction=False)
+def test_every_locking_service_is_raced():
+    found = _locking_public_functions()
+    unclassified = sorted(found - set(RACED) - set(NOT_RACED))
+    assert not unclassified, (
+        f"public services that take a lock but are in neither RACED nor NOT_RACED: "
+        f"{unclassified}; race them here or say why not")
+    stale = sorted((set(RACED) | set(NOT_RACED)) - found)
+    assert not stale, f"classified services that no longer take a lock: {stale}"
+
+
+# --------------------------------------------------------------------------------------
+# The races
+# --------------------------------------------------------------------------------------
+
+def test_eight_owners_racing_for_one_lease(acme, wendy):
+    """lease/lease: one owner wins, the others get LeaseHeld, the token goes 0 -> 1 once."""
+    for rnd in range(ROUNDS):
+        body = envelope(payload={"phase": "ready"})
+        put_checkpoint(wendy, acme, body)
+        run_id = uuid.UUID(body["run_id"])
+        results = race(OWNERS, lambda i, run_id=run_id, rnd=rnd: services.lease_acquire(
+            actor=wendy, tenant=acme, run_id=run_id, owner=f"owner-{rnd}-{i}", ttl_s=60))
+        assert kinds_of(results) == {"Run": 1, "LeaseHeld": OWNERS - 1}, results
+        (winner,) = [r for r in results if isinstance(r, Run)]
+        assert winner.fencing_token == 1
+        run = services.resume_preview(actor=wendy, tenant=acme, run_id=run_id, asked={})
+        assert run["fencing_token"] == 1, "the token moved more than once"
+        assert all("leased by another owner" in str(r) for r in results
+                   if isinstance(r, LeaseHeld))
+    assert audit_count("lease.acquire") == ROUNDS
+    assert services.audit_verify(tenant=acme)[0]
+
+
+@pytest.mark.parametrize("second", ["approve", "reject"])
+def test_two_approvers_deciding_one_request(acme, wendy, rita, april, second):
+    """approve/approve and approve/reject: one decision per request; the other is refused
+    (InvalidTransition) and writes nothing."""
+    april2 = _person("april2", acme, "approver")
+    deciders = [(april, services.retry_approve),
+                (april2, services.retry_approve if second == "approve"
+                 else services.retry_reject)]
+    for _ in range(ROUNDS):
+        run_id = ambiguous_run(wendy, acme, envelope(payload={"phase": "charging"}))
+        retry = services.retry_request(actor=rita, tenant=acme, run_id=run_id, reason="died")
+        results = race(2, lambda i, pk=retry.pk: deciders[i][1](
+            actor=deciders[i][0], tenant=acme, retry_id=pk, reason=f"decider {i}"))
+        counts = kinds_of(results)
+        assert counts == {"RetryRequest": 1, "InvalidTransition": 1}, results
+        (won,) = [r for r in results if not isinstance(r, InvalidTransition)]
+        retry.refresh_from_db()
+        assert (retry.state, retry.decided_by_id) == (won.state, won.decided_by_id)
+    decisions = audit_count("retry.approve") + audit_count("retry.reject")
+    assert decisions == ROUNDS
+    assert services.audit_verify(tenant=acme)[0]
+
+
+def test_resume_claims_racing_for_one_approved_retry(acme, wendy, rita, april):
+    """claim/claim: one POST …/resume consumes the approval and bumps the token once;
+    the others are told what the run looks like after that."""
+    writers = [wendy] + [_person(f"wendy{i}", acme, "writer", service=True)
+                         for i in range(1, OWNERS)]
+    for _ in range(ROUNDS):
+        run_id = ambiguous_run(wendy, acme, envelope(payload={"phase": "charging"}))
+        retry = services.retry_request(actor=rita, tenant=acme, run_id=run_id, reason="died")
+        services.retry_approve(actor=april, tenant=acme, retry_id=retry.pk, reason="ok")
+        before = services.resume_preview(actor=wendy, tenant=acme, run_id=run_id, asked={})
+        assert before["action"] == "retry"
+        results = race(OWNERS, lambda i, run_id=run_id: services.resume_claim(
+            actor=writers[i], tenant=acme, run_id=run_id, asked={}))
+        assert all(isinstance(r, dict) for r in results), results
+        retries = [r for r in results if r["action"] == "retry"]
+        assert len(retries) == 1, results
+        after = services.resume_preview(actor=wendy, tenant=acme, run_id=run_id, asked={})
+        assert after["fencing_token"] == before["fencing_token"] + 1
+        assert retries[0]["fencing_token"] == after["fencing_token"]
+        retry.refresh_from_db()
+        assert retry.state == "consumed"
+        assert retry.consumed_fencing_token == after["fencing_token"]
+    assert audit_count("retry.consume") == ROUNDS
+    assert services.audit_verify(tenant=acme)[0]
+
+
+def test_workers_racing_to_claim_one_reconcile_request(acme, wendy, rita, monkeypatch):
+    """reconcile claim/claim: eight deliveries of one request; one claims it, one look-up,
+    one transition, one ``effect.reconcile`` event; the rest are skipped."""
+    monkeypatch.setattr(stubs.CountingPlugin, "lookups", {})
+    stubs.use_plugin(acme, "payments", "tests.faults.stubs.CountingPlugin")
+    for rnd in range(ROUNDS):
+        key = f"charge:claim-{rnd}"
+        run = in_doubt_run(wendy, acme, keys=(key,))
+        age_world(3600)
+        with monkeypatch.context() as mp:  # store the request; execute nothing yet
+            mp.setattr(reconciliation, "dispatch",
+                       lambda pks, **kw: reconciliation.Sent(True, ""))
+            (req,) = services.run_reconcile(actor=rita, tenant=acme, run_id=run.run_id,
+                                            reason="died").requests
+        results = race(OWNERS, lambda i, pk=req.pk: reconciliation.execute(pk))
+        assert sorted(r["result"] for r in results) == ["confirmed"] + ["skipped"] * (
+            OWNERS - 1), results
+        assert stubs.CountingPlugin.lookups[key] == 1
+        req.refresh_from_db()
+        assert (req.state, req.attempts) == ("done", 1)
+    assert audit_count("effect.reconcile") == ROUNDS
+    assert services.audit_verify(tenant=acme)[0]
+
+
+def test_checkpoint_creates_naming_their_own_runs_leave_no_empty_run(acme, wendy):
+    """Orphan-run clean-up: each loser made a run for itself before losing the create;
+    it is dropped, and its conflict is the winner's run's (CONTRACT.md 3: a create that
+    finds the id taken is a conflict of the run that owns the id)."""
+    for rnd in range(ROUNDS):
+        cid = uuid.uuid4()
+        results = race(OWNERS, lambda i, cid=cid, rnd=rnd: put_checkpoint(
+            wendy, acme, envelope(checkpoint_id=cid, payload={"phase": "ready",
+                                                              "order_id": f"{rnd}-{i}"})))
+        assert kinds_of(results) == {"Checkpoint": 1, "StaleRevision": OWNERS - 1}, results
+        assert Run.objects.count() == rnd + 1, "a losing writer's empty run was left behind"
+        (winner,) = [r for r in results if not isinstance(r, Exception)]
+        assert set(Conflict.objects.filter(target_id=cid).values_list("run_id", flat=True)) \
+            == {winner.run_id}
+    assert services.audit_verify(tenant=acme)[0]
+
+
+def test_effect_creates_naming_their_own_runs_leave_no_empty_run(acme, wendy):
+    """The same for effects: the losers of a create race for one effect id leave no run
+    of their own behind, and their conflicts are the winner's run's."""
+    for rnd in range(ROUNDS):
+        eid = uuid.uuid4()
+        results = race(OWNERS, lambda i, eid=eid, rnd=rnd: put_effect(
+            wendy, acme, effect_body(effect_id=eid, operation_key=f"charge:own-{rnd}")))
+        assert kinds_of(results) == {"Effect": 1, "StaleRevision": OWNERS - 1}, results
+        assert Run.objects.count() == rnd + 1, "a losing writer's run was left behind"
+        (winner,) = [r for r in results if not isinstance(r, Exception)]
+        assert set(Conflict.objects.filter(target_id=eid).values_list("run_id", flat=True)) \
+            == {winner.run_id}
+    assert services.audit_verify(tenant=acme)[0]
+
