@@ -42,6 +42,7 @@ from django.urls import reverse
 from checkpoints import policy, reconciliation, selectors, services
 from checkpoints.exceptions import Fenced, LeaseHeld, StaleRevision
 from checkpoints.models import AuditEvent, Conflict, Run
+from checkpoints.vocab import EffectSource
 from tests.conftest import _person, bearer_client
 from tests.helpers import age_world, effect_body, envelope, put_checkpoint, put_effect
 from tests.matrixhelpers import db_diff, db_state
@@ -241,7 +242,7 @@ def fx_create_existing(w: World) -> Attempt:
 
 def fx_move(from_state: str, to_state: str, by: str) -> Callable[[World], Attempt | None]:
     def build(w: World) -> Attempt | None:
-        if by == policy.RETRY:
+        if by == EffectSource.RETRY:
             if from_state not in w.authorized:
                 return None  # only after a consumed retry
             current = w.authorized[from_state]
@@ -264,7 +265,7 @@ PATHS: dict[str, Callable[[World], Attempt | None]] = {
     "effect create of an existing id": fx_create_existing,
 }
 for (_from, _to), _by in sorted(policy.EFFECT_TRANSITIONS.items()):
-    for _who in (policy.RUNTIME, policy.RETRY):
+    for _who in (EffectSource.RUNTIME, EffectSource.RETRY):
         if _who in _by:
             PATHS[f"effect {_from} -> {_to} ({_who})"] = fx_move(_from, _to, _who)
 
@@ -338,7 +339,7 @@ def _check_kept_as_conflict(w: World, a: Attempt, token, before, after, run_befo
     if run_after["unacknowledged_conflicts"] != run_before["unacknowledged_conflicts"] + 1:
         problems.append("the run's open conflict count did not go up by one")
     c = Conflict.objects.get(pk=added_conflicts["added"][0])
-    got = (c.run_id, c.reason, c.target_type, str(c.target_id), c.fencing_token_sent,
+    got = (c.run_id, c.reason, c.target_type, str(c.target_uuid), c.fencing_token_sent,
            c.fencing_token_current, c.expected_revision, c.actual_revision,
            c.attempted_revision)
     want = (run_pk, "fenced", a.kind, a.body["id"], token, w.now, a.expected, a.actual,
@@ -350,7 +351,7 @@ def _check_kept_as_conflict(w: World, a: Attempt, token, before, after, run_befo
 
 # A retry's moves (x -> planned) exist only after a consumed retry: the retry-claimed row.
 CASES = [(o, p) for o in OUSTINGS for p in PATHS
-         if o == "retry-claimed" or f"({policy.RETRY})" not in p]
+         if o == "retry-claimed" or f"({EffectSource.RETRY})" not in p]
 
 
 @pytest.mark.django_db

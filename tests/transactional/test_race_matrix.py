@@ -248,7 +248,7 @@ def test_checkpoint_creates_naming_their_own_runs_leave_no_empty_run(acme, wendy
         assert kinds_of(results) == {"Checkpoint": 1, "StaleRevision": OWNERS - 1}, results
         assert Run.objects.count() == rnd + 1, "a losing writer's empty run was left behind"
         (winner,) = [r for r in results if not isinstance(r, Exception)]
-        assert set(Conflict.objects.filter(target_id=cid).values_list("run_id", flat=True)) \
+        assert set(Conflict.objects.filter(target_uuid=cid).values_list("run_id", flat=True)) \
             == {winner.run_id}
     assert services.audit_verify(tenant=acme)[0]
 
@@ -263,7 +263,7 @@ def test_effect_creates_naming_their_own_runs_leave_no_empty_run(acme, wendy):
         assert kinds_of(results) == {"Effect": 1, "StaleRevision": OWNERS - 1}, results
         assert Run.objects.count() == rnd + 1, "a losing writer's run was left behind"
         (winner,) = [r for r in results if not isinstance(r, Exception)]
-        assert set(Conflict.objects.filter(target_id=eid).values_list("run_id", flat=True)) \
+        assert set(Conflict.objects.filter(target_uuid=eid).values_list("run_id", flat=True)) \
             == {winner.run_id}
     assert services.audit_verify(tenant=acme)[0]
 
