@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 from rest_framework.response import Response
+from rest_framework.test import APIClient
 
 from checkpoints.api import views
 from tests import openapi_check
@@ -72,12 +73,18 @@ def test_an_unknown_path_must_be_a_json_404(v, monkeypatch):
 
 
 @NOT_CHECKED
-def test_an_undocumented_method_must_be_a_405_error(v):
+def test_an_undocumented_method_must_be_a_405_or_401_error(v):
     r = v.delete(url("acme", "report"))
     assert r.status_code == 405
     openapi_check.check(r)
+    anonymous = APIClient().delete(url("acme", "report"))  # authenticated before the method
+    assert anonymous.status_code == 401
+    openapi_check.check(anonymous)
     r.status_code = 200
     with pytest.raises(SchemaMismatch, match="documents no such method"):
+        openapi_check.check(r)
+    r.status_code, r.content = 405, b'{"detail": "no error word"}'
+    with pytest.raises(SchemaMismatch, match="'error' is a required property"):
         openapi_check.check(r)
 
 
