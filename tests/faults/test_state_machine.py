@@ -349,10 +349,10 @@ class RecoveryLoop(RuleBasedStateMachine):
         mine = {"run__uuid__in": runs}
         return (
             sorted(Run.objects.filter(uuid__in=runs).values_list(
-                "run_id", "recovery_state", "fencing_token", "lease_owner", "lease_expires_at",
+                "uuid", "recovery_state", "fencing_token", "lease_owner", "lease_expires_at",
                 "last_write_at", "unacknowledged_conflicts", "closed_at")),
             sorted(Effect.objects.filter(**mine).values_list(
-                "effect_id", "revision", "state", "attempt", "retry_authorized_by")),
+                "uuid", "revision", "state", "attempt", "retry_authorized_by")),
             EffectRevision.objects.filter(effect__run__uuid__in=runs).count(),
             sorted(RetryRequest.objects.filter(**mine).values_list("pk", "state")),
             sorted(ReconcileRequest.objects.filter(**mine).values_list("pk", "state",

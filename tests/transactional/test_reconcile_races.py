@@ -51,7 +51,7 @@ def test_the_same_request_executed_twice_at_once_settles_once(acme, wendy, rita,
         assert effect.state == "confirmed"
         assert EffectRevision.objects.filter(effect=effect, source="reconciliation").count() == 1
         assert AuditEvent.objects.filter(action="effect.reconcile",
-                                         target_id=str(effect.uuid)).count() == 1
+                                         target_ref=str(effect.uuid)).count() == 1
         req.refresh_from_db()
         assert (req.state, req.attempts) == ("done", 1)
         assert req.attempt_log.count() == 1
@@ -73,7 +73,7 @@ def test_a_delivery_racing_the_sweeps_redrive_settles_once(acme, wendy, rita, co
         effect = Effect.objects.get(uuid=run.effects[key])
         assert effect.state == "confirmed"
         assert AuditEvent.objects.filter(action="effect.reconcile",
-                                         target_id=str(effect.uuid)).count() == 1
+                                         target_ref=str(effect.uuid)).count() == 1
 
 
 def test_many_reviewers_reconciling_one_run_at_once_store_one_request_per_effect(
