@@ -165,7 +165,7 @@ def test_not_found_waits_for_the_settle_delay_then_a_later_sweep_settles_it(
         == [("planned", "runtime"), ("submitted", "runtime"), ("unresolved", "sweep"),
             ("not_executed", "reconciliation")]
     assert AuditEvent.objects.filter(action="effect.reconcile",
-                                     target_id=str(settled.uuid)).count() == 1
+                                     target_ref=str(settled.uuid)).count() == 1
     assert services.audit_verify(tenant=acme)[0]
 
 
