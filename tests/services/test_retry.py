@@ -156,3 +156,19 @@ def test_it_enforces_one_open_request_in_the_database(acme, rita, adam, run_id):
     with pytest.raises(IntegrityError), transaction.atomic():
         RetryRequest.objects.create(tenant=acme, run=Run.objects.get(), requested_by=adam,
                                     reason="bypassing the service")
+
+
+def test_it_refuses_a_reviewer_who_did_not_request_the_retry(acme, adam, rita, run_id):
+    # Four eyes cannot answer for the reviewer here: adam asked, rita only holds the
+    # reviewer role, which has no approve right (CONTRACT.md 4), so the role check alone
+    # refuses her, with nothing changed.
+    retry = services.retry_request(actor=adam, tenant=acme, run_id=run_id, reason="stuck")
+    before = snapshot()
+    for decide in (services.retry_approve, services.retry_reject):
+        with pytest.raises(Forbidden) as exc:
+            decide(actor=rita, tenant=acme, retry_id=retry.pk, reason="not mine to decide")
+        assert exc.value.status == 403
+        assert "requester" not in exc.value.detail
+    assert snapshot() == before
+    retry.refresh_from_db()
+    assert (retry.state, retry.decided_by) == ("requested", None)
