@@ -255,3 +255,8 @@ def test_every_exception_is_outside_the_contract():
     by_contract = _allowed_by_contract()
     for role, ops in ROLES_BEYOND_CONTRACT.items():
         assert ops and not ops & by_contract[role], role
+
+
+# A rule matrix: database-independent, so `make test` runs it once, on PostgreSQL
+# (test-sqlite deselects the `matrix` marker).
+pytestmark = pytest.mark.matrix

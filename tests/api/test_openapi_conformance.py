@@ -241,3 +241,8 @@ def test_the_api_answers_linked_calls_as_its_schema_says(seeded):
                                   database=None, deadline=None, stateful_step_count=8,
                                   suppress_health_check=list(HealthCheck)))
     assert not found.found, found.report()
+
+
+# A rule matrix: database-independent, so `make test` runs it once, on PostgreSQL
+# (test-sqlite deselects the `matrix` marker).
+pytestmark = pytest.mark.matrix

@@ -590,3 +590,8 @@ def test_isolation_row(world, name, index, op):
             failures.append(f"{ident.name}: {problem}")
     TABLE[row] = cells
     assert not failures, f"{row}\n" + "\n".join(failures)
+
+
+# A rule matrix: database-independent, so `make test` runs it once, on PostgreSQL
+# (test-sqlite deselects the `matrix` marker).
+pytestmark = pytest.mark.matrix

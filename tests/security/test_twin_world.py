@@ -838,3 +838,8 @@ def test_a_service_in_one_tenant_never_touches_the_twin(world, name, index):
                     failures.append(f"{where}: the answer holds the twin's marker")
                 transaction.set_rollback(True)
     assert not failures, f"{name}:\n" + "\n".join(failures)
+
+
+# A rule matrix: database-independent, so `make test` runs it once, on PostgreSQL
+# (test-sqlite deselects the `matrix` marker).
+pytestmark = pytest.mark.matrix

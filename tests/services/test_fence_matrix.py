@@ -446,3 +446,8 @@ def test_a_claim_with_nothing_to_consume_changes_nothing(acme, wendy, rita, apri
         data={}, format="json")
     assert r.status_code == 200 and r.json()["fencing_token"] == w.now, r.content
     assert not db_diff(before, db_state())
+
+
+# A rule matrix: database-independent, so `make test` runs it once, on PostgreSQL
+# (test-sqlite deselects the `matrix` marker).
+pytestmark = pytest.mark.matrix
