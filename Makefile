@@ -98,7 +98,8 @@ test: lint
 # `make test` runs the PostgreSQL pass, the SQLite pass and the curated mutants side by
 # side (make -j3, one mutant at a time): the PostgreSQL pass keeps one core busy with
 # pytest and leaves the other mostly idle, and run one after another the three took over
-# CI's 30 minutes. Their output is interleaved line by line; any failure fails the target.
+# CI's 30 minutes. Each part's output is printed when that command ends (make -O);
+# any failure fails the target.
 # Each keeps to its own databases and var dir.
 
 # Curated rule mutants (issue 7): each breaks one rule of CONTRACT.md in a private copy of
