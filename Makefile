@@ -125,7 +125,7 @@ mutants-curated: $(STAMP) services
 # jsonparse" MUTANTS_SAMPLE=` runs them all (several hours on a 2-core machine).
 MUTANTS_VAR := $(CURDIR)/var/mutants
 MUTANTS_FULL ?= policy permissions jsonparse kinds
-MUTANTS_SAMPLE ?= checkpoints/services.py:120 checkpoints/selectors.py:60
+MUTANTS_SAMPLE ?= checkpoints/services/checkpoints.py:30 checkpoints/services/effects.py:30 checkpoints/services/runs.py:30 checkpoints/services/review.py:30 checkpoints/selectors.py:60
 MUTANTS_SEED ?= 7
 MUTATION_STAMP := $(VENV)/.installed-mutation
 

@@ -42,3 +42,13 @@ def db_diff(before: Snapshot, after: Snapshot) -> dict[str, dict[str, list]]:
             out[label] = {k: v for k, v in (("added", added), ("removed", removed),
                                             ("changed", changed)) if v}
     return out
+
+
+def service_modules() -> list:
+    """The modules of the ``checkpoints.services`` package (``services.MODULES``), for the
+    matrices that read the services' source to find what they must cover."""
+    import importlib
+
+    from checkpoints import services
+
+    return [importlib.import_module(f"checkpoints.services.{name}") for name in services.MODULES]

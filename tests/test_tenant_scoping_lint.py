@@ -31,10 +31,10 @@ HATCH = "for_all_tenants"
 #: (file, function) -> why it spans tenants. Each ``for_all_tenants`` use must be here,
 #: and each entry must still be used (a stale entry fails too).
 ESCAPE_HATCHES = {
-    ("services.py", "sweep_stale_runs"):
+    ("services/sweep.py", "sweep_stale_runs"):
         "the stale-run sweep looks at every tenant's runs (each run is then locked and "
         "changed within its own tenant)",
-    ("services.py", "payloads_rotate_keys"):
+    ("services/keys.py", "payloads_rotate_keys"):
         "key rotation reads every tenant's ciphertext columns (each row is rewritten "
         "within its own tenant)",
     ("reconciliation.py", "redrive"):

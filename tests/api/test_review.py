@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from checkpoints import services
 from checkpoints.models import (
     AuditEvent,
     Checkpoint,
@@ -268,10 +267,10 @@ def test_it_writes_the_audit_event_in_the_same_transaction_as_the_action(
     before = snapshot()
     checkpoints = Checkpoint.objects.count()
 
-    def broken_audit(**kwargs):
+    def broken_audit(self, *args, **kwargs):
         raise RuntimeError("audit store down")
 
-    monkeypatch.setattr(services, "audit_record", broken_audit)
+    monkeypatch.setattr(AuditEvent, "save", broken_audit)
     client = api_as(rita)
     with pytest.raises(RuntimeError):
         if action == "retry":

@@ -1,6 +1,6 @@
 """Names of a seeded random sample of a module's mutmut mutants, for ``make mutants``.
 
-Usage: ``python -m tests.mutants.sample --seed 7 checkpoints/services.py:150 ...`` prints
+Usage: ``python -m tests.mutants.sample --seed 7 checkpoints/services/effects.py:30 ...`` prints
 the chosen mutant names, one a line (``FILE:N``: N of that file's mutants; ``FILE:all``:
 every one as a glob). The names are the ones ``mutmut run`` generates (the same libcst
 mutation of the same source), so the sample is reproducible: the same seed and source

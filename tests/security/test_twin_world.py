@@ -63,6 +63,7 @@ from checkpoints.models import (
 )
 from checkpoints.reconcile import Answer
 from tests.helpers import age_world, effect_body, envelope, put_checkpoint, walk_effect
+from tests.matrixhelpers import service_modules
 from tests.views.reconcilers import Scripted
 
 User = get_user_model()
@@ -789,7 +790,7 @@ NOT_SERVICE_CELLS = {
 
 def _tenant_taking_services() -> set[str]:
     out = set()
-    for module in (services, reconciliation, audit):
+    for module in (*service_modules(), reconciliation, audit):
         for name, fn in inspect.getmembers(module, inspect.isfunction):
             if name.startswith("_") or fn.__module__ != module.__name__:
                 continue

@@ -88,10 +88,10 @@ def test_it_writes_the_audit_event_in_the_same_transaction_as_the_change(acme, w
     which rolled back whatever the code did, so it could not fail.)"""
     before = snapshot()
 
-    def audit_store_down(**kwargs):
+    def audit_store_down(self, *args, **kwargs):
         raise DatabaseError("audit insert failed")
 
-    monkeypatch.setattr(services, "audit_record", audit_store_down)
+    monkeypatch.setattr(AuditEvent, "save", audit_store_down)
     with pytest.raises(DatabaseError):
         put_checkpoint(wendy, acme, envelope())
     assert snapshot() == before

@@ -2,7 +2,7 @@
 has had an owner, every write must carry the current fencing token; an older or missing
 token is refused with 409 ``fenced`` and kept as a conflict).
 
-- **Sources of truth**: the write paths are read from ``checkpoints/services.py`` and
+- **Sources of truth**: the write paths are read from the ``checkpoints/services/`` package and
   ``checkpoints/reconciliation.py``: every public service that writes under a run's lock
   (reaches ``_lock_run``/``_get_run``) is classified in ``WRITE_PATHS``, and every public
   service with a ``fencing_token`` parameter is in ``FENCED``
@@ -45,7 +45,7 @@ from checkpoints.models import AuditEvent, Conflict, Run
 from checkpoints.vocab import EffectSource
 from tests.conftest import _person, bearer_client
 from tests.helpers import age_world, effect_body, envelope, put_checkpoint, put_effect
-from tests.matrixhelpers import db_diff, db_state
+from tests.matrixhelpers import db_diff, db_state, service_modules
 
 # --------------------------------------------------------------------------------------
 # Source of truth: the write paths under a run
@@ -77,7 +77,7 @@ WRITE_PATHS = {
 def _run_writers() -> set[str]:
     calls: dict[str, set[str]] = {}
     public: set[str] = set()
-    for module in (services, reconciliation):
+    for module in (*service_modules(), reconciliation):
         for node in ast.parse(inspect.getsource(module)).body:
             if isinstance(node, ast.FunctionDef):
                 names = calls.setdefault(node.name, set())

@@ -4,7 +4,7 @@ lock or a constraint enforces, raced by real threads.
 - **Source of truth**: the locks the services take. ``RACES`` names, for each lock or
   unique constraint that decides a race, the test that races it; a lock-taking public
   service (one that calls ``_lock_run``/``_get_run`` or ``select_for_update``, found by
-  reading ``checkpoints/services.py`` and ``checkpoints/reconciliation.py``) must be named
+  reading the ``checkpoints/services/`` package and ``checkpoints/reconciliation.py``) must be named
   in ``RACED`` or ``NOT_RACED`` (with the reason), else ``test_every_locking_service_is_raced``
   fails.
 - **How**: N threads, each on its own connection (``tests.transactional.test_races.race``),
@@ -44,6 +44,7 @@ from tests.helpers import (
     put_checkpoint,
     put_effect,
 )
+from tests.matrixhelpers import service_modules
 from tests.transactional.test_races import race
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -101,7 +102,7 @@ NOT_RACED = {
 def _locking_public_functions() -> set[str]:
     """Public functions of services/reconciliation that (transitively, through module
     functions) lock a row: call ``_lock_run``, ``_get_run`` or ``select_for_update``."""
-    sources = {m: ast.parse(inspect.getsource(m)) for m in (services, reconciliation)}
+    sources = {m: ast.parse(inspect.getsource(m)) for m in (*service_modules(), reconciliation)}
     calls: dict[str, set[str]] = {}
     public: set[str] = set()
     for tree in sources.values():

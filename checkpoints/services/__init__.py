@@ -1,0 +1,86 @@
+"""Every write to the store, one function per operation (DESIGN.md section 5).
+
+A package by entity, so each write is found by name: ``accounts`` (tenants, accounts,
+roles, tokens, reconciler settings), ``runs`` (the run lock, fencing, recovery state,
+conflicts, leases, resume decisions), ``checkpoints`` (the compare-and-swap write,
+reveals, exports), ``effects``, ``review`` (retry, mark unknown, close, acknowledge),
+``sweep``, ``keys`` (key rotation) and ``common`` (what they share). Everything public is
+re-exported here: callers write ``services.checkpoint_put(...)``.
+
+Services never import ``checkpoints.tasks``: Celery work is sent by task name
+(``reconciliation``), so the import graph has no cycle.
+
+Each public function takes keyword arguments ``actor`` (a user, or ``None`` for the
+system) and ``tenant``, checks the actor's rights, does its conditional UPDATE, writes
+history, the run's recovery state and one audit event in **one** transaction, and queues
+Celery work with ``transaction.on_commit``. Views, the API, tasks and commands call these;
+nothing else writes the tables.
+
+Lock order, to stay free of deadlocks: the run row (``SELECT … FOR UPDATE``), then the
+object's conditional UPDATE, then the tenant's audit chain head.
+
+A refused compare-and-swap is not a rollback: the conflict record, the run's conflict
+count and its audit event commit, and ``StaleRevision`` is raised after the commit.
+"""
+
+# ruff: noqa: F401 - this module is the package's interface: it re-exports every service.
+
+from ..audit import (
+    audit_head_check,
+    audit_head_export,
+    audit_head_parse,
+    audit_record,
+    audit_verify,
+)
+from ..exceptions import Forbidden, StaleRevision
+from ..reconciliation import run_reconcile
+from .accounts import (
+    TOKEN_TOUCH_INTERVAL,
+    account_create,
+    account_deactivate,
+    account_tenants,
+    reconciler_configure,
+    role_grant,
+    role_revoke,
+    tenant_create,
+    tenant_set_ambiguity_threshold,
+    token_authenticate,
+    token_issue,
+    tokens_revoke,
+)
+from .checkpoints import (
+    Envelope,
+    checkpoint_envelope,
+    checkpoint_put,
+    parse_envelope,
+    payload_reveal,
+    receipt_reveal,
+    revisions_export,
+)
+from .common import HEX64_RE, SYSTEM, U32_MAX, _actor_name, _require_reason
+from .effects import EffectBody, _effect_transition, effect_put, parse_effect
+from .keys import payloads_rotate_keys
+from .review import (
+    _get_run,
+    conflicts_acknowledge,
+    effect_mark_unknown,
+    retry_approve,
+    retry_preview,
+    retry_reject,
+    retry_request,
+    run_close,
+)
+from .runs import (
+    _lock_run,
+    lease_acquire,
+    require_owner_gone,
+    resume_claim,
+    resume_preview,
+    run_facts,
+    run_refresh_state,
+)
+from .sweep import sweep_stale_runs
+
+# The submodules, for tests that read the services' source (the audit, fence and race
+# matrices).
+MODULES = ("common", "accounts", "runs", "checkpoints", "effects", "review", "sweep", "keys")

@@ -1,0 +1,380 @@
+"""Checkpoints: envelope validation and the compare-and-swap write (CONTRACT.md 2, 3 and
+6; RUNIFOLD.md 1), payload reveals and revision exports.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+
+from .. import crypto, kinds, roles
+from ..audit import (
+    audit_record,
+)
+from ..exceptions import (
+    Fenced,
+    Forbidden,
+    InvalidPayload,
+    NotFound,
+    StaleRevision,
+)
+from ..jsonparse import dumps, loads_any
+from ..models import (
+    MAX_REVISION,
+    Checkpoint,
+    CheckpointRevision,
+    Effect,
+    Tenant,
+)
+from ..permissions import require, tenant_perms
+from ..vocab import (
+    AuditAction,
+    TargetType,
+)
+from .common import U32_MAX, _int_field, _require_reason, _uuid_field
+from .runs import (
+    _check_fence,
+    _drop_if_empty,
+    _lock_run,
+    _record_conflict,
+    _record_fenced,
+    _reopen,
+    run_refresh_state,
+)
+
+# --------------------------------------------------------------------------------------
+# Envelope validation (CONTRACT.md sections 2 and 6)
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Envelope:
+    """A validated checkpoint envelope; ``payload_json`` is its canonical JSON text."""
+
+    checkpoint_id: uuid.UUID
+    run_id: uuid.UUID
+    revision: int
+    kind: str
+    schema_version: int
+    payload: Any
+    payload_json: str
+    updated_at_ms: int
+
+
+def parse_envelope(body: dict, *, url_id: uuid.UUID) -> Envelope:
+    """Validate a checkpoint body against CONTRACT.md sections 2 and 6.
+
+    Raises ``InvalidPayload`` naming the first bad field.
+    """
+    cid = _uuid_field(body, "id")
+    if cid != url_id:
+        raise InvalidPayload("id: differs from the id in the URL")
+    run_id = _uuid_field(body, "run_id")
+    revision = _int_field(body, "revision", MAX_REVISION)
+    kind = body.get("kind")
+    if not isinstance(kind, str) or len(kind) > 200 or not kinds.KIND_RE.match(kind):
+        raise InvalidPayload(
+            "kind: must match ^[a-z][a-z0-9_]*(\\.[a-z0-9_-]+)+$ (e.g. acme.order)"
+        )
+    schema_version = _int_field(body, "schema_version", U32_MAX)
+    if "payload" not in body:
+        raise InvalidPayload("payload: required")
+    # The column is a signed 64-bit integer: 2^63-1 is the most the store can hold.
+    updated_at_ms = _int_field(body, "updated_at_ms", MAX_REVISION)
+    unknown = set(body) - {"id", "run_id", "revision", "kind", "schema_version", "payload",
+                           "updated_at_ms"}
+    if unknown:
+        raise InvalidPayload(f"{sorted(unknown)[0]}: unknown field")
+    return Envelope(cid, run_id, revision, kind, schema_version, body["payload"],
+                    dumps(body["payload"]), updated_at_ms)
+
+
+# --------------------------------------------------------------------------------------
+# Checkpoints: compare-and-swap
+# --------------------------------------------------------------------------------------
+
+def checkpoint_put(
+    *,
+    actor,
+    tenant: Tenant,
+    envelope: Envelope,
+    expected_revision: int | None,
+    fencing_token: int | None = None,
+) -> tuple[Checkpoint, bool]:
+    """Compare-and-swap one checkpoint (CONTRACT.md 3, RUNIFOLD.md 1).
+
+    ``expected_revision=None`` creates (the envelope's revision must be 0); an integer N
+    updates from N to N+1. Returns ``(checkpoint, created)``.
+
+    Raises ``InvalidPayload`` (400: revision not 0 / N+1, run_id or kind changed),
+    ``NotFound`` (404: update of a missing checkpoint), ``Fenced`` (409),
+    ``StaleRevision`` (412, after committing the conflict record).
+    """
+    require(actor, tenant, roles.WRITE)
+    if expected_revision is None and envelope.revision != 0:
+        raise InvalidPayload("revision: must be 0 when creating (If-None-Match: *)")
+    if expected_revision is not None and (
+        expected_revision >= MAX_REVISION or envelope.revision != expected_revision + 1
+    ):
+        raise InvalidPayload(f"revision: must be {expected_revision + 1} (If-Match + 1)")
+    cls = kinds.classify(envelope.kind, envelope.schema_version, envelope.payload)
+    phase_label = (cls.error if not cls.supported else cls.phase.label)[:256]
+    ciphertext = crypto.encrypt_text(envelope.payload_json)
+    size = len(envelope.payload_json.encode("utf-8"))
+
+    try:
+        checkpoint = _checkpoint_cas(actor, tenant, envelope, expected_revision, fencing_token,
+                                     cls, phase_label, ciphertext, size)
+    except Fenced as exc:
+        _record_fenced(exc, tenant=tenant, actor=actor, target_type=TargetType.CHECKPOINT,
+                       target_id=envelope.checkpoint_id, expected=expected_revision,
+                       attempted=envelope.revision, token=fencing_token,
+                       refused=dumps(_envelope_json(envelope)))
+        raise
+    if isinstance(checkpoint, StaleRevision):
+        raise checkpoint
+    return checkpoint, expected_revision is None
+
+
+def _checkpoint_cas(actor, tenant, envelope, expected_revision, fencing_token, cls,
+                    phase_label, ciphertext, size):
+    """The transaction of ``checkpoint_put``; returns the checkpoint, or the
+    ``StaleRevision`` to raise once the conflict record has committed."""
+    conflict_at: int | None = None
+    with transaction.atomic():
+        existing = (Checkpoint.objects.for_tenant(tenant).filter(uuid=envelope.checkpoint_id)
+                    .values("run_id", "run__uuid", "kind").first())
+        if expected_revision is not None and existing is None:
+            raise NotFound("no such checkpoint")
+        if existing is not None and expected_revision is not None:
+            if existing["run__uuid"] != envelope.run_id:
+                raise InvalidPayload("run_id: a checkpoint's run_id never changes")
+            if existing["kind"] != envelope.kind:
+                raise InvalidPayload("kind: a checkpoint's kind never changes")
+        # A create that finds the id taken is a conflict of the run that owns the id.
+        run_id = existing["run__uuid"] if existing is not None else envelope.run_id
+        run = _lock_run(tenant, run_id, create=existing is None)
+        now = run.db_now
+        _check_fence(run, fencing_token, now)
+        fields = dict(
+            kind=envelope.kind, schema_version=envelope.schema_version,
+            payload_ciphertext=ciphertext, payload_size=size, phase_class=cls.phase.phase_class,
+            phase_label=phase_label, updated_at_ms=envelope.updated_at_ms, received_at=now,
+            written_by=actor,
+        )
+        if expected_revision is None:
+            if existing is not None:
+                conflict_at = Checkpoint.objects.for_tenant(tenant).get(
+                    uuid=envelope.checkpoint_id).revision
+            else:
+                try:
+                    with transaction.atomic():
+                        checkpoint = Checkpoint.objects.create(
+                            tenant=tenant, run=run, uuid=envelope.checkpoint_id,
+                            revision=0, **fields)
+                except IntegrityError:
+                    # Lost a create race: the conflict belongs to the winner's run, and the
+                    # run this call just made for itself is dropped if nothing else uses it.
+                    winner = Checkpoint.objects.for_tenant(tenant).select_related("run").get(
+                        uuid=envelope.checkpoint_id)
+                    conflict_at = winner.revision
+                    if winner.run_id != run.pk:
+                        _drop_if_empty(run)
+                        run = _lock_run(tenant, winner.run.uuid, create=False)
+                        # Judged like a create that finds the id taken: by the owning run.
+                        _check_fence(run, fencing_token, run.db_now)
+        else:
+            # The compare-and-swap: one conditional UPDATE; 0 rows means a stale revision.
+            updated = Checkpoint.objects.for_tenant(tenant).filter(
+                uuid=envelope.checkpoint_id, revision=expected_revision
+            ).update(revision=envelope.revision, **fields)
+            if updated != 1:
+                conflict_at = Checkpoint.objects.for_tenant(tenant).get(
+                    uuid=envelope.checkpoint_id).revision
+            else:
+                checkpoint = Checkpoint.objects.for_tenant(tenant).get(
+                    uuid=envelope.checkpoint_id)
+
+        if conflict_at is not None:
+            _record_conflict(
+                tenant=tenant, run=run, actor=actor, target_type=TargetType.CHECKPOINT,
+                target_id=envelope.checkpoint_id, expected=expected_revision, actual=conflict_at,
+                attempted=envelope.revision, refused=dumps(_envelope_json(envelope)),
+            )
+        else:
+            CheckpointRevision.objects.create(
+                tenant=tenant, checkpoint=checkpoint, revision=envelope.revision, **fields)
+            ident = cls.identity
+            run_fields = dict(
+                latest_checkpoint=checkpoint, kind=envelope.kind,
+                schema_version=envelope.schema_version, phase_class=cls.phase.phase_class,
+                phase_label=phase_label, last_write_at=now,
+            )
+            if cls.supported:
+                run_fields.update(agent=ident.agent, model=ident.model, workflow=ident.workflow,
+                                  definition_version=ident.definition_version)
+            for key, value in run_fields.items():
+                setattr(run, key, value)
+            run.save(update_fields=[*run_fields, "updated_at"])
+            reopened = _reopen(run)
+            run_refresh_state(run, now)
+            after = {"revision": envelope.revision, "phase": phase_label,
+                     "phase_class": cls.phase.phase_class}
+            if reopened:
+                after["reopened"] = True
+            audit_record(
+                tenant=tenant, actor=actor, action=AuditAction.CHECKPOINT_WRITE, target_type=TargetType.CHECKPOINT,
+                target_id=envelope.checkpoint_id, run_id=run.uuid,
+                before=None if expected_revision is None else {"revision": expected_revision},
+                after=after,
+            )
+    if conflict_at is not None:
+        return StaleRevision(conflict_at)
+    return checkpoint
+
+
+def _envelope_json(env: Envelope) -> dict:
+    return {"id": str(env.checkpoint_id), "run_id": str(env.run_id), "revision": env.revision,
+            "kind": env.kind, "schema_version": env.schema_version, "payload": env.payload,
+            "updated_at_ms": env.updated_at_ms}
+
+
+def checkpoint_envelope(checkpoint: Checkpoint | CheckpointRevision, *, run_id=None,
+                        checkpoint_id=None) -> dict:
+    """The runifold-core JSON envelope of a checkpoint or one of its revisions (decrypts)."""
+    if isinstance(checkpoint, Checkpoint):
+        run_id = run_id or checkpoint.run.uuid
+        checkpoint_id = checkpoint.uuid
+    return {
+        "id": str(checkpoint_id),
+        "run_id": str(run_id),
+        "revision": checkpoint.revision,
+        "kind": checkpoint.kind,
+        "schema_version": checkpoint.schema_version,
+        "payload": loads_any(crypto.decrypt_text(checkpoint.payload_ciphertext)),
+        "updated_at_ms": checkpoint.updated_at_ms,
+    }
+
+
+def _require_own(tenant: Tenant, checkpoint: Checkpoint) -> None:
+    """``NotFound`` unless ``checkpoint`` is ``tenant``'s: a checkpoint object handed in
+    by the caller is checked like an id in a URL, so a caller that looked it up in the
+    wrong tenant cannot have the twin's payload revealed and audited here (CONTRACT.md 3:
+    an object of another tenant is answered as if it did not exist)."""
+    if checkpoint.tenant_id != tenant.pk:
+        raise NotFound("no such checkpoint")
+
+
+def payload_reveal(*, actor, tenant: Tenant, checkpoint: Checkpoint, revision: int | None = None,
+                   reason: str = "", action: str = AuditAction.PAYLOAD_REVEAL) -> dict:
+    """Decrypt one revision's envelope for ``actor``; audited in the same transaction.
+
+    Needs ``reveal_payload`` (reviewer, approver, admin) or, for the runtime's own
+    ``GET`` of a checkpoint, ``write_runs`` (``action=AuditAction.PAYLOAD_READ``).
+    Raises ``Forbidden``/``NotFound`` as ``permissions.require``; ``NotFound`` for a
+    revision that does not exist, or a checkpoint that is not ``tenant``'s.
+    """
+    require(actor, tenant, roles.WRITE if action == AuditAction.PAYLOAD_READ else roles.REVEAL)
+    _require_own(tenant, checkpoint)
+    with transaction.atomic():
+        if revision is None or revision == checkpoint.revision:
+            source = Checkpoint.objects.for_tenant(tenant).select_related("run").get(
+                pk=checkpoint.pk)
+            envelope = checkpoint_envelope(source)
+        else:
+            rev = (CheckpointRevision.objects.for_tenant(checkpoint.tenant_id)
+                   .filter(checkpoint=checkpoint, revision=revision).first())
+            if rev is None:
+                raise NotFound(f"revision {revision} does not exist")
+            envelope = checkpoint_envelope(rev, run_id=checkpoint.run.uuid,
+                                           checkpoint_id=checkpoint.uuid)
+        audit_record(tenant=tenant, actor=actor, action=action, target_type=TargetType.CHECKPOINT,
+                     target_id=checkpoint.uuid, run_id=checkpoint.run.uuid,
+                     reason=reason, after={"revision": envelope["revision"]})
+    return envelope
+
+
+def revisions_export(*, actor, tenant: Tenant, checkpoint: Checkpoint, after: int | None = None,
+                     limit: int = 20, max_bytes: int | None = None) -> tuple[list[dict], bool]:
+    """One page of a checkpoint's accepted revisions, oldest first, decrypted; one audit
+    event per page (CONTRACT.md 3 "every accepted revision, oldest first", paged by issue 6
+    fault 6 so that one answer stays bounded).
+
+    The page holds the revisions after ``after`` (``None``: from the first), at most
+    ``limit`` of them and no more payload bytes than ``max_bytes`` (default four times
+    ``RECOVERY_MAX_BODY_BYTES``; always at least one revision). Returns
+    ``(envelopes, more)``; ``more`` says whether revisions follow the page. Raises
+    ``Forbidden`` for a role that may not read payloads (viewer), ``NotFound`` for a
+    checkpoint that is not ``tenant``'s, and what ``permissions.require`` raises.
+    """
+    require(actor, tenant, roles.VIEW)
+    perms = tenant_perms(actor, tenant)
+    if not perms & {roles.WRITE, roles.REVEAL}:
+        raise Forbidden("your role may not read payloads")
+    _require_own(tenant, checkpoint)
+    if max_bytes is None:
+        max_bytes = 4 * settings.RECOVERY_MAX_BODY_BYTES
+    revs = (CheckpointRevision.objects.for_tenant(checkpoint.tenant_id)
+            .filter(checkpoint=checkpoint).order_by("revision"))
+    if after is not None:
+        revs = revs.filter(revision__gt=after)
+    # Choose the page from the sizes first, so no ciphertext beyond it is read.
+    sizes = list(revs.values_list("revision", "payload_size")[: max(1, limit) + 1])
+    page, total = [], 0
+    for revision, size in sizes[:limit]:
+        if page and total + size > max_bytes:
+            break
+        page.append(revision)
+        total += size
+    more = len(sizes) > len(page)
+    with transaction.atomic():
+        rows = list(revs.filter(revision__in=page)) if page else []
+        out = [checkpoint_envelope(r, run_id=checkpoint.run.uuid,
+                                   checkpoint_id=checkpoint.uuid) for r in rows]
+        audit_record(tenant=tenant, actor=actor, action=AuditAction.PAYLOAD_EXPORT,
+                     target_type=TargetType.CHECKPOINT, target_id=checkpoint.uuid,
+                     run_id=checkpoint.run.uuid,
+                     after={"revisions": len(out),
+                            "from": page[0] if page else None,
+                            "to": page[-1] if page else None})
+    return out, more
+
+
+def receipt_reveal(*, actor, tenant: Tenant, effect_id, reason: str) -> dict:
+    """Decrypt an effect's current receipt for a role that may reveal payloads
+    (reviewer, approver, admin), with one ``receipt.reveal`` audit event carrying the
+    reason, in the same transaction (CONTRACT.md 4: receipts are treated like payloads;
+    issue 6, fault 3). Runtimes read receipts in the effect answers instead
+    (``permissions.receipts_in_answers``).
+
+    Returns ``{"id": effect UUID str, "run_id": str, "revision": int, "receipt": dict or
+    None}``; ``None`` (and nothing audited: nothing was revealed) when the effect has no
+    receipt. Raises ``NotFound`` (no role in the tenant, or no such effect, also a
+    malformed id), ``Forbidden`` (the role may not reveal), ``ReasonRequired`` /
+    ``InvalidPayload`` for a missing or bad reason.
+    """
+    require(actor, tenant, roles.REVEAL)
+    reason = _require_reason(reason)
+    try:
+        eid = uuid.UUID(str(effect_id))
+    except ValueError:
+        raise NotFound("no such effect") from None
+    with transaction.atomic():
+        effect = (Effect.objects.for_tenant(tenant).filter(uuid=eid)
+                  .select_related("run").first())
+        if effect is None:
+            raise NotFound("no such effect")
+        answer = {"id": str(effect.uuid), "run_id": str(effect.run.uuid),
+                  "revision": effect.revision, "receipt": effect.receipt}
+        if effect.has_receipt:
+            audit_record(tenant=tenant, actor=actor, action=AuditAction.RECEIPT_REVEAL,
+                         target_type=TargetType.EFFECT, target_id=effect.uuid,
+                         run_id=effect.run.uuid, reason=reason,
+                         after={"revision": effect.revision})
+    return answer
+
+

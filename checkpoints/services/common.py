@@ -1,0 +1,80 @@
+"""Helpers every service shares: the actor's name for audit events, the reason rule
+of review actions (CONTRACT.md 3: a reason is required) and the body field checks of
+CONTRACT.md 6.
+
+The keyed audit chain itself (``audit_record``, verification, signed head exports) is
+``checkpoints.audit`` (docs/security/audit.md); every service calls ``audit_record``
+inside its own transaction.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+
+from django.contrib.auth import get_user_model
+
+from ..exceptions import (
+    InvalidPayload,
+    ReasonRequired,
+)
+from ..jsonparse import text_problem
+
+User = get_user_model()
+
+SYSTEM = "system"
+U32_MAX = 2**32 - 1
+HEX64_RE = re.compile(r"^[0-9a-fA-F]{64}\Z")
+
+
+
+def _actor_name(actor) -> str:
+    return actor.get_username() if actor is not None else SYSTEM
+
+
+# The keyed chain, its verifier and the signed head exports are ``checkpoints.audit``
+# (docs/security/audit.md), imported above; every service here calls ``audit_record``
+# inside its own transaction.
+
+
+def _require_reason(reason: str | None) -> str:
+    if reason is not None and not isinstance(reason, str):
+        raise InvalidPayload("reason: must be a string")
+    reason = (reason or "").strip()
+    if not reason:
+        raise ReasonRequired("reason: a reason is required")
+    if len(reason) > 4000:
+        raise InvalidPayload("reason: at most 4000 characters")
+    problem = text_problem(reason)
+    if problem:
+        raise InvalidPayload(f"reason: {problem}")
+    return reason
+
+
+
+
+def _uuid_field(body: dict, key: str) -> uuid.UUID:
+    value = body.get(key)
+    if not isinstance(value, str):
+        raise InvalidPayload(f"{key}: must be a UUID string")
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        raise InvalidPayload(f"{key}: {value[:64]!r} is not a UUID") from None
+
+
+def _int_field(body: dict, key: str, maximum: int) -> int:
+    value = body.get(key)
+    if type(value) is not int or not 0 <= value <= maximum:
+        raise InvalidPayload(f"{key}: must be an integer in 0..{maximum}")
+    return value
+
+
+def _str_field(body: dict, key: str, max_len: int) -> str:
+    value = body.get(key)
+    if not isinstance(value, str) or not value:
+        raise InvalidPayload(f"{key}: must be a non-empty string")
+    if len(value) > max_len:
+        raise InvalidPayload(f"{key}: at most {max_len} characters")
+    return value
+

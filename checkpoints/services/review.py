@@ -1,0 +1,256 @@
+"""Review actions (CONTRACT.md 3 "Review actions"): retry requests and decisions, mark
+unknown, close, acknowledge conflicts. The dashboard's buttons and the API call these.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from django.db import transaction
+
+from .. import policy, roles
+from ..audit import (
+    audit_record,
+)
+from ..exceptions import (
+    Forbidden,
+    InvalidTransition,
+    NotFound,
+    StaleRevision,
+)
+from ..models import (
+    Conflict,
+    Effect,
+    RetryRequest,
+    Run,
+    Tenant,
+)
+from ..permissions import require
+from ..vocab import (
+    AuditAction,
+    EffectSource,
+    EffectState,
+    ReconcileState,
+    RecoveryState,
+    RetryState,
+    TargetType,
+)
+from .common import _require_reason
+from .effects import _effect_transition
+from .runs import _lock_run, require_owner_gone, run_facts, run_refresh_state
+
+# --------------------------------------------------------------------------------------
+# Review actions (CONTRACT.md 3 "Review actions"; the dashboard's buttons call these too)
+# --------------------------------------------------------------------------------------
+
+def _get_run(tenant: Tenant, run_id) -> Run:
+    run = _lock_run(tenant, run_id, create=False)
+    if run is None:
+        raise NotFound("no such run")
+    return run
+
+
+
+
+def retry_request(*, actor, tenant: Tenant, run_id: uuid.UUID, reason: str) -> RetryRequest:
+    """A reviewer asks for a retry of an in-doubt run; a different approver must decide.
+
+    Raises ``InvalidTransition`` (422) unless the run is ``ambiguous`` or
+    ``unknown_outcome`` with no effect ``submitted``/``unresolved`` and no open request;
+    ``ReasonRequired`` (400), ``NotFound``/``Forbidden``.
+    """
+    require(actor, tenant, roles.REVIEW)
+    reason = _require_reason(reason)
+    with transaction.atomic():
+        run = _get_run(tenant, run_id)
+        # Judge the run as it is now (database clock), not as the last sweep left it: an
+        # owner that went quiet since is gone, whether or not a sweeper ran.
+        run_refresh_state(run)
+        if (RetryRequest.objects.for_tenant(run.tenant_id)
+            .filter(run=run, state__in=RetryState.OPEN).exists()):
+            raise InvalidTransition("run: a retry request is already open")
+        # A retry fences the current owner, so it is offered only for runs a human must
+        # decide; and never over an effect still in doubt, which reconciliation (or
+        # "mark unknown") must settle first, or the approval would be spent on it.
+        if run.recovery_state not in RecoveryState.RETRYABLE:
+            raise InvalidTransition(
+                f"run: a retry is for ambiguous or unknown-outcome runs; this run is "
+                f"{run.recovery_state}")
+        # A retry fences the owner: never over one that is alive (it may come back).
+        require_owner_gone(run, run_facts(run), "request a retry")
+        if (Effect.objects.for_tenant(run.tenant_id)
+            .filter(run=run, state__in=EffectState.IN_DOUBT).exists()):
+            raise InvalidTransition(
+                "run: an effect is still in doubt; reconcile it or mark it unknown first")
+        retry = RetryRequest.objects.create(tenant=tenant, run=run, requested_by=actor,
+                                            reason=reason)
+        before = run.recovery_state
+        run_refresh_state(run)
+        audit_record(tenant=tenant, actor=actor, action=AuditAction.RETRY_REQUEST,
+                     target_type=TargetType.RETRY_REQUEST, target_id=retry.pk, run_id=run.uuid,
+                     reason=reason, before={"recovery_state": before},
+                     after={"state": RetryState.REQUESTED, "recovery_state": run.recovery_state,
+                            "preview": retry_preview(run)})
+    return retry
+
+
+def retry_preview(run: Run) -> list[dict]:
+    """What an approved retry of ``run`` would do to each of its effects
+    (``policy.retry_outcome``): ``[{effect_id, service, operation_key, state, outcome,
+    words}]``, oldest effect first. ``possible_duplicate`` rows are what the approver
+    accepts. Shown before the request and the approval, and stored in both audit events.
+    """
+    rows = (Effect.objects.for_tenant(run.tenant_id)
+            .filter(run=run, retry_authorized_by__isnull=True)
+            .order_by("created_at", "id")
+            .values_list("uuid", "service", "operation_key", "state"))
+    out = []
+    for effect_id, service, key, state in rows:
+        outcome, words = policy.retry_outcome(state)
+        out.append({"effect_id": str(effect_id), "service": service, "operation_key": key,
+                    "state": state, "outcome": outcome, "words": words})
+    return out
+
+
+def _retry_decide(*, actor, tenant: Tenant, retry_id: int, reason: str, approve: bool):
+    require(actor, tenant, roles.APPROVE)
+    reason = _require_reason(reason)
+    with transaction.atomic():
+        retry = RetryRequest.objects.for_tenant(tenant).filter(pk=retry_id).first()
+        if retry is None:
+            raise NotFound("no such retry request")
+        run = _get_run(tenant, retry.run.uuid)
+        retry = (RetryRequest.objects.for_tenant(retry.tenant_id)
+                 .select_for_update().get(pk=retry.pk))
+        if retry.requested_by_id == actor.pk:
+            raise Forbidden("approver: the requester may not decide their own retry request")
+        if retry.state != RetryState.REQUESTED:
+            raise InvalidTransition(f"state: the request is already {retry.state}")
+        new_state = RetryState.APPROVED if approve else RetryState.REJECTED
+        retry.state = new_state
+        retry.decided_by = actor
+        retry.decision_reason = reason
+        retry.decided_at = run.db_now
+        if approve:
+            retry.approved_preview = retry_preview(run)
+        retry.save(update_fields=["state", "decided_by", "decision_reason", "decided_at",
+                                  "approved_preview", "updated_at"])
+        run_refresh_state(run)
+        after = {"state": new_state, "recovery_state": run.recovery_state}
+        if approve:
+            after["preview"] = retry.approved_preview
+        audit_record(tenant=tenant, actor=actor,
+                     action=AuditAction.RETRY_APPROVE if approve else AuditAction.RETRY_REJECT,
+                     target_type=TargetType.RETRY_REQUEST, target_id=retry.pk, run_id=run.uuid,
+                     reason=reason, before={"state": RetryState.REQUESTED}, after=after)
+    return retry
+
+
+def retry_approve(*, actor, tenant: Tenant, retry_id: int, reason: str) -> RetryRequest:
+    """Approve someone else's retry request (approver role; four eyes). The runtime's next
+    resume call consumes it. Raises ``Forbidden`` for the requester, ``InvalidTransition``
+    unless the request is ``requested``."""
+    return _retry_decide(actor=actor, tenant=tenant, retry_id=retry_id, reason=reason,
+                         approve=True)
+
+
+def retry_reject(*, actor, tenant: Tenant, retry_id: int, reason: str) -> RetryRequest:
+    """Reject someone else's retry request; same rules as ``retry_approve``."""
+    return _retry_decide(actor=actor, tenant=tenant, retry_id=retry_id, reason=reason,
+                         approve=False)
+
+
+def effect_mark_unknown(*, actor, tenant: Tenant, effect_id: uuid.UUID, reason: str) -> Effect:
+    """A reviewer declares that nobody can tell whether the effect happened.
+
+    Allowed from ``submitted`` and ``unresolved`` only (422 otherwise), and only once the
+    run's owner is gone (``OwnerLive``, 409, like reconciliation). The run becomes
+    ``unknown_outcome`` until a retry is approved or the run is closed.
+    """
+    require(actor, tenant, roles.REVIEW)
+    reason = _require_reason(reason)
+    with transaction.atomic():
+        effect = Effect.objects.for_tenant(tenant).filter(uuid=effect_id).select_related(
+            "run").first()
+        if effect is None:
+            raise NotFound("no such effect")
+        run = _get_run(tenant, effect.run.uuid)
+        if run.closed_at is not None:
+            raise InvalidTransition("run: the run is closed; a new write reopens it")
+        require_owner_gone(run, run_facts(run), "mark an outcome unknown")
+        effect.refresh_from_db()
+        before = {"state": effect.state, "revision": effect.revision}
+        moved = _effect_transition(effect, expected_revision=effect.revision, to_state=EffectState.UNKNOWN,
+                                   receipt=effect.receipt, by=EffectSource.REVIEWER, actor=actor,
+                                   now=run.db_now)
+        if moved is None:  # cannot happen under the run lock; kept as a guard
+            raise StaleRevision(Effect.objects.for_tenant(effect.tenant_id)
+                                .get(pk=effect.pk).revision)
+        run_refresh_state(run)
+        audit_record(tenant=tenant, actor=actor, action=AuditAction.EFFECT_MARK_UNKNOWN,
+                     target_type=TargetType.EFFECT, target_id=effect.uuid, run_id=run.uuid,
+                     reason=reason, before=before,
+                     after={"state": EffectState.UNKNOWN, "revision": moved.revision})
+    return moved
+
+
+def run_close(*, actor, tenant: Tenant, run_id: uuid.UUID, reason: str) -> Run:
+    """A reviewer closes a run that was handled outside the system (DESIGN.md 4).
+
+    The run shows as ``closed`` (its own tab) until the runtime's next write reopens it;
+    an open retry request is expired and open reconcile requests are cancelled, so
+    nothing acts on a closed run. Raises ``InvalidTransition`` (422) if it is already
+    closed, ``ReasonRequired`` (400), ``NotFound``/``Forbidden``. Audited.
+    """
+    require(actor, tenant, roles.REVIEW)
+    reason = _require_reason(reason)
+    with transaction.atomic():
+        run = _get_run(tenant, run_id)
+        if run.closed_at is not None:
+            raise InvalidTransition("run: already closed")
+        if run.recovery_state == RecoveryState.COMPLETED:
+            raise InvalidTransition("run: it completed; there is nothing to close")
+        now = run.db_now
+        before = run.recovery_state
+        expired = RetryRequest.objects.for_tenant(tenant).filter(
+            run=run, state__in=RetryState.OPEN).update(
+            state=RetryState.EXPIRED, decided_at=now)
+        from ..models import ReconcileRequest
+
+        cancelled = ReconcileRequest.objects.for_tenant(tenant).filter(
+            run=run, state__in=ReconcileState.OPEN).update(
+            state=ReconcileState.CANCELLED, finished_at=now, last_error="the run was closed")
+        Run.objects.for_tenant(run.tenant_id).filter(pk=run.pk).update(
+            closed_at=now, closed_by=actor, closed_reason=reason)
+        run.closed_at, run.closed_by, run.closed_reason = now, actor, reason
+        run_refresh_state(run, now)
+        audit_record(tenant=tenant, actor=actor, action=AuditAction.RUN_CLOSE, target_type=TargetType.RUN,
+                     target_id=run.uuid, run_id=run.uuid, reason=reason,
+                     before={"recovery_state": before},
+                     after={"recovery_state": run.recovery_state,
+                            "retry_requests_expired": expired,
+                            "reconcile_requests_cancelled": cancelled})
+    return run
+
+
+def conflicts_acknowledge(*, actor, tenant: Tenant, run_id: uuid.UUID, reason: str) -> int:
+    """Acknowledge every open conflict of the run; returns how many. Audited."""
+    require(actor, tenant, roles.REVIEW)
+    reason = _require_reason(reason)
+    with transaction.atomic():
+        run = _get_run(tenant, run_id)
+        now = run.db_now
+        n = Conflict.objects.for_tenant(run.tenant_id).filter(
+            run=run, acknowledged_at__isnull=True).update(
+            acknowledged_at=now, acknowledged_by=actor)
+        Run.objects.for_tenant(run.tenant_id).filter(pk=run.pk).update(unacknowledged_conflicts=0)
+        run.unacknowledged_conflicts = 0
+        before = run.recovery_state
+        run_refresh_state(run, now)
+        audit_record(tenant=tenant, actor=actor, action=AuditAction.CONFLICTS_ACKNOWLEDGE,
+                     target_type=TargetType.RUN, target_id=run.uuid, run_id=run.uuid, reason=reason,
+                     before={"recovery_state": before, "open_conflicts": n},
+                     after={"recovery_state": run.recovery_state, "open_conflicts": 0})
+    return n
+
+

@@ -1,0 +1,347 @@
+"""Runs: the run lock, fencing, recovery facts and state, conflict records, leases and
+resume decisions (CONTRACT.md 3, DESIGN.md 4).
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timedelta
+
+from django.db import IntegrityError, transaction
+from django.db.models import Count, F
+
+from .. import crypto, policy, roles
+from ..audit import (
+    audit_record,
+)
+from ..dbclock import NOW, db_now
+from ..exceptions import (
+    Fenced,
+    InvalidPayload,
+    LeaseHeld,
+    NotFound,
+    OwnerLive,
+)
+from ..models import (
+    Checkpoint,
+    Conflict,
+    Effect,
+    RetryRequest,
+    Run,
+    Tenant,
+)
+from ..permissions import require
+from ..vocab import (
+    AuditAction,
+    ConflictReason,
+    EffectState,
+    PhaseClass,
+    RetryOutcome,
+    RetryState,
+    TargetType,
+)
+from .common import _actor_name
+
+# --------------------------------------------------------------------------------------
+# Runs: locking, fencing, recovery state
+# --------------------------------------------------------------------------------------
+
+def _lock_run(tenant: Tenant, run_id: uuid.UUID, *, create: bool) -> Run | None:
+    """The run row, locked FOR UPDATE; created (race-safe) when ``create``.
+
+    The same query reads the database's clock into ``run.db_now`` (``dbclock``): every
+    time this write stores or compares is that one, never the process's clock.
+    """
+    locked = Run.objects.for_tenant(tenant).select_for_update().annotate(db_now=NOW)
+    run = locked.filter(uuid=run_id).first()
+    if run is not None:
+        run.tenant = tenant  # already loaded; saves a query in run_facts
+    if run is not None or not create:
+        return run
+    try:
+        with transaction.atomic():
+            Run.objects.create(tenant=tenant, uuid=run_id, last_write_at=db_now())
+    except IntegrityError:
+        pass  # a concurrent writer created it first; lock theirs
+    run = locked.get(uuid=run_id)
+    run.tenant = tenant
+    return run
+
+
+def _reopen(run: Run) -> bool:
+    """Clear a reviewer's ``closed`` mark: any new write by the runtime reopens the run
+    (DESIGN.md 4). Returns whether it was closed. Caller holds the run's lock."""
+    if run.closed_at is None:
+        return False
+    (Run.objects.for_tenant(run.tenant_id)
+     .filter(pk=run.pk).update(closed_at=None, closed_by=None, closed_reason=""))
+    run.closed_at, run.closed_by, run.closed_reason = None, None, ""
+    return True
+
+
+def _drop_if_empty(run: Run) -> None:
+    """Delete a run that owns nothing (made by a writer that then lost a create race)."""
+    if not (Checkpoint.objects.for_tenant(run.tenant_id).filter(run=run).exists()
+            or Effect.objects.for_tenant(run.tenant_id).filter(run=run).exists()
+            or Conflict.objects.for_tenant(run.tenant_id).filter(run=run).exists()
+            or RetryRequest.objects.for_tenant(run.tenant_id).filter(run=run).exists()):
+        Run.objects.for_tenant(run.tenant_id).filter(pk=run.pk).delete()
+
+
+def _check_fence(run: Run, token: int | None, now: datetime) -> None:
+    """CONTRACT.md 3: while the run holds a live lease a write must carry its current token;
+    a token other than the current one is refused whether or not the lease is live. Once
+    ownership has begun (token > 0: a lease was taken or a retry consumed) a write with no
+    token is refused too, so a zombie cannot slip past fencing by leaving the header out."""
+    lease_live = bool(run.lease_owner) and run.lease_expires_at is not None and (
+        run.lease_expires_at > now
+    )
+    if (token is not None and token != run.fencing_token) or (
+        token is None and (lease_live or run.fencing_token > 0)
+    ):
+        raise Fenced(run.fencing_token, run_pk=run.pk)
+
+
+def _record_fenced(exc: Fenced, *, tenant, actor, target_type: str, target_id, expected,
+                   attempted: int, token: int | None, refused: str) -> None:
+    """Keep a fenced write as a conflict of the leased run, in its own transaction (the
+    write's transaction has rolled back), so a zombie owner shows in the inbox."""
+    with transaction.atomic():
+        run = (Run.objects.for_tenant(tenant).select_for_update().annotate(db_now=NOW)
+               .select_related("tenant").filter(pk=exc.run_pk).first())
+        if run is None:  # the run was new in the rolled-back write: nothing to attach to
+            return
+        model = Checkpoint if target_type == TargetType.CHECKPOINT else Effect
+        actual = (model.objects.for_tenant(tenant).filter(uuid=target_id)
+                  .values_list("revision", flat=True).first())
+        _record_conflict(tenant=tenant, run=run, actor=actor, target_type=target_type,
+                         target_id=target_id, expected=expected, actual=actual,
+                         attempted=attempted, refused=refused, reason=ConflictReason.FENCED,
+                         token_sent=token)
+
+
+def _now_for(run: Run) -> datetime:
+    """The database time read with the run's row (``_lock_run``), else a fresh one."""
+    return getattr(run, "db_now", None) or db_now()
+
+
+def run_facts(run: Run, now: datetime | None = None) -> policy.RunFacts:
+    """Read the facts the policy needs for ``run`` (call under the run's lock to act on
+    them). ``now`` defaults to the database time read with the run (``dbclock``)."""
+    now = now or _now_for(run)
+    counts = dict(
+        Effect.objects.for_tenant(run.tenant_id).filter(run=run)
+        .exclude(state__in=EffectState.NEEDS_RETRY, retry_authorized_by__isnull=False)
+        .values_list("state").annotate(n=Count("pk")).values_list("state", "n")
+    )
+    labels: dict[str, list[str]] = {}
+    if any(counts.get(state) for state in EffectState.DOUBTFUL):
+        for state, service, key in (
+            Effect.objects.for_tenant(run.tenant_id).filter(run=run, state__in=EffectState.DOUBTFUL,
+                                  retry_authorized_by__isnull=True)
+            .order_by("created_at", "id").values_list("state", "service", "operation_key")[:20]
+        ):
+            group = labels.setdefault(state, [])
+            if len(group) < 3:
+                group.append(f"{service} {key if len(key) <= 80 else key[:79] + '…'}")
+    open_retry = (RetryRequest.objects.for_tenant(run.tenant_id)
+                  .filter(run=run, state__in=RetryState.OPEN)
+                  .values_list("state", flat=True).first())
+    schema_error = ""
+    if run.phase_class == PhaseClass.UNSUPPORTED:
+        schema_error = run.phase_label
+    return policy.RunFacts(
+        now=now,
+        phase_class=run.phase_class,
+        schema_error=schema_error,
+        last_write_at=run.last_write_at,
+        lease_owner=run.lease_owner,
+        lease_expires_at=run.lease_expires_at,
+        ambiguity_threshold_s=run.tenant.ambiguity_threshold_s,
+        effect_states=counts,
+        open_retry_state=open_retry or "",
+        unacknowledged_conflicts=run.unacknowledged_conflicts,
+        identity={"agent": run.agent, "model": run.model, "workflow": run.workflow,
+                  "definition_version": run.definition_version},
+        effect_labels=labels,
+        closed=run.closed_at is not None,
+    )
+
+
+def require_owner_gone(run: Run, facts: policy.RunFacts, doing: str) -> None:
+    """Refuse ``doing`` while the run's owner is live (CONTRACT.md 3 ``owner_live``): the
+    sweep's rule (``RunFacts.owner_gone``) on the database clock, under the run's lock.
+    Reconciling, declaring an outcome unknown or retrying over a live owner could call a
+    call still on the wire "not executed", or fence a worker in the middle of it.
+    Raises ``OwnerLive`` (409) with when the owner will count as gone."""
+    if facts.owner_gone:
+        return
+    gone_at = facts.owner_gone_at
+    owner = run.lease_owner or "(no lease; it wrote recently)"
+    raise OwnerLive(
+        f"run: its owner {owner} is live until "
+        f"{gone_at.isoformat() if gone_at else 'now'}; {doing} only after it is gone",
+        gone_at.isoformat() if gone_at else None)
+
+
+def run_refresh_state(run: Run, now: datetime | None = None) -> str:
+    """Recompute and save the run's recovery state (caller holds the run's lock); ``now``
+    defaults to the database time read with the run."""
+    now = now or _now_for(run)
+    state, reason = policy.recovery_state(run_facts(run, now))
+    fields = {"recovery_state": state, "recovery_reason": reason[:256]}
+    if state != run.recovery_state:
+        fields["state_changed_at"] = now
+    for key, value in fields.items():
+        setattr(run, key, value)
+    Run.objects.for_tenant(run.tenant_id).filter(pk=run.pk).update(**fields)
+    return state
+
+
+def _record_conflict(*, tenant, run: Run, actor, target_type: str, target_id, expected,
+                     actual: int | None, attempted: int | None, refused: str,
+                     reason: str | None = None, token_sent: int | None = None) -> None:
+    if reason is None:
+        reason = ConflictReason.ID_EXISTS if expected is None else ConflictReason.STALE_REVISION
+    Conflict.objects.create(
+        tenant=tenant, run=run, target_type=target_type, target_uuid=target_id, reason=reason,
+        expected_revision=expected, actual_revision=actual, attempted_revision=attempted,
+        fencing_token_sent=token_sent,
+        fencing_token_current=run.fencing_token if reason == ConflictReason.FENCED else None,
+        writer=actor, writer_name=_actor_name(actor),
+        refused_ciphertext=crypto.encrypt_text(refused) if refused else "",
+    )
+    (Run.objects.for_tenant(run.tenant_id)
+     .filter(pk=run.pk).update(unacknowledged_conflicts=F("unacknowledged_conflicts") + 1))
+    run.refresh_from_db(fields=["unacknowledged_conflicts"])
+    run_refresh_state(run)
+    audit_record(tenant=tenant, actor=actor, action=AuditAction.CONFLICT[target_type],
+                 target_type=target_type, target_id=target_id, run_id=run.uuid,
+                 before={"current_revision": actual},
+                 after={"reason": reason, "expected_revision": expected,
+                        "attempted_revision": attempted, "fencing_token": token_sent})
+
+
+# --------------------------------------------------------------------------------------
+# Leases and resume decisions
+# --------------------------------------------------------------------------------------
+
+def lease_acquire(*, actor, tenant: Tenant, run_id: uuid.UUID, owner: str, ttl_s: int) -> Run:
+    """Take or renew the run's lease (CONTRACT.md 3).
+
+    A new owner (none before, or the previous lease expired) bumps the fencing token; the
+    same owner renewing keeps it. Raises ``NotFound`` for an unknown run, ``LeaseHeld``
+    (409) while another owner's lease is live, ``InvalidPayload`` for a bad owner or ttl.
+    """
+    require(actor, tenant, roles.WRITE)
+    if not isinstance(owner, str) or not owner or len(owner) > 256:
+        raise InvalidPayload("owner: must be a non-empty string of at most 256 characters")
+    if type(ttl_s) is not int or not 1 <= ttl_s <= 86400:
+        raise InvalidPayload("ttl_s: must be an integer in 1..86400")
+    with transaction.atomic():
+        run = _lock_run(tenant, run_id, create=False)
+        if run is None:
+            raise NotFound("no such run")
+        now = run.db_now
+        live = bool(run.lease_owner) and run.lease_expires_at and run.lease_expires_at > now
+        if live and run.lease_owner != owner:
+            raise LeaseHeld(f"owner: the run is leased by another owner until "
+                            f"{run.lease_expires_at.isoformat()}")
+        before = {"owner": run.lease_owner, "fencing_token": run.fencing_token}
+        if not (live and run.lease_owner == owner):
+            run.fencing_token += 1
+        run.lease_owner = owner
+        run.lease_expires_at = now + timedelta(seconds=ttl_s)
+        run.last_write_at = now
+        run.save(update_fields=["fencing_token", "lease_owner", "lease_expires_at",
+                                "last_write_at", "updated_at"])
+        reopened = _reopen(run)
+        run_refresh_state(run, now)
+        after = {"owner": owner, "fencing_token": run.fencing_token,
+                 "expires_at": run.lease_expires_at.isoformat()}
+        if reopened:
+            after["reopened"] = True
+        audit_record(tenant=tenant, actor=actor, action=AuditAction.LEASE_ACQUIRE, target_type=TargetType.RUN,
+                     target_id=run.uuid, run_id=run.uuid, before=before, after=after)
+    return run
+
+
+def _resume_answer(run: Run, decision: policy.Decision) -> dict:
+    checkpoint = run.latest_checkpoint
+    return {
+        "action": decision.action,
+        "reason": decision.reason,
+        "checkpoint_id": str(checkpoint.uuid) if checkpoint else None,
+        "revision": checkpoint.revision if checkpoint else None,
+        "fencing_token": run.fencing_token,
+    }
+
+
+def resume_preview(*, actor, tenant: Tenant, run_id: uuid.UUID, asked: dict[str, str]) -> dict:
+    """What a restarting runtime would be told (CONTRACT.md 3, ``GET …/resume``): a
+    preview that changes nothing: it consumes no approval, bumps no token, takes no lock
+    and writes no audit event. An approved retry shows as ``retry``/``retry_approved``;
+    only ``resume_claim`` consumes it.
+
+    Returns ``{action, reason, checkpoint_id, revision, fencing_token}`` (the run's
+    current token). Raises ``NotFound`` for an unknown run, ``Forbidden`` without
+    ``write_runs``.
+    """
+    require(actor, tenant, roles.WRITE)
+    run = (Run.objects.for_tenant(tenant).annotate(db_now=NOW)
+           .select_related("latest_checkpoint").filter(uuid=run_id).first())
+    if run is None:
+        raise NotFound("no such run")
+    run.tenant = tenant
+    return _resume_answer(run, policy.resume_decision(run_facts(run), asked))
+
+
+def resume_claim(*, actor, tenant: Tenant, run_id: uuid.UUID, asked: dict[str, str]) -> dict:
+    """The resume decision, claimed (CONTRACT.md 3, ``POST …/resume``, writer only).
+
+    When the answer is ``retry`` the approved retry is consumed in the same transaction:
+    the request becomes ``consumed``, the fencing token is bumped and the lease dropped
+    (so the old owner is fenced), the run is reopened if a reviewer had closed it, its
+    ``unknown``/``not_executed`` effects are authorised to go back to ``planned``, and one
+    audit event is written. Any other answer changes nothing. Returns ``{action, reason,
+    checkpoint_id, revision, fencing_token}``. Raises ``NotFound`` for an unknown run.
+    """
+    require(actor, tenant, roles.WRITE)
+    with transaction.atomic():
+        run = _lock_run(tenant, run_id, create=False)
+        if run is None:
+            raise NotFound("no such run")
+        now = run.db_now
+        decision = policy.resume_decision(run_facts(run, now), asked)
+        if decision.consume_retry:
+            retry = RetryRequest.objects.for_tenant(run.tenant_id).select_for_update().get(run=run,
+                                                                 state=RetryState.APPROVED)
+            run.fencing_token += 1
+            run.lease_owner = ""
+            run.lease_expires_at = None
+            # The retrying runtime gets a fresh ambiguity window to lease and write in,
+            # so the sweep does not call the run abandoned the moment it is handed over.
+            run.last_write_at = now
+            run.save(update_fields=["fencing_token", "lease_owner", "lease_expires_at",
+                                    "last_write_at", "updated_at"])
+            RetryRequest.objects.for_tenant(retry.tenant_id).filter(pk=retry.pk).update(
+                state=RetryState.CONSUMED, consumed_at=now, consumed_fencing_token=run.fencing_token)
+            # Only what the approver accepted: the effects its preview showed as sent again.
+            # One that became unknown/not_executed after the approval (a zombie owner sent
+            # it meanwhile) waits for a new retry whose preview names it: no duplicate that
+            # nobody accepted. (An approval recorded without a preview authorises all.)
+            again = (Effect.objects.for_tenant(run.tenant_id)
+                     .filter(run=run, state__in=EffectState.NEEDS_RETRY))
+            if retry.approved_preview is not None:
+                again = again.filter(uuid__in=[
+                    row["effect_id"] for row in retry.approved_preview
+                    if row.get("outcome") in RetryOutcome.SENT_AGAIN])
+            again.update(retry_authorized_by=retry)
+            run_refresh_state(run, now)
+            audit_record(tenant=tenant, actor=actor, action=AuditAction.RETRY_CONSUME,
+                         target_type=TargetType.RETRY_REQUEST, target_id=retry.pk, run_id=run.uuid,
+                         before={"state": RetryState.APPROVED},
+                         after={"state": RetryState.CONSUMED, "fencing_token": run.fencing_token})
+        return _resume_answer(run, decision)
+
+

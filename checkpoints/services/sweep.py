@@ -1,0 +1,92 @@
+"""System work: the stale-run sweep (beat every 10 s, or the in-process thread).
+"""
+
+from __future__ import annotations
+
+from django.db import transaction
+from django.db.models import Q
+
+from .. import reconciliation
+from ..audit import (
+    audit_record,
+)
+from ..dbclock import NOW
+from ..models import (
+    Effect,
+    Run,
+)
+from ..vocab import (
+    AuditAction,
+    EffectSource,
+    EffectState,
+    PhaseClass,
+    RecoveryState,
+    TargetType,
+)
+from .effects import _effect_transition
+from .runs import run_facts, run_refresh_state
+
+# --------------------------------------------------------------------------------------
+# System work: reconciliation results and the stale-run sweep
+# --------------------------------------------------------------------------------------
+
+def sweep_stale_runs() -> dict[str, int]:
+    """Move runs whose owner went quiet into ``ambiguous`` (DESIGN.md 4), on the
+    database's clock, then re-drive reconcile requests whose worker vanished or whose
+    message was lost (``reconciliation.redrive``).
+
+    Candidates: open runs with a ``submitted`` effect or an in-flight latest checkpoint
+    whose lease is expired or absent. Under each run's lock the rule is judged again
+    (``RunFacts.owner_gone``): ``submitted`` effects become ``unresolved`` (audited, actor
+    system), then the state is recomputed. Idempotent and safe on many workers at once.
+    Returns counts: ``examined``, ``effects_unresolved``, ``runs_ambiguous`` and the
+    re-drive's ``reconcile_redriven``.
+    """
+    every_run = Run.objects.for_all_tenants(
+        reason="the stale-run sweep looks at every tenant's runs; each is then locked and "
+               "changed within its own tenant")
+    candidates = (
+        every_run.filter(Q(effects__state=EffectState.SUBMITTED)
+                         | Q(phase_class=PhaseClass.IN_FLIGHT))
+        .exclude(recovery_state=RecoveryState.SCHEMA_MISMATCH)
+        .filter(closed_at__isnull=True)
+        .filter(Q(lease_expires_at__lte=NOW) | Q(lease_owner="")
+                | Q(lease_expires_at__isnull=True))
+        .values_list("pk", flat=True).distinct()
+    )
+    stats = {"examined": 0, "effects_unresolved": 0, "runs_ambiguous": 0}
+    for pk in list(candidates):
+        stats["examined"] += 1
+        with transaction.atomic():
+            run = (every_run.select_for_update().annotate(db_now=NOW)
+                   .select_related("tenant").filter(pk=pk).first())
+            if run is None:
+                continue
+            now = run.db_now
+            facts = run_facts(run, now)
+            if not facts.owner_gone or facts.closed:
+                continue
+            for effect in Effect.objects.for_tenant(run.tenant_id).filter(
+                    run=run, state=EffectState.SUBMITTED):
+                moved = _effect_transition(effect, expected_revision=effect.revision,
+                                           to_state=EffectState.UNRESOLVED, receipt=effect.receipt,
+                                           by=EffectSource.SWEEP, actor=None, now=now)
+                if moved is not None:
+                    stats["effects_unresolved"] += 1
+                    audit_record(tenant=run.tenant, actor=None, action=AuditAction.EFFECT_UNRESOLVED,
+                                 target_type=TargetType.EFFECT, target_id=effect.uuid,
+                                 run_id=run.uuid, reason="owner gone (stale-run sweep)",
+                                 before={"state": EffectState.SUBMITTED},
+                                 after={"state": EffectState.UNRESOLVED})
+            before = run.recovery_state
+            ambiguous = RecoveryState.AMBIGUOUS
+            if run_refresh_state(run, now) == ambiguous and before != ambiguous:
+                stats["runs_ambiguous"] += 1
+                audit_record(tenant=run.tenant, actor=None, action=AuditAction.RUN_AMBIGUOUS,
+                             target_type=TargetType.RUN, target_id=run.uuid, run_id=run.uuid,
+                             reason=run.recovery_reason, before={"recovery_state": before},
+                             after={"recovery_state": ambiguous})
+    stats["reconcile_redriven"] = reconciliation.redrive()
+    return stats
+
+
