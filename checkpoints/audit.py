@@ -191,13 +191,33 @@ def audit_record(
     the head. Returns the saved event. Raises ``ImproperlyConfigured`` for bad keys.
     """
     assert transaction.get_connection().in_atomic_block, "audit_record needs a transaction"
-    keys = audit_keys()
     head, _ = (AuditChainHead.objects.for_tenant(tenant).select_for_update()
                .get_or_create(tenant=tenant))
+    event = new_event(tenant=tenant, seq=head.seq + 1, prev_hash=head.last_hash,
+                      created_at=timezone.now(), actor=actor, action=action,
+                      target_type=target_type, target_id=target_id, run_id=run_id,
+                      reason=reason, before=before, after=after)
+    event.save()
+    (AuditChainHead.objects.for_tenant(tenant)
+     .filter(pk=head.pk).update(seq=event.seq, last_hash=event.hash))
+    return event
+
+
+def new_event(*, tenant: Tenant, seq: int, prev_hash: str, created_at, actor, action: str,
+              target_type: str, target_id: Any, run_id: uuid.UUID | str | None = None,
+              reason: str = "", before: dict | None = None,
+              after: dict | None = None) -> AuditEvent:
+    """The unsaved event at position ``seq`` after ``prev_hash``, keyed with the newest
+    ``RECOVERY_AUDIT_KEYS`` key. Every append builds its event here, the ORM one
+    (``audit_record``) and the checkpoint write's SQL one (``checkpoints.writepath``), so
+    the two cannot hash differently (and a test that makes the audit store fail breaks
+    both here). ``created_at`` is an aware datetime. Raises ``ImproperlyConfigured`` for
+    bad keys."""
+    keys = audit_keys()
     event = AuditEvent(
         tenant=tenant,
-        seq=head.seq + 1,
-        created_at=timezone.now(),
+        seq=seq,
+        created_at=created_at,
         actor=actor,
         actor_name=actor.get_username() if actor is not None else SYSTEM,
         action=action,
@@ -208,15 +228,12 @@ def audit_record(
         reason=reason,
         before=before,
         after=after,
-        prev_hash=head.last_hash,
+        prev_hash=prev_hash,
         hash_scheme=AuditHashScheme.HMAC_SHA256,
         key_id=keys.newest_id,
     )
     event.hash = event_mac(keys.newest, tenant_id=tenant.pk, key_id=keys.newest_id,
-                           prev_hash=head.last_hash, fields=audit_fields(event))
-    event.save()
-    (AuditChainHead.objects.for_tenant(tenant)
-     .filter(pk=head.pk).update(seq=event.seq, last_hash=event.hash))
+                           prev_hash=prev_hash, fields=audit_fields(event))
     return event
 
 

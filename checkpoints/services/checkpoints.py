@@ -11,7 +11,7 @@ from typing import Any
 from django.conf import settings
 from django.db import IntegrityError, transaction
 
-from .. import crypto, kinds, roles
+from .. import crypto, kinds, roles, writepath
 from ..audit import (
     audit_record,
 )
@@ -143,7 +143,17 @@ def checkpoint_put(
 def _checkpoint_cas(actor, tenant, envelope, expected_revision, fencing_token, cls,
                     phase_label, ciphertext, size):
     """The transaction of ``checkpoint_put``; returns the checkpoint, or the
-    ``StaleRevision`` to raise once the conflict record has committed."""
+    ``StaleRevision`` to raise once the conflict record has committed. On PostgreSQL an
+    update first tries ``writepath.checkpoint_update`` (the same write in five round
+    trips); whatever it hands back (a create, a stale revision, a moved id) is decided
+    here, by the ORM path that stays the reference."""
+    if expected_revision is not None and writepath.available():
+        checkpoint = writepath.checkpoint_update(
+            actor=actor, tenant=tenant, envelope=envelope, expected_revision=expected_revision,
+            fencing_token=fencing_token, cls=cls, phase_label=phase_label,
+            ciphertext=ciphertext, size=size)
+        if checkpoint is not writepath.FALLBACK:
+            return checkpoint
     conflict_at: int | None = None
     with transaction.atomic():
         existing = (Checkpoint.objects.for_tenant(tenant).filter(uuid=envelope.checkpoint_id)

@@ -125,6 +125,22 @@ def _now_for(run: Run) -> datetime:
     return getattr(run, "db_now", None) or db_now()
 
 
+def effect_labels(tenant_id: int, run_pk: int) -> dict[str, list[str]]:
+    """State -> up to three ``"service operation_key"`` labels of the run's oldest effects
+    in doubt (``EffectState.DOUBTFUL``, not covered by a consumed retry), so a recovery
+    reason can say which side effect it means. One query."""
+    labels: dict[str, list[str]] = {}
+    for state, service, key in (
+        Effect.objects.for_tenant(tenant_id).filter(run_id=run_pk, state__in=EffectState.DOUBTFUL,
+                                                    retry_authorized_by__isnull=True)
+        .order_by("created_at", "id").values_list("state", "service", "operation_key")[:20]
+    ):
+        group = labels.setdefault(state, [])
+        if len(group) < 3:
+            group.append(f"{service} {key if len(key) <= 80 else key[:79] + '…'}")
+    return labels
+
+
 def run_facts(run: Run, now: datetime | None = None) -> policy.RunFacts:
     """Read the facts the policy needs for ``run`` (call under the run's lock to act on
     them). ``now`` defaults to the database time read with the run (``dbclock``)."""
@@ -134,16 +150,8 @@ def run_facts(run: Run, now: datetime | None = None) -> policy.RunFacts:
         .exclude(state__in=EffectState.NEEDS_RETRY, retry_authorized_by__isnull=False)
         .values_list("state").annotate(n=Count("pk")).values_list("state", "n")
     )
-    labels: dict[str, list[str]] = {}
-    if any(counts.get(state) for state in EffectState.DOUBTFUL):
-        for state, service, key in (
-            Effect.objects.for_tenant(run.tenant_id).filter(run=run, state__in=EffectState.DOUBTFUL,
-                                  retry_authorized_by__isnull=True)
-            .order_by("created_at", "id").values_list("state", "service", "operation_key")[:20]
-        ):
-            group = labels.setdefault(state, [])
-            if len(group) < 3:
-                group.append(f"{service} {key if len(key) <= 80 else key[:79] + '…'}")
+    labels = (effect_labels(run.tenant_id, run.pk)
+              if any(counts.get(state) for state in EffectState.DOUBTFUL) else {})
     open_retry = (RetryRequest.objects.for_tenant(run.tenant_id)
                   .filter(run=run, state__in=RetryState.OPEN)
                   .values_list("state", flat=True).first())

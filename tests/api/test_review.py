@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from checkpoints import audit
 from checkpoints.models import (
     AuditEvent,
     Checkpoint,
@@ -267,10 +268,10 @@ def test_it_writes_the_audit_event_in_the_same_transaction_as_the_action(
     before = snapshot()
     checkpoints = Checkpoint.objects.count()
 
-    def broken_audit(self, *args, **kwargs):
+    def broken_audit(*args, **kwargs):
         raise RuntimeError("audit store down")
 
-    monkeypatch.setattr(AuditEvent, "save", broken_audit)
+    monkeypatch.setattr(audit, "new_event", broken_audit)
     client = api_as(rita)
     with pytest.raises(RuntimeError):
         if action == "retry":

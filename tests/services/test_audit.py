@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from django.db import DatabaseError, connection, transaction
 
-from checkpoints import services
+from checkpoints import audit, services
 from checkpoints.models import AuditEvent
 from tests.api.apihelpers import snapshot
 from tests.helpers import envelope, put_checkpoint
@@ -88,10 +88,10 @@ def test_it_writes_the_audit_event_in_the_same_transaction_as_the_change(acme, w
     which rolled back whatever the code did, so it could not fail.)"""
     before = snapshot()
 
-    def audit_store_down(self, *args, **kwargs):
+    def audit_store_down(*args, **kwargs):
         raise DatabaseError("audit insert failed")
 
-    monkeypatch.setattr(AuditEvent, "save", audit_store_down)
+    monkeypatch.setattr(audit, "new_event", audit_store_down)
     with pytest.raises(DatabaseError):
         put_checkpoint(wendy, acme, envelope())
     assert snapshot() == before

@@ -7,7 +7,8 @@
   fails; a name in either that no longer audits fails it too.
 - **Cells**: one per branch that ends in an audit event (a create, an update, a refused
   write kept as a conflict, a fenced write, a reveal, ...): 33 cells for 25 services.
-- **How**: ``AuditEvent.save`` raises (the audit store is down), the service is called,
+- **How**: ``audit.new_event`` (where every append, ORM or SQL, builds its event) raises
+  (the audit store is down), the service is called,
   and the whole database (every row of every model, ``tests.matrixhelpers.db_state``)
   must be as it was: nothing of the write is left. Then the same call runs with the
   audit working and must change something, so no cell is vacuous.
@@ -55,7 +56,7 @@ class AuditDown(Exception):
     """The audit insert failed."""
 
 
-def _broken_save(self, *args, **kwargs):
+def _broken_new_event(*args, **kwargs):
     raise AuditDown("audit store down")
 
 
@@ -452,7 +453,7 @@ def test_a_failed_audit_insert_leaves_nothing_of_the_write(people, monkeypatch, 
     cell = build(people, monkeypatch) if "monkeypatch" in params else build(people)
     before = db_state(cell.ignore)
     with monkeypatch.context() as mp:
-        mp.setattr(AuditEvent, "save", _broken_save)
+        mp.setattr(audit, "new_event", _broken_new_event)
         with pytest.raises(Exception) as raised:  # noqa: B017 - any failure; state below
             cell.act()
     left = db_diff(before, db_state(cell.ignore))

@@ -1,0 +1,169 @@
+"""The checkpoint update's SQL path (``checkpoints.writepath``, PostgreSQL) writes exactly
+what the ORM path (the reference, and SQLite's only path) writes (issue 8).
+
+One script of writes runs twice on the same ids: in acme with the SQL path, in globex
+with ``RECOVERY_SQL_WRITE_PATH`` off. Every row it leaves (runs, checkpoints, revisions,
+conflicts, audit events) is then compared column by column, leaving out only what
+differs by nature (primary keys, the tenant, times, Fernet ciphertexts, whose payloads are
+compared decrypted). Both audit chains must verify.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from checkpoints import crypto, services
+from checkpoints.exceptions import Fenced, StaleRevision
+from checkpoints.models import AuditEvent, Checkpoint, CheckpointRevision, Conflict, Run
+from tests.helpers import age_world, effect_body, envelope, put_checkpoint, walk_effect
+
+pytestmark = pytest.mark.postgres
+
+CP, RUN, EFFECT = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+TIMES = {"created_at", "updated_at", "last_write_at", "state_changed_at", "received_at",
+         "closed_at", "lease_expires_at", "submitted_at"}
+SKIP = {"id", "tenant", "tenant_id", "run", "run_id", "checkpoint", "checkpoint_id",
+        "latest_checkpoint", "latest_checkpoint_id", "written_by", "written_by_id",
+        "closed_by", "closed_by_id", "writer", "writer_id", "actor", "actor_id", "hash",
+        "prev_hash", "refused_ciphertext", "writer_name"}
+
+
+def body(revision, phase="ready", **extra):
+    extra.setdefault("updated_at_ms", 1_700_000_000_000 + revision)
+    return envelope(checkpoint_id=CP, run_id=RUN, revision=revision,
+                    payload={"phase": phase, "order_id": "A-1042", "step": revision}, **extra)
+
+
+def script(writer, reviewer, tenant):
+    """The same writes for either path; returns what each step answered."""
+    answers = []
+
+    def put(b, expected, token=None):
+        try:
+            cp = put_checkpoint(writer, tenant, b, expected=expected, token=token)
+            answers.append(("ok", cp.revision, cp.phase_class, cp.payload_size))
+        except (StaleRevision, Fenced) as exc:
+            answers.append((type(exc).__name__,))
+
+    put(body(0), None)                                   # create (ORM path in both)
+    put(body(1), 0)                                      # plain update
+    put(body(2, phase="charging"), 1)                    # in flight
+    walk_effect(writer, tenant, effect_body(effect_id=EFFECT, run_id=RUN),
+                "submitted", "unresolved")               # an effect in doubt: labels
+    put(body(3, phase="charging"), 2)
+    put(body(3), 2)                                      # stale: a conflict row
+    age_world(3600)
+    services.run_close(actor=reviewer, tenant=tenant, run_id=RUN, reason="handled by phone")
+    put(body(4), 3)                                      # reopens the closed run
+    put(body(5, schema_version=99), 4)                   # unsupported schema
+    put(body(6, phase="done"), 5)                        # completed
+    age_world(3600)
+    run = services.lease_acquire(actor=writer, tenant=tenant, run_id=RUN, owner="w1", ttl_s=60)
+    put(body(7), 6)                                      # fenced: no token
+    put(body(7), 6, token=run.fencing_token + 1)         # fenced: wrong token
+    put(body(7), 6, token=run.fencing_token)             # accepted
+    return answers
+
+
+def rows(tenant):
+    """Every row the script leaves, without what differs by nature."""
+    def clean(obj, extra=None):
+        out = {}
+        for f in obj._meta.concrete_fields:
+            if f.name in SKIP or f.attname in SKIP:
+                continue
+            value = getattr(obj, f.attname)
+            out[f.name] = (value is not None) if f.name in TIMES else value
+        if hasattr(obj, "payload_ciphertext"):
+            out["payload_ciphertext"] = crypto.decrypt_text(obj.payload_ciphertext)
+        return out | (extra or {})
+
+    runs = [clean(r, {"latest": r.latest_checkpoint.revision if r.latest_checkpoint else None,
+                      "closed_by": r.closed_by_id is not None})
+            for r in Run.objects.for_tenant(tenant).order_by("uuid")]
+    cps = [clean(c, {"by": c.written_by.username[:1]}) for c in
+           Checkpoint.objects.for_tenant(tenant).order_by("uuid")]
+    revs = [clean(r, {"by": r.written_by.username[:1]}) for r in
+            CheckpointRevision.objects.for_tenant(tenant).order_by("checkpoint__uuid", "revision")]
+    conflicts = [clean(c) for c in Conflict.objects.for_tenant(tenant).order_by("id")]
+    def untimed(d):
+        return {k: v for k, v in d.items() if k != "expires_at"} if d else d
+
+    events = [(e.seq, e.action, e.target_type, e.target_ref, e.run_uuid, e.before,
+               untimed(e.after), e.reason, e.hash_scheme)
+              for e in AuditEvent.objects.for_tenant(tenant).order_by("seq")
+              if e.action not in {"tenant.create", "role.grant", "account.create"}]
+    return {"runs": runs, "checkpoints": cps, "revisions": revs, "conflicts": conflicts,
+            "events": events}
+
+
+@pytest.fixture
+def sql_path_used(monkeypatch):
+    """Counts the SQL path's successful writes (so the comparison cannot pass by both
+    tenants taking the ORM path)."""
+    from checkpoints import writepath
+
+    calls = {"written": 0}
+    real = writepath.checkpoint_update
+
+    def counting(**kwargs):
+        answer = real(**kwargs)
+        if answer is not writepath.FALLBACK:
+            calls["written"] += 1
+        return answer
+
+    monkeypatch.setattr(writepath, "checkpoint_update", counting)
+    return calls
+
+
+@pytest.mark.django_db
+def test_the_sql_path_writes_what_the_orm_path_writes(acme, globex, wendy, wes, rita, omar,
+                                                      settings, sql_path_used):
+    settings.RECOVERY_SQL_WRITE_PATH = True
+    fast = script(wendy, rita, acme)
+    assert sql_path_used["written"] == 7  # every accepted update: revisions 1 to 7
+    settings.RECOVERY_SQL_WRITE_PATH = False
+    slow = script(wes, omar, globex)
+    assert sql_path_used["written"] == 7  # unchanged: globex took the ORM path
+    assert fast == slow
+    assert [a[0] for a in fast].count("Fenced") == 2
+    assert [a[0] for a in fast].count("StaleRevision") == 1
+    fast_rows, slow_rows = rows(acme), rows(globex)
+    for table in fast_rows:
+        assert fast_rows[table] == slow_rows[table], table
+    assert services.audit_verify(tenant=acme)[0]
+    assert services.audit_verify(tenant=globex)[0]
+
+
+@pytest.mark.django_db
+def test_a_leased_update_through_the_sql_path(acme, wendy, settings, sql_path_used):
+    """With a lease, the token is checked by the SQL path and the write goes through it."""
+    settings.RECOVERY_SQL_WRITE_PATH = True
+    put_checkpoint(wendy, acme, body(0))
+    run = services.lease_acquire(actor=wendy, tenant=acme, run_id=RUN, owner="w1", ttl_s=60)
+    put_checkpoint(wendy, acme, body(1), expected=0, token=run.fencing_token)
+    assert sql_path_used["written"] == 1
+    with pytest.raises(Fenced):
+        put_checkpoint(wendy, acme, body(2), expected=1)
+    assert Conflict.objects.for_tenant(acme).get().reason == "fenced"
+    assert Checkpoint.objects.for_tenant(acme).get().revision == 1
+
+
+@pytest.mark.django_db
+def test_an_update_is_five_round_trips_whatever_the_history(acme, wendy, settings):
+    """BEGIN, lock, compare-and-swap (with history, facts, chain head), run + audit,
+    COMMIT: the same five statements for the 2nd and the 60th revision."""
+    settings.RECOVERY_SQL_WRITE_PATH = True
+    put_checkpoint(wendy, acme, body(0))
+    counts = []
+    for rev in range(1, 61):
+        with CaptureQueriesContext(connection) as queries:
+            put_checkpoint(wendy, acme, body(rev), expected=rev - 1)
+        if rev in (1, 60):
+            counts.append(len(queries.captured_queries))
+    assert counts == [5, 5]
+    assert services.audit_verify(tenant=acme)[0]
