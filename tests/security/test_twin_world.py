@@ -785,6 +785,8 @@ SERVICES: dict[str, list[ServiceCell]] = {
 NOT_SERVICE_CELLS = {
     "audit_verify": "reads one tenant's chain by tenant pk: tests/services/test_audit_chain.py",
     "audit_record": "appends to the given tenant's chain; every service above goes through it",
+    "new_event": "builds (unsaved) the next event of the tenant whose chain head its "
+                 "caller holds; reads and writes nothing",
 }
 
 
