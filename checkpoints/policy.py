@@ -23,6 +23,12 @@ from .vocab import (
 )
 
 
+def lease_live(owner: str, expires_at: datetime | None, now: datetime) -> bool:
+    """Whether a run's lease is live at ``now`` (the database's time, CONTRACT.md 3): it
+    has an owner and expires after ``now``."""
+    return bool(owner) and expires_at is not None and expires_at > now
+
+
 @dataclass(frozen=True)
 class RunFacts:
     """What the rules need to know about one run, read in one transaction.
@@ -49,9 +55,7 @@ class RunFacts:
 
     @property
     def lease_live(self) -> bool:
-        return bool(self.lease_owner) and self.lease_expires_at is not None and (
-            self.lease_expires_at > self.now
-        )
+        return lease_live(self.lease_owner, self.lease_expires_at, self.now)
 
     @property
     def owner_gone_at(self) -> datetime | None:
@@ -169,6 +173,17 @@ def resume_decision(facts: RunFacts, asked: dict[str, str]) -> Decision:
     if facts.phase_class == PhaseClass.IN_FLIGHT:
         return Decision(reject, reason.IN_FLIGHT)
     return Decision(ResumeAction.CONTINUE, reason.STABLE)
+
+
+def fence_refuses(token_sent: int | None, current_token: int, lease_live: bool) -> bool:
+    """Whether a write carrying ``token_sent`` (``None``: no ``Fencing-Token`` header) is
+    refused as fenced (CONTRACT.md 3): a token other than the current one always is; no
+    token is while the run holds a live lease, and once ownership has begun
+    (``current_token > 0``: a lease was taken or a retry consumed), so a zombie cannot
+    slip past fencing by leaving the header out."""
+    if token_sent is not None:
+        return token_sent != current_token
+    return lease_live or current_token > 0
 
 
 # Effect state machine (CONTRACT.md section 3). Keys: (from, to); value: who may do it.

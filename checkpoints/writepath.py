@@ -170,10 +170,8 @@ def checkpoint_update(*, actor, tenant: Tenant, envelope, expected_revision: int
          unacknowledged, now, checkpoint_pk, checkpoint_run, kind) = row
         if checkpoint_pk is None or checkpoint_run != run_pk or kind != envelope.kind:
             return FALLBACK
-        lease_live = bool(lease_owner) and lease_expires_at is not None and lease_expires_at > now
-        if (fencing_token is not None and fencing_token != token) or (
-            fencing_token is None and (lease_live or token > 0)
-        ):
+        live = policy.lease_live(lease_owner, lease_expires_at, now)
+        if policy.fence_refuses(fencing_token, token, live):
             raise Fenced(token, run_pk=run_pk)
 
         written = {

@@ -89,16 +89,10 @@ def _drop_if_empty(run: Run) -> None:
 
 
 def _check_fence(run: Run, token: int | None, now: datetime) -> None:
-    """CONTRACT.md 3: while the run holds a live lease a write must carry its current token;
-    a token other than the current one is refused whether or not the lease is live. Once
-    ownership has begun (token > 0: a lease was taken or a retry consumed) a write with no
-    token is refused too, so a zombie cannot slip past fencing by leaving the header out."""
-    lease_live = bool(run.lease_owner) and run.lease_expires_at is not None and (
-        run.lease_expires_at > now
-    )
-    if (token is not None and token != run.fencing_token) or (
-        token is None and (lease_live or run.fencing_token > 0)
-    ):
+    """Raise ``Fenced`` if ``policy.fence_refuses`` the write's ``token`` on ``run``
+    (CONTRACT.md 3), judged at the database time ``now``."""
+    live = policy.lease_live(run.lease_owner, run.lease_expires_at, now)
+    if policy.fence_refuses(token, run.fencing_token, live):
         raise Fenced(run.fencing_token, run_pk=run.pk)
 
 
@@ -251,7 +245,7 @@ def lease_acquire(*, actor, tenant: Tenant, run_id: uuid.UUID, owner: str, ttl_s
         if run is None:
             raise NotFound("no such run")
         now = run.db_now
-        live = bool(run.lease_owner) and run.lease_expires_at and run.lease_expires_at > now
+        live = policy.lease_live(run.lease_owner, run.lease_expires_at, now)
         if live and run.lease_owner != owner:
             raise LeaseHeld(f"owner: the run is leased by another owner until "
                             f"{run.lease_expires_at.isoformat()}")
