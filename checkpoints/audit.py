@@ -186,17 +186,27 @@ def audit_record(
     """Append one event to the tenant's chain. Must run inside the caller's transaction
     (the rule of DESIGN.md 5: the change and its audit event commit together).
 
-    Locks the tenant's ``AuditChainHead`` (``SELECT … FOR UPDATE``) so events are chained
-    in commit order, keys the event with the newest ``RECOVERY_AUDIT_KEYS`` key and moves
+    Locks the tenant's ``AuditChainHead`` (on PostgreSQL by moving it,
+    ``writepath.audit_append``; else ``SELECT … FOR UPDATE``) so events are chained in
+    commit order, keys the event with the newest ``RECOVERY_AUDIT_KEYS`` key and moves
     the head. Returns the saved event. Raises ``ImproperlyConfigured`` for bad keys.
     """
     assert transaction.get_connection().in_atomic_block, "audit_record needs a transaction"
+    from . import writepath
+
+    def build(seq: int, prev_hash: str) -> AuditEvent:
+        return new_event(tenant=tenant, seq=seq, prev_hash=prev_hash,
+                         created_at=timezone.now(), actor=actor, action=action,
+                         target_type=target_type, target_id=target_id, run_id=run_id,
+                         reason=reason, before=before, after=after)
+
+    if writepath.available():  # two statements instead of three
+        event = writepath.audit_append(tenant=tenant, build=build)
+        if event is not writepath.FALLBACK:
+            return event
     head, _ = (AuditChainHead.objects.for_tenant(tenant).select_for_update()
                .get_or_create(tenant=tenant))
-    event = new_event(tenant=tenant, seq=head.seq + 1, prev_hash=head.last_hash,
-                      created_at=timezone.now(), actor=actor, action=action,
-                      target_type=target_type, target_id=target_id, run_id=run_id,
-                      reason=reason, before=before, after=after)
+    event = build(head.seq + 1, head.last_hash)
     event.save()
     (AuditChainHead.objects.for_tenant(tenant)
      .filter(pk=head.pk).update(seq=event.seq, last_hash=event.hash))

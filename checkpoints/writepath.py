@@ -24,6 +24,7 @@ audit chain head. The audit event is built by ``audit.new_event``, as every othe
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -75,6 +76,8 @@ class _Sql:
     lock: str
     cas: str
     finish: dict[bool, str]  # by whether the payload's identity is stored
+    head_next: str
+    append: str
 
 
 @lru_cache(maxsize=1)
@@ -141,7 +144,46 @@ def _sql() -> _Sql:
             f"UPDATE {head_t} SET {head_hash} = %(ev_hash)s WHERE {head_tenant} = %(tenant)s "
             f"AND EXISTS (SELECT 1 FROM ru) AND EXISTS (SELECT 1 FROM ev)"
         )
-    return _Sql(lock=lock, cas=cas, finish=finish)
+    head_next = (f"UPDATE {head_t} SET {head_seq} = {head_seq} + 1 WHERE {head_tenant} = %(tenant)s "
+                 f"RETURNING {head_seq}, {head_hash}")
+    append = (f"WITH ev AS (INSERT INTO {_table(ev)} ({', '.join(_col(ev, f) for f in ev_fields)}) "
+              f"VALUES ({ev_vals}) RETURNING {_col(ev, 'id')} AS id) "
+              f"UPDATE {head_t} SET {head_hash} = %(ev_hash)s WHERE {head_tenant} = %(tenant)s "
+              f"RETURNING (SELECT id FROM ev)")
+    return _Sql(lock=lock, cas=cas, finish=finish, head_next=head_next, append=append)
+
+
+def _event_params(event: AuditEvent) -> dict:
+    return {
+        "ev_tenant": event.tenant_id, "ev_seq": event.seq, "ev_created_at": event.created_at,
+        "ev_actor": event.actor_id, "ev_actor_name": event.actor_name,
+        "ev_action": event.action, "ev_target_type": event.target_type,
+        "ev_target_ref": event.target_ref, "ev_run_uuid": event.run_uuid,
+        "ev_reason": event.reason,
+        "ev_before": None if event.before is None else json.dumps(event.before),
+        "ev_after": None if event.after is None else json.dumps(event.after),
+        "ev_prev_hash": event.prev_hash, "ev_hash": event.hash,
+        "ev_hash_scheme": event.hash_scheme, "ev_key_id": event.key_id,
+    }
+
+
+def audit_append(*, tenant: Tenant, build: Callable[[int, str], AuditEvent]):
+    """Append one event to ``tenant``'s audit chain in two statements (``audit_record``
+    on PostgreSQL, inside the caller's transaction): move the chain head one position
+    and lock it (``UPDATE … RETURNING`` its position and last hash), then insert the
+    event ``build(seq, prev_hash)`` returns and store its hash as the head's, in one
+    statement. Returns the saved event, or ``FALLBACK`` (nothing written) when the
+    tenant has no chain head yet."""
+    sql = _sql()
+    with connection.cursor() as cursor:
+        cursor.execute(sql.head_next, {"tenant": tenant.pk})
+        row = cursor.fetchone()
+        if row is None:
+            return FALLBACK
+        event = build(row[0], row[1])
+        cursor.execute(sql.append, {**_event_params(event), "tenant": tenant.pk})
+        event.pk = cursor.fetchone()[0]
+    return event
 
 
 def checkpoint_update(*, actor, tenant: Tenant, envelope, expected_revision: int,
@@ -229,17 +271,7 @@ def checkpoint_update(*, actor, tenant: Tenant, envelope, expected_revision: int
             target_id=checkpoint_id, run_id=envelope.run_id,
             before={"revision": expected_revision}, after=after)
         params = {f"run_{k}": v for k, v in run_values.items()}
-        params.update({
-            "run_pk": run_pk, "tenant": tenant.pk,
-            "ev_tenant": tenant.pk, "ev_seq": event.seq, "ev_created_at": event.created_at,
-            "ev_actor": event.actor_id, "ev_actor_name": event.actor_name,
-            "ev_action": event.action, "ev_target_type": event.target_type,
-            "ev_target_ref": event.target_ref, "ev_run_uuid": event.run_uuid,
-            "ev_reason": event.reason, "ev_before": json.dumps(event.before),
-            "ev_after": json.dumps(event.after), "ev_prev_hash": event.prev_hash,
-            "ev_hash": event.hash, "ev_hash_scheme": event.hash_scheme,
-            "ev_key_id": event.key_id,
-        })
+        params.update(_event_params(event), run_pk=run_pk, tenant=tenant.pk)
         cursor.execute(sql.finish[cls.supported], params)
         if cursor.rowcount != 1:  # cannot happen under the locks held; never half-write
             raise RuntimeError("checkpoint write: the run or audit head row vanished")
