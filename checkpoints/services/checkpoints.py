@@ -42,8 +42,7 @@ from .runs import (
     _lock_run,
     _record_conflict,
     _record_fenced,
-    _reopen,
-    run_refresh_state,
+    run_save,
 )
 
 # --------------------------------------------------------------------------------------
@@ -227,11 +226,7 @@ def _checkpoint_cas(actor, tenant, envelope, expected_revision, fencing_token, c
             if cls.supported:
                 run_fields.update(agent=ident.agent, model=ident.model, workflow=ident.workflow,
                                   definition_version=ident.definition_version)
-            for key, value in run_fields.items():
-                setattr(run, key, value)
-            run.save(update_fields=[*run_fields, "updated_at"])
-            reopened = _reopen(run)
-            run_refresh_state(run, now)
+            reopened = run_save(run, now, reopen=True, **run_fields)
             after = {"revision": envelope.revision, "phase": phase_label,
                      "phase_class": cls.phase.phase_class}
             if reopened:

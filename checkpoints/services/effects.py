@@ -30,7 +30,6 @@ from ..models import (
     MAX_REVISION,
     Effect,
     EffectRevision,
-    Run,
     Tenant,
     encrypt_receipt,
 )
@@ -49,8 +48,7 @@ from .runs import (
     _lock_run,
     _record_conflict,
     _record_fenced,
-    _reopen,
-    run_refresh_state,
+    run_save,
 )
 
 # --------------------------------------------------------------------------------------
@@ -231,10 +229,7 @@ def _effect_cas(actor, tenant, body, expected_revision, fencing_token, refused):
         else:
             if expected_revision is None:
                 _effect_history(effect, actor=actor, source=EffectSource.RUNTIME)
-            Run.objects.for_tenant(run.tenant_id).filter(pk=run.pk).update(last_write_at=now)
-            run.last_write_at = now
-            reopened = _reopen(run)
-            run_refresh_state(run, now)
+            reopened = run_save(run, now, reopen=True, last_write_at=now)
             after = {"revision": effect.revision, "state": effect.state,
                      "operation_key": effect.operation_key, "service": effect.service}
             if reopened:

@@ -68,17 +68,6 @@ def _lock_run(tenant: Tenant, run_id: uuid.UUID, *, create: bool) -> Run | None:
     return run
 
 
-def _reopen(run: Run) -> bool:
-    """Clear a reviewer's ``closed`` mark: any new write by the runtime reopens the run
-    (DESIGN.md 4). Returns whether it was closed. Caller holds the run's lock."""
-    if run.closed_at is None:
-        return False
-    (Run.objects.for_tenant(run.tenant_id)
-     .filter(pk=run.pk).update(closed_at=None, closed_by=None, closed_reason=""))
-    run.closed_at, run.closed_by, run.closed_reason = None, None, ""
-    return True
-
-
 def _drop_if_empty(run: Run) -> None:
     """Delete a run that owns nothing (made by a writer that then lost a create race)."""
     if not (Checkpoint.objects.for_tenant(run.tenant_id).filter(run=run).exists()
@@ -200,6 +189,26 @@ def run_refresh_state(run: Run, now: datetime | None = None) -> str:
     return state
 
 
+def run_save(run: Run, now: datetime, *, reopen: bool = False, **fields) -> bool:
+    """Write ``fields`` to the run (caller holds its lock), with ``reopen`` clear a
+    reviewer's ``closed`` mark (any new write by the runtime reopens the run, DESIGN.md 4),
+    and store the recovery state the run now has: one ``UPDATE``. ``now`` is the
+    database time read with the run. Returns whether the run was reopened."""
+    reopened = reopen and run.closed_at is not None
+    if reopened:
+        fields.update(closed_at=None, closed_by=None, closed_reason="")
+    for key, value in fields.items():
+        setattr(run, key, value)
+    state, reason = policy.recovery_state(run_facts(run, now))
+    fields.update(recovery_state=state, recovery_reason=reason[:256], updated_at=now)
+    if state != run.recovery_state:
+        fields["state_changed_at"] = now
+    for key, value in fields.items():
+        setattr(run, key, value)
+    Run.objects.for_tenant(run.tenant_id).filter(pk=run.pk).update(**fields)
+    return reopened
+
+
 def _record_conflict(*, tenant, run: Run, actor, target_type: str, target_id, expected,
                      actual: int | None, attempted: int | None, refused: str,
                      reason: str | None = None, token_sent: int | None = None) -> None:
@@ -252,13 +261,9 @@ def lease_acquire(*, actor, tenant: Tenant, run_id: uuid.UUID, owner: str, ttl_s
         before = {"owner": run.lease_owner, "fencing_token": run.fencing_token}
         if not (live and run.lease_owner == owner):
             run.fencing_token += 1
-        run.lease_owner = owner
-        run.lease_expires_at = now + timedelta(seconds=ttl_s)
-        run.last_write_at = now
-        run.save(update_fields=["fencing_token", "lease_owner", "lease_expires_at",
-                                "last_write_at", "updated_at"])
-        reopened = _reopen(run)
-        run_refresh_state(run, now)
+        reopened = run_save(run, now, reopen=True, fencing_token=run.fencing_token,
+                            lease_owner=owner, lease_expires_at=now + timedelta(seconds=ttl_s),
+                            last_write_at=now)
         after = {"owner": owner, "fencing_token": run.fencing_token,
                  "expires_at": run.lease_expires_at.isoformat()}
         if reopened:
