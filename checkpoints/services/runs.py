@@ -8,7 +8,7 @@ import uuid
 from datetime import datetime, timedelta
 
 from django.db import IntegrityError, transaction
-from django.db.models import Count, F
+from django.db.models import Count, F, IntegerField, Value
 
 from .. import crypto, policy, roles
 from ..audit import (
@@ -128,16 +128,24 @@ def run_facts(run: Run, now: datetime | None = None) -> policy.RunFacts:
     """Read the facts the policy needs for ``run`` (call under the run's lock to act on
     them). ``now`` defaults to the database time read with the run (``dbclock``)."""
     now = now or _now_for(run)
-    counts = dict(
+    # One round trip: the effect counts per state, and the open retry request (n = -1).
+    rows = (
         Effect.objects.for_tenant(run.tenant_id).filter(run=run)
         .exclude(state__in=EffectState.NEEDS_RETRY, retry_authorized_by__isnull=False)
         .values_list("state").annotate(n=Count("pk")).values_list("state", "n")
+        .union(RetryRequest.objects.for_tenant(run.tenant_id)
+               .filter(run=run, state__in=RetryState.OPEN)
+               .annotate(n=Value(-1, output_field=IntegerField())).values_list("state", "n"),
+               all=True)
     )
+    counts, open_retry = {}, None
+    for state, n in rows:
+        if n == -1:
+            open_retry = state
+        else:
+            counts[state] = n
     labels = (effect_labels(run.tenant_id, run.pk)
               if any(counts.get(state) for state in EffectState.DOUBTFUL) else {})
-    open_retry = (RetryRequest.objects.for_tenant(run.tenant_id)
-                  .filter(run=run, state__in=RetryState.OPEN)
-                  .values_list("state", flat=True).first())
     schema_error = ""
     if run.phase_class == PhaseClass.UNSUPPORTED:
         schema_error = run.phase_label
