@@ -132,9 +132,9 @@ def run_facts(run: Run, now: datetime | None = None) -> policy.RunFacts:
     rows = (
         Effect.objects.for_tenant(run.tenant_id).filter(run=run)
         .exclude(state__in=EffectState.NEEDS_RETRY, retry_authorized_by__isnull=False)
-        .values_list("state").annotate(n=Count("pk")).values_list("state", "n")
+        .order_by().values_list("state").annotate(n=Count("pk")).values_list("state", "n")
         .union(RetryRequest.objects.for_tenant(run.tenant_id)
-               .filter(run=run, state__in=RetryState.OPEN)
+               .filter(run=run, state__in=RetryState.OPEN).order_by()
                .annotate(n=Value(-1, output_field=IntegerField())).values_list("state", "n"),
                all=True)
     )
