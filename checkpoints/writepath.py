@@ -32,7 +32,8 @@ from django.conf import settings
 from django.db import connection, transaction
 
 from . import audit, policy
-from .exceptions import Fenced
+from .exceptions import Fenced, StaleRevision
+from .jsonparse import dumps
 from .models import (
     AuditChainHead,
     AuditEvent,
@@ -194,9 +195,10 @@ def checkpoint_update(*, actor, tenant: Tenant, envelope, expected_revision: int
     transaction with its history row, the run's recovery state and one audit event.
 
     Returns the updated ``Checkpoint`` (unsaved instance holding what was written, so no
-    re-read), or ``FALLBACK`` when nothing was written and the ORM path must decide: no
-    such run or checkpoint, the checkpoint belongs to another run or has another kind
-    (400s the ORM path words), a stale revision (the ORM path records the conflict), no
+    re-read); for a stale revision the ``StaleRevision`` to raise once its conflict record
+    (``runs._record_conflict``, same transaction) has committed; or ``FALLBACK`` when
+    nothing was written and the ORM path must decide: no such run or checkpoint, the
+    checkpoint belongs to another run or has another kind (400s the ORM path words), no
     audit chain head yet. Raises ``Fenced`` (CONTRACT.md 3) like the ORM path; the
     caller records it.
     """
@@ -228,8 +230,19 @@ def checkpoint_update(*, actor, tenant: Tenant, envelope, expected_revision: int
             "expected": expected_revision, "run_pk": run_pk,
             "needs_retry": list(EffectState.NEEDS_RETRY), "open_retry": list(RetryState.OPEN),
         })
-        updated, _current, seq, prev_hash, counts, open_retry = cursor.fetchone()
-        if not updated or seq is None:
+        updated, current, seq, prev_hash, counts, open_retry = cursor.fetchone()
+        if not updated:  # a stale revision: kept as a conflict of the run, and refused
+            from .services.checkpoints import _envelope_json
+            from .services.runs import _record_conflict
+
+            run = Run.objects.for_tenant(tenant).get(pk=run_pk)  # locked above
+            run.tenant, run.db_now = tenant, now
+            _record_conflict(tenant=tenant, run=run, actor=actor,
+                             target_type=TargetType.CHECKPOINT, target_id=checkpoint_id,
+                             expected=expected_revision, actual=current,
+                             attempted=envelope.revision, refused=dumps(_envelope_json(envelope)))
+            return StaleRevision(current)
+        if seq is None:  # no audit chain head yet: the ORM path creates it
             transaction.set_rollback(True)
             return FALLBACK
         if isinstance(counts, str):

@@ -144,8 +144,9 @@ def _checkpoint_cas(actor, tenant, envelope, expected_revision, fencing_token, c
     """The transaction of ``checkpoint_put``; returns the checkpoint, or the
     ``StaleRevision`` to raise once the conflict record has committed. On PostgreSQL an
     update first tries ``writepath.checkpoint_update`` (the same write in five round
-    trips); whatever it hands back (a create, a stale revision, a moved id) is decided
-    here, by the ORM path that stays the reference."""
+    trips, a stale revision kept as a conflict there too); whatever it hands back (a
+    create, a moved id, a tenant without an audit chain head) is decided here, by the ORM
+    path that stays the reference."""
     if expected_revision is not None and writepath.available():
         checkpoint = writepath.checkpoint_update(
             actor=actor, tenant=tenant, envelope=envelope, expected_revision=expected_revision,

@@ -8,7 +8,7 @@ import uuid
 from datetime import datetime, timedelta
 
 from django.db import IntegrityError, transaction
-from django.db.models import Count, F, IntegerField, Value
+from django.db.models import Count, IntegerField, Value
 
 from .. import crypto, policy, roles
 from ..audit import (
@@ -220,6 +220,10 @@ def run_save(run: Run, now: datetime, *, reopen: bool = False, **fields) -> bool
 def _record_conflict(*, tenant, run: Run, actor, target_type: str, target_id, expected,
                      actual: int | None, attempted: int | None, refused: str,
                      reason: str | None = None, token_sent: int | None = None) -> None:
+    """Keep a refused write (CONTRACT.md 3: "refused writes are conflicts, kept and
+    shown"): the conflict row with the refused body encrypted, the run's count of
+    unacknowledged conflicts and its recovery state, and one audit event, in the caller's
+    transaction, which holds ``run``'s lock (read with the database time)."""
     if reason is None:
         reason = ConflictReason.ID_EXISTS if expected is None else ConflictReason.STALE_REVISION
     Conflict.objects.create(
@@ -230,10 +234,8 @@ def _record_conflict(*, tenant, run: Run, actor, target_type: str, target_id, ex
         writer=actor, writer_name=_actor_name(actor),
         refused_ciphertext=crypto.encrypt_text(refused) if refused else "",
     )
-    (Run.objects.for_tenant(run.tenant_id)
-     .filter(pk=run.pk).update(unacknowledged_conflicts=F("unacknowledged_conflicts") + 1))
-    run.refresh_from_db(fields=["unacknowledged_conflicts"])
-    run_refresh_state(run)
+    # The caller holds the run's lock, so the count read with it is current.
+    run_save(run, _now_for(run), unacknowledged_conflicts=run.unacknowledged_conflicts + 1)
     audit_record(tenant=tenant, actor=actor, action=AuditAction.CONFLICT[target_type],
                  target_type=target_type, target_id=target_id, run_id=run.uuid,
                  before={"current_revision": actual},
