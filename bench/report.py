@@ -116,9 +116,12 @@ def render(result: dict) -> str:
     meta = result["meta"]
     w = result.get("writes") or []
     if w:
-        lines.append(f"WRITES  PostgreSQL {meta['postgresql']}, {meta['cpus']} CPUs, "
-                     f"{meta['seconds']:g} s per scenario after {meta['warmup']:g} s warm-up; "
-                     f"load average at start {meta['load_avg_start'][0]:.2f}")
+        pg = meta.get("postgresql_settings", {})
+        lines.append(f"WRITES  PostgreSQL {meta['postgresql'].split()[0]} "
+                     f"(synchronous_commit {pg.get('synchronous_commit', '?')}), "
+                     f"{meta['cpus']} CPUs, {meta['seconds']:g} s per scenario after "
+                     f"{meta['warmup']:g} s warm-up; load average at start "
+                     f"{meta['load_avg_start'][0]:.2f}")
         head = (f"{'scenario':<44} {'ops/s':>8} {'p50 ms':>8} {'p99 ms':>8} "
                 f"{'ops/s vs raw':>12} {'p50 vs raw':>10}  check")
         lines += [head, "-" * len(head)]
@@ -140,7 +143,9 @@ def render(result: dict) -> str:
         tenant_runs = [reads[s][0]["tenant_runs"] for s in sizes]
         lines.append("READS  tenant load-00 (" + ", ".join(
             f"{t:,} of {int(s):,} runs" for t, s in zip(tenant_runs, sizes, strict=True))
-            + f"); Django test client, {meta['samples']} requests each; ms, queries")
+            + f"); Django test client, {meta['samples']} requests each in turn; ms, queries; "
+            + "load average " + ", ".join(f"{v:.1f}" for v in
+                                          meta.get("load_avg_reads", {}).values()))
         head = f"{'endpoint':<44}" + "".join(
             f" {'p50@' + _k(s):>9} {'p95@' + _k(s):>9} {'q':>3}" for s in sizes) + (
             f" {'p95 growth':>10}" if len(sizes) > 1 else "")

@@ -63,7 +63,8 @@ def _args(argv=None):
     p.add_argument("--tenants", type=int, default=20)
     p.add_argument("--revisions-per-run", type=int, default=10)
     p.add_argument("--long-run-revisions", type=int, default=2000)
-    p.add_argument("--samples", type=int, default=20, help="measured requests per endpoint")
+    p.add_argument("--samples", type=int, default=30, help="measured requests per endpoint "
+                                                         "(a third of that for the run page)")
     p.add_argument("--memory-requests", type=int, default=None,
                    help="API GETs for the memory figure (default 20,000; --full: 100,000)")
     p.add_argument("--out", default=str(ROOT / "var" / "bench" / "latest.json"))
@@ -102,14 +103,18 @@ def main(argv=None) -> None:
     from django.db import connection, connections
 
     call_command("migrate", verbosity=0)
+    pg = {}
     with connection.cursor() as cur:
-        cur.execute("SHOW server_version")
-        pg_version = cur.fetchone()[0]
+        for name in ("server_version", "synchronous_commit", "fsync", "shared_buffers",
+                     "max_connections"):
+            cur.execute(f"SHOW {name}")
+            pg[name] = cur.fetchone()[0]
     meta = {
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
         "commit": _git("rev-parse", "--short", "HEAD"),
         "dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
-        "python": platform.python_version(), "postgresql": pg_version,
+        "python": platform.python_version(), "postgresql": pg["server_version"],
+        "postgresql_settings": pg,
         "cpus": os.cpu_count(), "load_avg_start": os.getloadavg(),
         "database": args.db, "seconds": args.seconds, "warmup": args.warmup,
         "sizes": args.size_list, "tenants": args.tenants,
@@ -144,8 +149,10 @@ def main(argv=None) -> None:
                 say(f"  built in {time.monotonic() - t0:.0f} s; vacuum analyze ...")
                 _vacuum(url)
                 if "reads" in args.parts:
-                    say(f"reads at {size:,} runs:")
+                    load = os.getloadavg()[0]
+                    say(f"reads at {size:,} runs (load average {load:.2f}):")
                     result["reads"][str(size)] = reads.measure(samples=args.samples, say=say)
+                    meta.setdefault("load_avg_reads", {})[str(size)] = load
             if "memory" in args.parts:
                 say(f"memory: {args.memory_requests:,} API GETs in one process ...")
                 result["memory"] = reads.memory(requests=args.memory_requests, say=say)
