@@ -119,8 +119,9 @@ def render(result: dict) -> str:
         pg = meta.get("postgresql_settings", {})
         lines.append(f"WRITES  PostgreSQL {meta['postgresql'].split()[0]} "
                      f"(synchronous_commit {pg.get('synchronous_commit', '?')}), "
-                     f"{meta['cpus']} CPUs, {meta['seconds']:g} s per scenario after "
-                     f"{meta['warmup']:g} s warm-up; load average at start "
+                     f"{meta['cpus']} CPUs, best of {meta.get('rounds', 1)} rounds of "
+                     f"{meta['seconds']:g} s after {meta['warmup']:g} s warm-up; load average "
+                     f"at start "
                      f"{meta['load_avg_start'][0]:.2f}")
         head = (f"{'scenario':<44} {'ops/s':>8} {'p50 ms':>8} {'p99 ms':>8} "
                 f"{'ops/s vs raw':>12} {'p50 vs raw':>10}  check")

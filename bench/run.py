@@ -54,8 +54,10 @@ def _args(argv=None):
     p.add_argument("--full", action="store_true",
                    help="the issue's sizes: 10,000 and 100,000 runs (1,000,000 revisions), "
                         "100,000 memory requests")
-    p.add_argument("--seconds", type=float, default=4.0, help="measured seconds per write "
-                                                              "scenario")
+    p.add_argument("--seconds", type=float, default=3.0, help="measured seconds per write "
+                                                              "scenario and round")
+    p.add_argument("--rounds", type=int, default=2,
+                   help="every write scenario this many times, in turn; the best is shown")
     p.add_argument("--warmup", type=float, default=0.5, help="unmeasured seconds first")
     p.add_argument("--sizes", default=None,
                    help="data set sizes in runs, comma-separated (default 10000,40000; "
@@ -117,6 +119,7 @@ def main(argv=None) -> None:
         "postgresql_settings": pg,
         "cpus": os.cpu_count(), "load_avg_start": os.getloadavg(),
         "database": args.db, "seconds": args.seconds, "warmup": args.warmup,
+        "rounds": args.rounds,
         "sizes": args.size_list, "tenants": args.tenants,
         "revisions_per_run": args.revisions_per_run,
         "long_run_revisions": args.long_run_revisions, "samples": args.samples,
@@ -131,7 +134,8 @@ def main(argv=None) -> None:
 
             say("writes (writer processes, ~1.2 KB runifold.agent payload):")
             result["writes"] = writes.run_all(dsn=url, env=env, warmup=args.warmup,
-                                              seconds=args.seconds, log_dir=out_dir, say=say)
+                                              seconds=args.seconds, rounds=args.rounds,
+                                              log_dir=out_dir, say=say)
         if args.parts & {"reads", "memory"}:
             from bench import reads
 
