@@ -1,0 +1,110 @@
+"""What the bench's parts share: the environment of the bench database, timing, and the
+payload every write scenario sends."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: Fixed development secrets: the bench database is throwaway and dropped at the end.
+BENCH_ENV = {
+    "DJANGO_SETTINGS_MODULE": "recovery.settings",
+    "DEBUG": "0",  # no query log, as in production
+    "SECRET_KEY": "bench-only-secret-key-0c6b1f0e-not-for-anything-real",
+    "ALLOWED_HOSTS": "127.0.0.1,localhost,testserver",
+    "SECURE_SSL_REDIRECT": "0",
+    "SESSION_COOKIE_SECURE": "0",
+    "CSRF_COOKIE_SECURE": "0",
+    "SECURE_HSTS_SECONDS": "0",
+    "RECOVERY_INPROCESS_WORKER": "0",
+    "RECOVERY_FAST_HASHER": "1",
+    "RECOVERY_ENCRYPTION_KEYS": "YmVuY2gtb25seS1rZXktcmVjb3ZlcnktMzJieXRlcyE=",
+    "RECOVERY_AUDIT_KEYS": "bench-only-audit-key-recovery-0123456789abcdef",
+    "LOG_LEVEL": "ERROR",
+}
+
+
+def bench_url(server_url: str, name: str) -> str:
+    """``server_url`` (any database on the server) with the database ``name``."""
+    parts = urlsplit(server_url)
+    return urlunsplit((parts.scheme, parts.netloc, "/" + name, parts.query, ""))
+
+
+def reset_database(server_url: str, name: str) -> None:
+    """Drop and create the database ``name`` (which must contain "bench": this never
+    drops anything else)."""
+    import psycopg
+
+    if "bench" not in name:
+        raise SystemExit(f"bench: refusing to drop {name!r}: a bench database's name "
+                         f"contains 'bench'")
+    with psycopg.connect(bench_url(server_url, "postgres"), autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+
+
+def drop_database(server_url: str, name: str) -> None:
+    import psycopg
+
+    if "bench" not in name:
+        return
+    with psycopg.connect(bench_url(server_url, "postgres"), autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (``q`` in 0..1) of ``values``; 0 for none."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, int(round(q * len(ordered) + 0.5)) - 1))]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_port(port: int, proc, seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise SystemExit(f"bench: the server on port {port} did not start") from None
+            time.sleep(0.2)
+
+
+def rss_kib(pid: int | str = "self") -> int:
+    """Resident set size of a process in KiB (Linux ``/proc``)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def payloads(n: int = 8) -> list[dict]:
+    """The write scenarios' payloads: ``runifold.agent`` v1 states of about 1.2 KB of JSON
+    (``generate_load.agent_payload``), alternating ready / in flight; writes cycle through
+    them so each revision differs from the one before."""
+    from checkpoints.management.commands.generate_load import agent_payload
+
+    return [agent_payload(1 + i, "turn_in_flight" if i % 2 else "ready_for_turn", seed=i)
+            for i in range(n)]
+
+
+def environ(url: str) -> dict[str, str]:
+    """The environment of every process of the bench (this one, writers, gunicorn)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("CELERY_BROKER_URL",)}
+    env.update(BENCH_ENV)
+    env["DATABASE_URL"] = url
+    env["RECOVERY_VAR_DIR"] = str(ROOT / "var" / "bench" / "var")
+    return env

@@ -1,0 +1,198 @@
+"""``make bench`` / ``python -m bench``: the store's benchmarks in one run (issue 8).
+
+    .venv/bin/python -m bench                      # default sizes, about 10 minutes
+    .venv/bin/python -m bench --full               # 10,000 and 100,000 runs, 100,000 requests
+    .venv/bin/python -m bench --only writes --seconds 10
+    .venv/bin/python -m bench --pg-url postgres://postgres@127.0.0.1:5432/x --db recovery_bench
+
+1. Drops and creates its own PostgreSQL database (``--db``, default ``recovery_bench``, on
+   the server of ``--pg-url``; the name must contain "bench") and migrates it. It never
+   touches another database, and drops its own at the end (``--keep-db`` keeps it).
+2. Writes (``bench/writes.py``): raw psycopg CAS+history (the reference), the Django ORM,
+   ``services.checkpoint_put``, HTTP ``PUT`` through gunicorn, LangGraph's
+   ``PostgresSaver.put``; one writer and four (writer processes), four writers in one
+   tenant against four in four tenants, and 16 writers on 10 checkpoints (raw and
+   services). Each checks for lost updates.
+3. Reads (``bench/reads.py``): ``manage.py generate_load`` builds the data set at each of
+   ``--sizes`` (runs in all; the first of 20 tenants holds half of them), then every inbox
+   tab, the counts, the report, the API lists, a run page and API run detail of a run
+   with ``--long-run-revisions`` revisions and the resume decision are timed (p50/p95)
+   with their query counts.
+4. Memory: a web worker's RSS after 1,000 API GETs and after ``--memory-requests``.
+5. Prints one table with ratios to raw and the issue's targets ("holds" / "not yet"), and
+   writes everything to ``var/bench/latest.json``.
+
+Numbers depend on the machine and on what else runs on it: compare rows of one run, not
+runs of different days. Nothing here asserts a timing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+
+from bench.common import ROOT, bench_url, drop_database, environ, reset_database
+
+
+def _args(argv=None):
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    default_url = (os.environ.get("PG_URL") or os.environ.get("DATABASE_URL")
+                   or "postgres://postgres@127.0.0.1:5432/recovery")
+    p.add_argument("--pg-url", default=default_url,
+                   help="any database URL on the PostgreSQL server to use (its database "
+                        "name is replaced by --db)")
+    p.add_argument("--db", default="recovery_bench", help="the bench database (dropped!)")
+    p.add_argument("--keep-db", action="store_true", help="keep the database at the end")
+    p.add_argument("--only", default="writes,reads,memory",
+                   help="comma-separated parts: writes, reads, memory")
+    p.add_argument("--full", action="store_true",
+                   help="the issue's sizes: 10,000 and 100,000 runs (1,000,000 revisions), "
+                        "100,000 memory requests")
+    p.add_argument("--seconds", type=float, default=3.0, help="measured seconds per write "
+                                                              "scenario and round")
+    p.add_argument("--rounds", type=int, default=2,
+                   help="every write scenario this many times, in turn; the best is shown")
+    p.add_argument("--warmup", type=float, default=0.5, help="unmeasured seconds first")
+    p.add_argument("--sizes", default=None,
+                   help="data set sizes in runs, comma-separated (default 10000,40000; "
+                        "--full: 10000,100000)")
+    p.add_argument("--tenants", type=int, default=20)
+    p.add_argument("--revisions-per-run", type=int, default=10)
+    p.add_argument("--long-run-revisions", type=int, default=2000)
+    p.add_argument("--samples", type=int, default=30, help="measured requests per endpoint "
+                                                         "(a third of that for the run page)")
+    p.add_argument("--memory-requests", type=int, default=None,
+                   help="API GETs for the memory figure (default 20,000; --full: 100,000)")
+    p.add_argument("--out", default=str(ROOT / "var" / "bench" / "latest.json"))
+    args = p.parse_args(argv)
+    args.parts = {x.strip() for x in args.only.split(",") if x.strip()}
+    unknown = args.parts - {"writes", "reads", "memory"}
+    if unknown:
+        p.error(f"--only: unknown part(s) {', '.join(sorted(unknown))}")
+    sizes = args.sizes or ("10000,100000" if args.full else "10000,40000")
+    args.size_list = sorted(int(s) for s in sizes.split(",") if s.strip())
+    if args.memory_requests is None:
+        args.memory_requests = 100_000 if args.full else 20_000
+    return args
+
+
+def say(text: str) -> None:
+    print(text, flush=True)
+
+
+def main(argv=None) -> None:
+    args = _args(argv)
+    url = bench_url(args.pg_url, args.db)
+    env = environ(url)
+    os.environ.update(env)
+    os.environ.pop("CELERY_BROKER_URL", None)
+    out_dir = ROOT / "var" / "bench"
+    (out_dir / "var").mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    say(f"bench: database {args.db} on {url.rsplit('/', 1)[0]} (dropped and created)")
+    reset_database(args.pg_url, args.db)
+
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+    from django.db import connection, connections
+
+    call_command("migrate", verbosity=0)
+    pg = {}
+    with connection.cursor() as cur:
+        for name in ("server_version", "synchronous_commit", "fsync", "shared_buffers",
+                     "max_connections"):
+            cur.execute(f"SHOW {name}")
+            pg[name] = cur.fetchone()[0]
+    meta = {
+        "when": datetime.now(UTC).isoformat(timespec="seconds"),
+        "commit": _git("rev-parse", "--short", "HEAD"),
+        "dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
+        "python": platform.python_version(), "postgresql": pg["server_version"],
+        "postgresql_settings": pg,
+        "cpus": os.cpu_count(), "load_avg_start": os.getloadavg(),
+        "database": args.db, "seconds": args.seconds, "warmup": args.warmup,
+        "rounds": args.rounds,
+        "sizes": args.size_list, "tenants": args.tenants,
+        "revisions_per_run": args.revisions_per_run,
+        "long_run_revisions": args.long_run_revisions, "samples": args.samples,
+        "memory_requests": args.memory_requests, "full": args.full,
+        "web_concurrency": env.get("WEB_CONCURRENCY") or os.cpu_count(),
+        "gunicorn_threads": env.get("GUNICORN_THREADS") or 4,
+    }
+    result = {"meta": meta, "writes": [], "reads": {}, "memory": None}
+    try:
+        if "writes" in args.parts:
+            from bench import writes
+
+            say("writes (writer processes, ~1.2 KB runifold.agent payload):")
+            result["writes"] = writes.run_all(dsn=url, env=env, warmup=args.warmup,
+                                              seconds=args.seconds, rounds=args.rounds,
+                                              log_dir=out_dir, say=say)
+        if args.parts & {"reads", "memory"}:
+            from bench import reads
+
+            existing = 0
+            sizes = args.size_list if "reads" in args.parts else args.size_list[:1]
+            for size in sizes:
+                say(f"data set: {size:,} runs, {size * args.revisions_per_run:,} revisions, "
+                    f"{args.tenants} tenants (generate_load)")
+                t0 = time.monotonic()
+                reads.grow(total_runs=size, existing_runs=existing, tenants=args.tenants,
+                           revisions_per_run=args.revisions_per_run,
+                           long_run_revisions=args.long_run_revisions, seed=size)
+                existing = size
+                connections.close_all()
+                say(f"  built in {time.monotonic() - t0:.0f} s; vacuum analyze ...")
+                _vacuum(url)
+                if "reads" in args.parts:
+                    load = os.getloadavg()[0]
+                    say(f"reads at {size:,} runs (load average {load:.2f}):")
+                    result["reads"][str(size)] = reads.measure(samples=args.samples, say=say)
+                    meta.setdefault("load_avg_reads", {})[str(size)] = load
+            if "memory" in args.parts:
+                say(f"memory: {args.memory_requests:,} API GETs in one process ...")
+                result["memory"] = reads.memory(requests=args.memory_requests, say=say)
+    finally:
+        connections.close_all()
+        if not args.keep_db:
+            drop_database(args.pg_url, args.db)
+    meta["load_avg_end"] = os.getloadavg()
+    meta["took_s"] = round(time.monotonic() - started, 1)
+    from bench.report import render, targets
+
+    result["targets"] = targets(result)
+    text = render(result)
+    say("")
+    say(text)
+    out = ROOT / args.out if not os.path.isabs(args.out) else args.out
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    with open(out, "w") as fh:
+        json.dump(result, fh, indent=1, default=str)
+    say(f"\nbench: wrote {os.path.relpath(out, ROOT)} ({meta['took_s']:.0f} s in all)")
+    failed = [r["scenario"] for r in result["writes"] if r.get("check") and not r["check"]["ok"]]
+    if failed:
+        say(f"bench: CHECK FAILED (lost update or unrecorded refusal): {', '.join(failed)}")
+        sys.exit(1)
+
+
+def _vacuum(url: str) -> None:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE")
+
+
+def _git(*args: str) -> str:
+    try:
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True,
+                              timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
