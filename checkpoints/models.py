@@ -23,6 +23,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 from django.db.models import F, Q
+from django.db.models.functions import Now
 
 from .vocab import (
     ConflictReason,
@@ -179,6 +180,9 @@ class Run(TenantOwned, TimestampedModel):
 
     ``recovery_state`` is materialised in the same transaction as every write that changes
     it (``services.run_refresh_state``), so inbox lists are an indexed filter.
+    ``last_write_at`` is never null (a run is created by its first write; the database
+    clock is the default), so the inbox order ``-last_write_at, -id`` is the order of its
+    indexes on every backend and its keyset cursor needs no null case (issue 8).
     Identity columns (agent, model, workflow, definition_version) come from the kind
     registry reading the latest checkpoint.
     """
@@ -201,7 +205,7 @@ class Run(TenantOwned, TimestampedModel):
     )
     recovery_reason = models.CharField(max_length=256, blank=True)
     state_changed_at = models.DateTimeField(null=True, blank=True)
-    last_write_at = models.DateTimeField(null=True, blank=True)
+    last_write_at = models.DateTimeField(db_default=Now())
     lease_owner = models.CharField(max_length=256, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     fencing_token = models.BigIntegerField(default=0)
@@ -219,8 +223,13 @@ class Run(TenantOwned, TimestampedModel):
             models.CheckConstraint(condition=Q(fencing_token__gte=0), name="run_fencing_token_gte_0"),
         ]
         indexes = [
+            # Each inbox tab and ``GET …/runs?recovery_state=`` (``selectors.run_list``:
+            # an index scan in the query's order, stopped by its LIMIT), and the tab counts
+            # (``selectors.state_counts``: an index-only GROUP BY).
             models.Index(fields=["tenant", "recovery_state", "-last_write_at", "-id"],
                          name="run_inbox_idx"),
+            # The "all" tab and ``GET …/runs`` without a state.
+            models.Index(fields=["tenant", "-last_write_at", "-id"], name="run_all_idx"),
         ]
 
     def __str__(self) -> str:
@@ -328,7 +337,16 @@ class Effect(EncryptedReceipt, TenantOwned, TimestampedModel):
                                     name="effect_operation_key_unique"),
             models.CheckConstraint(condition=Q(revision__gte=0), name="effect_revision_gte_0"),
         ]
-        indexes = [models.Index(fields=["run", "state"], name="effect_run_state_idx")]
+        indexes = [
+            models.Index(fields=["run", "state"], name="effect_run_state_idx"),
+            # The report's effects per state (an index-only GROUP BY).
+            models.Index(fields=["tenant", "state"], name="effect_tenant_state_idx"),
+            # ``GET …/effects`` (``selectors.effect_find``), newest first, with or without
+            # ``service`` (with ``operation_key`` too, ``effect_operation_key_unique``).
+            models.Index(fields=["tenant", "-created_at", "-id"], name="effect_tenant_new_idx"),
+            models.Index(fields=["tenant", "service", "-created_at", "-id"],
+                         name="effect_service_new_idx"),
+        ]
 
     def __str__(self) -> str:
         return f"effect {self.service}:{self.operation_key} ({self.state})"
@@ -389,7 +407,14 @@ class Conflict(TenantOwned):
 
     class Meta:
         ordering = ["-created_at", "-id"]
-        indexes = [models.Index(fields=["run", "acknowledged_at"], name="conflict_run_ack_idx")]
+        indexes = [
+            models.Index(fields=["run", "acknowledged_at"], name="conflict_run_ack_idx"),
+            # The run page's newest conflicts (``selectors.run_detail``).
+            models.Index(fields=["run", "-created_at", "-id"], name="conflict_run_new_idx"),
+            # The report's open conflicts: only the open ones are in it.
+            models.Index(fields=["tenant"], condition=Q(acknowledged_at__isnull=True),
+                         name="conflict_open_idx"),
+        ]
 
 
 class RetryRequest(TenantOwned, TimestampedModel):
@@ -431,6 +456,8 @@ class RetryRequest(TenantOwned, TimestampedModel):
                 name="retry_one_open_request_per_run",
             ),
         ]
+        # The report's retry requests per state (an index-only GROUP BY).
+        indexes = [models.Index(fields=["tenant", "state"], name="retry_tenant_state_idx")]
 
 
 class ApiToken(models.Model):
@@ -499,6 +526,7 @@ class AuditEvent(TenantOwned):
         indexes = [
             models.Index(fields=["tenant", "run_uuid", "-seq"], name="audit_run_idx"),
             models.Index(fields=["tenant", "action", "-seq"], name="audit_action_idx"),
+            models.Index(fields=["tenant", "actor_name", "-seq"], name="audit_actor_idx"),
         ]
 
 
