@@ -187,7 +187,9 @@ class Run(TenantOwned, TimestampedModel):
     registry reading the latest checkpoint.
     """
 
-    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="runs")
+    # No index of its own: (tenant, uuid) and the inbox indexes start with it (issue 8).
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="runs",
+                               db_index=False)
     uuid = models.UUIDField(help_text="the run's public id (``run_id`` on the wire)")
     kind = models.CharField(max_length=200, blank=True)
     schema_version = models.PositiveIntegerField(null=True, blank=True)
@@ -243,7 +245,8 @@ class Checkpoint(TenantOwned):
     in ``CheckpointRevision``, one row per accepted revision including this one.
     """
 
-    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+",
+                               db_index=False)  # (tenant, uuid) starts with it
     run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="checkpoints")
     uuid = models.UUIDField(help_text="the checkpoint's public id (``id`` on the wire)")
     revision = models.BigIntegerField()
@@ -274,7 +277,10 @@ class CheckpointRevision(TenantOwned):
     """One accepted revision of a checkpoint, kept for the timeline and diffs."""
 
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
-    checkpoint = models.ForeignKey(Checkpoint, on_delete=models.CASCADE, related_name="revisions")
+    # No index of its own: (checkpoint, revision) starts with it, and a history page is a
+    # range of that index (a second index on checkpoint alone misled the planner).
+    checkpoint = models.ForeignKey(Checkpoint, on_delete=models.CASCADE, related_name="revisions",
+                                   db_index=False)
     revision = models.BigIntegerField()
     kind = models.CharField(max_length=200)
     schema_version = models.BigIntegerField()
@@ -308,8 +314,11 @@ class Effect(EncryptedReceipt, TenantOwned, TimestampedModel):
     ``receipt`` is kept encrypted (``EncryptedReceipt``).
     """
 
-    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
-    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="effects")
+    # No index of their own: (tenant, uuid) and (run, state) start with them.
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+",
+                               db_index=False)
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="effects",
+                            db_index=False)
     uuid = models.UUIDField(help_text="the effect's public id (``id`` on the wire)")
     revision = models.BigIntegerField()
     operation_key = models.CharField(max_length=512)
@@ -357,7 +366,8 @@ class EffectRevision(EncryptedReceipt, TenantOwned):
     (its ``receipt`` encrypted, as on ``Effect``)."""
 
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
-    effect = models.ForeignKey(Effect, on_delete=models.CASCADE, related_name="revisions")
+    effect = models.ForeignKey(Effect, on_delete=models.CASCADE, related_name="revisions",
+                               db_index=False)  # (effect, revision) starts with it
     revision = models.BigIntegerField()
     state = models.CharField(max_length=16, choices=EffectState.choices)
     receipt_ciphertext = models.TextField(blank=True, default="")
@@ -384,7 +394,8 @@ class Conflict(TenantOwned):
     """
 
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
-    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="conflicts")
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="conflicts",
+                            db_index=False)  # (run, acknowledged_at) starts with it
     target_type = models.CharField(max_length=16)  # TargetType.WRITABLE
     target_uuid = models.UUIDField(help_text="the checkpoint's or effect's public id")
     reason = models.CharField(max_length=16, choices=ConflictReason.choices,
@@ -424,7 +435,8 @@ class RetryRequest(TenantOwned, TimestampedModel):
     request per run is open (requested or approved) at a time.
     """
 
-    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+",
+                               db_index=False)  # (tenant, state) starts with it
     run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="retry_requests")
     state = models.CharField(max_length=16, choices=RetryState.choices,
                              default=RetryState.REQUESTED)
@@ -497,7 +509,8 @@ class AuditEvent(TenantOwned):
     SQLite has no such trigger.
     """
 
-    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+",
+                               db_index=False)  # (tenant, seq) starts with it
     seq = models.BigIntegerField(help_text="position in the tenant's chain, from 1")
     created_at = models.DateTimeField()
     actor = models.ForeignKey(
