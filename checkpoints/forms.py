@@ -94,3 +94,10 @@ class AuditFilterForm(forms.Form):
     action = forms.CharField(required=False, max_length=64, strip=True)
     run = forms.UUIDField(required=False)
     before = forms.IntegerField(required=False, min_value=1, max_value=MAX_REVISION)
+
+
+class HistoryForm(forms.Form):
+    """History page query string (``views.checkpoint_history``, ``views.effect_history``):
+    ``before``, the revisions below this number (none: from the latest), newest first."""
+
+    before = forms.IntegerField(required=False, min_value=1, max_value=MAX_REVISION)

@@ -23,6 +23,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 from django.db.models import F, Q
+from django.db.models.functions import Now
 
 from .vocab import (
     ConflictReason,
@@ -179,11 +180,16 @@ class Run(TenantOwned, TimestampedModel):
 
     ``recovery_state`` is materialised in the same transaction as every write that changes
     it (``services.run_refresh_state``), so inbox lists are an indexed filter.
+    ``last_write_at`` is never null (a run is created by its first write; the database
+    clock is the default), so the inbox order ``-last_write_at, -id`` is the order of its
+    indexes on every backend and its keyset cursor needs no null case (issue 8).
     Identity columns (agent, model, workflow, definition_version) come from the kind
     registry reading the latest checkpoint.
     """
 
-    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="runs")
+    # No index of its own: (tenant, uuid) and the inbox indexes start with it (issue 8).
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="runs",
+                               db_index=False)
     uuid = models.UUIDField(help_text="the run's public id (``run_id`` on the wire)")
     kind = models.CharField(max_length=200, blank=True)
     schema_version = models.PositiveIntegerField(null=True, blank=True)
@@ -201,7 +207,7 @@ class Run(TenantOwned, TimestampedModel):
     )
     recovery_reason = models.CharField(max_length=256, blank=True)
     state_changed_at = models.DateTimeField(null=True, blank=True)
-    last_write_at = models.DateTimeField(null=True, blank=True)
+    last_write_at = models.DateTimeField(db_default=Now())
     lease_owner = models.CharField(max_length=256, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     fencing_token = models.BigIntegerField(default=0)
@@ -219,8 +225,13 @@ class Run(TenantOwned, TimestampedModel):
             models.CheckConstraint(condition=Q(fencing_token__gte=0), name="run_fencing_token_gte_0"),
         ]
         indexes = [
+            # Each inbox tab and ``GET …/runs?recovery_state=`` (``selectors.run_list``:
+            # an index scan in the query's order, stopped by its LIMIT), and the tab counts
+            # (``selectors.state_counts``: an index-only GROUP BY).
             models.Index(fields=["tenant", "recovery_state", "-last_write_at", "-id"],
                          name="run_inbox_idx"),
+            # The "all" tab and ``GET …/runs`` without a state.
+            models.Index(fields=["tenant", "-last_write_at", "-id"], name="run_all_idx"),
         ]
 
     def __str__(self) -> str:
@@ -234,7 +245,8 @@ class Checkpoint(TenantOwned):
     in ``CheckpointRevision``, one row per accepted revision including this one.
     """
 
-    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+",
+                               db_index=False)  # (tenant, uuid) starts with it
     run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="checkpoints")
     uuid = models.UUIDField(help_text="the checkpoint's public id (``id`` on the wire)")
     revision = models.BigIntegerField()
@@ -265,7 +277,10 @@ class CheckpointRevision(TenantOwned):
     """One accepted revision of a checkpoint, kept for the timeline and diffs."""
 
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
-    checkpoint = models.ForeignKey(Checkpoint, on_delete=models.CASCADE, related_name="revisions")
+    # No index of its own: (checkpoint, revision) starts with it, and a history page is a
+    # range of that index (a second index on checkpoint alone misled the planner).
+    checkpoint = models.ForeignKey(Checkpoint, on_delete=models.CASCADE, related_name="revisions",
+                                   db_index=False)
     revision = models.BigIntegerField()
     kind = models.CharField(max_length=200)
     schema_version = models.BigIntegerField()
@@ -299,8 +314,11 @@ class Effect(EncryptedReceipt, TenantOwned, TimestampedModel):
     ``receipt`` is kept encrypted (``EncryptedReceipt``).
     """
 
-    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
-    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="effects")
+    # No index of their own: (tenant, uuid) and (run, state) start with them.
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+",
+                               db_index=False)
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="effects",
+                            db_index=False)
     uuid = models.UUIDField(help_text="the effect's public id (``id`` on the wire)")
     revision = models.BigIntegerField()
     operation_key = models.CharField(max_length=512)
@@ -328,7 +346,16 @@ class Effect(EncryptedReceipt, TenantOwned, TimestampedModel):
                                     name="effect_operation_key_unique"),
             models.CheckConstraint(condition=Q(revision__gte=0), name="effect_revision_gte_0"),
         ]
-        indexes = [models.Index(fields=["run", "state"], name="effect_run_state_idx")]
+        indexes = [
+            models.Index(fields=["run", "state"], name="effect_run_state_idx"),
+            # The report's effects per state (an index-only GROUP BY).
+            models.Index(fields=["tenant", "state"], name="effect_tenant_state_idx"),
+            # ``GET …/effects`` (``selectors.effect_find``), newest first, with or without
+            # ``service`` (with ``operation_key`` too, ``effect_operation_key_unique``).
+            models.Index(fields=["tenant", "-created_at", "-id"], name="effect_tenant_new_idx"),
+            models.Index(fields=["tenant", "service", "-created_at", "-id"],
+                         name="effect_service_new_idx"),
+        ]
 
     def __str__(self) -> str:
         return f"effect {self.service}:{self.operation_key} ({self.state})"
@@ -339,7 +366,8 @@ class EffectRevision(EncryptedReceipt, TenantOwned):
     (its ``receipt`` encrypted, as on ``Effect``)."""
 
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
-    effect = models.ForeignKey(Effect, on_delete=models.CASCADE, related_name="revisions")
+    effect = models.ForeignKey(Effect, on_delete=models.CASCADE, related_name="revisions",
+                               db_index=False)  # (effect, revision) starts with it
     revision = models.BigIntegerField()
     state = models.CharField(max_length=16, choices=EffectState.choices)
     receipt_ciphertext = models.TextField(blank=True, default="")
@@ -366,7 +394,8 @@ class Conflict(TenantOwned):
     """
 
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
-    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="conflicts")
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="conflicts",
+                            db_index=False)  # (run, acknowledged_at) starts with it
     target_type = models.CharField(max_length=16)  # TargetType.WRITABLE
     target_uuid = models.UUIDField(help_text="the checkpoint's or effect's public id")
     reason = models.CharField(max_length=16, choices=ConflictReason.choices,
@@ -389,7 +418,14 @@ class Conflict(TenantOwned):
 
     class Meta:
         ordering = ["-created_at", "-id"]
-        indexes = [models.Index(fields=["run", "acknowledged_at"], name="conflict_run_ack_idx")]
+        indexes = [
+            models.Index(fields=["run", "acknowledged_at"], name="conflict_run_ack_idx"),
+            # The run page's newest conflicts (``selectors.run_detail``).
+            models.Index(fields=["run", "-created_at", "-id"], name="conflict_run_new_idx"),
+            # The report's open conflicts: only the open ones are in it.
+            models.Index(fields=["tenant"], condition=Q(acknowledged_at__isnull=True),
+                         name="conflict_open_idx"),
+        ]
 
 
 class RetryRequest(TenantOwned, TimestampedModel):
@@ -399,7 +435,8 @@ class RetryRequest(TenantOwned, TimestampedModel):
     request per run is open (requested or approved) at a time.
     """
 
-    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+",
+                               db_index=False)  # (tenant, state) starts with it
     run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="retry_requests")
     state = models.CharField(max_length=16, choices=RetryState.choices,
                              default=RetryState.REQUESTED)
@@ -431,6 +468,8 @@ class RetryRequest(TenantOwned, TimestampedModel):
                 name="retry_one_open_request_per_run",
             ),
         ]
+        # The report's retry requests per state (an index-only GROUP BY).
+        indexes = [models.Index(fields=["tenant", "state"], name="retry_tenant_state_idx")]
 
 
 class ApiToken(models.Model):
@@ -470,7 +509,8 @@ class AuditEvent(TenantOwned):
     SQLite has no such trigger.
     """
 
-    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+",
+                               db_index=False)  # (tenant, seq) starts with it
     seq = models.BigIntegerField(help_text="position in the tenant's chain, from 1")
     created_at = models.DateTimeField()
     actor = models.ForeignKey(
@@ -499,6 +539,7 @@ class AuditEvent(TenantOwned):
         indexes = [
             models.Index(fields=["tenant", "run_uuid", "-seq"], name="audit_run_idx"),
             models.Index(fields=["tenant", "action", "-seq"], name="audit_action_idx"),
+            models.Index(fields=["tenant", "actor_name", "-seq"], name="audit_actor_idx"),
         ]
 
 

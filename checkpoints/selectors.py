@@ -3,6 +3,13 @@
 Views and the API never call ``Model.objects`` directly. Lists read metadata columns only
 (never payload ciphertext), and paginate by keyset on ``(last_write_at, id)`` so a page
 costs the same at any depth.
+
+Nothing here grows with the tenant or the run (issue 8): every list is one index scan in
+the order of an index (``models.Run.Meta.indexes`` and the others) stopped by its LIMIT,
+every count an index-only GROUP BY, and a run's history (checkpoint revisions, effect
+revisions) is read one page of ``HISTORY_PAGE`` at a time, newest first, by keyset on the
+revision number (``?before=N``). Each function costs a fixed number of queries whatever
+the number of rows behind it (``tests/views/test_query_budget.py``).
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from . import policy, roles
 from .dbclock import NOW, db_now
 from .exceptions import InvalidPayload, NotFound
 from .models import (
+    MAX_REVISION,
     ApiToken,
     AuditEvent,
     Checkpoint,
@@ -42,6 +50,7 @@ from .models import (
     ReconcileRequest,
     RecoveryState,
     RetryRequest,
+    RetryState,
     Run,
     Tenant,
 )
@@ -54,6 +63,12 @@ RUN_LIST_FIELDS = (
     "fencing_token", "unacknowledged_conflicts", "closed_at", "closed_reason",
     "closed_by__username",
 )
+
+
+#: Revisions per page of a checkpoint's or an effect's history (run page, history pages).
+HISTORY_PAGE = 50
+#: Conflicts the run page lists (the newest; the open ones are counted).
+CONFLICT_PAGE = 50
 
 
 def _uuid_or_404(value, what: str) -> uuid.UUID:
@@ -91,7 +106,12 @@ def tokens_of_account(*, user) -> list[ApiToken]:
 
 
 def state_counts(*, tenant: Tenant) -> dict[str, int]:
-    """``{recovery_state: number of runs}`` for the inbox tabs (every state present)."""
+    """``{recovery_state: number of runs}`` for the inbox tabs (every state present).
+
+    One query: on PostgreSQL an index-only scan of ``run_inbox_idx`` grouped by state, so
+    it reads index entries, not run rows; still one entry per run (about 10 ms for a
+    tenant of 50,000 runs): per-tenant counters kept by the services would make it
+    constant (issue 8)."""
     counts = dict(Run.objects.for_tenant(tenant).values_list("recovery_state")
                   .annotate(n=Count("id")).values_list("recovery_state", "n"))
     return {state: counts.get(state, 0) for state in RecoveryState.values}
@@ -111,17 +131,20 @@ def encode_cursor(run: Run | dict) -> str:
     """Opaque keyset cursor for the row after which the next page starts."""
     last = run["last_write_at"] if isinstance(run, dict) else run.last_write_at
     pk = run["id"] if isinstance(run, dict) else run.pk
-    raw = json.dumps([last.isoformat() if last else None, pk])
+    raw = json.dumps([last.isoformat(), pk])
     return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
 
 
-def decode_cursor(cursor: str) -> tuple[datetime | None, int]:
-    """Raises ``InvalidPayload`` naming ``cursor`` for anything not made by ``encode_cursor``."""
+def decode_cursor(cursor: str) -> tuple[datetime, int]:
+    """``(last_write_at, id)`` of the row the page continues after. Raises
+    ``InvalidPayload`` naming ``cursor`` for anything not made by ``encode_cursor``."""
     try:
         padded = cursor + "=" * (-len(cursor) % 4)
         last, pk = json.loads(base64.urlsafe_b64decode(padded.encode()))
-        when = datetime.fromisoformat(last) if last else None
-        if type(pk) is not int:
+        if not isinstance(last, str) or type(pk) is not int:
+            raise ValueError
+        when = datetime.fromisoformat(last)
+        if when.tzinfo is None:
             raise ValueError
         return when, pk
     except (ValueError, TypeError, json.JSONDecodeError, UnicodeDecodeError):
@@ -135,6 +158,11 @@ def run_list(*, user, tenant: Tenant, filters: RunFilters, cursor: str | None = 
     Returns ``(rows, next_cursor)``; rows are dicts of ``RUN_LIST_FIELDS``. Raises
     ``NotFound``/``Forbidden`` via ``permissions.require``, ``InvalidPayload`` for a bad
     filter or cursor.
+
+    One query, in the order ``-last_write_at, -id`` of ``run_inbox_idx`` (a state) or
+    ``run_all_idx`` (every state): PostgreSQL reads the index from the cursor on and stops
+    after ``limit + 1`` rows (``kind``, ``subject`` filter the rows it reads; ``age_s_min``
+    moves where it starts), whatever the tenant's size or the page's depth.
     """
     require(user, tenant, roles.VIEW)
     if filters.recovery_state and filters.recovery_state not in RecoveryState.values:
@@ -151,15 +179,12 @@ def run_list(*, user, tenant: Tenant, filters: RunFilters, cursor: str | None = 
         qs = qs.filter(last_write_at__lte=NOW - timedelta(seconds=filters.age_s_min))
     if cursor:
         last, pk = decode_cursor(cursor)
-        if last is None:
-            qs = qs.filter(last_write_at__isnull=True, id__lt=pk)
-        else:
-            qs = qs.filter(Q(last_write_at__lt=last) | Q(last_write_at=last, id__lt=pk)
-                           | Q(last_write_at__isnull=True))
+        # (last_write_at, id) < (last, pk), spelt as a range the index scan starts from
+        # (last_write_at <= last) plus a check of the rows that share ``last``.
+        qs = qs.filter(Q(last_write_at__lt=last) | Q(id__lt=pk), last_write_at__lte=last)
     limit = max(1, min(limit, 200))
-    # NULLs last on every backend, which is what the cursor filter above assumes.
-    order = (F("last_write_at").desc(nulls_last=True), F("id").desc())
-    rows = list(qs.order_by(*order).values(*RUN_LIST_FIELDS)[: limit + 1])
+    # last_write_at is never null, so this is the indexes' order on every backend.
+    rows = list(qs.order_by("-last_write_at", "-id").values(*RUN_LIST_FIELDS)[: limit + 1])
     next_cursor = encode_cursor(rows[limit - 1]) if len(rows) > limit else None
     return rows[:limit], next_cursor
 
@@ -177,44 +202,172 @@ def run_get(*, user, tenant: Tenant, run_id: uuid.UUID | str) -> Run:
 
 @dataclass
 class RunDetail:
-    """Everything the run page and ``GET …/runs/{run_id}`` show (metadata only)."""
+    """Everything the run page shows (metadata only), each list bounded.
+
+    ``revisions``: checkpoint pk -> its newest ``HISTORY_PAGE`` revisions, newest first;
+    ``revisions_older``: checkpoint pk -> the ``before`` of the next older page, or
+    ``None`` when the page reaches revision 0. ``effect_history``/``effect_history_older``
+    likewise per effect. ``conflicts``: the newest ``CONFLICT_PAGE``; ``open_conflicts``
+    counts every unacknowledged one, ``more_conflicts`` says older ones are not listed.
+    ``audit``: the newest 200 events.
+    """
 
     run: Run
     checkpoints: list[Checkpoint]
-    revisions: dict[int, list[CheckpointRevision]]  # checkpoint pk -> revisions, oldest first
+    revisions: dict[int, list[CheckpointRevision]]
+    revisions_older: dict[int, int | None]
     effects: list[Effect]
-    effect_history: dict[int, list[EffectRevision]]  # effect pk -> revisions
+    effect_history: dict[int, list[EffectRevision]]
+    effect_history_older: dict[int, int | None]
     conflicts: list[Conflict]
+    open_conflicts: int
+    more_conflicts: bool
     retry_requests: list[RetryRequest]
     audit: list[AuditEvent]
 
 
-def run_detail(*, user, tenant: Tenant, run_id) -> RunDetail:
-    """Load a run with its checkpoints (and revision metadata), effects, conflicts, retry
-    requests and the latest 200 audit events, in a fixed number of queries."""
-    run = run_get(user=user, tenant=tenant, run_id=run_id)
-    cps = list(Checkpoint.objects.for_tenant(run.tenant_id)
-               .filter(run=run).defer("payload_ciphertext")
-               .order_by("-received_at"))
-    revisions: dict[int, list[CheckpointRevision]] = {c.pk: [] for c in cps}
-    for rev in (CheckpointRevision.objects.for_tenant(run.tenant_id).filter(checkpoint__run=run)
-                .defer("payload_ciphertext").select_related("written_by")
-                .order_by("checkpoint_id", "revision")):
-        revisions.setdefault(rev.checkpoint_id, []).append(rev)
+def _older(latest: int) -> int | None:
+    """The ``before`` of the page older than the newest page of a history whose latest
+    revision is ``latest`` (revisions are numbered 0, 1, ... without gaps: CAS accepts
+    only N+1), or ``None`` when the newest page holds them all."""
+    first = latest - HISTORY_PAGE + 1
+    return first if first > 0 else None
+
+
+def _run_checkpoints(run: Run) -> list[Checkpoint]:
+    return list(Checkpoint.objects.for_tenant(run.tenant_id)
+                .filter(run=run).defer("payload_ciphertext").select_related("written_by")
+                .order_by("-received_at", "-id"))
+
+
+def _run_effects(run: Run) -> list[Effect]:
     effects = list(Effect.objects.for_tenant(run.tenant_id)
                    .filter(run=run).order_by("created_at", "id"))
+    for effect in effects:
+        effect.run = run  # no lazy query per effect for what the caller already holds
+    return effects
+
+
+def run_detail(*, user, tenant: Tenant, run_id) -> RunDetail:
+    """Load a run for its page: its checkpoints with their newest page of revision
+    metadata, its effects with their newest page of revisions, its newest conflicts (and
+    the number open), its retry requests and its latest 200 audit events.
+
+    Nine queries whatever the run's history: the newest page of every checkpoint is one
+    index range on ``(checkpoint, revision)`` per checkpoint (revisions above its latest
+    minus ``HISTORY_PAGE``), the same for effects. Older pages: ``checkpoint_history``,
+    ``effect_history``. Raises ``NotFound`` (also for a malformed id) and what
+    ``permissions.require`` raises.
+    """
+    run = run_get(user=user, tenant=tenant, run_id=run_id)
+    cps = _run_checkpoints(run)
+    revisions: dict[int, list[CheckpointRevision]] = {c.pk: [] for c in cps}
+    for rev in (CheckpointRevision.objects.for_tenant(run.tenant_id)
+                .filter(checkpoint__run=run,
+                        revision__gt=F("checkpoint__revision") - HISTORY_PAGE)
+                .defer("payload_ciphertext").select_related("written_by")
+                .order_by("checkpoint_id", "-revision")):
+        revisions.setdefault(rev.checkpoint_id, []).append(rev)
+    effects = _run_effects(run)
     history: dict[int, list[EffectRevision]] = {e.pk: [] for e in effects}
     for rev in (EffectRevision.objects.for_tenant(run.tenant_id)
-                .filter(effect__run=run).order_by("effect_id", "revision")):
+                .filter(effect__run=run, revision__gt=F("effect__revision") - HISTORY_PAGE)
+                .defer("receipt_ciphertext").order_by("effect_id", "-revision")):
         history.setdefault(rev.effect_id, []).append(rev)
     conflicts = list(Conflict.objects.for_tenant(run.tenant_id)
                      .filter(run=run).defer("refused_ciphertext")
-                     .select_related("acknowledged_by"))
+                     .select_related("acknowledged_by")
+                     .order_by("-created_at", "-id")[: CONFLICT_PAGE + 1])
+    open_conflicts = (Conflict.objects.for_tenant(run.tenant_id)
+                      .filter(run=run, acknowledged_at__isnull=True).count())
     retries = list(RetryRequest.objects.for_tenant(run.tenant_id).filter(run=run)
                    .select_related("requested_by", "decided_by"))
     audit = list(AuditEvent.objects.for_tenant(tenant)
                  .filter(run_uuid=run.uuid).order_by("-seq")[:200])
-    return RunDetail(run, cps, revisions, effects, history, conflicts, retries, audit)
+    return RunDetail(
+        run, cps, revisions, {c.pk: _older(c.revision) for c in cps},
+        effects, history, {e.pk: _older(e.revision) for e in effects},
+        conflicts[:CONFLICT_PAGE], open_conflicts, len(conflicts) > CONFLICT_PAGE,
+        retries, audit)
+
+
+@dataclass
+class RunSummary:
+    """What ``GET …/runs/{run_id}`` answers (CONTRACT.md 3: the run, its latest
+    checkpoints, effects and open review items): no history, no audit."""
+
+    run: Run
+    checkpoints: list[Checkpoint]
+    effects: list[Effect]
+    open_retry: RetryRequest | None
+    open_conflicts: list[Conflict]
+
+
+def run_summary(*, user, tenant: Tenant, run_id) -> RunSummary:
+    """The run with its checkpoints' latest revision (metadata), its effects, its open
+    retry request and its unacknowledged conflicts, in five queries; nothing it does not
+    answer is read (no revision, effect revision or audit event). Raises ``NotFound``
+    (also for a malformed id) and what ``permissions.require`` raises."""
+    run = run_get(user=user, tenant=tenant, run_id=run_id)
+    open_retry = (RetryRequest.objects.for_tenant(run.tenant_id)
+                  .filter(run=run, state__in=list(RetryState.OPEN))
+                  .select_related("requested_by", "decided_by").first())
+    conflicts = list(Conflict.objects.for_tenant(run.tenant_id)
+                     .filter(run=run, acknowledged_at__isnull=True)
+                     .defer("refused_ciphertext").order_by("-created_at", "-id"))
+    return RunSummary(run, _run_checkpoints(run), _run_effects(run), open_retry, conflicts)
+
+
+def _before(value, what: str) -> int | None:
+    """A history page's ``before``: ``None`` (the newest page) or a revision number
+    1..2^63-1; else ``InvalidPayload`` naming ``before``."""
+    if value is None:
+        return None
+    if type(value) is not int or not 1 <= value <= MAX_REVISION:
+        raise InvalidPayload(f"before: must be a {what} revision number from 1 to 2^63-1")
+    return value
+
+
+@dataclass
+class HistoryPage:
+    """One page of a checkpoint's or an effect's history: ``rows`` newest first (at most
+    ``HISTORY_PAGE``), ``older`` the ``before`` of the next older page (``None``: this
+    page reaches the first revision)."""
+
+    rows: list
+    older: int | None
+
+
+def _history_page(qs: QuerySet, before: int | None) -> HistoryPage:
+    if before is not None:
+        qs = qs.filter(revision__lt=before)
+    rows = list(qs.order_by("-revision")[: HISTORY_PAGE + 1])
+    older = rows[HISTORY_PAGE - 1].revision if len(rows) > HISTORY_PAGE else None
+    return HistoryPage(rows[:HISTORY_PAGE], older)
+
+
+def checkpoint_history(*, user, tenant: Tenant, checkpoint: Checkpoint,
+                       before: int | None = None) -> HistoryPage:
+    """The checkpoint's revisions below ``before`` (``None``: from the latest), newest
+    first, one page (metadata, no payload): one index range scan on
+    ``(checkpoint, revision)`` read backwards and stopped after ``HISTORY_PAGE + 1``
+    rows, at any depth. Raises ``InvalidPayload`` naming ``before`` for a value that is
+    not a revision number, and what ``permissions.require`` raises."""
+    require(user, tenant, roles.VIEW)
+    before = _before(before, "checkpoint")
+    return _history_page(CheckpointRevision.objects.for_tenant(tenant)
+                         .filter(checkpoint=checkpoint).defer("payload_ciphertext")
+                         .select_related("written_by"), before)
+
+
+def effect_history(*, user, tenant: Tenant, effect: Effect,
+                   before: int | None = None) -> HistoryPage:
+    """The effect's revisions below ``before``, newest first, one page (metadata: the
+    receipt ciphertext is not read); as ``checkpoint_history``."""
+    require(user, tenant, roles.VIEW)
+    before = _before(before, "effect")
+    return _history_page(EffectRevision.objects.for_tenant(tenant).filter(effect=effect)
+                         .defer("receipt_ciphertext"), before)
 
 
 def _attempts_without_evidence(tenant: Tenant) -> QuerySet[ReconcileAttempt]:
@@ -350,12 +503,20 @@ def audit_list(*, user, tenant: Tenant, run_id=None, actor: str | None = None,
 
 
 def report(*, user, tenant: Tenant) -> dict:
-    """Tenant-scoped numbers: runs per state, effects per state, open conflicts, retries."""
+    """Tenant-scoped numbers: runs per state, effects per state, open conflicts, retries.
+
+    Four queries, each an index-only count (runs: ``run_inbox_idx``; effects and retries:
+    their ``(tenant, state)`` index; open conflicts: the partial ``conflict_open_idx``,
+    which holds only the open ones). They read one index entry per run, effect or retry
+    request of the tenant (not the rows), so they grow with the tenant, slowly; the
+    report has no time window to bound them."""
     require(user, tenant, roles.VIEW)
+    # count(*), not count(id): the GROUP BY then reads only (tenant, state) indexes
+    # (effect_tenant_state_idx, retry_tenant_state_idx), an index-only scan.
     effects = dict(Effect.objects.for_tenant(tenant).values_list("state")
-                   .annotate(n=Count("id")).values_list("state", "n"))
+                   .annotate(n=Count("*")).values_list("state", "n"))
     retries = dict(RetryRequest.objects.for_tenant(tenant).values_list("state")
-                   .annotate(n=Count("id")).values_list("state", "n"))
+                   .annotate(n=Count("*")).values_list("state", "n"))
     return {
         "runs": state_counts(tenant=tenant),
         "effects": effects,

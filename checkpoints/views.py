@@ -52,6 +52,7 @@ from .forms import (
     AuditFilterForm,
     CloseForm,
     DiffForm,
+    HistoryForm,
     InboxFilterForm,
     ReasonForm,
     RevealForm,
@@ -236,7 +237,10 @@ def home(request: HttpRequest) -> HttpResponse:
     return render(request, "checkpoints/no_tenant.html", _base_context(request, None, "home"))
 
 
-def _inbox_context(request: HttpRequest, tenant: Tenant) -> dict:
+def _inbox_filters(request: HttpRequest, tenant: Tenant) -> tuple[dict, dict]:
+    """The inbox query string checked (``InboxFilterForm``: 400 naming the field) and the
+    tabs: ``(cleaned data, tabs context)``; the tab counts are one query
+    (``selectors.state_counts``)."""
     form = InboxFilterForm(request.GET)
     if not form.is_valid():
         raise InvalidPayload(first_error(form))
@@ -245,26 +249,33 @@ def _inbox_context(request: HttpRequest, tenant: Tenant) -> dict:
     state = data["state"]
     if not request.GET.get("state"):
         state = _default_tab(request, tenant, counts)
+    query = {k: v for k, v in (("kind", data["kind"]), ("subject", data["subject"]),
+                               ("age", request.GET.get("age", ""))) if v}
+    return data, {
+        "state": state,
+        "all_tab": ALL_TAB,
+        "form": form,
+        "tabs": [(s.value, s.label, counts.get(s.value, 0)) for s in RecoveryState.INBOX_TABS],
+        "total": sum(counts.values()),
+        "filter_query": query,
+    }
+
+
+def _inbox_context(request: HttpRequest, tenant: Tenant) -> dict:
+    data, tabs = _inbox_filters(request, tenant)
+    state = tabs["state"]
     filters = selectors.RunFilters(
         recovery_state=None if state == ALL_TAB else state,
         kind=data["kind"] or None, subject=data["subject"] or None, age_s_min=data["age"],
     )
     rows, next_cursor = selectors.run_list(user=request.user, tenant=tenant, filters=filters,
                                            cursor=data["cursor"] or None, limit=50)
-    query = {k: v for k, v in (("kind", data["kind"]), ("subject", data["subject"]),
-                               ("age", request.GET.get("age", ""))) if v}
-    return {
-        "state": state,
-        "all_tab": ALL_TAB,
-        "form": form,
+    return tabs | {
         "rows": rows,
         "next_cursor": next_cursor,
         "paged": bool(data["cursor"]),
-        "tabs": [(s.value, s.label, counts.get(s.value, 0)) for s in RecoveryState.INBOX_TABS],
-        "total": sum(counts.values()),
-        "filter_query": query,
         "known_kinds": list(kinds.registered()),
-        "age_choices": form.fields["age"].choices,
+        "age_choices": tabs["form"].fields["age"].choices,
     }
 
 
@@ -298,8 +309,9 @@ def run_list(request: HttpRequest, tenant: Tenant) -> HttpResponse:
 @dashboard
 @tenant_page()
 def run_counts(request: HttpRequest, tenant: Tenant) -> HttpResponse:
-    """``/t/<slug>/counts/``: the inbox tabs with live counts, polled by htmx every 10 s."""
-    context = _base_context(request, tenant, "inbox") | _inbox_context(request, tenant)
+    """``/t/<slug>/counts/``: the inbox tabs with live counts, polled by htmx every 10 s.
+    Only the counts are read (the tabs' filters are checked, no run is listed)."""
+    context = _base_context(request, tenant, "inbox") | _inbox_filters(request, tenant)[1]
     return render(request, "checkpoints/inbox.html#tabs", context)
 
 
@@ -477,11 +489,13 @@ def _run_context(request: HttpRequest, tenant: Tenant, run_id, **extra) -> dict:
     any_in_doubt = any(e.state in EffectState.IN_DOUBT for e in detail.effects)
     effects = [
         {"effect": e, "history": detail.effect_history.get(e.pk, []),
+         "older": detail.effect_history_older.get(e.pk),
          "can_mark_unknown": (context["can_review"] and e.state in EffectState.IN_DOUBT
                               and not closed)}
         for e in detail.effects
     ]
-    checkpoints = [{"cp": cp, "revisions": detail.revisions.get(cp.pk, [])}
+    checkpoints = [{"cp": cp, "revisions": detail.revisions.get(cp.pk, []),
+                    "older": detail.revisions_older.get(cp.pk)}
                    for cp in detail.checkpoints]
     retries = [
         {"retry": r,
@@ -507,7 +521,7 @@ def _run_context(request: HttpRequest, tenant: Tenant, run_id, **extra) -> dict:
     if context["can_review"] and any_in_doubt and not can_reconcile:
         reconcile_blocked = ("No reconcile: the run is closed; a new write by the runtime "
                              "reopens it." if closed else _owner_live_words(owner))
-    open_conflicts = sum(1 for c in detail.conflicts if c.acknowledged_at is None)
+    open_conflicts = detail.open_conflicts
     retry_blocked = _retry_blocked(run, open_retry, any_in_doubt)
     can_request_retry = context["can_review"] and not retry_blocked
     deciding = any(r["can_decide"] for r in retries)
@@ -521,6 +535,7 @@ def _run_context(request: HttpRequest, tenant: Tenant, run_id, **extra) -> dict:
         effects=effects,
         conflicts=detail.conflicts,
         open_conflicts=open_conflicts,
+        more_conflicts=detail.more_conflicts,
         retries=retries,
         audit=detail.audit,
         reconcile_rows=reconcile_rows,
@@ -564,6 +579,54 @@ def run_detail(request: HttpRequest, tenant: Tenant, run_id: str) -> HttpRespons
     """``/t/<slug>/runs/<run_id>/``: identity, lease, state, checkpoint timeline, effects,
     conflicts, retry requests, audit trail and the actions the viewer's role allows."""
     return render(request, "checkpoints/run.html", _run_context(request, tenant, run_id))
+
+
+def _history_before(request: HttpRequest) -> int | None:
+    """The history pages' ``?before=N`` (``HistoryForm``); 400 naming ``before``."""
+    form = HistoryForm(request.GET)
+    if not form.is_valid():
+        raise InvalidPayload(first_error(form))
+    return form.cleaned_data["before"]
+
+
+def _history(request: HttpRequest, tenant: Tenant, partial: str, run, context: dict):
+    """htmx ("Load older"): the page's list items (``run.html#<partial>``), which replace
+    the link; otherwise the history page around them."""
+    context = {"tenant": tenant} | context
+    if request.htmx:
+        return render(request, f"checkpoints/run.html#{partial}", context)
+    context = _base_context(request, tenant, "inbox") | context | {"run": run}
+    return render(request, "checkpoints/history.html", context)
+
+
+@require_GET
+@dashboard
+@tenant_page()
+def checkpoint_history(request: HttpRequest, tenant: Tenant, checkpoint_id: str) -> HttpResponse:
+    """``/t/<slug>/checkpoints/<id>/revisions/?before=N``: the checkpoint's revisions
+    below N (none: from the latest), newest first, ``selectors.HISTORY_PAGE`` at a time
+    (metadata; payloads only through the audited reveal). The run page shows the newest
+    page and links here for older ones."""
+    before = _history_before(request)
+    cp = selectors.checkpoint_get(user=request.user, tenant=tenant, checkpoint_id=checkpoint_id)
+    page = selectors.checkpoint_history(user=request.user, tenant=tenant, checkpoint=cp,
+                                        before=before)
+    return _history(request, tenant, "cp-revisions", cp.run,
+                    {"cp": cp, "revisions": page.rows, "older": page.older, "before": before})
+
+
+@require_GET
+@dashboard
+@tenant_page()
+def effect_history(request: HttpRequest, tenant: Tenant, effect_id: str) -> HttpResponse:
+    """``/t/<slug>/effects/<id>/revisions/?before=N``: the effect's revisions below N,
+    newest first, one page at a time; as ``checkpoint_history``."""
+    before = _history_before(request)
+    effect = selectors.effect_get(user=request.user, tenant=tenant, effect_id=effect_id)
+    page = selectors.effect_history(user=request.user, tenant=tenant, effect=effect,
+                                    before=before)
+    return _history(request, tenant, "effect-revisions", effect.run,
+                    {"e": effect, "history": page.rows, "older": page.older, "before": before})
 
 
 @require_GET

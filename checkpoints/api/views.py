@@ -59,7 +59,7 @@ from ..exceptions import (
 from ..jsonparse import loads_object
 from ..models import MAX_REVISION, Tenant
 from ..permissions import access_tenant, receipts_in_answers, require, tenant_perms
-from ..vocab import AuditAction, RetryState
+from ..vocab import AuditAction
 from . import params as p
 from . import serializers as s
 from .auth import BearerTokenAuthentication
@@ -530,20 +530,18 @@ class RunDetailApi(TenantApi):
         responses={200: s.RunDetailSerializer, **_errors()},
     )
     def get(self, request, tenant, run_id):
+        """Reads only what it answers (``selectors.run_summary``): no revision history, no
+        audit, whatever the run's length."""
         t = self.tenant(request, tenant, roles.VIEW)
-        d = selectors.run_detail(user=request.user, tenant=t, run_id=run_id)
+        d = selectors.run_summary(user=request.user, tenant=t, run_id=run_id)
         rid = d.run.uuid
-        open_retry = next((r for r in d.retry_requests if r.state in RetryState.OPEN),
-                          None)
-        for effect in d.effects:
-            effect.run = d.run
         return Response(s.RunDetailSerializer.render({
             "run": d.run,
             "checkpoints": d.checkpoints,
             "effects": d.effects,
             "open_review_items": {
-                "retry_request": open_retry,
-                "conflicts": [c for c in d.conflicts if c.acknowledged_at is None],
+                "retry_request": d.open_retry,
+                "conflicts": d.open_conflicts,
             },
             "reconcile_requests": reconciliation.requests_for_run(d.run),
             "retry_preview": services.retry_preview(d.run),

@@ -76,3 +76,79 @@ def test_it_renders_the_run_page_in_constant_queries_whatever_its_reconcile_hist
         reconcile(rita, acme, stuck.run_id)
     assert ReconcileAttempt.objects.count() > 10
     assert _queries(lambda: client.get(f"/t/acme/runs/{stuck.run_id}/")) == page
+
+
+def _revise(writer, tenant, cp, run_id, upto: int) -> None:
+    """Write revisions of checkpoint ``cp`` until its latest is ``upto`` (from 0)."""
+    from checkpoints.models import Checkpoint
+
+    latest = (Checkpoint.objects.for_tenant(tenant).filter(uuid=cp)
+              .values_list("revision", flat=True).first())
+    start = 0 if latest is None else latest + 1
+    for rev in range(start, upto + 1):
+        put_checkpoint(writer, tenant, envelope(cp, run_id, rev, payload={"phase": "ready",
+                                                                         "n": rev}),
+                       expected=rev - 1 if rev else None)
+
+
+def test_a_run_page_costs_the_same_with_3_revisions_and_with_300(acme, wendy, rita):
+    """Issue 8: the run page reads one page of history, not all of it; the API's run
+    detail reads none."""
+    client = Client()
+    client.force_login(rita)
+    api = bearer_client(rita)
+    run_id, cp, eid = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    _revise(wendy, acme, cp, run_id, 2)
+    walk_effect(wendy, acme, effect_body(eid, run_id), "submitted")
+    client.get("/t/acme/")
+    api.get("/api/v1/tenants/acme/report")
+    page = f"/t/acme/runs/{run_id}/"
+    detail = f"/api/v1/tenants/acme/runs/{run_id}"
+    history = f"/t/acme/checkpoints/{cp}/revisions/"
+    small = {url: _queries(lambda u=url, c=c: c.get(u))
+             for url, c in ((page, client), (detail, api), (history, client),
+                            (history + "?before=2", client))}
+    _revise(wendy, acme, cp, run_id, 299)
+    big = {url: _queries(lambda u=url, c=c: c.get(u))
+           for url, c in ((page, client), (detail, api), (history, client),
+                          (history + "?before=250", client))}
+    assert {u.replace("250", "2"): n for u, n in big.items()} == small
+    body = client.get(page).content.decode()
+    assert "r299" in body and "r250" in body and "r249<" not in body
+
+
+def test_the_api_run_detail_reads_no_history(acme, wendy, rita):
+    run_id, cp = uuid.uuid4(), uuid.uuid4()
+    _revise(wendy, acme, cp, run_id, 3)
+    walk_effect(wendy, acme, effect_body(run_id=run_id), "submitted")
+    api = bearer_client(rita)
+    api.get("/api/v1/tenants/acme/report")
+    with CaptureQueriesContext(connection) as ctx:
+        response = api.get(f"/api/v1/tenants/acme/runs/{run_id}")
+    assert response.status_code == 200
+    read = " ".join(q["sql"] for q in ctx.captured_queries).lower()
+    for table in ("checkpointrevision", "effectrevision", "auditevent"):
+        assert f"checkpoints_{table}" not in read
+
+
+def _runs(writer, tenant, n: int) -> None:
+    for _ in range(n):
+        put_checkpoint(writer, tenant, envelope())
+
+
+def test_lists_and_counts_cost_the_same_with_5_runs_and_with_200(acme, wendy, rita):
+    client = Client()
+    client.force_login(rita)
+    api = bearer_client(rita)
+    _runs(wendy, acme, 5)
+    client.get("/t/acme/")
+    api.get("/api/v1/tenants/acme/report")
+    urls = [(client, "/t/acme/?state=all"), (client, "/t/acme/?state=healthy"),
+            (client, "/t/acme/counts/?state=healthy"), (client, "/t/acme/report/"),
+            (client, "/t/acme/audit/"), (api, "/api/v1/tenants/acme/runs"),
+            (api, "/api/v1/tenants/acme/runs?recovery_state=healthy&limit=3"),
+            (api, "/api/v1/tenants/acme/report"), (api, "/api/v1/tenants/acme/audit-events"),
+            (api, "/api/v1/tenants/acme/effects")]
+    few = [_queries(lambda c=c, u=u: c.get(u)) for c, u in urls]
+    _runs(wendy, acme, 195)
+    assert [_queries(lambda c=c, u=u: c.get(u)) for c, u in urls] == few
