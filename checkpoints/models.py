@@ -655,3 +655,47 @@ class ReconcilerConfig(TenantOwned, TimestampedModel):
             models.UniqueConstraint(fields=["tenant", "service"],
                                     name="reconciler_one_per_service"),
         ]
+
+
+#: Rows per (tenant, state) of the state counters: concurrent writers in one tenant whose
+#: runs (effects) change state rarely wait on the same row (``id % COUNT_SHARDS``).
+COUNT_SHARDS = 8
+
+
+class RunStateCount(TenantOwned):
+    """How many of a tenant's runs are in ``state``: the sum of ``n`` over its shards.
+
+    Kept by database triggers (migration 0011) in the same transaction as every insert,
+    delete and ``recovery_state`` change of a run, whichever code makes it (services, the
+    SQL write path, ``generate_load``), so the inbox counts and the report read at most
+    ``COUNT_SHARDS`` rows per state instead of one index entry per run (issue 8). Nothing
+    else writes it; ``tests/services/test_state_counts.py`` compares it with a count of
+    the runs after every kind of change.
+    """
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
+    state = models.CharField(max_length=24)
+    shard = models.PositiveSmallIntegerField()
+    n = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "state", "shard"],
+                                    name="run_state_count_unique"),
+        ]
+
+
+class EffectStateCount(TenantOwned):
+    """How many of a tenant's effects are in ``state`` (the report), kept like
+    ``RunStateCount`` by triggers on the effect table (migration 0011)."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
+    state = models.CharField(max_length=16)
+    shard = models.PositiveSmallIntegerField()
+    n = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "state", "shard"],
+                                    name="effect_state_count_unique"),
+        ]

@@ -30,6 +30,7 @@ from django.db.models import (
     Prefetch,
     Q,
     QuerySet,
+    Sum,
 )
 from django.db.models.functions import Cast
 from guardian.models import GroupObjectPermission
@@ -46,15 +47,18 @@ from .models import (
     Conflict,
     Effect,
     EffectRevision,
+    EffectStateCount,
     ReconcileAttempt,
     ReconcileRequest,
     RecoveryState,
     RetryRequest,
     RetryState,
     Run,
+    RunStateCount,
     Tenant,
 )
 from .permissions import require
+from .vocab import EffectState
 
 RUN_LIST_FIELDS = (
     "id", "tenant_id", "uuid", "kind", "schema_version", "agent", "model", "workflow",
@@ -108,13 +112,18 @@ def tokens_of_account(*, user) -> list[ApiToken]:
 def state_counts(*, tenant: Tenant) -> dict[str, int]:
     """``{recovery_state: number of runs}`` for the inbox tabs (every state present).
 
-    One query: on PostgreSQL an index-only scan of ``run_inbox_idx`` grouped by state, so
-    it reads index entries, not run rows; still one entry per run (about 10 ms for a
-    tenant of 50,000 runs): per-tenant counters kept by the services would make it
-    constant (issue 8)."""
-    counts = dict(Run.objects.for_tenant(tenant).values_list("recovery_state")
-                  .annotate(n=Count("id")).values_list("recovery_state", "n"))
-    return {state: counts.get(state, 0) for state in RecoveryState.values}
+    One query over the tenant's ``RunStateCount`` rows (at most ``COUNT_SHARDS`` per
+    state, kept by triggers in the same transaction as every run change), so it costs
+    the same for ten runs and for a million (issue 8)."""
+    return _counted(RunStateCount, tenant, RecoveryState.values)
+
+
+def _counted(model, tenant: Tenant, states) -> dict[str, int]:
+    """``{state: n}`` summed over the shards of a state counter table, every one of
+    ``states`` present (0 when absent)."""
+    counts = dict(model.objects.for_tenant(tenant).order_by().values_list("state")
+                  .annotate(total=Sum("n")).values_list("state", "total"))
+    return {state: counts.get(state, 0) for state in states}
 
 
 @dataclass(frozen=True)
@@ -505,16 +514,14 @@ def audit_list(*, user, tenant: Tenant, run_id=None, actor: str | None = None,
 def report(*, user, tenant: Tenant) -> dict:
     """Tenant-scoped numbers: runs per state, effects per state, open conflicts, retries.
 
-    Four queries, each an index-only count (runs: ``run_inbox_idx``; effects and retries:
-    their ``(tenant, state)`` index; open conflicts: the partial ``conflict_open_idx``,
-    which holds only the open ones). They read one index entry per run, effect or retry
-    request of the tenant (not the rows), so they grow with the tenant, slowly; the
-    report has no time window to bound them."""
+    Four queries: runs and effects per state from their counter tables (``RunStateCount``,
+    ``EffectStateCount``: a few rows per state whatever the tenant's size); retry
+    requests with an index-only count of their ``(tenant, state)`` index (a tenant has
+    few); open conflicts from the partial ``conflict_open_idx``, which holds only the
+    open ones. Effect states with no effect are left out."""
     require(user, tenant, roles.VIEW)
-    # count(*), not count(id): the GROUP BY then reads only (tenant, state) indexes
-    # (effect_tenant_state_idx, retry_tenant_state_idx), an index-only scan.
-    effects = dict(Effect.objects.for_tenant(tenant).values_list("state")
-                   .annotate(n=Count("*")).values_list("state", "n"))
+    effects = {state: n for state, n in _counted(EffectStateCount, tenant,
+                                                 EffectState.values).items() if n}
     retries = dict(RetryRequest.objects.for_tenant(tenant).values_list("state")
                    .annotate(n=Count("*")).values_list("state", "n"))
     return {
