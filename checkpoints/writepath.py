@@ -56,8 +56,7 @@ _IDENTITY = ("agent", "model", "workflow", "definition_version")
 def available() -> bool:
     """Whether ``checkpoint_update`` may be used: PostgreSQL (its statements use
     data-modifying ``WITH``), unless ``RECOVERY_SQL_WRITE_PATH`` is off."""
-    return connection.vendor == "postgresql" and getattr(
-        settings, "RECOVERY_SQL_WRITE_PATH", True)
+    return connection.vendor == "postgresql" and settings.RECOVERY_SQL_WRITE_PATH
 
 
 def _q(name: str) -> str:
