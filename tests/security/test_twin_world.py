@@ -374,6 +374,17 @@ SELECTORS: dict[str, SelectorCell] = {
                                              run_id=IDS["r_unknown"]),
         lambda w, s, a: "" if len(a.audit) == AuditEvent.objects.filter(
             tenant=w.tenant(s), run_uuid=IDS["r_unknown"]).count() else "audit count"),
+    "run_summary": SelectorCell(
+        lambda w, s, u: selectors.run_summary(user=u, tenant=w.tenant(s),
+                                              run_id=IDS["r_unknown"])),
+    "checkpoint_history": SelectorCell(
+        lambda w, s, u: selectors.checkpoint_history(
+            user=u, tenant=w.tenant(s), checkpoint=selectors.checkpoint_get(
+                user=u, tenant=w.tenant(s), checkpoint_id=IDS["c_stuck"]))),
+    "effect_history": SelectorCell(
+        lambda w, s, u: selectors.effect_history(
+            user=u, tenant=w.tenant(s), effect=selectors.effect_get(
+                user=u, tenant=w.tenant(s), effect_id=IDS["e_done"]))),
     "reconcile_requests": SelectorCell(
         lambda w, s, u: selectors.reconcile_requests(user=u, tenant=w.tenant(s),
                                                      run=_run(w, s)),
@@ -574,6 +585,8 @@ PAGES: dict[str, Req] = {
     "audit_log": Req(shows_mark=True),
     "run_detail": Req({"run_id": "r_unknown"}, shows_mark=True),
     "run_audit": Req({"run_id": "r_unknown"}, shows_mark=True),
+    "checkpoint_history": Req({"checkpoint_id": "c_stuck"}, shows_mark=True),
+    "effect_history": Req({"effect_id": "e_done"}, shows_mark=True),
     "run_retry_request": Req({"run_id": "r_retry"}, R, write=True),
     "run_reconcile": Req({"run_id": "r_stuck"}, R, write=True),
     "run_close": Req({"run_id": "r_stuck"}, {**R, "confirm": "on"}, write=True),
