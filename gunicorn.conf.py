@@ -8,6 +8,17 @@ many logins hash at once (docs/security/hardening.md, bench/bench_login_starvati
 ``WEB_CONCURRENCY`` (worker processes, default: the number of cores) and
 ``GUNICORN_THREADS`` (threads per worker, default 4) tune it; command-line options and
 ``GUNICORN_CMD_ARGS`` still override this file.
+
+Connections: each thread keeps one database connection between requests
+(``RECOVERY_DB_CONN_MAX_AGE``, recovery/settings.py), so a machine holds up to
+``WEB_CONCURRENCY x GUNICORN_THREADS`` database connections (8 on two cores): keep
+PostgreSQL's ``max_connections`` (or pgbouncer's pool) above the sum over web machines,
+plus Celery workers. A client's HTTP connection is kept open between its requests for
+``GUNICORN_KEEPALIVE`` seconds (default 5; gunicorn's own is 2): a runtime writing a
+checkpoint every few seconds reuses its connection (``checkpoints.client``). Behind a
+load balancer, set it above the balancer's idle timeout. An idle kept-alive connection
+waits in the worker's poller, not in a thread; ``worker_connections`` (default 1000)
+bounds them per worker.
 """
 
 import os
@@ -15,3 +26,4 @@ import os
 worker_class = "gthread"
 workers = int(os.environ.get("WEB_CONCURRENCY") or os.cpu_count() or 2)
 threads = int(os.environ.get("GUNICORN_THREADS") or 4)
+keepalive = int(os.environ.get("GUNICORN_KEEPALIVE") or 5)

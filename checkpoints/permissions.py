@@ -1,14 +1,21 @@
 """Access helpers: scope by tenant first (outside -> 404), then by role (lacking -> 403).
 
-Every view, API endpoint and service asks here; django-guardian is called only here and
-in ``selectors``. A tenant the account has no role in, and everything in it, is answered
-exactly as if it did not exist (CONTRACT.md section 3).
+Every view, API endpoint and service asks here; django-guardian's tables are read only
+here and in ``selectors``. A tenant the account has no role in, and everything in it, is
+answered exactly as if it did not exist (CONTRACT.md section 3).
+
+Cost (issue 8): the rights of a request's caller in the URL's tenant are read once, with
+the tenant row, in one query (``access_tenant``), and kept on the user object for the
+rest of the request (``tenant_perms``); the user object lives for one request.
 """
 
 from __future__ import annotations
 
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
-from guardian.core import ObjectPermissionChecker
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, Permission
+from django.contrib.contenttypes.models import ContentType
+from django.db import connection
+from guardian.models import GroupObjectPermission
 
 from . import roles
 from .exceptions import Forbidden, NotFound
@@ -16,6 +23,58 @@ from .models import Tenant
 from .vocab import Role
 
 _CACHE = "_tenant_perms_cache"
+#: Every right a role can carry: the only codenames ``tenant_perms`` answers.
+_RIGHTS = roles.ROLE_PERMISSIONS[Role.ADMIN]
+_SQL: dict[str, str] = {}
+
+
+def _rights_sql(key: str) -> str:
+    """The one statement that reads a tenant (``WHERE <key> = %s``) and the codenames the
+    user's groups hold on it: one row per codename, or one row with a NULL codename (no
+    right), or no row (no such tenant). Parameters: user id, content type id (twice),
+    the key's value.
+
+    It reads exactly what guardian's ``ObjectPermissionChecker(user).get_group_perms
+    (tenant)`` reads: the generic ``GroupObjectPermission`` rows of the user's groups
+    for the tenant's content type and primary key (as text), of permissions of that
+    content type. Written as SQL, with every name taken from the models, because the ORM
+    spends more time building the query than the database answering it (issue 8)."""
+    if key not in _SQL:
+        q = connection.ops.quote_name
+        t, gop, perm = Tenant._meta, GroupObjectPermission._meta, Permission._meta
+        member = get_user_model().groups.through._meta
+
+        def col(meta, name):
+            return q(meta.get_field(name).column)
+
+        columns = ", ".join(f"t.{q(f.column)}" for f in t.concrete_fields)
+        _SQL[key] = (
+            f"SELECT {columns}, r.{col(perm, 'codename')} AS codename "
+            f"FROM {q(t.db_table)} t LEFT JOIN ("
+            f"SELECT g.{col(gop, 'object_pk')} AS object_pk, p.{col(perm, 'codename')} "
+            f"FROM {q(gop.db_table)} g "
+            f"JOIN {q(member.db_table)} m ON m.{col(member, 'group')} = g.{col(gop, 'group')}"
+            f" AND m.{col(member, 'user')} = %s "
+            f"JOIN {q(perm.db_table)} p ON p.{col(perm, 'id')} = g.{col(gop, 'permission')}"
+            f" AND p.{col(perm, 'content_type')} = %s "
+            f"WHERE g.{col(gop, 'content_type')} = %s"
+            f") r ON r.object_pk = CAST(t.{col(t, 'id')} AS VARCHAR(255)) "
+            f"WHERE t.{col(t, key)} = %s")
+    return _SQL[key]
+
+
+def _read(user, key: str, value) -> tuple[Tenant | None, frozenset]:
+    """The tenant whose ``key`` is ``value`` (``None`` if none) and ``user``'s rights in
+    it (codenames of ``_RIGHTS``), in one query (``_rights_sql``)."""
+    tenant_type = ContentType.objects.get_for_model(Tenant).pk  # cached per process
+    rows = list(Tenant.objects.raw(_rights_sql(key), [user.pk, tenant_type, tenant_type, value]))
+    if not rows:
+        return None, frozenset()
+    return rows[0], frozenset(row.codename for row in rows if row.codename in _RIGHTS)
+
+
+def _has_no_rights(user) -> bool:
+    return user is None or not user.is_authenticated or not user.is_active
 
 
 def tenant_perms(user: AbstractBaseUser | AnonymousUser | None, tenant: Tenant) -> set[str]:
@@ -25,18 +84,18 @@ def tenant_perms(user: AbstractBaseUser | AnonymousUser | None, tenant: Tenant) 
     Rights come only from the tenant's role groups (CONTRACT.md 4): the superuser and
     staff flags, global permissions and object permissions given to the account itself
     all count for nothing. (guardian's ``ObjectPermissionChecker.get_perms`` hands a
-    superuser every permission, so only ``get_group_perms`` is asked; issue 6, fault 1.)
+    superuser every permission, so only the group permissions are read, as its
+    ``get_group_perms`` does; issue 6, fault 1. ``tests/test_roles.py`` checks that the
+    answer is guardian's.) One query when not known yet for this user object.
     """
-    if user is None or not user.is_authenticated or not user.is_active:
+    if _has_no_rights(user):
         return set()
     # Cached on the user object, which lives for one request (or one command): the view
     # and the service it calls ask the same question. ``forget_perms`` clears it (the
     # services granting and revoking roles call it).
     cache = user.__dict__.setdefault(_CACHE, {})
     if tenant.pk not in cache:
-        checker = ObjectPermissionChecker(user)
-        cache[tenant.pk] = frozenset(
-            p for p in checker.get_group_perms(tenant) if p in roles.ROLE_PERMISSIONS[Role.ADMIN])
+        cache[tenant.pk] = _read(user, "id", tenant.pk)[1]
     return set(cache[tenant.pk])
 
 
@@ -63,14 +122,20 @@ def receipts_in_answers(user, tenant: Tenant) -> bool:
 
 
 def access_tenant(user, slug: str, codename: str = roles.VIEW) -> Tenant:
-    """The tenant ``slug`` if ``user`` has a role in it and holds ``codename``.
+    """The tenant ``slug`` if ``user`` has a role in it and holds ``codename``; one query,
+    which also reads the user's rights there (kept for ``tenant_perms``).
 
     Raises ``NotFound`` when the tenant does not exist or the user has no role there,
     ``Forbidden`` when a role is held but lacks ``codename``.
     """
     if len(slug) > Tenant._meta.get_field("slug").max_length:  # checked before any query
         raise NotFound("no such tenant")
-    tenant = Tenant.objects.filter(slug=slug).first()
+    if _has_no_rights(user):
+        tenant = Tenant.objects.filter(slug=slug).first()
+    else:  # the tenant and the caller's rights in it: one query (issue 8)
+        tenant, perms = _read(user, "slug", slug)
+        if tenant is not None:
+            user.__dict__.setdefault(_CACHE, {})[tenant.pk] = perms
     if tenant is None:
         raise NotFound(f"no tenant {slug!r}")
     perms = tenant_perms(user, tenant)

@@ -533,10 +533,22 @@ def requests_for_run(run: Run) -> list[ReconcileRequest]:
 
 
 def request_get(tenant: Tenant, pk: int) -> ReconcileRequest:
-    req = ReconcileRequest.objects.for_tenant(tenant).filter(pk=pk).first()
-    if req is None:
+    """The tenant's reconcile request ``pk`` (as ``requests_get``), or ``NotFound``."""
+    return requests_get(tenant, [pk])[0]
+
+
+def requests_get(tenant: Tenant, pks: list[int]) -> list[ReconcileRequest]:
+    """The tenant's reconcile requests ``pks``, in that order, each with its ``effect``
+    loaded and ``attempt_log`` prefetched (evidence left in the database), in two queries
+    whatever their number (the API's answers render both). Raises ``NotFound`` unless
+    every one is the tenant's."""
+    log = Prefetch("attempt_log", queryset=ReconcileAttempt.objects.for_tenant(tenant)
+                   .defer("evidence_ciphertext"))
+    found = ReconcileRequest.objects.for_tenant(tenant).filter(pk__in=pks) \
+        .select_related("effect").prefetch_related(log).in_bulk()
+    if any(pk not in found for pk in pks):
         raise NotFound("no such reconcile request")
-    return req
+    return [found[pk] for pk in pks]
 
 
 def evidence_reveal(*, actor, tenant: Tenant, attempt_id: int, reason: str) -> Any:

@@ -147,8 +147,19 @@ DATABASE_URL = env("DATABASE_URL")
 # against (tests/services/test_writepath.py). Only for diagnosis.
 RECOVERY_SQL_WRITE_PATH = env_bool("RECOVERY_SQL_WRITE_PATH", True)
 
+# Persistent connections: a web thread keeps its database connection for this many
+# seconds (0: a new connection per request, as Django's default; opening one costs a
+# PostgreSQL backend start and authentication, several ms). Each gunicorn thread holds at
+# most one, so a machine holds WEB_CONCURRENCY x GUNICORN_THREADS of them (gunicorn.conf.py;
+# docs/scaling.md for pgbouncer). A connection is checked (``SELECT 1``) before its first
+# use in each request and reopened if the database dropped it (``CONN_HEALTH_CHECKS``), so
+# a database restart costs no failed request. Celery workers close theirs around every
+# task whatever this says (celery.fixups.django), and the in-process worker thread after
+# every round (checkpoints.inprocess).
+RECOVERY_DB_CONN_MAX_AGE = env_int("RECOVERY_DB_CONN_MAX_AGE", 60)
 if DATABASE_URL:
-    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
+    DATABASES = {"default": dj_database_url.parse(
+        DATABASE_URL, conn_max_age=RECOVERY_DB_CONN_MAX_AGE, conn_health_checks=True)}
 else:
     VAR_DIR.mkdir(parents=True, exist_ok=True)
     DATABASES = {
@@ -162,6 +173,8 @@ else:
                 "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
             },
             "TEST": {"NAME": str(VAR_DIR / "test-recovery.sqlite3")},
+            "CONN_MAX_AGE": RECOVERY_DB_CONN_MAX_AGE,
+            "CONN_HEALTH_CHECKS": True,
         }
     }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
@@ -378,7 +391,8 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     # A nullable nested shape says "X or null" in OpenAPI 3.0.3 terms (checkpoints.api.schema).
     "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums",
-                             "checkpoints.api.schema.nullable_refs"],
+                             "checkpoints.api.schema.nullable_refs",
+                             "checkpoints.api.schema.head_operations"],
 }
 
 LOGGING = {

@@ -81,6 +81,29 @@ def _api_answers_match_the_schema(request, monkeypatch):
     yield
 
 
+@pytest.fixture(autouse=True)
+def _answers_render_without_queries(monkeypatch):
+    """No API answer loads anything while it is rendered (issue 8: a lazy relation in a
+    serializer is one more query per row, or per request): what a serializer shows is
+    loaded by the selector or service (``select_related``), set by the view, or given as
+    context. Every ``Answer.render`` of every test runs with queries refused."""
+    from django.db import connections
+
+    from checkpoints.api.serializers import Answer
+
+    render = Answer.render.__func__
+
+    def render_without_queries(cls, instance, **context):
+        def refuse(execute, sql, params, many, context):
+            raise AssertionError(f"a query while rendering {cls.__name__} (a lazy relation "
+                                 f"in a serializer?): {sql[:300]}")
+
+        with connections["default"].execute_wrapper(refuse):
+            return render(cls, instance, **context)
+
+    monkeypatch.setattr(Answer, "render", classmethod(render_without_queries))
+
+
 @pytest.fixture
 def on_postgres() -> bool:
     return connection.vendor == "postgresql"

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from checkpoints import permissions, roles, services
-from checkpoints.exceptions import Forbidden
+from checkpoints.exceptions import Forbidden, NotFound
 from checkpoints.models import AuditEvent
 from tests import contract_tables
 from tests.conftest import _person
@@ -76,3 +76,36 @@ def test_only_a_role_that_may_grant_roles_grants_them(acme, role):
             services.role_grant(actor=actor, tenant=acme, user=newcomer, role="viewer")
         assert permissions.role_names(newcomer, acme) == []
         assert AuditEvent.objects.count() == events
+
+
+def test_the_rights_read_in_one_query_are_guardians(acme, globex):
+    """``permissions`` reads the tenant and the caller's rights in one statement of its
+    own (issue 8); its answer must be django-guardian's ``get_group_perms`` for every
+    combination of roles, in both tenants, whatever else the account was given."""
+    from django.contrib.auth.models import Permission
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+    from guardian.core import ObjectPermissionChecker
+    from guardian.shortcuts import assign_perm
+
+    combos = [(), ("viewer",), ("writer",), ("reviewer", "approver"), ("admin", "viewer")]
+    for i, held in enumerate(combos):
+        user = services.account_create(username=f"combo-{i}", password=None)
+        for role in held:
+            services.role_grant(actor=None, tenant=acme, user=user, role=role)
+        if i % 2:  # given outside the role groups: must count for nothing in both answers
+            assign_perm("checkpoints.manage_roles", user, acme)
+            user.user_permissions.add(Permission.objects.get(codename=roles.REVEAL))
+        for tenant in (acme, globex):
+            permissions.forget_perms(user)
+            guardian = set(ObjectPermissionChecker(user).get_group_perms(tenant))
+            assert permissions.tenant_perms(user, tenant) == guardian, (held, tenant.slug)
+            permissions.forget_perms(user)
+            with CaptureQueriesContext(connection) as ctx:
+                if roles.VIEW in guardian:
+                    assert permissions.access_tenant(user, tenant.slug) == tenant
+                    assert permissions.tenant_perms(user, tenant) == guardian  # kept
+                else:
+                    with pytest.raises(NotFound):
+                        permissions.access_tenant(user, tenant.slug)
+            assert len(ctx.captured_queries) == 1

@@ -71,3 +71,39 @@ def nullable_refs(result, generator, request, public):
 
     visit(result)
     return result
+
+
+#: ``operationId`` of a GET -> (``operationId``, summary, description) of the HEAD that
+#: the same view answers without a body (drf-spectacular documents no HEAD itself).
+HEAD_OPERATIONS = {
+    "checkpoint_get": (
+        "checkpoint_head", "Current revision of a checkpoint (ETag only: no payload, "
+        "not audited)",
+        "The GET's status and `ETag` without its body: a runtime learns the current "
+        "revision without reading (and so without an audit event, or any write). The same "
+        "roles as the GET."),
+    "checkpoint_revisions": (
+        "checkpoint_revisions_head", "Whether the revisions may be read (no body, no "
+        "export, not audited)",
+        "The GET's status without its body; nothing is exported, audited or written."),
+}
+
+
+def head_operations(result, generator, request, public):
+    """drf-spectacular post-processing hook: a ``head`` operation beside each GET named
+    in ``HEAD_OPERATIONS``, with the GET's parameters and answers (status codes and
+    headers) and no answer bodies. Returns the schema, changed in place."""
+    for operations in result.get("paths", {}).values():
+        get = operations.get("get")
+        if not get or get.get("operationId") not in HEAD_OPERATIONS:
+            continue
+        operation_id, summary, description = HEAD_OPERATIONS[get["operationId"]]
+        head = {key: value for key, value in get.items()
+                if key not in ("responses", "operationId", "summary", "description")}
+        head.update(operationId=operation_id, summary=summary, description=description,
+                    responses={code: {**{k: v for k, v in answer.items() if k != "content"},
+                                      "description": answer.get("description")
+                                      or "as the GET answers, without its body"}
+                               for code, answer in get["responses"].items()})
+        operations["head"] = head
+    return result

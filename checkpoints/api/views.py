@@ -197,6 +197,26 @@ def etag(revision: int) -> dict[str, str]:
     return {"ETag": f'"{revision}"'}
 
 
+def _payload_action(user, tenant: Tenant) -> str:
+    """How ``user`` reads a checkpoint's payload in ``tenant``: ``payload.reveal``
+    (reviewer, approver, admin), ``payload.read`` (writer); ``Forbidden`` for a role that
+    may not read payloads (viewer)."""
+    perms = tenant_perms(user, tenant)
+    if roles.REVEAL in perms:
+        return AuditAction.PAYLOAD_REVEAL
+    if roles.WRITE in perms:
+        return AuditAction.PAYLOAD_READ
+    raise Forbidden("your role may not read payloads")
+
+
+def _known_account(row, field: str, user) -> None:
+    """Set ``row.<field>`` (a foreign key to an account) to ``user`` when it names that
+    account: the caller of a write is its writer, so rendering its name loads nothing."""
+    if user is not None and getattr(row, f"{field}_id") == user.pk:
+        setattr(row, field, user)
+
+
+
 def page_url(request: Request, **changes) -> str:
     """The absolute URL of this request with query parameters replaced by ``changes``."""
     params = request.query_params.copy()
@@ -327,18 +347,22 @@ class CheckpointApi(TenantApi):
         """Writers read their own checkpoints (``payload.read``); reviewers, approvers and
         admins reveal them (``payload.reveal``); viewers may not read payloads (403)."""
         t = self.tenant(request, tenant, roles.VIEW)
-        perms = tenant_perms(request.user, t)
-        if roles.REVEAL in perms:
-            action = AuditAction.PAYLOAD_REVEAL
-        elif roles.WRITE in perms:
-            action = AuditAction.PAYLOAD_READ
-        else:
-            raise Forbidden("your role may not read payloads")
+        action = _payload_action(request.user, t)
         cp = selectors.checkpoint_get(user=request.user, tenant=t, checkpoint_id=checkpoint_id)
         envelope = services.payload_reveal(actor=request.user, tenant=t, checkpoint=cp,
                                            action=action)
         return Response(s.EnvelopeSerializer.render(envelope),
                         headers=etag(envelope["revision"]))
+
+    def head(self, request, tenant, checkpoint_id):
+        """The GET's status and ``ETag`` without its body: the current revision, for a
+        runtime that needs only that (``HttpCheckpointStore.revision``). Nothing is
+        revealed, so nothing is audited and nothing written (issue 8); the same roles as
+        the GET (viewers 403), the same 404s. Documented by ``schema.head_operations``."""
+        t = self.tenant(request, tenant, roles.VIEW)
+        _payload_action(request.user, t)
+        cp = selectors.checkpoint_get(user=request.user, tenant=t, checkpoint_id=checkpoint_id)
+        return Response(headers=etag(cp.revision))
 
     @extend_schema(
         operation_id="checkpoint_put",
@@ -362,6 +386,7 @@ class CheckpointApi(TenantApi):
         envelope = services.parse_envelope(read_object(request), url_id=url_id)
         cp, created = services.checkpoint_put(actor=request.user, tenant=t, envelope=envelope,
                                               expected_revision=expected, fencing_token=token)
+        _known_account(cp, "written_by", request.user)
         return Response(s.CheckpointMetaSerializer.render(cp, run_id=envelope.run_id),
                         status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
                         headers=etag(cp.revision))
@@ -388,6 +413,15 @@ class CheckpointRevisionsApi(TenantApi):
             limit=self.query["limit"])
         nxt = page_url(request, cursor=str(results[-1]["revision"])) if more and results else None
         return Response(s.RevisionsSerializer.render({"results": results, "next": nxt}))
+
+    def head(self, request, tenant, checkpoint_id):
+        """The GET's status without its body (and without the export: nothing audited or
+        written): 404 for no such checkpoint, then 403 for a role that may not read
+        payloads, as the GET answers."""
+        t = self.tenant(request, tenant, roles.VIEW)
+        selectors.checkpoint_get(user=request.user, tenant=t, checkpoint_id=checkpoint_id)
+        _payload_action(request.user, t)
+        return Response()
 
 
 # --------------------------------------------------------------------------------------
@@ -455,7 +489,7 @@ class EffectApi(TenantApi):
         effect, created = services.effect_put(actor=request.user, tenant=t, body=body,
                                               expected_revision=expected, fencing_token=token)
         shown = receipts_in_answers(request.user, t)
-        return Response(s.EffectSerializer.render(effect, receipts=shown),
+        return Response(s.EffectSerializer.render(effect, receipts=shown, run_id=body.run_id),
                         status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
                         headers=etag(effect.revision))
 
@@ -474,8 +508,11 @@ class EffectMarkUnknownApi(TenantApi):
         reason = read_reason(request)
         effect = services.effect_mark_unknown(actor=request.user, tenant=t, effect_id=eid,
                                               reason=reason)
+        # The answer is the row the service moved; its run (which never changes) is read
+        # here rather than lazily by the serializer.
+        run_id = selectors.effect_get(user=request.user, tenant=t, effect_id=eid).run.uuid
         shown = receipts_in_answers(request.user, t)
-        return Response(s.EffectSerializer.render(effect, receipts=shown))
+        return Response(s.EffectSerializer.render(effect, receipts=shown, run_id=run_id))
 
 
 class EffectReceiptRevealApi(TenantApi):
@@ -645,7 +682,12 @@ class _RetryDecisionApi(TenantApi):
         pk = _retry_pk(retry_id)
         retry = self.decide(actor=request.user, tenant=t, retry_id=pk,
                             reason=read_reason(request))
-        return Response(s.RetryRequestSerializer.render(retry))
+        # The decided row as the service left it; its run and requester (which never
+        # change) read here in one query rather than lazily by the serializer.
+        loaded = selectors.retry_get(user=request.user, tenant=t, retry_id=pk)
+        retry.requested_by = loaded.requested_by
+        _known_account(retry, "decided_by", request.user)
+        return Response(s.RetryRequestSerializer.render(retry, run_id=loaded.run.uuid))
 
 
 @extend_schema_view(post=extend_schema(
@@ -683,7 +725,7 @@ class RunReconcileApi(TenantApi):
         rid = url_uuid(run_id, "run")
         queued = reconciliation.run_reconcile(actor=request.user, tenant=t, run_id=rid,
                                               reason=read_reason(request))
-        requests = [reconciliation.request_get(t, r.pk) for r in queued.requests]
+        requests = reconciliation.requests_get(t, [r.pk for r in queued.requests])
         return Response(s.TaskSerializer.render({"task_id": queued.task_id,
                                                  "queued": queued.dispatched,
                                                  "detail": queued.detail, "requests": requests}),

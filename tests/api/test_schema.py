@@ -21,6 +21,10 @@ BEYOND_CONTRACT = {
     ("GET", "effects/{}"): "read one effect",
     # The dashboard's report as JSON ("see ... reports", CONTRACT.md 4).
     ("GET", "report"): "the report",
+    # The GETs that reveal payloads (audited), without their bodies: the current revision
+    # (ETag) without a reveal, so without an audit event (issue 8).
+    ("HEAD", "checkpoints/{}"): "the current revision, unaudited",
+    ("HEAD", "checkpoints/{}/revisions"): "the GET's status, unaudited",
 }
 # Status codes CONTRACT.md 3 gives in prose, for groups of requests.
 EVERY_REQUEST = {403, 404}  # "a role that lacks the right ... 403"; no role: 404

@@ -16,10 +16,10 @@ markers, and a full persona set in each; nothing of one tenant may ever reach th
   dashboard's URL patterns (``checkpoints/urls.py``); the public services that take a
   ``tenant`` (introspected from services, reconciliation and audit).
 - **Cells**: every selector x tenant x persona (13 x 2 x 12 = 312, plus 20 cells of the
-  twin's integer ids); every API operation x tenant x persona (21 x 2 x 12 = 504); every
-  dashboard page x tenant x persona (20 x 2 x 12 = 480); every tenant-taking service (22
-  recipes), called in each tenant by its own persona with the twin's ids or objects, and
-  by the twin's persona (84). 1,400 cells in all.
+  twin's integer ids); every API operation x tenant x persona (23 x 2 x 12 = 552, the two
+  HEADs included); every dashboard page x tenant x persona (20 x 2 x 12 = 480); every
+  tenant-taking service (23 recipes), called in each tenant by its own persona with the
+  twin's ids or objects, and by the twin's persona (88). 1,452 cells in all.
 - **What each cell asserts**: the other tenant's marker appears nowhere in the answer
   (body and headers), model objects returned belong to the asked tenant, counts are the
   tenant's own (an oracle counting rows by tenant), a write changes nothing of the twin,
@@ -547,6 +547,8 @@ API: dict[str, Req] = {
                                                  {"HTTP_IF_NONE_MATCH": "*"}, write=True),
     f"get {T}checkpoints/{{checkpoint_id}}/revisions": Req({"checkpoint_id": "c_stuck"},
                                                           shows_mark=True),
+    f"head {T}checkpoints/{{checkpoint_id}}": Req({"checkpoint_id": "c_stuck"}),
+    f"head {T}checkpoints/{{checkpoint_id}}/revisions": Req({"checkpoint_id": "c_stuck"}),
     f"get {T}effects": Req(query="service=payments&limit=500",
                            count=_api_count("results", lambda c: c["payments"])),
     f"get {T}effects/{{effect_id}}": Req({"effect_id": "e_done"}),
@@ -609,7 +611,8 @@ def schema_operations() -> list[str]:
 
     schema = SchemaGenerator().get_schema(request=None, public=True)
     return sorted(f"{method} {path}" for path, ops in schema["paths"].items()
-                  for method in ops if method in ("get", "put", "post", "patch", "delete"))
+                  for method in ops if method in ("get", "head", "put", "post", "patch",
+                                                  "delete"))
 
 
 def page_names() -> list[str]:
@@ -644,8 +647,8 @@ def _request(kind: str, key: str, req: Req, w: World, slug: str, p: Persona):
         path = template.format(tenant=slug, **req.kwargs(w, slug))
         client = p.api()
         target = path + (f"?{req.query}" if req.query else "")
-        if method == "get":
-            return path, client.get(target)
+        if method in ("get", "head"):
+            return path, getattr(client, method)(target)
         body = req.body() if callable(req.body) else req.body
         return path, getattr(client, method)(target, data=json.dumps(body),
                                              content_type="application/json", **req.headers)
@@ -746,6 +749,9 @@ SERVICES: dict[str, list[ServiceCell]] = {
         attempt_id=w.data[other(s)].attempt_pk, reason="x"), foreign=True)],
     "request_get": [ServiceCell(lambda w, s, a: reconciliation.request_get(
         w.tenant(s), ReconcileRequest.objects.get(tenant=w.tenant(other(s))).pk),
+        foreign=True, actor=False)],
+    "requests_get": [ServiceCell(lambda w, s, a: reconciliation.requests_get(
+        w.tenant(s), [ReconcileRequest.objects.get(tenant=w.tenant(other(s))).pk]),
         foreign=True, actor=False)],
     "payload_reveal": [ServiceCell(lambda w, s, a: services.payload_reveal(
         actor=_as(w, a, "reviewer"), tenant=w.tenant(s), checkpoint=_cp(w, other(s)),
