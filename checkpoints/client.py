@@ -26,7 +26,9 @@ status (0 for a network error) and ``body`` the decoded JSON answer (``{}`` if n
 from __future__ import annotations
 
 import hashlib
+import http.client
 import json
+import select
 import time
 import urllib.error
 import urllib.parse
@@ -107,14 +109,43 @@ class HttpCheckpointStore:
     (or ``resume`` claiming a ``retry``) sets it; from then on every write sends it in
     ``Fencing-Token``. ``resume_preview`` only looks. Not thread-safe: use one store per
     worker thread.
+
+    Connections: with ``keep_alive`` (the default) the store keeps one HTTP/1.1
+    connection open and sends every request on it, so a write costs no TCP (or TLS)
+    handshake (issue 8); ``close()`` (or ``with store:``) closes it. A connection the
+    server has closed while idle (gunicorn's ``keepalive``) is noticed before the next
+    request and opened again; if it breaks under a request anyway, a ``GET`` or ``HEAD``
+    is sent once more on a new connection, while a write raises ``storage`` (it may have
+    been stored: re-read before writing again, as after any ``storage`` error). Without
+    ``keep_alive``, or when a proxy is configured for the URL (``HTTP_PROXY`` ...),
+    every request opens its own connection through ``urllib``.
     """
 
-    def __init__(self, base_url: str, tenant: str, token: str, timeout_s: float = 10):
+    def __init__(self, base_url: str, tenant: str, token: str, timeout_s: float = 10,
+                 keep_alive: bool = True):
         self.base_url = base_url.rstrip("/")
         self.tenant = tenant
         self.token = token
         self.timeout_s = timeout_s
         self.fencing_token: int | None = None
+        parts = urllib.parse.urlsplit(self.base_url)
+        proxied = bool(urllib.request.getproxies()) and not urllib.request.proxy_bypass(
+            parts.hostname or "")
+        self.keep_alive = keep_alive and parts.scheme in ("http", "https") and not proxied
+        self._parts = parts
+        self._conn: http.client.HTTPConnection | None = None
+
+    def close(self) -> None:
+        """Close the kept-alive connection, if any (the next request opens a new one)."""
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def __enter__(self) -> HttpCheckpointStore:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     # --- plumbing ---------------------------------------------------------------------
 
@@ -136,6 +167,10 @@ class HttpCheckpointStore:
             data = json.dumps(body, allow_nan=False).encode("utf-8")
             all_headers["Content-Type"] = "application/json"
         all_headers.update(headers or {})
+        if self.keep_alive:
+            status, answer_headers, raw = self._kept_alive(method, self._url(path, query),
+                                                           data, all_headers)
+            return self._answer(method, path, status, answer_headers, raw)
         req = urllib.request.Request(self._url(path, query), data=data, method=method,
                                      headers=all_headers)
         try:
@@ -157,6 +192,70 @@ class HttpCheckpointStore:
         except (OSError, ValueError) as exc:  # URLError, timeouts, resets, bad JSON
             raise CheckpointError(STORAGE, f"{method} {path}: {exc}") from None
 
+    def _connection(self) -> tuple[http.client.HTTPConnection, bool]:
+        """The kept-alive connection and whether it served a request before; a new one if
+        there is none or the server closed it while idle (the socket is readable: EOF)."""
+        conn = self._conn
+        if conn is not None and conn.sock is not None:
+            try:
+                readable = select.select([conn.sock], [], [], 0)[0]
+            except (OSError, ValueError):
+                readable = True
+            if not readable:
+                return conn, True
+            conn.close()
+        if conn is None:
+            cls = (http.client.HTTPSConnection if self._parts.scheme == "https"
+                   else http.client.HTTPConnection)
+            conn = self._conn = cls(self._parts.hostname, self._parts.port,
+                                    timeout=self.timeout_s)
+        return conn, False
+
+    def _kept_alive(self, method: str, url: str, data: bytes | None,
+                    headers: dict) -> tuple[int, dict, bytes]:
+        """``(status, headers, body)`` of one request on the kept-alive connection.
+        A connection that breaks under a ``GET``/``HEAD`` it had already served others
+        on is replaced once; any other failure closes it and raises ``storage``."""
+        target = urllib.parse.urlsplit(url)
+        target = target.path + (f"?{target.query}" if target.query else "")
+        for attempt in (1, 2):
+            conn, reused = self._connection()
+            try:
+                conn.request(method, target, body=data, headers=headers)
+                resp = conn.getresponse()
+                raw = resp.read()
+                if resp.will_close:
+                    self.close()
+                return resp.status, dict(resp.headers), raw
+            except (OSError, http.client.HTTPException) as exc:
+                self.close()
+                broken = isinstance(exc, (ConnectionError, http.client.RemoteDisconnected))
+                if attempt == 1 and reused and broken and method in ("GET", "HEAD"):
+                    continue
+                raise CheckpointError(STORAGE, f"{method} {url}: {exc}") from None
+        raise AssertionError("unreachable")
+
+    def _answer(self, method: str, path: str, status: int, headers: dict,
+                raw: bytes) -> tuple[int, dict, Any]:
+        """``request``'s answer from a kept-alive exchange: decoded 2xx, else the
+        ``CheckpointError`` the status and body say (as for ``urllib``'s answers)."""
+        try:
+            answer = json.loads(raw) if raw else None
+        except ValueError:
+            if 200 <= status < 300:
+                raise CheckpointError(STORAGE, f"{method} {path}: unreadable answer "
+                                               f"(HTTP {status})", status=status) from None
+            answer = None
+        if 200 <= status < 300:
+            return status, headers, answer
+        if not isinstance(answer, dict):
+            answer = {}
+        detail = answer.get("detail") or answer.get("error") or http.client.responses.get(
+            status, "")
+        raise CheckpointError(_kind_for_status(status, answer.get("error", "")),
+                              f"{method} {path}: HTTP {status} {detail}", status=status,
+                              body=answer)
+
     def _write_headers(self, expected_revision: int | None) -> dict:
         headers = ({"If-None-Match": "*"} if expected_revision is None
                    else {"If-Match": f'"{expected_revision}"'})
@@ -175,6 +274,23 @@ class HttpCheckpointStore:
             if exc.kind == NOT_FOUND:
                 return None
             raise
+
+    def revision(self, checkpoint_id: str) -> int | None:
+        """The current revision of ``checkpoint_id``, or ``None`` if there is none: a
+        ``HEAD`` (its ``ETag``), which reads no payload, so the server audits and writes
+        nothing (``load`` is an audited read). For a runtime that needs only the revision,
+        e.g. to check where a checkpoint stands after a ``storage`` error on a write.
+        Raises ``CheckpointError`` as ``load``."""
+        try:
+            _, headers, _ = self.request("HEAD", f"checkpoints/{checkpoint_id}")
+        except CheckpointError as exc:
+            if exc.kind == NOT_FOUND:
+                return None
+            raise
+        etag = (headers.get("ETag") or headers.get("Etag") or "").strip('"')
+        if not etag.isdigit():
+            raise CheckpointError(STORAGE, f"HEAD checkpoints/{checkpoint_id}: no ETag")
+        return int(etag)
 
     def compare_and_swap(self, checkpoint: dict, expected_revision: int | None) -> int:
         """Write ``checkpoint`` (an envelope) if the store still holds ``expected_revision``.
