@@ -11,7 +11,9 @@ starts gunicorn (``gunicorn.conf.py`` of ``--server-tree``) and measures:
 2. **throughput and latency**: ``--writers`` client processes (``checkpoints.client``, one
    kept-alive connection each, or a new one per request with ``--no-keepalive``), each
    updating its own checkpoint (1 KB payload) for ``--seconds``;
-3. **raw reference**: as many processes, each with one psycopg connection, doing the CAS
+3. with ``--head``: the same clients sending ``HEAD`` of their checkpoint (the HTTP layer,
+   authentication and tenant rights and one read, without the write path);
+4. **raw reference**: as many processes, each with one psycopg connection, doing the CAS
    ``UPDATE ... WHERE revision = N`` and the history row in one statement, same payload.
 
     .venv/bin/python bench/bench_http.py [--writers 4] [--seconds 10]
@@ -72,8 +74,8 @@ def make_store(client_mod, base_url, token, keepalive: bool):
         return client_mod.HttpCheckpointStore(base_url, "bench", token)
 
 
-def http_writer(client_tree, base_url, token, keepalive, cp_id, run_id, revision, barrier,
-                seconds, out):
+def http_writer(client_tree, base_url, token, keepalive, cp_id, run_id, revision, op,
+                barrier, seconds, out):
     client_mod = load_client(Path(client_tree))
     store = make_store(client_mod, base_url, token, keepalive)
     env = {"id": cp_id, "run_id": run_id, "revision": revision, "kind": "bench.order",
@@ -81,7 +83,10 @@ def http_writer(client_tree, base_url, token, keepalive, cp_id, run_id, revision
     lat = []
     barrier.wait()
     end = time.perf_counter() + seconds
-    while (t0 := time.perf_counter()) < end:
+    while op == "head" and (t0 := time.perf_counter()) < end:
+        store.request("HEAD", f"checkpoints/{cp_id}")
+        lat.append(time.perf_counter() - t0)
+    while op == "put" and (t0 := time.perf_counter()) < end:
         nxt = dict(env, revision=env["revision"] + 1, updated_at_ms=int(time.time() * 1000))
         store.compare_and_swap(nxt, env["revision"])
         lat.append(time.perf_counter() - t0)
@@ -197,6 +202,9 @@ def main() -> None:
     parser.add_argument("--no-keepalive", action="store_true")
     parser.add_argument("--port", type=int, default=8931)
     parser.add_argument("--skip-raw", action="store_true")
+    parser.add_argument("--head", action="store_true",
+                        help="also HEAD of a checkpoint by --writers clients (the HTTP layer "
+                             "without a service: token, tenant and rights, one read)")
     args = parser.parse_args()
     keepalive = not args.no_keepalive
     admin_url, db_url = f"{args.pg}/postgres", f"{args.pg}/{args.db}"
@@ -234,7 +242,12 @@ def main() -> None:
         for writers in rounds:
             results[f"http_{writers}"] = run_parallel(
                 http_writer, [(str(args.client_tree.resolve()), base, token, keepalive,
-                               cp, run, 0) for cp, run in cps[writers]], args.seconds)
+                               cp, run, 0, "put") for cp, run in cps[writers]], args.seconds)
+        if args.head:  # the HTTP layer alone: three reads, no service
+            results[f"head_{args.writers}"] = run_parallel(
+                http_writer, [(str(args.client_tree.resolve()), base, token, keepalive,
+                               cp, run, 0, "head") for cp, run in cps[args.writers]],
+                args.seconds)
     if not args.skip_raw:
         psql(db_url, "CREATE TABLE bench_raw_cp (id uuid PRIMARY KEY, revision bigint NOT NULL,"
                      " payload jsonb NOT NULL, updated_at timestamptz NOT NULL);"
@@ -251,7 +264,7 @@ def main() -> None:
     print(f"\n{'scenario':<14}{'writes/s':>10}{'p50 ms':>9}{'p99 ms':>9}{'vs raw':>8}")
     for writers in rounds:
         raw = results.get(f"raw_{writers}")
-        for kind in ("raw", "http"):
+        for kind in ("raw", "http", "head"):
             r = results.get(f"{kind}_{writers}")
             if r:
                 ratio = f"{r['per_s'] / raw['per_s']:.3f}" if raw else "-"
