@@ -82,6 +82,7 @@ def http_writer(client_tree, base_url, token, keepalive, cp_id, run_id, revision
            "schema_version": 1, "payload": PAYLOAD, "updated_at_ms": 0}
     lat = []
     barrier.wait()
+    cpu0 = time.process_time()
     end = time.perf_counter() + seconds
     while op == "head" and (t0 := time.perf_counter()) < end:
         store.request("HEAD", f"checkpoints/{cp_id}")
@@ -91,7 +92,7 @@ def http_writer(client_tree, base_url, token, keepalive, cp_id, run_id, revision
         store.compare_and_swap(nxt, env["revision"])
         lat.append(time.perf_counter() - t0)
         env = nxt
-    out.put(lat)
+    out.put((lat, time.process_time() - cpu0))
 
 
 def raw_writer(db_url, cp_id, barrier, seconds, out):
@@ -112,21 +113,30 @@ def raw_writer(db_url, cp_id, barrier, seconds, out):
             assert row is not None, "lost update"
             revision = row[0]
             lat.append(time.perf_counter() - t0)
-        out.put(lat)
+        out.put((lat, 0.0))
 
 
-def run_parallel(target, argsets, seconds):
+def run_parallel(target, argsets, seconds, server=None):
+    """Run one process per argument set for ``seconds``; throughput, latency and, with a
+    ``server``, the CPU time gunicorn (all its processes) and the clients spent per
+    request: a figure the other tenants of a shared machine disturb far less than
+    throughput."""
     ctx = mp.get_context("fork")
     barrier, out = ctx.Barrier(len(argsets)), ctx.Queue()
     procs = [ctx.Process(target=target, args=(*a, barrier, seconds, out)) for a in argsets]
     for p in procs:
         p.start()
+    server_cpu = server.cpu() if server else 0.0
     results = [out.get(timeout=seconds + 120) for _ in procs]
+    server_cpu = (server.cpu() - server_cpu) if server else 0.0
     for p in procs:
         p.join()
-    lat = [x for r in results for x in r]
+    lat = [x for r, _ in results for x in r]
+    client_cpu = sum(c for _, c in results)
     return {"writes": len(lat), "per_s": len(lat) / seconds,
-            "p50_ms": statistics.median(lat) * 1000, "p99_ms": percentile(lat, 0.99) * 1000}
+            "p50_ms": statistics.median(lat) * 1000, "p99_ms": percentile(lat, 0.99) * 1000,
+            "server_cpu_ms": server_cpu / len(lat) * 1000 if server else None,
+            "client_cpu_ms": client_cpu / len(lat) * 1000}
 
 
 class Server:
@@ -148,6 +158,21 @@ class Server:
             except OSError:
                 time.sleep(0.3)
         raise RuntimeError("gunicorn did not start: " + self.proc.stderr.read(4000).decode())
+
+    def cpu(self) -> float:
+        """Seconds of CPU (user + system) used so far by gunicorn's processes (its
+        process group: the master and its workers)."""
+        total, tick = 0.0, os.sysconf("SC_CLK_TCK")
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[2]) == self.proc.pid:  # pgrp
+                total += (int(fields[11]) + int(fields[12])) / tick
+        return total
 
     def __exit__(self, *exc):
         os.killpg(self.proc.pid, signal.SIGTERM)
@@ -238,16 +263,17 @@ def main() -> None:
     counted = count_round_trips(env, tree, args.port, token, client_mod, keepalive, args.db,
                                 admin_url, *counted_cp, 0)
     results = {"round_trips": counted}
-    with Server(tree, env, args.port):
+    with Server(tree, env, args.port) as server:
         for writers in rounds:
             results[f"http_{writers}"] = run_parallel(
                 http_writer, [(str(args.client_tree.resolve()), base, token, keepalive,
-                               cp, run, 0, "put") for cp, run in cps[writers]], args.seconds)
+                               cp, run, 0, "put") for cp, run in cps[writers]], args.seconds,
+                server)
         if args.head:  # the HTTP layer alone: three reads, no service
             results[f"head_{args.writers}"] = run_parallel(
                 http_writer, [(str(args.client_tree.resolve()), base, token, keepalive,
                                cp, run, 0, "head") for cp, run in cps[args.writers]],
-                args.seconds)
+                args.seconds, server)
     if not args.skip_raw:
         psql(db_url, "CREATE TABLE bench_raw_cp (id uuid PRIMARY KEY, revision bigint NOT NULL,"
                      " payload jsonb NOT NULL, updated_at timestamptz NOT NULL);"
@@ -261,15 +287,19 @@ def main() -> None:
             results[f"raw_{writers}"] = run_parallel(raw_writer, [(db_url, i) for i in ids],
                                                      args.seconds)
     print(json.dumps(results, indent=1))
-    print(f"\n{'scenario':<14}{'writes/s':>10}{'p50 ms':>9}{'p99 ms':>9}{'vs raw':>8}")
+    print(f"\n{'scenario':<14}{'writes/s':>10}{'p50 ms':>9}{'p99 ms':>9}{'vs raw':>8}"
+          f"{'server CPU ms':>15}{'client CPU ms':>15}")
     for writers in rounds:
         raw = results.get(f"raw_{writers}")
         for kind in ("raw", "http", "head"):
             r = results.get(f"{kind}_{writers}")
             if r:
                 ratio = f"{r['per_s'] / raw['per_s']:.3f}" if raw else "-"
+                server_ms = r.get("server_cpu_ms")
                 print(f"{kind} x{writers:<9}{r['per_s']:>10.1f}{r['p50_ms']:>9.2f}"
-                      f"{r['p99_ms']:>9.2f}{ratio:>8}")
+                      f"{r['p99_ms']:>9.2f}{ratio:>8}"
+                      f"{f'{server_ms:.2f}' if server_ms is not None else '-':>15}"
+                      f"{r['client_cpu_ms']:>15.2f}")
     print(f"round trips per PUT: {counted['statements_per_put']:.1f}; "
           f"connections per PUT: {counted['connections_per_put']:.2f}")
 
