@@ -216,7 +216,6 @@ def _known_account(row, field: str, user) -> None:
         setattr(row, field, user)
 
 
-
 def page_url(request: Request, **changes) -> str:
     """The absolute URL of this request with query parameters replaced by ``changes``."""
     params = request.query_params.copy()
