@@ -311,6 +311,21 @@ def _refused(surface: str, outcome, current: int) -> str:
     return f"not 409 fenced/{current}: {outcome.status_code} {body}"
 
 
+def _counters_true() -> list[str]:
+    """Every tenant's run state counters sum to its runs per state."""
+    from collections import Counter
+
+    from checkpoints.models import RunStateCount
+
+    kept, real = Counter(), Counter()
+    for tenant_id, state, n in RunStateCount.objects.values_list("tenant_id", "state", "n"):
+        kept[(tenant_id, state)] += n
+    for tenant_id, state in Run.objects.values_list("tenant_id", "recovery_state"):
+        real[(tenant_id, state)] += 1
+    kept = +kept  # drops zero counts
+    return [] if kept == real else [f"state counters {dict(kept)} != runs {dict(real)}"]
+
+
 def _check_kept_as_conflict(w: World, a: Attempt, token, before, after, run_before,
                             run_pk) -> list[str]:
     problems = []
@@ -319,8 +334,13 @@ def _check_kept_as_conflict(w: World, a: Attempt, token, before, after, run_befo
     added_events = diff.pop("checkpoints.AuditEvent", {})
     diff.pop("checkpoints.AuditChainHead", None)
     run_diff = diff.pop("checkpoints.Run", {})
+    # The state counters follow the run's state (triggers, migration 0011): derived, so
+    # checked against the runs instead of diffed.
+    diff.pop("checkpoints.RunStateCount", None)
+    diff.pop("checkpoints.EffectStateCount", None)
     if diff:
         problems.append(f"changed beyond the conflict record: {diff}")
+    problems += _counters_true()
     if set(added_conflicts) != {"added"} or len(added_conflicts["added"]) != 1:
         return problems + [f"not exactly one new conflict row: {added_conflicts}"]
     if set(added_events) != {"added"} or len(added_events["added"]) != 1:
