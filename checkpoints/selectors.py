@@ -18,7 +18,7 @@ import base64
 import json
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.contrib.contenttypes.models import ContentType
 from django.db.models import (
@@ -155,8 +155,10 @@ def decode_cursor(cursor: str) -> tuple[datetime, int]:
         when = datetime.fromisoformat(last)
         if when.tzinfo is None:
             raise ValueError
-        return when, pk
-    except (ValueError, TypeError, json.JSONDecodeError, UnicodeDecodeError):
+        # In UTC, as encode_cursor writes it; a far date in a far zone does not fit
+        # (OverflowError), and would otherwise overflow in the database driver.
+        return when.astimezone(UTC), pk
+    except (ValueError, TypeError, OverflowError, json.JSONDecodeError, UnicodeDecodeError):
         raise InvalidPayload("cursor: not a cursor returned by this API") from None
 
 

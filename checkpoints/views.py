@@ -582,7 +582,13 @@ def run_detail(request: HttpRequest, tenant: Tenant, run_id: str) -> HttpRespons
 
 
 def _history_before(request: HttpRequest) -> int | None:
-    """The history pages' ``?before=N`` (``HistoryForm``); 400 naming ``before``."""
+    """The history pages' ``?before=N`` (``HistoryForm``); 400 naming ``before`` for a
+    value given twice, empty, or other than ASCII digits (as the API's parameters)."""
+    values = request.GET.getlist("before")
+    if len(values) > 1:
+        raise InvalidPayload("before: given more than once")
+    if values and not (values[0].isascii() and values[0].isdigit()):
+        raise InvalidPayload("before: must be a revision number (digits 0-9)")
     form = HistoryForm(request.GET)
     if not form.is_valid():
         raise InvalidPayload(first_error(form))

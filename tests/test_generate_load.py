@@ -99,3 +99,26 @@ def test_refuses_a_database_with_other_tenants_unless_forced(acme):
     _load("--tenants", "1", "--runs", "5", "--force")
     assert Run.objects.for_tenant(Tenant.objects.get(slug="load-00")).count() == 5
     assert not Run.objects.for_tenant(acme).exists()
+
+
+@pytest.mark.django_db
+def test_refuses_a_hand_made_tenant_named_like_its_own(db):
+    """A tenant someone called ``load-00`` is somebody's data: the slug alone does not
+    make it generated."""
+    from checkpoints import services
+
+    services.tenant_create(slug="load-00", name="Real customer")
+    with pytest.raises(CommandError, match="tenants it did not make"):
+        _load("--tenants", "1", "--runs", "5")
+    assert not Run.objects.for_all_tenants(reason="test: nothing was added").exists()
+
+
+@pytest.mark.parametrize("args", [
+    ("--batch", "0"), ("--batch", "-5"), ("--runs", "3", "--revisions", "99999999999"),
+    ("--long-run-revisions", "0"), ("--tenants", "0"),
+])
+@pytest.mark.django_db
+def test_refuses_arguments_that_would_never_end(db, args):
+    with pytest.raises(CommandError):
+        _load("--runs", "5", *args)
+    assert not Tenant.objects.exists()

@@ -53,6 +53,8 @@ def _cursor(value) -> str:
     ["2026-01-01T00:00:00", 5],         # no time zone
     ["2026-01-01T00:00:00+00:00", "5"],  # id not an integer
     ["not a time", 5],
+    ["9999-12-31T23:59:59-14:00", 1],  # past the last date once in UTC
+    ["0001-01-01T00:00:00+14:00", 1],  # before the first
     [5],
     {"a": 1},
 ])

@@ -101,7 +101,8 @@ def test_it_pages_an_effects_history(login, rita, acme, wendy, monkeypatch):
     assert "<html" in page and _effect_revisions(page) == [0]
 
 
-@pytest.mark.parametrize("value", ["abc", "0", "-1", "1.5", "", str(2**63)])
+@pytest.mark.parametrize("value", ["abc", "0", "-1", "1.5", "", str(2**63), "\u0661",
+                                   "99999999999999999999999", ["1", "2"]])
 @pytest.mark.parametrize("htmx", [False, True])
 def test_a_bad_before_is_a_400_naming_it(login, rita, stuck, acme, value, htmx):
     from checkpoints.models import Effect
@@ -111,9 +112,6 @@ def test_a_bad_before_is_a_400_naming_it(login, rita, stuck, acme, value, htmx):
     for url in (reverse("checkpoint_history", args=["acme", stuck.checkpoint_id]),
                 reverse("effect_history", args=["acme", effect.uuid])):
         response = login(rita).get(url, {"before": value}, **extra)
-        if value == "":  # an empty field is no field: the newest page
-            assert response.status_code == 200
-            continue
         assert response.status_code == 400, (url, value)
         assert "before:" in response.content.decode()
         assert "HX-Request" in response["Vary"]

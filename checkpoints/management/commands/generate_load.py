@@ -52,7 +52,7 @@ from datetime import datetime, timedelta
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 
 from checkpoints import crypto, kinds, policy, services
 from checkpoints.dbclock import db_now
@@ -82,6 +82,10 @@ from checkpoints.vocab import (
 User = get_user_model()
 
 SLUG_PREFIX = "load-"
+NAME_PREFIX = "generate_load tenant "
+#: Bounds of one call, so a typo cannot run for hours: runs added, revisions per run.
+MAX_RUNS = 10_000_000
+MAX_RUN_REVISIONS = 100_000
 ROLES = (("reviewer", Role.REVIEWER), ("approver", Role.APPROVER),
          ("approver2", Role.APPROVER), ("viewer", Role.VIEWER), ("writer", Role.WRITER))
 
@@ -432,8 +436,8 @@ class Command(BaseCommand):
                             help="checkpoint revisions to add in all, at least one per run "
                                  "(default: 10 per run)")
         parser.add_argument("--big-tenant-share", type=float, default=0.5,
-                            help="share of the runs in the first tenant (0..1; the others "
-                                 "split the rest evenly)")
+                            help="share of the runs in the first tenant (0..1; each other run "
+                                 "goes to one of the others at random)")
         parser.add_argument("--long-run", type=uuid.UUID, default=None,
                             help="also add this run (a UUID) to the first tenant with "
                                  "--long-run-revisions revisions")
@@ -442,7 +446,7 @@ class Command(BaseCommand):
         parser.add_argument("--batch", type=int, default=2000, help="runs per transaction")
         parser.add_argument("--force", action="store_true",
                             help="run even though the database has tenants this command "
-                                 "did not make")
+                                 "did not make (a slug without load- or a name it does not give)")
         parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     def handle(self, *args, **o):
@@ -454,10 +458,22 @@ class Command(BaseCommand):
             raise CommandError("--runs must be >= 0 and --revisions >= --runs")
         if not 0 <= o["big_tenant_share"] <= 1:
             raise CommandError("--big-tenant-share: 0..1")
-        if o["long_run_revisions"] < 1:
-            raise CommandError("--long-run-revisions: at least 1")
-        others = list(Tenant.objects.exclude(slug__startswith=SLUG_PREFIX)
-                      .values_list("slug", flat=True)[:5])
+        if not 1 <= o["long_run_revisions"] <= MAX_RUN_REVISIONS:
+            raise CommandError(f"--long-run-revisions: 1..{MAX_RUN_REVISIONS:,}")
+        if runs_n > MAX_RUNS or (runs_n and revisions_n > MAX_RUN_REVISIONS * runs_n):
+            raise CommandError(f"--runs: at most {MAX_RUNS:,}; --revisions: at most "
+                               f"{MAX_RUN_REVISIONS:,} per run")
+        if not 1 <= o["batch"] <= 100_000:
+            raise CommandError("--batch: 1..100,000 runs per transaction")
+        try:
+            # Made by this command: a load-NN slug and the name it gives (a hand-made
+            # tenant called load-00 is somebody's data).
+            others = list(Tenant.objects.exclude(slug__startswith=SLUG_PREFIX,
+                                                  name__startswith=NAME_PREFIX)
+                          .values_list("slug", flat=True)[:5])
+        except DatabaseError:
+            raise CommandError("generate_load: the database has no tables yet: run "
+                               "`python manage.py migrate` first") from None
         if others and not o["force"]:
             raise CommandError(
                 f"generate_load: this database has tenants it did not make ({', '.join(others)}"
@@ -496,7 +512,7 @@ class Command(BaseCommand):
             slug = f"{SLUG_PREFIX}{i:02d}"
             tenant = Tenant.objects.filter(slug=slug).first()
             if tenant is None:
-                tenant = services.tenant_create(slug=slug, name=f"generate_load tenant {i:02d}")
+                tenant = services.tenant_create(slug=slug, name=f"{NAME_PREFIX}{i:02d}")
             users = {}
             for suffix, role in ROLES:
                 name = f"{slug}-{suffix}"
