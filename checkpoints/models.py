@@ -662,7 +662,19 @@ class ReconcilerConfig(TenantOwned, TimestampedModel):
 COUNT_SHARDS = 8
 
 
-class RunStateCount(TenantOwned):
+class StateCounter(TenantOwned):
+    """Abstract base of the state counters: ``n`` rows of ``tenant`` in a state, in shard
+    ``shard`` (``id % COUNT_SHARDS`` of the counted row). Subclasses add ``state``."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
+    shard = models.PositiveSmallIntegerField()
+    n = models.BigIntegerField(default=0)
+
+    class Meta:
+        abstract = True
+
+
+class RunStateCount(StateCounter):
     """How many of a tenant's runs are in ``state``: the sum of ``n`` over its shards.
 
     Kept by database triggers (migration 0011) in the same transaction as every insert,
@@ -673,10 +685,7 @@ class RunStateCount(TenantOwned):
     the runs after every kind of change.
     """
 
-    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
     state = models.CharField(max_length=24)
-    shard = models.PositiveSmallIntegerField()
-    n = models.BigIntegerField(default=0)
 
     class Meta:
         constraints = [
@@ -685,14 +694,11 @@ class RunStateCount(TenantOwned):
         ]
 
 
-class EffectStateCount(TenantOwned):
+class EffectStateCount(StateCounter):
     """How many of a tenant's effects are in ``state`` (the report), kept like
     ``RunStateCount`` by triggers on the effect table (migration 0011)."""
 
-    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
     state = models.CharField(max_length=16)
-    shard = models.PositiveSmallIntegerField()
-    n = models.BigIntegerField(default=0)
 
     class Meta:
         constraints = [
