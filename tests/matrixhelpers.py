@@ -52,3 +52,38 @@ def service_modules() -> list:
     from checkpoints import services
 
     return [importlib.import_module(f"checkpoints.services.{name}") for name in services.MODULES]
+
+
+def public_functions_reaching(modules, roots: set[str], *, attributes: bool = False) -> set[str]:
+    """Names of the public top-level functions of ``modules`` that reach one of ``roots``
+    (function names) through calls to module functions, transitively; ``roots`` that are
+    public count too. With ``attributes``, any attribute read (``qs.select_for_update``)
+    counts as a call. The matrices use it to find what they must cover (the audited
+    services, the run writers, the locking services) from the code itself."""
+    import ast
+    import inspect
+
+    calls: dict[str, set[str]] = {}
+    public: set[str] = set()
+    for module in modules:
+        for node in ast.parse(inspect.getsource(module)).body:
+            if not isinstance(node, ast.FunctionDef):
+                continue
+            names = calls.setdefault(node.name, set())
+            for sub in ast.walk(node):
+                if isinstance(sub, ast.Call):
+                    f = sub.func
+                    names.add(f.id if isinstance(f, ast.Name) else getattr(f, "attr", ""))
+                elif attributes and isinstance(sub, ast.Attribute):
+                    names.add(sub.attr)
+            if not node.name.startswith("_"):
+                public.add(node.name)
+    reached = set(roots)
+    grew = True
+    while grew:
+        grew = False
+        for name, called in calls.items():
+            if name not in reached and called & reached:
+                reached.add(name)
+                grew = True
+    return public & reached

@@ -28,7 +28,6 @@ token is refused with 409 ``fenced`` and kept as a conflict).
 
 from __future__ import annotations
 
-import ast
 import inspect
 import json
 import uuid
@@ -45,7 +44,12 @@ from checkpoints.models import AuditEvent, Conflict, Run
 from checkpoints.vocab import EffectSource
 from tests.conftest import _person, bearer_client
 from tests.helpers import age_world, effect_body, envelope, put_checkpoint, put_effect
-from tests.matrixhelpers import db_diff, db_state, service_modules
+from tests.matrixhelpers import (
+    db_diff,
+    db_state,
+    public_functions_reaching,
+    service_modules,
+)
 
 # --------------------------------------------------------------------------------------
 # Source of truth: the write paths under a run
@@ -75,27 +79,8 @@ WRITE_PATHS = {
 
 
 def _run_writers() -> set[str]:
-    calls: dict[str, set[str]] = {}
-    public: set[str] = set()
-    for module in (*service_modules(), reconciliation):
-        for node in ast.parse(inspect.getsource(module)).body:
-            if isinstance(node, ast.FunctionDef):
-                names = calls.setdefault(node.name, set())
-                for sub in ast.walk(node):
-                    if isinstance(sub, ast.Call):
-                        f = sub.func
-                        names.add(f.id if isinstance(f, ast.Name) else getattr(f, "attr", ""))
-                if not node.name.startswith("_"):
-                    public.add(node.name)
-    locking = {"_lock_run", "_get_run"}
-    grew = True
-    while grew:
-        grew = False
-        for name, called in calls.items():
-            if name not in locking and called & locking:
-                locking.add(name)
-                grew = True
-    return public & locking
+    return public_functions_reaching((*service_modules(), reconciliation),
+                                     {"_lock_run", "_get_run"})
 
 
 def test_every_run_write_path_is_classified():

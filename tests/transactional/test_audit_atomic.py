@@ -24,7 +24,6 @@
 
 from __future__ import annotations
 
-import ast
 import inspect
 import uuid
 from collections.abc import Callable
@@ -46,7 +45,12 @@ from tests.helpers import (
     put_effect,
     walk_effect,
 )
-from tests.matrixhelpers import db_diff, db_state, service_modules
+from tests.matrixhelpers import (
+    db_diff,
+    db_state,
+    public_functions_reaching,
+    service_modules,
+)
 from tests.views.reconcilers import Scripted
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -391,27 +395,8 @@ NOT_CELLS = {
 def audited_public_functions() -> set[str]:
     """Public functions of services, reconciliation and audit that reach ``audit_record``
     through calls to module functions."""
-    calls: dict[str, set[str]] = {}
-    public: set[str] = set()
-    for module in (*service_modules(), reconciliation, audit):
-        for node in ast.parse(inspect.getsource(module)).body:
-            if isinstance(node, ast.FunctionDef):
-                names = calls.setdefault(node.name, set())
-                for sub in ast.walk(node):
-                    if isinstance(sub, ast.Call):
-                        f = sub.func
-                        names.add(f.id if isinstance(f, ast.Name) else getattr(f, "attr", ""))
-                if not node.name.startswith("_"):
-                    public.add(node.name)
-    audited = {"audit_record"}
-    grew = True
-    while grew:
-        grew = False
-        for name, called in calls.items():
-            if name not in audited and called & audited:
-                audited.add(name)
-                grew = True
-    return public & audited
+    return public_functions_reaching((*service_modules(), reconciliation, audit),
+                                     {"audit_record"})
 
 
 @pytest.mark.django_db(transaction=False)

@@ -23,8 +23,6 @@ SQLite has one writer at a time and no row locks: these skip there (``postgres``
 
 from __future__ import annotations
 
-import ast
-import inspect
 import uuid
 from collections import Counter
 
@@ -44,7 +42,7 @@ from tests.helpers import (
     put_checkpoint,
     put_effect,
 )
-from tests.matrixhelpers import service_modules
+from tests.matrixhelpers import public_functions_reaching, service_modules
 from tests.transactional.test_races import race
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -102,32 +100,9 @@ NOT_RACED = {
 def _locking_public_functions() -> set[str]:
     """Public functions of services/reconciliation that (transitively, through module
     functions) lock a row: call ``_lock_run``, ``_get_run`` or ``select_for_update``."""
-    sources = {m: ast.parse(inspect.getsource(m)) for m in (*service_modules(), reconciliation)}
-    calls: dict[str, set[str]] = {}
-    public: set[str] = set()
-    for tree in sources.values():
-        for node in tree.body:
-            if isinstance(node, ast.FunctionDef):
-                names = set()
-                for sub in ast.walk(node):
-                    if isinstance(sub, ast.Call):
-                        f = sub.func
-                        names.add(f.id if isinstance(f, ast.Name) else getattr(f, "attr", ""))
-                    elif isinstance(sub, ast.Attribute):
-                        names.add(sub.attr)
-                calls.setdefault(node.name, set()).update(names)
-                if not node.name.startswith("_"):
-                    public.add(node.name)
-    roots = {"_lock_run", "_get_run", "select_for_update"}
-    locking = set(roots)
-    changed = True
-    while changed:
-        changed = False
-        for name, called in calls.items():
-            if name not in locking and called & locking:
-                locking.add(name)
-                changed = True
-    return {n for n in public if n in locking}
+    return public_functions_reaching((*service_modules(), reconciliation),
+                                     {"_lock_run", "_get_run", "select_for_update"},
+                                     attributes=True)
 
 
 @pytest.mark.django_db(transaction=False)
