@@ -28,8 +28,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 
+import psycopg
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
 
 from . import audit, policy
 from .exceptions import Fenced, StaleRevision
@@ -175,9 +177,6 @@ def _cursor():
     (``CaptureQueriesContext``), ``execute_wrapper`` hooks and error translation still
     apply. (Behind pgbouncer in transaction mode this needs pgbouncer 1.21 or later with
     ``max_prepared_statements`` set: docs/scaling.md.)"""
-    import psycopg
-    from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
-
     connection.ensure_connection()
     raw = psycopg.Cursor(connection.connection)
     wrapper = CursorDebugWrapper if connection.queries_logged else CursorWrapper
