@@ -12,10 +12,11 @@ import uuid
 
 from django.db import connections
 
-# The same browser fixture, marks and Chromium skip as the retry flow.
-from tests.browser.test_retry_flow import browser, pytestmark  # noqa: F401
+from tests.browser.common import BROWSER
 from tests.conftest import PASSWORD
 from tests.helpers import effect_body, envelope, put_checkpoint, sweep_later, walk_effect
+
+pytestmark = BROWSER
 
 # Collects every CSP violation of every document in the context (Playwright adds init
 # scripts outside the page's policy, so this runs even where inline code would not).
@@ -60,7 +61,7 @@ def same_document(page) -> bool:
 
 
 def test_the_dashboard_works_under_the_content_security_policy(
-        browser, live_server, acme, rita, wendy):  # noqa: F811
+        browser, live_server, acme, rita, wendy):
     from playwright.sync_api import expect
 
     run_id, cp_id = uuid.uuid4(), uuid.uuid4()

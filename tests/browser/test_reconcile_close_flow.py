@@ -14,11 +14,11 @@ from django.db import connections
 from checkpoints import services
 from checkpoints.models import AuditEvent, Run
 from checkpoints.reconcile import Answer
-
-# The same browser fixture, log-in helper, marks and Chromium skip as the retry flow.
-from tests.browser.test_retry_flow import _login, browser, pytestmark  # noqa: F401
+from tests.browser.common import BROWSER, login
 from tests.helpers import effect_body, envelope, put_checkpoint, sweep_later, walk_effect
 from tests.views.reconcilers import Scripted
+
+pytestmark = BROWSER
 
 
 @pytest.fixture
@@ -33,7 +33,7 @@ def scripted(acme):
 
 
 def test_it_lets_a_reviewer_reconcile_reveal_the_evidence_and_close_the_run(
-        browser, live_server, acme, rita, wendy, scripted):  # noqa: F811
+        browser, live_server, acme, rita, wendy, scripted):
     from playwright.sync_api import expect
 
     run_id = uuid.uuid4()
@@ -42,7 +42,7 @@ def test_it_lets_a_reviewer_reconcile_reveal_the_evidence_and_close_the_run(
     walk_effect(wendy, acme, effect_body(run_id=run_id, operation_key="charge:A-8"),
                 "submitted")
     sweep_later()
-    context, page = _login(browser, live_server, "rita")
+    context, page = login(browser, live_server, "rita")
     page.goto(f"{live_server.url}/t/acme/runs/{run_id}/")
     expect(page.locator("#reconciliation")).to_contain_text("No reconciliation has been requested")
 

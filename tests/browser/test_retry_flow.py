@@ -5,50 +5,14 @@ it; the run page and its audit trail show both (issue 2, "One Playwright test").
 
 from __future__ import annotations
 
-import os
 import uuid
 
-import pytest
 from django.db import connections
 
-from tests.conftest import PASSWORD
+from tests.browser.common import BROWSER, login
 from tests.helpers import effect_body, envelope, put_checkpoint, sweep_later, walk_effect
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
-
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.django_db(transaction=True),
-    pytest.mark.skipif(not os.path.exists(CHROMIUM),
-                       reason=f"{CHROMIUM} is missing: apt-get install -y chromium"),
-]
-
-@pytest.fixture
-def browser(monkeypatch, live_server):
-    # Depends on live_server so that Chromium (and its polling keep-alive requests) is
-    # closed before the server and the test database go away.
-    # Playwright's sync API runs an event loop in this thread; Django's async-safety check
-    # would otherwise refuse the ORM calls the test makes while the browser is open.
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
-
-
-def _login(browser, live_server, username):
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    page = context.new_page()
-    page.set_default_timeout(15_000)
-    page.goto(f"{live_server.url}/login/")
-    page.fill("#id_username", username)
-    page.fill("#id_password", PASSWORD)
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{live_server.url}/t/acme/**")
-    return context, page
+pytestmark = BROWSER
 
 
 def test_it_lets_a_reviewer_request_and_another_person_approve_a_retry(
@@ -64,7 +28,7 @@ def test_it_lets_a_reviewer_request_and_another_person_approve_a_retry(
     run_url = f"{live_server.url}/t/acme/runs/{run_id}/"
 
     # rita finds the run in the ambiguous tab; its charge is in doubt, so no retry yet.
-    context, page = _login(browser, live_server, "rita")
+    context, page = login(browser, live_server, "rita")
     page.click(f"a[title='{run_id}']")
     page.wait_for_url(run_url)
     expect(page.locator("#run-state")).to_have_text("ambiguous")
@@ -85,7 +49,7 @@ def test_it_lets_a_reviewer_request_and_another_person_approve_a_retry(
     context.close()
 
     # april, in a fresh browser context, lands on the awaiting-approval tab and approves.
-    context, page = _login(browser, live_server, "april")
+    context, page = login(browser, live_server, "april")
     expect(page.locator(".tab.active")).to_contain_text("awaiting approval")
     page.click(f"a[title='{run_id}']")
     page.wait_for_url(run_url)

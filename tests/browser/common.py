@@ -1,0 +1,39 @@
+"""What every browser test shares: the Chromium path and flags, the marks that skip the
+module with a clear message when Chromium is missing, and ``login``. The ``browser``
+fixture lives in ``tests/browser/conftest.py``.
+
+A module opts in with ``pytestmark = BROWSER`` (or ``[*BROWSER, ...]``)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.conftest import PASSWORD
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+
+BROWSER = [
+    pytest.mark.browser,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(not os.path.exists(CHROMIUM),
+                       reason=f"{CHROMIUM} is missing: apt-get install -y chromium"),
+]
+
+
+def login(browser, live_server, username, *, width: int = 1280, height: int = 900,
+          tenant: str = "acme", **context_args):
+    """A new browser context logged in as ``username`` (password ``PASSWORD``), landed on
+    the tenant's inbox: ``(context, page)``. ``width``/``height`` set the viewport."""
+    context = browser.new_context(viewport={"width": width, "height": height}, **context_args)
+    page = context.new_page()
+    page.set_default_timeout(15_000)
+    page.goto(f"{live_server.url}/login/")
+    page.fill("#id_username", username)
+    page.fill("#id_password", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{live_server.url}/t/{tenant}/**")
+    return context, page
