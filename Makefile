@@ -27,7 +27,7 @@ PYTEST := $(PY) -m pytest -q -rs --strict-markers $(PYTEST_ARGS)
 TEST_VAR_DIR ?= $(CURDIR)/var/test
 
 .PHONY: help demo test lint install services test-postgres test-sqlite bench \
-	mutants mutants-curated
+	mutants mutants-curated screenshots
 
 help:
 	@echo "make demo   - install, then run the demo (migrate, seed, crash workers, serve)"
@@ -35,6 +35,7 @@ help:
 	@echo "make lint   - ruff"
 	@echo "make bench  - write/read/memory benchmarks with references; var/bench/latest.json"
 	@echo "make mutants         - mutmut on the core rule modules; report in var/mutants/report.md"
+	@echo "make screenshots  - the README pictures (docs/screenshots/), taken by the browser tests"
 	@echo "make mutants-curated - the curated rule mutants (tests/mutants/curated.toml); any survivor fails"
 
 $(PY):
@@ -166,3 +167,9 @@ $(BENCH_STAMP): pyproject.toml | $(STAMP)
 
 bench: $(BENCH_STAMP) services
 	$(PY) -m bench --pg-url $(PG_URL) $(BENCH_ARGS)
+
+# The README's pictures: the browser tests save them as they pass (tests/browser/common.py
+# `screenshot`) when RECOVERY_SCREENSHOTS_DIR is set. SQLite, like a newcomer's machine.
+screenshots: $(STAMP)
+	env -u DATABASE_URL RECOVERY_VAR_DIR=$(TEST_VAR_DIR)/screenshots \
+		RECOVERY_SCREENSHOTS_DIR=$(CURDIR)/docs/screenshots $(PYTEST) -m browser tests/browser

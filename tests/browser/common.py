@@ -37,3 +37,14 @@ def login(browser, live_server, username, *, width: int = 1280, height: int = 90
     page.click("button[type=submit]")
     page.wait_for_url(f"{live_server.url}/t/{tenant}/**")
     return context, page
+
+
+def screenshot(page, name: str) -> None:
+    """Save the page as ``<name>.png`` into ``$RECOVERY_SCREENSHOTS_DIR`` when that is set
+    (``make screenshots`` sets it to ``docs/screenshots``, whose pictures the README
+    shows); otherwise do nothing. The README's pictures therefore come from the browser
+    tests' own steps, never from a hand-made page."""
+    folder = os.environ.get("RECOVERY_SCREENSHOTS_DIR")
+    if folder:
+        os.makedirs(folder, exist_ok=True)
+        page.screenshot(path=os.path.join(folder, f"{name}.png"), full_page=False)
