@@ -140,7 +140,7 @@ def json_times(text: str | None) -> SafeString | str:
         if at is None:
             out.append(conditional_escape(line))
         else:
-            out.append(format_html('{}<span class="ms-note" aria-label="as a time"> ⏱ {}</span>',
+            out.append(format_html('{}<span class="ms-note"> ⏱ {}</span>',
                                    line, when(at)))
     return mark_safe("\n".join(out))  # noqa: S308 - every part is escaped above
 
