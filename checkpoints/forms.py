@@ -58,6 +58,16 @@ class CloseForm(ReasonForm):
         error_messages={"required": "tick the box to confirm closing the run"})
 
 
+class MarkUnknownForm(ReasonForm):
+    """Mark an effect's outcome unknown (reviewer, dashboard): a reason, and a ticked
+    ``confirm`` box like ``CloseForm``'s, because nothing moves the effect back: a retry
+    then needs an approver who accepts a possible duplicate. The API's body stays
+    ``{"reason"}`` (CONTRACT.md): the confirmation is the dashboard's (issue 9, item 5)."""
+
+    confirm = forms.BooleanField(
+        error_messages={"required": "tick the box to confirm marking the outcome unknown"})
+
+
 class DiffForm(ReasonForm):
     """Diff two revisions (``from_rev`` -> ``to_rev``) of one checkpoint; both are revealed."""
 

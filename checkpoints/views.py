@@ -54,6 +54,7 @@ from .forms import (
     DiffForm,
     HistoryForm,
     InboxFilterForm,
+    MarkUnknownForm,
     ReasonForm,
     RevealForm,
     first_error,
@@ -700,10 +701,13 @@ def retry_reject(request: HttpRequest, tenant: Tenant, retry_id: int) -> HttpRes
 @dashboard
 @tenant_page(roles.REVIEW)
 def effect_mark_unknown(request: HttpRequest, tenant: Tenant, effect_id: str) -> HttpResponse:
-    """Declare a submitted/unresolved effect's outcome unknown (reviewer)."""
+    """Declare a submitted/unresolved effect's outcome unknown (reviewer; a reason and a
+    ticked confirmation, ``MarkUnknownForm``: 400 naming ``confirm`` without it)."""
     effect = selectors.effect_get(user=request.user, tenant=tenant, effect_id=effect_id)
+    form = MarkUnknownForm(request.POST)
+    _require_valid(form)
     services.effect_mark_unknown(actor=request.user, tenant=tenant, effect_id=effect.uuid,
-                                 reason=_reason(request))
+                                 reason=form.cleaned_data["reason"])
     return _action_done(request, tenant, effect.run.uuid,
                         f"Effect {effect.operation_key} marked outcome unknown.")
 
@@ -819,7 +823,8 @@ def checkpoint_reveal(request: HttpRequest, tenant: Tenant, checkpoint_id: str) 
                                        revision=form.cleaned_data["revision"],
                                        reason=form.cleaned_data["reason"])
     revealed = {"checkpoint_pk": checkpoint.pk, "mode": "payload",
-                "revision": envelope["revision"], "text": _pretty(envelope)}
+                "revision": envelope["revision"], "text": _pretty(envelope),
+                "updated_at_ms": envelope.get("updated_at_ms")}
     return _payload_done(request, tenant, checkpoint, revealed)
 
 

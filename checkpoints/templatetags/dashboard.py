@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime
+import re
+from datetime import UTC, datetime
 from urllib.parse import urlencode
 
 from django import template
 from django.utils import timezone
+from django.utils.html import conditional_escape, format_html
+from django.utils.safestring import SafeString, mark_safe
 
+from .. import auditwords
 from ..vocab import (
     EffectState,
     PhaseClass,
@@ -72,6 +76,132 @@ def ago(when: datetime | None) -> str:
             text = f"{seconds // size} {unit}"
             break
     return f"in {text}" if future else f"{text} ago"
+
+
+def _utc(when: datetime) -> datetime:
+    return when.astimezone(UTC) if timezone.is_aware(when) else when.replace(tzinfo=UTC)
+
+
+@register.filter
+def when(value: datetime | None) -> SafeString | str:
+    """A time for people (issue 9, item 5): ``<time datetime="2026-12-01T00:27:46Z"
+    title="2026-12-01 00:27:46 UTC">3 min ago</time>``; ``"—"`` for none. The relative
+    words are ``ago``'s; the ``title`` is the absolute UTC time (what a page without
+    JavaScript shows on hover); ``static/js/app.js`` adds the time in the browser's zone
+    beside the words and in the title."""
+    if not value:
+        return "—"
+    utc = _utc(value)
+    return format_html('<time datetime="{}" title="{} UTC">{}</time>',
+                       utc.strftime("%Y-%m-%dT%H:%M:%SZ"), utc.strftime("%Y-%m-%d %H:%M:%S"),
+                       ago(value))
+
+
+def _from_ms(ms) -> datetime | None:
+    """An aware UTC datetime for epoch milliseconds, or ``None`` for what is not one
+    (not an integer, or outside the years 1..9999)."""
+    if isinstance(ms, bool) or not isinstance(ms, int | str):
+        return None
+    try:
+        return datetime.fromtimestamp(int(ms) / 1000, tz=UTC)
+    except (ValueError, OverflowError, OSError):
+        return None
+
+
+@register.filter
+def ms_time(ms) -> SafeString | str:
+    """Epoch milliseconds (an envelope's ``updated_at_ms``, a receipt's ``*_ms``) as the
+    raw number followed by ``when``'s ``<time>``: ``1764549000000 (<time …>3 min ago</time>)``.
+    A value that is no time shows as it is; ``None`` as ``"—"``."""
+    if ms is None or ms == "":
+        return "—"
+    at = _from_ms(ms)
+    if at is None:
+        return str(ms)
+    return format_html('<span class="mono">{}</span> <span class="ms-time">({})</span>',
+                       ms, when(at))
+
+
+#: A pretty-printed JSON line whose key ends in ``_ms`` and whose value is an integer.
+_MS_LINE = re.compile(r'^(\s*"[^"\n]*_ms": )(-?\d{1,19})(,?)$')
+
+
+@register.filter
+def json_times(text: str | None) -> SafeString | str:
+    """Revealed JSON (``json.dumps(..., indent=2)``) with every ``"…_ms": <integer>``
+    line followed by its time (``when``) in a ``<span class="ms-note">`` that copying
+    the JSON leaves out (``user-select: none``). Everything else is escaped as usual."""
+    if text is None:
+        return ""
+    out = []
+    for line in str(text).split("\n"):
+        match = _MS_LINE.match(line)
+        at = _from_ms(match.group(2)) if match else None
+        if at is None:
+            out.append(conditional_escape(line))
+        else:
+            out.append(format_html('{}<span class="ms-note"> ⏱ {}</span>',
+                                   line, when(at)))
+    return mark_safe("\n".join(out))  # noqa: S308 - every part is escaped above
+
+
+_UUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
+
+
+@register.filter
+def copyable(value, what: str = "") -> SafeString | str:
+    """A long value (an id, a key, a reason, a lease owner) that fits its box: the text
+    clipped with an ellipsis by CSS (``.long``; a UUID shows its first 8 characters),
+    the full value in the ``title``, and a copy button (``data-copy``, handled by
+    ``static/js/app.js``) labelled ``what`` (``"run id"``). ``"—"`` for an empty value."""
+    text = "" if value is None else str(value)
+    if not text:
+        return "—"
+    shown = text[:8] if _UUID.match(text) else text
+    return format_html('<span class="copyable"><span class="long mono" title="{}">{}</span>{}'
+                       '</span>', text, shown, copy_button(text, what))
+
+
+@register.filter
+def copy_button(value, what: str = "") -> SafeString | str:
+    """Only ``copyable``'s copy button, for a value already shown in full."""
+    text = "" if value is None else str(value)
+    if not text:
+        return ""
+    label = f"Copy {what}".strip() if what else "Copy"
+    return format_html('<button type="button" class="copy-btn" data-copy="{}" title="{}" '
+                       'aria-label="{}">copy</button>', text, label, label)
+
+
+@register.filter
+def audit_sentence(event, names=None) -> str:
+    """``auditwords.sentence``: the event as one readable sentence (``names``: readable
+    names by target ref, e.g. ``{effect uuid: "charge:A-7 at payments"}``)."""
+    return auditwords.sentence(event, names)
+
+
+@register.simple_tag(takes_context=True)
+def audit_names(context, events) -> dict[str, str]:
+    """``{% audit_names events as names %}``: readable names by target ref for
+    ``audit_sentence``: those named by the effect writes among ``events``
+    (``auditwords.names_from_events``), then the run page's ``effects`` (items with an
+    ``effect``) when the context has them."""
+    names = auditwords.names_from_events(events or [])
+    for item in context.get("effects") or []:
+        effect = getattr(item, "effect", None) or (item.get("effect") if isinstance(item, dict)
+                                                   else item)
+        key, service = getattr(effect, "operation_key", ""), getattr(effect, "service", "")
+        if key and service:
+            names[str(effect.uuid)] = f"{key} at {service}"
+    return names
+
+
+@register.filter
+def pretty_json(value) -> str:
+    """JSON indented by 2 with sorted keys (the audit trail's before/after toggle)."""
+    if value is None:
+        return ""
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
 
 
 @register.filter

@@ -21,3 +21,127 @@
     flash("The server could not be reached.");
   });
 })();
+
+// ---- Time and words for people (issue 9, item 5) -------------------------------------
+// Times: the server renders <time datetime="…Z" title="… UTC">3 min ago</time>
+// (templatetags/dashboard.py "when"); here each one also shows the time in the browser's
+// zone, "3 min ago · 14:02:11 (Europe/Paris)" (with the date when it is not today), and
+// its title gives the full local time with its UTC offset, then the UTC time.
+// Copy buttons: <button data-copy="value"> copies its value (Clipboard API; a hidden
+// textarea and execCommand where that is refused, e.g. over plain http).
+// Irreversible actions: a <form data-confirm="question"> asks in a dialog; the dialog
+// replaces the form's "I understand" box, which a page without JavaScript shows instead
+// (the server requires the box either way, so it is ticked once the dialog is accepted).
+(function () {
+  "use strict";
+
+  var zone = "";
+  try { zone = Intl.DateTimeFormat().resolvedOptions().timeZone || ""; } catch (err) { zone = ""; }
+
+  function formatter(options) {
+    try { return new Intl.DateTimeFormat(undefined, options); } catch (err) { return null; }
+  }
+  var clock = formatter({ hour: "2-digit", minute: "2-digit", second: "2-digit", hourCycle: "h23" });
+  var day = formatter({ year: "numeric", month: "short", day: "numeric" });
+  var full = formatter({ year: "numeric", month: "short", day: "numeric", hour: "2-digit",
+                         minute: "2-digit", second: "2-digit", hourCycle: "h23",
+                         timeZoneName: "shortOffset" }) ||
+             formatter({ year: "numeric", month: "short", day: "numeric", hour: "2-digit",
+                         minute: "2-digit", second: "2-digit", hourCycle: "h23",
+                         timeZoneName: "short" });
+
+  function localise(el) {
+    if (el.hasAttribute("data-local") || !clock || !day || !full) { return; }
+    var at = new Date(el.getAttribute("datetime") || "");
+    if (isNaN(at.getTime())) { return; }
+    var utcTitle = el.getAttribute("title") || "";
+    var sameDay = day.format(at) === day.format(new Date());
+    var local = (sameDay ? "" : day.format(at) + " ") + clock.format(at) + (zone ? " (" + zone + ")" : "");
+    var rel = document.createElement("span");
+    rel.className = "rel";
+    rel.textContent = el.textContent;
+    var abs = document.createElement("span");
+    abs.className = "abs";
+    abs.textContent = " · " + local;
+    el.replaceChildren(rel, abs);
+    el.setAttribute("title", full.format(at) + (zone ? " (" + zone + ")" : "") +
+                    (utcTitle ? " · " + utcTitle : ""));
+    el.setAttribute("data-local", local);
+  }
+
+  function confirmable(form) {
+    if (form.hasAttribute("data-confirm-ready")) { return; }
+    form.setAttribute("data-confirm-ready", "");
+    var box = form.querySelector("input[type=checkbox][name=confirm]");
+    if (box) {
+      box.required = false;
+      var label = box.closest("label");
+      if (label) { label.hidden = true; }
+    }
+  }
+
+  function enhance(root) {
+    if (!root || !root.querySelectorAll) { return; }
+    if (root.matches && root.matches("time[datetime]")) { localise(root); }
+    root.querySelectorAll("time[datetime]").forEach(localise);
+    if (root.matches && root.matches("form[data-confirm]")) { confirmable(root); }
+    root.querySelectorAll("form[data-confirm]").forEach(confirmable);
+  }
+
+  // htmx asks before sending: the question is the form's data-confirm.
+  document.addEventListener("htmx:confirm", function (e) {
+    var form = e.detail && e.detail.elt;
+    if (!form || !form.matches || !form.matches("form[data-confirm]")) { return; }
+    e.preventDefault();
+    if (window.confirm(form.getAttribute("data-confirm"))) {
+      var box = form.querySelector("input[type=checkbox][name=confirm]");
+      if (box) { box.checked = true; }
+      e.detail.issueRequest(true);
+    }
+  });
+
+  function copied(button, ok) {
+    var before = button.getAttribute("data-label") || button.textContent;
+    button.setAttribute("data-label", before);
+    button.textContent = ok ? "copied" : "copy failed";
+    button.classList.toggle("copy-done", ok);
+    window.setTimeout(function () {
+      button.textContent = before;
+      button.classList.remove("copy-done");
+    }, 1500);
+  }
+
+  function copyByHand(text) {
+    var scratch = document.createElement("textarea");
+    scratch.value = text;
+    scratch.setAttribute("readonly", "");
+    scratch.className = "copy-scratch";
+    document.body.append(scratch);
+    scratch.select();
+    var ok = false;
+    try { ok = document.execCommand("copy"); } catch (err) { ok = false; }
+    scratch.remove();
+    return ok;
+  }
+
+  document.addEventListener("click", function (e) {
+    var button = e.target.closest && e.target.closest("button[data-copy]");
+    if (!button) { return; }
+    e.preventDefault();
+    var text = button.getAttribute("data-copy");
+    if (navigator.clipboard && window.isSecureContext) {
+      navigator.clipboard.writeText(text).then(function () { copied(button, true); },
+                                               function () { copied(button, copyByHand(text)); });
+    } else {
+      copied(button, copyByHand(text));
+    }
+  });
+
+  document.addEventListener("htmx:load", function (e) { enhance(e.target); });
+  document.addEventListener("htmx:afterSettle", function () { enhance(document); });
+  if (document.readyState === "loading") {
+    document.addEventListener("DOMContentLoaded", function () { enhance(document); });
+  } else {
+    enhance(document);
+  }
+})();

@@ -127,6 +127,7 @@ def test_the_dashboard_works_under_the_content_security_policy(
     # A form that changes state: mark the in-doubt effect's outcome unknown.
     unknown = page.locator("form[id^='f-unknown-']")
     unknown.locator("input[name=reason]").fill("gateway has no lookup")
+    page.once("dialog", lambda dialog: dialog.accept())  # irreversible: app.js asks first
     unknown.locator("button[type=submit]").click()
     expect(page.locator("#run-state")).to_have_text("unknown outcome")
     expect(page.locator("#audit-panel tr[data-action='effect.mark_unknown']")).to_have_count(1)

@@ -64,12 +64,15 @@ def test_it_lets_a_reviewer_reconcile_reveal_the_evidence_and_close_the_run(
     expect(section.locator("pre.payload")).to_contain_text("gw-4242")
     expect(page.locator("#audit-panel tr[data-action='evidence.reveal']")).to_contain_text("rita")
 
-    # Close: behind a disclosure, with a reason and a confirmation box.
+    # Close: behind a disclosure, with a reason and a confirmation dialog (app.js; the
+    # box a page without JavaScript shows is hidden and ticked when the dialog is accepted).
     page.click("details.close-run summary")
     page.fill("#f-close input[name=reason]", "customer refunded by hand")
-    page.click("#f-close button[type=submit]")  # the box is not ticked: the browser refuses
+    expect(page.locator("#f-close input[name=confirm]")).to_be_hidden()
+    page.once("dialog", lambda dialog: dialog.dismiss())
+    page.click("#f-close button[type=submit]")  # dismissed: nothing is sent
     expect(page.locator("#run-state")).to_have_text("ambiguous")
-    page.check("#f-close input[name=confirm]")
+    page.once("dialog", lambda dialog: dialog.accept())
     page.click("#f-close button[type=submit]")
     expect(page.locator("#run-state")).to_have_text("closed")
     expect(page.locator("#closed-note")).to_contain_text("rita")

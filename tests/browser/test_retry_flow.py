@@ -37,6 +37,7 @@ def test_it_lets_a_reviewer_request_and_another_person_approve_a_retry(
     # She marks the outcome unknown, then requests a retry.
     unknown = page.locator("form[id^='f-unknown-']")
     unknown.locator("input[name=reason]").fill("gateway has no lookup")
+    page.once("dialog", lambda dialog: dialog.accept())  # irreversible: app.js asks first
     unknown.locator("button[type=submit]").click()
     expect(page.locator("#run-state")).to_have_text("unknown outcome")
     expect(page.locator("#back-link")).to_contain_text("unknown outcome runs")

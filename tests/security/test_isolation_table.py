@@ -398,7 +398,7 @@ RECIPES: dict[str, list[Op]] = {
         Op("post", _s(TWIN, retry_id="retry_pk"), page_rule(AP, 404), body=REASON,
            surface="web", tenant=TWIN)],
     "effect_mark_unknown": [Op("post", _s(effect_id="e_stuck"), page_rule(RW, 302), "write",
-                               body=REASON, surface="web")],
+                               body={**REASON, "confirm": "on"}, surface="web")],
     "effect_receipt_reveal": [Op("post", _s(effect_id="e_done"), page_rule(RV, 200),
                                  "audited", body=REASON, surface="web")],
     "checkpoint_reveal": [Op("post", _s(checkpoint_id="c_stuck"), page_rule(RV, 200),

@@ -595,7 +595,7 @@ PAGES: dict[str, Req] = {
     "conflicts_acknowledge": Req({"run_id": "r_stuck"}, R, write=True),
     "retry_approve": Req({"retry_id": "retry_pk"}, R, write=True),
     "retry_reject": Req({"retry_id": "retry_pk"}, R, write=True),
-    "effect_mark_unknown": Req({"effect_id": "e_stuck"}, R, write=True),
+    "effect_mark_unknown": Req({"effect_id": "e_stuck"}, {**R, "confirm": "on"}, write=True),
     "effect_receipt_reveal": Req({"effect_id": "e_done"}, R, write=True, shows_mark=True),
     "checkpoint_reveal": Req({"checkpoint_id": "c_stuck"}, R, write=True, shows_mark=True),
     "checkpoint_diff": Req({"checkpoint_id": "c_stuck"}, {**R, "from_rev": 0, "to_rev": 1},

@@ -78,7 +78,8 @@ def test_it_refuses_review_actions_to_an_approver_and_approval_to_a_reviewer(
 
 def test_it_lets_a_reviewer_mark_an_effect_outcome_unknown(login, rita, stuck, acme):
     url = reverse("effect_mark_unknown", args=["acme", stuck.effect_id])
-    assert login(rita).post(url, {"reason": "gateway has no lookup"}).status_code == 302
+    assert login(rita).post(url, {"reason": "gateway has no lookup",
+                               "confirm": "yes"}).status_code == 302
     assert Effect.objects.get(uuid=stuck.effect_id).state == "unknown"
     assert Run.objects.get(uuid=stuck.run_id).recovery_state == "unknown_outcome"
     assert len(_events(acme, "effect.mark_unknown")) == 1

@@ -1,0 +1,245 @@
+"""One readable sentence per audit event, for people (issue 9, item 5).
+
+The audit trail stores each event as ``action``, ``target_type``/``target_ref``, ``reason``
+and the ``before``/``after`` JSON its service wrote (the shapes are the ``audit_record``
+calls in ``checkpoints.services``, ``checkpoints.reconciliation``, ``checkpoints.audit``
+and ``checkpoints.writepath``). The dashboard shows ``sentence(event)`` instead of the
+JSON (which stays one click away), e.g.::
+
+    rita marked charge:A-7 at payments outcome unknown: gateway has no lookup
+    system moved the run ambiguous → unknown outcome
+
+``SENTENCES`` has one function per ``vocab.AuditAction`` (``tests/test_auditwords.py``
+checks that none is missing); an action written before this module knew it falls back to
+``"<actor> did <action> on <target>"``. Presentation only: no query, no domain rule; a
+missing or odd key in ``before``/``after`` (events are kept forever, shapes changed over
+time) gives a shorter sentence, never an exception.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from .vocab import AuditAction, TargetType
+
+A = AuditAction
+
+#: ``{target_ref: "charge:A-7 at payments"}``: readable names for effects (and other
+#: targets) the caller already has; ``names_from_events`` fills it from effect writes.
+Names = Mapping[str, str]
+
+
+def _words(value: Any) -> str:
+    """A state word for people: ``"unknown_outcome"`` -> ``"unknown outcome"``."""
+    return str(value).replace("_", " ") if value not in (None, "") else ""
+
+
+def _get(d: Any, key: str) -> Any:
+    return d.get(key) if isinstance(d, Mapping) else None
+
+
+def _short(ref: str) -> str:
+    """A UUID's first 8 characters (the dashboard's short id); other refs as they are."""
+    ref = str(ref or "")
+    return ref[:8] if len(ref) == 36 and ref.count("-") == 4 else ref
+
+
+def _move(before: Any, after: Any, key: str) -> str:
+    """``"ambiguous → unknown outcome"``, or just the new state, or ""."""
+    old, new = _words(_get(before, key)), _words(_get(after, key))
+    if old and new and old != new:
+        return f"{old} → {new}"
+    return new or old
+
+
+def target_name(event, names: Names | None = None) -> str:
+    """What the event was about, in words: an effect by ``operation_key at service``
+    (from ``names`` or the event's own ``after``), a run as "the run", a checkpoint as
+    "checkpoint 1a2b3c4d", an account by its username, a tenant by its slug."""
+    ref, kind = str(event.target_ref or ""), event.target_type
+    if names and ref in names:
+        return names[ref]
+    after = event.after
+    if _get(after, "operation_key") and _get(after, "service"):
+        return f"{after['operation_key']} at {after['service']}"
+    if kind == TargetType.RUN:
+        return "the run"
+    if kind == TargetType.RETRY_REQUEST:
+        return f"retry request #{ref}"
+    if kind in (TargetType.ACCOUNT, TargetType.TENANT, TargetType.SERVICE):
+        return f"{_words(kind)} {ref}"
+    return f"{_words(kind)} {_short(ref)}".strip()
+
+
+def _run_state(e, _t) -> str:
+    move = _move(e.before, e.after, "recovery_state")
+    return f" ({move})" if move and "→" in move else ""
+
+
+def _write(noun: str) -> Callable:
+    def say(e, t) -> str:
+        rev, old = _get(e.after, "revision"), _get(e.before, "revision")
+        what = f"wrote {t}" + (f" revision {rev}" if rev is not None else "")
+        if old is None and rev in (0, None):
+            what = f"created {t}"
+        state = _words(_get(e.after, "state"))
+        phase = _get(e.after, "phase")
+        if state:
+            what += f", now {state}"
+        elif phase:
+            what += f" at phase {phase}"
+        if _get(e.after, "reopened"):
+            what += ", reopening the closed run"
+        return what
+    say.__doc__ = f"a runtime's {noun} write"
+    return say
+
+
+def _conflict(e, t) -> str:
+    why = _words(_get(e.after, "reason")) or "a conflict"
+    exp, cur = _get(e.after, "expected_revision"), _get(e.before, "current_revision")
+    detail = ""
+    if exp is not None or cur is not None:
+        detail = (f" (sent for revision {'none' if exp is None else exp}, "
+                  f"store at {'none' if cur is None else cur})")
+    return f"was refused writing {t}: {why}{detail}"
+
+
+def _reveal(what: str) -> Callable:
+    def say(e, t) -> str:
+        rev = _get(e.after, "revision")
+        at = f" at revision {rev}" if rev is not None else ""
+        if _get(e.after, "attempt") is not None:
+            at = f" from look-up #{e.after['attempt']}"
+        return f"revealed the {what} of {t}{at}"
+    return say
+
+
+def _lease(e, t) -> str:
+    owner, token = _get(e.after, "owner"), _get(e.after, "fencing_token")
+    old = _get(e.before, "owner")
+    text = f"gave {t}'s lease to {owner or 'nobody'}"
+    if old and old != owner:
+        text += f" (was {old})"
+    if token is not None:
+        text += f", fencing token {token}"
+    if _get(e.after, "reopened"):
+        text += ", reopening the closed run"
+    return text
+
+
+def _retry_decision(verb: str) -> Callable:
+    def say(e, t) -> str:
+        return f"{verb} {t}{_run_state(e, t)}"
+    return say
+
+
+def _reconciled(e, t) -> str:
+    answer, move = _words(_get(e.after, "answer")), _move(e.before, e.after, "state")
+    by = _get(e.after, "reconciler")
+    text = f"reconciled {t}"
+    if move:
+        text += f": {move}"
+    if answer:
+        text += f" (the service answered {answer}" + (f" via {by})" if by else ")")
+    return text
+
+
+def _reconcile_run(e, t) -> str:
+    n = len(_get(e.after, "effects") or [])
+    return f"asked to reconcile {n} in-doubt effect{'s' if n != 1 else ''} of {t}"
+
+
+def _roles(value: Any) -> str:
+    if isinstance(value, list | tuple):
+        return ", ".join(str(v) for v in value) or "none"
+    return str(value) if value else "none"
+
+
+#: One sentence maker per action: ``(event, target name) -> the words after the actor``.
+SENTENCES: dict[str, Callable[[Any, str], str]] = {
+    A.TENANT_CREATE: lambda e, t: f"created {t}",
+    A.TENANT_THRESHOLD: lambda e, t: (
+        f"set {t}'s ambiguity threshold to {_get(e.after, 'ambiguity_threshold_s')} s"
+        + (f" (was {_get(e.before, 'ambiguity_threshold_s')} s)"
+           if _get(e.before, "ambiguity_threshold_s") is not None else "")),
+    A.ROLE_GRANT: lambda e, t: f"granted {t} the {_get(e.after, 'role') or '?'} role",
+    A.ROLE_REVOKE: lambda e, t: (f"took the {_get(e.before, 'role') or '?'} role from {t}"
+                                 f" (roles left: {_roles(_get(e.after, 'roles'))})"),
+    A.TOKEN_REVOKE: lambda e, t: (
+        f"revoked {len(_get(e.after, 'revoked') or [])} API token(s) of {t}"),
+    A.ACCOUNT_DEACTIVATE: lambda e, t: (
+        f"deactivated {t} and revoked {len(_get(e.after, 'tokens_revoked') or [])} token(s)"),
+    A.RECONCILER_CONFIGURE: lambda e, t: (
+        f"set the reconciler of {t} to {_get(e.after, 'plugin')}" if e.after
+        else f"reset the reconciler of {t} to the default"),
+    A.CHECKPOINT_WRITE: _write("checkpoint"),
+    A.CHECKPOINT_CONFLICT: _conflict,
+    A.EFFECT_WRITE: _write("effect"),
+    A.EFFECT_CONFLICT: _conflict,
+    A.PAYLOAD_REVEAL: _reveal("payload"),
+    A.PAYLOAD_READ: lambda e, t: (f"read the payload of {t}"
+                                  + (f" at revision {_get(e.after, 'revision')}"
+                                     if _get(e.after, "revision") is not None else "")
+                                  + " through the API"),
+    A.PAYLOAD_EXPORT: lambda e, t: (f"exported {_get(e.after, 'revisions') or 0} revision(s)"
+                                    f" of {t}"),
+    A.PAYLOAD_ROTATE_KEYS: lambda e, t: (
+        f"re-encrypted {_get(e.after, 'rows') or 0} stored value(s) with the newest key"),
+    A.RECEIPT_REVEAL: _reveal("receipt"),
+    A.EVIDENCE_REVEAL: _reveal("reconciliation evidence"),
+    A.LEASE_ACQUIRE: _lease,
+    A.RETRY_REQUEST: lambda e, t: f"requested a retry of the run{_run_state(e, t)}",
+    A.RETRY_APPROVE: _retry_decision("approved"),
+    A.RETRY_REJECT: _retry_decision("rejected"),
+    A.RETRY_CONSUME: lambda e, t: (
+        f"resumed the run with approved {t}"
+        + (f" (fencing token {_get(e.after, 'fencing_token')})"
+           if _get(e.after, "fencing_token") is not None else "")),
+    A.EFFECT_MARK_UNKNOWN: lambda e, t: f"marked {t} outcome unknown",
+    A.EFFECT_UNRESOLVED: lambda e, t: (f"moved {t} {_move(e.before, e.after, 'state')}"
+                                       " (its run went quiet after sending it)"),
+    A.EFFECT_RECONCILE: _reconciled,
+    A.RUN_RECONCILE: _reconcile_run,
+    A.RUN_AMBIGUOUS: lambda e, t: f"moved {t} {_move(e.before, e.after, 'recovery_state')}",
+    A.RUN_CLOSE: lambda e, t: f"closed {t}{_run_state(e, t)}",
+    A.CONFLICTS_ACKNOWLEDGE: lambda e, t: (
+        f"acknowledged {_get(e.before, 'open_conflicts') or 0} conflict(s) of {t}"
+        f"{_run_state(e, t)}"),
+    A.RECONCILE_GAVE_UP: lambda e, t: (
+        f"gave up reconciling {t} after {_get(e.after, 'attempts') or '?'} look-up(s);"
+        " a human decides"),
+    A.RECONCILE_MOVED_ON: lambda e, t: (
+        f"dropped a reconciliation of {t}: it had moved on to "
+        f"{_words(_get(e.after, 'state')) or 'another state'}"),
+    A.AUDIT_EXPORT_HEAD: lambda e, t: f"exported the audit chain head of {t}",
+}
+
+
+def sentence(event, names: Names | None = None) -> str:
+    """``"<actor> <what happened>[: <reason>]"`` for one ``AuditEvent`` (or any object
+    with its fields: ``actor_name``, ``action``, ``target_type``, ``target_ref``,
+    ``reason``, ``before``, ``after``). ``names`` maps target refs to readable names
+    (``target_name``). Never raises on an odd event: it falls back to the action word."""
+    target = target_name(event, names)
+    say = SENTENCES.get(event.action)
+    try:
+        what = say(event, target) if say else f"did {event.action} on {target}"
+    except (TypeError, ValueError, KeyError, AttributeError):
+        what = f"did {event.action} on {target}"
+    reason = (event.reason or "").strip()
+    actor = event.actor_name or "system"
+    return f"{actor} {what}: {reason}" if reason else f"{actor} {what}"
+
+
+def names_from_events(events) -> dict[str, str]:
+    """``{effect uuid: "operation_key at service"}`` from the effect writes among
+    ``events`` (their ``after`` names both), so a page's other events about the same
+    effect read with its name, without a query."""
+    names: dict[str, str] = {}
+    for e in events:
+        key, service = _get(e.after, "operation_key"), _get(e.after, "service")
+        if e.target_type == TargetType.EFFECT and key and service:
+            names.setdefault(str(e.target_ref), f"{key} at {service}")
+    return names

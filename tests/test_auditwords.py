@@ -1,0 +1,145 @@
+"""Audit events as sentences (checkpoints/auditwords.py; issue 9, item 5): every
+``AuditAction`` has a sentence, built from the event's actor, target, before/after and
+reason; the shapes below are those the services write (``audit_record`` calls)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from checkpoints import auditwords
+from checkpoints.vocab import AuditAction, TargetType
+
+A, T = AuditAction, TargetType
+EFFECT = "0f9b2c44-7a51-4c1e-9a52-2f7f5c1a9d10"
+CP = "5c0e1a2b-3c4d-4e5f-8a9b-0c1d2e3f4a5b"
+RUN = "9d8c7b6a-5f4e-4d3c-8b2a-1f0e9d8c7b6a"
+
+#: One event per action as its service writes it: (actor, target type, target ref,
+#: before, after, reason).
+SAMPLES = {
+    A.TENANT_CREATE: ("adam", T.TENANT, "acme", None, {"slug": "acme", "name": "Acme"}, ""),
+    A.TENANT_THRESHOLD: ("adam", T.TENANT, "acme", {"ambiguity_threshold_s": 60},
+                         {"ambiguity_threshold_s": 300}, ""),
+    A.ROLE_GRANT: ("adam", T.ACCOUNT, "rita", None, {"role": "reviewer"}, ""),
+    A.ROLE_REVOKE: ("adam", T.ACCOUNT, "rita", {"role": "reviewer"}, {"roles": ["viewer"]}, ""),
+    A.TOKEN_REVOKE: ("adam", T.ACCOUNT, "wendy", None,
+                     {"revoked": ["rk_ab", "rk_cd"], "roles": ["writer"]}, ""),
+    A.ACCOUNT_DEACTIVATE: ("adam", T.ACCOUNT, "wendy", {"is_active": True, "roles": ["writer"]},
+                           {"is_active": False, "tokens_revoked": ["rk_ab"]}, ""),
+    A.RECONCILER_CONFIGURE: ("adam", T.SERVICE, "payments", None,
+                             {"plugin": "http", "url": "https://x", "timeout_s": 5,
+                              "settle_delay_s": 0}, ""),
+    A.CHECKPOINT_WRITE: ("wendy", T.CHECKPOINT, CP, {"revision": 2},
+                         {"revision": 3, "phase": "charging", "phase_class": "in_flight"}, ""),
+    A.CHECKPOINT_CONFLICT: ("wendy", T.CHECKPOINT, CP, {"current_revision": 4},
+                            {"reason": "stale_revision", "expected_revision": 2,
+                             "attempted_revision": 3}, ""),
+    A.EFFECT_WRITE: ("wendy", T.EFFECT, EFFECT, {"revision": 0},
+                     {"revision": 1, "state": "submitted", "operation_key": "charge:A-7",
+                      "service": "payments"}, ""),
+    A.EFFECT_CONFLICT: ("wendy", T.EFFECT, EFFECT, {"current_revision": 1},
+                        {"reason": "fenced", "expected_revision": 1}, ""),
+    A.PAYLOAD_REVEAL: ("rita", T.CHECKPOINT, CP, None, {"revision": 3}, "what was charged"),
+    A.PAYLOAD_READ: ("wendy", T.CHECKPOINT, CP, None, {"revision": 3}, ""),
+    A.PAYLOAD_EXPORT: ("adam", T.CHECKPOINT, CP, None, {"revisions": 4, "from": 0, "to": 3}, ""),
+    A.PAYLOAD_ROTATE_KEYS: ("system", T.TENANT, "acme", None, {"rows": 12}, ""),
+    A.RECEIPT_REVEAL: ("rita", T.EFFECT, EFFECT, None, {"revision": 2}, "which charge"),
+    A.EVIDENCE_REVEAL: ("rita", T.EFFECT, EFFECT, None, {"request": 4, "attempt": 1}, "why"),
+    A.LEASE_ACQUIRE: ("wendy", T.RUN, RUN, {"owner": None, "fencing_token": 0},
+                      {"owner": "worker-1", "fencing_token": 1}, ""),
+    A.RETRY_REQUEST: ("rita", T.RETRY_REQUEST, "7", {"recovery_state": "unknown_outcome"},
+                      {"state": "requested", "recovery_state": "awaiting_approval",
+                       "preview": []}, "worker died"),
+    A.RETRY_APPROVE: ("april", T.RETRY_REQUEST, "7", {"state": "requested"},
+                      {"state": "approved", "recovery_state": "retry_approved"}, "ok"),
+    A.RETRY_REJECT: ("april", T.RETRY_REQUEST, "7", {"state": "requested"},
+                     {"state": "rejected", "recovery_state": "unknown_outcome"}, "no"),
+    A.RETRY_CONSUME: ("wendy", T.RETRY_REQUEST, "7", {"state": "approved"},
+                      {"state": "consumed", "fencing_token": 3}, ""),
+    A.EFFECT_MARK_UNKNOWN: ("rita", T.EFFECT, EFFECT, {"state": "unresolved", "revision": 2},
+                            {"state": "unknown", "revision": 3}, "gateway has no lookup"),
+    A.EFFECT_UNRESOLVED: ("system", T.EFFECT, EFFECT, {"state": "submitted"},
+                          {"state": "unresolved"}, ""),
+    A.EFFECT_RECONCILE: ("system", T.EFFECT, EFFECT, {"state": "unresolved", "revision": 2},
+                         {"state": "confirmed", "revision": 3, "answer": "found", "request": 4,
+                          "reconciler": "http"}, "charge ch_42 succeeded"),
+    A.RUN_RECONCILE: ("rita", T.RUN, RUN, None,
+                      {"task_id": "t", "requests": [4, 5], "effects": [EFFECT, CP]}, "stuck"),
+    A.RUN_AMBIGUOUS: ("system", T.RUN, RUN, {"recovery_state": "healthy"},
+                      {"recovery_state": "ambiguous"}, ""),
+    A.RUN_CLOSE: ("rita", T.RUN, RUN, {"recovery_state": "unknown_outcome"},
+                  {"recovery_state": "closed"}, "refunded by hand"),
+    A.CONFLICTS_ACKNOWLEDGE: ("rita", T.RUN, RUN, {"recovery_state": "conflicted",
+                                                   "open_conflicts": 2},
+                              {"recovery_state": "healthy", "open_conflicts": 0}, "seen"),
+    A.RECONCILE_GAVE_UP: ("system", T.EFFECT, EFFECT, None,
+                          {"request": 4, "attempts": 5, "failures": 5}, "timeout"),
+    A.RECONCILE_MOVED_ON: ("system", T.EFFECT, EFFECT, None, {"request": 4, "state": "failed"},
+                           ""),
+    A.AUDIT_EXPORT_HEAD: ("adam", T.TENANT, "acme", None, {"key_id": "k1"}, ""),
+}
+
+NAMES = {EFFECT: "charge:A-7 at payments"}
+
+
+def event(action, actor, target_type, target_ref, before, after, reason):
+    return SimpleNamespace(action=action, actor_name=actor, target_type=target_type,
+                           target_ref=target_ref, before=before, after=after, reason=reason)
+
+
+def test_every_audit_action_has_a_sentence():
+    assert set(auditwords.SENTENCES) == set(AuditAction.values)
+    assert set(SAMPLES) == set(AuditAction.values)
+
+
+@pytest.mark.parametrize("action", AuditAction.values)
+def test_each_sentence_says_who_did_what_in_words(action):
+    actor, *rest = SAMPLES[action]
+    words = auditwords.sentence(event(action, actor, *rest), NAMES)
+    assert words.startswith(actor + " ")
+    assert f"did {action}" not in words  # not the fallback
+    what = auditwords.sentence(event(action, actor, *rest[:-1], ""), NAMES)  # no reason
+    for leftover in ("None", "?", "{", "_"):  # no raw value or state word left
+        assert leftover not in what, what
+
+
+@pytest.mark.parametrize(("action", "expected"), [
+    (A.EFFECT_MARK_UNKNOWN,
+     "rita marked charge:A-7 at payments outcome unknown: gateway has no lookup"),
+    (A.RUN_AMBIGUOUS, "system moved the run healthy → ambiguous"),
+    (A.RUN_CLOSE, "rita closed the run (unknown outcome → closed): refunded by hand"),
+    (A.RETRY_REQUEST, "rita requested a retry of the run (unknown outcome → awaiting approval)"
+                      ": worker died"),
+    (A.RETRY_APPROVE, "april approved retry request #7: ok"),
+    (A.EFFECT_RECONCILE, "system reconciled charge:A-7 at payments: unresolved → confirmed "
+                         "(the service answered found via http): charge ch_42 succeeded"),
+    (A.CHECKPOINT_CONFLICT, "wendy was refused writing checkpoint 5c0e1a2b: stale revision "
+                            "(sent for revision 2, store at 4)"),
+    (A.CHECKPOINT_WRITE, "wendy wrote checkpoint 5c0e1a2b revision 3 at phase charging"),
+    (A.LEASE_ACQUIRE, "wendy gave the run's lease to worker-1, fencing token 1"),
+    (A.CONFLICTS_ACKNOWLEDGE, "rita acknowledged 2 conflict(s) of the run "
+                              "(conflicted → healthy): seen"),
+])
+def test_the_sentences_read_as_the_issue_asks(action, expected):
+    assert auditwords.sentence(event(action, *SAMPLES[action]), NAMES) == expected
+
+
+def test_an_effect_is_named_by_its_key_from_the_events_themselves():
+    write = event(A.EFFECT_WRITE, *SAMPLES[A.EFFECT_WRITE])
+    mark = event(A.EFFECT_MARK_UNKNOWN, *SAMPLES[A.EFFECT_MARK_UNKNOWN])
+    names = auditwords.names_from_events([mark, write])
+    assert names == NAMES
+    assert "marked charge:A-7 at payments outcome unknown" in auditwords.sentence(mark, names)
+    # Without a name, the effect's short id.
+    assert "marked effect 0f9b2c44 outcome unknown" in auditwords.sentence(mark)
+
+
+def test_odd_or_old_shapes_give_a_shorter_sentence_never_an_error():
+    for action in [*AuditAction.values, "some.future_action"]:
+        for before, after in [(None, None), ([1, 2], "x"), ({"state": None}, {"answer": 3})]:
+            words = auditwords.sentence(event(action, "", T.RUN, RUN, before, after, ""))
+            assert words.startswith("system ")
+    assert auditwords.sentence(event("some.future_action", "rita", T.RUN, RUN, None, None, "")) \
+        == "rita did some.future_action on the run"
