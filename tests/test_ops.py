@@ -155,14 +155,15 @@ def scrape(client) -> dict[str, dict[tuple, float]]:
 
 @pytest.fixture
 def world(acme, globex, wendy, wes, rita):
-    """acme: an ambiguous run, a run with two effects in doubt (reconcile requested: one
-    request retrying after failed look-ups, one given up), a run conflicted by a refused
+    """acme: an ambiguous run, a run with three effects in doubt (reconcile requested: one
+    request retrying after failed look-ups, one given up, one queued), a run conflicted by a refused
     write; globex: one healthy run."""
     ambiguous_run(wendy, acme)
-    in_doubt = in_doubt_run(wendy, acme, keys=("charge:A-1", "charge:A-2"))
+    in_doubt = in_doubt_run(wendy, acme, keys=("charge:A-1", "charge:A-2", "charge:A-3"))
     sweep_later()
     services.run_reconcile(actor=rita, tenant=acme, run_id=in_doubt.run_id, reason="metrics")
-    first, second = ReconcileRequest.objects.filter(run__uuid=in_doubt.run_id).order_by("pk")
+    first, second, _third = ReconcileRequest.objects.filter(
+        run__uuid=in_doubt.run_id).order_by("pk")
     # What the worker leaves behind (its own tests drive it): a look-up that could not tell,
     # and a request that hit the attempt cap.
     ReconcileRequest.objects.filter(pk=first.pk).update(failures=2, attempts=2)
@@ -202,11 +203,11 @@ def test_each_domain_gauge_counts_the_known_world(client, settings, world, acme,
     assert gauge(figures, "recovery_runs", tenant="acme", state="conflicted") == 1
     assert gauge(figures, "recovery_runs", tenant="globex", state="healthy") == 1
     assert gauge(figures, "recovery_runs", tenant="globex", state="ambiguous") == 0
-    assert gauge(figures, "recovery_effects", tenant="acme", state="unresolved") == 2
+    assert gauge(figures, "recovery_effects", tenant="acme", state="unresolved") == 3
     assert gauge(figures, "recovery_open_conflicts", tenant="acme") == 1
     assert Conflict.objects.filter(tenant=acme, acknowledged_at__isnull=True).count() == 1
     assert gauge(figures, "recovery_open_conflicts", tenant="globex") == 0
-    assert gauge(figures, "recovery_reconcile_requests", tenant="acme", state="queued") == 1
+    assert gauge(figures, "recovery_reconcile_requests", tenant="acme", state="queued") == 2
     assert gauge(figures, "recovery_reconcile_requests", tenant="acme", state="running") == 0
     assert gauge(figures, "recovery_reconcile_requests", tenant="acme", state="gave_up") == 1
     assert gauge(figures, "recovery_reconcile_failing", tenant="acme") == 1
