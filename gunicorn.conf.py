@@ -27,3 +27,24 @@ worker_class = "gthread"
 workers = int(os.environ.get("WEB_CONCURRENCY") or os.cpu_count() or 2)
 threads = int(os.environ.get("GUNICORN_THREADS") or 4)
 keepalive = int(os.environ.get("GUNICORN_KEEPALIVE") or 5)
+
+# Prometheus multiprocess mode (README "Production"): with PROMETHEUS_MULTIPROC_DIR set,
+# every worker writes its counters to files there and a scrape of any worker sums them.
+# The directory is emptied when the server starts (counts of a previous run would be
+# added to this one's), and a worker's live gauges are dropped when it exits.
+_multiproc_dir = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+
+
+def on_starting(server):
+    if _multiproc_dir:
+        os.makedirs(_multiproc_dir, exist_ok=True)
+        for name in os.listdir(_multiproc_dir):
+            if name.endswith(".db"):
+                os.remove(os.path.join(_multiproc_dir, name))
+
+
+def child_exit(server, worker):
+    if _multiproc_dir:
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(worker.pid)

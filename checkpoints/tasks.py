@@ -11,17 +11,25 @@ the stored ``ReconcileRequest`` keeps, and the sweep sends it again.
 
 from __future__ import annotations
 
+import logging
+
 from celery import shared_task
 
 from .reconciliation import execute
 from .services import sweep_stale_runs as sweep
 
+log = logging.getLogger(__name__)
+
 
 @shared_task(name="checkpoints.tasks.reconcile_effect", acks_late=True,
              reject_on_worker_lost=True)
 def reconcile_effect(request_pk: int) -> dict:
-    """Run one stored reconcile request (``reconciliation.execute``)."""
-    return execute(request_pk)
+    """Run one stored reconcile request (``reconciliation.execute``). Logs its result at
+    INFO with the request id of the request that sent it (django-guid, settings.LOGGING)."""
+    result = execute(request_pk)
+    log.info("reconcile request %s: %s", request_pk, result.get("result"),
+             extra={"reconcile_request": request_pk, "result": result.get("result")})
+    return result
 
 
 @shared_task(name="checkpoints.tasks.sweep_stale_runs")

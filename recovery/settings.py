@@ -14,6 +14,7 @@ from pathlib import Path
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
+from django_guid.integrations import CeleryIntegration
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("RECOVERY_VAR_DIR", BASE_DIR / "var"))
@@ -102,11 +103,20 @@ INSTALLED_APPS = [
     "template_partials",
     "axes",
     "csp",
+    "django_prometheus",  # /metrics: request and database metrics (checkpoints.ops)
+    "django_guid",  # the request id (X-Request-ID) on every log line and response
     "checkpoints",
 ]
 
 MIDDLEWARE = [
+    # First: validate X-Request-ID (checkpoints.ops), then django-guid sets the request id
+    # for every log line, echoes it and hands it to Celery tasks; then start the clock.
+    "checkpoints.ops.RequestIdMiddleware",
+    "django_guid.middleware.guid_middleware",
+    "django_prometheus.middleware.PrometheusBeforeMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    # Static files (hashed, compressed, cached for a year) before anything per-request.
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "csp.middleware.CSPMiddleware",
     "django_permissions_policy.PermissionsPolicyMiddleware",
     "checkpoints.security.PrivateNoStoreMiddleware",
@@ -119,7 +129,8 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "checkpoints.inprocess.InProcessWorkerMiddleware",
-    "axes.middleware.AxesMiddleware",  # last (django-axes docs)
+    "axes.middleware.AxesMiddleware",  # last of the project's (django-axes docs)
+    "django_prometheus.middleware.PrometheusAfterMiddleware",  # last (its docs)
 ]
 
 ROOT_URLCONF = "recovery.urls"
@@ -177,6 +188,12 @@ else:
             "CONN_HEALTH_CHECKS": True,
         }
     }
+# django-prometheus' database backends (the same Django backends, counting connections,
+# queries, errors and query time for /metrics). RECOVERY_DB_METRICS=0 uses Django's own.
+RECOVERY_DB_METRICS = env_bool("RECOVERY_DB_METRICS", True)
+_engine = DATABASES["default"]["ENGINE"]
+if RECOVERY_DB_METRICS and _engine.startswith("django.db.backends."):
+    DATABASES["default"]["ENGINE"] = "django_prometheus.db.backends." + _engine.rsplit(".", 1)[1]
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTHENTICATION_BACKENDS = [
@@ -199,7 +216,25 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = VAR_DIR / "staticfiles"
+STATIC_ROOT = Path(env("RECOVERY_STATIC_ROOT") or VAR_DIR / "staticfiles")
+# Production (README "Production"): `manage.py collectstatic` writes hashed, compressed
+# copies to STATIC_ROOT and WhiteNoiseMiddleware serves them (far-future cache headers,
+# gzip). Hashed names need the manifest collectstatic writes, so the manifest storage is
+# the default only with DEBUG off, outside the test runner; RECOVERY_STATIC_MANIFEST=0/1
+# overrides. With DEBUG on, whitenoise serves the source files (no collectstatic).
+RECOVERY_STATIC_MANIFEST = env_bool("RECOVERY_STATIC_MANIFEST",
+                                    not DEBUG and "pytest" not in sys.modules)
+if not RECOVERY_STATIC_MANIFEST:  # whitenoise warns about a missing STATIC_ROOT
+    try:
+        STATIC_ROOT.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        pass
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"
+                    if RECOVERY_STATIC_MANIFEST
+                    else "django.contrib.staticfiles.storage.StaticFilesStorage"},
+}
 
 # --- Security: logins, passwords, headers, deployment (docs/security/hardening.md) ----
 # Every password set anywhere (create_account, the admin, changepassword) is checked.
@@ -278,6 +313,9 @@ if len(_proxy_ssl) == 2 and all(part.strip() for part in _proxy_ssl):
 elif _proxy_ssl != [""]:
     raise ImproperlyConfigured("SECURE_PROXY_SSL_HEADER must be HEADER,value, e.g. "
                                "HTTP_X_FORWARDED_PROTO,https")
+# Probes and Prometheus reach a node directly, often over plain http inside the network:
+# /healthz, /readyz and /metrics answer there instead of redirecting to https.
+SECURE_REDIRECT_EXEMPT = [r"^(healthz|readyz|metrics)$"]
 SILENCED_SYSTEM_CHECKS = [
     c.strip() for c in (env("RECOVERY_SILENCED_CHECKS") or "").split(",") if c.strip()
 ]
@@ -395,14 +433,60 @@ SPECTACULAR_SETTINGS = {
                              "checkpoints.api.schema.head_operations"],
 }
 
+# --- Operations: metrics, request ids, logs (README "Production", checkpoints/ops.py) ----
+# /metrics answers only `Authorization: Bearer <RECOVERY_METRICS_TOKEN>` (404 while unset).
+RECOVERY_METRICS_TOKEN = env("RECOVERY_METRICS_TOKEN") or ""
+# Several gunicorn workers: an empty directory shared by them, so one scrape sums every
+# worker's counters (prometheus_client multiprocess mode; gunicorn.conf.py wipes it at
+# start). Read by prometheus_client from the environment itself, so no NAME_FILE form.
+PROMETHEUS_MULTIPROC_DIR = os.environ.get("PROMETHEUS_MULTIPROC_DIR") or ""
+if PROMETHEUS_MULTIPROC_DIR:  # prometheus_client writes there from the first count on
+    Path(PROMETHEUS_MULTIPROC_DIR).mkdir(parents=True, exist_ok=True)
+PROMETHEUS_EXPORT_MIGRATIONS = False
+
+DJANGO_GUID = {
+    "GUID_HEADER_NAME": "X-Request-ID",
+    "VALIDATE_GUID": False,  # checkpoints.ops.RequestIdMiddleware validates it first
+    "UUID_FORMAT": "string",
+    "EXPOSE_HEADER": False,  # no CORS here
+    "INTEGRATIONS": [CeleryIntegration()],  # logging: recovery/celery.py
+}
+
+# One log line per record on stderr: JSON objects (python-json-logger) with
+# RECOVERY_LOG_FORMAT=json, the default with DEBUG off; plain text with `text`, the
+# default with DEBUG on (`make demo`). Each carries request_id (django-guid: the
+# request's id, or the Celery task's, handed over from the request that sent it).
+RECOVERY_LOG_FORMAT = env("RECOVERY_LOG_FORMAT") or ("text" if DEBUG else "json")
+if RECOVERY_LOG_FORMAT not in ("json", "text"):
+    raise ImproperlyConfigured(f"RECOVERY_LOG_FORMAT must be json or text, not "
+                               f"{RECOVERY_LOG_FORMAT!r}")
+LOG_LEVEL = env("LOG_LEVEL") or "WARNING"
+# One line per request (method, path, status, duration_ms) on `recovery.access`, at INFO:
+# on by default with DEBUG off (runserver prints its own with DEBUG on).
+RECOVERY_ACCESS_LOG = env_bool("RECOVERY_ACCESS_LOG", not DEBUG)
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "root": {"handlers": ["console"], "level": env("LOG_LEVEL") or "WARNING"},
+    "filters": {"request_id": {"()": "django_guid.log_filters.CorrelationId",
+                               "correlation_id_field": "request_id"}},
+    "formatters": {
+        "json": {"()": "pythonjsonlogger.json.JsonFormatter",
+                 "format": "%(asctime)s %(levelname)s %(name)s %(message)s %(request_id)s",
+                 "rename_fields": {"asctime": "time", "levelname": "level", "name": "logger"},
+                 "datefmt": "%Y-%m-%dT%H:%M:%S%z"},
+        "text": {"format": "%(levelname)s %(name)s [%(request_id)s] %(message)s"},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "filters": ["request_id"],
+                             "formatter": RECOVERY_LOG_FORMAT}},
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
     # Django's own "django" logger has a console handler too: let it go through root only,
     # so that each warning prints once.
-    "loggers": {"django": {"handlers": [], "level": "INFO", "propagate": True}},
+    "loggers": {
+        "django": {"handlers": [], "level": "INFO", "propagate": True},
+        "recovery.access": {"level": "INFO" if RECOVERY_ACCESS_LOG else "WARNING"},
+        # An ill-formed X-Request-ID is replaced, not worth a line of its own.
+        "django_guid": {"level": "ERROR"},
+    },
 }
 
 if "pytest" in sys.modules or env_bool("RECOVERY_FAST_HASHER", False):

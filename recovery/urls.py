@@ -5,6 +5,8 @@ anonymous client (a bearer token or a session works), the docs page redirects a 
 to the login page. Swagger UI is served from the pinned ``drf-spectacular-sidecar``
 package, never a CDN, with its init script as a separate file (no inline script).
 Errors under ``/api/`` are JSON (``checkpoints.api.errors``), the dashboard's are pages.
+Operations (``checkpoints.ops``): ``/healthz`` (liveness), ``/readyz`` (database and
+broker), ``/metrics`` (Prometheus, bearer ``RECOVERY_METRICS_TOKEN``).
 """
 
 from django.contrib import admin
@@ -12,9 +14,13 @@ from django.contrib.auth.decorators import login_required
 from django.urls import include, path
 from drf_spectacular.views import SpectacularSwaggerSplitView
 
+from checkpoints import ops
 from checkpoints.api.schema import SchemaView
 
 urlpatterns = [
+    path("healthz", ops.healthz, name="healthz"),
+    path("readyz", ops.readyz, name="readyz"),
+    path("metrics", ops.metrics, name="metrics"),
     path("api/schema/", SchemaView.as_view(), name="schema"),
     path("api/docs/", login_required(SpectacularSwaggerSplitView.as_view(url_name="schema")),
          name="api-docs"),

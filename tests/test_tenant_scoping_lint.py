@@ -42,6 +42,9 @@ ESCAPE_HATCHES = {
     ("reconciliation.py", "dispatch"):
         "marks, by primary key, the requests it was handed to the task queue (read scoped "
         "by the reviewer's action, or by the sweep's re-drive)",
+    ("metrics.py", "domain_figures"):
+        "the operator's /metrics scrape counts every tenant's rows in aggregate, per tenant "
+        "(no row comes back; the endpoint needs RECOVERY_METRICS_TOKEN)",
     ("reconciliation.py", "_claim"):
         "a worker claims the request it was handed by primary key; everything it does next "
         "is scoped to that request's tenant",

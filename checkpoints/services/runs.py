@@ -22,6 +22,7 @@ from ..exceptions import (
     NotFound,
     OwnerLive,
 )
+from ..metrics import count_resume_decision
 from ..models import (
     Checkpoint,
     Conflict,
@@ -310,7 +311,9 @@ def resume_preview(*, actor, tenant: Tenant, run_id: uuid.UUID, asked: dict[str,
     if run is None:
         raise NotFound("no such run")
     run.tenant = tenant
-    return _resume_answer(run, policy.resume_decision(run_facts(run), asked))
+    answer = _resume_answer(run, policy.resume_decision(run_facts(run), asked))
+    count_resume_decision(tenant=tenant, action=answer["action"], mode="preview")
+    return answer
 
 
 def resume_claim(*, actor, tenant: Tenant, run_id: uuid.UUID, asked: dict[str, str]) -> dict:
@@ -359,6 +362,9 @@ def resume_claim(*, actor, tenant: Tenant, run_id: uuid.UUID, asked: dict[str, s
                          target_type=TargetType.RETRY_REQUEST, target_id=retry.pk, run_id=run.uuid,
                          before={"state": RetryState.APPROVED},
                          after={"state": RetryState.CONSUMED, "fencing_token": run.fencing_token})
-        return _resume_answer(run, decision)
+        answer = _resume_answer(run, decision)
+    # Counted once the claim committed (metrics.RESUME_DECISIONS); a failed one is not.
+    count_resume_decision(tenant=tenant, action=answer["action"], mode="claim")
+    return answer
 
 

@@ -1,0 +1,143 @@
+"""Prometheus metrics of the service's own domain (issue 9, item 7; README "Production").
+
+Two kinds:
+
+- **Counted as they happen** (``prometheus_client`` objects in this process):
+  ``RESUME_DECISIONS``, incremented by ``services.runs`` after a resume answer was given
+  (``recovery_resume_decisions_total{tenant, action, mode}``, ``mode`` = ``preview`` for
+  ``GET …/resume``, ``claim`` for ``POST …/resume``, counted once its transaction
+  committed). Under gunicorn with several worker processes, set
+  ``PROMETHEUS_MULTIPROC_DIR`` (an empty directory, wiped at start by gunicorn.conf.py) so
+  that every worker's counts are summed in one scrape; without it each worker answers
+  with its own counts only. A counter starts at 0 when the service starts (Prometheus'
+  ``rate()``/``increase()`` handle the reset).
+- **Read at scrape time** (``DomainCollector``): a handful of aggregate queries over
+  every tenant, none per row, so a scrape costs the same at 100 or 100,000 runs:
+
+  | metric | labels | from |
+  | --- | --- | --- |
+  | ``recovery_runs`` | tenant, state | the run state counters (``RunStateCount``, migration 0011) |
+  | ``recovery_effects`` | tenant, state | the effect state counters (``EffectStateCount``) |
+  | ``recovery_open_conflicts`` | tenant | unacknowledged ``Conflict`` rows (partial index) |
+  | ``recovery_reconcile_requests`` | tenant, state | ``ReconcileRequest`` in ``queued``, ``running`` (the queue) or ``gave_up`` |
+  | ``recovery_reconcile_failing`` | tenant | open requests whose last look-ups could not tell (``failures`` > 0) |
+  | ``recovery_audit_events`` | tenant | the audit chain's length (``AuditChainHead.seq``) |
+
+  Every tenant gets every state (0 when none), so a series does not vanish when its
+  count drops to 0. ``tenant`` is the tenant's slug. Finished reconcile requests
+  (``done``, ``cancelled``) are history, not a queue: they are not counted.
+"""
+
+from __future__ import annotations
+
+from django.db.models import Count, Q, Sum
+from prometheus_client import Counter
+from prometheus_client.core import GaugeMetricFamily
+
+from .models import (
+    AuditChainHead,
+    Conflict,
+    EffectStateCount,
+    ReconcileRequest,
+    RunStateCount,
+    Tenant,
+)
+from .vocab import EffectState, ReconcileState, RecoveryState
+
+RESUME_DECISIONS = Counter(
+    "recovery_resume_decisions",
+    "Resume decisions given to runtimes (CONTRACT.md 3), by action; mode preview (GET) "
+    "or claim (POST, counted after its transaction committed).",
+    ["tenant", "action", "mode"],
+)
+
+#: The reconcile request states counted as the queue (and the failures a human must see).
+RECONCILE_COUNTED = (*ReconcileState.OPEN, ReconcileState.GAVE_UP)
+
+_WHY = ("the operator's /metrics scrape counts every tenant's rows in aggregate (no row is "
+        "returned, only per-tenant totals)")
+
+
+def count_resume_decision(*, tenant: Tenant, action: str, mode: str) -> None:
+    """Count one resume answer (``mode``: ``preview`` or ``claim``)."""
+    RESUME_DECISIONS.labels(tenant=tenant.slug, action=action, mode=mode).inc()
+
+
+def domain_figures() -> dict[str, dict[tuple[str, ...], int]]:
+    """The scrape-time figures: ``{metric name: {label values: value}}`` with the label
+    values in the order of ``DomainCollector.LABELS`` (tenant slug first). Six queries
+    whatever the number of runs (one per figure, plus the tenant list). Reads only."""
+    slugs = dict(Tenant.objects.values_list("pk", "slug"))
+    figures: dict[str, dict[tuple[str, ...], int]] = {
+        "recovery_runs": {(s, st): 0 for s in slugs.values() for st in RecoveryState.values},
+        "recovery_effects": {(s, st): 0 for s in slugs.values() for st in EffectState.values},
+        "recovery_open_conflicts": {(s,): 0 for s in slugs.values()},
+        "recovery_reconcile_requests": {(s, st): 0 for s in slugs.values()
+                                        for st in RECONCILE_COUNTED},
+        "recovery_reconcile_failing": {(s,): 0 for s in slugs.values()},
+        "recovery_audit_events": {(s,): 0 for s in slugs.values()},
+    }
+
+    def put(name: str, tenant_id: int, *labels: str, value: int | None) -> None:
+        slug = slugs.get(tenant_id)
+        if slug is not None:  # a tenant created after the list was read: next scrape
+            figures[name][(slug, *labels)] = int(value or 0)
+
+    for row in (RunStateCount.objects.for_all_tenants(reason=_WHY)
+                .values("tenant_id", "state").annotate(total=Sum("n"))):
+        put("recovery_runs", row["tenant_id"], row["state"], value=row["total"])
+    for row in (EffectStateCount.objects.for_all_tenants(reason=_WHY)
+                .values("tenant_id", "state").annotate(total=Sum("n"))):
+        put("recovery_effects", row["tenant_id"], row["state"], value=row["total"])
+    for row in (Conflict.objects.for_all_tenants(reason=_WHY)
+                .filter(acknowledged_at__isnull=True)
+                .values("tenant_id").annotate(total=Count("id"))):
+        put("recovery_open_conflicts", row["tenant_id"], value=row["total"])
+    for row in (ReconcileRequest.objects.for_all_tenants(reason=_WHY)
+                .filter(state__in=RECONCILE_COUNTED)
+                .values("tenant_id", "state")
+                .annotate(total=Count("id"),
+                          failing=Count("id", filter=Q(state__in=ReconcileState.OPEN,
+                                                       failures__gt=0)))):
+        put("recovery_reconcile_requests", row["tenant_id"], row["state"], value=row["total"])
+        if row["state"] in ReconcileState.OPEN:
+            key = (slugs.get(row["tenant_id"]),)
+            if key[0] is not None:
+                figures["recovery_reconcile_failing"][key] += row["failing"]
+    for tenant_id, seq in (AuditChainHead.objects.for_all_tenants(reason=_WHY)
+                           .values_list("tenant_id", "seq")):
+        put("recovery_audit_events", tenant_id, value=seq)
+    return figures
+
+
+class DomainCollector:
+    """A ``prometheus_client`` collector that runs ``domain_figures`` on every scrape
+    (register it on a scrape's own ``CollectorRegistry``, never on the global one, so
+    nothing else runs its queries)."""
+
+    HELP = {
+        "recovery_runs": "Runs per recovery state (the state counters).",
+        "recovery_effects": "Effects per state (the state counters).",
+        "recovery_open_conflicts": "Refused writes not yet acknowledged by a reviewer.",
+        "recovery_reconcile_requests": "Reconcile requests queued, running (the queue) or "
+                                       "given up (waiting for a human).",
+        "recovery_reconcile_failing": "Open reconcile requests whose last look-ups could "
+                                      "not tell (retrying with back-off).",
+        "recovery_audit_events": "The length of the tenant's audit chain (events).",
+    }
+    LABELS = {
+        "recovery_runs": ["tenant", "state"],
+        "recovery_effects": ["tenant", "state"],
+        "recovery_open_conflicts": ["tenant"],
+        "recovery_reconcile_requests": ["tenant", "state"],
+        "recovery_reconcile_failing": ["tenant"],
+        "recovery_audit_events": ["tenant"],
+    }
+
+    def collect(self):
+        """Yield one ``GaugeMetricFamily`` per figure (``prometheus_client`` protocol)."""
+        for name, values in domain_figures().items():
+            family = GaugeMetricFamily(name, self.HELP[name], labels=self.LABELS[name])
+            for labels, value in sorted(values.items()):
+                family.add_metric(list(labels), value)
+            yield family

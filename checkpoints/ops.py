@@ -1,0 +1,159 @@
+"""Operations endpoints and the request id (issue 9, item 7; README "Production").
+
+- ``GET /healthz``: the process answers (no database, no broker): 200 ``{"status": "ok"}``.
+  For a liveness probe: restart the process when it stops answering.
+- ``GET /readyz``: the database answers ``SELECT 1``, and the Celery broker accepts a
+  connection where ``CELERY_BROKER_URL`` is configured: 200 ``{"status": "ok", "checks":
+  {...}}``, else 503 ``{"status": "unavailable", "checks": {"database": "ok", "broker":
+  "failed: OperationalError"}}`` naming what failed (the exception's class only: no host,
+  no password) with ``Retry-After``. For a readiness probe: take the node out of the load
+  balancer, not restart it.
+- ``GET /metrics``: Prometheus text format: django-prometheus' request and database
+  metrics, ``checkpoints.metrics.RESUME_DECISIONS`` and the domain gauges read at scrape
+  time (``checkpoints.metrics.DomainCollector``). It names tenants and counts their runs,
+  so it is closed unless ``RECOVERY_METRICS_TOKEN`` is set, and then answers only a
+  request with ``Authorization: Bearer <that token>`` (401 otherwise; 404 while no token
+  is configured). A scrape reads; it writes nothing.
+
+The three answer any method but GET/HEAD with 405. They are exempt from the https
+redirect (``SECURE_REDIRECT_EXEMPT``): probes and scrapers reach a node directly.
+
+``RequestIdMiddleware`` (first in ``MIDDLEWARE``) keeps an incoming ``X-Request-ID`` only
+when it is well-formed (``REQUEST_ID``: 8 to 128 of ``A-Z a-z 0-9 . _ : -``); otherwise
+it drops it and django-guid generates a fresh UUID. django-guid then puts the id in a
+context variable (every log line of the request carries it as ``request_id``: the
+``django_guid.log_filters.CorrelationId`` filter in ``LOGGING``), echoes it on the
+response as ``X-Request-ID``, and hands it to the Celery tasks the request sends
+(django-guid's Celery integration). It also writes one access log line per request
+(logger ``recovery.access``, INFO: method, path, status, duration in ms).
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import re
+import time
+
+from django.conf import settings
+from django.db import connection
+from django.http import HttpResponse, JsonResponse
+from django.views.decorators.http import require_safe
+
+log = logging.getLogger("recovery.access")
+
+#: A well-formed request id: what a proxy or a client may choose (UUIDs with or without
+#: hyphens, nginx's ``$request_id``, ULIDs, ``service:123``), bounded, ASCII, and safe to
+#: echo in a header and print in a log line.
+REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{8,128}")
+HEADER = "HTTP_X_REQUEST_ID"
+
+
+class RequestIdMiddleware:
+    """Drop an ill-formed ``X-Request-ID`` before django-guid reads it (it then generates
+    one), and log each request at INFO on ``recovery.access`` once it is answered."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        given = request.META.get(HEADER)
+        if given is not None and not REQUEST_ID.fullmatch(given):
+            del request.META[HEADER]
+        started = time.perf_counter()
+        response = self.get_response(request)
+        if log.isEnabledFor(logging.INFO):
+            log.info("%s %s %s", request.method, request.path, response.status_code,
+                     extra={"method": request.method, "path": request.path,
+                            "status": response.status_code,
+                            "duration_ms": round((time.perf_counter() - started) * 1000, 1)})
+        return response
+
+
+@require_safe
+def healthz(request):
+    """Liveness: 200 ``{"status": "ok"}`` while the process can answer; reads nothing."""
+    return JsonResponse({"status": "ok"})
+
+
+def _check_database() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1")
+        cursor.fetchone()
+
+
+def _check_broker() -> None:
+    from recovery.celery import app
+
+    with app.connection_for_write() as conn:
+        conn.ensure_connection(max_retries=1, interval_start=0, interval_step=0,
+                               timeout=settings.CELERY_BROKER_CONNECTION_TIMEOUT)
+
+
+def readiness() -> tuple[bool, dict[str, str]]:
+    """``(ready, checks)``: each dependency's ``"ok"``, ``"failed: ErrorClass"`` or (the
+    broker without ``CELERY_BROKER_URL``) ``"not configured"``."""
+    checks: dict[str, str] = {}
+    probes = [("database", _check_database)]
+    if not settings.CELERY_TASK_ALWAYS_EAGER:  # a broker is configured
+        probes.append(("broker", _check_broker))
+    else:
+        checks["broker"] = "not configured"
+    ready = True
+    for name, probe in probes:
+        try:
+            probe()
+            checks[name] = "ok"
+        except Exception as exc:  # noqa: BLE001 - any failure means "not ready": say which
+            ready = False
+            checks[name] = f"failed: {type(exc).__name__}"
+            logging.getLogger(__name__).warning("readiness: %s failed: %s", name, exc)
+    return ready, dict(sorted(checks.items()))
+
+
+@require_safe
+def readyz(request):
+    """Readiness: 200 when the database (and the broker, where configured) answer, else
+    503 naming the dependency that failed, with ``Retry-After: 5``."""
+    ready, checks = readiness()
+    if ready:
+        return JsonResponse({"status": "ok", "checks": checks})
+    response = JsonResponse({"status": "unavailable", "checks": checks}, status=503)
+    response["Retry-After"] = "5"
+    return response
+
+
+def _authorized(request) -> bool:
+    expected = settings.RECOVERY_METRICS_TOKEN
+    scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+    return (scheme.lower() == "bearer"
+            and hmac.compare_digest(given.strip().encode(), expected.encode()))
+
+
+@require_safe
+def metrics(request):
+    """The Prometheus scrape (see the module docstring for access). 404 with no token
+    configured, 401 (``WWW-Authenticate: Bearer``) without the right one."""
+    from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, multiprocess
+    from prometheus_client import generate_latest as render
+
+    from .metrics import DomainCollector
+
+    if not settings.RECOVERY_METRICS_TOKEN:
+        return JsonResponse({"error": "not_found",
+                             "detail": "metrics are off: set RECOVERY_METRICS_TOKEN"},
+                            status=404)
+    if not _authorized(request):
+        response = JsonResponse({"error": "unauthenticated",
+                                 "detail": "Authorization: Bearer <RECOVERY_METRICS_TOKEN>"},
+                                status=401)
+        response["WWW-Authenticate"] = 'Bearer realm="metrics"'
+        return response
+    if settings.PROMETHEUS_MULTIPROC_DIR:
+        counted = CollectorRegistry()
+        multiprocess.MultiProcessCollector(counted)
+    else:
+        counted = REGISTRY
+    domain = CollectorRegistry(auto_describe=False)
+    domain.register(DomainCollector())
+    return HttpResponse(render(counted) + render(domain), content_type=CONTENT_TYPE_LATEST)

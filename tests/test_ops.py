@@ -1,0 +1,334 @@
+"""Operations (issue 9, item 7; checkpoints/ops.py, checkpoints/metrics.py): the probes,
+the Prometheus scrape (its access, each domain gauge against a known world, the resume
+counter), the request id (validated, echoed, on log lines) and the JSON log lines.
+The same endpoints against a real gunicorn: tests/browser/test_production.py."""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+import logging
+import logging.config
+import os
+import re
+import socket
+import uuid
+
+import pytest
+from django.conf import settings
+from django.db import OperationalError, connection
+from django.db.models import Count
+from django.test import Client
+from prometheus_client.parser import text_string_to_metric_families
+
+from checkpoints import services
+from checkpoints.exceptions import StaleRevision
+from checkpoints.models import AuditEvent, Conflict, Effect, ReconcileRequest, Run
+from checkpoints.vocab import EffectState, ReconcileState, RecoveryState
+from tests.faults.conftest import in_doubt_run
+from tests.faults.stubs import broker_at
+from tests.helpers import ambiguous_run, envelope, put_checkpoint, sweep_later
+
+pytestmark = pytest.mark.django_db
+
+TOKEN = "metrics-token-" + "x" * 30
+UUID_TEXT = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # closed again when this returns: nothing listens
+
+
+# --------------------------------------------------------------------------------------
+# /healthz and /readyz
+# --------------------------------------------------------------------------------------
+
+def test_healthz_answers_without_the_database(client, django_assert_num_queries, monkeypatch):
+    monkeypatch.setattr(connection, "cursor", _refuse)
+    with django_assert_num_queries(0):
+        response = client.get("/healthz")
+    assert response.status_code == 200
+    assert response.json() == {"status": "ok"}
+
+
+def _refuse(*args, **kwargs):
+    raise OperationalError("connection refused (simulated)")
+
+
+@pytest.fixture
+def no_broker(settings):
+    settings.CELERY_TASK_ALWAYS_EAGER = True  # what CELERY_BROKER_URL unset means
+
+
+def test_readyz_is_ok_with_the_database_and_no_broker_configured(client, no_broker):
+    response = client.get("/readyz")
+    assert response.status_code == 200
+    assert response.json() == {"status": "ok",
+                               "checks": {"broker": "not configured", "database": "ok"}}
+
+
+def test_readyz_names_the_database_when_it_is_down(client, monkeypatch, no_broker):
+    monkeypatch.setattr(connection, "cursor", _refuse)
+    response = client.get("/readyz")
+    assert response.status_code == 503
+    assert response["Content-Type"] == "application/json"
+    assert response["Retry-After"] == "5"
+    assert response.json() == {"status": "unavailable",
+                               "checks": {"broker": "not configured",
+                                          "database": "failed: OperationalError"}}
+
+
+def test_readyz_names_the_broker_when_it_is_down(client):
+    with broker_at(f"redis://127.0.0.1:{closed_port()}/0"):
+        response = client.get("/readyz")
+    assert response.status_code == 503
+    body = response.json()
+    assert body["status"] == "unavailable"
+    assert body["checks"]["database"] == "ok"
+    assert body["checks"]["broker"].startswith("failed: ")
+    assert "127.0.0.1" not in json.dumps(body)  # names the dependency, not its address
+
+
+@pytest.mark.skipif(not os.environ.get("CELERY_BROKER_URL"),
+                    reason="CELERY_BROKER_URL is not set (make test's PostgreSQL pass sets it)")
+def test_readyz_is_ok_with_a_live_broker(client):
+    with broker_at(os.environ["CELERY_BROKER_URL"]):
+        response = client.get("/readyz")
+    assert response.status_code == 200, response.content
+    assert response.json()["checks"] == {"broker": "ok", "database": "ok"}
+
+
+def test_probes_refuse_writes(client):
+    for path in ("/healthz", "/readyz", "/metrics"):
+        assert client.post(path).status_code == 405
+
+
+# --------------------------------------------------------------------------------------
+# /metrics: access
+# --------------------------------------------------------------------------------------
+
+def test_metrics_are_off_without_a_token(client, settings):
+    settings.RECOVERY_METRICS_TOKEN = ""
+    response = client.get("/metrics", HTTP_AUTHORIZATION="Bearer ")
+    assert response.status_code == 404
+    assert b"recovery_" not in response.content
+
+
+def test_metrics_need_the_token(client, settings, wendy):
+    settings.RECOVERY_METRICS_TOKEN = TOKEN
+    api_token = services.token_issue(user=wendy)  # an account's token opens nothing here
+    for header in (None, "Bearer", f"Bearer {TOKEN[:-1]}", f"Bearer {TOKEN}x",
+                   f"Basic {TOKEN}", f"Bearer {api_token}"):
+        extra = {"HTTP_AUTHORIZATION": header} if header is not None else {}
+        response = client.get("/metrics", **extra)
+        assert response.status_code == 401, header
+        assert response["WWW-Authenticate"].startswith("Bearer")
+        assert b"recovery_runs" not in response.content
+    response = client.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {TOKEN}")
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("text/plain")
+
+
+def test_a_logged_in_session_does_not_open_the_metrics(client, settings, rita):
+    settings.RECOVERY_METRICS_TOKEN = TOKEN
+    client.force_login(rita)
+    assert client.get("/metrics").status_code == 401
+
+
+# --------------------------------------------------------------------------------------
+# /metrics: content
+# --------------------------------------------------------------------------------------
+
+def scrape(client) -> dict[str, dict[tuple, float]]:
+    """``{sample name: {sorted label items: value}}`` of one authorised scrape."""
+    response = client.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {TOKEN}")
+    assert response.status_code == 200
+    out: dict[str, dict[tuple, float]] = {}
+    for family in text_string_to_metric_families(response.content.decode()):
+        for sample in family.samples:
+            out.setdefault(sample.name, {})[tuple(sorted(sample.labels.items()))] = sample.value
+    return out
+
+
+@pytest.fixture
+def world(acme, globex, wendy, wes, rita):
+    """acme: an ambiguous run, a run with three effects in doubt (reconcile requested: one
+    request retrying after failed look-ups, one given up, one queued), a run conflicted by a refused
+    write; globex: one healthy run."""
+    ambiguous_run(wendy, acme)
+    in_doubt = in_doubt_run(wendy, acme, keys=("charge:A-1", "charge:A-2", "charge:A-3"))
+    sweep_later()
+    services.run_reconcile(actor=rita, tenant=acme, run_id=in_doubt.run_id, reason="metrics")
+    first, second, _third = ReconcileRequest.objects.filter(
+        run__uuid=in_doubt.run_id).order_by("pk")
+    # What the worker leaves behind (its own tests drive it): a look-up that could not tell,
+    # and a request that hit the attempt cap.
+    ReconcileRequest.objects.filter(pk=first.pk).update(failures=2, attempts=2)
+    ReconcileRequest.objects.filter(pk=second.pk).update(state=ReconcileState.GAVE_UP)
+    body = envelope()
+    put_checkpoint(wendy, acme, body)
+    put_checkpoint(wendy, acme, dict(body, revision=1), expected=0)
+    with pytest.raises(StaleRevision):  # a second writer from the same revision
+        put_checkpoint(wendy, acme, dict(body, revision=1), expected=0)
+    put_checkpoint(wes, globex, envelope())
+    return in_doubt
+
+
+def gauge(figures, name, **labels) -> float:
+    return figures[name][tuple(sorted(labels.items()))]
+
+
+def test_each_domain_gauge_counts_the_known_world(client, settings, world, acme, globex):
+    settings.RECOVERY_METRICS_TOKEN = TOKEN
+    figures = scrape(client)
+    # The world as plain counts of the rows (not through the state counters).
+    for tenant in (acme, globex):
+        runs = dict(Run.objects.filter(tenant=tenant).values_list("recovery_state")
+                    .annotate(n=Count("id")))
+        for state in RecoveryState.values:
+            assert gauge(figures, "recovery_runs", tenant=tenant.slug, state=state) \
+                == runs.get(state, 0), (tenant.slug, state)
+        effects = dict(Effect.objects.filter(tenant=tenant).values_list("state")
+                       .annotate(n=Count("id")))
+        for state in EffectState.values:
+            assert gauge(figures, "recovery_effects", tenant=tenant.slug, state=state) \
+                == effects.get(state, 0), (tenant.slug, state)
+        assert gauge(figures, "recovery_audit_events", tenant=tenant.slug) \
+            == AuditEvent.objects.filter(tenant=tenant).count() > 0
+    # ... and as the fixture built it.
+    assert gauge(figures, "recovery_runs", tenant="acme", state="ambiguous") == 2
+    assert gauge(figures, "recovery_runs", tenant="acme", state="conflicted") == 1
+    assert gauge(figures, "recovery_runs", tenant="globex", state="healthy") == 1
+    assert gauge(figures, "recovery_runs", tenant="globex", state="ambiguous") == 0
+    assert gauge(figures, "recovery_effects", tenant="acme", state="unresolved") == 3
+    assert gauge(figures, "recovery_open_conflicts", tenant="acme") == 1
+    assert Conflict.objects.filter(tenant=acme, acknowledged_at__isnull=True).count() == 1
+    assert gauge(figures, "recovery_open_conflicts", tenant="globex") == 0
+    assert gauge(figures, "recovery_reconcile_requests", tenant="acme", state="queued") == 2
+    assert gauge(figures, "recovery_reconcile_requests", tenant="acme", state="running") == 0
+    assert gauge(figures, "recovery_reconcile_requests", tenant="acme", state="gave_up") == 1
+    assert gauge(figures, "recovery_reconcile_failing", tenant="acme") == 1
+    assert gauge(figures, "recovery_reconcile_requests", tenant="globex", state="queued") == 0
+    assert gauge(figures, "recovery_reconcile_failing", tenant="globex") == 0
+    # Only the tenants' slugs label the series, and every tenant has every state.
+    tenants = {dict(k)["tenant"] for k in figures["recovery_runs"]}
+    assert tenants == {"acme", "globex"}
+    assert len(figures["recovery_runs"]) == 2 * len(RecoveryState.values)
+
+
+def test_the_scrape_costs_the_same_queries_whatever_the_rows(client, settings, world,
+                                                             django_assert_max_num_queries):
+    settings.RECOVERY_METRICS_TOKEN = TOKEN
+    with django_assert_max_num_queries(6):
+        scrape(client)
+
+
+def test_a_scrape_writes_nothing(client, settings, world, acme):
+    settings.RECOVERY_METRICS_TOKEN = TOKEN
+    before = (AuditEvent.objects.count(), ReconcileRequest.objects.count())
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as queries:
+        scrape(client)
+    assert all(q["sql"].lstrip().upper().startswith("SELECT") for q in queries.captured_queries)
+    assert (AuditEvent.objects.count(), ReconcileRequest.objects.count()) == before
+
+
+def test_resume_decisions_are_counted_by_action_and_mode(client, settings, acme, wendy):
+    settings.RECOVERY_METRICS_TOKEN = TOKEN
+    run_id = ambiguous_run(wendy, acme)
+    before = scrape(client).get("recovery_resume_decisions_total", {})
+
+    def count(figures, action, mode):
+        return figures.get(tuple(sorted({"tenant": "acme", "action": action,
+                                         "mode": mode}.items())), 0)
+
+    preview = services.resume_preview(actor=wendy, tenant=acme, run_id=run_id, asked={})
+    services.resume_preview(actor=wendy, tenant=acme, run_id=run_id, asked={})
+    claim = services.resume_claim(actor=wendy, tenant=acme, run_id=run_id, asked={})
+    after = scrape(client)["recovery_resume_decisions_total"]
+    assert count(after, preview["action"], "preview") - count(before, preview["action"],
+                                                              "preview") == 2
+    assert count(after, claim["action"], "claim") - count(before, claim["action"], "claim") == 1
+
+
+def test_django_prometheus_request_and_database_metrics_are_served(client, settings):
+    settings.RECOVERY_METRICS_TOKEN = TOKEN
+    client.get("/healthz")
+    text = client.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {TOKEN}").content.decode()
+    assert "django_http_requests_total_by_method_total" in text
+    assert 'django_db_execute_total{alias="default"' in text
+
+
+# --------------------------------------------------------------------------------------
+# The request id and the log lines
+# --------------------------------------------------------------------------------------
+
+def test_a_request_without_an_id_gets_a_fresh_one(client):
+    first = client.get("/healthz")["X-Request-ID"]
+    second = client.get("/healthz")["X-Request-ID"]
+    assert UUID_TEXT.fullmatch(first) and UUID_TEXT.fullmatch(second)
+    assert first != second
+
+
+@pytest.mark.parametrize("given", ["abcdef12", "3f2b8c0e9d7a4b6c8e1f0a2b3c4d5e6f",
+                                   "6fa459ea-ee8a-3ca4-894e-db77e160355e", "svc:web-1.a_b",
+                                   "x" * 128])
+def test_a_well_formed_incoming_id_is_kept_and_echoed(client, given):
+    assert client.get("/healthz", HTTP_X_REQUEST_ID=given)["X-Request-ID"] == given
+
+
+@pytest.mark.parametrize("given", ["x" * 129, "short", "", "réquest-id-1", "id with spaces",
+                                   "id\tabcdefgh", "<script>alert(1)</script>",
+                                   "abcdefgh;rm", "ab/cdefgh"])
+def test_an_ill_formed_incoming_id_is_replaced(client, given):
+    echoed = client.get("/healthz", HTTP_X_REQUEST_ID=given)["X-Request-ID"]
+    assert echoed != given
+    assert UUID_TEXT.fullmatch(echoed)
+
+
+@pytest.fixture
+def json_log():
+    """The project's LOGGING with the JSON formatter into a buffer, access log on."""
+    buffer = io.StringIO()
+    config = copy.deepcopy(settings.LOGGING)
+    config["handlers"]["console"]["formatter"] = "json"
+    config["handlers"]["console"]["stream"] = buffer
+    config["loggers"]["recovery.access"] = {"level": "INFO"}
+    logging.config.dictConfig(config)
+    yield buffer
+    logging.config.dictConfig(settings.LOGGING)
+
+
+def test_every_log_line_of_a_request_is_json_with_its_request_id(json_log, client, rita):
+    given = "req-" + uuid.uuid4().hex
+    client.force_login(rita)
+    client.get("/t/acme/runs/not-a-run/", HTTP_X_REQUEST_ID=given)  # 404: django.request
+    client.get("/healthz")  # another request, another id
+    lines = [json.loads(line) for line in json_log.getvalue().splitlines()]
+    ours = [line for line in lines if line["request_id"] == given]
+    assert {line["logger"] for line in ours} >= {"recovery.access", "django.request"}
+    access = next(line for line in ours if line["logger"] == "recovery.access")
+    assert access["status"] == 404 and access["method"] == "GET"
+    assert access["path"] == "/t/acme/runs/not-a-run/"
+    assert isinstance(access["duration_ms"], float)
+    assert {"time", "level", "message"} <= set(access)
+    others = [line for line in lines if line["request_id"] != given]
+    assert others and all(UUID_TEXT.fullmatch(line["request_id"]) for line in others)
+
+
+def test_text_logs_carry_the_request_id_too(client):
+    buffer = io.StringIO()
+    config = copy.deepcopy(settings.LOGGING)
+    config["handlers"]["console"]["formatter"] = "text"
+    config["handlers"]["console"]["stream"] = buffer
+    config["loggers"]["recovery.access"] = {"level": "INFO"}
+    logging.config.dictConfig(config)
+    try:
+        Client().get("/healthz", HTTP_X_REQUEST_ID="text-log-12345")
+    finally:
+        logging.config.dictConfig(settings.LOGGING)
+    assert "INFO recovery.access [text-log-12345] GET /healthz 200" in buffer.getvalue()
