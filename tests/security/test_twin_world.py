@@ -369,7 +369,7 @@ SELECTORS: dict[str, SelectorCell] = {
         lambda w, s, u: selectors.run_list(user=u, tenant=w.tenant(s),
                                            filters=selectors.RunFilters(), limit=200),
         _count_is(lambda c: sum(c["runs"].values()), lambda a: len(a[0]))),
-    # The search's subqueries (issue 9) read their own tenant only: the twins share
+    # The search (issue 9) answers with its own tenant's runs only: the twins share
     # operation keys ("charge:…") and checkpoint ids, so a leak changes the numbers.
     "run_state_counts": SelectorCell(
         lambda w, s, u: selectors.run_state_counts(
