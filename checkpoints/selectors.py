@@ -380,7 +380,8 @@ def run_list(*, user, tenant: Tenant, filters: RunFilters, sort: str | None = No
         return RunPage(rows, nxt, prev)
     # The page before ``pk``: the keyset read backwards, then turned round.
     backwards = order[1:] if descending else f"-{order}"
-    rows = list(qs.filter(~after & ~Q(id=pk)).order_by(backwards)
+    before = Q(id__gt=pk) if descending else Q(id__lt=pk)
+    rows = list(qs.filter(before).order_by(backwards)
                 .values(*RUN_LIST_FIELDS)[: limit + 1])
     if len(rows) <= limit:  # reached the top: that is the first page
         return _first_page(qs, sort, filters, limit)
