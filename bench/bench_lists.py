@@ -372,7 +372,7 @@ def _search_pages(t00, api) -> list[tuple[str, str]]:
         ("web", f"{q}{str(run[1])[:8]}"),
         ("web", f"{q}{str(cp)[:8]}"),
         ("web", f"{q}{order}"),
-        ("web", f"{q}ship-parcel+17"),
+        ("web", f"{q}ship-parcel+18"),
         ("web", f"{q}ship-parcel"),
         ("web", f"{q}billing-bot-4"),
         ("web", f"{q}billing"),
