@@ -47,6 +47,11 @@ EFFECT_STATES = ["confirmed", "confirmed", "confirmed", "planned", "submitted", 
                  "failed", "unknown"]
 
 
+def _array(values: list[str]) -> str:
+    """A SQL ``ARRAY[...]`` literal of plain words (no quotes in them)."""
+    return "ARRAY[" + ",".join(f"'{v}'" for v in values) + "]"
+
+
 def _setup() -> None:
     import django
 
@@ -79,6 +84,16 @@ def load(args) -> None:
     states = "ARRAY[" + ",".join(f"'{s}'" for s in STATES) + "]"
     estates = "ARRAY[" + ",".join(f"'{s}'" for s in EFFECT_STATES) + "]"
     hot = int(round(args.hot_share * 100))
+    # What a search reads (issue 9), varied like real runs: agent and workflow names,
+    # phase labels as the kinds write them, lease owners, and operation keys holding an
+    # order id (``charge:A-<n>``, ``ship:A-<n>``) that is unique per run.
+    agents = _array(["refund-assistant", "billing-bot", "triage-agent", "support-copilot",
+                     "fraud-screener", "invoice-reader", "kyc-checker"])
+    workflows = _array(["refund-approval", "acme.order", "invoice-dunning",
+                        "kyc-onboarding", "chargeback-dispute"])
+    phases = _array(["ready next charge-card", "step_in_flight charge-card",
+                     "step_in_flight ship-parcel", "turn_in_flight turn",
+                     "waiting approve-refund on timer", "completed after turns"])
     started = time.perf_counter()
     with transaction.atomic(), connection.cursor() as cur:
         cur.execute("SELECT id FROM checkpoints_tenant WHERE slug = 't00'")
@@ -99,12 +114,15 @@ def load(args) -> None:
                 closed_reason)
               SELECT now() - make_interval(secs => g * 26), now() - make_interval(secs => g * 26),
                 gen_random_uuid(), 'acme.order', 1,
-                'agent-' || (g % 7), 'openai/gpt-4o', 'wf-' || (g % 5), 'v1',
+                ({agents})[1 + g % 7] || '-' || (g % 97), 'openai/gpt-4o',
+                ({workflows})[1 + g % 5], 'v1',
                 CASE WHEN g % 20 BETWEEN 6 AND 7 THEN 'stable' WHEN g % 20 >= 9 THEN 'completed'
-                     ELSE 'in_flight' END, 'step',
+                     ELSE 'in_flight' END,
+                ({phases})[1 + g % 6] || ' ' || (g % 40),
                 ({states})[1 + g % 20], '', now() - make_interval(secs => (g * 25) % 2592000),
                 now() - make_interval(secs => (g * 25) % 2592000 + (g % 13)),
-                '', 0, CASE WHEN g % 20 = 2 THEN 1 ELSE 0 END,
+                CASE WHEN g % 3 = 0 THEN 'worker-' || (g % 64) || '@node-' || (g % 11) ELSE ''
+                END, 0, CASE WHEN g % 20 = 2 THEN 1 ELSE 0 END,
                 CASE WHEN g % 100 < {hot} THEN {t00}
                      ELSE ('{{{",".join(map(str, others))}}}'::bigint[])[1 + g % {len(others)}] END,
                 ''
@@ -139,7 +157,8 @@ def load(args) -> None:
               operation_key, service, effect_class, request_fingerprint, state, attempt,
               state_changed_at, tenant_id, run_id, request_ciphertext, receipt_ciphertext)
             SELECT r.created_at + make_interval(secs => k), r.last_write_at, gen_random_uuid(),
-                   2, 'op-' || r.id || '-' || k, 'payments', 'irreversible', repeat('a', 64),
+                   2, (ARRAY['charge:A-', 'ship:A-'])[k] || r.id, 'payments', 'irreversible',
+                   repeat('a', 64),
                    ({estates})[1 + (r.id + k) % {len(EFFECT_STATES)}], 1, r.last_write_at,
                    r.tenant_id, r.id, '', ''
             FROM checkpoints_run r JOIN new_run n ON n.id = r.id, generate_series(1, 2) AS k""")
@@ -292,6 +311,7 @@ def measure(args) -> None:
         ("api", f"/api/v1/tenants/t00/effects?run={big}"),
         ("api", f"/api/v1/tenants/t00/runs/{big}"),
     ]
+    pages += _search_pages(t00, api)
     with connection.cursor() as cur:
         cur.execute("SELECT count(*) FROM checkpoints_run WHERE tenant_id = %s", [t00.pk])
         hot = cur.fetchone()[0]
@@ -328,6 +348,40 @@ def measure(args) -> None:
         print(f"{who + ' ' + shown:<72} {statistics.median(times):7.1f} "
               f"{_pct(times, 0.95):7.1f} {statistics.median(sql):7.1f} {queries:7d} "
               f"{size / 1024:6.0f}")
+
+
+def _search_pages(t00, api) -> list[tuple[str, str]]:
+    """The search (issue 9) in t00, one page per kind of field: a run id prefix (8 hex
+    digits), a checkpoint id prefix, an order id inside an operation key, phase text
+    (narrow: one label; broad: a word in a sixth of the labels), an agent (narrow: one
+    name; broad: a seventh of the runs), a lease owner; then the second page of a broad
+    search, the same on the API and in the audit log."""
+    from checkpoints.models import Checkpoint, Effect, Run
+
+    run = (Run.objects.for_tenant(t00).exclude(kind="big").order_by("-id")[5000:5001]
+           .values_list("id", "uuid").get())
+    cp = Checkpoint.objects.for_tenant(t00).filter(run_id=run[0]).values_list(
+        "uuid", flat=True).first()
+    key = Effect.objects.for_tenant(t00).filter(run_id=run[0]).values_list(
+        "operation_key", flat=True).first()
+    order = key.split(":", 1)[1]
+    broad = api.get("/api/v1/tenants/t00/runs?q=ship-parcel&limit=50").json()
+    cursor = broad["next"].split("cursor=")[1].split("&")[0] if broad.get("next") else ""
+    q = "/t/t00/?q="
+    return [
+        ("web", f"{q}{str(run[1])[:8]}"),
+        ("web", f"{q}{str(cp)[:8]}"),
+        ("web", f"{q}{order}"),
+        ("web", f"{q}ship-parcel+18"),
+        ("web", f"{q}ship-parcel"),
+        ("web", f"{q}billing-bot-4"),
+        ("web", f"{q}billing"),
+        ("web", f"{q}worker-17@node-3"),
+        ("web", f"{q}ship-parcel&state=all&cursor={cursor}"),
+        ("api", f"/api/v1/tenants/t00/runs?q={order}"),
+        ("api", "/api/v1/tenants/t00/runs?q=billing-bot-4"),
+        ("web", f"/t/t00/audit/?q={order}"),
+    ]
 
 
 def main() -> None:

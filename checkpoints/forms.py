@@ -11,8 +11,11 @@ refuses U+0000; integers: at most 2^63-1), so nothing out of range gets to a que
 from __future__ import annotations
 
 from django import forms
+from django.core.exceptions import ValidationError
 
+from .exceptions import InvalidPayload
 from .models import MAX_REVISION, RecoveryState
+from .selectors import DEFAULT_RUN_SORT, RUN_SORTS, SEARCH_MAX, search_terms
 
 #: Inbox "age" filter choices: only runs whose last write is at least this many seconds old.
 AGE_CHOICES = [
@@ -75,9 +78,25 @@ class DiffForm(ReasonForm):
     to_rev = forms.IntegerField(min_value=0, max_value=MAX_REVISION, label="to")
 
 
+def _searchable(value: str) -> None:
+    """A ``q`` the search can read (``selectors.search_terms``: no control character)."""
+    try:
+        search_terms(value)
+    except InvalidPayload as exc:
+        raise ValidationError(exc.detail.removeprefix("q: ")) from None
+
+
+def search_field() -> forms.CharField:
+    """The search box ``q`` (``selectors.RunFilters.q``): at most ``SEARCH_MAX``
+    characters (the longest column searched), no control characters; blank = none."""
+    return forms.CharField(required=False, max_length=SEARCH_MAX, strip=True,
+                           validators=[_searchable])
+
+
 class InboxFilterForm(forms.Form):
-    """Inbox query string: ``state`` (a recovery state or ``all``), ``kind``, ``subject``
-    (agent or workflow, substring), ``age`` (seconds, from ``AGE_CHOICES``), ``cursor``."""
+    """Inbox query string: ``state`` (a recovery state or ``all``), ``q`` (the search),
+    ``kind``, ``subject`` (agent or workflow, substring), ``age`` (seconds, from
+    ``AGE_CHOICES``), ``sort`` (``selectors.RUN_SORTS``), ``cursor``."""
 
     state = forms.ChoiceField(
         required=False,
@@ -86,10 +105,15 @@ class InboxFilterForm(forms.Form):
     kind = forms.CharField(required=False, max_length=200, strip=True)
     subject = forms.CharField(required=False, max_length=256, strip=True)
     age = forms.ChoiceField(required=False, choices=AGE_CHOICES)
+    q = search_field()
+    sort = forms.ChoiceField(required=False, choices=[(k, k) for k in RUN_SORTS])
     cursor = forms.CharField(required=False, max_length=512)
 
     def clean_state(self) -> str:
         return self.cleaned_data.get("state") or DEFAULT_TAB
+
+    def clean_sort(self) -> str:
+        return self.cleaned_data.get("sort") or DEFAULT_RUN_SORT
 
     def clean_age(self) -> int | None:
         value = self.cleaned_data.get("age")
@@ -97,9 +121,11 @@ class InboxFilterForm(forms.Form):
 
 
 class AuditFilterForm(forms.Form):
-    """Audit log query string: ``actor`` (username or ``system``), ``action``, ``run``
-    (a run UUID) and ``before`` (page backwards from this sequence number)."""
+    """Audit log query string: ``q`` (the events of the runs the inbox search finds),
+    ``actor`` (username or ``system``), ``action``, ``run`` (a run UUID) and ``before``
+    (page backwards from this sequence number)."""
 
+    q = search_field()
     actor = forms.CharField(required=False, max_length=150, strip=True)
     action = forms.CharField(required=False, max_length=64, strip=True)
     run = forms.UUIDField(required=False)

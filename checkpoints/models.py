@@ -181,8 +181,9 @@ class Run(TenantOwned, TimestampedModel):
     ``recovery_state`` is materialised in the same transaction as every write that changes
     it (``services.run_refresh_state``), so inbox lists are an indexed filter.
     ``last_write_at`` is never null (a run is created by its first write; the database
-    clock is the default), so the inbox order ``-last_write_at, -id`` is the order of its
-    indexes on every backend and its keyset cursor needs no null case (issue 8).
+    clock is the default). Lists page by keyset on ``id`` (the order runs were first
+    recorded), which no write changes, so a run written while someone pages is listed
+    exactly once (issue 9).
     Identity columns (agent, model, workflow, definition_version) come from the kind
     registry reading the latest checkpoint.
     """
@@ -226,12 +227,13 @@ class Run(TenantOwned, TimestampedModel):
         ]
         indexes = [
             # Each inbox tab and ``GET …/runs?recovery_state=`` (``selectors.run_list``:
-            # an index scan in the query's order, stopped by its LIMIT), and the tab counts
-            # (``selectors.state_counts``: an index-only GROUP BY).
-            models.Index(fields=["tenant", "recovery_state", "-last_write_at", "-id"],
-                         name="run_inbox_idx"),
+            # an index scan in the keyset's order, either way, stopped by its LIMIT), and
+            # the filtered tab counts and page positions (``run_state_counts``,
+            # ``run_position``). The key is ``id``, which no write changes (issue 9:
+            # paging never skips); ``last_write_at`` would move a run on every write.
+            models.Index(fields=["tenant", "recovery_state", "-id"], name="run_inbox_idx"),
             # The "all" tab and ``GET …/runs`` without a state.
-            models.Index(fields=["tenant", "-last_write_at", "-id"], name="run_all_idx"),
+            models.Index(fields=["tenant", "-id"], name="run_all_idx"),
         ]
 
     def __str__(self) -> str:

@@ -15,10 +15,13 @@ the number of rows behind it (``tests/views/test_query_budget.py``).
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
+import re
 import uuid
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import NamedTuple
 
 from django.contrib.contenttypes.models import ContentType
 from django.db.models import (
@@ -27,10 +30,13 @@ from django.db.models import (
     Count,
     ExpressionWrapper,
     F,
+    Func,
+    Lookup,
     Prefetch,
     Q,
     QuerySet,
     Sum,
+    TextField,
 )
 from django.db.models.functions import Cast
 from guardian.models import GroupObjectPermission
@@ -126,59 +132,195 @@ def _counted(model, tenant: Tenant, states) -> dict[str, int]:
     return {state: counts.get(state, 0) for state in states}
 
 
+#: ``q`` longest accepted: the longest column a search reads (``Effect.operation_key``).
+SEARCH_MAX = 512
+#: The run-side text a search reads, joined by U+001F (which a ``q`` may not hold, so a
+#: match never spans two columns): agent, workflow, phase label, lease owner. On
+#: PostgreSQL ``run_search_trgm`` (migration 0012) is a trigram GIN index on exactly this
+#: expression, so ``ILIKE '%q%'`` over it is an index scan.
+SEARCH_COLUMNS = ("agent", "workflow", "phase_label", "lease_owner")
+_UUID_TEXT = re.compile(r"^[0-9a-f-]{1,36}\Z")
+
+
+class RunText(Func):
+    """``agent || U+001F || workflow || U+001F || phase_label || U+001F || lease_owner``:
+    the expression of the ``run_search_trgm`` index (PostgreSQL). Text, never null (the
+    columns are ``NOT NULL``, blank as "")."""
+
+    template = "(%(expressions)s)"
+    arg_joiner = " || char(31) || "
+    output_field = TextField()
+
+    def __init__(self):
+        super().__init__(*SEARCH_COLUMNS)
+
+    def as_postgresql(self, compiler, connection, **extra):
+        return self.as_sql(compiler, connection, arg_joiner=" || chr(31) || ", **extra)
+
+
+class Contains(Lookup):
+    r"""``lhs`` holds the text ``rhs`` anywhere, case-insensitively: ``ILIKE '%rhs%'`` on
+    PostgreSQL (a trigram GIN index serves it), ``LIKE`` on SQLite (case-insensitive for
+    ASCII letters only). ``%``, ``_`` and ``\`` in ``rhs`` are matched literally. Used as
+    an expression in ``filter()``; never registered on a field."""
+
+    lookup_name = "search_contains"
+    prepare_rhs = False
+
+    def get_db_prep_lookup(self, value, connection):
+        escaped = value.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        return "%s", [f"%{escaped}%"]
+
+    def as_sql(self, compiler, connection):
+        lhs, lhs_params = self.process_lhs(compiler, connection)
+        rhs, rhs_params = self.process_rhs(compiler, connection)
+        operator = "ILIKE" if connection.vendor == "postgresql" else "LIKE"
+        return f"{lhs} {operator} {rhs} ESCAPE '\\'", [*lhs_params, *rhs_params]
+
+
+def uuid_prefix_range(text: str) -> tuple[uuid.UUID, uuid.UUID] | None:
+    """``(lowest, highest)`` UUID starting with ``text`` (hex digits, case-insensitive,
+    dashes only where a UUID has them, or none at all), or ``None`` when ``text`` cannot
+    start a UUID. A prefix search is then a range of the ``(tenant, uuid)`` unique index,
+    on PostgreSQL (``uuid`` type) and SQLite (32 hex digits) alike."""
+    text = text.lower()
+    if not _UUID_TEXT.match(text):
+        return None
+    if "-" in text and any((ch == "-") != (i in (8, 13, 18, 23)) for i, ch in enumerate(text)):
+        return None
+    digits = text.replace("-", "")
+    if not digits or len(digits) > 32:
+        return None
+    return uuid.UUID(digits.ljust(32, "0")), uuid.UUID(digits.ljust(32, "f"))
+
+
+def search_terms(q: str | None) -> str:
+    """``q`` as a search reads it: stripped of surrounding white space ("" = no search).
+    Raises ``InvalidPayload`` naming ``q`` for a value no column can hold: longer than
+    ``SEARCH_MAX``, or holding a control character (U+0000-U+001F, U+007F; the U+001F
+    of ``RunText`` among them) or an unpaired surrogate."""
+    text = (q or "").strip()
+    if len(text) > SEARCH_MAX:
+        raise InvalidPayload(f"q: at most {SEARCH_MAX} characters")
+    if any(ord(ch) < 32 or ord(ch) == 127 or 0xD800 <= ord(ch) <= 0xDFFF for ch in text):
+        raise InvalidPayload("q: control characters cannot be searched for")
+    return text
+
+
+def _search_run_ids(tenant: Tenant, text: str) -> QuerySet:
+    """Ids of the tenant's runs a search for ``text`` finds, as one ``UNION ALL``
+    subquery (a run may come twice; ``IN`` does not mind):
+
+    - runs whose agent, workflow, phase label or lease owner holds ``text``
+      (substring; ``run_search_trgm``), or whose run id starts with it (prefix, the
+      ``(tenant, uuid)`` index);
+    - runs with an effect whose operation key holds ``text`` (substring;
+      ``effect_opkey_trgm``), so an order id is found through ``charge:A-1003``;
+    - runs with a checkpoint whose id starts with ``text`` (prefix, ``(tenant, uuid)``).
+
+    Payloads are encrypted at rest and never searched: an order id that only a payload
+    holds is found through an operation key or not at all (docs/search.md).
+    """
+    by_uuid = uuid_prefix_range(text)
+    run_match = Q(Contains(RunText(), text))
+    if by_uuid:
+        run_match |= Q(uuid__range=by_uuid)
+    ids = Run.objects.for_tenant(tenant).filter(run_match).values("id")
+    parts = [Effect.objects.for_tenant(tenant)
+             .filter(Contains(F("operation_key"), text)).values("run_id")]
+    if by_uuid:
+        parts.append(Checkpoint.objects.for_tenant(tenant)
+                     .filter(uuid__range=by_uuid).values("run_id"))
+    return ids.union(*parts, all=True)
+
+
 @dataclass(frozen=True)
 class RunFilters:
-    """Inbox filters. ``age_s_min``: only runs whose last write is at least this old."""
+    """Inbox and ``GET …/runs`` filters, each optional.
+
+    ``recovery_state``: one state; ``kind``: exact; ``subject``: agent or workflow,
+    substring, case-insensitive; ``age_s_min``: only runs whose last write is at least
+    this many seconds old (database clock); ``q``: the search (``_search_run_ids``)."""
 
     recovery_state: str | None = None
     kind: str | None = None
     subject: str | None = None  # agent or workflow name, substring, case-insensitive
     age_s_min: int | None = None
+    q: str | None = None
+
+    def without_state(self) -> RunFilters:
+        """The same filters over every state (the tab counts)."""
+        return replace(self, recovery_state=None)
+
+    @property
+    def narrowing(self) -> bool:
+        """Whether any filter besides the state is set (then counts need a query)."""
+        return bool(self.kind or self.subject or self.age_s_min or search_terms(self.q))
+
+    def fingerprint(self) -> str:
+        """12 hex digits naming these filters, kept in a cursor: a cursor made for other
+        filters is refused rather than continuing a different list."""
+        raw = json.dumps([self.recovery_state or "", self.kind or "", self.subject or "",
+                          self.age_s_min or 0, search_terms(self.q)])
+        return hashlib.sha256(raw.encode()).hexdigest()[:12]
 
 
-def encode_cursor(run: Run | dict) -> str:
-    """Opaque keyset cursor for the row after which the next page starts."""
-    last = run["last_write_at"] if isinstance(run, dict) else run.last_write_at
-    pk = run["id"] if isinstance(run, dict) else run.pk
-    raw = json.dumps([last.isoformat(), pk])
+#: Run list orders: ``sort`` value -> the ``Run.id`` direction. Only keys a write never
+#: changes are offered, so a keyset page neither skips nor repeats a run written while
+#: someone pages (issue 9): ``-created`` newest run first (the default), ``created``
+#: oldest first. ``id`` is the order runs were first recorded in (their first write);
+#: "last write" is shown but not a sort: every write moves a run in it, so a run
+#: written between two pages would be listed twice or never (docs/search.md).
+RUN_SORTS = {"-created": "-id", "created": "id"}
+DEFAULT_RUN_SORT = "-created"
+_CURSOR_VERSION = 2
+_NEXT, _PREVIOUS = "n", "p"
+
+
+def encode_cursor(*, sort: str, filters: RunFilters, pk: int, direction: str = _NEXT) -> str:
+    """Opaque keyset cursor: the page continues after (``direction`` ``n``) or before
+    (``p``) the run ``pk`` in the order ``sort``, for these ``filters`` only."""
+    raw = json.dumps([_CURSOR_VERSION, sort, filters.fingerprint(), direction, pk])
     return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
 
 
-def decode_cursor(cursor: str) -> tuple[datetime, int]:
-    """``(last_write_at, id)`` of the row the page continues after. Raises
-    ``InvalidPayload`` naming ``cursor`` for anything not made by ``encode_cursor``."""
+def decode_cursor(cursor: str, *, sort: str, filters: RunFilters) -> tuple[str, int]:
+    """``(direction, pk)`` of a cursor made by ``encode_cursor`` for ``sort`` and
+    ``filters``. Raises ``InvalidPayload`` naming ``cursor`` for anything else: not
+    ours, or made for another sort or other filters (continuing it would list another
+    list from a boundary that means nothing there)."""
     try:
         padded = cursor + "=" * (-len(cursor) % 4)
-        last, pk = json.loads(base64.urlsafe_b64decode(padded.encode()))
-        if not isinstance(last, str) or type(pk) is not int:
+        version, made_for, fingerprint, direction, pk = json.loads(
+            base64.urlsafe_b64decode(padded.encode()))
+        if (version != _CURSOR_VERSION or direction not in (_NEXT, _PREVIOUS)
+                or type(pk) is not int or not 1 <= pk <= MAX_REVISION):
             raise ValueError
-        when = datetime.fromisoformat(last)
-        if when.tzinfo is None:
-            raise ValueError
-        # In UTC, as encode_cursor writes it; a far date in a far zone does not fit
-        # (OverflowError), and would otherwise overflow in the database driver.
-        return when.astimezone(UTC), pk
-    except (ValueError, TypeError, OverflowError, json.JSONDecodeError, UnicodeDecodeError):
+    except (ValueError, TypeError, json.JSONDecodeError, UnicodeDecodeError):
         raise InvalidPayload("cursor: not a cursor returned by this API") from None
+    if made_for != sort or fingerprint != filters.fingerprint():
+        raise InvalidPayload("cursor: made for another sort or other filters; "
+                             "start again from the first page")
+    return direction, pk
 
 
-def run_list(*, user, tenant: Tenant, filters: RunFilters, cursor: str | None = None,
-             limit: int = 50) -> tuple[list[dict], str | None]:
-    """One page of the tenant's runs, newest write first, and the next page's cursor.
+class RunPage(NamedTuple):
+    """One page of runs: ``rows`` (dicts of ``RUN_LIST_FIELDS``) in the page's order,
+    ``next_cursor``/``previous_cursor`` (``None``: no such page)."""
 
-    Returns ``(rows, next_cursor)``; rows are dicts of ``RUN_LIST_FIELDS``. Raises
-    ``NotFound``/``Forbidden`` via ``permissions.require``, ``InvalidPayload`` for a bad
-    filter or cursor.
+    rows: list[dict]
+    next_cursor: str | None
+    previous_cursor: str | None
 
-    One query, in the order ``-last_write_at, -id`` of ``run_inbox_idx`` (a state) or
-    ``run_all_idx`` (every state): PostgreSQL reads the index from the cursor on and stops
-    after ``limit + 1`` rows (``kind``, ``subject`` filter the rows it reads; ``age_s_min``
-    moves where it starts), whatever the tenant's size or the page's depth.
-    """
-    require(user, tenant, roles.VIEW)
+
+def _filtered_runs(tenant: Tenant, filters: RunFilters) -> QuerySet:
+    """The tenant's runs passing ``filters`` (unordered). Raises ``InvalidPayload`` for a
+    state that is not one, or a ``q`` no column can hold."""
     if filters.recovery_state and filters.recovery_state not in RecoveryState.values:
         raise InvalidPayload(
             f"recovery_state: must be one of {', '.join(RecoveryState.values)}")
+    text = search_terms(filters.q)
+
     qs = Run.objects.for_tenant(tenant)
     if filters.recovery_state:
         qs = qs.filter(recovery_state=filters.recovery_state)
@@ -188,16 +330,102 @@ def run_list(*, user, tenant: Tenant, filters: RunFilters, cursor: str | None = 
         qs = qs.filter(Q(agent__icontains=filters.subject) | Q(workflow__icontains=filters.subject))
     if filters.age_s_min:
         qs = qs.filter(last_write_at__lte=NOW - timedelta(seconds=filters.age_s_min))
-    if cursor:
-        last, pk = decode_cursor(cursor)
-        # (last_write_at, id) < (last, pk), spelt as a range the index scan starts from
-        # (last_write_at <= last) plus a check of the rows that share ``last``.
-        qs = qs.filter(Q(last_write_at__lt=last) | Q(id__lt=pk), last_write_at__lte=last)
+    if text:
+        qs = qs.filter(id__in=_search_run_ids(tenant, text))
+    return qs
+
+
+def _sort_or_400(sort: str | None) -> str:
+    sort = sort or DEFAULT_RUN_SORT
+    if sort not in RUN_SORTS:
+        raise InvalidPayload(f"sort: must be one of {', '.join(RUN_SORTS)}")
+    return sort
+
+
+def run_list(*, user, tenant: Tenant, filters: RunFilters, sort: str | None = None,
+             cursor: str | None = None, limit: int = 50) -> RunPage:
+    """One page of the tenant's runs in the order ``sort`` (``RUN_SORTS``, default newest
+    run first), and the cursors of the pages after and before it.
+
+    Keyset on ``Run.id``, which no write changes: a run written while someone pages
+    keeps its place, so it is listed exactly once and none is skipped (issue 9). The
+    previous page is the same keyset read the other way. Raises ``NotFound``/
+    ``Forbidden`` via ``permissions.require``, ``InvalidPayload`` naming the field for a
+    bad filter, ``sort`` or ``cursor``.
+
+    One query (two when "previous" reaches the first page, which is then read whole): the
+    order is that of ``run_inbox_idx`` ``(tenant, recovery_state, -id)`` for a state or
+    ``run_all_idx`` ``(tenant, -id)`` for every state, so PostgreSQL reads the index from
+    the cursor on and stops after ``limit + 1`` rows at any depth; ``kind``/``subject``/
+    ``age_s_min`` filter the rows it reads, ``q`` is a semi-join with the search's
+    indexed subquery (``_search_run_ids``).
+    """
+    require(user, tenant, roles.VIEW)
+    sort = _sort_or_400(sort)
+    qs = _filtered_runs(tenant, filters)
     limit = max(1, min(limit, 200))
-    # last_write_at is never null, so this is the indexes' order on every backend.
-    rows = list(qs.order_by("-last_write_at", "-id").values(*RUN_LIST_FIELDS)[: limit + 1])
-    next_cursor = encode_cursor(rows[limit - 1]) if len(rows) > limit else None
-    return rows[:limit], next_cursor
+    order = RUN_SORTS[sort]
+    descending = order.startswith("-")
+    if not cursor:
+        return _first_page(qs, sort, filters, limit)
+    direction, pk = decode_cursor(cursor, sort=sort, filters=filters)
+    after = Q(id__lt=pk) if descending else Q(id__gt=pk)
+    if direction == _NEXT:
+        rows = list(qs.filter(after).order_by(order).values(*RUN_LIST_FIELDS)[: limit + 1])
+        nxt = encode_cursor(sort=sort, filters=filters, pk=rows[limit - 1]["id"]) \
+            if len(rows) > limit else None
+        rows = rows[:limit]
+        prev = encode_cursor(sort=sort, filters=filters, pk=rows[0]["id"],
+                             direction=_PREVIOUS) if rows else None
+        return RunPage(rows, nxt, prev)
+    # The page before ``pk``: the keyset read backwards, then turned round.
+    backwards = order[1:] if descending else f"-{order}"
+    before = Q(id__gt=pk) if descending else Q(id__lt=pk)
+    rows = list(qs.filter(before).order_by(backwards)
+                .values(*RUN_LIST_FIELDS)[: limit + 1])
+    if len(rows) <= limit:  # reached the top: that is the first page
+        return _first_page(qs, sort, filters, limit)
+    rows = rows[:limit][::-1]
+    return RunPage(rows, encode_cursor(sort=sort, filters=filters, pk=rows[-1]["id"]),
+                   encode_cursor(sort=sort, filters=filters, pk=rows[0]["id"],
+                                 direction=_PREVIOUS))
+
+
+def _first_page(qs: QuerySet, sort: str, filters: RunFilters, limit: int) -> RunPage:
+    rows = list(qs.order_by(RUN_SORTS[sort]).values(*RUN_LIST_FIELDS)[: limit + 1])
+    nxt = encode_cursor(sort=sort, filters=filters, pk=rows[limit - 1]["id"]) \
+        if len(rows) > limit else None
+    return RunPage(rows[:limit], nxt, None)
+
+
+def run_position(*, user, tenant: Tenant, filters: RunFilters, sort: str | None,
+                 pk: int) -> int:
+    """How many runs passing ``filters`` come before the run ``pk`` in the order
+    ``sort``: the page starting at that run shows "position + 1 - …" (issue 9, "51-100
+    of 121"). One index-only count of the range before ``pk`` (``run_inbox_idx``/
+    ``run_all_idx``); exact at the time of the query, so runs created since the first
+    page move the numbers rather than the rows."""
+    require(user, tenant, roles.VIEW)
+    sort = _sort_or_400(sort)
+    before = Q(id__gt=pk) if RUN_SORTS[sort].startswith("-") else Q(id__lt=pk)
+    return _filtered_runs(tenant, filters).filter(before).count()
+
+
+def run_state_counts(*, user, tenant: Tenant, filters: RunFilters) -> dict[str, int]:
+    """``{recovery_state: runs passing filters}``, every state present; the inbox tabs
+    and the "of n" of a page. ``filters.recovery_state`` is ignored (each tab counts its
+    own state).
+
+    Without a narrowing filter: the tenant-wide counters (``state_counts``, one query
+    whatever the tenant's size). With one: one ``GROUP BY recovery_state`` over the
+    filtered runs (the search's subquery, or an index scan of the tenant's runs)."""
+    require(user, tenant, roles.VIEW)
+    filters = filters.without_state()
+    if not filters.narrowing:
+        return state_counts(tenant=tenant)
+    counts = dict(_filtered_runs(tenant, filters).order_by().values_list("recovery_state")
+                  .annotate(n=Count("*")).values_list("recovery_state", "n"))
+    return {state: counts.get(state, 0) for state in RecoveryState.values}
 
 
 def run_get(*, user, tenant: Tenant, run_id: uuid.UUID | str) -> Run:
@@ -495,10 +723,16 @@ def retry_get(*, user, tenant: Tenant, retry_id) -> RetryRequest:
 
 def audit_list(*, user, tenant: Tenant, run_id=None, actor: str | None = None,
                action: str | None = None, before_seq: int | None = None,
-               limit: int = 100) -> list[AuditEvent]:
-    """Audit events of the tenant, newest first, filtered; ``before_seq`` pages backwards."""
+               q: str | None = None, limit: int = 100) -> list[AuditEvent]:
+    """Audit events of the tenant, newest first, filtered; ``before_seq`` pages backwards
+    (``seq`` never changes, so paging never skips). ``q``: only events of the runs the
+    inbox search finds (``_search_run_ids``), a semi-join on ``audit_run_idx``
+    ``(tenant, run_uuid, -seq)``. Raises ``InvalidPayload`` naming ``run`` or ``q``."""
     require(user, tenant, roles.VIEW)
     qs = AuditEvent.objects.for_tenant(tenant)
+    if text := search_terms(q):
+        qs = qs.filter(run_uuid__in=Run.objects.for_tenant(tenant)
+                       .filter(id__in=_search_run_ids(tenant, text)).values("uuid"))
     if run_id:
         try:
             qs = qs.filter(run_uuid=uuid.UUID(str(run_id)))

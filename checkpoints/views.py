@@ -29,6 +29,7 @@ import difflib
 import json
 import re
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 from functools import wraps
 
@@ -238,55 +239,106 @@ def home(request: HttpRequest) -> HttpResponse:
     return render(request, "checkpoints/no_tenant.html", _base_context(request, None, "home"))
 
 
+#: Runs per inbox page.
+INBOX_PAGE = 50
+
+#: The states each role acts on, in the tabs' order: the inbox lands on the first of them
+#: holding a run (issue 9). A reviewer resolves what is in doubt or refused
+#: (ambiguous, unknown outcome, conflicted, schema mismatch); an approver decides the
+#: retries awaiting approval first, then looks where a reviewer does; a viewer (who acts
+#: on nothing) follows what waits for a person, in the same order as a reviewer, then
+#: the approvals. Nothing there: ``DEFAULT_TAB`` ("ambiguous", which says so).
+_IN_DOUBT = (RecoveryState.AMBIGUOUS, RecoveryState.UNKNOWN_OUTCOME,
+             RecoveryState.CONFLICTED, RecoveryState.SCHEMA_MISMATCH)
+ROLE_TABS = {
+    "review": _IN_DOUBT,
+    "approve": (RecoveryState.AWAITING_APPROVAL, *_IN_DOUBT),
+    "view": (*_IN_DOUBT, RecoveryState.AWAITING_APPROVAL),
+}
+
+
 def _inbox_filters(request: HttpRequest, tenant: Tenant) -> tuple[dict, dict]:
     """The inbox query string checked (``InboxFilterForm``: 400 naming the field) and the
-    tabs: ``(cleaned data, tabs context)``; the tab counts are one query
-    (``selectors.state_counts``)."""
+    tabs: ``(cleaned data, tabs context)``. The tab counts follow the filters
+    (``selectors.run_state_counts``: the tenant-wide counters without a narrowing
+    filter, one GROUP BY with one); the tab is the one asked for, or the landing tab
+    (``_default_tab``). ``filter_query`` is what every link of the page keeps: the
+    filters, the search and the sort (never the cursor)."""
     form = InboxFilterForm(request.GET)
     if not form.is_valid():
         raise InvalidPayload(first_error(form))
     data = form.cleaned_data
-    counts = selectors.state_counts(tenant=tenant)
+    filters = selectors.RunFilters(kind=data["kind"] or None, subject=data["subject"] or None,
+                                   age_s_min=data["age"], q=data["q"] or None)
+    counts = selectors.run_state_counts(user=request.user, tenant=tenant, filters=filters)
     state = data["state"]
     if not request.GET.get("state"):
-        state = _default_tab(request, tenant, counts)
-    query = {k: v for k, v in (("kind", data["kind"]), ("subject", data["subject"]),
-                               ("age", request.GET.get("age", ""))) if v}
+        state = _default_tab(request, tenant, counts, filtered=filters.narrowing)
+    sort = data["sort"] if data["sort"] != selectors.DEFAULT_RUN_SORT else ""
+    query = {k: v for k, v in (("q", data["q"]), ("kind", data["kind"]),
+                               ("subject", data["subject"]),
+                               ("age", request.GET.get("age", "")), ("sort", sort)) if v}
+    total = sum(counts.values())
     return data, {
         "state": state,
         "all_tab": ALL_TAB,
         "form": form,
+        "filters": filters,
         "tabs": [(s.value, s.label, counts.get(s.value, 0)) for s in RecoveryState.INBOX_TABS],
-        "total": sum(counts.values()),
+        "total": total,
+        "tab_total": total if state == ALL_TAB else counts.get(state, 0),
+        "filtered": filters.narrowing,
         "filter_query": query,
+        "sort": data["sort"],
     }
 
 
 def _inbox_context(request: HttpRequest, tenant: Tenant) -> dict:
+    """The inbox page: its tabs (``_inbox_filters``), one keyset page of runs
+    (``selectors.run_list``) and where the page sits: ``first``-``last`` of
+    ``tab_total`` (``selectors.run_position`` for a page after the first: one count)."""
     data, tabs = _inbox_filters(request, tenant)
     state = tabs["state"]
-    filters = selectors.RunFilters(
-        recovery_state=None if state == ALL_TAB else state,
-        kind=data["kind"] or None, subject=data["subject"] or None, age_s_min=data["age"],
-    )
-    rows, next_cursor = selectors.run_list(user=request.user, tenant=tenant, filters=filters,
-                                           cursor=data["cursor"] or None, limit=50)
+    filters = replace(tabs["filters"], recovery_state=None if state == ALL_TAB else state)
+    page = selectors.run_list(user=request.user, tenant=tenant, filters=filters,
+                              sort=data["sort"], cursor=data["cursor"] or None,
+                              limit=INBOX_PAGE)
+    first = 1
+    if page.previous_cursor and page.rows:
+        first += selectors.run_position(user=request.user, tenant=tenant, filters=filters,
+                                        sort=data["sort"], pk=page.rows[0]["id"])
+    last = first + len(page.rows) - 1
+    other = "created" if data["sort"] == "-created" else "-created"
     return tabs | {
-        "rows": rows,
-        "next_cursor": next_cursor,
+        "rows": page.rows,
+        "next_cursor": page.next_cursor,
+        "previous_cursor": page.previous_cursor,
         "paged": bool(data["cursor"]),
+        "first": first,
+        "last": last,
+        # Runs created since the first page can make a count a step behind the page.
+        "of": max(tabs["tab_total"], last),
+        "sort_toggle": "" if other == selectors.DEFAULT_RUN_SORT else other,
         "known_kinds": list(kinds.registered()),
         "age_choices": tabs["form"].fields["age"].choices,
     }
 
 
-def _default_tab(request: HttpRequest, tenant: Tenant, counts: dict[str, int]) -> str:
-    """An approver (may approve, may not review) starts on "awaiting approval" when that
-    tab has runs; everyone else on ``DEFAULT_TAB`` ("ambiguous")."""
+def _default_tab(request: HttpRequest, tenant: Tenant, counts: dict[str, int], *,
+                 filtered: bool = False) -> str:
+    """The landing tab: the first state of ``ROLE_TABS`` for the caller's role (reviewer
+    before approver before viewer when one holds several) that holds a run under the
+    page's filters (``counts``). None does: ``all`` when a search or filter (``filtered``)
+    matches runs in other states, so a search lands on what it found; else
+    ``DEFAULT_TAB``."""
     perms = tenant_perms(request.user, tenant)
-    approver_only = roles.APPROVE in perms and roles.REVIEW not in perms
-    if approver_only and counts.get(RecoveryState.AWAITING_APPROVAL, 0):
-        return RecoveryState.AWAITING_APPROVAL
+    role = ("review" if roles.REVIEW in perms else
+            "approve" if roles.APPROVE in perms else "view")
+    for state in ROLE_TABS[role]:
+        if counts.get(state, 0):
+            return state
+    if filtered and any(counts.values()):
+        return ALL_TAB
     return DEFAULT_TAB
 
 
@@ -294,8 +346,9 @@ def _default_tab(request: HttpRequest, tenant: Tenant, counts: dict[str, int]) -
 @dashboard
 @tenant_page()
 def run_list(request: HttpRequest, tenant: Tenant) -> HttpResponse:
-    """``/t/<slug>/``: the inbox. One tab per recovery state (default ``ambiguous``),
-    filters ``kind``/``subject``/``age``, keyset pagination by ``cursor``.
+    """``/t/<slug>/``: the inbox. One tab per recovery state (landing on
+    ``_default_tab``), the search ``q``, filters ``kind``/``subject``/``age``, ``sort``,
+    keyset pagination by ``cursor`` (next and previous), all in the URL.
 
     An htmx request (tab, filter, page) gets only the ``inbox-main`` fragment.
     """
@@ -311,7 +364,7 @@ def run_list(request: HttpRequest, tenant: Tenant) -> HttpResponse:
 @tenant_page()
 def run_counts(request: HttpRequest, tenant: Tenant) -> HttpResponse:
     """``/t/<slug>/counts/``: the inbox tabs with live counts, polled by htmx every 10 s.
-    Only the counts are read (the tabs' filters are checked, no run is listed)."""
+    Only the counts are read, following the page's filters (checked; no run is listed)."""
     context = _base_context(request, tenant, "inbox") | _inbox_filters(request, tenant)[1]
     return render(request, "checkpoints/inbox.html#tabs", context)
 
@@ -938,8 +991,9 @@ def report(request: HttpRequest, tenant: Tenant) -> HttpResponse:
 @dashboard
 @tenant_page()
 def audit_log(request: HttpRequest, tenant: Tenant) -> HttpResponse:
-    """``/t/<slug>/audit/``: the tenant's audit events, newest first, filtered by
-    ``actor``/``action``/``run``, paged backwards with ``before``."""
+    """``/t/<slug>/audit/``: the tenant's audit events, newest first, filtered by the
+    search ``q`` (events of the runs the inbox search finds) and ``actor``/``action``/
+    ``run``, paged backwards with ``before``."""
     form = AuditFilterForm(request.GET)
     if not form.is_valid():
         raise InvalidPayload(first_error(form))
@@ -947,9 +1001,11 @@ def audit_log(request: HttpRequest, tenant: Tenant) -> HttpResponse:
     page_size = 100
     events = selectors.audit_list(user=request.user, tenant=tenant, run_id=data["run"],
                                   actor=data["actor"] or None, action=data["action"] or None,
-                                  before_seq=data["before"], limit=page_size + 1)
+                                  before_seq=data["before"], q=data["q"] or None,
+                                  limit=page_size + 1)
     older = events[page_size - 1].seq if len(events) > page_size else None
-    query = {k: v for k, v in (("actor", data["actor"]), ("action", data["action"]),
+    query = {k: v for k, v in (("q", data["q"]), ("actor", data["actor"]),
+                               ("action", data["action"]),
                                ("run", str(data["run"]) if data["run"] else "")) if v}
     context = _base_context(request, tenant, "audit") | {
         "events": events[:page_size], "older": older, "form": form, "filter_query": query,

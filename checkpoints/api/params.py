@@ -30,6 +30,7 @@ from rest_framework.request import Request
 from ..exceptions import InvalidPayload
 from ..jsonparse import printable, text_problem
 from ..models import MAX_REVISION, AuditEvent, Effect, RecoveryState, Run
+from ..selectors import RUN_SORTS, SEARCH_MAX
 
 
 def column_limit(model, field: str) -> int:
@@ -73,7 +74,17 @@ class RunListParams(Params):
     subject = Text(max_length=column_limit(Run, "agent"),
                    help_text="agent or workflow name, substring")
     age_s_min = _int(0, 10**9, "only runs quiet for at least this many seconds")
-    cursor = Text(max_length=512, help_text="from the previous page's next URL")
+    q = Text(max_length=SEARCH_MAX,
+             help_text="search, case-insensitive: run id or checkpoint id (prefix), an "
+                       "effect's operation key, phase label, agent, workflow or lease "
+                       "owner (substring); no control characters; blank: no search")
+    sort = serializers.ChoiceField(
+        choices=list(RUN_SORTS), required=False,
+        help_text="-created: newest run first (default); created: oldest first. Runs are "
+                  "ordered by when they were first recorded, which no write changes, so "
+                  "paging never skips or repeats a run")
+    cursor = Text(max_length=512, help_text="from the previous page's next or previous "
+                                            "URL; only valid with the same filters and sort")
     limit = _int(1, 200, "page size", default=50)
 
 
@@ -94,6 +105,8 @@ class AuditListParams(Params):
                  help_text='username, or "system"')
     action = Text(max_length=column_limit(AuditEvent, "action"))
     before_seq = _int(1, MAX_REVISION, "from the previous page's next URL")
+    q = Text(max_length=SEARCH_MAX,
+             help_text="only events of the runs this search finds (as GET …/runs?q=)")
     limit = _int(1, 200, "page size", default=100)
 
 

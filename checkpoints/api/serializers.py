@@ -345,10 +345,12 @@ class RunSerializer(Answer):
 
 
 class RunPageSerializer(Answer):
-    """One keyset page; ``next`` is the URL of the following page, or null on the last."""
+    """One keyset page; ``next`` is the URL of the following page, or null on the last;
+    ``previous`` the URL of the page before, or null on the first."""
 
     results = RunSerializer(many=True)
     next = serializers.URLField(allow_null=True)
+    previous = serializers.URLField(allow_null=True)
 
 
 # Rendered from a ``Conflict`` row.

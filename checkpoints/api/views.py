@@ -542,20 +542,26 @@ class RunListApi(TenantApi):
 
     @extend_schema(
         operation_id="run_list",
-        summary="The tenant's runs, newest write first, keyset-paginated",
+        summary="The tenant's runs, newest run first, searchable, keyset-paginated",
         parameters=[TENANT, p.RunListParams],
         responses={200: s.RunPageSerializer, **_errors(400)},
     )
     def get(self, request, tenant):
+        """Keyset pages on the run's creation order (``selectors.run_list``): a run
+        written while a client pages is listed exactly once. A ``cursor`` made for other
+        filters or another ``sort`` is a 400 naming ``cursor``."""
         t = self.tenant(request, tenant, roles.VIEW)
         q = self.query
         filters = selectors.RunFilters(
             recovery_state=q["recovery_state"], kind=q["kind"], subject=q["subject"],
-            age_s_min=q["age_s_min"])
-        rows, next_cursor = selectors.run_list(user=request.user, tenant=t, filters=filters,
-                                               cursor=q["cursor"], limit=q["limit"])
-        nxt = page_url(request, cursor=next_cursor) if next_cursor else None
-        return Response(s.RunPageSerializer.render({"results": rows, "next": nxt}, tenant=t))
+            age_s_min=q["age_s_min"], q=q["q"])
+        page = selectors.run_list(user=request.user, tenant=t, filters=filters,
+                                  sort=q["sort"], cursor=q["cursor"], limit=q["limit"])
+        nxt = page_url(request, cursor=page.next_cursor) if page.next_cursor else None
+        prev = (page_url(request, cursor=page.previous_cursor)
+                if page.previous_cursor else None)
+        return Response(s.RunPageSerializer.render(
+            {"results": page.rows, "next": nxt, "previous": prev}, tenant=t))
 
 
 class RunDetailApi(TenantApi):
@@ -782,7 +788,8 @@ class AuditEventListApi(TenantApi):
         limit = q["limit"]
         events = selectors.audit_list(user=request.user, tenant=t, run_id=q["run"],
                                       actor=q["actor"], action=q["action"],
-                                      before_seq=q["before_seq"], limit=limit + 1)
+                                      before_seq=q["before_seq"], q=q["q"],
+                                      limit=limit + 1)
         more = len(events) > limit
         events = events[:limit]
         nxt = page_url(request, before_seq=str(events[-1].seq)) if more else None

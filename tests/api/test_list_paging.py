@@ -1,5 +1,7 @@
-"""Keyset paging of ``GET …/runs`` (issue 8): pages follow ``-last_write_at, -id``, runs
-written at the same instant included, and a cursor the API did not make is a 400 naming
+"""Keyset paging of ``GET …/runs`` (issues 8 and 9): pages follow the run's creation
+order (``-id``, or ``id`` with ``sort=created``), which no write changes, so runs written
+at the same instant, or while a client pages, are each listed exactly once; ``previous``
+goes back; a cursor the API did not make, or made for another list, is a 400 naming
 ``cursor``."""
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import json
 import pytest
 
 from checkpoints.models import Run
-from tests.api.apihelpers import get, new_checkpoint
+from tests.api.apihelpers import get, new_checkpoint, put_cp
 
 
 @pytest.fixture
@@ -28,20 +30,52 @@ def _all_pages(client, **params) -> list[list[str]]:
         r = client.get(r.json()["next"])
 
 
-def test_pages_keep_the_order_through_runs_written_at_the_same_instant(w, acme):
+def test_pages_follow_the_creation_order_whatever_the_last_writes(w, acme):
     made = [new_checkpoint(w, "acme")["run_id"] for _ in range(7)]
     same = Run.objects.for_tenant(acme).get(uuid=made[3]).last_write_at
-    # Five runs share one last write; the tie is broken by id, newest first.
+    # Five runs share one last write, and the oldest wrote last: neither moves a run.
     Run.objects.for_tenant(acme).filter(uuid__in=made[1:6]).update(last_write_at=same)
-    expected = [str(u) for u in Run.objects.for_tenant(acme)
-                .order_by("-last_write_at", "-id").values_list("uuid", flat=True)]
-    assert expected[0] == made[6] and expected[-1] == made[0]
+    Run.objects.for_tenant(acme).filter(uuid=made[0]).update(
+        last_write_at=same.replace(year=same.year + 1))
     for limit in (1, 2, 3, 7):
         pages = _all_pages(w, limit=limit)
-        assert [u for page in pages for u in page] == expected
+        assert [u for page in pages for u in page] == made[::-1]
         assert all(len(page) == limit for page in pages[:-1])
     state = _all_pages(w, limit=2, recovery_state="healthy")
-    assert [u for page in state for u in page] == expected
+    assert [u for page in state for u in page] == made[::-1]
+    assert [u for page in _all_pages(w, limit=3, sort="created") for u in page] == made
+
+
+def test_a_run_written_while_a_client_pages_is_listed_exactly_once(w, acme):
+    made = [new_checkpoint(w, "acme") for _ in range(7)]
+    first = get(w, "acme", "runs", limit=3).json()
+    seen = [row["run_id"] for row in first["results"]]
+    # The oldest run (on the last page) and one already seen write again between pages:
+    # ordered by last write, the first would be skipped and the second listed twice.
+    for body in (made[0], next(b for b in made if b["run_id"] == seen[1])):
+        assert put_cp(w, "acme", dict(body, revision=1), match=0).status_code == 200
+    r = w.get(first["next"])
+    while True:
+        assert r.status_code == 200, r.content
+        seen += [row["run_id"] for row in r.json()["results"]]
+        if r.json()["next"] is None:
+            break
+        r = w.get(r.json()["next"])
+    assert sorted(seen) == sorted(b["run_id"] for b in made) and len(set(seen)) == 7
+
+
+def test_previous_goes_back_page_by_page_to_the_first(w, acme):
+    made = [new_checkpoint(w, "acme")["run_id"] for _ in range(7)][::-1]
+    first = get(w, "acme", "runs", limit=3).json()
+    assert first["previous"] is None
+    second = w.get(first["next"]).json()
+    third = w.get(second["next"]).json()
+    assert [r["run_id"] for r in third["results"]] == made[6:] and third["next"] is None
+    back = w.get(third["previous"]).json()
+    assert [r["run_id"] for r in back["results"]] == made[3:6]
+    top = w.get(back["previous"]).json()
+    assert [r["run_id"] for r in top["results"]] == made[:3] and top["previous"] is None
+    assert [r["run_id"] for r in w.get(top["next"]).json()["results"]] == made[3:6]
 
 
 def _cursor(value) -> str:
@@ -63,3 +97,14 @@ def test_a_cursor_the_api_did_not_make_is_a_400_naming_it(w, acme, value):
     r = get(w, "acme", "runs", cursor=_cursor(value))
     assert r.status_code == 400
     assert r.json()["detail"].startswith("cursor:")
+
+
+def test_a_cursor_made_for_another_list_is_a_400_naming_it(w, acme):
+    for _ in range(3):
+        new_checkpoint(w, "acme")
+    cursor = get(w, "acme", "runs", limit=1).json()["next"].split("cursor=")[1]
+    for other in ({"sort": "created"}, {"q": "a"}, {"recovery_state": "healthy"},
+                  {"kind": "acme.order"}, {"age_s_min": "5"}):
+        r = get(w, "acme", "runs", limit=1, cursor=cursor, **other)
+        assert r.status_code == 400 and r.json()["detail"].startswith("cursor:"), other
+    assert get(w, "acme", "runs", limit=1, cursor=cursor).status_code == 200

@@ -279,6 +279,8 @@ def own_counts(tenant: Tenant) -> dict:
                                                   acknowledged_at__isnull=True).count(),
         "audit": AuditEvent.objects.filter(tenant=tenant).count(),
         "payments": Effect.objects.filter(tenant=tenant, service="payments").count(),
+        "charged_runs": Effect.objects.filter(tenant=tenant, operation_key__contains="charge:")
+        .values("run").distinct().count(),
     }
 
 
@@ -367,6 +369,18 @@ SELECTORS: dict[str, SelectorCell] = {
         lambda w, s, u: selectors.run_list(user=u, tenant=w.tenant(s),
                                            filters=selectors.RunFilters(), limit=200),
         _count_is(lambda c: sum(c["runs"].values()), lambda a: len(a[0]))),
+    # The search (issue 9) answers with its own tenant's runs only: the twins share
+    # operation keys ("charge:…") and checkpoint ids, so a leak changes the numbers.
+    "run_state_counts": SelectorCell(
+        lambda w, s, u: selectors.run_state_counts(
+            user=u, tenant=w.tenant(s), filters=selectors.RunFilters(q="CHARGE:")),
+        _count_is(lambda c: c["charged_runs"], lambda a: sum(a.values())), shows_mark=False),
+    "run_position": SelectorCell(
+        lambda w, s, u: selectors.run_position(
+            user=u, tenant=w.tenant(s), filters=selectors.RunFilters(q=str(IDS["c_stuck"])),
+            sort="created", pk=2**62),
+        lambda w, s, a: "" if a == 1 else f"{a} runs before, the tenant has 1",
+        shows_mark=False),
     "run_get": SelectorCell(
         lambda w, s, u: selectors.run_get(user=u, tenant=w.tenant(s), run_id=IDS["r_closed"])),
     "run_detail": SelectorCell(
@@ -435,6 +449,8 @@ CROSS_IDS: dict[str, Callable[[World, str, object], object]] = {
 NOT_TENANT_DATA = {
     "encode_cursor": "pure: turns a row into a cursor",
     "decode_cursor": "pure: parses a cursor",
+    "search_terms": "pure: checks and strips a search",
+    "uuid_prefix_range": "pure: the UUID range a prefix spans",
     "tenants_for_user": "the tenants of one account: test_tenants_for_user_lists_only_granted",
     "tokens_of_account": "one account's tokens, no tenant: the operator's list_tokens",
 }
