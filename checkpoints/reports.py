@@ -469,3 +469,86 @@ def to_csv(data: dict, figure: str) -> str:
     for row in csv_rows(data, figure):
         writer.writerow([csv_cell(c) for c in row])
     return out.getvalue()
+
+
+# --------------------------------------------------------------------------------------
+# Charts: geometry for server-drawn inline SVG (no script, no style attribute: the
+# Content-Security-Policy forbids both; colours are SVG ``fill`` attributes)
+# --------------------------------------------------------------------------------------
+
+#: Colours of a chart's series, in order (recovery states have their own, ``STATE_FILL``).
+PALETTE = ("#2563eb", "#ea580c", "#16a34a", "#9333ea", "#dc2626", "#0891b2", "#ca8a04",
+           "#db2777", "#4b5563")
+STATE_FILL = {
+    RecoveryState.AMBIGUOUS: "#ea580c", RecoveryState.UNKNOWN_OUTCOME: "#dc2626",
+    RecoveryState.CONFLICTED: "#ca8a04", RecoveryState.AWAITING_APPROVAL: "#9333ea",
+    RecoveryState.RETRY_APPROVED: "#2563eb", RecoveryState.SCHEMA_MISMATCH: "#db2777",
+    RecoveryState.HEALTHY: "#16a34a", RecoveryState.COMPLETED: "#0891b2",
+    RecoveryState.CLOSED: "#4b5563",
+}
+CHART_W, CHART_H, LEFT, BOTTOM, TOP = 720, 200, 44, 22, 8
+
+
+def _label(moment: datetime, bucket: str) -> str:
+    return moment.strftime("%H:00" if bucket == HOUR else "%m-%d")
+
+
+def bar_chart(series: dict[str, list[int]], buckets: list[datetime], bucket: str,
+              fills: dict[str, str] | None = None) -> dict:
+    """Stacked bars, one per bucket: ``{width, height, bars: [{x, y, w, h, fill, title}],
+    ticks: [{x, label}], grid: [{y, label}], legend: [{name, fill, total}], total}``
+    in the SVG's user units (``viewBox 0 0 width height``). Series with no count are
+    left out of the bars but kept in the legend with 0."""
+    fills = fills or {}
+    names = list(series)
+    colour = {n: fills.get(n) or PALETTE[i % len(PALETTE)] for i, n in enumerate(names)}
+    totals = [sum(series[n][i] for n in names) for i in range(len(buckets))]
+    top = max(totals, default=0) or 1
+    plot_w, plot_h = CHART_W - LEFT - 4, CHART_H - BOTTOM - TOP
+    step = plot_w / max(1, len(buckets))
+    width = max(1.0, step * 0.8)
+    bars = []
+    for i, moment in enumerate(buckets):
+        y = TOP + plot_h
+        for n in names:
+            count = series[n][i]
+            if not count:
+                continue
+            h = plot_h * count / top
+            y -= h
+            bars.append({"x": round(LEFT + i * step + (step - width) / 2, 2), "y": round(y, 2),
+                         "w": round(width, 2), "h": round(h, 2), "fill": colour[n],
+                         "title": f"{_label(moment, bucket)} {moment:%Y-%m-%d}: {n} {count}"})
+    every = max(1, len(buckets) // 8)
+    ticks = [{"x": round(LEFT + i * step + step / 2, 2), "label": _label(m, bucket)}
+             for i, m in enumerate(buckets) if i % every == 0]
+    grid = [{"y": round(TOP + plot_h - plot_h * f, 2), "label": _tick(top * f)}
+            for f in (0, 0.5, 1)]
+    return {"width": CHART_W, "height": CHART_H, "bars": bars, "ticks": ticks, "grid": grid,
+            "left": LEFT, "right": CHART_W - 4, "baseline": TOP + plot_h,
+            "legend": [{"name": n, "fill": colour[n], "total": sum(series[n])} for n in names],
+            "total": sum(totals)}
+
+
+def _tick(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:.1f}"
+
+
+def stat_chart(stats: dict[str, dict], unit: str) -> dict:
+    """Horizontal bars, one row per key, its ``max``, ``p95`` and ``p50`` drawn over each
+    other (lightest to darkest): ``{width, height, rows: [{y, label, bars: [{w, fill,
+    title}]}]}``; ``unit`` is added to the titles."""
+    top = max((s["max"] or 0 for s in stats.values()), default=0) or 1
+    label_w, row_h = 180, 22
+    plot_w = CHART_W - label_w - 8
+    rows = []
+    for i, (key, s) in enumerate(stats.items()):
+        bars = []
+        for name, fill in (("max", "#cbd5e1"), ("p95", "#60a5fa"), ("p50", "#1d4ed8")):
+            value = s[name] or 0
+            bars.append({"x": label_w, "w": round(max(1.0, plot_w * value / top), 2),
+                         "fill": fill, "title": f"{key} {name} {_tick(value)} {unit}"})
+        rows.append({"y": i * row_h + 4, "label": key if len(key) <= 28 else key[:27] + "…",
+                     "bars": bars, "text_y": i * row_h + 16})
+    return {"width": CHART_W, "height": max(row_h, len(rows) * row_h + 8), "rows": rows,
+            "label_w": label_w - 6}
