@@ -302,7 +302,8 @@ class CheckpointRevision(TenantOwned):
             models.CheckConstraint(condition=Q(revision__gte=0),
                                    name="checkpoint_revision_row_gte_0"),
         ]
-        # The report's checkpoint sizes per kind: the revisions received in a range.
+        # The report's checkpoint sizes per kind: the revisions received in a range
+        # (on PostgreSQL covering kind and payload_size, migration 0012).
         indexes = [models.Index(fields=["tenant", "received_at"],
                                 name="checkpoint_revision_recv_idx")]
 
@@ -747,7 +748,8 @@ class RunTransition(TenantOwned):
 
     class Meta:
         indexes = [
-            # The report's runs entering each state per bucket (a range of the tenant).
+            # The report's runs entering each state per bucket (a range of the tenant; on
+            # PostgreSQL covering to_state, migration 0012).
             models.Index(fields=["tenant", "at"], name="run_transition_at_idx"),
             # Time from ambiguous to resolved: one run's transitions in order.
             models.Index(fields=["run", "at"], name="run_transition_run_idx"),
