@@ -110,6 +110,13 @@ def measure(*, samples: int, say) -> list[dict]:
         ("inbox counts (10 s poll)", _get(reviewer, f"/t/{TENANT}/counts/"), samples, None),
         ("report page", _get(reviewer, f"/t/{TENANT}/report/"), samples, None),
         ("API report", _get(reviewer, f"{api}/report"), samples, None),
+        # The report over time (issue 9, item 6): every figure of checkpoints.reports.
+        ("report page, 24h", _get(reviewer, f"/t/{TENANT}/report/?range=24h"), samples, None),
+        ("report page, 30d", _get(reviewer, f"/t/{TENANT}/report/?range=30d"), samples, None),
+        ("API report, 30d", _get(reviewer, f"{api}/report?range=30d"), samples, None),
+        ("report CSV, 30d checkpoint sizes",
+         _get(reviewer, f"/t/{TENANT}/report/?range=30d&format=csv&figure="
+                        f"checkpoint_size_bytes"), samples, None),
         ("API run list", _get(reviewer, f"{api}/runs"), samples, None),
         ("API run list, ambiguous", _get(reviewer, f"{api}/runs?recovery_state=ambiguous"),
          samples, None),

@@ -304,6 +304,10 @@ class CheckpointRevision(TenantOwned):
             models.CheckConstraint(condition=Q(revision__gte=0),
                                    name="checkpoint_revision_row_gte_0"),
         ]
+        # The report's checkpoint sizes per kind: the revisions received in a range
+        # (on PostgreSQL covering kind and payload_size, migration 0013).
+        indexes = [models.Index(fields=["tenant", "received_at"],
+                                name="checkpoint_revision_recv_idx")]
 
 
 class Effect(EncryptedReceipt, TenantOwned, TimestampedModel):
@@ -427,6 +431,8 @@ class Conflict(TenantOwned):
             # The report's open conflicts: only the open ones are in it.
             models.Index(fields=["tenant"], condition=Q(acknowledged_at__isnull=True),
                          name="conflict_open_idx"),
+            # The report's conflicts over time: the tenant's conflicts made in a range.
+            models.Index(fields=["tenant", "created_at"], name="conflict_tenant_new_idx"),
         ]
 
 
@@ -471,7 +477,9 @@ class RetryRequest(TenantOwned, TimestampedModel):
             ),
         ]
         # The report's retry requests per state (an index-only GROUP BY).
-        indexes = [models.Index(fields=["tenant", "state"], name="retry_tenant_state_idx")]
+        indexes = [models.Index(fields=["tenant", "state"], name="retry_tenant_state_idx"),
+                   # The report's approvals per approver: decisions made in a range.
+                   models.Index(fields=["tenant", "decided_at"], name="retry_tenant_decided_idx")]
 
 
 class ApiToken(models.Model):
@@ -606,7 +614,10 @@ class ReconcileRequest(TenantOwned, TimestampedModel):
             models.CheckConstraint(condition=Q(state__in=ReconcileState.values),
                                    name="reconcile_state_valid"),
         ]
-        indexes = [models.Index(fields=["state", "next_attempt_at"], name="reconcile_due_idx")]
+        indexes = [models.Index(fields=["state", "next_attempt_at"], name="reconcile_due_idx"),
+                   # The report's reconciliation outcomes: requests finished in a range.
+                   models.Index(fields=["tenant", "finished_at"],
+                                name="reconcile_tenant_done_idx")]
 
     def __str__(self) -> str:
         return f"reconcile request {self.pk} ({self.state})"
@@ -637,6 +648,9 @@ class ReconcileAttempt(TenantOwned):
 
     class Meta:
         ordering = ["request_id", "number"]
+        # The report's look-up answers: attempts finished in a range.
+        indexes = [models.Index(fields=["tenant", "finished_at"],
+                                name="reconcile_attempt_done_idx")]
 
 
 class ReconcilerConfig(TenantOwned, TimestampedModel):
@@ -707,3 +721,59 @@ class EffectStateCount(StateCounter):
             models.UniqueConstraint(fields=["tenant", "state", "shard"],
                                     name="effect_state_count_unique"),
         ]
+
+
+class RunTransition(TenantOwned):
+    """One change of a run's ``recovery_state`` (the report's history, issue 9 item 6):
+    ``from_state`` -> ``to_state`` at the database time ``at``. A run's first row has
+    ``from_state == ""`` (the run was created in ``to_state``).
+
+    Written ONLY by database triggers on the run table (migration 0013), in the same
+    transaction as the insert or the ``recovery_state`` change, whichever code makes it
+    (the ORM services, the SQL write path in ``writepath``, ``generate_load``), exactly
+    like the state counters of migration 0011; nothing in Python writes it. ``at`` is the
+    database clock (``CLOCK_TIMESTAMP()`` on PostgreSQL, SQLite's ``'now'`` to the
+    millisecond); rows of one run are ordered by ``(at, id)``.
+
+    Retention: a transition lives as long as its run. Deleting a run (the only deletion
+    is ``services.runs._drop_if_empty``) removes its transitions (``CASCADE``); no other
+    retention applies to runs today (docs/reports.md).
+    """
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+",
+                               db_index=False)  # (tenant, at) starts with it
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="transitions",
+                            db_index=False)  # (run, at) starts with it
+    from_state = models.CharField(max_length=24, blank=True)
+    to_state = models.CharField(max_length=24)
+    at = models.DateTimeField()
+
+    class Meta:
+        indexes = [
+            # The report's runs entering each state per bucket (a range of the tenant; on
+            # PostgreSQL covering to_state, migration 0013).
+            models.Index(fields=["tenant", "at"], name="run_transition_at_idx"),
+            # Time from ambiguous to resolved: one run's transitions in order.
+            models.Index(fields=["run", "at"], name="run_transition_run_idx"),
+        ]
+
+
+class ResumeDecision(TenantOwned):
+    """One claimed resume decision (``POST …/runs/{run_id}/resume``,
+    ``services.resume_claim``), written in the claim's own transaction: the answer's
+    ``action`` and ``reason`` (``vocab.ResumeAction``/``ResumeReason``), how old the run's
+    latest checkpoint was at that moment (``checkpoint_age_ms``: the database time minus
+    its ``received_at``, in milliseconds; null when the run had no checkpoint), and the
+    database time ``at``. The report's resume age reads it; ``GET …/resume`` (a
+    preview) writes none. Deleted with its run (``CASCADE``)."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+",
+                               db_index=False)  # (tenant, at) starts with it
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="+")
+    action = models.CharField(max_length=16)
+    reason = models.CharField(max_length=32)
+    checkpoint_age_ms = models.BigIntegerField(null=True, blank=True)
+    at = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["tenant", "at"], name="resume_decision_at_idx")]

@@ -30,7 +30,7 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from functools import wraps
 
 from django.conf import settings
@@ -45,7 +45,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect, reswap, retarget, trigger_client_event
 
-from . import kinds, reconciliation, roles, selectors, services, vocab
+from . import kinds, reconciliation, reports, roles, selectors, services, vocab
 from .exceptions import DomainError, InvalidPayload, OwnerLive, ReasonRequired
 from .forms import (
     ALL_TAB,
@@ -975,16 +975,87 @@ def _diff_class(line: str) -> str:
 @dashboard
 @tenant_page()
 def report(request: HttpRequest, tenant: Tenant) -> HttpResponse:
-    """``/t/<slug>/report/``: runs per recovery state, effects and retries per state."""
-    data = selectors.report(user=request.user, tenant=tenant)
-    runs_total = sum(data["runs"].values()) or 1
-    run_rows = [(state, n, round(100 * n / runs_total)) for state, n in data["runs"].items()]
-    context = _base_context(request, tenant, "report") | {
-        "data": data, "run_rows": run_rows, "runs_total": sum(data["runs"].values()),
-        "effect_rows": sorted(data["effects"].items()),
-        "retry_rows": sorted(data["retry_requests"].items()),
+    """``/t/<slug>/report/``: the tenant's numbers now (runs, effects and retries per
+    state, open conflicts) and its figures over a range (``reports.figures``), each drawn
+    as inline SVG with a CSV download and the database time it was read at.
+
+    Query string (``reports.ReportRangeForm``: 400 naming the parameter): ``range``
+    (``24h``/``7d``/``30d``/``custom``), ``from``/``to`` (custom), ``format=csv`` with
+    ``figure=<name>`` answers that figure as a CSV attachment (cells safe from formula
+    injection, ``reports.csv_cell``). An htmx request (a range link or the custom form)
+    gets only the ``report-range`` fragment."""
+    q = reports.ReportRangeForm.parse(request.GET)
+    data = reports.figures(user=request.user, tenant=tenant, range_name=q["range"] or None,
+                           start=q["start"] or None, end=q["end"] or None)
+    if q["format"] == "csv":
+        response = HttpResponse(reports.to_csv(data, q["figure"]),
+                                content_type="text/csv; charset=utf-8")
+        response["Content-Disposition"] = (
+            f'attachment; filename="{tenant.slug}-{q["figure"]}-{data["range"]["name"]}.csv"')
+        return response
+    context = _base_context(request, tenant, "report") | _report_range_context(data)
+    if request.htmx:
+        return render(request, "checkpoints/report.html#report-range", context)
+    now = selectors.report(user=request.user, tenant=tenant)
+    runs_total = sum(now["runs"].values()) or 1
+    run_rows = [(state, n, round(100 * n / runs_total)) for state, n in now["runs"].items()]
+    context |= {
+        "data": now, "run_rows": run_rows, "runs_total": sum(now["runs"].values()),
+        "effect_rows": sorted(now["effects"].items()),
+        "retry_rows": sorted(now["retry_requests"].items()),
     }
     return render(request, "checkpoints/report.html", context)
+
+
+def _report_range_context(data: dict) -> dict:
+    """The range part of the report page: the figures with their charts
+    (``reports.bar_chart``/``stat_chart``), the query of this range (for the CSV links)
+    and the range links."""
+    rng = data["range"]
+    query = {"range": rng["name"]}
+    if rng["name"] == reports.CUSTOM:
+        query |= {"from": rng["from"].isoformat().replace("+00:00", "Z"),
+                  "to": rng["to"].isoformat().replace("+00:00", "Z")}
+    buckets, bucket = data["buckets"], rng["bucket"]
+
+    def series(name, title, words, fills=None):
+        return {"name": name, "title": title, "words": words, "kind": "series",
+                "chart": reports.bar_chart(data[name], buckets, bucket, fills)}
+
+    def stats(name, title, words, unit):
+        return {"name": name, "title": title, "words": words, "kind": "stats", "unit": unit,
+                "rows": data[name], "chart": reports.stat_chart(data[name], unit)}
+
+    ttr = data["time_to_resolve_s"]
+    charts = [
+        series("runs_entering", "Runs entering each recovery state",
+               "a run's creation counts as entering its first state",
+               reports.STATE_FILL),
+        series("conflicts", "Conflicts", "refused writes, by reason"),
+        {"name": "schema_mismatches", "title": "Schema mismatches", "kind": "series",
+         "words": "runs entering schema_mismatch",
+         "chart": reports.bar_chart({RecoveryState.SCHEMA_MISMATCH: data["schema_mismatches"]},
+                                    buckets, bucket, reports.STATE_FILL)},
+        series("reconcile_outcomes", "Reconciliation outcomes",
+               "reconcile requests finished, by what they settled"),
+        series("reconcile_answers", "Look-up answers",
+               "what the services answered each look-up"),
+        {"name": "time_to_resolve_s", "title": "Time from ambiguous to resolved",
+         "kind": "stats", "unit": "s",
+         "words": "from entering ambiguous or unknown_outcome to healthy, completed or closed",
+         "rows": {"resolved runs": ttr},
+         "chart": reports.stat_chart({"resolved runs": ttr}, "s")},
+        stats("resume_age_ms", "Resume age",
+              "how old the latest checkpoint was when a runtime claimed a resume, by answer",
+              "ms"),
+        stats("checkpoint_size_bytes", "Checkpoint size", "accepted revisions, by kind",
+              "bytes"),
+    ]
+    return {"figures": data, "charts": charts, "range_query": query,
+            "ranges": [*reports.RANGES], "range_custom": reports.CUSTOM,
+            # the custom form's last day (``to`` is the exclusive midnight after it)
+            "range_to_day": (rng["to"] - timedelta(microseconds=1)).date().isoformat(),
+            "approvals": data["approvals"]}
 
 
 @require_GET

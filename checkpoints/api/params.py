@@ -130,6 +130,21 @@ class IdentityParams(Params):
     definition_version = Text(max_length=column_limit(Run, "definition_version"))
 
 
+
+class ReportParams(Params):
+    """``GET …/report``: ``range`` (``24h``, ``7d`` the default, ``30d``, ``custom``) or
+    ``from``/``to`` (ISO 8601 date or date-time, UTC without an offset; ``to`` after
+    ``from``, at most 366 days apart); the rules between them are
+    ``checkpoints.reports.window``'s."""
+
+    range = serializers.ChoiceField(choices=["24h", "7d", "30d", "custom"], required=False,
+                                    help_text="the last 24 hours, 7 days, 30 days, or custom")
+    # ``from`` is a keyword: the two fields are declared by name.
+    locals()["from"] = Text(max_length=32, help_text="custom range start: 2026-11-01 or "
+                                                     "2026-11-01T12:00Z")
+    locals()["to"] = Text(max_length=32, help_text="custom range end; a date alone "
+                                                   "includes that day")
+
 def check(params_class: type[Params], data: dict) -> dict[str, Any]:
     """Validate ``data`` (one value per name) against ``params_class``.
 

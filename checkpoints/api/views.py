@@ -45,7 +45,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from .. import reconciliation, roles, selectors, services
+from .. import reconciliation, reports, roles, selectors, services
 from ..exceptions import (
     Forbidden,
     InvalidPayload,
@@ -797,13 +797,19 @@ class AuditEventListApi(TenantApi):
 
 
 class ReportApi(TenantApi):
+    params = {"get": p.ReportParams}
+
     @extend_schema(
         operation_id="report",
-        summary="Tenant numbers: runs per recovery state, effects per state, retries, conflicts",
-        parameters=[TENANT],
-        responses={200: s.ReportSerializer, **_errors()},
+        summary="Tenant numbers now (runs, effects, retries per state, open conflicts) and "
+                "the report's figures over a range (checkpoints.reports)",
+        parameters=[TENANT, p.ReportParams],
+        responses={200: s.ReportSerializer, **_errors(400)},
     )
     def get(self, request, tenant):
         t = self.tenant(request, tenant, roles.VIEW)
+        q = self.query
         numbers = selectors.report(user=request.user, tenant=t)
+        numbers |= reports.figures(user=request.user, tenant=t, range_name=q["range"] or None,
+                                   start=q["from"] or None, end=q["to"] or None)
         return Response(s.ReportSerializer.render(numbers))

@@ -27,6 +27,7 @@ from ..models import (
     Checkpoint,
     Conflict,
     Effect,
+    ResumeDecision,
     RetryRequest,
     Run,
     Tenant,
@@ -323,7 +324,11 @@ def resume_claim(*, actor, tenant: Tenant, run_id: uuid.UUID, asked: dict[str, s
     the request becomes ``consumed``, the fencing token is bumped and the lease dropped
     (so the old owner is fenced), the run is reopened if a reviewer had closed it, its
     ``unknown``/``not_executed`` effects are authorised to go back to ``planned``, and one
-    audit event is written. Any other answer changes nothing. Returns ``{action, reason,
+    audit event is written. Any other answer changes nothing of the run. Every claim,
+    whatever its answer, leaves one ``ResumeDecision`` row (action, reason, the latest
+    checkpoint's age in ms at the database time) in the same transaction, for the
+    report's resume age (issue 9, item 6): a record of the runtime's question, not of a
+    change, so it has no audit event of its own. Returns ``{action, reason,
     checkpoint_id, revision, fencing_token}``. Raises ``NotFound`` for an unknown run.
     """
     require(actor, tenant, roles.WRITE)
@@ -363,8 +368,21 @@ def resume_claim(*, actor, tenant: Tenant, run_id: uuid.UUID, asked: dict[str, s
                          before={"state": RetryState.APPROVED},
                          after={"state": RetryState.CONSUMED, "fencing_token": run.fencing_token})
         answer = _resume_answer(run, decision)
+        _record_resume(run, decision, now)
     # Counted once the claim committed (metrics.RESUME_DECISIONS); a failed one is not.
     count_resume_decision(tenant=tenant, action=answer["action"], mode="claim")
     return answer
+
+
+def _record_resume(run: Run, decision: policy.Decision, now: datetime) -> None:
+    """The ``ResumeDecision`` row of one claim (caller's transaction; ``now`` is the
+    database time read with the run's lock): ``checkpoint_age_ms`` is ``now`` minus the
+    latest checkpoint's ``received_at`` (null without a checkpoint, never negative)."""
+    checkpoint = run.latest_checkpoint
+    age_ms = None
+    if checkpoint is not None:
+        age_ms = max(0, int((now - checkpoint.received_at).total_seconds() * 1000))
+    ResumeDecision.objects.create(tenant_id=run.tenant_id, run=run, action=decision.action,
+                                  reason=decision.reason, checkpoint_age_ms=age_ms, at=now)
 
 

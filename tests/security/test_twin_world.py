@@ -48,17 +48,19 @@ from django.test import Client
 from django.urls import URLPattern, reverse
 from rest_framework.test import APIClient
 
-from checkpoints import audit, reconciliation, roles, selectors, services
+from checkpoints import audit, reconciliation, reports, roles, selectors, services
 from checkpoints import urls as dashboard_urls
 from checkpoints.exceptions import DomainError, NotFound
 from checkpoints.models import (
     AuditEvent,
+    CheckpointRevision,
     Conflict,
     Effect,
     ReconcileAttempt,
     ReconcileRequest,
     RetryRequest,
     Run,
+    RunTransition,
     Tenant,
 )
 from checkpoints.reconcile import Answer
@@ -455,6 +457,59 @@ NOT_TENANT_DATA = {
     "tokens_of_account": "one account's tokens, no tenant: the operator's list_tokens",
 }
 
+def _figures_count(w: World, slug: str, a: dict) -> str:
+    """The report's figures over the last 24 hours (the world was built just now): every
+    transition and every accepted revision of the tenant, nothing of the twin's."""
+    t = w.tenant(slug)
+    got = (sum(sum(v) for v in a["runs_entering"].values()),
+           sum(v["n"] for v in a["checkpoint_size_bytes"].values()))
+    want = (RunTransition.objects.filter(tenant=t).count(),
+            CheckpointRevision.objects.filter(tenant=t).count())
+    return "" if got == want else f"figures (transitions, revisions) {got}, own {want}"
+
+
+#: The public functions of ``checkpoints.reports`` that read tenant data, like selectors.
+REPORTS: dict[str, SelectorCell] = {
+    "figures": SelectorCell(
+        lambda w, s, u: reports.figures(user=u, tenant=w.tenant(s), range_name="24h"),
+        _figures_count, shows_mark=False),
+}
+REPORTS_PURE = {
+    "window": "pure: parses a range", "percentile": "pure arithmetic",
+    "csv_cell": "pure: formats a value", "csv_rows": "pure: lays out figures' answer",
+    "to_csv": "pure: writes figures' answer", "bar_chart": "pure geometry",
+    "stat_chart": "pure geometry",
+}
+
+
+def test_every_public_report_function_is_classified():
+    found = {name for name, fn in inspect.getmembers(reports, inspect.isfunction)
+             if fn.__module__ == reports.__name__ and not name.startswith("_")}
+    assert found == set(REPORTS) | set(REPORTS_PURE), found ^ (set(REPORTS) | set(REPORTS_PURE))
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("name", sorted(REPORTS))
+def test_a_report_function_answers_with_its_own_tenant_only(world, name):
+    cell = REPORTS[name]
+    failures = []
+    for slug in SLUGS:
+        for p in world.personas:
+            allowed = roles.VIEW in p.perms(slug)
+            try:
+                answer = cell.call(world, slug, p.user)
+            except NotFound:
+                if allowed:
+                    failures.append(f"{slug}/{p.name}: NotFound for its own tenant")
+                continue
+            if not allowed:
+                failures.append(f"{slug}/{p.name}: answered without a role: {answer!r:.100}")
+            if MARK[other(slug)] in _text(answer):
+                failures.append(f"{slug}/{p.name}: the twin's marker in the answer")
+            if problem := cell.count(world, slug, answer):
+                failures.append(f"{slug}/{p.name}: {problem}")
+    assert not failures, f"{name}:\n" + "\n".join(failures)
+
 
 def test_every_public_selector_is_classified():
     found = {name for name, fn in inspect.getmembers(selectors, inspect.isfunction)
@@ -551,7 +606,9 @@ def _report_count(w, slug, response):
     got = (data["effects"], data["retry_requests"], data["open_conflicts"],
            {k: v for k, v in data["runs"].items() if v})
     want = (own["effects"], own["retry_requests"], own["open_conflicts"], own["runs"])
-    return "" if got == want else f"report {got}, own {want}"
+    if got != want:
+        return f"report {got}, own {want}"
+    return _figures_count(w, slug, data)
 
 
 NEW_CP = lambda: envelope(IDS["new_cp"], IDS["r_stable"], 0, payload={"phase": "ready"})  # noqa: E731
@@ -590,7 +647,7 @@ API: dict[str, Req] = {
                                                        write=True, shows_mark=True),
     f"get {T}audit-events": Req(query="limit=200", shows_mark=True,
                                 count=_api_count("results", lambda c: c["audit"])),
-    f"get {T}report": Req(count=_report_count),
+    f"get {T}report": Req(query="range=24h", count=_report_count),
 }
 
 PAGES: dict[str, Req] = {

@@ -40,7 +40,7 @@ from django.urls import reverse
 
 from checkpoints import policy, reconciliation, selectors, services
 from checkpoints.exceptions import Fenced, LeaseHeld, StaleRevision
-from checkpoints.models import AuditEvent, Conflict, Run
+from checkpoints.models import AuditEvent, Conflict, ResumeDecision, Run
 from checkpoints.vocab import EffectSource
 from tests.conftest import _person, bearer_client
 from tests.helpers import age_world, effect_body, envelope, put_checkpoint, put_effect
@@ -311,6 +311,23 @@ def _counters_true() -> list[str]:
     return [] if kept == real else [f"state counters {dict(kept)} != runs {dict(real)}"]
 
 
+def _history_of(run_pk, changed: dict) -> list[str]:
+    """The run-history rows a kept conflict added: only added, only of the run, the last
+    one leading to the run's state."""
+    from checkpoints.models import RunTransition
+
+    if set(changed) - {"added"}:
+        return [f"run history changed, not only added: {changed}"]
+    rows = list(RunTransition.objects.filter(pk__in=changed.get("added", []))
+                .order_by("at", "id").values_list("run_id", "to_state"))
+    if any(run != run_pk for run, _ in rows):
+        return [f"history added for another run: {rows}"]
+    state = Run.objects.filter(pk=run_pk).values_list("recovery_state", flat=True).first()
+    if rows and rows[-1][1] != state:
+        return [f"history ends in {rows[-1][1]}, the run is {state}"]
+    return []
+
+
 def _check_kept_as_conflict(w: World, a: Attempt, token, before, after, run_before,
                             run_pk) -> list[str]:
     problems = []
@@ -323,6 +340,8 @@ def _check_kept_as_conflict(w: World, a: Attempt, token, before, after, run_befo
     # checked against the runs instead of diffed.
     diff.pop("checkpoints.RunStateCount", None)
     diff.pop("checkpoints.EffectStateCount", None)
+    # So is the run's history (triggers, migration 0013): only rows of this run, added.
+    problems += _history_of(run_pk, diff.pop("checkpoints.RunTransition", {}))
     if diff:
         problems.append(f"changed beyond the conflict record: {diff}")
     problems += _counters_true()
@@ -439,7 +458,9 @@ def test_an_ousted_owner_cannot_lease_over_the_new_one(acme, wendy, rita, april,
 @pytest.mark.parametrize("ousting", list(OUSTINGS))
 def test_a_claim_with_nothing_to_consume_changes_nothing(acme, wendy, rita, april, ousting):
     """``POST …/resume`` by the ousted writer (or anyone) with no approved retry to
-    consume: an answer, no write, no token bump (CONTRACT.md 3)."""
+    consume: an answer, no token bump, nothing of the run changed (CONTRACT.md 3); the
+    only row written is the claim's own record (``ResumeDecision``, issue 9 item 6),
+    one per claim, with the answer's action."""
     heir = _person("heir", acme, "writer", service=True)
     w = OUSTINGS[ousting](acme, wendy, heir, rita, april)
     client = w.api()
@@ -450,7 +471,12 @@ def test_a_claim_with_nothing_to_consume_changes_nothing(acme, wendy, rita, apri
         reverse("api:run-resume", kwargs={"tenant": "acme", "run_id": str(w.run_id)}),
         data={}, format="json")
     assert r.status_code == 200 and r.json()["fencing_token"] == w.now, r.content
-    assert not db_diff(before, db_state())
+    diff = db_diff(before, db_state())
+    records = diff.pop("checkpoints.ResumeDecision", {})
+    assert not diff
+    assert set(records) == {"added"} and len(records["added"]) == 2
+    assert set(ResumeDecision.objects.filter(pk__in=records["added"])
+               .values_list("run__uuid", "action")) == {(w.run_id, answer["action"])}
 
 
 # A rule matrix: database-independent, so `make test` runs it once, on PostgreSQL

@@ -1,0 +1,117 @@
+"""The report page over time (issue 9, item 6): the range in the query string (400 naming
+the parameter), server-drawn SVG charts, CSV downloads safe from formula injection, an
+htmx fragment for a range change, and a cost in queries that does not grow with rows.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+
+from checkpoints import reports, services
+from tests.helpers import ambiguous_run, envelope, put_checkpoint
+
+pytestmark = pytest.mark.django_db
+
+
+def url(**query) -> str:
+    from urllib.parse import urlencode
+
+    return reverse("report", args=["acme"]) + ("?" + urlencode(query) if query else "")
+
+
+def test_the_page_draws_every_figure_with_its_csv_link_and_as_of(login, vic, wendy, acme):
+    ambiguous_run(wendy, acme)
+    response = login(vic).get(url(range="24h"))
+    assert response.status_code == 200
+    body = response.content.decode()
+    for name in reports.FIGURES:
+        assert f'data-figure="{name}"' in body, name
+        assert f"format=csv&amp;figure={name}" in body, name
+    assert 'class="as-of"' in body and "database clock" in body
+    drawn = body[body.index('<div id="report-range"'):]
+    assert "<svg" in drawn and " style=" not in drawn and "<script" not in drawn
+    assert response.context["figures"]["range"]["bucket"] == "hour"
+    entering = re.search(r'data-figure="runs_entering" data-total="(\d+)"', body)
+    assert entering and int(entering.group(1)) == 2     # created healthy, then ambiguous
+
+
+def test_an_htmx_range_change_answers_the_range_fragment(login, vic):
+    response = login(vic).get(url(range="30d"), HTTP_HX_REQUEST="true")
+    assert response.status_code == 200
+    body = response.content.decode()
+    assert body.lstrip().startswith('<div id="report-range" data-range="30d"')
+    assert "Runs by recovery state" not in body
+    assert "HX-Request" in response["Vary"]
+
+
+@pytest.mark.parametrize(("query", "field"), [
+    ({"range": "week"}, "range"),
+    ({"range": "custom", "from": "2026-11-01"}, "to"),
+    ({"range": "custom", "from": "2020-01-01", "to": "2026-11-01"}, "to"),
+    ({"range": "24h", "from": "2026-11-01"}, "from"),
+    ({"from": "x" * 40, "to": "2026-11-01"}, "from"),
+    ({"format": "csv"}, "figure"),
+    ({"format": "csv", "figure": "nope"}, "figure"),
+    ({"format": "pdf"}, "format"),
+    ({"rnage": "24h"}, "rnage"),
+    ({"from": "2026-11-01\x00", "to": "2026-11-02"}, "from"),
+])
+def test_a_bad_query_is_a_400_naming_the_parameter(login, vic, query, field):
+    response = login(vic).get(url(**query))
+    assert response.status_code == 400, response.content[:300]
+    assert f"{field}: " in response.content.decode()
+
+
+def test_a_repeated_parameter_is_a_400(login, vic):
+    response = login(vic).get(reverse("report", args=["acme"]) + "?range=24h&range=7d")
+    assert response.status_code == 400 and "range: given more than once" in response.content.decode()
+
+
+def test_a_csv_download_is_the_figure_with_formula_cells_quoted(login, vic, rita, wendy, acme):
+    from tests.conftest import _person
+
+    approver = _person("@SUM(1+1)", acme, "approver")
+    run_id = ambiguous_run(wendy, acme)
+    retry = services.retry_request(actor=rita, tenant=acme, run_id=run_id, reason="go")
+    services.retry_reject(actor=approver, tenant=acme, retry_id=retry.pk, reason="no")
+    response = login(vic).get(url(range="7d", format="csv", figure="approvals"))
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("text/csv")
+    assert response["Content-Disposition"] == 'attachment; filename="acme-approvals-7d.csv"'
+    rows = list(csv.reader(io.StringIO(response.content.decode())))
+    assert rows[0][0] == "as_of" and rows[1] == ["approver", "approved", "rejected"]
+    assert rows[2] == ["'@SUM(1+1)", "0", "1"]
+    series = login(vic).get(url(range="24h", format="csv", figure="runs_entering"))
+    rows = list(csv.reader(io.StringIO(series.content.decode())))
+    assert rows[1][:3] == ["bucket", "ambiguous", "unknown_outcome"] and len(rows) == 2 + 25
+    assert sum(int(r[1]) for r in rows[2:]) == 2   # swept, and again after the rejection
+
+
+def test_the_page_costs_the_same_with_few_and_many_rows(login, vic, wendy, acme):
+    client = login(vic)
+    put_checkpoint(wendy, acme, envelope())
+    client.get(url())
+
+    def cost(**query):
+        with CaptureQueriesContext(connection) as ctx:
+            assert client.get(url(**query)).status_code == 200
+        return len(ctx)
+
+    few = [cost(), cost(range="24h"), cost(range="30d", format="csv", figure="conflicts")]
+    for i in range(15):
+        put_checkpoint(wendy, acme, envelope(kind=f"acme.k{i}"))
+    ambiguous_run(wendy, acme)
+    assert [cost(), cost(range="24h"), cost(range="30d", format="csv", figure="conflicts")] \
+        == few
+
+
+def test_a_tenant_without_a_role_is_a_404(login, omar):
+    assert login(omar).get(url(range="24h")).status_code == 404
+    assert login(omar).get(url(format="csv", figure="approvals")).status_code == 404
