@@ -14,10 +14,16 @@ tells htmx 2 to swap 400/403/404/409/412/422 responses (it swaps only 2xx by def
 One refusal is not an error page: reconcile while the run's owner is live (``OwnerLive``)
 answers 409 with the run page itself, the reason shown where the button was.
 
-Caching: every dashboard response carries ``Vary: HX-Request`` (``vary_on_htmx``), since
-the same URL answers a whole page or a fragment (or an error page or an error fragment)
-depending on that header. The reveal views (payload, diff, evidence) are
-``Cache-Control: no-store`` (``never_cache``).
+Caching: every dashboard response carries ``Vary: HX-Request`` (``vary_on_htmx``; the
+405s of ``require_GET``/``require_POST`` and CSRF failures too), since the same URL
+answers a whole page or a fragment (or an error page or an error fragment) depending on
+that header; every answer is ``no-store`` (``security.PrivateNoStoreMiddleware``). An htmx
+history restore gets the whole page (``whole_page_for_history``).
+
+Pages that stay true (issue 9): a CSRF failure (``csrf_failure``) or an ended session
+(``htmx_login_redirect``) inside an htmx action is a short message in place; an action
+refused because someone acted first (``AlreadyDone``) answers the refreshed run body with
+a sentence naming who and when (``refreshes_when_acted_first``).
 
 GETs never write: pages read through ``selectors`` (and the read-only
 ``services.retry_preview``); only the POST actions call services that write.
@@ -153,7 +159,7 @@ def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
         response = JsonResponse({"error": "forbidden",
                                  "detail": "csrf: the CSRF token is missing or stale"},
                                 status=403)
-    elif request.htmx:
+    elif getattr(request, "htmx", None):  # set by HtmxMiddleware, unless it never ran
         here = request.htmx.current_url_abs_path or request.get_full_path()
         response = _in_place(request, SESSION_CHANGED, 403, link=(here, "Reload the page"))
     else:
