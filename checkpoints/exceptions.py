@@ -152,3 +152,23 @@ class OwnerLive(DomainError):
 
     def __init__(self, detail: str, lease_expires_at: str | None):
         super().__init__(detail, lease_expires_at=lease_expires_at)
+
+
+class AlreadyDone(InvalidTransition):
+    """A review action refused because someone else (or the caller, in another tab) did
+    it or its opposite first: 422 ``invalid_transition`` like any refused move, in the same
+    API shape (``{"error", "detail"}``; ``detail`` names who and when in words).
+
+    Read inside the refusing service's transaction, so it states what the refusal saw:
+    ``what`` is the past participle ("approved", "closed", "acknowledged"...), ``by`` the
+    username who did it (``""`` when nobody in particular: the sweep, the runtime),
+    ``at`` when (aware ``datetime``, database clock; ``None`` when unknown) and
+    ``run_id`` the run's UUID (the dashboard refreshes that run's page). The dashboard
+    says it as a sentence: "Already approved by april 2 min ago" (issue 9, item 4).
+    """
+
+    def __init__(self, field: str, *, what: str, by: str, at, run_id, detail: str = ""):
+        who = f" by {by}" if by else ""
+        when = f" at {at.isoformat()}" if at is not None else ""
+        super().__init__(f"{field}: {detail or 'already ' + what}{who}{when}")
+        self.what, self.by, self.at, self.run_id = what, by, at, run_id

@@ -28,6 +28,8 @@ urlpatterns = [
          name="retry_approve"),
     path("t/<slug:slug>/retry-requests/<int:retry_id>/reject/", views.retry_reject,
          name="retry_reject"),
+    path("t/<slug:slug>/retry-requests/<int:retry_id>/withdraw/", views.retry_withdraw,
+         name="retry_withdraw"),
     path("t/<slug:slug>/effects/<str:effect_id>/mark-unknown/", views.effect_mark_unknown,
          name="effect_mark_unknown"),
     path("t/<slug:slug>/effects/<str:effect_id>/receipt/", views.effect_receipt_reveal,

@@ -14,10 +14,16 @@ tells htmx 2 to swap 400/403/404/409/412/422 responses (it swaps only 2xx by def
 One refusal is not an error page: reconcile while the run's owner is live (``OwnerLive``)
 answers 409 with the run page itself, the reason shown where the button was.
 
-Caching: every dashboard response carries ``Vary: HX-Request`` (``vary_on_htmx``), since
-the same URL answers a whole page or a fragment (or an error page or an error fragment)
-depending on that header. The reveal views (payload, diff, evidence) are
-``Cache-Control: no-store`` (``never_cache``).
+Caching: every dashboard response carries ``Vary: HX-Request`` (``vary_on_htmx``; the
+405s of ``require_GET``/``require_POST`` and CSRF failures too), since the same URL
+answers a whole page or a fragment (or an error page or an error fragment) depending on
+that header; every answer is ``no-store`` (``security.PrivateNoStoreMiddleware``). An htmx
+history restore gets the whole page (``whole_page_for_history``).
+
+Pages that stay true (issue 9): a CSRF failure (``csrf_failure``) or an ended session
+(``htmx_login_redirect``) inside an htmx action is a short message in place; an action
+refused because someone acted first (``AlreadyDone``) answers the refreshed run body with
+a sentence naming who and when (``refreshes_when_acted_first``).
 
 GETs never write: pages read through ``selectors`` (and the read-only
 ``services.retry_preview``); only the POST actions call services that write.
@@ -37,16 +43,17 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.views import redirect_to_login
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.cache import patch_vary_headers
+from django.views.decorators import http
 from django.views.decorators.cache import never_cache
-from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect, reswap, retarget, trigger_client_event
+from django_htmx.middleware import HtmxDetails
 
 from . import kinds, reconciliation, reports, roles, selectors, services, vocab
-from .exceptions import DomainError, InvalidPayload, OwnerLive, ReasonRequired
+from .exceptions import AlreadyDone, DomainError, InvalidPayload, OwnerLive, ReasonRequired
 from .forms import (
     ALL_TAB,
     DEFAULT_TAB,
@@ -94,22 +101,77 @@ ANSWER_WORDS = {
 # Decorators and helpers
 # --------------------------------------------------------------------------------------
 
-def htmx_login_redirect(view: Callable) -> Callable:
-    """An htmx request from an expired session gets ``HX-Redirect`` to the login page.
+#: What an htmx action says in place when the session it was loaded in is gone.
+SESSION_ENDED = "Your session has ended (logged out, or it expired): nothing was done. " \
+                "Log in again, then repeat the action."
+#: What an htmx action says in place when its CSRF token is no longer the session's.
+SESSION_CHANGED = "Your session changed (you logged out or in, maybe in another tab): " \
+                  "nothing was done. Reload the page and try again."
 
-    Django's ``login_required`` answers 302, which htmx would follow and swap the login
-    form into a fragment; a client redirect reloads the whole page instead.
+
+def _in_place(request: HttpRequest, message: str, status: int, *,
+              link: tuple[str, str] | None = None) -> HttpResponse:
+    """The short message fragment (``error.html#message``) swapped into the error slot of
+    the form that sent the htmx request (``#<form id>-error``; else the page's
+    ``#flash``), never a whole page into a section. ``link`` is ``(href, words)``."""
+    context = {"status": status, "message": message, "link": link}
+    response = render(request, "checkpoints/error.html#message", context, status=status)
+    trigger = request.htmx.trigger or ""
+    target = f"#{trigger}-error" if _SAFE_ID.match(trigger) else "#flash"
+    return reswap(retarget(response, target), "innerHTML")
+
+
+def htmx_login_redirect(view: Callable) -> Callable:
+    """An htmx request from an expired (or logged-out) session never gets the login page
+    swapped into a fragment (Django's ``login_required`` answers 302, which htmx would
+    follow):
+
+    - an action (POST): 403 with a short message in place (``SESSION_ENDED``) and a link
+      to log in and come back to the page; the reason typed into the form stays there
+      (issue 9: "a short message in place", not a redirect that loses it);
+    - a read (tabs polling, "load older"): ``HX-Redirect`` to the login page, which
+      reloads the whole page (nothing typed is lost).
     """
 
     @wraps(view)
     def wrapper(request: HttpRequest, *args, **kwargs):
         if request.htmx and not request.user.is_authenticated:
             here = request.htmx.current_url_abs_path or request.get_full_path()
-            return HttpResponseClientRedirect(
-                redirect_to_login(here, settings.LOGIN_URL).url)
+            login = redirect_to_login(here, settings.LOGIN_URL).url
+            if request.method == "POST":
+                return _in_place(request, SESSION_ENDED, 403, link=(login, "Log in again"))
+            return HttpResponseClientRedirect(login)
         return view(request, *args, **kwargs)
 
     return wrapper
+
+
+def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
+    """``settings.CSRF_FAILURE_VIEW``: a POST whose CSRF token is not the session's (the
+    page was loaded before a logout/login, perhaps in another tab, rotated the token).
+
+    403 always, and ``Vary: HX-Request`` (the answer depends on it): htmx gets
+    ``SESSION_CHANGED`` in place (``_in_place``: the form's error slot, never Django's
+    error page swapped into the run page); a plain form post a readable page; a path
+    under ``/api/`` the API's JSON error (``{"error": "forbidden", "detail"}``; DRF's
+    views are CSRF-exempt and check it themselves, so this is a fallback). ``reason``
+    (Django's words) is not shown: it would only confuse a reviewer.
+    """
+    if request.path.startswith("/api/"):
+        response = JsonResponse({"error": "forbidden",
+                                 "detail": "csrf: the CSRF token is missing or stale"},
+                                status=403)
+    elif getattr(request, "htmx", None):  # set by HtmxMiddleware, unless it never ran
+        here = request.htmx.current_url_abs_path or request.get_full_path()
+        response = _in_place(request, SESSION_CHANGED, 403, link=(here, "Reload the page"))
+    else:
+        back = request.META.get("HTTP_REFERER")
+        response = render(request, "checkpoints/error.html",
+                          {"status": 403, "message": SESSION_CHANGED, "back": back,
+                           "link": (back, "Reload the page") if back else None},
+                          status=403)
+    patch_vary_headers(response, ("HX-Request",))
+    return response
 
 
 def domain_errors(view: Callable) -> Callable:
@@ -125,14 +187,10 @@ def domain_errors(view: Callable) -> Callable:
         try:
             return view(request, *args, **kwargs)
         except DomainError as exc:
+            if request.htmx:
+                return _in_place(request, _message(exc), exc.status)
             context = {"status": exc.status, "error": exc.error,
                        "message": _message(exc), "back": request.META.get("HTTP_REFERER")}
-            if request.htmx:
-                response = render(request, "checkpoints/error.html#message", context,
-                                  status=exc.status)
-                trigger = request.htmx.trigger or ""
-                target = f"#{trigger}-error" if _SAFE_ID.match(trigger) else "#flash"
-                return reswap(retarget(response, target), "innerHTML")
             return render(request, "checkpoints/error.html", context, status=exc.status)
 
     return wrapper
@@ -171,10 +229,79 @@ def vary_on_htmx(view: Callable) -> Callable:
     return wrapper
 
 
+def require_GET(view: Callable) -> Callable:  # noqa: N802 (Django's name)
+    """Django's ``require_GET`` whose 405 also says ``Vary: HX-Request``: it sits
+    outside ``@dashboard``, and every dashboard answer, errors included, says it."""
+    return vary_on_htmx(http.require_GET(view))
+
+
+def require_POST(view: Callable) -> Callable:  # noqa: N802 (Django's name)
+    """Django's ``require_POST`` whose 405 also says ``Vary: HX-Request`` (as
+    ``require_GET``)."""
+    return vary_on_htmx(http.require_POST(view))
+
+
+class _WholePage(HtmxDetails):
+    """``request.htmx`` of a history-restore request: false, so every view answers the
+    whole page (see ``whole_page_for_history``)."""
+
+    def __bool__(self) -> bool:
+        return False
+
+
+def whole_page_for_history(view: Callable) -> Callable:
+    """htmx 2 restores Back/Forward from its localStorage snapshot and, on a miss, asks
+    the URL again with ``HX-Request`` and ``HX-History-Restore-Request``, then puts the
+    answer in place of the whole ``<body>``: a fragment there would leave a bare fragment
+    without header or navigation. Such a request is answered as a plain one (the whole
+    page). ``base.html`` turns the snapshots off (``historyCacheSize: 0``) and reloads on
+    a miss (``refreshOnHistoryMiss``), so this is the second line (issue 9, item 4)."""
+
+    @wraps(view)
+    def wrapper(request: HttpRequest, *args, **kwargs):
+        if request.htmx and request.htmx.history_restore_request:
+            request.htmx = _WholePage(request)
+        return view(request, *args, **kwargs)
+
+    return wrapper
+
+
 def dashboard(view: Callable) -> Callable:
-    """The stack every dashboard view wears: ``Vary: HX-Request``, htmx-aware login, then
-    domain error mapping."""
-    return vary_on_htmx(htmx_login_redirect(login_required(domain_errors(view))))
+    """The stack every dashboard view wears: ``Vary: HX-Request``, whole pages for htmx
+    history restores, htmx-aware login, then domain error mapping."""
+    return vary_on_htmx(whole_page_for_history(
+        htmx_login_redirect(login_required(domain_errors(view)))))
+
+
+def refreshes_when_acted_first(view: Callable) -> Callable:
+    """For an action refused because someone acted first (``AlreadyDone``): the run page
+    as it is now, with one sentence saying what happened ("Not done: already approved by
+    april 2 min ago."), status 422 like any refused move. htmx: the refreshed run body
+    (the action's ``#run-body`` target) plus ``audit-changed`` (the audit panel shows the
+    other person's event); otherwise the whole page. Nothing was written (the service
+    refused inside its transaction). Wear it under ``@tenant_page``."""
+
+    @wraps(view)
+    def wrapper(request: HttpRequest, *args, tenant: Tenant, **kwargs):
+        try:
+            return view(request, *args, tenant=tenant, **kwargs)
+        except AlreadyDone as exc:
+            context = _run_context(request, tenant, exc.run_id, refusal=acted_first_words(exc))
+            if request.htmx:
+                response = render(request, "checkpoints/run.html#run-body", context,
+                                  status=exc.status)
+                return trigger_client_event(response, AUDIT_CHANGED)
+            return render(request, "checkpoints/run.html", context, status=exc.status)
+
+    return wrapper
+
+
+def acted_first_words(exc: AlreadyDone) -> str:
+    """The sentence for ``AlreadyDone``: *Not done: already approved by april 2 min ago.*
+    (who and when as the refusing service read them; either may be unknown)."""
+    who = f" by {exc.by}" if exc.by else ""
+    when = f" {ago(exc.at)}" if exc.at is not None else ""
+    return f"Not done: already {exc.what}{who}{when}. The page below shows the run as it is now."
 
 
 def tenant_page(right: str = roles.VIEW) -> Callable:
@@ -467,7 +594,8 @@ def _reconciled(rows: list[dict]) -> str:
 
 
 def _next_step(detail: selectors.RunDetail, open_retry, *, reconcile_rows=(),
-               owner: dict | None = None, may_decide: bool = False) -> str:
+               owner: dict | None = None, may_decide: bool = False,
+               may_withdraw: bool = False) -> str:
     """One short hint at the top of the run page, from the run's state (presentation only:
     the services decide what is allowed). It leads a reviewer to an end state: the run
     retried (and finished by its runtime) or closed."""
@@ -486,6 +614,9 @@ def _next_step(detail: selectors.RunDetail, open_retry, *, reconcile_rows=(),
         if may_decide:
             return f"Your decision: {requester} asked for this retry; read the preview, then " \
                    f"approve or reject it"
+        if may_withdraw:
+            return (f"Waiting for an approver other than {requester} (you); you may "
+                    f"withdraw your request below")
         return f"Waiting for an approver other than {requester}"
     if state == RecoveryState.RETRY_APPROVED:
         return "Approved: the runtime's next resume call will retry"
@@ -555,6 +686,8 @@ def _run_context(request: HttpRequest, tenant: Tenant, run_id, **extra) -> dict:
         {"retry": r,
          "can_decide": (context["can_approve"] and r.state == RetryState.REQUESTED
                         and r.requested_by_id != user.pk),
+         "can_withdraw": (context["can_review"] and r.state == RetryState.REQUESTED
+                          and r.requested_by_id == user.pk),
          "own": r.requested_by_id == user.pk}
         for r in detail.retry_requests
     ]
@@ -597,7 +730,8 @@ def _run_context(request: HttpRequest, tenant: Tenant, run_id, **extra) -> dict:
         next_step=_next_step(
             detail, open_retry, reconcile_rows=reconcile_rows, owner=owner,
             may_decide=(open_retry is not None and context["can_approve"]
-                        and user.pk != open_retry.requested_by_id)),
+                        and user.pk != open_retry.requested_by_id),
+            may_withdraw=any(r["can_withdraw"] for r in retries)),
         can_request_retry=can_request_retry,
         retry_blocked=retry_blocked if context["can_review"] else "",
         can_reconcile=can_reconcile,
@@ -617,10 +751,11 @@ def _run_context(request: HttpRequest, tenant: Tenant, run_id, **extra) -> dict:
         revealed_evidence=None,
         revealed_receipt=None,
         notice="",
+        refusal="",
     )
     context["has_actions"] = (context["can_request_retry"] or context["can_reconcile"]
                               or context["can_acknowledge"] or context["can_close"]
-                              or deciding
+                              or deciding or any(r["can_withdraw"] for r in retries)
                               or any(e["can_mark_unknown"] for e in effects))
     context.update(extra)
     return context
@@ -718,6 +853,7 @@ def _action_done(request: HttpRequest, tenant: Tenant, run_id, notice: str) -> H
 @require_POST
 @dashboard
 @tenant_page(roles.REVIEW)
+@refreshes_when_acted_first
 def run_retry_request(request: HttpRequest, tenant: Tenant, run_id: str) -> HttpResponse:
     """Request a retry of the run (reviewer); ``services.retry_request``."""
     run = selectors.run_get(user=request.user, tenant=tenant, run_id=run_id)
@@ -737,6 +873,7 @@ def _retry_decide(request: HttpRequest, tenant: Tenant, retry_id: int, approve: 
 @require_POST
 @dashboard
 @tenant_page(roles.APPROVE)
+@refreshes_when_acted_first
 def retry_approve(request: HttpRequest, tenant: Tenant, retry_id: int) -> HttpResponse:
     """Approve someone else's retry request (approver); ``services.retry_approve``."""
     return _retry_decide(request, tenant, retry_id, approve=True)
@@ -745,6 +882,7 @@ def retry_approve(request: HttpRequest, tenant: Tenant, retry_id: int) -> HttpRe
 @require_POST
 @dashboard
 @tenant_page(roles.APPROVE)
+@refreshes_when_acted_first
 def retry_reject(request: HttpRequest, tenant: Tenant, retry_id: int) -> HttpResponse:
     """Reject someone else's retry request (approver); ``services.retry_reject``."""
     return _retry_decide(request, tenant, retry_id, approve=False)
@@ -753,6 +891,21 @@ def retry_reject(request: HttpRequest, tenant: Tenant, retry_id: int) -> HttpRes
 @require_POST
 @dashboard
 @tenant_page(roles.REVIEW)
+@refreshes_when_acted_first
+def retry_withdraw(request: HttpRequest, tenant: Tenant, retry_id: int) -> HttpResponse:
+    """Withdraw your own retry request while no approver has decided it (reviewer);
+    ``services.retry_withdraw``. The run leaves "awaiting approval"."""
+    retry = selectors.retry_get(user=request.user, tenant=tenant, retry_id=retry_id)
+    services.retry_withdraw(actor=request.user, tenant=tenant, retry_id=retry.pk,
+                            reason=_reason(request))
+    return _action_done(request, tenant, retry.run.uuid,
+                        f"Retry request #{retry.pk} withdrawn; no approver will see it.")
+
+
+@require_POST
+@dashboard
+@tenant_page(roles.REVIEW)
+@refreshes_when_acted_first
 def effect_mark_unknown(request: HttpRequest, tenant: Tenant, effect_id: str) -> HttpResponse:
     """Declare a submitted/unresolved effect's outcome unknown (reviewer; a reason and a
     ticked confirmation, ``MarkUnknownForm``: 400 naming ``confirm`` without it)."""
@@ -811,6 +964,7 @@ def _owner_live_refusal(request: HttpRequest, tenant: Tenant, run, exc: OwnerLiv
 @require_POST
 @dashboard
 @tenant_page(roles.REVIEW)
+@refreshes_when_acted_first
 def run_close(request: HttpRequest, tenant: Tenant, run_id: str) -> HttpResponse:
     """Close a run that was handled outside the system (reviewer; a reason and a ticked
     confirmation); ``services.run_close``. It leaves the inbox for the ``closed`` tab until
@@ -827,11 +981,14 @@ def run_close(request: HttpRequest, tenant: Tenant, run_id: str) -> HttpResponse
 @require_POST
 @dashboard
 @tenant_page(roles.REVIEW)
+@refreshes_when_acted_first
 def conflicts_acknowledge(request: HttpRequest, tenant: Tenant, run_id: str) -> HttpResponse:
     """Acknowledge every open conflict of the run (reviewer)."""
     run = selectors.run_get(user=request.user, tenant=tenant, run_id=run_id)
+    # only_open: pressed on a page that showed open conflicts; none left means someone
+    # acknowledged them first (AlreadyDone), not "0 acknowledged".
     n = services.conflicts_acknowledge(actor=request.user, tenant=tenant, run_id=run.uuid,
-                                       reason=_reason(request))
+                                       reason=_reason(request), only_open=True)
     return _action_done(request, tenant, run.uuid, f"{n} conflict(s) acknowledged.")
 
 

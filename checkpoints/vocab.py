@@ -128,7 +128,8 @@ class EffectSource(TextChoices):
 
 
 class RetryState(TextChoices):
-    """requested -> approved | rejected | expired; approved -> consumed (DESIGN.md 4).
+    """requested -> approved | rejected | expired | withdrawn (by its requester, issue 9);
+    approved -> consumed (DESIGN.md 4).
 
     Sets: ``OPEN`` (at most one per run, a database constraint), ``DECIDED``.
     """
@@ -138,6 +139,7 @@ class RetryState(TextChoices):
     REJECTED = "rejected"
     EXPIRED = "expired"
     CONSUMED = "consumed"
+    WITHDRAWN = "withdrawn"
 
 
 RetryState.OPEN = frozenset({RetryState.REQUESTED, RetryState.APPROVED})
@@ -270,6 +272,7 @@ class AuditAction(TextChoices):
     RETRY_APPROVE = "retry.approve"
     RETRY_REJECT = "retry.reject"
     RETRY_CONSUME = "retry.consume"
+    RETRY_WITHDRAW = "retry.withdraw"
     EFFECT_MARK_UNKNOWN = "effect.mark_unknown"
     EFFECT_UNRESOLVED = "effect.unresolved"
     EFFECT_RECONCILE = "effect.reconcile"

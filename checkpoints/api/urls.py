@@ -38,6 +38,8 @@ urlpatterns = [
          name="retry-approve"),
     path(T + "retry-requests/<str:retry_id>/reject", views.RetryRejectApi.as_view(),
          name="retry-reject"),
+    path(T + "retry-requests/<str:retry_id>/withdraw", views.RetryWithdrawApi.as_view(),
+         name="retry-withdraw"),
     path(T + "audit-events", views.AuditEventListApi.as_view(), name="audit-events"),
     path(T + "report", views.ReportApi.as_view(), name="report"),
 ]

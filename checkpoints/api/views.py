@@ -717,6 +717,29 @@ class RetryRejectApi(_RetryDecisionApi):
     decide = staticmethod(services.retry_reject)
 
 
+class RetryWithdrawApi(TenantApi):
+    @extend_schema(
+        operation_id="retry_request_withdraw",
+        summary="Reviewer: withdraw your own retry request while no approver has decided it",
+        description="The request becomes `withdrawn` (`decided_by` stays null: nobody decided "
+                    "it) and the run leaves `awaiting_approval`. 403 for someone else's "
+                    "request; 422 `invalid_transition` once it is approved, rejected, "
+                    "withdrawn, expired or consumed (`detail` says by whom and when).",
+        parameters=[TENANT, _path("retry_id", OpenApiTypes.INT)],
+        request=s.ReasonSerializer,
+        responses={200: s.RetryRequestSerializer, **_errors(400, 413, 422)},
+    )
+    def post(self, request, tenant, retry_id):
+        t = self.tenant(request, tenant, roles.REVIEW)
+        pk = _retry_pk(retry_id)
+        retry = services.retry_withdraw(actor=request.user, tenant=t, retry_id=pk,
+                                        reason=read_reason(request))
+        # The caller is the requester; the run (which never changes) read in one query.
+        loaded = selectors.retry_get(user=request.user, tenant=t, retry_id=pk)
+        _known_account(retry, "requested_by", request.user)
+        return Response(s.RetryRequestSerializer.render(retry, run_id=loaded.run.uuid))
+
+
 class RunReconcileApi(TenantApi):
     @extend_schema(
         operation_id="run_reconcile",

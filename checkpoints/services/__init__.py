@@ -68,6 +68,7 @@ from .review import (
     retry_preview,
     retry_reject,
     retry_request,
+    retry_withdraw,
     run_close,
 )
 from .runs import (

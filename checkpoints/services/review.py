@@ -13,6 +13,7 @@ from ..audit import (
     audit_record,
 )
 from ..exceptions import (
+    AlreadyDone,
     Forbidden,
     InvalidTransition,
     NotFound,
@@ -21,6 +22,7 @@ from ..exceptions import (
 from ..models import (
     Conflict,
     Effect,
+    EffectRevision,
     RetryRequest,
     Run,
     Tenant,
@@ -50,6 +52,30 @@ def _get_run(tenant: Tenant, run_id) -> Run:
     return run
 
 
+def _username(user) -> str:
+    return user.get_username() if user is not None else ""
+
+
+def _retry_done(retry: RetryRequest, run: Run, field: str = "state",
+                detail: str = "") -> AlreadyDone:
+    """The refusal for acting on a retry request someone already moved on: who moved it
+    and when, as the row says (read under the run lock, inside the caller's transaction).
+    Expired requests name who closed the run; a consumed one, the runtime (nobody)."""
+    state = retry.state
+    by, at, what = "", retry.decided_at, str(state)
+    if state in RetryState.DECIDED:
+        by = _username(retry.decided_by)
+    elif state == RetryState.WITHDRAWN:
+        by = _username(retry.requested_by)
+    elif state == RetryState.EXPIRED:
+        what = "expired (the run was closed)"
+        by = _username(run.closed_by) if run.closed_at is not None else ""
+    elif state == RetryState.CONSUMED:
+        what, at = "approved and consumed by the runtime's resume", retry.consumed_at
+    else:  # requested
+        by, at = _username(retry.requested_by), retry.created_at
+    return AlreadyDone(field, what=what, by=by, at=at, run_id=run.uuid,
+                       detail=detail and f"{detail}, {what}")
 
 
 def retry_request(*, actor, tenant: Tenant, run_id: uuid.UUID, reason: str) -> RetryRequest:
@@ -66,9 +92,11 @@ def retry_request(*, actor, tenant: Tenant, run_id: uuid.UUID, reason: str) -> R
         # Judge the run as it is now (database clock), not as the last sweep left it: an
         # owner that went quiet since is gone, whether or not a sweeper ran.
         run_refresh_state(run)
-        if (RetryRequest.objects.for_tenant(run.tenant_id)
-            .filter(run=run, state__in=RetryState.OPEN).exists()):
-            raise InvalidTransition("run: a retry request is already open")
+        open_retry = (RetryRequest.objects.for_tenant(run.tenant_id)
+                      .filter(run=run, state__in=RetryState.OPEN)
+                      .select_related("requested_by", "decided_by").first())
+        if open_retry is not None:
+            raise _retry_done(open_retry, run, "run", "a retry request is already open")
         # A retry fences the current owner, so it is offered only for runs a human must
         # decide; and never over an effect still in doubt, which reconciliation (or
         # "mark unknown") must settle first, or the approval would be spent on it.
@@ -125,7 +153,7 @@ def _retry_decide(*, actor, tenant: Tenant, retry_id: int, reason: str, approve:
         if retry.requested_by_id == actor.pk:
             raise Forbidden("approver: the requester may not decide their own retry request")
         if retry.state != RetryState.REQUESTED:
-            raise InvalidTransition(f"state: the request is already {retry.state}")
+            raise _retry_done(retry, run)
         new_state = RetryState.APPROVED if approve else RetryState.REJECTED
         retry.state = new_state
         retry.decided_by = actor
@@ -160,6 +188,48 @@ def retry_reject(*, actor, tenant: Tenant, retry_id: int, reason: str) -> RetryR
                          approve=False)
 
 
+def retry_withdraw(*, actor, tenant: Tenant, retry_id: int, reason: str) -> RetryRequest:
+    """The requester takes back their own retry request while no approver has decided it
+    (issue 9): ``requested`` -> ``withdrawn``, ``decided_at`` set (database clock),
+    ``decided_by`` left empty (nobody decided it; the four-eyes constraint forbids the
+    requester there), the reason kept as ``decision_reason``; the run's recovery state is
+    recomputed, so it leaves ``awaiting_approval``. Audited (``retry.withdraw``) in the
+    same transaction.
+
+    Raises ``Forbidden`` (403) for someone else's request, ``AlreadyDone`` (422
+    ``invalid_transition``) once it is approved, rejected, withdrawn, expired or consumed,
+    ``ReasonRequired`` (400), ``NotFound``/``Forbidden`` for the tenant and role
+    (reviewer).
+    """
+    require(actor, tenant, roles.REVIEW)
+    reason = _require_reason(reason)
+    with transaction.atomic():
+        retry = (RetryRequest.objects.for_tenant(tenant).filter(pk=retry_id)
+                 .select_related("run").first())
+        if retry is None:
+            raise NotFound("no such retry request")
+        run = _get_run(tenant, retry.run.uuid)
+        retry = (RetryRequest.objects.for_tenant(retry.tenant_id)
+                 .select_for_update().get(pk=retry.pk))
+        if retry.requested_by_id != actor.pk:
+            raise Forbidden("requested_by: only the requester may withdraw a retry request")
+        if retry.state != RetryState.REQUESTED:
+            raise _retry_done(retry, run)
+        retry.state = RetryState.WITHDRAWN
+        retry.decided_at = run.db_now
+        retry.decision_reason = reason
+        retry.save(update_fields=["state", "decided_at", "decision_reason", "updated_at"])
+        before = run.recovery_state
+        run_refresh_state(run)
+        audit_record(tenant=tenant, actor=actor, action=AuditAction.RETRY_WITHDRAW,
+                     target_type=TargetType.RETRY_REQUEST, target_id=retry.pk, run_id=run.uuid,
+                     reason=reason,
+                     before={"state": RetryState.REQUESTED, "recovery_state": before},
+                     after={"state": RetryState.WITHDRAWN,
+                            "recovery_state": run.recovery_state})
+    return retry
+
+
 def effect_mark_unknown(*, actor, tenant: Tenant, effect_id: uuid.UUID, reason: str) -> Effect:
     """A reviewer declares that nobody can tell whether the effect happened.
 
@@ -177,8 +247,17 @@ def effect_mark_unknown(*, actor, tenant: Tenant, effect_id: uuid.UUID, reason: 
         run = _get_run(tenant, effect.run.uuid)
         if run.closed_at is not None:
             raise InvalidTransition("run: the run is closed; a new write reopens it")
-        require_owner_gone(run, run_facts(run), "mark an outcome unknown")
         effect.refresh_from_db()
+        if effect.state not in EffectState.IN_DOUBT:
+            # Settled (or marked unknown) since the caller looked: say by whom and when.
+            last = (EffectRevision.objects.for_tenant(effect.tenant_id)
+                    .filter(effect=effect).order_by("-revision").first())
+            by = last.actor_name if last is not None and last.actor_name != "system" else ""
+            what = ("marked unknown" if effect.state == EffectState.UNKNOWN
+                    else f"settled: {EffectState(effect.state).label.lower()}")
+            raise AlreadyDone("state", what=what, by=by,
+                              at=effect.state_changed_at, run_id=run.uuid)
+        require_owner_gone(run, run_facts(run), "mark an outcome unknown")
         before = {"state": effect.state, "revision": effect.revision}
         moved = _effect_transition(effect, expected_revision=effect.revision, to_state=EffectState.UNKNOWN,
                                    receipt=effect.receipt, by=EffectSource.REVIEWER, actor=actor,
@@ -207,7 +286,8 @@ def run_close(*, actor, tenant: Tenant, run_id: uuid.UUID, reason: str) -> Run:
     with transaction.atomic():
         run = _get_run(tenant, run_id)
         if run.closed_at is not None:
-            raise InvalidTransition("run: already closed")
+            raise AlreadyDone("run", what="closed", by=_username(run.closed_by),
+                              at=run.closed_at, run_id=run.uuid)
         if run.recovery_state == RecoveryState.COMPLETED:
             raise InvalidTransition("run: it completed; there is nothing to close")
         now = run.db_now
@@ -233,15 +313,28 @@ def run_close(*, actor, tenant: Tenant, run_id: uuid.UUID, reason: str) -> Run:
     return run
 
 
-def conflicts_acknowledge(*, actor, tenant: Tenant, run_id: uuid.UUID, reason: str) -> int:
-    """Acknowledge every open conflict of the run; returns how many. Audited."""
+def conflicts_acknowledge(*, actor, tenant: Tenant, run_id: uuid.UUID, reason: str,
+                          only_open: bool = False) -> int:
+    """Acknowledge every open conflict of the run; returns how many. Audited.
+
+    Idempotent by default (the API: none open acknowledges 0). ``only_open=True`` (the
+    dashboard's button, pressed on a page that showed open conflicts) refuses instead
+    when none is open: ``AlreadyDone`` (422) naming who acknowledged the newest one and
+    when, and nothing is written."""
     require(actor, tenant, roles.REVIEW)
     reason = _require_reason(reason)
     with transaction.atomic():
         run = _get_run(tenant, run_id)
         now = run.db_now
-        n = Conflict.objects.for_tenant(run.tenant_id).filter(
-            run=run, acknowledged_at__isnull=True).update(
+        conflicts = Conflict.objects.for_tenant(run.tenant_id).filter(run=run)
+        if only_open and not conflicts.filter(acknowledged_at__isnull=True).exists():
+            last = (conflicts.filter(acknowledged_at__isnull=False)
+                    .select_related("acknowledged_by").order_by("-acknowledged_at").first())
+            raise AlreadyDone(
+                "conflicts", what="acknowledged",
+                by=_username(last.acknowledged_by) if last is not None else "",
+                at=last.acknowledged_at if last is not None else None, run_id=run.uuid)
+        n = conflicts.filter(acknowledged_at__isnull=True).update(
             acknowledged_at=now, acknowledged_by=actor)
         Run.objects.for_tenant(run.tenant_id).filter(pk=run.pk).update(unacknowledged_conflicts=0)
         run.unacknowledged_conflicts = 0

@@ -25,6 +25,9 @@ BEYOND_CONTRACT = {
     # (ETag) without a reveal, so without an audit event (issue 8).
     ("HEAD", "checkpoints/{}"): "the current revision, unaudited",
     ("HEAD", "checkpoints/{}/revisions"): "the GET's status, unaudited",
+    # A reviewer withdraws their own open retry request (issue 9); the reviewer's rights of
+    # CONTRACT.md 4 ("request retry") cover taking one's own request back.
+    ("POST", "retry-requests/{}/withdraw"): "withdraw your own retry request",
 }
 # Status codes CONTRACT.md 3 gives in prose, for groups of requests.
 EVERY_REQUEST = {403, 404}  # "a role that lacks the right ... 403"; no role: 404

@@ -645,6 +645,8 @@ API: dict[str, Req] = {
                                                         write=True, shows_mark=True),
     f"post {T}retry-requests/{{retry_id}}/reject": Req({"retry_id": "retry_pk"}, R,
                                                        write=True, shows_mark=True),
+    f"post {T}retry-requests/{{retry_id}}/withdraw": Req({"retry_id": "retry_pk"}, R,
+                                                         write=True),
     f"get {T}audit-events": Req(query="limit=200", shows_mark=True,
                                 count=_api_count("results", lambda c: c["audit"])),
     f"get {T}report": Req(query="range=24h", count=_report_count),
@@ -668,6 +670,7 @@ PAGES: dict[str, Req] = {
     "conflicts_acknowledge": Req({"run_id": "r_stuck"}, R, write=True),
     "retry_approve": Req({"retry_id": "retry_pk"}, R, write=True),
     "retry_reject": Req({"retry_id": "retry_pk"}, R, write=True),
+    "retry_withdraw": Req({"retry_id": "retry_pk"}, R, write=True),
     "effect_mark_unknown": Req({"effect_id": "e_stuck"}, {**R, "confirm": "on"}, write=True),
     "effect_receipt_reveal": Req({"effect_id": "e_done"}, R, write=True, shows_mark=True),
     "checkpoint_reveal": Req({"checkpoint_id": "c_stuck"}, R, write=True, shows_mark=True),
@@ -816,6 +819,9 @@ SERVICES: dict[str, list[ServiceCell]] = {
         reason="x"), foreign=True)],
     "retry_reject": [ServiceCell(lambda w, s, a: services.retry_reject(
         actor=_as(w, a, "approver"), tenant=w.tenant(s), retry_id=w.data[other(s)].retry_pk,
+        reason="x"), foreign=True)],
+    "retry_withdraw": [ServiceCell(lambda w, s, a: services.retry_withdraw(
+        actor=_as(w, a, "reviewer"), tenant=w.tenant(s), retry_id=w.data[other(s)].retry_pk,
         reason="x"), foreign=True)],
     "evidence_reveal": [ServiceCell(lambda w, s, a: reconciliation.evidence_reveal(
         actor=_as(w, a, "reviewer"), tenant=w.tenant(s),

@@ -67,6 +67,7 @@ WRITE_PATHS = {
                      "(owner_live: tests/faults/test_owner_live.py)",
     "retry_approve": "approver action, carries no token",
     "retry_reject": "approver action, carries no token",
+    "retry_withdraw": "reviewer action (the requester's own request), carries no token",
     "effect_mark_unknown": "reviewer action, carries no token; never over a live owner",
     "run_close": "reviewer action, carries no token; the next runtime write reopens",
     "conflicts_acknowledge": "reviewer action, carries no token",

@@ -192,6 +192,12 @@ def retry_reject(p):
                                               reason="no"))
 
 
+def retry_withdraw(p):
+    _, retry = _requested(p)
+    return Cell(lambda: services.retry_withdraw(actor=p.rita, tenant=p.acme, retry_id=retry.pk,
+                                                reason="handled by phone after all"))
+
+
 def resume_claim(p):
     run_id, retry = _requested(p)
     services.retry_approve(actor=p.april, tenant=p.acme, retry_id=retry.pk, reason="ok")
@@ -359,6 +365,7 @@ CELLS: dict[str, dict[str, Callable]] = {
     "retry_request": {"request": retry_request},
     "retry_approve": {"approve": retry_approve},
     "retry_reject": {"reject": retry_reject},
+    "retry_withdraw": {"withdraw": retry_withdraw},
     "effect_mark_unknown": {"mark": effect_mark_unknown},
     "run_close": {"close": run_close},
     "conflicts_acknowledge": {"acknowledge": conflicts_acknowledge},

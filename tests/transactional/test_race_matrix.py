@@ -67,6 +67,7 @@ RACED = {
     "lease_acquire": "test_eight_owners_racing_for_one_lease",
     "retry_approve": "test_two_approvers_deciding_one_request",
     "retry_reject": "test_two_approvers_deciding_one_request",
+    "retry_withdraw": "test_two_approvers_deciding_one_request[withdraw]",
     "resume_claim": "test_resume_claims_racing_for_one_approved_retry",
     "execute": "test_workers_racing_to_claim_one_reconcile_request",
     "checkpoint_put": "test_checkpoint_creates_naming_their_own_runs_leave_no_empty_run "
@@ -89,7 +90,8 @@ NOT_RACED = {
                            "unknown (422); same lock as lease_acquire, raced there",
     "run_close": "reviewer action under the run lock; the second is refused (422); same "
                  "lock as lease_acquire, raced there",
-    "conflicts_acknowledge": "idempotent under the run lock; same lock as lease_acquire",
+    "conflicts_acknowledge": "idempotent under the run lock (the dashboard's only_open: the "
+                             "second is refused, 422); same lock as lease_acquire",
     "retry_request": "at most one open request per run is a database constraint "
                      "(retry_one_open_request_per_run); same run lock as lease_acquire",
     "redrive": "part of sweep_stale_runs, raced there",
@@ -139,25 +141,30 @@ def test_eight_owners_racing_for_one_lease(acme, wendy):
     assert services.audit_verify(tenant=acme)[0]
 
 
-@pytest.mark.parametrize("second", ["approve", "reject"])
+@pytest.mark.parametrize("second", ["approve", "reject", "withdraw"])
 def test_two_approvers_deciding_one_request(acme, wendy, rita, april, second):
-    """approve/approve and approve/reject: one decision per request; the other is refused
-    (InvalidTransition) and writes nothing."""
+    """approve/approve, approve/reject and approve/the requester's withdraw: one decision
+    per request; the other is refused (``AlreadyDone``, a 422 ``InvalidTransition`` naming
+    who acted first) and writes nothing."""
     april2 = _person("april2", acme, "approver")
     deciders = [(april, services.retry_approve),
-                (april2, services.retry_approve if second == "approve"
-                 else services.retry_reject)]
+                {"approve": (april2, services.retry_approve),
+                 "reject": (april2, services.retry_reject),
+                 "withdraw": (rita, services.retry_withdraw)}[second]]
     for _ in range(ROUNDS):
         run_id = ambiguous_run(wendy, acme, envelope(payload={"phase": "charging"}))
         retry = services.retry_request(actor=rita, tenant=acme, run_id=run_id, reason="died")
         results = race(2, lambda i, pk=retry.pk: deciders[i][1](
             actor=deciders[i][0], tenant=acme, retry_id=pk, reason=f"decider {i}"))
         counts = kinds_of(results)
-        assert counts == {"RetryRequest": 1, "InvalidTransition": 1}, results
+        assert counts == {"RetryRequest": 1, "AlreadyDone": 1}, results
         (won,) = [r for r in results if not isinstance(r, InvalidTransition)]
+        (lost,) = [r for r in results if isinstance(r, InvalidTransition)]
         retry.refresh_from_db()
         assert (retry.state, retry.decided_by_id) == (won.state, won.decided_by_id)
-    decisions = audit_count("retry.approve") + audit_count("retry.reject")
+        assert lost.what == won.state  # "already approved by april" etc.
+    decisions = (audit_count("retry.approve") + audit_count("retry.reject")
+                 + audit_count("retry.withdraw"))
     assert decisions == ROUNDS
     assert services.audit_verify(tenant=acme)[0]
 
