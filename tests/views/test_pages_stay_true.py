@@ -250,7 +250,7 @@ def test_every_refused_review_action_refreshes_the_run_and_says_who(action, logi
         services.effect_mark_unknown(actor=rita, tenant=acme, effect_id=stuck.effect_id,
                                      reason="?")
         url, data, words = (reverse("effect_mark_unknown", args=["acme", stuck.effect_id]),
-                            {"reason": "x"}, "already marked unknown by rita")
+                            {"reason": "x", "confirm": "on"}, "already marked unknown by rita")
     else:
         services.effect_mark_unknown(actor=rita, tenant=acme, effect_id=stuck.effect_id,
                                      reason="?")
