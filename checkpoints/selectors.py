@@ -42,6 +42,8 @@ from .models import (
     MAX_REVISION,
     ApiToken,
     AuditEvent,
+    BulkAction,
+    BulkActionItem,
     Checkpoint,
     CheckpointRevision,
     Conflict,
@@ -58,7 +60,7 @@ from .models import (
     Tenant,
 )
 from .permissions import require
-from .vocab import EffectState
+from .vocab import BulkOutcome, EffectState
 
 RUN_LIST_FIELDS = (
     "id", "tenant_id", "uuid", "kind", "schema_version", "agent", "model", "workflow",
@@ -162,6 +164,36 @@ def decode_cursor(cursor: str) -> tuple[datetime, int]:
         raise InvalidPayload("cursor: not a cursor returned by this API") from None
 
 
+def _filtered_runs(tenant: Tenant, filters: RunFilters) -> QuerySet[Run]:
+    """The tenant's runs that ``filters`` select (the inbox's and ``GET …/runs``'s one
+    definition, shared by ``run_list`` and ``run_ids_matching``). Raises
+    ``InvalidPayload`` for an unknown recovery state."""
+    if filters.recovery_state and filters.recovery_state not in RecoveryState.values:
+        raise InvalidPayload(
+            f"recovery_state: must be one of {', '.join(RecoveryState.values)}")
+    qs = Run.objects.for_tenant(tenant)
+    if filters.recovery_state:
+        qs = qs.filter(recovery_state=filters.recovery_state)
+    if filters.kind:
+        qs = qs.filter(kind=filters.kind)
+    if filters.subject:
+        qs = qs.filter(Q(agent__icontains=filters.subject) | Q(workflow__icontains=filters.subject))
+    if filters.age_s_min:
+        qs = qs.filter(last_write_at__lte=NOW - timedelta(seconds=filters.age_s_min))
+    return qs
+
+
+def run_ids_matching(*, user, tenant: Tenant, filters: RunFilters, limit: int) -> list[uuid.UUID]:
+    """The public ids of at most ``limit`` runs that ``filters`` select, in the inbox's
+    order (newest write first): what "all matching" means for a bulk action
+    (``services.bulk``, which asks for one more than its maximum to tell "too many").
+    One query, the same index scan as ``run_list``. Raises ``NotFound``/``Forbidden``,
+    ``InvalidPayload`` for a bad filter."""
+    require(user, tenant, roles.VIEW)
+    return list(_filtered_runs(tenant, filters).order_by("-last_write_at", "-id")
+                .values_list("uuid", flat=True)[:max(0, limit)])
+
+
 def run_list(*, user, tenant: Tenant, filters: RunFilters, cursor: str | None = None,
              limit: int = 50) -> tuple[list[dict], str | None]:
     """One page of the tenant's runs, newest write first, and the next page's cursor.
@@ -176,18 +208,7 @@ def run_list(*, user, tenant: Tenant, filters: RunFilters, cursor: str | None = 
     moves where it starts), whatever the tenant's size or the page's depth.
     """
     require(user, tenant, roles.VIEW)
-    if filters.recovery_state and filters.recovery_state not in RecoveryState.values:
-        raise InvalidPayload(
-            f"recovery_state: must be one of {', '.join(RecoveryState.values)}")
-    qs = Run.objects.for_tenant(tenant)
-    if filters.recovery_state:
-        qs = qs.filter(recovery_state=filters.recovery_state)
-    if filters.kind:
-        qs = qs.filter(kind=filters.kind)
-    if filters.subject:
-        qs = qs.filter(Q(agent__icontains=filters.subject) | Q(workflow__icontains=filters.subject))
-    if filters.age_s_min:
-        qs = qs.filter(last_write_at__lte=NOW - timedelta(seconds=filters.age_s_min))
+    qs = _filtered_runs(tenant, filters)
     if cursor:
         last, pk = decode_cursor(cursor)
         # (last_write_at, id) < (last, pk), spelt as a range the index scan starts from
@@ -533,3 +554,41 @@ def report(*, user, tenant: Tenant) -> dict:
         "open_conflicts": Conflict.objects.for_tenant(tenant).filter(
             acknowledged_at__isnull=True).count(),
     }
+
+
+@dataclass
+class BulkResult:
+    """A bulk action and its per-run results (``bulk_get``): ``bulk`` the row,
+    ``items`` its ``BulkActionItem`` rows in selection order, the counts of each outcome
+    among them (right while it still runs, when the row's counts are not written yet),
+    ``pending`` how many selected runs have no result yet, ``filters`` the inbox filters
+    it was asked for (a dict) or ``None`` for runs selected by id."""
+
+    bulk: BulkAction
+    items: list[BulkActionItem]
+    done: int
+    refused: int
+    failed: int
+    pending: int
+    filters: dict | None
+
+
+def bulk_get(*, user, tenant: Tenant, bulk_id) -> BulkResult:
+    """One bulk action of the tenant with its per-run results (issue 9, item 3): two
+    queries whatever the number of runs. Any role that sees the audit log sees it
+    (``view_runs``); a malformed or unknown id, or one of another tenant, is
+    ``NotFound``."""
+    require(user, tenant, roles.VIEW)
+    bid = _uuid_or_404(bulk_id, "bulk action")
+    bulk = BulkAction.objects.for_tenant(tenant).filter(uuid=bid).first()
+    if bulk is None:
+        raise NotFound("no such bulk action")
+    items = list(BulkActionItem.objects.for_tenant(tenant).filter(bulk=bulk)
+                 .order_by("position"))
+    counts = {outcome: 0 for outcome in BulkOutcome.values}
+    for item in items:
+        counts[item.outcome] += 1
+    return BulkResult(bulk=bulk, items=items, done=counts[BulkOutcome.DONE],
+                      refused=counts[BulkOutcome.REFUSED], failed=counts[BulkOutcome.FAILED],
+                      pending=max(0, bulk.total - len(items)),
+                      filters=(bulk.selection or {}).get("filters"))
