@@ -25,6 +25,9 @@ BEYOND_CONTRACT = {
     # (ETag) without a reveal, so without an audit event (issue 8).
     ("HEAD", "checkpoints/{}"): "the current revision, unaudited",
     ("HEAD", "checkpoints/{}/revisions"): "the GET's status, unaudited",
+    # One review action on many runs, and its per-run results (issue 9, item 3).
+    ("POST", "bulk-actions"): "bulk review action",
+    ("GET", "bulk-actions/{}"): "a bulk action's results",
 }
 # Status codes CONTRACT.md 3 gives in prose, for groups of requests.
 EVERY_REQUEST = {403, 404}  # "a role that lacks the right ... 403"; no role: 404

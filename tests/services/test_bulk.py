@@ -302,3 +302,23 @@ def test_an_unexpected_error_in_one_run_does_not_stop_the_others(acme, wendy, ri
     assert got[a][:2] == (BulkOutcome.FAILED, "RuntimeError")
     assert got[b][0] == BulkOutcome.DONE
     assert (bulk.done, bulk.failed) == (1, 1) and bulk.state == BulkState.FINISHED
+
+
+def test_a_failed_audit_in_one_run_rolls_back_that_run_only(acme, wendy, rita, monkeypatch):
+    from checkpoints import audit
+
+    a, b = healthy_run(wendy, acme), healthy_run(wendy, acme)
+    real = audit.new_event
+
+    def down_for_a(**kwargs):
+        if kwargs["action"] == AuditAction.RUN_CLOSE and kwargs["run_id"] == a:
+            raise RuntimeError("audit store down")
+        return real(**kwargs)
+
+    monkeypatch.setattr(audit, "new_event", down_for_a)
+    bulk, _ = submit(rita, acme, "close", [a, b])
+    got = results(bulk)
+    assert got[a][0] == BulkOutcome.FAILED and got[b][0] == BulkOutcome.DONE
+    assert Run.objects.get(uuid=a).closed_at is None  # nothing of a's close was kept
+    assert Run.objects.get(uuid=b).closed_at is not None
+    assert services.audit_verify(tenant=acme)[0]
