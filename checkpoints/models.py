@@ -791,4 +791,6 @@ class BulkActionItem(TenantOwned):
     @property
     def found(self) -> bool:
         """Whether the run was found in the bulk's tenant (the result page links it)."""
-        return self.error != "not_found"  # exceptions.NotFound.error
+        from .exceptions import NotFound
+
+        return self.error != NotFound.error
