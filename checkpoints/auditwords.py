@@ -193,6 +193,13 @@ SENTENCES: dict[str, Callable[[Any, str], str]] = {
     A.RETRY_REQUEST: lambda e, t: f"requested a retry of the run{_run_state(e, t)}",
     A.RETRY_APPROVE: _retry_decision("approved"),
     A.RETRY_REJECT: _retry_decision("rejected"),
+    A.RETRY_WITHDRAW: lambda e, t: f"withdrew {t}{_run_state(e, t)}",
+    A.BULK_SUBMIT: lambda e, t: (
+        f"asked for {str(_get(e.after, 'action') or 'an action').replace('_', ' ')} on "
+        f"{_get(e.after, 'runs') or 0} run(s) at once (bulk {str(e.target_ref)[:8]})"),
+    A.BULK_FINISH: lambda e, t: (
+        f"finished bulk {str(e.target_ref)[:8]}: {_get(e.after, 'done') or 0} done, "
+        f"{_get(e.after, 'refused') or 0} refused, {_get(e.after, 'failed') or 0} failed"),
     A.RETRY_CONSUME: lambda e, t: (
         f"resumed the run with approved {t}"
         + (f" (fencing token {_get(e.after, 'fencing_token')})"

@@ -10,12 +10,15 @@ refuses U+0000; integers: at most 2^63-1), so nothing out of range gets to a que
 
 from __future__ import annotations
 
+import uuid
+
 from django import forms
 from django.core.exceptions import ValidationError
 
 from .exceptions import InvalidPayload
-from .models import MAX_REVISION, RecoveryState
+from .models import BULK_MAX_RUNS, MAX_REVISION, RecoveryState
 from .selectors import DEFAULT_RUN_SORT, RUN_SORTS, SEARCH_MAX, search_terms
+from .vocab import BulkActionKind
 
 #: Inbox "age" filter choices: only runs whose last write is at least this many seconds old.
 AGE_CHOICES = [
@@ -137,3 +140,54 @@ class HistoryForm(forms.Form):
     ``before``, the revisions below this number (none: from the latest), newest first."""
 
     before = forms.IntegerField(required=False, min_value=1, max_value=MAX_REVISION)
+
+
+#: The bulk form's ``scope``: the ticked runs, or every run the inbox's filters match.
+BULK_SELECTED, BULK_MATCHING = "selected", "matching"
+
+
+class RunIdsField(forms.Field):
+    """The ticked runs of the inbox (``run``, repeated): each a run id (UUID), duplicates
+    dropped, at most ``BULK_MAX_RUNS``. Cleans to a list of ``uuid.UUID``."""
+
+    widget = forms.MultipleHiddenInput
+
+    def to_python(self, value) -> list[uuid.UUID]:
+        out: dict[uuid.UUID, None] = {}
+        for raw in value or []:
+            try:
+                out.setdefault(uuid.UUID(str(raw)[:64]))
+            except ValueError:
+                raise forms.ValidationError(f"{str(raw)[:64]!r} is not a run id") from None
+        if len(out) > BULK_MAX_RUNS:
+            raise forms.ValidationError(f"at most {BULK_MAX_RUNS} runs per bulk action")
+        return list(out)
+
+
+class BulkForm(ReasonForm):
+    """The inbox's bulk bar (issue 9, item 3; ``views.bulk_submit``): ``action`` (a
+    ``BulkActionKind``), ``reason``, ``client_token`` (the hidden UUID that makes a
+    resubmission answer the first one's results), ``scope`` (``selected``: the ticked
+    ``run`` boxes; ``matching``: every run ``filters`` selects, the inbox's query string
+    as a hidden field), and ``confirm`` (required for ``BulkActionKind.CONFIRM``)."""
+
+    action = forms.ChoiceField(choices=BulkActionKind.choices)
+    client_token = forms.UUIDField(
+        error_messages={"required": "missing; reload the inbox and submit again",
+                        "invalid": "not a UUID; reload the inbox and submit again"})
+    scope = forms.ChoiceField(choices=[(BULK_SELECTED, "the ticked runs"),
+                                       (BULK_MATCHING, "every run matching the filters")])
+    run = RunIdsField(required=False)
+    filters = forms.CharField(required=False, max_length=2000, strip=False)
+    confirm = forms.BooleanField(required=False)
+
+    def clean(self) -> dict:
+        data = super().clean()
+        if data.get("scope") == BULK_SELECTED and "run" in data and not data["run"]:
+            self.add_error("run", "tick at least one run, or choose every run matching the "
+                                  "filters")
+        if data.get("action") in BulkActionKind.CONFIRM and not data.get("confirm"):
+            self.add_error("confirm", f"tick the box to confirm: "
+                                      f"{BulkActionKind(data['action']).label} cannot be "
+                                      f"undone from the dashboard")
+        return data

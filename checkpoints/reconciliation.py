@@ -91,7 +91,8 @@ def _services():
     return services
 
 
-def run_reconcile(*, actor, tenant: Tenant, run_id: uuid.UUID, reason: str) -> ReconcileQueued:
+def run_reconcile(*, actor, tenant: Tenant, run_id: uuid.UUID, reason: str,
+                  bulk_id: uuid.UUID | None = None) -> ReconcileQueued:
     """A reviewer asks to reconcile the run's in-doubt effects (CONTRACT.md 3).
 
     Under the run's lock, on the database clock, the owner must be gone (the sweep's
@@ -102,7 +103,8 @@ def run_reconcile(*, actor, tenant: Tenant, run_id: uuid.UUID, reason: str) -> R
 
     Raises ``OwnerLive`` (409) while the owner is alive, ``InvalidTransition`` (422) when
     nothing is in doubt or the run is closed, ``ReasonRequired``, ``NotFound``,
-    ``Forbidden``.
+    ``Forbidden``. ``bulk_id``: the bulk action this is part of (``services.bulk``),
+    written into the audit event's ``after``.
     """
     svc = _services()
     require(actor, tenant, roles.REVIEW)
@@ -138,9 +140,9 @@ def run_reconcile(*, actor, tenant: Tenant, run_id: uuid.UUID, reason: str) -> R
         svc.audit_record(
             tenant=tenant, actor=actor, action=AuditAction.RUN_RECONCILE, target_type=TargetType.RUN,
             target_id=run.uuid, run_id=run.uuid, reason=reason,
-            after={"task_id": str(task_id),
-                   "requests": [r.pk for r in outcome.requests],
-                   "effects": [str(e.uuid) for e in in_doubt]})
+            after=svc._with_bulk({"task_id": str(task_id),
+                                  "requests": [r.pk for r in outcome.requests],
+                                  "effects": [str(e.uuid) for e in in_doubt]}, bulk_id))
         pks = [r.pk for r in outcome.requests]
 
         def send():

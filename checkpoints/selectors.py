@@ -48,6 +48,8 @@ from .models import (
     MAX_REVISION,
     ApiToken,
     AuditEvent,
+    BulkAction,
+    BulkActionItem,
     Checkpoint,
     CheckpointRevision,
     Conflict,
@@ -64,7 +66,7 @@ from .models import (
     Tenant,
 )
 from .permissions import require
-from .vocab import EffectState
+from .vocab import BulkOutcome, EffectState
 
 RUN_LIST_FIELDS = (
     "id", "tenant_id", "uuid", "kind", "schema_version", "agent", "model", "workflow",
@@ -340,6 +342,17 @@ def _sort_or_400(sort: str | None) -> str:
     if sort not in RUN_SORTS:
         raise InvalidPayload(f"sort: must be one of {', '.join(RUN_SORTS)}")
     return sort
+
+def run_ids_matching(*, user, tenant: Tenant, filters: RunFilters, limit: int) -> list[uuid.UUID]:
+    """The public ids of at most ``limit`` runs that ``filters`` select (search ``q``
+    included), in the inbox's default order (newest run first): what "all matching"
+    means for a bulk action (``services.bulk``, which asks for one more than its maximum
+    to tell "too many"). One query, the same index scan as ``run_list``. Raises
+    ``NotFound``/``Forbidden``, ``InvalidPayload`` for a bad filter."""
+    require(user, tenant, roles.VIEW)
+    return list(_filtered_runs(tenant, filters).order_by(RUN_SORTS[DEFAULT_RUN_SORT])
+                .values_list("uuid", flat=True)[:max(0, limit)])
+
 
 
 def run_list(*, user, tenant: Tenant, filters: RunFilters, sort: str | None = None,
@@ -767,3 +780,41 @@ def report(*, user, tenant: Tenant) -> dict:
         "open_conflicts": Conflict.objects.for_tenant(tenant).filter(
             acknowledged_at__isnull=True).count(),
     }
+
+
+@dataclass
+class BulkResult:
+    """A bulk action and its per-run results (``bulk_get``): ``bulk`` the row,
+    ``items`` its ``BulkActionItem`` rows in selection order, the counts of each outcome
+    among them (right while it still runs, when the row's counts are not written yet),
+    ``pending`` how many selected runs have no result yet, ``filters`` the inbox filters
+    it was asked for (a dict) or ``None`` for runs selected by id."""
+
+    bulk: BulkAction
+    items: list[BulkActionItem]
+    done: int
+    refused: int
+    failed: int
+    pending: int
+    filters: dict | None
+
+
+def bulk_get(*, user, tenant: Tenant, bulk_id) -> BulkResult:
+    """One bulk action of the tenant with its per-run results (issue 9, item 3): two
+    queries whatever the number of runs. Any role that sees the audit log sees it
+    (``view_runs``); a malformed or unknown id, or one of another tenant, is
+    ``NotFound``."""
+    require(user, tenant, roles.VIEW)
+    bid = _uuid_or_404(bulk_id, "bulk action")
+    bulk = BulkAction.objects.for_tenant(tenant).filter(uuid=bid).first()
+    if bulk is None:
+        raise NotFound("no such bulk action")
+    items = list(BulkActionItem.objects.for_tenant(tenant).filter(bulk=bulk)
+                 .order_by("position"))
+    counts = {outcome: 0 for outcome in BulkOutcome.values}
+    for item in items:
+        counts[item.outcome] += 1
+    return BulkResult(bulk=bulk, items=items, done=counts[BulkOutcome.DONE],
+                      refused=counts[BulkOutcome.REFUSED], failed=counts[BulkOutcome.FAILED],
+                      pending=max(0, bulk.total - len(items)),
+                      filters=(bulk.selection or {}).get("filters"))

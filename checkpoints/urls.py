@@ -15,6 +15,8 @@ urlpatterns = [
     path("t/<slug:slug>/counts/", views.run_counts, name="run_counts"),
     path("t/<slug:slug>/report/", views.report, name="report"),
     path("t/<slug:slug>/audit/", views.audit_log, name="audit_log"),
+    path("t/<slug:slug>/bulk/", views.bulk_submit, name="bulk_submit"),
+    path("t/<slug:slug>/bulk/<str:bulk_id>/", views.bulk_detail, name="bulk_detail"),
     path("t/<slug:slug>/runs/<str:run_id>/", views.run_detail, name="run_detail"),
     path("t/<slug:slug>/runs/<str:run_id>/audit/", views.run_audit, name="run_audit"),
     path("t/<slug:slug>/runs/<str:run_id>/retry/", views.run_retry_request,

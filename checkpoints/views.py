@@ -34,6 +34,7 @@ from __future__ import annotations
 import difflib
 import json
 import re
+import uuid
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -43,10 +44,11 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.views import redirect_to_login
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse, QueryDict
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.cache import patch_vary_headers
+from django.utils.http import urlencode
 from django.views.decorators import http
 from django.views.decorators.cache import never_cache
 from django_htmx.http import HttpResponseClientRedirect, reswap, retarget, trigger_client_event
@@ -56,8 +58,10 @@ from . import kinds, reconciliation, reports, roles, selectors, services, vocab
 from .exceptions import AlreadyDone, DomainError, InvalidPayload, OwnerLive, ReasonRequired
 from .forms import (
     ALL_TAB,
+    BULK_MATCHING,
     DEFAULT_TAB,
     AuditFilterForm,
+    BulkForm,
     CloseForm,
     DiffForm,
     HistoryForm,
@@ -67,11 +71,12 @@ from .forms import (
     RevealForm,
     first_error,
 )
-from .models import Tenant
+from .models import BULK_MAX_RUNS, Tenant
 from .permissions import access_tenant, role_names, tenant_perms
 from .templatetags.dashboard import ago
 from .vocab import (
     AuditAction,
+    BulkActionKind,
     EffectState,
     PhaseClass,
     ReconcileAnswer,
@@ -395,8 +400,7 @@ def _inbox_filters(request: HttpRequest, tenant: Tenant) -> tuple[dict, dict]:
     if not form.is_valid():
         raise InvalidPayload(first_error(form))
     data = form.cleaned_data
-    filters = selectors.RunFilters(kind=data["kind"] or None, subject=data["subject"] or None,
-                                   age_s_min=data["age"], q=data["q"] or None)
+    filters = _run_filters(data, ALL_TAB)
     counts = selectors.run_state_counts(user=request.user, tenant=tenant, filters=filters)
     state = data["state"]
     if not request.GET.get("state"):
@@ -418,6 +422,17 @@ def _inbox_filters(request: HttpRequest, tenant: Tenant) -> tuple[dict, dict]:
         "filter_query": query,
         "sort": data["sort"],
     }
+
+
+def _run_filters(data: dict, state: str) -> selectors.RunFilters:
+    """The ``selectors.RunFilters`` of a cleaned ``InboxFilterForm`` and the tab
+    ``state`` (``ALL_TAB``: every state): the inbox's rows, its tab counts and a bulk
+    action's "all matching" are the same runs."""
+    return selectors.RunFilters(
+        recovery_state=None if state == ALL_TAB else state,
+        kind=data["kind"] or None, subject=data["subject"] or None, age_s_min=data["age"],
+        q=data["q"] or None,
+    )
 
 
 def _inbox_context(request: HttpRequest, tenant: Tenant) -> dict:
@@ -480,6 +495,8 @@ def run_list(request: HttpRequest, tenant: Tenant) -> HttpResponse:
     An htmx request (tab, filter, page) gets only the ``inbox-main`` fragment.
     """
     context = _base_context(request, tenant, "inbox") | _inbox_context(request, tenant)
+    if context["can_review"]:
+        context["bulk"] = _bulk_bar(context)
     template = "checkpoints/inbox.html"
     if request.htmx:
         template += "#inbox-main"
@@ -1241,3 +1258,64 @@ def audit_log(request: HttpRequest, tenant: Tenant) -> HttpResponse:
     }
     return render(request, "checkpoints/audit.html", context)
 
+
+
+# --------------------------------------------------------------------------------------
+# Bulk actions (issue 9, item 3): the inbox's bulk bar and the result page
+# --------------------------------------------------------------------------------------
+
+def _bulk_bar(context: dict) -> dict:
+    """What ``checkpoints/_bulk_bar.html`` needs (reviewers only): a fresh client token
+    (one per rendered inbox, so submitting this form twice acts once), the current
+    filters as a query string (``state`` included) for "every run matching", the
+    actions, the maximum and how many runs match (the tab's count, which follows the
+    filters: no extra query)."""
+    query = dict(context["filter_query"], state=context["state"])
+    matching = context["tab_total"]  # the tab counts follow every filter
+    return {"token": uuid.uuid4(), "filters": urlencode(query),
+            "actions": BulkActionKind.choices, "max": BULK_MAX_RUNS, "matching": matching}
+
+
+def _bulk_filters(raw: str) -> selectors.RunFilters:
+    """The bulk form's ``filters`` (the inbox's query string) as ``RunFilters``, checked
+    by the inbox's own form: 400 naming ``filters`` and the filter."""
+    form = InboxFilterForm(QueryDict(raw))
+    if not form.is_valid():
+        raise InvalidPayload(f"filters: {first_error(form)}")
+    data = form.cleaned_data
+    return _run_filters(data, data["state"])
+
+
+@require_POST
+@dashboard
+@tenant_page(roles.REVIEW)
+def bulk_submit(request: HttpRequest, tenant: Tenant) -> HttpResponse:
+    """``POST /t/<slug>/bulk/``: one review action on the ticked runs or on every run the
+    inbox's filters match (``BulkForm``; at most ``BULK_MAX_RUNS``), through
+    ``services.bulk_submit``; then the result page (post/redirect/get). The same form
+    submitted twice (same ``client_token``) acts once and shows the first's results.
+    Bad input is a 400 naming the field, with nothing written."""
+    form = BulkForm(request.POST)
+    _require_valid(form)
+    data = form.cleaned_data
+    matching = data["scope"] == BULK_MATCHING
+    bulk, created = services.bulk_submit(
+        actor=request.user, tenant=tenant, action=data["action"], reason=data["reason"],
+        client_token=data["client_token"], run_ids=None if matching else data["run"],
+        filters=_bulk_filters(data["filters"]) if matching else None)
+    if not created:
+        messages.info(request, "This bulk action was already submitted: these are its "
+                               "results (nothing was done again).")
+    return redirect("bulk_detail", slug=tenant.slug, bulk_id=str(bulk.uuid))
+
+
+@require_GET
+@dashboard
+@tenant_page()
+def bulk_detail(request: HttpRequest, tenant: Tenant, bulk_id: str) -> HttpResponse:
+    """``/t/<slug>/bulk/<uuid>/``: a bulk action's per-run result table (run, action,
+    outcome, the refusal's plain words). Reads only; a fixed number of queries whatever
+    the number of runs (``selectors.bulk_get``)."""
+    result = selectors.bulk_get(user=request.user, tenant=tenant, bulk_id=bulk_id)
+    context = _base_context(request, tenant, "inbox") | {"b": result.bulk, "result": result}
+    return render(request, "checkpoints/bulk.html", context)

@@ -237,6 +237,7 @@ class TargetType(TextChoices):
     TENANT = "tenant"
     ACCOUNT = "account"
     SERVICE = "service"
+    BULK_ACTION = "bulk_action"
 
 
 TargetType.WRITABLE = (TargetType.CHECKPOINT, TargetType.EFFECT)
@@ -283,6 +284,8 @@ class AuditAction(TextChoices):
     RECONCILE_GAVE_UP = "reconcile.gave_up"
     RECONCILE_MOVED_ON = "reconcile.moved_on"
     AUDIT_EXPORT_HEAD = "audit.export_head"
+    BULK_SUBMIT = "bulk.submit"
+    BULK_FINISH = "bulk.finish"
 
 
 AuditAction.REVEALS = frozenset({AuditAction.PAYLOAD_REVEAL, AuditAction.PAYLOAD_READ,
@@ -290,6 +293,42 @@ AuditAction.REVEALS = frozenset({AuditAction.PAYLOAD_REVEAL, AuditAction.PAYLOAD
                                  AuditAction.EVIDENCE_REVEAL})
 AuditAction.CONFLICT = {TargetType.CHECKPOINT: AuditAction.CHECKPOINT_CONFLICT,
                         TargetType.EFFECT: AuditAction.EFFECT_CONFLICT}
+
+
+class BulkActionKind(TextChoices):
+    """What a bulk action does to each selected run (issue 9, item 3): each is the
+    single action of the run page, called once per run (``services.bulk``).
+
+    ``mark_unknown`` marks every in-doubt (``EffectState.IN_DOUBT``) effect of the run.
+    Sets: ``CONFIRM`` (cannot be undone by a reviewer: the form asks for a ticked box).
+    """
+
+    RECONCILE = "reconcile", "reconcile"
+    MARK_UNKNOWN = "mark_unknown", "mark unknown"
+    REQUEST_RETRY = "request_retry", "request retry"
+    CLOSE = "close", "close"
+    ACKNOWLEDGE_CONFLICTS = "acknowledge_conflicts", "acknowledge conflicts"
+
+
+BulkActionKind.CONFIRM = frozenset({BulkActionKind.MARK_UNKNOWN, BulkActionKind.CLOSE})
+
+
+class BulkState(TextChoices):
+    """A bulk action's progress: ``running`` from its record until every run has its
+    result, then ``finished``."""
+
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+class BulkOutcome(TextChoices):
+    """One run's result in a bulk action: ``done`` (the action committed, audited with
+    the bulk id), ``refused`` (the action's own rule refused it: nothing of it was
+    written; the detail says why), ``failed`` (an unexpected error: rolled back, logged)."""
+
+    DONE = "done"
+    REFUSED = "refused"
+    FAILED = "failed"
 
 
 class ResumeAction(TextChoices):

@@ -430,6 +430,12 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # Bulk actions' "action" and "state" are choice sets of their own (issue 9, item 3):
+    # name them, and keep the names the resume answer's and the effect's sets had.
+    "ENUM_NAME_OVERRIDES": {"BulkActionKindEnum": "checkpoints.vocab.BulkActionKind.values",
+                            "BulkStateEnum": "checkpoints.vocab.BulkState.values",
+                            "ActionEnum": "checkpoints.vocab.ResumeAction.values",
+                            "StateEnum": "checkpoints.vocab.EffectState.values"},
     # A nullable nested shape says "X or null" in OpenAPI 3.0.3 terms (checkpoints.api.schema).
     "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums",
                              "checkpoints.api.schema.nullable_refs",

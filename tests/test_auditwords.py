@@ -56,6 +56,14 @@ SAMPLES = {
                       {"state": "approved", "recovery_state": "retry_approved"}, "ok"),
     A.RETRY_REJECT: ("april", T.RETRY_REQUEST, "7", {"state": "requested"},
                      {"state": "rejected", "recovery_state": "unknown_outcome"}, "no"),
+    A.RETRY_WITHDRAW: ("rita", T.RETRY_REQUEST, "7",
+                       {"state": "requested", "recovery_state": "awaiting_approval"},
+                       {"state": "withdrawn", "recovery_state": "unknown_outcome"}, "not needed"),
+    A.BULK_SUBMIT: ("rita", T.BULK_ACTION, "9d2f0c3e-1111-4222-8333-444455556666", None,
+                    {"action": "mark_unknown", "runs": 3, "run_ids": []}, "gateway down"),
+    A.BULK_FINISH: ("rita", T.BULK_ACTION, "9d2f0c3e-1111-4222-8333-444455556666",
+                    {"state": "running"}, {"state": "finished", "done": 2, "refused": 1,
+                                           "failed": 0}, ""),
     A.RETRY_CONSUME: ("wendy", T.RETRY_REQUEST, "7", {"state": "approved"},
                       {"state": "consumed", "fencing_token": 3}, ""),
     A.EFFECT_MARK_UNKNOWN: ("rita", T.EFFECT, EFFECT, {"state": "unresolved", "revision": 2},
@@ -113,6 +121,11 @@ def test_each_sentence_says_who_did_what_in_words(action):
     (A.RETRY_REQUEST, "rita requested a retry of the run (unknown outcome → awaiting approval)"
                       ": worker died"),
     (A.RETRY_APPROVE, "april approved retry request #7: ok"),
+    (A.RETRY_WITHDRAW, "rita withdrew retry request #7 (awaiting approval → unknown outcome)"
+                       ": not needed"),
+    (A.BULK_SUBMIT, "rita asked for mark unknown on 3 run(s) at once (bulk 9d2f0c3e): "
+                    "gateway down"),
+    (A.BULK_FINISH, "rita finished bulk 9d2f0c3e: 2 done, 1 refused, 0 failed"),
     (A.EFFECT_RECONCILE, "system reconciled charge:A-7 at payments: unresolved → confirmed "
                          "(the service answered found via http): charge ch_42 succeeded"),
     (A.CHECKPOINT_CONFLICT, "wendy was refused writing checkpoint 5c0e1a2b: stale revision "

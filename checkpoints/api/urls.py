@@ -40,6 +40,8 @@ urlpatterns = [
          name="retry-reject"),
     path(T + "retry-requests/<str:retry_id>/withdraw", views.RetryWithdrawApi.as_view(),
          name="retry-withdraw"),
+    path(T + "bulk-actions", views.BulkActionListApi.as_view(), name="bulk-actions"),
+    path(T + "bulk-actions/<str:bulk_id>", views.BulkActionApi.as_view(), name="bulk-action"),
     path(T + "audit-events", views.AuditEventListApi.as_view(), name="audit-events"),
     path(T + "report", views.ReportApi.as_view(), name="report"),
 ]

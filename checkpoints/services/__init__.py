@@ -4,7 +4,8 @@ A package by entity, so each write is found by name: ``accounts`` (tenants, acco
 roles, tokens, reconciler settings), ``runs`` (the run lock, fencing, recovery state,
 conflicts, leases, resume decisions), ``checkpoints`` (the compare-and-swap write,
 reveals, exports), ``effects``, ``review`` (retry, mark unknown, close, acknowledge),
-``sweep``, ``keys`` (key rotation) and ``common`` (what they share). Everything public is
+``sweep``, ``keys`` (key rotation), ``bulk`` (one review action on many runs) and
+``common`` (what they share). Everything public is
 re-exported here: callers write ``services.checkpoint_put(...)``.
 
 Services never import ``checkpoints.tasks``: Celery work is sent by task name
@@ -48,6 +49,7 @@ from .accounts import (
     token_issue,
     tokens_revoke,
 )
+from .bulk import bulk_submit
 from .checkpoints import (
     Envelope,
     checkpoint_envelope,
@@ -57,7 +59,7 @@ from .checkpoints import (
     receipt_reveal,
     revisions_export,
 )
-from .common import HEX64_RE, SYSTEM, U32_MAX, _actor_name, _require_reason
+from .common import HEX64_RE, SYSTEM, U32_MAX, _actor_name, _require_reason, _with_bulk
 from .effects import EffectBody, _effect_transition, effect_put, parse_effect
 from .keys import payloads_rotate_keys
 from .review import (
@@ -84,4 +86,5 @@ from .sweep import sweep_stale_runs
 
 # The submodules, for tests that read the services' source (the audit, fence and race
 # matrices).
-MODULES = ("common", "accounts", "runs", "checkpoints", "effects", "review", "sweep", "keys")
+MODULES = ("common", "accounts", "runs", "checkpoints", "effects", "review", "sweep", "keys",
+           "bulk")

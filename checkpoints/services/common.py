@@ -37,6 +37,16 @@ def _actor_name(actor) -> str:
 # inside its own transaction.
 
 
+def _with_bulk(after: dict, bulk_id: uuid.UUID | None) -> dict:
+    """``after`` of a review action's audit event, with ``"bulk_id"`` (the bulk action's
+    public id, a string) when the action ran as part of one (``services.bulk``). The
+    event's ``after`` is covered by its hash (``audit.audit_fields``), so the id is
+    tamper-evident, and events without it hash as before."""
+    if bulk_id is not None:
+        after["bulk_id"] = str(bulk_id)
+    return after
+
+
 def _require_reason(reason: str | None) -> str:
     if reason is not None and not isinstance(reason, str):
         raise InvalidPayload("reason: must be a string")

@@ -37,7 +37,7 @@ from ..vocab import (
     RetryState,
     TargetType,
 )
-from .common import _require_reason
+from .common import _require_reason, _with_bulk
 from .effects import _effect_transition
 from .runs import _lock_run, require_owner_gone, run_facts, run_refresh_state
 
@@ -78,12 +78,14 @@ def _retry_done(retry: RetryRequest, run: Run, field: str = "state",
                        detail=detail and f"{detail}, {what}")
 
 
-def retry_request(*, actor, tenant: Tenant, run_id: uuid.UUID, reason: str) -> RetryRequest:
+def retry_request(*, actor, tenant: Tenant, run_id: uuid.UUID, reason: str,
+                  bulk_id: uuid.UUID | None = None) -> RetryRequest:
     """A reviewer asks for a retry of an in-doubt run; a different approver must decide.
 
     Raises ``InvalidTransition`` (422) unless the run is ``ambiguous`` or
     ``unknown_outcome`` with no effect ``submitted``/``unresolved`` and no open request;
-    ``ReasonRequired`` (400), ``NotFound``/``Forbidden``.
+    ``ReasonRequired`` (400), ``NotFound``/``Forbidden``. ``bulk_id``: the bulk action
+    this is part of, written into the audit event's ``after``.
     """
     require(actor, tenant, roles.REVIEW)
     reason = _require_reason(reason)
@@ -117,8 +119,9 @@ def retry_request(*, actor, tenant: Tenant, run_id: uuid.UUID, reason: str) -> R
         audit_record(tenant=tenant, actor=actor, action=AuditAction.RETRY_REQUEST,
                      target_type=TargetType.RETRY_REQUEST, target_id=retry.pk, run_id=run.uuid,
                      reason=reason, before={"recovery_state": before},
-                     after={"state": RetryState.REQUESTED, "recovery_state": run.recovery_state,
-                            "preview": retry_preview(run)})
+                     after=_with_bulk({"state": RetryState.REQUESTED,
+                                       "recovery_state": run.recovery_state,
+                                       "preview": retry_preview(run)}, bulk_id))
     return retry
 
 
@@ -230,12 +233,14 @@ def retry_withdraw(*, actor, tenant: Tenant, retry_id: int, reason: str) -> Retr
     return retry
 
 
-def effect_mark_unknown(*, actor, tenant: Tenant, effect_id: uuid.UUID, reason: str) -> Effect:
+def effect_mark_unknown(*, actor, tenant: Tenant, effect_id: uuid.UUID, reason: str,
+                        bulk_id: uuid.UUID | None = None) -> Effect:
     """A reviewer declares that nobody can tell whether the effect happened.
 
     Allowed from ``submitted`` and ``unresolved`` only (422 otherwise), and only once the
     run's owner is gone (``OwnerLive``, 409, like reconciliation). The run becomes
-    ``unknown_outcome`` until a retry is approved or the run is closed.
+    ``unknown_outcome`` until a retry is approved or the run is closed. ``bulk_id``: the
+    bulk action this is part of, written into the audit event's ``after``.
     """
     require(actor, tenant, roles.REVIEW)
     reason = _require_reason(reason)
@@ -269,17 +274,20 @@ def effect_mark_unknown(*, actor, tenant: Tenant, effect_id: uuid.UUID, reason: 
         audit_record(tenant=tenant, actor=actor, action=AuditAction.EFFECT_MARK_UNKNOWN,
                      target_type=TargetType.EFFECT, target_id=effect.uuid, run_id=run.uuid,
                      reason=reason, before=before,
-                     after={"state": EffectState.UNKNOWN, "revision": moved.revision})
+                     after=_with_bulk({"state": EffectState.UNKNOWN,
+                                       "revision": moved.revision}, bulk_id))
     return moved
 
 
-def run_close(*, actor, tenant: Tenant, run_id: uuid.UUID, reason: str) -> Run:
+def run_close(*, actor, tenant: Tenant, run_id: uuid.UUID, reason: str,
+              bulk_id: uuid.UUID | None = None) -> Run:
     """A reviewer closes a run that was handled outside the system (DESIGN.md 4).
 
     The run shows as ``closed`` (its own tab) until the runtime's next write reopens it;
     an open retry request is expired and open reconcile requests are cancelled, so
     nothing acts on a closed run. Raises ``InvalidTransition`` (422) if it is already
-    closed, ``ReasonRequired`` (400), ``NotFound``/``Forbidden``. Audited.
+    closed, ``ReasonRequired`` (400), ``NotFound``/``Forbidden``. Audited (with
+    ``bulk_id`` in ``after`` when part of a bulk action).
     """
     require(actor, tenant, roles.REVIEW)
     reason = _require_reason(reason)
@@ -307,15 +315,17 @@ def run_close(*, actor, tenant: Tenant, run_id: uuid.UUID, reason: str) -> Run:
         audit_record(tenant=tenant, actor=actor, action=AuditAction.RUN_CLOSE, target_type=TargetType.RUN,
                      target_id=run.uuid, run_id=run.uuid, reason=reason,
                      before={"recovery_state": before},
-                     after={"recovery_state": run.recovery_state,
-                            "retry_requests_expired": expired,
-                            "reconcile_requests_cancelled": cancelled})
+                     after=_with_bulk({"recovery_state": run.recovery_state,
+                                       "retry_requests_expired": expired,
+                                       "reconcile_requests_cancelled": cancelled}, bulk_id))
     return run
 
 
 def conflicts_acknowledge(*, actor, tenant: Tenant, run_id: uuid.UUID, reason: str,
-                          only_open: bool = False) -> int:
-    """Acknowledge every open conflict of the run; returns how many. Audited.
+                          only_open: bool = False,
+                          bulk_id: uuid.UUID | None = None) -> int:
+    """Acknowledge every open conflict of the run; returns how many. Audited (with
+    ``bulk_id`` in ``after`` when part of a bulk action).
 
     Idempotent by default (the API: none open acknowledges 0). ``only_open=True`` (the
     dashboard's button, pressed on a page that showed open conflicts) refuses instead
@@ -343,7 +353,8 @@ def conflicts_acknowledge(*, actor, tenant: Tenant, run_id: uuid.UUID, reason: s
         audit_record(tenant=tenant, actor=actor, action=AuditAction.CONFLICTS_ACKNOWLEDGE,
                      target_type=TargetType.RUN, target_id=run.uuid, run_id=run.uuid, reason=reason,
                      before={"recovery_state": before, "open_conflicts": n},
-                     after={"recovery_state": run.recovery_state, "open_conflicts": 0})
+                     after=_with_bulk({"recovery_state": run.recovery_state,
+                                       "open_conflicts": 0}, bulk_id))
     return n
 
 

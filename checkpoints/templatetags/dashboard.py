@@ -14,6 +14,8 @@ from django.utils.safestring import SafeString, mark_safe
 
 from .. import auditwords
 from ..vocab import (
+    BulkOutcome,
+    BulkState,
     EffectState,
     PhaseClass,
     ReconcileAnswer,
@@ -41,6 +43,8 @@ BADGE_CLASSES = {
     _Q.CANCELLED: "grey", _A.FOUND: "green", _A.CANNOT_TELL: "orange", _A.NO_LOOKUP: "red",
     _A.OWNER_LIVE: "amber", _A.SETTLING: "amber", _A.MOVED_ON: "grey",
     _P.STABLE: "green", _P.IN_FLIGHT: "amber", _P.UNSUPPORTED: "purple",
+    # bulk actions: a run's outcome (done/failed share the words above), the bulk's state
+    BulkOutcome.REFUSED: "orange", BulkState.FINISHED: "green",
 }
 
 

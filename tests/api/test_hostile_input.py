@@ -67,7 +67,7 @@ def ids(api_as, wendy, acme) -> dict:
     fx = effect_body(run_id=cp["run_id"])
     assert put_fx(w, "acme", fx, create=True).status_code == 201
     return {"tenant": "acme", "checkpoint_id": cp["id"], "run_id": cp["run_id"],
-            "effect_id": fx["id"], "retry_id": "1"}
+            "effect_id": fx["id"], "retry_id": "1", "bulk_id": str(uuid.uuid4())}
 
 
 def _client_for(method: str, path: str, api_as, wendy, adam) -> APIClient:

@@ -28,6 +28,9 @@ BEYOND_CONTRACT = {
     # A reviewer withdraws their own open retry request (issue 9); the reviewer's rights of
     # CONTRACT.md 4 ("request retry") cover taking one's own request back.
     ("POST", "retry-requests/{}/withdraw"): "withdraw your own retry request",
+    # One review action on many runs, and its per-run results (issue 9, item 3).
+    ("POST", "bulk-actions"): "bulk review action",
+    ("GET", "bulk-actions/{}"): "a bulk action's results",
 }
 # Status codes CONTRACT.md 3 gives in prose, for groups of requests.
 EVERY_REQUEST = {403, 404}  # "a role that lacks the right ... 403"; no role: 404

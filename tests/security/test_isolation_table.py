@@ -88,6 +88,7 @@ class World:
     retry_pk: int           # acme's open retry request (requested by someone else)
     attempt_pk: int         # acme's reconcile look-up with evidence
     identities: list[Identity]
+    bulk_id: str = ""       # acme's bulk action (issue 9, item 3)
 
 
 @dataclass
@@ -136,9 +137,9 @@ def _login(user) -> dict:
     return {k: v.value for k, v in client.cookies.items()}
 
 
-def _build_tenant(slug: str) -> tuple[int, int]:
+def _build_tenant(slug: str) -> tuple[int, int, str]:
     """The same objects, under the same UUIDs, in tenant ``slug``; returns the pks of its
-    open retry request and of its look-up with evidence."""
+    open retry request and of its look-up with evidence, and its bulk action's id."""
     tenant = services.tenant_create(slug=slug)
     writer = _account(f"{slug}-builder")
     services.role_grant(actor=None, tenant=tenant, user=writer, role="writer")
@@ -179,7 +180,10 @@ def _build_tenant(slug: str) -> tuple[int, int]:
     reconciliation.execute(queued.requests[0].pk)
     Scripted.answers = []
     attempt = ReconcileAttempt.objects.get(tenant=tenant)
-    return retry.pk, attempt.pk
+    bulk, _ = services.bulk_submit(actor=helper, tenant=tenant, action="acknowledge_conflicts",
+                                   reason="seen", run_ids=[i["r_stable"]],
+                                   client_token=uuid.uuid4())
+    return retry.pk, attempt.pk, str(bulk.uuid)
 
 
 def _identities() -> list[Identity]:
@@ -218,9 +222,9 @@ def world(django_db_setup, django_db_blocker):
         outer = transaction.atomic()
         outer.__enter__()
         try:
-            retry_pk, attempt_pk = _build_tenant(HOME)
+            retry_pk, attempt_pk, bulk_id = _build_tenant(HOME)
             _build_tenant(TWIN)
-            yield World(retry_pk, attempt_pk, _identities())
+            yield World(retry_pk, attempt_pk, _identities(), bulk_id)
         finally:
             transaction.set_rollback(True)
             outer.__exit__(None, None, None)
@@ -362,6 +366,15 @@ RECIPES: dict[str, list[Op]] = {
         Op("post", _t(retry_id="retry_pk"), api_rule(AP, 200), "write", body=REASON),
         Op("post", _t(TWIN, retry_id="retry_pk"), api_rule(AP, 404), body=REASON,
            tenant=TWIN)],
+    # Bulk actions (issue 9, item 3): the single actions' right; HOME's bulk id on the
+    # twin's URL finds nothing.
+    "api:bulk-actions": [
+        Op("post", _t(), api_rule(RW, 201), "write",
+           body={**REASON, "action": "close", "run_ids": [str(IDS["r_stuck"])],
+                 "client_token": str(IDS["new_cp"])})],
+    "api:bulk-action": [
+        Op("get", _t(bulk_id="bulk_id"), api_rule(V, 200)),
+        Op("get", _t(TWIN, bulk_id="bulk_id"), api_rule(V, 404), tenant=TWIN)],
     "api:audit-events": [Op("get", _t(), api_rule(V, 200))],
     "api:report": [Op("get", _t(), api_rule(V, 200))],
     "schema": [Op("get", lambda w: {}, schema_rule)],
@@ -404,6 +417,14 @@ RECIPES: dict[str, list[Op]] = {
            surface="web"),
         Op("post", _s(TWIN, retry_id="retry_pk"), page_rule(AP, 404), body=REASON,
            surface="web", tenant=TWIN)],
+    "bulk_submit": [Op("post", _s(), page_rule(RW, 302), "write",
+                       body={**REASON, "action": "close", "scope": "selected",
+                             "run": str(IDS["r_stuck"]), "confirm": "yes",
+                             "client_token": str(IDS["new_cp"])}, surface="web")],
+    "bulk_detail": [
+        Op("get", _s(bulk_id="bulk_id"), page_rule(V, 200), surface="web"),
+        Op("get", _s(TWIN, bulk_id="bulk_id"), page_rule(V, 404), surface="web",
+           tenant=TWIN)],
     "effect_mark_unknown": [Op("post", _s(effect_id="e_stuck"), page_rule(RW, 302), "write",
                                body={**REASON, "confirm": "on"}, surface="web")],
     "effect_receipt_reveal": [Op("post", _s(effect_id="e_done"), page_rule(RV, 200),

@@ -127,6 +127,7 @@ class TenantData:
     requester: object
     retry_pk: int = 0
     attempt_pk: int = 0
+    bulk_id: str = ""
 
 
 @dataclass
@@ -217,6 +218,10 @@ def _build_reviews(d: TenantData, slug: str) -> None:
     reconciliation.execute(queued.requests[0].pk)
     Scripted.answers = []
     d.attempt_pk = ReconcileAttempt.objects.get(tenant=t).pk
+    # A bulk action (issue 9, item 3) that changes no state: conflicts of a stable run.
+    d.bulk_id = str(services.bulk_submit(
+        actor=d.requester, tenant=t, action="acknowledge_conflicts", reason=f"bulk {m}",
+        run_ids=[i["r_stable"]], client_token=uuid.uuid5(uuid.NAMESPACE_URL, slug))[0].uuid)
     if slug == TWIN:
         services.effect_mark_unknown(actor=d.requester, tenant=t, effect_id=EXTRA["e_more"],
                                      reason=f"more {m}")
@@ -435,6 +440,13 @@ SELECTORS: dict[str, SelectorCell] = {
             (c := own_counts(w.tenant(s)))["effects"], c["retry_requests"],
             c["open_conflicts"], c["runs"]) else f"report {a}, own {c}",
         shows_mark=False),
+    "run_ids_matching": SelectorCell(
+        lambda w, s, u: selectors.run_ids_matching(user=u, tenant=w.tenant(s),
+                                                   filters=selectors.RunFilters(), limit=500),
+        _count_is(lambda c: sum(c["runs"].values()), len), shows_mark=False),
+    "bulk_get": SelectorCell(
+        lambda w, s, u: selectors.bulk_get(user=u, tenant=w.tenant(s),
+                                           bulk_id=w.data[s].bulk_id)),
     "state_counts": SelectorCell(
         lambda w, s, u: selectors.state_counts(tenant=w.tenant(s)),
         lambda w, s, a: "" if {k: v for k, v in a.items() if v} == own_counts(
@@ -447,6 +459,8 @@ CROSS_IDS: dict[str, Callable[[World, str, object], object]] = {
         user=u, tenant=w.tenant(s), retry_id=w.data[other(s)].retry_pk),
     "reconcile_attempt_get": lambda w, s, u: selectors.reconcile_attempt_get(
         user=u, tenant=w.tenant(s), attempt_id=w.data[other(s)].attempt_pk),
+    "bulk_get": lambda w, s, u: selectors.bulk_get(user=u, tenant=w.tenant(s),
+                                                   bulk_id=w.data[other(s)].bulk_id),
 }
 NOT_TENANT_DATA = {
     "encode_cursor": "pure: turns a row into a cursor",
@@ -588,9 +602,8 @@ class Req:
     def kwargs(self, w: World, slug: str) -> dict:
         out = {}
         for key, source in self.ids.items():
-            out[key] = str(getattr(w.data[slug], source)) if source in ("retry_pk",
-                                                                         "attempt_pk") \
-                else str(IDS[source])
+            out[key] = str(getattr(w.data[slug], source)) if source in (
+                "retry_pk", "attempt_pk", "bulk_id") else str(IDS[source])
         return out
 
 
@@ -650,6 +663,9 @@ API: dict[str, Req] = {
     f"get {T}audit-events": Req(query="limit=200", shows_mark=True,
                                 count=_api_count("results", lambda c: c["audit"])),
     f"get {T}report": Req(query="range=24h", count=_report_count),
+    f"post {T}bulk-actions": Req(body={**R, "action": "close", "run_ids": [str(IDS["r_stuck"])],
+                                       "client_token": str(IDS["new_cp"])}, write=True),
+    f"get {T}bulk-actions/{{bulk_id}}": Req({"bulk_id": "bulk_id"}, shows_mark=True),
 }
 
 PAGES: dict[str, Req] = {
@@ -678,6 +694,10 @@ PAGES: dict[str, Req] = {
                            write=True, shows_mark=True),
     "reconcile_evidence_reveal": Req({"attempt_id": "attempt_pk"}, R, write=True,
                                      shows_mark=True),
+    "bulk_submit": Req(body={**R, "action": "close", "scope": "selected", "confirm": "yes",
+                             "run": str(IDS["r_stuck"]), "client_token": str(IDS["new_cp"])},
+                       write=True),
+    "bulk_detail": Req({"bulk_id": "bulk_id"}, shows_mark=True),
 }
 
 
@@ -879,6 +899,11 @@ SERVICES: dict[str, list[ServiceCell]] = {
         actor=_as(w, a, "admin"), tenant=w.tenant(s), service="payments", plugin="default"))],
     "audit_head_export": [ServiceCell(lambda w, s, a: audit.audit_head_export(
         tenant=w.tenant(s)), actor=False)],
+    # The shared run ids act on this tenant's runs; a run only the twin holds is "not
+    # found" here (its result), never acted on.
+    "bulk_submit": [ServiceCell(lambda w, s, a: services.bulk_submit(
+        actor=_as(w, a, "reviewer"), tenant=w.tenant(s), action="close", reason="x",
+        run_ids=[IDS["r_stuck"], EXTRA["r_more"]], client_token=IDS["new_cp"]))],
 }
 NOT_SERVICE_CELLS = {
     "audit_verify": "reads one tenant's chain by tenant pk: tests/services/test_audit_chain.py",

@@ -352,6 +352,17 @@ def audit_head_export(p):
     return Cell(lambda: audit.audit_head_export(tenant=p.acme))
 
 
+def bulk_submit(p):
+    # The bulk's own record: with the audit down nothing is written and no run is acted
+    # on. Each run's action is its single service's transaction (the cells above); a
+    # failed audit inside one run rolls back that run only, shown as its "failed" result
+    # (tests/services/test_bulk.py::test_a_failed_audit_in_one_run_rolls_back_that_run_only).
+    runs = [ambiguous_run(p.wendy, p.acme) for _ in range(2)]
+    return Cell(lambda: services.bulk_submit(actor=p.rita, tenant=p.acme, action="close",
+                                             reason="handled by phone", run_ids=runs,
+                                             client_token=uuid.uuid4()))
+
+
 CELLS: dict[str, dict[str, Callable]] = {
     "checkpoint_put": {"create": checkpoint_create, "update": checkpoint_update,
                        "stale-revision conflict": checkpoint_stale,
@@ -384,6 +395,7 @@ CELLS: dict[str, dict[str, Callable]] = {
     "account_deactivate": {"deactivate": account_deactivate},
     "reconciler_configure": {"configure": reconciler_configure},
     "audit_head_export": {"export": audit_head_export},
+    "bulk_submit": {"submit": bulk_submit},
 }
 NOT_CELLS = {
     "audit_record": "the append itself",
