@@ -154,7 +154,9 @@ def test_bulk_close_closes_each_run_once(acme, wendy, rita):
 
     got = results(bulk)
     assert got[a][0] == BulkOutcome.DONE and state(a) == RecoveryState.CLOSED
-    assert got[b] == (BulkOutcome.REFUSED, "invalid_transition", "already closed")
+    outcome, error, detail = got[b]
+    assert (outcome, error) == (BulkOutcome.REFUSED, "invalid_transition")
+    assert detail.startswith("already closed by rita at ")  # who and when (AlreadyDone)
     assert Run.objects.get(uuid=b).closed_reason == "done by hand"  # not overwritten
     assert [(e.action, e.run_uuid) for e in bulk_events(bulk)] == [(AuditAction.RUN_CLOSE, a)]
 
@@ -184,7 +186,7 @@ def test_all_runs_matching_filters(acme, wendy, rita):
 
     assert set(results(bulk)) == set(stuck)
     assert bulk.selection == {"filters": {"recovery_state": "ambiguous", "kind": None,
-                                          "subject": None, "age_s_min": None}}
+                                          "subject": None, "age_s_min": None, "q": None}}
     assert state(calm) == RecoveryState.HEALTHY
     # Resubmitted: the filters now match nothing, yet it is the same request: its results.
     again, created = submit(rita, acme, "close", filters=filters, token=token)

@@ -163,7 +163,7 @@ def test_the_result_page_and_api_cost_the_same_queries_for_1_or_12_runs(acme, we
 
     def queries(n: int) -> tuple[int, int]:
         runs = [healthy_run(wendy, acme) for _ in range(n)]
-        client.post("/t/acme/bulk/", form("acknowledge_conflicts", runs))
+        client.post("/t/acme/bulk/", form("close", runs))
         bulk = BulkAction.objects.order_by("-id").first()
         assert bulk.total == n
         with CaptureQueriesContext(connection) as page:
@@ -215,7 +215,7 @@ def test_api_bulk_by_filters(acme, wendy, rita):
     assert response.status_code == 201, response.content
     assert [r["run_id"] for r in response.json()["results"]] == [str(stuck)]
     assert response.json()["filters"] == {"recovery_state": "ambiguous", "kind": None,
-                                          "subject": None, "age_s_min": None}
+                                          "subject": None, "age_s_min": None, "q": None}
 
 
 @pytest.mark.parametrize(("body", "headers", "field"), [
