@@ -366,6 +366,13 @@ RECIPES: dict[str, list[Op]] = {
         Op("post", _t(retry_id="retry_pk"), api_rule(AP, 200), "write", body=REASON),
         Op("post", _t(TWIN, retry_id="retry_pk"), api_rule(AP, 404), body=REASON,
            tenant=TWIN)],
+    # Withdraw (issue 9, item 4): only the requester may, and the table's requester is the
+    # world's helper account: every reviewer here is refused (403), no role 404, the twin's
+    # URL finds nothing (tests/api/test_retry_withdraw.py: the requester's own 200).
+    "api:retry-withdraw": [
+        Op("post", _t(retry_id="retry_pk"), api_rule(RW, 403), body=REASON),
+        Op("post", _t(TWIN, retry_id="retry_pk"), api_rule(RW, 404), body=REASON,
+           tenant=TWIN)],
     # Bulk actions (issue 9, item 3): the single actions' right; HOME's bulk id on the
     # twin's URL finds nothing.
     "api:bulk-actions": [
@@ -416,6 +423,10 @@ RECIPES: dict[str, list[Op]] = {
         Op("post", _s(retry_id="retry_pk"), page_rule(AP, 302), "write", body=REASON,
            surface="web"),
         Op("post", _s(TWIN, retry_id="retry_pk"), page_rule(AP, 404), body=REASON,
+           surface="web", tenant=TWIN)],
+    "retry_withdraw": [
+        Op("post", _s(retry_id="retry_pk"), page_rule(RW, 403), body=REASON, surface="web"),
+        Op("post", _s(TWIN, retry_id="retry_pk"), page_rule(RW, 404), body=REASON,
            surface="web", tenant=TWIN)],
     "bulk_submit": [Op("post", _s(), page_rule(RW, 302), "write",
                        body={**REASON, "action": "close", "scope": "selected",
