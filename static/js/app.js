@@ -55,6 +55,11 @@
     var at = new Date(el.getAttribute("datetime") || "");
     if (isNaN(at.getTime())) { return; }
     var utcTitle = el.getAttribute("title") || "";
+    // Already an absolute UTC time, read in a browser that runs on UTC: nothing to add.
+    if (/UTC/.test(el.textContent) && at.getTimezoneOffset() === 0) {
+      el.setAttribute("data-local", el.textContent);
+      return;
+    }
     var sameDay = day.format(at) === day.format(new Date());
     var local = (sameDay ? "" : day.format(at) + " ") + clock.format(at) + (zone ? " (" + zone + ")" : "");
     var rel = document.createElement("span");

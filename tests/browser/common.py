@@ -39,7 +39,7 @@ def login(browser, live_server, username, *, width: int = 1280, height: int = 90
     return context, page
 
 
-def screenshot(page, name: str) -> None:
+def screenshot(page, name: str, *, full_page: bool = False) -> None:
     """Save the page as ``<name>.png`` into ``$RECOVERY_SCREENSHOTS_DIR`` when that is set
     (``make screenshots`` sets it to ``docs/screenshots``, whose pictures the README
     shows); otherwise do nothing. The README's pictures therefore come from the browser
@@ -47,4 +47,4 @@ def screenshot(page, name: str) -> None:
     folder = os.environ.get("RECOVERY_SCREENSHOTS_DIR")
     if folder:
         os.makedirs(folder, exist_ok=True)
-        page.screenshot(path=os.path.join(folder, f"{name}.png"), full_page=False)
+        page.screenshot(path=os.path.join(folder, f"{name}.png"), full_page=full_page)

@@ -11,7 +11,7 @@ import uuid
 
 from checkpoints.models import AuditEvent, BulkAction, ReconcileRequest, Run
 from checkpoints.vocab import AuditAction, RecoveryState
-from tests.browser.common import BROWSER, login
+from tests.browser.common import BROWSER, login, screenshot
 from tests.helpers import effect_body, envelope, put_checkpoint, sweep_later, walk_effect
 
 pytestmark = BROWSER
@@ -46,6 +46,7 @@ def test_a_reviewer_bulk_reconciles_the_runs_of_a_filtered_inbox(browser, live_s
     page.check("input[data-bulk-page]")
     expect(page.locator("input[name=run]:checked")).to_have_count(3)
     expect(page.locator("[data-bulk-count]")).to_have_text("(3 ticked)")
+    screenshot(page, "inbox")
 
     page.select_option("#bulk-form select[name=action]", "reconcile")
     page.fill("#bulk-form input[name=reason]", "payments outage 14:02")
@@ -59,6 +60,7 @@ def test_a_reviewer_bulk_reconciles_the_runs_of_a_filtered_inbox(browser, live_s
     for i in range(3):
         expect(table.nth(i)).to_contain_text("done")
         expect(table.nth(i)).to_contain_text("reconciliation of 1 effect requested")
+    screenshot(page, "bulk")
     bulk = BulkAction.objects.get()
     reconciled = {r.run.uuid for r in ReconcileRequest.objects.select_related("run")}
     assert reconciled == billing and shipping not in reconciled

@@ -2,7 +2,7 @@
 the range with the range links (an htmx swap in place, the URL pushed) and a custom range
 form, the charts change with it; a CSV download of a figure holds its numbers and an
 "as of" line. No CSP violation on the way. A screenshot of the report is kept for the
-README (``var/screenshots/report.png``)."""
+README (``docs/screenshots/report.png``, ``make screenshots``)."""
 
 from __future__ import annotations
 
@@ -11,12 +11,11 @@ import io
 from pathlib import Path
 
 from checkpoints import services
-from tests.browser.common import BROWSER, login
+from tests.browser.common import BROWSER, login, screenshot
 from tests.browser.test_csp import CspWatch, mark_document, same_document
 from tests.helpers import ambiguous_run, envelope, put_checkpoint
 
 pytestmark = BROWSER
-SHOTS = Path(__file__).resolve().parents[2] / "var" / "screenshots"
 
 
 def _bars(page, figure: str) -> int:
@@ -42,8 +41,7 @@ def test_a_viewer_changes_the_range_and_downloads_a_csv(browser, live_server, ac
     assert _bars(page, "runs_entering") == 3                # one stack: this hour
     assert all(t.endswith(":00") for t in _ticks(page, "runs_entering"))
     assert "by hour" in page.locator(".report-as-of").inner_text()
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SHOTS / "report.png"), full_page=True)
+    screenshot(page, "report", full_page=True)
 
     # A range link: an htmx swap in place, the URL pushed, the charts drawn again by day.
     mark_document(page)

@@ -9,7 +9,7 @@ import uuid
 
 from django.db import connections
 
-from tests.browser.common import BROWSER, login
+from tests.browser.common import BROWSER, login, screenshot
 from tests.helpers import effect_body, envelope, put_checkpoint, sweep_later, walk_effect
 
 pytestmark = BROWSER
@@ -45,6 +45,7 @@ def test_it_lets_a_reviewer_request_and_another_person_approve_a_retry(
     page.click("#f-retry button[type=submit]")
     expect(page.locator("#run-state")).to_have_text("awaiting approval")
     expect(page.locator("#next-step")).to_contain_text("other than rita")
+    screenshot(page, "run", full_page=True)
     expect(page.locator("#audit-panel tr[data-action='retry.request']")).to_contain_text("rita")
     page.wait_for_load_state("networkidle")  # let the server finish before the context goes
     context.close()

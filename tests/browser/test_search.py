@@ -7,7 +7,7 @@ from __future__ import annotations
 import uuid
 
 from checkpoints import views
-from tests.browser.common import BROWSER, login
+from tests.browser.common import BROWSER, login, screenshot
 from tests.helpers import envelope, put_checkpoint
 from tests.views.conftest import make_stuck_run
 
@@ -27,6 +27,7 @@ def test_a_reviewer_finds_a_run_by_its_order_id(browser, live_server, acme, rita
     expect(rows.first).to_contain_text(str(stuck.run_id)[:8])
     expect(page.locator("body")).not_to_contain_text(str(other.run_id)[:8])
     expect(page.locator(".page-range")).to_have_text("1-1 of 1")
+    screenshot(page, "search")
     assert "q=A-1003" in page.url  # the search is in the URL: Back and reload keep it
     page.reload()
     expect(rows).to_have_count(1)
