@@ -23,6 +23,8 @@ Two kinds:
   | ``recovery_reconcile_failing`` | tenant | open requests whose last look-ups could not tell (``failures`` > 0) |
   | ``recovery_audit_events`` | tenant | the audit chain's length (``AuditChainHead.seq``) |
 
+  ``recovery_domain_scrape_ok`` is 1 when these were read, 0 when the database could not
+  answer (the scrape then still serves the process's own metrics: 200, never a 500).
   Every tenant gets every state (0 when none), so a series does not vanish when its
   count drops to 0. ``tenant`` is the tenant's slug. Finished reconcile requests
   (``done``, ``cancelled``) are history, not a queue: they are not counted.
@@ -30,6 +32,9 @@ Two kinds:
 
 from __future__ import annotations
 
+import logging
+
+from django.db import DatabaseError
 from django.db.models import Count, Q, Sum
 from prometheus_client import Counter
 from prometheus_client.core import GaugeMetricFamily
@@ -43,6 +48,8 @@ from .models import (
     Tenant,
 )
 from .vocab import EffectState, ReconcileState, RecoveryState
+
+logger = logging.getLogger(__name__)
 
 RESUME_DECISIONS = Counter(
     "recovery_resume_decisions",
@@ -135,8 +142,22 @@ class DomainCollector:
     }
 
     def collect(self):
-        """Yield one ``GaugeMetricFamily`` per figure (``prometheus_client`` protocol)."""
-        for name, values in domain_figures().items():
+        """Yield one ``GaugeMetricFamily`` per figure (``prometheus_client`` protocol),
+        then ``recovery_domain_scrape_ok`` (1, or 0 when the database could not answer:
+        then no domain figure is yielded, and the process's own metrics, which a scrape
+        during an outage needs most, are still served)."""
+        try:
+            figures = domain_figures()
+        except DatabaseError:
+            logger.warning("metrics: the database did not answer; domain gauges skipped",
+                           exc_info=True)
+            figures = None
+        ok = GaugeMetricFamily("recovery_domain_scrape_ok",
+                               "1 when this scrape read the domain figures from the "
+                               "database, 0 when the database could not answer.")
+        ok.add_metric([], 0 if figures is None else 1)
+        yield ok
+        for name, values in (figures or {}).items():
             family = GaugeMetricFamily(name, self.HELP[name], labels=self.LABELS[name])
             for labels, value in sorted(values.items()):
                 family.add_metric(list(labels), value)

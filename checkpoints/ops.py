@@ -63,8 +63,11 @@ class RequestIdMiddleware:
         started = time.perf_counter()
         response = self.get_response(request)
         if log.isEnabledFor(logging.INFO):
-            log.info("%s %s %s", request.method, request.path, response.status_code,
-                     extra={"method": request.method, "path": request.path,
+            # A path is the client's text: control characters escaped, so a "%0A" in it
+            # cannot start a forged line of a plain-text log (JSON escapes them anyway).
+            path = request.path.encode("unicode_escape").decode("ascii")
+            log.info("%s %s %s", request.method, path, response.status_code,
+                     extra={"method": request.method, "path": path,
                             "status": response.status_code,
                             "duration_ms": round((time.perf_counter() - started) * 1000, 1)})
         return response

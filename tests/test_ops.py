@@ -332,3 +332,33 @@ def test_text_logs_carry_the_request_id_too(client):
     finally:
         logging.config.dictConfig(settings.LOGGING)
     assert "INFO recovery.access [text-log-12345] GET /healthz 200" in buffer.getvalue()
+
+
+def test_a_path_cannot_forge_a_line_of_the_text_access_log():
+    buffer = io.StringIO()
+    config = copy.deepcopy(settings.LOGGING)
+    config["handlers"]["console"]["formatter"] = "text"
+    config["handlers"]["console"]["stream"] = buffer
+    config["loggers"]["recovery.access"] = {"level": "INFO"}
+    logging.config.dictConfig(config)
+    try:
+        Client().get("/healthz%0AINFO recovery.access [x] GET /admin/ 200",
+                     HTTP_X_REQUEST_ID="forge-log-12345")
+    finally:
+        logging.config.dictConfig(settings.LOGGING)
+    lines = [line for line in buffer.getvalue().splitlines()
+             if line.startswith("INFO recovery.access")]
+    assert len(lines) == 1 and "[forge-log-12345]" in lines[0]
+    assert "/healthz\\nINFO" in lines[0]
+
+
+def test_the_scrape_still_serves_the_process_metrics_when_the_database_is_down(
+        client, settings, monkeypatch):
+    settings.RECOVERY_METRICS_TOKEN = TOKEN
+    monkeypatch.setattr(connection, "cursor", _refuse)
+    response = client.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {TOKEN}")
+    assert response.status_code == 200
+    body = response.content.decode()
+    assert "recovery_domain_scrape_ok 0.0" in body
+    assert "recovery_runs{" not in body
+    assert "django_http_requests" in body  # django-prometheus' own, still there
