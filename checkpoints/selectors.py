@@ -788,7 +788,10 @@ class BulkResult:
     ``items`` its ``BulkActionItem`` rows in selection order, the counts of each outcome
     among them (right while it still runs, when the row's counts are not written yet),
     ``pending`` how many selected runs have no result yet, ``filters`` the inbox filters
-    it was asked for (a dict) or ``None`` for runs selected by id."""
+    it was asked for (a dict) or ``None`` for runs selected by id, ``client_token`` the
+    requester's idempotency key when the reader is the requester, else ``None`` (the key
+    is the requester's to resubmit with; the dashboard shows it to nobody, so the API
+    shows it only to its owner)."""
 
     bulk: BulkAction
     items: list[BulkActionItem]
@@ -797,6 +800,7 @@ class BulkResult:
     failed: int
     pending: int
     filters: dict | None
+    client_token: uuid.UUID | None = None
 
 
 def bulk_get(*, user, tenant: Tenant, bulk_id) -> BulkResult:
@@ -817,4 +821,6 @@ def bulk_get(*, user, tenant: Tenant, bulk_id) -> BulkResult:
     return BulkResult(bulk=bulk, items=items, done=counts[BulkOutcome.DONE],
                       refused=counts[BulkOutcome.REFUSED], failed=counts[BulkOutcome.FAILED],
                       pending=max(0, bulk.total - len(items)),
-                      filters=(bulk.selection or {}).get("filters"))
+                      filters=(bulk.selection or {}).get("filters"),
+                      client_token=(bulk.client_token if bulk.requested_by_id == user.pk
+                                    else None))

@@ -692,7 +692,9 @@ class BulkActionSerializer(Answer):
     reason = serializers.CharField(source="bulk.reason")
     state = serializers.ChoiceField(source="bulk.state", choices=BulkState.values)
     requested_by = serializers.CharField(source="bulk.requested_by_name")
-    client_token = serializers.UUIDField(source="bulk.client_token")
+    client_token = serializers.UUIDField(
+        allow_null=True, help_text="the requester's idempotency key, shown to the requester "
+                                   "only (null for everyone else)")
     created_at = IsoDateTimeField(source="bulk.created_at")
     finished_at = IsoDateTimeField(source="bulk.finished_at", allow_null=True)
     filters = BulkFiltersSerializer(allow_null=True, help_text="null when runs were selected "

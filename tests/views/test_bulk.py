@@ -182,7 +182,7 @@ def test_the_result_page_and_api_cost_the_same_queries_for_1_or_12_runs(acme, we
 # The API
 # --------------------------------------------------------------------------------------
 
-def test_api_bulk_action_and_its_replay(acme, wendy, rita):
+def test_api_bulk_action_and_its_replay(acme, wendy, rita, vic):
     a, b = ambiguous_run(wendy, acme), healthy_run(wendy, acme)
     api = bearer_client(rita)
     key = str(uuid.uuid4())
@@ -202,6 +202,11 @@ def test_api_bulk_action_and_its_replay(acme, wendy, rita):
     assert again.status_code == 200 and again.json() == answer
     got = api.get(f"{URL}/{answer['id']}")
     assert got.status_code == 200 and got.json() == answer
+    assert answer["client_token"] == key
+    # Anyone else of the tenant reads the results, never the requester's key (the
+    # dashboard's result page shows it to nobody).
+    seen = bearer_client(vic).get(f"{URL}/{answer['id']}").json()
+    assert seen["client_token"] is None and seen["results"] == answer["results"]
     event = AuditEvent.objects.get(action=AuditAction.RETRY_REQUEST)
     assert event.after["bulk_id"] == answer["id"]
 
