@@ -48,7 +48,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse, QueryDict
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.cache import patch_vary_headers
-from django.utils.http import urlencode
+from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 from django.views.decorators import http
 from django.views.decorators.cache import never_cache
 from django_htmx.http import HttpResponseClientRedirect, reswap, retarget, trigger_client_event
@@ -170,13 +170,24 @@ def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
         here = request.htmx.current_url_abs_path or request.get_full_path()
         response = _in_place(request, SESSION_CHANGED, 403, link=(here, "Reload the page"))
     else:
-        back = request.META.get("HTTP_REFERER")
+        back = _referer(request)
         response = render(request, "checkpoints/error.html",
                           {"status": 403, "message": SESSION_CHANGED, "back": back,
                            "link": (back, "Reload the page") if back else None},
                           status=403)
     patch_vary_headers(response, ("HX-Request",))
     return response
+
+
+def _referer(request: HttpRequest) -> str | None:
+    """The ``Referer`` as a "back" link, only when it points at this site (same host,
+    and https when the request is): a forged cross-site post carries the attacker's page,
+    or ``javascript:``, which an error page must never link to."""
+    url = request.META.get("HTTP_REFERER") or ""
+    if url and url_has_allowed_host_and_scheme(url, allowed_hosts={request.get_host()},
+                                               require_https=request.is_secure()):
+        return url
+    return None
 
 
 def domain_errors(view: Callable) -> Callable:
@@ -195,7 +206,7 @@ def domain_errors(view: Callable) -> Callable:
             if request.htmx:
                 return _in_place(request, _message(exc), exc.status)
             context = {"status": exc.status, "error": exc.error,
-                       "message": _message(exc), "back": request.META.get("HTTP_REFERER")}
+                       "message": _message(exc), "back": _referer(request)}
             return render(request, "checkpoints/error.html", context, status=exc.status)
 
     return wrapper

@@ -122,6 +122,22 @@ def test_a_csrf_failure_varies_and_is_a_message_in_place(world, login, rita):
     assert list(Run.objects.values_list("closed_at", flat=True)) == before
 
 
+@pytest.mark.parametrize("referer", ["https://evil.example/x", "javascript:alert(1)",
+                                     "//evil.example/x"])
+def test_an_error_page_links_back_only_to_this_site(world, login, rita, referer):
+    """A forged cross-site post carries the attacker's page as its Referer: the CSRF
+    page and the error pages never link to it."""
+    client = login(rita, csrf=True)
+    url = reverse("run_close", args=["acme", world["run_id"]])
+    forged = client.post(url, {"reason": "x", "confirm": "on"}, HTTP_REFERER=referer)
+    assert forged.status_code == 403 and "Your session changed" in forged.content.decode()
+    refused = login(rita).post(url, {"reason": ""}, HTTP_REFERER=referer)  # 400 page
+    assert refused.status_code == 400
+    for response in (forged, refused):
+        body = response.content.decode()
+        assert "evil.example" not in body and "javascript:" not in body
+
+
 def test_an_api_csrf_failure_keeps_its_json_error(world, rita):
     """The API's session callers keep DRF's JSON error (its views check CSRF themselves)."""
     client = Client(enforce_csrf_checks=True)
