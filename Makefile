@@ -48,8 +48,10 @@ $(STAMP): pyproject.toml | $(PY)
 
 install: $(STAMP)
 
+# Options of `manage.py demo` (README "Demo"), e.g. make demo DEMO_ARGS="--port 8123"
+DEMO_ARGS ?=
 demo: $(STAMP)
-	$(PY) manage.py demo
+	$(PY) manage.py demo $(DEMO_ARGS)
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

@@ -342,6 +342,28 @@ RECOVERY_ENCRYPTION_KEYS = [
     ).split(",")
     if k.strip()
 ]
+
+
+def _check_fernet_keys(keys: list[str]) -> None:
+    """Refuse to start with a payload key that is not a Fernet key (32 url-safe base64
+    bytes), instead of answering 500 to the first write: the process (runserver, gunicorn,
+    a worker, any manage.py command) stops at once, saying how to make one."""
+    from cryptography.fernet import Fernet
+
+    if not keys:
+        raise ImproperlyConfigured("RECOVERY_ENCRYPTION_KEYS is empty")
+    for n, key in enumerate(keys, 1):
+        try:
+            Fernet(key.encode())
+        except ValueError:
+            raise ImproperlyConfigured(
+                f"RECOVERY_ENCRYPTION_KEYS: key {n} of {len(keys)} is not a Fernet key (32 "
+                "url-safe base64-encoded bytes). Make one with: python -c 'from "
+                "cryptography.fernet import Fernet; print(Fernet.generate_key().decode())'"
+            ) from None
+
+
+_check_fernet_keys(RECOVERY_ENCRYPTION_KEYS)
 # Audit chain HMAC keys (docs/security/audit.md): comma-separated secrets of at least 32
 # characters, newest first. New events are keyed with the first; every listed key still
 # verifies the events it signed, so keep old keys listed (rotation never rewrites history).

@@ -86,3 +86,14 @@ def test_production_values_and_a_proxy_ssl_header(production):
     done = manage(production | {"SECURE_PROXY_SSL_HEADER": "https"}, "check")
     assert done.returncode != 0
     assert "SECURE_PROXY_SSL_HEADER must be HEADER,value" in done.stderr
+
+
+@pytest.mark.parametrize("keys", [secrets.token_urlsafe(32), "short",
+                                  f"{Fernet.generate_key().decode()},not-a-fernet-key"])
+def test_a_payload_key_that_is_not_a_fernet_key_stops_the_process_at_start(production, keys):
+    # Found by a newcomer: a key made like the audit key passed every check and /readyz,
+    # then every checkpoint write answered 500. Every command now refuses to start.
+    done = manage(production | {"RECOVERY_ENCRYPTION_KEYS": keys}, "check")
+    assert done.returncode != 0
+    assert "RECOVERY_ENCRYPTION_KEYS: key" in done.stderr
+    assert "Fernet.generate_key()" in done.stderr
