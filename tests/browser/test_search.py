@@ -4,6 +4,7 @@ each page sits ("6-10 of 11")."""
 
 from __future__ import annotations
 
+import re
 import uuid
 
 from checkpoints import views
@@ -58,4 +59,24 @@ def test_the_pager_goes_next_and_previous(browser, live_server, acme, rita, wend
     expect(where).to_have_text("6-10 of 11")
     page.click("a[rel=prev]")
     expect(where).to_have_text("1-5 of 11")
+    context.close()
+
+
+def test_typing_in_a_filter_box_filters_in_place_without_a_script_error(
+        browser, live_server, acme, rita, wendy):
+    """The filter form's htmx trigger is valid htmx 2 syntax (a newcomer saw three
+    ``htmx:syntax:error`` on every inbox load), and typing a kind filters in place."""
+    from playwright.sync_api import expect
+
+    make_stuck_run(wendy, acme, order_id="A-2001", key="charge:A-2001")
+    context, page = login(browser, live_server, "rita")
+    errors: list[str] = []
+    page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+    page.goto(f"{live_server.url}/t/acme/?state=ambiguous")
+    rows = page.locator("table.runs tbody tr td a[href*='/runs/']")
+    expect(rows).to_have_count(1)
+    page.locator(".filters input[name=kind]").press_sequentially("no.such_kind")
+    expect(page).to_have_url(re.compile(r"kind=no\.such_kind"))  # htmx pushed it
+    expect(rows).to_have_count(0)
+    assert errors == []
     context.close()
