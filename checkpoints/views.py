@@ -506,7 +506,7 @@ def run_list(request: HttpRequest, tenant: Tenant) -> HttpResponse:
     An htmx request (tab, filter, page) gets only the ``inbox-main`` fragment.
     """
     context = _base_context(request, tenant, "inbox") | _inbox_context(request, tenant)
-    if context["can_review"]:
+    if context["can_review"] and context["tab_total"]:  # nothing listed: nothing to act on
         context["bulk"] = _bulk_bar(context)
     template = "checkpoints/inbox.html"
     if request.htmx:
@@ -1284,6 +1284,7 @@ def _bulk_bar(context: dict) -> dict:
     query = dict(context["filter_query"], state=context["state"])
     matching = context["tab_total"]  # the tab counts follow every filter
     return {"token": uuid.uuid4(), "filters": urlencode(query),
+            "confirm_actions": " ".join(sorted(BulkActionKind.CONFIRM)),
             "actions": BulkActionKind.choices, "max": BULK_MAX_RUNS, "matching": matching}
 
 

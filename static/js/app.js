@@ -176,9 +176,23 @@
     }
   }
 
+  // Mark unknown and close need the confirm box (the server refuses them without it):
+  // the browser asks for it before sending, so a forgotten tick loses nothing typed.
+  function confirmNeeded() {
+    var form = document.getElementById("bulk-form");
+    if (!form) { return; }
+    var action = form.querySelector("select[name=action]");
+    var box = form.querySelector("input[name=confirm]");
+    if (!action || !box) { return; }
+    var needs = (action.getAttribute("data-confirm-actions") || "").split(" ");
+    box.required = needs.indexOf(action.value) !== -1;
+  }
+
   document.addEventListener("change", function (e) {
     var target = e.target;
-    if (target.matches && target.matches("input[data-bulk-page]")) {
+    if (target.matches && target.matches('#bulk-form select[name=action]')) {
+      confirmNeeded();
+    } else if (target.matches && target.matches("input[data-bulk-page]")) {
       var all = boxes(), i;
       for (i = 0; i < all.length; i++) { all[i].checked = target.checked; }
       refresh();
@@ -186,7 +200,7 @@
       refresh();
     }
   });
-  document.addEventListener("DOMContentLoaded", refresh);
-  document.addEventListener("htmx:afterSettle", refresh);
+  document.addEventListener("DOMContentLoaded", function () { refresh(); confirmNeeded(); });
+  document.addEventListener("htmx:afterSettle", function () { refresh(); confirmNeeded(); });
 })();
 // ---- end bulk actions ----------------------------------------------------------------

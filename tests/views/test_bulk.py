@@ -60,10 +60,18 @@ def test_the_inbox_offers_reviewers_a_bulk_bar_with_a_box_per_run(acme, wendy, r
     assert "bulk-form" not in page and 'name="run"' not in page
 
 
-def test_each_rendered_inbox_carries_a_fresh_client_token(acme, rita):
+def test_each_rendered_inbox_carries_a_fresh_client_token(acme, rita, wendy):
+    ambiguous_run(wendy, acme)
     client = logged_in(rita)
     first = client.get("/t/acme/").context["bulk"]["token"]
     assert client.get("/t/acme/").context["bulk"]["token"] != first
+
+
+def test_an_empty_tab_offers_no_bulk_action(acme, rita, wendy):
+    healthy_run(wendy, acme)
+    page = logged_in(rita).get("/t/acme/?state=ambiguous")
+    assert page.context.get("bulk") is None
+    assert "bulk-form" not in page.content.decode()
 
 
 # --------------------------------------------------------------------------------------
