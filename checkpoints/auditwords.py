@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .vocab import AuditAction, TargetType
+from .vocab import AuditAction, ReconcileAnswer, TargetType
 
 A = AuditAction
 
@@ -141,8 +141,11 @@ def _reconciled(e, t) -> str:
     text = f"reconciled {t}"
     if move:
         text += f": {move}"
-    if answer:
-        text += f" (the service answered {answer}" + (f" via {by})" if by else ")")
+    if _get(e.after, "answer") == ReconcileAnswer.NO_LOOKUP:
+        text += " (the service offers no look-up, so nobody can tell)"
+    elif answer:
+        via = f" via the {by} reconciler" if by and by != "none" else ""
+        text += f" (the service answered {answer}{via})"
     return text
 
 

@@ -127,7 +127,8 @@ def test_each_sentence_says_who_did_what_in_words(action):
                     "gateway down"),
     (A.BULK_FINISH, "rita finished bulk 9d2f0c3e: 2 done, 1 refused, 0 failed"),
     (A.EFFECT_RECONCILE, "system reconciled charge:A-7 at payments: unresolved → confirmed "
-                         "(the service answered found via http): charge ch_42 succeeded"),
+                         "(the service answered found via the http reconciler): charge ch_42 "
+                         "succeeded"),
     (A.CHECKPOINT_CONFLICT, "wendy was refused writing checkpoint 5c0e1a2b: stale revision "
                             "(sent for revision 2, store at 4)"),
     (A.CHECKPOINT_WRITE, "wendy wrote checkpoint 5c0e1a2b revision 3 at phase charging"),
@@ -156,3 +157,12 @@ def test_odd_or_old_shapes_give_a_shorter_sentence_never_an_error():
             assert words.startswith("system ")
     assert auditwords.sentence(event("some.future_action", "rita", T.RUN, RUN, None, None, "")) \
         == "rita did some.future_action on the run"
+
+
+def test_a_service_without_a_look_up_reads_as_such():
+    # A newcomer read "(the service answered no lookup via none)".
+    _, kind, ref, before, after, reason = SAMPLES[A.EFFECT_RECONCILE]
+    after = {**after, "answer": "no_lookup", "reconciler": "none", "state": "unknown"}
+    words = auditwords.sentence(event(A.EFFECT_RECONCILE, "system", kind, ref, before, after,
+                                      ""), NAMES)
+    assert "offers no look-up, so nobody can tell" in words and "via none" not in words
