@@ -4,7 +4,8 @@ a chosen range, read in a fixed number of aggregate queries whatever the number 
 Range (``ReportRangeForm``, ``window``): ``24h``, ``7d`` (the default), ``30d`` ending at
 the database clock's now (``as_of``), or ``custom`` with ``from``/``to`` (ISO 8601 date
 or date-time, UTC when no offset is given; ``to`` after ``from``, at most
-``MAX_CUSTOM_DAYS`` days apart, from the year 2000 on). Buckets are hours for a range of
+``MAX_CUSTOM_DAYS`` days apart, from the year 2000 on and before the year 9000: see
+``_when``). Buckets are hours for a range of
 up to ``HOURLY_UP_TO`` and days beyond, aligned on UTC; a bucket holds
 ``[start, start + size)``; the first bucket holds the range's start.
 
@@ -84,6 +85,10 @@ DEFAULT_RANGE = "7d"
 MAX_CUSTOM_DAYS = 366
 MIN_CUSTOM = timedelta(hours=1)
 EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)
+#: A custom range ends at the latest at this instant (``to=8999-12-31`` is the last day),
+#: far from the end of Python's calendar (9999-12-31): no range, bucket or zone change
+#: can overflow ``datetime``.
+LATEST = datetime(9000, 1, 1, tzinfo=UTC)
 #: Ranges up to this long are drawn in hours, longer ones in days.
 HOURLY_UP_TO = timedelta(days=3)
 HOUR, DAY = "hour", "day"
@@ -139,23 +144,36 @@ def _truncate(value: datetime, bucket: str) -> datetime:
 def _when(text: str, field: str, *, end: bool) -> datetime:
     """``text`` (ISO 8601 date or date-time) as an aware UTC datetime; a date alone is
     its midnight (the day after for ``to``, so ``to=2026-11-30`` includes that day).
-    Raises ``InvalidPayload`` naming ``field``."""
+    Raises ``InvalidPayload`` naming ``field``: not a date, or outside
+    ``[EARLIEST, LATEST]`` once in UTC.
+
+    The year is checked as written, before any arithmetic or change of zone: Python's
+    ``datetime`` ends at the years 1 and 9999, and ``9999-12-31`` as a ``to`` (the
+    midnight after it) or ``0001-01-01T00:00+01:00`` in UTC would raise ``OverflowError``
+    (a 500) instead of this 400."""
     try:  # a date alone first: Python's ``fromisoformat`` would read it as a midnight
         day = parse_date(text)
         moment = None if day else parse_datetime(text)
-    except ValueError:
+    except (ValueError, OverflowError):
         moment = day = None
     if moment is None and day is None:
         raise InvalidPayload(f"{field}: not an ISO 8601 date or date-time "
                              f"(2026-11-30 or 2026-11-30T12:00Z)")
+    year = (moment or day).year
+    if year < EARLIEST.year:
+        raise InvalidPayload(f"{field}: must be in the year {EARLIEST.year} or later")
+    if year >= LATEST.year:
+        raise InvalidPayload(f"{field}: must be before the year {LATEST.year}")
     if moment is None:
         moment = datetime.combine(day + timedelta(days=1) if end else day, time(),
                                   tzinfo=UTC)
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
-    moment = moment.astimezone(UTC)
+    moment = moment.astimezone(UTC)   # within a day of years 2000..8999: no overflow
     if moment < EARLIEST:
-        raise InvalidPayload(f"{field}: must be in the year 2000 or later")
+        raise InvalidPayload(f"{field}: must be in the year {EARLIEST.year} or later")
+    if moment > LATEST:
+        raise InvalidPayload(f"{field}: must be before the year {LATEST.year}")
     return moment
 
 
@@ -165,7 +183,8 @@ def window(range_name: str | None, start: str | None, end: str | None,
     for type and length by ``ReportRangeForm`` or the API's ``ReportParams``), ending at
     ``as_of`` (the database's now) for a named range. ``from``/``to`` alone mean
     ``range=custom``. Raises ``InvalidPayload`` naming the field: an unknown range,
-    ``from``/``to`` with a named range, a custom range without both, a bad date, ``to``
+    ``from``/``to`` with a named range, a custom range without both, a bad date or one
+    before the year 2000 or from the year 9000 on (``_when``), ``to``
     not after ``from``, shorter than an hour or longer than ``MAX_CUSTOM_DAYS`` days."""
     name = range_name or (CUSTOM if (start or end) else DEFAULT_RANGE)
     if name in RANGES:

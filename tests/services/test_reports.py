@@ -167,6 +167,34 @@ def test_a_bad_range_is_refused_naming_the_field(args, field):
     assert caught.value.detail.startswith(f"{field}: "), caught.value.detail
 
 
+#: Custom ranges at the edges of the calendar: reading them must not overflow Python's
+#: ``datetime`` (year 1 to 9999) on the way to a 400 (issue 9 report fixes, item 1).
+CALENDAR_EDGES = [
+    (("custom", "9999-01-01", "9999-12-31"), "from"),
+    (("custom", "9999-12-01", "9999-12-31T23:59"), "from"),
+    (("custom", "9999-12-31T20:00", "9999-12-31T23:30"), "from"),
+    (("custom", "0001-01-01T00:00+01:00", "2001-01-01"), "from"),
+    (("custom", "2020-01-01", "9999-12-31T23:00-05:00"), "to"),
+    (("custom", "2020-01-01", "9999-12-31"), "to"),
+    (("custom", "8999-12-31", "9000-01-01"), "to"),
+    (("custom", "8999-12-31T20:00", "8999-12-31T23:00-05:00"), "to"),
+    (("custom", "2000-01-01T00:00+14:00", "2000-01-02"), "from"),
+]
+
+
+@pytest.mark.parametrize(("args", "field"), CALENDAR_EDGES)
+def test_a_range_at_the_calendar_edges_is_refused_naming_the_field(args, field):
+    with pytest.raises(InvalidPayload) as caught:
+        reports.window(*args, NOW)
+    assert caught.value.detail.startswith(f"{field}: "), caught.value.detail
+
+
+def test_the_last_day_before_the_year_9000_is_a_range():
+    w = reports.window("custom", "8999-12-30", "8999-12-31", NOW)
+    assert (w.start, w.end) == (datetime(8999, 12, 30, tzinfo=UTC), reports.LATEST)
+    assert w.buckets()[-1] == datetime(8999, 12, 31, 23, tzinfo=UTC)
+
+
 def test_the_longest_custom_range_is_366_days():
     assert len(reports.window("custom", "2025-01-01", "2026-01-01", NOW).buckets()) == 366
 

@@ -69,6 +69,30 @@ def test_a_bad_query_is_a_400_naming_the_parameter(login, vic, query, field):
     assert f"{field}: " in response.content.decode()
 
 
+#: Custom ranges past the year 9999 or before the year 1 once converted (issue 9 report
+#: fixes, item 1): a 500 (OverflowError) before; a 400 naming the field now.
+CALENDAR_EDGES = [
+    ({"from": "9999-01-01", "to": "9999-12-31"}, "from"),
+    ({"from": "9999-12-01", "to": "9999-12-31T23:59"}, "from"),
+    ({"from": "9999-12-31T20:00", "to": "9999-12-31T23:30"}, "from"),
+    ({"from": "0001-01-01T00:00+01:00", "to": "2001-01-01"}, "from"),
+    ({"from": "2020-01-01", "to": "9999-12-31T23:00-05:00"}, "to"),
+]
+
+
+@pytest.mark.parametrize("extra", [{}, {"format": "csv", "figure": "approvals"}],
+                         ids=["page", "csv"])
+@pytest.mark.parametrize("htmx", [False, True], ids=["whole", "htmx"])
+@pytest.mark.parametrize(("query", "field"), CALENDAR_EDGES)
+def test_a_range_at_the_calendar_edges_is_a_400_naming_the_field(login, vic, query, field,
+                                                                extra, htmx):
+    headers = {"HTTP_HX_REQUEST": "true"} if htmx else {}
+    response = login(vic).get(url(range="custom", **query, **extra), **headers)
+    assert response.status_code == 400, response.content[:300]
+    assert f"{field}: " in response.content.decode()
+    assert "HX-Request" in response["Vary"]
+
+
 def test_a_repeated_parameter_is_a_400(login, vic):
     response = login(vic).get(reverse("report", args=["acme"]) + "?range=24h&range=7d")
     assert response.status_code == 400 and "range: given more than once" in response.content.decode()
