@@ -455,14 +455,19 @@ def csv_cell(value) -> str:
     return text
 
 
+#: The columns every row of a CSV ends with: the range and the database time the figures
+#: were read at (a plain table, one header row: spreadsheets and ``pandas.read_csv`` read
+#: it as it is).
+CSV_CONTEXT = ("from", "to", "as_of")
+
+
 def csv_rows(data: dict, figure: str) -> list[list]:
-    """The rows (header first) of one figure of ``figures``' answer: a series as
-    ``bucket, <one column per name>``; a percentile summary as ``<key>, n, p50, p95,
-    max``; approvals as ``approver, approved, rejected``; ``time_to_resolve_s`` as one
-    row of ``n, p50, p95, max``. Every file starts with an ``as_of`` line."""
+    """The rows (header first, every row as long as the header) of one figure of
+    ``figures``' answer: a series as ``bucket, <one column per name>``; a percentile
+    summary as ``<key>, n, p50, p95, max``; approvals as ``approver, approved,
+    rejected``; ``time_to_resolve_s`` as one row of ``n, p50, p95, max``. Every row ends
+    with the ``CSV_CONTEXT`` columns: the range's ``from``/``to`` and ``as_of``."""
     value = data[figure]
-    head = [["as_of", data["as_of"], "from", data["range"]["from"], "to",
-             data["range"]["to"], "bucket", data["range"]["bucket"]]]
     if figure == "schema_mismatches":
         value = {"schema_mismatch": value}
     if figure in ("runs_entering", "schema_mismatches", "conflicts", "reconcile_outcomes",
@@ -478,7 +483,15 @@ def csv_rows(data: dict, figure: str) -> list[list]:
     else:
         key = "action" if figure == "resume_age_ms" else "kind"
         rows = [[key, *STATS]] + [[k, *(v[s] for s in STATS)] for k, v in value.items()]
-    return head + rows
+    context = [data["range"]["from"], data["range"]["to"], data["as_of"]]
+    return [[*rows[0], *CSV_CONTEXT]] + [[*row, *context] for row in rows[1:]]
+
+
+def csv_filename(data: dict, tenant_slug: str, figure: str) -> str:
+    """The download's file name: ``<tenant>-<figure>-<range>-as-of-<UTC time>.csv``, e.g.
+    ``acme-approvals-7d-as-of-20261201T003000Z.csv`` (the time ``figures`` read at)."""
+    as_of = data["as_of"].astimezone(UTC).strftime("%Y%m%dT%H%M%SZ")
+    return f"{tenant_slug}-{figure}-{data['range']['name']}-as-of-{as_of}.csv"
 
 
 def to_csv(data: dict, figure: str) -> str:

@@ -48,7 +48,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse, QueryDict
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.cache import patch_vary_headers
-from django.utils.http import urlencode
+from django.utils.http import content_disposition_header, urlencode
 from django.views.decorators import http
 from django.views.decorators.cache import never_cache
 from django_htmx.http import HttpResponseClientRedirect, reswap, retarget, trigger_client_event
@@ -1155,8 +1155,9 @@ def report(request: HttpRequest, tenant: Tenant) -> HttpResponse:
 
     Query string (``reports.ReportRangeForm``: 400 naming the parameter): ``range``
     (``24h``/``7d``/``30d``/``custom``), ``from``/``to`` (custom), ``format=csv`` with
-    ``figure=<name>`` answers that figure as a CSV attachment (cells safe from formula
-    injection, ``reports.csv_cell``). An htmx request (a range link or the custom form)
+    ``figure=<name>`` answers that figure as a CSV attachment (one header row, the range
+    and as-of time in every row, cells safe from formula injection: ``reports.csv_rows``,
+    ``reports.csv_cell``; named by ``reports.csv_filename``). An htmx request (a range link or the custom form)
     gets only the ``report-range`` fragment."""
     q = reports.ReportRangeForm.parse(request.GET)
     data = reports.figures(user=request.user, tenant=tenant, range_name=q["range"] or None,
@@ -1164,8 +1165,8 @@ def report(request: HttpRequest, tenant: Tenant) -> HttpResponse:
     if q["format"] == "csv":
         response = HttpResponse(reports.to_csv(data, q["figure"]),
                                 content_type="text/csv; charset=utf-8")
-        response["Content-Disposition"] = (
-            f'attachment; filename="{tenant.slug}-{q["figure"]}-{data["range"]["name"]}.csv"')
+        response["Content-Disposition"] = content_disposition_header(
+            True, reports.csv_filename(data, tenant.slug, q["figure"]))
         return response
     context = _base_context(request, tenant, "report") | _report_range_context(data)
     if request.htmx:

@@ -283,8 +283,8 @@ def test_the_figures_count_what_happened_in_the_range(acme, globex, wendy, wes, 
     assert sum(data["runs_entering"][S.HEALTHY]) == 6                # every run's creation
     # A CSV of an injected name keeps it inert.
     text = reports.to_csv(data, "approvals")
-    assert text.startswith("as_of,")
-    assert "\r\n\"'=HYPERLINK(\"\"http://evil\"\")\",1,0\r\n" in text, text
+    assert text.startswith("approver,approved,rejected,from,to,as_of\r\n")
+    assert "\r\n\"'=HYPERLINK(\"\"http://evil\"\")\",1,0," in text, text
     # Nothing outside the range.
     assert reports.figures(user=vic, tenant=acme, range_name="custom", start="2026-01-01",
                            end="2026-01-02")["checkpoint_size_bytes"] == {}
