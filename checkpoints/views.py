@@ -73,7 +73,7 @@ from .forms import (
 )
 from .models import BULK_MAX_RUNS, Tenant
 from .permissions import access_tenant, role_names, tenant_perms
-from .templatetags.dashboard import ago
+from .templatetags.dashboard import ago, label
 from .vocab import (
     AuditAction,
     BulkActionKind,
@@ -1193,33 +1193,33 @@ def _report_range_context(data: dict) -> dict:
                   "to": rng["to"].isoformat().replace("+00:00", "Z")}
     buckets, bucket = data["buckets"], rng["bucket"]
 
-    def series(name, title, words, fills=None):
-        return {"name": name, "title": title, "words": words, "kind": "series",
-                "chart": reports.bar_chart(data[name], buckets, bucket, fills)}
+    def series(name, title, caption, values=None):
+        return {"name": name, "title": title, "words": caption, "kind": "series",
+                "chart": reports.bar_chart(values or data[name], buckets, bucket)}
 
-    def stats(name, title, words, unit):
-        return {"name": name, "title": title, "words": words, "kind": "stats", "unit": unit,
-                "rows": data[name], "chart": reports.stat_chart(data[name], unit)}
+    def stats(name, title, caption, unit, rows=None):
+        # Only the keys with values: no empty chart or row of dashes ("Nothing in this
+        # range." instead, like the series).
+        rows = {k: v for k, v in (rows or data[name]).items() if v["n"]}
+        return {"name": name, "title": title, "words": caption, "kind": "stats", "unit": unit,
+                "rows": rows, "chart": reports.stat_chart(rows, unit)}
 
-    ttr = data["time_to_resolve_s"]
+    doubt = " or ".join(label(s) for s in reports.IN_DOUBT)
+    resolved = ", ".join(label(s) for s in reports.RESOLVED).rsplit(", ", 1)
     charts = [
         series("runs_entering", "Runs entering each recovery state",
-               "a run's creation counts as entering its first state",
-               reports.STATE_FILL),
+               "a run's creation counts as entering its first state"),
         series("conflicts", "Conflicts", "refused writes, by reason"),
-        {"name": "schema_mismatches", "title": "Schema mismatches", "kind": "series",
-         "words": "runs entering schema_mismatch",
-         "chart": reports.bar_chart({RecoveryState.SCHEMA_MISMATCH: data["schema_mismatches"]},
-                                    buckets, bucket, reports.STATE_FILL)},
+        series("schema_mismatches", "Schema mismatches",
+               f"runs entering {label(RecoveryState.SCHEMA_MISMATCH)}",
+               {RecoveryState.SCHEMA_MISMATCH: data["schema_mismatches"]}),
         series("reconcile_outcomes", "Reconciliation outcomes",
                "reconcile requests finished, by what they settled"),
         series("reconcile_answers", "Look-up answers",
                "what the services answered each look-up"),
-        {"name": "time_to_resolve_s", "title": "Time from ambiguous to resolved",
-         "kind": "stats", "unit": "s",
-         "words": "from entering ambiguous or unknown_outcome to healthy, completed or closed",
-         "rows": {"resolved runs": ttr},
-         "chart": reports.stat_chart({"resolved runs": ttr}, "s")},
+        stats("time_to_resolve_s", "Time from ambiguous to resolved",
+              f"from entering {doubt} to {' or '.join(resolved)}", "s",
+              {"resolved runs": data["time_to_resolve_s"]}),
         stats("resume_age_ms", "Resume age",
               "how old the latest checkpoint was when a runtime claimed a resume, by answer",
               "ms"),

@@ -5,6 +5,7 @@ the range rules, the CSV cells, the cost in queries and the resume record.
 
 from __future__ import annotations
 
+import re
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -337,3 +338,64 @@ def test_a_claimed_resume_is_recorded_with_the_checkpoint_age(acme, wendy, vic):
     assert ages == {ResumeAction.CONTINUE: {"n": 1, "p50": float(row.checkpoint_age_ms),
                                             "p95": float(row.checkpoint_age_ms),
                                             "max": float(row.checkpoint_age_ms)}}
+
+
+# --------------------------------------------------------------------------------------
+# Colours (issue 9 report fixes, item 3)
+# --------------------------------------------------------------------------------------
+
+def _css_colours() -> dict[str, tuple[str, str, str]]:
+    """``{family: (--family, --family-ink, .badge-family border)}`` as app.css writes them."""
+    from pathlib import Path
+
+    css = (Path(__file__).resolve().parents[2] / "static/css/app.css").read_text()
+    out = {}
+    for family in reports.SHADES:
+        main = re.search(rf"--{family}:\s*(#[0-9a-f]{{6}})", css).group(1)
+        ink = re.search(rf"--{family}-ink:\s*(#[0-9a-f]{{6}})", css).group(1)
+        border = re.search(rf"\.badge-{family}\s*{{[^}}]*border-color:\s*(#[0-9a-f]{{6}})",
+                           css).group(1)
+        out[family] = (main, ink, border)
+    return out
+
+
+def test_the_chart_shades_are_the_dashboards_colours():
+    assert reports.SHADES == _css_colours()
+
+
+def test_every_state_outcome_and_answer_has_one_colour_of_its_badge():
+    from checkpoints.templatetags.dashboard import BADGE_CLASSES
+    from checkpoints.vocab import ConflictReason, EffectState, ReconcileAnswer, ReconcileState
+
+    words = {*RecoveryState.values, *EffectState.values, *ReconcileState.values,
+             *ReconcileAnswer.values, *ConflictReason.values}
+    assert words <= set(reports.FILL)
+    for word, fill in reports.FILL.items():
+        family = BADGE_CLASSES.get(word, "orange")     # refusals: conflicts are orange
+        assert fill in reports.SHADES[family], (word, fill, family)
+    css = _css_colours()
+    assert reports.FILL[RecoveryState.AMBIGUOUS] == css["amber"][0]
+    assert reports.FILL[RecoveryState.CONFLICTED] == css["orange"][0]
+    assert reports.FILL[RecoveryState.AWAITING_APPROVAL] == css["blue"][0]
+    assert reports.FILL[RecoveryState.UNKNOWN_OUTCOME] == css["red"][0]
+    assert reports.FILL[EffectState.NOT_EXECUTED] == reports.FILL[ReconcileAnswer.NOT_EXECUTED]
+    # The words one chart can draw together are told apart.
+    for chart in (RecoveryState.values, ConflictReason.values, ReconcileAnswer.values,
+                  [*EffectState.values, *ReconcileState.values, ReconcileAnswer.MOVED_ON]):
+        fills = [reports.FILL[w] for w in chart]
+        assert len(set(fills)) == len(fills), chart
+
+
+def test_a_bar_chart_takes_no_colours_but_the_one_map():
+    import inspect
+
+    assert list(inspect.signature(reports.bar_chart).parameters) == [
+        "series", "buckets", "bucket"]
+    buckets = [NOW]
+    chart = reports.bar_chart({"not_executed": [1], "ambiguous": [2], "elsewhere": [1]},
+                              buckets, "hour")
+    assert {e["name"]: e["fill"] for e in chart["legend"]} == {
+        "not_executed": reports.FILL["not_executed"], "ambiguous": reports.FILL["ambiguous"],
+        "elsewhere": reports.OTHER_FILL}
+    assert {b["fill"] for b in chart["bars"]} == {e["fill"] for e in chart["legend"]}
+    assert [b["title"] for b in chart["bars"]][0].endswith("not executed 1")

@@ -168,3 +168,67 @@ def test_the_page_costs_the_same_with_few_and_many_rows(login, vic, wendy, acme)
 def test_a_tenant_without_a_role_is_a_404(login, omar):
     assert login(omar).get(url(range="24h")).status_code == 404
     assert login(omar).get(url(format="csv", figure="approvals")).status_code == 404
+
+
+# --------------------------------------------------------------------------------------
+# Colours and empty figures (issue 9 report fixes, items 3 and 4)
+# --------------------------------------------------------------------------------------
+
+def _section(body: str, figure: str) -> str:
+    start = body.index(f'id="figure-{figure}"')
+    return body[start:body.index("</section>", start)]
+
+
+def test_every_series_is_drawn_in_its_words_one_colour(login, vic, wendy, acme):
+    """The page's charts take their colours from ``reports.FILL`` alone: a word (here
+    every word each chart can draw) has the same fill in every chart it appears in."""
+    from checkpoints.vocab import ConflictReason, EffectState, ReconcileAnswer, ReconcileState
+    from checkpoints.views import _report_range_context
+
+    ambiguous_run(wendy, acme)
+    data = reports.figures(user=vic, tenant=acme, range_name="24h")
+    ones = [1] * len(data["buckets"])
+    data |= {
+        "conflicts": {w: ones for w in ConflictReason.values},
+        "reconcile_outcomes": {w: ones for w in [*EffectState.values, *ReconcileState.values,
+                                                 ReconcileAnswer.MOVED_ON]},
+        "reconcile_answers": {w: ones for w in ReconcileAnswer.values},
+    }
+    seen: dict[str, set] = {}
+    for chart in _report_range_context(data)["charts"]:
+        if chart["kind"] != "series":
+            continue
+        for entry in chart["chart"]["legend"]:
+            seen.setdefault(entry["name"], set()).add(entry["fill"])
+        fills = {b["fill"] for b in chart["chart"]["bars"]}
+        assert fills <= {reports.FILL[e["name"]] for e in chart["chart"]["legend"]}
+    assert {w: f for w, f in seen.items() if f != {reports.FILL[w]}} == {}
+    assert seen["not_executed"] == {reports.FILL["not_executed"]}
+    assert len(seen) >= 20
+
+
+def test_a_stats_figure_with_nothing_in_the_range_says_so(login, vic, wendy, acme):
+    ambiguous_run(wendy, acme)
+    body = login(vic).get(url(range="custom", **{"from": "2026-01-01", "to": "2026-01-02"})
+                          ).content.decode()
+    for figure in ("time_to_resolve_s", "resume_age_ms", "checkpoint_size_bytes"):
+        part = _section(body, figure)
+        assert "Nothing in this range." in part, figure
+        assert "<svg" not in part and "<table" not in part and "p50 dark" not in part, figure
+
+
+def test_time_to_resolve_is_drawn_once_a_run_is_resolved(login, vic, wendy, rita, acme):
+    run_id = ambiguous_run(wendy, acme)
+    services.run_close(actor=rita, tenant=acme, run_id=run_id, reason="handled by phone")
+    part = _section(login(vic).get(url(range="24h")).content.decode(), "time_to_resolve_s")
+    assert "Nothing in this range." not in part
+    assert "<svg" in part and "resolved runs" in part
+
+
+def test_captions_use_readable_names(login, vic):
+    body = login(vic).get(url(range="24h")).content.decode()
+    captions = " ".join(re.findall(r'<p class="muted small">([^<]*)', body))
+    assert "from entering ambiguous or unknown outcome to healthy, completed or closed" \
+        in captions
+    assert "runs entering schema mismatch" in captions
+    assert "_" not in captions, captions
