@@ -1173,7 +1173,9 @@ def report(request: HttpRequest, tenant: Tenant) -> HttpResponse:
         return render(request, "checkpoints/report.html#report-range", context)
     now = selectors.report(user=request.user, tenant=tenant)
     runs_total = sum(now["runs"].values()) or 1
-    run_rows = [(state, n, round(100 * n / runs_total)) for state, n in now["runs"].items()]
+    # the state's one chart colour (``reports.FILL``), like the charts below
+    run_rows = [(state, n, round(100 * n / runs_total), reports.FILL.get(state, reports.OTHER_FILL))
+                for state, n in now["runs"].items()]
     context |= {
         "data": now, "run_rows": run_rows, "runs_total": sum(now["runs"].values()),
         "effect_rows": sorted(now["effects"].items()),

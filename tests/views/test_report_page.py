@@ -182,8 +182,8 @@ def _section(body: str, figure: str) -> str:
 def test_every_series_is_drawn_in_its_words_one_colour(login, vic, wendy, acme):
     """The page's charts take their colours from ``reports.FILL`` alone: a word (here
     every word each chart can draw) has the same fill in every chart it appears in."""
-    from checkpoints.vocab import ConflictReason, EffectState, ReconcileAnswer, ReconcileState
     from checkpoints.views import _report_range_context
+    from checkpoints.vocab import ConflictReason, EffectState, ReconcileAnswer, ReconcileState
 
     ambiguous_run(wendy, acme)
     data = reports.figures(user=vic, tenant=acme, range_name="24h")
@@ -232,3 +232,15 @@ def test_captions_use_readable_names(login, vic):
         in captions
     assert "runs entering schema mismatch" in captions
     assert "_" not in captions, captions
+
+
+def test_the_state_bars_above_the_charts_take_the_same_colours(login, vic, wendy, rita, acme):
+    run_id = ambiguous_run(wendy, acme)
+    services.run_close(actor=rita, tenant=acme, run_id=run_id, reason="handled by phone")
+    put_checkpoint(wendy, acme, envelope())
+    body = login(vic).get(url(range="24h")).content.decode()
+    top = body[:body.index('<div id="report-range"')]
+    for state in ("healthy", "closed"):
+        row = re.search(rf"\?state={state}\".*?</tr>", top, re.S).group(0)
+        assert f'fill="{reports.FILL[state]}"' in row, row
+    assert reports.FILL["closed"] != reports.FILL["completed"]
