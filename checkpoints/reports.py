@@ -4,7 +4,8 @@ a chosen range, read in a fixed number of aggregate queries whatever the number 
 Range (``ReportRangeForm``, ``window``): ``24h``, ``7d`` (the default), ``30d`` ending at
 the database clock's now (``as_of``), or ``custom`` with ``from``/``to`` (ISO 8601 date
 or date-time, UTC when no offset is given; ``to`` after ``from``, at most
-``MAX_CUSTOM_DAYS`` days apart, from the year 2000 on). Buckets are hours for a range of
+``MAX_CUSTOM_DAYS`` days apart, from the year 2000 on and before the year 9000: see
+``_when``). Buckets are hours for a range of
 up to ``HOURLY_UP_TO`` and days beyond, aligned on UTC; a bucket holds
 ``[start, start + size)``; the first bucket holds the range's start.
 
@@ -76,7 +77,15 @@ from .models import (
     Tenant,
 )
 from .permissions import require
-from .vocab import ReconcileState, RecoveryState, RetryState
+from .templatetags.dashboard import BADGE_CLASSES, label
+from .vocab import (
+    ConflictReason,
+    EffectState,
+    ReconcileAnswer,
+    ReconcileState,
+    RecoveryState,
+    RetryState,
+)
 
 RANGES = {"24h": timedelta(hours=24), "7d": timedelta(days=7), "30d": timedelta(days=30)}
 CUSTOM = "custom"
@@ -84,6 +93,10 @@ DEFAULT_RANGE = "7d"
 MAX_CUSTOM_DAYS = 366
 MIN_CUSTOM = timedelta(hours=1)
 EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)
+#: A custom range ends at the latest at this instant (``to=8999-12-31`` is the last day),
+#: far from the end of Python's calendar (9999-12-31): no range, bucket or zone change
+#: can overflow ``datetime``.
+LATEST = datetime(9000, 1, 1, tzinfo=UTC)
 #: Ranges up to this long are drawn in hours, longer ones in days.
 HOURLY_UP_TO = timedelta(days=3)
 HOUR, DAY = "hour", "day"
@@ -139,23 +152,36 @@ def _truncate(value: datetime, bucket: str) -> datetime:
 def _when(text: str, field: str, *, end: bool) -> datetime:
     """``text`` (ISO 8601 date or date-time) as an aware UTC datetime; a date alone is
     its midnight (the day after for ``to``, so ``to=2026-11-30`` includes that day).
-    Raises ``InvalidPayload`` naming ``field``."""
+    Raises ``InvalidPayload`` naming ``field``: not a date, or outside
+    ``[EARLIEST, LATEST]`` once in UTC.
+
+    The year is checked as written, before any arithmetic or change of zone: Python's
+    ``datetime`` ends at the years 1 and 9999, and ``9999-12-31`` as a ``to`` (the
+    midnight after it) or ``0001-01-01T00:00+01:00`` in UTC would raise ``OverflowError``
+    (a 500) instead of this 400."""
     try:  # a date alone first: Python's ``fromisoformat`` would read it as a midnight
         day = parse_date(text)
         moment = None if day else parse_datetime(text)
-    except ValueError:
+    except (ValueError, OverflowError):
         moment = day = None
     if moment is None and day is None:
         raise InvalidPayload(f"{field}: not an ISO 8601 date or date-time "
                              f"(2026-11-30 or 2026-11-30T12:00Z)")
+    year = (moment or day).year
+    if year < EARLIEST.year:
+        raise InvalidPayload(f"{field}: must be in the year {EARLIEST.year} or later")
+    if year >= LATEST.year:
+        raise InvalidPayload(f"{field}: must be before the year {LATEST.year}")
     if moment is None:
         moment = datetime.combine(day + timedelta(days=1) if end else day, time(),
                                   tzinfo=UTC)
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
-    moment = moment.astimezone(UTC)
+    moment = moment.astimezone(UTC)   # within a day of years 2000..8999: no overflow
     if moment < EARLIEST:
-        raise InvalidPayload(f"{field}: must be in the year 2000 or later")
+        raise InvalidPayload(f"{field}: must be in the year {EARLIEST.year} or later")
+    if moment > LATEST:
+        raise InvalidPayload(f"{field}: must be before the year {LATEST.year}")
     return moment
 
 
@@ -165,7 +191,8 @@ def window(range_name: str | None, start: str | None, end: str | None,
     for type and length by ``ReportRangeForm`` or the API's ``ReportParams``), ending at
     ``as_of`` (the database's now) for a named range. ``from``/``to`` alone mean
     ``range=custom``. Raises ``InvalidPayload`` naming the field: an unknown range,
-    ``from``/``to`` with a named range, a custom range without both, a bad date, ``to``
+    ``from``/``to`` with a named range, a custom range without both, a bad date or one
+    before the year 2000 or from the year 9000 on (``_when``), ``to``
     not after ``from``, shorter than an hour or longer than ``MAX_CUSTOM_DAYS`` days."""
     name = range_name or (CUSTOM if (start or end) else DEFAULT_RANGE)
     if name in RANGES:
@@ -436,14 +463,19 @@ def csv_cell(value) -> str:
     return text
 
 
+#: The columns every row of a CSV ends with: the range and the database time the figures
+#: were read at (a plain table, one header row: spreadsheets and ``pandas.read_csv`` read
+#: it as it is).
+CSV_CONTEXT = ("from", "to", "as_of")
+
+
 def csv_rows(data: dict, figure: str) -> list[list]:
-    """The rows (header first) of one figure of ``figures``' answer: a series as
-    ``bucket, <one column per name>``; a percentile summary as ``<key>, n, p50, p95,
-    max``; approvals as ``approver, approved, rejected``; ``time_to_resolve_s`` as one
-    row of ``n, p50, p95, max``. Every file starts with an ``as_of`` line."""
+    """The rows (header first, every row as long as the header) of one figure of
+    ``figures``' answer: a series as ``bucket, <one column per name>``; a percentile
+    summary as ``<key>, n, p50, p95, max``; approvals as ``approver, approved,
+    rejected``; ``time_to_resolve_s`` as one row of ``n, p50, p95, max``. Every row ends
+    with the ``CSV_CONTEXT`` columns: the range's ``from``/``to`` and ``as_of``."""
     value = data[figure]
-    head = [["as_of", data["as_of"], "from", data["range"]["from"], "to",
-             data["range"]["to"], "bucket", data["range"]["bucket"]]]
     if figure == "schema_mismatches":
         value = {"schema_mismatch": value}
     if figure in ("runs_entering", "schema_mismatches", "conflicts", "reconcile_outcomes",
@@ -459,7 +491,15 @@ def csv_rows(data: dict, figure: str) -> list[list]:
     else:
         key = "action" if figure == "resume_age_ms" else "kind"
         rows = [[key, *STATS]] + [[k, *(v[s] for s in STATS)] for k, v in value.items()]
-    return head + rows
+    context = [data["range"]["from"], data["range"]["to"], data["as_of"]]
+    return [[*rows[0], *CSV_CONTEXT]] + [[*row, *context] for row in rows[1:]]
+
+
+def csv_filename(data: dict, tenant_slug: str, figure: str) -> str:
+    """The download's file name: ``<tenant>-<figure>-<range>-as-of-<UTC time>.csv``, e.g.
+    ``acme-approvals-7d-as-of-20261201T003000Z.csv`` (the time ``figures`` read at)."""
+    as_of = data["as_of"].astimezone(UTC).strftime("%Y%m%dT%H%M%SZ")
+    return f"{tenant_slug}-{figure}-{data['range']['name']}-as-of-{as_of}.csv"
 
 
 def to_csv(data: dict, figure: str) -> str:
@@ -476,16 +516,52 @@ def to_csv(data: dict, figure: str) -> str:
 # Content-Security-Policy forbids both; colours are SVG ``fill`` attributes)
 # --------------------------------------------------------------------------------------
 
-#: Colours of a chart's series, in order (recovery states have their own, ``STATE_FILL``).
-PALETTE = ("#2563eb", "#ea580c", "#16a34a", "#9333ea", "#dc2626", "#0891b2", "#ca8a04",
-           "#db2777", "#4b5563")
-STATE_FILL = {
-    RecoveryState.AMBIGUOUS: "#ea580c", RecoveryState.UNKNOWN_OUTCOME: "#dc2626",
-    RecoveryState.CONFLICTED: "#ca8a04", RecoveryState.AWAITING_APPROVAL: "#9333ea",
-    RecoveryState.RETRY_APPROVED: "#2563eb", RecoveryState.SCHEMA_MISMATCH: "#db2777",
-    RecoveryState.HEALTHY: "#16a34a", RecoveryState.COMPLETED: "#0891b2",
-    RecoveryState.CLOSED: "#4b5563",
+#: The dashboard's colours per badge family (``BADGE_CLASSES``), as ``static/css/app.css``
+#: writes them: the family's colour (``--amber``, the state bars of the page's top), its
+#: ink (``--amber-ink``, the badge's text) and its badge border. A chart's fill must be a
+#: colour the page already uses for that word's badge (``tests/services/test_reports.py``
+#: reads app.css to hold the two together).
+SHADES = {
+    "amber": ("#e0a100", "#8a5a00", "#f5d88a"),
+    "orange": ("#ea6a12", "#9a3d00", "#f7bf98"),
+    "purple": ("#8649e0", "#5b2aa8", "#d3bdf7"),
+    "red": ("#d93636", "#a31d1d", "#f4b9b9"),
+    "blue": ("#2f6fe0", "#1e4fb3", "#bcd3fb"),
+    "teal": ("#18a595", "#0d6b60", "#a5e0d7"),
+    "green": ("#2f9e55", "#1d6b34", "#b9e4c4"),
+    "grey": ("#9aa2b1", "#4b5567", "#d7dbe3"),
 }
+#: Families of the charted words no badge colours: a refused write is a conflict (orange).
+FAMILY_OF = {ConflictReason.STALE_REVISION: "orange", ConflictReason.ID_EXISTS: "orange",
+             ConflictReason.FENCED: "orange"}
+#: The shade (index into ``SHADES``) of the words whose family meets itself in one chart;
+#: every other word takes its family's colour (0). Runs: completed/closed; outcomes:
+#: submitted/unresolved/running, failed/gave_up/unknown, moved_on/cancelled/planned,
+#: confirmed/done; answers: owner_live/settling, failed/no_lookup; conflicts: all three.
+SHADE_OF = {
+    RecoveryState.CLOSED: 1,
+    EffectState.UNRESOLVED: 1, ReconcileState.RUNNING: 2,
+    ReconcileState.GAVE_UP: 1, EffectState.UNKNOWN: 2,
+    ReconcileState.CANCELLED: 1, EffectState.PLANNED: 2,
+    ReconcileState.DONE: 1,
+    ReconcileAnswer.SETTLING: 1, ReconcileAnswer.NO_LOOKUP: 1,
+    ConflictReason.ID_EXISTS: 1, ConflictReason.FENCED: 2,
+}
+#: Every word a series chart can draw: what runs enter, what reconcile requests ended
+#: with (an effect state, ``moved_on`` or the request's state), what look-ups answered,
+#: why writes were refused.
+CHARTED = (*RecoveryState.values, *EffectState.values, *ReconcileState.values,
+           *ReconcileAnswer.values, *ConflictReason.values)
+#: THE colour of each charted word, the same in every chart and the same family as its
+#: badge (``not_executed`` is teal in "Reconciliation outcomes" and "Look-up answers"
+#: alike). ``bar_chart`` takes no other colours.
+FILL: dict[str, str] = {
+    word: SHADES[FAMILY_OF.get(word) or BADGE_CLASSES[word]][SHADE_OF.get(word, 0)]
+    for word in CHARTED}
+#: A word outside the vocabulary (a value written before an enum changed): neutral.
+OTHER_FILL = "#6b7385"
+#: A percentile summary's bars: ``max`` lightest, ``p95``, ``p50`` darkest (blue family).
+STAT_FILL = (("max", "#cbd5e1"), ("p95", "#60a5fa"), ("p50", "#1d4ed8"))
 CHART_W, CHART_H, LEFT, BOTTOM, TOP = 720, 200, 44, 22, 8
 
 
@@ -493,15 +569,14 @@ def _label(moment: datetime, bucket: str) -> str:
     return moment.strftime("%H:00" if bucket == HOUR else "%m-%d")
 
 
-def bar_chart(series: dict[str, list[int]], buckets: list[datetime], bucket: str,
-              fills: dict[str, str] | None = None) -> dict:
+def bar_chart(series: dict[str, list[int]], buckets: list[datetime], bucket: str) -> dict:
     """Stacked bars, one per bucket: ``{width, height, bars: [{x, y, w, h, fill, title}],
     ticks: [{x, label}], grid: [{y, label}], legend: [{name, fill, total}], total}``
-    in the SVG's user units (``viewBox 0 0 width height``). Series with no count are
-    left out of the bars but kept in the legend with 0."""
-    fills = fills or {}
+    in the SVG's user units (``viewBox 0 0 width height``). Each series is drawn in its
+    word's ``FILL`` (``OTHER_FILL`` for a word outside it), whatever the chart. Series
+    with no count are left out of the bars but kept in the legend with 0."""
     names = list(series)
-    colour = {n: fills.get(n) or PALETTE[i % len(PALETTE)] for i, n in enumerate(names)}
+    colour = {n: FILL.get(n, OTHER_FILL) for n in names}
     totals = [sum(series[n][i] for n in names) for i in range(len(buckets))]
     top = max(totals, default=0) or 1
     plot_w, plot_h = CHART_W - LEFT - 4, CHART_H - BOTTOM - TOP
@@ -518,7 +593,8 @@ def bar_chart(series: dict[str, list[int]], buckets: list[datetime], bucket: str
             y -= h
             bars.append({"x": round(LEFT + i * step + (step - width) / 2, 2), "y": round(y, 2),
                          "w": round(width, 2), "h": round(h, 2), "fill": colour[n],
-                         "title": f"{_label(moment, bucket)} {moment:%Y-%m-%d}: {n} {count}"})
+                         "title": f"{_label(moment, bucket)} {moment:%Y-%m-%d}: "
+                                  f"{label(n)} {count}"})
     every = max(1, len(buckets) // 8)
     ticks = [{"x": round(LEFT + i * step + step / 2, 2), "label": _label(m, bucket)}
              for i, m in enumerate(buckets) if i % every == 0]
@@ -544,7 +620,7 @@ def stat_chart(stats: dict[str, dict], unit: str) -> dict:
     rows = []
     for i, (key, s) in enumerate(stats.items()):
         bars = []
-        for name, fill in (("max", "#cbd5e1"), ("p95", "#60a5fa"), ("p50", "#1d4ed8")):
+        for name, fill in STAT_FILL:
             value = s[name] or 0
             bars.append({"x": label_w, "w": round(max(1.0, plot_w * value / top), 2),
                          "fill": fill, "title": f"{key} {name} {_tick(value)} {unit}"})

@@ -48,7 +48,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse, QueryDict
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.cache import patch_vary_headers
-from django.utils.http import url_has_allowed_host_and_scheme, urlencode
+from django.utils.http import content_disposition_header, url_has_allowed_host_and_scheme, urlencode
 from django.views.decorators import http
 from django.views.decorators.cache import never_cache
 from django_htmx.http import HttpResponseClientRedirect, reswap, retarget, trigger_client_event
@@ -73,7 +73,7 @@ from .forms import (
 )
 from .models import BULK_MAX_RUNS, Tenant
 from .permissions import access_tenant, role_names, tenant_perms
-from .templatetags.dashboard import ago
+from .templatetags.dashboard import ago, label
 from .vocab import (
     AuditAction,
     BulkActionKind,
@@ -1166,8 +1166,9 @@ def report(request: HttpRequest, tenant: Tenant) -> HttpResponse:
 
     Query string (``reports.ReportRangeForm``: 400 naming the parameter): ``range``
     (``24h``/``7d``/``30d``/``custom``), ``from``/``to`` (custom), ``format=csv`` with
-    ``figure=<name>`` answers that figure as a CSV attachment (cells safe from formula
-    injection, ``reports.csv_cell``). An htmx request (a range link or the custom form)
+    ``figure=<name>`` answers that figure as a CSV attachment (one header row, the range
+    and as-of time in every row, cells safe from formula injection: ``reports.csv_rows``,
+    ``reports.csv_cell``; named by ``reports.csv_filename``). An htmx request (a range link or the custom form)
     gets only the ``report-range`` fragment."""
     q = reports.ReportRangeForm.parse(request.GET)
     data = reports.figures(user=request.user, tenant=tenant, range_name=q["range"] or None,
@@ -1175,15 +1176,17 @@ def report(request: HttpRequest, tenant: Tenant) -> HttpResponse:
     if q["format"] == "csv":
         response = HttpResponse(reports.to_csv(data, q["figure"]),
                                 content_type="text/csv; charset=utf-8")
-        response["Content-Disposition"] = (
-            f'attachment; filename="{tenant.slug}-{q["figure"]}-{data["range"]["name"]}.csv"')
+        response["Content-Disposition"] = content_disposition_header(
+            True, reports.csv_filename(data, tenant.slug, q["figure"]))
         return response
     context = _base_context(request, tenant, "report") | _report_range_context(data)
     if request.htmx:
         return render(request, "checkpoints/report.html#report-range", context)
     now = selectors.report(user=request.user, tenant=tenant)
     runs_total = sum(now["runs"].values()) or 1
-    run_rows = [(state, n, round(100 * n / runs_total)) for state, n in now["runs"].items()]
+    # the state's one chart colour (``reports.FILL``), like the charts below
+    run_rows = [(state, n, round(100 * n / runs_total), reports.FILL.get(state, reports.OTHER_FILL))
+                for state, n in now["runs"].items()]
     context |= {
         "data": now, "run_rows": run_rows, "runs_total": sum(now["runs"].values()),
         "effect_rows": sorted(now["effects"].items()),
@@ -1203,33 +1206,33 @@ def _report_range_context(data: dict) -> dict:
                   "to": rng["to"].isoformat().replace("+00:00", "Z")}
     buckets, bucket = data["buckets"], rng["bucket"]
 
-    def series(name, title, words, fills=None):
-        return {"name": name, "title": title, "words": words, "kind": "series",
-                "chart": reports.bar_chart(data[name], buckets, bucket, fills)}
+    def series(name, title, caption, values=None):
+        return {"name": name, "title": title, "words": caption, "kind": "series",
+                "chart": reports.bar_chart(values or data[name], buckets, bucket)}
 
-    def stats(name, title, words, unit):
-        return {"name": name, "title": title, "words": words, "kind": "stats", "unit": unit,
-                "rows": data[name], "chart": reports.stat_chart(data[name], unit)}
+    def stats(name, title, caption, unit, rows=None):
+        # Only the keys with values: no empty chart or row of dashes ("Nothing in this
+        # range." instead, like the series).
+        rows = {k: v for k, v in (rows or data[name]).items() if v["n"]}
+        return {"name": name, "title": title, "words": caption, "kind": "stats", "unit": unit,
+                "rows": rows, "chart": reports.stat_chart(rows, unit)}
 
-    ttr = data["time_to_resolve_s"]
+    doubt = " or ".join(label(s) for s in reports.IN_DOUBT)
+    resolved = ", ".join(label(s) for s in reports.RESOLVED).rsplit(", ", 1)
     charts = [
         series("runs_entering", "Runs entering each recovery state",
-               "a run's creation counts as entering its first state",
-               reports.STATE_FILL),
+               "a run's creation counts as entering its first state"),
         series("conflicts", "Conflicts", "refused writes, by reason"),
-        {"name": "schema_mismatches", "title": "Schema mismatches", "kind": "series",
-         "words": "runs entering schema_mismatch",
-         "chart": reports.bar_chart({RecoveryState.SCHEMA_MISMATCH: data["schema_mismatches"]},
-                                    buckets, bucket, reports.STATE_FILL)},
+        series("schema_mismatches", "Schema mismatches",
+               f"runs entering {label(RecoveryState.SCHEMA_MISMATCH)}",
+               {RecoveryState.SCHEMA_MISMATCH: data["schema_mismatches"]}),
         series("reconcile_outcomes", "Reconciliation outcomes",
                "reconcile requests finished, by what they settled"),
         series("reconcile_answers", "Look-up answers",
                "what the services answered each look-up"),
-        {"name": "time_to_resolve_s", "title": "Time from ambiguous to resolved",
-         "kind": "stats", "unit": "s",
-         "words": "from entering ambiguous or unknown_outcome to healthy, completed or closed",
-         "rows": {"resolved runs": ttr},
-         "chart": reports.stat_chart({"resolved runs": ttr}, "s")},
+        stats("time_to_resolve_s", "Time from ambiguous to resolved",
+              f"from entering {doubt} to {' or '.join(resolved)}", "s",
+              {"resolved runs": data["time_to_resolve_s"]}),
         stats("resume_age_ms", "Resume age",
               "how old the latest checkpoint was when a runtime claimed a resume, by answer",
               "ms"),

@@ -57,6 +57,20 @@ def test_a_bad_range_is_a_400_naming_the_parameter(api_as, vic, query, field):
     assert r.json()["detail"].startswith(f"{field}: "), r.json()
 
 
+@pytest.mark.parametrize(("query", "field"), [
+    ({"range": "custom", "from": "9999-01-01", "to": "9999-12-31"}, "from"),
+    ({"from": "9999-12-01", "to": "9999-12-31T23:59"}, "from"),
+    ({"from": "9999-12-31T20:00", "to": "9999-12-31T23:30"}, "from"),
+    ({"from": "0001-01-01T00:00+01:00", "to": "2001-01-01"}, "from"),
+    ({"from": "2020-01-01", "to": "9999-12-31T23:00-05:00"}, "to"),
+])
+def test_a_range_at_the_calendar_edges_is_a_400_naming_the_parameter(api_as, vic, query,
+                                                                     field):
+    r = get(api_as(vic), "acme", "report", **query)
+    assert r.status_code == 400
+    assert r.json()["detail"].startswith(f"{field}: "), r.json()
+
+
 def test_the_twin_and_strangers_see_nothing(api_as, omar, vic):
     assert get(api_as(omar), "acme", "report", range="24h").status_code == 404
 

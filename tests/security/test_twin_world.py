@@ -491,6 +491,7 @@ REPORTS: dict[str, SelectorCell] = {
 REPORTS_PURE = {
     "window": "pure: parses a range", "percentile": "pure arithmetic",
     "csv_cell": "pure: formats a value", "csv_rows": "pure: lays out figures' answer",
+    "csv_filename": "pure: names figures' answer",
     "to_csv": "pure: writes figures' answer", "bar_chart": "pure geometry",
     "stat_chart": "pure geometry",
 }

@@ -5,6 +5,7 @@ the range rules, the CSV cells, the cost in queries and the resume record.
 
 from __future__ import annotations
 
+import re
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -167,6 +168,34 @@ def test_a_bad_range_is_refused_naming_the_field(args, field):
     assert caught.value.detail.startswith(f"{field}: "), caught.value.detail
 
 
+#: Custom ranges at the edges of the calendar: reading them must not overflow Python's
+#: ``datetime`` (year 1 to 9999) on the way to a 400 (issue 9 report fixes, item 1).
+CALENDAR_EDGES = [
+    (("custom", "9999-01-01", "9999-12-31"), "from"),
+    (("custom", "9999-12-01", "9999-12-31T23:59"), "from"),
+    (("custom", "9999-12-31T20:00", "9999-12-31T23:30"), "from"),
+    (("custom", "0001-01-01T00:00+01:00", "2001-01-01"), "from"),
+    (("custom", "2020-01-01", "9999-12-31T23:00-05:00"), "to"),
+    (("custom", "2020-01-01", "9999-12-31"), "to"),
+    (("custom", "8999-12-31", "9000-01-01"), "to"),
+    (("custom", "8999-12-31T20:00", "8999-12-31T23:00-05:00"), "to"),
+    (("custom", "2000-01-01T00:00+14:00", "2000-01-02"), "from"),
+]
+
+
+@pytest.mark.parametrize(("args", "field"), CALENDAR_EDGES)
+def test_a_range_at_the_calendar_edges_is_refused_naming_the_field(args, field):
+    with pytest.raises(InvalidPayload) as caught:
+        reports.window(*args, NOW)
+    assert caught.value.detail.startswith(f"{field}: "), caught.value.detail
+
+
+def test_the_last_day_before_the_year_9000_is_a_range():
+    w = reports.window("custom", "8999-12-30", "8999-12-31", NOW)
+    assert (w.start, w.end) == (datetime(8999, 12, 30, tzinfo=UTC), reports.LATEST)
+    assert w.buckets()[-1] == datetime(8999, 12, 31, 23, tzinfo=UTC)
+
+
 def test_the_longest_custom_range_is_366_days():
     assert len(reports.window("custom", "2025-01-01", "2026-01-01", NOW).buckets()) == 366
 
@@ -255,8 +284,8 @@ def test_the_figures_count_what_happened_in_the_range(acme, globex, wendy, wes, 
     assert sum(data["runs_entering"][S.HEALTHY]) == 6                # every run's creation
     # A CSV of an injected name keeps it inert.
     text = reports.to_csv(data, "approvals")
-    assert text.startswith("as_of,")
-    assert "\r\n\"'=HYPERLINK(\"\"http://evil\"\")\",1,0\r\n" in text, text
+    assert text.startswith("approver,approved,rejected,from,to,as_of\r\n")
+    assert "\r\n\"'=HYPERLINK(\"\"http://evil\"\")\",1,0," in text, text
     # Nothing outside the range.
     assert reports.figures(user=vic, tenant=acme, range_name="custom", start="2026-01-01",
                            end="2026-01-02")["checkpoint_size_bytes"] == {}
@@ -309,3 +338,64 @@ def test_a_claimed_resume_is_recorded_with_the_checkpoint_age(acme, wendy, vic):
     assert ages == {ResumeAction.CONTINUE: {"n": 1, "p50": float(row.checkpoint_age_ms),
                                             "p95": float(row.checkpoint_age_ms),
                                             "max": float(row.checkpoint_age_ms)}}
+
+
+# --------------------------------------------------------------------------------------
+# Colours (issue 9 report fixes, item 3)
+# --------------------------------------------------------------------------------------
+
+def _css_colours() -> dict[str, tuple[str, str, str]]:
+    """``{family: (--family, --family-ink, .badge-family border)}`` as app.css writes them."""
+    from pathlib import Path
+
+    css = (Path(__file__).resolve().parents[2] / "static/css/app.css").read_text()
+    out = {}
+    for family in reports.SHADES:
+        main = re.search(rf"--{family}:\s*(#[0-9a-f]{{6}})", css).group(1)
+        ink = re.search(rf"--{family}-ink:\s*(#[0-9a-f]{{6}})", css).group(1)
+        border = re.search(rf"\.badge-{family}\s*{{[^}}]*border-color:\s*(#[0-9a-f]{{6}})",
+                           css).group(1)
+        out[family] = (main, ink, border)
+    return out
+
+
+def test_the_chart_shades_are_the_dashboards_colours():
+    assert reports.SHADES == _css_colours()
+
+
+def test_every_state_outcome_and_answer_has_one_colour_of_its_badge():
+    from checkpoints.templatetags.dashboard import BADGE_CLASSES
+    from checkpoints.vocab import ConflictReason, EffectState, ReconcileAnswer, ReconcileState
+
+    words = {*RecoveryState.values, *EffectState.values, *ReconcileState.values,
+             *ReconcileAnswer.values, *ConflictReason.values}
+    assert words <= set(reports.FILL)
+    for word, fill in reports.FILL.items():
+        family = BADGE_CLASSES.get(word, "orange")     # refusals: conflicts are orange
+        assert fill in reports.SHADES[family], (word, fill, family)
+    css = _css_colours()
+    assert reports.FILL[RecoveryState.AMBIGUOUS] == css["amber"][0]
+    assert reports.FILL[RecoveryState.CONFLICTED] == css["orange"][0]
+    assert reports.FILL[RecoveryState.AWAITING_APPROVAL] == css["blue"][0]
+    assert reports.FILL[RecoveryState.UNKNOWN_OUTCOME] == css["red"][0]
+    assert reports.FILL[EffectState.NOT_EXECUTED] == reports.FILL[ReconcileAnswer.NOT_EXECUTED]
+    # The words one chart can draw together are told apart.
+    for chart in (RecoveryState.values, ConflictReason.values, ReconcileAnswer.values,
+                  [*EffectState.values, *ReconcileState.values, ReconcileAnswer.MOVED_ON]):
+        fills = [reports.FILL[w] for w in chart]
+        assert len(set(fills)) == len(fills), chart
+
+
+def test_a_bar_chart_takes_no_colours_but_the_one_map():
+    import inspect
+
+    assert list(inspect.signature(reports.bar_chart).parameters) == [
+        "series", "buckets", "bucket"]
+    buckets = [NOW]
+    chart = reports.bar_chart({"not_executed": [1], "ambiguous": [2], "elsewhere": [1]},
+                              buckets, "hour")
+    assert {e["name"]: e["fill"] for e in chart["legend"]} == {
+        "not_executed": reports.FILL["not_executed"], "ambiguous": reports.FILL["ambiguous"],
+        "elsewhere": reports.OTHER_FILL}
+    assert {b["fill"] for b in chart["bars"]} == {e["fill"] for e in chart["legend"]}
+    assert [b["title"] for b in chart["bars"]][0].endswith("not executed 1")
