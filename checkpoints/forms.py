@@ -14,9 +14,11 @@ import uuid
 
 from django import forms
 from django.core.exceptions import ValidationError
+from django.http import HttpRequest, QueryDict
 
 from .exceptions import InvalidPayload
 from .models import BULK_MAX_RUNS, MAX_REVISION, RecoveryState
+from .querystring import single_values
 from .selectors import DEFAULT_RUN_SORT, RUN_SORTS, SEARCH_MAX, search_terms
 from .vocab import BulkActionKind
 
@@ -81,6 +83,64 @@ class DiffForm(ReasonForm):
     to_rev = forms.IntegerField(min_value=0, max_value=MAX_REVISION, label="to")
 
 
+class QueryForm(forms.Form):
+    """Base of every dashboard page's query string: its fields are the parameters the
+    page takes (the team's rule: "query parameters are validated like bodies";
+    docs/search.md, ``docs/security/input.md`` section 4). A page reads it with
+    ``from_request`` (a form posting a query string, with ``from_string``), never
+    ``Form(request.GET)``: first the raw query string (``querystring.single_values``, the
+    API's own check: a parameter the page does not take, one given more than once,
+    percent-encoded bytes that are not UTF-8), then the fields. Either refusal is
+    ``InvalidPayload`` (400) naming the parameter, which ``views.domain_errors`` shows as
+    the dashboard's error page or fragment. A page taking no parameter uses ``NoQuery``."""
+
+    @classmethod
+    def from_request(cls, request: HttpRequest) -> QueryForm:
+        """The bound, valid form of ``request``'s query string; raises ``InvalidPayload``
+        (400) naming the first parameter refused (class doc)."""
+        return cls._checked(request.META.get("QUERY_STRING", ""), request.GET)
+
+    @classmethod
+    def from_string(cls, raw: str, *, name: str) -> QueryForm:
+        """As ``from_request``, for a query string posted as the field ``name`` (the bulk
+        bar's ``filters``); the refusal names both: ``filters: q: given more than once``."""
+        try:
+            return cls._checked(raw, QueryDict(raw))
+        except InvalidPayload as exc:
+            raise InvalidPayload(f"{name}: {exc.detail}") from None
+
+    @classmethod
+    def _checked(cls, raw: str, query: QueryDict) -> QueryForm:
+        single_values(raw, query, known=cls.base_fields)
+        form = cls(query)
+        if not form.is_valid():
+            raise InvalidPayload(first_error(form))
+        return form
+
+
+class NoQuery(QueryForm):
+    """The query string of a page that takes no parameter (the run page, its audit
+    fragment, the bulk result page, ``/``): any parameter is a 400 naming it."""
+
+
+class RevisionNumberField(forms.IntegerField):
+    """A revision or sequence number in a query string: ASCII digits only (Django's
+    ``IntegerField`` would take ``" 7"``, ``"+7"`` or ``"\u0661"``, and the API's
+    parameters do not), 1..``MAX_REVISION`` (the column's range). Given empty
+    (``?before=``) it is refused like any typed API parameter; absent, it is ``None``."""
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("min_value", 1)
+        kwargs.setdefault("max_value", MAX_REVISION)
+        super().__init__(**kwargs)
+
+    def to_python(self, value):
+        if value is not None and not (
+                isinstance(value, str) and value.isascii() and value.isdigit()):
+            raise ValidationError("must be a number (digits 0-9)")
+        return super().to_python(value)
+
+
 def _searchable(value: str) -> None:
     """A ``q`` the search can read (``selectors.search_terms``: no control character)."""
     try:
@@ -96,7 +156,7 @@ def search_field() -> forms.CharField:
                            validators=[_searchable])
 
 
-class InboxFilterForm(forms.Form):
+class InboxFilterForm(QueryForm):
     """Inbox query string: ``state`` (a recovery state or ``all``), ``q`` (the search),
     ``kind``, ``subject`` (agent or workflow, substring), ``age`` (seconds, from
     ``AGE_CHOICES``), ``sort`` (``selectors.RUN_SORTS``), ``cursor``."""
@@ -123,7 +183,7 @@ class InboxFilterForm(forms.Form):
         return int(value) if value else None
 
 
-class AuditFilterForm(forms.Form):
+class AuditFilterForm(QueryForm):
     """Audit log query string: ``q`` (the events of the runs the inbox search finds),
     ``actor`` (username or ``system``), ``action``, ``run`` (a run UUID) and ``before``
     (page backwards from this sequence number)."""
@@ -132,33 +192,45 @@ class AuditFilterForm(forms.Form):
     actor = forms.CharField(required=False, max_length=150, strip=True)
     action = forms.CharField(required=False, max_length=64, strip=True)
     run = forms.UUIDField(required=False)
-    before = forms.IntegerField(required=False, min_value=1, max_value=MAX_REVISION)
+    before = RevisionNumberField(required=False)
 
 
-class HistoryForm(forms.Form):
+class HistoryForm(QueryForm):
     """History page query string (``views.checkpoint_history``, ``views.effect_history``):
     ``before``, the revisions below this number (none: from the latest), newest first."""
 
-    before = forms.IntegerField(required=False, min_value=1, max_value=MAX_REVISION)
+    before = RevisionNumberField(required=False)
 
 
 #: The bulk form's ``scope``: the ticked runs, or every run the inbox's filters match.
 BULK_SELECTED, BULK_MATCHING = "selected", "matching"
 
 
+#: The longest run id the bulk form takes: the 36 characters of the form every page and
+#: API answer shows (8-4-4-4-12 hex digits). ``uuid.UUID`` drops every dash, so a longer
+#: value (32 digits and 40 dashes) would otherwise be read as a run id.
+RUN_ID_MAX = 36
+
+
 class RunIdsField(forms.Field):
-    """The ticked runs of the inbox (``run``, repeated): each a run id (UUID), duplicates
-    dropped, at most ``BULK_MAX_RUNS``. Cleans to a list of ``uuid.UUID``."""
+    """The ticked runs of the inbox (``run``, repeated): each a run id (UUID) of at most
+    ``RUN_ID_MAX`` characters, duplicates dropped, at most ``BULK_MAX_RUNS``. Cleans to a
+    list of ``uuid.UUID``; a value that is not one is refused whole, never cut."""
 
     widget = forms.MultipleHiddenInput
 
     def to_python(self, value) -> list[uuid.UUID]:
         out: dict[uuid.UUID, None] = {}
         for raw in value or []:
+            raw = str(raw)
+            shown = repr(raw[:40] + ("…" if len(raw) > 40 else ""))
+            if len(raw) > RUN_ID_MAX:
+                raise forms.ValidationError(
+                    f"{shown} is not a run id (at most {RUN_ID_MAX} characters)")
             try:
-                out.setdefault(uuid.UUID(str(raw)[:64]))
+                out.setdefault(uuid.UUID(raw))
             except ValueError:
-                raise forms.ValidationError(f"{str(raw)[:64]!r} is not a run id") from None
+                raise forms.ValidationError(f"{shown} is not a run id") from None
         if len(out) > BULK_MAX_RUNS:
             raise forms.ValidationError(f"at most {BULK_MAX_RUNS} runs per bulk action")
         return list(out)

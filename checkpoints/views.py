@@ -44,7 +44,7 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.views import redirect_to_login
-from django.http import HttpRequest, HttpResponse, JsonResponse, QueryDict
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.cache import patch_vary_headers
@@ -67,6 +67,7 @@ from .forms import (
     HistoryForm,
     InboxFilterForm,
     MarkUnknownForm,
+    NoQuery,
     ReasonForm,
     RevealForm,
     first_error,
@@ -375,7 +376,9 @@ def _run_url(tenant: Tenant, run_id) -> str:
 @require_GET
 @dashboard
 def home(request: HttpRequest) -> HttpResponse:
-    """``/``: the first tenant's inbox, or a page saying the account has no role anywhere."""
+    """``/``: the first tenant's inbox, or a page saying the account has no role anywhere.
+    Takes no parameter (``NoQuery``)."""
+    NoQuery.from_request(request)
     tenant = selectors.tenants_for_user(request.user).first()
     if tenant is not None:
         return redirect("run_list", slug=tenant.slug)
@@ -407,9 +410,7 @@ def _inbox_filters(request: HttpRequest, tenant: Tenant) -> tuple[dict, dict]:
     filter, one GROUP BY with one); the tab is the one asked for, or the landing tab
     (``_default_tab``). ``filter_query`` is what every link of the page keeps: the
     filters, the search and the sort (never the cursor)."""
-    form = InboxFilterForm(request.GET)
-    if not form.is_valid():
-        raise InvalidPayload(first_error(form))
+    form = InboxFilterForm.from_request(request)
     data = form.cleaned_data
     filters = _run_filters(data, ALL_TAB)
     counts = selectors.run_state_counts(user=request.user, tenant=tenant, filters=filters)
@@ -794,22 +795,17 @@ def _run_context(request: HttpRequest, tenant: Tenant, run_id, **extra) -> dict:
 @tenant_page()
 def run_detail(request: HttpRequest, tenant: Tenant, run_id: str) -> HttpResponse:
     """``/t/<slug>/runs/<run_id>/``: identity, lease, state, checkpoint timeline, effects,
-    conflicts, retry requests, audit trail and the actions the viewer's role allows."""
+    conflicts, retry requests, audit trail and the actions the viewer's role allows.
+    Takes no parameter (``NoQuery``)."""
+    NoQuery.from_request(request)
     return render(request, "checkpoints/run.html", _run_context(request, tenant, run_id))
 
 
 def _history_before(request: HttpRequest) -> int | None:
     """The history pages' ``?before=N`` (``HistoryForm``); 400 naming ``before`` for a
-    value given twice, empty, or other than ASCII digits (as the API's parameters)."""
-    values = request.GET.getlist("before")
-    if len(values) > 1:
-        raise InvalidPayload("before: given more than once")
-    if values and not (values[0].isascii() and values[0].isdigit()):
-        raise InvalidPayload("before: must be a revision number (digits 0-9)")
-    form = HistoryForm(request.GET)
-    if not form.is_valid():
-        raise InvalidPayload(first_error(form))
-    return form.cleaned_data["before"]
+    value given twice, or other than ASCII digits (as the API's parameters), and naming
+    any other parameter."""
+    return HistoryForm.from_request(request).cleaned_data["before"]
 
 
 def _history(request: HttpRequest, tenant: Tenant, partial: str, run, context: dict):
@@ -856,7 +852,9 @@ def effect_history(request: HttpRequest, tenant: Tenant, effect_id: str) -> Http
 @dashboard
 @tenant_page()
 def run_audit(request: HttpRequest, tenant: Tenant, run_id: str) -> HttpResponse:
-    """The run's audit trail fragment; the page re-fetches it on ``audit-changed``."""
+    """The run's audit trail fragment; the page re-fetches it on ``audit-changed``.
+    Takes no parameter (``NoQuery``)."""
+    NoQuery.from_request(request)
     run = selectors.run_get(user=request.user, tenant=tenant, run_id=run_id)
     audit = selectors.audit_list(user=request.user, tenant=tenant, run_id=run.uuid, limit=200)
     context = _base_context(request, tenant, "inbox") | {"run": run, "audit": audit}
@@ -1253,9 +1251,7 @@ def audit_log(request: HttpRequest, tenant: Tenant) -> HttpResponse:
     """``/t/<slug>/audit/``: the tenant's audit events, newest first, filtered by the
     search ``q`` (events of the runs the inbox search finds) and ``actor``/``action``/
     ``run``, paged backwards with ``before``."""
-    form = AuditFilterForm(request.GET)
-    if not form.is_valid():
-        raise InvalidPayload(first_error(form))
+    form = AuditFilterForm.from_request(request)
     data = form.cleaned_data
     page_size = 100
     events = selectors.audit_list(user=request.user, tenant=tenant, run_id=data["run"],
@@ -1293,11 +1289,13 @@ def _bulk_bar(context: dict) -> dict:
 
 def _bulk_filters(raw: str) -> selectors.RunFilters:
     """The bulk form's ``filters`` (the inbox's query string) as ``RunFilters``, checked
-    by the inbox's own form: 400 naming ``filters`` and the filter."""
-    form = InboxFilterForm(QueryDict(raw))
-    if not form.is_valid():
-        raise InvalidPayload(f"filters: {first_error(form)}")
-    data = form.cleaned_data
+    by the inbox's own form (``QueryForm.from_string``: unknown, repeated, not UTF-8 or
+    invalid): 400 naming ``filters`` and the filter. A ``cursor`` is refused too: the
+    action takes every matching run, never one page, so it would be ignored."""
+    data = InboxFilterForm.from_string(raw, name="filters").cleaned_data
+    if data["cursor"]:
+        raise InvalidPayload("filters: cursor: not taken (the action takes every run "
+                             "matching the filters, never one page)")
     return _run_filters(data, data["state"])
 
 
@@ -1330,7 +1328,8 @@ def bulk_submit(request: HttpRequest, tenant: Tenant) -> HttpResponse:
 def bulk_detail(request: HttpRequest, tenant: Tenant, bulk_id: str) -> HttpResponse:
     """``/t/<slug>/bulk/<uuid>/``: a bulk action's per-run result table (run, action,
     outcome, the refusal's plain words). Reads only; a fixed number of queries whatever
-    the number of runs (``selectors.bulk_get``)."""
+    the number of runs (``selectors.bulk_get``). Takes no parameter (``NoQuery``)."""
+    NoQuery.from_request(request)
     result = selectors.bulk_get(user=request.user, tenant=tenant, bulk_id=bulk_id)
     context = _base_context(request, tenant, "inbox") | {"b": result.bulk, "result": result}
     return render(request, "checkpoints/bulk.html", context)

@@ -22,14 +22,14 @@ kept: filters compare exactly.
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import unquote_to_bytes
 
 from rest_framework import serializers
 from rest_framework.request import Request
 
 from ..exceptions import InvalidPayload
-from ..jsonparse import printable, text_problem
+from ..jsonparse import printable
 from ..models import MAX_REVISION, AuditEvent, Effect, RecoveryState, Run
+from ..querystring import single_values
 from ..selectors import RUN_SORTS, SEARCH_MAX
 
 
@@ -165,33 +165,9 @@ def check(params_class: type[Params], data: dict) -> dict[str, Any]:
 def validate(request: Request, params_class: type[Params]) -> dict[str, Any]:
     """The request's query parameters checked against ``params_class`` (module doc).
 
-    Returns ``check``'s dict. Raises ``InvalidPayload`` (400) naming the parameter: unknown,
-    repeated, or refused by its field.
+    Returns ``check``'s dict. Raises ``InvalidPayload`` (400) naming the parameter: not
+    UTF-8, unknown, repeated (``checkpoints.querystring.single_values``, shared with the
+    dashboard's ``forms.QueryForm``), or refused by its field.
     """
-    _check_raw_utf8(request.META.get("QUERY_STRING", ""))
-    data: dict[str, str] = {}
-    for name, values in request.query_params.lists():
-        if text_problem(name):
-            raise InvalidPayload(f"{printable(name)}: unknown parameter")
-        if len(values) > 1:
-            raise InvalidPayload(f"{printable(name)}: given more than once")
-        data[name] = values[0]
+    data = single_values(request.META.get("QUERY_STRING", ""), request.query_params)
     return check(params_class, data)
-
-
-def _check_raw_utf8(query_string: str) -> None:
-    """Refuse percent-encoded bytes that are not UTF-8 (``%ED%A0%80``, a lone surrogate;
-    ``%FF``): Django decodes them to U+FFFD before any field sees them, so the check reads
-    the raw query string. Raises ``InvalidPayload`` naming the parameter."""
-    for pair in query_string.split("&"):
-        if "%" not in pair:
-            continue
-        raw_name, _, raw_value = pair.partition("=")
-        name = unquote_to_bytes(raw_name.replace("+", " ")).decode("utf-8", "replace")
-        for part in (raw_name, raw_value):
-            try:
-                unquote_to_bytes(part.replace("+", " ")).decode("utf-8")
-            except UnicodeDecodeError:
-                raise InvalidPayload(
-                    f"{printable(name)}: not UTF-8 (an unpaired surrogate or a stray byte)"
-                ) from None

@@ -1,0 +1,68 @@
+"""End to end in headless Chromium: the dashboard refuses a query parameter given twice
+or one a page does not take (``forms.QueryForm``), so nothing the pages send by
+themselves may do either. A reviewer searches, filters (the filter form carries a
+hidden ``state``, ``q`` and ``sort``; the search form its own hidden filters), sorts,
+pages, switches tabs, waits for the tabs' 10 s poll of ``run_counts`` and filters the
+audit log: every request the browser makes has each parameter once and is answered
+below 400."""
+
+from __future__ import annotations
+
+from urllib.parse import parse_qsl, urlsplit
+
+from checkpoints import views
+from tests.browser.common import BROWSER, login
+from tests.helpers import ambiguous_run
+from tests.views.conftest import make_stuck_run
+
+pytestmark = BROWSER
+
+
+def test_what_the_pages_send_is_never_refused(browser, live_server, acme, rita, wendy,
+                                              monkeypatch):
+    from playwright.sync_api import expect
+
+    monkeypatch.setattr(views, "INBOX_PAGE", 2)
+    for n in range(3):
+        make_stuck_run(wendy, acme, order_id=f"A-10{n}", key=f"charge:A-10{n}")
+    for _ in range(2):
+        ambiguous_run(wendy, acme)
+    context, page = login(browser, live_server, "rita")
+    sent: list[str] = []
+    answers: list[tuple[int, str]] = []
+    page.on("request", lambda r: sent.append(r.url) if "/t/acme/" in r.url else None)
+    page.on("response", lambda r: answers.append((r.status, r.url))
+            if "/t/acme/" in r.url else None)
+
+    page.fill("#inbox-q", "A-10")  # the search form (htmx, as one types)
+    expect(page.locator(".page-range")).to_contain_text("of 3")
+    page.select_option("select[name=age]", "300")  # the filter form: hidden state + q
+    page.wait_for_url("**age=300**")
+    page.select_option("select[name=age]", "")
+    page.fill("input[name=kind]", "acme.order")
+    page.press("input[name=kind]", "Enter")
+    page.wait_for_url("**kind=acme.order**")
+    page.click("table.runs thead a")  # sort
+    page.wait_for_url("**sort=created**")
+    page.click("a[rel=next]")  # pager
+    page.wait_for_url("**cursor=**")
+    page.click("#tabs a.tab >> nth=0")  # a tab, keeping the filters
+    page.wait_for_load_state()
+    page.fill("#inbox-q", "A-101")  # the search form again, now with hidden filters
+    expect(page.locator("table.runs tbody tr")).to_have_count(1)
+    with page.expect_response("**/counts/**", timeout=15_000):  # the tabs' poll
+        pass
+    page.goto(f"{live_server.url}/t/acme/audit/")
+    page.fill("input[name=q]", "A-101")
+    page.fill("input[name=actor]", "wendy")
+    page.click("form.filters button[type=submit]")
+    page.wait_for_url("**actor=wendy**")
+    page.wait_for_load_state("networkidle")
+    context.close()
+
+    assert any("/counts/" in u for u in sent) and any("cursor=" in u for u in sent)
+    for url in sent:
+        names = [k for k, _ in parse_qsl(urlsplit(url).query, keep_blank_values=True)]
+        assert len(names) == len(set(names)), url
+    refused = [(status, url) for status, url in answers if status >= 400]
+    assert not refused, refused
