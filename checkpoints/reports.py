@@ -77,6 +77,7 @@ from .models import (
     Tenant,
 )
 from .permissions import require
+from .querystring import single_values
 from .templatetags.dashboard import BADGE_CLASSES, label
 from .vocab import (
     ConflictReason,
@@ -234,15 +235,13 @@ class ReportRangeForm(forms.Form):
              "figure": "figure"}
 
     @classmethod
-    def parse(cls, query) -> dict:
-        """``query`` (a ``QueryDict``) checked: ``{range, start, end, format, figure}``.
-        Raises ``InvalidPayload`` naming the parameter (unknown, repeated or invalid)."""
-        for key in query:
-            if key not in cls.NAMES:
-                raise InvalidPayload(f"{key}: not a parameter of the report")
-            if len(query.getlist(key)) > 1:
-                raise InvalidPayload(f"{key}: given more than once")
-        form = cls({cls.NAMES[k]: v for k, v in query.items()})
+    def parse(cls, query, query_string: str = "") -> dict:
+        """``query`` (a ``QueryDict``) of the raw ``query_string`` checked: ``{range, start,
+        end, format, figure}``. Raises ``InvalidPayload`` naming the parameter (not UTF-8,
+        unknown, repeated or invalid; ``querystring.single_values``, as every dashboard
+        page and the API)."""
+        values = single_values(query_string, query, known=cls.NAMES)
+        form = cls({cls.NAMES[k]: v for k, v in values.items()})
         if not form.is_valid():
             field, errors = next(iter(form.errors.items()))
             name = {v: k for k, v in cls.NAMES.items()}.get(field, field)

@@ -1168,7 +1168,7 @@ def report(request: HttpRequest, tenant: Tenant) -> HttpResponse:
     and as-of time in every row, cells safe from formula injection: ``reports.csv_rows``,
     ``reports.csv_cell``; named by ``reports.csv_filename``). An htmx request (a range link or the custom form)
     gets only the ``report-range`` fragment."""
-    q = reports.ReportRangeForm.parse(request.GET)
+    q = reports.ReportRangeForm.parse(request.GET, request.META.get("QUERY_STRING", ""))
     data = reports.figures(user=request.user, tenant=tenant, range_name=q["range"] or None,
                            start=q["start"] or None, end=q["end"] or None)
     if q["format"] == "csv":

@@ -125,18 +125,8 @@ def test_a_parameter_the_page_does_not_take_is_a_400_naming_it(world, login, rit
     assert "parameter" in html.unescape(response.content.decode())
 
 
-#: The report page reads its query with ``reports.ReportRangeForm.parse`` (reports.py is
-#: helper fixreport's while this branch is open): it refuses unknown and repeated names
-#: but not the raw bytes, so ``?from=%FF`` is refused for the wrong reason ("to: required
-#: with range=custom"). Once merged, ``parse`` should call ``querystring.single_values``
-#: on the raw query string (as ``forms.QueryForm``); then drop this mark.
-REPORT_RAW = pytest.mark.xfail(strict=True, reason="ReportRangeForm.parse reads no raw "
-                                                   "query string (fixreport's file)")
-
-
 def _utf8_cases() -> list:
-    return [pytest.param(page, name, marks=REPORT_RAW) if page == "report" else (page, name)
-            for page, name in _cases()]
+    return list(_cases())
 
 
 @pytest.mark.parametrize("raw", ["%FF", "%ED%A0%80"])
