@@ -48,3 +48,12 @@ def screenshot(page, name: str, *, full_page: bool = False) -> None:
     if folder:
         os.makedirs(folder, exist_ok=True)
         page.screenshot(path=os.path.join(folder, f"{name}.png"), full_page=full_page)
+
+
+def settled(page) -> None:
+    """Wait until no htmx request, swap or settle is under way on the page. Call it after
+    an htmx action's visible result (a pushed URL, a new text) and before the next action
+    on elements the swap may have replaced: otherwise, on a loaded machine, the next input
+    can land in the element being replaced and be lost."""
+    page.wait_for_function(
+        "() => !document.querySelector('.htmx-request, .htmx-swapping, .htmx-settling')")
