@@ -5,6 +5,7 @@ The same endpoints against a real gunicorn: tests/browser/test_production.py."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import io
 import json
@@ -290,17 +291,27 @@ def test_an_ill_formed_incoming_id_is_replaced(client, given):
     assert UUID_TEXT.fullmatch(echoed)
 
 
-@pytest.fixture
-def json_log():
-    """The project's LOGGING with the JSON formatter into a buffer, access log on."""
+@contextlib.contextmanager
+def _captured_log(formatter: str):
+    """The project's LOGGING with ``formatter`` (``json``/``text``) into a buffer, access
+    log on; the configuration is put back afterwards."""
     buffer = io.StringIO()
     config = copy.deepcopy(settings.LOGGING)
-    config["handlers"]["console"]["formatter"] = "json"
+    config["handlers"]["console"]["formatter"] = formatter
     config["handlers"]["console"]["stream"] = buffer
     config["loggers"]["recovery.access"] = {"level": "INFO"}
     logging.config.dictConfig(config)
-    yield buffer
-    logging.config.dictConfig(settings.LOGGING)
+    try:
+        yield buffer
+    finally:
+        logging.config.dictConfig(settings.LOGGING)
+
+
+@pytest.fixture
+def json_log():
+    """The project's LOGGING with the JSON formatter into a buffer, access log on."""
+    with _captured_log("json") as buffer:
+        yield buffer
 
 
 def test_every_log_line_of_a_request_is_json_with_its_request_id(json_log, client, rita):
@@ -321,31 +332,15 @@ def test_every_log_line_of_a_request_is_json_with_its_request_id(json_log, clien
 
 
 def test_text_logs_carry_the_request_id_too(client):
-    buffer = io.StringIO()
-    config = copy.deepcopy(settings.LOGGING)
-    config["handlers"]["console"]["formatter"] = "text"
-    config["handlers"]["console"]["stream"] = buffer
-    config["loggers"]["recovery.access"] = {"level": "INFO"}
-    logging.config.dictConfig(config)
-    try:
+    with _captured_log("text") as buffer:
         Client().get("/healthz", HTTP_X_REQUEST_ID="text-log-12345")
-    finally:
-        logging.config.dictConfig(settings.LOGGING)
     assert "INFO recovery.access [text-log-12345] GET /healthz 200" in buffer.getvalue()
 
 
 def test_a_path_cannot_forge_a_line_of_the_text_access_log():
-    buffer = io.StringIO()
-    config = copy.deepcopy(settings.LOGGING)
-    config["handlers"]["console"]["formatter"] = "text"
-    config["handlers"]["console"]["stream"] = buffer
-    config["loggers"]["recovery.access"] = {"level": "INFO"}
-    logging.config.dictConfig(config)
-    try:
+    with _captured_log("text") as buffer:
         Client().get("/healthz%0AINFO recovery.access [x] GET /admin/ 200",
                      HTTP_X_REQUEST_ID="forge-log-12345")
-    finally:
-        logging.config.dictConfig(settings.LOGGING)
     lines = [line for line in buffer.getvalue().splitlines()
              if line.startswith("INFO recovery.access")]
     assert len(lines) == 1 and "[forge-log-12345]" in lines[0]
