@@ -711,3 +711,118 @@ def test_the_run_id_is_a_uuid_of_the_thread(acme, wendy):
     answer = graph_put(wendy, acme, lg_put("t-1", "01"))
     assert uuid.UUID(answer["run_id"]) == thread_run_id("t-1") == uuid.uuid5(
         uuid.UUID("6f1c2b0e-4a7d-5c3e-9b8f-1d2e3f405162"), "thread\x1ft-1")
+
+
+# --------------------------------------------------------------------------------------
+# Fencing (CONTRACT.md 3), over every LangGraph write path, as tests/services/
+# test_fence_matrix.py does for checkpoints and effects
+# --------------------------------------------------------------------------------------
+
+FENCE_IDS = ids(4)  # head's parent, head, a new put, an appended put
+
+
+def _lg_ousted(how: str, acme, wendy, heir, rita, april) -> int:
+    """A thread whose first owner (token 1) was ousted ``how``; returns the current token."""
+    run_id = thread_run_id("t-f")
+    graph_put(wendy, acme, lg_put("t-f", FENCE_IDS[0], nodes=["charge"]))
+    services.lease_acquire(actor=wendy, tenant=acme, run_id=run_id, owner="w1", ttl_s=60)
+    graph_put(wendy, acme, lg_put("t-f", FENCE_IDS[1], parent=FENCE_IDS[0], nodes=["charge"]),
+              token=1)
+    if how == "retry-claimed":
+        fx = effect_body(run_id=run_id, operation_key="charge:lg")
+        put_effect(wendy, acme, fx, token=1)
+        put_effect(wendy, acme, dict(fx, revision=1, state="submitted"), expected=0, token=1)
+        sweep_later()
+        services.effect_mark_unknown(actor=rita, tenant=acme, effect_id=fx["id"], reason="?")
+        retry = services.retry_request(actor=rita, tenant=acme, run_id=run_id, reason="died")
+        services.retry_approve(actor=april, tenant=acme, retry_id=retry.pk, reason="ok")
+        return services.resume_claim(actor=heir, tenant=acme, run_id=run_id,
+                                     asked={})["fencing_token"]
+    from tests.helpers import age_world
+
+    age_world(120)
+    token = services.lease_acquire(actor=heir, tenant=acme, run_id=run_id, owner="w2",
+                                   ttl_s=600).fencing_token
+    if how == "lease-expired":
+        age_world(1200)
+    return token
+
+
+FENCE_PATHS = {
+    "put from the head": ("checkpoints", lambda: lg_put("t-f", FENCE_IDS[2],
+                                                        parent=FENCE_IDS[1])),
+    "put without parent": ("checkpoints", lambda: lg_put("t-f", FENCE_IDS[3])),
+    "put of the head again": ("checkpoints", lambda: lg_put("t-f", FENCE_IDS[1],
+                                                            parent=FENCE_IDS[0],
+                                                            nodes=["charge"])),
+    "writes on the head": ("writes", lambda: lg_writes("t-f", FENCE_IDS[1], "t",
+                                                       [(0, "x", 1)])),
+    "writes on an older checkpoint": ("writes", lambda: lg_writes("t-f", FENCE_IDS[0], "t",
+                                                                  [(0, "x", 1)])),
+}
+FENCE_CASES = [(how, path) for how in ("live-lease", "lease-expired", "retry-claimed")
+               for path in FENCE_PATHS]
+
+
+def _lg_attempt(surface, client, actor, tenant, path, token):
+    what, body = FENCE_PATHS[path]
+    if surface == "api":
+        extra = {"HTTP_FENCING_TOKEN": str(token)} if token is not None else {}
+        response = client.post(f"/api/v1/tenants/{tenant.slug}/langgraph/{what}",
+                               data=__import__("json").dumps(body()),
+                               content_type="application/json", **extra)
+        return response.status_code, response.json()
+    try:
+        if what == "checkpoints":
+            graph_put(actor, tenant, body(), token=token)
+        else:
+            graph_writes(actor, tenant, body(), token=token)
+    except Fenced as exc:
+        return 409, exc.body()
+    return 200, None
+
+
+@pytest.mark.parametrize(("how", "path"), FENCE_CASES, ids=[f"{h}-{p}" for h, p in FENCE_CASES])
+def test_an_ousted_graph_is_fenced_on_every_langgraph_write_path(acme, wendy, rita, april,
+                                                                 api_as, how, path):
+    from django.db import transaction
+
+    from tests.conftest import _person
+
+    heir = _person("heir", acme, "writer", service=True)
+    now = _lg_ousted(how, acme, wendy, heir, rita, april)
+    client = api_as(wendy)
+    run = Run.objects.get(uuid=thread_run_id("t-f"))
+    failures = []
+    for surface in ("service", "api"):
+        for token in (1, now + 1, None):
+            with transaction.atomic():
+                before = db_state()
+                status, body = _lg_attempt(surface, client, wendy, acme, path, token)
+                diff = db_diff(before, db_state())
+                conflicts = diff.pop("checkpoints.Conflict", {})
+                events = diff.pop("checkpoints.AuditEvent", {})
+                for derived in ("checkpoints.AuditChainHead", "checkpoints.Run",
+                                "checkpoints.RunStateCount", "checkpoints.RunTransition"):
+                    diff.pop(derived, None)
+                where = f"{surface}, token {token}"
+                if (status, body) != (409, {"error": "fenced", "fencing_token": now}):
+                    failures.append(f"{where}: {status} {body}")
+                elif diff or conflicts.keys() != {"added"} or len(conflicts["added"]) != 1:
+                    failures.append(f"{where}: changed {diff}, conflicts {conflicts}")
+                else:
+                    c = Conflict.objects.get(pk=conflicts["added"][0])
+                    got = (c.run_id, c.reason, str(c.target_uuid), c.fencing_token_sent,
+                           c.fencing_token_current,
+                           [e.action for e in AuditEvent.objects.filter(pk__in=events["added"])])
+                    want = (run.pk, "fenced", str(thread_checkpoint_id("t-f", "")), token, now,
+                            ["checkpoint.conflict"])
+                    if got != want:
+                        failures.append(f"{where}: kept {got}, expected {want}")
+                transaction.set_rollback(True)
+        with transaction.atomic():  # the current token is accepted: the token alone refused
+            status, _ = _lg_attempt(surface, client, wendy, acme, path, now)
+            if status not in (200, 201):
+                failures.append(f"{surface}, current token: {status}")
+            transaction.set_rollback(True)
+    assert not failures, f"{how} / {path}:\n" + "\n".join(failures)
