@@ -31,8 +31,9 @@ Errors are ``checkpoints.client.CheckpointError`` with runifold's kinds:
   CONTRACT.md section 6, ``RECOVERY_MAX_BODY_BYTES``), raised before anything is sent; a
   value the JSON body cannot carry (metadata that is not JSON, NaN, an unpaired
   surrogate), also before sending; the server's 400/413/422;
-- ``not_found``: a write on a checkpoint the server does not have (put_writes 404);
-  ``get_tuple`` answers ``None`` instead;
+- ``not_found``: only from the server's other 404s; ``get_tuple`` answers ``None``, and
+  ``put_writes`` on a checkpoint the server does not have (yet) holds the writes until
+  this saver's put of it is answered (``RecoverySaver._hold``);
 - ``storage``: network failures, timeouts, 5xx, 401/403, an unreadable answer.
 """
 
@@ -74,6 +75,8 @@ __all__ = ["RecoverySaver", "ThreadConflict"]
 #: The identity parts a run carries (CONTRACT.md 3, ``resume``); taken from the config.
 IDENTITY_KEYS = ("agent", "model", "workflow", "definition_version")
 PRUNE_STRATEGIES = ("keep_latest", "delete")
+#: Checkpoints remembered as stored, and checkpoints with held writes (``_hold``).
+HELD_MAX = 1024
 
 
 class ThreadConflict(CheckpointError):
@@ -200,6 +203,10 @@ class RecoverySaver(BaseCheckpointSaver[str]):
         self._aclients: dict[int, tuple[asyncio.AbstractEventLoop, httpx.AsyncClient]] = {}
         self._lock = threading.Lock()
         self._leases: dict[str, _Lease] = {}
+        # (thread, ns, checkpoint id): checkpoints this saver stored, and writes held for
+        # checkpoints whose put has not been answered yet (``_hold``); oldest first.
+        self._stored: dict[tuple, None] = {}
+        self._held: dict[tuple, list[_Call]] = {}
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -481,7 +488,14 @@ class RecoverySaver(BaseCheckpointSaver[str]):
             body["identity"] = identity
         call = _Call("POST", "langgraph/checkpoints", self._body(body, "put"), what="put",
                      thread_id=thread_id, checkpoint_ns=ns)
-        yield from self._write(call)
+        key = (thread_id, ns, checkpoint["id"])
+        try:
+            yield from self._write(call)
+        except CheckpointError:
+            with self._lock:  # the writes held for it go with it
+                self._held.pop(key, None)
+            raise
+        yield from self._stored_now(key)
         return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns,
                                  "checkpoint_id": checkpoint["id"]}}
 
@@ -514,10 +528,48 @@ class RecoverySaver(BaseCheckpointSaver[str]):
             size += item_size
         if batch:
             batches.append(batch)
-        for part in batches:
-            call = _Call("POST", "langgraph/writes",
-                         self._body(dict(head, writes=part), "put_writes"), what="put_writes",
-                         thread_id=thread_id, checkpoint_ns=ns)
+        calls = [_Call("POST", "langgraph/writes",
+                       self._body(dict(head, writes=part), "put_writes"), what="put_writes",
+                       thread_id=thread_id, checkpoint_ns=ns) for part in batches]
+        key = (thread_id, ns, head["checkpoint_id"])
+        for i, call in enumerate(calls):
+            try:
+                yield from self._write(call)
+            except CheckpointError as exc:
+                if exc.kind != NOT_FOUND:
+                    raise
+                if self._hold(key, calls[i:]):
+                    return
+                # The put was answered meanwhile (the 404 was read before it committed).
+                yield from self._write(call)
+
+    def _hold(self, key: tuple, calls: list[_Call]) -> bool:
+        """Keep ``calls`` (writes on checkpoint ``key`` that the server does not have yet)
+        to be sent right after this saver's put of that checkpoint; ``False`` if that put
+        has already been answered (send them again now).
+
+        LangGraph's loop (``pregel/_loop.py``) chains its puts but sends each task's
+        ``put_writes`` on its own, so the writes of a step can arrive before the put of
+        the checkpoint they belong to (LangGraph's own savers store writes without
+        checking the checkpoint). If the put fails, the held writes go with it; if the
+        checkpoint never comes, they are dropped with the oldest after ``HELD_MAX``."""
+        with self._lock:
+            if key in self._stored:
+                return False
+            self._held.setdefault(key, []).extend(calls)
+            while len(self._held) > HELD_MAX:
+                del self._held[next(iter(self._held))]
+            return True
+
+    def _stored_now(self, key: tuple):
+        """Generator: after this saver's put of ``key`` was accepted, send the writes held
+        for it (``_hold``)."""
+        with self._lock:
+            self._stored[key] = None
+            while len(self._stored) > HELD_MAX:
+                del self._stored[next(iter(self._stored))]
+            held = self._held.pop(key, [])
+        for call in held:
             yield from self._write(call)
 
     def _get_tuple_plan(self, config: RunnableConfig):
@@ -658,8 +710,11 @@ class RecoverySaver(BaseCheckpointSaver[str]):
         """Store a task's pending writes on the checkpoint ``config`` names. A write's idx is
         its position, or ``WRITES_IDX_MAP``'s negative index for the special channels
         (error, interrupt, ...); (task_id, idx) already stored is kept for idx >= 0 and
-        replaced for idx < 0. Raises ``CheckpointError`` ``not_found`` (no such checkpoint),
-        ``ThreadConflict``, ``invalid_payload``, ``storage``."""
+        replaced for idx < 0. Writes on a checkpoint the server does not have yet (404:
+        LangGraph sends them while the checkpoint's put may still be on its way) are held
+        and sent right after this saver's put of it is accepted (``_hold``); like
+        LangGraph's own savers, writes on a checkpoint that never comes raise nothing.
+        Raises ``ThreadConflict``, ``CheckpointError`` ``invalid_payload``, ``storage``."""
         self._drive(self._put_writes_plan(config, writes, task_id, task_path))
 
     def delete_thread(self, thread_id: str) -> None:

@@ -373,3 +373,41 @@ def test_the_async_methods_send_the_same_requests():
                      "langgraph/threads/prune", "langgraph/runs/delete"]
     assert script.seen[2].headers["Fencing-Token"] == "5"
     assert script.bodies()[7] == {"thread_ids": ["t-1"], "strategy": "delete"}
+
+
+# --- writes that arrive before their checkpoint ------------------------------------------
+
+NO_CHECKPOINT = (404, {"error": "not_found", "detail": "checkpoint_id: no such checkpoint"})
+
+
+def test_writes_on_a_checkpoint_not_stored_yet_are_sent_right_after_its_put():
+    script = Script(NO_CHECKPOINT, PUT_OK, (200, {"stored": 1}), PUT_OK)
+    saver = saver_for(script)
+    # LangGraph sends a step's writes beside the put of the step's checkpoint.
+    saver.put_writes(config(checkpoint_id="1f0-a"), [("ch", "v")], "task-1")
+    saver.put(config(), checkpoint("1f0-a"), {}, {})
+    saver.put(config(checkpoint_id="1f0-a"), checkpoint("1f0-b"), {}, {})
+    paths = [r.url.path.rsplit("/", 1)[-1] for r in script.seen]
+    assert paths == ["writes", "checkpoints", "writes", "checkpoints"]
+    assert script.bodies()[2] == script.bodies()[0]
+
+
+def test_writes_refused_before_a_put_answered_meanwhile_are_sent_again_at_once():
+    script = Script(PUT_OK, NO_CHECKPOINT, (200, {"stored": 1}))
+    saver = saver_for(script)
+    saver.put(config(), checkpoint("1f0-a"), {}, {})
+    saver.put_writes(config(checkpoint_id="1f0-a"), [("ch", "v")], "task-1")
+    assert [r.url.path.rsplit("/", 1)[-1] for r in script.seen] == [
+        "checkpoints", "writes", "writes"]
+
+
+def test_held_writes_go_when_their_checkpoint_is_refused():
+    script = Script(NO_CHECKPOINT, (412, {"error": "conflict", "current_revision": 2}), PUT_OK)
+    saver = saver_for(script)
+    saver.put_writes(config(checkpoint_id="1f0-a"), [("ch", "v")], "task-1")
+    with pytest.raises(ThreadConflict):
+        saver.put(config(checkpoint_id="1f0-old"), checkpoint("1f0-a"), {}, {})
+    assert saver._held == {}
+    saver.put(config(), checkpoint("1f0-c"), {}, {})
+    assert [r.url.path.rsplit("/", 1)[-1] for r in script.seen] == [
+        "writes", "checkpoints", "checkpoints"]
