@@ -18,6 +18,10 @@ client processes (each on its own thread, one chain of checkpoints):
 - ``get_tuple``: the head of the thread (channel values decoded), after 20 puts;
   RecoverySaver's read is one audited ``payload.read`` (a write on the server).
 
+A third row per operation is the service's own path for the same payload, as the
+reference for what HTTP, authentication, CAS, encryption and audit cost before LangGraph's
+mapping adds its part: a checkpoint ``PUT`` (and ``GET``) with ``checkpoints.client``.
+
 Then checks that every accepted put is a stored row, and prints a table (ops/s, p50 and
 p99 latency in ms, ratio to PostgresSaver). Numbers depend on the machine and what else
 runs on it: compare rows of one run.
@@ -39,6 +43,7 @@ if __package__ in (None, ""):  # python bench/bench_langgraph.py
 from bench.common import ROOT, bench_url, drop_database, environ, reset_database  # noqa: E402
 
 PRIME = 20  # puts before a get_tuple scenario measures
+ENVELOPE = "checkpoint PUT/GET (client)"
 
 
 def say(text: str) -> None:
@@ -110,6 +115,39 @@ def _make(saver_factory, what: str):
         return chain.get
 
     return make
+
+
+def make_envelope_put(spec: dict):
+    """The reference: the same payload as a plain checkpoint ``PUT`` (CAS, revision,
+    audit event) with the runtime client ``checkpoints.client``, kept-alive."""
+    from checkpoints.client import HttpCheckpointStore, next_revision
+
+    store = HttpCheckpointStore(spec["base_url"], spec["tenant"], spec["token"], timeout_s=30)
+    body = {"id": str(uuid.uuid4()), "run_id": str(uuid.uuid4()), "revision": 0,
+            "kind": "runifold.agent", "schema_version": 1, "payload": spec["payloads"][0],
+            "updated_at_ms": int(time.time() * 1000)}
+    store.compare_and_swap(body, None)
+    state = {"body": body}
+
+    def op() -> bool:
+        current = state["body"]
+        nxt = next_revision(current, spec["payloads"][(current["revision"] + 1)
+                                                      % len(spec["payloads"])])
+        store.compare_and_swap(nxt, current["revision"])
+        state["body"] = nxt
+        if spec.get("read"):
+            return store.load(nxt["id"])["revision"] == nxt["revision"]
+        return True
+
+    if not spec.get("read"):
+        return op
+    for _ in range(PRIME):
+        op()
+    return lambda: store.load(state["body"]["id"])["revision"] == state["body"]["revision"]
+
+
+def make_envelope_get(spec: dict):
+    return make_envelope_put(dict(spec, read=True))
 
 
 make_recovery_put = _make(_recovery_saver, "put")
@@ -213,6 +251,8 @@ def main(argv=None) -> None:
                                   make_recovery_put if what == "put" else make_recovery_get))
                 scenarios.append(("PostgresSaver (LangGraph)", what, n,
                                   make_postgres_put if what == "put" else make_postgres_get))
+                scenarios.append((ENVELOPE, what, n,
+                                  make_envelope_put if what == "put" else make_envelope_get))
         best: dict = {}
         oks: dict = {}
         for r in range(1, args.rounds + 1):
@@ -228,6 +268,10 @@ def main(argv=None) -> None:
                 if row["errors"]:
                     check = {"ok": False, "detail": "client failed: "
                              + row["errors"][0].strip().splitlines()[-1]}
+                elif name == ENVELOPE:
+                    check = {"ok": row["refused"] == 0,
+                             "detail": f"{row['accepted']:,} accepted, {row['refused']:,} "
+                                       f"wrong"}
                 elif what == "put":
                     check = (check_recovery(threads, row["accepted"], tenant)
                              if name.startswith("Recovery")
