@@ -113,3 +113,22 @@ def test_the_async_graph_api_gives_the_same_history(make_saver):
     assert out == ref_out and out["approved"] is False
     assert history == ref_history
     assert shape(graph, thread) == shape(reference, thread)
+
+
+def test_replaying_from_an_older_checkpoint_is_refused_as_a_fork(saver):
+    """LangGraph's time travel writes a checkpoint whose parent is not the head: a fork of
+    the thread, which this store refuses (docs/langgraph.md, "Refused on purpose")."""
+    from checkpoints.integrations.langgraph import ThreadConflict
+
+    thread = f"travel-{uuid.uuid4()}"
+    graph = chain_graph(saver)
+    graph.invoke({"order": "A-1", "log": []}, cfg(thread))
+    history = list(graph.get_state_history(cfg(thread)))
+    before_charge = next(s for s in history if s.next == ("charge",))
+
+    with pytest.raises(ThreadConflict) as err:
+        graph.invoke(None, before_charge.config)
+
+    assert err.value.status == 412
+    assert err.value.head_checkpoint_id == history[0].config["configurable"]["checkpoint_id"]
+    assert len(list(graph.get_state_history(cfg(thread)))) == len(history)
