@@ -136,6 +136,15 @@ class _Lease:
     fencing_token: int | None = None
     taken_at: float = 0.0  # time.monotonic() just before the lease request was sent
     pending: bool = False  # the run did not exist (404): take it right after the first write
+    settled: threading.Event = field(default_factory=threading.Event)  # pending is over
+
+
+@dataclass
+class _Wait:
+    """Yielded by a plan: wait (at most ``timeout_s``) until ``event`` is set."""
+
+    event: threading.Event
+    timeout_s: float
 
 
 def _encode_json(value: Any, what: str) -> bytes:
@@ -161,7 +170,7 @@ class RecoverySaver(BaseCheckpointSaver[str]):
     ``host:pid:uuid4``, one per saver) and from then on sends ``Fencing-Token`` with every
     write on that thread; it renews the lease before a write once half the ttl has passed
     since it was last taken. A thread whose run does not exist yet is written once without
-    a token and leased right after. Another owner's live lease (409 ``lease_held``) and a
+    a token and leased right after (its other writes wait for that). Another owner's live lease (409 ``lease_held``) and a
     newer token (409 ``fenced``) raise ``ThreadConflict``. Without ``lease_ttl_s`` no
     lease is taken: a thread whose run has had an owner refuses this saver's writes
     (``fenced``), so use leases for a thread either always or never.
@@ -314,6 +323,10 @@ class RecoverySaver(BaseCheckpointSaver[str]):
         try:
             call = next(plan)
             while True:
+                if isinstance(call, _Wait):
+                    call.event.wait(call.timeout_s)
+                    call = plan.send(None)
+                    continue
                 try:
                     answer = self._send(call)
                 except CheckpointError as exc:
@@ -328,6 +341,11 @@ class RecoverySaver(BaseCheckpointSaver[str]):
         try:
             call = next(plan)
             while True:
+                if isinstance(call, _Wait):  # in a worker thread: the loop runs on
+                    await asyncio.get_running_loop().run_in_executor(
+                        None, call.event.wait, call.timeout_s)
+                    call = plan.send(None)
+                    continue
                 try:
                     answer = await self._asend(call)
                 except CheckpointError as exc:
@@ -349,25 +367,68 @@ class RecoverySaver(BaseCheckpointSaver[str]):
 
     # --- leases and fencing -------------------------------------------------------------
 
-    def _write_headers(self, thread_id: str):
-        """Generator: the headers of a write on ``thread_id`` (``Fencing-Token`` once
-        leased), taking or renewing the run's lease first when ``lease_ttl_s`` says so."""
+    def _write(self, call: _Call):
+        """Generator: send a write on ``call.thread_id`` (with ``lease_ttl_s``: its lease
+        taken or renewed first, ``Fencing-Token`` sent); its answer. A conflict forgets
+        the lease, so the next write asks for it again.
+
+        A thread whose run does not exist yet (the lease is 404) has one first write,
+        sent without a token, after which its lease is taken; the thread's other writes
+        meanwhile wait for that (``_Wait``) instead of going without a token and being
+        fenced by the lease taken under them."""
         if self.lease_ttl_s is None:
-            return {"Content-Type": "application/json"}
-        with self._lock:
-            lease = self._leases.get(thread_id)
-            due = lease is None or (not lease.pending and time.monotonic() - lease.taken_at
-                                    >= self.lease_ttl_s / 2)
-        if due:
-            lease = yield from self._take_lease(thread_id, missing_ok=True)
-        headers = {"Content-Type": "application/json"}
+            call.headers = {"Content-Type": "application/json"}
+            return (yield call)
+        lease = yield from self._lease_for(call.thread_id)
+        call.headers = {"Content-Type": "application/json"}
         if lease.fencing_token is not None:
-            headers["Fencing-Token"] = str(lease.fencing_token)
-        return headers
+            call.headers["Fencing-Token"] = str(lease.fencing_token)
+        if not lease.pending:
+            try:
+                return (yield call)
+            except ThreadConflict:
+                self._forget_lease(call.thread_id)
+                raise
+        done = False
+        try:
+            answer = yield call
+            yield from self._take_lease(call.thread_id, missing_ok=False)
+            done = True
+            return answer
+        finally:
+            if not done:
+                self._forget_lease(call.thread_id)
+            lease.settled.set()
+
+    def _lease_for(self, thread_id: str):
+        """Generator: the lease to write ``thread_id`` under: the current one, renewed
+        once half the ttl has passed (by this process's monotonic clock), or a new one; a
+        ``pending`` lease makes the caller the thread's first writer."""
+        while True:
+            with self._lock:
+                lease = self._leases.get(thread_id)
+                if lease is not None and lease.pending:
+                    wait = lease.settled
+                else:
+                    wait = None
+                    due = lease is None or (time.monotonic() - lease.taken_at
+                                            >= self.lease_ttl_s / 2)
+            if wait is not None:
+                yield _Wait(wait, self.timeout_s * 3)
+                if not wait.is_set():
+                    raise CheckpointError(STORAGE, f"lease: the first write on thread "
+                                                   f"{thread_id!r} did not finish in time")
+                continue
+            if not due:
+                return lease
+            lease = yield from self._take_lease(thread_id, missing_ok=True)
+            if lease is not None:
+                return lease
 
     def _take_lease(self, thread_id: str, *, missing_ok: bool):
         """Generator: take or renew the lease of ``thread_id``'s run; the new ``_Lease``.
-        A run that does not exist yet (404) gives a pending lease when ``missing_ok``."""
+        A run that does not exist yet (404) with ``missing_ok`` gives a ``pending`` lease
+        (the caller writes first), or ``None`` when another write already holds one."""
         run_id = threads.thread_run_id(thread_id)
         started = time.monotonic()
         try:
@@ -378,9 +439,11 @@ class RecoverySaver(BaseCheckpointSaver[str]):
                                  thread_id=thread_id)
         except CheckpointError as exc:
             if exc.kind == NOT_FOUND and missing_ok:
-                lease = _Lease(pending=True)
                 with self._lock:
-                    self._leases[thread_id] = lease
+                    current = self._leases.get(thread_id)
+                    if current is not None and current.pending:
+                        return None
+                    lease = self._leases[thread_id] = _Lease(pending=True)
                 return lease
             if exc.kind == CONFLICT:
                 self._forget_lease(thread_id)
@@ -394,31 +457,9 @@ class RecoverySaver(BaseCheckpointSaver[str]):
             self._leases[thread_id] = lease
         return lease
 
-    def _after_write(self, thread_id: str):
-        """Generator: after a write accepted without a token on a run that did not exist,
-        take its lease now (a ``ThreadConflict`` if someone else got there first)."""
-        if self.lease_ttl_s is None:
-            return
-        with self._lock:
-            lease = self._leases.get(thread_id)
-        if lease is not None and lease.pending:
-            yield from self._take_lease(thread_id, missing_ok=False)
-
     def _forget_lease(self, thread_id: str) -> None:
         with self._lock:
             self._leases.pop(thread_id, None)
-
-    def _write(self, call: _Call):
-        """Generator: send a write on ``call.thread_id`` with its lease headers; the answer.
-        A conflict forgets the lease (the next write asks for a new one)."""
-        call.headers = yield from self._write_headers(call.thread_id)
-        try:
-            answer = yield call
-        except ThreadConflict:
-            self._forget_lease(call.thread_id)
-            raise
-        yield from self._after_write(call.thread_id)
-        return answer
 
     # --- encoding -----------------------------------------------------------------------
 
