@@ -111,6 +111,20 @@ def test_with_leases_the_second_resume_is_refused_at_the_lease(make_saver):
     assert run.lease_owner in ("worker-a", "worker-b") and run.fencing_token == 1
 
 
+def test_a_leased_graph_on_a_new_thread_writes_without_a_single_refusal(make_saver):
+    """The first put of a new thread goes without a token (no run to lease yet); the
+    step's writes sent beside it wait for the lease taken right after, so none is fenced."""
+    for _ in range(3):
+        thread = f"leased-{uuid.uuid4()}"
+        graph = chain_graph(make_saver(lease_ttl_s=60, owner="worker-1"))
+        graph.invoke({"order": "A-1", "log": []}, cfg(thread))
+        done = graph.invoke({"order": "A-2"}, cfg(thread))
+        assert done["log"] == ["plan A-1", "charge A-1", "plan A-2", "charge A-2"]
+        run = Run.objects.get(uuid=threads.thread_run_id(thread))
+        assert (run.lease_owner, run.fencing_token) == ("worker-1", 1)
+        assert not Conflict.objects.filter(run=run).exists()
+
+
 def test_a_saver_whose_lease_lapsed_while_paused_is_fenced_and_the_write_kept(make_saver):
     thread = f"fence-{uuid.uuid4()}"
     sleepy = make_saver(lease_ttl_s=60, owner="sleepy")
