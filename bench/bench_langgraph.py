@@ -15,7 +15,8 @@ client processes (each on its own thread, one chain of checkpoints):
   value (the bench's ``runifold.agent`` payloads, as ``bench/writes.py``) and a counter;
   RecoverySaver: HTTP POST, compare-and-swap on the thread's head, an envelope revision,
   audit event, encryption; PostgresSaver: its upserts, append-only, no CAS;
-- ``get_tuple``: the head of the thread (channel values decoded), after 20 puts;
+- ``get_tuple``: the head of the thread (channel values decoded), after 20 puts
+  (``--history``);
   RecoverySaver's read is one audited ``payload.read`` (a write on the server).
 
 A third row per operation is the service's own path for the same payload, as the
@@ -110,7 +111,7 @@ def _make(saver_factory, what: str):
                 chain.put()
                 return True
             return op
-        for _ in range(PRIME):
+        for _ in range(spec.get("history", PRIME)):
             chain.put()
         return chain.get
 
@@ -141,7 +142,7 @@ def make_envelope_put(spec: dict):
 
     if not spec.get("read"):
         return op
-    for _ in range(PRIME):
+    for _ in range(spec.get("history", PRIME)):
         op()
     return lambda: store.load(state["body"]["id"])["revision"] == state["body"]["revision"]
 
@@ -193,6 +194,9 @@ def _args(argv=None):
     p.add_argument("--rounds", type=int, default=2, help="each row this many times, in turn; "
                                                          "the best is shown")
     p.add_argument("--writers", default="1,4", help="client processes per row, comma-separated")
+    p.add_argument("--history", type=int, default=PRIME,
+                   help="puts on a thread before its get_tuple row measures")
+    p.add_argument("--only", default="put,get_tuple", help="operations, comma-separated")
     p.add_argument("--out", default=str(ROOT / "var" / "bench" / "langgraph.json"))
     args = p.parse_args(argv)
     args.writer_counts = [int(x) for x in args.writers.split(",") if x.strip()]
@@ -246,7 +250,7 @@ def main(argv=None) -> None:
 
         scenarios = []
         for n in args.writer_counts:
-            for what in ("put", "get_tuple"):
+            for what in [w.strip() for w in args.only.split(",") if w.strip()]:
                 scenarios.append(("RecoverySaver (HTTP, gunicorn)", what, n,
                                   make_recovery_put if what == "put" else make_recovery_get))
                 scenarios.append(("PostgresSaver (LangGraph)", what, n,
@@ -260,7 +264,8 @@ def main(argv=None) -> None:
             for name, what, n, make_op in scenarios:
                 threads = [f"bench-lg-{uuid.uuid4()}" for _ in range(n)]
                 specs = [{"base_url": base_url, "tenant": "bench-lg", "token": token,
-                          "dsn": url, "thread_id": t, "payloads": payloads} for t in threads]
+                          "dsn": url, "thread_id": t, "payloads": payloads,
+                          "history": args.history} for t in threads]
                 outcomes = run_writers(make_op, specs, warmup=args.warmup,
                                        seconds=args.seconds)
                 row = summarise(outcomes)
@@ -277,7 +282,7 @@ def main(argv=None) -> None:
                              if name.startswith("Recovery")
                              else check_postgres(url, threads, row["accepted"]))
                 else:
-                    puts = PRIME * n
+                    puts = args.history * n
                     check = {"ok": row["refused"] == 0,
                              "detail": f"{row['accepted']:,} heads read, {row['refused']:,} "
                                        f"wrong (after {puts} puts)"}
