@@ -912,6 +912,9 @@ class GraphCheckpoint(TenantOwned):
         indexes = [
             # ``GET …/langgraph/checkpoints`` without a thread: the tenant's newest first.
             models.Index(fields=["tenant", "-checkpoint_id"], name="graph_checkpoint_new_idx"),
+            # ... of one thread, every namespace (the unique key orders by namespace first).
+            models.Index(fields=["tenant", "thread_id", "-checkpoint_id"],
+                         name="graph_checkpoint_thread_idx"),
             # ``POST …/langgraph/runs/delete``.
             models.Index(fields=["tenant", "lg_run_id"], name="graph_checkpoint_lg_run_idx"),
         ]

@@ -69,6 +69,10 @@ class Migration(migrations.Migration):
         ),
         migrations.AddIndex(
             model_name='graphcheckpoint',
+            index=models.Index(fields=['tenant', 'thread_id', '-checkpoint_id'], name='graph_checkpoint_thread_idx'),
+        ),
+        migrations.AddIndex(
+            model_name='graphcheckpoint',
             index=models.Index(fields=['tenant', 'lg_run_id'], name='graph_checkpoint_lg_run_idx'),
         ),
         migrations.AddConstraint(

@@ -756,10 +756,11 @@ _ROW = ("pk", "thread_id", "checkpoint_ns", "checkpoint_id", "parent_checkpoint_
         "payload_size", "envelope_id", "run_id")
 
 
-def _ordered_rows(qs, fields: Iterable[str]) -> Iterator[dict]:
+def _ordered_rows(qs, fields: Iterable[str], batch: int | None = None) -> Iterator[dict]:
     """``qs`` in list order (checkpoint id descending, then thread and namespace), read
-    ``_SCAN_BATCH`` rows per query by keyset, lazily."""
+    ``batch`` (default ``_SCAN_BATCH``) rows per query by keyset, lazily."""
     fields = tuple(fields)
+    batch = batch or _SCAN_BATCH
     last = None
     while True:
         page = qs
@@ -768,9 +769,9 @@ def _ordered_rows(qs, fields: Iterable[str]) -> Iterator[dict]:
             page = page.filter(Q(checkpoint_id__lt=cid)
                                | Q(checkpoint_id=cid, thread_id__gt=tid)
                                | Q(checkpoint_id=cid, thread_id=tid, checkpoint_ns__gt=ns))
-        rows = list(page.order_by(*_ORDER).values(*fields)[:_SCAN_BATCH])
+        rows = list(page.order_by(*_ORDER).values(*fields)[:batch])
         yield from rows
-        if len(rows) < _SCAN_BATCH:
+        if len(rows) < batch:
             return
         last = rows[-1]
 
@@ -830,7 +831,9 @@ def graph_list(*, actor, tenant: Tenant, thread_id: str | None = None,
         qs = qs.filter(checkpoint_id__lt=before)
     fields = _ROW + (("metadata_ciphertext", "writes_bytes") if metadata_filter else
                      ("writes_bytes",))
-    rows = _ordered_rows(qs.annotate(writes_bytes=_writes_bytes(tenant)), fields)
+    # Unfiltered, one query usually reads the page and the row that says more remain.
+    rows = _ordered_rows(qs.annotate(writes_bytes=_writes_bytes(tenant)), fields,
+                         None if metadata_filter else limit + 1)
     page, more, last_id = _page(rows, limit, max_bytes, metadata_filter)
     if not page:
         return [], last_id if more else None
