@@ -37,16 +37,17 @@ MAX_THREAD_IDS = 1000  # thread ids in one prune call
 MAX_BODY_BYTES = 1024 * 1024  # CONTRACT.md section 6: a larger body is 413
 
 
-def _text(value: str, what: str) -> bytes:
+def _text(value: str, what: str) -> None:
     if not isinstance(value, str):
         raise TypeError(f"{what} must be a string, not {type(value).__name__}")
-    return value.encode("utf-8", "surrogatepass")
 
 
 def thread_run_id(thread_id: str) -> uuid.UUID:
     """The recovery run id of LangGraph thread ``thread_id`` (a str): UUIDv5 under NAMESPACE.
 
-    Raises TypeError for a non-string. Deterministic, so a saver and the server agree.
+    Raises TypeError for a non-string (UnicodeEncodeError for an unpaired surrogate,
+    which the server refuses before it gets here). Deterministic, so a saver and the
+    server agree.
     """
     _text(thread_id, "thread_id")
     return uuid.uuid5(NAMESPACE, "thread\x1f" + thread_id)

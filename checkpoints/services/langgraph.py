@@ -870,12 +870,13 @@ def _page(rows: Iterator[dict], limit: int, max_bytes: int,
     page: list[dict] = []
     size = scanned = 0
     last_id = None
-    for checkpoint_id, group in itertools.groupby(rows, key=lambda r: r["checkpoint_id"]):
-        group = list(group)
+    for checkpoint_id, rest in itertools.groupby(rows, key=lambda r: r["checkpoint_id"]):
+        # Stop before reading the group's end: that could cost one more query.
         if page and (len(page) >= limit or size >= max_bytes):
             return page, True, last_id
         if metadata_filter and scanned >= FILTER_SCAN_MAX:
             return page, True, last_id
+        group = list(rest)
         hits = [r for r in group if _matches(r, metadata_filter)]
         hits_size = sum(r["payload_size"] + r["writes_bytes"] for r in hits)
         if page and (len(page) + len(hits) > limit or size + hits_size > max_bytes):
