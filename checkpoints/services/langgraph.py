@@ -583,7 +583,7 @@ def _decide_put(actor, tenant, run: Run | None, put: GraphPut, envelope_id: uuid
     current = envelope.revision if envelope is not None else None
     head_id = head["checkpoint_id"] if head else None
     existing = None
-    if head is not None:
+    if head_id is not None and put.checkpoint_id <= head_id:  # else it cannot be stored
         existing = (_scoped(tenant).filter(thread_id=put.thread_id,
                                            checkpoint_ns=put.checkpoint_ns,
                                            checkpoint_id=put.checkpoint_id)
