@@ -25,7 +25,9 @@ WRITE = re.compile(r"\b(INSERT\s+INTO|UPDATE\s+\S+\s+SET|DELETE\s+FROM|TRUNCATE|
                    re.I)
 #: The reads that reveal a payload, and the tables their audit event is written to.
 AUDITED = {"get /api/v1/tenants/{tenant}/checkpoints/{checkpoint_id}",
-           "get /api/v1/tenants/{tenant}/checkpoints/{checkpoint_id}/revisions"}
+           "get /api/v1/tenants/{tenant}/checkpoints/{checkpoint_id}/revisions",
+           # One payload.read per thread namespace answered: the recipe's thread has one.
+           "get /api/v1/tenants/{tenant}/langgraph/checkpoints"}
 AUDIT_TABLES = {"checkpoints_auditevent", "checkpoints_auditchainhead"}
 
 READS = ([("api", key) for key, req in API.items() if not req.write]
