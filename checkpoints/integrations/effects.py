@@ -239,9 +239,7 @@ def recorded_effect(
             if run_id is not None:
                 run = run_id(**arguments) if callable(run_id) else run_id
             elif thread_id is not None:
-                if not isinstance(thread_id, str):
-                    raise TypeError("configurable.thread_id: a string (LangGraph thread ids "
-                                    "map onto runs as strings)")
+                thread_id = str(thread_id)  # as RecoverySaver and LangGraph's savers do
                 run = thread_run_id(thread_id)
             else:
                 raise EffectNotConfigured(f"{name}: no run: call it inside a "
