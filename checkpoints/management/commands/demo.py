@@ -16,7 +16,7 @@ Steps:
    ``RecoverySaver``): some finish, at least two SIGKILL themselves inside the payment
    tool after the charge, so the inbox holds crashed LangGraph runs whose effect
    reconciles like the workers' (left out, with a line saying so, when LangGraph is not
-   installed: ``pip install -e '.[langgraph]'``).
+   installed: ``pip install -e '.[test]'``, or ``'.[langgraph]'`` plus ``langgraph``).
 5. Wait for the dead workers' leases to expire, run the stale-run sweep, print the runs
    per recovery state, the URL and the logins, and serve until Ctrl-C.
 6. While serving, run the stale-run sweep every 10 s and the demo supervisor
@@ -153,8 +153,9 @@ class Command(BaseCommand):
 
             units = plan(opts["workers"], seed, tuple(TENANTS))
             if opts["langgraph"] > 0 and not _langgraph_installed():
-                self.stdout.write("LangGraph is not installed (pip install -e "
-                                  "'.[langgraph]'): the LangGraph refund runs are left out.")
+                self.stdout.write("LangGraph is not installed (pip install -e '.[test]', or "
+                                  "'.[langgraph]' langgraph): the LangGraph refund runs are "
+                                  "left out.")
             elif opts["langgraph"] > 0:
                 units += plan_langgraph(opts["langgraph"], seed, tuple(TENANTS))
                 random.Random(seed).shuffle(units)
