@@ -154,6 +154,42 @@ def _reconcile_run(e, t) -> str:
     return f"asked to reconcile {n} in-doubt effect{'s' if n != 1 else ''} of {t}"
 
 
+def _run_after(e) -> str:
+    """What a LangGraph deletion left of the thread's run (``after["run"]``)."""
+    outcome = _get(e.after, "run")
+    return {"closed": "; the run is closed (something else refers to it)",
+            "deleted": "; the run is deleted"}.get(outcome, "")
+
+
+def _lg_delete(e, t) -> str:
+    return (f"deleted LangGraph thread {_get(e.after, 'thread_id') or '(unknown)'}: "
+            f"{_get(e.after, 'deleted') or 0} checkpoint(s){_run_after(e)}")
+
+
+def _lg_prune(e, t) -> str:
+    return (f"pruned LangGraph thread {_get(e.after, 'thread_id') or '(unknown)'} "
+            f"({_words(_get(e.after, 'strategy')) or 'a strategy'}): "
+            f"{_get(e.after, 'deleted') or 0} checkpoint(s) deleted{_run_after(e)}")
+
+
+def _lg_runs_delete(e, t) -> str:
+    runs = _get(e.after, "run_ids_given") or len(_get(e.after, "run_ids") or [])
+    return (f"deleted {_get(e.after, 'deleted') or 0} checkpoint(s) of {runs} LangGraph "
+            f"run(s) from thread {_get(e.after, 'thread_id') or '(unknown)'}{_run_after(e)}")
+
+
+def _lg_copy(e, t) -> str:
+    return (f"copied LangGraph thread {_get(e.after, 'source_thread_id') or '(unknown)'} onto "
+            f"{_get(e.after, 'target_thread_id') or '(unknown)'}: "
+            f"{_get(e.after, 'copied') or 0} checkpoint(s)")
+
+
+def _lg_writes(e, t) -> str:
+    return (f"stored {_get(e.after, 'stored') or 0} pending write(s) of a task on LangGraph "
+            f"checkpoint {_get(e.after, 'checkpoint_id') or '(unknown)'} of {t}, which is "
+            f"not its newest")
+
+
 def _roles(value: Any) -> str:
     if isinstance(value, list | tuple):
         return ", ".join(str(v) for v in value) or "none"
@@ -224,6 +260,11 @@ SENTENCES: dict[str, Callable[[Any, str], str]] = {
         f"dropped a reconciliation of {t}: it had moved on to "
         f"{_words(_get(e.after, 'state')) or 'another state'}"),
     A.AUDIT_EXPORT_HEAD: lambda e, t: f"exported the audit chain head of {t}",
+    A.LANGGRAPH_WRITES: _lg_writes,
+    A.LANGGRAPH_THREAD_DELETE: _lg_delete,
+    A.LANGGRAPH_THREAD_COPY: _lg_copy,
+    A.LANGGRAPH_THREAD_PRUNE: _lg_prune,
+    A.LANGGRAPH_RUNS_DELETE: _lg_runs_delete,
 }
 
 

@@ -88,6 +88,26 @@ class StaleRevision(DomainError):
         return {"error": self.error, "current_revision": self.current_revision}
 
 
+class ThreadConflict(StaleRevision):
+    """A LangGraph put refused (issue 10, docs/langgraph.md): its parent is not the
+    head of its thread's namespace, its id is taken by other content, or it would not
+    sort after the head. 412 ``{"error": "conflict", "current_revision": M or null,
+    "head_checkpoint_id": str or null, "detail": ...}``: M is the namespace envelope's
+    revision, the head LangGraph's id of its newest checkpoint (both null when the
+    namespace has none). Kept as a conflict of the thread's run when the run exists."""
+
+    def __init__(self, current_revision: int | None, head_checkpoint_id: str | None,
+                 detail: str):
+        DomainError.__init__(self, detail, current_revision=current_revision,
+                             head_checkpoint_id=head_checkpoint_id)
+        self.current_revision = current_revision
+        self.head_checkpoint_id = head_checkpoint_id
+
+    def body(self) -> dict:
+        return {"error": self.error, "current_revision": self.current_revision,
+                "head_checkpoint_id": self.head_checkpoint_id, "detail": self.detail}
+
+
 class Fenced(DomainError):
     """A write carried an older (or missing) fencing token while the run is leased: 409."""
 

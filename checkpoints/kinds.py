@@ -353,3 +353,90 @@ def _acme_identity(p: dict) -> Identity:
 
 register("acme.order", 1, VersionSpec(_acme_validate, _acme_phase, _acme_identity),
          "demo order workflow: charge a card, then ship")
+
+
+# --- langgraph.checkpoint v1 (issue 10, docs/langgraph.md) --------------------------------
+#
+# The envelope of one LangGraph (thread, namespace): a summary of the namespace's head
+# written by ``services.langgraph`` (never channel values: labels are shown to viewers).
+
+LANGGRAPH_KIND = "langgraph.checkpoint"
+#: Longest node list a phase label spells out; the rest is "+N more".
+_LABEL_NODES = 120
+
+
+def _langgraph_validate(payload: Any) -> None:
+    p = _obj(payload, "payload")
+    for key, limit, required in (("thread_id", 256, True), ("checkpoint_ns", 256, False),
+                                 ("checkpoint_id", 128, True)):
+        value = p.get(key)
+        if not isinstance(value, str) or (required and not value) or len(value) > limit:
+            raise SchemaError(f"payload.{key} must be a string of "
+                              f"{1 if required else 0}..{limit} characters")
+    parent = p.get("parent_checkpoint_id")
+    if parent is not None and (not isinstance(parent, str) or not 0 < len(parent) <= 128):
+        raise SchemaError("payload.parent_checkpoint_id must be null or a string of "
+                          "1..128 characters")
+    step = p.get("step")
+    if step is not None and type(step) is not int:
+        raise SchemaError("payload.step must be an integer or null")
+    if not isinstance(p.get("source", ""), str):
+        raise SchemaError("payload.source must be a string")
+    nxt = p.get("next")
+    if not isinstance(nxt, list) or not all(isinstance(n, str) and n for n in nxt):
+        raise SchemaError("payload.next must be an array of node names")
+    tasks = _uint(p, "tasks", "payload")
+    if tasks < len(nxt):
+        raise SchemaError("payload.tasks must be at least len(payload.next)")
+    _uint(p, "written_tasks", "payload")
+    for key in ("interrupted", "errored"):
+        if type(p.get(key)) is not bool:
+            raise SchemaError(f"payload.{key} must be true or false")
+    identity = p.get("identity", {})
+    _obj(identity, "payload.identity")
+    unknown = set(identity) - set(IDENTITY_LIMITS)
+    if unknown:
+        raise SchemaError("payload.identity may hold only agent, model, workflow and "
+                          "definition_version")
+
+
+def _node_words(nodes: list[str]) -> str:
+    """``"a, b"``; a long list ends with ``"+N more"`` (labels stay short)."""
+    words, shown = "", 0
+    for node in nodes:
+        candidate = f"{words}, {node}" if words else node
+        if len(candidate) > _LABEL_NODES:
+            break
+        words, shown = candidate, shown + 1
+    if shown < len(nodes):
+        more = f"+{len(nodes) - shown} more"
+        words = f"{words} {more}" if words else more
+    return words
+
+
+def _langgraph_phase(p: dict) -> Phase:
+    """From the head's summary (docs/langgraph.md, "Mapping"): no next node and no task:
+    ``completed``; an interrupt write: ``stable`` (waiting for input); an error write:
+    ``stable``; every task has written: ``stable`` (between steps); else ``in_flight``.
+    Labels name nodes (graph structure), never channel values."""
+    nxt, tasks, written = p["next"], p["tasks"], p["written_tasks"]
+    nodes = _node_words(nxt) if nxt else "sent tasks"
+    if not nxt and tasks == 0:
+        return Phase(PhaseClass.COMPLETED, "done")
+    if p["interrupted"]:
+        return Phase(PhaseClass.STABLE, f"waiting for input at {nodes}")
+    if p["errored"]:
+        return Phase(PhaseClass.STABLE, f"error in {nodes}")
+    if written >= tasks:
+        return Phase(PhaseClass.STABLE, "between steps")
+    return Phase(PhaseClass.IN_FLIGHT, f"running {nodes} ({written}/{tasks} tasks written)")
+
+
+def _langgraph_identity(p: dict) -> Identity:
+    ident = p.get("identity", {})
+    return Identity(**{name: ident.get(name, "") for name in IDENTITY_LIMITS})
+
+
+register(LANGGRAPH_KIND, 1,
+         VersionSpec(_langgraph_validate, _langgraph_phase, _langgraph_identity),
+         "a LangGraph thread's namespace: a summary of its newest checkpoint (docs/langgraph.md)")

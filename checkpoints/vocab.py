@@ -286,6 +286,14 @@ class AuditAction(TextChoices):
     AUDIT_EXPORT_HEAD = "audit.export_head"
     BULK_SUBMIT = "bulk.submit"
     BULK_FINISH = "bulk.finish"
+    # LangGraph threads (issue 10, docs/langgraph.md): pending writes on a checkpoint that
+    # is not its namespace's head (a head's writes are a ``checkpoint.write``), and the
+    # saver's deletions and copies, one event per thread changed.
+    LANGGRAPH_WRITES = "langgraph.writes"
+    LANGGRAPH_THREAD_DELETE = "langgraph.thread_delete"
+    LANGGRAPH_THREAD_COPY = "langgraph.thread_copy"
+    LANGGRAPH_THREAD_PRUNE = "langgraph.thread_prune"
+    LANGGRAPH_RUNS_DELETE = "langgraph.runs_delete"
 
 
 AuditAction.REVEALS = frozenset({AuditAction.PAYLOAD_REVEAL, AuditAction.PAYLOAD_READ,

@@ -105,3 +105,69 @@ def ambiguous_run(writer, tenant, body: dict | None = None):
     put_checkpoint(writer, tenant, body)
     sweep_later()
     return uuid.UUID(body["run_id"])
+
+
+# --- LangGraph bodies (issue 10, docs/langgraph.md) ---------------------------------------
+
+def typed(value) -> dict:
+    """A value as LangGraph's serializer would carry it: ``{"type": "json", "b64": ...}``
+    (the server never decodes it; any bytes would do)."""
+    import base64
+    import json
+
+    return {"type": "json", "b64": base64.b64encode(json.dumps(value).encode()).decode()}
+
+
+def lg_checkpoint(checkpoint_id: str, *, values: dict | None = None,
+                  versions: dict | None = None, seen: dict | None = None) -> dict:
+    """A LangGraph checkpoint dict with channel values already typed."""
+    values = values or {}
+    return {"v": 4, "id": checkpoint_id, "ts": "2026-12-01T00:00:00+00:00",
+            "channel_values": {c: typed(v) for c, v in values.items()},
+            "channel_versions": versions if versions is not None else {c: 1 for c in values},
+            "versions_seen": seen or {}, "updated_channels": None}
+
+
+def lg_put(thread_id: str, checkpoint_id: str, *, parent: str | None = None, ns: str = "",
+           metadata: dict | None = None, identity: dict | None = None, nodes=(), done=(),
+           **checkpoint) -> dict:
+    """A ``POST …/langgraph/checkpoints`` body. ``nodes``: nodes triggered next (a
+    ``branch:to:<node>`` channel with a value newer than what the node saw); ``done``:
+    nodes that saw their trigger already (not next)."""
+    values = dict(checkpoint.pop("values", {}) or {})
+    versions = dict(checkpoint.pop("versions", {}) or {})
+    seen = dict(checkpoint.pop("seen", {}) or {})
+    for node in (*nodes, *done):
+        values[f"branch:to:{node}"] = None
+        versions[f"branch:to:{node}"] = 2
+    for node in done:
+        seen.setdefault(node, {})[f"branch:to:{node}"] = 2
+    for channel in values:
+        versions.setdefault(channel, 1)
+    body = {"thread_id": thread_id, "checkpoint_ns": ns, "parent_checkpoint_id": parent,
+            "checkpoint": lg_checkpoint(checkpoint_id, values=values, versions=versions,
+                                        seen=seen),
+            "metadata": {"source": "loop", "step": 1, "parents": {}} if metadata is None
+            else metadata}
+    if identity is not None:
+        body["identity"] = identity
+    return body
+
+
+def lg_writes(thread_id: str, checkpoint_id: str, task_id: str, writes, *, ns: str = "",
+              task_path: str = "") -> dict:
+    """A ``POST …/langgraph/writes`` body; ``writes`` is ``[(idx, channel, value)]``."""
+    return {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id,
+            "task_id": task_id, "task_path": task_path,
+            "writes": [{"idx": i, "channel": c, "value": typed(v)} for i, c, v in writes]}
+
+
+def graph_put(writer, tenant, body: dict, token=None):
+    """Store a LangGraph checkpoint through the service; returns its answer dict."""
+    return services.graph_put(actor=writer, tenant=tenant, put=services.parse_put(body),
+                              fencing_token=token)[0]
+
+
+def graph_writes(writer, tenant, body: dict, token=None) -> int:
+    return services.graph_put_writes(actor=writer, tenant=tenant,
+                                     body=services.parse_writes(body), fencing_token=token)

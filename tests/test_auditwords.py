@@ -87,6 +87,20 @@ SAMPLES = {
     A.RECONCILE_MOVED_ON: ("system", T.EFFECT, EFFECT, None, {"request": 4, "state": "failed"},
                            ""),
     A.AUDIT_EXPORT_HEAD: ("adam", T.TENANT, "acme", None, {"key_id": "k1"}, ""),
+    # LangGraph threads (issue 10): services.langgraph's audit_record calls.
+    A.LANGGRAPH_WRITES: ("wendy", T.CHECKPOINT, CP, None,
+                         {"checkpoint_id": "1ef0a", "task_id": "t9", "stored": 2}, ""),
+    A.LANGGRAPH_THREAD_DELETE: ("wendy", T.RUN, RUN, None,
+                                {"thread_id": "t-1", "deleted": 3, "run": "closed"}, ""),
+    A.LANGGRAPH_THREAD_COPY: ("wendy", T.RUN, RUN, None,
+                              {"source_thread_id": "t-1", "target_thread_id": "t-2",
+                               "source_run_id": RUN, "copied": 3, "namespaces": 1}, ""),
+    A.LANGGRAPH_THREAD_PRUNE: ("wendy", T.RUN, RUN, None,
+                               {"strategy": "keep_latest", "thread_id": "t-1", "deleted": 2,
+                                "run": "kept"}, ""),
+    A.LANGGRAPH_RUNS_DELETE: ("wendy", T.RUN, RUN, None,
+                              {"run_ids": ["r-1"], "run_ids_given": 1, "thread_id": "t-1",
+                               "deleted": 1, "run": "deleted"}, ""),
 }
 
 NAMES = {EFFECT: "charge:A-7 at payments"}
@@ -135,6 +149,13 @@ def test_each_sentence_says_who_did_what_in_words(action):
     (A.LEASE_ACQUIRE, "wendy gave the run's lease to worker-1, fencing token 1"),
     (A.CONFLICTS_ACKNOWLEDGE, "rita acknowledged 2 conflict(s) of the run "
                               "(conflicted → healthy): seen"),
+    (A.LANGGRAPH_THREAD_DELETE, "wendy deleted LangGraph thread t-1: 3 checkpoint(s); the "
+                                "run is closed (something else refers to it)"),
+    (A.LANGGRAPH_THREAD_PRUNE, "wendy pruned LangGraph thread t-1 (keep latest): 2 "
+                               "checkpoint(s) deleted"),
+    (A.LANGGRAPH_THREAD_COPY, "wendy copied LangGraph thread t-1 onto t-2: 3 checkpoint(s)"),
+    (A.LANGGRAPH_RUNS_DELETE, "wendy deleted 1 checkpoint(s) of 1 LangGraph run(s) from "
+                              "thread t-1; the run is deleted"),
 ])
 def test_the_sentences_read_as_the_issue_asks(action, expected):
     assert auditwords.sentence(event(action, *SAMPLES[action]), NAMES) == expected

@@ -16,7 +16,8 @@ from checkpoints import kinds
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SUPPORTED_FILES = ["runifold.agent.v1.json", "runifold.workflow.v3.json",
-                   "runifold.workflow.v4.json", "acme.order.v1.json"]
+                   "runifold.workflow.v4.json", "acme.order.v1.json",
+                   "langgraph.checkpoint.v1.json"]
 
 
 def _load(name: str) -> dict:
@@ -41,14 +42,16 @@ def _phase_states(name: str) -> set[str]:
 
 
 def test_it_has_fixtures_for_every_phase_of_every_supported_version():
-    assert kinds.registered() == {"acme.order": [1], "runifold.agent": [1],
-                                  "runifold.workflow": [3, 4]}
+    assert kinds.registered() == {"acme.order": [1], "langgraph.checkpoint": [1],
+                                  "runifold.agent": [1], "runifold.workflow": [3, 4]}
     assert _phase_states("runifold.agent.v1.json") == {"ready_for_turn", "turn_in_flight",
                                                        "completed"}
     wf = {"ready", "step_in_flight", "parallel_in_flight", "race_in_flight", "completed"}
     assert _phase_states("runifold.workflow.v3.json") == wf
     assert _phase_states("runifold.workflow.v4.json") == wf | {"waiting"}
     assert _phase_states("acme.order.v1.json") == set(kinds.ACME_PHASES)
+    labels = {c["label"].split(" ")[0] for c in _load("langgraph.checkpoint.v1.json")["cases"]}
+    assert labels == {"running", "between", "waiting", "error", "done"}  # every rule
 
 
 @pytest.mark.parametrize(("data", "case"), SUPPORTED)
@@ -157,3 +160,43 @@ def test_it_refuses_to_register_a_kind_that_breaks_the_naming_rule():
                              lambda p: kinds.Identity())
     with pytest.raises(ValueError):
         kinds.register("NoDots", 1, spec)
+
+
+# --- langgraph.checkpoint v1 (issue 10, docs/langgraph.md) -----------------------------
+
+def _langgraph_payload() -> dict:
+    return copy.deepcopy(_load("langgraph.checkpoint.v1.json")["cases"][1]["checkpoint"]
+                         ["payload"])
+
+
+@pytest.mark.parametrize(("mutate", "field"), [
+    (lambda p: p.update(thread_id=""), "payload.thread_id"),
+    (lambda p: p.update(thread_id="t" * 257), "payload.thread_id"),
+    (lambda p: p.update(checkpoint_id=None), "payload.checkpoint_id"),
+    (lambda p: p.update(checkpoint_ns=7), "payload.checkpoint_ns"),
+    (lambda p: p.update(parent_checkpoint_id=""), "payload.parent_checkpoint_id"),
+    (lambda p: p.update(step=1.5), "payload.step"),
+    (lambda p: p.update(next="charge"), "payload.next"),
+    (lambda p: p.update(next=[""]), "payload.next"),
+    (lambda p: p.update(tasks=-1), "payload.tasks"),
+    (lambda p: p.update(tasks=0), "payload.tasks"),  # fewer tasks than next nodes
+    (lambda p: p.update(written_tasks=True), "payload.written_tasks"),
+    (lambda p: p.update(interrupted=0), "payload.interrupted"),
+    (lambda p: p.update(identity={"team": "x"}), "payload.identity"),
+    (lambda p: p.update(identity={"workflow": "w" * 257}), "identity workflow"),
+])
+def test_it_refuses_a_langgraph_summary_that_breaks_the_schema(mutate, field):
+    payload = _langgraph_payload()
+    mutate(payload)
+    result = kinds.classify("langgraph.checkpoint", 1, payload)
+    assert result.phase.phase_class == "unsupported"
+    assert field in result.error
+
+
+def test_it_shortens_a_long_list_of_next_nodes_in_the_label():
+    payload = _langgraph_payload()
+    payload["next"] = [f"node_{i:03}_{'x' * 20}" for i in range(40)]
+    payload["tasks"] = 40
+    label = kinds.classify("langgraph.checkpoint", 1, payload).phase.label
+    assert label.startswith("running node_000_")
+    assert "more (0/40 tasks written)" in label and len(label) < 256

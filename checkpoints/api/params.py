@@ -145,6 +145,22 @@ class ReportParams(Params):
     locals()["to"] = Text(max_length=32, help_text="custom range end; a date alone "
                                                    "includes that day")
 
+class LangGraphListParams(Params):
+    """``GET …/langgraph/checkpoints`` (issue 10, docs/langgraph.md). Texts are checked
+    again by the service's rules (length at least 1 where an id is meant, no control
+    characters), naming the parameter."""
+
+    thread_id = Text(max_length=256, help_text="the LangGraph thread; omitted: every thread")
+    checkpoint_ns = Text(max_length=256, help_text='the namespace ("" is the root graph); '
+                                                   "omitted: every namespace")
+    checkpoint_id = Text(max_length=128, help_text="one checkpoint (get_tuple)")
+    before = Text(max_length=128, help_text="only checkpoints whose id sorts before this "
+                                            "one: the previous page's next_before")
+    limit = _int(1, 1000, "at most this many checkpoints", default=100)
+    filter = Text(max_length=65536, help_text="a JSON object: metadata keys and the values "
+                                              "they must equal")
+
+
 def check(params_class: type[Params], data: dict) -> dict[str, Any]:
     """Validate ``data`` (one value per name) against ``params_class``.
 

@@ -44,4 +44,16 @@ urlpatterns = [
     path(T + "bulk-actions/<str:bulk_id>", views.BulkActionApi.as_view(), name="bulk-action"),
     path(T + "audit-events", views.AuditEventListApi.as_view(), name="audit-events"),
     path(T + "report", views.ReportApi.as_view(), name="report"),
+    # LangGraph threads (issue 10, docs/langgraph.md).
+    path(T + "langgraph/checkpoints", views.LangGraphCheckpointsApi.as_view(),
+         name="langgraph-checkpoints"),
+    path(T + "langgraph/writes", views.LangGraphWritesApi.as_view(), name="langgraph-writes"),
+    path(T + "langgraph/threads/delete", views.LangGraphThreadDeleteApi.as_view(),
+         name="langgraph-thread-delete"),
+    path(T + "langgraph/threads/copy", views.LangGraphThreadCopyApi.as_view(),
+         name="langgraph-thread-copy"),
+    path(T + "langgraph/threads/prune", views.LangGraphThreadPruneApi.as_view(),
+         name="langgraph-thread-prune"),
+    path(T + "langgraph/runs/delete", views.LangGraphRunsDeleteApi.as_view(),
+         name="langgraph-runs-delete"),
 ]

@@ -949,3 +949,170 @@ class BulkActionApi(TenantApi):
         bid = url_uuid(bulk_id, "bulk action")
         result = selectors.bulk_get(user=request.user, tenant=t, bulk_id=bid)
         return Response(s.BulkActionSerializer.render(result))
+
+
+# --------------------------------------------------------------------------------------
+# LangGraph threads (issue 10, docs/langgraph.md)
+# --------------------------------------------------------------------------------------
+
+THREAD_CONFLICT = OpenApiResponse(
+    s.ThreadConflictSerializer,
+    description="conflict: the parent is not the head of the thread's namespace, the id "
+                "holds other content, or the id does not sort after the head's; kept as a "
+                "conflict of the thread's run")
+LG = "LangGraph (writer): "
+
+
+def _thread_list(body: dict, key: str, limit: int, check) -> list[str]:
+    values = body.get(key)
+    if not isinstance(values, list) or len(values) > limit:
+        raise InvalidPayload(f"{key}: must be an array of at most {limit} strings")
+    return [check(value, f"{key}[{i}]") for i, value in enumerate(values)]
+
+
+class LangGraphCheckpointsApi(TenantApi):
+    """``…/langgraph/checkpoints``: store one LangGraph checkpoint (POST, ``put``), or
+    read them newest first (GET, ``get_tuple`` and ``list``)."""
+
+    params = {"get": p.LangGraphListParams}
+
+    @extend_schema(
+        operation_id="langgraph_checkpoint_list",
+        summary=LG + "LangGraph checkpoints with their pending writes, newest first "
+                     "(payload read, audited once per thread namespace)",
+        parameters=[TENANT, p.LangGraphListParams],
+        responses={200: s.GraphPageSerializer, **_errors(400)},
+    )
+    def get(self, request, tenant):
+        t = self.tenant(request, tenant, roles.WRITE)
+        q = self.query
+        lg = services.langgraph
+        thread_id = None if q["thread_id"] is None else lg.check_thread_id(q["thread_id"])
+        ns = None if q["checkpoint_ns"] is None else lg.check_ns(q["checkpoint_ns"])
+        checkpoint_id = (None if q["checkpoint_id"] is None
+                         else lg.check_checkpoint_id(q["checkpoint_id"]))
+        before = None if q["before"] is None else lg.check_checkpoint_id(q["before"], "before")
+        results, next_before = services.graph_list(
+            actor=request.user, tenant=t, thread_id=thread_id, checkpoint_ns=ns,
+            checkpoint_id=checkpoint_id, before=before, limit=q["limit"],
+            metadata_filter=services.parse_filter(q["filter"]))
+        return Response(s.GraphPageSerializer.render({"results": results,
+                                                      "next_before": next_before}))
+
+    @extend_schema(
+        operation_id="langgraph_checkpoint_put",
+        summary=LG + "store one LangGraph checkpoint (compare-and-swap on the thread "
+                     "namespace's head)",
+        parameters=[TENANT, CAS_HEADERS[2]],
+        request=s.GraphPutInputSerializer,
+        responses={201: OpenApiResponse(s.GraphPutSerializer, description="stored"),
+                   200: OpenApiResponse(s.GraphPutSerializer,
+                                        description="the same checkpoint again (a retry): "
+                                                    "the first answer, nothing written"),
+                   **_errors(400, 413), 409: FENCED, 412: THREAD_CONFLICT},
+    )
+    def post(self, request, tenant):
+        t = self.tenant(request, tenant, roles.WRITE)
+        token = parse_fencing_token(request)
+        put = services.parse_put(read_object(request))
+        answer, created = services.graph_put(actor=request.user, tenant=t, put=put,
+                                             fencing_token=token)
+        return Response(s.GraphPutSerializer.render(answer),
+                        status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+
+
+class LangGraphWritesApi(TenantApi):
+    @extend_schema(
+        operation_id="langgraph_writes_put",
+        summary=LG + "store a task's pending writes on a checkpoint (put_writes)",
+        parameters=[TENANT, CAS_HEADERS[2]],
+        request=s.GraphWritesInputSerializer,
+        responses={200: s.StoredSerializer, **_errors(400, 413), 409: FENCED},
+    )
+    def post(self, request, tenant):
+        t = self.tenant(request, tenant, roles.WRITE)
+        token = parse_fencing_token(request)
+        body = services.parse_writes(read_object(request))
+        stored = services.graph_put_writes(actor=request.user, tenant=t, body=body,
+                                           fencing_token=token)
+        return Response(s.StoredSerializer.render({"stored": stored}))
+
+
+class LangGraphThreadDeleteApi(TenantApi):
+    @extend_schema(
+        operation_id="langgraph_thread_delete",
+        summary=LG + "delete a thread's checkpoints and pending writes (delete_thread); "
+                     "effects stay",
+        parameters=[TENANT],
+        request=s.ThreadInputSerializer,
+        responses={200: s.DeletedSerializer, **_errors(400, 413)},
+    )
+    def post(self, request, tenant):
+        t = self.tenant(request, tenant, roles.WRITE)
+        body = read_object(request)
+        _only_fields(body, {"thread_id"})
+        thread_id = services.langgraph.check_thread_id(body.get("thread_id"))
+        deleted = services.graph_thread_delete(actor=request.user, tenant=t,
+                                               thread_id=thread_id)
+        return Response(s.DeletedSerializer.render({"deleted": deleted}))
+
+
+class LangGraphThreadCopyApi(TenantApi):
+    @extend_schema(
+        operation_id="langgraph_thread_copy",
+        summary=LG + "copy a thread's checkpoints and pending writes onto an empty thread "
+                     "(copy_thread)",
+        parameters=[TENANT],
+        request=s.ThreadCopyInputSerializer,
+        responses={200: s.CopiedSerializer, **_errors(400, 413), 412: THREAD_CONFLICT},
+    )
+    def post(self, request, tenant):
+        t = self.tenant(request, tenant, roles.WRITE)
+        body = read_object(request)
+        _only_fields(body, {"source_thread_id", "target_thread_id"})
+        check = services.langgraph.check_thread_id
+        source = check(body.get("source_thread_id"), "source_thread_id")
+        target = check(body.get("target_thread_id"), "target_thread_id")
+        copied = services.graph_thread_copy(actor=request.user, tenant=t,
+                                            source_thread_id=source, target_thread_id=target)
+        return Response(s.CopiedSerializer.render({"copied": copied}))
+
+
+class LangGraphThreadPruneApi(TenantApi):
+    @extend_schema(
+        operation_id="langgraph_thread_prune",
+        summary=LG + "prune threads: keep each namespace's newest checkpoint, or delete "
+                     "them (prune)",
+        parameters=[TENANT],
+        request=s.ThreadPruneInputSerializer,
+        responses={200: s.DeletedSerializer, **_errors(400, 413)},
+    )
+    def post(self, request, tenant):
+        t = self.tenant(request, tenant, roles.WRITE)
+        body = read_object(request)
+        _only_fields(body, {"thread_ids", "strategy"})
+        threads = _thread_list(body, "thread_ids", 1000, services.langgraph.check_thread_id)
+        strategy = body.get("strategy")
+        if strategy not in services.langgraph.PRUNE_STRATEGIES:
+            raise InvalidPayload("strategy: must be keep_latest or delete")
+        deleted = services.graph_threads_prune(actor=request.user, tenant=t,
+                                               thread_ids=threads, strategy=strategy)
+        return Response(s.DeletedSerializer.render({"deleted": deleted}))
+
+
+class LangGraphRunsDeleteApi(TenantApi):
+    @extend_schema(
+        operation_id="langgraph_runs_delete",
+        summary=LG + "delete the checkpoints of LangGraph runs (delete_for_runs)",
+        parameters=[TENANT],
+        request=s.RunsDeleteInputSerializer,
+        responses={200: s.DeletedSerializer, **_errors(400, 413)},
+    )
+    def post(self, request, tenant):
+        t = self.tenant(request, tenant, roles.WRITE)
+        body = read_object(request)
+        _only_fields(body, {"run_ids"})
+        check = services.langgraph.check_lg_run_id
+        run_ids = _thread_list(body, "run_ids", 1000, check)
+        deleted = services.graph_runs_delete(actor=request.user, tenant=t, run_ids=run_ids)
+        return Response(s.DeletedSerializer.render({"deleted": deleted}))

@@ -4,7 +4,8 @@ A package by entity, so each write is found by name: ``accounts`` (tenants, acco
 roles, tokens, reconciler settings), ``runs`` (the run lock, fencing, recovery state,
 conflicts, leases, resume decisions), ``checkpoints`` (the compare-and-swap write,
 reveals, exports), ``effects``, ``review`` (retry, mark unknown, close, acknowledge),
-``sweep``, ``keys`` (key rotation), ``bulk`` (one review action on many runs) and
+``sweep``, ``keys`` (key rotation), ``bulk`` (one review action on many runs),
+``langgraph`` (LangGraph threads: checkpoints, pending writes, deletions; issue 10) and
 ``common`` (what they share). Everything public is
 re-exported here: callers write ``services.checkpoint_put(...)``.
 
@@ -62,6 +63,20 @@ from .checkpoints import (
 from .common import HEX64_RE, SYSTEM, U32_MAX, _actor_name, _require_reason, _with_bulk
 from .effects import EffectBody, _effect_transition, effect_put, parse_effect
 from .keys import payloads_rotate_keys
+from .langgraph import (
+    GraphPut,
+    GraphWrites,
+    graph_list,
+    graph_put,
+    graph_put_writes,
+    graph_runs_delete,
+    graph_thread_copy,
+    graph_thread_delete,
+    graph_threads_prune,
+    parse_filter,
+    parse_put,
+    parse_writes,
+)
 from .review import (
     _get_run,
     conflicts_acknowledge,
@@ -87,4 +102,4 @@ from .sweep import sweep_stale_runs
 # The submodules, for tests that read the services' source (the audit, fence and race
 # matrices).
 MODULES = ("common", "accounts", "runs", "checkpoints", "effects", "review", "sweep", "keys",
-           "bulk")
+           "bulk", "langgraph")

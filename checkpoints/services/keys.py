@@ -15,6 +15,8 @@ from ..models import (
     Conflict,
     Effect,
     EffectRevision,
+    GraphCheckpoint,
+    GraphWrite,
     ReconcileAttempt,
     Tenant,
 )
@@ -37,6 +39,9 @@ _CIPHER_COLUMNS = (
     (Effect, "request_ciphertext"),
     (EffectRevision, "receipt_ciphertext"),
     (ReconcileAttempt, "evidence_ciphertext"),
+    (GraphCheckpoint, "checkpoint_ciphertext"),  # LangGraph (issue 10)
+    (GraphCheckpoint, "metadata_ciphertext"),
+    (GraphWrite, "value_ciphertext"),
 )
 
 

@@ -1,0 +1,752 @@
+"""``RecoverySaver``: a LangGraph checkpointer that keeps its checkpoints in the recovery
+service (issue 10; mapping and HTTP API in docs/langgraph.md).
+
+    pip install 'recovery[langgraph]'
+
+    from checkpoints.integrations.langgraph import RecoverySaver
+
+    with RecoverySaver("https://recovery.example", "acme", token) as saver:
+        graph = builder.compile(checkpointer=saver)
+        graph.invoke(inputs, {"configurable": {"thread_id": "order-A-1042"}})
+
+A LangGraph thread is one recovery run, each (thread, ``checkpoint_ns``) one checkpoint
+envelope whose revisions follow the thread's head (``checkpoints.integrations.threads``).
+Every put names its parent (the checkpoint LangGraph resumed from); the server accepts it
+only if that parent is still the head of (thread, namespace), by compare-and-swap. So two
+graphs resuming one thread cannot both win: the loser's put is refused (412), kept as a
+conflict of the run (the dashboard shows it), and raised here as ``ThreadConflict``, which
+ends the loser's ``invoke`` (LangGraph's own error path for a failing checkpointer).
+
+Channel values and pending writes are the serializer's output
+(``serde.dumps_typed(v) -> (type, bytes)``), carried losslessly as
+``{"type": str, "b64": str}`` (standard base64) and never decoded by the server. The rest of
+a checkpoint (``v``, ``id``, ``ts``, ``channel_versions``, ``versions_seen``,
+``updated_channels``, ``pending_sends``) and the metadata travel as plain JSON.
+
+Errors are ``checkpoints.client.CheckpointError`` with runifold's kinds:
+
+- ``conflict``: ``ThreadConflict`` (412 stale head or an id stored with other content;
+  409 ``fenced``; 409 ``lease_held``);
+- ``invalid_payload``: a request body over ``max_body_bytes`` (the server's 1 MiB limit,
+  CONTRACT.md section 6, ``RECOVERY_MAX_BODY_BYTES``), raised before anything is sent; a
+  value the JSON body cannot carry (metadata that is not JSON, NaN, an unpaired
+  surrogate), also before sending; the server's 400/413/422;
+- ``not_found``: a write on a checkpoint the server does not have (put_writes 404);
+  ``get_tuple`` answers ``None`` instead;
+- ``storage``: network failures, timeouts, 5xx, 401/403, an unreadable answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import random
+import socket
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    get_checkpoint_id,
+    get_serializable_checkpoint_metadata,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from checkpoints.client import CONFLICT, INVALID_PAYLOAD, NOT_FOUND, STORAGE, CheckpointError
+from checkpoints.integrations import threads
+
+__all__ = ["RecoverySaver", "ThreadConflict"]
+
+#: The identity parts a run carries (CONTRACT.md 3, ``resume``); taken from the config.
+IDENTITY_KEYS = ("agent", "model", "workflow", "definition_version")
+PRUNE_STRATEGIES = ("keep_latest", "delete")
+
+
+class ThreadConflict(CheckpointError):
+    """The server refused a write on a thread because someone else holds it (kind
+    ``conflict``, issue 10).
+
+    ``error`` is the server's word: ``conflict`` (412: the put's parent is no longer the
+    head of (thread, namespace), another graph wrote first; or the checkpoint id is stored
+    with other content; or copy_thread's target has checkpoints), ``fenced`` (409: the run
+    has a newer fencing token than this saver sent, another owner took it over), or
+    ``lease_held`` (409: another owner's lease on the run is live). ``thread_id`` and
+    ``checkpoint_ns`` name the thread; ``head_checkpoint_id`` is the head the server holds
+    (412 only, else ``None``), ``current_revision`` the envelope's revision (412).
+
+    Raised out of ``graph.invoke``: the checkpointer's exception ends the invocation.
+    Re-read the thread (``graph.get_state``) before deciding anything.
+    """
+
+    def __init__(self, message: str, *, status: int, body: dict | None,
+                 thread_id: str | None = None, checkpoint_ns: str | None = None):
+        super().__init__(CONFLICT, message, status=status, body=body)
+        self.thread_id = thread_id
+        self.checkpoint_ns = checkpoint_ns
+
+    @property
+    def head_checkpoint_id(self) -> str | None:
+        value = self.body.get("head_checkpoint_id")
+        return value if isinstance(value, str) else None
+
+
+# --------------------------------------------------------------------------------------
+# Requests as data: each operation is a generator of _Call that the sync and the async
+# driver send (one implementation, two transports).
+# --------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Call:
+    method: str
+    path: str  # relative to …/api/v1/tenants/{tenant}/
+    body: bytes | None = None
+    params: dict | None = None
+    headers: dict = field(default_factory=dict)
+    what: str = ""  # for messages: "put", "get_tuple", ...
+    thread_id: str | None = None
+    checkpoint_ns: str | None = None
+
+
+@dataclass
+class _Answer:
+    status: int
+    body: Any  # decoded JSON, or None
+
+
+@dataclass
+class _Lease:
+    fencing_token: int | None = None
+    taken_at: float = 0.0  # time.monotonic() just before the lease request was sent
+    pending: bool = False  # the run did not exist (404): take it right after the first write
+
+
+def _encode_json(value: Any, what: str) -> bytes:
+    """Compact UTF-8 JSON, or ``invalid_payload`` naming what could not be encoded."""
+    try:
+        return json.dumps(value, ensure_ascii=False, allow_nan=False,
+                          separators=(",", ":")).encode("utf-8")
+    except (TypeError, ValueError) as exc:  # not JSON, NaN, unpaired surrogate
+        raise CheckpointError(INVALID_PAYLOAD, f"{what}: cannot be sent as JSON: {exc}") \
+            from None
+
+
+class RecoverySaver(BaseCheckpointSaver[str]):
+    """A LangGraph ``BaseCheckpointSaver`` over the recovery service's HTTP API (issue 10).
+
+    ``base_url``: the server root (``http://127.0.0.1:8000``); ``tenant``: the tenant's
+    slug; ``token``: a bearer token of an account with the tenant's ``writer`` role;
+    ``serde``: LangGraph's serializer (default ``JsonPlusSerializer``); ``timeout_s``:
+    seconds per request (connect, read, write and pool each).
+
+    ``lease_ttl_s`` (int, 1..86400 seconds): before its first write on a thread this saver
+    takes the run's lease (``POST …/runs/{run_id}/lease``) as ``owner`` (default
+    ``host:pid:uuid4``, one per saver) and from then on sends ``Fencing-Token`` with every
+    write on that thread; it renews the lease before a write once half the ttl has passed
+    since it was last taken. A thread whose run does not exist yet is written once without
+    a token and leased right after. Another owner's live lease (409 ``lease_held``) and a
+    newer token (409 ``fenced``) raise ``ThreadConflict``. Without ``lease_ttl_s`` no
+    lease is taken: a thread whose run has had an owner refuses this saver's writes
+    (``fenced``), so use leases for a thread either always or never.
+
+    ``max_body_bytes``: the largest request body sent (default 1 MiB, the server's
+    ``RECOVERY_MAX_BODY_BYTES`` default); a larger one raises ``CheckpointError``
+    ``invalid_payload`` before sending.
+
+    Sync methods use one ``httpx.Client``, async ones one ``httpx.AsyncClient`` per event
+    loop (each keeps its connections open); ``close()`` / ``aclose()`` or ``with`` /
+    ``async with`` close them. Safe to share between threads (the lease table is locked).
+
+    Versions: ``get_next_version`` gives ``"{n:032}.{random:016}"`` strings as LangGraph's
+    PostgreSQL saver does.
+    """
+
+    def __init__(self, base_url: str, tenant: str, token: str, *,
+                 serde: SerializerProtocol | None = None, lease_ttl_s: int | None = None,
+                 owner: str | None = None, timeout_s: float = 10,
+                 max_body_bytes: int = threads.MAX_BODY_BYTES,
+                 transport: httpx.BaseTransport | None = None,
+                 async_transport: httpx.AsyncBaseTransport | None = None) -> None:
+        super().__init__(serde=serde)
+        if lease_ttl_s is not None and (type(lease_ttl_s) is not int
+                                        or not 1 <= lease_ttl_s <= 86400):
+            raise ValueError("lease_ttl_s: an integer number of seconds in 1..86400, or None")
+        self.base_url = base_url.rstrip("/")
+        self.tenant = tenant
+        self.lease_ttl_s = lease_ttl_s
+        self.owner = owner or (f"{socket.gethostname()[:150]}:{os.getpid()}:"
+                               f"{uuid.uuid4()}")
+        self.timeout_s = timeout_s
+        self.max_body_bytes = max_body_bytes
+        self._root = f"{self.base_url}/api/v1/tenants/{quote(tenant, safe='')}/"
+        self._headers = {"Authorization": f"Bearer {token}", "Accept": "application/json"}
+        self._transport = transport
+        self._async_transport = async_transport
+        self._client: httpx.Client | None = None
+        self._aclients: dict[int, tuple[asyncio.AbstractEventLoop, httpx.AsyncClient]] = {}
+        self._lock = threading.Lock()
+        self._leases: dict[str, _Lease] = {}
+
+    # --- lifecycle ----------------------------------------------------------------------
+
+    def __enter__(self) -> RecoverySaver:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    async def __aenter__(self) -> RecoverySaver:
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.aclose()
+
+    def close(self) -> None:
+        """Close the sync client's connections (the next call opens new ones)."""
+        with self._lock:
+            client, self._client = self._client, None
+        if client is not None:
+            client.close()
+
+    async def aclose(self) -> None:
+        """Close the async client of the running loop, and the sync client."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            entry = self._aclients.pop(id(loop), None)
+        if entry is not None:
+            await entry[1].aclose()
+        self.close()
+
+    def _sync_client(self) -> httpx.Client:
+        with self._lock:
+            if self._client is None:
+                self._client = httpx.Client(base_url=self._root, headers=self._headers,
+                                            timeout=self.timeout_s, transport=self._transport)
+            return self._client
+
+    def _async_client(self) -> httpx.AsyncClient:
+        """The running loop's client (an ``AsyncClient`` is bound to the loop that first
+        used it; a saver used from several loops keeps one per loop)."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            for key, (other, _) in list(self._aclients.items()):
+                if other.is_closed():
+                    del self._aclients[key]
+            entry = self._aclients.get(id(loop))
+            if entry is None or entry[0] is not loop:
+                client = httpx.AsyncClient(base_url=self._root, headers=self._headers,
+                                           timeout=self.timeout_s,
+                                           transport=self._async_transport)
+                entry = self._aclients[id(loop)] = (loop, client)
+            return entry[1]
+
+    # --- transport ----------------------------------------------------------------------
+
+    def _send(self, call: _Call) -> _Answer:
+        try:
+            resp = self._sync_client().request(call.method, call.path, content=call.body,
+                                               params=call.params, headers=call.headers)
+        except httpx.HTTPError as exc:
+            raise CheckpointError(STORAGE, f"{call.what}: {call.method} {call.path}: "
+                                           f"{type(exc).__name__}: {exc}") from None
+        return self._answer(call, resp)
+
+    async def _asend(self, call: _Call) -> _Answer:
+        try:
+            resp = await self._async_client().request(call.method, call.path,
+                                                      content=call.body, params=call.params,
+                                                      headers=call.headers)
+        except httpx.HTTPError as exc:
+            raise CheckpointError(STORAGE, f"{call.what}: {call.method} {call.path}: "
+                                           f"{type(exc).__name__}: {exc}") from None
+        return self._answer(call, resp)
+
+    @staticmethod
+    def _answer(call: _Call, resp: httpx.Response) -> _Answer:
+        """The decoded 2xx answer, or the error its status says (module docstring)."""
+        status = resp.status_code
+        try:
+            decoded = resp.json() if resp.content else None
+        except ValueError:
+            if 200 <= status < 300:
+                raise CheckpointError(STORAGE, f"{call.what}: unreadable answer (HTTP "
+                                               f"{status})", status=status) from None
+            decoded = None
+        if 200 <= status < 300:
+            return _Answer(status, decoded)
+        body = decoded if isinstance(decoded, dict) else {}
+        detail = body.get("detail") or body.get("error") or resp.reason_phrase
+        message = f"{call.what}: {call.method} {call.path}: HTTP {status} {detail}"
+        if status in (409, 412):
+            raise ThreadConflict(message, status=status, body=body, thread_id=call.thread_id,
+                                 checkpoint_ns=call.checkpoint_ns)
+        if status == 404:
+            raise CheckpointError(NOT_FOUND, message, status=status, body=body)
+        if status in (400, 413, 422, 428):
+            raise CheckpointError(INVALID_PAYLOAD, message, status=status, body=body)
+        raise CheckpointError(STORAGE, message, status=status, body=body)
+
+    def _drive(self, plan):
+        """Run an operation's generator on the sync client: each ``_Call`` it yields is
+        sent and its ``_Answer`` sent back in (a ``CheckpointError`` thrown in, so the plan
+        can turn a 404 into ``None``); returns the plan's return value."""
+        try:
+            call = next(plan)
+            while True:
+                try:
+                    answer = self._send(call)
+                except CheckpointError as exc:
+                    call = plan.throw(exc)
+                else:
+                    call = plan.send(answer)
+        except StopIteration as stop:
+            return stop.value
+
+    async def _adrive(self, plan):
+        """``_drive`` on the async client."""
+        try:
+            call = next(plan)
+            while True:
+                try:
+                    answer = await self._asend(call)
+                except CheckpointError as exc:
+                    call = plan.throw(exc)
+                else:
+                    call = plan.send(answer)
+        except StopIteration as stop:
+            return stop.value
+
+    def _body(self, value: Any, what: str) -> bytes:
+        """``value`` as the JSON body, refused before sending when over the limit."""
+        data = _encode_json(value, what)
+        if len(data) > self.max_body_bytes:
+            raise CheckpointError(
+                INVALID_PAYLOAD,
+                f"{what}: the request body is {len(data):,} bytes, over the server's limit "
+                f"of {self.max_body_bytes:,} bytes (RECOVERY_MAX_BODY_BYTES); not sent")
+        return data
+
+    # --- leases and fencing -------------------------------------------------------------
+
+    def _write_headers(self, thread_id: str):
+        """Generator: the headers of a write on ``thread_id`` (``Fencing-Token`` once
+        leased), taking or renewing the run's lease first when ``lease_ttl_s`` says so."""
+        if self.lease_ttl_s is None:
+            return {"Content-Type": "application/json"}
+        with self._lock:
+            lease = self._leases.get(thread_id)
+            due = lease is None or (not lease.pending and time.monotonic() - lease.taken_at
+                                    >= self.lease_ttl_s / 2)
+        if due:
+            lease = yield from self._take_lease(thread_id, missing_ok=True)
+        headers = {"Content-Type": "application/json"}
+        if lease.fencing_token is not None:
+            headers["Fencing-Token"] = str(lease.fencing_token)
+        return headers
+
+    def _take_lease(self, thread_id: str, *, missing_ok: bool):
+        """Generator: take or renew the lease of ``thread_id``'s run; the new ``_Lease``.
+        A run that does not exist yet (404) gives a pending lease when ``missing_ok``."""
+        run_id = threads.thread_run_id(thread_id)
+        started = time.monotonic()
+        try:
+            answer = yield _Call("POST", f"runs/{run_id}/lease",
+                                 self._body({"owner": self.owner, "ttl_s": self.lease_ttl_s},
+                                            "lease"),
+                                 headers={"Content-Type": "application/json"}, what="lease",
+                                 thread_id=thread_id)
+        except CheckpointError as exc:
+            if exc.kind == NOT_FOUND and missing_ok:
+                lease = _Lease(pending=True)
+                with self._lock:
+                    self._leases[thread_id] = lease
+                return lease
+            if exc.kind == CONFLICT:
+                self._forget_lease(thread_id)
+            raise
+        token = (answer.body or {}).get("fencing_token")
+        if type(token) is not int:
+            raise CheckpointError(STORAGE, f"lease: no fencing token in the answer for run "
+                                           f"{run_id}")
+        lease = _Lease(fencing_token=token, taken_at=started)
+        with self._lock:
+            self._leases[thread_id] = lease
+        return lease
+
+    def _after_write(self, thread_id: str):
+        """Generator: after a write accepted without a token on a run that did not exist,
+        take its lease now (a ``ThreadConflict`` if someone else got there first)."""
+        if self.lease_ttl_s is None:
+            return
+        with self._lock:
+            lease = self._leases.get(thread_id)
+        if lease is not None and lease.pending:
+            yield from self._take_lease(thread_id, missing_ok=False)
+
+    def _forget_lease(self, thread_id: str) -> None:
+        with self._lock:
+            self._leases.pop(thread_id, None)
+
+    def _write(self, call: _Call):
+        """Generator: send a write on ``call.thread_id`` with its lease headers; the answer.
+        A conflict forgets the lease (the next write asks for a new one)."""
+        call.headers = yield from self._write_headers(call.thread_id)
+        try:
+            answer = yield call
+        except ThreadConflict:
+            self._forget_lease(call.thread_id)
+            raise
+        yield from self._after_write(call.thread_id)
+        return answer
+
+    # --- encoding -----------------------------------------------------------------------
+
+    def _typed(self, value: Any) -> dict:
+        kind, data = self.serde.dumps_typed(value)
+        return {"type": kind, "b64": base64.b64encode(data).decode("ascii")}
+
+    def _untyped(self, typed: dict) -> Any:
+        return self.serde.loads_typed((typed["type"], base64.b64decode(typed["b64"])))
+
+    @staticmethod
+    def _is_typed(value: Any) -> bool:
+        return isinstance(value, dict) and set(value) == {"type", "b64"}
+
+    def _tuple(self, row: dict) -> CheckpointTuple:
+        """A server tuple (docs/langgraph.md, ``GET checkpoints``) as LangGraph's."""
+        thread_id, ns = row["thread_id"], row.get("checkpoint_ns", "")
+        checkpoint = dict(row["checkpoint"])
+        checkpoint["channel_values"] = {k: self._untyped(v) for k, v in
+                                        (checkpoint.get("channel_values") or {}).items()}
+        if checkpoint.get("pending_sends"):
+            checkpoint["pending_sends"] = [self._untyped(s) if self._is_typed(s) else s
+                                           for s in checkpoint["pending_sends"]]
+        parent = row.get("parent_checkpoint_id")
+        return CheckpointTuple(
+            config={"configurable": {"thread_id": thread_id, "checkpoint_ns": ns,
+                                     "checkpoint_id": row["checkpoint_id"]}},
+            checkpoint=checkpoint,
+            metadata=row.get("metadata") or {},
+            parent_config=({"configurable": {"thread_id": thread_id, "checkpoint_ns": ns,
+                                             "checkpoint_id": parent}} if parent else None),
+            pending_writes=[(w["task_id"], w["channel"], self._untyped(w["value"]))
+                            for w in row.get("pending_writes") or []],
+        )
+
+    @staticmethod
+    def _identity(config: RunnableConfig) -> dict | None:
+        """The run identity parts found (as strings) in ``configurable`` or ``metadata``."""
+        found: dict[str, str] = {}
+        for source in (config.get("configurable") or {}, config.get("metadata") or {}):
+            for key in IDENTITY_KEYS:
+                if key not in found and isinstance(source.get(key), str):
+                    found[key] = source[key]
+        return found or None
+
+    # --- operations as plans ------------------------------------------------------------
+
+    def _put_plan(self, config: RunnableConfig, checkpoint: Checkpoint,
+                  metadata: CheckpointMetadata, new_versions: ChannelVersions):
+        configurable = config["configurable"]
+        thread_id = str(configurable["thread_id"])
+        ns = configurable.get("checkpoint_ns") or ""
+        parent = configurable.get("checkpoint_id") or None
+        body_checkpoint = {k: v for k, v in checkpoint.items() if k != "channel_values"}
+        versions = checkpoint.get("channel_versions") or {}
+        body_checkpoint["channel_values"] = {
+            k: self._typed(v) for k, v in checkpoint.get("channel_values", {}).items()
+            if k in versions}
+        if body_checkpoint.get("pending_sends"):
+            body_checkpoint["pending_sends"] = [self._typed(s)
+                                                for s in body_checkpoint["pending_sends"]]
+        body = {"thread_id": thread_id, "checkpoint_ns": ns, "parent_checkpoint_id": parent,
+                "checkpoint": body_checkpoint,
+                "metadata": get_serializable_checkpoint_metadata(config, metadata)}
+        identity = self._identity(config)
+        if identity:
+            body["identity"] = identity
+        call = _Call("POST", "langgraph/checkpoints", self._body(body, "put"), what="put",
+                     thread_id=thread_id, checkpoint_ns=ns)
+        yield from self._write(call)
+        return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns,
+                                 "checkpoint_id": checkpoint["id"]}}
+
+    def _put_writes_plan(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]],
+                         task_id: str, task_path: str):
+        configurable = config["configurable"]
+        thread_id = str(configurable["thread_id"])
+        ns = configurable.get("checkpoint_ns") or ""
+        head = {"thread_id": thread_id, "checkpoint_ns": ns,
+                "checkpoint_id": configurable["checkpoint_id"], "task_id": task_id,
+                "task_path": task_path}
+        items = [{"idx": WRITES_IDX_MAP.get(channel, idx), "channel": channel,
+                  "value": self._typed(value)} for idx, (channel, value) in enumerate(writes)]
+        # Bodies within the count and size limits; each write is stored idempotently by
+        # (task_id, idx), so a call cut in several requests is safe to repeat.
+        fixed = len(_encode_json(dict(head, writes=[]), "put_writes"))
+        batch: list[dict] = []
+        size = fixed
+        batches: list[list[dict]] = []
+        for item in items:
+            item_size = len(_encode_json(item, f"put_writes: write to {item['channel']}")) + 1
+            if fixed + item_size > self.max_body_bytes:
+                self._body(dict(head, writes=[item]), f"put_writes: write to "
+                                                      f"{item['channel']!r}")
+            if batch and (size + item_size > self.max_body_bytes
+                          or len(batch) >= threads.MAX_WRITES):
+                batches.append(batch)
+                batch, size = [], fixed
+            batch.append(item)
+            size += item_size
+        if batch:
+            batches.append(batch)
+        for part in batches:
+            call = _Call("POST", "langgraph/writes",
+                         self._body(dict(head, writes=part), "put_writes"), what="put_writes",
+                         thread_id=thread_id, checkpoint_ns=ns)
+            yield from self._write(call)
+
+    def _get_tuple_plan(self, config: RunnableConfig):
+        configurable = config["configurable"]
+        params = {"thread_id": str(configurable["thread_id"]),
+                  "checkpoint_ns": configurable.get("checkpoint_ns") or "", "limit": 1}
+        if checkpoint_id := get_checkpoint_id(config):
+            params["checkpoint_id"] = checkpoint_id
+        try:
+            answer = yield _Call("GET", "langgraph/checkpoints", params=params,
+                                 what="get_tuple", thread_id=params["thread_id"],
+                                 checkpoint_ns=params["checkpoint_ns"])
+        except CheckpointError as exc:
+            if exc.kind == NOT_FOUND:
+                return None
+            raise
+        results = (answer.body or {}).get("results") or []
+        return self._tuple(results[0]) if results else None
+
+    def _list_plan(self, config: RunnableConfig | None, filter: dict | None,
+                   before: RunnableConfig | None, limit: int | None):
+        """Generator of ``_Call`` (sent, answered with ``_Answer``) and ``CheckpointTuple``
+        (yielded to the caller): pages of ``GET checkpoints`` until ``limit`` or the end."""
+        if limit is not None and limit <= 0:
+            return
+        params: dict[str, Any] = {}
+        if config is not None:
+            configurable = config["configurable"]
+            params["thread_id"] = str(configurable["thread_id"])
+            if configurable.get("checkpoint_ns") is not None:
+                params["checkpoint_ns"] = configurable["checkpoint_ns"]
+            if checkpoint_id := get_checkpoint_id(config):
+                params["checkpoint_id"] = checkpoint_id
+        if filter:
+            params["filter"] = _encode_json(filter, "list: filter").decode("utf-8")
+        if before is not None and (before_id := get_checkpoint_id(before)):
+            params["before"] = before_id
+        remaining = limit
+        while True:
+            page = threads.DEFAULT_LIMIT if remaining is None else min(remaining,
+                                                                        threads.MAX_LIMIT)
+            answer = yield _Call("GET", "langgraph/checkpoints",
+                                 params=dict(params, limit=page), what="list",
+                                 thread_id=params.get("thread_id"))
+            body = answer.body or {}
+            for row in body.get("results") or []:
+                yield self._tuple(row)
+                if remaining is not None:
+                    remaining -= 1
+                    if remaining <= 0:
+                        return
+            cursor = body.get("next_before")
+            if not cursor:
+                return
+            params["before"] = cursor
+
+    def _simple_plan(self, path: str, body: dict, what: str, thread_id: str | None = None):
+        answer = yield _Call("POST", path, self._body(body, what),
+                             headers={"Content-Type": "application/json"}, what=what,
+                             thread_id=thread_id)
+        return answer.body
+
+    def _delete_thread_plan(self, thread_id: str):
+        thread_id = str(thread_id)
+        yield from self._simple_plan("langgraph/threads/delete", {"thread_id": thread_id},
+                                     "delete_thread", thread_id)
+        self._forget_lease(thread_id)
+
+    def _delete_for_runs_plan(self, run_ids: Sequence[str]):
+        ids = [str(r) for r in run_ids]
+        for start in range(0, len(ids), threads.MAX_RUN_IDS):
+            yield from self._simple_plan("langgraph/runs/delete",
+                                         {"run_ids": ids[start:start + threads.MAX_RUN_IDS]},
+                                         "delete_for_runs")
+
+    def _copy_thread_plan(self, source_thread_id: str, target_thread_id: str):
+        yield from self._simple_plan(
+            "langgraph/threads/copy", {"source_thread_id": str(source_thread_id),
+                                       "target_thread_id": str(target_thread_id)},
+            "copy_thread", str(target_thread_id))
+
+    def _prune_plan(self, thread_ids: Sequence[str], strategy: str):
+        if isinstance(thread_ids, str):
+            raise TypeError("thread_ids must be a sequence of thread IDs, not a str")
+        if strategy not in PRUNE_STRATEGIES:
+            raise ValueError(f"Unknown prune strategy: {strategy!r}")
+        ids = [str(t) for t in thread_ids]
+        for start in range(0, len(ids), threads.MAX_THREAD_IDS):
+            yield from self._simple_plan(
+                "langgraph/threads/prune",
+                {"thread_ids": ids[start:start + threads.MAX_THREAD_IDS],
+                 "strategy": strategy}, "prune")
+
+    # --- BaseCheckpointSaver: sync ------------------------------------------------------
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """The checkpoint ``config`` names (``checkpoint_id``), or the head of (thread,
+        namespace) without one; ``None`` if there is none. Pending writes are ordered by
+        (task_id, idx). Raises ``CheckpointError`` (``storage``, ``invalid_payload``)."""
+        return self._drive(self._get_tuple_plan(config))
+
+    def list(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
+             before: RunnableConfig | None = None,
+             limit: int | None = None) -> Iterator[CheckpointTuple]:
+        """Checkpoints newest first (checkpoint id descending): of ``config``'s thread (and
+        namespace, if it names one; and checkpoint id), whose metadata has every key of
+        ``filter`` equal (JSON equality), older than ``before``'s checkpoint id, at most
+        ``limit``. Fetched a page at a time (``next_before``) as the iterator is read."""
+        plan = self._list_plan(config, filter, before, limit)
+        try:
+            item = next(plan)
+            while True:
+                if isinstance(item, _Call):
+                    try:
+                        answer = self._send(item)
+                    except CheckpointError as exc:
+                        item = plan.throw(exc)
+                    else:
+                        item = plan.send(answer)
+                else:
+                    yield item
+                    item = next(plan)
+        except StopIteration:
+            return
+
+    def put(self, config: RunnableConfig, checkpoint: Checkpoint,
+            metadata: CheckpointMetadata, new_versions: ChannelVersions) -> RunnableConfig:
+        """Store ``checkpoint`` as the new head of (thread, namespace) after its parent
+        ``config["configurable"]["checkpoint_id"]`` (compare-and-swap; no parent: appended
+        after the current head). Returns the config of the stored checkpoint. The same id
+        with the same content again is accepted (a retry). Raises ``ThreadConflict`` (the
+        parent is no longer the head; fenced; lease held), ``CheckpointError``
+        ``invalid_payload`` (over the body limit, not JSON) or ``storage``."""
+        return self._drive(self._put_plan(config, checkpoint, metadata, new_versions))
+
+    def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]],
+                   task_id: str, task_path: str = "") -> None:
+        """Store a task's pending writes on the checkpoint ``config`` names. A write's idx is
+        its position, or ``WRITES_IDX_MAP``'s negative index for the special channels
+        (error, interrupt, ...); (task_id, idx) already stored is kept for idx >= 0 and
+        replaced for idx < 0. Raises ``CheckpointError`` ``not_found`` (no such checkpoint),
+        ``ThreadConflict``, ``invalid_payload``, ``storage``."""
+        self._drive(self._put_writes_plan(config, writes, task_id, task_path))
+
+    def delete_thread(self, thread_id: str) -> None:
+        """Delete every checkpoint and pending write of ``thread_id`` (all namespaces); a
+        thread that does not exist is no error. Effect records stay (docs/langgraph.md)."""
+        self._drive(self._delete_thread_plan(thread_id))
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Delete the checkpoints (and their writes) whose ``metadata["run_id"]`` is one of
+        ``run_ids`` (LangGraph run ids), in requests of at most 1,000 ids."""
+        self._drive(self._delete_for_runs_plan(run_ids))
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Copy every checkpoint and write of one thread to another, which must have none
+        (else ``ThreadConflict``, 412)."""
+        self._drive(self._copy_thread_plan(source_thread_id, target_thread_id))
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """``keep_latest``: keep only each namespace's head and its writes; ``delete``:
+        delete everything of the threads. Raises ``TypeError`` for a single str and
+        ``ValueError`` for another strategy, as LangGraph's PostgreSQL saver."""
+        self._drive(self._prune_plan(thread_ids, strategy))
+
+    # --- BaseCheckpointSaver: async -----------------------------------------------------
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """``get_tuple`` on the async client."""
+        return await self._adrive(self._get_tuple_plan(config))
+
+    async def alist(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
+                    before: RunnableConfig | None = None,
+                    limit: int | None = None) -> AsyncIterator[CheckpointTuple]:
+        """``list`` on the async client."""
+        plan = self._list_plan(config, filter, before, limit)
+        try:
+            item = next(plan)
+            while True:
+                if isinstance(item, _Call):
+                    try:
+                        answer = await self._asend(item)
+                    except CheckpointError as exc:
+                        item = plan.throw(exc)
+                    else:
+                        item = plan.send(answer)
+                else:
+                    yield item
+                    item = next(plan)
+        except StopIteration:
+            return
+
+    async def aput(self, config: RunnableConfig, checkpoint: Checkpoint,
+                   metadata: CheckpointMetadata,
+                   new_versions: ChannelVersions) -> RunnableConfig:
+        """``put`` on the async client."""
+        return await self._adrive(self._put_plan(config, checkpoint, metadata, new_versions))
+
+    async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]],
+                          task_id: str, task_path: str = "") -> None:
+        """``put_writes`` on the async client."""
+        await self._adrive(self._put_writes_plan(config, writes, task_id, task_path))
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        """``delete_thread`` on the async client."""
+        await self._adrive(self._delete_thread_plan(thread_id))
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """``delete_for_runs`` on the async client."""
+        await self._adrive(self._delete_for_runs_plan(run_ids))
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """``copy_thread`` on the async client."""
+        await self._adrive(self._copy_thread_plan(source_thread_id, target_thread_id))
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """``prune`` on the async client."""
+        await self._adrive(self._prune_plan(thread_ids, strategy))
+
+    # --- versions -----------------------------------------------------------------------
+
+    def get_next_version(self, current: str | int | None, channel: None = None) -> str:
+        """The version after ``current``: ``"{n+1:032}.{random:016}"``, where ``n`` is the
+        integer part of ``current`` (0 for none), exactly as LangGraph's PostgreSQL saver,
+        so versions sort as strings and compare by their integer prefix."""
+        if current is None:
+            current_v = 0
+        elif isinstance(current, int):
+            current_v = current
+        else:
+            current_v = int(str(current).split(".")[0])
+        return f"{current_v + 1:032}.{random.random():016}"
