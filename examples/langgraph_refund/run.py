@@ -61,6 +61,11 @@ from checkpoints.integrations.threads import thread_run_id
 
 from .graph import DEFINITION_VERSION, WORKFLOW, build_graph
 
+# Write-ahead: each checkpoint is stored before the next step runs. LangGraph's default
+# ("async") stores it while the next step already runs, so a process killed inside a tool
+# may leave the thread's head one or more steps behind (the effect record is written
+# either way, but the run would not show which node was running).
+DURABILITY = "sync"
 EXIT_REFUSED = 4
 EXIT_NOT_RESUMED = 5
 IDENTITY = {"workflow": WORKFLOW, "definition_version": DEFINITION_VERSION}
@@ -88,8 +93,17 @@ def make_saver(args):
         return InMemorySaver()
     from checkpoints.integrations.langgraph import RecoverySaver
 
-    return RecoverySaver(base_url=args.base_url, tenant=args.tenant, token=args.token,
-                         lease_ttl_s=args.lease_ttl, owner=args.owner, timeout_s=args.timeout)
+    saver = RecoverySaver(base_url=args.base_url, tenant=args.tenant, token=args.token,
+                          lease_ttl_s=args.lease_ttl, owner=args.owner, timeout_s=args.timeout)
+    if not callable(getattr(saver, "fencing_token", None)):
+        # Bridge until RecoverySaver offers ``fencing_token(thread_id)`` (the LangGraph
+        # spec, "Effects from inside a graph"): the token of the lease it holds, so the
+        # payment tool's effect writes are not fenced by this very saver's lease.
+        def fencing_token(thread_id: str) -> int | None:
+            return getattr(saver._leases.get(thread_id), "fencing_token", None)
+
+        saver.fencing_token = fencing_token
+    return saver
 
 
 def thread_config(args, *, retry: bool = False) -> dict:
@@ -113,7 +127,8 @@ def run(args) -> dict:
     app = build_graph(args.payments_url, crash_in_tool=args.crash_in_tool).compile(
         checkpointer=make_saver(args))
     config = thread_config(args)
-    app.invoke({"order_id": args.order_id, "amount_cents": args.amount_cents}, config)
+    app.invoke({"order_id": args.order_id, "amount_cents": args.amount_cents}, config,
+               durability=DURABILITY)
     return finished(app, config, args.result, "completed")
 
 
@@ -136,7 +151,7 @@ def resume(args) -> dict:
         return dict(result, outcome="not_resumed",
                     hint=NOT_RESUMED_HINTS.get(reason, f"the store answered {action} ({reason})"))
     config = thread_config(args, retry=action == "retry")
-    app.invoke(None, config)
+    app.invoke(None, config, durability=DURABILITY)
     return finished(app, config, result, "completed")
 
 
