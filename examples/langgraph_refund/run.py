@@ -16,7 +16,9 @@ its fencing token), or stay in this process (``--saver memory``: LangGraph's
 ``InMemorySaver``; effects are still recorded on the service; ``--resume`` then has
 nothing to resume). The payment tool's effect is always recorded on the service
 (``checkpoints.integrations.effects``), in the run of the thread
-(``thread_run_id(thread_id)``).
+(``thread_run_id(thread_id)``). Every invocation uses ``durability="sync"``: LangGraph
+stores each checkpoint before the next step starts (write-ahead), so the head names the
+node a crash interrupted.
 
 ``--crash-in-tool``: the process SIGKILLs itself inside the payment tool after the
 payment service committed the charge, before the effect is confirmed (the demo workers'
@@ -39,6 +41,10 @@ graph's identity) and act on it:
   replayed from its receipt and never sent twice;
 - any other ``reject`` (closed, outcome unknown, awaiting approval, identity mismatch):
   do nothing, say why.
+
+``--resume --run-id R`` (no ``--thread-id``) learns the thread from the run's checkpoint
+(the ``thread_id`` of its ``langgraph.checkpoint`` summary; an audited read): the demo
+supervisor knows only run ids. ``--ttl`` is ``--lease-ttl``, as for the demo worker.
 
 Prints a ``{"started": true, ...}`` line, then one JSON result line ``{"outcome", "thread_id",
 "run_id", ...}``: ``outcome`` is ``completed`` (with ``status``, ``charge_id``,
