@@ -15,12 +15,13 @@ import pytest
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 
+from checkpoints import services
 from checkpoints.client import CheckpointError, EffectFailed, EffectInDoubt, fingerprint
 from checkpoints.integrations import effects
 from checkpoints.integrations.effects import EffectNotConfigured, recorded_effect
 from checkpoints.integrations.threads import thread_run_id
 from checkpoints.models import Effect
-from tests.helpers import effect_body, put_effect
+from tests.helpers import effect_body, envelope, put_checkpoint, put_effect, sweep_later
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -294,3 +295,36 @@ def test_it_records_in_the_threads_run_with_the_savers_fencing_token(store, wend
     assert provider.keys == [KEY]
     effect = Effect.objects.get(operation_key=KEY)
     assert (effect.run.uuid, effect.state) == (run_id, "confirmed")
+
+
+def test_it_calls_an_unknown_effect_again_only_in_an_invocation_that_consumed_a_retry(
+        store, wendy, rita, april, acme):
+    """``unknown`` (the service could not be asked) is never re-sent by itself; after two
+    people approved a retry and the resume claim consumed it, the invocation whose
+    config says so calls it once more, with the same key."""
+    thread = "refund-thread-retry"
+    run_id = thread_run_id(thread)
+    put_checkpoint(wendy, acme, envelope(run_id=run_id, payload={"phase": "charging",
+                                                                 "order_id": "LG-1"}))
+    existing(wendy, acme, run_id, "submitted")
+    services.reconciler_configure(actor=None, tenant=acme, service="payments", plugin="none")
+    sweep_later()
+    services.run_reconcile(actor=rita, tenant=acme, run_id=run_id, reason="lost the answer")
+    assert Effect.objects.get(operation_key=KEY).state == "unknown"
+    effects.set_default_store(store)
+    provider = Provider()
+    graph = one_node_graph(recorded_effect(service="payments", key="refund:{order_id}")(provider),
+                           InMemorySaver())
+
+    with pytest.raises(EffectInDoubt):
+        graph.invoke({"order_id": "LG-1"}, {"configurable": {"thread_id": thread}})
+    retry = services.retry_request(actor=rita, tenant=acme, run_id=run_id, reason="resend")
+    services.retry_approve(actor=april, tenant=acme, retry_id=retry.pk, reason="dedupes by key")
+    assert store.resume(str(run_id))["action"] == "retry"
+    state = graph.invoke({"order_id": "LG-1"},
+                         {"configurable": {"thread_id": thread, "recovery_effect_retry": True}})
+
+    assert provider.keys == [KEY]
+    assert state["charge_id"] == "ch_LG-1"
+    effect = Effect.objects.get(operation_key=KEY)
+    assert (effect.state, effect.attempt) == ("confirmed", 2)
