@@ -457,7 +457,9 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {"BulkActionKindEnum": "checkpoints.vocab.BulkActionKind.values",
                             "BulkStateEnum": "checkpoints.vocab.BulkState.values",
                             "ActionEnum": "checkpoints.vocab.ResumeAction.values",
-                            "StateEnum": "checkpoints.vocab.EffectState.values"},
+                            "StateEnum": "checkpoints.vocab.EffectState.values",
+                            # 412 bodies: checkpoints' and LangGraph's (issue 10).
+                            "ConflictWordEnum": ["conflict"]},
     # A nullable nested shape says "X or null" in OpenAPI 3.0.3 terms (checkpoints.api.schema).
     "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums",
                              "checkpoints.api.schema.nullable_refs",

@@ -139,9 +139,9 @@ def lg_put(thread_id: str, checkpoint_id: str, *, parent: str | None = None, ns:
     seen = dict(checkpoint.pop("seen", {}) or {})
     for node in (*nodes, *done):
         values[f"branch:to:{node}"] = None
-        versions[f"branch:to:{node}"] = 2
+        versions.setdefault(f"branch:to:{node}", 2)
     for node in done:
-        seen.setdefault(node, {})[f"branch:to:{node}"] = 2
+        seen.setdefault(node, {}).setdefault(f"branch:to:{node}", 2)
     for channel in values:
         versions.setdefault(channel, 1)
     body = {"thread_id": thread_id, "checkpoint_ns": ns, "parent_checkpoint_id": parent,

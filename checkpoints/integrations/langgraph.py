@@ -31,8 +31,9 @@ Errors are ``checkpoints.client.CheckpointError`` with runifold's kinds:
   CONTRACT.md section 6, ``RECOVERY_MAX_BODY_BYTES``), raised before anything is sent; a
   value the JSON body cannot carry (metadata that is not JSON, NaN, an unpaired
   surrogate), also before sending; the server's 400/413/422;
-- ``not_found``: a write on a checkpoint the server does not have (put_writes 404);
-  ``get_tuple`` answers ``None`` instead;
+- ``not_found``: only from the server's other 404s; ``get_tuple`` answers ``None``, and
+  ``put_writes`` on a checkpoint the server does not have (yet) holds the writes until
+  this saver's put of it is answered (``RecoverySaver._hold``);
 - ``storage``: network failures, timeouts, 5xx, 401/403, an unreadable answer.
 """
 
@@ -74,6 +75,8 @@ __all__ = ["RecoverySaver", "ThreadConflict"]
 #: The identity parts a run carries (CONTRACT.md 3, ``resume``); taken from the config.
 IDENTITY_KEYS = ("agent", "model", "workflow", "definition_version")
 PRUNE_STRATEGIES = ("keep_latest", "delete")
+#: Checkpoints remembered as stored, and checkpoints with held writes (``_hold``).
+HELD_MAX = 1024
 
 
 class ThreadConflict(CheckpointError):
@@ -133,6 +136,15 @@ class _Lease:
     fencing_token: int | None = None
     taken_at: float = 0.0  # time.monotonic() just before the lease request was sent
     pending: bool = False  # the run did not exist (404): take it right after the first write
+    settled: threading.Event = field(default_factory=threading.Event)  # pending is over
+
+
+@dataclass
+class _Wait:
+    """Yielded by a plan: wait (at most ``timeout_s``) until ``event`` is set."""
+
+    event: threading.Event
+    timeout_s: float
 
 
 def _encode_json(value: Any, what: str) -> bytes:
@@ -158,7 +170,7 @@ class RecoverySaver(BaseCheckpointSaver[str]):
     ``host:pid:uuid4``, one per saver) and from then on sends ``Fencing-Token`` with every
     write on that thread; it renews the lease before a write once half the ttl has passed
     since it was last taken. A thread whose run does not exist yet is written once without
-    a token and leased right after. Another owner's live lease (409 ``lease_held``) and a
+    a token and leased right after (its other writes wait for that). Another owner's live lease (409 ``lease_held``) and a
     newer token (409 ``fenced``) raise ``ThreadConflict``. Without ``lease_ttl_s`` no
     lease is taken: a thread whose run has had an owner refuses this saver's writes
     (``fenced``), so use leases for a thread either always or never.
@@ -200,6 +212,10 @@ class RecoverySaver(BaseCheckpointSaver[str]):
         self._aclients: dict[int, tuple[asyncio.AbstractEventLoop, httpx.AsyncClient]] = {}
         self._lock = threading.Lock()
         self._leases: dict[str, _Lease] = {}
+        # (thread, ns, checkpoint id): checkpoints this saver stored, and writes held for
+        # checkpoints whose put has not been answered yet (``_hold``); oldest first.
+        self._stored: dict[tuple, None] = {}
+        self._held: dict[tuple, list[_Call]] = {}
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -307,6 +323,10 @@ class RecoverySaver(BaseCheckpointSaver[str]):
         try:
             call = next(plan)
             while True:
+                if isinstance(call, _Wait):
+                    call.event.wait(call.timeout_s)
+                    call = plan.send(None)
+                    continue
                 try:
                     answer = self._send(call)
                 except CheckpointError as exc:
@@ -321,6 +341,11 @@ class RecoverySaver(BaseCheckpointSaver[str]):
         try:
             call = next(plan)
             while True:
+                if isinstance(call, _Wait):  # in a worker thread: the loop runs on
+                    await asyncio.get_running_loop().run_in_executor(
+                        None, call.event.wait, call.timeout_s)
+                    call = plan.send(None)
+                    continue
                 try:
                     answer = await self._asend(call)
                 except CheckpointError as exc:
@@ -342,25 +367,68 @@ class RecoverySaver(BaseCheckpointSaver[str]):
 
     # --- leases and fencing -------------------------------------------------------------
 
-    def _write_headers(self, thread_id: str):
-        """Generator: the headers of a write on ``thread_id`` (``Fencing-Token`` once
-        leased), taking or renewing the run's lease first when ``lease_ttl_s`` says so."""
+    def _write(self, call: _Call):
+        """Generator: send a write on ``call.thread_id`` (with ``lease_ttl_s``: its lease
+        taken or renewed first, ``Fencing-Token`` sent); its answer. A conflict forgets
+        the lease, so the next write asks for it again.
+
+        A thread whose run does not exist yet (the lease is 404) has one first write,
+        sent without a token, after which its lease is taken; the thread's other writes
+        meanwhile wait for that (``_Wait``) instead of going without a token and being
+        fenced by the lease taken under them."""
         if self.lease_ttl_s is None:
-            return {"Content-Type": "application/json"}
-        with self._lock:
-            lease = self._leases.get(thread_id)
-            due = lease is None or (not lease.pending and time.monotonic() - lease.taken_at
-                                    >= self.lease_ttl_s / 2)
-        if due:
-            lease = yield from self._take_lease(thread_id, missing_ok=True)
-        headers = {"Content-Type": "application/json"}
+            call.headers = {"Content-Type": "application/json"}
+            return (yield call)
+        lease = yield from self._lease_for(call.thread_id)
+        call.headers = {"Content-Type": "application/json"}
         if lease.fencing_token is not None:
-            headers["Fencing-Token"] = str(lease.fencing_token)
-        return headers
+            call.headers["Fencing-Token"] = str(lease.fencing_token)
+        if not lease.pending:
+            try:
+                return (yield call)
+            except ThreadConflict:
+                self._forget_lease(call.thread_id)
+                raise
+        done = False
+        try:
+            answer = yield call
+            yield from self._take_lease(call.thread_id, missing_ok=False)
+            done = True
+            return answer
+        finally:
+            if not done:
+                self._forget_lease(call.thread_id)
+            lease.settled.set()
+
+    def _lease_for(self, thread_id: str):
+        """Generator: the lease to write ``thread_id`` under: the current one, renewed
+        once half the ttl has passed (by this process's monotonic clock), or a new one; a
+        ``pending`` lease makes the caller the thread's first writer."""
+        while True:
+            with self._lock:
+                lease = self._leases.get(thread_id)
+                if lease is not None and lease.pending:
+                    wait = lease.settled
+                else:
+                    wait = None
+                    due = lease is None or (time.monotonic() - lease.taken_at
+                                            >= self.lease_ttl_s / 2)
+            if wait is not None:
+                yield _Wait(wait, self.timeout_s * 3)
+                if not wait.is_set():
+                    raise CheckpointError(STORAGE, f"lease: the first write on thread "
+                                                   f"{thread_id!r} did not finish in time")
+                continue
+            if not due:
+                return lease
+            lease = yield from self._take_lease(thread_id, missing_ok=True)
+            if lease is not None:
+                return lease
 
     def _take_lease(self, thread_id: str, *, missing_ok: bool):
         """Generator: take or renew the lease of ``thread_id``'s run; the new ``_Lease``.
-        A run that does not exist yet (404) gives a pending lease when ``missing_ok``."""
+        A run that does not exist yet (404) with ``missing_ok`` gives a ``pending`` lease
+        (the caller writes first), or ``None`` when another write already holds one."""
         run_id = threads.thread_run_id(thread_id)
         started = time.monotonic()
         try:
@@ -371,9 +439,11 @@ class RecoverySaver(BaseCheckpointSaver[str]):
                                  thread_id=thread_id)
         except CheckpointError as exc:
             if exc.kind == NOT_FOUND and missing_ok:
-                lease = _Lease(pending=True)
                 with self._lock:
-                    self._leases[thread_id] = lease
+                    current = self._leases.get(thread_id)
+                    if current is not None and current.pending:
+                        return None
+                    lease = self._leases[thread_id] = _Lease(pending=True)
                 return lease
             if exc.kind == CONFLICT:
                 self._forget_lease(thread_id)
@@ -387,31 +457,9 @@ class RecoverySaver(BaseCheckpointSaver[str]):
             self._leases[thread_id] = lease
         return lease
 
-    def _after_write(self, thread_id: str):
-        """Generator: after a write accepted without a token on a run that did not exist,
-        take its lease now (a ``ThreadConflict`` if someone else got there first)."""
-        if self.lease_ttl_s is None:
-            return
-        with self._lock:
-            lease = self._leases.get(thread_id)
-        if lease is not None and lease.pending:
-            yield from self._take_lease(thread_id, missing_ok=False)
-
     def _forget_lease(self, thread_id: str) -> None:
         with self._lock:
             self._leases.pop(thread_id, None)
-
-    def _write(self, call: _Call):
-        """Generator: send a write on ``call.thread_id`` with its lease headers; the answer.
-        A conflict forgets the lease (the next write asks for a new one)."""
-        call.headers = yield from self._write_headers(call.thread_id)
-        try:
-            answer = yield call
-        except ThreadConflict:
-            self._forget_lease(call.thread_id)
-            raise
-        yield from self._after_write(call.thread_id)
-        return answer
 
     # --- encoding -----------------------------------------------------------------------
 
@@ -481,7 +529,14 @@ class RecoverySaver(BaseCheckpointSaver[str]):
             body["identity"] = identity
         call = _Call("POST", "langgraph/checkpoints", self._body(body, "put"), what="put",
                      thread_id=thread_id, checkpoint_ns=ns)
-        yield from self._write(call)
+        key = (thread_id, ns, checkpoint["id"])
+        try:
+            yield from self._write(call)
+        except CheckpointError:
+            with self._lock:  # the writes held for it go with it
+                self._held.pop(key, None)
+            raise
+        yield from self._stored_now(key)
         return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns,
                                  "checkpoint_id": checkpoint["id"]}}
 
@@ -514,10 +569,48 @@ class RecoverySaver(BaseCheckpointSaver[str]):
             size += item_size
         if batch:
             batches.append(batch)
-        for part in batches:
-            call = _Call("POST", "langgraph/writes",
-                         self._body(dict(head, writes=part), "put_writes"), what="put_writes",
-                         thread_id=thread_id, checkpoint_ns=ns)
+        calls = [_Call("POST", "langgraph/writes",
+                       self._body(dict(head, writes=part), "put_writes"), what="put_writes",
+                       thread_id=thread_id, checkpoint_ns=ns) for part in batches]
+        key = (thread_id, ns, head["checkpoint_id"])
+        for i, call in enumerate(calls):
+            try:
+                yield from self._write(call)
+            except CheckpointError as exc:
+                if exc.kind != NOT_FOUND:
+                    raise
+                if self._hold(key, calls[i:]):
+                    return
+                # The put was answered meanwhile (the 404 was read before it committed).
+                yield from self._write(call)
+
+    def _hold(self, key: tuple, calls: list[_Call]) -> bool:
+        """Keep ``calls`` (writes on checkpoint ``key`` that the server does not have yet)
+        to be sent right after this saver's put of that checkpoint; ``False`` if that put
+        has already been answered (send them again now).
+
+        LangGraph's loop (``pregel/_loop.py``) chains its puts but sends each task's
+        ``put_writes`` on its own, so the writes of a step can arrive before the put of
+        the checkpoint they belong to (LangGraph's own savers store writes without
+        checking the checkpoint). If the put fails, the held writes go with it; if the
+        checkpoint never comes, they are dropped with the oldest after ``HELD_MAX``."""
+        with self._lock:
+            if key in self._stored:
+                return False
+            self._held.setdefault(key, []).extend(calls)
+            while len(self._held) > HELD_MAX:
+                del self._held[next(iter(self._held))]
+            return True
+
+    def _stored_now(self, key: tuple):
+        """Generator: after this saver's put of ``key`` was accepted, send the writes held
+        for it (``_hold``)."""
+        with self._lock:
+            self._stored[key] = None
+            while len(self._stored) > HELD_MAX:
+                del self._stored[next(iter(self._stored))]
+            held = self._held.pop(key, [])
+        for call in held:
             yield from self._write(call)
 
     def _get_tuple_plan(self, config: RunnableConfig):
@@ -658,8 +751,11 @@ class RecoverySaver(BaseCheckpointSaver[str]):
         """Store a task's pending writes on the checkpoint ``config`` names. A write's idx is
         its position, or ``WRITES_IDX_MAP``'s negative index for the special channels
         (error, interrupt, ...); (task_id, idx) already stored is kept for idx >= 0 and
-        replaced for idx < 0. Raises ``CheckpointError`` ``not_found`` (no such checkpoint),
-        ``ThreadConflict``, ``invalid_payload``, ``storage``."""
+        replaced for idx < 0. Writes on a checkpoint the server does not have yet (404:
+        LangGraph sends them while the checkpoint's put may still be on its way) are held
+        and sent right after this saver's put of it is accepted (``_hold``); like
+        LangGraph's own savers, writes on a checkpoint that never comes raise nothing.
+        Raises ``ThreadConflict``, ``CheckpointError`` ``invalid_payload``, ``storage``."""
         self._drive(self._put_writes_plan(config, writes, task_id, task_path))
 
     def delete_thread(self, thread_id: str) -> None:

@@ -600,8 +600,12 @@ def _decide_put(actor, tenant, run: Run | None, put: GraphPut, envelope_id: uuid
         return ThreadConflict(current, head_id, "checkpoint.id: this thread's namespace "
                                                 "holds that id with other content")
     identity = put.identity
-    if identity is None:
-        identity = _envelope_payload(envelope).get("identity") or {}
+    if identity is None:  # the namespace's previous one, else the run's (a new subgraph)
+        identity = _envelope_payload(envelope).get("identity")
+        if identity is None and run is not None:
+            identity = {name: getattr(run, name) for name in kinds.IDENTITY_LIMITS
+                        if getattr(run, name)}
+        identity = identity or {}
     if put.parent_checkpoint_id is not None and put.parent_checkpoint_id != head_id:
         detail = (f"parent_checkpoint_id: not the head of the thread's namespace (the head "
                   f"is {head_id})" if head_id else

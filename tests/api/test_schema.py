@@ -31,6 +31,14 @@ BEYOND_CONTRACT = {
     # One review action on many runs, and its per-run results (issue 9, item 3).
     ("POST", "bulk-actions"): "bulk review action",
     ("GET", "bulk-actions/{}"): "a bulk action's results",
+    # LangGraph threads (issue 10, docs/langgraph.md): the saver's operations.
+    ("POST", "langgraph/checkpoints"): "LangGraph put",
+    ("GET", "langgraph/checkpoints"): "LangGraph get_tuple and list (audited read)",
+    ("POST", "langgraph/writes"): "LangGraph put_writes",
+    ("POST", "langgraph/threads/delete"): "LangGraph delete_thread",
+    ("POST", "langgraph/threads/copy"): "LangGraph copy_thread",
+    ("POST", "langgraph/threads/prune"): "LangGraph prune",
+    ("POST", "langgraph/runs/delete"): "LangGraph delete_for_runs",
 }
 # Status codes CONTRACT.md 3 gives in prose, for groups of requests.
 EVERY_REQUEST = {403, 404}  # "a role that lacks the right ... 403"; no role: 404

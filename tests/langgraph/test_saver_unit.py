@@ -373,3 +373,83 @@ def test_the_async_methods_send_the_same_requests():
                      "langgraph/threads/prune", "langgraph/runs/delete"]
     assert script.seen[2].headers["Fencing-Token"] == "5"
     assert script.bodies()[7] == {"thread_ids": ["t-1"], "strategy": "delete"}
+
+
+# --- writes that arrive before their checkpoint ------------------------------------------
+
+NO_CHECKPOINT = (404, {"error": "not_found", "detail": "checkpoint_id: no such checkpoint"})
+
+
+def test_writes_on_a_checkpoint_not_stored_yet_are_sent_right_after_its_put():
+    script = Script(NO_CHECKPOINT, PUT_OK, (200, {"stored": 1}), PUT_OK)
+    saver = saver_for(script)
+    # LangGraph sends a step's writes beside the put of the step's checkpoint.
+    saver.put_writes(config(checkpoint_id="1f0-a"), [("ch", "v")], "task-1")
+    saver.put(config(), checkpoint("1f0-a"), {}, {})
+    saver.put(config(checkpoint_id="1f0-a"), checkpoint("1f0-b"), {}, {})
+    paths = [r.url.path.rsplit("/", 1)[-1] for r in script.seen]
+    assert paths == ["writes", "checkpoints", "writes", "checkpoints"]
+    assert script.bodies()[2] == script.bodies()[0]
+
+
+def test_writes_refused_before_a_put_answered_meanwhile_are_sent_again_at_once():
+    script = Script(PUT_OK, NO_CHECKPOINT, (200, {"stored": 1}))
+    saver = saver_for(script)
+    saver.put(config(), checkpoint("1f0-a"), {}, {})
+    saver.put_writes(config(checkpoint_id="1f0-a"), [("ch", "v")], "task-1")
+    assert [r.url.path.rsplit("/", 1)[-1] for r in script.seen] == [
+        "checkpoints", "writes", "writes"]
+
+
+def test_held_writes_go_when_their_checkpoint_is_refused():
+    script = Script(NO_CHECKPOINT, (412, {"error": "conflict", "current_revision": 2}), PUT_OK)
+    saver = saver_for(script)
+    saver.put_writes(config(checkpoint_id="1f0-a"), [("ch", "v")], "task-1")
+    with pytest.raises(ThreadConflict):
+        saver.put(config(checkpoint_id="1f0-old"), checkpoint("1f0-a"), {}, {})
+    assert saver._held == {}
+    saver.put(config(), checkpoint("1f0-c"), {}, {})
+    assert [r.url.path.rsplit("/", 1)[-1] for r in script.seen] == [
+        "writes", "checkpoints", "checkpoints"]
+
+
+def test_while_a_new_threads_first_write_is_out_other_writes_wait_for_its_lease():
+    """Without waiting, a task's writes sent beside the first put would go without a
+    token and be fenced by the lease taken right after that put."""
+    import threading
+
+    second: list = []
+
+    def first_put(request):
+        # The put is on the wire: start a second write on the same thread. It must not
+        # send anything (no token yet, and no lease to ask for) until the lease is taken.
+        worker = threading.Thread(target=lambda: second.append(saver.put_writes(
+            config(checkpoint_id="c1"), [("ch", 1)], "task-1")))
+        worker.start()
+        worker.join(timeout=0.3)
+        second.append(worker)
+        return PUT_OK
+
+    script = Script((404, {"error": "not_found"}), first_put,
+                    (200, {"fencing_token": 1, "expires_at": "x"}), (200, {"stored": 1}))
+    saver = saver_for(script, lease_ttl_s=60)
+    saver.put(config(), checkpoint("c1"), {}, {})
+    second[0].join(timeout=30)
+
+    paths = [r.url.path.rsplit("/", 1)[-1] for r in script.seen]
+    assert paths == ["lease", "checkpoints", "lease", "writes"]
+    assert "Fencing-Token" not in script.seen[1].headers
+    assert script.seen[3].headers["Fencing-Token"] == "1"
+
+
+def test_if_the_first_write_fails_the_waiting_writes_ask_for_the_lease_themselves():
+    script = Script((404, {"error": "not_found"}), (500, {"error": "boom"}),
+                    (404, {"error": "not_found"}), PUT_OK,
+                    (200, {"fencing_token": 1, "expires_at": "x"}))
+    saver = saver_for(script, lease_ttl_s=60)
+    with pytest.raises(CheckpointError) as err:
+        saver.put(config(), checkpoint("c1"), {}, {})
+    assert err.value.kind == "storage"
+    saver.put(config(), checkpoint("c1"), {}, {})  # a pending lease was not left behind
+    assert [r.url.path.rsplit("/", 1)[-1] for r in script.seen] == [
+        "lease", "checkpoints", "lease", "checkpoints", "lease"]

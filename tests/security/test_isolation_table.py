@@ -53,6 +53,8 @@ from checkpoints.models import (
     Conflict,
     Effect,
     EffectRevision,
+    GraphCheckpoint,
+    GraphWrite,
     ReconcileAttempt,
     ReconcilerConfig,
     ReconcileRequest,
@@ -61,7 +63,17 @@ from checkpoints.models import (
     Tenant,
 )
 from checkpoints.reconcile import Answer
-from tests.helpers import age_world, effect_body, envelope, put_checkpoint, walk_effect
+from tests.helpers import (
+    age_world,
+    effect_body,
+    envelope,
+    graph_put,
+    graph_writes,
+    lg_put,
+    lg_writes,
+    put_checkpoint,
+    walk_effect,
+)
 from tests.views.reconcilers import Scripted
 
 User = get_user_model()
@@ -81,6 +93,11 @@ IDS = {name: uuid.uuid5(uuid.NAMESPACE_URL, f"isolation/{name}") for name in (
     "r_looked", "c_looked", "e_looked",       # reconciled: a look-up with evidence
     "new_cp", "new_fx",                       # ids a writer creates
 )}
+
+
+LG_THREAD = "isolation-thread"
+LG_IDS = ["1f0c0000-0000-6000-8000-000000000001", "1f0c0000-0000-6000-8000-000000000002",
+          "1f0c0000-0000-6000-8000-000000000003"]
 
 
 @dataclass
@@ -180,6 +197,12 @@ def _build_tenant(slug: str) -> tuple[int, int, str]:
     reconciliation.execute(queued.requests[0].pk)
     Scripted.answers = []
     attempt = ReconcileAttempt.objects.get(tenant=tenant)
+    # A LangGraph thread (issue 10): two checkpoints, the head with a pending write.
+    graph_put(writer, tenant, lg_put(LG_THREAD, LG_IDS[0], metadata={"run_id": "lg-run"},
+                                     nodes=["charge"]))
+    graph_put(writer, tenant, lg_put(LG_THREAD, LG_IDS[1], parent=LG_IDS[0],
+                                     metadata={"run_id": "lg-run"}, nodes=["ship"]))
+    graph_writes(writer, tenant, lg_writes(LG_THREAD, LG_IDS[1], "task", [(0, "out", 1)]))
     bulk, _ = services.bulk_submit(actor=helper, tenant=tenant, action="acknowledge_conflicts",
                                    reason="seen", run_ids=[i["r_stable"]],
                                    client_token=uuid.uuid4())
@@ -382,6 +405,25 @@ RECIPES: dict[str, list[Op]] = {
     "api:bulk-action": [
         Op("get", _t(bulk_id="bulk_id"), api_rule(V, 200)),
         Op("get", _t(TWIN, bulk_id="bulk_id"), api_rule(V, 404), tenant=TWIN)],
+    # LangGraph threads (issue 10): the writer's; the same thread id in the twin is the
+    # twin's own thread, never touched.
+    "api:langgraph-checkpoints": [
+        Op("get", _t(), api_rule(WR, 200), "audited", query=f"thread_id={LG_THREAD}"),
+        Op("post", _t(), api_rule(WR, 201), "write",
+           body=lg_put(LG_THREAD, LG_IDS[2], parent=LG_IDS[1]))],
+    "api:langgraph-writes": [Op("post", _t(), api_rule(WR, 200), "write",
+                                body=lg_writes(LG_THREAD, LG_IDS[1], "task-2",
+                                               [(0, "out", 2)]))],
+    "api:langgraph-thread-delete": [Op("post", _t(), api_rule(WR, 200), "write",
+                                       body={"thread_id": LG_THREAD})],
+    "api:langgraph-thread-copy": [Op("post", _t(), api_rule(WR, 200), "write",
+                                     body={"source_thread_id": LG_THREAD,
+                                           "target_thread_id": "isolation-copy"})],
+    "api:langgraph-thread-prune": [Op("post", _t(), api_rule(WR, 200), "write",
+                                      body={"thread_ids": [LG_THREAD],
+                                            "strategy": "keep_latest"})],
+    "api:langgraph-runs-delete": [Op("post", _t(), api_rule(WR, 200), "write",
+                                     body={"run_ids": ["lg-run"]})],
     "api:audit-events": [Op("get", _t(), api_rule(V, 200))],
     "api:report": [Op("get", _t(), api_rule(V, 200))],
     "schema": [Op("get", lambda w: {}, schema_rule)],
@@ -505,6 +547,8 @@ _PER_TENANT = [
     (ReconcileRequest, ("COUNT(*)", "MAX(updated_at)")),
     (ReconcileAttempt, ("COUNT(*)",)),
     (ReconcilerConfig, ("COUNT(*)",)),
+    (GraphCheckpoint, ("COUNT(*)",)),
+    (GraphWrite, ("COUNT(*)", "SUM(LENGTH(value_ciphertext))")),
     (AuditEvent, ("COUNT(*)",)),
     (AuditChainHead, ("MAX(seq)", "MAX(last_hash)")),
 ]

@@ -64,7 +64,17 @@ from checkpoints.models import (
     Tenant,
 )
 from checkpoints.reconcile import Answer
-from tests.helpers import age_world, effect_body, envelope, put_checkpoint, walk_effect
+from tests.helpers import (
+    age_world,
+    effect_body,
+    envelope,
+    graph_put,
+    graph_writes,
+    lg_put,
+    lg_writes,
+    put_checkpoint,
+    walk_effect,
+)
 from tests.matrixhelpers import service_modules
 from tests.views.reconcilers import Scripted
 
@@ -87,6 +97,9 @@ IDS = {name: uuid.uuid5(uuid.NAMESPACE_URL, f"twin-world/{name}") for name in (
     "r_closed", "c_closed",                   # closed by a reviewer
     "new_cp", "new_fx",                       # ids a writer creates
 )}
+LG_THREAD = "tw-thread"
+LG_IDS = ["1f0c0000-0000-6000-8000-000000000001", "1f0c0000-0000-6000-8000-000000000002",
+          "1f0c0000-0000-6000-8000-000000000003"]
 EXTRA = {name: uuid.uuid5(uuid.NAMESPACE_URL, f"twin-world/{TWIN}/{name}") for name in (
     "r_more", "c_more", "e_more", "r_more2", "c_more2")}  # globex only
 
@@ -197,6 +210,14 @@ def _build_writes(slug: str) -> TenantData:
             put_checkpoint(builder, tenant, envelope(e["c_more2"], e["r_more2"], 1,
                                                      payload=_payload(slug, "charged")),
                            expected=0)
+    # A LangGraph thread under the same thread id in both (issue 10), marked in its
+    # metadata; globex has one more thread.
+    for thread in (LG_THREAD, "tw-more") if slug == TWIN else (LG_THREAD,):
+        graph_put(builder, tenant, lg_put(thread, LG_IDS[0], nodes=["charge"],
+                                          metadata={"run_id": "tw-run", "note": f"lg-{m}"}))
+        graph_put(builder, tenant, lg_put(thread, LG_IDS[1], parent=LG_IDS[0], nodes=["ship"],
+                                          metadata={"run_id": "tw-run", "note": f"lg-{m}"}))
+        graph_writes(builder, tenant, lg_writes(thread, LG_IDS[1], "task", [(0, "out", m)]))
     return TenantData(tenant, builder, requester)
 
 
@@ -667,6 +688,18 @@ API: dict[str, Req] = {
     f"post {T}bulk-actions": Req(body={**R, "action": "close", "run_ids": [str(IDS["r_stuck"])],
                                        "client_token": str(IDS["new_cp"])}, write=True),
     f"get {T}bulk-actions/{{bulk_id}}": Req({"bulk_id": "bulk_id"}, shows_mark=True),
+    # LangGraph threads (issue 10): the same thread id in both tenants.
+    f"get {T}langgraph/checkpoints": Req(query=f"thread_id={LG_THREAD}", shows_mark=True),
+    f"post {T}langgraph/checkpoints": Req(body=lambda: lg_put(LG_THREAD, LG_IDS[2],
+                                                              parent=LG_IDS[1]), write=True),
+    f"post {T}langgraph/writes": Req(body=lambda: lg_writes(LG_THREAD, LG_IDS[1], "task-2",
+                                                            [(0, "out", 2)]), write=True),
+    f"post {T}langgraph/threads/delete": Req(body={"thread_id": LG_THREAD}, write=True),
+    f"post {T}langgraph/threads/copy": Req(body={"source_thread_id": LG_THREAD,
+                                                 "target_thread_id": "tw-copy"}, write=True),
+    f"post {T}langgraph/threads/prune": Req(body={"thread_ids": [LG_THREAD],
+                                                  "strategy": "keep_latest"}, write=True),
+    f"post {T}langgraph/runs/delete": Req(body={"run_ids": ["tw-run"]}, write=True),
 }
 
 PAGES: dict[str, Req] = {
@@ -906,6 +939,27 @@ SERVICES: dict[str, list[ServiceCell]] = {
         actor=_as(w, a, "reviewer"), tenant=w.tenant(s), action="close", reason="x",
         run_ids=[IDS["r_stuck"], EXTRA["r_more"]], client_token=IDS["new_cp"]))],
 }
+_LG_PUT = lambda: services.parse_put(lg_put(LG_THREAD, LG_IDS[2], parent=LG_IDS[1]))  # noqa: E731
+_LG_WRITES = lambda: services.parse_writes(  # noqa: E731
+    lg_writes(LG_THREAD, LG_IDS[1], "task-2", [(0, "out", 2)]))
+SERVICES.update({  # LangGraph threads (issue 10): the shared thread id acts on its own
+    "graph_put": [ServiceCell(lambda w, s, a: services.graph_put(
+        actor=_as(w, a, "writer"), tenant=w.tenant(s), put=_LG_PUT()))],
+    "graph_put_writes": [ServiceCell(lambda w, s, a: services.graph_put_writes(
+        actor=_as(w, a, "writer"), tenant=w.tenant(s), body=_LG_WRITES()))],
+    "graph_list": [ServiceCell(lambda w, s, a: services.graph_list(
+        actor=_as(w, a, "writer"), tenant=w.tenant(s), thread_id=LG_THREAD))],
+    "graph_thread_delete": [ServiceCell(lambda w, s, a: services.graph_thread_delete(
+        actor=_as(w, a, "writer"), tenant=w.tenant(s), thread_id=LG_THREAD))],
+    "graph_threads_prune": [ServiceCell(lambda w, s, a: services.graph_threads_prune(
+        actor=_as(w, a, "writer"), tenant=w.tenant(s), thread_ids=[LG_THREAD],
+        strategy="keep_latest"))],
+    "graph_runs_delete": [ServiceCell(lambda w, s, a: services.graph_runs_delete(
+        actor=_as(w, a, "writer"), tenant=w.tenant(s), run_ids=["tw-run"]))],
+    "graph_thread_copy": [ServiceCell(lambda w, s, a: services.graph_thread_copy(
+        actor=_as(w, a, "writer"), tenant=w.tenant(s), source_thread_id=LG_THREAD,
+        target_thread_id="tw-copy"))],
+})
 NOT_SERVICE_CELLS = {
     "audit_verify": "reads one tenant's chain by tenant pk: tests/services/test_audit_chain.py",
     "audit_record": "appends to the given tenant's chain; every service above goes through it",

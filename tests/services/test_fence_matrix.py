@@ -55,7 +55,7 @@ from tests.matrixhelpers import (
 # Source of truth: the write paths under a run
 # --------------------------------------------------------------------------------------
 
-FENCED = {"checkpoint_put", "effect_put"}
+FENCED = {"checkpoint_put", "effect_put", "graph_put", "graph_put_writes"}
 WRITE_PATHS = {
     "checkpoint_put": "fenced: this matrix",
     "effect_put": "fenced: this matrix",
@@ -76,6 +76,17 @@ WRITE_PATHS = {
     "dispatch": "runs execute in-process without a broker",
     "redrive": "part of the sweep; runs execute",
     "sweep_stale_runs": "the system's sweep; only over a gone owner",
+    # LangGraph threads (issue 10, docs/langgraph.md).
+    "graph_put": "fenced: tests/services/test_langgraph.py::"
+                 "test_an_ousted_graph_is_fenced_on_every_langgraph_write_path",
+    "graph_put_writes": "fenced: same test",
+    "graph_thread_delete": "not fenced by design: LangGraph calls it outside any "
+                           "invocation (an app deleting a conversation); a live graph's "
+                           "next put is then a 412 (its parent is gone)",
+    "graph_threads_prune": "not fenced by design, as graph_thread_delete",
+    "graph_runs_delete": "not fenced by design, as graph_thread_delete",
+    "graph_thread_copy": "not fenced by design, as graph_thread_delete; the target must be "
+                         "empty (412)",
 }
 
 

@@ -33,6 +33,7 @@ import pytest
 
 from checkpoints import audit, reconciliation, selectors, services
 from checkpoints.exceptions import DomainError
+from checkpoints.integrations.threads import thread_run_id
 from checkpoints.models import AuditEvent
 from checkpoints.reconcile import Answer
 from tests.faults.conftest import in_doubt_run
@@ -41,6 +42,10 @@ from tests.helpers import (
     ambiguous_run,
     effect_body,
     envelope,
+    graph_put,
+    graph_writes,
+    lg_put,
+    lg_writes,
     put_checkpoint,
     put_effect,
     walk_effect,
@@ -363,6 +368,103 @@ def bulk_submit(p):
                                              client_token=uuid.uuid4()))
 
 
+# LangGraph threads (issue 10) -----------------------------------------------------------
+
+def _lg(p, thread="t-1", n=2, **kw):
+    parent = None
+    for i in range(n):
+        cid = f"1f0c-{i:04}"
+        graph_put(p.wendy, p.acme, lg_put(thread, cid, parent=parent,
+                                          metadata={"run_id": "lg-run"}, **kw))
+        parent = cid
+    return parent
+
+
+def graph_create(p):
+    return Cell(lambda: graph_put(p.wendy, p.acme, lg_put("t-1", "1f0c-0000")))
+
+
+def graph_update(p):
+    head = _lg(p)
+    return Cell(lambda: graph_put(p.wendy, p.acme, lg_put("t-1", "1f0c-9999", parent=head)))
+
+
+def graph_stale(p):
+    _lg(p)
+    return Cell(lambda: graph_put(p.wendy, p.acme, lg_put("t-1", "1f0c-9999",
+                                                          parent="1f0c-0000")))
+
+
+def graph_id_taken(p):
+    head = _lg(p)
+    return Cell(lambda: graph_put(p.wendy, p.acme, lg_put("t-1", head, values={"x": 1})))
+
+
+def graph_fenced(p):
+    head = _lg(p)
+    services.lease_acquire(actor=p.wendy, tenant=p.acme, run_id=thread_run_id("t-1"),
+                           owner="w1", ttl_s=600)
+    return Cell(lambda: graph_put(p.wendy, p.acme, lg_put("t-1", "1f0c-9999", parent=head)))
+
+
+def graph_writes_head(p):
+    head = _lg(p, nodes=["n"])
+    return Cell(lambda: graph_writes(p.wendy, p.acme, lg_writes("t-1", head, "task",
+                                                                [(0, "x", 1)])))
+
+
+def graph_writes_older(p):
+    _lg(p)
+    return Cell(lambda: graph_writes(p.wendy, p.acme, lg_writes("t-1", "1f0c-0000", "task",
+                                                                [(0, "x", 1)])))
+
+
+def graph_writes_fenced(p):
+    head = _lg(p)
+    services.lease_acquire(actor=p.wendy, tenant=p.acme, run_id=thread_run_id("t-1"),
+                           owner="w1", ttl_s=600)
+    return Cell(lambda: graph_writes(p.wendy, p.acme, lg_writes("t-1", head, "task",
+                                                                [(0, "x", 1)])))
+
+
+def graph_list(p):
+    _lg(p)
+    return Cell(lambda: services.graph_list(actor=p.wendy, tenant=p.acme, thread_id="t-1"))
+
+
+def graph_thread_delete(p):
+    _lg(p)
+    return Cell(lambda: services.graph_thread_delete(actor=p.wendy, tenant=p.acme,
+                                                     thread_id="t-1"))
+
+
+def graph_threads_prune(p):
+    _lg(p, n=3)
+    return Cell(lambda: services.graph_threads_prune(actor=p.wendy, tenant=p.acme,
+                                                     thread_ids=["t-1"], strategy="keep_latest"))
+
+
+def graph_runs_delete(p):
+    _lg(p)
+    return Cell(lambda: services.graph_runs_delete(actor=p.wendy, tenant=p.acme,
+                                                   run_ids=["lg-run"]))
+
+
+def graph_thread_copy(p):
+    _lg(p, nodes=["n"])
+    return Cell(lambda: services.graph_thread_copy(actor=p.wendy, tenant=p.acme,
+                                                   source_thread_id="t-1",
+                                                   target_thread_id="t-2"))
+
+
+def graph_copy_taken(p):
+    _lg(p)
+    _lg(p, thread="t-2", n=1)
+    return Cell(lambda: services.graph_thread_copy(actor=p.wendy, tenant=p.acme,
+                                                   source_thread_id="t-1",
+                                                   target_thread_id="t-2"))
+
+
 CELLS: dict[str, dict[str, Callable]] = {
     "checkpoint_put": {"create": checkpoint_create, "update": checkpoint_update,
                        "stale-revision conflict": checkpoint_stale,
@@ -396,6 +498,16 @@ CELLS: dict[str, dict[str, Callable]] = {
     "reconciler_configure": {"configure": reconciler_configure},
     "audit_head_export": {"export": audit_head_export},
     "bulk_submit": {"submit": bulk_submit},
+    "graph_put": {"create": graph_create, "update": graph_update,
+                  "stale-parent conflict": graph_stale, "id-taken conflict": graph_id_taken,
+                  "fenced conflict": graph_fenced},
+    "graph_put_writes": {"on the head": graph_writes_head, "on an older one": graph_writes_older,
+                         "fenced conflict": graph_writes_fenced},
+    "graph_list": {"read": graph_list},
+    "graph_thread_delete": {"delete": graph_thread_delete},
+    "graph_threads_prune": {"keep latest": graph_threads_prune},
+    "graph_runs_delete": {"delete": graph_runs_delete},
+    "graph_thread_copy": {"copy": graph_thread_copy, "target-taken conflict": graph_copy_taken},
 }
 NOT_CELLS = {
     "audit_record": "the append itself",

@@ -79,8 +79,20 @@ RACED = {
     "run_reconcile": "tests/transactional/test_reconcile_races.py::"
                      "test_many_reviewers_reconciling_one_run_at_once_store_one_request_per_"
                      "effect",
+    # LangGraph threads (issue 10): tests/transactional/test_langgraph_races.py.
+    "graph_put": "test_langgraph_races.py::test_graphs_resuming_one_thread_at_once_make_"
+                 "exactly_one_winner_and_no_fork (+ first puts on a new thread)",
+    "graph_put_writes": "test_langgraph_races.py::test_pending_writes_racing_the_next_put_"
+                        "make_no_conflict",
+    "graph_thread_delete": "test_langgraph_races.py::test_deleting_a_thread_while_graphs_"
+                           "write_to_it_leaves_no_half_thread",
 }
 NOT_RACED = {
+    "graph_threads_prune": "the delete of graph_thread_delete per thread (same run lock, "
+                           "same code), raced there",
+    "graph_runs_delete": "the delete of graph_thread_delete per thread, raced there",
+    "graph_thread_copy": "locks both runs in run-id order, then writes like graph_put "
+                         "(raced there); a second copy onto the target is refused (412)",
     "tenant_set_ambiguity_threshold": "operator setting; last write wins by design",
     "tokens_revoke": "idempotent: a second revocation finds nothing live",
     "account_deactivate": "row lock on the account; the second call is refused "
