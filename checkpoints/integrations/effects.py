@@ -218,7 +218,11 @@ def recorded_effect(
             bound = signature.bind(*args, **kwargs, **({KEY_PARAMETER: ""} if takes_key else {}))
             bound.apply_defaults()
             arguments = {k: v for k, v in bound.arguments.items() if k != KEY_PARAMETER}
-            operation_key = key(**arguments) if callable(key) else key.format(**arguments)
+            try:
+                operation_key = key(**arguments) if callable(key) else key.format(**arguments)
+            except (KeyError, IndexError) as exc:
+                raise TypeError(f"{name}: the key {key!r} names {exc}, which is not an "
+                                f"argument") from None
             if not isinstance(operation_key, str) or not operation_key:
                 raise TypeError(f"{name}: the key must be a non-empty string, "
                                 f"not {operation_key!r}")

@@ -223,6 +223,9 @@ def test_it_writes_nothing_when_the_call_cannot_be_recorded(store):
         no_run(order_id="LG-1", amount_cents=1)
     with pytest.raises(TypeError, match="non-empty string"):
         bad_key(order_id="LG-1", amount_cents=1)
+    with pytest.raises(TypeError, match="not an argument"):
+        recorded_effect(service="payments", key="refund:{order}", store=store,
+                        run_id=uuid.uuid4())(provider)(order_id="LG-1", amount_cents=1)
     with pytest.raises(TypeError, match="given by @recorded_effect"):
         with_key(order_id="LG-1", amount_cents=1, idempotency_key="mine")
     with pytest.raises(TypeError, match="not JSON"):
