@@ -2,7 +2,9 @@
 
 ``plan(n, seed)`` decides, reproducibly for a seed, what each of about ``n`` worker
 processes does: finish normally, SIGKILL itself at a random write-ahead boundary, or race
-a partner on one checkpoint. ``run_units`` starts them as real processes (at most
+a partner on one checkpoint. ``plan_langgraph(n, seed)`` adds ``n`` runs of the LangGraph
+refund example (``examples/langgraph_refund``): some finish, some SIGKILL themselves
+inside the payment tool. ``run_units`` starts them as real processes (at most
 ``parallel`` at a time) and collects what each one printed and how it ended. Nothing is
 simulated: a "crashed" run is one whose worker process really died, a "conflicted" run
 one whose worker really lost a compare-and-swap.
@@ -24,11 +26,18 @@ from dataclasses import dataclass, field
 
 from .worker import BOUNDARIES
 
+WORKER = "checkpoints.demo.worker"
+LANGGRAPH_EXAMPLE = "examples.langgraph_refund.run"
+# ``describe``'s name for the example's ``--crash-in-tool`` (after the provider's commit,
+# before the effect is confirmed: the worker's ``after_call``, inside a LangGraph tool).
+IN_TOOL = "in_tool"
+
 
 @dataclass
 class Unit:
     """One scheduling unit: an optional set-up command run first, then ``commands`` started
-    together (a race pair), each an argv list for ``python -m checkpoints.demo.worker``."""
+    together (a race pair), each an argv list for ``python -m <module>`` (the demo worker,
+    or the LangGraph example's ``run``)."""
 
     tenant: str
     shape: str
@@ -36,6 +45,7 @@ class Unit:
     commands: list[list[str]]
     setup: list[str] | None = None
     results: list[dict] = field(default_factory=list)
+    module: str = WORKER
 
 
 def plan(n: int, seed: int, tenants: tuple[str, ...] = ("acme", "globex")) -> list[Unit]:
@@ -76,8 +86,33 @@ def plan(n: int, seed: int, tenants: tuple[str, ...] = ("acme", "globex")) -> li
     return units
 
 
-def _argv(common: list[str], args: list[str]) -> list[str]:
-    return [sys.executable, "-m", "checkpoints.demo.worker", *common, *args]
+def plan_langgraph(n: int, seed: int, tenants: tuple[str, ...] = ("acme", "globex"),
+                   first_order: int = 2001) -> list[Unit]:
+    """``n`` runs of the LangGraph refund example, each on its own thread
+    (``refund-LG-<k>``, order ``LG-<k>`` from ``first_order``): a third of them (at least
+    two, when ``n`` allows) SIGKILLed inside the payment tool on the first tenant, so the
+    inbox always holds crashed LangGraph runs; the rest finish, 1 in 5 on the second
+    tenant. Same ``seed``, same plan."""
+    rng = random.Random(seed)
+    killed = min(n, max(2, n // 3))
+    units: list[Unit] = []
+    for i in range(n):
+        order = f"LG-{first_order + i}"
+        crash = i < killed
+        tenant = (tenants[1] if not crash and len(tenants) > 1 and rng.random() < 0.2
+                  else tenants[0])
+        args = ["--tenant", tenant, "--thread-id", f"refund-{order}", "--order-id", order,
+                "--amount-cents", str(rng.choice([1299, 2599, 4999, 8900, 15000]))]
+        if crash:
+            args.append("--crash-in-tool")
+        units.append(Unit(tenant, "langgraph", f"die {IN_TOOL}" if crash else "finish",
+                          [args], module=LANGGRAPH_EXAMPLE))
+    rng.shuffle(units)
+    return units
+
+
+def _argv(common: list[str], args: list[str], module: str = WORKER) -> list[str]:
+    return [sys.executable, "-m", module, *common, *args]
 
 
 def run_units(units: list[Unit], *, base_url: str, payments_url: str, tokens: dict[str, str],
@@ -99,10 +134,12 @@ def run_units(units: list[Unit], *, base_url: str, payments_url: str, tokens: di
         while pending and len(running) + len(pending[0].commands) <= parallel:
             unit = pending.pop(0)
             if unit.setup:
-                subprocess.run(_argv(common, unit.setup), env=env_for(unit.tenant), cwd=cwd,
-                               capture_output=True, timeout=60, check=False)
+                subprocess.run(_argv(common, unit.setup, unit.module),
+                               env=env_for(unit.tenant), cwd=cwd, capture_output=True,
+                               timeout=60, check=False)
             for args in unit.commands:
-                proc = subprocess.Popen(_argv(common, args), env=env_for(unit.tenant), cwd=cwd,
+                proc = subprocess.Popen(_argv(common, args, unit.module),
+                                        env=env_for(unit.tenant), cwd=cwd,
                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                         text=True)
                 running.append((unit, proc, args))
@@ -130,7 +167,8 @@ def describe(returncode: int, stdout: str, stderr: str, args: list[str]) -> dict
     except ValueError:
         result = {}
     if returncode == -signal.SIGKILL:
-        boundary = args[args.index("--die-at") + 1] if "--die-at" in args else "?"
+        boundary = (args[args.index("--die-at") + 1] if "--die-at" in args
+                    else IN_TOOL if "--crash-in-tool" in args else "?")
         result.update(outcome=f"killed {boundary}")
     elif "outcome" not in result:  # nothing said, or only the "started" line
         result.update(outcome="error", error=stderr.strip()[-500:])

@@ -3,8 +3,11 @@
 What a runtime's supervisor does in production, small: every ``--interval`` seconds (3),
 for each tenant, list the runs in ``retry_approved`` through the API with the tenant's
 writer token (``GET …/runs?recovery_state=retry_approved``) and start one
-``python -m checkpoints.demo.worker --resume --run-id R`` process per run. A reviewer who
-got a retry approved in the dashboard then sees the run complete without a terminal.
+``python -m checkpoints.demo.worker --resume --run-id R`` process per run (for a run of
+kind ``langgraph.checkpoint``: ``python -m examples.langgraph_refund.run --resume
+--run-id R``, which re-invokes the LangGraph refund graph on the run's thread). A
+reviewer who got a retry approved in the dashboard then sees the run complete without a
+terminal.
 
 - Never two workers for the same run at once: a run with a live worker is skipped. (If
   two supervisors ran anyway, only one claim consumes the approval; the other worker is
@@ -40,6 +43,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from checkpoints.client import CheckpointError, HttpCheckpointStore
+
+# The module that resumes a run of a kind (``python -m MODULE --resume ...``); any other
+# kind goes to the demo worker, which says which kinds it resumes.
+RESUMER_OF_KIND = {"langgraph.checkpoint": "examples.langgraph_refund.run"}
+WORKER = "checkpoints.demo.worker"
 
 
 @dataclass
@@ -110,11 +118,13 @@ class Supervisor:
                 if self.attempts.get(key, 0) >= self.max_attempts:
                     continue
                 self.attempts[key] = self.attempts.get(key, 0) + 1
-                self.running[key] = Resume(tenant, key[1], self._start(tenant, key[1]))
+                self.running[key] = Resume(tenant, key[1],
+                                           self._start(tenant, key[1], run.get("kind")))
         return lines
 
-    def _start(self, tenant: str, run_id: str) -> subprocess.Popen:
-        argv = [self.python, "-m", "checkpoints.demo.worker", "--resume",
+    def _start(self, tenant: str, run_id: str, kind: str | None = None) -> subprocess.Popen:
+        module = RESUMER_OF_KIND.get(kind or "", WORKER)
+        argv = [self.python, "-m", module, "--resume",
                 "--base-url", self.base_url, "--tenant", tenant, "--run-id", run_id,
                 "--payments-url", self.payments_url, *self.worker_args]
         env = dict(os.environ, RECOVERY_TOKEN=self.tokens[tenant])

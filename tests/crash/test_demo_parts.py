@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from checkpoints.demo.orchestrate import plan
+from checkpoints.demo.orchestrate import describe, plan, plan_langgraph
 from checkpoints.demo.payments import PaymentService
 from checkpoints.reconcile import EffectRef, HttpStatusReconciler
 
@@ -117,6 +117,26 @@ def test_it_always_gives_the_first_tenant_the_readme_walk_through(seed):
     for boundary in ("after_intent", "after_submitted", "after_call", "after_confirmed"):
         assert ("acme", "order", f"die {boundary}") in kills
     assert ("acme", "agent", "die after_call") in kills
+
+
+@pytest.mark.parametrize("n", [2, 6, 12])
+def test_it_plans_langgraph_runs_with_at_least_two_killed_in_the_tool(n):
+    units = plan_langgraph(n, seed=3)
+
+    assert [[*u.commands] for u in units] == [[*u.commands] for u in plan_langgraph(n, seed=3)]
+    assert {u.module for u in units} == {"examples.langgraph_refund.run"}
+    killed = [u for u in units if "--crash-in-tool" in u.commands[0]]
+    assert len(killed) == max(2, n // 3)
+    assert {(u.tenant, u.label) for u in killed} == {("acme", "die in_tool")}
+    threads = [u.commands[0][u.commands[0].index("--thread-id") + 1] for u in units]
+    assert len(set(threads)) == n
+
+
+def test_it_names_an_example_killed_in_its_tool():
+    args = ["--thread-id", "refund-LG-1", "--crash-in-tool"]
+
+    assert describe(-9, '{"started": true}\n', "", args)["outcome"] == "killed in_tool"
+    assert describe(0, '{"outcome": "completed"}\n', "", args[:2])["outcome"] == "completed"
 
 
 @pytest.mark.django_db

@@ -11,18 +11,25 @@ Steps:
    ``RECOVERY_RECONCILERS`` pointing at the payment service) as child processes.
 4. Run about ``--workers`` worker processes through ``checkpoints.client`` (at most
    ``--parallel`` at a time): some finish, some SIGKILL themselves at a random
-   write-ahead boundary, some pairs race on one checkpoint.
+   write-ahead boundary, some pairs race on one checkpoint. Alongside, ``--langgraph``
+   runs of the LangGraph refund example (``examples/langgraph_refund``, checkpointed by
+   ``RecoverySaver``): some finish, at least two SIGKILL themselves inside the payment
+   tool after the charge, so the inbox holds crashed LangGraph runs whose effect
+   reconciles like the workers' (left out, with a line saying so, when LangGraph is not
+   installed: ``pip install -e '.[test]'``, or ``'.[langgraph]'`` plus ``langgraph``).
 5. Wait for the dead workers' leases to expire, run the stale-run sweep, print the runs
    per recovery state, the URL and the logins, and serve until Ctrl-C.
 6. While serving, run the stale-run sweep every 10 s and the demo supervisor
    (``checkpoints.demo.supervisor``, a child process): every 3 s it lists each tenant's
    ``retry_approved`` runs with the tenant's writer token and starts ``worker --resume``
-   for each (one at a time per run), so a retry approved in the dashboard completes the
-   run by itself; one line per resume in ``var/demo-supervisor.log``.
+   for each (one at a time per run; ``examples.langgraph_refund.run --resume`` for a
+   LangGraph run), so a retry approved in the dashboard completes the run by itself; one
+   line per resume in ``var/demo-supervisor.log``.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import random
 import shutil
@@ -40,7 +47,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connections
 
 from checkpoints import selectors, services
-from checkpoints.demo.orchestrate import plan, run_units
+from checkpoints.demo.orchestrate import plan, plan_langgraph, run_units
 from checkpoints.models import Tenant
 from checkpoints.vocab import Role
 
@@ -57,6 +64,12 @@ SUPERVISE_EVERY_S = 3
 
 def _interrupt(signum, frame):
     raise KeyboardInterrupt
+
+
+def _langgraph_installed() -> bool:
+    """Whether the LangGraph example can run here (the ``langgraph`` extra)."""
+    return all(importlib.util.find_spec(name) is not None
+               for name in ("langgraph", "langchain_core", "httpx"))
 
 
 def _wait_http(url: str, timeout_s: float, proc: subprocess.Popen) -> None:
@@ -83,6 +96,9 @@ class Command(BaseCommand):
         parser.add_argument("--payments-port", type=int, default=None,
                             help="payment service port (default: port + 765)")
         parser.add_argument("--workers", type=int, default=36, help="worker processes, about")
+        parser.add_argument("--langgraph", type=int, default=6,
+                            help="runs of the LangGraph refund example (at least two of them "
+                                 "killed inside the payment tool); 0 for none")
         parser.add_argument("--parallel", type=int, default=6, help="workers at a time")
         parser.add_argument("--seed", type=int, default=None, help="plan seed (default random)")
         parser.add_argument("--no-serve", action="store_true",
@@ -136,6 +152,13 @@ class Command(BaseCommand):
             _wait_http(f"{base_url}/login/", 60, server)
 
             units = plan(opts["workers"], seed, tuple(TENANTS))
+            if opts["langgraph"] > 0 and not _langgraph_installed():
+                self.stdout.write("LangGraph is not installed (pip install -e '.[test]', or "
+                                  "'.[langgraph]' langgraph): the LangGraph refund runs are "
+                                  "left out.")
+            elif opts["langgraph"] > 0:
+                units += plan_langgraph(opts["langgraph"], seed, tuple(TENANTS))
+                random.Random(seed).shuffle(units)
             n_proc = sum(len(u.commands) + (1 if u.setup else 0) for u in units)
             self.stdout.write(f"Running {n_proc} worker processes (seed {seed}, "
                               f"{opts['parallel']} at a time)...")

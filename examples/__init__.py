@@ -1,0 +1,1 @@
+"""Examples of runtimes using the recovery service (not part of the installed package)."""
