@@ -4,7 +4,8 @@ A package by entity, so each write is found by name: ``accounts`` (tenants, acco
 roles, tokens, reconciler settings), ``runs`` (the run lock, fencing, recovery state,
 conflicts, leases, resume decisions), ``checkpoints`` (the compare-and-swap write,
 reveals, exports), ``effects``, ``review`` (retry, mark unknown, close, acknowledge),
-``sweep``, ``keys`` (key rotation), ``bulk`` (one review action on many runs) and
+``sweep``, ``keys`` (key rotation), ``bulk`` (one review action on many runs),
+``runifold`` (runifold JSON Lines in and out, issue 10) and
 ``common`` (what they share). Everything public is
 re-exported here: callers write ``services.checkpoint_put(...)``.
 
@@ -73,6 +74,7 @@ from .review import (
     retry_withdraw,
     run_close,
 )
+from .runifold import runifold_export, runifold_import
 from .runs import (
     _lock_run,
     lease_acquire,
@@ -87,4 +89,4 @@ from .sweep import sweep_stale_runs
 # The submodules, for tests that read the services' source (the audit, fence and race
 # matrices).
 MODULES = ("common", "accounts", "runs", "checkpoints", "effects", "review", "sweep", "keys",
-           "bulk")
+           "bulk", "runifold")
