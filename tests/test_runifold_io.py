@@ -192,6 +192,19 @@ def test_importing_again_writes_nothing_at_all(acme):
 
 
 @pytest.mark.django_db
+def test_the_commands_read_stdin_and_write_stdout(acme, monkeypatch, capsysbinary):
+    data = (FIXTURES / "agent.v1.jsonl").read_bytes()
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(data)))
+    out, _ = run_import("-", no_progress=True)
+    assert "3 line(s) imported" in out
+    err = io.StringIO()
+    call_command("export_runifold", "-", tenant="acme", no_progress=True, stderr=err)
+    assert canonical(capsysbinary.readouterr().out.decode().splitlines()) == canonical(
+        data.decode().splitlines())
+    assert "3 checkpoint line(s) and 0 effect line(s) exported" in err.getvalue()
+
+
+@pytest.mark.django_db
 def test_each_written_line_is_one_audit_event_in_the_tenants_chain(acme):
     import_fixtures()
     events = Counter(AuditEvent.objects.filter(tenant=acme).values_list("action", flat=True))

@@ -505,6 +505,7 @@ class _Effect:
     receipt_ciphertext: str = ""
     request_ciphertext: str = ""
     request_json: str | None = None  # decrypted lazily
+    attempt: int = 1
     written: list[EffectLine] = field(default_factory=list)
 
 
@@ -675,9 +676,9 @@ def _stored_effects(tenant: Tenant, ids: set) -> dict[uuid.UUID, _Effect]:
         return {}
     rows = (Effect.objects.for_tenant(tenant).filter(uuid__in=ids)
             .values_list("pk", "uuid", "run__uuid", "revision", "state", "receipt_ciphertext",
-                         "request_ciphertext"))
-    return {eid: _Effect(pk, run_uuid, rev, state, rev, state, receipt, request)
-            for pk, eid, run_uuid, rev, state, receipt, request in rows}
+                         "request_ciphertext", "attempt"))
+    return {eid: _Effect(pk, run_uuid, rev, state, rev, state, receipt, request, attempt=attempt)
+            for pk, eid, run_uuid, rev, state, receipt, request, attempt in rows}
 
 
 def _stored_keys(tenant: Tenant, lines: list[EffectLine]) -> dict[tuple[str, str], uuid.UUID]:
@@ -957,7 +958,7 @@ def _write_effects(actor, tenant, effects: dict, runs: dict, now) -> None:
     name = _actor_name(actor)
     writepath.insert_rows(EffectRevision, [
         dict(tenant_id=tenant.pk, effect_id=effect.pk, revision=line.revision, state=line.state,
-             receipt_ciphertext=line.receipt_ciphertext, attempt=1, actor_name=name,
+             receipt_ciphertext=line.receipt_ciphertext, attempt=effect.attempt, actor_name=name,
              source=EffectSource.IMPORT, created_at=now)
         for effect in effects.values() for line in effect.written])
 
