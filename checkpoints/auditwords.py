@@ -96,6 +96,30 @@ def _write(noun: str) -> Callable:
     return say
 
 
+def _imported(e, t) -> str:
+    """a line of a runifold file written by ``import_runifold`` (issue 10, item 4)"""
+    rev = _get(e.after, "revision")
+    what = f"imported {t}" + (f" revision {rev}" if rev is not None else "")
+    what += " from a runifold file"
+    state, theirs = _words(_get(e.after, "state")), _words(_get(e.after, "runifold_state"))
+    phase = _get(e.after, "phase")
+    if state:
+        what += f", now {state}" + (f" (runifold: {theirs})" if theirs and theirs != state
+                                    else "")
+    elif phase:
+        what += f" at phase {phase}"
+    if _get(e.after, "reopened"):
+        what += ", reopening the closed run"
+    return what
+
+
+def _exported(e, t) -> str:
+    """one page of ``export_runifold`` (issue 10, item 4)"""
+    checkpoints, effects = _get(e.after, "checkpoint_lines"), _get(e.after, "effect_lines")
+    return (f"exported {checkpoints or 0} checkpoint line(s) and {effects or 0} effect "
+            f"line(s) of {t} as runifold JSON Lines")
+
+
 def _conflict(e, t) -> str:
     why = _words(_get(e.after, "reason")) or "a conflict"
     exp, cur = _get(e.after, "expected_revision"), _get(e.before, "current_revision")
@@ -265,6 +289,9 @@ SENTENCES: dict[str, Callable[[Any, str], str]] = {
     A.LANGGRAPH_THREAD_COPY: _lg_copy,
     A.LANGGRAPH_THREAD_PRUNE: _lg_prune,
     A.LANGGRAPH_RUNS_DELETE: _lg_runs_delete,
+    A.CHECKPOINT_IMPORT: _imported,
+    A.EFFECT_IMPORT: _imported,
+    A.RUNIFOLD_EXPORT: _exported,
 }
 
 

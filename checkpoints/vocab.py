@@ -118,13 +118,15 @@ class EffectClass(TextChoices):
 class EffectSource(TextChoices):
     """Who moves an effect (``EffectRevision.source``; the "by" of CONTRACT.md's effect
     table). ``retry`` is the consumed approval re-planning an effect; its revision row
-    says ``runtime`` (the runtime's resume did it)."""
+    says ``runtime`` (the runtime's resume did it). ``import`` is a record read from a
+    runifold file (``services.runifold``, issue 10)."""
 
     RUNTIME = "runtime"
     RECONCILIATION = "reconciliation"
     REVIEWER = "reviewer"
     SWEEP = "sweep"
     RETRY = "retry"
+    IMPORT = "import"
 
 
 class RetryState(TextChoices):
@@ -294,11 +296,14 @@ class AuditAction(TextChoices):
     LANGGRAPH_THREAD_COPY = "langgraph.thread_copy"
     LANGGRAPH_THREAD_PRUNE = "langgraph.thread_prune"
     LANGGRAPH_RUNS_DELETE = "langgraph.runs_delete"
+    CHECKPOINT_IMPORT = "checkpoint.import"
+    EFFECT_IMPORT = "effect.import"
+    RUNIFOLD_EXPORT = "runifold.export"
 
 
 AuditAction.REVEALS = frozenset({AuditAction.PAYLOAD_REVEAL, AuditAction.PAYLOAD_READ,
                                  AuditAction.PAYLOAD_EXPORT, AuditAction.RECEIPT_REVEAL,
-                                 AuditAction.EVIDENCE_REVEAL})
+                                 AuditAction.EVIDENCE_REVEAL, AuditAction.RUNIFOLD_EXPORT})
 AuditAction.CONFLICT = {TargetType.CHECKPOINT: AuditAction.CHECKPOINT_CONFLICT,
                         TargetType.EFFECT: AuditAction.EFFECT_CONFLICT}
 

@@ -30,7 +30,7 @@ from functools import lru_cache
 
 import psycopg
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import connection, connections, transaction
 from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
 
 from . import audit, policy
@@ -308,3 +308,30 @@ def checkpoint_update(*, actor, tenant: Tenant, envelope, expected_revision: int
                             **{k: v for k, v in written.items() if k != "written_by"})
     checkpoint.written_by = actor
     return checkpoint
+
+
+def insert_rows(model, rows: list[dict]) -> None:
+    """Insert ``rows`` (each ``{attname: value}``, every column but the primary key, auto
+    timestamps included) into ``model``'s table, in the caller's transaction: on
+    PostgreSQL with one ``COPY`` (about a third of ``bulk_create``'s time per row, for
+    the runifold import's batches, issue 10), elsewhere with ``bulk_create``. Values are
+    converted by each field (``get_db_prep_save``), as the ORM does; database errors come
+    out as Django's (``IntegrityError`` for a taken unique key). Row triggers fire for
+    ``COPY`` as for ``INSERT``. Returns nothing: a caller that needs the new primary keys
+    reads them by a unique key."""
+    if not rows:
+        return
+    if connection.vendor != "postgresql":
+        model.objects.bulk_create([model(**row) for row in rows])
+        return
+    fields = [f for f in model._meta.concrete_fields if not f.primary_key]
+    columns = ", ".join(_q(f.column) for f in fields)
+    # The connection itself, not the ``connection`` proxy: one lookup instead of one per
+    # value converted.
+    conn = connections[connection.alias]
+    prep = [(f.attname, f.get_db_prep_save) for f in fields]
+    conn.ensure_connection()
+    with conn.wrap_database_errors, psycopg.Cursor(conn.connection) as cursor:
+        with cursor.copy(f"COPY {_table(model)} ({columns}) FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row([save(row[name], conn) for name, save in prep])

@@ -101,6 +101,14 @@ SAMPLES = {
     A.LANGGRAPH_RUNS_DELETE: ("wendy", T.RUN, RUN, None,
                               {"run_ids": ["r-1"], "run_ids_given": 1, "thread_id": "t-1",
                                "deleted": 1, "run": "deleted"}, ""),
+    A.CHECKPOINT_IMPORT: ("system", T.CHECKPOINT, CP, None,
+                          {"revision": 3, "phase": "completed after 1 turn(s)",
+                           "phase_class": "completed"}, ""),
+    A.EFFECT_IMPORT: ("system", T.EFFECT, EFFECT, {"revision": 0, "state": "planned"},
+                      {"revision": 1, "state": "unresolved", "runifold_state": "started",
+                       "operation_key": "charge:A-7", "service": "payments"}, ""),
+    A.RUNIFOLD_EXPORT: ("adam", T.TENANT, "acme", None,
+                        {"checkpoint_lines": 200, "effect_lines": 12, "history": False}, ""),
 }
 
 NAMES = {EFFECT: "charge:A-7 at payments"}
@@ -146,6 +154,12 @@ def test_each_sentence_says_who_did_what_in_words(action):
     (A.CHECKPOINT_CONFLICT, "wendy was refused writing checkpoint 5c0e1a2b: stale revision "
                             "(sent for revision 2, store at 4)"),
     (A.CHECKPOINT_WRITE, "wendy wrote checkpoint 5c0e1a2b revision 3 at phase charging"),
+    (A.CHECKPOINT_IMPORT, "system imported checkpoint 5c0e1a2b revision 3 from a runifold "
+                          "file at phase completed after 1 turn(s)"),
+    (A.EFFECT_IMPORT, "system imported charge:A-7 at payments revision 1 from a runifold file"
+                      ", now unresolved (runifold: started)"),
+    (A.RUNIFOLD_EXPORT, "adam exported 200 checkpoint line(s) and 12 effect line(s) of "
+                        "tenant acme as runifold JSON Lines"),
     (A.LEASE_ACQUIRE, "wendy gave the run's lease to worker-1, fencing token 1"),
     (A.CONFLICTS_ACKNOWLEDGE, "rita acknowledged 2 conflict(s) of the run "
                               "(conflicted → healthy): seen"),

@@ -5,7 +5,8 @@ roles, tokens, reconciler settings), ``runs`` (the run lock, fencing, recovery s
 conflicts, leases, resume decisions), ``checkpoints`` (the compare-and-swap write,
 reveals, exports), ``effects``, ``review`` (retry, mark unknown, close, acknowledge),
 ``sweep``, ``keys`` (key rotation), ``bulk`` (one review action on many runs),
-``langgraph`` (LangGraph threads: checkpoints, pending writes, deletions; issue 10) and
+``langgraph`` (LangGraph threads: checkpoints, pending writes, deletions; issue 10),
+``runifold`` (runifold JSON Lines in and out, issue 10) and
 ``common`` (what they share). Everything public is
 re-exported here: callers write ``services.checkpoint_put(...)``.
 
@@ -88,6 +89,7 @@ from .review import (
     retry_withdraw,
     run_close,
 )
+from .runifold import runifold_export, runifold_import
 from .runs import (
     _lock_run,
     lease_acquire,
@@ -102,4 +104,4 @@ from .sweep import sweep_stale_runs
 # The submodules, for tests that read the services' source (the audit, fence and race
 # matrices).
 MODULES = ("common", "accounts", "runs", "checkpoints", "effects", "review", "sweep", "keys",
-           "bulk", "langgraph")
+           "bulk", "langgraph", "runifold")

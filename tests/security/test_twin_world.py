@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import io
 import json
 import uuid
 from collections import Counter
@@ -64,6 +65,7 @@ from checkpoints.models import (
     Tenant,
 )
 from checkpoints.reconcile import Answer
+from checkpoints.services.runifold import jsonl_lines
 from tests.helpers import (
     age_world,
     effect_body,
@@ -864,6 +866,32 @@ class ServiceCell:
     actor: bool = True
 
 
+def _runifold_lines() -> bytes:
+    """A runifold agent checkpoint in the shared run ``r_stable`` (new id ``new_cp``) and
+    an effect record naming that run (RUNIFOLD.md 1, 4)."""
+    cp = {"id": str(IDS["new_cp"]), "revision": 0, "run_id": str(IDS["r_stable"]),
+          "kind": "runifold.agent", "schema_version": 1, "updated_at_ms": 1,
+          "payload": {"execution_id": str(IDS["new_cp"]), "agent": "a",
+                      "model": {"provider": "p", "name": "m"}, "transcript": [], "turns": 0,
+                      "tool_calls": 0, "delegations": 0, "usage": {},
+                      "phase": {"state": "ready_for_turn"}}}
+    fx = {"revision": 0, "run_id": str(IDS["r_stable"]), "status": {"state": "prepared"},
+          "request": {"effect_id": str(IDS["new_fx"]), "invocation_id": str(IDS["new_fx"]),
+                      "kind": "Tool", "capability_id": str(IDS["new_fx"]), "input": {},
+                      "effect_class": "ReadOnly", "idempotency_key": "done"}}
+    return (json.dumps(cp) + "\n" + json.dumps(fx) + "\n").encode()
+
+
+def _runifold_export(w: World, slug: str, acting: str) -> list[str]:
+    """The lines ``runifold_export`` writes for ``slug``: its answer, checked for the
+    twin's marker (the two tenants holding the same runifold file:
+    tests/test_runifold_io.py::test_the_same_file_into_two_tenants_is_two_sets_of_objects)."""
+    lines: list[str] = []
+    services.runifold_export(actor=_as(w, acting, "reviewer"), tenant=w.tenant(slug),
+                             write=lines.append)
+    return lines
+
+
 _BODY = lambda: services.parse_envelope(  # noqa: E731
     envelope(IDS["new_cp"], IDS["r_stable"], 0, payload={"phase": "ready"}),
     url_id=IDS["new_cp"])
@@ -938,6 +966,12 @@ SERVICES: dict[str, list[ServiceCell]] = {
     "bulk_submit": [ServiceCell(lambda w, s, a: services.bulk_submit(
         actor=_as(w, a, "reviewer"), tenant=w.tenant(s), action="close", reason="x",
         run_ids=[IDS["r_stuck"], EXTRA["r_more"]], client_token=IDS["new_cp"]))],
+    # A runifold file naming the shared ids: the checkpoint and effect land in this
+    # tenant's run (or are refused there), never in the twin's.
+    "runifold_import": [ServiceCell(lambda w, s, a: services.runifold_import(
+        actor=_as(w, a, "writer"), tenant=w.tenant(s), lines=jsonl_lines(io.BytesIO(
+            _runifold_lines()))))],
+    "runifold_export": [ServiceCell(lambda w, s, a: _runifold_export(w, s, a))],
 }
 _LG_PUT = lambda: services.parse_put(lg_put(LG_THREAD, LG_IDS[2], parent=LG_IDS[1]))  # noqa: E731
 _LG_WRITES = lambda: services.parse_writes(  # noqa: E731
@@ -963,6 +997,8 @@ SERVICES.update({  # LangGraph threads (issue 10): the shared thread id acts on 
 NOT_SERVICE_CELLS = {
     "audit_verify": "reads one tenant's chain by tenant pk: tests/services/test_audit_chain.py",
     "audit_record": "appends to the given tenant's chain; every service above goes through it",
+    "audit_record_many": "appends to the given tenant's chain, as audit_record; "
+                         "runifold_import's cell goes through it",
     "new_event": "builds (unsaved) the next event of the tenant whose chain head its "
                  "caller holds; reads and writes nothing",
 }

@@ -25,9 +25,11 @@
 from __future__ import annotations
 
 import inspect
+import io
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -465,6 +467,37 @@ def graph_copy_taken(p):
                                                    target_thread_id="t-2"))
 
 
+def _runifold(p, *names: str) -> bytes:
+    root = Path(__file__).resolve().parent.parent / "fixtures" / "runifold"
+    return b"".join((root / f"{n}.jsonl").read_bytes() for n in names)
+
+
+def _import(p, data: bytes):
+    from checkpoints.services.runifold import jsonl_lines
+
+    report = services.runifold_import(actor=p.wendy, tenant=p.acme,
+                                      lines=jsonl_lines(io.BytesIO(data)))
+    assert report.failed == 0, report
+    return report
+
+
+def runifold_import(p):
+    data = _runifold(p, "agent.v1", "effects")
+    return Cell(lambda: _import(p, data))
+
+
+def runifold_advance(p):
+    lines = _runifold(p, "history").splitlines(keepends=True)
+    _import(p, lines[0])  # revision 0 of an agent checkpoint; revision 1 advances it
+    return Cell(lambda: _import(p, lines[1]))
+
+
+def runifold_export(p):
+    _import(p, _runifold(p, "agent.v1"))
+    written = []
+    return Cell(lambda: services.runifold_export(actor=p.rita, tenant=p.acme,
+                                                 write=written.append))
+
 CELLS: dict[str, dict[str, Callable]] = {
     "checkpoint_put": {"create": checkpoint_create, "update": checkpoint_update,
                        "stale-revision conflict": checkpoint_stale,
@@ -508,9 +541,12 @@ CELLS: dict[str, dict[str, Callable]] = {
     "graph_threads_prune": {"keep latest": graph_threads_prune},
     "graph_runs_delete": {"delete": graph_runs_delete},
     "graph_thread_copy": {"copy": graph_thread_copy, "target-taken conflict": graph_copy_taken},
+    "runifold_import": {"create": runifold_import, "advance": runifold_advance},
+    "runifold_export": {"export": runifold_export},
 }
 NOT_CELLS = {
     "audit_record": "the append itself",
+    "audit_record_many": "the append itself, for many events (runifold_import's cells)",
     "dispatch": "without a broker it runs execute, whose cell covers it",
     "redrive": "part of sweep_stale_runs; it runs execute, whose cell covers it",
     "payloads_rotate_keys": "re-encrypts in batches, each its own transaction, so it can run "
@@ -527,7 +563,7 @@ def audited_public_functions() -> set[str]:
     """Public functions of services, reconciliation and audit that reach ``audit_record``
     through calls to module functions."""
     return public_functions_reaching((*service_modules(), reconciliation, audit),
-                                     {"audit_record"})
+                                     {"audit_record", "audit_record_many"})
 
 
 @pytest.mark.django_db(transaction=False)

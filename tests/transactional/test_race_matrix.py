@@ -76,6 +76,8 @@ RACED = {
                   "(+ tests/transactional/test_races.py)",
     "sweep_stale_runs": "tests/transactional/test_races.py::"
                         "test_it_sweeps_once_when_many_workers_sweep_at_once",
+    "runifold_import": "tests/test_runifold_io.py::"
+                       "test_two_imports_of_one_file_at_once_write_it_once",
     "run_reconcile": "tests/transactional/test_reconcile_races.py::"
                      "test_many_reviewers_reconciling_one_run_at_once_store_one_request_per_"
                      "effect",
