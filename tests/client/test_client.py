@@ -1,4 +1,5 @@
-"""``checkpoints.client`` against the real API (pytest-django ``live_server``).
+"""``checkpoints.client`` and ``checkpoints.aclient`` against the real API (pytest-django
+``live_server``); every test runs for both clients (``conftest.open_store``).
 
 The client must mirror runifold-core's store (load / compare_and_swap with error kinds
 not_found, conflict, invalid_payload, storage), carry fencing tokens after a lease or a
@@ -19,13 +20,12 @@ from checkpoints.client import (
     CheckpointError,
     EffectFailed,
     EffectInDoubt,
-    HttpCheckpointStore,
     fingerprint,
     next_revision,
-    perform_effect,
 )
 from checkpoints.models import AuditEvent, Conflict, Effect
 from tests.api.apihelpers import snapshot
+from tests.client.drivers import Pauses, perform
 from tests.helpers import age_world, envelope
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -101,16 +101,18 @@ def test_it_raises_invalid_payload_for_a_wrong_revision(store):
     assert snapshot() == before
 
 
-def test_it_raises_storage_when_the_server_cannot_be_reached():
+def test_it_raises_storage_when_the_server_cannot_be_reached(open_store):
     with socket.socket() as sock:  # a port nobody listens on
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    store = HttpCheckpointStore(f"http://127.0.0.1:{port}", "acme", "rcv_x", timeout_s=2)
+    pauses = Pauses()
+    store = open_store(f"http://127.0.0.1:{port}", "acme", "rcv_x", timeout_s=2, sleep=pauses)
 
     with pytest.raises(CheckpointError) as err:
         store.load(str(uuid.uuid4()))
 
-    assert (err.value.kind, err.value.status) == ("storage", 0)
+    assert (err.value.kind, err.value.status, err.value.sent) == ("storage", 0, False)
+    assert len(pauses) == 3  # tried again three times (the default retries), then raised
 
 
 def test_it_answers_not_found_in_a_tenant_the_token_has_no_role_in(acme, wes, make_store, store):
@@ -211,7 +213,7 @@ def test_it_computes_a_stable_lower_case_fingerprint():
 
 
 def _effect(store, run_id, call, key="charge:A-7", request=None, **kw):
-    return perform_effect(store, run_id=run_id, service="payments", operation_key=key,
+    return perform(store, run_id=run_id, service="payments", operation_key=key,
                           effect_class="non_idempotent",
                           request=request or {"order_id": "A-7", "amount_cents": 700},
                           call=call, **kw)
@@ -236,7 +238,7 @@ def test_it_stores_the_request_of_an_idempotent_effect_for_the_replay_reconciler
 
     run_id = create(store)["run_id"]
     request = {"order_id": "A-8", "amount_cents": 800}
-    perform_effect(store, run_id=run_id, service="refunds", operation_key="refund:A-8",
+    perform(store, run_id=run_id, service="refunds", operation_key="refund:A-8",
                    effect_class="idempotent", request=request, call=lambda key: {"ok": 1})
     _effect(store, run_id, lambda key: {"charge_id": "ch_7"})
     kept = Effect.objects.get(operation_key="refund:A-8").request_ciphertext

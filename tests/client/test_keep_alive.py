@@ -1,6 +1,7 @@
 """``HttpCheckpointStore``'s kept-alive connection (issue 8): every request of a store on
 one connection; a connection the server closed while idle is replaced before the next
-request; one that breaks under a request is retried once for a read, never for a write;
+request; one that breaks under a request is sent again once for a read, and a write only
+through the retries of ``tests/client/test_retries.py`` (never with ``retries=0``);
 ``revision`` learns the current revision with a ``HEAD``, which writes nothing."""
 
 from __future__ import annotations
@@ -16,6 +17,15 @@ from checkpoints.models import AuditEvent
 from tests.helpers import envelope
 
 live = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def store(live_server, wendy) -> HttpCheckpointStore:
+    """The sync store only: these tests look at its one kept-alive connection (the async
+    store's pool: ``test_retries.py``)."""
+    from checkpoints import services
+
+    return HttpCheckpointStore(live_server.url, "acme", services.token_issue(user=wendy))
 
 
 @live
@@ -104,8 +114,9 @@ class Stub:
                     if served == self.answers and self.mode == "idle":
                         break  # closed while idle: the client has its answer
 
-    def store(self) -> HttpCheckpointStore:
-        return HttpCheckpointStore(f"http://127.0.0.1:{self.port}", "acme", "t", timeout_s=5)
+    def store(self, **kw) -> HttpCheckpointStore:
+        return HttpCheckpointStore(f"http://127.0.0.1:{self.port}", "acme", "t", timeout_s=5,
+                                   **kw)
 
     def close(self) -> None:
         self.server.close()
@@ -149,12 +160,26 @@ def test_it_sends_a_read_once_more_when_the_connection_breaks_under_it(stub):
     assert server.requests == ["HEAD", "HEAD", "HEAD"]
 
 
-def test_it_never_sends_a_write_twice_when_the_connection_breaks_under_it(stub):
+def test_without_retries_it_never_sends_a_write_twice_when_the_connection_breaks_under_it(
+        stub):
     server = stub(answers=1, mode="mid")
-    store = server.store()
+    store = server.store(retries=0)
     body = envelope()
     assert store.compare_and_swap(body, None) == 7
     with pytest.raises(CheckpointError) as err:
         store.compare_and_swap(next_revision(body, {}), 0)
     assert err.value.kind == "storage"
     assert server.requests == ["PUT", "PUT"]  # the write may have been stored: not resent
+
+
+def test_without_keep_alive_an_unreachable_server_is_retried_as_never_sent():
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    pauses = []
+    store = HttpCheckpointStore(f"http://127.0.0.1:{port}", "acme", "t", keep_alive=False,
+                                sleep=pauses.append)
+    with pytest.raises(CheckpointError) as err:
+        store.resume(str(uuid.uuid4()))  # a claim: resent only when surely not sent
+    assert (err.value.kind, err.value.status, err.value.sent) == ("storage", 0, False)
+    assert len(pauses) == 3
