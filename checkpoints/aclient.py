@@ -202,6 +202,7 @@ async def perform_effect(
     on_step: Callable[[str], None | Awaitable[None]] | None = None,
     retry: bool = False,
     store_request: bool | None = None,
+    fencing_token: int | None = None,
 ) -> dict:
     """``checkpoints.client.perform_effect`` for ``AsyncHttpCheckpointStore``: the same
     steps, answers and errors (planned -> submitted -> ``call`` -> confirmed; replay of
@@ -210,4 +211,5 @@ async def perform_effect(
     return await store._drive(effect_walk(
         store, run_id=run_id, service=service, operation_key=operation_key,
         effect_class=effect_class, request=request, call=call, effect_id=effect_id,
-        on_step=on_step, retry=retry, store_request=store_request))
+        on_step=on_step, retry=retry, store_request=store_request,
+        fencing_token=fencing_token))

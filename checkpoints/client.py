@@ -381,11 +381,16 @@ class StoreCore:
         all_headers.update(headers or {})
         return Call(method, path, self._url(path, query), data, all_headers)
 
-    def _write_headers(self, expected_revision: int | None) -> dict:
+    def _write_headers(self, expected_revision: int | None,
+                       fencing_token: int | None = None) -> dict:
+        """The conditional headers of a write, and ``Fencing-Token``: ``fencing_token``
+        when given (a call made for another holder of the run's lease, e.g. a LangGraph
+        saver's), else the store's own token once it has one."""
         headers = ({"If-None-Match": "*"} if expected_revision is None
                    else {"If-Match": f'"{expected_revision}"'})
-        if self.fencing_token is not None:
-            headers["Fencing-Token"] = str(self.fencing_token)
+        token = self.fencing_token if fencing_token is None else fencing_token
+        if token is not None:
+            headers["Fencing-Token"] = str(token)
         return headers
 
     def _may_retry(self, exc: CheckpointError, tries: int, policy: str) -> bool:
@@ -444,11 +449,12 @@ class StoreCore:
         return revision
 
     def _op_write(self, path: str, record: dict, expected_revision: int | None, *,
-                  look_with_head: bool) -> Op:
+                  look_with_head: bool, fencing_token: int | None = None) -> Op:
         """Compare-and-swap ``record`` at ``path``; returns the stored revision. Retries
         and lost answers as the module docstring says; ``look_with_head``: a HEAD tells
         the revision before any GET (a checkpoint's GET is an audited payload read)."""
-        call = self._call("PUT", path, record, self._write_headers(expected_revision))
+        call = self._call("PUT", path, record,
+                          self._write_headers(expected_revision, fencing_token))
         sent, wrote = json.loads(call.data), record["revision"]
         tries, failure = 0, None
         while True:
@@ -854,7 +860,8 @@ _EFFECT_FIELDS = ("id", "run_id", "revision", "operation_key", "service", "effec
 
 def effect_walk(store: StoreCore, *, run_id: str, service: str, operation_key: str,
                 effect_class: str, request: Any, call: Callable, effect_id: str | None,
-                on_step: Callable | None, retry: bool, store_request: bool | None) -> Op:
+                on_step: Callable | None, retry: bool, store_request: bool | None,
+                fencing_token: int | None = None) -> Op:
     """``perform_effect`` as an operation of ``store`` (its steps are done by the
     store's ``_drive``, sync or async; ``call`` and ``on_step`` are ``Invoke`` steps)."""
     record = {
@@ -873,7 +880,7 @@ def effect_walk(store: StoreCore, *, run_id: str, service: str, operation_key: s
     planned = dict(record, request=request) if store_request else record
     try:
         yield from store._op_write(f"effects/{record['id']}", planned, None,
-                                   look_with_head=False)
+                                   look_with_head=False, fencing_token=fencing_token)
     except CheckpointError as exc:
         if exc.error != "operation_exists":
             raise
@@ -892,7 +899,7 @@ def effect_walk(store: StoreCore, *, run_id: str, service: str, operation_key: s
     def advance_to(new_state: str, receipt: dict | None) -> Op:
         nxt = dict(record, revision=record["revision"] + 1, state=new_state, receipt=receipt)
         yield from store._op_write(f"effects/{record['id']}", nxt, record["revision"],
-                                   look_with_head=False)
+                                   look_with_head=False, fencing_token=fencing_token)
         record.update(nxt)
 
     def step(name: str) -> Op:
@@ -930,6 +937,7 @@ def perform_effect(
     on_step: Callable[[str], None] | None = None,
     retry: bool = False,
     store_request: bool | None = None,
+    fencing_token: int | None = None,
 ) -> dict:
     """Perform one external side effect exactly as the write-ahead protocol says.
 
@@ -958,11 +966,15 @@ def perform_effect(
     ``request`` is what the fingerprint is computed over. With ``store_request`` (default:
     only for ``idempotent`` effects) the planned record also carries ``request`` itself
     (stored encrypted), so that the service's ``replay`` reconciler can send it again with
-    the same key if this process dies mid-call. Returns the receipt. Raises
+    the same key if this process dies mid-call. ``fencing_token``, when given, is sent
+    with the record writes instead of the store's own (the token of whoever holds the
+    run's lease for this call, e.g. ``RecoverySaver.fencing_token(thread_id)``; the store
+    is left unchanged, so threads may share it). Returns the receipt. Raises
     ``CheckpointError`` from the store (422 ``idempotency_key_reuse`` when the key holds
     another request; ``conflict`` if fenced or raced), ``EffectFailed``, ``EffectInDoubt``.
     """
     return store._drive(effect_walk(
         store, run_id=run_id, service=service, operation_key=operation_key,
         effect_class=effect_class, request=request, call=call, effect_id=effect_id,
-        on_step=on_step, retry=retry, store_request=store_request))
+        on_step=on_step, retry=retry, store_request=store_request,
+        fencing_token=fencing_token))

@@ -60,7 +60,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from checkpoints.client import HttpCheckpointStore, perform_effect
+from checkpoints.client import Call, HttpCheckpointStore, Steps, perform_effect
 from checkpoints.integrations.threads import thread_run_id
 
 # The parameter through which the wrapped function receives the operation key.
@@ -107,28 +107,30 @@ def _lock_of(store: HttpCheckpointStore) -> threading.Lock:
         return lock
 
 
-class _FencedStore:
-    """The two store calls ``perform_effect`` makes, each under the store's lock and with
-    this call's fencing token (the saver's, when it holds the run's lease)."""
+class _SharedStore:
+    """``store`` as ``perform_effect`` drives it when threads share it: each HTTP request
+    holds the store's lock (it keeps one connection), the decorated function's call and
+    the pauses between retries run outside it. Everything else is the store's own."""
 
-    def __init__(self, store: HttpCheckpointStore, fencing_token: int | None):
+    def __init__(self, store: HttpCheckpointStore):
         self.store = store
-        self.fencing_token = fencing_token
         self.lock = _lock_of(store)
 
-    def put_effect(self, effect: dict, expected_revision: int | None) -> int:
-        with self.lock:
-            own = self.store.fencing_token
-            if self.fencing_token is not None:
-                self.store.fencing_token = self.fencing_token
-            try:
-                return self.store.put_effect(effect, expected_revision)
-            finally:
-                self.store.fencing_token = own
+    def __getattr__(self, name: str):
+        return getattr(self.store, name)
 
-    def find_effect(self, service: str, operation_key: str) -> dict | None:
-        with self.lock:
-            return self.store.find_effect(service, operation_key)
+    def _drive(self, op) -> Any:
+        steps = Steps(op)
+        for step in steps:
+            try:
+                if isinstance(step, Call):
+                    with self.lock:
+                        steps.reply = self.store._do(step)
+                else:
+                    steps.reply = self.store._do(step)
+            except Exception as exc:  # handed to op, which raises what it does not handle
+                steps.error = exc
+        return steps.value
 
 
 def _langgraph_config() -> dict | None:
@@ -250,7 +252,8 @@ def recorded_effect(
                                           f"LangGraph node (configurable.thread_id) or pass "
                                           f"run_id=")
             return {
-                "store": _FencedStore(target, _saver_token(configurable, thread_id)),
+                "store": _SharedStore(target),
+                "fencing_token": _saver_token(configurable, thread_id),
                 "run_id": str(uuid.UUID(str(run))),
                 "service": service,
                 "operation_key": operation_key,

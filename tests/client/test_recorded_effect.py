@@ -16,7 +16,13 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 
 from checkpoints import services
-from checkpoints.client import CheckpointError, EffectFailed, EffectInDoubt, fingerprint
+from checkpoints.client import (
+    CheckpointError,
+    EffectFailed,
+    EffectInDoubt,
+    HttpCheckpointStore,
+    fingerprint,
+)
 from checkpoints.integrations import effects
 from checkpoints.integrations.effects import EffectNotConfigured, recorded_effect
 from checkpoints.integrations.threads import thread_run_id
@@ -27,6 +33,15 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 KEY = "refund:LG-1"
 REQUEST = {"order_id": "LG-1", "amount_cents": 2599}
+
+
+@pytest.fixture
+def store(live_server, wendy) -> HttpCheckpointStore:
+    """``@recorded_effect`` drives a sync ``HttpCheckpointStore`` (the conftest's
+    ``store`` also runs each test with the async store, which the decorator does not
+    take): tenant acme, as wendy (writer)."""
+    with HttpCheckpointStore(live_server.url, "acme", services.token_issue(user=wendy)) as s:
+        yield s
 
 
 @pytest.fixture(autouse=True)
@@ -281,7 +296,7 @@ def test_it_records_in_the_threads_run_with_the_savers_fencing_token(store, wend
     run_id = thread_run_id(thread)
     existing(wendy, acme, run_id)  # the run exists (planned effect), so it can be leased
     store.lease(str(run_id), "saver-owner", ttl_s=60)
-    effects.set_default_store(type(store)(store.base_url, "acme", store.token))
+    effects.set_default_store(HttpCheckpointStore(store.base_url, "acme", store.token))
     provider = Provider()
     tool = recorded_effect(service="payments", key="refund:{order_id}")(provider)
     config = {"configurable": {"thread_id": thread}}
