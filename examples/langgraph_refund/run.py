@@ -99,17 +99,10 @@ def make_saver(args):
         return InMemorySaver()
     from checkpoints.integrations.langgraph import RecoverySaver
 
-    saver = RecoverySaver(base_url=args.base_url, tenant=args.tenant, token=args.token,
-                          lease_ttl_s=args.lease_ttl, owner=args.owner, timeout_s=args.timeout)
-    if not callable(getattr(saver, "fencing_token", None)):
-        # Bridge until RecoverySaver offers ``fencing_token(thread_id)`` (the LangGraph
-        # spec, "Effects from inside a graph"): the token of the lease it holds, so the
-        # payment tool's effect writes are not fenced by this very saver's lease.
-        def fencing_token(thread_id: str) -> int | None:
-            return getattr(saver._leases.get(thread_id), "fencing_token", None)
-
-        saver.fencing_token = fencing_token
-    return saver
+    # The payment tool's effect writes carry this saver's fencing token
+    # (``RecoverySaver.fencing_token``, found by ``@recorded_effect`` in the node's config).
+    return RecoverySaver(base_url=args.base_url, tenant=args.tenant, token=args.token,
+                         lease_ttl_s=args.lease_ttl, owner=args.owner, timeout_s=args.timeout)
 
 
 def thread_config(args, *, retry: bool = False) -> dict:
