@@ -174,6 +174,8 @@ class RecoverySaver(BaseCheckpointSaver[str]):
     newer token (409 ``fenced``) raise ``ThreadConflict``. Without ``lease_ttl_s`` no
     lease is taken: a thread whose run has had an owner refuses this saver's writes
     (``fenced``), so use leases for a thread either always or never.
+    ``fencing_token(thread_id)`` says which token the saver sends for a thread (``None``
+    without a lease), for effect writes made from inside the graph (``@recorded_effect``).
 
     ``max_body_bytes``: the largest request body sent (default 1 MiB, the server's
     ``RECOVERY_MAX_BODY_BYTES`` default); a larger one raises ``CheckpointError``
@@ -460,6 +462,25 @@ class RecoverySaver(BaseCheckpointSaver[str]):
     def _forget_lease(self, thread_id: str) -> None:
         with self._lock:
             self._leases.pop(thread_id, None)
+
+    def fencing_token(self, thread_id: str) -> int | None:
+        """The fencing token this saver currently sends (``Fencing-Token``) with its writes
+        on ``thread_id`` (an int, the run's token from its last lease answer), or ``None``
+        when it holds no lease on the thread's run: no ``lease_ttl_s``; no write on the
+        thread yet; the thread's first write still out (a new run, leased right after
+        it); or the lease forgotten after a refusal (409/412) or ``delete_thread``. Never
+        sends a request or waits.
+
+        For code writing to the same run beside the graph, so its writes are not fenced
+        by this very saver's lease (CONTRACT.md 3, fencing; docs/langgraph.md "Side
+        effects inside a graph"): ``@recorded_effect``
+        (``checkpoints.integrations.effects``) finds the saver in the node's config and
+        sends this token with its effect writes. The token is the one held, not checked:
+        if another owner or an approved retry took the run since, the server answers
+        409 ``fenced``."""
+        with self._lock:
+            lease = self._leases.get(str(thread_id))
+            return None if lease is None else lease.fencing_token
 
     # --- encoding -----------------------------------------------------------------------
 

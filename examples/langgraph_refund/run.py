@@ -26,21 +26,20 @@ payment service committed the charge, before the effect is confirmed (the demo w
 tasks written) and the effect ``submitted``; the stale-run sweep makes it ``ambiguous``.
 
 ``--resume``: claim the run's resume decision (``POST …/runs/{run_id}/resume``, with the
-graph's identity) and act on it:
+graph's identity) and obey it. The service's rule for a run in flight is "reject, unless
+a reviewer's retry was approved", and this example does not overrule it:
 
-- ``replay`` (the graph completed): print the recorded receipt, run nothing;
-- ``reconcile`` (an effect is in doubt): do nothing; reconciliation first;
-- ``continue`` (stable), ``retry`` (an approved retry, consumed by this claim: effects
-  ``unknown``/``not_executed`` are re-planned and called again with the same key), or
-  ``reject`` for ``in_flight`` only: re-invoke the graph on the thread
-  (``graph.invoke(None, config)``). LangGraph re-runs the node that was interrupted;
-  the service's ``in_flight`` refusal is meant for runtimes whose in-flight work may hold
-  an unrecorded side effect, and here the only side effect is a recorded effect whose
-  state the decision already checked (effects in doubt answer ``reconcile``, unknown
-  outcomes ``outcome_unknown``, both before ``in_flight``), so a confirmed charge is
-  replayed from its receipt and never sent twice;
-- any other ``reject`` (closed, outcome unknown, awaiting approval, identity mismatch):
-  do nothing, say why.
+- ``continue`` (stable: the head is between steps) or ``retry`` (a retry a reviewer
+  requested and a second person approved, consumed by this claim: effects
+  ``unknown``/``not_executed`` are re-planned and called again with the same key):
+  re-invoke the graph on the thread (``graph.invoke(None, config)``). LangGraph re-runs
+  the node that was interrupted; a confirmed effect is replayed from its receipt by
+  ``@recorded_effect`` and never sent twice;
+- ``replay`` (the graph completed): execute nothing, print the recorded result;
+- ``reconcile`` (an effect is in doubt: reconcile the run first) and every ``reject``
+  (``in_flight``: the graph died inside a node and no retry is approved, even once
+  reconciliation confirmed its effect; closed, outcome unknown, awaiting approval,
+  identity mismatch, ...): do nothing, say why (exit 5).
 
 ``--resume --run-id R`` (no ``--thread-id``) learns the thread from the run's checkpoint
 (the ``thread_id`` of its ``langgraph.checkpoint`` summary; an audited read): the demo
@@ -75,11 +74,14 @@ DURABILITY = "sync"
 EXIT_REFUSED = 4
 EXIT_NOT_RESUMED = 5
 IDENTITY = {"workflow": WORKFLOW, "definition_version": DEFINITION_VERSION}
-# The resume answers on which this example re-invokes the graph (module docstring).
-GO_ON = {("continue", "stable"), ("retry", "retry_approved"), ("reject", "in_flight")}
+# The resume answers on which this example re-invokes the graph (module docstring); on
+# ``replay`` it prints the recorded result, on anything else it stops.
+GO_ON = {("continue", "stable"), ("retry", "retry_approved")}
 NOT_RESUMED_HINTS = {
     "effects_in_doubt": "an effect is still in doubt: reconcile the run first "
                         "(dashboard: Reconcile)",
+    "in_flight": "the graph stopped inside a node and no retry is approved: a reviewer "
+                 "requests a retry, a second person approves it",
     "outcome_unknown": "an effect's outcome is unknown: approve a retry (accepting a possible "
                        "duplicate) or close the run",
     "awaiting_approval": "a retry is requested but not approved yet",
@@ -99,17 +101,10 @@ def make_saver(args):
         return InMemorySaver()
     from checkpoints.integrations.langgraph import RecoverySaver
 
-    saver = RecoverySaver(base_url=args.base_url, tenant=args.tenant, token=args.token,
-                          lease_ttl_s=args.lease_ttl, owner=args.owner, timeout_s=args.timeout)
-    if not callable(getattr(saver, "fencing_token", None)):
-        # Bridge until RecoverySaver offers ``fencing_token(thread_id)`` (the LangGraph
-        # spec, "Effects from inside a graph"): the token of the lease it holds, so the
-        # payment tool's effect writes are not fenced by this very saver's lease.
-        def fencing_token(thread_id: str) -> int | None:
-            return getattr(saver._leases.get(thread_id), "fencing_token", None)
-
-        saver.fencing_token = fencing_token
-    return saver
+    # The payment tool's effect writes carry this saver's fencing token
+    # (``RecoverySaver.fencing_token``, found by ``@recorded_effect`` in the node's config).
+    return RecoverySaver(base_url=args.base_url, tenant=args.tenant, token=args.token,
+                         lease_ttl_s=args.lease_ttl, owner=args.owner, timeout_s=args.timeout)
 
 
 def thread_config(args, *, retry: bool = False) -> dict:
@@ -149,13 +144,14 @@ def resume(args) -> dict:
         decision = {"action": "reject", "reason": "no_checkpoint"}
     action, reason = decision.get("action"), decision.get("reason", "")
     result = dict(args.result, action=action, reason=reason)
-    app = build_graph(args.payments_url, crash_in_tool=args.crash_in_tool).compile(
-        checkpointer=make_saver(args))
-    if action == "replay":
-        return finished(app, thread_config(args), result, "replayed")
-    if (action, reason) not in GO_ON:
+    if action != "replay" and (action, reason) not in GO_ON:
+        # The service's answer stands: reconcile first, or wait for an approved retry.
         return dict(result, outcome="not_resumed",
                     hint=NOT_RESUMED_HINTS.get(reason, f"the store answered {action} ({reason})"))
+    app = build_graph(args.payments_url, crash_in_tool=args.crash_in_tool).compile(
+        checkpointer=make_saver(args))
+    if action == "replay":  # completed: executes nothing, reads the recorded state
+        return finished(app, thread_config(args), result, "replayed")
     config = thread_config(args, retry=action == "retry")
     app.invoke(None, config, durability=DURABILITY)
     return finished(app, config, result, "completed")

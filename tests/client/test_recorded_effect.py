@@ -346,3 +346,30 @@ def test_it_calls_an_unknown_effect_again_only_in_an_invocation_that_consumed_a_
     assert state["charge_id"] == "ch_LG-1"
     effect = Effect.objects.get(operation_key=KEY)
     assert (effect.state, effect.attempt) == ("confirmed", 2)
+
+
+def test_in_a_graph_checkpointed_by_a_leasing_recovery_saver_it_sends_the_savers_token(
+        store):
+    """``RecoverySaver`` leases the thread's run before the node runs; the effect writes
+    carry its token (``RecoverySaver.fencing_token``), so its own lease does not fence
+    them (without it: 409 ``fenced`` before the provider is called)."""
+    from checkpoints.integrations.langgraph import RecoverySaver
+    from checkpoints.models import Run
+
+    thread = "refund-thread-saver"
+    effects.set_default_store(store)
+    provider = Provider()
+    tool = recorded_effect(service="payments", key="refund:{order_id}")(provider)
+
+    with RecoverySaver(store.base_url, "acme", store.token, lease_ttl_s=60) as saver:
+        state = one_node_graph(tool, saver).invoke(
+            {"order_id": "LG-1"}, {"configurable": {"thread_id": thread}}, durability="sync")
+        token = saver.fencing_token(thread)
+
+    assert state["charge_id"] == "ch_LG-1"
+    assert provider.keys == [KEY]
+    run = Run.objects.get(uuid=thread_run_id(thread))
+    assert (run.lease_owner, run.fencing_token) == (saver.owner, token)
+    assert token >= 1
+    effect = Effect.objects.get(operation_key=KEY)
+    assert (effect.run_id, effect.state) == (run.pk, "confirmed")

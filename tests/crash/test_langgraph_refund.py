@@ -4,10 +4,13 @@
 an in-process demo payment service; with ``--crash-in-tool`` it SIGKILLs itself inside the
 payment tool after the service committed the charge, before the effect is confirmed.
 Once its 1 s lease has really expired (database clock), the stale-run sweep makes the run
-ambiguous; reconciliation, pointed at the fake provider, finds the charge and confirms
-the effect; ``run.py --resume`` re-invokes the graph on the same thread, LangGraph re-runs
-the ``charge`` node, ``@recorded_effect`` replays the confirmed receipt, and the provider
-has executed exactly one charge.
+ambiguous; ``run.py --resume`` is refused (an effect in doubt); reconciliation, pointed at
+the fake provider, finds the charge and confirms the effect; a resume is still refused
+(the run is in flight: "reject, unless a reviewer's retry was approved"); once a reviewer
+requested a retry and an approver approved it, ``run.py --resume`` claims it and
+re-invokes the graph on the same thread, LangGraph re-runs the ``charge`` node,
+``@recorded_effect`` replays the confirmed receipt, and the provider has executed exactly
+one charge.
 """
 
 from __future__ import annotations
@@ -95,8 +98,11 @@ def test_it_refunds_once_with_any_saver_and_records_the_effect(acme, run_example
     assert effect.run.tenant == acme
 
 
-def test_it_replays_the_reconciled_charge_after_a_kill_inside_the_payment_tool(
-        acme, rita, run_example, payments, store):
+def test_after_a_kill_in_the_payment_tool_only_an_approved_retry_resumes_and_charges_once(
+        acme, rita, april, run_example, payments, store):
+    """The resume policy is obeyed: in flight is refused until two people approved a
+    retry, even once reconciliation confirmed the charge; the approved resume replays the
+    confirmed receipt and the provider executes one charge."""
     order = new_order()
     key = f"refund:{order}"
     killed = run_example(*start(order, "--crash-in-tool"))
@@ -112,6 +118,7 @@ def test_it_replays_the_reconciled_charge_after_a_kill_inside_the_payment_tool(
     assert run.latest_checkpoint.kind == "langgraph.checkpoint"
     assert (run.phase_class, run.phase_label) == ("in_flight",
                                                   "running charge (0/1 tasks written)")
+    head = (run.latest_checkpoint_id, run.latest_checkpoint.revision)
 
     swept, _ = sweep_after_lease_expiry(acme, killed.run_id)
     effect.refresh_from_db()
@@ -120,7 +127,8 @@ def test_it_replays_the_reconciled_charge_after_a_kill_inside_the_payment_tool(
     # Before reconciliation a resume does nothing: the effect is in doubt.
     early = run_example(*resume(killed.thread_id))
     assert early.returncode == 5, early.stderr
-    assert (early.result["action"], early.result["reason"]) == ("reconcile", "effects_in_doubt")
+    assert (early.result["outcome"], early.result["action"], early.result["reason"]) == (
+        "not_resumed", "reconcile", "effects_in_doubt")
     assert payments.store.received[key] == 1
 
     services.run_reconcile(actor=rita, tenant=acme, run_id=run.uuid,
@@ -129,10 +137,22 @@ def test_it_replays_the_reconciled_charge_after_a_kill_inside_the_payment_tool(
     assert effect.state == "confirmed"
     assert effect.receipt["charge_id"] == charge_id
 
+    # Reconciled, but still in flight: no resume without an approved retry.
+    refused = run_example(*resume(killed.thread_id))
+    assert refused.returncode == 5, refused.stderr
+    assert (refused.result["outcome"], refused.result["action"],
+            refused.result["reason"]) == ("not_resumed", "reject", "in_flight")
+    assert "in_flight" in refused.stderr and "retry" in refused.result["hint"]
+    assert payments.store.received[key] == 1
+    run.refresh_from_db()
+    assert (run.latest_checkpoint_id, run.latest_checkpoint.revision) == head  # nothing ran
+    assert run.recovery_state == "ambiguous"
+
+    approve_retry(acme, killed.run_id, rita, april)
     resumed = run_example(*resume(killed.thread_id))
 
     assert resumed.returncode == 0, resumed.stderr
-    assert (resumed.result["action"], resumed.result["reason"]) == ("reject", "in_flight")
+    assert (resumed.result["action"], resumed.result["reason"]) == ("retry", "retry_approved")
     assert (resumed.result["outcome"], resumed.result["status"]) == ("completed", "refunded")
     assert resumed.result["charge_id"] == charge_id
     assert resumed.result["receipt"] == {"order_id": order, "charge_id": charge_id,
@@ -143,6 +163,16 @@ def test_it_replays_the_reconciled_charge_after_a_kill_inside_the_payment_tool(
     run.refresh_from_db()
     assert run.recovery_state == "completed"
     assert [e.state for e in Effect.objects.filter(run=run)] == ["confirmed"]
+    done = (run.latest_checkpoint_id, run.latest_checkpoint.revision)
+
+    # Completed: a resume replays the recorded result and executes nothing.
+    replayed = run_example(*resume(killed.thread_id))
+    assert replayed.returncode == 0, replayed.stderr
+    assert (replayed.result["outcome"], replayed.result["action"]) == ("replayed", "replay")
+    assert (replayed.result["status"], replayed.result["charge_id"]) == ("refunded", charge_id)
+    assert payments.store.received[key] == 1
+    run.refresh_from_db()
+    assert (run.latest_checkpoint_id, run.latest_checkpoint.revision) == done
     assert store.resume_preview(killed.run_id)["action"] == "replay"
 
 

@@ -335,6 +335,47 @@ def test_after_a_conflict_the_next_write_asks_for_the_lease_again():
     assert err.value.error == "lease_held"
 
 
+def test_fencing_token_is_the_token_its_writes_carry_and_none_without_a_lease():
+    script = Script(PUT_OK, (200, {"fencing_token": 7, "expires_at": "x"}), PUT_OK,
+                    (409, {"error": "fenced", "fencing_token": 8}),
+                    (200, {"fencing_token": 9, "expires_at": "x"}), PUT_OK,
+                    (200, {"deleted": 2}))
+    unleased = saver_for(script)
+    unleased.put(config(), checkpoint("c1"), {}, {})
+    assert unleased.fencing_token("t-1") is None
+
+    saver = saver_for(script, lease_ttl_s=60)
+    assert saver.fencing_token("t-1") is None  # nothing written yet: no lease
+    saver.put(config(), checkpoint("c1"), {}, {})
+    assert saver.fencing_token("t-1") == 7
+    assert script.seen[2].headers["Fencing-Token"] == "7"
+    assert saver.fencing_token("t-2") is None  # the lease is per thread
+    with pytest.raises(ThreadConflict):  # someone else took the run: the lease is dropped
+        saver.put(config(checkpoint_id="c1"), checkpoint("c2"), {}, {})
+    assert saver.fencing_token("t-1") is None
+    saver.put(config(checkpoint_id="c1"), checkpoint("c2"), {}, {})
+    assert saver.fencing_token("t-1") == 9
+    assert script.seen[5].headers["Fencing-Token"] == "9"
+    saver.delete_thread("t-1")
+    assert saver.fencing_token("t-1") is None
+    assert len(script.seen) == 7  # fencing_token itself never asks the server
+
+
+def test_fencing_token_is_none_while_a_new_threads_first_write_is_out():
+    during: list = []
+
+    def first_put(request):
+        during.append(saver.fencing_token("t-1"))
+        return PUT_OK
+
+    script = Script((404, {"error": "not_found"}), first_put,
+                    (200, {"fencing_token": 1, "expires_at": "x"}))
+    saver = saver_for(script, lease_ttl_s=60)
+    saver.put(config(), checkpoint("c1"), {}, {})
+    assert during == [None]  # the run did not exist: no token yet, and no waiting
+    assert saver.fencing_token("t-1") == 1
+
+
 def test_lease_ttl_must_be_whole_seconds_in_range():
     for bad in (0, 1.5, 86401, "30"):
         with pytest.raises(ValueError):
