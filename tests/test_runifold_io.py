@@ -265,7 +265,7 @@ BAD = {
     35: None,
     36: "request.idempotency_key: already used by effect 0193c000-1b2c-7d3e-8f40-000000000001",
     37: "revision: revision 0 of effect 0193c000-1b2c-7d3e-8f40-000000000001 is stored with "
-        "another request or status",
+        "other content",
     38: "run_id: effect 0193c000-1b2c-7d3e-8f40-000000000001 belongs to run",
     39: "request.kind: the extension name makes the service",
     40: "request.input: required",

@@ -730,6 +730,28 @@ def _checkpoint_content(tenant: Tenant, cp: _Checkpoint, revision: int) -> tuple
     return (cp.run_uuid, row[0], row[1], row[2], crypto.decrypt_text(row[3]))
 
 
+def _is_next(what: str, revision: int, stored_revision: int, stored_content, content) -> bool:
+    """Whether a line at ``revision`` of ``what`` (``"checkpoint <id>"``, ``"effect <id>"``),
+    whose store holds ``stored_revision``, is the next one to write (``True``) or one
+    already stored with the same content (``False``: skipped, idempotent re-import).
+    ``stored_content()`` gives the stored content of ``revision`` (``None``: older than
+    what is kept). Raises ``LineError`` for other content under a stored revision (a
+    conflict: the stored one is kept), a revision older than what is kept, or a gap."""
+    if revision <= stored_revision:
+        stored = stored_content()
+        if stored is None:
+            raise LineError(f"revision: {revision} is older than the first revision stored "
+                            f"for {what}; import its lines oldest first")
+        if stored != content:
+            raise LineError(f"revision: revision {revision} of {what} is stored with other "
+                            f"content (a conflict: the stored revision is kept)")
+        return False
+    if revision != stored_revision + 1:
+        raise LineError(f"revision: the store holds revision {stored_revision} of {what}; "
+                        f"the next line for it must be revision {stored_revision + 1}")
+    return True
+
+
 def _decide_checkpoint(tenant: Tenant, line: CheckpointLine, checkpoints: dict, runs: dict,
                        now) -> bool:
     """Whether ``line`` is written (``True``) or already stored (``False``); raises
@@ -743,21 +765,9 @@ def _decide_checkpoint(tenant: Tenant, line: CheckpointLine, checkpoints: dict, 
         if cp.kind != env.kind:
             raise LineError(f"kind: checkpoint {env.checkpoint_id} is {cp.kind}; a "
                             f"checkpoint's kind never changes")
-        if env.revision <= cp.revision:
-            stored = _checkpoint_content(tenant, cp, env.revision)
-            if stored is None:
-                raise LineError(f"revision: {env.revision} is older than the first revision "
-                                f"stored for checkpoint {env.checkpoint_id}; import its "
-                                f"revisions oldest first")
-            if stored != line.content:
-                raise LineError(f"revision: revision {env.revision} of checkpoint "
-                                f"{env.checkpoint_id} is stored with other content (a "
-                                f"conflict: the stored revision is kept)")
+        if not _is_next(f"checkpoint {env.checkpoint_id}", env.revision, cp.revision,
+                        lambda: _checkpoint_content(tenant, cp, env.revision), line.content):
             return False
-        if env.revision != cp.revision + 1:
-            raise LineError(f"revision: the store holds revision {cp.revision} of checkpoint "
-                            f"{env.checkpoint_id}; the next line for it must be revision "
-                            f"{cp.revision + 1}")
     _check_fence(runs, env.run_id, now)
     if cp is None:
         cp = checkpoints[env.checkpoint_id] = _Checkpoint(None, env.run_id, env.kind,
@@ -816,21 +826,9 @@ def _decide_effect(tenant: Tenant, line: EffectLine, effects: dict, checkpoints:
         if effect.run_uuid != run_uuid:
             raise LineError(f"run_id: effect {line.effect_id} belongs to run "
                             f"{effect.run_uuid}; an effect's run never changes")
-        if line.revision <= effect.revision:
-            stored = _effect_content(tenant, effect, line.revision)
-            if stored is None:
-                raise LineError(f"revision: {line.revision} is older than the first revision "
-                                f"stored for effect {line.effect_id}; import its records "
-                                f"oldest first")
-            if stored != line.content:
-                raise LineError(f"revision: revision {line.revision} of effect "
-                                f"{line.effect_id} is stored with another request or status "
-                                f"(a conflict: the stored record is kept)")
+        if not _is_next(f"effect {line.effect_id}", line.revision, effect.revision,
+                        lambda: _effect_content(tenant, effect, line.revision), line.content):
             return False
-        if line.revision != effect.revision + 1:
-            raise LineError(f"revision: the store holds revision {effect.revision} of effect "
-                            f"{line.effect_id}; the next record for it must be revision "
-                            f"{effect.revision + 1}")
         if _effect_request(effect) != line.request_json:
             raise LineError(f"request: differs from the request stored for effect "
                             f"{line.effect_id}; an effect's request never changes")
