@@ -1,0 +1,247 @@
+"""Hostile tests of issue 10 (LangGraph API and saver, runifold import/export, clients).
+
+Each test states the behaviour the contract or the module's own docstring promises and
+is marked ``xfail(strict=True)`` while the code does otherwise, so this file passes today
+and flags the day a defect is fixed (the mark must then go). One test per defect; the
+reason names the place in the code.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import uuid
+
+import pytest
+
+from checkpoints import services
+from checkpoints.client import CheckpointError, HttpCheckpointStore
+from checkpoints.integrations.threads import thread_run_id
+from checkpoints.models import (
+    AuditEvent,
+    Conflict,
+    Effect,
+    GraphCheckpoint,
+    RetryRequest,
+    Run,
+)
+from checkpoints.services.runifold import jsonl_lines
+from tests.conftest import bearer_client
+from tests.helpers import (
+    age_world,
+    effect_body,
+    envelope,
+    graph_put,
+    lg_put,
+    put_checkpoint,
+    put_effect,
+    sweep_later,
+)
+from tests.test_runifold_io import B_RUN, import_fixtures, records, service_import
+
+LG = "/api/v1/tenants/acme/langgraph/"
+
+
+def _client(user):
+    client = bearer_client(user)
+    client.raise_request_exception = False  # see the answer a real caller gets
+    return client
+
+
+def _export(tenant, **kw) -> list[str]:
+    lines: list[str] = []
+    services.runifold_export(actor=None, tenant=tenant, write=lines.append, **kw)
+    return lines
+
+
+# --------------------------------------------------------------------------------------
+# 1. LangGraph API (checkpoints/services/langgraph.py, checkpoints/api/)
+# --------------------------------------------------------------------------------------
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("version", "seen"), [
+    ("\u00b2", 1),          # SUPERSCRIPT TWO: str.isdigit() is True, int() refuses it
+    ("1", "\u2460"),        # CIRCLED DIGIT ONE, on the versions_seen side
+    ("--1", 1),             # lstrip("-") then int("--1")
+])
+@pytest.mark.xfail(strict=True, reason="services/langgraph.py _version_key: "
+                   "int(head) after head.lstrip('-').isdigit() raises ValueError -> 500")
+def test_a_channel_version_that_only_looks_numeric_is_400_not_500(wendy, version, seen):
+    body = lg_put("t-1", "01", versions={"branch:to:charge": version},
+                  values={"branch:to:charge": None},
+                  seen={"charge": {"branch:to:charge": seen}})
+    response = _client(wendy).post(LG + "checkpoints", data=json.dumps(body),
+                                   content_type="application/json")
+    assert response.status_code == 400, response.content
+    assert response.json()["detail"].startswith("checkpoint.")
+    assert not GraphCheckpoint.objects.exists() and not Run.objects.exists()
+
+
+@pytest.mark.django_db
+@pytest.mark.xfail(strict=True, reason="services/langgraph.py graph_put: the run is created "
+                   "(create_run) before the fence check, and _refuse commits it with a "
+                   "conflict; the checkpoint API (_record_fenced) keeps nothing for a new run")
+def test_a_fenced_put_on_a_new_thread_leaves_no_run_behind(wendy):
+    client = _client(wendy)
+    refused = client.post(LG + "checkpoints", data=json.dumps(lg_put("t-new", "01")),
+                          content_type="application/json", HTTP_FENCING_TOKEN="3")
+    assert refused.status_code == 409
+    # The same refusal through the checkpoint API leaves nothing (the reference).
+    body = envelope()
+    plain = client.put(f"/api/v1/tenants/acme/checkpoints/{body['id']}", data=json.dumps(body),
+                       content_type="application/json", HTTP_FENCING_TOKEN="3",
+                       HTTP_IF_NONE_MATCH="*")
+    assert plain.status_code == 409
+    assert list(Run.objects.values_list("uuid", flat=True)) == []
+    assert not Conflict.objects.exists()
+
+
+@pytest.mark.django_db
+@pytest.mark.xfail(strict=True, reason="services/langgraph.py _settle_run closes the run "
+                   "without what review.run_close does (expire open retry requests, cancel "
+                   "reconcile requests): the request stays open and is approved on a closed run")
+def test_deleting_a_thread_does_not_leave_an_approvable_retry_on_the_closed_run(
+        acme, wendy, rita, april):
+    run_id = thread_run_id("t-1")
+    graph_put(wendy, acme, lg_put("t-1", "01", nodes=["charge"]))
+    fx = effect_body(run_id=run_id, operation_key="charge:lg")
+    put_effect(wendy, acme, fx)
+    put_effect(wendy, acme, dict(fx, revision=1, state="submitted"), expected=0)
+    sweep_later()
+    services.effect_mark_unknown(actor=rita, tenant=acme, effect_id=fx["id"], reason="?")
+    retry = services.retry_request(actor=rita, tenant=acme, run_id=run_id, reason="died")
+    # A writer (no review right) deletes the thread: the run stays, closed.
+    services.graph_thread_delete(actor=wendy, tenant=acme, thread_id="t-1")
+    run = Run.objects.get(uuid=run_id)
+    assert run.recovery_state == "closed" and Effect.objects.filter(run=run).count() == 1
+    assert RetryRequest.objects.get(pk=retry.pk).state != "requested"
+
+
+@pytest.mark.django_db
+@pytest.mark.xfail(strict=True, reason="api/views.py LangGraphCheckpointsApi: HEAD runs get() "
+                   "and graph_list audits a payload.read although nothing is answered; "
+                   "HEAD of the checkpoint API writes nothing")
+def test_a_head_of_the_langgraph_list_writes_no_audit_event(acme, wendy):
+    graph_put(wendy, acme, lg_put("t-1", "01"))
+    before = AuditEvent.objects.count()
+    response = _client(wendy).head(LG + "checkpoints?thread_id=t-1")
+    assert response.status_code == 200 and response.content == b""
+    assert AuditEvent.objects.count() == before
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("limit", ["5.0", "%EF%BC%95", "5%20"])  # a float, FULLWIDTH 5, "5 "
+@pytest.mark.xfail(strict=True, reason="api/params.py _int: DRF IntegerField strips '.0' and "
+                   "int() takes Unicode digits and spaces; CONTRACT.md 6 refuses floats "
+                   "'and the same in query parameters'")
+def test_a_list_limit_that_is_not_a_plain_integer_is_400(wendy, limit):
+    response = _client(wendy).get(LG + f"checkpoints?limit={limit}")
+    assert response.status_code == 400, response.content
+    assert response.json()["detail"].startswith("limit:")
+
+
+# --------------------------------------------------------------------------------------
+# 2. runifold import / export (checkpoints/services/runifold.py)
+# --------------------------------------------------------------------------------------
+
+@pytest.mark.django_db
+@pytest.mark.xfail(strict=True, reason="services/runifold.py STATE_OUT/_status: an effect "
+                   "re-planned by an approved retry (planned at revision 3) is exported as "
+                   "prepared at revision 3, which _status refuses ('prepared is revision 0')")
+def test_an_export_after_an_approved_retry_imports_back_into_the_same_tenant(
+        acme, wendy, rita, april):
+    import_fixtures(files=("agent.v1", "effects"))
+    eid = "0193a4f2-8b13-7a2a-84d5-2e6f708192a3"  # started -> unresolved on import
+    age_world(3600)
+    services.effect_mark_unknown(actor=rita, tenant=acme, effect_id=uuid.UUID(eid), reason="?")
+    retry = services.retry_request(actor=rita, tenant=acme, run_id=uuid.UUID(B_RUN), reason="x")
+    services.retry_approve(actor=april, tenant=acme, retry_id=retry.pk, reason="ok")
+    claim = services.resume_claim(actor=wendy, tenant=acme, run_id=uuid.UUID(B_RUN), asked={})
+    assert claim["action"] == "retry"
+    e = Effect.objects.get(tenant=acme, uuid=eid)
+    put_effect(wendy, acme, effect_body(
+        effect_id=eid, run_id=B_RUN, revision=e.revision + 1, state="planned",
+        operation_key=e.operation_key, service=e.service, effect_class=e.effect_class,
+        fingerprint=e.request_fingerprint), expected=e.revision, token=claim["fencing_token"])
+    lines = _export(acme)
+    # docs/runifold.md: "What export writes, import accepts; re-importing it into the same
+    # tenant skips every line."
+    report, errors = service_import(acme, "\n".join(lines).encode())
+    assert errors == [] and report.skipped == len(lines)
+
+
+@pytest.mark.django_db
+@pytest.mark.xfail(strict=True, reason="services/runifold.py runifold_export(history=True) "
+                   "drops revision rows of phase unsupported one by one, leaving a gap the "
+                   "import refuses ('the next line for it must be revision 1')")
+def test_a_history_export_with_a_schema_mismatch_revision_imports_elsewhere(
+        acme, globex, wendy):
+    rec = records("agent.v1")[0]
+    put_checkpoint(wendy, acme, rec)
+    put_checkpoint(wendy, acme, dict(rec, revision=1, payload={"broken": True}), expected=0)
+    put_checkpoint(wendy, acme, dict(rec, revision=2), expected=1)
+    lines = _export(acme, history=True)
+    report, errors = service_import(globex, "\n".join(lines).encode())
+    assert errors == [] and report.imported == len(lines)
+
+
+@pytest.mark.xfail(strict=True, reason="services/runifold.py jsonl_lines reads limit+1 bytes: "
+                   "with CRLF the '\\r' fills it, so a line of exactly the limit is refused "
+                   "as longer than the limit; the same line with LF is accepted")
+def test_a_crlf_line_of_exactly_the_limit_reads_like_its_lf_twin():
+    line = b'{"a": "' + b"x" * (1000 - 9) + b'"}'
+    assert len(line) == 1000
+    lf = list(jsonl_lines(io.BytesIO(line + b"\n"), max_bytes=1000))
+    crlf = list(jsonl_lines(io.BytesIO(line + b"\r\n"), max_bytes=1000))
+    assert lf[0].data is not None
+    assert crlf[0].data is not None
+
+
+# --------------------------------------------------------------------------------------
+# 3. Clients (checkpoints/client.py, shared by aclient.py)
+# --------------------------------------------------------------------------------------
+
+@pytest.mark.xfail(strict=True, reason="client.py encode_body: json.dumps with ensure_ascii "
+                   "(the default) sends each CJK character as 6 bytes, so a 600 KB UTF-8 "
+                   "body is refused as over 1 MiB; the server and RecoverySaver measure UTF-8")
+def test_the_client_size_check_counts_non_ascii_text_as_the_server_does(live_server, wendy):
+    body = envelope(payload={"phase": "ready", "order_id": "A-1", "note": "\u4e2d" * 200_000})
+    utf8 = json.dumps(body, ensure_ascii=False).encode()
+    assert len(utf8) < 1024 * 1024  # within the server's limit as UTF-8
+    raw = _client(wendy).put(f"/api/v1/tenants/acme/checkpoints/{body['id']}", data=utf8,
+                             content_type="application/json", HTTP_IF_NONE_MATCH="*")
+    assert raw.status_code == 201  # the server takes it
+    other = dict(body, id=str(uuid.uuid4()), run_id=str(uuid.uuid4()))
+    with HttpCheckpointStore(live_server.url, "acme", services.token_issue(user=wendy)) as store:
+        assert store.compare_and_swap(other, None) == 0
+
+
+# --------------------------------------------------------------------------------------
+# 4. RecoverySaver (checkpoints/integrations/langgraph.py)
+# --------------------------------------------------------------------------------------
+
+@pytest.mark.xfail(strict=True, reason="integrations/langgraph.py _get_tuple_plan turns every "
+                   "404 into None; GET …/langgraph/checkpoints never answers 404 for a "
+                   "missing checkpoint, only for a tenant the token has no role in (or a "
+                   "wrong base_url), so misconfiguration reads as an empty thread")
+def test_get_tuple_raises_when_the_tenant_is_not_the_tokens(live_server, acme, wendy, wes):
+    from checkpoints.integrations.langgraph import RecoverySaver
+
+    graph_put(wendy, acme, lg_put("t-1", "01", nodes=["charge"]))
+    config = {"configurable": {"thread_id": "t-1", "checkpoint_ns": ""}}
+    with RecoverySaver(live_server.url, "acme", services.token_issue(user=wes)) as saver:
+        with pytest.raises(CheckpointError):
+            saver.get_tuple(config)
+
+
+@pytest.mark.xfail(strict=True, reason="integrations/langgraph.py _put_writes_plan holds the "
+                   "writes on any 404 (_hold) and returns: put_writes is acknowledged, nothing "
+                   "is stored, and the put that would release them never comes from this saver")
+def test_put_writes_refused_by_the_server_is_not_acknowledged(live_server, acme, wendy, wes):
+    from checkpoints.integrations.langgraph import RecoverySaver
+
+    graph_put(wendy, acme, lg_put("t-1", "01", nodes=["charge"]))
+    config = {"configurable": {"thread_id": "t-1", "checkpoint_ns": "", "checkpoint_id": "01"}}
+    with RecoverySaver(live_server.url, "acme", services.token_issue(user=wes)) as saver:
+        with pytest.raises(CheckpointError):
+            saver.put_writes(config, [("charge", {"amount": 1})], "task-1")
