@@ -46,10 +46,12 @@ tenant and exported back. The format, the mapping and the rules are written up i
   meanwhile), the batch is rolled back and written again one line per transaction, so
   the refusal lands on its own line. Memory holds one batch, never the file.
 - **Export** writes the latest revision of every runifold checkpoint (or, with
-  ``history``, every stored revision, oldest first), then every effect that carries a
-  runifold request, rendered back (``planned`` -> prepared; ``submitted``,
-  ``unresolved``, ``unknown``, ``not_executed`` -> started: still in doubt for runifold,
-  which fails closed; ``confirmed`` -> completed; ``failed`` -> failed). An effect line
+  ``history``, every stored revision after the checkpoint's last unsupported one, oldest
+  first: no gap, and the left-out revisions counted), then every effect that carries a
+  runifold request, rendered back (``planned`` -> prepared at revision 0, started after
+  it: runifold has no re-plan, see ``runifold_status``; ``submitted``, ``unresolved``,
+  ``unknown``, ``not_executed`` -> started: still in doubt for runifold, which fails
+  closed; ``confirmed`` -> completed; ``failed`` -> failed). An effect line
   gets ``run_id`` only when its key would not lead an import back to its run. Each page is
   read, decrypted and audited (``runifold.export``) in one transaction and written out
   after it commits. What export writes, import accepts; re-importing it into the same
@@ -66,6 +68,8 @@ from typing import IO, Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import OuterRef, Subquery
+from django.db.models.functions import Coalesce
 
 from .. import crypto, kinds, policy, roles, writepath
 from ..audit import audit_record, audit_record_many
@@ -115,7 +119,8 @@ STATE_IN = {PREPARED: EffectState.PLANNED, STARTED: EffectState.UNRESOLVED,
             COMPLETED: EffectState.CONFIRMED, FAILED: EffectState.FAILED}
 #: ours -> runifold status, for export. Every state still in doubt, and ``not_executed``
 #: (sent again only through an approved retry here), is ``started``: runifold reconciles
-#: or refuses it, never sends it again on its own.
+#: or refuses it, never sends it again on its own. ``planned`` is ``prepared`` only at
+#: revision 0; a re-planned effect is ``started`` (``runifold_status``).
 STATE_OUT = {EffectState.PLANNED: PREPARED, EffectState.SUBMITTED: STARTED,
              EffectState.UNRESOLVED: STARTED, EffectState.UNKNOWN: STARTED,
              EffectState.NOT_EXECUTED: STARTED, EffectState.CONFIRMED: COMPLETED,
@@ -172,24 +177,29 @@ class RawLine:
 
 
 def jsonl_lines(stream: IO[bytes], max_bytes: int | None = None) -> Iterator[RawLine]:
-    """The lines of a binary ``stream``, one at a time, each read with at most
-    ``max_bytes`` + 1 bytes in memory (default ``RECOVERY_MAX_BODY_BYTES``): a longer
-    line is consumed in 1 MiB pieces and handed over as ``data=None``. So memory stays
-    bounded by the limit, whatever the file holds."""
+    """The lines of a binary ``stream``, one at a time. The limit ``max_bytes`` (default
+    ``RECOVERY_MAX_BODY_BYTES``) applies to a line without its line ending (``\\n`` or
+    ``\\r\\n``), so a CRLF line reads as its LF twin (issue 10 hostile findings). Each
+    line is read with at most ``max_bytes`` + 2 bytes in memory: a longer line is consumed
+    in 1 MiB pieces and handed over as ``data=None``. So memory stays bounded by the
+    limit, whatever the file holds. ``data`` keeps the line ending (``parse_line`` strips
+    it); ``size`` counts every byte, ending included."""
     limit = max_bytes or _max_line_bytes()
     number = 0
     while True:
-        data = stream.readline(limit + 1)
+        # limit + 2: room for a line of exactly the limit and its "\r\n".
+        data = stream.readline(limit + 2)
         if not data:
             return
         number += 1
         size = len(data)
-        if len(data) > limit and not data.endswith(b"\n"):
-            while True:
+        ended = data.endswith(b"\n")
+        content = len(data) - (2 if data.endswith(b"\r\n") else 1 if ended else 0)
+        if content > limit:
+            while not ended:
                 rest = stream.readline(1 << 20)
                 size += len(rest)
-                if not rest or rest.endswith(b"\n"):
-                    break
+                ended = not rest or rest.endswith(b"\n")
             yield RawLine(number, None, size)
             continue
         yield RawLine(number, data, size)
@@ -446,11 +456,29 @@ def _parse_effect(body: dict, number: int) -> EffectLine:
     )
 
 
-def status_out(state: str, receipt: Any) -> dict:
+def runifold_status(state: str, revision: int) -> str:
+    """The runifold status tag of an effect of ours in ``state`` at ``revision``:
+    ``STATE_OUT``, except that ``planned`` after revision 0 is ``started``.
+
+    runifold has no re-plan: ``prepared`` is only ever revision 0 (RUNIFOLD.md 4), and its
+    store keeps one record per effect, so an attempt it made stays ``started`` until
+    something settles it. An effect ``planned`` again here (an approved retry, CONTRACT.md
+    3) is, to runifold, that record: still in doubt, which its executor reconciles or
+    refuses but never sends again on its own (the retry was approved here, not there).
+    Writing it as ``prepared`` at revision 3 would be a record runifold never holds, which
+    the import refuses, and which an executor would send again without asking (issue 10
+    hostile findings)."""
+    if state == EffectState.PLANNED and revision > 0:
+        return STARTED
+    return STATE_OUT[state]
+
+
+def status_out(state: str, receipt: Any, revision: int) -> dict:
     """The runifold ``EffectStatus`` of an effect of ours in ``state`` with ``receipt``
-    (``STATE_OUT``). A ``failed`` effect whose receipt is not a ``RunError`` (a
-    reconciler's answer) gets one that says so and carries the receipt."""
-    theirs = STATE_OUT[state]
+    at ``revision`` (``runifold_status``). A ``failed`` effect whose receipt is not a
+    ``RunError`` (a reconciler's answer) gets one that says so and carries the
+    receipt."""
+    theirs = runifold_status(state, revision)
     if theirs == COMPLETED:
         return {"state": COMPLETED, "output": _unwrap(receipt)}
     if theirs == FAILED:
@@ -784,9 +812,9 @@ def _effect_request(effect: _Effect) -> str:
     return effect.request_json
 
 
-def _effect_status(state: str, receipt_ciphertext: str) -> str:
+def _effect_status(state: str, receipt_ciphertext: str, revision: int) -> str:
     receipt = loads_any(crypto.decrypt_text(receipt_ciphertext)) if receipt_ciphertext else None
-    return dumps(status_out(state, receipt))
+    return dumps(status_out(state, receipt, revision))
 
 
 def _effect_content(tenant: Tenant, effect: _Effect, revision: int) -> tuple | None:
@@ -804,7 +832,7 @@ def _effect_content(tenant: Tenant, effect: _Effect, revision: int) -> tuple | N
         if row is None:
             return None
         state, receipt = row
-    return (_effect_request(effect), _effect_status(state, receipt))
+    return (_effect_request(effect), _effect_status(state, receipt, revision))
 
 
 def _decide_effect(tenant: Tenant, line: EffectLine, effects: dict, checkpoints: dict,
@@ -836,9 +864,10 @@ def _decide_effect(tenant: Tenant, line: EffectLine, effects: dict, checkpoints:
             raise LineError(f"status.state: effect {line.effect_id} is {effect.state} in this "
                             f"store; an import moves an effect only out of planned, "
                             f"submitted or unresolved")
-        if (STATE_OUT[effect.state], line.status) not in MOVES:
+        theirs = runifold_status(effect.state, effect.revision)
+        if (theirs, line.status) not in MOVES:
             raise LineError(f"status.state: runifold does not move a record from "
-                            f"{STATE_OUT[effect.state]} to {line.status}")
+                            f"{theirs} to {line.status}")
     else:
         owner = keys.get((line.service, line.operation_key))
         if owner is not None and owner != line.effect_id:
@@ -1030,12 +1059,16 @@ class ExportReport:
     """What an export wrote: ``checkpoint_lines``, ``effect_lines``; and what it left out
     because runifold has no shape for it: checkpoints of other kinds or of a schema the
     registry refuses (``left_out_checkpoints``), effects written through the API without
-    a runifold request (``left_out_effects``)."""
+    a runifold request (``left_out_effects``); with ``history``, the revisions of exported
+    checkpoints up to and including their last unsupported (schema-mismatch) revision
+    (``left_out_revisions``: a checkpoint's history starts after it, so the lines of one
+    checkpoint have no gap an import would refuse)."""
 
     checkpoint_lines: int = 0
     effect_lines: int = 0
     left_out_checkpoints: int = 0
     left_out_effects: int = 0
+    left_out_revisions: int = 0
 
 
 #: Rows per page, and payload bytes per page of checkpoints (at least one row).
@@ -1059,7 +1092,9 @@ def runifold_export(*, actor, tenant: Tenant, write: Callable[[str], None],
     """Write ``tenant``'s runifold checkpoints and effect records as JSON Lines, one
     ``write(line)`` per line (no newline), checkpoints first (module doc,
     ``docs/runifold.md``): the latest revision of each, or every stored revision oldest
-    first with ``history``; then each effect's current record (or every revision).
+    first with ``history`` (after the checkpoint's last unsupported revision, if any:
+    ``ExportReport.left_out_revisions``); then each effect's current record (or every
+    revision).
     ``run_ids`` limits the export to those runs.
 
     Each page (``page_size`` rows, and at most 8 MiB of checkpoint payloads) is read,
@@ -1110,9 +1145,15 @@ def runifold_export(*, actor, tenant: Tenant, write: Callable[[str], None],
     # Checkpoints: pages of rows in primary key order (a checkpoint's revisions are
     # inserted oldest first, so its lines come oldest first too).
     if history:
-        source = (CheckpointRevision.objects.for_tenant(tenant)
-                  .filter(checkpoint__in=cps.filter(kind__in=KINDS))
-                  .exclude(phase_class=PhaseClass.UNSUPPORTED))
+        # Each exported checkpoint's revisions after its last unsupported one: the
+        # revisions ending at the current one with no gap (an import refuses a gap).
+        revisions = CheckpointRevision.objects.for_tenant(tenant).filter(checkpoint__in=exported)
+        last_unsupported = (CheckpointRevision.objects.for_tenant(tenant)
+                            .filter(checkpoint_id=OuterRef("checkpoint_id"),
+                                    phase_class=PhaseClass.UNSUPPORTED)
+                            .order_by("-revision").values("revision")[:1])
+        source = revisions.filter(revision__gt=Coalesce(Subquery(last_unsupported), -1))
+        report.left_out_revisions = revisions.count() - source.count()
         columns = ("checkpoint__uuid", "checkpoint__run__uuid")
     else:
         source = exported
@@ -1203,7 +1244,8 @@ def _effect_lines(tenant: Tenant, rows: list, history: bool) -> tuple[list[str],
         for rev, st, rc in records:
             record: dict[str, Any] = {
                 "revision": rev, "request": request,
-                "status": status_out(st, loads_any(crypto.decrypt_text(rc)) if rc else None)}
+                "status": status_out(st, loads_any(crypto.decrypt_text(rc)) if rc else None,
+                                     rev)}
             if derived.get(exec_ids[pk]) != run_uuid:
                 record["run_id"] = str(run_uuid)
             lines.append(dumps(record))

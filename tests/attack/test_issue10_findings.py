@@ -145,9 +145,6 @@ def test_a_list_limit_that_is_not_a_plain_integer_is_400(wendy, limit):
 # --------------------------------------------------------------------------------------
 
 @pytest.mark.django_db
-@pytest.mark.xfail(strict=True, reason="services/runifold.py STATE_OUT/_status: an effect "
-                   "re-planned by an approved retry (planned at revision 3) is exported as "
-                   "prepared at revision 3, which _status refuses ('prepared is revision 0')")
 def test_an_export_after_an_approved_retry_imports_back_into_the_same_tenant(
         acme, wendy, rita, april):
     import_fixtures(files=("agent.v1", "effects"))
@@ -171,9 +168,6 @@ def test_an_export_after_an_approved_retry_imports_back_into_the_same_tenant(
 
 
 @pytest.mark.django_db
-@pytest.mark.xfail(strict=True, reason="services/runifold.py runifold_export(history=True) "
-                   "drops revision rows of phase unsupported one by one, leaving a gap the "
-                   "import refuses ('the next line for it must be revision 1')")
 def test_a_history_export_with_a_schema_mismatch_revision_imports_elsewhere(
         acme, globex, wendy):
     rec = records("agent.v1")[0]
@@ -185,9 +179,6 @@ def test_a_history_export_with_a_schema_mismatch_revision_imports_elsewhere(
     assert errors == [] and report.imported == len(lines)
 
 
-@pytest.mark.xfail(strict=True, reason="services/runifold.py jsonl_lines reads limit+1 bytes: "
-                   "with CRLF the '\\r' fills it, so a line of exactly the limit is refused "
-                   "as longer than the limit; the same line with LF is accepted")
 def test_a_crlf_line_of_exactly_the_limit_reads_like_its_lf_twin():
     line = b'{"a": "' + b"x" * (1000 - 9) + b'"}'
     assert len(line) == 1000

@@ -5,7 +5,8 @@ tenant's runifold checkpoints and effect records as runifold JSON Lines (issue 1
 ``services.runifold_export`` reads, decrypts and audits each page (``runifold.export``);
 this command only reads the arguments and writes the lines. Without ``--history`` each
 checkpoint's latest revision and each effect's current record are written; with it,
-every stored revision, oldest first. ``FILE`` may be ``-`` for standard output (the
+every stored revision, oldest first (of a checkpoint with an unsupported, schema-mismatch
+revision, those after the last such; the summary counts the rest). ``FILE`` may be ``-`` for standard output (the
 summary then goes to stderr); otherwise the lines go to ``FILE.partial``, renamed to
 ``FILE`` when the export is complete.
 """
@@ -86,6 +87,9 @@ class Command(BaseCommand):
         if report.left_out_checkpoints:
             left.append(f"{report.left_out_checkpoints} checkpoint(s) of other kinds or "
                         f"unsupported schemas")
+        if report.left_out_revisions:
+            left.append(f"{report.left_out_revisions} older revision(s) up to a checkpoint's "
+                        f"last unsupported schema")
         if report.left_out_effects:
             left.append(f"{report.left_out_effects} effect(s) without a runifold request")
         if left:
