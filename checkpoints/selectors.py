@@ -44,6 +44,7 @@ from guardian.models import GroupObjectPermission
 from . import policy, roles
 from .dbclock import NOW, db_now
 from .exceptions import InvalidPayload, NotFound
+from .integrations.threads import thread_run_id
 from .models import (
     MAX_REVISION,
     ApiToken,
@@ -218,13 +219,15 @@ def _search_run_ids(tenant: Tenant, text: str) -> QuerySet:
       ``(tenant, uuid)`` index);
     - runs with an effect whose operation key holds ``text`` (substring;
       ``effect_opkey_trgm``), so an order id is found through ``charge:A-1003``;
-    - runs with a checkpoint whose id starts with ``text`` (prefix, ``(tenant, uuid)``).
+    - runs with a checkpoint whose id starts with ``text`` (prefix, ``(tenant, uuid)``);
+    - the run of the LangGraph thread whose id is exactly ``text``
+      (``integrations.threads.thread_run_id``, issue 10: the run id is derived from it).
 
     Payloads are encrypted at rest and never searched: an order id that only a payload
     holds is found through an operation key or not at all (docs/search.md).
     """
     by_uuid = uuid_prefix_range(text)
-    run_match = Q(Contains(RunText(), text))
+    run_match = Q(Contains(RunText(), text)) | Q(uuid=thread_run_id(text))
     if by_uuid:
         run_match |= Q(uuid__range=by_uuid)
     ids = Run.objects.for_tenant(tenant).filter(run_match).values("id")

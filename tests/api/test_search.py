@@ -66,3 +66,15 @@ def test_the_audit_events_search(v, found):
     assert r.json()["results"]
     assert {e["run_id"] for e in r.json()["results"]} == {str(found.order)}
     assert get(v, "acme", "audit-events", q="a\x01").status_code == 400
+
+
+def test_a_langgraph_thread_id_finds_its_run_exactly(v, acme, wendy):
+    """A LangGraph thread's run id is derived from the thread id (issue 10), so the thread
+    id a runtime logs finds its run; a part of it does not."""
+    from checkpoints.integrations.threads import thread_run_id
+    from tests.helpers import graph_put, lg_put
+
+    graph_put(wendy, acme, lg_put("refund-NC-1", "1f0c-0001", nodes=["charge"]))
+    r = get(v, "acme", "runs", q="refund-NC-1")
+    assert [row["run_id"] for row in r.json()["results"]] == [str(thread_run_id("refund-NC-1"))]
+    assert get(v, "acme", "runs", q="refund-NC-2").json()["results"] == []
