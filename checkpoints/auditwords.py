@@ -182,7 +182,9 @@ def _run_after(e) -> str:
     """What a LangGraph deletion left of the thread's run (``after["run"]``)."""
     outcome = _get(e.after, "run")
     return {"closed": "; the run is closed (something else refers to it)",
-            "deleted": "; the run is deleted"}.get(outcome, "")
+            "deleted": "; the run is deleted",
+            "awaiting_review": "; the run stays open: it awaits review (an effect in "
+                               "doubt or an open review request)"}.get(outcome, "")
 
 
 def _lg_delete(e, t) -> str:

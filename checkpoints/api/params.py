@@ -12,7 +12,8 @@ drift apart. The rules, each a 400 ``{"error": "invalid_payload", "detail": "<na
 - a string with U+0000 or an unpaired surrogate (DRF's ``CharField`` validators; the
   same rule as ``jsonparse.text_problem``), or longer than the column it is compared
   with (limits read from the models, so they follow the columns);
-- an integer outside its range, a UUID that is not one, a value outside a choice.
+- an integer not written as ASCII digits (``5.0``, ``５``, ``5 ``: 400) or outside
+  its range, a UUID that is not one, a value outside a choice.
 
 An empty value is checked like any other: ``?run=`` is not a UUID and ``?limit=`` not
 an integer (400), while an empty text filter (``?kind=``) filters nothing. Whitespace is
@@ -21,6 +22,7 @@ kept: filters compare exactly.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from rest_framework import serializers
@@ -54,12 +56,34 @@ class Text(serializers.CharField):
         return super().to_internal_value(data)
 
 
+class PlainInt(serializers.IntegerField):
+    """An integer written as ASCII digits only, with a leading ``-`` only where the range
+    allows negatives: CONTRACT.md 6 refuses floats "and the same in query parameters",
+    so ``5.0`` (which DRF's ``IntegerField`` takes), full-width or other Unicode digits
+    and surrounding whitespace (which ``int()`` takes) are 400 (issue 10)."""
+
+    default_error_messages = {
+        "invalid": "must be an integer written with the digits 0-9 only",
+    }
+
+    def to_internal_value(self, data):
+        allowed = _SIGNED_RE if self.min_value is None or self.min_value < 0 else _DIGITS_RE
+        if not isinstance(data, str) or not allowed.fullmatch(data):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+_DIGITS_RE = re.compile(r"[0-9]{1,100}")
+_SIGNED_RE = re.compile(r"-?[0-9]{1,100}")
+
+
 def _int(minimum: int, maximum: int, help_text: str, default: int | None = None):
+    """A ``PlainInt`` query parameter in ``minimum..maximum``, optional."""
     kwargs: dict[str, Any] = {"required": False, "min_value": minimum, "max_value": maximum,
                               "help_text": help_text}
     if default is not None:
         kwargs["default"] = default
-    return serializers.IntegerField(**kwargs)
+    return PlainInt(**kwargs)
 
 
 class Params(serializers.Serializer):

@@ -86,6 +86,11 @@ HEAD_OPERATIONS = {
         "checkpoint_revisions_head", "Whether the revisions may be read (no body, no "
         "export, not audited)",
         "The GET's status without its body; nothing is exported, audited or written."),
+    "langgraph_checkpoint_list": (
+        "langgraph_checkpoint_list_head", "LangGraph: whether the checkpoints may be "
+        "listed (no body, not audited)",
+        "The GET's status (its role, its 400s for the query parameters) without its body; "
+        "nothing is read, audited or written."),
 }
 
 

@@ -976,6 +976,18 @@ class LangGraphCheckpointsApi(TenantApi):
 
     params = {"get": p.LangGraphListParams}
 
+    def _list_args(self) -> dict:
+        """The checked query parameters as ``graph_list`` takes them (400 naming one)."""
+        q = self.query
+        lg = services.langgraph
+        return dict(
+            thread_id=None if q["thread_id"] is None else lg.check_thread_id(q["thread_id"]),
+            checkpoint_ns=None if q["checkpoint_ns"] is None else lg.check_ns(q["checkpoint_ns"]),
+            checkpoint_id=(None if q["checkpoint_id"] is None
+                           else lg.check_checkpoint_id(q["checkpoint_id"])),
+            before=None if q["before"] is None else lg.check_checkpoint_id(q["before"], "before"),
+            limit=q["limit"], metadata_filter=services.parse_filter(q["filter"]))
+
     @extend_schema(
         operation_id="langgraph_checkpoint_list",
         summary=LG + "LangGraph checkpoints with their pending writes, newest first "
@@ -985,19 +997,18 @@ class LangGraphCheckpointsApi(TenantApi):
     )
     def get(self, request, tenant):
         t = self.tenant(request, tenant, roles.WRITE)
-        q = self.query
-        lg = services.langgraph
-        thread_id = None if q["thread_id"] is None else lg.check_thread_id(q["thread_id"])
-        ns = None if q["checkpoint_ns"] is None else lg.check_ns(q["checkpoint_ns"])
-        checkpoint_id = (None if q["checkpoint_id"] is None
-                         else lg.check_checkpoint_id(q["checkpoint_id"]))
-        before = None if q["before"] is None else lg.check_checkpoint_id(q["before"], "before")
-        results, next_before = services.graph_list(
-            actor=request.user, tenant=t, thread_id=thread_id, checkpoint_ns=ns,
-            checkpoint_id=checkpoint_id, before=before, limit=q["limit"],
-            metadata_filter=services.parse_filter(q["filter"]))
+        results, next_before = services.graph_list(actor=request.user, tenant=t,
+                                                   **self._list_args())
         return Response(s.GraphPageSerializer.render({"results": results,
                                                       "next_before": next_before}))
+
+    def head(self, request, tenant):
+        """The GET's status without its body: the same role and the same 400s for its
+        parameters, but nothing is read, so nothing is audited or written (as
+        ``CheckpointApi.head``; issue 10). Documented by ``schema.head_operations``."""
+        self.tenant(request, tenant, roles.WRITE)
+        self._list_args()
+        return Response()
 
     @extend_schema(
         operation_id="langgraph_checkpoint_put",

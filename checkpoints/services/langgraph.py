@@ -65,7 +65,7 @@ from ..models import (
 from ..permissions import require
 from ..vocab import AuditAction, ConflictReason, TargetType
 from .checkpoints import Envelope, _envelope_json, checkpoint_put
-from .runs import _check_fence, _lock_run, _record_conflict, run_save
+from .runs import _check_fence, _drop_if_empty, _lock_run, _record_conflict, run_save
 
 # LangGraph's own channel and task names (langgraph._internal._constants), read from
 # checkpoints: the server never imports LangGraph.
@@ -141,9 +141,18 @@ def _typed(value: Any, field: str) -> dict:
     return value
 
 
+#: A string channel version as LangGraph's savers make them (``"{int:032}.{random}"``):
+#: ASCII digits, then optionally a dot and anything. ``str.isdigit`` is not the rule:
+#: it takes "²" or "①", which ``int()`` refuses (issue 10, hostile finding).
+_STR_VERSION_RE = re.compile(r"[0-9]+(?:\..*)?", re.DOTALL)
+
+
 def _version(value: Any, field: str) -> Any:
-    """A channel version as LangGraph writes them: an integer, a finite number, or a
-    string (``"<int>.<random>"``) of at most 128 characters."""
+    """A channel version as LangGraph writes them: an integer (64-bit), a finite number,
+    or a string of at most 128 characters that starts with ASCII digits, optionally
+    followed by ``.`` and anything (``"<int>.<random>"``). Checked here, so comparing
+    versions (``_version_key``) cannot fail later. Raises ``InvalidPayload`` naming
+    ``field``."""
     if isinstance(value, bool):
         raise InvalidPayload(f"{field}: must be an integer, a number or a string")
     if isinstance(value, int):
@@ -153,7 +162,11 @@ def _version(value: Any, field: str) -> Any:
     if isinstance(value, float):
         return value
     if isinstance(value, str):
-        return _text(value, field, max_len=128)
+        _text(value, field, max_len=128)
+        if not _STR_VERSION_RE.fullmatch(value):
+            raise InvalidPayload(f'{field}: a string version must be ASCII digits, '
+                                 f'optionally followed by "." and anything')
+        return value
     raise InvalidPayload(f"{field}: must be an integer, a number or a string")
 
 
@@ -169,10 +182,12 @@ def _versions(value: Any, field: str) -> dict:
 
 def _version_key(value: Any) -> tuple:
     """How LangGraph compares versions: numbers numerically; ``"<int>.<frac>"`` strings
-    by their integer prefix, then as strings (docs/langgraph.md, "Mapping")."""
+    by their integer prefix, then as strings (docs/langgraph.md, "Mapping"). A body's
+    versions passed ``_version``; a string that does not (a row stored before that rule)
+    counts as prefix 0 rather than failing."""
     if isinstance(value, str):
-        head = value.split(".", 1)[0]
-        return (int(head) if head.lstrip("-").isdigit() else 0, value)
+        return (int(value.split(".", 1)[0]) if _STR_VERSION_RE.fullmatch(value) else 0,
+                value)
     return (value, "")
 
 
@@ -510,13 +525,20 @@ def graph_put(*, actor, tenant: Tenant, put: GraphPut,
     created = False
     with transaction.atomic():
         run = _lock_run(tenant, run_id, create=False)
+        new_run = False
         for _attempt in range(2):
-            outcome = _decide_put(actor, tenant, run, put, envelope_id, fencing_token)
+            outcome = _decide_put(actor, tenant, run, put, envelope_id, fencing_token,
+                                  new_run=new_run)
             if outcome != "create_run":
                 break
+            new_run = run is None
             run = _lock_run(tenant, run_id, create=True)  # then decide again, locked
         if isinstance(outcome, DomainError):
             refusal = outcome
+            if new_run and isinstance(outcome, Fenced):
+                # A token this new run never issued: nothing is kept, as the checkpoint
+                # API's ``_record_fenced`` keeps nothing for a run new in the write.
+                _drop_if_empty(run)
         elif isinstance(outcome, dict):
             answer = outcome
         else:
@@ -562,16 +584,20 @@ def _as_conflict(exc: DomainError, tenant, thread_id: str, ns: str) -> DomainErr
 
 
 def _decide_put(actor, tenant, run: Run | None, put: GraphPut, envelope_id: uuid.UUID,
-                token: int | None):
+                token: int | None, *, new_run: bool = False):
     """Under the run's lock (``run`` None: no run yet): a refusal (``DomainError``,
     its conflict recorded), the retry's answer (a dict), ``"create_run"`` (accept, but
     create and lock the run first, then decide again), or ``(envelope, identity)``:
-    accept, the envelope locked (None: the first checkpoint of the namespace)."""
+    accept, the envelope locked (None: the first checkpoint of the namespace).
+    ``new_run``: this write has just created ``run``; a fenced refusal of it records no
+    conflict (the caller drops the run, CONTRACT.md 3 as ``runs._record_fenced``)."""
     envelope = head = None
     if run is not None:
         try:
             _check_fence(run, token, run.db_now)
         except Fenced as exc:
+            if new_run:
+                return exc
             envelope = _lock_envelope(tenant, envelope_id)
             current = envelope.revision if envelope else None
             _refuse(tenant, actor, run, envelope_id=envelope_id, expected=current,
@@ -970,8 +996,15 @@ def _delete_in_namespace(actor, tenant, run: Run, thread_id: str, ns: str,
 
 def _settle_run(tenant, run: Run) -> str:
     """After deletions: the run's latest checkpoint is its newest remaining envelope
-    (``"kept"``); with none left it is closed (``closed``, reason "thread deleted") when
-    anything else refers to it (``"closed"``), else deleted (``"deleted"``)."""
+    (``"kept"``). With none left: deleted when nothing else refers to it
+    (``"deleted"``); kept open, its recovery state recomputed without a checkpoint,
+    while something awaits a reviewer (``review.awaits_review``: an effect in doubt or
+    of unknown outcome, an open retry or reconcile request), so a writer's deletion
+    never takes a run out of the inbox (``"awaiting_review"``); else closed as a
+    reviewer's close does (``review.close_locked``, reason "thread deleted",
+    ``"closed"``)."""
+    from .review import awaits_review, close_locked
+
     run = _lock_run(tenant, run.uuid, create=False)  # fresh, under the lock held
     now = run.db_now
     latest = (Checkpoint.objects.for_tenant(tenant).filter(run=run)
@@ -981,12 +1014,17 @@ def _settle_run(tenant, run: Run) -> str:
                  schema_version=latest.schema_version, phase_class=latest.phase_class,
                  phase_label=latest.phase_label)
         return "kept"
-    if _referenced(tenant, run):
-        run_save(run, now, latest_checkpoint=None, closed_at=now, closed_by=None,
-                 closed_reason=CLOSED_REASON)
+    if not _referenced(tenant, run):
+        Run.objects.for_tenant(tenant).filter(pk=run.pk).delete()
+        return "deleted"
+    # No checkpoint: no phase (resume answers no_checkpoint, nothing is "in flight").
+    run_save(run, now, latest_checkpoint=None, phase_class="", phase_label="")
+    if run.closed_at is not None:  # a reviewer's own close stays as they left it
         return "closed"
-    Run.objects.for_tenant(tenant).filter(pk=run.pk).delete()
-    return "deleted"
+    if awaits_review(run):
+        return "awaiting_review"
+    close_locked(run, now, closed_by=None, reason=CLOSED_REASON)
+    return "closed"
 
 
 def _delete_from_thread(actor, tenant, thread_id: str, rows_qs, action: str,

@@ -279,6 +279,50 @@ def effect_mark_unknown(*, actor, tenant: Tenant, effect_id: uuid.UUID, reason: 
     return moved
 
 
+def close_locked(run: Run, now, *, closed_by, reason: str) -> tuple[int, int]:
+    """Mark ``run`` closed (the caller holds its lock and audits): its open retry
+    request expired and its open reconcile requests cancelled, so nothing acts on a
+    closed run, then its recovery state recomputed. ``now`` is the database time read
+    with the run; ``closed_by`` a user or ``None`` (closed by the system, e.g. a
+    LangGraph thread deletion, issue 10). Returns ``(expired, cancelled)``. The one
+    rule of closing: ``run_close`` and ``services.langgraph`` call it."""
+    from ..models import ReconcileRequest
+
+    expired = RetryRequest.objects.for_tenant(run.tenant_id).filter(
+        run=run, state__in=RetryState.OPEN).update(state=RetryState.EXPIRED, decided_at=now)
+    cancelled = ReconcileRequest.objects.for_tenant(run.tenant_id).filter(
+        run=run, state__in=ReconcileState.OPEN).update(
+        state=ReconcileState.CANCELLED, finished_at=now, last_error="the run was closed")
+    Run.objects.for_tenant(run.tenant_id).filter(pk=run.pk).update(
+        closed_at=now, closed_by=closed_by, closed_reason=reason)
+    run.closed_at, run.closed_by, run.closed_reason = now, closed_by, reason
+    run_refresh_state(run, now)
+    return expired, cancelled
+
+
+def awaits_review(run: Run) -> str:
+    """Why ``run`` must stay before its reviewers whatever its runtime does ("" when
+    nothing does): an effect in doubt (``submitted``/``unresolved``: it may have
+    happened), an effect of unknown outcome no approved retry covers (a reviewer's
+    declaration awaiting their decision), an open retry request or an open reconcile
+    request. Only a reviewer's ``run_close`` closes such a run; a writer's LangGraph
+    thread deletion leaves it open (issue 10, docs/langgraph.md "Deleting")."""
+    from ..models import ReconcileRequest
+
+    effects = Effect.objects.for_tenant(run.tenant_id).filter(run=run)
+    if effects.filter(state__in=EffectState.IN_DOUBT).exists():
+        return "an effect is in doubt"
+    if effects.filter(state=EffectState.UNKNOWN, retry_authorized_by__isnull=True).exists():
+        return "an effect's outcome is unknown"
+    if RetryRequest.objects.for_tenant(run.tenant_id).filter(
+            run=run, state__in=RetryState.OPEN).exists():
+        return "a retry request is open"
+    if ReconcileRequest.objects.for_tenant(run.tenant_id).filter(
+            run=run, state__in=ReconcileState.OPEN).exists():
+        return "a reconcile request is open"
+    return ""
+
+
 def run_close(*, actor, tenant: Tenant, run_id: uuid.UUID, reason: str,
               bulk_id: uuid.UUID | None = None) -> Run:
     """A reviewer closes a run that was handled outside the system (DESIGN.md 4).
@@ -300,18 +344,7 @@ def run_close(*, actor, tenant: Tenant, run_id: uuid.UUID, reason: str,
             raise InvalidTransition("run: it completed; there is nothing to close")
         now = run.db_now
         before = run.recovery_state
-        expired = RetryRequest.objects.for_tenant(tenant).filter(
-            run=run, state__in=RetryState.OPEN).update(
-            state=RetryState.EXPIRED, decided_at=now)
-        from ..models import ReconcileRequest
-
-        cancelled = ReconcileRequest.objects.for_tenant(tenant).filter(
-            run=run, state__in=ReconcileState.OPEN).update(
-            state=ReconcileState.CANCELLED, finished_at=now, last_error="the run was closed")
-        Run.objects.for_tenant(run.tenant_id).filter(pk=run.pk).update(
-            closed_at=now, closed_by=actor, closed_reason=reason)
-        run.closed_at, run.closed_by, run.closed_reason = now, actor, reason
-        run_refresh_state(run, now)
+        expired, cancelled = close_locked(run, now, closed_by=actor, reason=reason)
         audit_record(tenant=tenant, actor=actor, action=AuditAction.RUN_CLOSE, target_type=TargetType.RUN,
                      target_id=run.uuid, run_id=run.uuid, reason=reason,
                      before={"recovery_state": before},

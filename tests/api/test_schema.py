@@ -34,6 +34,7 @@ BEYOND_CONTRACT = {
     # LangGraph threads (issue 10, docs/langgraph.md): the saver's operations.
     ("POST", "langgraph/checkpoints"): "LangGraph put",
     ("GET", "langgraph/checkpoints"): "LangGraph get_tuple and list (audited read)",
+    ("HEAD", "langgraph/checkpoints"): "LangGraph list without its body (not audited)",
     ("POST", "langgraph/writes"): "LangGraph put_writes",
     ("POST", "langgraph/threads/delete"): "LangGraph delete_thread",
     ("POST", "langgraph/threads/copy"): "LangGraph copy_thread",

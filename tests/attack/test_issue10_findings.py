@@ -16,6 +16,7 @@ import pytest
 
 from checkpoints import services
 from checkpoints.client import CheckpointError, HttpCheckpointStore
+from checkpoints.exceptions import AlreadyDone
 from checkpoints.integrations.threads import thread_run_id
 from checkpoints.models import (
     AuditEvent,
@@ -64,8 +65,6 @@ def _export(tenant, **kw) -> list[str]:
     ("1", "\u2460"),        # CIRCLED DIGIT ONE, on the versions_seen side
     ("--1", 1),             # lstrip("-") then int("--1")
 ])
-@pytest.mark.xfail(strict=True, reason="services/langgraph.py _version_key: "
-                   "int(head) after head.lstrip('-').isdigit() raises ValueError -> 500")
 def test_a_channel_version_that_only_looks_numeric_is_400_not_500(wendy, version, seen):
     body = lg_put("t-1", "01", versions={"branch:to:charge": version},
                   values={"branch:to:charge": None},
@@ -78,9 +77,6 @@ def test_a_channel_version_that_only_looks_numeric_is_400_not_500(wendy, version
 
 
 @pytest.mark.django_db
-@pytest.mark.xfail(strict=True, reason="services/langgraph.py graph_put: the run is created "
-                   "(create_run) before the fence check, and _refuse commits it with a "
-                   "conflict; the checkpoint API (_record_fenced) keeps nothing for a new run")
 def test_a_fenced_put_on_a_new_thread_leaves_no_run_behind(wendy):
     client = _client(wendy)
     refused = client.post(LG + "checkpoints", data=json.dumps(lg_put("t-new", "01")),
@@ -97,30 +93,56 @@ def test_a_fenced_put_on_a_new_thread_leaves_no_run_behind(wendy):
 
 
 @pytest.mark.django_db
-@pytest.mark.xfail(strict=True, reason="services/langgraph.py _settle_run closes the run "
-                   "without what review.run_close does (expire open retry requests, cancel "
-                   "reconcile requests): the request stays open and is approved on a closed run")
+@pytest.mark.parametrize("mark_unknown", [True, False])
 def test_deleting_a_thread_does_not_leave_an_approvable_retry_on_the_closed_run(
-        acme, wendy, rita, april):
+        acme, wendy, rita, april, mark_unknown):
+    """A writer (no review right) deleting its thread never takes a run out of the
+    reviewers' inbox: with an effect in doubt, or unknown with a retry request open, the
+    run stays open (no checkpoint) and the request stays for the approver on an open run
+    (docs/langgraph.md "Deleting"; services.review.awaits_review)."""
     run_id = thread_run_id("t-1")
     graph_put(wendy, acme, lg_put("t-1", "01", nodes=["charge"]))
     fx = effect_body(run_id=run_id, operation_key="charge:lg")
     put_effect(wendy, acme, fx)
     put_effect(wendy, acme, dict(fx, revision=1, state="submitted"), expected=0)
-    sweep_later()
-    services.effect_mark_unknown(actor=rita, tenant=acme, effect_id=fx["id"], reason="?")
-    retry = services.retry_request(actor=rita, tenant=acme, run_id=run_id, reason="died")
-    # A writer (no review right) deletes the thread: the run stays, closed.
+    sweep_later()  # the owner is gone: the submitted effect is unresolved
+    retry = None
+    if mark_unknown:
+        services.effect_mark_unknown(actor=rita, tenant=acme, effect_id=fx["id"], reason="?")
+        retry = services.retry_request(actor=rita, tenant=acme, run_id=run_id, reason="died")
+    before = Run.objects.get(uuid=run_id).recovery_state
     services.graph_thread_delete(actor=wendy, tenant=acme, thread_id="t-1")
     run = Run.objects.get(uuid=run_id)
-    assert run.recovery_state == "closed" and Effect.objects.filter(run=run).count() == 1
-    assert RetryRequest.objects.get(pk=retry.pk).state != "requested"
+    assert run.closed_at is None and run.latest_checkpoint is None
+    assert run.recovery_state == before == ("awaiting_approval" if mark_unknown
+                                            else "ambiguous")
+    assert Effect.objects.filter(run=run).count() == 1
+    event = AuditEvent.objects.get(action="langgraph.thread_delete")
+    assert event.after["run"] == "awaiting_review"
+    if retry is not None:  # still the approver's, decided on an open run as any other
+        assert RetryRequest.objects.get(pk=retry.pk).state == "requested"
+        services.retry_approve(actor=april, tenant=acme, retry_id=retry.pk, reason="ok")
+        assert Run.objects.get(uuid=run_id).recovery_state == "retry_approved"
 
 
 @pytest.mark.django_db
-@pytest.mark.xfail(strict=True, reason="api/views.py LangGraphCheckpointsApi: HEAD runs get() "
-                   "and graph_list audits a payload.read although nothing is answered; "
-                   "HEAD of the checkpoint API writes nothing")
+def test_a_thread_deletion_closes_as_a_reviewer_close_does(acme, wendy, rita):
+    """With nothing awaiting review (a conflict only) the run is closed by the one rule
+    of closing (``review.close_locked``): a reviewer's later close finds it closed."""
+    run_id = thread_run_id("t-1")
+    graph_put(wendy, acme, lg_put("t-1", "02", nodes=["charge"]))
+    stale = _client(wendy).post(LG + "checkpoints", data=json.dumps(lg_put("t-1", "01")),
+                                content_type="application/json")
+    assert stale.status_code == 412 and Conflict.objects.count() == 1
+    services.graph_thread_delete(actor=wendy, tenant=acme, thread_id="t-1")
+    run = Run.objects.get(uuid=run_id)
+    assert (run.recovery_state, run.closed_reason, run.phase_class) == (
+        "closed", "thread deleted", "")
+    with pytest.raises(AlreadyDone):
+        services.run_close(actor=rita, tenant=acme, run_id=run_id, reason="done")
+
+
+@pytest.mark.django_db
 def test_a_head_of_the_langgraph_list_writes_no_audit_event(acme, wendy):
     graph_put(wendy, acme, lg_put("t-1", "01"))
     before = AuditEvent.objects.count()
@@ -131,9 +153,6 @@ def test_a_head_of_the_langgraph_list_writes_no_audit_event(acme, wendy):
 
 @pytest.mark.django_db
 @pytest.mark.parametrize("limit", ["5.0", "%EF%BC%95", "5%20"])  # a float, FULLWIDTH 5, "5 "
-@pytest.mark.xfail(strict=True, reason="api/params.py _int: DRF IntegerField strips '.0' and "
-                   "int() takes Unicode digits and spaces; CONTRACT.md 6 refuses floats "
-                   "'and the same in query parameters'")
 def test_a_list_limit_that_is_not_a_plain_integer_is_400(wendy, limit):
     response = _client(wendy).get(LG + f"checkpoints?limit={limit}")
     assert response.status_code == 400, response.content
