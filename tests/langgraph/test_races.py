@@ -127,13 +127,15 @@ def test_a_leased_graph_on_a_new_thread_writes_without_a_single_refusal(make_sav
 
 def test_a_saver_whose_lease_lapsed_while_paused_is_fenced_and_the_write_kept(make_saver):
     thread = f"fence-{uuid.uuid4()}"
-    sleepy = make_saver(lease_ttl_s=60, owner="sleepy")
+    # A long ttl: sleepy must not reach its own renewal time (half the ttl, by its
+    # monotonic clock) while the test runs, however loaded the machine is.
+    sleepy = make_saver(lease_ttl_s=3600, owner="sleepy")
     head = paused_before_charge(sleepy, thread)
     run = Run.objects.get(uuid=threads.thread_run_id(thread))
     assert (run.lease_owner, run.fencing_token) == ("sleepy", 1)
 
-    age_world(120)  # sleepy's process stood still for two minutes: its lease expired
-    other = make_saver(lease_ttl_s=60, owner="other")
+    age_world(7200)  # sleepy's process stood still for two hours: its lease expired
+    other = make_saver(lease_ttl_s=3600, owner="other")
     done = chain_graph(other).invoke(None, cfg(thread))
     assert done["log"] == ["plan A-1042", "charge A-1042"]
 
