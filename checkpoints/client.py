@@ -298,16 +298,60 @@ def network_error(call: Call, exc: BaseException, *, sent: bool) -> CheckpointEr
     return CheckpointError(STORAGE, f"{call.method} {call.path}: {text}", sent=sent)
 
 
-def encode_body(body: Any, limit: int | None, method: str, path: str) -> bytes:
-    """``body`` as the JSON bytes to send. Raises ``CheckpointError`` ``invalid_payload``
-    (``sent`` false, nothing sent) when it is not JSON (NaN, a set, ...) or longer than
-    ``limit`` bytes (``error == "payload_too_large"``; the server would answer 413)."""
+def _surrogate_at(value: Any, where: str) -> str | None:
+    """Where in ``value`` (``body.a[2]`` style, keys included) the first string holding an
+    unpaired surrogate is, or ``None``."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return where
+        return None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found = (_surrogate_at(key, f"{where} (a key)") if isinstance(key, str) else None
+                     ) or _surrogate_at(item, f"{where}.{key}")
+            if found:
+                return found
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            if found := _surrogate_at(item, f"{where}[{i}]"):
+                return found
+    return None
+
+
+def encode_json(value: Any, what: str = "body") -> bytes:
+    """``value`` as compact UTF-8 JSON bytes (no spaces, non-ASCII text as UTF-8, not
+    ``\\uXXXX``), as both clients and ``RecoverySaver`` send bodies, so their size checks
+    count the bytes the server counts (CONTRACT.md 6, issue 10).
+
+    Raises ``CheckpointError`` ``invalid_payload`` (``sent`` false) when ``value`` is not
+    JSON (NaN, a set, ...) or a string in it holds an unpaired surrogate (UTF-8 cannot
+    carry it; the server refuses it too, CONTRACT.md 6): the message names where
+    (``what`` then the path, e.g. ``body.payload.note``)."""
     try:
-        data = json.dumps(body, allow_nan=False).encode("utf-8")
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        where = _surrogate_at(value, what) or what
+        detail = f"{where}: an unpaired surrogate cannot be sent as UTF-8"
     except (TypeError, ValueError) as exc:
-        raise CheckpointError(INVALID_PAYLOAD, f"{method} {path}: body is not JSON: {exc}",
-                              body={"error": "invalid_payload", "detail": f"body: {exc}"},
-                              sent=False) from None
+        detail = f"{what}: not JSON: {exc}"
+    raise CheckpointError(INVALID_PAYLOAD, f"{detail}; nothing was sent",
+                          body={"error": "invalid_payload", "detail": detail}, sent=False)
+
+
+def encode_body(body: Any, limit: int | None, method: str, path: str) -> bytes:
+    """``body`` as the JSON bytes to send (``encode_json``: UTF-8, compact), measured as
+    sent. Raises ``CheckpointError`` ``invalid_payload`` (``sent`` false, nothing sent)
+    when it is not JSON (NaN, a set, ...), holds an unpaired surrogate (the message names
+    the field), or is longer than ``limit`` bytes (``error == "payload_too_large"``; the
+    server would answer 413)."""
+    try:
+        data = encode_json(body, "body")
+    except CheckpointError as exc:
+        raise CheckpointError(INVALID_PAYLOAD, f"{method} {path}: {exc.message}",
+                              body=exc.body, sent=False) from None
     if limit is not None and len(data) > limit:
         detail = f"body: {len(data)} bytes, larger than the limit of {limit} bytes"
         raise CheckpointError(INVALID_PAYLOAD, f"{method} {path}: body is {len(data)} bytes, "

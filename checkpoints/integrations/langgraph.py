@@ -31,9 +31,12 @@ Errors are ``checkpoints.client.CheckpointError`` with runifold's kinds:
   CONTRACT.md section 6, ``RECOVERY_MAX_BODY_BYTES``), raised before anything is sent; a
   value the JSON body cannot carry (metadata that is not JSON, NaN, an unpaired
   surrogate), also before sending; the server's 400/413/422;
-- ``not_found``: only from the server's other 404s; ``get_tuple`` answers ``None``, and
-  ``put_writes`` on a checkpoint the server does not have (yet) holds the writes until
-  this saver's put of it is answered (``RecoverySaver._hold``);
+- ``not_found``: a 404: the tenant is not there for this token (no role in it) or
+  ``base_url``/``tenant`` is wrong (every method; ``get_tuple`` answers ``None`` only
+  for a thread or checkpoint that is not there, which the server answers 200 with no
+  result); ``put_writes`` on a checkpoint the server does not have and this saver is
+  not putting (a put in flight, or about to reach it behind another of its puts on
+  the thread: the writes are held until it is answered, ``RecoverySaver._await_put``);
 - ``storage``: network failures, timeouts, 5xx, 401/403, an unreadable answer.
 """
 
@@ -41,7 +44,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import json
 import os
 import random
 import socket
@@ -67,7 +69,14 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from checkpoints.client import CONFLICT, INVALID_PAYLOAD, NOT_FOUND, STORAGE, CheckpointError
+from checkpoints.client import (
+    CONFLICT,
+    INVALID_PAYLOAD,
+    NOT_FOUND,
+    STORAGE,
+    CheckpointError,
+    encode_json,
+)
 from checkpoints.integrations import threads
 
 __all__ = ["RecoverySaver", "ThreadConflict"]
@@ -75,8 +84,18 @@ __all__ = ["RecoverySaver", "ThreadConflict"]
 #: The identity parts a run carries (CONTRACT.md 3, ``resume``); taken from the config.
 IDENTITY_KEYS = ("agent", "model", "workflow", "definition_version")
 PRUNE_STRATEGIES = ("keep_latest", "delete")
-#: Checkpoints remembered as stored, and checkpoints with held writes (``_hold``).
+#: Checkpoints remembered as stored, and checkpoints with held writes (``_hold_locked``).
 HELD_MAX = 1024
+#: Seconds writes on a checkpoint not stored yet wait for its put to reach this saver
+#: when none of its puts on the thread is in flight (``RecoverySaver._await_put``).
+PUT_GRACE_S = 1.0
+
+
+def _no_such_checkpoint(exc: CheckpointError) -> bool:
+    """Whether a 404 is the server's "no such checkpoint" (``POST …/langgraph/writes``),
+    not a tenant the token has no role in or a wrong route."""
+    detail = exc.body.get("detail")
+    return isinstance(detail, str) and detail.startswith("checkpoint_id:")
 
 
 class ThreadConflict(CheckpointError):
@@ -148,13 +167,10 @@ class _Wait:
 
 
 def _encode_json(value: Any, what: str) -> bytes:
-    """Compact UTF-8 JSON, or ``invalid_payload`` naming what could not be encoded."""
-    try:
-        return json.dumps(value, ensure_ascii=False, allow_nan=False,
-                          separators=(",", ":")).encode("utf-8")
-    except (TypeError, ValueError) as exc:  # not JSON, NaN, unpaired surrogate
-        raise CheckpointError(INVALID_PAYLOAD, f"{what}: cannot be sent as JSON: {exc}") \
-            from None
+    """Compact UTF-8 JSON (``checkpoints.client.encode_json``, the clients' own encoder, so
+    the saver and the clients measure a body alike), or ``invalid_payload`` naming what
+    could not be encoded (not JSON, NaN, an unpaired surrogate)."""
+    return encode_json(value, what)
 
 
 class RecoverySaver(BaseCheckpointSaver[str]):
@@ -215,9 +231,15 @@ class RecoverySaver(BaseCheckpointSaver[str]):
         self._lock = threading.Lock()
         self._leases: dict[str, _Lease] = {}
         # (thread, ns, checkpoint id): checkpoints this saver stored, and writes held for
-        # checkpoints whose put has not been answered yet (``_hold``); oldest first.
+        # checkpoints whose put has not been answered yet (``_hold_locked``); oldest first.
         self._stored: dict[tuple, None] = {}
         self._held: dict[tuple, list[_Call]] = {}
+        # Puts of this saver between their start and their answer (``_put_writes_plan``
+        # holds writes only for these), the last put's outcome per (thread, ns), and an
+        # event set (and replaced) whenever a put starts or ends.
+        self._putting: dict[tuple, int] = {}
+        self._last_put: dict[tuple, tuple[str, bool]] = {}
+        self._put_changed = threading.Event()
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -548,16 +570,17 @@ class RecoverySaver(BaseCheckpointSaver[str]):
         identity = self._identity(config)
         if identity:
             body["identity"] = identity
-        call = _Call("POST", "langgraph/checkpoints", self._body(body, "put"), what="put",
-                     thread_id=thread_id, checkpoint_ns=ns)
         key = (thread_id, ns, checkpoint["id"])
+        self._put_started(key)
+        ok = False
         try:
+            call = _Call("POST", "langgraph/checkpoints", self._body(body, "put"), what="put",
+                         thread_id=thread_id, checkpoint_ns=ns)
             yield from self._write(call)
-        except CheckpointError:
-            with self._lock:  # the writes held for it go with it
-                self._held.pop(key, None)
-            raise
-        yield from self._stored_now(key)
+            ok = True
+        finally:  # refused: the writes held for it go with it
+            held = self._put_ended(key, ok)
+        yield from self._send_held(held)
         return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns,
                                  "checkpoint_id": checkpoint["id"]}}
 
@@ -600,37 +623,116 @@ class RecoverySaver(BaseCheckpointSaver[str]):
             except CheckpointError as exc:
                 if exc.kind != NOT_FOUND:
                     raise
-                if self._hold(key, calls[i:]):
+                if not _no_such_checkpoint(exc):
+                    raise self._no_tenant(exc) from None
+                if (yield from self._await_put(key, calls[i:], exc)):
                     return
-                # The put was answered meanwhile (the 404 was read before it committed).
+                # This saver stored it (the 404 was read before its put committed).
                 yield from self._write(call)
 
-    def _hold(self, key: tuple, calls: list[_Call]) -> bool:
+    def _put_started(self, key: tuple) -> None:
+        with self._lock:
+            self._putting[key] = self._putting.get(key, 0) + 1
+            self._put_changed, changed = threading.Event(), self._put_changed
+        changed.set()
+
+    def _put_ended(self, key: tuple, ok: bool) -> list[_Call]:
+        """Record the end of this saver's put of ``key``; the writes held for it, to send
+        now (accepted), or none (refused: they are dropped)."""
+        with self._lock:
+            left = self._putting.pop(key, 1) - 1
+            if left:
+                self._putting[key] = left
+            held = self._held.pop(key, []) if ok or not left else []
+            if ok:
+                self._stored[key] = None
+                while len(self._stored) > HELD_MAX:
+                    del self._stored[next(iter(self._stored))]
+            line = key[:2]
+            self._last_put.pop(line, None)
+            self._last_put[line] = (key[2], ok)
+            while len(self._last_put) > HELD_MAX:
+                del self._last_put[next(iter(self._last_put))]
+            self._put_changed, changed = threading.Event(), self._put_changed
+        changed.set()
+        return held if ok else []
+
+    def _await_put(self, key: tuple, calls: list[_Call], refusal: CheckpointError):
+        """Generator, after the server answered "no such checkpoint" to writes on ``key``
+        (thread, ns, checkpoint id): ``True`` once they are held for this saver's put of
+        exactly that checkpoint (in flight: ``_hold_locked``), ``False`` if this saver has stored
+        it meanwhile (send them again); raises ``CheckpointError`` ``not_found`` when no
+        such put is coming (issue 10: writes are never acknowledged and then lost).
+
+        LangGraph's loop submits the put of a checkpoint before any write on it, but
+        chained after its previous put (``pregel/_loop.py``), so the put may not have
+        reached this saver yet. While a put of this saver on the same (thread, ns) is in
+        flight, the writes wait for the put of ``key`` to start (at most ``3 *
+        timeout_s``); with none in flight they wait at most ``PUT_GRACE_S`` (the moment
+        between one put's answer and the next put's start), and only when that put
+        could still come: no put of this saver on the (thread, ns) yet, or the last one
+        accepted and older than ``key``. A refused last put, or a stored checkpoint not
+        found again, raises at once."""
+        line, checkpoint_id = key[:2], key[2]
+        started = time.monotonic()
+        quiet_since: float | None = None
+        while True:
+            with self._lock:
+                if key in self._stored:
+                    return False
+                if key in self._putting:
+                    return self._hold_locked(key, calls)
+                busy = any(k[:2] == line for k in self._putting)
+                last = self._last_put.get(line)
+                changed = self._put_changed
+            now = time.monotonic()
+            if busy:
+                quiet_since = None
+                deadline = started + 3 * self.timeout_s
+            else:
+                may_come = last is None or (last[1] and last[0] < checkpoint_id)
+                if not may_come:
+                    break
+                quiet_since = quiet_since if quiet_since is not None else now
+                deadline = min(started + 3 * self.timeout_s, quiet_since + PUT_GRACE_S)
+            if now >= deadline:
+                break
+            yield _Wait(changed, deadline - now)
+        thread_id, ns = line
+        raise CheckpointError(
+            NOT_FOUND,
+            f"put_writes: checkpoint {checkpoint_id!r} of thread {thread_id!r} (namespace "
+            f"{ns!r}) is not stored in tenant {self.tenant!r} and this saver has no put of "
+            f"it in flight; the writes were not stored ({refusal.message})",
+            status=refusal.status, body=refusal.body)
+
+    def _no_tenant(self, exc: CheckpointError) -> CheckpointError:
+        """A 404 that is not "no such checkpoint": the tenant is not there for this token
+        (no role in it) or ``base_url`` does not lead to this service's API."""
+        return CheckpointError(
+            NOT_FOUND,
+            f"tenant {self.tenant!r} not found at {self.base_url} for this token (the "
+            f"token's account has no role in it, or base_url/tenant is wrong): "
+            f"{exc.message}", status=exc.status, body=exc.body)
+
+    def _hold_locked(self, key: tuple, calls: list[_Call]) -> bool:
         """Keep ``calls`` (writes on checkpoint ``key`` that the server does not have yet)
-        to be sent right after this saver's put of that checkpoint; ``False`` if that put
-        has already been answered (send them again now).
+        to be sent right after this saver's put of that checkpoint, which is in flight
+        (called under ``_lock`` by ``_await_put``); ``True``.
 
         LangGraph's loop (``pregel/_loop.py``) chains its puts but sends each task's
         ``put_writes`` on its own, so the writes of a step can arrive before the put of
         the checkpoint they belong to (LangGraph's own savers store writes without
-        checking the checkpoint). If the put fails, the held writes go with it; if the
-        checkpoint never comes, they are dropped with the oldest after ``HELD_MAX``."""
-        with self._lock:
-            if key in self._stored:
-                return False
-            self._held.setdefault(key, []).extend(calls)
-            while len(self._held) > HELD_MAX:
-                del self._held[next(iter(self._held))]
-            return True
+        checking the checkpoint). If the put is refused, the held writes go with it (the
+        put raises); more than ``HELD_MAX`` checkpoints with held writes drop the oldest."""
+        self._held.setdefault(key, []).extend(calls)
+        while len(self._held) > HELD_MAX:
+            del self._held[next(iter(self._held))]
+        return True
 
-    def _stored_now(self, key: tuple):
-        """Generator: after this saver's put of ``key`` was accepted, send the writes held
-        for it (``_hold``)."""
-        with self._lock:
-            self._stored[key] = None
-            while len(self._stored) > HELD_MAX:
-                del self._stored[next(iter(self._stored))]
-            held = self._held.pop(key, [])
+    def _send_held(self, held: list[_Call]):
+        """Generator: after this saver's put of a checkpoint was accepted, send the writes
+        held for it (``_hold_locked``)."""
         for call in held:
             yield from self._write(call)
 
@@ -645,8 +747,8 @@ class RecoverySaver(BaseCheckpointSaver[str]):
                                  what="get_tuple", thread_id=params["thread_id"],
                                  checkpoint_ns=params["checkpoint_ns"])
         except CheckpointError as exc:
-            if exc.kind == NOT_FOUND:
-                return None
+            if exc.kind == NOT_FOUND:  # the list answers 200 for a missing thread
+                raise self._no_tenant(exc) from None
             raise
         results = (answer.body or {}).get("results") or []
         return self._tuple(results[0]) if results else None
@@ -673,9 +775,14 @@ class RecoverySaver(BaseCheckpointSaver[str]):
         while True:
             page = threads.DEFAULT_LIMIT if remaining is None else min(remaining,
                                                                         threads.MAX_LIMIT)
-            answer = yield _Call("GET", "langgraph/checkpoints",
-                                 params=dict(params, limit=page), what="list",
-                                 thread_id=params.get("thread_id"))
+            try:
+                answer = yield _Call("GET", "langgraph/checkpoints",
+                                     params=dict(params, limit=page), what="list",
+                                     thread_id=params.get("thread_id"))
+            except CheckpointError as exc:
+                if exc.kind == NOT_FOUND:
+                    raise self._no_tenant(exc) from None
+                raise
             body = answer.body or {}
             for row in body.get("results") or []:
                 yield self._tuple(row)
@@ -730,7 +837,9 @@ class RecoverySaver(BaseCheckpointSaver[str]):
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """The checkpoint ``config`` names (``checkpoint_id``), or the head of (thread,
         namespace) without one; ``None`` if there is none. Pending writes are ordered by
-        (task_id, idx). Raises ``CheckpointError`` (``storage``, ``invalid_payload``)."""
+        (task_path, task_id, idx). Raises ``CheckpointError``: ``not_found`` when the
+        tenant is not there for this token or base_url is wrong (the server answers a
+        missing thread with no result, never 404), ``storage``, ``invalid_payload``."""
         return self._drive(self._get_tuple_plan(config))
 
     def list(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
@@ -774,9 +883,13 @@ class RecoverySaver(BaseCheckpointSaver[str]):
         (error, interrupt, ...); (task_id, idx) already stored is kept for idx >= 0 and
         replaced for idx < 0. Writes on a checkpoint the server does not have yet (404:
         LangGraph sends them while the checkpoint's put may still be on its way) are held
-        and sent right after this saver's put of it is accepted (``_hold``); like
-        LangGraph's own savers, writes on a checkpoint that never comes raise nothing.
-        Raises ``ThreadConflict``, ``CheckpointError`` ``invalid_payload``, ``storage``."""
+        and sent right after this saver's put of it is accepted, if that put is in flight
+        or about to come (``_await_put``); otherwise, and for a tenant this token has no
+        role in, they raise ``CheckpointError`` ``not_found``: writes are never
+        acknowledged without being stored or held for a put that will carry them. Held
+        writes whose put is refused are dropped (the put raises).
+        Raises ``ThreadConflict``, ``CheckpointError`` ``not_found``, ``invalid_payload``,
+        ``storage``."""
         self._drive(self._put_writes_plan(config, writes, task_id, task_path))
 
     def delete_thread(self, thread_id: str) -> None:

@@ -211,9 +211,6 @@ def test_a_crlf_line_of_exactly_the_limit_reads_like_its_lf_twin():
 # 3. Clients (checkpoints/client.py, shared by aclient.py)
 # --------------------------------------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="client.py encode_body: json.dumps with ensure_ascii "
-                   "(the default) sends each CJK character as 6 bytes, so a 600 KB UTF-8 "
-                   "body is refused as over 1 MiB; the server and RecoverySaver measure UTF-8")
 def test_the_client_size_check_counts_non_ascii_text_as_the_server_does(live_server, wendy):
     body = envelope(payload={"phase": "ready", "order_id": "A-1", "note": "\u4e2d" * 200_000})
     utf8 = json.dumps(body, ensure_ascii=False).encode()
@@ -230,10 +227,6 @@ def test_the_client_size_check_counts_non_ascii_text_as_the_server_does(live_ser
 # 4. RecoverySaver (checkpoints/integrations/langgraph.py)
 # --------------------------------------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="integrations/langgraph.py _get_tuple_plan turns every "
-                   "404 into None; GET …/langgraph/checkpoints never answers 404 for a "
-                   "missing checkpoint, only for a tenant the token has no role in (or a "
-                   "wrong base_url), so misconfiguration reads as an empty thread")
 def test_get_tuple_raises_when_the_tenant_is_not_the_tokens(live_server, acme, wendy, wes):
     from checkpoints.integrations.langgraph import RecoverySaver
 
@@ -244,9 +237,6 @@ def test_get_tuple_raises_when_the_tenant_is_not_the_tokens(live_server, acme, w
             saver.get_tuple(config)
 
 
-@pytest.mark.xfail(strict=True, reason="integrations/langgraph.py _put_writes_plan holds the "
-                   "writes on any 404 (_hold) and returns: put_writes is acknowledged, nothing "
-                   "is stored, and the put that would release them never comes from this saver")
 def test_put_writes_refused_by_the_server_is_not_acknowledged(live_server, acme, wendy, wes):
     from checkpoints.integrations.langgraph import RecoverySaver
 

@@ -259,6 +259,28 @@ def test_a_body_that_is_not_json_is_invalid_payload_and_not_sent(fake_server, op
     assert server.requests == []
 
 
+def test_a_body_is_sent_as_utf8_and_measured_so(fake_server, open_store):
+    server = fake_server(default=ok({}, etag=0, status=201))
+    store = open_store(server.url, "acme", "t", max_body_bytes=4096)
+    body = envelope(payload={"note": "\u4e2d" * 1000})  # 3,000 bytes as UTF-8
+
+    assert store.compare_and_swap(body, None) == 0
+
+    assert "\u4e2d".encode() * 1000 in server.requests[0][2]
+
+
+def test_an_unpaired_surrogate_is_invalid_payload_naming_the_field(fake_server, open_store):
+    server = fake_server()
+    store = open_store(server.url, "acme", "t")
+
+    with pytest.raises(CheckpointError) as err:
+        store.compare_and_swap(envelope(payload={"note": "a\ud800b"}), None)
+
+    assert (err.value.kind, err.value.sent) == ("invalid_payload", False)
+    assert "body.payload.note: an unpaired surrogate" in err.value.message
+    assert server.requests == []
+
+
 @pytest.mark.django_db(transaction=True)
 def test_the_servers_own_413_is_invalid_payload_and_not_retried(settings, store):
     settings.RECOVERY_MAX_BODY_BYTES = 8192  # the live server runs in this process

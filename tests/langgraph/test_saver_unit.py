@@ -182,12 +182,19 @@ def test_server_and_network_failures_are_storage(answer):
     assert err.value.kind == "storage"
 
 
-def test_get_tuple_is_none_for_no_result_and_for_404():
-    script = Script((200, {"results": [], "next_before": None}), (404, {"error": "not_found"}))
+def test_get_tuple_is_none_for_no_result_and_a_404_is_a_missing_tenant():
+    script = Script((200, {"results": [], "next_before": None}),
+                    (200, {"results": [], "next_before": None}),
+                    (404, {"error": "not_found", "detail": "no tenant 'acme'"}))
     saver = saver_for(script)
     assert saver.get_tuple(config()) is None
     assert saver.get_tuple(config(checkpoint_id="nope")) is None
-    first, second = script.seen
+    # The list answers 200 for a missing thread: a 404 means the tenant (or route) is
+    # not there for this token, never an empty thread.
+    with pytest.raises(CheckpointError) as err:
+        saver.get_tuple(config())
+    assert err.value.kind == "not_found" and "tenant 'acme'" in err.value.message
+    first, second, _ = script.seen
     assert dict(first.url.params) == {"thread_id": "t-1", "checkpoint_ns": "", "limit": "1"}
     assert second.url.params["checkpoint_id"] == "nope"
 
@@ -421,16 +428,70 @@ def test_the_async_methods_send_the_same_requests():
 NO_CHECKPOINT = (404, {"error": "not_found", "detail": "checkpoint_id: no such checkpoint"})
 
 
-def test_writes_on_a_checkpoint_not_stored_yet_are_sent_right_after_its_put():
-    script = Script(NO_CHECKPOINT, PUT_OK, (200, {"stored": 1}), PUT_OK)
+def writes_meanwhile(saver, checkpoint_id, out: list, *, wait=True):
+    """An answer that, while a put is on the wire, has another thread send writes on
+    ``checkpoint_id`` (as LangGraph's tasks do beside the put of their step)."""
+    import threading
+
+    def answer(request):
+        def run():
+            try:
+                out.append(saver.put_writes(config(checkpoint_id=checkpoint_id),
+                                            [("ch", "v")], "task-1"))
+            except CheckpointError as exc:
+                out.append(exc)
+        worker = threading.Thread(target=run)
+        worker.start()
+        if wait:
+            worker.join(timeout=30)
+        out.append(worker)
+        return PUT_OK
+    return answer
+
+
+def test_writes_on_a_checkpoint_whose_put_is_in_flight_are_sent_right_after_it():
+    done: list = []
+    script = Script(PUT_OK, NO_CHECKPOINT, (200, {"stored": 1}), PUT_OK)
     saver = saver_for(script)
-    # LangGraph sends a step's writes beside the put of the step's checkpoint.
-    saver.put_writes(config(checkpoint_id="1f0-a"), [("ch", "v")], "task-1")
+    script.answers[0] = writes_meanwhile(saver, "1f0-a", done)
     saver.put(config(), checkpoint("1f0-a"), {}, {})
+    assert done[0] is None  # held, and acknowledged: the put that carries them is out
     saver.put(config(checkpoint_id="1f0-a"), checkpoint("1f0-b"), {}, {})
     paths = [r.url.path.rsplit("/", 1)[-1] for r in script.seen]
-    assert paths == ["writes", "checkpoints", "writes", "checkpoints"]
-    assert script.bodies()[2] == script.bodies()[0]
+    assert paths == ["checkpoints", "writes", "writes", "checkpoints"]
+    assert script.bodies()[2] == script.bodies()[1]
+
+
+def test_writes_whose_put_comes_behind_an_earlier_put_in_flight_wait_for_it():
+    """LangGraph chains its puts: the put of "b" starts only once the put of "a" is
+    answered, and the writes on "b" may reach the server before either."""
+    done: list = []
+    script = Script(PUT_OK, NO_CHECKPOINT, PUT_OK, (200, {"stored": 1}))
+    saver = saver_for(script)
+    script.answers[0] = writes_meanwhile(saver, "1f0-b", done, wait=False)
+    saver.put(config(), checkpoint("1f0-a"), {}, {})
+    saver.put(config(checkpoint_id="1f0-a"), checkpoint("1f0-b"), {}, {})
+    done[0].join(timeout=30)
+    assert done[1:] == [None]
+    paths = [r.url.path.rsplit("/", 1)[-1] for r in script.seen]
+    assert paths == ["checkpoints", "writes", "checkpoints", "writes"]
+
+
+def test_writes_on_a_checkpoint_this_saver_is_not_putting_raise():
+    script = Script(NO_CHECKPOINT)
+    saver = saver_for(script)
+    with pytest.raises(CheckpointError) as err:
+        saver.put_writes(config(checkpoint_id="1f0-a"), [("ch", "v")], "task-1")
+    assert err.value.kind == "not_found" and "'1f0-a'" in err.value.message
+    assert saver._held == {}
+
+
+def test_writes_refused_for_a_missing_tenant_raise_at_once():
+    script = Script((404, {"error": "not_found", "detail": "no tenant 'acme'"}))
+    saver = saver_for(script)
+    with pytest.raises(CheckpointError) as err:
+        saver.put_writes(config(checkpoint_id="1f0-a"), [("ch", "v")], "task-1")
+    assert err.value.kind == "not_found" and "tenant 'acme'" in err.value.message
 
 
 def test_writes_refused_before_a_put_answered_meanwhile_are_sent_again_at_once():
@@ -443,15 +504,20 @@ def test_writes_refused_before_a_put_answered_meanwhile_are_sent_again_at_once()
 
 
 def test_held_writes_go_when_their_checkpoint_is_refused():
-    script = Script(NO_CHECKPOINT, (412, {"error": "conflict", "current_revision": 2}), PUT_OK)
+    done: list = []
+    script = Script(PUT_OK, NO_CHECKPOINT, PUT_OK)
     saver = saver_for(script)
-    saver.put_writes(config(checkpoint_id="1f0-a"), [("ch", "v")], "task-1")
+
+    def refused(request):
+        writes_meanwhile(saver, "1f0-a", done)(request)
+        return (412, {"error": "conflict", "current_revision": 2})
+    script.answers[0] = refused
     with pytest.raises(ThreadConflict):
         saver.put(config(checkpoint_id="1f0-old"), checkpoint("1f0-a"), {}, {})
-    assert saver._held == {}
+    assert done[0] is None and saver._held == {}
     saver.put(config(), checkpoint("1f0-c"), {}, {})
     assert [r.url.path.rsplit("/", 1)[-1] for r in script.seen] == [
-        "writes", "checkpoints", "checkpoints"]
+        "checkpoints", "writes", "checkpoints"]
 
 
 def test_while_a_new_threads_first_write_is_out_other_writes_wait_for_its_lease():
