@@ -87,8 +87,9 @@ PRUNE_STRATEGIES = ("keep_latest", "delete")
 #: Checkpoints remembered as stored, and checkpoints with held writes (``_hold_locked``).
 HELD_MAX = 1024
 #: Seconds writes on a checkpoint not stored yet wait for its put to reach this saver
-#: when none of its puts on the thread is in flight (``RecoverySaver._await_put``).
-PUT_GRACE_S = 1.0
+#: when none of its puts on the thread is in flight (``RecoverySaver._await_put``): the
+#: moment between one put's answer and the next put's start, generous for a loaded machine.
+PUT_GRACE_S = 5.0
 
 
 def _no_such_checkpoint(exc: CheckpointError) -> bool:

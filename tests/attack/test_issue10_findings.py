@@ -1,9 +1,8 @@
 """Hostile tests of issue 10 (LangGraph API and saver, runifold import/export, clients).
 
-Each test states the behaviour the contract or the module's own docstring promises and
-is marked ``xfail(strict=True)`` while the code does otherwise, so this file passes today
-and flags the day a defect is fixed (the mark must then go). One test per defect; the
-reason names the place in the code.
+Each test states the behaviour the contract or the module's own docstring promises; each
+was written failing (a strict xfail naming the place in the code) and passes since its
+defect was fixed. One test per defect.
 """
 
 from __future__ import annotations
