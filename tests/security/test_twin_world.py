@@ -692,6 +692,7 @@ API: dict[str, Req] = {
     f"get {T}bulk-actions/{{bulk_id}}": Req({"bulk_id": "bulk_id"}, shows_mark=True),
     # LangGraph threads (issue 10): the same thread id in both tenants.
     f"get {T}langgraph/checkpoints": Req(query=f"thread_id={LG_THREAD}", shows_mark=True),
+    f"head {T}langgraph/checkpoints": Req(query=f"thread_id={LG_THREAD}"),
     f"post {T}langgraph/checkpoints": Req(body=lambda: lg_put(LG_THREAD, LG_IDS[2],
                                                               parent=LG_IDS[1]), write=True),
     f"post {T}langgraph/writes": Req(body=lambda: lg_writes(LG_THREAD, LG_IDS[1], "task-2",
