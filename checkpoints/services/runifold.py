@@ -918,6 +918,19 @@ def _checkpoint_fields(line: CheckpointLine, actor, now) -> dict:
                 written_by_id=actor.pk if actor is not None else None)
 
 
+def _insert_created(model, tenant: Tenant, created: list[dict], holders: dict) -> None:
+    """Insert the ``created`` rows of ``model`` (``Checkpoint`` or ``Effect``) in one
+    statement, then give each holder (``holders[uuid]``) its new primary key, which the
+    history rows that follow refer to."""
+    if not created:
+        return
+    writepath.insert_rows(model, created)
+    pks = dict(model.objects.for_tenant(tenant)
+               .filter(uuid__in=[row["uuid"] for row in created]).values_list("uuid", "pk"))
+    for row in created:
+        holders[row["uuid"]].pk = pks[row["uuid"]]
+
+
 def _write_checkpoints(actor, tenant, checkpoints: dict, runs: dict, now) -> None:
     """New checkpoints at their last revision in the batch, stored ones advanced by a
     conditional UPDATE from the revision read under the run's lock (``_Redo`` if it
@@ -937,12 +950,7 @@ def _write_checkpoints(actor, tenant, checkpoints: dict, runs: dict, now) -> Non
                        .update(revision=final.envelope.revision, **fields))
             if updated != 1:
                 raise _Redo()
-    if created:
-        writepath.insert_rows(Checkpoint, created)
-        pks = dict(Checkpoint.objects.for_tenant(tenant)
-                   .filter(uuid__in=[row["uuid"] for row in created]).values_list("uuid", "pk"))
-        for row in created:
-            checkpoints[row["uuid"]].pk = pks[row["uuid"]]
+    _insert_created(Checkpoint, tenant, created, checkpoints)
     writepath.insert_rows(CheckpointRevision, [
         dict(tenant_id=tenant.pk, checkpoint_id=cp.pk, revision=line.envelope.revision,
              **_checkpoint_fields(line, actor, now))
@@ -976,12 +984,7 @@ def _write_effects(actor, tenant, effects: dict, runs: dict, now) -> None:
                        .filter(pk=effect.pk, revision=effect.start).update(**fields))
             if updated != 1:
                 raise _Redo()
-    if created:
-        writepath.insert_rows(Effect, created)
-        pks = dict(Effect.objects.for_tenant(tenant)
-                   .filter(uuid__in=[row["uuid"] for row in created]).values_list("uuid", "pk"))
-        for row in created:
-            effects[row["uuid"]].pk = pks[row["uuid"]]
+    _insert_created(Effect, tenant, created, effects)
     name = _actor_name(actor)
     writepath.insert_rows(EffectRevision, [
         dict(tenant_id=tenant.pk, effect_id=effect.pk, revision=line.revision, state=line.state,
