@@ -294,15 +294,24 @@ def _requests_in(cell: str) -> list[tuple[str, str | None, tuple[str, ...]]]:
 @cache
 def review_actions() -> tuple[Request, ...]:
     """Section 3's review actions table: one ``Request`` per request, ``extra["who"]``
-    the role named first in the "who" cell and ``extra["and_up"]`` for "viewer and up"."""
+    the role named first in the "who" cell, ``extra["roles"]`` every role the cell lists
+    before anything else ("reviewer, approver, admin"), ``extra["and_up"]`` for "viewer
+    and up" and ``extra["requester_only"]`` for "reviewer who requested it"."""
     out = []
     for req_cell, who in table(("request", "who"), "3", "Review actions").rows:
         m = re.match(r"(\w+)( and up)?", who)
         if not m or m.group(1) not in roles():
             raise ContractFormatError(f"cannot read who may in {who!r}")
+        listed = [m.group(1)]
+        for word in re.findall(r",\s*(\w+)", who):
+            if word not in roles():
+                break
+            listed.append(word)
         for method, path, query in _requests_in(req_cell):
             out.append(Request(method, path, query, _status_codes(who), f"{req_cell} | {who}",
-                               {"who": m.group(1), "and_up": bool(m.group(2))}))
+                               {"who": m.group(1), "roles": tuple(listed),
+                                "and_up": bool(m.group(2)),
+                                "requester_only": "who requested it" in who}))
     if not out:
         raise ContractFormatError("the review actions table names no request")
     return tuple(out)

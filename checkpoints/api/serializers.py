@@ -670,12 +670,17 @@ class BulkFiltersSerializer(Answer):
 
 class BulkActionInputSerializer(serializers.Serializer):
     """Describes the body of ``POST …/bulk-actions`` (validated by ``services.bulk_submit``
-    and the view; 400 naming the field): ``run_ids`` or ``filters``, one of the two."""
+    and the view; 400 naming the field): ``runs`` (or its older name ``run_ids``) or
+    ``filters``, one of the two."""
 
     action = serializers.ChoiceField(choices=BulkActionKind.values)
     reason = serializers.CharField(max_length=4000)
+    runs = serializers.ListField(child=serializers.UUIDField(), required=False,
+                                 min_length=1, max_length=BULK_MAX_RUNS,
+                                 help_text="the selected run ids (CONTRACT.md 3)")
     run_ids = serializers.ListField(child=serializers.UUIDField(), required=False,
-                                    min_length=1, max_length=BULK_MAX_RUNS)
+                                    min_length=1, max_length=BULK_MAX_RUNS,
+                                    help_text="the older name of `runs` (one of the two)")
     filters = BulkFiltersSerializer(required=False)
     client_token = serializers.UUIDField(
         required=False, help_text="idempotency key; or the Idempotency-Key header (if both, "

@@ -842,7 +842,8 @@ class ReportApi(TenantApi):
 # Bulk actions (issue 9, item 3)
 # --------------------------------------------------------------------------------------
 
-BULK_FIELDS = {"action", "reason", "run_ids", "filters", "client_token"}
+# CONTRACT.md 3 names the selection `runs`; `run_ids` is the name it had first (kept).
+BULK_FIELDS = {"action", "reason", "runs", "run_ids", "filters", "client_token"}
 IDEMPOTENCY_KEY = OpenApiParameter(
     "Idempotency-Key", OpenApiTypes.UUID, OpenApiParameter.HEADER,
     description="the request's idempotency key (a UUID), or `client_token` in the body: "
@@ -928,10 +929,18 @@ class BulkActionListApi(TenantApi):
         action = body.get("action")
         if not isinstance(action, str):
             raise InvalidPayload("action: must be a string")
-        bulk, created = services.bulk_submit(
-            actor=request.user, tenant=t, action=action, reason=reason, client_token=token,
-            run_ids=body.get("run_ids"),
-            filters=_bulk_filters(body["filters"]) if "filters" in body else None)
+        if "runs" in body and "run_ids" in body:
+            raise InvalidPayload("runs: give runs (or its older name run_ids), not both")
+        field = "runs" if "runs" in body else "run_ids"
+        try:
+            bulk, created = services.bulk_submit(
+                actor=request.user, tenant=t, action=action, reason=reason,
+                client_token=token, run_ids=body.get(field),
+                filters=_bulk_filters(body["filters"]) if "filters" in body else None)
+        except InvalidPayload as exc:
+            if field == "runs" and str(exc.detail).startswith("run_ids:"):
+                raise InvalidPayload("runs:" + str(exc.detail)[len("run_ids:"):]) from None
+            raise
         result = selectors.bulk_get(user=request.user, tenant=t, bulk_id=bulk.uuid)
         return Response(s.BulkActionSerializer.render(result),
                         status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)

@@ -252,6 +252,10 @@ def test_api_bulk_by_filters(acme, wendy, rita):
      "filters.age_s_min"),
     ({"action": "close", "reason": "r", "filters": []}, "KEY", "filters"),
     ({"action": "close", "reason": "r", "run_ids": ["RUN"], "extra": 1}, "KEY", "extra"),
+    # CONTRACT.md 3's name for the selection, with the same checks under its own name.
+    ({"action": "close", "reason": "r", "runs": []}, "KEY", "runs"),
+    ({"action": "close", "reason": "r", "runs": ["nope"]}, "KEY", "runs"),
+    ({"action": "close", "reason": "r", "runs": ["RUN"], "run_ids": ["RUN"]}, "KEY", "runs"),
 ])
 def test_api_bad_input_is_400_naming_the_field(acme, wendy, rita, body, headers, field):
     a = ambiguous_run(wendy, acme)
@@ -265,6 +269,16 @@ def test_api_bad_input_is_400_naming_the_field(acme, wendy, rita, body, headers,
     assert response.status_code == 400, response.content
     assert response.json()["detail"].startswith(f"{field}: ")
     assert not BulkAction.objects.exists() and AuditEvent.objects.count() == events
+
+
+def test_api_takes_the_contracts_runs_as_the_selection(acme, wendy, rita):
+    a = ambiguous_run(wendy, acme)
+    body = {"action": "close", "reason": "r", "runs": [str(a)]}
+    response = bearer_client(rita).post(URL, body, format="json",
+                                        HTTP_IDEMPOTENCY_KEY=str(uuid.uuid4()))
+    assert response.status_code == 201, response.content
+    assert [r["run_id"] for r in response.json()["results"]] == [str(a)]
+    assert Run.objects.get(uuid=a).recovery_state == "closed"
 
 
 def test_api_rights_and_isolation(acme, globex, wendy, vic, omar, rita):
