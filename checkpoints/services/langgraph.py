@@ -351,7 +351,11 @@ def parse_writes(body: dict) -> GraphWrites:
     """Validate a ``POST …/langgraph/writes`` body: ``thread_id``, ``checkpoint_ns``
     (default ""), ``checkpoint_id``, ``task_id`` (1..128), ``task_path`` (0..1024,
     default ""), ``writes`` (at most 1000 of ``{"idx": int in -2^31..2^31-1, "channel":
-    str, "value": {"type", "b64"}}``, each ``idx`` once). Raises ``InvalidPayload``."""
+    str, "value": {"type", "b64"}}``). A non-negative ``idx`` given twice is refused (one
+    write named twice: LangGraph numbers a task's writes by position); a negative one
+    (LangGraph's special channels, ``WRITES_IDX_MAP``) given twice keeps the last, as
+    LangGraph's savers do (a resumed node sends ``__resume__`` once per answer it
+    consumed). Raises ``InvalidPayload``."""
     _only(body, {"thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "task_path",
                  "writes"})
     thread_id = check_thread_id(body.get("thread_id"))
@@ -363,7 +367,8 @@ def parse_writes(body: dict) -> GraphWrites:
     writes = body.get("writes")
     if not isinstance(writes, list) or len(writes) > T.MAX_WRITES:
         raise InvalidPayload(f"writes: must be an array of at most {T.MAX_WRITES} writes")
-    items, seen = [], set()
+    items: list[WriteItem] = []
+    seen: dict[int, int] = {}  # idx -> its position in items
     for i, write in enumerate(writes):
         where = f"writes[{i}]"
         if not isinstance(write, dict):
@@ -372,11 +377,15 @@ def parse_writes(body: dict) -> GraphWrites:
         idx = write.get("idx")
         if type(idx) is not int or not -_I32 <= idx < _I32:
             raise InvalidPayload(f"{where}.idx: must be an integer in -2^31..2^31-1")
-        if idx in seen:
+        if idx >= 0 and idx in seen:
             raise InvalidPayload(f"{where}.idx: given twice")
-        seen.add(idx)
         channel = _text(write.get("channel"), f"{where}.channel", max_len=T.MAX_CHANNEL)
-        items.append(WriteItem(idx, channel, dumps(_typed(write.get("value"), f"{where}.value"))))
+        item = WriteItem(idx, channel, dumps(_typed(write.get("value"), f"{where}.value")))
+        if idx in seen:  # a special channel written again: the last write is the one
+            items[seen[idx]] = item
+        else:
+            seen[idx] = len(items)
+            items.append(item)
     return GraphWrites(thread_id, ns, checkpoint_id, task_id, task_path, tuple(items))
 
 
@@ -681,7 +690,9 @@ def graph_put_writes(*, actor, tenant: Tenant, body: GraphWrites,
     """Store a task's pending writes on one checkpoint (``POST …/langgraph/writes``).
 
     A write whose (task, idx) is stored already is kept when ``idx >= 0`` (a retry) and
-    replaced when ``idx < 0`` (LangGraph's special channels). Returns how many rows were
+    replaced when ``idx < 0`` (LangGraph's special channels), write by write, as
+    LangGraph's ``InMemorySaver.put_writes`` (``parse_writes`` keeps the last of a
+    special idx the body repeats). Returns how many rows were
     inserted or replaced. When that is not 0: on the namespace's head, one envelope
     revision with the new counts (phase: tasks written, interrupted, errored), audited
     as ``checkpoint.write``; on an older checkpoint, one ``langgraph.writes`` event.

@@ -333,6 +333,35 @@ def test_a_repeated_write_is_kept_and_a_special_one_replaced(acme, wendy):
     assert envelope_of(acme, "t-1").revision == revision + 1
 
 
+def test_writes_follow_langgraphs_savers_write_by_write(acme, wendy):
+    """Issue 17 item 2: a node that interrupts twice is resumed twice. Its second resume
+    sends ``__resume__`` twice in one call (the answers it consumed so far, then all of
+    them) beside its state write: each special (negative) idx keeps its last write and
+    replaces what was stored; a plain (non-negative) idx is insert-if-absent, in one call
+    as across calls, whatever else the call carries (``InMemorySaver.put_writes``)."""
+    from langgraph.checkpoint.base import WRITES_IDX_MAP
+
+    resume, interrupt = WRITES_IDX_MAP["__resume__"], WRITES_IDX_MAP["__interrupt__"]
+    (a,) = chain(wendy, acme, "t-1", 1, nodes=["ask"])
+    graph_writes(wendy, acme, lg_writes("t-1", a, "ask", [(interrupt, "__interrupt__", "1st?")]))
+    graph_writes(wendy, acme, lg_writes("t-1", a, "ask", [(interrupt, "__interrupt__", "2nd?"),
+                                                          (resume, "__resume__", ["x"])]))
+    assert graph_writes(wendy, acme, lg_writes("t-1", a, "ask", [
+        (resume, "__resume__", ["x"]), (resume, "__resume__", ["x", "y"]),
+        (0, "log", "xy")])) == 2  # one __resume__ row replaced, one row inserted
+    (tup,) = services.graph_list(actor=wendy, tenant=acme, thread_id="t-1")[0]
+    assert [(w["idx"], w["channel"], w["value"]) for w in tup["pending_writes"]] == [
+        (resume, "__resume__", typed(["x", "y"])), (interrupt, "__interrupt__", typed("2nd?")),
+        (0, "log", typed("xy"))]
+    # A plain idx already stored is kept, even beside special writes in the same call.
+    graph_writes(wendy, acme, lg_writes("t-1", a, "ask", [(0, "log", "other"),
+                                                          (resume, "__resume__", ["z"])]))
+    (tup,) = services.graph_list(actor=wendy, tenant=acme, thread_id="t-1")[0]
+    assert [(w["idx"], w["value"]) for w in tup["pending_writes"]] == [
+        (resume, typed(["z"])), (interrupt, typed("2nd?")), (0, typed("xy"))]
+    assert GraphWrite.objects.count() == 3
+
+
 def test_writes_on_an_older_checkpoint_leave_the_envelope_and_are_audited(acme, wendy):
     """A put_writes arriving after the next put (LangGraph saves in the background) is
     stored on its checkpoint, makes no conflict and no envelope revision."""
