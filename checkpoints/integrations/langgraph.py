@@ -68,6 +68,7 @@ from langgraph.checkpoint.base import (
     get_serializable_checkpoint_metadata,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
+from langgraph.checkpoint.serde.types import TASKS
 
 from checkpoints.client import (
     CONFLICT,
@@ -211,8 +212,19 @@ class RecoverySaver(BaseCheckpointSaver[str]):
                  owner: str | None = None, timeout_s: float = 10,
                  max_body_bytes: int = threads.MAX_BODY_BYTES,
                  transport: httpx.BaseTransport | None = None,
-                 async_transport: httpx.AsyncBaseTransport | None = None) -> None:
+                 async_transport: httpx.AsyncBaseTransport | None = None,
+                 interrupt_before: str | Sequence[str] | None = None,
+                 interrupt_after: str | Sequence[str] | None = None) -> None:
         super().__init__(serde=serde)
+        self._breakpoints = {}
+        for name, nodes in (("interrupt_before", interrupt_before),
+                            ("interrupt_after", interrupt_after)):
+            if nodes is None:
+                continue
+            if nodes != "*" and (isinstance(nodes, str | bytes)
+                                 or not all(isinstance(n, str) for n in nodes)):
+                raise ValueError(f'{name}: "*" or a sequence of node names, as compile()')
+            self._breakpoints[name] = nodes if nodes == "*" else list(nodes)
         if lease_ttl_s is not None and (type(lease_ttl_s) is not int
                                         or not 1 <= lease_ttl_s <= 86400):
             raise ValueError("lease_ttl_s: an integer number of seconds in 1..86400, or None")
@@ -571,6 +583,10 @@ class RecoverySaver(BaseCheckpointSaver[str]):
         identity = self._identity(config)
         if identity:
             body["identity"] = identity
+        sends = checkpoint.get("channel_values", {}).get(TASKS)
+        if TASKS in versions and isinstance(sends, list):
+            body["sends"] = len(sends)  # the server cannot count inside the serialized value
+        body.update(self._breakpoints)
         key = (thread_id, ns, checkpoint["id"])
         self._put_started(key)
         ok = False

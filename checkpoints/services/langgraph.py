@@ -214,14 +214,59 @@ def next_nodes(checkpoint: dict) -> list[str]:
     return sorted(nodes)
 
 
-def _task_count(checkpoint: dict, nxt: list[str]) -> int:
+def _task_count(checkpoint: dict, nxt: list[str], sends: int | None = None) -> int:
     """``len(next)`` plus the pending sends: ``pending_sends`` of an old checkpoint, and
-    one for a value in ``__pregel_tasks`` (its packets are serialized, so not counted)."""
-    sends = checkpoint.get("pending_sends")
-    count = len(nxt) + (len(sends) if isinstance(sends, list) else 0)
-    if TASKS_CHANNEL in checkpoint["channel_values"]:
+    the ``Send`` packets in ``__pregel_tasks``: ``sends`` when the saver counted them (the
+    value is serialized: an emptied channel still has one), else one for a value there."""
+    old = checkpoint.get("pending_sends")
+    count = len(nxt) + (len(old) if isinstance(old, list) else 0)
+    if sends is not None:
+        count += sends
+    elif TASKS_CHANNEL in checkpoint["channel_values"]:
         count += 1
     return count
+
+
+def _breakpoint_nodes(value: Any, field: str) -> str | tuple[str, ...] | None:
+    """A put's ``interrupt_before``/``interrupt_after``: null, ``"*"`` or node names."""
+    if value is None or value == "*":
+        return value
+    if not isinstance(value, list) or len(value) > T.MAX_WRITES:
+        raise InvalidPayload(f"{field}: must be null, \"*\" or an array of at most "
+                             f"{T.MAX_WRITES} node names")
+    return tuple(_text(node, f"{field}[{i}]", max_len=T.MAX_CHANNEL)
+                 for i, node in enumerate(value))
+
+
+def _pick(nodes: Iterable[str], wanted: str | tuple[str, ...] | None) -> list[str]:
+    if wanted is None:
+        return []
+    return sorted({n for n in nodes if n != START and (wanted == "*" or n in wanted)})
+
+
+def breakpoint_of(checkpoint: dict, nxt: list[str], parent_next: list[str] | None,
+                  before, after) -> dict | None:
+    """Where a graph compiled with static breakpoints stops at this checkpoint, by
+    LangGraph's own rule (``pregel._algo.should_interrupt``): some channel's version is
+    newer than ``versions_seen["__interrupt__"]`` holds for it, and a task about to run
+    (``nxt``; ``interrupt_before``) or the tasks that just ran (the parent's next,
+    ``parent_next``; ``interrupt_after``) is a breakpoint node. ``{"when": "before" |
+    "after", "nodes": [...]}``, or None. LangGraph writes nothing at such a pause (no
+    ``__interrupt__`` write, the checkpoint is the one it put before checking), so only
+    the breakpoints the saver sends tell it from a checkpoint whose node is running."""
+    seen = checkpoint["versions_seen"].get(INTERRUPT)
+    seen = seen if isinstance(seen, dict) else {}
+    updated = any(chan not in seen or _version_key(seen[chan]) < _version_key(version)
+                  for chan, version in checkpoint["channel_versions"].items())
+    if not updated:
+        return None
+    nodes = _pick(nxt, before)
+    if nodes:
+        return {"when": "before", "nodes": nodes}
+    nodes = _pick(parent_next or (), after)
+    if nodes:
+        return {"when": "after", "nodes": nodes}
+    return None
 
 
 def _identity(value: Any, field: str = "identity") -> dict[str, str]:
@@ -265,6 +310,8 @@ class GraphPut:
     metadata_json: str
     next: list[str]
     tasks: int
+    interrupt_before: str | tuple[str, ...] | None = None
+    interrupt_after: str | tuple[str, ...] | None = None
 
 
 def parse_put(body: dict) -> GraphPut:
@@ -273,10 +320,13 @@ def parse_put(body: dict) -> GraphPut:
     Fields: ``thread_id``, ``checkpoint_ns`` (default ""), ``parent_checkpoint_id`` (str
     or null, default null), ``checkpoint`` (LangGraph's checkpoint, channel values as
     ``{"type", "b64"}``), ``metadata`` (object), ``identity`` (optional object of the
-    four identity strings). Raises ``InvalidPayload`` naming the first bad field.
+    four identity strings); the saver's hints, each optional: ``sends`` (int
+    0..2^31-1: the ``Send`` packets pending in ``__pregel_tasks``), ``interrupt_before``
+    and ``interrupt_after`` (null, ``"*"`` or node names: the graph's static breakpoints,
+    ``breakpoint_of``). Raises ``InvalidPayload`` naming the first bad field.
     """
     _only(body, {"thread_id", "checkpoint_ns", "parent_checkpoint_id", "checkpoint",
-                 "metadata", "identity"})
+                 "metadata", "identity", "sends", "interrupt_before", "interrupt_after"})
     thread_id = check_thread_id(body.get("thread_id"))
     ns = check_ns(body.get("checkpoint_ns", ""))
     parent = body.get("parent_checkpoint_id")
@@ -322,10 +372,15 @@ def parse_put(body: dict) -> GraphPut:
     if isinstance(run_value, str) and run_value:
         lg_run_id = _text(run_value, "metadata.run_id", max_len=T.MAX_LG_RUN_ID)
     identity = _identity(body["identity"]) if body.get("identity") is not None else None
+    sends = body.get("sends")
+    if sends is not None and (type(sends) is not int or not 0 <= sends < _I32):
+        raise InvalidPayload("sends: must be an integer in 0..2^31-1")
+    before = _breakpoint_nodes(body.get("interrupt_before"), "interrupt_before")
+    after = _breakpoint_nodes(body.get("interrupt_after"), "interrupt_after")
     nxt = next_nodes(checkpoint)
     return GraphPut(thread_id, ns, checkpoint_id, parent, checkpoint, metadata, identity,
                     lg_run_id, dumps(checkpoint), dumps(metadata), nxt,
-                    _task_count(checkpoint, nxt))
+                    _task_count(checkpoint, nxt, sends), before, after)
 
 
 @dataclass(frozen=True)
@@ -440,18 +495,20 @@ def _write_facts(tenant, gc_pk: int) -> tuple[int, bool, bool]:
 
 def _summary(*, thread_id: str, ns: str, checkpoint_id: str, parent: str | None,
              metadata: dict, nxt: list[str], tasks: int, written: int, interrupted: bool,
-             errored: bool, identity: dict) -> dict:
+             errored: bool, identity: dict, breakpoint: dict | None = None) -> dict:
     """The envelope payload of kind ``langgraph.checkpoint`` v1 (``kinds``): no channel
-    value, no metadata value but ``step`` and ``source``."""
+    value, no metadata value but ``step`` and ``source``; ``breakpoint`` only when the
+    graph is paused at a static one (``breakpoint_of``)."""
     step = metadata.get("step")
     source = metadata.get("source")
+    extra = {"breakpoint": breakpoint} if breakpoint else {}
     return {
         "thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id,
         "parent_checkpoint_id": parent,
         "step": step if type(step) is int and -_I63 <= step < _I63 else None,
         "source": source if isinstance(source, str) and len(source) <= 64 else "",
         "next": nxt, "tasks": tasks, "written_tasks": written, "interrupted": interrupted,
-        "errored": errored, "identity": identity,
+        "errored": errored, "identity": identity, **extra,
     }
 
 
@@ -552,10 +609,17 @@ def graph_put(*, actor, tenant: Tenant, put: GraphPut,
             answer = outcome
         else:
             envelope, identity = outcome
+            head = _envelope_payload(envelope)
+            parent_next = head.get("next") if (
+                put.parent_checkpoint_id is not None
+                and head.get("checkpoint_id") == put.parent_checkpoint_id) else None
             summary = _summary(thread_id=put.thread_id, ns=put.checkpoint_ns,
                                checkpoint_id=put.checkpoint_id, parent=put.parent_checkpoint_id,
                                metadata=put.metadata, nxt=put.next, tasks=put.tasks, written=0,
-                               interrupted=False, errored=False, identity=identity)
+                               interrupted=False, errored=False, identity=identity,
+                               breakpoint=breakpoint_of(put.checkpoint, put.next, parent_next,
+                                                        put.interrupt_before,
+                                                        put.interrupt_after))
             written = _write_envelope(actor, tenant, run, put.thread_id, put.checkpoint_ns,
                                       summary, envelope.revision if envelope else None,
                                       fencing_token)
