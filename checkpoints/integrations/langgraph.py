@@ -199,6 +199,14 @@ class RecoverySaver(BaseCheckpointSaver[str]):
     ``RECOVERY_MAX_BODY_BYTES`` default); a larger one raises ``CheckpointError``
     ``invalid_payload`` before sending.
 
+    ``interrupt_before`` / ``interrupt_after``: the root graph's static breakpoints, as
+    given to ``compile()`` (``"*"`` or node names; ``ValueError`` otherwise). LangGraph
+    writes nothing when it stops at one, so the saver sends them with each root put and
+    the server reads such a pause as ``stable`` ("paused before b") by LangGraph's own
+    ``should_interrupt`` rule, not as a node in flight (docs/langgraph.md, "Static
+    breakpoints"). Each put of a checkpoint holding ``Send`` packets also carries their
+    count (``sends``): the server never decodes a value.
+
     Sync methods use one ``httpx.Client``, async ones one ``httpx.AsyncClient`` per event
     loop (each keeps its connections open); ``close()`` / ``aclose()`` or ``with`` /
     ``async with`` close them. Safe to share between threads (the lease table is locked).
@@ -586,7 +594,8 @@ class RecoverySaver(BaseCheckpointSaver[str]):
         sends = checkpoint.get("channel_values", {}).get(TASKS)
         if TASKS in versions and isinstance(sends, list):
             body["sends"] = len(sends)  # the server cannot count inside the serialized value
-        body.update(self._breakpoints)
+        if not ns:  # compile()'s breakpoints are the root graph's, not a subgraph's
+            body.update(self._breakpoints)
         key = (thread_id, ns, checkpoint["id"])
         self._put_started(key)
         ok = False

@@ -567,17 +567,22 @@ def test_put_counts_pending_sends_and_carries_the_graphs_static_breakpoints():
     see a static breakpoint (LangGraph writes nothing there): the saver tells it."""
     from langgraph.types import Send
 
-    script = Script(PUT_OK, PUT_OK)
+    script = Script(PUT_OK, PUT_OK, PUT_OK)
     saver = saver_for(script, interrupt_before=("charge",), interrupt_after="*")
     saver.put(config(), checkpoint(values={"__pregel_tasks": [Send("w", 1), Send("w", 2)]},
                                    versions={"__pregel_tasks": 1}), {"step": 1}, {})
     saver.put(config(), checkpoint(cid="1f0-b", values={"x": 1}, versions={"x": 1}),
               {"step": 2}, {})
-    first, second = script.bodies()
+    saver.put(config(ns="review:1"), checkpoint(cid="1f0-c"), {"step": 0}, {})
+    first, second, subgraph = script.bodies()
     assert (first["sends"], first["interrupt_before"], first["interrupt_after"]) == (
         2, ["charge"], "*")
     assert "sends" not in second and second["interrupt_before"] == ["charge"]
-    assert "interrupt_before" not in saver_for(Script()).__dict__.get("_breakpoints", {})
+    # compile()'s breakpoints are the root graph's: a subgraph's puts do not carry them.
+    assert "interrupt_before" not in subgraph and "interrupt_after" not in subgraph
+    no_breakpoints = Script(PUT_OK)
+    saver_for(no_breakpoints).put(config(), checkpoint(), {"step": 1}, {})
+    assert "interrupt_before" not in no_breakpoints.bodies()[0]
 
 
 @pytest.mark.parametrize("bad", ["charge", ["charge", 1], b"x"])
