@@ -392,6 +392,14 @@ def _langgraph_validate(payload: Any) -> None:
     for key in ("interrupted", "errored"):
         if type(p.get(key)) is not bool:
             raise SchemaError(f"payload.{key} must be true or false")
+    bp = p.get("breakpoint")
+    if bp is not None:
+        _obj(bp, "payload.breakpoint")
+        nodes = bp.get("nodes")
+        if bp.get("when") not in ("before", "after") or not isinstance(nodes, list) or not (
+                nodes and all(isinstance(n, str) and n for n in nodes)):
+            raise SchemaError('payload.breakpoint must be {"when": "before" | "after", '
+                              '"nodes": [node names]}')
     identity = p.get("identity", {})
     _obj(identity, "payload.identity")
     unknown = set(identity) - set(IDENTITY_LIMITS)
@@ -417,8 +425,9 @@ def _node_words(nodes: list[str]) -> str:
 def _langgraph_phase(p: dict) -> Phase:
     """From the head's summary (docs/langgraph.md, "Mapping"): no next node and no task:
     ``completed``; an interrupt write: ``stable`` (waiting for input); an error write:
-    ``stable``; every task has written: ``stable`` (between steps); else ``in_flight``.
-    Labels name nodes (graph structure), never channel values."""
+    ``stable``; paused at a static breakpoint (``breakpoint``, no task written yet):
+    ``stable`` ("paused before b"); every task has written: ``stable`` (between steps);
+    else ``in_flight``. Labels name nodes (graph structure), never channel values."""
     nxt, tasks, written = p["next"], p["tasks"], p["written_tasks"]
     nodes = _node_words(nxt) if nxt else "sent tasks"
     if not nxt and tasks == 0:
@@ -427,6 +436,9 @@ def _langgraph_phase(p: dict) -> Phase:
         return Phase(PhaseClass.STABLE, f"waiting for input at {nodes}")
     if p["errored"]:
         return Phase(PhaseClass.STABLE, f"error in {nodes}")
+    bp = p.get("breakpoint")
+    if bp and written == 0:
+        return Phase(PhaseClass.STABLE, f"paused {bp['when']} {_node_words(bp['nodes'])}")
     if written >= tasks:
         return Phase(PhaseClass.STABLE, "between steps")
     return Phase(PhaseClass.IN_FLIGHT, f"running {nodes} ({written}/{tasks} tasks written)")

@@ -51,7 +51,7 @@ def test_it_has_fixtures_for_every_phase_of_every_supported_version():
     assert _phase_states("runifold.workflow.v4.json") == wf | {"waiting"}
     assert _phase_states("acme.order.v1.json") == set(kinds.ACME_PHASES)
     labels = {c["label"].split(" ")[0] for c in _load("langgraph.checkpoint.v1.json")["cases"]}
-    assert labels == {"running", "between", "waiting", "error", "done"}  # every rule
+    assert labels == {"running", "between", "waiting", "error", "paused", "done"}  # every rule
 
 
 @pytest.mark.parametrize(("data", "case"), SUPPORTED)
@@ -184,6 +184,11 @@ def _langgraph_payload() -> dict:
     (lambda p: p.update(interrupted=0), "payload.interrupted"),
     (lambda p: p.update(identity={"team": "x"}), "payload.identity"),
     (lambda p: p.update(identity={"workflow": "w" * 257}), "identity workflow"),
+    (lambda p: p.update(breakpoint=["charge"]), "payload.breakpoint"),
+    (lambda p: p.update(breakpoint={"when": "during", "nodes": ["charge"]}),
+     "payload.breakpoint"),
+    (lambda p: p.update(breakpoint={"when": "before", "nodes": []}), "payload.breakpoint"),
+    (lambda p: p.update(breakpoint={"when": "before", "nodes": [""]}), "payload.breakpoint"),
 ])
 def test_it_refuses_a_langgraph_summary_that_breaks_the_schema(mutate, field):
     payload = _langgraph_payload()

@@ -751,6 +751,13 @@ class GraphPutInputSerializer(serializers.Serializer):
     identity = serializers.DictField(child=serializers.CharField(allow_blank=True),
                                      required=False,
                                      help_text="agent, model, workflow, definition_version")
+    sends = serializers.IntegerField(
+        min_value=0, max_value=2**31 - 1, required=False,
+        help_text="the Send packets pending in __pregel_tasks, counted by the saver")
+    interrupt_before = serializers.JSONField(
+        required=False, help_text='the graph\'s static breakpoints: null, "*" or node names')
+    interrupt_after = serializers.JSONField(
+        required=False, help_text='the graph\'s static breakpoints: null, "*" or node names')
 
 
 # Rendered from ``services.graph_put``'s answer.

@@ -68,6 +68,7 @@ from langgraph.checkpoint.base import (
     get_serializable_checkpoint_metadata,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
+from langgraph.checkpoint.serde.types import TASKS
 
 from checkpoints.client import (
     CONFLICT,
@@ -198,6 +199,14 @@ class RecoverySaver(BaseCheckpointSaver[str]):
     ``RECOVERY_MAX_BODY_BYTES`` default); a larger one raises ``CheckpointError``
     ``invalid_payload`` before sending.
 
+    ``interrupt_before`` / ``interrupt_after``: the root graph's static breakpoints, as
+    given to ``compile()`` (``"*"`` or node names; ``ValueError`` otherwise). LangGraph
+    writes nothing when it stops at one, so the saver sends them with each root put and
+    the server reads such a pause as ``stable`` ("paused before b") by LangGraph's own
+    ``should_interrupt`` rule, not as a node in flight (docs/langgraph.md, "Static
+    breakpoints"). Each put of a checkpoint holding ``Send`` packets also carries their
+    count (``sends``): the server never decodes a value.
+
     Sync methods use one ``httpx.Client``, async ones one ``httpx.AsyncClient`` per event
     loop (each keeps its connections open); ``close()`` / ``aclose()`` or ``with`` /
     ``async with`` close them. Safe to share between threads (the lease table is locked).
@@ -211,8 +220,19 @@ class RecoverySaver(BaseCheckpointSaver[str]):
                  owner: str | None = None, timeout_s: float = 10,
                  max_body_bytes: int = threads.MAX_BODY_BYTES,
                  transport: httpx.BaseTransport | None = None,
-                 async_transport: httpx.AsyncBaseTransport | None = None) -> None:
+                 async_transport: httpx.AsyncBaseTransport | None = None,
+                 interrupt_before: str | Sequence[str] | None = None,
+                 interrupt_after: str | Sequence[str] | None = None) -> None:
         super().__init__(serde=serde)
+        self._breakpoints = {}
+        for name, nodes in (("interrupt_before", interrupt_before),
+                            ("interrupt_after", interrupt_after)):
+            if nodes is None:
+                continue
+            if nodes != "*" and (isinstance(nodes, str | bytes)
+                                 or not all(isinstance(n, str) for n in nodes)):
+                raise ValueError(f'{name}: "*" or a sequence of node names, as compile()')
+            self._breakpoints[name] = nodes if nodes == "*" else list(nodes)
         if lease_ttl_s is not None and (type(lease_ttl_s) is not int
                                         or not 1 <= lease_ttl_s <= 86400):
             raise ValueError("lease_ttl_s: an integer number of seconds in 1..86400, or None")
@@ -571,6 +591,11 @@ class RecoverySaver(BaseCheckpointSaver[str]):
         identity = self._identity(config)
         if identity:
             body["identity"] = identity
+        sends = checkpoint.get("channel_values", {}).get(TASKS)
+        if TASKS in versions and isinstance(sends, list):
+            body["sends"] = len(sends)  # the server cannot count inside the serialized value
+        if not ns:  # compile()'s breakpoints are the root graph's, not a subgraph's
+            body.update(self._breakpoints)
         key = (thread_id, ns, checkpoint["id"])
         self._put_started(key)
         ok = False

@@ -214,14 +214,59 @@ def next_nodes(checkpoint: dict) -> list[str]:
     return sorted(nodes)
 
 
-def _task_count(checkpoint: dict, nxt: list[str]) -> int:
+def _task_count(checkpoint: dict, nxt: list[str], sends: int | None = None) -> int:
     """``len(next)`` plus the pending sends: ``pending_sends`` of an old checkpoint, and
-    one for a value in ``__pregel_tasks`` (its packets are serialized, so not counted)."""
-    sends = checkpoint.get("pending_sends")
-    count = len(nxt) + (len(sends) if isinstance(sends, list) else 0)
-    if TASKS_CHANNEL in checkpoint["channel_values"]:
+    the ``Send`` packets in ``__pregel_tasks``: ``sends`` when the saver counted them (the
+    value is serialized: an emptied channel still has one), else one for a value there."""
+    old = checkpoint.get("pending_sends")
+    count = len(nxt) + (len(old) if isinstance(old, list) else 0)
+    if sends is not None:
+        count += sends
+    elif TASKS_CHANNEL in checkpoint["channel_values"]:
         count += 1
     return count
+
+
+def _breakpoint_nodes(value: Any, field: str) -> str | tuple[str, ...] | None:
+    """A put's ``interrupt_before``/``interrupt_after``: null, ``"*"`` or node names."""
+    if value is None or value == "*":
+        return value
+    if not isinstance(value, list) or len(value) > T.MAX_WRITES:
+        raise InvalidPayload(f"{field}: must be null, \"*\" or an array of at most "
+                             f"{T.MAX_WRITES} node names")
+    return tuple(_text(node, f"{field}[{i}]", max_len=T.MAX_CHANNEL)
+                 for i, node in enumerate(value))
+
+
+def _pick(nodes: Iterable[str], wanted: str | tuple[str, ...] | None) -> list[str]:
+    if wanted is None:
+        return []
+    return sorted({n for n in nodes if n != START and (wanted == "*" or n in wanted)})
+
+
+def breakpoint_of(checkpoint: dict, nxt: list[str], parent_next: list[str] | None,
+                  before, after) -> dict | None:
+    """Where a graph compiled with static breakpoints stops at this checkpoint, by
+    LangGraph's own rule (``pregel._algo.should_interrupt``): some channel's version is
+    newer than ``versions_seen["__interrupt__"]`` holds for it, and a task about to run
+    (``nxt``; ``interrupt_before``) or the tasks that just ran (the parent's next,
+    ``parent_next``; ``interrupt_after``) is a breakpoint node. ``{"when": "before" |
+    "after", "nodes": [...]}``, or None. LangGraph writes nothing at such a pause (no
+    ``__interrupt__`` write, the checkpoint is the one it put before checking), so only
+    the breakpoints the saver sends tell it from a checkpoint whose node is running."""
+    seen = checkpoint["versions_seen"].get(INTERRUPT)
+    seen = seen if isinstance(seen, dict) else {}
+    updated = any(chan not in seen or _version_key(seen[chan]) < _version_key(version)
+                  for chan, version in checkpoint["channel_versions"].items())
+    if not updated:
+        return None
+    nodes = _pick(nxt, before)
+    if nodes:
+        return {"when": "before", "nodes": nodes}
+    nodes = _pick(parent_next or (), after)
+    if nodes:
+        return {"when": "after", "nodes": nodes}
+    return None
 
 
 def _identity(value: Any, field: str = "identity") -> dict[str, str]:
@@ -265,6 +310,8 @@ class GraphPut:
     metadata_json: str
     next: list[str]
     tasks: int
+    interrupt_before: str | tuple[str, ...] | None = None
+    interrupt_after: str | tuple[str, ...] | None = None
 
 
 def parse_put(body: dict) -> GraphPut:
@@ -273,10 +320,13 @@ def parse_put(body: dict) -> GraphPut:
     Fields: ``thread_id``, ``checkpoint_ns`` (default ""), ``parent_checkpoint_id`` (str
     or null, default null), ``checkpoint`` (LangGraph's checkpoint, channel values as
     ``{"type", "b64"}``), ``metadata`` (object), ``identity`` (optional object of the
-    four identity strings). Raises ``InvalidPayload`` naming the first bad field.
+    four identity strings); the saver's hints, each optional: ``sends`` (int
+    0..2^31-1: the ``Send`` packets pending in ``__pregel_tasks``), ``interrupt_before``
+    and ``interrupt_after`` (null, ``"*"`` or node names: the graph's static breakpoints,
+    ``breakpoint_of``). Raises ``InvalidPayload`` naming the first bad field.
     """
     _only(body, {"thread_id", "checkpoint_ns", "parent_checkpoint_id", "checkpoint",
-                 "metadata", "identity"})
+                 "metadata", "identity", "sends", "interrupt_before", "interrupt_after"})
     thread_id = check_thread_id(body.get("thread_id"))
     ns = check_ns(body.get("checkpoint_ns", ""))
     parent = body.get("parent_checkpoint_id")
@@ -322,10 +372,15 @@ def parse_put(body: dict) -> GraphPut:
     if isinstance(run_value, str) and run_value:
         lg_run_id = _text(run_value, "metadata.run_id", max_len=T.MAX_LG_RUN_ID)
     identity = _identity(body["identity"]) if body.get("identity") is not None else None
+    sends = body.get("sends")
+    if sends is not None and (type(sends) is not int or not 0 <= sends < _I32):
+        raise InvalidPayload("sends: must be an integer in 0..2^31-1")
+    before = _breakpoint_nodes(body.get("interrupt_before"), "interrupt_before")
+    after = _breakpoint_nodes(body.get("interrupt_after"), "interrupt_after")
     nxt = next_nodes(checkpoint)
     return GraphPut(thread_id, ns, checkpoint_id, parent, checkpoint, metadata, identity,
                     lg_run_id, dumps(checkpoint), dumps(metadata), nxt,
-                    _task_count(checkpoint, nxt))
+                    _task_count(checkpoint, nxt, sends), before, after)
 
 
 @dataclass(frozen=True)
@@ -351,7 +406,11 @@ def parse_writes(body: dict) -> GraphWrites:
     """Validate a ``POST …/langgraph/writes`` body: ``thread_id``, ``checkpoint_ns``
     (default ""), ``checkpoint_id``, ``task_id`` (1..128), ``task_path`` (0..1024,
     default ""), ``writes`` (at most 1000 of ``{"idx": int in -2^31..2^31-1, "channel":
-    str, "value": {"type", "b64"}}``, each ``idx`` once). Raises ``InvalidPayload``."""
+    str, "value": {"type", "b64"}}``). A non-negative ``idx`` given twice is refused (one
+    write named twice: LangGraph numbers a task's writes by position); a negative one
+    (LangGraph's special channels, ``WRITES_IDX_MAP``) given twice keeps the last, as
+    LangGraph's savers do (a resumed node sends ``__resume__`` once per answer it
+    consumed). Raises ``InvalidPayload``."""
     _only(body, {"thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "task_path",
                  "writes"})
     thread_id = check_thread_id(body.get("thread_id"))
@@ -363,7 +422,8 @@ def parse_writes(body: dict) -> GraphWrites:
     writes = body.get("writes")
     if not isinstance(writes, list) or len(writes) > T.MAX_WRITES:
         raise InvalidPayload(f"writes: must be an array of at most {T.MAX_WRITES} writes")
-    items, seen = [], set()
+    items: list[WriteItem] = []
+    seen: dict[int, int] = {}  # idx -> its position in items
     for i, write in enumerate(writes):
         where = f"writes[{i}]"
         if not isinstance(write, dict):
@@ -372,11 +432,15 @@ def parse_writes(body: dict) -> GraphWrites:
         idx = write.get("idx")
         if type(idx) is not int or not -_I32 <= idx < _I32:
             raise InvalidPayload(f"{where}.idx: must be an integer in -2^31..2^31-1")
-        if idx in seen:
+        if idx >= 0 and idx in seen:
             raise InvalidPayload(f"{where}.idx: given twice")
-        seen.add(idx)
         channel = _text(write.get("channel"), f"{where}.channel", max_len=T.MAX_CHANNEL)
-        items.append(WriteItem(idx, channel, dumps(_typed(write.get("value"), f"{where}.value"))))
+        item = WriteItem(idx, channel, dumps(_typed(write.get("value"), f"{where}.value")))
+        if idx in seen:  # a special channel written again: the last write is the one
+            items[seen[idx]] = item
+        else:
+            seen[idx] = len(items)
+            items.append(item)
     return GraphWrites(thread_id, ns, checkpoint_id, task_id, task_path, tuple(items))
 
 
@@ -431,18 +495,20 @@ def _write_facts(tenant, gc_pk: int) -> tuple[int, bool, bool]:
 
 def _summary(*, thread_id: str, ns: str, checkpoint_id: str, parent: str | None,
              metadata: dict, nxt: list[str], tasks: int, written: int, interrupted: bool,
-             errored: bool, identity: dict) -> dict:
+             errored: bool, identity: dict, breakpoint: dict | None = None) -> dict:
     """The envelope payload of kind ``langgraph.checkpoint`` v1 (``kinds``): no channel
-    value, no metadata value but ``step`` and ``source``."""
+    value, no metadata value but ``step`` and ``source``; ``breakpoint`` only when the
+    graph is paused at a static one (``breakpoint_of``)."""
     step = metadata.get("step")
     source = metadata.get("source")
+    extra = {"breakpoint": breakpoint} if breakpoint else {}
     return {
         "thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id,
         "parent_checkpoint_id": parent,
         "step": step if type(step) is int and -_I63 <= step < _I63 else None,
         "source": source if isinstance(source, str) and len(source) <= 64 else "",
         "next": nxt, "tasks": tasks, "written_tasks": written, "interrupted": interrupted,
-        "errored": errored, "identity": identity,
+        "errored": errored, "identity": identity, **extra,
     }
 
 
@@ -543,10 +609,17 @@ def graph_put(*, actor, tenant: Tenant, put: GraphPut,
             answer = outcome
         else:
             envelope, identity = outcome
+            head = _envelope_payload(envelope)
+            parent_next = head.get("next") if (
+                put.parent_checkpoint_id is not None
+                and head.get("checkpoint_id") == put.parent_checkpoint_id) else None
             summary = _summary(thread_id=put.thread_id, ns=put.checkpoint_ns,
                                checkpoint_id=put.checkpoint_id, parent=put.parent_checkpoint_id,
                                metadata=put.metadata, nxt=put.next, tasks=put.tasks, written=0,
-                               interrupted=False, errored=False, identity=identity)
+                               interrupted=False, errored=False, identity=identity,
+                               breakpoint=breakpoint_of(put.checkpoint, put.next, parent_next,
+                                                        put.interrupt_before,
+                                                        put.interrupt_after))
             written = _write_envelope(actor, tenant, run, put.thread_id, put.checkpoint_ns,
                                       summary, envelope.revision if envelope else None,
                                       fencing_token)
@@ -681,7 +754,9 @@ def graph_put_writes(*, actor, tenant: Tenant, body: GraphWrites,
     """Store a task's pending writes on one checkpoint (``POST …/langgraph/writes``).
 
     A write whose (task, idx) is stored already is kept when ``idx >= 0`` (a retry) and
-    replaced when ``idx < 0`` (LangGraph's special channels). Returns how many rows were
+    replaced when ``idx < 0`` (LangGraph's special channels), write by write, as
+    LangGraph's ``InMemorySaver.put_writes`` (``parse_writes`` keeps the last of a
+    special idx the body repeats). Returns how many rows were
     inserted or replaced. When that is not 0: on the namespace's head, one envelope
     revision with the new counts (phase: tasks written, interrupted, errored), audited
     as ``checkpoint.write``; on an older checkpoint, one ``langgraph.writes`` event.

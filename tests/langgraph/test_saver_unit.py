@@ -560,3 +560,32 @@ def test_if_the_first_write_fails_the_waiting_writes_ask_for_the_lease_themselve
     saver.put(config(), checkpoint("c1"), {}, {})  # a pending lease was not left behind
     assert [r.url.path.rsplit("/", 1)[-1] for r in script.seen] == [
         "lease", "checkpoints", "lease", "checkpoints", "lease"]
+
+
+def test_put_counts_pending_sends_and_carries_the_graphs_static_breakpoints():
+    """Issue 17: the server cannot count ``Send`` packets inside a serialized value, nor
+    see a static breakpoint (LangGraph writes nothing there): the saver tells it."""
+    from langgraph.types import Send
+
+    script = Script(PUT_OK, PUT_OK, PUT_OK)
+    saver = saver_for(script, interrupt_before=("charge",), interrupt_after="*")
+    saver.put(config(), checkpoint(values={"__pregel_tasks": [Send("w", 1), Send("w", 2)]},
+                                   versions={"__pregel_tasks": 1}), {"step": 1}, {})
+    saver.put(config(), checkpoint(cid="1f0-b", values={"x": 1}, versions={"x": 1}),
+              {"step": 2}, {})
+    saver.put(config(ns="review:1"), checkpoint(cid="1f0-c"), {"step": 0}, {})
+    first, second, subgraph = script.bodies()
+    assert (first["sends"], first["interrupt_before"], first["interrupt_after"]) == (
+        2, ["charge"], "*")
+    assert "sends" not in second and second["interrupt_before"] == ["charge"]
+    # compile()'s breakpoints are the root graph's: a subgraph's puts do not carry them.
+    assert "interrupt_before" not in subgraph and "interrupt_after" not in subgraph
+    no_breakpoints = Script(PUT_OK)
+    saver_for(no_breakpoints).put(config(), checkpoint(), {"step": 1}, {})
+    assert "interrupt_before" not in no_breakpoints.bodies()[0]
+
+
+@pytest.mark.parametrize("bad", ["charge", ["charge", 1], b"x"])
+def test_breakpoints_must_be_star_or_node_names(bad):
+    with pytest.raises(ValueError, match="interrupt_before"):
+        saver_for(Script(), interrupt_before=bad)

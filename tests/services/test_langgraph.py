@@ -317,6 +317,64 @@ def test_the_null_task_does_not_count_as_a_task_written(acme, wendy):
     assert envelope_of(acme, "t-1").phase_class == "in_flight"
 
 
+def _paused_put(cid, *, parent=None, interrupt_before=None, interrupt_after=None, **kw):
+    """A put body carrying the graph's static breakpoints (as the saver sends them)."""
+    body = lg_put("t-1", cid, parent=parent, **kw)
+    for key, value in (("interrupt_before", interrupt_before),
+                       ("interrupt_after", interrupt_after)):
+        if value is not None:
+            body[key] = value
+    return body
+
+
+def test_a_checkpoint_at_a_static_breakpoint_is_paused_not_in_flight(acme, wendy):
+    """Issue 17 item 2: LangGraph writes nothing when it stops at ``interrupt_before``;
+    given the graph's breakpoints, the server applies LangGraph's ``should_interrupt``:
+    a breakpoint node next and a channel newer than ``versions_seen["__interrupt__"]``."""
+    graph_put(wendy, acme, _paused_put("01", nodes=["charge"], interrupt_before=["charge"]))
+    env = envelope_of(acme, "t-1")
+    assert (env.phase_class, env.phase_label) == ("stable", "paused before charge")
+    assert summary(acme, "t-1")["breakpoint"] == {"when": "before", "nodes": ["charge"]}
+    # Resumed: the charge task wrote, so it is a step like any other.
+    graph_writes(wendy, acme, lg_writes("t-1", "01", "t-charge", [(0, "x", 1)]))
+    assert envelope_of(acme, "t-1").phase_label == "between steps"
+    # The next checkpoint saw every channel at the breakpoint (a resume went past it):
+    # not paused again, though the next node is a breakpoint.
+    body = _paused_put("02", parent="01", nodes=["charge"], interrupt_before=["charge"])
+    body["checkpoint"]["versions_seen"]["__interrupt__"] = dict(
+        body["checkpoint"]["channel_versions"])
+    graph_put(wendy, acme, body)
+    assert envelope_of(acme, "t-1").phase_class == "in_flight"
+    assert "breakpoint" not in summary(acme, "t-1")
+
+
+@pytest.mark.parametrize(("breakpoints", "label"), [
+    ({"interrupt_before": "*"}, "paused before ship"),
+    ({"interrupt_after": ["charge"]}, "paused after charge"),
+    ({"interrupt_after": "*"}, "paused after charge"),
+    ({"interrupt_before": ["other"], "interrupt_after": ["other"]}, "running ship"),
+    ({}, "running ship"),
+])
+def test_interrupt_after_looks_at_the_tasks_that_just_ran(acme, wendy, breakpoints, label):
+    graph_put(wendy, acme, lg_put("t-1", "01", nodes=["charge"]))
+    graph_put(wendy, acme, _paused_put("02", parent="01", nodes=["ship"], done=["charge"],
+                                       **breakpoints))
+    assert envelope_of(acme, "t-1").phase_label.startswith(label)
+
+
+@pytest.mark.parametrize(("sends", "values", "label"), [
+    (3, {"__pregel_tasks": ["s1", "s2", "s3"]}, "running sent tasks (0/3 tasks written)"),
+    (0, {"__pregel_tasks": []}, "done"),  # an emptied channel still holds a value
+    (None, {"__pregel_tasks": []}, "running sent tasks (0/1 tasks written)"),  # an old saver
+])
+def test_pending_sends_are_counted_by_the_saver(acme, wendy, sends, values, label):
+    body = lg_put("t-1", "01", values=values)
+    if sends is not None:
+        body["sends"] = sends
+    graph_put(wendy, acme, body)
+    assert envelope_of(acme, "t-1").phase_label == label
+
+
 def test_a_repeated_write_is_kept_and_a_special_one_replaced(acme, wendy):
     (a,) = chain(wendy, acme, "t-1", 1, nodes=["n"])
     graph_writes(wendy, acme, lg_writes("t-1", a, "task", [(0, "x", "first"),
@@ -331,6 +389,35 @@ def test_a_repeated_write_is_kept_and_a_special_one_replaced(acme, wendy):
     assert [(w["idx"], w["value"]) for w in tup["pending_writes"]] == [
         (-1, typed("again")), (0, typed("first"))]
     assert envelope_of(acme, "t-1").revision == revision + 1
+
+
+def test_writes_follow_langgraphs_savers_write_by_write(acme, wendy):
+    """Issue 17 item 2: a node that interrupts twice is resumed twice. Its second resume
+    sends ``__resume__`` twice in one call (the answers it consumed so far, then all of
+    them) beside its state write: each special (negative) idx keeps its last write and
+    replaces what was stored; a plain (non-negative) idx is insert-if-absent, in one call
+    as across calls, whatever else the call carries (``InMemorySaver.put_writes``)."""
+    from langgraph.checkpoint.base import WRITES_IDX_MAP
+
+    resume, interrupt = WRITES_IDX_MAP["__resume__"], WRITES_IDX_MAP["__interrupt__"]
+    (a,) = chain(wendy, acme, "t-1", 1, nodes=["ask"])
+    graph_writes(wendy, acme, lg_writes("t-1", a, "ask", [(interrupt, "__interrupt__", "1st?")]))
+    graph_writes(wendy, acme, lg_writes("t-1", a, "ask", [(interrupt, "__interrupt__", "2nd?"),
+                                                          (resume, "__resume__", ["x"])]))
+    assert graph_writes(wendy, acme, lg_writes("t-1", a, "ask", [
+        (resume, "__resume__", ["x"]), (resume, "__resume__", ["x", "y"]),
+        (0, "log", "xy")])) == 2  # one __resume__ row replaced, one row inserted
+    (tup,) = services.graph_list(actor=wendy, tenant=acme, thread_id="t-1")[0]
+    assert [(w["idx"], w["channel"], w["value"]) for w in tup["pending_writes"]] == [
+        (resume, "__resume__", typed(["x", "y"])), (interrupt, "__interrupt__", typed("2nd?")),
+        (0, "log", typed("xy"))]
+    # A plain idx already stored is kept, even beside special writes in the same call.
+    graph_writes(wendy, acme, lg_writes("t-1", a, "ask", [(0, "log", "other"),
+                                                          (resume, "__resume__", ["z"])]))
+    (tup,) = services.graph_list(actor=wendy, tenant=acme, thread_id="t-1")[0]
+    assert [(w["idx"], w["value"]) for w in tup["pending_writes"]] == [
+        (resume, typed(["z"])), (interrupt, typed("2nd?")), (0, typed("xy"))]
+    assert GraphWrite.objects.count() == 3
 
 
 def test_writes_on_an_older_checkpoint_leave_the_envelope_and_are_audited(acme, wendy):
@@ -674,6 +761,13 @@ def _bad(**changes):
     (_bad(metadata={"run_id": "r" * 129}), "metadata.run_id"),
     (_bad(identity={"team": "x"}), "identity.team"),
     (_bad(identity={"workflow": "w" * 257}), "identity.workflow"),
+    (_bad(sends=-1), "sends"),
+    (_bad(sends=True), "sends"),
+    (_bad(sends=2**31), "sends"),
+    (_bad(interrupt_before="charge"), "interrupt_before"),
+    (_bad(interrupt_after={"a": 1}), "interrupt_after"),
+    (_bad(interrupt_before=["charge", 7]), "interrupt_before[1]"),
+    (_bad(interrupt_after=[""]), "interrupt_after[0]"),
 ])
 def test_a_bad_put_is_refused_naming_the_field(body, field):
     with pytest.raises(InvalidPayload) as refused:
