@@ -15,6 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 BENCH_ENV = {
     "DJANGO_SETTINGS_MODULE": "recovery.settings",
     "DEBUG": "0",  # no query log, as in production
+    "RECOVERY_STATIC_MANIFEST": "1",  # hashed static files, as in production (collect_static)
     "SECRET_KEY": "bench-only-secret-key-0c6b1f0e-not-for-anything-real",
     "ALLOWED_HOSTS": "127.0.0.1,localhost,testserver",
     "SECURE_SSL_REDIRECT": "0",
@@ -26,7 +27,23 @@ BENCH_ENV = {
     "RECOVERY_ENCRYPTION_KEYS": "YmVuY2gtb25seS1rZXktcmVjb3ZlcnktMzJieXRlcyE=",
     "RECOVERY_AUDIT_KEYS": "bench-only-audit-key-recovery-0123456789abcdef",
     "LOG_LEVEL": "ERROR",
+    # Errors only (LOG_LEVEL): the per-request access line (recovery.access, INFO, on by
+    # default with DEBUG off) would print every one of the bench's requests.
+    "RECOVERY_ACCESS_LOG": "0",
 }
+
+#: gunicorn's own log (boot, worker starts) at the same level: errors only.
+GUNICORN_ARGS = ["--log-level", "error"]
+
+
+def default_db_name(server_url: str) -> str:
+    """The bench database for ``server_url``: its database name with ``_bench`` added
+    (``.../recovery`` -> ``recovery_bench``, ``.../recovery_search`` ->
+    ``recovery_search_bench``), or the name itself when it already contains "bench"; so
+    a developer's ``PG_URL`` of their own database never makes the bench drop another
+    developer's bench database."""
+    name = urlsplit(server_url).path.lstrip("/") or "recovery"
+    return name if "bench" in name else f"{name}_bench"
 
 
 def bench_url(server_url: str, name: str) -> str:
@@ -101,10 +118,26 @@ def payloads(n: int = 8) -> list[dict]:
             for i in range(n)]
 
 
-def environ(url: str) -> dict[str, str]:
-    """The environment of every process of the bench (this one, writers, gunicorn)."""
+def environ(url: str, var_dir: Path | None = None) -> dict[str, str]:
+    """The environment of every process of the bench (this one, writers, gunicorn):
+    ``BENCH_ENV``, the database ``url``, and the bench's own var folder ``var_dir``
+    (default ``var/bench/var``) with its collected static files in ``staticfiles/``
+    there (``RECOVERY_STATIC_ROOT``: with ``DEBUG=0`` the pages need the manifest that
+    ``collect_static`` writes)."""
+    var_dir = Path(var_dir) if var_dir else ROOT / "var" / "bench" / "var"
     env = {k: v for k, v in os.environ.items() if k not in ("CELERY_BROKER_URL",)}
     env.update(BENCH_ENV)
     env["DATABASE_URL"] = url
-    env["RECOVERY_VAR_DIR"] = str(ROOT / "var" / "bench" / "var")
+    env["RECOVERY_VAR_DIR"] = str(var_dir)
+    env["RECOVERY_STATIC_ROOT"] = str(var_dir / "staticfiles")
     return env
+
+
+def collect_static() -> None:
+    """``manage.py collectstatic`` into this process's ``STATIC_ROOT`` (``environ``
+    sets it to the bench's var folder; call after ``django.setup()``): the hashed copies
+    and the manifest that ``DEBUG=0`` pages and gunicorn's whitenoise read. Fast when
+    nothing changed (unchanged files are skipped)."""
+    from django.core.management import call_command
+
+    call_command("collectstatic", interactive=False, verbosity=0)
