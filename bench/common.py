@@ -100,6 +100,31 @@ def wait_for_port(port: int, proc, seconds: float = 60) -> None:
             time.sleep(0.2)
 
 
+def wait_until_ready(base_url: str, proc, seconds: float = 180) -> None:
+    """Wait until the server at ``base_url`` answers ``GET /readyz`` with 200: a worker
+    has booted (on a fresh clone each one compiles the whole project first, which on a
+    loaded machine takes longer than a request's timeout) and says it is ready
+    (database; static files' manifest where ``/readyz`` checks it). Raises
+    ``SystemExit`` with the last answer when it does not within ``seconds``, or when
+    the server exits."""
+    import urllib.error
+    import urllib.request
+
+    deadline = time.monotonic() + seconds
+    last = "no answer"
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            with urllib.request.urlopen(f"{base_url}/readyz", timeout=5) as response:
+                if response.status == 200:
+                    return
+        except urllib.error.HTTPError as exc:
+            last = f"{exc.code} {exc.read(2000).decode(errors='replace')}"
+        except OSError as exc:
+            last = f"{type(exc).__name__}: {exc}"
+        time.sleep(0.5)
+    raise SystemExit(f"bench: the server at {base_url} is not ready: {last}")
+
+
 def rss_kib(pid: int | str = "self") -> int:
     """Resident set size of a process in KiB (Linux ``/proc``)."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():

@@ -39,7 +39,14 @@ import uuid
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from bench.common import GUNICORN_ARGS, ROOT, free_port, percentile, wait_for_port
+from bench.common import (
+    GUNICORN_ARGS,
+    ROOT,
+    free_port,
+    percentile,
+    wait_for_port,
+    wait_until_ready,
+)
 
 # --------------------------------------------------------------------------------------
 # Running writer processes
@@ -513,6 +520,7 @@ def start_gunicorn(env: dict, log_path) -> tuple[subprocess.Popen, str]:
          *GUNICORN_ARGS],
         cwd=ROOT, env=env, stdout=log, stderr=log)
     wait_for_port(port, proc)
+    wait_until_ready(f"http://127.0.0.1:{port}", proc)
     return proc, f"http://127.0.0.1:{port}"
 
 
