@@ -36,8 +36,9 @@ def _search(user, tenant, q, **filters) -> set[uuid.UUID]:
     return {row["uuid"] for row in page.rows}
 
 
-#: A substring branch (``selectors.Contains``): ``[I]LIKE '%…%' ESCAPE '\'``.
-_PATTERN = re.compile(r"LIKE\s+\S+\s+ESCAPE", re.S)
+#: A substring branch (``selectors.Contains``): ``[I]LIKE '%…%' ESCAPE '\'`` (a prefix
+#: ``LIKE 'tenant:acme:%'``, the role lookup's, is no substring search).
+_PATTERN = re.compile(r"LIKE\s+'%")
 
 SHORT = ["-", "--", "a", "ab", "7f", "%%", "...", "a-b", "_-_", "é", "ab cd", "a1-b2"]
 
