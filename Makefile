@@ -156,10 +156,12 @@ mutants: $(MUTATION_STAMP)
 		--sample-note "every mutant of $(MUTANTS_FULL); a random sample (seed $(MUTANTS_SEED)) of $(MUTANTS_SAMPLE)"
 
 # Benchmarks (issue 8; README "Benchmarks"): `python -m bench` drops and creates its own
-# database (recovery_bench on the PG_URL server), runs the write, read and memory
-# scenarios with their references, prints the table and writes var/bench/latest.json.
+# database (PG_URL's database name + _bench, on the PG_URL server), collects the static
+# files into var/bench/var, runs the write, read (search included) and memory scenarios
+# with their references, prints the table and writes var/bench/latest.json.
 # About 10 minutes; `make bench BENCH_ARGS=--full` for the issue's sizes (100,000 runs,
-# 1,000,000 revisions, 100,000 requests). Not part of `make test`: nothing asserts a time.
+# 1,000,000 revisions, 100,000 requests), BENCH_ARGS=--smoke the smallest (a minute or
+# two). Not part of `make test`: nothing asserts a time.
 BENCH_STAMP := $(VENV)/.installed-bench
 BENCH_ARGS ?=
 

@@ -15,6 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 BENCH_ENV = {
     "DJANGO_SETTINGS_MODULE": "recovery.settings",
     "DEBUG": "0",  # no query log, as in production
+    "RECOVERY_STATIC_MANIFEST": "1",  # hashed static files, as in production (collect_static)
     "SECRET_KEY": "bench-only-secret-key-0c6b1f0e-not-for-anything-real",
     "ALLOWED_HOSTS": "127.0.0.1,localhost,testserver",
     "SECURE_SSL_REDIRECT": "0",
@@ -26,7 +27,23 @@ BENCH_ENV = {
     "RECOVERY_ENCRYPTION_KEYS": "YmVuY2gtb25seS1rZXktcmVjb3ZlcnktMzJieXRlcyE=",
     "RECOVERY_AUDIT_KEYS": "bench-only-audit-key-recovery-0123456789abcdef",
     "LOG_LEVEL": "ERROR",
+    # Errors only (LOG_LEVEL): the per-request access line (recovery.access, INFO, on by
+    # default with DEBUG off) would print every one of the bench's requests.
+    "RECOVERY_ACCESS_LOG": "0",
 }
+
+#: gunicorn's own log (boot, worker starts) at the same level: errors only.
+GUNICORN_ARGS = ["--log-level", "error"]
+
+
+def default_db_name(server_url: str) -> str:
+    """The bench database for ``server_url``: its database name with ``_bench`` added
+    (``.../recovery`` -> ``recovery_bench``, ``.../recovery_search`` ->
+    ``recovery_search_bench``), or the name itself when it already contains "bench"; so
+    a developer's ``PG_URL`` of their own database never makes the bench drop another
+    developer's bench database."""
+    name = urlsplit(server_url).path.lstrip("/") or "recovery"
+    return name if "bench" in name else f"{name}_bench"
 
 
 def bench_url(server_url: str, name: str) -> str:
@@ -83,6 +100,31 @@ def wait_for_port(port: int, proc, seconds: float = 60) -> None:
             time.sleep(0.2)
 
 
+def wait_until_ready(base_url: str, proc, seconds: float = 180) -> None:
+    """Wait until the server at ``base_url`` answers ``GET /readyz`` with 200: a worker
+    has booted (on a fresh clone each one compiles the whole project first, which on a
+    loaded machine takes longer than a request's timeout) and says it is ready
+    (database; static files' manifest where ``/readyz`` checks it). Raises
+    ``SystemExit`` with the last answer when it does not within ``seconds``, or when
+    the server exits."""
+    import urllib.error
+    import urllib.request
+
+    deadline = time.monotonic() + seconds
+    last = "no answer"
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            with urllib.request.urlopen(f"{base_url}/readyz", timeout=5) as response:
+                if response.status == 200:
+                    return
+        except urllib.error.HTTPError as exc:
+            last = f"{exc.code} {exc.read(2000).decode(errors='replace')}"
+        except OSError as exc:
+            last = f"{type(exc).__name__}: {exc}"
+        time.sleep(0.5)
+    raise SystemExit(f"bench: the server at {base_url} is not ready: {last}")
+
+
 def rss_kib(pid: int | str = "self") -> int:
     """Resident set size of a process in KiB (Linux ``/proc``)."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -101,10 +143,26 @@ def payloads(n: int = 8) -> list[dict]:
             for i in range(n)]
 
 
-def environ(url: str) -> dict[str, str]:
-    """The environment of every process of the bench (this one, writers, gunicorn)."""
+def environ(url: str, var_dir: Path | None = None) -> dict[str, str]:
+    """The environment of every process of the bench (this one, writers, gunicorn):
+    ``BENCH_ENV``, the database ``url``, and the bench's own var folder ``var_dir``
+    (default ``var/bench/var``) with its collected static files in ``staticfiles/``
+    there (``RECOVERY_STATIC_ROOT``: with ``DEBUG=0`` the pages need the manifest that
+    ``collect_static`` writes)."""
+    var_dir = Path(var_dir) if var_dir else ROOT / "var" / "bench" / "var"
     env = {k: v for k, v in os.environ.items() if k not in ("CELERY_BROKER_URL",)}
     env.update(BENCH_ENV)
     env["DATABASE_URL"] = url
-    env["RECOVERY_VAR_DIR"] = str(ROOT / "var" / "bench" / "var")
+    env["RECOVERY_VAR_DIR"] = str(var_dir)
+    env["RECOVERY_STATIC_ROOT"] = str(var_dir / "staticfiles")
     return env
+
+
+def collect_static() -> None:
+    """``manage.py collectstatic`` into this process's ``STATIC_ROOT`` (``environ``
+    sets it to the bench's var folder; call after ``django.setup()``): the hashed copies
+    and the manifest that ``DEBUG=0`` pages and gunicorn's whitenoise read. Fast when
+    nothing changed (unchanged files are skipped)."""
+    from django.core.management import call_command
+
+    call_command("collectstatic", interactive=False, verbosity=0)

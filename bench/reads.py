@@ -78,6 +78,20 @@ def _get(client, url: str):
     return fn
 
 
+#: The reference of the search rows: the inbox as a viewer opens it, no search.
+SEARCH_REFERENCE = "search reference: inbox, no search"
+#: ``(endpoint, what it is measured against)``: each search row's reference.
+SEARCH_ROWS = ("search inbox ?q=- (one character)", "search inbox ?q=refund (broad word)",
+               "search API runs?q=-", "search API runs?q=refund")
+
+
+def search_endpoints(api: str) -> list[tuple[str, str]]:
+    """``(endpoint name, URL)`` of the search scenario, the reference first."""
+    urls = [f"/t/{TENANT}/", f"/t/{TENANT}/?q=-", f"/t/{TENANT}/?q=refund",
+            f"{api}/runs?q=-", f"{api}/runs?q=refund"]
+    return list(zip((SEARCH_REFERENCE, *SEARCH_ROWS), urls, strict=True))
+
+
 def measure(*, samples: int, say) -> list[dict]:
     """Every read endpoint once, on the data set as it is now."""
     from django.contrib.auth import get_user_model
@@ -127,6 +141,12 @@ def measure(*, samples: int, say) -> list[dict]:
         ("API resume preview (GET)", _get(writer, f"{api}/runs/{LONG_RUN}/resume"), samples,
          None),
     ]
+    # Search (issue 17, item 7): what any viewer can type, a one-character ``q`` (every
+    # run id holds "-") and a broad word (``generate_load``'s agent refund-assistant and
+    # workflow refund-approval: a large share of the runs), on the inbox and the API;
+    # each read against the unfiltered inbox of this run (``SEARCH_REFERENCE``).
+    endpoints += [(name, _get(reviewer, url), samples, None)
+                  for name, url in search_endpoints(api)]
     cycle = iter(range(10**9))
 
     def resume(run_id=None) -> int:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from bench.reads import SEARCH_REFERENCE, SEARCH_ROWS
+
 HOLDS, NOT_YET, NO_DATA = "holds", "not yet", "no data"
 
 
@@ -96,9 +98,23 @@ def targets(result: dict) -> list[dict]:
         if resume:
             add("resume decision p50 < 5 ms", resume["p50_ms"], resume["p50_ms"] < 5,
                 f"{resume['p50_ms']} ms, {resume['queries']} queries")
+        # Search (issue 17, item 7): each search row's p95 against the unfiltered inbox
+        # of the same run. Bench's bars: a one-character q costs no more than 1.5x the
+        # plain page (it reads ids only), a broad word at most 3x (capped counts).
+        by_name = {r["endpoint"]: r for r in large}
+        ref = by_name.get(SEARCH_REFERENCE)
+        for name in SEARCH_ROWS:
+            row = by_name.get(name)
+            if not (row and ref and ref["p95_ms"]):
+                continue
+            bar = 1.5 if "?q=-" in name else 3.0
+            r = round(row["p95_ms"] / ref["p95_ms"], 2)
+            add(f"{name} p95 <= {bar:g}x the unfiltered inbox (bench's bar)", r, r <= bar,
+                f"x{r:.2f} ({row['p95_ms']} ms vs {ref['p95_ms']} ms, {row['queries']} queries)")
     mem = result.get("memory")
     if mem:
-        add(f"worker RSS after {mem['requests']:,} requests within 20% of after 1,000",
+        first = min(1000, mem["requests"])
+        add(f"worker RSS after {mem['requests']:,} requests within 20% of after {first:,}",
             mem["ratio"], mem["ratio"] <= 1.2, f"x{mem['ratio']:.2f}")
     return out
 

@@ -5,9 +5,15 @@
     .venv/bin/python -m bench --only writes --seconds 10
     .venv/bin/python -m bench --pg-url postgres://postgres@127.0.0.1:5432/x --db recovery_bench
 
-1. Drops and creates its own PostgreSQL database (``--db``, default ``recovery_bench``, on
-   the server of ``--pg-url``; the name must contain "bench") and migrates it. It never
-   touches another database, and drops its own at the end (``--keep-db`` keeps it).
+    .venv/bin/python -m bench --smoke               # the smallest sizes, well under 2 minutes
+
+1. Drops and creates its own PostgreSQL database (``--db``, default the ``--pg-url``
+   database's name with ``_bench`` added: ``recovery_bench`` for ``.../recovery``; the name
+   must contain "bench") and migrates it. It never touches another database, and drops
+   its own at the end (``--keep-db`` keeps it). Static files are collected into the
+   bench's own var folder (``--var-dir``, ``staticfiles/``): it runs with ``DEBUG=0``,
+   whose pages need collectstatic's manifest. Logs print errors only (``LOG_LEVEL``,
+   no access lines, gunicorn ``--log-level error``).
 2. Writes (``bench/writes.py``): raw psycopg CAS+history (the reference), the Django ORM,
    ``services.checkpoint_put``, HTTP ``PUT`` through gunicorn, LangGraph's
    ``PostgresSaver.put``; one writer and four (writer processes), four writers in one
@@ -36,8 +42,23 @@ import subprocess
 import sys
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 
-from bench.common import ROOT, bench_url, drop_database, environ, reset_database
+from bench.common import (
+    ROOT,
+    bench_url,
+    collect_static,
+    default_db_name,
+    drop_database,
+    environ,
+    reset_database,
+)
+
+#: ``--smoke``: the smallest sizes that still run every part and scenario once (the
+#: end-to-end test, tests/test_bench_smoke.py); numbers of no value.
+SMOKE = {"seconds": 0.3, "rounds": 1, "warmup": 0.1, "sizes": "200", "tenants": 2,
+         "revisions_per_run": 2, "long_run_revisions": 20, "samples": 2,
+         "memory_requests": 200}
 
 
 def _args(argv=None):
@@ -47,7 +68,16 @@ def _args(argv=None):
     p.add_argument("--pg-url", default=default_url,
                    help="any database URL on the PostgreSQL server to use (its database "
                         "name is replaced by --db)")
-    p.add_argument("--db", default="recovery_bench", help="the bench database (dropped!)")
+    p.add_argument("--db", default=None,
+                   help="the bench database (dropped!); default: the --pg-url database's "
+                        "name with _bench added")
+    p.add_argument("--var-dir", default=str(ROOT / "var" / "bench"),
+                   help="the bench's own folder: logs, and var/ (RECOVERY_VAR_DIR, the "
+                        "collected static files)")
+    p.add_argument("--smoke", action="store_true",
+                   help="the smallest sizes (every part once, numbers of no value; "
+                        "explicit options still override): " + ", ".join(
+                            f"--{k.replace('_', '-')} {v}" for k, v in SMOKE.items()))
     p.add_argument("--keep-db", action="store_true", help="keep the database at the end")
     p.add_argument("--only", default="writes,reads,memory",
                    help="comma-separated parts: writes, reads, memory")
@@ -69,8 +99,13 @@ def _args(argv=None):
                                                          "(a third of that for the run page)")
     p.add_argument("--memory-requests", type=int, default=None,
                    help="API GETs for the memory figure (default 20,000; --full: 100,000)")
-    p.add_argument("--out", default=str(ROOT / "var" / "bench" / "latest.json"))
+    p.add_argument("--out", default=None, help="the JSON (default: latest.json in --var-dir)")
     args = p.parse_args(argv)
+    if args.smoke:  # its sizes as defaults, so that explicit options still win
+        p.set_defaults(**SMOKE)
+        args = p.parse_args(argv)
+    if args.db is None:
+        args.db = default_db_name(args.pg_url)
     args.parts = {x.strip() for x in args.only.split(",") if x.strip()}
     unknown = args.parts - {"writes", "reads", "memory"}
     if unknown:
@@ -89,11 +124,11 @@ def say(text: str) -> None:
 def main(argv=None) -> None:
     args = _args(argv)
     url = bench_url(args.pg_url, args.db)
-    env = environ(url)
+    out_dir = Path(args.var_dir).resolve()
+    (out_dir / "var").mkdir(parents=True, exist_ok=True)
+    env = environ(url, out_dir / "var")
     os.environ.update(env)
     os.environ.pop("CELERY_BROKER_URL", None)
-    out_dir = ROOT / "var" / "bench"
-    (out_dir / "var").mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     say(f"bench: database {args.db} on {url.rsplit('/', 1)[0]} (dropped and created)")
     reset_database(args.pg_url, args.db)
@@ -105,6 +140,7 @@ def main(argv=None) -> None:
     from django.db import connection, connections
 
     call_command("migrate", verbosity=0)
+    collect_static()
     pg = {}
     with connection.cursor() as cur:
         for name in ("server_version", "synchronous_commit", "fsync", "shared_buffers",
@@ -172,7 +208,8 @@ def main(argv=None) -> None:
     text = render(result)
     say("")
     say(text)
-    out = ROOT / args.out if not os.path.isabs(args.out) else args.out
+    out = Path(args.out or out_dir / "latest.json")
+    out = out if out.is_absolute() else ROOT / out
     os.makedirs(os.path.dirname(out), exist_ok=True)
     with open(out, "w") as fh:
         json.dump(result, fh, indent=1, default=str)

@@ -39,7 +39,14 @@ import uuid
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from bench.common import ROOT, free_port, percentile, wait_for_port
+from bench.common import (
+    GUNICORN_ARGS,
+    ROOT,
+    free_port,
+    percentile,
+    wait_for_port,
+    wait_until_ready,
+)
 
 # --------------------------------------------------------------------------------------
 # Running writer processes
@@ -509,9 +516,11 @@ def start_gunicorn(env: dict, log_path) -> tuple[subprocess.Popen, str]:
     port = free_port()
     log = open(log_path, "ab")  # noqa: SIM115 - closed with the process
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "recovery.wsgi", "--bind", f"127.0.0.1:{port}"],
+        [sys.executable, "-m", "gunicorn", "recovery.wsgi", "--bind", f"127.0.0.1:{port}",
+         *GUNICORN_ARGS],
         cwd=ROOT, env=env, stdout=log, stderr=log)
     wait_for_port(port, proc)
+    wait_until_ready(f"http://127.0.0.1:{port}", proc)
     return proc, f"http://127.0.0.1:{port}"
 
 

@@ -35,6 +35,7 @@ from django.db.models import (
     Prefetch,
     Q,
     QuerySet,
+    Subquery,
     Sum,
     TextField,
 )
@@ -143,6 +144,18 @@ SEARCH_MAX = 512
 #: expression, so ``ILIKE '%q%'`` over it is an index scan.
 SEARCH_COLUMNS = ("agent", "workflow", "phase_label", "lease_owner")
 _UUID_TEXT = re.compile(r"^[0-9a-f-]{1,36}\Z")
+#: The substring branches of a search (run text, operation keys) need a ``q`` holding at
+#: least this many letters or digits in a row. pg_trgm makes its trigrams of letters and
+#: digits only, so ``ILIKE '%-%'`` (or ``%ab%``, ``%...%``) extracts none: the trigram
+#: indexes cannot narrow it and every run and effect of the tenant is read, once per
+#: query of the page (issue 17, item 7: ``?q=-`` took over a second at 6,100 runs).
+#: Shorter terms still search the prefix branches (run and checkpoint id: index ranges)
+#: and the exact LangGraph thread id (docs/search.md).
+SEARCH_SUBSTRING_MIN = 3
+_SUBSTRING_TERM = re.compile(rf"[^\W_]{{{SEARCH_SUBSTRING_MIN},}}")
+#: The filtered tab counts (and the position of a page) count at most this many matching
+#: runs: past it the inbox says "1,000+" rather than count every match of a broad search.
+SEARCH_COUNT_CAP = 1000
 
 
 class RunText(Func):
@@ -210,6 +223,13 @@ def search_terms(q: str | None) -> str:
     return text
 
 
+def search_substring(text: str) -> bool:
+    """Whether a search for ``text`` (as ``search_terms`` returns it) reads the substring
+    branches: only when it holds ``SEARCH_SUBSTRING_MIN`` letters or digits in a row,
+    which gives pg_trgm at least one trigram to look up (``SEARCH_SUBSTRING_MIN``)."""
+    return bool(_SUBSTRING_TERM.search(text))
+
+
 def _search_run_ids(tenant: Tenant, text: str) -> QuerySet:
     """Ids of the tenant's runs a search for ``text`` finds, as one ``UNION ALL``
     subquery (a run may come twice; ``IN`` does not mind):
@@ -223,20 +243,33 @@ def _search_run_ids(tenant: Tenant, text: str) -> QuerySet:
     - the run of the LangGraph thread whose id is exactly ``text``
       (``integrations.threads.thread_run_id``, issue 10: the run id is derived from it).
 
+    The two substring branches are left out for a ``text`` without
+    ``SEARCH_SUBSTRING_MIN`` letters or digits in a row (``search_substring``): no
+    trigram index could serve them. Every branch left is then an index lookup or range.
+
     Payloads are encrypted at rest and never searched: an order id that only a payload
     holds is found through an operation key or not at all (docs/search.md).
+
+    The one builder of the search: the inbox (its rows, tab counts and page position),
+    the API's run list, the audit log's ``q`` and a bulk action's "all matching" all
+    filter with it (``_filtered_runs``, ``audit_list``), so they find the same runs.
     """
     by_uuid = uuid_prefix_range(text)
-    run_match = Q(Contains(RunText(), text)) | Q(uuid=thread_run_id(text))
+    substring = search_substring(text)
+    run_match = Q(uuid=thread_run_id(text))
+    if substring:
+        run_match |= Q(Contains(RunText(), text))
     if by_uuid:
         run_match |= Q(uuid__range=by_uuid)
     ids = Run.objects.for_tenant(tenant).filter(run_match).values("id")
-    parts = [Effect.objects.for_tenant(tenant)
-             .filter(Contains(F("operation_key"), text)).values("run_id")]
+    parts = []
+    if substring:
+        parts.append(Effect.objects.for_tenant(tenant)
+                     .filter(Contains(F("operation_key"), text)).values("run_id"))
     if by_uuid:
         parts.append(Checkpoint.objects.for_tenant(tenant)
                      .filter(uuid__range=by_uuid).values("run_id"))
-    return ids.union(*parts, all=True)
+    return ids.union(*parts, all=True) if parts else ids
 
 
 @dataclass(frozen=True)
@@ -415,33 +448,53 @@ def _first_page(qs: QuerySet, sort: str, filters: RunFilters, limit: int) -> Run
 
 
 def run_position(*, user, tenant: Tenant, filters: RunFilters, sort: str | None,
-                 pk: int) -> int:
+                 pk: int) -> int | None:
     """How many runs passing ``filters`` come before the run ``pk`` in the order
     ``sort``: the page starting at that run shows "position + 1 - …" (issue 9, "51-100
-    of 121"). One index-only count of the range before ``pk`` (``run_inbox_idx``/
+    of 121"), or ``None`` when a narrowing filter (``RunFilters.narrowing``) puts more
+    than ``SEARCH_COUNT_CAP`` runs before it (the count stops there: a broad search is
+    not counted whole). One index count of the range before ``pk`` (``run_inbox_idx``/
     ``run_all_idx``); exact at the time of the query, so runs created since the first
     page move the numbers rather than the rows."""
     require(user, tenant, roles.VIEW)
     sort = _sort_or_400(sort)
     before = Q(id__gt=pk) if RUN_SORTS[sort].startswith("-") else Q(id__lt=pk)
-    return _filtered_runs(tenant, filters).filter(before).count()
+    qs = _filtered_runs(tenant, filters).filter(before)
+    if not filters.narrowing:
+        return qs.count()
+    n = qs[:SEARCH_COUNT_CAP + 1].count()
+    return None if n > SEARCH_COUNT_CAP else n
 
 
-def run_state_counts(*, user, tenant: Tenant, filters: RunFilters) -> dict[str, int]:
-    """``{recovery_state: runs passing filters}``, every state present; the inbox tabs
-    and the "of n" of a page. ``filters.recovery_state`` is ignored (each tab counts its
-    own state).
+class StateCounts(dict):
+    """``{recovery_state: runs}``, every state present, and ``capped``: whether more
+    than ``SEARCH_COUNT_CAP`` runs pass a narrowing filter, the counts then being those
+    of the first ``SEARCH_COUNT_CAP + 1`` found, each a lower bound ("1,000+")."""
+
+    def __init__(self, counts: dict[str, int], capped: bool = False):
+        super().__init__(counts)
+        self.capped = capped
+
+
+def run_state_counts(*, user, tenant: Tenant, filters: RunFilters) -> StateCounts:
+    """The inbox tabs' counts and the "of n" of a page under ``filters``
+    (``StateCounts``). ``filters.recovery_state`` is ignored (each tab counts its own
+    state).
 
     Without a narrowing filter: the tenant-wide counters (``state_counts``, one query
-    whatever the tenant's size). With one: one ``GROUP BY recovery_state`` over the
-    filtered runs (the search's subquery, or an index scan of the tenant's runs)."""
+    whatever the tenant's size; exact). With one: one ``GROUP BY recovery_state`` over at
+    most ``SEARCH_COUNT_CAP + 1`` filtered runs (a ``LIMIT`` inside, so a search matching
+    half the tenant costs a thousand rows, not all of them)."""
     require(user, tenant, roles.VIEW)
     filters = filters.without_state()
     if not filters.narrowing:
-        return state_counts(tenant=tenant)
-    counts = dict(_filtered_runs(tenant, filters).order_by().values_list("recovery_state")
+        return StateCounts(state_counts(tenant=tenant))
+    first = _filtered_runs(tenant, filters).order_by().values("id")[:SEARCH_COUNT_CAP + 1]
+    found = Run.objects.for_tenant(tenant).filter(id__in=Subquery(first))
+    counts = dict(found.order_by().values_list("recovery_state")
                   .annotate(n=Count("*")).values_list("recovery_state", "n"))
-    return {state: counts.get(state, 0) for state in RecoveryState.values}
+    return StateCounts({state: counts.get(state, 0) for state in RecoveryState.values},
+                       sum(counts.values()) > SEARCH_COUNT_CAP)
 
 
 def run_get(*, user, tenant: Tenant, run_id: uuid.UUID | str) -> Run:

@@ -422,6 +422,7 @@ def _inbox_filters(request: HttpRequest, tenant: Tenant) -> tuple[dict, dict]:
                                ("subject", data["subject"]),
                                ("age", request.GET.get("age", "")), ("sort", sort)) if v}
     total = sum(counts.values())
+    text = selectors.search_terms(data["q"])
     return data, {
         "state": state,
         "all_tab": ALL_TAB,
@@ -431,6 +432,12 @@ def _inbox_filters(request: HttpRequest, tenant: Tenant) -> tuple[dict, dict]:
         "total": total,
         "tab_total": total if state == ALL_TAB else counts.get(state, 0),
         "filtered": filters.narrowing,
+        # Past SEARCH_COUNT_CAP matches the counts stop: each shown as "n+" (at least).
+        "counts_capped": counts.capped,
+        "count_cap": f"{selectors.SEARCH_COUNT_CAP:,}",
+        # A search too short for the text columns reads the ids only (docs/search.md).
+        "search_ids_only": bool(text) and not selectors.search_substring(text),
+        "substring_min": selectors.SEARCH_SUBSTRING_MIN,
         "filter_query": query,
         "sort": data["sort"],
     }
@@ -459,9 +466,11 @@ def _inbox_context(request: HttpRequest, tenant: Tenant) -> dict:
                               limit=INBOX_PAGE)
     first = 1
     if page.previous_cursor and page.rows:
-        first += selectors.run_position(user=request.user, tenant=tenant, filters=filters,
+        before = selectors.run_position(user=request.user, tenant=tenant, filters=filters,
                                         sort=data["sort"], pk=page.rows[0]["id"])
-    last = first + len(page.rows) - 1
+        # None: more than SEARCH_COUNT_CAP matches before this page (not counted).
+        first = None if before is None else first + before
+    last = None if first is None else first + len(page.rows) - 1
     other = "created" if data["sort"] == "-created" else "-created"
     return tabs | {
         "rows": page.rows,
@@ -471,7 +480,7 @@ def _inbox_context(request: HttpRequest, tenant: Tenant) -> dict:
         "first": first,
         "last": last,
         # Runs created since the first page can make a count a step behind the page.
-        "of": max(tabs["tab_total"], last),
+        "of": max(tabs["tab_total"], last or 0),
         "sort_toggle": "" if other == selectors.DEFAULT_RUN_SORT else other,
         "known_kinds": list(kinds.registered()),
         "age_choices": tabs["form"].fields["age"].choices,
@@ -1281,7 +1290,8 @@ def _bulk_bar(context: dict) -> dict:
     actions, the maximum and how many runs match (the tab's count, which follows the
     filters: no extra query)."""
     query = dict(context["filter_query"], state=context["state"])
-    matching = context["tab_total"]  # the tab counts follow every filter
+    # The tab counts follow every filter; past the count cap the number is unknown.
+    matching = None if context["counts_capped"] else context["tab_total"]
     return {"token": uuid.uuid4(), "filters": urlencode(query),
             "confirm_actions": " ".join(sorted(BulkActionKind.CONFIRM)),
             "actions": BulkActionKind.choices, "max": BULK_MAX_RUNS, "matching": matching}

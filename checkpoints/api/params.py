@@ -101,7 +101,8 @@ class RunListParams(Params):
     q = Text(max_length=SEARCH_MAX,
              help_text="search, case-insensitive: run id or checkpoint id (prefix), an "
                        "effect's operation key, phase label, agent, workflow or lease "
-                       "owner (substring); no control characters; blank: no search")
+                       "owner (substring, only when q holds 3 letters or digits in a "
+                       "row); no control characters; blank: no search")
     sort = serializers.ChoiceField(
         choices=list(RUN_SORTS), required=False,
         help_text="-created: newest run first (default); created: oldest first. Runs are "

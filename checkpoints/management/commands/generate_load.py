@@ -502,6 +502,12 @@ class Command(BaseCommand):
                 progress.update(n)
         finally:
             progress.close()
+        if connection.vendor == "postgresql" and runs_n:
+            # Fresh statistics: without them the planner takes a tenant for a handful of
+            # rows and may re-run a search's subquery once per run listed (issue 17,
+            # item 7: seconds for one inbox page until autovacuum analyzes the tables).
+            with connection.cursor() as cur:
+                cur.execute("ANALYZE")
         took = time.monotonic() - started
         stats = ", ".join(f"{n:,} {name}" for name, n in gen.counts.items())
         self.stdout.write(f"generate_load: added {stats} in {took:.1f} s")

@@ -1,0 +1,65 @@
+"""``make bench`` works on a fresh clone (issue 17, item 8): ``python -m bench --smoke``
+end to end, from a var folder with no collected static files, on its own PostgreSQL
+database (named after the suite's, with ``_smoke_bench``), exits 0 and writes its JSON;
+its reads (pages rendered with ``DEBUG=0``, which need collectstatic's manifest) answer,
+and it prints errors only (no access line per request, no gunicorn boot lines)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+from bench.common import default_db_name
+
+ROOT = Path(__file__).resolve().parent.parent
+
+pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+
+
+def test_bench_database_follows_pg_url():
+    """The bench's database is named after ``PG_URL``'s, so two developers' benches on
+    one server never drop each other's."""
+    assert default_db_name("postgres://u@h:5432/recovery") == "recovery_bench"
+    assert default_db_name("postgres://u@h:5432/recovery_search") == "recovery_search_bench"
+    assert default_db_name("postgres://u@h/my_bench") == "my_bench"
+
+
+def test_make_bench_smallest_size_runs_end_to_end_from_a_clean_state(tmp_path):
+    url = os.environ["DATABASE_URL"]
+    db = urlsplit(url).path.lstrip("/") + "_smoke_bench"
+    var = tmp_path / "bench"
+    assert not (var / "var" / "staticfiles").exists()  # nothing collected beforehand
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("RECOVERY_", "PYTEST_")) and k != "DJANGO_SETTINGS_MODULE"}
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "--smoke", "--pg-url", url, "--db", db,
+         "--var-dir", str(var)], cwd=ROOT, env=env, capture_output=True, text=True,
+        timeout=300)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-4000:]
+    result = json.loads((var / "latest.json").read_text())
+    assert result["writes"] and all(r["check"]["ok"] for r in result["writes"] if "check" in r)
+    reads = result["reads"]["200"]
+    endpoints = {r["endpoint"] for r in reads}
+    assert {"inbox tab all", "report page"} <= endpoints  # HTML pages, DEBUG=0
+    assert any(e.startswith("search") for e in endpoints), endpoints
+    assert result["memory"]["requests"] == 200
+    assert (var / "var" / "staticfiles" / "staticfiles.json").is_file()
+    # Errors only: no access line per request (recovery.access), no gunicorn INFO lines.
+    assert "recovery.access" not in output and '"GET /' not in output, output[-4000:]
+    gunicorn_log = (var / "gunicorn.log").read_text()
+    assert "Booting worker" not in gunicorn_log and "[INFO]" not in gunicorn_log, gunicorn_log
+    # Its database is dropped at the end.
+    import psycopg
+
+    from bench.common import bench_url
+
+    with psycopg.connect(bench_url(url, "postgres")) as conn:
+        left = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [db]).fetchone()
+    assert left is None
