@@ -1,4 +1,5 @@
-"""A reconcile result whose claim was lost is dropped (issue 17, item 14; DESIGN.md 4,
+"""A reconcile result whose claim was lost is dropped, and one for an effect that moved on
+meanwhile is not applied (issue 17, items 14 and 15; DESIGN.md 4,
 ``checkpoints/reconciliation.py`` step 3).
 
 A worker claims a request (``running``, ``attempts + 1``, ``claimed_until``), asks the
@@ -18,7 +19,7 @@ from checkpoints.models import AuditEvent, Effect, EffectRevision, ReconcileAtte
 from checkpoints.reconcile import Answer
 from tests.faults import stubs
 from tests.faults.conftest import in_doubt_run, request_for
-from tests.helpers import age_world
+from tests.helpers import age_world, effect_body, put_effect
 from tests.views.reconcilers import Scripted
 
 
@@ -105,4 +106,35 @@ def test_an_answer_whose_claim_was_finished_elsewhere_is_dropped(acme, queued, m
     assert (req.state, req.outcome, req.attempts) == ("done", "not_executed", 2)
     assert ReconcileAttempt.objects.filter(request=req).count() == 1
     assert AuditEvent.objects.filter(action="effect.reconcile",
+                                     target_ref=str(effect_id)).count() == 1
+
+
+def test_an_answer_for_an_effect_the_runtime_settled_during_the_look_up_is_moved_on(
+        acme, wendy, queued, monkeypatch):
+    """Apply re-reads the effect under the run's lock: the runtime came back and
+    confirmed it while the service was asked, so the answer is not applied (the
+    runtime's receipt stays) and the request ends ``moved_on`` (same attempt number:
+    only the state moved)."""
+    req = request_for(queued.effects["charge:A-1"])
+    effect_id = queued.effects["charge:A-1"]
+    real = reconciliation.lookup_with_timeout
+
+    def runtime_confirms_meanwhile(configured, ref):
+        answer = real(configured, ref)
+        fx = effect_body(effect_id, queued.run_id, operation_key="charge:A-1")
+        put_effect(wendy, acme, dict(fx, revision=2, state="confirmed",
+                                     receipt={"charge_id": "ch_runtime"}), expected=1)
+        return answer
+
+    monkeypatch.setattr(reconciliation, "lookup_with_timeout", runtime_confirms_meanwhile)
+
+    result = reconciliation.execute(req.pk)
+
+    assert result["result"] == "moved_on", result
+    effect = Effect.objects.get(uuid=effect_id)
+    assert (effect.state, effect.receipt) == ("confirmed", {"charge_id": "ch_runtime"})
+    assert not EffectRevision.objects.filter(effect=effect, source="reconciliation").exists()
+    req.refresh_from_db()
+    assert (req.state, req.outcome) == ("done", "moved_on")
+    assert AuditEvent.objects.filter(action="reconcile.moved_on",
                                      target_ref=str(effect_id)).count() == 1
