@@ -74,3 +74,18 @@ def test_a_mutant_whose_test_hangs_is_killed_by_the_test_timeout_and_says_so(tmp
     assert too_big.status == "timeout", too_big.output
     assert (tmp_path / "tree" / "rules.py").read_text() == "LOOP = False\n"  # restored
     assert curated.line(hangs).startswith("KILLED (TIMED OUT)")
+
+
+def test_a_timeout_in_a_fixtures_set_up_is_an_error_never_a_kill(tmp_path):
+    worker = _worker(tmp_path)
+    (worker.tree / "tests" / "test_rules.py").write_text(
+        "import time\n\nimport pytest\n\nimport rules\n\n\n@pytest.fixture\n"
+        "def world():\n    while rules.LOOP:\n        time.sleep(0.05)\n\n\n"
+        "def test_it_answers(world):\n    pass\n")
+    slow = curated.Mutant(id="slow-set-up", description="d", file="rules.py",
+                          old="LOOP = False", new="LOOP = True", tests=["tests/test_rules.py"],
+                          test_timeout=2)
+
+    worker.run_mutant(slow, timeout=120, test_timeout=120)
+
+    assert slow.status == "error (a test's set-up timed out)", slow.output

@@ -26,7 +26,8 @@ cannot hang CI:
   the suite detected the broken rule, and the mutant counts as **killed**, reported as
   ``KILLED (timed out)`` with the test that hung, apart from the kills by an assertion
   (a hang is a slower, costlier way to fail: a rule whose breakage only hangs deserves a
-  test that says what is wrong).
+  test that says what is wrong). A timeout in a test's set-up (fixtures, the test
+  database's creation) is an error instead: it is no evidence against the mutant.
 - **per mutant** (the whole selection, ``--timeout``, default 240 s; an entry's
   ``timeout``): with every test bounded, a selection running past it has too many tests;
   that is an **error** (narrow the selection), never a kill, since a slow selection would
@@ -216,8 +217,14 @@ class Worker:
         self.db_made.add(db)
         outcome = {0: "passed", 1: "failed"}.get(proc.returncode,
                                                  f"error (exit {proc.returncode})")
-        if outcome == "failed" and TIMED_OUT in (out or ""):
-            outcome = "test timed out"
+        if outcome == "failed":
+            summary = [x for x in (out or "").splitlines() if TIMED_OUT in x]
+            if any(x.startswith("ERROR") for x in summary):
+                # In a fixture's set-up (the first test also builds the test database):
+                # not evidence that the mutant hangs a test. An error, never a kill.
+                outcome = "error (a test's set-up timed out)"
+            elif summary:
+                outcome = "test timed out"
         return outcome, seconds, (out or "")[-3000:]
 
     def run_mutant(self, m: Mutant, timeout: int, test_timeout: int) -> None:
