@@ -39,3 +39,53 @@ def test_the_runner_refuses_an_entry_whose_old_text_moved(tmp_path):
         "mutant broken: the mutated checkpoints/rules.py does not compile "
         "('{' was never closed, line 1)",
     ]
+
+
+def _worker(tmp_path) -> curated.Worker:
+    """A runner's worker on a tiny tree of its own (not a copy of the repository)."""
+    worker = object.__new__(curated.Worker)
+    worker.number, worker.tree, worker.var = 0, tmp_path / "tree", tmp_path / "var"
+    worker.pg_url, worker.db_made = None, set()
+    (worker.tree / "tests").mkdir(parents=True)
+    worker.var.mkdir()
+    (worker.tree / "rules.py").write_text("LOOP = False\n")
+    (worker.tree / "tests" / "test_rules.py").write_text(
+        "import time\n\nimport rules\n\n\ndef test_it_answers():\n"
+        "    while rules.LOOP:\n        time.sleep(0.05)\n")
+    return worker
+
+
+def test_a_mutant_whose_test_hangs_is_killed_by_the_test_timeout_and_says_so(tmp_path):
+    """Issue 17, item 15: the per-test timeout (pytest-timeout) fails the hanging test, so
+    the mutant counts as killed, reported apart; the whole selection's timeout is an
+    error (a selection too big), never a kill."""
+    worker = _worker(tmp_path)
+    entry = dict(description="d", file="rules.py", old="LOOP = False", new="LOOP = True",
+                 tests=["tests/test_rules.py"])
+    hangs = curated.Mutant(id="hangs", test_timeout=2, **entry)
+    too_big = curated.Mutant(id="too-big", timeout=3, test_timeout=60, **entry)
+
+    worker.run_mutant(hangs, timeout=120, test_timeout=120)
+    worker.run_mutant(too_big, timeout=120, test_timeout=120)
+
+    assert hangs.status == "killed (timed out)", hangs.output
+    assert "Timeout" in hangs.output and "test_it_answers" in hangs.output
+    assert hangs.seconds < 60
+    assert too_big.status == "timeout", too_big.output
+    assert (tmp_path / "tree" / "rules.py").read_text() == "LOOP = False\n"  # restored
+    assert curated.line(hangs).startswith("KILLED (TIMED OUT)")
+
+
+def test_a_timeout_in_a_fixtures_set_up_is_an_error_never_a_kill(tmp_path):
+    worker = _worker(tmp_path)
+    (worker.tree / "tests" / "test_rules.py").write_text(
+        "import time\n\nimport pytest\n\nimport rules\n\n\n@pytest.fixture\n"
+        "def world():\n    while rules.LOOP:\n        time.sleep(0.05)\n\n\n"
+        "def test_it_answers(world):\n    pass\n")
+    slow = curated.Mutant(id="slow-set-up", description="d", file="rules.py",
+                          old="LOOP = False", new="LOOP = True", tests=["tests/test_rules.py"],
+                          test_timeout=2)
+
+    worker.run_mutant(slow, timeout=120, test_timeout=120)
+
+    assert slow.status == "error (a test's set-up timed out)", slow.output

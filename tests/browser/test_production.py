@@ -38,6 +38,9 @@ from tests.browser.common import CHROMIUM, CHROMIUM_ARGS
 
 pytestmark = [
     pytest.mark.browser,
+    # A production install in a subprocess (collectstatic, migrate, gunicorn), each step
+    # allowed 300 s: more than pytest-timeout's default for the whole test.
+    pytest.mark.timeout(900),
     pytest.mark.skipif(not os.path.exists(CHROMIUM),
                        reason=f"{CHROMIUM} is missing: apt-get install -y chromium"),
 ]

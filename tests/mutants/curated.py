@@ -12,10 +12,26 @@ once it is applied (kept narrow: seconds per mutant), and the database those tes
    never written), and runs the union of the selections on the unmutated copy (the
    baseline: a selection that fails already would "kill" everything);
 3. per mutant: writes the mutated file into its worker's copy, runs
-   ``python -m pytest -x -q -p no:cacheprovider <tests>``, restores the file. Exit code 1
-   is "killed", 0 is "survived"; a timeout is not a kill (a slow selection would pass for
-   one): it is an error, like any other exit code (a selection that no longer exists, an
-   internal error).
+   ``python -m pytest -x -q -p no:cacheprovider --timeout=<test timeout> <tests>``,
+   restores the file. Exit code 1 is "killed", 0 is "survived"; any other exit code is an
+   error (a selection that no longer exists, an internal error).
+
+Two timeouts (issue 17, item 15), so a mutant that makes a test loop or wait forever
+cannot hang CI:
+
+- **per test** (pytest-timeout, ``--test-timeout``, default 120 s; an entry's
+  ``test_timeout``): a test that runs longer fails ("Timeout (>N s)"). The unmutated
+  selection passes within the same bound (the baseline; under ``make test`` the two suite
+  runs, bounded at 300 s a test by pyproject.toml), so the mutant is what made it hang:
+  the suite detected the broken rule, and the mutant counts as **killed**, reported as
+  ``KILLED (timed out)`` with the test that hung, apart from the kills by an assertion
+  (a hang is a slower, costlier way to fail: a rule whose breakage only hangs deserves a
+  test that says what is wrong). A timeout in a test's set-up (fixtures, the test
+  database's creation) is an error instead: it is no evidence against the mutant.
+- **per mutant** (the whole selection, ``--timeout``, default 240 s; an entry's
+  ``timeout``): with every test bounded, a selection running past it has too many tests;
+  that is an **error** (narrow the selection), never a kill, since a slow selection would
+  otherwise pass for one.
 
 Exit status: 0 when every mutant is killed; 1 when one survived; 2 for a stale or
 broken entry (with ``--strict``, also any entry still marked ``pending``), a failing
@@ -62,6 +78,9 @@ IGNORE = shutil.ignore_patterns(".git", ".venv", "var", "mutants", "__pycache__"
                                 ".pytest_cache", ".ruff_cache", "node_modules", "*.egg-info",
                                 "build")
 PYTEST = ["-m", "pytest", "-x", "-q", "-p", "no:cacheprovider"]
+TIMED_OUT = "Failed: Timeout (>"  # how pytest-timeout fails a test
+TIMED_OUT_KILL = "killed (timed out)"
+KILLED = ("killed", TIMED_OUT_KILL)
 
 
 @dataclass
@@ -76,7 +95,8 @@ class Mutant:
     tests: list[str]
     db: str = "sqlite"
     pending: str = ""  # why it may survive for now (the tests that kill it are elsewhere)
-    timeout: int = 0  # seconds; 0: the runner's --timeout
+    timeout: int = 0  # seconds for the whole selection; 0: the runner's --timeout
+    test_timeout: int = 0  # seconds per test; 0: the runner's --test-timeout
     status: str = "not run"
     seconds: float = 0.0
     output: str = ""
@@ -173,13 +193,16 @@ class Worker:
             env["DATABASE_URL"] = self.pg_url or ""
         return env
 
-    def pytest(self, db: str, tests: list[str], timeout: int) -> tuple[str, float, str]:
-        """Run ``tests`` on this worker's tree: ``(outcome, seconds, output tail)`` with
-        outcome ``passed`` / ``failed`` / ``timeout`` / ``error (exit N)``."""
+    def pytest(self, db: str, tests: list[str], timeout: int,
+               test_timeout: int) -> tuple[str, float, str]:
+        """Run ``tests`` on this worker's tree, each test bounded by ``test_timeout``
+        seconds and the whole run by ``timeout``: ``(outcome, seconds, output tail)`` with
+        outcome ``passed`` / ``failed`` / ``test timed out`` (a test failed by
+        pytest-timeout) / ``timeout`` (the whole run) / ``error (exit N)``."""
         # The first run on each database builds the test database; later runs keep it
         # (migrations do not change between mutants: only rule code does).
         reuse = "--reuse-db" if db in self.db_made else "--create-db"
-        cmd = [sys.executable, *PYTEST, reuse, *tests]
+        cmd = [sys.executable, *PYTEST, f"--timeout={test_timeout}", reuse, *tests]
         start = time.monotonic()
         # Its own process group, so a timeout ends the tests' own subprocesses too.
         proc = subprocess.Popen(cmd, cwd=self.tree, env=self.env(db), stdout=subprocess.PIPE,
@@ -194,27 +217,40 @@ class Worker:
         self.db_made.add(db)
         outcome = {0: "passed", 1: "failed"}.get(proc.returncode,
                                                  f"error (exit {proc.returncode})")
+        if outcome == "failed":
+            summary = [x for x in (out or "").splitlines() if TIMED_OUT in x]
+            if any(x.startswith("ERROR") for x in summary):
+                # In a fixture's set-up (the first test also builds the test database):
+                # not evidence that the mutant hangs a test. An error, never a kill.
+                outcome = "error (a test's set-up timed out)"
+            elif summary:
+                outcome = "test timed out"
         return outcome, seconds, (out or "")[-3000:]
 
-    def run_mutant(self, m: Mutant, timeout: int) -> None:
+    def run_mutant(self, m: Mutant, timeout: int, test_timeout: int) -> None:
         path = self.tree / m.file
         original = path.read_text("utf-8")
         try:
             path.write_text(m.mutated(original), "utf-8")
-            outcome, m.seconds, m.output = self.pytest(m.db, m.tests, m.timeout or timeout)
+            outcome, m.seconds, m.output = self.pytest(
+                m.db, m.tests, m.timeout or timeout, m.test_timeout or test_timeout)
         finally:
             path.write_text(original, "utf-8")
-        m.status = {"failed": "killed", "passed": "survived"}.get(outcome, outcome)
+        m.status = {"failed": "killed", "test timed out": TIMED_OUT_KILL,
+                    "passed": "survived"}.get(outcome, outcome)
 
 
-def baseline(worker: Worker, mutants: list[Mutant], timeout: int) -> list[str]:
-    """Run each database's selections unmutated; they must pass."""
+def baseline(worker: Worker, mutants: list[Mutant], timeout: int,
+             test_timeout: int) -> list[str]:
+    """Run each database's selections unmutated, each test under the largest per-test
+    timeout any of them is given; they must pass."""
     problems = []
     for db in DATABASES:
         tests = sorted({t for m in mutants if m.db == db for t in m.tests})
         if not tests:
             continue
-        outcome, seconds, tail = worker.pytest(db, tests, timeout * 3)
+        bound = max([test_timeout] + [m.test_timeout for m in mutants if m.db == db])
+        outcome, seconds, tail = worker.pytest(db, tests, timeout * 3, bound)
         print(f"baseline {db}: {len(tests)} selections {outcome} in {seconds:.0f}s", flush=True)
         if outcome != "passed":
             problems.append(f"baseline {db}: the unmutated tree does not pass the selections "
@@ -226,7 +262,7 @@ def line(m: Mutant) -> str:
     status = m.status.upper()
     if m.pending and m.status == "survived":
         status = "SURVIVED (pending)"
-    elif m.pending and m.status == "killed":
+    elif m.pending and m.status in KILLED:
         status += " (pending mark can go)"
     return f"{status:<34} {m.id:<40} {m.seconds:6.1f}s  {m.file}"
 
@@ -252,7 +288,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="validate the list against the code, run nothing")
     parser.add_argument("--jobs", type=int, default=2, help="mutants run at once (2)")
     parser.add_argument("--timeout", type=int, default=240,
-                        help="seconds per mutant before it counts as a timeout (240)")
+                        help="seconds per mutant (its whole selection) before it is an "
+                             "error: the selection is too big (240)")
+    parser.add_argument("--test-timeout", type=int, default=120,
+                        help="seconds per test (pytest-timeout) before that test fails; a "
+                             "mutant whose tests time out counts as killed, reported as "
+                             "'killed (timed out)' (120)")
     parser.add_argument("--pg-url", default=os.environ.get("CURATED_PG_URL")
                         or os.environ.get("DATABASE_URL"),
                         help="PostgreSQL server for the postgres mutants")
@@ -310,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="curated-mutants-") as scratch:
         workers = [Worker(i, Path(scratch), args.pg_url) for i in range(jobs)]
         if not args.no_baseline:
-            problems = baseline(workers[0], mutants, args.timeout)
+            problems = baseline(workers[0], mutants, args.timeout, args.test_timeout)
             if problems:
                 print("\n".join(problems), file=sys.stderr)
                 return 2
@@ -325,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:
                     m = todo.get_nowait()
                 except queue.Empty:
                     return
-                worker.run_mutant(m, args.timeout)
+                worker.run_mutant(m, args.timeout, args.test_timeout)
                 with lock:
                     print(line(m), flush=True)
 
@@ -348,9 +389,17 @@ def main(argv: list[str] | None = None) -> int:
     for m in survivors:
         print(f"\nSURVIVED {m.id}: {m.description}\n  {m.file}: tests {' '.join(m.tests)} "
               "all pass with this rule broken", file=sys.stderr)
-    counts = {s: sum(m.status == s for m in everything) for s in ("killed", "survived")}
+    for m in mutants:
+        if m.status == TIMED_OUT_KILL:
+            hung = [x for x in m.output.splitlines() if TIMED_OUT in x and "FAILED" in x]
+            print(f"\nmutant {m.id}: killed by a timeout (a test hung with the rule "
+                  f"broken): {' '.join(hung) or m.output[-500:]}", file=sys.stderr)
+    counts = {s: sum(m.status == s for m in everything)
+              for s in ("killed", TIMED_OUT_KILL, "survived")}
     pending_alive = sum(m.pending != "" and m.status == "survived" for m in mutants)
-    print(f"\ncurated mutants: {len(everything)}, killed {counts['killed']}, "
+    print(f"\ncurated mutants: {len(everything)}, "
+          f"killed {counts['killed'] + counts[TIMED_OUT_KILL]} "
+          f"({counts[TIMED_OUT_KILL]} of them by a timeout), "
           f"survived {counts['survived']} "
           f"({pending_alive} of them pending), errors {len(errors)}, skipped {len(skipped)}; "
           f"{wall:.0f}s with {jobs} at a time")

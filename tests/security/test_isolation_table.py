@@ -7,7 +7,8 @@ and proof that nothing changed.
   ``test_every_url_pattern_has_a_recipe``). The Django admin is the one namespace left
   out: it is no tenant's surface, and ``test_admin`` pins down what it may show.
 - **Identities**: anonymous; each role in the tenant (acme); each role in the twin tenant
-  (globex) only; a superuser and a staff account without a role; an account that had a
+  (globex) only; a reviewer of both (asked through acme's URL for an object only globex
+  holds, it is 404 like everyone); a superuser and a staff account without a role; an account that had a
   role and was deactivated; a token that had a role and was revoked. The API is called
   with bearer tokens, the dashboard with a logged-in session.
 - **Twin world**: acme and globex hold the same objects under the same UUIDs (runs,
@@ -92,6 +93,7 @@ IDS = {name: uuid.uuid5(uuid.NAMESPACE_URL, f"isolation/{name}") for name in (
     "r_stable", "c_stable", "e_done",         # stable, effect confirmed with a receipt
     "r_looked", "c_looked", "e_looked",       # reconciled: a look-up with evidence
     "new_cp", "new_fx",                       # ids a writer creates
+    "r_twin", "c_twin", "e_twin",             # globex only: in flight, effect submitted
 )}
 
 
@@ -114,6 +116,7 @@ class Identity:
     role: str | None = None          # its role ...
     tenant: str | None = None        # ... in this tenant
     live: bool = True                # False: deactivated account or revoked token
+    also: tuple[str, ...] = ()       # more tenants where it holds the same role
     user: object = None
     token: str | None = None
     session: dict = field(default_factory=dict)  # cookies of a logged-in session
@@ -135,7 +138,7 @@ class Identity:
     def perms(self, tenant: str) -> set[str]:
         """Its rights in ``tenant`` under CONTRACT.md 4 (none without a live role there:
         flags count for nothing)."""
-        if not self.live or self.tenant != tenant or self.role is None:
+        if not self.live or tenant not in (self.tenant, *self.also) or self.role is None:
             return set()
         return set(roles.ROLE_PERMISSIONS[self.role])
 
@@ -178,6 +181,8 @@ def _build_tenant(slug: str) -> tuple[int, int, str]:
     in_flight(i["r_unknown"], i["c_unknown"], i["e_unknown"], "charge:unknown")
     in_flight(i["r_retry"], i["c_retry"])
     in_flight(i["r_looked"], i["c_looked"], i["e_looked"], "charge:looked")
+    if slug == TWIN:
+        in_flight(i["r_twin"], i["c_twin"], i["e_twin"], "charge:twin")
     put_checkpoint(writer, tenant, envelope(i["c_stable"], i["r_stable"], 0,
                                             payload={"phase": "charged"}))
     walk_effect(writer, tenant, effect_body(i["e_done"], i["r_stable"], operation_key="done"),
@@ -224,6 +229,12 @@ def _identities() -> list[Identity]:
         out.append(Identity(name, user=user, token=services.token_issue(user=user),
                             session=_login(user)))
     home = Tenant.objects.get(slug=HOME)
+    both = _account("reviewer-of-both")  # issue 17, item 14: rights in two tenants
+    for slug in (HOME, TWIN):
+        services.role_grant(actor=None, tenant=Tenant.objects.get(slug=slug), user=both,
+                            role="reviewer")
+    out.append(Identity("both.reviewer", "reviewer", HOME, also=(TWIN,), user=both,
+                        token=services.token_issue(user=both), session=_login(both)))
     gone = _account("deactivated-reviewer")
     services.role_grant(actor=None, tenant=home, user=gone, role="reviewer")
     ident = Identity("deactivated", "reviewer", HOME, live=False, user=gone,
@@ -357,6 +368,7 @@ RECIPES: dict[str, list[Op]] = {
     "api:effect-list": [Op("get", _t(), api_rule(V, 200), query="service=payments")],
     "api:effect": [
         Op("get", _t(effect_id="e_done"), api_rule(V, 200)),
+        Op("get", _t(effect_id="e_twin"), api_rule(V, 404)),
         Op("put", _t(effect_id="new_fx"), api_rule(WR, 201), "write", body=NEW_FX,
            headers=CREATE),
     ],
@@ -365,7 +377,10 @@ RECIPES: dict[str, list[Op]] = {
     "api:effect-reveal-receipt": [
         Op("post", _t(effect_id="e_done"), api_rule(RV, 200), "audited", body=REASON)],
     "api:run-list": [Op("get", _t(), api_rule(V, 200), query="recovery_state=ambiguous")],
-    "api:run": [Op("get", _t(run_id="r_stuck"), api_rule(V, 200))],
+    "api:run": [Op("get", _t(run_id="r_stuck"), api_rule(V, 200)),
+                # Only the twin holds r_twin: through HOME's URL it does not exist, also
+                # for an account with a role in both (issue 17, item 14).
+                Op("get", _t(run_id="r_twin"), api_rule(V, 404))],
     "api:run-lease": [Op("post", _t(run_id="r_stable"), api_rule(WR, 200), "write",
                          body={"owner": "table", "ttl_s": 30})],
     "api:run-resume": [
@@ -443,11 +458,13 @@ RECIPES: dict[str, list[Op]] = {
     "run_counts": [Op("get", _s(), page_rule(V, 200), surface="web")],
     "report": [Op("get", _s(), page_rule(V, 200), surface="web")],
     "audit_log": [Op("get", _s(), page_rule(V, 200), surface="web")],
-    "run_detail": [Op("get", _s(run_id="r_stuck"), page_rule(V, 200), surface="web")],
+    "run_detail": [Op("get", _s(run_id="r_stuck"), page_rule(V, 200), surface="web"),
+                   Op("get", _s(run_id="r_twin"), page_rule(V, 404), surface="web")],
     "run_audit": [Op("get", _s(run_id="r_stuck"), page_rule(V, 200), surface="web")],
     "checkpoint_history": [Op("get", _s(checkpoint_id="c_stuck"), page_rule(V, 200),
                               surface="web")],
-    "effect_history": [Op("get", _s(effect_id="e_done"), page_rule(V, 200), surface="web")],
+    "effect_history": [Op("get", _s(effect_id="e_done"), page_rule(V, 200), surface="web"),
+                       Op("get", _s(effect_id="e_twin"), page_rule(V, 404), surface="web")],
     "run_retry_request": [Op("post", _s(run_id="r_retry"), page_rule(RW, 302), "write",
                              body=REASON, surface="web")],
     "run_reconcile": [Op("post", _s(run_id="r_stuck"), page_rule(RW, 302), "write",

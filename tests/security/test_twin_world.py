@@ -7,7 +7,9 @@ markers, and a full persona set in each; nothing of one tenant may ever reach th
   reconcile evidence, every reason, and the names of the accounts that built it. globex
   has a few more runs, effects, retry requests and open conflicts, so every count
   differs between the twins. Personas in each tenant: viewer, reviewer, approver,
-  writer, admin; plus a superuser and a staff account with no role anywhere. Built once
+  writer, admin; plus a superuser and a staff account with no role anywhere, and a
+  viewer of both tenants (``World.both``: on the selectors and the tenant's own API URLs;
+  asked through acme for an object only globex holds, it is 404). Built once
   for the module inside a transaction rolled back at the end; each request or call runs
   in a savepoint that is rolled back too.
 - **Sources of truth** (a new one fails a ``test_every_…`` test until it has a recipe):
@@ -27,7 +29,9 @@ markers, and a full persona set in each; nothing of one tenant may ever reach th
   showing nothing).
 - **Killed mutants** (scratch edits, one at a time): the tenant filter removed from
   ``effect_get``, ``retry_get``, ``audit_list``, ``effect_find``, ``run_list``,
-  ``report``, the audit query of ``run_detail``, and the retry decision in services.
+  ``report``, the audit query of ``run_detail``, and the retry decision in services;
+  ``run_get`` and ``effect_get`` scoped to all of the caller's tenants
+  (``for_tenant(tenants_for_user(user))``), killed by the viewer of both (issue 17).
 """
 
 from __future__ import annotations
@@ -130,9 +134,11 @@ class Persona:
             client.cookies[key] = value
         return client
 
+    also: tuple[str, ...] = ()  # more tenants where it holds the same role
+
     def perms(self, slug: str) -> set[str]:
-        return set(roles.ROLE_PERMISSIONS[self.role]) if self.slug == slug and self.role \
-            else set()
+        return set(roles.ROLE_PERMISSIONS[self.role]) if slug in (self.slug, *self.also) \
+            and self.role else set()
 
 
 @dataclass
@@ -149,6 +155,10 @@ class TenantData:
 class World:
     data: dict[str, TenantData]
     personas: list[Persona] = field(default_factory=list)
+    #: Viewer in both tenants (issue 17, item 14): scoping a read to all of the caller's
+    #: tenants instead of the URL's shows only to an account that has more than one.
+    #: Kept out of ``personas`` (whose unscoped pages show the persona's one tenant).
+    both: Persona | None = None
 
     def tenant(self, slug: str) -> Tenant:
         return self.data[slug].tenant
@@ -275,6 +285,16 @@ def _personas() -> list[Persona]:
     return out
 
 
+def _both() -> Persona:
+    """A viewer of both tenants (``World.both``)."""
+    user = _account("viewer-of-both")
+    for slug in SLUGS:
+        services.role_grant(actor=None, tenant=Tenant.objects.get(slug=slug), user=user,
+                            role="viewer")
+    return Persona("both.viewer", "viewer", HOME, user, services.token_issue(user=user),
+                   _login(user), also=(TWIN,))
+
+
 @pytest.fixture(scope="module")
 def world(django_db_setup, django_db_blocker):
     with django_db_blocker.unblock():
@@ -286,7 +306,7 @@ def world(django_db_setup, django_db_blocker):
             services.sweep_stale_runs()
             for slug in (TWIN, HOME):
                 _build_reviews(data[slug], slug)
-            yield World(data, _personas())
+            yield World(data, _personas(), _both())
         finally:
             transaction.set_rollback(True)
             outer.__exit__(None, None, None)
@@ -532,7 +552,7 @@ def test_a_report_function_answers_with_its_own_tenant_only(world, name):
     cell = REPORTS[name]
     failures = []
     for slug in SLUGS:
-        for p in world.personas:
+        for p in [*world.personas, world.both]:
             allowed = roles.VIEW in p.perms(slug)
             try:
                 answer = cell.call(world, slug, p.user)
@@ -564,7 +584,7 @@ def test_a_selector_answers_with_its_own_tenant_only(world, name):
     cell = SELECTORS[name]
     failures = []
     for slug in SLUGS:
-        for p in world.personas:
+        for p in [*world.personas, world.both]:
             allowed = roles.VIEW in p.perms(slug)
             try:
                 answer = cell.call(world, slug, p.user)
@@ -591,11 +611,45 @@ def test_a_selector_answers_with_its_own_tenant_only(world, name):
     assert not failures, f"{name}:\n" + "\n".join(failures)
 
 
+#: Selectors that find one object by its UUID, asked for an object only the twin holds
+#: (globex's ``EXTRA``): through the other tenant it does not exist, even for an account
+#: with a role in both (``World.both``), whose rights span the tenant that holds it.
+TWIN_ONLY: dict[str, Callable[[World, str, object], object]] = {
+    "run_get": lambda w, s, u: selectors.run_get(user=u, tenant=w.tenant(s),
+                                                 run_id=EXTRA["r_more"]),
+    "run_detail": lambda w, s, u: selectors.run_detail(user=u, tenant=w.tenant(s),
+                                                       run_id=EXTRA["r_more"]),
+    "run_summary": lambda w, s, u: selectors.run_summary(user=u, tenant=w.tenant(s),
+                                                         run_id=EXTRA["r_more"]),
+    "checkpoint_get": lambda w, s, u: selectors.checkpoint_get(
+        user=u, tenant=w.tenant(s), checkpoint_id=EXTRA["c_more"]),
+    "effect_get": lambda w, s, u: selectors.effect_get(user=u, tenant=w.tenant(s),
+                                                       effect_id=EXTRA["e_more"]),
+}
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("name", sorted(TWIN_ONLY))
+def test_an_object_of_the_twin_only_is_not_found_through_this_tenant(world, name):
+    call = TWIN_ONLY[name]
+    viewer = world.persona(TWIN, "viewer").user
+    assert MARK[TWIN] in _text(call(world, TWIN, viewer))  # it exists, in the twin
+    failures = []
+    for p in [*world.personas, world.both]:
+        try:
+            answer = call(world, HOME, p.user)
+        except NotFound:
+            continue
+        failures.append(f"{HOME}/{p.name}: the twin's object answered {answer!r:.100}")
+    assert not failures, f"{name}:\n" + "\n".join(failures)
+
+
 @pytest.mark.django_db
 def test_tenants_for_user_lists_only_granted(world):
-    for p in world.personas:
+    for p in [*world.personas, world.both]:
         got = [t.slug for t in selectors.tenants_for_user(p.user)]
-        assert got == ([p.slug] if p.slug else []), (p.name, got)
+        want = sorted(s for s in (p.slug, *p.also) if s)
+        assert got == want, (p.name, got)
 
 
 def test_the_twins_differ_in_every_count(world):
@@ -811,8 +865,11 @@ def test_a_request_shows_nothing_of_the_twin(world, kind, key):
     req = (API if kind == "api" else PAGES)[key]
     scoped = _scoped(kind, key)
     failures = []
+    # The viewer of both tenants on the tenant's own API URLs (a page's tenant switcher
+    # names both of its tenants, and the names carry the markers).
+    personas = [*world.personas, world.both] if scoped and kind == "api" else world.personas
     for slug in SLUGS:
-        for p in world.personas:
+        for p in personas:
             # Whose data may appear: the URL's tenant; on an unscoped page, the persona's.
             allowed = slug if scoped else p.slug
             forbidden = [MARK[s] for s in SLUGS if s != allowed]
@@ -834,7 +891,7 @@ def test_a_request_shows_nothing_of_the_twin(world, kind, key):
                 if ok and scoped and req.count and (problem := req.count(world, slug,
                                                                          response)):
                     failures.append(f"{slug}/{p.name} {path}: {problem}")
-                if scoped and p.slug not in (slug, None) and ok:
+                if scoped and p.slug is not None and slug not in (p.slug, *p.also) and ok:
                     failures.append(f"{slug}/{p.name} {path}: 200 for a persona of the twin")
                 transaction.set_rollback(True)
     assert not failures, f"{kind} {key}:\n" + "\n".join(failures[:40])
