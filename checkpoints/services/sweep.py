@@ -30,7 +30,7 @@ from .runs import run_facts, run_refresh_state
 # System work: reconciliation results and the stale-run sweep
 # --------------------------------------------------------------------------------------
 
-def sweep_stale_runs() -> dict[str, int]:
+def sweep_stale_runs(*, by: str | None = None) -> dict[str, int]:
     """Move runs whose owner went quiet into ``ambiguous`` (DESIGN.md 4), on the
     database's clock, then re-drive reconcile requests whose worker vanished or whose
     message was lost (``reconciliation.redrive``).
@@ -41,6 +41,10 @@ def sweep_stale_runs() -> dict[str, int]:
     system), then the state is recomputed. Idempotent and safe on many workers at once.
     Returns counts: ``examined``, ``effects_unresolved``, ``runs_ambiguous`` and the
     re-drive's ``reconcile_redriven``.
+
+    Once done it records the ``sweep`` heartbeat, and ``sweep.<by>`` when ``by`` names who
+    ran it (``heartbeat.SOURCES``: ``celery``, ``inprocess``, ``web``), on the database
+    clock (issue 17: the dashboard, ``/readyz`` and ``/metrics`` read them).
     """
     every_run = Run.objects.for_all_tenants(
         reason="the stale-run sweep looks at every tenant's runs; each is then locked and "
@@ -87,6 +91,15 @@ def sweep_stale_runs() -> dict[str, int]:
                              reason=run.recovery_reason, before={"recovery_state": before},
                              after={"recovery_state": ambiguous})
     stats["reconcile_redriven"] = reconciliation.redrive()
+    _record_heartbeat(by)
     return stats
+
+
+def _record_heartbeat(by: str | None) -> None:
+    from .. import heartbeat
+
+    if by is not None and by not in heartbeat.SOURCES:
+        raise ValueError(f"sweep_stale_runs: by must be one of {heartbeat.SOURCES}")
+    heartbeat.beat(heartbeat.SWEEP, *([f"sweep.{by}"] if by else []))
 
 
