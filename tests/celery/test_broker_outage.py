@@ -3,9 +3,11 @@
 ``redis-server`` on a free loopback port, which the test stops for 20 s while the job's
 look-up is running and then starts again on the same port and data directory.
 
-The worker must survive (kombu's Redis transport used to end it with ``Unrecoverable
-error`` while restoring unacknowledged messages) and the job must settle exactly once;
-a job sent after the outage must run too (the worker consumes again).
+The worker must survive (kombu's Redis transport before 5.7 could end it with
+``Unrecoverable error`` while restoring unacknowledged messages) and keep consuming: a
+frozen broker (SIGSTOP: connections hang rather than close) made the job's ack time out
+and left the worker connected but never fetching again (``recovery/kombu_ack.py``). The
+job must settle exactly once, and a job sent after the outage must run.
 
 The outage itself is real time (a broker cannot be aged); everything else waits bounded.
 """
@@ -68,7 +70,17 @@ class OwnRedis:
                 time.sleep(0.05)
         raise RuntimeError("redis-server did not start")
 
+    def freeze(self) -> None:
+        """The broker stops answering without closing a connection (a paused container,
+        a network partition): SIGSTOP."""
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        self.proc.send_signal(signal.SIGCONT)
+
     def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             self.proc.wait(timeout=15)
@@ -87,11 +99,15 @@ def own_redis(tmp_path, monkeypatch):
     broker.stop()
 
 
-@pytest.mark.parametrize(("pool", "finish"), [("prefork", "during"), ("prefork", "after")])
+@pytest.mark.parametrize(("outage", "finish"), [("stop", "during"), ("stop", "after"),
+                                               ("freeze", "during")])
 def test_the_worker_survives_a_broker_outage_with_a_job_in_flight(
-        pool, finish, monkeypatch, own_redis, acme, wendy, rita, stub, start_worker):
-    """``finish``: the job's look-up returns while the broker is down (its ack cannot be
-    sent) or only once it is back (the ack goes over the new connection)."""
+        outage, finish, monkeypatch, own_redis, acme, wendy, rita, stub, start_worker):
+    """``outage``: the broker process stops (connections refused) or freezes (connections
+    hang: a paused container, a partition). ``finish``: the job's look-up returns while
+    the broker is out (its ack cannot be sent) or once it is back (the ack goes over the
+    new connection)."""
+    pool = "prefork"
     # The look-up is held across the whole outage: its timeout must outlast it.
     monkeypatch.setenv("RECOVERY_RECONCILE_TIMEOUT_S", str(OUTAGE_S + 20))
     worker = start_worker(pool=pool, concurrency=1)
@@ -102,14 +118,14 @@ def test_the_worker_survives_a_broker_outage_with_a_job_in_flight(
     services.run_reconcile(actor=rita, tenant=acme, run_id=run.run_id, reason="died")
     wait_for(stub.entered(KEY).is_set, worker, what="the look-up to start")
 
-    own_redis.stop()
+    own_redis.stop() if outage == "stop" else own_redis.freeze()
     time.sleep(1)
     if finish == "during":
         stub.release(KEY)
         wait_for(_settled(run.effects[KEY]), worker, what="the job to finish in the outage")
     time.sleep(OUTAGE_S - 1)
     assert worker.proc.poll() is None, worker.log()[-4000:]
-    own_redis.start()
+    own_redis.start() if outage == "stop" else own_redis.thaw()
     if finish == "after":
         stub.release(KEY)
         wait_for(_settled(run.effects[KEY]), worker, what="the job to finish after it")
