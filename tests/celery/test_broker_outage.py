@@ -38,6 +38,10 @@ pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.skipif(shutil.which("redis-server") is None,
                        reason="redis-server is not installed: this test runs its own broker"),
+    # It runs its own broker, but in the celery_worker pass, as the other real-worker tests.
+    pytest.mark.skipif(not os.environ.get("CELERY_BROKER_URL"),
+                       reason="CELERY_BROKER_URL is not set: the real-worker tests run in "
+                              "make test's PostgreSQL pass"),
 ]
 
 
