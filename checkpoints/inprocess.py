@@ -123,6 +123,8 @@ class InProcessWorkerMiddleware:
                          and not settings.CELERY_TASK_ALWAYS_EAGER)
 
     def __call__(self, request):
-        if (self.enabled or self.watchdog) and not _started.is_set():
-            start(watchdog=not self.enabled)
+        if self.enabled and not _started.is_set():
+            start()
+        elif self.watchdog and not _started.is_set():
+            start(watchdog=True)
         return self.get_response(request)

@@ -18,6 +18,8 @@ Time passes by ageing the stored times (heartbeat rows included), never by sleep
 from __future__ import annotations
 
 import re
+import threading
+import time
 import uuid
 from datetime import timedelta
 
@@ -153,6 +155,38 @@ def test_the_web_process_starts_the_watchdog_only_with_a_broker(
     settings.CELERY_TASK_ALWAYS_EAGER = True  # no broker, in-process worker off: nothing
     inprocess.InProcessWorkerMiddleware(lambda r: None)(rf.get("/"))
     assert started == [{"watchdog": True}]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_watchdog_thread_sweeps_a_crashed_run_while_beat_is_silent(
+        acme, wendy, vic, login, settings, monkeypatch):
+    """End to end: a broker configured, beat silent; the first request starts the web
+    process's watchdog thread (1 s rounds), which sweeps: the run becomes ambiguous
+    without anyone calling the sweep, and not in the request that started it."""
+    settings.CELERY_TASK_ALWAYS_EAGER = False
+    settings.RECOVERY_INPROCESS_WORKER = False
+    settings.RECOVERY_SWEEP_WATCHDOG = True
+    settings.RECOVERY_SWEEP_INTERVAL_S = 1
+    stop = threading.Event()
+    monkeypatch.setattr(inprocess, "_started", threading.Event())
+    real_start = inprocess.start
+    monkeypatch.setattr(inprocess, "start", lambda **kw: real_start(stop, **kw))
+    run_id = _crashed_run(wendy, acme)
+    try:
+        assert login(vic).get("/t/acme/").status_code == 200  # starts the thread
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            if Run.objects.get(uuid=run_id).recovery_state == "ambiguous":
+                break
+            time.sleep(0.2)
+        assert Run.objects.get(uuid=run_id).recovery_state == "ambiguous"
+        assert "sweep.web" in heartbeat.read()
+    finally:
+        stop.set()
+        for thread in threading.enumerate():
+            if thread.name == "recovery-inprocess-worker":
+                thread.join(timeout=10)
+                assert not thread.is_alive(), "the watchdog thread did not stop"
 
 
 def _reconcile_queued(acme, rita, run_id) -> None:
