@@ -153,8 +153,9 @@ def readiness() -> tuple[bool, dict[str, str]]:
 
 @require_safe
 def readyz(request):
-    """Readiness: 200 when the database (and the broker, where configured) answer, else
-    503 naming the dependency that failed, with ``Retry-After: 5``."""
+    """Readiness: 200 when the database (and the broker, where configured) answer and
+    the background worker's heartbeat is fresh (``_check_worker``), else 503 naming what
+    failed, with ``Retry-After: 5``; ``heartbeat``: each heartbeat's age in seconds."""
     ready, checks = readiness()
     body = {"checks": checks}
     try:

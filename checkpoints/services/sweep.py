@@ -6,7 +6,7 @@ from __future__ import annotations
 from django.db import transaction
 from django.db.models import Q
 
-from .. import reconciliation
+from .. import heartbeat, reconciliation
 from ..audit import (
     audit_record,
 )
@@ -46,6 +46,7 @@ def sweep_stale_runs(*, by: str | None = None) -> dict[str, int]:
     ran it (``heartbeat.SOURCES``: ``celery``, ``inprocess``, ``web``), on the database
     clock (issue 17: the dashboard, ``/readyz`` and ``/metrics`` read them).
     """
+    beats = _heartbeat_names(by)
     every_run = Run.objects.for_all_tenants(
         reason="the stale-run sweep looks at every tenant's runs; each is then locked and "
                "changed within its own tenant")
@@ -91,15 +92,13 @@ def sweep_stale_runs(*, by: str | None = None) -> dict[str, int]:
                              reason=run.recovery_reason, before={"recovery_state": before},
                              after={"recovery_state": ambiguous})
     stats["reconcile_redriven"] = reconciliation.redrive()
-    _record_heartbeat(by)
+    heartbeat.beat(*beats)
     return stats
 
 
-def _record_heartbeat(by: str | None) -> None:
-    from .. import heartbeat
-
+def _heartbeat_names(by: str | None) -> list[str]:
     if by is not None and by not in heartbeat.SOURCES:
         raise ValueError(f"sweep_stale_runs: by must be one of {heartbeat.SOURCES}")
-    heartbeat.beat(heartbeat.SWEEP, *([f"sweep.{by}"] if by else []))
+    return [heartbeat.SWEEP, *([f"sweep.{by}"] if by else [])]
 
 
