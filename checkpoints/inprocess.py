@@ -6,61 +6,125 @@ Started once per process by ``InProcessWorkerMiddleware`` on the first request w
 ``RECOVERY_INPROCESS_WORKER`` is on (the default without ``CELERY_BROKER_URL``, off under
 the test runner). Several processes may each run one: the sweep and the reconcile claims
 are safe on many workers at once. A failed round is logged and the next one runs anyway.
+
+With a broker, beat and the Celery workers sweep, and the web process only watches
+(issue 17, item 6: the state a reviewer reads must not depend on the broker): with
+``RECOVERY_SWEEP_WATCHDOG`` on (the default, off under the test runner) the same thread
+wakes every interval and, when no sweep at all finished in the last two intervals (the
+``sweep`` heartbeat, database clock), runs the sweep itself (``catch_up``): the same
+service function, in this background thread (never in a request's handling path: a GET
+writes nothing), at most one web process at a time (a PostgreSQL advisory lock, tried
+without waiting). Reconcile jobs still wait for a worker (their look-ups are the
+worker's); the run page says so (``ReconcileRequest.waiting_for_worker_since``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
+import time
 
 from django.conf import settings
-from django.db import close_old_connections, connections
+from django.db import close_old_connections, connection, connections
 
 log = logging.getLogger(__name__)
 
 _started = threading.Event()
 _lock = threading.Lock()
+#: When (monotonic seconds) this process's worker thread started (for ``/readyz``'s grace).
+started_at: list[float] = []
+#: A PostgreSQL advisory lock key: one catch-up sweep at a time across web processes.
+CATCH_UP_LOCK = 0x7265_636F_7665_7279 >> 1  # "recovery", as a positive bigint
 
 
 def run_once() -> dict:
     """One round: the sweep, which also executes due reconcile requests here."""
     from .services import sweep_stale_runs
 
-    return sweep_stale_runs()
+    return sweep_stale_runs(by="inprocess")
 
 
-def _loop(interval_s: float, stop: threading.Event) -> None:
+def catch_up() -> dict | None:
+    """One watchdog round (with a broker): when no sweep finished in the last two
+    intervals (``heartbeat.sweep_late``, database clock), run ``sweep_stale_runs`` here
+    and return its counts; else, or when another web process is already catching up,
+    return None. Never call it from a request's handling path (it writes)."""
+    from . import heartbeat
+    from .services import sweep_stale_runs
+
+    if not heartbeat.sweep_late():
+        return None
+    with _one_at_a_time() as mine:
+        if not mine:
+            return None
+        log.warning("no sweep finished in %s s (broker or beat down?): this web process "
+                    "sweeps", heartbeat.late_after_s())
+        return sweep_stale_runs(by="web")
+
+
+@contextlib.contextmanager
+def _one_at_a_time():
+    if connection.vendor != "postgresql":  # SQLite: one process (the embedded default)
+        yield True
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(%s)", [CATCH_UP_LOCK])
+        mine = cursor.fetchone()[0]
+    try:
+        yield mine
+    finally:
+        if mine:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_unlock(%s)", [CATCH_UP_LOCK])
+
+
+def _loop(interval_s: float, stop: threading.Event, round_=run_once) -> None:
     while not stop.wait(interval_s):
         try:
             close_old_connections()
-            run_once()
+            round_()
         except Exception:  # noqa: BLE001 - keep the worker alive; the next round retries
             log.exception("in-process sweep failed; retrying in %s s", interval_s)
         finally:
             connections.close_all()
 
 
-def start(stop: threading.Event | None = None) -> bool:
-    """Start the worker thread once per process; returns whether this call started it."""
+def start(stop: threading.Event | None = None, *, watchdog: bool = False) -> bool:
+    """Start the worker thread once per process; returns whether this call started it.
+    With ``watchdog`` it runs ``catch_up`` each interval (a broker is configured) instead
+    of sweeping every time."""
     with _lock:
         if _started.is_set():
             return False
         _started.set()
+    started_at.append(time.monotonic())
     thread = threading.Thread(target=_loop, name="recovery-inprocess-worker", daemon=True,
                               args=(settings.RECOVERY_SWEEP_INTERVAL_S,
-                                    stop or threading.Event()))
+                                    stop or threading.Event(),
+                                    catch_up if watchdog else run_once))
     thread.start()
     return True
 
 
+def running_for_s() -> float | None:
+    """Seconds since this process started its worker thread (None: not started)."""
+    return time.monotonic() - started_at[0] if started_at else None
+
+
 class InProcessWorkerMiddleware:
-    """Starts the in-process worker on the first request when it is enabled."""
+    """Starts the in-process worker (or, with a broker, the watchdog) on the first
+    request when it is enabled."""
 
     def __init__(self, get_response):
         self.get_response = get_response
         self.enabled = settings.RECOVERY_INPROCESS_WORKER
+        self.watchdog = (not self.enabled and settings.RECOVERY_SWEEP_WATCHDOG
+                         and not settings.CELERY_TASK_ALWAYS_EAGER)
 
     def __call__(self, request):
         if self.enabled and not _started.is_set():
             start()
+        elif self.watchdog and not _started.is_set():
+            start(watchdog=True)
         return self.get_response(request)

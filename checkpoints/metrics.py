@@ -23,6 +23,13 @@ Two kinds:
   | ``recovery_reconcile_failing`` | tenant | open requests whose last look-ups could not tell (``failures`` > 0) |
   | ``recovery_audit_events`` | tenant | the audit chain's length (``AuditChainHead.seq``) |
 
+  | ``recovery_heartbeat_age_seconds`` | name | seconds since background work last finished (``checkpoints.heartbeat``: ``sweep``, ``sweep.celery``, ``sweep.inprocess``, ``sweep.web``, ``job``), database clock |
+  | ``recovery_heartbeat_timestamp_seconds`` | name | when it last finished (Unix time, database clock) |
+
+  Alert on ``recovery_heartbeat_age_seconds{name="sweep.celery"}`` (or ``sweep.inprocess``)
+  above a few sweep intervals: the worker is dead or silent (issue 17, item 11); a name
+  appears once its work first finished.
+
   ``recovery_domain_scrape_ok`` is 1 when these were read, 0 when the database could not
   answer (the scrape then still serves the process's own metrics: 200, never a 500).
   Every tenant gets every state (0 when none), so a series does not vanish when its
@@ -162,3 +169,26 @@ class DomainCollector:
             for labels, value in sorted(values.items()):
                 family.add_metric(list(labels), value)
             yield family
+        if figures is not None:
+            yield from heartbeat_families()
+
+
+def heartbeat_families() -> list[GaugeMetricFamily]:
+    """The heartbeat gauges (one query; an empty list when the database cannot answer)."""
+    from . import heartbeat
+
+    try:
+        beats = heartbeat.read()
+    except DatabaseError:
+        logger.warning("metrics: the heartbeats could not be read", exc_info=True)
+        return []
+    age = GaugeMetricFamily("recovery_heartbeat_age_seconds",
+                            "Seconds since background work last finished (database clock).",
+                            labels=["name"])
+    at = GaugeMetricFamily("recovery_heartbeat_timestamp_seconds",
+                           "When background work last finished (Unix time, database clock).",
+                           labels=["name"])
+    for name, beat in sorted(beats.items()):
+        age.add_metric([name], beat.age_s)
+        at.add_metric([name], beat.at.timestamp())
+    return [age, at]

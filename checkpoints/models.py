@@ -625,6 +625,28 @@ class ReconcileRequest(TenantOwned, TimestampedModel):
     def __str__(self) -> str:
         return f"reconcile request {self.pk} ({self.state})"
 
+    @property
+    def waiting_for_worker_since(self):
+        """Since when this open request waits for a worker that is not coming (issue 17,
+        item 6), or None: ``running`` past its claim (its worker died: the next sweep
+        sends it again), or ``queued`` and due for longer than a sweep interval (no
+        worker took it). Judged on the database time the request was read with
+        (``db_now``, annotated by the selectors); None when it was read without it. The
+        run page and the API show the same value."""
+        now = getattr(self, "db_now", None)
+        if now is None:
+            return None
+        if self.state == ReconcileState.RUNNING:
+            if self.claimed_until is not None and self.claimed_until < now:
+                return self.claimed_until
+            return None
+        if self.state == ReconcileState.QUEUED and self.next_attempt_at is not None:
+            from datetime import timedelta
+
+            if self.next_attempt_at < now - timedelta(seconds=settings.RECOVERY_SWEEP_INTERVAL_S):
+                return self.next_attempt_at
+        return None
+
 
 class ReconcileAttempt(TenantOwned):
     """One look-up made for a reconcile request: what the service answered, and the
@@ -946,3 +968,17 @@ class GraphWrite(TenantOwned):
             models.UniqueConstraint(fields=["graph_checkpoint", "task_id", "idx"],
                                     name="graph_write_unique"),
         ]
+
+
+class Heartbeat(models.Model):
+    """When background work last finished, on the database clock (issue 17, items 6 and
+    11; ``checkpoints.heartbeat``): one row per ``name`` (``sweep``: any stale-run sweep;
+    ``sweep.celery``, ``sweep.inprocess``, ``sweep.web``: a sweep run by a Celery worker,
+    the embedded in-process worker or a web process catching up; ``job``: a reconcile
+    job). System-wide, not a tenant's: it names no run, no tenant, no person."""
+
+    name = models.CharField(max_length=32, primary_key=True)
+    at = models.DateTimeField(help_text="database time the work last finished")
+
+    def __str__(self) -> str:
+        return f"{self.name} at {self.at}"

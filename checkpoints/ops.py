@@ -7,7 +7,12 @@
   {...}}``, else 503 ``{"status": "unavailable", "checks": {"database": "ok", "broker":
   "failed: OperationalError"}}`` naming what failed (the exception's class only: no host,
   no password) with ``Retry-After``. For a readiness probe: take the node out of the load
-  balancer, not restart it.
+  balancer, not restart it. ``worker`` (issue 17, item 11): with a broker, a Celery
+  worker ran beat's stale-run sweep within ``RECOVERY_WORKER_HEARTBEAT_MAX_AGE_S`` (the
+  ``sweep.celery`` heartbeat, database clock), else ``failed: WorkerSilent``; in the
+  embedded mode the in-process worker's (``sweep.inprocess``; a process whose worker
+  started less than that long ago is given that long); ``not configured`` when neither
+  runs. The body's ``heartbeat`` gives each heartbeat's age in seconds.
 - ``GET /metrics``: Prometheus text format: django-prometheus' request and database
   metrics, ``checkpoints.metrics.RESUME_DECISIONS`` and the domain gauges read at scrape
   time (``checkpoints.metrics.DomainCollector``). It names tenants and counts their runs,
@@ -93,6 +98,38 @@ def _check_broker() -> None:
                                timeout=settings.CELERY_BROKER_CONNECTION_TIMEOUT)
 
 
+class WorkerSilent(Exception):
+    """The background worker's heartbeat is older than its bound (or absent)."""
+
+
+def _check_worker() -> str | None:
+    """The ``worker`` check (kept apart from the others): raises ``WorkerSilent`` when the
+    deployment's background worker has not swept within
+    ``RECOVERY_WORKER_HEARTBEAT_MAX_AGE_S``; returns ``"not configured"`` when no worker
+    is expected, else None (ok)."""
+    from . import heartbeat, inprocess
+
+    source = heartbeat.background_source()
+    if source == heartbeat.SWEEP:
+        return "not configured"
+    bound = settings.RECOVERY_WORKER_HEARTBEAT_MAX_AGE_S
+    found = heartbeat.read().get(source)
+    if found is not None and found.age_s <= bound:
+        return None
+    if source == "sweep.inprocess":
+        running = inprocess.running_for_s()
+        if running is not None and running <= bound:
+            return None  # this process's worker has not had its first round yet
+    raise WorkerSilent(f"{source}: " + (f"last {found.age_s:.0f} s ago" if found else "never"))
+
+
+def heartbeat_ages() -> dict[str, float]:
+    """``{heartbeat name: age in seconds}`` (database clock), for ``/readyz``'s body."""
+    from . import heartbeat
+
+    return {name: round(b.age_s, 1) for name, b in sorted(heartbeat.read().items())}
+
+
 def readiness() -> tuple[bool, dict[str, str]]:
     """``(ready, checks)``: each dependency's ``"ok"``, ``"failed: ErrorClass"`` or (the
     broker without ``CELERY_BROKER_URL``) ``"not configured"``."""
@@ -102,11 +139,11 @@ def readiness() -> tuple[bool, dict[str, str]]:
         probes.append(("broker", _check_broker))
     else:
         checks["broker"] = "not configured"
+    probes.append(("worker", _check_worker))
     ready = True
     for name, probe in probes:
         try:
-            probe()
-            checks[name] = "ok"
+            checks[name] = probe() or "ok"
         except Exception as exc:  # noqa: BLE001 - any failure means "not ready": say which
             ready = False
             checks[name] = f"failed: {type(exc).__name__}"
@@ -116,12 +153,18 @@ def readiness() -> tuple[bool, dict[str, str]]:
 
 @require_safe
 def readyz(request):
-    """Readiness: 200 when the database (and the broker, where configured) answer, else
-    503 naming the dependency that failed, with ``Retry-After: 5``."""
+    """Readiness: 200 when the database (and the broker, where configured) answer and
+    the background worker's heartbeat is fresh (``_check_worker``), else 503 naming what
+    failed, with ``Retry-After: 5``; ``heartbeat``: each heartbeat's age in seconds."""
     ready, checks = readiness()
+    body = {"checks": checks}
+    try:
+        body["heartbeat"] = heartbeat_ages()
+    except Exception:  # noqa: BLE001 - the database is down: the checks already say so
+        body["heartbeat"] = {}
     if ready:
-        return JsonResponse({"status": "ok", "checks": checks})
-    response = JsonResponse({"status": "unavailable", "checks": checks}, status=503)
+        return JsonResponse({"status": "ok", **body})
+    response = JsonResponse({"status": "unavailable", **body}, status=503)
     response["Retry-After"] = "5"
     return response
 

@@ -530,7 +530,7 @@ def requests_for_run(run: Run) -> list[ReconcileRequest]:
     log = Prefetch("attempt_log", queryset=ReconcileAttempt.objects.for_tenant(run.tenant_id)
                    .defer("evidence_ciphertext"))
     return list(ReconcileRequest.objects.for_tenant(run.tenant_id)
-                .filter(run=run).select_related("effect")
+                .filter(run=run).select_related("effect").annotate(db_now=NOW)
                 .prefetch_related(log).order_by("-created_at", "-id")[:50])
 
 
@@ -547,7 +547,7 @@ def requests_get(tenant: Tenant, pks: list[int]) -> list[ReconcileRequest]:
     log = Prefetch("attempt_log", queryset=ReconcileAttempt.objects.for_tenant(tenant)
                    .defer("evidence_ciphertext"))
     found = ReconcileRequest.objects.for_tenant(tenant).filter(pk__in=pks) \
-        .select_related("effect").prefetch_related(log).in_bulk()
+        .select_related("effect").annotate(db_now=NOW).prefetch_related(log).in_bulk()
     if any(pk not in found for pk in pks):
         raise NotFound("no such reconcile request")
     return [found[pk] for pk in pks]

@@ -695,7 +695,7 @@ def reconcile_requests(*, user, tenant: Tenant, run: Run,
     never reads evidence ciphertext for a page that only lists it."""
     require(user, tenant, roles.VIEW)
     return list(ReconcileRequest.objects.for_tenant(tenant).filter(run=run)
-                .select_related("effect")
+                .select_related("effect").annotate(db_now=NOW)
                 .prefetch_related(Prefetch("attempt_log",
                                            queryset=_attempts_without_evidence(tenant)))
                 .order_by("-created_at", "-id")[: max(1, min(limit, 200))])

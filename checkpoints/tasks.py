@@ -15,6 +15,7 @@ import logging
 
 from celery import shared_task
 
+from . import heartbeat
 from .reconciliation import execute
 from .services import sweep_stale_runs as sweep
 
@@ -25,8 +26,10 @@ log = logging.getLogger(__name__)
              reject_on_worker_lost=True)
 def reconcile_effect(request_pk: int) -> dict:
     """Run one stored reconcile request (``reconciliation.execute``). Logs its result at
-    INFO with the request id of the request that sent it (django-guid, settings.LOGGING)."""
+    INFO with the request id of the request that sent it (django-guid, settings.LOGGING),
+    and records the ``job`` heartbeat (``checkpoints.heartbeat``)."""
     result = execute(request_pk)
+    heartbeat.beat(heartbeat.JOB)
     log.info("reconcile request %s: %s", request_pk, result.get("result"),
              extra={"reconcile_request": request_pk, "result": result.get("result")})
     return result
@@ -35,5 +38,5 @@ def reconcile_effect(request_pk: int) -> dict:
 @shared_task(name="checkpoints.tasks.sweep_stale_runs")
 def sweep_stale_runs() -> dict:
     """Celery beat entry for ``services.sweep_stale_runs`` (which also re-drives
-    reconcile requests left behind)."""
-    return sweep()
+    reconcile requests left behind); its heartbeat is ``sweep.celery``."""
+    return sweep(by="celery")

@@ -588,6 +588,11 @@ def _reconcile_step(in_doubt, rows: list[dict], owner: dict | None) -> str:
     if any(r["broker_down"] for r in open_rows):
         return ("Reconciliation is queued and will run when the worker is back (nothing is "
                 "lost); nothing to do meanwhile")
+    waiting = [r["req"].waiting_for_worker_since for r in open_rows
+               if r["req"].waiting_for_worker_since]
+    if waiting:
+        return (f"Reconcile job waiting for a worker since {min(waiting):%Y-%m-%d %H:%M:%S} "
+                f"UTC; the next stale-run sweep sends it again (nothing is lost)")
     running = [r["effect"] for r in open_rows if r["req"].state == ReconcileState.RUNNING]
     if running:
         return f"Reconciliation is asking {_service_names(running)} now; reload in a moment"
@@ -764,6 +769,7 @@ def _run_context(request: HttpRequest, tenant: Tenant, run_id, **extra) -> dict:
         retries=retries,
         audit=detail.audit,
         reconcile_rows=reconcile_rows,
+        sweep_interval_s=settings.RECOVERY_SWEEP_INTERVAL_S,
         show_reconciliation=bool(reconcile_rows) or any_in_doubt,
         next_step=_next_step(
             detail, open_retry, reconcile_rows=reconcile_rows, owner=owner,

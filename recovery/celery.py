@@ -10,7 +10,11 @@ import os
 from celery import Celery
 from celery.signals import after_setup_logger, after_setup_task_logger
 
+from recovery import kombu_ack
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "recovery.settings")
+# A failed ack must not stop the worker consuming (issue 17, item 11; recovery/kombu_ack.py).
+kombu_ack.install()
 
 app = Celery("recovery")
 app.config_from_object("django.conf:settings", namespace="CELERY")

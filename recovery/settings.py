@@ -146,6 +146,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "checkpoints.context_processors.background",
             ],
         },
     }
@@ -414,6 +415,15 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 # worker is back" (the request is stored; the sweep sends it again) instead of waiting.
 CELERY_BROKER_CONNECTION_TIMEOUT = 2
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Issue 17, item 11: a worker keeps trying to reach the broker for as long as the outage
+# lasts (Celery's default gives up after 100 tries, ~16 min, and the worker exits for good).
+CELERY_BROKER_CONNECTION_RETRY = True
+CELERY_BROKER_CONNECTION_MAX_RETRIES = None
+# A reconcile job in flight when the broker goes away runs to its end (it claimed its
+# request; its result is in the database): not cancelled. Its unacknowledged message comes
+# back after visibility_timeout and finds the request done ("skipped"), and a request whose
+# worker died is re-driven by the sweep. Set explicitly: Celery 6 changes the default.
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
 CELERY_TASK_PUBLISH_RETRY = True
 CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 1, "interval_start": 0,
                                     "interval_step": 0.2, "interval_max": 0.5}
@@ -423,6 +433,13 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 900, "socket_connect_ti
 # background thread (checkpoints.inprocess); off under the test runner (tests drive it).
 RECOVERY_INPROCESS_WORKER = env_bool(
     "RECOVERY_INPROCESS_WORKER", CELERY_BROKER_URL is None and "pytest" not in sys.modules)
+# With a broker, each web process watches the sweep's heartbeat and sweeps itself when no
+# sweep finished in two intervals (beat or the broker down; checkpoints.inprocess.catch_up).
+RECOVERY_SWEEP_WATCHDOG = env_bool("RECOVERY_SWEEP_WATCHDOG", "pytest" not in sys.modules)
+# /readyz answers 503 naming `worker` when the deployment's background worker (Celery's
+# sweep with a broker, else the in-process worker) last swept longer ago than this.
+RECOVERY_WORKER_HEARTBEAT_MAX_AGE_S = env_int("RECOVERY_WORKER_HEARTBEAT_MAX_AGE_S",
+                                              6 * RECOVERY_SWEEP_INTERVAL_S, minimum=1)
 CELERY_BEAT_SCHEDULE = {
     "stale-run-sweep": {
         "task": "checkpoints.tasks.sweep_stale_runs",

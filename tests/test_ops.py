@@ -23,7 +23,7 @@ from django.db.models import Count
 from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 
-from checkpoints import services
+from checkpoints import heartbeat, services
 from checkpoints.exceptions import StaleRevision
 from checkpoints.models import AuditEvent, Conflict, Effect, ReconcileRequest, Run
 from checkpoints.vocab import EffectState, ReconcileState, RecoveryState
@@ -67,8 +67,9 @@ def no_broker(settings):
 def test_readyz_is_ok_with_the_database_and_no_broker_configured(client, no_broker):
     response = client.get("/readyz")
     assert response.status_code == 200
-    assert response.json() == {"status": "ok",
-                               "checks": {"broker": "not configured", "database": "ok"}}
+    assert response.json() == {"status": "ok", "heartbeat": {},
+                               "checks": {"broker": "not configured", "database": "ok",
+                                          "worker": "not configured"}}
 
 
 def test_readyz_names_the_database_when_it_is_down(client, monkeypatch, no_broker):
@@ -77,9 +78,10 @@ def test_readyz_names_the_database_when_it_is_down(client, monkeypatch, no_broke
     assert response.status_code == 503
     assert response["Content-Type"] == "application/json"
     assert response["Retry-After"] == "5"
-    assert response.json() == {"status": "unavailable",
+    assert response.json() == {"status": "unavailable", "heartbeat": {},
                                "checks": {"broker": "not configured",
-                                          "database": "failed: OperationalError"}}
+                                          "database": "failed: OperationalError",
+                                          "worker": "not configured"}}
 
 
 def test_readyz_names_the_broker_when_it_is_down(client):
@@ -96,10 +98,11 @@ def test_readyz_names_the_broker_when_it_is_down(client):
 @pytest.mark.skipif(not os.environ.get("CELERY_BROKER_URL"),
                     reason="CELERY_BROKER_URL is not set (make test's PostgreSQL pass sets it)")
 def test_readyz_is_ok_with_a_live_broker(client):
+    heartbeat.beat("sweep", "sweep.celery")  # a worker ran beat's sweep just now
     with broker_at(os.environ["CELERY_BROKER_URL"]):
         response = client.get("/readyz")
     assert response.status_code == 200, response.content
-    assert response.json()["checks"] == {"broker": "ok", "database": "ok"}
+    assert response.json()["checks"] == {"broker": "ok", "database": "ok", "worker": "ok"}
 
 
 def test_probes_refuse_writes(client):
@@ -223,7 +226,7 @@ def test_each_domain_gauge_counts_the_known_world(client, settings, world, acme,
 def test_the_scrape_costs_the_same_queries_whatever_the_rows(client, settings, world,
                                                              django_assert_max_num_queries):
     settings.RECOVERY_METRICS_TOKEN = TOKEN
-    with django_assert_max_num_queries(6):
+    with django_assert_max_num_queries(7):  # six figures and the heartbeats
         scrape(client)
 
 
@@ -357,3 +360,103 @@ def test_the_scrape_still_serves_the_process_metrics_when_the_database_is_down(
     assert "recovery_domain_scrape_ok 0.0" in body
     assert "recovery_runs{" not in body
     assert "django_http_requests" in body  # django-prometheus' own, still there
+
+
+# --------------------------------------------------------------------------------------
+# The worker's heartbeat in /readyz and /metrics (issue 17, item 11)
+# --------------------------------------------------------------------------------------
+
+def _age_heartbeats(seconds: float) -> None:
+    from datetime import timedelta
+
+    from django.db.models import F
+
+    from checkpoints.models import Heartbeat
+
+    Heartbeat.objects.update(at=F("at") - timedelta(seconds=seconds))
+
+
+@pytest.fixture
+def reachable_broker(settings, monkeypatch):
+    """A broker configured, and answering (the worker check is what is under test)."""
+    from checkpoints import ops
+
+    settings.CELERY_TASK_ALWAYS_EAGER = False
+    settings.RECOVERY_INPROCESS_WORKER = False
+    monkeypatch.setattr(ops, "_check_broker", lambda: None)
+    return settings
+
+
+def test_readyz_names_the_worker_when_no_worker_ever_swept(client, reachable_broker):
+    response = client.get("/readyz")
+    assert response.status_code == 503
+    assert response["Retry-After"] == "5"
+    body = response.json()
+    assert body["checks"] == {"broker": "ok", "database": "ok",
+                              "worker": "failed: WorkerSilent"}
+
+
+def test_readyz_names_the_worker_once_its_heartbeat_is_older_than_the_bound(
+        client, reachable_broker):
+    services.sweep_stale_runs(by="celery")  # beat's sweep, run by a worker
+    response = client.get("/readyz")
+    assert response.status_code == 200, response.content
+    assert response.json()["checks"]["worker"] == "ok"
+    assert response.json()["heartbeat"]["sweep.celery"] < 5
+
+    bound = reachable_broker.RECOVERY_WORKER_HEARTBEAT_MAX_AGE_S
+    _age_heartbeats(bound - 5)
+    assert client.get("/readyz").status_code == 200
+    _age_heartbeats(10)
+    response = client.get("/readyz")
+    assert response.status_code == 503
+    assert response.json()["checks"]["worker"] == "failed: WorkerSilent"
+    assert response.json()["heartbeat"]["sweep.celery"] >= bound
+
+
+def test_readyz_is_not_fooled_by_the_web_process_sweeping_for_a_dead_worker(
+        client, reachable_broker):
+    from checkpoints import inprocess
+
+    services.sweep_stale_runs(by="celery")
+    _age_heartbeats(3600)
+    assert inprocess.catch_up() is not None  # the web process swept: the runs are right
+    response = client.get("/readyz")
+    assert response.status_code == 503  # ... but the worker is still dead, and says so
+    assert response.json()["checks"]["worker"] == "failed: WorkerSilent"
+
+
+def test_readyz_reads_the_in_process_worker_s_heartbeat_in_the_embedded_mode(
+        client, settings, monkeypatch, no_broker):
+    from checkpoints import inprocess
+
+    settings.RECOVERY_INPROCESS_WORKER = True
+    monkeypatch.setattr(inprocess, "start", lambda **kw: False)  # no thread in the tests
+    monkeypatch.setattr(inprocess, "started_at", [])  # this process started no thread
+    assert client.get("/readyz").status_code == 503  # no in-process sweep ever
+    services.sweep_stale_runs(by="inprocess")
+    response = client.get("/readyz")
+    assert response.status_code == 200, response.content
+    assert response.json()["checks"]["worker"] == "ok"
+    _age_heartbeats(settings.RECOVERY_WORKER_HEARTBEAT_MAX_AGE_S + 1)
+    assert client.get("/readyz").json()["checks"]["worker"] == "failed: WorkerSilent"
+    # A worker thread this process started moments ago gets its first round.
+    import time
+
+    monkeypatch.setattr(inprocess, "started_at", [time.monotonic()])
+    assert client.get("/readyz").json()["checks"]["worker"] == "ok"
+
+
+def test_metrics_carry_the_heartbeat_ages(client, settings, acme):
+    settings.RECOVERY_METRICS_TOKEN = TOKEN
+    assert "recovery_heartbeat_age_seconds" not in scrape(client)  # nothing ran yet
+    services.sweep_stale_runs(by="celery")
+    _age_heartbeats(120)
+    got = scrape(client)
+    ages = got["recovery_heartbeat_age_seconds"]
+    assert set(ages) == {(("name", "sweep"),), (("name", "sweep.celery"),)}
+    assert 120 <= ages[(("name", "sweep.celery"),)] < 130
+    from checkpoints.models import Heartbeat
+
+    at = Heartbeat.objects.get(name="sweep.celery").at.timestamp()
+    assert got["recovery_heartbeat_timestamp_seconds"][(("name", "sweep.celery"),)] == at

@@ -450,6 +450,10 @@ class ReconcileRequestSerializer(Answer):
     outcome = serializers.CharField(help_text="effect state it settled, moved_on, or empty")
     created_at = IsoDateTimeField()
     finished_at = IsoDateTimeField(allow_null=True)
+    waiting_for_worker_since = IsoDateTimeField(
+        allow_null=True, read_only=True,
+        help_text="open and waiting for a worker since then (its worker died, or none took "
+                  "it): the next stale-run sweep sends it again; null otherwise")
     attempt_log = ReconcileAttemptSerializer(many=True)
 
     def to_representation(self, instance):

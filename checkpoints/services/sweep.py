@@ -6,7 +6,7 @@ from __future__ import annotations
 from django.db import transaction
 from django.db.models import Q
 
-from .. import reconciliation
+from .. import heartbeat, reconciliation
 from ..audit import (
     audit_record,
 )
@@ -30,7 +30,7 @@ from .runs import run_facts, run_refresh_state
 # System work: reconciliation results and the stale-run sweep
 # --------------------------------------------------------------------------------------
 
-def sweep_stale_runs() -> dict[str, int]:
+def sweep_stale_runs(*, by: str | None = None) -> dict[str, int]:
     """Move runs whose owner went quiet into ``ambiguous`` (DESIGN.md 4), on the
     database's clock, then re-drive reconcile requests whose worker vanished or whose
     message was lost (``reconciliation.redrive``).
@@ -41,7 +41,12 @@ def sweep_stale_runs() -> dict[str, int]:
     system), then the state is recomputed. Idempotent and safe on many workers at once.
     Returns counts: ``examined``, ``effects_unresolved``, ``runs_ambiguous`` and the
     re-drive's ``reconcile_redriven``.
+
+    Once done it records the ``sweep`` heartbeat, and ``sweep.<by>`` when ``by`` names who
+    ran it (``heartbeat.SOURCES``: ``celery``, ``inprocess``, ``web``), on the database
+    clock (issue 17: the dashboard, ``/readyz`` and ``/metrics`` read them).
     """
+    beats = _heartbeat_names(by)
     every_run = Run.objects.for_all_tenants(
         reason="the stale-run sweep looks at every tenant's runs; each is then locked and "
                "changed within its own tenant")
@@ -87,6 +92,13 @@ def sweep_stale_runs() -> dict[str, int]:
                              reason=run.recovery_reason, before={"recovery_state": before},
                              after={"recovery_state": ambiguous})
     stats["reconcile_redriven"] = reconciliation.redrive()
+    heartbeat.beat(*beats)
     return stats
+
+
+def _heartbeat_names(by: str | None) -> list[str]:
+    if by is not None and by not in heartbeat.SOURCES:
+        raise ValueError(f"sweep_stale_runs: by must be one of {heartbeat.SOURCES}")
+    return [heartbeat.SWEEP, *([f"sweep.{by}"] if by else [])]
 
 

@@ -222,8 +222,11 @@ def test_the_documented_production_start_serves_the_dashboard_and_api_docs(serve
     status, headers, body = fetch(f"{base}/healthz")
     assert (status, json.loads(body)) == (200, {"status": "ok"})
     status, headers, body = fetch(f"{base}/readyz")
-    assert (status, json.loads(body)) == (200, {"status": "ok", "checks": {
-        "broker": "not configured", "database": "ok"}})
+    ready = json.loads(body)
+    # No broker: the in-process worker sweeps (its thread started with the first request).
+    assert (status, ready["status"], ready["checks"]) == (200, "ok", {
+        "broker": "not configured", "database": "ok", "worker": "ok"})
+    assert set(ready["heartbeat"]) <= {"sweep", "sweep.inprocess", "job"}
 
     # The metrics: closed without the token, summed over both workers with it.
     assert fetch(f"{base}/metrics")[0] == 401

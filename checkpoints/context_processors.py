@@ -1,0 +1,40 @@
+"""Template context every dashboard page gets (settings ``TEMPLATES``)."""
+
+from __future__ import annotations
+
+import functools
+import logging
+
+from django.db import DatabaseError
+
+log = logging.getLogger(__name__)
+
+
+def background(request) -> dict:
+    """``background_late``: for a signed-in reviewer, ``{"since": datetime | None, "web_sweeps": bool}`` when
+    the deployment's background worker has not swept for two intervals
+    (``heartbeat.background_late``; the banner "background work is not running since
+    ..." in base.html), else None. Read lazily (one query, only when a page shows it);
+    reads only; None when the database cannot answer."""
+
+    @functools.cache
+    def late():
+        from . import heartbeat
+
+        if not getattr(request, "user", None) or not request.user.is_authenticated:
+            return None
+        try:
+            is_late, since = heartbeat.background_late()
+        except DatabaseError:
+            log.warning("background banner: heartbeats unreadable", exc_info=True)
+            return None
+        if not is_late:
+            return None
+        from django.conf import settings
+
+        from .reconciliation import broker_configured
+
+        return {"since": since,
+                "web_sweeps": broker_configured() and settings.RECOVERY_SWEEP_WATCHDOG}
+
+    return {"background_late": late}

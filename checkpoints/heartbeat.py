@@ -1,0 +1,105 @@
+"""When background work last finished, on the database clock (issue 17, items 6 and 11).
+
+One ``Heartbeat`` row per name, its ``at`` written from the database's clock
+(``dbclock.NOW``) when the work finishes:
+
+- ``sweep``: any stale-run sweep (``services.sweep_stale_runs``), whoever ran it;
+- ``sweep.celery`` / ``sweep.inprocess`` / ``sweep.web``: a sweep run by a Celery worker
+  (beat's schedule), by the embedded in-process worker, or by a web process catching up
+  because the sweep was late (``inprocess.catch_up``);
+- ``job``: a reconcile job a worker finished (``tasks.reconcile_effect``).
+
+Read by the dashboard's banner ("background work is not running since ..."), by the web
+process's catch-up sweep, by ``/readyz`` (``worker``) and by ``/metrics``. Ages are
+computed by the database (``NOW - at``), never by a process's clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+
+from .dbclock import NOW
+from .models import Heartbeat
+
+SWEEP = "sweep"
+JOB = "job"
+#: The sources a sweep may name (``sweep_stale_runs(by=...)``).
+SOURCES = ("celery", "inprocess", "web")
+
+
+@dataclass(frozen=True)
+class Beat:
+    """One heartbeat as read: ``at`` (database time it was written) and ``age_s``
+    (seconds between ``at`` and the database's time of the read)."""
+
+    name: str
+    at: datetime
+    age_s: float
+
+
+def beat(*names: str) -> None:
+    """Record that the work ``names`` finished now (database time): one ``UPDATE`` per
+    name, an ``INSERT`` the first time. Safe on many processes at once."""
+    for name in names:
+        if Heartbeat.objects.filter(name=name).update(at=NOW):
+            continue
+        try:
+            with transaction.atomic():
+                Heartbeat.objects.create(name=name, at=NOW)
+        except IntegrityError:  # another process inserted it first
+            Heartbeat.objects.filter(name=name).update(at=NOW)
+
+
+def read() -> dict[str, Beat]:
+    """Every heartbeat, ``{name: Beat}``, in one query (ages on the database clock)."""
+    rows = Heartbeat.objects.annotate(db_now=NOW).values_list("name", "at", "db_now")
+    return {name: Beat(name, at, max(0.0, (now - at).total_seconds()))
+            for name, at, now in rows}
+
+
+def background_source() -> str:
+    """The heartbeat that shows the deployment's own background worker runs:
+    ``sweep.celery`` with a broker (beat and a worker), ``sweep.inprocess`` with the
+    embedded in-process worker, else ``sweep`` (whatever runs the sweep: tests, a cron'd
+    command)."""
+    from .reconciliation import broker_configured
+
+    if broker_configured():
+        return "sweep.celery"
+    if settings.RECOVERY_INPROCESS_WORKER:
+        return "sweep.inprocess"
+    return SWEEP
+
+
+def late_after_s() -> int:
+    """Seconds after which a sweep is late: two sweep intervals (``RECOVERY_SWEEP_INTERVAL_S``)."""
+    return 2 * settings.RECOVERY_SWEEP_INTERVAL_S
+
+
+def background_late(beats: dict[str, Beat] | None = None) -> tuple[bool, datetime | None]:
+    """``(late, since)``: whether the deployment's background worker (``background_source``)
+    last swept more than two intervals ago (or never did), and when it last did (None:
+    never). Only where a worker is expected (a broker, or the in-process worker): a
+    deployment with neither (``RECOVERY_INPROCESS_WORKER=0`` without a broker, as under
+    the test runner) runs the sweep some other way and is never late here. No query
+    then."""
+    source = background_source()
+    if source == SWEEP:
+        return False, None  # no background worker configured: nothing to be late
+    beats = read() if beats is None else beats
+    found = beats.get(source)
+    if found is None:
+        return True, None
+    return found.age_s > late_after_s(), found.at
+
+
+def sweep_late(beats: dict[str, Beat] | None = None) -> bool:
+    """Whether no sweep at all (any source) finished in the last two intervals (or none
+    ever did): what makes a web process run the sweep itself (``inprocess.catch_up``)."""
+    beats = read() if beats is None else beats
+    found = beats.get(SWEEP)
+    return found is None or found.age_s > late_after_s()
