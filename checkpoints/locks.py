@@ -39,7 +39,9 @@ under the head and the run.
 Outside the order, holding one row and waiting for nothing else: a reconcile worker's
 claim of its request (``lock_rows`` on one request), the sweep's re-drive (stale
 requests, ascending id, ``SKIP LOCKED``), the token's ``last_used_at`` touch (one
-``UPDATE`` in autocommit).
+``UPDATE`` in autocommit). Key rotation (``services.keys``) rewrites ciphertexts in
+batches, each in ascending id within one table, without run locks, then appends to the
+tenants' chains in ascending tenant id.
 
 The sweep takes the same order per run (head, then the run with ``SKIP LOCKED``, so a
 sweep pass never queues behind a run some other transaction holds: that run is looked at

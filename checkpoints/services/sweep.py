@@ -40,8 +40,9 @@ def sweep_stale_runs() -> dict[str, int]:
     (``RunFacts.owner_gone``): ``submitted`` effects become ``unresolved`` (audited, actor
     system), then the state is recomputed. Runs are taken in ascending id, one
     transaction each, in the store's lock order (``locks``: the tenant's audit head, then
-    the run); a run another transaction holds is skipped (``SKIP LOCKED``) and looked at
-    on the next pass. Idempotent and safe on many workers at once.
+    the run), and only those the rule, judged first without a lock, says to change; a run
+    another transaction holds is skipped (``SKIP LOCKED``) and looked at on the next
+    pass. Idempotent and safe on many workers at once.
     Returns counts: ``examined``, ``effects_unresolved``, ``runs_ambiguous`` and the
     re-drive's ``reconcile_redriven``.
     """
@@ -60,6 +61,12 @@ def sweep_stale_runs() -> dict[str, int]:
     stats = {"examined": 0, "effects_unresolved": 0, "runs_ambiguous": 0}
     for pk, tenant_id in list(candidates):
         stats["examined"] += 1
+        # Judged once without a lock first, so that the sweep takes the tenant's audit
+        # head (every write of the tenant queues on it) only for a run it will change.
+        seen = (Run.objects.for_tenant(tenant_id).annotate(db_now=NOW)
+                .select_related("tenant").filter(pk=pk).first())
+        if seen is None or not run_facts(seen, seen.db_now).owner_gone:
+            continue
         with transaction.atomic():
             # The store's lock order (``locks``): the tenant's audit head, then the run,
             # skipped if another transaction holds it (the next pass looks again).
