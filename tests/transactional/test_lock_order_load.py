@@ -47,7 +47,16 @@ SWEEPERS = 2
 
 
 def _deadlocks() -> int:
+    """The test database's deadlock count, once every other backend of it has exited
+    (a backend flushes its statistics at exit at the latest)."""
+    deadline = time.monotonic() + 15
     with connection.cursor() as cursor:
+        while time.monotonic() < deadline:
+            cursor.execute("SELECT COUNT(*) FROM pg_stat_activity WHERE datname = "
+                           "current_database() AND pid <> pg_backend_pid()")
+            if cursor.fetchone()[0] == 0:
+                break
+            time.sleep(0.05)
         cursor.execute("SELECT pg_stat_clear_snapshot()")
         cursor.execute("SELECT deadlocks FROM pg_stat_database WHERE datname = "
                        "current_database()")
