@@ -42,7 +42,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
 from django.utils import timezone
 
-from . import roles
+from . import locks, roles
 from .exceptions import InvalidPayload
 from .jsonparse import dumps, loads_object
 from .models import AuditChainHead, AuditEvent, AuditHashScheme, Tenant
@@ -187,7 +187,7 @@ def audit_record(
     (the rule of DESIGN.md 5: the change and its audit event commit together).
 
     Locks the tenant's ``AuditChainHead`` (on PostgreSQL by moving it,
-    ``writepath.audit_append``; else ``SELECT … FOR UPDATE``) so events are chained in
+    ``writepath.audit_append``; else ``locks.lock_audit_head``) so events are chained in
     commit order, keys the event with the newest ``RECOVERY_AUDIT_KEYS`` key and moves
     the head. Returns the saved event. Raises ``ImproperlyConfigured`` for bad keys.
     """
@@ -204,8 +204,7 @@ def audit_record(
         event = writepath.audit_append(tenant=tenant, build=build)
         if event is not writepath.FALLBACK:
             return event
-    head, _ = (AuditChainHead.objects.for_tenant(tenant).select_for_update()
-               .get_or_create(tenant=tenant))
+    head = locks.lock_audit_head(tenant)
     event = build(head.seq + 1, head.last_hash)
     event.save()
     (AuditChainHead.objects.for_tenant(tenant)
@@ -229,8 +228,7 @@ def audit_record_many(*, tenant: Tenant, actor, events: list[dict]) -> int:
 
     if not events:
         return 0
-    head, _ = (AuditChainHead.objects.for_tenant(tenant).select_for_update()
-               .get_or_create(tenant=tenant))
+    head = locks.lock_audit_head(tenant)
     seq, prev_hash = head.seq, head.last_hash
     created_at = timezone.now()
     rows = []

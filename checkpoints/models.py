@@ -557,7 +557,8 @@ class AuditEvent(TenantOwned):
 
 
 class AuditChainHead(TenantOwned):
-    """The last link of a tenant's audit chain; locked FOR UPDATE to append in order.
+    """The last link of a tenant's audit chain; locked to append in order (the first lock
+    of every write of its tenant: ``checkpoints/locks.py``).
 
     ``seq``/``last_hash`` must equal the last event's (the verifier checks it, so events
     cut from the end or added past the head are found). ``legacy_seq`` is where the

@@ -40,7 +40,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Prefetch, Q
 
-from . import crypto, reconcile, roles
+from . import crypto, locks, reconcile, roles
 from .dbclock import NOW
 from .exceptions import InvalidPayload, InvalidTransition, NotFound
 from .jsonparse import dumps, loads_any, loads_object
@@ -123,9 +123,9 @@ def run_reconcile(*, actor, tenant: Tenant, run_id: uuid.UUID, reason: str,
         if not in_doubt:
             raise InvalidTransition("run: no effect is submitted or unresolved")
         svc.require_owner_gone(run, facts, "reconcile")
-        open_by_effect = {r.effect_id: r for r in ReconcileRequest.objects.for_tenant(tenant)
-                          .select_for_update()
-                          .filter(effect__in=in_doubt, state__in=ReconcileState.OPEN)}
+        open_by_effect = {r.effect_id: r for r in locks.lock_rows(
+            ReconcileRequest.objects.for_tenant(tenant)
+            .filter(effect__in=in_doubt, state__in=ReconcileState.OPEN))}
         for effect in in_doubt:
             existing = open_by_effect.get(effect.pk)
             if existing is not None:
@@ -217,7 +217,9 @@ def redrive(limit: int = 200) -> int:
     with transaction.atomic():
         every = ReconcileRequest.objects.for_all_tenants(
             reason="the sweep re-drives every tenant's stale or due reconcile requests")
-        reclaimed = list(every.select_for_update().filter(stale)
+        # Outside the lock order (``locks``): it holds these rows only, in ascending id,
+        # and skips those a worker or a reviewer holds (the next sweep looks again).
+        reclaimed = list(locks.lock_rows(every.filter(stale), skip_locked=True)
                          .values_list("pk", flat=True)[:limit])
         if reclaimed:
             every.filter(pk__in=reclaimed).filter(stale).update(
@@ -245,10 +247,11 @@ def _backoff_s(failures: int) -> int:
 
 def _claim(request_pk: int) -> tuple[ReconcileRequest, datetime] | None:
     with transaction.atomic():
-        req = (ReconcileRequest.objects.for_all_tenants(reason="a worker claims the request "
-                                                        "it was handed, by primary key")
-               .select_for_update().annotate(db_now=NOW)
-               .filter(pk=request_pk).first())
+        # Outside the lock order (``locks``): the claim holds this one row and waits for
+        # nothing else.
+        req = (locks.lock_rows(ReconcileRequest.objects.for_all_tenants(
+            reason="a worker claims the request it was handed, by primary key"))
+            .annotate(db_now=NOW).filter(pk=request_pk).first())
         if req is None:
             return None
         now = req.db_now
@@ -409,8 +412,8 @@ def _apply(req: ReconcileRequest, effect: Effect, seen_attempt: int,
     with transaction.atomic():
         run = svc._lock_run(effect.tenant, effect.run.uuid, create=False)
         now = run.db_now
-        current = (ReconcileRequest.objects.for_tenant(req.tenant_id)
-                   .select_for_update().get(pk=req.pk))
+        current = locks.lock_rows(ReconcileRequest.objects.for_tenant(req.tenant_id)).get(
+            pk=req.pk)
         if current.state != ReconcileState.RUNNING or current.attempts != req.attempts:
             return {"request": req.pk, "result": "lost_claim"}
         effect.refresh_from_db()

@@ -9,16 +9,17 @@ The ORM models are the schema's source of truth: every table and column name bel
 read from ``Model._meta``, never typed. One transaction, five round trips:
 
 1. ``BEGIN``;
-2. lock the run row (``FOR UPDATE``) with the database time, the checkpoint's id, run and
-   kind in the same statement;
+2. lock the tenant's audit chain head, then the run row (``locks.run_lock_sql``), with
+   the database time, the checkpoint's id, run and kind in the same statement;
 3. the conditional ``UPDATE`` of the checkpoint, the history row, the audit chain head's
    lock and next position, and the facts the run's recovery state needs (effect states,
    open retry), in one statement whose parts see one snapshot taken after the lock;
 4. the run's new state, the audit event and the chain head's new hash, in one statement;
 5. ``COMMIT``.
 
-Lock order is the services' (DESIGN.md 5): the run row, the checkpoint, the tenant's
-audit chain head. The audit event is built by ``audit.new_event``, as every other append.
+Lock order is the store's (``checkpoints/locks.py``): the tenant's audit chain head,
+the run row, the checkpoint. The audit event is built by ``audit.new_event``, as every
+other append.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from django.conf import settings
 from django.db import connection, connections, transaction
 from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
 
-from . import audit, policy
+from . import audit, locks, policy
 from .exceptions import Fenced, StaleRevision
 from .jsonparse import dumps
 from .models import (
@@ -87,22 +88,26 @@ def _sql() -> _Sql:
     r, c, h, e = Run, Checkpoint, CheckpointRevision, Effect
     run_cols = ["id", "fencing_token", "lease_owner", "lease_expires_at", "closed_at",
                 "recovery_state", "state_changed_at", "unacknowledged_conflicts"]
+    head_t = _table(AuditChainHead)
+    head_tenant = _col(AuditChainHead, "tenant")
+    # The store's lock order (``locks.lock_run``): the tenant's audit head, then the run.
+    head_first, run_lock = locks.run_lock_sql(run_alias="r", head_table=head_t,
+                                              head_tenant=head_tenant,
+                                              tenant_param="%(tenant)s")
     lock = (
         f"SELECT {', '.join('r.' + _col(r, f) for f in run_cols)}, STATEMENT_TIMESTAMP(), "
         f"c.{_col(c, 'id')}, c.{_col(c, 'run')}, c.{_col(c, 'kind')} "
         f"FROM {_table(r)} r LEFT JOIN {_table(c)} c "
         f"ON c.{_col(c, 'tenant')} = %(tenant)s AND c.{_col(c, 'uuid')} = %(checkpoint)s "
         f"WHERE r.{_col(r, 'tenant')} = %(tenant)s AND r.{_col(r, 'uuid')} = %(run)s "
-        f"FOR UPDATE OF r"
+        f"AND {head_first} {run_lock}"
     )
     written = ["kind", "schema_version", "payload_ciphertext", "payload_size", "phase_class",
                "phase_label", "updated_at_ms", "received_at", "written_by"]
     sets = ", ".join(f"{_col(c, f)} = %({f})s" for f in ["revision", *written])
     hist_cols = ", ".join(_col(h, f) for f in ["tenant", "checkpoint", "revision", *written])
     hist_vals = ", ".join(f"%({f})s" for f in ["revision", *written])
-    head_t = _table(AuditChainHead)
     head_seq, head_hash = _col(AuditChainHead, "seq"), _col(AuditChainHead, "last_hash")
-    head_tenant = _col(AuditChainHead, "tenant")
     ets, erun = _col(e, "tenant"), _col(e, "run")
     rr = RetryRequest
     cas = (

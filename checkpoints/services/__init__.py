@@ -19,8 +19,9 @@ history, the run's recovery state and one audit event in **one** transaction, an
 Celery work with ``transaction.on_commit``. Views, the API, tasks and commands call these;
 nothing else writes the tables.
 
-Lock order, to stay free of deadlocks: the run row (``SELECT … FOR UPDATE``), then the
-object's conditional UPDATE, then the tenant's audit chain head.
+Lock order, to stay free of deadlocks: the one of ``checkpoints/locks.py``, which takes
+every row lock (the tenant's audit chain head, then the run row, then the run's objects
+and their conditional UPDATEs).
 
 A refused compare-and-swap is not a rollback: the conflict record, the run's conflict
 count and its audit event commit, and ``StaleRevision`` is raised after the commit.

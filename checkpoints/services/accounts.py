@@ -16,7 +16,7 @@ from django.db import transaction
 from django.db.models import Q
 from guardian.shortcuts import assign_perm
 
-from .. import roles
+from .. import locks, roles
 from ..audit import (
     audit_record,
 )
@@ -158,7 +158,7 @@ def tenant_set_ambiguity_threshold(*, actor, tenant: Tenant, seconds: int) -> Te
     if actor is not None:
         require(actor, tenant, roles.MANAGE)
     with transaction.atomic():
-        before = Tenant.objects.select_for_update().get(pk=tenant.pk).ambiguity_threshold_s
+        before = locks.lock_tenant(tenant).ambiguity_threshold_s
         Tenant.objects.filter(pk=tenant.pk).update(ambiguity_threshold_s=seconds)
         tenant.ambiguity_threshold_s = seconds
         audit_record(tenant=tenant, actor=actor, action=AuditAction.TENANT_THRESHOLD, target_type=TargetType.TENANT,
@@ -219,12 +219,14 @@ def tokens_revoke(*, user, actor=None) -> list[str]:
     live). ``actor`` is ``None`` for the operator's command line.
     """
     with transaction.atomic():
-        live = ApiToken.objects.select_for_update().filter(user=user, revoked_at__isnull=True)
-        prefixes = sorted(live.values_list("prefix", flat=True))
+        live = ApiToken.objects.filter(user=user, revoked_at__isnull=True)
+        prefixes = sorted(locks.lock_rows(live).values_list("prefix", flat=True))
         if not prefixes:
             return []
         live.update(revoked_at=NOW)
-        for tenant, held in account_tenants(user):
+        concerned = account_tenants(user)
+        locks.lock_audit_heads(t for t, _ in concerned)
+        for tenant, held in concerned:
             audit_record(tenant=tenant, actor=actor, action=AuditAction.TOKEN_REVOKE,
                          target_type=TargetType.ACCOUNT, target_id=user.get_username(),
                          after={"revoked": prefixes, "roles": held})
@@ -246,7 +248,7 @@ def account_deactivate(*, user, actor=None) -> dict:
     operator's command line.
     """
     with transaction.atomic():
-        locked = User.objects.select_for_update().get(pk=user.pk)
+        locked = locks.lock_rows(User.objects.all()).get(pk=user.pk)
         if not locked.is_active:
             raise InvalidTransition(
                 f"username: account {user.get_username()!r} is already deactivated")
@@ -257,6 +259,7 @@ def account_deactivate(*, user, actor=None) -> dict:
         prefixes = sorted(live.values_list("prefix", flat=True))
         live.update(revoked_at=NOW)
         concerned = account_tenants(user)
+        locks.lock_audit_heads(t for t, _ in concerned)
         for tenant, held in concerned:
             audit_record(tenant=tenant, actor=actor, action=AuditAction.ACCOUNT_DEACTIVATE,
                          target_type=TargetType.ACCOUNT, target_id=user.get_username(),
@@ -296,7 +299,8 @@ def reconciler_configure(*, actor, tenant: Tenant, service: str, plugin: str, ur
                                        or not 0 <= settle_delay_s <= 86400):
         raise InvalidPayload("settle_delay_s: must be an integer in 0..86400")
     with transaction.atomic():
-        before = (ReconcilerConfig.objects.for_tenant(tenant).select_for_update()
+        locks.lock_audit_head(tenant)
+        before = (locks.lock_rows(ReconcilerConfig.objects.for_tenant(tenant))
                   .filter(service=service)
                   .values("plugin", "url", "timeout_s", "settle_delay_s").first())
         if plugin == "default":

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.db import transaction
 
-from .. import crypto
+from .. import crypto, locks
 from ..audit import (
     audit_record,
 )
@@ -78,7 +78,7 @@ def payloads_rotate_keys(*, batch_size: int = 500) -> dict[str, int]:
                         per_tenant[tenant_id] = per_tenant.get(tenant_id, 0) + 1
             last_pk = rows[-1][0]
     with transaction.atomic():
-        for tenant in Tenant.objects.filter(pk__in=per_tenant):
+        for tenant in locks.lock_audit_heads(Tenant.objects.filter(pk__in=per_tenant)):
             audit_record(tenant=tenant, actor=None, action=AuditAction.PAYLOAD_ROTATE_KEYS,
                          target_type=TargetType.TENANT, target_id=tenant.slug,
                          after={"rows": per_tenant[tenant.pk]})

@@ -39,7 +39,7 @@ from django.db import transaction
 from django.db.models import OuterRef, Q, Subquery, Sum
 from django.db.models.functions import Coalesce
 
-from .. import crypto, kinds, roles
+from .. import crypto, kinds, locks, roles
 from ..audit import audit_record
 from ..exceptions import (
     DomainError,
@@ -471,7 +471,7 @@ def _head(tenant, thread_id: str, ns: str) -> dict | None:
 
 
 def _lock_envelope(tenant, envelope_id: uuid.UUID) -> Checkpoint | None:
-    return (Checkpoint.objects.for_tenant(tenant).select_for_update()
+    return (locks.lock_rows(Checkpoint.objects.for_tenant(tenant))
             .filter(uuid=envelope_id).first())
 
 

@@ -8,7 +8,7 @@ import uuid
 
 from django.db import transaction
 
-from .. import policy, roles
+from .. import locks, policy, roles
 from ..audit import (
     audit_record,
 )
@@ -151,8 +151,8 @@ def _retry_decide(*, actor, tenant: Tenant, retry_id: int, reason: str, approve:
         if retry is None:
             raise NotFound("no such retry request")
         run = _get_run(tenant, retry.run.uuid)
-        retry = (RetryRequest.objects.for_tenant(retry.tenant_id)
-                 .select_for_update().get(pk=retry.pk))
+        retry = locks.lock_rows(RetryRequest.objects.for_tenant(retry.tenant_id)).get(
+            pk=retry.pk)
         if retry.requested_by_id == actor.pk:
             raise Forbidden("approver: the requester may not decide their own retry request")
         if retry.state != RetryState.REQUESTED:
@@ -212,8 +212,8 @@ def retry_withdraw(*, actor, tenant: Tenant, retry_id: int, reason: str) -> Retr
         if retry is None:
             raise NotFound("no such retry request")
         run = _get_run(tenant, retry.run.uuid)
-        retry = (RetryRequest.objects.for_tenant(retry.tenant_id)
-                 .select_for_update().get(pk=retry.pk))
+        retry = locks.lock_rows(RetryRequest.objects.for_tenant(retry.tenant_id)).get(
+            pk=retry.pk)
         if retry.requested_by_id != actor.pk:
             raise Forbidden("requested_by: only the requester may withdraw a retry request")
         if retry.state != RetryState.REQUESTED:

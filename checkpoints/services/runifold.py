@@ -71,9 +71,9 @@ from django.db import IntegrityError, transaction
 from django.db.models import OuterRef, Subquery
 from django.db.models.functions import Coalesce
 
-from .. import crypto, kinds, policy, roles, writepath
+from .. import crypto, kinds, locks, policy, roles, writepath
 from ..audit import audit_record, audit_record_many
-from ..dbclock import NOW, db_now
+from ..dbclock import db_now
 from ..exceptions import Forbidden, InvalidPayload, NotFound
 from ..jsonparse import dumps, loads_any, loads_object, printable
 from ..models import (
@@ -639,7 +639,8 @@ def _import_batch(actor, tenant: Tenant, batch) -> tuple[int, int, list[tuple[in
                        .values_list("uuid", "run__uuid")) if ef_ids else {}
         candidates = ({x.envelope.run_id for x in cp_lines} | set(cp_runs.values())
                       | set(ef_runs.values()) | {x.run_id for x in ef_lines if x.run_id})
-        # 2. Lock them (in id order: two imports never wait on each other in a circle),
+        # 2. Lock them (the store's lock order, ``locks.lock_runs``: the tenant's audit
+        # head, then the runs in ascending id),
         # then read what the batch needs under the locks.
         runs = _lock_runs(tenant, candidates)
         checkpoints = _stored_checkpoints(tenant, cp_ids)
@@ -679,13 +680,7 @@ def _import_batch(actor, tenant: Tenant, batch) -> tuple[int, int, list[tuple[in
 def _lock_runs(tenant: Tenant, run_ids: set) -> dict[uuid.UUID, Run]:
     if not run_ids:
         return {}
-    locked = (Run.objects.for_tenant(tenant).select_for_update().annotate(db_now=NOW)
-              .filter(uuid__in=run_ids).order_by("pk"))
-    out = {}
-    for run in locked:
-        run.tenant = tenant
-        out[run.uuid] = run
-    return out
+    return {run.uuid: run for run in locks.lock_runs(tenant, run_ids)}
 
 
 def _stored_checkpoints(tenant: Tenant, ids: set) -> dict[uuid.UUID, _Checkpoint]:

@@ -11,7 +11,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Count, F, IntegerField, Value, Window
 from django.db.models.functions import RowNumber
 
-from .. import crypto, policy, roles
+from .. import crypto, locks, policy, roles
 from ..audit import (
     audit_record,
 )
@@ -50,15 +50,13 @@ from .common import _actor_name
 # --------------------------------------------------------------------------------------
 
 def _lock_run(tenant: Tenant, run_id: uuid.UUID, *, create: bool) -> Run | None:
-    """The run row, locked FOR UPDATE; created (race-safe) when ``create``.
+    """The run row, locked in the store's lock order (``locks.lock_run``: the tenant's
+    audit head, then the run); created (race-safe) when ``create``.
 
     The same query reads the database's clock into ``run.db_now`` (``dbclock``): every
     time this write stores or compares is that one, never the process's clock.
     """
-    locked = Run.objects.for_tenant(tenant).select_for_update().annotate(db_now=NOW)
-    run = locked.filter(uuid=run_id).first()
-    if run is not None:
-        run.tenant = tenant  # already loaded; saves a query in run_facts
+    run = locks.lock_run(tenant, run_id)  # its tenant set: saves a query in run_facts
     if run is not None or not create:
         return run
     try:
@@ -66,8 +64,9 @@ def _lock_run(tenant: Tenant, run_id: uuid.UUID, *, create: bool) -> Run | None:
             Run.objects.create(tenant=tenant, uuid=run_id, last_write_at=db_now())
     except IntegrityError:
         pass  # a concurrent writer created it first; lock theirs
-    run = locked.get(uuid=run_id)
-    run.tenant = tenant
+    run = locks.lock_run(tenant, run_id)
+    if run is None:  # cannot happen: it was created, or a concurrent writer's committed
+        raise Run.DoesNotExist(run_id)
     return run
 
 
@@ -93,8 +92,7 @@ def _record_fenced(exc: Fenced, *, tenant, actor, target_type: str, target_id, e
     """Keep a fenced write as a conflict of the leased run, in its own transaction (the
     write's transaction has rolled back), so a zombie owner shows in the inbox."""
     with transaction.atomic():
-        run = (Run.objects.for_tenant(tenant).select_for_update().annotate(db_now=NOW)
-               .select_related("tenant").filter(pk=exc.run_pk).first())
+        run = locks.lock_run_pk(tenant.pk, exc.run_pk)
         if run is None:  # the run was new in the rolled-back write: nothing to attach to
             return
         model = Checkpoint if target_type == TargetType.CHECKPOINT else Effect
@@ -444,8 +442,8 @@ def resume_claim(*, actor, tenant: Tenant, run_id: uuid.UUID, asked: dict[str, s
         now = run.db_now
         decision = policy.resume_decision(run_facts(run, now), asked)
         if decision.consume_retry:
-            retry = RetryRequest.objects.for_tenant(run.tenant_id).select_for_update().get(run=run,
-                                                                 state=RetryState.APPROVED)
+            retry = locks.lock_rows(RetryRequest.objects.for_tenant(run.tenant_id)).get(
+                run=run, state=RetryState.APPROVED)
             run.fencing_token += 1
             run.lease_owner = ""
             run.lease_expires_at = None

@@ -6,7 +6,7 @@ from __future__ import annotations
 from django.db import transaction
 from django.db.models import Q
 
-from .. import heartbeat, reconciliation
+from .. import heartbeat, locks, reconciliation
 from ..audit import (
     audit_record,
 )
@@ -38,7 +38,11 @@ def sweep_stale_runs(*, by: str | None = None) -> dict[str, int]:
     Candidates: open runs with a ``submitted`` effect or an in-flight latest checkpoint
     whose lease is expired or absent. Under each run's lock the rule is judged again
     (``RunFacts.owner_gone``): ``submitted`` effects become ``unresolved`` (audited, actor
-    system), then the state is recomputed. Idempotent and safe on many workers at once.
+    system), then the state is recomputed. Runs are taken in ascending id, one
+    transaction each, in the store's lock order (``locks``: the tenant's audit head, then
+    the run), and only those the rule, judged first without a lock, says to change; a run
+    another transaction holds is skipped (``SKIP LOCKED``) and looked at on the next
+    pass. Idempotent and safe on many workers at once.
     Returns counts: ``examined``, ``effects_unresolved``, ``runs_ambiguous`` and the
     re-drive's ``reconcile_redriven``.
 
@@ -57,14 +61,21 @@ def sweep_stale_runs(*, by: str | None = None) -> dict[str, int]:
         .filter(closed_at__isnull=True)
         .filter(Q(lease_expires_at__lte=NOW) | Q(lease_owner="")
                 | Q(lease_expires_at__isnull=True))
-        .values_list("pk", flat=True).distinct()
+        .values_list("pk", "tenant_id").distinct().order_by("pk")
     )
     stats = {"examined": 0, "effects_unresolved": 0, "runs_ambiguous": 0}
-    for pk in list(candidates):
+    for pk, tenant_id in list(candidates):
         stats["examined"] += 1
+        # Judged once without a lock first, so that the sweep takes the tenant's audit
+        # head (every write of the tenant queues on it) only for a run it will change.
+        seen = (Run.objects.for_tenant(tenant_id).annotate(db_now=NOW)
+                .select_related("tenant").filter(pk=pk).first())
+        if seen is None or not run_facts(seen, seen.db_now).owner_gone:
+            continue
         with transaction.atomic():
-            run = (every_run.select_for_update().annotate(db_now=NOW)
-                   .select_related("tenant").filter(pk=pk).first())
+            # The store's lock order (``locks``): the tenant's audit head, then the run,
+            # skipped if another transaction holds it (the next pass looks again).
+            run = locks.lock_run_pk(tenant_id, pk, skip_locked=True)
             if run is None:
                 continue
             now = run.db_now
@@ -72,7 +83,7 @@ def sweep_stale_runs(*, by: str | None = None) -> dict[str, int]:
             if not facts.owner_gone or facts.closed:
                 continue
             for effect in Effect.objects.for_tenant(run.tenant_id).filter(
-                    run=run, state=EffectState.SUBMITTED):
+                    run=run, state=EffectState.SUBMITTED).order_by("pk"):
                 moved = _effect_transition(effect, expected_revision=effect.revision,
                                            to_state=EffectState.UNRESOLVED, receipt=effect.receipt,
                                            by=EffectSource.SWEEP, actor=None, now=now)

@@ -3,7 +3,7 @@ lock or a constraint enforces, raced by real threads.
 
 - **Source of truth**: the locks the services take. ``RACES`` names, for each lock or
   unique constraint that decides a race, the test that races it; a lock-taking public
-  service (one that calls ``_lock_run``/``_get_run`` or ``select_for_update``, found by
+  service (one that calls ``_lock_run``/``_get_run`` or a ``locks.lock_*`` helper, found by
   reading the ``checkpoints/services/`` package and ``checkpoints/reconciliation.py``) must be named
   in ``RACED`` or ``NOT_RACED`` (with the reason), else ``test_every_locking_service_is_raced``
   fails.
@@ -97,6 +97,9 @@ NOT_RACED = {
                          "(raced there); a second copy onto the target is refused (412)",
     "tenant_set_ambiguity_threshold": "operator setting; last write wins by design",
     "tokens_revoke": "idempotent: a second revocation finds nothing live",
+    "payloads_rotate_keys": "operator command; each row is rewritten by compare-and-swap "
+                            "(a second rotation finds it current); it locks only the "
+                            "audit heads it appends to",
     "account_deactivate": "row lock on the account; the second call is refused "
                           "(InvalidTransition), tested in tests/test_commands.py",
     "reconciler_configure": "operator setting; last write wins by design",
@@ -115,9 +118,13 @@ NOT_RACED = {
 
 def _locking_public_functions() -> set[str]:
     """Public functions of services/reconciliation that (transitively, through module
-    functions) lock a row: call ``_lock_run``, ``_get_run`` or ``select_for_update``."""
+    functions) lock a row: call ``_lock_run``, ``_get_run`` or a helper of the lock module
+    (``checkpoints/locks.py``, the only place that takes row locks)."""
+    from checkpoints import locks
+
+    helpers = {name for name in vars(locks) if name.startswith("lock_")}
     return public_functions_reaching((*service_modules(), reconciliation),
-                                     {"_lock_run", "_get_run", "select_for_update"},
+                                     {"_lock_run", "_get_run", *helpers},
                                      attributes=True)
 
 

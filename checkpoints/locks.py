@@ -1,0 +1,143 @@
+"""The one lock order of the store (issue 17, item 10), and the only place that takes a
+row lock: every ``select_for_update`` and every ``FOR … UPDATE`` clause of the SQL write
+path is here (``tests/test_lock_order_lint.py`` fails on one anywhere else).
+
+Why an order: with many clients PostgreSQL's deadlock detector killed API writes and
+sweep passes. Besides the rows a service locks by name, a write takes locks nobody
+writes down: the state counters kept by triggers (migration 0011: rows per tenant, state
+and shard, hit by every run or effect whose state changes), the tenant's audit chain
+head (every audited write moves it), and, at ``COMMIT`` (Django's foreign keys are
+deferred), a ``FOR KEY SHARE`` of every parent row of a row it inserted: the tenant, the
+acting account, the run. The sweep locked the run *and the tenant's row* (a
+``select_related`` under ``FOR UPDATE`` locks both), so a writer holding the audit head
+waited at its commit for the tenant row while the sweep waited for the head; effect
+writes took the counters before the head while checkpoint updates took the head before
+the counters.
+
+The order (``ORDER``), outermost first; a transaction takes what it needs in this order
+and never goes back up:
+
+1. ``account``: the account's row and its tokens (account commands, which then append
+   to the chain of every tenant the account holds a role in).
+2. ``audit_head``: the tenant's audit chain head, **before anything of the tenant**.
+   Every write of a tenant appends an audit event anyway, so the head is the tenant's
+   write lock: whatever a write takes after it (its tenant's runs, their objects, the
+   state counters, the chain) no other write of that tenant holds, so no order among
+   them can close a circle. Several tenants (account commands): ascending tenant id.
+3. ``tenant``: the tenant's own row (its settings).
+4. ``run``: the run row; several runs in ascending run id (``uuid``).
+5. ``run_object``: rows that belong to a locked run (its checkpoint envelope, retry
+   request, reconcile requests, effects), ascending primary key; the state counters
+   and the chain append follow implicitly, under the head.
+
+Every row lock is ``FOR NO KEY UPDATE`` (what PostgreSQL's own ``UPDATE`` takes): it
+excludes other lockers and writers as ``FOR UPDATE`` does, but not the ``FOR KEY SHARE``
+a foreign-key check takes, so an insert that names a locked row (an audit event naming
+its tenant and account) never waits for it. Only a row's ``DELETE`` takes ``FOR UPDATE``,
+under the head and the run.
+
+Outside the order, holding one row and waiting for nothing else: a reconcile worker's
+claim of its request (``lock_rows`` on one request), the sweep's re-drive (stale
+requests, ascending id, ``SKIP LOCKED``), the token's ``last_used_at`` touch (one
+``UPDATE`` in autocommit). Key rotation (``services.keys``) rewrites ciphertexts in
+batches, each in ascending id within one table, without run locks, then appends to the
+tenants' chains in ascending tenant id.
+
+The sweep takes the same order per run (head, then the run with ``SKIP LOCKED``, so a
+sweep pass never queues behind a run some other transaction holds: that run is looked at
+again on the next pass), in ascending run id.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+
+from .dbclock import NOW
+from .models import AuditChainHead, Run, Tenant
+
+#: The lock levels, outermost first (module docstring).
+ORDER = ("account", "audit_head", "tenant", "run", "run_object")
+
+#: The SQL form of every row lock here (``select_for_update(no_key=True)``).
+ROW_LOCK = "FOR NO KEY UPDATE"
+
+
+def lock_rows(queryset, *, skip_locked: bool = False):
+    """``queryset`` with its own rows locked (``FOR NO KEY UPDATE OF`` its table only,
+    never a ``select_related`` table) when it is evaluated, in ascending primary key
+    unless it is ordered already. For the ``account`` and ``run_object`` levels (and the
+    reconcile claim and re-drive, outside the order): the caller holds the locks above.
+    ``skip_locked``: rows another transaction holds are left out instead of waited for."""
+    if not queryset.ordered:
+        queryset = queryset.order_by("pk")
+    return queryset.select_for_update(no_key=True, of=("self",), skip_locked=skip_locked)
+
+
+def lock_audit_head(tenant: Tenant | int) -> AuditChainHead:
+    """Lock ``tenant``'s audit chain head (``audit_head`` level), created if missing;
+    the first lock of every write of a tenant. Returns the head as locked."""
+    tenant_id = tenant if isinstance(tenant, int) else tenant.pk
+    head, _ = (AuditChainHead.objects.for_tenant(tenant_id)
+               .select_for_update(no_key=True).get_or_create(tenant_id=tenant_id))
+    return head
+
+
+def lock_audit_heads(tenants: Iterable[Tenant]) -> list[Tenant]:
+    """Lock the audit heads of several tenants in ascending tenant id, for a command
+    that appends to each; returns the tenants in that order (append in it too)."""
+    ordered = sorted(set(tenants), key=lambda t: t.pk)
+    for tenant in ordered:
+        lock_audit_head(tenant)
+    return ordered
+
+
+def lock_tenant(tenant: Tenant) -> Tenant:
+    """Lock the tenant's row (its settings), after its audit head."""
+    lock_audit_head(tenant)
+    return Tenant.objects.select_for_update(no_key=True).get(pk=tenant.pk)
+
+
+def _runs(tenant_id: int):
+    return lock_rows(Run.objects.for_tenant(tenant_id)).annotate(db_now=NOW)
+
+
+def lock_run(tenant: Tenant, run_id: uuid.UUID) -> Run | None:
+    """Lock the tenant's audit head, then its run ``run_id`` (``None``: no such run; the
+    head stays locked). The same query reads the database clock into ``run.db_now``."""
+    lock_audit_head(tenant)
+    run = _runs(tenant.pk).filter(uuid=run_id).first()
+    if run is not None:
+        run.tenant = tenant
+    return run
+
+
+def lock_run_pk(tenant_id: int, pk: int, *, skip_locked: bool = False) -> Run | None:
+    """Lock the tenant's audit head, then the run with primary key ``pk`` (its tenant
+    loaded, not locked; ``db_now`` read). ``None``: no such run, or with ``skip_locked``
+    another transaction holds it (the sweep: looked at again on its next pass)."""
+    lock_audit_head(tenant_id)
+    return (lock_rows(Run.objects.for_tenant(tenant_id), skip_locked=skip_locked)
+            .annotate(db_now=NOW).select_related("tenant").filter(pk=pk).first())
+
+
+def lock_runs(tenant: Tenant, run_ids: Iterable[uuid.UUID]) -> list[Run]:
+    """Lock the tenant's audit head, then its runs ``run_ids`` that exist, in ascending
+    run id; returns them in that order (each with ``db_now``)."""
+    lock_audit_head(tenant)
+    runs = list(_runs(tenant.pk).filter(uuid__in=list(run_ids)).order_by("uuid"))
+    for run in runs:
+        run.tenant = tenant
+    return runs
+
+
+def run_lock_sql(*, run_alias: str, head_table: str, head_tenant: str, tenant_param: str
+                 ) -> tuple[str, str]:
+    """The run lock of the SQL write path (``writepath``), as ``lock_run`` takes it: a
+    condition that locks the tenant's audit head first (an uncorrelated ``EXISTS``, run
+    once before the scan; false, so no row and nothing locked, when the tenant has no
+    head yet) and the locking clause for the run row. Returns ``(condition, clause)``."""
+    condition = (f"EXISTS (SELECT 1 FROM {head_table} WHERE {head_tenant} = {tenant_param} "
+                 f"{ROW_LOCK})")
+    return condition, f"{ROW_LOCK} OF {run_alias}"
+

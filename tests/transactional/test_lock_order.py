@@ -1,0 +1,151 @@
+"""The lock order of ``checkpoints/locks.py``, observed on real PostgreSQL (issue 17,
+item 10): every write path waits for the tenant's audit chain head *before* it holds its
+run, and no path locks the tenant's row (which every insert's foreign-key check needs).
+
+Each cell: one connection holds the tenant's audit head; the path runs in a thread and
+must queue on it; while it queues, a third connection locks the run with ``NOWAIT``
+(which fails at once if the path already holds the run) and takes a ``FOR KEY SHARE`` of
+the tenant row as an insert's foreign-key check does; then the head is released and the
+path completes. A path that took the run first and the head last (what the sweep did, and
+the ORM's effect writes against the SQL write path's checkpoint updates) fails here
+deterministically, where the load test (``test_lock_order_load.py``) needs luck.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+import pytest
+from django.db import connection, transaction
+
+from checkpoints import locks, services
+from checkpoints.models import Run
+from tests.helpers import age_world, effect_body, envelope, put_checkpoint, put_effect
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+
+def _in_thread(fn) -> tuple[threading.Thread, dict]:
+    box: dict = {}
+
+    def run() -> None:
+        try:
+            box["pid"] = connection.cursor().connection.info.backend_pid
+            box["result"] = fn()
+        except Exception as exc:  # noqa: BLE001 - asserted on by the caller
+            box["error"] = exc
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread, box
+
+
+def _wait_until_blocked(box: dict, timeout_s: float = 20) -> None:
+    """Poll ``pg_stat_activity`` until the thread's backend waits for a lock."""
+    deadline = time.monotonic() + timeout_s
+    with connection.cursor() as cursor:
+        while time.monotonic() < deadline:
+            pid = box.get("pid")
+            if pid is not None:
+                cursor.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s",
+                               [pid])
+                row = cursor.fetchone()
+                if row and row[0] == "Lock":
+                    return
+            if "error" in box or "result" in box:
+                raise AssertionError(f"the path did not wait for the audit head: {box}")
+            time.sleep(0.02)
+    raise AssertionError("the path never queued on the tenant's audit head")
+
+
+def _probe(run_pk: int, tenant_pk: int) -> dict:
+    """From a third connection: lock the run NOWAIT, and key-share the tenant row."""
+    out: dict = {}
+
+    def probe() -> None:
+        try:
+            with transaction.atomic(), connection.cursor() as cursor:
+                cursor.execute("SET LOCAL lock_timeout = '2s'")
+                cursor.execute(f"SELECT id FROM {Run._meta.db_table} WHERE id = %s "
+                               f"FOR NO KEY UPDATE NOWAIT", [run_pk])
+                out["run"] = "free"
+                cursor.execute("SELECT id FROM checkpoints_tenant WHERE id = %s "
+                               "FOR KEY SHARE", [tenant_pk])
+                out["tenant"] = "free"
+        except Exception as exc:  # noqa: BLE001 - reported to the caller
+            out["error"] = f"{type(exc).__name__}: {exc}"
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=probe)
+    thread.start()
+    thread.join(timeout=30)
+    return out
+
+
+def _world(acme, wendy):
+    body = envelope(payload={"phase": "charging", "order_id": "A-1"})
+    put_checkpoint(wendy, acme, body)
+    fx = effect_body(run_id=body["run_id"], operation_key="charge:A-1")
+    put_effect(wendy, acme, fx)
+    put_effect(wendy, acme, dict(fx, revision=1, state="submitted"), expected=0)
+    return body, fx
+
+
+def _paths(acme, wendy, body, fx):
+    run_id = uuid.UUID(body["run_id"])
+    return {
+        "checkpoint update (SQL write path)": lambda: put_checkpoint(
+            wendy, acme, dict(body, revision=1, payload={"phase": "charging", "n": 1}),
+            expected=0),
+        "effect update (ORM)": lambda: put_effect(
+            wendy, acme, dict(fx, revision=2, state="confirmed",
+                              receipt={"charge_id": "ch_1"}), expected=1),
+        "lease": lambda: services.lease_acquire(actor=wendy, tenant=acme, run_id=run_id,
+                                                owner="w1", ttl_s=60),
+        "sweep": services.sweep_stale_runs,
+    }
+
+
+@pytest.mark.parametrize("path", ["checkpoint update (SQL write path)", "effect update (ORM)",
+                                  "lease", "sweep"])
+def test_a_write_queues_on_the_audit_head_before_it_holds_its_run(acme, wendy, path,
+                                                                  settings):
+    settings.RECOVERY_SQL_WRITE_PATH = True
+    body, fx = _world(acme, wendy)
+    if path == "sweep":
+        age_world(3600)  # the run's owner went quiet an hour ago
+    run = Run.objects.get()
+    write = _paths(acme, wendy, body, fx)[path]
+
+    holder_ready, release = threading.Event(), threading.Event()
+
+    def hold_head() -> None:
+        try:
+            with transaction.atomic():
+                locks.lock_audit_head(acme)
+                holder_ready.set()
+                release.wait(timeout=30)
+        finally:
+            connection.close()
+
+    holder = threading.Thread(target=hold_head)
+    holder.start()
+    assert holder_ready.wait(timeout=20)
+    try:
+        thread, box = _in_thread(write)
+        _wait_until_blocked(box)
+        probe = _probe(run.pk, acme.pk)
+    finally:
+        release.set()
+        holder.join(timeout=30)
+    thread.join(timeout=30)
+    assert probe == {"run": "free", "tenant": "free"}, (path, probe)
+    assert "error" not in box, (path, box)
+    if path == "sweep":
+        assert box["result"]["runs_ambiguous"] == 1
+        assert Run.objects.get().recovery_state == "ambiguous"
