@@ -20,13 +20,12 @@ worker's); the run page says so (``ReconcileRequest.waiting_for_worker_since``).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
 
 from django.conf import settings
-from django.db import close_old_connections, connection, connections
+from django.db import close_old_connections, connections
 
 log = logging.getLogger(__name__)
 
@@ -50,33 +49,17 @@ def catch_up() -> dict | None:
     intervals (``heartbeat.sweep_late``, database clock), run ``sweep_stale_runs`` here
     and return its counts; else, or when another web process is already catching up,
     return None. Never call it from a request's handling path (it writes)."""
-    from . import heartbeat
+    from . import heartbeat, locks
     from .services import sweep_stale_runs
 
     if not heartbeat.sweep_late():
         return None
-    with _one_at_a_time() as mine:
+    with locks.try_session_lock(CATCH_UP_LOCK) as mine:
         if not mine:
             return None
         log.warning("no sweep finished in %s s (broker or beat down?): this web process "
                     "sweeps", heartbeat.late_after_s())
         return sweep_stale_runs(by="web")
-
-
-@contextlib.contextmanager
-def _one_at_a_time():
-    if connection.vendor != "postgresql":  # SQLite: one process (the embedded default)
-        yield True
-        return
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_lock(%s)", [CATCH_UP_LOCK])
-        mine = cursor.fetchone()[0]
-    try:
-        yield mine
-    finally:
-        if mine:
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_advisory_unlock(%s)", [CATCH_UP_LOCK])
 
 
 def _loop(interval_s: float, stop: threading.Event, round_=run_once) -> None:

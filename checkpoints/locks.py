@@ -43,6 +43,10 @@ requests, ascending id, ``SKIP LOCKED``), the token's ``last_used_at`` touch (on
 batches, each in ascending id within one table, without run locks, then appends to the
 tenants' chains in ascending tenant id.
 
+Also outside the order, and not a row lock: ``try_session_lock`` (a PostgreSQL session
+advisory lock, tried without waiting, holding nothing else): one web process at a time
+runs the catch-up sweep (``inprocess.catch_up``), which then takes the order above.
+
 The sweep takes the same order per run (head, then the run with ``SKIP LOCKED``, so a
 sweep pass never queues behind a run some other transaction holds: that run is looked at
 again on the next pass), in ascending run id.
@@ -50,8 +54,11 @@ again on the next pass), in ascending run id.
 
 from __future__ import annotations
 
+import contextlib
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+
+from django.db import connection
 
 from .dbclock import NOW
 from .models import AuditChainHead, Run, Tenant
@@ -141,3 +148,23 @@ def run_lock_sql(*, run_alias: str, head_table: str, head_tenant: str, tenant_pa
                  f"{ROW_LOCK})")
     return condition, f"{ROW_LOCK} OF {run_alias}"
 
+
+
+@contextlib.contextmanager
+def try_session_lock(key: int) -> Iterator[bool]:
+    """Try PostgreSQL's session advisory lock ``key`` (a bigint) without waiting; yield
+    whether this session holds it, and release it on exit. On SQLite (the embedded
+    default: one process) it yields True. Takes no row lock (module docstring: outside
+    the order); used for "one process at a time" work such as the catch-up sweep."""
+    if connection.vendor != "postgresql":
+        yield True
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(%s)", [key])
+        mine = cursor.fetchone()[0]
+    try:
+        yield mine
+    finally:
+        if mine:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_unlock(%s)", [key])
