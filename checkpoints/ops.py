@@ -6,7 +6,9 @@
   connection where ``CELERY_BROKER_URL`` is configured: 200 ``{"status": "ok", "checks":
   {...}}``, else 503 ``{"status": "unavailable", "checks": {"database": "ok", "broker":
   "failed: OperationalError"}}`` naming what failed (the exception's class only: no host,
-  no password) with ``Retry-After``. For a readiness probe: take the node out of the load
+  no password) with ``Retry-After``. With ``RECOVERY_STATIC_MANIFEST`` (``DEBUG=0``) also
+  ``static_manifest``: collectstatic's manifest is there and names every static file the
+  templates use (``checkpoints.staticcheck``). For a readiness probe: take the node out of the load
   balancer, not restart it.
 - ``GET /metrics``: Prometheus text format: django-prometheus' request and database
   metrics, ``checkpoints.metrics.RESUME_DECISIONS`` and the domain gauges read at scrape
@@ -102,6 +104,10 @@ def readiness() -> tuple[bool, dict[str, str]]:
         probes.append(("broker", _check_broker))
     else:
         checks["broker"] = "not configured"
+    if settings.RECOVERY_STATIC_MANIFEST:  # pages need collectstatic's manifest
+        from .staticcheck import check_static_manifest
+
+        probes.append(("static_manifest", check_static_manifest))
     ready = True
     for name, probe in probes:
         try:

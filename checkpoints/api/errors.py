@@ -126,7 +126,8 @@ def server_error(request, template_name="500.html"):
     under ``/api/`` ``{"error": "unavailable"}``, else the self-contained page
     ``503.html`` saying which service is unavailable and to retry. Anything else: 500,
     under ``/api/`` ``{"error": "internal"}``, else ``500.html``; neither shows a
-    traceback, SQL or a payload value."""
+    traceback, SQL or a payload value; ``500.html`` says when the static files manifest is
+    missing or stale (``checkpoints.staticcheck``), the cause of every page failing."""
     service = unavailable_service(sys.exc_info()[1])
     retry = {"Retry-After": str(RETRY_AFTER_S)}
     if _is_api(request):
@@ -136,4 +137,7 @@ def server_error(request, template_name="500.html"):
     if service:
         return _page("503.html", 503, {"service": service, "retry_after": RETRY_AFTER_S},
                      **retry)
-    return _page(template_name, 500, {})
+    from ..staticcheck import manifest_problem
+
+    # With collectstatic skipped (or stale) every page fails here: say so (issue 17, item 5).
+    return _page(template_name, 500, {"static_missing": manifest_problem() is not None})

@@ -220,7 +220,7 @@ def test_the_documented_production_start_serves_the_dashboard_and_api_docs(serve
     assert (status, json.loads(body)) == (200, {"status": "ok"})
     status, headers, body = fetch(f"{base}/readyz")
     assert (status, json.loads(body)) == (200, {"status": "ok", "checks": {
-        "broker": "not configured", "database": "ok"}})
+        "broker": "not configured", "database": "ok", "static_manifest": "ok"}})
 
     # The metrics: closed without the token, summed over both workers with it.
     assert fetch(f"{base}/metrics")[0] == 401
