@@ -16,7 +16,9 @@ stalls, or that the server cannot read (Django's development server cannot decod
 close`` and the server closes the connection after it, so the client opens a new one.
 The two servers this project documents are told to close in their own way (gunicorn:
 ``Response.force_close``; Django's ``runserver``: its handler's ``close_connection``);
-the WSGI specification gives an application no portable way to ask for it.
+the WSGI specification gives an application no portable way to ask for it. (``runserver``
+itself still reads a ``Content-Length`` body to its end before it closes: a development
+server.)
 """
 
 from __future__ import annotations

@@ -81,7 +81,9 @@ def test_every_dashboard_page_answers_503_while_the_database_is_down(pages, acme
         for path in paths:
             _assert_outage_page(client.get(path), path)
             _assert_outage_page(client.get(path, HTTP_HX_REQUEST="true"), path)
-        # A login: the form's POST reads the account (the GET needs no database).
+        # The login page reads the session of a signed-in reviewer; a login (the form's
+        # POST) reads the account. (Its GET without a session needs no database.)
+        _assert_outage_page(client.get("/login/"), "/login/")
         response = anonymous.post("/login/", {"username": "rita", "password": "x" * 12})
         _assert_outage_page(response, "/login/")
         _assert_api_outage(anonymous, acme.slug)
