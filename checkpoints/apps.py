@@ -7,4 +7,7 @@ class CheckpointsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import security  # noqa: F401 (registers its deploy checks)
+        from . import (
+            security,  # noqa: F401 (registers its deploy checks)
+            staticcheck,  # noqa: F401 (registers recovery.E002)
+        )

@@ -13,6 +13,9 @@
   embedded mode the in-process worker's (``sweep.inprocess``; a process whose worker
   started less than that long ago is given that long); ``not configured`` when neither
   runs. The body's ``heartbeat`` gives each heartbeat's age in seconds.
+  With ``RECOVERY_STATIC_MANIFEST`` (``DEBUG=0``) also ``static_manifest``: collectstatic's
+  manifest is there and names every static file the templates use
+  (``checkpoints.staticcheck``).
 - ``GET /metrics``: Prometheus text format: django-prometheus' request and database
   metrics, ``checkpoints.metrics.RESUME_DECISIONS`` and the domain gauges read at scrape
   time (``checkpoints.metrics.DomainCollector``). It names tenants and counts their runs,
@@ -140,6 +143,10 @@ def readiness() -> tuple[bool, dict[str, str]]:
     else:
         checks["broker"] = "not configured"
     probes.append(("worker", _check_worker))
+    if settings.RECOVERY_STATIC_MANIFEST:  # pages need collectstatic's manifest
+        from .staticcheck import check_static_manifest
+
+        probes.append(("static_manifest", check_static_manifest))
     ready = True
     for name, probe in probes:
         try:

@@ -330,6 +330,11 @@ RECOVERY_MAX_JSON_DEPTH = env_int("RECOVERY_MAX_JSON_DEPTH", 64, minimum=2)
 # Django refuses bodies over this before our view sees them; keep it above our own limit
 # so that the API can answer the contract's 413 itself.
 DATA_UPLOAD_MAX_MEMORY_SIZE = RECOVERY_MAX_BODY_BYTES + 64 * 1024
+# A body the application did not read (a 413, a 401 ...) is read and discarded up to this
+# many bytes and seconds so that the kept-alive connection serves the next request;
+# beyond either the answer says Connection: close (checkpoints/keepalive.py).
+RECOVERY_DRAIN_MAX_BYTES = env_int("RECOVERY_DRAIN_MAX_BYTES", 8 * 1024 * 1024, minimum=0)
+RECOVERY_DRAIN_SECONDS = env_int("RECOVERY_DRAIN_SECONDS", 5, minimum=0)
 
 # --- Encryption at rest ----------------------------------------------------------------
 # Comma-separated Fernet keys, newest first; old keys still decrypt (rotation).

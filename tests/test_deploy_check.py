@@ -6,6 +6,7 @@ subprocess: settings are read from the environment once, at start-up."""
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import subprocess
@@ -21,14 +22,29 @@ LOOSENED = {"SECURE_SSL_REDIRECT": "0", "SECURE_HSTS_SECONDS": "0",
 LOOSENED_CHECKS = ["security.W004", "security.W008", "security.W012", "security.W016"]
 
 
-@pytest.fixture
-def production(tmp_path) -> dict[str, str]:
-    """The environment of a production web node (no database is touched by the checks)."""
+def _environment(var_dir) -> dict[str, str]:
     return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "DEBUG": "0",
             "SECRET_KEY": secrets.token_urlsafe(50), "ALLOWED_HOSTS": "recovery.example",
             "RECOVERY_ENCRYPTION_KEYS": Fernet.generate_key().decode(),
             "RECOVERY_AUDIT_KEYS": secrets.token_urlsafe(40),
-            "RECOVERY_VAR_DIR": str(tmp_path)}
+            "RECOVERY_VAR_DIR": str(var_dir)}
+
+
+@pytest.fixture(scope="module")
+def collected(tmp_path_factory) -> Path:
+    """A ``STATIC_ROOT`` that ``collectstatic`` filled (README "Production"), once."""
+    root = tmp_path_factory.mktemp("static")
+    env = _environment(tmp_path_factory.mktemp("var")) | {"RECOVERY_STATIC_ROOT": str(root)}
+    done = manage(env, "collectstatic", "--noinput", "-v", "0")
+    assert done.returncode == 0, done.stderr
+    return root
+
+
+@pytest.fixture
+def production(tmp_path, collected) -> dict[str, str]:
+    """The environment of a production web node (no database is touched by the checks),
+    its static files collected."""
+    return _environment(tmp_path) | {"RECOVERY_STATIC_ROOT": str(collected)}
 
 
 def manage(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
@@ -97,3 +113,24 @@ def test_a_payload_key_that_is_not_a_fernet_key_stops_the_process_at_start(produ
     assert done.returncode != 0
     assert "RECOVERY_ENCRYPTION_KEYS: key" in done.stderr
     assert "Fernet.generate_key()" in done.stderr
+
+
+def test_a_missing_static_manifest_fails_check_deploy(production, tmp_path):
+    # Found from outside: collectstatic skipped, every page a bare 500, the checks clean.
+    empty = tmp_path / "not-collected"
+    empty.mkdir()
+    done = deploy_check(production | {"RECOVERY_STATIC_ROOT": str(empty)})
+    assert done.returncode == 1
+    assert "recovery.E002" in done.stderr
+    assert "manifest" in done.stderr and "collectstatic" in done.stderr
+
+
+def test_a_stale_static_manifest_fails_check_deploy(production, collected, tmp_path):
+    stale = tmp_path / "stale"
+    stale.mkdir()
+    manifest = json.loads((collected / "staticfiles.json").read_text())
+    del manifest["paths"]["css/app.css"]  # collected before the templates used it
+    (stale / "staticfiles.json").write_text(json.dumps(manifest))
+    done = deploy_check(production | {"RECOVERY_STATIC_ROOT": str(stale)})
+    assert done.returncode == 1
+    assert "recovery.E002" in done.stderr and "css/app.css" in done.stderr

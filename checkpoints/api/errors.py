@@ -11,7 +11,11 @@ Two layers:
   project's ``handler400/403/404/500`` (``recovery/urls.py``): JSON for paths under
   ``/api/`` (no such URL, a tenant slug that is not one, an error raised in a middleware,
   an unexpected exception: 500 ``{"error": "internal"}`` without details), Django's
-  pages for the dashboard.
+  pages for the dashboard: during an outage of the database or the broker a
+  self-contained 503 page with ``Retry-After`` (``templates/503.html``: no database, no
+  session, no static file), any other unexpected exception ``templates/500.html``.
+
+Whether an exception is an outage is decided once, in ``checkpoints.outage``.
 """
 
 from __future__ import annotations
@@ -21,26 +25,21 @@ import sys
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
-from django.db import InterfaceError, OperationalError
-from django.http import Http404, JsonResponse
+from django.http import Http404, HttpResponse, JsonResponse
+from django.template import loader
 from django.utils.cache import add_never_cache_headers
 from django.views import defaults
-from kombu.exceptions import OperationalError as BrokerError
 from rest_framework import exceptions
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 from rest_framework.views import set_rollback
 
 from ..exceptions import DomainError
+from ..outage import RETRY_AFTER_S, unavailable_service
 from .serializers import ErrorSerializer, error_body
 
 log = logging.getLogger(__name__)
 
-#: Seconds a client is asked to wait before retrying a 503.
-RETRY_AFTER_S = 5
-#: Exceptions that mean "a service we depend on is down", not "this request is wrong":
-#: the database (connection refused or lost, server shutting down) and the broker.
-UNAVAILABLE = (OperationalError, InterfaceError, BrokerError)
 UNAVAILABLE_BODY = ErrorSerializer.render({"error": "unavailable"})
 INTERNAL_BODY = ErrorSerializer.render({"error": "internal"})
 
@@ -61,10 +60,10 @@ def exception_handler(exc, context):
     if isinstance(exc, exceptions.ParseError):
         return Response(ErrorSerializer.render(
             {"error": "invalid_payload", "detail": f"body: {exc.detail}"}), status=400)
-    if isinstance(exc, UNAVAILABLE):
-        log.warning("API request answered 503: %s unavailable (%s)",
-                    "broker" if isinstance(exc, BrokerError) else "database", type(exc).__name__,
-                    exc_info=exc)
+    service = unavailable_service(exc)
+    if service:
+        log.warning("API request answered 503: %s unavailable (%s)", service,
+                    type(exc).__name__, exc_info=exc)
         set_rollback()
         return Response(UNAVAILABLE_BODY, status=503,
                         headers={"Retry-After": str(RETRY_AFTER_S)})
@@ -109,14 +108,36 @@ def not_found(request, exception, template_name="404.html"):
     return defaults.page_not_found(request, exception, template_name)
 
 
+def _page(template_name: str, status: int, context: dict, **headers) -> HttpResponse:
+    # No request: no context processor runs (they read the session and the user, which
+    # need the database); the templates load no static file (the manifest may be missing).
+    response = HttpResponse(loader.render_to_string(template_name, context), status=status)
+    for name, value in headers.items():
+        response[name] = value
+    add_never_cache_headers(response)
+    return response
+
+
 def server_error(request, template_name="500.html"):
     """``handler500``: an exception nothing else answered; Django has logged it already.
 
-    Under ``/api/``: 503 ``{"error": "unavailable"}`` + ``Retry-After`` when the database
-    or broker is down (e.g. raised by a middleware before DRF), else 500
-    ``{"error": "internal"}`` with no detail (no traceback, no SQL, no payload value)."""
-    if not _is_api(request):
-        return defaults.server_error(request, template_name)
-    if isinstance(sys.exc_info()[1], UNAVAILABLE):
-        return _json(UNAVAILABLE_BODY, 503, **{"Retry-After": str(RETRY_AFTER_S)})
-    return _json(INTERNAL_BODY, 500)
+    When the database or broker is down (``checkpoints.outage``; raised by a view, a
+    middleware reading the session or the user, or a template): 503 with ``Retry-After``,
+    under ``/api/`` ``{"error": "unavailable"}``, else the self-contained page
+    ``503.html`` saying which service is unavailable and to retry. Anything else: 500,
+    under ``/api/`` ``{"error": "internal"}``, else ``500.html``; neither shows a
+    traceback, SQL or a payload value; ``500.html`` says when the static files manifest is
+    missing or stale (``checkpoints.staticcheck``), the cause of every page failing."""
+    service = unavailable_service(sys.exc_info()[1])
+    retry = {"Retry-After": str(RETRY_AFTER_S)}
+    if _is_api(request):
+        if service:
+            return _json(UNAVAILABLE_BODY, 503, **retry)
+        return _json(INTERNAL_BODY, 500)
+    if service:
+        return _page("503.html", 503, {"service": service, "retry_after": RETRY_AFTER_S},
+                     **retry)
+    from ..staticcheck import manifest_problem
+
+    # With collectstatic skipped (or stale) every page fails here: say so (issue 17, item 5).
+    return _page(template_name, 500, {"static_missing": manifest_problem() is not None})
