@@ -116,9 +116,11 @@ def checkpoint_put(
     require(actor, tenant, roles.WRITE)
     if expected_revision is None and envelope.revision != 0:
         raise InvalidPayload("revision: must be 0 when creating (If-None-Match: *)")
-    if expected_revision is not None and (
-        expected_revision >= MAX_REVISION or envelope.revision != expected_revision + 1
-    ):
+    if expected_revision is not None and expected_revision >= MAX_REVISION:
+        # No revision can follow 2^63-1 (CONTRACT.md 2): the tag, not the body, is wrong.
+        raise InvalidPayload(f"If-Match: revision {MAX_REVISION} is the last one; no "
+                             f"revision can follow it")
+    if expected_revision is not None and envelope.revision != expected_revision + 1:
         raise InvalidPayload(f"revision: must be {expected_revision + 1} (If-Match + 1)")
     cls = kinds.classify(envelope.kind, envelope.schema_version, envelope.payload)
     phase_label = (cls.error if not cls.supported else cls.phase.label)[:256]

@@ -137,9 +137,11 @@ def effect_put(
     require(actor, tenant, roles.WRITE)
     if expected_revision is None and body.revision != 0:
         raise InvalidPayload("revision: must be 0 when creating (If-None-Match: *)")
-    if expected_revision is not None and (
-        expected_revision >= MAX_REVISION or body.revision != expected_revision + 1
-    ):
+    if expected_revision is not None and expected_revision >= MAX_REVISION:
+        # No revision can follow 2^63-1 (CONTRACT.md 2): the tag, not the body, is wrong.
+        raise InvalidPayload(f"If-Match: revision {MAX_REVISION} is the last one; no "
+                             f"revision can follow it")
+    if expected_revision is not None and body.revision != expected_revision + 1:
         raise InvalidPayload(f"revision: must be {expected_revision + 1} (If-Match + 1)")
     if body.state == EffectState.CONFIRMED and body.receipt is None:
         raise InvalidPayload("receipt: required when state is confirmed")

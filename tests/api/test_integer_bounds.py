@@ -408,9 +408,10 @@ def runifold_line(which: str, field: str) -> Callable:
     return send
 
 
-def _cas_max(label: str) -> Callable[[int], str | None]:
-    """If-Match "2^63-1": no revision can follow it, so the body's revision is refused."""
-    return lambda v: "revision" if v == MAX63 else None
+def _cas_max(v: int) -> str | None:
+    """If-Match "2^63-1" is a revision that can be stored, but none can follow it: the
+    tag is refused."""
+    return "If-Match" if v == MAX63 else None
 
 
 RECIPES: dict[Key, Recipe] = {
@@ -418,10 +419,10 @@ RECIPES: dict[Key, Recipe] = {
     ("PUT", CP, "body", "schema_version"): Recipe(cp_new("schema_version"), "schema_version"),
     ("PUT", CP, "body", "updated_at_ms"): Recipe(cp_new("updated_at_ms"), "updated_at_ms"),
     ("PUT", CP, "body", "payload.n"): Recipe(cp_payload, "payload"),
-    ("PUT", CP, "header", "If-Match"): Recipe(cp_if_match, "If-Match", expect=_cas_max("")),
+    ("PUT", CP, "header", "If-Match"): Recipe(cp_if_match, "If-Match", expect=_cas_max),
     ("PUT", CP, "header", "Fencing-Token"): Recipe(fencing("cp"), "Fencing-Token"),
     ("PUT", FX, "body", "revision"): Recipe(fx_revision, "revision"),
-    ("PUT", FX, "header", "If-Match"): Recipe(fx_if_match, "If-Match", expect=_cas_max("")),
+    ("PUT", FX, "header", "If-Match"): Recipe(fx_if_match, "If-Match", expect=_cas_max),
     ("PUT", FX, "header", "Fencing-Token"): Recipe(fencing("fx"), "Fencing-Token"),
     ("POST", T + "runs/{run_id}/lease", "body", "ttl_s"): Recipe(lease, "ttl_s"),
     # Every run of the world was written just now: a longer quiet time matches none.
