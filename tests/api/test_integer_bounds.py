@@ -135,6 +135,7 @@ EXTRA: dict[Key, tuple] = {
     ("POST", LG, "body", "checkpoint.channel_versions.*"): I64,
     ("POST", LG, "body", "checkpoint.versions_seen.*.*"): I64,
     ("POST", LG, "body", "metadata.step"): (None, None),
+    ("GET", LG, "query", "filter.step"): (None, None),      # a JSON object in a string
     **{("IMPORT", RUNIFOLD, "checkpoint", name): bounds
        for name, bounds in envelope_integers().items()},
     ("IMPORT", RUNIFOLD, "effect", "revision"): (0, MAX63),
@@ -376,6 +377,10 @@ def _lg_step(body, v):
     body["metadata"]["step"] = v
 
 
+def lg_filter(w: World, v: int) -> Outcome:
+    return _get(w, "get", LG, {"thread_id": w.thread, "filter": json.dumps({"step": v})})
+
+
 def lg_idx(w: World, v: int) -> Outcome:
     return _json(w, "post", LGW, lg_writes(w.thread, LG_HEAD, "task-1", [(v, "a", 1)]))
 
@@ -448,6 +453,7 @@ RECIPES: dict[Key, Recipe] = {
     ("POST", LG, "body", "checkpoint.versions_seen.*.*"): Recipe(
         lg_checkpoint(_lg_seen), "checkpoint.versions_seen.n.a"),
     ("POST", LG, "body", "metadata.step"): Recipe(lg_checkpoint(_lg_step), "metadata.step"),
+    ("GET", LG, "query", "filter.step"): Recipe(lg_filter, "filter"),
     ("POST", LGW, "header", "Fencing-Token"): Recipe(fencing("lgw"), "Fencing-Token"),
     ("POST", LGW, "body", "writes[].idx"): Recipe(lg_idx, "writes[0].idx"),
     **{("POST", T + f"retry-requests/{{retry_id}}/{action}", "path", "retry_id"): Recipe(
