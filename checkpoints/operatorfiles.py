@@ -13,13 +13,15 @@ a symlink reads forever; opening a FIFO blocks until someone writes to it). So:
   lines (default ``RECOVERY_IMPORT_MAX_LINES``; a last line without ``\\n`` counts).
   Both are checked on the whole input before the caller reads its first line: a file by
   one pass over it, standard input by copying it to a temporary file (on disk beyond
-  8 MiB), so a refused input writes nothing.
+  8 MiB), so a refused input writes nothing. What was counted is all that is read: a
+  file that grows meanwhile ends where it was counted.
 
 Every refusal is a ``CommandError`` naming the argument and the rule.
 """
 
 from __future__ import annotations
 
+import io
 import os
 import stat
 import sys
@@ -92,8 +94,8 @@ def open_input(path: str, *, what: str = "file", stdin: IO[bytes] | None = None,
     checked as the module doc says; ``what`` names the argument in errors (``"file"``,
     ``"--against"``).
 
-    Returns ``(stream, size)``: a binary stream positioned at the start, which the caller
-    closes, and its size in bytes. Raises ``CommandError`` for a path that cannot be read,
+    Returns ``(stream, size)``: a binary stream positioned at the start that ends after
+    ``size`` bytes (its size when counted), which the caller closes. Raises ``CommandError`` for a path that cannot be read,
     that is not a regular file, or an input over either bound.
     """
     max_bytes = settings.RECOVERY_IMPORT_MAX_BYTES if max_bytes is None else max_bytes
@@ -130,4 +132,31 @@ def open_input(path: str, *, what: str = "file", stdin: IO[bytes] | None = None,
     except BaseException:
         stream.close()
         raise
-    return stream, size
+    return io.BufferedReader(_Capped(stream, size), buffer_size=_CHUNK), size
+
+
+class _Capped(io.RawIOBase):
+    """``stream`` ending after ``size`` bytes: what was counted is all that is read,
+    even when the file grows while it is imported (a log still being written)."""
+
+    def __init__(self, stream: IO[bytes], size: int):
+        super().__init__()
+        self._stream, self._left = stream, size
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        if self._left <= 0:
+            return 0
+        data = self._stream.read(min(len(buffer), self._left))
+        buffer[:len(data)] = data
+        self._left -= len(data)
+        return len(data)
+
+    def fileno(self) -> int:
+        return self._stream.fileno()
+
+    def close(self) -> None:
+        self._stream.close()
+        super().close()

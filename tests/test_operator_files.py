@@ -136,3 +136,17 @@ def test_a_file_at_the_bounds_is_imported(acme, tmp_path, settings):
     call_command("import_runifold", str(link), tenant="acme", no_progress=True, stdout=out,
                  stderr=io.StringIO())
     assert "3 line(s) imported" in out.getvalue()
+
+
+def test_a_file_that_grows_after_it_was_counted_ends_where_it_was_counted(tmp_path):
+    from checkpoints.operatorfiles import open_input
+
+    path = tmp_path / "growing.jsonl"
+    path.write_bytes(b'{"a": 1}\n{"a": 2}\n')
+    stream, size = open_input(str(path), max_bytes=1024, max_lines=2)
+    with open(path, "ab") as more:
+        more.write(b'{"a": 3}\n' * 100)
+    with stream:
+        assert size == 18
+        assert stream.readline() == b'{"a": 1}\n'
+        assert stream.read() == b'{"a": 2}\n'
