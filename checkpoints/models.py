@@ -196,7 +196,9 @@ class Run(TenantOwned, TimestampedModel):
                                db_index=False)
     uuid = models.UUIDField(help_text="the run's public id (``run_id`` on the wire)")
     kind = models.CharField(max_length=200, blank=True)
-    schema_version = models.PositiveIntegerField(null=True, blank=True)
+    # 64-bit like ``Checkpoint.schema_version``: the API takes 0..2^32-1
+    # (``intranges.SCHEMA_VERSION``), which a 32-bit signed column cannot hold (issue 17).
+    schema_version = models.PositiveBigIntegerField(null=True, blank=True)
     agent = models.CharField(max_length=256, blank=True)
     model = models.CharField(max_length=256, blank=True, help_text="provider/name")
     workflow = models.CharField(max_length=256, blank=True)

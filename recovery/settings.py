@@ -327,6 +327,11 @@ SILENCED_SYSTEM_CHECKS = [
 # --- Bodies and payloads (CONTRACT.md section 6) ---------------------------------------
 RECOVERY_MAX_BODY_BYTES = env_int("RECOVERY_MAX_BODY_BYTES", 1024 * 1024, minimum=1024)
 RECOVERY_MAX_JSON_DEPTH = env_int("RECOVERY_MAX_JSON_DEPTH", 64, minimum=2)
+# Files an operator command reads (import_runifold, verify_audit_chain --against; issue
+# 17): at most this many bytes and lines, checked before anything is written
+# (checkpoints/operatorfiles.py, docs/runifold.md).
+RECOVERY_IMPORT_MAX_BYTES = env_int("RECOVERY_IMPORT_MAX_BYTES", 4 * 1024**3, minimum=1024)
+RECOVERY_IMPORT_MAX_LINES = env_int("RECOVERY_IMPORT_MAX_LINES", 10_000_000, minimum=1)
 # Django refuses bodies over this before our view sees them; keep it above our own limit
 # so that the API can answer the contract's 413 itself.
 DATA_UPLOAD_MAX_MEMORY_SIZE = RECOVERY_MAX_BODY_BYTES + 64 * 1024

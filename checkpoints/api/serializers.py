@@ -22,7 +22,7 @@ import threading
 
 from rest_framework import serializers
 
-from .. import exceptions
+from .. import exceptions, intranges
 from ..models import BULK_MAX_RUNS
 from ..vocab import (
     BulkActionKind,
@@ -221,11 +221,12 @@ class EnvelopeSerializer(Answer):
 
     id = serializers.UUIDField()
     run_id = serializers.UUIDField()
-    revision = serializers.IntegerField(min_value=0, max_value=2**63 - 1)
+    revision = serializers.IntegerField(**intranges.REVISION.field_kwargs())
     kind = serializers.RegexField(r"^[a-z][a-z0-9_]*(\.[a-z0-9_-]+)+$")
-    schema_version = serializers.IntegerField(min_value=0, max_value=2**32 - 1)
+    schema_version = serializers.IntegerField(**intranges.SCHEMA_VERSION.field_kwargs())
     payload = serializers.JSONField()
-    updated_at_ms = serializers.IntegerField(min_value=0, help_text="writer's clock, ms")
+    updated_at_ms = serializers.IntegerField(**intranges.UPDATED_AT_MS.field_kwargs(),
+                                             help_text="writer's clock, ms")
 
 
 class RevisionsSerializer(Answer):
@@ -264,7 +265,7 @@ class EffectInputSerializer(serializers.Serializer):
 
     id = serializers.UUIDField()
     run_id = serializers.UUIDField()
-    revision = serializers.IntegerField(min_value=0, max_value=2**63 - 1)
+    revision = serializers.IntegerField(**intranges.REVISION.field_kwargs())
     operation_key = serializers.CharField(max_length=512)
     service = serializers.CharField(max_length=200)
     effect_class = serializers.ChoiceField(choices=EffectClass.values)
@@ -493,7 +494,7 @@ class RunDetailSerializer(Answer):
 
 class LeaseInputSerializer(serializers.Serializer):
     owner = serializers.CharField(max_length=256)
-    ttl_s = serializers.IntegerField(min_value=1, max_value=86400)
+    ttl_s = serializers.IntegerField(**intranges.LEASE_TTL_S.field_kwargs())
 
 
 # Rendered from the ``Run`` row.

@@ -45,7 +45,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from .. import reconciliation, reports, roles, selectors, services
+from .. import intranges, reconciliation, reports, roles, selectors, services
 from ..exceptions import (
     Forbidden,
     InvalidPayload,
@@ -71,7 +71,7 @@ from .schema import ApiSchema
 
 _STRONG_ETAG_RE = re.compile(r'^"(0|[1-9][0-9]{0,18})"\Z')
 _UINT_RE = re.compile(r"^(0|[1-9][0-9]{0,18})\Z")
-_PK_RE = re.compile(r"^[1-9][0-9]{0,17}\Z")
+_PK_RE = re.compile(r"^[1-9][0-9]{0,18}\Z")
 
 
 class _NoParse(BaseParser):
@@ -161,7 +161,7 @@ def parse_fencing_token(request: Request) -> int | None:
     if raw is None:
         return None
     raw = raw.strip()
-    if not _UINT_RE.match(raw) or int(raw) > MAX_REVISION:
+    if not _UINT_RE.match(raw) or not intranges.FENCING_TOKEN.contains(int(raw)):
         raise InvalidPayload("Fencing-Token: must be an integer in 0..2^63-1")
     return int(raw)
 
@@ -238,7 +238,7 @@ CAS_HEADERS = [
                      description="`*` to create (body revision 0)"),
     OpenApiParameter("If-Match", OpenApiTypes.STR, OpenApiParameter.HEADER,
                      description='`"N"` to update from revision N (body revision N+1)'),
-    OpenApiParameter("Fencing-Token", OpenApiTypes.INT, OpenApiParameter.HEADER,
+    OpenApiParameter("Fencing-Token", intranges.FENCING_TOKEN.schema(), OpenApiParameter.HEADER,
                      description="the run's current fencing token; required while it is leased"),
 ]
 
@@ -672,7 +672,7 @@ class RetryRequestCreateApi(TenantApi):
 
 
 def _retry_pk(value: str) -> int:
-    if not _PK_RE.match(value):
+    if not _PK_RE.match(value) or not intranges.ROW_ID.contains(int(value)):
         raise NotFound("no such retry request")
     return int(value)
 
@@ -698,7 +698,7 @@ class _RetryDecisionApi(TenantApi):
 @extend_schema_view(post=extend_schema(
     operation_id="retry_request_approve",
     summary="Approver: approve someone else's retry request",
-    parameters=[TENANT, _path("retry_id", OpenApiTypes.INT)],
+    parameters=[TENANT, _path("retry_id", intranges.ROW_ID.schema())],
     request=s.ReasonSerializer,
     responses={200: s.RetryRequestSerializer, **_errors(400, 413, 422)},
 ))
@@ -709,7 +709,7 @@ class RetryApproveApi(_RetryDecisionApi):
 @extend_schema_view(post=extend_schema(
     operation_id="retry_request_reject",
     summary="Approver: reject someone else's retry request",
-    parameters=[TENANT, _path("retry_id", OpenApiTypes.INT)],
+    parameters=[TENANT, _path("retry_id", intranges.ROW_ID.schema())],
     request=s.ReasonSerializer,
     responses={200: s.RetryRequestSerializer, **_errors(400, 413, 422)},
 ))
@@ -725,7 +725,7 @@ class RetryWithdrawApi(TenantApi):
                     "it) and the run leaves `awaiting_approval`. 403 for someone else's "
                     "request; 422 `invalid_transition` once it is approved, rejected, "
                     "withdrawn, expired or consumed (`detail` says by whom and when).",
-        parameters=[TENANT, _path("retry_id", OpenApiTypes.INT)],
+        parameters=[TENANT, _path("retry_id", intranges.ROW_ID.schema())],
         request=s.ReasonSerializer,
         responses={200: s.RetryRequestSerializer, **_errors(400, 413, 422)},
     )

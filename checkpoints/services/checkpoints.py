@@ -11,7 +11,7 @@ from typing import Any
 from django.conf import settings
 from django.db import IntegrityError, transaction
 
-from .. import crypto, kinds, roles, writepath
+from .. import crypto, intranges, kinds, roles, writepath
 from ..audit import (
     audit_record,
 )
@@ -35,7 +35,7 @@ from ..vocab import (
     AuditAction,
     TargetType,
 )
-from .common import U32_MAX, _int_field, _require_reason, _uuid_field
+from .common import _require_reason, _uuid_field
 from .runs import (
     _check_fence,
     _drop_if_empty,
@@ -73,17 +73,17 @@ def parse_envelope(body: dict, *, url_id: uuid.UUID) -> Envelope:
     if cid != url_id:
         raise InvalidPayload("id: differs from the id in the URL")
     run_id = _uuid_field(body, "run_id")
-    revision = _int_field(body, "revision", MAX_REVISION)
+    revision = intranges.REVISION.check(body.get("revision"), "revision")
     kind = body.get("kind")
     if not isinstance(kind, str) or len(kind) > 200 or not kinds.KIND_RE.match(kind):
         raise InvalidPayload(
             "kind: must match ^[a-z][a-z0-9_]*(\\.[a-z0-9_-]+)+$ (e.g. acme.order)"
         )
-    schema_version = _int_field(body, "schema_version", U32_MAX)
+    schema_version = intranges.SCHEMA_VERSION.check(body.get("schema_version"),
+                                                    "schema_version")
     if "payload" not in body:
         raise InvalidPayload("payload: required")
-    # The column is a signed 64-bit integer: 2^63-1 is the most the store can hold.
-    updated_at_ms = _int_field(body, "updated_at_ms", MAX_REVISION)
+    updated_at_ms = intranges.UPDATED_AT_MS.check(body.get("updated_at_ms"), "updated_at_ms")
     unknown = set(body) - {"id", "run_id", "revision", "kind", "schema_version", "payload",
                            "updated_at_ms"}
     if unknown:
@@ -116,9 +116,11 @@ def checkpoint_put(
     require(actor, tenant, roles.WRITE)
     if expected_revision is None and envelope.revision != 0:
         raise InvalidPayload("revision: must be 0 when creating (If-None-Match: *)")
-    if expected_revision is not None and (
-        expected_revision >= MAX_REVISION or envelope.revision != expected_revision + 1
-    ):
+    if expected_revision is not None and expected_revision >= MAX_REVISION:
+        # No revision can follow 2^63-1 (CONTRACT.md 2): the tag, not the body, is wrong.
+        raise InvalidPayload(f"If-Match: revision {MAX_REVISION} is the last one; no "
+                             f"revision can follow it")
+    if expected_revision is not None and envelope.revision != expected_revision + 1:
         raise InvalidPayload(f"revision: must be {expected_revision + 1} (If-Match + 1)")
     cls = kinds.classify(envelope.kind, envelope.schema_version, envelope.payload)
     phase_label = (cls.error if not cls.supported else cls.phase.label)[:256]

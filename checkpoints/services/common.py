@@ -73,13 +73,6 @@ def _uuid_field(body: dict, key: str) -> uuid.UUID:
         raise InvalidPayload(f"{key}: {value[:64]!r} is not a UUID") from None
 
 
-def _int_field(body: dict, key: str, maximum: int) -> int:
-    value = body.get(key)
-    if type(value) is not int or not 0 <= value <= maximum:
-        raise InvalidPayload(f"{key}: must be an integer in 0..{maximum}")
-    return value
-
-
 def _str_field(body: dict, key: str, max_len: int) -> str:
     value = body.get(key)
     if not isinstance(value, str) or not value:

@@ -12,7 +12,7 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 
-from .. import crypto, policy, roles
+from .. import crypto, intranges, policy, roles
 from ..audit import (
     audit_record,
 )
@@ -41,7 +41,7 @@ from ..vocab import (
     EffectState,
     TargetType,
 )
-from .common import HEX64_RE, _actor_name, _int_field, _str_field, _uuid_field
+from .common import HEX64_RE, _actor_name, _str_field, _uuid_field
 from .runs import (
     _check_fence,
     _drop_if_empty,
@@ -75,7 +75,7 @@ def parse_effect(body: dict, *, url_id: uuid.UUID) -> EffectBody:
     if eid != url_id:
         raise InvalidPayload("id: differs from the id in the URL")
     run_id = _uuid_field(body, "run_id")
-    revision = _int_field(body, "revision", MAX_REVISION)
+    revision = intranges.REVISION.check(body.get("revision"), "revision")
     operation_key = _str_field(body, "operation_key", 512)
     service = _str_field(body, "service", 200)
     effect_class = body.get("effect_class")
@@ -137,9 +137,11 @@ def effect_put(
     require(actor, tenant, roles.WRITE)
     if expected_revision is None and body.revision != 0:
         raise InvalidPayload("revision: must be 0 when creating (If-None-Match: *)")
-    if expected_revision is not None and (
-        expected_revision >= MAX_REVISION or body.revision != expected_revision + 1
-    ):
+    if expected_revision is not None and expected_revision >= MAX_REVISION:
+        # No revision can follow 2^63-1 (CONTRACT.md 2): the tag, not the body, is wrong.
+        raise InvalidPayload(f"If-Match: revision {MAX_REVISION} is the last one; no "
+                             f"revision can follow it")
+    if expected_revision is not None and body.revision != expected_revision + 1:
         raise InvalidPayload(f"revision: must be {expected_revision + 1} (If-Match + 1)")
     if body.state == EffectState.CONFIRMED and body.receipt is None:
         raise InvalidPayload("receipt: required when state is confirmed")

@@ -71,13 +71,16 @@ from django.db import IntegrityError, transaction
 from django.db.models import OuterRef, Subquery
 from django.db.models.functions import Coalesce
 
+<<<<<<< HEAD
 from .. import crypto, kinds, locks, policy, roles, writepath
+=======
+from .. import crypto, intranges, kinds, policy, roles, writepath
+>>>>>>> bounds
 from ..audit import audit_record, audit_record_many
 from ..dbclock import db_now
 from ..exceptions import Forbidden, InvalidPayload, NotFound
 from ..jsonparse import dumps, loads_any, loads_object, printable
 from ..models import (
-    MAX_REVISION,
     Checkpoint,
     CheckpointRevision,
     Effect,
@@ -95,7 +98,7 @@ from ..vocab import (
     TargetType,
 )
 from .checkpoints import Envelope, parse_envelope
-from .common import _actor_name, _int_field, _uuid_field
+from .common import _actor_name, _uuid_field
 from .runs import run_save_many
 
 # --------------------------------------------------------------------------------------
@@ -435,7 +438,7 @@ def execution_id(key: str | None) -> uuid.UUID | None:
 
 def _parse_effect(body: dict, number: int) -> EffectLine:
     _only(body, ("revision", "request", "status", "run_id"), "")
-    revision = _int_field(body, "revision", MAX_REVISION)
+    revision = intranges.REVISION.check(body.get("revision"), "revision")
     run_id = _uuid_field(body, "run_id") if "run_id" in body else None
     effect_id, service, operation_key, effect_class = _request(body["request"])
     state, value = _status(body["status"], revision)

@@ -11,7 +11,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Count, F, IntegerField, Value, Window
 from django.db.models.functions import RowNumber
 
-from .. import crypto, locks, policy, roles
+from .. import crypto, intranges, locks, policy, roles
 from ..audit import (
     audit_record,
 )
@@ -362,8 +362,7 @@ def lease_acquire(*, actor, tenant: Tenant, run_id: uuid.UUID, owner: str, ttl_s
     require(actor, tenant, roles.WRITE)
     if not isinstance(owner, str) or not owner or len(owner) > 256:
         raise InvalidPayload("owner: must be a non-empty string of at most 256 characters")
-    if type(ttl_s) is not int or not 1 <= ttl_s <= 86400:
-        raise InvalidPayload("ttl_s: must be an integer in 1..86400")
+    intranges.LEASE_TTL_S.check(ttl_s, "ttl_s")
     with transaction.atomic():
         run = _lock_run(tenant, run_id, create=False)
         if run is None:

@@ -6,13 +6,15 @@ Every line is checked and written by ``services.runifold_import`` (batches, each
 transaction with its audit events); this command only reads the arguments and prints.
 Each bad line is reported on stderr as ``line N: field: rule``; the others are imported.
 The summary goes to stdout; the exit status is 1 when any line failed. Importing the same
-file again imports nothing new. ``FILE`` may be ``-`` for standard input. A progress bar
+file again imports nothing new. ``FILE`` may be ``-`` for standard input; anything else
+must be a regular file (a device, FIFO or directory is refused), and the input at most
+``RECOVERY_IMPORT_MAX_BYTES`` and ``RECOVERY_IMPORT_MAX_LINES`` (``checkpoints.operatorfiles``,
+checked before anything is written). A progress bar
 (tqdm) is drawn on stderr when it is a terminal, unless ``--no-progress``.
 """
 
 from __future__ import annotations
 
-import os
 import sys
 
 from django.core.management.base import BaseCommand, CommandError
@@ -20,6 +22,7 @@ from django.core.management.base import BaseCommand, CommandError
 from checkpoints import services
 from checkpoints.exceptions import DomainError
 from checkpoints.models import Tenant
+from checkpoints.operatorfiles import open_input
 from checkpoints.services.runifold import DEFAULT_BATCH, jsonl_lines
 
 
@@ -39,14 +42,9 @@ class Command(BaseCommand):
         tenant_obj = Tenant.objects.filter(slug=tenant).first()
         if tenant_obj is None:
             raise CommandError(f"tenant: no tenant {tenant!r}")
-        if file == "-":
-            stream, total = sys.stdin.buffer, None
-        else:
-            try:
-                stream = open(file, "rb")  # noqa: SIM115 - closed below
-            except OSError as exc:
-                raise CommandError(f"file: cannot read {file}: {exc.strerror}") from None
-            total = os.fstat(stream.fileno()).st_size
+        # A regular file or standard input, within RECOVERY_IMPORT_MAX_BYTES and
+        # RECOVERY_IMPORT_MAX_LINES, checked before the first line is imported (issue 17).
+        stream, total = open_input(file, what="file")
         bar = _progress(total, no_progress or not self.stderr.isatty())
 
         def error(number: int, detail: str) -> None:
@@ -66,8 +64,7 @@ class Command(BaseCommand):
         finally:
             if bar is not None:
                 bar.close()
-            if stream is not sys.stdin.buffer:
-                stream.close()
+            stream.close()
         self.stdout.write(
             f"{tenant_obj.slug}: {report.imported} line(s) imported, {report.skipped} skipped "
             f"as already present, {report.failed} failed ({report.lines} line(s) read)")

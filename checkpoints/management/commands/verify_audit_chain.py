@@ -20,12 +20,15 @@ from django.core.management.base import BaseCommand, CommandError
 from checkpoints import services
 from checkpoints.exceptions import DomainError
 from checkpoints.models import Tenant
+from checkpoints.operatorfiles import open_input
 
 
 def _read_exports(path: str, tenant: str | None) -> list[tuple[int, dict]]:
+    # A regular file (or -), bounded like an import (checkpoints.operatorfiles, issue 17).
+    stream, _ = open_input(path, what="--against")
     try:
-        with open(path, encoding="utf-8") as fh:
-            lines = fh.read().splitlines()
+        with stream:
+            lines = stream.read().decode("utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as exc:
         raise CommandError(f"--against: cannot read {path!r} ({exc})") from None
     records = []

@@ -1,0 +1,152 @@
+"""Operator commands on hostile files (issue 17, item 9; ``checkpoints.operatorfiles``).
+
+``import_runifold`` and ``verify_audit_chain --against`` take a path from the operator. A
+FIFO, ``/dev/zero`` behind a symlink, a directory, a file over ``RECOVERY_IMPORT_MAX_BYTES``
+or over ``RECOVERY_IMPORT_MAX_LINES`` (from a file or from standard input) is refused
+quickly with a ``CommandError`` naming the argument and the rule, and nothing is written
+(the whole database is compared). Each command runs with a deadline (SIGALRM), so a
+command that blocks or reads forever fails the test instead of hanging it.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from tests.matrixhelpers import db_diff, db_state
+
+FIXTURES = Path(__file__).parent / "fixtures" / "runifold"
+AGENT = FIXTURES / "agent.v1.jsonl"  # 3 valid lines
+DEADLINE_S = 10
+
+
+class _Deadline(Exception):
+    pass
+
+
+def _within_deadline(fn):
+    """Run ``fn()`` (in this thread: it uses the test's database connection); a failure
+    when it is still running after ``DEADLINE_S`` (SIGALRM interrupts a blocking open of
+    a FIFO as well as an endless read)."""
+
+    def expire(signum, frame):
+        raise _Deadline
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, DEADLINE_S)
+    try:
+        return fn()
+    except _Deadline:
+        pytest.fail(f"the command was still running after {DEADLINE_S} s (it blocks or "
+                    f"reads forever)")
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _import(path: str) -> None:
+    call_command("import_runifold", path, tenant="acme", no_progress=True,
+                 stdout=io.StringIO(), stderr=io.StringIO())
+
+
+def _verify(path: str) -> None:
+    call_command("verify_audit_chain", against=path, stdout=io.StringIO())
+
+
+COMMANDS = {"import_runifold": (_import, "file"), "verify_audit_chain": (_verify, "--against")}
+
+
+def _hostile(kind: str, tmp_path: Path) -> tuple[str, str]:
+    """A path of ``kind`` and the words the refusal must hold."""
+    if kind == "fifo":
+        path = tmp_path / "pipe"
+        os.mkfifo(path)
+        return str(path), "is a FIFO (named pipe); give a regular file"
+    if kind == "dev_zero_symlink":
+        path = tmp_path / "looks-like-a-file.jsonl"
+        path.symlink_to("/dev/zero")
+        return str(path), "(-> /dev/zero) is a character device; give a regular file"
+    if kind == "directory":
+        return str(tmp_path), "is a directory; give a regular file"
+    if kind == "too_many_bytes":
+        path = tmp_path / "big.jsonl"
+        path.write_bytes(AGENT.read_bytes() * 2)  # over the 1024-byte bound of the test
+        return str(path), "larger than 1024 bytes (RECOVERY_IMPORT_MAX_BYTES)"
+    if kind == "too_many_lines":
+        path = tmp_path / "long.jsonl"
+        path.write_bytes(b"\n".join(AGENT.read_bytes().splitlines()[:3]))  # 3 lines, no final \n
+        return str(path), "more than 2 lines (RECOVERY_IMPORT_MAX_LINES)"
+    raise AssertionError(kind)
+
+
+KINDS = ["fifo", "dev_zero_symlink", "directory", "too_many_bytes", "too_many_lines"]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("command", list(COMMANDS))
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_hostile_path_is_refused_quickly_and_nothing_is_written(acme, tmp_path, settings,
+                                                                   command, kind):
+    fn, what = COMMANDS[command]
+    path, words = _hostile(kind, tmp_path)
+    if kind == "too_many_bytes":
+        settings.RECOVERY_IMPORT_MAX_BYTES = 1024
+    if kind == "too_many_lines":
+        settings.RECOVERY_IMPORT_MAX_LINES = 2
+    before = db_state()
+    with pytest.raises(CommandError) as caught:
+        _within_deadline(lambda: fn(path))
+    assert str(caught.value).startswith(f"{what}: "), caught.value
+    assert words in str(caught.value)
+    assert db_diff(before, db_state()) == {}
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("bound", "value", "words"), [
+    ("RECOVERY_IMPORT_MAX_BYTES", 1024, "file: larger than 1024 bytes"),
+    ("RECOVERY_IMPORT_MAX_LINES", 2, "file: more than 2 lines"),
+])
+def test_standard_input_is_bounded_before_anything_is_written(acme, settings, monkeypatch,
+                                                              bound, value, words):
+    setattr(settings, bound, value)
+    data = AGENT.read_bytes() * 2  # 6 lines, about 2.5 KB: over both bounds
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(data)))
+    before = db_state()
+    with pytest.raises(CommandError, match=words):
+        _within_deadline(lambda: _import("-"))
+    assert db_diff(before, db_state()) == {}
+
+
+@pytest.mark.django_db
+def test_a_file_at_the_bounds_is_imported(acme, tmp_path, settings):
+    data = AGENT.read_bytes()
+    settings.RECOVERY_IMPORT_MAX_BYTES = max(len(data), 1024)
+    settings.RECOVERY_IMPORT_MAX_LINES = 3
+    path = tmp_path / "agent.jsonl"
+    path.write_bytes(data)
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(path)  # a symlink to a regular file is a regular file
+    out = io.StringIO()
+    call_command("import_runifold", str(link), tenant="acme", no_progress=True, stdout=out,
+                 stderr=io.StringIO())
+    assert "3 line(s) imported" in out.getvalue()
+
+
+def test_a_file_that_grows_after_it_was_counted_ends_where_it_was_counted(tmp_path):
+    from checkpoints.operatorfiles import open_input
+
+    path = tmp_path / "growing.jsonl"
+    path.write_bytes(b'{"a": 1}\n{"a": 2}\n')
+    stream, size = open_input(str(path), max_bytes=1024, max_lines=2)
+    with open(path, "ab") as more:
+        more.write(b'{"a": 3}\n' * 100)
+    with stream:
+        assert size == 18
+        assert stream.readline() == b'{"a": 1}\n'
+        assert stream.read() == b'{"a": 2}\n'
