@@ -71,11 +71,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import OuterRef, Subquery
 from django.db.models.functions import Coalesce
 
-<<<<<<< HEAD
-from .. import crypto, kinds, locks, policy, roles, writepath
-=======
-from .. import crypto, intranges, kinds, policy, roles, writepath
->>>>>>> bounds
+from .. import crypto, intranges, kinds, locks, policy, roles, writepath
 from ..audit import audit_record, audit_record_many
 from ..dbclock import db_now
 from ..exceptions import Forbidden, InvalidPayload, NotFound
