@@ -421,7 +421,9 @@ class Conflict(TenantOwned):
     )
     writer_name = models.CharField(max_length=150)
     refused_ciphertext = models.TextField(blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
+    # The refused write's time on the database clock (read with the run's lock), never the
+    # process clock: the report buckets conflicts by it within a database-clock window.
+    created_at = models.DateTimeField()
     acknowledged_at = models.DateTimeField(null=True, blank=True)
     acknowledged_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"

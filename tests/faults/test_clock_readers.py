@@ -117,3 +117,19 @@ def test_the_owner_status_is_judged_on_the_database_clock(acme, wendy, vic, skew
 def test_the_report_is_as_of_the_database_clock(acme, vic, skewed):
     answer = reports.figures(user=vic, tenant=acme, range_name="24h")
     on_the_database_clock(answer["as_of"], "the report's as_of")
+
+
+def test_a_refused_write_is_kept_on_the_database_clock(acme, wendy, vic, skewed):
+    """The report buckets conflicts by ``Conflict.created_at`` inside a database-clock
+    window: the row's time is the database's (it was the process's, ``auto_now_add``)."""
+    from checkpoints.exceptions import StaleRevision
+    from checkpoints.models import Conflict
+
+    body = envelope(payload={"phase": "ready"})
+    put_checkpoint(wendy, acme, body)
+    with pytest.raises(StaleRevision):
+        put_checkpoint(wendy, acme, body)  # created twice: refused, kept as a conflict
+    conflict = Conflict.objects.for_tenant(acme).get()
+    on_the_database_clock(conflict.created_at, "the conflict's created_at")
+    answer = reports.figures(user=vic, tenant=acme, range_name="24h")
+    assert sum(sum(series) for series in answer["conflicts"].values()) == 1, answer["conflicts"]
