@@ -101,6 +101,10 @@ def test_it_refuses_bad_role_names(db, options, message):
 def test_it_prints_the_role_sql_on_any_backend(db):
     sql = run("setup_database_roles", owner="rcv_owner", app="rcv_app", print_only=True)
     assert sql.startswith("-- recovery: least-privilege roles") and "COMMIT;" in sql
+    # Two transactions: part 2 needs the tables, so it runs after migrate (issue 17, item 4).
+    part1, part2 = sql.split("-- Part 2: after `python manage.py migrate` as rcv_owner")
+    assert part1.count("COMMIT;") == 1 and part2.count("COMMIT;") == 1
+    assert "ALTER DEFAULT PRIVILEGES" in part1 and "checkpoints_audit" not in part1
     for statement in (
         'GRANT SELECT, INSERT ON "public"."checkpoints_auditevent" TO "rcv_app"',
         'REVOKE ALL ON "public"."checkpoints_auditevent", "public"."checkpoints_auditchainhead"'
