@@ -5,7 +5,9 @@ Every tenant has one chain of ``AuditEvent`` rows (seq 1, 2, ...) and one
 not, is written up in ``docs/security/audit.md``; the short version:
 
 - **Keyed hash.** An event's ``hash`` is HMAC-SHA256 over the tenant, the key id, the
-  previous event's hash and the event's fields (``hash_scheme`` 2), keyed with a secret
+  previous event's hash and the event's fields, the actor's id included (``hash_scheme``
+  3; events written before issue 17 are scheme 2, without the actor id, and verify as
+  they were made), keyed with a secret
   from ``RECOVERY_AUDIT_KEYS`` that the database never holds. Someone who can write the
   table but lacks the key cannot rewrite an event and recompute the chain. Events written
   before migration 0005 are plain SHA-256 (scheme 1); they verify only inside the range
@@ -111,8 +113,11 @@ def _mac(secret: bytes, message: dict) -> str:
 # --------------------------------------------------------------------------------------
 
 def audit_fields(e: AuditEvent) -> dict:
-    """The fields an event's hash covers (both schemes), as canonical-JSON-ready values."""
-    return {
+    """The fields an event's hash covers, as canonical-JSON-ready values, for the event's
+    ``hash_scheme``: schemes 1 and 2 the ten below; scheme 3 also ``actor_id`` (the
+    account's primary key, or ``None`` for the system), so that the column the
+    ``actor_name`` is shown for cannot be changed unseen (issue 17, item 13)."""
+    fields = {
         "seq": e.seq,
         "created_at": e.created_at.isoformat(),
         "actor": e.actor_name,
@@ -124,6 +129,9 @@ def audit_fields(e: AuditEvent) -> dict:
         "before": e.before,
         "after": e.after,
     }
+    if e.hash_scheme >= AuditHashScheme.HMAC_SHA256_ACTOR:
+        fields["actor_id"] = e.actor_id
+    return fields
 
 
 def legacy_hash(prev_hash: str, fields: dict) -> str:
@@ -132,13 +140,21 @@ def legacy_hash(prev_hash: str, fields: dict) -> str:
 
 
 def event_mac(secret: bytes, *, tenant_id: int, key_id: str, prev_hash: str,
-              fields: dict) -> str:
-    """Scheme 2: HMAC-SHA256 hex over the tenant, key id, previous hash and the fields.
+              fields: dict, scheme: int = AuditHashScheme.HMAC_SHA256_ACTOR) -> str:
+    """Schemes 2 and 3: HMAC-SHA256 hex over the tenant, key id, previous hash and the
+    fields (``audit_fields``); scheme 3 also names itself in the MAC input, so that an
+    event cannot be relabelled with another scheme and still verify.
 
     The tenant is covered so that one tenant's chain cannot be passed off as another's.
+    Raises ``ValueError`` for scheme 1 (unkeyed: ``legacy_hash``) or an unknown one.
     """
-    return _mac(secret, {"purpose": "audit-event", "tenant": tenant_id, "key_id": key_id,
-                         "prev_hash": prev_hash, "event": fields})
+    message = {"purpose": "audit-event", "tenant": tenant_id, "key_id": key_id,
+               "prev_hash": prev_hash, "event": fields}
+    if scheme == AuditHashScheme.HMAC_SHA256_ACTOR:
+        message["scheme"] = int(scheme)
+    elif scheme != AuditHashScheme.HMAC_SHA256:
+        raise ValueError(f"hash_scheme: {scheme} is not a keyed scheme")
+    return _mac(secret, message)
 
 
 def legacy_seal_mac(secret: bytes, *, tenant_id: int, seq: int, last_hash: str) -> str:
@@ -274,11 +290,12 @@ def new_event(*, tenant: Tenant, seq: int, prev_hash: str, created_at, actor, ac
         before=before,
         after=after,
         prev_hash=prev_hash,
-        hash_scheme=AuditHashScheme.HMAC_SHA256,
+        hash_scheme=AuditHashScheme.HMAC_SHA256_ACTOR,
         key_id=keys.newest_id,
     )
     event.hash = event_mac(keys.newest, tenant_id=tenant.pk, key_id=keys.newest_id,
-                           prev_hash=prev_hash, fields=audit_fields(event))
+                           prev_hash=prev_hash, fields=audit_fields(event),
+                           scheme=event.hash_scheme)
     return event
 
 
@@ -298,14 +315,14 @@ def _event_problem(e: AuditEvent, prev: str, keys: AuditKeys, legacy_seq: int) -
         if legacy_hash(prev, audit_fields(e)) != e.hash:
             return f"{where} does not match its hash"
         return ""
-    if e.hash_scheme != AuditHashScheme.HMAC_SHA256:
+    if e.hash_scheme not in (AuditHashScheme.HMAC_SHA256, AuditHashScheme.HMAC_SHA256_ACTOR):
         return f"{where} has unknown hash scheme {e.hash_scheme}"
     secret = keys.by_id.get(e.key_id)
     if secret is None:
         return (f"{where} is signed with unknown audit key id {e.key_id!r} "
                 "(an old key missing from RECOVERY_AUDIT_KEYS?)")
     expected = event_mac(secret, tenant_id=e.tenant_id, key_id=e.key_id, prev_hash=prev,
-                         fields=audit_fields(e))
+                         fields=audit_fields(e), scheme=e.hash_scheme)
     if not hmac.compare_digest(expected, e.hash):
         return f"{where} does not match its hash (HMAC)"
     return ""

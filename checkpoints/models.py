@@ -503,10 +503,14 @@ class AuditHashScheme(models.IntegerChoices):
     ``SHA256`` is the unkeyed scheme of events written before migration 0005; it is
     accepted only inside the tenant's sealed legacy range (``AuditChainHead.legacy_seq``).
     ``HMAC_SHA256`` is keyed with ``RECOVERY_AUDIT_KEYS``; ``key_id`` names the key.
+    ``HMAC_SHA256_ACTOR`` (every event written since issue 17, item 13) is the same key and
+    also covers the ``actor_id`` column and the scheme itself; events written before keep
+    scheme 2 and verify as they were made.
     """
 
     SHA256 = 1, "sha256 (legacy, unkeyed)"
     HMAC_SHA256 = 2, "hmac-sha256"
+    HMAC_SHA256_ACTOR = 3, "hmac-sha256, actor id covered"
 
 
 class AuditEvent(TenantOwned):

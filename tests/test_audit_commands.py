@@ -87,6 +87,20 @@ def test_it_refuses_unreadable_files_and_unknown_tenants(acme, tmp_path):
     assert not AuditEvent.objects.filter(action="audit.export_head").exists()
 
 
+def test_it_names_the_tenant_whose_event_was_given_another_actor_id(acme, globex, wendy,
+                                                                   rita):
+    """Issue 17, item 13: only the username is shown, but the ``actor_id`` column is
+    covered by the MAC too: changing it is detected."""
+    put_checkpoint(wendy, acme, envelope())
+    event = AuditEvent.objects.get(tenant=acme, action="checkpoint.write")
+    tampering.raw(f"UPDATE {tampering.EVENTS} SET actor_id = %s WHERE id = %s",
+                  [rita.pk, event.pk])
+    with pytest.raises(CommandError) as caught:
+        run("verify_audit_chain")
+    assert str(caught.value) == (f"audit chain broken for: acme: event seq {event.seq} "
+                                 f"(id {event.pk}) does not match its hash (HMAC)")
+
+
 @pytest.mark.parametrize("options, message", [
     ({"owner": "Owner", "app": "app"}, "--owner: a role name"),
     ({"owner": "owner", "app": "pg_app"}, "--app: a role name"),

@@ -43,8 +43,9 @@ def rewrite(tenant, seq: int, *, downgrade: bool = False, **changes) -> None:
         setattr(events[seq - 1], name, value)
     for e in events[seq - 1:]:
         e.prev_hash = prev
-        e.hash = legacy_hash(prev, audit_fields(e))
         scheme = AuditHashScheme.SHA256 if downgrade else e.hash_scheme
+        e.hash_scheme = scheme  # the fields the claimed scheme covers
+        e.hash = legacy_hash(prev, audit_fields(e))
         raw(f"UPDATE {EVENTS} SET reason = %s, actor_name = %s, action = %s, prev_hash = %s, "
             f"hash = %s, hash_scheme = %s WHERE id = %s",
             [e.reason, e.actor_name, e.action, e.prev_hash, e.hash, scheme, e.pk])

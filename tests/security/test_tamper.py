@@ -161,6 +161,23 @@ def test_a_rewrite_passed_off_as_legacy_sha256_is_detected(chain):
            "verifier: unkeyed hash outside the sealed range")
 
 
+@pytest.mark.parametrize("relabel", [False, True], ids=["as is", "labelled scheme 2"])
+def test_changing_an_events_actor_id_is_detected(chain, wendy, wes, relabel):
+    """Issue 17, item 13: ``actor_id`` is covered by the HMAC (scheme 3), so pointing an
+    event at another account is found; relabelling the event as scheme 2 (which does not
+    cover it) is found too, since scheme 3 names itself in the MAC input."""
+    victim = (AuditEvent.objects.filter(tenant=chain, action="checkpoint.write")
+              .order_by("seq").first())
+    assert victim.actor_id == wendy.pk and victim.hash_scheme == 3
+    tampering.raw(f"UPDATE {EVENTS} SET actor_id = %s" + (", hash_scheme = 2" if relabel else "")
+                  + " WHERE id = %s", [wes.pk, victim.pk])
+    assert broken() == (f"audit chain broken for: acme: event seq {victim.seq} (id {victim.pk}) "
+                        "does not match its hash (HMAC)")
+    record("point an event at another account (actor_id)"
+           + (", labelled scheme 2" if relabel else ""), bypass(), "detected",
+           "verifier: HMAC covers actor_id (scheme 3)")
+
+
 def test_a_cut_tail_is_detected_against_an_exported_head(chain, wendy, tmp_path):
     exported = tmp_path / "heads.jsonl"
     call_command("export_audit_head", "acme", out=str(exported), stdout=io.StringIO())
