@@ -42,12 +42,13 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from . import roles
 from .exceptions import InvalidPayload
 from .jsonparse import dumps, loads_object
-from .models import AuditChainHead, AuditEvent, AuditHashScheme, Tenant
+from .models import AuditChainHead, AuditEvent, AuditHashScheme, AuditTenant, Tenant
 from .permissions import require
 from .vocab import AuditAction, TargetType
 
@@ -380,6 +381,112 @@ def audit_verify(*, tenant: Tenant) -> tuple[bool, int, str]:
     if legacy_seq > n:
         return False, n, f"the legacy seal (seq {legacy_seq}) lies past the last event"
     return True, n, ""
+
+
+# --------------------------------------------------------------------------------------
+# The tenant registry: every tenant the verifier must find
+# --------------------------------------------------------------------------------------
+
+#: The name ``registry_verify`` reports registry-wide problems under (not a slug).
+REGISTRY = "(tenant registry)"
+#: The advisory lock that serialises registrations (PostgreSQL; SQLite's writes are).
+REGISTRY_LOCK = 0x52435654  # "RCVT"
+
+
+def registry_mac(secret: bytes, *, seq: int, tenant_pk: int, slug: str, created_at: str,
+                 key_id: str) -> str:
+    """HMAC-SHA256 hex of one tenant registration (``AuditTenant``)."""
+    return _mac(secret, {"purpose": "audit-tenant", "seq": seq, "tenant": tenant_pk,
+                         "slug": slug, "created_at": created_at, "key_id": key_id})
+
+
+def _register(registry_model, tenant_pk: int, slug: str, created_at) -> None:
+    keys = audit_keys()
+    last = registry_model.objects.order_by("-seq").values_list("seq", flat=True).first()
+    seq = (last or 0) + 1
+    registry_model.objects.create(
+        seq=seq, tenant_pk=tenant_pk, slug=slug, created_at=created_at, key_id=keys.newest_id,
+        mac=registry_mac(keys.newest, seq=seq, tenant_pk=tenant_pk, slug=slug,
+                         created_at=created_at.isoformat(), key_id=keys.newest_id))
+
+
+def tenant_register(tenant: Tenant) -> None:
+    """Add ``tenant`` to the tenant registry, inside the caller's transaction (the one that
+    creates the tenant: ``tenant_create``). On PostgreSQL an advisory transaction lock
+    serialises registrations, so ``seq`` has no gap or repeat. Raises
+    ``ImproperlyConfigured`` for bad keys."""
+    assert transaction.get_connection().in_atomic_block, "tenant_register needs a transaction"
+    connection = transaction.get_connection()
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cur:
+            cur.execute("SELECT pg_advisory_xact_lock(%s)", [REGISTRY_LOCK])
+    _register(AuditTenant, tenant.pk, tenant.slug, timezone.now())
+
+
+def register_existing_tenants(tenant_model, registry_model) -> int:
+    """Register every tenant that exists and is not registered yet, in primary-key order,
+    as created now: the migration that adds the registry calls it with its historical
+    models. Returns how many. Raises ``ImproperlyConfigured`` for bad keys."""
+    known = set(registry_model.objects.values_list("tenant_pk", flat=True))
+    added = 0
+    for pk, slug in tenant_model.objects.order_by("pk").values_list("pk", "slug"):
+        if pk not in known:
+            _register(registry_model, pk, slug, timezone.now())
+            added += 1
+    return added
+
+
+def registry_verify(*, slug: str | None = None) -> list[tuple[str, str]]:
+    """Check the tenant registry against the tenants; returns ``[(slug, problem)]``, empty
+    when it holds (``REGISTRY`` instead of a slug for a gap, whose tenant is unknown).
+    With ``slug``, only that tenant's registration is checked.
+
+    Problems: the registry is not numbered 1..n without gaps (a registration was deleted),
+    a registration does not match its MAC (changed, or forged without the key) or names an
+    unknown key; a registered tenant is gone or carries another slug (its row, events and
+    head deleted: ``verify_audit_chain`` would otherwise not know to look for it); a
+    tenant is not registered (made outside ``tenant_create``, or its registration
+    deleted). What it cannot see: the *last* registrations deleted together with their
+    tenants; a head exported before (``--against``) names them. Reads only.
+    """
+    keys = audit_keys()
+    problems: list[tuple[str, str]] = []
+    tenants = dict(Tenant.objects.values_list("pk", "slug"))
+    registered: set[int] = set()
+    rows = AuditTenant.objects.order_by("seq")
+    if slug is not None:
+        pk = next((p for p, s in tenants.items() if s == slug), None)
+        rows = rows.filter(Q(slug=slug) | Q(tenant_pk=pk))
+    expected = 1
+    for r in rows.iterator():
+        where = f"tenant registry seq {r.seq} (tenant id {r.tenant_pk}, {r.slug!r})"
+        if slug is None and r.seq != expected:
+            problems.append((REGISTRY, f"gap before seq {r.seq} (seq {expected} expected: "
+                                       "a tenant's registration was deleted)"))
+        expected = r.seq + 1
+        secret = keys.by_id.get(r.key_id)
+        if secret is None:
+            problems.append((r.slug, f"{where} is signed with unknown audit key id "
+                                     f"{r.key_id!r}"))
+            continue
+        mac = registry_mac(secret, seq=r.seq, tenant_pk=r.tenant_pk, slug=r.slug,
+                           created_at=r.created_at.isoformat(), key_id=r.key_id)
+        if not hmac.compare_digest(mac, r.mac):
+            problems.append((r.slug, f"{where} does not match its MAC (changed?)"))
+            continue
+        registered.add(r.tenant_pk)
+        if r.tenant_pk not in tenants:
+            problems.append((r.slug, f"the tenant registered on {r.created_at.isoformat()} "
+                                     f"(id {r.tenant_pk}) is gone: its row, events and chain "
+                                     "head were deleted"))
+        elif tenants[r.tenant_pk] != r.slug:
+            problems.append((r.slug, f"tenant id {r.tenant_pk} was registered as {r.slug!r} "
+                                     f"but is now {tenants[r.tenant_pk]!r}"))
+    for pk, s in sorted(tenants.items(), key=lambda item: item[1]):
+        if (slug is None or s == slug) and pk not in registered:
+            problems.append((s, "the tenant is not in the tenant registry (made outside "
+                                "tenant_create, or its registration was deleted)"))
+    return problems
 
 
 # --------------------------------------------------------------------------------------

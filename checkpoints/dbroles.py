@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import re
 
-from .models import AuditChainHead, AuditEvent
+from .models import AuditChainHead, AuditEvent, AuditTenant
 
 ROLE_RE = re.compile(r"[a-z_][a-z0-9_]{0,62}\Z")
 TRIGGER_FUNCTIONS = ("checkpoints_audit_append_only()",)
@@ -116,6 +116,7 @@ def role_lockdown_sql(*, owner: str, app: str, schema: str = "public") -> list[s
     _names(owner, app)
     o, a, s = _ident(owner), _ident(app), _ident(schema)
     events, heads = AuditEvent._meta.db_table, AuditChainHead._meta.db_table
+    registry = AuditTenant._meta.db_table
     functions = ", ".join(f"{schema}.{f}" for f in TRIGGER_FUNCTIONS)
     return [
         # 4. The owner owns every table (their identity sequences follow) and the trigger
@@ -137,15 +138,18 @@ END $$""",
         f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {s} TO {a}",
         f"GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA {s} TO {a}",
         # ... except the audit trail: append events, move the head, nothing else.
-        f"REVOKE ALL ON {s}.{_ident(events)}, {s}.{_ident(heads)} FROM PUBLIC, {a}",
+        f"REVOKE ALL ON {s}.{_ident(events)}, {s}.{_ident(heads)}, {s}.{_ident(registry)} "
+        f"FROM PUBLIC, {a}",
         f"GRANT SELECT, INSERT ON {s}.{_ident(events)} TO {a}",
         f"GRANT SELECT, INSERT, UPDATE ON {s}.{_ident(heads)} TO {a}",
+        f"GRANT SELECT, INSERT ON {s}.{_ident(registry)} TO {a}",
         # 6. Refuse to finish when the app role could still change the audit trail.
         f"""DO $$
 DECLARE
     app_role text := {_lit(app)};
     events regclass := {_lit(schema + '.' + events)};
     heads regclass := {_lit(schema + '.' + heads)};
+    registry regclass := {_lit(schema + '.' + registry)};
 BEGIN
     IF (SELECT rolsuper FROM pg_roles WHERE rolname = app_role) THEN
         RAISE EXCEPTION 'app role % is a superuser', app_role;
@@ -165,6 +169,8 @@ BEGIN
        OR has_table_privilege(app_role, events, 'TRUNCATE') OR has_table_privilege(app_role, events, 'TRIGGER')
        OR has_table_privilege(app_role, heads, 'DELETE') OR has_table_privilege(app_role, heads, 'TRUNCATE')
        OR has_table_privilege(app_role, heads, 'TRIGGER')
+       OR has_table_privilege(app_role, registry, 'UPDATE') OR has_table_privilege(app_role, registry, 'DELETE')
+       OR has_table_privilege(app_role, registry, 'TRUNCATE') OR has_table_privilege(app_role, registry, 'TRIGGER')
     THEN
         RAISE EXCEPTION 'app role % may still change the audit trail (through PUBLIC or a role it belongs to)', app_role;
     END IF;
@@ -186,7 +192,7 @@ def missing_objects(cursor, schema: str = "public") -> list[str]:
     """What ``role_lockdown_sql`` needs that the database lacks (``migrate`` creates it):
     the names of the audit tables and trigger functions not found in ``schema``, in the
     order of the set-up; ``[]`` once migrated. ``cursor`` is a PostgreSQL cursor."""
-    names = [f"{schema}.{AuditEvent._meta.db_table}", f"{schema}.{AuditChainHead._meta.db_table}"]
+    names = [f"{schema}.{m._meta.db_table}" for m in (AuditEvent, AuditChainHead, AuditTenant)]
     functions = [f"{schema}.{f}" for f in TRIGGER_FUNCTIONS]
     cursor.execute("SELECT " + ", ".join(["to_regclass(%s) IS NULL"] * len(names)
                                          + ["to_regprocedure(%s) IS NULL"] * len(functions)),

@@ -101,6 +101,26 @@ def test_it_names_the_tenant_whose_event_was_given_another_actor_id(acme, globex
                                  f"(id {event.pk}) does not match its hash (HMAC)")
 
 
+def test_it_names_a_tenant_missing_from_the_registry_and_registers_existing_ones(acme, db):
+    """A tenant made outside ``tenant_create`` (or whose registration was deleted) is
+    reported; the migration that added the registry registers the tenants it finds
+    (``register_existing_tenants``), after which the chain checks decide."""
+    from checkpoints.audit import register_existing_tenants
+    from checkpoints.models import AuditTenant, Tenant
+
+    rogue = Tenant.objects.create(slug="rogue", name="rogue")
+    with pytest.raises(CommandError) as caught:
+        run("verify_audit_chain")
+    assert str(caught.value).startswith("audit chain broken for: rogue: the tenant is not in "
+                                        "the tenant registry")
+    assert register_existing_tenants(Tenant, AuditTenant) == 1
+    assert list(AuditTenant.objects.order_by("seq").values_list("seq", "tenant_pk", "slug")) \
+        == [(1, acme.pk, "acme"), (2, rogue.pk, "rogue")]
+    with pytest.raises(CommandError, match="rogue: no audit chain at all"):
+        run("verify_audit_chain")
+    assert "acme: intact" in run("verify_audit_chain", "acme")
+
+
 @pytest.mark.parametrize("options, message", [
     ({"owner": "Owner", "app": "app"}, "--owner: a role name"),
     ({"owner": "owner", "app": "pg_app"}, "--app: a role name"),
@@ -121,8 +141,9 @@ def test_it_prints_the_role_sql_on_any_backend(db):
     assert "ALTER DEFAULT PRIVILEGES" in part1 and "checkpoints_audit" not in part1
     for statement in (
         'GRANT SELECT, INSERT ON "public"."checkpoints_auditevent" TO "rcv_app"',
-        'REVOKE ALL ON "public"."checkpoints_auditevent", "public"."checkpoints_auditchainhead"'
-        ' FROM PUBLIC, "rcv_app"',
+        'REVOKE ALL ON "public"."checkpoints_auditevent", "public"."checkpoints_auditchainhead",'
+        ' "public"."checkpoints_audittenant" FROM PUBLIC, "rcv_app"',
+        'GRANT SELECT, INSERT ON "public"."checkpoints_audittenant" TO "rcv_app"',
         'ALTER FUNCTION public.checkpoints_audit_append_only() OWNER TO "rcv_owner"',
         'REVOKE CREATE ON SCHEMA "public" FROM PUBLIC',
     ):

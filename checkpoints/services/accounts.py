@@ -19,6 +19,7 @@ from guardian.shortcuts import assign_perm
 from .. import roles
 from ..audit import (
     audit_record,
+    tenant_register,
 )
 from ..dbclock import NOW
 from ..exceptions import (
@@ -52,6 +53,7 @@ def tenant_create(*, slug: str, name: str = "", actor=None) -> Tenant:
         if Tenant.objects.filter(slug=slug).exists():
             raise InvalidPayload(f"slug: tenant {slug!r} already exists")
         tenant = Tenant.objects.create(slug=slug, name=name or slug)
+        tenant_register(tenant)  # the verifier must find it, always (issue 17, item 13)
         audit_record(tenant=tenant, actor=actor, action=AuditAction.TENANT_CREATE, target_type=TargetType.TENANT,
                      target_id=tenant.slug, after={"slug": slug, "name": tenant.name})
     return tenant

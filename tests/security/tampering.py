@@ -61,6 +61,31 @@ def cut_tail(tenant, keep: int) -> None:
     set_head(tenant, keep, kept.hash)
 
 
+def delete_tenant(tenant, *, registration: bool = False) -> None:
+    """Delete the tenant altogether, as its owner would with the triggers off: every row
+    of every table that names it, its audit events and head, the tenant row; with
+    ``registration``, its row of the tenant registry too (issue 17, item 13)."""
+    from django.apps import apps
+
+    from checkpoints.models import AuditTenant, Tenant
+
+    tables = [m._meta.db_table for m in apps.get_app_config("checkpoints").get_models()
+              if any(f.name == "tenant" for f in m._meta.fields)]
+    with transaction.atomic(), connection.cursor() as cur:
+        if connection.vendor == "postgresql":
+            cur.execute("SET LOCAL session_replication_role = replica")  # triggers and FKs off
+        else:
+            cur.execute("PRAGMA defer_foreign_keys = ON")  # checked at commit: all gone then
+        for table in tables:
+            cur.execute(f"DELETE FROM {table} WHERE tenant_id = %s", [tenant.pk])
+        cur.execute(f"DELETE FROM {Tenant._meta.db_table} WHERE id = %s", [tenant.pk])
+        if registration:
+            cur.execute(f"DELETE FROM {AuditTenant._meta.db_table} WHERE tenant_pk = %s",
+                        [tenant.pk])
+        if connection.vendor == "postgresql":
+            cur.execute("SET LOCAL session_replication_role = origin")
+
+
 def empty(*tables: str, truncate: bool = False) -> None:
     """DELETE every row of ``tables``; with ``truncate``, TRUNCATE them on PostgreSQL (not
     inside a test's transaction: PostgreSQL refuses it there with pending FK checks)."""
