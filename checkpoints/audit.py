@@ -20,6 +20,9 @@ not, is written up in ``docs/security/audit.md``; the short version:
   exactly the last event: events cut from the end (without rewinding the head), events
   past the head, and a tenant whose chain is missing altogether are all reported. Every
   tenant has a chain: ``tenant_create`` audits the creation.
+- **Tenant registry.** ``tenant_create`` also registers the tenant (``AuditTenant``: keyed
+  rows numbered 1..n), so ``registry_verify`` names a tenant deleted whole (row, events
+  and head), a deleted registration (a gap) and an unregistered tenant (issue 17).
 - **Signed head exports.** ``audit_head_export`` writes an ``audit.export_head`` event and
   returns that event's (seq, hash) signed with the newest key; kept outside the database,
   it proves later (``audit_head_check``) that nothing up to it was cut or rewritten, even

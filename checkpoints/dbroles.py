@@ -7,8 +7,9 @@ Two roles:
   the audit triggers, so its credentials stay out of the running service.
 - the **app** role is what the web nodes and workers connect as. It has the ordinary
   rights (SELECT, INSERT, UPDATE, DELETE) on every table except the audit trail: on the
-  event table only SELECT and INSERT, on the chain heads SELECT, INSERT and UPDATE (the
-  head moves with each event; the verifier checks it against the events). It owns
+  event table and the tenant registry only SELECT and INSERT, on the chain heads SELECT,
+  INSERT and UPDATE (the head moves with each event; the verifier checks it against the
+  events). It owns
   nothing, is no superuser and no member of the owner, and cannot create objects in the
   schema (which also keeps it from planting functions the owner's migrations would run).
 
