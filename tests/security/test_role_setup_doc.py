@@ -45,7 +45,7 @@ put_checkpoint(writer, tenant, dict(body, revision=1), expected=0)
 refused = {}
 for sql in ("UPDATE checkpoints_auditevent SET reason = 'x'",
             "DELETE FROM checkpoints_auditevent", "TRUNCATE checkpoints_auditevent",
-            "DELETE FROM checkpoints_auditchainhead"):
+            "DELETE FROM checkpoints_auditchainhead", "DELETE FROM checkpoints_audittenant"):
     try:
         with transaction.atomic(), connection.cursor() as cur:
             cur.execute(sql)
