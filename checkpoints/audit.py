@@ -5,7 +5,9 @@ Every tenant has one chain of ``AuditEvent`` rows (seq 1, 2, ...) and one
 not, is written up in ``docs/security/audit.md``; the short version:
 
 - **Keyed hash.** An event's ``hash`` is HMAC-SHA256 over the tenant, the key id, the
-  previous event's hash and the event's fields (``hash_scheme`` 2), keyed with a secret
+  previous event's hash and the event's fields, the actor's id included (``hash_scheme``
+  3; events written before issue 17 are scheme 2, without the actor id, and verify as
+  they were made), keyed with a secret
   from ``RECOVERY_AUDIT_KEYS`` that the database never holds. Someone who can write the
   table but lacks the key cannot rewrite an event and recompute the chain. Events written
   before migration 0005 are plain SHA-256 (scheme 1); they verify only inside the range
@@ -18,6 +20,9 @@ not, is written up in ``docs/security/audit.md``; the short version:
   exactly the last event: events cut from the end (without rewinding the head), events
   past the head, and a tenant whose chain is missing altogether are all reported. Every
   tenant has a chain: ``tenant_create`` audits the creation.
+- **Tenant registry.** ``tenant_create`` also registers the tenant (``AuditTenant``: keyed
+  rows numbered 1..n), so ``registry_verify`` names a tenant deleted whole (row, events
+  and head), a deleted registration (a gap) and an unregistered tenant (issue 17).
 - **Signed head exports.** ``audit_head_export`` writes an ``audit.export_head`` event and
   returns that event's (seq, hash) signed with the newest key; kept outside the database,
   it proves later (``audit_head_check``) that nothing up to it was cut or rewritten, even
@@ -40,12 +45,13 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from . import locks, roles
 from .exceptions import InvalidPayload
 from .jsonparse import dumps, loads_object
-from .models import AuditChainHead, AuditEvent, AuditHashScheme, Tenant
+from .models import AuditChainHead, AuditEvent, AuditHashScheme, AuditTenant, Tenant
 from .permissions import require
 from .vocab import AuditAction, TargetType
 
@@ -111,8 +117,11 @@ def _mac(secret: bytes, message: dict) -> str:
 # --------------------------------------------------------------------------------------
 
 def audit_fields(e: AuditEvent) -> dict:
-    """The fields an event's hash covers (both schemes), as canonical-JSON-ready values."""
-    return {
+    """The fields an event's hash covers, as canonical-JSON-ready values, for the event's
+    ``hash_scheme``: schemes 1 and 2 the ten below; scheme 3 also ``actor_id`` (the
+    account's primary key, or ``None`` for the system), so that the column the
+    ``actor_name`` is shown for cannot be changed unseen (issue 17, item 13)."""
+    fields = {
         "seq": e.seq,
         "created_at": e.created_at.isoformat(),
         "actor": e.actor_name,
@@ -124,6 +133,9 @@ def audit_fields(e: AuditEvent) -> dict:
         "before": e.before,
         "after": e.after,
     }
+    if e.hash_scheme >= AuditHashScheme.HMAC_SHA256_ACTOR:
+        fields["actor_id"] = e.actor_id
+    return fields
 
 
 def legacy_hash(prev_hash: str, fields: dict) -> str:
@@ -132,13 +144,21 @@ def legacy_hash(prev_hash: str, fields: dict) -> str:
 
 
 def event_mac(secret: bytes, *, tenant_id: int, key_id: str, prev_hash: str,
-              fields: dict) -> str:
-    """Scheme 2: HMAC-SHA256 hex over the tenant, key id, previous hash and the fields.
+              fields: dict, scheme: int = AuditHashScheme.HMAC_SHA256_ACTOR) -> str:
+    """Schemes 2 and 3: HMAC-SHA256 hex over the tenant, key id, previous hash and the
+    fields (``audit_fields``); scheme 3 also names itself in the MAC input, so that an
+    event cannot be relabelled with another scheme and still verify.
 
     The tenant is covered so that one tenant's chain cannot be passed off as another's.
+    Raises ``ValueError`` for scheme 1 (unkeyed: ``legacy_hash``) or an unknown one.
     """
-    return _mac(secret, {"purpose": "audit-event", "tenant": tenant_id, "key_id": key_id,
-                         "prev_hash": prev_hash, "event": fields})
+    message = {"purpose": "audit-event", "tenant": tenant_id, "key_id": key_id,
+               "prev_hash": prev_hash, "event": fields}
+    if scheme == AuditHashScheme.HMAC_SHA256_ACTOR:
+        message["scheme"] = int(scheme)
+    elif scheme != AuditHashScheme.HMAC_SHA256:
+        raise ValueError(f"hash_scheme: {scheme} is not a keyed scheme")
+    return _mac(secret, message)
 
 
 def legacy_seal_mac(secret: bytes, *, tenant_id: int, seq: int, last_hash: str) -> str:
@@ -272,11 +292,12 @@ def new_event(*, tenant: Tenant, seq: int, prev_hash: str, created_at, actor, ac
         before=before,
         after=after,
         prev_hash=prev_hash,
-        hash_scheme=AuditHashScheme.HMAC_SHA256,
+        hash_scheme=AuditHashScheme.HMAC_SHA256_ACTOR,
         key_id=keys.newest_id,
     )
     event.hash = event_mac(keys.newest, tenant_id=tenant.pk, key_id=keys.newest_id,
-                           prev_hash=prev_hash, fields=audit_fields(event))
+                           prev_hash=prev_hash, fields=audit_fields(event),
+                           scheme=event.hash_scheme)
     return event
 
 
@@ -296,14 +317,14 @@ def _event_problem(e: AuditEvent, prev: str, keys: AuditKeys, legacy_seq: int) -
         if legacy_hash(prev, audit_fields(e)) != e.hash:
             return f"{where} does not match its hash"
         return ""
-    if e.hash_scheme != AuditHashScheme.HMAC_SHA256:
+    if e.hash_scheme not in (AuditHashScheme.HMAC_SHA256, AuditHashScheme.HMAC_SHA256_ACTOR):
         return f"{where} has unknown hash scheme {e.hash_scheme}"
     secret = keys.by_id.get(e.key_id)
     if secret is None:
         return (f"{where} is signed with unknown audit key id {e.key_id!r} "
                 "(an old key missing from RECOVERY_AUDIT_KEYS?)")
     expected = event_mac(secret, tenant_id=e.tenant_id, key_id=e.key_id, prev_hash=prev,
-                         fields=audit_fields(e))
+                         fields=audit_fields(e), scheme=e.hash_scheme)
     if not hmac.compare_digest(expected, e.hash):
         return f"{where} does not match its hash (HMAC)"
     return ""
@@ -361,6 +382,112 @@ def audit_verify(*, tenant: Tenant) -> tuple[bool, int, str]:
     if legacy_seq > n:
         return False, n, f"the legacy seal (seq {legacy_seq}) lies past the last event"
     return True, n, ""
+
+
+# --------------------------------------------------------------------------------------
+# The tenant registry: every tenant the verifier must find
+# --------------------------------------------------------------------------------------
+
+#: The name ``registry_verify`` reports registry-wide problems under (not a slug).
+REGISTRY = "(tenant registry)"
+#: The advisory lock that serialises registrations (PostgreSQL; SQLite's writes are).
+REGISTRY_LOCK = 0x52435654  # "RCVT"
+
+
+def registry_mac(secret: bytes, *, seq: int, tenant_pk: int, slug: str, created_at: str,
+                 key_id: str) -> str:
+    """HMAC-SHA256 hex of one tenant registration (``AuditTenant``)."""
+    return _mac(secret, {"purpose": "audit-tenant", "seq": seq, "tenant": tenant_pk,
+                         "slug": slug, "created_at": created_at, "key_id": key_id})
+
+
+def _register(registry_model, tenant_pk: int, slug: str, created_at) -> None:
+    keys = audit_keys()
+    last = registry_model.objects.order_by("-seq").values_list("seq", flat=True).first()
+    seq = (last or 0) + 1
+    registry_model.objects.create(
+        seq=seq, tenant_pk=tenant_pk, slug=slug, created_at=created_at, key_id=keys.newest_id,
+        mac=registry_mac(keys.newest, seq=seq, tenant_pk=tenant_pk, slug=slug,
+                         created_at=created_at.isoformat(), key_id=keys.newest_id))
+
+
+def tenant_register(tenant: Tenant) -> None:
+    """Add ``tenant`` to the tenant registry, inside the caller's transaction (the one that
+    creates the tenant: ``tenant_create``). On PostgreSQL an advisory transaction lock
+    serialises registrations, so ``seq`` has no gap or repeat. Raises
+    ``ImproperlyConfigured`` for bad keys."""
+    assert transaction.get_connection().in_atomic_block, "tenant_register needs a transaction"
+    connection = transaction.get_connection()
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cur:
+            cur.execute("SELECT pg_advisory_xact_lock(%s)", [REGISTRY_LOCK])
+    _register(AuditTenant, tenant.pk, tenant.slug, timezone.now())
+
+
+def register_existing_tenants(tenant_model, registry_model) -> int:
+    """Register every tenant that exists and is not registered yet, in primary-key order,
+    as created now: the migration that adds the registry calls it with its historical
+    models. Returns how many. Raises ``ImproperlyConfigured`` for bad keys."""
+    known = set(registry_model.objects.values_list("tenant_pk", flat=True))
+    added = 0
+    for pk, slug in tenant_model.objects.order_by("pk").values_list("pk", "slug"):
+        if pk not in known:
+            _register(registry_model, pk, slug, timezone.now())
+            added += 1
+    return added
+
+
+def registry_verify(*, slug: str | None = None) -> list[tuple[str, str]]:
+    """Check the tenant registry against the tenants; returns ``[(slug, problem)]``, empty
+    when it holds (``REGISTRY`` instead of a slug for a gap, whose tenant is unknown).
+    With ``slug``, only that tenant's registration is checked.
+
+    Problems: the registry is not numbered 1..n without gaps (a registration was deleted),
+    a registration does not match its MAC (changed, or forged without the key) or names an
+    unknown key; a registered tenant is gone or carries another slug (its row, events and
+    head deleted: ``verify_audit_chain`` would otherwise not know to look for it); a
+    tenant is not registered (made outside ``tenant_create``, or its registration
+    deleted). What it cannot see: the *last* registrations deleted together with their
+    tenants; a head exported before (``--against``) names them. Reads only.
+    """
+    keys = audit_keys()
+    problems: list[tuple[str, str]] = []
+    tenants = dict(Tenant.objects.values_list("pk", "slug"))
+    registered: set[int] = set()
+    rows = AuditTenant.objects.order_by("seq")
+    if slug is not None:
+        pk = next((p for p, s in tenants.items() if s == slug), None)
+        rows = rows.filter(Q(slug=slug) | Q(tenant_pk=pk))
+    expected = 1
+    for r in rows.iterator():
+        where = f"tenant registry seq {r.seq} (tenant id {r.tenant_pk}, {r.slug!r})"
+        if slug is None and r.seq != expected:
+            problems.append((REGISTRY, f"gap before seq {r.seq} (seq {expected} expected: "
+                                       "a tenant's registration was deleted)"))
+        expected = r.seq + 1
+        secret = keys.by_id.get(r.key_id)
+        if secret is None:
+            problems.append((r.slug, f"{where} is signed with unknown audit key id "
+                                     f"{r.key_id!r}"))
+            continue
+        mac = registry_mac(secret, seq=r.seq, tenant_pk=r.tenant_pk, slug=r.slug,
+                           created_at=r.created_at.isoformat(), key_id=r.key_id)
+        if not hmac.compare_digest(mac, r.mac):
+            problems.append((r.slug, f"{where} does not match its MAC (changed?)"))
+            continue
+        registered.add(r.tenant_pk)
+        if r.tenant_pk not in tenants:
+            problems.append((r.slug, f"the tenant registered on {r.created_at.isoformat()} "
+                                     f"(id {r.tenant_pk}) is gone: its row, events and chain "
+                                     "head were deleted"))
+        elif tenants[r.tenant_pk] != r.slug:
+            problems.append((r.slug, f"tenant id {r.tenant_pk} was registered as {r.slug!r} "
+                                     f"but is now {tenants[r.tenant_pk]!r}"))
+    for pk, s in sorted(tenants.items(), key=lambda item: item[1]):
+        if (slug is None or s == slug) and pk not in registered:
+            problems.append((s, "the tenant is not in the tenant registry (made outside "
+                                "tenant_create, or its registration was deleted)"))
+    return problems
 
 
 # --------------------------------------------------------------------------------------

@@ -232,6 +232,7 @@ SENTENCES: dict[str, Callable[[Any, str], str]] = {
     A.ROLE_GRANT: lambda e, t: f"granted {t} the {_get(e.after, 'role') or '?'} role",
     A.ROLE_REVOKE: lambda e, t: (f"took the {_get(e.before, 'role') or '?'} role from {t}"
                                  f" (roles left: {_roles(_get(e.after, 'roles'))})"),
+    A.TOKEN_ISSUE: lambda e, t: f"issued an API token to {t}",
     A.TOKEN_REVOKE: lambda e, t: (
         f"revoked {len(_get(e.after, 'revoked') or [])} API token(s) of {t}"),
     A.ACCOUNT_DEACTIVATE: lambda e, t: (

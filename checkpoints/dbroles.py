@@ -7,22 +7,29 @@ Two roles:
   the audit triggers, so its credentials stay out of the running service.
 - the **app** role is what the web nodes and workers connect as. It has the ordinary
   rights (SELECT, INSERT, UPDATE, DELETE) on every table except the audit trail: on the
-  event table only SELECT and INSERT, on the chain heads SELECT, INSERT and UPDATE (the
-  head moves with each event; the verifier checks it against the events). It owns
+  event table and the tenant registry only SELECT and INSERT, on the chain heads SELECT,
+  INSERT and UPDATE (the head moves with each event; the verifier checks it against the
+  events). It owns
   nothing, is no superuser and no member of the owner, and cannot create objects in the
   schema (which also keeps it from planting functions the owner's migrations would run).
 
-``role_setup_sql`` returns the SQL; ``manage.py setup_database_roles`` runs or prints it.
-Every statement is idempotent, so it is re-run after each ``migrate`` as a check (default
-privileges already give the app its rights on new tables). The last statement refuses
-(raises) when the app role could still change the audit trail.
+The set-up has two parts (issue 17, item 4: on an empty database the second cannot run):
+``role_bootstrap_sql`` (the roles, the schema's rights, the ``pg_trgm`` extension and the
+owner's default privileges: needs no table) and ``role_lockdown_sql`` (ownership of the
+tables and the trigger function, the audit trail's rights, the final check: needs what
+``migrate`` creates). ``manage.py setup_database_roles`` runs part 1, then part 2 if the
+database is migrated (``missing_objects``), else says to run ``migrate`` as the owner and
+then the command again; ``--print`` prints both. Every statement is idempotent, so it is
+re-run after each ``migrate`` as a check (default privileges already give the app its
+rights on new tables). The last statement refuses (raises) when the app role could still
+change the audit trail.
 """
 
 from __future__ import annotations
 
 import re
 
-from .models import AuditChainHead, AuditEvent
+from .models import AuditChainHead, AuditEvent, AuditTenant
 
 ROLE_RE = re.compile(r"[a-z_][a-z0-9_]{0,62}\Z")
 TRIGGER_FUNCTIONS = ("checkpoints_audit_append_only()",)
@@ -45,19 +52,26 @@ def check_role_name(field: str, name: str) -> str:
     return name
 
 
-def role_setup_sql(*, owner: str, app: str, schema: str = "public") -> list[str]:
-    """The statements that create and configure the owner and app roles, in order.
-
-    Run them in one transaction as a superuser, in the service's database. Raises
-    ``ValueError`` naming ``--owner``/``--app`` for a bad or equal role name.
-    """
+def _names(owner: str, app: str) -> None:
     check_role_name("--owner", owner)
     check_role_name("--app", app)
     if owner == app:
         raise ValueError("--app: must differ from --owner (the owner can disable triggers)")
+
+
+def role_bootstrap_sql(*, owner: str, app: str, schema: str = "public") -> list[str]:
+    """Part 1 of the set-up: what needs no table, so it runs on an empty database too.
+
+    Creates the owner and app roles (``LOGIN``, no password), gives the owner ``CONNECT``,
+    ``USAGE`` and ``CREATE`` on the schema, the app ``CONNECT`` and ``USAGE`` only (``CREATE``
+    revoked from ``PUBLIC`` and the app), takes the app out of the owner, creates the
+    ``pg_trgm`` extension migration 0012 needs (the owner may not), and sets the owner's
+    default privileges so the tables its ``migrate`` creates give the app its ordinary
+    rights. Run as a superuser, in the service's database. Raises ``ValueError`` naming
+    ``--owner``/``--app`` for a bad or equal role name.
+    """
+    _names(owner, app)
     o, a, s = _ident(owner), _ident(app), _ident(schema)
-    events, heads = AuditEvent._meta.db_table, AuditChainHead._meta.db_table
-    functions = ", ".join(f"{schema}.{f}" for f in TRIGGER_FUNCTIONS)
     return [
         # 1. The roles (LOGIN; set their passwords yourself, e.g. psql's \password).
         f"""DO $$
@@ -81,7 +95,32 @@ END $$""",
         f"REVOKE CREATE ON SCHEMA {s} FROM PUBLIC",
         f"REVOKE CREATE ON SCHEMA {s} FROM {a}",
         f"GRANT USAGE ON SCHEMA {s} TO {a}",
-        # 3. The owner owns every table (their identity sequences follow) and the trigger
+        # The search's trigram indexes (migration 0012) need the extension, which the
+        # owner (not the database's owner, no CREATE on it) may not create.
+        f"CREATE EXTENSION IF NOT EXISTS pg_trgm SCHEMA {s}",
+        # 3. The app's ordinary rights on the owner's future tables (its migrate).
+        f"ALTER DEFAULT PRIVILEGES FOR ROLE {o} IN SCHEMA {s} "
+        f"GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO {a}",
+        f"ALTER DEFAULT PRIVILEGES FOR ROLE {o} IN SCHEMA {s} "
+        f"GRANT USAGE, SELECT ON SEQUENCES TO {a}",
+    ]
+
+
+def role_lockdown_sql(*, owner: str, app: str, schema: str = "public") -> list[str]:
+    """Part 2 of the set-up, once ``migrate`` has created the tables and the trigger
+    function: the owner owns every table and the function, the app has its ordinary rights
+    on the tables that exist, only ``SELECT, INSERT`` on the events and ``SELECT, INSERT,
+    UPDATE`` on the chain heads, and the last statement raises when the app role could
+    still change the audit trail. Needs ``role_bootstrap_sql`` first (the roles). Raises
+    ``ValueError`` as ``role_bootstrap_sql`` does.
+    """
+    _names(owner, app)
+    o, a, s = _ident(owner), _ident(app), _ident(schema)
+    events, heads = AuditEvent._meta.db_table, AuditChainHead._meta.db_table
+    registry = AuditTenant._meta.db_table
+    functions = ", ".join(f"{schema}.{f}" for f in TRIGGER_FUNCTIONS)
+    return [
+        # 4. The owner owns every table (their identity sequences follow) and the trigger
         #    function: only it can ALTER, DISABLE or DROP the triggers, or replace the function.
         f"""DO $$
 DECLARE
@@ -96,23 +135,22 @@ BEGIN
     END LOOP;
 END $$""",
         f"ALTER FUNCTION {functions} OWNER TO {o}",
-        # 4. The app: ordinary rights everywhere (now and on the owner's future tables) ...
+        # 5. The app: ordinary rights on the tables that exist ...
         f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {s} TO {a}",
         f"GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA {s} TO {a}",
-        f"ALTER DEFAULT PRIVILEGES FOR ROLE {o} IN SCHEMA {s} "
-        f"GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO {a}",
-        f"ALTER DEFAULT PRIVILEGES FOR ROLE {o} IN SCHEMA {s} "
-        f"GRANT USAGE, SELECT ON SEQUENCES TO {a}",
         # ... except the audit trail: append events, move the head, nothing else.
-        f"REVOKE ALL ON {s}.{_ident(events)}, {s}.{_ident(heads)} FROM PUBLIC, {a}",
+        f"REVOKE ALL ON {s}.{_ident(events)}, {s}.{_ident(heads)}, {s}.{_ident(registry)} "
+        f"FROM PUBLIC, {a}",
         f"GRANT SELECT, INSERT ON {s}.{_ident(events)} TO {a}",
         f"GRANT SELECT, INSERT, UPDATE ON {s}.{_ident(heads)} TO {a}",
-        # 5. Refuse to finish when the app role could still change the audit trail.
+        f"GRANT SELECT, INSERT ON {s}.{_ident(registry)} TO {a}",
+        # 6. Refuse to finish when the app role could still change the audit trail.
         f"""DO $$
 DECLARE
     app_role text := {_lit(app)};
     events regclass := {_lit(schema + '.' + events)};
     heads regclass := {_lit(schema + '.' + heads)};
+    registry regclass := {_lit(schema + '.' + registry)};
 BEGIN
     IF (SELECT rolsuper FROM pg_roles WHERE rolname = app_role) THEN
         RAISE EXCEPTION 'app role % is a superuser', app_role;
@@ -132,6 +170,8 @@ BEGIN
        OR has_table_privilege(app_role, events, 'TRUNCATE') OR has_table_privilege(app_role, events, 'TRIGGER')
        OR has_table_privilege(app_role, heads, 'DELETE') OR has_table_privilege(app_role, heads, 'TRUNCATE')
        OR has_table_privilege(app_role, heads, 'TRIGGER')
+       OR has_table_privilege(app_role, registry, 'UPDATE') OR has_table_privilege(app_role, registry, 'DELETE')
+       OR has_table_privilege(app_role, registry, 'TRUNCATE') OR has_table_privilege(app_role, registry, 'TRIGGER')
     THEN
         RAISE EXCEPTION 'app role % may still change the audit trail (through PUBLIC or a role it belongs to)', app_role;
     END IF;
@@ -139,9 +179,38 @@ END $$""",
     ]
 
 
+
+
+def role_setup_sql(*, owner: str, app: str, schema: str = "public") -> list[str]:
+    """Both parts, in order (``role_bootstrap_sql`` then ``role_lockdown_sql``): the whole
+    set-up of a database whose tables exist. Raises ``ValueError`` naming ``--owner`` or
+    ``--app`` for a bad or equal role name."""
+    return (role_bootstrap_sql(owner=owner, app=app, schema=schema)
+            + role_lockdown_sql(owner=owner, app=app, schema=schema))
+
+
+def missing_objects(cursor, schema: str = "public") -> list[str]:
+    """What ``role_lockdown_sql`` needs that the database lacks (``migrate`` creates it):
+    the names of the audit tables and trigger functions not found in ``schema``, in the
+    order of the set-up; ``[]`` once migrated. ``cursor`` is a PostgreSQL cursor."""
+    names = [f"{schema}.{m._meta.db_table}" for m in (AuditEvent, AuditChainHead, AuditTenant)]
+    functions = [f"{schema}.{f}" for f in TRIGGER_FUNCTIONS]
+    cursor.execute("SELECT " + ", ".join(["to_regclass(%s) IS NULL"] * len(names)
+                                         + ["to_regprocedure(%s) IS NULL"] * len(functions)),
+                   names + functions)
+    return [name for name, gone in zip(names + functions, cursor.fetchone(), strict=True) if gone]
+
+
 def role_setup_script(*, owner: str, app: str, schema: str = "public") -> str:
-    """``role_setup_sql`` as one psql script in a transaction (``--print``)."""
-    body = ";\n\n".join(role_setup_sql(owner=owner, app=app, schema=schema))
+    """The two parts as two psql transactions (``--print``): part 1 at once, part 2 after
+    ``migrate`` as the owner (its statements need the tables)."""
+    part1 = ";\n\n".join(role_bootstrap_sql(owner=owner, app=app, schema=schema))
+    part2 = ";\n\n".join(role_lockdown_sql(owner=owner, app=app, schema=schema))
     return (f"-- recovery: least-privilege roles (owner {owner}, app {app}); "
             "run as a superuser in the service's database\n"
-            f"BEGIN;\n\n{body};\n\nCOMMIT;\n")
+            "-- Part 1: the roles, the schema, default privileges (any time, also on an "
+            "empty database)\n"
+            f"BEGIN;\n\n{part1};\n\nCOMMIT;\n\n"
+            f"-- Part 2: after `python manage.py migrate` as {owner} (needs its tables):\n"
+            "-- ownership, the audit trail's rights, the final check\n"
+            f"BEGIN;\n\n{part2};\n\nCOMMIT;\n")

@@ -507,10 +507,14 @@ class AuditHashScheme(models.IntegerChoices):
     ``SHA256`` is the unkeyed scheme of events written before migration 0005; it is
     accepted only inside the tenant's sealed legacy range (``AuditChainHead.legacy_seq``).
     ``HMAC_SHA256`` is keyed with ``RECOVERY_AUDIT_KEYS``; ``key_id`` names the key.
+    ``HMAC_SHA256_ACTOR`` (every event written since issue 17, item 13) is the same key and
+    also covers the ``actor_id`` column and the scheme itself; events written before keep
+    scheme 2 and verify as they were made.
     """
 
     SHA256 = 1, "sha256 (legacy, unkeyed)"
     HMAC_SHA256 = 2, "hmac-sha256"
+    HMAC_SHA256_ACTOR = 3, "hmac-sha256, actor id covered"
 
 
 class AuditEvent(TenantOwned):
@@ -577,6 +581,26 @@ class AuditChainHead(TenantOwned):
     legacy_seq = models.BigIntegerField(default=0)
     legacy_key_id = models.CharField(max_length=16, blank=True, default="")
     legacy_mac = models.CharField(max_length=64, blank=True, default="")
+
+
+class AuditTenant(models.Model):
+    """The tenant registry: one row per tenant ever created (``tenant_create``), so that
+    ``verify_audit_chain`` knows every tenant it must find, even one whose row, events and
+    chain head were all deleted (issue 17, item 13).
+
+    ``seq`` numbers the registrations 1, 2, ... without gaps; ``mac`` is HMAC-SHA256 with
+    the audit key ``key_id`` over (seq, tenant_pk, slug, created_at), so a row cannot be
+    changed, renumbered or forged without the key, and a row deleted from the middle leaves
+    a gap. ``tenant_pk`` is no foreign key: the row outlives its tenant. Append-only like
+    the events (PostgreSQL triggers; the app role may only SELECT and INSERT).
+    """
+
+    seq = models.BigIntegerField(unique=True, help_text="registration number, from 1")
+    tenant_pk = models.BigIntegerField(unique=True, help_text="the tenant's primary key")
+    slug = models.CharField(max_length=64)
+    created_at = models.DateTimeField()
+    key_id = models.CharField(max_length=16)
+    mac = models.CharField(max_length=64)
 
 
 class ReconcileRequest(TenantOwned, TimestampedModel):

@@ -257,6 +257,7 @@ class AuditAction(TextChoices):
     TENANT_THRESHOLD = "tenant.threshold"
     ROLE_GRANT = "role.grant"
     ROLE_REVOKE = "role.revoke"
+    TOKEN_ISSUE = "token.issue"
     TOKEN_REVOKE = "token.revoke"
     ACCOUNT_DEACTIVATE = "account.deactivate"
     RECONCILER_CONFIGURE = "reconciler.configure"

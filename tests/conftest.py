@@ -162,9 +162,16 @@ def wes(globex):
 
 
 def bearer_client(user) -> APIClient:
-    """An API client that authenticates with a fresh bearer token of ``user``."""
+    """An API client that authenticates with a fresh bearer token of ``user``.
+
+    The token is stored as ``services.token_issue`` stores it but without its
+    ``token.issue`` audit event (``tests.helpers.plumbing_token``): tests make clients
+    between snapshots of what a request wrote, and the client is set-up, not the action
+    under test. ``token_issue`` and its event: tests/security/test_accounts.py."""
+    from tests.helpers import plumbing_token
+
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {services.token_issue(user=user)}")
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {plumbing_token(user)}")
     return client
 
 

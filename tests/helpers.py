@@ -43,6 +43,23 @@ def effect_body(effect_id=None, run_id=None, revision=0, state="planned",
     }
 
 
+def plumbing_token(user) -> str:
+    """A bearer token for ``user``, stored exactly as ``services.token_issue`` stores it
+    (SHA-256 and the 12-character prefix), without the ``token.issue`` audit event: for
+    test set-up after a snapshot of the audit trail (``tests.conftest.bearer_client``).
+    Refuses a deactivated account as ``token_issue`` does. tests/test_commands.py checks
+    that the real command stores the same."""
+    import secrets
+
+    from checkpoints.models import ApiToken
+
+    assert user.is_active, "token_issue refuses a deactivated account"
+    raw = "rcv_" + secrets.token_urlsafe(32)
+    ApiToken.objects.create(user=user, prefix=raw[:12],
+                            key_hash=hashlib.sha256(raw.encode()).hexdigest())
+    return raw
+
+
 def put_checkpoint(writer, tenant, body: dict, expected=None, token=None):
     env = services.parse_envelope(body, url_id=uuid.UUID(body["id"]))
     return services.checkpoint_put(actor=writer, tenant=tenant, envelope=env,

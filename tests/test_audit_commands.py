@@ -87,6 +87,40 @@ def test_it_refuses_unreadable_files_and_unknown_tenants(acme, tmp_path):
     assert not AuditEvent.objects.filter(action="audit.export_head").exists()
 
 
+def test_it_names_the_tenant_whose_event_was_given_another_actor_id(acme, globex, wendy,
+                                                                   rita):
+    """Issue 17, item 13: only the username is shown, but the ``actor_id`` column is
+    covered by the MAC too: changing it is detected."""
+    put_checkpoint(wendy, acme, envelope())
+    event = AuditEvent.objects.get(tenant=acme, action="checkpoint.write")
+    tampering.raw(f"UPDATE {tampering.EVENTS} SET actor_id = %s WHERE id = %s",
+                  [rita.pk, event.pk])
+    with pytest.raises(CommandError) as caught:
+        run("verify_audit_chain")
+    assert str(caught.value) == (f"audit chain broken for: acme: event seq {event.seq} "
+                                 f"(id {event.pk}) does not match its hash (HMAC)")
+
+
+def test_it_names_a_tenant_missing_from_the_registry_and_registers_existing_ones(acme, db):
+    """A tenant made outside ``tenant_create`` (or whose registration was deleted) is
+    reported; the migration that added the registry registers the tenants it finds
+    (``register_existing_tenants``), after which the chain checks decide."""
+    from checkpoints.audit import register_existing_tenants
+    from checkpoints.models import AuditTenant, Tenant
+
+    rogue = Tenant.objects.create(slug="rogue", name="rogue")
+    with pytest.raises(CommandError) as caught:
+        run("verify_audit_chain")
+    assert str(caught.value).startswith("audit chain broken for: rogue: the tenant is not in "
+                                        "the tenant registry")
+    assert register_existing_tenants(Tenant, AuditTenant) == 1
+    assert list(AuditTenant.objects.order_by("seq").values_list("seq", "tenant_pk", "slug")) \
+        == [(1, acme.pk, "acme"), (2, rogue.pk, "rogue")]
+    with pytest.raises(CommandError, match="rogue: no audit chain at all"):
+        run("verify_audit_chain")
+    assert "acme: intact" in run("verify_audit_chain", "acme")
+
+
 @pytest.mark.parametrize("options, message", [
     ({"owner": "Owner", "app": "app"}, "--owner: a role name"),
     ({"owner": "owner", "app": "pg_app"}, "--app: a role name"),
@@ -101,10 +135,15 @@ def test_it_refuses_bad_role_names(db, options, message):
 def test_it_prints_the_role_sql_on_any_backend(db):
     sql = run("setup_database_roles", owner="rcv_owner", app="rcv_app", print_only=True)
     assert sql.startswith("-- recovery: least-privilege roles") and "COMMIT;" in sql
+    # Two transactions: part 2 needs the tables, so it runs after migrate (issue 17, item 4).
+    part1, part2 = sql.split("-- Part 2: after `python manage.py migrate` as rcv_owner")
+    assert part1.count("COMMIT;") == 1 and part2.count("COMMIT;") == 1
+    assert "ALTER DEFAULT PRIVILEGES" in part1 and "checkpoints_audit" not in part1
     for statement in (
         'GRANT SELECT, INSERT ON "public"."checkpoints_auditevent" TO "rcv_app"',
-        'REVOKE ALL ON "public"."checkpoints_auditevent", "public"."checkpoints_auditchainhead"'
-        ' FROM PUBLIC, "rcv_app"',
+        'REVOKE ALL ON "public"."checkpoints_auditevent", "public"."checkpoints_auditchainhead",'
+        ' "public"."checkpoints_audittenant" FROM PUBLIC, "rcv_app"',
+        'GRANT SELECT, INSERT ON "public"."checkpoints_audittenant" TO "rcv_app"',
         'ALTER FUNCTION public.checkpoints_audit_append_only() OWNER TO "rcv_owner"',
         'REVOKE CREATE ON SCHEMA "public" FROM PUBLIC',
     ):

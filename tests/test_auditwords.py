@@ -24,6 +24,8 @@ SAMPLES = {
                          {"ambiguity_threshold_s": 300}, ""),
     A.ROLE_GRANT: ("adam", T.ACCOUNT, "rita", None, {"role": "reviewer"}, ""),
     A.ROLE_REVOKE: ("adam", T.ACCOUNT, "rita", {"role": "reviewer"}, {"roles": ["viewer"]}, ""),
+    A.TOKEN_ISSUE: ("adam", T.ACCOUNT, "wendy", None,
+                    {"prefix": "rcv_ab12cd34", "roles": ["writer"]}, ""),
     A.TOKEN_REVOKE: ("adam", T.ACCOUNT, "wendy", None,
                      {"revoked": ["rk_ab", "rk_cd"], "roles": ["writer"]}, ""),
     A.ACCOUNT_DEACTIVATE: ("adam", T.ACCOUNT, "wendy", {"is_active": True, "roles": ["writer"]},

@@ -54,6 +54,12 @@ ESCAPE_HATCHES = {
 HISTORICAL = {
     ("audit.py", "seal_legacy_chains"):
         "migration 0005 seals every tenant's legacy chain with its historical AuditChainHead",
+    ("audit.py", "register_existing_tenants"):
+        "migration 0017 registers every existing tenant with its historical Tenant and "
+        "AuditTenant (neither is tenant-owned)",
+    ("audit.py", "_register"):
+        "appends to the tenant registry (AuditTenant, not tenant-owned), handed the model "
+        "by tenant_register or by migration 0017",
 }
 
 

@@ -71,10 +71,10 @@ def refuse_if_keyed(apps, schema_editor):
     verify anywhere: refused once one exists."""
     from django.db.migrations.exceptions import IrreversibleError
 
-    keyed = apps.get_model("checkpoints", "AuditEvent").objects.filter(hash_scheme=2).count()
+    keyed = apps.get_model("checkpoints", "AuditEvent").objects.filter(hash_scheme__gte=2).count()
     if keyed:
         raise IrreversibleError(
-            f"{keyed} audit event(s) are keyed (hash_scheme 2): unapplying 0005 would make "
+            f"{keyed} audit event(s) are keyed (hash_scheme 2 or 3): unapplying 0005 would make "
             "them unverifiable")
 
 

@@ -35,6 +35,7 @@ from ..audit import (
     audit_head_parse,
     audit_record,
     audit_verify,
+    registry_verify,
 )
 from ..exceptions import Forbidden, StaleRevision
 from ..reconciliation import run_reconcile

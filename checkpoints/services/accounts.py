@@ -19,6 +19,7 @@ from guardian.shortcuts import assign_perm
 from .. import locks, roles
 from ..audit import (
     audit_record,
+    tenant_register,
 )
 from ..dbclock import NOW
 from ..exceptions import (
@@ -52,6 +53,7 @@ def tenant_create(*, slug: str, name: str = "", actor=None) -> Tenant:
         if Tenant.objects.filter(slug=slug).exists():
             raise InvalidPayload(f"slug: tenant {slug!r} already exists")
         tenant = Tenant.objects.create(slug=slug, name=name or slug)
+        tenant_register(tenant)  # the verifier must find it, always (issue 17, item 13)
         audit_record(tenant=tenant, actor=actor, action=AuditAction.TENANT_CREATE, target_type=TargetType.TENANT,
                      target_id=tenant.slug, after={"slug": slug, "name": tenant.name})
     return tenant
@@ -167,18 +169,27 @@ def tenant_set_ambiguity_threshold(*, actor, tenant: Tenant, seconds: int) -> Te
     return tenant
 
 
-def token_issue(*, user) -> str:
+def token_issue(*, user, actor=None) -> str:
     """Create a bearer token for ``user``; returns the secret once (only its SHA-256 and
     its first 12 characters, the prefix, are kept). Raises ``InvalidPayload`` for a
-    deactivated account.
+    deactivated account (nothing written).
 
-    Not audited (yet): see docs/security/access.md, "Ending access".
+    Audited as ``token.issue`` (the prefix and the roles held, never the token) in every
+    tenant where the account holds a role, in the same transaction (CONTRACT.md 5, issue
+    17 item 13), as ``revoke_token`` and ``deactivate_account`` are: an account with no
+    role yet concerns no tenant, so its token is audited nowhere, and ``list_tokens``
+    shows it. ``actor`` is ``None`` for the operator's command line.
     """
     if not user.is_active:
         raise InvalidPayload(f"username: account {user.get_username()!r} is deactivated")
     raw = "rcv_" + secrets.token_urlsafe(32)
-    ApiToken.objects.create(user=user, prefix=raw[:12],
-                            key_hash=hashlib.sha256(raw.encode()).hexdigest())
+    with transaction.atomic():
+        token = ApiToken.objects.create(user=user, prefix=raw[:12],
+                                        key_hash=hashlib.sha256(raw.encode()).hexdigest())
+        for tenant, held in account_tenants(user):
+            audit_record(tenant=tenant, actor=actor, action=AuditAction.TOKEN_ISSUE,
+                         target_type=TargetType.ACCOUNT, target_id=user.get_username(),
+                         after={"prefix": token.prefix, "roles": held})
     return raw
 
 

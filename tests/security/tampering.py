@@ -43,8 +43,9 @@ def rewrite(tenant, seq: int, *, downgrade: bool = False, **changes) -> None:
         setattr(events[seq - 1], name, value)
     for e in events[seq - 1:]:
         e.prev_hash = prev
-        e.hash = legacy_hash(prev, audit_fields(e))
         scheme = AuditHashScheme.SHA256 if downgrade else e.hash_scheme
+        e.hash_scheme = scheme  # the fields the claimed scheme covers
+        e.hash = legacy_hash(prev, audit_fields(e))
         raw(f"UPDATE {EVENTS} SET reason = %s, actor_name = %s, action = %s, prev_hash = %s, "
             f"hash = %s, hash_scheme = %s WHERE id = %s",
             [e.reason, e.actor_name, e.action, e.prev_hash, e.hash, scheme, e.pk])
@@ -58,6 +59,31 @@ def cut_tail(tenant, keep: int) -> None:
     raw(f"DELETE FROM {EVENTS} WHERE tenant_id = %s AND seq > %s", [tenant.pk, keep])
     kept = AuditEvent.objects.get(tenant=tenant, seq=keep)
     set_head(tenant, keep, kept.hash)
+
+
+def delete_tenant(tenant, *, registration: bool = False) -> None:
+    """Delete the tenant altogether, as its owner would with the triggers off: every row
+    of every table that names it, its audit events and head, the tenant row; with
+    ``registration``, its row of the tenant registry too (issue 17, item 13)."""
+    from django.apps import apps
+
+    from checkpoints.models import AuditTenant, Tenant
+
+    tables = [m._meta.db_table for m in apps.get_app_config("checkpoints").get_models()
+              if any(f.name == "tenant" for f in m._meta.fields)]
+    with transaction.atomic(), connection.cursor() as cur:
+        if connection.vendor == "postgresql":
+            cur.execute("SET LOCAL session_replication_role = replica")  # triggers and FKs off
+        else:
+            cur.execute("PRAGMA defer_foreign_keys = ON")  # checked at commit: all gone then
+        for table in tables:
+            cur.execute(f"DELETE FROM {table} WHERE tenant_id = %s", [tenant.pk])
+        cur.execute(f"DELETE FROM {Tenant._meta.db_table} WHERE id = %s", [tenant.pk])
+        if registration:
+            cur.execute(f"DELETE FROM {AuditTenant._meta.db_table} WHERE tenant_pk = %s",
+                        [tenant.pk])
+        if connection.vendor == "postgresql":
+            cur.execute("SET LOCAL session_replication_role = origin")
 
 
 def empty(*tables: str, truncate: bool = False) -> None:

@@ -18,6 +18,7 @@ from django.urls import reverse
 from rest_framework.test import APIClient
 
 from checkpoints import permissions, roles, services
+from checkpoints.exceptions import InvalidPayload
 from checkpoints.models import ApiToken, AuditEvent
 from tests.api.apihelpers import snapshot, url
 
@@ -55,6 +56,7 @@ def ann(acme, globex):
     services.role_grant(actor=None, tenant=acme, user=user, role="reviewer")
     services.role_grant(actor=None, tenant=globex, user=user, role="writer")
     user.tokens = [services.token_issue(user=user), services.token_issue(user=user)]
+    user.globex = globex
     return user
 
 
@@ -99,6 +101,47 @@ def test_it_refuses_a_revoke_that_cannot_be_done_and_changes_nothing(ann, args, 
     before = state()
     with pytest.raises(CommandError, match=message):
         run("revoke", *args)
+    assert state() == before
+
+
+# --- issue_token ------------------------------------------------------------------------
+
+def test_it_audits_a_new_token_in_every_tenant_of_the_account_never_the_token(ann, acme):
+    """CONTRACT.md 5: issue_token is audited in the tenants it concerns (issue 17,
+    item 13): one ``token.issue`` per tenant where the account holds a role, naming the
+    prefix; the secret is in no event."""
+    before = {t: services.audit_verify(tenant=t)[1] for t in (acme, ann.globex)}
+    out, err = io.StringIO(), io.StringIO()
+    call_command("issue_token", "ann", stdout=out, stderr=err)
+    raw = out.getvalue().strip()
+    assert raw.startswith("rcv_") and "\n" not in raw  # the token alone on stdout
+    assert "audited in: acme, globex" in err.getvalue()
+    issued = AuditEvent.objects.filter(action="token.issue", target_ref="ann",
+                                       after__prefix=raw[:12])
+    assert sorted(issued.values_list("tenant__slug", "actor_name", "after")) == [
+        ("acme", "system", {"prefix": raw[:12], "roles": ["reviewer"]}),
+        ("globex", "system", {"prefix": raw[:12], "roles": ["writer"]})]
+    for e in AuditEvent.objects.all():
+        assert raw not in str((e.before, e.after, e.reason, e.target_ref))
+    for t in (acme, ann.globex):
+        assert services.audit_verify(tenant=t) == (True, before[t] + 1, "")
+
+
+def test_it_audits_a_token_of_an_account_without_a_role_in_no_tenant(db, acme):
+    """As revoke_token and deactivate_account: an account with no role concerns no
+    tenant (issue 17, item 13: decided, docs/security/access.md)."""
+    services.account_create(username="loner", service=True)
+    err = io.StringIO()
+    call_command("issue_token", "loner", stdout=io.StringIO(), stderr=err)
+    assert "audited in: no tenant (it holds no role)" in err.getvalue()
+    assert not AuditEvent.objects.filter(action="token.issue").exists()
+
+
+def test_a_refused_token_writes_nothing(ann):
+    services.account_deactivate(user=ann)
+    before = state()
+    with pytest.raises(InvalidPayload, match="deactivated"):
+        services.token_issue(user=ann)
     assert state() == before
 
 

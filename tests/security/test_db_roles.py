@@ -42,6 +42,10 @@ REFUSED = [
     ("drop the table", f"DROP TABLE {EVENTS}", "must be owner of table"),
     ("delete a chain head", f"DELETE FROM {HEADS}", "permission denied for table"),
     ("truncate the chain heads", f"TRUNCATE {HEADS}", "permission denied for table"),
+    ("delete a tenant registration", "DELETE FROM checkpoints_audittenant",
+     "permission denied for table"),
+    ("rewrite a tenant registration", "UPDATE checkpoints_audittenant SET slug = 'x'",
+     "permission denied for table"),
     ("create a table", "CREATE TABLE public.planted (a int)",
      "permission denied for schema public"),
 ]

@@ -20,13 +20,14 @@ from django.core.management import CommandError, call_command
 from django.db import DatabaseError, connection
 
 from checkpoints import services
-from checkpoints.models import AuditEvent
+from checkpoints.models import AuditEvent, AuditTenant, Tenant
 from tests.helpers import envelope, put_checkpoint
 from tests.security import tampering
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 EVENTS, HEADS = tampering.EVENTS, tampering.HEADS
+REGISTRY = AuditTenant._meta.db_table
 record = tampering.record  # rows of the table printed at the end (tests/security/conftest.py)
 
 
@@ -88,6 +89,10 @@ postgres_only = pytest.mark.postgres
     ("triggers off (replica)", "SET session_replication_role = replica",
      "permission denied to set parameter"),
     ("delete the chain heads", f"DELETE FROM {HEADS}", "permission denied for table"),
+    ("delete a tenant registration", f"DELETE FROM {REGISTRY}", "permission denied for table"),
+    ("rewrite a tenant registration", f"UPDATE {REGISTRY} SET slug = 'x'",
+     "permission denied for table"),
+    ("truncate the tenant registry", f"TRUNCATE {REGISTRY}", "permission denied for table"),
 ])
 def test_the_app_role_is_refused(db_roles, chain, attack, sql, error):
     n = n_events(chain)
@@ -104,6 +109,8 @@ def test_the_app_role_is_refused(db_roles, chain, attack, sql, error):
     ("delete", f"DELETE FROM {EVENTS} WHERE seq = 2"),
     ("rewrite one event", f"UPDATE {EVENTS} SET reason = 'x' WHERE seq = 2"),
     ("delete the chain heads", f"DELETE FROM {HEADS}"),
+    ("delete a tenant registration", f"DELETE FROM {REGISTRY}"),
+    ("rewrite a tenant registration", f"UPDATE {REGISTRY} SET slug = 'x'"),
 ])
 def test_plain_sql_of_the_owner_is_refused(chain, attack, sql):
     n = n_events(chain)
@@ -159,6 +166,70 @@ def test_a_rewrite_passed_off_as_legacy_sha256_is_detected(chain):
     assert "uses the unkeyed legacy hash outside the sealed legacy range" in broken("acme")
     record("same, labelled legacy SHA-256", bypass(), "detected",
            "verifier: unkeyed hash outside the sealed range")
+
+
+@pytest.mark.parametrize("relabel", [False, True], ids=["as is", "labelled scheme 2"])
+def test_changing_an_events_actor_id_is_detected(chain, wendy, wes, relabel):
+    """Issue 17, item 13: ``actor_id`` is covered by the HMAC (scheme 3), so pointing an
+    event at another account is found; relabelling the event as scheme 2 (which does not
+    cover it) is found too, since scheme 3 names itself in the MAC input."""
+    victim = (AuditEvent.objects.filter(tenant=chain, action="checkpoint.write")
+              .order_by("seq").first())
+    assert victim.actor_id == wendy.pk and victim.hash_scheme == 3
+    tampering.raw(f"UPDATE {EVENTS} SET actor_id = %s" + (", hash_scheme = 2" if relabel else "")
+                  + " WHERE id = %s", [wes.pk, victim.pk])
+    assert broken() == (f"audit chain broken for: acme: event seq {victim.seq} (id {victim.pk}) "
+                        "does not match its hash (HMAC)")
+    record("point an event at another account (actor_id)"
+           + (", labelled scheme 2" if relabel else ""), bypass(), "detected",
+           "verifier: HMAC covers actor_id (scheme 3)")
+
+
+def test_a_tenant_deleted_whole_is_named(chain):
+    """Issue 17, item 13: the owner deletes a tenant's row, events and head (and every
+    other row of it); the verifier used to list nothing and exit 0. The tenant registry
+    names it."""
+    globex = Tenant.objects.get(slug="globex")
+    tampering.delete_tenant(globex)
+    out = io.StringIO()
+    with pytest.raises(CommandError) as caught:
+        call_command("verify_audit_chain", stdout=out)
+    assert str(caught.value).startswith("audit chain broken for: globex: the tenant "
+                                        "registered on ")
+    assert f"(id {globex.pk}) is gone: its row, events and chain head were deleted" in str(
+        caught.value)
+    assert "acme: intact" in out.getvalue()
+    record("delete a whole tenant (row, events, head)", bypass(), "detected",
+           "verifier: tenant registry")
+
+
+def test_a_tenant_deleted_with_its_registration_leaves_a_gap(chain):
+    tampering.delete_tenant(chain, registration=True)  # acme, registered before globex
+    assert broken() == ("audit chain broken for: (tenant registry): gap before seq 2 (seq 1 "
+                        "expected: a tenant's registration was deleted)")
+    record("delete a tenant and its registration", bypass(), "detected",
+           "verifier: gap in the tenant registry")
+
+
+def test_a_rewritten_registration_is_detected(chain):
+    tampering.raw(f"UPDATE {REGISTRY} SET slug = 'initech' WHERE slug = 'globex'")
+    assert "globex: the tenant is not in the tenant registry" in broken()
+    assert "does not match its MAC (changed?)" in broken()
+    record("rewrite a tenant registration", bypass(), "detected", "verifier: registry MAC")
+
+
+def test_the_last_tenant_deleted_with_its_registration_is_detected_against_an_export(
+        chain, tmp_path):
+    """Deleting the newest registration leaves no gap: the verifier alone cannot tell (as
+    for a cut tail); a head exported before names the tenant."""
+    exported = tmp_path / "heads.jsonl"
+    call_command("export_audit_head", out=str(exported), stdout=io.StringIO())
+    tampering.delete_tenant(Tenant.objects.get(slug="globex"), registration=True)
+    intact()
+    assert broken(against=str(exported)).startswith(
+        "audit chain broken for: globex: the tenant no longer exists")
+    record("delete the newest tenant and its registration", bypass(), "detected",
+           "--against exported head (verifier alone: intact)")
 
 
 def test_a_cut_tail_is_detected_against_an_exported_head(chain, wendy, tmp_path):

@@ -1059,6 +1059,9 @@ NOT_SERVICE_CELLS = {
                          "runifold_import's cell goes through it",
     "new_event": "builds (unsaved) the next event of the tenant whose chain head its "
                  "caller holds; reads and writes nothing",
+    "tenant_register": "registers the tenant tenant_create has just made, in its "
+                       "transaction (the tenant registry belongs to no tenant and is shown "
+                       "to none); tenant_create is an operator command",
 }
 
 

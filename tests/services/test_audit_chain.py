@@ -17,6 +17,7 @@ from checkpoints import services
 from checkpoints.audit import (
     audit_fields,
     audit_keys,
+    event_mac,
     key_id_of,
     legacy_hash,
     seal_legacy_chains,
@@ -64,10 +65,11 @@ def note(tenant, action: str = "test.note") -> AuditEvent:
 def test_it_keys_every_new_event_with_the_newest_audit_key(settings, acme, history):
     settings.RECOVERY_AUDIT_KEYS = [KEY_A, *settings.RECOVERY_AUDIT_KEYS]
     event = note(acme)
-    assert event.hash_scheme == AuditHashScheme.HMAC_SHA256
+    assert event.hash_scheme == AuditHashScheme.HMAC_SHA256_ACTOR
     assert event.key_id == key_id_of(KEY_A.encode())
+    assert audit_fields(event)["actor_id"] is None  # the system; an account's pk otherwise
     assert event.hash == hmac.new(KEY_A.encode(), json.dumps(
-        {"purpose": "audit-event", "tenant": acme.pk, "key_id": event.key_id,
+        {"purpose": "audit-event", "scheme": 3, "tenant": acme.pk, "key_id": event.key_id,
          "prev_hash": event.prev_hash, "event": audit_fields(event)},
         sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode(),
         hashlib.sha256).hexdigest()
@@ -75,6 +77,29 @@ def test_it_keys_every_new_event_with_the_newest_audit_key(settings, acme, histo
     assert verify(acme) == ""
     head = AuditChainHead.objects.get(tenant=acme)
     assert (head.seq, head.last_hash) == (event.seq, event.hash)
+
+
+def test_events_keyed_before_the_actor_id_was_covered_still_verify(acme, wendy):
+    """Issue 17, item 13: events written before carry scheme 2 (no actor id in the MAC)
+    and verify as they were made; the chain then goes on with scheme 3."""
+    from django.utils import timezone
+
+    head = AuditChainHead.objects.get(tenant=acme)
+    keys = audit_keys()
+    e = AuditEvent(tenant=acme, seq=head.seq + 1, created_at=timezone.now(), actor=wendy,
+                   actor_name="wendy", action="test.old", target_type="tenant",
+                   target_ref="acme", prev_hash=head.last_hash,
+                   hash_scheme=AuditHashScheme.HMAC_SHA256, key_id=keys.newest_id)
+    assert "actor_id" not in audit_fields(e)
+    e.hash = event_mac(keys.newest, tenant_id=acme.pk, key_id=keys.newest_id,
+                       prev_hash=e.prev_hash, fields=audit_fields(e),
+                       scheme=AuditHashScheme.HMAC_SHA256)
+    e.save()
+    AuditChainHead.objects.filter(pk=head.pk).update(seq=e.seq, last_hash=e.hash)
+    assert verify(acme) == ""
+    later = note(acme)
+    assert [x.hash_scheme for x in events_of(acme)][-2:] == [2, 3] and later.seq == e.seq + 1
+    assert verify(acme) == ""
 
 
 def test_it_costs_two_queries_per_event_on_postgresql_three_elsewhere(
@@ -193,7 +218,7 @@ def test_it_still_verifies_sha256_events_older_than_the_keyed_scheme(db):
     old = legacy_chain("initech", 3)
     assert verify(old) == ""
     note(old, "test.after_upgrade")  # the chain goes on, keyed
-    assert [e.hash_scheme for e in events_of(old)] == [1, 1, 1, 2]
+    assert [e.hash_scheme for e in events_of(old)] == [1, 1, 1, 3]
     assert services.audit_verify(tenant=old) == (True, 4, "")
     assert seal_legacy_chains(AuditChainHead) == 0  # sealed once only
 

@@ -6,7 +6,7 @@
   ``CELLS`` or a reason in ``NOT_CELLS``, else ``test_every_audited_service_is_in_the_matrix``
   fails; a name in either that no longer audits fails it too.
 - **Cells**: one per branch that ends in an audit event (a create, an update, a refused
-  write kept as a conflict, a fenced write, a reveal, ...): 33 cells for 25 services.
+  write kept as a conflict, a fenced write, a reveal, ...): 34 cells for 26 services.
 - **How**: ``audit.new_event`` (where every append, ORM or SQL, builds its event) raises
   (the audit store is down), the service is called,
   and the whole database (every row of every model, ``tests.matrixhelpers.db_state``)
@@ -340,6 +340,10 @@ def tenant_set_ambiguity_threshold(p):
                                                                 seconds=60))
 
 
+def token_issue(p):
+    return Cell(lambda: services.token_issue(user=p.wendy))
+
+
 def tokens_revoke(p):
     services.token_issue(user=p.wendy)
     return Cell(lambda: services.tokens_revoke(user=p.wendy))
@@ -526,6 +530,7 @@ CELLS: dict[str, dict[str, Callable]] = {
     "role_grant": {"grant": role_grant},
     "role_revoke": {"revoke": role_revoke},
     "tenant_set_ambiguity_threshold": {"set": tenant_set_ambiguity_threshold},
+    "token_issue": {"issue": token_issue},
     "tokens_revoke": {"revoke": tokens_revoke},
     "account_deactivate": {"deactivate": account_deactivate},
     "reconciler_configure": {"configure": reconciler_configure},
@@ -549,6 +554,9 @@ NOT_CELLS = {
     "audit_record_many": "the append itself, for many events (runifold_import's cells)",
     "dispatch": "without a broker it runs execute, whose cell covers it",
     "redrive": "part of sweep_stale_runs; it runs execute, whose cell covers it",
+    "tenant_register": "writes no audit event (its cursor's execute has reconciliation."
+                       "execute's name); it runs in tenant_create's transaction, whose cell "
+                       "shows the registration rolls back with the tenant",
     "payloads_rotate_keys": "re-encrypts in batches, each its own transaction, so it can run "
                             "beside live writers; the per-tenant audit event is a summary "
                             "written afterwards, and a batch changes no plaintext",

@@ -1,6 +1,8 @@
 """``manage.py issue_token USERNAME``: print a new bearer token once (CONTRACT.md 5).
 
-Only the token's SHA-256 is stored, so the printed line is the only copy.
+Only the token's SHA-256 is stored, so the printed line is the only copy. Audited as
+``token.issue`` (the prefix, never the token) in every tenant where the account holds a
+role, like ``revoke_token``; the tenants are named on stderr.
 """
 
 from __future__ import annotations
@@ -30,3 +32,6 @@ class Command(BaseCommand):
             raise CommandError(exc.detail or exc.error) from None
         # The token alone on stdout, so scripts can capture it: TOKEN=$(manage.py issue_token x)
         self.stdout.write(raw)
+        tenants = [t.slug for t, _ in services.account_tenants(user)]
+        self.stderr.write(f"issued token {raw[:12]}… to {username}; audited in: "
+                          + (", ".join(tenants) or "no tenant (it holds no role)"))

@@ -1,6 +1,9 @@
 """``manage.py verify_audit_chain [TENANT] [--against FILE]``: check each tenant's audit
 chain (docs/security/audit.md).
 
+Every tenant ever created must still be there: the tenant registry (``AuditTenant``,
+keyed rows numbered without gaps) names each, so a tenant whose row, events and head were
+all deleted is reported by its slug, as is a tenant missing from the registry.
 Every tenant checked (one, or all) must have an intact chain: seq 1..n with no gap, each
 event linked to the one before and matching its HMAC (or its plain SHA-256 inside the
 sealed legacy range), and the chain head exactly at the last event. With ``--against``,
@@ -62,13 +65,18 @@ class Command(BaseCommand):
                 raise CommandError(f"tenant: no tenant {tenant!r}")
         exports = _read_exports(against, tenant) if against else []
         broken: dict[str, str] = {}
+        # Every tenant ever created, from the registry: one deleted with its events and
+        # head is named too (issue 17, item 13).
+        for slug, problem in services.registry_verify(slug=tenant):
+            self.stdout.write(f"{slug}: BROKEN at {problem}")
+            broken.setdefault(slug, problem)
         for t in tenants:
             intact, n, problem = services.audit_verify(tenant=t)
             if intact:
                 self.stdout.write(f"{t.slug}: intact ({n} event(s))")
             else:
                 self.stdout.write(f"{t.slug}: BROKEN at {problem}")
-                broken[t.slug] = problem
+                broken.setdefault(t.slug, problem)
         for number, record in exports:
             problem = services.audit_head_check(record=record)
             slug = record["tenant"]
