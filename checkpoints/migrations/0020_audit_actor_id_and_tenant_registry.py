@@ -50,7 +50,7 @@ def register(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('checkpoints', '0016_langgraph'),
+        ('checkpoints', '0019_conflict_created_at_database_clock'),
     ]
 
     operations = [
