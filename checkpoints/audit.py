@@ -417,10 +417,7 @@ def tenant_register(tenant: Tenant) -> None:
     serialises registrations, so ``seq`` has no gap or repeat. Raises
     ``ImproperlyConfigured`` for bad keys."""
     assert transaction.get_connection().in_atomic_block, "tenant_register needs a transaction"
-    connection = transaction.get_connection()
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cur:
-            cur.execute("SELECT pg_advisory_xact_lock(%s)", [REGISTRY_LOCK])
+    locks.lock_transaction_key(REGISTRY_LOCK)
     _register(AuditTenant, tenant.pk, tenant.slug, timezone.now())
 
 

@@ -43,7 +43,9 @@ requests, ascending id, ``SKIP LOCKED``), the token's ``last_used_at`` touch (on
 batches, each in ascending id within one table, without run locks, then appends to the
 tenants' chains in ascending tenant id.
 
-Also outside the order, and not a row lock: ``try_session_lock`` (a PostgreSQL session
+Also outside the order, and not row locks: ``lock_transaction_key`` (a PostgreSQL
+advisory lock held to the end of the transaction: the tenant registry's numbering, taken
+by tenant creation before anything else of the new tenant), and ``try_session_lock`` (a PostgreSQL session
 advisory lock, tried without waiting, holding nothing else): one web process at a time
 runs the catch-up sweep (``inprocess.catch_up``), which then takes the order above.
 
@@ -168,3 +170,12 @@ def try_session_lock(key: int) -> Iterator[bool]:
         if mine:
             with connection.cursor() as cursor:
                 cursor.execute("SELECT pg_advisory_unlock(%s)", [key])
+
+
+def lock_transaction_key(key: int) -> None:
+    """Wait for PostgreSQL's transaction advisory lock ``key`` (a bigint), held until the
+    caller's transaction ends (module docstring: outside the order; the tenant registry
+    serialises its numbering with it). A no-op on SQLite, whose writes are serial."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [key])

@@ -377,6 +377,10 @@ def _lg_step(body, v):
     body["metadata"]["step"] = v
 
 
+def _lg_sends(body, v):
+    body["sends"] = v  # the saver's count of pending Send packets (issue 17, item 2)
+
+
 def lg_filter(w: World, v: int) -> Outcome:
     return _get(w, "get", LG, {"thread_id": w.thread, "filter": json.dumps({"step": v})})
 
@@ -453,6 +457,7 @@ RECIPES: dict[Key, Recipe] = {
     ("POST", LG, "body", "checkpoint.versions_seen.*.*"): Recipe(
         lg_checkpoint(_lg_seen), "checkpoint.versions_seen.n.a"),
     ("POST", LG, "body", "metadata.step"): Recipe(lg_checkpoint(_lg_step), "metadata.step"),
+    ("POST", LG, "body", "sends"): Recipe(lg_checkpoint(_lg_sends), "sends"),
     ("GET", LG, "query", "filter.step"): Recipe(lg_filter, "filter"),
     ("POST", LGW, "header", "Fencing-Token"): Recipe(fencing("lgw"), "Fencing-Token"),
     ("POST", LGW, "body", "writes[].idx"): Recipe(lg_idx, "writes[0].idx"),
