@@ -16,6 +16,13 @@ a symlink reads forever; opening a FIFO blocks until someone writes to it). So:
   8 MiB), so a refused input writes nothing. What was counted is all that is read: a
   file that grows meanwhile ends where it was counted.
 
+Files an operator command writes (``export_runifold FILE``, ``export_audit_head --out``)
+pass ``check_output``: a path that exists must be a regular file (a symlink is refused
+too: it is written through, or replaced), so a device, a FIFO or a directory is refused
+before anything is exported, never replaced or blocked on (``/dev/full`` was replaced by a
+regular file as root; a FIFO hung). ``write_error`` turns a failed write (a full disk, a
+closed pipe) into the same kind of error.
+
 Every refusal is a ``CommandError`` naming the argument and the rule.
 """
 
@@ -160,3 +167,31 @@ class _Capped(io.RawIOBase):
     def close(self) -> None:
         self._stream.close()
         super().close()
+
+
+def check_output(path: str, *, what: str = "file") -> None:
+    """Refuse ``path`` as a file to write unless it does not exist yet or is a regular
+    file (not through a symlink): ``CommandError`` naming ``what`` and what the path is.
+    ``-`` (standard output) is the caller's to handle. The directory it would go in must
+    exist."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        parent = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(parent):
+            raise CommandError(f"{what}: cannot write {path} ({parent} is not a "
+                               f"directory)") from None
+        return
+    except OSError as exc:
+        raise CommandError(f"{what}: cannot write {path} ({exc.strerror})") from None
+    if stat.S_ISLNK(mode):
+        raise CommandError(f"{what}: {path} is a symbolic link; give the regular file it "
+                           f"names, or a new path")
+    if not stat.S_ISREG(mode):
+        raise CommandError(f"{what}: {path} is {_kind(mode)}; give a regular file, "
+                           f"or - for standard output")
+
+
+def write_error(what: str, target: str, exc: OSError) -> CommandError:
+    """The ``CommandError`` for a write that failed (``ENOSPC``, ``EPIPE`` ...)."""
+    return CommandError(f"{what}: cannot write {target} ({exc.strerror or exc})")

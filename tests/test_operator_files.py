@@ -10,9 +10,11 @@ command that blocks or reads forever fails the test instead of hanging it.
 
 from __future__ import annotations
 
+import errno
 import io
 import os
 import signal
+import stat
 from pathlib import Path
 
 import pytest
@@ -150,3 +152,79 @@ def test_a_file_that_grows_after_it_was_counted_ends_where_it_was_counted(tmp_pa
         assert size == 18
         assert stream.readline() == b'{"a": 1}\n'
         assert stream.read() == b'{"a": 2}\n'
+
+
+# -- files the commands write (the attack of issue 17: ``export_runifold /dev/full`` as
+# root replaced the device with a regular file; ``export_audit_head --out FIFO`` hung)
+
+def _export_runifold(path: str) -> None:
+    call_command("export_runifold", path, tenant="acme", no_progress=True,
+                 stdout=io.StringIO(), stderr=io.StringIO())
+
+
+def _export_head(path: str) -> None:
+    call_command("export_audit_head", out=path, stdout=io.StringIO())
+
+
+OUTPUTS = {"export_runifold": (_export_runifold, "file"),
+           "export_audit_head": (_export_head, "--out")}
+
+
+def _hostile_output(kind: str, tmp_path: Path) -> tuple[Path, str]:
+    if kind == "fifo":
+        path = tmp_path / "pipe"
+        os.mkfifo(path)
+        return path, "is a FIFO (named pipe); give a regular file"
+    if kind == "device":  # a null device of the test's own (root), never a system one
+        path = tmp_path / "null"
+        try:
+            os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+        except PermissionError:
+            pytest.skip("mknod needs root")
+        return path, "is a character device; give a regular file"
+    if kind == "symlink":
+        path = tmp_path / "link.jsonl"
+        path.symlink_to(tmp_path / "elsewhere.jsonl")
+        return path, "is a symbolic link"
+    if kind == "directory":
+        return tmp_path, "is a directory; give a regular file"
+    raise AssertionError(kind)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("command", list(OUTPUTS))
+@pytest.mark.parametrize("kind", ["fifo", "device", "symlink", "directory"])
+def test_an_export_to_anything_but_a_regular_file_is_refused_and_nothing_replaced(
+        acme, tmp_path, command, kind):
+    fn, what = OUTPUTS[command]
+    path, words = _hostile_output(kind, tmp_path)
+    mode = os.lstat(path).st_mode
+    before = db_state()
+    with pytest.raises(CommandError) as caught:
+        _within_deadline(lambda: fn(str(path)))
+    assert str(caught.value).startswith(f"{what}: "), caught.value
+    assert words in str(caught.value)
+    assert os.lstat(path).st_mode == mode  # still what it was: not replaced
+    assert not list(tmp_path.glob("*.partial"))
+    assert db_diff(before, db_state()) == {}
+
+
+class _Full(io.RawIOBase):
+    """A stream whose every write fails as a full disk does."""
+
+    def writable(self):
+        return True
+
+    def write(self, b):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+
+@pytest.mark.django_db
+def test_an_export_whose_output_fails_is_a_clear_error(acme, monkeypatch):
+    _import(str(AGENT))  # something to export
+    monkeypatch.setattr("sys.stdout", io.TextIOWrapper(io.BufferedWriter(_Full())))
+    with pytest.raises(CommandError, match=r"^file: cannot write - \(No space left"):
+        call_command("export_runifold", "-", tenant="acme", no_progress=True,
+                     stderr=io.StringIO())
+    with pytest.raises(CommandError, match=r"^stdout: cannot write standard output"):
+        call_command("export_audit_head", stdout=io.TextIOWrapper(_Full()))

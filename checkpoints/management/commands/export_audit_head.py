@@ -14,12 +14,13 @@ Exits 1 (``CommandError``) for an unknown tenant or a FILE that cannot be writte
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 
 from django.core.management.base import BaseCommand, CommandError
 
-from checkpoints import services
+from checkpoints import operatorfiles, services
 from checkpoints.models import Tenant
 
 
@@ -39,7 +40,9 @@ class Command(BaseCommand):
                 raise CommandError(f"tenant: no tenant {tenant!r}")
         fh = None
         if out:
-            # Opened before any export, so that a path we cannot write exports nothing.
+            # Checked and opened before any export, so that a path we cannot write (or a
+            # device, a FIFO: refused, never blocked on) exports nothing.
+            operatorfiles.check_output(out, what="--out")
             try:
                 fh = open(out, "a", encoding="utf-8")
             except OSError as exc:
@@ -51,7 +54,12 @@ class Command(BaseCommand):
                 # head that was rolled back.
                 line = json.dumps(services.audit_head_export(tenant=t), sort_keys=True)
                 if fh is None:
-                    self.stdout.write(line)
+                    try:
+                        self.stdout.write(line)
+                        self.stdout.flush()
+                    except OSError as exc:
+                        raise operatorfiles.write_error("stdout", "standard output",
+                                                        exc) from None
                 else:
                     try:
                         fh.write(line + "\n")
@@ -62,6 +70,7 @@ class Command(BaseCommand):
                 count += 1
         finally:
             if fh is not None:
-                fh.close()
+                with contextlib.suppress(OSError):  # the write's own error is raised
+                    fh.close()
         if fh is not None:
             self.stdout.write(f"appended {count} signed head(s) to {out}")

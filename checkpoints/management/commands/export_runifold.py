@@ -13,13 +13,14 @@ summary then goes to stderr); otherwise the lines go to ``FILE.partial``, rename
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import uuid
 
 from django.core.management.base import BaseCommand, CommandError
 
-from checkpoints import services
+from checkpoints import operatorfiles, services
 from checkpoints.exceptions import DomainError
 from checkpoints.models import Tenant
 
@@ -52,6 +53,9 @@ class Command(BaseCommand):
                     raise CommandError(f"--run: {value[:64]!r} is not a UUID") from None
         to_stdout = file == "-"
         target = None if to_stdout else file + ".partial"
+        if not to_stdout:  # a device, FIFO, directory or link is refused, never replaced
+            operatorfiles.check_output(file)
+            operatorfiles.check_output(target)
         try:
             out = sys.stdout.buffer if to_stdout else open(target, "wb")  # noqa: SIM115
         except OSError as exc:
@@ -68,19 +72,27 @@ class Command(BaseCommand):
                 on_progress=bar.update if bar is not None else None)
         except BaseException as exc:
             if target:  # nothing half-written is left behind under FILE's name
-                out.close()
+                with contextlib.suppress(OSError):
+                    out.close()
                 os.unlink(target)
             if isinstance(exc, DomainError):
                 raise CommandError(exc.detail or exc.error) from None
+            if isinstance(exc, OSError):  # a full disk, a closed pipe
+                raise operatorfiles.write_error("file", file, exc) from None
             raise
         finally:
             if bar is not None:
                 bar.close()
-        if to_stdout:
-            out.flush()
-        else:
-            out.close()
-            os.replace(target, file)
+        try:
+            if to_stdout:
+                out.flush()
+            else:
+                out.close()
+                os.replace(target, file)
+        except OSError as exc:
+            if target and os.path.exists(target):
+                os.unlink(target)
+            raise operatorfiles.write_error("file", file, exc) from None
         summary = (f"{tenant_obj.slug}: {report.checkpoint_lines} checkpoint line(s) and "
                    f"{report.effect_lines} effect line(s) exported")
         left = []
