@@ -554,9 +554,6 @@ NOT_CELLS = {
     "audit_record_many": "the append itself, for many events (runifold_import's cells)",
     "dispatch": "without a broker it runs execute, whose cell covers it",
     "redrive": "part of sweep_stale_runs; it runs execute, whose cell covers it",
-    "tenant_register": "writes no audit event (its cursor's execute has reconciliation."
-                       "execute's name); it runs in tenant_create's transaction, whose cell "
-                       "shows the registration rolls back with the tenant",
     "payloads_rotate_keys": "re-encrypts in batches, each its own transaction, so it can run "
                             "beside live writers; the per-tenant audit event is a summary "
                             "written afterwards, and a batch changes no plaintext",
