@@ -32,7 +32,7 @@ TEST_VAR_DIR ?= $(CURDIR)/var/test
 help:
 	@echo "make demo   - install, then run the demo (migrate, seed, crash workers, serve)"
 	@echo "make test   - lint, migrations check, full suite on PostgreSQL + Redis, then SQLite"
-	@echo "make lint   - ruff"
+	@echo "make lint   - ruff, and import-linter's layer contracts (docs/architecture.md)"
 	@echo "make bench  - write/read/memory benchmarks with references; var/bench/latest.json"
 	@echo "make mutants         - mutmut on the core rule modules; report in var/mutants/report.md"
 	@echo "make screenshots  - the README pictures (docs/screenshots/), taken by the browser tests"
@@ -55,6 +55,7 @@ demo: $(STAMP)
 
 lint: $(STAMP)
 	$(PY) -m ruff check .
+	$(VENV)/bin/lint-imports --no-cache
 
 # Start PostgreSQL and Redis only when they are not already answering (works as root:
 # pg_ctlcluster switches to the cluster's owner by itself).

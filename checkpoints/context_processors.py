@@ -5,7 +5,10 @@ from __future__ import annotations
 import functools
 import logging
 
+from django.conf import settings
 from django.db import DatabaseError
+
+from . import heartbeat
 
 log = logging.getLogger(__name__)
 
@@ -19,8 +22,6 @@ def background(request) -> dict:
 
     @functools.cache
     def late():
-        from . import heartbeat
-
         if not getattr(request, "user", None) or not request.user.is_authenticated:
             return None
         try:
@@ -30,11 +31,7 @@ def background(request) -> dict:
             return None
         if not is_late:
             return None
-        from django.conf import settings
-
-        from .reconciliation import broker_configured
-
         return {"since": since,
-                "web_sweeps": broker_configured() and settings.RECOVERY_SWEEP_WATCHDOG}
+                "web_sweeps": heartbeat.broker_configured() and settings.RECOVERY_SWEEP_WATCHDOG}
 
     return {"background_late": late}

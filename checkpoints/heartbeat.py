@@ -61,13 +61,18 @@ def read() -> dict[str, Beat]:
             for name, at, now in rows}
 
 
+def broker_configured() -> bool:
+    """Whether Celery work goes to a broker (``CELERY_BROKER_URL`` set: tasks are not run
+    eagerly in this process). The one reading of that setting: reconciliation's
+    ``dispatch``, the dashboard's banner and this module ask here."""
+    return not settings.CELERY_TASK_ALWAYS_EAGER
+
+
 def background_source() -> str:
     """The heartbeat that shows the deployment's own background worker runs:
     ``sweep.celery`` with a broker (beat and a worker), ``sweep.inprocess`` with the
     embedded in-process worker, else ``sweep`` (whatever runs the sweep: tests, a cron'd
     command)."""
-    from .reconciliation import broker_configured
-
     if broker_configured():
         return "sweep.celery"
     if settings.RECOVERY_INPROCESS_WORKER:

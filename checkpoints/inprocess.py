@@ -27,6 +27,8 @@ import time
 from django.conf import settings
 from django.db import close_old_connections, connections
 
+from . import heartbeat, locks, services
+
 log = logging.getLogger(__name__)
 
 _started = threading.Event()
@@ -39,9 +41,7 @@ CATCH_UP_LOCK = 0x7265_636F_7665_7279 >> 1  # "recovery", as a positive bigint
 
 def run_once() -> dict:
     """One round: the sweep, which also executes due reconcile requests here."""
-    from .services import sweep_stale_runs
-
-    return sweep_stale_runs(by="inprocess")
+    return services.sweep_stale_runs(by="inprocess")
 
 
 def catch_up() -> dict | None:
@@ -49,9 +49,6 @@ def catch_up() -> dict | None:
     intervals (``heartbeat.sweep_late``, database clock), run ``sweep_stale_runs`` here
     and return its counts; else, or when another web process is already catching up,
     return None. Never call it from a request's handling path (it writes)."""
-    from . import heartbeat, locks
-    from .services import sweep_stale_runs
-
     if not heartbeat.sweep_late():
         return None
     with locks.try_session_lock(CATCH_UP_LOCK) as mine:
@@ -59,7 +56,7 @@ def catch_up() -> dict | None:
             return None
         log.warning("no sweep finished in %s s (broker or beat down?): this web process "
                     "sweeps", heartbeat.late_after_s())
-        return sweep_stale_runs(by="web")
+        return services.sweep_stale_runs(by="web")
 
 
 def _loop(interval_s: float, stop: threading.Event, round_=run_once) -> None:
@@ -103,7 +100,7 @@ class InProcessWorkerMiddleware:
         self.get_response = get_response
         self.enabled = settings.RECOVERY_INPROCESS_WORKER
         self.watchdog = (not self.enabled and settings.RECOVERY_SWEEP_WATCHDOG
-                         and not settings.CELERY_TASK_ALWAYS_EAGER)
+                         and heartbeat.broker_configured())
 
     def __call__(self, request):
         if self.enabled and not _started.is_set():

@@ -46,6 +46,7 @@ from django.db.models import Count, Q, Sum
 from prometheus_client import Counter
 from prometheus_client.core import GaugeMetricFamily
 
+from . import heartbeat
 from .models import (
     AuditChainHead,
     Conflict,
@@ -175,8 +176,6 @@ class DomainCollector:
 
 def heartbeat_families() -> list[GaugeMetricFamily]:
     """The heartbeat gauges (one query; an empty list when the database cannot answer)."""
-    from . import heartbeat
-
     try:
         beats = heartbeat.read()
     except DatabaseError:

@@ -47,6 +47,13 @@ from django.conf import settings
 from django.db import connection
 from django.http import HttpResponse, JsonResponse
 from django.views.decorators.http import require_safe
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, multiprocess
+from prometheus_client import generate_latest as render
+
+from recovery.celery import app
+
+from . import heartbeat, inprocess
+from .metrics import DomainCollector
 
 log = logging.getLogger("recovery.access")
 
@@ -94,8 +101,6 @@ def _check_database() -> None:
 
 
 def _check_broker() -> None:
-    from recovery.celery import app
-
     with app.connection_for_write() as conn:
         conn.ensure_connection(max_retries=1, interval_start=0, interval_step=0,
                                timeout=settings.CELERY_BROKER_CONNECTION_TIMEOUT)
@@ -110,8 +115,6 @@ def _check_worker() -> str | None:
     deployment's background worker has not swept within
     ``RECOVERY_WORKER_HEARTBEAT_MAX_AGE_S``; returns ``"not configured"`` when no worker
     is expected, else None (ok)."""
-    from . import heartbeat, inprocess
-
     source = heartbeat.background_source()
     if source == heartbeat.SWEEP:
         return "not configured"
@@ -128,8 +131,6 @@ def _check_worker() -> str | None:
 
 def heartbeat_ages() -> dict[str, float]:
     """``{heartbeat name: age in seconds}`` (database clock), for ``/readyz``'s body."""
-    from . import heartbeat
-
     return {name: round(b.age_s, 1) for name, b in sorted(heartbeat.read().items())}
 
 
@@ -187,11 +188,6 @@ def _authorized(request) -> bool:
 def metrics(request):
     """The Prometheus scrape (see the module docstring for access). 404 with no token
     configured, 401 (``WWW-Authenticate: Bearer``) without the right one."""
-    from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, multiprocess
-    from prometheus_client import generate_latest as render
-
-    from .metrics import DomainCollector
-
     if not settings.RECOVERY_METRICS_TOKEN:
         return JsonResponse({"error": "not_found",
                              "detail": "metrics are off: set RECOVERY_METRICS_TOKEN"},

@@ -43,6 +43,7 @@ from django.db.models import Prefetch, Q
 from . import crypto, locks, reconcile, roles
 from .dbclock import NOW
 from .exceptions import InvalidPayload, InvalidTransition, NotFound
+from .heartbeat import broker_configured
 from .jsonparse import dumps, loads_any, loads_object
 from .models import (
     Effect,
@@ -164,10 +165,6 @@ class Sent:
     ok: bool
     detail: str
     results: list[dict] = field(default_factory=list)
-
-
-def broker_configured() -> bool:
-    return not settings.CELERY_TASK_ALWAYS_EAGER
 
 
 def dispatch(request_pks: list[int], *, countdown: float | None = None) -> Sent:

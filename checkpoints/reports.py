@@ -78,14 +78,15 @@ from .models import (
 )
 from .permissions import require
 from .querystring import single_values
-from .templatetags.dashboard import BADGE_CLASSES, label
 from .vocab import (
+    BADGE_CLASSES,
     ConflictReason,
     EffectState,
     ReconcileAnswer,
     ReconcileState,
     RecoveryState,
     RetryState,
+    words,
 )
 
 RANGES = {"24h": timedelta(hours=24), "7d": timedelta(days=7), "30d": timedelta(days=30)}
@@ -593,7 +594,7 @@ def bar_chart(series: dict[str, list[int]], buckets: list[datetime], bucket: str
             bars.append({"x": round(LEFT + i * step + (step - width) / 2, 2), "y": round(y, 2),
                          "w": round(width, 2), "h": round(h, 2), "fill": colour[n],
                          "title": f"{_label(moment, bucket)} {moment:%Y-%m-%d}: "
-                                  f"{label(n)} {count}"})
+                                  f"{words(n)} {count}"})
     every = max(1, len(buckets) // 8)
     ticks = [{"x": round(LEFT + i * step + step / 2, 2), "label": _label(m, bucket)}
              for i, m in enumerate(buckets) if i % every == 0]

@@ -379,3 +379,35 @@ class Role(TextChoices):
     APPROVER = "approver"
     WRITER = "writer"
     ADMIN = "admin"
+
+
+# --- How the dashboard shows these words ----------------------------------------------
+# Here, below every surface, because the dashboard's filters, the reports' charts
+# (``reports.py``) and the CSS (``static/css/app.css``) must agree on them.
+
+_R, _E, _T, _Q, _A, _P = (RecoveryState, EffectState, RetryState, ReconcileState,
+                          ReconcileAnswer, PhaseClass)
+#: CSS modifier per state word; states of runs, effects and retry requests share colours
+#: (a word in two enums, e.g. ``failed``, has one colour).
+BADGE_CLASSES = {
+    _R.AMBIGUOUS: "amber", _R.CONFLICTED: "orange", _R.SCHEMA_MISMATCH: "purple",
+    _R.UNKNOWN_OUTCOME: "red", _R.AWAITING_APPROVAL: "blue", _R.RETRY_APPROVED: "teal",
+    _R.HEALTHY: "green", _R.COMPLETED: "grey", _R.CLOSED: "grey",
+    _E.PLANNED: "grey", _E.SUBMITTED: "amber", _E.UNRESOLVED: "amber", _E.CONFIRMED: "green",
+    _E.FAILED: "red", _E.NOT_EXECUTED: "teal", _E.UNKNOWN: "red",
+    _T.REQUESTED: "blue", _T.APPROVED: "teal", _T.REJECTED: "grey", _T.EXPIRED: "grey",
+    _T.CONSUMED: "green",
+    # reconcile requests and what their look-ups answered
+    _Q.QUEUED: "blue", _Q.RUNNING: "amber", _Q.DONE: "green", _Q.GAVE_UP: "red",
+    _Q.CANCELLED: "grey", _A.FOUND: "green", _A.CANNOT_TELL: "orange", _A.NO_LOOKUP: "red",
+    _A.OWNER_LIVE: "amber", _A.SETTLING: "amber", _A.MOVED_ON: "grey",
+    _P.STABLE: "green", _P.IN_FLIGHT: "amber", _P.UNSUPPORTED: "purple",
+    # bulk actions: a run's outcome (done/failed share the words above), the bulk's state
+    BulkOutcome.REFUSED: "orange", BulkState.FINISHED: "green",
+}
+
+
+def words(word) -> str:
+    """A state word for people: ``"unknown_outcome"`` -> ``"unknown outcome"``; ``""`` for
+    None."""
+    return str(word or "").replace("_", " ")

@@ -13,40 +13,9 @@ from django.utils.html import conditional_escape, format_html
 from django.utils.safestring import SafeString, mark_safe
 
 from .. import auditwords
-from ..vocab import (
-    BulkOutcome,
-    BulkState,
-    EffectState,
-    PhaseClass,
-    ReconcileAnswer,
-    ReconcileState,
-    RecoveryState,
-    RetryState,
-)
+from ..vocab import BADGE_CLASSES, words
 
 register = template.Library()
-
-_R, _E, _T, _Q, _A, _P = (RecoveryState, EffectState, RetryState, ReconcileState,
-                          ReconcileAnswer, PhaseClass)
-#: CSS modifier per state word; states of runs, effects and retry requests share colours
-#: (a word in two enums, e.g. ``failed``, has one colour).
-BADGE_CLASSES = {
-    _R.AMBIGUOUS: "amber", _R.CONFLICTED: "orange", _R.SCHEMA_MISMATCH: "purple",
-    _R.UNKNOWN_OUTCOME: "red", _R.AWAITING_APPROVAL: "blue", _R.RETRY_APPROVED: "teal",
-    _R.HEALTHY: "green", _R.COMPLETED: "grey", _R.CLOSED: "grey",
-    _E.PLANNED: "grey", _E.SUBMITTED: "amber", _E.UNRESOLVED: "amber", _E.CONFIRMED: "green",
-    _E.FAILED: "red", _E.NOT_EXECUTED: "teal", _E.UNKNOWN: "red",
-    _T.REQUESTED: "blue", _T.APPROVED: "teal", _T.REJECTED: "grey", _T.EXPIRED: "grey",
-    _T.CONSUMED: "green",
-    # reconcile requests and what their look-ups answered
-    _Q.QUEUED: "blue", _Q.RUNNING: "amber", _Q.DONE: "green", _Q.GAVE_UP: "red",
-    _Q.CANCELLED: "grey", _A.FOUND: "green", _A.CANNOT_TELL: "orange", _A.NO_LOOKUP: "red",
-    _A.OWNER_LIVE: "amber", _A.SETTLING: "amber", _A.MOVED_ON: "grey",
-    _P.STABLE: "green", _P.IN_FLIGHT: "amber", _P.UNSUPPORTED: "purple",
-    # bulk actions: a run's outcome (done/failed share the words above), the bulk's state
-    BulkOutcome.REFUSED: "orange", BulkState.FINISHED: "green",
-}
-
 
 @register.filter
 def badge_class(state: str) -> str:
@@ -56,8 +25,8 @@ def badge_class(state: str) -> str:
 
 @register.filter
 def label(word: str) -> str:
-    """``"unknown_outcome"`` -> ``"unknown outcome"``."""
-    return str(word or "").replace("_", " ")
+    """``"unknown_outcome"`` -> ``"unknown outcome"`` (``vocab.words``)."""
+    return words(word)
 
 
 @register.filter
