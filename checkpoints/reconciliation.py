@@ -38,7 +38,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Prefetch, Q
+from django.db.models import F, Prefetch, Q
 
 from . import crypto, locks, reconcile, roles
 from .dbclock import NOW
@@ -243,27 +243,31 @@ def _backoff_s(failures: int) -> int:
 
 
 def _claim(request_pk: int) -> tuple[ReconcileRequest, datetime] | None:
+    """Claim request ``request_pk`` for this worker: one conditional ``UPDATE`` (the
+    healthchecks pattern), whose row count says who won. A ``queued`` request that is due
+    (within a second), or a ``running`` one whose worker vanished (``claimed_until``
+    passed), becomes ``running`` with ``attempts + 1`` and a claim that lasts the
+    reconciler's timeout plus ``CLAIM_MARGIN_S``, all on the database clock. Returns the
+    claimed request and the database time it was read at, or None: not due, claimed by
+    another worker, or gone. Outside the lock order (``locks``): the ``UPDATE`` holds this
+    one row and waits for nothing else."""
+    requests = ReconcileRequest.objects.for_all_tenants(
+        reason="a worker claims the request it was handed, by primary key")
+    found = requests.filter(pk=request_pk).values_list("tenant_id", "effect__service").first()
+    if found is None:
+        return None
+    configured = reconcile.reconciler_for(*found)
+    hold = timedelta(seconds=configured.timeout_s + CLAIM_MARGIN_S)
+    due = Q(state=ReconcileState.QUEUED, next_attempt_at__lte=NOW + timedelta(seconds=1))
+    vanished = Q(state=ReconcileState.RUNNING, claimed_until__lt=NOW)
     with transaction.atomic():
-        # Outside the lock order (``locks``): the claim holds this one row and waits for
-        # nothing else.
-        req = (locks.lock_rows(ReconcileRequest.objects.for_all_tenants(
-            reason="a worker claims the request it was handed, by primary key"))
-            .annotate(db_now=NOW).filter(pk=request_pk).first())
-        if req is None:
+        won = requests.filter(due | vanished, pk=request_pk).update(
+            state=ReconcileState.RUNNING, attempts=F("attempts") + 1,
+            claimed_until=NOW + hold, updated_at=NOW)
+        if won != 1:  # not due, or another worker holds the claim
             return None
-        now = req.db_now
-        due = req.state == ReconcileState.QUEUED and req.next_attempt_at <= now + timedelta(
-            seconds=1)
-        vanished = (req.state == ReconcileState.RUNNING and req.claimed_until is not None
-                    and req.claimed_until < now)
-        if not (due or vanished):
-            return None
-        configured = reconcile.reconciler_for(req.tenant_id, req.effect.service)
-        req.state = ReconcileState.RUNNING
-        req.attempts += 1
-        req.claimed_until = now + timedelta(seconds=configured.timeout_s + CLAIM_MARGIN_S)
-        req.save(update_fields=["state", "attempts", "claimed_until", "updated_at"])
-        return req, now
+        req = requests.annotate(db_now=NOW).select_related("effect").get(pk=request_pk)
+    return req, req.db_now
 
 
 def lookup_with_timeout(configured: reconcile.Configured, ref: reconcile.EffectRef
@@ -409,10 +413,15 @@ def _apply(req: ReconcileRequest, effect: Effect, seen_attempt: int,
     with transaction.atomic():
         run = svc._lock_run(effect.tenant, effect.run.uuid, create=False)
         now = run.db_now
-        current = locks.lock_rows(ReconcileRequest.objects.for_tenant(req.tenant_id)).get(
-            pk=req.pk)
-        if current.state != ReconcileState.RUNNING or current.attempts != req.attempts:
+        # The claim still holds: one conditional UPDATE (it locks the row, after the run:
+        # the order of ``locks``) whose row count decides. Another worker's claim since
+        # ours (a vanished-worker re-claim) moved ``attempts`` on; a cancel moved the state.
+        requests = ReconcileRequest.objects.for_tenant(req.tenant_id)
+        held = requests.filter(pk=req.pk, state=ReconcileState.RUNNING,
+                               attempts=req.attempts).update(updated_at=NOW)
+        if held != 1:
             return {"request": req.pk, "result": "lost_claim"}
+        current = requests.get(pk=req.pk)
         effect.refresh_from_db()
         facts = svc.run_facts(run, now)
         attempt = ReconcileAttempt(
