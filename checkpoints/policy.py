@@ -53,6 +53,36 @@ class RunFacts:
     effect_labels: dict[str, list[str]] = field(default_factory=dict)
     closed: bool = False  # a reviewer closed the run; its next write reopens it
 
+    @classmethod
+    def of(cls, run, *, now: datetime, ambiguity_threshold_s: int,
+           effect_states: dict[str, int] | None = None, open_retry_state: str = "",
+           effect_labels: dict[str, list[str]] | None = None) -> RunFacts:
+        """The facts of ``run`` at ``now``: the one place a run's row becomes
+        ``RunFacts`` (issue 18, item 2). ``run`` is a ``Run``, saved or not (the SQL write
+        path and ``generate_load`` build one from what they read), and is only read:
+        its phase (``phase_class``; ``phase_label`` is the schema error of an
+        unsupported one), ``last_write_at``, lease, ``unacknowledged_conflicts``,
+        identity fields and ``closed_at``. The counts, the open retry request's state and
+        the labels come from the caller's queries (``services.runs.run_facts`` reads
+        them in one round trip)."""
+        unsupported = run.phase_class == PhaseClass.UNSUPPORTED
+        return cls(
+            now=now,
+            phase_class=run.phase_class,
+            schema_error=run.phase_label if unsupported else "",
+            last_write_at=run.last_write_at,
+            lease_owner=run.lease_owner,
+            lease_expires_at=run.lease_expires_at,
+            ambiguity_threshold_s=ambiguity_threshold_s,
+            effect_states=effect_states or {},
+            open_retry_state=open_retry_state or "",
+            unacknowledged_conflicts=run.unacknowledged_conflicts,
+            identity={"agent": run.agent, "model": run.model, "workflow": run.workflow,
+                      "definition_version": run.definition_version},
+            effect_labels=effect_labels or {},
+            closed=run.closed_at is not None,
+        )
+
     @property
     def lease_live(self) -> bool:
         return lease_live(self.lease_owner, self.lease_expires_at, self.now)

@@ -731,10 +731,8 @@ class OwnerStatus:
 def run_owner_status(*, user, tenant: Tenant, run: Run) -> OwnerStatus:
     """Is the run's owner live now? (One query: the database's clock.)"""
     require(user, tenant, roles.VIEW)
-    facts = policy.RunFacts(
-        now=db_now(), phase_class=run.phase_class, last_write_at=run.last_write_at,
-        lease_owner=run.lease_owner, lease_expires_at=run.lease_expires_at,
-        ambiguity_threshold_s=tenant.ambiguity_threshold_s)
+    facts = policy.RunFacts.of(run, now=db_now(),
+                               ambiguity_threshold_s=tenant.ambiguity_threshold_s)
     return OwnerStatus(live=not facts.owner_gone, owner=run.lease_owner,
                        gone_at=facts.owner_gone_at if not facts.owner_gone else None)
 

@@ -47,7 +47,7 @@ from .models import (
     Run,
     Tenant,
 )
-from .vocab import AuditAction, EffectState, PhaseClass, RetryState, TargetType
+from .vocab import AuditAction, EffectState, RetryState, TargetType
 
 #: Returned when the fast path does not apply; nothing was written, the caller takes the
 #: ORM path.
@@ -270,17 +270,18 @@ def checkpoint_update(*, actor, tenant: Tenant, envelope, expected_revision: int
 
         from .services.runs import effect_labels
 
-        facts = policy.RunFacts(
-            now=now, phase_class=cls.phase.phase_class,
-            schema_error=phase_label if cls.phase.phase_class == PhaseClass.UNSUPPORTED else "",
-            last_write_at=now, lease_owner=lease_owner, lease_expires_at=lease_expires_at,
-            ambiguity_threshold_s=tenant.ambiguity_threshold_s, effect_states=counts,
-            open_retry_state=open_retry or "", unacknowledged_conflicts=unacknowledged,
-            identity={},  # not used by recovery_state
+        # The run as this write leaves it, for the one RunFacts builder: the new
+        # checkpoint's phase, written now, open again (a write reopens a closed run,
+        # DESIGN.md 4).
+        written_run = Run(phase_class=cls.phase.phase_class, phase_label=phase_label,
+                          last_write_at=now, lease_owner=lease_owner,
+                          lease_expires_at=lease_expires_at,
+                          unacknowledged_conflicts=unacknowledged, closed_at=None)
+        facts = policy.RunFacts.of(
+            written_run, now=now, ambiguity_threshold_s=tenant.ambiguity_threshold_s,
+            effect_states=counts, open_retry_state=open_retry or "",
             effect_labels=(effect_labels(tenant.pk, run_pk)
-                           if any(counts.get(s) for s in EffectState.DOUBTFUL) else {}),
-            closed=False,  # this write reopens a closed run (DESIGN.md 4)
-        )
+                           if any(counts.get(s) for s in EffectState.DOUBTFUL) else {}))
         state, reason = policy.recovery_state(facts)
         run_values = {
             "latest_checkpoint": checkpoint_pk, "kind": envelope.kind,

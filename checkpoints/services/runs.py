@@ -38,7 +38,6 @@ from ..vocab import (
     AuditAction,
     ConflictReason,
     EffectState,
-    PhaseClass,
     RetryOutcome,
     RetryState,
     TargetType,
@@ -151,25 +150,9 @@ def run_facts(run: Run, now: datetime | None = None) -> policy.RunFacts:
             counts[state] = n
     labels = (effect_labels(run.tenant_id, run.pk)
               if any(counts.get(state) for state in EffectState.DOUBTFUL) else {})
-    schema_error = ""
-    if run.phase_class == PhaseClass.UNSUPPORTED:
-        schema_error = run.phase_label
-    return policy.RunFacts(
-        now=now,
-        phase_class=run.phase_class,
-        schema_error=schema_error,
-        last_write_at=run.last_write_at,
-        lease_owner=run.lease_owner,
-        lease_expires_at=run.lease_expires_at,
-        ambiguity_threshold_s=run.tenant.ambiguity_threshold_s,
-        effect_states=counts,
-        open_retry_state=open_retry or "",
-        unacknowledged_conflicts=run.unacknowledged_conflicts,
-        identity={"agent": run.agent, "model": run.model, "workflow": run.workflow,
-                  "definition_version": run.definition_version},
-        effect_labels=labels,
-        closed=run.closed_at is not None,
-    )
+    return policy.RunFacts.of(run, now=now, ambiguity_threshold_s=run.tenant.ambiguity_threshold_s,
+                              effect_states=counts, open_retry_state=open_retry or "",
+                              effect_labels=labels)
 
 
 def run_facts_many(runs: list[Run], now: datetime) -> dict[int, policy.RunFacts]:
@@ -211,22 +194,10 @@ def run_facts_many(runs: list[Run], now: datetime) -> dict[int, policy.RunFacts]
             rows.setdefault(run_pk, []).append((state, service, key))
     out = {}
     for run in runs:
-        out[run.pk] = policy.RunFacts(
-            now=now,
-            phase_class=run.phase_class,
-            schema_error=run.phase_label if run.phase_class == PhaseClass.UNSUPPORTED else "",
-            last_write_at=run.last_write_at,
-            lease_owner=run.lease_owner,
-            lease_expires_at=run.lease_expires_at,
-            ambiguity_threshold_s=run.tenant.ambiguity_threshold_s,
-            effect_states=counts[run.pk],
-            open_retry_state=open_retry.get(run.pk) or "",
-            unacknowledged_conflicts=run.unacknowledged_conflicts,
-            identity={"agent": run.agent, "model": run.model, "workflow": run.workflow,
-                      "definition_version": run.definition_version},
-            effect_labels=_labels(rows.get(run.pk, [])),
-            closed=run.closed_at is not None,
-        )
+        out[run.pk] = policy.RunFacts.of(
+            run, now=now, ambiguity_threshold_s=run.tenant.ambiguity_threshold_s,
+            effect_states=counts[run.pk], open_retry_state=open_retry.get(run.pk) or "",
+            effect_labels=_labels(rows.get(run.pk, [])))
     return out
 
 

@@ -756,16 +756,17 @@ class _Generator:
             if e.state in EffectState.DOUBTFUL and len(labels.get(e.state, [])) < 3:
                 labels.setdefault(e.state, []).append(f"{e.service} {e.key}")
         ident = tpl.identity
-        facts = policy.RunFacts(
-            now=self.now, phase_class=tpl.phase_class,
-            schema_error=tpl.phase_label if tpl.phase_class == PhaseClass.UNSUPPORTED else "",
-            last_write_at=plan.last_write_at, lease_owner=plan.lease_owner,
-            lease_expires_at=plan.lease_expires_at,
-            ambiguity_threshold_s=self.threshold[tid], effect_states=counts,
-            open_retry_state=plan.retry_state, unacknowledged_conflicts=plan.conflicts,
-            identity={"agent": ident.agent, "model": ident.model, "workflow": ident.workflow,
-                      "definition_version": ident.definition_version},
-            effect_labels=labels, closed=plan.closed)
+        planned_run = Run(phase_class=tpl.phase_class, phase_label=tpl.phase_label,
+                          last_write_at=plan.last_write_at, lease_owner=plan.lease_owner,
+                          lease_expires_at=plan.lease_expires_at,
+                          unacknowledged_conflicts=plan.conflicts, agent=ident.agent,
+                          model=ident.model, workflow=ident.workflow,
+                          definition_version=ident.definition_version,
+                          closed_at=self.now if plan.closed else None)
+        facts = policy.RunFacts.of(planned_run, now=self.now,
+                                   ambiguity_threshold_s=self.threshold[tid],
+                                   effect_states=counts, open_retry_state=plan.retry_state,
+                                   effect_labels=labels)
         state, reason = policy.recovery_state(facts)
         if state != plan.state:
             raise CommandError(f"generate_load: a run planned {plan.state} is {state} "
