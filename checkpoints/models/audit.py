@@ -1,0 +1,110 @@
+"""The audit log: keyed events, each tenant's chain head, and the tenant registry."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+from .tenancy import Tenant, TenantOwned
+
+
+class AuditHashScheme(models.IntegerChoices):
+    """How an audit event's ``hash`` was computed (``checkpoints.audit``).
+
+    ``SHA256`` is the unkeyed scheme of events written before migration 0005; it is
+    accepted only inside the tenant's sealed legacy range (``AuditChainHead.legacy_seq``).
+    ``HMAC_SHA256`` is keyed with ``RECOVERY_AUDIT_KEYS``; ``key_id`` names the key.
+    ``HMAC_SHA256_ACTOR`` (every event written since issue 17, item 13) is the same key and
+    also covers the ``actor_id`` column and the scheme itself; events written before keep
+    scheme 2 and verify as they were made.
+    """
+
+    SHA256 = 1, "sha256 (legacy, unkeyed)"
+    HMAC_SHA256 = 2, "hmac-sha256"
+    HMAC_SHA256_ACTOR = 3, "hmac-sha256, actor id covered"
+
+
+class AuditEvent(TenantOwned):
+    """Append-only, per-tenant hash-chained record of every action and payload reveal.
+
+    ``actor`` is who did it (null and ``actor_name == "system"`` for the sweep and
+    reconciliation); ``target_type``/``target_ref`` is what it was done to; ``run_uuid`` the
+    run it concerns. ``before``/``after`` hold the changed fields. ``hash`` is
+    HMAC-SHA256 (key ``key_id`` of ``RECOVERY_AUDIT_KEYS``) over the tenant, ``prev_hash``
+    and the event's fields, or plain SHA-256 for events older than migration 0005
+    (``hash_scheme``); ``verify_audit_chain`` recomputes it (docs/security/audit.md).
+    On PostgreSQL triggers refuse UPDATE, DELETE and TRUNCATE (migrations 0002, 0005);
+    SQLite has no such trigger.
+    """
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+",
+                               db_index=False)  # (tenant, seq) starts with it
+    seq = models.BigIntegerField(help_text="position in the tenant's chain, from 1")
+    created_at = models.DateTimeField()
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    actor_name = models.CharField(max_length=150)
+    action = models.CharField(max_length=64)
+    target_type = models.CharField(max_length=32)
+    target_ref = models.CharField(
+        max_length=64, help_text="what it was done to: a UUID, pk, slug or username (``target_id`` in the event JSON)")
+    run_uuid = models.UUIDField(null=True, blank=True, help_text="the run's public id (``run_id`` in the event JSON)")
+    reason = models.TextField(blank=True)
+    before = models.JSONField(null=True, blank=True)
+    after = models.JSONField(null=True, blank=True)
+    prev_hash = models.CharField(max_length=64)
+    hash = models.CharField(max_length=64)
+    hash_scheme = models.PositiveSmallIntegerField(choices=AuditHashScheme.choices)
+    key_id = models.CharField(max_length=16, blank=True, default="",
+                              help_text="id of the RECOVERY_AUDIT_KEYS key of the HMAC")
+
+    class Meta:
+        ordering = ["-seq"]
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "seq"], name="audit_seq_unique_per_tenant"),
+        ]
+        indexes = [
+            models.Index(fields=["tenant", "run_uuid", "-seq"], name="audit_run_idx"),
+            models.Index(fields=["tenant", "action", "-seq"], name="audit_action_idx"),
+            models.Index(fields=["tenant", "actor_name", "-seq"], name="audit_actor_idx"),
+        ]
+
+
+class AuditChainHead(TenantOwned):
+    """The last link of a tenant's audit chain; locked to append in order (the first lock
+    of every write of its tenant: ``checkpoints/locks.py``).
+
+    ``seq``/``last_hash`` must equal the last event's (the verifier checks it, so events
+    cut from the end or added past the head are found). ``legacy_seq`` is where the
+    chain's unkeyed SHA-256 events end (0: none); ``legacy_mac`` seals that position with
+    an audit key (migration 0005), so unkeyed events are accepted nowhere else.
+    """
+
+    tenant = models.OneToOneField(Tenant, on_delete=models.PROTECT, primary_key=True,
+                                  related_name="+")
+    seq = models.BigIntegerField(default=0)
+    last_hash = models.CharField(max_length=64, default="0" * 64)
+    legacy_seq = models.BigIntegerField(default=0)
+    legacy_key_id = models.CharField(max_length=16, blank=True, default="")
+    legacy_mac = models.CharField(max_length=64, blank=True, default="")
+
+
+class AuditTenant(models.Model):
+    """The tenant registry: one row per tenant ever created (``tenant_create``), so that
+    ``verify_audit_chain`` knows every tenant it must find, even one whose row, events and
+    chain head were all deleted (issue 17, item 13).
+
+    ``seq`` numbers the registrations 1, 2, ... without gaps; ``mac`` is HMAC-SHA256 with
+    the audit key ``key_id`` over (seq, tenant_pk, slug, created_at), so a row cannot be
+    changed, renumbered or forged without the key, and a row deleted from the middle leaves
+    a gap. ``tenant_pk`` is no foreign key: the row outlives its tenant. Append-only like
+    the events (PostgreSQL triggers; the app role may only SELECT and INSERT).
+    """
+
+    seq = models.BigIntegerField(unique=True, help_text="registration number, from 1")
+    tenant_pk = models.BigIntegerField(unique=True, help_text="the tenant's primary key")
+    slug = models.CharField(max_length=64)
+    created_at = models.DateTimeField()
+    key_id = models.CharField(max_length=16)
+    mac = models.CharField(max_length=64)
