@@ -1,16 +1,16 @@
 """``RecoverySaver``: a LangGraph checkpointer that keeps its checkpoints in the recovery
 service (issue 10; mapping and HTTP API in docs/langgraph.md).
 
-    pip install 'recovery[langgraph]'
+    pip install './clients/python[langgraph]'   # recovery-client, from a checkout
 
-    from checkpoints.integrations.langgraph import RecoverySaver
+    from recovery_client.langgraph import RecoverySaver
 
     with RecoverySaver("https://recovery.example", "acme", token) as saver:
         graph = builder.compile(checkpointer=saver)
         graph.invoke(inputs, {"configurable": {"thread_id": "order-A-1042"}})
 
 A LangGraph thread is one recovery run, each (thread, ``checkpoint_ns``) one checkpoint
-envelope whose revisions follow the thread's head (``checkpoints.integrations.threads``).
+envelope whose revisions follow the thread's head (``recovery_client.protocol``).
 Every put names its parent (the checkpoint LangGraph resumed from); the server accepts it
 only if that parent is still the head of (thread, namespace), by compare-and-swap. So two
 graphs resuming one thread cannot both win: the loser's put is refused (412), kept as a
@@ -23,7 +23,7 @@ Channel values and pending writes are the serializer's output
 a checkpoint (``v``, ``id``, ``ts``, ``channel_versions``, ``versions_seen``,
 ``updated_channels``, ``pending_sends``) and the metadata travel as plain JSON.
 
-Errors are ``checkpoints.client.CheckpointError`` with runifold's kinds:
+Errors are ``recovery_client.client.CheckpointError`` with runifold's kinds:
 
 - ``conflict``: ``ThreadConflict`` (412 stale head or an id stored with other content;
   409 ``fenced``; 409 ``lease_held``);
@@ -70,7 +70,8 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.types import TASKS
 
-from checkpoints.client import (
+from recovery_client import protocol
+from recovery_client.client import (
     CONFLICT,
     INVALID_PAYLOAD,
     NOT_FOUND,
@@ -78,7 +79,6 @@ from checkpoints.client import (
     CheckpointError,
     encode_json,
 )
-from checkpoints.integrations import threads
 
 __all__ = ["RecoverySaver", "ThreadConflict"]
 
@@ -169,7 +169,7 @@ class _Wait:
 
 
 def _encode_json(value: Any, what: str) -> bytes:
-    """Compact UTF-8 JSON (``checkpoints.client.encode_json``, the clients' own encoder, so
+    """Compact UTF-8 JSON (``recovery_client.client.encode_json``, the clients' own encoder, so
     the saver and the clients measure a body alike), or ``invalid_payload`` naming what
     could not be encoded (not JSON, NaN, an unpaired surrogate)."""
     return encode_json(value, what)
@@ -218,7 +218,7 @@ class RecoverySaver(BaseCheckpointSaver[str]):
     def __init__(self, base_url: str, tenant: str, token: str, *,
                  serde: SerializerProtocol | None = None, lease_ttl_s: int | None = None,
                  owner: str | None = None, timeout_s: float = 10,
-                 max_body_bytes: int = threads.MAX_BODY_BYTES,
+                 max_body_bytes: int = protocol.MAX_BODY_BYTES,
                  transport: httpx.BaseTransport | None = None,
                  async_transport: httpx.AsyncBaseTransport | None = None,
                  interrupt_before: str | Sequence[str] | None = None,
@@ -474,7 +474,7 @@ class RecoverySaver(BaseCheckpointSaver[str]):
         """Generator: take or renew the lease of ``thread_id``'s run; the new ``_Lease``.
         A run that does not exist yet (404) with ``missing_ok`` gives a ``pending`` lease
         (the caller writes first), or ``None`` when another write already holds one."""
-        run_id = threads.thread_run_id(thread_id)
+        run_id = protocol.thread_run_id(thread_id)
         started = time.monotonic()
         try:
             answer = yield _Call("POST", f"runs/{run_id}/lease",
@@ -517,7 +517,7 @@ class RecoverySaver(BaseCheckpointSaver[str]):
         For code writing to the same run beside the graph, so its writes are not fenced
         by this very saver's lease (CONTRACT.md 3, fencing; docs/langgraph.md "Side
         effects inside a graph"): ``@recorded_effect``
-        (``checkpoints.integrations.effects``) finds the saver in the node's config and
+        (``recovery_client.effects``) finds the saver in the node's config and
         sends this token with its effect writes. The token is the one held, not checked:
         if another owner or an approved retry took the run since, the server answers
         409 ``fenced``."""
@@ -632,7 +632,7 @@ class RecoverySaver(BaseCheckpointSaver[str]):
                 self._body(dict(head, writes=[item]), f"put_writes: write to "
                                                       f"{item['channel']!r}")
             if batch and (size + item_size > self.max_body_bytes
-                          or len(batch) >= threads.MAX_WRITES):
+                          or len(batch) >= protocol.MAX_WRITES):
                 batches.append(batch)
                 batch, size = [], fixed
             batch.append(item)
@@ -799,8 +799,8 @@ class RecoverySaver(BaseCheckpointSaver[str]):
             params["before"] = before_id
         remaining = limit
         while True:
-            page = threads.DEFAULT_LIMIT if remaining is None else min(remaining,
-                                                                        threads.MAX_LIMIT)
+            page = protocol.DEFAULT_LIMIT if remaining is None else min(remaining,
+                                                                        protocol.MAX_LIMIT)
             try:
                 answer = yield _Call("GET", "langgraph/checkpoints",
                                      params=dict(params, limit=page), what="list",
@@ -835,9 +835,9 @@ class RecoverySaver(BaseCheckpointSaver[str]):
 
     def _delete_for_runs_plan(self, run_ids: Sequence[str]):
         ids = [str(r) for r in run_ids]
-        for start in range(0, len(ids), threads.MAX_RUN_IDS):
+        for start in range(0, len(ids), protocol.MAX_RUN_IDS):
             yield from self._simple_plan("langgraph/runs/delete",
-                                         {"run_ids": ids[start:start + threads.MAX_RUN_IDS]},
+                                         {"run_ids": ids[start:start + protocol.MAX_RUN_IDS]},
                                          "delete_for_runs")
 
     def _copy_thread_plan(self, source_thread_id: str, target_thread_id: str):
@@ -852,10 +852,10 @@ class RecoverySaver(BaseCheckpointSaver[str]):
         if strategy not in PRUNE_STRATEGIES:
             raise ValueError(f"Unknown prune strategy: {strategy!r}")
         ids = [str(t) for t in thread_ids]
-        for start in range(0, len(ids), threads.MAX_THREAD_IDS):
+        for start in range(0, len(ids), protocol.MAX_THREAD_IDS):
             yield from self._simple_plan(
                 "langgraph/threads/prune",
-                {"thread_ids": ids[start:start + threads.MAX_THREAD_IDS],
+                {"thread_ids": ids[start:start + protocol.MAX_THREAD_IDS],
                  "strategy": strategy}, "prune")
 
     # --- BaseCheckpointSaver: sync ------------------------------------------------------
