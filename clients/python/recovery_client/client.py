@@ -117,11 +117,15 @@ class CheckpointError(Exception):
         self.sent = sent
         self.retry_after_s = retry_after_s
 
+    def answered(self, key: str, kind: type) -> Any:
+        """The answer's ``body[key]`` if it is a ``kind``, else ``None``."""
+        value = self.body.get(key)
+        return value if isinstance(value, kind) else None
+
     @property
     def current_revision(self) -> int | None:
         """The store's revision after a 412, else ``None``."""
-        value = self.body.get("current_revision")
-        return value if isinstance(value, int) else None
+        return self.answered("current_revision", int)
 
 
 def kind_for_status(status: int) -> str:

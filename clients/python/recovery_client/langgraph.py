@@ -76,7 +76,10 @@ from recovery_client.client import (
     INVALID_PAYLOAD,
     NOT_FOUND,
     STORAGE,
+    Call,
     CheckpointError,
+    Steps,
+    decode_answer,
     encode_json,
 )
 
@@ -124,8 +127,7 @@ class ThreadConflict(CheckpointError):
 
     @property
     def head_checkpoint_id(self) -> str | None:
-        value = self.body.get("head_checkpoint_id")
-        return value if isinstance(value, str) else None
+        return self.answered("head_checkpoint_id", str)
 
 
 # --------------------------------------------------------------------------------------
@@ -319,86 +321,95 @@ class RecoverySaver(BaseCheckpointSaver[str]):
 
     def _send(self, call: _Call) -> _Answer:
         try:
-            resp = self._sync_client().request(call.method, call.path, content=call.body,
-                                               params=call.params, headers=call.headers)
+            resp = self._sync_client().request(**self._request(call))
         except httpx.HTTPError as exc:
-            raise CheckpointError(STORAGE, f"{call.what}: {call.method} {call.path}: "
-                                           f"{type(exc).__name__}: {exc}") from None
+            raise self._no_answer(call, exc) from None
         return self._answer(call, resp)
 
     async def _asend(self, call: _Call) -> _Answer:
         try:
-            resp = await self._async_client().request(call.method, call.path,
-                                                      content=call.body, params=call.params,
-                                                      headers=call.headers)
+            resp = await self._async_client().request(**self._request(call))
         except httpx.HTTPError as exc:
-            raise CheckpointError(STORAGE, f"{call.what}: {call.method} {call.path}: "
-                                           f"{type(exc).__name__}: {exc}") from None
+            raise self._no_answer(call, exc) from None
         return self._answer(call, resp)
 
     @staticmethod
+    def _request(call: _Call) -> dict:
+        """The arguments of ``httpx.Client.request`` / ``AsyncClient.request`` for ``call``
+        (its path is relative to the client's ``base_url``, the tenant's API root)."""
+        return {"method": call.method, "url": call.path, "content": call.body,
+                "params": call.params, "headers": call.headers}
+
+    @staticmethod
+    def _no_answer(call: _Call, exc: httpx.HTTPError) -> CheckpointError:
+        """The ``storage`` error of a request that got no answer (network, timeout)."""
+        return CheckpointError(STORAGE, f"{call.what}: {call.method} {call.path}: "
+                                        f"{type(exc).__name__}: {exc}")
+
+    @staticmethod
     def _answer(call: _Call, resp: httpx.Response) -> _Answer:
-        """The decoded 2xx answer, or the error its status says (module docstring)."""
-        status = resp.status_code
+        """The decoded 2xx answer, or the error its status says (module docstring): the
+        clients' own parser (``decode_answer``: JSON, error kinds, messages), each
+        message led by the operation, and a conflict raised as ``ThreadConflict``."""
         try:
-            decoded = resp.json() if resp.content else None
-        except ValueError:
-            if 200 <= status < 300:
-                raise CheckpointError(STORAGE, f"{call.what}: unreadable answer (HTTP "
-                                               f"{status})", status=status) from None
-            decoded = None
-        if 200 <= status < 300:
-            return _Answer(status, decoded)
-        body = decoded if isinstance(decoded, dict) else {}
-        detail = body.get("detail") or body.get("error") or resp.reason_phrase
-        message = f"{call.what}: {call.method} {call.path}: HTTP {status} {detail}"
-        if status in (409, 412):
-            raise ThreadConflict(message, status=status, body=body, thread_id=call.thread_id,
-                                 checkpoint_ns=call.checkpoint_ns)
-        if status == 404:
-            raise CheckpointError(NOT_FOUND, message, status=status, body=body)
-        if status in (400, 413, 422, 428):
-            raise CheckpointError(INVALID_PAYLOAD, message, status=status, body=body)
-        raise CheckpointError(STORAGE, message, status=status, body=body)
+            answer = decode_answer(Call(call.method, call.path, call.path, call.body,
+                                        call.headers),
+                                   resp.status_code, resp.headers, resp.content)
+        except CheckpointError as exc:
+            message = f"{call.what}: {exc.message}"
+            if exc.kind == CONFLICT:
+                raise ThreadConflict(message, status=exc.status, body=exc.body,
+                                     thread_id=call.thread_id,
+                                     checkpoint_ns=call.checkpoint_ns) from None
+            raise CheckpointError(exc.kind, message, status=exc.status, body=exc.body,
+                                  retry_after_s=exc.retry_after_s) from None
+        return _Answer(answer.status, answer.body)
+
+    # Drivers (``Steps`` as the clients use it): each ``_Call`` a plan yields is sent and
+    # its ``_Answer`` sent back in (a ``CheckpointError`` thrown in, so the plan can turn
+    # a 404 into ``None``); a ``_Wait`` is waited for; anything else is for the caller
+    # (``list``'s tuples).
+
+    def _run(self, steps: Steps) -> Iterator:
+        """Generator: ``steps`` done on the sync client, yielding what is for the caller."""
+        for step in steps:
+            if isinstance(step, _Wait):
+                step.event.wait(step.timeout_s)
+            elif not isinstance(step, _Call):
+                yield step
+            else:
+                try:
+                    steps.reply = self._send(step)
+                except CheckpointError as exc:
+                    steps.error = exc
+
+    async def _arun(self, steps: Steps) -> AsyncIterator:
+        """``_run`` on the async client (a ``_Wait`` in a worker thread: the loop runs on)."""
+        for step in steps:
+            if isinstance(step, _Wait):
+                await asyncio.get_running_loop().run_in_executor(
+                    None, step.event.wait, step.timeout_s)
+            elif not isinstance(step, _Call):
+                yield step
+            else:
+                try:
+                    steps.reply = await self._asend(step)
+                except CheckpointError as exc:
+                    steps.error = exc
 
     def _drive(self, plan):
-        """Run an operation's generator on the sync client: each ``_Call`` it yields is
-        sent and its ``_Answer`` sent back in (a ``CheckpointError`` thrown in, so the plan
-        can turn a 404 into ``None``); returns the plan's return value."""
-        try:
-            call = next(plan)
-            while True:
-                if isinstance(call, _Wait):
-                    call.event.wait(call.timeout_s)
-                    call = plan.send(None)
-                    continue
-                try:
-                    answer = self._send(call)
-                except CheckpointError as exc:
-                    call = plan.throw(exc)
-                else:
-                    call = plan.send(answer)
-        except StopIteration as stop:
-            return stop.value
+        """Run an operation's plan on the sync client; returns the plan's return value."""
+        steps = Steps(plan)
+        for item in self._run(steps):
+            raise TypeError(f"{item!r}: only list's plan yields results")
+        return steps.value
 
     async def _adrive(self, plan):
         """``_drive`` on the async client."""
-        try:
-            call = next(plan)
-            while True:
-                if isinstance(call, _Wait):  # in a worker thread: the loop runs on
-                    await asyncio.get_running_loop().run_in_executor(
-                        None, call.event.wait, call.timeout_s)
-                    call = plan.send(None)
-                    continue
-                try:
-                    answer = await self._asend(call)
-                except CheckpointError as exc:
-                    call = plan.throw(exc)
-                else:
-                    call = plan.send(answer)
-        except StopIteration as stop:
-            return stop.value
+        steps = Steps(plan)
+        async for item in self._arun(steps):
+            raise TypeError(f"{item!r}: only list's plan yields results")
+        return steps.value
 
     def _body(self, value: Any, what: str) -> bytes:
         """``value`` as the JSON body, refused before sending when over the limit."""
@@ -875,22 +886,7 @@ class RecoverySaver(BaseCheckpointSaver[str]):
         namespace, if it names one; and checkpoint id), whose metadata has every key of
         ``filter`` equal (JSON equality), older than ``before``'s checkpoint id, at most
         ``limit``. Fetched a page at a time (``next_before``) as the iterator is read."""
-        plan = self._list_plan(config, filter, before, limit)
-        try:
-            item = next(plan)
-            while True:
-                if isinstance(item, _Call):
-                    try:
-                        answer = self._send(item)
-                    except CheckpointError as exc:
-                        item = plan.throw(exc)
-                    else:
-                        item = plan.send(answer)
-                else:
-                    yield item
-                    item = next(plan)
-        except StopIteration:
-            return
+        yield from self._run(Steps(self._list_plan(config, filter, before, limit)))
 
     def put(self, config: RunnableConfig, checkpoint: Checkpoint,
             metadata: CheckpointMetadata, new_versions: ChannelVersions) -> RunnableConfig:
@@ -949,22 +945,8 @@ class RecoverySaver(BaseCheckpointSaver[str]):
                     before: RunnableConfig | None = None,
                     limit: int | None = None) -> AsyncIterator[CheckpointTuple]:
         """``list`` on the async client."""
-        plan = self._list_plan(config, filter, before, limit)
-        try:
-            item = next(plan)
-            while True:
-                if isinstance(item, _Call):
-                    try:
-                        answer = await self._asend(item)
-                    except CheckpointError as exc:
-                        item = plan.throw(exc)
-                    else:
-                        item = plan.send(answer)
-                else:
-                    yield item
-                    item = next(plan)
-        except StopIteration:
-            return
+        async for item in self._arun(Steps(self._list_plan(config, filter, before, limit))):
+            yield item
 
     async def aput(self, config: RunnableConfig, checkpoint: Checkpoint,
                    metadata: CheckpointMetadata,
