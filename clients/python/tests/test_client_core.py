@@ -15,14 +15,12 @@ from recovery_client.client import (
     INVALID_PAYLOAD,
     NOT_FOUND,
     STORAGE,
-    Call,
     CheckpointError,
     HttpCheckpointStore,
-    Sleep,
-    Steps,
 )
 
-CALL = Call("PUT", "checkpoints/c1", "http://x/api/v1/tenants/acme/checkpoints/c1", b"{}", {})
+CALL = client.Call("PUT", "checkpoints/c1", "http://x/api/v1/tenants/acme/checkpoints/c1",
+                   b"{}", {})
 
 
 @pytest.mark.parametrize(("status", "kind"), [
@@ -116,15 +114,16 @@ def test_a_read_is_retried_with_capped_full_jitter_then_gives_up(monkeypatch):
     store = HttpCheckpointStore("http://127.0.0.1:9", "acme", "t", retries=2, backoff_s=1,
                                 max_backoff_s=1.5)
     monkeypatch.setattr(client.random, "uniform", lambda low, high: high)
-    steps = Steps(store._op_load("c1"))
+    steps = client.Steps(store._op_load("c1"))
     seen = []
     with pytest.raises(CheckpointError, match="down"):  # the last try's error
         for step in steps:
             seen.append(step)
-            if isinstance(step, Call):
+            if isinstance(step, client.Call):
                 steps.error = CheckpointError(STORAGE, "down", status=503)
-    calls = [s for s in seen if isinstance(s, Call)]
-    assert [s for s in seen if isinstance(s, Sleep)] == [Sleep(1.0), Sleep(1.5)]
+    calls = [s for s in seen if isinstance(s, client.Call)]
+    pauses = [s for s in seen if isinstance(s, client.Sleep)]
+    assert pauses == [client.Sleep(1.0), client.Sleep(1.5)]
     assert len(calls) == 3 and calls[0].method == "GET"
     assert calls[0].headers["Authorization"] == "Bearer t"
 
