@@ -19,7 +19,7 @@ run's count and its audit event commit, and the error (``ThreadConflict`` 412,
 ``Fenced`` 409) is raised after the commit.
 
 Every value from the body is checked against its column and the limits of
-``integrations.threads`` before any query (``parse_put``, ``parse_writes``,
+``recovery_client.protocol`` before any query (``parse_put``, ``parse_writes``,
 ``check_thread_id``...): 400 ``invalid_payload`` naming the field.
 """
 
