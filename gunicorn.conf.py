@@ -15,7 +15,7 @@ Connections: each thread keeps one database connection between requests
 PostgreSQL's ``max_connections`` (or pgbouncer's pool) above the sum over web machines,
 plus Celery workers. A client's HTTP connection is kept open between its requests for
 ``GUNICORN_KEEPALIVE`` seconds (default 5; gunicorn's own is 2): a runtime writing a
-checkpoint every few seconds reuses its connection (``checkpoints.client``). Behind a
+checkpoint every few seconds reuses its connection (``recovery_client.client``). Behind a
 load balancer, set it above the balancer's idle timeout. An idle kept-alive connection
 waits in the worker's poller, not in a thread; ``worker_connections`` (default 1000)
 bounds them per worker.

@@ -8,7 +8,7 @@ starts gunicorn (``gunicorn.conf.py`` of ``--server-tree``) and measures:
 1. **round trips per PUT**: 50 checkpoint updates by one client with ``log_statement=all``
    on the database; every statement PostgreSQL logs is counted (BEGIN, COMMIT and the
    connection health check included), and the backends (connections) that logged them;
-2. **throughput and latency**: ``--writers`` client processes (``checkpoints.client``, one
+2. **throughput and latency**: ``--writers`` client processes (``recovery_client.client``, one
    kept-alive connection each, or a new one per request with ``--no-keepalive``), each
    updating its own checkpoint (1 KB payload) for ``--seconds``;
 3. with ``--head``: the same clients sending ``HEAD`` of their checkpoint (the HTTP layer,
@@ -20,7 +20,8 @@ starts gunicorn (``gunicorn.conf.py`` of ``--server-tree``) and measures:
         [--server-tree /work/main] [--client-tree .] [--no-keepalive]
 
 ``--server-tree`` is the checkout gunicorn runs (to measure a branch against main);
-``--client-tree`` the one whose ``checkpoints/client.py`` the clients load.
+``--client-tree`` the one whose ``clients/python/recovery_client/client.py`` (or, in an
+older tree, ``checkpoints/client.py``) the clients load.
 """
 
 from __future__ import annotations
@@ -58,8 +59,14 @@ def psql(url: str, sql: str) -> str:
                           text=True).stdout.strip()
 
 
+#: Where a tree keeps the runtime client: the SDK's place, then the one before it (a
+#: ``--client-tree`` of an older checkout).
+CLIENT_PATHS = ("clients/python/recovery_client/client.py", "checkpoints/client.py")
+
+
 def load_client(tree: Path):
-    spec = importlib.util.spec_from_file_location("bench_client", tree / "checkpoints/client.py")
+    path = next((tree / p for p in CLIENT_PATHS if (tree / p).is_file()), tree / CLIENT_PATHS[0])
+    spec = importlib.util.spec_from_file_location("bench_client", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -21,7 +21,7 @@ client processes (each on its own thread, one chain of checkpoints):
 
 A third row per operation is the service's own path for the same payload, as the
 reference for what HTTP, authentication, CAS, encryption and audit cost before LangGraph's
-mapping adds its part: a checkpoint ``PUT`` (and ``GET``) with ``checkpoints.client``.
+mapping adds its part: a checkpoint ``PUT`` (and ``GET``) with ``recovery_client.client``.
 
 Then checks that every accepted put is a stored row, and prints a table (ops/s, p50 and
 p99 latency in ms, ratio to PostgresSaver). Numbers depend on the machine and what else
@@ -88,7 +88,7 @@ class Chain:
 
 
 def _recovery_saver(spec: dict):
-    from checkpoints.integrations.langgraph import RecoverySaver
+    from recovery_client.langgraph import RecoverySaver
 
     return RecoverySaver(spec["base_url"], spec["tenant"], spec["token"], timeout_s=30)
 
@@ -120,8 +120,8 @@ def _make(saver_factory, what: str):
 
 def make_envelope_put(spec: dict):
     """The reference: the same payload as a plain checkpoint ``PUT`` (CAS, revision,
-    audit event) with the runtime client ``checkpoints.client``, kept-alive."""
-    from checkpoints.client import HttpCheckpointStore, next_revision
+    audit event) with the runtime client ``recovery_client.client``, kept-alive."""
+    from recovery_client.client import HttpCheckpointStore, next_revision
 
     store = HttpCheckpointStore(spec["base_url"], spec["tenant"], spec["token"], timeout_s=30)
     body = {"id": str(uuid.uuid4()), "run_id": str(uuid.uuid4()), "revision": 0,
@@ -242,7 +242,7 @@ def main(argv=None) -> None:
     server, base_url = start_gunicorn(env, log_dir / "gunicorn-langgraph.log")
     rows: list[dict] = []
     try:
-        from checkpoints.integrations.langgraph import RecoverySaver
+        from recovery_client.langgraph import RecoverySaver
 
         with RecoverySaver(base_url, "bench-lg", token) as warm:  # imports, connections
             for _ in range(8):

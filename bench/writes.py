@@ -19,7 +19,7 @@ Variants (the same ~1.2 KB ``runifold.agent`` payload, ``common.payloads``):
 - ``services``: ``services.checkpoint_put`` (validation, CAS, history, run state, audit
   event, one transaction), an envelope made by ``services.parse_envelope``;
 - ``http``: ``PUT`` through gunicorn (``gunicorn.conf.py``) with the runtime client
-  ``checkpoints.client.HttpCheckpointStore`` over one keep-alive connection per process
+  ``recovery_client.client.HttpCheckpointStore`` over one keep-alive connection per process
   (``KeepAliveStore``: the stock client opens a connection per request);
 - ``langgraph``: LangGraph's ``PostgresSaver.put`` (its own tables, same database,
   append-only, no CAS), the payload as a channel value.
@@ -351,7 +351,7 @@ def make_services(spec: dict):
 def keep_alive_store(base_url: str, tenant: str, token: str):
     """``HttpCheckpointStore`` over one persistent HTTP/1.1 connection (the stock client
     opens a new connection per request through ``urllib``)."""
-    from checkpoints import client
+    from recovery_client import client
 
     class KeepAliveStore(client.HttpCheckpointStore):
         def __init__(self):

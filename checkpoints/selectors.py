@@ -42,10 +42,11 @@ from django.db.models import (
 from django.db.models.functions import Cast
 from guardian.models import GroupObjectPermission
 
+from recovery_client.protocol import thread_run_id
+
 from . import policy, roles
 from .dbclock import NOW, db_now
 from .exceptions import InvalidPayload, NotFound
-from .integrations.threads import thread_run_id
 from .models import (
     MAX_REVISION,
     ApiToken,
@@ -241,7 +242,7 @@ def _search_run_ids(tenant: Tenant, text: str) -> QuerySet:
       ``effect_opkey_trgm``), so an order id is found through ``charge:A-1003``;
     - runs with a checkpoint whose id starts with ``text`` (prefix, ``(tenant, uuid)``);
     - the run of the LangGraph thread whose id is exactly ``text``
-      (``integrations.threads.thread_run_id``, issue 10: the run id is derived from it).
+      (``recovery_client.protocol.thread_run_id``, issue 10: the run id is derived from it).
 
     The two substring branches are left out for a ``text`` without
     ``SEARCH_SUBSTRING_MIN`` letters or digits in a row (``search_substring``): no

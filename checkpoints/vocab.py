@@ -18,7 +18,7 @@ here, and used by ``policy``, ``services``, ``selectors``, ``reconciliation``, t
 the API and the templates (``{% vocab %}`` / the ``vocab`` context entry).
 
 This module needs no configured Django (``TextChoices`` only), so ``policy`` stays pure.
-The HTTP runtime client (``checkpoints.client``, ``checkpoints.demo``) runs without
+The HTTP runtime client (``recovery_client.client``, ``checkpoints.demo``) runs without
 Django and keeps the wire strings as literals.
 """
 

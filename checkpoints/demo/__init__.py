@@ -1,4 +1,4 @@
-"""The demo: a payment service, runtime workers that use only ``checkpoints.client``, and
+"""The demo: a payment service, runtime workers that use only ``recovery_client.client``, and
 the orchestration behind ``python manage.py demo``.
 
 ``payments`` and ``worker`` import nothing from Django, so they start fast in their own

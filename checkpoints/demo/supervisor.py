@@ -42,7 +42,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from checkpoints.client import CheckpointError, HttpCheckpointStore
+from recovery_client.client import CheckpointError, HttpCheckpointStore
 
 # The module that resumes a run of a kind (``python -m MODULE --resume ...``); any other
 # kind goes to the demo worker, which says which kinds it resumes.

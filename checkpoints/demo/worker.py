@@ -1,4 +1,4 @@
-"""A demo runtime worker that uses only ``checkpoints.client`` over HTTP (no Django).
+"""A demo runtime worker that uses only ``recovery_client.client`` over HTTP (no Django).
 
 Run as its own process::
 
@@ -68,7 +68,7 @@ import urllib.error
 import urllib.request
 import uuid
 
-from checkpoints.client import (
+from recovery_client.client import (
     CheckpointError,
     EffectFailed,
     EffectInDoubt,
@@ -497,7 +497,7 @@ def resume(args) -> dict:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description="demo runtime worker (checkpoints.client only)")
+    p = argparse.ArgumentParser(description="demo runtime worker (recovery_client.client only)")
     p.add_argument("--base-url", required=True, help="recovery server, e.g. http://127.0.0.1:8000")
     p.add_argument("--tenant", required=True)
     p.add_argument("--token", default=os.environ.get("RECOVERY_TOKEN"),

@@ -1,6 +1,6 @@
 """LangGraph threads on recovery (issue 10; docs/langgraph.md, "Server").
 
-A LangGraph thread is one run (``integrations.threads.thread_run_id``); each (thread,
+A LangGraph thread is one run (``recovery_client.protocol.thread_run_id``); each (thread,
 namespace) is one checkpoint envelope of kind ``langgraph.checkpoint``
 (``thread_checkpoint_id``) whose revisions summarise the namespace's head; each LangGraph
 checkpoint is a ``GraphCheckpoint`` row and each pending write a ``GraphWrite`` row.
@@ -19,7 +19,7 @@ run's count and its audit event commit, and the error (``ThreadConflict`` 412,
 ``Fenced`` 409) is raised after the commit.
 
 Every value from the body is checked against its column and the limits of
-``integrations.threads`` before any query (``parse_put``, ``parse_writes``,
+``recovery_client.protocol`` before any query (``parse_put``, ``parse_writes``,
 ``check_thread_id``...): 400 ``invalid_payload`` naming the field.
 """
 
@@ -39,6 +39,8 @@ from django.db import transaction
 from django.db.models import OuterRef, Q, Subquery, Sum
 from django.db.models.functions import Coalesce
 
+from recovery_client import protocol as T
+
 from .. import crypto, kinds, locks, roles
 from ..audit import audit_record
 from ..exceptions import (
@@ -49,7 +51,6 @@ from ..exceptions import (
     StaleRevision,
     ThreadConflict,
 )
-from ..integrations import threads as T
 from ..jsonparse import dumps, loads_any, printable, text_problem
 from ..models import (
     Checkpoint,

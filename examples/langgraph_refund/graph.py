@@ -28,7 +28,7 @@ from langchain_core.tools import tool
 from langgraph.graph import END, START, StateGraph
 
 from checkpoints.demo.worker import die, post_json
-from checkpoints.integrations.effects import recorded_effect
+from recovery_client.effects import recorded_effect
 
 AUTO_REFUND_LIMIT_CENTS = 50_000
 # The run identity a checkpoint names (the saver sends it; the resume claim checks it).

@@ -15,7 +15,7 @@ recovery``, the default; it leases the thread's run for ``--lease-ttl`` seconds 
 its fencing token), or stay in this process (``--saver memory``: LangGraph's
 ``InMemorySaver``; effects are still recorded on the service; ``--resume`` then has
 nothing to resume). The payment tool's effect is always recorded on the service
-(``checkpoints.integrations.effects``), in the run of the thread
+(``recovery_client.effects``), in the run of the thread
 (``thread_run_id(thread_id)``). Every invocation uses ``durability="sync"``: LangGraph
 stores each checkpoint before the next step starts (write-ahead), so the head names the
 node a crash interrupted.
@@ -60,9 +60,9 @@ import os
 import sys
 import uuid
 
-from checkpoints.client import CheckpointError, EffectFailed, EffectInDoubt, HttpCheckpointStore
-from checkpoints.integrations import effects
-from checkpoints.integrations.threads import thread_run_id
+from recovery_client import effects
+from recovery_client.client import CheckpointError, EffectFailed, EffectInDoubt, HttpCheckpointStore
+from recovery_client.protocol import thread_run_id
 
 from .graph import DEFINITION_VERSION, WORKFLOW, build_graph
 
@@ -99,7 +99,7 @@ def make_saver(args):
         from langgraph.checkpoint.memory import InMemorySaver
 
         return InMemorySaver()
-    from checkpoints.integrations.langgraph import RecoverySaver
+    from recovery_client.langgraph import RecoverySaver
 
     # The payment tool's effect writes carry this saver's fencing token
     # (``RecoverySaver.fencing_token``, found by ``@recorded_effect`` in the node's config).

@@ -9,8 +9,8 @@ import json
 
 import pytest
 
-from checkpoints.integrations.threads import thread_run_id
 from checkpoints.models import AuditEvent, Conflict, GraphCheckpoint, Run
+from recovery_client.protocol import thread_run_id
 from tests.api.apihelpers import post, url
 from tests.helpers import lg_put, lg_writes, typed
 

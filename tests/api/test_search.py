@@ -71,7 +71,7 @@ def test_the_audit_events_search(v, found):
 def test_a_langgraph_thread_id_finds_its_run_exactly(v, acme, wendy):
     """A LangGraph thread's run id is derived from the thread id (issue 10), so the thread
     id a runtime logs finds its run; a part of it does not."""
-    from checkpoints.integrations.threads import thread_run_id
+    from recovery_client.protocol import thread_run_id
     from tests.helpers import graph_put, lg_put
 
     graph_put(wendy, acme, lg_put("refund-NC-1", "1f0c-0001", nodes=["charge"]))

@@ -14,9 +14,7 @@ import uuid
 import pytest
 
 from checkpoints import services
-from checkpoints.client import CheckpointError, HttpCheckpointStore
 from checkpoints.exceptions import AlreadyDone
-from checkpoints.integrations.threads import thread_run_id
 from checkpoints.models import (
     AuditEvent,
     Conflict,
@@ -26,6 +24,8 @@ from checkpoints.models import (
     Run,
 )
 from checkpoints.services.runifold import jsonl_lines
+from recovery_client.client import CheckpointError, HttpCheckpointStore
+from recovery_client.protocol import thread_run_id
 from tests.conftest import bearer_client
 from tests.helpers import (
     age_world,
@@ -207,7 +207,7 @@ def test_a_crlf_line_of_exactly_the_limit_reads_like_its_lf_twin():
 
 
 # --------------------------------------------------------------------------------------
-# 3. Clients (checkpoints/client.py, shared by aclient.py)
+# 3. Clients (clients/python/recovery_client/client.py, shared by aclient.py)
 # --------------------------------------------------------------------------------------
 
 def test_the_client_size_check_counts_non_ascii_text_as_the_server_does(live_server, wendy):
@@ -223,11 +223,11 @@ def test_the_client_size_check_counts_non_ascii_text_as_the_server_does(live_ser
 
 
 # --------------------------------------------------------------------------------------
-# 4. RecoverySaver (checkpoints/integrations/langgraph.py)
+# 4. RecoverySaver (clients/python/recovery_client/langgraph.py)
 # --------------------------------------------------------------------------------------
 
 def test_get_tuple_raises_when_the_tenant_is_not_the_tokens(live_server, acme, wendy, wes):
-    from checkpoints.integrations.langgraph import RecoverySaver
+    from recovery_client.langgraph import RecoverySaver
 
     graph_put(wendy, acme, lg_put("t-1", "01", nodes=["charge"]))
     config = {"configurable": {"thread_id": "t-1", "checkpoint_ns": ""}}
@@ -237,7 +237,7 @@ def test_get_tuple_raises_when_the_tenant_is_not_the_tokens(live_server, acme, w
 
 
 def test_put_writes_refused_by_the_server_is_not_acknowledged(live_server, acme, wendy, wes):
-    from checkpoints.integrations.langgraph import RecoverySaver
+    from recovery_client.langgraph import RecoverySaver
 
     graph_put(wendy, acme, lg_put("t-1", "01", nodes=["charge"]))
     config = {"configurable": {"thread_id": "t-1", "checkpoint_ns": "", "checkpoint_id": "01"}}

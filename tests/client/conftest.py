@@ -12,8 +12,8 @@ import asyncio
 import pytest
 
 from checkpoints import services
-from checkpoints.aclient import AsyncHttpCheckpointStore
-from checkpoints.client import HttpCheckpointStore
+from recovery_client.aclient import AsyncHttpCheckpointStore
+from recovery_client.client import HttpCheckpointStore
 from tests.client.drivers import Driven, FakeServer
 
 

@@ -20,7 +20,7 @@ import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from checkpoints import aclient, client
+from recovery_client import aclient, client
 
 
 class Driven:

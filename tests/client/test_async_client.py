@@ -10,8 +10,8 @@ import asyncio
 import pytest
 
 from checkpoints import services
-from checkpoints.aclient import AsyncHttpCheckpointStore, EffectFailed, perform_effect
 from checkpoints.models import Checkpoint, Effect
+from recovery_client.aclient import AsyncHttpCheckpointStore, EffectFailed, perform_effect
 from tests.helpers import envelope
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -1,4 +1,4 @@
-"""``checkpoints.client`` and ``checkpoints.aclient`` against the real API (pytest-django
+"""``recovery_client.client`` and ``recovery_client.aclient`` against the real API (pytest-django
 ``live_server``); every test runs for both clients (``conftest.open_store``).
 
 The client must mirror runifold-core's store (load / compare_and_swap with error kinds
@@ -16,14 +16,14 @@ import uuid
 import pytest
 
 from checkpoints import services
-from checkpoints.client import (
+from checkpoints.models import AuditEvent, Conflict, Effect
+from recovery_client.client import (
     CheckpointError,
     EffectFailed,
     EffectInDoubt,
     fingerprint,
     next_revision,
 )
-from checkpoints.models import AuditEvent, Conflict, Effect
 from tests.api.apihelpers import snapshot
 from tests.client.drivers import Pauses, perform
 from tests.helpers import age_world, envelope

@@ -12,8 +12,8 @@ import uuid
 
 import pytest
 
-from checkpoints.client import CheckpointError, HttpCheckpointStore, next_revision
 from checkpoints.models import AuditEvent
+from recovery_client.client import CheckpointError, HttpCheckpointStore, next_revision
 from tests.helpers import envelope
 
 live = pytest.mark.django_db(transaction=True)

@@ -1,5 +1,5 @@
 """A compare-and-swap write whose answer was lost, against the real API, both clients
-(issue 10, client parity; ``checkpoints/client.py`` module docstring, "Retries").
+(issue 10, client parity; ``clients/python/recovery_client/client.py`` module docstring, "Retries").
 
 ``drivers.Interceptor`` loses answers after the server acted, or makes the first request
 land after the client looked. A write the store already holds succeeds without being
@@ -14,8 +14,8 @@ import uuid
 import pytest
 
 from checkpoints import services
-from checkpoints.client import CheckpointError, HttpCheckpointStore, next_revision
 from checkpoints.models import Conflict, Effect
+from recovery_client.client import CheckpointError, HttpCheckpointStore, next_revision
 from tests.client.drivers import Interceptor, Pauses, perform, real
 from tests.helpers import envelope
 

@@ -1,4 +1,4 @@
-"""``@recorded_effect`` (checkpoints/integrations/effects.py, issue 10 item 2) against the
+"""``@recorded_effect`` (clients/python/recovery_client/effects.py, issue 10 item 2) against the
 real API (``live_server``): a new effect is called once and confirmed, a confirmed one
 replays its receipt without calling, one in doubt raises ``EffectInDoubt`` (never an
 automatic duplicate), a refused one raises ``EffectFailed`` again; inside a LangGraph node
@@ -16,17 +16,17 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 
 from checkpoints import services
-from checkpoints.client import (
+from checkpoints.models import Effect
+from recovery_client import effects
+from recovery_client.client import (
     CheckpointError,
     EffectFailed,
     EffectInDoubt,
     HttpCheckpointStore,
     fingerprint,
 )
-from checkpoints.integrations import effects
-from checkpoints.integrations.effects import EffectNotConfigured, recorded_effect
-from checkpoints.integrations.threads import thread_run_id
-from checkpoints.models import Effect
+from recovery_client.effects import EffectNotConfigured, recorded_effect
+from recovery_client.protocol import thread_run_id
 from tests.helpers import effect_body, envelope, put_checkpoint, put_effect, sweep_later
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -353,8 +353,8 @@ def test_in_a_graph_checkpointed_by_a_leasing_recovery_saver_it_sends_the_savers
     """``RecoverySaver`` leases the thread's run before the node runs; the effect writes
     carry its token (``RecoverySaver.fencing_token``), so its own lease does not fence
     them (without it: 409 ``fenced`` before the provider is called)."""
-    from checkpoints.integrations.langgraph import RecoverySaver
     from checkpoints.models import Run
+    from recovery_client.langgraph import RecoverySaver
 
     thread = "refund-thread-saver"
     effects.set_default_store(store)

@@ -17,8 +17,8 @@ import uuid
 import httpx
 import pytest
 
-from checkpoints.aclient import AsyncHttpCheckpointStore
-from checkpoints.client import CheckpointError, HttpCheckpointStore, encode_body, next_revision
+from recovery_client.aclient import AsyncHttpCheckpointStore
+from recovery_client.client import CheckpointError, HttpCheckpointStore, encode_body, next_revision
 from tests.client.drivers import FakeServer, Pauses, perform, real
 from tests.helpers import envelope
 

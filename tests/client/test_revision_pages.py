@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from checkpoints.client import next_revision
 from checkpoints.models import AuditEvent
+from recovery_client.client import next_revision
 from tests.helpers import envelope
 
 pytestmark = pytest.mark.django_db(transaction=True)

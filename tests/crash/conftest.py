@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 from checkpoints import services
-from checkpoints.client import HttpCheckpointStore
 from checkpoints.dbclock import db_now
 from checkpoints.demo.payments import PaymentService
 from checkpoints.models import Run
+from recovery_client.client import HttpCheckpointStore
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -26,8 +26,8 @@ import pytest
 
 from checkpoints import services
 from checkpoints.demo.supervisor import Supervisor
-from checkpoints.integrations.threads import thread_run_id
 from checkpoints.models import Effect, Run
+from recovery_client.protocol import thread_run_id
 
 from .conftest import ROOT, approve_retry, parse_result, sweep_after_lease_expiry, worker_env
 

@@ -15,8 +15,8 @@ import uuid
 import pytest
 
 from checkpoints import services
-from checkpoints.client import CheckpointError, HttpCheckpointStore, next_revision, now_ms
 from checkpoints.models import AuditEvent, Effect, Run
+from recovery_client.client import CheckpointError, HttpCheckpointStore, next_revision, now_ms
 
 from .conftest import approve_retry, sweep_after_lease_expiry
 

@@ -12,9 +12,9 @@ import uuid
 
 import pytest
 
-from checkpoints.client import HttpCheckpointStore, next_revision, now_ms
 from checkpoints.demo.supervisor import Supervisor, parse_tokens
 from checkpoints.models import Run
+from recovery_client.client import HttpCheckpointStore, next_revision, now_ms
 
 from .conftest import ROOT, approve_retry, sweep_after_lease_expiry, wait_for_lease_expiry
 

@@ -16,7 +16,7 @@ def wendy_token(wendy) -> str:
 @pytest.fixture
 def make_saver(live_server, wendy_token):
     """``make_saver(**kw)`` -> a ``RecoverySaver`` of tenant acme (``kw`` as the class)."""
-    from checkpoints.integrations.langgraph import RecoverySaver
+    from recovery_client.langgraph import RecoverySaver
 
     made = []
 

@@ -23,8 +23,8 @@ from langgraph.checkpoint.conformance import checkpointer_test, validate
 from langgraph.checkpoint.conformance.capabilities import ALL_CAPABILITIES, BASE_CAPABILITIES
 from langgraph.checkpoint.conformance.report import ProgressCallbacks
 
-from checkpoints.integrations.langgraph import RecoverySaver
 from checkpoints.models import GraphCheckpoint
+from recovery_client.langgraph import RecoverySaver
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

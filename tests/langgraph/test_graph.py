@@ -13,8 +13,8 @@ import pytest
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 
-from checkpoints.integrations import threads
 from checkpoints.models import Run
+from recovery_client import protocol
 from tests.langgraph.graphs import chain_graph, refund_graph
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -59,7 +59,7 @@ def test_invoke_and_continue_a_thread_as_langgraphs_own_saver_does(saver, make_s
     # Another process (a new saver) sees the same state, binary value included.
     fresh = chain_graph(make_saver())
     assert fresh.get_state(cfg(thread)).values == second
-    run = Run.objects.get(uuid=threads.thread_run_id(thread))
+    run = Run.objects.get(uuid=protocol.thread_run_id(thread))
     assert run.phase_class == "completed"
 
 
@@ -74,8 +74,8 @@ def test_interrupt_and_resume_with_command(saver, make_saver):
         assert state.next == ("approve",)
         assert state.tasks[0].interrupts[0].value == "approve refund of R-7?"
 
-    run = Run.objects.get(uuid=threads.thread_run_id(thread))
-    assert (run.phase_class, run.kind) == ("stable", threads.KIND)
+    run = Run.objects.get(uuid=protocol.thread_run_id(thread))
+    assert (run.phase_class, run.kind) == ("stable", protocol.KIND)
     assert "waiting for input" in run.phase_label and "approve" in run.phase_label
 
     # Resumed by another process: a new saver, as after a restart.
@@ -118,7 +118,7 @@ def test_the_async_graph_api_gives_the_same_history(make_saver):
 def test_replaying_from_an_older_checkpoint_is_refused_as_a_fork(saver):
     """LangGraph's time travel writes a checkpoint whose parent is not the head: a fork of
     the thread, which this store refuses (docs/langgraph.md, "Refused on purpose")."""
-    from checkpoints.integrations.langgraph import ThreadConflict
+    from recovery_client.langgraph import ThreadConflict
 
     thread = f"travel-{uuid.uuid4()}"
     graph = chain_graph(saver)

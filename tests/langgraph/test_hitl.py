@@ -27,8 +27,8 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, Send, interrupt
 
-from checkpoints.integrations import threads
 from checkpoints.models import Run
+from recovery_client import protocol
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -263,7 +263,7 @@ def _namespaces(tuples) -> list[tuple]:
 
 
 def phase_of(thread: str) -> tuple[str, str]:
-    run = Run.objects.get(uuid=threads.thread_run_id(thread))
+    run = Run.objects.get(uuid=protocol.thread_run_id(thread))
     return run.phase_class, run.phase_label
 
 
@@ -369,7 +369,7 @@ def test_a_graph_paused_at_a_static_breakpoint_is_healthy_not_in_flight(make_sav
                                                  else "b",)
     assert phase_of(thread) == ("stable", label)
     sweep_later(hours=24)
-    run = Run.objects.get(uuid=threads.thread_run_id(thread))
+    run = Run.objects.get(uuid=protocol.thread_run_id(thread))
     assert (run.recovery_state, run.phase_class, run.phase_label) == (
         "healthy", "stable", label)
 

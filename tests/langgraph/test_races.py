@@ -14,10 +14,10 @@ import uuid
 import httpx
 import pytest
 
-from checkpoints.client import CheckpointError
-from checkpoints.integrations import threads
-from checkpoints.integrations.langgraph import ThreadConflict
 from checkpoints.models import AuditEvent, Conflict, GraphCheckpoint, Run
+from recovery_client import protocol
+from recovery_client.client import CheckpointError
+from recovery_client.langgraph import ThreadConflict
 from tests.helpers import age_world
 from tests.langgraph.graphs import chain_graph
 
@@ -74,7 +74,7 @@ def assert_one_chain(saver, thread: str, head_before: str) -> list[str]:
 def test_two_resumes_at_once_one_wins_the_other_gets_a_conflict(make_saver):
     thread = f"race-{uuid.uuid4()}"
     head = paused_before_charge(make_saver(), thread)
-    run = Run.objects.get(uuid=threads.thread_run_id(thread))
+    run = Run.objects.get(uuid=protocol.thread_run_id(thread))
     conflicts_before = Conflict.objects.filter(run=run).count()
 
     outcomes = race([make_saver(), make_saver()], thread)
@@ -89,7 +89,7 @@ def test_two_resumes_at_once_one_wins_the_other_gets_a_conflict(make_saver):
     assert lost[0].head_checkpoint_id in ids
     refused = Conflict.objects.filter(run=run).order_by("pk")[conflicts_before:]
     assert [c.reason for c in refused] == ["stale_revision"]
-    assert refused[0].target_uuid == threads.thread_checkpoint_id(thread, "")
+    assert refused[0].target_uuid == protocol.thread_checkpoint_id(thread, "")
     assert GraphCheckpoint.objects.filter(thread_id=thread).count() == len(ids)
 
 
@@ -107,7 +107,7 @@ def test_with_leases_the_second_resume_is_refused_at_the_lease(make_saver):
     ids = assert_one_chain(make_saver(lease_ttl_s=60, owner="reader"), thread, head)
     # The winner wrote its checkpoints; the loser wrote none (refused before writing).
     assert len(ids) == writes_before + 1
-    run = Run.objects.get(uuid=threads.thread_run_id(thread))
+    run = Run.objects.get(uuid=protocol.thread_run_id(thread))
     assert run.lease_owner in ("worker-a", "worker-b") and run.fencing_token == 1
 
 
@@ -120,7 +120,7 @@ def test_a_leased_graph_on_a_new_thread_writes_without_a_single_refusal(make_sav
         graph.invoke({"order": "A-1", "log": []}, cfg(thread))
         done = graph.invoke({"order": "A-2"}, cfg(thread))
         assert done["log"] == ["plan A-1", "charge A-1", "plan A-2", "charge A-2"]
-        run = Run.objects.get(uuid=threads.thread_run_id(thread))
+        run = Run.objects.get(uuid=protocol.thread_run_id(thread))
         assert (run.lease_owner, run.fencing_token) == ("worker-1", 1)
         assert not Conflict.objects.filter(run=run).exists()
 
@@ -131,7 +131,7 @@ def test_a_saver_whose_lease_lapsed_while_paused_is_fenced_and_the_write_kept(ma
     # monotonic clock) while the test runs, however loaded the machine is.
     sleepy = make_saver(lease_ttl_s=3600, owner="sleepy")
     head = paused_before_charge(sleepy, thread)
-    run = Run.objects.get(uuid=threads.thread_run_id(thread))
+    run = Run.objects.get(uuid=protocol.thread_run_id(thread))
     assert (run.lease_owner, run.fencing_token) == ("sleepy", 1)
 
     age_world(7200)  # sleepy's process stood still for two hours: its lease expired
@@ -201,6 +201,6 @@ def test_a_graph_whose_state_outgrows_the_limit_stops_and_stores_nothing(make_sa
     # The oversized checkpoint was never sent (LangGraph may have sent a task's writes
     # meanwhile: refused, 404, as their checkpoint was never stored).
     assert ("POST", "/api/v1/tenants/acme/langgraph/checkpoints") not in wire.sent
-    assert not Run.objects.filter(uuid=threads.thread_run_id(thread)).exists()
+    assert not Run.objects.filter(uuid=protocol.thread_run_id(thread)).exists()
     assert not GraphCheckpoint.objects.filter(thread_id=thread).exists()
     assert AuditEvent.objects.count() == audit_before

@@ -12,9 +12,9 @@ from typing import TypedDict
 import pytest
 from langgraph.graph import END, START, StateGraph
 
-from checkpoints.integrations import effects
-from checkpoints.integrations.threads import thread_run_id
 from checkpoints.models import Effect, Run
+from recovery_client import effects
+from recovery_client.protocol import thread_run_id
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -188,7 +188,9 @@ class Worker:
                if k not in ("DATABASE_URL", "CELERY_BROKER_URL", "PYTEST_ADDOPTS")}
         # No bytecode: a mutated file must never be served from a stale .pyc.
         env.update(PYTHONDONTWRITEBYTECODE="1", RECOVERY_VAR_DIR=str(self.var / db),
-                   PYTHONPATH=str(self.tree))
+                   # the tree's server, and its SDK (clients/python: recovery_client)
+                   PYTHONPATH=os.pathsep.join((str(self.tree),
+                                               str(self.tree / "clients" / "python"))))
         if db == "postgres":
             env["DATABASE_URL"] = self.pg_url or ""
         return env

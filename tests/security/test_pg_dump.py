@@ -18,9 +18,9 @@ import pytest
 from django.db import connection
 
 from checkpoints import crypto, reconcile, services
-from checkpoints.client import fingerprint
 from checkpoints.exceptions import StaleRevision
 from checkpoints.models import ReconcileAttempt
+from recovery_client.client import fingerprint
 from tests.helpers import age_world, effect_body, envelope, put_checkpoint, put_effect
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]

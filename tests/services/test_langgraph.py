@@ -17,7 +17,6 @@ from django.test.utils import CaptureQueriesContext
 
 from checkpoints import crypto, kinds, services
 from checkpoints.exceptions import Fenced, InvalidPayload, NotFound, ThreadConflict
-from checkpoints.integrations.threads import thread_checkpoint_id, thread_run_id
 from checkpoints.jsonparse import loads_any
 from checkpoints.models import (
     AuditEvent,
@@ -29,6 +28,7 @@ from checkpoints.models import (
     Run,
 )
 from checkpoints.services.langgraph import next_nodes
+from recovery_client.protocol import thread_checkpoint_id, thread_run_id
 from tests.helpers import (
     effect_body,
     graph_put,

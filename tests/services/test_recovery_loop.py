@@ -20,7 +20,6 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from checkpoints import services
-from checkpoints.client import fingerprint
 from checkpoints.exceptions import Forbidden, InvalidPayload, InvalidTransition
 from checkpoints.models import (
     AuditEvent,
@@ -30,6 +29,7 @@ from checkpoints.models import (
     RetryRequest,
     Run,
 )
+from recovery_client.client import fingerprint
 from tests.helpers import (
     age_world,
     effect_body,

@@ -35,9 +35,9 @@ import pytest
 
 from checkpoints import audit, reconciliation, selectors, services
 from checkpoints.exceptions import DomainError
-from checkpoints.integrations.threads import thread_run_id
 from checkpoints.models import AuditEvent
 from checkpoints.reconcile import Answer
+from recovery_client.protocol import thread_run_id
 from tests.faults.conftest import in_doubt_run
 from tests.helpers import (
     age_world,

@@ -13,7 +13,6 @@ import pytest
 
 from checkpoints import services
 from checkpoints.exceptions import ThreadConflict
-from checkpoints.integrations.threads import thread_checkpoint_id
 from checkpoints.models import (
     AuditEvent,
     Checkpoint,
@@ -23,6 +22,7 @@ from checkpoints.models import (
     GraphWrite,
     Run,
 )
+from recovery_client.protocol import thread_checkpoint_id
 from tests.helpers import graph_put, graph_writes, lg_put, lg_writes
 from tests.transactional.test_races import kinds_of, race
 

@@ -10,7 +10,7 @@ from django.urls import reverse
 
 from checkpoints import services
 from checkpoints.exceptions import ThreadConflict
-from checkpoints.integrations.threads import thread_checkpoint_id, thread_run_id
+from recovery_client.protocol import thread_checkpoint_id, thread_run_id
 from tests.helpers import graph_put, graph_writes, lg_put, lg_writes, sweep_later, typed
 
 pytestmark = pytest.mark.django_db

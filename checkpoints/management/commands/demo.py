@@ -9,7 +9,7 @@ Steps:
    and a 10 s ambiguity threshold.
 3. Start the demo payment service and the web server (``runserver --noreload``, with
    ``RECOVERY_RECONCILERS`` pointing at the payment service) as child processes.
-4. Run about ``--workers`` worker processes through ``checkpoints.client`` (at most
+4. Run about ``--workers`` worker processes through ``recovery_client.client`` (at most
    ``--parallel`` at a time): some finish, some SIGKILL themselves at a random
    write-ahead boundary, some pairs race on one checkpoint. Alongside, ``--langgraph``
    runs of the LangGraph refund example (``examples/langgraph_refund``, checkpointed by

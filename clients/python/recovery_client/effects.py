@@ -3,8 +3,8 @@ walked through the effect API so a crash inside it is reconcilable (issue 10, it
 
 ::
 
-    from checkpoints.client import HttpCheckpointStore
-    from checkpoints.integrations import effects
+    from recovery_client.client import HttpCheckpointStore
+    from recovery_client import effects
 
     effects.set_default_store(HttpCheckpointStore(base_url, "acme", token))
 
@@ -18,7 +18,7 @@ walked through the effect API so a crash inside it is reconcilable (issue 10, it
         return {"charge_id": receipt["charge_id"]}
 
 Each call is one effect record of the run of the LangGraph thread it runs in, keyed by
-``(service, key(arguments))``, and goes through ``checkpoints.client.perform_effect``
+``(service, key(arguments))``, and goes through ``recovery_client.client.perform_effect``
 (CONTRACT.md 3 "Effects", DESIGN.md 4):
 
 - **new** (or ``planned``, the process died before sending): ``planned`` -> ``submitted``
@@ -37,7 +37,7 @@ Errors the wrapped function raises: ``EffectFailed(message, receipt)`` means the
 refused for good (the record becomes ``failed``); any other exception leaves the record
 ``submitted`` (in doubt) and propagates, as does a return value that is not a JSON object
 (the call happened, but there is no receipt to record). Store errors are
-``checkpoints.client.CheckpointError`` (``invalid_payload`` 422 ``idempotency_key_reuse``
+``recovery_client.client.CheckpointError`` (``invalid_payload`` 422 ``idempotency_key_reuse``
 when the key already holds another request; ``conflict`` when fenced or raced;
 ``storage``).
 
@@ -60,8 +60,8 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from checkpoints.client import Call, HttpCheckpointStore, Steps, perform_effect
-from checkpoints.integrations.threads import thread_run_id
+from recovery_client.client import Call, HttpCheckpointStore, Steps, perform_effect
+from recovery_client.protocol import thread_run_id
 
 # The parameter through which the wrapped function receives the operation key.
 KEY_PARAMETER = "idempotency_key"

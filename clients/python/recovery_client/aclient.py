@@ -1,6 +1,6 @@
 """The runtime client for asyncio: ``AsyncHttpCheckpointStore`` and ``perform_effect``.
 
-The same store as ``checkpoints.client.HttpCheckpointStore`` (issue 10, "client
+The same store as ``recovery_client.client.HttpCheckpointStore`` (issue 10, "client
 parity"), with every method a coroutine, over one ``httpx.AsyncClient`` whose
 connection pool is reused by every request (``async with store:`` or ``await
 store.aclose()`` closes it)::
@@ -13,12 +13,12 @@ store.aclose()`` closes it)::
                                        effect_class="non_idempotent",
                                        request={"amount_cents": 2599}, call=charge_card)
 
-Everything but the I/O is ``checkpoints.client``'s, shared rather than copied
+Everything but the I/O is ``recovery_client.client``'s, shared rather than copied
 (``client.StoreCore``: URLs, headers, the size check, answer decoding, error kinds,
 retries with full jitter, lost answers of compare-and-swap writes): the errors,
 retries and size limit are exactly those of the module docstring of
-``checkpoints/client.py`` (and docs/client.md). ``client.py`` stays standard-library
-only; this module needs httpx.
+``recovery_client/client.py`` (and docs/client.md). ``client.py`` stays standard-library
+only; this module needs httpx (``pip install 'recovery-client[async]'``).
 """
 
 from __future__ import annotations
@@ -204,7 +204,7 @@ async def perform_effect(
     store_request: bool | None = None,
     fencing_token: int | None = None,
 ) -> dict:
-    """``checkpoints.client.perform_effect`` for ``AsyncHttpCheckpointStore``: the same
+    """``recovery_client.client.perform_effect`` for ``AsyncHttpCheckpointStore``: the same
     steps, answers and errors (planned -> submitted -> ``call`` -> confirmed; replay of
     a confirmed receipt; ``EffectFailed``, ``EffectInDoubt``, ``CheckpointError``).
     ``call`` and ``on_step`` may be plain functions or coroutine functions."""

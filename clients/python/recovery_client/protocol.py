@@ -1,6 +1,8 @@
 """LangGraph thread identity on recovery, shared by the server and the saver (issue 10).
 
 Pure Python, no third-party and no Django imports: the saver runs in the runtime's process.
+The one module of the SDK the server imports (issue 18, ``tests/test_sdk_boundary.py``):
+what both sides must agree on lives here.
 
 A LangGraph thread (``configurable.thread_id``) is one recovery run, and each (thread,
 ``checkpoint_ns``) is one checkpoint envelope of kind ``langgraph.checkpoint``

@@ -1,7 +1,7 @@
 """The runtime client: checkpoints, effects, leases and resume decisions over HTTP.
 
 Standard library only (``urllib`` + ``json``), so any Python runtime can vendor this one
-file (``checkpoints/aclient.py`` is the asyncio variant, on httpx; docs/client.md). It
+file (``recovery_client/aclient.py`` is the asyncio variant, on httpx; docs/client.md). It
 speaks CONTRACT.md section 3 and mirrors runifold-core's checkpoint store (RUNIFOLD.md
 section 1, DESIGN.md section 1)::
 
@@ -117,11 +117,15 @@ class CheckpointError(Exception):
         self.sent = sent
         self.retry_after_s = retry_after_s
 
+    def answered(self, key: str, kind: type) -> Any:
+        """The answer's ``body[key]`` if it is a ``kind``, else ``None``."""
+        value = self.body.get(key)
+        return value if isinstance(value, kind) else None
+
     @property
     def current_revision(self) -> int | None:
         """The store's revision after a 412, else ``None``."""
-        value = self.body.get("current_revision")
-        return value if isinstance(value, int) else None
+        return self.answered("current_revision", int)
 
 
 def kind_for_status(status: int) -> str:
@@ -172,7 +176,7 @@ def next_revision(checkpoint: dict, payload: Any) -> dict:
                 updated_at_ms=now_ms())
 
 
-# --- the I/O-free part, shared with checkpoints/aclient.py -------------------------------
+# --- the I/O-free part, shared with recovery_client/aclient.py --------------------------
 #
 # Every store operation is a generator that yields what it needs done (``Call``: one HTTP
 # exchange; ``Sleep``: a pause before a retry; ``Invoke``: the caller's function) and

@@ -13,9 +13,9 @@ import pytest
 from langgraph.checkpoint.base import WRITES_IDX_MAP
 from langgraph.checkpoint.serde.types import ERROR, INTERRUPT
 
-from checkpoints.client import CheckpointError
-from checkpoints.integrations import threads
-from checkpoints.integrations.langgraph import RecoverySaver, ThreadConflict
+from recovery_client import protocol
+from recovery_client.client import CheckpointError
+from recovery_client.langgraph import RecoverySaver, ThreadConflict
 
 
 class Script:
@@ -62,7 +62,7 @@ def config(thread="t-1", ns="", checkpoint_id=None) -> dict:
 
 
 PUT_OK = (201, {"thread_id": "t-1", "checkpoint_ns": "", "checkpoint_id": "1f0-a",
-                "run_id": str(threads.thread_run_id("t-1")), "revision": 0})
+                "run_id": str(protocol.thread_run_id("t-1")), "revision": 0})
 
 
 def test_put_sends_typed_channel_values_and_the_parent_and_returns_the_new_config():
@@ -106,13 +106,13 @@ def test_a_first_put_has_a_null_parent_and_identity_comes_from_the_config():
 def test_a_body_over_the_limit_is_invalid_payload_before_any_request():
     script = Script()
     saver = saver_for(script)
-    big = checkpoint(values={"blob": "x" * (threads.MAX_BODY_BYTES + 10)}, versions={"blob": 1})
+    big = checkpoint(values={"blob": "x" * (protocol.MAX_BODY_BYTES + 10)}, versions={"blob": 1})
 
     with pytest.raises(CheckpointError) as err:
         saver.put(config(), big, {}, {"blob": 1})
 
     assert err.value.kind == "invalid_payload"
-    assert f"{threads.MAX_BODY_BYTES:,} bytes" in err.value.message
+    assert f"{protocol.MAX_BODY_BYTES:,} bytes" in err.value.message
     assert "RECOVERY_MAX_BODY_BYTES" in err.value.message
     assert script.seen == []
 
@@ -279,7 +279,7 @@ def test_get_next_version_is_postgres_savers():
 
 # --- leases ------------------------------------------------------------------------------
 
-RUN = threads.thread_run_id("t-1")
+RUN = protocol.thread_run_id("t-1")
 
 
 def test_with_a_lease_ttl_it_leases_before_the_first_write_and_sends_the_fencing_token():
@@ -306,7 +306,7 @@ def test_a_thread_without_a_run_is_written_first_then_leased():
 
 
 def test_it_renews_the_lease_once_half_the_ttl_has_passed(monkeypatch):
-    from checkpoints.integrations import langgraph as module
+    from recovery_client import langgraph as module
 
     clock = [1000.0]
     monkeypatch.setattr(module.time, "monotonic", lambda: clock[0])

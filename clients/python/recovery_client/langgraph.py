@@ -1,16 +1,16 @@
 """``RecoverySaver``: a LangGraph checkpointer that keeps its checkpoints in the recovery
 service (issue 10; mapping and HTTP API in docs/langgraph.md).
 
-    pip install 'recovery[langgraph]'
+    pip install './clients/python[langgraph]'   # recovery-client, from a checkout
 
-    from checkpoints.integrations.langgraph import RecoverySaver
+    from recovery_client.langgraph import RecoverySaver
 
     with RecoverySaver("https://recovery.example", "acme", token) as saver:
         graph = builder.compile(checkpointer=saver)
         graph.invoke(inputs, {"configurable": {"thread_id": "order-A-1042"}})
 
 A LangGraph thread is one recovery run, each (thread, ``checkpoint_ns``) one checkpoint
-envelope whose revisions follow the thread's head (``checkpoints.integrations.threads``).
+envelope whose revisions follow the thread's head (``recovery_client.protocol``).
 Every put names its parent (the checkpoint LangGraph resumed from); the server accepts it
 only if that parent is still the head of (thread, namespace), by compare-and-swap. So two
 graphs resuming one thread cannot both win: the loser's put is refused (412), kept as a
@@ -23,7 +23,7 @@ Channel values and pending writes are the serializer's output
 a checkpoint (``v``, ``id``, ``ts``, ``channel_versions``, ``versions_seen``,
 ``updated_channels``, ``pending_sends``) and the metadata travel as plain JSON.
 
-Errors are ``checkpoints.client.CheckpointError`` with runifold's kinds:
+Errors are ``recovery_client.client.CheckpointError`` with runifold's kinds:
 
 - ``conflict``: ``ThreadConflict`` (412 stale head or an id stored with other content;
   409 ``fenced``; 409 ``lease_held``);
@@ -70,15 +70,18 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.types import TASKS
 
-from checkpoints.client import (
+from recovery_client import protocol
+from recovery_client.client import (
     CONFLICT,
     INVALID_PAYLOAD,
     NOT_FOUND,
     STORAGE,
+    Call,
     CheckpointError,
+    Steps,
+    decode_answer,
     encode_json,
 )
-from checkpoints.integrations import threads
 
 __all__ = ["RecoverySaver", "ThreadConflict"]
 
@@ -124,8 +127,7 @@ class ThreadConflict(CheckpointError):
 
     @property
     def head_checkpoint_id(self) -> str | None:
-        value = self.body.get("head_checkpoint_id")
-        return value if isinstance(value, str) else None
+        return self.answered("head_checkpoint_id", str)
 
 
 # --------------------------------------------------------------------------------------
@@ -169,7 +171,7 @@ class _Wait:
 
 
 def _encode_json(value: Any, what: str) -> bytes:
-    """Compact UTF-8 JSON (``checkpoints.client.encode_json``, the clients' own encoder, so
+    """Compact UTF-8 JSON (``recovery_client.client.encode_json``, the clients' own encoder, so
     the saver and the clients measure a body alike), or ``invalid_payload`` naming what
     could not be encoded (not JSON, NaN, an unpaired surrogate)."""
     return encode_json(value, what)
@@ -218,7 +220,7 @@ class RecoverySaver(BaseCheckpointSaver[str]):
     def __init__(self, base_url: str, tenant: str, token: str, *,
                  serde: SerializerProtocol | None = None, lease_ttl_s: int | None = None,
                  owner: str | None = None, timeout_s: float = 10,
-                 max_body_bytes: int = threads.MAX_BODY_BYTES,
+                 max_body_bytes: int = protocol.MAX_BODY_BYTES,
                  transport: httpx.BaseTransport | None = None,
                  async_transport: httpx.AsyncBaseTransport | None = None,
                  interrupt_before: str | Sequence[str] | None = None,
@@ -319,86 +321,95 @@ class RecoverySaver(BaseCheckpointSaver[str]):
 
     def _send(self, call: _Call) -> _Answer:
         try:
-            resp = self._sync_client().request(call.method, call.path, content=call.body,
-                                               params=call.params, headers=call.headers)
+            resp = self._sync_client().request(**self._request(call))
         except httpx.HTTPError as exc:
-            raise CheckpointError(STORAGE, f"{call.what}: {call.method} {call.path}: "
-                                           f"{type(exc).__name__}: {exc}") from None
+            raise self._no_answer(call, exc) from None
         return self._answer(call, resp)
 
     async def _asend(self, call: _Call) -> _Answer:
         try:
-            resp = await self._async_client().request(call.method, call.path,
-                                                      content=call.body, params=call.params,
-                                                      headers=call.headers)
+            resp = await self._async_client().request(**self._request(call))
         except httpx.HTTPError as exc:
-            raise CheckpointError(STORAGE, f"{call.what}: {call.method} {call.path}: "
-                                           f"{type(exc).__name__}: {exc}") from None
+            raise self._no_answer(call, exc) from None
         return self._answer(call, resp)
 
     @staticmethod
+    def _request(call: _Call) -> dict:
+        """The arguments of ``httpx.Client.request`` / ``AsyncClient.request`` for ``call``
+        (its path is relative to the client's ``base_url``, the tenant's API root)."""
+        return {"method": call.method, "url": call.path, "content": call.body,
+                "params": call.params, "headers": call.headers}
+
+    @staticmethod
+    def _no_answer(call: _Call, exc: httpx.HTTPError) -> CheckpointError:
+        """The ``storage`` error of a request that got no answer (network, timeout)."""
+        return CheckpointError(STORAGE, f"{call.what}: {call.method} {call.path}: "
+                                        f"{type(exc).__name__}: {exc}")
+
+    @staticmethod
     def _answer(call: _Call, resp: httpx.Response) -> _Answer:
-        """The decoded 2xx answer, or the error its status says (module docstring)."""
-        status = resp.status_code
+        """The decoded 2xx answer, or the error its status says (module docstring): the
+        clients' own parser (``decode_answer``: JSON, error kinds, messages), each
+        message led by the operation, and a conflict raised as ``ThreadConflict``."""
         try:
-            decoded = resp.json() if resp.content else None
-        except ValueError:
-            if 200 <= status < 300:
-                raise CheckpointError(STORAGE, f"{call.what}: unreadable answer (HTTP "
-                                               f"{status})", status=status) from None
-            decoded = None
-        if 200 <= status < 300:
-            return _Answer(status, decoded)
-        body = decoded if isinstance(decoded, dict) else {}
-        detail = body.get("detail") or body.get("error") or resp.reason_phrase
-        message = f"{call.what}: {call.method} {call.path}: HTTP {status} {detail}"
-        if status in (409, 412):
-            raise ThreadConflict(message, status=status, body=body, thread_id=call.thread_id,
-                                 checkpoint_ns=call.checkpoint_ns)
-        if status == 404:
-            raise CheckpointError(NOT_FOUND, message, status=status, body=body)
-        if status in (400, 413, 422, 428):
-            raise CheckpointError(INVALID_PAYLOAD, message, status=status, body=body)
-        raise CheckpointError(STORAGE, message, status=status, body=body)
+            answer = decode_answer(Call(call.method, call.path, call.path, call.body,
+                                        call.headers),
+                                   resp.status_code, resp.headers, resp.content)
+        except CheckpointError as exc:
+            message = f"{call.what}: {exc.message}"
+            if exc.kind == CONFLICT:
+                raise ThreadConflict(message, status=exc.status, body=exc.body,
+                                     thread_id=call.thread_id,
+                                     checkpoint_ns=call.checkpoint_ns) from None
+            raise CheckpointError(exc.kind, message, status=exc.status, body=exc.body,
+                                  retry_after_s=exc.retry_after_s) from None
+        return _Answer(answer.status, answer.body)
+
+    # Drivers (``Steps`` as the clients use it): each ``_Call`` a plan yields is sent and
+    # its ``_Answer`` sent back in (a ``CheckpointError`` thrown in, so the plan can turn
+    # a 404 into ``None``); a ``_Wait`` is waited for; anything else is for the caller
+    # (``list``'s tuples).
+
+    def _run(self, steps: Steps) -> Iterator:
+        """Generator: ``steps`` done on the sync client, yielding what is for the caller."""
+        for step in steps:
+            if isinstance(step, _Wait):
+                step.event.wait(step.timeout_s)
+            elif not isinstance(step, _Call):
+                yield step
+            else:
+                try:
+                    steps.reply = self._send(step)
+                except CheckpointError as exc:
+                    steps.error = exc
+
+    async def _arun(self, steps: Steps) -> AsyncIterator:
+        """``_run`` on the async client (a ``_Wait`` in a worker thread: the loop runs on)."""
+        for step in steps:
+            if isinstance(step, _Wait):
+                await asyncio.get_running_loop().run_in_executor(
+                    None, step.event.wait, step.timeout_s)
+            elif not isinstance(step, _Call):
+                yield step
+            else:
+                try:
+                    steps.reply = await self._asend(step)
+                except CheckpointError as exc:
+                    steps.error = exc
 
     def _drive(self, plan):
-        """Run an operation's generator on the sync client: each ``_Call`` it yields is
-        sent and its ``_Answer`` sent back in (a ``CheckpointError`` thrown in, so the plan
-        can turn a 404 into ``None``); returns the plan's return value."""
-        try:
-            call = next(plan)
-            while True:
-                if isinstance(call, _Wait):
-                    call.event.wait(call.timeout_s)
-                    call = plan.send(None)
-                    continue
-                try:
-                    answer = self._send(call)
-                except CheckpointError as exc:
-                    call = plan.throw(exc)
-                else:
-                    call = plan.send(answer)
-        except StopIteration as stop:
-            return stop.value
+        """Run an operation's plan on the sync client; returns the plan's return value."""
+        steps = Steps(plan)
+        for item in self._run(steps):
+            raise TypeError(f"{item!r}: only list's plan yields results")
+        return steps.value
 
     async def _adrive(self, plan):
         """``_drive`` on the async client."""
-        try:
-            call = next(plan)
-            while True:
-                if isinstance(call, _Wait):  # in a worker thread: the loop runs on
-                    await asyncio.get_running_loop().run_in_executor(
-                        None, call.event.wait, call.timeout_s)
-                    call = plan.send(None)
-                    continue
-                try:
-                    answer = await self._asend(call)
-                except CheckpointError as exc:
-                    call = plan.throw(exc)
-                else:
-                    call = plan.send(answer)
-        except StopIteration as stop:
-            return stop.value
+        steps = Steps(plan)
+        async for item in self._arun(steps):
+            raise TypeError(f"{item!r}: only list's plan yields results")
+        return steps.value
 
     def _body(self, value: Any, what: str) -> bytes:
         """``value`` as the JSON body, refused before sending when over the limit."""
@@ -474,7 +485,7 @@ class RecoverySaver(BaseCheckpointSaver[str]):
         """Generator: take or renew the lease of ``thread_id``'s run; the new ``_Lease``.
         A run that does not exist yet (404) with ``missing_ok`` gives a ``pending`` lease
         (the caller writes first), or ``None`` when another write already holds one."""
-        run_id = threads.thread_run_id(thread_id)
+        run_id = protocol.thread_run_id(thread_id)
         started = time.monotonic()
         try:
             answer = yield _Call("POST", f"runs/{run_id}/lease",
@@ -517,7 +528,7 @@ class RecoverySaver(BaseCheckpointSaver[str]):
         For code writing to the same run beside the graph, so its writes are not fenced
         by this very saver's lease (CONTRACT.md 3, fencing; docs/langgraph.md "Side
         effects inside a graph"): ``@recorded_effect``
-        (``checkpoints.integrations.effects``) finds the saver in the node's config and
+        (``recovery_client.effects``) finds the saver in the node's config and
         sends this token with its effect writes. The token is the one held, not checked:
         if another owner or an approved retry took the run since, the server answers
         409 ``fenced``."""
@@ -632,7 +643,7 @@ class RecoverySaver(BaseCheckpointSaver[str]):
                 self._body(dict(head, writes=[item]), f"put_writes: write to "
                                                       f"{item['channel']!r}")
             if batch and (size + item_size > self.max_body_bytes
-                          or len(batch) >= threads.MAX_WRITES):
+                          or len(batch) >= protocol.MAX_WRITES):
                 batches.append(batch)
                 batch, size = [], fixed
             batch.append(item)
@@ -799,8 +810,8 @@ class RecoverySaver(BaseCheckpointSaver[str]):
             params["before"] = before_id
         remaining = limit
         while True:
-            page = threads.DEFAULT_LIMIT if remaining is None else min(remaining,
-                                                                        threads.MAX_LIMIT)
+            page = protocol.DEFAULT_LIMIT if remaining is None else min(remaining,
+                                                                        protocol.MAX_LIMIT)
             try:
                 answer = yield _Call("GET", "langgraph/checkpoints",
                                      params=dict(params, limit=page), what="list",
@@ -835,9 +846,9 @@ class RecoverySaver(BaseCheckpointSaver[str]):
 
     def _delete_for_runs_plan(self, run_ids: Sequence[str]):
         ids = [str(r) for r in run_ids]
-        for start in range(0, len(ids), threads.MAX_RUN_IDS):
+        for start in range(0, len(ids), protocol.MAX_RUN_IDS):
             yield from self._simple_plan("langgraph/runs/delete",
-                                         {"run_ids": ids[start:start + threads.MAX_RUN_IDS]},
+                                         {"run_ids": ids[start:start + protocol.MAX_RUN_IDS]},
                                          "delete_for_runs")
 
     def _copy_thread_plan(self, source_thread_id: str, target_thread_id: str):
@@ -852,10 +863,10 @@ class RecoverySaver(BaseCheckpointSaver[str]):
         if strategy not in PRUNE_STRATEGIES:
             raise ValueError(f"Unknown prune strategy: {strategy!r}")
         ids = [str(t) for t in thread_ids]
-        for start in range(0, len(ids), threads.MAX_THREAD_IDS):
+        for start in range(0, len(ids), protocol.MAX_THREAD_IDS):
             yield from self._simple_plan(
                 "langgraph/threads/prune",
-                {"thread_ids": ids[start:start + threads.MAX_THREAD_IDS],
+                {"thread_ids": ids[start:start + protocol.MAX_THREAD_IDS],
                  "strategy": strategy}, "prune")
 
     # --- BaseCheckpointSaver: sync ------------------------------------------------------
@@ -875,22 +886,7 @@ class RecoverySaver(BaseCheckpointSaver[str]):
         namespace, if it names one; and checkpoint id), whose metadata has every key of
         ``filter`` equal (JSON equality), older than ``before``'s checkpoint id, at most
         ``limit``. Fetched a page at a time (``next_before``) as the iterator is read."""
-        plan = self._list_plan(config, filter, before, limit)
-        try:
-            item = next(plan)
-            while True:
-                if isinstance(item, _Call):
-                    try:
-                        answer = self._send(item)
-                    except CheckpointError as exc:
-                        item = plan.throw(exc)
-                    else:
-                        item = plan.send(answer)
-                else:
-                    yield item
-                    item = next(plan)
-        except StopIteration:
-            return
+        yield from self._run(Steps(self._list_plan(config, filter, before, limit)))
 
     def put(self, config: RunnableConfig, checkpoint: Checkpoint,
             metadata: CheckpointMetadata, new_versions: ChannelVersions) -> RunnableConfig:
@@ -949,22 +945,8 @@ class RecoverySaver(BaseCheckpointSaver[str]):
                     before: RunnableConfig | None = None,
                     limit: int | None = None) -> AsyncIterator[CheckpointTuple]:
         """``list`` on the async client."""
-        plan = self._list_plan(config, filter, before, limit)
-        try:
-            item = next(plan)
-            while True:
-                if isinstance(item, _Call):
-                    try:
-                        answer = await self._asend(item)
-                    except CheckpointError as exc:
-                        item = plan.throw(exc)
-                    else:
-                        item = plan.send(answer)
-                else:
-                    yield item
-                    item = next(plan)
-        except StopIteration:
-            return
+        async for item in self._arun(Steps(self._list_plan(config, filter, before, limit))):
+            yield item
 
     async def aput(self, config: RunnableConfig, checkpoint: Checkpoint,
                    metadata: CheckpointMetadata,

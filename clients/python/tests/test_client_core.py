@@ -1,0 +1,138 @@
+"""The I/O-free core of ``recovery_client.client`` (shared with ``aclient`` and, for the
+error kinds and the JSON encoder, with ``RecoverySaver``): error kinds, what is retried,
+the size check before sending, answer decoding, the retry pauses. No server."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+
+from recovery_client import client
+from recovery_client.client import (
+    CONFLICT,
+    INVALID_PAYLOAD,
+    NOT_FOUND,
+    STORAGE,
+    CheckpointError,
+    HttpCheckpointStore,
+)
+
+CALL = client.Call("PUT", "checkpoints/c1", "http://x/api/v1/tenants/acme/checkpoints/c1",
+                   b"{}", {})
+
+
+@pytest.mark.parametrize(("status", "kind"), [
+    (404, NOT_FOUND), (409, CONFLICT), (412, CONFLICT), (400, INVALID_PAYLOAD),
+    (413, INVALID_PAYLOAD), (422, INVALID_PAYLOAD), (428, INVALID_PAYLOAD),
+    (401, STORAGE), (403, STORAGE), (429, STORAGE), (500, STORAGE), (503, STORAGE)])
+def test_kind_for_status(status, kind):
+    assert client.kind_for_status(status) == kind
+
+
+@pytest.mark.parametrize(("status", "sent", "retry", "acted"), [
+    (0, False, True, False), (0, True, True, True), (429, True, True, False),
+    (503, True, True, False), (500, True, True, True), (401, True, False, True)])
+def test_what_is_retried_and_what_may_have_acted(status, sent, retry, acted):
+    exc = CheckpointError(client.kind_for_status(status) if status else STORAGE, "x",
+                          status=status, sent=sent)
+    assert client.retryable(exc) is retry
+    assert client.may_have_acted(exc) is acted
+
+
+def test_other_kinds_are_never_retried():
+    for kind in (NOT_FOUND, CONFLICT, INVALID_PAYLOAD):
+        assert not client.retryable(CheckpointError(kind, "x", status=0))
+
+
+def test_the_fingerprint_is_the_sha256_of_canonical_json():
+    request = {"b": 1, "a": "é", "c": [1, {"z": None}]}
+    canonical = '{"a":"é","b":1,"c":[1,{"z":null}]}'.encode()
+    assert client.fingerprint(request) == hashlib.sha256(canonical).hexdigest()
+    assert client.fingerprint(dict(reversed(request.items()))) == client.fingerprint(request)
+
+
+def test_a_body_over_the_limit_is_refused_before_sending():
+    body = {"payload": "é" * 10}  # 20 bytes of UTF-8 for 10 characters
+    exact = len(json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode())
+    data = client.encode_body(body, exact, "PUT", "checkpoints/c1")  # at the limit: sent
+    assert data == '{"payload":"éééééééééé"}'.encode()
+    with pytest.raises(CheckpointError) as err:
+        client.encode_body(body, len(data) - 1, "PUT", "checkpoints/c1")
+    assert (err.value.kind, err.value.error, err.value.sent, err.value.status) == (
+        INVALID_PAYLOAD, "payload_too_large", False, 0)
+    assert f"body is {len(data)} bytes" in err.value.message
+    assert client.encode_body(body, None, "PUT", "p") == data  # None: no check
+
+
+@pytest.mark.parametrize(("value", "where"), [
+    ({"a": float("nan")}, "not JSON"), ({"a": {1, 2}}, "not JSON"),
+    ({"a": ["ok", "\ud800"]}, "body.a[1]: an unpaired surrogate")])
+def test_a_body_that_cannot_be_sent_is_invalid_payload(value, where):
+    with pytest.raises(CheckpointError) as err:
+        client.encode_body(value, None, "PUT", "p")
+    assert err.value.kind == INVALID_PAYLOAD and not err.value.sent
+    assert where in err.value.message
+
+
+def test_the_store_checks_its_settings_and_defaults_to_the_servers_limit():
+    store = HttpCheckpointStore("http://127.0.0.1:9/", "acme", "t")
+    assert (store.base_url, store.max_body_bytes) == ("http://127.0.0.1:9", 1024 * 1024)
+    for bad in ({"retries": -1}, {"backoff_s": 2, "max_backoff_s": 1}, {"max_body_bytes": 0}):
+        with pytest.raises(ValueError):
+            HttpCheckpointStore("http://x", "acme", "t", **bad)
+
+
+def test_a_2xx_answer_is_decoded_and_an_error_answer_raised_with_its_kind():
+    answer = client.decode_answer(CALL, 200, {"ETag": '"3"'}, b'{"revision": 3}')
+    assert answer.body == {"revision": 3} and client.etag_revision(answer.headers) == 3
+    assert client.decode_answer(CALL, 204, {}, b"").body is None
+    with pytest.raises(CheckpointError) as err:
+        client.decode_answer(CALL, 412, {"Retry-After": "2"},
+                             b'{"error": "conflict", "current_revision": 4}')
+    assert (err.value.kind, err.value.error, err.value.current_revision,
+            err.value.retry_after_s) == (CONFLICT, "conflict", 4, 2.0)
+    with pytest.raises(CheckpointError) as err:
+        client.decode_answer(CALL, 200, {}, b"<html>")
+    assert err.value.kind == STORAGE and "unreadable answer" in err.value.message
+    with pytest.raises(CheckpointError) as err:
+        client.decode_answer(CALL, 502, {}, b"<html>")
+    assert (err.value.kind, err.value.body) == (STORAGE, {})
+
+
+def test_retry_after_and_headers_are_read_whatever_the_case():
+    assert client.retry_after_seconds({"retry-after": "7"}) == 7.0
+    assert client.retry_after_seconds({"Retry-After": "Thu, 01 Jan 1970 00:00:00 GMT"}) == 0.0
+    assert client.retry_after_seconds({"Retry-After": "soon"}) is None
+    assert client.retry_after_seconds({}) is None
+    assert client.header({"etag": '"1"'}, "ETag") == '"1"'
+
+
+def test_a_read_is_retried_with_capped_full_jitter_then_gives_up(monkeypatch):
+    """The retry core as steps: no I/O, each exchange answered by the test."""
+    store = HttpCheckpointStore("http://127.0.0.1:9", "acme", "t", retries=2, backoff_s=1,
+                                max_backoff_s=1.5)
+    monkeypatch.setattr(client.random, "uniform", lambda low, high: high)
+    steps = client.Steps(store._op_load("c1"))
+    seen = []
+    with pytest.raises(CheckpointError, match="down"):  # the last try's error
+        for step in steps:
+            seen.append(step)
+            if isinstance(step, client.Call):
+                steps.error = CheckpointError(STORAGE, "down", status=503)
+    calls = [s for s in seen if isinstance(s, client.Call)]
+    pauses = [s for s in seen if isinstance(s, client.Sleep)]
+    assert pauses == [client.Sleep(1.0), client.Sleep(1.5)]
+    assert len(calls) == 3 and calls[0].method == "GET"
+    assert calls[0].headers["Authorization"] == "Bearer t"
+
+
+def test_the_next_revision_keeps_the_identity_and_counts_up():
+    envelope = {"id": "c1", "run_id": "r1", "kind": "k", "schema_version": 1, "revision": 4,
+                "payload": {"a": 1}, "updated_at_ms": 0}
+    after = client.next_revision(envelope, {"a": 2})
+    assert after["revision"] == 5 and after["payload"] == {"a": 2}
+    assert {k: after[k] for k in ("id", "run_id", "kind")} == {"id": "c1", "run_id": "r1",
+                                                              "kind": "k"}
+    assert after["updated_at_ms"] > 0 and envelope["revision"] == 4
