@@ -434,7 +434,7 @@ def _inbox_filters(request: HttpRequest, tenant: Tenant) -> tuple[dict, dict]:
         "filtered": filters.narrowing,
         # Past SEARCH_COUNT_CAP matches the counts stop: each shown as "n+" (at least).
         "counts_capped": counts.capped,
-        "count_cap": f"{selectors.SEARCH_COUNT_CAP:,}",
+        "count_cap": f"{selectors.inbox.SEARCH_COUNT_CAP:,}",
         # A search too short for the text columns reads the ids only (docs/search.md).
         "search_ids_only": bool(text) and not selectors.search_substring(text),
         "substring_min": selectors.SEARCH_SUBSTRING_MIN,

@@ -58,10 +58,10 @@ def test_the_walk_sees_the_servers_imports():
     # The lint reads what it should: the server's modules, the protocol's importers
     # among them, and the demo's workers (left out) importing the client.
     paths = {p.relative_to(ROOT).as_posix() for p in server_modules()}
-    assert {"checkpoints/selectors.py", "recovery/settings.py"} <= paths
+    assert {"checkpoints/selectors/search.py", "recovery/settings.py"} <= paths
     assert not any(p.startswith("checkpoints/demo/") for p in paths)
     users = {p.relative_to(ROOT).as_posix() for p in server_modules() if sdk_imports(p)}
-    assert {"checkpoints/selectors.py", "checkpoints/services/langgraph.py"} <= users
+    assert {"checkpoints/selectors/search.py", "checkpoints/services/langgraph.py"} <= users
     worker = sdk_imports(ROOT / "checkpoints/demo/worker.py")
     assert any(name.startswith("recovery_client.client.") for _, name in worker)
 

@@ -7,6 +7,7 @@ from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
 
+from ..exceptions import NotFound
 from ..vocab import (
     BulkActionKind,
     BulkOutcome,
@@ -95,6 +96,4 @@ class BulkActionItem(TenantOwned):
     @property
     def found(self) -> bool:
         """Whether the run was found in the bulk's tenant (the result page links it)."""
-        from .exceptions import NotFound
-
         return self.error != NotFound.error

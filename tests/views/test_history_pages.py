@@ -43,7 +43,7 @@ def long_checkpoint(acme, wendy):
 
 @pytest.fixture
 def small_pages(monkeypatch):
-    monkeypatch.setattr(selectors, "HISTORY_PAGE", 5)
+    monkeypatch.setattr(selectors.runs, "HISTORY_PAGE", 5)
 
 
 def test_it_pages_a_checkpoints_history_newest_first(login, rita, long_checkpoint, small_pages):
@@ -85,7 +85,7 @@ def test_the_run_page_shows_a_short_history_whole_without_a_link(login, rita, st
 
 
 def test_it_pages_an_effects_history(login, rita, acme, wendy, monkeypatch):
-    monkeypatch.setattr(selectors, "HISTORY_PAGE", 2)
+    monkeypatch.setattr(selectors.runs, "HISTORY_PAGE", 2)
     run, eid = uuid.uuid4(), uuid.uuid4()
     put_checkpoint(wendy, acme, envelope(run_id=run))
     walk_effect(wendy, acme, effect_body(eid, run), "submitted", "confirmed")

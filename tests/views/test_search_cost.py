@@ -107,7 +107,7 @@ def _runs(wendy, acme, n, workflow="bulk.sweep") -> list[uuid.UUID]:
 
 
 def test_filtered_counts_stop_at_the_cap_and_say_so(login, rita, wendy, acme, monkeypatch):
-    monkeypatch.setattr(selectors, "SEARCH_COUNT_CAP", 3)
+    monkeypatch.setattr(selectors.inbox, "SEARCH_COUNT_CAP", 3)
     _runs(wendy, acme, 5)
     filters = selectors.RunFilters(q="bulk.sweep")
     counts = selectors.run_state_counts(user=rita, tenant=acme, filters=filters)
@@ -128,7 +128,7 @@ def test_filtered_counts_stop_at_the_cap_and_say_so(login, rita, wendy, acme, mo
 
 
 def test_a_page_position_past_the_cap_is_not_counted(login, rita, wendy, acme, monkeypatch):
-    monkeypatch.setattr(selectors, "SEARCH_COUNT_CAP", 2)
+    monkeypatch.setattr(selectors.inbox, "SEARCH_COUNT_CAP", 2)
     monkeypatch.setattr(views, "INBOX_PAGE", 2)
     made = _runs(wendy, acme, 7)
     client, inbox = login(rita), reverse("run_list", args=["acme"])

@@ -1,0 +1,93 @@
+"""Reads: every query filters by tenant first, then by the caller's role on the tenant.
+
+Views and the API never call ``Model.objects`` directly. Lists read metadata columns only
+(never payload ciphertext), and paginate by keyset on ``(last_write_at, id)`` so a page
+costs the same at any depth.
+
+Nothing here grows with the tenant or the run (issue 8): every list is one index scan in
+the order of an index (``models.Run.Meta.indexes`` and the others) stopped by its LIMIT,
+every count an index-only GROUP BY, and a run's history (checkpoint revisions, effect
+revisions) is read one page of ``HISTORY_PAGE`` at a time, newest first, by keyset on the
+revision number (``?before=N``). Each function costs a fixed number of queries whatever
+the number of rows behind it (``tests/views/test_query_budget.py``).
+"""
+
+# ruff: noqa: F401 - the package's interface: callers write ``selectors.run_list(...)``
+
+from .accounts import (
+    tenants_for_user,
+    tokens_of_account,
+)
+from .audit import (
+    audit_list,
+    report,
+)
+from .common import (
+    RUN_LIST_FIELDS,
+    _uuid_or_404,
+)
+from .inbox import (
+    _CURSOR_VERSION,
+    _NEXT,
+    _PREVIOUS,
+    DEFAULT_RUN_SORT,
+    RUN_SORTS,
+    SEARCH_COUNT_CAP,
+    RunFilters,
+    RunPage,
+    StateCounts,
+    _counted,
+    _filtered_runs,
+    _first_page,
+    _sort_or_400,
+    decode_cursor,
+    encode_cursor,
+    run_ids_matching,
+    run_list,
+    run_position,
+    run_state_counts,
+    state_counts,
+)
+from .objects import (
+    BulkResult,
+    bulk_get,
+    checkpoint_get,
+    effect_find,
+    effect_get,
+    retry_get,
+)
+from .runs import (
+    CONFLICT_PAGE,
+    HISTORY_PAGE,
+    HistoryPage,
+    OwnerStatus,
+    RunDetail,
+    RunSummary,
+    _attempts_without_evidence,
+    _before,
+    _history_page,
+    _older,
+    _run_checkpoints,
+    _run_effects,
+    checkpoint_history,
+    effect_history,
+    reconcile_attempt_get,
+    reconcile_requests,
+    run_detail,
+    run_get,
+    run_owner_status,
+    run_summary,
+)
+from .search import (
+    _SUBSTRING_TERM,
+    _UUID_TEXT,
+    SEARCH_COLUMNS,
+    SEARCH_MAX,
+    SEARCH_SUBSTRING_MIN,
+    Contains,
+    RunText,
+    _search_run_ids,
+    search_substring,
+    search_terms,
+    uuid_prefix_range,
+)

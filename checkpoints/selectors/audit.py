@@ -1,0 +1,73 @@
+"""The audit log's page and the tenant's report figures.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from django.db.models import (
+    Count,
+)
+
+from .. import roles
+from ..exceptions import InvalidPayload
+from ..models import (
+    AuditEvent,
+    Conflict,
+    EffectStateCount,
+    RetryRequest,
+    Run,
+    Tenant,
+)
+from ..permissions import require
+from ..vocab import EffectState
+from .inbox import _counted, state_counts
+from .search import _search_run_ids, search_terms
+
+
+def audit_list(*, user, tenant: Tenant, run_id=None, actor: str | None = None,
+               action: str | None = None, before_seq: int | None = None,
+               q: str | None = None, limit: int = 100) -> list[AuditEvent]:
+    """Audit events of the tenant, newest first, filtered; ``before_seq`` pages backwards
+    (``seq`` never changes, so paging never skips). ``q``: only events of the runs the
+    inbox search finds (``_search_run_ids``), a semi-join on ``audit_run_idx``
+    ``(tenant, run_uuid, -seq)``. Raises ``InvalidPayload`` naming ``run`` or ``q``."""
+    require(user, tenant, roles.VIEW)
+    qs = AuditEvent.objects.for_tenant(tenant)
+    if text := search_terms(q):
+        qs = qs.filter(run_uuid__in=Run.objects.for_tenant(tenant)
+                       .filter(id__in=_search_run_ids(tenant, text)).values("uuid"))
+    if run_id:
+        try:
+            qs = qs.filter(run_uuid=uuid.UUID(str(run_id)))
+        except ValueError:
+            raise InvalidPayload("run: not a UUID") from None
+    if actor:
+        qs = qs.filter(actor_name=actor)
+    if action:
+        qs = qs.filter(action=action)
+    if before_seq is not None:
+        qs = qs.filter(seq__lt=before_seq)
+    return list(qs.order_by("-seq")[: max(1, min(limit, 500))])
+
+
+def report(*, user, tenant: Tenant) -> dict:
+    """Tenant-scoped numbers: runs per state, effects per state, open conflicts, retries.
+
+    Four queries: runs and effects per state from their counter tables (``RunStateCount``,
+    ``EffectStateCount``: a few rows per state whatever the tenant's size); retry
+    requests with an index-only count of their ``(tenant, state)`` index (a tenant has
+    few); open conflicts from the partial ``conflict_open_idx``, which holds only the
+    open ones. Effect states with no effect are left out."""
+    require(user, tenant, roles.VIEW)
+    effects = {state: n for state, n in _counted(EffectStateCount, tenant,
+                                                 EffectState.values).items() if n}
+    retries = dict(RetryRequest.objects.for_tenant(tenant).values_list("state")
+                   .annotate(n=Count("*")).values_list("state", "n"))
+    return {
+        "runs": state_counts(tenant=tenant),
+        "effects": effects,
+        "retry_requests": retries,
+        "open_conflicts": Conflict.objects.for_tenant(tenant).filter(
+            acknowledged_at__isnull=True).count(),
+    }

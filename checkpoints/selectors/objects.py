@@ -1,0 +1,117 @@
+"""Single objects by id, tenant first: a checkpoint, an effect (also by service and
+operation key), a retry request, a bulk action.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+from .. import roles
+from ..exceptions import InvalidPayload, NotFound
+from ..models import (
+    BulkAction,
+    BulkActionItem,
+    Checkpoint,
+    Effect,
+    RetryRequest,
+    Tenant,
+)
+from ..permissions import require
+from ..vocab import BulkOutcome
+from .common import _uuid_or_404
+
+
+def checkpoint_get(*, user, tenant: Tenant, checkpoint_id) -> Checkpoint:
+    """The latest row of a checkpoint, or ``NotFound``."""
+    require(user, tenant, roles.VIEW)
+    cid = _uuid_or_404(checkpoint_id, "checkpoint")
+    cp = Checkpoint.objects.for_tenant(tenant).filter(uuid=cid).select_related("run").first()
+    if cp is None:
+        raise NotFound("no such checkpoint")
+    return cp
+
+
+def effect_get(*, user, tenant: Tenant, effect_id) -> Effect:
+    """The effect ``effect_id`` of the tenant, or ``NotFound`` (also for a malformed id)."""
+    require(user, tenant, roles.VIEW)
+    eid = _uuid_or_404(effect_id, "effect")
+    effect = Effect.objects.for_tenant(tenant).filter(uuid=eid).select_related("run").first()
+    if effect is None:
+        raise NotFound("no such effect")
+    return effect
+
+
+def effect_find(*, user, tenant: Tenant, service: str | None, operation_key: str | None,
+                run_id=None, limit: int = 100) -> list[Effect]:
+    """Effects of the tenant filtered by service, operation key and/or run."""
+    require(user, tenant, roles.VIEW)
+    qs = Effect.objects.for_tenant(tenant).select_related("run")
+    if service:
+        qs = qs.filter(service=service)
+    if operation_key:
+        qs = qs.filter(operation_key=operation_key)
+    if run_id:
+        try:
+            qs = qs.filter(run__uuid=uuid.UUID(str(run_id)))
+        except ValueError:
+            raise InvalidPayload("run: not a UUID") from None
+    return list(qs.order_by("-created_at", "-id")[: max(1, min(limit, 500))])
+
+
+def retry_get(*, user, tenant: Tenant, retry_id) -> RetryRequest:
+    """The retry request ``retry_id`` of the tenant, or ``NotFound``."""
+    require(user, tenant, roles.VIEW)
+    try:
+        pk = int(retry_id)
+    except (TypeError, ValueError):
+        raise NotFound("no such retry request") from None
+    retry = (RetryRequest.objects.for_tenant(tenant).filter(pk=pk)
+             .select_related("run", "requested_by", "decided_by").first())
+    if retry is None:
+        raise NotFound("no such retry request")
+    return retry
+
+
+@dataclass
+class BulkResult:
+    """A bulk action and its per-run results (``bulk_get``): ``bulk`` the row,
+    ``items`` its ``BulkActionItem`` rows in selection order, the counts of each outcome
+    among them (right while it still runs, when the row's counts are not written yet),
+    ``pending`` how many selected runs have no result yet, ``filters`` the inbox filters
+    it was asked for (a dict) or ``None`` for runs selected by id, ``client_token`` the
+    requester's idempotency key when the reader is the requester, else ``None`` (the key
+    is the requester's to resubmit with; the dashboard shows it to nobody, so the API
+    shows it only to its owner)."""
+
+    bulk: BulkAction
+    items: list[BulkActionItem]
+    done: int
+    refused: int
+    failed: int
+    pending: int
+    filters: dict | None
+    client_token: uuid.UUID | None = None
+
+
+def bulk_get(*, user, tenant: Tenant, bulk_id) -> BulkResult:
+    """One bulk action of the tenant with its per-run results (issue 9, item 3): two
+    queries whatever the number of runs. Any role that sees the audit log sees it
+    (``view_runs``); a malformed or unknown id, or one of another tenant, is
+    ``NotFound``."""
+    require(user, tenant, roles.VIEW)
+    bid = _uuid_or_404(bulk_id, "bulk action")
+    bulk = BulkAction.objects.for_tenant(tenant).filter(uuid=bid).first()
+    if bulk is None:
+        raise NotFound("no such bulk action")
+    items = list(BulkActionItem.objects.for_tenant(tenant).filter(bulk=bulk)
+                 .order_by("position"))
+    counts = {outcome: 0 for outcome in BulkOutcome.values}
+    for item in items:
+        counts[item.outcome] += 1
+    return BulkResult(bulk=bulk, items=items, done=counts[BulkOutcome.DONE],
+                      refused=counts[BulkOutcome.REFUSED], failed=counts[BulkOutcome.FAILED],
+                      pending=max(0, bulk.total - len(items)),
+                      filters=(bulk.selection or {}).get("filters"),
+                      client_token=(bulk.client_token if bulk.requested_by_id == user.pk
+                                    else None))
