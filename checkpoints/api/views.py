@@ -1041,14 +1041,42 @@ class LangGraphCheckpointsApi(TenantApi):
                         status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
 
+def _lg_operation(operation_id: str, summary: str, request, answer, *, fenced: bool = False,
+                  more: dict | None = None):
+    """``extend_schema`` of a LangGraph write that POSTs a JSON body: ``request`` (its
+    serializer) in, 200 ``answer`` out, the errors of every body (``_errors(400, 413)``)
+    and ``more`` (status -> response). ``fenced``: it also takes ``Fencing-Token`` and may
+    answer 409 ``fenced``. ``summary`` follows the tag ``LG``."""
+    responses = {200: answer, **_errors(400, 413)}
+    if fenced:
+        responses[409] = FENCED
+    return extend_schema(operation_id=operation_id, summary=LG + summary,
+                         parameters=[TENANT, CAS_HEADERS[2]] if fenced else [TENANT],
+                         request=request, responses={**responses, **(more or {})})
+
+
+# Base of the LangGraph thread operations (delete, copy, prune, delete for runs): a writer
+# POSTs one JSON object holding ``fields`` only (``writer_body``), one service call
+# answers. No docstring on purpose: the schema describes an operation by its view's
+# docstring, inherited, and these keep ``TenantApi``'s.
+class _LangGraphThreadsApi(TenantApi):
+    #: The fields the body may hold; any other is 400 naming it.
+    fields: frozenset[str] = frozenset()
+
+    def writer_body(self, request: Request, slug: str) -> tuple[Tenant, dict]:
+        """The tenant (``WRITE`` right: 403 without) and the body, a JSON object with
+        ``fields`` only (``read_object``'s 400/411/413/415, then 400 naming an unknown
+        field)."""
+        t = self.tenant(request, slug, roles.WRITE)
+        body = read_object(request)
+        _only_fields(body, self.fields)
+        return t, body
+
+
 class LangGraphWritesApi(TenantApi):
-    @extend_schema(
-        operation_id="langgraph_writes_put",
-        summary=LG + "store a task's pending writes on a checkpoint (put_writes)",
-        parameters=[TENANT, CAS_HEADERS[2]],
-        request=s.GraphWritesInputSerializer,
-        responses={200: s.StoredSerializer, **_errors(400, 413), 409: FENCED},
-    )
+    @_lg_operation("langgraph_writes_put",
+                   "store a task's pending writes on a checkpoint (put_writes)",
+                   s.GraphWritesInputSerializer, s.StoredSerializer, fenced=True)
     def post(self, request, tenant):
         t = self.tenant(request, tenant, roles.WRITE)
         token = parse_fencing_token(request)
@@ -1058,38 +1086,29 @@ class LangGraphWritesApi(TenantApi):
         return Response(s.StoredSerializer.render({"stored": stored}))
 
 
-class LangGraphThreadDeleteApi(TenantApi):
-    @extend_schema(
-        operation_id="langgraph_thread_delete",
-        summary=LG + "delete a thread's checkpoints and pending writes (delete_thread); "
-                     "effects stay",
-        parameters=[TENANT],
-        request=s.ThreadInputSerializer,
-        responses={200: s.DeletedSerializer, **_errors(400, 413)},
-    )
+class LangGraphThreadDeleteApi(_LangGraphThreadsApi):
+    fields = frozenset({"thread_id"})
+
+    @_lg_operation("langgraph_thread_delete",
+                   "delete a thread's checkpoints and pending writes (delete_thread); "
+                   "effects stay", s.ThreadInputSerializer, s.DeletedSerializer)
     def post(self, request, tenant):
-        t = self.tenant(request, tenant, roles.WRITE)
-        body = read_object(request)
-        _only_fields(body, {"thread_id"})
+        t, body = self.writer_body(request, tenant)
         thread_id = services.langgraph.check_thread_id(body.get("thread_id"))
         deleted = services.graph_thread_delete(actor=request.user, tenant=t,
                                                thread_id=thread_id)
         return Response(s.DeletedSerializer.render({"deleted": deleted}))
 
 
-class LangGraphThreadCopyApi(TenantApi):
-    @extend_schema(
-        operation_id="langgraph_thread_copy",
-        summary=LG + "copy a thread's checkpoints and pending writes onto an empty thread "
-                     "(copy_thread)",
-        parameters=[TENANT],
-        request=s.ThreadCopyInputSerializer,
-        responses={200: s.CopiedSerializer, **_errors(400, 413), 412: THREAD_CONFLICT},
-    )
+class LangGraphThreadCopyApi(_LangGraphThreadsApi):
+    fields = frozenset({"source_thread_id", "target_thread_id"})
+
+    @_lg_operation("langgraph_thread_copy",
+                   "copy a thread's checkpoints and pending writes onto an empty thread "
+                   "(copy_thread)", s.ThreadCopyInputSerializer, s.CopiedSerializer,
+                   more={412: THREAD_CONFLICT})
     def post(self, request, tenant):
-        t = self.tenant(request, tenant, roles.WRITE)
-        body = read_object(request)
-        _only_fields(body, {"source_thread_id", "target_thread_id"})
+        t, body = self.writer_body(request, tenant)
         check = services.langgraph.check_thread_id
         source = check(body.get("source_thread_id"), "source_thread_id")
         target = check(body.get("target_thread_id"), "target_thread_id")
@@ -1098,19 +1117,14 @@ class LangGraphThreadCopyApi(TenantApi):
         return Response(s.CopiedSerializer.render({"copied": copied}))
 
 
-class LangGraphThreadPruneApi(TenantApi):
-    @extend_schema(
-        operation_id="langgraph_thread_prune",
-        summary=LG + "prune threads: keep each namespace's newest checkpoint, or delete "
-                     "them (prune)",
-        parameters=[TENANT],
-        request=s.ThreadPruneInputSerializer,
-        responses={200: s.DeletedSerializer, **_errors(400, 413)},
-    )
+class LangGraphThreadPruneApi(_LangGraphThreadsApi):
+    fields = frozenset({"thread_ids", "strategy"})
+
+    @_lg_operation("langgraph_thread_prune",
+                   "prune threads: keep each namespace's newest checkpoint, or delete "
+                   "them (prune)", s.ThreadPruneInputSerializer, s.DeletedSerializer)
     def post(self, request, tenant):
-        t = self.tenant(request, tenant, roles.WRITE)
-        body = read_object(request)
-        _only_fields(body, {"thread_ids", "strategy"})
+        t, body = self.writer_body(request, tenant)
         threads = _thread_list(body, "thread_ids", 1000, services.langgraph.check_thread_id)
         strategy = body.get("strategy")
         if strategy not in services.langgraph.PRUNE_STRATEGIES:
@@ -1120,19 +1134,14 @@ class LangGraphThreadPruneApi(TenantApi):
         return Response(s.DeletedSerializer.render({"deleted": deleted}))
 
 
-class LangGraphRunsDeleteApi(TenantApi):
-    @extend_schema(
-        operation_id="langgraph_runs_delete",
-        summary=LG + "delete the checkpoints of LangGraph runs (delete_for_runs)",
-        parameters=[TENANT],
-        request=s.RunsDeleteInputSerializer,
-        responses={200: s.DeletedSerializer, **_errors(400, 413)},
-    )
+class LangGraphRunsDeleteApi(_LangGraphThreadsApi):
+    fields = frozenset({"run_ids"})
+
+    @_lg_operation("langgraph_runs_delete",
+                   "delete the checkpoints of LangGraph runs (delete_for_runs)",
+                   s.RunsDeleteInputSerializer, s.DeletedSerializer)
     def post(self, request, tenant):
-        t = self.tenant(request, tenant, roles.WRITE)
-        body = read_object(request)
-        _only_fields(body, {"run_ids"})
-        check = services.langgraph.check_lg_run_id
-        run_ids = _thread_list(body, "run_ids", 1000, check)
+        t, body = self.writer_body(request, tenant)
+        run_ids = _thread_list(body, "run_ids", 1000, services.langgraph.check_lg_run_id)
         deleted = services.graph_runs_delete(actor=request.user, tenant=t, run_ids=run_ids)
         return Response(s.DeletedSerializer.render({"deleted": deleted}))
