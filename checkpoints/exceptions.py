@@ -7,10 +7,23 @@ from __future__ import annotations
 
 
 class DomainError(Exception):
-    """Base of every error a service raises on purpose. ``error`` is the stable word."""
+    """Base of every error a service raises on purpose. ``error`` is the stable word.
+
+    A subclass names its HTTP status and its word in its header, the one place each is
+    written: ``class NotFound(DomainError, status=404, error="not_found")``; one that
+    names neither keeps its base's (``AlreadyDone`` is an ``InvalidTransition``).
+    """
 
     status = 400
     error = "bad_request"
+
+    def __init_subclass__(cls, *, status: int | None = None, error: str | None = None,
+                          **kwargs):
+        super().__init_subclass__(**kwargs)
+        if status is not None:
+            cls.status = status
+        if error is not None:
+            cls.error = error
 
     def __init__(self, detail: str = "", **extra):
         super().__init__(detail or self.error)
@@ -25,60 +38,38 @@ class DomainError(Exception):
         return out
 
 
-class InvalidPayload(DomainError):
+class InvalidPayload(DomainError, status=400, error="invalid_payload"):
     """Malformed input (CONTRACT.md section 6): 400 naming the field in ``detail``."""
 
-    status = 400
-    error = "invalid_payload"
+
+class PayloadTooLarge(DomainError, status=413, error="payload_too_large"):
+    """A body over ``RECOVERY_MAX_BODY_BYTES`` (or one Django itself refuses): 413."""
 
 
-class PayloadTooLarge(DomainError):
-    status = 413
-    error = "payload_too_large"
-
-
-class LengthRequired(DomainError):
+class LengthRequired(DomainError, status=411, error="length_required"):
     """A body sent with ``Transfer-Encoding`` (chunked) instead of ``Content-Length``: 411.
     Django reads such a body as empty under WSGI, so it is refused, never read as ``{}``
     (issue 6, fault 6; ``docs/security/input.md``)."""
 
-    status = 411
-    error = "length_required"
 
-
-class UnsupportedMediaType(DomainError):
+class UnsupportedMediaType(DomainError, status=415, error="unsupported_media_type"):
     """A body whose Content-Type is not JSON: 415."""
 
-    status = 415
-    error = "unsupported_media_type"
 
-
-class PreconditionRequired(DomainError):
+class PreconditionRequired(DomainError, status=428, error="precondition_required"):
     """A PUT with neither If-Match nor If-None-Match: 428."""
 
-    status = 428
-    error = "precondition_required"
 
-
-class NotFound(DomainError):
+class NotFound(DomainError, status=404, error="not_found"):
     """The object does not exist in this tenant, or the caller may not know it does: 404."""
 
-    status = 404
-    error = "not_found"
 
-
-class Forbidden(DomainError):
+class Forbidden(DomainError, status=403, error="forbidden"):
     """The caller sees the tenant but its role lacks this right: 403."""
 
-    status = 403
-    error = "forbidden"
 
-
-class StaleRevision(DomainError):
+class StaleRevision(DomainError, status=412, error="conflict"):
     """Compare-and-swap refused: 412 ``{"error": "conflict", "current_revision": M}``."""
-
-    status = 412
-    error = "conflict"
 
     def __init__(self, current_revision: int):
         super().__init__("", current_revision=current_revision)
@@ -108,11 +99,8 @@ class ThreadConflict(StaleRevision):
                 "head_checkpoint_id": self.head_checkpoint_id, "detail": self.detail}
 
 
-class Fenced(DomainError):
+class Fenced(DomainError, status=409, error="fenced"):
     """A write carried an older (or missing) fencing token while the run is leased: 409."""
-
-    status = 409
-    error = "fenced"
 
     def __init__(self, fencing_token: int, *, run_pk: int | None = None):
         super().__init__("", fencing_token=fencing_token)
@@ -122,18 +110,12 @@ class Fenced(DomainError):
         return {"error": self.error, "fencing_token": self.extra["fencing_token"]}
 
 
-class LeaseHeld(DomainError):
+class LeaseHeld(DomainError, status=409, error="lease_held"):
     """Another owner's lease on the run is live: 409."""
 
-    status = 409
-    error = "lease_held"
 
-
-class OperationExists(DomainError):
+class OperationExists(DomainError, status=409, error="operation_exists"):
     """Same operation key, same fingerprint, other effect id: 409, continue with that one."""
-
-    status = 409
-    error = "operation_exists"
 
     def __init__(self, effect_id: str):
         super().__init__("", effect_id=effect_id)
@@ -142,33 +124,23 @@ class OperationExists(DomainError):
         return {"error": self.error, "effect_id": self.extra["effect_id"]}
 
 
-class IdempotencyKeyReuse(DomainError):
+class IdempotencyKeyReuse(DomainError, status=422, error="idempotency_key_reuse"):
     """Same operation key, different request fingerprint: 422."""
 
-    status = 422
-    error = "idempotency_key_reuse"
 
-
-class InvalidTransition(DomainError):
+class InvalidTransition(DomainError, status=422, error="invalid_transition"):
     """A state move the effect or retry state machine does not allow: 422."""
 
-    status = 422
-    error = "invalid_transition"
+
+class ReasonRequired(DomainError, status=400, error="reason_required"):
+    """A review action without a reason, or with a blank one: 400 naming ``reason``."""
 
 
-class ReasonRequired(DomainError):
-    status = 400
-    error = "reason_required"
-
-
-class OwnerLive(DomainError):
+class OwnerLive(DomainError, status=409, error="owner_live"):
     """Reconciliation refused while the run's owner is alive (CONTRACT.md 3): 409
     ``{"error": "owner_live", "lease_expires_at": ...}``. ``lease_expires_at`` is when the
     owner counts as gone (its lease's expiry, or its last write plus the ambiguity
     threshold), ISO 8601, or null."""
-
-    status = 409
-    error = "owner_live"
 
     def __init__(self, detail: str, lease_expires_at: str | None):
         super().__init__(detail, lease_expires_at=lease_expires_at)

@@ -903,12 +903,16 @@ def run_retry_request(request: HttpRequest, tenant: Tenant, run_id: str) -> Http
     return _action_done(request, tenant, run.uuid, "Retry requested; an approver must decide.")
 
 
-def _retry_decide(request: HttpRequest, tenant: Tenant, retry_id: int, approve: bool):
+def _retry_act(request: HttpRequest, tenant: Tenant, retry_id: int, act: Callable,
+               notice: str) -> HttpResponse:
+    """The body of the three actions on a retry request: the request ``retry_id`` of
+    ``tenant`` (``NotFound`` elsewhere), ``act`` (``services.retry_approve``,
+    ``retry_reject`` or ``retry_withdraw``) called on it with the POSTed reason
+    (``ReasonRequired`` without one), then ``_action_done`` on its run saying ``notice``
+    (``{pk}`` in it: the request's number)."""
     retry = selectors.retry_get(user=request.user, tenant=tenant, retry_id=retry_id)
-    decide = services.retry_approve if approve else services.retry_reject
-    decide(actor=request.user, tenant=tenant, retry_id=retry.pk, reason=_reason(request))
-    word = "approved; the runtime's next resume call will retry" if approve else "rejected"
-    return _action_done(request, tenant, retry.run.uuid, f"Retry request {word}.")
+    act(actor=request.user, tenant=tenant, retry_id=retry.pk, reason=_reason(request))
+    return _action_done(request, tenant, retry.run.uuid, notice.format(pk=retry.pk))
 
 
 @require_POST
@@ -917,7 +921,8 @@ def _retry_decide(request: HttpRequest, tenant: Tenant, retry_id: int, approve: 
 @refreshes_when_acted_first
 def retry_approve(request: HttpRequest, tenant: Tenant, retry_id: int) -> HttpResponse:
     """Approve someone else's retry request (approver); ``services.retry_approve``."""
-    return _retry_decide(request, tenant, retry_id, approve=True)
+    return _retry_act(request, tenant, retry_id, services.retry_approve,
+                      "Retry request approved; the runtime's next resume call will retry.")
 
 
 @require_POST
@@ -926,7 +931,8 @@ def retry_approve(request: HttpRequest, tenant: Tenant, retry_id: int) -> HttpRe
 @refreshes_when_acted_first
 def retry_reject(request: HttpRequest, tenant: Tenant, retry_id: int) -> HttpResponse:
     """Reject someone else's retry request (approver); ``services.retry_reject``."""
-    return _retry_decide(request, tenant, retry_id, approve=False)
+    return _retry_act(request, tenant, retry_id, services.retry_reject,
+                      "Retry request rejected.")
 
 
 @require_POST
@@ -936,11 +942,8 @@ def retry_reject(request: HttpRequest, tenant: Tenant, retry_id: int) -> HttpRes
 def retry_withdraw(request: HttpRequest, tenant: Tenant, retry_id: int) -> HttpResponse:
     """Withdraw your own retry request while no approver has decided it (reviewer);
     ``services.retry_withdraw``. The run leaves "awaiting approval"."""
-    retry = selectors.retry_get(user=request.user, tenant=tenant, retry_id=retry_id)
-    services.retry_withdraw(actor=request.user, tenant=tenant, retry_id=retry.pk,
-                            reason=_reason(request))
-    return _action_done(request, tenant, retry.run.uuid,
-                        f"Retry request #{retry.pk} withdrawn; no approver will see it.")
+    return _retry_act(request, tenant, retry_id, services.retry_withdraw,
+                      "Retry request #{pk} withdrawn; no approver will see it.")
 
 
 @require_POST

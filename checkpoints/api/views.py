@@ -285,6 +285,24 @@ def _errors(*codes: int) -> dict:
     return out
 
 
+RETRY_ID = _path("retry_id", intranges.ROW_ID.schema())
+
+
+def _reason_operation(operation_id: str, summary: str, on: OpenApiParameter, answer, *,
+                      status: int = 200, codes: tuple[int, ...] = (422,),
+                      more: dict | None = None, description: str | None = None):
+    """``extend_schema`` of an action that POSTs ``{"reason": ...}``
+    (``ReasonSerializer``) to the object named by the path parameter ``on``: ``status``
+    with ``answer``, the errors of every body and ``codes`` (``_errors(400, 413,
+    *codes)``; 422 by default: the move is refused), then ``more`` (status -> response).
+    """
+    extra = {} if description is None else {"description": description}
+    return extend_schema(operation_id=operation_id, summary=summary, parameters=[TENANT, on],
+                         request=s.ReasonSerializer,
+                         responses={status: answer, **_errors(400, 413, *codes), **(more or {})},
+                         **extra)
+
+
 class TenantApi(APIView):
     """Base of every endpoint: raw bodies only (no DRF parsing), tenant resolved first,
     then the query parameters checked, every answer ``Cache-Control: no-store``.
@@ -494,13 +512,9 @@ class EffectApi(TenantApi):
 
 
 class EffectMarkUnknownApi(TenantApi):
-    @extend_schema(
-        operation_id="effect_mark_unknown",
-        summary="Reviewer: nobody can tell whether this effect happened",
-        parameters=[TENANT, _path("effect_id")],
-        request=s.ReasonSerializer,
-        responses={200: s.EffectSerializer, **_errors(400, 413, 422), 409: OWNER_LIVE},
-    )
+    @_reason_operation(
+        "effect_mark_unknown", "Reviewer: nobody can tell whether this effect happened",
+        _path("effect_id"), s.EffectSerializer, more={409: OWNER_LIVE})
     def post(self, request, tenant, effect_id):
         t = self.tenant(request, tenant, roles.REVIEW)
         eid = url_uuid(effect_id, "effect")
@@ -515,14 +529,10 @@ class EffectMarkUnknownApi(TenantApi):
 
 
 class EffectReceiptRevealApi(TenantApi):
-    @extend_schema(
-        operation_id="effect_reveal_receipt",
-        summary="Reviewer, approver or admin: reveal an effect's receipt (reason required, "
-                "audited)",
-        parameters=[TENANT, _path("effect_id")],
-        request=s.ReasonSerializer,
-        responses={200: s.ReceiptRevealSerializer, **_errors(400, 413)},
-    )
+    @_reason_operation(
+        "effect_reveal_receipt",
+        "Reviewer, approver or admin: reveal an effect's receipt (reason required, audited)",
+        _path("effect_id"), s.ReceiptRevealSerializer, codes=())
     def post(self, request, tenant, effect_id):
         """Receipts are treated like payloads (CONTRACT.md 4): roles that may reveal see
         one only through this audited call; writers read them in effect answers."""
@@ -655,13 +665,10 @@ class RunResumeApi(TenantApi):
 # --------------------------------------------------------------------------------------
 
 class RetryRequestCreateApi(TenantApi):
-    @extend_schema(
-        operation_id="retry_request_create",
-        summary="Reviewer: ask for a retry of an in-doubt run (a different approver decides)",
-        parameters=[TENANT, _path("run_id")],
-        request=s.ReasonSerializer,
-        responses={201: s.RetryRequestSerializer, **_errors(400, 413, 422), 409: OWNER_LIVE},
-    )
+    @_reason_operation(
+        "retry_request_create",
+        "Reviewer: ask for a retry of an in-doubt run (a different approver decides)",
+        _path("run_id"), s.RetryRequestSerializer, status=201, more={409: OWNER_LIVE})
     def post(self, request, tenant, run_id):
         t = self.tenant(request, tenant, roles.REVIEW)
         rid = url_uuid(run_id, "run")
@@ -695,40 +702,29 @@ class _RetryDecisionApi(TenantApi):
         return Response(s.RetryRequestSerializer.render(retry, run_id=loaded.run.uuid))
 
 
-@extend_schema_view(post=extend_schema(
-    operation_id="retry_request_approve",
-    summary="Approver: approve someone else's retry request",
-    parameters=[TENANT, _path("retry_id", intranges.ROW_ID.schema())],
-    request=s.ReasonSerializer,
-    responses={200: s.RetryRequestSerializer, **_errors(400, 413, 422)},
-))
+@extend_schema_view(post=_reason_operation(
+    "retry_request_approve", "Approver: approve someone else's retry request", RETRY_ID,
+    s.RetryRequestSerializer))
 class RetryApproveApi(_RetryDecisionApi):
     decide = staticmethod(services.retry_approve)
 
 
-@extend_schema_view(post=extend_schema(
-    operation_id="retry_request_reject",
-    summary="Approver: reject someone else's retry request",
-    parameters=[TENANT, _path("retry_id", intranges.ROW_ID.schema())],
-    request=s.ReasonSerializer,
-    responses={200: s.RetryRequestSerializer, **_errors(400, 413, 422)},
-))
+@extend_schema_view(post=_reason_operation(
+    "retry_request_reject", "Approver: reject someone else's retry request", RETRY_ID,
+    s.RetryRequestSerializer))
 class RetryRejectApi(_RetryDecisionApi):
     decide = staticmethod(services.retry_reject)
 
 
 class RetryWithdrawApi(TenantApi):
-    @extend_schema(
-        operation_id="retry_request_withdraw",
-        summary="Reviewer: withdraw your own retry request while no approver has decided it",
-        description="The request becomes `withdrawn` (`decided_by` stays null: nobody decided "
-                    "it) and the run leaves `awaiting_approval`. 403 for someone else's "
-                    "request; 422 `invalid_transition` once it is approved, rejected, "
-                    "withdrawn, expired or consumed (`detail` says by whom and when).",
-        parameters=[TENANT, _path("retry_id", intranges.ROW_ID.schema())],
-        request=s.ReasonSerializer,
-        responses={200: s.RetryRequestSerializer, **_errors(400, 413, 422)},
-    )
+    @_reason_operation(
+        "retry_request_withdraw",
+        "Reviewer: withdraw your own retry request while no approver has decided it",
+        RETRY_ID, s.RetryRequestSerializer,
+        description="The request becomes `withdrawn` (`decided_by` stays null: nobody "
+                    "decided it) and the run leaves `awaiting_approval`. 403 for someone "
+                    "else's request; 422 `invalid_transition` once it is approved, rejected, "
+                    "withdrawn, expired or consumed (`detail` says by whom and when).")
     def post(self, request, tenant, retry_id):
         t = self.tenant(request, tenant, roles.REVIEW)
         pk = _retry_pk(retry_id)
@@ -741,13 +737,9 @@ class RetryWithdrawApi(TenantApi):
 
 
 class RunReconcileApi(TenantApi):
-    @extend_schema(
-        operation_id="run_reconcile",
-        summary="Reviewer: reconcile the run's in-doubt effects (stored jobs, retried)",
-        parameters=[TENANT, _path("run_id")],
-        request=s.ReasonSerializer,
-        responses={202: s.TaskSerializer, **_errors(400, 413, 422), 409: OWNER_LIVE},
-    )
+    @_reason_operation(
+        "run_reconcile", "Reviewer: reconcile the run's in-doubt effects (stored jobs, retried)",
+        _path("run_id"), s.TaskSerializer, status=202, more={409: OWNER_LIVE})
     def post(self, request, tenant, run_id):
         t = self.tenant(request, tenant, roles.REVIEW)
         rid = url_uuid(run_id, "run")
@@ -761,13 +753,9 @@ class RunReconcileApi(TenantApi):
 
 
 class RunCloseApi(TenantApi):
-    @extend_schema(
-        operation_id="run_close",
-        summary="Reviewer: close a run handled outside the system (until its next write)",
-        parameters=[TENANT, _path("run_id")],
-        request=s.ReasonSerializer,
-        responses={200: s.ClosedSerializer, **_errors(400, 413, 422)},
-    )
+    @_reason_operation(
+        "run_close", "Reviewer: close a run handled outside the system (until its next write)",
+        _path("run_id"), s.ClosedSerializer)
     def post(self, request, tenant, run_id):
         t = self.tenant(request, tenant, roles.REVIEW)
         rid = url_uuid(run_id, "run")
@@ -777,13 +765,9 @@ class RunCloseApi(TenantApi):
 
 
 class ConflictsAcknowledgeApi(TenantApi):
-    @extend_schema(
-        operation_id="run_conflicts_acknowledge",
-        summary="Reviewer: acknowledge every open conflict of the run",
-        parameters=[TENANT, _path("run_id")],
-        request=s.ReasonSerializer,
-        responses={200: s.AcknowledgedSerializer, **_errors(400, 413)},
-    )
+    @_reason_operation(
+        "run_conflicts_acknowledge", "Reviewer: acknowledge every open conflict of the run",
+        _path("run_id"), s.AcknowledgedSerializer, codes=())
     def post(self, request, tenant, run_id):
         t = self.tenant(request, tenant, roles.REVIEW)
         rid = url_uuid(run_id, "run")
@@ -1041,14 +1025,42 @@ class LangGraphCheckpointsApi(TenantApi):
                         status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
 
+def _lg_operation(operation_id: str, summary: str, request, answer, *, fenced: bool = False,
+                  more: dict | None = None):
+    """``extend_schema`` of a LangGraph write that POSTs a JSON body: ``request`` (its
+    serializer) in, 200 ``answer`` out, the errors of every body (``_errors(400, 413)``)
+    and ``more`` (status -> response). ``fenced``: it also takes ``Fencing-Token`` and may
+    answer 409 ``fenced``. ``summary`` follows the tag ``LG``."""
+    responses = {200: answer, **_errors(400, 413)}
+    if fenced:
+        responses[409] = FENCED
+    return extend_schema(operation_id=operation_id, summary=LG + summary,
+                         parameters=[TENANT, CAS_HEADERS[2]] if fenced else [TENANT],
+                         request=request, responses={**responses, **(more or {})})
+
+
+# Base of the LangGraph thread operations (delete, copy, prune, delete for runs): a writer
+# POSTs one JSON object holding ``fields`` only (``writer_body``), one service call
+# answers. No docstring on purpose: the schema describes an operation by its view's
+# docstring, inherited, and these keep ``TenantApi``'s.
+class _LangGraphThreadsApi(TenantApi):
+    #: The fields the body may hold; any other is 400 naming it.
+    fields: frozenset[str] = frozenset()
+
+    def writer_body(self, request: Request, slug: str) -> tuple[Tenant, dict]:
+        """The tenant (``WRITE`` right: 403 without) and the body, a JSON object with
+        ``fields`` only (``read_object``'s 400/411/413/415, then 400 naming an unknown
+        field)."""
+        t = self.tenant(request, slug, roles.WRITE)
+        body = read_object(request)
+        _only_fields(body, self.fields)
+        return t, body
+
+
 class LangGraphWritesApi(TenantApi):
-    @extend_schema(
-        operation_id="langgraph_writes_put",
-        summary=LG + "store a task's pending writes on a checkpoint (put_writes)",
-        parameters=[TENANT, CAS_HEADERS[2]],
-        request=s.GraphWritesInputSerializer,
-        responses={200: s.StoredSerializer, **_errors(400, 413), 409: FENCED},
-    )
+    @_lg_operation("langgraph_writes_put",
+                   "store a task's pending writes on a checkpoint (put_writes)",
+                   s.GraphWritesInputSerializer, s.StoredSerializer, fenced=True)
     def post(self, request, tenant):
         t = self.tenant(request, tenant, roles.WRITE)
         token = parse_fencing_token(request)
@@ -1058,38 +1070,29 @@ class LangGraphWritesApi(TenantApi):
         return Response(s.StoredSerializer.render({"stored": stored}))
 
 
-class LangGraphThreadDeleteApi(TenantApi):
-    @extend_schema(
-        operation_id="langgraph_thread_delete",
-        summary=LG + "delete a thread's checkpoints and pending writes (delete_thread); "
-                     "effects stay",
-        parameters=[TENANT],
-        request=s.ThreadInputSerializer,
-        responses={200: s.DeletedSerializer, **_errors(400, 413)},
-    )
+class LangGraphThreadDeleteApi(_LangGraphThreadsApi):
+    fields = frozenset({"thread_id"})
+
+    @_lg_operation("langgraph_thread_delete",
+                   "delete a thread's checkpoints and pending writes (delete_thread); "
+                   "effects stay", s.ThreadInputSerializer, s.DeletedSerializer)
     def post(self, request, tenant):
-        t = self.tenant(request, tenant, roles.WRITE)
-        body = read_object(request)
-        _only_fields(body, {"thread_id"})
+        t, body = self.writer_body(request, tenant)
         thread_id = services.langgraph.check_thread_id(body.get("thread_id"))
         deleted = services.graph_thread_delete(actor=request.user, tenant=t,
                                                thread_id=thread_id)
         return Response(s.DeletedSerializer.render({"deleted": deleted}))
 
 
-class LangGraphThreadCopyApi(TenantApi):
-    @extend_schema(
-        operation_id="langgraph_thread_copy",
-        summary=LG + "copy a thread's checkpoints and pending writes onto an empty thread "
-                     "(copy_thread)",
-        parameters=[TENANT],
-        request=s.ThreadCopyInputSerializer,
-        responses={200: s.CopiedSerializer, **_errors(400, 413), 412: THREAD_CONFLICT},
-    )
+class LangGraphThreadCopyApi(_LangGraphThreadsApi):
+    fields = frozenset({"source_thread_id", "target_thread_id"})
+
+    @_lg_operation("langgraph_thread_copy",
+                   "copy a thread's checkpoints and pending writes onto an empty thread "
+                   "(copy_thread)", s.ThreadCopyInputSerializer, s.CopiedSerializer,
+                   more={412: THREAD_CONFLICT})
     def post(self, request, tenant):
-        t = self.tenant(request, tenant, roles.WRITE)
-        body = read_object(request)
-        _only_fields(body, {"source_thread_id", "target_thread_id"})
+        t, body = self.writer_body(request, tenant)
         check = services.langgraph.check_thread_id
         source = check(body.get("source_thread_id"), "source_thread_id")
         target = check(body.get("target_thread_id"), "target_thread_id")
@@ -1098,19 +1101,14 @@ class LangGraphThreadCopyApi(TenantApi):
         return Response(s.CopiedSerializer.render({"copied": copied}))
 
 
-class LangGraphThreadPruneApi(TenantApi):
-    @extend_schema(
-        operation_id="langgraph_thread_prune",
-        summary=LG + "prune threads: keep each namespace's newest checkpoint, or delete "
-                     "them (prune)",
-        parameters=[TENANT],
-        request=s.ThreadPruneInputSerializer,
-        responses={200: s.DeletedSerializer, **_errors(400, 413)},
-    )
+class LangGraphThreadPruneApi(_LangGraphThreadsApi):
+    fields = frozenset({"thread_ids", "strategy"})
+
+    @_lg_operation("langgraph_thread_prune",
+                   "prune threads: keep each namespace's newest checkpoint, or delete "
+                   "them (prune)", s.ThreadPruneInputSerializer, s.DeletedSerializer)
     def post(self, request, tenant):
-        t = self.tenant(request, tenant, roles.WRITE)
-        body = read_object(request)
-        _only_fields(body, {"thread_ids", "strategy"})
+        t, body = self.writer_body(request, tenant)
         threads = _thread_list(body, "thread_ids", 1000, services.langgraph.check_thread_id)
         strategy = body.get("strategy")
         if strategy not in services.langgraph.PRUNE_STRATEGIES:
@@ -1120,19 +1118,14 @@ class LangGraphThreadPruneApi(TenantApi):
         return Response(s.DeletedSerializer.render({"deleted": deleted}))
 
 
-class LangGraphRunsDeleteApi(TenantApi):
-    @extend_schema(
-        operation_id="langgraph_runs_delete",
-        summary=LG + "delete the checkpoints of LangGraph runs (delete_for_runs)",
-        parameters=[TENANT],
-        request=s.RunsDeleteInputSerializer,
-        responses={200: s.DeletedSerializer, **_errors(400, 413)},
-    )
+class LangGraphRunsDeleteApi(_LangGraphThreadsApi):
+    fields = frozenset({"run_ids"})
+
+    @_lg_operation("langgraph_runs_delete",
+                   "delete the checkpoints of LangGraph runs (delete_for_runs)",
+                   s.RunsDeleteInputSerializer, s.DeletedSerializer)
     def post(self, request, tenant):
-        t = self.tenant(request, tenant, roles.WRITE)
-        body = read_object(request)
-        _only_fields(body, {"run_ids"})
-        check = services.langgraph.check_lg_run_id
-        run_ids = _thread_list(body, "run_ids", 1000, check)
+        t, body = self.writer_body(request, tenant)
+        run_ids = _thread_list(body, "run_ids", 1000, services.langgraph.check_lg_run_id)
         deleted = services.graph_runs_delete(actor=request.user, tenant=t, run_ids=run_ids)
         return Response(s.DeletedSerializer.render({"deleted": deleted}))

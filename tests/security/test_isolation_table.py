@@ -13,7 +13,8 @@ and proof that nothing changed.
   with bearer tokens, the dashboard with a logged-in session.
 - **Twin world**: acme and globex hold the same objects under the same UUIDs (runs,
   checkpoints, effects), so a request that reached the wrong tenant's row would show.
-  It is built once for the module, in a transaction rolled back at the end.
+  Built by ``tests/twinworld.py`` (as for ``test_twin_world.py``), once for the module,
+  in a transaction rolled back at the end.
 - **Rules** (CONTRACT.md 3 and 4): API: no or dead credentials 401; no role in the
   tenant (another tenant's roles, superuser, staff) 404; a role lacking the right 403;
   else the action's own success status. Dashboard: the same, with the login redirect
@@ -31,7 +32,6 @@ The table is printed (``pytest -s``) and written to ``$RECOVERY_VAR_DIR/isolatio
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,7 +44,7 @@ from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 from rest_framework.test import APIClient
 
-from checkpoints import reconciliation, roles, services
+from checkpoints import roles, services
 from checkpoints.models import (
     ApiToken,
     AuditChainHead,
@@ -63,43 +63,31 @@ from checkpoints.models import (
     Run,
     Tenant,
 )
-from checkpoints.reconcile import Answer
-from tests.helpers import (
-    age_world,
-    effect_body,
-    envelope,
-    graph_put,
-    graph_writes,
-    lg_put,
-    lg_writes,
-    put_checkpoint,
-    walk_effect,
+from tests.helpers import effect_body, envelope, lg_put, lg_writes
+from tests.twinworld import (
+    HOME,
+    LG_IDS,
+    TWIN,
+    account,
+    build_world,
+    holder_of_both,
+    holders,
+    login,
+    world_ids,
 )
-from tests.views.reconcilers import Scripted
 
-User = get_user_model()
-HOME, TWIN = "acme", "globex"
 REASON = {"reason": "isolation table"}
+User = get_user_model()
 SKIPPED_NAMESPACES = {"admin"}  # not a tenant surface: tests/security/test_admin.py
 
 # --------------------------------------------------------------------------------------
 # The twin world
 # --------------------------------------------------------------------------------------
 
-IDS = {name: uuid.uuid5(uuid.NAMESPACE_URL, f"isolation/{name}") for name in (
-    "r_stuck", "c_stuck", "e_stuck",          # ambiguous, effect unresolved, a conflict
-    "r_unknown", "c_unknown", "e_unknown",    # unknown outcome, a retry request open
-    "r_retry", "c_retry",                     # ambiguous, nothing in doubt, no request
-    "r_stable", "c_stable", "e_done",         # stable, effect confirmed with a receipt
-    "r_looked", "c_looked", "e_looked",       # reconciled: a look-up with evidence
-    "new_cp", "new_fx",                       # ids a writer creates
-    "r_twin", "c_twin", "e_twin",             # globex only: in flight, effect submitted
-)}
-
-
+IDS, EXTRA = world_ids("isolation")  # tests/twinworld.py; EXTRA: globex only
+# Only the twin holds r_twin (an effect marked unknown, a retry request open).
+IDS.update(r_twin=EXTRA["r_more"], c_twin=EXTRA["c_more"], e_twin=EXTRA["e_more"])
 LG_THREAD = "isolation-thread"
-LG_IDS = ["1f0c0000-0000-6000-8000-000000000001", "1f0c0000-0000-6000-8000-000000000002",
-          "1f0c0000-0000-6000-8000-000000000003"]
 
 
 @dataclass
@@ -143,105 +131,22 @@ class Identity:
         return set(roles.ROLE_PERMISSIONS[self.role])
 
 
-def _account(name: str, **flags):
-    user = services.account_create(username=name, password="pw-for-tests")
-    if flags:
-        User.objects.filter(pk=user.pk).update(**flags)
-        user = User.objects.get(pk=user.pk)
-    return user
-
-
-def _login(user) -> dict:
-    client = Client()
-    client.force_login(user)
-    return {k: v.value for k, v in client.cookies.items()}
-
-
-def _build_tenant(slug: str) -> tuple[int, int, str]:
-    """The same objects, under the same UUIDs, in tenant ``slug``; returns the pks of its
-    open retry request and of its look-up with evidence, and its bulk action's id."""
-    tenant = services.tenant_create(slug=slug)
-    writer = _account(f"{slug}-builder")
-    services.role_grant(actor=None, tenant=tenant, user=writer, role="writer")
-    helper = _account(f"{slug}-requester")  # requests the retry; not an identity
-    services.role_grant(actor=None, tenant=tenant, user=helper, role="reviewer")
-    i = IDS
-
-    def in_flight(run, cp, effect=None, key=""):
-        put_checkpoint(writer, tenant, envelope(cp, run, 0, payload={"phase": "ready"}))
-        put_checkpoint(writer, tenant, envelope(cp, run, 1, payload={"phase": "charging"}),
-                       expected=0)
-        if effect:
-            walk_effect(writer, tenant, effect_body(effect, run, operation_key=key),
-                        "submitted")
-
-    in_flight(i["r_stuck"], i["c_stuck"], i["e_stuck"], "charge:stuck")
-    with pytest.raises(services.StaleRevision):  # a refused write: a conflict to see
-        put_checkpoint(writer, tenant, envelope(i["c_stuck"], i["r_stuck"], 1), expected=0)
-    in_flight(i["r_unknown"], i["c_unknown"], i["e_unknown"], "charge:unknown")
-    in_flight(i["r_retry"], i["c_retry"])
-    in_flight(i["r_looked"], i["c_looked"], i["e_looked"], "charge:looked")
-    if slug == TWIN:
-        in_flight(i["r_twin"], i["c_twin"], i["e_twin"], "charge:twin")
-    put_checkpoint(writer, tenant, envelope(i["c_stable"], i["r_stable"], 0,
-                                            payload={"phase": "charged"}))
-    walk_effect(writer, tenant, effect_body(i["e_done"], i["r_stable"], operation_key="done"),
-                "submitted", "confirmed")
-    age_world(3600)
-    services.sweep_stale_runs()
-    services.effect_mark_unknown(actor=helper, tenant=tenant, effect_id=i["e_unknown"],
-                                 reason="no look-up")
-    retry = services.retry_request(actor=helper, tenant=tenant, run_id=i["r_unknown"],
-                                   reason="try again")
-    services.reconciler_configure(actor=None, tenant=tenant, service="payments",
-                                  plugin="tests.views.reconcilers.Scripted")
-    Scripted.answers = [Answer.found({"charge_id": "ch_1"}, "found",
-                                     evidence={"status": "succeeded", "charge_id": "ch_1"})]
-    queued = services.run_reconcile(actor=helper, tenant=tenant, run_id=i["r_looked"],
-                                    reason="ask")
-    reconciliation.execute(queued.requests[0].pk)
-    Scripted.answers = []
-    attempt = ReconcileAttempt.objects.get(tenant=tenant)
-    # A LangGraph thread (issue 10): two checkpoints, the head with a pending write.
-    graph_put(writer, tenant, lg_put(LG_THREAD, LG_IDS[0], metadata={"run_id": "lg-run"},
-                                     nodes=["charge"]))
-    graph_put(writer, tenant, lg_put(LG_THREAD, LG_IDS[1], parent=LG_IDS[0],
-                                     metadata={"run_id": "lg-run"}, nodes=["ship"]))
-    graph_writes(writer, tenant, lg_writes(LG_THREAD, LG_IDS[1], "task", [(0, "out", 1)]))
-    bulk, _ = services.bulk_submit(actor=helper, tenant=tenant, action="acknowledge_conflicts",
-                                   reason="seen", run_ids=[i["r_stable"]],
-                                   client_token=uuid.uuid4())
-    return retry.pk, attempt.pk, str(bulk.uuid)
-
-
 def _identities() -> list[Identity]:
     out = [Identity("anonymous", live=False)]
-    for slug, tag in ((HOME, ""), (TWIN, "g.")):
-        tenant = Tenant.objects.get(slug=slug)
-        for role in roles.ROLES:
-            user = _account(f"{role}-{slug}")
-            services.role_grant(actor=None, tenant=tenant, user=user, role=role)
-            out.append(Identity(f"{tag}{role}", role, slug, user=user,
-                                token=services.token_issue(user=user), session=_login(user)))
-    for name, flags in (("superuser", {"is_superuser": True, "is_staff": True}),
-                        ("staff", {"is_staff": True})):
-        user = _account(f"{name}-no-role", **flags)
-        out.append(Identity(name, user=user, token=services.token_issue(user=user),
-                            session=_login(user)))
+    tags = {HOME: "", TWIN: "g."}
+    out += [Identity(f"{tags[h.slug]}{h.role}" if h.role else h.flag, h.role, h.slug,
+                     user=h.user, token=h.token, session=h.cookies) for h in holders()]
     home = Tenant.objects.get(slug=HOME)
-    both = _account("reviewer-of-both")  # issue 17, item 14: rights in two tenants
-    for slug in (HOME, TWIN):
-        services.role_grant(actor=None, tenant=Tenant.objects.get(slug=slug), user=both,
-                            role="reviewer")
+    both = holder_of_both("reviewer")  # issue 17, item 14: rights in two tenants
     out.append(Identity("both.reviewer", "reviewer", HOME, also=(TWIN,), user=both,
-                        token=services.token_issue(user=both), session=_login(both)))
-    gone = _account("deactivated-reviewer")
+                        token=services.token_issue(user=both), session=login(both)))
+    gone = account("deactivated-reviewer")
     services.role_grant(actor=None, tenant=home, user=gone, role="reviewer")
     ident = Identity("deactivated", "reviewer", HOME, live=False, user=gone,
-                     token=services.token_issue(user=gone), session=_login(gone))
+                     token=services.token_issue(user=gone), session=login(gone))
     services.account_deactivate(user=gone)
     out.append(ident)
-    holder = _account("revoked-writer")
+    holder = account("revoked-writer")
     services.role_grant(actor=None, tenant=home, user=holder, role="writer")
     ident = Identity("revoked", "writer", HOME, live=False, user=holder,
                      token=services.token_issue(user=holder))
@@ -256,9 +161,8 @@ def world(django_db_setup, django_db_blocker):
         outer = transaction.atomic()
         outer.__enter__()
         try:
-            retry_pk, attempt_pk, bulk_id = _build_tenant(HOME)
-            _build_tenant(TWIN)
-            yield World(retry_pk, attempt_pk, _identities(), bulk_id)
+            home = build_world(IDS, EXTRA, lg_thread=LG_THREAD, lg_run="lg-run")[HOME]
+            yield World(home.retry_pk, home.attempt_pk, _identities(), home.bulk_id)
         finally:
             transaction.set_rollback(True)
             outer.__exit__(None, None, None)

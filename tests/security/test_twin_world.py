@@ -40,13 +40,11 @@ import dataclasses
 import inspect
 import io
 import json
-import uuid
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pytest
-from django.contrib.auth import get_user_model
 from django.db import models as djm
 from django.db import transaction
 from django.test import Client
@@ -61,57 +59,39 @@ from checkpoints.models import (
     CheckpointRevision,
     Conflict,
     Effect,
-    ReconcileAttempt,
     ReconcileRequest,
     RetryRequest,
     Run,
     RunTransition,
     Tenant,
 )
-from checkpoints.reconcile import Answer
 from checkpoints.services.runifold import jsonl_lines
-from tests.helpers import (
-    age_world,
-    effect_body,
-    envelope,
-    graph_put,
-    graph_writes,
-    lg_put,
-    lg_writes,
-    put_checkpoint,
-    walk_effect,
-)
+from tests.helpers import effect_body, envelope, lg_put, lg_writes
 from tests.matrixhelpers import service_modules
-from tests.views.reconcilers import Scripted
+from tests.twinworld import (
+    HOME,
+    LG_IDS,
+    MARK,
+    SLUGS,
+    TWIN,
+    TenantData,
+    build_world,
+    holder_of_both,
+    holders,
+    login,
+    world_ids,
+)
 
-User = get_user_model()
-HOME, TWIN = "acme", "globex"
-SLUGS = (HOME, TWIN)
-MARK = {HOME: "qqacmeqq", TWIN: "qqglobexqq"}  # in every piece of each tenant's data
+IDS, EXTRA = world_ids("twin-world")  # EXTRA: globex only
+LG_THREAD = "tw-thread"
 
 
 def other(slug: str) -> str:
     return TWIN if slug == HOME else HOME
 
 
-IDS = {name: uuid.uuid5(uuid.NAMESPACE_URL, f"twin-world/{name}") for name in (
-    "r_stuck", "c_stuck", "e_stuck",          # ambiguous, effect unresolved, a conflict
-    "r_unknown", "c_unknown", "e_unknown",    # unknown outcome, a retry request open
-    "r_retry", "c_retry",                     # ambiguous, nothing in doubt, no request
-    "r_stable", "c_stable", "e_done",         # stable, effect confirmed with a receipt
-    "r_looked", "c_looked", "e_looked",       # reconciled: a look-up with evidence
-    "r_closed", "c_closed",                   # closed by a reviewer
-    "new_cp", "new_fx",                       # ids a writer creates
-)}
-LG_THREAD = "tw-thread"
-LG_IDS = ["1f0c0000-0000-6000-8000-000000000001", "1f0c0000-0000-6000-8000-000000000002",
-          "1f0c0000-0000-6000-8000-000000000003"]
-EXTRA = {name: uuid.uuid5(uuid.NAMESPACE_URL, f"twin-world/{TWIN}/{name}") for name in (
-    "r_more", "c_more", "e_more", "r_more2", "c_more2")}  # globex only
-
-
 # --------------------------------------------------------------------------------------
-# The world
+# The world (tests/twinworld.py)
 # --------------------------------------------------------------------------------------
 
 @dataclass
@@ -142,16 +122,6 @@ class Persona:
 
 
 @dataclass
-class TenantData:
-    tenant: Tenant
-    builder: object
-    requester: object
-    retry_pk: int = 0
-    attempt_pk: int = 0
-    bulk_id: str = ""
-
-
-@dataclass
 class World:
     data: dict[str, TenantData]
     personas: list[Persona] = field(default_factory=list)
@@ -167,132 +137,16 @@ class World:
         return next(p for p in self.personas if p.slug == slug and p.role == role)
 
 
-def _account(name: str, **flags):
-    user = services.account_create(username=name, password="pw-for-tests")
-    if flags:
-        User.objects.filter(pk=user.pk).update(**flags)
-        user = User.objects.get(pk=user.pk)
-    return user
-
-
-def _payload(slug: str, phase: str) -> dict:
-    m = MARK[slug]
-    return {"phase": phase, "order_id": f"order-{m}", "workflow": f"wf-{m}"}
-
-
-def _in_flight(writer, tenant, slug, run, cp, effect=None, key=""):
-    put_checkpoint(writer, tenant, envelope(cp, run, 0, payload=_payload(slug, "ready")))
-    put_checkpoint(writer, tenant, envelope(cp, run, 1, payload=_payload(slug, "charging")),
-                   expected=0)
-    if effect:
-        walk_effect(writer, tenant, effect_body(effect, run, operation_key=key), "submitted")
-
-
-def _build_writes(slug: str) -> TenantData:
-    """Phase 1 of a tenant: what its runtime writes (before the owners go quiet)."""
-    m = MARK[slug]
-    tenant = services.tenant_create(slug=slug, name=f"{slug} {m}")
-    builder = _account(f"{slug}-builder-{m}")
-    services.role_grant(actor=None, tenant=tenant, user=builder, role="writer")
-    requester = _account(f"{slug}-requester-{m}")
-    services.role_grant(actor=None, tenant=tenant, user=requester, role="reviewer")
-    i = IDS
-    _in_flight(builder, tenant, slug, i["r_stuck"], i["c_stuck"], i["e_stuck"], "charge:stuck")
-    with pytest.raises(services.StaleRevision):  # a refused write: a conflict to see
-        put_checkpoint(builder, tenant, envelope(i["c_stuck"], i["r_stuck"], 1,
-                                                 payload=_payload(slug, "charged")), expected=0)
-    _in_flight(builder, tenant, slug, i["r_unknown"], i["c_unknown"], i["e_unknown"],
-               "charge:unknown")
-    _in_flight(builder, tenant, slug, i["r_retry"], i["c_retry"])
-    _in_flight(builder, tenant, slug, i["r_looked"], i["c_looked"], i["e_looked"],
-               "charge:looked")
-    _in_flight(builder, tenant, slug, i["r_closed"], i["c_closed"])
-    put_checkpoint(builder, tenant, envelope(i["c_stable"], i["r_stable"], 0,
-                                             payload=_payload(slug, "charged")))
-    done = effect_body(i["e_done"], i["r_stable"], operation_key="done")
-    walk_effect(builder, tenant, done, "submitted")
-    services.effect_put(actor=builder, tenant=tenant, body=services.parse_effect(
-        dict(done, revision=2, state="confirmed", receipt={"charge_id": f"ch-{m}"}),
-        url_id=i["e_done"]), expected_revision=1)
-    if slug == TWIN:  # more of everything than its twin, so no count is shared
-        e = EXTRA
-        _in_flight(builder, tenant, slug, e["r_more"], e["c_more"], e["e_more"], "charge:more")
-        _in_flight(builder, tenant, slug, e["r_more2"], e["c_more2"])
-        with pytest.raises(services.StaleRevision):
-            put_checkpoint(builder, tenant, envelope(e["c_more2"], e["r_more2"], 1,
-                                                     payload=_payload(slug, "charged")),
-                           expected=0)
-    # A LangGraph thread under the same thread id in both (issue 10), marked in its
-    # metadata; globex has one more thread.
-    for thread in (LG_THREAD, "tw-more") if slug == TWIN else (LG_THREAD,):
-        graph_put(builder, tenant, lg_put(thread, LG_IDS[0], nodes=["charge"],
-                                          metadata={"run_id": "tw-run", "note": f"lg-{m}"}))
-        graph_put(builder, tenant, lg_put(thread, LG_IDS[1], parent=LG_IDS[0], nodes=["ship"],
-                                          metadata={"run_id": "tw-run", "note": f"lg-{m}"}))
-        graph_writes(builder, tenant, lg_writes(thread, LG_IDS[1], "task", [(0, "out", m)]))
-    return TenantData(tenant, builder, requester)
-
-
-def _build_reviews(d: TenantData, slug: str) -> None:
-    """Phase 2, once the owners are gone: review actions with marked reasons."""
-    m, t, i = MARK[slug], d.tenant, IDS
-    services.effect_mark_unknown(actor=d.requester, tenant=t, effect_id=i["e_unknown"],
-                                 reason=f"no look-up {m}")
-    d.retry_pk = services.retry_request(actor=d.requester, tenant=t, run_id=i["r_unknown"],
-                                        reason=f"try again {m}").pk
-    services.run_close(actor=d.requester, tenant=t, run_id=i["r_closed"],
-                       reason=f"handled by phone {m}")
-    services.reconciler_configure(actor=None, tenant=t, service="payments",
-                                  plugin="tests.views.reconcilers.Scripted")
-    Scripted.answers = [Answer.found({"charge_id": f"ch-{m}"}, f"found {m}",
-                                     evidence={"status": "succeeded", "note": f"ev-{m}"})]
-    queued = services.run_reconcile(actor=d.requester, tenant=t, run_id=i["r_looked"],
-                                    reason=f"ask {m}")
-    reconciliation.execute(queued.requests[0].pk)
-    Scripted.answers = []
-    d.attempt_pk = ReconcileAttempt.objects.get(tenant=t).pk
-    # A bulk action (issue 9, item 3) that changes no state: conflicts of a stable run.
-    d.bulk_id = str(services.bulk_submit(
-        actor=d.requester, tenant=t, action="acknowledge_conflicts", reason=f"bulk {m}",
-        run_ids=[i["r_stable"]], client_token=uuid.uuid5(uuid.NAMESPACE_URL, slug))[0].uuid)
-    if slug == TWIN:
-        services.effect_mark_unknown(actor=d.requester, tenant=t, effect_id=EXTRA["e_more"],
-                                     reason=f"more {m}")
-        services.retry_request(actor=d.requester, tenant=t, run_id=EXTRA["r_more"],
-                               reason=f"more {m}")
-
-
-def _login(user) -> dict:
-    client = Client()
-    client.force_login(user)
-    return {k: v.value for k, v in client.cookies.items()}
-
-
 def _personas() -> list[Persona]:
-    out = []
-    for slug in SLUGS:
-        tenant = Tenant.objects.get(slug=slug)
-        for role in roles.ROLES:
-            user = _account(f"{role}-{slug}")
-            services.role_grant(actor=None, tenant=tenant, user=user, role=role)
-            out.append(Persona(f"{slug}.{role}", role, slug, user,
-                               services.token_issue(user=user), _login(user)))
-    for name, flags in (("superuser", {"is_superuser": True, "is_staff": True}),
-                        ("staff", {"is_staff": True})):
-        user = _account(f"{name}-no-role", **flags)
-        out.append(Persona(name, None, None, user, services.token_issue(user=user),
-                           _login(user)))
-    return out
+    return [Persona(f"{h.slug}.{h.role}" if h.role else h.flag, h.role, h.slug, h.user,
+                    h.token, h.cookies) for h in holders()]
 
 
 def _both() -> Persona:
     """A viewer of both tenants (``World.both``)."""
-    user = _account("viewer-of-both")
-    for slug in SLUGS:
-        services.role_grant(actor=None, tenant=Tenant.objects.get(slug=slug), user=user,
-                            role="viewer")
+    user = holder_of_both("viewer")
     return Persona("both.viewer", "viewer", HOME, user, services.token_issue(user=user),
-                   _login(user), also=(TWIN,))
+                   login(user), also=(TWIN,))
 
 
 @pytest.fixture(scope="module")
@@ -301,11 +155,7 @@ def world(django_db_setup, django_db_blocker):
         outer = transaction.atomic()
         outer.__enter__()
         try:
-            data = {slug: _build_writes(slug) for slug in (TWIN, HOME)}
-            age_world(3600)
-            services.sweep_stale_runs()
-            for slug in (TWIN, HOME):
-                _build_reviews(data[slug], slug)
+            data = build_world(IDS, EXTRA, lg_thread=LG_THREAD, lg_run="tw-run")
             yield World(data, _personas(), _both())
         finally:
             transaction.set_rollback(True)

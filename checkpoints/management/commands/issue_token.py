@@ -7,29 +7,21 @@ role, like ``revoke_token``; the tenants are named on stderr.
 
 from __future__ import annotations
 
-from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
 from checkpoints import services
-from checkpoints.exceptions import DomainError
+from checkpoints.management.base import AccountCommand, domain_errors, find_account
 
 
-class Command(BaseCommand):
+class Command(AccountCommand):
     help = "Issue a bearer token for an account; prints it once (only its hash is stored)."
 
-    def add_arguments(self, parser):
-        parser.add_argument("username")
-
     def handle(self, *args, username: str, **options):
-        user = get_user_model().objects.filter(username=username).first()
-        if user is None:
-            raise CommandError(f"username: no account {username!r} (create_account first)")
+        user = find_account(username, "(create_account first)")
         if not user.is_active:
             raise CommandError(f"username: account {username!r} is inactive")
-        try:
+        with domain_errors():
             raw = services.token_issue(user=user)
-        except DomainError as exc:
-            raise CommandError(exc.detail or exc.error) from None
         # The token alone on stdout, so scripts can capture it: TOKEN=$(manage.py issue_token x)
         self.stdout.write(raw)
         tenants = [t.slug for t, _ in services.account_tenants(user)]

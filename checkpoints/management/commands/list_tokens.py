@@ -7,26 +7,19 @@ when it was created, when it was last used (to the minute: see
 
 from __future__ import annotations
 
-from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand, CommandError
-
 from checkpoints import selectors
+from checkpoints.management.base import AccountCommand, find_account
 
 
 def _when(value) -> str:
     return value.strftime("%Y-%m-%dT%H:%M:%SZ") if value else "-"
 
 
-class Command(BaseCommand):
+class Command(AccountCommand):
     help = "List an account's bearer tokens: prefix, created, last used, revoked."
 
-    def add_arguments(self, parser):
-        parser.add_argument("username")
-
     def handle(self, *args, username: str, **options):
-        user = get_user_model().objects.filter(username=username).first()
-        if user is None:
-            raise CommandError(f"username: no account {username!r}")
+        user = find_account(username)
         tokens = selectors.tokens_of_account(user=user)
         if not tokens:
             self.stdout.write(f"{username} has no token")

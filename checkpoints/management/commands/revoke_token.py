@@ -6,22 +6,15 @@ tenant where the account holds a role.
 
 from __future__ import annotations
 
-from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand, CommandError
-
 from checkpoints import services
+from checkpoints.management.base import AccountCommand, find_account
 
 
-class Command(BaseCommand):
+class Command(AccountCommand):
     help = "Revoke every bearer token of an account (audited in each tenant it has a role in)."
 
-    def add_arguments(self, parser):
-        parser.add_argument("username")
-
     def handle(self, *args, username: str, **options):
-        user = get_user_model().objects.filter(username=username).first()
-        if user is None:
-            raise CommandError(f"username: no account {username!r}")
+        user = find_account(username)
         prefixes = services.tokens_revoke(user=user)
         if not prefixes:
             self.stdout.write(f"{username} has no live token; nothing revoked")
