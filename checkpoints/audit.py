@@ -48,7 +48,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from . import locks, roles
+from . import locks, roles, sql
 from .exceptions import InvalidPayload
 from .jsonparse import dumps, loads_object
 from .models import AuditChainHead, AuditEvent, AuditHashScheme, AuditTenant, Tenant
@@ -207,12 +207,11 @@ def audit_record(
     (the rule of DESIGN.md 5: the change and its audit event commit together).
 
     Locks the tenant's ``AuditChainHead`` (on PostgreSQL by moving it,
-    ``writepath.audit_append``; else ``locks.lock_audit_head``) so events are chained in
+    ``sql.audit_append``; else ``locks.lock_audit_head``) so events are chained in
     commit order, keys the event with the newest ``RECOVERY_AUDIT_KEYS`` key and moves
     the head. Returns the saved event. Raises ``ImproperlyConfigured`` for bad keys.
     """
     assert transaction.get_connection().in_atomic_block, "audit_record needs a transaction"
-    from . import writepath
 
     def build(seq: int, prev_hash: str) -> AuditEvent:
         return new_event(tenant=tenant, seq=seq, prev_hash=prev_hash,
@@ -220,9 +219,9 @@ def audit_record(
                          target_type=target_type, target_id=target_id, run_id=run_id,
                          reason=reason, before=before, after=after)
 
-    if writepath.available():  # two statements instead of three
-        event = writepath.audit_append(tenant=tenant, build=build)
-        if event is not writepath.FALLBACK:
+    if sql.available():  # two statements instead of three
+        event = sql.audit_append(tenant=tenant, build=build)
+        if event is not sql.FALLBACK:
             return event
     head = locks.lock_audit_head(tenant)
     event = build(head.seq + 1, head.last_hash)
@@ -235,7 +234,7 @@ def audit_record(
 def audit_record_many(*, tenant: Tenant, actor, events: list[dict]) -> int:
     """Append ``events`` to the tenant's chain, in their order, inside the caller's
     transaction: what ``audit_record`` does once per event, in three statements for all
-    of them (lock the head, one multi-row insert: ``writepath.insert_rows``, move the
+    of them (lock the head, one multi-row insert: ``sql.insert_rows``, move the
     head). For a service that
     writes many objects in one transaction, one event per object (the runifold import,
     issue 10). Each item holds ``audit_record``'s keyword arguments other than
@@ -244,7 +243,6 @@ def audit_record_many(*, tenant: Tenant, actor, events: list[dict]) -> int:
     like every other append. Returns how many were appended. Raises
     ``ImproperlyConfigured`` for bad keys."""
     assert transaction.get_connection().in_atomic_block, "audit_record_many needs a transaction"
-    from . import writepath
 
     if not events:
         return 0
@@ -259,7 +257,7 @@ def audit_record_many(*, tenant: Tenant, actor, events: list[dict]) -> int:
         rows.append(event)
         prev_hash = event.hash
     fields = [f for f in AuditEvent._meta.concrete_fields if not f.primary_key]
-    writepath.insert_rows(AuditEvent, [{f.attname: getattr(e, f.attname) for f in fields}
+    sql.insert_rows(AuditEvent, [{f.attname: getattr(e, f.attname) for f in fields}
                                        for e in rows])
     (AuditChainHead.objects.for_tenant(tenant)
      .filter(pk=head.pk).update(seq=seq, last_hash=prev_hash))

@@ -19,22 +19,19 @@ read from ``Model._meta``, never typed. One transaction, five round trips:
 
 Lock order is the store's (``checkpoints/locks.py``): the tenant's audit chain head,
 the run row, the checkpoint. The audit event is built by ``audit.new_event``, as every
-other append.
+other append. The SQL helpers (names from ``_meta``, the binding cursor) and the audit
+append's own statements live below, in ``sql``.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 
-import psycopg
-from django.conf import settings
-from django.db import connection, connections, transaction
-from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
+from django.db import transaction
 
-from . import audit, locks, policy
+from . import audit, locks, policy, sql
 from .exceptions import Fenced, StaleRevision
 from .jsonparse import dumps
 from .models import (
@@ -47,31 +44,18 @@ from .models import (
     Run,
     Tenant,
 )
+
+# The helpers the checkpoint update shares with the audit append; ``FALLBACK``,
+# ``available`` and ``insert_rows`` stay importable from here for the services that
+# choose this path.
+from .sql import FALLBACK, available, insert_rows  # noqa: F401
+from .sql import col as _col
+from .sql import cursor as _cursor
+from .sql import event_params as _event_params
+from .sql import table as _table
 from .vocab import AuditAction, EffectState, RetryState, TargetType
 
-#: Returned when the fast path does not apply; nothing was written, the caller takes the
-#: ORM path.
-FALLBACK = object()
-
 _IDENTITY = ("agent", "model", "workflow", "definition_version")
-
-
-def available() -> bool:
-    """Whether ``checkpoint_update`` may be used: PostgreSQL (its statements use
-    data-modifying ``WITH``), unless ``RECOVERY_SQL_WRITE_PATH`` is off."""
-    return connection.vendor == "postgresql" and settings.RECOVERY_SQL_WRITE_PATH
-
-
-def _q(name: str) -> str:
-    return connection.ops.quote_name(name)
-
-
-def _table(model) -> str:
-    return _q(model._meta.db_table)
-
-
-def _col(model, field: str) -> str:
-    return _q(model._meta.get_field(field).column)
 
 
 @dataclass(frozen=True)
@@ -79,8 +63,6 @@ class _Sql:
     lock: str
     cas: str
     finish: dict[bool, str]  # by whether the payload's identity is stored
-    head_next: str
-    append: str
 
 
 @lru_cache(maxsize=1)
@@ -130,12 +112,8 @@ def _sql() -> _Sql:
         f"(SELECT {_col(rr, 'state')} FROM {_table(rr)} WHERE {_col(rr, 'tenant')} = %(tenant)s "
         f"AND {_col(rr, 'run')} = %(run_pk)s AND {_col(rr, 'state')} = ANY(%(open_retry)s) LIMIT 1)"
     )
+    ev_fields, ev_vals = sql.EVENT_FIELDS, sql.event_values()
     ev = AuditEvent
-    ev_fields = ["tenant", "seq", "created_at", "actor", "actor_name", "action", "target_type",
-                 "target_ref", "run_uuid", "reason", "before", "after", "prev_hash", "hash",
-                 "hash_scheme", "key_id"]
-    ev_vals = ", ".join(f"%(ev_{f})s::jsonb" if f in ("before", "after") else f"%(ev_{f})s"
-                        for f in ev_fields)
     run_sets = ["latest_checkpoint", "kind", "schema_version", "phase_class", "phase_label",
                 "last_write_at", "updated_at", "closed_at", "closed_by", "closed_reason",
                 "recovery_state", "recovery_reason", "state_changed_at"]
@@ -151,60 +129,7 @@ def _sql() -> _Sql:
             f"UPDATE {head_t} SET {head_hash} = %(ev_hash)s WHERE {head_tenant} = %(tenant)s "
             f"AND EXISTS (SELECT 1 FROM ru) AND EXISTS (SELECT 1 FROM ev)"
         )
-    head_next = (f"UPDATE {head_t} SET {head_seq} = {head_seq} + 1 WHERE {head_tenant} = %(tenant)s "
-                 f"RETURNING {head_seq}, {head_hash}")
-    append = (f"WITH ev AS (INSERT INTO {_table(ev)} ({', '.join(_col(ev, f) for f in ev_fields)}) "
-              f"VALUES ({ev_vals}) RETURNING {_col(ev, 'id')} AS id) "
-              f"UPDATE {head_t} SET {head_hash} = %(ev_hash)s WHERE {head_tenant} = %(tenant)s "
-              f"RETURNING (SELECT id FROM ev)")
-    return _Sql(lock=lock, cas=cas, finish=finish, head_next=head_next, append=append)
-
-
-def _event_params(event: AuditEvent) -> dict:
-    return {
-        "ev_tenant": event.tenant_id, "ev_seq": event.seq, "ev_created_at": event.created_at,
-        "ev_actor": event.actor_id, "ev_actor_name": event.actor_name,
-        "ev_action": event.action, "ev_target_type": event.target_type,
-        "ev_target_ref": event.target_ref, "ev_run_uuid": event.run_uuid,
-        "ev_reason": event.reason,
-        "ev_before": None if event.before is None else json.dumps(event.before),
-        "ev_after": None if event.after is None else json.dumps(event.after),
-        "ev_prev_hash": event.prev_hash, "ev_hash": event.hash,
-        "ev_hash_scheme": event.hash_scheme, "ev_key_id": event.key_id,
-    }
-
-
-def _cursor():
-    """A cursor for these statements: psycopg's server-side binding cursor (the default
-    Django cursor binds on the client), so psycopg prepares each statement on its fifth
-    use on a connection and PostgreSQL stops re-planning it, about a third of the write's
-    time in ``make bench``. Wrapped like Django's own cursors, so query logging
-    (``CaptureQueriesContext``), ``execute_wrapper`` hooks and error translation still
-    apply. (Behind pgbouncer in transaction mode this needs pgbouncer 1.21 or later with
-    ``max_prepared_statements`` set: docs/scaling.md.)"""
-    connection.ensure_connection()
-    raw = psycopg.Cursor(connection.connection)
-    wrapper = CursorDebugWrapper if connection.queries_logged else CursorWrapper
-    return wrapper(raw, connection)
-
-
-def audit_append(*, tenant: Tenant, build: Callable[[int, str], AuditEvent]):
-    """Append one event to ``tenant``'s audit chain in two statements (``audit_record``
-    on PostgreSQL, inside the caller's transaction): move the chain head one position
-    and lock it (``UPDATE … RETURNING`` its position and last hash), then insert the
-    event ``build(seq, prev_hash)`` returns and store its hash as the head's, in one
-    statement. Returns the saved event, or ``FALLBACK`` (nothing written) when the
-    tenant has no chain head yet."""
-    sql = _sql()
-    with _cursor() as cursor:
-        cursor.execute(sql.head_next, {"tenant": tenant.pk})
-        row = cursor.fetchone()
-        if row is None:
-            return FALLBACK
-        event = build(row[0], row[1])
-        cursor.execute(sql.append, {**_event_params(event), "tenant": tenant.pk})
-        event.pk = cursor.fetchone()[0]
-    return event
+    return _Sql(lock=lock, cas=cas, finish=finish)
 
 
 def checkpoint_update(*, actor, tenant: Tenant, envelope, expected_revision: int,
@@ -314,30 +239,3 @@ def checkpoint_update(*, actor, tenant: Tenant, envelope, expected_revision: int
                             **{k: v for k, v in written.items() if k != "written_by"})
     checkpoint.written_by = actor
     return checkpoint
-
-
-def insert_rows(model, rows: list[dict]) -> None:
-    """Insert ``rows`` (each ``{attname: value}``, every column but the primary key, auto
-    timestamps included) into ``model``'s table, in the caller's transaction: on
-    PostgreSQL with one ``COPY`` (about a third of ``bulk_create``'s time per row, for
-    the runifold import's batches, issue 10), elsewhere with ``bulk_create``. Values are
-    converted by each field (``get_db_prep_save``), as the ORM does; database errors come
-    out as Django's (``IntegrityError`` for a taken unique key). Row triggers fire for
-    ``COPY`` as for ``INSERT``. Returns nothing: a caller that needs the new primary keys
-    reads them by a unique key."""
-    if not rows:
-        return
-    if connection.vendor != "postgresql":
-        model.objects.bulk_create([model(**row) for row in rows])
-        return
-    fields = [f for f in model._meta.concrete_fields if not f.primary_key]
-    columns = ", ".join(_q(f.column) for f in fields)
-    # The connection itself, not the ``connection`` proxy: one lookup instead of one per
-    # value converted.
-    conn = connections[connection.alias]
-    prep = [(f.attname, f.get_db_prep_save) for f in fields]
-    conn.ensure_connection()
-    with conn.wrap_database_errors, psycopg.Cursor(conn.connection) as cursor:
-        with cursor.copy(f"COPY {_table(model)} ({columns}) FROM STDIN") as copy:
-            for row in rows:
-                copy.write_row([save(row[name], conn) for name, save in prep])
