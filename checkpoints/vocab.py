@@ -383,7 +383,7 @@ class Role(TextChoices):
 
 # --- How the dashboard shows these words ----------------------------------------------
 # Here, below every surface, because the dashboard's filters, the reports' charts
-# (``reports.py``) and the CSS (``static/css/app.css``) must agree on them.
+# (``reports/charts.py``) and the CSS (``static/css/app.css``) must agree on them.
 
 _R, _E, _T, _Q, _A, _P = (RecoveryState, EffectState, RetryState, ReconcileState,
                           ReconcileAnswer, PhaseClass)

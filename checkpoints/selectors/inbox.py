@@ -95,14 +95,8 @@ class RunFilters:
 #: "last write" is shown but not a sort: every write moves a run in it, so a run
 #: written between two pages would be listed twice or never (docs/search.md).
 RUN_SORTS = {"-created": "-id", "created": "id"}
-
-
 DEFAULT_RUN_SORT = "-created"
-
-
 _CURSOR_VERSION = 2
-
-
 _NEXT, _PREVIOUS = "n", "p"
 
 

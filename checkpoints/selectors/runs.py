@@ -40,8 +40,6 @@ from .common import _uuid_or_404
 
 #: Revisions per page of a checkpoint's or an effect's history (run page, history pages).
 HISTORY_PAGE = 50
-
-
 #: Conflicts the run page lists (the newest; the open ones are counted).
 CONFLICT_PAGE = 50
 

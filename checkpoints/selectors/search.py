@@ -29,18 +29,12 @@ from ..models import (
 
 #: ``q`` longest accepted: the longest column a search reads (``Effect.operation_key``).
 SEARCH_MAX = 512
-
-
 #: The run-side text a search reads, joined by U+001F (which a ``q`` may not hold, so a
 #: match never spans two columns): agent, workflow, phase label, lease owner. On
 #: PostgreSQL ``run_search_trgm`` (migration 0012) is a trigram GIN index on exactly this
 #: expression, so ``ILIKE '%q%'`` over it is an index scan.
 SEARCH_COLUMNS = ("agent", "workflow", "phase_label", "lease_owner")
-
-
 _UUID_TEXT = re.compile(r"^[0-9a-f-]{1,36}\Z")
-
-
 #: The substring branches of a search (run text, operation keys) need a ``q`` holding at
 #: least this many letters or digits in a row. pg_trgm makes its trigrams of letters and
 #: digits only, so ``ILIKE '%-%'`` (or ``%ab%``, ``%...%``) extracts none: the trigram
@@ -49,8 +43,6 @@ _UUID_TEXT = re.compile(r"^[0-9a-f-]{1,36}\Z")
 #: Shorter terms still search the prefix branches (run and checkpoint id: index ranges)
 #: and the exact LangGraph thread id (docs/search.md).
 SEARCH_SUBSTRING_MIN = 3
-
-
 _SUBSTRING_TERM = re.compile(rf"[^\W_]{{{SEARCH_SUBSTRING_MIN},}}")
 
 
