@@ -1,7 +1,8 @@
 """Query strings checked before any field sees a value: one place for the API
-(``checkpoints.api.params.validate``) and the dashboard (``checkpoints.forms.QueryForm``),
-so both doors refuse the same things (the team's rule: "query parameters are validated
-like bodies"; CONTRACT.md section 6; ``docs/security/input.md`` section 4).
+(``checkpoints.api.params.validate``) and the dashboard
+(``checkpoints.dashboard.forms.QueryForm``), so both doors refuse the same things (the
+team's rule: "query parameters are validated like bodies"; CONTRACT.md section 6;
+``docs/security/input.md`` section 4).
 
 Each refusal is ``InvalidPayload`` (400) whose detail names the parameter:
 

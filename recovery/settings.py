@@ -146,7 +146,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
-                "checkpoints.context_processors.background",
+                "checkpoints.dashboard.context_processors.background",
             ],
         },
     }
@@ -299,7 +299,7 @@ X_FRAME_OPTIONS = "DENY"
 CSRF_COOKIE_HTTPONLY = True  # htmx sends the token from the page (hx-headers), not the cookie
 # A stale token (logout/login in another tab) answers a short message in place for htmx,
 # a readable page otherwise, never Django's error page inside the run page (issue 9).
-CSRF_FAILURE_VIEW = "checkpoints.views.csrf_failure"
+CSRF_FAILURE_VIEW = "checkpoints.dashboard.errors.csrf_failure"
 # Deployment: secure by default when DEBUG is off; each may be turned off from the
 # environment (e.g. TLS ends at a proxy that already redirects), and the check it then
 # raises silenced with RECOVERY_SILENCED_CHECKS=security.W008,...

@@ -152,12 +152,14 @@ def test_the_tenant_models_are_the_ones_with_a_tenant():
 #: Where the tenant of a URL is resolved through the caller's grants: the dashboard's
 #: ``tenant_page`` decorator and the API's ``TenantApi.initial``. A view that resolved it
 #: by itself could skip the base.
-RESOLVERS = {("views.py", "wrapper"), ("api/views.py", "initial")}
+RESOLVERS = {("dashboard/common.py", "wrapper"), ("api/views.py", "initial")}
+#: The dashboard's modules (``checkpoints/dashboard/``, one per page), relative to ROOT.
+DASHBOARD = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "dashboard").glob("*.py"))
 
 
 def test_views_get_their_tenant_only_from_the_base():
     calls = set()
-    for rel in ("views.py", "api/views.py"):
+    for rel in (*DASHBOARD, "api/views.py"):
         tree = ast.parse((ROOT / rel).read_text(), rel)
         functions = _enclosing_functions(tree)
         for node in ast.walk(tree):
@@ -168,8 +170,8 @@ def test_views_get_their_tenant_only_from_the_base():
 
 def test_every_dashboard_view_with_a_tenant_wears_tenant_page():
     """A view whose URL has a ``slug`` takes ``tenant`` (the decorator's), never the slug."""
-    tree = ast.parse((ROOT / "views.py").read_text())
-    for node in tree.body:
+    nodes = [node for rel in DASHBOARD for node in ast.parse((ROOT / rel).read_text()).body]
+    for node in nodes:
         if isinstance(node, ast.FunctionDef) and node.args.args[:1] \
                 and node.args.args[0].arg == "request":
             names = [a.arg for a in node.args.args]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from urllib.parse import parse_qsl, urlsplit
 
-from checkpoints import views
+from checkpoints.dashboard import inbox as inbox_views
 from tests.browser.common import BROWSER, login, settled
 from tests.helpers import ambiguous_run
 from tests.views.conftest import make_stuck_run
@@ -23,7 +23,7 @@ def test_what_the_pages_send_is_never_refused(browser, live_server, acme, rita, 
                                               monkeypatch):
     from playwright.sync_api import expect
 
-    monkeypatch.setattr(views, "INBOX_PAGE", 2)
+    monkeypatch.setattr(inbox_views, "INBOX_PAGE", 2)
     for n in range(3):
         make_stuck_run(wendy, acme, order_id=f"A-100{n}", key=f"charge:A-100{n}")
     for _ in range(2):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 import uuid
 
-from checkpoints import views
+from checkpoints.dashboard import inbox as inbox_views
 from tests.browser.common import BROWSER, login, screenshot
 from tests.helpers import envelope, put_checkpoint
 from tests.views.conftest import make_stuck_run
@@ -42,7 +42,7 @@ def test_the_pager_goes_next_and_previous(browser, live_server, acme, rita, wend
                                           monkeypatch):
     from playwright.sync_api import expect
 
-    monkeypatch.setattr(views, "INBOX_PAGE", 5)
+    monkeypatch.setattr(inbox_views, "INBOX_PAGE", 5)
     for _ in range(11):
         put_checkpoint(wendy, acme, envelope(uuid.uuid4(), uuid.uuid4(), 0))
     context, page = login(browser, live_server, "rita")

@@ -19,9 +19,10 @@ from urllib.parse import parse_qsl, urlsplit
 import pytest
 from django.urls import URLPattern
 
-from checkpoints import services, views
+from checkpoints import services
 from checkpoints import urls as dashboard_urls
-from checkpoints.forms import AuditFilterForm, HistoryForm, InboxFilterForm
+from checkpoints.dashboard import inbox as inbox_views
+from checkpoints.dashboard.forms import AuditFilterForm, HistoryForm, InboxFilterForm
 from checkpoints.models import AuditEvent, BulkAction
 from checkpoints.reports import ReportRangeForm
 from tests.helpers import ambiguous_run
@@ -219,7 +220,7 @@ def test_every_link_and_form_of_the_pages_is_accepted(login, rita, wendy, acme, 
              "/t/acme/?state=ambiguous", "/t/acme/audit/?q=A&actor=rita",
              f"/t/acme/runs/{stuck.run_id}/"]
     seen: set[str] = set()
-    monkeypatch.setattr(views, "INBOX_PAGE", 1)  # pager links on a small world
+    monkeypatch.setattr(inbox_views, "INBOX_PAGE", 1)  # pager links on a small world
     queue = list(start)
     while queue:
         url = queue.pop()

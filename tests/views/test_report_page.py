@@ -182,7 +182,7 @@ def _section(body: str, figure: str) -> str:
 def test_every_series_is_drawn_in_its_words_one_colour(login, vic, wendy, acme):
     """The page's charts take their colours from ``reports.FILL`` alone: a word (here
     every word each chart can draw) has the same fill in every chart it appears in."""
-    from checkpoints.views import _report_range_context
+    from checkpoints.dashboard.reports import _report_range_context
     from checkpoints.vocab import ConflictReason, EffectState, ReconcileAnswer, ReconcileState
 
     ambiguous_run(wendy, acme)

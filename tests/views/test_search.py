@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from django.urls import reverse
 
-from checkpoints import selectors, services, views
+from checkpoints import selectors, services
+from checkpoints.dashboard import inbox as inbox_views
 from checkpoints.exceptions import InvalidPayload
 from checkpoints.models import AuditEvent, Run
 from tests.helpers import envelope, put_checkpoint
@@ -205,7 +206,7 @@ def test_the_pager_shows_where_the_page_sits_and_goes_both_ways(login, rita, wen
 
 def test_a_run_written_between_two_pages_is_listed_exactly_once(
         login, rita, wendy, acme, monkeypatch):
-    monkeypatch.setattr(views, "INBOX_PAGE", 3)
+    monkeypatch.setattr(inbox_views, "INBOX_PAGE", 3)
     made = _runs(wendy, acme, 8)
     client = login(rita)
     url = reverse("run_list", args=["acme"])
@@ -280,7 +281,7 @@ def test_a_search_costs_the_same_queries_whatever_the_number_of_runs(
         login, rita, wendy, acme, monkeypatch):
     from tests.conftest import bearer_client
 
-    monkeypatch.setattr(views, "INBOX_PAGE", 2)
+    monkeypatch.setattr(inbox_views, "INBOX_PAGE", 2)
     client, api = login(rita), bearer_client(rita)
     inbox, runs = reverse("run_list", args=["acme"]), "/api/v1/tenants/acme/runs"
 

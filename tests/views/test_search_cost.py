@@ -19,7 +19,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from checkpoints import selectors, views
+from checkpoints import selectors
+from checkpoints.dashboard import inbox as inbox_views
 from tests.conftest import bearer_client
 from tests.helpers import envelope, put_checkpoint
 from tests.views.test_search import Found
@@ -129,7 +130,7 @@ def test_filtered_counts_stop_at_the_cap_and_say_so(login, rita, wendy, acme, mo
 
 def test_a_page_position_past_the_cap_is_not_counted(login, rita, wendy, acme, monkeypatch):
     monkeypatch.setattr(selectors.inbox, "SEARCH_COUNT_CAP", 2)
-    monkeypatch.setattr(views, "INBOX_PAGE", 2)
+    monkeypatch.setattr(inbox_views, "INBOX_PAGE", 2)
     made = _runs(wendy, acme, 7)
     client, inbox = login(rita), reverse("run_list", args=["acme"])
     params = {"q": "bulk.sweep", "state": "all"}

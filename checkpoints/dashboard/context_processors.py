@@ -8,7 +8,7 @@ import logging
 from django.conf import settings
 from django.db import DatabaseError
 
-from . import heartbeat
+from .. import heartbeat
 
 log = logging.getLogger(__name__)
 

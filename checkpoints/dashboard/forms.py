@@ -16,11 +16,11 @@ from django import forms
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest, QueryDict
 
-from .exceptions import InvalidPayload
-from .models import BULK_MAX_RUNS, MAX_REVISION, RecoveryState
-from .querystring import single_values
-from .selectors import DEFAULT_RUN_SORT, RUN_SORTS, SEARCH_MAX, search_terms
-from .vocab import BulkActionKind
+from ..exceptions import InvalidPayload
+from ..models import BULK_MAX_RUNS, MAX_REVISION, RecoveryState
+from ..querystring import single_values
+from ..selectors import DEFAULT_RUN_SORT, RUN_SORTS, SEARCH_MAX, search_terms
+from ..vocab import BulkActionKind
 
 #: Inbox "age" filter choices: only runs whose last write is at least this many seconds old.
 AGE_CHOICES = [
@@ -91,7 +91,7 @@ class QueryForm(forms.Form):
     ``Form(request.GET)``: first the raw query string (``querystring.single_values``, the
     API's own check: a parameter the page does not take, one given more than once,
     percent-encoded bytes that are not UTF-8), then the fields. Either refusal is
-    ``InvalidPayload`` (400) naming the parameter, which ``views.domain_errors`` shows as
+    ``InvalidPayload`` (400) naming the parameter, which ``common.domain_errors`` shows as
     the dashboard's error page or fragment. A page taking no parameter uses ``NoQuery``."""
 
     @classmethod
@@ -196,7 +196,7 @@ class AuditFilterForm(QueryForm):
 
 
 class HistoryForm(QueryForm):
-    """History page query string (``views.checkpoint_history``, ``views.effect_history``):
+    """History page query string (``run.checkpoint_history``, ``run.effect_history``):
     ``before``, the revisions below this number (none: from the latest), newest first."""
 
     before = RevisionNumberField(required=False)
@@ -237,7 +237,7 @@ class RunIdsField(forms.Field):
 
 
 class BulkForm(ReasonForm):
-    """The inbox's bulk bar (issue 9, item 3; ``views.bulk_submit``): ``action`` (a
+    """The inbox's bulk bar (issue 9, item 3; ``bulk.bulk_submit``): ``action`` (a
     ``BulkActionKind``), ``reason``, ``client_token`` (the hidden UUID that makes a
     resubmission answer the first one's results), ``scope`` (``selected``: the ticked
     ``run`` boxes; ``matching``: every run ``filters`` selects, the inbox's query string

@@ -1,0 +1,238 @@
+"""What every dashboard view shares: the decorator stack (``dashboard``, ``tenant_page``,
+``require_GET``/``require_POST``), the mapping of domain errors to pages or fragments,
+the message in place for htmx, the POSTed reason and the context every page starts
+from (``_base_context``)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from functools import wraps
+
+from django.conf import settings
+from django.contrib.auth.decorators import login_required
+from django.contrib.auth.views import redirect_to_login
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.utils.cache import patch_vary_headers
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators import http
+from django_htmx.http import HttpResponseClientRedirect, reswap, retarget
+from django_htmx.middleware import HtmxDetails
+
+from .. import roles, selectors, vocab
+from ..exceptions import DomainError, InvalidPayload, ReasonRequired
+from ..models import Tenant
+from ..permissions import access_tenant, role_names, tenant_perms
+from .forms import ReasonForm, first_error
+
+AUDIT_CHANGED = "audit-changed"
+_SAFE_ID = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,80}\Z")
+
+
+#: What an htmx action says in place when the session it was loaded in is gone.
+SESSION_ENDED = "Your session has ended (logged out, or it expired): nothing was done. " \
+                "Log in again, then repeat the action."
+
+
+def _in_place(request: HttpRequest, message: str, status: int, *,
+              link: tuple[str, str] | None = None) -> HttpResponse:
+    """The short message fragment (``error.html#message``) swapped into the error slot of
+    the form that sent the htmx request (``#<form id>-error``; else the page's
+    ``#flash``), never a whole page into a section. ``link`` is ``(href, words)``."""
+    context = {"status": status, "message": message, "link": link}
+    response = render(request, "checkpoints/error.html#message", context, status=status)
+    trigger = request.htmx.trigger or ""
+    target = f"#{trigger}-error" if _SAFE_ID.match(trigger) else "#flash"
+    return reswap(retarget(response, target), "innerHTML")
+
+
+def htmx_login_redirect(view: Callable) -> Callable:
+    """An htmx request from an expired (or logged-out) session never gets the login page
+    swapped into a fragment (Django's ``login_required`` answers 302, which htmx would
+    follow):
+
+    - an action (POST): 403 with a short message in place (``SESSION_ENDED``) and a link
+      to log in and come back to the page; the reason typed into the form stays there
+      (issue 9: "a short message in place", not a redirect that loses it);
+    - a read (tabs polling, "load older"): ``HX-Redirect`` to the login page, which
+      reloads the whole page (nothing typed is lost).
+    """
+
+    @wraps(view)
+    def wrapper(request: HttpRequest, *args, **kwargs):
+        if request.htmx and not request.user.is_authenticated:
+            here = request.htmx.current_url_abs_path or request.get_full_path()
+            login = redirect_to_login(here, settings.LOGIN_URL).url
+            if request.method == "POST":
+                return _in_place(request, SESSION_ENDED, 403, link=(login, "Log in again"))
+            return HttpResponseClientRedirect(login)
+        return view(request, *args, **kwargs)
+
+    return wrapper
+
+
+
+def _referer(request: HttpRequest) -> str | None:
+    """The ``Referer`` as a "back" link, only when it points at this site (same host,
+    and https when the request is): a forged cross-site post carries the attacker's page,
+    or ``javascript:``, which an error page must never link to."""
+    url = request.META.get("HTTP_REFERER") or ""
+    if url and url_has_allowed_host_and_scheme(url, allowed_hosts={request.get_host()},
+                                               require_https=request.is_secure()):
+        return url
+    return None
+
+
+def domain_errors(view: Callable) -> Callable:
+    """Turn a ``DomainError`` into its status code with a readable message.
+
+    htmx: the ``checkpoints/error.html#message`` fragment, retargeted into the sending
+    form's error slot (``#<form id>-error``) or the page's ``#flash`` area. Otherwise the
+    full error page.
+    """
+
+    @wraps(view)
+    def wrapper(request: HttpRequest, *args, **kwargs):
+        try:
+            return view(request, *args, **kwargs)
+        except DomainError as exc:
+            if request.htmx:
+                return _in_place(request, _message(exc), exc.status)
+            context = {"status": exc.status, "error": exc.error,
+                       "message": _message(exc), "back": _referer(request)}
+            return render(request, "checkpoints/error.html", context, status=exc.status)
+
+    return wrapper
+
+
+def _message(exc: DomainError) -> str:
+    """One human sentence for an error; the detail names the field where there is one.
+
+    A 404 says the same for "no such object" and "not yours to know about" (CONTRACT.md 3).
+    """
+    if exc.status == 404:
+        return ("We could not find that. It may not exist, or it belongs to a tenant "
+                "where you have no role.")
+    if exc.detail:
+        return exc.detail
+    readable = {
+        "not_found": "Not found.",
+        "forbidden": "Your role does not allow this.",
+        "conflict": "Someone else changed this first; reload and try again.",
+    }
+    extra = ", ".join(f"{k}: {v}" for k, v in exc.extra.items())
+    return readable.get(exc.error, exc.error.replace("_", " ")) + (f" ({extra})" if extra else "")
+
+
+def vary_on_htmx(view: Callable) -> Callable:
+    """Add ``Vary: HX-Request``: the same URL answers a page or a fragment (an error page
+    or an error fragment, a redirect or a client redirect) depending on that header, so
+    a cache must not hand one to the other (django-htmx docs, "middleware")."""
+
+    @wraps(view)
+    def wrapper(request: HttpRequest, *args, **kwargs):
+        response = view(request, *args, **kwargs)
+        patch_vary_headers(response, ("HX-Request",))
+        return response
+
+    return wrapper
+
+
+def require_GET(view: Callable) -> Callable:  # noqa: N802 (Django's name)
+    """Django's ``require_GET`` whose 405 also says ``Vary: HX-Request``: it sits
+    outside ``@dashboard``, and every dashboard answer, errors included, says it."""
+    return vary_on_htmx(http.require_GET(view))
+
+
+def require_POST(view: Callable) -> Callable:  # noqa: N802 (Django's name)
+    """Django's ``require_POST`` whose 405 also says ``Vary: HX-Request`` (as
+    ``require_GET``)."""
+    return vary_on_htmx(http.require_POST(view))
+
+
+class _WholePage(HtmxDetails):
+    """``request.htmx`` of a history-restore request: false, so every view answers the
+    whole page (see ``whole_page_for_history``)."""
+
+    def __bool__(self) -> bool:
+        return False
+
+
+def whole_page_for_history(view: Callable) -> Callable:
+    """htmx 2 restores Back/Forward from its localStorage snapshot and, on a miss, asks
+    the URL again with ``HX-Request`` and ``HX-History-Restore-Request``, then puts the
+    answer in place of the whole ``<body>``: a fragment there would leave a bare fragment
+    without header or navigation. Such a request is answered as a plain one (the whole
+    page). ``base.html`` turns the snapshots off (``historyCacheSize: 0``) and reloads on
+    a miss (``refreshOnHistoryMiss``), so this is the second line (issue 9, item 4)."""
+
+    @wraps(view)
+    def wrapper(request: HttpRequest, *args, **kwargs):
+        if request.htmx and request.htmx.history_restore_request:
+            request.htmx = _WholePage(request)
+        return view(request, *args, **kwargs)
+
+    return wrapper
+
+
+def dashboard(view: Callable) -> Callable:
+    """The stack every dashboard view wears: ``Vary: HX-Request``, whole pages for htmx
+    history restores, htmx-aware login, then domain error mapping."""
+    return vary_on_htmx(whole_page_for_history(
+        htmx_login_redirect(login_required(domain_errors(view)))))
+
+
+
+def tenant_page(right: str = roles.VIEW) -> Callable:
+    """The base of every tenant page and action: resolves the tenant from the URL's
+    ``slug`` and the caller's grants once (``permissions.access_tenant``: no role -> 404,
+    role lacks ``right`` -> 403) and hands the view the ``Tenant`` instead of the slug, so
+    a view never sees an unresolved slug. Everything it reads then starts from that
+    tenant (``selectors``/``services`` take it; ``Model.objects.for_tenant(tenant)``,
+    docs/tenancy.md). Wear it under ``@dashboard`` (which maps the 404/403)."""
+
+    def decorate(view: Callable) -> Callable:
+        @wraps(view)
+        def wrapper(request: HttpRequest, *args, slug: str, **kwargs):
+            tenant = access_tenant(request.user, slug, right)
+            return view(request, *args, tenant=tenant, **kwargs)
+
+        return wrapper
+
+    return decorate
+
+
+def _reason(request: HttpRequest) -> str:
+    """The POSTed ``reason``; raises ``ReasonRequired``/``InvalidPayload`` (400)."""
+    form = ReasonForm(request.POST)
+    if not form.is_valid():
+        raise ReasonRequired(first_error(form))
+    return form.cleaned_data["reason"]
+
+
+def _base_context(request: HttpRequest, tenant: Tenant | None, section: str) -> dict:
+    perms = tenant_perms(request.user, tenant) if tenant else set()
+    return {
+        "tenant": tenant,
+        "tenants": list(selectors.tenants_for_user(request.user)),
+        "section": section,
+        "perms": perms,
+        "roles": role_names(request.user, tenant) if tenant else [],
+        "can_reveal": roles.REVEAL in perms,
+        "can_review": roles.REVIEW in perms,
+        "can_approve": roles.APPROVE in perms,
+        # The vocabulary for templates ({% if r.state == vocab.ReconcileState.QUEUED %}):
+        # a template compares against the enums, never a literal state.
+        "vocab": vocab,
+    }
+
+
+
+def _require_valid(form) -> None:
+    """Raise the domain error for a bound form's first invalid field: ``ReasonRequired``
+    when it is the reason, else ``InvalidPayload`` (both 400, naming the field)."""
+    if not form.is_valid():
+        error = first_error(form)
+        raise (ReasonRequired if error.startswith("reason") else InvalidPayload)(error)
+
