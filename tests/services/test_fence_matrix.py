@@ -47,6 +47,7 @@ from tests.helpers import age_world, effect_body, envelope, put_checkpoint, put_
 from tests.matrixhelpers import (
     db_diff,
     db_state,
+    interop_modules,
     public_functions_reaching,
     service_modules,
 )
@@ -91,7 +92,7 @@ WRITE_PATHS = {
 
 
 def _run_writers() -> set[str]:
-    return public_functions_reaching((*service_modules(), reconciliation),
+    return public_functions_reaching((*service_modules(), *interop_modules(), reconciliation),
                                      {"_lock_run", "_get_run"})
 
 
