@@ -368,7 +368,7 @@ def test_imported_runs_get_their_recovery_states(acme, wendy):
     assert failed.state == EffectState.FAILED and failed.receipt["retry_safety"] == "Safe"
     # A completed output that is not an object is kept wrapped, and written back as it was.
     assert effects["0193a7c3-2f33-7041-acbd-3e4f5a6b7c8d"].receipt == {"runifold_output": "low"}
-    # Service, key, class and fingerprint (module doc of services.runifold).
+    # Service, key, class and fingerprint (module doc of interop.runifold).
     assert (done.service, done.operation_key, done.effect_class) == (
         "tool:0190c2d1-44aa-7b10-8e21-6a7b8c9d0e1f",
         f"{B_ID}:agent:refund-assistant:turn:1:call:0", EffectClass.NON_IDEMPOTENT)

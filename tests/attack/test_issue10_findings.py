@@ -56,7 +56,7 @@ def _export(tenant, **kw) -> list[str]:
 
 
 # --------------------------------------------------------------------------------------
-# 1. LangGraph API (checkpoints/services/langgraph.py, checkpoints/api/)
+# 1. LangGraph API (checkpoints/interop/langgraph/, checkpoints/api/)
 # --------------------------------------------------------------------------------------
 
 @pytest.mark.django_db
@@ -160,7 +160,7 @@ def test_a_list_limit_that_is_not_a_plain_integer_is_400(wendy, limit):
 
 
 # --------------------------------------------------------------------------------------
-# 2. runifold import / export (checkpoints/services/runifold.py)
+# 2. runifold import / export (checkpoints/interop/runifold/)
 # --------------------------------------------------------------------------------------
 
 @pytest.mark.django_db
