@@ -7,7 +7,7 @@ started tool calls) on the configured database.
 On PostgreSQL (``--pg-url``, the default) it uses its own database (``--db``, dropped and
 created; the name must contain "bench"); with ``--sqlite`` the embedded default in a
 temporary directory. It times the service calls the commands make
-(``services.runifold_import`` over ``jsonl_lines`` of a file, ``services.runifold_export``
+(``runifold.runifold_import`` over ``jsonl_lines`` of a file, ``runifold.runifold_export``
 into a file), a second import of the same file (every line skipped), and prints lines
 per second and the process's peak resident size; ``--tracemalloc`` adds the peak of
 Python's own allocations per step (it makes the import about 3.5 times slower, so its
@@ -73,7 +73,7 @@ def run(args, tmp: Path, where: str) -> None:
     django.setup()
     call_command("migrate", verbosity=0)
     from checkpoints import services
-    from checkpoints.services.runifold import jsonl_lines
+    from checkpoints.interop import runifold
     from tests import runifold_synth
 
     tenant = services.tenant_create(slug="bench", name="bench")
@@ -97,14 +97,15 @@ def run(args, tmp: Path, where: str) -> None:
 
     def do_import() -> int:
         with open(source, "rb") as f:
-            report = services.runifold_import(actor=None, tenant=tenant, lines=jsonl_lines(f),
+            report = runifold.runifold_import(actor=None, tenant=tenant,
+                                              lines=runifold.jsonl_lines(f),
                                               batch_size=args.batch_size)
         assert report.failed == 0, report
         return report.lines
 
     def do_export() -> int:
         with open(exported, "wb") as f:
-            report = services.runifold_export(
+            report = runifold.runifold_export(
                 actor=None, tenant=tenant, write=lambda line: f.write(line.encode() + b"\n"))
         return report.checkpoint_lines + report.effect_lines
 

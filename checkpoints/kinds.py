@@ -358,7 +358,7 @@ register("acme.order", 1, VersionSpec(_acme_validate, _acme_phase, _acme_identit
 # --- langgraph.checkpoint v1 (issue 10, docs/langgraph.md) --------------------------------
 #
 # The envelope of one LangGraph (thread, namespace): a summary of the namespace's head
-# written by ``services.langgraph`` (never channel values: labels are shown to viewers).
+# written by ``interop.langgraph`` (never channel values: labels are shown to viewers).
 
 LANGGRAPH_KIND = "langgraph.checkpoint"
 #: Longest node list a phase label spells out; the rest is "+N more".

@@ -119,7 +119,7 @@ class EffectSource(TextChoices):
     """Who moves an effect (``EffectRevision.source``; the "by" of CONTRACT.md's effect
     table). ``retry`` is the consumed approval re-planning an effect; its revision row
     says ``runtime`` (the runtime's resume did it). ``import`` is a record read from a
-    runifold file (``services.runifold``, issue 10)."""
+    runifold file (``interop.runifold``, issue 10)."""
 
     RUNTIME = "runtime"
     RECONCILIATION = "reconciliation"

@@ -7,6 +7,7 @@ import time
 import uuid
 
 from checkpoints import services
+from checkpoints.interop import langgraph
 
 FP = hashlib.sha256(b"charge A-1042 2599").hexdigest()
 
@@ -181,10 +182,10 @@ def lg_writes(thread_id: str, checkpoint_id: str, task_id: str, writes, *, ns: s
 
 def graph_put(writer, tenant, body: dict, token=None):
     """Store a LangGraph checkpoint through the service; returns its answer dict."""
-    return services.graph_put(actor=writer, tenant=tenant, put=services.parse_put(body),
-                              fencing_token=token)[0]
+    return langgraph.graph_put(actor=writer, tenant=tenant, put=langgraph.parse_put(body),
+                               fencing_token=token)[0]
 
 
 def graph_writes(writer, tenant, body: dict, token=None) -> int:
-    return services.graph_put_writes(actor=writer, tenant=tenant,
-                                     body=services.parse_writes(body), fencing_token=token)
+    return langgraph.graph_put_writes(actor=writer, tenant=tenant,
+                                      body=langgraph.parse_writes(body), fencing_token=token)

@@ -54,6 +54,18 @@ def service_modules() -> list:
     return [importlib.import_module(f"checkpoints.services.{name}") for name in services.MODULES]
 
 
+def interop_modules() -> list:
+    """The modules of the ``checkpoints.interop`` packages (``interop.MODULES``: the
+    LangGraph threads and the runifold files, a layer above the services), which the
+    matrices read with ``service_modules()``: their operations are audited, lock runs and
+    take a tenant like the services'."""
+    import importlib
+
+    from checkpoints import interop
+
+    return [importlib.import_module(f"checkpoints.interop.{name}") for name in interop.MODULES]
+
+
 def public_functions_reaching(modules, roots: set[str], *, attributes: bool = False) -> set[str]:
     """Names of the public top-level functions of ``modules`` that reach one of ``roots``
     (function names) through calls to module functions, transitively; ``roots`` that are

@@ -89,7 +89,7 @@ SAMPLES = {
     A.RECONCILE_MOVED_ON: ("system", T.EFFECT, EFFECT, None, {"request": 4, "state": "failed"},
                            ""),
     A.AUDIT_EXPORT_HEAD: ("adam", T.TENANT, "acme", None, {"key_id": "k1"}, ""),
-    # LangGraph threads (issue 10): services.langgraph's audit_record calls.
+    # LangGraph threads (issue 10): interop.langgraph's audit_record calls.
     A.LANGGRAPH_WRITES: ("wendy", T.CHECKPOINT, CP, None,
                          {"checkpoint_id": "1ef0a", "task_id": "t9", "stored": 2}, ""),
     A.LANGGRAPH_THREAD_DELETE: ("wendy", T.RUN, RUN, None,

@@ -1,5 +1,5 @@
 """runifold in and out (issue 10, item 4): ``import_runifold`` / ``export_runifold`` and
-``services.runifold`` against the fixtures in ``tests/fixtures/runifold/`` (written by us
+``interop.runifold`` against the fixtures in ``tests/fixtures/runifold/`` (written by us
 from RUNIFOLD.md 1-4; ids and values invented): every supported kind, version and phase,
 every effect status, a history file, and a file of bad lines (one per rule).
 
@@ -25,6 +25,8 @@ from django.db import connection
 
 from checkpoints import services
 from checkpoints.exceptions import Forbidden, NotFound
+from checkpoints.interop import runifold
+from checkpoints.interop.runifold import jsonl_lines
 from checkpoints.models import (
     AuditEvent,
     Checkpoint,
@@ -33,8 +35,6 @@ from checkpoints.models import (
     EffectRevision,
     Run,
 )
-from checkpoints.services import runifold
-from checkpoints.services.runifold import jsonl_lines
 from checkpoints.services.runs import run_facts, run_facts_many
 from checkpoints.vocab import AuditAction, EffectClass, EffectState, PhaseClass, RecoveryState
 from tests import runifold_synth
@@ -95,7 +95,7 @@ def import_fixtures(tenant="acme", files=FILES) -> None:
 
 def service_import(tenant, data: bytes, **kw):
     errors = []
-    report = services.runifold_import(actor=None, tenant=tenant,
+    report = runifold.runifold_import(actor=None, tenant=tenant,
                                       lines=jsonl_lines(io.BytesIO(data)),
                                       on_error=lambda n, d: errors.append((n, d)), **kw)
     return report, errors
@@ -368,7 +368,7 @@ def test_imported_runs_get_their_recovery_states(acme, wendy):
     assert failed.state == EffectState.FAILED and failed.receipt["retry_safety"] == "Safe"
     # A completed output that is not an object is kept wrapped, and written back as it was.
     assert effects["0193a7c3-2f33-7041-acbd-3e4f5a6b7c8d"].receipt == {"runifold_output": "low"}
-    # Service, key, class and fingerprint (module doc of services.runifold).
+    # Service, key, class and fingerprint (module doc of interop.runifold).
     assert (done.service, done.operation_key, done.effect_class) == (
         "tool:0190c2d1-44aa-7b10-8e21-6a7b8c9d0e1f",
         f"{B_ID}:agent:refund-assistant:turn:1:call:0", EffectClass.NON_IDEMPOTENT)
@@ -481,17 +481,17 @@ def test_rights_come_from_the_tenant_role(acme, globex, wendy, vic, rita, wes):
     data = (FIXTURES / "agent.v1.jsonl").read_bytes()
     for actor, error in ((vic, Forbidden), (wes, NotFound)):
         with pytest.raises(error):
-            services.runifold_import(actor=actor, tenant=acme, lines=jsonl_lines(
+            runifold.runifold_import(actor=actor, tenant=acme, lines=jsonl_lines(
                 io.BytesIO(data)))
         with pytest.raises(error):
-            services.runifold_export(actor=actor, tenant=acme, write=print)
-    report = services.runifold_import(actor=wendy, tenant=acme,
+            runifold.runifold_export(actor=actor, tenant=acme, write=print)
+    report = runifold.runifold_import(actor=wendy, tenant=acme,
                                       lines=jsonl_lines(io.BytesIO(data)))
     assert report.imported == 3
     assert set(Checkpoint.objects.filter(tenant=acme).values_list("written_by", flat=True)) \
         == {wendy.pk}
     lines = []
-    services.runifold_export(actor=rita, tenant=acme, write=lines.append)
+    runifold.runifold_export(actor=rita, tenant=acme, write=lines.append)
     assert len(lines) == 3
     assert not Checkpoint.objects.filter(tenant=globex).exists()
 
@@ -526,7 +526,7 @@ def test_a_batch_the_database_refuses_is_written_again_line_by_line(acme, monkey
     service_import(acme, json.dumps(taken).encode())
     twin = json.loads(json.dumps(taken))
     twin["request"]["effect_id"] = "0193a4f2-8b13-7c02-95e6-3f708192ffff"
-    monkeypatch.setattr(runifold, "_stored_keys", lambda tenant, lines: {})
+    monkeypatch.setattr(runifold.imports, "_stored_keys", lambda tenant, lines: {})
     data = "\n".join(json.dumps(r) for r in (effects[0], twin, effects[1])).encode()
     report, errors = service_import(acme, data)
     assert (report.imported, report.failed) == (2, 1)
@@ -581,7 +581,7 @@ def test_nothing_leaves_an_export_whose_audit_event_failed(acme, monkeypatch):
     monkeypatch.setattr(audit, "new_event", down)
     written = []
     with pytest.raises(RuntimeError):
-        services.runifold_export(actor=None, tenant=acme, write=written.append)
+        runifold.runifold_export(actor=None, tenant=acme, write=written.append)
     assert written == []
 
 
@@ -612,7 +612,7 @@ def test_an_effect_planned_again_is_exported_as_runifolds_started_record(
     eid = _replan_after_an_approved_retry(acme, wendy, rita, april)
     assert Effect.objects.get(tenant=acme, uuid=eid).revision == 3
     lines = []
-    services.runifold_export(actor=None, tenant=acme, write=lines.append, history=history)
+    runifold.runifold_export(actor=None, tenant=acme, write=lines.append, history=history)
     mine = [json.loads(x) for x in lines if f'"effect_id":"{eid}"' in x]
     assert mine[-1]["revision"] == 3 and mine[-1]["status"] == {"state": "started"}
     # Same tenant: every line is already there. Another tenant: every line is written,
@@ -668,7 +668,7 @@ def test_status_out_renders_every_state_of_ours_as_a_runifold_status():
     # A reconciler's answer is not a RunError: it is carried inside one.
     rendered = runifold.status_out(EffectState.FAILED, {"status": "declined"}, 2)
     assert rendered["error"]["metadata"] == {"receipt": {"status": "declined"}}
-    assert runifold._run_error(rendered["error"]) == ""
+    assert runifold.lines._run_error(rendered["error"]) == ""
 
 
 # --------------------------------------------------------------------------------------
@@ -701,7 +701,7 @@ def test_a_100000_line_import_runs_in_bounded_memory(acme, tmp_path):
         (first if done <= size // 5 else rest).append(_rss())
 
     with open(path, "rb") as f:
-        report = services.runifold_import(actor=None, tenant=acme, lines=jsonl_lines(f),
+        report = runifold.runifold_import(actor=None, tenant=acme, lines=jsonl_lines(f),
                                           on_progress=progress)
     assert (report.lines, report.imported, report.failed) == (100_000, 100_000, 0)
     assert Effect.objects.filter(tenant=acme).count() == 50_000
@@ -722,7 +722,7 @@ def test_two_imports_of_one_file_at_once_write_it_once(acme):
     data = b"".join(runifold_synth.lines(2000, seed=7))
 
     def go(i):
-        return services.runifold_import(actor=None, tenant=acme,
+        return runifold.runifold_import(actor=None, tenant=acme,
                                         lines=jsonl_lines(io.BytesIO(data)), batch_size=250)
 
     a, b = race(2, go)

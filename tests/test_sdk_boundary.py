@@ -61,7 +61,7 @@ def test_the_walk_sees_the_servers_imports():
     assert {"checkpoints/selectors/search.py", "recovery/settings.py"} <= paths
     assert not any(p.startswith("checkpoints/demo/") for p in paths)
     users = {p.relative_to(ROOT).as_posix() for p in server_modules() if sdk_imports(p)}
-    assert {"checkpoints/selectors/search.py", "checkpoints/services/langgraph.py"} <= users
+    assert {"checkpoints/selectors/search.py", "checkpoints/interop/langgraph/parse.py"} <= users
     worker = sdk_imports(ROOT / "checkpoints/demo/worker.py")
     assert any(name.startswith("recovery_client.client.") for _, name in worker)
 

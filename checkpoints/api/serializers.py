@@ -765,7 +765,7 @@ class GraphPutInputSerializer(serializers.Serializer):
         required=False, help_text='the graph\'s static breakpoints: null, "*" or node names')
 
 
-# Rendered from ``services.graph_put``'s answer.
+# Rendered from ``langgraph.graph_put``'s answer.
 class GraphPutSerializer(Answer):
     """A stored LangGraph checkpoint: its run and the envelope revision its put wrote."""
 

@@ -56,6 +56,7 @@ from ..exceptions import (
     ReasonRequired,
     UnsupportedMediaType,
 )
+from ..interop import langgraph
 from ..jsonparse import loads_object, text_problem
 from ..models import MAX_REVISION, Tenant
 from ..permissions import access_tenant, receipts_in_answers, require, tenant_perms
@@ -972,14 +973,14 @@ class LangGraphCheckpointsApi(TenantApi):
     def _list_args(self) -> dict:
         """The checked query parameters as ``graph_list`` takes them (400 naming one)."""
         q = self.query
-        lg = services.langgraph
+        lg = langgraph
         return dict(
             thread_id=None if q["thread_id"] is None else lg.check_thread_id(q["thread_id"]),
             checkpoint_ns=None if q["checkpoint_ns"] is None else lg.check_ns(q["checkpoint_ns"]),
             checkpoint_id=(None if q["checkpoint_id"] is None
                            else lg.check_checkpoint_id(q["checkpoint_id"])),
             before=None if q["before"] is None else lg.check_checkpoint_id(q["before"], "before"),
-            limit=q["limit"], metadata_filter=services.parse_filter(q["filter"]))
+            limit=q["limit"], metadata_filter=langgraph.parse_filter(q["filter"]))
 
     @extend_schema(
         operation_id="langgraph_checkpoint_list",
@@ -990,7 +991,7 @@ class LangGraphCheckpointsApi(TenantApi):
     )
     def get(self, request, tenant):
         t = self.tenant(request, tenant, roles.WRITE)
-        results, next_before = services.graph_list(actor=request.user, tenant=t,
+        results, next_before = langgraph.graph_list(actor=request.user, tenant=t,
                                                    **self._list_args())
         return Response(s.GraphPageSerializer.render({"results": results,
                                                       "next_before": next_before}))
@@ -1018,8 +1019,8 @@ class LangGraphCheckpointsApi(TenantApi):
     def post(self, request, tenant):
         t = self.tenant(request, tenant, roles.WRITE)
         token = parse_fencing_token(request)
-        put = services.parse_put(read_object(request))
-        answer, created = services.graph_put(actor=request.user, tenant=t, put=put,
+        put = langgraph.parse_put(read_object(request))
+        answer, created = langgraph.graph_put(actor=request.user, tenant=t, put=put,
                                              fencing_token=token)
         return Response(s.GraphPutSerializer.render(answer),
                         status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
@@ -1064,8 +1065,8 @@ class LangGraphWritesApi(TenantApi):
     def post(self, request, tenant):
         t = self.tenant(request, tenant, roles.WRITE)
         token = parse_fencing_token(request)
-        body = services.parse_writes(read_object(request))
-        stored = services.graph_put_writes(actor=request.user, tenant=t, body=body,
+        body = langgraph.parse_writes(read_object(request))
+        stored = langgraph.graph_put_writes(actor=request.user, tenant=t, body=body,
                                            fencing_token=token)
         return Response(s.StoredSerializer.render({"stored": stored}))
 
@@ -1078,8 +1079,8 @@ class LangGraphThreadDeleteApi(_LangGraphThreadsApi):
                    "effects stay", s.ThreadInputSerializer, s.DeletedSerializer)
     def post(self, request, tenant):
         t, body = self.writer_body(request, tenant)
-        thread_id = services.langgraph.check_thread_id(body.get("thread_id"))
-        deleted = services.graph_thread_delete(actor=request.user, tenant=t,
+        thread_id = langgraph.check_thread_id(body.get("thread_id"))
+        deleted = langgraph.graph_thread_delete(actor=request.user, tenant=t,
                                                thread_id=thread_id)
         return Response(s.DeletedSerializer.render({"deleted": deleted}))
 
@@ -1093,10 +1094,10 @@ class LangGraphThreadCopyApi(_LangGraphThreadsApi):
                    more={412: THREAD_CONFLICT})
     def post(self, request, tenant):
         t, body = self.writer_body(request, tenant)
-        check = services.langgraph.check_thread_id
+        check = langgraph.check_thread_id
         source = check(body.get("source_thread_id"), "source_thread_id")
         target = check(body.get("target_thread_id"), "target_thread_id")
-        copied = services.graph_thread_copy(actor=request.user, tenant=t,
+        copied = langgraph.graph_thread_copy(actor=request.user, tenant=t,
                                             source_thread_id=source, target_thread_id=target)
         return Response(s.CopiedSerializer.render({"copied": copied}))
 
@@ -1109,11 +1110,11 @@ class LangGraphThreadPruneApi(_LangGraphThreadsApi):
                    "them (prune)", s.ThreadPruneInputSerializer, s.DeletedSerializer)
     def post(self, request, tenant):
         t, body = self.writer_body(request, tenant)
-        threads = _thread_list(body, "thread_ids", 1000, services.langgraph.check_thread_id)
+        threads = _thread_list(body, "thread_ids", 1000, langgraph.check_thread_id)
         strategy = body.get("strategy")
-        if strategy not in services.langgraph.PRUNE_STRATEGIES:
+        if strategy not in langgraph.PRUNE_STRATEGIES:
             raise InvalidPayload("strategy: must be keep_latest or delete")
-        deleted = services.graph_threads_prune(actor=request.user, tenant=t,
+        deleted = langgraph.graph_threads_prune(actor=request.user, tenant=t,
                                                thread_ids=threads, strategy=strategy)
         return Response(s.DeletedSerializer.render({"deleted": deleted}))
 
@@ -1126,6 +1127,6 @@ class LangGraphRunsDeleteApi(_LangGraphThreadsApi):
                    s.RunsDeleteInputSerializer, s.DeletedSerializer)
     def post(self, request, tenant):
         t, body = self.writer_body(request, tenant)
-        run_ids = _thread_list(body, "run_ids", 1000, services.langgraph.check_lg_run_id)
-        deleted = services.graph_runs_delete(actor=request.user, tenant=t, run_ids=run_ids)
+        run_ids = _thread_list(body, "run_ids", 1000, langgraph.check_lg_run_id)
+        deleted = langgraph.graph_runs_delete(actor=request.user, tenant=t, run_ids=run_ids)
         return Response(s.DeletedSerializer.render({"deleted": deleted}))

@@ -4,11 +4,11 @@ A package by entity, so each write is found by name: ``accounts`` (tenants, acco
 roles, tokens, reconciler settings), ``runs`` (the run lock, fencing, recovery state,
 conflicts, leases, resume decisions), ``checkpoints`` (the compare-and-swap write,
 reveals, exports), ``effects``, ``review`` (retry, mark unknown, close, acknowledge),
-``sweep``, ``keys`` (key rotation), ``bulk`` (one review action on many runs),
-``langgraph`` (LangGraph threads: checkpoints, pending writes, deletions; issue 10),
-``runifold`` (runifold JSON Lines in and out, issue 10) and
+``sweep``, ``keys`` (key rotation), ``bulk`` (one review action on many runs) and
 ``common`` (what they share). Everything public is
-re-exported here: callers write ``services.checkpoint_put(...)``.
+re-exported here: callers write ``services.checkpoint_put(...)``. The LangGraph threads
+and the runifold files are a layer above, built on these: ``checkpoints.interop``
+(services never import it).
 
 Services never import ``checkpoints.tasks``: Celery work is sent by task name
 (``reconciliation``), so the import graph has no cycle.
@@ -66,20 +66,6 @@ from .checkpoints import (
 from .common import HEX64_RE, SYSTEM, U32_MAX, _actor_name, _require_reason, _with_bulk
 from .effects import EffectBody, _effect_transition, effect_put, parse_effect
 from .keys import payloads_rotate_keys
-from .langgraph import (
-    GraphPut,
-    GraphWrites,
-    graph_list,
-    graph_put,
-    graph_put_writes,
-    graph_runs_delete,
-    graph_thread_copy,
-    graph_thread_delete,
-    graph_threads_prune,
-    parse_filter,
-    parse_put,
-    parse_writes,
-)
 from .review import (
     _get_run,
     conflicts_acknowledge,
@@ -91,7 +77,6 @@ from .review import (
     retry_withdraw,
     run_close,
 )
-from .runifold import runifold_export, runifold_import
 from .runs import (
     _lock_run,
     lease_acquire,
@@ -106,4 +91,4 @@ from .sweep import sweep_stale_runs
 # The submodules, for tests that read the services' source (the audit, fence and race
 # matrices).
 MODULES = ("common", "accounts", "runs", "checkpoints", "effects", "review", "sweep", "keys",
-           "bulk", "langgraph", "runifold")
+           "bulk")

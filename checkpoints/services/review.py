@@ -285,7 +285,7 @@ def close_locked(run: Run, now, *, closed_by, reason: str) -> tuple[int, int]:
     closed run, then its recovery state recomputed. ``now`` is the database time read
     with the run; ``closed_by`` a user or ``None`` (closed by the system, e.g. a
     LangGraph thread deletion, issue 10). Returns ``(expired, cancelled)``. The one
-    rule of closing: ``run_close`` and ``services.langgraph`` call it."""
+    rule of closing: ``run_close`` and ``interop.langgraph`` call it."""
     from ..models import ReconcileRequest
 
     expired = RetryRequest.objects.for_tenant(run.tenant_id).filter(

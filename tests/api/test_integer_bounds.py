@@ -46,8 +46,9 @@ from django.db import connection, transaction
 
 from checkpoints import services
 from checkpoints.api import serializers as s
+from checkpoints.interop import runifold
+from checkpoints.interop.runifold import jsonl_lines
 from checkpoints.models import Checkpoint, Effect, Run, Tenant
-from checkpoints.services.runifold import jsonl_lines
 from tests.helpers import effect_body, envelope, lg_put, lg_writes
 from tests.matrixhelpers import SKIPPED_MODELS
 from tests.openapi_check import served_schema
@@ -393,7 +394,7 @@ FIXTURES = Path(__file__).parent.parent / "fixtures" / "runifold"
 
 
 def runifold_line(which: str, field: str) -> Callable:
-    """One import line with ``field`` = v through ``services.runifold_import``: 201 when
+    """One import line with ``field`` = v through ``runifold.runifold_import``: 201 when
     imported, 400 with the line's error otherwise."""
     def send(w: World, v: int) -> Outcome:
         if which == "checkpoint":
@@ -408,7 +409,7 @@ def runifold_line(which: str, field: str) -> Callable:
         line[field] = v
         errors: list = []
         w.sending()
-        report = services.runifold_import(
+        report = runifold.runifold_import(
             actor=None, tenant=w.tenant, lines=jsonl_lines(io.BytesIO(json.dumps(line).encode())),
             on_error=lambda n, d: errors.append(d))
         if report.imported == 1:

@@ -15,6 +15,8 @@ import pytest
 
 from checkpoints import services
 from checkpoints.exceptions import AlreadyDone
+from checkpoints.interop import langgraph, runifold
+from checkpoints.interop.runifold import jsonl_lines
 from checkpoints.models import (
     AuditEvent,
     Conflict,
@@ -23,7 +25,6 @@ from checkpoints.models import (
     RetryRequest,
     Run,
 )
-from checkpoints.services.runifold import jsonl_lines
 from recovery_client.client import CheckpointError, HttpCheckpointStore
 from recovery_client.protocol import thread_run_id
 from tests.conftest import bearer_client
@@ -50,12 +51,12 @@ def _client(user):
 
 def _export(tenant, **kw) -> list[str]:
     lines: list[str] = []
-    services.runifold_export(actor=None, tenant=tenant, write=lines.append, **kw)
+    runifold.runifold_export(actor=None, tenant=tenant, write=lines.append, **kw)
     return lines
 
 
 # --------------------------------------------------------------------------------------
-# 1. LangGraph API (checkpoints/services/langgraph.py, checkpoints/api/)
+# 1. LangGraph API (checkpoints/interop/langgraph/, checkpoints/api/)
 # --------------------------------------------------------------------------------------
 
 @pytest.mark.django_db
@@ -110,7 +111,7 @@ def test_deleting_a_thread_does_not_leave_an_approvable_retry_on_the_closed_run(
         services.effect_mark_unknown(actor=rita, tenant=acme, effect_id=fx["id"], reason="?")
         retry = services.retry_request(actor=rita, tenant=acme, run_id=run_id, reason="died")
     before = Run.objects.get(uuid=run_id).recovery_state
-    services.graph_thread_delete(actor=wendy, tenant=acme, thread_id="t-1")
+    langgraph.graph_thread_delete(actor=wendy, tenant=acme, thread_id="t-1")
     run = Run.objects.get(uuid=run_id)
     assert run.closed_at is None and run.latest_checkpoint is None
     assert run.recovery_state == before == ("awaiting_approval" if mark_unknown
@@ -133,7 +134,7 @@ def test_a_thread_deletion_closes_as_a_reviewer_close_does(acme, wendy, rita):
     stale = _client(wendy).post(LG + "checkpoints", data=json.dumps(lg_put("t-1", "01")),
                                 content_type="application/json")
     assert stale.status_code == 412 and Conflict.objects.count() == 1
-    services.graph_thread_delete(actor=wendy, tenant=acme, thread_id="t-1")
+    langgraph.graph_thread_delete(actor=wendy, tenant=acme, thread_id="t-1")
     run = Run.objects.get(uuid=run_id)
     assert (run.recovery_state, run.closed_reason, run.phase_class) == (
         "closed", "thread deleted", "")
@@ -159,7 +160,7 @@ def test_a_list_limit_that_is_not_a_plain_integer_is_400(wendy, limit):
 
 
 # --------------------------------------------------------------------------------------
-# 2. runifold import / export (checkpoints/services/runifold.py)
+# 2. runifold import / export (checkpoints/interop/runifold/)
 # --------------------------------------------------------------------------------------
 
 @pytest.mark.django_db

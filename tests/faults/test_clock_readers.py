@@ -27,8 +27,9 @@ from django.db import connection
 from django.utils import timezone
 
 from checkpoints import reports, selectors, services
+from checkpoints.interop import runifold
+from checkpoints.interop.runifold import jsonl_lines
 from checkpoints.models import BulkAction, Effect, Run
-from checkpoints.services.runifold import jsonl_lines
 from tests import runifold_synth
 from tests.helpers import envelope, put_checkpoint
 
@@ -84,7 +85,7 @@ def test_a_bulk_action_finishes_on_the_database_clock(acme, wendy, rita, skewed)
 
 def test_a_runifold_import_writes_on_the_database_clock(acme, skewed):
     data = b"".join(runifold_synth.lines(8))
-    report = services.runifold_import(actor=None, tenant=acme,
+    report = runifold.runifold_import(actor=None, tenant=acme,
                                       lines=jsonl_lines(io.BytesIO(data)))
     assert report.imported > 0
     runs = list(Run.objects.filter(tenant=acme))

@@ -54,6 +54,8 @@ from rest_framework.test import APIClient
 from checkpoints import audit, reconciliation, reports, roles, selectors, services
 from checkpoints import urls as dashboard_urls
 from checkpoints.exceptions import DomainError, NotFound
+from checkpoints.interop import langgraph, runifold
+from checkpoints.interop.runifold import jsonl_lines
 from checkpoints.models import (
     AuditEvent,
     CheckpointRevision,
@@ -65,9 +67,8 @@ from checkpoints.models import (
     RunTransition,
     Tenant,
 )
-from checkpoints.services.runifold import jsonl_lines
 from tests.helpers import effect_body, envelope, lg_put, lg_writes
-from tests.matrixhelpers import service_modules
+from tests.matrixhelpers import interop_modules, service_modules
 from tests.twinworld import (
     HOME,
     LG_IDS,
@@ -796,7 +797,7 @@ def _runifold_export(w: World, slug: str, acting: str) -> list[str]:
     twin's marker (the two tenants holding the same runifold file:
     tests/test_runifold_io.py::test_the_same_file_into_two_tenants_is_two_sets_of_objects)."""
     lines: list[str] = []
-    services.runifold_export(actor=_as(w, acting, "reviewer"), tenant=w.tenant(slug),
+    runifold.runifold_export(actor=_as(w, acting, "reviewer"), tenant=w.tenant(slug),
                              write=lines.append)
     return lines
 
@@ -877,29 +878,29 @@ SERVICES: dict[str, list[ServiceCell]] = {
         run_ids=[IDS["r_stuck"], EXTRA["r_more"]], client_token=IDS["new_cp"]))],
     # A runifold file naming the shared ids: the checkpoint and effect land in this
     # tenant's run (or are refused there), never in the twin's.
-    "runifold_import": [ServiceCell(lambda w, s, a: services.runifold_import(
+    "runifold_import": [ServiceCell(lambda w, s, a: runifold.runifold_import(
         actor=_as(w, a, "writer"), tenant=w.tenant(s), lines=jsonl_lines(io.BytesIO(
             _runifold_lines()))))],
     "runifold_export": [ServiceCell(lambda w, s, a: _runifold_export(w, s, a))],
 }
-_LG_PUT = lambda: services.parse_put(lg_put(LG_THREAD, LG_IDS[2], parent=LG_IDS[1]))  # noqa: E731
-_LG_WRITES = lambda: services.parse_writes(  # noqa: E731
+_LG_PUT = lambda: langgraph.parse_put(lg_put(LG_THREAD, LG_IDS[2], parent=LG_IDS[1]))  # noqa: E731
+_LG_WRITES = lambda: langgraph.parse_writes(  # noqa: E731
     lg_writes(LG_THREAD, LG_IDS[1], "task-2", [(0, "out", 2)]))
 SERVICES.update({  # LangGraph threads (issue 10): the shared thread id acts on its own
-    "graph_put": [ServiceCell(lambda w, s, a: services.graph_put(
+    "graph_put": [ServiceCell(lambda w, s, a: langgraph.graph_put(
         actor=_as(w, a, "writer"), tenant=w.tenant(s), put=_LG_PUT()))],
-    "graph_put_writes": [ServiceCell(lambda w, s, a: services.graph_put_writes(
+    "graph_put_writes": [ServiceCell(lambda w, s, a: langgraph.graph_put_writes(
         actor=_as(w, a, "writer"), tenant=w.tenant(s), body=_LG_WRITES()))],
-    "graph_list": [ServiceCell(lambda w, s, a: services.graph_list(
+    "graph_list": [ServiceCell(lambda w, s, a: langgraph.graph_list(
         actor=_as(w, a, "writer"), tenant=w.tenant(s), thread_id=LG_THREAD))],
-    "graph_thread_delete": [ServiceCell(lambda w, s, a: services.graph_thread_delete(
+    "graph_thread_delete": [ServiceCell(lambda w, s, a: langgraph.graph_thread_delete(
         actor=_as(w, a, "writer"), tenant=w.tenant(s), thread_id=LG_THREAD))],
-    "graph_threads_prune": [ServiceCell(lambda w, s, a: services.graph_threads_prune(
+    "graph_threads_prune": [ServiceCell(lambda w, s, a: langgraph.graph_threads_prune(
         actor=_as(w, a, "writer"), tenant=w.tenant(s), thread_ids=[LG_THREAD],
         strategy="keep_latest"))],
-    "graph_runs_delete": [ServiceCell(lambda w, s, a: services.graph_runs_delete(
+    "graph_runs_delete": [ServiceCell(lambda w, s, a: langgraph.graph_runs_delete(
         actor=_as(w, a, "writer"), tenant=w.tenant(s), run_ids=["tw-run"]))],
-    "graph_thread_copy": [ServiceCell(lambda w, s, a: services.graph_thread_copy(
+    "graph_thread_copy": [ServiceCell(lambda w, s, a: langgraph.graph_thread_copy(
         actor=_as(w, a, "writer"), tenant=w.tenant(s), source_thread_id=LG_THREAD,
         target_thread_id="tw-copy"))],
 })
@@ -918,7 +919,7 @@ NOT_SERVICE_CELLS = {
 
 def _tenant_taking_services() -> set[str]:
     out = set()
-    for module in (*service_modules(), reconciliation, audit):
+    for module in (*service_modules(), *interop_modules(), reconciliation, audit):
         for name, fn in inspect.getmembers(module, inspect.isfunction):
             if name.startswith("_") or fn.__module__ != module.__name__:
                 continue

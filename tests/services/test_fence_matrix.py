@@ -40,6 +40,7 @@ from django.urls import reverse
 
 from checkpoints import policy, reconciliation, selectors, services
 from checkpoints.exceptions import Fenced, LeaseHeld, StaleRevision
+from checkpoints.interop import langgraph, runifold
 from checkpoints.models import AuditEvent, Conflict, ResumeDecision, Run
 from checkpoints.vocab import EffectSource
 from tests.conftest import _person, bearer_client
@@ -47,6 +48,7 @@ from tests.helpers import age_world, effect_body, envelope, put_checkpoint, put_
 from tests.matrixhelpers import (
     db_diff,
     db_state,
+    interop_modules,
     public_functions_reaching,
     service_modules,
 )
@@ -91,7 +93,7 @@ WRITE_PATHS = {
 
 
 def _run_writers() -> set[str]:
-    return public_functions_reaching((*service_modules(), reconciliation),
+    return public_functions_reaching((*service_modules(), *interop_modules(), reconciliation),
                                      {"_lock_run", "_get_run"})
 
 
@@ -101,7 +103,8 @@ def test_every_run_write_path_is_classified():
     assert not missing, f"services that write under a run's lock, not in WRITE_PATHS: {missing}"
     stale = sorted(set(WRITE_PATHS) - found)
     assert not stale, f"WRITE_PATHS names services that no longer lock a run: {stale}"
-    with_token = {name for name, fn in inspect.getmembers(services, inspect.isfunction)
+    with_token = {name for module in (services, langgraph, runifold)
+                  for name, fn in inspect.getmembers(module, inspect.isfunction)
                   if not name.startswith("_")
                   and "fencing_token" in inspect.signature(fn).parameters}
     assert with_token == FENCED, f"services taking a fencing token: {sorted(with_token)}"

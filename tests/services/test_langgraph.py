@@ -1,5 +1,5 @@
 """LangGraph threads on recovery, the server half (issue 10, docs/langgraph.md "Server"):
-``services.langgraph`` through the services, on SQLite and PostgreSQL.
+``interop.langgraph`` through the services, on SQLite and PostgreSQL.
 
 A thread is one run, a (thread, namespace) one envelope whose revisions summarise the
 head; a put continues from the head or is refused and kept as a conflict; pending
@@ -17,6 +17,8 @@ from django.test.utils import CaptureQueriesContext
 
 from checkpoints import crypto, kinds, services
 from checkpoints.exceptions import Fenced, InvalidPayload, NotFound, ThreadConflict
+from checkpoints.interop import langgraph
+from checkpoints.interop.langgraph import next_nodes, reads
 from checkpoints.jsonparse import loads_any
 from checkpoints.models import (
     AuditEvent,
@@ -27,7 +29,6 @@ from checkpoints.models import (
     GraphWrite,
     Run,
 )
-from checkpoints.services.langgraph import next_nodes
 from recovery_client.protocol import thread_checkpoint_id, thread_run_id
 from tests.helpers import (
     effect_body,
@@ -70,7 +71,7 @@ def summary(tenant, thread: str, ns: str = "") -> dict:
 
 
 def listed(writer, tenant, **kw) -> list[str]:
-    return [t["checkpoint_id"] for t in services.graph_list(actor=writer, tenant=tenant, **kw)[0]]
+    return [t["checkpoint_id"] for t in langgraph.graph_list(actor=writer, tenant=tenant, **kw)[0]]
 
 
 # --------------------------------------------------------------------------------------
@@ -103,7 +104,7 @@ def test_the_same_thread_id_in_two_tenants_is_two_runs(acme, wendy, globex, wes)
     graph_put(wes, globex, lg_put("t-1", "01", nodes=["other"]))
     assert Run.objects.filter(uuid=thread_run_id("t-1")).count() == 2
     assert listed(wendy, acme, thread_id="t-1") == ["01"]
-    (mine,) = services.graph_list(actor=wes, tenant=globex, thread_id="t-1")[0]
+    (mine,) = langgraph.graph_list(actor=wes, tenant=globex, thread_id="t-1")[0]
     assert "branch:to:other" in mine["checkpoint"]["channel_values"]
 
 
@@ -141,14 +142,14 @@ def test_identity_carries_over_from_the_previous_put_unless_given(acme, wendy):
 ])
 def test_next_nodes_follow_langgraphs_trigger_rule(checkpoint, expected):
     body = lg_put("t", "01", **checkpoint)
-    assert next_nodes(services.parse_put(body).checkpoint) == expected
+    assert next_nodes(langgraph.parse_put(body).checkpoint) == expected
 
 
 def test_a_channel_missing_from_channel_versions_is_not_stored(acme, wendy):
     body = lg_put("t-1", "01", values={"a": 1, "b": 2})
     del body["checkpoint"]["channel_versions"]["b"]
     graph_put(wendy, acme, body)
-    (tup,) = services.graph_list(actor=wendy, tenant=acme, thread_id="t-1")[0]
+    (tup,) = langgraph.graph_list(actor=wendy, tenant=acme, thread_id="t-1")[0]
     assert set(tup["checkpoint"]["channel_values"]) == {"a"}
 
 
@@ -253,8 +254,8 @@ def test_the_same_put_again_answers_the_first_and_writes_nothing(acme, wendy):
     first = graph_put(wendy, acme, lg_put("t-1", b, parent=a))
     graph_writes(wendy, acme, lg_writes("t-1", b, "task", [(0, "x", 1)]))
     before = db_state()
-    again, created = services.graph_put(actor=wendy, tenant=acme,
-                                        put=services.parse_put(lg_put("t-1", b, parent=a)))
+    again, created = langgraph.graph_put(actor=wendy, tenant=acme,
+                                         put=langgraph.parse_put(lg_put("t-1", b, parent=a)))
     assert (again, created) == (first, False)
     assert db_diff(before, db_state()) == {}
 
@@ -385,7 +386,7 @@ def test_a_repeated_write_is_kept_and_a_special_one_replaced(acme, wendy):
     assert db_diff(before, db_state()) == {}  # a retry writes nothing, audits nothing
     assert graph_writes(wendy, acme, lg_writes("t-1", a, "task", [(0, "x", "second"),
                                                                   (-1, "__error__", "again")])) == 1
-    (tup,) = services.graph_list(actor=wendy, tenant=acme, thread_id="t-1")[0]
+    (tup,) = langgraph.graph_list(actor=wendy, tenant=acme, thread_id="t-1")[0]
     assert [(w["idx"], w["value"]) for w in tup["pending_writes"]] == [
         (-1, typed("again")), (0, typed("first"))]
     assert envelope_of(acme, "t-1").revision == revision + 1
@@ -407,14 +408,14 @@ def test_writes_follow_langgraphs_savers_write_by_write(acme, wendy):
     assert graph_writes(wendy, acme, lg_writes("t-1", a, "ask", [
         (resume, "__resume__", ["x"]), (resume, "__resume__", ["x", "y"]),
         (0, "log", "xy")])) == 2  # one __resume__ row replaced, one row inserted
-    (tup,) = services.graph_list(actor=wendy, tenant=acme, thread_id="t-1")[0]
+    (tup,) = langgraph.graph_list(actor=wendy, tenant=acme, thread_id="t-1")[0]
     assert [(w["idx"], w["channel"], w["value"]) for w in tup["pending_writes"]] == [
         (resume, "__resume__", typed(["x", "y"])), (interrupt, "__interrupt__", typed("2nd?")),
         (0, "log", typed("xy"))]
     # A plain idx already stored is kept, even beside special writes in the same call.
     graph_writes(wendy, acme, lg_writes("t-1", a, "ask", [(0, "log", "other"),
                                                           (resume, "__resume__", ["z"])]))
-    (tup,) = services.graph_list(actor=wendy, tenant=acme, thread_id="t-1")[0]
+    (tup,) = langgraph.graph_list(actor=wendy, tenant=acme, thread_id="t-1")[0]
     assert [(w["idx"], w["value"]) for w in tup["pending_writes"]] == [
         (resume, typed(["z"])), (interrupt, typed("2nd?")), (0, typed("xy"))]
     assert GraphWrite.objects.count() == 3
@@ -448,10 +449,10 @@ def test_writes_for_a_checkpoint_that_does_not_exist_are_404(acme, wendy):
 def test_it_lists_newest_first_with_before_limit_and_next_before(acme, wendy):
     a, b, c, d = chain(wendy, acme, "t-1", 4)
     assert listed(wendy, acme, thread_id="t-1") == [d, c, b, a]
-    page, nxt = services.graph_list(actor=wendy, tenant=acme, thread_id="t-1", limit=2)
+    page, nxt = langgraph.graph_list(actor=wendy, tenant=acme, thread_id="t-1", limit=2)
     assert ([t["checkpoint_id"] for t in page], nxt) == ([d, c], c)
-    page, nxt = services.graph_list(actor=wendy, tenant=acme, thread_id="t-1", before=nxt,
-                                    limit=2)
+    page, nxt = langgraph.graph_list(actor=wendy, tenant=acme, thread_id="t-1", before=nxt,
+                                     limit=2)
     assert ([t["checkpoint_id"] for t in page], nxt) == ([b, a], None)
     assert listed(wendy, acme, thread_id="t-1", checkpoint_id=b) == [b]
     assert listed(wendy, acme, thread_id="t-1", checkpoint_id="ghost") == []
@@ -482,18 +483,16 @@ def test_it_filters_on_metadata_by_json_equality(acme, wendy):
 
 
 def test_a_filtered_page_reads_a_bounded_number_of_checkpoints(acme, wendy, monkeypatch):
-    from checkpoints.services import langgraph
-
-    monkeypatch.setattr(langgraph, "FILTER_SCAN_MAX", 2)
-    monkeypatch.setattr(langgraph, "_SCAN_BATCH", 2)
+    monkeypatch.setattr(reads, "FILTER_SCAN_MAX", 2)
+    monkeypatch.setattr(reads, "_SCAN_BATCH", 2)
     a, b, c, d, e = ids(5)
     for cid, source in ((a, "hit"), (b, "miss"), (c, "miss"), (d, "miss"), (e, "hit")):
         graph_put(wendy, acme, lg_put("t-1", cid, metadata={"source": source}))
     found, before = [], None
     pages = 0
     while True:
-        page, before = services.graph_list(actor=wendy, tenant=acme, thread_id="t-1",
-                                           before=before, metadata_filter={"source": "hit"})
+        page, before = langgraph.graph_list(actor=wendy, tenant=acme, thread_id="t-1",
+                                            before=before, metadata_filter={"source": "hit"})
         pages += 1
         found += [t["checkpoint_id"] for t in page]
         if before is None:
@@ -503,12 +502,12 @@ def test_a_filtered_page_reads_a_bounded_number_of_checkpoints(acme, wendy, monk
 
 def test_a_page_never_splits_checkpoints_that_share_an_id(acme, wendy):
     a, b = chain(wendy, acme, "t-1", 2)
-    services.graph_thread_copy(actor=wendy, tenant=acme, source_thread_id="t-1",
-                               target_thread_id="t-2")
-    page, nxt = services.graph_list(actor=wendy, tenant=acme, limit=3)
+    langgraph.graph_thread_copy(actor=wendy, tenant=acme, source_thread_id="t-1",
+                                target_thread_id="t-2")
+    page, nxt = langgraph.graph_list(actor=wendy, tenant=acme, limit=3)
     assert [(t["thread_id"], t["checkpoint_id"]) for t in page] == [("t-1", b), ("t-2", b)]
     assert nxt == b
-    page, nxt = services.graph_list(actor=wendy, tenant=acme, limit=1, before=nxt)
+    page, nxt = langgraph.graph_list(actor=wendy, tenant=acme, limit=1, before=nxt)
     assert [(t["thread_id"], t["checkpoint_id"]) for t in page] == [("t-1", a), ("t-2", a)]
     assert nxt is None  # a group larger than the limit comes whole
 
@@ -516,10 +515,10 @@ def test_a_page_never_splits_checkpoints_that_share_an_id(acme, wendy):
 def test_a_page_is_bounded_in_bytes(acme, wendy):
     a, b, c = chain(wendy, acme, "t-1", 3, values={"blob": "x" * 2000})
     one = GraphCheckpoint.objects.get(checkpoint_id=c).payload_size
-    page, nxt = services.graph_list(actor=wendy, tenant=acme, thread_id="t-1",
-                                    max_bytes=int(2.5 * one))
+    page, nxt = langgraph.graph_list(actor=wendy, tenant=acme, thread_id="t-1",
+                                     max_bytes=int(2.5 * one))
     assert [t["checkpoint_id"] for t in page] == [c, b] and nxt == b
-    page, nxt = services.graph_list(actor=wendy, tenant=acme, thread_id="t-1", max_bytes=10)
+    page, nxt = langgraph.graph_list(actor=wendy, tenant=acme, thread_id="t-1", max_bytes=10)
     assert [t["checkpoint_id"] for t in page] == [c]  # at least one
 
 
@@ -528,7 +527,7 @@ def test_pending_writes_come_with_their_checkpoint_in_task_path_order(acme, wend
     graph_writes(wendy, acme, lg_writes("t-1", a, "task-b", [(1, "c2", 2), (0, "c1", 1)],
                                         task_path="~0"))
     graph_writes(wendy, acme, lg_writes("t-1", a, "task-a", [(0, "c3", 3)], task_path="~1"))
-    (tup,) = services.graph_list(actor=wendy, tenant=acme, thread_id="t-1")[0]
+    (tup,) = langgraph.graph_list(actor=wendy, tenant=acme, thread_id="t-1")[0]
     assert tup["pending_writes"] == [
         {"task_id": "task-b", "channel": "c1", "value": typed(1), "idx": 0},
         {"task_id": "task-b", "channel": "c2", "value": typed(2), "idx": 1},
@@ -550,7 +549,7 @@ def test_a_list_reads_each_page_in_a_fixed_number_of_queries(acme, wendy):
     counts = {}
     for thread in ("few", "many"):
         with CaptureQueriesContext(connection) as queries:
-            page, _ = services.graph_list(actor=wendy, tenant=acme, thread_id=thread)
+            page, _ = langgraph.graph_list(actor=wendy, tenant=acme, thread_id=thread)
         counts[thread] = len(queries)
         assert all(len(t["pending_writes"]) == 2 for t in page)
     assert counts["few"] == counts["many"]
@@ -560,14 +559,14 @@ def test_a_list_audits_one_payload_read_per_namespace_answered(acme, wendy):
     chain(wendy, acme, "t-1", 3)
     chain(wendy, acme, "t-1", 2, ns="child")
     events = AuditEvent.objects.count()
-    services.graph_list(actor=wendy, tenant=acme, thread_id="t-1")
+    langgraph.graph_list(actor=wendy, tenant=acme, thread_id="t-1")
     reads = AuditEvent.objects.filter(action="payload.read")
     assert AuditEvent.objects.count() == events + 2
     assert sorted(e.after["graph_checkpoints"] for e in reads) == [2, 3]
     assert {e.target_ref for e in reads} == {str(thread_checkpoint_id("t-1", "")),
                                              str(thread_checkpoint_id("t-1", "child"))}
     before = AuditEvent.objects.count()
-    assert services.graph_list(actor=wendy, tenant=acme, thread_id="nobody") == ([], None)
+    assert langgraph.graph_list(actor=wendy, tenant=acme, thread_id="nobody") == ([], None)
     assert AuditEvent.objects.count() == before  # nothing read, nothing audited
 
 
@@ -580,7 +579,7 @@ def test_deleting_a_thread_deletes_its_rows_envelopes_and_run(acme, wendy):
     graph_writes(wendy, acme, lg_writes("t-1", a, "task", [(0, "x", 1)]))
     chain(wendy, acme, "t-1", 2, ns="child")
     chain(wendy, acme, "t-other", 1)
-    assert services.graph_thread_delete(actor=wendy, tenant=acme, thread_id="t-1") == 3
+    assert langgraph.graph_thread_delete(actor=wendy, tenant=acme, thread_id="t-1") == 3
     assert not GraphCheckpoint.objects.filter(thread_id="t-1").exists()
     assert GraphWrite.objects.count() == 0
     assert not Run.objects.filter(uuid=thread_run_id("t-1")).exists()
@@ -596,7 +595,7 @@ def test_deleting_a_thread_deletes_its_rows_envelopes_and_run(acme, wendy):
 def test_deleting_a_thread_keeps_its_effects_and_closes_the_run(acme, wendy):
     chain(wendy, acme, "t-1", 1, nodes=["charge"])
     put_effect(wendy, acme, effect_body(run_id=thread_run_id("t-1")))
-    services.graph_thread_delete(actor=wendy, tenant=acme, thread_id="t-1")
+    langgraph.graph_thread_delete(actor=wendy, tenant=acme, thread_id="t-1")
     run = Run.objects.get()
     assert (run.recovery_state, run.closed_reason, run.latest_checkpoint) == (
         "closed", "thread deleted", None)
@@ -610,7 +609,7 @@ def test_deleting_a_thread_keeps_its_effects_and_closes_the_run(acme, wendy):
 def test_deleting_an_unknown_thread_changes_nothing(acme, wendy):
     chain(wendy, acme, "t-1", 1)
     before = db_state()
-    assert services.graph_thread_delete(actor=wendy, tenant=acme, thread_id="ghost") == 0
+    assert langgraph.graph_thread_delete(actor=wendy, tenant=acme, thread_id="ghost") == 0
     assert db_diff(before, db_state()) == {}
 
 
@@ -619,16 +618,16 @@ def test_keep_latest_keeps_each_namespaces_head_and_its_writes(acme, wendy):
     *_, child_head = chain(wendy, acme, "t-1", 2, ns="child")
     graph_writes(wendy, acme, lg_writes("t-1", head, "task", [(0, "x", 1)]))
     revision = envelope_of(acme, "t-1").revision
-    assert services.graph_threads_prune(actor=wendy, tenant=acme, thread_ids=["t-1", "ghost"],
-                                        strategy="keep_latest") == 3
+    assert langgraph.graph_threads_prune(actor=wendy, tenant=acme, thread_ids=["t-1", "ghost"],
+                                         strategy="keep_latest") == 3
     assert sorted(listed(wendy, acme, thread_id="t-1")) == sorted([head, child_head])
     assert GraphWrite.objects.count() == 1
     assert envelope_of(acme, "t-1").revision == revision  # the head did not move
     event = AuditEvent.objects.get(action="langgraph.thread_prune")
     assert event.after == {"strategy": "keep_latest", "thread_id": "t-1", "deleted": 3,
                            "run": "kept"}
-    assert services.graph_threads_prune(actor=wendy, tenant=acme, thread_ids=["t-1"],
-                                        strategy="delete") == 2
+    assert langgraph.graph_threads_prune(actor=wendy, tenant=acme, thread_ids=["t-1"],
+                                         strategy="delete") == 2
     assert not Run.objects.exists()
 
 
@@ -638,7 +637,7 @@ def test_deleting_a_langgraph_runs_checkpoints_moves_the_head_back(acme, wendy):
     graph_put(wendy, acme, lg_put("t-1", b, parent=a, metadata={"run_id": "r2"}))
     graph_put(wendy, acme, lg_put("t-1", c, metadata={"run_id": "r2"}, ns="child"))
     assert envelope_of(acme, "t-1").phase_class == "completed"
-    assert services.graph_runs_delete(actor=wendy, tenant=acme, run_ids=["r2", "r9"]) == 2
+    assert langgraph.graph_runs_delete(actor=wendy, tenant=acme, run_ids=["r2", "r9"]) == 2
     assert listed(wendy, acme, thread_id="t-1") == [a]
     env = envelope_of(acme, "t-1")
     assert summary(acme, "t-1")["checkpoint_id"] == a
@@ -648,17 +647,17 @@ def test_deleting_a_langgraph_runs_checkpoints_moves_the_head_back(acme, wendy):
     assert run.latest_checkpoint == env and run.phase_class == "in_flight"
     event = AuditEvent.objects.get(action="langgraph.runs_delete")
     assert event.after["deleted"] == 2 and event.after["run_ids"] == ["r2", "r9"]
-    assert services.graph_runs_delete(actor=wendy, tenant=acme, run_ids=[]) == 0
+    assert langgraph.graph_runs_delete(actor=wendy, tenant=acme, run_ids=[]) == 0
 
 
 def test_copying_a_thread_copies_checkpoints_writes_and_envelopes(acme, wendy):
     a, b = chain(wendy, acme, "t-1", 2, identity=IDENT, nodes=["n"])
     graph_writes(wendy, acme, lg_writes("t-1", b, "task", [(0, "x", 1)]))
     chain(wendy, acme, "t-1", 1, ns="child")
-    assert services.graph_thread_copy(actor=wendy, tenant=acme, source_thread_id="t-1",
-                                      target_thread_id="t-2") == 3
-    source = services.graph_list(actor=wendy, tenant=acme, thread_id="t-1")[0]
-    target = services.graph_list(actor=wendy, tenant=acme, thread_id="t-2")[0]
+    assert langgraph.graph_thread_copy(actor=wendy, tenant=acme, source_thread_id="t-1",
+                                       target_thread_id="t-2") == 3
+    source = langgraph.graph_list(actor=wendy, tenant=acme, thread_id="t-1")[0]
+    target = langgraph.graph_list(actor=wendy, tenant=acme, thread_id="t-2")[0]
     strip = [{k: v for k, v in t.items() if k not in ("thread_id", "run_id")} for t in source]
     assert [{k: v for k, v in t.items() if k not in ("thread_id", "run_id")}
             for t in target] == strip
@@ -678,20 +677,20 @@ def test_copying_onto_a_thread_with_checkpoints_is_a_conflict(acme, wendy):
     chain(wendy, acme, "t-1", 1)
     (theirs,) = chain(wendy, acme, "t-2", 1)
     with pytest.raises(ThreadConflict) as refused:
-        services.graph_thread_copy(actor=wendy, tenant=acme, source_thread_id="t-1",
-                                   target_thread_id="t-2")
+        langgraph.graph_thread_copy(actor=wendy, tenant=acme, source_thread_id="t-1",
+                                    target_thread_id="t-2")
     assert refused.value.head_checkpoint_id == theirs
     assert Conflict.objects.get().run.uuid == thread_run_id("t-2")
 
 
 def test_copying_an_unknown_thread_makes_nothing(acme, wendy):
     before = db_state()
-    assert services.graph_thread_copy(actor=wendy, tenant=acme, source_thread_id="ghost",
-                                      target_thread_id="t-2") == 0
+    assert langgraph.graph_thread_copy(actor=wendy, tenant=acme, source_thread_id="ghost",
+                                       target_thread_id="t-2") == 0
     assert db_diff(before, db_state()) == {}
     with pytest.raises(InvalidPayload):
-        services.graph_thread_copy(actor=wendy, tenant=acme, source_thread_id="a",
-                                   target_thread_id="a")
+        langgraph.graph_thread_copy(actor=wendy, tenant=acme, source_thread_id="a",
+                                    target_thread_id="a")
 
 
 # --------------------------------------------------------------------------------------
@@ -771,7 +770,7 @@ def _bad(**changes):
 ])
 def test_a_bad_put_is_refused_naming_the_field(body, field):
     with pytest.raises(InvalidPayload) as refused:
-        services.parse_put(body)
+        langgraph.parse_put(body)
     assert refused.value.detail.startswith(field + ":"), refused.value.detail
 
 
@@ -789,7 +788,7 @@ def test_a_bad_put_is_refused_naming_the_field(body, field):
 def test_bad_writes_are_refused_naming_the_field(change, field):
     body = dict(lg_writes("t", "01", "task", []), **change)
     with pytest.raises(InvalidPayload) as refused:
-        services.parse_writes(body)
+        langgraph.parse_writes(body)
     assert refused.value.detail.startswith(field + ":"), refused.value.detail
 
 
@@ -933,6 +932,6 @@ def test_key_rotation_re_encrypts_langgraph_checkpoints_and_writes(acme, wendy, 
     # Checkpoint + its revisions (2), the graph checkpoint's two columns, one write.
     assert services.payloads_rotate_keys(batch_size=1) == {"rows": 6, "tenants": 1}
     settings.RECOVERY_ENCRYPTION_KEYS = [new]  # the old key is gone: everything still reads
-    (tup,) = services.graph_list(actor=wendy, tenant=acme, thread_id="t-1")[0]
+    (tup,) = langgraph.graph_list(actor=wendy, tenant=acme, thread_id="t-1")[0]
     assert tup["checkpoint"]["channel_values"]["card"] == typed("4242")
     assert tup["pending_writes"][0]["value"] == typed("4242")

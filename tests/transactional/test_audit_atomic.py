@@ -35,6 +35,7 @@ import pytest
 
 from checkpoints import audit, reconciliation, selectors, services
 from checkpoints.exceptions import DomainError
+from checkpoints.interop import langgraph, runifold
 from checkpoints.models import AuditEvent
 from checkpoints.reconcile import Answer
 from recovery_client.protocol import thread_run_id
@@ -55,6 +56,7 @@ from tests.helpers import (
 from tests.matrixhelpers import (
     db_diff,
     db_state,
+    interop_modules,
     public_functions_reaching,
     service_modules,
 )
@@ -435,40 +437,40 @@ def graph_writes_fenced(p):
 
 def graph_list(p):
     _lg(p)
-    return Cell(lambda: services.graph_list(actor=p.wendy, tenant=p.acme, thread_id="t-1"))
+    return Cell(lambda: langgraph.graph_list(actor=p.wendy, tenant=p.acme, thread_id="t-1"))
 
 
 def graph_thread_delete(p):
     _lg(p)
-    return Cell(lambda: services.graph_thread_delete(actor=p.wendy, tenant=p.acme,
-                                                     thread_id="t-1"))
+    return Cell(lambda: langgraph.graph_thread_delete(actor=p.wendy, tenant=p.acme,
+                                                      thread_id="t-1"))
 
 
 def graph_threads_prune(p):
     _lg(p, n=3)
-    return Cell(lambda: services.graph_threads_prune(actor=p.wendy, tenant=p.acme,
-                                                     thread_ids=["t-1"], strategy="keep_latest"))
+    return Cell(lambda: langgraph.graph_threads_prune(actor=p.wendy, tenant=p.acme,
+                                                      thread_ids=["t-1"], strategy="keep_latest"))
 
 
 def graph_runs_delete(p):
     _lg(p)
-    return Cell(lambda: services.graph_runs_delete(actor=p.wendy, tenant=p.acme,
-                                                   run_ids=["lg-run"]))
+    return Cell(lambda: langgraph.graph_runs_delete(actor=p.wendy, tenant=p.acme,
+                                                    run_ids=["lg-run"]))
 
 
 def graph_thread_copy(p):
     _lg(p, nodes=["n"])
-    return Cell(lambda: services.graph_thread_copy(actor=p.wendy, tenant=p.acme,
-                                                   source_thread_id="t-1",
-                                                   target_thread_id="t-2"))
+    return Cell(lambda: langgraph.graph_thread_copy(actor=p.wendy, tenant=p.acme,
+                                                    source_thread_id="t-1",
+                                                    target_thread_id="t-2"))
 
 
 def graph_copy_taken(p):
     _lg(p)
     _lg(p, thread="t-2", n=1)
-    return Cell(lambda: services.graph_thread_copy(actor=p.wendy, tenant=p.acme,
-                                                   source_thread_id="t-1",
-                                                   target_thread_id="t-2"))
+    return Cell(lambda: langgraph.graph_thread_copy(actor=p.wendy, tenant=p.acme,
+                                                    source_thread_id="t-1",
+                                                    target_thread_id="t-2"))
 
 
 def _runifold(p, *names: str) -> bytes:
@@ -477,10 +479,8 @@ def _runifold(p, *names: str) -> bytes:
 
 
 def _import(p, data: bytes):
-    from checkpoints.services.runifold import jsonl_lines
-
-    report = services.runifold_import(actor=p.wendy, tenant=p.acme,
-                                      lines=jsonl_lines(io.BytesIO(data)))
+    report = runifold.runifold_import(actor=p.wendy, tenant=p.acme,
+                                      lines=runifold.jsonl_lines(io.BytesIO(data)))
     assert report.failed == 0, report
     return report
 
@@ -499,7 +499,7 @@ def runifold_advance(p):
 def runifold_export(p):
     _import(p, _runifold(p, "agent.v1"))
     written = []
-    return Cell(lambda: services.runifold_export(actor=p.rita, tenant=p.acme,
+    return Cell(lambda: runifold.runifold_export(actor=p.rita, tenant=p.acme,
                                                  write=written.append))
 
 CELLS: dict[str, dict[str, Callable]] = {
@@ -567,7 +567,7 @@ NOT_CELLS = {
 def audited_public_functions() -> set[str]:
     """Public functions of services, reconciliation and audit that reach ``audit_record``
     through calls to module functions."""
-    return public_functions_reaching((*service_modules(), reconciliation, audit),
+    return public_functions_reaching((*service_modules(), *interop_modules(), reconciliation, audit),
                                      {"audit_record", "audit_record_many"})
 
 

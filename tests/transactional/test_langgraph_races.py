@@ -12,7 +12,8 @@ from __future__ import annotations
 import pytest
 
 from checkpoints import services
-from checkpoints.exceptions import ThreadConflict
+from checkpoints.exceptions import NotFound, ThreadConflict
+from checkpoints.interop import langgraph
 from checkpoints.models import (
     AuditEvent,
     Checkpoint,
@@ -105,13 +106,13 @@ def test_deleting_a_thread_while_graphs_write_to_it_leaves_no_half_thread(acme, 
 
     def act(i):
         if i == 0:
-            return services.graph_thread_delete(actor=wendy, tenant=acme, thread_id="t-race")
+            return langgraph.graph_thread_delete(actor=wendy, tenant=acme, thread_id="t-race")
         if i % 2:
             return graph_writes(wendy, acme, lg_writes("t-race", head, f"t{i}", [(0, "x", i)]))
         return graph_put(wendy, acme, lg_put("t-race", cid(1, i), parent=head))
 
     results = race(WRITERS, act)
-    allowed = (int, dict, ThreadConflict, services.langgraph.NotFound)
+    allowed = (int, dict, ThreadConflict, NotFound)
     assert all(isinstance(r, allowed) for r in results), results
     # Whatever survived is whole: every row has its envelope, every envelope a row.
     envelopes = set(Checkpoint.objects.values_list("pk", flat=True))

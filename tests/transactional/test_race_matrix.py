@@ -42,7 +42,7 @@ from tests.helpers import (
     put_checkpoint,
     put_effect,
 )
-from tests.matrixhelpers import public_functions_reaching, service_modules
+from tests.matrixhelpers import interop_modules, public_functions_reaching, service_modules
 from tests.transactional.test_races import race
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -123,7 +123,7 @@ def _locking_public_functions() -> set[str]:
     from checkpoints import locks
 
     helpers = {name for name in vars(locks) if name.startswith("lock_")}
-    return public_functions_reaching((*service_modules(), reconciliation),
+    return public_functions_reaching((*service_modules(), *interop_modules(), reconciliation),
                                      {"_lock_run", "_get_run", *helpers},
                                      attributes=True)
 

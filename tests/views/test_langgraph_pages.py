@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from checkpoints import services
 from checkpoints.exceptions import ThreadConflict
+from checkpoints.interop import langgraph
 from recovery_client.protocol import thread_checkpoint_id, thread_run_id
 from tests.helpers import graph_put, graph_writes, lg_put, lg_writes, sweep_later, typed
 
@@ -70,7 +70,7 @@ def test_its_envelope_history_and_reveal_render(login, rita, crashed):
 
 def test_a_deleted_thread_with_a_conflict_leaves_a_closed_run_that_renders(login, rita, wendy,
                                                                          acme, crashed):
-    services.graph_thread_delete(actor=wendy, tenant=acme, thread_id="refund-7")
+    langgraph.graph_thread_delete(actor=wendy, tenant=acme, thread_id="refund-7")
     response = login(rita).get(reverse("run_detail", args=["acme", crashed]))
     assert response.status_code == 200
     assert "closed" in response.content.decode()

@@ -2,7 +2,7 @@
 tenant's runifold checkpoints and effect records as runifold JSON Lines (issue 10, item
 4; ``docs/runifold.md``), the file ``import_runifold`` reads.
 
-``services.runifold_export`` reads, decrypts and audits each page (``runifold.export``);
+``runifold.runifold_export`` reads, decrypts and audits each page (``runifold.export``);
 this command only reads the arguments and writes the lines. Without ``--history`` each
 checkpoint's latest revision and each effect's current record are written; with it,
 every stored revision, oldest first (of a checkpoint with an unsupported, schema-mismatch
@@ -20,8 +20,9 @@ import uuid
 
 from django.core.management.base import BaseCommand, CommandError
 
-from checkpoints import operatorfiles, services
+from checkpoints import operatorfiles
 from checkpoints.exceptions import DomainError
+from checkpoints.interop import runifold
 from checkpoints.models import Tenant
 
 
@@ -66,7 +67,7 @@ class Command(BaseCommand):
 
             bar = tqdm(unit=" lines", desc="export", file=sys.stderr)
         try:
-            report = services.runifold_export(
+            report = runifold.runifold_export(
                 actor=None, tenant=tenant_obj, run_ids=run_ids, history=history,
                 write=lambda line: out.write(line.encode("utf-8") + b"\n"),
                 on_progress=bar.update if bar is not None else None)

@@ -2,7 +2,7 @@
 (checkpoint envelopes and effect records, RUNIFOLD.md 1-4) into one tenant (issue 10,
 item 4; ``docs/runifold.md``).
 
-Every line is checked and written by ``services.runifold_import`` (batches, each in one
+Every line is checked and written by ``runifold.runifold_import`` (batches, each in one
 transaction with its audit events); this command only reads the arguments and prints.
 Each bad line is reported on stderr as ``line N: field: rule``; the others are imported.
 The summary goes to stdout; the exit status is 1 when any line failed. Importing the same
@@ -19,11 +19,10 @@ import sys
 
 from django.core.management.base import BaseCommand, CommandError
 
-from checkpoints import services
 from checkpoints.exceptions import DomainError
+from checkpoints.interop import runifold
 from checkpoints.models import Tenant
 from checkpoints.operatorfiles import open_input
-from checkpoints.services.runifold import DEFAULT_BATCH, jsonl_lines
 
 
 class Command(BaseCommand):
@@ -32,8 +31,9 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("file", help="the JSON Lines file, or - for standard input")
         parser.add_argument("--tenant", required=True, help="tenant slug")
-        parser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH,
-                            help=f"lines per transaction, 1..10000 (default {DEFAULT_BATCH})")
+        parser.add_argument("--batch-size", type=int, default=runifold.DEFAULT_BATCH,
+                            help="lines per transaction, 1..10000 "
+                                 f"(default {runifold.DEFAULT_BATCH})")
         parser.add_argument("--no-progress", action="store_true",
                             help="no progress bar (there is none when stderr is not a terminal)")
 
@@ -55,8 +55,8 @@ class Command(BaseCommand):
                 self.stderr.write(line)
 
         try:
-            report = services.runifold_import(
-                actor=None, tenant=tenant_obj, lines=jsonl_lines(stream),
+            report = runifold.runifold_import(
+                actor=None, tenant=tenant_obj, lines=runifold.jsonl_lines(stream),
                 batch_size=batch_size, on_error=error,
                 on_progress=bar.update if bar is not None else None)
         except DomainError as exc:

@@ -1,0 +1,209 @@
+"""``graph_put``: store one LangGraph checkpoint (issue 10; docs/langgraph.md, "put").
+
+Under the run's lock, then the envelope's: the parent must be the namespace's head (else
+``ThreadConflict``, 412, kept as a conflict), the fencing token must hold (``Fenced``);
+an accepted put writes one ``GraphCheckpoint`` row and one envelope revision.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from django.db import transaction
+
+from recovery_client import protocol as T
+
+from ... import crypto, kinds, roles
+from ...exceptions import DomainError, Fenced, ThreadConflict
+from ...models import GraphCheckpoint, Run, Tenant
+from ...permissions import require
+from ...services.runs import _check_fence, _drop_if_empty, _lock_run
+from ...vocab import ConflictReason
+from .common import (
+    _as_conflict,
+    _envelope,
+    _envelope_payload,
+    _head,
+    _lock_envelope,
+    _refuse,
+    _scoped,
+    _summary,
+    _write_envelope,
+)
+from .parse import GraphPut, breakpoint_of
+
+# --------------------------------------------------------------------------------------
+# put
+# --------------------------------------------------------------------------------------
+
+def graph_put(*, actor, tenant: Tenant, put: GraphPut,
+              fencing_token: int | None = None) -> tuple[dict, bool]:
+    """Store one LangGraph checkpoint (``POST …/langgraph/checkpoints``).
+
+    Accepted when its parent is the head of its (thread, namespace), or when it has no
+    parent (appended after the head, as LangGraph's savers accept it), and its id sorts
+    after the head's: one new ``GraphCheckpoint`` and one envelope revision
+    (``checkpoint_put``, audited) in one transaction. Returns ``(answer, created)``,
+    answer ``{"thread_id", "checkpoint_ns", "checkpoint_id", "run_id", "revision"}``;
+    the same id with the same content again answers the first put's body with
+    ``created=False`` (a retry after a lost answer) and writes nothing.
+
+    Raises ``ThreadConflict`` (412) for a parent that is not the head, an id taken by
+    other content, or an id that does not sort after the head's, ``Fenced`` (409) for
+    an old or missing fencing token once the run had an owner: both after committing
+    the conflict record (when the run exists). ``Forbidden``/``NotFound`` as
+    ``permissions.require``.
+    """
+    require(actor, tenant, roles.WRITE)
+    run_id = T.thread_run_id(put.thread_id)
+    envelope_id = T.thread_checkpoint_id(put.thread_id, put.checkpoint_ns)
+    checkpoint_ct = crypto.encrypt_text(put.checkpoint_json)
+    metadata_ct = crypto.encrypt_text(put.metadata_json)
+    size = len(put.checkpoint_json.encode()) + len(put.metadata_json.encode())
+    refusal: DomainError | None = None
+    answer: dict = {}
+    created = False
+    with transaction.atomic():
+        run = _lock_run(tenant, run_id, create=False)
+        new_run = False
+        for _attempt in range(2):
+            outcome = _decide_put(actor, tenant, run, put, envelope_id, fencing_token,
+                                  new_run=new_run)
+            if outcome != "create_run":
+                break
+            new_run = run is None
+            run = _lock_run(tenant, run_id, create=True)  # then decide again, locked
+        if isinstance(outcome, DomainError):
+            refusal = outcome
+            if new_run and isinstance(outcome, Fenced):
+                # A token this new run never issued: nothing is kept, as the checkpoint
+                # API's ``_record_fenced`` keeps nothing for a run new in the write.
+                _drop_if_empty(run)
+        elif isinstance(outcome, dict):
+            answer = outcome
+        else:
+            envelope, identity = outcome
+            head = _envelope_payload(envelope)
+            parent_next = head.get("next") if (
+                put.parent_checkpoint_id is not None
+                and head.get("checkpoint_id") == put.parent_checkpoint_id) else None
+            summary = _summary(thread_id=put.thread_id, ns=put.checkpoint_ns,
+                               checkpoint_id=put.checkpoint_id, parent=put.parent_checkpoint_id,
+                               metadata=put.metadata, nxt=put.next, tasks=put.tasks, written=0,
+                               interrupted=False, errored=False, identity=identity,
+                               breakpoint=breakpoint_of(put.checkpoint, put.next, parent_next,
+                                                        put.interrupt_before,
+                                                        put.interrupt_after))
+            written = _write_envelope(actor, tenant, run, put.thread_id, put.checkpoint_ns,
+                                      summary, envelope.revision if envelope else None,
+                                      fencing_token)
+            if isinstance(written, DomainError):
+                refusal = _as_conflict(written, tenant, put.thread_id, put.checkpoint_ns)
+            else:
+                GraphCheckpoint.objects.create(
+                    tenant=tenant, run=run, envelope_id=written.pk, thread_id=put.thread_id,
+                    checkpoint_ns=put.checkpoint_ns, checkpoint_id=put.checkpoint_id,
+                    parent_checkpoint_id=put.parent_checkpoint_id or "",
+                    lg_run_id=put.lg_run_id, checkpoint_ciphertext=checkpoint_ct,
+                    metadata_ciphertext=metadata_ct, payload_size=size,
+                    envelope_revision=written.revision, created_at=run.db_now,
+                    written_by=actor)
+                answer = _put_answer(put, run_id, written.revision)
+                created = True
+    if refusal is not None:
+        raise refusal
+    return answer, created
+
+
+def _put_answer(put: GraphPut, run_id: uuid.UUID, revision: int) -> dict:
+    return {"thread_id": put.thread_id, "checkpoint_ns": put.checkpoint_ns,
+            "checkpoint_id": put.checkpoint_id, "run_id": str(run_id), "revision": revision}
+
+
+def _decide_put(actor, tenant, run: Run | None, put: GraphPut, envelope_id: uuid.UUID,
+                token: int | None, *, new_run: bool = False):
+    """Under the run's lock (``run`` None: no run yet): a refusal (``DomainError``,
+    its conflict recorded), the retry's answer (a dict), ``"create_run"`` (accept, but
+    create and lock the run first, then decide again), or ``(envelope, identity)``:
+    accept, the envelope locked (None: the first checkpoint of the namespace).
+    ``new_run``: this write has just created ``run``; a fenced refusal of it records no
+    conflict (the caller drops the run, CONTRACT.md 3 as ``runs._record_fenced``)."""
+    envelope = head = None
+    if run is not None:
+        try:
+            _check_fence(run, token, run.db_now)
+        except Fenced as exc:
+            if new_run:
+                return exc
+            envelope = _lock_envelope(tenant, envelope_id)
+            current = envelope.revision if envelope else None
+            _refuse(tenant, actor, run, envelope_id=envelope_id, expected=current,
+                    actual=current, attempted=None if current is None else current + 1,
+                    refused=None, reason=ConflictReason.FENCED, token=token)
+            return exc
+        envelope = _lock_envelope(tenant, envelope_id)
+        head = _head(tenant, put.thread_id, put.checkpoint_ns)
+    current = envelope.revision if envelope is not None else None
+    head_id = head["checkpoint_id"] if head else None
+    existing = None
+    if head_id is not None and put.checkpoint_id <= head_id:  # else it cannot be stored
+        existing = (_scoped(tenant).filter(thread_id=put.thread_id,
+                                           checkpoint_ns=put.checkpoint_ns,
+                                           checkpoint_id=put.checkpoint_id)
+                    .values("checkpoint_ciphertext", "metadata_ciphertext",
+                            "parent_checkpoint_id", "envelope_revision").first())
+    if existing is not None:
+        same = (existing["parent_checkpoint_id"] == (put.parent_checkpoint_id or "")
+                and crypto.decrypt_text(existing["checkpoint_ciphertext"]) == put.checkpoint_json
+                and crypto.decrypt_text(existing["metadata_ciphertext"]) == put.metadata_json)
+        if same:
+            return _put_answer(put, run.uuid, existing["envelope_revision"])
+        _refuse(tenant, actor, run, envelope_id=envelope_id, expected=None, actual=current,
+                attempted=None, refused=None, reason=ConflictReason.ID_EXISTS)
+        return ThreadConflict(current, head_id, "checkpoint.id: this thread's namespace "
+                                                "holds that id with other content")
+    identity = put.identity
+    if identity is None:  # the namespace's previous one, else the run's (a new subgraph)
+        identity = _envelope_payload(envelope).get("identity")
+        if identity is None and run is not None:
+            identity = {name: getattr(run, name) for name in kinds.IDENTITY_LIMITS
+                        if getattr(run, name)}
+        identity = identity or {}
+    if put.parent_checkpoint_id is not None and put.parent_checkpoint_id != head_id:
+        detail = (f"parent_checkpoint_id: not the head of the thread's namespace (the head "
+                  f"is {head_id})" if head_id else
+                  "parent_checkpoint_id: the thread's namespace has no checkpoint")
+        if run is None or envelope is None:
+            if run is not None:
+                _refuse(tenant, actor, run, envelope_id=envelope_id, expected=None,
+                        actual=None, attempted=None, refused=None,
+                        reason=ConflictReason.STALE_REVISION)
+            return ThreadConflict(current, head_id, detail)
+        refused = _envelope(run, put.thread_id, put.checkpoint_ns, _summary(
+            thread_id=put.thread_id, ns=put.checkpoint_ns, checkpoint_id=put.checkpoint_id,
+            parent=put.parent_checkpoint_id, metadata=put.metadata, nxt=put.next,
+            tasks=put.tasks, written=0, interrupted=False, errored=False, identity=identity),
+            current + 1)
+        parent = (_scoped(tenant).filter(thread_id=put.thread_id,
+                                         checkpoint_ns=put.checkpoint_ns,
+                                         checkpoint_id=put.parent_checkpoint_id)
+                  .values_list("envelope_revision", flat=True).first())
+        if parent is not None and parent < current:
+            # The writer continues from the revision its parent was written at: the
+            # compare-and-swap from there is refused and kept by checkpoint_put itself.
+            stale = _write_envelope(actor, tenant, run, put.thread_id, put.checkpoint_ns,
+                                    refused.payload, parent, token)
+            if isinstance(stale, DomainError):
+                return ThreadConflict(current, head_id, detail)
+            raise AssertionError("a stale compare-and-swap was accepted under the lock")
+        _refuse(tenant, actor, run, envelope_id=envelope_id, expected=None, actual=current,
+                attempted=current + 1, refused=refused, reason=ConflictReason.STALE_REVISION)
+        return ThreadConflict(current, head_id, detail)
+    if head_id is not None and put.checkpoint_id <= head_id:
+        _refuse(tenant, actor, run, envelope_id=envelope_id, expected=current, actual=current,
+                attempted=current + 1, refused=None, reason=ConflictReason.STALE_REVISION)
+        return ThreadConflict(current, head_id, f"checkpoint.id: must sort after the head's "
+                                                f"id {head_id} (LangGraph's ids grow)")
+    if run is None:
+        return "create_run"
+    return envelope, identity
