@@ -3,7 +3,7 @@ values where integers break, each answered by a success or a 400 naming the fiel
 a 500, and a refused request stores nothing.
 
 - **Fields** are read from the served OpenAPI schema, which drf-spectacular generates
-  from the request serializers (``checkpoints/api/serializers.py``), the query-parameter
+  from the request serializers (``checkpoints/api/serializers/``), the query-parameter
   classes (``checkpoints/api/params.py``) and the declared headers and path parameters:
   every ``integer`` of a request body (nested objects and arrays included), a query, a
   header or a path, of every operation. A few integers the schema cannot type are listed
@@ -43,6 +43,7 @@ from pathlib import Path
 import pytest
 from django.apps import apps
 from django.db import connection, transaction
+from rest_framework import serializers as drf
 
 from checkpoints import services
 from checkpoints.api import serializers as s
@@ -122,7 +123,7 @@ def envelope_integers() -> dict[str, tuple]:
     """The integer fields of the checkpoint envelope, from ``EnvelopeSerializer``: a
     runifold checkpoint line is an envelope (``parse_envelope``)."""
     return {name: (f.min_value, f.max_value) for name, f in s.EnvelopeSerializer().fields.items()
-            if isinstance(f, s.serializers.IntegerField)}
+            if isinstance(f, drf.IntegerField)}
 
 
 I64 = (-(2**63), MAX63)
