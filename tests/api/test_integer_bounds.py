@@ -12,7 +12,7 @@ a 500, and a refused request stores nothing.
   the checkpoint lines' taken from ``EnvelopeSerializer`` itself). Every field needs a
   recipe in ``RECIPES`` (a request that the value alone decides), and every recipe a
   field: ``test_every_integer_input_has_a_recipe``. Every header the API reads
-  (``HTTP_*`` in ``checkpoints/api/views.py``) is an integer with a recipe or is named
+  (``HTTP_*`` in ``checkpoints/api/views/``) is an integer with a recipe or is named
   in ``OTHER_HEADERS``.
 - **Values**: -1, 0, 2^31-1, 2^31, 2^32-1, 2^32, 2^53+1, 2^63-1, 2^63, 2^64, and the
   field's own minimum - 1, minimum, maximum and maximum + 1 (the range the schema
@@ -517,7 +517,7 @@ def expected(recipe: Recipe, bounds: tuple, v: int) -> tuple[str, str | None]:
 def _headers_read() -> set[str]:
     from checkpoints.api import views
 
-    source = Path(views.__file__).read_text()
+    source = "".join(module.read_text() for module in Path(views.__file__).parent.glob("*.py"))
     names = set(re.findall(r'"HTTP_([A-Z_]+)"', source)) | {"CONTENT_LENGTH"}
     return {"-".join(part.capitalize() for part in n.split("_")) for n in names}
 
