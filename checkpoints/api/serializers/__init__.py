@@ -10,7 +10,8 @@ suite against the served schema.
 Request bodies are never parsed or validated by these serializers: the views read the raw
 body with ``checkpoints.jsonparse.loads_object`` and validate it with the service layer's
 ``parse_envelope`` / ``parse_effect`` (CONTRACT.md section 6 is stricter than DRF). The
-input serializers below only *describe* those bodies in the schema.
+input serializers (``*InputSerializer``, ``ReasonSerializer``) only *describe* those bodies
+in the schema.
 
 Times are ISO 8601 strings as Python writes them (UTC, ``+00:00``); ``*_ms`` are integers,
 milliseconds since the epoch.
