@@ -152,14 +152,16 @@ def test_the_tenant_models_are_the_ones_with_a_tenant():
 #: Where the tenant of a URL is resolved through the caller's grants: the dashboard's
 #: ``tenant_page`` decorator and the API's ``TenantApi.initial``. A view that resolved it
 #: by itself could skip the base.
-RESOLVERS = {("dashboard/common.py", "wrapper"), ("api/views.py", "initial")}
-#: The dashboard's modules (``checkpoints/dashboard/``, one per page), relative to ROOT.
+RESOLVERS = {("dashboard/common.py", "wrapper"), ("api/views/common.py", "initial")}
+#: The dashboard's modules (``checkpoints/dashboard/``, one per page) and the API's
+#: (``checkpoints/api/views/``, one per resource), relative to ROOT.
 DASHBOARD = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "dashboard").glob("*.py"))
+API_VIEWS = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "api/views").glob("*.py"))
 
 
 def test_views_get_their_tenant_only_from_the_base():
     calls = set()
-    for rel in (*DASHBOARD, "api/views.py"):
+    for rel in (*DASHBOARD, *API_VIEWS):
         tree = ast.parse((ROOT / rel).read_text(), rel)
         functions = _enclosing_functions(tree)
         for node in ast.walk(tree):

@@ -3,7 +3,7 @@ values where integers break, each answered by a success or a 400 naming the fiel
 a 500, and a refused request stores nothing.
 
 - **Fields** are read from the served OpenAPI schema, which drf-spectacular generates
-  from the request serializers (``checkpoints/api/serializers.py``), the query-parameter
+  from the request serializers (``checkpoints/api/serializers/``), the query-parameter
   classes (``checkpoints/api/params.py``) and the declared headers and path parameters:
   every ``integer`` of a request body (nested objects and arrays included), a query, a
   header or a path, of every operation. A few integers the schema cannot type are listed
@@ -12,7 +12,7 @@ a 500, and a refused request stores nothing.
   the checkpoint lines' taken from ``EnvelopeSerializer`` itself). Every field needs a
   recipe in ``RECIPES`` (a request that the value alone decides), and every recipe a
   field: ``test_every_integer_input_has_a_recipe``. Every header the API reads
-  (``HTTP_*`` in ``checkpoints/api/views.py``) is an integer with a recipe or is named
+  (``HTTP_*`` in ``checkpoints/api/views/``) is an integer with a recipe or is named
   in ``OTHER_HEADERS``.
 - **Values**: -1, 0, 2^31-1, 2^31, 2^32-1, 2^32, 2^53+1, 2^63-1, 2^63, 2^64, and the
   field's own minimum - 1, minimum, maximum and maximum + 1 (the range the schema
@@ -43,6 +43,7 @@ from pathlib import Path
 import pytest
 from django.apps import apps
 from django.db import connection, transaction
+from rest_framework import serializers as drf
 
 from checkpoints import services
 from checkpoints.api import serializers as s
@@ -123,7 +124,7 @@ def envelope_integers() -> dict[str, tuple]:
     """The integer fields of the checkpoint envelope, from ``EnvelopeSerializer``: a
     runifold checkpoint line is an envelope (``parse_envelope``)."""
     return {name: (f.min_value, f.max_value) for name, f in s.EnvelopeSerializer().fields.items()
-            if isinstance(f, s.serializers.IntegerField)}
+            if isinstance(f, drf.IntegerField)}
 
 
 I64 = (-(2**63), MAX63)
@@ -517,7 +518,7 @@ def expected(recipe: Recipe, bounds: tuple, v: int) -> tuple[str, str | None]:
 def _headers_read() -> set[str]:
     from checkpoints.api import views
 
-    source = Path(views.__file__).read_text()
+    source = "".join(module.read_text() for module in Path(views.__file__).parent.glob("*.py"))
     names = set(re.findall(r'"HTTP_([A-Z_]+)"', source)) | {"CONTENT_LENGTH"}
     return {"-".join(part.capitalize() for part in n.split("_")) for n in names}
 

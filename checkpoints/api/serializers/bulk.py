@@ -1,0 +1,80 @@
+"""Shapes of bulk actions (issue 9, item 3): the request, its filters, the action and
+its per-run results."""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from ...models import BULK_MAX_RUNS
+from ...vocab import BulkActionKind, BulkOutcome, BulkState, RecoveryState
+from .common import Answer, IsoDateTimeField
+
+
+class BulkFiltersSerializer(Answer):
+    """The inbox filters a bulk action was asked for ("every run matching"), as in
+    ``GET …/runs``; null means not filtered on."""
+
+    recovery_state = serializers.ChoiceField(choices=RecoveryState.values, allow_null=True)
+    kind = serializers.CharField(allow_null=True, max_length=200)
+    subject = serializers.CharField(allow_null=True, max_length=256,
+                                    help_text="agent or workflow name contains (any case)")
+    age_s_min = serializers.IntegerField(allow_null=True, min_value=0, max_value=10**9,
+                                         help_text="last write at least this many seconds ago")
+    q = serializers.CharField(allow_null=True, required=False, max_length=512,
+                              help_text="the search, as GET …/runs?q= reads it")
+
+
+class BulkActionInputSerializer(serializers.Serializer):
+    """Describes the body of ``POST …/bulk-actions`` (validated by ``services.bulk_submit``
+    and the view; 400 naming the field): ``runs`` (or its older name ``run_ids``) or
+    ``filters``, one of the two."""
+
+    action = serializers.ChoiceField(choices=BulkActionKind.values)
+    reason = serializers.CharField(max_length=4000)
+    runs = serializers.ListField(child=serializers.UUIDField(), required=False,
+                                 min_length=1, max_length=BULK_MAX_RUNS,
+                                 help_text="the selected run ids (CONTRACT.md 3)")
+    run_ids = serializers.ListField(child=serializers.UUIDField(), required=False,
+                                    min_length=1, max_length=BULK_MAX_RUNS,
+                                    help_text="the older name of `runs` (one of the two)")
+    filters = BulkFiltersSerializer(required=False)
+    client_token = serializers.UUIDField(
+        required=False, help_text="idempotency key; or the Idempotency-Key header (if both, "
+                                  "they must be equal)")
+
+
+# Rendered from a ``BulkActionItem`` row.
+class BulkResultSerializer(Answer):
+    """One run's result: ``done`` (acted on, audited with the bulk id), ``refused`` (its
+    rule refused it: nothing written; ``error`` is the code the single action answers,
+    e.g. owner_live, invalid_transition, not_found) or ``failed`` (unexpected, rolled
+    back)."""
+
+    run_id = serializers.UUIDField(source="run_uuid")
+    outcome = serializers.ChoiceField(choices=BulkOutcome.values)
+    error = serializers.CharField(help_text="the refusal's code; empty when done")
+    detail = serializers.CharField(help_text="what happened, in words")
+
+
+# Rendered from a ``selectors.BulkResult``.
+class BulkActionSerializer(Answer):
+    """A bulk action and its per-run results, in selection order."""
+
+    id = serializers.UUIDField(source="bulk.uuid")
+    action = serializers.ChoiceField(source="bulk.action", choices=BulkActionKind.values)
+    reason = serializers.CharField(source="bulk.reason")
+    state = serializers.ChoiceField(source="bulk.state", choices=BulkState.values)
+    requested_by = serializers.CharField(source="bulk.requested_by_name")
+    client_token = serializers.UUIDField(
+        allow_null=True, help_text="the requester's idempotency key, shown to the requester "
+                                   "only (null for everyone else)")
+    created_at = IsoDateTimeField(source="bulk.created_at")
+    finished_at = IsoDateTimeField(source="bulk.finished_at", allow_null=True)
+    filters = BulkFiltersSerializer(allow_null=True, help_text="null when runs were selected "
+                                                               "by id")
+    total = serializers.IntegerField(source="bulk.total", help_text="runs selected")
+    done = serializers.IntegerField()
+    refused = serializers.IntegerField()
+    failed = serializers.IntegerField()
+    pending = serializers.IntegerField(help_text="runs without a result yet (while running)")
+    results = BulkResultSerializer(source="items", many=True)

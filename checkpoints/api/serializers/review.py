@@ -1,0 +1,152 @@
+"""Shapes of review: conflicts, retry requests, reconcile requests and their look-ups,
+what a retry would do, the body of every review action (``ReasonSerializer``) and the
+answers of reconcile, close and acknowledge."""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from ...vocab import (
+    ConflictReason,
+    ReconcileAnswer,
+    ReconcileState,
+    RetryOutcome,
+    RetryState,
+    TargetType,
+)
+from .common import Answer, IsoDateTimeField, RunUuidField, _words
+
+
+# Rendered from a ``Conflict`` row.
+class ConflictSerializer(Answer):
+    """A refused write: ``reason`` stale_revision | id_exists | fenced
+    (``expected_revision`` null for a create; ``actual_revision`` null when a fenced
+    create found nothing)."""
+
+    id = serializers.IntegerField(source="pk")
+    reason = serializers.ChoiceField(choices=ConflictReason.values)
+    target_type = serializers.ChoiceField(choices=TargetType.WRITABLE)
+    target_id = serializers.UUIDField(source="target_uuid")
+    expected_revision = serializers.IntegerField(allow_null=True)
+    actual_revision = serializers.IntegerField(allow_null=True)
+    attempted_revision = serializers.IntegerField(allow_null=True)
+    fencing_token_sent = serializers.IntegerField(allow_null=True)
+    fencing_token_current = serializers.IntegerField(allow_null=True)
+    writer = serializers.CharField(source="writer_name")
+    created_at = IsoDateTimeField()
+
+
+# Rendered from a ``RetryRequest`` row (``run``, ``requested_by``, ``decided_by`` loaded,
+# set or, for ``run``, ``run_id=`` given; else each costs a query).
+class RetryRequestSerializer(Answer):
+    """A retry request (CONTRACT.md section 3): requested -> approved | rejected;
+    approved -> consumed by the runtime's next resume call."""
+
+    id = serializers.IntegerField(source="pk")
+    run_id = RunUuidField()
+    # A plain string (not an enum) so the schema's "state" enum stays the effect states.
+    state = serializers.CharField(help_text=_words(RetryState.values))
+    requested_by = serializers.CharField(source="requested_by.get_username")
+    decided_by = serializers.CharField(source="decided_by.get_username", allow_null=True)
+    reason = serializers.CharField()
+    decision_reason = serializers.CharField()
+    created_at = IsoDateTimeField()
+    decided_at = IsoDateTimeField(allow_null=True)
+    consumed_at = IsoDateTimeField(allow_null=True)
+
+
+class ReconcileAttemptSerializer(Answer):
+    """One look-up of a reconcile request (the evidence itself is shown on the dashboard
+    to roles that may reveal payloads, audited)."""
+
+    number = serializers.IntegerField()
+    reconciler = serializers.CharField()
+    answer = serializers.CharField(
+        help_text=_words(ReconcileAnswer.values))
+    detail = serializers.CharField()
+    applied = serializers.CharField(help_text="effect state it led to, or empty")
+    started_at = IsoDateTimeField()
+    finished_at = IsoDateTimeField()
+
+
+# Rendered from a ``ReconcileRequest`` row (``effect`` loaded, ``attempt_log`` prefetched:
+# ``reconciliation.requests_for_run`` / ``request_get``).
+class ReconcileRequestSerializer(Answer):
+    """A stored reconcile request: queued -> running -> done | gave_up | cancelled;
+    ``next_attempt_at`` is null once it is no longer queued or running."""
+
+    id = serializers.IntegerField(source="pk")
+    task_id = serializers.UUIDField(source="task_uuid")
+    effect_id = serializers.UUIDField(source="effect.uuid")
+    service = serializers.CharField(source="effect.service")
+    operation_key = serializers.CharField(source="effect.operation_key")
+    state = serializers.CharField(help_text=_words(ReconcileState.values))
+    requested_by = serializers.CharField(source="requested_by_name")
+    attempts = serializers.IntegerField()
+    failures = serializers.IntegerField(help_text="look-ups in a row that could not tell")
+    next_attempt_at = IsoDateTimeField(allow_null=True)
+    last_error = serializers.CharField()
+    outcome = serializers.CharField(help_text="effect state it settled, moved_on, or empty")
+    created_at = IsoDateTimeField()
+    finished_at = IsoDateTimeField(allow_null=True)
+    waiting_for_worker_since = IsoDateTimeField(
+        allow_null=True, read_only=True,
+        help_text="open and waiting for a worker since then (its worker died, or none took "
+                  "it): the next stale-run sweep sends it again; null otherwise")
+    attempt_log = ReconcileAttemptSerializer(many=True)
+
+    def to_representation(self, instance):
+        out = super().to_representation(instance)
+        if out["state"] not in ReconcileState.OPEN:
+            out["next_attempt_at"] = None
+        return out
+
+
+# Rendered from a row of ``services.retry_preview``.
+class RetryPreviewSerializer(Answer):
+    """What an approved retry would do to one effect (issue 5)."""
+
+    effect_id = serializers.UUIDField()
+    service = serializers.CharField()
+    operation_key = serializers.CharField()
+    state = serializers.CharField()
+    outcome = serializers.CharField(
+        help_text=f"{_words(RetryOutcome.values)}; {RetryOutcome.POSSIBLE_DUPLICATE} is what "
+                  f"the approver accepts")
+    words = serializers.CharField()
+
+
+class ReasonSerializer(serializers.Serializer):
+    """Body of every review action; a non-blank reason (at most 4000 characters)."""
+
+    reason = serializers.CharField(max_length=4000)
+
+
+# Rendered from a dict of ``reconciliation.run_reconcile``'s answer and the stored requests.
+class TaskSerializer(Answer):
+    """Reconciliation requested: the task and the stored requests it runs."""
+
+
+    task_id = serializers.CharField()
+    queued = serializers.BooleanField(
+        help_text="false when the task queue was unavailable: the requests are stored and "
+                  "run when the worker is back")
+    detail = serializers.CharField()
+    requests = ReconcileRequestSerializer(many=True)
+
+
+# Rendered from the ``Run`` row (``closed_by`` set).
+class ClosedSerializer(Answer):
+    """A run a reviewer closed (it stays closed until its next write)."""
+
+
+    run_id = serializers.UUIDField(source="uuid")
+    recovery_state = serializers.CharField()
+    closed_at = IsoDateTimeField()
+    closed_by = serializers.CharField(source="closed_by.get_username")
+
+
+class AcknowledgedSerializer(Answer):
+    """How many of the run's open conflicts the call acknowledged."""
+
+    acknowledged = serializers.IntegerField(help_text="how many conflicts were acknowledged")

@@ -1,0 +1,111 @@
+"""Shapes of runs: a run, a page of runs, a run with everything under it, its lease and
+the resume decision."""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from ... import intranges
+from ...vocab import RecoveryState, ResumeAction
+from .checkpoints import CheckpointMetaSerializer
+from .common import Answer, IsoDateTimeField, TenantSlugField
+from .effects import EffectSerializer
+from .review import (
+    ConflictSerializer,
+    ReconcileRequestSerializer,
+    RetryPreviewSerializer,
+    RetryRequestSerializer,
+)
+
+#: Every value ``Run.recovery_state`` can hold, ``closed`` included (a reviewer's close).
+RECOVERY_STATES = list(RecoveryState.values)
+
+
+# Rendered from a ``Run`` row or a ``selectors.run_list`` row, with ``tenant=`` its Tenant.
+class RunSerializer(Answer):
+    """A run's metadata and materialised recovery state (never a payload)."""
+
+    run_id = serializers.UUIDField(source="uuid")
+    tenant = TenantSlugField(help_text="tenant slug")
+    kind = serializers.CharField()
+    schema_version = serializers.IntegerField(allow_null=True)
+    agent = serializers.CharField()
+    model = serializers.CharField(help_text="provider/name")
+    workflow = serializers.CharField()
+    definition_version = serializers.CharField()
+    phase_class = serializers.CharField()
+    phase_label = serializers.CharField()
+    # Every value ``Run.recovery_state`` can hold, ``closed`` included (a reviewer's close).
+    recovery_state = serializers.ChoiceField(choices=RecoveryState.values)
+    recovery_reason = serializers.CharField()
+    lease_owner = serializers.CharField()
+    fencing_token = serializers.IntegerField()
+    unacknowledged_conflicts = serializers.IntegerField()
+    state_changed_at = IsoDateTimeField(allow_null=True)
+    last_write_at = IsoDateTimeField(allow_null=True)
+    created_at = IsoDateTimeField()
+    lease_expires_at = IsoDateTimeField(allow_null=True)
+
+
+class RunPageSerializer(Answer):
+    """One keyset page; ``next`` is the URL of the following page, or null on the last;
+    ``previous`` the URL of the page before, or null on the first."""
+
+    results = RunSerializer(many=True)
+    next = serializers.URLField(allow_null=True)
+    previous = serializers.URLField(allow_null=True)
+
+
+class OpenReviewItemsSerializer(Answer):
+    """What awaits a decision on the run: its open retry request and its unacknowledged
+    conflicts."""
+
+    retry_request = RetryRequestSerializer(allow_null=True,
+                                           help_text="the open (requested or approved) one")
+    conflicts = ConflictSerializer(many=True, help_text="unacknowledged conflicts")
+
+
+# Rendered from a dict of the rows, with ``tenant=``, ``receipts=`` and ``run_id=``.
+class RunDetailSerializer(Answer):
+    """A run, its latest checkpoints (metadata), effects, open review items, reconcile
+    requests, and what an approved retry would do to each effect."""
+
+
+    run = RunSerializer()
+    checkpoints = CheckpointMetaSerializer(many=True, help_text="latest revision of each")
+    effects = EffectSerializer(many=True)
+    open_review_items = OpenReviewItemsSerializer()
+    reconcile_requests = ReconcileRequestSerializer(many=True, help_text="newest first")
+    retry_preview = RetryPreviewSerializer(many=True)
+
+
+class LeaseInputSerializer(serializers.Serializer):
+    owner = serializers.CharField(max_length=256)
+    ttl_s = serializers.IntegerField(**intranges.LEASE_TTL_S.field_kwargs())
+
+
+# Rendered from the ``Run`` row.
+class LeaseSerializer(Answer):
+    """The run's lease: the owner's fencing token and when the lease expires."""
+
+
+    fencing_token = serializers.IntegerField()
+    expires_at = IsoDateTimeField(source="lease_expires_at")
+
+
+# Rendered from ``services.resume_preview`` / ``resume_claim``.
+class ResumeSerializer(Answer):
+    """The resume decision (CONTRACT.md section 3)."""
+
+    action = serializers.ChoiceField(choices=ResumeAction.values)
+    reason = serializers.CharField(help_text="stable snake_case word, e.g. in_flight")
+    checkpoint_id = serializers.UUIDField(allow_null=True)
+    revision = serializers.IntegerField(allow_null=True)
+    fencing_token = serializers.IntegerField()
+
+
+class ResumeInputSerializer(serializers.Serializer):
+    agent = serializers.CharField(required=False)
+    model = serializers.CharField(required=False, help_text="provider/name")
+    workflow = serializers.CharField(required=False)
+    definition_version = serializers.CharField(required=False)

@@ -1,0 +1,172 @@
+"""Review actions: retry requests (ask, approve, reject, withdraw), reconcile, close,
+acknowledge conflicts, mark an effect unknown and reveal its receipt (each POSTs a
+``reason``, audited)."""
+
+from __future__ import annotations
+
+import re
+
+from drf_spectacular.utils import extend_schema_view
+from rest_framework import status
+from rest_framework.response import Response
+
+from ... import intranges, reconciliation, roles, selectors, services
+from ...exceptions import NotFound
+from ...permissions import receipts_in_answers
+from .. import serializers as s
+from .common import (
+    OWNER_LIVE,
+    TenantApi,
+    _known_account,
+    _path,
+    _reason_operation,
+    read_reason,
+    url_uuid,
+)
+
+_PK_RE = re.compile(r"^[1-9][0-9]{0,18}\Z")
+RETRY_ID = _path("retry_id", intranges.ROW_ID.schema())
+
+
+class EffectMarkUnknownApi(TenantApi):
+    @_reason_operation(
+        "effect_mark_unknown", "Reviewer: nobody can tell whether this effect happened",
+        _path("effect_id"), s.EffectSerializer, more={409: OWNER_LIVE})
+    def post(self, request, tenant, effect_id):
+        t = self.tenant(request, tenant, roles.REVIEW)
+        eid = url_uuid(effect_id, "effect")
+        reason = read_reason(request)
+        effect = services.effect_mark_unknown(actor=request.user, tenant=t, effect_id=eid,
+                                              reason=reason)
+        # The answer is the row the service moved; its run (which never changes) is read
+        # here rather than lazily by the serializer.
+        run_id = selectors.effect_get(user=request.user, tenant=t, effect_id=eid).run.uuid
+        shown = receipts_in_answers(request.user, t)
+        return Response(s.EffectSerializer.render(effect, receipts=shown, run_id=run_id))
+
+
+class EffectReceiptRevealApi(TenantApi):
+    @_reason_operation(
+        "effect_reveal_receipt",
+        "Reviewer, approver or admin: reveal an effect's receipt (reason required, audited)",
+        _path("effect_id"), s.ReceiptRevealSerializer, codes=())
+    def post(self, request, tenant, effect_id):
+        """Receipts are treated like payloads (CONTRACT.md 4): roles that may reveal see
+        one only through this audited call; writers read them in effect answers."""
+        t = self.tenant(request, tenant, roles.REVEAL)
+        eid = url_uuid(effect_id, "effect")
+        revealed = services.receipt_reveal(actor=request.user, tenant=t, effect_id=eid,
+                                           reason=read_reason(request))
+        return Response(s.ReceiptRevealSerializer.render(revealed))
+
+
+class RetryRequestCreateApi(TenantApi):
+    @_reason_operation(
+        "retry_request_create",
+        "Reviewer: ask for a retry of an in-doubt run (a different approver decides)",
+        _path("run_id"), s.RetryRequestSerializer, status=201, more={409: OWNER_LIVE})
+    def post(self, request, tenant, run_id):
+        t = self.tenant(request, tenant, roles.REVIEW)
+        rid = url_uuid(run_id, "run")
+        retry = services.retry_request(actor=request.user, tenant=t, run_id=rid,
+                                       reason=read_reason(request))
+        return Response(s.RetryRequestSerializer.render(retry, run_id=rid),
+                        status=status.HTTP_201_CREATED)
+
+
+def _retry_pk(value: str) -> int:
+    if not _PK_RE.match(value) or not intranges.ROW_ID.contains(int(value)):
+        raise NotFound("no such retry request")
+    return int(value)
+
+
+class _RetryDecisionApi(TenantApi):
+    """Approve or reject someone else's retry request (approver role, four eyes)."""
+
+    decide = staticmethod(services.retry_approve)
+
+    def post(self, request, tenant, retry_id):
+        t = self.tenant(request, tenant, roles.APPROVE)
+        pk = _retry_pk(retry_id)
+        retry = self.decide(actor=request.user, tenant=t, retry_id=pk,
+                            reason=read_reason(request))
+        # The decided row as the service left it; its run and requester (which never
+        # change) read here in one query rather than lazily by the serializer.
+        loaded = selectors.retry_get(user=request.user, tenant=t, retry_id=pk)
+        retry.requested_by = loaded.requested_by
+        _known_account(retry, "decided_by", request.user)
+        return Response(s.RetryRequestSerializer.render(retry, run_id=loaded.run.uuid))
+
+
+@extend_schema_view(post=_reason_operation(
+    "retry_request_approve", "Approver: approve someone else's retry request", RETRY_ID,
+    s.RetryRequestSerializer))
+class RetryApproveApi(_RetryDecisionApi):
+    decide = staticmethod(services.retry_approve)
+
+
+@extend_schema_view(post=_reason_operation(
+    "retry_request_reject", "Approver: reject someone else's retry request", RETRY_ID,
+    s.RetryRequestSerializer))
+class RetryRejectApi(_RetryDecisionApi):
+    decide = staticmethod(services.retry_reject)
+
+
+class RetryWithdrawApi(TenantApi):
+    @_reason_operation(
+        "retry_request_withdraw",
+        "Reviewer: withdraw your own retry request while no approver has decided it",
+        RETRY_ID, s.RetryRequestSerializer,
+        description="The request becomes `withdrawn` (`decided_by` stays null: nobody "
+                    "decided it) and the run leaves `awaiting_approval`. 403 for someone "
+                    "else's request; 422 `invalid_transition` once it is approved, rejected, "
+                    "withdrawn, expired or consumed (`detail` says by whom and when).")
+    def post(self, request, tenant, retry_id):
+        t = self.tenant(request, tenant, roles.REVIEW)
+        pk = _retry_pk(retry_id)
+        retry = services.retry_withdraw(actor=request.user, tenant=t, retry_id=pk,
+                                        reason=read_reason(request))
+        # The caller is the requester; the run (which never changes) read in one query.
+        loaded = selectors.retry_get(user=request.user, tenant=t, retry_id=pk)
+        _known_account(retry, "requested_by", request.user)
+        return Response(s.RetryRequestSerializer.render(retry, run_id=loaded.run.uuid))
+
+
+class RunReconcileApi(TenantApi):
+    @_reason_operation(
+        "run_reconcile", "Reviewer: reconcile the run's in-doubt effects (stored jobs, retried)",
+        _path("run_id"), s.TaskSerializer, status=202, more={409: OWNER_LIVE})
+    def post(self, request, tenant, run_id):
+        t = self.tenant(request, tenant, roles.REVIEW)
+        rid = url_uuid(run_id, "run")
+        queued = reconciliation.run_reconcile(actor=request.user, tenant=t, run_id=rid,
+                                              reason=read_reason(request))
+        requests = reconciliation.requests_get(t, [r.pk for r in queued.requests])
+        return Response(s.TaskSerializer.render({"task_id": queued.task_id,
+                                                 "queued": queued.dispatched,
+                                                 "detail": queued.detail, "requests": requests}),
+                        status=status.HTTP_202_ACCEPTED)
+
+
+class RunCloseApi(TenantApi):
+    @_reason_operation(
+        "run_close", "Reviewer: close a run handled outside the system (until its next write)",
+        _path("run_id"), s.ClosedSerializer)
+    def post(self, request, tenant, run_id):
+        t = self.tenant(request, tenant, roles.REVIEW)
+        rid = url_uuid(run_id, "run")
+        run = services.run_close(actor=request.user, tenant=t, run_id=rid,
+                                 reason=read_reason(request))
+        return Response(s.ClosedSerializer.render(run))
+
+
+class ConflictsAcknowledgeApi(TenantApi):
+    @_reason_operation(
+        "run_conflicts_acknowledge", "Reviewer: acknowledge every open conflict of the run",
+        _path("run_id"), s.AcknowledgedSerializer, codes=())
+    def post(self, request, tenant, run_id):
+        t = self.tenant(request, tenant, roles.REVIEW)
+        rid = url_uuid(run_id, "run")
+        n = services.conflicts_acknowledge(actor=request.user, tenant=t, run_id=rid,
+                                           reason=read_reason(request))
+        return Response(s.AcknowledgedSerializer.render({"acknowledged": n}))
