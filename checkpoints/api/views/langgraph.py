@@ -9,8 +9,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from ... import roles
-from ...interop import langgraph
 from ...exceptions import InvalidPayload
+from ...interop import langgraph
 from ...models import Tenant
 from .. import params as p
 from .. import serializers as s
