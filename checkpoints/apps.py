@@ -7,6 +7,8 @@ class CheckpointsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        # Imported here, once the app registry is ready (Django's rule for ready()):
+        # importing them registers their system checks.
         from . import (
             security,  # noqa: F401 (registers its deploy checks)
             staticcheck,  # noqa: F401 (registers recovery.E002)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from cryptography.fernet import Fernet, MultiFernet
+from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
@@ -48,8 +48,6 @@ def rotate_token(token: str) -> str:
 
 def is_current(token: str) -> bool:
     """Whether ``token`` is already encrypted under the newest key (rotation skips it)."""
-    from cryptography.fernet import InvalidToken
-
     try:
         Fernet(settings.RECOVERY_ENCRYPTION_KEYS[0].encode()).decrypt(token.encode("ascii"))
     except InvalidToken:

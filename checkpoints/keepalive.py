@@ -27,6 +27,8 @@ import logging
 import socket
 import time
 
+from django.conf import settings
+
 log = logging.getLogger(__name__)
 
 _CHUNK = 64 * 1024
@@ -145,8 +147,6 @@ class DrainBodyMiddleware:
         self._seconds = seconds
 
     def _limits(self) -> tuple[int, float]:
-        from django.conf import settings
-
         return (self._max_bytes if self._max_bytes is not None
                 else settings.RECOVERY_DRAIN_MAX_BYTES,
                 self._seconds if self._seconds is not None

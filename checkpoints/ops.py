@@ -54,6 +54,7 @@ from recovery.celery import app
 
 from . import heartbeat, inprocess
 from .metrics import DomainCollector
+from .staticcheck import check_static_manifest
 
 log = logging.getLogger("recovery.access")
 
@@ -145,8 +146,6 @@ def readiness() -> tuple[bool, dict[str, str]]:
         checks["broker"] = "not configured"
     probes.append(("worker", _check_worker))
     if settings.RECOVERY_STATIC_MANIFEST:  # pages need collectstatic's manifest
-        from .staticcheck import check_static_manifest
-
         probes.append(("static_manifest", check_static_manifest))
     ready = True
     for name, probe in probes:

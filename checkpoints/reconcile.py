@@ -28,6 +28,7 @@ answer is recorded as ``cannot_tell`` with the reason (CONTRACT.md 6).
 
 from __future__ import annotations
 
+import json
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -40,6 +41,7 @@ from django.utils.module_loading import import_string
 
 from .exceptions import InvalidPayload
 from .jsonparse import loads_object
+from .models import ReconcilerConfig
 from .vocab import EffectClass, ReconcileAnswer
 
 # The most of an answer a reconciler reads; more is "cannot tell" (a receipt is small).
@@ -204,8 +206,6 @@ class ReplayReconciler:
                 f"replay: the effect is {effect.effect_class}, only idempotent effects replay")
         if effect.request is None:
             return Answer.cannot_tell("replay: the runtime stored no request to replay")
-        import json
-
         where = f"POST {self.url}"
         body = json.dumps(effect.request, ensure_ascii=False).encode("utf-8")
         try:
@@ -268,8 +268,6 @@ class Configured:
 def reconciler_for(tenant_id: int, service: str) -> Configured:
     """The reconciler for ``service`` in the tenant: its ``ReconcilerConfig`` row, else the
     ``RECOVERY_RECONCILERS`` default (HTTP status look-up), else no look-up."""
-    from .models import ReconcilerConfig
-
     settle = settings.RECOVERY_RECONCILE_SETTLE_DELAY_S
     row = ReconcilerConfig.objects.for_tenant(tenant_id).filter(service=service).first()
     if row is not None:

@@ -177,6 +177,8 @@ def checkpoint_update(*, actor, tenant: Tenant, envelope, expected_revision: int
         })
         updated, current, seq, prev_hash, counts, open_retry = cursor.fetchone()
         if not updated:  # a stale revision: kept as a conflict of the run, and refused
+            # Imported late: ``services.checkpoints`` imports this module (the knot of
+            # docs/architecture.md).
             from .services.checkpoints import _envelope_json
             from .services.runs import _record_conflict
 
@@ -193,6 +195,7 @@ def checkpoint_update(*, actor, tenant: Tenant, envelope, expected_revision: int
         if isinstance(counts, str):
             counts = json.loads(counts)
 
+        # Imported late, as above: the services import this module.
         from .services.runs import effect_labels
 
         # The run as this write leaves it, for the one RunFacts builder: the new

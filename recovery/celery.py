@@ -28,6 +28,8 @@ def structured_worker_logs(logger, **kwargs):
     each carries ``request_id`` (django-guid's Celery integration: the id of the request
     that sent the task, or a fresh one per task from beat), and with ``json`` each line is
     a JSON object. Celery keeps its own handlers and ``--loglevel``."""
+    # Imported when a worker sets up its logging: this module is imported (by
+    # recovery/__init__) before Django's settings are configured.
     from django.conf import settings
     from django_guid.log_filters import CorrelationId
     from pythonjsonlogger.json import JsonFormatter

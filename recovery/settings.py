@@ -13,6 +13,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
+from cryptography.fernet import Fernet
 from django.core.exceptions import ImproperlyConfigured
 from django_guid.integrations import CeleryIntegration
 
@@ -359,8 +360,6 @@ def _check_fernet_keys(keys: list[str]) -> None:
     """Refuse to start with a payload key that is not a Fernet key (32 url-safe base64
     bytes), instead of answering 500 to the first write: the process (runserver, gunicorn,
     a worker, any manage.py command) stops at once, saying how to make one."""
-    from cryptography.fernet import Fernet
-
     if not keys:
         raise ImproperlyConfigured("RECOVERY_ENCRYPTION_KEYS is empty")
     for n, key in enumerate(keys, 1):

@@ -36,6 +36,7 @@ from rest_framework.views import set_rollback
 
 from ..exceptions import DomainError
 from ..outage import RETRY_AFTER_S, unavailable_service
+from ..staticcheck import manifest_problem
 from .serializers import ErrorSerializer, error_body
 
 log = logging.getLogger(__name__)
@@ -137,7 +138,5 @@ def server_error(request, template_name="500.html"):
     if service:
         return _page("503.html", 503, {"service": service, "retry_after": RETRY_AFTER_S},
                      **retry)
-    from ..staticcheck import manifest_problem
-
     # With collectstatic skipped (or stale) every page fails here: say so (issue 17, item 5).
     return _page(template_name, 500, {"static_missing": manifest_problem() is not None})

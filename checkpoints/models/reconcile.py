@@ -4,6 +4,8 @@ settings.
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
@@ -83,8 +85,6 @@ class ReconcileRequest(TenantOwned, TimestampedModel):
                 return self.claimed_until
             return None
         if self.state == ReconcileState.QUEUED and self.next_attempt_at is not None:
-            from datetime import timedelta
-
             if self.next_attempt_at < now - timedelta(seconds=settings.RECOVERY_SWEEP_INTERVAL_S):
                 return self.next_attempt_at
         return None

@@ -28,9 +28,11 @@ from ..exceptions import (
 )
 from ..models import (
     ApiToken,
+    ReconcilerConfig,
     Tenant,
 )
 from ..permissions import forget_perms, require
+from ..reconcile import plugin_class
 from ..vocab import (
     AuditAction,
     TargetType,
@@ -291,9 +293,6 @@ def reconciler_configure(*, actor, tenant: Tenant, service: str, plugin: str, ur
     ``settle_delay_s`` outside 0..86400, a service name that is empty or over 200.
     Returns the ``ReconcilerConfig`` (``None`` after ``default``).
     """
-    from ..models import ReconcilerConfig
-    from ..reconcile import plugin_class
-
     if actor is not None:
         require(actor, tenant, roles.MANAGE)
     service = _str_field({"service": service}, "service", 200)

@@ -23,6 +23,7 @@ from ..models import (
     Conflict,
     Effect,
     EffectRevision,
+    ReconcileRequest,
     RetryRequest,
     Run,
     Tenant,
@@ -286,8 +287,6 @@ def close_locked(run: Run, now, *, closed_by, reason: str) -> tuple[int, int]:
     with the run; ``closed_by`` a user or ``None`` (closed by the system, e.g. a
     LangGraph thread deletion, issue 10). Returns ``(expired, cancelled)``. The one
     rule of closing: ``run_close`` and ``interop.langgraph`` call it."""
-    from ..models import ReconcileRequest
-
     expired = RetryRequest.objects.for_tenant(run.tenant_id).filter(
         run=run, state__in=RetryState.OPEN).update(state=RetryState.EXPIRED, decided_at=now)
     cancelled = ReconcileRequest.objects.for_tenant(run.tenant_id).filter(
@@ -307,8 +306,6 @@ def awaits_review(run: Run) -> str:
     declaration awaiting their decision), an open retry request or an open reconcile
     request. Only a reviewer's ``run_close`` closes such a run; a writer's LangGraph
     thread deletion leaves it open (issue 10, docs/langgraph.md "Deleting")."""
-    from ..models import ReconcileRequest
-
     effects = Effect.objects.for_tenant(run.tenant_id).filter(run=run)
     if effects.filter(state__in=EffectState.IN_DOUBT).exists():
         return "an effect is in doubt"

@@ -19,6 +19,7 @@ import sys
 import uuid
 
 from django.core.management.base import BaseCommand, CommandError
+from tqdm import tqdm
 
 from checkpoints import operatorfiles
 from checkpoints.exceptions import DomainError
@@ -63,8 +64,6 @@ class Command(BaseCommand):
             raise CommandError(f"file: cannot write {target}: {exc.strerror}") from None
         bar = None
         if not (no_progress or not self.stderr.isatty()):
-            from tqdm import tqdm
-
             bar = tqdm(unit=" lines", desc="export", file=sys.stderr)
         try:
             report = runifold.runifold_export(

@@ -53,6 +53,7 @@ from datetime import datetime, timedelta
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError, connection, transaction
+from tqdm import tqdm
 
 from checkpoints import crypto, kinds, policy, services
 from checkpoints.dbclock import db_now
@@ -389,17 +390,13 @@ class _RunPlan:
 
 
 class _Progress:
-    """tqdm when it is installed (the ``bench`` extra), else one line on stderr."""
+    """A tqdm progress bar on stderr (tqdm is a dependency: import_runifold's bar too)."""
 
     def __init__(self, total: int, desc: str, enabled: bool):
         self.total, self.done, self.desc, self.enabled = total, 0, desc, enabled
         self.bar = None
         self.started = time.monotonic()
         if not enabled:
-            return
-        try:
-            from tqdm import tqdm
-        except ImportError:
             return
         self.bar = tqdm(total=total, desc=desc, unit="run", file=sys.stderr)
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import sys
 
 from django.core.management.base import BaseCommand, CommandError
+from tqdm import tqdm
 
 from checkpoints.exceptions import DomainError
 from checkpoints.interop import runifold
@@ -77,6 +78,4 @@ def _progress(total: int | None, off: bool):
     """A tqdm bar over the file's bytes on stderr, or ``None``."""
     if off:
         return None
-    from tqdm import tqdm
-
     return tqdm(total=total, unit="B", unit_scale=True, desc="import", file=sys.stderr)

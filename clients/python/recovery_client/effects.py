@@ -137,6 +137,8 @@ def _langgraph_config() -> dict | None:
     """The running node's config, or ``None`` outside a LangGraph node (or without
     LangGraph installed)."""
     try:
+        # Imported only here: langgraph is an optional extra, and only a call inside a
+        # graph has a config to read.
         from langgraph.config import get_config
     except ImportError:
         return None
