@@ -1,8 +1,9 @@
 """Reconciliation as durable jobs (issue 5; CONTRACT.md 3 "reconcile"; DESIGN.md 4).
 
 A reviewer's reconcile writes one ``ReconcileRequest`` per in-doubt effect in the same
-transaction as its audit event (``run_reconcile``). A worker then runs ``execute`` for
-each request id:
+transaction as its audit event, and hands them to a worker (``services.reconcile_requests``:
+``run_reconcile``, ``dispatch``, ``redrive``, below this module). A worker then runs
+``execute`` for each request id:
 
 1. **claim** (one short transaction): a ``queued`` request that is due, or a ``running``
    one whose worker vanished (``claimed_until`` passed), becomes ``running`` with
@@ -21,9 +22,10 @@ each request id:
 
 ``cannot_tell`` retries with capped exponential back-off; after
 ``RECOVERY_RECONCILE_MAX_FAILURES`` in a row the request ``gave_up`` and the effect waits
-for a human with the error on the run page. ``redrive`` (run by the sweep: beat with a
-broker, the in-process worker without one) sends again what a lost message, a dead
-worker or a broker outage left behind. Every time here is the database's (``dbclock``).
+for a human with the error on the run page. ``reconcile_requests.redrive`` (run by the
+sweep: beat with a broker, the in-process worker without one) sends again what a lost
+message, a dead worker or a broker outage left behind. Every time here is the
+database's (``dbclock``).
 """
 
 from __future__ import annotations
@@ -31,19 +33,16 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import uuid
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from celery import current_app
 from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Prefetch, Q
 
-from . import crypto, locks, reconcile, roles
+from . import crypto, reconcile, services
 from .dbclock import NOW
-from .exceptions import InvalidPayload, InvalidTransition, NotFound
+from .exceptions import InvalidPayload, NotFound
 from .heartbeat import broker_configured
 from .jsonparse import dumps, loads_any, loads_object
 from .models import (
@@ -54,7 +53,7 @@ from .models import (
     Run,
     Tenant,
 )
-from .permissions import require
+from .services import reconcile_requests
 from .vocab import (
     AuditAction,
     EffectSource,
@@ -65,173 +64,8 @@ from .vocab import (
 
 log = logging.getLogger(__name__)
 
-#: What ``dispatch`` writes into a request it could not hand to the broker (the run page
-#: says "queued, will run when the worker is back" for it).
-BROKER_DOWN = "broker unavailable"
-_DISPATCH = ("dispatch marks, by primary key, the requests it was handed (read scoped by "
-             "the reviewer's action, or by the sweep's re-drive)")
 # How long a claim lasts beyond the look-up's own timeout before the sweep re-drives it.
 CLAIM_MARGIN_S = 60
-
-
-@dataclass
-class ReconcileQueued:
-    """What ``run_reconcile`` did: the ``task_id`` given to the reviewer, the requests
-    (one per in-doubt effect), and whether they reached a worker (``dispatched``) or
-    wait for one (``detail`` says so in words for people)."""
-
-    task_id: str
-    requests: list[ReconcileRequest]
-    dispatched: bool = True
-    detail: str = ""
-    results: list[dict] = field(default_factory=list)
-
-
-def _services():
-    # Imported late: the services import this module (``run_reconcile``, ``redrive``);
-    # the cycle is the knot docs/architecture.md names, to be cut next.
-    from . import services
-
-    return services
-
-
-def run_reconcile(*, actor, tenant: Tenant, run_id: uuid.UUID, reason: str,
-                  bulk_id: uuid.UUID | None = None) -> ReconcileQueued:
-    """A reviewer asks to reconcile the run's in-doubt effects (CONTRACT.md 3).
-
-    Under the run's lock, on the database clock, the owner must be gone (the sweep's
-    rule); then one request per ``submitted``/``unresolved`` effect is stored (an effect
-    that already has an open request keeps it, made due now) with one audit event, and
-    the requests go to a worker after commit (``dispatch``). A broker outage loses
-    nothing: the answer says they wait, and the sweep sends them when it is back.
-
-    Raises ``OwnerLive`` (409) while the owner is alive, ``InvalidTransition`` (422) when
-    nothing is in doubt or the run is closed, ``ReasonRequired``, ``NotFound``,
-    ``Forbidden``. ``bulk_id``: the bulk action this is part of (``services.bulk``),
-    written into the audit event's ``after``.
-    """
-    svc = _services()
-    require(actor, tenant, roles.REVIEW)
-    reason = svc._require_reason(reason)
-    task_id = uuid.uuid4()
-    outcome = ReconcileQueued(task_id=str(task_id), requests=[])
-    with transaction.atomic():
-        run = svc._get_run(tenant, run_id)
-        now = run.db_now
-        if run.closed_at is not None:
-            raise InvalidTransition("run: the run is closed; a new write reopens it")
-        facts = svc.run_facts(run, now)
-        in_doubt = list(Effect.objects.for_tenant(run.tenant_id)
-                        .filter(run=run, state__in=EffectState.IN_DOUBT)
-                        .order_by("id"))
-        if not in_doubt:
-            raise InvalidTransition("run: no effect is submitted or unresolved")
-        svc.require_owner_gone(run, facts, "reconcile")
-        open_by_effect = {r.effect_id: r for r in locks.lock_rows(
-            ReconcileRequest.objects.for_tenant(tenant)
-            .filter(effect__in=in_doubt, state__in=ReconcileState.OPEN))}
-        for effect in in_doubt:
-            existing = open_by_effect.get(effect.pk)
-            if existing is not None:
-                if existing.state == ReconcileState.QUEUED:
-                    ReconcileRequest.objects.for_tenant(tenant).filter(pk=existing.pk).update(
-                        next_attempt_at=now)
-                outcome.requests.append(existing)
-                continue
-            outcome.requests.append(ReconcileRequest.objects.create(
-                tenant=tenant, run=run, effect=effect, task_uuid=task_id, requested_by=actor,
-                requested_by_name=svc._actor_name(actor), reason=reason, next_attempt_at=now))
-        svc.audit_record(
-            tenant=tenant, actor=actor, action=AuditAction.RUN_RECONCILE, target_type=TargetType.RUN,
-            target_id=run.uuid, run_id=run.uuid, reason=reason,
-            after=svc._with_bulk({"task_id": str(task_id),
-                                  "requests": [r.pk for r in outcome.requests],
-                                  "effects": [str(e.uuid) for e in in_doubt]}, bulk_id))
-        pks = [r.pk for r in outcome.requests]
-
-        def send():
-            sent = dispatch(pks)
-            outcome.dispatched = sent.ok
-            outcome.detail = sent.detail
-            outcome.results = sent.results
-
-        transaction.on_commit(send)
-    return outcome
-
-
-# --------------------------------------------------------------------------------------
-# Dispatch: to Celery with a broker, in this process without one
-# --------------------------------------------------------------------------------------
-
-@dataclass
-class Sent:
-    ok: bool
-    detail: str
-    results: list[dict] = field(default_factory=list)
-
-
-def dispatch(request_pks: list[int], *, countdown: float | None = None) -> Sent:
-    """Hand requests to a worker. With a broker: one ``reconcile_effect`` message each
-    (by task name, so services never import tasks); a publish error leaves them stored
-    and ``queued`` (the sweep sends them later) and says so. Without a broker: run each
-    now, in this process (the embedded default's in-process worker)."""
-    if not request_pks:
-        return Sent(True, "nothing to reconcile")
-    if not broker_configured():
-        if countdown:
-            return Sent(True, "queued for the in-process worker")
-        results = []
-        for pk in request_pks:
-            try:
-                results.append(execute(pk))
-            except Exception:  # noqa: BLE001 - stored and claimed: the sweep re-drives it
-                log.exception("reconcile request %s failed in this process; the sweep will "
-                              "run it again", pk)
-                results.append({"request": pk, "result": "error"})
-        return Sent(True, "reconciled in this process", results)
-    try:
-        for pk in request_pks:
-            current_app.send_task("checkpoints.tasks.reconcile_effect", args=[pk],
-                                  countdown=countdown)
-    except Exception as exc:  # noqa: BLE001 - any broker failure: keep the job, say so
-        log.warning("reconcile dispatch failed, requests %s stay queued: %s", request_pks, exc)
-        why = f"{BROKER_DOWN} ({type(exc).__name__}); queued, will run when the " \
-              f"worker is back"
-        (ReconcileRequest.objects.for_all_tenants(reason=_DISPATCH)
-         .filter(pk__in=request_pks, state=ReconcileState.QUEUED).update(last_error=why[:500]))
-        return Sent(False, "queued; the task queue is unavailable, so it will run when the "
-                           "worker is back (nothing is lost)")
-    (ReconcileRequest.objects.for_all_tenants(reason=_DISPATCH).filter(pk__in=request_pks)
-     .update(dispatched_at=NOW))
-    return Sent(True, "queued for a worker")
-
-
-def redrive(limit: int = 200) -> int:
-    """Send again the requests a lost message, a dead worker or a broker outage left
-    behind; run by the sweep. A ``running`` request whose claim expired goes back to
-    ``queued`` first. Returns how many were sent (or, without a broker, executed)."""
-    grace = settings.RECOVERY_RECONCILE_REDRIVE_GRACE_S if broker_configured() else 0
-    stale = Q(state=ReconcileState.RUNNING, claimed_until__lt=NOW)
-    with transaction.atomic():
-        every = ReconcileRequest.objects.for_all_tenants(
-            reason="the sweep re-drives every tenant's stale or due reconcile requests")
-        # Outside the lock order (``locks``): it holds these rows only, in ascending id,
-        # and skips those a worker or a reviewer holds (the next sweep looks again).
-        reclaimed = list(locks.lock_rows(every.filter(stale), skip_locked=True)
-                         .values_list("pk", flat=True)[:limit])
-        if reclaimed:
-            every.filter(pk__in=reclaimed).filter(stale).update(
-                state=ReconcileState.QUEUED, next_attempt_at=NOW, claimed_until=None,
-                last_error="the worker vanished during the look-up; trying again")
-    due = Q(state=ReconcileState.QUEUED,
-            next_attempt_at__lte=NOW - timedelta(seconds=grace) if grace else NOW)
-    # A request whose worker vanished is sent now, not a grace period after this sweep.
-    due |= Q(state=ReconcileState.QUEUED, pk__in=reclaimed)
-    pks = list(every.filter(due).order_by("next_attempt_at", "pk")
-               .values_list("pk", flat=True)[:limit])
-    if pks:
-        dispatch(pks)
-    return len(pks)
 
 
 # --------------------------------------------------------------------------------------
@@ -364,7 +198,7 @@ def execute(request_pk: int) -> dict:
     if claimed is None:
         return {"request": request_pk, "result": "skipped"}
     req, started = claimed
-    svc = _services()
+    svc = services
     effect = (Effect.objects.for_tenant(req.tenant_id).select_related("run", "tenant")
               .get(pk=req.effect_id))
     run = (Run.objects.for_tenant(req.tenant_id).annotate(db_now=NOW).select_related("tenant")
@@ -409,7 +243,7 @@ def policy_words(why: str, until: datetime | None) -> str:
 def _apply(req: ReconcileRequest, effect: Effect, seen_attempt: int,
            answer: reconcile.Answer | None, wait_until: datetime | None, note: str,
            reconciler_name: str, started: datetime) -> dict:
-    svc = _services()
+    svc = services
     after_commit: list[tuple[int, float]] = []
     with transaction.atomic():
         run = svc._lock_run(effect.tenant, effect.run.uuid, create=False)
@@ -520,7 +354,7 @@ def _apply(req: ReconcileRequest, effect: Effect, seen_attempt: int,
         svc.run_refresh_state(run, now)
     if broker_configured():
         for pk, delay in after_commit:
-            dispatch([pk], countdown=max(1.0, delay))
+            reconcile_requests.dispatch([pk], countdown=max(1.0, delay))
     return {"request": req.pk, "result": result}
 
 
@@ -561,29 +395,3 @@ def requests_get(tenant: Tenant, pks: list[int]) -> list[ReconcileRequest]:
     if any(pk not in found for pk in pks):
         raise NotFound("no such reconcile request")
     return [found[pk] for pk in pks]
-
-
-def evidence_reveal(*, actor, tenant: Tenant, attempt_id: int, reason: str) -> Any:
-    """Decrypt what a service answered to one look-up (``ReconcileAttempt`` evidence) for
-    a role that may reveal payloads (receipts are treated like payloads, CONTRACT.md 4);
-    one ``evidence.reveal`` audit event in the same transaction. Returns the JSON value
-    (``None``, and nothing audited, when the look-up kept no evidence). Raises
-    ``NotFound`` (not this tenant's attempt), ``Forbidden``, ``ReasonRequired``.
-    """
-    svc = _services()
-    require(actor, tenant, roles.REVEAL)
-    reason = svc._require_reason(reason)
-    with transaction.atomic():
-        attempt = (ReconcileAttempt.objects.for_tenant(tenant)
-                   .select_related("request__effect", "request__run")
-                   .filter(pk=attempt_id).first())
-        if attempt is None:
-            raise NotFound("no such reconcile attempt")
-        if not attempt.evidence_ciphertext:
-            return None
-        value = loads_any(crypto.decrypt_text(attempt.evidence_ciphertext))
-        svc.audit_record(tenant=tenant, actor=actor, action=AuditAction.EVIDENCE_REVEAL,
-                         target_type=TargetType.EFFECT, target_id=attempt.request.effect.uuid,
-                         run_id=attempt.request.run.uuid, reason=reason[:4000],
-                         after={"request": attempt.request_id, "attempt": attempt.number})
-    return value

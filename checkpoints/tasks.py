@@ -1,7 +1,7 @@
 """Celery tasks: thin wrappers that take ids and call services; safe to run twice.
 
 Tasks import services; services never import tasks (they send work by task name,
-``reconciliation.dispatch``), so there is no import cycle between the two.
+``services.reconcile_requests.dispatch``), so there is no import cycle between the two.
 
 ``reconcile_effect`` is acknowledged late and given back to the queue if its worker
 process dies (settings: ``CELERY_TASK_ACKS_LATE``, ``CELERY_TASK_REJECT_ON_WORKER_LOST``);

@@ -37,9 +37,9 @@ ESCAPE_HATCHES = {
     ("services/keys.py", "payloads_rotate_keys"):
         "key rotation reads every tenant's ciphertext columns (each row is rewritten "
         "within its own tenant)",
-    ("reconciliation.py", "redrive"):
+    ("services/reconcile_requests.py", "redrive"):
         "the sweep re-drives every tenant's stale or due reconcile requests",
-    ("reconciliation.py", "dispatch"):
+    ("services/reconcile_requests.py", "dispatch"):
         "marks, by primary key, the requests it was handed to the task queue (read scoped "
         "by the reviewer's action, or by the sweep's re-drive)",
     ("metrics.py", "domain_figures"):

@@ -15,7 +15,7 @@ from django.shortcuts import render
 from django.views.decorators.cache import never_cache
 from django_htmx.http import trigger_client_event
 
-from .. import reconciliation, roles, selectors, services
+from .. import heartbeat, roles, selectors, services
 from ..exceptions import InvalidPayload
 from ..models import Tenant
 from ..templatetags.dashboard import ago
@@ -77,7 +77,7 @@ def _reconcile_rows(requests) -> list[dict]:
     come back (``broker_down``), and whether a request that gave up leaves its effect
     waiting for a human (the newest request of that effect, and the effect still in
     doubt)."""
-    broker = reconciliation.broker_configured()
+    broker = heartbeat.broker_configured()
     seen: set[int] = set()
     rows = []
     for r in requests:
@@ -89,7 +89,7 @@ def _reconcile_rows(requests) -> list[dict]:
             "effect": r.effect,
             "attempts": [{"a": a, "words": ANSWER_WORDS.get(a.answer, "")}
                          for a in r.attempt_log.all()],
-            "broker_down": queued and (reconciliation.BROKER_DOWN in r.last_error
+            "broker_down": queued and (services.BROKER_DOWN in r.last_error
                                        or (broker and r.dispatched_at is None)),
             "waits_for_human": (r.state == ReconcileState.GAVE_UP and latest
                                 and r.effect.state in EffectState.IN_DOUBT),
@@ -468,12 +468,12 @@ def checkpoint_diff(request: HttpRequest, tenant: Tenant, checkpoint_id: str) ->
 def reconcile_evidence_reveal(request: HttpRequest, tenant: Tenant,
                               attempt_id: int) -> HttpResponse:
     """Show what a service answered to one reconcile look-up (roles that may reveal
-    payloads; a reason is required); ``reconciliation.evidence_reveal`` audits it. htmx:
+    payloads; a reason is required); ``services.evidence_reveal`` audits it. htmx:
     the evidence fragment plus ``audit-changed``; otherwise the run page with it shown."""
     attempt = selectors.reconcile_attempt_get(user=request.user, tenant=tenant,
                                               attempt_id=attempt_id)
     reason = _reason(request)
-    value = reconciliation.evidence_reveal(actor=request.user, tenant=tenant,
+    value = services.evidence_reveal(actor=request.user, tenant=tenant,
                                            attempt_id=attempt.pk, reason=reason)
     revealed = {"attempt_pk": attempt.pk, "number": attempt.number,
                 "text": None if value is None else json.dumps(

@@ -4,14 +4,16 @@ A package by entity, so each write is found by name: ``accounts`` (tenants, acco
 roles, tokens, reconciler settings), ``runs`` (the run lock, fencing, recovery state,
 conflicts, leases, resume decisions), ``checkpoints`` (the compare-and-swap write,
 reveals, exports), ``effects``, ``review`` (retry, mark unknown, close, acknowledge),
-``sweep``, ``keys`` (key rotation), ``bulk`` (one review action on many runs) and
+``reconcile_requests`` (a reviewer's reconcile, dispatch and re-drive, evidence
+reveal), ``sweep``, ``keys`` (key rotation), ``bulk`` (one review action on many runs) and
 ``common`` (what they share). Everything public is
 re-exported here: callers write ``services.checkpoint_put(...)``. The LangGraph threads
 and the runifold files are a layer above, built on these: ``checkpoints.interop``
 (services never import it).
 
-Services never import ``checkpoints.tasks``: Celery work is sent by task name
-(``reconciliation``), so the import graph has no cycle.
+Services never import ``checkpoints.tasks`` nor ``checkpoints.reconciliation`` (the job
+layer above them): reconcile work is handed over by name (``reconcile_requests``), Celery's
+task name with a broker and the job's dotted path without one.
 
 Each public function takes keyword arguments ``actor`` (a user, or ``None`` for the
 system) and ``tenant``, checks the actor's rights, does its conditional UPDATE, writes
@@ -38,7 +40,6 @@ from ..audit import (
     registry_verify,
 )
 from ..exceptions import Forbidden, StaleRevision
-from ..reconciliation import run_reconcile
 from .accounts import (
     TOKEN_TOUCH_INTERVAL,
     account_create,
@@ -66,6 +67,15 @@ from .checkpoints import (
 from .common import HEX64_RE, SYSTEM, U32_MAX, _actor_name, _require_reason, _with_bulk
 from .effects import EffectBody, _effect_transition, effect_put, parse_effect
 from .keys import payloads_rotate_keys
+from .reconcile_requests import (
+    BROKER_DOWN,
+    ReconcileQueued,
+    Sent,
+    dispatch,
+    evidence_reveal,
+    redrive,
+    run_reconcile,
+)
 from .review import (
     _get_run,
     conflicts_acknowledge,
@@ -90,5 +100,5 @@ from .sweep import sweep_stale_runs
 
 # The submodules, for tests that read the services' source (the audit, fence and race
 # matrices).
-MODULES = ("common", "accounts", "runs", "checkpoints", "effects", "review", "sweep", "keys",
-           "bulk")
+MODULES = ("common", "accounts", "runs", "checkpoints", "effects", "review",
+           "reconcile_requests", "sweep", "keys", "bulk")

@@ -49,9 +49,9 @@ from ..exceptions import DomainError, InvalidPayload, InvalidTransition, NotFoun
 from ..jsonparse import dumps
 from ..models import BULK_MAX_RUNS, BulkAction, BulkActionItem, Effect, Run, Tenant
 from ..permissions import require
-from ..reconciliation import run_reconcile
 from ..vocab import AuditAction, BulkActionKind, BulkOutcome, BulkState, EffectState, TargetType
 from .common import _actor_name, _require_reason
+from .reconcile_requests import run_reconcile
 from .review import conflicts_acknowledge, effect_mark_unknown, retry_request, run_close
 
 logger = logging.getLogger(__name__)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from django.db import transaction
 from django.db.models import Q
 
-from .. import heartbeat, locks, reconciliation
+from .. import heartbeat, locks
 from ..audit import (
     audit_record,
 )
@@ -23,6 +23,7 @@ from ..vocab import (
     RecoveryState,
     TargetType,
 )
+from . import reconcile_requests
 from .effects import _effect_transition
 from .runs import run_facts, run_refresh_state
 
@@ -33,7 +34,7 @@ from .runs import run_facts, run_refresh_state
 def sweep_stale_runs(*, by: str | None = None) -> dict[str, int]:
     """Move runs whose owner went quiet into ``ambiguous`` (DESIGN.md 4), on the
     database's clock, then re-drive reconcile requests whose worker vanished or whose
-    message was lost (``reconciliation.redrive``).
+    message was lost (``reconcile_requests.redrive``).
 
     Candidates: open runs with a ``submitted`` effect or an in-flight latest checkpoint
     whose lease is expired or absent. Under each run's lock the rule is judged again
@@ -102,7 +103,7 @@ def sweep_stale_runs(*, by: str | None = None) -> dict[str, int]:
                              target_type=TargetType.RUN, target_id=run.uuid, run_id=run.uuid,
                              reason=run.recovery_reason, before={"recovery_state": before},
                              after={"recovery_state": ambiguous})
-    stats["reconcile_redriven"] = reconciliation.redrive()
+    stats["reconcile_redriven"] = reconcile_requests.redrive()
     heartbeat.beat(*beats)
     return stats
 

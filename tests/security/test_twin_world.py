@@ -815,7 +815,7 @@ SERVICES: dict[str, list[ServiceCell]] = {
     "retry_withdraw": [ServiceCell(lambda w, s, a: services.retry_withdraw(
         actor=_as(w, a, "reviewer"), tenant=w.tenant(s), retry_id=w.data[other(s)].retry_pk,
         reason="x"), foreign=True)],
-    "evidence_reveal": [ServiceCell(lambda w, s, a: reconciliation.evidence_reveal(
+    "evidence_reveal": [ServiceCell(lambda w, s, a: services.evidence_reveal(
         actor=_as(w, a, "reviewer"), tenant=w.tenant(s),
         attempt_id=w.data[other(s)].attempt_pk, reason="x"), foreign=True)],
     "request_get": [ServiceCell(lambda w, s, a: reconciliation.request_get(

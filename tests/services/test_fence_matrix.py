@@ -75,9 +75,6 @@ WRITE_PATHS = {
     "conflicts_acknowledge": "reviewer action, carries no token",
     "run_reconcile": "reviewer action, carries no token; never over a live owner",
     "execute": "reconciliation (system), under the run lock; never over a live owner",
-    "dispatch": "runs execute in-process without a broker",
-    "redrive": "part of the sweep; runs execute",
-    "sweep_stale_runs": "the system's sweep; only over a gone owner",
     # LangGraph threads (issue 10, docs/langgraph.md).
     "graph_put": "fenced: tests/services/test_langgraph.py::"
                  "test_an_ousted_graph_is_fenced_on_every_langgraph_write_path",

@@ -177,10 +177,9 @@ def test_it_settles_with_the_status_look_up_and_keeps_the_evidence(
     attempt = ReconcileRequest.objects.get().attempt_log.get()
     assert (attempt.answer, attempt.applied) == ("found", "confirmed")
     assert "ch_9" not in attempt.evidence_ciphertext  # encrypted like a receipt
-    from checkpoints import reconciliation
 
     events = AuditEvent.objects.count()
-    assert reconciliation.evidence_reveal(actor=rita, tenant=acme, attempt_id=attempt.pk,
+    assert services.evidence_reveal(actor=rita, tenant=acme, attempt_id=attempt.pk,
                                           reason="audit")["charge_id"] == "ch_9"
     assert AuditEvent.objects.count() == events + 1
     assert AuditEvent.objects.latest("seq").action == "evidence.reveal"

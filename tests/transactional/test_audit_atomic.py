@@ -38,6 +38,7 @@ from checkpoints.exceptions import DomainError
 from checkpoints.interop import langgraph, runifold
 from checkpoints.models import AuditEvent
 from checkpoints.reconcile import Answer
+from checkpoints.services import reconcile_requests
 from recovery_client.protocol import thread_run_id
 from tests.faults.conftest import in_doubt_run
 from tests.helpers import (
@@ -241,8 +242,8 @@ def conflicts_acknowledge(p):
 
 
 def _no_dispatch(monkeypatch):
-    monkeypatch.setattr(reconciliation, "dispatch",
-                        lambda pks, **kw: reconciliation.Sent(True, "held by the test"))
+    monkeypatch.setattr(reconcile_requests, "dispatch",
+                        lambda pks, **kw: reconcile_requests.Sent(True, "held by the test"))
 
 
 def run_reconcile(p, monkeypatch):
@@ -292,7 +293,7 @@ def _looked_up(p, monkeypatch):
 
 def evidence_reveal(p, monkeypatch):
     pk = _looked_up(p, monkeypatch)
-    return Cell(lambda: reconciliation.evidence_reveal(actor=p.rita, tenant=p.acme,
+    return Cell(lambda: services.evidence_reveal(actor=p.rita, tenant=p.acme,
                                                        attempt_id=pk, reason="check"))
 
 
@@ -552,8 +553,6 @@ CELLS: dict[str, dict[str, Callable]] = {
 NOT_CELLS = {
     "audit_record": "the append itself",
     "audit_record_many": "the append itself, for many events (runifold_import's cells)",
-    "dispatch": "without a broker it runs execute, whose cell covers it",
-    "redrive": "part of sweep_stale_runs; it runs execute, whose cell covers it",
     "payloads_rotate_keys": "re-encrypts in batches, each its own transaction, so it can run "
                             "beside live writers; the per-tenant audit event is a summary "
                             "written afterwards, and a batch changes no plaintext",

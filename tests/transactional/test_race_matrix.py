@@ -31,6 +31,7 @@ import pytest
 from checkpoints import reconciliation, services
 from checkpoints.exceptions import InvalidTransition, LeaseHeld
 from checkpoints.models import AuditEvent, Conflict, Run
+from checkpoints.services import reconcile_requests
 from tests.conftest import _person
 from tests.faults import stubs
 from tests.faults.conftest import in_doubt_run
@@ -112,7 +113,6 @@ NOT_RACED = {
     "retry_request": "at most one open request per run is a database constraint "
                      "(retry_one_open_request_per_run); same run lock as lease_acquire",
     "redrive": "part of sweep_stale_runs, raced there",
-    "dispatch": "runs execute in this process without a broker; execute is raced",
 }
 
 
@@ -226,8 +226,8 @@ def test_workers_racing_to_claim_one_reconcile_request(acme, wendy, rita, monkey
         run = in_doubt_run(wendy, acme, keys=(key,))
         age_world(3600)
         with monkeypatch.context() as mp:  # store the request; execute nothing yet
-            mp.setattr(reconciliation, "dispatch",
-                       lambda pks, **kw: reconciliation.Sent(True, ""))
+            mp.setattr(reconcile_requests, "dispatch",
+                       lambda pks, **kw: reconcile_requests.Sent(True, ""))
             (req,) = services.run_reconcile(actor=rita, tenant=acme, run_id=run.run_id,
                                             reason="died").requests
         results = race(OWNERS, lambda i, pk=req.pk: reconciliation.execute(pk))

@@ -11,6 +11,7 @@ import pytest
 
 from checkpoints import reconciliation, services
 from checkpoints.models import AuditEvent, Effect, EffectRevision, ReconcileRequest
+from checkpoints.services import reconcile_requests
 from tests.faults import stubs
 from tests.faults.conftest import in_doubt_run
 from tests.helpers import age_world
@@ -32,7 +33,7 @@ def _queued(acme, wendy, rita, key: str) -> tuple:
     run = in_doubt_run(wendy, acme, keys=(key,))
     age_world(3600)
     with pytest.MonkeyPatch.context() as mp:  # store the request; run nothing yet
-        mp.setattr(reconciliation, "dispatch", lambda pks, **kw: reconciliation.Sent(True, ""))
+        mp.setattr(reconcile_requests, "dispatch", lambda pks, **kw: reconcile_requests.Sent(True, ""))
         (req,) = services.run_reconcile(actor=rita, tenant=acme, run_id=run.run_id,
                                         reason="died").requests
     return run, req

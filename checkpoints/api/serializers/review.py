@@ -122,7 +122,7 @@ class ReasonSerializer(serializers.Serializer):
     reason = serializers.CharField(max_length=4000)
 
 
-# Rendered from a dict of ``reconciliation.run_reconcile``'s answer and the stored requests.
+# Rendered from a dict of ``services.run_reconcile``'s answer and the stored requests.
 class TaskSerializer(Answer):
     """Reconciliation requested: the task and the stored requests it runs."""
 

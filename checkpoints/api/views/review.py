@@ -139,7 +139,7 @@ class RunReconcileApi(TenantApi):
     def post(self, request, tenant, run_id):
         t = self.tenant(request, tenant, roles.REVIEW)
         rid = url_uuid(run_id, "run")
-        queued = reconciliation.run_reconcile(actor=request.user, tenant=t, run_id=rid,
+        queued = services.run_reconcile(actor=request.user, tenant=t, run_id=rid,
                                               reason=read_reason(request))
         requests = reconciliation.requests_get(t, [r.pk for r in queued.requests])
         return Response(s.TaskSerializer.render({"task_id": queued.task_id,
