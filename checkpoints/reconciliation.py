@@ -243,6 +243,9 @@ def policy_words(why: str, until: datetime | None) -> str:
 def _apply(req: ReconcileRequest, effect: Effect, seen_attempt: int,
            answer: reconcile.Answer | None, wait_until: datetime | None, note: str,
            reconciler_name: str, started: datetime) -> dict:
+    # Long on purpose: one transaction over one attempt; each branch (moved on, waiting,
+    # cannot tell, settled) ends the same request row with its one audit event, read as
+    # one decision table.
     svc = services
     after_commit: list[tuple[int, float]] = []
     with transaction.atomic():

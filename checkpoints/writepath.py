@@ -147,6 +147,9 @@ def checkpoint_update(*, actor, tenant: Tenant, envelope, expected_revision: int
     audit chain head yet. Raises ``Fenced`` (CONTRACT.md 3) like the ORM path; the
     caller records it.
     """
+    # Long on purpose: one transaction of a few round trips whose statements share the
+    # row read under the lock; the ORM path (services.checkpoints._checkpoint_cas)
+    # mirrors it step by step.
     sql = _sql()
     checkpoint_id = envelope.checkpoint_id
     with transaction.atomic(), _cursor() as cursor:

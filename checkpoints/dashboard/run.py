@@ -224,6 +224,8 @@ def _back_link(run) -> tuple[str, str]:
 
 def _run_context(request: HttpRequest, tenant: Tenant, run_id, **extra) -> dict:
     """Everything the run page shows, with the action flags the viewer's role allows."""
+    # Long on purpose: the run page's whole context in a fixed number of queries; each
+    # part reads what the previous ones loaded.
     detail = selectors.run_detail(user=request.user, tenant=tenant, run_id=run_id)
     context = _base_context(request, tenant, "inbox")
     user = request.user

@@ -149,6 +149,9 @@ def _checkpoint_cas(actor, tenant, envelope, expected_revision, fencing_token, c
     trips, a stale revision kept as a conflict there too); whatever it hands back (a
     create, a moved id, a tenant without an audit chain head) is decided here, by the ORM
     path that stays the reference."""
+    # Long on purpose: the ORM reference of the checkpoint write (lock, fence, CAS,
+    # history, state, audit), step by step beside writepath.checkpoint_update, which
+    # tests/services/test_writepath.py compares with it.
     if expected_revision is not None and writepath.available():
         checkpoint = writepath.checkpoint_update(
             actor=actor, tenant=tenant, envelope=envelope, expected_revision=expected_revision,

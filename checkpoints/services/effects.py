@@ -162,6 +162,8 @@ def effect_put(
 def _effect_cas(actor, tenant, body, expected_revision, fencing_token, refused):
     """The transaction of ``effect_put``; returns the effect, or the ``StaleRevision`` to
     raise once the conflict record has committed."""
+    # Long on purpose: the effect's compare-and-swap, fence, transition, history,
+    # conflict and audit event in one transaction, step by step like _checkpoint_cas.
     conflict_at: int | None = None
     with transaction.atomic():
         existing = Effect.objects.for_tenant(tenant).filter(uuid=body.effect_id).select_related(

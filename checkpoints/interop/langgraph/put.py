@@ -128,6 +128,8 @@ def _decide_put(actor, tenant, run: Run | None, put: GraphPut, envelope_id: uuid
     accept, the envelope locked (None: the first checkpoint of the namespace).
     ``new_run``: this write has just created ``run``; a fenced refusal of it records no
     conflict (the caller drops the run, CONTRACT.md 3 as ``runs._record_fenced``)."""
+    # Long on purpose: LangGraph's put rules (head, parent, fork, id order, fence) as
+    # one decision table read top to bottom, in docs/langgraph.md's order.
     envelope = head = None
     if run is not None:
         try:

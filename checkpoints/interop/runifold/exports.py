@@ -79,6 +79,8 @@ def runifold_export(*, actor, tenant: Tenant, write: Callable[[str], None],
     Raises ``NotFound`` naming ``run_id`` for a run the tenant does not have,
     ``Forbidden``/``NotFound`` as ``permissions.require``.
     """
+    # Long on purpose: one streaming pass (runs, then their checkpoints and effects,
+    # page by page) sharing its cursors and counts; split, pages would be read twice.
     if actor is not None:
         require(actor, tenant, roles.VIEW)
         if not tenant_perms(actor, tenant) & {roles.WRITE, roles.REVEAL}:

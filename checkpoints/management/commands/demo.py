@@ -105,6 +105,8 @@ class Command(BaseCommand):
                             help="stop after the summary instead of serving")
 
     def handle(self, *args, **opts):
+        # Long on purpose: the demo's script in order (migrate, seed, payment service,
+        # crash workers, serve), each step saying what it did.
         started = time.monotonic()
         port = opts["port"]
         payments_port = opts["payments_port"] or port + 765

@@ -656,6 +656,8 @@ class _Generator:
 
     def _run_rows(self, tenant: _Tenant, run_uuid, plan: _RunPlan, effects: list[_Effect],
                   effect_ids, k: int, run_id: int, cp_id: int) -> None:
+        # Long on purpose: one run's rows for every table, in the order of their foreign
+        # keys, so the data set matches what the services would have written.
         t, rng, tid = self.tables, self.rng, tenant.tenant.pk
         users = tenant.users
         writer = users["writer"]

@@ -202,6 +202,8 @@ def recorded_effect(
     not JSON, or a key that is not a non-empty string) before any write, then
     ``EffectInDoubt``, ``EffectFailed``, ``CheckpointError`` or the function's own error.
     """
+    # Long on purpose: a decorator factory; its length is ``decorate``, the closure the
+    # sync and async wrappers share.
     if not isinstance(service, str) or not service:
         raise ValueError("service: a non-empty string")
     if effect_class not in EFFECT_CLASSES:
@@ -210,6 +212,8 @@ def recorded_effect(
         raise ValueError("key: a callable of the arguments or a non-empty format string")
 
     def decorate(fn: Callable) -> Callable:
+        # Long on purpose: the sync and async wrappers share one closure (the store, the
+        # key format, the per-request lock).
         signature = inspect.signature(fn)
         name = getattr(fn, "__qualname__", type(fn).__qualname__)
         takes_key = KEY_PARAMETER in signature.parameters
