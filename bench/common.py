@@ -137,7 +137,7 @@ def payloads(n: int = 8) -> list[dict]:
     """The write scenarios' payloads: ``runifold.agent`` v1 states of about 1.2 KB of JSON
     (``generate_load.agent_payload``), alternating ready / in flight; writes cycle through
     them so each revision differs from the one before."""
-    from checkpoints.management.commands.generate_load import agent_payload
+    from checkpoints.management.loaddata import agent_payload
 
     return [agent_payload(1 + i, "turn_in_flight" if i % 2 else "ready_for_turn", seed=i)
             for i in range(n)]

@@ -25,9 +25,6 @@ LONG_MODULES = {
     "clients/python/recovery_client/langgraph.py":
         "the LangGraph saver, sync and async, sharing one request builder; the next split "
         "is its encoding of LangGraph's types (issue 18, left)",
-    "checkpoints/management/commands/generate_load.py":
-        "a developer's data generator (make bench); the next split moves its planner "
-        "out of the command (issue 18, left)",
 }
 
 
