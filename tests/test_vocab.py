@@ -36,7 +36,7 @@ SKIP = ("demo/", "migrations/", "vocab.py")
 ALLOWED = {
     ("kinds.py", "completed"): "a payload's own phase word in the kinds' schemas "
                                "(runifold-core), which the registry maps to a PhaseClass",
-    ("management/commands/generate_load.py", "completed"):
+    ("management/loaddata.py", "completed"):
         "the generated runifold payloads' own phase word (RUNIFOLD.md 2, 3), as in kinds.py",
 }
 ENUMS = [v for v in vars(vocab).values()
