@@ -48,6 +48,7 @@ BROKER_DOWN = "broker unavailable"
 _DISPATCH = ("dispatch marks, by primary key, the requests it was handed (read scoped by "
              "the reviewer's action, or by the sweep's re-drive)")
 
+
 @dataclass
 class ReconcileQueued:
     """What ``run_reconcile`` did: the ``task_id`` given to the reviewer, the requests
