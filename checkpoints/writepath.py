@@ -45,10 +45,9 @@ from .models import (
     Tenant,
 )
 
-# The helpers the checkpoint update shares with the audit append; ``FALLBACK``,
-# ``available`` and ``insert_rows`` stay importable from here for the services that
-# choose this path.
-from .sql import FALLBACK, available, insert_rows  # noqa: F401
+# The helpers the checkpoint update shares with the audit append; ``FALLBACK`` and
+# ``available`` stay importable from here for the service that chooses this path.
+from .sql import FALLBACK, available  # noqa: F401
 from .sql import col as _col
 from .sql import cursor as _cursor
 from .sql import event_params as _event_params

@@ -67,15 +67,7 @@ from .checkpoints import (
 from .common import HEX64_RE, SYSTEM, U32_MAX, _actor_name, _require_reason, _with_bulk
 from .effects import EffectBody, _effect_transition, effect_put, parse_effect
 from .keys import payloads_rotate_keys
-from .reconcile_requests import (
-    BROKER_DOWN,
-    ReconcileQueued,
-    Sent,
-    dispatch,
-    evidence_reveal,
-    redrive,
-    run_reconcile,
-)
+from .reconcile_requests import BROKER_DOWN, evidence_reveal, run_reconcile
 from .review import (
     _get_run,
     conflicts_acknowledge,

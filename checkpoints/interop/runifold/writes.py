@@ -9,7 +9,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from ... import locks, policy, writepath
+from ... import locks, policy, sql
 from ...models import Checkpoint, CheckpointRevision, Effect, EffectRevision, Run, Tenant
 from ...services.common import _actor_name
 from ...services.runs import run_save_many
@@ -69,7 +69,7 @@ def _insert_created(model, tenant: Tenant, created: list[dict], holders: dict) -
     history rows that follow refer to."""
     if not created:
         return
-    writepath.insert_rows(model, created)
+    sql.insert_rows(model, created)
     pks = dict(model.objects.for_tenant(tenant)
                .filter(uuid__in=[row["uuid"] for row in created]).values_list("uuid", "pk"))
     for row in created:
@@ -96,7 +96,7 @@ def _write_checkpoints(actor, tenant, checkpoints: dict, runs: dict, now) -> Non
             if updated != 1:
                 raise _Redo()
     _insert_created(Checkpoint, tenant, created, checkpoints)
-    writepath.insert_rows(CheckpointRevision, [
+    sql.insert_rows(CheckpointRevision, [
         dict(tenant_id=tenant.pk, checkpoint_id=cp.pk, revision=line.envelope.revision,
              **_checkpoint_fields(line, actor, now))
         for cp in checkpoints.values() for line in cp.written])
@@ -131,7 +131,7 @@ def _write_effects(actor, tenant, effects: dict, runs: dict, now) -> None:
                 raise _Redo()
     _insert_created(Effect, tenant, created, effects)
     name = _actor_name(actor)
-    writepath.insert_rows(EffectRevision, [
+    sql.insert_rows(EffectRevision, [
         dict(tenant_id=tenant.pk, effect_id=effect.pk, revision=line.revision, state=line.state,
              receipt_ciphertext=line.receipt_ciphertext, attempt=effect.attempt, actor_name=name,
              source=EffectSource.IMPORT, created_at=now)
