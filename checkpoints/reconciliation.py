@@ -101,7 +101,7 @@ def _claim(request_pk: int) -> tuple[ReconcileRequest, datetime] | None:
             claimed_until=NOW + hold, updated_at=NOW)
         if won != 1:  # not due, or another worker holds the claim
             return None
-        req = requests.annotate(db_now=NOW).select_related("effect").get(pk=request_pk)
+        req = requests.annotate(db_now=NOW).get(pk=request_pk)
     return req, req.db_now
 
 
