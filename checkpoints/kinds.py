@@ -176,11 +176,28 @@ def _str(obj: dict, key: str, where: str, *, required: bool = True) -> str:
     return value
 
 
+#: runifold-core's counters are ``u64`` (RUNIFOLD.md 2): a larger one cannot be read back.
+U64_MAX = 2**64 - 1
+#: The counters of runifold's ``Usage`` (RUNIFOLD.md 2), each a ``u64`` when present.
+USAGE_COUNTERS = ("tokens", "cost_microusd", "duration_micros", "turns", "tool_calls",
+                  "delegations")
+
+
 def _uint(obj: dict, key: str, where: str, *, positive: bool = False) -> int:
     value = obj.get(key)
     if type(value) is not int or value < (1 if positive else 0):
         raise SchemaError(f"{where}.{key} must be an integer >= {1 if positive else 0}")
+    if value > U64_MAX:
+        raise SchemaError(f"{where}.{key} must be at most {U64_MAX} (a u64)")
     return value
+
+
+def _usage(obj: dict, where: str) -> None:
+    """``obj["usage"]``: an object whose runifold counters, where present, are ``u64``."""
+    usage = _obj(obj.get("usage"), f"{where}.usage")
+    for key in USAGE_COUNTERS:
+        if key in usage:
+            _uint(usage, key, f"{where}.usage")
 
 
 def _state(obj: dict, where: str, allowed: set[str]) -> str:
@@ -206,7 +223,7 @@ def _agent_validate(payload: Any) -> None:
         raise SchemaError("payload.transcript must be an array")
     for key in ("turns", "tool_calls", "delegations"):
         _uint(p, key, "payload")
-    _obj(p.get("usage"), "payload.usage")
+    _usage(p, "payload")
     state = _state(p, "payload", _AGENT_STATES)
     if state == "turn_in_flight":
         _uint(p["phase"], "turn", "payload.phase", positive=True)

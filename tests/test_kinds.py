@@ -108,6 +108,11 @@ def _workflow_payload(state: str) -> dict:
     (lambda p: p.update(transcript={}), "payload.transcript"),
     (lambda p: p.update(turns=-1), "payload.turns"),
     (lambda p: p.update(turns=True), "payload.turns"),
+    (lambda p: p.update(turns=2**64), "payload.turns"),
+    (lambda p: p.update(usage=[]), "payload.usage"),
+    (lambda p: p["usage"].update(tokens="lots"), "payload.usage.tokens"),
+    (lambda p: p["usage"].update(cost_microusd=2**64), "payload.usage.cost_microusd"),
+    (lambda p: p["usage"].update(delegations=1.5), "payload.usage.delegations"),
     (lambda p: p.update(phase={"state": "turn_in_flight"}), "payload.phase.turn"),
     (lambda p: p.update(phase={"state": "turn_in_flight", "turn": 0}), "payload.phase.turn"),
     (lambda p: p.update(phase={"state": "completed"}), "payload.phase.response"),
@@ -119,6 +124,13 @@ def test_it_refuses_an_agent_payload_that_breaks_the_schema(mutate, field):
     result = kinds.classify("runifold.agent", 1, payload)
     assert result.phase.phase_class == "unsupported"
     assert field in result.error
+
+
+def test_it_takes_usage_counters_up_to_a_u64():
+    payload = _agent_payload()
+    payload["usage"].update(tokens=2**64 - 1, cost_microusd=0)
+    result = kinds.classify("runifold.agent", 1, payload)
+    assert result.phase.phase_class != "unsupported", result.error
 
 
 @pytest.mark.parametrize(("state", "mutate", "field"), [
