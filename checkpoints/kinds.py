@@ -178,17 +178,24 @@ def _str(obj: dict, key: str, where: str, *, required: bool = True) -> str:
 
 #: runifold-core's counters are ``u64`` (RUNIFOLD.md 2): a larger one cannot be read back.
 U64_MAX = 2**64 - 1
+U32_MAX = 2**32 - 1
 #: The counters of runifold's ``Usage`` (RUNIFOLD.md 2), each a ``u64`` when present.
 USAGE_COUNTERS = ("tokens", "cost_microusd", "duration_micros", "turns", "tool_calls",
                   "delegations")
 
 
-def _uint(obj: dict, key: str, where: str, *, positive: bool = False) -> int:
+def _uint(obj: dict, key: str, where: str, *, positive: bool = False, bits: int = 64) -> int:
+    """``obj[key]`` as a runifold unsigned integer (``u64`` unless ``bits=32``).
+
+    Raises SchemaError naming ``where.key`` when it is not an integer, is below 0 (or 1 when
+    ``positive``) or does not fit ``bits`` bits.
+    """
     value = obj.get(key)
     if type(value) is not int or value < (1 if positive else 0):
         raise SchemaError(f"{where}.{key} must be an integer >= {1 if positive else 0}")
-    if value > U64_MAX:
-        raise SchemaError(f"{where}.{key} must be at most {U64_MAX} (a u64)")
+    maximum = U32_MAX if bits == 32 else U64_MAX
+    if value > maximum:
+        raise SchemaError(f"{where}.{key} must be at most {maximum} (a u{bits})")
     return value
 
 
@@ -262,7 +269,8 @@ def _workflow_validator(version: int) -> Callable[[Any], None]:
     def validate(payload: Any) -> None:
         p = _obj(payload, "payload")
         _str(p, "workflow", "payload")
-        _uint(p, "workflow_version", "payload", positive=True)
+        # RUNIFOLD.md §3: workflow_version is a u32 > 0.
+        _uint(p, "workflow_version", "payload", positive=True, bits=32)
         layout = p.get("layout")
         if not isinstance(layout, list) or not all(isinstance(s, str) for s in layout):
             raise SchemaError("payload.layout must be an array of step ids")

@@ -126,6 +126,13 @@ def test_it_refuses_an_agent_payload_that_breaks_the_schema(mutate, field):
     assert field in result.error
 
 
+def test_it_takes_a_workflow_version_up_to_a_u32():
+    payload = _workflow_payload("ready")
+    payload["workflow_version"] = 2**32 - 1
+    result = kinds.classify("runifold.workflow", 4, payload)
+    assert result.phase.phase_class != "unsupported", result.error
+
+
 def test_it_takes_usage_counters_up_to_a_u64():
     payload = _agent_payload()
     payload["usage"].update(tokens=2**64 - 1, cost_microusd=0)
@@ -137,6 +144,7 @@ def test_it_takes_usage_counters_up_to_a_u64():
     ("ready", lambda p: p.update(next_index=9), "payload.next_index"),
     ("ready", lambda p: p.update(outputs={"notify": {}}), "payload.outputs"),
     ("ready", lambda p: p.update(workflow_version=0), "payload.workflow_version"),
+    ("ready", lambda p: p.update(workflow_version=2**32), "payload.workflow_version"),
     ("ready", lambda p: p.update(layout="classify"), "payload.layout"),
     ("step_in_flight", lambda p: p["phase"].pop("step"), "payload.phase.step"),
     ("parallel_in_flight", lambda p: p["phase"]["branches"]["fraud"].update(state="lost"),
