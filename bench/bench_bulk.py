@@ -57,7 +57,8 @@ def run(n: int) -> None:
 
     django.setup()
     call_command("migrate", verbosity=0)
-    from checkpoints import reconciliation, selectors, services
+    from checkpoints import selectors, services
+    from checkpoints.jobs import reconciliation
     from tests.helpers import age_world, effect_body, envelope, put_checkpoint, put_effect
 
     # Reconcile without running the look-ups (a worker's job, not the request's).

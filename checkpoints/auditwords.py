@@ -2,7 +2,7 @@
 
 The audit trail stores each event as ``action``, ``target_type``/``target_ref``, ``reason``
 and the ``before``/``after`` JSON its service wrote (the shapes are the ``audit_record``
-calls in ``checkpoints.services``, ``checkpoints.reconciliation``, ``checkpoints.audit``
+calls in ``checkpoints.services``, ``checkpoints.jobs.reconciliation``, ``checkpoints.audit``
 and ``checkpoints.writepath``). The dashboard shows ``sentence(event)`` instead of the
 JSON (which stays one click away), e.g.::
 

@@ -18,7 +18,9 @@ kombu_ack.install()
 
 app = Celery("recovery")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks()
+# The tasks live in the job layer, checkpoints/jobs/tasks.py (docs/architecture.md); their
+# names stay "checkpoints.tasks.*", the names queued messages and the beat schedule carry.
+app.autodiscover_tasks(["checkpoints.jobs"])
 
 
 @after_setup_logger.connect

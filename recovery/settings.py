@@ -104,15 +104,15 @@ INSTALLED_APPS = [
     "template_partials",
     "axes",
     "csp",
-    "django_prometheus",  # /metrics: request and database metrics (checkpoints.ops)
+    "django_prometheus",  # /metrics: request and database metrics (checkpoints.ops.health)
     "django_guid",  # the request id (X-Request-ID) on every log line and response
     "checkpoints",
 ]
 
 MIDDLEWARE = [
-    # First: validate X-Request-ID (checkpoints.ops), then django-guid sets the request id
+    # First: validate X-Request-ID (checkpoints.ops.health), then django-guid sets the request id
     # for every log line, echoes it and hands it to Celery tasks; then start the clock.
-    "checkpoints.ops.RequestIdMiddleware",
+    "checkpoints.ops.health.RequestIdMiddleware",
     "django_guid.middleware.guid_middleware",
     "django_prometheus.middleware.PrometheusBeforeMiddleware",
     "django.middleware.security.SecurityMiddleware",
@@ -120,8 +120,8 @@ MIDDLEWARE = [
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "csp.middleware.CSPMiddleware",
     "django_permissions_policy.PermissionsPolicyMiddleware",
-    "checkpoints.security.PrivateNoStoreMiddleware",
-    "checkpoints.security.LoginSlotsMiddleware",
+    "checkpoints.ops.security.PrivateNoStoreMiddleware",
+    "checkpoints.ops.security.LoginSlotsMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -129,7 +129,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
-    "checkpoints.inprocess.InProcessWorkerMiddleware",
+    "checkpoints.jobs.inprocess.InProcessWorkerMiddleware",
     "axes.middleware.AxesMiddleware",  # last of the project's (django-axes docs)
     "django_prometheus.middleware.PrometheusAfterMiddleware",  # last (its docs)
 ]
@@ -168,7 +168,7 @@ RECOVERY_SQL_WRITE_PATH = env_bool("RECOVERY_SQL_WRITE_PATH", True)
 # use in each request and reopened if the database dropped it (``CONN_HEALTH_CHECKS``), so
 # a database restart costs no failed request. Celery workers close theirs around every
 # task whatever this says (celery.fixups.django), and the in-process worker thread after
-# every round (checkpoints.inprocess).
+# every round (checkpoints.jobs.inprocess).
 RECOVERY_DB_CONN_MAX_AGE = env_int("RECOVERY_DB_CONN_MAX_AGE", 60)
 if DATABASE_URL:
     DATABASES = {"default": dj_database_url.parse(
@@ -258,13 +258,13 @@ AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
 # grow the attempt row (axes appends each attempt's form data to it).
 AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
 AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
-AXES_CLIENT_IP_CALLABLE = "checkpoints.security.client_ip"
-AXES_USERNAME_CALLABLE = "checkpoints.security.login_username"
+AXES_CLIENT_IP_CALLABLE = "checkpoints.ops.security.client_ip"
+AXES_USERNAME_CALLABLE = "checkpoints.ops.security.login_username"
 # Reverse proxies in front of the service that append to X-Forwarded-For (0: none, the
 # peer address is the client's).
 RECOVERY_TRUSTED_PROXY_COUNT = env_int("RECOVERY_TRUSTED_PROXY_COUNT", 0)
 AXES_ENABLE_ADMIN = False  # the admin writes nothing (DESIGN.md 5); unlock by command
-# Login slots (checkpoints.security.LoginSlotsMiddleware): at most this many login POSTs
+# Login slots (checkpoints.ops.security.LoginSlotsMiddleware): at most this many login POSTs
 # hash passwords at once on this machine; one that waits longer than the wait gets 429.
 RECOVERY_LOGIN_SLOTS = env_int("RECOVERY_LOGIN_SLOTS", max(1, (os.cpu_count() or 2) // 2),
                                minimum=1)
@@ -330,7 +330,7 @@ RECOVERY_MAX_BODY_BYTES = env_int("RECOVERY_MAX_BODY_BYTES", 1024 * 1024, minimu
 RECOVERY_MAX_JSON_DEPTH = env_int("RECOVERY_MAX_JSON_DEPTH", 64, minimum=2)
 # Files an operator command reads (import_runifold, verify_audit_chain --against; issue
 # 17): at most this many bytes and lines, checked before anything is written
-# (checkpoints/operatorfiles.py, docs/runifold.md).
+# (checkpoints/ops/operatorfiles.py, docs/runifold.md).
 RECOVERY_IMPORT_MAX_BYTES = env_int("RECOVERY_IMPORT_MAX_BYTES", 4 * 1024**3, minimum=1024)
 RECOVERY_IMPORT_MAX_LINES = env_int("RECOVERY_IMPORT_MAX_LINES", 10_000_000, minimum=1)
 # Django refuses bodies over this before our view sees them; keep it above our own limit
@@ -338,7 +338,7 @@ RECOVERY_IMPORT_MAX_LINES = env_int("RECOVERY_IMPORT_MAX_LINES", 10_000_000, min
 DATA_UPLOAD_MAX_MEMORY_SIZE = RECOVERY_MAX_BODY_BYTES + 64 * 1024
 # A body the application did not read (a 413, a 401 ...) is read and discarded up to this
 # many bytes and seconds so that the kept-alive connection serves the next request;
-# beyond either the answer says Connection: close (checkpoints/keepalive.py).
+# beyond either the answer says Connection: close (checkpoints/ops/keepalive.py).
 RECOVERY_DRAIN_MAX_BYTES = env_int("RECOVERY_DRAIN_MAX_BYTES", 8 * 1024 * 1024, minimum=0)
 RECOVERY_DRAIN_SECONDS = env_int("RECOVERY_DRAIN_SECONDS", 5, minimum=0)
 
@@ -439,11 +439,11 @@ CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 1, "interval_start": 0,
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 900, "socket_connect_timeout": 2,
                                    "socket_timeout": 5, "max_retries": 1}
 # Without a broker the web process runs the sweep and due reconcile requests itself in a
-# background thread (checkpoints.inprocess); off under the test runner (tests drive it).
+# background thread (checkpoints.jobs.inprocess); off under the test runner (tests drive it).
 RECOVERY_INPROCESS_WORKER = env_bool(
     "RECOVERY_INPROCESS_WORKER", CELERY_BROKER_URL is None and "pytest" not in sys.modules)
 # With a broker, each web process watches the sweep's heartbeat and sweeps itself when no
-# sweep finished in two intervals (beat or the broker down; checkpoints.inprocess.catch_up).
+# sweep finished in two intervals (beat or the broker down; checkpoints.jobs.inprocess.catch_up).
 RECOVERY_SWEEP_WATCHDOG = env_bool("RECOVERY_SWEEP_WATCHDOG", "pytest" not in sys.modules)
 # /readyz answers 503 naming `worker` when the deployment's background worker (Celery's
 # sweep with a broker, else the in-process worker) last swept longer ago than this.
@@ -492,7 +492,7 @@ SPECTACULAR_SETTINGS = {
                              "checkpoints.api.schema.head_operations"],
 }
 
-# --- Operations: metrics, request ids, logs (README "Production", checkpoints/ops.py) ----
+# --- Operations: metrics, request ids, logs (README "Production", checkpoints/ops/health.py) ----
 # /metrics answers only `Authorization: Bearer <RECOVERY_METRICS_TOKEN>` (404 while unset).
 RECOVERY_METRICS_TOKEN = env("RECOVERY_METRICS_TOKEN") or ""
 # Several gunicorn workers: an empty directory shared by them, so one scrape sums every
@@ -505,7 +505,7 @@ PROMETHEUS_EXPORT_MIGRATIONS = False
 
 DJANGO_GUID = {
     "GUID_HEADER_NAME": "X-Request-ID",
-    "VALIDATE_GUID": False,  # checkpoints.ops.RequestIdMiddleware validates it first
+    "VALIDATE_GUID": False,  # checkpoints.ops.health.RequestIdMiddleware validates it first
     "UUID_FORMAT": "string",
     "EXPOSE_HEADER": False,  # no CORS here
     "INTEGRATIONS": [CeleryIntegration()],  # logging: recovery/celery.py

@@ -5,7 +5,7 @@ anonymous client (a bearer token or a session works), the docs page redirects a 
 to the login page. Swagger UI is served from the pinned ``drf-spectacular-sidecar``
 package, never a CDN, with its init script as a separate file (no inline script).
 Errors under ``/api/`` are JSON (``checkpoints.api.errors``), the dashboard's are pages.
-Operations (``checkpoints.ops``): ``/healthz`` (liveness), ``/readyz`` (database and
+Operations (``checkpoints.ops.health``): ``/healthz`` (liveness), ``/readyz`` (database and
 broker), ``/metrics`` (Prometheus, bearer ``RECOVERY_METRICS_TOKEN``).
 """
 
@@ -14,8 +14,8 @@ from django.contrib.auth.decorators import login_required
 from django.urls import include, path
 from drf_spectacular.views import SpectacularSwaggerSplitView
 
-from checkpoints import ops
 from checkpoints.api.schema import SchemaView
+from checkpoints.ops import health as ops
 
 urlpatterns = [
     path("healthz", ops.healthz, name="healthz"),

@@ -1,5 +1,5 @@
 """A kept-alive connection serves the next request after a body the application did not
-read (issue 17, item 3; CONTRACT.md section 6; checkpoints/keepalive.py).
+read (issue 17, item 3; CONTRACT.md section 6; checkpoints/ops/keepalive.py).
 
 Against a real gunicorn (gunicorn.conf.py, the production server) and Django's
 ``runserver``, each started on a free port of 127.0.0.1 over a throwaway SQLite database,

@@ -1,4 +1,4 @@
-"""Operator commands on hostile files (issue 17, item 9; ``checkpoints.operatorfiles``).
+"""Operator commands on hostile files (issue 17, item 9; ``checkpoints.ops.operatorfiles``).
 
 ``import_runifold`` and ``verify_audit_chain --against`` take a path from the operator. A
 FIFO, ``/dev/zero`` behind a symlink, a directory, a file over ``RECOVERY_IMPORT_MAX_BYTES``
@@ -141,7 +141,7 @@ def test_a_file_at_the_bounds_is_imported(acme, tmp_path, settings):
 
 
 def test_a_file_that_grows_after_it_was_counted_ends_where_it_was_counted(tmp_path):
-    from checkpoints.operatorfiles import open_input
+    from checkpoints.ops.operatorfiles import open_input
 
     path = tmp_path / "growing.jsonl"
     path.write_bytes(b'{"a": 1}\n{"a": 2}\n')

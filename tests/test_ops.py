@@ -1,4 +1,4 @@
-"""Operations (issue 9, item 7; checkpoints/ops.py, checkpoints/metrics.py): the probes,
+"""Operations (issue 9, item 7; checkpoints/ops/health.py, checkpoints/metrics.py): the probes,
 the Prometheus scrape (its access, each domain gauge against a known world, the resume
 counter), the request id (validated, echoed, on log lines) and the JSON log lines.
 The same endpoints against a real gunicorn: tests/browser/test_production.py."""
@@ -379,7 +379,7 @@ def _age_heartbeats(seconds: float) -> None:
 @pytest.fixture
 def reachable_broker(settings, monkeypatch):
     """A broker configured, and answering (the worker check is what is under test)."""
-    from checkpoints import ops
+    from checkpoints.ops import health as ops
 
     settings.CELERY_TASK_ALWAYS_EAGER = False
     settings.RECOVERY_INPROCESS_WORKER = False
@@ -416,7 +416,7 @@ def test_readyz_names_the_worker_once_its_heartbeat_is_older_than_the_bound(
 
 def test_readyz_is_not_fooled_by_the_web_process_sweeping_for_a_dead_worker(
         client, reachable_broker):
-    from checkpoints import inprocess
+    from checkpoints.jobs import inprocess
 
     services.sweep_stale_runs(by="celery")
     _age_heartbeats(3600)
@@ -428,7 +428,7 @@ def test_readyz_is_not_fooled_by_the_web_process_sweeping_for_a_dead_worker(
 
 def test_readyz_reads_the_in_process_worker_s_heartbeat_in_the_embedded_mode(
         client, settings, monkeypatch, no_broker):
-    from checkpoints import inprocess
+    from checkpoints.jobs import inprocess
 
     settings.RECOVERY_INPROCESS_WORKER = True
     monkeypatch.setattr(inprocess, "start", lambda **kw: False)  # no thread in the tests

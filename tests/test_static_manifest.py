@@ -1,5 +1,5 @@
 """A production node whose static files manifest is missing or stale says so (issue 17,
-item 5; checkpoints/staticcheck.py): ``/readyz`` answers 503 naming ``static_manifest``,
+item 5; checkpoints/ops/staticcheck.py): ``/readyz`` answers 503 naming ``static_manifest``,
 and a page answers a self-contained 500 page saying what is wrong instead of a bare
 "Server Error (500)". ``manage.py check --deploy``'s ``recovery.E002``:
 tests/test_deploy_check.py."""
@@ -11,7 +11,7 @@ import json
 import pytest
 from django.test import Client
 
-from checkpoints.staticcheck import needed_static_paths
+from checkpoints.ops.staticcheck import needed_static_paths
 
 pytestmark = pytest.mark.django_db
 

@@ -22,7 +22,8 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
 
-from checkpoints import reconciliation, roles, services
+from checkpoints import roles, services
+from checkpoints.jobs import reconciliation
 from checkpoints.models import ReconcileAttempt, Tenant
 from checkpoints.reconcile import Answer
 from tests.helpers import (

@@ -15,7 +15,7 @@ Two layers:
   self-contained 503 page with ``Retry-After`` (``templates/503.html``: no database, no
   session, no static file), any other unexpected exception ``templates/500.html``.
 
-Whether an exception is an outage is decided once, in ``checkpoints.outage``.
+Whether an exception is an outage is decided once, in ``checkpoints.ops.outage``.
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ from rest_framework.views import exception_handler as drf_exception_handler
 from rest_framework.views import set_rollback
 
 from ..exceptions import DomainError
-from ..outage import RETRY_AFTER_S, unavailable_service
-from ..staticcheck import manifest_problem
+from ..ops.outage import RETRY_AFTER_S, unavailable_service
+from ..ops.staticcheck import manifest_problem
 from .serializers import ErrorSerializer, error_body
 
 log = logging.getLogger(__name__)
@@ -122,13 +122,13 @@ def _page(template_name: str, status: int, context: dict, **headers) -> HttpResp
 def server_error(request, template_name="500.html"):
     """``handler500``: an exception nothing else answered; Django has logged it already.
 
-    When the database or broker is down (``checkpoints.outage``; raised by a view, a
+    When the database or broker is down (``checkpoints.ops.outage``; raised by a view, a
     middleware reading the session or the user, or a template): 503 with ``Retry-After``,
     under ``/api/`` ``{"error": "unavailable"}``, else the self-contained page
     ``503.html`` saying which service is unavailable and to retry. Anything else: 500,
     under ``/api/`` ``{"error": "internal"}``, else ``500.html``; neither shows a
     traceback, SQL or a payload value; ``500.html`` says when the static files manifest is
-    missing or stale (``checkpoints.staticcheck``), the cause of every page failing."""
+    missing or stale (``checkpoints.ops.staticcheck``), the cause of every page failing."""
     service = unavailable_service(sys.exc_info()[1])
     retry = {"Retry-After": str(RETRY_AFTER_S)}
     if _is_api(request):

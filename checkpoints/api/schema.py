@@ -25,7 +25,7 @@ class SchemaView(SpectacularAPIView):
         return super().finalize_response(request, response, *args, **kwargs)
 
 
-#: The header of every 503 (``checkpoints.outage.RETRY_AFTER_S``), on every operation.
+#: The header of every 503 (``checkpoints.ops.outage.RETRY_AFTER_S``), on every operation.
 RETRY_AFTER = OpenApiParameter("Retry-After", OpenApiTypes.INT, OpenApiParameter.HEADER,
                                response=[503], required=True,
                                description="seconds to wait before retrying")

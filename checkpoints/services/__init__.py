@@ -11,7 +11,7 @@ re-exported here: callers write ``services.checkpoint_put(...)``. The LangGraph 
 and the runifold files are a layer above, built on these: ``checkpoints.interop``
 (services never import it).
 
-Services never import ``checkpoints.tasks`` nor ``checkpoints.reconciliation`` (the job
+Services never import ``checkpoints.jobs.tasks`` nor ``checkpoints.jobs.reconciliation`` (the job
 layer above them): reconcile work is handed over by name (``reconcile_requests``), Celery's
 task name with a broker and the job's dotted path without one.
 

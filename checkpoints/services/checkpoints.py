@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import transaction
 
-from .. import crypto, intranges, kinds, roles, writepath
+from .. import crypto, intranges, kinds, roles
 from ..audit import (
     audit_record,
 )
@@ -35,14 +35,10 @@ from ..vocab import (
     AuditAction,
     TargetType,
 )
+from . import writepath
 from .common import _require_reason, _uuid_field
 from .runs import (
-    _check_fence,
-    _drop_if_empty,
-    _lock_run,
-    _record_conflict,
     _record_fenced,
-    run_save,
 )
 
 # --------------------------------------------------------------------------------------
@@ -62,6 +58,14 @@ class Envelope:
     payload: Any
     payload_json: str
     updated_at_ms: int
+
+    def as_json(self) -> dict:
+        """The envelope as its runtime sent it (RUNIFOLD.md 1), e.g. to keep a refused
+        write with its conflict."""
+        return {"id": str(self.checkpoint_id), "run_id": str(self.run_id),
+                "revision": self.revision, "kind": self.kind,
+                "schema_version": self.schema_version, "payload": self.payload,
+                "updated_at_ms": self.updated_at_ms}
 
 
 def parse_envelope(body: dict, *, url_id: uuid.UUID) -> Envelope:
@@ -128,130 +132,19 @@ def checkpoint_put(
     size = len(envelope.payload_json.encode("utf-8"))
 
     try:
-        checkpoint = _checkpoint_cas(actor, tenant, envelope, expected_revision, fencing_token,
-                                     cls, phase_label, ciphertext, size)
+        checkpoint = writepath.checkpoint_write(
+            actor=actor, tenant=tenant, envelope=envelope, expected_revision=expected_revision,
+            fencing_token=fencing_token, cls=cls, phase_label=phase_label,
+            ciphertext=ciphertext, size=size)
     except Fenced as exc:
         _record_fenced(exc, tenant=tenant, actor=actor, target_type=TargetType.CHECKPOINT,
                        target_id=envelope.checkpoint_id, expected=expected_revision,
                        attempted=envelope.revision, token=fencing_token,
-                       refused=dumps(_envelope_json(envelope)))
+                       refused=dumps(envelope.as_json()))
         raise
     if isinstance(checkpoint, StaleRevision):
         raise checkpoint
     return checkpoint, expected_revision is None
-
-
-def _checkpoint_cas(actor, tenant, envelope, expected_revision, fencing_token, cls,
-                    phase_label, ciphertext, size):
-    """The transaction of ``checkpoint_put``; returns the checkpoint, or the
-    ``StaleRevision`` to raise once the conflict record has committed. On PostgreSQL an
-    update first tries ``writepath.checkpoint_update`` (the same write in five round
-    trips, a stale revision kept as a conflict there too); whatever it hands back (a
-    create, a moved id, a tenant without an audit chain head) is decided here, by the ORM
-    path that stays the reference."""
-    # Long on purpose: the ORM reference of the checkpoint write (lock, fence, CAS,
-    # history, state, audit), step by step beside writepath.checkpoint_update, which
-    # tests/services/test_writepath.py compares with it.
-    if expected_revision is not None and writepath.available():
-        checkpoint = writepath.checkpoint_update(
-            actor=actor, tenant=tenant, envelope=envelope, expected_revision=expected_revision,
-            fencing_token=fencing_token, cls=cls, phase_label=phase_label,
-            ciphertext=ciphertext, size=size)
-        if checkpoint is not writepath.FALLBACK:
-            return checkpoint
-    conflict_at: int | None = None
-    with transaction.atomic():
-        existing = (Checkpoint.objects.for_tenant(tenant).filter(uuid=envelope.checkpoint_id)
-                    .values("run_id", "run__uuid", "kind").first())
-        if expected_revision is not None and existing is None:
-            raise NotFound("no such checkpoint")
-        if existing is not None and expected_revision is not None:
-            if existing["run__uuid"] != envelope.run_id:
-                raise InvalidPayload("run_id: a checkpoint's run_id never changes")
-            if existing["kind"] != envelope.kind:
-                raise InvalidPayload("kind: a checkpoint's kind never changes")
-        # A create that finds the id taken is a conflict of the run that owns the id.
-        run_id = existing["run__uuid"] if existing is not None else envelope.run_id
-        run = _lock_run(tenant, run_id, create=existing is None)
-        now = run.db_now
-        _check_fence(run, fencing_token, now)
-        fields = dict(
-            kind=envelope.kind, schema_version=envelope.schema_version,
-            payload_ciphertext=ciphertext, payload_size=size, phase_class=cls.phase.phase_class,
-            phase_label=phase_label, updated_at_ms=envelope.updated_at_ms, received_at=now,
-            written_by=actor,
-        )
-        if expected_revision is None:
-            if existing is not None:
-                conflict_at = Checkpoint.objects.for_tenant(tenant).get(
-                    uuid=envelope.checkpoint_id).revision
-            else:
-                try:
-                    with transaction.atomic():
-                        checkpoint = Checkpoint.objects.create(
-                            tenant=tenant, run=run, uuid=envelope.checkpoint_id,
-                            revision=0, **fields)
-                except IntegrityError:
-                    # Lost a create race: the conflict belongs to the winner's run, and the
-                    # run this call just made for itself is dropped if nothing else uses it.
-                    winner = Checkpoint.objects.for_tenant(tenant).select_related("run").get(
-                        uuid=envelope.checkpoint_id)
-                    conflict_at = winner.revision
-                    if winner.run_id != run.pk:
-                        _drop_if_empty(run)
-                        run = _lock_run(tenant, winner.run.uuid, create=False)
-                        # Judged like a create that finds the id taken: by the owning run.
-                        _check_fence(run, fencing_token, run.db_now)
-        else:
-            # The compare-and-swap: one conditional UPDATE; 0 rows means a stale revision.
-            updated = Checkpoint.objects.for_tenant(tenant).filter(
-                uuid=envelope.checkpoint_id, revision=expected_revision
-            ).update(revision=envelope.revision, **fields)
-            if updated != 1:
-                conflict_at = Checkpoint.objects.for_tenant(tenant).get(
-                    uuid=envelope.checkpoint_id).revision
-            else:
-                checkpoint = Checkpoint.objects.for_tenant(tenant).get(
-                    uuid=envelope.checkpoint_id)
-
-        if conflict_at is not None:
-            _record_conflict(
-                tenant=tenant, run=run, actor=actor, target_type=TargetType.CHECKPOINT,
-                target_id=envelope.checkpoint_id, expected=expected_revision, actual=conflict_at,
-                attempted=envelope.revision, refused=dumps(_envelope_json(envelope)),
-            )
-        else:
-            CheckpointRevision.objects.create(
-                tenant=tenant, checkpoint=checkpoint, revision=envelope.revision, **fields)
-            ident = cls.identity
-            run_fields = dict(
-                latest_checkpoint=checkpoint, kind=envelope.kind,
-                schema_version=envelope.schema_version, phase_class=cls.phase.phase_class,
-                phase_label=phase_label, last_write_at=now,
-            )
-            if cls.supported:
-                run_fields.update(agent=ident.agent, model=ident.model, workflow=ident.workflow,
-                                  definition_version=ident.definition_version)
-            reopened = run_save(run, now, reopen=True, **run_fields)
-            after = {"revision": envelope.revision, "phase": phase_label,
-                     "phase_class": cls.phase.phase_class}
-            if reopened:
-                after["reopened"] = True
-            audit_record(
-                tenant=tenant, actor=actor, action=AuditAction.CHECKPOINT_WRITE, target_type=TargetType.CHECKPOINT,
-                target_id=envelope.checkpoint_id, run_id=run.uuid,
-                before=None if expected_revision is None else {"revision": expected_revision},
-                after=after,
-            )
-    if conflict_at is not None:
-        return StaleRevision(conflict_at)
-    return checkpoint
-
-
-def _envelope_json(env: Envelope) -> dict:
-    return {"id": str(env.checkpoint_id), "run_id": str(env.run_id), "revision": env.revision,
-            "kind": env.kind, "schema_version": env.schema_version, "payload": env.payload,
-            "updated_at_ms": env.updated_at_ms}
 
 
 def checkpoint_envelope(checkpoint: Checkpoint | CheckpointRevision, *, run_id=None,

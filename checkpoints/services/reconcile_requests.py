@@ -4,7 +4,7 @@ side: a reviewer's request (``run_reconcile``), handing stored requests to a wor
 left behind (``redrive``, run by the sweep), and the audited reveal of a look-up's
 evidence (``evidence_reveal``).
 
-The job itself (claim, look-up, apply) is ``checkpoints.reconciliation``, a layer above:
+The job itself (claim, look-up, apply) is ``checkpoints.jobs.reconciliation``, a layer above:
 these services hand it work by name only, Celery's task name with a broker and
 ``EXECUTE``'s dotted path without one, so nothing here imports it (docs/architecture.md).
 """
@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 
 #: The job that runs one request, by dotted path: ``dispatch`` runs it in this process
 #: when there is no broker (the embedded default's in-process worker).
-EXECUTE = "checkpoints.reconciliation.execute"
+EXECUTE = "checkpoints.jobs.reconciliation.execute"
 
 #: What ``dispatch`` writes into a request it could not hand to the broker (the run page
 #: says "queued, will run when the worker is back" for it).

@@ -24,7 +24,8 @@ import signal
 import pytest
 from django.conf import settings
 
-from checkpoints import reconciliation, services
+from checkpoints import services
+from checkpoints.jobs import reconciliation
 from checkpoints.models import AuditEvent, Effect, EffectRevision, ReconcileRequest, Run
 from tests.api.apihelpers import post
 from tests.celery.conftest import children, wait_for

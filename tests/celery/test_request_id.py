@@ -40,9 +40,9 @@ def test_a_task_logs_with_the_request_id_of_the_request_that_sent_it(
         return [json.loads(line) for line in worker.log().splitlines()
                 if line.startswith("{") and request_id in line]
 
-    wait_for(lambda: any(line["logger"] == "checkpoints.tasks" for line in logged()), worker,
+    wait_for(lambda: any(line["logger"] == "checkpoints.jobs.tasks" for line in logged()), worker,
              what="the task's log line")
-    line = next(line for line in logged() if line["logger"] == "checkpoints.tasks")
+    line = next(line for line in logged() if line["logger"] == "checkpoints.jobs.tasks")
     assert line["request_id"] == request_id
     assert line["result"] in ("confirmed", "not_executed", "failed", "unknown", "retry",
                               "gave_up", "moved_on", "skipped", "waiting")

@@ -13,7 +13,8 @@ import json
 
 import pytest
 
-from checkpoints import reconciliation, services
+from checkpoints import services
+from checkpoints.jobs import reconciliation
 from checkpoints.models import AuditEvent, Effect, EffectRevision, ReconcileRequest
 from tests.api.apihelpers import get, post
 from tests.faults import stubs

@@ -1,6 +1,6 @@
 """A reconcile result whose claim was lost is dropped, and one for an effect that moved on
 meanwhile is not applied (issue 17, items 14 and 15; DESIGN.md 4,
-``checkpoints/reconciliation.py`` step 3).
+``checkpoints/jobs/reconciliation.py`` step 3).
 
 A worker claims a request (``running``, ``attempts + 1``, ``claimed_until``), asks the
 service, and applies the answer in a second transaction. If the look-up outlives the
@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import pytest
 
-from checkpoints import reconciliation, services
+from checkpoints import services
+from checkpoints.jobs import reconciliation
 from checkpoints.models import AuditEvent, Effect, EffectRevision, ReconcileAttempt
 from checkpoints.reconcile import Answer
 from tests.faults import stubs

@@ -1,7 +1,7 @@
 """Issue 5, fault 6: stale state without a sweeper.
 
 On the default deployment (no broker, no cron, no beat) the web process itself runs the
-sweep (``checkpoints.inprocess``, started by its middleware on the first request), so a
+sweep (``checkpoints.jobs.inprocess``, started by its middleware on the first request), so a
 run whose owner died is listed ``ambiguous`` without anyone calling the sweep; and a
 retry request judges the run as it is *now*, not as the last sweep left it.
 """
@@ -15,7 +15,7 @@ import uuid
 import pytest
 from django.test import Client
 
-from checkpoints import inprocess
+from checkpoints.jobs import inprocess
 from checkpoints.models import Run
 from tests.api.apihelpers import get, post
 from tests.helpers import age_world, envelope, put_checkpoint

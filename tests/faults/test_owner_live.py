@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import pytest
 
-from checkpoints import reconciliation, services
+from checkpoints import services
 from checkpoints.exceptions import OwnerLive
+from checkpoints.jobs import reconciliation
 from checkpoints.models import AuditEvent, Effect, EffectRevision, ReconcileRequest, Run
 from tests.api.apihelpers import get, post, snapshot
 from tests.faults.conftest import in_doubt_run, request_for

@@ -41,8 +41,9 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from checkpoints import reconciliation, services
+from checkpoints import services
 from checkpoints.exceptions import DomainError
+from checkpoints.jobs import reconciliation
 from checkpoints.models import (
     AuditEvent,
     Effect,

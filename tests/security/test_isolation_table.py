@@ -347,7 +347,7 @@ RECIPES: dict[str, list[Op]] = {
     "api:report": [Op("get", _t(), api_rule(V, 200))],
     "schema": [Op("get", lambda w: {}, schema_rule)],
     "api-docs": [Op("get", lambda w: {}, docs_rule, surface="web")],
-    # Operations (checkpoints/ops.py): the probes answer anyone and name no tenant; the
+    # Operations (checkpoints/ops/health.py): the probes answer anyone and name no tenant; the
     # metrics are off (404) for everyone while RECOVERY_METRICS_TOKEN is unset, and no
     # account's credentials open them (tests/test_ops.py: the token).
     "healthz": [Op("get", lambda w: {}, lambda ident, tenant: 200)],

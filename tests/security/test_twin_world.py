@@ -51,11 +51,12 @@ from django.test import Client
 from django.urls import URLPattern, reverse
 from rest_framework.test import APIClient
 
-from checkpoints import audit, reconciliation, reports, roles, selectors, services
+from checkpoints import audit, reports, roles, selectors, services
 from checkpoints import urls as dashboard_urls
 from checkpoints.exceptions import DomainError, NotFound
 from checkpoints.interop import langgraph, runifold
 from checkpoints.interop.runifold import jsonl_lines
+from checkpoints.jobs import reconciliation
 from checkpoints.models import (
     AuditEvent,
     CheckpointRevision,

@@ -3,7 +3,7 @@ has had an owner, every write must carry the current fencing token; an older or 
 token is refused with 409 ``fenced`` and kept as a conflict).
 
 - **Sources of truth**: the write paths are read from the ``checkpoints/services/`` package and
-  ``checkpoints/reconciliation.py``: every public service that writes under a run's lock
+  ``checkpoints/jobs/reconciliation.py``: every public service that writes under a run's lock
   (reaches ``_lock_run``/``_get_run``) is classified in ``WRITE_PATHS``, and every public
   service with a ``fencing_token`` parameter is in ``FENCED``
   (``test_every_run_write_path_is_classified``). The effect moves a runtime may make come
@@ -38,9 +38,10 @@ import pytest
 from django.db import transaction
 from django.urls import reverse
 
-from checkpoints import policy, reconciliation, selectors, services
+from checkpoints import policy, selectors, services
 from checkpoints.exceptions import Fenced, LeaseHeld, StaleRevision
 from checkpoints.interop import langgraph, runifold
+from checkpoints.jobs import reconciliation
 from checkpoints.models import AuditEvent, Conflict, ResumeDecision, Run
 from checkpoints.vocab import EffectSource
 from tests.conftest import _person, bearer_client

@@ -101,7 +101,7 @@ def test_generated_load_has_a_history(db):
 @pytest.mark.postgres
 @pytest.mark.django_db
 def test_the_sql_write_path_records_its_state_changes(acme, wendy, settings, monkeypatch):
-    from checkpoints import writepath
+    from checkpoints.services import writepath
 
     settings.RECOVERY_SQL_WRITE_PATH = True
     taken = []

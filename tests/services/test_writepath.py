@@ -1,4 +1,4 @@
-"""The checkpoint update's SQL path (``checkpoints.writepath``, PostgreSQL) writes exactly
+"""The checkpoint update's SQL path (``checkpoints.services.writepath``, PostgreSQL) writes exactly
 what the ORM path (the reference, and SQLite's only path) writes (issue 8).
 
 One script of writes runs twice on the same ids: in acme with the SQL path, in globex
@@ -105,7 +105,7 @@ def rows(tenant):
 def sql_path_used(monkeypatch):
     """Counts the SQL path's successful writes (so the comparison cannot pass by both
     tenants taking the ORM path)."""
-    from checkpoints import writepath
+    from checkpoints.services import writepath
 
     calls = {"written": 0}
     real = writepath.checkpoint_update
@@ -167,3 +167,19 @@ def test_an_update_is_five_round_trips_whatever_the_history(acme, wendy, setting
             counts.append(len(queries.captured_queries))
     assert counts == [5, 5]
     assert services.audit_verify(tenant=acme)[0]
+
+
+@pytest.mark.parametrize("sql_path", [True, False], ids=["sql", "orm"])
+@pytest.mark.django_db
+def test_an_accepted_write_is_the_runs_last_write_on_both_dialects(acme, wendy, settings,
+                                                                   sql_path):
+    """The run's ``last_write_at`` (what the sweep reads as "the runtime is alive") is the
+    database time of the write that was accepted, whichever dialect wrote it."""
+    settings.RECOVERY_SQL_WRITE_PATH = sql_path
+    put_checkpoint(wendy, acme, body(0))
+    age_world(3600)
+    cp = put_checkpoint(wendy, acme, body(1, phase="charging"), expected=0)
+    run = Run.objects.for_tenant(acme).get(uuid=RUN)
+    stored = Checkpoint.objects.for_tenant(acme).get(uuid=CP)
+    assert stored.revision == cp.revision == 1
+    assert run.last_write_at == stored.received_at

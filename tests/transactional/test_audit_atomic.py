@@ -1,7 +1,7 @@
 """Audit in the same transaction, over every audited service (issue 7, item 1).
 
 - **Source of truth**: the code. Every public function of ``checkpoints.services``,
-  ``checkpoints.reconciliation`` and ``checkpoints.audit`` that reaches ``audit_record``
+  ``checkpoints.jobs.reconciliation`` and ``checkpoints.audit`` that reaches ``audit_record``
   (directly or through module functions; read with ``ast``) must have cells in
   ``CELLS`` or a reason in ``NOT_CELLS``, else ``test_every_audited_service_is_in_the_matrix``
   fails; a name in either that no longer audits fails it too.
@@ -33,9 +33,10 @@ from pathlib import Path
 
 import pytest
 
-from checkpoints import audit, reconciliation, selectors, services
+from checkpoints import audit, selectors, services
 from checkpoints.exceptions import DomainError
 from checkpoints.interop import langgraph, runifold
+from checkpoints.jobs import reconciliation
 from checkpoints.models import AuditEvent
 from checkpoints.reconcile import Answer
 from checkpoints.services import reconcile_requests

@@ -4,7 +4,7 @@ lock or a constraint enforces, raced by real threads.
 - **Source of truth**: the locks the services take. ``RACES`` names, for each lock or
   unique constraint that decides a race, the test that races it; a lock-taking public
   service (one that calls ``_lock_run``/``_get_run`` or a ``locks.lock_*`` helper, found by
-  reading the ``checkpoints/services/`` package and ``checkpoints/reconciliation.py``) must be named
+  reading the ``checkpoints/services/`` package and ``checkpoints/jobs/reconciliation.py``) must be named
   in ``RACED`` or ``NOT_RACED`` (with the reason), else ``test_every_locking_service_is_raced``
   fails.
 - **How**: N threads, each on its own connection (``tests.transactional.test_races.race``),
@@ -28,8 +28,9 @@ from collections import Counter
 
 import pytest
 
-from checkpoints import reconciliation, services
+from checkpoints import services
 from checkpoints.exceptions import InvalidTransition, LeaseHeld
+from checkpoints.jobs import reconciliation
 from checkpoints.models import AuditEvent, Conflict, Run
 from checkpoints.services import reconcile_requests
 from tests.conftest import _person

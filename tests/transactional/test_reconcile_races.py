@@ -9,7 +9,8 @@ from collections import Counter
 
 import pytest
 
-from checkpoints import reconciliation, services
+from checkpoints import services
+from checkpoints.jobs import reconciliation
 from checkpoints.models import AuditEvent, Effect, EffectRevision, ReconcileRequest
 from checkpoints.services import reconcile_requests
 from tests.faults import stubs

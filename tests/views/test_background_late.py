@@ -26,7 +26,8 @@ from datetime import timedelta
 import pytest
 from django.db.models import F
 
-from checkpoints import heartbeat, inprocess, services
+from checkpoints import heartbeat, services
+from checkpoints.jobs import inprocess
 from checkpoints.models import Heartbeat, ReconcileRequest, Run
 from tests.faults.stubs import broker_at
 from tests.helpers import age_world, effect_body, envelope, put_checkpoint, walk_effect

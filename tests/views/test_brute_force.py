@@ -20,7 +20,7 @@ from django.db.models import F, Sum
 from django.test import Client, RequestFactory, override_settings
 from django.urls import reverse
 
-from checkpoints.security import client_ip
+from checkpoints.ops.security import client_ip
 from tests.conftest import PASSWORD
 
 pytestmark = pytest.mark.django_db

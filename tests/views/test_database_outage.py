@@ -1,6 +1,6 @@
 """During a database outage every dashboard page answers a self-contained 503 page with
 ``Retry-After`` (never a bare 500, never a traceback), the API its 503 JSON, and the
-health endpoints tell the truth (issue 17, item 12; checkpoints/outage.py decides what an
+health endpoints tell the truth (issue 17, item 12; checkpoints/ops/outage.py decides what an
 outage is, once, for both).
 
 The outage is made two ways: every query of the connection fails with the error a dead

@@ -1,4 +1,4 @@
-"""Login slots (checkpoints.security.LoginSlotsMiddleware): a login POST runs only while it
+"""Login slots (checkpoints.ops.security.LoginSlotsMiddleware): a login POST runs only while it
 holds one of RECOVERY_LOGIN_SLOTS machine-wide slots, so guessers spread over many
 addresses (which no lockout catches) cannot put more than that many cores to hashing.
 With every slot taken, a login POST is answered 429 with Retry-After, nothing hashed."""
@@ -15,7 +15,7 @@ from django.contrib.auth.hashers import get_hasher
 from django.test import Client, override_settings
 from django.urls import reverse
 
-from checkpoints.security import acquire_login_slot, release_login_slot
+from checkpoints.ops.security import acquire_login_slot, release_login_slot
 from tests.conftest import PASSWORD
 
 pytestmark = pytest.mark.django_db

@@ -165,7 +165,7 @@ def test_revealed_payloads_diffs_and_evidence_are_not_cacheable(rita, stuck, att
 def test_a_view_that_sets_its_own_cache_control_keeps_it(rf):
     from django.http import HttpResponse
 
-    from checkpoints.security import PrivateNoStoreMiddleware
+    from checkpoints.ops.security import PrivateNoStoreMiddleware
 
     def view(request):
         response = HttpResponse("public")

@@ -10,8 +10,9 @@ from drf_spectacular.utils import extend_schema_view
 from rest_framework import status
 from rest_framework.response import Response
 
-from ... import intranges, reconciliation, roles, selectors, services
+from ... import intranges, roles, selectors, services
 from ...exceptions import NotFound
+from ...jobs import reconciliation
 from ...permissions import receipts_in_answers
 from .. import serializers as s
 from .common import (

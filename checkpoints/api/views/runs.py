@@ -6,8 +6,9 @@ from __future__ import annotations
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework.response import Response
 
-from ... import reconciliation, roles, selectors, services
+from ... import roles, selectors, services
 from ...exceptions import Forbidden
+from ...jobs import reconciliation
 from ...permissions import receipts_in_answers
 from .. import params as p
 from .. import serializers as s

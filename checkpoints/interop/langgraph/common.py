@@ -15,7 +15,7 @@ from ... import crypto, kinds, locks
 from ...exceptions import DomainError, Fenced, StaleRevision, ThreadConflict
 from ...jsonparse import dumps, loads_any
 from ...models import Checkpoint, GraphCheckpoint, GraphWrite, Run
-from ...services.checkpoints import Envelope, _envelope_json, checkpoint_put
+from ...services.checkpoints import Envelope, checkpoint_put
 from ...services.runs import _record_conflict
 from ...vocab import TargetType
 from .parse import _I63, ERROR, INTERRUPT, NULL_TASK_ID, _task_count, next_nodes
@@ -120,7 +120,7 @@ def _refuse(tenant, actor, run: Run, *, envelope_id, expected, actual, attempted
     _record_conflict(tenant=tenant, run=run, actor=actor, target_type=TargetType.CHECKPOINT,
                      target_id=envelope_id, expected=expected, actual=actual,
                      attempted=attempted, reason=reason, token_sent=token,
-                     refused=dumps(_envelope_json(refused)) if refused is not None else "")
+                     refused=dumps(refused.as_json()) if refused is not None else "")
 
 
 def _as_conflict(exc: DomainError, tenant, thread_id: str, ns: str) -> DomainError:

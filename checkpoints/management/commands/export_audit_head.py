@@ -20,8 +20,9 @@ import os
 
 from django.core.management.base import BaseCommand, CommandError
 
-from checkpoints import operatorfiles, services
+from checkpoints import services
 from checkpoints.models import Tenant
+from checkpoints.ops import operatorfiles
 
 
 class Command(BaseCommand):

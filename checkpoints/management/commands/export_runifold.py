@@ -21,10 +21,10 @@ import uuid
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
-from checkpoints import operatorfiles
 from checkpoints.exceptions import DomainError
 from checkpoints.interop import runifold
 from checkpoints.models import Tenant
+from checkpoints.ops import operatorfiles
 
 
 class Command(BaseCommand):

@@ -8,7 +8,7 @@ Each bad line is reported on stderr as ``line N: field: rule``; the others are i
 The summary goes to stdout; the exit status is 1 when any line failed. Importing the same
 file again imports nothing new. ``FILE`` may be ``-`` for standard input; anything else
 must be a regular file (a device, FIFO or directory is refused), and the input at most
-``RECOVERY_IMPORT_MAX_BYTES`` and ``RECOVERY_IMPORT_MAX_LINES`` (``checkpoints.operatorfiles``,
+``RECOVERY_IMPORT_MAX_BYTES`` and ``RECOVERY_IMPORT_MAX_LINES`` (``checkpoints.ops.operatorfiles``,
 checked before anything is written). A progress bar
 (tqdm) is drawn on stderr when it is a terminal, unless ``--no-progress``.
 """
@@ -23,7 +23,7 @@ from tqdm import tqdm
 from checkpoints.exceptions import DomainError
 from checkpoints.interop import runifold
 from checkpoints.models import Tenant
-from checkpoints.operatorfiles import open_input
+from checkpoints.ops.operatorfiles import open_input
 
 
 class Command(BaseCommand):

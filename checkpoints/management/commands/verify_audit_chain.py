@@ -23,11 +23,11 @@ from django.core.management.base import BaseCommand, CommandError
 from checkpoints import services
 from checkpoints.exceptions import DomainError
 from checkpoints.models import Tenant
-from checkpoints.operatorfiles import open_input
+from checkpoints.ops.operatorfiles import open_input
 
 
 def _read_exports(path: str, tenant: str | None) -> list[tuple[int, dict]]:
-    # A regular file (or -), bounded like an import (checkpoints.operatorfiles, issue 17).
+    # A regular file (or -), bounded like an import (checkpoints.ops.operatorfiles, issue 17).
     stream, _ = open_input(path, what="--against")
     try:
         with stream:

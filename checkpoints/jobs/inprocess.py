@@ -27,7 +27,7 @@ import time
 from django.conf import settings
 from django.db import close_old_connections, connections
 
-from . import heartbeat, locks, services
+from .. import heartbeat, locks, services
 
 log = logging.getLogger(__name__)
 

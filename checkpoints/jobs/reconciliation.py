@@ -40,12 +40,12 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Prefetch, Q
 
-from . import crypto, reconcile, services
-from .dbclock import NOW
-from .exceptions import InvalidPayload, NotFound
-from .heartbeat import broker_configured
-from .jsonparse import dumps, loads_any, loads_object
-from .models import (
+from .. import crypto, reconcile, services
+from ..dbclock import NOW
+from ..exceptions import InvalidPayload, NotFound
+from ..heartbeat import broker_configured
+from ..jsonparse import dumps, loads_any, loads_object
+from ..models import (
     Effect,
     ReconcileAttempt,
     ReconcileRequest,
@@ -53,8 +53,8 @@ from .models import (
     Run,
     Tenant,
 )
-from .services import reconcile_requests
-from .vocab import (
+from ..services import reconcile_requests
+from ..vocab import (
     AuditAction,
     EffectSource,
     EffectState,

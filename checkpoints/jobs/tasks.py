@@ -15,9 +15,9 @@ import logging
 
 from celery import shared_task
 
-from . import heartbeat
+from .. import heartbeat
+from ..services import sweep_stale_runs as sweep
 from .reconciliation import execute
-from .services import sweep_stale_runs as sweep
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@
   runs. The body's ``heartbeat`` gives each heartbeat's age in seconds.
   With ``RECOVERY_STATIC_MANIFEST`` (``DEBUG=0``) also ``static_manifest``: collectstatic's
   manifest is there and names every static file the templates use
-  (``checkpoints.staticcheck``).
+  (``checkpoints.ops.staticcheck``).
 - ``GET /metrics``: Prometheus text format: django-prometheus' request and database
   metrics, ``checkpoints.metrics.RESUME_DECISIONS`` and the domain gauges read at scrape
   time (``checkpoints.metrics.DomainCollector``). It names tenants and counts their runs,
@@ -52,8 +52,9 @@ from prometheus_client import generate_latest as render
 
 from recovery.celery import app
 
-from . import heartbeat, inprocess
-from .metrics import DomainCollector
+from .. import heartbeat
+from ..jobs import inprocess
+from ..metrics import DomainCollector
 from .staticcheck import check_static_manifest
 
 log = logging.getLogger("recovery.access")

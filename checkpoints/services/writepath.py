@@ -1,0 +1,394 @@
+"""The checkpoint write, in both of its dialects side by side (issue 18: one home per
+rule). ``services.checkpoint_put`` checks the request and calls ``checkpoint_write``;
+this module does the transaction: the run lock, the fence, the compare-and-swap, the
+history row, the run's recovery state and the audit event.
+
+Two dialects, one set of rules:
+
+- ``checkpoint_update``, PostgreSQL's path for the common case (an update of an existing
+  checkpoint of the same run and kind): one transaction in five round trips (issue 8),
+  statements built from ``Model._meta`` (``_sql``), never typed names;
+- ``_orm_write``, the reference, for everything else (a create, an id owned by another
+  run, a tenant without an audit chain head, SQLite, ``RECOVERY_SQL_WRITE_PATH`` off).
+
+What each writes is decided once, above both: the checkpoint's columns
+(``_checkpoint_fields``), the run's columns (``_run_fields``), the audit event's
+``before`` and ``after`` (``_write_audit``), the refused body kept with a conflict
+(``Envelope.as_json``); the fence (``policy.fence_refuses``) and the recovery facts
+(``policy.RunFacts.of``) live in ``policy``. ``tests/services/test_writepath.py`` compares
+the rows the two dialects write, column by column.
+
+Lock order is the store's (``checkpoints/locks.py``): the tenant's audit chain head,
+the run row, the checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+
+from django.db import IntegrityError, transaction
+
+from .. import audit, locks, policy, sql
+from ..audit import audit_record
+from ..exceptions import Fenced, InvalidPayload, NotFound, StaleRevision
+from ..jsonparse import dumps
+from ..models import (
+    AuditChainHead,
+    AuditEvent,
+    Checkpoint,
+    CheckpointRevision,
+    Effect,
+    RetryRequest,
+    Run,
+    Tenant,
+)
+from ..sql import FALLBACK
+from ..sql import col as _col
+from ..sql import cursor as _cursor
+from ..sql import event_params as _event_params
+from ..sql import table as _table
+from ..vocab import AuditAction, EffectState, RetryState, TargetType
+from .runs import (
+    _check_fence,
+    _drop_if_empty,
+    _lock_run,
+    _record_conflict,
+    effect_labels,
+    run_save,
+)
+
+_IDENTITY = ("agent", "model", "workflow", "definition_version")
+
+
+# --------------------------------------------------------------------------------------
+# What a checkpoint write writes, decided once for both dialects
+# --------------------------------------------------------------------------------------
+
+def _checkpoint_fields(envelope, cls, phase_label: str, ciphertext: str, size: int,
+                       now) -> dict:
+    """The checkpoint's (and its history row's) columns a write sets, ``revision`` and
+    ``written_by`` aside (the dialects bind the actor differently)."""
+    return {
+        "kind": envelope.kind, "schema_version": envelope.schema_version,
+        "payload_ciphertext": ciphertext, "payload_size": size,
+        "phase_class": cls.phase.phase_class, "phase_label": phase_label,
+        "updated_at_ms": envelope.updated_at_ms, "received_at": now,
+    }
+
+
+def _run_fields(envelope, cls, phase_label: str, now) -> dict:
+    """The run's columns a checkpoint write sets besides ``latest_checkpoint`` and the
+    recovery state: the latest phase, the write time, and the payload's identity when its
+    kind and schema are supported (an unsupported payload's identity is never guessed)."""
+    fields = {
+        "kind": envelope.kind, "schema_version": envelope.schema_version,
+        "phase_class": cls.phase.phase_class, "phase_label": phase_label,
+        "last_write_at": now,
+    }
+    if cls.supported:
+        ident = cls.identity
+        fields.update(agent=ident.agent, model=ident.model, workflow=ident.workflow,
+                      definition_version=ident.definition_version)
+    return fields
+
+
+def _write_audit(envelope, cls, phase_label: str, expected_revision: int | None,
+                 reopened: bool) -> dict:
+    """The ``before`` and ``after`` of a checkpoint write's audit event."""
+    after = {"revision": envelope.revision, "phase": phase_label,
+             "phase_class": cls.phase.phase_class}
+    if reopened:
+        after["reopened"] = True
+    before = None if expected_revision is None else {"revision": expected_revision}
+    return {"before": before, "after": after}
+
+
+def _keep_conflict(*, tenant, run, actor, envelope, expected_revision, actual) -> None:
+    """A stale or taken write, kept as a conflict of ``run`` (CONTRACT.md 3)."""
+    _record_conflict(tenant=tenant, run=run, actor=actor, target_type=TargetType.CHECKPOINT,
+                     target_id=envelope.checkpoint_id, expected=expected_revision,
+                     actual=actual, attempted=envelope.revision,
+                     refused=dumps(envelope.as_json()))
+
+
+def checkpoint_write(*, actor, tenant: Tenant, envelope, expected_revision: int | None,
+                     fencing_token: int | None, cls, phase_label: str, ciphertext: str,
+                     size: int):
+    """The transaction of ``services.checkpoint_put`` (its checks done): create the
+    checkpoint at revision 0 (``expected_revision=None``) or update it from
+    ``expected_revision`` to ``envelope.revision``, with its history row, the run's
+    recovery state and one audit event.
+
+    Returns the ``Checkpoint``, or the ``StaleRevision`` to raise once its conflict record
+    has committed. Raises ``Fenced`` (CONTRACT.md 3; the caller records it), ``NotFound``
+    (an update of a missing checkpoint), ``InvalidPayload`` (a checkpoint's run or kind
+    never changes). On PostgreSQL an update tries ``checkpoint_update`` first; what it
+    hands back (``FALLBACK``) the ORM path decides.
+    """
+    if expected_revision is not None and sql.available():
+        checkpoint = checkpoint_update(
+            actor=actor, tenant=tenant, envelope=envelope, expected_revision=expected_revision,
+            fencing_token=fencing_token, cls=cls, phase_label=phase_label,
+            ciphertext=ciphertext, size=size)
+        if checkpoint is not FALLBACK:
+            return checkpoint
+    return _orm_write(actor, tenant, envelope, expected_revision, fencing_token, cls,
+                      phase_label, ciphertext, size)
+
+
+# --------------------------------------------------------------------------------------
+# The ORM dialect: the reference, and every case the SQL dialect hands back
+# --------------------------------------------------------------------------------------
+
+def _orm_write(actor, tenant, envelope, expected_revision, fencing_token, cls, phase_label,
+               ciphertext, size):
+    """``checkpoint_write`` through the ORM (same returns and errors)."""
+    # Long on purpose: the ORM reference of the checkpoint write (lock, fence, CAS,
+    # history, state, audit), step by step beside checkpoint_update below.
+    conflict_at: int | None = None
+    with transaction.atomic():
+        existing = (Checkpoint.objects.for_tenant(tenant).filter(uuid=envelope.checkpoint_id)
+                    .values("run_id", "run__uuid", "kind").first())
+        if expected_revision is not None and existing is None:
+            raise NotFound("no such checkpoint")
+        if existing is not None and expected_revision is not None:
+            if existing["run__uuid"] != envelope.run_id:
+                raise InvalidPayload("run_id: a checkpoint's run_id never changes")
+            if existing["kind"] != envelope.kind:
+                raise InvalidPayload("kind: a checkpoint's kind never changes")
+        # A create that finds the id taken is a conflict of the run that owns the id.
+        run_id = existing["run__uuid"] if existing is not None else envelope.run_id
+        run = _lock_run(tenant, run_id, create=existing is None)
+        now = run.db_now
+        _check_fence(run, fencing_token, now)
+        fields = {**_checkpoint_fields(envelope, cls, phase_label, ciphertext, size, now),
+                  "written_by": actor}
+        if expected_revision is None:
+            if existing is not None:
+                conflict_at = Checkpoint.objects.for_tenant(tenant).get(
+                    uuid=envelope.checkpoint_id).revision
+            else:
+                try:
+                    with transaction.atomic():
+                        checkpoint = Checkpoint.objects.create(
+                            tenant=tenant, run=run, uuid=envelope.checkpoint_id,
+                            revision=0, **fields)
+                except IntegrityError:
+                    # Lost a create race: the conflict belongs to the winner's run, and the
+                    # run this call just made for itself is dropped if nothing else uses it.
+                    winner = Checkpoint.objects.for_tenant(tenant).select_related("run").get(
+                        uuid=envelope.checkpoint_id)
+                    conflict_at = winner.revision
+                    if winner.run_id != run.pk:
+                        _drop_if_empty(run)
+                        run = _lock_run(tenant, winner.run.uuid, create=False)
+                        # Judged like a create that finds the id taken: by the owning run.
+                        _check_fence(run, fencing_token, run.db_now)
+        else:
+            # The compare-and-swap: one conditional UPDATE; 0 rows means a stale revision.
+            updated = Checkpoint.objects.for_tenant(tenant).filter(
+                uuid=envelope.checkpoint_id, revision=expected_revision
+            ).update(revision=envelope.revision, **fields)
+            if updated != 1:
+                conflict_at = Checkpoint.objects.for_tenant(tenant).get(
+                    uuid=envelope.checkpoint_id).revision
+            else:
+                checkpoint = Checkpoint.objects.for_tenant(tenant).get(
+                    uuid=envelope.checkpoint_id)
+
+        if conflict_at is not None:
+            _keep_conflict(tenant=tenant, run=run, actor=actor, envelope=envelope,
+                           expected_revision=expected_revision, actual=conflict_at)
+        else:
+            CheckpointRevision.objects.create(
+                tenant=tenant, checkpoint=checkpoint, revision=envelope.revision, **fields)
+            reopened = run_save(run, now, reopen=True, latest_checkpoint=checkpoint,
+                                **_run_fields(envelope, cls, phase_label, now))
+            audit_record(
+                tenant=tenant, actor=actor, action=AuditAction.CHECKPOINT_WRITE,
+                target_type=TargetType.CHECKPOINT, target_id=envelope.checkpoint_id,
+                run_id=run.uuid,
+                **_write_audit(envelope, cls, phase_label, expected_revision, reopened))
+    if conflict_at is not None:
+        return StaleRevision(conflict_at)
+    return checkpoint
+
+
+# --------------------------------------------------------------------------------------
+# The SQL dialect (PostgreSQL): an update in five round trips
+# --------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Sql:
+    lock: str
+    cas: str
+    finish: dict[bool, str]  # by whether the payload's identity is stored
+
+
+@lru_cache(maxsize=1)
+def _sql() -> _Sql:
+    r, c, h, e = Run, Checkpoint, CheckpointRevision, Effect
+    run_cols = ["id", "fencing_token", "lease_owner", "lease_expires_at", "closed_at",
+                "recovery_state", "state_changed_at", "unacknowledged_conflicts"]
+    head_t = _table(AuditChainHead)
+    head_tenant = _col(AuditChainHead, "tenant")
+    # The store's lock order (``locks.lock_run``): the tenant's audit head, then the run.
+    head_first, run_lock = locks.run_lock_sql(run_alias="r", head_table=head_t,
+                                              head_tenant=head_tenant,
+                                              tenant_param="%(tenant)s")
+    lock = (
+        f"SELECT {', '.join('r.' + _col(r, f) for f in run_cols)}, STATEMENT_TIMESTAMP(), "
+        f"c.{_col(c, 'id')}, c.{_col(c, 'run')}, c.{_col(c, 'kind')} "
+        f"FROM {_table(r)} r LEFT JOIN {_table(c)} c "
+        f"ON c.{_col(c, 'tenant')} = %(tenant)s AND c.{_col(c, 'uuid')} = %(checkpoint)s "
+        f"WHERE r.{_col(r, 'tenant')} = %(tenant)s AND r.{_col(r, 'uuid')} = %(run)s "
+        f"AND {head_first} {run_lock}"
+    )
+    written = ["kind", "schema_version", "payload_ciphertext", "payload_size", "phase_class",
+               "phase_label", "updated_at_ms", "received_at", "written_by"]
+    sets = ", ".join(f"{_col(c, f)} = %({f})s" for f in ["revision", *written])
+    hist_cols = ", ".join(_col(h, f) for f in ["tenant", "checkpoint", "revision", *written])
+    hist_vals = ", ".join(f"%({f})s" for f in ["revision", *written])
+    head_seq, head_hash = _col(AuditChainHead, "seq"), _col(AuditChainHead, "last_hash")
+    ets, erun = _col(e, "tenant"), _col(e, "run")
+    rr = RetryRequest
+    cas = (
+        f"WITH upd AS (UPDATE {_table(c)} SET {sets} "
+        f"WHERE {_col(c, 'id')} = %(checkpoint_pk)s AND {_col(c, 'revision')} = %(expected)s "
+        f"RETURNING {_col(c, 'id')} AS id), "
+        f"hist AS (INSERT INTO {_table(h)} ({hist_cols}) "
+        f"SELECT %(tenant)s, upd.id, {hist_vals} FROM upd RETURNING 1), "
+        f"head AS (UPDATE {head_t} SET {head_seq} = {head_seq} + 1 "
+        f"WHERE {head_tenant} = %(tenant)s AND EXISTS (SELECT 1 FROM upd) "
+        f"RETURNING {head_seq} AS seq, {head_hash} AS last_hash) "
+        f"SELECT (SELECT COUNT(*) FROM hist), "
+        f"(SELECT {_col(c, 'revision')} FROM {_table(c)} WHERE {_col(c, 'id')} = %(checkpoint_pk)s), "
+        f"(SELECT seq FROM head), (SELECT last_hash FROM head), "
+        f"(SELECT COALESCE(json_object_agg(s.state, s.n), '{{}}') FROM "
+        f"(SELECT {_col(e, 'state')} AS state, COUNT(*) AS n FROM {_table(e)} "
+        f"WHERE {ets} = %(tenant)s AND {erun} = %(run_pk)s AND NOT "
+        f"({_col(e, 'state')} = ANY(%(needs_retry)s) AND {_col(e, 'retry_authorized_by')} IS NOT NULL) "
+        f"GROUP BY {_col(e, 'state')}) s), "
+        f"(SELECT {_col(rr, 'state')} FROM {_table(rr)} WHERE {_col(rr, 'tenant')} = %(tenant)s "
+        f"AND {_col(rr, 'run')} = %(run_pk)s AND {_col(rr, 'state')} = ANY(%(open_retry)s) LIMIT 1)"
+    )
+    ev_fields, ev_vals = sql.EVENT_FIELDS, sql.event_values()
+    ev = AuditEvent
+    run_sets = ["latest_checkpoint", "kind", "schema_version", "phase_class", "phase_label",
+                "last_write_at", "updated_at", "closed_at", "closed_by", "closed_reason",
+                "recovery_state", "recovery_reason", "state_changed_at"]
+    finish = {}
+    for with_identity in (False, True):
+        fields = run_sets + (list(_IDENTITY) if with_identity else [])
+        run_set = ", ".join(f"{_col(r, f)} = %(run_{f})s" for f in fields)
+        finish[with_identity] = (
+            f"WITH ru AS (UPDATE {_table(r)} SET {run_set} WHERE {_col(r, 'id')} = %(run_pk)s "
+            f"RETURNING 1), "
+            f"ev AS (INSERT INTO {_table(ev)} ({', '.join(_col(ev, f) for f in ev_fields)}) "
+            f"VALUES ({ev_vals}) RETURNING 1) "
+            f"UPDATE {head_t} SET {head_hash} = %(ev_hash)s WHERE {head_tenant} = %(tenant)s "
+            f"AND EXISTS (SELECT 1 FROM ru) AND EXISTS (SELECT 1 FROM ev)"
+        )
+    return _Sql(lock=lock, cas=cas, finish=finish)
+
+
+def checkpoint_update(*, actor, tenant: Tenant, envelope, expected_revision: int,
+                      fencing_token: int | None, cls, phase_label: str, ciphertext: str,
+                      size: int):
+    """Update checkpoint ``envelope.checkpoint_id`` from ``expected_revision`` to
+    ``envelope.revision`` (already checked to be ``expected_revision + 1``) in one
+    transaction of five round trips:
+
+    1. ``BEGIN``;
+    2. lock the tenant's audit chain head, then the run row (``locks.run_lock_sql``), with
+       the database time, the checkpoint's id, run and kind in the same statement;
+    3. the conditional ``UPDATE`` of the checkpoint, the history row, the audit chain
+       head's next position, and the facts the run's recovery state needs (effect states,
+       open retry), in one statement whose parts see one snapshot taken after the lock;
+    4. the run's new state, the audit event (``audit.new_event``, as every other append)
+       and the chain head's new hash, in one statement;
+    5. ``COMMIT``.
+
+    Returns the updated ``Checkpoint`` (an unsaved instance holding what was written, so
+    no re-read); for a stale revision the ``StaleRevision`` to raise once its conflict
+    record (same transaction) has committed; or ``FALLBACK`` when nothing was written and
+    the ORM path must decide: no such run or checkpoint, the checkpoint belongs to another
+    run or has another kind (400s the ORM path words), no audit chain head yet. Raises
+    ``Fenced`` (CONTRACT.md 3) like the ORM path; the caller records it.
+    """
+    # Long on purpose: one transaction of a few round trips whose statements share the
+    # row read under the lock; _orm_write above mirrors it step by step.
+    stmts = _sql()
+    checkpoint_id = envelope.checkpoint_id
+    with transaction.atomic(), _cursor() as cursor:
+        cursor.execute(stmts.lock, {"tenant": tenant.pk, "checkpoint": checkpoint_id,
+                                    "run": envelope.run_id})
+        row = cursor.fetchone()
+        if row is None:
+            return FALLBACK
+        (run_pk, token, lease_owner, lease_expires_at, closed_at, old_state, state_changed_at,
+         unacknowledged, now, checkpoint_pk, checkpoint_run, kind) = row
+        if checkpoint_pk is None or checkpoint_run != run_pk or kind != envelope.kind:
+            return FALLBACK
+        live = policy.lease_live(lease_owner, lease_expires_at, now)
+        if policy.fence_refuses(fencing_token, token, live):
+            raise Fenced(token, run_pk=run_pk)
+
+        written = {"revision": envelope.revision,
+                   **_checkpoint_fields(envelope, cls, phase_label, ciphertext, size, now)}
+        cursor.execute(stmts.cas, {
+            **written, "written_by": actor.pk if actor is not None else None,
+            "tenant": tenant.pk, "checkpoint_pk": checkpoint_pk,
+            "expected": expected_revision, "run_pk": run_pk,
+            "needs_retry": list(EffectState.NEEDS_RETRY), "open_retry": list(RetryState.OPEN),
+        })
+        updated, current, seq, prev_hash, counts, open_retry = cursor.fetchone()
+        if not updated:  # a stale revision: kept as a conflict of the run, and refused
+            run = Run.objects.for_tenant(tenant).get(pk=run_pk)  # locked above
+            run.tenant, run.db_now = tenant, now
+            _keep_conflict(tenant=tenant, run=run, actor=actor, envelope=envelope,
+                           expected_revision=expected_revision, actual=current)
+            return StaleRevision(current)
+        if seq is None:  # no audit chain head yet: the ORM path creates it
+            transaction.set_rollback(True)
+            return FALLBACK
+        if isinstance(counts, str):
+            counts = json.loads(counts)
+
+        # The run as this write leaves it, for the one RunFacts builder: the new
+        # checkpoint's phase, written now, open again (a write reopens a closed run,
+        # DESIGN.md 4).
+        written_run = Run(phase_class=cls.phase.phase_class, phase_label=phase_label,
+                          last_write_at=now, lease_owner=lease_owner,
+                          lease_expires_at=lease_expires_at,
+                          unacknowledged_conflicts=unacknowledged, closed_at=None)
+        facts = policy.RunFacts.of(
+            written_run, now=now, ambiguity_threshold_s=tenant.ambiguity_threshold_s,
+            effect_states=counts, open_retry_state=open_retry or "",
+            effect_labels=(effect_labels(tenant.pk, run_pk)
+                           if any(counts.get(s) for s in EffectState.DOUBTFUL) else {}))
+        state, reason = policy.recovery_state(facts)
+        run_values = {
+            "latest_checkpoint": checkpoint_pk, **_run_fields(envelope, cls, phase_label, now),
+            "updated_at": now, "closed_at": None, "closed_by": None, "closed_reason": "",
+            "recovery_state": state, "recovery_reason": reason[:256],
+            "state_changed_at": now if state != old_state else state_changed_at,
+        }
+        event = audit.new_event(
+            tenant=tenant, seq=seq, prev_hash=prev_hash, created_at=now, actor=actor,
+            action=AuditAction.CHECKPOINT_WRITE, target_type=TargetType.CHECKPOINT,
+            target_id=checkpoint_id, run_id=envelope.run_id,
+            **_write_audit(envelope, cls, phase_label, expected_revision,
+                           reopened=closed_at is not None))
+        params = {f"run_{k}": v for k, v in run_values.items()}
+        params.update(_event_params(event), run_pk=run_pk, tenant=tenant.pk)
+        cursor.execute(stmts.finish[cls.supported], params)
+        if cursor.rowcount != 1:  # cannot happen under the locks held; never half-write
+            raise RuntimeError("checkpoint write: the run or audit head row vanished")
+
+    checkpoint = Checkpoint(pk=checkpoint_pk, tenant=tenant, run_id=run_pk, uuid=checkpoint_id,
+                            **written)
+    checkpoint.written_by = actor
+    return checkpoint
