@@ -9,7 +9,7 @@ class CheckpointsConfig(AppConfig):
     def ready(self) -> None:
         # Imported here, once the app registry is ready (Django's rule for ready()):
         # importing them registers their system checks.
-        from . import (
+        from .ops import (
             security,  # noqa: F401 (registers its deploy checks)
             staticcheck,  # noqa: F401 (registers recovery.E002)
         )
