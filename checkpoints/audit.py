@@ -270,7 +270,7 @@ def new_event(*, tenant: Tenant, seq: int, prev_hash: str, created_at, actor, ac
               after: dict | None = None) -> AuditEvent:
     """The unsaved event at position ``seq`` after ``prev_hash``, keyed with the newest
     ``RECOVERY_AUDIT_KEYS`` key. Every append builds its event here, the ORM one
-    (``audit_record``) and the checkpoint write's SQL one (``checkpoints.writepath``), so
+    (``audit_record``) and the checkpoint write's SQL one (``checkpoints.services.writepath``), so
     the two cannot hash differently (and a test that makes the audit store fail breaks
     both here). ``created_at`` is an aware datetime. Raises ``ImproperlyConfigured`` for
     bad keys."""

@@ -3,7 +3,7 @@
 The audit trail stores each event as ``action``, ``target_type``/``target_ref``, ``reason``
 and the ``before``/``after`` JSON its service wrote (the shapes are the ``audit_record``
 calls in ``checkpoints.services``, ``checkpoints.jobs.reconciliation``, ``checkpoints.audit``
-and ``checkpoints.writepath``). The dashboard shows ``sentence(event)`` instead of the
+and ``checkpoints.services.writepath``). The dashboard shows ``sentence(event)`` instead of the
 JSON (which stays one click away), e.g.::
 
     rita marked charge:A-7 at payments outcome unknown: gateway has no lookup

@@ -142,7 +142,7 @@ def lock_runs(tenant: Tenant, run_ids: Iterable[uuid.UUID]) -> list[Run]:
 
 def run_lock_sql(*, run_alias: str, head_table: str, head_tenant: str, tenant_param: str
                  ) -> tuple[str, str]:
-    """The run lock of the SQL write path (``writepath``), as ``lock_run`` takes it: a
+    """The run lock of the SQL write path (``services.writepath``), as ``lock_run`` takes it: a
     condition that locks the tenant's audit head first (an uncorrelated ``EXISTS``, run
     once before the scan; false, so no row and nothing locked, when the tenant has no
     head yet) and the locking clause for the run row. Returns ``(condition, clause)``."""

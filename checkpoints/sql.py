@@ -1,6 +1,6 @@
 """The store's own SQL on PostgreSQL, below every service: table and column names read
 from ``Model._meta`` (never typed), a server-side binding cursor, ``COPY`` inserts, and
-the audit append in two statements (``audit.audit_record``). ``writepath`` builds the
+the audit append in two statements (``audit.audit_record``). ``services.writepath`` builds the
 checkpoint update's statements on the same helpers.
 
 Each helper falls back to the ORM, or says so (``FALLBACK``), where the SQL does not
@@ -26,7 +26,7 @@ FALLBACK = object()
 
 
 def available() -> bool:
-    """Whether the SQL paths may be used (this module's audit append, ``writepath``'s
+    """Whether the SQL paths may be used (this module's audit append, ``services.writepath``'s
     checkpoint update): PostgreSQL (their statements use data-modifying ``WITH``),
     unless ``RECOVERY_SQL_WRITE_PATH`` is off."""
     return connection.vendor == "postgresql" and settings.RECOVERY_SQL_WRITE_PATH

@@ -156,7 +156,7 @@ TEMPLATES = [
 # --- Database -------------------------------------------------------------------------
 DATABASE_URL = env("DATABASE_URL")
 # Issue 8: on PostgreSQL a checkpoint update and an audit append take the SQL write path
-# (checkpoints/writepath.py); off, they take the ORM path, the reference it is tested
+# (checkpoints/services/writepath.py); off, they take the ORM path, the reference it is tested
 # against (tests/services/test_writepath.py). Only for diagnosis.
 RECOVERY_SQL_WRITE_PATH = env_bool("RECOVERY_SQL_WRITE_PATH", True)
 

@@ -45,7 +45,7 @@ ESCAPE_HATCHES = {
     ("metrics.py", "domain_figures"):
         "the operator's /metrics scrape counts every tenant's rows in aggregate, per tenant "
         "(no row comes back; the endpoint needs RECOVERY_METRICS_TOKEN)",
-    ("reconciliation.py", "_claim"):
+    ("jobs/reconciliation.py", "_claim"):
         "a worker claims the request it was handed by primary key; everything it does next "
         "is scoped to that request's tenant",
 }

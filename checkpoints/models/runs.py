@@ -262,7 +262,7 @@ class RunTransition(TenantOwned):
 
     Written ONLY by database triggers on the run table (migration 0013), in the same
     transaction as the insert or the ``recovery_state`` change, whichever code makes it
-    (the ORM services, the SQL write path in ``writepath``, ``generate_load``), exactly
+    (the ORM services, the SQL write path in ``services.writepath``, ``generate_load``), exactly
     like the state counters of migration 0011; nothing in Python writes it. ``at`` is the
     database clock (``CLOCK_TIMESTAMP()`` on PostgreSQL, SQLite's ``'now'`` to the
     millisecond); rows of one run are ordered by ``(at, id)``.

@@ -25,6 +25,15 @@ Lock order, to stay free of deadlocks: the one of ``checkpoints/locks.py``, whic
 every row lock (the tenant's audit chain head, then the run row, then the run's objects
 and their conditional UPDATEs).
 
+Transactions: a public service opens ``transaction.atomic()``, not a durable one,
+because services compose: the LangGraph thread put writes a checkpoint and its pending
+writes in one transaction (``interop.langgraph``), a runifold import commits a whole
+file or nothing, and a bulk action runs each run's service inside that run's own block.
+What must commit on its own is ``durable=True``, so that nesting it in a caller's
+transaction fails at once: a reconcile job's claim and each attempt
+(``jobs.reconciliation``; a claim held open over the service's look-up would hold the
+row over a network call), the sweep's change of one run, one batch of a key rotation.
+
 A refused compare-and-swap is not a rollback: the conflict record, the run's conflict
 count and its audit event commit, and ``StaleRevision`` is raised after the commit.
 """

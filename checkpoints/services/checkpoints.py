@@ -24,7 +24,6 @@ from ..exceptions import (
 )
 from ..jsonparse import dumps, loads_any
 from ..models import (
-    MAX_REVISION,
     Checkpoint,
     CheckpointRevision,
     Effect,
@@ -36,7 +35,7 @@ from ..vocab import (
     TargetType,
 )
 from . import writepath
-from .common import _require_reason, _uuid_field
+from .common import _require_reason, _uuid_field, cas_revisions_check
 from .runs import (
     _record_fenced,
 )
@@ -118,14 +117,7 @@ def checkpoint_put(
     ``StaleRevision`` (412, after committing the conflict record).
     """
     require(actor, tenant, roles.WRITE)
-    if expected_revision is None and envelope.revision != 0:
-        raise InvalidPayload("revision: must be 0 when creating (If-None-Match: *)")
-    if expected_revision is not None and expected_revision >= MAX_REVISION:
-        # No revision can follow 2^63-1 (CONTRACT.md 2): the tag, not the body, is wrong.
-        raise InvalidPayload(f"If-Match: revision {MAX_REVISION} is the last one; no "
-                             f"revision can follow it")
-    if expected_revision is not None and envelope.revision != expected_revision + 1:
-        raise InvalidPayload(f"revision: must be {expected_revision + 1} (If-Match + 1)")
+    cas_revisions_check(expected_revision, envelope.revision)
     cls = kinds.classify(envelope.kind, envelope.schema_version, envelope.payload)
     phase_label = (cls.error if not cls.supported else cls.phase.label)[:256]
     ciphertext = crypto.encrypt_text(envelope.payload_json)

@@ -19,6 +19,7 @@ from ..exceptions import (
     ReasonRequired,
 )
 from ..jsonparse import text_problem
+from ..models import MAX_REVISION
 
 User = get_user_model()
 
@@ -26,6 +27,24 @@ SYSTEM = "system"
 U32_MAX = 2**32 - 1
 HEX64_RE = re.compile(r"^[0-9a-fA-F]{64}\Z")
 
+
+
+def cas_revisions_check(expected_revision: int | None, revision: int) -> None:
+    """The compare-and-swap's revision rule for any record (CONTRACT.md 2 and 3): a create
+    (``expected_revision=None``, ``If-None-Match: *``) is revision 0; an update from N
+    (``If-Match: N``) is revision N+1, and no revision follows ``MAX_REVISION`` (2^63-1).
+
+    Raises ``InvalidPayload`` naming ``revision`` (or ``If-Match``, when the tag is what
+    cannot be followed).
+    """
+    if expected_revision is None and revision != 0:
+        raise InvalidPayload("revision: must be 0 when creating (If-None-Match: *)")
+    if expected_revision is not None and expected_revision >= MAX_REVISION:
+        # No revision can follow 2^63-1 (CONTRACT.md 2): the tag, not the body, is wrong.
+        raise InvalidPayload(f"If-Match: revision {MAX_REVISION} is the last one; no "
+                             f"revision can follow it")
+    if expected_revision is not None and revision != expected_revision + 1:
+        raise InvalidPayload(f"revision: must be {expected_revision + 1} (If-Match + 1)")
 
 
 def _actor_name(actor) -> str:

@@ -27,7 +27,6 @@ from ..exceptions import (
 )
 from ..jsonparse import dumps
 from ..models import (
-    MAX_REVISION,
     Effect,
     EffectRevision,
     Tenant,
@@ -41,7 +40,7 @@ from ..vocab import (
     EffectState,
     TargetType,
 )
-from .common import HEX64_RE, _actor_name, _str_field, _uuid_field
+from .common import HEX64_RE, _actor_name, _str_field, _uuid_field, cas_revisions_check
 from .runs import (
     _check_fence,
     _drop_if_empty,
@@ -135,14 +134,7 @@ def effect_put(
     ``Fenced``, ``StaleRevision`` (412, conflict kept).
     """
     require(actor, tenant, roles.WRITE)
-    if expected_revision is None and body.revision != 0:
-        raise InvalidPayload("revision: must be 0 when creating (If-None-Match: *)")
-    if expected_revision is not None and expected_revision >= MAX_REVISION:
-        # No revision can follow 2^63-1 (CONTRACT.md 2): the tag, not the body, is wrong.
-        raise InvalidPayload(f"If-Match: revision {MAX_REVISION} is the last one; no "
-                             f"revision can follow it")
-    if expected_revision is not None and body.revision != expected_revision + 1:
-        raise InvalidPayload(f"revision: must be {expected_revision + 1} (If-Match + 1)")
+    cas_revisions_check(expected_revision, body.revision)
     if body.state == EffectState.CONFIRMED and body.receipt is None:
         raise InvalidPayload("receipt: required when state is confirmed")
     refused = dumps({"id": str(body.effect_id), "revision": body.revision, "state": body.state,
