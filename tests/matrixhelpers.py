@@ -54,6 +54,15 @@ def service_modules() -> list:
     return [importlib.import_module(f"checkpoints.services.{name}") for name in services.MODULES]
 
 
+def is_internal(module) -> bool:
+    """Whether ``module`` is one of the services package's ``INTERNAL`` modules, whose
+    functions only the services call (the matrices follow their calls, and never count
+    them as services)."""
+    from checkpoints import services
+
+    return module.__name__ in {f"checkpoints.services.{name}" for name in services.INTERNAL}
+
+
 def interop_modules() -> list:
     """The modules of the ``checkpoints.interop`` packages (``interop.MODULES``: the
     LangGraph threads and the runifold files, a layer above the services), which the
@@ -78,6 +87,7 @@ def public_functions_reaching(modules, roots: set[str], *, attributes: bool = Fa
     calls: dict[str, set[str]] = {}
     public: set[str] = set()
     for module in modules:
+        internal = is_internal(module)
         for node in ast.parse(inspect.getsource(module)).body:
             if not isinstance(node, ast.FunctionDef):
                 continue
@@ -88,7 +98,7 @@ def public_functions_reaching(modules, roots: set[str], *, attributes: bool = Fa
                     names.add(f.id if isinstance(f, ast.Name) else getattr(f, "attr", ""))
                 elif attributes and isinstance(sub, ast.Attribute):
                     names.add(sub.attr)
-            if not node.name.startswith("_"):
+            if not node.name.startswith("_") and not internal:
                 public.add(node.name)
     reached = set(roots)
     grew = True

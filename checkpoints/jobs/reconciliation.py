@@ -95,9 +95,9 @@ def _claim(request_pk: int) -> tuple[ReconcileRequest, datetime] | None:
     hold = timedelta(seconds=configured.timeout_s + CLAIM_MARGIN_S)
     due = Q(state=ReconcileState.QUEUED, next_attempt_at__lte=NOW + timedelta(seconds=1))
     vanished = Q(state=ReconcileState.RUNNING, claimed_until__lt=NOW)
-    # Durable: the claim must be committed before the look-up calls the service; inside
-    # a caller's transaction it would hold the row over a network call.
-    with transaction.atomic(durable=True):
+    # Committed on its own, before the look-up calls the service (never call this inside
+    # a caller's transaction: it would hold the row over a network call).
+    with transaction.atomic():
         won = requests.filter(due | vanished, pk=request_pk).update(
             state=ReconcileState.RUNNING, attempts=F("attempts") + 1,
             claimed_until=NOW + hold, updated_at=NOW)
@@ -250,7 +250,7 @@ def _apply(req: ReconcileRequest, effect: Effect, seen_attempt: int,
     # one decision table.
     svc = services
     after_commit: list[tuple[int, float]] = []
-    with transaction.atomic(durable=True):  # one attempt's result, committed on its own
+    with transaction.atomic():  # one attempt's result, committed on its own
         run = svc._lock_run(effect.tenant, effect.run.uuid, create=False)
         now = run.db_now
         # The claim still holds: one conditional UPDATE (it locks the row, after the run:

@@ -29,10 +29,12 @@ Transactions: a public service opens ``transaction.atomic()``, not a durable one
 because services compose: the LangGraph thread put writes a checkpoint and its pending
 writes in one transaction (``interop.langgraph``), a runifold import commits a whole
 file or nothing, and a bulk action runs each run's service inside that run's own block.
-What must commit on its own is ``durable=True``, so that nesting it in a caller's
-transaction fails at once: a reconcile job's claim and each attempt
-(``jobs.reconciliation``; a claim held open over the service's look-up would hold the
-row over a network call), the sweep's change of one run, one batch of a key rotation.
+What must commit on its own is called only where no transaction is open (a worker, a
+command): a reconcile job's claim and each attempt (``jobs.reconciliation``; a claim held
+open over the service's look-up would hold the row over a network call), the sweep's
+change of one run, one batch of a key rotation. They are not ``durable=True``: the rule
+matrices (twin world, isolation table, boundary table) run them inside one rolled-back
+transaction per world, which a durable block refuses.
 
 A refused compare-and-swap is not a rollback: the conflict record, the run's conflict
 count and its audit event commit, and ``StaleRevision`` is raised after the commit.
@@ -102,4 +104,8 @@ from .sweep import sweep_stale_runs
 # The submodules, for tests that read the services' source (the audit, fence and race
 # matrices).
 MODULES = ("common", "accounts", "runs", "checkpoints", "effects", "review",
-           "reconcile_requests", "sweep", "keys", "bulk")
+           "reconcile_requests", "sweep", "keys", "bulk", "writepath")
+#: Submodules whose functions are not services: only the services call them (the
+#: checkpoint write's two dialects, below ``checkpoint_put``). The matrices read them to
+#: follow the calls, and never count their functions as services.
+INTERNAL = ("writepath",)

@@ -68,7 +68,7 @@ def payloads_rotate_keys(*, batch_size: int = 500) -> dict[str, int]:
                         .order_by("pk").values_list("pk", "tenant_id", column)[:batch_size])
             if not rows:
                 break
-            with transaction.atomic(durable=True):  # one batch of rows at a time
+            with transaction.atomic():  # one batch of rows at a time
                 for pk, tenant_id, token in rows:
                     if crypto.is_current(token):
                         continue

@@ -73,7 +73,7 @@ def sweep_stale_runs(*, by: str | None = None) -> dict[str, int]:
                 .select_related("tenant").filter(pk=pk).first())
         if seen is None or not run_facts(seen, seen.db_now).owner_gone:
             continue
-        with transaction.atomic(durable=True):  # each run committed on its own
+        with transaction.atomic():  # each run committed on its own
             # The store's lock order (``locks``): the tenant's audit head, then the run,
             # skipped if another transaction holds it (the next pass looks again).
             run = locks.lock_run_pk(tenant_id, pk, skip_locked=True)

@@ -69,7 +69,7 @@ from checkpoints.models import (
     Tenant,
 )
 from tests.helpers import effect_body, envelope, lg_put, lg_writes
-from tests.matrixhelpers import interop_modules, service_modules
+from tests.matrixhelpers import interop_modules, is_internal, service_modules
 from tests.twinworld import (
     HOME,
     LG_IDS,
@@ -921,6 +921,8 @@ NOT_SERVICE_CELLS = {
 def _tenant_taking_services() -> set[str]:
     out = set()
     for module in (*service_modules(), *interop_modules(), reconciliation, audit):
+        if is_internal(module):
+            continue
         for name, fn in inspect.getmembers(module, inspect.isfunction):
             if name.startswith("_") or fn.__module__ != module.__name__:
                 continue
