@@ -19,9 +19,6 @@ WHY = "# Long on purpose:"
 
 #: Modules allowed past ``MODULE_MAX`` lines, each with its reason.
 LONG_MODULES = {
-    "clients/python/recovery_client/client.py":
-        "one standard-library file a runtime can vendor alone "
-        "(clients/python/tests/test_vendoring.py loads it from its path)",
     "clients/python/recovery_client/langgraph.py":
         "the LangGraph saver, sync and async, sharing one request builder; the next split "
         "is its encoding of LangGraph's types (issue 18, left)",
