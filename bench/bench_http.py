@@ -20,8 +20,9 @@ starts gunicorn (``gunicorn.conf.py`` of ``--server-tree``) and measures:
         [--server-tree /work/main] [--client-tree .] [--no-keepalive]
 
 ``--server-tree`` is the checkout gunicorn runs (to measure a branch against main);
-``--client-tree`` the one whose ``clients/python/recovery_client/client.py`` (or, in an
-older tree, ``checkpoints/client.py``) the clients load.
+``--client-tree`` the one whose ``clients/python/recovery_client/client.py`` (with the
+``core.py`` beside it, as a runtime vendors them; or, in an older tree, the single file
+``client.py`` of either place) the clients load.
 """
 
 from __future__ import annotations
@@ -65,11 +66,19 @@ CLIENT_PATHS = ("clients/python/recovery_client/client.py", "checkpoints/client.
 
 
 def load_client(tree: Path):
+    """The tree's client module, loaded from its path (not the installed package): with
+    the ``core.py`` it imports beside it, their folder as a package of its own name."""
     path = next((tree / p for p in CLIENT_PATHS if (tree / p).is_file()), tree / CLIENT_PATHS[0])
-    spec = importlib.util.spec_from_file_location("bench_client", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    if not (path.parent / "core.py").is_file():  # one standalone file (an older tree)
+        spec = importlib.util.spec_from_file_location("bench_client", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    spec = importlib.util.spec_from_file_location(
+        "bench_sdk", path.parent / "__init__.py", submodule_search_locations=[str(path.parent)])
+    package = sys.modules["bench_sdk"] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(package)
+    return importlib.import_module("bench_sdk.client")
 
 
 def make_store(client_mod, base_url, token, keepalive: bool):

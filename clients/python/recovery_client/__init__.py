@@ -1,7 +1,8 @@
 """recovery-client: the runtime SDK of the recovery service (issue 18, item 3).
 
 - ``recovery_client.client``: ``HttpCheckpointStore`` and ``perform_effect``, standard
-  library only (a runtime may vendor that one file);
+  library only, on ``recovery_client.core``, the sans-IO protocol core all clients share
+  (a runtime may vendor those two files, ``core.py`` and ``client.py``);
 - ``recovery_client.aclient``: the same for asyncio, on httpx (extra ``async``);
 - ``recovery_client.langgraph``: ``RecoverySaver``, a LangGraph checkpointer (extra
   ``langgraph``);

@@ -13,12 +13,12 @@ store.aclose()`` closes it)::
                                        effect_class="non_idempotent",
                                        request={"amount_cents": 2599}, call=charge_card)
 
-Everything but the I/O is ``recovery_client.client``'s, shared rather than copied
-(``client.StoreCore``: URLs, headers, the size check, answer decoding, error kinds,
-retries with full jitter, lost answers of compare-and-swap writes): the errors,
-retries and size limit are exactly those of the module docstring of
-``recovery_client/client.py`` (and docs/client.md). ``client.py`` stays standard-library
-only; this module needs httpx (``pip install 'recovery-client[async]'``).
+Everything but the I/O is shared rather than copied (``core.StoreCore``: URLs, headers,
+the size check, answer decoding, error kinds, retries with full jitter, lost answers of
+compare-and-swap writes; ``client.effect_walk``): the errors, retries and size limit are
+exactly those of the module docstring of ``recovery_client/client.py`` (and
+docs/client.md). ``core.py`` and ``client.py`` stay standard-library only; this module
+needs httpx (``pip install 'recovery-client[async]'``).
 """
 
 from __future__ import annotations

@@ -1,15 +1,18 @@
-"""The I/O-free core of ``recovery_client.client`` (shared with ``aclient`` and, for the
-error kinds and the JSON encoder, with ``RecoverySaver``): error kinds, what is retried,
-the size check before sending, answer decoding, the retry pauses. No server."""
+"""The I/O-free core, ``recovery_client.core`` (shared by ``client`` and ``aclient`` and,
+for the error kinds and the JSON encoder, with ``RecoverySaver``): error kinds, what is
+retried, the size check before sending, answer decoding, the retry pauses. No server.
+Reached through ``recovery_client.client``, which re-exports it, as callers do."""
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
+from pathlib import Path
 
 import pytest
 
-from recovery_client import client
+from recovery_client import client, core
 from recovery_client.client import (
     CONFLICT,
     INVALID_PAYLOAD,
@@ -113,7 +116,7 @@ def test_a_read_is_retried_with_capped_full_jitter_then_gives_up(monkeypatch):
     """The retry core as steps: no I/O, each exchange answered by the test."""
     store = HttpCheckpointStore("http://127.0.0.1:9", "acme", "t", retries=2, backoff_s=1,
                                 max_backoff_s=1.5)
-    monkeypatch.setattr(client.random, "uniform", lambda low, high: high)
+    monkeypatch.setattr(core.random, "uniform", lambda low, high: high)
     steps = client.Steps(store._op_load("c1"))
     seen = []
     with pytest.raises(CheckpointError, match="down"):  # the last try's error
@@ -136,3 +139,23 @@ def test_the_next_revision_keeps_the_identity_and_counts_up():
     assert {k: after[k] for k in ("id", "run_id", "kind")} == {"id": "c1", "run_id": "r1",
                                                               "kind": "k"}
     assert after["updated_at_ms"] > 0 and envelope["revision"] == 4
+
+
+def test_client_re_exports_every_public_name_of_the_core():
+    """``from recovery_client.client import X`` works for every public ``X`` of the core
+    (the import path callers had before the core was split off), and is the same object."""
+    tree = ast.parse(Path(core.__file__).read_text(encoding="utf-8"))
+    defined = {node.name for node in tree.body
+               if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
+    for node in tree.body:
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                for name in ast.walk(target):
+                    if isinstance(name, ast.Name):
+                        defined.add(name.id)
+    public = {name for name in defined if not name.startswith("_")}
+    assert {"StoreCore", "CheckpointError", "MAX_BODY_BYTES", "Op"} <= public
+    assert public <= set(client.__all__), sorted(public - set(client.__all__))
+    for name in public:
+        assert getattr(client, name) is getattr(core, name), name

@@ -54,8 +54,9 @@ def test_the_wheel_holds_the_sdk_and_nothing_of_the_server(wheel):
         tops = {n.split("/")[0] for n in z.namelist()}
         modules = {n for n in z.namelist() if n.startswith("recovery_client/")}
     assert tops == {"recovery_client", wheel.name.split("-py3")[0] + ".dist-info"}
-    assert {f"recovery_client/{m}.py" for m in ("__init__", "client", "aclient", "langgraph",
-                                                  "effects", "protocol")} <= modules
+    assert {f"recovery_client/{m}.py" for m in ("__init__", "core", "client", "aclient",
+                                                  "_saverwire", "langgraph", "effects",
+                                                  "protocol")} <= modules
 
 
 def test_its_requirements_never_name_django(wheel):

@@ -306,7 +306,7 @@ def test_a_thread_without_a_run_is_written_first_then_leased():
 
 
 def test_it_renews_the_lease_once_half_the_ttl_has_passed(monkeypatch):
-    from recovery_client import langgraph as module
+    from recovery_client import _saverwire as module  # the leases' clock is read there
 
     clock = [1000.0]
     monkeypatch.setattr(module.time, "monotonic", lambda: clock[0])
