@@ -400,7 +400,7 @@ def keep_alive_store(base_url: str, tenant: str, token: str):
                 return resp.status, dict(resp.headers), answer
             answer = answer if isinstance(answer, dict) else {}
             raise client.CheckpointError(
-                client._kind_for_status(resp.status, answer.get("error", "")),
+                client.kind_for_status(resp.status),
                 f"{method} {path}: HTTP {resp.status} {answer.get('detail', '')}",
                 status=resp.status, body=answer)
 
