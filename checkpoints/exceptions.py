@@ -128,6 +128,17 @@ class IdempotencyKeyReuse(DomainError, status=422, error="idempotency_key_reuse"
     """Same operation key, different request fingerprint: 422."""
 
 
+class UsageDecreased(DomainError, status=422, error="usage_decreased"):
+    """A checkpoint write whose usage counter is below the previous revision's
+    (CONTRACT.md 8: restored usage never decreases). ``counter`` names it; the refused
+    write is kept as a conflict of the run (reason ``usage_decreased``), committed before
+    this is raised."""
+
+    def __init__(self, counter: str, previous: int, sent: int):
+        super().__init__(f"usage.{counter}: {sent} is below the previous revision's "
+                         f"{previous}; usage counters never decrease", counter=counter)
+
+
 class InvalidTransition(DomainError, status=422, error="invalid_transition"):
     """A state move the effect or retry state machine does not allow: 422."""
 

@@ -57,6 +57,9 @@ FENCING_TOKEN = IntRange(0, I63)
 SCHEMA_VERSION = IntRange(0, 2**32 - 1)
 #: An envelope's ``updated_at_ms``, the writer's clock (a ``BigIntegerField``).
 UPDATED_AT_MS = IntRange(0, I63)
+#: A usage counter a runtime sends with ``POST …/resume`` (runifold's counters are
+#: ``u64``, RUNIFOLD.md 2; compared, never stored).
+USAGE_COUNTER = IntRange(0, 2**64 - 1)
 #: A lease's ``ttl_s``: at most a day.
 LEASE_TTL_S = IntRange(1, 86400)
 #: A retry request's id in a URL (a ``BigAutoField``); outside it: 404, no such request.

@@ -72,9 +72,14 @@ class Identity:
 
 @dataclass(frozen=True)
 class Classification:
+    """What ``classify`` makes of a payload: its phase, identity and usage counters
+    (``{counter: int}``, ``{}`` when the kind declares none or the payload is
+    unsupported), or ``error`` naming why it is unsupported."""
+
     phase: Phase
     identity: Identity
     error: str = ""
+    usage: dict[str, int] = field(default_factory=dict)
 
     @property
     def supported(self) -> bool:
@@ -83,9 +88,22 @@ class Classification:
 
 @dataclass
 class VersionSpec:
+    """One schema version of a kind. Each callable receives the payload (decoded JSON);
+    ``phase`` and ``identity`` only after ``validate`` accepted it.
+
+    - ``validate(payload)``: raises ``SchemaError`` (naming the field, never its value)
+      when the payload does not match;
+    - ``phase(payload) -> Phase``: stable / in_flight / completed and a label;
+    - ``identity(payload) -> Identity``: who must resume the run;
+    - ``usage(payload) -> {counter: int}`` (optional): the usage counters the kind
+      declares, which never decrease from one revision of a checkpoint to the next and
+      which a resume compares with the runtime's (RUNIFOLD.md 2 and 3; CONTRACT.md 8).
+    """
+
     validate: Callable[[Any], None]
     phase: Callable[[dict], Phase]
     identity: Callable[[dict], Identity]
+    usage: Callable[[dict], dict[str, int]] | None = None
 
 
 @dataclass
@@ -132,7 +150,8 @@ def classify(kind: str, schema_version: int, payload: Any) -> Classification:
         version.validate(payload)
         identity = version.identity(payload)
         _check_identity(identity)
-        return Classification(version.phase(payload), identity)
+        usage = version.usage(payload) if version.usage is not None else {}
+        return Classification(version.phase(payload), identity, usage=usage)
     except SchemaError as exc:
         return Classification(Phase(PhaseClass.UNSUPPORTED, f"{kind} v{schema_version} invalid"),
                               Identity(), f"payload does not match {kind} v{schema_version}: {exc}")
@@ -207,6 +226,13 @@ def _usage(obj: dict, where: str) -> None:
             _uint(usage, key, f"{where}.usage")
 
 
+def runifold_usage(payload: dict) -> dict[str, int]:
+    """The runifold ``Usage`` counters of a validated payload (``payload["usage"]``),
+    those present: ``{"tokens": 702, "cost_microusd": 215, ...}`` (RUNIFOLD.md 2)."""
+    usage = payload["usage"]
+    return {key: usage[key] for key in USAGE_COUNTERS if key in usage}
+
+
 def _state(obj: dict, where: str, allowed: set[str]) -> str:
     phase = _obj(obj.get("phase"), f"{where}.phase")
     state = phase.get("state")
@@ -252,7 +278,8 @@ def _agent_identity(p: dict) -> Identity:
     return Identity(agent=p["agent"], model=f"{p['model']['provider']}/{p['model']['name']}")
 
 
-register("runifold.agent", 1, VersionSpec(_agent_validate, _agent_phase, _agent_identity),
+register("runifold.agent", 1, VersionSpec(_agent_validate, _agent_phase, _agent_identity,
+                                          runifold_usage),
          "runifold agent loop (RUNIFOLD.md section 2)")
 
 
@@ -271,6 +298,7 @@ def _workflow_validator(version: int) -> Callable[[Any], None]:
         _str(p, "workflow", "payload")
         # RUNIFOLD.md §3: workflow_version is a u32 > 0.
         _uint(p, "workflow_version", "payload", positive=True, bits=32)
+        _usage(p, "payload")  # the Usage snapshot (RUNIFOLD.md §3), counters u64
         layout = p.get("layout")
         if not isinstance(layout, list) or not all(isinstance(s, str) for s in layout):
             raise SchemaError("payload.layout must be an array of step ids")
@@ -336,7 +364,8 @@ def _workflow_identity(p: dict) -> Identity:
 
 for _v in (3, 4):
     register("runifold.workflow", _v,
-             VersionSpec(_workflow_validator(_v), _workflow_phase, _workflow_identity),
+             VersionSpec(_workflow_validator(_v), _workflow_phase, _workflow_identity,
+                         runifold_usage),
              "runifold workflow (RUNIFOLD.md section 3)")
 
 

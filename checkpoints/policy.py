@@ -52,6 +52,9 @@ class RunFacts:
     # unresolved, unknown), so a reason can say *which* side effect is in doubt.
     effect_labels: dict[str, list[str]] = field(default_factory=dict)
     closed: bool = False  # a reviewer closed the run; its next write reopens it
+    # The latest checkpoint's usage counters (``kinds.Classification.usage``), filled in by
+    # the resume services only (``services.runs.resume_preview`` / ``resume_claim``).
+    usage: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def of(cls, run, *, now: datetime, ambiguity_threshold_s: int,
@@ -168,8 +171,23 @@ class Decision:
 IDENTITY_PARAMS = ("agent", "model", "workflow", "definition_version")
 
 
-def resume_decision(facts: RunFacts, asked: dict[str, str]) -> Decision:
-    """CONTRACT.md section 3, ``GET …/runs/{run_id}/resume``.
+def resume_decision(facts: RunFacts, asked: dict[str, str],
+                    usage: dict[str, int] | None = None) -> Decision:
+    """CONTRACT.md sections 3 and 8, ``GET``/``POST …/runs/{run_id}/resume``.
+
+    ``usage``, the runtime's counters when it sent them, must suit the decision
+    (``usage_allows``: equal for ``continue``/``replay``, at least the checkpoint's
+    ``facts.usage`` for ``retry``), else ``reject``/``usage_mismatch``, and an approved
+    retry is not consumed.
+    """
+    decision = _decision(facts, asked)
+    if usage is not None and not usage_allows(decision.action, facts.usage, usage):
+        return Decision(ResumeAction.REJECT, ResumeReason.USAGE_MISMATCH)
+    return decision
+
+
+def _decision(facts: RunFacts, asked: dict[str, str]) -> Decision:
+    """``resume_decision`` before the usage check.
 
     Order: no checkpoint, unsupported schema, identity mismatch (each given parameter
     must equal the run's), completed -> replay (executes nothing, always safe), closed by
@@ -203,6 +221,32 @@ def resume_decision(facts: RunFacts, asked: dict[str, str]) -> Decision:
     if facts.phase_class == PhaseClass.IN_FLIGHT:
         return Decision(reject, reason.IN_FLIGHT)
     return Decision(ResumeAction.CONTINUE, reason.STABLE)
+
+
+def usage_decrease(previous: dict[str, int], sent: dict[str, int]) -> tuple[str, int, int] | None:
+    """The first counter (in ``previous``'s order) that ``sent`` puts below ``previous``,
+    as ``(counter, previous, sent)``, or ``None`` (CONTRACT.md 8, RUNIFOLD.md 2: restored
+    usage never decreases). A counter ``sent`` lacks counts as 0; one ``previous`` lacks
+    (a revision written before its kind declared it) is not compared. Both are the
+    ``{counter: int}`` of ``kinds.Classification.usage``."""
+    for counter, before in previous.items():
+        now = sent.get(counter, 0)
+        if now < before:
+            return counter, before, now
+    return None
+
+
+def usage_allows(action: str, checkpoint: dict[str, int], runtime: dict[str, int]) -> bool:
+    """Whether a runtime whose usage counters are ``runtime`` may take the resume
+    ``action`` from a checkpoint whose counters are ``checkpoint`` (RUNIFOLD.md 2 and 3;
+    CONTRACT.md 8): ``continue`` and ``replay`` need each counter equal, ``retry`` at least
+    the checkpoint's (the interrupted attempt may have spent more). A counter the runtime
+    does not send counts as 0. Other actions do not depend on usage."""
+    if action in (ResumeAction.CONTINUE, ResumeAction.REPLAY):
+        return all(runtime.get(k, 0) == v for k, v in checkpoint.items())
+    if action == ResumeAction.RETRY:
+        return all(runtime.get(k, 0) >= v for k, v in checkpoint.items())
+    return True
 
 
 def fence_refuses(token_sent: int | None, current_token: int, lease_live: bool) -> bool:

@@ -224,6 +224,7 @@ class ConflictReason(TextChoices):
     STALE_REVISION = "stale_revision"
     ID_EXISTS = "id_exists"
     FENCED = "fenced"
+    USAGE_DECREASED = "usage_decreased"  # a usage counter below the previous revision's
 
 
 class TargetType(TextChoices):
@@ -369,6 +370,7 @@ class ResumeReason(TextChoices):
     OUTCOME_UNKNOWN = "outcome_unknown"
     IN_FLIGHT = "in_flight"
     STABLE = "stable"
+    USAGE_MISMATCH = "usage_mismatch"  # the runtime's usage is not what the checkpoint allows
 
 
 class Role(TextChoices):

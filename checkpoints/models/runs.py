@@ -105,6 +105,10 @@ class Checkpoint(TenantOwned):
     phase_class = models.CharField(max_length=16, choices=PhaseClass.choices)
     phase_label = models.CharField(max_length=256, blank=True)
     updated_at_ms = models.BigIntegerField(help_text="writer's clock, ms since the epoch")
+    usage = models.JSONField(
+        default=dict, blank=True,
+        help_text="the usage counters the payload's kind declares ({counter: int}, "
+                  "kinds.VersionSpec.usage); {} when it declares none or is unsupported")
     received_at = models.DateTimeField(help_text="server receive time")
     written_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
@@ -137,6 +141,8 @@ class CheckpointRevision(TenantOwned):
     phase_class = models.CharField(max_length=16, choices=PhaseClass.choices)
     phase_label = models.CharField(max_length=256, blank=True)
     updated_at_ms = models.BigIntegerField()
+    usage = models.JSONField(default=dict, blank=True,
+                             help_text="this revision's usage counters (as Checkpoint.usage)")
     received_at = models.DateTimeField()
     written_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"

@@ -21,6 +21,7 @@ from ..exceptions import (
     InvalidPayload,
     NotFound,
     StaleRevision,
+    UsageDecreased,
 )
 from ..jsonparse import dumps, loads_any
 from ..models import (
@@ -114,7 +115,9 @@ def checkpoint_put(
 
     Raises ``InvalidPayload`` (400: revision not 0 / N+1, run_id or kind changed),
     ``NotFound`` (404: update of a missing checkpoint), ``Fenced`` (409),
-    ``StaleRevision`` (412, after committing the conflict record).
+    ``StaleRevision`` (412, after committing the conflict record), ``UsageDecreased``
+    (422: a usage counter below the stored revision's, CONTRACT.md 8; also after
+    committing the conflict record).
     """
     require(actor, tenant, roles.WRITE)
     cas_revisions_check(expected_revision, envelope.revision)
@@ -134,7 +137,7 @@ def checkpoint_put(
                        attempted=envelope.revision, token=fencing_token,
                        refused=dumps(envelope.as_json()))
         raise
-    if isinstance(checkpoint, StaleRevision):
+    if isinstance(checkpoint, (StaleRevision, UsageDecreased)):
         raise checkpoint
     return checkpoint, expected_revision is None
 

@@ -4,6 +4,7 @@ resume decisions (CONTRACT.md 3, DESIGN.md 4).
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from datetime import datetime, timedelta
 
@@ -391,7 +392,8 @@ def resume_preview(*, actor, tenant: Tenant, run_id: uuid.UUID, asked: dict[str,
     return answer
 
 
-def resume_claim(*, actor, tenant: Tenant, run_id: uuid.UUID, asked: dict[str, str]) -> dict:
+def resume_claim(*, actor, tenant: Tenant, run_id: uuid.UUID, asked: dict[str, str],
+                 usage: dict[str, int] | None = None) -> dict:
     """The resume decision, claimed (CONTRACT.md 3, ``POST …/resume``, writer only).
 
     When the answer is ``retry`` the approved retry is consumed in the same transaction:
@@ -402,8 +404,11 @@ def resume_claim(*, actor, tenant: Tenant, run_id: uuid.UUID, asked: dict[str, s
     whatever its answer, leaves one ``ResumeDecision`` row (action, reason, the latest
     checkpoint's age in ms at the database time) in the same transaction, for the
     report's resume age (issue 9, item 6): a record of the runtime's question, not of a
-    change, so it has no audit event of its own. Returns ``{action, reason,
-    checkpoint_id, revision, fencing_token}``. Raises ``NotFound`` for an unknown run.
+    change, so it has no audit event of its own. ``usage``, the runtime's counters when it
+    sent them, is compared with the latest checkpoint's (``policy.resume_decision``:
+    ``reject``/``usage_mismatch`` unless it suits the decision; an approved retry is then
+    not consumed). Returns ``{action, reason, checkpoint_id, revision, fencing_token}``.
+    Raises ``NotFound`` for an unknown run.
     """
     require(actor, tenant, roles.WRITE)
     with transaction.atomic():
@@ -411,7 +416,10 @@ def resume_claim(*, actor, tenant: Tenant, run_id: uuid.UUID, asked: dict[str, s
         if run is None:
             raise NotFound("no such run")
         now = run.db_now
-        decision = policy.resume_decision(run_facts(run, now), asked)
+        facts = run_facts(run, now)
+        if usage is not None and run.latest_checkpoint is not None:
+            facts = dataclasses.replace(facts, usage=run.latest_checkpoint.usage)
+        decision = policy.resume_decision(facts, asked, usage)
         if decision.consume_retry:
             retry = locks.lock_rows(RetryRequest.objects.for_tenant(run.tenant_id)).get(
                 run=run, state=RetryState.APPROVED)

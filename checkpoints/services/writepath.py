@@ -32,7 +32,7 @@ from django.db import IntegrityError, transaction
 
 from .. import audit, locks, policy, sql
 from ..audit import audit_record
-from ..exceptions import Fenced, InvalidPayload, NotFound, StaleRevision
+from ..exceptions import Fenced, InvalidPayload, NotFound, StaleRevision, UsageDecreased
 from ..jsonparse import dumps
 from ..models import (
     AuditChainHead,
@@ -49,7 +49,7 @@ from ..sql import col as _col
 from ..sql import cursor as _cursor
 from ..sql import event_params as _event_params
 from ..sql import table as _table
-from ..vocab import AuditAction, EffectState, RetryState, TargetType
+from ..vocab import AuditAction, ConflictReason, EffectState, RetryState, TargetType
 from .runs import (
     _check_fence,
     _drop_if_empty,
@@ -74,7 +74,7 @@ def _checkpoint_fields(envelope, cls, phase_label: str, ciphertext: str, size: i
         "kind": envelope.kind, "schema_version": envelope.schema_version,
         "payload_ciphertext": ciphertext, "payload_size": size,
         "phase_class": cls.phase.phase_class, "phase_label": phase_label,
-        "updated_at_ms": envelope.updated_at_ms, "received_at": now,
+        "updated_at_ms": envelope.updated_at_ms, "usage": cls.usage, "received_at": now,
     }
 
 
@@ -105,12 +105,33 @@ def _write_audit(envelope, cls, phase_label: str, expected_revision: int | None,
     return {"before": before, "after": after}
 
 
-def _keep_conflict(*, tenant, run, actor, envelope, expected_revision, actual) -> None:
-    """A stale or taken write, kept as a conflict of ``run`` (CONTRACT.md 3)."""
+def _keep_conflict(*, tenant, run, actor, envelope, expected_revision, actual,
+                   reason: str | None = None) -> None:
+    """A refused write (stale, taken, or usage going back), kept as a conflict of ``run``
+    (CONTRACT.md 3)."""
     _record_conflict(tenant=tenant, run=run, actor=actor, target_type=TargetType.CHECKPOINT,
                      target_id=envelope.checkpoint_id, expected=expected_revision,
                      actual=actual, attempted=envelope.revision,
-                     refused=dumps(envelope.as_json()))
+                     refused=dumps(envelope.as_json()), reason=reason)
+
+
+def _usage_refusal(cls, stored_usage: dict, stored_revision: int,
+                   expected_revision: int | None) -> UsageDecreased | None:
+    """The ``UsageDecreased`` a write from ``expected_revision`` earns when the stored
+    revision is the one it replaces and a counter would go back (``policy.usage_decrease``;
+    CONTRACT.md 8), else ``None``. An unsupported payload (its counters unreadable) is
+    stored like any other and not compared: the run becomes ``schema_mismatch``."""
+    if expected_revision is None or stored_revision != expected_revision or not cls.supported:
+        return None
+    decrease = policy.usage_decrease(stored_usage or {}, cls.usage)
+    return UsageDecreased(*decrease) if decrease is not None else None
+
+
+def _kept_usage(cls, stored_usage: dict) -> dict:
+    """The usage counters an update stores: the payload's, or for an unsupported payload
+    (whose counters cannot be read) the stored ones, so the next write is still compared
+    with the last counters known."""
+    return cls.usage if cls.supported else (stored_usage or {})
 
 
 def checkpoint_write(*, actor, tenant: Tenant, envelope, expected_revision: int | None,
@@ -121,8 +142,8 @@ def checkpoint_write(*, actor, tenant: Tenant, envelope, expected_revision: int 
     ``expected_revision`` to ``envelope.revision``, with its history row, the run's
     recovery state and one audit event.
 
-    Returns the ``Checkpoint``, or the ``StaleRevision`` to raise once its conflict record
-    has committed. Raises ``Fenced`` (CONTRACT.md 3; the caller records it), ``NotFound``
+    Returns the ``Checkpoint``, or the ``StaleRevision`` or ``UsageDecreased`` to raise
+    once its conflict record has committed. Raises ``Fenced`` (CONTRACT.md 3; the caller records it), ``NotFound``
     (an update of a missing checkpoint), ``InvalidPayload`` (a checkpoint's run or kind
     never changes). On PostgreSQL an update tries ``checkpoint_update`` first; what it
     hands back (``FALLBACK``) the ORM path decides.
@@ -148,6 +169,7 @@ def _orm_write(actor, tenant, envelope, expected_revision, fencing_token, cls, p
     # Long on purpose: the ORM reference of the checkpoint write (lock, fence, CAS,
     # history, state, audit), step by step beside checkpoint_update below.
     conflict_at: int | None = None
+    refusal: UsageDecreased | None = None
     with transaction.atomic():
         existing = (Checkpoint.objects.for_tenant(tenant).filter(uuid=envelope.checkpoint_id)
                     .values("run_id", "run__uuid", "kind").first())
@@ -187,18 +209,29 @@ def _orm_write(actor, tenant, envelope, expected_revision, fencing_token, cls, p
                         # Judged like a create that finds the id taken: by the owning run.
                         _check_fence(run, fencing_token, run.db_now)
         else:
-            # The compare-and-swap: one conditional UPDATE; 0 rows means a stale revision.
-            updated = Checkpoint.objects.for_tenant(tenant).filter(
-                uuid=envelope.checkpoint_id, revision=expected_revision
-            ).update(revision=envelope.revision, **fields)
-            if updated != 1:
-                conflict_at = Checkpoint.objects.for_tenant(tenant).get(
-                    uuid=envelope.checkpoint_id).revision
-            else:
-                checkpoint = Checkpoint.objects.for_tenant(tenant).get(
-                    uuid=envelope.checkpoint_id)
+            # Read under the run's lock, which every write of this checkpoint takes first.
+            stored = (Checkpoint.objects.for_tenant(tenant).filter(uuid=envelope.checkpoint_id)
+                      .values("revision", "usage").get())
+            refusal = _usage_refusal(cls, stored["usage"], stored["revision"],
+                                     expected_revision)
+            fields["usage"] = _kept_usage(cls, stored["usage"])
+            if refusal is None:
+                # The compare-and-swap: one conditional UPDATE; 0 rows: a stale revision.
+                updated = Checkpoint.objects.for_tenant(tenant).filter(
+                    uuid=envelope.checkpoint_id, revision=expected_revision
+                ).update(revision=envelope.revision, **fields)
+                if updated != 1:
+                    conflict_at = Checkpoint.objects.for_tenant(tenant).get(
+                        uuid=envelope.checkpoint_id).revision
+                else:
+                    checkpoint = Checkpoint.objects.for_tenant(tenant).get(
+                        uuid=envelope.checkpoint_id)
 
-        if conflict_at is not None:
+        if refusal is not None:
+            _keep_conflict(tenant=tenant, run=run, actor=actor, envelope=envelope,
+                           expected_revision=expected_revision, actual=stored["revision"],
+                           reason=ConflictReason.USAGE_DECREASED)
+        elif conflict_at is not None:
             _keep_conflict(tenant=tenant, run=run, actor=actor, envelope=envelope,
                            expected_revision=expected_revision, actual=conflict_at)
         else:
@@ -213,7 +246,7 @@ def _orm_write(actor, tenant, envelope, expected_revision, fencing_token, cls, p
                 **_write_audit(envelope, cls, phase_label, expected_revision, reopened))
     if conflict_at is not None:
         return StaleRevision(conflict_at)
-    return checkpoint
+    return refusal if refusal is not None else checkpoint
 
 
 # --------------------------------------------------------------------------------------
@@ -240,14 +273,15 @@ def _sql() -> _Sql:
                                               tenant_param="%(tenant)s")
     lock = (
         f"SELECT {', '.join('r.' + _col(r, f) for f in run_cols)}, STATEMENT_TIMESTAMP(), "
-        f"c.{_col(c, 'id')}, c.{_col(c, 'run')}, c.{_col(c, 'kind')} "
+        f"c.{_col(c, 'id')}, c.{_col(c, 'run')}, c.{_col(c, 'kind')}, "
+        f"c.{_col(c, 'revision')}, c.{_col(c, 'usage')} "
         f"FROM {_table(r)} r LEFT JOIN {_table(c)} c "
         f"ON c.{_col(c, 'tenant')} = %(tenant)s AND c.{_col(c, 'uuid')} = %(checkpoint)s "
         f"WHERE r.{_col(r, 'tenant')} = %(tenant)s AND r.{_col(r, 'uuid')} = %(run)s "
         f"AND {head_first} {run_lock}"
     )
     written = ["kind", "schema_version", "payload_ciphertext", "payload_size", "phase_class",
-               "phase_label", "updated_at_ms", "received_at", "written_by"]
+               "phase_label", "updated_at_ms", "usage", "received_at", "written_by"]
     sets = ", ".join(f"{_col(c, f)} = %({f})s" for f in ["revision", *written])
     hist_cols = ", ".join(_col(h, f) for f in ["tenant", "checkpoint", "revision", *written])
     hist_vals = ", ".join(f"%({f})s" for f in ["revision", *written])
@@ -312,8 +346,9 @@ def checkpoint_update(*, actor, tenant: Tenant, envelope, expected_revision: int
     5. ``COMMIT``.
 
     Returns the updated ``Checkpoint`` (an unsaved instance holding what was written, so
-    no re-read); for a stale revision the ``StaleRevision`` to raise once its conflict
-    record (same transaction) has committed; or ``FALLBACK`` when nothing was written and
+    no re-read); for a stale revision the ``StaleRevision``, for a usage counter going
+    back the ``UsageDecreased``, to raise once its conflict record (same transaction) has
+    committed; or ``FALLBACK`` when nothing was written and
     the ORM path must decide: no such run or checkpoint, the checkpoint belongs to another
     run or has another kind (400s the ORM path words), no audit chain head yet. Raises
     ``Fenced`` (CONTRACT.md 3) like the ORM path; the caller records it.
@@ -329,17 +364,30 @@ def checkpoint_update(*, actor, tenant: Tenant, envelope, expected_revision: int
         if row is None:
             return FALLBACK
         (run_pk, token, lease_owner, lease_expires_at, closed_at, old_state, state_changed_at,
-         unacknowledged, now, checkpoint_pk, checkpoint_run, kind) = row
+         unacknowledged, now, checkpoint_pk, checkpoint_run, kind, stored_revision,
+         stored_usage) = row
         if checkpoint_pk is None or checkpoint_run != run_pk or kind != envelope.kind:
             return FALLBACK
         live = policy.lease_live(lease_owner, lease_expires_at, now)
         if policy.fence_refuses(fencing_token, token, live):
             raise Fenced(token, run_pk=run_pk)
+        if isinstance(stored_usage, str):  # Django reads jsonb as text
+            stored_usage = json.loads(stored_usage)
+        refusal = _usage_refusal(cls, stored_usage, stored_revision, expected_revision)
+        if refusal is not None:  # a usage counter going back: kept as a conflict, refused
+            run = Run.objects.for_tenant(tenant).get(pk=run_pk)  # locked above
+            run.tenant, run.db_now = tenant, now
+            _keep_conflict(tenant=tenant, run=run, actor=actor, envelope=envelope,
+                           expected_revision=expected_revision, actual=stored_revision,
+                           reason=ConflictReason.USAGE_DECREASED)
+            return refusal
 
         written = {"revision": envelope.revision,
-                   **_checkpoint_fields(envelope, cls, phase_label, ciphertext, size, now)}
+                   **_checkpoint_fields(envelope, cls, phase_label, ciphertext, size, now),
+                   "usage": _kept_usage(cls, stored_usage)}
         cursor.execute(stmts.cas, {
-            **written, "written_by": actor.pk if actor is not None else None,
+            **written, "usage": json.dumps(written["usage"]),
+            "written_by": actor.pk if actor is not None else None,
             "tenant": tenant.pk, "checkpoint_pk": checkpoint_pk,
             "expected": expected_revision, "run_pk": run_pk,
             "needs_retry": list(EffectState.NEEDS_RETRY), "open_retry": list(RetryState.OPEN),

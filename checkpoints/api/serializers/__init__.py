@@ -89,4 +89,5 @@ from .runs import (
     RunDetailSerializer,
     RunPageSerializer,
     RunSerializer,
+    resume_usage,
 )

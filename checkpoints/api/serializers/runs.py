@@ -3,9 +3,12 @@ the resume decision."""
 
 from __future__ import annotations
 
+import re
+
 from rest_framework import serializers
 
 from ... import intranges
+from ...exceptions import InvalidPayload
 from ...vocab import RecoveryState, ResumeAction
 from .checkpoints import CheckpointMetaSerializer
 from .common import Answer, IsoDateTimeField, TenantSlugField
@@ -109,3 +112,32 @@ class ResumeInputSerializer(serializers.Serializer):
     model = serializers.CharField(required=False, help_text="provider/name")
     workflow = serializers.CharField(required=False)
     definition_version = serializers.CharField(required=False)
+    usage = serializers.DictField(
+        required=False, child=serializers.IntegerField(**intranges.USAGE_COUNTER.field_kwargs()),
+        help_text="the runtime's usage counters ({counter: int}, e.g. tokens, "
+                  "cost_microusd): continue and replay need each equal to the checkpoint's, "
+                  "retry at least the checkpoint's, else reject/usage_mismatch "
+                  "(CONTRACT.md 8)")
+
+
+#: A usage counter's name: what a kind declares (``kinds.USAGE_COUNTERS`` for runifold).
+USAGE_COUNTER_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}")
+#: Counters one resume may carry.
+USAGE_COUNTERS_MAX = 32
+
+
+def resume_usage(value) -> dict[str, int]:
+    """The ``usage`` of a ``POST …/resume`` body, checked as ``ResumeInputSerializer``
+    documents it: an object of at most 32 counters, each named like ``tokens`` and an
+    integer in ``intranges.USAGE_COUNTER`` (a JSON integer: never a float, a string or a
+    boolean). Raises ``InvalidPayload`` (400) naming ``usage`` or ``usage.<counter>``."""
+    if not isinstance(value, dict):
+        raise InvalidPayload("usage: must be an object of counters")
+    if len(value) > USAGE_COUNTERS_MAX:
+        raise InvalidPayload(f"usage: at most {USAGE_COUNTERS_MAX} counters")
+    for name, count in value.items():
+        if not USAGE_COUNTER_NAME.fullmatch(name):
+            raise InvalidPayload("usage: a counter's name is 1 to 64 of a-z, 0-9 and _, "
+                                 "starting with a letter")
+        intranges.USAGE_COUNTER.check(count, f"usage.{name}")
+    return dict(value)

@@ -122,8 +122,10 @@ class RunResumeApi(TenantApi):
                             "not a browser session")
         rid = url_uuid(run_id, "run")
         body = read_object(request, empty_ok=True)
+        usage = s.resume_usage(body.pop("usage")) if "usage" in body else None
         # The body's identity obeys the same rules as the GET's query (params.IdentityParams).
         checked = p.check(p.IdentityParams, body)
         asked = {k: v for k, v in checked.items() if v is not None}
-        answer = services.resume_claim(actor=request.user, tenant=t, run_id=rid, asked=asked)
+        answer = services.resume_claim(actor=request.user, tenant=t, run_id=rid, asked=asked,
+                                       usage=usage)
         return Response(s.ResumeSerializer.render(answer))

@@ -71,6 +71,7 @@ class _Checkpoint:
     ciphertext: str = ""  # of the stored current revision (not decrypted unless needed)
     stored: tuple | None = None  # content of the stored current revision (once decrypted)
     meta: tuple = ()  # stored (kind, schema_version, updated_at_ms) of the current revision
+    usage: dict = field(default_factory=dict)  # usage counters of the current revision
     written: list[CheckpointLine] = field(default_factory=list)
 
 
@@ -229,10 +230,11 @@ def _stored_checkpoints(tenant: Tenant, ids: set) -> dict[uuid.UUID, _Checkpoint
         return {}
     rows = (Checkpoint.objects.for_tenant(tenant).filter(uuid__in=ids)
             .values_list("pk", "uuid", "run__uuid", "kind", "revision", "payload_ciphertext",
-                         "schema_version", "updated_at_ms"))
+                         "schema_version", "updated_at_ms", "usage"))
     return {cid: _Checkpoint(pk, run_uuid, kind, rev, rev, ciphertext,
-                             meta=(kind, schema_version, updated_at_ms))
-            for pk, cid, run_uuid, kind, rev, ciphertext, schema_version, updated_at_ms in rows}
+                             meta=(kind, schema_version, updated_at_ms), usage=usage)
+            for pk, cid, run_uuid, kind, rev, ciphertext, schema_version, updated_at_ms, usage
+            in rows}
 
 
 def _stored_effects(tenant: Tenant, ids: set) -> dict[uuid.UUID, _Effect]:
@@ -332,11 +334,21 @@ def _decide_checkpoint(tenant: Tenant, line: CheckpointLine, checkpoints: dict, 
         if not _is_next(f"checkpoint {env.checkpoint_id}", env.revision, cp.revision,
                         lambda: _checkpoint_content(tenant, cp, env.revision), line.content):
             return False
+        if line.cls.supported:  # the rule of every checkpoint write (CONTRACT.md 8)
+            decrease = policy.usage_decrease(cp.usage, line.cls.usage)
+            if decrease is not None:
+                counter, before, sent = decrease
+                raise LineError(f"usage.{counter}: {sent} is below the {before} of revision "
+                                f"{cp.revision} of checkpoint {env.checkpoint_id}; usage "
+                                f"counters never decrease")
     _check_fence(runs, env.run_id, now)
     if cp is None:
         cp = checkpoints[env.checkpoint_id] = _Checkpoint(None, env.run_id, env.kind,
                                                           env.revision, None)
     cp.revision = env.revision
+    if line.cls.supported:
+        cp.usage = line.cls.usage
+    line.usage = cp.usage
     cp.written.append(line)
     return True
 

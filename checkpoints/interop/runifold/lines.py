@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import uuid
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import IO, Any
 
 from django.conf import settings
@@ -146,6 +146,9 @@ class CheckpointLine:
     phase_label: str
     ciphertext: str
     size: int
+    # The usage counters its write stores: the payload's, or for an unsupported payload
+    # the checkpoint's last known ones (set by the import's decision, ``_decide_checkpoint``).
+    usage: dict = field(default_factory=dict)
 
     @property
     def content(self) -> tuple:

@@ -59,7 +59,7 @@ def _checkpoint_fields(line: CheckpointLine, actor, now) -> dict:
     return dict(kind=env.kind, schema_version=env.schema_version,
                 payload_ciphertext=line.ciphertext, payload_size=line.size,
                 phase_class=line.cls.phase.phase_class, phase_label=line.phase_label,
-                updated_at_ms=env.updated_at_ms, received_at=now,
+                updated_at_ms=env.updated_at_ms, usage=line.usage, received_at=now,
                 written_by_id=actor.pk if actor is not None else None)
 
 
