@@ -98,6 +98,8 @@ def _integers(schema: dict, node: dict, path: str, out: dict) -> None:
         _integers(schema, sub, f"{path}.{name}" if path else name, out)
     if node.get("type") == "array":
         _integers(schema, node["items"], path + "[]", out)
+    if isinstance(node.get("additionalProperties"), dict):  # a map: {name: integer, ...}
+        _integers(schema, node["additionalProperties"], path + ".*", out)
 
 
 def schema_integers() -> dict[Key, tuple]:
@@ -335,6 +337,13 @@ def lease(w: World, v: int) -> Outcome:
                  path={"run_id": w.cp["run_id"]})
 
 
+def resume_usage(w: World, v: int) -> Outcome:
+    """A resume claim carrying ``usage.tokens = v`` (the world's run is an acme.order,
+    which declares no usage, so any counter in range suits the decision: 200)."""
+    return _json(w, "post", T + "runs/{run_id}/resume", {"usage": {"tokens": v}},
+                 path={"run_id": w.cp["run_id"]})
+
+
 def bulk(w: World, v: int) -> Outcome:
     return _json(w, "post", T + "bulk-actions", {"action": "reconcile", "reason": "bounds",
                                                   "client_token": str(uuid.uuid4()),
@@ -436,6 +445,8 @@ RECIPES: dict[Key, Recipe] = {
     ("PUT", FX, "header", "If-Match"): Recipe(fx_if_match, "If-Match", expect=_cas_max),
     ("PUT", FX, "header", "Fencing-Token"): Recipe(fencing("fx"), "Fencing-Token"),
     ("POST", T + "runs/{run_id}/lease", "body", "ttl_s"): Recipe(lease, "ttl_s"),
+    ("POST", T + "runs/{run_id}/resume", "body", "usage.*"): Recipe(resume_usage,
+                                                                   "usage.tokens", ok=(200,)),
     # Every run of the world was written just now: a longer quiet time matches none.
     ("POST", T + "bulk-actions", "body", "filters.age_s_min"): Recipe(
         bulk, "filters.age_s_min", expect=lambda v: "filters" if v > 0 else None),

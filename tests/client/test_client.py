@@ -163,6 +163,17 @@ def test_it_previews_and_claims_resume_decisions_with_identity(store):
     assert store.fencing_token is None  # only a claimed retry hands over a token
 
 
+def test_it_sends_the_runtimes_usage_with_a_resume_claim(store):
+    """Sync and async (``store`` is both): the counters reach the server's usage rule."""
+    from tests.services.test_usage import agent_payload  # one fixture payload for both
+
+    first = create(store, kind="runifold.agent", payload=agent_payload(tokens=40, turns=1))
+    same = store.resume(first["run_id"], usage={"tokens": 40, "turns": 1})
+    more = store.resume(first["run_id"], usage={"tokens": 41, "turns": 1})
+    assert (same["action"], same["reason"]) == ("continue", "stable")
+    assert (more["action"], more["reason"]) == ("reject", "usage_mismatch")
+
+
 def test_it_raises_for_resume_on_a_missing_run_or_without_the_writer_role(
         rita, make_store, store):
     run_id = create(store)["run_id"]

@@ -86,6 +86,10 @@ class CheckpointApi(TenantApi):
             **_errors(413, 428),
             409: FENCED,
             412: STALE,
+            422: OpenApiResponse(
+                s.ErrorSerializer, description='{"error": "usage_decreased", "counter": ...}: a usage '
+                                 "counter below the stored revision's (CONTRACT.md 8); kept "
+                                 "as a conflict"),
         },
     )
     def put(self, request, tenant, checkpoint_id):

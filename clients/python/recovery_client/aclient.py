@@ -162,11 +162,12 @@ class AsyncHttpCheckpointStore(StoreCore):
         return await self._drive(self._op_resume_preview(run_id, identity))
 
     async def resume(self, run_id: str, *, agent: str | None = None, model: str | None = None,
-                     workflow: str | None = None,
-                     definition_version: str | None = None) -> dict:
-        """As ``HttpCheckpointStore.resume``: claims the decision (``retry`` fences)."""
+                     workflow: str | None = None, definition_version: str | None = None,
+                     usage: dict[str, int] | None = None) -> dict:
+        """As ``HttpCheckpointStore.resume``: claims the decision (``retry`` fences;
+        ``usage`` must suit it)."""
         identity = self._identity(agent, model, workflow, definition_version)
-        return await self._drive(self._op_resume(run_id, identity))
+        return await self._drive(self._op_resume(run_id, identity, usage))
 
     async def list_runs(self, *, recovery_state: str | None = None,
                         limit: int = 50) -> AsyncIterator[dict]:

@@ -341,7 +341,8 @@ class HttpCheckpointStore(StoreCore):
         return self._drive(self._op_resume_preview(run_id, identity))
 
     def resume(self, run_id: str, *, agent: str | None = None, model: str | None = None,
-               workflow: str | None = None, definition_version: str | None = None) -> dict:
+               workflow: str | None = None, definition_version: str | None = None,
+               usage: dict[str, int] | None = None) -> dict:
         """Claim the resume decision for ``run_id`` after a restart (``POST …/resume``).
 
         The identity arguments (``model`` is ``provider/name``) are sent in the JSON body,
@@ -349,6 +350,11 @@ class HttpCheckpointStore(StoreCore):
         ``reject`` / ``identity_mismatch``. Returns ``{"action", "reason",
         "checkpoint_id", "revision", "fencing_token"}``; ``action`` is ``replay``,
         ``continue``, ``reject``, ``retry`` or ``reconcile`` (CONTRACT.md 3).
+
+        ``usage`` (``{counter: int}``, e.g. ``{"tokens": 702, "cost_microusd": 215}``) is the
+        runtime's own usage: ``continue`` and ``replay`` need it equal to the checkpoint's,
+        ``retry`` at least the checkpoint's, else the answer is ``reject`` /
+        ``usage_mismatch`` and an approved retry is not consumed (CONTRACT.md 8).
 
         ``retry`` means this call consumed an approved retry: the server bumped the
         fencing token (the old owner is fenced), dropped the lease, and authorised
@@ -364,7 +370,7 @@ class HttpCheckpointStore(StoreCore):
         without the writer role, 5xx, network).
         """
         identity = self._identity(agent, model, workflow, definition_version)
-        return self._drive(self._op_resume(run_id, identity))
+        return self._drive(self._op_resume(run_id, identity, usage))
 
     def list_runs(self, *, recovery_state: str | None = None, limit: int = 50):
         """Yield the tenant's runs (``GET …/runs``), newest write first, every page.

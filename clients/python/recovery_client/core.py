@@ -537,8 +537,9 @@ class StoreCore:
         return (yield from self._send(self._call("GET", f"runs/{run_id}/resume",
                                                  query=identity))).body
 
-    def _op_resume(self, run_id: str, identity: dict) -> Op:
-        answer = (yield from self._send(self._call("POST", f"runs/{run_id}/resume", identity),
+    def _op_resume(self, run_id: str, identity: dict, usage: dict | None = None) -> Op:
+        body = identity if usage is None else {**identity, "usage": usage}
+        answer = (yield from self._send(self._call("POST", f"runs/{run_id}/resume", body),
                                         ONCE)).body
         if answer.get("action") == "retry":
             self.fencing_token = answer.get("fencing_token")
