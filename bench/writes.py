@@ -191,12 +191,23 @@ class Fixture:
 
         tenant = self.tenant(slug)
         cid, rid = uuid.uuid4(), uuid.uuid4()
-        body = envelope(cid, rid, 0, self.payloads[0])
+        body = envelope(cid, rid, 0, payload_at(self.payloads, 0))
         services.checkpoint_put(actor=self.writers[slug], tenant=tenant,
                                 envelope=services.parse_envelope(body, url_id=cid),
                                 expected_revision=None)
         pk = Checkpoint.objects.for_tenant(tenant).get(uuid=cid).pk
         return Target(slug, cid, rid, pk, tenant.pk, self.writers[slug].username)
+
+
+def payload_at(payloads: list[dict], revision: int) -> dict:
+    """The payload written as ``revision``: the payloads in turn, with usage counters that
+    grow with the revision, as a runtime's do (the store refuses a write whose usage goes
+    back, CONTRACT.md 8)."""
+    from checkpoints.kinds import USAGE_COUNTERS  # after django.setup(), as every import here
+
+    payload = dict(payloads[revision % len(payloads)])
+    payload["usage"] = dict.fromkeys(USAGE_COUNTERS, revision)
+    return payload
 
 
 def envelope(cid: uuid.UUID, rid: uuid.UUID, revision: int, payload: dict) -> dict:
@@ -228,10 +239,11 @@ def _raw_sql() -> str:
     from checkpoints.models import Checkpoint, CheckpointRevision
 
     cols = ("tenant_id, revision, kind, schema_version, payload_ciphertext, payload_size, "
-            "phase_class, phase_label, updated_at_ms, received_at, written_by_id")
+            "phase_class, phase_label, updated_at_ms, usage, received_at, written_by_id")
     return (
         f"WITH u AS (UPDATE {Checkpoint._meta.db_table} SET revision = %(new)s, "
         f"payload_ciphertext = %(ct)s, payload_size = %(size)s, phase_class = %(pc)s, "
+        f"usage = %(usage)s, "
         f"phase_label = %(pl)s, updated_at_ms = %(ms)s, received_at = statement_timestamp() "
         f"WHERE id = %(id)s AND revision = %(expected)s RETURNING id, {cols}) "
         f"INSERT INTO {CheckpointRevision._meta.db_table} (checkpoint_id, {cols}) "
@@ -247,7 +259,7 @@ def make_raw(spec: dict):
     """``spec``: dsn, targets (list of ``Target``; one unless contended), payloads."""
     import psycopg
 
-    from checkpoints import crypto
+    from checkpoints import crypto, kinds
     from checkpoints.models import Checkpoint
 
     conn = psycopg.connect(spec["dsn"], autocommit=True)
@@ -267,6 +279,7 @@ def make_raw(spec: dict):
         row = conn.execute(sql, {
             "new": current + 1, "ct": crypto.encrypt_text(_json_text(text, current + 1)),
             "size": size, "pc": pc, "pl": pl, "ms": int(time.time() * 1000), "id": t.pk,
+            "usage": json.dumps(dict.fromkeys(kinds.USAGE_COUNTERS, current + 1)),
             "expected": current}).fetchone()
         if row is None:
             return False
@@ -335,7 +348,7 @@ def make_services(spec: dict):
                               .values_list("revision", flat=True).get())
         current = revision[t.pk]
         body = envelope(t.checkpoint_id, t.run_id, current + 1,
-                        payloads[(current + 1) % len(payloads)])
+                        payload_at(payloads, current + 1))
         env = services.parse_envelope(body, url_id=t.checkpoint_id)
         try:
             services.checkpoint_put(actor=writers[t.writer_username], tenant=tenant,
@@ -416,7 +429,7 @@ def make_http(spec: dict):
     def op() -> bool:
         current = state["rev"]
         body = envelope(t.checkpoint_id, t.run_id, current + 1,
-                        payloads[(current + 1) % len(payloads)])
+                        payload_at(payloads, current + 1))
         store.compare_and_swap(body, current)
         state["rev"] = current + 1
         return True
