@@ -288,3 +288,22 @@ def test_a_retry_claimed_without_usage_records_no_cost(acme, wendy, rita, april)
                                  asked={})["action"] == "retry"
     retry.refresh_from_db()
     assert retry.usage_burnt == {}
+
+
+@pytest.mark.django_db
+def test_the_report_sums_what_recovery_cost_per_kind(acme, wendy, rita, april, vic):
+    from checkpoints import reports  # the report, read like the page and the API read it
+
+    for tokens in (702, 500):
+        body = agent_body(0, state="turn_in_flight", tokens=tokens)
+        run_id = uuid.UUID(body["run_id"])
+        put_checkpoint(wendy, acme, body)
+        services.lease_acquire(actor=wendy, tenant=acme, run_id=run_id, owner="w1", ttl_s=1)
+        sweep_later()
+        retry = services.retry_request(actor=rita, tenant=acme, run_id=run_id, reason="stuck")
+        services.retry_approve(actor=april, tenant=acme, retry_id=retry.pk, reason="ok")
+        services.resume_claim(actor=wendy, tenant=acme, run_id=run_id, asked={},
+                              usage={"tokens": tokens + 10, "turns": 1})
+    data = reports.figures(user=vic, tenant=acme, range_name="24h")
+    assert data["recovery_cost"] == {"runifold.agent": {"tokens": 20, "turns": 2}}
+    assert reports.csv_rows(data, "recovery_cost")[1][:3] == ["runifold.agent", "tokens", 20]
