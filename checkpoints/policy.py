@@ -249,6 +249,14 @@ def usage_allows(action: str, checkpoint: dict[str, int], runtime: dict[str, int
     return True
 
 
+def usage_burnt(checkpoint: dict[str, int], runtime: dict[str, int]) -> dict[str, int]:
+    """What an interrupted attempt spent beyond its checkpoint, per counter: the
+    runtime's counters above the checkpoint's (``{counter: int}``, counters spent only;
+    issue 19, item 4). Recorded when a retry is consumed; the run page and the report
+    show it as what recovery cost."""
+    return {k: v - checkpoint.get(k, 0) for k, v in runtime.items() if v > checkpoint.get(k, 0)}
+
+
 def fence_refuses(token_sent: int | None, current_token: int, lease_live: bool) -> bool:
     """Whether a write carrying ``token_sent`` (``None``: no ``Fencing-Token`` header) is
     refused as fenced (CONTRACT.md 3): a token other than the current one always is; no

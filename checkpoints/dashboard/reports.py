@@ -104,4 +104,4 @@ def _report_range_context(data: dict) -> dict:
             "ranges": [*reports.RANGES], "range_custom": reports.CUSTOM,
             # the custom form's last day (``to`` is the exclusive midnight after it)
             "range_to_day": (rng["to"] - timedelta(microseconds=1)).date().isoformat(),
-            "approvals": data["approvals"]}
+            "approvals": data["approvals"], "recovery_cost": data["recovery_cost"]}

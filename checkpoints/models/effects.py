@@ -159,6 +159,10 @@ class RetryRequest(TenantOwned, TimestampedModel):
     decided_at = models.DateTimeField(null=True, blank=True)
     consumed_at = models.DateTimeField(null=True, blank=True)
     consumed_fencing_token = models.BigIntegerField(null=True, blank=True)
+    # What recovery cost (issue 19, item 4): the usage counters the runtime that consumed
+    # the retry reported above its checkpoint's, ``{counter: int}`` (what the interrupted
+    # attempt spent and the retry will spend again); {} when it sent no usage.
+    usage_burnt = models.JSONField(default=dict, blank=True)
     # What the approver saw and accepted (services.retry_preview at approval): a consumed
     # retry re-plans only the effects this names as sent again.
     approved_preview = models.JSONField(null=True, blank=True)

@@ -28,6 +28,9 @@ Figures (``figures``), each from one aggregate query unless said otherwise:
   claimed a resume decision (``ResumeDecision``): ``{action: {n, p50, p95, max}}``;
 - ``checkpoint_size_bytes``: per kind, the payload size of the revisions accepted in the
   range (``CheckpointRevision``): ``{kind: {n, p50, p95, max}}``;
+- ``recovery_cost``: per kind, the usage the interrupted attempts spent beyond their
+  checkpoints, summed over the retries consumed in the range
+  (``RetryRequest.usage_burnt``): ``{kind: {counter: total}}``;
 - ``approvals``: retry requests decided in the range per approver:
   ``{username: {approved, rejected}}`` (an approved request later consumed or expired
   still counts as approved).

@@ -189,14 +189,30 @@ def _approvals(tenant: Tenant, w: ReportRange) -> dict[str, dict[str, int]]:
             for r in sorted(rows, key=lambda r: r["decided_by__username"])}
 
 
+def _recovery_cost(tenant: Tenant, w: ReportRange) -> dict[str, dict[str, int]]:
+    """What recovery cost per kind: the ``usage_burnt`` of the retries consumed in the
+    range, summed per counter (``{kind: {counter: total}}``, kinds and counters sorted;
+    a retry claimed without usage costs nothing known). One query, summed in Python
+    (JSON sums differ between PostgreSQL and SQLite; consumed retries are few)."""
+    rows = (RetryRequest.objects.for_tenant(tenant)
+            .filter(consumed_at__gte=w.start, consumed_at__lt=w.end)
+            .exclude(usage_burnt={}).order_by().values_list("run__kind", "usage_burnt"))
+    totals: dict[str, dict[str, int]] = {}
+    for kind, burnt in rows:
+        into = totals.setdefault(kind, {})
+        for counter, spent in (burnt or {}).items():
+            into[counter] = into.get(counter, 0) + spent
+    return {kind: dict(sorted(v.items())) for kind, v in sorted(totals.items())}
+
+
 def figures(*, user, tenant: Tenant, range_name: str | None = None,
             start: str | None = None, end: str | None = None) -> dict:
     """Every figure of the report for the tenant over the range (module docstring):
     ``{as_of, range: {name, from, to, bucket}, buckets, runs_entering,
     schema_mismatches, conflicts, reconcile_outcomes, reconcile_answers,
-    time_to_resolve_s, resume_age_ms, checkpoint_size_bytes, approvals}``.
+    time_to_resolve_s, resume_age_ms, checkpoint_size_bytes, approvals, recovery_cost}``.
 
-    Nine queries whatever the tenant's size (plus the role check's, when the caller's
+    Ten queries whatever the tenant's size (plus the role check's, when the caller's
     rights are not cached yet): the database clock, one per figure
     (``schema_mismatches`` is read from ``runs_entering``). Raises
     ``NotFound``/``Forbidden`` without a viewer role, ``InvalidPayload`` for a bad range
@@ -227,4 +243,5 @@ def figures(*, user, tenant: Tenant, range_name: str | None = None,
                 received_at__gte=in_range["gte"], received_at__lt=in_range["lt"]),
             "kind", "payload_size"),
         "approvals": _approvals(tenant, w),
+        "recovery_cost": _recovery_cost(tenant, w),
     }

@@ -36,9 +36,7 @@ SHADES = {
 
 #: Families of the charted words no badge colours: a refused write is a conflict (orange).
 FAMILY_OF = {ConflictReason.STALE_REVISION: "orange", ConflictReason.ID_EXISTS: "orange",
-             ConflictReason.FENCED: "orange",
-             # a runtime that restored usage lower than it had spent: not a race, a fault
-             ConflictReason.USAGE_DECREASED: "red"}
+             ConflictReason.FENCED: "orange"}
 
 
 #: The shade (index into ``SHADES``) of the words whose family meets itself in one chart;

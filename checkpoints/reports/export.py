@@ -43,7 +43,7 @@ def csv_rows(data: dict, figure: str) -> list[list]:
     """The rows (header first, every row as long as the header) of one figure of
     ``figures``' answer: a series as ``bucket, <one column per name>``; a percentile
     summary as ``<key>, n, p50, p95, max``; approvals as ``approver, approved,
-    rejected``; ``time_to_resolve_s`` as one row of ``n, p50, p95, max``. Every row ends
+    rejected``; the recovery cost as ``kind, counter, total``; ``time_to_resolve_s`` as one row of ``n, p50, p95, max``. Every row ends
     with the ``CSV_CONTEXT`` columns: the range's ``from``/``to`` and ``as_of``."""
     value = data[figure]
     if figure == "schema_mismatches":
@@ -58,6 +58,9 @@ def csv_rows(data: dict, figure: str) -> list[list]:
     elif figure == "approvals":
         rows = [["approver", "approved", "rejected"]]
         rows += [[who, v["approved"], v["rejected"]] for who, v in value.items()]
+    elif figure == "recovery_cost":
+        rows = [["kind", "counter", "total"]]
+        rows += [[kind, c, n] for kind, v in value.items() for c, n in v.items()]
     else:
         key = "action" if figure == "resume_age_ms" else "kind"
         rows = [[key, *STATS]] + [[k, *(v[s] for s in STATS)] for k, v in value.items()]

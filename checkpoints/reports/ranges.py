@@ -17,7 +17,7 @@ RANGES = {"24h": timedelta(hours=24), "7d": timedelta(days=7), "30d": timedelta(
 #: Every figure a CSV can be asked for (``?figure=``), in the page's order.
 FIGURES = ("runs_entering", "schema_mismatches", "conflicts", "reconcile_outcomes",
            "reconcile_answers", "time_to_resolve_s", "resume_age_ms",
-           "checkpoint_size_bytes", "approvals")
+           "checkpoint_size_bytes", "approvals", "recovery_cost")
 
 
 #: The columns of a percentile summary.

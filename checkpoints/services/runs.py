@@ -431,8 +431,10 @@ def resume_claim(*, actor, tenant: Tenant, run_id: uuid.UUID, asked: dict[str, s
             run.last_write_at = now
             run.save(update_fields=["fencing_token", "lease_owner", "lease_expires_at",
                                     "last_write_at", "updated_at"])
+            burnt = policy.usage_burnt(facts.usage, usage) if usage is not None else {}
             RetryRequest.objects.for_tenant(retry.tenant_id).filter(pk=retry.pk).update(
-                state=RetryState.CONSUMED, consumed_at=now, consumed_fencing_token=run.fencing_token)
+                state=RetryState.CONSUMED, consumed_at=now, consumed_fencing_token=run.fencing_token,
+                usage_burnt=burnt)
             # Only what the approver accepted: the effects its preview showed as sent again.
             # One that became unknown/not_executed after the approval (a zombie owner sent
             # it meanwhile) waits for a new retry whose preview names it: no duplicate that
@@ -448,7 +450,8 @@ def resume_claim(*, actor, tenant: Tenant, run_id: uuid.UUID, asked: dict[str, s
             audit_record(tenant=tenant, actor=actor, action=AuditAction.RETRY_CONSUME,
                          target_type=TargetType.RETRY_REQUEST, target_id=retry.pk, run_id=run.uuid,
                          before={"state": RetryState.APPROVED},
-                         after={"state": RetryState.CONSUMED, "fencing_token": run.fencing_token})
+                         after={"state": RetryState.CONSUMED, "fencing_token": run.fencing_token,
+                                **({"usage_burnt": burnt} if burnt else {})})
         answer = _resume_answer(run, decision)
         _record_resume(run, decision, now)
     # Counted once the claim committed (metrics.RESUME_DECISIONS); a failed one is not.

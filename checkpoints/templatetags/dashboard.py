@@ -30,6 +30,15 @@ def label(word: str) -> str:
 
 
 @register.filter
+def usage_text(usage) -> str:
+    """Usage counters for people: ``{"tokens": 702, "turns": 1}`` -> ``"tokens 702 ·
+    turns 1"``, in the counters' order; ``""`` when there are none (or not a mapping)."""
+    if not isinstance(usage, dict):
+        return ""
+    return " · ".join(f"{words(name)} {count}" for name, count in usage.items())
+
+
+@register.filter
 def shortid(value) -> str:
     """The first 8 characters of a UUID (the full id goes in a ``title``)."""
     return str(value or "")[:8]

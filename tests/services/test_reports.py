@@ -303,7 +303,7 @@ def test_the_figures_cost_the_same_for_few_and_many_rows(acme, wendy, rita, vic,
                                                         django_assert_num_queries):
     def cost(name):
         reports.figures(user=vic, tenant=acme, range_name=name)  # the rights, cached
-        with django_assert_num_queries(9):
+        with django_assert_num_queries(10):
             reports.figures(user=vic, tenant=acme, range_name=name)
 
     put_checkpoint(wendy, acme, envelope())

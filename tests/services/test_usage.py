@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from django.db import connection
+from django.urls import reverse
 
 from checkpoints import policy, services
 from checkpoints.exceptions import UsageDecreased
@@ -244,3 +245,65 @@ def test_the_resume_api_passes_usage_on(api_as, acme, wendy):
     assert (r.status_code, r.json()["reason"]) == (200, "usage_mismatch")
     r = api_as(wendy).post(path, {"usage": {"tokens": 7}}, format="json")
     assert (r.status_code, r.json()["action"]) == (200, "continue")
+
+
+# --------------------------------------------------------------------------------------
+# What recovery cost, shown
+# --------------------------------------------------------------------------------------
+
+@pytest.mark.django_db
+def test_a_consumed_retry_records_what_the_lost_attempt_spent(api_as, client, acme, wendy,
+                                                              rita, april):
+    body = agent_body(0, state="turn_in_flight", tokens=702, cost_microusd=215, turns=1)
+    run_id = uuid.UUID(body["run_id"])
+    put_checkpoint(wendy, acme, body)
+    services.lease_acquire(actor=wendy, tenant=acme, run_id=run_id, owner="w1", ttl_s=1)
+    sweep_later()
+    retry = services.retry_request(actor=rita, tenant=acme, run_id=run_id, reason="stuck")
+    services.retry_approve(actor=april, tenant=acme, retry_id=retry.pk, reason="ok")
+    claim = services.resume_claim(actor=wendy, tenant=acme, run_id=run_id, asked={},
+                                  usage={"tokens": 800, "cost_microusd": 215, "turns": 2})
+    assert claim["action"] == "retry"
+    retry.refresh_from_db()
+    assert retry.usage_burnt == {"tokens": 98, "turns": 1}
+    # The API and the run page show the same: the checkpoint's usage, the retry's cost.
+    detail = api_as(rita).get(url("acme", f"runs/{run_id}")).json()
+    assert detail["checkpoints"][0]["usage"]["tokens"] == 702
+    client.force_login(rita)
+    page = client.get(reverse("run_detail", args=["acme", run_id])).content.decode()
+    assert "usage: tokens 702 · cost microusd 215 · duration micros 0 · turns 1" in page
+    assert "tokens 98 · turns 1" in page
+
+
+@pytest.mark.django_db
+def test_a_retry_claimed_without_usage_records_no_cost(acme, wendy, rita, april):
+    body = agent_body(0, state="turn_in_flight", tokens=702)
+    run_id = uuid.UUID(body["run_id"])
+    put_checkpoint(wendy, acme, body)
+    services.lease_acquire(actor=wendy, tenant=acme, run_id=run_id, owner="w1", ttl_s=1)
+    sweep_later()
+    retry = services.retry_request(actor=rita, tenant=acme, run_id=run_id, reason="stuck")
+    services.retry_approve(actor=april, tenant=acme, retry_id=retry.pk, reason="ok")
+    assert services.resume_claim(actor=wendy, tenant=acme, run_id=run_id,
+                                 asked={})["action"] == "retry"
+    retry.refresh_from_db()
+    assert retry.usage_burnt == {}
+
+
+@pytest.mark.django_db
+def test_the_report_sums_what_recovery_cost_per_kind(acme, wendy, rita, april, vic):
+    from checkpoints import reports  # the report, read like the page and the API read it
+
+    for tokens in (702, 500):
+        body = agent_body(0, state="turn_in_flight", tokens=tokens)
+        run_id = uuid.UUID(body["run_id"])
+        put_checkpoint(wendy, acme, body)
+        services.lease_acquire(actor=wendy, tenant=acme, run_id=run_id, owner="w1", ttl_s=1)
+        sweep_later()
+        retry = services.retry_request(actor=rita, tenant=acme, run_id=run_id, reason="stuck")
+        services.retry_approve(actor=april, tenant=acme, retry_id=retry.pk, reason="ok")
+        services.resume_claim(actor=wendy, tenant=acme, run_id=run_id, asked={},
+                              usage={"tokens": tokens + 10, "turns": 1})
+    data = reports.figures(user=vic, tenant=acme, range_name="24h")
+    assert data["recovery_cost"] == {"runifold.agent": {"tokens": 20, "turns": 2}}
+    assert reports.csv_rows(data, "recovery_cost")[1][:3] == ["runifold.agent", "tokens", 20]

@@ -48,4 +48,8 @@ class CheckpointMetaSerializer(Answer):
     updated_at_ms = serializers.IntegerField()
     received_at = IsoDateTimeField()
     payload_size = serializers.IntegerField(help_text="bytes of the payload's JSON text")
+    usage = serializers.DictField(
+        child=serializers.IntegerField(), read_only=True,
+        help_text="the usage counters its kind declares ({counter: int}; {} when none): "
+                  "they never decrease from one revision to the next (CONTRACT.md 8)")
     written_by = serializers.CharField(source="written_by.get_username", allow_null=True)

@@ -74,3 +74,7 @@ class ReportSerializer(Answer):
         child=StatsSerializer(), help_text="kind -> payload bytes of the revisions accepted")
     approvals = serializers.DictField(child=ApprovalsSerializer(),
                                       help_text="approver's username -> decisions")
+    recovery_cost = serializers.DictField(
+        child=serializers.DictField(child=serializers.IntegerField()),
+        help_text="kind -> usage counter -> what the interrupted attempts spent beyond "
+                  "their checkpoints, over the retries consumed in the range")

@@ -53,6 +53,10 @@ class RetryRequestSerializer(Answer):
     created_at = IsoDateTimeField()
     decided_at = IsoDateTimeField(allow_null=True)
     consumed_at = IsoDateTimeField(allow_null=True)
+    usage_burnt = serializers.DictField(
+        child=serializers.IntegerField(), read_only=True,
+        help_text="what recovery cost: the usage counters the runtime that consumed the "
+                  "retry reported above its checkpoint's ({counter: int}; {} when none)")
 
 
 class ReconcileAttemptSerializer(Answer):
