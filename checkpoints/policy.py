@@ -224,12 +224,13 @@ def _decision(facts: RunFacts, asked: dict[str, str]) -> Decision:
 
 
 def usage_decrease(previous: dict[str, int], sent: dict[str, int]) -> tuple[str, int, int] | None:
-    """The first counter (in ``previous``'s order) that ``sent`` puts below ``previous``,
+    """The first counter (by name, whatever order a database kept the keys in) that
+    ``sent`` puts below ``previous``,
     as ``(counter, previous, sent)``, or ``None`` (CONTRACT.md 8, RUNIFOLD.md 2: restored
     usage never decreases). A counter ``sent`` lacks counts as 0; one ``previous`` lacks
     (a revision written before its kind declared it) is not compared. Both are the
     ``{counter: int}`` of ``kinds.Classification.usage``."""
-    for counter, before in previous.items():
+    for counter, before in sorted(previous.items()):
         now = sent.get(counter, 0)
         if now < before:
             return counter, before, now

@@ -13,6 +13,7 @@ from django.utils.html import conditional_escape, format_html
 from django.utils.safestring import SafeString, mark_safe
 
 from .. import auditwords
+from ..kinds import USAGE_COUNTERS
 from ..vocab import BADGE_CLASSES, words
 
 register = template.Library()
@@ -31,11 +32,15 @@ def label(word: str) -> str:
 
 @register.filter
 def usage_text(usage) -> str:
-    """Usage counters for people: ``{"tokens": 702, "turns": 1}`` -> ``"tokens 702 ·
-    turns 1"``, in the counters' order; ``""`` when there are none (or not a mapping)."""
+    """Usage counters for people: ``{"turns": 1, "tokens": 702}`` -> ``"tokens 702 ·
+    turns 1"``: runifold's counters in runifold's order (``kinds.USAGE_COUNTERS``), then
+    any other by name, whatever order the database kept them in (PostgreSQL's ``jsonb``
+    orders keys by length); ``""`` when there are none (or not a mapping)."""
     if not isinstance(usage, dict):
         return ""
-    return " · ".join(f"{words(name)} {count}" for name, count in usage.items())
+    order = {name: i for i, name in enumerate(USAGE_COUNTERS)}
+    names = sorted(usage, key=lambda name: (order.get(name, len(order)), name))
+    return " · ".join(f"{words(name)} {usage[name]}" for name in names)
 
 
 @register.filter

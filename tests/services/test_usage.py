@@ -271,7 +271,8 @@ def test_a_consumed_retry_records_what_the_lost_attempt_spent(api_as, client, ac
     assert detail["checkpoints"][0]["usage"]["tokens"] == 702
     client.force_login(rita)
     page = client.get(reverse("run_detail", args=["acme", run_id])).content.decode()
-    assert "usage: tokens 702 · cost microusd 215 · duration micros 0 · turns 1" in page
+    assert ("usage: tokens 702 · cost microusd 215 · duration micros 0 · turns 1 · "
+            "tool calls 0 · delegations 0") in page
     assert "tokens 98 · turns 1" in page
 
 
