@@ -13,6 +13,10 @@ phase extractor and an identity extractor (DESIGN.md section 3). Built in:
 - ``acme.order`` v1, the demo kind: ``phase`` one of ``ready``, ``charging``,
   ``charged``, ``shipping``, ``completed``, ``cancelled``.
 
+More kinds come from the user's own Python modules, named in ``RECOVERY_KIND_MODULES``
+and imported once at start-up (``apps.load_kind_modules``); they may not touch
+the built-in ones (``BUILTIN_KINDS``). How to write one: docs/kinds.md.
+
 A kind or version that is not registered, or a payload its validator refuses, is still
 stored; ``classify`` then answers ``unsupported`` and the run becomes ``schema_mismatch``
 (never guessed).
@@ -83,6 +87,33 @@ class Classification:
 
 @dataclass
 class VersionSpec:
+    """What one schema version of a kind is: three plain functions (docs/kinds.md).
+
+    - ``validate(payload)``: gets the checkpoint's ``payload`` exactly as parsed from the
+      envelope (any JSON value: an object, but also a list, a string, ``None``...) and
+      returns nothing. It raises ``SchemaError`` when the payload does not match this
+      version: its message names the field and the rule (``"payload.phase must be one of
+      [...]"``) and **never a value found in the payload**, because it becomes the run's
+      phase label and recovery reason, stored in clear and shown to viewers, who may not
+      see payloads. Any other exception is a bug in the kind, not a schema break: it
+      propagates and fails the write (500), nothing stored.
+    - ``phase(payload)``: called only after ``validate`` passed, with the payload it
+      accepted (an object, as a ``dict``, for every kind so far); returns a ``Phase``:
+      ``phase_class`` one of ``PhaseClass.STABLE`` (a resume may continue from here),
+      ``IN_FLIGHT`` (a step was started and its outcome is not recorded: never resumed
+      blindly) or ``COMPLETED`` (the outcome is recorded: a resume replays it), and a
+      short human ``label`` (cut at 256 characters; same rule: no payload values, only
+      field names, states, counts).
+    - ``identity(payload)``: called after ``validate`` passed; returns an ``Identity``
+      (agent, ``provider/name`` model, workflow, definition version; empty strings for the
+      parts the kind does not carry). A resume request naming another identity is
+      refused. Each part must fit ``IDENTITY_LIMITS``, else the payload is a schema error.
+      Either may raise ``SchemaError`` too (same rules as ``validate``).
+
+    The functions are pure: no I/O, no clock, no database, the same answer for the same
+    payload (they run on every checkpoint write).
+    """
+
     validate: Callable[[Any], None]
     phase: Callable[[dict], Phase]
     identity: Callable[[dict], Identity]
@@ -97,11 +128,52 @@ class KindSpec:
 
 _REGISTRY: dict[str, KindSpec] = {}
 
+#: The kinds this module registers itself; set at its end. No ``register`` call may touch
+#: them afterwards (a kind module cannot replace or extend them).
+BUILTIN_KINDS: frozenset[str] = frozenset()
+
+
+class BuiltinKindError(ValueError):
+    """A registration for a built-in kind (``BUILTIN_KINDS``) from outside this module."""
+
+
+def _check_registration(kind: str, version: int, spec: VersionSpec) -> None:
+    """``register``'s checks past the kind's name (its docstring): the version's range, the
+    spec's type and the built-in kinds. Raises ``ValueError`` / ``BuiltinKindError``."""
+    if kind in BUILTIN_KINDS:
+        own = "yourorg." + kind.split(".")[-1]
+        raise BuiltinKindError(
+            f"kind {kind!r} is built in: a kind module may not replace it or add a version "
+            f"to it; register a kind of your own namespace (e.g. {own!r})")
+    if type(version) is not int or not 0 <= version <= U32_MAX:
+        raise ValueError(f"{kind}: schema version must be an integer in 0..{U32_MAX}")
+    if not isinstance(spec, VersionSpec) or not all(
+            callable(f) for f in (spec.validate, spec.phase, spec.identity)):
+        raise ValueError(f"{kind} v{version}: spec must be a VersionSpec of three functions "
+                         "(validate, phase, identity)")
+
 
 def register(kind: str, version: int, spec: VersionSpec, description: str = "") -> None:
-    """Register ``spec`` for ``kind`` at ``version``; re-registering replaces it."""
+    """Register ``spec`` (``VersionSpec``: validate, phase, identity) for ``kind`` at
+    schema ``version``; from then on every checkpoint written with that ``kind`` and
+    ``schema_version`` is classified by it (``classify``). Call it at import time of a
+    module named in ``RECOVERY_KIND_MODULES`` (``apps.load_kind_modules``; docs/kinds.md).
+
+    - ``kind``: namespaced, ``^[a-z][a-z0-9_]*(\\.[a-z0-9_-]+)+$`` (CONTRACT.md 1), e.g.
+      ``acme.refund``; else ``ValueError``.
+    - ``version``: the envelope's ``schema_version`` this spec reads, an integer in
+      0..2^32-1; else ``ValueError``. A change of payload format is a new version,
+      registered beside the old one (never a changed spec under the old number).
+    - ``description``: one line for the Kinds page, taken from the first registration
+      of the kind.
+
+    Registering a (kind, version) again replaces its spec, but never for a built-in kind
+    (``BUILTIN_KINDS``: ``runifold.agent``, ``runifold.workflow``, ``acme.order``,
+    ``langgraph.checkpoint``): that raises ``BuiltinKindError``, whatever the version.
+    """
     if not KIND_RE.match(kind):
         raise ValueError(f"bad kind {kind!r}")
+    _check_registration(kind, version, spec)
     entry = _REGISTRY.setdefault(kind, KindSpec(kind=kind, description=description))
     entry.versions[version] = spec
 
@@ -477,3 +549,9 @@ def _langgraph_identity(p: dict) -> Identity:
 register(LANGGRAPH_KIND, 1,
          VersionSpec(_langgraph_validate, _langgraph_phase, _langgraph_identity),
          "a LangGraph thread's namespace: a summary of its newest checkpoint (docs/langgraph.md)")
+
+
+# --- the end of the built-in kinds; the user's come from RECOVERY_KIND_MODULES ------------
+
+BUILTIN_KINDS = frozenset(_REGISTRY)
+
