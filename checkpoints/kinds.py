@@ -555,3 +555,8 @@ register(LANGGRAPH_KIND, 1,
 
 BUILTIN_KINDS = frozenset(_REGISTRY)
 
+
+def description(kind: str) -> str:
+    """The kind's one-line description (``register``), "" when it is not registered."""
+    spec = _REGISTRY.get(kind)
+    return spec.description if spec else ""
