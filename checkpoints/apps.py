@@ -1,4 +1,8 @@
+import importlib
+
 from django.apps import AppConfig
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 
 
 class CheckpointsConfig(AppConfig):
@@ -13,3 +17,25 @@ class CheckpointsConfig(AppConfig):
             security,  # noqa: F401 (registers its deploy checks)
             staticcheck,  # noqa: F401 (registers recovery.E002)
         )
+
+        load_kind_modules(settings.RECOVERY_KIND_MODULES)
+
+
+def load_kind_modules(names: list[str]) -> None:
+    """Import the user's kind modules (``RECOVERY_KIND_MODULES``: dotted names), in order,
+    once: each registers its kinds with ``checkpoints.kinds.register`` when imported
+    (docs/kinds.md).
+
+    The first that cannot be imported, or whose import raises (a refused ``register``
+    included: a built-in kind, a bad name or version), raises ``ImproperlyConfigured``
+    naming the module and the cause, which stops every process at start-up: web, worker,
+    ``manage.py check`` and every other command. Not a system check: gunicorn and Celery
+    run none, and a process serving without a configured kind would classify that kind's
+    checkpoints ``unsupported`` (their runs ``schema_mismatch``) until a restart."""
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except Exception as exc:  # noqa: BLE001 - whatever it is, start-up stops, named
+            raise ImproperlyConfigured(
+                f"RECOVERY_KIND_MODULES: kind module {name!r} could not be loaded: "
+                f"{type(exc).__name__}: {exc}") from exc

@@ -13,6 +13,10 @@ phase extractor and an identity extractor (DESIGN.md section 3). Built in:
 - ``acme.order`` v1, the demo kind: ``phase`` one of ``ready``, ``charging``,
   ``charged``, ``shipping``, ``completed``, ``cancelled``.
 
+More kinds come from the user's own Python modules, named in ``RECOVERY_KIND_MODULES``
+and imported once at start-up (``apps.load_kind_modules``); they may not touch
+the built-in ones (``BUILTIN_KINDS``). How to write one: docs/kinds.md.
+
 A kind or version that is not registered, or a payload its validator refuses, is still
 stored; ``classify`` then answers ``unsupported`` and the run becomes ``schema_mismatch``
 (never guessed).
@@ -27,12 +31,15 @@ its limit, never the value). So no identity reaches a query it cannot be stored 
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from .vocab import PhaseClass
+
+logger = logging.getLogger(__name__)
 
 KIND_RE = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z0-9_-]+)+\Z")
 
@@ -88,16 +95,37 @@ class Classification:
 
 @dataclass
 class VersionSpec:
-    """One schema version of a kind. Each callable receives the payload (decoded JSON);
-    ``phase`` and ``identity`` only after ``validate`` accepted it.
+    """What one schema version of a kind is: three plain functions (docs/kinds.md).
 
-    - ``validate(payload)``: raises ``SchemaError`` (naming the field, never its value)
-      when the payload does not match;
-    - ``phase(payload) -> Phase``: stable / in_flight / completed and a label;
-    - ``identity(payload) -> Identity``: who must resume the run;
-    - ``usage(payload) -> {counter: int}`` (optional): the usage counters the kind
-      declares, which never decrease from one revision of a checkpoint to the next and
-      which a resume compares with the runtime's (RUNIFOLD.md 2 and 3; CONTRACT.md 8).
+    - ``validate(payload)``: gets the checkpoint's ``payload`` exactly as parsed from the
+      envelope (any JSON value: an object, but also a list, a string, ``None``...) and
+      returns nothing. It raises ``SchemaError`` when the payload does not match this
+      version: its message names the field and the rule (``"payload.phase must be one of
+      [...]"``) and **never a value found in the payload**, because it becomes the run's
+      phase label and recovery reason, stored in clear and shown to viewers, who may not
+      see payloads. Any other exception is a bug in the kind: the write is still stored
+      (never lost, never a 500), classified ``unsupported`` with a reason naming the
+      function and the exception's type (never its message), and the error is logged.
+    - ``phase(payload)``: called only after ``validate`` passed, with the payload it
+      accepted (an object, as a ``dict``, for every kind so far); returns a ``Phase``:
+      ``phase_class`` one of ``PhaseClass.STABLE`` (a resume may continue from here),
+      ``IN_FLIGHT`` (a step was started and its outcome is not recorded: never resumed
+      blindly) or ``COMPLETED`` (the outcome is recorded: a resume replays it), and a
+      short human ``label`` (cut at 256 characters; same rule: no payload values, only
+      field names, states, counts).
+    - ``identity(payload)``: called after ``validate`` passed; returns an ``Identity``
+      (agent, ``provider/name`` model, workflow, definition version; empty strings for the
+      parts the kind does not carry). A resume request naming another identity is
+      refused. Each part must fit ``IDENTITY_LIMITS``, else the payload is a schema error.
+      Either may raise ``SchemaError`` too (same rules as ``validate``).
+    - ``usage(payload)`` (optional, after ``validate``): ``{counter: int}``, the usage
+      counters the kind declares (runifold's ``tokens``, ``cost_microusd``, ...). They
+      never decrease from one revision of a checkpoint to the next (a lower one is 422
+      ``usage_decreased``), and a resume that carries the runtime's usage is compared with
+      them (RUNIFOLD.md 2 and 3; CONTRACT.md 8).
+
+    The functions are pure: no I/O, no clock, no database, the same answer for the same
+    payload (they run on every checkpoint write).
     """
 
     validate: Callable[[Any], None]
@@ -115,11 +143,52 @@ class KindSpec:
 
 _REGISTRY: dict[str, KindSpec] = {}
 
+#: The kinds this module registers itself; set at its end. No ``register`` call may touch
+#: them afterwards (a kind module cannot replace or extend them).
+BUILTIN_KINDS: frozenset[str] = frozenset()
+
+
+class BuiltinKindError(ValueError):
+    """A registration for a built-in kind (``BUILTIN_KINDS``) from outside this module."""
+
+
+def _check_registration(kind: str, version: int, spec: VersionSpec) -> None:
+    """``register``'s checks past the kind's name (its docstring): the version's range, the
+    spec's type and the built-in kinds. Raises ``ValueError`` / ``BuiltinKindError``."""
+    if kind in BUILTIN_KINDS:
+        own = "yourorg." + kind.split(".")[-1]
+        raise BuiltinKindError(
+            f"kind {kind!r} is built in: a kind module may not replace it or add a version "
+            f"to it; register a kind of your own namespace (e.g. {own!r})")
+    if type(version) is not int or not 0 <= version <= U32_MAX:
+        raise ValueError(f"{kind}: schema version must be an integer in 0..{U32_MAX}")
+    if not isinstance(spec, VersionSpec) or not all(
+            callable(f) for f in (spec.validate, spec.phase, spec.identity)):
+        raise ValueError(f"{kind} v{version}: spec must be a VersionSpec of three functions "
+                         "(validate, phase, identity)")
+
 
 def register(kind: str, version: int, spec: VersionSpec, description: str = "") -> None:
-    """Register ``spec`` for ``kind`` at ``version``; re-registering replaces it."""
+    """Register ``spec`` (``VersionSpec``: validate, phase, identity) for ``kind`` at
+    schema ``version``; from then on every checkpoint written with that ``kind`` and
+    ``schema_version`` is classified by it (``classify``). Call it at import time of a
+    module named in ``RECOVERY_KIND_MODULES`` (``apps.load_kind_modules``; docs/kinds.md).
+
+    - ``kind``: namespaced, ``^[a-z][a-z0-9_]*(\\.[a-z0-9_-]+)+$`` (CONTRACT.md 1), e.g.
+      ``acme.refund``; else ``ValueError``.
+    - ``version``: the envelope's ``schema_version`` this spec reads, an integer in
+      0..2^32-1; else ``ValueError``. A change of payload format is a new version,
+      registered beside the old one (never a changed spec under the old number).
+    - ``description``: one line for the Kinds page, taken from the first registration
+      of the kind.
+
+    Registering a (kind, version) again replaces its spec, but never for a built-in kind
+    (``BUILTIN_KINDS``: ``runifold.agent``, ``runifold.workflow``, ``acme.order``,
+    ``langgraph.checkpoint``): that raises ``BuiltinKindError``, whatever the version.
+    """
     if not KIND_RE.match(kind):
         raise ValueError(f"bad kind {kind!r}")
+    _check_registration(kind, version, spec)
     entry = _REGISTRY.setdefault(kind, KindSpec(kind=kind, description=description))
     entry.versions[version] = spec
 
@@ -146,15 +215,48 @@ def classify(kind: str, schema_version: int, payload: Any) -> Classification:
             Phase(PhaseClass.UNSUPPORTED, f"{kind} v{schema_version} unsupported"), Identity(),
             f"{kind} schema_version {schema_version} is not supported (supported: {supported})",
         )
+    step = "validate"
     try:
         version.validate(payload)
+        step = "identity"
         identity = version.identity(payload)
         _check_identity(identity)
-        usage = version.usage(payload) if version.usage is not None else {}
-        return Classification(version.phase(payload), identity, usage=usage)
+        step = "usage"
+        usage = _checked_usage(version.usage(payload) if version.usage is not None else {})
+        step = "phase"
+        return Classification(_checked_phase(version.phase(payload)), identity, usage=usage)
     except SchemaError as exc:
         return Classification(Phase(PhaseClass.UNSUPPORTED, f"{kind} v{schema_version} invalid"),
                               Identity(), f"payload does not match {kind} v{schema_version}: {exc}")
+    except Exception as exc:  # a bug in the kind: the write is kept, never a 500
+        logger.exception("kind %s v%s: its %s raised", kind, schema_version, step)
+        return Classification(
+            Phase(PhaseClass.UNSUPPORTED, f"{kind} v{schema_version} failed"), Identity(),
+            f"{kind} v{schema_version}: its {step} function raised {type(exc).__name__} "
+            f"(a bug in the kind; server log)")
+
+
+_KNOWN_PHASES = (PhaseClass.STABLE, PhaseClass.IN_FLIGHT, PhaseClass.COMPLETED)
+
+
+def _checked_phase(phase: Any) -> Phase:
+    """A kind's ``phase`` answer, held to what the run's columns take: a ``Phase`` whose
+    class is stable, in_flight or completed and whose label is text (cut at 256 later).
+    Anything else is the kind's bug (``TypeError``, caught by ``classify``)."""
+    if (not isinstance(phase, Phase) or phase.phase_class not in _KNOWN_PHASES
+            or not isinstance(phase.label, str)):
+        raise TypeError("phase() must return a Phase of stable, in_flight or completed")
+    return phase
+
+
+def _checked_usage(usage: Any) -> dict[str, int]:
+    """A kind's ``usage`` answer: ``{counter name: integer in 0..2^64-1}``, else the kind's
+    bug (``TypeError``, caught by ``classify``)."""
+    if not isinstance(usage, dict) or not all(
+            isinstance(k, str) and type(v) is int and 0 <= v <= U64_MAX
+            for k, v in usage.items()):
+        raise TypeError("usage() must return {counter: integer in 0..2^64-1}")
+    return usage
 
 
 def _check_identity(identity: Identity) -> None:
@@ -506,3 +608,14 @@ def _langgraph_identity(p: dict) -> Identity:
 register(LANGGRAPH_KIND, 1,
          VersionSpec(_langgraph_validate, _langgraph_phase, _langgraph_identity),
          "a LangGraph thread's namespace: a summary of its newest checkpoint (docs/langgraph.md)")
+
+
+# --- the end of the built-in kinds; the user's come from RECOVERY_KIND_MODULES ------------
+
+BUILTIN_KINDS = frozenset(_REGISTRY)
+
+
+def description(kind: str) -> str:
+    """The kind's one-line description (``register``), "" when it is not registered."""
+    spec = _REGISTRY.get(kind)
+    return spec.description if spec else ""

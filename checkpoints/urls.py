@@ -5,7 +5,7 @@ per page; the JSON API lives in ``checkpoints.api.urls``."""
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from .dashboard import actions, audit, bulk, inbox, reports, run
+from .dashboard import actions, audit, bulk, inbox, kinds, reports, run
 
 T = "t/<slug:slug>/"  # a tenant's pages
 
@@ -18,6 +18,7 @@ urlpatterns = [
     path(T + "counts/", inbox.run_counts, name="run_counts"),
     path(T + "report/", reports.report, name="report"),
     path(T + "audit/", audit.audit_log, name="audit_log"),
+    path(T + "kinds/", kinds.kind_list, name="kind_list"),
     path(T + "bulk/", bulk.bulk_submit, name="bulk_submit"),
     path(T + "bulk/<str:bulk_id>/", bulk.bulk_detail, name="bulk_detail"),
     path(T + "runs/<str:run_id>/", run.run_detail, name="run_detail"),

@@ -7,6 +7,7 @@ A variable ``NAME_FILE`` is read as the value of ``NAME`` (container secrets).
 """
 
 import os
+import re
 import sys
 import warnings
 from datetime import timedelta
@@ -410,6 +411,25 @@ RECOVERY_RECONCILERS = {
     for pair in (env("RECOVERY_RECONCILERS") or "").split(",")
     if "=" in pair
 }
+
+# --- Kinds ------------------------------------------------------------------------------
+# The user's kind modules: dotted module names, comma-separated, each importable by the
+# web and worker processes; each registers its kinds when imported, once, at start
+# (checkpoints.apps; docs/kinds.md). A module that fails stops start-up.
+_MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z")
+
+
+def _kind_modules(raw: str) -> list[str]:
+    names = [n.strip() for n in raw.split(",") if n.strip()]
+    for name in names:
+        if not _MODULE_NAME.match(name):
+            raise ImproperlyConfigured(
+                f"RECOVERY_KIND_MODULES: {name!r} is not a dotted module name "
+                "(e.g. examples.kinds.acme_refunds)")
+    return list(dict.fromkeys(names))
+
+
+RECOVERY_KIND_MODULES = _kind_modules(env("RECOVERY_KIND_MODULES") or "")
 
 # --- Celery -----------------------------------------------------------------------------
 CELERY_BROKER_URL = env("CELERY_BROKER_URL") or None

@@ -44,6 +44,8 @@ urlpatterns = [
     path(T + "bulk-actions/<str:bulk_id>", views.BulkActionApi.as_view(), name="bulk-action"),
     path(T + "audit-events", views.AuditEventListApi.as_view(), name="audit-events"),
     path(T + "report", views.ReportApi.as_view(), name="report"),
+    # The kinds in use and the registry's (CONTRACT.md 8; docs/kinds.md).
+    path(T + "kinds", views.KindListApi.as_view(), name="kind-list"),
     # LangGraph threads (issue 10, docs/langgraph.md).
     path(T + "langgraph/checkpoints", views.LangGraphCheckpointsApi.as_view(),
          name="langgraph-checkpoints"),

@@ -48,6 +48,11 @@ from .inbox import (
     run_state_counts,
     state_counts,
 )
+from .kinds import (
+    KindUsage,
+    KindVersion,
+    kind_usage,
+)
 from .objects import (
     BulkResult,
     bulk_get,

@@ -96,13 +96,14 @@ OPS = {
                     201),
     "audit_events": ("get", "audit-events?run={rid}", None, {}, 200),
     "report": ("get", "report", None, {}, 200),
+    "kind_list": ("get", "kinds", None, {}, 200),
 }
 # CONTRACT.md 4's roles table says what each role "may" in phrases; this is what each
 # phrase means in API operations. A phrase missing here (CONTRACT.md changed) fails
 # test_every_phrase_of_the_roles_table_means_something.
 PHRASE_OPS = {
     "see runs": {"run_list", "run_get"},
-    "metadata": {"effect_list", "effect_get"},
+    "metadata": {"effect_list", "effect_get", "kind_list"},
     "reports": {"report"},
     "audit": {"audit_events"},
     "reveal payloads": {"checkpoint_get", "checkpoint_revisions"},
@@ -122,10 +123,11 @@ ROLES_BEYOND_CONTRACT = {
     # The writer is a runtime's account: docs/security/access.md and the README give it
     # the viewer's reads (the runtime client's list_runs, and GET …/effects to find the
     # effect an operation_exists names, CONTRACT.md 3) and an audited read of its own
-    # checkpoints (payload.read) to resume from; CONTRACT.md 4's writer row lists writes,
-    # leases and resume decisions only.
+    # checkpoints (payload.read) to resume from, and the kinds list (GET …/kinds, metadata
+    # as the effects are); CONTRACT.md 4's writer row lists writes, leases and resume
+    # decisions only.
     "writer": {"run_list", "run_get", "effect_list", "effect_get", "report", "audit_events",
-               "checkpoint_get", "checkpoint_revisions"},
+               "checkpoint_get", "checkpoint_revisions", "kind_list"},
 }
 
 

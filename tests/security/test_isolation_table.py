@@ -345,6 +345,8 @@ RECIPES: dict[str, list[Op]] = {
                                      body={"run_ids": ["lg-run"]})],
     "api:audit-events": [Op("get", _t(), api_rule(V, 200))],
     "api:report": [Op("get", _t(), api_rule(V, 200))],
+    # The kinds in use and the registry's (docs/kinds.md): metadata, a viewer's read.
+    "api:kind-list": [Op("get", _t(), api_rule(V, 200))],
     "schema": [Op("get", lambda w: {}, schema_rule)],
     "api-docs": [Op("get", lambda w: {}, docs_rule, surface="web")],
     # Operations (checkpoints/ops/health.py): the probes answer anyone and name no tenant; the
@@ -362,6 +364,7 @@ RECIPES: dict[str, list[Op]] = {
     "run_counts": [Op("get", _s(), page_rule(V, 200), surface="web")],
     "report": [Op("get", _s(), page_rule(V, 200), surface="web")],
     "audit_log": [Op("get", _s(), page_rule(V, 200), surface="web")],
+    "kind_list": [Op("get", _s(), page_rule(V, 200), surface="web")],
     "run_detail": [Op("get", _s(run_id="r_stuck"), page_rule(V, 200), surface="web"),
                    Op("get", _s(run_id="r_twin"), page_rule(V, 404), surface="web")],
     "run_audit": [Op("get", _s(run_id="r_stuck"), page_rule(V, 200), surface="web")],

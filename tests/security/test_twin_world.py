@@ -59,6 +59,7 @@ from checkpoints.interop.runifold import jsonl_lines
 from checkpoints.jobs import reconciliation
 from checkpoints.models import (
     AuditEvent,
+    Checkpoint,
     CheckpointRevision,
     Conflict,
     Effect,
@@ -342,12 +343,29 @@ SELECTORS: dict[str, SelectorCell] = {
     "bulk_get": SelectorCell(
         lambda w, s, u: selectors.bulk_get(user=u, tenant=w.tenant(s),
                                            bulk_id=w.data[s].bulk_id)),
+    "kind_usage": SelectorCell(
+        lambda w, s, u: selectors.kind_usage(user=u, tenant=w.tenant(s)),
+        lambda w, s, a: _kinds_count(w, s, [(v.checkpoints, v.schema_mismatch_runs)
+                                            for k in a for v in k.versions]),
+        shows_mark=False),
     "state_counts": SelectorCell(
         lambda w, s, u: selectors.state_counts(tenant=w.tenant(s)),
         lambda w, s, a: "" if {k: v for k, v in a.items() if v} == own_counts(
             w.tenant(s))["runs"] else f"counts {a}",
         shows_mark=False),
 }
+
+
+def _kinds_count(w: World, slug: str, versions: list[tuple[int, int]]) -> str:
+    """The kinds' (checkpoints, schema_mismatch runs) per version, summed: every checkpoint
+    of the tenant and its schema_mismatch runs, nothing of the twin's."""
+    t = w.tenant(slug)
+    got = tuple(map(sum, zip(*versions, strict=True))) if versions else (0, 0)
+    want = (Checkpoint.objects.filter(tenant=t).count(),
+            own_counts(t)["runs"].get("schema_mismatch", 0))
+    return "" if got == want else f"kinds (checkpoints, mismatched) {got}, own {want}"
+
+
 # Integer ids are not shared by the twins: the twin's id, asked in this tenant, is 404.
 CROSS_IDS: dict[str, Callable[[World, str, object], object]] = {
     "retry_get": lambda w, s, u: selectors.retry_get(
@@ -594,6 +612,9 @@ API: dict[str, Req] = {
     f"get {T}audit-events": Req(query="limit=200", shows_mark=True,
                                 count=_api_count("results", lambda c: c["audit"])),
     f"get {T}report": Req(query="range=24h", count=_report_count),
+    f"get {T}kinds": Req(count=lambda w, slug, r: _kinds_count(
+        w, slug, [(v["checkpoints"], v["schema_mismatch_runs"])
+                  for k in r.json()["kinds"] for v in k["versions"]])),
     f"post {T}bulk-actions": Req(body={**R, "action": "close", "run_ids": [str(IDS["r_stuck"])],
                                        "client_token": str(IDS["new_cp"])}, write=True),
     f"get {T}bulk-actions/{{bulk_id}}": Req({"bulk_id": "bulk_id"}, shows_mark=True),
@@ -620,6 +641,7 @@ PAGES: dict[str, Req] = {
     "run_counts": Req(),
     "report": Req(),
     "audit_log": Req(shows_mark=True),
+    "kind_list": Req(),
     "run_detail": Req({"run_id": "r_unknown"}, shows_mark=True),
     "run_audit": Req({"run_id": "r_unknown"}, shows_mark=True),
     "checkpoint_history": Req({"checkpoint_id": "c_stuck"}, shows_mark=True),

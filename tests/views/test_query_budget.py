@@ -148,7 +148,8 @@ def test_lists_and_counts_cost_the_same_with_5_runs_and_with_200(acme, wendy, ri
             (client, "/t/acme/audit/"), (api, "/api/v1/tenants/acme/runs"),
             (api, "/api/v1/tenants/acme/runs?recovery_state=healthy&limit=3"),
             (api, "/api/v1/tenants/acme/report"), (api, "/api/v1/tenants/acme/audit-events"),
-            (api, "/api/v1/tenants/acme/effects")]
+            (api, "/api/v1/tenants/acme/effects"), (client, "/t/acme/kinds/"),
+            (api, "/api/v1/tenants/acme/kinds")]
     few = [_queries(lambda c=c, u=u: c.get(u)) for c, u in urls]
     _runs(wendy, acme, 195)
     assert [_queries(lambda c=c, u=u: c.get(u)) for c, u in urls] == few

@@ -41,6 +41,7 @@ PAGE_PARAMS: dict[str, tuple[str, ...]] = {
     "run_counts": tuple(InboxFilterForm.base_fields),
     "report": tuple(ReportRangeForm.NAMES),
     "audit_log": tuple(AuditFilterForm.base_fields),
+    "kind_list": (),
     "bulk_detail": (),
     "run_detail": (),
     "run_audit": (),

@@ -44,7 +44,8 @@ def world(acme, rita, april, wendy, scripted, settings):
 
 def _pages(run_ids):
     urls = [reverse("run_list", args=["acme"]), reverse("run_counts", args=["acme"]),
-            reverse("report", args=["acme"]), reverse("audit_log", args=["acme"])]
+            reverse("report", args=["acme"]), reverse("audit_log", args=["acme"]),
+            reverse("kind_list", args=["acme"])]
     urls += [reverse("run_list", args=["acme"]) + f"?state={s}"
              for s in ("closed", "ambiguous", "awaiting_approval", "all")]
     for run_id in run_ids:

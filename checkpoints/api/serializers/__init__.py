@@ -50,6 +50,7 @@ from .effects import (
     EffectWriteSerializer,
     ReceiptRevealSerializer,
 )
+from .kinds import KindListSerializer, KindSerializer, KindVersionSerializer
 from .langgraph import (
     CopiedSerializer,
     DeletedSerializer,

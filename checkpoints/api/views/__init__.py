@@ -39,6 +39,7 @@ from .common import (
     url_uuid,
 )
 from .effects import EffectApi, EffectListApi
+from .kinds import KindListApi
 from .langgraph import (
     LangGraphCheckpointsApi,
     LangGraphRunsDeleteApi,

@@ -1,0 +1,48 @@
+"""Shapes of ``GET …/kinds``: the tenant's kinds and schema versions beside the kind
+registry (``selectors.kind_usage``; docs/kinds.md)."""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from ... import intranges
+from .common import Answer
+
+_VERSION = intranges.SCHEMA_VERSION.field_kwargs()
+
+
+class KindVersionSerializer(Answer):
+    """One schema version of a kind, with the tenant's counts."""
+
+    schema_version = serializers.IntegerField(**_VERSION)
+    supported = serializers.BooleanField(
+        help_text="the registry classifies this version; false: its checkpoints are stored "
+                  "but unsupported, and a run whose latest checkpoint is one of them is "
+                  "schema_mismatch")
+    checkpoints = serializers.IntegerField(help_text="the tenant's checkpoints of this version")
+    runs = serializers.IntegerField(help_text="the runs those checkpoints belong to")
+    schema_mismatch_runs = serializers.IntegerField(
+        help_text="runs in schema_mismatch whose latest checkpoint is of this kind and version")
+
+
+class KindSerializer(Answer):
+    """A kind the tenant's checkpoints use, or one the registry supports (then perhaps
+    with zero counts)."""
+
+    kind = serializers.CharField()
+    registered = serializers.BooleanField(help_text="the kind registry knows this kind")
+    description = serializers.CharField(help_text="the registry's one line; empty when "
+                                                  "not registered")
+    supported_versions = serializers.ListField(
+        child=serializers.IntegerField(**_VERSION),
+        help_text="the schema versions the registry supports, oldest first; empty when the "
+                  "kind is not registered")
+    newest_supported_version = serializers.IntegerField(allow_null=True, **_VERSION)
+    versions = KindVersionSerializer(
+        many=True, help_text="the supported versions and the versions in use, oldest first")
+
+
+class KindListSerializer(Answer):
+    """``GET …/kinds``: every kind, by name."""
+
+    kinds = KindSerializer(many=True)

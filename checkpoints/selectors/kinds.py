@@ -1,0 +1,83 @@
+"""The Kinds page and ``GET …/kinds``: for one tenant, each kind and schema version its
+checkpoints use, beside what the kind registry supports (docs/kinds.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.db.models import Count
+
+from .. import kinds, roles
+from ..models import Checkpoint, RecoveryState, Run, Tenant
+from ..permissions import require
+
+
+@dataclass(frozen=True)
+class KindVersion:
+    """One schema version of a kind: ``supported`` by the registry or not; the tenant's
+    ``checkpoints`` of it, the ``runs`` those belong to, and the runs in
+    ``schema_mismatch`` whose latest checkpoint is of it. A supported version no
+    checkpoint uses yet is listed with zeros."""
+
+    schema_version: int
+    supported: bool
+    checkpoints: int = 0
+    runs: int = 0
+    schema_mismatch_runs: int = 0
+
+
+@dataclass(frozen=True)
+class KindUsage:
+    """A kind the tenant's checkpoints use, or one the registry knows (then perhaps with
+    zero counts): ``registered``, the versions the registry supports, and its versions
+    (the supported ones and the ones in use, oldest first)."""
+
+    kind: str
+    registered: bool
+    description: str
+    supported_versions: tuple[int, ...]
+    versions: tuple[KindVersion, ...]
+
+    @property
+    def newest_supported_version(self) -> int | None:
+        return self.supported_versions[-1] if self.supported_versions else None
+
+
+def kind_usage(*, user, tenant: Tenant) -> list[KindUsage]:
+    """Every kind of the registry and every kind the tenant's checkpoints use, by name,
+    with per-version counts (``KindUsage``). Two grouped queries, tenant first: the
+    tenant's checkpoints per (kind, version) with their distinct runs, and its
+    ``schema_mismatch`` runs per (kind, version) of their latest checkpoint. The first
+    reads every checkpoint row of the tenant (one row per checkpoint id, not per
+    revision): a few per run."""
+    require(user, tenant, roles.VIEW)
+    counts: dict[tuple[str, int], dict[str, int]] = {}
+    used = (Checkpoint.objects.for_tenant(tenant).order_by().values("kind", "schema_version")
+            .annotate(checkpoints=Count("id"), runs=Count("run", distinct=True)))
+    for row in used:
+        counts[(row["kind"], row["schema_version"])] = {"checkpoints": row["checkpoints"],
+                                                       "runs": row["runs"]}
+    mismatched = (Run.objects.for_tenant(tenant)
+                  .filter(recovery_state=RecoveryState.SCHEMA_MISMATCH)
+                  .exclude(schema_version=None).order_by()
+                  .values("kind", "schema_version").annotate(n=Count("id")))
+    for row in mismatched:
+        counts.setdefault((row["kind"], row["schema_version"]), {})["schema_mismatch_runs"] \
+            = row["n"]
+    registry = kinds.registered()
+    for kind, versions in registry.items():
+        for version in versions:
+            counts.setdefault((kind, version), {})
+    by_kind: dict[str, list[int]] = {}
+    for kind, version in sorted(counts):
+        by_kind.setdefault(kind, []).append(version)
+    out = []
+    for kind, versions in by_kind.items():
+        supported = tuple(registry.get(kind, ()))
+        out.append(KindUsage(
+            kind=kind, registered=kind in registry, description=kinds.description(kind),
+            supported_versions=supported,
+            versions=tuple(KindVersion(v, v in supported, **counts[(kind, v)])
+                           for v in versions)))
+    return out
