@@ -219,3 +219,42 @@ def test_the_example_refuses_a_payload_naming_the_field_never_the_value(refunds,
 def test_the_example_refuses_what_is_not_an_object_and_other_versions(refunds):
     assert "payload must be an object" in kinds.classify("acme.refund", 1, ["x"]).error
     assert "supported: 1" in kinds.classify("acme.refund", 2, {}).error
+
+
+def _buggy(step: str):
+    """A spec whose ``step`` function is broken the ways a user's kind can be."""
+    def phase(p):
+        if step == "phase-raises":
+            raise KeyError("missing")
+        if step == "phase-wrong":
+            return kinds.Phase("weird_and_far_too_long_for_the_column", "x")
+        return kinds.Phase("stable", "ok")
+
+    def usage(p):
+        return {"tokens": -1} if step == "usage-wrong" else {}
+
+    def validate(p):
+        if step == "validate-raises":
+            raise ZeroDivisionError
+
+    return kinds.VersionSpec(validate, phase, lambda p: kinds.Identity(), usage)
+
+
+@pytest.mark.parametrize(("step", "named"), [
+    ("validate-raises", "its validate function raised ZeroDivisionError"),
+    ("phase-raises", "its phase function raised KeyError"),
+    ("phase-wrong", "its phase function raised TypeError"),
+    ("usage-wrong", "its usage function raised TypeError"),
+])
+def test_a_bug_in_a_kind_keeps_the_write_and_names_the_function(kind_registry, acme, wendy,
+                                                                 step, named):
+    """Never a 500 and never a lost write: the payload is stored, its run is
+    schema_mismatch, and the reason names the function and the exception's type only."""
+    kind_registry.register("team.buggy", 1, _buggy(step))
+    result = kind_registry.classify("team.buggy", 1, {"secret": "s3cr3t"})
+    assert result.phase.phase_class == "unsupported"
+    assert named in result.error and "missing" not in result.error
+    body = envelope(kind="team.buggy", payload={"secret": "s3cr3t"})
+    cp = put_checkpoint(wendy, acme, body)
+    assert cp.phase_class == "unsupported"
+    assert Run.objects.get(uuid=body["run_id"]).recovery_state == "schema_mismatch"
