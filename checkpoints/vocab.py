@@ -373,6 +373,29 @@ class ResumeReason(TextChoices):
     USAGE_MISMATCH = "usage_mismatch"  # the runtime's usage is not what the checkpoint allows
 
 
+class MigrationMode(TextChoices):
+    """How a kind takes a new schema version (issue 19, item 2; docs/migrations.md).
+    ``lazy`` (the default): older versions stay readable and resumable, and the operator
+    migrates them when it suits; ``offline``: a run whose latest checkpoint is an older
+    version is not resumed (``ResumeReason.MIGRATION_REQUIRED``) until it is migrated."""
+
+    LAZY = "lazy"
+    OFFLINE = "offline"
+
+
+class MigrationRefusal(TextChoices):
+    """Why a checkpoint was not migrated: its run's owner is live (``owner_live``, the
+    reconciliation's rule), no chain of registered migrations leads to the target version
+    (``no_path``), a step back has no inverse or refuses this payload
+    (``not_reversible``), or the result does not match the target schema
+    (``invalid_after``)."""
+
+    OWNER_LIVE = "owner_live"
+    NO_PATH = "no_path"
+    NOT_REVERSIBLE = "not_reversible"
+    INVALID_AFTER = "invalid_after"
+
+
 class Role(TextChoices):
     """Tenant roles (CONTRACT.md 4); ``roles.ROLE_PERMISSIONS`` maps each to its rights."""
 
