@@ -371,6 +371,9 @@ class ResumeReason(TextChoices):
     IN_FLIGHT = "in_flight"
     STABLE = "stable"
     USAGE_MISMATCH = "usage_mismatch"  # the runtime's usage is not what the checkpoint allows
+    # The latest checkpoint is an older version of a kind that migrates offline
+    # (``MigrationMode.OFFLINE``): the operator migrates it first (CONTRACT.md 8).
+    MIGRATION_REQUIRED = "migration_required"
 
 
 class MigrationMode(TextChoices):
