@@ -301,6 +301,9 @@ class AuditAction(TextChoices):
     CHECKPOINT_IMPORT = "checkpoint.import"
     EFFECT_IMPORT = "effect.import"
     RUNIFOLD_EXPORT = "runifold.export"
+    # A checkpoint migrated to another schema version by the operator (issue 19, item 2;
+    # docs/migrations.md): its one revision, written instead of a ``checkpoint.write``.
+    CHECKPOINT_MIGRATE = "checkpoint.migrate"
 
 
 AuditAction.REVEALS = frozenset({AuditAction.PAYLOAD_REVEAL, AuditAction.PAYLOAD_READ,
@@ -384,6 +387,19 @@ class MigrationMode(TextChoices):
 
     LAZY = "lazy"
     OFFLINE = "offline"
+
+
+class MigrationOutcome(TextChoices):
+    """One checkpoint's result in a migration (``services.migrations``): ``migrated`` (one
+    new revision at the target version, committed with its audit event), ``skipped``
+    (already at the target version, or gone), ``refused`` (a ``MigrationRefusal`` says
+    why; nothing written), ``conflict`` (a runtime's write won the compare-and-swap; the
+    refused migration is kept as a conflict, like any refused write)."""
+
+    MIGRATED = "migrated"
+    SKIPPED = "skipped"
+    REFUSED = "refused"
+    CONFLICT = "conflict"
 
 
 class MigrationRefusal(TextChoices):

@@ -883,6 +883,12 @@ SERVICES: dict[str, list[ServiceCell]] = {
         actor=_as(w, a, "writer"), tenant=w.tenant(s), lines=jsonl_lines(io.BytesIO(
             _runifold_lines()))))],
     "runifold_export": [ServiceCell(lambda w, s, a: _runifold_export(w, s, a))],
+    # Migrating the shared run ids (issue 19, item 2) moves this tenant's checkpoints only
+    # (its owners are gone: the world is an hour old); a run only the twin holds is not
+    # looked at.
+    "checkpoints_migrate": [ServiceCell(lambda w, s, a: services.checkpoints_migrate(
+        actor=_as(w, a, "admin"), tenant=w.tenant(s), kind="acme.order", to_version=2,
+        run_ids=[IDS["r_stable"], IDS["r_stuck"], EXTRA["r_more"]]))],
 }
 _LG_PUT = lambda: langgraph.parse_put(lg_put(LG_THREAD, LG_IDS[2], parent=LG_IDS[1]))  # noqa: E731
 _LG_WRITES = lambda: langgraph.parse_writes(  # noqa: E731
