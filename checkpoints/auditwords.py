@@ -113,6 +113,21 @@ def _imported(e, t) -> str:
     return what
 
 
+def _migrated(e, t) -> str:
+    """a checkpoint migrated to another schema version (``migrate_checkpoints``, issue 19;
+    the steps' names are in the event's ``after``)"""
+    old, new = _get(e.before, "schema_version"), _get(e.after, "schema_version")
+    text = f"migrated {t}" + (f" from v{old}" if old is not None else "")
+    text += f" to v{new}" if new is not None else " to another schema version"
+    if _get(e.after, "revision") is not None:
+        text += f" as revision {e.after['revision']}"
+    if _get(e.after, "batch_id"):
+        text += f" in batch {_short(e.after['batch_id'])}"
+    if _get(e.after, "fencing_token") is not None:
+        text += f"; fencing token {e.after['fencing_token']}"
+    return text
+
+
 def _exported(e, t) -> str:
     """one page of ``export_runifold`` (issue 10, item 4)"""
     checkpoints, effects = _get(e.after, "checkpoint_lines"), _get(e.after, "effect_lines")
@@ -293,6 +308,7 @@ SENTENCES: dict[str, Callable[[Any, str], str]] = {
     A.LANGGRAPH_THREAD_PRUNE: _lg_prune,
     A.LANGGRAPH_RUNS_DELETE: _lg_runs_delete,
     A.CHECKPOINT_IMPORT: _imported,
+    A.CHECKPOINT_MIGRATE: _migrated,
     A.EFFECT_IMPORT: _imported,
     A.RUNIFOLD_EXPORT: _exported,
 }

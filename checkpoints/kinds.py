@@ -10,8 +10,12 @@ phase extractor and an identity extractor (DESIGN.md section 3). Built in:
   unless their branches settle the step (all completed; a race with a completed winner or
   all failed), ``waiting`` stable (the lease is released by design; only v4),
   ``completed{outcome}`` completed.
-- ``acme.order`` v1, the demo kind: ``phase`` one of ``ready``, ``charging``,
-  ``charged``, ``shipping``, ``completed``, ``cancelled``.
+- ``acme.order`` v1 and v2, the demo kind: ``phase`` one of ``ready``, ``charging``,
+  ``charged``, ``shipping``, ``completed``, ``cancelled``; v2's ``amount: {"cents",
+  "currency"}`` was v1's ``amount_cents``.
+
+Migrations between versions (``register_migration``, ``migration_path``, ``migrate``;
+lazy or offline kinds) are described in docs/migrations.md; the steps, ``upcasters``.
 
 More kinds come from the user's own Python modules, named in ``RECOVERY_KIND_MODULES``
 and imported once at start-up (``apps.load_kind_modules``); they may not touch
@@ -37,7 +41,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .vocab import PhaseClass
+from . import upcasters
+from .vocab import MigrationMode, PhaseClass
+
+# The migration errors (``upcasters``), under the registry's name too: ``kinds.NotReversible``.
+MigrationError, NoMigrationPath = upcasters.MigrationError, upcasters.NoMigrationPath
+NotReversible, InvalidAfter = upcasters.NotReversible, upcasters.InvalidAfter
 
 logger = logging.getLogger(__name__)
 
@@ -139,6 +148,8 @@ class KindSpec:
     kind: str
     versions: dict[int, VersionSpec] = field(default_factory=dict)
     description: str = ""
+    migrations: dict[int, upcasters.Migration] = field(default_factory=dict)  # by from_version
+    mode: str = MigrationMode.LAZY
 
 
 _REGISTRY: dict[str, KindSpec] = {}
@@ -278,6 +289,62 @@ def _has_surrogate(value: str) -> bool:
     except UnicodeEncodeError:
         return True
     return False
+
+
+# --- migrations between versions (issue 19, item 2; docs/migrations.md) -----------------
+
+def register_migration(kind: str, from_version: int, up: Callable[[Any], Any],
+                       down: Callable[[Any], Any] | None = None, *,
+                       name: str = "") -> upcasters.Migration:
+    """Register ``kind``'s step from ``from_version`` to the next: ``up`` a pure function of
+    a payload its version accepts, ``down`` (optional: reversible iff given) its inverse;
+    a step refusing a payload raises ``InvalidAfter`` (up) or ``NotReversible`` (down).
+    Both versions must be registered first; re-registering replaces the step."""
+    spec = _REGISTRY.get(kind)
+    for version in (from_version, from_version + 1):
+        if spec is None or version not in spec.versions:
+            raise ValueError(f"register_migration: {kind} v{version} is not registered")
+    if not callable(up) or (down is not None and not callable(down)):
+        raise TypeError("register_migration: up and down must be functions")
+    migration = upcasters.Migration(kind, from_version, up, down,
+                                    name or f"{kind} v{from_version}->v{from_version + 1}")
+    spec.migrations[from_version] = migration
+    return migration
+
+
+def migration_path(kind: str, from_version: int, to_version: int) -> upcasters.Chain:
+    """The chain of registered steps from one version of ``kind`` to another (``up``s, or
+    ``down``s for a reverse). Raises ``NoMigrationPath`` (unregistered kind or version, a
+    missing step) or ``NotReversible`` (a step back without ``down``), naming it."""
+    spec = _REGISTRY.get(kind)
+    if spec is None:
+        raise NoMigrationPath(f"kind {kind!r} is not registered")
+    for version in (from_version, to_version):
+        if version not in spec.versions:
+            raise NoMigrationPath(f"{kind} v{version} is not registered")
+    return upcasters.chain(kind, spec.migrations, from_version, to_version)
+
+
+def migrate(kind: str, from_version: int, to_version: int, payload: Any
+            ) -> tuple[Any, Classification, upcasters.Chain]:
+    """``payload`` (a valid ``from_version``) migrated to ``to_version``: ``(new payload,
+    its classification, the chain)``, each step's result checked against its version
+    (``upcasters.run``). Raises ``NoMigrationPath``, ``NotReversible``, ``InvalidAfter``."""
+    return upcasters.run(migration_path(kind, from_version, to_version), payload,
+                         lambda version, p: classify(kind, version, p))
+
+
+def set_migration_mode(kind: str, mode: str) -> None:
+    """Make registered ``kind`` ``lazy`` (the default) or ``offline`` (``MigrationMode``)."""
+    _REGISTRY[kind].mode = MigrationMode(mode)
+
+
+def migration_required(kind: str, schema_version: int | None) -> bool:
+    """Whether a checkpoint of ``kind`` at ``schema_version`` must be migrated before its
+    run is resumed: its kind is ``offline`` and the version is older than its newest."""
+    spec = _REGISTRY.get(kind)
+    return (spec is not None and spec.mode == MigrationMode.OFFLINE
+            and schema_version is not None and schema_version < max(spec.versions))
 
 
 # --- small validation helpers ------------------------------------------------------------
@@ -471,7 +538,7 @@ for _v in (3, 4):
              "runifold workflow (RUNIFOLD.md section 3)")
 
 
-# --- acme.order v1 (the demo kind) ---------------------------------------------------------
+# --- acme.order v1, v2 (the demo kind) ----------------------------------------------------
 
 ACME_PHASES = {
     "ready": PhaseClass.STABLE,
@@ -483,16 +550,34 @@ ACME_PHASES = {
 }
 
 
-def _acme_validate(payload: Any) -> None:
-    p = _obj(payload, "payload")
-    phase = p.get("phase")
-    if phase not in ACME_PHASES:
-        raise SchemaError(f"payload.phase must be one of {sorted(ACME_PHASES)}")
-    for key in ("order_id", "workflow"):
-        if key in p and not isinstance(p[key], str):
-            raise SchemaError(f"payload.{key} must be a string")
-    if "amount_cents" in p and (type(p["amount_cents"]) is not int or p["amount_cents"] < 0):
-        raise SchemaError("payload.amount_cents must be an integer >= 0")
+def _acme_validator(version: int) -> Callable[[Any], None]:
+    """v1: ``amount_cents`` (an integer >= 0); v2: ``amount`` (``{"cents": integer >= 0,
+    "currency": three capital letters}``), and no ``amount_cents``."""
+
+    def validate(payload: Any) -> None:
+        p = _obj(payload, "payload")
+        phase = p.get("phase")
+        if phase not in ACME_PHASES:
+            raise SchemaError(f"payload.phase must be one of {sorted(ACME_PHASES)}")
+        for key in ("order_id", "workflow"):
+            if key in p and not isinstance(p[key], str):
+                raise SchemaError(f"payload.{key} must be a string")
+        if version == 1:
+            return _cents(p, "amount_cents", "payload")
+        if "amount_cents" in p:
+            raise SchemaError("payload.amount_cents is v1's; v2 holds payload.amount")
+        if "amount" in p:
+            amount = _obj(p["amount"], "payload.amount")
+            _cents(amount, "cents", "payload.amount", required=True)
+            if not re.fullmatch(r"[A-Z]{3}", str(amount.get("currency"))):  # ISO 4217
+                raise SchemaError("payload.amount.currency must be three capital letters")
+
+    return validate
+
+
+def _cents(obj: dict, key: str, where: str, *, required: bool = False) -> None:
+    if (key in obj or required) and (type(obj.get(key)) is not int or obj[key] < 0):
+        raise SchemaError(f"{where}.{key} must be an integer >= 0")
 
 
 def _acme_phase(p: dict) -> Phase:
@@ -507,8 +592,15 @@ def _acme_identity(p: dict) -> Identity:
                     definition_version="" if version is None else str(version))
 
 
-register("acme.order", 1, VersionSpec(_acme_validate, _acme_phase, _acme_identity),
-         "demo order workflow: charge a card, then ship")
+for _v in (1, 2):
+    register("acme.order", _v, VersionSpec(_acme_validator(_v), _acme_phase, _acme_identity),
+             "demo order workflow: charge a card, then ship")
+
+# The shipped migrations (the steps themselves: ``upcasters``).
+register_migration("acme.order", 1, upcasters.acme_amount_up, upcasters.acme_amount_down,
+                   name="acme.order amount_cents -> amount")
+register_migration("runifold.workflow", 3, upcasters.workflow_v4_up, upcasters.workflow_v3_down,
+                   name="runifold.workflow waiting + lineage")
 
 
 # --- langgraph.checkpoint v1 (issue 10, docs/langgraph.md) --------------------------------

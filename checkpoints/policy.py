@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from . import kinds
 from .vocab import (
     EffectSource,
     EffectState,
@@ -55,6 +56,9 @@ class RunFacts:
     # The latest checkpoint's usage counters (``kinds.Classification.usage``), filled in by
     # the resume services only (``services.runs.resume_preview`` / ``resume_claim``).
     usage: dict[str, int] = field(default_factory=dict)
+    # The latest checkpoint is an older version of an ``offline`` kind
+    # (``kinds.migration_required``): the operator migrates it before a resume.
+    migration_required: bool = False
 
     @classmethod
     def of(cls, run, *, now: datetime, ambiguity_threshold_s: int,
@@ -65,7 +69,8 @@ class RunFacts:
         path and ``generate_load`` build one from what they read), and is only read:
         its phase (``phase_class``; ``phase_label`` is the schema error of an
         unsupported one), ``last_write_at``, lease, ``unacknowledged_conflicts``,
-        identity fields and ``closed_at``. The counts, the open retry request's state and
+        identity fields, ``closed_at``, and ``kind``/``schema_version`` (whether its
+        kind requires a migration first). The counts, the open retry request's state and
         the labels come from the caller's queries (``services.runs.run_facts`` reads
         them in one round trip)."""
         unsupported = run.phase_class == PhaseClass.UNSUPPORTED
@@ -84,6 +89,7 @@ class RunFacts:
                       "definition_version": run.definition_version},
             effect_labels=effect_labels or {},
             closed=run.closed_at is not None,
+            migration_required=kinds.migration_required(run.kind, run.schema_version),
         )
 
     @property
@@ -190,7 +196,8 @@ def _decision(facts: RunFacts, asked: dict[str, str]) -> Decision:
     """``resume_decision`` before the usage check.
 
     Order: no checkpoint, unsupported schema, identity mismatch (each given parameter
-    must equal the run's), completed -> replay (executes nothing, always safe), closed by
+    must equal the run's), an older version of an offline kind -> migration required
+    (the runtime reads only the newest version, even to replay), completed -> replay (executes nothing, always safe), closed by
     a reviewer -> reject (handled outside the system), effects in
     doubt -> reconcile, approved retry -> retry, requested retry -> reject, unknown effect
     -> reject, in flight -> reject, stable -> continue.
@@ -204,6 +211,8 @@ def _decision(facts: RunFacts, asked: dict[str, str]) -> Decision:
         given = asked.get(key)
         if given is not None and given != facts.identity.get(key, ""):
             return Decision(reject, reason.IDENTITY_MISMATCH)
+    if facts.migration_required:
+        return Decision(reject, reason.MIGRATION_REQUIRED)
     if facts.phase_class == PhaseClass.COMPLETED:
         return Decision(ResumeAction.REPLAY, reason.COMPLETED)
     if facts.closed:

@@ -301,6 +301,9 @@ class AuditAction(TextChoices):
     CHECKPOINT_IMPORT = "checkpoint.import"
     EFFECT_IMPORT = "effect.import"
     RUNIFOLD_EXPORT = "runifold.export"
+    # A checkpoint migrated to another schema version by the operator (issue 19, item 2;
+    # docs/migrations.md): its one revision, written instead of a ``checkpoint.write``.
+    CHECKPOINT_MIGRATE = "checkpoint.migrate"
 
 
 AuditAction.REVEALS = frozenset({AuditAction.PAYLOAD_REVEAL, AuditAction.PAYLOAD_READ,
@@ -371,6 +374,45 @@ class ResumeReason(TextChoices):
     IN_FLIGHT = "in_flight"
     STABLE = "stable"
     USAGE_MISMATCH = "usage_mismatch"  # the runtime's usage is not what the checkpoint allows
+    # The latest checkpoint is an older version of a kind that migrates offline
+    # (``MigrationMode.OFFLINE``): the operator migrates it first (CONTRACT.md 8).
+    MIGRATION_REQUIRED = "migration_required"
+
+
+class MigrationMode(TextChoices):
+    """How a kind takes a new schema version (issue 19, item 2; docs/migrations.md).
+    ``lazy`` (the default): older versions stay readable and resumable, and the operator
+    migrates them when it suits; ``offline``: a run whose latest checkpoint is an older
+    version is not resumed (``ResumeReason.MIGRATION_REQUIRED``) until it is migrated."""
+
+    LAZY = "lazy"
+    OFFLINE = "offline"
+
+
+class MigrationOutcome(TextChoices):
+    """One checkpoint's result in a migration (``services.migrations``): ``migrated`` (one
+    new revision at the target version, committed with its audit event), ``skipped``
+    (already at the target version, or gone), ``refused`` (a ``MigrationRefusal`` says
+    why; nothing written), ``conflict`` (a runtime's write won the compare-and-swap; the
+    refused migration is kept as a conflict, like any refused write)."""
+
+    MIGRATED = "migrated"
+    SKIPPED = "skipped"
+    REFUSED = "refused"
+    CONFLICT = "conflict"
+
+
+class MigrationRefusal(TextChoices):
+    """Why a checkpoint was not migrated: its run's owner is live (``owner_live``, the
+    reconciliation's rule), no chain of registered migrations leads to the target version
+    (``no_path``), a step back has no inverse or refuses this payload
+    (``not_reversible``), or the result does not match the target schema
+    (``invalid_after``)."""
+
+    OWNER_LIVE = "owner_live"
+    NO_PATH = "no_path"
+    NOT_REVERSIBLE = "not_reversible"
+    INVALID_AFTER = "invalid_after"
 
 
 class Role(TextChoices):

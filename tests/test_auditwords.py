@@ -111,6 +111,13 @@ SAMPLES = {
                        "operation_key": "charge:A-7", "service": "payments"}, ""),
     A.RUNIFOLD_EXPORT: ("adam", T.TENANT, "acme", None,
                         {"checkpoint_lines": 200, "effect_lines": 12, "history": False}, ""),
+    # Migrations (issue 19, item 2): writepath._write_audit with a Migrating.
+    A.CHECKPOINT_MIGRATE: ("system", T.CHECKPOINT, CP,
+                           {"revision": 3, "schema_version": 1, "fencing_token": 2},
+                           {"revision": 4, "phase": "charged", "phase_class": "stable",
+                            "schema_version": 2, "fencing_token": 3,
+                            "migration": ["acme.order amount_cents -> amount"],
+                            "batch_id": "9d2f0c3e-1111-4222-8333-444455556666"}, ""),
 }
 
 NAMES = {EFFECT: "charge:A-7 at payments"}
@@ -160,6 +167,8 @@ def test_each_sentence_says_who_did_what_in_words(action):
                           "file at phase completed after 1 turn(s)"),
     (A.EFFECT_IMPORT, "system imported charge:A-7 at payments revision 1 from a runifold file"
                       ", now unresolved (runifold: started)"),
+    (A.CHECKPOINT_MIGRATE, "system migrated checkpoint 5c0e1a2b from v1 to v2 as revision 4 "
+                           "in batch 9d2f0c3e; fencing token 3"),
     (A.RUNIFOLD_EXPORT, "adam exported 200 checkpoint line(s) and 12 effect line(s) of "
                         "tenant acme as runifold JSON Lines"),
     (A.LEASE_ACQUIRE, "wendy gave the run's lease to worker-1, fencing token 1"),

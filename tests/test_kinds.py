@@ -16,7 +16,7 @@ from checkpoints import kinds
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SUPPORTED_FILES = ["runifold.agent.v1.json", "runifold.workflow.v3.json",
-                   "runifold.workflow.v4.json", "acme.order.v1.json",
+                   "runifold.workflow.v4.json", "acme.order.v1.json", "acme.order.v2.json",
                    "langgraph.checkpoint.v1.json"]
 
 
@@ -42,7 +42,7 @@ def _phase_states(name: str) -> set[str]:
 
 
 def test_it_has_fixtures_for_every_phase_of_every_supported_version():
-    assert kinds.registered() == {"acme.order": [1], "langgraph.checkpoint": [1],
+    assert kinds.registered() == {"acme.order": [1, 2], "langgraph.checkpoint": [1],
                                   "runifold.agent": [1], "runifold.workflow": [3, 4]}
     assert _phase_states("runifold.agent.v1.json") == {"ready_for_turn", "turn_in_flight",
                                                        "completed"}
@@ -50,6 +50,7 @@ def test_it_has_fixtures_for_every_phase_of_every_supported_version():
     assert _phase_states("runifold.workflow.v3.json") == wf
     assert _phase_states("runifold.workflow.v4.json") == wf | {"waiting"}
     assert _phase_states("acme.order.v1.json") == set(kinds.ACME_PHASES)
+    assert _phase_states("acme.order.v2.json") == set(kinds.ACME_PHASES)
     labels = {c["label"].split(" ")[0] for c in _load("langgraph.checkpoint.v1.json")["cases"]}
     assert labels == {"running", "between", "waiting", "error", "paused", "done"}  # every rule
 
@@ -167,6 +168,33 @@ def test_it_refuses_a_workflow_payload_that_breaks_the_schema(state, mutate, fie
 ])
 def test_it_refuses_a_bad_acme_order_payload(payload):
     assert kinds.classify("acme.order", 1, payload).phase.phase_class == "unsupported"
+
+
+@pytest.mark.parametrize(("payload", "field"), [
+    ({"phase": "ready", "amount_cents": 5}, "payload.amount_cents"),  # v1's field
+    ({"phase": "ready", "amount": 5}, "payload.amount"),
+    ({"phase": "ready", "amount": {"currency": "USD"}}, "payload.amount.cents"),
+    ({"phase": "ready", "amount": {"cents": -1, "currency": "USD"}}, "payload.amount.cents"),
+    ({"phase": "ready", "amount": {"cents": True, "currency": "USD"}}, "payload.amount.cents"),
+    ({"phase": "ready", "amount": {"cents": 1}}, "payload.amount.currency"),
+    ({"phase": "ready", "amount": {"cents": 1, "currency": "usd"}}, "payload.amount.currency"),
+    ({"phase": "ready", "amount": {"cents": 1, "currency": ["USD"]}},
+     "payload.amount.currency"),
+    ({"phase": "teleporting"}, "payload.phase"),
+])
+def test_it_refuses_a_bad_acme_order_v2_payload(payload, field):
+    result = kinds.classify("acme.order", 2, payload)
+    assert result.phase.phase_class == "unsupported"
+    assert field in result.error
+
+
+def test_acme_order_v1_and_v2_share_phases_and_identity():
+    v1 = {"phase": "charging", "order_id": "A-1", "amount_cents": 7, "definition_version": 3}
+    v2 = {"phase": "charging", "order_id": "A-1", "amount": {"cents": 7, "currency": "USD"},
+          "definition_version": 3}
+    one, two = kinds.classify("acme.order", 1, v1), kinds.classify("acme.order", 2, v2)
+    assert (one.phase, one.identity) == (two.phase, two.identity)
+    assert one.phase.phase_class == "in_flight"
 
 
 def test_it_labels_branch_counts_for_parallel_steps():

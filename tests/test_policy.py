@@ -138,6 +138,12 @@ RESUME_CASES = [
     (dict(), {"workflow": "refund-approval"}, "reject", "identity_mismatch"),
     (dict(), {"definition_version": "3"}, "reject", "identity_mismatch"),
     (dict(phase_class="completed"), {}, "replay", "completed"),
+    # An older version of an offline kind (issue 19, item 2): even a completed run, whose
+    # replay reads the payload; after the identity (a stranger's run is not ours to wait on).
+    (dict(migration_required=True), {}, "reject", "migration_required"),
+    (dict(migration_required=True, phase_class="completed"), {}, "reject",
+     "migration_required"),
+    (dict(migration_required=True), {"agent": "other-agent"}, "reject", "identity_mismatch"),
     (dict(phase_class="completed", effect_states={"unknown": 1}), {}, "replay", "completed"),
     (dict(open_retry_state="approved", phase_class="in_flight"), {}, "retry", "retry_approved"),
     (dict(open_retry_state="requested"), {}, "reject", "awaiting_approval"),

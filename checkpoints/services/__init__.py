@@ -4,6 +4,7 @@ A package by entity, so each write is found by name: ``accounts`` (tenants, acco
 roles, tokens, reconciler settings), ``runs`` (the run lock, fencing, recovery state,
 conflicts, leases, resume decisions), ``checkpoints`` (the compare-and-swap write,
 reveals, exports), ``effects``, ``review`` (retry, mark unknown, close, acknowledge),
+``migrations`` (the operator's migration of a kind's checkpoints to another version),
 ``reconcile_requests`` (a reviewer's reconcile, dispatch and re-drive, evidence
 reveal), ``sweep``, ``keys`` (key rotation), ``bulk`` (one review action on many runs) and
 ``common`` (what they share). Everything public is
@@ -78,6 +79,7 @@ from .checkpoints import (
 from .common import HEX64_RE, SYSTEM, U32_MAX, _actor_name, _require_reason, _with_bulk
 from .effects import EffectBody, _effect_transition, effect_put, parse_effect
 from .keys import payloads_rotate_keys
+from .migrations import MigrationItem, MigrationReport, checkpoints_migrate
 from .reconcile_requests import BROKER_DOWN, evidence_reveal, run_reconcile
 from .review import (
     _get_run,
@@ -104,7 +106,7 @@ from .sweep import sweep_stale_runs
 # The submodules, for tests that read the services' source (the audit, fence and race
 # matrices).
 MODULES = ("common", "accounts", "runs", "checkpoints", "effects", "review",
-           "reconcile_requests", "sweep", "keys", "bulk", "writepath")
+           "reconcile_requests", "sweep", "keys", "bulk", "migrations", "writepath")
 #: Submodules whose functions are not services: only the services call them (the
 #: checkpoint write's two dialects, below ``checkpoint_put``). The matrices read them to
 #: follow the calls, and never count their functions as services.

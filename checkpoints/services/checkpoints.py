@@ -121,16 +121,10 @@ def checkpoint_put(
     """
     require(actor, tenant, roles.WRITE)
     cas_revisions_check(expected_revision, envelope.revision)
-    cls = kinds.classify(envelope.kind, envelope.schema_version, envelope.payload)
-    phase_label = (cls.error if not cls.supported else cls.phase.label)[:256]
-    ciphertext = crypto.encrypt_text(envelope.payload_json)
-    size = len(envelope.payload_json.encode("utf-8"))
-
     try:
         checkpoint = writepath.checkpoint_write(
             actor=actor, tenant=tenant, envelope=envelope, expected_revision=expected_revision,
-            fencing_token=fencing_token, cls=cls, phase_label=phase_label,
-            ciphertext=ciphertext, size=size)
+            fencing_token=fencing_token, **_stored_form(envelope))
     except Fenced as exc:
         _record_fenced(exc, tenant=tenant, actor=actor, target_type=TargetType.CHECKPOINT,
                        target_id=envelope.checkpoint_id, expected=expected_revision,
@@ -140,6 +134,16 @@ def checkpoint_put(
     if isinstance(checkpoint, (StaleRevision, UsageDecreased)):
         raise checkpoint
     return checkpoint, expected_revision is None
+
+
+def _stored_form(envelope: Envelope) -> dict:
+    """What the write path stores of ``envelope`` besides its fields (the keywords of
+    ``writepath.checkpoint_write``): its classification (``cls``), the phase label (for an
+    unsupported payload, the schema error), the encrypted payload and its size."""
+    cls = kinds.classify(envelope.kind, envelope.schema_version, envelope.payload)
+    return {"cls": cls, "phase_label": (cls.error if not cls.supported else cls.phase.label)[:256],
+            "ciphertext": crypto.encrypt_text(envelope.payload_json),
+            "size": len(envelope.payload_json.encode("utf-8"))}
 
 
 def checkpoint_envelope(checkpoint: Checkpoint | CheckpointRevision, *, run_id=None,

@@ -25,6 +25,7 @@ the run row, the checkpoint.
 from __future__ import annotations
 
 import json
+import uuid
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -95,14 +96,45 @@ def _run_fields(envelope, cls, phase_label: str, now) -> dict:
 
 
 def _write_audit(envelope, cls, phase_label: str, expected_revision: int | None,
-                 reopened: bool) -> dict:
-    """The ``before`` and ``after`` of a checkpoint write's audit event."""
+                 reopened: bool, migration: Migrating | None = None,
+                 token: int | None = None) -> dict:
+    """The ``before`` and ``after`` of a checkpoint write's audit event; a migration's
+    also names the migration, both versions, the batch and the run's fencing token."""
     after = {"revision": envelope.revision, "phase": phase_label,
              "phase_class": cls.phase.phase_class}
     if reopened:
         after["reopened"] = True
     before = None if expected_revision is None else {"revision": expected_revision}
+    if migration is not None:
+        before.update(schema_version=migration.from_version, fencing_token=token - 1)
+        after.update(schema_version=envelope.schema_version, migration=list(migration.names),
+                     batch_id=str(migration.batch_id), fencing_token=token)
     return {"before": before, "after": after}
+
+
+@dataclass(frozen=True)
+class Migrating:
+    """A migration's write (``services.migrations``, docs/migrations.md): the operator's,
+    not the run's owner's. It takes the ORM dialect, and differs from a runtime's write
+    in what it does to the run (``_migration_run_fields``) and in its audit event
+    (``checkpoint.migrate``, naming the steps ``names``, ``from_version`` and the batch)."""
+
+    names: tuple[str, ...]
+    from_version: int
+    batch_id: uuid.UUID
+
+
+def _migration_run_fields(run, checkpoint, fields: dict) -> dict:
+    """What a migration's write sets on the run, from a runtime write's ``fields``: the
+    fencing token one up, so the owner that went quiet is fenced (its late write carries
+    the old token); the kind, version and phase only when the checkpoint is the run's
+    latest (migrating another checkpoint of the run does not make it the latest); never
+    the last write time (the owner's quiet time goes on counting) nor a reopening of a
+    closed run: a migration is not the owner writing."""
+    token = {"fencing_token": run.fencing_token + 1}
+    if run.latest_checkpoint_id != checkpoint.pk:
+        return token
+    return {**{k: v for k, v in fields.items() if k != "last_write_at"}, **token}
 
 
 def _keep_conflict(*, tenant, run, actor, envelope, expected_revision, actual,
@@ -136,7 +168,7 @@ def _kept_usage(cls, stored_usage: dict) -> dict:
 
 def checkpoint_write(*, actor, tenant: Tenant, envelope, expected_revision: int | None,
                      fencing_token: int | None, cls, phase_label: str, ciphertext: str,
-                     size: int):
+                     size: int, migration: Migrating | None = None):
     """The transaction of ``services.checkpoint_put`` (its checks done): create the
     checkpoint at revision 0 (``expected_revision=None``) or update it from
     ``expected_revision`` to ``envelope.revision``, with its history row, the run's
@@ -146,9 +178,11 @@ def checkpoint_write(*, actor, tenant: Tenant, envelope, expected_revision: int 
     once its conflict record has committed. Raises ``Fenced`` (CONTRACT.md 3; the caller records it), ``NotFound``
     (an update of a missing checkpoint), ``InvalidPayload`` (a checkpoint's run or kind
     never changes). On PostgreSQL an update tries ``checkpoint_update`` first; what it
-    hands back (``FALLBACK``) the ORM path decides.
+    hands back (``FALLBACK``) the ORM path decides. ``migration``: the write is the
+    operator's migration of the checkpoint (``Migrating``; always the ORM path, whose
+    run update it shapes).
     """
-    if expected_revision is not None and sql.available():
+    if expected_revision is not None and sql.available() and migration is None:
         checkpoint = checkpoint_update(
             actor=actor, tenant=tenant, envelope=envelope, expected_revision=expected_revision,
             fencing_token=fencing_token, cls=cls, phase_label=phase_label,
@@ -156,7 +190,7 @@ def checkpoint_write(*, actor, tenant: Tenant, envelope, expected_revision: int 
         if checkpoint is not FALLBACK:
             return checkpoint
     return _orm_write(actor, tenant, envelope, expected_revision, fencing_token, cls,
-                      phase_label, ciphertext, size)
+                      phase_label, ciphertext, size, migration)
 
 
 # --------------------------------------------------------------------------------------
@@ -164,7 +198,7 @@ def checkpoint_write(*, actor, tenant: Tenant, envelope, expected_revision: int 
 # --------------------------------------------------------------------------------------
 
 def _orm_write(actor, tenant, envelope, expected_revision, fencing_token, cls, phase_label,
-               ciphertext, size):
+               ciphertext, size, migration=None):
     """``checkpoint_write`` through the ORM (same returns and errors)."""
     # Long on purpose: the ORM reference of the checkpoint write (lock, fence, CAS,
     # history, state, audit), step by step beside checkpoint_update below.
@@ -237,13 +271,19 @@ def _orm_write(actor, tenant, envelope, expected_revision, fencing_token, cls, p
         else:
             CheckpointRevision.objects.create(
                 tenant=tenant, checkpoint=checkpoint, revision=envelope.revision, **fields)
-            reopened = run_save(run, now, reopen=True, latest_checkpoint=checkpoint,
-                                **_run_fields(envelope, cls, phase_label, now))
+            run_fields = {"latest_checkpoint": checkpoint,
+                          **_run_fields(envelope, cls, phase_label, now)}
+            if migration is not None:
+                run_fields = _migration_run_fields(run, checkpoint, run_fields)
+            reopened = run_save(run, now, reopen=migration is None, **run_fields)
             audit_record(
-                tenant=tenant, actor=actor, action=AuditAction.CHECKPOINT_WRITE,
+                tenant=tenant, actor=actor,
+                action=(AuditAction.CHECKPOINT_WRITE if migration is None
+                        else AuditAction.CHECKPOINT_MIGRATE),
                 target_type=TargetType.CHECKPOINT, target_id=envelope.checkpoint_id,
                 run_id=run.uuid,
-                **_write_audit(envelope, cls, phase_label, expected_revision, reopened))
+                **_write_audit(envelope, cls, phase_label, expected_revision, reopened,
+                               migration, run.fencing_token))
     if conflict_at is not None:
         return StaleRevision(conflict_at)
     return refusal if refusal is not None else checkpoint

@@ -825,6 +825,18 @@ def _runifold_export(w: World, slug: str, acting: str) -> list[str]:
     return lines
 
 
+def _migrate(w: World, slug: str, acting: str):
+    """Migrating the shared run ids (issue 19, item 2) moves this tenant's checkpoints of
+    them (their owners are gone: the world is an hour old), never the twin's; a run only
+    the twin holds is not looked at."""
+    report = services.checkpoints_migrate(
+        actor=_as(w, acting, "admin"), tenant=w.tenant(slug), kind="acme.order", to_version=2,
+        run_ids=[IDS["r_stable"], IDS["r_stuck"], EXTRA["r_more"]])
+    # Not a cell that passes by doing nothing: each of this tenant's is migrated.
+    assert report.counts["migrated"] == len(report.items) > 0, report
+    return report
+
+
 _BODY = lambda: services.parse_envelope(  # noqa: E731
     envelope(IDS["new_cp"], IDS["r_stable"], 0, payload={"phase": "ready"}),
     url_id=IDS["new_cp"])
@@ -905,6 +917,7 @@ SERVICES: dict[str, list[ServiceCell]] = {
         actor=_as(w, a, "writer"), tenant=w.tenant(s), lines=jsonl_lines(io.BytesIO(
             _runifold_lines()))))],
     "runifold_export": [ServiceCell(lambda w, s, a: _runifold_export(w, s, a))],
+    "checkpoints_migrate": [ServiceCell(_migrate)],
 }
 _LG_PUT = lambda: langgraph.parse_put(lg_put(LG_THREAD, LG_IDS[2], parent=LG_IDS[1]))  # noqa: E731
 _LG_WRITES = lambda: langgraph.parse_writes(  # noqa: E731

@@ -76,6 +76,11 @@ WRITE_PATHS = {
     "conflicts_acknowledge": "reviewer action, carries no token",
     "run_reconcile": "reviewer action, carries no token; never over a live owner",
     "execute": "reconciliation (system), under the run lock; never over a live owner",
+    "checkpoints_migrate": "operator action (issue 19, item 2), under the run lock with the "
+                           "run's current token; never over a live owner (owner_live); bumps "
+                           "the token so the ousted owner's late write is fenced: "
+                           "tests/services/test_migrations.py::test_a_zombie_owner_writing_"
+                           "after_the_migration_is_fenced_and_kept",
     # LangGraph threads (issue 10, docs/langgraph.md).
     "graph_put": "fenced: tests/services/test_langgraph.py::"
                  "test_an_ousted_graph_is_fenced_on_every_langgraph_write_path",

@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from checkpoints import services
+from checkpoints import kinds, services
 from checkpoints.exceptions import Fenced, Forbidden, NotFound
 from checkpoints.models import AuditEvent, RetryRequest, Run
 from tests.api.apihelpers import snapshot
@@ -61,6 +61,42 @@ def test_it_rejects_an_unsupported_schema(acme, wendy):
     body = envelope(kind="runifold.workflow", schema_version=2, payload={})
     put_checkpoint(wendy, acme, body)
     assert resume(acme, wendy, body)["reason"] == "unsupported_schema"
+
+
+@pytest.fixture
+def acme_offline():
+    """``acme.order`` migrates offline for the test (issue 19, item 2), lazy again after."""
+    kinds.set_migration_mode("acme.order", "offline")
+    yield
+    kinds.set_migration_mode("acme.order", "lazy")
+
+
+def _order(acme, wendy, version: int, phase: str = "charged"):
+    amount = {"amount_cents": 2599} if version == 1 else {
+        "amount": {"cents": 2599, "currency": "USD"}}
+    body = envelope(schema_version=version, payload={"phase": phase, **amount})
+    put_checkpoint(wendy, acme, body)
+    return body
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_lazy_kind_resumes_its_older_versions(acme, wendy, version):
+    assert kinds.registered()["acme.order"] == [1, 2]
+    body = _order(acme, wendy, version)
+    assert (resume(acme, wendy, body)["action"], resume(acme, wendy, body)["reason"]) == (
+        "continue", "stable")
+
+
+@pytest.mark.parametrize("phase", ["charged", "completed", "charging"])
+def test_an_offline_kind_refuses_to_resume_an_older_version(acme, wendy, acme_offline, phase):
+    body = _order(acme, wendy, 1, phase)
+    run_id = uuid.UUID(body["run_id"])
+    preview = services.resume_preview(actor=wendy, tenant=acme, run_id=run_id, asked={})
+    claim = resume(acme, wendy, body)
+    for answer in (preview, claim):
+        assert (answer["action"], answer["reason"]) == ("reject", "migration_required")
+    newest = _order(acme, wendy, 2, phase)
+    assert resume(acme, wendy, newest)["reason"] != "migration_required"
 
 
 @pytest.mark.parametrize(("asked", "action"), [

@@ -504,6 +504,23 @@ def runifold_export(p):
     return Cell(lambda: runifold.runifold_export(actor=p.rita, tenant=p.acme,
                                                  write=written.append))
 
+def checkpoints_migrate(p):
+    _cp(p, "charged")
+    _cp(p, "completed")
+    age_world(3600)  # the owners are gone
+    return Cell(lambda: services.checkpoints_migrate(actor=None, tenant=p.acme,
+                                                     kind="acme.order", to_version=2))
+
+
+def checkpoints_migrate_down(p):
+    _cp(p, "charged")
+    age_world(3600)
+    services.checkpoints_migrate(actor=None, tenant=p.acme, kind="acme.order", to_version=2)
+    return Cell(lambda: services.checkpoints_migrate(actor=None, tenant=p.acme,
+                                                     kind="acme.order", to_version=1,
+                                                     reverse=True))
+
+
 CELLS: dict[str, dict[str, Callable]] = {
     "checkpoint_put": {"create": checkpoint_create, "update": checkpoint_update,
                        "stale-revision conflict": checkpoint_stale,
@@ -550,6 +567,9 @@ CELLS: dict[str, dict[str, Callable]] = {
     "graph_thread_copy": {"copy": graph_thread_copy, "target-taken conflict": graph_copy_taken},
     "runifold_import": {"create": runifold_import, "advance": runifold_advance},
     "runifold_export": {"export": runifold_export},
+    # Each checkpoint in its own transaction: the first one's failed audit stops the walk
+    # with nothing of that checkpoint (nor any other) written.
+    "checkpoints_migrate": {"up": checkpoints_migrate, "down": checkpoints_migrate_down},
 }
 NOT_CELLS = {
     "audit_record": "the append itself",

@@ -90,6 +90,9 @@ RACED = {
                         "make_no_conflict",
     "graph_thread_delete": "test_langgraph_races.py::test_deleting_a_thread_while_graphs_"
                            "write_to_it_leaves_no_half_thread",
+    # Migrations (issue 19, item 2): tests/transactional/test_migration_races.py.
+    "checkpoints_migrate": "test_migration_races.py::test_migrations_racing_each_other_"
+                           "migrate_each_checkpoint_once (+ a zombie owner racing one)",
 }
 NOT_RACED = {
     "graph_threads_prune": "the delete of graph_thread_delete per thread (same run lock, "
