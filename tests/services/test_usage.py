@@ -45,6 +45,18 @@ def agent_body(revision: int = 0, *, ids=None, state="ready_for_turn", **usage) 
                     payload=agent_payload(state, **usage))
 
 
+def approved_retry(tenant, writer, reviewer, approver, body: dict):
+    """``body`` written (an agent turn in flight), its owner gone quiet, a retry requested
+    and approved by another person: ``(run_id, retry)``, ready for a resume claim."""
+    run_id = uuid.UUID(body["run_id"])
+    put_checkpoint(writer, tenant, body)
+    services.lease_acquire(actor=writer, tenant=tenant, run_id=run_id, owner="w1", ttl_s=1)
+    sweep_later()
+    retry = services.retry_request(actor=reviewer, tenant=tenant, run_id=run_id, reason="stuck")
+    services.retry_approve(actor=approver, tenant=tenant, retry_id=retry.pk, reason="ok")
+    return run_id, retry
+
+
 @pytest.fixture(params=["orm", "sql"])
 def dialect(request, settings):
     """Both write dialects: the SQL one exists on PostgreSQL only."""
@@ -146,12 +158,8 @@ def test_a_retried_runtime_may_not_restore_lower_usage(acme, wendy, rita, april)
     """Across an approved retry too: the runtime that takes the retry resumes from the
     checkpoint's counters and only adds to them (RUNIFOLD.md 2)."""
     ids = (uuid.uuid4(), uuid.uuid4())
-    run_id = ids[1]
-    put_checkpoint(wendy, acme, agent_body(0, ids=ids, state="turn_in_flight", tokens=702))
-    services.lease_acquire(actor=wendy, tenant=acme, run_id=run_id, owner="w1", ttl_s=1)
-    sweep_later()
-    retry = services.retry_request(actor=rita, tenant=acme, run_id=run_id, reason="stuck")
-    services.retry_approve(actor=april, tenant=acme, retry_id=retry.pk, reason="ok")
+    run_id, _ = approved_retry(acme, wendy, rita, april,
+                               agent_body(0, ids=ids, state="turn_in_flight", tokens=702))
     claim = services.resume_claim(actor=wendy, tenant=acme, run_id=run_id, asked={},
                                   usage={"tokens": 702})
     assert claim["action"] == "retry"
@@ -203,13 +211,8 @@ def test_a_resume_compares_the_runtimes_usage(acme, wendy, state, runtime, answe
 
 @pytest.mark.django_db
 def test_a_retry_with_less_usage_is_rejected_and_keeps_the_approval(acme, wendy, rita, april):
-    body = agent_body(0, state="turn_in_flight", tokens=702)
-    run_id = uuid.UUID(body["run_id"])
-    put_checkpoint(wendy, acme, body)
-    services.lease_acquire(actor=wendy, tenant=acme, run_id=run_id, owner="w1", ttl_s=1)
-    sweep_later()
-    retry = services.retry_request(actor=rita, tenant=acme, run_id=run_id, reason="stuck")
-    services.retry_approve(actor=april, tenant=acme, retry_id=retry.pk, reason="ok")
+    run_id, retry = approved_retry(acme, wendy, rita, april,
+                                   agent_body(0, state="turn_in_flight", tokens=702))
     low = services.resume_claim(actor=wendy, tenant=acme, run_id=run_id, asked={},
                                 usage={"tokens": 701})
     assert (low["action"], low["reason"]) == ("reject", "usage_mismatch")
@@ -254,13 +257,8 @@ def test_the_resume_api_passes_usage_on(api_as, acme, wendy):
 @pytest.mark.django_db
 def test_a_consumed_retry_records_what_the_lost_attempt_spent(api_as, client, acme, wendy,
                                                               rita, april):
-    body = agent_body(0, state="turn_in_flight", tokens=702, cost_microusd=215, turns=1)
-    run_id = uuid.UUID(body["run_id"])
-    put_checkpoint(wendy, acme, body)
-    services.lease_acquire(actor=wendy, tenant=acme, run_id=run_id, owner="w1", ttl_s=1)
-    sweep_later()
-    retry = services.retry_request(actor=rita, tenant=acme, run_id=run_id, reason="stuck")
-    services.retry_approve(actor=april, tenant=acme, retry_id=retry.pk, reason="ok")
+    run_id, retry = approved_retry(acme, wendy, rita, april,
+                                   agent_body(0, state="turn_in_flight", tokens=702, cost_microusd=215, turns=1))
     claim = services.resume_claim(actor=wendy, tenant=acme, run_id=run_id, asked={},
                                   usage={"tokens": 800, "cost_microusd": 215, "turns": 2})
     assert claim["action"] == "retry"
@@ -278,13 +276,8 @@ def test_a_consumed_retry_records_what_the_lost_attempt_spent(api_as, client, ac
 
 @pytest.mark.django_db
 def test_a_retry_claimed_without_usage_records_no_cost(acme, wendy, rita, april):
-    body = agent_body(0, state="turn_in_flight", tokens=702)
-    run_id = uuid.UUID(body["run_id"])
-    put_checkpoint(wendy, acme, body)
-    services.lease_acquire(actor=wendy, tenant=acme, run_id=run_id, owner="w1", ttl_s=1)
-    sweep_later()
-    retry = services.retry_request(actor=rita, tenant=acme, run_id=run_id, reason="stuck")
-    services.retry_approve(actor=april, tenant=acme, retry_id=retry.pk, reason="ok")
+    run_id, retry = approved_retry(acme, wendy, rita, april,
+                                   agent_body(0, state="turn_in_flight", tokens=702))
     assert services.resume_claim(actor=wendy, tenant=acme, run_id=run_id,
                                  asked={})["action"] == "retry"
     retry.refresh_from_db()
@@ -296,13 +289,8 @@ def test_the_report_sums_what_recovery_cost_per_kind(acme, wendy, rita, april, v
     from checkpoints import reports  # the report, read like the page and the API read it
 
     for tokens in (702, 500):
-        body = agent_body(0, state="turn_in_flight", tokens=tokens)
-        run_id = uuid.UUID(body["run_id"])
-        put_checkpoint(wendy, acme, body)
-        services.lease_acquire(actor=wendy, tenant=acme, run_id=run_id, owner="w1", ttl_s=1)
-        sweep_later()
-        retry = services.retry_request(actor=rita, tenant=acme, run_id=run_id, reason="stuck")
-        services.retry_approve(actor=april, tenant=acme, retry_id=retry.pk, reason="ok")
+        run_id, retry = approved_retry(acme, wendy, rita, april,
+                                       agent_body(0, state="turn_in_flight", tokens=tokens))
         services.resume_claim(actor=wendy, tenant=acme, run_id=run_id, asked={},
                               usage={"tokens": tokens + 10, "turns": 1})
     data = reports.figures(user=vic, tenant=acme, range_name="24h")
