@@ -11,11 +11,15 @@ Each refusal is ``InvalidPayload`` (400) whose detail names the parameter:
   query string is read (``check_utf8``);
 - a name holding U+0000 or an unpaired surrogate, or one the page or operation does not
   take (``known``): ``unknown parameter``;
-- a name given more than once (like a duplicated JSON key): ``given more than once``.
+- a name given more than once (like a duplicated JSON key): ``given more than once``;
+- a value holding a control character (U+0001..U+001F, U+007F; U+0000 is the fields'
+  ``text_problem``): no identifier, filter or search the store answers has one, and a
+  log or an audit filter that echoes it could be misread: ``control character``.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection
 from urllib.parse import unquote_to_bytes
 
@@ -56,5 +60,11 @@ def single_values(query_string: str, query: MultiValueDict,
             raise InvalidPayload(f"{printable(name)}: unknown parameter")
         if len(values) > 1:
             raise InvalidPayload(f"{printable(name)}: given more than once")
+        if _CONTROL.search(values[0]):
+            raise InvalidPayload(f"{printable(name)}: a control character is not allowed")
         data[name] = values[0]
     return data
+
+
+#: Control characters a query value may not hold (module doc).
+_CONTROL = re.compile("[\x01-\x1f\x7f]")

@@ -92,12 +92,12 @@ def test_it_documents_a_query_parameter_for_every_list_filter():
 
 @pytest.mark.parametrize("method,path,param", QUERY_PARAMS,
                          ids=[f"{m} {p[len(PREFIX):]} {q['name']}" for m, p, q in QUERY_PARAMS])
-def test_it_refuses_nul_and_overlong_query_values_naming_the_parameter(
+def test_it_refuses_nul_control_and_overlong_query_values_naming_the_parameter(
         api_as, wendy, adam, ids, method, path, param):
     client = _client_for(method, path, api_as, wendy, adam)
     before = snapshot()
     name = param["name"]
-    for value in ("a%00b", "%00", "x" * 1001):
+    for value in ("a%00b", "%00", "x" * 1001, "a%01b", "%1F", "a%0A", "a%7F"):
         r = _call(client, method, path, ids, f"{name}={value}")
         assert r.status_code == 400, (name, value, r.content)
         assert r["Content-Type"] == "application/json"

@@ -177,6 +177,9 @@ def test_the_attacks_on_the_inbox(login, rita, acme, path, query, name, words):
     ("cursor=!!!!", "cursor", "unknown parameter"),
     ("before=%D9%A1", "before", "must be a number"),  # an Arabic-Indic digit one
     ("before=+5", "before", "must be a number"),
+    ("actor=a%01", "actor", "a control character"),
+    ("action=run.close%0A", "action", "a control character"),
+    ("q=a%7F", "q", "a control character"),
 ])
 def test_the_attacks_on_the_audit_log(login, rita, acme, query, name, words):
     _refused(login(rita).get(f"/t/acme/audit/?{query}"), name, words)
