@@ -32,14 +32,14 @@ def _versions(kind: dict) -> dict[int, tuple]:
 
 @pytest.fixture
 def used(api_as, wendy, wes):
-    """acme: acme.order v1 in two runs (one with two checkpoints), an acme.order v2 run
-    (unsupported: schema_mismatch), an ``acme.mystery`` run (unregistered). globex: its
+    """acme: acme.order v1 in two runs (one with two checkpoints), an acme.order v9 run
+    (a version the registry does not support: schema_mismatch), an ``acme.mystery`` run (unregistered). globex: its
     own ``globex.secret`` v7 run and an acme.order v1 run."""
     w = api_as(wendy)
     first = new_checkpoint(w, "acme")
     new_checkpoint(w, "acme", run_id=first["run_id"])
     new_checkpoint(w, "acme", payload={"phase": "charging"})
-    new_checkpoint(w, "acme", schema_version=2)
+    new_checkpoint(w, "acme", schema_version=9)
     new_checkpoint(w, "acme", kind="acme.mystery", payload={"anything": 1})
     g = api_as(wes)
     new_checkpoint(g, "globex", kind="globex.secret", schema_version=7, payload={})
@@ -50,9 +50,9 @@ def test_it_counts_each_kind_and_version_of_the_tenant(api_as, vic, used):
     kinds = _kinds(get(api_as(vic), "acme", "kinds"))
     order = kinds["acme.order"]
     assert (order["registered"], order["supported_versions"],
-            order["newest_supported_version"]) == (True, [1], 1)
+            order["newest_supported_version"]) == (True, [1, 2], 2)
     assert order["description"].startswith("demo order workflow")
-    assert _versions(order) == {1: (True, 3, 2, 0), 2: (False, 1, 1, 1)}
+    assert _versions(order) == {1: (True, 3, 2, 0), 2: (True, 0, 0, 0), 9: (False, 1, 1, 1)}
     mystery = kinds["acme.mystery"]
     assert (mystery["registered"], mystery["supported_versions"],
             mystery["newest_supported_version"], mystery["description"]) == (False, [], None, "")
@@ -73,19 +73,19 @@ def test_it_shows_nothing_of_another_tenants_checkpoints(api_as, vic, omar, used
     assert "globex.secret" not in acme
     globex = _kinds(get(api_as(omar), "globex", "kinds"))
     assert _versions(globex["globex.secret"]) == {7: (False, 1, 1, 1)}
-    assert _versions(globex["acme.order"]) == {1: (True, 1, 1, 0)}
+    assert _versions(globex["acme.order"]) == {1: (True, 1, 1, 0), 2: (True, 0, 0, 0)}
     assert "acme.mystery" not in globex
 
 
 def test_a_run_leaves_the_mismatch_count_when_its_next_write_is_supported(api_as, wendy, vic):
     w = api_as(wendy)
-    body = new_checkpoint(w, "acme", schema_version=2)
-    assert _versions(_kinds(get(api_as(vic), "acme", "kinds"))["acme.order"])[2] \
+    body = new_checkpoint(w, "acme", schema_version=9)
+    assert _versions(_kinds(get(api_as(vic), "acme", "kinds"))["acme.order"])[9] \
         == (False, 1, 1, 1)
     other = envelope(run_id=body["run_id"])  # a second checkpoint of the run, v1
     assert put_cp(w, "acme", other, create=True).status_code == 201
     versions = _versions(_kinds(get(api_as(vic), "acme", "kinds"))["acme.order"])
-    assert versions == {1: (True, 1, 1, 0), 2: (False, 1, 1, 0)}
+    assert versions == {1: (True, 1, 1, 0), 2: (True, 0, 0, 0), 9: (False, 1, 1, 0)}
 
 
 @pytest.mark.parametrize("who", ["omar", "wes"])

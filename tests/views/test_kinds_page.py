@@ -16,13 +16,13 @@ from tests.helpers import envelope, put_checkpoint
 
 @pytest.fixture
 def used(acme, globex, wendy, wes):
-    """acme: acme.order v1 in two runs (three checkpoints), one acme.order v2 run
+    """acme: acme.order v1 in two runs (three checkpoints), one acme.order v9 run
     (schema_mismatch); globex: a ``globex.secret`` v7 run."""
     first = envelope(payload={"phase": "ready"})
     put_checkpoint(wendy, acme, first)
     put_checkpoint(wendy, acme, envelope(run_id=first["run_id"]))
     put_checkpoint(wendy, acme, envelope(payload={"phase": "charging"}))
-    put_checkpoint(wendy, acme, envelope(schema_version=2))
+    put_checkpoint(wendy, acme, envelope(schema_version=9))
     put_checkpoint(wes, globex, envelope(kind="globex.secret", schema_version=7, payload={}))
 
 
@@ -41,9 +41,10 @@ def test_it_shows_each_version_with_its_counts(login, vic, used):
     assert response.status_code == 200
     rows = _rows(response.content.decode())
     start = rows.index(next(r for r in rows if r and r[0].startswith("acme.order registered")))
-    assert "supports v1; newest v1" in rows[start][0]
+    assert "supports v1, v2; newest v2" in rows[start][0]
     assert rows[start + 1] == ["", "v1 supported", "3", "2", "0"]
-    assert rows[start + 2] == ["", "v2 unsupported", "1", "1", "1"]
+    assert rows[start + 2] == ["", "v2 supported", "0", "0", "0"]
+    assert rows[start + 3] == ["", "v9 unsupported", "1", "1", "1"]
     workflow = next(i for i, r in enumerate(rows) if r and r[0].startswith("runifold.workflow"))
     assert rows[workflow + 1:workflow + 3] == [["", "v3 supported", "0", "0", "0"],
                                                ["", "v4 supported", "0", "0", "0"]]
