@@ -368,6 +368,14 @@ def _sql() -> _Sql:
     return _Sql(lock=lock, cas=cas, finish=finish)
 
 
+def _held_run(tenant: Tenant, run_pk: int, now) -> Run:
+    """The run the SQL dialect locked in its first statement, as ``_keep_conflict`` needs
+    it (tenant and database time attached) to record a refused write."""
+    run = Run.objects.for_tenant(tenant).get(pk=run_pk)  # locked by stmts.lock
+    run.tenant, run.db_now = tenant, now
+    return run
+
+
 def checkpoint_update(*, actor, tenant: Tenant, envelope, expected_revision: int,
                       fencing_token: int | None, cls, phase_label: str, ciphertext: str,
                       size: int):
@@ -415,10 +423,9 @@ def checkpoint_update(*, actor, tenant: Tenant, envelope, expected_revision: int
             stored_usage = json.loads(stored_usage)
         refusal = _usage_refusal(cls, stored_usage, stored_revision, expected_revision)
         if refusal is not None:  # a usage counter going back: kept as a conflict, refused
-            run = Run.objects.for_tenant(tenant).get(pk=run_pk)  # locked above
-            run.tenant, run.db_now = tenant, now
-            _keep_conflict(tenant=tenant, run=run, actor=actor, envelope=envelope,
-                           expected_revision=expected_revision, actual=stored_revision,
+            _keep_conflict(tenant=tenant, run=_held_run(tenant, run_pk, now), actor=actor,
+                           envelope=envelope, expected_revision=expected_revision,
+                           actual=stored_revision,
                            reason=ConflictReason.USAGE_DECREASED)
             return refusal
 
@@ -434,10 +441,9 @@ def checkpoint_update(*, actor, tenant: Tenant, envelope, expected_revision: int
         })
         updated, current, seq, prev_hash, counts, open_retry = cursor.fetchone()
         if not updated:  # a stale revision: kept as a conflict of the run, and refused
-            run = Run.objects.for_tenant(tenant).get(pk=run_pk)  # locked above
-            run.tenant, run.db_now = tenant, now
-            _keep_conflict(tenant=tenant, run=run, actor=actor, envelope=envelope,
-                           expected_revision=expected_revision, actual=current)
+            _keep_conflict(tenant=tenant, run=_held_run(tenant, run_pk, now), actor=actor,
+                           envelope=envelope, expected_revision=expected_revision,
+                           actual=current)
             return StaleRevision(current)
         if seq is None:  # no audit chain head yet: the ORM path creates it
             transaction.set_rollback(True)
