@@ -114,6 +114,9 @@ def test_it_refuses_unknown_and_repeated_query_parameters_on_every_operation(
     before = snapshot()
     r = _call(client, method, path, ids, "no_such_param=1")
     assert r.status_code == 400 and r.json()["detail"] == "no_such_param: unknown parameter"
+    # Not DRF's renderer override (it answered 404 for an unknown format): a parameter.
+    r = _call(client, method, path, ids, "format=csv")
+    assert r.status_code == 400 and r.json()["detail"] == "format: unknown parameter"
     r = _call(client, method, path, ids, "%00=1")
     assert r.status_code == 400 and r.json()["detail"] == "\\0: unknown parameter"
     documented = [p["name"] for m, pth, p in QUERY_PARAMS if m == method and pth == path]

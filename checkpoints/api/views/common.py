@@ -13,6 +13,7 @@ from django.core.exceptions import RequestDataTooBig
 from django.utils.cache import add_never_cache_headers
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.parsers import BaseParser
 from rest_framework.request import Request
 from rest_framework.views import APIView
@@ -249,6 +250,16 @@ def _reason_operation(operation_id: str, summary: str, on: OpenApiParameter, ans
                          **extra)
 
 
+class _NoFormatOverride(DefaultContentNegotiation):
+    """Content negotiation by ``Accept`` only: ``?format=`` is not DRF's renderer override
+    here (``URL_FORMAT_OVERRIDE``), which answered 404 for an unknown format before any
+    check ran, but a query parameter like any other, refused by ``params.validate`` as
+    unknown (400 naming it, CONTRACT.md 6). The schema view keeps ``?format=json``."""
+
+    class settings:  # noqa: N801 - the one setting DefaultContentNegotiation reads here
+        URL_FORMAT_OVERRIDE = None
+
+
 class TenantApi(APIView):
     """Base of every endpoint: raw bodies only (no DRF parsing), tenant resolved first,
     then the query parameters checked, every answer ``Cache-Control: no-store``.
@@ -261,6 +272,7 @@ class TenantApi(APIView):
     """
 
     parser_classes = [_NoParse]
+    content_negotiation_class = _NoFormatOverride
     schema = ApiSchema()
     #: The query parameters each method takes (``params.Params`` classes, which also
     #: document them in the schema); a method not listed takes none.
