@@ -67,7 +67,7 @@ def target_name(event, names: Names | None = None) -> str:
         return "the run"
     if kind == TargetType.RETRY_REQUEST:
         return f"retry request #{ref}"
-    if kind in (TargetType.ACCOUNT, TargetType.TENANT, TargetType.SERVICE):
+    if kind in (TargetType.ACCOUNT, TargetType.TENANT, TargetType.SERVICE, TargetType.KIND):
         return f"{_words(kind)} {ref}"
     return f"{_words(kind)} {_short(ref)}".strip()
 
@@ -309,6 +309,8 @@ SENTENCES: dict[str, Callable[[Any, str], str]] = {
     A.LANGGRAPH_RUNS_DELETE: _lg_runs_delete,
     A.CHECKPOINT_IMPORT: _imported,
     A.CHECKPOINT_MIGRATE: _migrated,
+    A.KIND_DECLARE: lambda e, t: (f"replaced the declaration of {t}" if e.before
+                                  else f"declared {t}"),
     A.EFFECT_IMPORT: _imported,
     A.RUNIFOLD_EXPORT: _exported,
 }

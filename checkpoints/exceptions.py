@@ -157,6 +157,11 @@ class OwnerLive(DomainError, status=409, error="owner_live"):
         super().__init__(detail, lease_expires_at=lease_expires_at)
 
 
+class KindVersionInUse(DomainError, status=409, error="kind_version_in_use"):
+    """A declared kind version that a checkpoint of the tenant uses cannot change
+    (issue 19, item 1): 409; a change of format is a new version."""
+
+
 class AlreadyDone(InvalidTransition):
     """A review action refused because someone else (or the caller, in another tab) did
     it or its opposite first: 422 ``invalid_transition`` like any refused move, in the same

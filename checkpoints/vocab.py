@@ -241,6 +241,7 @@ class TargetType(TextChoices):
     ACCOUNT = "account"
     SERVICE = "service"
     BULK_ACTION = "bulk_action"
+    KIND = "kind"
 
 
 TargetType.WRITABLE = (TargetType.CHECKPOINT, TargetType.EFFECT)
@@ -304,6 +305,9 @@ class AuditAction(TextChoices):
     # A checkpoint migrated to another schema version by the operator (issue 19, item 2;
     # docs/migrations.md): its one revision, written instead of a ``checkpoint.write``.
     CHECKPOINT_MIGRATE = "checkpoint.migrate"
+    # A tenant's admin declared (or, while no checkpoint used it, replaced) a kind version
+    # (issue 19, item 1; docs/kinds.md).
+    KIND_DECLARE = "kind.declare"
 
 
 AuditAction.REVEALS = frozenset({AuditAction.PAYLOAD_REVEAL, AuditAction.PAYLOAD_READ,

@@ -111,6 +111,9 @@ SAMPLES = {
                        "operation_key": "charge:A-7", "service": "payments"}, ""),
     A.RUNIFOLD_EXPORT: ("adam", T.TENANT, "acme", None,
                         {"checkpoint_lines": 200, "effect_lines": 12, "history": False}, ""),
+    # Declarative kinds (issue 19, item 1): services.kind_declare.
+    A.KIND_DECLARE: ("adam", T.KIND, "acme.refunds v2", {"digest": "ab" * 32},
+                     {"digest": "cd" * 32, "reversible_from_previous": True}, ""),
     # Migrations (issue 19, item 2): writepath._write_audit with a Migrating.
     A.CHECKPOINT_MIGRATE: ("system", T.CHECKPOINT, CP,
                            {"revision": 3, "schema_version": 1, "fencing_token": 2},
@@ -167,6 +170,7 @@ def test_each_sentence_says_who_did_what_in_words(action):
                           "file at phase completed after 1 turn(s)"),
     (A.EFFECT_IMPORT, "system imported charge:A-7 at payments revision 1 from a runifold file"
                       ", now unresolved (runifold: started)"),
+    (A.KIND_DECLARE, "adam replaced the declaration of kind acme.refunds v2"),
     (A.CHECKPOINT_MIGRATE, "system migrated checkpoint 5c0e1a2b from v1 to v2 as revision 4 "
                            "in batch 9d2f0c3e; fencing token 3"),
     (A.RUNIFOLD_EXPORT, "adam exported 200 checkpoint line(s) and 12 effect line(s) of "

@@ -133,6 +133,19 @@ def _conflict(writer, tenant, slug, run, cp):
                        expected=0)
 
 
+#: The kind both tenants declare (``declared_kind``), each its own.
+DECLARED_KIND = "twin.declared"
+
+
+def declared_kind(description: str) -> dict:
+    """A small declaration (``PUT …/kinds/{kind}/versions/{v}``): a ``step`` phase field."""
+    return {"description": description,
+            "schema": {"type": "object", "required": ["step"],
+                       "properties": {"step": {"enum": ["ready", "calling", "done"]}}},
+            "phase": {"pointer": "/step", "stable": ["ready"], "in_flight": ["calling"],
+                      "completed": ["done"]}}
+
+
 def _build_writes(slug: str, ids: dict, extra: dict, lg_thread: str,
                   lg_run: str) -> TenantData:
     """Phase 1 of a tenant: what its runtime writes (before the owners go quiet)."""
@@ -162,6 +175,11 @@ def _build_writes(slug: str, ids: dict, extra: dict, lg_thread: str,
         _in_flight(builder, tenant, slug, e["r_more"], e["c_more"], e["e_more"], "charge:more")
         _in_flight(builder, tenant, slug, e["r_more2"], e["c_more2"])
         _conflict(builder, tenant, slug, e["r_more2"], e["c_more2"])
+    # A declared kind of the same name in both (issue 19), its description marked; globex
+    # has one version more.
+    for version in ((1, 2) if slug == TWIN else (1,)):
+        services.kind_declare(actor=None, tenant=tenant, kind=DECLARED_KIND, version=version,
+                              body=declared_kind(f"declared {m}"))
     # A LangGraph thread under the same thread id in both (issue 10), marked in its
     # metadata; globex has one more thread.
     threads = (lg_thread, f"{lg_thread}-more") if slug == TWIN else (lg_thread,)

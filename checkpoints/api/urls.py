@@ -46,6 +46,8 @@ urlpatterns = [
     path(T + "report", views.ReportApi.as_view(), name="report"),
     # The kinds in use and the registry's (CONTRACT.md 8; docs/kinds.md).
     path(T + "kinds", views.KindListApi.as_view(), name="kind-list"),
+    path(T + "kinds/<str:kind>/versions/<str:version>", views.KindVersionApi.as_view(),
+         name="kind-version"),
     # LangGraph threads (issue 10, docs/langgraph.md).
     path(T + "langgraph/checkpoints", views.LangGraphCheckpointsApi.as_view(),
          name="langgraph-checkpoints"),

@@ -11,7 +11,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils.http import urlencode
 
-from .. import kinds, roles, selectors
+from .. import declared, kinds, roles, selectors
 from ..models import BULK_MAX_RUNS, Tenant
 from ..permissions import tenant_perms
 from ..vocab import BulkActionKind, RecoveryState
@@ -128,7 +128,7 @@ def _inbox_context(request: HttpRequest, tenant: Tenant) -> dict:
         # Runs created since the first page can make a count a step behind the page.
         "of": max(tabs["tab_total"], last or 0),
         "sort_toggle": "" if other == selectors.DEFAULT_RUN_SORT else other,
-        "known_kinds": list(kinds.registered()),
+        "known_kinds": list(kinds.registered(declared=declared.declared_kinds(tenant))),
         "age_choices": tabs["form"].fields["age"].choices,
     }
 

@@ -204,18 +204,43 @@ def register(kind: str, version: int, spec: VersionSpec, description: str = "") 
     entry.versions[version] = spec
 
 
-def registered() -> dict[str, list[int]]:
-    """``{kind: [supported versions]}``, for reports and the UI."""
-    return {k: sorted(v.versions) for k, v in sorted(_REGISTRY.items())}
+#: A tenant's declared kinds (``checkpoints.declared.lookup``): ``kind -> KindSpec | None``.
+Lookup = Callable[[str], "KindSpec | None"]
 
 
-def classify(kind: str, schema_version: int, payload: Any) -> Classification:
+def _spec(kind: str, lookup: Lookup | None) -> KindSpec | None:
+    """The registered ``KindSpec`` of ``kind``; else, given a tenant's ``lookup``, the
+    tenant's declared one (a kind in code always wins: a tenant cannot shadow it)."""
+    spec = _REGISTRY.get(kind)
+    if spec is None and lookup is not None and isinstance(kind, str):
+        spec = lookup(kind)
+    return spec
+
+
+def registered(declared: dict[str, KindSpec] | None = None) -> dict[str, list[int]]:
+    """``{kind: [supported versions]}``, for reports and the UI: the kinds in code, plus
+    ``declared`` (a tenant's, ``checkpoints.declared.kinds``) when given."""
+    found = dict(declared or {})
+    found.update(_REGISTRY)
+    return {k: sorted(v.versions) for k, v in sorted(found.items())}
+
+
+def versions(kind: str, *, lookup: Lookup | None = None) -> list[int]:
+    """The schema versions of ``kind`` (in code, else by ``lookup``), oldest first; ``[]``
+    when the kind is unknown."""
+    spec = _spec(kind, lookup) if isinstance(kind, str) else None
+    return sorted(spec.versions) if spec is not None else []
+
+
+def classify(kind: str, schema_version: int, payload: Any, *,
+             lookup: Lookup | None = None) -> Classification:
     """Phase and identity of a payload, or ``unsupported`` with the reason in ``error``.
+    ``lookup``: the writing tenant's declared kinds (``checkpoints.declared.lookup``).
 
     ``error`` names the kind, the version, the field and the rule; never a value taken
     from the payload (``SchemaError``).
     """
-    spec = _REGISTRY.get(kind)
+    spec = _spec(kind, lookup)
     if spec is None:
         return Classification(Phase(PhaseClass.UNSUPPORTED, f"unregistered kind {kind}"), Identity(),
                               f"kind {kind!r} is not registered")
@@ -312,11 +337,13 @@ def register_migration(kind: str, from_version: int, up: Callable[[Any], Any],
     return migration
 
 
-def migration_path(kind: str, from_version: int, to_version: int) -> upcasters.Chain:
+def migration_path(kind: str, from_version: int, to_version: int, *,
+                   lookup: Lookup | None = None) -> upcasters.Chain:
     """The chain of registered steps from one version of ``kind`` to another (``up``s, or
-    ``down``s for a reverse). Raises ``NoMigrationPath`` (unregistered kind or version, a
-    missing step) or ``NotReversible`` (a step back without ``down``), naming it."""
-    spec = _REGISTRY.get(kind)
+    ``down``s for a reverse); ``lookup`` as ``classify``'s. Raises ``NoMigrationPath``
+    (unregistered kind or version, a missing step) or ``NotReversible`` (a step back
+    without ``down``), naming it."""
+    spec = _spec(kind, lookup)
     if spec is None:
         raise NoMigrationPath(f"kind {kind!r} is not registered")
     for version in (from_version, to_version):
@@ -325,13 +352,14 @@ def migration_path(kind: str, from_version: int, to_version: int) -> upcasters.C
     return upcasters.chain(kind, spec.migrations, from_version, to_version)
 
 
-def migrate(kind: str, from_version: int, to_version: int, payload: Any
-            ) -> tuple[Any, Classification, upcasters.Chain]:
+def migrate(kind: str, from_version: int, to_version: int, payload: Any, *,
+            lookup: Lookup | None = None) -> tuple[Any, Classification, upcasters.Chain]:
     """``payload`` (a valid ``from_version``) migrated to ``to_version``: ``(new payload,
     its classification, the chain)``, each step's result checked against its version
-    (``upcasters.run``). Raises ``NoMigrationPath``, ``NotReversible``, ``InvalidAfter``."""
-    return upcasters.run(migration_path(kind, from_version, to_version), payload,
-                         lambda version, p: classify(kind, version, p))
+    (``upcasters.run``); ``lookup`` as ``classify``'s. Raises ``NoMigrationPath``,
+    ``NotReversible``, ``InvalidAfter``."""
+    return upcasters.run(migration_path(kind, from_version, to_version, lookup=lookup),
+                         payload, lambda version, p: classify(kind, version, p, lookup=lookup))
 
 
 def set_migration_mode(kind: str, mode: str) -> None:
@@ -368,7 +396,8 @@ from .builtin import (  # noqa: E402, F401 - re-exported
 
 BUILTIN_KINDS = frozenset(_REGISTRY)
 
-def description(kind: str) -> str:
-    """The kind's one-line description (``register``), "" when it is not registered."""
-    spec = _REGISTRY.get(kind)
+def description(kind: str, *, lookup: Lookup | None = None) -> str:
+    """The kind's one-line description (``register``, or the newest declared version's),
+    "" when it is not registered."""
+    spec = _spec(kind, lookup)
     return spec.description if spec else ""

@@ -51,6 +51,7 @@ from .inbox import (
 from .kinds import (
     KindUsage,
     KindVersion,
+    declared_kind_get,
     kind_usage,
 )
 from .objects import (

@@ -8,8 +8,9 @@ from dataclasses import dataclass
 
 from django.db.models import Count
 
-from .. import kinds, roles
-from ..models import Checkpoint, RecoveryState, Run, Tenant
+from .. import declared, kinds, roles
+from ..exceptions import NotFound
+from ..models import Checkpoint, DeclaredKindVersion, RecoveryState, Run, Tenant
 from ..permissions import require
 
 
@@ -38,6 +39,8 @@ class KindUsage:
     description: str
     supported_versions: tuple[int, ...]
     versions: tuple[KindVersion, ...]
+    #: The tenant's admin declared it (``PUT …/kinds/{kind}/versions/{v}``): not in code.
+    declared: bool = False
 
     @property
     def newest_supported_version(self) -> int | None:
@@ -65,7 +68,8 @@ def kind_usage(*, user, tenant: Tenant) -> list[KindUsage]:
     for row in mismatched:
         counts.setdefault((row["kind"], row["schema_version"]), {})["schema_mismatch_runs"] \
             = row["n"]
-    registry = kinds.registered()
+    own = declared.declared_kinds(tenant)
+    registry = kinds.registered(declared=own)
     for kind, versions in registry.items():
         for version in versions:
             counts.setdefault((kind, version), {})
@@ -76,8 +80,21 @@ def kind_usage(*, user, tenant: Tenant) -> list[KindUsage]:
     for kind, versions in by_kind.items():
         supported = tuple(registry.get(kind, ()))
         out.append(KindUsage(
-            kind=kind, registered=kind in registry, description=kinds.description(kind),
+            kind=kind, registered=kind in registry, declared=kind in own,
+            description=own[kind].description if kind in own else kinds.description(kind),
             supported_versions=supported,
             versions=tuple(KindVersion(v, v in supported, **counts[(kind, v)])
                            for v in versions)))
     return out
+
+
+def declared_kind_get(*, user, tenant: Tenant, kind: str, version: int):
+    """``tenant``'s declared ``kind`` at ``version`` (a ``DeclaredKindVersion``), for any
+    role of the tenant. Raises ``NotFound`` when it has no such declaration (a kind in
+    code is not a declaration: docs/kinds.md)."""
+    require(user, tenant, roles.VIEW)
+    row = (DeclaredKindVersion.objects.for_tenant(tenant).select_related("declared_by")
+           .filter(kind=kind, version=version).first())
+    if row is None:
+        raise NotFound(f"{str(kind)[:200]} v{version} is not declared by this tenant")
+    return row

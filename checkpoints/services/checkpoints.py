@@ -11,7 +11,7 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
-from .. import crypto, intranges, kinds, roles
+from .. import crypto, declared, intranges, kinds, roles
 from ..audit import (
     audit_record,
 )
@@ -124,7 +124,7 @@ def checkpoint_put(
     try:
         checkpoint = writepath.checkpoint_write(
             actor=actor, tenant=tenant, envelope=envelope, expected_revision=expected_revision,
-            fencing_token=fencing_token, **_stored_form(envelope))
+            fencing_token=fencing_token, **_stored_form(envelope, tenant))
     except Fenced as exc:
         _record_fenced(exc, tenant=tenant, actor=actor, target_type=TargetType.CHECKPOINT,
                        target_id=envelope.checkpoint_id, expected=expected_revision,
@@ -136,11 +136,13 @@ def checkpoint_put(
     return checkpoint, expected_revision is None
 
 
-def _stored_form(envelope: Envelope) -> dict:
+def _stored_form(envelope: Envelope, tenant: Tenant) -> dict:
     """What the write path stores of ``envelope`` besides its fields (the keywords of
-    ``writepath.checkpoint_write``): its classification (``cls``), the phase label (for an
-    unsupported payload, the schema error), the encrypted payload and its size."""
-    cls = kinds.classify(envelope.kind, envelope.schema_version, envelope.payload)
+    ``writepath.checkpoint_write``): its classification (``cls``, by the kinds in code or
+    ``tenant``'s declared ones), the phase label (for an unsupported payload, the schema
+    error), the encrypted payload and its size."""
+    cls = kinds.classify(envelope.kind, envelope.schema_version, envelope.payload,
+                         lookup=declared.lookup(tenant))
     return {"cls": cls, "phase_label": (cls.error if not cls.supported else cls.phase.label)[:256],
             "ciphertext": crypto.encrypt_text(envelope.payload_json),
             "size": len(envelope.payload_json.encode("utf-8"))}

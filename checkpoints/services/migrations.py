@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 
 from django.db import transaction
 
-from .. import crypto, kinds, policy, roles, upcasters
+from .. import crypto, declared, kinds, policy, roles, upcasters
 from ..dbclock import NOW
 from ..exceptions import InvalidPayload, OwnerLive, StaleRevision, UsageDecreased
 from ..jsonparse import dumps, loads_any
@@ -112,6 +112,7 @@ class _Target:
     to_version: int
     reverse: bool
     batch_id: uuid.UUID
+    lookup: kinds.Lookup  # the tenant's declared kinds
 
 
 def checkpoints_migrate(*, actor, tenant: Tenant, kind: str, to_version: int,
@@ -132,7 +133,8 @@ def checkpoints_migrate(*, actor, tenant: Tenant, kind: str, to_version: int,
     """
     if actor is not None:
         require(actor, tenant, roles.MANAGE)
-    versions = kinds.registered().get(kind) if isinstance(kind, str) else None
+    lookup = declared.lookup(tenant)
+    versions = kinds.versions(kind, lookup=lookup)
     if not versions:
         raise InvalidPayload(f"kind: {str(kind)[:200]!r} is not a registered kind")
     if type(to_version) is not int or to_version not in versions:
@@ -141,7 +143,7 @@ def checkpoints_migrate(*, actor, tenant: Tenant, kind: str, to_version: int,
     if type(batch_size) is not int or not 1 <= batch_size <= MAX_BATCH:
         raise InvalidPayload(f"batch_size: must be an integer in 1..{MAX_BATCH}")
     runs = None if run_ids is None else _run_ids(run_ids)
-    target = _Target(actor, tenant, kind, to_version, bool(reverse), uuid.uuid4())
+    target = _Target(actor, tenant, kind, to_version, bool(reverse), uuid.uuid4(), lookup)
     report = MigrationReport(target.batch_id, kind, to_version, bool(reverse), bool(dry_run))
     for rows in _candidates(target, runs, batch_size):
         for pk, checkpoint_id, run_id in rows:
@@ -208,14 +210,16 @@ def _assess(target: _Target, run: Run, row: dict):
         return item, None
     try:
         if (source > target.to_version) != target.reverse:
-            kinds.migration_path(target.kind, source, source)  # an unknown version says so
+            # an unknown version says so:
+            kinds.migration_path(target.kind, source, source, lookup=target.lookup)
             way = "down needs reverse" if not target.reverse else "reverse only goes down"
             raise upcasters.NoMigrationPath(f"{target.kind} v{source} to "
                                             f"v{target.to_version}: {way}")
-        kinds.migration_path(target.kind, source, target.to_version)
+        kinds.migration_path(target.kind, source, target.to_version, lookup=target.lookup)
         require_owner_gone(run, run_facts(run, run.db_now), "migrate its checkpoint")
         payload = loads_any(crypto.decrypt_text(row["payload_ciphertext"]))
-        new, cls, path = kinds.migrate(target.kind, source, target.to_version, payload)
+        new, cls, path = kinds.migrate(target.kind, source, target.to_version, payload,
+                                       lookup=target.lookup)
     except upcasters.MigrationError as exc:
         return _refused(item, exc.reason, str(exc)), None
     except OwnerLive as exc:
@@ -261,7 +265,7 @@ def _migrate_one(target: _Target, pk: int, checkpoint_id, run_id):
             expected_revision=row["revision"], fencing_token=run.fencing_token,
             migration=writepath.Migrating(tuple(path.names), row["schema_version"],
                                           target.batch_id),
-            **_stored_form(envelope))
+            **_stored_form(envelope, target.tenant))
     if isinstance(written, StaleRevision | UsageDecreased):
         item.outcome = MigrationOutcome.CONFLICT
         item.detail = (f"a write reached revision {written.current_revision} first; it stands"

@@ -16,8 +16,8 @@ from tests.helpers import envelope, put_checkpoint
 
 #: ``selectors.kind_usage`` once the caller's rights are known (read once per request, by
 #: ``access_tenant``): the checkpoints per kind and version, the ``schema_mismatch`` runs
-#: per kind and version.
-QUERIES = 2
+#: per kind and version, the tenant's declared kinds (none here, so no body is read).
+QUERIES = 3
 
 
 def _kinds(response) -> dict[str, dict]:

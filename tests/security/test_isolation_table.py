@@ -65,11 +65,13 @@ from checkpoints.models import (
 )
 from tests.helpers import effect_body, envelope, lg_put, lg_writes
 from tests.twinworld import (
+    DECLARED_KIND,
     HOME,
     LG_IDS,
     TWIN,
     account,
     build_world,
+    declared_kind,
     holder_of_both,
     holders,
     login,
@@ -249,6 +251,11 @@ def _t(tenant=HOME, **names):
     return lambda w: {"tenant": tenant, **build(w)}
 
 
+def _kind(version: int, tenant=HOME):
+    """The URL kwargs of the declared kind's ``version`` (``twinworld.DECLARED_KIND``)."""
+    return lambda w: {"tenant": tenant, "kind": DECLARED_KIND, "version": str(version)}
+
+
 def _s(tenant=HOME, **names):
     build = _ids(**names)
     return lambda w: {"slug": tenant, **build(w)}
@@ -347,6 +354,14 @@ RECIPES: dict[str, list[Op]] = {
     "api:report": [Op("get", _t(), api_rule(V, 200))],
     # The kinds in use and the registry's (docs/kinds.md): metadata, a viewer's read.
     "api:kind-list": [Op("get", _t(), api_rule(V, 200))],
+    # A declared kind (issue 19): the same name in both tenants, each its own; globex's
+    # v2 is not HOME's (404). Declaring is the admin's (a new version: 201, written).
+    "api:kind-version": [
+        Op("get", _kind(1), api_rule(V, 200)),
+        Op("get", _kind(2), api_rule(V, 404)),
+        Op("get", _kind(2, TWIN), api_rule(V, 200), tenant=TWIN),
+        Op("put", _kind(3), api_rule(roles.MANAGE, 201), "write",
+           body=declared_kind("isolation"))],
     "schema": [Op("get", lambda w: {}, schema_rule)],
     "api-docs": [Op("get", lambda w: {}, docs_rule, surface="web")],
     # Operations (checkpoints/ops/health.py): the probes answer anyone and name no tenant; the

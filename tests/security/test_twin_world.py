@@ -72,6 +72,7 @@ from checkpoints.models import (
 from tests.helpers import effect_body, envelope, lg_put, lg_writes
 from tests.matrixhelpers import interop_modules, is_internal, service_modules
 from tests.twinworld import (
+    DECLARED_KIND,
     HOME,
     LG_IDS,
     MARK,
@@ -79,6 +80,7 @@ from tests.twinworld import (
     TWIN,
     TenantData,
     build_world,
+    declared_kind,
     holder_of_both,
     holders,
     login,
@@ -348,6 +350,9 @@ SELECTORS: dict[str, SelectorCell] = {
         lambda w, s, a: _kinds_count(w, s, [(v.checkpoints, v.schema_mismatch_runs)
                                             for k in a for v in k.versions]),
         shows_mark=False),
+    "declared_kind_get": SelectorCell(
+        lambda w, s, u: selectors.declared_kind_get(user=u, tenant=w.tenant(s),
+                                                    kind=DECLARED_KIND, version=1)),
     "state_counts": SelectorCell(
         lambda w, s, u: selectors.state_counts(tenant=w.tenant(s)),
         lambda w, s, a: "" if {k: v for k, v in a.items() if v} == own_counts(
@@ -540,7 +545,8 @@ R = {"reason": "twin world"}
 
 @dataclass
 class Req:
-    ids: dict = field(default_factory=dict)  # URL kwarg -> IDS name, or "retry_pk"/"attempt_pk"
+    # URL kwarg -> IDS name, "retry_pk"/"attempt_pk"/"bulk_id", or "=<literal>"
+    ids: dict = field(default_factory=dict)
     body: object = None
     headers: dict = field(default_factory=dict)
     query: str = ""
@@ -551,6 +557,9 @@ class Req:
     def kwargs(self, w: World, slug: str) -> dict:
         out = {}
         for key, source in self.ids.items():
+            if source.startswith("="):  # a literal, the same in both tenants
+                out[key] = source[1:]
+                continue
             out[key] = str(getattr(w.data[slug], source)) if source in (
                 "retry_pk", "attempt_pk", "bulk_id") else str(IDS[source])
         return out
@@ -615,6 +624,11 @@ API: dict[str, Req] = {
     f"get {T}kinds": Req(count=lambda w, slug, r: _kinds_count(
         w, slug, [(v["checkpoints"], v["schema_mismatch_runs"])
                   for k in r.json()["kinds"] for v in k["versions"]])),
+    # The kind both tenants declared under one name (issue 19): each its own declaration.
+    f"get {T}kinds/{{kind}}/versions/{{version}}": Req(
+        {"kind": f"={DECLARED_KIND}", "version": "=1"}, shows_mark=True),
+    f"put {T}kinds/{{kind}}/versions/{{version}}": Req(
+        {"kind": f"={DECLARED_KIND}", "version": "=3"}, declared_kind("tw"), write=True),
     f"post {T}bulk-actions": Req(body={**R, "action": "close", "run_ids": [str(IDS["r_stuck"])],
                                        "client_token": str(IDS["new_cp"])}, write=True),
     f"get {T}bulk-actions/{{bulk_id}}": Req({"bulk_id": "bulk_id"}, shows_mark=True),
@@ -918,6 +932,10 @@ SERVICES: dict[str, list[ServiceCell]] = {
             _runifold_lines()))))],
     "runifold_export": [ServiceCell(lambda w, s, a: _runifold_export(w, s, a))],
     "checkpoints_migrate": [ServiceCell(_migrate)],
+    # The same kind name in both tenants: a new version lands in this tenant only.
+    "kind_declare": [ServiceCell(lambda w, s, a: services.kind_declare(
+        actor=_as(w, a, "admin"), tenant=w.tenant(s), kind=DECLARED_KIND, version=3,
+        body=declared_kind("tw")))],
 }
 _LG_PUT = lambda: langgraph.parse_put(lg_put(LG_THREAD, LG_IDS[2], parent=LG_IDS[1]))  # noqa: E731
 _LG_WRITES = lambda: langgraph.parse_writes(  # noqa: E731

@@ -253,10 +253,10 @@ def test_a_runtime_write_racing_the_migration_wins_and_the_run_is_a_conflict(
                    payload={"phase": "shipping", "order_id": "A-1042"})
     real = kinds.migrate
 
-    def racing(*args):
+    def racing(*args, **kwargs):
         # The runtime's write lands between the migration's read and its write.
         put_checkpoint(wendy, acme, runtime, expected=body["revision"])
-        return real(*args)
+        return real(*args, **kwargs)
 
     monkeypatch.setattr(migrations.kinds, "migrate", racing)
     token = Run.objects.get(uuid=body["run_id"]).fencing_token

@@ -521,6 +521,12 @@ def checkpoints_migrate_down(p):
                                                      reverse=True))
 
 
+def kind_declare(p):
+    from tests.twinworld import DECLARED_KIND, declared_kind
+    return Cell(lambda: services.kind_declare(actor=None, tenant=p.acme, kind=DECLARED_KIND,
+                                              version=1, body=declared_kind("atomic")))
+
+
 CELLS: dict[str, dict[str, Callable]] = {
     "checkpoint_put": {"create": checkpoint_create, "update": checkpoint_update,
                        "stale-revision conflict": checkpoint_stale,
@@ -570,6 +576,7 @@ CELLS: dict[str, dict[str, Callable]] = {
     # Each checkpoint in its own transaction: the first one's failed audit stops the walk
     # with nothing of that checkpoint (nor any other) written.
     "checkpoints_migrate": {"up": checkpoints_migrate, "down": checkpoints_migrate_down},
+    "kind_declare": {"declare": kind_declare},
 }
 NOT_CELLS = {
     "audit_record": "the append itself",

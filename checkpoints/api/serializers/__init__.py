@@ -50,7 +50,12 @@ from .effects import (
     EffectWriteSerializer,
     ReceiptRevealSerializer,
 )
-from .kinds import KindListSerializer, KindSerializer, KindVersionSerializer
+from .kinds import (
+    KindDeclarationSerializer,
+    KindListSerializer,
+    KindSerializer,
+    KindVersionSerializer,
+)
 from .langgraph import (
     CopiedSerializer,
     DeletedSerializer,

@@ -30,7 +30,10 @@ class KindSerializer(Answer):
     with zero counts)."""
 
     kind = serializers.CharField()
-    registered = serializers.BooleanField(help_text="the kind registry knows this kind")
+    registered = serializers.BooleanField(help_text="the kind registry knows this kind (in "
+                                                    "code, or declared by this tenant)")
+    declared = serializers.BooleanField(help_text="this tenant's admin declared it (PUT "
+                                                  "…/kinds/{kind}/versions/{v}); not in code")
     description = serializers.CharField(help_text="the registry's one line; empty when "
                                                   "not registered")
     supported_versions = serializers.ListField(
@@ -46,3 +49,31 @@ class KindListSerializer(Answer):
     """``GET …/kinds``: every kind, by name."""
 
     kinds = KindSerializer(many=True)
+
+
+class KindDeclarationSerializer(Answer):
+    """``GET``/``PUT …/kinds/{kind}/versions/{v}``: one declared kind version
+    (``kinds.declarative``; docs/kinds.md "Declaring a kind without Python")."""
+
+    kind = serializers.CharField()
+    version = serializers.IntegerField(**_VERSION)
+    digest = serializers.CharField(help_text="SHA-256 of the declaration's canonical JSON")
+    description = serializers.CharField()
+    declaration = serializers.JSONField(
+        help_text="the declaration as given: schema (JSON Schema, Draft 2020-12), phase "
+                  "(pointer, stable, in_flight, completed, label), identity, usage, "
+                  "migration (ops from the version before)")
+    declared_by = serializers.CharField(allow_null=True)
+    updated_at = serializers.DateTimeField()
+    outcome = serializers.ChoiceField(
+        choices=["created", "replaced", "unchanged", "read"],
+        help_text="what this request did: created, replaced (no checkpoint used it), "
+                  "unchanged (the same declaration), or read (GET)")
+
+    @classmethod
+    def of(cls, row, outcome: str) -> dict:
+        return cls.render({
+            "kind": row.kind, "version": row.version, "digest": row.digest,
+            "description": row.description, "declaration": row.body,
+            "declared_by": row.declared_by.username if row.declared_by_id else None,
+            "updated_at": row.updated_at, "outcome": outcome})

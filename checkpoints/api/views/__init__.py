@@ -39,7 +39,7 @@ from .common import (
     url_uuid,
 )
 from .effects import EffectApi, EffectListApi
-from .kinds import KindListApi
+from .kinds import KindListApi, KindVersionApi
 from .langgraph import (
     LangGraphCheckpointsApi,
     LangGraphRunsDeleteApi,

@@ -18,7 +18,7 @@ import uuid
 
 from django.core.management.base import BaseCommand, CommandError
 
-from checkpoints import kinds, services
+from checkpoints import declared, kinds, services
 from checkpoints.exceptions import DomainError
 from checkpoints.models import Tenant
 from checkpoints.services.migrations import MAX_BATCH
@@ -48,10 +48,20 @@ class Command(BaseCommand):
 
     def handle(self, *args, kind: str, to_version: int, tenant: str | None, runs, dry_run: bool,
                reverse: bool, batch_size: int, **options):
-        versions = kinds.registered().get(kind)
+        if tenant is not None:
+            tenants = list(Tenant.objects.filter(slug=tenant))
+            if not tenants:
+                raise CommandError(f"tenant: no tenant {tenant!r}")
+        elif kind in kinds.registered():
+            tenants = list(Tenant.objects.order_by("slug"))
+        else:  # a declared kind: the tenants that declared it
+            tenants = [t for t in Tenant.objects.order_by("slug") if kinds.versions(
+                kind, lookup=declared.lookup(t))]
+        versions = kinds.versions(kind) or sorted(
+            {v for t in tenants for v in kinds.versions(kind, lookup=declared.lookup(t))})
         if not versions:
             raise CommandError(f"kind: {kind!r} is not registered (registered: "
-                               f"{', '.join(kinds.registered())})")
+                               f"{', '.join(kinds.registered())}; or declared by the tenant)")
         if to_version not in versions:
             raise CommandError(f"--to: {kind} has no version {to_version} (versions: "
                                f"{', '.join(str(v) for v in versions)})")
@@ -62,12 +72,6 @@ class Command(BaseCommand):
                 uuid.UUID(run)
             except ValueError:
                 raise CommandError(f"--run: {run[:64]!r} is not a run id (a UUID)") from None
-        if tenant is not None:
-            tenants = list(Tenant.objects.filter(slug=tenant))
-            if not tenants:
-                raise CommandError(f"tenant: no tenant {tenant!r}")
-        else:
-            tenants = list(Tenant.objects.order_by("slug"))
         left = 0
         for each in tenants:
             try:

@@ -1,0 +1,309 @@
+"""Declarative kinds (issue 19, item 1; docs/kinds.md "Declaring a kind without Python"):
+``PUT``/``GET …/kinds/{kind}/versions/{v}``, ``manage.py register_kind``, the tenant's
+checkpoints classified by its own declarations and no other tenant's, declared migrations
+(their inverse derived), and hostile schemas refused before anything is stored."""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+import time
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from checkpoints import services
+from checkpoints.kinds import declarative
+from checkpoints.models import AuditEvent, DeclaredKindVersion, Run
+from checkpoints.vocab import AuditAction, MigrationOutcome, PhaseClass, RecoveryState
+from tests.api.apihelpers import get, new_checkpoint, put_cp, snapshot, url
+from tests.helpers import age_world, envelope
+
+KIND = "acme.refund_flow"
+
+V1 = {
+    "description": "refunds, declared",
+    "schema": {
+        "type": "object", "required": ["state", "refund_id"],
+        "properties": {
+            "state": {"enum": ["ready", "refunding", "refunded"]},
+            "refund_id": {"type": "string", "pattern": "^rf_[a-z0-9]+$"},
+            "attempt": {"type": "integer", "minimum": 0},
+            "agent": {"type": "string"},
+            "usage": {"type": "object", "properties": {"tokens": {"type": "integer"}}},
+        },
+    },
+    "phase": {"pointer": "/state", "stable": ["ready"], "in_flight": ["refunding"],
+              "completed": ["refunded"], "label": "refund {phase}, attempt {/attempt}"},
+    "identity": {"agent": "/agent"},
+    "usage": {"tokens": "/usage/tokens"},
+}
+
+#: v2 renames ``refund_id`` to ``refund`` and adds ``currency``: reversible.
+V2 = copy.deepcopy(V1) | {"migration": {"ops": [
+    {"op": "rename", "from": "/refund_id", "to": "/refund"},
+    {"op": "add", "path": "/currency", "value": "EUR"}]}}
+V2["schema"]["required"] = ["state", "refund", "currency"]
+V2["schema"]["properties"]["refund"] = V2["schema"]["properties"].pop("refund_id")
+V2["schema"]["properties"]["currency"] = {"enum": ["EUR", "USD"]}
+V2["schema"]["additionalProperties"] = False
+V1["schema"]["additionalProperties"] = False
+
+
+def declare(client, version, body, tenant="acme", kind=KIND):
+    return client.put(url(tenant, f"kinds/{kind}/versions/{version}"), data=json.dumps(body),
+                      content_type="application/json")
+
+
+@pytest.fixture
+def v1(api_as, adam):
+    r = declare(api_as(adam), 1, V1)
+    assert r.status_code == 201, r.content
+    return r.json()
+
+
+def test_an_admin_declares_a_version_and_every_role_reads_it(api_as, adam, vic, v1):
+    assert (v1["kind"], v1["version"], v1["outcome"], v1["declared_by"]) == (KIND, 1, "created",
+                                                                            "adam")
+    assert v1["declaration"] == V1 and len(v1["digest"]) == 64
+    r = get(api_as(vic), "acme", f"kinds/{KIND}/versions/1")
+    assert r.status_code == 200 and r.json()["outcome"] == "read"
+    assert r.json()["digest"] == v1["digest"]
+    event = AuditEvent.objects.filter(action=AuditAction.KIND_DECLARE).get()
+    assert (event.target_ref, event.actor_name) == (f"{KIND} v1", "adam")
+
+
+@pytest.mark.parametrize("who", ["vic", "rita", "april", "wendy"])
+def test_only_the_admin_declares(api_as, request, who, acme):
+    client = api_as(request.getfixturevalue(who))
+    before = snapshot()
+    r = declare(client, 1, V1)
+    assert r.status_code == 403, r.content
+    assert snapshot() == before and not DeclaredKindVersion.objects.exists()
+
+
+def test_the_tenants_checkpoints_are_classified_by_it(api_as, adam, wendy, v1):
+    body = new_checkpoint(api_as(wendy), "acme", kind=KIND, payload={
+        "state": "refunding", "refund_id": "rf_1", "attempt": 2, "agent": "refunder",
+        "usage": {"tokens": 7}})
+    run = Run.objects.get(uuid=body["run_id"])
+    assert (run.phase_class, run.phase_label, run.agent) == (
+        PhaseClass.IN_FLIGHT, "refund refunding, attempt 2", "refunder")
+    bad = new_checkpoint(api_as(wendy), "acme", kind=KIND, payload={"state": "ready",
+                                                                    "refund_id": "RF-no"})
+    run = Run.objects.get(uuid=bad["run_id"])
+    assert run.recovery_state == RecoveryState.SCHEMA_MISMATCH
+    assert run.phase_label.endswith("at #/properties/refund_id/pattern")
+    assert "RF-no" not in run.phase_label
+
+
+def test_a_usage_counter_it_declares_never_goes_down(api_as, wendy, v1):
+    w = api_as(wendy)
+    body = new_checkpoint(w, "acme", kind=KIND, payload={
+        "state": "ready", "refund_id": "rf_1", "usage": {"tokens": 7}})
+    lower = dict(body, revision=1, payload={"state": "ready", "refund_id": "rf_1",
+                                            "usage": {"tokens": 6}})
+    r = put_cp(w, "acme", lower, match=0)
+    assert r.status_code == 422 and r.json()["error"] == "usage_decreased", r.content
+
+
+def test_another_tenant_never_sees_it(api_as, wes, omar, v1):
+    body = new_checkpoint(api_as(wes), "globex", kind=KIND,
+                          payload={"state": "refunding", "refund_id": "rf_1"})
+    run = Run.objects.get(uuid=body["run_id"])
+    assert run.recovery_state == RecoveryState.SCHEMA_MISMATCH
+    assert run.phase_label == f"kind '{KIND}' is not registered"
+    assert get(api_as(omar), "globex", f"kinds/{KIND}/versions/1").status_code == 404
+    kinds = {k["kind"]: k for k in get(api_as(omar), "globex", "kinds").json()["kinds"]}
+    assert (kinds[KIND]["registered"], kinds[KIND]["declared"]) == (False, False)
+
+
+def test_the_kinds_list_says_declared(api_as, vic, v1):
+    kinds = {k["kind"]: k for k in get(api_as(vic), "acme", "kinds").json()["kinds"]}
+    assert (kinds[KIND]["registered"], kinds[KIND]["declared"], kinds[KIND]["description"],
+            kinds[KIND]["supported_versions"]) == (True, True, "refunds, declared", [1])
+    assert kinds["acme.order"]["declared"] is False
+
+
+def test_the_same_declaration_again_changes_nothing(api_as, adam, v1):
+    events = AuditEvent.objects.count()
+    r = declare(api_as(adam), 1, json.loads(json.dumps(V1)))
+    assert (r.status_code, r.json()["outcome"], r.json()["digest"]) == (200, "unchanged",
+                                                                       v1["digest"])
+    assert AuditEvent.objects.count() == events
+
+
+def test_an_unused_version_may_change_a_used_one_may_not(api_as, adam, wendy, v1):
+    changed = copy.deepcopy(V1)
+    changed["phase"]["label"] = "refund {phase}"
+    r = declare(api_as(adam), 1, changed)
+    assert (r.status_code, r.json()["outcome"]) == (200, "replaced"), r.content
+    event = AuditEvent.objects.filter(action=AuditAction.KIND_DECLARE).order_by("-seq").first()
+    assert event.before == {"digest": v1["digest"]}
+    new_checkpoint(api_as(wendy), "acme", kind=KIND,
+                   payload={"state": "ready", "refund_id": "rf_1"})
+    before = snapshot()
+    r = declare(api_as(adam), 1, V1)
+    assert (r.status_code, r.json()["error"]) == (409, "kind_version_in_use"), r.content
+    assert "declare v2" in r.json()["detail"]
+    assert snapshot() == before
+    assert DeclaredKindVersion.objects.get().body == changed
+
+
+def test_a_kind_in_code_cannot_be_declared(api_as, adam):
+    r = declare(api_as(adam), 3, V1, kind="acme.order")
+    assert r.status_code == 400 and r.json()["detail"].startswith("kind: acme.order is a kind "
+                                                                  "in code"), r.content
+
+
+@pytest.mark.parametrize(("version", "put_status", "get_status"), [
+    ("x", 400, 404), ("01", 400, 404), ("4294967296", 400, 404), ("-1", 400, 404)])
+def test_a_bad_version_in_the_url(api_as, adam, version, put_status, get_status):
+    r = declare(api_as(adam), version, V1)
+    assert r.status_code == put_status and r.json()["detail"].startswith("version:")
+    assert get(api_as(adam), "acme", f"kinds/{KIND}/versions/{version}").status_code \
+        == get_status
+    assert not DeclaredKindVersion.objects.exists()
+
+
+def _chain(n: int) -> dict:
+    """``n`` definitions, each ``anyOf`` the next twice: 2^n subschemas on one value."""
+    defs = {f"d{i}": {"anyOf": [{"$ref": f"#/$defs/d{i + 1}"}, {"$ref": f"#/$defs/d{i + 1}"}]}
+            for i in range(n)}
+    defs[f"d{n}"] = {"type": "string"}
+    return {"$defs": defs, "$ref": "#/$defs/d0"}
+
+
+def _nested(depth: int) -> dict:
+    schema: dict = {"type": "object"}
+    for _ in range(depth):
+        schema = {"type": "object", "properties": {"a": schema}}
+    return schema
+
+
+HOSTILE = {
+    "remote $ref": ({"$ref": "https://example.com/schema.json"}, "schema/$ref"),
+    "a $ref loop": ({"$defs": {"a": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"},
+                    "schema/$defs/a"),
+    "an allOf loop": ({"$defs": {"a": {"allOf": [{"$ref": "#/$defs/b"}]},
+                                 "b": {"anyOf": [{"$ref": "#/$defs/a"}]}},
+                       "$ref": "#/$defs/a"}, "schema/$defs/a"),
+    "2^20 subschemas": (_chain(20), "schema/$defs/d"),
+    "a backreference": ({"type": "string", "pattern": "^(a+)\\1$"}, "schema/pattern"),
+    "patternProperties": ({"patternProperties": {"^(a+)+$": {}}}, "schema/patternProperties"),
+    "$id": ({"$id": "https://example.com/x", "type": "object"}, "schema/$id"),
+    "$dynamicRef": ({"$dynamicRef": "#x"}, "schema/$dynamicRef"),
+    "too deep": (_nested(20), "schema"),
+    "not a schema": ({"type": "objekt"}, "schema/type"),
+    "another draft": ({"$schema": "http://json-schema.org/draft-04/schema#"},
+                      "schema/$schema"),
+    "a $ref to nothing": ({"$ref": "#/$defs/missing"}, "schema/$ref"),
+}
+
+
+@pytest.mark.parametrize("case", list(HOSTILE))
+def test_a_hostile_schema_is_refused_naming_where(api_as, adam, case):
+    schema, field = HOSTILE[case]
+    client = api_as(adam)
+    before = snapshot()
+    started = time.monotonic()
+    r = declare(client, 1, V1 | {"schema": schema})
+    assert r.status_code == 400, r.content
+    assert r.json()["detail"].startswith(field), r.json()
+    assert snapshot() == before and not DeclaredKindVersion.objects.exists()
+    assert time.monotonic() - started < 10  # refused, not evaluated
+
+
+BAD_DECLARATIONS = {
+    "unknown field": ({"schemas": {}}, "schemas"),
+    "no phase": ({"phase": None}, "phase"),
+    "phase pointer": ({"phase": V1["phase"] | {"pointer": "state"}}, "phase.pointer"),
+    "a phase value twice": ({"phase": V1["phase"] | {"completed": ["ready"]}},
+                            "phase.completed"),
+    "a label pointer": ({"phase": V1["phase"] | {"label": "{nope}"}}, "phase.label"),
+    "identity part": ({"identity": {"owner": "/x"}}, "identity.owner"),
+    "usage counter name": ({"usage": {"Tokens": "/t"}}, "usage.Tokens"),
+    "migration without ops": ({"migration": {}}, "migration"),
+    "an unknown op": ({"migration": {"ops": [{"op": "copy", "from": "/a", "to": "/b"}]}},
+                      "migration.ops[0]/op"),
+    "a rename across objects": ({"migration": {"ops": [
+        {"op": "rename", "from": "/a", "to": "/b/c"}]}}, "migration.ops[0]/to"),
+    "too big": ({"description": "x" * 100, "schema": V1["schema"] | {
+        "$comment": "y" * declarative.MAX_DECLARATION_BYTES}}, "body"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_DECLARATIONS))
+def test_a_bad_declaration_is_400_naming_the_field(api_as, adam, case):
+    change, field = BAD_DECLARATIONS[case]
+    body = {k: v for k, v in (V1 | change).items() if v is not None}
+    r = declare(api_as(adam), 2, body)
+    assert r.status_code in (400, 413), r.content
+    if r.status_code == 400:
+        assert r.json()["detail"].startswith(field), r.json()
+    assert not DeclaredKindVersion.objects.exists()
+
+
+def test_a_migration_needs_the_version_before(api_as, adam):
+    r = declare(api_as(adam), 2, V2)
+    assert r.status_code == 400 and r.json()["detail"].startswith("migration:"), r.content
+
+
+def _migrate(acme, to, **kw):
+    age_world(3600)  # the runtime's writes are an hour old: its owner is gone
+    return services.checkpoints_migrate(actor=None, tenant=acme, kind=KIND, to_version=to,
+                                        **kw)
+
+
+def test_a_declared_migration_goes_up_and_back(api_as, adam, wendy, acme, v1):
+    assert declare(api_as(adam), 2, V2).status_code == 201
+    payload = {"state": "ready", "refund_id": "rf_9", "attempt": 1}
+    body = new_checkpoint(api_as(wendy), "acme", kind=KIND, payload=payload)
+    report = _migrate(acme, 2)
+    assert report.counts[MigrationOutcome.MIGRATED] == 1, report.items
+    run = Run.objects.get(uuid=body["run_id"])
+    assert (run.schema_version, run.phase_class) == (2, PhaseClass.STABLE)
+    envelope_now = get(api_as(wendy), "acme", f"checkpoints/{body['id']}").json()
+    assert envelope_now["payload"] == {"state": "ready", "refund": "rf_9", "attempt": 1,
+                                       "currency": "EUR"}
+    back = _migrate(acme, 1, reverse=True)
+    assert back.counts[MigrationOutcome.MIGRATED] == 1, back.items
+    assert get(api_as(wendy), "acme", f"checkpoints/{body['id']}").json()["payload"] == payload
+
+
+def test_a_one_way_step_refuses_the_reverse(api_as, adam, wendy, acme, v1):
+    one_way = copy.deepcopy(V2)
+    one_way["migration"]["ops"].append({"op": "set_default", "path": "/attempt", "value": 0})
+    assert declare(api_as(adam), 2, one_way).json()["outcome"] == "created"
+    event = AuditEvent.objects.filter(action=AuditAction.KIND_DECLARE).order_by("-seq").first()
+    assert event.after["reversible_from_previous"] is False
+    new_checkpoint(api_as(wendy), "acme", kind=KIND,
+                   payload={"state": "ready", "refund_id": "rf_9"})
+    assert _migrate(acme, 2).counts[MigrationOutcome.MIGRATED] == 1
+    back = _migrate(acme, 1, reverse=True)
+    assert back.refusals == {"not_reversible": 1}, back.items
+
+
+def test_register_kind_declares_from_a_file(tmp_path, acme):
+    path = tmp_path / "refund.json"
+    path.write_text(json.dumps(V1))
+    out = io.StringIO()
+    call_command("register_kind", "acme", KIND, "1", str(path), stdout=out)
+    assert out.getvalue().startswith(f"acme: {KIND} v1 created")
+    event = AuditEvent.objects.filter(action=AuditAction.KIND_DECLARE).get()
+    assert event.actor_id is None
+    path.write_text(json.dumps(V1 | {"schema": {"$ref": "http://x"}}))
+    with pytest.raises(CommandError, match=r"^schema/\$ref"):
+        call_command("register_kind", "acme", KIND, "2", str(path))
+    with pytest.raises(CommandError, match="tenant: no tenant"):
+        call_command("register_kind", "nope", KIND, "1", str(path))
+    assert DeclaredKindVersion.objects.count() == 1
+
+
+def test_the_declared_envelope_is_a_plain_checkpoint_otherwise(api_as, wendy, v1):
+    """A declared kind changes classification only: the CAS rules hold as for any kind."""
+    w = api_as(wendy)
+    body = envelope(kind=KIND, payload={"state": "ready", "refund_id": "rf_1"})
+    assert put_cp(w, "acme", body, create=True).status_code == 201
+    assert put_cp(w, "acme", body, create=True).status_code == 412
