@@ -9,9 +9,6 @@ The database is whatever ``DATABASE_URL`` says (PostgreSQL in CI), else embedded
 
 from __future__ import annotations
 
-import dataclasses
-import sys
-
 import pytest
 from django.db import connection
 from django.test import Client
@@ -113,17 +110,10 @@ def kind_registry():
     global, so a test that registers kinds (or loads kind modules) must leave it as it
     found it. Also forgets the kind modules the test imported (``tests.kindmodules.*``,
     ``examples.kinds.*``), so the next ``load_kind_modules`` imports, and registers, again."""
-    from checkpoints import kinds
+    from tests.kind_fixtures import registry_restored
 
-    saved = {name: dataclasses.replace(spec, versions=dict(spec.versions))
-             for name, spec in kinds._REGISTRY.items()}
-    imported = set(sys.modules)
-    yield kinds
-    kinds._REGISTRY.clear()
-    kinds._REGISTRY.update(saved)
-    for name in set(sys.modules) - imported:
-        if name.startswith(("tests.kindmodules.", "examples.kinds.")):
-            del sys.modules[name]
+    with registry_restored() as kinds:
+        yield kinds
 
 
 @pytest.fixture

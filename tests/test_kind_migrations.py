@@ -1,31 +1,19 @@
 """Migrations between a kind's versions as a chain of upcasters (issue 19, item 2;
 docs/migrations.md): the registry's rules (``kinds.register_migration``,
-``kinds.migration_path``, ``kinds.migrate``), the two shipped migrations against every
-fixture, a property test of ``acme.order``'s round trip, and the lazy/offline flag.
-Pure: no database."""
+``kinds.migration_path``, ``kinds.migrate``, ``kinds.registered_migrations``) on a toy
+kind, the lazy/offline flag and the preview's diff. The shipped migrations against every
+fixture, their fixture pairs and the property test of every reversible step's round trip
+are tests/test_kind_fixtures.py. Pure: no database."""
 
 from __future__ import annotations
 
-import copy
 import json
-from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from checkpoints import kinds, upcasters
 
-FIXTURES = Path(__file__).parent / "fixtures"
 TOY = "test.migrating"
-
-
-def _cases(name: str) -> list[dict]:
-    return json.loads((FIXTURES / name).read_text())["cases"]
-
-
-def _payloads(name: str) -> list:
-    return [pytest.param(c["checkpoint"]["payload"], id=c["name"]) for c in _cases(name)]
 
 
 def _spec(required: str) -> kinds.VersionSpec:
@@ -79,6 +67,16 @@ def test_a_missing_step_is_refused_naming_it(toy):
         kinds.migration_path("test.nothing", 1, 2)
 
 
+def test_the_registry_lists_its_steps_per_kind_in_order(toy):
+    steps = kinds.registered_migrations()
+    assert [(m.from_version, m.to_version, m.name, m.reversible) for m in steps[toy]] == [
+        (1, 2, "a to b", True), (2, 3, "b to c", False)]
+    assert [m.name for m in steps["acme.order"]] == ["acme.order amount_cents -> amount"]
+    assert "langgraph.checkpoint" not in steps  # a kind with no step is not listed
+    steps[toy].clear()  # a copy: the registry keeps its steps
+    assert len(kinds.registered_migrations()[toy]) == 2
+
+
 def test_the_errors_carry_the_refusal_word(toy):
     assert kinds.NoMigrationPath("x").reason == "no_path"
     assert kinds.NotReversible("x").reason == "not_reversible"
@@ -109,84 +107,6 @@ def test_migrate_takes_only_a_valid_payload_and_never_changes_it(toy):
     payload = {"a": 3}
     kinds.migrate(toy, 1, 3, payload)
     assert payload == {"a": 3}
-
-
-# --- acme.order v1 <-> v2 -----------------------------------------------------------------
-
-@pytest.mark.parametrize("payload", _payloads("acme.order.v1.json"))
-def test_every_acme_v1_fixture_goes_to_v2_and_back_unchanged(payload):
-    v2, cls, _ = kinds.migrate("acme.order", 1, 2, payload)
-    assert cls.supported and "amount_cents" not in v2
-    assert v2["amount"] == {"cents": payload["amount_cents"], "currency": "USD"}
-    assert cls.phase == kinds.classify("acme.order", 1, payload).phase
-    back, cls_back, _ = kinds.migrate("acme.order", 2, 1, v2)
-    assert back == payload and cls_back.supported
-
-
-@pytest.mark.parametrize("payload", _payloads("acme.order.v2.json"))
-def test_every_acme_v2_fixture_in_dollars_goes_back_and_up_unchanged(payload):
-    if payload["amount"]["currency"] != "USD":
-        with pytest.raises(kinds.NotReversible, match="payload.amount"):
-            kinds.migrate("acme.order", 2, 1, payload)
-        return
-    v1, _, _ = kinds.migrate("acme.order", 2, 1, payload)
-    assert kinds.migrate("acme.order", 1, 2, v1)[0] == payload
-
-
-def test_a_v1_order_with_an_amount_of_its_own_is_refused_not_overwritten():
-    with pytest.raises(kinds.InvalidAfter, match="payload.amount"):
-        kinds.migrate("acme.order", 1, 2, {"phase": "ready", "amount": "lots"})
-
-
-TEXT = st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00"),
-               max_size=12)
-JSON = st.recursive(st.none() | st.booleans() | st.integers() | TEXT,
-                    lambda inner: st.lists(inner, max_size=3)
-                    | st.dictionaries(TEXT, inner, max_size=3), max_leaves=8)
-#: Valid ``acme.order`` v1 payloads: a phase, the optional fields v1 knows, and any other
-#: keys (v1 keeps unknown keys) but ``amount``, which v2 takes (refused: tested above).
-V1_FIELDS = {"phase", "order_id", "workflow", "amount_cents", "definition_version", "amount"}
-ACME_V1 = st.builds(
-    lambda known, extra: {**extra, **known},
-    st.fixed_dictionaries(
-        {"phase": st.sampled_from(sorted(kinds.ACME_PHASES))},
-        optional={"order_id": TEXT, "workflow": TEXT,
-                  "amount_cents": st.integers(min_value=0, max_value=2**70),
-                  "definition_version": st.integers(-10**12, 10**12) | TEXT}),
-    st.dictionaries(TEXT.filter(lambda k: k not in V1_FIELDS), JSON, max_size=3))
-
-
-@settings(max_examples=300, derandomize=True, database=None, deadline=None)
-@given(ACME_V1)
-def test_down_after_up_is_the_identity_for_any_valid_acme_v1_payload(payload):
-    assert kinds.classify("acme.order", 1, payload).supported
-    before = copy.deepcopy(payload)
-    v2, cls, _ = kinds.migrate("acme.order", 1, 2, payload)
-    assert cls.supported, cls.error
-    assert kinds.migrate("acme.order", 2, 1, v2)[0] == payload
-    assert payload == before  # the steps never change what they were given
-
-
-# --- runifold.workflow v3 <-> v4 ----------------------------------------------------------
-
-@pytest.mark.parametrize("payload", _payloads("runifold.workflow.v3.json"))
-def test_every_workflow_v3_fixture_is_a_v4_payload_as_it_is(payload):
-    v4, cls, path = kinds.migrate("runifold.workflow", 3, 4, payload)
-    assert v4 == payload and cls.supported
-    assert cls.phase == kinds.classify("runifold.workflow", 3, payload).phase
-    assert kinds.migrate("runifold.workflow", 4, 3, v4)[0] == payload
-
-
-@pytest.mark.parametrize("payload", _payloads("runifold.workflow.v4.json"))
-def test_a_v4_workflow_goes_back_to_v3_unless_it_is_waiting(payload):
-    if payload["phase"]["state"] != "waiting":
-        assert kinds.migrate("runifold.workflow", 4, 3, payload)[0] == payload
-        return
-    with pytest.raises(kinds.NotReversible) as refused:
-        kinds.migrate("runifold.workflow", 4, 3, payload)
-    assert "waiting exists only in v4" in str(refused.value)
-    assert "(down)" in str(refused.value)  # names the step
-    assert refused.value.reason == "not_reversible"
 
 
 # --- lazy and offline kinds ---------------------------------------------------------------

@@ -4,13 +4,11 @@ imported once at start (``apps.ready``), each registering kinds with
 not ``schema_mismatch``); a module that cannot be imported, whose registration raises, or
 that touches a built-in kind stops start-up (``manage.py check`` included) with a message
 naming the module and the cause. The worked example of docs/kinds.md
-(``examples/kinds/acme_refunds.py``) against its fixtures. Every test that registers
+(``examples/kinds/acme_refunds.py``) refusing what it must. Every test that registers
 restores the registry (the ``kind_registry`` fixture)."""
 
 from __future__ import annotations
 
-import copy
-import json
 import os
 import subprocess
 import sys
@@ -25,6 +23,7 @@ from checkpoints.apps import load_kind_modules
 from checkpoints.models import Run
 from recovery.settings import _kind_modules
 from tests.helpers import envelope, put_checkpoint
+from tests.kind_fixtures import payload as fixture_payload
 
 ROOT = Path(__file__).resolve().parent.parent
 GOOD = "tests.kindmodules.good"
@@ -170,30 +169,15 @@ def test_manage_py_check_fails_naming_the_module_and_the_cause(tmp_path, module,
 
 # --- the worked example of docs/kinds.md ---------------------------------------------------
 
-REFUNDS = json.loads((ROOT / "tests" / "fixtures" / "acme.refund.v1.json").read_text())
-
-
 @pytest.fixture
 def refunds(kind_registry):
     load_kind_modules([EXAMPLE])
     return kind_registry
 
 
-def test_the_example_has_a_fixture_for_every_phase():
-    from examples.kinds import acme_refunds
-
-    assert {c["checkpoint"]["payload"]["phase"] for c in REFUNDS["cases"]} \
-        == set(acme_refunds.PHASES)
-
-
-@pytest.mark.parametrize("case", REFUNDS["cases"], ids=[c["name"] for c in REFUNDS["cases"]])
-def test_the_example_classifies_its_fixtures(refunds, case):
-    cp = case["checkpoint"]
-    result = kinds.classify(cp["kind"], cp["schema_version"], cp["payload"])
-    assert result.error == ""
-    assert (result.phase.phase_class, result.phase.label) == (case["phase_class"],
-                                                              case["label"])
-    assert result.identity == kinds.Identity(**case["identity"])
+# Its fixtures, one per phase (tests/fixtures/kinds/acme.refund/v1/), are classified,
+# given their resume decision and round-tripped by tests/test_kind_fixtures.py, which
+# loads this module (tests/kind_fixtures.py, KIND_MODULES).
 
 
 @pytest.mark.parametrize(("mutate", "field"), [
@@ -207,7 +191,7 @@ def test_the_example_classifies_its_fixtures(refunds, case):
 ])
 def test_the_example_refuses_a_payload_naming_the_field_never_the_value(refunds, mutate,
                                                                          field):
-    payload = copy.deepcopy(REFUNDS["cases"][0]["checkpoint"]["payload"])
+    payload = fixture_payload("acme.refund/v1/requested")
     payload["refund_id"] = "SECRET-REFUND-ID"
     mutate(payload)
     result = kinds.classify("acme.refund", 1, payload)

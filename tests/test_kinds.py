@@ -1,81 +1,17 @@
-"""The kind registry against our fixtures (tests/fixtures/, written by us from RUNIFOLD.md).
+"""The kind registry's validators and labels: each names the field it refuses, never a
+value, and takes what RUNIFOLD.md allows up to its limits.
 
-Every supported version has fixtures for each phase; unsupported versions and kinds are
-classified ``unsupported`` (never guessed), and the registry's validators name the field.
+Every phase of every supported version, and the kinds and versions that are unsupported,
+are the fixtures of ``tests/fixtures/kinds/`` (tests/test_kind_fixtures.py); the payloads
+below are those fixtures, broken one rule at a time.
 """
 
 from __future__ import annotations
 
-import copy
-import json
-from pathlib import Path
-
 import pytest
 
 from checkpoints import kinds
-
-FIXTURES = Path(__file__).parent / "fixtures"
-SUPPORTED_FILES = ["runifold.agent.v1.json", "runifold.workflow.v3.json",
-                   "runifold.workflow.v4.json", "acme.order.v1.json", "acme.order.v2.json",
-                   "langgraph.checkpoint.v1.json"]
-
-
-def _load(name: str) -> dict:
-    return json.loads((FIXTURES / name).read_text())
-
-
-def _cases(name: str) -> list:
-    data = _load(name)
-    return [pytest.param(data, c, id=f"{name}:{c['name']}") for c in data["cases"]]
-
-
-SUPPORTED = [p for f in SUPPORTED_FILES for p in _cases(f)]
-UNSUPPORTED = _cases("unsupported.json")
-
-
-def _phase_states(name: str) -> set[str]:
-    out = set()
-    for case in _load(name)["cases"]:
-        phase = case["checkpoint"]["payload"]["phase"]
-        out.add(phase["state"] if isinstance(phase, dict) else phase)
-    return out
-
-
-def test_it_has_fixtures_for_every_phase_of_every_supported_version():
-    assert kinds.registered() == {"acme.order": [1, 2], "langgraph.checkpoint": [1],
-                                  "runifold.agent": [1], "runifold.workflow": [3, 4]}
-    assert _phase_states("runifold.agent.v1.json") == {"ready_for_turn", "turn_in_flight",
-                                                       "completed"}
-    wf = {"ready", "step_in_flight", "parallel_in_flight", "race_in_flight", "completed"}
-    assert _phase_states("runifold.workflow.v3.json") == wf
-    assert _phase_states("runifold.workflow.v4.json") == wf | {"waiting"}
-    assert _phase_states("acme.order.v1.json") == set(kinds.ACME_PHASES)
-    assert _phase_states("acme.order.v2.json") == set(kinds.ACME_PHASES)
-    labels = {c["label"].split(" ")[0] for c in _load("langgraph.checkpoint.v1.json")["cases"]}
-    assert labels == {"running", "between", "waiting", "error", "paused", "done"}  # every rule
-
-
-@pytest.mark.parametrize(("data", "case"), SUPPORTED)
-def test_it_classifies_each_supported_fixture(data, case):
-    cp = case["checkpoint"]
-    assert (cp["kind"], cp["schema_version"]) == (data["kind"], data["schema_version"])
-    result = kinds.classify(cp["kind"], cp["schema_version"], cp["payload"])
-    assert result.error == ""
-    assert result.supported
-    assert result.phase.phase_class == case["phase_class"]
-    if "label" in case:
-        assert result.phase.label == case["label"]
-    assert result.identity == kinds.Identity(**case["identity"])
-
-
-@pytest.mark.parametrize(("data", "case"), UNSUPPORTED)
-def test_it_answers_unsupported_for_unknown_versions_and_kinds(data, case):
-    cp = case["checkpoint"]
-    result = kinds.classify(cp["kind"], cp["schema_version"], cp["payload"])
-    assert not result.supported
-    assert result.phase.phase_class == "unsupported"
-    assert result.error
-    assert result.identity == kinds.Identity()
+from tests.kind_fixtures import payload as fixture_payload
 
 
 def test_it_names_the_versions_it_supports_when_refusing_one():
@@ -83,24 +19,18 @@ def test_it_names_the_versions_it_supports_when_refusing_one():
     assert "supported: 3, 4" in result.error
 
 
-def test_it_rejects_the_waiting_phase_in_v3_but_accepts_it_in_v4():
-    waiting = next(c for c in _load("runifold.workflow.v4.json")["cases"]
-                   if c["checkpoint"]["payload"]["phase"]["state"] == "waiting")
-    payload = waiting["checkpoint"]["payload"]
-    assert kinds.classify("runifold.workflow", 4, payload).phase.phase_class == "stable"
-    v3 = kinds.classify("runifold.workflow", 3, payload)
-    assert v3.phase.phase_class == "unsupported"
-    assert "payload.phase.state" in v3.error
-
-
 def _agent_payload() -> dict:
-    return copy.deepcopy(_load("runifold.agent.v1.json")["cases"][0]["checkpoint"]["payload"])
+    return fixture_payload("runifold.agent/v1/ready_for_turn")
+
+
+#: The v4 fixture a workflow test breaks, by phase state.
+WORKFLOW_FIXTURES = {"ready": "ready", "step_in_flight": "step_in_flight",
+                     "parallel_in_flight": "parallel-branch-in-flight",
+                     "waiting": "waiting", "completed": "completed"}
 
 
 def _workflow_payload(state: str) -> dict:
-    case = next(c for c in _load("runifold.workflow.v4.json")["cases"]
-                if c["checkpoint"]["payload"]["phase"]["state"] == state)
-    return copy.deepcopy(case["checkpoint"]["payload"])
+    return fixture_payload(f"runifold.workflow/v4/{WORKFLOW_FIXTURES[state]}")
 
 
 @pytest.mark.parametrize(("mutate", "field"), [
@@ -213,8 +143,7 @@ def test_it_refuses_to_register_a_kind_that_breaks_the_naming_rule():
 # --- langgraph.checkpoint v1 (issue 10, docs/langgraph.md) -----------------------------
 
 def _langgraph_payload() -> dict:
-    return copy.deepcopy(_load("langgraph.checkpoint.v1.json")["cases"][1]["checkpoint"]
-                         ["payload"])
+    return fixture_payload("langgraph.checkpoint/v1/running-no-task-written")
 
 
 @pytest.mark.parametrize(("mutate", "field"), [

@@ -362,6 +362,17 @@ def migrate(kind: str, from_version: int, to_version: int, payload: Any, *,
                          payload, lambda version, p: classify(kind, version, p, lookup=lookup))
 
 
+def registered_migrations() -> dict[str, list[upcasters.Migration]]:
+    """``{kind: [its migration steps, by from_version]}``, the kinds that have any: each
+    an ``upcasters.Migration`` (``kind``, ``from_version``, ``to_version``, ``up``,
+    ``down``, ``name``, ``reversible``), as registered by ``register_migration``. A read
+    of the registry (a new dict and lists; the steps themselves are frozen), for reports
+    and the fixture suite (tests/test_kind_fixtures.py: every step has a fixture pair,
+    every reversible one a payload strategy)."""
+    return {k: [spec.migrations[v] for v in sorted(spec.migrations)]
+            for k, spec in sorted(_REGISTRY.items()) if spec.migrations}
+
+
 def set_migration_mode(kind: str, mode: str) -> None:
     """Make registered ``kind`` ``lazy`` (the default) or ``offline`` (``MigrationMode``)."""
     _REGISTRY[kind].mode = MigrationMode(mode)

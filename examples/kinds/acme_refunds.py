@@ -18,8 +18,9 @@ phase           phase class    meaning
 ``rejected``    completed      a person said no; nothing will be sent
 ==============  =============  ==========================================================
 
-Load it with ``RECOVERY_KIND_MODULES=examples.kinds.acme_refunds``. Its test:
-``tests/test_kind_modules.py`` (against ``tests/fixtures/acme.refund.v1.json``).
+Load it with ``RECOVERY_KIND_MODULES=examples.kinds.acme_refunds``. Its fixtures, one per
+phase: ``tests/fixtures/kinds/acme.refund/v1/`` (run by ``tests/test_kind_fixtures.py``);
+its refusals: ``tests/test_kind_modules.py``.
 """
 
 from __future__ import annotations

@@ -15,9 +15,9 @@ Each answer is checked with "nothing stored" (``snapshot``).
 
 from __future__ import annotations
 
+import copy
 import json
 import uuid
-from pathlib import Path
 
 import pytest
 from drf_spectacular.generators import SchemaGenerator
@@ -28,6 +28,7 @@ from checkpoints.exceptions import InvalidPayload
 from checkpoints.models import Run
 from tests.api.apihelpers import new_checkpoint, post, put_cp, put_fx, snapshot, url
 from tests.helpers import effect_body, envelope
+from tests.kind_fixtures import fixtures as kind_fixtures
 
 PREFIX = "/api/v1/tenants/{tenant}/"
 
@@ -295,9 +296,7 @@ OVERLONG_IDENTITY = {
 
 def _fixture_payload(kind: str, version: int, part: str) -> dict:
     """The first fixture payload of ``kind`` v``version`` with ``part`` made too long."""
-    fixtures = Path(__file__).resolve().parent.parent / "fixtures"
-    data = json.loads((fixtures / f"{kind}.v{version}.json").read_text())
-    payload = data["cases"][0]["checkpoint"]["payload"]
+    payload = copy.deepcopy(kind_fixtures(kind, version)[0].payload)
     if part == "agent":
         payload["agent"] = "a" * 257
     elif part == "model":

@@ -17,6 +17,7 @@ from checkpoints.exceptions import Fenced, Forbidden, InvalidPayload, NotFound
 from checkpoints.models import AuditEvent, Checkpoint, CheckpointRevision, Conflict, Run
 from checkpoints.services import migrations
 from tests.helpers import age_world, envelope, put_checkpoint
+from tests.kind_fixtures import fixtures as kind_fixtures
 from tests.matrixhelpers import db_diff, db_state
 
 QUIET = 3600  # seconds: past the ambiguity threshold, so a run without a lease is unowned
@@ -156,12 +157,11 @@ def test_it_migrates_back_only_when_asked_to_reverse(acme, wendy):
 
 
 def test_a_waiting_workflow_is_not_taken_back_to_v3(acme, wendy):
-    fixture = json.loads(open("tests/fixtures/runifold.workflow.v4.json").read())["cases"]
+    fixture = kind_fixtures("runifold.workflow", 4)
     bodies = {}
     for case in fixture:
-        state = case["checkpoint"]["payload"]["phase"]["state"]
-        body = envelope(kind="runifold.workflow", schema_version=4,
-                        payload=case["checkpoint"]["payload"])
+        state = case.payload["phase"]["state"]
+        body = envelope(kind="runifold.workflow", schema_version=4, payload=case.payload)
         put_checkpoint(wendy, acme, body)
         bodies.setdefault(state, body)
     age_world(QUIET)

@@ -9,11 +9,9 @@ match the checkpoint's (``continue``/``replay``) or be at least it (``retry``), 
 
 from __future__ import annotations
 
-import copy
 import io
 import json
 import uuid
-from pathlib import Path
 
 import pytest
 from django.db import connection
@@ -25,16 +23,14 @@ from checkpoints.interop import runifold
 from checkpoints.models import Checkpoint, CheckpointRevision, Conflict, RetryRequest, Run
 from tests.api.apihelpers import url
 from tests.helpers import envelope, put_checkpoint, sweep_later
+from tests.kind_fixtures import payload as fixture_payload
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 COUNTERS = ("tokens", "cost_microusd", "duration_micros", "turns", "tool_calls", "delegations")
 
 
 def agent_payload(state: str = "ready_for_turn", **usage) -> dict:
     """The runifold.agent v1 fixture in ``state`` with its usage counters set."""
-    cases = json.loads((FIXTURES / "runifold.agent.v1.json").read_text())["cases"]
-    payload = copy.deepcopy(next(c["checkpoint"]["payload"] for c in cases
-                                 if c["checkpoint"]["payload"]["phase"]["state"] == state))
+    payload = fixture_payload(f"runifold.agent/v1/{state}")
     payload["usage"] = {name: usage.get(name, 0) for name in COUNTERS}
     return payload
 

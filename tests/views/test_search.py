@@ -4,11 +4,8 @@ the filters, and the landing tab of each role."""
 
 from __future__ import annotations
 
-import copy
-import json
 import re
 import uuid
-from pathlib import Path
 
 import pytest
 from django.urls import reverse
@@ -18,14 +15,12 @@ from checkpoints.dashboard import inbox as inbox_views
 from checkpoints.exceptions import InvalidPayload
 from checkpoints.models import AuditEvent, Run
 from tests.helpers import envelope, put_checkpoint
+from tests.kind_fixtures import payload as fixture_payload
 from tests.views.conftest import make_stuck_run
-
-FIXTURES = Path(__file__).parent.parent / "fixtures"
 
 
 def _agent_payload(name: str) -> dict:
-    cases = json.loads((FIXTURES / "runifold.agent.v1.json").read_text())["cases"]
-    payload = copy.deepcopy(cases[0]["checkpoint"]["payload"])
+    payload = fixture_payload("runifold.agent/v1/ready_for_turn")
     payload["agent"] = name
     return payload
 
