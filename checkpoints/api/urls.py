@@ -46,6 +46,10 @@ urlpatterns = [
     path(T + "report", views.ReportApi.as_view(), name="report"),
     # The kinds in use and the registry's (CONTRACT.md 8; docs/kinds.md).
     path(T + "kinds", views.KindListApi.as_view(), name="kind-list"),
+    path(T + "kinds/<str:kind>/migrations", views.KindMigrationListApi.as_view(),
+         name="kind-migrations"),
+    path(T + "kinds/<str:kind>/migrations/<str:job_id>", views.KindMigrationApi.as_view(),
+         name="kind-migration"),
     # LangGraph threads (issue 10, docs/langgraph.md).
     path(T + "langgraph/checkpoints", views.LangGraphCheckpointsApi.as_view(),
          name="langgraph-checkpoints"),

@@ -33,6 +33,7 @@ from .audit import AuditChainHead, AuditEvent, AuditHashScheme, AuditTenant
 from .bulk import BULK_MAX_RUNS, BulkAction, BulkActionItem
 from .effects import Effect, EffectRevision, EncryptedReceipt, RetryRequest, encrypt_receipt
 from .langgraph import GraphCheckpoint, GraphWrite
+from .migrations import MIGRATION_MAX_RUNS, MigrationJob, MigrationJobItem
 from .ops import Heartbeat
 from .reconcile import ReconcileAttempt, ReconcilerConfig, ReconcileRequest
 from .runs import (

@@ -53,6 +53,12 @@ from .kinds import (
     KindVersion,
     kind_usage,
 )
+from .migrations import (
+    JOB_ITEMS_SHOWN,
+    MigrationJobResult,
+    migration_job_get,
+    migration_offers,
+)
 from .objects import (
     BulkResult,
     bulk_get,
