@@ -22,8 +22,10 @@ BEYOND_CONTRACT = {
     # The dashboard's report as JSON ("see ... reports", CONTRACT.md 4).
     ("GET", "report"): "the report",
     # CONTRACT.md 8 (lifecycle): the kinds in use and the registry's, for a viewer
-    # (docs/kinds.md); the declarative PUT and the migrations are not built yet (issue 19).
+    # (docs/kinds.md); the declarative PUT is not built yet (issue 19).
     ("GET", "kinds"): "the tenant's kinds and schema versions",
+    ("POST", "kinds/{}/migrations"): "CONTRACT.md 8: a migration job (202) or its preview",
+    ("GET", "kinds/{}/migrations/{}"): "a migration job and its per-checkpoint results",
     # The GETs that reveal payloads (audited), without their bodies: the current revision
     # (ETag) without a reveal, so without an audit event (issue 8).
     ("HEAD", "checkpoints/{}"): "the current revision, unaudited",

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from django.contrib.auth import get_user_model
 
 from checkpoints import audit, selectors, services
 from checkpoints.exceptions import DomainError
@@ -521,6 +522,15 @@ def checkpoints_migrate_down(p):
                                                      reverse=True))
 
 
+def migration_job_submit(p):
+    _cp(p, "charged")
+    admin = get_user_model().objects.create_user("atomic-admin")
+    services.role_grant(actor=None, tenant=p.acme, user=admin, role="admin")
+    return Cell(lambda: services.migration_job_submit(
+        actor=admin, tenant=p.acme, kind="acme.order", to_version=2,
+        client_token=uuid.uuid4()))
+
+
 CELLS: dict[str, dict[str, Callable]] = {
     "checkpoint_put": {"create": checkpoint_create, "update": checkpoint_update,
                        "stale-revision conflict": checkpoint_stale,
@@ -570,8 +580,11 @@ CELLS: dict[str, dict[str, Callable]] = {
     # Each checkpoint in its own transaction: the first one's failed audit stops the walk
     # with nothing of that checkpoint (nor any other) written.
     "checkpoints_migrate": {"up": checkpoints_migrate, "down": checkpoints_migrate_down},
+    "migration_job_submit": {"submit": migration_job_submit},
 }
 NOT_CELLS = {
+    "migration_preview": "a dry run of checkpoints_migrate: writes and audits nothing "
+                         "(tests/services/test_migration_jobs.py)",
     "audit_record": "the append itself",
     "audit_record_many": "the append itself, for many events (runifold_import's cells)",
     "payloads_rotate_keys": "re-encrypts in batches, each its own transaction, so it can run "
