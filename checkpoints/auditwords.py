@@ -311,6 +311,13 @@ SENTENCES: dict[str, Callable[[Any, str], str]] = {
     A.CHECKPOINT_MIGRATE: _migrated,
     A.KIND_DECLARE: lambda e, t: (f"replaced the declaration of {t}" if e.before
                                   else f"declared {t}"),
+    A.MIGRATION_SUBMIT: lambda e, t: (
+        f"asked to migrate {_get(e.after, 'kind') or 'a kind'}"
+        + (f"'s checkpoints of {_get(e.after, 'runs')} run(s)"
+           if _get(e.after, "runs") is not None else "'s checkpoints")
+        + (f" back to v{_get(e.after, 'to_version')}" if _get(e.after, "reverse")
+           else f" to v{_get(e.after, 'to_version')}")
+        + f" (job {_short(e.target_ref)})"),
     A.EFFECT_IMPORT: _imported,
     A.RUNIFOLD_EXPORT: _exported,
 }

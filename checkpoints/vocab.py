@@ -242,6 +242,7 @@ class TargetType(TextChoices):
     SERVICE = "service"
     BULK_ACTION = "bulk_action"
     KIND = "kind"
+    MIGRATION_JOB = "migration_job"
 
 
 TargetType.WRITABLE = (TargetType.CHECKPOINT, TargetType.EFFECT)
@@ -308,6 +309,9 @@ class AuditAction(TextChoices):
     # A tenant's admin declared (or, while no checkpoint used it, replaced) a kind version
     # (issue 19, item 1; docs/kinds.md).
     KIND_DECLARE = "kind.declare"
+    # A tenant admin asked for a stored migration job (API or dashboard; its checkpoints
+    # are then each a ``checkpoint.migrate`` with the job's id as ``batch_id``).
+    MIGRATION_SUBMIT = "migration.submit"
 
 
 AuditAction.REVEALS = frozenset({AuditAction.PAYLOAD_REVEAL, AuditAction.PAYLOAD_READ,
@@ -404,6 +408,21 @@ class MigrationOutcome(TextChoices):
     SKIPPED = "skipped"
     REFUSED = "refused"
     CONFLICT = "conflict"
+
+
+class MigrationJobState(TextChoices):
+    """A stored migration job's progress (``MigrationJob``; docs/migrations.md):
+    ``queued`` (waiting for a worker, or for its next attempt after a failure),
+    ``running`` (claimed by a worker until ``claimed_until``), ``done`` (the walk ended:
+    every checkpoint has its item), ``failed`` (gave up: ``last_error`` says why)."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+
+
+MigrationJobState.OPEN = frozenset({MigrationJobState.QUEUED, MigrationJobState.RUNNING})
 
 
 class MigrationRefusal(TextChoices):

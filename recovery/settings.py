@@ -502,6 +502,8 @@ SPECTACULAR_SETTINGS = {
     # name them, and keep the names the resume answer's and the effect's sets had.
     "ENUM_NAME_OVERRIDES": {"BulkActionKindEnum": "checkpoints.vocab.BulkActionKind.values",
                             "BulkStateEnum": "checkpoints.vocab.BulkState.values",
+                            "BulkOutcomeEnum": "checkpoints.vocab.BulkOutcome.values",
+                            "MigrationOutcomeEnum": "checkpoints.vocab.MigrationOutcome.values",
                             "ActionEnum": "checkpoints.vocab.ResumeAction.values",
                             "StateEnum": "checkpoints.vocab.EffectState.values",
                             # 412 bodies: checkpoints' and LangGraph's (issue 10).

@@ -88,6 +88,7 @@ _AGED = {
     "Run": ("last_write_at", "lease_expires_at", "state_changed_at", "closed_at"),
     "Effect": ("submitted_at", "state_changed_at"),
     "ReconcileRequest": ("next_attempt_at", "claimed_until"),
+    "MigrationJob": ("next_attempt_at", "claimed_until"),
 }
 
 

@@ -63,6 +63,9 @@ SAMPLES = {
                        {"state": "withdrawn", "recovery_state": "unknown_outcome"}, "not needed"),
     A.BULK_SUBMIT: ("rita", T.BULK_ACTION, "9d2f0c3e-1111-4222-8333-444455556666", None,
                     {"action": "mark_unknown", "runs": 3, "run_ids": []}, "gateway down"),
+    A.MIGRATION_SUBMIT: ("adam", T.MIGRATION_JOB, "9d2f0c3e-1111-4222-8333-444455556666",
+                         None, {"kind": "acme.order", "to_version": 2, "reverse": False,
+                                "runs": None}, ""),
     A.BULK_FINISH: ("rita", T.BULK_ACTION, "9d2f0c3e-1111-4222-8333-444455556666",
                     {"state": "running"}, {"state": "finished", "done": 2, "refused": 1,
                                            "failed": 0}, ""),
@@ -159,6 +162,8 @@ def test_each_sentence_says_who_did_what_in_words(action):
                        ": not needed"),
     (A.BULK_SUBMIT, "rita asked for mark unknown on 3 run(s) at once (bulk 9d2f0c3e): "
                     "gateway down"),
+    (A.MIGRATION_SUBMIT, "adam asked to migrate acme.order's checkpoints to v2 "
+                         "(job 9d2f0c3e)"),
     (A.BULK_FINISH, "rita finished bulk 9d2f0c3e: 2 done, 1 refused, 0 failed"),
     (A.EFFECT_RECONCILE, "system reconciled charge:A-7 at payments: unresolved → confirmed "
                          "(the service answered found via the http reconciler): charge ch_42 "

@@ -80,6 +80,7 @@ class TenantData:
     retry_pk: int = 0               # its open retry request (on ``r_unknown``)
     attempt_pk: int = 0             # its reconcile look-up with evidence (``r_looked``)
     bulk_id: str = ""               # its bulk action (issue 9, item 3)
+    migration_id: str = ""          # its stored migration job (issue 19, item 2)
 
 
 @dataclass(frozen=True)
@@ -214,6 +215,17 @@ def _build_reviews(d: TenantData, slug: str, ids: dict, extra: dict) -> None:
     d.bulk_id = str(services.bulk_submit(
         actor=d.requester, tenant=t, action="acknowledge_conflicts", reason=f"bulk {m}",
         run_ids=[i["r_stable"]], client_token=uuid.uuid5(uuid.NAMESPACE_URL, slug))[0].uuid)
+    # A stored migration job (issue 19, item 2), queued, with one item: written directly
+    # (the world has no admin; the job's rules are tests/services/test_migration_jobs.py).
+    from checkpoints.models import MigrationJob, MigrationJobItem
+    job = MigrationJob.objects.create(
+        tenant=t, uuid=uuid.uuid5(uuid.NAMESPACE_OID, slug), client_token=uuid.uuid4(),
+        requested_by=d.requester, requested_by_name=d.requester.get_username(),
+        kind="acme.order", to_version=2, selection={}, fingerprint="0" * 64)
+    MigrationJobItem.objects.create(tenant=t, job=job, checkpoint_uuid=i["c_stuck"],
+                                    run_uuid=i["r_stuck"], outcome="refused",
+                                    reason="owner_live", detail=f"owner {m}", attempt=1)
+    d.migration_id = str(job.uuid)
     if slug == TWIN:
         services.effect_mark_unknown(actor=d.requester, tenant=t, effect_id=extra["e_more"],
                                      reason=f"more {m}")

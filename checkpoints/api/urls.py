@@ -48,6 +48,10 @@ urlpatterns = [
     path(T + "kinds", views.KindListApi.as_view(), name="kind-list"),
     path(T + "kinds/<str:kind>/versions/<str:version>", views.KindVersionApi.as_view(),
          name="kind-version"),
+    path(T + "kinds/<str:kind>/migrations", views.KindMigrationListApi.as_view(),
+         name="kind-migrations"),
+    path(T + "kinds/<str:kind>/migrations/<str:job_id>", views.KindMigrationApi.as_view(),
+         name="kind-migration"),
     # LangGraph threads (issue 10, docs/langgraph.md).
     path(T + "langgraph/checkpoints", views.LangGraphCheckpointsApi.as_view(),
          name="langgraph-checkpoints"),

@@ -17,6 +17,7 @@ from celery import shared_task
 
 from .. import heartbeat
 from ..services import sweep_stale_runs as sweep
+from . import migrations
 from .reconciliation import execute
 
 log = logging.getLogger(__name__)
@@ -40,3 +41,16 @@ def sweep_stale_runs() -> dict:
     """Celery beat entry for ``services.sweep_stale_runs`` (which also re-drives
     reconcile requests left behind); its heartbeat is ``sweep.celery``."""
     return sweep(by="celery")
+
+
+@shared_task(name="checkpoints.tasks.migrate_checkpoints_job", acks_late=True,
+             reject_on_worker_lost=True)
+def migrate_checkpoints_job(job_pk: int) -> dict:
+    """Run one stored migration job (``jobs.migrations.execute``; issue 19, item 2), and
+    record the ``job`` heartbeat. A worker killed mid-way leaves the job ``running``
+    until its claim passes; the sweep sends it again and it goes on from there."""
+    result = migrations.execute(job_pk)
+    heartbeat.beat(heartbeat.JOB)
+    log.info("migration job %s: %s", job_pk, result.get("result"),
+             extra={"migration_job": job_pk, "result": result.get("result")})
+    return result

@@ -34,6 +34,7 @@ from .bulk import BULK_MAX_RUNS, BulkAction, BulkActionItem
 from .effects import Effect, EffectRevision, EncryptedReceipt, RetryRequest, encrypt_receipt
 from .kinds import DeclaredKindVersion
 from .langgraph import GraphCheckpoint, GraphWrite
+from .migrations import MIGRATION_MAX_RUNS, MigrationJob, MigrationJobItem
 from .ops import Heartbeat
 from .reconcile import ReconcileAttempt, ReconcilerConfig, ReconcileRequest
 from .runs import (

@@ -54,6 +54,12 @@ from .kinds import (
     declared_kind_get,
     kind_usage,
 )
+from .migrations import (
+    JOB_ITEMS_SHOWN,
+    MigrationJobResult,
+    migration_job_get,
+    migration_offers,
+)
 from .objects import (
     BulkResult,
     bulk_get,

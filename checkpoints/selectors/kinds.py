@@ -26,6 +26,10 @@ class KindVersion:
     checkpoints: int = 0
     runs: int = 0
     schema_mismatch_runs: int = 0
+    #: A chain of registered (or declared) steps leads from this version up to the kind's
+    #: newest: ``manage.py migrate_checkpoints`` / "Migrate to vN" can move it there.
+    #: False for the newest itself and for unsupported versions.
+    migrates_to_newest: bool = False
 
 
 @dataclass(frozen=True)
@@ -83,9 +87,21 @@ def kind_usage(*, user, tenant: Tenant) -> list[KindUsage]:
             kind=kind, registered=kind in registry, declared=kind in own,
             description=own[kind].description if kind in own else kinds.description(kind),
             supported_versions=supported,
-            versions=tuple(KindVersion(v, v in supported, **counts[(kind, v)])
+            versions=tuple(KindVersion(v, v in supported, **counts[(kind, v)],
+                                       migrates_to_newest=_leads_up(kind, v, supported, own))
                            for v in versions)))
     return out
+
+
+def _leads_up(kind: str, version: int, supported: tuple[int, ...], own: dict) -> bool:
+    """Whether registered (or ``own`` declared) steps lead from ``version`` to the newest."""
+    if version not in supported or version >= supported[-1]:
+        return False
+    try:
+        kinds.migration_path(kind, version, supported[-1], lookup=own.get)
+    except kinds.MigrationError:
+        return False
+    return True
 
 
 def declared_kind_get(*, user, tenant: Tenant, kind: str, version: int):

@@ -6,6 +6,7 @@ conflicts, leases, resume decisions), ``checkpoints`` (the compare-and-swap writ
 reveals, exports), ``effects``, ``review`` (retry, mark unknown, close, acknowledge),
 ``migrations`` (the operator's migration of a kind's checkpoints to another version),
 ``kinds`` (a tenant's declared kinds),
+``migration_jobs`` (the same as a tenant admin's stored job, its dispatch and re-drive),
 ``reconcile_requests`` (a reviewer's reconcile, dispatch and re-drive, evidence
 reveal), ``sweep``, ``keys`` (key rotation), ``bulk`` (one review action on many runs) and
 ``common`` (what they share). Everything public is
@@ -81,7 +82,20 @@ from .common import HEX64_RE, SYSTEM, U32_MAX, _actor_name, _require_reason, _wi
 from .effects import EffectBody, _effect_transition, effect_put, parse_effect
 from .keys import payloads_rotate_keys
 from .kinds import kind_declare
-from .migrations import MigrationItem, MigrationReport, checkpoints_migrate
+from .migration_jobs import (
+    MigrationPreview,
+    migration_job_dispatch,
+    migration_job_submit,
+    migration_jobs_redrive,
+    migration_preview,
+    migration_runs_check,
+)
+from .migrations import (
+    MigrationItem,
+    MigrationReport,
+    checkpoints_migrate,
+    migration_target_check,
+)
 from .reconcile_requests import BROKER_DOWN, evidence_reveal, run_reconcile
 from .review import (
     _get_run,
@@ -108,7 +122,8 @@ from .sweep import sweep_stale_runs
 # The submodules, for tests that read the services' source (the audit, fence and race
 # matrices).
 MODULES = ("common", "accounts", "runs", "checkpoints", "effects", "review",
-           "reconcile_requests", "sweep", "keys", "bulk", "migrations", "kinds", "writepath")
+           "reconcile_requests", "sweep", "keys", "bulk", "migrations", "migration_jobs",
+           "kinds", "writepath")
 #: Submodules whose functions are not services: only the services call them (the
 #: checkpoint write's two dialects, below ``checkpoint_put``). The matrices read them to
 #: follow the calls, and never count their functions as services.

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from django.db import transaction
@@ -80,15 +81,25 @@ class MigrationReport:
     items: list[MigrationItem] = field(default_factory=list)
     # (from_version, added, removed, changed) -> the example of that change
     changes: dict[tuple, dict] = field(default_factory=dict)
+    #: whether ``items`` keeps every item (false when the caller records them itself)
+    keep_items: bool = True
+    _outcomes: Counter = field(default_factory=Counter)
+    _reasons: Counter = field(default_factory=Counter)
 
     @property
     def counts(self) -> dict[str, int]:
-        found = Counter(item.outcome for item in self.items)
-        return {outcome: found[outcome] for outcome in MigrationOutcome.values}
+        return {outcome: self._outcomes[outcome] for outcome in MigrationOutcome.values}
 
     @property
     def refusals(self) -> dict[str, int]:
-        return dict(Counter(i.reason for i in self.items if i.outcome == MigrationOutcome.REFUSED))
+        return dict(self._reasons)
+
+    def _add(self, item: MigrationItem) -> None:
+        self._outcomes[item.outcome] += 1
+        if item.outcome == MigrationOutcome.REFUSED:
+            self._reasons[item.reason] += 1
+        if self.keep_items:
+            self.items.append(item)
 
     @property
     def examples(self) -> list[dict]:
@@ -115,9 +126,27 @@ class _Target:
     lookup: kinds.Lookup  # the tenant's declared kinds
 
 
+def migration_target_check(tenant: Tenant, kind, to_version, *,
+                           lookup: kinds.Lookup | None = None) -> list[int]:
+    """The one check of a migration's kind and target version (the command, the API, the
+    dashboard and the stored jobs all come here): ``kind`` must be a kind in code or one
+    ``tenant`` declared (``lookup``: ``declared.lookup(tenant)``, made here when not
+    given), and ``to_version`` one of its versions. Returns the kind's versions, oldest
+    first. Raises ``InvalidPayload`` naming ``kind`` or ``to_version``."""
+    versions = kinds.versions(kind, lookup=lookup or declared.lookup(tenant))
+    if not versions:
+        raise InvalidPayload(f"kind: {str(kind)[:200]!r} is not a registered kind")
+    if type(to_version) is not int or to_version not in versions:
+        raise InvalidPayload(f"to_version: {kind} has versions "
+                             f"{', '.join(str(v) for v in versions)}")
+    return list(versions)
+
+
 def checkpoints_migrate(*, actor, tenant: Tenant, kind: str, to_version: int,
                         run_ids=None, dry_run: bool = False, reverse: bool = False,
-                        batch_size: int = 100) -> MigrationReport:
+                        batch_size: int = 100, batch_id: uuid.UUID | None = None,
+                        on_item: Callable[[MigrationItem], None] | None = None,
+                        ) -> MigrationReport:
     """Migrate ``tenant``'s checkpoints of ``kind`` to ``to_version`` (only those of the
     runs ``run_ids`` when given), each in its own transaction (module docstring);
     ``reverse`` takes the steps back (``down``), and only those; ``dry_run`` writes,
@@ -130,28 +159,35 @@ def checkpoints_migrate(*, actor, tenant: Tenant, kind: str, to_version: int,
     ``batch_size`` outside 1..10000). A checkpoint's refusal is its item, never raised;
     an unexpected error (a bug in a step) stops the walk and propagates, the checkpoints
     done before it staying committed.
+
+    ``batch_id``: the id written into each ``checkpoint.migrate`` event (a stored job's
+    own id, the same on every attempt); a new one when not given. ``on_item``: called
+    with each checkpoint's ``MigrationItem`` (not a dry run: inside that checkpoint's
+    transaction, so what it writes commits or rolls back with the migration; an
+    exception from it rolls that checkpoint back and stops the walk); the report then
+    keeps the counts and examples but not the items (a job of 10,000 checkpoints records
+    them as it goes instead of holding them).
     """
     if actor is not None:
         require(actor, tenant, roles.MANAGE)
     lookup = declared.lookup(tenant)
-    versions = kinds.versions(kind, lookup=lookup)
-    if not versions:
-        raise InvalidPayload(f"kind: {str(kind)[:200]!r} is not a registered kind")
-    if type(to_version) is not int or to_version not in versions:
-        raise InvalidPayload(f"to_version: {kind} has versions "
-                             f"{', '.join(str(v) for v in versions)}")
+    migration_target_check(tenant, kind, to_version, lookup=lookup)
     if type(batch_size) is not int or not 1 <= batch_size <= MAX_BATCH:
         raise InvalidPayload(f"batch_size: must be an integer in 1..{MAX_BATCH}")
     runs = None if run_ids is None else _run_ids(run_ids)
-    target = _Target(actor, tenant, kind, to_version, bool(reverse), uuid.uuid4(), lookup)
-    report = MigrationReport(target.batch_id, kind, to_version, bool(reverse), bool(dry_run))
+    target = _Target(actor, tenant, kind, to_version, bool(reverse), batch_id or uuid.uuid4(),
+                     lookup)
+    report = MigrationReport(target.batch_id, kind, to_version, bool(reverse), bool(dry_run),
+                             keep_items=on_item is None)
     for rows in _candidates(target, runs, batch_size):
         for pk, checkpoint_id, run_id in rows:
             if dry_run:
                 item, diff = _preview_one(target, pk, checkpoint_id, run_id)
+                if on_item is not None:
+                    on_item(item)
             else:
-                item, diff = _migrate_one(target, pk, checkpoint_id, run_id)
-            report.items.append(item)
+                item, diff = _migrate_one(target, pk, checkpoint_id, run_id, on_item)
+            report._add(item)
             if diff is not None:
                 report._change(item, diff)
     return report
@@ -246,26 +282,34 @@ def _preview_one(target: _Target, pk: int, checkpoint_id, run_id):
     return item, upcasters.payload_diff(payload, new)
 
 
-def _migrate_one(target: _Target, pk: int, checkpoint_id, run_id):
-    """One checkpoint, in its own transaction (module docstring, steps 1-5)."""
+def _migrate_one(target: _Target, pk: int, checkpoint_id, run_id, on_item=None):
+    """One checkpoint, in its own transaction (module docstring, steps 1-5); ``on_item``
+    records its item in that same transaction."""
     with transaction.atomic():
-        run = _lock_run(target.tenant, run_id, create=False)
-        row = _read(target.tenant, pk) if run is not None else None
-        if row is None:
-            return MigrationItem(checkpoint_id, run_id, MigrationOutcome.SKIPPED,
-                                 detail="deleted meanwhile"), None
-        item, migrated = _assess(target, run, row)
-        if migrated is None:
-            return item, None
-        payload, new, _, path = migrated
-        envelope = Envelope(row["uuid"], run.uuid, row["revision"] + 1, target.kind,
-                            target.to_version, new, dumps(new), row["updated_at_ms"])
-        written = writepath.checkpoint_write(
-            actor=target.actor, tenant=target.tenant, envelope=envelope,
-            expected_revision=row["revision"], fencing_token=run.fencing_token,
-            migration=writepath.Migrating(tuple(path.names), row["schema_version"],
-                                          target.batch_id),
-            **_stored_form(envelope, target.tenant))
+        item, diff = _migrate_locked(target, pk, checkpoint_id, run_id)
+        if on_item is not None:
+            on_item(item)
+    return item, diff
+
+
+def _migrate_locked(target: _Target, pk: int, checkpoint_id, run_id):
+    run = _lock_run(target.tenant, run_id, create=False)
+    row = _read(target.tenant, pk) if run is not None else None
+    if row is None:
+        return MigrationItem(checkpoint_id, run_id, MigrationOutcome.SKIPPED,
+                             detail="deleted meanwhile"), None
+    item, migrated = _assess(target, run, row)
+    if migrated is None:
+        return item, None
+    payload, new, _, path = migrated
+    envelope = Envelope(row["uuid"], run.uuid, row["revision"] + 1, target.kind,
+                        target.to_version, new, dumps(new), row["updated_at_ms"])
+    written = writepath.checkpoint_write(
+        actor=target.actor, tenant=target.tenant, envelope=envelope,
+        expected_revision=row["revision"], fencing_token=run.fencing_token,
+        migration=writepath.Migrating(tuple(path.names), row["schema_version"],
+                                      target.batch_id),
+        **_stored_form(envelope, target.tenant))
     if isinstance(written, StaleRevision | UsageDecreased):
         item.outcome = MigrationOutcome.CONFLICT
         item.detail = (f"a write reached revision {written.current_revision} first; it stands"

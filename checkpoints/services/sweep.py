@@ -23,7 +23,7 @@ from ..vocab import (
     RecoveryState,
     TargetType,
 )
-from . import reconcile_requests
+from . import migration_jobs, reconcile_requests
 from .effects import _effect_transition
 from .runs import run_facts, run_refresh_state
 
@@ -45,7 +45,8 @@ def sweep_stale_runs(*, by: str | None = None) -> dict[str, int]:
     another transaction holds is skipped (``SKIP LOCKED``) and looked at on the next
     pass. Idempotent and safe on many workers at once.
     Returns counts: ``examined``, ``effects_unresolved``, ``runs_ambiguous`` and the
-    re-drive's ``reconcile_redriven``.
+    re-drive's ``reconcile_redriven``, and ``migrations_redriven``: the stored migration
+    jobs sent again, or run here without a broker (``migration_jobs_redrive``).
 
     Once done it records the ``sweep`` heartbeat, and ``sweep.<by>`` when ``by`` names who
     ran it (``heartbeat.SOURCES``: ``celery``, ``inprocess``, ``web``), on the database
@@ -104,6 +105,7 @@ def sweep_stale_runs(*, by: str | None = None) -> dict[str, int]:
                              reason=run.recovery_reason, before={"recovery_state": before},
                              after={"recovery_state": ambiguous})
     stats["reconcile_redriven"] = reconcile_requests.redrive()
+    stats["migrations_redriven"] = migration_jobs.migration_jobs_redrive()
     heartbeat.beat(*beats)
     return stats
 

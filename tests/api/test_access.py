@@ -11,6 +11,7 @@ import pytest
 from django.utils.crypto import get_random_string
 from rest_framework.test import APIClient
 
+from checkpoints import services
 from checkpoints.models import Checkpoint
 from tests import contract_tables
 from tests.api.apihelpers import new_checkpoint, post, put_cp, snapshot, url, walk
@@ -31,10 +32,11 @@ class World:
     rid2: str
     eid2: str
     rid3: str
+    migration: str = ""  # a stored migration job (issue 19, item 2), by an admin
 
 
 @pytest.fixture
-def world(api_as, wendy, rita, acme) -> World:
+def world(api_as, wendy, rita, acme, django_user_model) -> World:
     w = api_as(wendy)
     cp = new_checkpoint(w, "acme", payload={"phase": "charging"})
     put_cp(w, "acme", cp, create=True)  # refused: a conflict on the run
@@ -48,8 +50,12 @@ def world(api_as, wendy, rita, acme) -> World:
     walk(w, "acme", fx2, "submitted")
     cp3 = new_checkpoint(w, "acme", payload={"phase": "charging"})
     sweep_later()
+    owner = django_user_model.objects.create_user("migration-owner")
+    services.role_grant(actor=None, tenant=acme, user=owner, role="admin")
+    job, _ = services.migration_job_submit(actor=owner, tenant=acme, kind="acme.order",
+                                           to_version=2, client_token=uuid.uuid4())
     return World(cp["run_id"], cp["id"], fx["id"], retry.json()["id"], cp2["run_id"], fx2["id"],
-                 cp3["run_id"])
+                 cp3["run_id"], str(job.uuid))
 
 
 # name -> (method, path, body builder or None, headers, success status)
@@ -97,6 +103,12 @@ OPS = {
     "audit_events": ("get", "audit-events?run={rid}", None, {}, 200),
     "report": ("get", "report", None, {}, 200),
     "kind_list": ("get", "kinds", None, {}, 200),
+    # CONTRACT.md 8 (issue 19, item 2): the tenant admin's; a job is read by any role.
+    "kind_migration_preview": ("post", "kinds/acme.order/migrations",
+                               {"to_version": 2, "dry_run": True}, {}, 200),
+    "kind_migration_create": ("post", "kinds/acme.order/migrations", {"to_version": 2},
+                              {"HTTP_IDEMPOTENCY_KEY": str(uuid.uuid4())}, 202),
+    "kind_migration_get": ("get", "kinds/acme.order/migrations/{migration}", None, {}, 200),
 }
 # CONTRACT.md 4's roles table says what each role "may" in phrases; this is what each
 # phrase means in API operations. A phrase missing here (CONTRACT.md changed) fails
@@ -118,6 +130,10 @@ PHRASE_OPS = {
     "ask resume decisions": {"run_resume", "run_resume_claim"},
     "grant roles in it": set(),  # no API path: services.role_grant (tests/test_roles.py)
 }
+# CONTRACT.md 8's lifecycle table (not parsed by contract_tables): what only the admin may
+# ("admin" in its who column), and what every role may read.
+SECTION_8_ADMIN = {"kind_migration_preview", "kind_migration_create"}
+SECTION_8_ANY_ROLE = {"kind_migration_get"}
 # Where the code gives a role more than CONTRACT.md 4 says, and why (report to the team).
 ROLES_BEYOND_CONTRACT = {
     # The writer is a runtime's account: docs/security/access.md and the README give it
@@ -163,7 +179,8 @@ def _allowed_by_contract() -> dict[str, set[str]]:
 REQUESTER_ONLY = {name for action in contract_tables.review_actions()
                   if action.extra["requester_only"]
                   for name in _op_of(action.method, action.path)}
-ALLOWED = {role: (ops | ROLES_BEYOND_CONTRACT.get(role, set()))
+ALLOWED = {role: (ops | ROLES_BEYOND_CONTRACT.get(role, set()) | SECTION_8_ANY_ROLE
+                 | (SECTION_8_ADMIN if role == "admin" else set()))
            - (REQUESTER_ONLY if role != "reviewer" else set())
            for role, ops in _allowed_by_contract().items()}
 PERSONA = {"viewer": "vic", "reviewer": "rita", "approver": "april", "writer": "wendy",
@@ -189,6 +206,7 @@ def test_it_answers_404_on_every_path_to_another_tenants_account_and_changes_not
     client = api_as(request.getfixturevalue(who))
     missing = {k: str(uuid.uuid4()) for k in ("rid", "cid", "eid", "rid2", "eid2", "rid3")}
     missing["retry"] = 987654
+    missing["migration"] = str(uuid.uuid4())
     before = snapshot()
     for name in OPS:
         r = call(client, "acme", name, world)

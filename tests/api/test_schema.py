@@ -22,10 +22,12 @@ BEYOND_CONTRACT = {
     # The dashboard's report as JSON ("see ... reports", CONTRACT.md 4).
     ("GET", "report"): "the report",
     # CONTRACT.md 8 (lifecycle): the kinds in use and the registry's, for a viewer
-    # (docs/kinds.md); a declared version read back (the PUT is CONTRACT.md 8's).
+    # (docs/kinds.md); a declared version read back, the declaration, the migration jobs.
     ("GET", "kinds"): "the tenant's kinds and schema versions",
     ("GET", "kinds/{}/versions/{}"): "a declared kind version",
     ("PUT", "kinds/{}/versions/{}"): "CONTRACT.md 8: declare a kind version",
+    ("POST", "kinds/{}/migrations"): "CONTRACT.md 8: a migration job (202) or its preview",
+    ("GET", "kinds/{}/migrations/{}"): "a migration job and its per-checkpoint results",
     # The GETs that reveal payloads (audited), without their bodies: the current revision
     # (ETag) without a reveal, so without an audit event (issue 8).
     ("HEAD", "checkpoints/{}"): "the current revision, unaudited",

@@ -98,6 +98,7 @@ class World:
     attempt_pk: int         # acme's reconcile look-up with evidence
     identities: list[Identity]
     bulk_id: str = ""       # acme's bulk action (issue 9, item 3)
+    migration_id: str = ""  # acme's stored migration job (issue 19, item 2)
 
 
 @dataclass
@@ -164,7 +165,8 @@ def world(django_db_setup, django_db_blocker):
         outer.__enter__()
         try:
             home = build_world(IDS, EXTRA, lg_thread=LG_THREAD, lg_run="lg-run")[HOME]
-            yield World(home.retry_pk, home.attempt_pk, _identities(), home.bulk_id)
+            yield World(home.retry_pk, home.attempt_pk, _identities(), home.bulk_id,
+                        home.migration_id)
         finally:
             transaction.set_rollback(True)
             outer.__exit__(None, None, None)
@@ -362,6 +364,20 @@ RECIPES: dict[str, list[Op]] = {
         Op("get", _kind(2, TWIN), api_rule(V, 200), tenant=TWIN),
         Op("put", _kind(3), api_rule(roles.MANAGE, 201), "write",
            body=declared_kind("isolation"))],
+    # Migrations (issue 19, item 2; CONTRACT.md 8): the tenant admin's; a dry run is a
+    # read; HOME's job on the twin's URL finds nothing.
+    "api:kind-migrations": [
+        Op("post", lambda w: {"tenant": HOME, "kind": "acme.order"},
+           api_rule(roles.MANAGE, 200), body={"to_version": 2, "dry_run": True}),
+        Op("post", lambda w: {"tenant": HOME, "kind": "acme.order"},
+           api_rule(roles.MANAGE, 202), "write",
+           body={"to_version": 2, "runs": [str(IDS["r_stuck"])],
+                 "client_token": str(IDS["new_cp"])})],
+    "api:kind-migration": [
+        Op("get", lambda w: {"tenant": HOME, "kind": "acme.order", "job_id": w.migration_id},
+           api_rule(V, 200)),
+        Op("get", lambda w: {"tenant": TWIN, "kind": "acme.order", "job_id": w.migration_id},
+           api_rule(V, 404), tenant=TWIN)],
     "schema": [Op("get", lambda w: {}, schema_rule)],
     "api-docs": [Op("get", lambda w: {}, docs_rule, surface="web")],
     # Operations (checkpoints/ops/health.py): the probes answer anyone and name no tenant; the

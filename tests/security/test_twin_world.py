@@ -379,6 +379,8 @@ CROSS_IDS: dict[str, Callable[[World, str, object], object]] = {
         user=u, tenant=w.tenant(s), attempt_id=w.data[other(s)].attempt_pk),
     "bulk_get": lambda w, s, u: selectors.bulk_get(user=u, tenant=w.tenant(s),
                                                    bulk_id=w.data[other(s)].bulk_id),
+    "migration_job_get": lambda w, s, u: selectors.migration_job_get(
+        user=u, tenant=w.tenant(s), kind="acme.order", job_id=w.data[other(s)].migration_id),
 }
 NOT_TENANT_DATA = {
     "encode_cursor": "pure: turns a row into a cursor",
@@ -388,6 +390,9 @@ NOT_TENANT_DATA = {
     "uuid_prefix_range": "pure: the UUID range a prefix spans",
     "tenants_for_user": "the tenants of one account: test_tenants_for_user_lists_only_granted",
     "tokens_of_account": "one account's tokens, no tenant: the operator's list_tokens",
+    "migration_job_get": "one job by its UUID: the twin's job asked here is 404 (CROSS_IDS); "
+                         "its items are its own tenant's (the API recipe's marker)",
+    "migration_offers": "pure: reads the kind_usage answer it is given and the registry",
 }
 
 def _figures_count(w: World, slug: str, a: dict) -> str:
@@ -561,7 +566,7 @@ class Req:
                 out[key] = source[1:]
                 continue
             out[key] = str(getattr(w.data[slug], source)) if source in (
-                "retry_pk", "attempt_pk", "bulk_id") else str(IDS[source])
+                "retry_pk", "attempt_pk", "bulk_id", "migration_id") else str(IDS[source])
         return out
 
 
@@ -632,6 +637,12 @@ API: dict[str, Req] = {
     f"post {T}bulk-actions": Req(body={**R, "action": "close", "run_ids": [str(IDS["r_stuck"])],
                                        "client_token": str(IDS["new_cp"])}, write=True),
     f"get {T}bulk-actions/{{bulk_id}}": Req({"bulk_id": "bulk_id"}, shows_mark=True),
+    # Migrations (issue 19, item 2): the shared run ids, this tenant's checkpoints only.
+    f"post {T}kinds/{{kind}}/migrations": Req(
+        {"kind": "=acme.order"}, {"to_version": 2, "runs": [str(IDS["r_stuck"])],
+                                  "client_token": str(IDS["new_cp"])}, write=True),
+    f"get {T}kinds/{{kind}}/migrations/{{job_id}}": Req(
+        {"kind": "=acme.order", "job_id": "migration_id"}, shows_mark=True),
     # LangGraph threads (issue 10): the same thread id in both tenants.
     f"get {T}langgraph/checkpoints": Req(query=f"thread_id={LG_THREAD}", shows_mark=True),
     f"head {T}langgraph/checkpoints": Req(query=f"thread_id={LG_THREAD}"),
@@ -936,6 +947,13 @@ SERVICES: dict[str, list[ServiceCell]] = {
     "kind_declare": [ServiceCell(lambda w, s, a: services.kind_declare(
         actor=_as(w, a, "admin"), tenant=w.tenant(s), kind=DECLARED_KIND, version=3,
         body=declared_kind("tw")))],
+    # A stored job and its preview (issue 19, item 2): the shared run ids, this tenant's.
+    "migration_job_submit": [ServiceCell(lambda w, s, a: services.migration_job_submit(
+        actor=_as(w, a, "admin"), tenant=w.tenant(s), kind="acme.order", to_version=2,
+        run_ids=[IDS["r_stable"], EXTRA["r_more"]], client_token=IDS["new_cp"]))],
+    "migration_preview": [ServiceCell(lambda w, s, a: services.migration_preview(
+        actor=_as(w, a, "admin"), tenant=w.tenant(s), kind="acme.order", to_version=2,
+        run_ids=[IDS["r_stable"], IDS["r_stuck"], EXTRA["r_more"]]))],
 }
 _LG_PUT = lambda: langgraph.parse_put(lg_put(LG_THREAD, LG_IDS[2], parent=LG_IDS[1]))  # noqa: E731
 _LG_WRITES = lambda: langgraph.parse_writes(  # noqa: E731
@@ -959,6 +977,8 @@ SERVICES.update({  # LangGraph threads (issue 10): the shared thread id acts on 
         target_thread_id="tw-copy"))],
 })
 NOT_SERVICE_CELLS = {
+    "migration_target_check": "reads the kind registry only (the same in every tenant "
+                              "until declarative kinds); writes nothing",
     "audit_verify": "reads one tenant's chain by tenant pk: tests/services/test_audit_chain.py",
     "audit_record": "appends to the given tenant's chain; every service above goes through it",
     "audit_record_many": "appends to the given tenant's chain, as audit_record; "

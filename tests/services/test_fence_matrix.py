@@ -81,6 +81,9 @@ WRITE_PATHS = {
                            "the token so the ousted owner's late write is fenced: "
                            "tests/services/test_migrations.py::test_a_zombie_owner_writing_"
                            "after_the_migration_is_fenced_and_kept",
+    "migration_preview": "a dry run of checkpoints_migrate (issue 19, item 2): no lock, no "
+                         "write (tests/services/test_migration_jobs.py::test_the_preview_"
+                         "writes_nothing_and_says_what_the_job_would_do)",
     # LangGraph threads (issue 10, docs/langgraph.md).
     "graph_put": "fenced: tests/services/test_langgraph.py::"
                  "test_an_ousted_graph_is_fenced_on_every_langgraph_write_path",

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from django.contrib.auth import get_user_model
 
 from checkpoints import audit, selectors, services
 from checkpoints.exceptions import DomainError
@@ -62,6 +63,7 @@ from tests.matrixhelpers import (
     public_functions_reaching,
     service_modules,
 )
+from tests.twinworld import DECLARED_KIND, declared_kind
 from tests.views.reconcilers import Scripted
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -522,9 +524,17 @@ def checkpoints_migrate_down(p):
 
 
 def kind_declare(p):
-    from tests.twinworld import DECLARED_KIND, declared_kind
     return Cell(lambda: services.kind_declare(actor=None, tenant=p.acme, kind=DECLARED_KIND,
                                               version=1, body=declared_kind("atomic")))
+
+
+def migration_job_submit(p):
+    _cp(p, "charged")
+    admin = get_user_model().objects.create_user("atomic-admin")
+    services.role_grant(actor=None, tenant=p.acme, user=admin, role="admin")
+    return Cell(lambda: services.migration_job_submit(
+        actor=admin, tenant=p.acme, kind="acme.order", to_version=2,
+        client_token=uuid.uuid4()))
 
 
 CELLS: dict[str, dict[str, Callable]] = {
@@ -577,8 +587,11 @@ CELLS: dict[str, dict[str, Callable]] = {
     # with nothing of that checkpoint (nor any other) written.
     "checkpoints_migrate": {"up": checkpoints_migrate, "down": checkpoints_migrate_down},
     "kind_declare": {"declare": kind_declare},
+    "migration_job_submit": {"submit": migration_job_submit},
 }
 NOT_CELLS = {
+    "migration_preview": "a dry run of checkpoints_migrate: writes and audits nothing "
+                         "(tests/services/test_migration_jobs.py)",
     "audit_record": "the append itself",
     "audit_record_many": "the append itself, for many events (runifold_import's cells)",
     "payloads_rotate_keys": "re-encrypts in batches, each its own transaction, so it can run "

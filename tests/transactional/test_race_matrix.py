@@ -117,6 +117,8 @@ NOT_RACED = {
     "retry_request": "at most one open request per run is a database constraint "
                      "(retry_one_open_request_per_run); same run lock as lease_acquire",
     "redrive": "part of sweep_stale_runs, raced there",
+    "migration_preview": "a dry run: takes no lock (checkpoints_migrate's lock is on its "
+                         "write path, raced there)",
 }
 
 

@@ -73,6 +73,11 @@ from .langgraph import (
     ThreadPruneInputSerializer,
     TypedValueSerializer,
 )
+from .migrations import (
+    MigrationInputSerializer,
+    MigrationJobSerializer,
+    MigrationPreviewSerializer,
+)
 from .reports import ApprovalsSerializer, ReportRangeSerializer, ReportSerializer, StatsSerializer
 from .review import (
     AcknowledgedSerializer,

@@ -23,6 +23,9 @@ class KindVersionSerializer(Answer):
     runs = serializers.IntegerField(help_text="the runs those checkpoints belong to")
     schema_mismatch_runs = serializers.IntegerField(
         help_text="runs in schema_mismatch whose latest checkpoint is of this kind and version")
+    migrates_to_newest = serializers.BooleanField(
+        help_text="a chain of migrations leads from this version to the newest supported "
+                  "one (POST …/kinds/{kind}/migrations can move its checkpoints there)")
 
 
 class KindSerializer(Answer):

@@ -48,6 +48,7 @@ from .langgraph import (
     LangGraphThreadPruneApi,
     LangGraphWritesApi,
 )
+from .migrations import KindMigrationApi, KindMigrationListApi
 from .reports import ReportApi
 from .review import (
     ConflictsAcknowledgeApi,

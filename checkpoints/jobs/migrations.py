@@ -1,0 +1,138 @@
+"""Stored migration jobs as durable jobs (issue 19, item 2; docs/migrations.md), run like
+reconcile requests (``jobs.reconciliation``): a worker runs ``execute`` for a job id,
+sent by ``services.migration_job_dispatch`` (Celery, by task name) or run by the sweep's
+``migration_jobs_redrive`` (the in-process worker without a broker; and the re-drive of a
+lost message or a vanished worker with one).
+
+1. **claim** (one short transaction): a ``queued`` job that is due, or a ``running`` one
+   whose worker vanished (``claimed_until`` passed), becomes ``running`` with
+   ``attempts + 1`` and a claim of ``CLAIM_S`` on the database clock. A second delivery
+   finds it running and does nothing.
+2. **walk**: ``services.checkpoints_migrate`` with the job's kind, version, direction,
+   runs and its id as ``batch_id``, as the requester (their right is checked again), and
+   an ``on_item`` that, inside each checkpoint's own transaction, checks the claim still
+   holds (else it stops: another worker has the job), moves the claim on, and writes the
+   checkpoint's ``MigrationJobItem``. A kill leaves the checkpoints done committed with
+   their items; the next attempt's walk does not even read them (they are at the target
+   version), and looks again at the ones refused before (their item is replaced).
+3. **finish**: ``done``; or, after an unexpected error (a bug in a step, an outage),
+   ``queued`` again after a back-off (``RECOVERY_RECONCILE_BACKOFF_S`` doubling, capped),
+   ``failed`` after ``MAX_FAILURES`` in a row or at once for a refusal of the request
+   itself (``DomainError``: the requester lost the admin's right, the kind is no longer
+   registered), with ``last_error`` shown on the job page and in the API.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F, Q
+
+from .. import services
+from ..dbclock import NOW
+from ..exceptions import DomainError
+from ..models import MigrationJob, MigrationJobItem
+from ..services.migrations import MigrationItem
+from ..vocab import MigrationJobState
+
+log = logging.getLogger(__name__)
+
+#: How long a claim lasts without progress; every checkpoint done moves it on.
+CLAIM_S = 300
+#: Unexpected failures in a row before a job is ``failed``.
+MAX_FAILURES = 3
+
+
+class LostClaim(Exception):
+    """The job's claim is no longer this worker's (it was re-driven after its claim
+    passed, or finished meanwhile): stop, rolling back the checkpoint in progress."""
+
+
+def _jobs(reason: str):
+    return MigrationJob.objects.for_all_tenants(reason=reason)
+
+
+def _claim(job_pk: int) -> MigrationJob | None:
+    """Claim job ``job_pk`` for this worker: one conditional UPDATE whose row count says
+    who won (the pattern of ``reconciliation._claim``). Returns the claimed job, or None
+    (not due, claimed by another worker, finished, gone)."""
+    jobs = _jobs("a worker claims the migration job it was handed, by primary key")
+    due = Q(state=MigrationJobState.QUEUED, next_attempt_at__lte=NOW + timedelta(seconds=1))
+    vanished = Q(state=MigrationJobState.RUNNING, claimed_until__lt=NOW)
+    with transaction.atomic():
+        won = jobs.filter(due | vanished, pk=job_pk).update(
+            state=MigrationJobState.RUNNING, attempts=F("attempts") + 1,
+            claimed_until=NOW + timedelta(seconds=CLAIM_S), updated_at=NOW)
+        if won != 1:
+            return None
+        return jobs.select_related("tenant", "requested_by").get(pk=job_pk)
+
+
+def _recorder(job: MigrationJob):
+    """The ``on_item`` of one attempt: inside the checkpoint's transaction, hold the claim
+    (one conditional UPDATE, which also moves it on) and write the item."""
+    items = MigrationJobItem.objects.for_tenant(job.tenant)
+    jobs = MigrationJob.objects.for_tenant(job.tenant)
+
+    def record(item: MigrationItem) -> None:
+        held = jobs.filter(pk=job.pk, state=MigrationJobState.RUNNING,
+                           attempts=job.attempts).update(
+            claimed_until=NOW + timedelta(seconds=CLAIM_S), updated_at=NOW)
+        if held != 1:
+            raise LostClaim(f"migration job {job.uuid}: claim lost")
+        items.update_or_create(
+            job=job, checkpoint_uuid=item.checkpoint_id,
+            defaults={"tenant": job.tenant, "run_uuid": item.run_id, "outcome": item.outcome,
+                      "reason": item.reason, "detail": item.detail[:4000],
+                      "from_version": item.from_version, "revision": item.revision,
+                      "attempt": job.attempts})
+
+    return record
+
+
+def _end(job: MigrationJob, **changes) -> int:
+    """Move the job out of ``running`` if this attempt still holds it; returns 1 or 0."""
+    return (MigrationJob.objects.for_tenant(job.tenant)
+            .filter(pk=job.pk, state=MigrationJobState.RUNNING, attempts=job.attempts)
+            .update(claimed_until=None, updated_at=NOW, **changes))
+
+
+def execute(job_pk: int) -> dict:
+    """Run one stored migration job (the Celery task's body; safe to run twice, at once or
+    later). Returns ``{"job": pk, "result": ...}``: ``skipped`` (not due, or claimed
+    elsewhere), ``done`` (with ``counts``), ``lost_claim``, ``retry`` or ``failed``."""
+    job = _claim(job_pk)
+    if job is None:
+        return {"job": job_pk, "result": "skipped"}
+    try:
+        report = services.checkpoints_migrate(
+            actor=job.requested_by, tenant=job.tenant, kind=job.kind,
+            to_version=job.to_version, run_ids=job.selection.get("runs"),
+            reverse=job.reverse, batch_id=job.uuid, on_item=_recorder(job))
+    except LostClaim:
+        return {"job": job_pk, "result": "lost_claim"}
+    except DomainError as exc:
+        # The request itself is refused now: retrying cannot help.
+        _end(job, state=MigrationJobState.FAILED, finished_at=NOW,
+             last_error=f"{exc.error}: {exc.detail}"[:1000])
+        return {"job": job_pk, "result": "failed"}
+    except Exception as exc:  # noqa: BLE001 - a step's bug or an outage: stored, retried
+        log.exception("migration job %s failed (attempt %s)", job.uuid, job.attempts)
+        failures = job.failures + 1
+        why = f"attempt {job.attempts}: {type(exc).__name__}: {str(exc)[:500]}"
+        if failures >= MAX_FAILURES:
+            _end(job, state=MigrationJobState.FAILED, finished_at=NOW, failures=failures,
+                 last_error=why)
+            return {"job": job_pk, "result": "failed"}
+        base = settings.RECOVERY_RECONCILE_BACKOFF_S
+        delay = min(settings.RECOVERY_RECONCILE_BACKOFF_MAX_S, base * 2 ** (failures - 1))
+        _end(job, state=MigrationJobState.QUEUED, failures=failures, last_error=why,
+             next_attempt_at=NOW + timedelta(seconds=delay))
+        return {"job": job_pk, "result": "retry"}
+    if not _end(job, state=MigrationJobState.DONE, finished_at=NOW, failures=0,
+                last_error=""):
+        return {"job": job_pk, "result": "lost_claim"}
+    return {"job": job_pk, "result": "done", "counts": report.counts}

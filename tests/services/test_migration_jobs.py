@@ -1,0 +1,241 @@
+"""Migrations as stored jobs (issue 19, item 2; CONTRACT.md 8; docs/migrations.md):
+``services.migration_job_submit`` (admin only, audited, idempotent by client token),
+``migration_preview`` (writes nothing), the job runner ``jobs.migrations.execute``
+(records each checkpoint's result as it goes, resumes after a kill, retried, fails
+visibly) and the API's ``POST``/``GET …/kinds/{kind}/migrations``."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+
+from checkpoints import services
+from checkpoints.exceptions import Forbidden, InvalidPayload
+from checkpoints.jobs import migrations as job_layer
+from checkpoints.models import AuditEvent, Checkpoint, MigrationJob, MigrationJobItem
+from checkpoints.services import migrations
+from tests.api.apihelpers import get, url
+from tests.helpers import age_world
+from tests.matrixhelpers import db_diff, db_state
+from tests.services.test_migrations import QUIET, order, stored
+
+
+def submit(tenant, actor, token=None, **kw):
+    kw.setdefault("kind", "acme.order")
+    kw.setdefault("to_version", 2)
+    return services.migration_job_submit(actor=actor, tenant=tenant,
+                                         client_token=token or uuid.uuid4(), **kw)
+
+
+@pytest.fixture
+def stranded(acme, wendy):
+    """Three acme.order v1 checkpoints whose owners are gone, and a fourth whose owner is
+    live (written after the others aged)."""
+    bodies = [order(wendy, acme), order(wendy, acme, "shipping"), order(wendy, acme)]
+    age_world(QUIET)
+    return bodies + [order(wendy, acme)]
+
+
+def test_a_job_is_stored_queued_and_audited_then_runs_recording_each_checkpoint(
+        acme, adam, stranded):
+    job, created = submit(acme, adam)
+    assert created and job.state == "queued"
+    event = AuditEvent.objects.get(action="migration.submit")
+    assert (event.target_type, event.target_ref) == ("migration_job", str(job.uuid))
+    assert event.after == {"kind": "acme.order", "to_version": 2, "reverse": False,
+                           "runs": None}
+    assert not MigrationJobItem.objects.exists()  # nothing runs inside the request
+    result = job_layer.execute(job.pk)
+    assert result["result"] == "done"
+    assert result["counts"] == {"migrated": 3, "skipped": 0, "refused": 1, "conflict": 0}
+    job.refresh_from_db()
+    assert (job.state, job.attempts, job.last_error) == ("done", 1, "")
+    items = {i.checkpoint_uuid: i for i in MigrationJobItem.objects.filter(job=job)}
+    assert {str(k) for k in items} == {b["id"] for b in stranded}
+    live = items[uuid.UUID(stranded[3]["id"])]
+    assert (live.outcome, live.reason, live.from_version) == ("refused", "owner_live", 1)
+    assert str(live.run_uuid) == stranded[3]["run_id"]
+    # Each migrated checkpoint's event carries the job's id as its batch.
+    batches = {e.after["batch_id"] for e in AuditEvent.objects.filter(action="checkpoint.migrate")}
+    assert batches == {str(job.uuid)}
+    assert [stored(b).schema_version for b in stranded] == [2, 2, 2, 1]
+    # A second delivery of the message does nothing.
+    assert job_layer.execute(job.pk)["result"] == "skipped"
+
+
+def test_the_same_token_answers_the_same_job_and_another_request_with_it_is_refused(
+        acme, adam, stranded):
+    token = uuid.uuid4()
+    job, created = submit(acme, adam, token)
+    again, created_again = submit(acme, adam, str(token))
+    assert created and not created_again and again.pk == job.pk
+    assert MigrationJob.objects.count() == 1
+    assert AuditEvent.objects.filter(action="migration.submit").count() == 1
+    with pytest.raises(InvalidPayload, match="^client_token:"):
+        submit(acme, adam, token, reverse=True, to_version=1)
+
+
+@pytest.mark.parametrize(("change", "field"), [
+    ({"kind": "no.such"}, "kind"), ({"to_version": 7}, "to_version"),
+    ({"to_version": "2"}, "to_version"), ({"reverse": "yes"}, "reverse"),
+    ({"run_ids": ["nope"]}, "runs"), ({"run_ids": []}, "runs"), ({"run_ids": "x"}, "runs")])
+def test_bad_input_is_refused_naming_the_field_with_nothing_written(acme, adam, change, field):
+    before = db_state()
+    with pytest.raises(InvalidPayload, match=f"^{field}:"):
+        submit(acme, adam, **change)
+    with pytest.raises(InvalidPayload, match="^client_token:"):
+        submit(acme, adam, token="not-a-uuid")
+    assert db_diff(before, db_state()) == {}
+
+
+def test_only_the_tenants_admin_may_submit_or_preview(acme, rita, stranded):
+    before = db_state()
+    with pytest.raises(Forbidden):
+        submit(acme, rita)
+    with pytest.raises(Forbidden):
+        services.migration_preview(actor=rita, tenant=acme, kind="acme.order", to_version=2)
+    assert db_diff(before, db_state()) == {}
+
+
+def test_the_preview_writes_nothing_and_says_what_the_job_would_do(acme, adam, stranded):
+    before = db_state()
+    preview = services.migration_preview(actor=adam, tenant=acme, kind="acme.order",
+                                         to_version=2)
+    assert db_diff(before, db_state()) == {}
+    assert preview.counts == {"migrated": 3, "skipped": 0, "refused": 1, "conflict": 0}
+    assert preview.refusals == {"owner_live": 1} and preview.checkpoints == 4
+    [example] = preview.examples
+    assert (example["added"], example["removed"], example["count"]) == (
+        ["amount", "amount.cents", "amount.currency"], ["amount_cents"], 3) or \
+        example["count"] == 3
+    [refused] = preview.refused
+    assert (str(refused.run_id), refused.reason) == (stranded[3]["run_id"], "owner_live")
+
+
+def test_a_job_killed_mid_way_goes_on_from_where_it_was(acme, adam, stranded, monkeypatch):
+    job, _ = submit(acme, adam)
+    real, calls = migrations._migrate_locked, []
+
+    def dies_on_the_second(*args):
+        calls.append(args)
+        if len(calls) == 2:
+            raise SystemExit("killed")  # not an Exception: the worker process dies
+        return real(*args)
+
+    monkeypatch.setattr(migrations, "_migrate_locked", dies_on_the_second)
+    with pytest.raises(SystemExit):
+        job_layer.execute(job.pk)
+    monkeypatch.setattr(migrations, "_migrate_locked", real)
+    job.refresh_from_db()
+    assert job.state == "running" and MigrationJobItem.objects.filter(job=job).count() == 1
+    assert job_layer.execute(job.pk)["result"] == "skipped"  # its claim still holds
+    age_world(job_layer.CLAIM_S + 1)  # the claim passes: the sweep sends it again
+    assert services.sweep_stale_runs()["migrations_redriven"] == 1
+    job.refresh_from_db()
+    assert (job.state, job.attempts) == ("done", 2)
+    # Ageing the claim aged the fourth run's owner too: all four, each once.
+    assert MigrationJobItem.objects.filter(job=job, outcome="migrated").count() == 4
+    assert AuditEvent.objects.filter(action="checkpoint.migrate").count() == 4
+    assert Checkpoint.objects.filter(schema_version=2).count() == 4
+
+
+def test_an_unexpected_error_is_retried_then_the_job_fails_visibly(acme, adam, stranded,
+                                                                    monkeypatch):
+    job, _ = submit(acme, adam)
+
+    def broken(*args):
+        raise RuntimeError("a bug in a step")
+
+    monkeypatch.setattr(migrations, "_migrate_locked", broken)
+    for attempt in range(1, job_layer.MAX_FAILURES + 1):
+        age_world(3600)  # the back-off passes
+        result = job_layer.execute(job.pk)
+        job.refresh_from_db()
+        assert job.attempts == attempt and "RuntimeError: a bug in a step" in job.last_error
+    assert result["result"] == "failed" and job.state == "failed"
+    assert job.finished_at is not None
+
+
+def test_a_requester_who_lost_the_right_fails_the_job_at_once(acme, adam, stranded):
+    job, _ = submit(acme, adam)
+    services.role_revoke(actor=None, tenant=acme, user=adam, role="admin")
+    assert job_layer.execute(job.pk)["result"] == "failed"
+    job.refresh_from_db()
+    assert job.state == "failed" and job.last_error.startswith("not_found") or \
+        job.last_error.startswith("forbidden")
+    assert Checkpoint.objects.filter(schema_version=2).count() == 0
+
+
+# --- the API ------------------------------------------------------------------------------
+
+def _post(client, body, key=None):
+    headers = {"HTTP_IDEMPOTENCY_KEY": key} if key else {}
+    return client.post(url("acme", "kinds/acme.order/migrations"), data=json.dumps(body),
+                       content_type="application/json", **headers)
+
+
+def test_the_api_answers_202_with_the_job_and_the_same_key_the_same_job(api_as, adam,
+                                                                         stranded):
+    key = str(uuid.uuid4())
+    r = _post(api_as(adam), {"to_version": 2, "dry_run": False}, key)
+    assert r.status_code == 202, r.content
+    body = r.json()
+    assert (body["state"], body["kind"], body["to_version"], body["runs"]) == \
+        ("queued", "acme.order", 2, None)
+    assert body["client_token"] == key and body["results"] == []
+    again = _post(api_as(adam), {"to_version": 2}, key)
+    assert again.status_code == 202 and again.json()["id"] == body["id"]
+    job_layer.execute(MigrationJob.objects.get().pk)
+    done = get(api_as(adam), "acme", f"kinds/acme.order/migrations/{body['id']}").json()
+    assert done["state"] == "done" and done["counts"]["migrated"] == 3
+    assert {r["outcome"] for r in done["results"]} == {"migrated", "refused"}
+
+
+def test_the_api_dry_run_answers_200_with_the_preview_and_writes_nothing(api_as, adam,
+                                                                          stranded):
+    client = api_as(adam)
+    before = db_state()
+    r = _post(client, {"to_version": 2, "dry_run": True,
+                             "runs": [stranded[0]["run_id"], stranded[3]["run_id"]]})
+    assert r.status_code == 200, r.content
+    assert db_diff(before, db_state()) == {}
+    body = r.json()
+    assert body["counts"] == {"migrated": 1, "skipped": 0, "refused": 1, "conflict": 0}
+    assert [x["reason"] for x in body["refused"]] == ["owner_live"]
+    assert body["examples"][0]["count"] == 1
+
+
+@pytest.mark.parametrize(("body", "field"), [
+    ({}, "to_version"), ({"to_version": 9}, "to_version"), ({"to_version": 2, "runs": []},
+                                                             "runs"),
+    ({"to_version": 2, "dry_run": "no"}, "dry_run"), ({"to_version": 2, "reverse": 1},
+                                                      "reverse"),
+    ({"to_version": 2, "extra": 1}, "extra"), ({"to_version": 2}, "client_token")])
+def test_the_api_answers_400_naming_the_field(api_as, adam, stranded, body, field):
+    r = _post(api_as(adam), body)
+    assert r.status_code == 400, r.content
+    assert r.json()["detail"].startswith(f"{field}:")
+
+
+def test_the_api_refuses_a_reviewer_and_hides_the_tenant_from_another(api_as, rita, omar,
+                                                                      stranded):
+    r = _post(api_as(rita), {"to_version": 2, "dry_run": True})
+    assert r.status_code == 403
+    assert _post(api_as(omar), {"to_version": 2, "dry_run": True}).status_code == 404
+    assert _post(api_as(rita), {"to_version": 2}, str(uuid.uuid4())).status_code == 403
+    assert not MigrationJob.objects.exists()
+
+
+def test_any_role_reads_a_job_and_another_tenant_or_kind_gets_404(api_as, adam, vic, omar,
+                                                                  acme, stranded):
+    job, _ = submit(acme, adam)
+    r = get(api_as(vic), "acme", f"kinds/acme.order/migrations/{job.uuid}")
+    assert r.status_code == 200 and r.json()["client_token"] is None
+    assert get(api_as(omar), "acme", f"kinds/acme.order/migrations/{job.uuid}").status_code \
+        == 404
+    for path in (f"kinds/runifold.agent/migrations/{job.uuid}",
+                 f"kinds/acme.order/migrations/{uuid.uuid4()}",
+                 "kinds/acme.order/migrations/nope"):
+        assert get(api_as(vic), "acme", path).status_code == 404, path
