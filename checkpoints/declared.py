@@ -73,15 +73,31 @@ def lookup(tenant: Tenant | int) -> kinds.Lookup:
     lookup object (make one per request or per migration, not one per process)."""
     tenant_id = tenant.pk if isinstance(tenant, Tenant) else tenant
     seen: dict[str, kinds.KindSpec | None] = {}
+    digests: dict[tuple[str, int], str] = {}
 
     def find(kind: str) -> kinds.KindSpec | None:
         if kind not in seen:
             rows = list(DeclaredKindVersion.objects.for_tenant(tenant_id).filter(kind=kind)
                         .values_list("version", "digest"))
+            digests.update(((kind, version), digest) for version, digest in rows)
             seen[kind] = _spec_of(tenant_id, kind, rows)
         return seen[kind]
 
+    def digest(kind: str, version: int) -> str | None:
+        """The digest of the declaration ``find`` read for (kind, version), ``None`` when
+        the tenant had none (call after ``find(kind)``)."""
+        return digests.get((kind, version))
+
+    find.digest = digest
     return find
+
+
+def current_digest(tenant: Tenant | int, kind: str, version: int) -> str | None:
+    """The digest of ``tenant``'s declaration of (kind, version) now, ``None`` if none:
+    the write path compares it under the audit head with the one it classified by."""
+    tenant_id = tenant.pk if isinstance(tenant, Tenant) else tenant
+    return (DeclaredKindVersion.objects.for_tenant(tenant_id)
+            .filter(kind=kind, version=version).values_list("digest", flat=True).first())
 
 
 def declared_kinds(tenant: Tenant | int) -> dict[str, kinds.KindSpec]:

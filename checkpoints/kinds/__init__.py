@@ -225,6 +225,12 @@ def registered(declared: dict[str, KindSpec] | None = None) -> dict[str, list[in
     return {k: sorted(v.versions) for k, v in sorted(found.items())}
 
 
+def in_code(kind: str) -> bool:
+    """Whether ``kind`` is registered in code (built in, or a ``RECOVERY_KIND_MODULES``
+    module's): then no tenant's declaration is ever read for it."""
+    return kind in _REGISTRY
+
+
 def versions(kind: str, *, lookup: Lookup | None = None) -> list[int]:
     """The schema versions of ``kind`` (in code, else by ``lookup``), oldest first; ``[]``
     when the kind is unknown."""

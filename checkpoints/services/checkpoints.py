@@ -141,11 +141,18 @@ def _stored_form(envelope: Envelope, tenant: Tenant) -> dict:
     ``writepath.checkpoint_write``): its classification (``cls``, by the kinds in code or
     ``tenant``'s declared ones), the phase label (for an unsupported payload, the schema
     error), the encrypted payload and its size."""
+    lookup = declared.lookup(tenant)
     cls = kinds.classify(envelope.kind, envelope.schema_version, envelope.payload,
-                         lookup=declared.lookup(tenant))
+                         lookup=lookup)
+    # A kind not in code is classified by the tenant's declaration (or its absence): the
+    # write path checks, under the tenant's audit head, that it has not changed since.
+    by = (None if kinds.in_code(envelope.kind)
+          else writepath.DeclaredBy(envelope.kind, envelope.schema_version,
+                                    lookup.digest(envelope.kind, envelope.schema_version),
+                                    lambda: _stored_form(envelope, tenant)))
     return {"cls": cls, "phase_label": (cls.error if not cls.supported else cls.phase.label)[:256],
             "ciphertext": crypto.encrypt_text(envelope.payload_json),
-            "size": len(envelope.payload_json.encode("utf-8"))}
+            "size": len(envelope.payload_json.encode("utf-8")), "declared_by": by}
 
 
 def checkpoint_envelope(checkpoint: Checkpoint | CheckpointRevision, *, run_id=None,

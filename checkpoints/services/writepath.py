@@ -31,7 +31,7 @@ from functools import lru_cache
 
 from django.db import IntegrityError, transaction
 
-from .. import audit, locks, policy, sql
+from .. import audit, declared, locks, policy, sql
 from ..audit import audit_record
 from ..exceptions import Fenced, InvalidPayload, NotFound, StaleRevision, UsageDecreased
 from ..jsonparse import dumps
@@ -166,9 +166,23 @@ def _kept_usage(cls, stored_usage: dict) -> dict:
     return cls.usage if cls.supported else (stored_usage or {})
 
 
+@dataclass(frozen=True)
+class DeclaredBy:
+    """What classified a checkpoint of a kind not in code: the tenant's declaration of
+    (``kind``, ``version``) with ``digest`` (``None``: it had none). ``restate`` gives
+    the write's stored form again (``services.checkpoints._stored_form``) when the
+    declaration changed before the write took the tenant's audit head."""
+
+    kind: str
+    version: int
+    digest: str | None
+    restate: object  # () -> dict of cls, phase_label, ciphertext, size, declared_by
+
+
 def checkpoint_write(*, actor, tenant: Tenant, envelope, expected_revision: int | None,
                      fencing_token: int | None, cls, phase_label: str, ciphertext: str,
-                     size: int, migration: Migrating | None = None):
+                     size: int, migration: Migrating | None = None,
+                     declared_by: DeclaredBy | None = None):
     """The transaction of ``services.checkpoint_put`` (its checks done): create the
     checkpoint at revision 0 (``expected_revision=None``) or update it from
     ``expected_revision`` to ``envelope.revision``, with its history row, the run's
@@ -181,7 +195,25 @@ def checkpoint_write(*, actor, tenant: Tenant, envelope, expected_revision: int 
     hands back (``FALLBACK``) the ORM path decides. ``migration``: the write is the
     operator's migration of the checkpoint (``Migrating``; always the ORM path, whose
     run update it shapes).
+
+    ``declared_by``: the payload was classified by the tenant's declared kinds
+    (``DeclaredBy``). The tenant's audit head is taken first, the lock a declaration's
+    change takes too (``services.kind_declare``), and a declaration changed since the
+    classification is read again, so a checkpoint is never stored as classified by a
+    declaration that is no longer the one its version has.
     """
+    if declared_by is not None:
+        with transaction.atomic():
+            locks.lock_audit_head(tenant)
+            if declared.current_digest(tenant, declared_by.kind,
+                                       declared_by.version) != declared_by.digest:
+                form = declared_by.restate()
+                cls, phase_label = form["cls"], form["phase_label"]
+            return checkpoint_write(
+                actor=actor, tenant=tenant, envelope=envelope,
+                expected_revision=expected_revision, fencing_token=fencing_token, cls=cls,
+                phase_label=phase_label, ciphertext=ciphertext, size=size,
+                migration=migration)
     if expected_revision is not None and sql.available() and migration is None:
         checkpoint = checkpoint_update(
             actor=actor, tenant=tenant, envelope=envelope, expected_revision=expected_revision,

@@ -13,7 +13,7 @@ import time
 import pytest
 from django.core.management import CommandError, call_command
 
-from checkpoints import services
+from checkpoints import kinds, services
 from checkpoints.kinds import declarative
 from checkpoints.models import AuditEvent, DeclaredKindVersion, Run
 from checkpoints.vocab import AuditAction, MigrationOutcome, PhaseClass, RecoveryState
@@ -307,3 +307,28 @@ def test_the_declared_envelope_is_a_plain_checkpoint_otherwise(api_as, wendy, v1
     body = envelope(kind=KIND, payload={"state": "ready", "refund_id": "rf_1"})
     assert put_cp(w, "acme", body, create=True).status_code == 201
     assert put_cp(w, "acme", body, create=True).status_code == 412
+
+
+def test_a_declaration_replaced_mid_write_is_read_again_under_the_head(
+        api_as, wendy, adam, acme, monkeypatch, v1):
+    """The runtime's payload is classified before its write takes the tenant's audit head;
+    the admin replaces the (still unused) declaration in between. The write reads the
+    declaration again under the head, so the stored classification is the new one's."""
+    relabelled = copy.deepcopy(V1)
+    relabelled["phase"]["label"] = "relabelled {phase}"
+    real, calls = kinds.classify, []
+
+    def classify_then_replace(*args, **kwargs):
+        answer = real(*args, **kwargs)
+        if not calls:
+            services.kind_declare(actor=adam, tenant=acme, kind=KIND, version=1,
+                                  body=relabelled)
+        calls.append(answer.phase.label)
+        return answer
+
+    monkeypatch.setattr(kinds, "classify", classify_then_replace)
+    body = new_checkpoint(api_as(wendy), "acme", kind=KIND,
+                          payload={"state": "ready", "refund_id": "rf_1", "attempt": 0})
+    assert calls == ["refund ready, attempt 0", "relabelled ready"]
+    assert Run.objects.get(uuid=body["run_id"]).phase_label == "relabelled ready"
+    assert DeclaredKindVersion.objects.get().body == relabelled
