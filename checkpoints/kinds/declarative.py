@@ -28,7 +28,8 @@ The declaration (the body of ``PUT …/kinds/{kind}/versions/{v}``; every key bu
 - ``migration.ops``: the step from version ``v-1`` to this one, applied in order; its
   inverse is derived (``compile_ops``). ``rename`` / ``move`` ``{from, to}``, ``add``
   ``{path, value}`` and ``map_values`` ``{path, map}`` with a one-to-one map are
-  reversible; ``set_default`` ``{path, value}`` and ``remove`` ``{path}`` are not, and
+  reversible (the parent object of a ``to`` or ``path`` must exist: ``add`` it first, so
+  the inverse can remove exactly what the step made); ``set_default`` ``{path, value}`` and ``remove`` ``{path}`` are not, and
   make the whole step one-way.
 
 A hostile schema is refused, naming why (``DeclarationError``): more than
@@ -526,7 +527,8 @@ def _parent(payload: Any, tokens: tuple[str, ...], error, create: bool = False) 
             current[token] = {}
         current = current.get(token)
     if not isinstance(current, dict):
-        raise error(f"payload{_show(tokens)}: its parent is not an object")
+        raise error(f"payload{_show(tokens)}: its parent is not an object (a step makes no "
+                    "parent up: add it first)")
     return current
 
 
@@ -540,11 +542,11 @@ def _apply(op: dict, payload: Any, error) -> Any:
             return payload
         if _get(payload, target) is not _MISSING:
             raise error(f"payload{_show(target)} is there already")
-        value = _parent(payload, source, error).pop(source[-1])
-        _parent(payload, target, error, create=True)[target[-1]] = value
+        target_parent = _parent(payload, target, error)  # never made up: down could not undo it
+        target_parent[target[-1]] = _parent(payload, source, error).pop(source[-1])
         return payload
     if kind == "add":
-        parent = _parent(payload, op["path"], error, create=True)
+        parent = _parent(payload, op["path"], error)
         if op["path"][-1] in parent:
             raise error(f"payload{_show(op['path'])} is there already")
         parent[op["path"][-1]] = copy.deepcopy(op["value"])
