@@ -63,3 +63,29 @@ def test_make_bench_smallest_size_runs_end_to_end_from_a_clean_state(tmp_path):
     with psycopg.connect(bench_url(url, "postgres")) as conn:
         left = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [db]).fetchone()
     assert left is None
+
+
+def test_the_migration_bench_runs_end_to_end_and_drops_its_database():
+    """``bench/bench_migrate.py`` at a tiny size: every stranded run is migrated (it
+    asserts that itself), the three rows print, its database is gone at the end."""
+    url = os.environ["DATABASE_URL"]
+    db = urlsplit(url).path.lstrip("/") + "_migrate_smoke_bench"
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("RECOVERY_", "PYTEST_")) and k != "DJANGO_SETTINGS_MODULE"}
+    done = subprocess.run(
+        [sys.executable, "bench/bench_migrate.py", "--runs", "60", "--reference-runs", "20",
+         "--batch-size", "25", "--pg-url", url, "--db", db], cwd=ROOT, env=env,
+        capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    rows = {line.split("  ")[0]: line.split() for line in done.stdout.splitlines()
+            if line.startswith(("dry run", "migration", "reference"))}
+    assert [k.split(" (")[0].split(":")[0] for k in rows] == ["dry run", "migration",
+                                                               "reference"]
+    assert rows["migration (real)"][2] == "60" and rows["dry run (preview)"][3] == "60"
+    import psycopg
+
+    from bench.common import bench_url
+
+    with psycopg.connect(bench_url(url, "postgres")) as conn:
+        left = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [db]).fetchone()
+    assert left is None

@@ -170,10 +170,17 @@ class OrderShape(Shape):
 
     @classmethod
     def from_checkpoint(cls, checkpoint: dict, payments_url: str) -> OrderShape:
+        """The order of a stored checkpoint: v1's ``amount_cents``, or v2's ``amount:
+        {"cents", "currency"}`` (a run the operator migrated, docs/migrations.md; its next
+        revisions keep v2, the version read)."""
         p = checkpoint["payload"]
-        if not isinstance(p.get("order_id"), str) or type(p.get("amount_cents")) is not int:
-            raise ValueError("acme.order payload without order_id and amount_cents")
-        return cls(order_id=p["order_id"], amount_cents=p["amount_cents"],
+        amount = p.get("amount_cents")
+        if checkpoint.get("schema_version") == 2 and isinstance(p.get("amount"), dict):
+            amount = p["amount"].get("cents")
+        if not isinstance(p.get("order_id"), str) or type(amount) is not int:
+            raise ValueError("acme.order payload without order_id and amount_cents "
+                             "(v1) or amount.cents (v2)")
+        return cls(order_id=p["order_id"], amount_cents=amount,
                    payments_url=payments_url, execution_id=checkpoint["id"])
 
     def identity(self) -> dict:

@@ -48,7 +48,7 @@ from ..permissions import require
 from ..vocab import MigrationOutcome, MigrationRefusal
 from . import writepath
 from .checkpoints import Envelope, _stored_form
-from .runs import _lock_run, require_owner_gone, run_facts
+from .runs import _lock_run, require_owner_gone
 
 MAX_BATCH = 10_000
 
@@ -220,6 +220,8 @@ def _candidates(target: _Target, runs: list[uuid.UUID] | None, batch_size: int):
         if not batch:
             return
         yield batch
+        if len(batch) < batch_size:  # the last one: no query for an empty batch
+            return
         last = batch[-1][0]
 
 
@@ -232,6 +234,17 @@ def _read(tenant: Tenant, pk: int) -> dict | None:
 def _refused(item: MigrationItem, reason: str, detail: str) -> MigrationItem:
     item.outcome, item.reason, item.detail = MigrationOutcome.REFUSED, reason, detail
     return item
+
+
+def _owner_facts(run: Run) -> policy.RunFacts:
+    """The facts ``require_owner_gone`` reads for ``run`` (its lease, its last write, the
+    tenant's ambiguity threshold, the database time read with the run), without the
+    effect and retry queries of ``run_facts``: whether the owner is gone
+    (``policy.RunFacts.owner_gone``, CONTRACT.md 1) depends on nothing else, and this
+    runs once per checkpoint of a migration (the write path reads the full facts for the
+    run's recovery state)."""
+    return policy.RunFacts.of(run, now=run.db_now,
+                              ambiguity_threshold_s=run.tenant.ambiguity_threshold_s)
 
 
 def _assess(target: _Target, run: Run, row: dict):
@@ -252,7 +265,7 @@ def _assess(target: _Target, run: Run, row: dict):
             raise upcasters.NoMigrationPath(f"{target.kind} v{source} to "
                                             f"v{target.to_version}: {way}")
         kinds.migration_path(target.kind, source, target.to_version, lookup=target.lookup)
-        require_owner_gone(run, run_facts(run, run.db_now), "migrate its checkpoint")
+        require_owner_gone(run, _owner_facts(run), "migrate its checkpoint")
         payload = loads_any(crypto.decrypt_text(row["payload_ciphertext"]))
         new, cls, path = kinds.migrate(target.kind, source, target.to_version, payload,
                                        lookup=target.lookup)

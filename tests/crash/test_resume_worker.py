@@ -15,8 +15,9 @@ import uuid
 import pytest
 
 from checkpoints import services
-from checkpoints.models import AuditEvent, Effect, Run
+from checkpoints.models import AuditEvent, Checkpoint, CheckpointRevision, Effect, Run
 from recovery_client.client import CheckpointError, HttpCheckpointStore, next_revision, now_ms
+from tests.helpers import age_world
 
 from .conftest import approve_retry, sweep_after_lease_expiry
 
@@ -180,3 +181,32 @@ def test_it_leaves_a_closed_run_alone(acme, rita, run_worker, resume_worker, pay
     assert "closed" in resumed.stderr
     assert the_run(acme, dead.run_id).recovery_state == "closed"
     assert payments.store.executions(dead.order_id) == 0
+
+
+def test_it_resumes_a_run_the_operator_migrated_to_v2(acme, run_worker, resume_worker,
+                                                      payments):
+    """A stranded v1 order, migrated to v2 (``services.checkpoints_migrate``, what
+    ``manage.py migrate_checkpoints acme.order --to 2 --run RUN`` calls), is resumed by
+    the demo worker as the supervisor starts it: it reads v2's ``amount.cents``, charges
+    that amount once and writes the rest of the run in v2."""
+    created = run_worker(extra=["--create-only"])
+    assert created.returncode == 0, created.stderr
+    age_world(3600)  # its owner is gone: the migration is not refused owner_live
+    report = services.checkpoints_migrate(actor=None, tenant=acme, kind="acme.order",
+                                          to_version=2, run_ids=[created.run_id])
+    assert report.counts["migrated"] == 1
+
+    resumed = resume_worker(created.run_id)
+
+    assert resumed.returncode == 0, resumed.stderr
+    assert (resumed.result["action"], resumed.result["outcome"]) == ("continue", "completed")
+    run = the_run(acme, created.run_id)
+    assert (run.recovery_state, run.schema_version) == ("completed", 2)
+    cp = Checkpoint.objects.get(uuid=created.checkpoint_id)
+    payload = services.checkpoint_envelope(cp)["payload"]
+    assert (payload["phase"], payload["amount"]) == ("completed",
+                                                     {"cents": 2599, "currency": "USD"})
+    assert set(CheckpointRevision.objects.filter(checkpoint=cp)
+               .values_list("schema_version", flat=True)) == {1, 2}
+    assert payments.store.executions(created.order_id) == 1
+    assert [c["amount_cents"] for c in payments.store.charges(created.order_id)] == [2599]

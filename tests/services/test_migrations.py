@@ -11,12 +11,14 @@ import json
 import uuid
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from checkpoints import kinds, services, upcasters
 from checkpoints.exceptions import Fenced, Forbidden, InvalidPayload, NotFound
 from checkpoints.models import AuditEvent, Checkpoint, CheckpointRevision, Conflict, Run
 from checkpoints.services import migrations
-from tests.helpers import age_world, envelope, put_checkpoint
+from tests.helpers import age_world, effect_body, envelope, put_checkpoint, sweep_later, walk_effect
 from tests.kind_fixtures import fixtures as kind_fixtures
 from tests.matrixhelpers import db_diff, db_state
 
@@ -172,6 +174,30 @@ def test_a_waiting_workflow_is_not_taken_back_to_v3(acme, wendy):
     assert "waiting exists only in v4" in refused[0].detail
     assert report.counts["migrated"] == len(fixture) - 1
     assert stored(bodies["waiting"]).schema_version == 4
+
+
+def test_the_owner_check_reads_no_effect_and_the_run_keeps_its_doubt(acme, wendy):
+    """Whether the owner is gone depends on the lease and the last write only: a
+    migration looks at no effect or retry request before its write (one statement per
+    checkpoint fewer; two for a run with an effect in doubt). The write path still reads
+    them for the run's recovery state: an ambiguous run with its submitted effect stays
+    ambiguous, with the same reason, after its checkpoint is migrated."""
+    body = order(wendy, acme, "charging")
+    walk_effect(wendy, acme, effect_body(run_id=body["run_id"]), "submitted")
+    sweep_later()
+    run = Run.objects.get(uuid=body["run_id"])
+    assert (run.recovery_state, "payments charge:A-1042" in run.recovery_reason) == (
+        "ambiguous", True)
+    with CaptureQueriesContext(connection) as queries:
+        assert migrate(acme, dry_run=True).counts["migrated"] == 1
+    sent = [q["sql"] for q in queries.captured_queries]
+    assert not [q for q in sent if "checkpoints_effect" in q or "checkpoints_retryrequest" in q]
+    assert len(sent) == 3  # the batch of candidates, the run, the checkpoint
+    assert migrate(acme).counts["migrated"] == 1
+    after = Run.objects.get(uuid=body["run_id"])
+    assert (after.recovery_state, after.recovery_reason) == (run.recovery_state,
+                                                             run.recovery_reason)
+    assert after.schema_version == 2 and after.fencing_token == run.fencing_token + 1
 
 
 # --- refusals ----------------------------------------------------------------------------
