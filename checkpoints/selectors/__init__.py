@@ -52,6 +52,7 @@ from .kinds import (
     KindUsage,
     KindVersion,
     declared_kind_get,
+    kind_known,
     kind_usage,
 )
 from .migrations import (

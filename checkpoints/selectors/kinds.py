@@ -114,3 +114,10 @@ def declared_kind_get(*, user, tenant: Tenant, kind: str, version: int):
     if row is None:
         raise NotFound(f"{str(kind)[:200]} v{version} is not declared by this tenant")
     return row
+
+
+def kind_known(*, user, tenant: Tenant, kind: str) -> bool:
+    """Whether ``kind`` is a kind ``tenant`` can name in a URL: one in code, or one it
+    declared (for any role of the tenant; a path naming another is answered 404)."""
+    require(user, tenant, roles.VIEW)
+    return bool(kinds.versions(kind, lookup=declared.lookup(tenant)))

@@ -53,6 +53,7 @@ from checkpoints.models import Checkpoint, Effect, Run, Tenant
 from tests.helpers import effect_body, envelope, lg_put, lg_writes
 from tests.matrixhelpers import SKIPPED_MODELS
 from tests.openapi_check import served_schema
+from tests.twinworld import declared_kind
 
 T = "/api/v1/tenants/{tenant}/"
 CP = T + "checkpoints/{checkpoint_id}"
@@ -364,6 +365,24 @@ def retry_path(action: str) -> Callable:
     return send
 
 
+def kind_version(method: str) -> Callable:
+    """``{v}`` of ``…/kinds/{kind}/versions/{v}``: a GET of a kind nobody declared (404
+    whatever the value), a PUT declaring ``bounds.kind`` at v."""
+    route = T + "kinds/bounds.kind/versions/{v}"
+
+    def send(w: World, v: int) -> Outcome:
+        if method == "get":
+            return _get(w, "get", route, {}, v=v)
+        return _json(w, "put", route, declared_kind("bounds"), path={"v": str(v)})
+    return send
+
+
+def migration_to(w: World, v: int) -> Outcome:
+    """``to_version`` of a migration's dry run: only acme.order's versions (1, 2) are one."""
+    return _json(w, "post", T + "kinds/acme.order/migrations", {"to_version": v,
+                                                                 "dry_run": True})
+
+
 def lg_checkpoint(change: Callable[[dict, int], None]) -> Callable:
     def send(w: World, v: int) -> Outcome:
         body = lg_put("bounds-new-thread", LG_NEXT, values={"a": 1}, nodes=("n",))
@@ -484,6 +503,13 @@ RECIPES: dict[Key, Recipe] = {
         expect=(lambda v: None if v == 1 else "schema_version") if name == "schema_version"
         else lambda v: None)
        for name in envelope_integers()},
+    ("GET", T + "kinds/{kind}/versions/{version}", "path", "version"): Recipe(
+        kind_version("get"), "version", ok=(404,)),
+    ("PUT", T + "kinds/{kind}/versions/{version}", "path", "version"): Recipe(
+        kind_version("put"), "version"),
+    ("POST", T + "kinds/{kind}/migrations", "body", "to_version"): Recipe(
+        migration_to, "to_version", ok=(200,),
+        expect=lambda v: None if v in (1, 2) else "to_version"),
     ("IMPORT", RUNIFOLD, "effect", "revision"): Recipe(
         runifold_line("effect", "revision"), "revision",
         expect=lambda v: "status.state" if v < 2 else None),

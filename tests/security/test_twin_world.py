@@ -350,6 +350,9 @@ SELECTORS: dict[str, SelectorCell] = {
         lambda w, s, a: _kinds_count(w, s, [(v.checkpoints, v.schema_mismatch_runs)
                                             for k in a for v in k.versions]),
         shows_mark=False),
+    "kind_known": SelectorCell(
+        lambda w, s, u: selectors.kind_known(user=u, tenant=w.tenant(s), kind=DECLARED_KIND),
+        shows_mark=False),
     "declared_kind_get": SelectorCell(
         lambda w, s, u: selectors.declared_kind_get(user=u, tenant=w.tenant(s),
                                                     kind=DECLARED_KIND, version=1)),
