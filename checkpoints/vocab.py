@@ -471,6 +471,9 @@ BADGE_CLASSES = {
     _P.STABLE: "green", _P.IN_FLIGHT: "amber", _P.UNSUPPORTED: "purple",
     # bulk actions: a run's outcome (done/failed share the words above), the bulk's state
     BulkOutcome.REFUSED: "orange", BulkState.FINISHED: "green",
+    # a checkpoint's result in a migration (refused: as above; a job's state: as reconcile)
+    MigrationOutcome.MIGRATED: "green", MigrationOutcome.SKIPPED: "grey",
+    MigrationOutcome.CONFLICT: "orange",
     # a runtime that restored usage lower than it had spent: not a race, a fault
     ConflictReason.USAGE_DECREASED: "red",
 }

@@ -222,6 +222,7 @@ def _base_context(request: HttpRequest, tenant: Tenant | None, section: str) -> 
         "can_reveal": roles.REVEAL in perms,
         "can_review": roles.REVIEW in perms,
         "can_approve": roles.APPROVE in perms,
+        "can_manage": roles.MANAGE in perms,  # the tenant's admin (migrations, issue 19)
         # The vocabulary for templates ({% if r.state == vocab.ReconcileState.QUEUED %}):
         # a template compares against the enums, never a literal state.
         "vocab": vocab,

@@ -17,6 +17,7 @@ from django.core.exceptions import ValidationError
 from django.http import HttpRequest, QueryDict
 
 from ..exceptions import InvalidPayload
+from ..intranges import SCHEMA_VERSION
 from ..models import BULK_MAX_RUNS, MAX_REVISION, RecoveryState
 from ..querystring import single_values
 from ..selectors import DEFAULT_RUN_SORT, RUN_SORTS, SEARCH_MAX, search_terms
@@ -263,3 +264,55 @@ class BulkForm(ReasonForm):
                                       f"{BulkActionKind(data['action']).label} cannot be "
                                       f"undone from the dashboard")
         return data
+
+
+class SchemaVersionField(RevisionNumberField):
+    """A schema version in a query string or a form (``to``): ASCII digits only, in
+    ``intranges.SCHEMA_VERSION`` (0..2^32-1, the API's range for a version), as
+    ``RevisionNumberField``. Whether the kind has that version is the service's check
+    (``services.migration_target_check``), never this field's."""
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("min_value", SCHEMA_VERSION.minimum)
+        kwargs.setdefault("max_value", SCHEMA_VERSION.maximum)
+        kwargs.setdefault("error_messages", {"required": "required: the version to "
+                                                         "migrate to"})
+        super().__init__(**kwargs)
+
+    def to_python(self, value):
+        if value in self.empty_values:  # given empty (a form's blank field): "required"
+            return None
+        return super().to_python(value)
+
+
+class FlagField(forms.ChoiceField):
+    """A yes/no parameter sent as ``1`` or ``0`` (absent or empty: no); cleans to a
+    ``bool``. Anything else (``true``, ``yes``) is refused naming the field, as the API
+    refuses a ``reverse`` that is not a boolean."""
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("required", False)
+        super().__init__(choices=[("0", "no"), ("1", "yes")], **kwargs)
+
+    def clean(self, value) -> bool:
+        return super().clean(value) == "1"
+
+
+class MigrationPreviewForm(QueryForm):
+    """The migration preview's query string (``kinds.migration_preview_page``): ``to``
+    (the target schema version, required) and ``reverse`` (``1``: down steps only)."""
+
+    to = SchemaVersionField()
+    reverse = FlagField()
+
+
+class MigrationForm(forms.Form):
+    """The preview's confirm form (``kinds.migration_submit``): the same ``to`` and
+    ``reverse`` as the preview it was shown on, and ``client_token``, the hidden UUID
+    that makes a resubmission answer the first job (as ``BulkForm``'s)."""
+
+    to = SchemaVersionField()
+    reverse = FlagField()
+    client_token = forms.UUIDField(
+        error_messages={"required": "missing; reload the preview and submit again",
+                        "invalid": "not a UUID; reload the preview and submit again"})

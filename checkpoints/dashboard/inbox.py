@@ -164,10 +164,25 @@ def run_list(request: HttpRequest, tenant: Tenant) -> HttpResponse:
     context = _base_context(request, tenant, "inbox") | _inbox_context(request, tenant)
     if context["can_review"] and context["tab_total"]:  # nothing listed: nothing to act on
         context["bulk"] = _bulk_bar(context)
+    _migration_offers(request, tenant, context)
     template = "checkpoints/inbox.html"
     if request.htmx:
         template += "#inbox-main"
     return render(request, template, context)
+
+
+def _migration_offers(request: HttpRequest, tenant: Tenant, context: dict) -> None:
+    """On the ``schema_mismatch`` tab, for the tenant's admin only, and only when it
+    lists runs: each listed run of a kind ``selectors.migration_offers`` offers a
+    migration for gets ``migrate_to`` (the version; the row links to the preview). The
+    offers need ``selectors.kind_usage`` (three grouped queries over the tenant's
+    checkpoints), so no other tab, role or empty page pays for them."""
+    if (context["state"] != RecoveryState.SCHEMA_MISMATCH or not context["can_manage"]
+            or not context["rows"]):
+        return
+    offers = selectors.migration_offers(selectors.kind_usage(user=request.user, tenant=tenant))
+    for row in context["rows"]:
+        row["migrate_to"] = offers.get(row["kind"])
 
 
 @require_GET

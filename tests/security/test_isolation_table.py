@@ -396,6 +396,27 @@ RECIPES: dict[str, list[Op]] = {
     "report": [Op("get", _s(), page_rule(V, 200), surface="web")],
     "audit_log": [Op("get", _s(), page_rule(V, 200), surface="web")],
     "kind_list": [Op("get", _s(), page_rule(V, 200), surface="web")],
+    # A declared kind's declaration, read only: as ``api:kind-version``'s GET.
+    "kind_version": [
+        Op("get", lambda w: {"slug": HOME, "kind": DECLARED_KIND, "version": "1"},
+           page_rule(V, 200), surface="web"),
+        Op("get", lambda w: {"slug": HOME, "kind": DECLARED_KIND, "version": "2"},
+           page_rule(V, 404), surface="web")],
+    # Migrations from the dashboard (issue 19, item 2): the preview (a dry run: a read)
+    # and its confirm are the tenant admin's, as ``api:kind-migrations``; the job's page
+    # any role's, HOME's job on the twin's URL finds nothing.
+    "migration_preview": [
+        Op("get", lambda w: {"slug": HOME, "kind": "acme.order"},
+           page_rule(roles.MANAGE, 200), query="to=2", surface="web")],
+    "migration_submit": [
+        Op("post", lambda w: {"slug": HOME, "kind": "acme.order"},
+           page_rule(roles.MANAGE, 303), "write", surface="web",
+           body={"to": "2", "client_token": str(IDS["new_cp"])})],
+    "migration_detail": [
+        Op("get", lambda w: {"slug": HOME, "kind": "acme.order", "job_id": w.migration_id},
+           page_rule(V, 200), surface="web"),
+        Op("get", lambda w: {"slug": TWIN, "kind": "acme.order", "job_id": w.migration_id},
+           page_rule(V, 404), surface="web", tenant=TWIN)],
     "run_detail": [Op("get", _s(run_id="r_stuck"), page_rule(V, 200), surface="web"),
                    Op("get", _s(run_id="r_twin"), page_rule(V, 404), surface="web")],
     "run_audit": [Op("get", _s(run_id="r_stuck"), page_rule(V, 200), surface="web")],
@@ -571,7 +592,7 @@ def _request(op: Op, ident: Identity, path: str):
                                           content_type="application/json", **op.headers)
     client = ident.web()
     if op.method == "get":
-        return client.get(path)
+        return client.get(path + (f"?{op.query}" if op.query else ""))
     return client.post(path, op.body or {})
 
 

@@ -670,6 +670,14 @@ PAGES: dict[str, Req] = {
     "report": Req(),
     "audit_log": Req(shows_mark=True),
     "kind_list": Req(),
+    # The kind both tenants declared under one name (issue 19): each its own declaration.
+    "kind_version": Req({"kind": f"={DECLARED_KIND}", "version": "=1"}, shows_mark=True),
+    # Migrations (issue 19, item 2): this tenant's checkpoints and job only.
+    "migration_preview": Req({"kind": "=acme.order"}, query="to=2"),
+    "migration_submit": Req({"kind": "=acme.order"},
+                            {"to": "2", "client_token": str(IDS["new_cp"])}, write=True),
+    "migration_detail": Req({"kind": "=acme.order", "job_id": "migration_id"},
+                            shows_mark=True),
     "run_detail": Req({"run_id": "r_unknown"}, shows_mark=True),
     "run_audit": Req({"run_id": "r_unknown"}, shows_mark=True),
     "checkpoint_history": Req({"checkpoint_id": "c_stuck"}, shows_mark=True),
@@ -748,7 +756,9 @@ def _request(kind: str, key: str, req: Req, w: World, slug: str, p: Persona):
         kwargs["slug"] = slug
     path = reverse(key, kwargs=kwargs)
     client = p.web()
-    return path, (client.post(path, req.body) if req.body is not None else client.get(path))
+    if req.body is not None:
+        return path, client.post(path, req.body)
+    return path, client.get(path + (f"?{req.query}" if req.query else ""))
 
 
 def _scoped(kind: str, key: str) -> bool:

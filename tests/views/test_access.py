@@ -170,3 +170,41 @@ def test_it_enforces_csrf_on_session_posts(login, rita, april, stuck, retry, acm
         response = login(user, csrf=True).post(url, data)
         assert response.status_code == 403, url
     assert _snapshot(acme) == before
+
+
+# --- migrations (issue 19, item 2): the preview and its confirm are the tenant admin's --------
+
+
+@pytest.fixture
+def migration_job(acme, adam, stuck):
+    import uuid
+
+    job, _ = services.migration_job_submit(actor=adam, tenant=acme, kind="acme.order",
+                                           to_version=2, client_token=uuid.uuid4())
+    return job
+
+
+def test_the_migration_preview_and_confirm_are_the_admins_and_the_job_any_roles(
+        login, adam, rita, april, vic, omar, acme, migration_job):
+    import uuid
+
+    preview = reverse("migration_preview", args=["acme", "acme.order"]) + "?to=2"
+    confirm = reverse("migration_submit", args=["acme", "acme.order"])
+    job = reverse("migration_detail", args=["acme", "acme.order", migration_job.uuid])
+    form = {"to": "2", "client_token": str(uuid.uuid4())}
+    clients = {user: login(user) for user in (adam, rita, april, vic, omar)}
+    before = _snapshot(acme)
+    for user in (rita, april, vic):
+        response = clients[user].get(preview)
+        assert response.status_code == 403 and b"does not allow" in response.content
+        assert clients[user].post(confirm, form).status_code == 403
+        assert clients[user].get(job).status_code == 200
+    for url in (preview, job):
+        assert clients[omar].get(url).status_code == 404, url
+        assert clients[omar].get(url, HTTP_HX_REQUEST="true").status_code == 404, url
+    assert clients[omar].post(confirm, form).status_code == 404
+    assert clients[adam].get(confirm).status_code == 405
+    assert _snapshot(acme) == before
+    assert clients[adam].get(preview).status_code == 200
+    assert clients[adam].get(job).status_code == 200
+    assert clients[adam].post(confirm, form).status_code == 303

@@ -42,11 +42,12 @@ def test_it_shows_each_version_with_its_counts(login, vic, used):
     rows = _rows(response.content.decode())
     start = rows.index(next(r for r in rows if r and r[0].startswith("acme.order registered")))
     assert "supports v1, v2; newest v2" in rows[start][0]
-    assert rows[start + 1] == ["", "v1 supported", "3", "2", "0"]
+    # v1 leads up to the newest (the registered step), which the page says.
+    assert rows[start + 1] == ["", "v1 supported migrates to v2", "3", "2", "0"]
     assert rows[start + 2] == ["", "v2 supported", "0", "0", "0"]
     assert rows[start + 3] == ["", "v9 unsupported", "1", "1", "1"]
     workflow = next(i for i, r in enumerate(rows) if r and r[0].startswith("runifold.workflow"))
-    assert rows[workflow + 1:workflow + 3] == [["", "v3 supported", "0", "0", "0"],
+    assert rows[workflow + 1:workflow + 3] == [["", "v3 supported migrates to v4", "0", "0", "0"],
                                                ["", "v4 supported", "0", "0", "0"]]
     assert "1 run in" in response.content.decode()  # the schema_mismatch summary
 

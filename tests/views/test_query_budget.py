@@ -153,3 +153,43 @@ def test_lists_and_counts_cost_the_same_with_5_runs_and_with_200(acme, wendy, ri
     few = [_queries(lambda c=c, u=u: c.get(u)) for c, u in urls]
     _runs(wendy, acme, 195)
     assert [_queries(lambda c=c, u=u: c.get(u)) for c, u in urls] == few
+
+
+def _mismatched(writer, tenant, n: int) -> None:
+    """``n`` runs of ``acme.order`` v9 (``schema_mismatch``) and ``n`` of v1 (which a
+    registered step leads up to v2: the migration offer)."""
+    for _ in range(n):
+        put_checkpoint(writer, tenant, envelope(schema_version=9))
+        put_checkpoint(writer, tenant, envelope())
+
+
+#: What the schema-mismatch tab's "Migrate to vN" costs the admin
+#: (``inbox._migration_offers``: ``selectors.kind_usage``'s grouped queries and the
+#: tenant's declared kinds), and nothing for anyone else or on any other tab.
+MIGRATION_OFFER_QUERIES = 3
+
+
+def test_the_migration_offer_costs_the_admin_a_fixed_number_of_queries_on_one_tab(
+        acme, wendy, rita, adam):
+    """Issue 19, item 2: the offer needs ``kind_usage``; only the admin's
+    ``schema_mismatch`` tab computes it, in a number of queries that does not grow with
+    the runs (pages and fragments alike)."""
+    admin, reviewer = Client(), Client()
+    admin.force_login(adam)
+    reviewer.force_login(rita)
+    _mismatched(wendy, acme, 3)
+    tab = "/t/acme/?state=schema_mismatch"
+    for c in (admin, reviewer):
+        c.get("/t/acme/")
+    asks = (("admin", admin, tab, {}), ("reviewer", reviewer, tab, {}),
+            ("admin-htmx", admin, tab, {"HTTP_HX_REQUEST": "true"}),
+            ("admin-all", admin, "/t/acme/?state=all", {}),
+            ("reviewer-all", reviewer, "/t/acme/?state=all", {}))
+    few = {name: _queries(lambda c=c, u=u, x=x: c.get(u, **x)) for name, c, u, x in asks}
+    assert "Migrate to v2" in admin.get(tab).content.decode()
+    _mismatched(wendy, acme, 40)
+    many = {name: _queries(lambda c=c, u=u, x=x: c.get(u, **x)) for name, c, u, x in asks}
+    assert many == few
+    assert few["admin"] - few["reviewer"] == MIGRATION_OFFER_QUERIES, few
+    assert few["admin-all"] == few["reviewer-all"], few
+    print(f"\ninbox queries: {few}")

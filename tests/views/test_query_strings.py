@@ -23,10 +23,16 @@ from django.urls import URLPattern
 from checkpoints import services
 from checkpoints import urls as dashboard_urls
 from checkpoints.dashboard import inbox as inbox_views
-from checkpoints.dashboard.forms import AuditFilterForm, HistoryForm, InboxFilterForm
+from checkpoints.dashboard.forms import (
+    AuditFilterForm,
+    HistoryForm,
+    InboxFilterForm,
+    MigrationPreviewForm,
+)
 from checkpoints.models import AuditEvent, BulkAction
 from checkpoints.reports import ReportRangeForm
 from tests.helpers import ambiguous_run
+from tests.twinworld import declared_kind
 
 pytestmark = pytest.mark.django_db
 
@@ -43,6 +49,9 @@ PAGE_PARAMS: dict[str, tuple[str, ...]] = {
     "report": tuple(ReportRangeForm.NAMES),
     "audit_log": tuple(AuditFilterForm.base_fields),
     "kind_list": (),
+    "kind_version": (),
+    "migration_preview": tuple(MigrationPreviewForm.base_fields),
+    "migration_detail": (),
     "bulk_detail": (),
     "run_detail": (),
     "run_audit": (),
@@ -50,23 +59,41 @@ PAGE_PARAMS: dict[str, tuple[str, ...]] = {
     "effect_history": tuple(HistoryForm.base_fields),
 }
 NOT_WALKED = {"login", "logout"}
+#: The query a page needs to be a 200 (the preview's target version); the tests add theirs.
+BASE_QUERY = {"migration_preview": "to=2"}
 
 
 @pytest.fixture
-def world(acme, rita, wendy, unknown):
-    """Every URL kwarg's value, each naming a row rita may see (so each page is a 200)."""
+def world(acme, rita, adam, wendy, unknown):
+    """Every URL kwarg's value, each naming a row the admin adam may see (so each page is
+    a 200: the migration preview is the admin's alone)."""
     bulk, _ = services.bulk_submit(actor=rita, tenant=acme, action="close", reason="done",
                                    client_token=uuid.uuid4(),
                                    run_ids=[ambiguous_run(wendy, acme)])
+    services.kind_declare(actor=None, tenant=acme, kind="acme.ticket", version=1,
+                          body=declared_kind("query strings"))
+    job, _ = services.migration_job_submit(actor=adam, tenant=acme, kind="acme.order",
+                                           to_version=2, client_token=uuid.uuid4())
     return {"slug": "acme", "run_id": str(unknown.run_id), "retry_id": "1",
             "effect_id": str(unknown.effect_id), "checkpoint_id": str(unknown.checkpoint_id),
-            "attempt_id": "1", "bulk_id": str(bulk.uuid)}
+            "attempt_id": "1", "bulk_id": str(bulk.uuid), "kind": "acme.order",
+            "version": "1", "job_id": str(job.uuid)}
 
 
 def _routes(values: dict[str, str]) -> dict[str, str]:
-    return {p.name: "/" + ARG.sub(lambda m: values[m[1]], str(p.pattern))
-            for p in dashboard_urls.urlpatterns
-            if isinstance(p, URLPattern) and p.name not in NOT_WALKED}
+    """Each page's path with ``values``, and its ``BASE_QUERY`` (``?to=2``) when it has one."""
+    out = {}
+    for p in dashboard_urls.urlpatterns:
+        if isinstance(p, URLPattern) and p.name not in NOT_WALKED:
+            kw = dict(values, kind="acme.ticket") if p.name == "kind_version" else values
+            path = "/" + ARG.sub(lambda m, kw=kw: kw[m[1]], str(p.pattern))
+            out[p.name] = path + (f"?{BASE_QUERY[p.name]}" if p.name in BASE_QUERY else "")
+    return out
+
+
+def _and(route: str, query: str) -> str:
+    """``route`` with ``query`` added to its own (``BASE_QUERY``)."""
+    return f"{route}{'&' if '?' in route else '?'}{query}"
 
 
 def _pages() -> list[str]:
@@ -84,17 +111,17 @@ def _refused(response, name: str, words: str) -> None:
     assert f"{name}: {words}" in body, body[:2000]
 
 
-def test_the_table_covers_every_page_a_get_reaches(world, login, rita):
+def test_the_table_covers_every_page_a_get_reaches(world, login, adam):
     """A pattern missing from ``PAGE_PARAMS`` must be an action (GET: 405)."""
-    client = login(rita)
+    client = login(adam)
     for name, route in _routes(world).items():
         status = client.get(route).status_code
         assert (name in PAGE_PARAMS) == (status != 405), (name, route, status)
 
 
 @pytest.mark.parametrize("page", _pages())
-def test_each_page_without_parameters_is_a_200(world, login, rita, page):
-    client = login(rita)
+def test_each_page_without_parameters_is_a_200(world, login, adam, page):
+    client = login(adam)
     route = _routes(world)[page]
     for extra in ({}, HX):
         response = client.get(route, **extra)
@@ -103,12 +130,12 @@ def test_each_page_without_parameters_is_a_200(world, login, rita, page):
 
 @pytest.mark.parametrize("htmx", [False, True], ids=["page", "htmx"])
 @pytest.mark.parametrize(("page", "name"), _cases())
-def test_a_parameter_given_twice_is_a_400_naming_it(world, login, rita, page, name, htmx):
+def test_a_parameter_given_twice_is_a_400_naming_it(world, login, adam, page, name, htmx):
     """Before any field reads it: the last value never silently wins (``q=a&q=b`` used
     to search ``b``)."""
     route = _routes(world)[page]
     before = AuditEvent.objects.count()
-    response = login(rita).get(f"{route}?{name}=1&{name}=1", **(HX if htmx else {}))
+    response = login(adam).get(_and(route, f"{name}=1&{name}=1"), **(HX if htmx else {}))
     known = bool(PAGE_PARAMS[page])
     _refused(response, name, "given more than once" if known else "")
     assert "HX-Request" in response["Vary"]
@@ -118,12 +145,12 @@ def test_a_parameter_given_twice_is_a_400_naming_it(world, login, rita, page, na
 @pytest.mark.parametrize("htmx", [False, True], ids=["page", "htmx"])
 @pytest.mark.parametrize("page", _pages())
 @pytest.mark.parametrize("name", ["x", "sort", "before"])
-def test_a_parameter_the_page_does_not_take_is_a_400_naming_it(world, login, rita, page,
+def test_a_parameter_the_page_does_not_take_is_a_400_naming_it(world, login, adam, page,
                                                                name, htmx):
     if name in PAGE_PARAMS[page]:
         pytest.skip(f"{page} takes {name}")
     route = _routes(world)[page]
-    response = login(rita).get(f"{route}?{name}=1", **(HX if htmx else {}))
+    response = login(adam).get(_and(route, f"{name}=1"), **(HX if htmx else {}))
     _refused(response, name, "")
     assert "parameter" in html.unescape(response.content.decode())
 
@@ -134,15 +161,15 @@ def _utf8_cases() -> list:
 
 @pytest.mark.parametrize("raw", ["%FF", "%ED%A0%80"])
 @pytest.mark.parametrize(("page", "name"), _utf8_cases())
-def test_bytes_that_are_not_utf8_are_a_400_naming_the_parameter(world, login, rita, page,
+def test_bytes_that_are_not_utf8_are_a_400_naming_the_parameter(world, login, adam, page,
                                                                  name, raw):
     """Django would decode them to U+FFFD, which the search would then look for."""
     route = _routes(world)[page]
-    client = login(rita)
-    response = client.get(f"{route}?{name}={raw}")
+    client = login(adam)
+    response = client.get(_and(route, f"{name}={raw}"))
     _refused(response, name, "not UTF-8" if PAGE_PARAMS[page] else "")
     if PAGE_PARAMS[page]:  # in the name too
-        _refused(client.get(f"{route}?{raw}=1"), "\ufffd", "")
+        _refused(client.get(_and(route, f"{raw}=1")), "\ufffd", "")
 
 
 @pytest.mark.parametrize("query,name,words", [

@@ -107,3 +107,39 @@ def test_it_varies_the_expired_session_answers_on_hx_request(client, acme):
     url = reverse("run_list", args=["acme"])
     assert "HX-Request" in client.get(url)["Vary"]  # 302 to the login page
     assert "HX-Request" in client.get(url, HTTP_HX_REQUEST="true")["Vary"]  # HX-Redirect
+
+
+def test_the_migration_pages_write_nothing_for_any_role(login, rita, april, vic, adam, acme,
+                                                        world):
+    """The Kinds page, a declaration, the admin's preview (a dry run: no lock, no audit
+    event) and a job's page, page and htmx fragment: write-free, and ``Vary``."""
+    import uuid
+
+    from tests.twinworld import declared_kind
+
+    services.kind_declare(actor=None, tenant=acme, kind="acme.ticket", version=1,
+                          body=declared_kind("reads"))
+    job, _ = services.migration_job_submit(actor=adam, tenant=acme, kind="acme.order",
+                                           to_version=2, client_token=uuid.uuid4())
+    urls = [reverse("kind_list", args=["acme"]),
+            reverse("kind_version", args=["acme", "acme.ticket", 1]),
+            reverse("migration_detail", args=["acme", "acme.order", job.uuid]),
+            reverse("migration_preview", args=["acme", "acme.order"]) + "?to=2",
+            reverse("migration_preview", args=["acme", "acme.order"]) + "?to=1&reverse=1"]
+    clients = {user: login(user) for user in (rita, april, vic, adam)}
+    for client in clients.values():
+        client.get(reverse("run_list", args=["acme"]))
+    before = _snapshot(acme)
+    for user, client in clients.items():
+        for url in urls:
+            for extra in ({}, HTMX):
+                with CaptureQueriesContext(connection) as ctx:
+                    response = client.get(url, **extra)
+                admin_only = "/migrate/" in url
+                assert response.status_code == (200 if user == adam or not admin_only
+                                                else 403), (user, url)
+                assert "HX-Request" in response.get("Vary", ""), url
+                writes = [q["sql"] for q in ctx.captured_queries
+                          if q["sql"].lstrip().upper().startswith(WRITES)]
+                assert writes == [], (url, writes)
+    assert _snapshot(acme) == before
