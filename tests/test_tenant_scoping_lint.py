@@ -48,6 +48,14 @@ ESCAPE_HATCHES = {
     ("jobs/reconciliation.py", "_claim"):
         "a worker claims the request it was handed by primary key; everything it does next "
         "is scoped to that request's tenant",
+    ("services/migration_jobs.py", "migration_jobs_redrive"):
+        "the sweep re-drives every tenant's stale or due migration jobs",
+    ("services/migration_jobs.py", "migration_job_dispatch"):
+        "marks, by primary key, the migration jobs it was handed (created scoped by the "
+        "admin's request, or found by the sweep's re-drive)",
+    ("jobs/migrations.py", "_jobs"):
+        "a worker claims, extends and finishes the migration job it was handed by primary "
+        "key; the migration itself runs scoped to that job's tenant",
 }
 #: (file, function) -> why it may use a plain manager: it is handed a historical model
 #: (a migration's ``apps.get_model``), whose manager has no ``for_tenant``.

@@ -50,7 +50,7 @@ from ..jsonparse import dumps
 from ..models import BULK_MAX_RUNS, BulkAction, BulkActionItem, Effect, Run, Tenant
 from ..permissions import require
 from ..vocab import AuditAction, BulkActionKind, BulkOutcome, BulkState, EffectState, TargetType
-from .common import _actor_name, _require_reason
+from .common import _actor_name, _require_reason, client_token_check, resubmitted, run_ids_check
 from .reconcile_requests import run_reconcile
 from .review import conflicts_acknowledge, effect_mark_unknown, retry_request, run_close
 
@@ -131,43 +131,15 @@ def _refusal_words(exc: DomainError) -> str:
 # The request
 # --------------------------------------------------------------------------------------
 
-def _token(value) -> uuid.UUID:
-    if isinstance(value, uuid.UUID):
-        return value
-    if isinstance(value, str) and len(value) <= 64:
-        try:
-            return uuid.UUID(value)
-        except ValueError:
-            pass
-    raise InvalidPayload("client_token: must be a UUID (the form's hidden field, or the "
-                         "Idempotency-Key header)")
-
-
 def _run_ids(values) -> list[uuid.UUID]:
-    if not isinstance(values, list | tuple):
-        raise InvalidPayload("run_ids: must be a list of run ids")
-    out: dict[uuid.UUID, None] = {}
-    for value in values:
-        try:
-            rid = value if isinstance(value, uuid.UUID) else uuid.UUID(value)
-        except (ValueError, TypeError, AttributeError):
-            raise InvalidPayload(f"run_ids: {str(value)[:64]!r} is not a run id (a UUID)") \
-                from None
-        out.setdefault(rid)
-        if len(out) > BULK_MAX_RUNS:
-            raise InvalidPayload(f"run_ids: at most {BULK_MAX_RUNS} runs per bulk action")
-    if not out:
-        raise InvalidPayload("run_ids: select at least one run")
-    return list(out)
+    return run_ids_check(values, field="run_ids", most=BULK_MAX_RUNS, what="per bulk action",
+                         empty="select at least one run")
 
 
 def _existing(tenant: Tenant, actor, token: uuid.UUID, fingerprint: str) -> BulkAction | None:
-    bulk = (BulkAction.objects.for_tenant(tenant)
-            .filter(requested_by=actor, client_token=token).first())
-    if bulk is not None and bulk.fingerprint != fingerprint:
-        raise InvalidPayload("client_token: already used for a different bulk request "
-                             "(another action, reason or selection); send a new token")
-    return bulk
+    return resubmitted(BulkAction, tenant=tenant, actor=actor, token=token,
+                       fingerprint=fingerprint,
+                       what="bulk request (another action, reason or selection)")
 
 
 def bulk_submit(*, actor, tenant: Tenant, action: str, reason: str, client_token,
@@ -190,7 +162,7 @@ def bulk_submit(*, actor, tenant: Tenant, action: str, reason: str, client_token
         raise InvalidPayload(f"action: must be one of {', '.join(BulkActionKind.values)}")
     require(actor, tenant, RIGHTS[action])
     reason = _require_reason(reason)
-    token = _token(client_token)
+    token = client_token_check(client_token)
     if (run_ids is None) == (filters is None):
         raise InvalidPayload("run_ids: give the selected runs (run_ids) or the filters "
                              "they match (filters), one of the two")

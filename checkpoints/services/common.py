@@ -100,3 +100,58 @@ def _str_field(body: dict, key: str, max_len: int) -> str:
         raise InvalidPayload(f"{key}: at most {max_len} characters")
     return value
 
+
+
+# --------------------------------------------------------------------------------------
+# Requests that name many runs and carry an idempotency key (bulk actions, migration jobs)
+# --------------------------------------------------------------------------------------
+
+def client_token_check(value) -> uuid.UUID:
+    """A submitter's idempotency key (the form's hidden UUID, the API's
+    ``Idempotency-Key``): a ``UUID`` or its text. Raises ``InvalidPayload`` naming
+    ``client_token``."""
+    if isinstance(value, uuid.UUID):
+        return value
+    if isinstance(value, str) and len(value) <= 64:
+        try:
+            return uuid.UUID(value)
+        except ValueError:
+            pass
+    raise InvalidPayload("client_token: must be a UUID (the form's hidden field, or the "
+                         "Idempotency-Key header)")
+
+
+def run_ids_check(values, *, field: str, most: int | None, what: str,
+                  empty: str | None) -> list[uuid.UUID]:
+    """A request's list of run ids: a list or tuple of UUIDs or UUID strings, duplicates
+    dropped, order kept; at most ``most`` (``None``: no bound) of them; empty refused with
+    ``empty`` (``None``: allowed). Raises ``InvalidPayload`` naming ``field``; ``what``
+    ends the too-many message ("per bulk action")."""
+    if not isinstance(values, list | tuple):
+        raise InvalidPayload(f"{field}: must be a list of run ids")
+    out: dict[uuid.UUID, None] = {}
+    for value in values:
+        try:
+            rid = value if isinstance(value, uuid.UUID) else uuid.UUID(value)
+        except (ValueError, TypeError, AttributeError):
+            raise InvalidPayload(f"{field}: {str(value)[:64]!r} is not a run id (a UUID)") \
+                from None
+        out.setdefault(rid)
+        if most is not None and len(out) > most:
+            raise InvalidPayload(f"{field}: at most {most} runs {what}")
+    if not out and empty is not None:
+        raise InvalidPayload(f"{field}: {empty}")
+    return list(out)
+
+
+def resubmitted(model, *, tenant, actor, token: uuid.UUID, fingerprint: str, what: str):
+    """The ``model`` row (``BulkAction``, ``MigrationJob``) ``actor`` submitted in
+    ``tenant`` with idempotency key ``token``, or ``None``; one with another
+    ``fingerprint`` (a different request reusing the key) raises ``InvalidPayload``
+    naming ``client_token``, ``what`` saying what differs."""
+    found = model.objects.for_tenant(tenant).filter(requested_by=actor,
+                                                    client_token=token).first()
+    if found is not None and found.fingerprint != fingerprint:
+        raise InvalidPayload(f"client_token: already used for a different {what}; send a "
+                             "new token")
+    return found

@@ -37,7 +37,7 @@ from ..jsonparse import dumps
 from ..models import MIGRATION_MAX_RUNS, MigrationJob, Tenant
 from ..permissions import require
 from ..vocab import AuditAction, MigrationJobState, MigrationOutcome, TargetType
-from .common import _actor_name
+from .common import _actor_name, client_token_check, resubmitted, run_ids_check
 from .migrations import checkpoints_migrate, migration_target_check
 
 log = logging.getLogger(__name__)
@@ -62,49 +62,22 @@ class Sent:
     detail: str
 
 
-def _token(value) -> uuid.UUID:
-    if isinstance(value, uuid.UUID):
-        return value
-    if isinstance(value, str) and len(value) <= 64:
-        try:
-            return uuid.UUID(value)
-        except ValueError:
-            pass
-    raise InvalidPayload("client_token: must be a UUID (the form's hidden field, or the "
-                         "Idempotency-Key header)")
-
-
 def migration_runs_check(values) -> list[str] | None:
     """``runs`` of a migration request: None (every run of the kind), or a non-empty list
     of at most ``MIGRATION_MAX_RUNS`` run ids (UUIDs or UUID strings), duplicates dropped,
     order kept, as strings. Raises ``InvalidPayload`` naming ``runs``."""
     if values is None:
         return None
-    if not isinstance(values, list | tuple):
-        raise InvalidPayload("runs: must be a list of run ids")
-    out: dict[str, None] = {}
-    for value in values:
-        try:
-            rid = value if isinstance(value, uuid.UUID) else uuid.UUID(value)
-        except (ValueError, TypeError, AttributeError):
-            raise InvalidPayload(f"runs: {str(value)[:64]!r} is not a run id (a UUID)") \
-                from None
-        out.setdefault(str(rid))
-        if len(out) > MIGRATION_MAX_RUNS:
-            raise InvalidPayload(f"runs: at most {MIGRATION_MAX_RUNS} runs per migration "
-                                 f"(leave it out for every run of the kind)")
-    if not out:
-        raise InvalidPayload("runs: name at least one run, or leave it out for every run")
-    return list(out)
+    return [str(rid) for rid in run_ids_check(
+        values, field="runs", most=MIGRATION_MAX_RUNS,
+        what="per migration (leave it out for every run of the kind)",
+        empty="name at least one run, or leave it out for every run")]
 
 
 def _existing(tenant: Tenant, actor, token: uuid.UUID, fingerprint: str) -> MigrationJob | None:
-    job = (MigrationJob.objects.for_tenant(tenant)
-           .filter(requested_by=actor, client_token=token).first())
-    if job is not None and job.fingerprint != fingerprint:
-        raise InvalidPayload("client_token: already used for a different migration (another "
-                             "kind, version, direction or runs); send a new token")
-    return job
+    return resubmitted(MigrationJob, tenant=tenant, actor=actor, token=token,
+                       fingerprint=fingerprint,
+                       what="migration (another kind, version, direction or runs)")
 
 
 def migration_job_submit(*, actor, tenant: Tenant, kind: str, to_version: int,
@@ -130,7 +103,7 @@ def migration_job_submit(*, actor, tenant: Tenant, kind: str, to_version: int,
     if type(reverse) is not bool:
         raise InvalidPayload("reverse: must be true or false")
     runs = migration_runs_check(run_ids)
-    token = _token(client_token)
+    token = client_token_check(client_token)
     selection = {} if runs is None else {"runs": runs}
     fingerprint = hashlib.sha256(dumps({"kind": kind, "to_version": to_version,
                                         "reverse": reverse, "selection": selection})

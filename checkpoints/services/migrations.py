@@ -48,6 +48,7 @@ from ..permissions import require
 from ..vocab import MigrationOutcome, MigrationRefusal
 from . import writepath
 from .checkpoints import Envelope, _stored_form
+from .common import run_ids_check
 from .runs import _lock_run, require_owner_gone
 
 MAX_BATCH = 10_000
@@ -194,16 +195,7 @@ def checkpoints_migrate(*, actor, tenant: Tenant, kind: str, to_version: int,
 
 
 def _run_ids(values) -> list[uuid.UUID]:
-    if isinstance(values, str | bytes) or not hasattr(values, "__iter__"):
-        raise InvalidPayload("run_ids: must be a list of run ids")
-    out = []
-    for value in values:
-        try:
-            out.append(value if isinstance(value, uuid.UUID) else uuid.UUID(str(value)))
-        except ValueError:
-            raise InvalidPayload(f"run_ids: {str(value)[:64]!r} is not a run id (a UUID)") \
-                from None
-    return out
+    return run_ids_check(values, field="run_ids", most=None, what="", empty=None)
 
 
 def _candidates(target: _Target, runs: list[uuid.UUID] | None, batch_size: int):
