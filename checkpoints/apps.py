@@ -4,6 +4,8 @@ from django.apps import AppConfig
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
+from . import kinds
+
 
 class CheckpointsConfig(AppConfig):
     name = "checkpoints"
@@ -19,6 +21,7 @@ class CheckpointsConfig(AppConfig):
         )
 
         load_kind_modules(settings.RECOVERY_KIND_MODULES)
+        set_offline_kinds(settings.RECOVERY_OFFLINE_KINDS)
 
 
 def load_kind_modules(names: list[str]) -> None:
@@ -39,3 +42,24 @@ def load_kind_modules(names: list[str]) -> None:
             raise ImproperlyConfigured(
                 f"RECOVERY_KIND_MODULES: kind module {name!r} could not be loaded: "
                 f"{type(exc).__name__}: {exc}") from exc
+
+
+def set_offline_kinds(names: list[str]) -> None:
+    """Make each kind of ``RECOVERY_OFFLINE_KINDS`` (kind names) migrate offline
+    (``kinds.set_migration_mode(kind, "offline")``; docs/migrations.md): a resume of a run
+    whose latest checkpoint is an older version answers ``reject`` /
+    ``migration_required`` until the run is migrated. Called once at start-up, after the
+    kind modules are loaded (``load_kind_modules``), so a kind of theirs may be named.
+
+    A name that is not a kind registered in code (built in or from a kind module; a
+    tenant's declared kinds have no offline mode) raises ``ImproperlyConfigured`` naming
+    it and the registered kinds, before any kind is changed: every process stops at
+    start-up, like a bad kind module (gunicorn and Celery run no system checks, and a
+    process resuming what the others refuse would undo the operator's choice)."""
+    unknown = [name for name in names if not kinds.in_code(name)]
+    if unknown:
+        raise ImproperlyConfigured(
+            f"RECOVERY_OFFLINE_KINDS: kind {unknown[0]!r} is not registered (built in or "
+            f"from RECOVERY_KIND_MODULES); registered: {', '.join(kinds.registered())}")
+    for name in names:
+        kinds.set_migration_mode(name, "offline")

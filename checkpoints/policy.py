@@ -232,6 +232,21 @@ def _decision(facts: RunFacts, asked: dict[str, str]) -> Decision:
     return Decision(ResumeAction.CONTINUE, reason.STABLE)
 
 
+def migration_required_detail(kind: str, schema_version: int, *, tenant: str,
+                              run_id: str) -> str:
+    """The words of a ``reject`` / ``migration_required`` resume answer (its ``detail``;
+    issue 19, item 2: "with the command to run"): which version must be migrated, and how,
+    for this run: ``manage.py migrate_checkpoints`` with the kind, the newest version, the
+    tenant and the run, or the Kinds page's *Migrate to vN* (the tenant's admin). Names no
+    payload value. ``kind`` is a kind registered in code (only those have an offline
+    mode, ``kinds.migration_required``)."""
+    newest = max(kinds.versions(kind), default=schema_version)
+    return (f"{kind} v{schema_version} must be migrated to v{newest} before this run is "
+            f"resumed ({kind} migrates offline): python manage.py migrate_checkpoints "
+            f"{kind} --to {newest} --tenant {tenant} --run {run_id}, or Migrate to "
+            f"v{newest} on the tenant's Kinds page (its admin)")
+
+
 def usage_decrease(previous: dict[str, int], sent: dict[str, int]) -> tuple[str, int, int] | None:
     """The first counter (by name, whatever order a database kept the keys in) that
     ``sent`` puts below ``previous``,

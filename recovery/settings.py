@@ -431,6 +431,20 @@ def _kind_modules(raw: str) -> list[str]:
 
 RECOVERY_KIND_MODULES = _kind_modules(env("RECOVERY_KIND_MODULES") or "")
 
+
+def _offline_kinds(raw: str) -> list[str]:
+    """``RECOVERY_OFFLINE_KINDS``: kind names, comma-separated, blanks and repeats dropped.
+    Whether each is a registered kind is checked at start (``apps.set_offline_kinds``),
+    once the kind modules are loaded."""
+    return list(dict.fromkeys(n.strip() for n in raw.split(",") if n.strip()))
+
+
+# Kinds that migrate offline (docs/migrations.md, "Lazy and offline kinds"): a run whose
+# latest checkpoint is an older version of one of them is not resumed (reject /
+# migration_required) until the operator migrates it. Registered kinds only (built in,
+# or from RECOVERY_KIND_MODULES); an unknown one stops start-up. Default: every kind lazy.
+RECOVERY_OFFLINE_KINDS = _offline_kinds(env("RECOVERY_OFFLINE_KINDS") or "")
+
 # --- Celery -----------------------------------------------------------------------------
 CELERY_BROKER_URL = env("CELERY_BROKER_URL") or None
 CELERY_TASK_ALWAYS_EAGER = CELERY_BROKER_URL is None

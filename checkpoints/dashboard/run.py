@@ -15,7 +15,7 @@ from django.shortcuts import render
 from django.views.decorators.cache import never_cache
 from django_htmx.http import trigger_client_event
 
-from .. import heartbeat, roles, selectors, services
+from .. import heartbeat, kinds, policy, roles, selectors, services
 from ..exceptions import InvalidPayload
 from ..models import Tenant
 from ..templatetags.dashboard import ago
@@ -155,7 +155,7 @@ def _reconciled(rows: list[dict]) -> str:
 
 def _next_step(detail: selectors.RunDetail, open_retry, *, reconcile_rows=(),
                owner: dict | None = None, may_decide: bool = False,
-               may_withdraw: bool = False) -> str:
+               may_withdraw: bool = False, tenant: str = "") -> str:
     """One short hint at the top of the run page, from the run's state (presentation only:
     the services decide what is allowed). It leads a reviewer to an end state: the run
     retried (and finished by its runtime) or closed."""
@@ -179,6 +179,10 @@ def _next_step(detail: selectors.RunDetail, open_retry, *, reconcile_rows=(),
                     f"withdraw your request below")
         return f"Waiting for an approver other than {requester}"
     if state == RecoveryState.RETRY_APPROVED:
+        if kinds.migration_required(run.kind, run.schema_version):
+            # What the runtime's resume answers (reject / migration_required) until then.
+            return "Approved, but waiting for a migration: " + policy.migration_required_detail(
+                run.kind, run.schema_version, tenant=tenant, run_id=str(run.uuid))
         return "Approved: the runtime's next resume call will retry"
     if in_doubt and state in RecoveryState.RETRYABLE:
         return _reconcile_step(in_doubt, list(reconcile_rows), owner)
@@ -294,7 +298,7 @@ def _run_context(request: HttpRequest, tenant: Tenant, run_id, **extra) -> dict:
             detail, open_retry, reconcile_rows=reconcile_rows, owner=owner,
             may_decide=(open_retry is not None and context["can_approve"]
                         and user.pk != open_retry.requested_by_id),
-            may_withdraw=any(r["can_withdraw"] for r in retries)),
+            may_withdraw=any(r["can_withdraw"] for r in retries), tenant=tenant.slug),
         can_request_retry=can_request_retry,
         retry_blocked=retry_blocked if context["can_review"] else "",
         can_reconcile=can_reconcile,

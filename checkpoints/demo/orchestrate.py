@@ -27,6 +27,10 @@ from dataclasses import dataclass, field
 from .worker import BOUNDARIES
 
 WORKER = "checkpoints.demo.worker"
+# The label of the unit that leaves an acme.order v1 run behind (``plan``): written as the
+# code before v2 did, its worker killed after its in-flight checkpoint; ``manage.py demo``
+# gets its retry approved, and serves with acme.order offline, so it waits for a migration.
+STRANDED = "stranded v1"
 LANGGRAPH_EXAMPLE = "examples.langgraph_refund.run"
 # ``describe``'s name for the example's ``--crash-in-tool`` (after the provider's commit,
 # before the effect is confirmed: the worker's ``after_call``, inside a LangGraph tool).
@@ -53,14 +57,17 @@ def plan(n: int, seed: int, tenants: tuple[str, ...] = ("acme", "globex")) -> li
     a random boundary, the others finishing; 60% orders, 40% agent turns; 1 in 5 on the
     second tenant. Same ``seed``, same plan.
 
-    Whatever the seed, the first tenant always gets one order killed at each boundary and
-    one agent killed after its CRM call, so the README's walk-through is always there.
+    Orders are written in ``acme.order`` v2 (the worker's default). Whatever the seed,
+    the first tenant always gets one order killed at each boundary, one agent killed after
+    its CRM call, and one order in v1 killed after its in-flight checkpoint (``STRANDED``:
+    written as the code before v2 did), so the README's walk-through is always there.
     """
     rng = random.Random(seed)
     units: list[Unit] = []
     pairs = max(1, n // 9)
     singles = max(0, n - 2 * pairs)
-    guaranteed = [("order", b) for b in BOUNDARIES] + [("agent", "after_call")]
+    guaranteed = ([("order", b) for b in BOUNDARIES] + [("agent", "after_call")]
+                  + [("order", STRANDED)])
     for i in range(singles + pairs):
         tenant = tenants[1] if len(tenants) > 1 and rng.random() < 0.2 else tenants[0]
         shape = "order" if rng.random() < 0.6 else "agent"
@@ -74,6 +81,9 @@ def plan(n: int, seed: int, tenants: tuple[str, ...] = ("acme", "globex")) -> li
             race_dir = os.path.join(tempfile.gettempdir(), f"recovery-race-{uuid.uuid4().hex}")
             race = [*base, "--race-dir", race_dir, "--race-parties", "2"]
             units.append(Unit(tenant, shape, "race", [race, race], setup=[*base, "--create-only"]))
+        elif i < len(guaranteed) and guaranteed[i][1] == STRANDED:
+            units.append(Unit(tenant, shape, STRANDED, [[*base, "--schema-version", "1",
+                                                          "--die-at", "after_intent"]]))
         elif i < len(guaranteed):
             boundary = guaranteed[i][1]
             units.append(Unit(tenant, shape, f"die {boundary}", [[*base, "--die-at", boundary]]))

@@ -15,6 +15,11 @@ terminal.
 - A worker that ends without finishing (not resumed, refused, killed) is tried again
   after ``--backoff`` seconds (30), at most ``--attempts`` times (3) per run while the
   supervisor lives; a run that stays ``retry_approved`` after that is left to a person.
+- Except a run the store answers ``reject`` / ``migration_required`` (an older version
+  of a kind that migrates offline, ``RECOVERY_OFFLINE_KINDS``): that is not an attempt,
+  the run waits for a person to migrate it, never given up on. It is tried again as soon
+  as a pass lists it at another schema version than the one refused (migrated: within
+  ``--interval`` seconds), else after the back-off (in case the server's kinds changed).
 - One line per finished resume in the log (``var/demo-supervisor.log`` in the demo):
   time, tenant, run, exit status, outcome, action/reason, revision or error.
 
@@ -58,6 +63,7 @@ class Resume:
     run_id: str
     proc: subprocess.Popen
     started: float = field(default_factory=time.monotonic)
+    schema_version: int | None = None  # the run's, as listed when the worker started
 
 
 def parse_tokens(text: str) -> dict[str, str]:
@@ -96,13 +102,16 @@ class Supervisor:
         self.running: dict[tuple[str, str], Resume] = {}
         self.attempts: dict[tuple[str, str], int] = {}
         self.not_before: dict[tuple[str, str], float] = {}
+        # Runs the store answered migration_required -> the schema version refused.
+        self.awaiting_migration: dict[tuple[str, str], int | None] = {}
 
     # --- one pass -------------------------------------------------------------------------
 
     def tick(self) -> list[str]:
         """Reap ended workers (logging each), then start a worker for every
-        ``retry_approved`` run that has none and is not backing off. Returns the log lines
-        written in this pass."""
+        ``retry_approved`` run that has none and is not backing off (a run awaiting a
+        migration: unless it is listed at another schema version now). Returns the log
+        lines written in this pass."""
         lines = self.reap()
         now = time.monotonic()
         for tenant, store in self.stores.items():
@@ -113,13 +122,20 @@ class Supervisor:
                 continue
             for run in runs:
                 key = (tenant, str(run.get("run_id")))
-                if key in self.running or self.not_before.get(key, 0) > now:
+                if key in self.running:
+                    continue
+                if (key in self.awaiting_migration
+                        and self.awaiting_migration[key] != run.get("schema_version")):
+                    del self.awaiting_migration[key]  # migrated: go now
+                    self.not_before.pop(key, None)
+                if self.not_before.get(key, 0) > now:
                     continue
                 if self.attempts.get(key, 0) >= self.max_attempts:
                     continue
                 self.attempts[key] = self.attempts.get(key, 0) + 1
                 self.running[key] = Resume(tenant, key[1],
-                                           self._start(tenant, key[1], run.get("kind")))
+                                           self._start(tenant, key[1], run.get("kind")),
+                                           schema_version=run.get("schema_version"))
         return lines
 
     def _start(self, tenant: str, run_id: str, kind: str | None = None) -> subprocess.Popen:
@@ -145,8 +161,13 @@ class Supervisor:
             if done:
                 self.attempts.pop(key, None)
                 self.not_before.pop(key, None)
+                self.awaiting_migration.pop(key, None)
             else:
                 self.not_before[key] = time.monotonic() + self.backoff_s
+            if not done and result.get("reason") == "migration_required":
+                # A person's step, not a failure: no attempt spent, never given up on.
+                self.attempts[key] = max(0, self.attempts.get(key, 1) - 1)
+                self.awaiting_migration[key] = resume.schema_version
             lines.append(self._log(self._describe(resume, result, err)))
         return lines
 
@@ -164,7 +185,10 @@ class Supervisor:
             last = (stderr.strip().splitlines() or [""])[-1]
             why = result.get("hint") or result.get("error") or last
             parts.append(f"why={why!r}")
-            parts.append(f"attempt={tries}/{self.max_attempts}")
+            if result.get("reason") == "migration_required":
+                parts.append("waiting=migration")  # tried again once migrated
+            else:
+                parts.append(f"attempt={tries}/{self.max_attempts}")
         parts.append(f"seconds={time.monotonic() - resume.started:.1f}")
         return " ".join(parts)
 

@@ -5,17 +5,20 @@ Run as its own process::
     RECOVERY_TOKEN=rcv_... python -m checkpoints.demo.worker \\
         --base-url http://127.0.0.1:8000 --tenant acme --shape order \\
         --run-id UUID --checkpoint-id UUID --order-id A-1001 --amount-cents 2599 \\
-        --payments-url http://127.0.0.1:8765 [--ttl 5] [--die-at after_call]
+        --payments-url http://127.0.0.1:8765 [--ttl 5] [--die-at after_call] \\
+        [--schema-version 1]
     RECOVERY_TOKEN=rcv_... python -m checkpoints.demo.worker --resume \\
         --base-url http://127.0.0.1:8000 --tenant acme --run-id UUID \\
         --payments-url http://127.0.0.1:8765
 
 Two shapes, each a write-ahead sequence of checkpoint revisions around one effect:
 
-- ``order`` (kind ``acme.order`` v1): ``ready`` (rev 0) -> lease -> ``charging`` (rev 1,
-  in flight) -> effect ``payments`` / ``charge:<order_id>`` (non_idempotent):
-  planned -> submitted -> POST /charges with the key as Idempotency-Key -> confirmed with
-  the receipt -> ``charged`` (rev 2) -> ``completed`` (rev 3).
+- ``order`` (kind ``acme.order`` v2, ``amount: {"cents", "currency"}``; ``--schema-version
+  1`` writes v1's ``amount_cents`` instead, as the code before v2 did): ``ready`` (rev 0)
+  -> lease -> ``charging`` (rev 1, in flight) -> effect ``payments`` /
+  ``charge:<order_id>`` (non_idempotent): planned -> submitted -> POST /charges with the
+  key as Idempotency-Key -> confirmed with the receipt -> ``charged`` (rev 2) ->
+  ``completed`` (rev 3). Every revision keeps the run's first version.
 - ``agent`` (kind ``runifold.agent`` v1, RUNIFOLD.md section 2): ``ready_for_turn`` (rev 0)
   -> lease -> ``turn_in_flight{turn: 1}`` -> tool effect on ``crm`` (no status lookup, so
   reconciliation answers ``unknown``) with key
@@ -48,7 +51,8 @@ identity: workflow ``acme.order`` v1, or agent ``refund-assistant`` on
   with the same operation key as Idempotency-Key -> confirmed), then write the stable and
   completed revisions.
 - ``replay`` (completed): print the recorded outcome, do nothing.
-- ``reject`` / ``reconcile``: do nothing, say why and what a person can do (stderr).
+- ``reject`` / ``reconcile``: do nothing, say why and what a person can do (stderr; for
+  ``migration_required``, the store's ``detail``: the command that migrates the run).
 
 Prints one JSON line ``{"outcome": ..., "run_id": ...}``; ``outcome`` is ``completed``,
 ``created``, ``lost_race``, ``replayed``, ``not_resumed`` or ``refused``. Exit status:
@@ -143,28 +147,34 @@ class Shape:
 
     kind = ""
     service = ""
+    #: The schema versions of ``kind`` this worker writes; a new run gets the newest.
+    SCHEMA_VERSIONS: tuple[int, ...] = (1,)
 
     def __init__(self, *, order_id: str, amount_cents: int, payments_url: str,
-                 execution_id: str = ""):
+                 execution_id: str = "", schema_version: int | None = None):
         self.order_id = order_id
         self.amount_cents = amount_cents
         self.payments_url = payments_url.rstrip("/")
         self.execution_id = execution_id
+        self.schema_version = schema_version or max(self.SCHEMA_VERSIONS)
 
     @classmethod
     def from_args(cls, args) -> Shape:
         return cls(order_id=args.order_id, amount_cents=args.amount_cents,
-                   payments_url=args.payments_url, execution_id=args.checkpoint_id)
+                   payments_url=args.payments_url, execution_id=args.checkpoint_id,
+                   schema_version=args.schema_version)
 
     def _call_args(self) -> dict:
         return {"order_id": self.order_id, "amount_cents": self.amount_cents}
 
 
 class OrderShape(Shape):
-    """``acme.order`` v1: charge the order's card once, then complete."""
+    """``acme.order`` v2 (v1 for a run written by the code before v2, ``--schema-version
+    1``): charge the order's card once, then complete."""
 
     kind = "acme.order"
     service = "payments"
+    SCHEMA_VERSIONS = (1, 2)
     WORKFLOW = "acme.order"
     DEFINITION_VERSION = "1"
 
@@ -181,16 +191,20 @@ class OrderShape(Shape):
             raise ValueError("acme.order payload without order_id and amount_cents "
                              "(v1) or amount.cents (v2)")
         return cls(order_id=p["order_id"], amount_cents=amount,
-                   payments_url=payments_url, execution_id=checkpoint["id"])
+                   payments_url=payments_url, execution_id=checkpoint["id"],
+                   schema_version=checkpoint.get("schema_version"))
 
     def identity(self) -> dict:
         """The run identity this worker's code implements (sent with ``resume``)."""
         return {"workflow": self.WORKFLOW, "definition_version": self.DEFINITION_VERSION}
 
     def initial_payload(self) -> dict:
+        """Revision 0 in the run's version: v2 ``amount: {"cents", "currency": "USD"}``,
+        v1 ``amount_cents`` (the demo's orders are in US dollars)."""
+        amount = ({"amount_cents": self.amount_cents} if self.schema_version == 1
+                  else {"amount": {"cents": self.amount_cents, "currency": "USD"}})
         return {"phase": "ready", "order_id": self.order_id, "workflow": self.WORKFLOW,
-                "definition_version": self.DEFINITION_VERSION,
-                "amount_cents": self.amount_cents}
+                "definition_version": self.DEFINITION_VERSION, **amount}
 
     def intent(self, payload: dict) -> dict:
         return dict(payload, phase="charging")
@@ -406,7 +420,7 @@ def run(args) -> dict:
     checkpoint = store.load(args.checkpoint_id)
     if checkpoint is None:
         checkpoint = {"id": args.checkpoint_id, "run_id": args.run_id, "revision": 0,
-                      "kind": shape.kind, "schema_version": 1,
+                      "kind": shape.kind, "schema_version": shape.schema_version,
                       "payload": shape.initial_payload(), "updated_at_ms": now_ms()}
         store.compare_and_swap(checkpoint, None)
     if args.create_only:
@@ -453,6 +467,10 @@ NOT_RESUMED_HINTS = {
                          "this worker's",
     "unsupported_schema": "its checkpoint's kind or schema version is not supported",
     "no_checkpoint": "the run has no checkpoint to resume from",
+    "migration_required": "its checkpoint is an older version of a kind the store migrates "
+                          "offline: the tenant's admin migrates it (manage.py "
+                          "migrate_checkpoints KIND --to N, or the Kinds page), then it "
+                          "resumes",
     "unsupported_kind": f"this worker resumes only {', '.join(sorted(SHAPE_OF_KIND))} runs",
 }
 
@@ -463,10 +481,10 @@ def resume(args) -> dict:
     owner = args.owner or f"resume-worker-{os.getpid()}"
     result = {"run_id": args.run_id, "owner": owner, "pid": os.getpid(), "mode": "resume"}
 
-    def not_resumed(action: str, reason: str) -> dict:
+    def not_resumed(action: str, reason: str, detail: str = "") -> dict:
         return dict(result, outcome="not_resumed", action=action, reason=reason,
-                    hint=NOT_RESUMED_HINTS.get(reason) or NOT_RESUMED_HINTS.get(action)
-                    or f"the store answered {action} ({reason})")
+                    hint=detail or NOT_RESUMED_HINTS.get(reason)
+                    or NOT_RESUMED_HINTS.get(action) or f"the store answered {action} ({reason})")
 
     # Look first (changes nothing) to learn the checkpoint, so the shape, the order and
     # this worker's identity come from the stored payload, not from the command line.
@@ -491,7 +509,8 @@ def resume(args) -> dict:
         return dict(result, outcome="replayed", revision=latest["revision"],
                     recorded=shape.outcome(latest["payload"]))
     if action not in ("retry", "continue"):
-        return not_resumed(action, reason)
+        # The store's own words when it has them (migration_required: the command).
+        return not_resumed(action, reason, str(decision.get("detail") or ""))
     # Ours now (retry: the old owner is fenced). A lease makes that visible, keeps the
     # sweep away while we work, and gives this process its own, newer fencing token.
     store.lease(args.run_id, owner, args.ttl)
@@ -519,6 +538,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--owner", default=None)
     p.add_argument("--timeout", type=float, default=30, help="HTTP timeout in seconds")
     p.add_argument("--die-at", choices=BOUNDARIES, default=None)
+    p.add_argument("--schema-version", type=int, choices=OrderShape.SCHEMA_VERSIONS,
+                   default=None,
+                   help="acme.order version of a new order run (default: the newest, 2; 1 "
+                        "writes a run as the code before v2 did)")
     p.add_argument("--create-only", action="store_true",
                    help="write revision 0 and exit (to set up a race)")
     p.add_argument("--race-dir", default=None)
@@ -531,8 +554,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--token or $RECOVERY_TOKEN is required")
     if args.resume and not args.run_id:
         p.error("--resume needs --run-id")
-    if args.resume and (args.create_only or args.race_dir):
-        p.error("--resume cannot be combined with --create-only or --race-dir")
+    if args.resume and (args.create_only or args.race_dir or args.schema_version):
+        p.error("--resume cannot be combined with --create-only, --race-dir or "
+                "--schema-version (a resumed run keeps its checkpoint's version)")
+    if args.schema_version and args.shape != "order":
+        p.error("--schema-version is for --shape order (runifold.agent is v1)")
     args.run_id = str(uuid.UUID(args.run_id)) if args.run_id else str(uuid.uuid4())
     if args.checkpoint_id:
         args.checkpoint_id = str(uuid.UUID(args.checkpoint_id))

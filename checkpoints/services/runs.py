@@ -39,6 +39,7 @@ from ..vocab import (
     AuditAction,
     ConflictReason,
     EffectState,
+    ResumeReason,
     RetryOutcome,
     RetryState,
     TargetType,
@@ -360,15 +361,22 @@ def lease_acquire(*, actor, tenant: Tenant, run_id: uuid.UUID, owner: str, ttl_s
     return run
 
 
-def _resume_answer(run: Run, decision: policy.Decision) -> dict:
+def _resume_answer(run: Run, decision: policy.Decision, tenant: Tenant) -> dict:
+    """The resume answer's dict: ``{action, reason, checkpoint_id, revision,
+    fencing_token}``, plus ``detail`` (the command that migrates the run,
+    ``policy.migration_required_detail``) when the reason is ``migration_required``."""
     checkpoint = run.latest_checkpoint
-    return {
+    answer = {
         "action": decision.action,
         "reason": decision.reason,
         "checkpoint_id": str(checkpoint.uuid) if checkpoint else None,
         "revision": checkpoint.revision if checkpoint else None,
         "fencing_token": run.fencing_token,
     }
+    if decision.reason == ResumeReason.MIGRATION_REQUIRED:
+        answer["detail"] = policy.migration_required_detail(
+            run.kind, run.schema_version, tenant=tenant.slug, run_id=str(run.uuid))
+    return answer
 
 
 def resume_preview(*, actor, tenant: Tenant, run_id: uuid.UUID, asked: dict[str, str]) -> dict:
@@ -378,7 +386,7 @@ def resume_preview(*, actor, tenant: Tenant, run_id: uuid.UUID, asked: dict[str,
     only ``resume_claim`` consumes it.
 
     Returns ``{action, reason, checkpoint_id, revision, fencing_token}`` (the run's
-    current token). Raises ``NotFound`` for an unknown run, ``Forbidden`` without
+    current token), plus ``detail`` for ``migration_required`` (``_resume_answer``). Raises ``NotFound`` for an unknown run, ``Forbidden`` without
     ``write_runs``.
     """
     require(actor, tenant, roles.WRITE)
@@ -387,7 +395,7 @@ def resume_preview(*, actor, tenant: Tenant, run_id: uuid.UUID, asked: dict[str,
     if run is None:
         raise NotFound("no such run")
     run.tenant = tenant
-    answer = _resume_answer(run, policy.resume_decision(run_facts(run), asked))
+    answer = _resume_answer(run, policy.resume_decision(run_facts(run), asked), tenant)
     count_resume_decision(tenant=tenant, action=answer["action"], mode="preview")
     return answer
 
@@ -407,8 +415,8 @@ def resume_claim(*, actor, tenant: Tenant, run_id: uuid.UUID, asked: dict[str, s
     change, so it has no audit event of its own. ``usage``, the runtime's counters when it
     sent them, is compared with the latest checkpoint's (``policy.resume_decision``:
     ``reject``/``usage_mismatch`` unless it suits the decision; an approved retry is then
-    not consumed). Returns ``{action, reason, checkpoint_id, revision, fencing_token}``.
-    Raises ``NotFound`` for an unknown run.
+    not consumed). Returns ``{action, reason, checkpoint_id, revision, fencing_token}``,
+    plus ``detail`` for ``migration_required`` (``_resume_answer``). Raises ``NotFound`` for an unknown run.
     """
     require(actor, tenant, roles.WRITE)
     with transaction.atomic():
@@ -452,7 +460,7 @@ def resume_claim(*, actor, tenant: Tenant, run_id: uuid.UUID, asked: dict[str, s
                          before={"state": RetryState.APPROVED},
                          after={"state": RetryState.CONSUMED, "fencing_token": run.fencing_token,
                                 **({"usage_burnt": burnt} if burnt else {})})
-        answer = _resume_answer(run, decision)
+        answer = _resume_answer(run, decision, tenant)
         _record_resume(run, decision, now)
     # Counted once the claim committed (metrics.RESUME_DECISIONS); a failed one is not.
     count_resume_decision(tenant=tenant, action=answer["action"], mode="claim")

@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from checkpoints.demo.orchestrate import describe, plan, plan_langgraph
+from checkpoints.demo.orchestrate import STRANDED, describe, plan, plan_langgraph
 from checkpoints.demo.payments import PaymentService
 from checkpoints.reconcile import EffectRef, HttpStatusReconciler
 
@@ -112,11 +112,21 @@ def test_it_plans_the_same_mix_for_the_same_seed():
 
 @pytest.mark.parametrize("seed", [1, 7, 1982])
 def test_it_always_gives_the_first_tenant_the_readme_walk_through(seed):
-    """Whatever the seed: one acme order killed at each boundary, one agent after its call."""
-    kills = {(u.tenant, u.shape, u.label) for u in plan(36, seed=seed)}
+    """Whatever the seed: one acme order killed at each boundary, one agent after its call,
+    and one order stranded in v1 (killed after its in-flight checkpoint); every other
+    order is written in the worker's default version, v2."""
+    units = plan(36, seed=seed)
+    kills = {(u.tenant, u.shape, u.label) for u in units}
     for boundary in ("after_intent", "after_submitted", "after_call", "after_confirmed"):
         assert ("acme", "order", f"die {boundary}") in kills
     assert ("acme", "agent", "die after_call") in kills
+    stranded = [u for u in units if u.label == STRANDED]
+    assert [(u.tenant, u.shape) for u in stranded] == [("acme", "order")]
+    argv = stranded[0].commands[0]
+    assert argv[argv.index("--schema-version") + 1] == "1"
+    assert argv[argv.index("--die-at") + 1] == "after_intent"
+    assert not any("--schema-version" in argv for u in units if u.label != STRANDED
+                   for argv in [*u.commands, *([u.setup] if u.setup else [])])
 
 
 @pytest.mark.parametrize("n", [2, 6, 12])

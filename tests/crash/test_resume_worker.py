@@ -189,8 +189,9 @@ def test_it_resumes_a_run_the_operator_migrated_to_v2(acme, run_worker, resume_w
     ``manage.py migrate_checkpoints acme.order --to 2 --run RUN`` calls), is resumed by
     the demo worker as the supervisor starts it: it reads v2's ``amount.cents``, charges
     that amount once and writes the rest of the run in v2."""
-    created = run_worker(extra=["--create-only"])
+    created = run_worker(extra=["--create-only", "--schema-version", "1"])
     assert created.returncode == 0, created.stderr
+    assert the_run(acme, created.run_id).schema_version == 1  # the code before v2
     age_world(3600)  # its owner is gone: the migration is not refused owner_live
     report = services.checkpoints_migrate(actor=None, tenant=acme, kind="acme.order",
                                           to_version=2, run_ids=[created.run_id])

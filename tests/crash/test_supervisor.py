@@ -3,6 +3,7 @@ one at a time per run, with one log line per resume."""
 
 from __future__ import annotations
 
+import io
 import os
 import signal
 import subprocess
@@ -11,9 +12,12 @@ import time
 import uuid
 
 import pytest
+from django.core.management import call_command
 
+from checkpoints import services
+from checkpoints.apps import set_offline_kinds
 from checkpoints.demo.supervisor import Supervisor, parse_tokens
-from checkpoints.models import Run
+from checkpoints.models import Checkpoint, CheckpointRevision, Run
 from recovery_client.client import HttpCheckpointStore, next_revision, now_ms
 
 from .conftest import ROOT, approve_retry, sweep_after_lease_expiry, wait_for_lease_expiry
@@ -105,6 +109,65 @@ def test_it_backs_off_and_gives_up_on_a_run_it_cannot_resume(acme, rita, april, 
     sup.not_before.clear()
     assert tick_until_idle(sup) == []  # given up
     assert Run.objects.get(uuid=run_id).recovery_state == "retry_approved"
+
+
+@pytest.fixture
+def acme_order_offline(kind_registry):
+    """What the demo's web server runs with, ``RECOVERY_OFFLINE_KINDS=acme.order``
+    (``apps.set_offline_kinds``; ``live_server`` serves from this process), lazy again
+    after the test."""
+    set_offline_kinds(["acme.order"])
+
+
+def test_a_stranded_v1_run_waits_for_its_migration_then_is_resumed_in_v2(
+        acme, rita, april, run_worker, payments, supervisor, acme_order_offline, tmp_path):
+    """The demo's stranded run (issue 19, item 2): an order written in v1 by the code
+    before v2, its worker killed after its in-flight checkpoint, its retry approved. The
+    store answers the supervisor's worker reject / migration_required with the command;
+    the supervisor neither counts that as an attempt nor gives up. Once the operator runs
+    the command, its next pass (not the back-off) resumes the run to completed in v2, the
+    card charged once."""
+    stranded = run_worker(die_at="after_intent", extra=["--schema-version", "1"])
+    sweep_after_lease_expiry(acme, stranded.run_id)
+    approve_retry(acme, stranded.run_id, rita, april)
+    key = ("acme", stranded.run_id)
+    sup = supervisor(backoff_s=600, max_attempts=1)
+
+    lines = tick_until_idle(sup)
+
+    assert len(lines) == 1
+    assert (f"run={stranded.run_id} exit=5 outcome=not_resumed "
+            "decision=reject/migration_required") in lines[0]
+    assert (f"python manage.py migrate_checkpoints acme.order --to 2 --tenant acme "
+            f"--run {stranded.run_id}") in lines[0]
+    assert "waiting=migration" in lines[0] and "attempt=" not in lines[0]
+    assert tick_until_idle(sup) == [] and sup.attempts.get(key, 0) == 0  # waits, not spent
+    run = Run.objects.get(uuid=stranded.run_id)
+    assert (run.recovery_state, run.schema_version) == ("retry_approved", 1)
+    assert payments.store.executions(stranded.order_id) == 0
+
+    out = io.StringIO()
+    call_command("migrate_checkpoints", "acme.order", "--to", "2", "--tenant", "acme",
+                 "--run", stranded.run_id, stdout=out)
+    assert "acme: acme.order to v2: 1 migrated, 0 skipped, 0 refused" in out.getvalue()
+    lines = tick_until_idle(sup)  # the next pass, well within the 600 s back-off
+
+    assert len(lines) == 1, lines
+    assert (f"run={stranded.run_id} exit=0 outcome=completed "
+            "decision=retry/retry_approved") in lines[0]
+    run = Run.objects.get(uuid=stranded.run_id)
+    assert (run.recovery_state, run.schema_version) == ("completed", 2)
+    cp = Checkpoint.objects.get(uuid=stranded.checkpoint_id)
+    payload = services.checkpoint_envelope(cp)["payload"]
+    assert (payload["phase"], payload["amount"]) == ("completed",
+                                                     {"cents": 2599, "currency": "USD"})
+    assert "amount_cents" not in payload
+    versions = list(CheckpointRevision.objects.filter(checkpoint=cp).order_by("revision")
+                    .values_list("revision", "schema_version"))
+    assert versions[:2] == [(0, 1), (1, 1)] and {v for _, v in versions[2:]} == {2}
+    assert payments.store.executions(stranded.order_id) == 1
+    assert [c["amount_cents"] for c in payments.store.charges(stranded.order_id)] == [2599]
+    assert key not in sup.awaiting_migration and sup.tick() == []
 
 
 def test_it_reads_tenant_tokens_from_one_variable():

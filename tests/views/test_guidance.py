@@ -172,6 +172,27 @@ def test_it_says_truthfully_that_an_embedded_reconciliation_already_ran(login, r
     assert 'id="run-state">unknown outcome<' in body  # the page shows the answer already
 
 
+def test_an_approved_run_that_must_be_migrated_first_says_how(login, rita, april, wendy,
+                                                              acme, kind_registry):
+    """An approved retry of an older version of an offline kind (RECOVERY_OFFLINE_KINDS):
+    the runtime's resume answers migration_required, so the page says that, with the
+    command, instead of promising a retry."""
+    from checkpoints.apps import set_offline_kinds
+
+    run_id = _settled_in_flight(acme, wendy, rita)  # acme.order v1
+    retry = services.retry_request(actor=rita, tenant=acme, run_id=run_id, reason="again")
+    services.retry_approve(actor=april, tenant=acme, retry_id=retry.pk, reason="fine")
+    lazy = login(rita).get(_run_url(run_id)).context["next_step"]
+    set_offline_kinds(["acme.order"])
+    offline = login(rita).get(_run_url(run_id)).context["next_step"]
+
+    assert lazy == "Approved: the runtime's next resume call will retry"
+    assert offline.startswith("Approved, but waiting for a migration: acme.order v1 must be "
+                              "migrated to v2")
+    assert (f"python manage.py migrate_checkpoints acme.order --to 2 --tenant acme "
+            f"--run {run_id}") in offline
+
+
 # --- payload-derived data and the 404 page ---------------------------------------------
 
 def test_it_shows_effect_receipts_only_through_an_audited_reveal(

@@ -105,6 +105,11 @@ class ResumeSerializer(Answer):
     checkpoint_id = serializers.UUIDField(allow_null=True)
     revision = serializers.IntegerField(allow_null=True)
     fencing_token = serializers.IntegerField()
+    detail = serializers.CharField(
+        required=False,
+        help_text="only with reason migration_required: which version must be migrated "
+                  "and the command that does it (manage.py migrate_checkpoints KIND --to N "
+                  "--tenant T --run R), or the Kinds page's Migrate to vN")
 
 
 class ResumeInputSerializer(serializers.Serializer):

@@ -17,14 +17,23 @@ Steps:
    tool after the charge, so the inbox holds crashed LangGraph runs whose effect
    reconciles like the workers' (left out, with a line saying so, when LangGraph is not
    installed: ``pip install -e '.[test]'``, or ``'.[langgraph]'`` plus ``langgraph``).
-5. Wait for the dead workers' leases to expire, run the stale-run sweep, print the runs
-   per recovery state, the URL and the logins, and serve until Ctrl-C.
+   The workers write ``acme.order`` v2, except one acme order written in v1 as the code
+   before v2 did and killed after its in-flight checkpoint (``orchestrate.STRANDED``).
+   The web server runs with ``RECOVERY_OFFLINE_KINDS=acme.order``: a v1 order is not
+   resumed (``reject`` / ``migration_required``) until it is migrated.
+5. Wait for the dead workers' leases to expire, run the stale-run sweep, get the stranded
+   v1 run's retry requested (``acme-reviewer``) and approved (``acme-approver``), print
+   the runs per recovery state, the stranded run, the URL and the logins, and serve until
+   Ctrl-C.
 6. While serving, run the stale-run sweep every 10 s and the demo supervisor
    (``checkpoints.demo.supervisor``, a child process): every 3 s it lists each tenant's
    ``retry_approved`` runs with the tenant's writer token and starts ``worker --resume``
    for each (one at a time per run; ``examples.langgraph_refund.run --resume`` for a
    LangGraph run), so a retry approved in the dashboard completes the run by itself; one
-   line per resume in ``var/demo-supervisor.log``.
+   line per resume in ``var/demo-supervisor.log``. The stranded v1 run is answered
+   ``migration_required`` and waits; once a person migrates it (the Kinds page's *Migrate
+   to v2*, or ``manage.py migrate_checkpoints acme.order --to 2 --tenant acme --run
+   RUN``), the supervisor's next pass resumes it to ``completed`` in v2.
 """
 
 from __future__ import annotations
@@ -39,6 +48,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+import uuid
 from pathlib import Path
 
 from django.conf import settings
@@ -47,7 +57,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connections
 
 from checkpoints import selectors, services
-from checkpoints.demo.orchestrate import plan, plan_langgraph, run_units
+from checkpoints.demo.orchestrate import STRANDED, plan, plan_langgraph, run_units
 from checkpoints.models import Tenant
 from checkpoints.vocab import Role
 
@@ -60,6 +70,8 @@ LEASE_TTL_S = 5
 THRESHOLD_S = 10
 SWEEP_EVERY_S = 10
 SUPERVISE_EVERY_S = 3
+# The web server's: acme.order migrates offline, so the stranded v1 run waits for a person.
+OFFLINE_KINDS = "acme.order"
 
 
 def _interrupt(signum, frame):
@@ -143,7 +155,11 @@ class Command(BaseCommand):
                                               plugin="none")
 
             log_path = var_dir / "demo-server.log"
-            env = dict(os.environ)
+            # Only the web server's (runtimes ask it; the demo's own sweep never resumes).
+            offline = ",".join(dict.fromkeys(
+                k for k in (*os.environ.get("RECOVERY_OFFLINE_KINDS", "").split(","),
+                            OFFLINE_KINDS) if k.strip()))
+            env = dict(os.environ, RECOVERY_OFFLINE_KINDS=offline)
             with open(log_path, "w") as log:
                 server = subprocess.Popen(
                     [sys.executable, "manage.py", "runserver", f"127.0.0.1:{port}",
@@ -176,9 +192,10 @@ class Command(BaseCommand):
             # Celery beat does every RECOVERY_SWEEP_INTERVAL_S) marks their runs ambiguous.
             time.sleep(LEASE_TTL_S + 0.5)
             swept = services.sweep_stale_runs()
+            stranded = self._strand(units)
             supervisor_log = var_dir / "demo-supervisor.log"
             self._summary(tally, swept, base_url, payments_url, seed, time.monotonic() - started,
-                          log_path, None if opts["no_serve"] else supervisor_log)
+                          log_path, None if opts["no_serve"] else supervisor_log, stranded)
             if opts["no_serve"]:
                 return
             supervisor_log.write_text("")
@@ -233,8 +250,10 @@ class Command(BaseCommand):
                                "run the demo on the embedded SQLite default or an empty DB")
 
     def _create_tenants(self) -> dict[str, str]:
-        """Tenants, accounts and roles through the services; returns writer tokens."""
+        """Tenants, accounts and roles through the services; returns writer tokens (the
+        accounts by username in ``self.accounts``)."""
         tokens: dict[str, str] = {}
+        self.accounts = {}
         for slug, name in TENANTS.items():
             tenant = services.tenant_create(slug=slug, name=name)
             services.tenant_set_ambiguity_threshold(actor=None, tenant=tenant,
@@ -245,12 +264,39 @@ class Command(BaseCommand):
                                                password=None if service else PASSWORD,
                                                service=service)
                 services.role_grant(actor=None, tenant=tenant, user=user, role=role)
+                self.accounts[user.get_username()] = user
                 if service:
                     tokens[slug] = services.token_issue(user=user)
         return tokens
 
+    def _strand(self, units) -> list[tuple[str, str]]:
+        """The stranded v1 runs (``orchestrate.STRANDED`` units whose worker died as
+        planned, after its in-flight checkpoint, now ``ambiguous``): a retry requested by
+        the tenant's reviewer and approved by its approver, through the services (audited
+        as theirs), as a team would have done before upgrading to ``acme.order`` v2. The
+        supervisor then tries them, and is answered ``migration_required``. Returns
+        ``[(tenant, run id)]``; a unit whose worker did otherwise is left as it is."""
+        stranded = []
+        for unit in units:
+            if unit.label != STRANDED or [r.get("outcome") for r in unit.results] != [
+                    "killed after_intent"]:
+                continue
+            argv = unit.commands[0]
+            run_id = argv[argv.index("--run-id") + 1]
+            tenant = Tenant.objects.get(slug=unit.tenant)
+            reviewer = self.accounts[f"{unit.tenant}-reviewer"]
+            approver = self.accounts[f"{unit.tenant}-approver"]
+            retry = services.retry_request(
+                actor=reviewer, tenant=tenant, run_id=uuid.UUID(run_id),
+                reason="the order's worker died; finish the charge (before the upgrade to "
+                       "acme.order v2)")
+            services.retry_approve(actor=approver, tenant=tenant, retry_id=retry.pk,
+                                   reason="nothing was charged: safe to retry")
+            stranded.append((unit.tenant, run_id))
+        return stranded
+
     def _summary(self, tally, swept, base_url, payments_url, seed, elapsed, log_path,
-                 supervisor_log) -> None:
+                 supervisor_log, stranded=()) -> None:
         w = self.stdout.write
         w("")
         w(self.style.SUCCESS(f"Demo ready in {elapsed:.0f} s (seed {seed})."))
@@ -263,6 +309,14 @@ class Command(BaseCommand):
             shown = ", ".join(f"{state} {n}" for state, n in counts.items() if n)
             w(f"  {slug:8} runs: {shown or 'none'}")
         w("")
+        for slug, run_id in stranded:
+            w(f"Stranded v1 run:  {slug} {run_id}   (acme.order v1, retry approved; the "
+              f"server migrates acme.order offline, so its resume answers "
+              f"migration_required until an admin migrates it: the Kinds page's Migrate to "
+              f"v2, or python manage.py migrate_checkpoints acme.order --to 2 --tenant "
+              f"{slug} --run {run_id})")
+        if stranded:
+            w("")
         w(f"Dashboard:        {base_url}/")
         w(f"API schema:       {base_url}/api/schema/")
         w(f"Payment service:  {payments_url}/charges   (status: {payments_url}/operations/KEY)")
