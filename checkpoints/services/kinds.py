@@ -20,7 +20,7 @@ CREATED, REPLACED, UNCHANGED = "created", "replaced", "unchanged"
 
 
 def _checked_kind(kind) -> str:
-    if not isinstance(kind, str) or len(kind) > 200 or not kinds.KIND_RE.match(kind):
+    if not kinds.is_kind_name(kind):
         raise InvalidPayload("kind: must match ^[a-z][a-z0-9_]*(\\.[a-z0-9_-]+)+$ and be at "
                              "most 200 characters (CONTRACT.md 1)")
     if kind in kinds.registered():

@@ -9,6 +9,7 @@ import copy
 import io
 import json
 import time
+import uuid
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -332,3 +333,23 @@ def test_a_declaration_replaced_mid_write_is_read_again_under_the_head(
     assert calls == ["refund ready, attempt 0", "relabelled ready"]
     assert Run.objects.get(uuid=body["run_id"]).phase_label == "relabelled ready"
     assert DeclaredKindVersion.objects.get().body == relabelled
+
+
+@pytest.mark.parametrize("kind", ["a.b%00", "%00", "a.b%ED%A0%80", "a." + "b" * 199])
+def test_a_kind_in_the_url_that_cannot_be_one_is_404_or_400_naming_kind(api_as, adam, vic,
+                                                                         kind):
+    """Attack finding (PostgreSQL): a U+0000 in the URL's kind reached the queries of the
+    declared-kind look-up and answered 500 on every new route; a kind that cannot be a
+    kind name is now never queried: the GETs answer 404, the POST 400 naming ``kind``."""
+    before = snapshot()
+    for client in (api_as(adam), api_as(vic)):
+        assert get(client, "acme", f"kinds/{kind}/versions/1").status_code == 404
+        assert get(client, "acme", f"kinds/{kind}/migrations/{uuid.uuid4()}").status_code \
+            == 404
+    for body in ({"to_version": 1, "dry_run": True}, {"to_version": 1}):
+        r = api_as(adam).post(url("acme", f"kinds/{kind}/migrations"), data=json.dumps(body),
+                              content_type="application/json",
+                              HTTP_IDEMPOTENCY_KEY=str(uuid.uuid4()))
+        assert r.status_code == 400 and r.json()["detail"].startswith("kind:"), r.content
+    assert declare(api_as(adam), 1, V1, kind=kind).status_code == 400
+    assert snapshot() == before
