@@ -39,12 +39,13 @@ A hostile schema is refused, naming why (``DeclarationError``): more than
 (linear time, no backtracking: ``google-re2``) cannot compile; a chain of ``$ref`` /
 ``allOf`` / ``anyOf`` / ``oneOf`` / ``not`` / ``if`` that loops without descending
 into the payload; or more than ``MAX_SCHEMA_COST`` subschemas applied to one value of
-the payload. So validating a payload costs at most ``MAX_SCHEMA_COST`` times its size,
-and every pattern runs in linear time.
+the payload. Every pattern runs in linear time; and validating one payload is bounded
+by ``MAX_VALIDATION_STEPS`` (the validation budget below; past it the payload is refused).
 """
 
 from __future__ import annotations
 
+import contextvars
 import copy
 import hashlib
 import json
@@ -153,8 +154,108 @@ def _compiled(pattern: str):
     return found
 
 
-#: Draft 2020-12 with ``pattern`` in RE2; no format assertions, no remote references.
-Validator = validators.extend(Draft202012Validator, {"pattern": _re2_pattern})
+# --- the validation budget ----------------------------------------------------------------
+#
+# The schema's bounds (``MAX_SCHEMA_COST``, its size) cannot bound the work of validating a
+# payload: ``allOf`` of 999 subschemas under ``items`` is one cheap schema, and applied to
+# the 500,000 items of a 1 MiB payload it is hours of work; so is ``enum`` of 7,000
+# values, and ``uniqueItems`` over objects (jsonschema compares them pairwise). So every
+# keyword the validator runs is charged against ``MAX_VALIDATION_STEPS`` for one payload:
+# one step, plus the subschemas it applies (``_FAN_OUT``: each branch of allOf/anyOf/oneOf,
+# each item or property it descends into) and ``enum``'s comparisons. Past the budget the
+# payload is refused (``SchemaError``, so the checkpoint is stored as schema_mismatch):
+# the same answer for the same payload and declaration on every machine, under any load,
+# unlike a clock. The weights are measured (docs/kinds.md "Hostile declarations").
+
+#: Steps one payload's validation may take (a few seconds of work on one core, measured).
+MAX_VALIDATION_STEPS = 1_000_000
+#: The weight of one subschema an applicator descends into, and of one ``enum`` value compared.
+_DESCEND = 2
+_ENUM_PER_STEP = 8
+#: The weight of one error a keyword reports (jsonschema builds an object for each).
+_ERROR = 2
+
+_BUDGET: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar(
+    "declared_validation_budget", default=None)
+
+
+class TooCostly(Exception):
+    """The payload's validation went past ``MAX_VALIDATION_STEPS``."""
+
+
+def _fan_out(keyword: str, value: Any, instance: Any) -> int:
+    if keyword in ("allOf", "anyOf", "oneOf"):
+        return _DESCEND * len(value) if isinstance(value, list) else 0
+    if keyword == "enum":
+        return len(value) // _ENUM_PER_STEP if isinstance(value, list) else 0
+    if keyword in ("not", "if", "then", "else", "$ref", "contentSchema"):
+        return _DESCEND
+    if isinstance(instance, list | dict):  # items, properties, contains, unevaluated*, ...
+        return _DESCEND * len(instance)
+    return 0
+
+
+def _charged(keyword: str, function):
+    """``function`` (a jsonschema keyword), charged against the running budget first."""
+    def run(validator, value, instance, schema):
+        budget = _BUDGET.get()
+        if budget is None:
+            yield from function(validator, value, instance, schema) or ()
+            return
+        budget[0] -= 1 + _fan_out(keyword, value, instance)
+        if budget[0] < 0:
+            raise TooCostly
+        for error in function(validator, value, instance, schema) or ():
+            budget[0] -= _ERROR
+            if budget[0] < 0:
+                raise TooCostly
+            yield error
+    return run
+
+
+def _json_key(value: Any):
+    """A hashable key equal for JSON values jsonschema deems equal (``1 == 1.0``, never
+    ``true == 1``; objects by their keys and values), for ``uniqueItems`` in linear time."""
+    if isinstance(value, bool) or value is None:
+        return ("b", value)
+    if isinstance(value, int | float):
+        return ("n", value)
+    if isinstance(value, str):
+        return ("s", value)
+    if isinstance(value, list):
+        return ("l", tuple(_json_key(v) for v in value))
+    if isinstance(value, dict):
+        return ("d", frozenset((k, _json_key(v)) for k, v in value.items()))
+    return ("?", id(value))
+
+
+def _unique_items(validator, unique, instance, schema):
+    """``uniqueItems`` by hashing (jsonschema's compares objects pairwise: quadratic)."""
+    if unique and validator.is_type(instance, "array"):
+        if len({_json_key(item) for item in instance}) != len(instance):
+            yield ValidationError("has non-unique elements")
+
+
+def _budgeted(base):
+    keywords = dict(base.VALIDATORS)
+    keywords["pattern"] = _re2_pattern
+    keywords["uniqueItems"] = _unique_items
+    return validators.extend(base, {k: _charged(k, f) for k, f in keywords.items()})
+
+
+#: Draft 2020-12 with ``pattern`` in RE2, ``uniqueItems`` in linear time and every keyword
+#: charged against the validation budget; no format assertions, no remote references.
+Validator = _budgeted(Draft202012Validator)
+
+
+def budgeted_errors(validator, payload: Any, steps: int = MAX_VALIDATION_STEPS):
+    """The best-matching ``ValidationError`` of ``payload`` or ``None``, within ``steps``
+    (raises ``TooCostly`` past them)."""
+    token = _BUDGET.set([steps])
+    try:
+        return jsonschema.exceptions.best_match(validator.iter_errors(payload))
+    finally:
+        _BUDGET.reset(token)
 
 
 def check_schema(schema: Any) -> None:
@@ -297,7 +398,12 @@ class Declaration:
         where = _show(self.phase_pointer)
 
         def validate(payload: Any) -> None:
-            error = jsonschema.exceptions.best_match(validator.iter_errors(payload))
+            try:
+                error = budgeted_errors(validator, payload)
+            except TooCostly:
+                raise SchemaError(f"payload takes more than {MAX_VALIDATION_STEPS} steps to "
+                                  "check against the declared schema (a smaller payload, or "
+                                  "a schema with fewer alternatives or enum values)") from None
             if error is not None:
                 # The schema's own path, never the payload's: a payload's keys may be data.
                 rule = _show(tuple(str(p) for p in error.absolute_schema_path))

@@ -353,3 +353,49 @@ def test_a_kind_in_the_url_that_cannot_be_one_is_404_or_400_naming_kind(api_as, 
         assert r.status_code == 400 and r.json()["detail"].startswith("kind:"), r.content
     assert declare(api_as(adam), 1, V1, kind=kind).status_code == 400
     assert snapshot() == before
+
+
+def _spec(items_schema: dict):
+    body = {"schema": {"properties": {"xs": {"items": items_schema}}},
+            "phase": {"pointer": "/state", "stable": ["ready"]}}
+    return declarative.parse_declaration("acme.costly", 1, body).spec()
+
+
+#: Schemas each accepted (within ``MAX_SCHEMA_COST``, 64 KiB) whose validation of a
+#: payload of a few thousand items took minutes to hours before the validation budget
+#: (attack finding: 3,933 integers against the allOf took 176 s; ~1 MiB, about 40 min).
+COSTLY = {
+    "allOf of 999": ({"allOf": [{"type": "integer"}] * 999}, 1),
+    "anyOf of 999, every branch failing": ({"anyOf": [{"type": "string"}] * 999}, 1),
+    "enum of 7,000 values, none matching": ({"enum": [f"v{i:05d}" for i in range(7000)]}, "z"),
+}
+
+
+@pytest.mark.parametrize("case", list(COSTLY))
+def test_a_payload_too_costly_for_its_declared_schema_is_refused_in_bounded_time(case):
+    """A declared schema's work on one payload is bounded by ``MAX_VALIDATION_STEPS``
+    (a count of the keywords run, weighted by what they apply: the same answer on every
+    machine, unlike a clock); past it the payload is refused (stored as schema_mismatch)."""
+    items, value = COSTLY[case]
+    validate = _spec(items).validate
+    started = time.monotonic()
+    for _ in range(2):  # deterministic: the same payload, the same refusal
+        with pytest.raises(kinds.SchemaError, match=r"more than 1000000 steps"):
+            validate({"state": "ready", "xs": [value] * 20_000})
+    assert time.monotonic() - started < 30  # was 15 minutes and more
+
+
+def test_unique_items_over_objects_is_linear_and_keeps_json_equality():
+    validate = _spec({}).validate
+    unique = declarative.parse_declaration("acme.costly", 1, {
+        "schema": {"properties": {"xs": {"uniqueItems": True}}},
+        "phase": {"pointer": "/state", "stable": ["ready"]}}).spec().validate
+    started = time.monotonic()
+    unique({"state": "ready", "xs": [{"a": i} for i in range(60_000)]})  # was ~30 min
+    assert time.monotonic() - started < 10
+    for same in ([{"a": 1}, {"a": 1.0}], [[1, {"b": None}], [1.0, {"b": None}]], ["x", "x"]):
+        with pytest.raises(kinds.SchemaError, match="uniqueItems"):
+            unique({"state": "ready", "xs": same})
+    for different in ([1, True], [0, False], [{"a": 1}, {"a": 1, "b": 1}], [[1, 2], [2, 1]]):
+        unique({"state": "ready", "xs": different})
+    validate({"state": "ready", "xs": [1, 1]})
