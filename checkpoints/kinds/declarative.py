@@ -49,6 +49,7 @@ import contextvars
 import copy
 import hashlib
 import json
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -478,6 +479,7 @@ def parse_declaration(kind: str, version: int, body: Any) -> Declaration:
     text = canonical(body)
     if len(text.encode("utf-8")) > MAX_DECLARATION_BYTES:
         raise DeclarationError("body", f"is larger than {MAX_DECLARATION_BYTES} bytes")
+    _check_numbers(body)
     description = body.get("description", "")
     if not isinstance(description, str) or len(description) > 200:
         raise DeclarationError("description", "must be text of at most 200 characters")
@@ -498,6 +500,28 @@ def parse_declaration(kind: str, version: int, body: Any) -> Declaration:
                                                                       "migration.ops")))
     return Declaration(kind, version, body, hashlib.sha256(text.encode("utf-8")).hexdigest(),
                        description, pointer, phases, label, identity, usage, ops)
+
+
+def _check_numbers(body: dict) -> None:
+    """Refuse a number the database would not give back as given, naming where
+    (``schema/properties/n/const``): PostgreSQL's ``jsonb`` keeps numbers as decimals, so
+    a float written with an exponent upwards (``1e300``, ``1e+16``: Python's form of any
+    float of 16 digits or more) reads back as an integer (``const``/``enum`` then compare
+    differently, and the stored body no longer has its digest), and ``-0.0`` as ``0.0``."""
+    stack: list[tuple[Any, tuple[str, ...]]] = [(body, ())]
+    while stack:
+        value, path = stack.pop()
+        if isinstance(value, dict):
+            stack.extend((v, (*path, str(k))) for k, v in value.items())
+        elif isinstance(value, list):
+            stack.extend((v, (*path, str(i))) for i, v in enumerate(value))
+        elif isinstance(value, float) and (
+                "e+" in repr(value) or (value == 0 and math.copysign(1, value) < 0)):
+            where = path[0] + _show(path[1:]) if len(path) > 1 else path[0]
+            raise DeclarationError(where[:200], f"the number {value!r} would be stored as "
+                                   "another one (the database keeps it as an integer, or "
+                                   "-0.0 as 0): write it as an integer or without an "
+                                   "exponent")
 
 
 def _list(value: Any, field: str) -> list:

@@ -6,6 +6,7 @@ checkpoints classified by its own declarations and no other tenant's, declared m
 from __future__ import annotations
 
 import copy
+import hashlib
 import io
 import json
 import time
@@ -399,3 +400,45 @@ def test_unique_items_over_objects_is_linear_and_keeps_json_equality():
     for different in ([1, True], [0, False], [{"a": 1}, {"a": 1, "b": 1}], [[1, 2], [2, 1]]):
         unique({"state": "ready", "xs": different})
     validate({"state": "ready", "xs": [1, 1]})
+
+
+@pytest.mark.parametrize(("where", "number"), [
+    ("schema/properties/attempt/const", 1e300), ("schema/properties/attempt/enum/1", 1e16),
+    ("schema/properties/attempt/default", -0.0), ("schema/properties/attempt/maximum", 2.5e20),
+    ("migration/ops/1/value", 1e22)])
+def test_a_number_the_database_would_not_keep_as_given_is_refused(api_as, adam, v1, where,
+                                                                   number):
+    """Attack finding (PostgreSQL): jsonb keeps numbers as decimals, so a declaration's
+    ``1e300`` read back as the integer 10**300 (and ``const`` then no longer matched the
+    float 1e300 a payload holds), ``-0.0`` as ``0.0``: the stored declaration was not the
+    one declared, nor the one its digest names. Such a number is refused, naming where."""
+    body = copy.deepcopy(V2)
+    body["schema"]["properties"]["attempt"] = {"type": "number", "enum": [1, 2], "const": 1,
+                                               "default": 0, "maximum": 10}
+    body["migration"]["ops"][1]["value"] = "EUR"
+    node = body["schema"]["properties"]["attempt"]
+    key = where.split("/")[3]
+    if key == "enum":
+        node["enum"][1] = number
+    elif where.startswith("schema"):
+        node[key] = number
+    else:
+        body["migration"]["ops"][1]["value"] = number
+    r = declare(api_as(adam), 2, body)
+    assert r.status_code == 400 and r.json()["detail"].startswith(where + ":"), r.content
+    assert DeclaredKindVersion.objects.count() == 1
+
+
+def test_numbers_the_database_keeps_read_back_exactly(api_as, adam):
+    body = copy.deepcopy(V1)
+    body["schema"]["properties"]["attempt"] = {
+        "enum": [0.1, 1.5e-07, 1e-300, 10**300, -12345678901234567890123, 100.0, 0, -0.5]}
+    r = declare(api_as(adam), 1, body)
+    assert r.status_code == 201, r.content
+    back = get(api_as(adam), "acme", f"kinds/{KIND}/versions/1").json()
+    assert back["declaration"] == body
+    assert [type(v) for v in back["declaration"]["schema"]["properties"]["attempt"]["enum"]] \
+        == [type(v) for v in body["schema"]["properties"]["attempt"]["enum"]]
+    stored = DeclaredKindVersion.objects.get()
+    assert hashlib.sha256(declarative.canonical(stored.body).encode()).hexdigest() \
+        == stored.digest == back["digest"]
