@@ -142,7 +142,7 @@ def test_an_unused_version_may_change_a_used_one_may_not(api_as, adam, wendy, v1
     r = declare(api_as(adam), 1, changed)
     assert (r.status_code, r.json()["outcome"]) == (200, "replaced"), r.content
     event = AuditEvent.objects.filter(action=AuditAction.KIND_DECLARE).order_by("-seq").first()
-    assert event.before == {"digest": v1["digest"]}
+    assert event.before == {"kind": KIND, "version": 1, "digest": v1["digest"]}
     new_checkpoint(api_as(wendy), "acme", kind=KIND,
                    payload={"state": "ready", "refund_id": "rf_1"})
     before = snapshot()
@@ -442,3 +442,24 @@ def test_numbers_the_database_keeps_read_back_exactly(api_as, adam):
     stored = DeclaredKindVersion.objects.get()
     assert hashlib.sha256(declarative.canonical(stored.body).encode()).hexdigest() \
         == stored.digest == back["digest"]
+
+
+def test_the_audit_event_of_a_200_character_kind_names_it_whole(api_as, adam):
+    """Attack finding: ``target_ref`` holds 64 characters, so the ``kind.declare`` event of
+    a long kind was cut to its first 64 (not even the version was left): two kinds
+    sharing those, or two versions of one, had events that could not be told apart. The
+    event's ``after`` (and ``before``) name the kind and version whole, and its sentence
+    uses them."""
+    from checkpoints import auditwords
+
+    kind = "acme." + "k" * 195
+    assert declare(api_as(adam), 4294967295, V1, kind=kind).status_code == 201
+    changed = V1 | {"description": "changed"}
+    assert declare(api_as(adam), 4294967295, changed, kind=kind).status_code == 200
+    created, replaced = AuditEvent.objects.filter(action=AuditAction.KIND_DECLARE).order_by("seq")
+    for event in (created, replaced):
+        assert (event.after["kind"], event.after["version"]) == (kind, 4294967295)
+        assert len(event.target_ref) <= 64
+    assert (replaced.before["kind"], replaced.before["version"]) == (kind, 4294967295)
+    assert auditwords.sentence(created).endswith(f"declared kind {kind} v4294967295")
+    assert f"{kind} v4294967295" in auditwords.sentence(replaced)
