@@ -125,3 +125,28 @@ def test_the_real_command_line_exits_1_with_a_message(tmp_path):
     done = subprocess.run([*manage, "migrate_checkpoints", "acme.order", "--to", "2"],
                           env=env, capture_output=True, text=True)
     assert (done.returncode, done.stdout) == (0, "")  # no tenant, nothing to do
+
+
+def test_a_declared_kind_some_tenant_lacks_the_version_of_is_refused_before_anything(
+        acme, globex, wendy, api_as):
+    """Attack finding (the command's checks vs the service's): without ``--tenant``, the
+    command checked ``--to`` against the versions of every tenant that declared the kind
+    together, then migrated tenant by tenant; a tenant without that version stopped it
+    with exit 1 after the tenants before it had been migrated. Each tenant is now checked
+    by the service's own rule (``migration_target_check``) before anything is done."""
+    from tests.api.apihelpers import new_checkpoint
+    from tests.api.test_declared_kinds import KIND, V1, V2
+
+    for tenant in (acme, globex):
+        services.kind_declare(actor=None, tenant=tenant, kind=KIND, version=1, body=V1)
+    services.kind_declare(actor=None, tenant=acme, kind=KIND, version=2, body=V2)
+    new_checkpoint(api_as(wendy), "acme", kind=KIND,
+                   payload={"state": "ready", "refund_id": "rf_1"})
+    age_world(3600)
+    before = db_state()
+    with pytest.raises(CommandError, match=re.escape(
+            f"--to: globex's {KIND} has no version 2 (versions: 1)")) as failed:
+        run(KIND, "--to", "2")
+    assert failed.value.returncode == 1
+    assert db_diff(before, db_state()) == {}
+    assert "1 migrated" in run(KIND, "--to", "2", "--tenant", "acme")

@@ -57,14 +57,25 @@ class Command(BaseCommand):
         else:  # a declared kind: the tenants that declared it
             tenants = [t for t in Tenant.objects.order_by("slug") if kinds.versions(
                 kind, lookup=declared.lookup(t))]
-        versions = kinds.versions(kind) or sorted(
-            {v for t in tenants for v in kinds.versions(kind, lookup=declared.lookup(t))})
-        if not versions:
-            raise CommandError(f"kind: {kind!r} is not registered (registered: "
-                               f"{', '.join(kinds.registered())}; or declared by the tenant)")
-        if to_version not in versions:
+        if not tenants and kind not in kinds.registered():  # declared by no tenant
+            self._refuse_kind(kind)
+        in_code = kinds.versions(kind)
+        if in_code and to_version not in in_code:  # whether or not there are tenants
             raise CommandError(f"--to: {kind} has no version {to_version} (versions: "
-                               f"{', '.join(str(v) for v in versions)})")
+                               f"{', '.join(str(v) for v in in_code)})")
+        # Every tenant by the service's own rule, before anything is done: a declared kind
+        # may have the version in one tenant and not in the next.
+        for each in tenants:
+            try:
+                services.migration_target_check(each, kind, to_version)
+            except DomainError:
+                versions = kinds.versions(kind, lookup=declared.lookup(each))
+                if not versions:
+                    self._refuse_kind(kind)
+                whose = "" if kind in kinds.registered() else f"{each.slug}'s "
+                raise CommandError(f"--to: {whose}{kind} has no version {to_version} "
+                                   f"(versions: {', '.join(str(v) for v in versions)})") \
+                    from None
         if not 1 <= batch_size <= MAX_BATCH:
             raise CommandError(f"--batch-size: must be in 1..{MAX_BATCH}")
         for run in runs or []:
@@ -85,6 +96,11 @@ class Command(BaseCommand):
             raise CommandError(f"{left} checkpoint(s) {'would be' if dry_run else 'were'} "
                                "left behind (listed above); run again once their owners are "
                                "gone or the refusals are fixed", returncode=LEFT_BEHIND)
+
+    @staticmethod
+    def _refuse_kind(kind: str):
+        raise CommandError(f"kind: {kind!r} is not registered (registered: "
+                           f"{', '.join(kinds.registered())}; or declared by the tenant)")
 
     def _print(self, tenant: Tenant, report) -> int:
         """Print one tenant's report; returns how many checkpoints were left behind."""
