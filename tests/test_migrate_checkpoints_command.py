@@ -99,6 +99,9 @@ def test_it_migrates_only_the_runs_named_and_back_with_reverse(acme, wendy):
     (["acme.invoice", "--to", "1"], "kind: 'acme.invoice' is not registered"),
     (["acme.order", "--to", "7"], "--to: acme.order has no version 7 (versions: 1, 2)"),
     (["acme.order", "--to", "2", "--tenant", "nope"], "tenant: no tenant 'nope'"),
+    # The API's reading of a version (intranges.SCHEMA_VERSION.parse), not int()'s.
+    (["acme.order", "--to", "02"], "--to: must be an integer in 0..4294967295"),
+    (["acme.order", "--to", "\u0662"], "--to: must be an integer in 0..4294967295"),
     (["acme.order", "--to", "2", "--run", "x"], "--run: 'x' is not a run id"),
     (["acme.order", "--to", "2", "--batch-size", "0"], "--batch-size: must be in 1..10000"),
 ])

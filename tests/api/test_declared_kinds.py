@@ -9,8 +9,10 @@ import copy
 import hashlib
 import io
 import json
+import re
 import time
 import uuid
+from urllib.parse import quote
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -463,3 +465,19 @@ def test_the_audit_event_of_a_200_character_kind_names_it_whole(api_as, adam):
     assert (replaced.before["kind"], replaced.before["version"]) == (kind, 4294967295)
     assert auditwords.sentence(created).endswith(f"declared kind {kind} v4294967295")
     assert f"{kind} v4294967295" in auditwords.sentence(replaced)
+
+
+@pytest.mark.parametrize("text", ["01", "1_0", "+1", " 1", "\u0661", "-1", "4294967296", "1.0"])
+def test_the_command_and_the_api_read_a_version_by_one_rule(api_as, adam, tmp_path, text):
+    """Attack finding (two code paths for one rule): ``register_kind``'s version went
+    through Python's ``int()``, which takes ``01``, ``1_0``, ``+1``, `` 1`` and an
+    Arabic-Indic ``١`` as numbers the API's ``{v}`` refuses; both now read it with
+    ``intranges.SCHEMA_VERSION.parse``, and refuse the same texts with the same words."""
+    path = tmp_path / "k.json"
+    path.write_text(json.dumps(V1))
+    message = "version: must be an integer in 0..4294967295"
+    with pytest.raises(CommandError, match=re.escape(message)):
+        call_command("register_kind", "acme", KIND, text, str(path))
+    r = declare(api_as(adam), quote(text), V1)
+    assert (r.status_code, r.json()["detail"]) == (400, message)
+    assert not DeclaredKindVersion.objects.exists()

@@ -18,7 +18,7 @@ import uuid
 
 from django.core.management.base import BaseCommand, CommandError
 
-from checkpoints import declared, kinds, services
+from checkpoints import declared, intranges, kinds, services
 from checkpoints.exceptions import DomainError
 from checkpoints.models import Tenant
 from checkpoints.services.migrations import MAX_BATCH
@@ -33,8 +33,8 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("kind", help="the kind, e.g. acme.order")
-        parser.add_argument("--to", dest="to_version", type=int, required=True,
-                            help="the target schema version")
+        parser.add_argument("--to", dest="to_version", required=True,
+                            help="the target schema version (0..2^32-1)")
         parser.add_argument("--tenant", help="tenant slug (default: every tenant)")
         parser.add_argument("--run", dest="runs", nargs="+", action="extend",
                             help="only these runs (run ids; the option may repeat)")
@@ -46,8 +46,12 @@ class Command(BaseCommand):
                             help=f"checkpoints read per query, 1..{MAX_BATCH} (default 100); "
                                  "each is migrated in its own transaction")
 
-    def handle(self, *args, kind: str, to_version: int, tenant: str | None, runs, dry_run: bool,
+    def handle(self, *args, kind: str, to_version: str, tenant: str | None, runs, dry_run: bool,
                reverse: bool, batch_size: int, **options):
+        try:  # the API's reading of a version, not int()'s
+            to_version = intranges.SCHEMA_VERSION.parse(to_version, "--to")
+        except DomainError as exc:
+            raise CommandError(exc.detail) from None
         if tenant is not None:
             tenants = list(Tenant.objects.filter(slug=tenant))
             if not tenants:
