@@ -56,7 +56,7 @@ class KindVersionApi(TenantApi):
     @extend_schema(
         operation_id="kind_version_get",
         summary="One version of a kind this tenant declared (docs/kinds.md)",
-        parameters=[TENANT, _path("kind", OpenApiTypes.STR), _path("version", OpenApiTypes.INT)],
+        parameters=[TENANT, _path("kind", OpenApiTypes.STR), _path("version", intranges.SCHEMA_VERSION.schema())],
         responses={200: s.KindDeclarationSerializer, **_errors()},
     )
     def get(self, request, tenant, kind, version):
@@ -70,7 +70,7 @@ class KindVersionApi(TenantApi):
         summary="Declare a kind version without Python: a JSON Schema (Draft 2020-12) and a "
                 "phase map, and the migration from the version before (tenant admin; "
                 "immutable once a checkpoint uses it; docs/kinds.md)",
-        parameters=[TENANT, _path("kind", OpenApiTypes.STR), _path("version", OpenApiTypes.INT)],
+        parameters=[TENANT, _path("kind", OpenApiTypes.STR), _path("version", intranges.SCHEMA_VERSION.schema())],
         request=OpenApiRequest(OpenApiTypes.OBJECT, examples=[
             OpenApiExample("a declared kind", value=_EXAMPLE)]),
         responses={200: s.KindDeclarationSerializer, 201: s.KindDeclarationSerializer,
