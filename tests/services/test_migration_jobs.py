@@ -158,13 +158,24 @@ def test_an_unexpected_error_is_retried_then_the_job_fails_visibly(acme, adam, s
     assert job.finished_at is not None
 
 
-def test_a_requester_who_lost_the_right_fails_the_job_at_once(acme, adam, stranded):
+@pytest.mark.parametrize("loss", ["revoked", "demoted", "deactivated"])
+def test_a_requester_who_lost_the_right_fails_the_job_at_once_saying_so(acme, adam, stranded,
+                                                                       loss):
+    """Attack finding (a failure is visible, and says why): the job's ``last_error`` was
+    ``not_found: not found`` for a requester deactivated or no longer in the tenant."""
     job, _ = submit(acme, adam)
-    services.role_revoke(actor=None, tenant=acme, user=adam, role="admin")
+    if loss == "deactivated":
+        adam.is_active = False
+        adam.save()
+    else:
+        services.role_revoke(actor=None, tenant=acme, user=adam, role="admin")
+        if loss == "demoted":
+            services.role_grant(actor=None, tenant=acme, user=adam, role="approver")
     assert job_layer.execute(job.pk)["result"] == "failed"
     job.refresh_from_db()
-    assert job.state == "failed" and job.last_error.startswith("not_found") or \
-        job.last_error.startswith("forbidden")
+    assert job.state == "failed", job.last_error
+    assert job.last_error.startswith(("not_found: ", "forbidden: "))
+    assert "adam no longer holds this tenant's admin right" in job.last_error
     assert Checkpoint.objects.filter(schema_version=2).count() == 0
 
 
