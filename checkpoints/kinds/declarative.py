@@ -36,7 +36,8 @@ A hostile schema is refused, naming why (``DeclarationError``): more than
 ``MAX_DECLARATION_BYTES`` of JSON or ``MAX_SCHEMA_DEPTH`` levels; not a valid Draft
 2020-12 schema; a ``$ref`` outside the document, or ``$id`` / ``$anchor`` /
 ``$dynamicRef`` / ``$dynamicAnchor``; ``patternProperties``; a ``pattern`` that RE2
-(linear time, no backtracking: ``google-re2``) cannot compile; a chain of ``$ref`` /
+(linear time, no backtracking: ``google-re2``) cannot compile, or that nests groups
+deeper than ``MAX_PATTERN_NESTING``; a chain of ``$ref`` /
 ``allOf`` / ``anyOf`` / ``oneOf`` / ``not`` / ``if`` that loops without descending
 into the payload; or more than ``MAX_SCHEMA_COST`` subschemas applied to one value of
 the payload. Every pattern runs in linear time; and validating one payload is bounded
@@ -67,6 +68,9 @@ from . import Identity, Phase, SchemaError, VersionSpec  # the registry (it neve
 #: Bounds of one declaration (the whole body, as compact JSON) and of its schema.
 MAX_DECLARATION_BYTES = 64 * 1024
 MAX_SCHEMA_DEPTH = 32
+#: Groups nested in one ``pattern``, at most (the schema check's ``regex`` format compiles
+#: it with Python's ``re`` too, whose parser recurses once per level).
+MAX_PATTERN_NESTING = 64
 #: Subschemas applied in place (``$ref``, ``allOf``, ...) to one value of a payload, at most.
 MAX_SCHEMA_COST = 1_000
 MAX_POINTER_TOKENS = 16
@@ -272,6 +276,8 @@ def check_schema(schema: Any) -> None:
     _walk(schema, (), 0, nodes)
     try:
         Draft202012Validator.check_schema(schema)
+    except RecursionError:  # a bound above missed something: refused, never a 500
+        raise DeclarationError("schema", "is too deeply nested to check") from None
     except JsonSchemaError as exc:
         where = _show(tuple(str(p) for p in exc.path)) if exc.path else ""
         raise DeclarationError("schema" + where, f"not a valid Draft 2020-12 schema "
@@ -304,6 +310,9 @@ def _walk(node: Any, path: tuple, depth: int, nodes: dict) -> None:
                                    "\"#/...\"): nothing outside the schema is fetched")
     pattern = node.get("pattern")
     if isinstance(pattern, str) and not (path and path[-1] in ("properties", "$defs")):
+        if _nesting(pattern) > MAX_PATTERN_NESTING:
+            raise DeclarationError(f"{where}/pattern", f"nests groups deeper than "
+                                   f"{MAX_PATTERN_NESTING} levels")
         try:
             _compiled(pattern)
         except Exception:  # re2.error, and RE2's own limits
@@ -312,6 +321,28 @@ def _walk(node: Any, path: tuple, depth: int, nodes: dict) -> None:
                 from None
     for key, value in node.items():
         _walk(value, (*path, key), depth + 1, nodes)
+
+
+def _nesting(pattern: str) -> int:
+    """How deep ``pattern``'s parentheses nest (escaped ones and those in a class not
+    counted; an unbalanced one is RE2's to refuse)."""
+    depth = deepest = 0
+    escaped = in_class = False
+    for ch in pattern:
+        if escaped:
+            escaped = False
+        elif ch == "\\":
+            escaped = True
+        elif in_class:
+            in_class = ch != "]"
+        elif ch == "[":
+            in_class = True
+        elif ch == "(":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch == ")":
+            depth = max(0, depth - 1)
+    return deepest
 
 
 def _resolve_local(schema: dict, ref: str) -> tuple | None:

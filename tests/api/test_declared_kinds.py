@@ -195,6 +195,10 @@ HOSTILE = {
                        "$ref": "#/$defs/a"}, "schema/$defs/a"),
     "2^20 subschemas": (_chain(20), "schema/$defs/d"),
     "a backreference": ({"type": "string", "pattern": "^(a+)\\1$"}, "schema/pattern"),
+    # Attack finding: RE2 takes it, but the schema check's "regex" format runs Python's
+    # re.compile over it, which recursed past the stack: a 500.
+    "a pattern nested 500 groups deep": ({"properties": {"x": {
+        "pattern": "(" * 500 + "a" + ")" * 500}}}, "schema/properties/x/pattern"),
     "patternProperties": ({"patternProperties": {"^(a+)+$": {}}}, "schema/patternProperties"),
     "$id": ({"$id": "https://example.com/x", "type": "object"}, "schema/$id"),
     "$dynamicRef": ({"$dynamicRef": "#x"}, "schema/$dynamicRef"),
