@@ -73,6 +73,10 @@ MAX_SCHEMA_DEPTH = 32
 MAX_PATTERN_NESTING = 64
 #: Subschemas applied in place (``$ref``, ``allOf``, ...) to one value of a payload, at most.
 MAX_SCHEMA_COST = 1_000
+#: The longest chain of ``$ref``/``allOf``/... from one subschema without descending into
+#: the payload (jsonschema recurses through each: a chain of 400 ``$ref`` overflowed
+#: Python's stack when checked, and of 900 when declared).
+MAX_IN_PLACE_CHAIN = 16
 MAX_POINTER_TOKENS = 16
 MAX_PHASE_VALUES = 100
 MAX_OPS = 50
@@ -172,6 +176,10 @@ def _compiled(pattern: str):
 # the same answer for the same payload and declaration on every machine, under any load,
 # unlike a clock. The weights are measured (docs/kinds.md "Hostile declarations").
 
+#: Keywords nested in one another while a payload is checked, at most (2 to 3 of
+#: Python's stack frames each: a payload 64 levels deep under ``{"items": {"$ref": "#"}}``
+#: nests 128), so validation never overflows the stack, whoever calls it.
+MAX_VALIDATION_NESTING = 250
 #: Steps one payload's validation may take (a few seconds of work on one core, measured).
 MAX_VALIDATION_STEPS = 1_000_000
 #: The weight of one subschema an applicator descends into, and of one ``enum`` value compared.
@@ -186,6 +194,10 @@ _BUDGET: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar(
 
 class TooCostly(Exception):
     """The payload's validation went past ``MAX_VALIDATION_STEPS``."""
+
+
+class TooDeep(TooCostly):
+    """The payload's validation nested keywords deeper than ``MAX_VALIDATION_NESTING``."""
 
 
 def _fan_out(keyword: str, value: Any, instance: Any) -> int:
@@ -210,11 +222,17 @@ def _charged(keyword: str, function):
         budget[0] -= 1 + _fan_out(keyword, value, instance)
         if budget[0] < 0:
             raise TooCostly
-        for error in function(validator, value, instance, schema) or ():
-            budget[0] -= _ERROR
-            if budget[0] < 0:
-                raise TooCostly
-            yield error
+        budget[1] += 1
+        try:
+            if budget[1] > MAX_VALIDATION_NESTING:
+                raise TooDeep
+            for error in function(validator, value, instance, schema) or ():
+                budget[0] -= _ERROR
+                if budget[0] < 0:
+                    raise TooCostly
+                yield error
+        finally:
+            budget[1] -= 1
     return run
 
 
@@ -256,7 +274,7 @@ Validator = _budgeted(Draft202012Validator)
 def budgeted_errors(validator, payload: Any, steps: int = MAX_VALIDATION_STEPS):
     """The best-matching ``ValidationError`` of ``payload`` or ``None``, within ``steps``
     (raises ``TooCostly`` past them)."""
-    token = _BUDGET.set([steps])
+    token = _BUDGET.set([steps, 0])  # steps left, keywords open
     try:
         return jsonschema.exceptions.best_match(validator.iter_errors(payload))
     finally:
@@ -391,6 +409,10 @@ def _check_cost(schema: dict, nodes: dict) -> None:
         node = nodes.get(path)
         if not isinstance(node, dict):
             return 1
+        if len(active) >= MAX_IN_PLACE_CHAIN:
+            raise DeclarationError("schema" + _show(path), f"ends a chain of more than "
+                                   f"{MAX_IN_PLACE_CHAIN} $ref/allOf/anyOf/oneOf/not/if "
+                                   "without descending into the payload")
         active.add(path)
         total = 1 + sum(visit(child) for child in _in_place(schema, path, node))
         active.discard(path)
@@ -432,6 +454,10 @@ class Declaration:
         def validate(payload: Any) -> None:
             try:
                 error = budgeted_errors(validator, payload)
+            except TooDeep:
+                raise SchemaError(f"payload nests deeper than the declared schema can check "
+                                  f"({MAX_VALIDATION_NESTING} keywords within one another)") \
+                    from None
             except TooCostly:
                 raise SchemaError(f"payload takes more than {MAX_VALIDATION_STEPS} steps to "
                                   "check against the declared schema (a smaller payload, or "

@@ -194,6 +194,11 @@ HOSTILE = {
                                  "b": {"anyOf": [{"$ref": "#/$defs/a"}]}},
                        "$ref": "#/$defs/a"}, "schema/$defs/a"),
     "2^20 subschemas": (_chain(20), "schema/$defs/d"),
+    # Attack finding: each $ref of a chain is a recursion in the check and in jsonschema;
+    # 400 were declared and overflowed Python's stack on every payload, 900 on the PUT.
+    "a chain of 400 $refs": ({"$defs": {f"d{i}": {"$ref": f"#/$defs/d{i + 1}"}
+                                        for i in range(400)} | {"d400": {"type": "string"}},
+                              "$ref": "#/$defs/d0"}, "schema/$defs/d"),
     "a backreference": ({"type": "string", "pattern": "^(a+)\\1$"}, "schema/pattern"),
     # Attack finding: RE2 takes it, but the schema check's "regex" format runs Python's
     # re.compile over it, which recursed past the stack: a 500.
@@ -485,3 +490,27 @@ def test_the_command_and_the_api_read_a_version_by_one_rule(api_as, adam, tmp_pa
     r = declare(api_as(adam), quote(text), V1)
     assert (r.status_code, r.json()["detail"]) == (400, message)
     assert not DeclaredKindVersion.objects.exists()
+
+
+def test_a_payload_nested_deeper_than_the_schema_can_check_is_refused_not_overflowing():
+    """Validation nests Python calls, a few per keyword within another: past
+    ``MAX_VALIDATION_NESTING`` keywords the payload is refused (unsupported), whoever
+    calls it, never a RecursionError (which the write path logged as a bug in the kind).
+    Here five keywords a level (allOf, $ref, anyOf, items, $ref): 80 levels overflowed
+    the stack of a bare interpreter before (~2.5 frames a keyword), a request's sooner."""
+    validate = declarative.parse_declaration("acme.deep", 1, {
+        "schema": {"properties": {"x": {"$ref": "#/$defs/r"}},
+                   "$defs": {"r": {"allOf": [{"$ref": "#/$defs/s"}]},
+                             "s": {"anyOf": [{"type": "integer"},
+                                             {"items": {"$ref": "#/$defs/r"}}]}}},
+        "phase": {"pointer": "/state", "stable": ["ready"]}}).spec().validate
+
+    def nested(depth):
+        value = 1
+        for _ in range(depth):
+            value = [value]
+        return value
+
+    validate({"state": "ready", "x": nested(40)})
+    with pytest.raises(kinds.SchemaError, match="nests deeper than the declared schema"):
+        validate({"state": "ready", "x": nested(60)})
