@@ -72,6 +72,13 @@ def target_name(event, names: Names | None = None) -> str:
     return f"{_words(kind)} {_short(ref)}".strip()
 
 
+def _declared(e, t) -> str:
+    """A declared kind version by its whole name (the event's ``after``), else ``t`` (an
+    event written before they were recorded: ``target_ref``, cut at 64 characters)."""
+    kind, version = _get(e.after, "kind"), _get(e.after, "version")
+    return f"kind {kind} v{version}" if kind and version is not None else t
+
+
 def _run_state(e, _t) -> str:
     move = _move(e.before, e.after, "recovery_state")
     return f" ({move})" if move and "→" in move else ""
@@ -309,8 +316,8 @@ SENTENCES: dict[str, Callable[[Any, str], str]] = {
     A.LANGGRAPH_RUNS_DELETE: _lg_runs_delete,
     A.CHECKPOINT_IMPORT: _imported,
     A.CHECKPOINT_MIGRATE: _migrated,
-    A.KIND_DECLARE: lambda e, t: (f"replaced the declaration of {t}" if e.before
-                                  else f"declared {t}"),
+    A.KIND_DECLARE: lambda e, t: (f"replaced the declaration of {_declared(e, t)}"
+                                  if e.before else f"declared {_declared(e, t)}"),
     A.MIGRATION_SUBMIT: lambda e, t: (
         f"asked to migrate {_get(e.after, 'kind') or 'a kind'}"
         + (f"'s checkpoints of {_get(e.after, 'runs')} run(s)"

@@ -76,6 +76,8 @@ def lookup(tenant: Tenant | int) -> kinds.Lookup:
     digests: dict[tuple[str, int], str] = {}
 
     def find(kind: str) -> kinds.KindSpec | None:
+        if not kinds.is_kind_name(kind):  # never declared: no query (a U+0000 is a PG error)
+            return None
         if kind not in seen:
             rows = list(DeclaredKindVersion.objects.for_tenant(tenant_id).filter(kind=kind)
                         .values_list("version", "digest"))
@@ -96,6 +98,8 @@ def current_digest(tenant: Tenant | int, kind: str, version: int) -> str | None:
     """The digest of ``tenant``'s declaration of (kind, version) now, ``None`` if none:
     the write path compares it under the audit head with the one it classified by."""
     tenant_id = tenant.pk if isinstance(tenant, Tenant) else tenant
+    if not kinds.is_kind_name(kind):
+        return None
     return (DeclaredKindVersion.objects.for_tenant(tenant_id)
             .filter(kind=kind, version=version).values_list("digest", flat=True).first())
 

@@ -12,10 +12,13 @@ and holds each to its range.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from .exceptions import InvalidPayload
+
+_DECIMAL = re.compile(r"^(0|[1-9][0-9]{0,19})\Z")
 
 
 @dataclass(frozen=True)
@@ -35,6 +38,16 @@ class IntRange:
         if not self.contains(value):
             raise InvalidPayload(f"{field}: must be an integer in {self.minimum}..{self.maximum}")
         return value
+
+    def parse(self, text: Any, field: str) -> int:
+        """``text`` (a URL segment, a command-line argument) read as an integer of this
+        (non-negative) range: ASCII digits only, no sign, no leading zero but ``0``
+        itself, no spaces or ``_`` (all of which Python's ``int()`` takes, as it takes
+        other scripts' digits). The one reading of an integer given as text, so the API's
+        URL and ``manage.py`` refuse the same texts; else ``check``'s ``InvalidPayload``."""
+        if isinstance(text, str) and _DECIMAL.match(text):
+            return self.check(int(text), field)
+        return self.check(None, field)
 
     def field_kwargs(self) -> dict[str, int]:
         """``min_value``/``max_value`` for a DRF ``IntegerField`` (the schema's range)."""

@@ -99,6 +99,9 @@ def test_it_migrates_only_the_runs_named_and_back_with_reverse(acme, wendy):
     (["acme.invoice", "--to", "1"], "kind: 'acme.invoice' is not registered"),
     (["acme.order", "--to", "7"], "--to: acme.order has no version 7 (versions: 1, 2)"),
     (["acme.order", "--to", "2", "--tenant", "nope"], "tenant: no tenant 'nope'"),
+    # The API's reading of a version (intranges.SCHEMA_VERSION.parse), not int()'s.
+    (["acme.order", "--to", "02"], "--to: must be an integer in 0..4294967295"),
+    (["acme.order", "--to", "\u0662"], "--to: must be an integer in 0..4294967295"),
     (["acme.order", "--to", "2", "--run", "x"], "--run: 'x' is not a run id"),
     (["acme.order", "--to", "2", "--batch-size", "0"], "--batch-size: must be in 1..10000"),
 ])
@@ -125,3 +128,28 @@ def test_the_real_command_line_exits_1_with_a_message(tmp_path):
     done = subprocess.run([*manage, "migrate_checkpoints", "acme.order", "--to", "2"],
                           env=env, capture_output=True, text=True)
     assert (done.returncode, done.stdout) == (0, "")  # no tenant, nothing to do
+
+
+def test_a_declared_kind_some_tenant_lacks_the_version_of_is_refused_before_anything(
+        acme, globex, wendy, api_as):
+    """Attack finding (the command's checks vs the service's): without ``--tenant``, the
+    command checked ``--to`` against the versions of every tenant that declared the kind
+    together, then migrated tenant by tenant; a tenant without that version stopped it
+    with exit 1 after the tenants before it had been migrated. Each tenant is now checked
+    by the service's own rule (``migration_target_check``) before anything is done."""
+    from tests.api.apihelpers import new_checkpoint
+    from tests.api.test_declared_kinds import KIND, V1, V2
+
+    for tenant in (acme, globex):
+        services.kind_declare(actor=None, tenant=tenant, kind=KIND, version=1, body=V1)
+    services.kind_declare(actor=None, tenant=acme, kind=KIND, version=2, body=V2)
+    new_checkpoint(api_as(wendy), "acme", kind=KIND,
+                   payload={"state": "ready", "refund_id": "rf_1"})
+    age_world(3600)
+    before = db_state()
+    with pytest.raises(CommandError, match=re.escape(
+            f"--to: globex's {KIND} has no version 2 (versions: 1)")) as failed:
+        run(KIND, "--to", "2")
+    assert failed.value.returncode == 1
+    assert db_diff(before, db_state()) == {}
+    assert "1 migrated" in run(KIND, "--to", "2", "--tenant", "acme")

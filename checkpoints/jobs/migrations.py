@@ -33,7 +33,7 @@ from django.db.models import F, Q
 
 from .. import services
 from ..dbclock import NOW
-from ..exceptions import DomainError
+from ..exceptions import DomainError, Forbidden, NotFound
 from ..models import MigrationJob, MigrationJobItem
 from ..services.migrations import MigrationItem
 from ..vocab import MigrationJobState
@@ -115,9 +115,15 @@ def execute(job_pk: int) -> dict:
     except LostClaim:
         return {"job": job_pk, "result": "lost_claim"}
     except DomainError as exc:
-        # The request itself is refused now: retrying cannot help.
+        # The request itself is refused now: retrying cannot help. NotFound/Forbidden are
+        # the requester's rights (``checkpoints_migrate`` raises them for nothing else).
+        why = exc.detail
+        if isinstance(exc, NotFound | Forbidden):
+            why = (f"{job.requested_by_name} no longer holds this tenant's admin right (the "
+                   "role was revoked or lowered, or the account deactivated); an admin may "
+                   "submit the migration again")
         _end(job, state=MigrationJobState.FAILED, finished_at=NOW,
-             last_error=f"{exc.error}: {exc.detail}"[:1000])
+             last_error=f"{exc.error}: {why}"[:1000])
         return {"job": job_pk, "result": "failed"}
     except Exception as exc:  # noqa: BLE001 - a step's bug or an outage: stored, retried
         log.exception("migration job %s failed (attempt %s)", job.uuid, job.attempts)

@@ -51,6 +51,16 @@ NotReversible, InvalidAfter = upcasters.NotReversible, upcasters.InvalidAfter
 logger = logging.getLogger(__name__)
 
 KIND_RE = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z0-9_-]+)+\Z")
+#: The longest kind name (``Checkpoint.kind``, ``DeclaredKindVersion.kind``, ``MigrationJob.kind``).
+KIND_MAX = 200
+
+
+def is_kind_name(kind) -> bool:
+    """Whether ``kind`` can be a kind's name (CONTRACT.md 1): text of at most ``KIND_MAX``
+    characters matching ``KIND_RE``. The one check of a kind name, for a body's ``kind``,
+    a declaration's and the URL's: a value that is not one is never looked up (a U+0000
+    in it would reach PostgreSQL, which refuses it with an error, not an empty answer)."""
+    return isinstance(kind, str) and len(kind) <= KIND_MAX and bool(KIND_RE.match(kind))
 
 
 class SchemaError(ValueError):

@@ -36,18 +36,21 @@ A hostile schema is refused, naming why (``DeclarationError``): more than
 ``MAX_DECLARATION_BYTES`` of JSON or ``MAX_SCHEMA_DEPTH`` levels; not a valid Draft
 2020-12 schema; a ``$ref`` outside the document, or ``$id`` / ``$anchor`` /
 ``$dynamicRef`` / ``$dynamicAnchor``; ``patternProperties``; a ``pattern`` that RE2
-(linear time, no backtracking: ``google-re2``) cannot compile; a chain of ``$ref`` /
+(linear time, no backtracking: ``google-re2``) cannot compile, or that nests groups
+deeper than ``MAX_PATTERN_NESTING``; a chain of ``$ref`` /
 ``allOf`` / ``anyOf`` / ``oneOf`` / ``not`` / ``if`` that loops without descending
 into the payload; or more than ``MAX_SCHEMA_COST`` subschemas applied to one value of
-the payload. So validating a payload costs at most ``MAX_SCHEMA_COST`` times its size,
-and every pattern runs in linear time.
+the payload. Every pattern runs in linear time; and validating one payload is bounded
+by ``MAX_VALIDATION_STEPS`` (the validation budget below; past it the payload is refused).
 """
 
 from __future__ import annotations
 
+import contextvars
 import copy
 import hashlib
 import json
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -65,8 +68,15 @@ from . import Identity, Phase, SchemaError, VersionSpec  # the registry (it neve
 #: Bounds of one declaration (the whole body, as compact JSON) and of its schema.
 MAX_DECLARATION_BYTES = 64 * 1024
 MAX_SCHEMA_DEPTH = 32
+#: Groups nested in one ``pattern``, at most (the schema check's ``regex`` format compiles
+#: it with Python's ``re`` too, whose parser recurses once per level).
+MAX_PATTERN_NESTING = 64
 #: Subschemas applied in place (``$ref``, ``allOf``, ...) to one value of a payload, at most.
 MAX_SCHEMA_COST = 1_000
+#: The longest chain of ``$ref``/``allOf``/... from one subschema without descending into
+#: the payload (jsonschema recurses through each: a chain of 400 ``$ref`` overflowed
+#: Python's stack when checked, and of 900 when declared).
+MAX_IN_PLACE_CHAIN = 16
 MAX_POINTER_TOKENS = 16
 MAX_PHASE_VALUES = 100
 MAX_OPS = 50
@@ -153,8 +163,122 @@ def _compiled(pattern: str):
     return found
 
 
-#: Draft 2020-12 with ``pattern`` in RE2; no format assertions, no remote references.
-Validator = validators.extend(Draft202012Validator, {"pattern": _re2_pattern})
+# --- the validation budget ----------------------------------------------------------------
+#
+# The schema's bounds (``MAX_SCHEMA_COST``, its size) cannot bound the work of validating a
+# payload: ``allOf`` of 999 subschemas under ``items`` is one cheap schema, and applied to
+# the 500,000 items of a 1 MiB payload it is hours of work; so is ``enum`` of 7,000
+# values, and ``uniqueItems`` over objects (jsonschema compares them pairwise). So every
+# keyword the validator runs is charged against ``MAX_VALIDATION_STEPS`` for one payload:
+# one step, plus the subschemas it applies (``_FAN_OUT``: each branch of allOf/anyOf/oneOf,
+# each item or property it descends into) and ``enum``'s comparisons. Past the budget the
+# payload is refused (``SchemaError``, so the checkpoint is stored as schema_mismatch):
+# the same answer for the same payload and declaration on every machine, under any load,
+# unlike a clock. The weights are measured (docs/kinds.md "Hostile declarations").
+
+#: Keywords nested in one another while a payload is checked, at most (2 to 3 of
+#: Python's stack frames each: a payload 64 levels deep under ``{"items": {"$ref": "#"}}``
+#: nests 128), so validation never overflows the stack, whoever calls it.
+MAX_VALIDATION_NESTING = 250
+#: Steps one payload's validation may take (a few seconds of work on one core, measured).
+MAX_VALIDATION_STEPS = 1_000_000
+#: The weight of one subschema an applicator descends into, and of one ``enum`` value compared.
+_DESCEND = 2
+_ENUM_PER_STEP = 8
+#: The weight of one error a keyword reports (jsonschema builds an object for each).
+_ERROR = 2
+
+_BUDGET: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar(
+    "declared_validation_budget", default=None)
+
+
+class TooCostly(Exception):
+    """The payload's validation went past ``MAX_VALIDATION_STEPS``."""
+
+
+class TooDeep(TooCostly):
+    """The payload's validation nested keywords deeper than ``MAX_VALIDATION_NESTING``."""
+
+
+def _fan_out(keyword: str, value: Any, instance: Any) -> int:
+    if keyword in ("allOf", "anyOf", "oneOf"):
+        return _DESCEND * len(value) if isinstance(value, list) else 0
+    if keyword == "enum":
+        return len(value) // _ENUM_PER_STEP if isinstance(value, list) else 0
+    if keyword in ("not", "if", "then", "else", "$ref", "contentSchema"):
+        return _DESCEND
+    if isinstance(instance, list | dict):  # items, properties, contains, unevaluated*, ...
+        return _DESCEND * len(instance)
+    return 0
+
+
+def _charged(keyword: str, function):
+    """``function`` (a jsonschema keyword), charged against the running budget first."""
+    def run(validator, value, instance, schema):
+        budget = _BUDGET.get()
+        if budget is None:
+            yield from function(validator, value, instance, schema) or ()
+            return
+        budget[0] -= 1 + _fan_out(keyword, value, instance)
+        if budget[0] < 0:
+            raise TooCostly
+        budget[1] += 1
+        try:
+            if budget[1] > MAX_VALIDATION_NESTING:
+                raise TooDeep
+            for error in function(validator, value, instance, schema) or ():
+                budget[0] -= _ERROR
+                if budget[0] < 0:
+                    raise TooCostly
+                yield error
+        finally:
+            budget[1] -= 1
+    return run
+
+
+def _json_key(value: Any):
+    """A hashable key equal for JSON values jsonschema deems equal (``1 == 1.0``, never
+    ``true == 1``; objects by their keys and values), for ``uniqueItems`` in linear time."""
+    if isinstance(value, bool) or value is None:
+        return ("b", value)
+    if isinstance(value, int | float):
+        return ("n", value)
+    if isinstance(value, str):
+        return ("s", value)
+    if isinstance(value, list):
+        return ("l", tuple(_json_key(v) for v in value))
+    if isinstance(value, dict):
+        return ("d", frozenset((k, _json_key(v)) for k, v in value.items()))
+    return ("?", id(value))
+
+
+def _unique_items(validator, unique, instance, schema):
+    """``uniqueItems`` by hashing (jsonschema's compares objects pairwise: quadratic)."""
+    if unique and validator.is_type(instance, "array"):
+        if len({_json_key(item) for item in instance}) != len(instance):
+            yield ValidationError("has non-unique elements")
+
+
+def _budgeted(base):
+    keywords = dict(base.VALIDATORS)
+    keywords["pattern"] = _re2_pattern
+    keywords["uniqueItems"] = _unique_items
+    return validators.extend(base, {k: _charged(k, f) for k, f in keywords.items()})
+
+
+#: Draft 2020-12 with ``pattern`` in RE2, ``uniqueItems`` in linear time and every keyword
+#: charged against the validation budget; no format assertions, no remote references.
+Validator = _budgeted(Draft202012Validator)
+
+
+def budgeted_errors(validator, payload: Any, steps: int = MAX_VALIDATION_STEPS):
+    """The best-matching ``ValidationError`` of ``payload`` or ``None``, within ``steps``
+    (raises ``TooCostly`` past them)."""
+    token = _BUDGET.set([steps, 0])  # steps left, keywords open
+    try:
+        return jsonschema.exceptions.best_match(validator.iter_errors(payload))
+    finally:
+        _BUDGET.reset(token)
 
 
 def check_schema(schema: Any) -> None:
@@ -170,6 +294,8 @@ def check_schema(schema: Any) -> None:
     _walk(schema, (), 0, nodes)
     try:
         Draft202012Validator.check_schema(schema)
+    except RecursionError:  # a bound above missed something: refused, never a 500
+        raise DeclarationError("schema", "is too deeply nested to check") from None
     except JsonSchemaError as exc:
         where = _show(tuple(str(p) for p in exc.path)) if exc.path else ""
         raise DeclarationError("schema" + where, f"not a valid Draft 2020-12 schema "
@@ -202,6 +328,9 @@ def _walk(node: Any, path: tuple, depth: int, nodes: dict) -> None:
                                    "\"#/...\"): nothing outside the schema is fetched")
     pattern = node.get("pattern")
     if isinstance(pattern, str) and not (path and path[-1] in ("properties", "$defs")):
+        if _nesting(pattern) > MAX_PATTERN_NESTING:
+            raise DeclarationError(f"{where}/pattern", f"nests groups deeper than "
+                                   f"{MAX_PATTERN_NESTING} levels")
         try:
             _compiled(pattern)
         except Exception:  # re2.error, and RE2's own limits
@@ -210,6 +339,28 @@ def _walk(node: Any, path: tuple, depth: int, nodes: dict) -> None:
                 from None
     for key, value in node.items():
         _walk(value, (*path, key), depth + 1, nodes)
+
+
+def _nesting(pattern: str) -> int:
+    """How deep ``pattern``'s parentheses nest (escaped ones and those in a class not
+    counted; an unbalanced one is RE2's to refuse)."""
+    depth = deepest = 0
+    escaped = in_class = False
+    for ch in pattern:
+        if escaped:
+            escaped = False
+        elif ch == "\\":
+            escaped = True
+        elif in_class:
+            in_class = ch != "]"
+        elif ch == "[":
+            in_class = True
+        elif ch == "(":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch == ")":
+            depth = max(0, depth - 1)
+    return deepest
 
 
 def _resolve_local(schema: dict, ref: str) -> tuple | None:
@@ -258,6 +409,10 @@ def _check_cost(schema: dict, nodes: dict) -> None:
         node = nodes.get(path)
         if not isinstance(node, dict):
             return 1
+        if len(active) >= MAX_IN_PLACE_CHAIN:
+            raise DeclarationError("schema" + _show(path), f"ends a chain of more than "
+                                   f"{MAX_IN_PLACE_CHAIN} $ref/allOf/anyOf/oneOf/not/if "
+                                   "without descending into the payload")
         active.add(path)
         total = 1 + sum(visit(child) for child in _in_place(schema, path, node))
         active.discard(path)
@@ -297,7 +452,16 @@ class Declaration:
         where = _show(self.phase_pointer)
 
         def validate(payload: Any) -> None:
-            error = jsonschema.exceptions.best_match(validator.iter_errors(payload))
+            try:
+                error = budgeted_errors(validator, payload)
+            except TooDeep:
+                raise SchemaError(f"payload nests deeper than the declared schema can check "
+                                  f"({MAX_VALIDATION_NESTING} keywords within one another)") \
+                    from None
+            except TooCostly:
+                raise SchemaError(f"payload takes more than {MAX_VALIDATION_STEPS} steps to "
+                                  "check against the declared schema (a smaller payload, or "
+                                  "a schema with fewer alternatives or enum values)") from None
             if error is not None:
                 # The schema's own path, never the payload's: a payload's keys may be data.
                 rule = _show(tuple(str(p) for p in error.absolute_schema_path))
@@ -372,6 +536,7 @@ def parse_declaration(kind: str, version: int, body: Any) -> Declaration:
     text = canonical(body)
     if len(text.encode("utf-8")) > MAX_DECLARATION_BYTES:
         raise DeclarationError("body", f"is larger than {MAX_DECLARATION_BYTES} bytes")
+    _check_numbers(body)
     description = body.get("description", "")
     if not isinstance(description, str) or len(description) > 200:
         raise DeclarationError("description", "must be text of at most 200 characters")
@@ -392,6 +557,28 @@ def parse_declaration(kind: str, version: int, body: Any) -> Declaration:
                                                                       "migration.ops")))
     return Declaration(kind, version, body, hashlib.sha256(text.encode("utf-8")).hexdigest(),
                        description, pointer, phases, label, identity, usage, ops)
+
+
+def _check_numbers(body: dict) -> None:
+    """Refuse a number the database would not give back as given, naming where
+    (``schema/properties/n/const``): PostgreSQL's ``jsonb`` keeps numbers as decimals, so
+    a float written with an exponent upwards (``1e300``, ``1e+16``: Python's form of any
+    float of 16 digits or more) reads back as an integer (``const``/``enum`` then compare
+    differently, and the stored body no longer has its digest), and ``-0.0`` as ``0.0``."""
+    stack: list[tuple[Any, tuple[str, ...]]] = [(body, ())]
+    while stack:
+        value, path = stack.pop()
+        if isinstance(value, dict):
+            stack.extend((v, (*path, str(k))) for k, v in value.items())
+        elif isinstance(value, list):
+            stack.extend((v, (*path, str(i))) for i, v in enumerate(value))
+        elif isinstance(value, float) and (
+                "e+" in repr(value) or (value == 0 and math.copysign(1, value) < 0)):
+            where = path[0] + _show(path[1:]) if len(path) > 1 else path[0]
+            raise DeclarationError(where[:200], f"the number {value!r} would be stored as "
+                                   "another one (the database keeps it as an integer, or "
+                                   "-0.0 as 0): write it as an integer or without an "
+                                   "exponent")
 
 
 def _list(value: Any, field: str) -> list:

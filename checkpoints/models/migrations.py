@@ -41,7 +41,7 @@ class MigrationJob(TenantOwned):
                                      related_name="+")
     requested_by_name = models.CharField(max_length=150)
     kind = models.CharField(max_length=200)
-    to_version = models.PositiveIntegerField()
+    to_version = models.PositiveBigIntegerField()  # schema versions: 0..2^32-1
     reverse = models.BooleanField(default=False)
     selection = models.JSONField(help_text='``{"runs": [run ids]}``, or ``{}``: every run')
     fingerprint = models.CharField(max_length=64)
@@ -89,7 +89,7 @@ class MigrationJobItem(TenantOwned):
     outcome = models.CharField(max_length=16, choices=MigrationOutcome.choices)
     reason = models.CharField(max_length=32, blank=True)
     detail = models.TextField(blank=True)
-    from_version = models.PositiveIntegerField(null=True, blank=True)
+    from_version = models.PositiveBigIntegerField(null=True, blank=True)
     revision = models.BigIntegerField(null=True, blank=True,
                                       help_text="the revision read (the one a migration "
                                                 "replaced)")

@@ -109,6 +109,8 @@ def declared_kind_get(*, user, tenant: Tenant, kind: str, version: int):
     role of the tenant. Raises ``NotFound`` when it has no such declaration (a kind in
     code is not a declaration: docs/kinds.md)."""
     require(user, tenant, roles.VIEW)
+    if not kinds.is_kind_name(kind):  # never declared; never sent to the database
+        raise NotFound("no such kind version")
     row = (DeclaredKindVersion.objects.for_tenant(tenant).select_related("declared_by")
            .filter(kind=kind, version=version).first())
     if row is None:
@@ -120,4 +122,5 @@ def kind_known(*, user, tenant: Tenant, kind: str) -> bool:
     """Whether ``kind`` is a kind ``tenant`` can name in a URL: one in code, or one it
     declared (for any role of the tenant; a path naming another is answered 404)."""
     require(user, tenant, roles.VIEW)
-    return bool(kinds.versions(kind, lookup=declared.lookup(tenant)))
+    return kinds.is_kind_name(kind) and bool(kinds.versions(kind,
+                                                             lookup=declared.lookup(tenant)))

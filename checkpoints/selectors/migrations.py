@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from django.db.models import Count
 
-from .. import roles
+from .. import kinds, roles
 from ..exceptions import NotFound
 from ..models import MigrationJob, MigrationJobItem, Tenant
 from ..permissions import require
@@ -46,6 +46,8 @@ def migration_job_get(*, user, tenant: Tenant, kind: str, job_id) -> MigrationJo
     another tenant's is ``NotFound``."""
     require(user, tenant, roles.VIEW)
     jid = _uuid_or_404(job_id, "migration job")
+    if not kinds.is_kind_name(kind):  # no job has it; never sent to the database
+        raise NotFound("no such migration job")
     job = MigrationJob.objects.for_tenant(tenant).filter(uuid=jid, kind=kind).first()
     if job is None:
         raise NotFound("no such migration job")

@@ -79,7 +79,7 @@ def parse_envelope(body: dict, *, url_id: uuid.UUID) -> Envelope:
     run_id = _uuid_field(body, "run_id")
     revision = intranges.REVISION.check(body.get("revision"), "revision")
     kind = body.get("kind")
-    if not isinstance(kind, str) or len(kind) > 200 or not kinds.KIND_RE.match(kind):
+    if not kinds.is_kind_name(kind):
         raise InvalidPayload(
             "kind: must match ^[a-z][a-z0-9_]*(\\.[a-z0-9_-]+)+$ (e.g. acme.order)"
         )

@@ -20,7 +20,7 @@ CREATED, REPLACED, UNCHANGED = "created", "replaced", "unchanged"
 
 
 def _checked_kind(kind) -> str:
-    if not isinstance(kind, str) or len(kind) > 200 or not kinds.KIND_RE.match(kind):
+    if not kinds.is_kind_name(kind):
         raise InvalidPayload("kind: must match ^[a-z][a-z0-9_]*(\\.[a-z0-9_-]+)+$ and be at "
                              "most 200 characters (CONTRACT.md 1)")
     if kind in kinds.registered():
@@ -41,8 +41,9 @@ def kind_declare(*, actor, tenant: Tenant, kind: str, version: int,
     ``InvalidPayload`` naming the field (a bad kind name or one a kind in code took, a
     version outside 0..2^32-1, a declaration ``parse_declaration`` refuses, a migration
     whose version before is not declared); ``KindVersionInUse`` (409) to change a version
-    a checkpoint or a revision of the tenant already uses. Audited (``kind.declare``,
-    the digests before and after) in the same transaction as the write.
+    a checkpoint or a revision of the tenant already uses. Audited (``kind.declare``:
+    the kind and version, the digests before and after) in the same transaction as the
+    write.
     """
     if actor is not None:
         require(actor, tenant, roles.MANAGE)
@@ -71,7 +72,7 @@ def kind_declare(*, actor, tenant: Tenant, kind: str, version: int,
                 raise KindVersionInUse(f"version: {kind} v{version} is used by checkpoints of "
                                        f"this tenant and cannot change; declare v"
                                        f"{version + 1} (with a migration) instead")
-            before = {"digest": row.digest}
+            before = {"kind": kind, "version": version, "digest": row.digest}
             declared.filter(pk=row.pk).update(
                 body=body, digest=declaration.digest, description=declaration.description,
                 declared_by=actor, updated_at=Now())
@@ -81,9 +82,12 @@ def kind_declare(*, actor, tenant: Tenant, kind: str, version: int,
                 tenant=tenant, kind=kind, version=version, body=body, digest=declaration.digest,
                 description=declaration.description, declared_by=actor)
             what = CREATED
+        # ``target_ref`` holds 64 characters, a kind 200: the event names it whole in
+        # ``before``/``after`` (the target is cut, for the audit log's filter only).
         audit_record(tenant=tenant, actor=actor, action=AuditAction.KIND_DECLARE,
                      target_type=TargetType.KIND, target_id=f"{kind} v{version}"[:64],
-                     before=before, after={"digest": declaration.digest,
+                     before=before, after={"kind": kind, "version": version,
+                                           "digest": declaration.digest,
                                            "reversible_from_previous": _reversible(declaration)})
     row.refresh_from_db()
     return row, what

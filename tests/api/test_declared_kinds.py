@@ -6,9 +6,13 @@ checkpoints classified by its own declarations and no other tenant's, declared m
 from __future__ import annotations
 
 import copy
+import hashlib
 import io
 import json
+import re
 import time
+import uuid
+from urllib.parse import quote
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -140,7 +144,7 @@ def test_an_unused_version_may_change_a_used_one_may_not(api_as, adam, wendy, v1
     r = declare(api_as(adam), 1, changed)
     assert (r.status_code, r.json()["outcome"]) == (200, "replaced"), r.content
     event = AuditEvent.objects.filter(action=AuditAction.KIND_DECLARE).order_by("-seq").first()
-    assert event.before == {"digest": v1["digest"]}
+    assert event.before == {"kind": KIND, "version": 1, "digest": v1["digest"]}
     new_checkpoint(api_as(wendy), "acme", kind=KIND,
                    payload={"state": "ready", "refund_id": "rf_1"})
     before = snapshot()
@@ -190,7 +194,16 @@ HOSTILE = {
                                  "b": {"anyOf": [{"$ref": "#/$defs/a"}]}},
                        "$ref": "#/$defs/a"}, "schema/$defs/a"),
     "2^20 subschemas": (_chain(20), "schema/$defs/d"),
+    # Attack finding: each $ref of a chain is a recursion in the check and in jsonschema;
+    # 400 were declared and overflowed Python's stack on every payload, 900 on the PUT.
+    "a chain of 400 $refs": ({"$defs": {f"d{i}": {"$ref": f"#/$defs/d{i + 1}"}
+                                        for i in range(400)} | {"d400": {"type": "string"}},
+                              "$ref": "#/$defs/d0"}, "schema/$defs/d"),
     "a backreference": ({"type": "string", "pattern": "^(a+)\\1$"}, "schema/pattern"),
+    # Attack finding: RE2 takes it, but the schema check's "regex" format runs Python's
+    # re.compile over it, which recursed past the stack: a 500.
+    "a pattern nested 500 groups deep": ({"properties": {"x": {
+        "pattern": "(" * 500 + "a" + ")" * 500}}}, "schema/properties/x/pattern"),
     "patternProperties": ({"patternProperties": {"^(a+)+$": {}}}, "schema/patternProperties"),
     "$id": ({"$id": "https://example.com/x", "type": "object"}, "schema/$id"),
     "$dynamicRef": ({"$dynamicRef": "#x"}, "schema/$dynamicRef"),
@@ -332,3 +345,174 @@ def test_a_declaration_replaced_mid_write_is_read_again_under_the_head(
     assert calls == ["refund ready, attempt 0", "relabelled ready"]
     assert Run.objects.get(uuid=body["run_id"]).phase_label == "relabelled ready"
     assert DeclaredKindVersion.objects.get().body == relabelled
+
+
+@pytest.mark.parametrize("kind", ["a.b%00", "%00", "a.b%ED%A0%80", "a." + "b" * 199])
+def test_a_kind_in_the_url_that_cannot_be_one_is_404_or_400_naming_kind(api_as, adam, vic,
+                                                                         kind):
+    """Attack finding (PostgreSQL): a U+0000 in the URL's kind reached the queries of the
+    declared-kind look-up and answered 500 on every new route; a kind that cannot be a
+    kind name is now never queried: every route answers 404 (a path segment naming
+    nothing, as an unknown kind), and the PUT 400 naming ``kind``."""
+    before = snapshot()
+    for client in (api_as(adam), api_as(vic)):
+        assert get(client, "acme", f"kinds/{kind}/versions/1").status_code == 404
+        assert get(client, "acme", f"kinds/{kind}/migrations/{uuid.uuid4()}").status_code \
+            == 404
+    for body in ({"to_version": 1, "dry_run": True}, {"to_version": 1}):
+        r = api_as(adam).post(url("acme", f"kinds/{kind}/migrations"), data=json.dumps(body),
+                              content_type="application/json",
+                              HTTP_IDEMPOTENCY_KEY=str(uuid.uuid4()))
+        assert r.status_code == 404, r.content
+    r = declare(api_as(adam), 1, V1, kind=kind)
+    assert r.status_code == 400 and r.json()["detail"].startswith("kind:"), r.content
+    assert snapshot() == before
+
+
+def _spec(items_schema: dict):
+    body = {"schema": {"properties": {"xs": {"items": items_schema}}},
+            "phase": {"pointer": "/state", "stable": ["ready"]}}
+    return declarative.parse_declaration("acme.costly", 1, body).spec()
+
+
+#: Schemas each accepted (within ``MAX_SCHEMA_COST``, 64 KiB) whose validation of a
+#: payload of a few thousand items took minutes to hours before the validation budget
+#: (attack finding: 3,933 integers against the allOf took 176 s; ~1 MiB, about 40 min).
+COSTLY = {
+    "allOf of 999": ({"allOf": [{"type": "integer"}] * 999}, 1),
+    "anyOf of 999, every branch failing": ({"anyOf": [{"type": "string"}] * 999}, 1),
+    "enum of 7,000 values, none matching": ({"enum": [f"v{i:05d}" for i in range(7000)]}, "z"),
+}
+
+
+@pytest.mark.parametrize("case", list(COSTLY))
+def test_a_payload_too_costly_for_its_declared_schema_is_refused_in_bounded_time(case):
+    """A declared schema's work on one payload is bounded by ``MAX_VALIDATION_STEPS``
+    (a count of the keywords run, weighted by what they apply: the same answer on every
+    machine, unlike a clock); past it the payload is refused (stored as schema_mismatch)."""
+    items, value = COSTLY[case]
+    validate = _spec(items).validate
+    started = time.monotonic()
+    for _ in range(2):  # deterministic: the same payload, the same refusal
+        with pytest.raises(kinds.SchemaError, match=r"more than 1000000 steps"):
+            validate({"state": "ready", "xs": [value] * 20_000})
+    assert time.monotonic() - started < 30  # was 15 minutes and more
+
+
+def test_unique_items_over_objects_is_linear_and_keeps_json_equality():
+    validate = _spec({}).validate
+    unique = declarative.parse_declaration("acme.costly", 1, {
+        "schema": {"properties": {"xs": {"uniqueItems": True}}},
+        "phase": {"pointer": "/state", "stable": ["ready"]}}).spec().validate
+    started = time.monotonic()
+    unique({"state": "ready", "xs": [{"a": i} for i in range(60_000)]})  # was ~30 min
+    assert time.monotonic() - started < 10
+    for same in ([{"a": 1}, {"a": 1.0}], [[1, {"b": None}], [1.0, {"b": None}]], ["x", "x"]):
+        with pytest.raises(kinds.SchemaError, match="uniqueItems"):
+            unique({"state": "ready", "xs": same})
+    for different in ([1, True], [0, False], [{"a": 1}, {"a": 1, "b": 1}], [[1, 2], [2, 1]]):
+        unique({"state": "ready", "xs": different})
+    validate({"state": "ready", "xs": [1, 1]})
+
+
+@pytest.mark.parametrize(("where", "number"), [
+    ("schema/properties/attempt/const", 1e300), ("schema/properties/attempt/enum/1", 1e16),
+    ("schema/properties/attempt/default", -0.0), ("schema/properties/attempt/maximum", 2.5e20),
+    ("migration/ops/1/value", 1e22)])
+def test_a_number_the_database_would_not_keep_as_given_is_refused(api_as, adam, v1, where,
+                                                                   number):
+    """Attack finding (PostgreSQL): jsonb keeps numbers as decimals, so a declaration's
+    ``1e300`` read back as the integer 10**300 (and ``const`` then no longer matched the
+    float 1e300 a payload holds), ``-0.0`` as ``0.0``: the stored declaration was not the
+    one declared, nor the one its digest names. Such a number is refused, naming where."""
+    body = copy.deepcopy(V2)
+    body["schema"]["properties"]["attempt"] = {"type": "number", "enum": [1, 2], "const": 1,
+                                               "default": 0, "maximum": 10}
+    body["migration"]["ops"][1]["value"] = "EUR"
+    node = body["schema"]["properties"]["attempt"]
+    key = where.split("/")[3]
+    if key == "enum":
+        node["enum"][1] = number
+    elif where.startswith("schema"):
+        node[key] = number
+    else:
+        body["migration"]["ops"][1]["value"] = number
+    r = declare(api_as(adam), 2, body)
+    assert r.status_code == 400 and r.json()["detail"].startswith(where + ":"), r.content
+    assert DeclaredKindVersion.objects.count() == 1
+
+
+def test_numbers_the_database_keeps_read_back_exactly(api_as, adam):
+    body = copy.deepcopy(V1)
+    body["schema"]["properties"]["attempt"] = {
+        "enum": [0.1, 1.5e-07, 1e-300, 10**300, -12345678901234567890123, 100.0, 0, -0.5]}
+    r = declare(api_as(adam), 1, body)
+    assert r.status_code == 201, r.content
+    back = get(api_as(adam), "acme", f"kinds/{KIND}/versions/1").json()
+    assert back["declaration"] == body
+    assert [type(v) for v in back["declaration"]["schema"]["properties"]["attempt"]["enum"]] \
+        == [type(v) for v in body["schema"]["properties"]["attempt"]["enum"]]
+    stored = DeclaredKindVersion.objects.get()
+    assert hashlib.sha256(declarative.canonical(stored.body).encode()).hexdigest() \
+        == stored.digest == back["digest"]
+
+
+def test_the_audit_event_of_a_200_character_kind_names_it_whole(api_as, adam):
+    """Attack finding: ``target_ref`` holds 64 characters, so the ``kind.declare`` event of
+    a long kind was cut to its first 64 (not even the version was left): two kinds
+    sharing those, or two versions of one, had events that could not be told apart. The
+    event's ``after`` (and ``before``) name the kind and version whole, and its sentence
+    uses them."""
+    from checkpoints import auditwords
+
+    kind = "acme." + "k" * 195
+    assert declare(api_as(adam), 4294967295, V1, kind=kind).status_code == 201
+    changed = V1 | {"description": "changed"}
+    assert declare(api_as(adam), 4294967295, changed, kind=kind).status_code == 200
+    created, replaced = AuditEvent.objects.filter(action=AuditAction.KIND_DECLARE).order_by("seq")
+    for event in (created, replaced):
+        assert (event.after["kind"], event.after["version"]) == (kind, 4294967295)
+        assert len(event.target_ref) <= 64
+    assert (replaced.before["kind"], replaced.before["version"]) == (kind, 4294967295)
+    assert auditwords.sentence(created).endswith(f"declared kind {kind} v4294967295")
+    assert f"{kind} v4294967295" in auditwords.sentence(replaced)
+
+
+@pytest.mark.parametrize("text", ["01", "1_0", "+1", " 1", "\u0661", "-1", "4294967296", "1.0"])
+def test_the_command_and_the_api_read_a_version_by_one_rule(api_as, adam, tmp_path, text):
+    """Attack finding (two code paths for one rule): ``register_kind``'s version went
+    through Python's ``int()``, which takes ``01``, ``1_0``, ``+1``, `` 1`` and an
+    Arabic-Indic ``١`` as numbers the API's ``{v}`` refuses; both now read it with
+    ``intranges.SCHEMA_VERSION.parse``, and refuse the same texts with the same words."""
+    path = tmp_path / "k.json"
+    path.write_text(json.dumps(V1))
+    message = "version: must be an integer in 0..4294967295"
+    with pytest.raises(CommandError, match=re.escape(message)):
+        call_command("register_kind", "acme", KIND, text, str(path))
+    r = declare(api_as(adam), quote(text), V1)
+    assert (r.status_code, r.json()["detail"]) == (400, message)
+    assert not DeclaredKindVersion.objects.exists()
+
+
+def test_a_payload_nested_deeper_than_the_schema_can_check_is_refused_not_overflowing():
+    """Validation nests Python calls, a few per keyword within another: past
+    ``MAX_VALIDATION_NESTING`` keywords the payload is refused (unsupported), whoever
+    calls it, never a RecursionError (which the write path logged as a bug in the kind).
+    Here five keywords a level (allOf, $ref, anyOf, items, $ref): 80 levels overflowed
+    the stack of a bare interpreter before (~2.5 frames a keyword), a request's sooner."""
+    validate = declarative.parse_declaration("acme.deep", 1, {
+        "schema": {"properties": {"x": {"$ref": "#/$defs/r"}},
+                   "$defs": {"r": {"allOf": [{"$ref": "#/$defs/s"}]},
+                             "s": {"anyOf": [{"type": "integer"},
+                                             {"items": {"$ref": "#/$defs/r"}}]}}},
+        "phase": {"pointer": "/state", "stable": ["ready"]}}).spec().validate
+
+    def nested(depth):
+        value = 1
+        for _ in range(depth):
+            value = [value]
+        return value
+
+    validate({"state": "ready", "x": nested(40)})
+    with pytest.raises(kinds.SchemaError, match="nests deeper than the declared schema"):
+        validate({"state": "ready", "x": nested(60)})

@@ -158,13 +158,24 @@ def test_an_unexpected_error_is_retried_then_the_job_fails_visibly(acme, adam, s
     assert job.finished_at is not None
 
 
-def test_a_requester_who_lost_the_right_fails_the_job_at_once(acme, adam, stranded):
+@pytest.mark.parametrize("loss", ["revoked", "demoted", "deactivated"])
+def test_a_requester_who_lost_the_right_fails_the_job_at_once_saying_so(acme, adam, stranded,
+                                                                       loss):
+    """Attack finding (a failure is visible, and says why): the job's ``last_error`` was
+    ``not_found: not found`` for a requester deactivated or no longer in the tenant."""
     job, _ = submit(acme, adam)
-    services.role_revoke(actor=None, tenant=acme, user=adam, role="admin")
+    if loss == "deactivated":
+        adam.is_active = False
+        adam.save()
+    else:
+        services.role_revoke(actor=None, tenant=acme, user=adam, role="admin")
+        if loss == "demoted":
+            services.role_grant(actor=None, tenant=acme, user=adam, role="approver")
     assert job_layer.execute(job.pk)["result"] == "failed"
     job.refresh_from_db()
-    assert job.state == "failed" and job.last_error.startswith("not_found") or \
-        job.last_error.startswith("forbidden")
+    assert job.state == "failed", job.last_error
+    assert job.last_error.startswith(("not_found: ", "forbidden: "))
+    assert "adam no longer holds this tenant's admin right" in job.last_error
     assert Checkpoint.objects.filter(schema_version=2).count() == 0
 
 
@@ -239,3 +250,74 @@ def test_any_role_reads_a_job_and_another_tenant_or_kind_gets_404(api_as, adam, 
                  f"kinds/acme.order/migrations/{uuid.uuid4()}",
                  "kinds/acme.order/migrations/nope"):
         assert get(api_as(vic), "acme", path).status_code == 404, path
+
+
+def _bound(model, field: str) -> int:
+    """The longest value the issue-19 services write into ``model.field`` (their source)."""
+    from django.contrib.auth import get_user_model
+
+    from checkpoints import kinds
+    from checkpoints.vocab import MigrationJobState, MigrationOutcome, MigrationRefusal
+
+    sources = {
+        "kind": kinds.KIND_MAX, "digest": 64, "fingerprint": 64, "description": 200,
+        "requested_by_name": get_user_model()._meta.get_field("username").max_length,
+        "state": max(map(len, MigrationJobState.values)),
+        "outcome": max(map(len, MigrationOutcome.values)),
+        "reason": max(map(len, MigrationRefusal.values)),
+    }
+    return sources[field]
+
+
+def _char_fields():
+    from checkpoints.models import DeclaredKindVersion
+    for model in (DeclaredKindVersion, MigrationJob, MigrationJobItem):
+        for field in model._meta.get_fields():
+            if getattr(field, "max_length", None) and field.get_internal_type() == "CharField":
+                yield pytest.param(model, field.name, id=f"{model.__name__}.{field.name}")
+
+
+@pytest.mark.parametrize(("model", "field"), list(_char_fields()))
+def test_every_text_column_of_the_new_tables_holds_the_longest_value_written(model, field):
+    """The generated table of fault 2 (a value fits its column before any query): every
+    CharField of the issue-19 tables against the longest value its service writes; a new
+    column without a known source fails here (KeyError) until it is given one."""
+    assert model._meta.get_field(field).max_length >= _bound(model, field)
+
+
+def _version_fields():
+    from checkpoints.models import DeclaredKindVersion
+    for model in (DeclaredKindVersion, MigrationJob, MigrationJobItem):
+        for field in model._meta.get_fields():
+            if field.name.endswith("version") and field.get_internal_type().endswith(
+                    "IntegerField"):
+                yield pytest.param(model, field.name, id=f"{model.__name__}.{field.name}")
+
+
+@pytest.mark.parametrize(("model", "field"), list(_version_fields()))
+def test_every_version_column_of_the_new_tables_holds_every_schema_version(model, field):
+    """Schema versions are 0..2^32-1 (``intranges.SCHEMA_VERSION``); attack finding: a
+    job's ``to_version`` and an item's ``from_version`` were 32-bit signed columns on
+    PostgreSQL (2^31-1 at most), so a job to a declared v4294967295 answered 500 there."""
+    from django.db import connection
+
+    from checkpoints import intranges
+
+    internal = model._meta.get_field(field).get_internal_type()
+    low, high = connection.ops.integer_field_range(internal)
+    assert low <= 0 and (high is None or high >= intranges.SCHEMA_VERSION.maximum), internal
+
+
+def test_a_job_of_a_200_character_kind_at_version_2_32_minus_1_is_stored_whole(acme, adam):
+    from checkpoints.models import DeclaredKindVersion
+
+    kind = "acme." + "k" * 195
+    body = {"schema": {"type": "object"}, "description": "d" * 200,
+            "phase": {"pointer": "/state", "stable": ["s" * 64]}}
+    services.kind_declare(actor=adam, tenant=acme, kind=kind, version=2**32 - 1, body=body)
+    job, _ = submit(acme, adam, kind=kind, to_version=2**32 - 1)
+    job.refresh_from_db()
+    stored = DeclaredKindVersion.objects.get()
+    assert (job.kind, job.to_version, stored.kind, stored.description) == (
+        kind, 2**32 - 1, kind, "d" * 200)
+    assert AuditEvent.objects.get(action="migration.submit").after["kind"] == kind

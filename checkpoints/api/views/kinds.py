@@ -3,8 +3,6 @@ kind registry supports (``selectors.kind_usage``, the Kinds page's one source)."
 
 from __future__ import annotations
 
-import re
-
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiRequest, extend_schema
 from rest_framework import status
@@ -14,8 +12,6 @@ from ... import intranges, roles, selectors, services
 from ...exceptions import InvalidPayload, NotFound
 from .. import serializers as s
 from .common import TENANT, TenantApi, _errors, _path, read_object
-
-_VERSION_RE = re.compile(r"^(0|[1-9][0-9]{0,9})\Z")
 
 
 class KindListApi(TenantApi):
@@ -36,11 +32,12 @@ class KindListApi(TenantApi):
 def _url_version(value: str, *, for_write: bool) -> int:
     """The ``{v}`` of the URL: a schema version in 0..2^32-1, else 400 naming ``version``
     on a PUT and 404 on a GET (as a malformed id)."""
-    if _VERSION_RE.match(value) and int(value) <= intranges.SCHEMA_VERSION.maximum:
-        return int(value)
-    if for_write:
-        raise InvalidPayload(f"version: must be an integer in 0..{intranges.SCHEMA_VERSION.maximum}")
-    raise NotFound("no such kind version")
+    try:
+        return intranges.SCHEMA_VERSION.parse(value, "version")
+    except InvalidPayload:
+        if for_write:
+            raise
+        raise NotFound("no such kind version") from None
 
 
 VERSION = _path("version", intranges.SCHEMA_VERSION.schema(), "the schema version")

@@ -18,7 +18,7 @@ import uuid
 
 from django.core.management.base import BaseCommand, CommandError
 
-from checkpoints import declared, kinds, services
+from checkpoints import declared, intranges, kinds, services
 from checkpoints.exceptions import DomainError
 from checkpoints.models import Tenant
 from checkpoints.services.migrations import MAX_BATCH
@@ -33,8 +33,8 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("kind", help="the kind, e.g. acme.order")
-        parser.add_argument("--to", dest="to_version", type=int, required=True,
-                            help="the target schema version")
+        parser.add_argument("--to", dest="to_version", required=True,
+                            help="the target schema version (0..2^32-1)")
         parser.add_argument("--tenant", help="tenant slug (default: every tenant)")
         parser.add_argument("--run", dest="runs", nargs="+", action="extend",
                             help="only these runs (run ids; the option may repeat)")
@@ -46,8 +46,12 @@ class Command(BaseCommand):
                             help=f"checkpoints read per query, 1..{MAX_BATCH} (default 100); "
                                  "each is migrated in its own transaction")
 
-    def handle(self, *args, kind: str, to_version: int, tenant: str | None, runs, dry_run: bool,
+    def handle(self, *args, kind: str, to_version: str, tenant: str | None, runs, dry_run: bool,
                reverse: bool, batch_size: int, **options):
+        try:  # the API's reading of a version, not int()'s
+            to_version = intranges.SCHEMA_VERSION.parse(to_version, "--to")
+        except DomainError as exc:
+            raise CommandError(exc.detail) from None
         if tenant is not None:
             tenants = list(Tenant.objects.filter(slug=tenant))
             if not tenants:
@@ -57,14 +61,25 @@ class Command(BaseCommand):
         else:  # a declared kind: the tenants that declared it
             tenants = [t for t in Tenant.objects.order_by("slug") if kinds.versions(
                 kind, lookup=declared.lookup(t))]
-        versions = kinds.versions(kind) or sorted(
-            {v for t in tenants for v in kinds.versions(kind, lookup=declared.lookup(t))})
-        if not versions:
-            raise CommandError(f"kind: {kind!r} is not registered (registered: "
-                               f"{', '.join(kinds.registered())}; or declared by the tenant)")
-        if to_version not in versions:
+        if not tenants and kind not in kinds.registered():  # declared by no tenant
+            self._refuse_kind(kind)
+        in_code = kinds.versions(kind)
+        if in_code and to_version not in in_code:  # whether or not there are tenants
             raise CommandError(f"--to: {kind} has no version {to_version} (versions: "
-                               f"{', '.join(str(v) for v in versions)})")
+                               f"{', '.join(str(v) for v in in_code)})")
+        # Every tenant by the service's own rule, before anything is done: a declared kind
+        # may have the version in one tenant and not in the next.
+        for each in tenants:
+            try:
+                services.migration_target_check(each, kind, to_version)
+            except DomainError:
+                versions = kinds.versions(kind, lookup=declared.lookup(each))
+                if not versions:
+                    self._refuse_kind(kind)
+                whose = "" if kind in kinds.registered() else f"{each.slug}'s "
+                raise CommandError(f"--to: {whose}{kind} has no version {to_version} "
+                                   f"(versions: {', '.join(str(v) for v in versions)})") \
+                    from None
         if not 1 <= batch_size <= MAX_BATCH:
             raise CommandError(f"--batch-size: must be in 1..{MAX_BATCH}")
         for run in runs or []:
@@ -85,6 +100,11 @@ class Command(BaseCommand):
             raise CommandError(f"{left} checkpoint(s) {'would be' if dry_run else 'were'} "
                                "left behind (listed above); run again once their owners are "
                                "gone or the refusals are fixed", returncode=LEFT_BEHIND)
+
+    @staticmethod
+    def _refuse_kind(kind: str):
+        raise CommandError(f"kind: {kind!r} is not registered (registered: "
+                           f"{', '.join(kinds.registered())}; or declared by the tenant)")
 
     def _print(self, tenant: Tenant, report) -> int:
         """Print one tenant's report; returns how many checkpoints were left behind."""

@@ -16,7 +16,7 @@ import sys
 
 from django.core.management.base import BaseCommand, CommandError
 
-from checkpoints import services
+from checkpoints import intranges, services
 from checkpoints.exceptions import DomainError
 from checkpoints.jsonparse import loads_object
 from checkpoints.kinds.declarative import MAX_DECLARATION_BYTES
@@ -29,10 +29,14 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("tenant", help="tenant slug")
         parser.add_argument("kind", help="the kind, e.g. acme.refund")
-        parser.add_argument("version", type=int, help="the schema version it declares")
+        parser.add_argument("version", help="the schema version it declares (0..2^32-1)")
         parser.add_argument("file", help="the declaration, a JSON file; - for standard input")
 
-    def handle(self, *args, tenant: str, kind: str, version: int, file: str, **options):
+    def handle(self, *args, tenant: str, kind: str, version: str, file: str, **options):
+        try:  # the API's reading of {v}, not int()'s
+            number = intranges.SCHEMA_VERSION.parse(version, "version")
+        except DomainError as exc:
+            raise CommandError(exc.detail) from None
         found = Tenant.objects.filter(slug=tenant).first()
         if found is None:
             raise CommandError(f"tenant: no tenant {tenant!r}")
@@ -49,7 +53,7 @@ class Command(BaseCommand):
                 raise CommandError(f"file: larger than {MAX_DECLARATION_BYTES * 4} bytes")
             body = loads_object(raw)
             row, outcome = services.kind_declare(actor=None, tenant=found, kind=kind,
-                                                 version=version, body=body)
+                                                 version=number, body=body)
         except DomainError as exc:
             raise CommandError(exc.detail or exc.error) from None
         self.stdout.write(f"{found.slug}: {row.kind} v{row.version} {outcome} "
