@@ -9,8 +9,8 @@ from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import status
 from rest_framework.response import Response
 
-from ... import roles, selectors, services
-from ...exceptions import InvalidPayload
+from ... import kinds, roles, selectors, services
+from ...exceptions import InvalidPayload, NotFound
 from .. import serializers as s
 from .bulk import IDEMPOTENCY_KEY, _bulk_token
 from .common import TENANT, TenantApi, _errors, _only_fields, _path, read_object, url_uuid
@@ -44,6 +44,8 @@ class KindMigrationListApi(TenantApi):
     )
     def post(self, request, tenant, kind):
         t = self.tenant(request, tenant, roles.MANAGE)
+        if not kinds.is_kind_name(kind):  # as any path id that can name nothing: 404
+            raise NotFound("no such kind")
         body = read_object(request, empty_ok=True)
         _only_fields(body, MIGRATION_FIELDS)
         if "to_version" not in body:
