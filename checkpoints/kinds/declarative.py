@@ -46,8 +46,6 @@ by ``MAX_VALIDATION_STEPS`` (the validation budget below; past it the payload is
 
 from __future__ import annotations
 
-import contextvars
-import copy
 import hashlib
 import json
 import math
@@ -56,14 +54,21 @@ from dataclasses import dataclass
 from typing import Any
 
 import jsonschema
-import re2
-from jsonschema import Draft202012Validator, validators
+from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError as JsonSchemaError
-from jsonschema.exceptions import ValidationError
 
 from .. import upcasters
 from ..vocab import PhaseClass
 from . import Identity, Phase, SchemaError, VersionSpec  # the registry (it never imports this)
+from .validation import (  # noqa: F401 - the validator's bounds, read as declarative.X too
+    MAX_VALIDATION_NESTING,
+    MAX_VALIDATION_STEPS,
+    TooCostly,
+    TooDeep,
+    Validator,
+    _compiled,
+    budgeted_errors,
+)
 
 #: Bounds of one declaration (the whole body, as compact JSON) and of its schema.
 MAX_DECLARATION_BYTES = 64 * 1024
@@ -138,147 +143,6 @@ def _get(payload: Any, tokens: tuple[str, ...]) -> Any:
 
 def _show(tokens: tuple[str, ...]) -> str:
     return "/" + "/".join(t.replace("~", "~0").replace("/", "~1") for t in tokens)
-
-
-# --- the schema and its bounds ----------------------------------------------------------
-
-def _re2_pattern(validator, pattern, instance, schema):
-    """``pattern`` through RE2 (linear time) instead of Python's backtracking ``re``."""
-    if validator.is_type(instance, "string") and not _compiled(pattern).search(instance):
-        yield ValidationError(f"does not match the schema's pattern {pattern[:80]!r}")
-
-
-_PATTERNS: dict[str, Any] = {}
-
-
-def _compiled(pattern: str):
-    found = _PATTERNS.get(pattern)
-    if found is None:
-        if len(_PATTERNS) > 4096:
-            _PATTERNS.clear()
-        options = re2.Options()
-        options.max_mem = 1 << 20
-        options.log_errors = False
-        found = _PATTERNS[pattern] = re2.compile(pattern, options)
-    return found
-
-
-# --- the validation budget ----------------------------------------------------------------
-#
-# The schema's bounds (``MAX_SCHEMA_COST``, its size) cannot bound the work of validating a
-# payload: ``allOf`` of 999 subschemas under ``items`` is one cheap schema, and applied to
-# the 500,000 items of a 1 MiB payload it is hours of work; so is ``enum`` of 7,000
-# values, and ``uniqueItems`` over objects (jsonschema compares them pairwise). So every
-# keyword the validator runs is charged against ``MAX_VALIDATION_STEPS`` for one payload:
-# one step, plus the subschemas it applies (``_FAN_OUT``: each branch of allOf/anyOf/oneOf,
-# each item or property it descends into) and ``enum``'s comparisons. Past the budget the
-# payload is refused (``SchemaError``, so the checkpoint is stored as schema_mismatch):
-# the same answer for the same payload and declaration on every machine, under any load,
-# unlike a clock. The weights are measured (docs/kinds.md "Hostile declarations").
-
-#: Keywords nested in one another while a payload is checked, at most (2 to 3 of
-#: Python's stack frames each: a payload 64 levels deep under ``{"items": {"$ref": "#"}}``
-#: nests 128), so validation never overflows the stack, whoever calls it.
-MAX_VALIDATION_NESTING = 250
-#: Steps one payload's validation may take (a few seconds of work on one core, measured).
-MAX_VALIDATION_STEPS = 1_000_000
-#: The weight of one subschema an applicator descends into, and of one ``enum`` value compared.
-_DESCEND = 2
-_ENUM_PER_STEP = 8
-#: The weight of one error a keyword reports (jsonschema builds an object for each).
-_ERROR = 2
-
-_BUDGET: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar(
-    "declared_validation_budget", default=None)
-
-
-class TooCostly(Exception):
-    """The payload's validation went past ``MAX_VALIDATION_STEPS``."""
-
-
-class TooDeep(TooCostly):
-    """The payload's validation nested keywords deeper than ``MAX_VALIDATION_NESTING``."""
-
-
-def _fan_out(keyword: str, value: Any, instance: Any) -> int:
-    if keyword in ("allOf", "anyOf", "oneOf"):
-        return _DESCEND * len(value) if isinstance(value, list) else 0
-    if keyword == "enum":
-        return len(value) // _ENUM_PER_STEP if isinstance(value, list) else 0
-    if keyword in ("not", "if", "then", "else", "$ref", "contentSchema"):
-        return _DESCEND
-    if isinstance(instance, list | dict):  # items, properties, contains, unevaluated*, ...
-        return _DESCEND * len(instance)
-    return 0
-
-
-def _charged(keyword: str, function):
-    """``function`` (a jsonschema keyword), charged against the running budget first."""
-    def run(validator, value, instance, schema):
-        budget = _BUDGET.get()
-        if budget is None:
-            yield from function(validator, value, instance, schema) or ()
-            return
-        budget[0] -= 1 + _fan_out(keyword, value, instance)
-        if budget[0] < 0:
-            raise TooCostly
-        budget[1] += 1
-        try:
-            if budget[1] > MAX_VALIDATION_NESTING:
-                raise TooDeep
-            for error in function(validator, value, instance, schema) or ():
-                budget[0] -= _ERROR
-                if budget[0] < 0:
-                    raise TooCostly
-                yield error
-        finally:
-            budget[1] -= 1
-    return run
-
-
-def _json_key(value: Any):
-    """A hashable key equal for JSON values jsonschema deems equal (``1 == 1.0``, never
-    ``true == 1``; objects by their keys and values), for ``uniqueItems`` in linear time."""
-    if isinstance(value, bool) or value is None:
-        return ("b", value)
-    if isinstance(value, int | float):
-        return ("n", value)
-    if isinstance(value, str):
-        return ("s", value)
-    if isinstance(value, list):
-        return ("l", tuple(_json_key(v) for v in value))
-    if isinstance(value, dict):
-        return ("d", frozenset((k, _json_key(v)) for k, v in value.items()))
-    return ("?", id(value))
-
-
-def _unique_items(validator, unique, instance, schema):
-    """``uniqueItems`` by hashing (jsonschema's compares objects pairwise: quadratic)."""
-    if unique and validator.is_type(instance, "array"):
-        if len({_json_key(item) for item in instance}) != len(instance):
-            yield ValidationError("has non-unique elements")
-
-
-def _budgeted(base):
-    keywords = dict(base.VALIDATORS)
-    keywords["pattern"] = _re2_pattern
-    keywords["uniqueItems"] = _unique_items
-    return validators.extend(base, {k: _charged(k, f) for k, f in keywords.items()})
-
-
-#: Draft 2020-12 with ``pattern`` in RE2, ``uniqueItems`` in linear time and every keyword
-#: charged against the validation budget; no format assertions, no remote references.
-Validator = _budgeted(Draft202012Validator)
-
-
-def budgeted_errors(validator, payload: Any, steps: int = MAX_VALIDATION_STEPS):
-    """The best-matching ``ValidationError`` of ``payload`` or ``None``, within ``steps``
-    (raises ``TooCostly`` past them)."""
-    token = _BUDGET.set([steps, 0])  # steps left, keywords open
-    try:
-        return jsonschema.exceptions.best_match(validator.iter_errors(payload))
-    finally:
-        _BUDGET.reset(token)
 
 
 def check_schema(schema: Any) -> None:
@@ -632,144 +496,7 @@ def _pointers(value: Any, field: str, allowed) -> dict[str, tuple[str, ...]]:
     return out
 
 
-# --- migration operations ---------------------------------------------------------------
+# --- migration operations: ``declared_ops`` (imported last: it reads the pointer helpers
+# above; import it through this module, ``declarative.compile_ops``) ---------------------
 
-_OPS = {"rename": ("from", "to"), "move": ("from", "to"), "add": ("path", "value"),
-        "set_default": ("path", "value"), "remove": ("path",), "map_values": ("path", "map")}
-ONE_WAY_OPS = ("set_default", "remove")
-
-
-def _check_op(op: Any, index: int) -> dict:
-    where = f"migration.ops[{index}]"
-    if not isinstance(op, dict) or op.get("op") not in _OPS:
-        raise DeclarationError(f"{where}/op", f"must be one of {', '.join(_OPS)}")
-    keys = _OPS[op["op"]]
-    if set(op) != {"op", *keys}:
-        raise DeclarationError(where, f"{op['op']} takes exactly {', '.join(keys)}")
-    out = {"op": op["op"]}
-    for key in keys:
-        if key in ("from", "to", "path"):
-            out[key] = parse_pointer(op[key], f"{where}/{key}")
-        else:
-            out[key] = op[key]
-    if op["op"] == "rename" and out["from"][:-1] != out["to"][:-1]:
-        raise DeclarationError(f"{where}/to", "a rename stays in the same object (use move)")
-    if op["op"] in ("rename", "move") and (out["from"] == out["to"][:len(out["from"])]
-                                            or out["to"] == out["from"][:len(out["to"])]):
-        raise DeclarationError(f"{where}/to", "must not be inside from, or from inside it")
-    if op["op"] == "map_values":
-        mapping = op["map"]
-        if not isinstance(mapping, dict) or not mapping or len(mapping) > MAX_PHASE_VALUES:
-            raise DeclarationError(f"{where}/map", f"must be an object of 1.."
-                                   f"{MAX_PHASE_VALUES} old value -> new value")
-        if not all(isinstance(v, str | int | bool) or v is None for v in mapping.values()):
-            raise DeclarationError(f"{where}/map", "maps to strings, integers, booleans or null")
-    return out
-
-
-def compile_ops(ops: tuple[dict, ...]):
-    """``(up, down)`` of a checked list of operations; ``down`` is ``None`` when one of
-    them is one-way (``ONE_WAY_OPS``, or a ``map_values`` that maps two values to one).
-    ``up`` raises ``InvalidAfter`` and ``down`` ``NotReversible`` naming the field when
-    a payload cannot be carried over exactly (a target already present, a source value
-    that is also a target: the round trip ``down(up(x)) == x`` would not hold)."""
-    def up(payload: Any) -> Any:
-        for op in ops:
-            payload = _apply(op, payload, upcasters.InvalidAfter)
-        return payload
-
-    inverses = [_inverse(op) for op in reversed(ops)]
-    if any(inverse is None for inverse in inverses):
-        return up, None
-
-    def down(payload: Any) -> Any:
-        for op in inverses:
-            payload = _apply(op, payload, upcasters.NotReversible)
-        return payload
-
-    return up, down
-
-
-def _inverse(op: dict) -> dict | None:
-    kind = op["op"]
-    if kind in ("rename", "move"):
-        return {"op": kind, "from": op["to"], "to": op["from"]}
-    if kind == "add":
-        return {"op": "_drop", "path": op["path"], "value": op["value"]}
-    if kind == "map_values":
-        mapping = op["map"]
-        targets = [canonical(v) for v in mapping.values()]
-        if len(set(targets)) != len(targets):
-            return None
-        return {"op": "map_values", "path": op["path"], "_inverse": True, "map": mapping}
-    return None
-
-
-def _parent(payload: Any, tokens: tuple[str, ...], error, create: bool = False) -> dict:
-    current = payload
-    for token in tokens[:-1]:
-        if not isinstance(current, dict):
-            raise error(f"payload{_show(tokens)}: its parent is not an object")
-        if token not in current and create:
-            current[token] = {}
-        current = current.get(token)
-    if not isinstance(current, dict):
-        raise error(f"payload{_show(tokens)}: its parent is not an object (a step makes no "
-                    "parent up: add it first)")
-    return current
-
-
-def _apply(op: dict, payload: Any, error) -> Any:
-    kind = op["op"]
-    if kind in ("rename", "move"):
-        source, target = op["from"], op["to"]
-        if _get(payload, source) is _MISSING:
-            if _get(payload, target) is not _MISSING:
-                raise error(f"payload{_show(target)} is there already")
-            return payload
-        if _get(payload, target) is not _MISSING:
-            raise error(f"payload{_show(target)} is there already")
-        target_parent = _parent(payload, target, error)  # never made up: down could not undo it
-        target_parent[target[-1]] = _parent(payload, source, error).pop(source[-1])
-        return payload
-    if kind == "add":
-        parent = _parent(payload, op["path"], error)
-        if op["path"][-1] in parent:
-            raise error(f"payload{_show(op['path'])} is there already")
-        parent[op["path"][-1]] = copy.deepcopy(op["value"])
-        return payload
-    if kind == "_drop":
-        parent = _parent(payload, op["path"], error)
-        if op["path"][-1] not in parent:
-            raise error(f"payload{_show(op['path'])} is missing")
-        if canonical(parent[op["path"][-1]]) != canonical(op["value"]):
-            raise error(f"payload{_show(op['path'])} no longer holds the value the step added")
-        del parent[op["path"][-1]]
-        return payload
-    if kind == "set_default":
-        parent = _parent(payload, op["path"], error, create=True)
-        parent.setdefault(op["path"][-1], copy.deepcopy(op["value"]))
-        return payload
-    if kind == "remove":
-        if _get(payload, op["path"]) is not _MISSING:
-            del _parent(payload, op["path"], error)[op["path"][-1]]
-        return payload
-    if kind == "map_values":
-        value = _get(payload, op["path"])
-        if value is _MISSING:
-            return payload
-        pairs = [(k, v) for k, v in op["map"].items()]
-        if op.get("_inverse"):
-            lookup = {canonical(v): k for k, v in pairs}
-            sources = {canonical(k) for k, _ in pairs}
-        else:
-            lookup = {canonical(k): v for k, v in pairs}
-            sources = {canonical(v) for _, v in pairs}
-        key = canonical(value)
-        if key in lookup:
-            _parent(payload, op["path"], error)[op["path"][-1]] = copy.deepcopy(lookup[key])
-        elif key in sources:
-            raise error(f"payload{_show(op['path'])} holds a value the map also produces: "
-                        "the step could not be undone exactly")
-        return payload
-    raise AssertionError(kind)
+from .declared_ops import ONE_WAY_OPS, _check_op, compile_ops  # noqa: E402, F401

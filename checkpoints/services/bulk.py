@@ -50,7 +50,7 @@ from ..jsonparse import dumps
 from ..models import BULK_MAX_RUNS, BulkAction, BulkActionItem, Effect, Run, Tenant
 from ..permissions import require
 from ..vocab import AuditAction, BulkActionKind, BulkOutcome, BulkState, EffectState, TargetType
-from .common import _actor_name, _require_reason, client_token_check, resubmitted, run_ids_check
+from .common import _actor_name, _client_token_check, _require_reason, _resubmitted, _run_ids_check
 from .reconcile_requests import run_reconcile
 from .review import conflicts_acknowledge, effect_mark_unknown, retry_request, run_close
 
@@ -132,12 +132,12 @@ def _refusal_words(exc: DomainError) -> str:
 # --------------------------------------------------------------------------------------
 
 def _run_ids(values) -> list[uuid.UUID]:
-    return run_ids_check(values, field="run_ids", most=BULK_MAX_RUNS, what="per bulk action",
+    return _run_ids_check(values, field="run_ids", most=BULK_MAX_RUNS, what="per bulk action",
                          empty="select at least one run")
 
 
 def _existing(tenant: Tenant, actor, token: uuid.UUID, fingerprint: str) -> BulkAction | None:
-    return resubmitted(BulkAction, tenant=tenant, actor=actor, token=token,
+    return _resubmitted(BulkAction, tenant=tenant, actor=actor, token=token,
                        fingerprint=fingerprint,
                        what="bulk request (another action, reason or selection)")
 
@@ -162,7 +162,7 @@ def bulk_submit(*, actor, tenant: Tenant, action: str, reason: str, client_token
         raise InvalidPayload(f"action: must be one of {', '.join(BulkActionKind.values)}")
     require(actor, tenant, RIGHTS[action])
     reason = _require_reason(reason)
-    token = client_token_check(client_token)
+    token = _client_token_check(client_token)
     if (run_ids is None) == (filters is None):
         raise InvalidPayload("run_ids: give the selected runs (run_ids) or the filters "
                              "they match (filters), one of the two")

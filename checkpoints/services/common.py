@@ -106,7 +106,7 @@ def _str_field(body: dict, key: str, max_len: int) -> str:
 # Requests that name many runs and carry an idempotency key (bulk actions, migration jobs)
 # --------------------------------------------------------------------------------------
 
-def client_token_check(value) -> uuid.UUID:
+def _client_token_check(value) -> uuid.UUID:
     """A submitter's idempotency key (the form's hidden UUID, the API's
     ``Idempotency-Key``): a ``UUID`` or its text. Raises ``InvalidPayload`` naming
     ``client_token``."""
@@ -121,7 +121,7 @@ def client_token_check(value) -> uuid.UUID:
                          "Idempotency-Key header)")
 
 
-def run_ids_check(values, *, field: str, most: int | None, what: str,
+def _run_ids_check(values, *, field: str, most: int | None, what: str,
                   empty: str | None) -> list[uuid.UUID]:
     """A request's list of run ids: a list or tuple of UUIDs or UUID strings, duplicates
     dropped, order kept; at most ``most`` (``None``: no bound) of them; empty refused with
@@ -144,7 +144,7 @@ def run_ids_check(values, *, field: str, most: int | None, what: str,
     return list(out)
 
 
-def resubmitted(model, *, tenant, actor, token: uuid.UUID, fingerprint: str, what: str):
+def _resubmitted(model, *, tenant, actor, token: uuid.UUID, fingerprint: str, what: str):
     """The ``model`` row (``BulkAction``, ``MigrationJob``) ``actor`` submitted in
     ``tenant`` with idempotency key ``token``, or ``None``; one with another
     ``fingerprint`` (a different request reusing the key) raises ``InvalidPayload``

@@ -37,7 +37,7 @@ from ..jsonparse import dumps
 from ..models import MIGRATION_MAX_RUNS, MigrationJob, Tenant
 from ..permissions import require
 from ..vocab import AuditAction, MigrationJobState, MigrationOutcome, TargetType
-from .common import _actor_name, client_token_check, resubmitted, run_ids_check
+from .common import _actor_name, _client_token_check, _resubmitted, _run_ids_check
 from .migrations import checkpoints_migrate, migration_target_check
 
 log = logging.getLogger(__name__)
@@ -68,14 +68,14 @@ def migration_runs_check(values) -> list[str] | None:
     order kept, as strings. Raises ``InvalidPayload`` naming ``runs``."""
     if values is None:
         return None
-    return [str(rid) for rid in run_ids_check(
+    return [str(rid) for rid in _run_ids_check(
         values, field="runs", most=MIGRATION_MAX_RUNS,
         what="per migration (leave it out for every run of the kind)",
         empty="name at least one run, or leave it out for every run")]
 
 
 def _existing(tenant: Tenant, actor, token: uuid.UUID, fingerprint: str) -> MigrationJob | None:
-    return resubmitted(MigrationJob, tenant=tenant, actor=actor, token=token,
+    return _resubmitted(MigrationJob, tenant=tenant, actor=actor, token=token,
                        fingerprint=fingerprint,
                        what="migration (another kind, version, direction or runs)")
 
@@ -103,7 +103,7 @@ def migration_job_submit(*, actor, tenant: Tenant, kind: str, to_version: int,
     if type(reverse) is not bool:
         raise InvalidPayload("reverse: must be true or false")
     runs = migration_runs_check(run_ids)
-    token = client_token_check(client_token)
+    token = _client_token_check(client_token)
     selection = {} if runs is None else {"runs": runs}
     fingerprint = hashlib.sha256(dumps({"kind": kind, "to_version": to_version,
                                         "reverse": reverse, "selection": selection})

@@ -48,7 +48,7 @@ from ..permissions import require
 from ..vocab import MigrationOutcome, MigrationRefusal
 from . import writepath
 from .checkpoints import Envelope, _stored_form
-from .common import run_ids_check
+from .common import _run_ids_check
 from .runs import _lock_run, require_owner_gone
 
 MAX_BATCH = 10_000
@@ -195,7 +195,7 @@ def checkpoints_migrate(*, actor, tenant: Tenant, kind: str, to_version: int,
 
 
 def _run_ids(values) -> list[uuid.UUID]:
-    return run_ids_check(values, field="run_ids", most=None, what="", empty=None)
+    return _run_ids_check(values, field="run_ids", most=None, what="", empty=None)
 
 
 def _candidates(target: _Target, runs: list[uuid.UUID] | None, batch_size: int):
