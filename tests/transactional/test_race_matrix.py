@@ -119,6 +119,11 @@ NOT_RACED = {
     "redrive": "part of sweep_stale_runs, raced there",
     "migration_preview": "a dry run: takes no lock (checkpoints_migrate's lock is on its "
                          "write path, raced there)",
+    "kind_declare": "takes only the tenant's audit head, which serializes two declarations "
+                    "of one version (the second finds the first: unchanged, or replaced "
+                    "while unused); its race with a checkpoint write of the version is "
+                    "forced deterministically in tests/api/test_declared_kinds.py "
+                    "(test_a_declaration_replaced_mid_write_is_read_again_under_the_head)",
 }
 
 
