@@ -115,6 +115,14 @@ def declared_kinds(tenant: Tenant | int) -> dict[str, kinds.KindSpec]:
         rows.setdefault(kind, []).append((version, digest))
     out = {}
     for kind, found in rows.items():
-        if kind not in kinds.BUILTIN_KINDS and kind not in kinds.registered():
+        if not kinds.in_code(kind):
             out[kind] = _spec_of(tenant_id, kind, found)
     return out
+
+
+def declared_kind_names(tenant: Tenant | int) -> set[str]:
+    """The names of the kinds ``tenant`` declared (one query, nothing compiled), for lists
+    that only name kinds (the inbox's kind filter)."""
+    tenant_id = tenant.pk if isinstance(tenant, Tenant) else tenant
+    return {kind for kind in DeclaredKindVersion.objects.for_tenant(tenant_id).order_by()
+            .values_list("kind", flat=True).distinct() if not kinds.in_code(kind)}

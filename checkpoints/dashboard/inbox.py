@@ -128,7 +128,7 @@ def _inbox_context(request: HttpRequest, tenant: Tenant) -> dict:
         # Runs created since the first page can make a count a step behind the page.
         "of": max(tabs["tab_total"], last or 0),
         "sort_toggle": "" if other == selectors.DEFAULT_RUN_SORT else other,
-        "known_kinds": list(kinds.registered(declared=declared.declared_kinds(tenant))),
+        "known_kinds": sorted(set(kinds.registered()) | declared.declared_kind_names(tenant)),
         "age_choices": tabs["form"].fields["age"].choices,
     }
 

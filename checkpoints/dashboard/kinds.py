@@ -63,10 +63,10 @@ def _url_version(value: str) -> int:
     """The ``<version>`` of a declaration's URL: a schema version (ASCII digits, in
     ``intranges.SCHEMA_VERSION``), else ``NotFound`` (a malformed id, as the API's
     ``GET …/kinds/{kind}/versions/{v}`` answers)."""
-    if value.isascii() and value.isdigit() and len(value) <= 10 \
-            and intranges.SCHEMA_VERSION.contains(int(value)):
-        return int(value)
-    raise NotFound("no such kind version")
+    try:
+        return intranges.SCHEMA_VERSION.parse(value, "version")  # the API's one reading
+    except InvalidPayload:
+        raise NotFound("no such kind version") from None
 
 
 @require_GET

@@ -23,7 +23,7 @@ def _checked_kind(kind) -> str:
     if not kinds.is_kind_name(kind):
         raise InvalidPayload("kind: must match ^[a-z][a-z0-9_]*(\\.[a-z0-9_-]+)+$ and be at "
                              "most 200 characters (CONTRACT.md 1)")
-    if kind in kinds.registered():
+    if kinds.in_code(kind):
         raise InvalidPayload(f"kind: {kind} is a kind in code (built in or from "
                              "RECOVERY_KIND_MODULES); declare one of your own name")
     return kind
