@@ -176,8 +176,11 @@ def test_the_watchdog_thread_sweeps_a_crashed_run_while_beat_is_silent(
     try:
         assert login(vic).get("/t/acme/").status_code == 200  # starts the thread
         deadline = time.monotonic() + 15
+        # The sweep commits the run's new state, then writes its heartbeat in its own
+        # statement: wait for both (the CI run once read between the two).
         while time.monotonic() < deadline:
-            if Run.objects.get(uuid=run_id).recovery_state == "ambiguous":
+            if (Run.objects.get(uuid=run_id).recovery_state == "ambiguous"
+                    and "sweep.web" in heartbeat.read()):
                 break
             time.sleep(0.2)
         assert Run.objects.get(uuid=run_id).recovery_state == "ambiguous"
