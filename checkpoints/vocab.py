@@ -243,6 +243,10 @@ class TargetType(TextChoices):
     BULK_ACTION = "bulk_action"
     KIND = "kind"
     MIGRATION_JOB = "migration_job"
+    DATA_POLICY = "data_policy"
+    LEGAL_HOLD = "legal_hold"
+    ERASURE_REQUEST = "erasure_request"
+    TOMBSTONE_PURGE = "tombstone_purge"
 
 
 TargetType.WRITABLE = (TargetType.CHECKPOINT, TargetType.EFFECT)
@@ -312,6 +316,27 @@ class AuditAction(TextChoices):
     # A tenant admin asked for a stored migration job (API or dashboard; its checkpoints
     # are then each a ``checkpoint.migrate`` with the job's id as ``batch_id``).
     MIGRATION_SUBMIT = "migration.submit"
+    # Data lifecycle (issue 20; docs/security/retention.md). A tenant admin set the data
+    # policy; a run's payloads deleted by retention or erasure (one event per run, with its
+    # tombstone's id and counts, never a value); its effect records expired; legal holds
+    # placed and released; erasure requests filed, decided, executed; tombstones exported
+    # and purged (four eyes); a tenant's data key destroyed (crypto-shredding).
+    DATA_POLICY_SET = "data_policy.set"
+    RUN_PURGE = "run.purge"
+    RUN_ERASE = "run.erase"
+    RUN_EXPIRE = "run.expire"
+    LEGAL_HOLD_PLACE = "legal_hold.place"
+    LEGAL_HOLD_RELEASE = "legal_hold.release"
+    ERASURE_REQUEST = "erasure.request"
+    ERASURE_APPROVE = "erasure.approve"
+    ERASURE_REJECT = "erasure.reject"
+    ERASURE_EXECUTE = "erasure.execute"
+    AUDIT_EXPORT = "audit.export"
+    TOMBSTONE_PURGE_PREPARE = "tombstone_purge.prepare"
+    TOMBSTONE_PURGE_APPROVE = "tombstone_purge.approve"
+    TOMBSTONE_PURGE_REJECT = "tombstone_purge.reject"
+    TOMBSTONE_PURGE_EXECUTE = "tombstone_purge.execute"
+    TENANT_KEY_DESTROY = "tenant.key_destroy"
 
 
 AuditAction.REVEALS = frozenset({AuditAction.PAYLOAD_REVEAL, AuditAction.PAYLOAD_READ,
@@ -319,6 +344,51 @@ AuditAction.REVEALS = frozenset({AuditAction.PAYLOAD_REVEAL, AuditAction.PAYLOAD
                                  AuditAction.EVIDENCE_REVEAL, AuditAction.RUNIFOLD_EXPORT})
 AuditAction.CONFLICT = {TargetType.CHECKPOINT: AuditAction.CHECKPOINT_CONFLICT,
                         TargetType.EFFECT: AuditAction.EFFECT_CONFLICT}
+
+
+class SecretsPolicy(TextChoices):
+    """What a credential found in a payload or receipt does (issue 20, item 7): ``warn``
+    (stored; the run page and the report flag the field path, never the value) or
+    ``refuse`` (422 naming the path; nothing stored)."""
+
+    WARN = "warn"
+    REFUSE = "refuse"
+
+
+class HoldScope(TextChoices):
+    """What a legal hold covers: the runs it names, every run of a subject, the tenant."""
+
+    RUNS = "runs"
+    SUBJECT = "subject"
+    TENANT = "tenant"
+
+
+class ErasureState(TextChoices):
+    """An erasure request: ``requested`` -> ``approved`` (by an approver, never the
+    requester) -> ``executed``; or ``requested`` -> ``rejected``."""
+
+    REQUESTED = "requested"
+    APPROVED = "approved"
+    REJECTED = "rejected"
+    EXECUTED = "executed"
+
+
+class PurgeState(TextChoices):
+    """A tombstone purge: ``prepared`` -> ``approved`` (not by the preparer, before the
+    deadline) -> ``executed``; or ``prepared`` -> ``rejected``."""
+
+    PREPARED = "prepared"
+    APPROVED = "approved"
+    REJECTED = "rejected"
+    EXECUTED = "executed"
+
+
+class DeletionCause(TextChoices):
+    """Why a run's payloads were deleted: the tenant's ``retention`` or an ``erasure``
+    request."""
+
+    RETENTION = "retention"
+    ERASURE = "erasure"
 
 
 class BulkActionKind(TextChoices):

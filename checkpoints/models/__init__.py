@@ -34,6 +34,17 @@ from .bulk import BULK_MAX_RUNS, BulkAction, BulkActionItem
 from .effects import Effect, EffectRevision, EncryptedReceipt, RetryRequest, encrypt_receipt
 from .kinds import DeclaredKindVersion
 from .langgraph import GraphCheckpoint, GraphWrite
+from .lifecycle import (
+    LIFECYCLE_MAX_RUNS,
+    AuditExport,
+    DataPolicy,
+    ErasureRequest,
+    HeldRun,
+    LegalHold,
+    RunSubject,
+    Tombstone,
+    TombstonePurge,
+)
 from .migrations import MIGRATION_MAX_RUNS, MigrationJob, MigrationJobItem
 from .ops import Heartbeat
 from .reconcile import ReconcileAttempt, ReconcilerConfig, ReconcileRequest

@@ -65,6 +65,9 @@ class Run(TenantOwned, TimestampedModel):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     closed_reason = models.TextField(blank=True)
+    payloads_deleted_at = models.DateTimeField(
+        null=True, blank=True, help_text="when retention or erasure deleted its payloads "
+        "and history (its ``Tombstone`` says why); a deleted run takes no more writes")
 
     class Meta:
         constraints = [

@@ -82,6 +82,17 @@ from .common import HEX64_RE, SYSTEM, U32_MAX, _actor_name, _require_reason, _wi
 from .effects import EffectBody, _effect_transition, effect_put, parse_effect
 from .keys import payloads_rotate_keys
 from .kinds import kind_declare
+from .lifecycle import (
+    ENDED,
+    Blocker,
+    Purged,
+    active_holds,
+    held_runs_q,
+    policy_for,
+    purge_run_payloads,
+    run_blockers,
+    subject_digest,
+)
 from .migration_jobs import (
     MigrationPreview,
     migration_job_dispatch,

@@ -1,0 +1,177 @@
+"""The core of every deletion (issue 20; DESIGN.md 3a; docs/security/retention.md).
+
+Retention (``services.retention``) and erasure (``services.erasure``) both end here:
+``purge_run_payloads`` deletes one run's payloads and history and writes its tombstone
+and its audit event in the caller's transaction, after ``run_blockers`` said nothing
+stops it. One rule, one place: a run is deleted only when it is ended (``completed`` or
+``closed``), has no effect in doubt, is under no active legal hold, and was not deleted
+before.
+
+What "payloads and history" means: the run's checkpoints and their revisions, its
+LangGraph checkpoints and pending writes (deleted); the refused payloads kept with its
+conflicts, its effects' requests and receipts (current and history) and its reconcile
+evidence (blanked: the rows stay, so operation keys keep their idempotency window until
+the effect retention expires them, ``services.retention``). The run row stays, its
+``payloads_deleted_at`` set: the run page says what happened and writes are refused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.conf import settings
+from django.db.models import Q
+
+from ..audit import audit_record
+from ..models import (
+    Checkpoint,
+    CheckpointRevision,
+    Conflict,
+    DataPolicy,
+    Effect,
+    EffectRevision,
+    GraphCheckpoint,
+    GraphWrite,
+    HeldRun,
+    LegalHold,
+    ReconcileAttempt,
+    Run,
+    RunSubject,
+    Tenant,
+    Tombstone,
+)
+from ..vocab import AuditAction, DeletionCause, EffectState, HoldScope, RecoveryState, TargetType
+
+#: The recovery states in which a run has ended (retention and erasure may delete it).
+ENDED = frozenset({RecoveryState.COMPLETED, RecoveryState.CLOSED})
+SUBJECT_DIGEST_LABEL = b"recovery.subject.v1"
+
+
+class Blocker:
+    """Why a run may not be deleted now (``run_blockers``): stable words for the API."""
+
+    NOT_ENDED = "not_ended"
+    IN_DOUBT = "effect_in_doubt"
+    HELD = "legal_hold"
+    DELETED = "already_deleted"
+
+
+def policy_for(tenant: Tenant | int) -> DataPolicy:
+    """The tenant's ``DataPolicy`` row, or an unsaved one with the defaults (nothing is
+    deleted, secrets are warned about) when its admin never set one. One query."""
+    tenant_id = tenant if isinstance(tenant, int) else tenant.pk
+    row = DataPolicy.objects.for_tenant(tenant_id).first()
+    return row if row is not None else DataPolicy(tenant_id=tenant_id)
+
+
+def subject_digest(tenant: Tenant | int, field: str, value: str) -> str:
+    """The keyed digest of a subject's identity value (64 hex digits): HMAC-SHA256 keyed
+    with ``SECRET_KEY`` over the label, the tenant id, the field name and the value, so
+    the store can find a subject's runs without holding the value, and a reader of the
+    table cannot confirm a guessed customer id without the key."""
+    tenant_id = tenant if isinstance(tenant, int) else tenant.pk
+    key = hmac.new(settings.SECRET_KEY.encode(), SUBJECT_DIGEST_LABEL, hashlib.sha256).digest()
+    message = f"{tenant_id}\x00{field}\x00{value}".encode()
+    return hmac.new(key, message, hashlib.sha256).hexdigest()
+
+
+def active_holds(tenant: Tenant | int):
+    """The tenant's holds not released (a queryset)."""
+    return LegalHold.objects.for_tenant(tenant).filter(released_at__isnull=True)
+
+
+def held_runs_q(tenant: Tenant | int) -> Q | None:
+    """A ``Q`` on ``Run`` matching the runs an active legal hold covers, or ``None``
+    when the whole tenant is held (nothing may be deleted). Two queries."""
+    holds = active_holds(tenant)
+    if holds.filter(scope=HoldScope.TENANT).exists():
+        return None
+    held = HeldRun.objects.for_tenant(tenant).filter(hold__released_at__isnull=True)
+    q = Q(uuid__in=held.values("run_uuid"))
+    subjects = list(holds.filter(scope=HoldScope.SUBJECT)
+                    .values_list("subject_field", "subject_digest"))
+    for field, digest in subjects:
+        q |= Q(pk__in=RunSubject.objects.for_tenant(tenant)
+               .filter(field=field, digest=digest).values("run_id"))
+    return q
+
+
+def run_blockers(run: Run) -> list[str]:
+    """Why ``run`` may not be deleted now (``Blocker`` words, in that order), or ``[]``.
+    Call it under the run's lock (``locks.lock_run``) so the answer holds until commit."""
+    out = []
+    if run.payloads_deleted_at is not None:
+        return [Blocker.DELETED]
+    if run.recovery_state not in ENDED:
+        out.append(Blocker.NOT_ENDED)
+    if Effect.objects.for_tenant(run.tenant_id).filter(
+            run_id=run.pk, state__in=EffectState.DOUBTFUL).exists():
+        out.append(Blocker.IN_DOUBT)
+    held = held_runs_q(run.tenant_id)
+    if held is None or Run.objects.for_tenant(run.tenant_id).filter(held, pk=run.pk).exists():
+        out.append(Blocker.HELD)
+    return out
+
+
+@dataclass(frozen=True)
+class Purged:
+    """What ``purge_run_payloads`` did: the tombstone written and the counts it holds."""
+
+    tombstone: Tombstone
+    counts: dict[str, int]
+
+
+def purge_run_payloads(*, actor, tenant: Tenant, run: Run, now: datetime, cause: str,
+                       policy: dict, erasure=None) -> Purged:
+    """Delete ``run``'s payloads and history and write its ``Tombstone`` and one audit
+    event (``run.purge`` for retention, ``run.erase`` for erasure; ``after`` holds the
+    tombstone's id and the counts, never a value), in the caller's transaction.
+
+    ``run`` must be locked by the caller and ``run_blockers(run)`` empty (asserted);
+    ``now`` is the database time read with the lock; ``policy`` the numbers or ids that
+    decided it (``{"payload_retention_days": 30}``, ``{"erasure_request": "<uuid>"}``).
+    """
+    assert not run_blockers(run), "purge_run_payloads: the run is not deletable"
+    assert cause in DeletionCause.values
+    t = tenant
+    checkpoints = Checkpoint.objects.for_tenant(t).filter(run_id=run.pk)
+    effects = Effect.objects.for_tenant(t).filter(run_id=run.pk)
+    counts = {
+        "checkpoints": checkpoints.count(),
+        "revisions": CheckpointRevision.objects.for_tenant(t)
+        .filter(checkpoint__run_id=run.pk).count(),
+        "graph_checkpoints": GraphCheckpoint.objects.for_tenant(t).filter(run_id=run.pk).count(),
+        "effects": effects.count(),
+    }
+    GraphWrite.objects.for_tenant(t).filter(graph_checkpoint__run_id=run.pk).delete()
+    GraphCheckpoint.objects.for_tenant(t).filter(run_id=run.pk).delete()
+    Run.objects.for_tenant(t).filter(pk=run.pk).update(latest_checkpoint=None)
+    CheckpointRevision.objects.for_tenant(t).filter(checkpoint__run_id=run.pk).delete()
+    checkpoints.delete()
+    counts["conflict_payloads"] = (Conflict.objects.for_tenant(t).filter(run_id=run.pk)
+                                   .exclude(refused_ciphertext="")
+                                   .update(refused_ciphertext=""))
+    counts["receipts"] = (effects.filter(~Q(receipt_ciphertext="") | ~Q(request_ciphertext=""))
+                          .update(receipt_ciphertext="", request_ciphertext=""))
+    EffectRevision.objects.for_tenant(t).filter(effect__run_id=run.pk).exclude(
+        receipt_ciphertext="").update(receipt_ciphertext="")
+    counts["evidence"] = (ReconcileAttempt.objects.for_tenant(t)
+                          .filter(request__run_id=run.pk).exclude(evidence_ciphertext="")
+                          .update(evidence_ciphertext=""))
+    tombstone = Tombstone.objects.create(
+        tenant=t, run_uuid=run.uuid, kind=run.kind, schema_version=run.schema_version,
+        final_state=run.recovery_state, cause=cause, run_created_at=run.created_at,
+        ended_at=run.closed_at or run.state_changed_at, deleted_at=now, policy=policy,
+        counts=counts, erasure=erasure)
+    Run.objects.for_tenant(t).filter(pk=run.pk).update(
+        payloads_deleted_at=now, latest_checkpoint=None, phase_label="")
+    run.payloads_deleted_at = now
+    action = AuditAction.RUN_PURGE if cause == DeletionCause.RETENTION else AuditAction.RUN_ERASE
+    audit_record(tenant=t, actor=actor, action=action, target_type=TargetType.RUN,
+                 target_id=run.uuid, run_id=run.uuid,
+                 after={"tombstone": tombstone.pk, "cause": cause, "policy": policy,
+                        "counts": counts})
+    return Purged(tombstone=tombstone, counts=counts)
