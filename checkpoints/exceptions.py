@@ -139,6 +139,16 @@ class UsageDecreased(DomainError, status=422, error="usage_decreased"):
                          f"{previous}; usage counters never decrease", counter=counter)
 
 
+class SecretDetected(DomainError, status=422, error="secret_detected"):
+    """A payload or receipt holding a credential-like value, written to a tenant whose
+    data policy is ``refuse`` (issue 20, item 7; docs/security/secrets.md): nothing is
+    stored. ``paths`` lists ``{"path": JSON pointer, "type": detector word}``, never a
+    value; ``detail`` says the first of them in words."""
+
+    def __init__(self, detail: str, paths: list[dict]):
+        super().__init__(detail, paths=paths)
+
+
 class InvalidTransition(DomainError, status=422, error="invalid_transition"):
     """A state move the effect or retry state machine does not allow: 422."""
 

@@ -242,11 +242,15 @@ def _run_context(request: HttpRequest, tenant: Tenant, run_id, **extra) -> dict:
         {"effect": e, "history": detail.effect_history.get(e.pk, []),
          "older": detail.effect_history_older.get(e.pk),
          "can_mark_unknown": (context["can_review"] and e.state in EffectState.IN_DOUBT
-                              and not closed)}
+                              and not closed),
+         "flags": services.flag_sentences(e.secret_paths)}
         for e in detail.effects
     ]
+    # Screening's flags (docs/security/secrets.md): paths and types, never a value.
     checkpoints = [{"cp": cp, "revisions": detail.revisions.get(cp.pk, []),
-                    "older": detail.revisions_older.get(cp.pk)}
+                    "older": detail.revisions_older.get(cp.pk),
+                    "flags": services.flag_sentences(cp.secret_paths, size=cp.payload_size,
+                                            large_above=cp.large_above)}
                    for cp in detail.checkpoints]
     retries = [
         {"retry": r,

@@ -91,6 +91,10 @@ class Effect(EncryptedReceipt, TenantOwned, TimestampedModel):
     retry_authorized_by = models.ForeignKey(
         "RetryRequest", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
+    secret_paths = models.JSONField(
+        default=list, blank=True,
+        help_text="credential-like values found in the request and the current receipt: "
+                  "[{path: /request/... or /receipt/..., type: word}] (never a value)")
 
     class Meta:
         constraints = [

@@ -116,6 +116,13 @@ class Checkpoint(TenantOwned):
     written_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
     )
+    secret_paths = models.JSONField(
+        default=list, blank=True,
+        help_text="credential-like values found in the payload when written: "
+                  "[{path: JSON pointer, type: word}] (checkpoints.secrets_scan; never a value)")
+    large_above = models.PositiveIntegerField(
+        null=True, blank=True,
+        help_text="the tenant's payload_flag_bytes the payload was above when written")
 
     class Meta:
         constraints = [
@@ -150,6 +157,9 @@ class CheckpointRevision(TenantOwned):
     written_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
     )
+    secret_paths = models.JSONField(default=list, blank=True,
+                                    help_text="as Checkpoint.secret_paths, for this revision")
+    large_above = models.PositiveIntegerField(null=True, blank=True)
 
     class Meta:
         ordering = ["checkpoint_id", "revision"]

@@ -13,7 +13,9 @@ from .. import roles
 from ..exceptions import InvalidPayload
 from ..models import (
     AuditEvent,
+    Checkpoint,
     Conflict,
+    Effect,
     EffectStateCount,
     RetryRequest,
     Run,
@@ -52,7 +54,8 @@ def audit_list(*, user, tenant: Tenant, run_id=None, actor: str | None = None,
 
 
 def report(*, user, tenant: Tenant) -> dict:
-    """Tenant-scoped numbers: runs per state, effects per state, open conflicts, retries.
+    """Tenant-scoped numbers: runs per state, effects per state, open conflicts, retries,
+    and what screening flagged (``flagged_counts``).
 
     Four queries: runs and effects per state from their counter tables (``RunStateCount``,
     ``EffectStateCount``: a few rows per state whatever the tenant's size); retry
@@ -70,4 +73,24 @@ def report(*, user, tenant: Tenant) -> dict:
         "retry_requests": retries,
         "open_conflicts": Conflict.objects.for_tenant(tenant).filter(
             acknowledged_at__isnull=True).count(),
+        "flagged": flagged_counts(tenant),
+    }
+
+
+def flagged_counts(tenant: Tenant) -> dict[str, int]:
+    """What screening flagged in ``tenant``'s stored data (docs/security/secrets.md):
+    ``checkpoints`` whose current revision holds a credential-like value, ``effects``
+    whose request or receipt does, ``runs`` with either, and ``large_payloads``
+    (checkpoints above the tenant's ``payload_flag_bytes`` when written). Three queries;
+    no index serves them yet (a scan of the tenant's checkpoints and effects)."""
+    checkpoints = Checkpoint.objects.for_tenant(tenant)
+    secret_cps = checkpoints.exclude(secret_paths=[])
+    secret_fxs = Effect.objects.for_tenant(tenant).exclude(secret_paths=[])
+    cp_runs = set(secret_cps.values_list("run_id", flat=True))
+    fx_runs = set(secret_fxs.values_list("run_id", flat=True))
+    return {
+        "runs": len(cp_runs | fx_runs),
+        "checkpoints": secret_cps.count() if cp_runs else 0,
+        "effects": secret_fxs.count() if fx_runs else 0,
+        "large_payloads": checkpoints.filter(large_above__isnull=False).count(),
     }

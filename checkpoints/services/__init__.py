@@ -128,6 +128,7 @@ from .runs import (
     run_facts,
     run_refresh_state,
 )
+from .screening import Screened, flag_sentences, screen_effect, screen_payload
 from .sweep import sweep_stale_runs
 
 # The submodules, for tests that read the services' source (the audit, fence and race

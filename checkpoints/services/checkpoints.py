@@ -35,7 +35,7 @@ from ..vocab import (
     AuditAction,
     TargetType,
 )
-from . import writepath
+from . import screening, writepath
 from .common import _require_reason, _uuid_field, cas_revisions_check
 from .runs import (
     _record_fenced,
@@ -117,7 +117,8 @@ def checkpoint_put(
     ``NotFound`` (404: update of a missing checkpoint), ``Fenced`` (409),
     ``StaleRevision`` (412, after committing the conflict record), ``UsageDecreased``
     (422: a usage counter below the stored revision's, CONTRACT.md 8; also after
-    committing the conflict record).
+    committing the conflict record), ``SecretDetected`` (422: a credential-like value
+    under a ``refuse`` data policy; nothing written, docs/security/secrets.md).
     """
     require(actor, tenant, roles.WRITE)
     cas_revisions_check(expected_revision, envelope.revision)
@@ -136,11 +137,17 @@ def checkpoint_put(
     return checkpoint, expected_revision is None
 
 
-def _stored_form(envelope: Envelope, tenant: Tenant) -> dict:
+def _stored_form(envelope: Envelope, tenant: Tenant, *, refuse: bool = True) -> dict:
     """What the write path stores of ``envelope`` besides its fields (the keywords of
     ``writepath.checkpoint_write``): its classification (``cls``, by the kinds in code or
     ``tenant``'s declared ones), the phase label (for an unsupported payload, the schema
-    error), the encrypted payload and its size."""
+    error), the encrypted payload, its size, and what screening found in it
+    (``screened``, ``services.screening``; the write path applies the tenant's policy
+    in its transaction and raises ``SecretDetected`` before writing anything), which a
+    refuse policy does not refuse when ``refuse`` is false (a migration rewrites what is
+    stored: it records)."""
+    size = len(envelope.payload_json.encode("utf-8"))
+    screened = screening.screen_payload(envelope.payload, size, refuse=refuse)
     lookup = declared.lookup(tenant)
     cls = kinds.classify(envelope.kind, envelope.schema_version, envelope.payload,
                          lookup=lookup)
@@ -149,10 +156,10 @@ def _stored_form(envelope: Envelope, tenant: Tenant) -> dict:
     by = (None if kinds.in_code(envelope.kind)
           else writepath.DeclaredBy(envelope.kind, envelope.schema_version,
                                     lookup.digest(envelope.kind, envelope.schema_version),
-                                    lambda: _stored_form(envelope, tenant)))
+                                    lambda: _stored_form(envelope, tenant, refuse=refuse)))
     return {"cls": cls, "phase_label": (cls.error if not cls.supported else cls.phase.label)[:256],
             "ciphertext": crypto.encrypt_text(envelope.payload_json),
-            "size": len(envelope.payload_json.encode("utf-8")), "declared_by": by}
+            "size": size, "declared_by": by, "screened": screened}
 
 
 def checkpoint_envelope(checkpoint: Checkpoint | CheckpointRevision, *, run_id=None,

@@ -40,6 +40,7 @@ from ..vocab import (
     EffectState,
     TargetType,
 )
+from . import screening
 from .common import HEX64_RE, _actor_name, _str_field, _uuid_field, cas_revisions_check
 from .runs import (
     _check_fence,
@@ -66,6 +67,7 @@ class EffectBody:
     state: str
     receipt: Any
     request_json: str = ""  # canonical JSON of the optional ``request`` (fingerprint checked)
+    request: Any = None  # the optional ``request`` itself (screened, never stored in clear)
 
 
 def parse_effect(body: dict, *, url_id: uuid.UUID) -> EffectBody:
@@ -104,7 +106,7 @@ def parse_effect(body: dict, *, url_id: uuid.UUID) -> EffectBody:
     if unknown:
         raise InvalidPayload(f"{sorted(unknown)[0]}: unknown field")
     return EffectBody(eid, run_id, revision, operation_key, service, effect_class, fp.lower(),
-                      state, receipt, request_json)
+                      state, receipt, request_json, body.get("request"))
 
 
 def _effect_history(effect: Effect, *, actor, source: str) -> None:
@@ -130,17 +132,22 @@ def effect_put(
     ``IdempotencyKeyReuse`` (422). Update: revision N+1, identity fields unchanged, a move
     the runtime may make (``policy.EFFECT_TRANSITIONS``), ``confirmed`` with a receipt;
     ``unknown``/``not_executed`` -> ``planned`` only after an approved retry was consumed
-    (attempt + 1). Raises ``InvalidPayload``, ``InvalidTransition`` (422), ``NotFound``,
-    ``Fenced``, ``StaleRevision`` (412, conflict kept).
+    (attempt + 1). The receipt and the request are screened first (``services.screening``):
+    what is found is kept on the effect (``secret_paths``) and named in the audit event.
+    Raises ``InvalidPayload``, ``InvalidTransition`` (422), ``NotFound``, ``Fenced``,
+    ``StaleRevision`` (412, conflict kept), ``SecretDetected`` (422 under a ``refuse``
+    data policy; nothing written).
     """
     require(actor, tenant, roles.WRITE)
     cas_revisions_check(expected_revision, body.revision)
     if body.state == EffectState.CONFIRMED and body.receipt is None:
         raise InvalidPayload("receipt: required when state is confirmed")
+    found = screening.screen_effect(tenant, receipt=body.receipt, request=body.request)
     refused = dumps({"id": str(body.effect_id), "revision": body.revision, "state": body.state,
                      "operation_key": body.operation_key, "service": body.service})
     try:
-        effect = _effect_cas(actor, tenant, body, expected_revision, fencing_token, refused)
+        effect = _effect_cas(actor, tenant, body, expected_revision, fencing_token, refused,
+                             found)
     except Fenced as exc:
         _record_fenced(exc, tenant=tenant, actor=actor, target_type=TargetType.EFFECT,
                        target_id=body.effect_id, expected=expected_revision,
@@ -151,9 +158,10 @@ def effect_put(
     return effect, expected_revision is None
 
 
-def _effect_cas(actor, tenant, body, expected_revision, fencing_token, refused):
+def _effect_cas(actor, tenant, body, expected_revision, fencing_token, refused, found):
     """The transaction of ``effect_put``; returns the effect, or the ``StaleRevision`` to
-    raise once the conflict record has committed."""
+    raise once the conflict record has committed. ``found``: the screening's findings
+    (``/request/...`` and ``/receipt/...`` paths)."""
     # Long on purpose: the effect's compare-and-swap, fence, transition, history,
     # conflict and audit event in one transaction, step by step like _checkpoint_cas.
     conflict_at: int | None = None
@@ -179,6 +187,7 @@ def _effect_cas(actor, tenant, body, expected_revision, fencing_token, refused):
                         receipt=body.receipt, state_changed_at=now,
                         request_ciphertext=(crypto.encrypt_text(body.request_json)
                                             if body.request_json else ""),
+                        secret_paths=found,
                     )
             except IntegrityError:
                 # Lost a race: either the effect id or the operation key is now taken.
@@ -215,7 +224,8 @@ def _effect_cas(actor, tenant, body, expected_revision, fencing_token, refused):
             else:
                 effect = _effect_transition(
                     existing, expected_revision=expected_revision, to_state=body.state,
-                    receipt=body.receipt, by=EffectSource.RUNTIME, actor=actor, now=now)
+                    receipt=body.receipt, by=EffectSource.RUNTIME, actor=actor, now=now,
+                    receipt_paths=[f for f in found if f["path"].startswith("/receipt")])
                 if effect is None:
                     conflict_at = Effect.objects.for_tenant(tenant).get(pk=existing.pk).revision
         if conflict_at is not None:
@@ -230,6 +240,8 @@ def _effect_cas(actor, tenant, body, expected_revision, fencing_token, refused):
                      "operation_key": effect.operation_key, "service": effect.service}
             if reopened:
                 after["reopened"] = True
+            if effect.secret_paths:
+                after["secret_paths"] = effect.secret_paths
             audit_record(
                 tenant=tenant, actor=actor, action=AuditAction.EFFECT_WRITE, target_type=TargetType.EFFECT,
                 target_id=body.effect_id, run_id=run.uuid,
@@ -253,8 +265,11 @@ def _check_operation_key(tenant: Tenant, body: EffectBody) -> None:
 
 
 def _effect_transition(effect: Effect, *, expected_revision: int, to_state: str, receipt: Any,
-                       by: str, actor, now: datetime) -> Effect | None:
+                       by: str, actor, now: datetime,
+                       receipt_paths: list[dict] | None = None) -> Effect | None:
     """Move ``effect`` one state by compare-and-swap; ``None`` if its revision moved on.
+    ``receipt_paths``: the screening's findings in the new receipt (``/receipt/...``),
+    stored with the request's findings kept; ``None`` leaves ``secret_paths`` as it is.
 
     Raises ``InvalidTransition`` for a move ``by`` may not make, ``InvalidPayload`` for
     ``confirmed`` without a receipt.
@@ -278,6 +293,9 @@ def _effect_transition(effect: Effect, *, expected_revision: int, to_state: str,
         fields["submitted_at"] = now
     if retry_clear:
         fields["retry_authorized_by"] = None
+    if receipt_paths is not None:
+        fields["secret_paths"] = [f for f in effect.secret_paths or []
+                                  if f["path"].startswith("/request")] + receipt_paths
     updated = (Effect.objects.for_tenant(effect.tenant_id)
                .filter(pk=effect.pk, revision=expected_revision).update(**fields))
     if updated != 1:

@@ -314,7 +314,7 @@ def _migrate_locked(target: _Target, pk: int, checkpoint_id, run_id):
         expected_revision=row["revision"], fencing_token=run.fencing_token,
         migration=writepath.Migrating(tuple(path.names), row["schema_version"],
                                       target.batch_id),
-        **_stored_form(envelope, target.tenant))
+        **_stored_form(envelope, target.tenant, refuse=False))
     if isinstance(written, StaleRevision | UsageDecreased):
         item.outcome = MigrationOutcome.CONFLICT
         item.detail = (f"a write reached revision {written.current_revision} first; it stands"

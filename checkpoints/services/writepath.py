@@ -40,6 +40,7 @@ from ..models import (
     AuditEvent,
     Checkpoint,
     CheckpointRevision,
+    DataPolicy,
     Effect,
     RetryRequest,
     Run,
@@ -50,7 +51,14 @@ from ..sql import col as _col
 from ..sql import cursor as _cursor
 from ..sql import event_params as _event_params
 from ..sql import table as _table
-from ..vocab import AuditAction, ConflictReason, EffectState, RetryState, TargetType
+from ..vocab import (
+    AuditAction,
+    ConflictReason,
+    EffectState,
+    RetryState,
+    SecretsPolicy,
+    TargetType,
+)
 from .runs import (
     _check_fence,
     _drop_if_empty,
@@ -59,6 +67,7 @@ from .runs import (
     effect_labels,
     run_save,
 )
+from .screening import Screened
 
 _IDENTITY = ("agent", "model", "workflow", "definition_version")
 
@@ -68,14 +77,17 @@ _IDENTITY = ("agent", "model", "workflow", "definition_version")
 # --------------------------------------------------------------------------------------
 
 def _checkpoint_fields(envelope, cls, phase_label: str, ciphertext: str, size: int,
-                       now) -> dict:
+                       now, screened: Screened | None = None) -> dict:
     """The checkpoint's (and its history row's) columns a write sets, ``revision`` and
-    ``written_by`` aside (the dialects bind the actor differently)."""
+    ``written_by`` aside (the dialects bind the actor differently); ``screened``: what
+    screening found in the payload (``services.screening``; paths, never values)."""
+    screened = screened or Screened()
     return {
         "kind": envelope.kind, "schema_version": envelope.schema_version,
         "payload_ciphertext": ciphertext, "payload_size": size,
         "phase_class": cls.phase.phase_class, "phase_label": phase_label,
         "updated_at_ms": envelope.updated_at_ms, "usage": cls.usage, "received_at": now,
+        "secret_paths": screened.secret_paths, "large_above": screened.large_above,
     }
 
 
@@ -97,13 +109,19 @@ def _run_fields(envelope, cls, phase_label: str, now) -> dict:
 
 def _write_audit(envelope, cls, phase_label: str, expected_revision: int | None,
                  reopened: bool, migration: Migrating | None = None,
-                 token: int | None = None) -> dict:
+                 token: int | None = None, screened: Screened | None = None) -> dict:
     """The ``before`` and ``after`` of a checkpoint write's audit event; a migration's
-    also names the migration, both versions, the batch and the run's fencing token."""
+    also names the migration, both versions, the batch and the run's fencing token. A
+    payload screening flagged adds ``secret_paths`` (paths and types, never a value) and
+    ``large_above``."""
     after = {"revision": envelope.revision, "phase": phase_label,
              "phase_class": cls.phase.phase_class}
     if reopened:
         after["reopened"] = True
+    if screened is not None and screened.secret_paths:
+        after["secret_paths"] = screened.secret_paths
+    if screened is not None and screened.large_above is not None:
+        after["large_above"] = screened.large_above
     before = None if expected_revision is None else {"revision": expected_revision}
     if migration is not None:
         before.update(schema_version=migration.from_version, fencing_token=token - 1)
@@ -182,14 +200,15 @@ class DeclaredBy:
 def checkpoint_write(*, actor, tenant: Tenant, envelope, expected_revision: int | None,
                      fencing_token: int | None, cls, phase_label: str, ciphertext: str,
                      size: int, migration: Migrating | None = None,
-                     declared_by: DeclaredBy | None = None):
+                     declared_by: DeclaredBy | None = None, screened: Screened | None = None):
     """The transaction of ``services.checkpoint_put`` (its checks done): create the
     checkpoint at revision 0 (``expected_revision=None``) or update it from
     ``expected_revision`` to ``envelope.revision``, with its history row, the run's
     recovery state and one audit event.
 
     Returns the ``Checkpoint``, or the ``StaleRevision`` or ``UsageDecreased`` to raise
-    once its conflict record has committed. Raises ``Fenced`` (CONTRACT.md 3; the caller records it), ``NotFound``
+    once its conflict record has committed. Raises ``SecretDetected`` (the tenant's
+    policy refuses what screening found; nothing written), ``Fenced`` (CONTRACT.md 3; the caller records it), ``NotFound``
     (an update of a missing checkpoint), ``InvalidPayload`` (a checkpoint's run or kind
     never changes). On PostgreSQL an update tries ``checkpoint_update`` first; what it
     hands back (``FALLBACK``) the ORM path decides. ``migration``: the write is the
@@ -201,6 +220,9 @@ def checkpoint_write(*, actor, tenant: Tenant, envelope, expected_revision: int 
     change takes too (``services.kind_declare``), and a declaration changed since the
     classification is read again, so a checkpoint is never stored as classified by a
     declaration that is no longer the one its version has.
+
+    ``screened``: what screening found in the payload (``services.screening``), stored
+    on the checkpoint and its history row and named in the audit event.
     """
     if declared_by is not None:
         with transaction.atomic():
@@ -213,16 +235,16 @@ def checkpoint_write(*, actor, tenant: Tenant, envelope, expected_revision: int 
                 actor=actor, tenant=tenant, envelope=envelope,
                 expected_revision=expected_revision, fencing_token=fencing_token, cls=cls,
                 phase_label=phase_label, ciphertext=ciphertext, size=size,
-                migration=migration)
+                migration=migration, screened=screened)
     if expected_revision is not None and sql.available() and migration is None:
         checkpoint = checkpoint_update(
             actor=actor, tenant=tenant, envelope=envelope, expected_revision=expected_revision,
             fencing_token=fencing_token, cls=cls, phase_label=phase_label,
-            ciphertext=ciphertext, size=size)
+            ciphertext=ciphertext, size=size, screened=screened)
         if checkpoint is not FALLBACK:
             return checkpoint
     return _orm_write(actor, tenant, envelope, expected_revision, fencing_token, cls,
-                      phase_label, ciphertext, size, migration)
+                      phase_label, ciphertext, size, migration, screened)
 
 
 # --------------------------------------------------------------------------------------
@@ -230,13 +252,15 @@ def checkpoint_write(*, actor, tenant: Tenant, envelope, expected_revision: int 
 # --------------------------------------------------------------------------------------
 
 def _orm_write(actor, tenant, envelope, expected_revision, fencing_token, cls, phase_label,
-               ciphertext, size, migration=None):
+               ciphertext, size, migration=None, screened=None):
     """``checkpoint_write`` through the ORM (same returns and errors)."""
     # Long on purpose: the ORM reference of the checkpoint write (lock, fence, CAS,
     # history, state, audit), step by step beside checkpoint_update below.
     conflict_at: int | None = None
     refusal: UsageDecreased | None = None
     with transaction.atomic():
+        # The tenant's data policy decides what screening found (422 before any write).
+        screened = (screened or Screened()).decided_for(tenant)
         existing = (Checkpoint.objects.for_tenant(tenant).filter(uuid=envelope.checkpoint_id)
                     .values("run_id", "run__uuid", "kind").first())
         if expected_revision is not None and existing is None:
@@ -251,7 +275,8 @@ def _orm_write(actor, tenant, envelope, expected_revision, fencing_token, cls, p
         run = _lock_run(tenant, run_id, create=existing is None)
         now = run.db_now
         _check_fence(run, fencing_token, now)
-        fields = {**_checkpoint_fields(envelope, cls, phase_label, ciphertext, size, now),
+        fields = {**_checkpoint_fields(envelope, cls, phase_label, ciphertext, size, now,
+                                       screened),
                   "written_by": actor}
         if expected_revision is None:
             if existing is not None:
@@ -315,7 +340,7 @@ def _orm_write(actor, tenant, envelope, expected_revision, fencing_token, cls, p
                 target_type=TargetType.CHECKPOINT, target_id=envelope.checkpoint_id,
                 run_id=run.uuid,
                 **_write_audit(envelope, cls, phase_label, expected_revision, reopened,
-                               migration, run.fencing_token))
+                               migration, run.fencing_token, screened))
     if conflict_at is not None:
         return StaleRevision(conflict_at)
     return refusal if refusal is not None else checkpoint
@@ -334,7 +359,7 @@ class _Sql:
 
 @lru_cache(maxsize=1)
 def _sql() -> _Sql:
-    r, c, h, e = Run, Checkpoint, CheckpointRevision, Effect
+    r, c, h, e, dp = Run, Checkpoint, CheckpointRevision, Effect, DataPolicy
     run_cols = ["id", "fencing_token", "lease_owner", "lease_expires_at", "closed_at",
                 "recovery_state", "state_changed_at", "unacknowledged_conflicts"]
     head_t = _table(AuditChainHead)
@@ -346,14 +371,19 @@ def _sql() -> _Sql:
     lock = (
         f"SELECT {', '.join('r.' + _col(r, f) for f in run_cols)}, STATEMENT_TIMESTAMP(), "
         f"c.{_col(c, 'id')}, c.{_col(c, 'run')}, c.{_col(c, 'kind')}, "
-        f"c.{_col(c, 'revision')}, c.{_col(c, 'usage')} "
+        f"c.{_col(c, 'revision')}, c.{_col(c, 'usage')}, "
+        f"(SELECT {_col(dp, 'secrets_policy')} FROM {_table(dp)} "
+        f"WHERE {_col(dp, 'tenant')} = %(tenant)s), "
+        f"(SELECT {_col(dp, 'payload_flag_bytes')} FROM {_table(dp)} "
+        f"WHERE {_col(dp, 'tenant')} = %(tenant)s) "
         f"FROM {_table(r)} r LEFT JOIN {_table(c)} c "
         f"ON c.{_col(c, 'tenant')} = %(tenant)s AND c.{_col(c, 'uuid')} = %(checkpoint)s "
         f"WHERE r.{_col(r, 'tenant')} = %(tenant)s AND r.{_col(r, 'uuid')} = %(run)s "
         f"AND {head_first} {run_lock}"
     )
     written = ["kind", "schema_version", "payload_ciphertext", "payload_size", "phase_class",
-               "phase_label", "updated_at_ms", "usage", "received_at", "written_by"]
+               "phase_label", "updated_at_ms", "usage", "received_at", "written_by",
+               "secret_paths", "large_above"]
     sets = ", ".join(f"{_col(c, f)} = %({f})s" for f in ["revision", *written])
     hist_cols = ", ".join(_col(h, f) for f in ["tenant", "checkpoint", "revision", *written])
     hist_vals = ", ".join(f"%({f})s" for f in ["revision", *written])
@@ -410,14 +440,16 @@ def _held_run(tenant: Tenant, run_pk: int, now) -> Run:
 
 def checkpoint_update(*, actor, tenant: Tenant, envelope, expected_revision: int,
                       fencing_token: int | None, cls, phase_label: str, ciphertext: str,
-                      size: int):
+                      size: int, screened: Screened | None = None):
     """Update checkpoint ``envelope.checkpoint_id`` from ``expected_revision`` to
     ``envelope.revision`` (already checked to be ``expected_revision + 1``) in one
     transaction of five round trips:
 
     1. ``BEGIN``;
     2. lock the tenant's audit chain head, then the run row (``locks.run_lock_sql``), with
-       the database time, the checkpoint's id, run and kind in the same statement;
+       the database time, the checkpoint's id, run and kind, and the tenant's data policy
+       (which decides what screening found: ``SecretDetected``, nothing written) in the
+       same statement;
     3. the conditional ``UPDATE`` of the checkpoint, the history row, the audit chain
        head's next position, and the facts the run's recovery state needs (effect states,
        open retry), in one statement whose parts see one snapshot taken after the lock;
@@ -445,12 +477,16 @@ def checkpoint_update(*, actor, tenant: Tenant, envelope, expected_revision: int
             return FALLBACK
         (run_pk, token, lease_owner, lease_expires_at, closed_at, old_state, state_changed_at,
          unacknowledged, now, checkpoint_pk, checkpoint_run, kind, stored_revision,
-         stored_usage) = row
+         stored_usage, secrets_policy, payload_flag_bytes) = row
         if checkpoint_pk is None or checkpoint_run != run_pk or kind != envelope.kind:
             return FALLBACK
         live = policy.lease_live(lease_owner, lease_expires_at, now)
         if policy.fence_refuses(fencing_token, token, live):
             raise Fenced(token, run_pk=run_pk)
+        # The tenant's data policy (read with the lock) decides what screening found:
+        # 422 before any write (nothing was written yet; the transaction rolls back).
+        screened = (screened or Screened()).decided(
+            secrets_policy or SecretsPolicy.WARN, payload_flag_bytes)
         if isinstance(stored_usage, str):  # Django reads jsonb as text
             stored_usage = json.loads(stored_usage)
         refusal = _usage_refusal(cls, stored_usage, stored_revision, expected_revision)
@@ -462,10 +498,12 @@ def checkpoint_update(*, actor, tenant: Tenant, envelope, expected_revision: int
             return refusal
 
         written = {"revision": envelope.revision,
-                   **_checkpoint_fields(envelope, cls, phase_label, ciphertext, size, now),
+                   **_checkpoint_fields(envelope, cls, phase_label, ciphertext, size, now,
+                                        screened),
                    "usage": _kept_usage(cls, stored_usage)}
         cursor.execute(stmts.cas, {
             **written, "usage": json.dumps(written["usage"]),
+            "secret_paths": json.dumps(written["secret_paths"]),
             "written_by": actor.pk if actor is not None else None,
             "tenant": tenant.pk, "checkpoint_pk": checkpoint_pk,
             "expected": expected_revision, "run_pk": run_pk,
@@ -507,7 +545,7 @@ def checkpoint_update(*, actor, tenant: Tenant, envelope, expected_revision: int
             action=AuditAction.CHECKPOINT_WRITE, target_type=TargetType.CHECKPOINT,
             target_id=checkpoint_id, run_id=envelope.run_id,
             **_write_audit(envelope, cls, phase_label, expected_revision,
-                           reopened=closed_at is not None))
+                           reopened=closed_at is not None, screened=screened))
         params = {f"run_{k}": v for k, v in run_values.items()}
         params.update(_event_params(event), run_pk=run_pk, tenant=tenant.pk)
         cursor.execute(stmts.finish[cls.supported], params)

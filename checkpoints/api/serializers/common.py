@@ -164,6 +164,27 @@ class ThreadConflictSerializer(Answer):
     detail = serializers.CharField()
 
 
+class SecretPathSerializer(Answer):
+    """Where a credential-like value was found (never the value): an RFC 6901 JSON
+    pointer (``/headers/authorization``; under ``/receipt`` or ``/request`` for an
+    effect) and the detector's word (``bearer_token``, ``aws_access_key``, ...;
+    docs/security/secrets.md)."""
+
+    path = serializers.CharField()
+    type = serializers.CharField()
+
+
+class UnprocessableWriteSerializer(Answer):
+    """422 of a checkpoint or effect write: ``error`` says which refusal
+    (``usage_decreased``, ``invalid_transition``, ``idempotency_key_reuse``, ...);
+    ``secret_detected`` (a credential under the tenant's ``refuse`` data policy; nothing
+    stored) adds ``paths``."""
+
+    error = serializers.CharField()
+    detail = serializers.CharField(required=False)
+    paths = SecretPathSerializer(many=True, required=False, source="extra.paths")
+
+
 #: The body of each domain error that has its own shape; every other one is an
 #: ``ErrorSerializer``.
 ERROR_SHAPES: dict[type[exceptions.DomainError], type[Answer]] = {
@@ -172,6 +193,7 @@ ERROR_SHAPES: dict[type[exceptions.DomainError], type[Answer]] = {
     exceptions.Fenced: FencedErrorSerializer,
     exceptions.OwnerLive: OwnerLiveSerializer,
     exceptions.OperationExists: OperationExistsSerializer,
+    exceptions.SecretDetected: UnprocessableWriteSerializer,
 }
 
 

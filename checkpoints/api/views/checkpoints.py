@@ -87,9 +87,12 @@ class CheckpointApi(TenantApi):
             409: FENCED,
             412: STALE,
             422: OpenApiResponse(
-                s.ErrorSerializer, description='{"error": "usage_decreased", "counter": ...}: a usage '
-                                 "counter below the stored revision's (CONTRACT.md 8); kept "
-                                 "as a conflict"),
+                s.UnprocessableWriteSerializer,
+                description='{"error": "usage_decreased", "counter": ...}: a usage '
+                            "counter below the stored revision's (CONTRACT.md 8); kept "
+                            'as a conflict. {"error": "secret_detected", "paths": [...]}: '
+                            "a credential-like value under the tenant's refuse data "
+                            "policy (docs/security/secrets.md); nothing stored"),
         },
     )
     def put(self, request, tenant, checkpoint_id):

@@ -81,8 +81,11 @@ class EffectApi(TenantApi):
             **_errors(413, 428),
             409: EFFECT_CONFLICT,
             412: STALE,
-            422: OpenApiResponse(s.ErrorSerializer,
-                                 description="invalid_transition or idempotency_key_reuse"),
+            422: OpenApiResponse(s.UnprocessableWriteSerializer,
+                                 description="invalid_transition, idempotency_key_reuse, or "
+                                             "secret_detected (a credential-like value in the "
+                                             "receipt or request under the tenant's refuse "
+                                             "data policy; nothing stored)"),
         },
     )
     def put(self, request, tenant, effect_id):
