@@ -200,6 +200,9 @@ def purge_run_payloads(*, actor, tenant: Tenant, run: Run, now: datetime, cause:
         "effects": effects.count(),
     }
     GraphWrite.objects.for_tenant(t).filter(graph_checkpoint__run_id=run.pk).delete()
+    # The subject index goes with the payloads: after an erasure nothing links the run to
+    # a subject's digest (its tombstone names no subject).
+    RunSubject.objects.for_tenant(t).filter(run_id=run.pk).delete()
     GraphCheckpoint.objects.for_tenant(t).filter(run_id=run.pk).delete()
     Run.objects.for_tenant(t).filter(pk=run.pk).update(latest_checkpoint=None)
     CheckpointRevision.objects.for_tenant(t).filter(checkpoint__run_id=run.pk).delete()

@@ -339,6 +339,10 @@ def test_a_subject_erasure_finds_exactly_its_runs_and_never_another_tenants(
     assert erased == {r.uuid for r in mine}
     assert Checkpoint.objects.for_tenant(acme).filter(run=other).exists()
     assert Checkpoint.objects.for_tenant(globex).filter(run=twin).exists()
+    # The erased runs' subject index went with their payloads; the others' stays.
+    assert set(RunSubject.objects.for_tenant(acme).values_list("run_id", flat=True)) \
+        == {other.pk}
+    assert RunSubject.objects.for_tenant(globex).filter(run=twin).exists()
     assert not Tombstone.objects.for_tenant(globex).exists()
     # Nothing of the subject's value anywhere in the evidence.
     text = events_text(acme) + json.dumps(list(ErasureRequest.objects.for_tenant(acme)
