@@ -75,3 +75,24 @@ def test_place_and_release_a_hold_from_the_dashboard(acme, wendy, adam, rita):
                        follow=True)
     assert "Legal hold released." in r.content.decode()
     assert LegalHold.objects.for_tenant(acme).get().released_at is not None
+
+
+def test_another_tenants_reviewer_gets_404_everywhere_and_changes_nothing(
+        acme, wendy, rita, adam, omar):
+    run = completed_run(wendy, acme)
+    as_(rita).post(f"/t/acme/runs/{run.uuid}/erasure-request/", {"reason": "x"})
+    as_(adam).post(f"/t/acme/runs/{run.uuid}/legal-hold/", {"reason": "x"})
+    request = ErasureRequest.objects.for_tenant(acme).get()
+    hold = LegalHold.objects.for_tenant(acme).get()
+    client = as_(omar)
+    for page in ("/t/acme/erasure-requests/", "/t/acme/legal-holds/"):
+        assert client.get(page).status_code == 404
+    for action in (f"/t/acme/runs/{run.uuid}/erasure-request/",
+                   f"/t/acme/runs/{run.uuid}/legal-hold/",
+                   f"/t/acme/erasure-requests/{request.uuid}/approve/",
+                   f"/t/acme/erasure-requests/{request.uuid}/reject/",
+                   f"/t/acme/legal-holds/{hold.uuid}/release/"):
+        assert client.post(action, {"reason": "x"}).status_code == 404, action
+    assert ErasureRequest.objects.for_tenant(acme).get().state == "requested"
+    assert LegalHold.objects.for_tenant(acme).get().released_at is None
+    assert LegalHold.objects.for_tenant(acme).count() == 1
