@@ -245,6 +245,43 @@ def _roles(value: Any) -> str:
 
 
 #: One sentence maker per action: ``(event, target name) -> the words after the actor``.
+def _held_what(e) -> str:
+    """What a legal hold or an erasure request covers, from its event's ``after`` (the
+    subject by its field's name only: its value is never in an event)."""
+    field, runs = _get(e.after, "subject_field"), _get(e.after, "runs")
+    if _get(e.after, "scope") == "tenant":
+        return "every run of the tenant"
+    if field:
+        return f"every run of one {_words(field)}"
+    return f"{runs if isinstance(runs, int) else 'some'} run(s)"
+
+
+def _erasure_counts(counts) -> str:
+    """``"2 run(s) erased, 1 not erased (1 under legal hold)"`` from an erasure's counts."""
+    if not isinstance(counts, Mapping):
+        return "done"
+    out = f"{counts.get('erased') or 0} run(s) erased"
+    stopped = [f"{counts[word]} {label}" for word, label in (
+        ("legal_hold", "under legal hold"), ("not_ended", "not ended"),
+        ("effect_in_doubt", "with an effect in doubt"), ("already_deleted", "already deleted"))
+        if isinstance(counts.get(word), int) and counts[word]]
+    if counts.get("blocked"):
+        out += f", {counts['blocked']} not erased ({', '.join(stopped)})"
+    return out
+
+
+def _erased_run(e, t) -> str:
+    policy, counts = _get(e.after, "policy"), _get(e.after, "counts")
+    request = _get(policy, "erasure_request")
+    by = f" for erasure request {_short(request)}" if request else ""
+    rows = (f": {counts.get('checkpoints') or 0} checkpoint(s), "
+            f"{counts.get('revisions') or 0} revision(s) deleted"
+            if isinstance(counts, Mapping) else "")
+    stone = _get(e.after, "tombstone")
+    return (f"erased the payloads of {t}{by}{rows}"
+            + (f"; tombstone #{stone}" if stone is not None else ""))
+
+
 SENTENCES: dict[str, Callable[[Any, str], str]] = {
     A.TENANT_CREATE: lambda e, t: f"created {t}",
     A.TENANT_THRESHOLD: lambda e, t: (
@@ -327,6 +364,15 @@ SENTENCES: dict[str, Callable[[Any, str], str]] = {
         + f" (job {_short(e.target_ref)})"),
     A.EFFECT_IMPORT: _imported,
     A.RUNIFOLD_EXPORT: _exported,
+    # Legal holds and erasure (issue 20): services.holds, services.erasure.
+    A.LEGAL_HOLD_PLACE: lambda e, t: f"placed {t} on {_held_what(e)}",
+    A.LEGAL_HOLD_RELEASE: lambda e, t: f"released {t}",
+    A.ERASURE_REQUEST: lambda e, t: f"asked to erase the payloads of {_held_what(e)} ({t})",
+    A.ERASURE_APPROVE: lambda e, t: f"approved {t}",
+    A.ERASURE_REJECT: lambda e, t: f"rejected {t}",
+    A.ERASURE_EXECUTE: lambda e, t: (f"executed {t}: "
+                                     f"{_erasure_counts(_get(e.after, 'counts'))}"),
+    A.RUN_ERASE: _erased_run,
 }
 
 

@@ -172,6 +172,12 @@ class KindVersionInUse(DomainError, status=409, error="kind_version_in_use"):
     (issue 19, item 1): 409; a change of format is a new version."""
 
 
+class AlreadyDecided(DomainError, status=409, error="already_decided"):
+    """A lifecycle decision taken twice (issue 20): approving or rejecting an erasure
+    request someone already decided, releasing a legal hold already released: 409, the
+    detail naming who decided and when (database clock)."""
+
+
 class AlreadyDone(InvalidTransition):
     """A review action refused because someone else (or the caller, in another tab) did
     it or its opposite first: 422 ``invalid_transition`` like any refused move, in the same

@@ -61,9 +61,10 @@ import uuid
 from collections.abc import Iterable, Iterator
 
 from django.db import connection
+from django.db.models import Subquery
 
 from .dbclock import NOW
-from .models import AuditChainHead, Run, Tenant
+from .models import AuditChainHead, DataPolicy, Run, Tenant
 
 #: The lock levels, outermost first (module docstring).
 ORDER = ("account", "audit_head", "tenant", "run", "run_object")
@@ -107,15 +108,22 @@ def lock_tenant(tenant: Tenant) -> Tenant:
     return Tenant.objects.select_for_update(no_key=True).get(pk=tenant.pk)
 
 
-def _runs(tenant_id: int):
-    return lock_rows(Run.objects.for_tenant(tenant_id)).annotate(db_now=NOW)
+def _runs(tenant_id: int, *, subject_fields: bool = False):
+    runs = lock_rows(Run.objects.for_tenant(tenant_id)).annotate(db_now=NOW)
+    if subject_fields:
+        runs = runs.annotate(subject_fields=Subquery(
+            DataPolicy.objects.for_tenant(tenant_id).values("subject_fields")[:1]))
+    return runs
 
 
-def lock_run(tenant: Tenant, run_id: uuid.UUID) -> Run | None:
+def lock_run(tenant: Tenant, run_id: uuid.UUID, *, subject_fields: bool = False) -> Run | None:
     """Lock the tenant's audit head, then its run ``run_id`` (``None``: no such run; the
-    head stays locked). The same query reads the database clock into ``run.db_now``."""
+    head stays locked). The same query reads the database clock into ``run.db_now`` and,
+    with ``subject_fields``, the tenant's declared subject fields into
+    ``run.subject_fields`` (``None``: no data policy; the checkpoint write's subject
+    index, ``services.lifecycle.subjects_index``, at no extra query)."""
     lock_audit_head(tenant)
-    run = _runs(tenant.pk).filter(uuid=run_id).first()
+    run = _runs(tenant.pk, subject_fields=subject_fields).filter(uuid=run_id).first()
     if run is not None:
         run.tenant = tenant
     return run

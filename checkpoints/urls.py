@@ -5,7 +5,7 @@ per page; the JSON API lives in ``checkpoints.api.urls``."""
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from .dashboard import actions, audit, bulk, inbox, kinds, reports, run
+from .dashboard import actions, audit, bulk, inbox, kinds, lifecycle_requests, reports, run
 
 T = "t/<slug:slug>/"  # a tenant's pages
 
@@ -27,6 +27,20 @@ urlpatterns = [
     path(T + "kinds/<str:kind>/migrations/", kinds.migration_submit, name="migration_submit"),
     path(T + "kinds/<str:kind>/migrations/<str:job_id>/", kinds.migration_detail,
          name="migration_detail"),
+    # Erasure requests and legal holds (issue 20, items 2 and 4).
+    path(T + "erasure-requests/", lifecycle_requests.erasure_requests,
+         name="erasure_requests"),
+    path(T + "erasure-requests/<str:request_id>/approve/", lifecycle_requests.erasure_approve,
+         name="erasure_approve"),
+    path(T + "erasure-requests/<str:request_id>/reject/", lifecycle_requests.erasure_reject,
+         name="erasure_reject"),
+    path(T + "runs/<str:run_id>/erasure-request/", lifecycle_requests.erasure_request_file,
+         name="erasure_request_file"),
+    path(T + "legal-holds/", lifecycle_requests.legal_holds, name="legal_holds"),
+    path(T + "legal-holds/<str:hold_id>/release/", lifecycle_requests.legal_hold_release,
+         name="legal_hold_release"),
+    path(T + "runs/<str:run_id>/legal-hold/", lifecycle_requests.legal_hold_place_run,
+         name="legal_hold_place_run"),
     path(T + "bulk/", bulk.bulk_submit, name="bulk_submit"),
     path(T + "bulk/<str:bulk_id>/", bulk.bulk_detail, name="bulk_detail"),
     path(T + "runs/<str:run_id>/", run.run_detail, name="run_detail"),

@@ -15,6 +15,7 @@ A, T = AuditAction, TargetType
 EFFECT = "0f9b2c44-7a51-4c1e-9a52-2f7f5c1a9d10"
 CP = "5c0e1a2b-3c4d-4e5f-8a9b-0c1d2e3f4a5b"
 RUN = "9d8c7b6a-5f4e-4d3c-8b2a-1f0e9d8c7b6a"
+HOLD = "3e1f5a7c-2b4d-4c6e-8f0a-1b3c5d7e9f11"
 
 #: One event per action as its service writes it: (actor, target type, target ref,
 #: before, after, reason).
@@ -124,6 +125,27 @@ SAMPLES = {
                             "schema_version": 2, "fencing_token": 3,
                             "migration": ["acme.order amount_cents -> amount"],
                             "batch_id": "9d2f0c3e-1111-4222-8333-444455556666"}, ""),
+    # Legal holds and erasure (issue 20): services.holds, services.erasure, and the
+    # erasure's purge_run_payloads.
+    A.LEGAL_HOLD_PLACE: ("adam", T.LEGAL_HOLD, HOLD, None,
+                         {"scope": "subject", "runs": 0, "subject_field": "customer_id"},
+                         "case 17"),
+    A.LEGAL_HOLD_RELEASE: ("adam", T.LEGAL_HOLD, HOLD, {"active": True, "scope": "runs"},
+                           {"active": False, "scope": "runs"}, "settled"),
+    A.ERASURE_REQUEST: ("rita", T.ERASURE_REQUEST, HOLD, None,
+                        {"state": "requested", "scope": "runs", "runs": 2,
+                         "subject_field": None}, "art. 17"),
+    A.ERASURE_APPROVE: ("april", T.ERASURE_REQUEST, HOLD, {"state": "requested"},
+                        {"state": "approved"}, ""),
+    A.ERASURE_REJECT: ("april", T.ERASURE_REQUEST, HOLD, {"state": "requested"},
+                       {"state": "rejected"}, "not ours"),
+    A.ERASURE_EXECUTE: ("april", T.ERASURE_REQUEST, HOLD, {"state": "approved"},
+                        {"state": "executed", "counts": {
+                            "runs": 3, "erased": 2, "blocked": 1, "legal_hold": 1,
+                            "not_ended": 0, "effect_in_doubt": 0, "already_deleted": 0}}, ""),
+    A.RUN_ERASE: ("april", T.RUN, RUN, None,
+                  {"tombstone": 12, "cause": "erasure", "policy": {"erasure_request": HOLD},
+                   "counts": {"checkpoints": 1, "revisions": 3}}, ""),
 }
 
 NAMES = {EFFECT: "charge:A-7 at payments"}
@@ -164,6 +186,12 @@ def test_each_sentence_says_who_did_what_in_words(action):
                     "gateway down"),
     (A.MIGRATION_SUBMIT, "adam asked to migrate acme.order's checkpoints to v2 "
                          "(job 9d2f0c3e)"),
+    (A.LEGAL_HOLD_PLACE, "adam placed legal hold 3e1f5a7c on every run of one customer id: "
+                         "case 17"),
+    (A.ERASURE_EXECUTE, "april executed erasure request 3e1f5a7c: 2 run(s) erased, 1 not "
+                        "erased (1 under legal hold)"),
+    (A.RUN_ERASE, "april erased the payloads of the run for erasure request 3e1f5a7c: 1 "
+                  "checkpoint(s), 3 revision(s) deleted; tombstone #12"),
     (A.BULK_FINISH, "rita finished bulk 9d2f0c3e: 2 done, 1 refused, 0 failed"),
     (A.EFFECT_RECONCILE, "system reconciled charge:A-7 at payments: unresolved → confirmed "
                          "(the service answered found via the http reconciler): charge ch_42 "

@@ -81,6 +81,8 @@ class TenantData:
     attempt_pk: int = 0             # its reconcile look-up with evidence (``r_looked``)
     bulk_id: str = ""               # its bulk action (issue 9, item 3)
     migration_id: str = ""          # its stored migration job (issue 19, item 2)
+    hold_id: str = ""               # its active legal hold on ``r_stable`` (issue 20)
+    erasure_id: str = ""            # its erasure request of ``r_closed``, not decided yet
 
 
 @dataclass(frozen=True)
@@ -226,6 +228,19 @@ def _build_reviews(d: TenantData, slug: str, ids: dict, extra: dict) -> None:
                                     run_uuid=i["r_stuck"], outcome="refused",
                                     reason="owner_live", detail=f"owner {m}", attempt=1)
     d.migration_id = str(job.uuid)
+    # A legal hold and an erasure request (issue 20), written directly like the job (the
+    # world has no admin; their rules are tests/lifecycle/): each tenant its own ids.
+    from checkpoints.models import ErasureRequest, HeldRun, LegalHold
+    hold = LegalHold.objects.create(
+        tenant=t, uuid=uuid.uuid5(uuid.NAMESPACE_OID, f"hold/{slug}"), scope="runs",
+        run_uuids=[str(i["r_stable"])], reason=f"hold {m}", placed_by=d.requester,
+        placed_by_name=d.requester.get_username())
+    HeldRun.objects.create(tenant=t, hold=hold, run_uuid=i["r_stable"])
+    d.hold_id = str(hold.uuid)
+    d.erasure_id = str(ErasureRequest.objects.create(
+        tenant=t, uuid=uuid.uuid5(uuid.NAMESPACE_OID, f"erasure/{slug}"),
+        run_uuids=[str(i["r_closed"])], reason=f"erase {m}", requested_by=d.requester,
+        requested_by_name=d.requester.get_username()).uuid)
     if slug == TWIN:
         services.effect_mark_unknown(actor=d.requester, tenant=t, effect_id=extra["e_more"],
                                      reason=f"more {m}")

@@ -117,6 +117,11 @@ class LegalHold(TenantOwned):
         ]
         indexes = [models.Index(fields=["tenant", "released_at"], name="legal_hold_active_idx")]
 
+    @property
+    def active(self) -> bool:
+        """Whether the hold still stops deletions (not released)."""
+        return self.released_at is None
+
 
 class HeldRun(TenantOwned):
     """One run named by a run-scoped ``LegalHold`` (so "is this run held" is an indexed
@@ -170,6 +175,11 @@ class ErasureRequest(TenantOwned):
                 condition=Q(decided_by__isnull=True) | ~Q(decided_by=models.F("requested_by")),
                 name="erasure_decider_not_requester"),
         ]
+
+    @property
+    def executed_counts(self) -> dict | None:
+        """``counts`` once executed, else ``None`` (the API's ``counts``)."""
+        return self.counts or None
 
 
 class Tombstone(TenantOwned):

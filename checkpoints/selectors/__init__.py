@@ -55,6 +55,13 @@ from .kinds import (
     kind_known,
     kind_usage,
 )
+from .lifecycle_requests import (
+    LIFECYCLE_LIST_MAX,
+    erasure_request_get,
+    erasure_request_list,
+    legal_hold_get,
+    legal_hold_list,
+)
 from .migrations import (
     JOB_ITEMS_SHOWN,
     MigrationJobResult,

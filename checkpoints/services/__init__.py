@@ -80,6 +80,8 @@ from .checkpoints import (
 )
 from .common import HEX64_RE, SYSTEM, U32_MAX, _actor_name, _require_reason, _with_bulk
 from .effects import EffectBody, _effect_transition, effect_put, parse_effect
+from .erasure import erasure_approve, erasure_reject, erasure_request
+from .holds import legal_hold_place, legal_hold_release
 from .keys import payloads_rotate_keys
 from .kinds import kind_declare
 from .lifecycle import (
@@ -88,10 +90,12 @@ from .lifecycle import (
     Purged,
     active_holds,
     held_runs_q,
+    pointer_resolve,
     policy_for,
     purge_run_payloads,
     run_blockers,
     subject_digest,
+    subjects_index,
 )
 from .migration_jobs import (
     MigrationPreview,
@@ -135,7 +139,7 @@ from .sweep import sweep_stale_runs
 # matrices).
 MODULES = ("common", "accounts", "runs", "checkpoints", "effects", "review",
            "reconcile_requests", "sweep", "keys", "bulk", "migrations", "migration_jobs",
-           "kinds", "writepath")
+           "kinds", "writepath", "holds", "erasure")
 #: Submodules whose functions are not services: only the services call them (the
 #: checkpoint write's two dialects, below ``checkpoint_put``). The matrices read them to
 #: follow the calls, and never count their functions as services.

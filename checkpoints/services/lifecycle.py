@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -76,6 +77,58 @@ def subject_digest(tenant: Tenant | int, field: str, value: str) -> str:
     key = hmac.new(settings.SECRET_KEY.encode(), SUBJECT_DIGEST_LABEL, hashlib.sha256).digest()
     message = f"{tenant_id}\x00{field}\x00{value}".encode()
     return hmac.new(key, message, hashlib.sha256).hexdigest()
+
+
+def pointer_resolve(document, pointer: str):
+    """The value RFC 6901 JSON pointer ``pointer`` names in ``document`` (``""``: the
+    whole document; ``~1`` is ``/`` and ``~0`` is ``~`` in a token; an array index is
+    ``0`` or digits without a leading zero), or ``MISSING`` when it names nothing."""
+    if pointer == "":
+        return document
+    if not isinstance(pointer, str) or not pointer.startswith("/"):
+        return MISSING
+    for token in pointer[1:].split("/"):
+        token = token.replace("~1", "/").replace("~0", "~")
+        if isinstance(document, dict):
+            if token not in document:
+                return MISSING
+            document = document[token]
+        elif isinstance(document, list):
+            if not token.isdigit() or (token != "0" and token.startswith("0")) \
+                    or int(token) >= len(document):
+                return MISSING
+            document = document[int(token)]
+        else:
+            return MISSING
+    return document
+
+
+MISSING = object()
+
+
+def subjects_index(*, tenant: Tenant | int, run_pk: int, payload, fields: dict | None) -> int:
+    """Index a checkpoint ``payload`` written to run ``run_pk`` by its tenant's declared
+    subject fields (``fields``: ``DataPolicy.subject_fields``, name -> JSON pointer, as
+    the write path read it with the run's lock): for each pointer that resolves to a
+    string or an integer (a boolean is neither), a ``RunSubject`` row (the field's name,
+    the value's keyed digest; never the value) is upserted. No query when ``fields`` is
+    empty or nothing resolves, else one. Inside the write's transaction. Returns how many
+    digests were offered (already indexed ones are kept, not counted apart)."""
+    if isinstance(fields, str):  # a jsonb column read as text
+        fields = json.loads(fields)
+    if not fields or not isinstance(fields, dict):
+        return 0
+    tenant_id = tenant if isinstance(tenant, int) else tenant.pk
+    rows = []
+    for name, pointer in fields.items():
+        value = pointer_resolve(payload, pointer)
+        if isinstance(value, bool) or not isinstance(value, str | int):
+            continue
+        rows.append(RunSubject(tenant_id=tenant_id, run_id=run_pk, field=name,
+                               digest=subject_digest(tenant_id, name, str(value))))
+    if rows:
+        RunSubject.objects.bulk_create(rows, ignore_conflicts=True)
+    return len(rows)
 
 
 def active_holds(tenant: Tenant | int):
@@ -147,6 +200,9 @@ def purge_run_payloads(*, actor, tenant: Tenant, run: Run, now: datetime, cause:
         "effects": effects.count(),
     }
     GraphWrite.objects.for_tenant(t).filter(graph_checkpoint__run_id=run.pk).delete()
+    # The subject index goes with the payloads: after an erasure nothing links the run to
+    # a subject's digest (its tombstone names no subject).
+    RunSubject.objects.for_tenant(t).filter(run_id=run.pk).delete()
     GraphCheckpoint.objects.for_tenant(t).filter(run_id=run.pk).delete()
     Run.objects.for_tenant(t).filter(pk=run.pk).update(latest_checkpoint=None)
     CheckpointRevision.objects.for_tenant(t).filter(checkpoint__run_id=run.pk).delete()

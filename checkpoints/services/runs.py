@@ -50,14 +50,17 @@ from .common import _actor_name
 # Runs: locking, fencing, recovery state
 # --------------------------------------------------------------------------------------
 
-def _lock_run(tenant: Tenant, run_id: uuid.UUID, *, create: bool) -> Run | None:
+def _lock_run(tenant: Tenant, run_id: uuid.UUID, *, create: bool,
+              subject_fields: bool = False) -> Run | None:
     """The run row, locked in the store's lock order (``locks.lock_run``: the tenant's
     audit head, then the run); created (race-safe) when ``create``.
 
     The same query reads the database's clock into ``run.db_now`` (``dbclock``): every
     time this write stores or compares is that one, never the process's clock.
+    ``subject_fields``: also read the tenant's declared subject fields
+    (``locks.lock_run``), for the checkpoint write's subject index.
     """
-    run = locks.lock_run(tenant, run_id)  # its tenant set: saves a query in run_facts
+    run = locks.lock_run(tenant, run_id, subject_fields=subject_fields)  # tenant set
     if run is not None or not create:
         return run
     try:
@@ -65,7 +68,7 @@ def _lock_run(tenant: Tenant, run_id: uuid.UUID, *, create: bool) -> Run | None:
             Run.objects.create(tenant=tenant, uuid=run_id, last_write_at=db_now())
     except IntegrityError:
         pass  # a concurrent writer created it first; lock theirs
-    run = locks.lock_run(tenant, run_id)
+    run = locks.lock_run(tenant, run_id, subject_fields=subject_fields)
     if run is None:  # cannot happen: it was created, or a concurrent writer's committed
         raise Run.DoesNotExist(run_id)
     return run

@@ -59,6 +59,7 @@ from ..vocab import (
     SecretsPolicy,
     TargetType,
 )
+from .lifecycle import subjects_index
 from .runs import (
     _check_fence,
     _drop_if_empty,
@@ -272,7 +273,7 @@ def _orm_write(actor, tenant, envelope, expected_revision, fencing_token, cls, p
                 raise InvalidPayload("kind: a checkpoint's kind never changes")
         # A create that finds the id taken is a conflict of the run that owns the id.
         run_id = existing["run__uuid"] if existing is not None else envelope.run_id
-        run = _lock_run(tenant, run_id, create=existing is None)
+        run = _lock_run(tenant, run_id, create=existing is None, subject_fields=True)
         now = run.db_now
         _check_fence(run, fencing_token, now)
         fields = {**_checkpoint_fields(envelope, cls, phase_label, ciphertext, size, now,
@@ -333,6 +334,8 @@ def _orm_write(actor, tenant, envelope, expected_revision, fencing_token, cls, p
             if migration is not None:
                 run_fields = _migration_run_fields(run, checkpoint, run_fields)
             reopened = run_save(run, now, reopen=migration is None, **run_fields)
+            subjects_index(tenant=tenant, run_pk=run.pk, payload=envelope.payload,
+                           fields=getattr(run, "subject_fields", None))
             audit_record(
                 tenant=tenant, actor=actor,
                 action=(AuditAction.CHECKPOINT_WRITE if migration is None
@@ -375,7 +378,9 @@ def _sql() -> _Sql:
         f"(SELECT {_col(dp, 'secrets_policy')} FROM {_table(dp)} "
         f"WHERE {_col(dp, 'tenant')} = %(tenant)s), "
         f"(SELECT {_col(dp, 'payload_flag_bytes')} FROM {_table(dp)} "
-        f"WHERE {_col(dp, 'tenant')} = %(tenant)s) "
+        f"WHERE {_col(dp, 'tenant')} = %(tenant)s), "
+        f"(SELECT p.{_col(dp, 'subject_fields')} FROM {_table(dp)} p "
+        f"WHERE p.{_col(dp, 'tenant')} = %(tenant)s) "
         f"FROM {_table(r)} r LEFT JOIN {_table(c)} c "
         f"ON c.{_col(c, 'tenant')} = %(tenant)s AND c.{_col(c, 'uuid')} = %(checkpoint)s "
         f"WHERE r.{_col(r, 'tenant')} = %(tenant)s AND r.{_col(r, 'uuid')} = %(run)s "
@@ -477,7 +482,7 @@ def checkpoint_update(*, actor, tenant: Tenant, envelope, expected_revision: int
             return FALLBACK
         (run_pk, token, lease_owner, lease_expires_at, closed_at, old_state, state_changed_at,
          unacknowledged, now, checkpoint_pk, checkpoint_run, kind, stored_revision,
-         stored_usage, secrets_policy, payload_flag_bytes) = row
+         stored_usage, secrets_policy, payload_flag_bytes, subject_fields) = row
         if checkpoint_pk is None or checkpoint_run != run_pk or kind != envelope.kind:
             return FALLBACK
         live = policy.lease_live(lease_owner, lease_expires_at, now)
@@ -551,6 +556,9 @@ def checkpoint_update(*, actor, tenant: Tenant, envelope, expected_revision: int
         cursor.execute(stmts.finish[cls.supported], params)
         if cursor.rowcount != 1:  # cannot happen under the locks held; never half-write
             raise RuntimeError("checkpoint write: the run or audit head row vanished")
+        # A sixth round trip only when the tenant declared subject fields that resolve.
+        subjects_index(tenant=tenant, run_pk=run_pk, payload=envelope.payload,
+                       fields=subject_fields)
 
     checkpoint = Checkpoint(pk=checkpoint_pk, tenant=tenant, run_id=run_pk, uuid=checkpoint_id,
                             **written)

@@ -33,6 +33,8 @@ class World:
     eid2: str
     rid3: str
     migration: str = ""  # a stored migration job (issue 19, item 2), by an admin
+    hold: str = ""       # an active legal hold (issue 20), placed by that admin
+    erasure: str = ""    # an erasure request of run ``rid2`` by rita, not decided
 
 
 @pytest.fixture
@@ -54,8 +56,12 @@ def world(api_as, wendy, rita, acme, django_user_model) -> World:
     services.role_grant(actor=None, tenant=acme, user=owner, role="admin")
     job, _ = services.migration_job_submit(actor=owner, tenant=acme, kind="acme.order",
                                            to_version=2, client_token=uuid.uuid4())
+    hold = services.legal_hold_place(actor=owner, tenant=acme, runs=[cp3["run_id"]],
+                                     reason="case")
+    erasure = services.erasure_request(actor=rita, tenant=acme, runs=[cp2["run_id"]],
+                                       reason="art. 17")
     return World(cp["run_id"], cp["id"], fx["id"], retry.json()["id"], cp2["run_id"], fx2["id"],
-                 cp3["run_id"], str(job.uuid))
+                 cp3["run_id"], str(job.uuid), str(hold.uuid), str(erasure.uuid))
 
 
 # name -> (method, path, body builder or None, headers, success status)
@@ -109,6 +115,20 @@ OPS = {
     "kind_migration_create": ("post", "kinds/acme.order/migrations", {"to_version": 2},
                               {"HTTP_IDEMPOTENCY_KEY": str(uuid.uuid4())}, 202),
     "kind_migration_get": ("get", "kinds/acme.order/migrations/{migration}", None, {}, 200),
+    # CONTRACT.md 8 (issue 20): legal holds are the admin's; erasure requests a reviewer's
+    # or admin's, decided by an approver (or admin) who did not file them; all read by any
+    # role.
+    "legal_hold_list": ("get", "legal-holds", None, {}, 200),
+    "legal_hold_get": ("get", "legal-holds/{hold}", None, {}, 200),
+    "legal_hold_place": ("post", "legal-holds", {"tenant": True, "reason": "because"}, {},
+                         201),
+    "legal_hold_release": ("post", "legal-holds/{hold}/release", REASON, {}, 200),
+    "erasure_request_list": ("get", "erasure-requests", None, {}, 200),
+    "erasure_request_get": ("get", "erasure-requests/{erasure}", None, {}, 200),
+    "erasure_request_create": ("post", "erasure-requests",
+                               lambda wd: {"runs": [wd.rid2], "reason": "because"}, {}, 201),
+    "erasure_approve": ("post", "erasure-requests/{erasure}/approve", {}, {}, 200),
+    "erasure_reject": ("post", "erasure-requests/{erasure}/reject", REASON, {}, 200),
 }
 # CONTRACT.md 4's roles table says what each role "may" in phrases; this is what each
 # phrase means in API operations. A phrase missing here (CONTRACT.md changed) fails
@@ -132,8 +152,14 @@ PHRASE_OPS = {
 }
 # CONTRACT.md 8's lifecycle table (not parsed by contract_tables): what only the admin may
 # ("admin" in its who column), and what every role may read.
-SECTION_8_ADMIN = {"kind_migration_preview", "kind_migration_create"}
-SECTION_8_ANY_ROLE = {"kind_migration_get"}
+SECTION_8_ADMIN = {"kind_migration_preview", "kind_migration_create", "legal_hold_place",
+                   "legal_hold_release"}
+SECTION_8_ANY_ROLE = {"kind_migration_get", "legal_hold_list", "legal_hold_get",
+                      "erasure_request_list", "erasure_request_get"}
+# "reviewer or admin" and "approver, never the requester" (the world's request is rita's).
+SECTION_8_BY_ROLE = {"reviewer": {"erasure_request_create"},
+                     "approver": {"erasure_approve", "erasure_reject"},
+                     "admin": {"erasure_request_create", "erasure_approve", "erasure_reject"}}
 # Where the code gives a role more than CONTRACT.md 4 says, and why (report to the team).
 ROLES_BEYOND_CONTRACT = {
     # The writer is a runtime's account: docs/security/access.md and the README give it
@@ -180,7 +206,8 @@ REQUESTER_ONLY = {name for action in contract_tables.review_actions()
                   if action.extra["requester_only"]
                   for name in _op_of(action.method, action.path)}
 ALLOWED = {role: (ops | ROLES_BEYOND_CONTRACT.get(role, set()) | SECTION_8_ANY_ROLE
-                 | (SECTION_8_ADMIN if role == "admin" else set()))
+                 | (SECTION_8_ADMIN if role == "admin" else set())
+                 | SECTION_8_BY_ROLE.get(role, set()))
            - (REQUESTER_ONLY if role != "reviewer" else set())
            for role, ops in _allowed_by_contract().items()}
 PERSONA = {"viewer": "vic", "reviewer": "rita", "approver": "april", "writer": "wendy",
@@ -207,6 +234,7 @@ def test_it_answers_404_on_every_path_to_another_tenants_account_and_changes_not
     missing = {k: str(uuid.uuid4()) for k in ("rid", "cid", "eid", "rid2", "eid2", "rid3")}
     missing["retry"] = 987654
     missing["migration"] = str(uuid.uuid4())
+    missing["hold"] = missing["erasure"] = str(uuid.uuid4())
     before = snapshot()
     for name in OPS:
         r = call(client, "acme", name, world)

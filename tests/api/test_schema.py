@@ -28,6 +28,17 @@ BEYOND_CONTRACT = {
     ("PUT", "kinds/{}/versions/{}"): "CONTRACT.md 8: declare a kind version",
     ("POST", "kinds/{}/migrations"): "CONTRACT.md 8: a migration job (202) or its preview",
     ("GET", "kinds/{}/migrations/{}"): "a migration job and its per-checkpoint results",
+    # CONTRACT.md 8 (lifecycle, issue 20 items 2 and 4): legal holds and erasure
+    # requests, filed, decided and read back.
+    ("POST", "legal-holds"): "CONTRACT.md 8: place a legal hold",
+    ("GET", "legal-holds"): "the tenant's legal holds",
+    ("GET", "legal-holds/{}"): "one legal hold",
+    ("POST", "legal-holds/{}/release"): "CONTRACT.md 8: release a legal hold",
+    ("POST", "erasure-requests"): "CONTRACT.md 8: file an erasure request",
+    ("GET", "erasure-requests"): "the tenant's erasure requests",
+    ("GET", "erasure-requests/{}"): "one erasure request",
+    ("POST", "erasure-requests/{}/approve"): "CONTRACT.md 8: approve (and execute) one",
+    ("POST", "erasure-requests/{}/reject"): "CONTRACT.md 8: reject one",
     # The GETs that reveal payloads (audited), without their bodies: the current revision
     # (ETag) without a reveal, so without an audit event (issue 8).
     ("HEAD", "checkpoints/{}"): "the current revision, unaudited",

@@ -99,6 +99,8 @@ class World:
     identities: list[Identity]
     bulk_id: str = ""       # acme's bulk action (issue 9, item 3)
     migration_id: str = ""  # acme's stored migration job (issue 19, item 2)
+    hold_id: str = ""       # acme's active legal hold (issue 20)
+    erasure_id: str = ""    # acme's erasure request, not decided yet (issue 20)
 
 
 @dataclass
@@ -166,7 +168,7 @@ def world(django_db_setup, django_db_blocker):
         try:
             home = build_world(IDS, EXTRA, lg_thread=LG_THREAD, lg_run="lg-run")[HOME]
             yield World(home.retry_pk, home.attempt_pk, _identities(), home.bulk_id,
-                        home.migration_id)
+                        home.migration_id, home.hold_id, home.erasure_id)
         finally:
             transaction.set_rollback(True)
             outer.__exit__(None, None, None)
@@ -378,6 +380,36 @@ RECIPES: dict[str, list[Op]] = {
            api_rule(V, 200)),
         Op("get", lambda w: {"tenant": TWIN, "kind": "acme.order", "job_id": w.migration_id},
            api_rule(V, 404), tenant=TWIN)],
+    # Legal holds (issue 20, item 4; CONTRACT.md 8): the tenant admin places and
+    # releases, every role reads; HOME's hold on the twin's URL finds nothing.
+    "api:legal-holds": [
+        Op("get", _t(), api_rule(V, 200)),
+        Op("post", _t(), api_rule(roles.MANAGE, 201), "write",
+           body={**REASON, "runs": [str(IDS["r_stable"])]})],
+    "api:legal-hold": [
+        Op("get", _t(hold_id="hold_id"), api_rule(V, 200)),
+        Op("get", _t(TWIN, hold_id="hold_id"), api_rule(V, 404), tenant=TWIN)],
+    "api:legal-hold-release": [
+        Op("post", _t(hold_id="hold_id"), api_rule(roles.MANAGE, 200), "write", body=REASON),
+        Op("post", _t(TWIN, hold_id="hold_id"), api_rule(roles.MANAGE, 404), body=REASON,
+           tenant=TWIN)],
+    # Erasure requests (issue 20, item 2): a reviewer or admin files, an approver who is
+    # not the requester (the world's helper reviewer filed HOME's) decides.
+    "api:erasure-requests": [
+        Op("get", _t(), api_rule(V, 200)),
+        Op("post", _t(), api_rule(RW, 201), "write",
+           body={**REASON, "runs": [str(IDS["r_closed"])]})],
+    "api:erasure-request": [
+        Op("get", _t(request_id="erasure_id"), api_rule(V, 200)),
+        Op("get", _t(TWIN, request_id="erasure_id"), api_rule(V, 404), tenant=TWIN)],
+    "api:erasure-approve": [
+        Op("post", _t(request_id="erasure_id"), api_rule(AP, 200), "write", body={}),
+        Op("post", _t(TWIN, request_id="erasure_id"), api_rule(AP, 404), body={},
+           tenant=TWIN)],
+    "api:erasure-reject": [
+        Op("post", _t(request_id="erasure_id"), api_rule(AP, 200), "write", body=REASON),
+        Op("post", _t(TWIN, request_id="erasure_id"), api_rule(AP, 404), body=REASON,
+           tenant=TWIN)],
     "schema": [Op("get", lambda w: {}, schema_rule)],
     "api-docs": [Op("get", lambda w: {}, docs_rule, surface="web")],
     # Operations (checkpoints/ops/health.py): the probes answer anyone and name no tenant; the
@@ -417,6 +449,29 @@ RECIPES: dict[str, list[Op]] = {
            page_rule(V, 200), surface="web"),
         Op("get", lambda w: {"slug": TWIN, "kind": "acme.order", "job_id": w.migration_id},
            page_rule(V, 404), surface="web", tenant=TWIN)],
+    # Erasure requests and legal holds (issue 20): as their API (``api:erasure-*``,
+    # ``api:legal-hold*``); a plain form post answers a redirect.
+    "erasure_requests": [Op("get", _s(), page_rule(V, 200), surface="web")],
+    "erasure_request_file": [Op("post", _s(run_id="r_closed"), page_rule(RW, 302), "write",
+                                body=REASON, surface="web")],
+    "erasure_approve": [
+        Op("post", _s(request_id="erasure_id"), page_rule(AP, 302), "write", body={},
+           surface="web"),
+        Op("post", _s(TWIN, request_id="erasure_id"), page_rule(AP, 404), body={},
+           surface="web", tenant=TWIN)],
+    "erasure_reject": [
+        Op("post", _s(request_id="erasure_id"), page_rule(AP, 302), "write", body=REASON,
+           surface="web"),
+        Op("post", _s(TWIN, request_id="erasure_id"), page_rule(AP, 404), body=REASON,
+           surface="web", tenant=TWIN)],
+    "legal_holds": [Op("get", _s(), page_rule(V, 200), surface="web")],
+    "legal_hold_place_run": [Op("post", _s(run_id="r_stable"), page_rule(roles.MANAGE, 302),
+                                "write", body=REASON, surface="web")],
+    "legal_hold_release": [
+        Op("post", _s(hold_id="hold_id"), page_rule(roles.MANAGE, 302), "write", body=REASON,
+           surface="web"),
+        Op("post", _s(TWIN, hold_id="hold_id"), page_rule(roles.MANAGE, 404), body=REASON,
+           surface="web", tenant=TWIN)],
     "run_detail": [Op("get", _s(run_id="r_stuck"), page_rule(V, 200), surface="web"),
                    Op("get", _s(run_id="r_twin"), page_rule(V, 404), surface="web")],
     "run_audit": [Op("get", _s(run_id="r_stuck"), page_rule(V, 200), surface="web")],

@@ -63,6 +63,8 @@ from checkpoints.models import (
     CheckpointRevision,
     Conflict,
     Effect,
+    ErasureRequest,
+    LegalHold,
     ReconcileRequest,
     RetryRequest,
     Run,
@@ -356,6 +358,21 @@ SELECTORS: dict[str, SelectorCell] = {
     "declared_kind_get": SelectorCell(
         lambda w, s, u: selectors.declared_kind_get(user=u, tenant=w.tenant(s),
                                                     kind=DECLARED_KIND, version=1)),
+    # Legal holds and erasure requests (issue 20): each tenant's own, by its own ids.
+    "legal_hold_list": SelectorCell(
+        lambda w, s, u: selectors.legal_hold_list(user=u, tenant=w.tenant(s)),
+        lambda w, s, a: "" if len(a) == LegalHold.objects.filter(tenant=w.tenant(s)).count()
+        else f"{len(a)} holds"),
+    "legal_hold_get": SelectorCell(
+        lambda w, s, u: selectors.legal_hold_get(user=u, tenant=w.tenant(s),
+                                                 hold_id=w.data[s].hold_id)),
+    "erasure_request_list": SelectorCell(
+        lambda w, s, u: selectors.erasure_request_list(user=u, tenant=w.tenant(s)),
+        lambda w, s, a: "" if len(a) == ErasureRequest.objects.filter(
+            tenant=w.tenant(s)).count() else f"{len(a)} requests"),
+    "erasure_request_get": SelectorCell(
+        lambda w, s, u: selectors.erasure_request_get(user=u, tenant=w.tenant(s),
+                                                      request_id=w.data[s].erasure_id)),
     "state_counts": SelectorCell(
         lambda w, s, u: selectors.state_counts(tenant=w.tenant(s)),
         lambda w, s, a: "" if {k: v for k, v in a.items() if v} == own_counts(
@@ -384,6 +401,10 @@ CROSS_IDS: dict[str, Callable[[World, str, object], object]] = {
                                                    bulk_id=w.data[other(s)].bulk_id),
     "migration_job_get": lambda w, s, u: selectors.migration_job_get(
         user=u, tenant=w.tenant(s), kind="acme.order", job_id=w.data[other(s)].migration_id),
+    "legal_hold_get": lambda w, s, u: selectors.legal_hold_get(
+        user=u, tenant=w.tenant(s), hold_id=w.data[other(s)].hold_id),
+    "erasure_request_get": lambda w, s, u: selectors.erasure_request_get(
+        user=u, tenant=w.tenant(s), request_id=w.data[other(s)].erasure_id),
 }
 NOT_TENANT_DATA = {
     "encode_cursor": "pure: turns a row into a cursor",
@@ -569,7 +590,8 @@ class Req:
                 out[key] = source[1:]
                 continue
             out[key] = str(getattr(w.data[slug], source)) if source in (
-                "retry_pk", "attempt_pk", "bulk_id", "migration_id") else str(IDS[source])
+                "retry_pk", "attempt_pk", "bulk_id", "migration_id", "hold_id",
+                "erasure_id") else str(IDS[source])
         return out
 
 
@@ -646,6 +668,26 @@ API: dict[str, Req] = {
                                   "client_token": str(IDS["new_cp"])}, write=True),
     f"get {T}kinds/{{kind}}/migrations/{{job_id}}": Req(
         {"kind": "=acme.order", "job_id": "migration_id"}, shows_mark=True),
+    # Legal holds and erasure requests (issue 20): the shared run ids are this tenant's
+    # runs; each tenant's hold and request under its own id.
+    f"post {T}legal-holds": Req(body={**R, "runs": [str(IDS["r_stable"])]}, write=True,
+                                shows_mark=False),
+    f"get {T}legal-holds": Req(shows_mark=True, count=lambda w, slug, r: "" if len(
+        r.json()["holds"]) == LegalHold.objects.filter(tenant=w.tenant(slug)).count()
+        else "holds count"),
+    f"get {T}legal-holds/{{hold_id}}": Req({"hold_id": "hold_id"}, shows_mark=True),
+    f"post {T}legal-holds/{{hold_id}}/release": Req({"hold_id": "hold_id"}, R, write=True,
+                                                    shows_mark=True),
+    f"post {T}erasure-requests": Req(body={**R, "runs": [str(IDS["r_closed"])]}, write=True),
+    f"get {T}erasure-requests": Req(shows_mark=True, count=lambda w, slug, r: "" if len(
+        r.json()["requests"]) == ErasureRequest.objects.filter(tenant=w.tenant(slug)).count()
+        else "requests count"),
+    f"get {T}erasure-requests/{{request_id}}": Req({"request_id": "erasure_id"},
+                                                   shows_mark=True),
+    f"post {T}erasure-requests/{{request_id}}/approve": Req({"request_id": "erasure_id"}, {},
+                                                            write=True, shows_mark=True),
+    f"post {T}erasure-requests/{{request_id}}/reject": Req({"request_id": "erasure_id"}, R,
+                                                           write=True, shows_mark=True),
     # LangGraph threads (issue 10): the same thread id in both tenants.
     f"get {T}langgraph/checkpoints": Req(query=f"thread_id={LG_THREAD}", shows_mark=True),
     f"head {T}langgraph/checkpoints": Req(query=f"thread_id={LG_THREAD}"),
@@ -678,6 +720,14 @@ PAGES: dict[str, Req] = {
                             {"to": "2", "client_token": str(IDS["new_cp"])}, write=True),
     "migration_detail": Req({"kind": "=acme.order", "job_id": "migration_id"},
                             shows_mark=True),
+    # Erasure requests and legal holds (issue 20): each tenant's own.
+    "erasure_requests": Req(shows_mark=True),
+    "erasure_request_file": Req({"run_id": "r_closed"}, R, write=True),
+    "erasure_approve": Req({"request_id": "erasure_id"}, {}, write=True),
+    "erasure_reject": Req({"request_id": "erasure_id"}, R, write=True),
+    "legal_holds": Req(shows_mark=True),
+    "legal_hold_place_run": Req({"run_id": "r_stable"}, R, write=True),
+    "legal_hold_release": Req({"hold_id": "hold_id"}, R, write=True),
     "run_detail": Req({"run_id": "r_unknown"}, shows_mark=True),
     "run_audit": Req({"run_id": "r_unknown"}, shows_mark=True),
     "checkpoint_history": Req({"checkpoint_id": "c_stuck"}, shows_mark=True),
@@ -967,6 +1017,27 @@ SERVICES: dict[str, list[ServiceCell]] = {
     "migration_preview": [ServiceCell(lambda w, s, a: services.migration_preview(
         actor=_as(w, a, "admin"), tenant=w.tenant(s), kind="acme.order", to_version=2,
         run_ids=[IDS["r_stable"], IDS["r_stuck"], EXTRA["r_more"]]))],
+    # Legal holds and erasure (issue 20): the shared run ids name this tenant's runs (a
+    # run only the twin holds is an unknown run here: 400); the twin's hold or request,
+    # named here, is NotFound.
+    "legal_hold_place": [ServiceCell(lambda w, s, a: services.legal_hold_place(
+        actor=_as(w, a, "admin"), tenant=w.tenant(s), runs=[IDS["r_stable"]], reason="x"))],
+    "legal_hold_release": [ServiceCell(lambda w, s, a: services.legal_hold_release(
+        actor=_as(w, a, "admin"), tenant=w.tenant(s), hold_id=w.data[other(s)].hold_id,
+        reason="x"), foreign=True)],
+    "erasure_request": [ServiceCell(lambda w, s, a: services.erasure_request(
+        actor=_as(w, a, "reviewer"), tenant=w.tenant(s),
+        runs=[IDS["r_closed"], IDS["r_stable"]], reason="x"))],
+    "erasure_approve": [
+        ServiceCell(lambda w, s, a: services.erasure_approve(
+            actor=_as(w, a, "approver"), tenant=w.tenant(s),
+            request_id=w.data[other(s)].erasure_id), foreign=True),
+        ServiceCell(lambda w, s, a: services.erasure_approve(
+            actor=_as(w, a, "approver"), tenant=w.tenant(s),
+            request_id=w.data[s].erasure_id))],
+    "erasure_reject": [ServiceCell(lambda w, s, a: services.erasure_reject(
+        actor=_as(w, a, "approver"), tenant=w.tenant(s), request_id=w.data[other(s)].erasure_id,
+        reason="x"), foreign=True)],
 }
 _LG_PUT = lambda: langgraph.parse_put(lg_put(LG_THREAD, LG_IDS[2], parent=LG_IDS[1]))  # noqa: E731
 _LG_WRITES = lambda: langgraph.parse_writes(  # noqa: E731

@@ -537,6 +537,58 @@ def migration_job_submit(p):
         client_token=uuid.uuid4()))
 
 
+def _admin(p, name="atomic-hold-admin"):
+    admin = get_user_model().objects.create_user(name)
+    services.role_grant(actor=None, tenant=p.acme, user=admin, role="admin")
+    return admin
+
+
+def legal_hold_place(p):
+    run_id = _cp(p)["run_id"]
+    admin = _admin(p)
+    return Cell(lambda: services.legal_hold_place(actor=admin, tenant=p.acme, runs=[run_id],
+                                                  reason="case"))
+
+
+def legal_hold_release(p):
+    admin = _admin(p)
+    hold = services.legal_hold_place(actor=admin, tenant=p.acme, whole_tenant=True,
+                                     reason="case")
+    return Cell(lambda: services.legal_hold_release(actor=admin, tenant=p.acme,
+                                                    hold_id=hold.uuid, reason="settled"))
+
+
+def erasure_request(p):
+    run_id = _cp(p, "completed")["run_id"]
+    return Cell(lambda: services.erasure_request(actor=p.rita, tenant=p.acme, runs=[run_id],
+                                                 reason="art. 17"))
+
+
+def _erasure(p, *, held=False):
+    run_id = _cp(p, "completed")["run_id"]
+    if held:
+        services.legal_hold_place(actor=_admin(p), tenant=p.acme, runs=[run_id], reason="x")
+    return services.erasure_request(actor=p.rita, tenant=p.acme, runs=[run_id], reason="x")
+
+
+def erasure_approve(p):
+    request = _erasure(p)
+    return Cell(lambda: services.erasure_approve(actor=p.april, tenant=p.acme,
+                                                 request_id=request.uuid))
+
+
+def erasure_approve_held(p):
+    request = _erasure(p, held=True)
+    return Cell(lambda: services.erasure_approve(actor=p.april, tenant=p.acme,
+                                                 request_id=request.uuid))
+
+
+def erasure_reject(p):
+    request = _erasure(p)
+    return Cell(lambda: services.erasure_reject(actor=p.april, tenant=p.acme,
+                                                request_id=request.uuid, reason="no"))
+
+
 CELLS: dict[str, dict[str, Callable]] = {
     "checkpoint_put": {"create": checkpoint_create, "update": checkpoint_update,
                        "stale-revision conflict": checkpoint_stale,
@@ -588,6 +640,14 @@ CELLS: dict[str, dict[str, Callable]] = {
     "checkpoints_migrate": {"up": checkpoints_migrate, "down": checkpoints_migrate_down},
     "kind_declare": {"declare": kind_declare},
     "migration_job_submit": {"submit": migration_job_submit},
+    # Legal holds and erasure (issue 20): an approval executes in its own transaction,
+    # so a failed audit leaves neither the decision nor any run's deletion.
+    "legal_hold_place": {"place": legal_hold_place},
+    "legal_hold_release": {"release": legal_hold_release},
+    "erasure_request": {"request": erasure_request},
+    "erasure_approve": {"approve and erase": erasure_approve,
+                        "approve, all held": erasure_approve_held},
+    "erasure_reject": {"reject": erasure_reject},
 }
 NOT_CELLS = {
     "migration_preview": "a dry run of checkpoints_migrate: writes and audits nothing "

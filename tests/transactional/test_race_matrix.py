@@ -93,8 +93,18 @@ RACED = {
     # Migrations (issue 19, item 2): tests/transactional/test_migration_races.py.
     "checkpoints_migrate": "test_migration_races.py::test_migrations_racing_each_other_"
                            "migrate_each_checkpoint_once (+ a zombie owner racing one)",
+    # Legal holds and erasure (issue 20): tests/lifecycle/test_races.py.
+    "erasure_approve": "tests/lifecycle/test_races.py::test_two_approvers_deciding_one_"
+                       "erasure_request (+ a hold racing an approval)",
+    "erasure_reject": "tests/lifecycle/test_races.py::test_two_approvers_deciding_one_"
+                      "erasure_request[reject]",
+    "legal_hold_release": "tests/lifecycle/test_races.py::test_two_releases_of_one_hold",
+    "legal_hold_place": "tests/lifecycle/test_races.py::test_a_hold_racing_an_approval_"
+                        "never_lets_a_held_run_go",
 }
 NOT_RACED = {
+    "erasure_request": "inserts a new request under the tenant's audit head; nothing to "
+                       "win (two requests are two requests, each decided on its own)",
     "graph_threads_prune": "the delete of graph_thread_delete per thread (same run lock, "
                            "same code), raced there",
     "graph_runs_delete": "the delete of graph_thread_delete per thread, raced there",

@@ -53,6 +53,8 @@ PAGE_PARAMS: dict[str, tuple[str, ...]] = {
     "migration_preview": tuple(MigrationPreviewForm.base_fields),
     "migration_detail": (),
     "bulk_detail": (),
+    "erasure_requests": (),  # issue 20: the approval queue and the holds list
+    "legal_holds": (),
     "run_detail": (),
     "run_audit": (),
     "checkpoint_history": tuple(HistoryForm.base_fields),
@@ -77,7 +79,8 @@ def world(acme, rita, adam, wendy, unknown):
     return {"slug": "acme", "run_id": str(unknown.run_id), "retry_id": "1",
             "effect_id": str(unknown.effect_id), "checkpoint_id": str(unknown.checkpoint_id),
             "attempt_id": "1", "bulk_id": str(bulk.uuid), "kind": "acme.order",
-            "version": "1", "job_id": str(job.uuid)}
+            "version": "1", "job_id": str(job.uuid), "request_id": str(uuid.uuid4()),
+            "hold_id": str(uuid.uuid4())}
 
 
 def _routes(values: dict[str, str]) -> dict[str, str]:

@@ -75,6 +75,15 @@ from .langgraph import (
     ThreadPruneInputSerializer,
     TypedValueSerializer,
 )
+from .lifecycle_requests import (
+    ErasureRequestInputSerializer,
+    ErasureRequestListSerializer,
+    ErasureRequestSerializer,
+    LegalHoldInputSerializer,
+    LegalHoldListSerializer,
+    LegalHoldSerializer,
+    OptionalReasonSerializer,
+)
 from .migrations import (
     MigrationInputSerializer,
     MigrationJobSerializer,

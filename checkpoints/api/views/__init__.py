@@ -48,6 +48,15 @@ from .langgraph import (
     LangGraphThreadPruneApi,
     LangGraphWritesApi,
 )
+from .lifecycle_requests import (
+    ErasureApproveApi,
+    ErasureRejectApi,
+    ErasureRequestApi,
+    ErasureRequestListApi,
+    LegalHoldApi,
+    LegalHoldListApi,
+    LegalHoldReleaseApi,
+)
 from .migrations import KindMigrationApi, KindMigrationListApi
 from .reports import ReportApi
 from .review import (

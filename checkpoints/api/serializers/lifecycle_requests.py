@@ -1,0 +1,133 @@
+"""Shapes of ``…/legal-holds`` and ``…/erasure-requests`` (CONTRACT.md 8; issue 20,
+items 2 and 4): the request bodies (described; the services validate them) and the
+stored hold and request. No payload value and no subject value anywhere: a subject is
+its declared field's name only."""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from ...models import LIFECYCLE_MAX_RUNS
+from ...vocab import ErasureState, HoldScope
+from .common import Answer, IsoDateTimeField
+
+
+class SubjectInputSerializer(serializers.Serializer):
+    """A subject: a field the tenant's data policy declares and its value (never stored:
+    only its keyed digest is)."""
+
+    field = serializers.CharField(max_length=64, help_text="a declared subject field, e.g. "
+                                                           "customer")
+    value = serializers.CharField(max_length=256, help_text="its value (a string, or an "
+                                                            "integer); kept as a digest only")
+
+
+def _runs_field(**kwargs):
+    return serializers.ListField(child=serializers.UUIDField(), min_length=1,
+                                 max_length=LIFECYCLE_MAX_RUNS, **kwargs)
+
+
+class LegalHoldInputSerializer(serializers.Serializer):
+    """``POST …/legal-holds``: exactly one of ``runs``, ``subject``, ``tenant``."""
+
+    runs = _runs_field(required=False, help_text="runs of this tenant to hold")
+    subject = SubjectInputSerializer(required=False, help_text="every run of this subject, "
+                                                               "now and later")
+    tenant = serializers.BooleanField(required=False, help_text="true: every run of the "
+                                                                "tenant")
+    reason = serializers.CharField(max_length=1024, help_text="why (1..1024 bytes)")
+
+
+class ErasureRequestInputSerializer(serializers.Serializer):
+    """``POST …/erasure-requests``: exactly one of ``runs`` and ``subject``."""
+
+    runs = _runs_field(required=False, help_text="runs of this tenant to erase")
+    subject = SubjectInputSerializer(required=False, help_text="every run of this subject "
+                                                               "the subject index found")
+    reason = serializers.CharField(max_length=1024, help_text="why (1..1024 bytes)")
+
+
+class OptionalReasonSerializer(serializers.Serializer):
+    """An approval's body: an optional note."""
+
+    reason = serializers.CharField(required=False, max_length=1024,
+                                   help_text="optional (1..1024 bytes)")
+
+
+class LegalHoldSerializer(Answer):
+    """A legal hold: active until released; the row is kept after release."""
+
+    id = serializers.UUIDField(source="uuid")
+    scope = serializers.ChoiceField(choices=HoldScope.values)
+    runs = serializers.ListField(source="run_uuids", child=serializers.UUIDField(),
+                                 help_text="the runs held (scope runs); empty otherwise")
+    subject_field = serializers.CharField(allow_null=True,
+                                          help_text="the subject's field (scope subject); "
+                                                    "its value is never shown")
+    reason = serializers.CharField()
+    active = serializers.BooleanField()
+    placed_by = serializers.CharField(source="placed_by_name")
+    placed_at = IsoDateTimeField()
+    released_by = serializers.CharField(source="released_by_name", allow_null=True)
+    released_at = IsoDateTimeField(allow_null=True)
+    release_reason = serializers.CharField(allow_null=True)
+
+    def to_representation(self, instance):
+        out = super().to_representation(instance)
+        out["subject_field"] = out["subject_field"] or None
+        if instance.active:
+            out["released_by"] = out["release_reason"] = None
+        return out
+
+
+class LegalHoldListSerializer(Answer):
+    """The tenant's legal holds, active first (at most 200)."""
+
+    holds = LegalHoldSerializer(many=True)
+
+
+class ErasureCountsSerializer(Answer):
+    """An executed request's counts: runs covered, erased, blocked, and per blocker."""
+
+    runs = serializers.IntegerField()
+    erased = serializers.IntegerField()
+    blocked = serializers.IntegerField(help_text="runs not erased (each counted below by "
+                                                 "what stopped it; a run may have several)")
+    legal_hold = serializers.IntegerField()
+    not_ended = serializers.IntegerField()
+    effect_in_doubt = serializers.IntegerField()
+    already_deleted = serializers.IntegerField()
+
+
+class ErasureRequestSerializer(Answer):
+    """An erasure request: requested, then approved (and executed at once) or rejected."""
+
+    id = serializers.UUIDField(source="uuid")
+    state = serializers.ChoiceField(choices=ErasureState.values)
+    runs = serializers.ListField(source="run_uuids", child=serializers.UUIDField(),
+                                 help_text="the runs named (a runs request); empty otherwise")
+    subject_field = serializers.CharField(allow_null=True,
+                                          help_text="a subject request's field; its value "
+                                                    "is never shown")
+    reason = serializers.CharField()
+    requested_by = serializers.CharField(source="requested_by_name")
+    requested_at = IsoDateTimeField()
+    decided_by = serializers.CharField(source="decided_by_name", allow_null=True)
+    decided_at = IsoDateTimeField(allow_null=True)
+    decision_reason = serializers.CharField(allow_null=True)
+    executed_at = IsoDateTimeField(allow_null=True)
+    counts = ErasureCountsSerializer(source="executed_counts", allow_null=True,
+                                     help_text="once executed; null before")
+
+    def to_representation(self, instance):
+        out = super().to_representation(instance)
+        out["subject_field"] = out["subject_field"] or None
+        if instance.decided_at is None:
+            out["decided_by"] = out["decision_reason"] = None
+        return out
+
+
+class ErasureRequestListSerializer(Answer):
+    """The tenant's erasure requests, waiting ones first (at most 200)."""
+
+    requests = ErasureRequestSerializer(many=True)

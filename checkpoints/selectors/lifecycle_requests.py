@@ -1,0 +1,62 @@
+"""Legal holds and erasure requests, as people read them (issue 20, items 2 and 4;
+``GET …/legal-holds``, ``GET …/erasure-requests``, the dashboard's approval queue). Any
+role of the tenant reads them (``view_runs``): they name runs, reasons, people and counts,
+never a payload value nor a subject's value (a subject is its field's name; its digest is
+not shown)."""
+
+from __future__ import annotations
+
+from django.db.models import Case, F, IntegerField, Value, When
+
+from .. import roles
+from ..exceptions import NotFound
+from ..models import ErasureRequest, LegalHold, Tenant
+from ..permissions import require
+from ..vocab import ErasureState
+from .common import _uuid_or_404
+
+#: The most holds or requests one list returns (the newest; active or waiting ones first).
+LIFECYCLE_LIST_MAX = 200
+
+
+def legal_hold_list(*, user, tenant: Tenant, limit: int = LIFECYCLE_LIST_MAX) -> list[LegalHold]:
+    """The tenant's legal holds, active ones first, then newest first; at most ``limit``
+    (``LIFECYCLE_LIST_MAX``). One query."""
+    require(user, tenant, roles.VIEW)
+    return list(LegalHold.objects.for_tenant(tenant)
+                .order_by(F("released_at").asc(nulls_first=True), "-placed_at", "-id")
+                [:min(limit, LIFECYCLE_LIST_MAX)])
+
+
+def legal_hold_get(*, user, tenant: Tenant, hold_id) -> LegalHold:
+    """One legal hold of the tenant by its UUID; a malformed, unknown or other tenant's
+    id is ``NotFound``. One query."""
+    require(user, tenant, roles.VIEW)
+    hid = _uuid_or_404(hold_id, "legal hold")
+    hold = LegalHold.objects.for_tenant(tenant).filter(uuid=hid).first()
+    if hold is None:
+        raise NotFound("no such legal hold")
+    return hold
+
+
+def erasure_request_list(*, user, tenant: Tenant, limit: int = LIFECYCLE_LIST_MAX,
+                         waiting_only: bool = False) -> list[ErasureRequest]:
+    """The tenant's erasure requests, those waiting for a decision first, then newest
+    first; at most ``limit``; ``waiting_only``: the approval queue. One query."""
+    require(user, tenant, roles.VIEW)
+    rows = ErasureRequest.objects.for_tenant(tenant)
+    if waiting_only:
+        rows = rows.filter(state=ErasureState.REQUESTED)
+    waiting = Case(When(state=ErasureState.REQUESTED, then=Value(0)), default=Value(1),
+                   output_field=IntegerField())
+    return list(rows.order_by(waiting, "-requested_at", "-id")[:min(limit, LIFECYCLE_LIST_MAX)])
+
+
+def erasure_request_get(*, user, tenant: Tenant, request_id) -> ErasureRequest:
+    """One erasure request of the tenant by its UUID (``NotFound`` otherwise). One query."""
+    require(user, tenant, roles.VIEW)
+    rid = _uuid_or_404(request_id, "erasure request")
+    request = ErasureRequest.objects.for_tenant(tenant).filter(uuid=rid).first()
+    if request is None:
+        raise NotFound("no such erasure request")
+    return request

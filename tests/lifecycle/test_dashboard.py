@@ -1,0 +1,98 @@
+"""The dashboard's erasure requests and legal holds (issue 20): the run page's forms by
+role, the approval queue (approve executes, the requester sees no buttons), the holds
+list and release; what a role may not do is 403 and writes nothing."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+
+from checkpoints.models import Checkpoint, ErasureRequest, LegalHold
+from tests.lifecycle.test_erasure_holds import completed_run
+
+pytestmark = pytest.mark.django_db
+
+
+def as_(user) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def test_the_run_page_offers_erasure_to_reviewers_and_holds_to_admins(acme, wendy, rita,
+                                                                      adam, april, vic):
+    run = completed_run(wendy, acme)
+    page = f"/t/acme/runs/{run.uuid}/"
+    assert 'id="f-erasure"' in as_(rita).get(page).content.decode()
+    assert 'id="f-hold"' not in as_(rita).get(page).content.decode()
+    admin_page = as_(adam).get(page).content.decode()
+    assert 'id="f-erasure"' in admin_page and 'id="f-hold"' in admin_page
+    for user in (vic, april):
+        body = as_(user).get(page).content.decode()
+        assert 'id="f-erasure"' not in body and 'id="f-hold"' not in body
+
+
+def test_file_approve_and_see_the_counts(acme, wendy, rita, april):
+    run = completed_run(wendy, acme)
+    r = as_(rita).post(f"/t/acme/runs/{run.uuid}/erasure-request/", {"reason": "art. 17"})
+    assert r.status_code == 302
+    request = ErasureRequest.objects.for_tenant(acme).get()
+    queue = as_(rita).get("/t/acme/erasure-requests/").content.decode()
+    assert "art. 17" in queue and "Approve and erase" not in queue  # not an approver
+    queue = as_(april).get("/t/acme/erasure-requests/").content.decode()
+    assert "Approve and erase" in queue
+    r = as_(april).post(f"/t/acme/erasure-requests/{request.uuid}/approve/", {}, follow=True)
+    assert "1 run(s) erased" in r.content.decode()
+    assert not Checkpoint.objects.for_tenant(acme).filter(run=run).exists()
+    r = as_(april).post(f"/t/acme/erasure-requests/{request.uuid}/reject/", {"reason": "x"})
+    assert r.status_code == 409
+
+
+def test_the_requester_gets_no_buttons_and_is_refused(acme, wendy, adam):
+    run = completed_run(wendy, acme)
+    as_(adam).post(f"/t/acme/runs/{run.uuid}/erasure-request/", {"reason": "x"})
+    request = ErasureRequest.objects.for_tenant(acme).get()
+    queue = as_(adam).get("/t/acme/erasure-requests/").content.decode()
+    assert "Another approver must decide your own request." in queue
+    r = as_(adam).post(f"/t/acme/erasure-requests/{request.uuid}/approve/", {})
+    assert r.status_code == 403
+    assert ErasureRequest.objects.for_tenant(acme).get().state == "requested"
+
+
+def test_place_and_release_a_hold_from_the_dashboard(acme, wendy, adam, rita):
+    run = completed_run(wendy, acme)
+    assert as_(rita).post(f"/t/acme/runs/{run.uuid}/legal-hold/",
+                          {"reason": "x"}).status_code == 403
+    assert as_(adam).post(f"/t/acme/runs/{run.uuid}/legal-hold/",
+                          {"reason": ""}).status_code == 400
+    assert not LegalHold.objects.for_tenant(acme).exists()
+    assert as_(adam).post(f"/t/acme/runs/{run.uuid}/legal-hold/",
+                          {"reason": "case 5"}).status_code == 302
+    hold = LegalHold.objects.for_tenant(acme).get()
+    listed = as_(rita).get("/t/acme/legal-holds/").content.decode()
+    assert "case 5" in listed and "Why release?" not in listed
+    r = as_(adam).post(f"/t/acme/legal-holds/{hold.uuid}/release/", {"reason": "done"},
+                       follow=True)
+    assert "Legal hold released." in r.content.decode()
+    assert LegalHold.objects.for_tenant(acme).get().released_at is not None
+
+
+def test_another_tenants_reviewer_gets_404_everywhere_and_changes_nothing(
+        acme, wendy, rita, adam, omar):
+    run = completed_run(wendy, acme)
+    as_(rita).post(f"/t/acme/runs/{run.uuid}/erasure-request/", {"reason": "x"})
+    as_(adam).post(f"/t/acme/runs/{run.uuid}/legal-hold/", {"reason": "x"})
+    request = ErasureRequest.objects.for_tenant(acme).get()
+    hold = LegalHold.objects.for_tenant(acme).get()
+    client = as_(omar)
+    for page in ("/t/acme/erasure-requests/", "/t/acme/legal-holds/"):
+        assert client.get(page).status_code == 404
+    for action in (f"/t/acme/runs/{run.uuid}/erasure-request/",
+                   f"/t/acme/runs/{run.uuid}/legal-hold/",
+                   f"/t/acme/erasure-requests/{request.uuid}/approve/",
+                   f"/t/acme/erasure-requests/{request.uuid}/reject/",
+                   f"/t/acme/legal-holds/{hold.uuid}/release/"):
+        assert client.post(action, {"reason": "x"}).status_code == 404, action
+    assert ErasureRequest.objects.for_tenant(acme).get().state == "requested"
+    assert LegalHold.objects.for_tenant(acme).get().released_at is None
+    assert LegalHold.objects.for_tenant(acme).count() == 1
