@@ -108,22 +108,28 @@ def lock_tenant(tenant: Tenant) -> Tenant:
     return Tenant.objects.select_for_update(no_key=True).get(pk=tenant.pk)
 
 
-def _runs(tenant_id: int, *, subject_fields: bool = False):
+#: The data policy's columns a checkpoint write reads with its run lock (``lock_run``).
+WRITE_POLICY = ("subject_fields", "secrets_policy", "payload_flag_bytes")
+
+
+def _runs(tenant_id: int, *, data_policy: bool = False):
     runs = lock_rows(Run.objects.for_tenant(tenant_id)).annotate(db_now=NOW)
-    if subject_fields:
-        runs = runs.annotate(subject_fields=Subquery(
-            DataPolicy.objects.for_tenant(tenant_id).values("subject_fields")[:1]))
+    if data_policy:
+        policy = DataPolicy.objects.for_tenant(tenant_id)
+        runs = runs.annotate(**{name: Subquery(policy.values(name)[:1])
+                                for name in WRITE_POLICY})
     return runs
 
 
-def lock_run(tenant: Tenant, run_id: uuid.UUID, *, subject_fields: bool = False) -> Run | None:
+def lock_run(tenant: Tenant, run_id: uuid.UUID, *, data_policy: bool = False) -> Run | None:
     """Lock the tenant's audit head, then its run ``run_id`` (``None``: no such run; the
     head stays locked). The same query reads the database clock into ``run.db_now`` and,
-    with ``subject_fields``, the tenant's declared subject fields into
-    ``run.subject_fields`` (``None``: no data policy; the checkpoint write's subject
-    index, ``services.lifecycle.subjects_index``, at no extra query)."""
+    with ``data_policy``, the tenant's ``WRITE_POLICY`` columns as attributes of the run
+    (``run.subject_fields``, ``run.secrets_policy``, ``run.payload_flag_bytes``; ``None``:
+    no data policy), so a checkpoint write's screening decision and subject index cost
+    no extra query."""
     lock_audit_head(tenant)
-    run = _runs(tenant.pk, subject_fields=subject_fields).filter(uuid=run_id).first()
+    run = _runs(tenant.pk, data_policy=data_policy).filter(uuid=run_id).first()
     if run is not None:
         run.tenant = tenant
     return run

@@ -51,16 +51,16 @@ from .common import _actor_name
 # --------------------------------------------------------------------------------------
 
 def _lock_run(tenant: Tenant, run_id: uuid.UUID, *, create: bool,
-              subject_fields: bool = False) -> Run | None:
+              data_policy: bool = False) -> Run | None:
     """The run row, locked in the store's lock order (``locks.lock_run``: the tenant's
     audit head, then the run); created (race-safe) when ``create``.
 
     The same query reads the database's clock into ``run.db_now`` (``dbclock``): every
     time this write stores or compares is that one, never the process's clock.
-    ``subject_fields``: also read the tenant's declared subject fields
-    (``locks.lock_run``), for the checkpoint write's subject index.
+    ``data_policy``: also read the tenant's data policy columns a checkpoint write needs
+    (``locks.lock_run``: subject fields, secrets policy, size flag).
     """
-    run = locks.lock_run(tenant, run_id, subject_fields=subject_fields)  # tenant set
+    run = locks.lock_run(tenant, run_id, data_policy=data_policy)  # tenant set
     if run is not None or not create:
         return run
     try:
@@ -68,7 +68,7 @@ def _lock_run(tenant: Tenant, run_id: uuid.UUID, *, create: bool,
             Run.objects.create(tenant=tenant, uuid=run_id, last_write_at=db_now())
     except IntegrityError:
         pass  # a concurrent writer created it first; lock theirs
-    run = locks.lock_run(tenant, run_id, subject_fields=subject_fields)
+    run = locks.lock_run(tenant, run_id, data_policy=data_policy)
     if run is None:  # cannot happen: it was created, or a concurrent writer's committed
         raise Run.DoesNotExist(run_id)
     return run

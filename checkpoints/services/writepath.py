@@ -260,8 +260,6 @@ def _orm_write(actor, tenant, envelope, expected_revision, fencing_token, cls, p
     conflict_at: int | None = None
     refusal: UsageDecreased | None = None
     with transaction.atomic():
-        # The tenant's data policy decides what screening found (422 before any write).
-        screened = (screened or Screened()).decided_for(tenant)
         existing = (Checkpoint.objects.for_tenant(tenant).filter(uuid=envelope.checkpoint_id)
                     .values("run_id", "run__uuid", "kind").first())
         if expected_revision is not None and existing is None:
@@ -273,8 +271,12 @@ def _orm_write(actor, tenant, envelope, expected_revision, fencing_token, cls, p
                 raise InvalidPayload("kind: a checkpoint's kind never changes")
         # A create that finds the id taken is a conflict of the run that owns the id.
         run_id = existing["run__uuid"] if existing is not None else envelope.run_id
-        run = _lock_run(tenant, run_id, create=existing is None, subject_fields=True)
+        run = _lock_run(tenant, run_id, create=existing is None, data_policy=True)
         now = run.db_now
+        # The tenant's data policy, read with the lock, decides what screening found: a
+        # refusal (422) rolls back everything, the run this call may have created included.
+        screened = (screened or Screened()).decided(
+            run.secrets_policy or SecretsPolicy.WARN, run.payload_flag_bytes)
         _check_fence(run, fencing_token, now)
         fields = {**_checkpoint_fields(envelope, cls, phase_label, ciphertext, size, now,
                                        screened),
