@@ -84,6 +84,16 @@ def _run_state(e, _t) -> str:
     return f" ({move})" if move and "→" in move else ""
 
 
+def _phase(e) -> str:
+    """" at phase LABEL" for an event written before issue 20 (which held the label); else
+    " (a CLASS phase)" from the phase class, since an event holds no payload-derived label."""
+    phase = _get(e.after, "phase")
+    if phase:
+        return f" at phase {phase}"
+    cls = _words(_get(e.after, "phase_class"))
+    return f" ({cls} phase)" if cls else ""
+
+
 def _write(noun: str) -> Callable:
     def say(e, t) -> str:
         rev, old = _get(e.after, "revision"), _get(e.before, "revision")
@@ -91,11 +101,10 @@ def _write(noun: str) -> Callable:
         if old is None and rev in (0, None):
             what = f"created {t}"
         state = _words(_get(e.after, "state"))
-        phase = _get(e.after, "phase")
         if state:
             what += f", now {state}"
-        elif phase:
-            what += f" at phase {phase}"
+        else:
+            what += _phase(e)
         if _get(e.after, "reopened"):
             what += ", reopening the closed run"
         return what
@@ -109,12 +118,11 @@ def _imported(e, t) -> str:
     what = f"imported {t}" + (f" revision {rev}" if rev is not None else "")
     what += " from a runifold file"
     state, theirs = _words(_get(e.after, "state")), _words(_get(e.after, "runifold_state"))
-    phase = _get(e.after, "phase")
     if state:
         what += f", now {state}" + (f" (runifold: {theirs})" if theirs and theirs != state
                                     else "")
-    elif phase:
-        what += f" at phase {phase}"
+    else:
+        what += _phase(e)
     if _get(e.after, "reopened"):
         what += ", reopening the closed run"
     return what
