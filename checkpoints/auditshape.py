@@ -30,7 +30,7 @@ HEX64_RE = re.compile(r"[0-9a-f]{64}\Z")
 #: Key names (or parts of names) that would hold content, never allowed in a shape; a
 #: ``*_sha256`` key is the one way an event names content.
 PAYLOAD_WORDS = ("payload", "receipt", "evidence", "phase_label", "label", "value",
-                 "output", "response", "refused", "transcript", "secret", "subject_value")
+                 "output", "response", "refused_", "transcript", "secret", "subject_value")
 
 _REV = frozenset({"revision"})
 _STATE = frozenset({"state"})

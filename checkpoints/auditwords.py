@@ -335,6 +335,18 @@ SENTENCES: dict[str, Callable[[Any, str], str]] = {
         + f" (job {_short(e.target_ref)})"),
     A.EFFECT_IMPORT: _imported,
     A.RUNIFOLD_EXPORT: _exported,
+    # Tombstone governance (issue 20, item 5): the audit export and the four-eyes purge.
+    A.AUDIT_EXPORT: lambda e, t: (
+        f"exported the audit of {t} through event {_get(e.after, 'through_seq') or 0} with "
+        f"{_get(e.after, 'tombstones') or 0} tombstone(s)"
+        + ("" if _get(e.after, "watermark_moved") is not False
+           else " (behind an earlier export: watermark not moved)")),
+    A.TOMBSTONE_PURGE_PREPARE: lambda e, t: (
+        f"prepared {t} of {_get(e.after, 'tombstones') or 0} tombstone(s)"),
+    A.TOMBSTONE_PURGE_APPROVE: lambda e, t: f"approved {t}",
+    A.TOMBSTONE_PURGE_REJECT: lambda e, t: f"rejected {t}",
+    A.TOMBSTONE_PURGE_EXECUTE: lambda e, t: (
+        f"executed {t}: deleted {_get(e.after, 'tombstones') or 0} tombstone(s)"),
 }
 
 

@@ -102,11 +102,10 @@ def age_world(seconds: float) -> None:
     the database's clock, never the process's, so patching ``timezone.now`` would not.)"""
     from datetime import timedelta
 
+    from django.db import connection, transaction
     from django.db.models import F
 
     from checkpoints import models
-
-    from django.db import connection, transaction
 
     delta = timedelta(seconds=seconds)
     for model_name, columns in _AGED.items():

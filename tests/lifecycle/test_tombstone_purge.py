@@ -169,6 +169,7 @@ def test_a_rejection_needs_a_reason_and_ends_the_purge(acme, adam, april, ready)
 
 
 @pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)  # TRUNCATE is refused in a transaction with FK checks
 def test_postgresql_refuses_changing_or_truncating_a_tombstone(acme, ready):
     for sql in (f"UPDATE {Tombstone._meta.db_table} SET kind = 'x'",
                 f"TRUNCATE {Tombstone._meta.db_table}"):

@@ -164,6 +164,17 @@ class ThreadConflictSerializer(Answer):
     detail = serializers.CharField()
 
 
+class PurgeRefusedSerializer(Answer):
+    """409: a tombstone purge step refused by tombstone governance; ``reason`` says which
+    rule (``exceptions.PurgeRefused``)."""
+
+    error = error_word("purge_refused")
+    detail = serializers.CharField()
+    reason = serializers.ChoiceField(source="extra.reason", choices=[
+        "no_tombstone_retention", "no_export", "legal_hold", "nothing_to_purge", "expired",
+        "changed", "state"])
+
+
 #: The body of each domain error that has its own shape; every other one is an
 #: ``ErrorSerializer``.
 ERROR_SHAPES: dict[type[exceptions.DomainError], type[Answer]] = {
@@ -172,6 +183,7 @@ ERROR_SHAPES: dict[type[exceptions.DomainError], type[Answer]] = {
     exceptions.Fenced: FencedErrorSerializer,
     exceptions.OwnerLive: OwnerLiveSerializer,
     exceptions.OperationExists: OperationExistsSerializer,
+    exceptions.PurgeRefused: PurgeRefusedSerializer,
 }
 
 
