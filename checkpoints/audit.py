@@ -48,7 +48,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from . import locks, roles, sql
+from . import auditshape, locks, roles, sql
 from .exceptions import InvalidPayload
 from .jsonparse import dumps, loads_object
 from .models import AuditChainHead, AuditEvent, AuditHashScheme, AuditTenant, Tenant
@@ -273,7 +273,9 @@ def new_event(*, tenant: Tenant, seq: int, prev_hash: str, created_at, actor, ac
     (``audit_record``) and the checkpoint write's SQL one (``checkpoints.services.writepath``), so
     the two cannot hash differently (and a test that makes the audit store fail breaks
     both here). ``created_at`` is an aware datetime. Raises ``ImproperlyConfigured`` for
-    bad keys."""
+    bad keys. With ``auditshape.ENFORCE`` (the test suite) an event whose ``before`` or
+    ``after`` holds a key its action's allow-list lacks raises ``AssertionError``."""
+    auditshape.check(action, before, after)
     keys = audit_keys()
     event = AuditEvent(
         tenant=tenant,

@@ -84,6 +84,16 @@ def _run_state(e, _t) -> str:
     return f" ({move})" if move and "→" in move else ""
 
 
+def _phase(e) -> str:
+    """" at phase LABEL" for an event written before issue 20 (which held the label); else
+    " (a CLASS phase)" from the phase class, since an event holds no payload-derived label."""
+    phase = _get(e.after, "phase")
+    if phase:
+        return f" at phase {phase}"
+    cls = _words(_get(e.after, "phase_class"))
+    return f" ({cls} phase)" if cls else ""
+
+
 def _write(noun: str) -> Callable:
     def say(e, t) -> str:
         rev, old = _get(e.after, "revision"), _get(e.before, "revision")
@@ -91,11 +101,10 @@ def _write(noun: str) -> Callable:
         if old is None and rev in (0, None):
             what = f"created {t}"
         state = _words(_get(e.after, "state"))
-        phase = _get(e.after, "phase")
         if state:
             what += f", now {state}"
-        elif phase:
-            what += f" at phase {phase}"
+        else:
+            what += _phase(e)
         if _get(e.after, "reopened"):
             what += ", reopening the closed run"
         return what
@@ -109,12 +118,11 @@ def _imported(e, t) -> str:
     what = f"imported {t}" + (f" revision {rev}" if rev is not None else "")
     what += " from a runifold file"
     state, theirs = _words(_get(e.after, "state")), _words(_get(e.after, "runifold_state"))
-    phase = _get(e.after, "phase")
     if state:
         what += f", now {state}" + (f" (runifold: {theirs})" if theirs and theirs != state
                                     else "")
-    elif phase:
-        what += f" at phase {phase}"
+    else:
+        what += _phase(e)
     if _get(e.after, "reopened"):
         what += ", reopening the closed run"
     return what
@@ -373,6 +381,18 @@ SENTENCES: dict[str, Callable[[Any, str], str]] = {
     A.ERASURE_EXECUTE: lambda e, t: (f"executed {t}: "
                                      f"{_erasure_counts(_get(e.after, 'counts'))}"),
     A.RUN_ERASE: _erased_run,
+    # Tombstone governance (issue 20, item 5): the audit export and the four-eyes purge.
+    A.AUDIT_EXPORT: lambda e, t: (
+        f"exported the audit of {t} through event {_get(e.after, 'through_seq') or 0} with "
+        f"{_get(e.after, 'tombstones') or 0} tombstone(s)"
+        + ("" if _get(e.after, "watermark_moved") is not False
+           else " (behind an earlier export: watermark not moved)")),
+    A.TOMBSTONE_PURGE_PREPARE: lambda e, t: (
+        f"prepared {t} of {_get(e.after, 'tombstones') or 0} tombstone(s)"),
+    A.TOMBSTONE_PURGE_APPROVE: lambda e, t: f"approved {t}",
+    A.TOMBSTONE_PURGE_REJECT: lambda e, t: f"rejected {t}",
+    A.TOMBSTONE_PURGE_EXECUTE: lambda e, t: (
+        f"executed {t}: deleted {_get(e.after, 'tombstones') or 0} tombstone(s)"),
 }
 
 

@@ -196,3 +196,15 @@ class AlreadyDone(InvalidTransition):
         when = f" at {at.isoformat()}" if at is not None else ""
         super().__init__(f"{field}: {detail or 'already ' + what}{who}{when}")
         self.what, self.by, self.at, self.run_id = what, by, at, run_id
+
+
+class PurgeRefused(DomainError, status=409, error="purge_refused"):
+    """A tombstone purge (or its preparation) refused by the rules of tombstone
+    governance (issue 20, item 5; RUNIFOLD.md 5): 409 ``{"error": "purge_refused",
+    "detail", "reason"}``, ``reason`` one of ``no_tombstone_retention`` (the policy keeps
+    tombstones forever), ``no_export`` (nothing exported yet), ``legal_hold``,
+    ``nothing_to_purge``, ``expired`` (past the approval deadline), ``changed`` (the
+    frozen tombstones' fingerprint no longer holds), ``state`` (not prepared/approved)."""
+
+    def __init__(self, detail: str, reason: str):
+        super().__init__(detail, reason=reason)

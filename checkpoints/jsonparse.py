@@ -10,6 +10,7 @@ Integers keep full precision (Python ints), and escaped strings such as ``"\\u00
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from typing import Any
@@ -156,6 +157,12 @@ def dumps(value: Any) -> str:
     """Canonical compact JSON text (sorted keys, UTF-8 kept, no NaN)."""
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True,
                       allow_nan=False)
+
+
+def content_sha256(text: str) -> str:
+    """SHA-256 hex of ``text`` as UTF-8: how an audit event names stored content (a
+    payload's or receipt's JSON text exactly as stored) without holding it."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def loads_any(text: str) -> Any:

@@ -16,6 +16,7 @@ EFFECT = "0f9b2c44-7a51-4c1e-9a52-2f7f5c1a9d10"
 CP = "5c0e1a2b-3c4d-4e5f-8a9b-0c1d2e3f4a5b"
 RUN = "9d8c7b6a-5f4e-4d3c-8b2a-1f0e9d8c7b6a"
 HOLD = "3e1f5a7c-2b4d-4c6e-8f0a-1b3c5d7e9f11"
+PURGE = "9d2f0c3e-1111-4222-8333-444455556666"
 
 #: One event per action as its service writes it: (actor, target type, target ref,
 #: before, after, reason).
@@ -146,6 +147,19 @@ SAMPLES = {
     A.RUN_ERASE: ("april", T.RUN, RUN, None,
                   {"tombstone": 12, "cause": "erasure", "policy": {"erasure_request": HOLD},
                    "counts": {"checkpoints": 1, "revisions": 3}}, ""),
+    # Tombstone governance (issue 20, item 5): services.audit_export, tombstone purges.
+    A.AUDIT_EXPORT: ("system", T.TENANT, "acme", None,
+                     {"export": 1, "through_seq": 40, "through_tombstone": 3, "events": 40,
+                      "tombstones": 3, "manifest_sha256": "ab" * 32, "key_id": "k",
+                      "watermark_moved": True}, ""),
+    A.TOMBSTONE_PURGE_PREPARE: ("adam", T.TOMBSTONE_PURGE, PURGE, None,
+                                {"purge": PURGE, "state": "prepared", "tombstones": 3}, ""),
+    A.TOMBSTONE_PURGE_APPROVE: ("april", T.TOMBSTONE_PURGE, PURGE, {"state": "prepared"},
+                                {"purge": PURGE, "state": "approved"}, ""),
+    A.TOMBSTONE_PURGE_REJECT: ("april", T.TOMBSTONE_PURGE, PURGE, {"state": "prepared"},
+                               {"purge": PURGE, "state": "rejected"}, "not yet"),
+    A.TOMBSTONE_PURGE_EXECUTE: ("adam", T.TOMBSTONE_PURGE, PURGE, {"state": "approved"},
+                                {"purge": PURGE, "state": "executed", "tombstones": 3}, ""),
 }
 
 NAMES = {EFFECT: "charge:A-7 at payments"}
@@ -199,6 +213,11 @@ def test_each_sentence_says_who_did_what_in_words(action):
     (A.CHECKPOINT_CONFLICT, "wendy was refused writing checkpoint 5c0e1a2b: stale revision "
                             "(sent for revision 2, store at 4)"),
     (A.CHECKPOINT_WRITE, "wendy wrote checkpoint 5c0e1a2b revision 3 at phase charging"),
+    (A.AUDIT_EXPORT, "system exported the audit of tenant acme through event 40 with 3 "
+                     "tombstone(s)"),
+    (A.TOMBSTONE_PURGE_EXECUTE, "adam executed tombstone purge 9d2f0c3e: deleted 3 "
+                                "tombstone(s)"),
+    (A.TOMBSTONE_PURGE_REJECT, "april rejected tombstone purge 9d2f0c3e: not yet"),
     (A.CHECKPOINT_IMPORT, "system imported checkpoint 5c0e1a2b revision 3 from a runifold "
                           "file at phase completed after 1 turn(s)"),
     (A.EFFECT_IMPORT, "system imported charge:A-7 at payments revision 1 from a runifold file"
@@ -249,3 +268,12 @@ def test_a_service_without_a_look_up_reads_as_such():
     words = auditwords.sentence(event(A.EFFECT_RECONCILE, "system", kind, ref, before, after,
                                       ""), NAMES)
     assert "offers no look-up, so nobody can tell" in words and "via none" not in words
+
+
+def test_a_write_since_issue_20_names_its_phase_class_not_a_label():
+    """Since issue 20 a write's event holds the payload's hash, not its phase label
+    (which a declared kind may build from payload fields)."""
+    after = {"revision": 3, "phase_class": "in_flight", "payload_sha256": "ab" * 32}
+    words = auditwords.sentence(event(A.CHECKPOINT_WRITE, "wendy", T.CHECKPOINT, CP,
+                                      {"revision": 2}, after, ""))
+    assert words == "wendy wrote checkpoint 5c0e1a2b revision 3 (in flight phase)"

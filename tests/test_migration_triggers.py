@@ -32,6 +32,8 @@ POSTGRES = {
     ("checkpoints_audit_head_no_truncate", "checkpoints_auditchainhead"),
     ("checkpoints_audittenant_append_only", "checkpoints_audittenant"),
     ("checkpoints_audittenant_no_truncate", "checkpoints_audittenant"),
+    ("checkpoints_tombstone_no_update", "checkpoints_tombstone"),
+    ("checkpoints_tombstone_no_truncate", "checkpoints_tombstone"),
 }
 
 

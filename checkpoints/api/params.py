@@ -135,6 +135,13 @@ class AuditListParams(Params):
     limit = _int(1, 200, "page size", default=100)
 
 
+class TombstoneListParams(Params):
+    """``GET …/tombstones``."""
+
+    after = _int(0, 2**63 - 1, "from the previous page's next URL: the last id of that page")
+    limit = _int(1, 500, "page size", default=100)
+
+
 class RevisionListParams(Params):
     """``GET …/checkpoints/{id}/revisions``."""
 

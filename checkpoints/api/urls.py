@@ -65,6 +65,18 @@ urlpatterns = [
          name="erasure-approve"),
     path(T + "erasure-requests/<str:request_id>/reject", views.ErasureRejectApi.as_view(),
          name="erasure-reject"),
+    # Tombstone governance (issue 20, item 5; beyond CONTRACT.md 8).
+    path(T + "tombstones", views.TombstoneListApi.as_view(), name="tombstones"),
+    path(T + "tombstone-purges", views.TombstonePurgeListApi.as_view(),
+         name="tombstone-purges"),
+    path(T + "tombstone-purges/<str:purge_id>", views.TombstonePurgeApi.as_view(),
+         name="tombstone-purge"),
+    path(T + "tombstone-purges/<str:purge_id>/approve",
+         views.TombstonePurgeApproveApi.as_view(), name="tombstone-purge-approve"),
+    path(T + "tombstone-purges/<str:purge_id>/reject", views.TombstonePurgeRejectApi.as_view(),
+         name="tombstone-purge-reject"),
+    path(T + "tombstone-purges/<str:purge_id>/execute",
+         views.TombstonePurgeExecuteApi.as_view(), name="tombstone-purge-execute"),
     # LangGraph threads (issue 10, docs/langgraph.md).
     path(T + "langgraph/checkpoints", views.LangGraphCheckpointsApi.as_view(),
          name="langgraph-checkpoints"),

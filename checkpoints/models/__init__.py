@@ -36,6 +36,8 @@ from .kinds import DeclaredKindVersion
 from .langgraph import GraphCheckpoint, GraphWrite
 from .lifecycle import (
     LIFECYCLE_MAX_RUNS,
+    REASON_MAX,
+    TOMBSTONE_PURGE_MAX,
     AuditExport,
     DataPolicy,
     ErasureRequest,

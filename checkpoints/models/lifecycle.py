@@ -28,6 +28,8 @@ LIFECYCLE_MAX_RUNS = 500
 #: The most subject fields a tenant may declare, and a field name's length.
 SUBJECT_FIELDS_MAX = 16
 REASON_MAX = 1024  # bytes, as runifold's legal hold
+#: The most tombstones one purge freezes (RUNIFOLD.md 5, tombstone governance).
+TOMBSTONE_PURGE_MAX = 1000
 
 
 class DataPolicy(TenantOwned):
@@ -244,6 +246,8 @@ class TombstonePurge(TenantOwned):
     last_cursor = models.BigIntegerField()
     tombstone_count = models.PositiveIntegerField()
     export_through = models.BigIntegerField()
+    tombstone_ids = models.JSONField(default=list, help_text="the frozen tombstones' ids, "
+                                     "ascending (at most TOMBSTONE_PURGE_MAX)")
     fingerprint = models.CharField(max_length=64)
     deadline = models.DateTimeField()
     prepared_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT,

@@ -111,3 +111,8 @@ from .search import (
     search_terms,
     uuid_prefix_range,
 )
+from .tombstones import (
+    tombstone_list,
+    tombstone_purge_get,
+    tombstone_purge_list,
+)

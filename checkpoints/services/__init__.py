@@ -134,12 +134,22 @@ from .runs import (
 )
 from .screening import Screened, flag_sentences, screen_effect, screen_payload
 from .sweep import sweep_stale_runs
+from .tombstones import (
+    PURGE_DEADLINE,
+    audit_export,
+    export_watermark,
+    purge_fingerprint,
+    tombstone_purge_approve,
+    tombstone_purge_execute,
+    tombstone_purge_prepare,
+    tombstone_purge_reject,
+)
 
 # The submodules, for tests that read the services' source (the audit, fence and race
 # matrices).
 MODULES = ("common", "accounts", "runs", "checkpoints", "effects", "review",
            "reconcile_requests", "sweep", "keys", "bulk", "migrations", "migration_jobs",
-           "kinds", "writepath", "holds", "erasure")
+           "kinds", "writepath", "holds", "erasure", "tombstones")
 #: Submodules whose functions are not services: only the services call them (the
 #: checkpoint write's two dialects, below ``checkpoint_put``). The matrices read them to
 #: follow the calls, and never count their functions as services.

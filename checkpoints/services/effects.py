@@ -25,7 +25,7 @@ from ..exceptions import (
     OperationExists,
     StaleRevision,
 )
-from ..jsonparse import dumps
+from ..jsonparse import content_sha256, dumps
 from ..models import (
     Effect,
     EffectRevision,
@@ -238,6 +238,8 @@ def _effect_cas(actor, tenant, body, expected_revision, fencing_token, refused, 
             reopened = run_save(run, now, reopen=True, last_write_at=now)
             after = {"revision": effect.revision, "state": effect.state,
                      "operation_key": effect.operation_key, "service": effect.service}
+            if body.receipt is not None:  # by its hash, never a value (issue 20, item 3)
+                after["receipt_sha256"] = content_sha256(dumps(body.receipt))
             if reopened:
                 after["reopened"] = True
             if effect.secret_paths:

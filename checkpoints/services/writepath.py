@@ -34,7 +34,7 @@ from django.db import IntegrityError, transaction
 from .. import audit, declared, locks, policy, sql
 from ..audit import audit_record
 from ..exceptions import Fenced, InvalidPayload, NotFound, StaleRevision, UsageDecreased
-from ..jsonparse import dumps
+from ..jsonparse import content_sha256, dumps
 from ..models import (
     AuditChainHead,
     AuditEvent,
@@ -114,9 +114,14 @@ def _write_audit(envelope, cls, phase_label: str, expected_revision: int | None,
     """The ``before`` and ``after`` of a checkpoint write's audit event; a migration's
     also names the migration, both versions, the batch and the run's fencing token. A
     payload screening flagged adds ``secret_paths`` (paths and types, never a value) and
-    ``large_above``."""
-    after = {"revision": envelope.revision, "phase": phase_label,
-             "phase_class": cls.phase.phase_class}
+    ``large_above``.
+
+    ``after`` names the payload by ``payload_sha256`` (SHA-256 hex of its stored JSON
+    text, ``envelope.payload_json``), never by a value: not even the phase label, which a
+    declared kind may build from payload fields (issue 20, item 3; ``auditshape``).
+    ``phase_label`` is taken for the callers' symmetry and not written."""
+    after = {"revision": envelope.revision, "phase_class": cls.phase.phase_class,
+             "payload_sha256": content_sha256(envelope.payload_json)}
     if reopened:
         after["reopened"] = True
     if screened is not None and screened.secret_paths:

@@ -58,6 +58,15 @@ BEYOND_CONTRACT = {
     ("POST", "langgraph/threads/copy"): "LangGraph copy_thread",
     ("POST", "langgraph/threads/prune"): "LangGraph prune",
     ("POST", "langgraph/runs/delete"): "LangGraph delete_for_runs",
+    # Tombstone governance (issue 20, item 5; RUNIFOLD.md 5): the tombstones by cursor and
+    # the four-eyes purge of tombstones (prepare, approve or reject, execute).
+    ("GET", "tombstones"): "the tenant's tombstones by cursor",
+    ("GET", "tombstone-purges"): "the tenant's tombstone purges",
+    ("POST", "tombstone-purges"): "prepare a tombstone purge",
+    ("GET", "tombstone-purges/{}"): "a tombstone purge and its evidence",
+    ("POST", "tombstone-purges/{}/approve"): "approve a tombstone purge (four eyes)",
+    ("POST", "tombstone-purges/{}/reject"): "reject a tombstone purge",
+    ("POST", "tombstone-purges/{}/execute"): "execute an approved tombstone purge",
 }
 # Status codes CONTRACT.md 3 gives in prose, for groups of requests.
 EVERY_REQUEST = {403, 404}  # "a role that lacks the right ... 403"; no role: 404

@@ -260,6 +260,11 @@ def _kind(version: int, tenant=HOME):
     return lambda w: {"tenant": tenant, "kind": DECLARED_KIND, "version": str(version)}
 
 
+def _purge(tenant=HOME):
+    """The URL kwargs of a tombstone purge id that no tenant holds."""
+    return lambda w: {"tenant": tenant, "purge_id": str(IDS["new_cp"])}
+
+
 def _s(tenant=HOME, **names):
     build = _ids(**names)
     return lambda w: {"slug": tenant, **build(w)}
@@ -410,6 +415,18 @@ RECIPES: dict[str, list[Op]] = {
         Op("post", _t(request_id="erasure_id"), api_rule(AP, 200), "write", body=REASON),
         Op("post", _t(TWIN, request_id="erasure_id"), api_rule(AP, 404), body=REASON,
            tenant=TWIN)],
+    # Tombstone governance (issue 20, item 5): the tombstones and purges are a viewer's
+    # read; preparing and executing the admin's, deciding the approver's. The twin world
+    # keeps tombstones forever (no tombstone retention): a prepare is 409 for the admin;
+    # a purge id no tenant holds is 404 for whoever may act on one.
+    "api:tombstones": [Op("get", _t(), api_rule(V, 200))],
+    "api:tombstone-purges": [Op("get", _t(), api_rule(V, 200)),
+                             Op("post", _t(), api_rule(roles.MANAGE, 409), body={})],
+    "api:tombstone-purge": [Op("get", _purge(), api_rule(V, 404))],
+    "api:tombstone-purge-approve": [Op("post", _purge(), api_rule(AP, 404), body={})],
+    "api:tombstone-purge-reject": [Op("post", _purge(), api_rule(AP, 404), body=REASON)],
+    "api:tombstone-purge-execute": [Op("post", _purge(), api_rule(roles.MANAGE, 404),
+                                       body={})],
     "schema": [Op("get", lambda w: {}, schema_rule)],
     "api-docs": [Op("get", lambda w: {}, docs_rule, surface="web")],
     # Operations (checkpoints/ops/health.py): the probes answer anyone and name no tenant; the

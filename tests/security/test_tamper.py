@@ -21,24 +21,49 @@ from django.db import DatabaseError, connection
 
 from checkpoints import services
 from checkpoints.models import AuditEvent, AuditTenant, Tenant
-from tests.helpers import envelope, put_checkpoint
+from tests.helpers import age_world, envelope, put_checkpoint
+from tests.lifecycle.governance import DAY, keep_tombstones, purged_runs
 from tests.security import tampering
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 EVENTS, HEADS = tampering.EVENTS, tampering.HEADS
 REGISTRY = AuditTenant._meta.db_table
-record = tampering.record  # rows of the table printed at the end (tests/security/conftest.py)
+_WORLD = {"suffix": ""}
 
 
-@pytest.fixture
-def chain(acme, globex, wendy, wes):
-    """Two tenants with a few events each; the attacks are on acme."""
+def record(attack: str, by: str, outcome: str, how: str) -> None:
+    """A row of the table printed at the end (tests/security/conftest.py), the attack
+    marked when it ran on a chain after deletions."""
+    tampering.record(attack + _WORLD["suffix"], by, outcome, how)
+
+
+def _after_deletions(acme, wendy, adam, april, out_dir) -> None:
+    """Issue 20: retention deletes two runs (tombstones), the audit is exported, and a
+    four-eyes purge deletes the tombstones; the chain must still verify, and every
+    attack below must still be refused or detected."""
+    purged_runs(wendy, acme, 2)
+    keep_tombstones(acme, 30)
+    services.audit_export(actor=None, tenant=acme, out_dir=out_dir)
+    age_world(31 * DAY)
+    purge = services.tombstone_purge_prepare(actor=adam, tenant=acme)
+    services.tombstone_purge_approve(actor=april, tenant=acme, purge_id=purge.uuid)
+    services.tombstone_purge_execute(actor=adam, tenant=acme, purge_id=purge.uuid)
+
+
+@pytest.fixture(params=["fresh", "after deletions"])
+def chain(request, acme, globex, wendy, wes, adam, april, tmp_path):
+    """Two tenants with a few events each; the attacks are on acme. Each attack runs on
+    a fresh chain and on one after a retention purge and a tombstone purge."""
     body = envelope()
     put_checkpoint(wendy, acme, body)
     put_checkpoint(wendy, acme, dict(body, revision=1), expected=0)
     put_checkpoint(wendy, acme, dict(body, revision=2), expected=1)
     put_checkpoint(wes, globex, envelope())
+    _WORLD["suffix"] = ""
+    if request.param == "after deletions":
+        _after_deletions(acme, wendy, adam, april, tmp_path / "export")
+        _WORLD["suffix"] = " (after deletions)"
     return acme
 
 

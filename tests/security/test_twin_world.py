@@ -40,6 +40,7 @@ import dataclasses
 import inspect
 import io
 import json
+import tempfile
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -70,6 +71,8 @@ from checkpoints.models import (
     Run,
     RunTransition,
     Tenant,
+    Tombstone,
+    TombstonePurge,
 )
 from tests.helpers import effect_body, envelope, lg_put, lg_writes
 from tests.matrixhelpers import interop_modules, is_internal, service_modules
@@ -272,6 +275,15 @@ def _count_is(expected_of: Callable, got_of: Callable) -> Callable:
 
 
 SELECTORS: dict[str, SelectorCell] = {
+    # Tombstone governance (issue 20, item 5): each tenant's own (none in the world).
+    "tombstone_list": SelectorCell(
+        lambda w, s, u: selectors.tombstone_list(user=u, tenant=w.tenant(s)),
+        lambda w, s, a: "" if len(a) == Tombstone.objects.filter(tenant=w.tenant(s)).count()
+        else "tombstone count", shows_mark=False),
+    "tombstone_purge_list": SelectorCell(
+        lambda w, s, u: selectors.tombstone_purge_list(user=u, tenant=w.tenant(s)),
+        lambda w, s, a: "" if len(a) == TombstonePurge.objects.filter(
+            tenant=w.tenant(s)).count() else "purge count", shows_mark=False),
     "run_list": SelectorCell(
         lambda w, s, u: selectors.run_list(user=u, tenant=w.tenant(s),
                                            filters=selectors.RunFilters(), limit=200),
@@ -417,6 +429,8 @@ NOT_TENANT_DATA = {
     "migration_job_get": "one job by its UUID: the twin's job asked here is 404 (CROSS_IDS); "
                          "its items are its own tenant's (the API recipe's marker)",
     "migration_offers": "pure: reads the kind_usage answer it is given and the registry",
+    "tombstone_purge_get": "one purge by its UUID in the asked tenant (for_tenant); the "
+                           "twin world holds none: tests/lifecycle/test_tombstone_api.py",
 }
 
 def _figures_count(w: World, slug: str, a: dict) -> str:
@@ -701,6 +715,21 @@ API: dict[str, Req] = {
     f"post {T}langgraph/threads/prune": Req(body={"thread_ids": [LG_THREAD],
                                                   "strategy": "keep_latest"}, write=True),
     f"post {T}langgraph/runs/delete": Req(body={"run_ids": ["tw-run"]}, write=True),
+    # Tombstone governance (issue 20, item 5): each tenant's own tombstones and purges
+    # (none in the twin world: its policy keeps tombstones forever, so a prepare is 409);
+    # a purge id is looked up in the asked tenant only.
+    f"get {T}tombstones": Req(count=lambda w, slug, r: "" if len(r.json()["results"]) ==
+                              Tombstone.objects.filter(tenant=w.tenant(slug)).count()
+                              else "tombstone count"),
+    f"get {T}tombstone-purges": Req(),
+    f"post {T}tombstone-purges": Req(body={}, write=True),
+    f"get {T}tombstone-purges/{{purge_id}}": Req({"purge_id": "new_cp"}),
+    f"post {T}tombstone-purges/{{purge_id}}/approve": Req({"purge_id": "new_cp"}, {},
+                                                          write=True),
+    f"post {T}tombstone-purges/{{purge_id}}/reject": Req({"purge_id": "new_cp"}, R,
+                                                         write=True),
+    f"post {T}tombstone-purges/{{purge_id}}/execute": Req({"purge_id": "new_cp"}, {},
+                                                          write=True),
 }
 
 PAGES: dict[str, Req] = {
@@ -1014,6 +1043,22 @@ SERVICES: dict[str, list[ServiceCell]] = {
     "migration_job_submit": [ServiceCell(lambda w, s, a: services.migration_job_submit(
         actor=_as(w, a, "admin"), tenant=w.tenant(s), kind="acme.order", to_version=2,
         run_ids=[IDS["r_stable"], EXTRA["r_more"]], client_token=IDS["new_cp"]))],
+    # Tombstone governance (issue 20, item 5): an export of this tenant's chain; a
+    # prepare in a tenant that keeps tombstones forever (409: its own answer); a purge id
+    # no tenant holds, decided or executed: NotFound.
+    "audit_export": [ServiceCell(lambda w, s, a: services.audit_export(
+        actor=_as(w, a, "admin"), tenant=w.tenant(s), out_dir=tempfile.mkdtemp()))],
+    "tombstone_purge_prepare": [ServiceCell(lambda w, s, a: services.tombstone_purge_prepare(
+        actor=_as(w, a, "admin"), tenant=w.tenant(s)))],
+    "tombstone_purge_approve": [ServiceCell(lambda w, s, a: services.tombstone_purge_approve(
+        actor=_as(w, a, "approver"), tenant=w.tenant(s), purge_id=IDS["new_cp"]),
+        foreign=True)],
+    "tombstone_purge_reject": [ServiceCell(lambda w, s, a: services.tombstone_purge_reject(
+        actor=_as(w, a, "approver"), tenant=w.tenant(s), purge_id=IDS["new_cp"],
+        reason="x"), foreign=True)],
+    "tombstone_purge_execute": [ServiceCell(lambda w, s, a: services.tombstone_purge_execute(
+        actor=_as(w, a, "admin"), tenant=w.tenant(s), purge_id=IDS["new_cp"]),
+        foreign=True)],
     "migration_preview": [ServiceCell(lambda w, s, a: services.migration_preview(
         actor=_as(w, a, "admin"), tenant=w.tenant(s), kind="acme.order", to_version=2,
         run_ids=[IDS["r_stable"], IDS["r_stuck"], EXTRA["r_more"]]))],
@@ -1061,6 +1106,8 @@ SERVICES.update({  # LangGraph threads (issue 10): the shared thread id acts on 
         target_thread_id="tw-copy"))],
 })
 NOT_SERVICE_CELLS = {
+    "export_watermark": "reads one tenant's exports by tenant pk (for_tenant); writes "
+                        "nothing: tests/lifecycle/test_audit_export.py",
     "migration_target_check": "reads the kind registry only (the same in every tenant "
                               "until declarative kinds); writes nothing",
     "audit_verify": "reads one tenant's chain by tenant pk: tests/services/test_audit_chain.py",

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import inspect
 import io
+import tempfile
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -56,6 +57,7 @@ from tests.helpers import (
     put_effect,
     walk_effect,
 )
+from tests.lifecycle.governance import DAY, keep_tombstones, purged_runs
 from tests.matrixhelpers import (
     db_diff,
     db_state,
@@ -587,6 +589,48 @@ def erasure_reject(p):
     request = _erasure(p)
     return Cell(lambda: services.erasure_reject(actor=p.april, tenant=p.acme,
                                                 request_id=request.uuid, reason="no"))
+def audit_export(p):
+    purged_runs(p.wendy, p.acme, 1)
+    return Cell(lambda: services.audit_export(actor=None, tenant=p.acme,
+                                              out_dir=tempfile.mkdtemp()))
+
+
+def _purge_ready(p):
+    """A tombstone 31 days old, exported, a policy keeping tombstones 30 days; an admin."""
+    purged_runs(p.wendy, p.acme, 2)
+    keep_tombstones(p.acme, 30)
+    services.audit_export(actor=None, tenant=p.acme, out_dir=tempfile.mkdtemp())
+    age_world(31 * DAY)
+    return _admin(p)
+
+
+def tombstone_purge_prepare(p):
+    admin = _purge_ready(p)
+    return Cell(lambda: services.tombstone_purge_prepare(actor=admin, tenant=p.acme))
+
+
+def _prepared(p):
+    admin = _purge_ready(p)
+    return admin, services.tombstone_purge_prepare(actor=admin, tenant=p.acme).uuid
+
+
+def tombstone_purge_approve(p):
+    _, pid = _prepared(p)
+    return Cell(lambda: services.tombstone_purge_approve(actor=p.april, tenant=p.acme,
+                                                         purge_id=pid))
+
+
+def tombstone_purge_reject(p):
+    _, pid = _prepared(p)
+    return Cell(lambda: services.tombstone_purge_reject(actor=p.april, tenant=p.acme,
+                                                        purge_id=pid, reason="not yet"))
+
+
+def tombstone_purge_execute(p):
+    admin, pid = _prepared(p)
+    services.tombstone_purge_approve(actor=p.april, tenant=p.acme, purge_id=pid)
+    return Cell(lambda: services.tombstone_purge_execute(actor=admin, tenant=p.acme,
+                                                         purge_id=pid))
 
 
 CELLS: dict[str, dict[str, Callable]] = {
@@ -648,6 +692,14 @@ CELLS: dict[str, dict[str, Callable]] = {
     "erasure_approve": {"approve and erase": erasure_approve,
                         "approve, all held": erasure_approve_held},
     "erasure_reject": {"reject": erasure_reject},
+    # Tombstone governance (issue 20, item 5). The export's files are written before its
+    # transaction (a failed audit leaves files but no export recorded: the watermark
+    # stays).
+    "audit_export": {"export": audit_export},
+    "tombstone_purge_prepare": {"prepare": tombstone_purge_prepare},
+    "tombstone_purge_approve": {"approve": tombstone_purge_approve},
+    "tombstone_purge_reject": {"reject": tombstone_purge_reject},
+    "tombstone_purge_execute": {"execute": tombstone_purge_execute},
 }
 NOT_CELLS = {
     "migration_preview": "a dry run of checkpoints_migrate: writes and audits nothing "

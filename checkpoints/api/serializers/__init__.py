@@ -36,6 +36,7 @@ from .common import (
     IsoDateTimeField,
     OperationExistsSerializer,
     OwnerLiveSerializer,
+    PurgeRefusedSerializer,
     RunUuidField,
     SecretPathSerializer,
     TenantSlugField,
@@ -112,4 +113,10 @@ from .runs import (
     RunPageSerializer,
     RunSerializer,
     resume_usage,
+)
+from .tombstones import (
+    TombstonePageSerializer,
+    TombstonePurgeListSerializer,
+    TombstonePurgeSerializer,
+    TombstoneSerializer,
 )

@@ -183,6 +183,15 @@ class UnprocessableWriteSerializer(Answer):
     error = serializers.CharField()
     detail = serializers.CharField(required=False)
     paths = SecretPathSerializer(many=True, required=False, source="extra.paths")
+class PurgeRefusedSerializer(Answer):
+    """409: a tombstone purge step refused by tombstone governance; ``reason`` says which
+    rule (``exceptions.PurgeRefused``)."""
+
+    error = error_word("purge_refused")
+    detail = serializers.CharField()
+    reason = serializers.ChoiceField(source="extra.reason", choices=[
+        "no_tombstone_retention", "no_export", "legal_hold", "nothing_to_purge", "expired",
+        "changed", "state"])
 
 
 #: The body of each domain error that has its own shape; every other one is an
@@ -194,6 +203,7 @@ ERROR_SHAPES: dict[type[exceptions.DomainError], type[Answer]] = {
     exceptions.OwnerLive: OwnerLiveSerializer,
     exceptions.OperationExists: OperationExistsSerializer,
     exceptions.SecretDetected: UnprocessableWriteSerializer,
+    exceptions.PurgeRefused: PurgeRefusedSerializer,
 }
 
 

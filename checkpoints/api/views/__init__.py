@@ -71,3 +71,11 @@ from .review import (
     RunReconcileApi,
 )
 from .runs import RunDetailApi, RunLeaseApi, RunListApi, RunResumeApi
+from .tombstones import (
+    TombstoneListApi,
+    TombstonePurgeApi,
+    TombstonePurgeApproveApi,
+    TombstonePurgeExecuteApi,
+    TombstonePurgeListApi,
+    TombstonePurgeRejectApi,
+)

@@ -18,7 +18,7 @@ from django.conf import settings
 
 from ... import crypto, intranges, kinds
 from ...exceptions import InvalidPayload
-from ...jsonparse import dumps, loads_object, printable
+from ...jsonparse import content_sha256, dumps, loads_object, printable
 from ...models import Effect
 from ...services.checkpoints import Envelope, parse_envelope
 from ...services.common import _uuid_field
@@ -176,6 +176,7 @@ class EffectLine:
     status_json: str  # canonical JSON of ``status``
     state: str  # ours
     receipt_ciphertext: str
+    receipt_sha256: str = ""  # of the receipt's stored JSON text (its audit event's)
 
     @property
     def content(self) -> tuple:
@@ -374,6 +375,7 @@ def _parse_effect(body: dict, number: int) -> EffectLine:
         receipt = _wrap(value)
     elif state == FAILED:
         receipt = value
+    receipt_json = dumps(receipt) if receipt is not None else ""
     return EffectLine(
         number=number, effect_id=uuid.UUID(effect_id), revision=revision, run_id=run_id,
         execution_id=execution_id(body["request"].get("idempotency_key")),
@@ -381,7 +383,8 @@ def _parse_effect(body: dict, number: int) -> EffectLine:
         fingerprint=hashlib.sha256(request_json.encode("utf-8")).hexdigest(),
         service=service, operation_key=operation_key, effect_class=effect_class,
         status=state, status_json=dumps(body["status"]), state=STATE_IN[state],
-        receipt_ciphertext=crypto.encrypt_text(dumps(receipt)) if receipt is not None else "",
+        receipt_ciphertext=crypto.encrypt_text(receipt_json) if receipt_json else "",
+        receipt_sha256=content_sha256(receipt_json) if receipt_json else "",
     )
 
 

@@ -10,6 +10,7 @@ import uuid
 from typing import Any
 
 from ... import locks, policy, sql
+from ...jsonparse import content_sha256
 from ...models import Checkpoint, CheckpointRevision, Effect, EffectRevision, Run, Tenant
 from ...services.common import _actor_name
 from ...services.runs import run_save_many
@@ -175,8 +176,9 @@ def _events(ops, checkpoints, effects, reopened: set) -> list[dict]:
             cp = checkpoints[env.checkpoint_id]
             before = previous.get(env.checkpoint_id, None if cp.start is None
                                   else {"revision": cp.start})
-            after = {"revision": env.revision, "phase": line.phase_label,
-                     "phase_class": line.cls.phase.phase_class}
+            # The payload by its hash, never a value (not even its phase label).
+            after = {"revision": env.revision, "phase_class": line.cls.phase.phase_class,
+                     "payload_sha256": content_sha256(env.payload_json)}
             previous[env.checkpoint_id] = {"revision": env.revision}
             target, target_type, run_uuid = env.checkpoint_id, TargetType.CHECKPOINT, cp.run_uuid
             action = AuditAction.CHECKPOINT_IMPORT
@@ -187,6 +189,8 @@ def _events(ops, checkpoints, effects, reopened: set) -> list[dict]:
             after = {"revision": line.revision, "state": line.state,
                      "runifold_state": line.status, "operation_key": line.operation_key,
                      "service": line.service}
+            if line.receipt_sha256:
+                after["receipt_sha256"] = line.receipt_sha256
             previous[line.effect_id] = {"revision": line.revision, "state": line.state}
             target, target_type, run_uuid = line.effect_id, TargetType.EFFECT, effect.run_uuid
             action = AuditAction.EFFECT_IMPORT

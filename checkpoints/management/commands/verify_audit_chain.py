@@ -11,6 +11,13 @@ each head exported earlier by ``export_audit_head`` (JSON lines; for one tenant,
 lines) must carry a valid signature and still be in the chain with the same hash, with the
 head at or past it: this is what shows that events were cut from the end.
 
+Each tenant checked also gets a line saying how many of its events refer to erased data
+(runs whose payloads retention or erasure deleted: their ``Tombstone``): the chain
+verifies all the same, since it holds hashes of what was deleted, never the content
+(issue 20, item 3). With ``--export DIR`` (repeatable), an export written by
+``export_audit`` is checked with the keys alone (manifest signature, file hashes, every
+event's HMAC and link) and against the database (the chain still holds its last event).
+
 Prints one line per tenant and per exported head; exits 0 when all hold, else 1
 (``CommandError``) naming each broken tenant and its first problem. A tenant that does
 not exist, or an unreadable or malformed FILE (line and field named), also exits 1.
@@ -20,7 +27,7 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from checkpoints import services
+from checkpoints import auditexport, services
 from checkpoints.exceptions import DomainError
 from checkpoints.models import Tenant
 from checkpoints.ops.operatorfiles import open_input
@@ -56,8 +63,12 @@ class Command(BaseCommand):
         parser.add_argument("--against", metavar="FILE",
                             help="JSON lines written by export_audit_head: each exported head "
                                  "must still be in its chain")
+        parser.add_argument("--export", metavar="DIR", action="append", default=[],
+                            help="a directory written by export_audit: its manifest and "
+                                 "files must verify and its last event be in the chain")
 
-    def handle(self, *args, tenant: str | None, against: str | None, **options):
+    def handle(self, *args, tenant: str | None, against: str | None, export: list[str],
+               **options):
         tenants = Tenant.objects.order_by("slug")
         if tenant is not None:
             tenants = tenants.filter(slug=tenant)
@@ -77,6 +88,10 @@ class Command(BaseCommand):
             else:
                 self.stdout.write(f"{t.slug}: BROKEN at {problem}")
                 broken.setdefault(t.slug, problem)
+            erased = auditexport.erased_event_count(t)
+            self.stdout.write(f"{t.slug}: {erased} event(s) refer to erased data")
+        for directory in export:
+            self._check_export(directory, tenant, broken)
         for number, record in exports:
             problem = services.audit_head_check(record=record)
             slug = record["tenant"]
@@ -89,3 +104,23 @@ class Command(BaseCommand):
         if broken:
             raise CommandError("audit chain broken for: " + "; ".join(
                 f"{slug}: {problem}" for slug, problem in sorted(broken.items())))
+
+    def _check_export(self, directory: str, tenant: str | None, broken: dict) -> None:
+        manifest, problems = auditexport.verify_export(directory)
+        if manifest is None:
+            slug = tenant or directory
+        else:
+            slug = manifest["tenant"]
+            if tenant is not None and slug != tenant:
+                return
+            if not problems:
+                problem = auditexport.export_db_problem(manifest)
+                problems = [problem] if problem else []
+        if problems:
+            self.stdout.write(f"{slug}: BROKEN export {directory}: {problems[0]}")
+            broken.setdefault(slug, f"export {directory}: {problems[0]}")
+        else:
+            self.stdout.write(
+                f"{slug}: export {directory} verifies ({manifest['counts']['events']} "
+                f"event(s) through seq {manifest['through_seq']}, "
+                f"{manifest['counts']['tombstones']} tombstone(s))")

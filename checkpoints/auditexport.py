@@ -1,0 +1,325 @@
+"""The audit export's files: a tenant's audit events and tombstones up to a watermark as
+JSON Lines, and a signed manifest (issue 20, item 5; docs/security/audit.md, "The audit
+export"). ``services.audit_export`` writes them and records the export; this module holds
+the format, the manifest's signature and the verifier, which needs the files and the
+audit keys only (not the database), so an export proves what it holds after the
+database, or the tenant's data in it, is gone.
+
+A directory holds one export:
+
+- ``audit.jsonl``: one event a line, seq 1..``through_seq`` in order, each with every
+  field its hash covers (``EVENT_FIELDS``), so each line's HMAC recomputes from the file;
+- ``tombstones.jsonl``: one tombstone a line, ascending id, up to ``through_tombstone``
+  (those still there: a purged tombstone is gone, its event stays);
+- ``manifest.json``: ``MANIFEST_FIELDS``, ``signature`` an HMAC-SHA256 (newest audit
+  key) over the others.
+
+Each line is canonical JSON (``jsonparse.dumps``) and a newline.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import stat
+from datetime import datetime
+from pathlib import Path
+
+from django.utils.dateparse import parse_datetime
+
+from .audit import GENESIS, HEX64_RE, _event_problem, audit_keys
+from .exceptions import InvalidPayload
+from .jsonparse import dumps, loads_object
+from .models import AuditChainHead, AuditEvent, Tenant, Tombstone
+from .vocab import AuditAction
+
+FORMAT = "recovery.audit-export.v1"
+AUDIT_FILE, TOMBSTONE_FILE, MANIFEST_FILE = "audit.jsonl", "tombstones.jsonl", "manifest.json"
+FILES = (AUDIT_FILE, TOMBSTONE_FILE)
+EVENT_FIELDS = ("seq", "created_at", "actor", "actor_id", "action", "target_type",
+                "target_id", "run_id", "reason", "before", "after", "prev_hash", "hash",
+                "hash_scheme", "key_id")
+MANIFEST_FIELDS = ("format", "tenant", "tenant_id", "through_seq", "last_hash",
+                   "through_tombstone", "legacy_seq", "counts", "sha256", "exported_at",
+                   "key_id", "signature")
+#: The events whose ``after.tombstone`` names the tombstone their deletion wrote.
+DELETIONS = (AuditAction.RUN_PURGE, AuditAction.RUN_ERASE)
+MANIFEST_MAX_BYTES = 64 * 1024
+
+
+def event_line(e: AuditEvent) -> dict:
+    """One ``audit.jsonl`` line: the event's hashed fields and its chain fields."""
+    return {"seq": e.seq, "created_at": e.created_at.isoformat(), "actor": e.actor_name,
+            "actor_id": e.actor_id, "action": e.action, "target_type": e.target_type,
+            "target_id": e.target_ref, "run_id": str(e.run_uuid) if e.run_uuid else None,
+            "reason": e.reason, "before": e.before, "after": e.after,
+            "prev_hash": e.prev_hash, "hash": e.hash, "hash_scheme": e.hash_scheme,
+            "key_id": e.key_id}
+
+
+def tombstone_line(t: Tombstone, erasure_uuid) -> dict:
+    """One ``tombstones.jsonl`` line: every column of the tombstone (no payload value is
+    in one), the erasure request by its public id."""
+    return {"id": t.pk, "run_id": str(t.run_uuid), "kind": t.kind,
+            "schema_version": t.schema_version, "final_state": t.final_state,
+            "cause": t.cause, "run_created_at": t.run_created_at.isoformat(),
+            "ended_at": t.ended_at.isoformat() if t.ended_at else None,
+            "deleted_at": t.deleted_at.isoformat(), "policy": t.policy, "counts": t.counts,
+            "erasure": str(erasure_uuid) if erasure_uuid else None}
+
+
+class LineWriter:
+    """Writes canonical JSON lines to a new file (never over an existing one), counting
+    them and hashing what it writes; ``close`` flushes to disk."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.fh = open(path, "x", encoding="utf-8")  # noqa: SIM115 - closed by close()
+        self.sha = hashlib.sha256()
+        self.count = 0
+
+    def write(self, line: dict) -> None:
+        text = dumps(line) + "\n"
+        self.fh.write(text)
+        self.sha.update(text.encode("utf-8"))
+        self.count += 1
+
+    def close(self) -> str:
+        self.fh.flush()
+        os.fsync(self.fh.fileno())
+        self.fh.close()
+        return self.sha.hexdigest()
+
+
+def write_files(tenant: Tenant, out: Path, through_seq: int) -> dict:
+    """Write ``audit.jsonl`` (events 1..``through_seq``) and ``tombstones.jsonl`` (the
+    tombstones up to the newest one those events' deletions name) into ``out``; returns
+    ``{"through_tombstone", "last_hash", "counts", "sha256"}``. Reads committed, immutable
+    rows without locks. Raises ``FileExistsError``/``OSError`` from the files."""
+    events = LineWriter(out / AUDIT_FILE)
+    through_tombstone, last_hash = 0, GENESIS
+    try:
+        for e in (AuditEvent.objects.for_tenant(tenant).filter(seq__lte=through_seq)
+                  .order_by("seq").iterator(chunk_size=2000)):
+            events.write(event_line(e))
+            last_hash = e.hash
+            if e.action in DELETIONS and isinstance(e.after, dict):
+                named = e.after.get("tombstone")
+                if type(named) is int and named > through_tombstone:
+                    through_tombstone = named
+    finally:
+        events_sha = events.close()
+    stones = LineWriter(out / TOMBSTONE_FILE)
+    try:
+        for t, erasure in _tombstones(tenant, through_tombstone):
+            stones.write(tombstone_line(t, erasure))
+    finally:
+        stones_sha = stones.close()
+    return {"through_tombstone": through_tombstone, "last_hash": last_hash,
+            "counts": {"events": events.count, "tombstones": stones.count},
+            "sha256": {AUDIT_FILE: events_sha, TOMBSTONE_FILE: stones_sha}}
+
+
+def _tombstones(tenant: Tenant, through: int):
+    qs = (Tombstone.objects.for_tenant(tenant).filter(id__lte=through).order_by("id")
+          .select_related("erasure"))
+    for t in qs.iterator(chunk_size=2000):
+        yield t, (t.erasure.uuid if t.erasure_id else None)
+
+
+def manifest_signature(secret: bytes, manifest: dict) -> str:
+    """HMAC-SHA256 hex over the manifest's fields other than ``signature``."""
+    message = {"purpose": "audit-export-manifest",
+               **{k: manifest[k] for k in MANIFEST_FIELDS if k != "signature"}}
+    return hmac.new(secret, dumps(message).encode("utf-8"), hashlib.sha256).hexdigest()
+
+
+def sign_manifest(manifest: dict) -> dict:
+    """``manifest`` with ``key_id`` and ``signature`` (the newest audit key) set."""
+    keys = audit_keys()
+    manifest = dict(manifest, key_id=keys.newest_id)
+    manifest["signature"] = manifest_signature(keys.newest, manifest)
+    return manifest
+
+
+def legacy_seq_of(tenant: Tenant) -> int:
+    """Where the tenant's sealed unkeyed events end (0: none)."""
+    return (AuditChainHead.objects.for_tenant(tenant)
+            .values_list("legacy_seq", flat=True).first()) or 0
+
+
+# --------------------------------------------------------------------------------------
+# Verifying an export (files and keys only)
+# --------------------------------------------------------------------------------------
+
+def regular(path: Path) -> bool:
+    """Whether ``path`` is a regular file (never a FIFO or device to block on), symlinks
+    not followed."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def read_manifest(directory: Path) -> dict:
+    """Parse ``manifest.json`` of an export directory. Raises ``InvalidPayload`` naming
+    the field: unreadable, not strict JSON, a field missing or unknown, or of the wrong
+    type."""
+    path = directory / MANIFEST_FILE
+    if not regular(path):
+        raise InvalidPayload(f"manifest: {path} is missing or not a regular file")
+    try:
+        raw = path.read_bytes()[: MANIFEST_MAX_BYTES + 1]
+    except OSError as exc:
+        raise InvalidPayload(f"manifest: cannot read {path} ({exc.strerror})") from None
+    if len(raw) > MANIFEST_MAX_BYTES:
+        raise InvalidPayload(f"manifest: larger than {MANIFEST_MAX_BYTES} bytes")
+    m = loads_object(raw, max_depth=3, what="manifest")
+    missing = [k for k in MANIFEST_FIELDS if k not in m]
+    unknown = [str(k)[:40] for k in m if k not in MANIFEST_FIELDS]
+    if missing or unknown:
+        raise InvalidPayload(f"manifest: {'missing ' + ', '.join(missing) if missing else ''}"
+                             f"{'unknown ' + ', '.join(unknown) if unknown else ''}")
+    for name in ("through_seq", "through_tombstone", "legacy_seq", "tenant_id"):
+        if type(m[name]) is not int or not 0 <= m[name] < 2**63:
+            raise InvalidPayload(f"manifest.{name}: must be an integer >= 0")
+    for name in ("format", "tenant", "exported_at", "key_id"):
+        if not isinstance(m[name], str):
+            raise InvalidPayload(f"manifest.{name}: must be a string")
+    for name in ("last_hash", "signature"):
+        if not isinstance(m[name], str) or not HEX64_RE.match(m[name]):
+            raise InvalidPayload(f"manifest.{name}: must be 64 lower-case hex digits")
+    if not (isinstance(m["sha256"], dict) and set(m["sha256"]) == set(FILES)
+            and all(isinstance(v, str) and HEX64_RE.match(v) for v in m["sha256"].values())):
+        raise InvalidPayload(f"manifest.sha256: must map {', '.join(FILES)} to hex digests")
+    if not (isinstance(m["counts"], dict) and set(m["counts"]) == {"events", "tombstones"}
+            and all(type(v) is int for v in m["counts"].values())):
+        raise InvalidPayload("manifest.counts: must be {events, tombstones} integers")
+    return m
+
+
+def _event_of(line: dict, tenant_id: int) -> AuditEvent:
+    created = parse_datetime(line["created_at"]) if isinstance(line["created_at"], str) \
+        else None
+    if not isinstance(created, datetime):
+        raise InvalidPayload("created_at: not an ISO 8601 time")
+    return AuditEvent(
+        tenant_id=tenant_id, seq=line["seq"], created_at=created, actor_name=line["actor"],
+        actor_id=line["actor_id"], action=line["action"], target_type=line["target_type"],
+        target_ref=line["target_id"], run_uuid=line["run_id"], reason=line["reason"],
+        before=line["before"], after=line["after"], prev_hash=line["prev_hash"],
+        hash=line["hash"], hash_scheme=line["hash_scheme"], key_id=line["key_id"])
+
+
+def _check_events(path: Path, m: dict, problems: list[str]) -> None:
+    keys, prev, seq = audit_keys(), GENESIS, 0
+    with open(path, "rb") as fh:
+        for number, raw in enumerate(fh, start=1):
+            where = f"{AUDIT_FILE} line {number}"
+            try:
+                line = loads_object(raw, what="line")
+                if set(line) != set(EVENT_FIELDS):
+                    raise InvalidPayload("line: not an audit event's fields")
+                event = _event_of(line, m["tenant_id"])
+            except InvalidPayload as exc:
+                problems.append(f"{where}: {exc.detail}")
+                return
+            seq += 1
+            if event.seq != seq:
+                problems.append(f"{where}: seq {event.seq} where {seq} was expected")
+                return
+            problem = _event_problem(event, prev, keys, m["legacy_seq"])
+            if problem:
+                problems.append(f"{where}: {problem.replace(' (id None)', '')}")
+                return
+            prev = event.hash
+    if seq != m["through_seq"]:
+        problems.append(f"{AUDIT_FILE}: ends at seq {seq}, the manifest says {m['through_seq']}")
+    elif prev != m["last_hash"]:
+        problems.append(f"{AUDIT_FILE}: the last event's hash is not the manifest's last_hash")
+
+
+def verify_export(directory: str | Path) -> tuple[dict | None, list[str]]:
+    """Check an export directory with the audit keys alone: the manifest's signature
+    (with the key its ``key_id`` names), each file's SHA-256 and line count, every event's
+    link and HMAC (seq 1..``through_seq`` without a gap, ending at ``last_hash``), and
+    the tombstones' ids (ascending, none past ``through_tombstone``). Returns
+    ``(manifest or None, problems)``; no problem means the files are as exported.
+    Reads only (no database query)."""
+    directory = Path(directory)
+    try:
+        m = read_manifest(directory)
+    except InvalidPayload as exc:
+        return None, [exc.detail]
+    secret = audit_keys().by_id.get(m["key_id"])
+    if secret is None:
+        return m, [f"manifest: signed with unknown audit key id {m['key_id']!r}"]
+    if not hmac.compare_digest(manifest_signature(secret, m), m["signature"]):
+        return m, ["manifest: the signature does not verify (altered?)"]
+    problems: list[str] = []
+    for name, count_key in ((AUDIT_FILE, "events"), (TOMBSTONE_FILE, "tombstones")):
+        sha, lines = hashlib.sha256(), 0
+        if not regular(directory / name):
+            problems.append(f"{name}: missing or not a regular file")
+            continue
+        try:
+            with open(directory / name, "rb") as fh:
+                for chunk in fh:
+                    sha.update(chunk)
+                    lines += 1
+        except OSError as exc:
+            problems.append(f"{name}: cannot read ({exc.strerror})")
+            continue
+        if not hmac.compare_digest(sha.hexdigest(), m["sha256"][name]):
+            problems.append(f"{name}: its SHA-256 is not the manifest's (altered?)")
+        if lines != m["counts"][count_key]:
+            problems.append(f"{name}: {lines} line(s), the manifest says "
+                            f"{m['counts'][count_key]}")
+    if not problems:
+        _check_events(directory / AUDIT_FILE, m, problems)
+        _check_tombstones(directory / TOMBSTONE_FILE, m, problems)
+    return m, problems
+
+
+def _check_tombstones(path: Path, m: dict, problems: list[str]) -> None:
+    last = 0
+    with open(path, "rb") as fh:
+        for number, raw in enumerate(fh, start=1):
+            try:
+                ident = loads_object(raw, what="line").get("id")
+            except InvalidPayload as exc:
+                problems.append(f"{TOMBSTONE_FILE} line {number}: {exc.detail}")
+                return
+            if type(ident) is not int or not last < ident <= m["through_tombstone"]:
+                problems.append(f"{TOMBSTONE_FILE} line {number}: id {ident!r} is not "
+                                f"ascending up to through_tombstone {m['through_tombstone']}")
+                return
+            last = ident
+
+
+def export_db_problem(m: dict) -> str:
+    """Whether the database still holds the export's last event (seq ``through_seq``
+    with ``last_hash``), as ``audit_head_check`` does for a head; "" when it does or the
+    export is empty. Reads only."""
+    tenant = Tenant.objects.filter(slug=m["tenant"]).first()
+    if tenant is None:
+        return "the tenant no longer exists"
+    if m["through_seq"] == 0:
+        return ""
+    stored = (AuditEvent.objects.for_tenant(tenant).filter(seq=m["through_seq"])
+              .values_list("hash", flat=True).first())
+    if stored is None:
+        return f"exported seq {m['through_seq']} is no longer in the chain (events were cut)"
+    if not hmac.compare_digest(stored, m["last_hash"]):
+        return f"event seq {m['through_seq']} no longer has the exported hash (rewritten)"
+    return ""
+
+
+def erased_event_count(tenant: Tenant) -> int:
+    """How many of the tenant's audit events refer to a run whose payloads were deleted
+    (its ``run_uuid`` has a ``Tombstone``): one query. A tombstone purged later no longer
+    counts (its run's events stay; the export that preceded the purge lists it)."""
+    return (AuditEvent.objects.for_tenant(tenant)
+            .filter(run_uuid__in=Tombstone.objects.for_tenant(tenant).values("run_uuid"))
+            .count())
