@@ -36,7 +36,10 @@ _REV = frozenset({"revision"})
 _STATE = frozenset({"state"})
 _RECOVERY = frozenset({"recovery_state"})
 _THREAD = frozenset({"thread_id", "deleted", "run", "strategy", "run_ids", "run_ids_given"})
-_CHECKPOINT_AFTER = frozenset({"revision", "phase_class", "payload_sha256", "reopened"})
+#: ``flagged_paths``: where screening found a credential-like value (RFC 6901 pointers
+#: and the detector's word, never the value); ``large_above``: the size flag's threshold.
+_CHECKPOINT_AFTER = frozenset({"revision", "phase_class", "payload_sha256", "reopened",
+                               "flagged_paths", "large_above"})
 _RETRY_DECIDED = (_STATE, frozenset({"state", "recovery_state", "preview"}))
 _CONFLICT = (frozenset({"current_revision"}),
              frozenset({"reason", "expected_revision", "attempted_revision", "fencing_token"}))
@@ -66,7 +69,7 @@ SHAPES: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     A.CHECKPOINT_IMPORT: (_REV, _CHECKPOINT_AFTER),
     A.CHECKPOINT_CONFLICT: _CONFLICT,
     A.EFFECT_WRITE: (_REV, frozenset({"revision", "state", "operation_key", "service",
-                                      "receipt_sha256", "reopened"})),
+                                      "receipt_sha256", "reopened", "flagged_paths"})),
     A.EFFECT_IMPORT: (frozenset({"revision", "state"}),
                       frozenset({"revision", "state", "runifold_state", "operation_key",
                                  "service", "receipt_sha256", "reopened"})),
@@ -117,6 +120,12 @@ SHAPES: dict[str, tuple[frozenset[str], frozenset[str]]] = {
                      frozenset({"export", "through_seq", "through_tombstone", "events",
                                 "tombstones", "manifest_sha256", "key_id",
                                 "watermark_moved"})),
+    A.LEGAL_HOLD_PLACE: (_NONE, frozenset({"scope", "runs", "subject_field"})),
+    A.LEGAL_HOLD_RELEASE: (frozenset({"active", "scope"}), frozenset({"active", "scope"})),
+    A.ERASURE_REQUEST: (_NONE, frozenset({"state", "scope", "runs", "subject_field"})),
+    A.ERASURE_APPROVE: (_STATE, _STATE),
+    A.ERASURE_REJECT: (_STATE, _STATE),
+    A.ERASURE_EXECUTE: (_STATE, frozenset({"state", "counts"})),
     A.TOMBSTONE_PURGE_PREPARE: (_NONE, _PURGE_STEP),
     A.TOMBSTONE_PURGE_APPROVE: (_STATE, _PURGE_STEP),
     A.TOMBSTONE_PURGE_REJECT: (_STATE, _PURGE_STEP),

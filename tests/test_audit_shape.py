@@ -16,9 +16,6 @@ from checkpoints.vocab import AuditAction, TargetType
 #: Actions of the other parts of issue 20 (retention, erasure, legal holds, crypto-
 #: shredding), whose events those parts write: their keys are listed when they merge.
 PENDING = {AuditAction.DATA_POLICY_SET, AuditAction.RUN_EXPIRE,
-           AuditAction.LEGAL_HOLD_PLACE, AuditAction.LEGAL_HOLD_RELEASE,
-           AuditAction.ERASURE_REQUEST, AuditAction.ERASURE_APPROVE,
-           AuditAction.ERASURE_REJECT, AuditAction.ERASURE_EXECUTE,
            AuditAction.TENANT_KEY_DESTROY}
 
 

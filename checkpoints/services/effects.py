@@ -243,7 +243,7 @@ def _effect_cas(actor, tenant, body, expected_revision, fencing_token, refused, 
             if reopened:
                 after["reopened"] = True
             if effect.secret_paths:
-                after["secret_paths"] = effect.secret_paths
+                after["flagged_paths"] = effect.secret_paths
             audit_record(
                 tenant=tenant, actor=actor, action=AuditAction.EFFECT_WRITE, target_type=TargetType.EFFECT,
                 target_id=body.effect_id, run_id=run.uuid,

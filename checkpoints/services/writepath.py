@@ -113,8 +113,8 @@ def _write_audit(envelope, cls, phase_label: str, expected_revision: int | None,
                  token: int | None = None, screened: Screened | None = None) -> dict:
     """The ``before`` and ``after`` of a checkpoint write's audit event; a migration's
     also names the migration, both versions, the batch and the run's fencing token. A
-    payload screening flagged adds ``secret_paths`` (paths and types, never a value) and
-    ``large_above``.
+    payload screening flagged adds ``flagged_paths`` (paths and detector types, never a
+    value) and ``large_above``.
 
     ``after`` names the payload by ``payload_sha256`` (SHA-256 hex of its stored JSON
     text, ``envelope.payload_json``), never by a value: not even the phase label, which a
@@ -125,7 +125,7 @@ def _write_audit(envelope, cls, phase_label: str, expected_revision: int | None,
     if reopened:
         after["reopened"] = True
     if screened is not None and screened.secret_paths:
-        after["secret_paths"] = screened.secret_paths
+        after["flagged_paths"] = screened.secret_paths
     if screened is not None and screened.large_above is not None:
         after["large_above"] = screened.large_above
     before = None if expected_revision is None else {"revision": expected_revision}

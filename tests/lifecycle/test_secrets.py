@@ -164,7 +164,7 @@ def test_warn_stores_the_checkpoint_and_flags_the_path_never_the_value(
     assert (CheckpointRevision.objects.for_tenant(acme).filter(checkpoint=cp, revision=1)
             .get().secret_paths == cp.secret_paths)
     events = AuditEvent.objects.for_tenant(acme).filter(action="checkpoint.write")
-    assert [e.after["secret_paths"] for e in events] == [[{"path": path, "type": type_}]] * 2
+    assert [e.after["flagged_paths"] for e in events] == [[{"path": path, "type": type_}]] * 2
     _assert_nowhere(secret, created.content.decode(), updated.content.decode(),
                     _audit_dump(acme), caplog.text, cp.phase_label, json.dumps(cp.secret_paths))
 
@@ -241,7 +241,7 @@ def test_a_receipt_is_flagged_under_warn(kind, acme, wendy, api_as, caplog):
     effect = Effect.objects.for_tenant(acme).get(uuid=fx["id"])
     assert effect.secret_paths == [{"path": "/receipt" + path, "type": type_}]
     event = AuditEvent.objects.for_tenant(acme).filter(action="effect.write").latest("seq")
-    assert event.after["secret_paths"] == effect.secret_paths
+    assert event.after["flagged_paths"] == effect.secret_paths
     # The answer gives the runtime its own receipt back (CONTRACT.md 4, receipts in
     # answers for writers): stored under warn, it is not a label, an error or a log.
     _assert_nowhere(SECRET_PART[kind], _audit_dump(acme), caplog.text,
