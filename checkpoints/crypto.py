@@ -15,7 +15,8 @@ Unwrapped data keys are cached per process (``KEY_CACHE_MAX`` entries, least rec
 used first out), each entry for at most ``RECOVERY_DATA_KEY_CACHE_S`` seconds (default
 60): a key destroyed by another process is served from here for at most that long; the
 process that destroys a key forgets it at once and again when the destruction commits.
-A cache miss reads the key's row, so a destroyed key is never unwrapped again. A key
+A cache miss reads the key's row, so a destroyed key is never unwrapped again (and is
+remembered as destroyed: that never changes back). A key
 created inside a transaction that is still open is used but cached only once that
 transaction commits (a key rolled back must never encrypt anything that commits); a
 tenant's first key, created with the tenant itself, is the exception (``data_key_create``).
@@ -74,8 +75,8 @@ def fernet() -> MultiFernet:
 # --------------------------------------------------------------------------------------
 
 _lock = threading.Lock()
-#: key_id -> (tenant id, the unwrapped key, monotonic time it was read)
-_keys: OrderedDict[str, tuple[int, Fernet, float]] = OrderedDict()
+#: key_id -> (tenant id, the unwrapped key or ``None`` when destroyed, monotonic time read)
+_keys: OrderedDict[str, tuple[int, Fernet | None, float]] = OrderedDict()
 #: tenant id -> key_id of its live key of highest generation
 _current: dict[int, str] = {}
 #: key ids created by a transaction of this process that has not committed yet
@@ -88,7 +89,7 @@ def _ttl() -> float:
     return float(getattr(settings, "RECOVERY_DATA_KEY_CACHE_S", 60))
 
 
-def _cached(key_id: str) -> tuple[int, Fernet] | None:
+def _cached(key_id: str) -> tuple[int, Fernet | None] | None:
     global _masters
     with _lock:
         if settings.RECOVERY_ENCRYPTION_KEYS is not _masters:  # reconfigured (tests)
@@ -99,14 +100,14 @@ def _cached(key_id: str) -> tuple[int, Fernet] | None:
         entry = _keys.get(key_id)
         if entry is None:
             return None
-        if time.monotonic() - entry[2] > _ttl():
+        if entry[1] is not None and time.monotonic() - entry[2] > _ttl():
             del _keys[key_id]
             return None
         _keys.move_to_end(key_id)
         return entry[0], entry[1]
 
 
-def _remember(key_id: str, tenant_id: int, key: Fernet, *, current: bool) -> None:
+def _remember(key_id: str, tenant_id: int, key: Fernet | None, *, current: bool) -> None:
     with _lock:
         if key_id in _uncommitted:
             return
@@ -164,7 +165,7 @@ def data_key_create(tenant, *, with_tenant: bool = False):
     transaction rolls back, no tenant is left to use it); otherwise the key is cached
     only when the transaction commits. Raises ``IntegrityError`` if another transaction
     created that generation first (``_current_key`` reads the winner's)."""
-    from .models import TenantDataKey
+    from .models import TenantDataKey  # late: models import crypto (EncryptedReceipt)
 
     tenant_id = _tenant_id(tenant)
     last = (TenantDataKey.objects.for_tenant(tenant_id).order_by("-generation")
@@ -188,9 +189,9 @@ def _current_key(tenant_id: int) -> tuple[str, Fernet]:
     key_id = _current.get(tenant_id)
     if key_id is not None:
         hit = _cached(key_id)
-        if hit is not None:
+        if hit is not None and hit[1] is not None:
             return key_id, hit[1]
-    from .models import TenantDataKey
+    from .models import TenantDataKey  # late: models import crypto (EncryptedReceipt)
 
     for _ in range(2):
         row = (TenantDataKey.objects.for_tenant(tenant_id).filter(destroyed_at__isnull=True)
@@ -212,8 +213,10 @@ def _key(key_id: str, tenant_id: int | None) -> Fernet:
     if hit is not None:
         if tenant_id is not None and hit[0] != tenant_id:
             raise InvalidToken  # another tenant's ciphertext: never decrypted here
+        if hit[1] is None:
+            raise DataKeyGone(_DESTROYED)
         return hit[1]
-    from .models import TenantDataKey
+    from .models import TenantDataKey  # late: models import crypto (EncryptedReceipt)
 
     rows = (TenantDataKey.objects.for_tenant(tenant_id) if tenant_id is not None
             else TenantDataKey.objects.for_all_tenants(reason=_ANY_TENANT))
@@ -221,12 +224,16 @@ def _key(key_id: str, tenant_id: int | None) -> Fernet:
     if row is None:
         raise DataKeyGone(f"erased: the data key {key_id} is not in this database")
     if row[2] is not None or not row[1]:
-        raise DataKeyGone("erased: the tenant's key was destroyed")
+        # Destroyed for good: remembered as such (no TTL), so a list of a shredded
+        # tenant's effects does not read the row once per receipt.
+        _remember(key_id, row[0], None, current=False)
+        raise DataKeyGone(_DESTROYED)
     key = _unwrap(key_id, row[1])
     _remember(key_id, row[0], key, current=False)
     return key
 
 
+_DESTROYED = "erased: the tenant's key was destroyed"
 _ANY_TENANT = ("decrypt_text without a tenant (operator tools, tests): the key is found by "
                "its id, which the ciphertext names")
 
