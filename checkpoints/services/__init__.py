@@ -80,7 +80,13 @@ from .checkpoints import (
 )
 from .common import HEX64_RE, SYSTEM, U32_MAX, _actor_name, _require_reason, _with_bulk
 from .effects import KEEP_RECEIPT, EffectBody, _effect_transition, effect_put, parse_effect
-from .keys import TenantHeld, payloads_rotate_keys, tenant_shred
+from .keys import (
+    TenantHeld,
+    keyring_export,
+    keyring_restore,
+    payloads_rotate_keys,
+    tenant_shred,
+)
 from .kinds import kind_declare
 from .lifecycle import (
     ENDED,

@@ -178,3 +178,88 @@ def tenant_shred(*, actor, tenant: Tenant, confirm_slug: str,
     crypto.forget(tenant.pk)
     return {"tenant": tenant.slug, "key_ids": key_ids, "legacy_rows": moved.get(tenant.pk, 0),
             "new_key_id": new.key_id}
+
+
+# --------------------------------------------------------------------------------------
+# The keyring: the data keys as the live database holds them, kept beside the backups
+# --------------------------------------------------------------------------------------
+
+_KEYRING = "the keyring export lists every tenant's data keys (wrapped, or destroyed)"
+#: The fields of one keyring record (one JSON line).
+KEYRING_FIELDS = ("tenant", "key_id", "generation", "wrapped", "destroyed")
+
+
+def keyring_export() -> list[dict]:
+    """Every tenant's data keys as this database holds them now, for ``manage.py
+    export_keyring``: ``[{"tenant": slug, "key_id", "generation", "wrapped": the
+    master-key token or "", "destroyed": bool}]``, by tenant and generation. It holds no
+    key in clear (a wrapped key needs a configured master key); reading writes nothing.
+
+    Kept beside the backups and refreshed after every master-key rotation and every
+    shredding, it lets a restored older backup be read with today's master keys while
+    the keys destroyed since stay destroyed (``keyring_restore``)."""
+    rows = (TenantDataKey.objects.for_all_tenants(reason=_KEYRING)
+            .order_by("tenant__slug", "generation")
+            .values_list("tenant__slug", "key_id", "generation", "wrapped", "destroyed_at"))
+    return [{"tenant": slug, "key_id": key_id, "generation": generation, "wrapped": wrapped,
+             "destroyed": destroyed_at is not None}
+            for slug, key_id, generation, wrapped, destroyed_at in rows]
+
+
+def keyring_restore(*, records: list[dict]) -> dict[str, int]:
+    """Bring a restored database's data keys up to a keyring exported later
+    (``keyring_export``; the restore procedure of docs/operations/backup.md): a key the
+    keyring says is destroyed is destroyed here too (audited ``tenant.key_destroy``), and
+    a live key takes the keyring's wrapped copy (wrapped by a newer master key, audited
+    ``payload.rotate_keys``) if a configured master key unwraps it. Keys the keyring does
+    not name (created after it), or that belong to another tenant here, are left as they
+    are. Operator-only (the command line); safe to run twice.
+
+    Raises ``InvalidPayload`` naming the record and field for a malformed record. Returns
+    ``{"destroyed": n, "rewrapped": m}``.
+    """
+    for number, record in enumerate(records, start=1):
+        if not isinstance(record, dict) or set(record) != set(KEYRING_FIELDS):
+            raise InvalidPayload(f"record {number}: must have exactly the fields "
+                                 f"{', '.join(KEYRING_FIELDS)}")
+        if not isinstance(record["key_id"], str) or not isinstance(record["wrapped"], str) \
+                or not isinstance(record["destroyed"], bool):
+            raise InvalidPayload(f"record {number}: key_id, wrapped: strings; destroyed: a "
+                                 f"boolean")
+    by_tenant: dict[str, list[dict]] = {}
+    for record in records:
+        by_tenant.setdefault(str(record["tenant"]), []).append(record)
+    done = {"destroyed": 0, "rewrapped": 0}
+    for tenant in Tenant.objects.filter(slug__in=by_tenant).order_by("pk"):
+        wanted = {r["key_id"]: r for r in by_tenant[tenant.slug]}
+        with transaction.atomic():
+            locks.lock_audit_head(tenant)
+            here = TenantDataKey.objects.for_tenant(tenant).filter(key_id__in=wanted,
+                                                                   destroyed_at__isnull=True)
+            gone = sorted(k for k in here.values_list("key_id", flat=True)
+                          if wanted[k]["destroyed"])
+            rewrapped = 0
+            for key_id, wrapped in here.exclude(key_id__in=gone).values_list("key_id",
+                                                                              "wrapped"):
+                new = wanted[key_id]["wrapped"]
+                if new == wrapped or not new:
+                    continue
+                try:
+                    crypto.fernet().decrypt(new.encode("ascii"))
+                except (crypto.InvalidToken, UnicodeEncodeError):
+                    continue  # not wrapped by a configured master key: keep ours
+                rewrapped += TenantDataKey.objects.for_tenant(tenant).filter(
+                    key_id=key_id, wrapped=wrapped).update(wrapped=new)
+            if gone:
+                here.filter(key_id__in=gone).update(wrapped="", destroyed_at=NOW)
+                audit_record(tenant=tenant, actor=None, action=AuditAction.TENANT_KEY_DESTROY,
+                             target_type=TargetType.TENANT, target_id=tenant.slug,
+                             after={"key_ids": gone, "legacy_rows": 0, "from": "keyring"})
+            if rewrapped:
+                audit_record(tenant=tenant, actor=None, action=AuditAction.PAYLOAD_ROTATE_KEYS,
+                             target_type=TargetType.TENANT, target_id=tenant.slug,
+                             after={"rows": 0, "keys": rewrapped, "from": "keyring"})
+            transaction.on_commit(lambda t=tenant.pk: crypto.forget(t))
+        done["destroyed"] += len(gone)
+        done["rewrapped"] += rewrapped
+    return done

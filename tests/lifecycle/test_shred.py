@@ -18,7 +18,6 @@ from checkpoints.exceptions import Forbidden, InvalidPayload
 from checkpoints.models import (
     AuditEvent,
     Checkpoint,
-    Effect,
     LegalHold,
     Tenant,
     TenantDataKey,
