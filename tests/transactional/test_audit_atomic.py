@@ -537,6 +537,17 @@ def migration_job_submit(p):
         client_token=uuid.uuid4()))
 
 
+def tenant_shred(p):
+    _cp(p, "charged")
+    return Cell(lambda: services.tenant_shred(actor=None, tenant=p.acme, confirm_slug="acme"))
+
+
+def keyring_restore(p):
+    _cp(p, "charged")
+    records = [dict(r, wrapped="", destroyed=True) for r in services.keyring_export()]
+    return Cell(lambda: services.keyring_restore(records=records))
+
+
 CELLS: dict[str, dict[str, Callable]] = {
     "checkpoint_put": {"create": checkpoint_create, "update": checkpoint_update,
                        "stale-revision conflict": checkpoint_stale,
@@ -588,6 +599,8 @@ CELLS: dict[str, dict[str, Callable]] = {
     "checkpoints_migrate": {"up": checkpoints_migrate, "down": checkpoints_migrate_down},
     "kind_declare": {"declare": kind_declare},
     "migration_job_submit": {"submit": migration_job_submit},
+    "tenant_shred": {"destroy": tenant_shred},
+    "keyring_restore": {"destroy": keyring_restore},
 }
 NOT_CELLS = {
     "migration_preview": "a dry run of checkpoints_migrate: writes and audits nothing "
