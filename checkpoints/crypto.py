@@ -86,7 +86,7 @@ _masters: list[str] | None = None
 
 
 def _ttl() -> float:
-    return float(getattr(settings, "RECOVERY_DATA_KEY_CACHE_S", 60))
+    return settings.RECOVERY_DATA_KEY_CACHE_S
 
 
 def _cached(key_id: str) -> tuple[int, Fernet | None] | None:
