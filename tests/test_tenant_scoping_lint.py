@@ -40,6 +40,9 @@ ESCAPE_HATCHES = {
     ("services/keys.py", "_legacy_rows"):
         "key rotation reads every tenant's legacy ciphertexts (each row is rewritten "
         "within its own tenant; crypto-shredding asks for one tenant's only)",
+    ("services/keys.py", "keyring_export"):
+        "the keyring export lists every tenant's data keys (wrapped or destroyed) for the "
+        "operator's backups",
     ("crypto.py", "_key"):
         "decrypt_text without a tenant (operator tools, tests) finds the data key by the "
         "id its ciphertext names; the service always passes the tenant",

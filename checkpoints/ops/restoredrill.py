@@ -34,7 +34,14 @@ from pathlib import Path
 from urllib.parse import quote
 
 from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import CommandError
 from django.db import connection
+from rest_framework.test import APIClient
+
+from checkpoints import services
+from checkpoints.models import Checkpoint, Run, Tenant
+from checkpoints.vocab import Role
 
 #: How many checkpoints of each tenant the check reads through the API.
 SAMPLE = 3
@@ -155,13 +162,6 @@ def check(*, heads: str, keyring: str | None) -> dict:
     module docstring. Returns ``{"chain": {"ok": bool, "lines": [...]}, "keyring":
     {...} | None, "tenants": {slug: {"runs": n, "read": k, "erased": e, "other": [status],
     "payloads": {checkpoint id: sha256 of the payload's JSON}}}}``."""
-    from django.core.management import call_command  # late: a command calls this module
-    from django.core.management.base import CommandError
-    from rest_framework.test import APIClient
-
-    from checkpoints import services
-    from checkpoints.models import Checkpoint, Run, Tenant
-
     out: dict = {"chain": {"ok": True, "lines": []}, "keyring": None, "tenants": {}}
     buffer = _Lines()
     try:
@@ -180,7 +180,7 @@ def check(*, heads: str, keyring: str | None) -> dict:
     client.force_authenticate(account)
     secure = bool(getattr(settings, "SECURE_SSL_REDIRECT", False))
     for tenant in Tenant.objects.order_by("slug"):
-        services.role_grant(actor=None, tenant=tenant, user=account, role="reviewer")
+        services.role_grant(actor=None, tenant=tenant, user=account, role=Role.REVIEWER)
         base = f"/api/v1/tenants/{tenant.slug}/"
         report = {"runs": Run.objects.for_tenant(tenant).count(), "read": 0, "erased": 0,
                   "other": [], "payloads": {}}
@@ -255,16 +255,12 @@ def drill(*, heads: str | None = None, dump_path: str | None = None,
     dump (``export_keyring``); ``erased``: tenants that must serve no payload; ``target``:
     the restored copy's name (default ``<database>_drill``), dropped afterwards unless
     ``keep``. Raises ``DrillFailed`` for a step that could not run."""
-    from checkpoints import services  # late: the command module imports this one
-
     pg = _pg()
     target = target or f"{pg['name'][:57]}_drill"
     with tempfile.TemporaryDirectory(prefix="restore-drill-") as tmp:
         if heads is None:
             heads = os.path.join(tmp, "heads.jsonl")
             with open(heads, "w", encoding="utf-8") as fh:
-                from checkpoints.models import Tenant  # late: as above
-
                 for tenant in Tenant.objects.order_by("slug"):
                     fh.write(json.dumps(services.audit_head_export(tenant=tenant),
                                         sort_keys=True) + "\n")

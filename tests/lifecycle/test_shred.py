@@ -187,3 +187,37 @@ def test_rotating_the_master_key_re_wraps_the_data_keys(acme, globex, wendy, rit
                                    reason="after rotation")["payload"]["n"] == SECRET
     assert all(crypto.is_current(w) for w in TenantDataKey.objects.values_list("wrapped",
                                                                               flat=True))
+
+
+def test_the_keyring_brings_a_restored_copy_up_to_date(acme, globex, wendy, wes, rita,
+                                                       settings, tmp_path):
+    a = put_checkpoint(wendy, acme, envelope(payload={"phase": "ready", "n": SECRET}))
+    g = put_checkpoint(wes, globex, envelope(payload={"phase": "ready", "n": SECRET}))
+    backup = list(TenantDataKey.objects.values("key_id", "wrapped"))  # as a dump holds them
+    services.tenant_shred(actor=None, tenant=globex, confirm_slug="globex")
+    old, new = list(settings.RECOVERY_ENCRYPTION_KEYS), Fernet.generate_key().decode()
+    settings.RECOVERY_ENCRYPTION_KEYS = [new, *old]
+    call_command("rotate_payload_keys")
+    keyring = tmp_path / "keyring.jsonl"
+    call_command("export_keyring", out=str(keyring))
+    assert "wrapped" in keyring.read_text() and SECRET not in keyring.read_text()
+    settings.RECOVERY_ENCRYPTION_KEYS = [new]  # the old master key is gone
+
+    # "Restore" the older backup's keys: wrapped by the old master key only.
+    for row in backup:
+        TenantDataKey.objects.filter(key_id=row["key_id"]).update(wrapped=row["wrapped"],
+                                                                  destroyed_at=None)
+    with pytest.raises(crypto.DataKeyGone, match="cannot be unwrapped"):
+        services.payload_reveal(actor=rita, tenant=acme, checkpoint=a, reason="restored")
+    call_command("import_keyring", str(keyring))
+    assert services.payload_reveal(actor=rita, tenant=acme, checkpoint=a,
+                                   reason="restored")["payload"]["n"] == SECRET
+    with pytest.raises(crypto.DataKeyGone, match="destroyed"):
+        crypto.decrypt_text(Checkpoint.objects.get(pk=g.pk).payload_ciphertext, tenant=globex)
+    assert AuditEvent.objects.filter(tenant=globex, action="tenant.key_destroy").count() == 2
+    assert services.keyring_restore(records=services.keyring_export()) == {
+        "destroyed": 0, "rewrapped": 0}  # twice is harmless
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"tenant": "acme"}\n')
+    with pytest.raises(CommandError, match="record 1"):
+        call_command("import_keyring", str(bad))
