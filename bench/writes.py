@@ -277,7 +277,7 @@ def make_raw(spec: dict):
         current = revision[t.pk]
         _, text, size, pc, pl = prepared[(current + 1) % len(prepared)]
         row = conn.execute(sql, {
-            "new": current + 1, "ct": crypto.encrypt_text(_json_text(text, current + 1)),
+            "new": current + 1, "ct": crypto.encrypt_text(_json_text(text, current + 1), tenant=t.tenant_id),
             "size": size, "pc": pc, "pl": pl, "ms": int(time.time() * 1000), "id": t.pk,
             "usage": json.dumps(dict.fromkeys(kinds.USAGE_COUNTERS, current + 1)),
             "expected": current}).fetchone()
@@ -305,7 +305,7 @@ def make_orm(spec: dict):
     def op() -> bool:
         current = state["rev"]
         _, text, size, pc, pl = prepared[(current + 1) % len(prepared)]
-        ct = crypto.encrypt_text(_json_text(text, current + 1))
+        ct = crypto.encrypt_text(_json_text(text, current + 1), tenant=t.tenant_id)
         ms = int(time.time() * 1000)
         with transaction.atomic():
             n = Checkpoint.objects.for_tenant(t.tenant_id).filter(

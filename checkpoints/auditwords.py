@@ -319,7 +319,11 @@ SENTENCES: dict[str, Callable[[Any, str], str]] = {
     A.PAYLOAD_EXPORT: lambda e, t: (f"exported {_get(e.after, 'revisions') or 0} revision(s)"
                                     f" of {t}"),
     A.PAYLOAD_ROTATE_KEYS: lambda e, t: (
-        f"re-encrypted {_get(e.after, 'rows') or 0} stored value(s) with the newest key"),
+        f"re-encrypted {_get(e.after, 'rows') or 0} stored value(s) with the tenant's data key"
+        f" and re-wrapped {_get(e.after, 'keys') or 0} data key(s) with the newest master key"),
+    A.TENANT_KEY_DESTROY: lambda e, t: (
+        f"destroyed {len(_get(e.after, 'key_ids') or [])} data key(s) of {t}: everything "
+        f"stored under them is erased (crypto-shredding)"),
     A.RECEIPT_REVEAL: _reveal("receipt"),
     A.EVIDENCE_REVEAL: _reveal("reconciliation evidence"),
     A.LEASE_ACQUIRE: _lease,

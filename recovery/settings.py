@@ -375,6 +375,11 @@ def _check_fernet_keys(keys: list[str]) -> None:
 
 
 _check_fernet_keys(RECOVERY_ENCRYPTION_KEYS)
+# These master keys wrap each tenant's data key (envelope encryption, issue 20;
+# docs/security/encryption.md). A process keeps an unwrapped data key for at most this many
+# seconds, so a key destroyed by another process (manage.py shred_tenant) is refused
+# everywhere within this bound; 0 reads the key's row on every use.
+RECOVERY_DATA_KEY_CACHE_S = env_int("RECOVERY_DATA_KEY_CACHE_S", 60, minimum=0)
 # Audit chain HMAC keys (docs/security/audit.md): comma-separated secrets of at least 32
 # characters, newest first. New events are keyed with the first; every listed key still
 # verifies the events it signed, so keep old keys listed (rotation never rewrites history).

@@ -48,7 +48,10 @@ SAMPLES = {
     A.PAYLOAD_REVEAL: ("rita", T.CHECKPOINT, CP, None, {"revision": 3}, "what was charged"),
     A.PAYLOAD_READ: ("wendy", T.CHECKPOINT, CP, None, {"revision": 3}, ""),
     A.PAYLOAD_EXPORT: ("adam", T.CHECKPOINT, CP, None, {"revisions": 4, "from": 0, "to": 3}, ""),
-    A.PAYLOAD_ROTATE_KEYS: ("system", T.TENANT, "acme", None, {"rows": 12}, ""),
+    A.PAYLOAD_ROTATE_KEYS: ("system", T.TENANT, "acme", None, {"rows": 12, "keys": 1}, ""),
+    A.TENANT_KEY_DESTROY: ("system", T.TENANT, "acme", None,
+                           {"key_ids": ["9f0c794a9072546e"], "legacy_rows": 0,
+                            "new_key_id": "0a1b2c3d4e5f6a7b"}, ""),
     A.RECEIPT_REVEAL: ("rita", T.EFFECT, EFFECT, None, {"revision": 2}, "which charge"),
     A.EVIDENCE_REVEAL: ("rita", T.EFFECT, EFFECT, None, {"request": 4, "attempt": 1}, "why"),
     A.LEASE_ACQUIRE: ("wendy", T.RUN, RUN, {"owner": None, "fencing_token": 0},
@@ -227,6 +230,10 @@ def test_each_sentence_says_who_did_what_in_words(action):
                            "in batch 9d2f0c3e; fencing token 3"),
     (A.RUNIFOLD_EXPORT, "adam exported 200 checkpoint line(s) and 12 effect line(s) of "
                         "tenant acme as runifold JSON Lines"),
+    (A.TENANT_KEY_DESTROY, "system destroyed 1 data key(s) of tenant acme: everything "
+                           "stored under them is erased (crypto-shredding)"),
+    (A.PAYLOAD_ROTATE_KEYS, "system re-encrypted 12 stored value(s) with the tenant's data "
+                            "key and re-wrapped 1 data key(s) with the newest master key"),
     (A.LEASE_ACQUIRE, "wendy gave the run's lease to worker-1, fencing token 1"),
     (A.CONFLICTS_ACKNOWLEDGE, "rita acknowledged 2 conflict(s) of the run "
                               "(conflicted → healthy): seen"),

@@ -35,8 +35,17 @@ ESCAPE_HATCHES = {
         "the stale-run sweep looks at every tenant's runs (each run is then locked and "
         "changed within its own tenant)",
     ("services/keys.py", "payloads_rotate_keys"):
-        "key rotation reads every tenant's ciphertext columns (each row is rewritten "
-        "within its own tenant)",
+        "key rotation re-wraps every tenant's data keys (each row is rewritten within its "
+        "own tenant)",
+    ("services/keys.py", "_legacy_rows"):
+        "key rotation reads every tenant's legacy ciphertexts (each row is rewritten "
+        "within its own tenant; crypto-shredding asks for one tenant's only)",
+    ("services/keys.py", "keyring_export"):
+        "the keyring export lists every tenant's data keys (wrapped or destroyed) for the "
+        "operator's backups",
+    ("crypto.py", "_key"):
+        "decrypt_text without a tenant (operator tools, tests) finds the data key by the "
+        "id its ciphertext names; the service always passes the tenant",
     ("services/reconcile_requests.py", "redrive"):
         "the sweep re-drives every tenant's stale or due reconcile requests",
     ("services/reconcile_requests.py", "dispatch"):

@@ -183,7 +183,11 @@ def _checked(answer: Any, name: str) -> reconcile.Answer:
 def _effect_ref(effect: Effect, tenant_slug: str) -> reconcile.EffectRef:
     request = None
     if effect.request_ciphertext:
-        request = loads_any(crypto.decrypt_text(effect.request_ciphertext))
+        try:
+            request = loads_any(crypto.decrypt_text(effect.request_ciphertext,
+                                                    tenant=effect.tenant_id))
+        except crypto.DataKeyGone:  # a crypto-shredded tenant: the request is erased
+            request = None
     return reconcile.EffectRef(
         tenant=tenant_slug, effect_id=effect.uuid, service=effect.service,
         operation_key=effect.operation_key, effect_class=effect.effect_class,
@@ -280,12 +284,14 @@ def _apply(req: ReconcileRequest, effect: Effect, seen_attempt: int,
             attempt.answer = ReconcileAnswer.SETTLING
             attempt.detail = f"{note}; {answer.detail}"
             if answer.evidence is not None:
-                attempt.evidence_ciphertext = crypto.encrypt_text(dumps(answer.evidence))
+                attempt.evidence_ciphertext = crypto.encrypt_text(dumps(answer.evidence),
+                                                                  tenant=current.tenant_id)
         elif answer is not None:
             attempt.answer = answer.kind
             attempt.detail = answer.detail
             if answer.evidence is not None:
-                attempt.evidence_ciphertext = crypto.encrypt_text(dumps(answer.evidence))
+                attempt.evidence_ciphertext = crypto.encrypt_text(dumps(answer.evidence),
+                                                                  tenant=current.tenant_id)
         elif moved_on:
             attempt.answer = ReconcileAnswer.MOVED_ON
         else:
@@ -337,10 +343,12 @@ def _apply(req: ReconcileRequest, effect: Effect, seen_attempt: int,
             if to_state == EffectState.NOT_EXECUTED and effect.state == EffectState.SUBMITTED:
                 effect = svc._effect_transition(
                     effect, expected_revision=effect.revision, to_state=EffectState.UNRESOLVED,
-                    receipt=effect.receipt, by=EffectSource.RECONCILIATION, actor=None, now=now)
-            receipt = answer.receipt if to_state in EffectState.WITH_RECEIPT else effect.receipt
+                    receipt=svc.KEEP_RECEIPT, by=EffectSource.RECONCILIATION, actor=None,
+                    now=now)
+            receipt = (answer.receipt if to_state in EffectState.WITH_RECEIPT
+                       else svc.KEEP_RECEIPT)
             if to_state == EffectState.FAILED and receipt is None:
-                receipt = effect.receipt
+                receipt = svc.KEEP_RECEIPT
             effect = svc._effect_transition(
                 effect, expected_revision=effect.revision, to_state=to_state, receipt=receipt,
                 by=EffectSource.RECONCILIATION, actor=None, now=now)

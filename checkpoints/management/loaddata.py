@@ -174,7 +174,9 @@ def _template(kind: str, version: int, payload: dict) -> Template:
     text = dumps(payload)
     label = (cls.error if not cls.supported else cls.phase.label)[:256]
     return Template(kind, version, cls.phase.phase_class, label, cls.identity,
-                    crypto.encrypt_text(text), len(text.encode("utf-8")))
+                    # One template serves every tenant, so it is written in the legacy
+                    # master-key form (rotate_payload_keys moves it to the tenants' keys).
+                    crypto.encrypt_text(text, tenant=None), len(text.encode("utf-8")))
 
 
 def _templates() -> dict[str, list[Template]]:

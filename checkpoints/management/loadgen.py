@@ -186,9 +186,10 @@ class _Generator:
         for c in (PhaseClass.STABLE, PhaseClass.IN_FLIGHT):
             for x in self.templates[c]:
                 self.history.setdefault((x.kind, x.schema_version), []).append(x)
+        # Shared by every tenant's rows: the legacy master-key form (loaddata._template).
         self.receipt = crypto.encrypt_text(dumps({"id": "ch_3PqL2x", "status": "succeeded",
-                                                  "amount": 2599}))
-        self.failure = crypto.encrypt_text(dumps({"error": "card_declined"}))
+                                                  "amount": 2599}), tenant=None)
+        self.failure = crypto.encrypt_text(dumps({"error": "card_declined"}), tenant=None)
         self.tables = {m: _Table(m, self.now) for m in (Run, Checkpoint, CheckpointRevision,
                                                          RetryRequest, Effect, EffectRevision,
                                                          Conflict)}

@@ -29,7 +29,7 @@ def encrypt_receipts(apps, schema_editor):
         rows = model.objects.filter(receipt__isnull=False).values_list("pk", "receipt")
         for pk, receipt in rows.iterator():
             model.objects.filter(pk=pk).update(
-                receipt_ciphertext=crypto.encrypt_text(dumps(receipt)))
+                receipt_ciphertext=crypto.encrypt_text(dumps(receipt), tenant=None))
 
 
 def decrypt_receipts(apps, schema_editor):
@@ -42,7 +42,7 @@ def decrypt_receipts(apps, schema_editor):
             "pk", "receipt_ciphertext")
         for pk, token in rows.iterator():
             model.objects.filter(pk=pk).update(
-                receipt=loads_any(crypto.decrypt_text(token)))
+                receipt=loads_any(crypto.decrypt_text(token, tenant=None)))
 
 
 def scrub_labels(apps, schema_editor):

@@ -32,6 +32,7 @@ from ..vocab import (
 from .audit import AuditChainHead, AuditEvent, AuditHashScheme, AuditTenant
 from .bulk import BULK_MAX_RUNS, BulkAction, BulkActionItem
 from .effects import Effect, EffectRevision, EncryptedReceipt, RetryRequest, encrypt_receipt
+from .keys import TenantDataKey
 from .kinds import DeclaredKindVersion
 from .langgraph import GraphCheckpoint, GraphWrite
 from .lifecycle import (

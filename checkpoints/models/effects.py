@@ -37,11 +37,11 @@ class EncryptedReceipt:
         token = self.receipt_ciphertext
         if not token:
             return None
-        return loads_any(crypto.decrypt_text(token))
+        return loads_any(crypto.decrypt_text(token, tenant=self.tenant_id))
 
     @receipt.setter
     def receipt(self, value: dict | None) -> None:
-        self.receipt_ciphertext = encrypt_receipt(value)
+        self.receipt_ciphertext = encrypt_receipt(value, tenant=self.tenant_id)
 
     @property
     def has_receipt(self) -> bool:
@@ -49,12 +49,13 @@ class EncryptedReceipt:
         return bool(self.receipt_ciphertext)
 
 
-def encrypt_receipt(value: dict | None) -> str:
-    """The ``receipt_ciphertext`` of a receipt: its canonical JSON text encrypted, or ""
-    for ``None``."""
+def encrypt_receipt(value: dict | None, *, tenant) -> str:
+    """The ``receipt_ciphertext`` of a receipt: its canonical JSON text encrypted under
+    ``tenant``'s data key (a ``Tenant`` or its id; ``crypto.encrypt_text``), or "" for
+    ``None``."""
     if value is None:
         return ""
-    return crypto.encrypt_text(dumps(value))
+    return crypto.encrypt_text(dumps(value), tenant=tenant)
 
 
 class Effect(EncryptedReceipt, TenantOwned, TimestampedModel):

@@ -8,7 +8,7 @@ reveals, exports), ``effects``, ``review`` (retry, mark unknown, close, acknowle
 ``kinds`` (a tenant's declared kinds),
 ``migration_jobs`` (the same as a tenant admin's stored job, its dispatch and re-drive),
 ``reconcile_requests`` (a reviewer's reconcile, dispatch and re-drive, evidence
-reveal), ``sweep``, ``keys`` (key rotation), ``bulk`` (one review action on many runs) and
+reveal), ``sweep``, ``keys`` (key rotation, crypto-shredding), ``bulk`` (one review action on many runs) and
 ``common`` (what they share). Everything public is
 re-exported here: callers write ``services.checkpoint_put(...)``. The LangGraph threads
 and the runifold files are a layer above, built on these: ``checkpoints.interop``
@@ -79,10 +79,16 @@ from .checkpoints import (
     revisions_export,
 )
 from .common import HEX64_RE, SYSTEM, U32_MAX, _actor_name, _require_reason, _with_bulk
-from .effects import EffectBody, _effect_transition, effect_put, parse_effect
+from .effects import KEEP_RECEIPT, EffectBody, _effect_transition, effect_put, parse_effect
 from .erasure import erasure_approve, erasure_reject, erasure_request
 from .holds import legal_hold_place, legal_hold_release
-from .keys import payloads_rotate_keys
+from .keys import (
+    TenantHeld,
+    keyring_export,
+    keyring_restore,
+    payloads_rotate_keys,
+    tenant_shred,
+)
 from .kinds import kind_declare
 from .lifecycle import (
     ENDED,

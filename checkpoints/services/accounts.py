@@ -16,7 +16,7 @@ from django.db import transaction
 from django.db.models import Q
 from guardian.shortcuts import assign_perm
 
-from .. import locks, roles
+from .. import crypto, locks, roles
 from ..audit import (
     audit_record,
     tenant_register,
@@ -44,7 +44,7 @@ from .common import User, _str_field
 # --------------------------------------------------------------------------------------
 
 def tenant_create(*, slug: str, name: str = "", actor=None) -> Tenant:
-    """Create a tenant and its audit chain.
+    """Create a tenant, its audit chain and its first data key (``crypto``).
 
     Raises ``InvalidPayload`` if the slug is not a slug (letters, digits, ``-``, ``_``;
     at most 64) or is taken.
@@ -56,6 +56,7 @@ def tenant_create(*, slug: str, name: str = "", actor=None) -> Tenant:
             raise InvalidPayload(f"slug: tenant {slug!r} already exists")
         tenant = Tenant.objects.create(slug=slug, name=name or slug)
         tenant_register(tenant)  # the verifier must find it, always (issue 17, item 13)
+        crypto.data_key_create(tenant, with_tenant=True)  # its first data key (issue 20)
         audit_record(tenant=tenant, actor=actor, action=AuditAction.TENANT_CREATE, target_type=TargetType.TENANT,
                      target_id=tenant.slug, after={"slug": slug, "name": tenant.name})
     return tenant

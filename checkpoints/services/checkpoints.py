@@ -158,7 +158,7 @@ def _stored_form(envelope: Envelope, tenant: Tenant, *, refuse: bool = True) -> 
                                     lookup.digest(envelope.kind, envelope.schema_version),
                                     lambda: _stored_form(envelope, tenant, refuse=refuse)))
     return {"cls": cls, "phase_label": (cls.error if not cls.supported else cls.phase.label)[:256],
-            "ciphertext": crypto.encrypt_text(envelope.payload_json),
+            "ciphertext": crypto.encrypt_text(envelope.payload_json, tenant=tenant),
             "size": size, "declared_by": by, "screened": screened}
 
 
@@ -174,7 +174,8 @@ def checkpoint_envelope(checkpoint: Checkpoint | CheckpointRevision, *, run_id=N
         "revision": checkpoint.revision,
         "kind": checkpoint.kind,
         "schema_version": checkpoint.schema_version,
-        "payload": loads_any(crypto.decrypt_text(checkpoint.payload_ciphertext)),
+        "payload": loads_any(crypto.decrypt_text(checkpoint.payload_ciphertext,
+                                                       tenant=checkpoint.tenant_id)),
         "updated_at_ms": checkpoint.updated_at_ms,
     }
 

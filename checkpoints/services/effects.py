@@ -185,7 +185,7 @@ def _effect_cas(actor, tenant, body, expected_revision, fencing_token, refused, 
                         effect_class=body.effect_class,
                         request_fingerprint=body.request_fingerprint, state=EffectState.PLANNED,
                         receipt=body.receipt, state_changed_at=now,
-                        request_ciphertext=(crypto.encrypt_text(body.request_json)
+                        request_ciphertext=(crypto.encrypt_text(body.request_json, tenant=tenant)
                                             if body.request_json else ""),
                         secret_paths=found,
                     )
@@ -266,10 +266,16 @@ def _check_operation_key(tenant: Tenant, body: EffectBody) -> None:
         "operation_key: already used in this service with another request_fingerprint")
 
 
+#: ``receipt=KEEP_RECEIPT``: a transition keeps the stored receipt as it is (its
+#: ciphertext, never decrypted: a crypto-shredded tenant's effects still move).
+KEEP_RECEIPT = object()
+
+
 def _effect_transition(effect: Effect, *, expected_revision: int, to_state: str, receipt: Any,
                        by: str, actor, now: datetime,
                        receipt_paths: list[dict] | None = None) -> Effect | None:
     """Move ``effect`` one state by compare-and-swap; ``None`` if its revision moved on.
+    ``receipt``: the new receipt (a dict or ``None``), or ``KEEP_RECEIPT``.
     ``receipt_paths``: the screening's findings in the new receipt (``/receipt/...``),
     stored with the request's findings kept; ``None`` leaves ``secret_paths`` as it is.
 
@@ -286,10 +292,13 @@ def _effect_transition(effect: Effect, *, expected_revision: int, to_state: str,
         by, attempt, retry_clear = EffectSource.RETRY, attempt + 1, True
     if not policy.transition_allowed(from_state, to_state, by):
         raise InvalidTransition(f"state: {from_state} -> {to_state} is not allowed ({by})")
-    if to_state == EffectState.CONFIRMED and receipt is None:
+    keep = receipt is KEEP_RECEIPT
+    if to_state == EffectState.CONFIRMED and (not effect.has_receipt if keep else receipt is None):
         raise InvalidPayload("receipt: required when state is confirmed")
+    ciphertext = (effect.receipt_ciphertext if keep
+                  else encrypt_receipt(receipt, tenant=effect.tenant_id))
     fields = dict(revision=expected_revision + 1, state=to_state,
-                  receipt_ciphertext=encrypt_receipt(receipt), attempt=attempt,
+                  receipt_ciphertext=ciphertext, attempt=attempt,
                   state_changed_at=now, updated_at=now)
     if to_state == EffectState.SUBMITTED:
         fields["submitted_at"] = now

@@ -258,7 +258,7 @@ def _assess(target: _Target, run: Run, row: dict):
                                             f"v{target.to_version}: {way}")
         kinds.migration_path(target.kind, source, target.to_version, lookup=target.lookup)
         require_owner_gone(run, _owner_facts(run), "migrate its checkpoint")
-        payload = loads_any(crypto.decrypt_text(row["payload_ciphertext"]))
+        payload = loads_any(crypto.decrypt_text(row["payload_ciphertext"], tenant=run.tenant_id))
         new, cls, path = kinds.migrate(target.kind, source, target.to_version, payload,
                                        lookup=target.lookup)
     except upcasters.MigrationError as exc:

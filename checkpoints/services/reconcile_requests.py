@@ -214,7 +214,7 @@ def evidence_reveal(*, actor, tenant: Tenant, attempt_id: int, reason: str) -> A
             raise NotFound("no such reconcile attempt")
         if not attempt.evidence_ciphertext:
             return None
-        value = loads_any(crypto.decrypt_text(attempt.evidence_ciphertext))
+        value = loads_any(crypto.decrypt_text(attempt.evidence_ciphertext, tenant=tenant))
         audit_record(tenant=tenant, actor=actor, action=AuditAction.EVIDENCE_REVEAL,
                          target_type=TargetType.EFFECT, target_id=attempt.request.effect.uuid,
                          run_id=attempt.request.run.uuid, reason=reason[:4000],

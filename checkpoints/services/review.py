@@ -39,7 +39,7 @@ from ..vocab import (
     TargetType,
 )
 from .common import _require_reason, _with_bulk
-from .effects import _effect_transition
+from .effects import KEEP_RECEIPT, _effect_transition
 from .runs import _lock_run, require_owner_gone, run_facts, run_refresh_state
 
 # --------------------------------------------------------------------------------------
@@ -266,7 +266,7 @@ def effect_mark_unknown(*, actor, tenant: Tenant, effect_id: uuid.UUID, reason: 
         require_owner_gone(run, run_facts(run), "mark an outcome unknown")
         before = {"state": effect.state, "revision": effect.revision}
         moved = _effect_transition(effect, expected_revision=effect.revision, to_state=EffectState.UNKNOWN,
-                                   receipt=effect.receipt, by=EffectSource.REVIEWER, actor=actor,
+                                   receipt=KEEP_RECEIPT, by=EffectSource.REVIEWER, actor=actor,
                                    now=run.db_now)
         if moved is None:  # cannot happen under the run lock; kept as a guard
             raise StaleRevision(Effect.objects.for_tenant(effect.tenant_id)

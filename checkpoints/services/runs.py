@@ -313,7 +313,7 @@ def _record_conflict(*, tenant, run: Run, actor, target_type: str, target_id, ex
         fencing_token_sent=token_sent,
         fencing_token_current=run.fencing_token if reason == ConflictReason.FENCED else None,
         writer=actor, writer_name=_actor_name(actor),
-        refused_ciphertext=crypto.encrypt_text(refused) if refused else "",
+        refused_ciphertext=crypto.encrypt_text(refused, tenant=tenant) if refused else "",
         created_at=_now_for(run),
     )
     # The caller holds the run's lock, so the count read with it is current.

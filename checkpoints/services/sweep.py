@@ -24,7 +24,7 @@ from ..vocab import (
     TargetType,
 )
 from . import migration_jobs, reconcile_requests
-from .effects import _effect_transition
+from .effects import KEEP_RECEIPT, _effect_transition
 from .runs import run_facts, run_refresh_state
 
 # --------------------------------------------------------------------------------------
@@ -87,7 +87,7 @@ def sweep_stale_runs(*, by: str | None = None) -> dict[str, int]:
             for effect in Effect.objects.for_tenant(run.tenant_id).filter(
                     run=run, state=EffectState.SUBMITTED).order_by("pk"):
                 moved = _effect_transition(effect, expected_revision=effect.revision,
-                                           to_state=EffectState.UNRESOLVED, receipt=effect.receipt,
+                                           to_state=EffectState.UNRESOLVED, receipt=KEEP_RECEIPT,
                                            by=EffectSource.SWEEP, actor=None, now=now)
                 if moved is not None:
                     stats["effects_unresolved"] += 1

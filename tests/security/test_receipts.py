@@ -109,7 +109,7 @@ def test_it_hides_the_receipt_in_the_mark_unknown_answer(api_as, rita, acme, wen
     fx = effect_body()
     walk_effect(wendy, acme, fx, "submitted")
     Effect.objects.filter(uuid=fx["id"]).update(
-        receipt_ciphertext=crypto.encrypt_text('{"partial": "' + SECRET + '"}'))
+        receipt_ciphertext=crypto.encrypt_text('{"partial": "' + SECRET + '"}', tenant=acme))
     age_world(3600)  # the owner is gone: a reviewer may declare the outcome unknown
     r = post(api_as(rita), "acme", f"effects/{fx['id']}/mark-unknown", {"reason": "no lookup"})
     assert r.status_code == 200 and SECRET not in r.content.decode()

@@ -1119,6 +1119,11 @@ NOT_SERVICE_CELLS = {
     "tenant_register": "registers the tenant tenant_create has just made, in its "
                        "transaction (the tenant registry belongs to no tenant and is shown "
                        "to none); tenant_create is an operator command",
+    "tenant_shred": "the operator's crypto-shredding (actor None or a superuser, no API): "
+                    "destroys the data keys of the tenant it is given; "
+                    "tests/lifecycle/test_shred.py shows the other tenant untouched",
+    "parse_line": "checks one runifold line and encrypts it under the data key of the "
+                  "tenant runifold_import passes (runifold_import's cell covers it)",
 }
 
 

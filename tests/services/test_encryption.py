@@ -38,25 +38,29 @@ def test_it_never_stores_the_plaintext_payload(acme, wendy):
 
 
 def test_it_decrypts_with_an_old_key_after_rotation(acme, wendy, rita, settings):
-    old, new = Fernet.generate_key().decode(), Fernet.generate_key().decode()
-    settings.RECOVERY_ENCRYPTION_KEYS = [old]
+    old = list(settings.RECOVERY_ENCRYPTION_KEYS)  # wraps acme's data key
+    new = Fernet.generate_key().decode()
     body = envelope(payload={"phase": "ready", "order_id": SECRET})
     cp = put_checkpoint(wendy, acme, body)
-    settings.RECOVERY_ENCRYPTION_KEYS = [new, old]
+    legacy = crypto.encrypt_text(SECRET, tenant=None)  # a token written before issue 20
+    settings.RECOVERY_ENCRYPTION_KEYS = [new, *old]
     revealed = services.payload_reveal(actor=rita, tenant=acme, checkpoint=cp, reason="audit")
     assert revealed["payload"]["order_id"] == SECRET
-    # New writes use the newest key only.
     cp = put_checkpoint(wendy, acme, dict(body, revision=1), expected=0)
+    # The data key is still wrapped by the old master key: dropping it before rotating
+    # makes acme's payloads unreadable ("erased": the key cannot be unwrapped), and the
+    # legacy token too.
     settings.RECOVERY_ENCRYPTION_KEYS = [new]
-    assert SECRET in crypto.decrypt_text(Checkpoint.objects.get().payload_ciphertext)
-    old_revision = CheckpointRevision.objects.get(checkpoint=cp, revision=0)
+    with pytest.raises(crypto.DataKeyGone, match="cannot be unwrapped"):
+        crypto.decrypt_text(Checkpoint.objects.get().payload_ciphertext, tenant=acme)
     with pytest.raises(InvalidToken):
-        crypto.decrypt_text(old_revision.payload_ciphertext)
-    # Rotating the old token re-encrypts it under the newest key.
-    settings.RECOVERY_ENCRYPTION_KEYS = [new, old]
-    rotated = crypto.rotate_token(old_revision.payload_ciphertext)
+        crypto.decrypt_text(legacy)
+    # Rotating a master-key token (a wrapped data key, a legacy token) re-encrypts it
+    # under the newest master key.
+    settings.RECOVERY_ENCRYPTION_KEYS = [new, *old]
+    rotated = crypto.rotate_token(legacy)
     settings.RECOVERY_ENCRYPTION_KEYS = [new]
-    assert SECRET in crypto.decrypt_text(rotated)
+    assert crypto.decrypt_text(rotated) == SECRET
 
 
 def test_it_refuses_a_key_that_is_not_a_fernet_key(settings):
@@ -64,20 +68,33 @@ def test_it_refuses_a_key_that_is_not_a_fernet_key(settings):
 
     settings.RECOVERY_ENCRYPTION_KEYS = ["not-a-key"]
     with pytest.raises(ImproperlyConfigured):
-        crypto.encrypt_text("x")
+        crypto.encrypt_text("x", tenant=None)
+
+
+def _to_legacy(model, column: str) -> None:
+    """Rewrite every ``column`` in the form written before issue 20 (the master key)."""
+    for pk, token in model.objects.values_list("pk", column):
+        model.objects.filter(pk=pk).update(
+            **{column: crypto.encrypt_text(crypto.decrypt_text(token), tenant=None)})
 
 
 def test_it_rotates_every_stored_payload_to_the_newest_key(acme, wendy, settings):
     from django.core.management import call_command
 
-    old, new = Fernet.generate_key().decode(), Fernet.generate_key().decode()
-    settings.RECOVERY_ENCRYPTION_KEYS = [old]
+    old = list(settings.RECOVERY_ENCRYPTION_KEYS)
+    new = Fernet.generate_key().decode()
     body = envelope(payload={"phase": "ready", "order_id": SECRET})
     put_checkpoint(wendy, acme, body)
     with pytest.raises(StaleRevision):
         put_checkpoint(wendy, acme, body)  # a conflict keeps the refused body, encrypted
-    settings.RECOVERY_ENCRYPTION_KEYS = [new, old]
-    assert services.payloads_rotate_keys(batch_size=1) == {"rows": 3, "tenants": 1}
+    # Written under acme's data key: rotating re-wraps that key only.
+    enveloped = _raw_column(CheckpointRevision, "payload_ciphertext")
+    assert all(v.startswith(crypto.PREFIX) for v in enveloped)
+    _to_legacy(Checkpoint, "payload_ciphertext")  # two written before issue 20
+    _to_legacy(Conflict, "refused_ciphertext")
+    settings.RECOVERY_ENCRYPTION_KEYS = [new, *old]
+    assert services.payloads_rotate_keys(batch_size=1) == {"rows": 2, "keys": 1, "tenants": 1}
+    assert _raw_column(CheckpointRevision, "payload_ciphertext") == enveloped  # untouched
     settings.RECOVERY_ENCRYPTION_KEYS = [new]  # the old key is gone
     stored = (_raw_column(Checkpoint, "payload_ciphertext")
               + _raw_column(CheckpointRevision, "payload_ciphertext")
@@ -85,5 +102,5 @@ def test_it_rotates_every_stored_payload_to_the_newest_key(acme, wendy, settings
     assert all(SECRET in crypto.decrypt_text(value) for value in stored)
     settings.RECOVERY_ENCRYPTION_KEYS = [new, old]
     call_command("rotate_payload_keys")  # a second run finds nothing left to rewrite
-    assert services.payloads_rotate_keys() == {"rows": 0, "tenants": 0}
+    assert services.payloads_rotate_keys() == {"rows": 0, "keys": 0, "tenants": 0}
     assert AuditEvent.objects.filter(action="payload.rotate_keys").count() == 1

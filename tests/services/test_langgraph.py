@@ -925,12 +925,19 @@ def test_key_rotation_re_encrypts_langgraph_checkpoints_and_writes(acme, wendy, 
     from cryptography.fernet import Fernet
 
     old, new = Fernet.generate_key().decode(), Fernet.generate_key().decode()
-    settings.RECOVERY_ENCRYPTION_KEYS = [old]
+    # Envelope encryption (issue 20): the master key wraps acme's data key (since acme was
+    # created, under the development key); rotating re-wraps that key and leaves the
+    # ciphertexts as they are. Legacy ones (master-key form) are moved to the data key.
+    dev = list(settings.RECOVERY_ENCRYPTION_KEYS)
+    settings.RECOVERY_ENCRYPTION_KEYS = [old, *dev]
     (a,) = chain(wendy, acme, "t-1", 1, values={"card": "4242"}, nodes=["n"])
     graph_writes(wendy, acme, lg_writes("t-1", a, "task", [(0, "x", "4242")]))
-    settings.RECOVERY_ENCRYPTION_KEYS = [new, old]
-    # Checkpoint + its revisions (2), the graph checkpoint's two columns, one write.
-    assert services.payloads_rotate_keys(batch_size=1) == {"rows": 6, "tenants": 1}
+    stored = GraphWrite.objects.get()
+    GraphWrite.objects.filter(pk=stored.pk).update(  # one written before issue 20
+        value_ciphertext=crypto.encrypt_text(crypto.decrypt_text(stored.value_ciphertext),
+                                             tenant=None))
+    settings.RECOVERY_ENCRYPTION_KEYS = [new, old, *dev]
+    assert services.payloads_rotate_keys(batch_size=1) == {"rows": 1, "keys": 1, "tenants": 1}
     settings.RECOVERY_ENCRYPTION_KEYS = [new]  # the old key is gone: everything still reads
     (tup,) = langgraph.graph_list(actor=wendy, tenant=acme, thread_id="t-1")[0]
     assert tup["checkpoint"]["channel_values"]["card"] == typed("4242")

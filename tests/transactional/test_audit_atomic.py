@@ -631,6 +631,15 @@ def tombstone_purge_execute(p):
     services.tombstone_purge_approve(actor=p.april, tenant=p.acme, purge_id=pid)
     return Cell(lambda: services.tombstone_purge_execute(actor=admin, tenant=p.acme,
                                                          purge_id=pid))
+def tenant_shred(p):
+    _cp(p, "charged")
+    return Cell(lambda: services.tenant_shred(actor=None, tenant=p.acme, confirm_slug="acme"))
+
+
+def keyring_restore(p):
+    _cp(p, "charged")
+    records = [dict(r, wrapped="", destroyed=True) for r in services.keyring_export()]
+    return Cell(lambda: services.keyring_restore(records=records))
 
 
 CELLS: dict[str, dict[str, Callable]] = {
@@ -700,6 +709,8 @@ CELLS: dict[str, dict[str, Callable]] = {
     "tombstone_purge_approve": {"approve": tombstone_purge_approve},
     "tombstone_purge_reject": {"reject": tombstone_purge_reject},
     "tombstone_purge_execute": {"execute": tombstone_purge_execute},
+    "tenant_shred": {"destroy": tenant_shred},
+    "keyring_restore": {"destroy": keyring_restore},
 }
 NOT_CELLS = {
     "migration_preview": "a dry run of checkpoints_migrate: writes and audits nothing "

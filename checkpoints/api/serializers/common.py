@@ -8,7 +8,7 @@ import threading
 
 from rest_framework import serializers
 
-from ... import exceptions
+from ... import crypto, exceptions
 
 
 def _words(values) -> str:
@@ -94,12 +94,18 @@ class RunUuidField(serializers.UUIDField):
 class WriterReceiptField(serializers.JSONField):
     """An effect's receipt when the context's ``receipts`` is true
     (``permissions.receipts_in_answers``), else ``None`` without decrypting it. Every
-    caller must say which: a missing ``receipts`` is a ``KeyError``."""
+    caller must say which: a missing ``receipts`` is a ``KeyError``. A receipt whose
+    tenant was crypto-shredded is ``None`` too (``has_receipt`` still says there was
+    one): an effect answer, a list, a write's answer stay readable; revealing it answers
+    410 ``erased``."""
 
     def get_attribute(self, instance):
         if not self.context["receipts"]:
             return None
-        return super().get_attribute(instance)
+        try:
+            return super().get_attribute(instance)
+        except crypto.DataKeyGone:
+            return None
 
 
 # --------------------------------------------------------------------------------------

@@ -52,7 +52,7 @@ class CheckpointApi(TenantApi):
         summary="Latest revision of a checkpoint (payload read, audited)",
         parameters=[TENANT, _path("checkpoint_id"), _etag(200)],
         responses={200: OpenApiResponse(s.EnvelopeSerializer, description="with ETag"),
-                   **_errors()},
+                   **_errors(410)},
     )
     def get(self, request, tenant, checkpoint_id):
         """Writers read their own checkpoints (``payload.read``); reviewers, approvers and
@@ -118,7 +118,7 @@ class CheckpointRevisionsApi(TenantApi):
         summary="Every accepted revision of a checkpoint, oldest first, one page at a time "
                 "(audited export)",
         parameters=[TENANT, _path("checkpoint_id"), p.RevisionListParams],
-        responses={200: s.RevisionsSerializer, **_errors(400)},
+        responses={200: s.RevisionsSerializer, **_errors(400, 410)},
     )
     def get(self, request, tenant, checkpoint_id):
         """Readers of payloads only (writer, reviewer, approver, admin); one audit event

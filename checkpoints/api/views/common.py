@@ -225,7 +225,8 @@ def _errors(*codes: int) -> dict:
     """The error answers every operation may give: 401 unauthenticated, 403 role, 404
     tenant/object, 400 query, 503 outage; and ``codes`` (an ``Error`` body each), with 413
     (a body): also 411 (chunked, no Content-Length) and 415 (not JSON). An operation adds
-    its specific bodies (409, 412) after these."""
+    its specific bodies (409, 412) after these. 410 ``erased``: an operation that decrypts
+    a payload of a crypto-shredded tenant (``crypto.DataKeyGone``)."""
     out = {400: ERR, 401: ERR, 403: ERR, 404: ERR, 503: UNAVAILABLE}
     for code in codes:
         out[code] = ERR

@@ -63,7 +63,7 @@ class LangGraphCheckpointsApi(TenantApi):
         summary=LG + "LangGraph checkpoints with their pending writes, newest first "
                      "(payload read, audited once per thread namespace)",
         parameters=[TENANT, p.LangGraphListParams],
-        responses={200: s.GraphPageSerializer, **_errors(400)},
+        responses={200: s.GraphPageSerializer, **_errors(400, 410)},
     )
     def get(self, request, tenant):
         t = self.tenant(request, tenant, roles.WRITE)

@@ -50,7 +50,7 @@ class EffectReceiptRevealApi(TenantApi):
     @_reason_operation(
         "effect_reveal_receipt",
         "Reviewer, approver or admin: reveal an effect's receipt (reason required, audited)",
-        _path("effect_id"), s.ReceiptRevealSerializer, codes=())
+        _path("effect_id"), s.ReceiptRevealSerializer, codes=(410,))
     def post(self, request, tenant, effect_id):
         """Receipts are treated like payloads (CONTRACT.md 4): roles that may reveal see
         one only through this audited call; writers read them in effect answers."""

@@ -43,7 +43,8 @@ def _lock_envelope(tenant, envelope_id: uuid.UUID) -> Checkpoint | None:
 def _envelope_payload(envelope: Checkpoint | None) -> dict:
     if envelope is None:
         return {}
-    payload = loads_any(crypto.decrypt_text(envelope.payload_ciphertext))
+    payload = loads_any(crypto.decrypt_text(envelope.payload_ciphertext,
+                                                 tenant=envelope.tenant_id))
     return payload if isinstance(payload, dict) else {}
 
 
@@ -82,8 +83,8 @@ def _summary_of_row(tenant, row: dict, thread_id: str, ns: str, identity: dict) 
     parent_checkpoint_id), read back: decrypts it and its metadata, counts its writes."""
     stored = (_scoped(tenant).filter(pk=row["pk"])
               .values("checkpoint_ciphertext", "metadata_ciphertext").get())
-    cp = loads_any(crypto.decrypt_text(stored["checkpoint_ciphertext"]))
-    md = loads_any(crypto.decrypt_text(stored["metadata_ciphertext"]))
+    cp = loads_any(crypto.decrypt_text(stored["checkpoint_ciphertext"], tenant=tenant))
+    md = loads_any(crypto.decrypt_text(stored["metadata_ciphertext"], tenant=tenant))
     nxt = next_nodes(cp)
     written, interrupted, errored = _write_facts(tenant, row["pk"])
     return _summary(thread_id=thread_id, ns=ns, checkpoint_id=row["checkpoint_id"],

@@ -57,8 +57,8 @@ def graph_put(*, actor, tenant: Tenant, put: GraphPut,
     require(actor, tenant, roles.WRITE)
     run_id = T.thread_run_id(put.thread_id)
     envelope_id = T.thread_checkpoint_id(put.thread_id, put.checkpoint_ns)
-    checkpoint_ct = crypto.encrypt_text(put.checkpoint_json)
-    metadata_ct = crypto.encrypt_text(put.metadata_json)
+    checkpoint_ct = crypto.encrypt_text(put.checkpoint_json, tenant=tenant)
+    metadata_ct = crypto.encrypt_text(put.metadata_json, tenant=tenant)
     size = len(put.checkpoint_json.encode()) + len(put.metadata_json.encode())
     refusal: DomainError | None = None
     answer: dict = {}
@@ -156,8 +156,10 @@ def _decide_put(actor, tenant, run: Run | None, put: GraphPut, envelope_id: uuid
                             "parent_checkpoint_id", "envelope_revision").first())
     if existing is not None:
         same = (existing["parent_checkpoint_id"] == (put.parent_checkpoint_id or "")
-                and crypto.decrypt_text(existing["checkpoint_ciphertext"]) == put.checkpoint_json
-                and crypto.decrypt_text(existing["metadata_ciphertext"]) == put.metadata_json)
+                and crypto.decrypt_text(existing["checkpoint_ciphertext"], tenant=tenant)
+                == put.checkpoint_json
+                and crypto.decrypt_text(existing["metadata_ciphertext"], tenant=tenant)
+                == put.metadata_json)
         if same:
             return _put_answer(put, run.uuid, existing["envelope_revision"])
         _refuse(tenant, actor, run, envelope_id=envelope_id, expected=None, actual=current,

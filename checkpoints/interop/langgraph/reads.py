@@ -119,7 +119,7 @@ def graph_list(*, actor, tenant: Tenant, thread_id: str | None = None,
     # Unfiltered, one query usually reads the page and the row that says more remain.
     rows = _ordered_rows(qs.annotate(writes_bytes=_writes_bytes(tenant)), fields,
                          None if metadata_filter else limit + 1)
-    page, more, last_id = _page(rows, limit, max_bytes, metadata_filter)
+    page, more, last_id = _page(tenant, rows, limit, max_bytes, metadata_filter)
     if not page:
         return [], last_id if more else None
     with transaction.atomic():
@@ -148,7 +148,7 @@ def _writes_bytes(tenant):
         0)
 
 
-def _page(rows: Iterator[dict], limit: int, max_bytes: int,
+def _page(tenant, rows: Iterator[dict], limit: int, max_bytes: int,
           metadata_filter: dict | None) -> tuple[list[dict], bool, str | None]:
     """Take whole groups of equal checkpoint id from ``rows`` while the page has room:
     ``(page, more, last id taken)``."""
@@ -162,7 +162,7 @@ def _page(rows: Iterator[dict], limit: int, max_bytes: int,
         if metadata_filter and scanned >= FILTER_SCAN_MAX:
             return page, True, last_id
         group = list(rest)
-        hits = [r for r in group if _matches(r, metadata_filter)]
+        hits = [r for r in group if _matches(tenant, r, metadata_filter)]
         hits_size = sum(r["payload_size"] + r["writes_bytes"] for r in hits)
         if page and (len(page) + len(hits) > limit or size + hits_size > max_bytes):
             return page, True, last_id
@@ -173,10 +173,10 @@ def _page(rows: Iterator[dict], limit: int, max_bytes: int,
     return page, False, last_id
 
 
-def _matches(row: dict, metadata_filter: dict | None) -> bool:
+def _matches(tenant, row: dict, metadata_filter: dict | None) -> bool:
     if not metadata_filter:
         return True
-    metadata = loads_any(crypto.decrypt_text(row["metadata_ciphertext"]))
+    metadata = loads_any(crypto.decrypt_text(row["metadata_ciphertext"], tenant=tenant))
     row["metadata"] = metadata
     return isinstance(metadata, dict) and all(
         key in metadata and _json_equal(metadata[key], value)
@@ -195,19 +195,19 @@ def _tuples(tenant, page: list[dict]) -> list[dict]:
               .values("graph_checkpoint_id", "task_id", "channel", "idx", "value_ciphertext")):
         writes[w["graph_checkpoint_id"]].append({
             "task_id": w["task_id"], "channel": w["channel"],
-            "value": loads_any(crypto.decrypt_text(w["value_ciphertext"])), "idx": w["idx"]})
+            "value": loads_any(crypto.decrypt_text(w["value_ciphertext"], tenant=tenant)), "idx": w["idx"]})
     out = []
     for row in page:
         s = stored[row["pk"]]
         metadata = row.get("metadata")
         if metadata is None:
-            metadata = loads_any(crypto.decrypt_text(s["metadata_ciphertext"]))
+            metadata = loads_any(crypto.decrypt_text(s["metadata_ciphertext"], tenant=tenant))
         out.append({
             "thread_id": row["thread_id"], "checkpoint_ns": row["checkpoint_ns"],
             "checkpoint_id": row["checkpoint_id"],
             "parent_checkpoint_id": row["parent_checkpoint_id"] or None,
             "run_id": str(s["run__uuid"]),
-            "checkpoint": loads_any(crypto.decrypt_text(s["checkpoint_ciphertext"])),
+            "checkpoint": loads_any(crypto.decrypt_text(s["checkpoint_ciphertext"], tenant=tenant)),
             "metadata": metadata, "pending_writes": writes[row["pk"]],
         })
     return out

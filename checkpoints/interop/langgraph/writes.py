@@ -51,7 +51,7 @@ def graph_put_writes(*, actor, tenant: Tenant, body: GraphWrites,
     require(actor, tenant, roles.WRITE)
     run_id = T.thread_run_id(body.thread_id)
     envelope_id = T.thread_checkpoint_id(body.thread_id, body.checkpoint_ns)
-    sealed = [(w, crypto.encrypt_text(w.value_json), len(w.value_json.encode()))
+    sealed = [(w, crypto.encrypt_text(w.value_json, tenant=tenant), len(w.value_json.encode()))
               for w in body.writes]
     refusal: DomainError | None = None
     stored = 0

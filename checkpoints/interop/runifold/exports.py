@@ -151,7 +151,8 @@ def runifold_export(*, actor, tenant: Tenant, write: Callable[[str], None],
             rows = (source.filter(pk__in=chosen).order_by("pk")
                     .values_list(*columns, "revision", "kind", "schema_version",
                                  "payload_ciphertext", "updated_at_ms"))
-            lines = [_envelope_line(cid, run_uuid, rev, kind, sv, crypto.decrypt_text(ct), ms)
+            lines = [_envelope_line(cid, run_uuid, rev, kind, sv,
+                                    crypto.decrypt_text(ct, tenant=tenant), ms)
                      for cid, run_uuid, rev, kind, sv, ct, ms in rows]
             audit_page(len(lines), 0)
         report.checkpoint_lines += len(lines)
@@ -176,13 +177,13 @@ def runifold_export(*, actor, tenant: Tenant, write: Callable[[str], None],
     return report
 
 
-def _runifold_request(effect_id: uuid.UUID, ciphertext: str) -> dict | None:
+def _runifold_request(tenant: Tenant, effect_id: uuid.UUID, ciphertext: str) -> dict | None:
     """The stored request if it is a runifold ``EffectRequest`` of this effect, else
     ``None`` (an effect written through the API)."""
     if not ciphertext:
         return None
     try:
-        request = loads_any(crypto.decrypt_text(ciphertext))
+        request = loads_any(crypto.decrypt_text(ciphertext, tenant=tenant))
         if _request(request)[0] != str(effect_id):
             return None
     except (InvalidPayload, ValueError, TypeError):
@@ -193,7 +194,7 @@ def _runifold_request(effect_id: uuid.UUID, ciphertext: str) -> dict | None:
 def _effect_lines(tenant: Tenant, rows: list, history: bool) -> tuple[list[str], int]:
     requests = {}
     for pk, eid, _, _, _, _, ciphertext in rows:
-        request = _runifold_request(eid, ciphertext)
+        request = _runifold_request(tenant, eid, ciphertext)
         if request is not None:
             requests[pk] = request
     # A line needs run_id unless its agent key leads an import back to its run: the
@@ -220,7 +221,7 @@ def _effect_lines(tenant: Tenant, rows: list, history: bool) -> tuple[list[str],
         for rev, st, rc in records:
             record: dict[str, Any] = {
                 "revision": rev, "request": request,
-                "status": status_out(st, loads_any(crypto.decrypt_text(rc)) if rc else None,
+                "status": status_out(st, loads_any(crypto.decrypt_text(rc, tenant=tenant)) if rc else None,
                                      rev)}
             if derived.get(exec_ids[pk]) != run_uuid:
                 record["run_id"] = str(run_uuid)

@@ -135,7 +135,7 @@ def runifold_import(*, actor, tenant: Tenant, lines: Iterable[RawLine],
             if raw.data is None:
                 raise LineError(f"record: longer than {_max_line_bytes()} bytes "
                                 "(RECOVERY_MAX_BODY_BYTES)")
-            parsed = parse_line(raw.data, raw.number)
+            parsed = parse_line(raw.data, raw.number, tenant=tenant)
         except LineError as exc:
             report.lines += 1
             errors.append((raw.number, exc.detail))
@@ -286,14 +286,14 @@ def _checkpoint_content(tenant: Tenant, cp: _Checkpoint, revision: int) -> tuple
         if cp.stored is None:
             kind, schema_version, updated_at_ms = cp.meta
             cp.stored = (cp.run_uuid, kind, schema_version, updated_at_ms,
-                         crypto.decrypt_text(cp.ciphertext))
+                         crypto.decrypt_text(cp.ciphertext, tenant=tenant))
         return cp.stored
     row = (CheckpointRevision.objects.for_tenant(tenant)
            .filter(checkpoint_id=cp.pk, revision=revision)
            .values_list("kind", "schema_version", "updated_at_ms", "payload_ciphertext").first())
     if row is None:
         return None
-    return (cp.run_uuid, row[0], row[1], row[2], crypto.decrypt_text(row[3]))
+    return (cp.run_uuid, row[0], row[1], row[2], crypto.decrypt_text(row[3], tenant=tenant))
 
 
 def _is_next(what: str, revision: int, stored_revision: int, stored_content, content) -> bool:
@@ -353,15 +353,16 @@ def _decide_checkpoint(tenant: Tenant, line: CheckpointLine, checkpoints: dict, 
     return True
 
 
-def _effect_request(effect: _Effect) -> str:
+def _effect_request(tenant: Tenant, effect: _Effect) -> str:
     if effect.request_json is None:
-        effect.request_json = (crypto.decrypt_text(effect.request_ciphertext)
+        effect.request_json = (crypto.decrypt_text(effect.request_ciphertext, tenant=tenant)
                                if effect.request_ciphertext else "")
     return effect.request_json
 
 
-def _effect_status(state: str, receipt_ciphertext: str, revision: int) -> str:
-    receipt = loads_any(crypto.decrypt_text(receipt_ciphertext)) if receipt_ciphertext else None
+def _effect_status(tenant: Tenant, state: str, receipt_ciphertext: str, revision: int) -> str:
+    receipt = (loads_any(crypto.decrypt_text(receipt_ciphertext, tenant=tenant))
+               if receipt_ciphertext else None)
     return dumps(status_out(state, receipt, revision))
 
 
@@ -380,7 +381,7 @@ def _effect_content(tenant: Tenant, effect: _Effect, revision: int) -> tuple | N
         if row is None:
             return None
         state, receipt = row
-    return (_effect_request(effect), _effect_status(state, receipt, revision))
+    return (_effect_request(tenant, effect), _effect_status(tenant, state, receipt, revision))
 
 
 def _decide_effect(tenant: Tenant, line: EffectLine, effects: dict, checkpoints: dict,
@@ -405,7 +406,7 @@ def _decide_effect(tenant: Tenant, line: EffectLine, effects: dict, checkpoints:
         if not _is_next(f"effect {line.effect_id}", line.revision, effect.revision,
                         lambda: _effect_content(tenant, effect, line.revision), line.content):
             return False
-        if _effect_request(effect) != line.request_json:
+        if _effect_request(tenant, effect) != line.request_json:
             raise LineError(f"request: differs from the request stored for effect "
                             f"{line.effect_id}; an effect's request never changes")
         if effect.state not in IMPORT_MAY_MOVE:

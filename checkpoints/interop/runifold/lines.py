@@ -191,8 +191,11 @@ class LineError(Exception):
         self.detail = detail
 
 
-def parse_line(raw: bytes, number: int = 0) -> CheckpointLine | EffectLine | None:
-    """Check one line of a runifold file (module doc), without the database. Returns
+def parse_line(raw: bytes, number: int = 0, *,
+               tenant=None) -> CheckpointLine | EffectLine | None:
+    """Check one line of a runifold file (module doc) and encrypt what it stores under
+    ``tenant``'s data key (``crypto.encrypt_text``; ``None``, as in tests of the format:
+    the legacy master-key form, without the database). Returns
     ``None`` for a blank line (skipped, not counted). Raises ``LineError`` naming the
     field: the strict JSON rules of ``jsonparse`` (duplicate keys, NaN, U+0000, unpaired
     surrogates, depth), then those of the envelope (``parse_envelope`` and the kind
@@ -205,16 +208,16 @@ def parse_line(raw: bytes, number: int = 0) -> CheckpointLine | EffectLine | Non
             if "request" in body or "status" in body:
                 raise InvalidPayload("record: has both an envelope's kind and payload and an "
                                      "effect record's request and status")
-            return _parse_checkpoint(body, number)
+            return _parse_checkpoint(body, number, tenant)
         if "request" in body and "status" in body:
-            return _parse_effect(body, number)
+            return _parse_effect(body, number, tenant)
         raise InvalidPayload("record: neither a checkpoint envelope (kind and payload) nor an "
                              "effect record (request and status)")
     except InvalidPayload as exc:
         raise LineError(exc.detail) from None
 
 
-def _parse_checkpoint(body: dict, number: int) -> CheckpointLine:
+def _parse_checkpoint(body: dict, number: int, tenant) -> CheckpointLine:
     envelope = parse_envelope(body, url_id=_uuid_field(body, "id"))
     if envelope.kind not in KINDS:
         raise InvalidPayload(f"kind: must be {' or '.join(KINDS)} (a runifold checkpoint)")
@@ -228,7 +231,7 @@ def _parse_checkpoint(body: dict, number: int) -> CheckpointLine:
         raise InvalidPayload("payload: " + cls.error.removeprefix("payload "))
     data = envelope.payload_json.encode("utf-8")
     return CheckpointLine(number, envelope, cls, cls.phase.label[:256],
-                          crypto.encrypt_text(envelope.payload_json), len(data))
+                          crypto.encrypt_text(envelope.payload_json, tenant=tenant), len(data))
 
 
 def _only(obj: dict, allowed: Iterable[str], where: str) -> None:
@@ -363,7 +366,7 @@ def execution_id(key: str | None) -> uuid.UUID | None:
         return None
 
 
-def _parse_effect(body: dict, number: int) -> EffectLine:
+def _parse_effect(body: dict, number: int, tenant) -> EffectLine:
     _only(body, ("revision", "request", "status", "run_id"), "")
     revision = intranges.REVISION.check(body.get("revision"), "revision")
     run_id = _uuid_field(body, "run_id") if "run_id" in body else None
@@ -379,11 +382,12 @@ def _parse_effect(body: dict, number: int) -> EffectLine:
     return EffectLine(
         number=number, effect_id=uuid.UUID(effect_id), revision=revision, run_id=run_id,
         execution_id=execution_id(body["request"].get("idempotency_key")),
-        request_json=request_json, request_ciphertext=crypto.encrypt_text(request_json),
+        request_json=request_json, request_ciphertext=crypto.encrypt_text(request_json, tenant=tenant),
         fingerprint=hashlib.sha256(request_json.encode("utf-8")).hexdigest(),
         service=service, operation_key=operation_key, effect_class=effect_class,
         status=state, status_json=dumps(body["status"]), state=STATE_IN[state],
-        receipt_ciphertext=crypto.encrypt_text(receipt_json) if receipt_json else "",
+        receipt_ciphertext=(crypto.encrypt_text(receipt_json, tenant=tenant)
+                            if receipt_json else ""),
         receipt_sha256=content_sha256(receipt_json) if receipt_json else "",
     )
 

@@ -1,0 +1,37 @@
+"""``manage.py import_keyring FILE``: after restoring a backup, bring its data keys up to
+a keyring exported later (``export_keyring``; ``services.keyring_restore``): keys
+destroyed since are destroyed here too, live keys take the copy wrapped by today's master
+key. Audited in each tenant's chain. Exits 1 for an unreadable or malformed FILE.
+"""
+
+from __future__ import annotations
+
+import json
+
+from django.core.management.base import BaseCommand, CommandError
+
+from checkpoints import services
+from checkpoints.exceptions import DomainError
+from checkpoints.ops.operatorfiles import open_input
+
+
+class Command(BaseCommand):
+    help = "Apply a keyring exported by export_keyring to this (restored) database."
+
+    def add_arguments(self, parser):
+        parser.add_argument("file", help="JSON lines written by export_keyring (or -)")
+
+    def handle(self, *args, file: str, **options):
+        stream, _ = open_input(file, what="file")
+        try:
+            with stream:
+                lines = stream.read().decode("utf-8").splitlines()
+            records = [json.loads(line) for line in lines if line.strip()]
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise CommandError(f"file: cannot read {file!r} ({exc})") from None
+        try:
+            done = services.keyring_restore(records=records)
+        except DomainError as exc:
+            raise CommandError(f"file: {exc.detail}") from None
+        self.stdout.write(f"destroyed {done['destroyed']} and re-wrapped "
+                          f"{done['rewrapped']} data key(s)")

@@ -1,0 +1,53 @@
+"""``manage.py restore_drill``: dump the database, restore it into a fresh one, and prove
+the copy serves (``checkpoints.ops.restoredrill``; docs/operations/backup.md).
+
+    manage.py restore_drill [--heads FILE] [--dump FILE] [--keyring FILE]
+                            [--erased SLUG ...] [--target NAME] [--keep]
+
+``--heads``: audit heads exported earlier (``export_audit_head --out``; default: exported
+now, audited). ``--dump``: restore this ``pg_dump --format=custom`` file instead of
+dumping now. ``--keyring``: a keyring exported after the dump (``export_keyring``).
+``--erased``: a tenant that must serve no payload after the restore (crypto-shredded, or
+its master key dropped). Prints the report as JSON; exits 1 (``CommandError``) naming
+each problem. ``--check`` is the step that runs in the new process against the copy.
+"""
+
+from __future__ import annotations
+
+import json
+
+from django.core.management.base import BaseCommand, CommandError
+
+from checkpoints.ops import restoredrill
+
+
+class Command(BaseCommand):
+    help = "Dump, restore into a fresh database, verify the audit chain and serve the copy."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--heads", metavar="FILE")
+        parser.add_argument("--dump", metavar="FILE")
+        parser.add_argument("--keyring", metavar="FILE")
+        parser.add_argument("--erased", metavar="SLUG", action="append", default=[])
+        parser.add_argument("--target", metavar="NAME")
+        parser.add_argument("--keep", action="store_true")
+        parser.add_argument("--check", action="store_true",
+                            help="(internal) check the database this process uses")
+
+    def handle(self, *args, **o):
+        try:
+            if o["check"]:
+                if not o["heads"]:
+                    raise CommandError("--check needs --heads")
+                self.stdout.write(json.dumps(restoredrill.check(heads=o["heads"],
+                                                                keyring=o["keyring"])))
+                return
+            result = restoredrill.drill(heads=o["heads"], dump_path=o["dump"],
+                                        keyring=o["keyring"], erased=set(o["erased"]),
+                                        target=o["target"], keep=o["keep"])
+        except restoredrill.DrillFailed as exc:
+            raise CommandError(str(exc)) from None
+        self.stdout.write(json.dumps(result.report, sort_keys=True))
+        if result.problems:
+            raise CommandError("restore drill failed: " + "; ".join(result.problems))
+        self.stdout.write("restore drill passed")
