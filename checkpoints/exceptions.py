@@ -180,3 +180,10 @@ class AlreadyDone(InvalidTransition):
         when = f" at {at.isoformat()}" if at is not None else ""
         super().__init__(f"{field}: {detail or 'already ' + what}{who}{when}")
         self.what, self.by, self.at, self.run_id = what, by, at, run_id
+
+
+class RunDeleted(DomainError, status=409, error="run_deleted"):
+    """A write to a run whose payloads retention or erasure deleted (issue 20;
+    docs/security/retention.md): 409 ``{"error": "run_deleted", "detail": ...}``. The run
+    keeps its tombstone and takes no more checkpoints, effects, leases or resumes; a
+    runtime starts a new run."""

@@ -52,6 +52,8 @@ urlpatterns = [
          name="kind-migrations"),
     path(T + "kinds/<str:kind>/migrations/<str:job_id>", views.KindMigrationApi.as_view(),
          name="kind-migration"),
+    # The data lifecycle (issue 20; CONTRACT.md 8; docs/security/retention.md).
+    path(T + "data-policy", views.DataPolicyApi.as_view(), name="data-policy"),
     # LangGraph threads (issue 10, docs/langgraph.md).
     path(T + "langgraph/checkpoints", views.LangGraphCheckpointsApi.as_view(),
          name="langgraph-checkpoints"),

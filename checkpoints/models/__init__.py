@@ -37,6 +37,7 @@ from .langgraph import GraphCheckpoint, GraphWrite
 from .lifecycle import (
     LIFECYCLE_MAX_RUNS,
     AuditExport,
+    CleanupLease,
     DataPolicy,
     ErasureRequest,
     HeldRun,

@@ -55,6 +55,17 @@ from .kinds import (
     kind_known,
     kind_usage,
 )
+from .lifecycle import (
+    ERASURES_SHOWN,
+    HOLDS_SHOWN,
+    TOMBSTONE_PAGE,
+    TombstonePage,
+    data_policy_get,
+    erasure_requests,
+    legal_holds_active,
+    run_tombstone,
+    tombstone_page,
+)
 from .migrations import (
     JOB_ITEMS_SHOWN,
     MigrationJobResult,

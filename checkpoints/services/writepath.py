@@ -240,6 +240,8 @@ def _orm_write(actor, tenant, envelope, expected_revision, fencing_token, cls, p
         existing = (Checkpoint.objects.for_tenant(tenant).filter(uuid=envelope.checkpoint_id)
                     .values("run_id", "run__uuid", "kind").first())
         if expected_revision is not None and existing is None:
+            # Retention or erasure deleted the run's checkpoints: say so (409), not 404.
+            _lock_run(tenant, envelope.run_id, create=False)
             raise NotFound("no such checkpoint")
         if existing is not None and expected_revision is not None:
             if existing["run__uuid"] != envelope.run_id:

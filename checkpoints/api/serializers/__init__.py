@@ -36,6 +36,7 @@ from .common import (
     IsoDateTimeField,
     OperationExistsSerializer,
     OwnerLiveSerializer,
+    RunDeletedSerializer,
     RunUuidField,
     TenantSlugField,
     ThreadConflictSerializer,
@@ -79,6 +80,7 @@ from .migrations import (
     MigrationPreviewSerializer,
 )
 from .reports import ApprovalsSerializer, ReportRangeSerializer, ReportSerializer, StatsSerializer
+from .retention import DataPolicyInputSerializer, DataPolicySerializer
 from .review import (
     AcknowledgedSerializer,
     ClosedSerializer,
@@ -100,5 +102,6 @@ from .runs import (
     RunDetailSerializer,
     RunPageSerializer,
     RunSerializer,
+    TombstoneSerializer,
     resume_usage,
 )

@@ -164,6 +164,14 @@ class ThreadConflictSerializer(Answer):
     detail = serializers.CharField()
 
 
+class RunDeletedSerializer(Answer):
+    """409: the run's payloads were deleted by retention or erasure (its tombstone says
+    when and why); it takes no more writes: start a new run (docs/security/retention.md)."""
+
+    error = error_word("run_deleted")
+    detail = serializers.CharField()
+
+
 #: The body of each domain error that has its own shape; every other one is an
 #: ``ErrorSerializer``.
 ERROR_SHAPES: dict[type[exceptions.DomainError], type[Answer]] = {
@@ -172,6 +180,7 @@ ERROR_SHAPES: dict[type[exceptions.DomainError], type[Answer]] = {
     exceptions.Fenced: FencedErrorSerializer,
     exceptions.OwnerLive: OwnerLiveSerializer,
     exceptions.OperationExists: OperationExistsSerializer,
+    exceptions.RunDeleted: RunDeletedSerializer,
 }
 
 

@@ -9,7 +9,7 @@ from rest_framework import serializers
 
 from ... import intranges
 from ...exceptions import InvalidPayload
-from ...vocab import RecoveryState, ResumeAction
+from ...vocab import DeletionCause, RecoveryState, ResumeAction
 from .checkpoints import CheckpointMetaSerializer
 from .common import Answer, IsoDateTimeField, TenantSlugField
 from .effects import EffectSerializer
@@ -48,6 +48,24 @@ class RunSerializer(Answer):
     last_write_at = IsoDateTimeField(allow_null=True)
     created_at = IsoDateTimeField()
     lease_expires_at = IsoDateTimeField(allow_null=True)
+    payloads_deleted_at = IsoDateTimeField(
+        allow_null=True, help_text="when retention or erasure deleted the run's payloads and "
+                                   "history (its tombstone says why); such a run takes no "
+                                   "more writes (409 run_deleted). Null: not deleted")
+
+
+class TombstoneSerializer(Answer):
+    """What remains of a run whose payloads were deleted (docs/security/retention.md):
+    ids, kind, final state, times, the policy or request that deleted it, counts; never
+    a payload value."""
+
+    tombstone_id = serializers.IntegerField(source="pk", help_text="the tombstone's cursor")
+    cause = serializers.ChoiceField(choices=DeletionCause.values)
+    final_state = serializers.CharField()
+    ended_at = IsoDateTimeField(allow_null=True)
+    deleted_at = IsoDateTimeField()
+    policy = serializers.JSONField(help_text="the retention numbers or erasure request")
+    counts = serializers.JSONField(help_text="rows deleted or blanked, per table")
 
 
 class RunPageSerializer(Answer):
@@ -80,6 +98,8 @@ class RunDetailSerializer(Answer):
     open_review_items = OpenReviewItemsSerializer()
     reconcile_requests = ReconcileRequestSerializer(many=True, help_text="newest first")
     retry_preview = RetryPreviewSerializer(many=True)
+    tombstone = TombstoneSerializer(allow_null=True, help_text="the run's tombstone when its "
+                                                               "payloads were deleted, else null")
 
 
 class LeaseInputSerializer(serializers.Serializer):

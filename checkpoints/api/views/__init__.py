@@ -50,6 +50,7 @@ from .langgraph import (
 )
 from .migrations import KindMigrationApi, KindMigrationListApi
 from .reports import ReportApi
+from .retention import DataPolicyApi
 from .review import (
     ConflictsAcknowledgeApi,
     EffectMarkUnknownApi,
