@@ -5,7 +5,7 @@ per page; the JSON API lives in ``checkpoints.api.urls``."""
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from .dashboard import actions, audit, bulk, inbox, kinds, reports, run
+from .dashboard import actions, audit, bulk, data, inbox, kinds, reports, run
 
 T = "t/<slug:slug>/"  # a tenant's pages
 
@@ -27,6 +27,9 @@ urlpatterns = [
     path(T + "kinds/<str:kind>/migrations/", kinds.migration_submit, name="migration_submit"),
     path(T + "kinds/<str:kind>/migrations/<str:job_id>/", kinds.migration_detail,
          name="migration_detail"),
+    # The data lifecycle (issue 20): the policy, tombstones, holds, erasure requests.
+    path(T + "data/", data.data_page, name="data_page"),
+    path(T + "data/policy/", data.data_policy_post, name="data_policy_post"),
     path(T + "bulk/", bulk.bulk_submit, name="bulk_submit"),
     path(T + "bulk/<str:bulk_id>/", bulk.bulk_detail, name="bulk_detail"),
     path(T + "runs/<str:run_id>/", run.run_detail, name="run_detail"),
