@@ -124,6 +124,19 @@ SAMPLES = {
                             "schema_version": 2, "fencing_token": 3,
                             "migration": ["acme.order amount_cents -> amount"],
                             "batch_id": "9d2f0c3e-1111-4222-8333-444455556666"}, ""),
+    # The data lifecycle (issue 20): services.data_policy_set, purge_run_payloads, the
+    # retention purge's second phase.
+    A.DATA_POLICY_SET: ("adam", T.DATA_POLICY, "acme", None,
+                        {"payload_retention_days": 30, "effect_retention_days": None,
+                         "restart_interval_s": 86400, "tombstone_retention_days": None,
+                         "secrets_policy": "warn", "payload_flag_bytes": None,
+                         "subject_fields": {}}, ""),
+    A.RUN_PURGE: ("system", T.RUN, RUN, None,
+                  {"tombstone": 7, "cause": "retention",
+                   "policy": {"payload_retention_days": 30}, "counts": {"checkpoints": 1}}, ""),
+    A.RUN_EXPIRE: ("system", T.RUN, RUN, None,
+                   {"cause": "retention", "counts": {"effects": 2},
+                    "policy": {"effect_retention_days": 90, "restart_interval_s": 86400}}, ""),
 }
 
 NAMES = {EFFECT: "charge:A-7 at payments"}

@@ -324,7 +324,7 @@ def _run_context(request: HttpRequest, tenant: Tenant, run_id, **extra) -> dict:
         # Retention or erasure deleted its payloads (docs/security/retention.md): the page
         # says when and why (its tombstone), and offers no reveal and no action; the
         # services refuse writes to it (409 run_deleted).
-        context.update(tombstone=selectors.run_tombstone(tenant=tenant, run=run),
+        context.update(tombstone=selectors.run_tombstone(user=user, tenant=tenant, run=run),
                        can_reveal=False, can_request_retry=False, can_reconcile=False,
                        can_acknowledge=False, can_close=False, show_preview=False,
                        next_step="")

@@ -67,10 +67,10 @@ def erasure_requests(*, user, tenant: Tenant) -> list[ErasureRequest]:
                 .order_by("-requested_at", "-id")[:ERASURES_SHOWN])
 
 
-def run_tombstone(*, tenant: Tenant, run: Run) -> Tombstone | None:
-    """The tombstone of ``run`` when its payloads were deleted (the newest, should there
-    be several), else None without a query. The caller has read the run (its rights
-    checked)."""
+def run_tombstone(*, user, tenant: Tenant, run: Run) -> Tombstone | None:
+    """The tombstone of ``run`` (a run of ``tenant``) when its payloads were deleted (the
+    newest, should there be several), else None without a query."""
+    require(user, tenant, roles.VIEW)
     if run.payloads_deleted_at is None:
         return None
     return (Tombstone.objects.for_tenant(tenant).filter(run_uuid=run.uuid)

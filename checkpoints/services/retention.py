@@ -199,7 +199,7 @@ def data_policy_set(*, actor, tenant: Tenant, **fields) -> tuple[DataPolicy, boo
 # The fenced cleanup lease
 # --------------------------------------------------------------------------------------
 
-def cleanup_lease_take(tenant: Tenant | int, holder: str) -> int | None:
+def _lease_take(tenant: Tenant | int, holder: str) -> int | None:
     """Take ``tenant``'s cleanup lease for ``holder`` (``LEASE_TTL_S``, database time)
     when it is free or expired, in its own transaction (one row, waiting for nothing
     else: outside the lock order like a reconcile claim). Returns the new fencing token,
@@ -225,7 +225,7 @@ def cleanup_lease_take(tenant: Tenant | int, holder: str) -> int | None:
     return None
 
 
-def cleanup_lease_renew(tenant: Tenant | int, token: int) -> bool:
+def _lease_renew(tenant: Tenant | int, token: int) -> bool:
     """The fencing check of one deletion, in the caller's transaction: renew the lease
     held with ``token`` (one conditional ``UPDATE``); false when it is no longer this
     purger's (taken over, or expired), and then the caller writes nothing."""
@@ -235,7 +235,7 @@ def cleanup_lease_renew(tenant: Tenant | int, token: int) -> bool:
         expires_at=NOW + timedelta(seconds=LEASE_TTL_S)) == 1
 
 
-def cleanup_lease_release(tenant: Tenant | int, token: int) -> None:
+def _lease_release(tenant: Tenant | int, token: int) -> None:
     """Give the lease back (expired now) if it is still ``token``'s."""
     tenant_id = tenant if isinstance(tenant, int) else tenant.pk
     CleanupLease.objects.for_tenant(tenant_id).filter(pk=tenant_id, token=token).update(
@@ -261,7 +261,7 @@ def _not_held(qs, tenant: Tenant):
     return qs.none() if held is None else qs.exclude(held)
 
 
-def payload_candidates(tenant: Tenant, policy: DataPolicy, now):
+def _payload_candidates(tenant: Tenant, policy: DataPolicy, now):
     """Phase 1's candidates (a queryset of ``Run``, unlocked): ended runs not yet deleted
     whose end is older than the payload retention at the database time ``now``, not
     held, without an effect in doubt. Empty when the retention is unset."""
@@ -284,7 +284,7 @@ def expiry_window_s(policy: DataPolicy) -> int | None:
     return max(policy.effect_retention_days * DAY_S, policy.restart_interval_s)
 
 
-def expiry_candidates(tenant: Tenant, policy: DataPolicy, now):
+def _expiry_candidates(tenant: Tenant, policy: DataPolicy, now):
     """Phase 2's candidates: runs whose payloads are deleted and whose end is older than
     ``expiry_window_s``, not held. Empty when the effect retention is unset."""
     window = expiry_window_s(policy)
@@ -304,7 +304,7 @@ def _purge_one(tenant: Tenant, pk: int, token: int, policy: DataPolicy) -> str:
         run = locks.lock_run_pk(tenant.pk, pk, skip_locked=True)
         if run is None:
             return "skipped"
-        if not cleanup_lease_renew(tenant, token):
+        if not _lease_renew(tenant, token):
             return "fenced"
         run.tenant = tenant
         now = run.db_now
@@ -326,7 +326,7 @@ def _expire_one(tenant: Tenant, pk: int, token: int, policy: DataPolicy) -> str:
         run = locks.lock_run_pk(tenant.pk, pk, skip_locked=True)
         if run is None:
             return "skipped"
-        if not cleanup_lease_renew(tenant, token):
+        if not _lease_renew(tenant, token):
             return "fenced"
         run.tenant = tenant
         now = run.db_now
@@ -399,23 +399,23 @@ def retention_purge(*, tenant: Tenant, batch_size: int = BATCH_MAX, dry_run: boo
              "fenced": False, "lease": "dry_run" if dry_run else "taken"}
     if dry_run:
         now = db_now()
-        stats["eligible_payloads"] = payload_candidates(tenant, policy, now).count()
-        stats["eligible_expiry"] = expiry_candidates(tenant, policy, now).count()
+        stats["eligible_payloads"] = _payload_candidates(tenant, policy, now).count()
+        stats["eligible_expiry"] = _expiry_candidates(tenant, policy, now).count()
         return stats
-    token = cleanup_lease_take(tenant, holder or f"purge-{uuid.uuid4()}")
+    token = _lease_take(tenant, holder or f"purge-{uuid.uuid4()}")
     if token is None:
         stats["lease"] = "held"
         return stats
     try:
         now = db_now()
-        if _phase(tenant, payload_candidates(tenant, policy, now), _purge_one, token, policy,
+        if _phase(tenant, _payload_candidates(tenant, policy, now), _purge_one, token, policy,
                   batch_size, stats, "purged"):
             now = db_now()
-            _phase(tenant, expiry_candidates(tenant, policy, now), _expire_one, token, policy,
+            _phase(tenant, _expiry_candidates(tenant, policy, now), _expire_one, token, policy,
                    batch_size, stats, "expired")
     finally:
         if not stats["fenced"]:
-            cleanup_lease_release(tenant, token)
+            _lease_release(tenant, token)
     return stats
 
 

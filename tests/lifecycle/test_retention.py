@@ -219,13 +219,13 @@ def test_a_live_lease_keeps_a_second_purger_out_and_a_stale_one_is_fenced(acme, 
     runs = [completed_run(wendy, acme, order_id=f"L-{i}", effect=False) for i in range(2)]
     set_policy(acme, payload_retention_days=1)
     age_world(2 * DAY)
-    first = retention.cleanup_lease_take(acme, "first")
-    assert first == 1 and retention.cleanup_lease_take(acme, "second") is None
+    first = retention._lease_take(acme, "first")
+    assert first == 1 and retention._lease_take(acme, "second") is None
     assert services.retention_purge(tenant=acme) == {
         "tenant": "acme", "purged": 0, "expired": 0, "skipped": 0, "batches": 0,
         "fenced": False, "lease": "held"}
     age_world(retention.LEASE_TTL_S + 1)  # the first purger stalled past its lease
-    second = retention.cleanup_lease_take(acme, "second")
+    second = retention._lease_take(acme, "second")
     assert second == 2
     # The stalled purger wakes up: its fencing check refuses, nothing is written.
     assert retention._purge_one(acme, runs[0].pk, first, DataPolicy.objects.get()) == "fenced"

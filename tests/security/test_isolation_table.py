@@ -378,6 +378,11 @@ RECIPES: dict[str, list[Op]] = {
            api_rule(V, 200)),
         Op("get", lambda w: {"tenant": TWIN, "kind": "acme.order", "job_id": w.migration_id},
            api_rule(V, 404), tenant=TWIN)],
+    # The data policy (issue 20; CONTRACT.md 8): a viewer reads, the admin writes.
+    "api:data-policy": [
+        Op("get", _t(), api_rule(V, 200)),
+        Op("put", _t(), api_rule(roles.MANAGE, 200), "write",
+           body={"payload_retention_days": 30})],
     "schema": [Op("get", lambda w: {}, schema_rule)],
     "api-docs": [Op("get", lambda w: {}, docs_rule, surface="web")],
     # Operations (checkpoints/ops/health.py): the probes answer anyone and name no tenant; the
@@ -417,6 +422,12 @@ RECIPES: dict[str, list[Op]] = {
            page_rule(V, 200), surface="web"),
         Op("get", lambda w: {"slug": TWIN, "kind": "acme.order", "job_id": w.migration_id},
            page_rule(V, 404), surface="web", tenant=TWIN)],
+    # The Data page (issue 20): any role reads; the policy form is the admin's.
+    "data_page": [Op("get", _s(), page_rule(V, 200), surface="web")],
+    "data_policy_post": [
+        Op("post", _s(), page_rule(roles.MANAGE, 303), "write", surface="web",
+           body={"payload_retention_days": "30", "restart_interval_s": "86400",
+                 "secrets_policy": "warn"})],
     "run_detail": [Op("get", _s(run_id="r_stuck"), page_rule(V, 200), surface="web"),
                    Op("get", _s(run_id="r_twin"), page_rule(V, 404), surface="web")],
     "run_audit": [Op("get", _s(run_id="r_stuck"), page_rule(V, 200), surface="web")],

@@ -76,7 +76,7 @@ class RunDetailApi(TenantApi):
             },
             "reconcile_requests": reconciliation.requests_for_run(d.run),
             "retry_preview": services.retry_preview(d.run),
-            "tombstone": selectors.run_tombstone(tenant=t, run=d.run),
+            "tombstone": selectors.run_tombstone(user=request.user, tenant=t, run=d.run),
         }, tenant=t, receipts=receipts_in_answers(request.user, t), run_id=rid))
 
 
