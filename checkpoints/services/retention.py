@@ -360,15 +360,19 @@ def _expire_one(tenant: Tenant, pk: int, token: int, policy: DataPolicy) -> str:
     return "expired"
 
 
-def _phase(tenant, candidates, step, token, policy, batch_size, stats, done: str) -> bool:
-    """Run ``step`` over ``candidates`` in batches of ``batch_size`` (ascending id, a
-    keyset cursor, so skipped runs are not read again); false when fenced."""
+def _phase(tenant, candidates, token, policy, batch_size, stats, done: str) -> bool:
+    """Phase ``done`` (``"purged"``: ``_purge_one``; ``"expired"``: ``_expire_one``) over
+    ``candidates`` in batches of ``batch_size`` (ascending id, a keyset cursor, so skipped
+    runs are not read again); false when fenced."""
     after = 0
     while True:
         batch = list(candidates.filter(pk__gt=after).order_by("pk")
                      .values_list("pk", flat=True)[:batch_size])
         for pk in batch:
-            outcome = step(tenant, pk, token, policy)
+            if done == "expired":
+                outcome = _expire_one(tenant, pk, token, policy)
+            else:
+                outcome = _purge_one(tenant, pk, token, policy)
             if outcome == "fenced":
                 stats["fenced"] = True
                 return False
@@ -408,10 +412,10 @@ def retention_purge(*, tenant: Tenant, batch_size: int = BATCH_MAX, dry_run: boo
         return stats
     try:
         now = db_now()
-        if _phase(tenant, _payload_candidates(tenant, policy, now), _purge_one, token, policy,
+        if _phase(tenant, _payload_candidates(tenant, policy, now), token, policy,
                   batch_size, stats, "purged"):
             now = db_now()
-            _phase(tenant, _expiry_candidates(tenant, policy, now), _expire_one, token, policy,
+            _phase(tenant, _expiry_candidates(tenant, policy, now), token, policy,
                    batch_size, stats, "expired")
     finally:
         if not stats["fenced"]:
