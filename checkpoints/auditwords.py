@@ -160,6 +160,19 @@ def _conflict(e, t) -> str:
     return f"was refused writing {t}: {why}{detail}"
 
 
+def _days(n: Any) -> str:
+    return "kept forever" if n is None else f"{n} day(s)"
+
+
+def _policy_set(e, _t) -> str:
+    a = e.after or {}
+    return (f"set the data policy: payloads {_days(a.get('payload_retention_days'))}, effect "
+            f"records {_days(a.get('effect_retention_days'))}, restart interval "
+            f"{a.get('restart_interval_s')} s, tombstones "
+            f"{_days(a.get('tombstone_retention_days'))}, credentials "
+            f"{_words(a.get('secrets_policy'))}")
+
+
 def _reveal(what: str) -> Callable:
     def say(e, t) -> str:
         rev = _get(e.after, "revision")
@@ -397,6 +410,15 @@ SENTENCES: dict[str, Callable[[Any, str], str]] = {
     A.TOMBSTONE_PURGE_REJECT: lambda e, t: f"rejected {t}",
     A.TOMBSTONE_PURGE_EXECUTE: lambda e, t: (
         f"executed {t}: deleted {_get(e.after, 'tombstones') or 0} tombstone(s)"),
+    # The data lifecycle (issue 20; services.retention, services.lifecycle).
+    A.DATA_POLICY_SET: _policy_set,
+    A.RUN_PURGE: lambda e, t: (
+        f"deleted the payloads of {t} by retention "
+        f"({_days(_get(_get(e.after, 'policy'), 'payload_retention_days'))}; "
+        f"tombstone #{_get(e.after, 'tombstone')})"),
+    A.RUN_EXPIRE: lambda e, t: (
+        f"expired {t}: its {_get(_get(e.after, 'counts'), 'effects') or 0} effect record(s) "
+        "and the run left once their idempotency window passed"),
 }
 
 

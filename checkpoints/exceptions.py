@@ -208,3 +208,8 @@ class PurgeRefused(DomainError, status=409, error="purge_refused"):
 
     def __init__(self, detail: str, reason: str):
         super().__init__(detail, reason=reason)
+class RunDeleted(DomainError, status=409, error="run_deleted"):
+    """A write to a run whose payloads retention or erasure deleted (issue 20;
+    docs/security/retention.md): 409 ``{"error": "run_deleted", "detail": ...}``. The run
+    keeps its tombstone and takes no more checkpoints, effects, leases or resumes; a
+    runtime starts a new run."""

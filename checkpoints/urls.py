@@ -5,7 +5,17 @@ per page; the JSON API lives in ``checkpoints.api.urls``."""
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from .dashboard import actions, audit, bulk, inbox, kinds, lifecycle_requests, reports, run
+from .dashboard import (
+    actions,
+    audit,
+    bulk,
+    data,
+    inbox,
+    kinds,
+    lifecycle_requests,
+    reports,
+    run,
+)
 
 T = "t/<slug:slug>/"  # a tenant's pages
 
@@ -41,6 +51,9 @@ urlpatterns = [
          name="legal_hold_release"),
     path(T + "runs/<str:run_id>/legal-hold/", lifecycle_requests.legal_hold_place_run,
          name="legal_hold_place_run"),
+    # The data lifecycle (issue 20): the policy, tombstones, holds, erasure requests.
+    path(T + "data/", data.data_page, name="data_page"),
+    path(T + "data/policy/", data.data_policy_post, name="data_policy_post"),
     path(T + "bulk/", bulk.bulk_submit, name="bulk_submit"),
     path(T + "bulk/<str:bulk_id>/", bulk.bulk_detail, name="bulk_detail"),
     path(T + "runs/<str:run_id>/", run.run_detail, name="run_detail"),

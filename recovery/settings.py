@@ -398,6 +398,9 @@ RECOVERY_AUDIT_KEYS = [
 # with a broker, the web process's in-process worker without one. A run whose owner is
 # gone is listed ambiguous within about this long (DESIGN.md 4: "never staler than ~15 s").
 RECOVERY_SWEEP_INTERVAL_S = env_int("RECOVERY_SWEEP_INTERVAL_S", 10, minimum=1)
+# How often the retention purge applies the tenants' data policies (issue 20;
+# docs/security/retention.md): Celery beat with a broker, the in-process worker without.
+RECOVERY_RETENTION_INTERVAL_S = env_int("RECOVERY_RETENTION_INTERVAL_S", 3600, minimum=1)
 RECOVERY_RECONCILE_TIMEOUT_S = env_int("RECOVERY_RECONCILE_TIMEOUT_S", 5, minimum=1)
 # A look-up's "never saw the key" settles not_executed only this long after submitted
 # (a call still in flight may not have reached the service yet).
@@ -492,7 +495,11 @@ CELERY_BEAT_SCHEDULE = {
     "stale-run-sweep": {
         "task": "checkpoints.tasks.sweep_stale_runs",
         "schedule": timedelta(seconds=RECOVERY_SWEEP_INTERVAL_S),
-    }
+    },
+    "retention-purge": {
+        "task": "checkpoints.tasks.retention_purge",
+        "schedule": timedelta(seconds=RECOVERY_RETENTION_INTERVAL_S),
+    },
 }
 
 # --- DRF --------------------------------------------------------------------------------

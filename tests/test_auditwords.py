@@ -163,6 +163,19 @@ SAMPLES = {
                                {"purge": PURGE, "state": "rejected"}, "not yet"),
     A.TOMBSTONE_PURGE_EXECUTE: ("adam", T.TOMBSTONE_PURGE, PURGE, {"state": "approved"},
                                 {"purge": PURGE, "state": "executed", "tombstones": 3}, ""),
+    # The data lifecycle (issue 20): services.data_policy_set, purge_run_payloads, the
+    # retention purge's second phase.
+    A.DATA_POLICY_SET: ("adam", T.DATA_POLICY, "acme", None,
+                        {"payload_retention_days": 30, "effect_retention_days": None,
+                         "restart_interval_s": 86400, "tombstone_retention_days": None,
+                         "secrets_policy": "warn", "payload_flag_bytes": None,
+                         "subject_fields": {}}, ""),
+    A.RUN_PURGE: ("system", T.RUN, RUN, None,
+                  {"tombstone": 7, "cause": "retention",
+                   "policy": {"payload_retention_days": 30}, "counts": {"checkpoints": 1}}, ""),
+    A.RUN_EXPIRE: ("system", T.RUN, RUN, None,
+                   {"cause": "retention", "counts": {"effects": 2},
+                    "policy": {"effect_retention_days": 90, "restart_interval_s": 86400}}, ""),
 }
 
 NAMES = {EFFECT: "charge:A-7 at payments"}

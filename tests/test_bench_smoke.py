@@ -89,3 +89,25 @@ def test_the_migration_bench_runs_end_to_end_and_drops_its_database():
     with psycopg.connect(bench_url(url, "postgres")) as conn:
         left = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [db]).fetchone()
     assert left is None
+
+
+def test_the_retention_bench_runs_end_to_end_and_drops_its_database():
+    """``bench/bench_retention.py`` at a tiny size: every run is purged, the purge and
+    the reference print their rates, its database is gone at the end."""
+    url = os.environ["DATABASE_URL"]
+    db = urlsplit(url).path.lstrip("/") + "_retention_smoke_bench"
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("RECOVERY_", "PYTEST_")) and k != "DJANGO_SETTINGS_MODULE"}
+    done = subprocess.run(
+        [sys.executable, "bench/bench_retention.py", "--runs", "20", "--pg-url", url,
+         "--db", db], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    assert "retention_purge: 20 runs in" in done.stdout, done.stdout
+    assert "reference bulk DELETE of the same rows: 20 runs" in done.stdout
+    import psycopg
+
+    from bench.common import bench_url
+
+    with psycopg.connect(bench_url(url, "postgres")) as conn:
+        left = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [db]).fetchone()
+    assert left is None

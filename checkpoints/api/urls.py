@@ -77,6 +77,8 @@ urlpatterns = [
          name="tombstone-purge-reject"),
     path(T + "tombstone-purges/<str:purge_id>/execute",
          views.TombstonePurgeExecuteApi.as_view(), name="tombstone-purge-execute"),
+    # The data lifecycle (issue 20; CONTRACT.md 8; docs/security/retention.md).
+    path(T + "data-policy", views.DataPolicyApi.as_view(), name="data-policy"),
     # LangGraph threads (issue 10, docs/langgraph.md).
     path(T + "langgraph/checkpoints", views.LangGraphCheckpointsApi.as_view(),
          name="langgraph-checkpoints"),

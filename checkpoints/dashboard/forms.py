@@ -19,9 +19,10 @@ from django.http import HttpRequest, QueryDict
 from ..exceptions import InvalidPayload
 from ..intranges import SCHEMA_VERSION
 from ..models import BULK_MAX_RUNS, MAX_REVISION, RecoveryState
+from ..models.lifecycle import PAYLOAD_FLAG_BYTES_MAX, RESTART_INTERVAL_S_MAX, RETENTION_DAYS_MAX
 from ..querystring import single_values
 from ..selectors import DEFAULT_RUN_SORT, RUN_SORTS, SEARCH_MAX, search_terms
-from ..vocab import BulkActionKind
+from ..vocab import BulkActionKind, SecretsPolicy
 
 #: Inbox "age" filter choices: only runs whose last write is at least this many seconds old.
 AGE_CHOICES = [
@@ -316,3 +317,51 @@ class MigrationForm(forms.Form):
     client_token = forms.UUIDField(
         error_messages={"required": "missing; reload the preview and submit again",
                         "invalid": "not a UUID; reload the preview and submit again"})
+
+
+class TombstonePageForm(QueryForm):
+    """The Data page's query string (``data.data_page``): ``before``, the tombstones
+    below this id (none: from the newest)."""
+
+    before = RevisionNumberField(required=False)
+
+
+class PolicyNumberField(RevisionNumberField):
+    """A policy number as typed in the Data page's form: blank is ``None`` (the API's
+    ``null``: forever / never), else ASCII digits in 1..``max_value``."""
+
+    def to_python(self, value):
+        if isinstance(value, str) and not value.strip():
+            return None
+        return super().to_python(value.strip() if isinstance(value, str) else value)
+
+
+def _optional_int(most: int) -> forms.IntegerField:
+    return PolicyNumberField(required=False, max_value=most)
+
+
+class DataPolicyForm(forms.Form):
+    """The Data page's policy form (``data.data_policy_post``), the admin's: the same
+    fields as ``PUT …/data-policy``; ``subject_fields`` one ``name = /pointer`` a line.
+    Every field is sent (the form shows the stored values); the rules are the service's
+    (``services.data_policy_check``, 400 naming the field)."""
+
+    payload_retention_days = _optional_int(RETENTION_DAYS_MAX)
+    effect_retention_days = _optional_int(RETENTION_DAYS_MAX)
+    restart_interval_s = RevisionNumberField(max_value=RESTART_INTERVAL_S_MAX)
+    tombstone_retention_days = _optional_int(RETENTION_DAYS_MAX)
+    secrets_policy = forms.ChoiceField(choices=SecretsPolicy.choices)
+    payload_flag_bytes = _optional_int(PAYLOAD_FLAG_BYTES_MAX)
+    subject_fields = forms.CharField(required=False, max_length=20_000, strip=True,
+                                     widget=forms.Textarea)
+
+    def clean_subject_fields(self) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for line in self.cleaned_data["subject_fields"].splitlines():
+            if not line.strip():
+                continue
+            name, eq, pointer = line.partition("=")
+            if not eq:
+                raise ValidationError(f"{line.strip()[:64]!r}: write name = /pointer")
+            out[name.strip()] = pointer.strip()
+        return out

@@ -324,6 +324,19 @@ def _run_context(request: HttpRequest, tenant: Tenant, run_id, **extra) -> dict:
         notice="",
         refusal="",
     )
+    if run.payloads_deleted_at is not None:
+        # Retention or erasure deleted its payloads (docs/security/retention.md): the page
+        # says when and why (its tombstone), and offers no reveal and no action; the
+        # services refuse writes to it (409 run_deleted).
+        context.update(tombstone=selectors.run_tombstone(user=user, tenant=tenant, run=run),
+                       can_reveal=False, can_request_retry=False, can_reconcile=False,
+                       can_acknowledge=False, can_close=False, show_preview=False,
+                       next_step="")
+        deciding = False
+        for item in effects:
+            item["can_mark_unknown"] = False
+        for r in retries:
+            r["can_decide"] = r["can_withdraw"] = False
     context["has_actions"] = (context["can_request_retry"] or context["can_reconcile"]
                               or context["can_acknowledge"] or context["can_close"]
                               or deciding or any(r["can_withdraw"] for r in retries)

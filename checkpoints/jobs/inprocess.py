@@ -1,6 +1,7 @@
 """The embedded default's background worker: without a broker (no Celery workers, no
 beat), the web process itself runs the stale-run sweep and the due reconcile requests
-every ``RECOVERY_SWEEP_INTERVAL_S`` (DESIGN.md 4: "something always runs it").
+every ``RECOVERY_SWEEP_INTERVAL_S`` (DESIGN.md 4: "something always runs it"), and the
+retention purge every ``RECOVERY_RETENTION_INTERVAL_S`` (issue 20).
 
 Started once per process by ``InProcessWorkerMiddleware`` on the first request when
 ``RECOVERY_INPROCESS_WORKER`` is on (the default without ``CELERY_BROKER_URL``, off under
@@ -28,6 +29,7 @@ from django.conf import settings
 from django.db import close_old_connections, connections
 
 from .. import heartbeat, locks, services
+from ..services.retention import HEARTBEAT as RETENTION_HEARTBEAT
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +42,22 @@ CATCH_UP_LOCK = 0x7265_636F_7665_7279 >> 1  # "recovery", as a positive bigint
 
 
 def run_once() -> dict:
-    """One round: the sweep, which also executes due reconcile requests here."""
-    return services.sweep_stale_runs(by="inprocess")
+    """One round: the sweep, which also executes due reconcile requests here; then the
+    retention purge when it is due (``retention_due``)."""
+    stats = services.sweep_stale_runs(by="inprocess")
+    if retention_due():
+        result = services.retention_purge_all()
+        stats["retention"] = {"purged": result["purged"], "expired": result["expired"]}
+    return stats
+
+
+def retention_due(beats: dict | None = None) -> bool:
+    """Whether the retention purge is due: no purge finished (the ``retention``
+    heartbeat, database clock) in the last ``RECOVERY_RETENTION_INTERVAL_S``. Several
+    processes may find it due at once: the per-tenant cleanup lease lets one through."""
+    beats = heartbeat.read() if beats is None else beats
+    last = beats.get(RETENTION_HEARTBEAT)
+    return last is None or last.age_s >= settings.RECOVERY_RETENTION_INTERVAL_S
 
 
 def catch_up() -> dict | None:

@@ -16,6 +16,7 @@ import logging
 from celery import shared_task
 
 from .. import heartbeat
+from ..services import retention_purge_all
 from ..services import sweep_stale_runs as sweep
 from . import migrations
 from .reconciliation import execute
@@ -54,3 +55,16 @@ def migrate_checkpoints_job(job_pk: int) -> dict:
     log.info("migration job %s: %s", job_pk, result.get("result"),
              extra={"migration_job": job_pk, "result": result.get("result")})
     return result
+
+
+@shared_task(name="checkpoints.tasks.retention_purge")
+def retention_purge() -> dict:
+    """Celery beat entry (every ``RECOVERY_RETENTION_INTERVAL_S``) for
+    ``services.retention_purge_all``: every tenant's data policy applied, under each
+    tenant's fenced cleanup lease (a second worker running it at once finds the lease
+    held and leaves the tenant to the first). Records the ``retention`` heartbeat."""
+    result = retention_purge_all()
+    log.info("retention purge: %s run(s) purged, %s expired", result["purged"],
+             result["expired"], extra={"purged": result["purged"],
+                                       "expired": result["expired"]})
+    return {"purged": result["purged"], "expired": result["expired"]}

@@ -40,6 +40,7 @@ from .lifecycle import (
     REASON_MAX,
     TOMBSTONE_PURGE_MAX,
     AuditExport,
+    CleanupLease,
     DataPolicy,
     ErasureRequest,
     HeldRun,

@@ -271,3 +271,22 @@ class TombstonePurge(TenantOwned):
                 condition=Q(approved_by__isnull=True) | ~Q(approved_by=models.F("prepared_by")),
                 name="tombstone_purge_approver_not_preparer"),
         ]
+
+
+class CleanupLease(TenantOwned):
+    """The fenced cleanup lease of a tenant's retention purge (RUNIFOLD.md 5: "per-tenant
+    fenced cleanup lease"; ``services.retention``): one row per tenant, held by
+    ``holder`` until ``expires_at`` (database time). A purger takes it when it is free or
+    expired, bumping ``token``; each of its deletions first renews it with a conditional
+    ``UPDATE`` naming its token, so a purger that lost the lease (it stalled past the
+    expiry and another took over) deletes nothing more. Works alike on SQLite and
+    PostgreSQL (a row, not an advisory lock)."""
+
+    tenant = models.OneToOneField(Tenant, on_delete=models.PROTECT, primary_key=True,
+                                  related_name="+")
+    holder = models.CharField(max_length=64, blank=True)
+    token = models.BigIntegerField(default=0)
+    expires_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"cleanup lease of tenant {self.tenant_id} (token {self.token})"

@@ -55,6 +55,15 @@ from .kinds import (
     kind_known,
     kind_usage,
 )
+from .lifecycle import (
+    ERASURES_SHOWN,
+    HOLDS_SHOWN,
+    TOMBSTONE_PAGE,
+    TombstonePage,
+    data_policy_get,
+    run_tombstone,
+    tombstone_page,
+)
 from .lifecycle_requests import (
     LIFECYCLE_LIST_MAX,
     erasure_request_get,

@@ -13,7 +13,7 @@ RUN_LIST_FIELDS = (
     "definition_version", "phase_class", "phase_label", "recovery_state", "recovery_reason",
     "state_changed_at", "last_write_at", "created_at", "lease_owner", "lease_expires_at",
     "fencing_token", "unacknowledged_conflicts", "closed_at", "closed_reason",
-    "closed_by__username",
+    "closed_by__username", "payloads_deleted_at",
 )
 
 

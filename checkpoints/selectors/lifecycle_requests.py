@@ -19,11 +19,16 @@ from .common import _uuid_or_404
 LIFECYCLE_LIST_MAX = 200
 
 
-def legal_hold_list(*, user, tenant: Tenant, limit: int = LIFECYCLE_LIST_MAX) -> list[LegalHold]:
+def legal_hold_list(*, user, tenant: Tenant, limit: int = LIFECYCLE_LIST_MAX,
+                    active_only: bool = False) -> list[LegalHold]:
     """The tenant's legal holds, active ones first, then newest first; at most ``limit``
-    (``LIFECYCLE_LIST_MAX``). One query."""
+    (``LIFECYCLE_LIST_MAX``); ``active_only``: those not released (the Data page). One
+    query."""
     require(user, tenant, roles.VIEW)
-    return list(LegalHold.objects.for_tenant(tenant)
+    rows = LegalHold.objects.for_tenant(tenant)
+    if active_only:
+        rows = rows.filter(released_at__isnull=True)
+    return list(rows
                 .order_by(F("released_at").asc(nulls_first=True), "-placed_at", "-id")
                 [:min(limit, LIFECYCLE_LIST_MAX)])
 

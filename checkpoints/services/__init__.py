@@ -6,6 +6,7 @@ conflicts, leases, resume decisions), ``checkpoints`` (the compare-and-swap writ
 reveals, exports), ``effects``, ``review`` (retry, mark unknown, close, acknowledge),
 ``migrations`` (the operator's migration of a kind's checkpoints to another version),
 ``kinds`` (a tenant's declared kinds),
+``retention`` (the data policy and the scheduled purge; docs/security/retention.md),
 ``migration_jobs`` (the same as a tenant admin's stored job, its dispatch and re-drive),
 ``reconcile_requests`` (a reviewer's reconcile, dispatch and re-drive, evidence
 reveal), ``sweep``, ``keys`` (key rotation, crypto-shredding), ``bulk`` (one review action on many runs) and
@@ -118,6 +119,13 @@ from .migrations import (
     migration_target_check,
 )
 from .reconcile_requests import BROKER_DOWN, evidence_reveal, run_reconcile
+from .retention import (
+    POLICY_FIELDS,
+    data_policy_check,
+    data_policy_set,
+    retention_purge,
+    retention_purge_all,
+)
 from .review import (
     _get_run,
     conflicts_acknowledge,
@@ -155,7 +163,7 @@ from .tombstones import (
 # matrices).
 MODULES = ("common", "accounts", "runs", "checkpoints", "effects", "review",
            "reconcile_requests", "sweep", "keys", "bulk", "migrations", "migration_jobs",
-           "kinds", "writepath", "holds", "erasure", "tombstones")
+           "kinds", "writepath", "holds", "erasure", "tombstones", "retention")
 #: Submodules whose functions are not services: only the services call them (the
 #: checkpoint write's two dialects, below ``checkpoint_put``). The matrices read them to
 #: follow the calls, and never count their functions as services.

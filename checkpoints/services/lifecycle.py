@@ -152,11 +152,13 @@ def held_runs_q(tenant: Tenant | int) -> Q | None:
     return q
 
 
-def run_blockers(run: Run) -> list[str]:
+def run_blockers(run: Run, *, deleted_ok: bool = False) -> list[str]:
     """Why ``run`` may not be deleted now (``Blocker`` words, in that order), or ``[]``.
-    Call it under the run's lock (``locks.lock_run``) so the answer holds until commit."""
+    Call it under the run's lock (``locks.lock_run``) so the answer holds until commit.
+    ``deleted_ok``: a run whose payloads are already deleted is judged on the other rules
+    (the retention purge's second phase, which expires what such a run has left)."""
     out = []
-    if run.payloads_deleted_at is not None:
+    if run.payloads_deleted_at is not None and not deleted_ok:
         return [Blocker.DELETED]
     if run.recovery_state not in ENDED:
         out.append(Blocker.NOT_ENDED)

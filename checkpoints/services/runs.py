@@ -23,6 +23,7 @@ from ..exceptions import (
     LeaseHeld,
     NotFound,
     OwnerLive,
+    RunDeleted,
 )
 from ..metrics import count_resume_decision
 from ..models import (
@@ -51,7 +52,7 @@ from .common import _actor_name
 # --------------------------------------------------------------------------------------
 
 def _lock_run(tenant: Tenant, run_id: uuid.UUID, *, create: bool,
-              data_policy: bool = False) -> Run | None:
+              data_policy: bool = False, deleted_ok: bool = False) -> Run | None:
     """The run row, locked in the store's lock order (``locks.lock_run``: the tenant's
     audit head, then the run); created (race-safe) when ``create``.
 
@@ -59,8 +60,15 @@ def _lock_run(tenant: Tenant, run_id: uuid.UUID, *, create: bool,
     time this write stores or compares is that one, never the process's clock.
     ``data_policy``: also read the tenant's data policy columns a checkpoint write needs
     (``locks.lock_run``: subject fields, secrets policy, size flag).
+
+    A run whose payloads retention or erasure deleted takes no more writes: raises
+    ``RunDeleted`` (409) unless ``deleted_ok`` (a deletion of what is left, which finds
+    nothing). Judged under the lock, so a write racing the purge either commits first
+    (and the purge sees it) or is refused; it never recreates the run's checkpoint.
     """
     run = locks.lock_run(tenant, run_id, data_policy=data_policy)  # tenant set
+    if run is not None and run.payloads_deleted_at is not None and not deleted_ok:
+        raise_deleted(run)
     if run is not None or not create:
         return run
     try:
@@ -72,6 +80,14 @@ def _lock_run(tenant: Tenant, run_id: uuid.UUID, *, create: bool,
     if run is None:  # cannot happen: it was created, or a concurrent writer's committed
         raise Run.DoesNotExist(run_id)
     return run
+
+
+def raise_deleted(run: Run) -> None:
+    """Raise ``RunDeleted`` for ``run``, whose payloads were deleted (its tombstone says
+    when and why: docs/security/retention.md)."""
+    raise RunDeleted(f"run_id: the payloads of run {run.uuid} were deleted on "
+                     f"{run.payloads_deleted_at.date().isoformat()} (retention or erasure; "
+                     "see its tombstone); it takes no more writes, start a new run")
 
 
 def _drop_if_empty(run: Run) -> None:
@@ -397,6 +413,8 @@ def resume_preview(*, actor, tenant: Tenant, run_id: uuid.UUID, asked: dict[str,
            .select_related("latest_checkpoint").filter(uuid=run_id).first())
     if run is None:
         raise NotFound("no such run")
+    if run.payloads_deleted_at is not None:
+        raise_deleted(run)
     run.tenant = tenant
     answer = _resume_answer(run, policy.resume_decision(run_facts(run), asked), tenant)
     count_resume_decision(tenant=tenant, action=answer["action"], mode="preview")

@@ -268,6 +268,8 @@ def _orm_write(actor, tenant, envelope, expected_revision, fencing_token, cls, p
         existing = (Checkpoint.objects.for_tenant(tenant).filter(uuid=envelope.checkpoint_id)
                     .values("run_id", "run__uuid", "kind").first())
         if expected_revision is not None and existing is None:
+            # Retention or erasure deleted the run's checkpoints: say so (409), not 404.
+            _lock_run(tenant, envelope.run_id, create=False)
             raise NotFound("no such checkpoint")
         if existing is not None and expected_revision is not None:
             if existing["run__uuid"] != envelope.run_id:
@@ -371,7 +373,8 @@ class _Sql:
 def _sql() -> _Sql:
     r, c, h, e, dp = Run, Checkpoint, CheckpointRevision, Effect, DataPolicy
     run_cols = ["id", "fencing_token", "lease_owner", "lease_expires_at", "closed_at",
-                "recovery_state", "state_changed_at", "unacknowledged_conflicts"]
+                "recovery_state", "state_changed_at", "unacknowledged_conflicts",
+                "payloads_deleted_at"]
     head_t = _table(AuditChainHead)
     head_tenant = _col(AuditChainHead, "tenant")
     # The store's lock order (``locks.lock_run``): the tenant's audit head, then the run.
@@ -488,9 +491,13 @@ def checkpoint_update(*, actor, tenant: Tenant, envelope, expected_revision: int
         if row is None:
             return FALLBACK
         (run_pk, token, lease_owner, lease_expires_at, closed_at, old_state, state_changed_at,
-         unacknowledged, now, checkpoint_pk, checkpoint_run, kind, stored_revision,
-         stored_usage, secrets_policy, payload_flag_bytes, subject_fields) = row
-        if checkpoint_pk is None or checkpoint_run != run_pk or kind != envelope.kind:
+         unacknowledged, payloads_deleted_at, now, checkpoint_pk, checkpoint_run, kind,
+         stored_revision, stored_usage, secrets_policy, payload_flag_bytes, subject_fields) = row
+        if (checkpoint_pk is None or checkpoint_run != run_pk or kind != envelope.kind
+                or payloads_deleted_at is not None):
+            # A run whose payloads a purge deleted while this write waited for its lock:
+            # the joined checkpoint row is the one read before the wait (PostgreSQL
+            # re-reads only the locked run), so the ORM path refuses it (RunDeleted).
             return FALLBACK
         live = policy.lease_live(lease_owner, lease_expires_at, now)
         if policy.fence_refuses(fencing_token, token, live):

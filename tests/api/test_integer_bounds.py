@@ -389,6 +389,15 @@ def migration_job(w: World, v: int) -> Outcome:
                  path={"kind": DECLARED}, HTTP_IDEMPOTENCY_KEY=str(uuid.uuid4()))
 
 
+def data_policy(field: str) -> Callable:
+    """``PUT …/data-policy`` with ``field`` alone (issue 20): every number in range is a
+    policy (the restart interval left at its default of one day, the effect retention is
+    never below it), outside the range a 400 naming the field."""
+    def send(w: World, v: int) -> Outcome:
+        return _json(w, "put", T + "data-policy", {field: v})
+    return send
+
+
 def lg_checkpoint(change: Callable[[dict, int], None]) -> Callable:
     def send(w: World, v: int) -> Outcome:
         body = lg_put("bounds-new-thread", LG_NEXT, values={"a": 1}, nodes=("n",))
@@ -508,6 +517,10 @@ RECIPES: dict[Key, Recipe] = {
     ("PUT", KV, "path", "version"): Recipe(kind_version("put"), "version"),
     ("POST", T + "kinds/{kind}/migrations", "body", "to_version"): Recipe(
         migration_job, "to_version", ok=(202,)),
+    # The data policy (issue 20): each number alone.
+    **{("PUT", T + "data-policy", "body", name): Recipe(data_policy(name), name)
+       for name in ("payload_retention_days", "effect_retention_days", "restart_interval_s",
+                    "tombstone_retention_days", "payload_flag_bytes")},
     # The fixture line is runifold.agent v1 (the only version of that kind), and a
     # completed effect record at least revision 2 (RUNIFOLD.md 4).
     **{("IMPORT", RUNIFOLD, "checkpoint", name): Recipe(

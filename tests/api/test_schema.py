@@ -49,6 +49,9 @@ BEYOND_CONTRACT = {
     # One review action on many runs, and its per-run results (issue 9, item 3).
     ("POST", "bulk-actions"): "bulk review action",
     ("GET", "bulk-actions/{}"): "a bulk action's results",
+    # CONTRACT.md 8 (lifecycle): the tenant's data policy (issue 20; docs/security/retention.md).
+    ("GET", "data-policy"): "CONTRACT.md 8: the data policy, for a viewer",
+    ("PUT", "data-policy"): "CONTRACT.md 8: set the data policy (admin)",
     # LangGraph threads (issue 10, docs/langgraph.md): the saver's operations.
     ("POST", "langgraph/checkpoints"): "LangGraph put",
     ("GET", "langgraph/checkpoints"): "LangGraph get_tuple and list (audited read)",

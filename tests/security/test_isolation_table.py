@@ -427,6 +427,11 @@ RECIPES: dict[str, list[Op]] = {
     "api:tombstone-purge-reject": [Op("post", _purge(), api_rule(AP, 404), body=REASON)],
     "api:tombstone-purge-execute": [Op("post", _purge(), api_rule(roles.MANAGE, 404),
                                        body={})],
+    # The data policy (issue 20; CONTRACT.md 8): a viewer reads, the admin writes.
+    "api:data-policy": [
+        Op("get", _t(), api_rule(V, 200)),
+        Op("put", _t(), api_rule(roles.MANAGE, 200), "write",
+           body={"payload_retention_days": 30})],
     "schema": [Op("get", lambda w: {}, schema_rule)],
     "api-docs": [Op("get", lambda w: {}, docs_rule, surface="web")],
     # Operations (checkpoints/ops/health.py): the probes answer anyone and name no tenant; the
@@ -489,6 +494,12 @@ RECIPES: dict[str, list[Op]] = {
            surface="web"),
         Op("post", _s(TWIN, hold_id="hold_id"), page_rule(roles.MANAGE, 404), body=REASON,
            surface="web", tenant=TWIN)],
+    # The Data page (issue 20): any role reads; the policy form is the admin's.
+    "data_page": [Op("get", _s(), page_rule(V, 200), surface="web")],
+    "data_policy_post": [
+        Op("post", _s(), page_rule(roles.MANAGE, 303), "write", surface="web",
+           body={"payload_retention_days": "30", "restart_interval_s": "86400",
+                 "secrets_policy": "warn"})],
     "run_detail": [Op("get", _s(run_id="r_stuck"), page_rule(V, 200), surface="web"),
                    Op("get", _s(run_id="r_twin"), page_rule(V, 404), surface="web")],
     "run_audit": [Op("get", _s(run_id="r_stuck"), page_rule(V, 200), surface="web")],

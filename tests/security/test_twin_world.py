@@ -44,10 +44,12 @@ import tempfile
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 import pytest
 from django.db import models as djm
 from django.db import transaction
+from django.db.models import F
 from django.test import Client
 from django.urls import URLPattern, reverse
 from rest_framework.test import APIClient
@@ -403,6 +405,32 @@ def _kinds_count(w: World, slug: str, versions: list[tuple[int, int]]) -> str:
     return "" if got == want else f"kinds (checkpoints, mismatched) {got}, own {want}"
 
 
+def _own_rows(model, got_of: Callable) -> Callable:
+    """A count oracle: the answer holds as many rows as the tenant's own ``model`` rows
+    (the twin world has none of the lifecycle's rows, so also: none of the twin's)."""
+    def check(w, slug, answer):
+        want, got = model.objects.filter(tenant=w.tenant(slug)).count(), got_of(answer)
+        return "" if want == got else f"{model.__name__} rows {got}, the tenant's own {want}"
+    return check
+
+
+SELECTORS.update({  # The data lifecycle (issue 20): the Data page's reads.
+    "data_policy_get": SelectorCell(
+        lambda w, s, u: selectors.data_policy_get(user=u, tenant=w.tenant(s)),
+        lambda w, s, a: "" if a.tenant_id == w.tenant(s).pk else "another tenant's policy",
+        shows_mark=False),
+    "tombstone_page": SelectorCell(
+        lambda w, s, u: selectors.tombstone_page(user=u, tenant=w.tenant(s)),
+        _own_rows(Tombstone, lambda a: a.total), shows_mark=False),
+    "run_tombstone": SelectorCell(
+        lambda w, s, u: selectors.run_tombstone(
+            user=u, tenant=w.tenant(s), run=Run.objects.get(tenant=w.tenant(s),
+                                                            uuid=IDS["r_closed"])),
+        lambda w, s, a: "" if a is None else "a tombstone for a run never deleted",
+        shows_mark=False),
+})
+
+
 # Integer ids are not shared by the twins: the twin's id, asked in this tenant, is 404.
 CROSS_IDS: dict[str, Callable[[World, str, object], object]] = {
     "retry_get": lambda w, s, u: selectors.retry_get(
@@ -703,6 +731,9 @@ API: dict[str, Req] = {
     f"post {T}erasure-requests/{{request_id}}/reject": Req({"request_id": "erasure_id"}, R,
                                                            write=True, shows_mark=True),
     # LangGraph threads (issue 10): the same thread id in both tenants.
+    # The data policy (issue 20): each tenant's own row.
+    f"get {T}data-policy": Req(),
+    f"put {T}data-policy": Req(body={"payload_retention_days": 30}, write=True),
     f"get {T}langgraph/checkpoints": Req(query=f"thread_id={LG_THREAD}", shows_mark=True),
     f"head {T}langgraph/checkpoints": Req(query=f"thread_id={LG_THREAD}"),
     f"post {T}langgraph/checkpoints": Req(body=lambda: lg_put(LG_THREAD, LG_IDS[2],
@@ -757,6 +788,10 @@ PAGES: dict[str, Req] = {
     "legal_holds": Req(shows_mark=True),
     "legal_hold_place_run": Req({"run_id": "r_stable"}, R, write=True),
     "legal_hold_release": Req({"hold_id": "hold_id"}, R, write=True),
+    # The Data page (issue 20): this tenant's policy, tombstones, holds, requests.
+    "data_page": Req(),
+    "data_policy_post": Req(body={"payload_retention_days": "30", "restart_interval_s": "86400",
+                                  "secrets_policy": "warn"}, write=True),
     "run_detail": Req({"run_id": "r_unknown"}, shows_mark=True),
     "run_audit": Req({"run_id": "r_unknown"}, shows_mark=True),
     "checkpoint_history": Req({"checkpoint_id": "c_stuck"}, shows_mark=True),
@@ -914,6 +949,18 @@ class ServiceCell:
     call: Callable[[World, str, str], object]
     foreign: bool = False
     actor: bool = True
+
+
+def _purge_aged(w: World, slug: str, _actor) -> dict:
+    """Set ``slug``'s retention to one day, age its own runs two days, purge it."""
+    tenant = w.tenant(slug)
+    services.data_policy_set(actor=None, tenant=tenant, payload_retention_days=1)
+    two_days = timedelta(days=2)
+    Run.objects.filter(tenant=tenant).update(state_changed_at=F("state_changed_at") - two_days,
+                                             closed_at=F("closed_at") - two_days)
+    stats = services.retention_purge(tenant=tenant)
+    assert stats["purged"] > 0, "a vacuous cell: nothing was purged"
+    return stats
 
 
 def _runifold_lines() -> bytes:
@@ -1083,6 +1130,12 @@ SERVICES: dict[str, list[ServiceCell]] = {
     "erasure_reject": [ServiceCell(lambda w, s, a: services.erasure_reject(
         actor=_as(w, a, "approver"), tenant=w.tenant(s), request_id=w.data[other(s)].erasure_id,
         reason="x"), foreign=True)],
+    # The data lifecycle (issue 20): a policy lands in this tenant; the purge, with this
+    # tenant's completed runs aged past it, deletes (with tombstones) this tenant's runs
+    # only, though the twin holds runs of the same UUIDs in the same states.
+    "data_policy_set": [ServiceCell(lambda w, s, a: services.data_policy_set(
+        actor=_as(w, a, "admin"), tenant=w.tenant(s), payload_retention_days=1))],
+    "retention_purge": [ServiceCell(_purge_aged, actor=False)],
 }
 _LG_PUT = lambda: langgraph.parse_put(lg_put(LG_THREAD, LG_IDS[2], parent=LG_IDS[1]))  # noqa: E731
 _LG_WRITES = lambda: langgraph.parse_writes(  # noqa: E731

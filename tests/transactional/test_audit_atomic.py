@@ -58,6 +58,7 @@ from tests.helpers import (
     walk_effect,
 )
 from tests.lifecycle.governance import DAY, keep_tombstones, purged_runs
+from tests.lifecycle.retention_world import completed_run
 from tests.matrixhelpers import (
     db_diff,
     db_state,
@@ -640,6 +641,33 @@ def keyring_restore(p):
     _cp(p, "charged")
     records = [dict(r, wrapped="", destroyed=True) for r in services.keyring_export()]
     return Cell(lambda: services.keyring_restore(records=records))
+def data_policy_set(p):
+    return Cell(lambda: services.data_policy_set(actor=None, tenant=p.acme,
+                                                 payload_retention_days=30))
+
+
+#: The cleanup lease is taken and given back in transactions of their own (its columns
+#: move whatever a run's deletion does); its row exists before the cell (a first purge).
+_LEASE = frozenset({("checkpoints.CleanupLease", f) for f in ("holder", "token", "expires_at")})
+
+
+def _ended_and_aged(p, days: int, **policy):
+    completed_run(p.wendy, p.acme)
+    services.data_policy_set(actor=None, tenant=p.acme, **policy)
+    services.retention_purge(tenant=p.acme)  # nothing old enough yet: the lease row
+    age_world(days * 86_400)
+
+
+def retention_purge(p):
+    _ended_and_aged(p, 2, payload_retention_days=1)
+    return Cell(lambda: services.retention_purge(tenant=p.acme), ignore=_LEASE)
+
+
+def retention_expire(p):
+    _ended_and_aged(p, 2, payload_retention_days=1, effect_retention_days=5)
+    services.retention_purge(tenant=p.acme)  # the payloads go; the effect records stay
+    age_world(5 * 86_400)
+    return Cell(lambda: services.retention_purge(tenant=p.acme), ignore=_LEASE)
 
 
 CELLS: dict[str, dict[str, Callable]] = {
@@ -711,10 +739,15 @@ CELLS: dict[str, dict[str, Callable]] = {
     "tombstone_purge_execute": {"execute": tombstone_purge_execute},
     "tenant_shred": {"destroy": tenant_shred},
     "keyring_restore": {"destroy": keyring_restore},
+    # The data lifecycle (issue 20): each run's deletion is its own transaction, with its
+    # tombstone and its event (purge), or its rows and the run (expire).
+    "data_policy_set": {"set": data_policy_set},
+    "retention_purge": {"purge payloads": retention_purge, "expire effects": retention_expire},
 }
 NOT_CELLS = {
     "migration_preview": "a dry run of checkpoints_migrate: writes and audits nothing "
                          "(tests/services/test_migration_jobs.py)",
+    "retention_purge_all": "retention_purge for each tenant with a policy (its cells)",
     "audit_record": "the append itself",
     "audit_record_many": "the append itself, for many events (runifold_import's cells)",
     "payloads_rotate_keys": "re-encrypts in batches, each its own transaction, so it can run "

@@ -90,6 +90,11 @@ RACED = {
                         "make_no_conflict",
     "graph_thread_delete": "test_langgraph_races.py::test_deleting_a_thread_while_graphs_"
                            "write_to_it_leaves_no_half_thread",
+    # Retention (issue 20): tests/lifecycle/test_retention_races.py.
+    "retention_purge": "test_retention_races.py::test_purgers_at_once_delete_each_run_once "
+                       "(+ a purger fenced by a take-over, a write racing its run's purge)",
+    "retention_purge_all": "test_retention_races.py::test_purgers_at_once_delete_each_run_"
+                           "once (four retention_purge_all at once, two tenants)",
     # Migrations (issue 19, item 2): tests/transactional/test_migration_races.py.
     "checkpoints_migrate": "test_migration_races.py::test_migrations_racing_each_other_"
                            "migrate_each_checkpoint_once (+ a zombie owner racing one)",
@@ -129,6 +134,9 @@ NOT_RACED = {
     "redrive": "part of sweep_stale_runs, raced there",
     "migration_preview": "a dry run: takes no lock (checkpoints_migrate's lock is on its "
                          "write path, raced there)",
+    "data_policy_set": "takes only the tenant's audit head, which serializes two admins' "
+                       "policies (the second reads the first under it); a purge reads the "
+                       "policy once per pass and re-judges each run under its lock",
     "kind_declare": "takes only the tenant's audit head, which serializes two declarations "
                     "of one version (the second finds the first: unchanged, or replaced "
                     "while unused); its race with a checkpoint write of the version is "

@@ -28,6 +28,7 @@ from checkpoints.dashboard.forms import (
     HistoryForm,
     InboxFilterForm,
     MigrationPreviewForm,
+    TombstonePageForm,
 )
 from checkpoints.models import AuditEvent, BulkAction
 from checkpoints.reports import ReportRangeForm
@@ -59,6 +60,7 @@ PAGE_PARAMS: dict[str, tuple[str, ...]] = {
     "run_audit": (),
     "checkpoint_history": tuple(HistoryForm.base_fields),
     "effect_history": tuple(HistoryForm.base_fields),
+    "data_page": tuple(TombstonePageForm.base_fields),
 }
 NOT_WALKED = {"login", "logout"}
 #: The query a page needs to be a 200 (the preview's target version); the tests add theirs.

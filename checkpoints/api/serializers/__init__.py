@@ -37,6 +37,7 @@ from .common import (
     OperationExistsSerializer,
     OwnerLiveSerializer,
     PurgeRefusedSerializer,
+    RunDeletedSerializer,
     RunUuidField,
     SecretPathSerializer,
     TenantSlugField,
@@ -91,6 +92,7 @@ from .migrations import (
     MigrationPreviewSerializer,
 )
 from .reports import ApprovalsSerializer, ReportRangeSerializer, ReportSerializer, StatsSerializer
+from .retention import DataPolicyInputSerializer, DataPolicySerializer
 from .review import (
     AcknowledgedSerializer,
     ClosedSerializer,

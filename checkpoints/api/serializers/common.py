@@ -198,6 +198,12 @@ class PurgeRefusedSerializer(Answer):
     reason = serializers.ChoiceField(source="extra.reason", choices=[
         "no_tombstone_retention", "no_export", "legal_hold", "nothing_to_purge", "expired",
         "changed", "state"])
+class RunDeletedSerializer(Answer):
+    """409: the run's payloads were deleted by retention or erasure (its tombstone says
+    when and why); it takes no more writes: start a new run (docs/security/retention.md)."""
+
+    error = error_word("run_deleted")
+    detail = serializers.CharField()
 
 
 #: The body of each domain error that has its own shape; every other one is an
@@ -210,6 +216,7 @@ ERROR_SHAPES: dict[type[exceptions.DomainError], type[Answer]] = {
     exceptions.OperationExists: OperationExistsSerializer,
     exceptions.SecretDetected: UnprocessableWriteSerializer,
     exceptions.PurgeRefused: PurgeRefusedSerializer,
+    exceptions.RunDeleted: RunDeletedSerializer,
 }
 
 

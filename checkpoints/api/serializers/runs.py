@@ -19,6 +19,7 @@ from .review import (
     RetryPreviewSerializer,
     RetryRequestSerializer,
 )
+from .tombstones import TombstoneSerializer  # one shape, the run's and the list's
 
 #: Every value ``Run.recovery_state`` can hold, ``closed`` included (a reviewer's close).
 RECOVERY_STATES = list(RecoveryState.values)
@@ -48,6 +49,10 @@ class RunSerializer(Answer):
     last_write_at = IsoDateTimeField(allow_null=True)
     created_at = IsoDateTimeField()
     lease_expires_at = IsoDateTimeField(allow_null=True)
+    payloads_deleted_at = IsoDateTimeField(
+        allow_null=True, help_text="when retention or erasure deleted the run's payloads and "
+                                   "history (its tombstone says why); such a run takes no "
+                                   "more writes (409 run_deleted). Null: not deleted")
 
 
 class RunPageSerializer(Answer):
@@ -80,6 +85,8 @@ class RunDetailSerializer(Answer):
     open_review_items = OpenReviewItemsSerializer()
     reconcile_requests = ReconcileRequestSerializer(many=True, help_text="newest first")
     retry_preview = RetryPreviewSerializer(many=True)
+    tombstone = TombstoneSerializer(allow_null=True, help_text="the run's tombstone when its "
+                                                               "payloads were deleted, else null")
 
 
 class LeaseInputSerializer(serializers.Serializer):

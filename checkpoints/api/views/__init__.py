@@ -59,6 +59,7 @@ from .lifecycle_requests import (
 )
 from .migrations import KindMigrationApi, KindMigrationListApi
 from .reports import ReportApi
+from .retention import DataPolicyApi
 from .review import (
     ConflictsAcknowledgeApi,
     EffectMarkUnknownApi,

@@ -15,7 +15,7 @@ from .. import params as p
 from .. import serializers as s
 from .common import (
     CAS_HEADERS,
-    FENCED,
+    FENCED_OR_DELETED,
     STALE,
     TENANT,
     TenantApi,
@@ -84,7 +84,7 @@ class CheckpointApi(TenantApi):
             201: OpenApiResponse(s.CheckpointMetaSerializer, description='created; ETag "0"'),
             200: OpenApiResponse(s.CheckpointMetaSerializer, description='updated; ETag "N+1"'),
             **_errors(413, 428),
-            409: FENCED,
+            409: FENCED_OR_DELETED,
             412: STALE,
             422: OpenApiResponse(
                 s.UnprocessableWriteSerializer,

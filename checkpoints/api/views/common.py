@@ -12,7 +12,12 @@ from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.utils.cache import add_never_cache_headers
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    PolymorphicProxySerializer,
+    extend_schema,
+)
 from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.parsers import BaseParser
 from rest_framework.request import Request
@@ -217,6 +222,17 @@ STALE = OpenApiResponse(s.ConflictErrorSerializer,
 FENCED = OpenApiResponse(s.FencedErrorSerializer,
                          description="fenced: the run is leased and Fencing-Token is not its "
                                      "current token; kept as a conflict")
+FENCED_OR_DELETED = OpenApiResponse(
+    PolymorphicProxySerializer(
+        component_name="WriteConflict",
+        serializers=[s.FencedErrorSerializer, s.RunDeletedSerializer],
+        resource_type_field_name=None),
+    description="fenced: the run is leased and Fencing-Token is not its current token (kept "
+                "as a conflict); or run_deleted: the run's payloads were deleted by retention "
+                "or erasure, it takes no more writes (docs/security/retention.md)")
+RUN_DELETED = OpenApiResponse(
+    s.RunDeletedSerializer, description="run_deleted: the run's payloads were deleted by "
+                                        "retention or erasure; it takes no more writes")
 OWNER_LIVE = OpenApiResponse(s.OwnerLiveSerializer,
                              description="owner_live: the run's owner is alive")
 

@@ -28,10 +28,12 @@ from .common import (
 EFFECT_CONFLICT = OpenApiResponse(
     PolymorphicProxySerializer(
         component_name="EffectPutConflict",
-        serializers=[s.OperationExistsSerializer, s.FencedErrorSerializer],
+        serializers=[s.OperationExistsSerializer, s.FencedErrorSerializer,
+                     s.RunDeletedSerializer],
         resource_type_field_name=None),
     description="operation_exists: another effect id holds this operation key with the same "
-                "fingerprint; or fenced, as for checkpoints")
+                "fingerprint; or fenced, as for checkpoints; or run_deleted: the run's "
+                "payloads were deleted (retention or erasure)")
 
 
 class EffectListApi(TenantApi):

@@ -13,7 +13,17 @@ from ...permissions import receipts_in_answers
 from .. import params as p
 from .. import serializers as s
 from ..auth import BearerTokenAuthentication
-from .common import TENANT, TenantApi, _errors, _only_fields, _path, page_url, read_object, url_uuid
+from .common import (
+    RUN_DELETED,
+    TENANT,
+    TenantApi,
+    _errors,
+    _only_fields,
+    _path,
+    page_url,
+    read_object,
+    url_uuid,
+)
 
 
 class RunListApi(TenantApi):
@@ -66,6 +76,7 @@ class RunDetailApi(TenantApi):
             },
             "reconcile_requests": reconciliation.requests_for_run(d.run),
             "retry_preview": services.retry_preview(d.run),
+            "tombstone": selectors.run_tombstone(user=request.user, tenant=t, run=d.run),
         }, tenant=t, receipts=receipts_in_answers(request.user, t), run_id=rid))
 
 
@@ -77,7 +88,9 @@ class RunLeaseApi(TenantApi):
         request=s.LeaseInputSerializer,
         responses={200: s.LeaseSerializer, **_errors(400, 413),
                    409: OpenApiResponse(s.ErrorSerializer,
-                                        description="lease_held: another owner's lease is live")},
+                                        description="lease_held: another owner's lease is "
+                                                    "live; or run_deleted: the run's payloads "
+                                                    "were deleted (retention or erasure)")},
     )
     def post(self, request, tenant, run_id):
         t = self.tenant(request, tenant, roles.WRITE)
@@ -97,7 +110,7 @@ class RunResumeApi(TenantApi):
         summary="Preview the resume decision: changes nothing (no approval consumed, no "
                 "fencing, no audit)",
         parameters=[TENANT, _path("run_id"), p.IdentityParams],
-        responses={200: s.ResumeSerializer, **_errors(400)},
+        responses={200: s.ResumeSerializer, **_errors(400), 409: RUN_DELETED},
     )
     def get(self, request, tenant, run_id):
         """Each identity parameter given must equal the run's, else reject/identity_mismatch."""
@@ -113,7 +126,7 @@ class RunResumeApi(TenantApi):
                 "retry is consumed and the old owner fenced",
         parameters=[TENANT, _path("run_id")],
         request=s.ResumeInputSerializer,
-        responses={200: s.ResumeSerializer, **_errors(400, 413)},
+        responses={200: s.ResumeSerializer, **_errors(400, 413), 409: RUN_DELETED},
     )
     def post(self, request, tenant, run_id):
         t = self.tenant(request, tenant, roles.WRITE)

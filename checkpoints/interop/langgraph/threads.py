@@ -123,7 +123,8 @@ def _delete_from_thread(actor, tenant, thread_id: str, rows_qs, action: str,
     lock), namespace by namespace, then the run settled and one ``action`` audit event
     (``after`` plus ``deleted`` and what became of the run) when anything went."""
     with transaction.atomic():
-        run = _lock_run(tenant, T.thread_run_id(thread_id), create=False)
+        run = _lock_run(tenant, T.thread_run_id(thread_id), create=False,
+                        deleted_ok=True)  # a deleted run has no graph rows left: 0
         if run is None:
             return 0
         by_ns: dict[str, list[int]] = {}

@@ -1,0 +1,62 @@
+"""Reads of the data lifecycle (issue 20; docs/security/retention.md): the tenant's data
+policy, its tombstones (newest first, a page at a time), its active legal holds and its
+erasure requests, for the Data page and ``GET …/data-policy``; and a deleted run's
+tombstone for its run page. Any role of the tenant reads them: they hold ids, numbers,
+reasons and names, never a payload value (what the page shows the API shows)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .. import roles
+from ..models import DataPolicy, Run, Tenant, Tombstone
+from ..permissions import require
+
+#: Tombstones per page of the Data page (newest first, keyset on the id).
+TOMBSTONE_PAGE = 50
+#: The most active holds and erasure requests the page lists (the newest).
+HOLDS_SHOWN = 100
+ERASURES_SHOWN = 50
+
+
+def data_policy_get(*, user, tenant: Tenant) -> DataPolicy:
+    """The tenant's ``DataPolicy`` row, or an unsaved one with the defaults (nothing
+    deleted, secrets warned about) when its admin never set one. One query."""
+    require(user, tenant, roles.VIEW)
+    row = DataPolicy.objects.for_tenant(tenant).first()
+    return row if row is not None else DataPolicy(tenant=tenant)
+
+
+@dataclass
+class TombstonePage:
+    """One page of tombstones, newest first; ``older``: the ``before`` of the next page
+    (None: this is the last)."""
+
+    rows: list[Tombstone]
+    older: int | None
+    total: int
+
+
+def tombstone_page(*, user, tenant: Tenant, before: int | None = None,
+                   limit: int = TOMBSTONE_PAGE) -> TombstonePage:
+    """The tenant's tombstones with an id below ``before`` (all when None), newest first,
+    ``limit`` of them, and how many the tenant has. Two queries (the index
+    ``tombstone_cursor_idx``)."""
+    require(user, tenant, roles.VIEW)
+    stones = Tombstone.objects.for_tenant(tenant)
+    page = stones.order_by("-id")
+    if before is not None:
+        page = page.filter(id__lt=before)
+    rows = list(page[:limit + 1])
+    older = rows[limit - 1].pk if len(rows) > limit else None
+    return TombstonePage(rows=rows[:limit], older=older, total=stones.count())
+
+
+def run_tombstone(*, user, tenant: Tenant, run: Run) -> Tombstone | None:
+    """The tombstone of ``run`` (a run of ``tenant``) when its payloads were deleted (the
+    newest, should there be several), else None without a query."""
+    require(user, tenant, roles.VIEW)
+    if run.payloads_deleted_at is None:
+        return None
+    return (Tombstone.objects.for_tenant(tenant).filter(run_uuid=run.uuid)
+            .order_by("-id").first())
