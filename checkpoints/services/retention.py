@@ -370,13 +370,13 @@ def _phase(tenant, candidates, token, policy, batch_size, stats, done: str) -> b
                      .values_list("pk", flat=True)[:batch_size])
         for pk in batch:
             if done == "expired":
-                outcome = _expire_one(tenant, pk, token, policy)
+                result = _expire_one(tenant, pk, token, policy)
             else:
-                outcome = _purge_one(tenant, pk, token, policy)
-            if outcome == "fenced":
+                result = _purge_one(tenant, pk, token, policy)
+            if result == "fenced":
                 stats["fenced"] = True
                 return False
-            stats[done if outcome != "skipped" else "skipped"] += 1
+            stats[done if result != "skipped" else "skipped"] += 1
         stats["batches"] += bool(batch)
         if len(batch) < batch_size:
             return True
