@@ -32,6 +32,7 @@ from collections import OrderedDict
 from functools import lru_cache
 
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
+from django.apps import apps
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import IntegrityError, transaction
@@ -149,6 +150,13 @@ def wrap(key: bytes) -> str:
     return fernet().encrypt(key).decode("ascii")
 
 
+def _data_keys():
+    """The ``TenantDataKey`` model, looked up in the app registry when first needed: this
+    module sits below the models (``pyproject.toml``'s layers; the models import it for
+    their encrypted fields), so it never imports them."""
+    return apps.get_model("checkpoints", "TenantDataKey")
+
+
 def _unwrap(key_id: str, wrapped: str) -> Fernet:
     try:
         return Fernet(fernet().decrypt(wrapped.encode("ascii")))
@@ -165,7 +173,7 @@ def data_key_create(tenant, *, with_tenant: bool = False):
     transaction rolls back, no tenant is left to use it); otherwise the key is cached
     only when the transaction commits. Raises ``IntegrityError`` if another transaction
     created that generation first (``_current_key`` reads the winner's)."""
-    from .models import TenantDataKey  # late: models import crypto (EncryptedReceipt)
+    TenantDataKey = _data_keys()
 
     tenant_id = _tenant_id(tenant)
     last = (TenantDataKey.objects.for_tenant(tenant_id).order_by("-generation")
@@ -191,7 +199,7 @@ def _current_key(tenant_id: int) -> tuple[str, Fernet]:
         hit = _cached(key_id)
         if hit is not None and hit[1] is not None:
             return key_id, hit[1]
-    from .models import TenantDataKey  # late: models import crypto (EncryptedReceipt)
+    TenantDataKey = _data_keys()
 
     for _ in range(2):
         row = (TenantDataKey.objects.for_tenant(tenant_id).filter(destroyed_at__isnull=True)
@@ -216,7 +224,7 @@ def _key(key_id: str, tenant_id: int | None) -> Fernet:
         if hit[1] is None:
             raise DataKeyGone(_DESTROYED)
         return hit[1]
-    from .models import TenantDataKey  # late: models import crypto (EncryptedReceipt)
+    TenantDataKey = _data_keys()
 
     rows = (TenantDataKey.objects.for_tenant(tenant_id) if tenant_id is not None
             else TenantDataKey.objects.for_all_tenants(reason=_ANY_TENANT))
