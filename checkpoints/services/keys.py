@@ -5,6 +5,8 @@ the tenants' data keys, moving legacy ciphertexts to them) and crypto-shredding 
 
 from __future__ import annotations
 
+import hmac
+
 from django.db import transaction
 
 from .. import crypto, locks
@@ -230,36 +232,48 @@ def keyring_restore(*, records: list[dict]) -> dict[str, int]:
     for record in records:
         by_tenant.setdefault(str(record["tenant"]), []).append(record)
     done = {"destroyed": 0, "rewrapped": 0}
-    for tenant in Tenant.objects.filter(slug__in=by_tenant).order_by("pk"):
-        wanted = {r["key_id"]: r for r in by_tenant[tenant.slug]}
-        with transaction.atomic():
-            locks.lock_audit_head(tenant)
-            here = TenantDataKey.objects.for_tenant(tenant).filter(key_id__in=wanted,
-                                                                   destroyed_at__isnull=True)
-            gone = sorted(k for k in here.values_list("key_id", flat=True)
-                          if wanted[k]["destroyed"])
-            rewrapped = 0
-            for key_id, wrapped in here.exclude(key_id__in=gone).values_list("key_id",
-                                                                              "wrapped"):
-                new = wanted[key_id]["wrapped"]
-                if new == wrapped or not new:
-                    continue
-                try:
-                    crypto.fernet().decrypt(new.encode("ascii"))
-                except (crypto.InvalidToken, UnicodeEncodeError):
-                    continue  # not wrapped by a configured master key: keep ours
-                rewrapped += TenantDataKey.objects.for_tenant(tenant).filter(
-                    key_id=key_id, wrapped=wrapped).update(wrapped=new)
-            if gone:
-                here.filter(key_id__in=gone).update(wrapped="", destroyed_at=NOW)
-                audit_record(tenant=tenant, actor=None, action=AuditAction.TENANT_KEY_DESTROY,
-                             target_type=TargetType.TENANT, target_id=tenant.slug,
-                             after={"key_ids": gone, "legacy_rows": 0, "from": "keyring"})
-            if rewrapped:
-                audit_record(tenant=tenant, actor=None, action=AuditAction.PAYLOAD_ROTATE_KEYS,
-                             target_type=TargetType.TENANT, target_id=tenant.slug,
-                             after={"rows": 0, "keys": rewrapped, "from": "keyring"})
-            transaction.on_commit(lambda t=tenant.pk: crypto.forget(t))
-        done["destroyed"] += len(gone)
-        done["rewrapped"] += rewrapped
+    with transaction.atomic():  # all records or none (a refused one rolls back all)
+        for tenant in Tenant.objects.filter(slug__in=by_tenant).order_by("pk"):
+            wanted = {r["key_id"]: r for r in by_tenant[tenant.slug]}
+            with transaction.atomic():
+                locks.lock_audit_head(tenant)
+                here = TenantDataKey.objects.for_tenant(tenant).filter(key_id__in=wanted,
+                                                                       destroyed_at__isnull=True)
+                gone = sorted(k for k in here.values_list("key_id", flat=True)
+                              if wanted[k]["destroyed"])
+                rewrapped = 0
+                for key_id, wrapped in here.exclude(key_id__in=gone).values_list("key_id",
+                                                                                  "wrapped"):
+                    new = wanted[key_id]["wrapped"]
+                    if new == wrapped or not new:
+                        continue
+                    try:
+                        unwrapped = crypto.fernet().decrypt(new.encode("ascii"))
+                    except (crypto.InvalidToken, UnicodeEncodeError):
+                        continue  # not wrapped by a configured master key: keep ours
+                    try:
+                        ours = crypto.fernet().decrypt(wrapped.encode("ascii"))
+                    except crypto.InvalidToken:
+                        ours = None  # ours fits no configured master key: the file's may
+                    if ours is not None and not hmac.compare_digest(unwrapped, ours):
+                        # A re-wrap carries the same key under another master key; a record
+                        # that would swap in a different key (another tenant's, say) would
+                        # make every ciphertext of this tenant unreadable: refused.
+                        raise InvalidPayload(
+                            f"keyring: {tenant.slug} key {key_id} in the file is not the key "
+                            f"this database holds under that id (nothing imported)")
+                    rewrapped += TenantDataKey.objects.for_tenant(tenant).filter(
+                        key_id=key_id, wrapped=wrapped).update(wrapped=new)
+                if gone:
+                    here.filter(key_id__in=gone).update(wrapped="", destroyed_at=NOW)
+                    audit_record(tenant=tenant, actor=None, action=AuditAction.TENANT_KEY_DESTROY,
+                                 target_type=TargetType.TENANT, target_id=tenant.slug,
+                                 after={"key_ids": gone, "legacy_rows": 0, "from": "keyring"})
+                if rewrapped:
+                    audit_record(tenant=tenant, actor=None, action=AuditAction.PAYLOAD_ROTATE_KEYS,
+                                 target_type=TargetType.TENANT, target_id=tenant.slug,
+                                 after={"rows": 0, "keys": rewrapped, "from": "keyring"})
+                transaction.on_commit(lambda t=tenant.pk: crypto.forget(t))
+            done["destroyed"] += len(gone)
+            done["rewrapped"] += rewrapped
     return done

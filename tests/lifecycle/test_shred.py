@@ -221,3 +221,25 @@ def test_the_keyring_brings_a_restored_copy_up_to_date(acme, globex, wendy, wes,
     bad.write_text('{"tenant": "acme"}\n')
     with pytest.raises(CommandError, match="record 1"):
         call_command("import_keyring", str(bad))
+
+
+def test_a_keyring_record_never_swaps_in_another_key(acme, globex, wendy, wes, rita):
+    """A keyring record re-wraps a key; one carrying a different key under the same id
+    (here globex's, which a configured master key unwraps) is refused, and nothing of the
+    file is imported (the attack helper's finding: acme's payloads then answered 500)."""
+    a = put_checkpoint(wendy, acme, envelope(payload={"phase": "ready", "n": SECRET}))
+    put_checkpoint(wes, globex, envelope(payload={"phase": "ready", "n": SECRET}))
+    records = services.keyring_export()
+    theirs = next(r for r in records if r["tenant"] == "globex")
+    ours = next(r for r in records if r["tenant"] == "acme")
+    before = dict(TenantDataKey.objects.values_list("key_id", "wrapped"))
+    swapped = [dict(ours, wrapped=crypto.rotate_token(theirs["wrapped"]))]
+    with pytest.raises(InvalidPayload, match="not the key this database holds"):
+        services.keyring_restore(records=[dict(theirs, destroyed=True), *swapped])
+    assert dict(TenantDataKey.objects.values_list("key_id", "wrapped")) == before
+    assert not TenantDataKey.objects.filter(destroyed_at__isnull=False).exists()
+    assert services.payload_reveal(actor=rita, tenant=acme, checkpoint=a,
+                                   reason="still ours")["payload"]["n"] == SECRET
+    # The same key re-wrapped (a newer wrapping of acme's own key) is taken.
+    assert services.keyring_restore(records=[dict(ours, wrapped=crypto.rotate_token(
+        ours["wrapped"]))]) == {"destroyed": 0, "rewrapped": 1}
