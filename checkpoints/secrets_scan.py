@@ -271,9 +271,26 @@ def sentence(finding: dict) -> str:
     return f"credential-like value at {finding.get('path') or '/'} ({label})"
 
 
-def _pointer(parts: tuple) -> str:
-    """The RFC 6901 JSON pointer of a path given as keys and indexes."""
-    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
+#: What a finding's path shows for an object key that is itself credential-like, and
+#: the longest key segment shown whole (a longer one is cut, with an ellipsis): a path
+#: is made of the payload's keys, so it must never carry a credential or a long value.
+KEY_REDACTED = "(credential-like key)"
+KEY_SHOWN_CHARS = 64
+
+
+def _pointer(parts: tuple, flagged_keys: frozenset | set = frozenset()) -> str:
+    """The RFC 6901 JSON pointer of a path given as keys and indexes, for display: a key
+    in ``flagged_keys`` is shown as ``KEY_REDACTED``, a key longer than
+    ``KEY_SHOWN_CHARS`` is cut."""
+    out = []
+    for p in parts:
+        text = str(p)
+        if isinstance(p, str) and p in flagged_keys:
+            text = KEY_REDACTED
+        elif len(text) > KEY_SHOWN_CHARS:
+            text = text[:KEY_SHOWN_CHARS] + "…"
+        out.append("/" + text.replace("~", "~0").replace("/", "~1"))
+    return "".join(out)
 
 
 @lru_cache(maxsize=4096)
@@ -324,17 +341,19 @@ def detect(text: str, types: frozenset | set | None = None) -> list[str]:
             if (types is None or d.type in types) and _found(d, text)]
 
 
-def _strings(document: Any) -> list[tuple[tuple, str, bool]]:
-    """Every string value of ``document`` in walk order (keys as stored, depth first):
-    its path, its first ``SCAN_CHARS`` characters, and whether its key names a
-    credential. Iterative: the payload's depth is bounded by the parser, not the stack."""
+def _strings(document: Any) -> list[tuple[tuple, str, bool, bool]]:
+    """Every string of ``document`` in walk order (keys as stored, depth first), object
+    keys included: its path, its first ``SCAN_CHARS`` characters, whether its key names a
+    credential (values only), and whether it is an object key. Iterative: the payload's
+    depth is bounded by the parser, not the stack."""
     out = []
     stack: list[tuple[tuple, Any, bool]] = [((), document, False)]
     while stack:
         parts, value, named = stack.pop()
         if isinstance(value, str):
-            out.append((parts, value[:SCAN_CHARS], named))
+            out.append((parts, value[:SCAN_CHARS], named, False))
         elif isinstance(value, dict):
+            out.extend((parts + (k,), k[:SCAN_CHARS], False, True) for k in value)
             stack.extend((parts + (k,), v, _named_credential(k))
                          for k, v in reversed(list(value.items())))
         elif isinstance(value, list):
@@ -376,17 +395,24 @@ def scan(document: Any) -> list[Finding]:
     marks is run through every detector's plugin (``detect``); an object member whose key
     names a credential and whose value is a non-empty string that is not a placeholder
     is one finding of ``credential_field`` (unless a detector already named its type).
-    Keys themselves are not scanned for values. Never raises on JSON values; never
-    returns a value."""
+    Object keys are scanned as values are: a credential-like key is a finding at its own
+    path, shown as ``KEY_REDACTED`` there and in every path under it (``_pointer``).
+    Never raises on JSON values; never returns a value."""
     strings = _strings(document)
-    long = [i for i, (_, text, _) in enumerate(strings) if len(text) >= MIN_CHARS]
+    long = [i for i, (_, text, _, _) in enumerate(strings) if len(text) >= MIN_CHARS]
     marked = {long[j]: types for j, types in _marked([strings[i][1] for i in long]).items()}
-    found: list[Finding] = []
-    for i, (parts, text, named) in enumerate(strings):
+    typed = []
+    for i, (_, text, named, _) in enumerate(strings):
         types = detect(text, marked[i]) if i in marked else []
         if named and not types and text.strip() and not _placeholder(text):
             types = [NAMED_FIELD.type]
-        found.extend(Finding(_pointer(parts), t) for t in types)
+        typed.append(types)
+    # A key found credential-like is a finding of its own, and never shown in a path.
+    flagged_keys = {text for (_, text, _, is_key), types in zip(strings, typed, strict=True)
+                    if is_key and types}
+    found: list[Finding] = []
+    for (parts, _, _, _), types in zip(strings, typed, strict=True):
+        found.extend(Finding(_pointer(parts, flagged_keys), t) for t in types)
         if len(found) >= MAX_FINDINGS:
             break
     return found[:MAX_FINDINGS]

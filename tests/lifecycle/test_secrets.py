@@ -319,3 +319,28 @@ def test_the_run_page_and_the_report_show_the_flags_never_the_values(
     report = client.get("/t/acme/report/").content.decode()
     assert ("1 run with credential-like values: 1 checkpoint, 1 effect; "
             "1 large payload.") in report
+
+
+GITHUB_KEY = KINDS["github"][0]
+URL_KEY = "postgres://app:" + "Sup3rS3cretPw" + "@db.internal/x"
+
+
+@pytest.mark.parametrize("payload, paths", [
+    ({"phase": "ready", GITHUB_KEY: 1}, ["/(credential-like key)"]),
+    ({"tokens": {GITHUB_KEY: "ok"}}, ["/tokens/(credential-like key)"]),
+    ({URL_KEY: {"api_key": "zzzzzzzzzzzzzzzzzzzz"}},
+     ["/(credential-like key)", "/(credential-like key)/api_key"]),
+])
+def test_a_credential_used_as_a_key_is_found_and_never_shown_in_a_path(payload, paths):
+    """Object keys are scanned like values, and a path never shows a credential-like key
+    (the attack helper's finding: a key was stored in the audit event's paths)."""
+    found = secrets_scan.scan(payload)
+    assert [f.path for f in found] == paths
+    shown = str([f.as_json() for f in found])
+    assert GITHUB_KEY not in shown and "Sup3rS3cretPw" not in shown
+
+
+def test_a_long_key_is_cut_in_a_path():
+    key = "k" * 200
+    [finding] = secrets_scan.scan({key: {"password": "hunter2hunter2"}})
+    assert finding.path == "/" + "k" * 64 + "\u2026/password"
