@@ -133,6 +133,7 @@ class Migration(migrations.Migration):
                 ('policy', models.JSONField(default=dict, help_text='the retention policy or erasure request that deleted it (numbers and ids only)')),
                 ('counts', models.JSONField(default=dict, help_text='rows deleted or blanked, per table')),
                 ('erasure', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='tombstones', to='checkpoints.erasurerequest')),
+                ('subjects', models.JSONField(blank=True, default=list, help_text='[[field, digest]] of the run\'s subject index when retention deleted it, so a subject\'s legal hold keeps its tombstones; empty after an erasure, which unlinks the subject')),
                 ('tenant', models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.PROTECT, related_name='+', to='checkpoints.tenant')),
             ],
             options={

@@ -206,6 +206,10 @@ class Tombstone(TenantOwned):
     counts = models.JSONField(default=dict, help_text="rows deleted or blanked, per table")
     erasure = models.ForeignKey(ErasureRequest, null=True, blank=True,
                                 on_delete=models.PROTECT, related_name="tombstones")
+    subjects = models.JSONField(default=list, blank=True, help_text="[[field, digest]] of "
+                                "the run's subject index when retention deleted it, so a "
+                                "subject's legal hold keeps its tombstones; empty after an "
+                                "erasure, which unlinks the subject")
 
     class Meta:
         ordering = ["id"]

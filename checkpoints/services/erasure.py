@@ -148,8 +148,14 @@ def _execute(*, actor, tenant: Tenant, request: ErasureRequest) -> dict:
     locked in the store's order (``locks.lock_runs``), each judged and purged or counted
     (module docstring); the request ends ``executed`` with its counts and one
     ``erasure.execute`` event. Returns the counts."""
-    runs = locks.lock_runs(tenant, _covered_runs(tenant, request))
-    counts = {"runs": len(runs), "erased": 0, "blocked": 0, **dict.fromkeys(BLOCKERS, 0)}
+    covered = _covered_runs(tenant, request)
+    runs = locks.lock_runs(tenant, covered)
+    counts = {"runs": len(covered), "erased": 0, "blocked": 0, **dict.fromkeys(BLOCKERS, 0)}
+    # A listed run whose records expired since the request (only its tombstone is left):
+    # already deleted.
+    gone = len(covered) - len(runs)
+    counts["blocked"] += gone
+    counts[Blocker.DELETED] += gone
     policy = {"erasure_request": str(request.uuid)}
     for run in runs:
         blockers = run_blockers(run)

@@ -20,7 +20,7 @@ from ..audit import audit_record
 from ..dbclock import db_now
 from ..exceptions import AlreadyDecided, InvalidPayload, NotFound, ReasonRequired
 from ..jsonparse import text_problem
-from ..models import LIFECYCLE_MAX_RUNS, HeldRun, LegalHold, Run, Tenant
+from ..models import LIFECYCLE_MAX_RUNS, HeldRun, LegalHold, Run, Tenant, Tombstone
 from ..models.lifecycle import REASON_MAX
 from ..permissions import require
 from ..vocab import AuditAction, HoldScope, TargetType
@@ -57,11 +57,15 @@ def _lifecycle_runs(tenant: Tenant, values, field: str = "runs") -> list[uuid.UU
     """A hold's or an erasure request's run ids: a list of 1..``LIFECYCLE_MAX_RUNS`` UUIDs
     (duplicates dropped, order kept), every one a run of ``tenant`` (one query). Raises
     ``InvalidPayload`` naming ``field`` and, for unknown runs, the first few of them: a
-    hold or an erasure names runs that exist (a run of another tenant is unknown here)."""
+    hold or an erasure names runs that exist, or whose tombstone does (a run of another
+    tenant is unknown here)."""
     runs = _run_ids_check(values, field=field, most=LIFECYCLE_MAX_RUNS, what="per request",
                           empty="name at least one run")
     known = set(Run.objects.for_tenant(tenant).filter(uuid__in=runs)
                 .values_list("uuid", flat=True))
+    if len(known) < len(runs):  # a run whose records expired: its tombstone may be held
+        known |= set(Tombstone.objects.for_tenant(tenant).filter(run_uuid__in=runs)
+                     .values_list("run_uuid", flat=True))
     unknown = [str(r) for r in runs if r not in known]
     if unknown:
         more = f" (and {len(unknown) - 3} more)" if len(unknown) > 3 else ""

@@ -202,9 +202,17 @@ def purge_run_payloads(*, actor, tenant: Tenant, run: Run, now: datetime, cause:
         "effects": effects.count(),
     }
     GraphWrite.objects.for_tenant(t).filter(graph_checkpoint__run_id=run.pk).delete()
-    # The subject index goes with the payloads: after an erasure nothing links the run to
-    # a subject's digest (its tombstone names no subject).
-    RunSubject.objects.for_tenant(t).filter(run_id=run.pk).delete()
+    # An erasure unlinks the subject: its index goes with the payloads, and its tombstone
+    # names no subject. Retention keeps the index until the run's records expire (a
+    # subject's legal hold still covers what is left) and copies it onto the tombstone, so
+    # the hold keeps the tombstone too (``services.tombstones``).
+    subject_rows = RunSubject.objects.for_tenant(t).filter(run_id=run.pk)
+    if cause == DeletionCause.ERASURE:
+        subject_rows.delete()
+        subjects = []
+    else:
+        subjects = [list(r) for r in subject_rows.order_by("field", "digest")
+                    .values_list("field", "digest")]
     GraphCheckpoint.objects.for_tenant(t).filter(run_id=run.pk).delete()
     Run.objects.for_tenant(t).filter(pk=run.pk).update(latest_checkpoint=None)
     CheckpointRevision.objects.for_tenant(t).filter(checkpoint__run_id=run.pk).delete()
@@ -223,7 +231,7 @@ def purge_run_payloads(*, actor, tenant: Tenant, run: Run, now: datetime, cause:
         tenant=t, run_uuid=run.uuid, kind=run.kind, schema_version=run.schema_version,
         final_state=run.recovery_state, cause=cause, run_created_at=run.created_at,
         ended_at=run.closed_at or run.state_changed_at, deleted_at=now, policy=policy,
-        counts=counts, erasure=erasure)
+        counts=counts, erasure=erasure, subjects=subjects)
     Run.objects.for_tenant(t).filter(pk=run.pk).update(
         payloads_deleted_at=now, latest_checkpoint=None, phase_label="")
     run.payloads_deleted_at = now

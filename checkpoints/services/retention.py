@@ -64,9 +64,16 @@ from ..models.lifecycle import (
     SUBJECT_FIELDS_MAX,
 )
 from ..permissions import require
-from ..vocab import AuditAction, DeletionCause, EffectState, SecretsPolicy, TargetType
+from ..vocab import AuditAction, DeletionCause, EffectState, HoldScope, SecretsPolicy, TargetType
 from .common import _actor_name
-from .lifecycle import ENDED, held_runs_q, policy_for, purge_run_payloads, run_blockers
+from .lifecycle import (
+    ENDED,
+    active_holds,
+    held_runs_q,
+    policy_for,
+    purge_run_payloads,
+    run_blockers,
+)
 
 #: The policy's fields, in the order the API and the audit event list them.
 POLICY_FIELDS = ("payload_retention_days", "effect_retention_days", "restart_interval_s",
@@ -160,6 +167,23 @@ def data_policy_check(fields: dict, current: DataPolicy) -> dict:
     return v
 
 
+def _keep_held_subject_fields(tenant: Tenant, old: dict, new: dict) -> None:
+    """Refuse a policy that removes or re-points a subject field an active legal hold
+    names: runs written after it would no longer be indexed under the field, so the hold
+    would silently stop covering them (the newcomer's finding). Raises
+    ``InvalidPayload`` naming ``subject_fields.<name>``."""
+    changed = {name for name, pointer in old.items() if new.get(name) != pointer}
+    if not changed:
+        return
+    held = sorted(set(active_holds(tenant).filter(scope=HoldScope.SUBJECT,
+                                                  subject_field__in=changed)
+                      .values_list("subject_field", flat=True)))
+    if held:
+        raise InvalidPayload(f"subject_fields.{held[0]}: an active legal hold covers this "
+                             "subject field; release the hold before removing or "
+                             "changing its pointer")
+
+
 def data_policy_set(*, actor, tenant: Tenant, **fields) -> tuple[DataPolicy, bool]:
     """Set ``tenant``'s data policy (``PUT …/data-policy``, the Data page's form):
     ``fields`` is any subset of ``POLICY_FIELDS``, checked by ``data_policy_check``.
@@ -181,6 +205,8 @@ def data_policy_set(*, actor, tenant: Tenant, **fields) -> tuple[DataPolicy, boo
         before = {name: getattr(current, name) for name in POLICY_FIELDS}
         if values == before:
             return current, False
+        _keep_held_subject_fields(tenant, before["subject_fields"] or {},
+                                  values["subject_fields"] or {})
         stored = current._state.adding is False
         rows = DataPolicy.objects.for_tenant(tenant)
         if stored:

@@ -37,15 +37,16 @@ from ..models import (
     TOMBSTONE_PURGE_MAX,
     AuditChainHead,
     AuditExport,
+    HeldRun,
     Run,
     Tenant,
     Tombstone,
     TombstonePurge,
 )
 from ..permissions import require
-from ..vocab import AuditAction, PurgeState, TargetType
+from ..vocab import AuditAction, HoldScope, PurgeState, TargetType
 from .common import _require_reason
-from .lifecycle import held_runs_q, policy_for
+from .lifecycle import active_holds, held_runs_q, policy_for
 
 #: How long a prepared purge waits for its approval and execution (RUNIFOLD.md 5).
 PURGE_DEADLINE = timedelta(hours=24)
@@ -141,13 +142,40 @@ def purge_fingerprint(tenant_id: int, stones: list[tuple[int, uuid.UUID]]) -> st
 
 
 def _held_run_uuids(tenant: Tenant):
-    """A queryset of the run ids an active legal hold covers; raises ``PurgeRefused``
-    (``legal_hold``) when the whole tenant is held."""
+    """A queryset of the run ids an active legal hold covers among the runs still there;
+    raises ``PurgeRefused`` (``legal_hold``) when the whole tenant is held."""
     q = held_runs_q(tenant)
     if q is None:
         raise PurgeRefused("a legal hold covers the whole tenant: nothing may be purged",
                            "legal_hold")
     return Run.objects.for_tenant(tenant).filter(q).values("uuid")
+
+
+def _held_subjects(tenant: Tenant) -> set[tuple[str, str]]:
+    """The (field, digest) pairs of the tenant's active subject holds. One query."""
+    return set(active_holds(tenant).filter(scope=HoldScope.SUBJECT)
+               .values_list("subject_field", "subject_digest"))
+
+
+def _free(tenant: Tenant, stones, limit: int) -> list[tuple[int, uuid.UUID]]:
+    """(id, run id) of at most ``limit`` of ``stones`` (a queryset of tombstones, in id
+    order) no active legal hold covers: not its run (a run the hold names, even when only
+    its tombstone is left; a held subject's run still there: ``_held_run_uuids``), nor one
+    of the subjects retention copied onto it (``Tombstone.subjects``)."""
+    held = _held_subjects(tenant)
+    named = HeldRun.objects.for_tenant(tenant).filter(hold__released_at__isnull=True)
+    out = []
+    for stone_id, run_uuid, subjects in (stones.exclude(run_uuid__in=_held_run_uuids(tenant))
+                                         .exclude(run_uuid__in=named.values("run_uuid"))
+                                         .order_by("id")
+                                         .values_list("id", "run_uuid", "subjects")
+                                         .iterator(chunk_size=2000)):
+        if held and any(tuple(pair) in held for pair in subjects or []):
+            continue
+        out.append((stone_id, run_uuid))
+        if len(out) >= limit:
+            break
+    return out
 
 
 def _step(purge: TombstonePurge, **extra) -> dict:
@@ -178,10 +206,9 @@ def tombstone_purge_prepare(*, actor, tenant: Tenant) -> TombstonePurge:
         if watermark == 0:
             raise PurgeRefused("no export covers a tombstone yet (manage.py export_audit "
                                "first)", "no_export")
-        stones = list(Tombstone.objects.for_tenant(tenant)
-                      .filter(id__lte=watermark, deleted_at__lte=now - timedelta(days=days))
-                      .exclude(run_uuid__in=_held_run_uuids(tenant))
-                      .order_by("id").values_list("id", "run_uuid")[:TOMBSTONE_PURGE_MAX])
+        stones = _free(tenant, Tombstone.objects.for_tenant(tenant).filter(
+            id__lte=watermark, deleted_at__lte=now - timedelta(days=days)),
+            TOMBSTONE_PURGE_MAX)
         if not stones:
             raise PurgeRefused(f"no exported tombstone is older than {days} day(s) and "
                                "free of legal holds", "nothing_to_purge")
@@ -287,7 +314,7 @@ def tombstone_purge_execute(*, actor, tenant: Tenant, purge_id) -> TombstonePurg
             raise PurgeRefused(f"the deadline ({purge.deadline.isoformat()}) has passed: "
                                "prepare again", "expired")
         frozen = Tombstone.objects.for_tenant(tenant).filter(id__in=purge.tombstone_ids)
-        held = frozen.filter(run_uuid__in=_held_run_uuids(tenant)).count()
+        held = frozen.count() - len(_free(tenant, frozen, purge.tombstone_count))
         if held:
             raise PurgeRefused(f"a legal hold placed since the preparation covers {held} of "
                                "the frozen tombstones", "legal_hold")
