@@ -196,3 +196,15 @@ def test_the_chain_verifies_against_an_exported_head_after_both_purges(acme, ada
     assert "acme: 0 event(s) refer to erased data" in text
     lines = (tmp_path / "export" / "tombstones.jsonl").read_text().splitlines()
     assert [json.loads(x)["id"] for x in lines] == [s.pk for s in ready]
+
+
+def test_a_rejection_reason_follows_the_one_lifecycle_rule(acme, adam, april, ready):
+    """Control characters are refused as for holds and erasures (the attack helper's
+    finding: a purge's rejection took "a\\u0001b")."""
+    from checkpoints.exceptions import InvalidPayload
+    purge = services.tombstone_purge_prepare(actor=adam, tenant=acme)
+    for bad in ("a\u0001b", "x" * 1025):
+        with pytest.raises(InvalidPayload, match="reason"):
+            services.tombstone_purge_reject(actor=april, tenant=acme, purge_id=purge.uuid,
+                                            reason=bad)
+    assert TombstonePurge.objects.get(pk=purge.pk).state == "prepared"
