@@ -92,6 +92,7 @@ _AGED = {
     "ReconcileRequest": ("next_attempt_at", "claimed_until"),
     "MigrationJob": ("next_attempt_at", "claimed_until"),
     "TombstonePurge": ("deadline",),
+    "DataPolicy": ("updated_at",),
 }
 #: Aged with the triggers off (PostgreSQL refuses every UPDATE of a tombstone: migration
 #: 0027), as the test database's superuser may.

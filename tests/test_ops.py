@@ -69,6 +69,7 @@ def test_readyz_is_ok_with_the_database_and_no_broker_configured(client, no_brok
     assert response.status_code == 200
     assert response.json() == {"status": "ok", "heartbeat": {},
                                "checks": {"broker": "not configured", "database": "ok",
+                                          "retention": "not configured",
                                           "worker": "not configured"}}
 
 
@@ -81,6 +82,7 @@ def test_readyz_names_the_database_when_it_is_down(client, monkeypatch, no_broke
     assert response.json() == {"status": "unavailable", "heartbeat": {},
                                "checks": {"broker": "not configured",
                                           "database": "failed: OperationalError",
+                                          "retention": "failed: OperationalError",
                                           "worker": "not configured"}}
 
 
@@ -102,7 +104,8 @@ def test_readyz_is_ok_with_a_live_broker(client):
     with broker_at(os.environ["CELERY_BROKER_URL"]):
         response = client.get("/readyz")
     assert response.status_code == 200, response.content
-    assert response.json()["checks"] == {"broker": "ok", "database": "ok", "worker": "ok"}
+    assert response.json()["checks"] == {"broker": "ok", "database": "ok",
+                                         "retention": "not configured", "worker": "ok"}
 
 
 def test_probes_refuse_writes(client):
@@ -392,7 +395,7 @@ def test_readyz_names_the_worker_when_no_worker_ever_swept(client, reachable_bro
     assert response.status_code == 503
     assert response["Retry-After"] == "5"
     body = response.json()
-    assert body["checks"] == {"broker": "ok", "database": "ok",
+    assert body["checks"] == {"broker": "ok", "database": "ok", "retention": "not configured",
                               "worker": "failed: WorkerSilent"}
 
 

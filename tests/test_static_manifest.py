@@ -48,8 +48,8 @@ def test_readyz_names_a_missing_manifest(production_static):
     assert response["Retry-After"] == "5"
     answer = response.json()
     assert (answer["status"], answer["checks"]) == ("unavailable", {
-        "broker": "not configured", "database": "ok", "worker": "not configured",
-        "static_manifest": "failed: StaticManifestError"})
+        "broker": "not configured", "database": "ok", "retention": "not configured",
+        "worker": "not configured", "static_manifest": "failed: StaticManifestError"})
 
 
 def test_readyz_names_a_stale_manifest_and_is_ok_with_a_complete_one(production_static,

@@ -34,6 +34,9 @@ ESCAPE_HATCHES = {
     ("services/retention.py", "retention_purge_all"):
         "the scheduled retention purge visits every tenant with a data policy (each is "
         "then purged within its own tenant, under its own cleanup lease)",
+    ("services/retention.py", "retention_health"):
+        "/readyz asks whether any tenant's data policy deletes anything (a yes or no, "
+        "never a tenant's rows)",
     ("services/sweep.py", "sweep_stale_runs"):
         "the stale-run sweep looks at every tenant's runs (each run is then locked and "
         "changed within its own tenant)",

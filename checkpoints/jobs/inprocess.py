@@ -29,7 +29,7 @@ from django.conf import settings
 from django.db import close_old_connections, connections
 
 from .. import heartbeat, locks, services
-from ..services.retention import HEARTBEAT as RETENTION_HEARTBEAT
+from ..services.retention import ROUND_HEARTBEAT as RETENTION_HEARTBEAT
 
 log = logging.getLogger(__name__)
 
@@ -45,14 +45,27 @@ def run_once() -> dict:
     """One round: the sweep, which also executes due reconcile requests here; then the
     retention purge when it is due (``retention_due``)."""
     stats = services.sweep_stale_runs(by="inprocess")
-    if retention_due():
-        result = services.retention_purge_all()
-        stats["retention"] = {"purged": result["purged"], "expired": result["expired"]}
+    _retention_if_due(stats)
     return stats
 
 
+def _retention_if_due(stats: dict) -> None:
+    """Run the retention purge when it is due (``retention_due``), adding its counts to
+    ``stats``. Its failure is logged as such, never as the sweep's (the sweep's heartbeat
+    is already written); ``/readyz`` names ``retention`` until a round succeeds."""
+    if not retention_due():
+        return
+    try:
+        result = services.retention_purge_all()
+    except Exception:  # noqa: BLE001 - logged; the next round tries again
+        log.exception("retention purge failed; /readyz names retention until it succeeds")
+        return
+    stats["retention"] = {"purged": result["purged"], "expired": result["expired"],
+                          "failed": result["failed"]}
+
+
 def retention_due(beats: dict | None = None) -> bool:
-    """Whether the retention purge is due: no purge finished (the ``retention``
+    """Whether the retention purge is due: no round ran (the ``retention.round``
     heartbeat, database clock) in the last ``RECOVERY_RETENTION_INTERVAL_S``. Several
     processes may find it due at once: the per-tenant cleanup lease lets one through."""
     beats = heartbeat.read() if beats is None else beats
@@ -72,7 +85,9 @@ def catch_up() -> dict | None:
             return None
         log.warning("no sweep finished in %s s (broker or beat down?): this web process "
                     "sweeps", heartbeat.late_after_s())
-        return services.sweep_stale_runs(by="web")
+        stats = services.sweep_stale_runs(by="web")
+        _retention_if_due(stats)  # beat down: its retention round is not coming either
+        return stats
 
 
 def _loop(interval_s: float, stop: threading.Event, round_=run_once) -> None:

@@ -52,7 +52,7 @@ from prometheus_client import generate_latest as render
 
 from recovery.celery import app
 
-from .. import heartbeat
+from .. import heartbeat, services
 from ..jobs import inprocess
 from ..metrics import DomainCollector
 from .staticcheck import check_static_manifest
@@ -146,6 +146,7 @@ def readiness() -> tuple[bool, dict[str, str]]:
     else:
         checks["broker"] = "not configured"
     probes.append(("worker", _check_worker))
+    probes.append(("retention", services.retention_health))
     if settings.RECOVERY_STATIC_MANIFEST:  # pages need collectstatic's manifest
         probes.append(("static_manifest", check_static_manifest))
     ready = True

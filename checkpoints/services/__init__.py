@@ -123,6 +123,7 @@ from .retention import (
     POLICY_FIELDS,
     data_policy_check,
     data_policy_set,
+    retention_health,
     retention_purge,
     retention_purge_all,
 )

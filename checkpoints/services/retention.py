@@ -29,12 +29,14 @@ took over; this one stops before writing), and judges the rule again under the l
 
 from __future__ import annotations
 
+import logging
 import re
 import uuid
 from datetime import timedelta
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Q
+from django.db.models import F, Q
 from django.db.models.functions import Now
 
 from .. import heartbeat, locks, roles
@@ -89,8 +91,19 @@ BATCH_MAX = 1000
 #: every run it deletes renews it.
 LEASE_TTL_S = 300
 DAY_S = 86_400
-#: The heartbeat of a finished cross-tenant purge (``retention_purge_all``).
+log = logging.getLogger(__name__)
+
+#: The heartbeat of a cross-tenant purge in which every tenant's purge finished
+#: (``retention_purge_all``): ``/readyz`` judges its age (``retention_health``).
 HEARTBEAT = "retention"
+#: The heartbeat of a cross-tenant purge that ran, whether every tenant's finished or
+#: not: what makes the next round due (so a tenant that keeps failing is tried once an
+#: interval, not on every sweep).
+ROUND_HEARTBEAT = "retention.round"
+
+
+class RetentionLate(Exception):
+    """No retention round finished for every tenant within its bound (``/readyz``)."""
 
 
 # --------------------------------------------------------------------------------------
@@ -462,12 +475,44 @@ def retention_purge_all(*, batch_size: int = BATCH_MAX, dry_run: bool = False,
     tenants = Tenant.objects.filter(pk__in=with_policy).order_by("pk")
     if tenant_slug is not None:
         tenants = tenants.filter(slug=tenant_slug)
-    out = {"tenants": [], "purged": 0, "expired": 0}
+    out = {"tenants": [], "purged": 0, "expired": 0, "failed": []}
     for tenant in tenants:
-        stats = retention_purge(tenant=tenant, batch_size=batch_size, dry_run=dry_run)
+        try:
+            stats = retention_purge(tenant=tenant, batch_size=batch_size, dry_run=dry_run)
+        except Exception:  # noqa: BLE001 - one tenant's failure never stops the others
+            log.exception("retention purge of tenant %s failed; the other tenants go on, "
+                          "and /readyz names retention until a round succeeds", tenant.slug,
+                          extra={"tenant": tenant.slug})
+            out["failed"].append(tenant.slug)
+            continue
         out["tenants"].append(stats)
         out["purged"] += stats["purged"]
         out["expired"] += stats["expired"]
     if not dry_run:
-        heartbeat.beat(HEARTBEAT)
+        heartbeat.beat(ROUND_HEARTBEAT, *(() if out["failed"] else (HEARTBEAT,)))
     return out
+
+
+def retention_health() -> str | None:
+    """The ``retention`` check of ``/readyz``: ``"not configured"`` while no tenant's
+    policy deletes anything; None (ok) when a round finished for every tenant within
+    three ``RECOVERY_RETENTION_INTERVAL_S`` (database clock), or when the oldest deleting
+    policy is younger than that (its first round may not have come yet). Raises
+    ``RetentionLate`` otherwise: the purge fails, or nothing runs it (beat down). Two
+    queries."""
+    deleting = DataPolicy.objects.for_all_tenants(
+        reason="/readyz asks whether any tenant's policy deletes anything").filter(
+        Q(payload_retention_days__isnull=False) | Q(effect_retention_days__isnull=False)
+        | Q(tombstone_retention_days__isnull=False))
+    oldest = deleting.annotate(age=NOW - F("updated_at")).order_by("updated_at").values_list(
+        "age", flat=True).first()
+    if oldest is None:
+        return "not configured"
+    bound = 3 * settings.RECOVERY_RETENTION_INTERVAL_S
+    found = heartbeat.read().get(HEARTBEAT)
+    if found is not None and found.age_s <= bound:
+        return None
+    if oldest.total_seconds() <= bound:
+        return None
+    raise RetentionLate("last full round " + (f"{found.age_s:.0f} s ago" if found
+                                              else "never"))
