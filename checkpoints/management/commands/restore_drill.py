@@ -4,8 +4,9 @@ the copy serves (``checkpoints.ops.restoredrill``; docs/operations/backup.md).
     manage.py restore_drill [--heads FILE] [--dump FILE] [--keyring FILE]
                             [--erased SLUG ...] [--target NAME] [--keep]
 
-``--heads``: audit heads exported earlier (``export_audit_head --out``; default: exported
-now, audited). ``--dump``: restore this ``pg_dump --format=custom`` file instead of
+``--heads``: audit heads exported right before the dump (``export_audit_head --out``;
+without ``--heads`` and ``--dump``: exported now, audited, then dumped; a ``--dump``
+without ``--heads``: the chain is verified without an exported head). ``--dump``: restore this ``pg_dump --format=custom`` file instead of
 dumping now. ``--keyring``: a keyring exported after the dump (``export_keyring``).
 ``--erased``: a tenant that must serve no payload after the restore (crypto-shredded, or
 its master key dropped). Prints the report as JSON; exits 1 (``CommandError``) naming
@@ -25,20 +26,24 @@ class Command(BaseCommand):
     help = "Dump, restore into a fresh database, verify the audit chain and serve the copy."
 
     def add_arguments(self, parser):
-        parser.add_argument("--heads", metavar="FILE")
-        parser.add_argument("--dump", metavar="FILE")
-        parser.add_argument("--keyring", metavar="FILE")
-        parser.add_argument("--erased", metavar="SLUG", action="append", default=[])
-        parser.add_argument("--target", metavar="NAME")
-        parser.add_argument("--keep", action="store_true")
+        parser.add_argument("--heads", metavar="FILE",
+                            help="audit heads exported right before the dump")
+        parser.add_argument("--dump", metavar="FILE",
+                            help="a pg_dump --format=custom file (default: dump now)")
+        parser.add_argument("--keyring", metavar="FILE",
+                            help="a keyring exported after the dump (export_keyring)")
+        parser.add_argument("--erased", metavar="SLUG", action="append", default=[],
+                            help="a tenant that must serve no payload (repeatable)")
+        parser.add_argument("--target", metavar="NAME",
+                            help="the restored copy's database (default <database>_drill)")
+        parser.add_argument("--keep", action="store_true",
+                            help="keep the restored copy")
         parser.add_argument("--check", action="store_true",
                             help="(internal) check the database this process uses")
 
     def handle(self, *args, **o):
         try:
             if o["check"]:
-                if not o["heads"]:
-                    raise CommandError("--check needs --heads")
                 self.stdout.write(json.dumps(restoredrill.check(heads=o["heads"],
                                                                 keyring=o["keyring"])))
                 return
