@@ -363,5 +363,7 @@ class DataPolicyForm(forms.Form):
             name, eq, pointer = line.partition("=")
             if not eq:
                 raise ValidationError(f"{line.strip()[:64]!r}: write name = /pointer")
+            if name.strip() in out:  # as the API refuses a duplicated key
+                raise ValidationError(f"{name.strip()[:64]!r} is given twice")
             out[name.strip()] = pointer.strip()
         return out

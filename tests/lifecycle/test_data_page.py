@@ -70,12 +70,20 @@ def test_the_form_saves_through_the_service_and_bad_input_names_the_field(acme, 
                                 ("effect_retention_days", "0x1", "effect_retention_days"),
                                 ("subject_fields", "customer /x", "subject_fields"),
                                 ("subject_fields", "c = x", "subject_fields.c"),
+                                ("subject_fields", "c = /a\nc = /b", "subject_fields"),
                                 ("effect_retention_days", "1", "effect_retention_days")]:
         answer = client.post("/t/acme/data/policy/", {**POLICY, field: value,
                                                       "restart_interval_s": "172800"})
         assert answer.status_code == 400, (field, value)
         assert named + ":" in answer.content.decode()
     assert DataPolicy.objects.for_tenant(acme).get().payload_retention_days == 30
+
+
+def test_the_page_links_the_approver_to_the_erasure_queue(acme, april, vic):
+    """The approver reaches the queue from the Data page (the newcomer found no link)."""
+    assert 'href="/t/acme/erasure-requests/">approve or reject' in (
+        as_user(april).get("/t/acme/data/").content.decode())
+    assert 'href="/t/acme/legal-holds/"' in as_user(vic).get("/t/acme/data/").content.decode()
 
 
 def test_the_page_lists_tombstones_holds_and_erasures_without_payload_values(
@@ -122,5 +130,7 @@ def test_a_deleted_runs_page_says_so_and_offers_nothing(acme, wendy, adam):
     html = as_user(adam).get(f"/t/acme/runs/{run.uuid}/").content.decode()
     assert "Payloads deleted by retention on" in html and f"(tombstone #{stone.pk})" in html
     assert "Why reveal?" not in html and "/close/" not in html
+    assert "Request erasure" not in html and "No checkpoint yet" not in html
+    assert "Place legal hold" in html  # what is left of it may still be held
     listed = as_user(adam).get("/t/acme/?state=all").content.decode()
     assert str(run.uuid)[:8] in listed
