@@ -217,8 +217,10 @@ def keyring_restore(*, records: list[dict]) -> dict[str, int]:
     not name (created after it), or that belong to another tenant here, are left as they
     are. Operator-only (the command line); safe to run twice.
 
-    Raises ``InvalidPayload`` naming the record and field for a malformed record. Returns
-    ``{"destroyed": n, "rewrapped": m}``.
+    Raises ``InvalidPayload`` naming the record and field for a malformed record, or one
+    that would swap a different key in under a key's id (nothing imported). Returns
+    ``{"destroyed": n, "rewrapped": m, "unwrappable": k}`` (``k``: live keys whose copy
+    in the file no configured master key unwraps; left as they were).
     """
     for number, record in enumerate(records, start=1):
         if not isinstance(record, dict) or set(record) != set(KEYRING_FIELDS):
@@ -231,7 +233,7 @@ def keyring_restore(*, records: list[dict]) -> dict[str, int]:
     by_tenant: dict[str, list[dict]] = {}
     for record in records:
         by_tenant.setdefault(str(record["tenant"]), []).append(record)
-    done = {"destroyed": 0, "rewrapped": 0}
+    done = {"destroyed": 0, "rewrapped": 0, "unwrappable": 0}
     with transaction.atomic():  # all records or none (a refused one rolls back all)
         for tenant in Tenant.objects.filter(slug__in=by_tenant).order_by("pk"):
             wanted = {r["key_id"]: r for r in by_tenant[tenant.slug]}
@@ -250,7 +252,8 @@ def keyring_restore(*, records: list[dict]) -> dict[str, int]:
                     try:
                         unwrapped = crypto.fernet().decrypt(new.encode("ascii"))
                     except (crypto.InvalidToken, UnicodeEncodeError):
-                        continue  # not wrapped by a configured master key: keep ours
+                        done["unwrappable"] += 1  # no configured master key: keep ours
+                        continue
                     try:
                         ours = crypto.fernet().decrypt(wrapped.encode("ascii"))
                     except crypto.InvalidToken:

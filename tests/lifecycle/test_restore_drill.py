@@ -100,7 +100,7 @@ def test_the_restore_drill_serves_the_copy_and_a_tenant_shredded_since_stays_era
     report = result.report
     assert report["chain"]["ok"] and any("holds exported head" in x
                                          for x in report["chain"]["lines"])
-    assert report["keyring"] == {"destroyed": 1, "rewrapped": 1}
+    assert report["keyring"] == {"destroyed": 1, "rewrapped": 1, "unwrappable": 0}
     assert report["tenants"]["acme"]["payloads"] == expected["acme"]
     assert report["tenants"]["globex"] == {"runs": 1, "read": 0, "erased": 1, "other": [],
                                            "payloads": {}}

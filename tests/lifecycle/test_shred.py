@@ -216,7 +216,7 @@ def test_the_keyring_brings_a_restored_copy_up_to_date(acme, globex, wendy, wes,
         crypto.decrypt_text(Checkpoint.objects.get(pk=g.pk).payload_ciphertext, tenant=globex)
     assert AuditEvent.objects.filter(tenant=globex, action="tenant.key_destroy").count() == 2
     assert services.keyring_restore(records=services.keyring_export()) == {
-        "destroyed": 0, "rewrapped": 0}  # twice is harmless
+        "destroyed": 0, "rewrapped": 0, "unwrappable": 0}  # twice is harmless
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"tenant": "acme"}\n')
     with pytest.raises(CommandError, match="record 1"):
@@ -242,4 +242,22 @@ def test_a_keyring_record_never_swaps_in_another_key(acme, globex, wendy, wes, r
                                    reason="still ours")["payload"]["n"] == SECRET
     # The same key re-wrapped (a newer wrapping of acme's own key) is taken.
     assert services.keyring_restore(records=[dict(ours, wrapped=crypto.rotate_token(
-        ours["wrapped"]))]) == {"destroyed": 0, "rewrapped": 1}
+        ours["wrapped"]))]) == {"destroyed": 0, "rewrapped": 1, "unwrappable": 0}
+
+
+def test_import_keyring_says_when_the_file_fits_no_master_key(acme, wendy, settings,
+                                                               tmp_path):
+    """A keyring wrapped by a master key this process lacks is not a silent success (the
+    newcomer's finding: 'destroyed 1 and re-wrapped 0', exit 0)."""
+    put_checkpoint(wendy, acme, envelope(payload={"phase": "ready", "n": SECRET}))
+    backup = list(TenantDataKey.objects.values("key_id", "wrapped"))  # as a dump holds them
+    old = list(settings.RECOVERY_ENCRYPTION_KEYS)
+    settings.RECOVERY_ENCRYPTION_KEYS = [Fernet.generate_key().decode(), *old]
+    call_command("rotate_payload_keys")
+    keyring = tmp_path / "keyring.jsonl"
+    call_command("export_keyring", out=str(keyring))
+    for row in backup:  # "restored", on a machine without the newer master key
+        TenantDataKey.objects.filter(key_id=row["key_id"]).update(wrapped=row["wrapped"])
+    settings.RECOVERY_ENCRYPTION_KEYS = old
+    with pytest.raises(CommandError, match="fit none of RECOVERY_ENCRYPTION_KEYS"):
+        call_command("import_keyring", str(keyring))

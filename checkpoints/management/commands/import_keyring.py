@@ -1,7 +1,8 @@
 """``manage.py import_keyring FILE``: after restoring a backup, bring its data keys up to
 a keyring exported later (``export_keyring``; ``services.keyring_restore``): keys
 destroyed since are destroyed here too, live keys take the copy wrapped by today's master
-key. Audited in each tenant's chain. Exits 1 for an unreadable or malformed FILE.
+key. Audited in each tenant's chain. Exits 1 for an unreadable or malformed FILE, and
+after applying it when some live key's copy fits no configured master key.
 """
 
 from __future__ import annotations
@@ -35,3 +36,8 @@ class Command(BaseCommand):
             raise CommandError(f"file: {exc.detail}") from None
         self.stdout.write(f"destroyed {done['destroyed']} and re-wrapped "
                           f"{done['rewrapped']} data key(s)")
+        if done["unwrappable"]:
+            raise CommandError(
+                f"{done['unwrappable']} data key(s) in the file fit none of "
+                "RECOVERY_ENCRYPTION_KEYS: left as they were (is the master key that "
+                "wrapped the keyring configured?)")
