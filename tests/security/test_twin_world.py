@@ -715,14 +715,14 @@ API: dict[str, Req] = {
     f"post {T}legal-holds": Req(body={**R, "runs": [str(IDS["r_stable"])]}, write=True,
                                 shows_mark=False),
     f"get {T}legal-holds": Req(shows_mark=True, count=lambda w, slug, r: "" if len(
-        r.json()["holds"]) == LegalHold.objects.filter(tenant=w.tenant(slug)).count()
+        r.json()["results"]) == LegalHold.objects.filter(tenant=w.tenant(slug)).count()
         else "holds count"),
     f"get {T}legal-holds/{{hold_id}}": Req({"hold_id": "hold_id"}, shows_mark=True),
     f"post {T}legal-holds/{{hold_id}}/release": Req({"hold_id": "hold_id"}, R, write=True,
                                                     shows_mark=True),
     f"post {T}erasure-requests": Req(body={**R, "runs": [str(IDS["r_closed"])]}, write=True),
     f"get {T}erasure-requests": Req(shows_mark=True, count=lambda w, slug, r: "" if len(
-        r.json()["requests"]) == ErasureRequest.objects.filter(tenant=w.tenant(slug)).count()
+        r.json()["results"]) == ErasureRequest.objects.filter(tenant=w.tenant(slug)).count()
         else "requests count"),
     f"get {T}erasure-requests/{{request_id}}": Req({"request_id": "erasure_id"},
                                                    shows_mark=True),

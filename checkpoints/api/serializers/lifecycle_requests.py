@@ -83,7 +83,7 @@ class LegalHoldSerializer(Answer):
 class LegalHoldListSerializer(Answer):
     """The tenant's legal holds, active first (at most 200)."""
 
-    holds = LegalHoldSerializer(many=True)
+    results = LegalHoldSerializer(many=True)
 
 
 class ErasureCountsSerializer(Answer):
@@ -130,4 +130,4 @@ class ErasureRequestSerializer(Answer):
 class ErasureRequestListSerializer(Answer):
     """The tenant's erasure requests, waiting ones first (at most 200)."""
 
-    requests = ErasureRequestSerializer(many=True)
+    results = ErasureRequestSerializer(many=True)

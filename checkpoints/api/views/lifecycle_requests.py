@@ -50,7 +50,7 @@ class LegalHoldListApi(TenantApi):
     def get(self, request, tenant):
         t = self.tenant(request, tenant, roles.VIEW)
         holds = selectors.legal_hold_list(user=request.user, tenant=t)
-        return Response(s.LegalHoldListSerializer.render({"holds": holds}))
+        return Response(s.LegalHoldListSerializer.render({"results": holds}))
 
     @extend_schema(operation_id="legal_hold_place",
                    summary="Tenant admin: place a legal hold on runs, a subject or the whole "
@@ -101,7 +101,7 @@ class ErasureRequestListApi(TenantApi):
     def get(self, request, tenant):
         t = self.tenant(request, tenant, roles.VIEW)
         rows = selectors.erasure_request_list(user=request.user, tenant=t)
-        return Response(s.ErasureRequestListSerializer.render({"requests": rows}))
+        return Response(s.ErasureRequestListSerializer.render({"results": rows}))
 
     @extend_schema(operation_id="erasure_request_create",
                    summary="Reviewer or admin: ask to erase the payloads of runs, or of every "
