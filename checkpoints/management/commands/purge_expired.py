@@ -39,8 +39,9 @@ class Command(BaseCommand):
             raise CommandError(f"--batch-size: must be in 1..{BATCH_MAX}")
         result = services.retention_purge_all(batch_size=batch_size, dry_run=dry_run,
                                               tenant_slug=tenant)
-        if not result["tenants"]:
-            self.stdout.write("no tenant with a data policy: nothing to do")
+        if not result["tenants"] and not result["failed"]:
+            self.stdout.write(f"{tenant}: no data policy: nothing to do" if tenant
+                              else "no tenant with a data policy: nothing to do")
         for stats in result["tenants"]:
             slug = stats["tenant"]
             if dry_run:
@@ -55,3 +56,6 @@ class Command(BaseCommand):
                 self.stdout.write(f"{slug}: {stats['purged']} run(s)' payloads deleted, "
                                   f"{stats['expired']} run(s) expired, {stats['skipped']} "
                                   f"skipped{fenced}")
+        if result["failed"]:
+            raise CommandError("the purge failed for " + ", ".join(result["failed"])
+                               + " (the log has the traceback); the other tenants were purged")
