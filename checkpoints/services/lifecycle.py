@@ -171,6 +171,14 @@ def run_blockers(run: Run, *, deleted_ok: bool = False) -> list[str]:
     return out
 
 
+class NotDeletable(Exception):
+    """``purge_run_payloads`` refused: ``blockers`` (``Blocker`` words) say why."""
+
+    def __init__(self, blockers: list[str]):
+        super().__init__(", ".join(blockers))
+        self.blockers = blockers
+
+
 @dataclass(frozen=True)
 class Purged:
     """What ``purge_run_payloads`` did: the tombstone written and the counts it holds."""
@@ -185,12 +193,16 @@ def purge_run_payloads(*, actor, tenant: Tenant, run: Run, now: datetime, cause:
     event (``run.purge`` for retention, ``run.erase`` for erasure; ``after`` holds the
     tombstone's id and the counts, never a value), in the caller's transaction.
 
-    ``run`` must be locked by the caller and ``run_blockers(run)`` empty (asserted);
-    ``now`` is the database time read with the lock; ``policy`` the numbers or ids that
-    decided it (``{"payload_retention_days": 30}``, ``{"erasure_request": "<uuid>"}``).
+    ``run`` must be locked by the caller (``locks.lock_run``); the rule is judged here,
+    under that lock, once: raises ``NotDeletable`` (its ``blockers``, nothing written)
+    when ``run_blockers(run)`` names anything, so no caller can delete past it. ``now``
+    is the database time read with the lock; ``policy`` the numbers or ids that decided
+    it (``{"payload_retention_days": 30}``, ``{"erasure_request": "<uuid>"}``).
     """
-    assert not run_blockers(run), "purge_run_payloads: the run is not deletable"
     assert cause in DeletionCause.values
+    blockers = run_blockers(run)
+    if blockers:
+        raise NotDeletable(blockers)
     t = tenant
     checkpoints = Checkpoint.objects.for_tenant(t).filter(run_id=run.pk)
     effects = Effect.objects.for_tenant(t).filter(run_id=run.pk)

@@ -70,6 +70,7 @@ from ..vocab import AuditAction, DeletionCause, EffectState, HoldScope, SecretsP
 from .common import _actor_name
 from .lifecycle import (
     ENDED,
+    NotDeletable,
     active_holds,
     held_runs_q,
     policy_for,
@@ -348,12 +349,15 @@ def _purge_one(tenant: Tenant, pk: int, token: int, policy: DataPolicy) -> str:
         run.tenant = tenant
         now = run.db_now
         days = policy.payload_retention_days
-        if (run_blockers(run) or days is None
-                or not _ended_at(run) < now - timedelta(days=days)):
+        ended = _ended_at(run)
+        if days is None or ended is None or not ended < now - timedelta(days=days):
             return "skipped"
-        purge_run_payloads(actor=None, tenant=tenant, run=run, now=now,
-                           cause=DeletionCause.RETENTION,
-                           policy={"payload_retention_days": days})
+        try:  # the core judges the run's blockers (one rule, one place)
+            purge_run_payloads(actor=None, tenant=tenant, run=run, now=now,
+                               cause=DeletionCause.RETENTION,
+                               policy={"payload_retention_days": days})
+        except NotDeletable:
+            return "skipped"
     return "purged"
 
 

@@ -39,10 +39,10 @@ def test_the_inprocess_round_purges_once_per_interval(acme, wendy, settings):
     set_policy(acme, payload_retention_days=1)
     completed_run(wendy, acme, order_id="first")
     age_world(2 * DAY)
-    assert inprocess.run_once()["retention"] == {"purged": 1, "expired": 0}
+    assert inprocess.run_once()["retention"] == {"purged": 1, "expired": 0, "failed": []}
     completed_run(wendy, acme, order_id="second")
     age_world(2 * DAY)  # the heartbeat is not aged: the purge ran a moment ago
     assert "retention" not in inprocess.run_once()
     assert Tombstone.objects.count() == 1
-    Heartbeat.objects.filter(name="retention").update(at=F("at") - timedelta(seconds=3600))
+    Heartbeat.objects.filter(name="retention.round").update(at=F("at") - timedelta(seconds=3600))
     assert inprocess.run_once()["retention"]["purged"] == 1  # an interval later: due
