@@ -72,13 +72,17 @@ def ids(api_as, wendy, acme) -> dict:
     # parameters (attack finding).
     return {"tenant": "acme", "checkpoint_id": cp["id"], "run_id": cp["run_id"],
             "effect_id": fx["id"], "retry_id": "1", "bulk_id": str(uuid.uuid4()),
-            "kind": "acme.order", "version": "1", "job_id": str(uuid.uuid4())}
+            "kind": "acme.order", "version": "1", "job_id": str(uuid.uuid4()),
+            # Issue 20's routes (legal holds, erasure requests, tombstone purges).
+            "hold_id": str(uuid.uuid4()), "request_id": str(uuid.uuid4()),
+            "purge_id": str(uuid.uuid4())}
 
 
 def _client_for(method: str, path: str, api_as, wendy, adam) -> APIClient:
     # The writer may call the writer's operations (resume, lease); the admin every other.
+    # By path segment: ".../legal-holds/{hold_id}/release" is not a lease.
     writer_ops = ("resume", "lease")
-    return api_as(wendy) if any(w in path for w in writer_ops) else api_as(adam)
+    return api_as(wendy) if path.rstrip("/").rsplit("/", 1)[-1] in writer_ops else api_as(adam)
 
 
 def _call(client, method: str, path: str, ids: dict, query: str):

@@ -521,6 +521,9 @@ RECIPES: dict[Key, Recipe] = {
     **{("PUT", T + "data-policy", "body", name): Recipe(data_policy(name), name)
        for name in ("payload_retention_days", "effect_retention_days", "restart_interval_s",
                     "tombstone_retention_days", "payload_flag_bytes")},
+    # The tombstones' keyset page (issue 20, item 5): a cursor and a page size.
+    **{("GET", T + "tombstones", "query", name): Recipe(query(T + "tombstones", name), name)
+       for name in ("after", "limit")},
     # The fixture line is runifold.agent v1 (the only version of that kind), and a
     # completed effect record at least revision 2 (RUNIFOLD.md 4).
     **{("IMPORT", RUNIFOLD, "checkpoint", name): Recipe(

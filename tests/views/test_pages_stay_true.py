@@ -54,7 +54,9 @@ def world(acme, rita, april, unknown):
     return {"slug": "acme", "run_id": str(unknown.run_id), "retry_id": str(retry.pk),
             "effect_id": str(unknown.effect_id), "checkpoint_id": str(unknown.checkpoint_id),
             "attempt_id": "999999", "bulk_id": str(uuid.uuid4()), "kind": "acme.order",
-            "version": "1", "job_id": str(uuid.uuid4())}
+            "version": "1", "job_id": str(uuid.uuid4()),
+            # Issue 20's pages: a request and a hold no tenant has (404, still true to htmx).
+            "request_id": str(uuid.uuid4()), "hold_id": str(uuid.uuid4())}
 
 
 def _dashboard_urls(values: dict[str, str]) -> list[tuple[str, str]]:
