@@ -144,9 +144,12 @@ def insert_rows(model, rows: list[dict]) -> None:
     # The connection itself, not the ``connection`` proxy: one lookup instead of one per
     # value converted.
     conn = connections[connection.alias]
-    prep = [(f.attname, f.get_db_prep_save) for f in fields]
+    # A column the rows leave out takes the field's default, as ``bulk_create`` does
+    # (a column added later, e.g. screening's ``secret_paths``, never breaks a caller).
+    prep = [(f.attname, f.get_db_prep_save, f.get_default()) for f in fields]
     conn.ensure_connection()
     with conn.wrap_database_errors, psycopg.Cursor(conn.connection) as cursor:
         with cursor.copy(f"COPY {table(model)} ({columns}) FROM STDIN") as copy:
             for row in rows:
-                copy.write_row([save(row[name], conn) for name, save in prep])
+                copy.write_row([save(row.get(name, default), conn)
+                                for name, save, default in prep])
