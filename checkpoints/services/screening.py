@@ -77,13 +77,28 @@ def screen_effect(tenant: Tenant, *, receipt: Any = None, request: Any = None,
     the findings, their paths under ``/receipt`` and ``/request``. Raises
     ``SecretDetected`` (422) under a ``refuse`` policy unless ``refuse`` is false. One
     query (the policy) when something was found, none otherwise."""
+    paths = effect_findings(receipt=receipt, request=request)
+    if paths and refuse and policy_for(tenant).secrets_policy == SecretsPolicy.REFUSE:
+        _refuse(paths, "effect")
+    return paths
+
+
+def effect_findings(*, receipt: Any = None, request: Any = None) -> list[dict]:
+    """What screening finds in an effect's ``request`` and ``receipt`` (either may be
+    ``None``), paths under ``/request`` and ``/receipt``; no query, no decision."""
     paths = []
     for name, document in (("request", request), ("receipt", receipt)):
         if document is not None:
             paths += [{"path": f"/{name}{f.path}", "type": f.type}
                       for f in secrets_scan.scan(document)]
-    paths = paths[:secrets_scan.MAX_FINDINGS]
-    if paths and refuse and policy_for(tenant).secrets_policy == SecretsPolicy.REFUSE:
+    return paths[:secrets_scan.MAX_FINDINGS]
+
+
+def effect_decided(paths: list[dict], secrets_policy: str) -> list[dict]:
+    """``paths`` (``effect_findings``) under a tenant's ``secrets_policy`` read once by
+    the caller (the runifold import: one read per file): raises ``SecretDetected`` (422)
+    under ``refuse``, else returns them to store."""
+    if paths and secrets_policy == SecretsPolicy.REFUSE:
         _refuse(paths, "effect")
     return paths
 

@@ -344,3 +344,45 @@ def test_a_long_key_is_cut_in_a_path():
     key = "k" * 200
     [finding] = secrets_scan.scan({key: {"password": "hunter2hunter2"}})
     assert finding.path == "/" + "k" * 64 + "\u2026/password"
+
+
+def test_a_runifold_import_is_screened_as_an_api_write(acme, tmp_path):
+    """Outside data passes the same checks as API bodies: a credential in an imported
+    checkpoint or effect record is flagged by path under warn, and the line refused
+    (an error naming the path, nothing of it stored) under refuse."""
+    import io
+
+    from checkpoints.interop import runifold
+    from checkpoints.interop.runifold import jsonl_lines
+
+    secret = KINDS["github"][0]
+    agent, effect = (FIXTURES / "runifold" / name for name in ("agent.v1.jsonl",
+                                                                "effects.jsonl"))
+    first = json.loads(agent.read_text().splitlines()[0])
+    first["payload"]["transcript"][1]["content"][0]["text"] = f"token {secret}"
+    record = json.loads(effect.read_text().splitlines()[0])
+    record["request"]["input"]["note"] = f"use {secret}"
+    record["run_id"] = first["run_id"]
+
+    def run_import():
+        errors = []
+        data = (json.dumps(first) + "\n" + json.dumps(record) + "\n").encode()
+        runifold.runifold_import(actor=None, tenant=acme, lines=jsonl_lines(io.BytesIO(data)),
+                                 on_error=lambda n, d: errors.append((n, d)))
+        return errors
+
+    assert run_import() == []
+    cp = Checkpoint.objects.for_tenant(acme).get()
+    assert cp.secret_paths == [{"path": "/transcript/1/content/0/text",
+                                "type": "github_token"}]
+    assert Effect.objects.for_tenant(acme).get().secret_paths == [
+        {"path": "/request/input/note", "type": "github_token"}]
+    DataPolicy.objects.update_or_create(tenant=acme, defaults={"secrets_policy": "refuse"})
+    first["id"], record["request"]["effect_id"] = str(uuid.uuid4()), str(uuid.uuid4())
+    first["run_id"] = record["run_id"] = str(uuid.uuid4())
+    record["request"]["idempotency_key"] = "k-refused"
+    errors = run_import()
+    assert [n for n, _ in errors] == [1, 2]
+    assert all("github" in d or "credential" in d for _, d in errors)
+    assert all(secret not in d for _, d in errors)
+    assert not Checkpoint.objects.for_tenant(acme).filter(uuid=first["id"]).exists()

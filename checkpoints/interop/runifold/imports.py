@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from django.db import IntegrityError, transaction
 
-from ... import crypto, policy, roles
+from ... import crypto, policy, roles, services
 from ...audit import audit_record_many
 from ...dbclock import db_now
 from ...exceptions import InvalidPayload
@@ -129,13 +129,16 @@ def runifold_import(*, actor, tenant: Tenant, lines: Iterable[RawLine],
         errors.clear()
         size = 0
 
+    # The tenant's data policy, read once per file: each line is screened as an API
+    # write is (a credential refused or flagged by path).
+    data_policy = services.policy_for(tenant)
     for raw in lines:
         size += raw.size
         try:
             if raw.data is None:
                 raise LineError(f"record: longer than {_max_line_bytes()} bytes "
                                 "(RECOVERY_MAX_BODY_BYTES)")
-            parsed = parse_line(raw.data, raw.number, tenant=tenant)
+            parsed = parse_line(raw.data, raw.number, tenant=tenant, policy=data_policy)
         except LineError as exc:
             report.lines += 1
             errors.append((raw.number, exc.detail))

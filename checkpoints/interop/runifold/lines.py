@@ -17,9 +17,10 @@ from typing import IO, Any
 from django.conf import settings
 
 from ... import crypto, intranges, kinds
-from ...exceptions import InvalidPayload
+from ...exceptions import InvalidPayload, SecretDetected
 from ...jsonparse import content_sha256, dumps, loads_object, printable
 from ...models import Effect
+from ...services import screening
 from ...services.checkpoints import Envelope, parse_envelope
 from ...services.common import _uuid_field
 from ...vocab import EffectClass, EffectState
@@ -149,6 +150,9 @@ class CheckpointLine:
     # The usage counters its write stores: the payload's, or for an unsupported payload
     # the checkpoint's last known ones (set by the import's decision, ``_decide_checkpoint``).
     usage: dict = field(default_factory=dict)
+    # Screening's findings and size flag (``services.screening``), as an API write's.
+    secret_paths: list = field(default_factory=list)
+    large_above: int | None = None
 
     @property
     def content(self) -> tuple:
@@ -177,6 +181,7 @@ class EffectLine:
     state: str  # ours
     receipt_ciphertext: str
     receipt_sha256: str = ""  # of the receipt's stored JSON text (its audit event's)
+    secret_paths: list = field(default_factory=list)  # screening's, as an API write's
 
     @property
     def content(self) -> tuple:
@@ -191,15 +196,18 @@ class LineError(Exception):
         self.detail = detail
 
 
-def parse_line(raw: bytes, number: int = 0, *,
-               tenant=None) -> CheckpointLine | EffectLine | None:
+def parse_line(raw: bytes, number: int = 0, *, tenant=None,
+               policy=None) -> CheckpointLine | EffectLine | None:
     """Check one line of a runifold file (module doc) and encrypt what it stores under
     ``tenant``'s data key (``crypto.encrypt_text``; ``None``, as in tests of the format:
     the legacy master-key form, without the database). Returns
     ``None`` for a blank line (skipped, not counted). Raises ``LineError`` naming the
     field: the strict JSON rules of ``jsonparse`` (duplicate keys, NaN, U+0000, unpaired
     surrogates, depth), then those of the envelope (``parse_envelope`` and the kind
-    registry) or of the effect record (RUNIFOLD.md 4)."""
+    registry) or of the effect record (RUNIFOLD.md 4), then screening for credentials
+    (``services.screening``) as an API write's: under ``policy`` (the tenant's
+    ``DataPolicy``, read once per file) a ``refuse`` makes the line an error naming the
+    path, else the findings are stored with it (``None``: recorded, never refused)."""
     if not raw.strip():
         return None
     try:
@@ -208,13 +216,30 @@ def parse_line(raw: bytes, number: int = 0, *,
             if "request" in body or "status" in body:
                 raise InvalidPayload("record: has both an envelope's kind and payload and an "
                                      "effect record's request and status")
-            return _parse_checkpoint(body, number, tenant)
+            return _screened_checkpoint(_parse_checkpoint(body, number, tenant), policy)
         if "request" in body and "status" in body:
-            return _parse_effect(body, number, tenant)
+            return _screened_effect(_parse_effect(body, number, tenant), body, policy)
         raise InvalidPayload("record: neither a checkpoint envelope (kind and payload) nor an "
                              "effect record (request and status)")
-    except InvalidPayload as exc:
+    except (InvalidPayload, SecretDetected) as exc:
         raise LineError(exc.detail) from None
+
+
+def _screened_checkpoint(line: CheckpointLine, policy) -> CheckpointLine:
+    screened = screening.screen_payload(line.envelope.payload, line.size)
+    if policy is not None:
+        screened = screened.decided(policy.secrets_policy, policy.payload_flag_bytes)
+    line.secret_paths, line.large_above = screened.secret_paths, screened.large_above
+    return line
+
+
+def _screened_effect(line: EffectLine, body: dict, policy) -> EffectLine:
+    # The status holds the receipt (a completed output, a failure's error): scanned whole.
+    paths = screening.effect_findings(request=body.get("request"), receipt=body.get("status"))
+    if policy is not None:
+        paths = screening.effect_decided(paths, policy.secrets_policy)
+    line.secret_paths = paths
+    return line
 
 
 def _parse_checkpoint(body: dict, number: int, tenant) -> CheckpointLine:

@@ -61,7 +61,8 @@ def _checkpoint_fields(line: CheckpointLine, actor, now) -> dict:
                 payload_ciphertext=line.ciphertext, payload_size=line.size,
                 phase_class=line.cls.phase.phase_class, phase_label=line.phase_label,
                 updated_at_ms=env.updated_at_ms, usage=line.usage, received_at=now,
-                written_by_id=actor.pk if actor is not None else None)
+                written_by_id=actor.pk if actor is not None else None,
+                secret_paths=line.secret_paths, large_above=line.large_above)
 
 
 def _insert_created(model, tenant: Tenant, created: list[dict], holders: dict) -> None:
@@ -114,7 +115,7 @@ def _write_effects(actor, tenant, effects: dict, runs: dict, now) -> None:
         started = any(x.status == STARTED for x in effect.written)
         fields = dict(revision=final.revision, state=final.state,
                       receipt_ciphertext=final.receipt_ciphertext, state_changed_at=now,
-                      updated_at=now)
+                      updated_at=now, secret_paths=final.secret_paths)
         if effect.start is None:
             created.append(dict(
                 tenant_id=tenant.pk, run_id=runs[effect.run_uuid].pk, uuid=eid,
