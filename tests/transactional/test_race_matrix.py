@@ -137,6 +137,24 @@ NOT_RACED = {
     "data_policy_set": "takes only the tenant's audit head, which serializes two admins' "
                        "policies (the second reads the first under it); a purge reads the "
                        "policy once per pass and re-judges each run under its lock",
+    # Issue 20: operator commands and four-eyes steps, each serialized by the tenant's
+    # audit head (its first lock) and re-judged under it.
+    "audit_export": "takes the tenant's audit head to read the chain up to a watermark; "
+                    "two exports are two files, the watermark only moves forward",
+    "keyring_restore": "operator command after a restore, all or nothing, under each "
+                       "tenant's audit head; a second run finds nothing to do",
+    "tenant_shred": "operator command under the tenant's audit head; a second finds the "
+                    "keys destroyed (tests/lifecycle/test_shred.py)",
+    "tombstone_purge_prepare": "under the tenant's audit head: two preparations freeze "
+                               "what each finds; execution re-checks the fingerprint",
+    "tombstone_purge_approve": "the purge row is locked under the audit head; a second "
+                               "decision finds it decided (409), as erasure_approve, raced "
+                               "there",
+    "tombstone_purge_reject": "as tombstone_purge_approve",
+    "tombstone_purge_execute": "under the audit head: re-checks state, holds, fingerprint "
+                               "and deadline; the late-hold race is forced in tests/"
+                               "lifecycle/test_tombstone_purge.py (a hold placed after "
+                               "the preparation blocks the execution)",
     "kind_declare": "takes only the tenant's audit head, which serializes two declarations "
                     "of one version (the second finds the first: unchanged, or replaced "
                     "while unused); its race with a checkpoint write of the version is "
