@@ -43,7 +43,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='checkpoint',
             name='secret_paths',
-            field=models.JSONField(blank=True, default=list, help_text='credential-like values found in the payload when written: [{path: JSON pointer, type: word}] (checkpoints.secrets_scan; never a value)'),
+            field=models.JSONField(blank=True, default=list, db_default=models.Value([], models.JSONField()), help_text='credential-like values found in the payload when written: [{path: JSON pointer, type: word}] (checkpoints.secrets_scan; never a value)'),
         ),
         migrations.AddField(
             model_name='checkpointrevision',
@@ -53,12 +53,12 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='checkpointrevision',
             name='secret_paths',
-            field=models.JSONField(blank=True, default=list, help_text='as Checkpoint.secret_paths, for this revision'),
+            field=models.JSONField(blank=True, default=list, db_default=models.Value([], models.JSONField()), help_text='as Checkpoint.secret_paths, for this revision'),
         ),
         migrations.AddField(
             model_name='effect',
             name='secret_paths',
-            field=models.JSONField(blank=True, default=list, help_text='credential-like values found in the request and the current receipt: [{path: /request/... or /receipt/..., type: word}] (never a value)'),
+            field=models.JSONField(blank=True, default=list, db_default=models.Value([], models.JSONField()), help_text='credential-like values found in the request and the current receipt: [{path: /request/... or /receipt/..., type: word}] (never a value)'),
         ),
         migrations.RunPython(sqlite_effect_triggers, migrations.RunPython.noop),
     ]

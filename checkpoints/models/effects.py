@@ -93,7 +93,7 @@ class Effect(EncryptedReceipt, TenantOwned, TimestampedModel):
         "RetryRequest", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     secret_paths = models.JSONField(
-        default=list, blank=True,
+        default=list, db_default=models.Value([], models.JSONField()), blank=True,
         help_text="credential-like values found in the request and the current receipt: "
                   "[{path: /request/... or /receipt/..., type: word}] (never a value)")
 

@@ -117,7 +117,7 @@ class Checkpoint(TenantOwned):
         settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
     )
     secret_paths = models.JSONField(
-        default=list, blank=True,
+        default=list, db_default=models.Value([], models.JSONField()), blank=True,
         help_text="credential-like values found in the payload when written: "
                   "[{path: JSON pointer, type: word}] (checkpoints.secrets_scan; never a value)")
     large_above = models.PositiveIntegerField(
@@ -157,7 +157,8 @@ class CheckpointRevision(TenantOwned):
     written_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
     )
-    secret_paths = models.JSONField(default=list, blank=True,
+    secret_paths = models.JSONField(default=list, db_default=models.Value([], models.JSONField()),
+                                    blank=True,
                                     help_text="as Checkpoint.secret_paths, for this revision")
     large_above = models.PositiveIntegerField(null=True, blank=True)
 
