@@ -33,7 +33,7 @@ from ..permissions import require
 from ..vocab import AuditAction, DeletionCause, ErasureState, TargetType
 from .common import _actor_name
 from .holds import _lifecycle_reason, _lifecycle_runs, _lifecycle_subject
-from .lifecycle import Blocker, purge_run_payloads, run_blockers
+from .lifecycle import Blocker, NotDeletable, purge_run_payloads
 
 #: The words of an executed request's ``counts`` besides ``runs``, ``erased`` and
 #: ``blocked``: how many runs each blocker stopped (a run may have several).
@@ -158,14 +158,14 @@ def _execute(*, actor, tenant: Tenant, request: ErasureRequest) -> dict:
     counts[Blocker.DELETED] += gone
     policy = {"erasure_request": str(request.uuid)}
     for run in runs:
-        blockers = run_blockers(run)
-        if blockers:
+        try:  # the core judges the run's blockers, once, under the lock taken above
+            purge_run_payloads(actor=actor, tenant=tenant, run=run, now=run.db_now,
+                               cause=DeletionCause.ERASURE, policy=policy, erasure=request)
+        except NotDeletable as refused:
             counts["blocked"] += 1
-            for word in blockers:
+            for word in refused.blockers:
                 counts[word] += 1
             continue
-        purge_run_payloads(actor=actor, tenant=tenant, run=run, now=run.db_now,
-                           cause=DeletionCause.ERASURE, policy=policy, erasure=request)
         counts["erased"] += 1
     ErasureRequest.objects.for_tenant(tenant).filter(pk=request.pk).update(
         state=ErasureState.EXECUTED, executed_at=db_now(), counts=counts)
