@@ -385,14 +385,13 @@ def _sql() -> _Sql:
         f"SELECT {', '.join('r.' + _col(r, f) for f in run_cols)}, STATEMENT_TIMESTAMP(), "
         f"c.{_col(c, 'id')}, c.{_col(c, 'run')}, c.{_col(c, 'kind')}, "
         f"c.{_col(c, 'revision')}, c.{_col(c, 'usage')}, "
-        f"(SELECT {_col(dp, 'secrets_policy')} FROM {_table(dp)} "
-        f"WHERE {_col(dp, 'tenant')} = %(tenant)s), "
-        f"(SELECT {_col(dp, 'payload_flag_bytes')} FROM {_table(dp)} "
-        f"WHERE {_col(dp, 'tenant')} = %(tenant)s), "
-        f"(SELECT p.{_col(dp, 'subject_fields')} FROM {_table(dp)} p "
-        f"WHERE p.{_col(dp, 'tenant')} = %(tenant)s) "
+        # The tenant's data policy (screening's decision, the subject index), joined
+        # once: the row is locked by ``run_lock`` (``OF r``) only.
+        f"p.{_col(dp, 'secrets_policy')}, p.{_col(dp, 'payload_flag_bytes')}, "
+        f"p.{_col(dp, 'subject_fields')} "
         f"FROM {_table(r)} r LEFT JOIN {_table(c)} c "
         f"ON c.{_col(c, 'tenant')} = %(tenant)s AND c.{_col(c, 'uuid')} = %(checkpoint)s "
+        f"LEFT JOIN {_table(dp)} p ON p.{_col(dp, 'tenant')} = %(tenant)s "
         f"WHERE r.{_col(r, 'tenant')} = %(tenant)s AND r.{_col(r, 'uuid')} = %(run)s "
         f"AND {head_first} {run_lock}"
     )
