@@ -49,11 +49,6 @@ class Screened:
         return replace(self, large_above=limit if limit is not None and self.size > limit
                        else None)
 
-    def decided_for(self, tenant: Tenant | int) -> Screened:
-        """``decided`` under ``tenant``'s policy (``policy_for``: one query)."""
-        policy = policy_for(tenant)
-        return self.decided(policy.secrets_policy, policy.payload_flag_bytes)
-
 
 def _refuse(paths: list[dict], what: str) -> None:
     """Raise ``SecretDetected`` naming the first ``DETAIL_PATHS`` of ``paths``."""
