@@ -230,6 +230,13 @@ def keyring_restore(*, records: list[dict]) -> dict[str, int]:
                 or not isinstance(record["destroyed"], bool):
             raise InvalidPayload(f"record {number}: key_id, wrapped: strings; destroyed: a "
                                  f"boolean")
+        generation = record["generation"]
+        if isinstance(generation, bool) or not isinstance(generation, int) \
+                or not 1 <= generation <= 2**31 - 1:
+            raise InvalidPayload(f"record {number}: generation: an integer in 1..2^31-1")
+    seen = [(str(r["tenant"]), r["key_id"]) for r in records]
+    if len(set(seen)) != len(seen):
+        raise InvalidPayload("keyring: a tenant's key id is given twice (nothing imported)")
     by_tenant: dict[str, list[dict]] = {}
     for record in records:
         by_tenant.setdefault(str(record["tenant"]), []).append(record)

@@ -470,9 +470,9 @@ def retention_purge_all(*, batch_size: int = BATCH_MAX, dry_run: bool = False,
                         tenant_slug: str | None = None) -> dict:
     """``retention_purge`` for every tenant that has a data policy (a tenant without one
     keeps everything), or only ``tenant_slug``'s. Returns ``{"tenants": [each tenant's
-    counts], "purged", "expired"}`` and, unless ``dry_run``, records the ``retention``
-    heartbeat (database time). The beat task, the in-process worker and ``manage.py
-    purge_expired`` call it."""
+    counts], "purged", "expired", "failed": [slugs]}`` and, unless ``dry_run`` or
+    ``tenant_slug``, records the round's heartbeats (database time). The beat task, the
+    in-process worker and ``manage.py purge_expired`` call it."""
     with_policy = DataPolicy.objects.for_all_tenants(
         reason="the scheduled retention purge visits every tenant with a data policy; "
                "each is then purged within its own tenant").values_list("tenant_id", flat=True)
@@ -492,7 +492,7 @@ def retention_purge_all(*, batch_size: int = BATCH_MAX, dry_run: bool = False,
         out["tenants"].append(stats)
         out["purged"] += stats["purged"]
         out["expired"] += stats["expired"]
-    if not dry_run:
+    if not dry_run and tenant_slug is None:  # a round of one tenant is not a round
         heartbeat.beat(ROUND_HEARTBEAT, *(() if out["failed"] else (HEARTBEAT,)))
     return out
 

@@ -63,3 +63,12 @@ def test_the_in_process_round_logs_a_failed_purge_as_the_purges(monkeypatch, cap
     assert "retention" not in stats and "retention purge failed" in caplog.text
     assert "sweep.inprocess" in heartbeat.read()
     assert not DataPolicy.objects.exists() and Heartbeat.objects.exists()
+
+
+def test_a_purge_of_one_tenant_is_not_a_round(acme, globex, adam):
+    """``purge_expired --tenant T`` writes no round heartbeat: it would mark every tenant
+    healthy in /readyz and postpone the scheduled round (the second attack's finding)."""
+    services.data_policy_set(actor=adam, tenant=acme, payload_retention_days=30)
+    services.retention_purge_all(tenant_slug="acme")
+    beats = heartbeat.read()
+    assert retention.HEARTBEAT not in beats and retention.ROUND_HEARTBEAT not in beats

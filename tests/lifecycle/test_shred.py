@@ -261,3 +261,29 @@ def test_import_keyring_says_when_the_file_fits_no_master_key(acme, wendy, setti
     settings.RECOVERY_ENCRYPTION_KEYS = old
     with pytest.raises(CommandError, match="fit none of RECOVERY_ENCRYPTION_KEYS"):
         call_command("import_keyring", str(keyring))
+
+
+@pytest.mark.parametrize("line, words", [
+    ('{{"tenant": "acme", "key_id": "{k}", "generation": 1, "wrapped": "", '
+     '"destroyed": false, "destroyed": true}}', "duplicated key"),
+    ('{{"tenant": "acme", "key_id": "{k}", "generation": NaN, "wrapped": "", '
+     '"destroyed": false}}', "NaN"),
+    ('{{"tenant": "acme", "key_id": "{k}", "generation": "x", "wrapped": "", '
+     '"destroyed": false}}', "generation"),
+])
+def test_import_keyring_reads_its_file_as_strictly_as_an_api_body(acme, tmp_path, line,
+                                                                   words):
+    """A repeated member once destroyed a key (the last one won): refused, nothing
+    imported (the second attack's finding)."""
+    key = TenantDataKey.objects.get(tenant=acme)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(line.format(k=key.key_id) + "\n")
+    with pytest.raises(CommandError, match=words):
+        call_command("import_keyring", str(bad))
+    assert TenantDataKey.objects.get(pk=key.pk).destroyed_at is None
+
+
+def test_a_keyring_naming_one_key_twice_is_refused(acme):
+    record = services.keyring_export()[0]
+    with pytest.raises(InvalidPayload, match="given twice"):
+        services.keyring_restore(records=[record, dict(record, destroyed=True)])

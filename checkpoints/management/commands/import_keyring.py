@@ -7,12 +7,11 @@ after applying it when some live key's copy fits no configured master key.
 
 from __future__ import annotations
 
-import json
-
 from django.core.management.base import BaseCommand, CommandError
 
 from checkpoints import services
-from checkpoints.exceptions import DomainError
+from checkpoints.exceptions import DomainError, InvalidPayload
+from checkpoints.jsonparse import loads_object
 from checkpoints.ops.operatorfiles import open_input
 
 
@@ -27,9 +26,16 @@ class Command(BaseCommand):
         try:
             with stream:
                 lines = stream.read().decode("utf-8").splitlines()
-            records = [json.loads(line) for line in lines if line.strip()]
         except (OSError, UnicodeDecodeError, ValueError) as exc:
             raise CommandError(f"file: cannot read {file!r} ({exc})") from None
+        records = []
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:  # the strict rules of API bodies: no repeated key, NaN or overflow
+                records.append(loads_object(line, what=f"record {number}"))
+            except InvalidPayload as exc:
+                raise CommandError(f"file: {exc.detail} (nothing imported)") from None
         try:
             done = services.keyring_restore(records=records)
         except DomainError as exc:
