@@ -16,8 +16,10 @@ each problem. ``--check`` is the step that runs in the new process against the c
 from __future__ import annotations
 
 import json
+import os
 
 from django.core.management.base import BaseCommand, CommandError
+from django.db import DatabaseError
 
 from checkpoints.ops import restoredrill
 
@@ -42,6 +44,11 @@ class Command(BaseCommand):
                             help="(internal) check the database this process uses")
 
     def handle(self, *args, **o):
+        # The check runs in a new process started in the repository: a path given relative
+        # to where the operator stands is made absolute here.
+        for name in ("heads", "keyring", "dump"):
+            if o[name]:
+                o[name] = os.path.abspath(o[name])
         try:
             if o["check"]:
                 self.stdout.write(json.dumps(restoredrill.check(heads=o["heads"],
@@ -52,6 +59,10 @@ class Command(BaseCommand):
                                         target=o["target"], keep=o["keep"])
         except restoredrill.DrillFailed as exc:
             raise CommandError(str(exc)) from None
+        except DatabaseError as exc:  # e.g. the service's role may not create databases
+            raise CommandError(f"restore drill: the database refused: {str(exc).strip()} "
+                               "(run it as a role that may create and drop databases, "
+                               "docs/operations/backup.md)") from None
         self.stdout.write(json.dumps(result.report, sort_keys=True))
         if result.problems:
             raise CommandError("restore drill failed: " + "; ".join(result.problems))
