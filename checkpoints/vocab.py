@@ -68,6 +68,14 @@ RecoveryState.INBOX_TABS = (
     RecoveryState.CLOSED,
 )
 RecoveryState.RETRYABLE = frozenset({RecoveryState.AMBIGUOUS, RecoveryState.UNKNOWN_OUTCOME})
+# A reviewer must look (issue 21: ``run.needs_review``); with the four-eyes states, every
+# state a person has to act on: a change into or out of one of these is what the
+# notification outbox records (migration 0031's trigger; ``services.notify``).
+RecoveryState.NEEDS_REVIEW = frozenset({RecoveryState.AMBIGUOUS, RecoveryState.UNKNOWN_OUTCOME,
+                                        RecoveryState.CONFLICTED,
+                                        RecoveryState.SCHEMA_MISMATCH})
+RecoveryState.NEEDS_PERSON = RecoveryState.NEEDS_REVIEW | {RecoveryState.AWAITING_APPROVAL,
+                                                           RecoveryState.RETRY_APPROVED}
 
 
 class PhaseClass(TextChoices):
@@ -247,6 +255,8 @@ class TargetType(TextChoices):
     LEGAL_HOLD = "legal_hold"
     ERASURE_REQUEST = "erasure_request"
     TOMBSTONE_PURGE = "tombstone_purge"
+    NOTIFICATION_ENDPOINT = "notification_endpoint"
+    NOTIFICATION_MESSAGE = "notification_message"
 
 
 TargetType.WRITABLE = (TargetType.CHECKPOINT, TargetType.EFFECT)
@@ -337,6 +347,13 @@ class AuditAction(TextChoices):
     TOMBSTONE_PURGE_REJECT = "tombstone_purge.reject"
     TOMBSTONE_PURGE_EXECUTE = "tombstone_purge.execute"
     TENANT_KEY_DESTROY = "tenant.key_destroy"
+    NOTIFICATION_ENDPOINT_CREATE = "notification_endpoint.create"
+    NOTIFICATION_ENDPOINT_UPDATE = "notification_endpoint.update"
+    NOTIFICATION_ENDPOINT_DELETE = "notification_endpoint.delete"
+    NOTIFICATION_ENDPOINT_ROTATE = "notification_endpoint.rotate_secret"
+    NOTIFICATION_ENDPOINT_DISABLE = "notification_endpoint.disable"
+    NOTIFICATION_TEST = "notification.test"
+    NOTIFICATION_RESEND = "notification.resend"
 
 
 AuditAction.REVEALS = frozenset({AuditAction.PAYLOAD_REVEAL, AuditAction.PAYLOAD_READ,
@@ -553,3 +570,55 @@ def words(word) -> str:
     """A state word for people: ``"unknown_outcome"`` -> ``"unknown outcome"``; ``""`` for
     None."""
     return str(word or "").replace("_", " ")
+
+
+class NotificationChannel(TextChoices):
+    """Where a notification endpoint sends (issue 21, item 1): a signed webhook (Standard
+    Webhooks), an email address (Django's mail backend), or a Slack- or Teams-compatible
+    incoming-webhook URL (a JSON ``{"text": ...}`` body, unsigned: those services
+    authenticate by the URL's secret path)."""
+
+    WEBHOOK = "webhook"
+    EMAIL = "email"
+    SLACK = "slack"
+    TEAMS = "teams"
+
+
+NotificationChannel.URL = frozenset({NotificationChannel.WEBHOOK, NotificationChannel.SLACK,
+                                     NotificationChannel.TEAMS})
+
+
+class NotificationEventType(TextChoices):
+    """A typed notification event (issue 21, item 2; docs/notifications.md). Each carries
+    the tenant, the run(s), state, reason and links; never a payload value or a receipt.
+
+    Sets: ``SUBSCRIBABLE`` (what an endpoint may choose; ``test`` is only sent by "send
+    test event"), ``GROUPED`` (events of runs that went into the same state within the
+    endpoint's window and share a cause become one message per incident)."""
+
+    RUN_NEEDS_REVIEW = "run.needs_review"
+    RETRY_AWAITING_APPROVAL = "retry.awaiting_approval"
+    RETRY_DECIDED = "retry.decided"
+    RECONCILE_GAVE_UP = "reconcile.gave_up"
+    OUTCOME_UNKNOWN_AGING = "outcome.unknown_aging"
+    RUN_RESOLVED = "run.resolved"
+    DIGEST = "digest"
+    TEST = "test"
+
+
+NotificationEventType.SUBSCRIBABLE = tuple(
+    t for t in NotificationEventType if t != NotificationEventType.TEST)
+NotificationEventType.GROUPED = frozenset({
+    NotificationEventType.RUN_NEEDS_REVIEW, NotificationEventType.RETRY_AWAITING_APPROVAL,
+    NotificationEventType.RECONCILE_GAVE_UP, NotificationEventType.OUTCOME_UNKNOWN_AGING})
+
+
+class DeliveryState(TextChoices):
+    """A notification message's delivery (issue 21, items 4-5): ``pending`` (due at
+    ``next_attempt_at``; retried on the fixed schedule), ``delivered`` (a 2xx within the
+    timeout), ``failed`` (the schedule ran out, or the endpoint was disabled or deleted
+    while it waited)."""
+
+    PENDING = "pending"
+    DELIVERED = "delivered"
+    FAILED = "failed"

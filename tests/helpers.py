@@ -93,6 +93,11 @@ _AGED = {
     "MigrationJob": ("next_attempt_at", "claimed_until"),
     "TombstonePurge": ("deadline",),
     "DataPolicy": ("updated_at",),
+    "NotificationOutbox": ("at",),
+    "NotificationIncident": ("opened_at", "window_ends_at", "message_at"),
+    "NotificationIncidentRun": ("at",),
+    "NotificationMessage": ("next_attempt_at", "claimed_until", "created_at"),
+    "NotificationEndpoint": ("failing_since", "last_sent_at", "previous_secret_until"),
 }
 #: Aged with the triggers off (PostgreSQL refuses every UPDATE of a tombstone: migration
 #: 0027), as the test database's superuser may.

@@ -21,11 +21,14 @@ SQLITE = {
     ("checkpoints_effectstatecount_upd", "checkpoints_effect"),
     ("checkpoints_runtransition_ins", "checkpoints_run"),
     ("checkpoints_runtransition_upd", "checkpoints_run"),
+    ("checkpoints_notificationoutbox_ins", "checkpoints_run"),
+    ("checkpoints_notificationoutbox_upd", "checkpoints_run"),
 }
 POSTGRES = {
     ("checkpoints_runstatecount_keep", "checkpoints_run"),
     ("checkpoints_effectstatecount_keep", "checkpoints_effect"),
     ("checkpoints_runtransition_keep", "checkpoints_run"),
+    ("checkpoints_notificationoutbox_keep", "checkpoints_run"),
     ("checkpoints_audit_append_only", "checkpoints_auditevent"),
     ("checkpoints_audit_no_truncate", "checkpoints_auditevent"),
     ("checkpoints_audit_head_no_delete", "checkpoints_auditchainhead"),

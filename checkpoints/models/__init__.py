@@ -50,6 +50,14 @@ from .lifecycle import (
     TombstonePurge,
 )
 from .migrations import MIGRATION_MAX_RUNS, MigrationJob, MigrationJobItem
+from .notifications import (
+    NotificationAttempt,
+    NotificationEndpoint,
+    NotificationIncident,
+    NotificationIncidentRun,
+    NotificationMessage,
+    NotificationOutbox,
+)
 from .ops import Heartbeat
 from .reconcile import ReconcileAttempt, ReconcilerConfig, ReconcileRequest
 from .runs import (
