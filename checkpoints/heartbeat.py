@@ -7,7 +7,13 @@ One ``Heartbeat`` row per name, its ``at`` written from the database's clock
 - ``sweep.celery`` / ``sweep.inprocess`` / ``sweep.web``: a sweep run by a Celery worker
   (beat's schedule), by the embedded in-process worker, or by a web process catching up
   because the sweep was late (``inprocess.catch_up``);
-- ``job``: a reconcile job a worker finished (``tasks.reconcile_effect``).
+- ``job``: a reconcile job a worker finished (``tasks.reconcile_effect``);
+- ``retention.round`` / ``retention``: a purge round over every tenant finished / finished
+  for every tenant without a failure (``services.retention_purge_all``);
+- ``audit.verify`` / ``audit.intact``: ``manage.py verify_audit_chain`` over every tenant
+  (no tenant named) finished / found every chain, registry and exported head intact.
+  ``audit.verify`` newer than ``audit.intact`` means the last verification found a break
+  (the alert ``RecoveryAuditChainBroken``, deploy/prometheus/recovery-rules.yml).
 
 Read by the dashboard's banner ("background work is not running since ..."), by the web
 process's catch-up sweep, by ``/readyz`` (``worker``) and by ``/metrics``. Ages are
@@ -27,6 +33,9 @@ from .models import Heartbeat
 
 SWEEP = "sweep"
 JOB = "job"
+#: ``verify_audit_chain`` over every tenant finished / found everything intact.
+AUDIT_VERIFY = "audit.verify"
+AUDIT_INTACT = "audit.intact"
 #: The sources a sweep may name (``sweep_stale_runs(by=...)``).
 SOURCES = ("celery", "inprocess", "web")
 

@@ -22,13 +22,17 @@ Two kinds:
   | ``recovery_reconcile_requests`` | tenant, state | ``ReconcileRequest`` in ``queued``, ``running`` (the queue) or ``gave_up`` |
   | ``recovery_reconcile_failing`` | tenant | open requests whose last look-ups could not tell (``failures`` > 0) |
   | ``recovery_audit_events`` | tenant | the audit chain's length (``AuditChainHead.seq``) |
+  | ``recovery_migration_jobs`` | tenant, state | ``MigrationJob`` in ``queued``, ``running`` (the queue) or ``failed`` (gave up) |
 
-  | ``recovery_heartbeat_age_seconds`` | name | seconds since background work last finished (``checkpoints.heartbeat``: ``sweep``, ``sweep.celery``, ``sweep.inprocess``, ``sweep.web``, ``job``), database clock |
+  | ``recovery_heartbeat_age_seconds`` | name | seconds since background work last finished (``checkpoints.heartbeat``: ``sweep``, ``sweep.celery``, ``sweep.inprocess``, ``sweep.web``, ``job``; ``retention.round``/``retention``: a purge round finished / finished for every tenant; ``audit.verify``/``audit.intact``: ``verify_audit_chain`` over every tenant finished / found every chain intact), database clock |
   | ``recovery_heartbeat_timestamp_seconds`` | name | when it last finished (Unix time, database clock) |
 
   Alert on ``recovery_heartbeat_age_seconds{name="sweep.celery"}`` (or ``sweep.inprocess``)
   above a few sweep intervals: the worker is dead or silent (issue 17, item 11); a name
-  appears once its work first finished.
+  appears once its work first finished. A round heartbeat newer than its success
+  heartbeat (``audit.verify`` after ``audit.intact``, ``retention.round`` after
+  ``retention``) means the last round failed. The shipped alerting rules:
+  ``deploy/prometheus/recovery-rules.yml`` (docs/operations/alerts.md).
 
   ``recovery_domain_scrape_ok`` is 1 when these were read, 0 when the database could not
   answer (the scrape then still serves the process's own metrics: 200, never a 500).
@@ -51,11 +55,12 @@ from .models import (
     AuditChainHead,
     Conflict,
     EffectStateCount,
+    MigrationJob,
     ReconcileRequest,
     RunStateCount,
     Tenant,
 )
-from .vocab import EffectState, ReconcileState, RecoveryState
+from .vocab import EffectState, MigrationJobState, ReconcileState, RecoveryState
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +73,9 @@ RESUME_DECISIONS = Counter(
 
 #: The reconcile request states counted as the queue (and the failures a human must see).
 RECONCILE_COUNTED = (*ReconcileState.OPEN, ReconcileState.GAVE_UP)
+#: The migration job states counted: the queue and the jobs that gave up.
+MIGRATION_COUNTED = (MigrationJobState.QUEUED, MigrationJobState.RUNNING,
+                     MigrationJobState.FAILED)
 
 _WHY = ("the operator's /metrics scrape counts every tenant's rows in aggregate (no row is "
         "returned, only per-tenant totals)")
@@ -80,7 +88,7 @@ def count_resume_decision(*, tenant: Tenant, action: str, mode: str) -> None:
 
 def domain_figures() -> dict[str, dict[tuple[str, ...], int]]:
     """The scrape-time figures: ``{metric name: {label values: value}}`` with the label
-    values in the order of ``DomainCollector.LABELS`` (tenant slug first). Six queries
+    values in the order of ``DomainCollector.LABELS`` (tenant slug first). Seven queries
     whatever the number of runs (one per figure, plus the tenant list). Reads only."""
     slugs = dict(Tenant.objects.values_list("pk", "slug"))
     figures: dict[str, dict[tuple[str, ...], int]] = {
@@ -91,6 +99,8 @@ def domain_figures() -> dict[str, dict[tuple[str, ...], int]]:
                                         for st in RECONCILE_COUNTED},
         "recovery_reconcile_failing": {(s,): 0 for s in slugs.values()},
         "recovery_audit_events": {(s,): 0 for s in slugs.values()},
+        "recovery_migration_jobs": {(s, st): 0 for s in slugs.values()
+                                    for st in MIGRATION_COUNTED},
     }
 
     def put(name: str, tenant_id: int, *labels: str, value: int | None) -> None:
@@ -122,6 +132,10 @@ def domain_figures() -> dict[str, dict[tuple[str, ...], int]]:
     for tenant_id, seq in (AuditChainHead.objects.for_all_tenants(reason=_WHY)
                            .values_list("tenant_id", "seq")):
         put("recovery_audit_events", tenant_id, value=seq)
+    for row in (MigrationJob.objects.for_all_tenants(reason=_WHY)
+                .filter(state__in=MIGRATION_COUNTED)
+                .values("tenant_id", "state").annotate(total=Count("id"))):
+        put("recovery_migration_jobs", row["tenant_id"], row["state"], value=row["total"])
     return figures
 
 
@@ -139,6 +153,8 @@ class DomainCollector:
         "recovery_reconcile_failing": "Open reconcile requests whose last look-ups could "
                                       "not tell (retrying with back-off).",
         "recovery_audit_events": "The length of the tenant's audit chain (events).",
+        "recovery_migration_jobs": "Migration jobs queued, running (the queue) or failed "
+                                   "(gave up: a human must look).",
     }
     LABELS = {
         "recovery_runs": ["tenant", "state"],
@@ -147,6 +163,7 @@ class DomainCollector:
         "recovery_reconcile_requests": ["tenant", "state"],
         "recovery_reconcile_failing": ["tenant"],
         "recovery_audit_events": ["tenant"],
+        "recovery_migration_jobs": ["tenant", "state"],
     }
 
     def collect(self):

@@ -8,12 +8,15 @@ import json
 import sqlite3
 import subprocess
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.db.models import F
 
-from checkpoints.models import AuditEvent
+from checkpoints import heartbeat
+from checkpoints.models import AuditEvent, Heartbeat
 from tests.helpers import envelope, put_checkpoint
 from tests.security import tampering
 
@@ -176,3 +179,30 @@ def test_the_real_command_line_exits_non_zero_naming_the_tenant(tmp_path):
     assert ("CommandError: audit chain broken for: globex: the chain head is at seq 1 but the "
             "events end at seq 0 (events missing)") in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_run_over_every_tenant_records_its_heartbeats_and_a_break_leaves_intact_behind(
+        acme, globex, wendy):
+    """Issue 21, item 6: ``audit.verify`` when a run over every tenant ends, then
+    ``audit.intact`` when everything held (never older than ``audit.verify`` of the same
+    run); a run that finds a break records ``audit.verify`` only; a run for one tenant
+    records nothing. ``/metrics`` serves them; the alerting rules compare them."""
+    run("verify_audit_chain", "acme")
+    assert not Heartbeat.objects.filter(name__startswith="audit.").exists()
+    run("verify_audit_chain")
+    beats = heartbeat.read()
+    assert beats["audit.intact"].at >= beats["audit.verify"].at
+    Heartbeat.objects.update(at=F("at") - timedelta(seconds=60))  # an earlier run
+    put_checkpoint(wendy, acme, envelope())
+    event = AuditEvent.objects.get(tenant=acme, action="checkpoint.write")
+    tampering.raw(f"UPDATE {tampering.EVENTS} SET reason = %s WHERE id = %s",
+                  ["changed", event.pk])
+    with pytest.raises(CommandError):
+        run("verify_audit_chain")
+    after = heartbeat.read()
+    assert after["audit.intact"].at == beats["audit.intact"].at - timedelta(seconds=60)
+    assert after["audit.verify"].at > after["audit.intact"].at
+    assert after["audit.verify"].age_s < 30
+    with pytest.raises(CommandError):
+        run("verify_audit_chain", "acme")
+    assert heartbeat.read()["audit.verify"].at == after["audit.verify"].at

@@ -25,7 +25,14 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from checkpoints import heartbeat, services
 from checkpoints.exceptions import StaleRevision
-from checkpoints.models import AuditEvent, Conflict, Effect, ReconcileRequest, Run
+from checkpoints.models import (
+    AuditEvent,
+    Conflict,
+    Effect,
+    MigrationJob,
+    ReconcileRequest,
+    Run,
+)
 from checkpoints.vocab import EffectState, ReconcileState, RecoveryState
 from tests.faults.conftest import in_doubt_run
 from tests.faults.stubs import broker_at
@@ -226,10 +233,26 @@ def test_each_domain_gauge_counts_the_known_world(client, settings, world, acme,
     assert len(figures["recovery_runs"]) == 2 * len(RecoveryState.values)
 
 
+def test_migration_jobs_are_counted_queued_running_and_failed(client, settings, acme,
+                                                              globex, adam):
+    # What a worker leaves behind (the jobs' own tests drive it): rows in each state.
+    for state in ("queued", "queued", "running", "failed", "done"):
+        MigrationJob.objects.create(
+            tenant=acme, uuid=uuid.uuid4(), client_token=uuid.uuid4(), requested_by=adam,
+            requested_by_name=adam.username, kind="order", to_version=2, selection={},
+            fingerprint="0" * 64, state=state)
+    settings.RECOVERY_METRICS_TOKEN = TOKEN
+    figures = scrape(client)
+    assert {dict(k)["state"]: v for k, v in figures["recovery_migration_jobs"].items()
+            if dict(k)["tenant"] == "acme"} == {"queued": 2, "running": 1, "failed": 1}
+    assert {dict(k)["state"]: v for k, v in figures["recovery_migration_jobs"].items()
+            if dict(k)["tenant"] == "globex"} == {"queued": 0, "running": 0, "failed": 0}
+
+
 def test_the_scrape_costs_the_same_queries_whatever_the_rows(client, settings, world,
                                                              django_assert_max_num_queries):
     settings.RECOVERY_METRICS_TOKEN = TOKEN
-    with django_assert_max_num_queries(7):  # six figures and the heartbeats
+    with django_assert_max_num_queries(8):  # seven figures and the heartbeats
         scrape(client)
 
 

@@ -18,6 +18,13 @@ verifies all the same, since it holds hashes of what was deleted, never the cont
 ``export_audit`` is checked with the keys alone (manifest signature, file hashes, every
 event's HMAC and link) and against the database (the chain still holds its last event).
 
+Run without a tenant, it records two heartbeats (``checkpoints.heartbeat``, database clock)
+when it finishes: ``audit.verify`` always, then ``audit.intact`` when everything held.
+``/metrics`` serves them (``recovery_heartbeat_timestamp_seconds``) and the shipped
+alerting rules fire when the last run found a break or no run finished for a day
+(deploy/prometheus/recovery-rules.yml, docs/operations/alerts.md). A run for one tenant
+records nothing: it does not speak for the others.
+
 Prints one line per tenant and per exported head; exits 0 when all hold, else 1
 (``CommandError``) naming each broken tenant and its first problem. A tenant that does
 not exist, or an unreadable or malformed FILE (line and field named), also exits 1.
@@ -27,7 +34,7 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from checkpoints import auditexport, services
+from checkpoints import auditexport, heartbeat, services
 from checkpoints.exceptions import DomainError
 from checkpoints.models import Tenant
 from checkpoints.ops.operatorfiles import open_input
@@ -101,6 +108,8 @@ class Command(BaseCommand):
             else:
                 self.stdout.write(f"{slug}: holds exported head seq {record['seq']} "
                                   f"of {record['exported_at']}")
+        if tenant is None:  # the round first, then its success: intact is never older
+            heartbeat.beat(heartbeat.AUDIT_VERIFY, *(() if broken else (heartbeat.AUDIT_INTACT,)))
         if broken:
             raise CommandError("audit chain broken for: " + "; ".join(
                 f"{slug}: {problem}" for slug, problem in sorted(broken.items())))
