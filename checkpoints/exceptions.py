@@ -153,6 +153,12 @@ class InvalidTransition(DomainError, status=422, error="invalid_transition"):
     """A state move the effect or retry state machine does not allow: 422."""
 
 
+class PossibleDuplicate(InvalidTransition):
+    """An approval asked to accept no possible duplicate (the approver's bulk approve,
+    issue 21, item 9) whose retry would send again an effect that may have happened:
+    422 ``invalid_transition``; such a request is approved one at a time."""
+
+
 class ReasonRequired(DomainError, status=400, error="reason_required"):
     """A review action without a reason, or with a blank one: 400 naming ``reason``."""
 

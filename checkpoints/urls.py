@@ -7,12 +7,14 @@ from django.urls import path
 
 from .dashboard import (
     actions,
+    approvals,
     audit,
     bulk,
     data,
     inbox,
     kinds,
     lifecycle_requests,
+    live,
     reports,
     run,
 )
@@ -26,6 +28,12 @@ urlpatterns = [
     path("", inbox.home, name="inbox"),  # settings.LOGIN_REDIRECT_URL
     path(T, inbox.run_list, name="run_list"),
     path(T + "counts/", inbox.run_counts, name="run_counts"),
+    # Pages that move by themselves (issue 21, item 8): the inbox's and the run page's polls.
+    path(T + "new-runs/", live.run_new, name="run_new"),
+    # The approver's queue (issue 21, item 9).
+    path(T + "approvals/", approvals.approval_queue, name="approval_queue"),
+    path(T + "approvals/approve/", approvals.approval_bulk, name="approval_bulk"),
+    path(T + "approvals/<int:retry_id>/", approvals.approval_decide, name="approval_decide"),
     path(T + "report/", reports.report, name="report"),
     path(T + "audit/", audit.audit_log, name="audit_log"),
     path(T + "kinds/", kinds.kind_list, name="kind_list"),
@@ -58,6 +66,7 @@ urlpatterns = [
     path(T + "bulk/<str:bulk_id>/", bulk.bulk_detail, name="bulk_detail"),
     path(T + "runs/<str:run_id>/", run.run_detail, name="run_detail"),
     path(T + "runs/<str:run_id>/audit/", run.run_audit, name="run_audit"),
+    path(T + "runs/<str:run_id>/live/", run.run_live, name="run_live"),
     path(T + "runs/<str:run_id>/retry/", actions.run_retry_request, name="run_retry_request"),
     path(T + "runs/<str:run_id>/reconcile/", actions.run_reconcile, name="run_reconcile"),
     path(T + "runs/<str:run_id>/close/", actions.run_close, name="run_close"),

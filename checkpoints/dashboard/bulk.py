@@ -10,6 +10,7 @@ from django.shortcuts import redirect, render
 from .. import roles, selectors, services
 from ..exceptions import InvalidPayload
 from ..models import Tenant
+from ..vocab import BulkActionKind, BulkOutcome, EffectState, ReconcileAnswer, ReconcileState
 from .common import _base_context, _require_valid, dashboard, require_GET, require_POST, tenant_page
 from .forms import BULK_MATCHING, BulkForm, InboxFilterForm, NoQuery
 from .inbox import _run_filters
@@ -50,14 +51,62 @@ def bulk_submit(request: HttpRequest, tenant: Tenant) -> HttpResponse:
     return redirect("bulk_detail", slug=tenant.slug, bulk_id=str(bulk.uuid))
 
 
+#: How often a bulk result page with runs still under way asks again, seconds.
+BULK_POLL_S = 3
+
+#: A reconciled run's outcome in words (``selectors.RunOutcome.word``; issue 21, item
+#: 8: "requested" until the look-up answers, never "done").
+RECONCILE_WORDS = {
+    ReconcileState.QUEUED: "requested",
+    ReconcileState.RUNNING: "requested · asking the service now",
+    EffectState.CONFIRMED: "confirmed",
+    EffectState.NOT_EXECUTED: "not executed",
+    EffectState.FAILED: "the service refused it",
+    EffectState.UNKNOWN: "unknown",
+    ReconcileAnswer.MOVED_ON: "settled meanwhile",
+    ReconcileState.GAVE_UP: "gave up · waits for a human",
+    ReconcileState.CANCELLED: "cancelled",
+}
+
+
+def _outcome_words(item, outcome: selectors.RunOutcome) -> str:
+    """One run's outcome for people: a reconcile's as ``RECONCILE_WORDS`` (several
+    effects: each distinct one, joined), else the bulk's own (done, refused, failed)."""
+    if item.outcome == BulkOutcome.DONE and item.reconcile_requests is not None:
+        found = outcome.words or (outcome.word,)
+        return " + ".join(RECONCILE_WORDS.get(w, w.replace("_", " ")) for w in found)
+    return item.outcome
+
+
 @require_GET
 @dashboard
 @tenant_page()
 def bulk_detail(request: HttpRequest, tenant: Tenant, bulk_id: str) -> HttpResponse:
     """``/t/<slug>/bulk/<uuid>/``: a bulk action's per-run result table (run, action,
     outcome, the refusal's plain words). Reads only; a fixed number of queries whatever
-    the number of runs (``selectors.bulk_get``). Takes no parameter (``NoQuery``)."""
+    the number of runs (``selectors.bulk_get``, ``selectors.bulk_outcomes``). Takes no
+    parameter (``NoQuery``).
+
+    Issue 21, item 8: a reconcile's runs are followed to their stored requests, so each
+    says "requested" (queued, running) until its look-up settles it, then what it found
+    (confirmed, not executed, unknown ...). While a run is still under way (or the bulk
+    itself still runs) the table polls this URL every ``BULK_POLL_S`` seconds; htmx gets
+    the table's fragment only (``bulk.html#bulk-live``)."""
     NoQuery.from_request(request)
     result = selectors.bulk_get(user=request.user, tenant=tenant, bulk_id=bulk_id)
-    context = _base_context(request, tenant, "inbox") | {"b": result.bulk, "result": result}
-    return render(request, "checkpoints/bulk.html", context)
+    outcomes = selectors.bulk_outcomes(user=request.user, tenant=tenant, items=result.items)
+    rows = [{"i": i, "o": outcomes[i.pk], "words": _outcome_words(i, outcomes[i.pk])}
+            for i in result.items]
+    tally: dict[tuple[str, str], int] = {}
+    for row in rows:
+        key = (row["words"], row["o"].word)
+        tally[key] = tally.get(key, 0) + 1
+    pending = bool(result.pending) or any(row["o"].pending for row in rows)
+    context = _base_context(request, tenant, "inbox") | {
+        "b": result.bulk, "result": result, "rows": rows, "tally": [{"words": w, "word": c, "n": n} for (w, c), n in sorted(tally.items())],
+        "reconcile": result.bulk.action == BulkActionKind.RECONCILE,
+        "live_pending": pending, "poll_s": BULK_POLL_S}
+    template = "checkpoints/bulk.html"
+    if request.htmx:
+        template += "#bulk-live"
+    return render(request, template, context)

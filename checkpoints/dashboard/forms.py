@@ -367,3 +367,66 @@ class DataPolicyForm(forms.Form):
                 raise ValidationError(f"{name.strip()[:64]!r} is given twice")
             out[name.strip()] = pointer.strip()
         return out
+
+
+# --------------------------------------------------------------------------------------
+# Pages that move by themselves and the approver's queue (issue 21, items 8 and 9)
+# --------------------------------------------------------------------------------------
+
+class LiveRunForm(QueryForm):
+    """The run page's poll: ``seen``, the marker of what the page shows
+    (``selectors.RunLive.marker``, 12 hex digits)."""
+
+    seen = forms.RegexField(regex=r"\A[0-9a-f]{12}\Z", max_length=12,
+                            error_messages={"invalid": "must be 12 hex digits"})
+
+
+class NewRunsForm(InboxFilterForm):
+    """The inbox's "n new runs" poll: the inbox's own filters (a ``cursor`` is taken and
+    ignored: new runs are counted over the tab, not one page) and ``since``, the
+    database time the page was read at, in microseconds since the epoch."""
+
+    since = RevisionNumberField(required=True)
+
+
+class DecideForm(ReasonForm):
+    """One decision in the approver's queue: ``decision`` (approve or reject) and the
+    reason (required, audited)."""
+
+    decision = forms.ChoiceField(choices=[("approve", "approve"), ("reject", "reject")])
+
+
+class RetryIdsField(forms.Field):
+    """The ticked retry requests of the queue: each a number (digits only, 1..the
+    column's range), at most ``most``, repeats dropped; one outside is refused naming the
+    field (a request decided meanwhile is not refused here: the service says so)."""
+
+    widget = forms.MultipleHiddenInput
+
+    def __init__(self, *, most: int, **kwargs):
+        self.most = most
+        super().__init__(**kwargs)
+
+    def to_python(self, value) -> list[int]:
+        values = list(value or [])
+        if len(values) > self.most:
+            raise ValidationError(f"at most {self.most} requests at once")
+        out: list[int] = []
+        for v in values:
+            if not (isinstance(v, str) and v.isascii() and v.isdigit()
+                    and 1 <= int(v) <= MAX_REVISION):
+                raise ValidationError("each must be a request number (digits 0-9)")
+            if int(v) not in out:
+                out.append(int(v))
+        return out
+
+    def validate(self, value) -> None:
+        if self.required and not value:
+            raise ValidationError("tick at least one request")
+
+
+class BulkApproveForm(ReasonForm):
+    """The queue's bulk approve: the ticked requests (``retry``) and one reason for all
+    (each approval audited on its own)."""
+
+    retry = RetryIdsField(most=200)

@@ -12,6 +12,7 @@ from django.shortcuts import redirect, render
 from django.utils.http import urlencode
 
 from .. import declared, kinds, roles, selectors
+from ..dbclock import db_now
 from ..models import BULK_MAX_RUNS, Tenant
 from ..permissions import tenant_perms
 from ..vocab import BulkActionKind, RecoveryState
@@ -33,6 +34,8 @@ def home(request: HttpRequest) -> HttpResponse:
 
 #: Runs per inbox page.
 INBOX_PAGE = 50
+#: How often the inbox asks whether runs entered its tab (``live.run_new``), seconds.
+INBOX_POLL_S = 10
 
 #: The states each role acts on, in the tabs' order: the inbox lands on the first of them
 #: holding a run (issue 9). A reviewer resolves what is in doubt or refused
@@ -161,7 +164,16 @@ def run_list(request: HttpRequest, tenant: Tenant) -> HttpResponse:
 
     An htmx request (tab, filter, page) gets only the ``inbox-main`` fragment.
     """
-    context = _base_context(request, tenant, "inbox") | _inbox_context(request, tenant)
+    # One snapshot (issue 21, item 8): the tab counts agree with the list, and ``since``
+    # (the database time of that snapshot, its first query) starts the "n new runs" poll.
+    with selectors.consistent_read():
+        since = selectors.to_micros(db_now())
+        context = _base_context(request, tenant, "inbox") | _inbox_context(request, tenant)
+        rejected = selectors.rejected_retries(user=request.user, tenant=tenant,
+                                              run_pks=[r["id"] for r in context["rows"]])
+    for row in context["rows"]:  # issue 21, item 9: "retry rejected" on the row
+        row["rejected"] = rejected.get(row["id"])
+    context.update(since=since, new_runs=0, inbox_poll_s=INBOX_POLL_S)
     if context["can_review"] and context["tab_total"]:  # nothing listed: nothing to act on
         context["bulk"] = _bulk_bar(context)
     _migration_offers(request, tenant, context)

@@ -13,7 +13,7 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.cache import never_cache
-from django_htmx.http import trigger_client_event
+from django_htmx.http import reswap, retarget, trigger_client_event
 
 from .. import heartbeat, kinds, policy, roles, selectors, services
 from ..exceptions import InvalidPayload
@@ -38,7 +38,8 @@ from .common import (
     require_POST,
     tenant_page,
 )
-from .forms import DiffForm, HistoryForm, NoQuery, RevealForm
+from .forms import DiffForm, HistoryForm, LiveRunForm, NoQuery, RevealForm
+from .live import live_context
 
 #: What a look-up answered, in words (``ReconcileAttempt.answer``).
 ANSWER_WORDS = {
@@ -323,6 +324,11 @@ def _run_context(request: HttpRequest, tenant: Tenant, run_id, **extra) -> dict:
         revealed_receipt=None,
         notice="",
         refusal="",
+        # Pages that move by themselves (issue 21, item 8): the poll while something is
+        # pending, "completed 2 s ago" once it ended (``_live.html#run-live``).
+        **live_context(selectors.run_live(user=user, tenant=tenant, run_id=run.uuid)),
+        rejected=selectors.rejected_retries(user=user, tenant=tenant,
+                                            run_pks=[run.pk]).get(run.pk),
     )
     if run.payloads_deleted_at is not None:
         # Retention or erasure deleted its payloads (docs/security/retention.md): the page
@@ -343,6 +349,25 @@ def _run_context(request: HttpRequest, tenant: Tenant, run_id, **extra) -> dict:
                               or any(e["can_mark_unknown"] for e in effects))
     context.update(extra)
     return context
+
+
+@require_GET
+@dashboard
+@tenant_page()
+def run_live(request: HttpRequest, tenant: Tenant, run_id: str) -> HttpResponse:
+    """``/t/<slug>/runs/<run_id>/live/?seen=<marker>``: the run page's poll. The same
+    marker as the page's: 204, nothing to swap (one read: ``selectors.run_live``).
+    Another: the refreshed run body, retargeted over ``#run-body``. Without htmx: the
+    whole run page. ``seen`` is required (400 naming it)."""
+    seen = LiveRunForm.from_request(request).cleaned_data["seen"]
+    live = selectors.run_live(user=request.user, tenant=tenant, run_id=run_id)
+    if not request.htmx:
+        return render(request, "checkpoints/run.html", _run_context(request, tenant, run_id))
+    if live.marker == seen:
+        return HttpResponse(status=204)
+    context = _run_context(request, tenant, run_id)
+    response = render(request, "checkpoints/run.html#run-body", context)
+    return reswap(retarget(response, "#run-body"), "outerHTML")
 
 
 @require_GET

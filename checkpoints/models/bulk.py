@@ -85,6 +85,10 @@ class BulkActionItem(TenantOwned):
     outcome = models.CharField(max_length=16, choices=BulkOutcome.choices)
     error = models.CharField(max_length=64, blank=True)
     detail = models.TextField(blank=True)
+    # A reconcile's stored requests (``ReconcileRequest`` pks, one per in-doubt effect,
+    # an effect's open request reused): the result page follows them to each run's
+    # outcome (issue 21, item 8). None for the other actions and for refusals.
+    reconcile_requests = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField(db_default=Now())
 
     class Meta:

@@ -83,6 +83,9 @@ class Run(TenantOwned, TimestampedModel):
             models.Index(fields=["tenant", "recovery_state", "-id"], name="run_inbox_idx"),
             # The "all" tab and ``GET …/runs`` without a state.
             models.Index(fields=["tenant", "-id"], name="run_all_idx"),
+            # The inbox's "2 new runs · show" poll (issue 21, item 8): the runs whose
+            # state changed since the page was read, a short range at the index's end.
+            models.Index(fields=["tenant", "state_changed_at"], name="run_state_changed_idx"),
         ]
 
     def __str__(self) -> str:

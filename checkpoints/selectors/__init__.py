@@ -18,6 +18,15 @@ from .accounts import (
     tenants_for_user,
     tokens_of_account,
 )
+from .approvals import (
+    QUEUE_MAX,
+    ApprovalQueue,
+    QueueRow,
+    approval_queue,
+    duplicates_in,
+    rejected_retries,
+    retry_previews,
+)
 from .audit import (
     audit_list,
     report,
@@ -70,6 +79,17 @@ from .lifecycle_requests import (
     erasure_request_list,
     legal_hold_get,
     legal_hold_list,
+)
+from .live import (
+    NEW_RUNS_CAP,
+    RunLive,
+    RunOutcome,
+    bulk_outcomes,
+    consistent_read,
+    from_micros,
+    new_runs,
+    run_live,
+    to_micros,
 )
 from .migrations import (
     JOB_ITEMS_SHOWN,

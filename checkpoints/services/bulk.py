@@ -64,12 +64,21 @@ RIGHTS = {kind: roles.REVIEW for kind in BulkActionKind.values}
 # One run: the single action's service, returning the words of the result table
 # --------------------------------------------------------------------------------------
 
+class Requested(str):
+    """A reconcile's result words, carrying the stored requests' pks (``requests``): the
+    result row keeps them, and the result page follows them to each run's outcome."""
+
+    requests: list[int]
+
+
 def _reconcile(*, actor, tenant, run_id, reason, bulk_id) -> str:
     queued = run_reconcile(actor=actor, tenant=tenant, run_id=run_id, reason=reason,
                            bulk_id=bulk_id)
     n = len(queued.requests)
-    return f"reconciliation of {n} effect{'s' if n != 1 else ''} requested " \
-           f"(task {queued.task_id[:8]})"
+    words = Requested(f"reconciliation of {n} effect{'s' if n != 1 else ''} requested "
+                      f"(task {queued.task_id[:8]})")
+    words.requests = [r.pk for r in queued.requests]
+    return words
 
 
 def _mark_unknown(*, actor, tenant, run_id, reason, bulk_id) -> str:
@@ -216,7 +225,8 @@ def _act_on(bulk: BulkAction, actor, tenant: Tenant, position: int, run_id: uuid
         with transaction.atomic():
             detail = ACTIONS[bulk.action](actor=actor, tenant=tenant, run_id=run_id,
                                           reason=bulk.reason, bulk_id=bulk.uuid)
-            BulkActionItem.objects.create(**item, outcome=BulkOutcome.DONE, detail=detail)
+            BulkActionItem.objects.create(**item, outcome=BulkOutcome.DONE, detail=str(detail),
+                                          reconcile_requests=getattr(detail, "requests", None))
         return BulkOutcome.DONE
     except DomainError as exc:
         outcome, error, detail = BulkOutcome.REFUSED, exc.error, _refusal_words(exc)

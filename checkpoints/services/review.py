@@ -8,7 +8,7 @@ import uuid
 
 from django.db import transaction
 
-from .. import locks, policy, roles
+from .. import locks, roles, selectors
 from ..audit import (
     audit_record,
 )
@@ -17,6 +17,7 @@ from ..exceptions import (
     Forbidden,
     InvalidTransition,
     NotFound,
+    PossibleDuplicate,
     StaleRevision,
 )
 from ..models import (
@@ -131,20 +132,14 @@ def retry_preview(run: Run) -> list[dict]:
     (``policy.retry_outcome``): ``[{effect_id, service, operation_key, state, outcome,
     words}]``, oldest effect first. ``possible_duplicate`` rows are what the approver
     accepts. Shown before the request and the approval, and stored in both audit events.
+    The approver's queue reads the same rows for many runs at once
+    (``selectors.retry_previews``, which this is for one run).
     """
-    rows = (Effect.objects.for_tenant(run.tenant_id)
-            .filter(run=run, retry_authorized_by__isnull=True)
-            .order_by("created_at", "id")
-            .values_list("uuid", "service", "operation_key", "state"))
-    out = []
-    for effect_id, service, key, state in rows:
-        outcome, words = policy.retry_outcome(state)
-        out.append({"effect_id": str(effect_id), "service": service, "operation_key": key,
-                    "state": state, "outcome": outcome, "words": words})
-    return out
+    return selectors.retry_previews(run.tenant_id, [run.pk])[run.pk]
 
 
-def _retry_decide(*, actor, tenant: Tenant, retry_id: int, reason: str, approve: bool):
+def _retry_decide(*, actor, tenant: Tenant, retry_id: int, reason: str, approve: bool,
+                  refuse_duplicate: bool = False):
     require(actor, tenant, roles.APPROVE)
     reason = _require_reason(reason)
     with transaction.atomic():
@@ -165,6 +160,11 @@ def _retry_decide(*, actor, tenant: Tenant, retry_id: int, reason: str, approve:
         retry.decided_at = run.db_now
         if approve:
             retry.approved_preview = retry_preview(run)
+            if refuse_duplicate and selectors.duplicates_in(retry.approved_preview):
+                # Judged under the run's lock, on the preview being approved: a
+                # possible duplicate is approved one at a time (issue 21, item 9).
+                raise PossibleDuplicate(
+                    "retry: approving accepts a possible duplicate; approve it on its own")
         retry.save(update_fields=["state", "decided_by", "decision_reason", "decided_at",
                                   "approved_preview", "updated_at"])
         run_refresh_state(run)
@@ -178,12 +178,16 @@ def _retry_decide(*, actor, tenant: Tenant, retry_id: int, reason: str, approve:
     return retry
 
 
-def retry_approve(*, actor, tenant: Tenant, retry_id: int, reason: str) -> RetryRequest:
+def retry_approve(*, actor, tenant: Tenant, retry_id: int, reason: str,
+                  refuse_duplicate: bool = False) -> RetryRequest:
     """Approve someone else's retry request (approver role; four eyes). The runtime's next
     resume call consumes it. Raises ``Forbidden`` for the requester, ``InvalidTransition``
-    unless the request is ``requested``."""
+    unless the request is ``requested``. ``refuse_duplicate`` (the queue's bulk approve):
+    ``PossibleDuplicate`` (422) when the retry would send an effect again that may have
+    happened (a possible duplicate is approved one at a time), judged under the run's
+    lock; nothing is written then."""
     return _retry_decide(actor=actor, tenant=tenant, retry_id=retry_id, reason=reason,
-                         approve=True)
+                         approve=True, refuse_duplicate=refuse_duplicate)
 
 
 def retry_reject(*, actor, tenant: Tenant, retry_id: int, reason: str) -> RetryRequest:

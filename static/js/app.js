@@ -204,3 +204,36 @@
   document.addEventListener("htmx:afterSettle", function () { refresh(); confirmNeeded(); });
 })();
 // ---- end bulk actions ----------------------------------------------------------------
+
+// ---- Pages that move by themselves (issue 21, item 8) --------------------------------
+// A polled fragment ([data-live-poll], dashboard/live.py) swaps a fresh copy of what
+// changed over the page. Never under someone typing: when the swap would replace a form
+// field holding text (or the focused one), it is not made; the poll stops and says
+// "changed: reload" instead, so a reason being typed is never lost.
+(function () {
+  "use strict";
+
+  function typing(target) {
+    if (!target) { return false; }
+    var fields = target.querySelectorAll("input[type=text], input:not([type]), textarea");
+    for (var i = 0; i < fields.length; i++) {
+      if (fields[i].value || fields[i] === document.activeElement) { return true; }
+    }
+    return false;
+  }
+
+  document.addEventListener("htmx:beforeSwap", function (e) {
+    var poller = e.detail.requestConfig && e.detail.requestConfig.elt;
+    if (!poller || !poller.hasAttribute || !poller.hasAttribute("data-live-poll")) { return; }
+    if (e.detail.xhr.status !== 200 || !typing(e.detail.target)) { return; }
+    e.detail.shouldSwap = false;
+    var note = document.createElement("p");
+    note.className = poller.className + " live-changed";
+    note.id = poller.id;
+    var link = document.createElement("a");
+    link.href = window.location.pathname;
+    link.textContent = "reload";
+    note.append("This changed while you were typing: ", link, " to see it.");
+    poller.replaceWith(note);  // out of the page: htmx stops its poll
+  });
+})();

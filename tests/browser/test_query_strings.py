@@ -2,7 +2,7 @@
 or one a page does not take (``forms.QueryForm``), so nothing the pages send by
 themselves may do either. A reviewer searches, filters (the filter form carries a
 hidden ``state``, ``q`` and ``sort``; the search form its own hidden filters), sorts,
-pages, switches tabs, waits for the tabs' 10 s poll of ``run_counts`` and filters the
+pages, switches tabs, waits for the inbox's 10 s poll of ``run_new`` and filters the
 audit log: every request the browser makes has each parameter once and is answered
 below 400."""
 
@@ -61,7 +61,7 @@ def test_what_the_pages_send_is_never_refused(browser, live_server, acme, rita, 
     page.wait_for_load_state()
     page.fill("#inbox-q", "A-1001")  # the search form again, now with hidden filters
     expect(page.locator("table.runs tbody tr")).to_have_count(1)
-    with page.expect_response("**/counts/**", timeout=15_000):  # the tabs' poll
+    with page.expect_response("**/new-runs/**", timeout=15_000):  # the "n new runs" poll
         pass
     page.goto(f"{live_server.url}/t/acme/audit/")
     page.fill("input[name=q]", "A-1001")
@@ -71,7 +71,7 @@ def test_what_the_pages_send_is_never_refused(browser, live_server, acme, rita, 
     page.wait_for_load_state("networkidle")
     context.close()
 
-    assert any("/counts/" in u for u in sent) and any("cursor=" in u for u in sent)
+    assert any("/new-runs/" in u for u in sent) and any("cursor=" in u for u in sent)
     for url in sent:
         names = [k for k, _ in parse_qsl(urlsplit(url).query, keep_blank_values=True)]
         assert len(names) == len(set(names)), url

@@ -537,6 +537,25 @@ RECIPES: dict[str, list[Op]] = {
         Op("get", _s(bulk_id="bulk_id"), page_rule(V, 200), surface="web"),
         Op("get", _s(TWIN, bulk_id="bulk_id"), page_rule(V, 404), surface="web",
            tenant=TWIN)],
+    # Issue 21: the polls of the inbox and the run page (reads), the approver's queue
+    # (its decisions: as ``retry_approve``; a retry of HOME on the twin's URL finds nothing).
+    "run_new": [Op("get", _s(), page_rule(V, 200), query="since=1", surface="web")],
+    "run_live": [
+        Op("get", _s(run_id="r_stuck"), page_rule(V, 200), query="seen=000000000000",
+           surface="web"),
+        Op("get", _s(run_id="r_twin"), page_rule(V, 404), query="seen=000000000000",
+           surface="web")],
+    "approval_queue": [Op("get", _s(), page_rule(AP, 200), surface="web")],
+    "approval_decide": [
+        Op("post", _s(retry_id="retry_pk"), page_rule(AP, 302), "write",
+           body={**REASON, "decision": "approve"}, surface="web"),
+        Op("post", _s(TWIN, retry_id="retry_pk"), page_rule(AP, 404),
+           body={**REASON, "decision": "reject"}, surface="web", tenant=TWIN)],
+    # The world's open request is on a run with an unknown effect (a possible duplicate):
+    # bulk approve skips it, so an approver's post writes nothing and says so.
+    "approval_bulk": [
+        Op("post", lambda w: {"slug": HOME}, page_rule(AP, 302),
+           body=lambda w: {**REASON, "retry": str(w.retry_pk)}, surface="web")],
     "effect_mark_unknown": [Op("post", _s(effect_id="e_stuck"), page_rule(RW, 302), "write",
                                body={**REASON, "confirm": "on"}, surface="web")],
     "effect_receipt_reveal": [Op("post", _s(effect_id="e_done"), page_rule(RV, 200),
@@ -663,7 +682,7 @@ def print_table(request):
     (var / "isolation-table.txt").write_text(text)
 
 
-def _request(op: Op, ident: Identity, path: str):
+def _request(op: Op, ident: Identity, path: str, world=None):
     import json
 
     if op.surface == "api":
@@ -676,7 +695,8 @@ def _request(op: Op, ident: Identity, path: str):
     client = ident.web()
     if op.method == "get":
         return client.get(path + (f"?{op.query}" if op.query else ""))
-    return client.post(path, op.body or {})
+    body = op.body(world) if callable(op.body) else op.body  # a form naming a world row
+    return client.post(path, body or {})
 
 
 def _check_cell(op: Op, path: str, response, expected, before, after) -> list[str]:
@@ -726,7 +746,7 @@ def test_isolation_row(world, name, index, op):
         expected = op.rule(ident, op.tenant)
         with transaction.atomic():
             before = state()
-            response = _request(op, ident, path)
+            response = _request(op, ident, path, world)
             after = state()
             transaction.set_rollback(True)
         status = response.status_code

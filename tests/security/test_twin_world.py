@@ -56,12 +56,13 @@ from rest_framework.test import APIClient
 
 from checkpoints import audit, reports, roles, selectors, services
 from checkpoints import urls as dashboard_urls
-from checkpoints.exceptions import DomainError, NotFound
+from checkpoints.exceptions import DomainError, Forbidden, NotFound
 from checkpoints.interop import langgraph, runifold
 from checkpoints.interop.runifold import jsonl_lines
 from checkpoints.jobs import reconciliation
 from checkpoints.models import (
     AuditEvent,
+    BulkActionItem,
     Checkpoint,
     CheckpointRevision,
     Conflict,
@@ -76,6 +77,7 @@ from checkpoints.models import (
     Tombstone,
     TombstonePurge,
 )
+from checkpoints.vocab import RetryState
 from tests.helpers import effect_body, envelope, lg_put, lg_writes
 from tests.matrixhelpers import interop_modules, is_internal, service_modules
 from tests.twinworld import (
@@ -432,6 +434,55 @@ SELECTORS.update({  # The data lifecycle (issue 20): the Data page's reads.
 
 
 # Integer ids are not shared by the twins: the twin's id, asked in this tenant, is 404.
+def _approval_queue(w: World, slug: str, user):
+    """The queue is an approver's read: another role of the tenant is ``Forbidden``
+    (said as such, so the cell checks only what an approver is answered)."""
+    try:
+        return selectors.approval_queue(user=user, tenant=w.tenant(slug))
+    except Forbidden:
+        return "forbidden"
+
+
+def _queue_count(w: World, slug: str, answer) -> str:
+    if answer == "forbidden":
+        return ""
+    t = w.tenant(slug)
+    rows = answer.rows
+    if any(r.retry.tenant_id != t.pk or r.retry.run.tenant_id != t.pk for r in rows):
+        return "another tenant's request"
+    want = RetryRequest.objects.filter(tenant=t, state=RetryState.REQUESTED).count()
+    return "" if len(rows) == want else f"{len(rows)} requests, own {want}"
+
+
+SELECTORS.update({  # Issue 21, items 8 and 9: the polls' reads and the approver's queue.
+    "run_live": SelectorCell(
+        lambda w, s, u: selectors.run_live(user=u, tenant=w.tenant(s),
+                                           run_id=IDS["r_unknown"]),
+        lambda w, s, a: "" if a.state == Run.objects.get(
+            tenant=w.tenant(s), uuid=IDS["r_unknown"]).recovery_state else "another run's state",
+        shows_mark=False),
+    "new_runs": SelectorCell(
+        lambda w, s, u: selectors.new_runs(user=u, tenant=w.tenant(s),
+                                           filters=selectors.RunFilters(),
+                                           since=selectors.from_micros(1)),
+        lambda w, s, a: "" if a == min(selectors.NEW_RUNS_CAP + 1, Run.objects.filter(
+            tenant=w.tenant(s), state_changed_at__isnull=False).count()) else f"{a} new runs",
+        shows_mark=False),
+    "bulk_outcomes": SelectorCell(
+        lambda w, s, u: selectors.bulk_outcomes(
+            user=u, tenant=w.tenant(s), items=list(BulkActionItem.objects.filter(
+                tenant=w.tenant(s)))),
+        lambda w, s, a: "" if set(a) == set(BulkActionItem.objects.filter(
+            tenant=w.tenant(s)).values_list("pk", flat=True)) else "other rows",
+        shows_mark=False),
+    "approval_queue": SelectorCell(_approval_queue, _queue_count, shows_mark=False),
+    "rejected_retries": SelectorCell(
+        lambda w, s, u: selectors.rejected_retries(
+            user=u, tenant=w.tenant(s), run_pks=list(Run.objects.values_list("pk", flat=True))),
+        lambda w, s, a: "" if all(r.tenant_id == w.tenant(s).pk for r in a.values())
+        else "another tenant's request", shows_mark=False),
+})
+
 CROSS_IDS: dict[str, Callable[[World, str, object], object]] = {
     "retry_get": lambda w, s, u: selectors.retry_get(
         user=u, tenant=w.tenant(s), retry_id=w.data[other(s)].retry_pk),
@@ -457,6 +508,12 @@ NOT_TENANT_DATA = {
     "migration_job_get": "one job by its UUID: the twin's job asked here is 404 (CROSS_IDS); "
                          "its items are its own tenant's (the API recipe's marker)",
     "migration_offers": "pure: reads the kind_usage answer it is given and the registry",
+    "consistent_read": "a transaction around other reads; reads nothing itself",
+    "to_micros": "pure: a time as microseconds", "from_micros": "pure: the inverse",
+    "duplicates_in": "pure: counts a preview's possible duplicates",
+    "retry_previews": "no user: the preview of runs its caller already read in its tenant "
+                      "(tenant_id first); approval_queue's cell and services.retry_preview "
+                      "(the run page, the approval) cover it",
     "tombstone_purge_get": "one purge by its UUID in the asked tenant (for_tenant); the "
                            "twin world holds none: tests/lifecycle/test_tombstone_api.py",
 }
@@ -814,6 +871,15 @@ PAGES: dict[str, Req] = {
                              "run": str(IDS["r_stuck"]), "client_token": str(IDS["new_cp"])},
                        write=True),
     "bulk_detail": Req({"bulk_id": "bulk_id"}, shows_mark=True),
+    # Issue 21: the polls (reads of this tenant's runs) and the approver's queue (its own
+    # requests; the twin's request number in a bulk approve is "not found", never decided).
+    "run_new": Req(query="since=1"),
+    "run_live": Req({"run_id": "r_unknown"}, query="seen=000000000000", shows_mark=True),
+    "approval_queue": Req(),
+    "approval_decide": Req({"retry_id": "retry_pk"}, {**R, "decision": "reject"}, write=True),
+    "approval_bulk": Req(body=lambda w, s: {**R, "retry": [str(w.data[s].retry_pk),
+                                                           str(w.data[other(s)].retry_pk)]},
+                         write=True),
 }
 
 
@@ -870,8 +936,9 @@ def _request(kind: str, key: str, req: Req, w: World, slug: str, p: Persona):
         kwargs["slug"] = slug
     path = reverse(key, kwargs=kwargs)
     client = p.web()
-    if req.body is not None:
-        return path, client.post(path, req.body)
+    if req.body is not None:  # a callable: a form naming the world's rows, (w, slug) -> body
+        body = req.body(w, slug) if callable(req.body) else req.body
+        return path, client.post(path, body)
     return path, client.get(path + (f"?{req.query}" if req.query else ""))
 
 

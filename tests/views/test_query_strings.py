@@ -27,7 +27,9 @@ from checkpoints.dashboard.forms import (
     AuditFilterForm,
     HistoryForm,
     InboxFilterForm,
+    LiveRunForm,
     MigrationPreviewForm,
+    NewRunsForm,
     TombstonePageForm,
 )
 from checkpoints.models import AuditEvent, BulkAction
@@ -61,10 +63,15 @@ PAGE_PARAMS: dict[str, tuple[str, ...]] = {
     "checkpoint_history": tuple(HistoryForm.base_fields),
     "effect_history": tuple(HistoryForm.base_fields),
     "data_page": tuple(TombstonePageForm.base_fields),
+    # Issue 21: the polls of the inbox and the run page, and the approver's queue.
+    "run_new": tuple(NewRunsForm.base_fields),
+    "run_live": tuple(LiveRunForm.base_fields),
+    "approval_queue": (),
 }
 NOT_WALKED = {"login", "logout"}
 #: The query a page needs to be a 200 (the preview's target version); the tests add theirs.
-BASE_QUERY = {"migration_preview": "to=2"}
+BASE_QUERY = {"migration_preview": "to=2", "run_new": "since=1",
+              "run_live": "seen=000000000000"}
 
 
 @pytest.fixture
@@ -245,8 +252,8 @@ def _links_and_forms(body: str) -> tuple[set[str], list[tuple[str, list[str]]]]:
 
 def test_every_link_and_form_of_the_pages_is_accepted(login, rita, wendy, acme, stuck,
                                                       monkeypatch):
-    """The inbox filtered, searched, sorted and paged (tabs, their 10 s poll of
-    ``run_counts``, pager, sort and "clear" links; the search form and the filter form
+    """The inbox filtered, searched, sorted and paged (tabs, its 10 s poll of
+    ``run_new``, pager, sort and "clear" links; the search form and the filter form
     with its hidden ``state``/``q``/``sort``), the audit log paged, the run page and a
     history page: every link answers 200 and has each parameter once; no GET form holds
     a name twice (a search form plus a filter form each send their own)."""
@@ -275,7 +282,7 @@ def test_every_link_and_form_of_the_pages_is_accepted(login, rita, wendy, acme, 
         for action, fields in forms:
             assert len(fields) == len(set(fields)), (url, action, fields)
         queue.extend(sorted(link for link in links if "/runs/" not in link or link in start))
-    assert any("cursor=" in u for u in seen) and any("/counts/" in u for u in seen)
+    assert any("cursor=" in u for u in seen) and any("/new-runs/" in u for u in seen)
 
 
 # --------------------------------------------------------------------------------------
