@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('checkpoints', '0030_cleanup_lease'),
+        ('checkpoints', '0031_notifications'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
