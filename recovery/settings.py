@@ -401,17 +401,10 @@ RECOVERY_SWEEP_INTERVAL_S = env_int("RECOVERY_SWEEP_INTERVAL_S", 10, minimum=1)
 # How often the retention purge applies the tenants' data policies (issue 20;
 # docs/security/retention.md): Celery beat with a broker, the in-process worker without.
 RECOVERY_RETENTION_INTERVAL_S = env_int("RECOVERY_RETENTION_INTERVAL_S", 3600, minimum=1)
-# Notifications (issue 21; docs/notifications.md, "Events and incidents"): the service's
-# public address, which the links in every message start with (the run page, the API,
-# the filtered inbox); a run still ``unknown_outcome`` this long after it entered the
-# state is told once as ``outcome.unknown_aging``; the daily ``digest`` goes out at or
-# after this hour (UTC, on the database clock), once per endpoint and day.
+# Notifications (docs/notifications.md, "Events and incidents"): links' base, aging, digest hour.
 RECOVERY_PUBLIC_URL = (env("RECOVERY_PUBLIC_URL") or "http://127.0.0.1:8000").rstrip("/")
-RECOVERY_NOTIFY_UNKNOWN_AGING_S = env_int("RECOVERY_NOTIFY_UNKNOWN_AGING_S", 24 * 3600,
-                                          minimum=60)
-RECOVERY_NOTIFY_DIGEST_HOUR = env_int("RECOVERY_NOTIFY_DIGEST_HOUR", 8)
-if RECOVERY_NOTIFY_DIGEST_HOUR > 23:
-    raise ImproperlyConfigured("RECOVERY_NOTIFY_DIGEST_HOUR must be an hour of the day, 0-23")
+RECOVERY_NOTIFY_UNKNOWN_AGING_S = env_int("RECOVERY_NOTIFY_UNKNOWN_AGING_S", 86400, minimum=60)
+RECOVERY_NOTIFY_DIGEST_HOUR = min(env_int("RECOVERY_NOTIFY_DIGEST_HOUR", 8), 23)  # UTC
 RECOVERY_RECONCILE_TIMEOUT_S = env_int("RECOVERY_RECONCILE_TIMEOUT_S", 5, minimum=1)
 # A look-up's "never saw the key" settles not_executed only this long after submitted
 # (a call still in flight may not have reached the service yet).
