@@ -16,6 +16,7 @@ Pure functions: no query, no write (``notify_dispatch`` gathers the facts).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import uuid
 from dataclasses import dataclass, field
@@ -117,10 +118,20 @@ def _absolute(path: str) -> str:
     return settings.RECOVERY_PUBLIC_URL + path
 
 
+@functools.lru_cache(maxsize=256)
+def _run_templates(slug: str, base: str) -> tuple[str, str]:
+    """The run page's and the run API's absolute URL with ``{run}`` for the id: one
+    ``reverse`` per tenant, not per message (a batch of 5,000 messages spent a third of
+    its time there)."""
+    return (base + reverse("run_detail", kwargs={"slug": slug, "run_id": "RUN"}),
+            base + reverse("api:run", kwargs={"tenant": slug, "run_id": "RUN"}))
+
+
 def run_links(slug: str, run_id: uuid.UUID) -> dict:
     """``{"url", "api_url"}``: the run's page and its API resource, absolute."""
-    return {"url": _absolute(reverse("run_detail", kwargs={"slug": slug, "run_id": run_id})),
-            "api_url": _absolute(reverse("api:run", kwargs={"tenant": slug, "run_id": run_id}))}
+    page, api = _run_templates(slug, settings.RECOVERY_PUBLIC_URL)
+    return {"url": page.replace("/RUN", f"/{run_id}", 1),
+            "api_url": api.replace("/RUN", f"/{run_id}", 1)}
 
 
 def inbox_url(slug: str, *, state: str = "", kind: str = "") -> str:
