@@ -30,8 +30,8 @@ The steps of a round:
 3. Incidents whose window ended (database clock) become one message each, once the
    endpoint's quiet period has passed since its last grouped message (the
    ``created_at`` of its latest message of a ``GROUPED`` type; incidents due together go
-   together). An incident whose every run resolved before its window ended closes with
-   no message (nobody has anything to do).
+   together). An incident whose every run resolved, or moved on to another state,
+   before its window ended closes with no message (``_Batch.moved_on``).
 4. The digest (under the aging step's lock): at or after ``RECOVERY_NOTIFY_DIGEST_HOUR``
    (UTC, database clock), one per endpoint and day, its ``event_id`` derived from both.
 """
@@ -340,12 +340,24 @@ class _Batch:
             if endpoint.pk not in told and matches(endpoint, event):
                 self.message(endpoint, event)
 
+    def moved_on(self, event: Event) -> None:
+        """The run left a state a person acts on for another (a retry asked for, decided):
+        in the incidents of another state not sent yet it counts as resolved, so a page
+        says what still waits (an incident whose runs all moved on is not sent)."""
+        self.write_runs()
+        (NotificationIncidentRun.objects.for_tenant(event.tenant_id)
+         .filter(run_id=event.run.pk, resolved_at__isnull=True,
+                 incident__message_at__isnull=True, incident__closed_at__isnull=True)
+         .exclude(incident__state=event.state).update(resolved_at=event.at))
+
     def route(self, event: Event) -> None:
         """Send ``event`` where it belongs: grouped types into incidents (an endpoint with a
         window), everything else one message per matching endpoint."""
         if event.type == E.RUN_RESOLVED:
             self.resolve(event)
             return
+        if event.from_state in S.NEEDS_PERSON:
+            self.moved_on(event)
         for endpoint in self.endpoints.get(event.tenant_id, []):
             if not matches(endpoint, event):
                 continue

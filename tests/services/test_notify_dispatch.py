@@ -111,7 +111,7 @@ def test_the_table_spells_out_the_rule():
 @pytest.mark.django_db
 def test_fifty_runs_crashing_in_one_outage_page_once_and_one_resolve_closes_it(
         acme, wendy, rita, adam):
-    ep = endpoint(acme, adam)
+    endpoint(acme, adam)
     run_ids = [in_flight(wendy, acme) for _ in range(50)]
     sweep_later()  # the owner is gone: all fifty turn ambiguous in one pass
     assert Run.objects.filter(recovery_state=S.AMBIGUOUS).count() == 50
@@ -267,6 +267,26 @@ def test_a_retry_asked_and_decided_is_told_with_who_and_why(acme, wendy, rita, a
         "decision": "rejected", "decided_by": "april",
         "decision_reason": "customer called: do not charge"}
     assert decided.subject.startswith(f"[acme] retry of run {str(run_id)[:8]} rejected by april")
+
+
+@pytest.mark.django_db
+def test_a_run_that_moves_on_before_the_page_is_not_paged_for_its_old_state(
+        acme, wendy, rita, april, adam):
+    ep = endpoint(acme, adam, event_types=[E.RETRY_AWAITING_APPROVAL, E.RETRY_DECIDED])
+    run_id = in_flight(wendy, acme)
+    sweep_later()
+    for fx in Run.objects.get(uuid=run_id).effects.all():
+        services.effect_mark_unknown(actor=rita, tenant=acme, effect_id=fx.uuid,
+                                     reason="the provider has no record")
+    request = services.retry_request(actor=rita, tenant=acme, run_id=run_id, reason="again")
+    nd.dispatch_round()
+    services.retry_approve(actor=april, tenant=acme, retry_id=request.pk, reason="safe")
+    nd.dispatch_round()
+    age_world(WINDOW + 1)
+    nd.dispatch_round()
+    # The approval came within the window: no "awaiting approval" page, one decision.
+    assert [m.event_type for m in messages(ep)] == [E.RETRY_DECIDED]
+    assert NotificationIncident.objects.get().closed_at is not None
 
 
 # --- aging and the digest -------------------------------------------------------------------
