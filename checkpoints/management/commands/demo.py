@@ -184,8 +184,10 @@ class Command(BaseCommand):
                 k for k in (*os.environ.get("RECOVERY_OFFLINE_KINDS", "").split(","),
                             OFFLINE_KINDS) if k.strip()))
             # The demo's receiver listens on loopback, which the sender refuses by default.
+            # Messages link to this server, whatever its port.
             env = dict(os.environ, RECOVERY_OFFLINE_KINDS=offline,
-                       RECOVERY_NOTIFY_ALLOW_PRIVATE="true")
+                       RECOVERY_NOTIFY_ALLOW_PRIVATE="true",
+                       RECOVERY_PUBLIC_URL=f"http://127.0.0.1:{port}")
             with open(log_path, "w") as log:
                 server = subprocess.Popen(
                     [sys.executable, "manage.py", "runserver", f"127.0.0.1:{port}",
