@@ -225,6 +225,22 @@ def test_a_zero_window_sends_each_event_at_once(acme, wendy, adam):
 
 
 @pytest.mark.django_db
+def test_a_resolve_of_a_run_in_no_incident_is_a_plain_message(acme, wendy, rita, adam):
+    ep = endpoint(acme, adam, group_window_s=0)
+    run_id = in_flight(wendy, acme)
+    sweep_later()
+    close(rita, acme, [run_id])
+    nd.dispatch_round()
+    review, resolved = messages(ep)
+    assert (resolved.event_type, resolved.incident_id) == (E.RUN_RESOLVED, None)
+    data = resolved.payload["data"]
+    assert (data["state"], data["previous_state"], data["incident"]) == (
+        S.CLOSED, S.AMBIGUOUS, None)
+    assert resolved.subject.startswith(f"[acme] run {str(run_id)[:8]} resolved (closed)")
+    assert review.event_id != resolved.event_id
+
+
+@pytest.mark.django_db
 def test_filters_choose_the_runs_an_endpoint_hears_of(acme, wendy, adam):
     by_kind = endpoint(acme, adam, name="k", kinds=["acme.refund"], group_window_s=0)
     by_service = endpoint(acme, adam, name="s", services=["shipping"], group_window_s=0)
