@@ -43,6 +43,11 @@ requests, ascending id, ``SKIP LOCKED``), the token's ``last_used_at`` touch (on
 batches, each in ascending id within one table, without run locks, then appends to the
 tenants' chains in ascending tenant id.
 
+Also outside the order, holding nothing of the order: the notification dispatcher
+(``services.notify_dispatch``) claims outbox rows (ascending id, ``SKIP LOCKED``), then
+locks the endpoints of the tenants they name (ascending id; its incident flush skips an
+endpoint another transaction holds), and takes no run or audit-head lock.
+
 Also outside the order, and not row locks: ``lock_transaction_key`` (a PostgreSQL
 advisory lock held to the end of the transaction: the tenant registry's numbering, taken
 by tenant creation before anything else of the new tenant), and ``try_session_lock`` (a PostgreSQL session

@@ -401,6 +401,10 @@ RECOVERY_SWEEP_INTERVAL_S = env_int("RECOVERY_SWEEP_INTERVAL_S", 10, minimum=1)
 # How often the retention purge applies the tenants' data policies (issue 20;
 # docs/security/retention.md): Celery beat with a broker, the in-process worker without.
 RECOVERY_RETENTION_INTERVAL_S = env_int("RECOVERY_RETENTION_INTERVAL_S", 3600, minimum=1)
+# Notifications (docs/notifications.md, "Events and incidents"): links' base, aging, digest hour.
+RECOVERY_PUBLIC_URL = (env("RECOVERY_PUBLIC_URL") or "http://127.0.0.1:8000").rstrip("/")
+RECOVERY_NOTIFY_UNKNOWN_AGING_S = env_int("RECOVERY_NOTIFY_UNKNOWN_AGING_S", 86400, minimum=60)
+RECOVERY_NOTIFY_DIGEST_HOUR = min(env_int("RECOVERY_NOTIFY_DIGEST_HOUR", 8), 23)  # UTC
 RECOVERY_RECONCILE_TIMEOUT_S = env_int("RECOVERY_RECONCILE_TIMEOUT_S", 5, minimum=1)
 # A look-up's "never saw the key" settles not_executed only this long after submitted
 # (a call still in flight may not have reached the service yet).

@@ -94,6 +94,7 @@ _AGED = {
     "TombstonePurge": ("deadline",),
     "DataPolicy": ("updated_at",),
     "NotificationOutbox": ("at",),
+    "NotificationAgingMark": ("since", "at"),
     "NotificationIncident": ("opened_at", "window_ends_at", "message_at"),
     "NotificationIncidentRun": ("at",),
     "NotificationMessage": ("next_attempt_at", "claimed_until", "created_at"),

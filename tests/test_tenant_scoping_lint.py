@@ -71,6 +71,27 @@ ESCAPE_HATCHES = {
     ("jobs/migrations.py", "_jobs"):
         "a worker claims, extends and finishes the migration job it was handed by primary "
         "key; the migration itself runs scoped to that job's tenant",
+    # The notification dispatcher (issue 21) works through every tenant's outbox; each
+    # event goes to its own tenant's endpoints only (tests/services/test_notify_dispatch.py).
+    ("services/notify_dispatch.py", "_claim"):
+        "the dispatcher claims the next outbox rows of every tenant, oldest first",
+    ("services/notify_dispatch.py", "_facts"):
+        "the facts of the runs a claimed batch names (by primary key, from the outbox rows)",
+    ("services/notify_dispatch.py", "_decisions"):
+        "the latest retry request of the runs a claimed batch names (by primary key)",
+    ("services/notify_dispatch.py", "_endpoints_of"):
+        "the endpoints of the tenants a claimed batch names, each event matched within its "
+        "own tenant",
+    ("services/notify_dispatch.py", "_drain_batch"):
+        "deletes, by primary key, the outbox rows the batch claimed",
+    ("services/notify_dispatch.py", "write_runs"):
+        "recounts, by primary key, the incidents the batch added runs to",
+    ("services/notify_dispatch.py", "_flush_incidents"):
+        "every tenant's incidents whose window ended; each message is its endpoint's tenant's",
+    ("services/notify_dispatch.py", "_subscribed"):
+        "the enabled endpoints of every tenant taking a type (aging, digest)",
+    ("services/notify_dispatch.py", "_emit_aging"):
+        "every subscribed tenant's runs still unknown too long, each told to its own tenant",
 }
 #: (file, function) -> why it may use a plain manager: it is handed a historical model
 #: (a migration's ``apps.get_model``), whose manager has no ``for_tenant``.

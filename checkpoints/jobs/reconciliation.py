@@ -53,11 +53,12 @@ from ..models import (
     Run,
     Tenant,
 )
-from ..services import reconcile_requests
+from ..services import notify_dispatch, reconcile_requests
 from ..vocab import (
     AuditAction,
     EffectSource,
     EffectState,
+    NotificationEventType,
     ReconcileAnswer,
     TargetType,
 )
@@ -329,6 +330,13 @@ def _apply(req: ReconcileRequest, effect: Effect, seen_attempt: int,
                     reason=answer.detail[:4000],
                     after={"request": current.pk, "attempts": current.attempts,
                            "failures": current.failures})
+                # Told (issue 21: ``reconcile.gave_up``) in this transaction: a person
+                # decides now. The service's name and the counts, never its answer.
+                notify_dispatch.notify_emit(
+                    tenant=run.tenant, event_type=NotificationEventType.RECONCILE_GAVE_UP,
+                    run=run, detail={"effect": str(effect.uuid), "service": effect.service[:200],
+                                     "attempts": current.attempts,
+                                     "failures": current.failures})
             else:
                 delay = _backoff_s(current.failures)
                 current.state = ReconcileState.QUEUED

@@ -51,6 +51,7 @@ from .lifecycle import (
 )
 from .migrations import MIGRATION_MAX_RUNS, MigrationJob, MigrationJobItem
 from .notifications import (
+    NotificationAgingMark,
     NotificationAttempt,
     NotificationEndpoint,
     NotificationIncident,

@@ -246,3 +246,21 @@ class NotificationAttempt(TenantOwned):
         ordering = ["message_id", "number"]
         constraints = [models.UniqueConstraint(fields=["message", "number"],
                                                name="notify_attempt_unique")]
+
+
+class NotificationAgingMark(TenantOwned):
+    """A run told as ``outcome.unknown_aging`` (issue 21, item 2) for one stay in
+    ``unknown_outcome``: ``since`` is the run's ``state_changed_at`` when it entered the
+    state, so the event is written once per stay however many dispatch rounds see the run
+    (the unique pair), and again if the run leaves and comes back. Deleted with the run
+    (retention's purge deletes the run through the ORM). ``at`` is the database clock."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+",
+                               db_index=False)
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="+", db_index=False)
+    since = models.DateTimeField()
+    at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "since"],
+                                               name="notify_aging_mark_unique")]

@@ -164,7 +164,8 @@ from .tombstones import (
 # matrices).
 MODULES = ("common", "accounts", "runs", "checkpoints", "effects", "review",
            "reconcile_requests", "sweep", "keys", "bulk", "migrations", "migration_jobs",
-           "kinds", "writepath", "holds", "erasure", "tombstones", "retention")
+           "kinds", "writepath", "holds", "erasure", "tombstones", "retention",
+           "notify_dispatch")
 #: Submodules whose functions are not services: only the services call them (the
 #: checkpoint write's two dialects, below ``checkpoint_put``). The matrices read them to
 #: follow the calls, and never count their functions as services.

@@ -1242,6 +1242,10 @@ NOT_SERVICE_CELLS = {
     "tenant_shred": "the operator's crypto-shredding (actor None or a superuser, no API): "
                     "destroys the data keys of the tenant it is given; "
                     "tests/lifecycle/test_shred.py shows the other tenant untouched",
+    "notify_emit": "writes one notification outbox row for the tenant and run its caller "
+                   "(reconciliation's give-up) holds, in its transaction; reads nothing "
+                   "(the dispatcher routes each row to its own tenant's endpoints: "
+                   "tests/services/test_notify_dispatch.py)",
     "parse_line": "checks one runifold line and encrypts it under the data key of the "
                   "tenant runifold_import passes (runifold_import's cell covers it)",
 }

@@ -349,6 +349,17 @@ def _history_of(run_pk, changed: dict) -> list[str]:
     return []
 
 
+def _outbox_of(run_pk, changed: dict) -> list[str]:
+    """The outbox rows a kept conflict added: only added, only of the run."""
+    from checkpoints.models import NotificationOutbox
+
+    if set(changed) - {"added"}:
+        return [f"outbox changed, not only added: {changed}"]
+    runs = set(NotificationOutbox.objects.filter(pk__in=changed.get("added", []))
+               .values_list("run_id", flat=True))
+    return [f"outbox rows for another run: {runs}"] if runs - {run_pk} else []
+
+
 def _check_kept_as_conflict(w: World, a: Attempt, token, before, after, run_before,
                             run_pk) -> list[str]:
     problems = []
@@ -363,6 +374,9 @@ def _check_kept_as_conflict(w: World, a: Attempt, token, before, after, run_befo
     diff.pop("checkpoints.EffectStateCount", None)
     # So is the run's history (triggers, migration 0013): only rows of this run, added.
     problems += _history_of(run_pk, diff.pop("checkpoints.RunTransition", {}))
+    # And the notification outbox (trigger, migration 0031): the run turned conflicted,
+    # a state a person acts on; only rows of this run, added.
+    problems += _outbox_of(run_pk, diff.pop("checkpoints.NotificationOutbox", {}))
     if diff:
         problems.append(f"changed beyond the conflict record: {diff}")
     problems += _counters_true()

@@ -25,7 +25,12 @@ Steps:
    v1 run's retry requested (``acme-reviewer``) and approved (``acme-approver``), print
    the runs per recovery state, the stranded run, the URL and the logins, and serve until
    Ctrl-C.
-6. While serving, run the stale-run sweep every 10 s and the demo supervisor
+6. A webhook receiver (``checkpoints.demo.receiver``, a child process on loopback, port
+   + 767) and an acme webhook endpoint posting to it with a short grouping window
+   (``DEMO_WINDOW_S``); the web server may post to loopback
+   (``RECOVERY_NOTIFY_ALLOW_PRIVATE=true``). Its page lists each signed message the
+   crashed runs produced, with its headers and whether its signature verifies.
+7. While serving, run the stale-run sweep every 10 s and the demo supervisor
    (``checkpoints.demo.supervisor``, a child process): every 3 s it lists each tenant's
    ``retry_approved`` runs with the tenant's writer token and starts ``worker --resume``
    for each (one at a time per run; ``examples.langgraph_refund.run --resume`` for a
@@ -38,6 +43,7 @@ Steps:
 
 from __future__ import annotations
 
+import base64
 import importlib.util
 import os
 import random
@@ -56,10 +62,10 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connections
 
-from checkpoints import selectors, services
+from checkpoints import crypto, selectors, services
 from checkpoints.demo.orchestrate import STRANDED, plan, plan_langgraph, run_units
-from checkpoints.models import Tenant
-from checkpoints.vocab import Role
+from checkpoints.models import NotificationEndpoint, Tenant
+from checkpoints.vocab import NotificationChannel, NotificationEventType, Role
 
 PASSWORD = "recovery-demo"
 TENANTS = {"acme": "Acme Corp", "globex": "Globex"}
@@ -72,6 +78,9 @@ SWEEP_EVERY_S = 10
 SUPERVISE_EVERY_S = 3
 # The web server's: acme.order migrates offline, so the stranded v1 run waits for a person.
 OFFLINE_KINDS = "acme.order"
+# The demo's webhook endpoint groups the crash's runs for this long (120 s by default):
+# the receiver's page shows the incident's message soon after the sweep.
+DEMO_WINDOW_S = 15
 
 
 def _interrupt(signum, frame):
@@ -107,6 +116,8 @@ class Command(BaseCommand):
         parser.add_argument("--port", type=int, default=8000, help="web server port")
         parser.add_argument("--payments-port", type=int, default=None,
                             help="payment service port (default: port + 765)")
+        parser.add_argument("--receiver-port", type=int, default=None,
+                            help="demo webhook receiver port (default: port + 767)")
         parser.add_argument("--workers", type=int, default=36, help="worker processes, about")
         parser.add_argument("--langgraph", type=int, default=6,
                             help="runs of the LangGraph refund example (at least two of them "
@@ -122,6 +133,7 @@ class Command(BaseCommand):
         started = time.monotonic()
         port = opts["port"]
         payments_port = opts["payments_port"] or port + 765
+        receiver_port = opts["receiver_port"] or port + 767
         seed = opts["seed"] if opts["seed"] is not None else random.randrange(10_000)
         var_dir = Path(settings.VAR_DIR)
         var_dir.mkdir(parents=True, exist_ok=True)
@@ -154,12 +166,28 @@ class Command(BaseCommand):
                 services.reconciler_configure(actor=None, tenant=tenant, service="crm",
                                               plugin="none")
 
+            receiver_log = var_dir / "demo-receiver.jsonl"
+            receiver_log.unlink(missing_ok=True)
+            secret = "whsec_" + base64.b64encode(os.urandom(24)).decode()
+            receiver = subprocess.Popen(
+                [sys.executable, "-m", "checkpoints.demo.receiver", "--port",
+                 str(receiver_port), "--log", str(receiver_log)], cwd=settings.BASE_DIR,
+                env=dict(os.environ, RECOVERY_DEMO_WEBHOOK_SECRET=secret))
+            children.append(receiver)
+            receiver_url = f"http://127.0.0.1:{receiver_port}"
+            _wait_http(f"{receiver_url}/", 15, receiver)
+            self._webhook_endpoint(f"{receiver_url}/hook", secret)
+
             log_path = var_dir / "demo-server.log"
             # Only the web server's (runtimes ask it; the demo's own sweep never resumes).
             offline = ",".join(dict.fromkeys(
                 k for k in (*os.environ.get("RECOVERY_OFFLINE_KINDS", "").split(","),
                             OFFLINE_KINDS) if k.strip()))
-            env = dict(os.environ, RECOVERY_OFFLINE_KINDS=offline)
+            # The demo's receiver listens on loopback, which the sender refuses by default.
+            # Messages link to this server, whatever its port.
+            env = dict(os.environ, RECOVERY_OFFLINE_KINDS=offline,
+                       RECOVERY_NOTIFY_ALLOW_PRIVATE="true",
+                       RECOVERY_PUBLIC_URL=f"http://127.0.0.1:{port}")
             with open(log_path, "w") as log:
                 server = subprocess.Popen(
                     [sys.executable, "manage.py", "runserver", f"127.0.0.1:{port}",
@@ -194,6 +222,7 @@ class Command(BaseCommand):
             swept = services.sweep_stale_runs()
             stranded = self._strand(units)
             supervisor_log = var_dir / "demo-supervisor.log"
+            self.receiver = (receiver_url, receiver_log)
             self._summary(tally, swept, base_url, payments_url, seed, time.monotonic() - started,
                           log_path, None if opts["no_serve"] else supervisor_log, stranded)
             if opts["no_serve"]:
@@ -269,6 +298,20 @@ class Command(BaseCommand):
                     tokens[slug] = services.token_issue(user=user)
         return tokens
 
+    def _webhook_endpoint(self, url: str, secret: str) -> None:
+        """acme's webhook endpoint to the demo receiver, every event type, a short window.
+        Written as a row: the endpoint service (``services.notify_endpoints``, audited)
+        replaces this when it is merged (lead: swap in its create call)."""
+        tenant = Tenant.objects.get(slug="acme")
+        admin = self.accounts["acme-admin"]
+        NotificationEndpoint.objects.create(
+            tenant=tenant, uuid=uuid.uuid4(), name="demo receiver",
+            channel=NotificationChannel.WEBHOOK, url=url,
+            secret=crypto.encrypt_text(secret, tenant=tenant),
+            event_types=list(NotificationEventType.SUBSCRIBABLE),
+            group_window_s=DEMO_WINDOW_S, created_by=admin,
+            created_by_name=admin.get_username())
+
     def _strand(self, units) -> list[tuple[str, str]]:
         """The stranded v1 runs (``orchestrate.STRANDED`` units whose worker died as
         planned, after its in-flight checkpoint, now ``ambiguous``): a retry requested by
@@ -321,6 +364,10 @@ class Command(BaseCommand):
         w(f"API schema:       {base_url}/api/schema/")
         w(f"Payment service:  {payments_url}/charges   (status: {payments_url}/operations/KEY)")
         w(f"Server log:       {log_path}")
+        receiver_url, receiver_log = getattr(self, "receiver", ("", ""))
+        if receiver_url:
+            w(f"Webhook receiver: {receiver_url}/   (acme's signed messages, whether each "
+              f"signature verifies; log: {receiver_log})")
         if supervisor_log is not None:
             w(f"Supervisor log:   {supervisor_log}   (resumes runs whose retry was approved)")
         w("")
