@@ -11,7 +11,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('checkpoints', '0031_notifications'),
+        ('checkpoints', '0032_live_pages'),
     ]
 
     operations = [
