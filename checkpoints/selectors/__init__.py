@@ -77,6 +77,12 @@ from .migrations import (
     migration_job_get,
     migration_offers,
 )
+from .nextstep import (
+    Step,
+    StepInput,
+    next_step,
+    page_steps,
+)
 from .objects import (
     BulkResult,
     bulk_get,

@@ -14,6 +14,7 @@ from django.utils.safestring import SafeString, mark_safe
 
 from .. import auditwords
 from ..kinds import USAGE_COUNTERS
+from ..selectors import nextstep
 from ..vocab import BADGE_CLASSES, words
 
 register = template.Library()
@@ -52,17 +53,9 @@ def shortid(value) -> str:
 @register.filter
 def ago(when: datetime | None) -> str:
     """Compact relative time: ``"12 s ago"``, ``"4 min ago"``, ``"3 h ago"``, ``"2 d ago"``;
-    ``"in 5 min"`` for the future; ``"—"`` for none."""
-    if not when:
-        return "—"
-    seconds = int((timezone.now() - when).total_seconds())
-    future = seconds < 0
-    seconds = abs(seconds)
-    for size, unit in ((86400, "d"), (3600, "h"), (60, "min"), (1, "s")):
-        if seconds >= size or unit == "s":
-            text = f"{seconds // size} {unit}"
-            break
-    return f"in {text}" if future else f"{text} ago"
+    ``"in 5 min"`` for the future; ``"—"`` for none (``selectors.nextstep.ago``, whose
+    next-step sentences say it the same way)."""
+    return nextstep.ago(when)
 
 
 def _utc(when: datetime) -> datetime:
