@@ -11,6 +11,7 @@ from .dashboard import (
     bulk,
     data,
     inbox,
+    incident,
     kinds,
     lifecycle_requests,
     reports,
@@ -26,6 +27,8 @@ urlpatterns = [
     path("", inbox.home, name="inbox"),  # settings.LOGIN_REDIRECT_URL
     path(T, inbox.run_list, name="run_list"),
     path(T + "counts/", inbox.run_counts, name="run_counts"),
+    # The incident a reviewer works on (issue 21, item 10): kept in the session.
+    path(T + "incident/", incident.incident_set, name="incident_set"),
     path(T + "report/", reports.report, name="report"),
     path(T + "audit/", audit.audit_log, name="audit_log"),
     path(T + "kinds/", kinds.kind_list, name="kind_list"),
