@@ -218,6 +218,8 @@ def _run_context(request: HttpRequest, tenant: Tenant, run_id, **extra) -> dict:
         reconcile_rows=reconcile_rows,
         sweep_interval_s=settings.RECOVERY_SWEEP_INTERVAL_S,
         show_reconciliation=bool(reconcile_rows) or any_in_doubt,
+        thread_id=selectors.run_thread_id(user=user, tenant=tenant, run=run,
+                                          checkpoints=detail.checkpoints),
         next_step=step.text,
         next_step_short=step.short,
         can_request_retry=can_request_retry,

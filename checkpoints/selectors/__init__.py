@@ -112,6 +112,7 @@ from .runs import (
     run_get,
     run_owner_status,
     run_summary,
+    run_thread_id,
 )
 from .search import (
     _SUBSTRING_TERM,

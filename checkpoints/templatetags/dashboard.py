@@ -58,6 +58,30 @@ def ago(when: datetime | None) -> str:
     return nextstep.ago(when)
 
 
+@register.filter
+def duration(seconds) -> str:
+    """A duration for people (issue 21, item 10): seconds as its two largest units,
+    ``287`` -> ``"4 min 47 s"``, ``3600`` -> ``"1 h"``, ``93784`` -> ``"1 d 2 h"``,
+    ``0`` -> ``"0 s"``; a ``timedelta`` too. What is no number shows as it is; ``None``
+    as ``"—"``."""
+    if seconds is None or seconds == "":
+        return "—"
+    if hasattr(seconds, "total_seconds"):
+        seconds = seconds.total_seconds()
+    try:
+        left = abs(int(seconds))
+    except (TypeError, ValueError, OverflowError):
+        return str(seconds)
+    parts = []
+    for size, unit in ((86400, "d"), (3600, "h"), (60, "min"), (1, "s")):
+        if left >= size:
+            parts.append(f"{left // size} {unit}")
+            left %= size
+        if len(parts) == 2 or (parts and left == 0):
+            break
+    return " ".join(parts[:2]) or "0 s"
+
+
 def _utc(when: datetime) -> datetime:
     return when.astimezone(UTC) if timezone.is_aware(when) else when.replace(tzinfo=UTC)
 
