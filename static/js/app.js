@@ -94,8 +94,9 @@
     var minutes = -new Date().getTimezoneOffset();
     var sign = minutes < 0 ? "-" : "+", abs = Math.abs(minutes);
     var offset = "UTC" + (minutes ? sign + Math.floor(abs / 60) + (abs % 60 ? ":" + String(abs % 60).padStart(2, "0") : "") : "");
-    note.textContent = "Times are in " + (zone || "your browser's time zone") + " (" + offset +
-                       "); hover a time for its date, offset and UTC.";
+    var where = !zone ? "your browser's time zone (" + offset + ")"
+              : zone === offset ? zone : zone + " (" + offset + ")";
+    note.textContent = "Times are in " + where + "; hover a time for its date, offset and UTC.";
     note.setAttribute("data-zone", zone);
   }
 
