@@ -145,7 +145,8 @@ def test_a_page_of_steps_costs_a_fixed_number_of_queries(rita, wendy, acme, scri
     many = cost(20)
     # Effects, open retry requests, reconcile requests, the database clock: four at most
     # (the role check reads the grants already cached for the user).
-    assert many == few <= 5, (few, many)
+    assert many == few <= 4, (few, many)
+    print(f"\npage_steps queries: {few} for 4 runs, {many} for 20 runs")
     assert selectors.page_steps(user=rita, tenant=acme, rows=[]) == {}
 
 
