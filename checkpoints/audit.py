@@ -38,6 +38,8 @@ import hashlib
 import hmac
 import re
 import uuid
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -135,6 +137,8 @@ def audit_fields(e: AuditEvent) -> dict:
     }
     if e.hash_scheme >= AuditHashScheme.HMAC_SHA256_ACTOR:
         fields["actor_id"] = e.actor_id
+        if e.incident_ref:  # only when set: older events hash as they always did
+            fields["incident_ref"] = e.incident_ref
     return fields
 
 
@@ -190,6 +194,18 @@ def seal_legacy_chains(head_model) -> int:
 # --------------------------------------------------------------------------------------
 # Recording
 # --------------------------------------------------------------------------------------
+
+_INCIDENT: ContextVar[str] = ContextVar("audit_incident_ref", default="")
+
+
+@contextmanager
+def working_on(incident_ref: str):
+    """Events a person causes inside carry ``incident_ref`` (checked: ``IncidentForm``)."""
+    token = _INCIDENT.set(incident_ref or "")
+    try:
+        yield
+    finally:
+        _INCIDENT.reset(token)
 
 def audit_record(
     *,
@@ -294,6 +310,7 @@ def new_event(*, tenant: Tenant, seq: int, prev_hash: str, created_at, actor, ac
         prev_hash=prev_hash,
         hash_scheme=AuditHashScheme.HMAC_SHA256_ACTOR,
         key_id=keys.newest_id,
+        incident_ref=(_INCIDENT.get() or None) if actor is not None else None,
     )
     event.hash = event_mac(keys.newest, tenant_id=tenant.pk, key_id=keys.newest_id,
                            prev_hash=prev_hash, fields=audit_fields(event),

@@ -40,6 +40,8 @@ FILES = (AUDIT_FILE, TOMBSTONE_FILE)
 EVENT_FIELDS = ("seq", "created_at", "actor", "actor_id", "action", "target_type",
                 "target_id", "run_id", "reason", "before", "after", "prev_hash", "hash",
                 "hash_scheme", "key_id")
+#: Present only on an event that has it (issue 21): the incident its actor worked on.
+OPTIONAL_EVENT_FIELD = "incident_ref"
 MANIFEST_FIELDS = ("format", "tenant", "tenant_id", "through_seq", "last_hash",
                    "through_tombstone", "legacy_seq", "counts", "sha256", "exported_at",
                    "key_id", "signature")
@@ -55,7 +57,7 @@ def event_line(e: AuditEvent) -> dict:
             "target_id": e.target_ref, "run_id": str(e.run_uuid) if e.run_uuid else None,
             "reason": e.reason, "before": e.before, "after": e.after,
             "prev_hash": e.prev_hash, "hash": e.hash, "hash_scheme": e.hash_scheme,
-            "key_id": e.key_id}
+            "key_id": e.key_id, **({"incident_ref": e.incident_ref} if e.incident_ref else {})}
 
 
 def tombstone_line(t: Tombstone, erasure_uuid) -> dict:
@@ -209,7 +211,8 @@ def _event_of(line: dict, tenant_id: int) -> AuditEvent:
         actor_id=line["actor_id"], action=line["action"], target_type=line["target_type"],
         target_ref=line["target_id"], run_uuid=line["run_id"], reason=line["reason"],
         before=line["before"], after=line["after"], prev_hash=line["prev_hash"],
-        hash=line["hash"], hash_scheme=line["hash_scheme"], key_id=line["key_id"])
+        hash=line["hash"], hash_scheme=line["hash_scheme"], key_id=line["key_id"],
+        incident_ref=line.get("incident_ref"))
 
 
 def _check_events(path: Path, m: dict, problems: list[str]) -> None:
@@ -219,7 +222,7 @@ def _check_events(path: Path, m: dict, problems: list[str]) -> None:
             where = f"{AUDIT_FILE} line {number}"
             try:
                 line = loads_object(raw, what="line")
-                if set(line) != set(EVENT_FIELDS):
+                if set(line) - {OPTIONAL_EVENT_FIELD} != set(EVENT_FIELDS):
                     raise InvalidPayload("line: not an audit event's fields")
                 event = _event_of(line, m["tenant_id"])
             except InvalidPayload as exc:

@@ -146,8 +146,8 @@ def _migrated(e, t) -> str:
 def _exported(e, t) -> str:
     """one page of ``export_runifold`` (issue 10, item 4)"""
     checkpoints, effects = _get(e.after, "checkpoint_lines"), _get(e.after, "effect_lines")
-    return (f"exported {checkpoints or 0} checkpoint line(s) and {effects or 0} effect "
-            f"line(s) of {t} as runifold JSON Lines")
+    return (f"exported {_n(checkpoints or 0, 'checkpoint line')} and "
+            f"{_n(effects or 0, 'effect line')} of {t} as runifold JSON Lines")
 
 
 def _conflict(e, t) -> str:
@@ -160,8 +160,13 @@ def _conflict(e, t) -> str:
     return f"was refused writing {t}: {why}{detail}"
 
 
+def _n(n: Any, word: str) -> str:
+    """``"1 run"``, ``"2 runs"``, ``"? look-ups"``: a count and its noun, plural unless 1."""
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
 def _days(n: Any) -> str:
-    return "kept forever" if n is None else f"{n} day(s)"
+    return "kept forever" if n is None else f"{_n(n, 'day')}"
 
 
 def _policy_set(e, _t) -> str:
@@ -232,29 +237,29 @@ def _run_after(e) -> str:
 
 def _lg_delete(e, t) -> str:
     return (f"deleted LangGraph thread {_get(e.after, 'thread_id') or '(unknown)'}: "
-            f"{_get(e.after, 'deleted') or 0} checkpoint(s){_run_after(e)}")
+            f"{_n(_get(e.after, 'deleted') or 0, 'checkpoint')}{_run_after(e)}")
 
 
 def _lg_prune(e, t) -> str:
     return (f"pruned LangGraph thread {_get(e.after, 'thread_id') or '(unknown)'} "
             f"({_words(_get(e.after, 'strategy')) or 'a strategy'}): "
-            f"{_get(e.after, 'deleted') or 0} checkpoint(s) deleted{_run_after(e)}")
+            f"{_n(_get(e.after, 'deleted') or 0, 'checkpoint')} deleted{_run_after(e)}")
 
 
 def _lg_runs_delete(e, t) -> str:
     runs = _get(e.after, "run_ids_given") or len(_get(e.after, "run_ids") or [])
-    return (f"deleted {_get(e.after, 'deleted') or 0} checkpoint(s) of {runs} LangGraph "
-            f"run(s) from thread {_get(e.after, 'thread_id') or '(unknown)'}{_run_after(e)}")
+    return (f"deleted {_n(_get(e.after, 'deleted') or 0, 'checkpoint')} of "
+            f"{_n(runs, 'LangGraph run')} from thread {_get(e.after, 'thread_id') or '(unknown)'}{_run_after(e)}")
 
 
 def _lg_copy(e, t) -> str:
     return (f"copied LangGraph thread {_get(e.after, 'source_thread_id') or '(unknown)'} onto "
             f"{_get(e.after, 'target_thread_id') or '(unknown)'}: "
-            f"{_get(e.after, 'copied') or 0} checkpoint(s)")
+            f"{_n(_get(e.after, 'copied') or 0, 'checkpoint')}")
 
 
 def _lg_writes(e, t) -> str:
-    return (f"stored {_get(e.after, 'stored') or 0} pending write(s) of a task on LangGraph "
+    return (f"stored {_n(_get(e.after, 'stored') or 0, 'pending write')} of a task on LangGraph "
             f"checkpoint {_get(e.after, 'checkpoint_id') or '(unknown)'} of {t}, which is "
             f"not its newest")
 
@@ -274,14 +279,14 @@ def _held_what(e) -> str:
         return "every run of the tenant"
     if field:
         return f"every run of one {_words(field)}"
-    return f"{runs if isinstance(runs, int) else 'some'} run(s)"
+    return f"{_n(runs if isinstance(runs, int) else 'some', 'run')}"
 
 
 def _erasure_counts(counts) -> str:
-    """``"2 run(s) erased, 1 not erased (1 under legal hold)"`` from an erasure's counts."""
+    """``"2 runs erased, 1 not erased (1 under legal hold)"`` from an erasure's counts."""
     if not isinstance(counts, Mapping):
         return "done"
-    out = f"{counts.get('erased') or 0} run(s) erased"
+    out = f"{_n(counts.get('erased') or 0, 'run')} erased"
     stopped = [f"{counts[word]} {label}" for word, label in (
         ("legal_hold", "under legal hold"), ("not_ended", "not ended"),
         ("effect_in_doubt", "with an effect in doubt"), ("already_deleted", "already deleted"))
@@ -295,8 +300,8 @@ def _erased_run(e, t) -> str:
     policy, counts = _get(e.after, "policy"), _get(e.after, "counts")
     request = _get(policy, "erasure_request")
     by = f" for erasure request {_short(request)}" if request else ""
-    rows = (f": {counts.get('checkpoints') or 0} checkpoint(s), "
-            f"{counts.get('revisions') or 0} revision(s) deleted"
+    rows = (f": {_n(counts.get('checkpoints') or 0, 'checkpoint')}, "
+            f"{_n(counts.get('revisions') or 0, 'revision')} deleted"
             if isinstance(counts, Mapping) else "")
     stone = _get(e.after, "tombstone")
     return (f"erased the payloads of {t}{by}{rows}"
@@ -314,9 +319,9 @@ SENTENCES: dict[str, Callable[[Any, str], str]] = {
                                  f" (roles left: {_roles(_get(e.after, 'roles'))})"),
     A.TOKEN_ISSUE: lambda e, t: f"issued an API token to {t}",
     A.TOKEN_REVOKE: lambda e, t: (
-        f"revoked {len(_get(e.after, 'revoked') or [])} API token(s) of {t}"),
+        f"revoked {_n(len(_get(e.after, 'revoked') or []), 'API token')} of {t}"),
     A.ACCOUNT_DEACTIVATE: lambda e, t: (
-        f"deactivated {t} and revoked {len(_get(e.after, 'tokens_revoked') or [])} token(s)"),
+        f"deactivated {t} and revoked {_n(len(_get(e.after, 'tokens_revoked') or []), 'token')}"),
     A.RECONCILER_CONFIGURE: lambda e, t: (
         f"set the reconciler of {t} to {_get(e.after, 'plugin')}" if e.after
         else f"reset the reconciler of {t} to the default"),
@@ -329,13 +334,13 @@ SENTENCES: dict[str, Callable[[Any, str], str]] = {
                                   + (f" at revision {_get(e.after, 'revision')}"
                                      if _get(e.after, "revision") is not None else "")
                                   + " through the API"),
-    A.PAYLOAD_EXPORT: lambda e, t: (f"exported {_get(e.after, 'revisions') or 0} revision(s)"
+    A.PAYLOAD_EXPORT: lambda e, t: (f"exported {_n(_get(e.after, 'revisions') or 0, 'revision')}"
                                     f" of {t}"),
     A.PAYLOAD_ROTATE_KEYS: lambda e, t: (
-        f"re-encrypted {_get(e.after, 'rows') or 0} stored value(s) with the tenant's data key"
-        f" and re-wrapped {_get(e.after, 'keys') or 0} data key(s) with the newest master key"),
+        f"re-encrypted {_n(_get(e.after, 'rows') or 0, 'stored value')} with the tenant's data key"
+        f" and re-wrapped {_n(_get(e.after, 'keys') or 0, 'data key')} with the newest master key"),
     A.TENANT_KEY_DESTROY: lambda e, t: (
-        f"destroyed {len(_get(e.after, 'key_ids') or [])} data key(s) of {t}: everything "
+        f"destroyed {_n(len(_get(e.after, 'key_ids') or []), 'data key')} of {t}: everything "
         f"stored under them is erased (crypto-shredding)"),
     A.RECEIPT_REVEAL: _reveal("receipt"),
     A.EVIDENCE_REVEAL: _reveal("reconciliation evidence"),
@@ -346,7 +351,7 @@ SENTENCES: dict[str, Callable[[Any, str], str]] = {
     A.RETRY_WITHDRAW: lambda e, t: f"withdrew {t}{_run_state(e, t)}",
     A.BULK_SUBMIT: lambda e, t: (
         f"asked for {str(_get(e.after, 'action') or 'an action').replace('_', ' ')} on "
-        f"{_get(e.after, 'runs') or 0} run(s) at once (bulk {str(e.target_ref)[:8]})"),
+        f"{_n(_get(e.after, 'runs') or 0, 'run')} at once (bulk {str(e.target_ref)[:8]})"),
     A.BULK_FINISH: lambda e, t: (
         f"finished bulk {str(e.target_ref)[:8]}: {_get(e.after, 'done') or 0} done, "
         f"{_get(e.after, 'refused') or 0} refused, {_get(e.after, 'failed') or 0} failed"),
@@ -362,10 +367,10 @@ SENTENCES: dict[str, Callable[[Any, str], str]] = {
     A.RUN_AMBIGUOUS: lambda e, t: f"moved {t} {_move(e.before, e.after, 'recovery_state')}",
     A.RUN_CLOSE: lambda e, t: f"closed {t}{_run_state(e, t)}",
     A.CONFLICTS_ACKNOWLEDGE: lambda e, t: (
-        f"acknowledged {_get(e.before, 'open_conflicts') or 0} conflict(s) of {t}"
+        f"acknowledged {_n(_get(e.before, 'open_conflicts') or 0, 'conflict')} of {t}"
         f"{_run_state(e, t)}"),
     A.RECONCILE_GAVE_UP: lambda e, t: (
-        f"gave up reconciling {t} after {_get(e.after, 'attempts') or '?'} look-up(s);"
+        f"gave up reconciling {t} after {_n(_get(e.after, 'attempts') or '?', 'look-up')};"
         " a human decides"),
     A.RECONCILE_MOVED_ON: lambda e, t: (
         f"dropped a reconciliation of {t}: it had moved on to "
@@ -382,7 +387,7 @@ SENTENCES: dict[str, Callable[[Any, str], str]] = {
                                   if e.before else f"declared {_declared(e, t)}"),
     A.MIGRATION_SUBMIT: lambda e, t: (
         f"asked to migrate {_get(e.after, 'kind') or 'a kind'}"
-        + (f"'s checkpoints of {_get(e.after, 'runs')} run(s)"
+        + (f"'s checkpoints of {_n(_get(e.after, 'runs'), 'run')}"
            if _get(e.after, "runs") is not None else "'s checkpoints")
         + (f" back to v{_get(e.after, 'to_version')}" if _get(e.after, "reverse")
            else f" to v{_get(e.after, 'to_version')}")
@@ -401,15 +406,15 @@ SENTENCES: dict[str, Callable[[Any, str], str]] = {
     # Tombstone governance (issue 20, item 5): the audit export and the four-eyes purge.
     A.AUDIT_EXPORT: lambda e, t: (
         f"exported the audit of {t} through event {_get(e.after, 'through_seq') or 0} with "
-        f"{_get(e.after, 'tombstones') or 0} tombstone(s)"
+        f"{_n(_get(e.after, 'tombstones') or 0, 'tombstone')}"
         + ("" if _get(e.after, "watermark_moved") is not False
            else " (behind an earlier export: watermark not moved)")),
     A.TOMBSTONE_PURGE_PREPARE: lambda e, t: (
-        f"prepared {t} of {_get(e.after, 'tombstones') or 0} tombstone(s)"),
+        f"prepared {t} of {_n(_get(e.after, 'tombstones') or 0, 'tombstone')}"),
     A.TOMBSTONE_PURGE_APPROVE: lambda e, t: f"approved {t}",
     A.TOMBSTONE_PURGE_REJECT: lambda e, t: f"rejected {t}",
     A.TOMBSTONE_PURGE_EXECUTE: lambda e, t: (
-        f"executed {t}: deleted {_get(e.after, 'tombstones') or 0} tombstone(s)"),
+        f"executed {t}: deleted {_n(_get(e.after, 'tombstones') or 0, 'tombstone')}"),
     # The data lifecycle (issue 20; services.retention, services.lifecycle).
     A.DATA_POLICY_SET: _policy_set,
     A.RUN_PURGE: lambda e, t: (
@@ -417,7 +422,7 @@ SENTENCES: dict[str, Callable[[Any, str], str]] = {
         f"({_days(_get(_get(e.after, 'policy'), 'payload_retention_days'))}; "
         f"tombstone #{_get(e.after, 'tombstone')})"),
     A.RUN_EXPIRE: lambda e, t: (
-        f"expired {t}: its {_get(_get(e.after, 'counts'), 'effects') or 0} effect record(s) "
+        f"expired {t}: its {_n(_get(_get(e.after, 'counts'), 'effects') or 0, 'effect record')} "
         "and the run left once their idempotency window passed"),
 }
 

@@ -31,6 +31,10 @@ from django.db import IntegrityError, transaction
 from .dbclock import NOW
 from .models import Heartbeat
 
+#: What a reconcile request's ``last_error`` starts with when the task queue refused it
+#: (``services.run_reconcile``): the request waits, queued, for the worker to come back.
+BROKER_DOWN = "broker unavailable"
+
 SWEEP = "sweep"
 JOB = "job"
 #: ``verify_audit_chain`` over every tenant finished / found everything intact.

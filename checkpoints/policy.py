@@ -123,7 +123,7 @@ def _effects(facts: RunFacts, state: str, words: str) -> str:
     labels = facts.effect_labels.get(state, [])
     if n == 1 and labels:
         return f"{labels[0]} {words}"
-    text = f"{n} effects {words}"
+    text = f"{n} effect{'' if n == 1 else 's'} {words}"
     if labels:
         text += ": " + ", ".join(labels) + (", …" if n > len(labels) else "")
     return text

@@ -50,7 +50,7 @@ def col(model, field: str) -> str:
 #: The audit event's columns the SQL appends write, in their order (``event_params``).
 EVENT_FIELDS = ["tenant", "seq", "created_at", "actor", "actor_name", "action",
                 "target_type", "target_ref", "run_uuid", "reason", "before", "after",
-                "prev_hash", "hash", "hash_scheme", "key_id"]
+                "prev_hash", "hash", "hash_scheme", "key_id", "incident_ref"]
 
 
 def event_values() -> str:
@@ -89,6 +89,7 @@ def event_params(event: AuditEvent) -> dict:
         "ev_after": None if event.after is None else json.dumps(event.after),
         "ev_prev_hash": event.prev_hash, "ev_hash": event.hash,
         "ev_hash_scheme": event.hash_scheme, "ev_key_id": event.key_id,
+        "ev_incident_ref": event.incident_ref,
     }
 
 

@@ -12,6 +12,7 @@ from .dashboard import (
     bulk,
     data,
     inbox,
+    incident,
     kinds,
     lifecycle_requests,
     live,
@@ -34,6 +35,8 @@ urlpatterns = [
     path(T + "approvals/", approvals.approval_queue, name="approval_queue"),
     path(T + "approvals/approve/", approvals.approval_bulk, name="approval_bulk"),
     path(T + "approvals/<int:retry_id>/", approvals.approval_decide, name="approval_decide"),
+    # The incident a reviewer works on (issue 21, item 10): kept in the session.
+    path(T + "incident/", incident.incident_set, name="incident_set"),
     path(T + "report/", reports.report, name="report"),
     path(T + "audit/", audit.audit_log, name="audit_log"),
     path(T + "kinds/", kinds.kind_list, name="kind_list"),

@@ -212,16 +212,16 @@ def test_each_sentence_says_who_did_what_in_words(action):
     (A.RETRY_APPROVE, "april approved retry request #7: ok"),
     (A.RETRY_WITHDRAW, "rita withdrew retry request #7 (awaiting approval → unknown outcome)"
                        ": not needed"),
-    (A.BULK_SUBMIT, "rita asked for mark unknown on 3 run(s) at once (bulk 9d2f0c3e): "
+    (A.BULK_SUBMIT, "rita asked for mark unknown on 3 runs at once (bulk 9d2f0c3e): "
                     "gateway down"),
     (A.MIGRATION_SUBMIT, "adam asked to migrate acme.order's checkpoints to v2 "
                          "(job 9d2f0c3e)"),
     (A.LEGAL_HOLD_PLACE, "adam placed legal hold 3e1f5a7c on every run of one customer id: "
                          "case 17"),
-    (A.ERASURE_EXECUTE, "april executed erasure request 3e1f5a7c: 2 run(s) erased, 1 not "
+    (A.ERASURE_EXECUTE, "april executed erasure request 3e1f5a7c: 2 runs erased, 1 not "
                         "erased (1 under legal hold)"),
     (A.RUN_ERASE, "april erased the payloads of the run for erasure request 3e1f5a7c: 1 "
-                  "checkpoint(s), 3 revision(s) deleted; tombstone #12"),
+                  "checkpoint, 3 revisions deleted; tombstone #12"),
     (A.BULK_FINISH, "rita finished bulk 9d2f0c3e: 2 done, 1 refused, 0 failed"),
     (A.EFFECT_RECONCILE, "system reconciled charge:A-7 at payments: unresolved → confirmed "
                          "(the service answered found via the http reconciler): charge ch_42 "
@@ -230,9 +230,9 @@ def test_each_sentence_says_who_did_what_in_words(action):
                             "(sent for revision 2, store at 4)"),
     (A.CHECKPOINT_WRITE, "wendy wrote checkpoint 5c0e1a2b revision 3 at phase charging"),
     (A.AUDIT_EXPORT, "system exported the audit of tenant acme through event 40 with 3 "
-                     "tombstone(s)"),
+                     "tombstones"),
     (A.TOMBSTONE_PURGE_EXECUTE, "adam executed tombstone purge 9d2f0c3e: deleted 3 "
-                                "tombstone(s)"),
+                                "tombstones"),
     (A.TOMBSTONE_PURGE_REJECT, "april rejected tombstone purge 9d2f0c3e: not yet"),
     (A.CHECKPOINT_IMPORT, "system imported checkpoint 5c0e1a2b revision 3 from a runifold "
                           "file at phase completed after 1 turn(s)"),
@@ -241,21 +241,21 @@ def test_each_sentence_says_who_did_what_in_words(action):
     (A.KIND_DECLARE, "adam replaced the declaration of kind acme.refunds v2"),
     (A.CHECKPOINT_MIGRATE, "system migrated checkpoint 5c0e1a2b from v1 to v2 as revision 4 "
                            "in batch 9d2f0c3e; fencing token 3"),
-    (A.RUNIFOLD_EXPORT, "adam exported 200 checkpoint line(s) and 12 effect line(s) of "
+    (A.RUNIFOLD_EXPORT, "adam exported 200 checkpoint lines and 12 effect lines of "
                         "tenant acme as runifold JSON Lines"),
-    (A.TENANT_KEY_DESTROY, "system destroyed 1 data key(s) of tenant acme: everything "
+    (A.TENANT_KEY_DESTROY, "system destroyed 1 data key of tenant acme: everything "
                            "stored under them is erased (crypto-shredding)"),
-    (A.PAYLOAD_ROTATE_KEYS, "system re-encrypted 12 stored value(s) with the tenant's data "
-                            "key and re-wrapped 1 data key(s) with the newest master key"),
+    (A.PAYLOAD_ROTATE_KEYS, "system re-encrypted 12 stored values with the tenant's data "
+                            "key and re-wrapped 1 data key with the newest master key"),
     (A.LEASE_ACQUIRE, "wendy gave the run's lease to worker-1, fencing token 1"),
-    (A.CONFLICTS_ACKNOWLEDGE, "rita acknowledged 2 conflict(s) of the run "
+    (A.CONFLICTS_ACKNOWLEDGE, "rita acknowledged 2 conflicts of the run "
                               "(conflicted → healthy): seen"),
-    (A.LANGGRAPH_THREAD_DELETE, "wendy deleted LangGraph thread t-1: 3 checkpoint(s); the "
+    (A.LANGGRAPH_THREAD_DELETE, "wendy deleted LangGraph thread t-1: 3 checkpoints; the "
                                 "run is closed (something else refers to it)"),
     (A.LANGGRAPH_THREAD_PRUNE, "wendy pruned LangGraph thread t-1 (keep latest): 2 "
-                               "checkpoint(s) deleted"),
-    (A.LANGGRAPH_THREAD_COPY, "wendy copied LangGraph thread t-1 onto t-2: 3 checkpoint(s)"),
-    (A.LANGGRAPH_RUNS_DELETE, "wendy deleted 1 checkpoint(s) of 1 LangGraph run(s) from "
+                               "checkpoints deleted"),
+    (A.LANGGRAPH_THREAD_COPY, "wendy copied LangGraph thread t-1 onto t-2: 3 checkpoints"),
+    (A.LANGGRAPH_RUNS_DELETE, "wendy deleted 1 checkpoint of 1 LangGraph run from "
                               "thread t-1; the run is deleted"),
 ])
 def test_the_sentences_read_as_the_issue_asks(action, expected):

@@ -14,6 +14,7 @@ from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.utils.translation import ngettext
 from django_htmx.http import trigger_client_event
 
 from .. import roles, selectors, services
@@ -224,4 +225,4 @@ def conflicts_acknowledge(request: HttpRequest, tenant: Tenant, run_id: str) -> 
     # acknowledged them first (AlreadyDone), not "0 acknowledged".
     n = services.conflicts_acknowledge(actor=request.user, tenant=tenant, run_id=run.uuid,
                                        reason=_reason(request), only_open=True)
-    return _action_done(request, tenant, run.uuid, f"{n} conflict(s) acknowledged.")
+    return _action_done(request, tenant, run.uuid, ngettext("%d conflict acknowledged.", "%d conflicts acknowledged.", n) % n)

@@ -20,7 +20,7 @@ from django.views.decorators import http
 from django_htmx.http import HttpResponseClientRedirect, reswap, retarget
 from django_htmx.middleware import HtmxDetails
 
-from .. import roles, selectors, vocab
+from .. import audit, roles, selectors, vocab
 from ..exceptions import DomainError, InvalidPayload, ReasonRequired
 from ..models import Tenant
 from ..permissions import access_tenant, role_names, tenant_perms
@@ -176,11 +176,47 @@ def whole_page_for_history(view: Callable) -> Callable:
     return wrapper
 
 
+#: The session keys: the incident reference, and the last reason given while on it.
+INCIDENT_KEY = "recovery.incident_ref"
+REASON_KEY = "recovery.incident_reason"
+
+
+def incident_of(request: HttpRequest) -> dict:
+    """``{"ref": the reviewer's incident or "", "reason": the last reason they gave while
+    on it or ""}``, from their session (nothing is read from the database)."""
+    session = getattr(request, "session", None)
+    if session is None:
+        return {"ref": "", "reason": ""}
+    ref = session.get(INCIDENT_KEY) or ""
+    return {"ref": ref, "reason": (session.get(REASON_KEY) or "") if ref else ""}
+
+
+def with_incident(view: Callable) -> Callable:
+    """Every audit event the view records carries the reviewer's incident
+    (``audit.working_on``); after an action that succeeded with a reason, that reason is
+    remembered for the incident (the action forms offer it again). Only when an incident
+    is set; a GET writes nothing."""
+
+    @wraps(view)
+    def wrapper(request: HttpRequest, *args, **kwargs):
+        ref = incident_of(request)["ref"]
+        with audit.working_on(ref):
+            response = view(request, *args, **kwargs)
+        if ref and request.method == "POST" and response.status_code < 400:
+            form = ReasonForm(request.POST)
+            if form.is_valid() and form.cleaned_data["reason"] != request.session.get(REASON_KEY):
+                request.session[REASON_KEY] = form.cleaned_data["reason"]
+        return response
+
+    return wrapper
+
+
 def dashboard(view: Callable) -> Callable:
     """The stack every dashboard view wears: ``Vary: HX-Request``, whole pages for htmx
-    history restores, htmx-aware login, then domain error mapping."""
+    history restores, htmx-aware login, the reviewer's incident on the audit events
+    (``with_incident``), then domain error mapping."""
     return vary_on_htmx(whole_page_for_history(
-        htmx_login_redirect(login_required(domain_errors(view)))))
+        htmx_login_redirect(login_required(with_incident(domain_errors(view))))))
 
 
 
@@ -226,6 +262,8 @@ def _base_context(request: HttpRequest, tenant: Tenant | None, section: str) -> 
         # The vocabulary for templates ({% if r.state == vocab.ReconcileState.QUEUED %}):
         # a template compares against the enums, never a literal state.
         "vocab": vocab,
+        # The incident the reviewer works on and its last reason (the action forms' prefill).
+        "incident": incident_of(request),
     }
 
 

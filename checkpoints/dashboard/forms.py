@@ -11,6 +11,7 @@ refuses U+0000; integers: at most 2^63-1), so nothing out of range gets to a que
 from __future__ import annotations
 
 import uuid
+from urllib.parse import urlsplit
 
 from django import forms
 from django.core.exceptions import ValidationError
@@ -183,6 +184,62 @@ class InboxFilterForm(QueryForm):
     def clean_age(self) -> int | None:
         value = self.cleaned_data.get("age")
         return int(value) if value else None
+
+
+#: The longest ``back`` a run page takes (an inbox URL with its filters and cursor).
+BACK_MAX = 1024
+
+
+class RunPageForm(QueryForm):
+    """The run page's query string: ``back``, where its back link returns (the inbox tab,
+    filters and page the reviewer came from; issue 21, item 10). Here only its form: a
+    path on this site (``/`` then no second ``/`` or ``\\``, no scheme or host, no control
+    character, at most ``BACK_MAX`` characters); the view then requires the tenant's
+    inbox path and an inbox query string (``back_target``), so it never leads
+    elsewhere (no open redirect)."""
+
+    back = forms.CharField(required=False, max_length=BACK_MAX, strip=False)
+
+    def clean_back(self) -> str:
+        value = self.cleaned_data.get("back") or ""
+        if value and (not value.startswith("/") or value.startswith(("//", "/\\"))
+                      or "\\" in value or any(ord(c) < 32 or ord(c) == 127 for c in value)):
+            raise ValidationError("must be a path of this dashboard's inbox")
+        return value
+
+
+def back_target(back: str, inbox_path: str) -> tuple[str, str] | None:
+    """``(href, state)`` of a checked ``RunPageForm`` ``back`` when it is exactly the
+    tenant's inbox (``inbox_path``) with an inbox query string (``InboxFilterForm``,
+    checked as the inbox checks it), ``state`` its tab or ``""``; ``None`` for no
+    ``back``. Raises ``InvalidPayload`` naming ``back`` for anything else: another path,
+    another tenant, a host, a scheme, a query string the inbox would refuse."""
+    if not back:
+        return None
+    parts = urlsplit(back)
+    if parts.scheme or parts.netloc or parts.fragment or parts.path != inbox_path:
+        raise InvalidPayload("back: must be a path of this dashboard's inbox")
+    form = InboxFilterForm.from_string(parts.query, name="back")
+    state = form.data.get("state", "")
+    return (f"{inbox_path}?{parts.query}" if parts.query else inbox_path), state
+
+
+#: An incident reference a reviewer types (``INC-2041``): kept in their session while
+#: they work and stored on each audit event they cause (issue 21, item 10).
+INCIDENT_REF_MAX = 64
+
+
+class IncidentForm(forms.Form):
+    """The incident a reviewer works on: ``incident_ref`` (empty: none), at most
+    ``INCIDENT_REF_MAX`` characters of printable text (no control character)."""
+
+    incident_ref = forms.CharField(required=False, max_length=INCIDENT_REF_MAX, strip=True)
+
+    def clean_incident_ref(self) -> str:
+        value = self.cleaned_data.get("incident_ref") or ""
+        if not value.isprintable():
+            raise ValidationError("no control characters")
+        return value
 
 
 class AuditFilterForm(QueryForm):

@@ -17,7 +17,7 @@ from ..models import BULK_MAX_RUNS, Tenant
 from ..permissions import tenant_perms
 from ..vocab import BulkActionKind, RecoveryState
 from .common import _base_context, dashboard, require_GET, tenant_page
-from .forms import ALL_TAB, DEFAULT_TAB, InboxFilterForm, NoQuery
+from .forms import ALL_TAB, BACK_MAX, DEFAULT_TAB, InboxFilterForm, NoQuery
 
 
 @require_GET
@@ -72,6 +72,7 @@ def _inbox_filters(request: HttpRequest, tenant: Tenant) -> tuple[dict, dict]:
                                ("age", request.GET.get("age", "")), ("sort", sort)) if v}
     total = sum(counts.values())
     text = selectors.search_terms(data["q"])
+    tenant_counts = counts if not filters.narrowing else None
     return data, {
         "state": state,
         "all_tab": ALL_TAB,
@@ -89,7 +90,31 @@ def _inbox_filters(request: HttpRequest, tenant: Tenant) -> tuple[dict, dict]:
         "substring_min": selectors.SEARCH_SUBSTRING_MIN,
         "filter_query": query,
         "sort": data["sort"],
+        "role_work": _role_work(request, tenant, tenant_counts),
     }
+
+
+#: The states that wait for each role, as the header line counts them (issue 21, item 7):
+#: a reviewer resolves what is in doubt or refused, an approver decides retries.
+ROLE_WORK = (("a reviewer", _IN_DOUBT), ("an approver", (RecoveryState.AWAITING_APPROVAL,)))
+
+
+def _role_work(request: HttpRequest, tenant: Tenant, counts: dict | None) -> list[dict]:
+    """The inbox's header line, "3 runs need a reviewer · 10 need an approver": per role of
+    ``ROLE_WORK``, how many of the tenant's runs wait for it, summed from the tenant-wide
+    state counters (``selectors.state_counts``: what the unfiltered tabs show, so the two
+    agree). ``counts``: those counters when the page already read them (no narrowing
+    filter); else one more query of them. Each item: ``who`` ("a reviewer"), ``n`` and
+    ``state`` (the tab holding them: the first of its states with a run)."""
+    if counts is None:
+        counts = selectors.run_state_counts(user=request.user, tenant=tenant,
+                                            filters=selectors.RunFilters())
+    work = []
+    for who, states in ROLE_WORK:
+        n = sum(counts.get(s, 0) for s in states)
+        tab = next((s for s in states if counts.get(s, 0)), states[0])
+        work.append({"who": who, "n": n, "state": tab})
+    return work
 
 
 def _run_filters(data: dict, state: str) -> selectors.RunFilters:
@@ -120,6 +145,11 @@ def _inbox_context(request: HttpRequest, tenant: Tenant) -> dict:
         # None: more than SEARCH_COUNT_CAP matches before this page (not counted).
         first = None if before is None else first + before
     last = None if first is None else first + len(page.rows) - 1
+    # The reason column is the run page's next step, short (selectors.nextstep: the same
+    # rule, in a fixed number of queries for the whole page).
+    steps = selectors.page_steps(user=request.user, tenant=tenant, rows=page.rows)
+    for row in page.rows:
+        row["next_step"] = steps[row["id"]].short
     other = "created" if data["sort"] == "-created" else "-created"
     return tabs | {
         "rows": page.rows,
@@ -131,9 +161,19 @@ def _inbox_context(request: HttpRequest, tenant: Tenant) -> dict:
         # Runs created since the first page can make a count a step behind the page.
         "of": max(tabs["tab_total"], last or 0),
         "sort_toggle": "" if other == selectors.DEFAULT_RUN_SORT else other,
+        # Where a run page's back link returns: this page (tab, filters, cursor), checked
+        # again by the run page (forms.back_target).
+        "back": _here(request),
         "known_kinds": sorted(set(kinds.registered()) | declared.declared_kind_names(tenant)),
         "age_choices": tabs["form"].fields["age"].choices,
     }
+
+
+def _here(request: HttpRequest) -> str:
+    """This inbox page's path and query (an htmx swap's own URL, which it pushes), or ""
+    when it is longer than ``forms.BACK_MAX`` (the run page would refuse it)."""
+    here = request.get_full_path()
+    return here if len(here) <= BACK_MAX else ""
 
 
 def _default_tab(request: HttpRequest, tenant: Tenant, counts: dict[str, int], *,

@@ -10,6 +10,7 @@ from __future__ import annotations
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.utils.translation import ngettext
 
 from .. import roles, selectors, services
 from ..models import Tenant
@@ -18,8 +19,9 @@ from .forms import NoQuery
 
 
 def _counts_words(counts: dict) -> str:
-    """``"2 run(s) erased; 1 not erased (1 under legal hold)"`` for a notice."""
-    words = f"{counts.get('erased', 0)} run(s) erased"
+    """``"2 runs erased; 1 not erased (1 under legal hold)"`` for a notice."""
+    erased = counts.get("erased", 0)
+    words = ngettext("%d run erased", "%d runs erased", erased) % erased
     stopped = [f"{counts[k]} {label}" for k, label in (
         ("legal_hold", "under legal hold"), ("not_ended", "not ended"),
         ("effect_in_doubt", "with an effect in doubt"), ("already_deleted", "already deleted"))

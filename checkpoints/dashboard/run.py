@@ -7,26 +7,27 @@ from __future__ import annotations
 
 import difflib
 import json
-from datetime import UTC
+from urllib.parse import parse_qs, urlsplit
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.urls import reverse
 from django.views.decorators.cache import never_cache
 from django_htmx.http import reswap, retarget, trigger_client_event
 
-from .. import heartbeat, kinds, policy, roles, selectors, services
+from .. import roles, selectors, services
 from ..exceptions import InvalidPayload
 from ..models import Tenant
-from ..templatetags.dashboard import ago
+from ..selectors import nextstep
 from ..vocab import (
     EffectState,
-    PhaseClass,
     ReconcileAnswer,
     ReconcileState,
     RecoveryState,
     RetryOutcome,
     RetryState,
+    words,
 )
 from .common import (
     AUDIT_CHANGED,
@@ -38,7 +39,7 @@ from .common import (
     require_POST,
     tenant_page,
 )
-from .forms import DiffForm, HistoryForm, LiveRunForm, NoQuery, RevealForm
+from .forms import DiffForm, HistoryForm, LiveRunForm, NoQuery, RevealForm, RunPageForm, back_target
 from .live import live_context
 
 #: What a look-up answered, in words (``ReconcileAttempt.answer``).
@@ -56,152 +57,40 @@ ANSWER_WORDS = {
 
 
 
-def _service_names(effects) -> str:
-    return ", ".join(sorted({e.service for e in effects}))
-
-
-def _owner_live_words(owner: dict) -> str:
-    """The sentence for a live owner: *The owner X is live until T (in 4 min); reconcile
-    after it is gone.* ``owner`` is ``{"owner": lease owner or "", "until": when it counts
-    as gone, or None}``."""
-    who = (f"The owner {owner['owner']}" if owner["owner"]
-           else "The run's owner (no lease; it wrote recently)")
-    until = owner["until"]
-    when = (f" until {until.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC ({ago(until)})"
-            if until else "")
-    return f"{who} is live{when}; reconcile after it is gone."
+#: The viewer-independent rule of the next step lives in ``selectors.nextstep`` (the
+#: inbox and the API run list say the same, shorter); the run page adds who may decide.
+_owner_live_words = nextstep.owner_live_words
 
 
 def _reconcile_rows(requests) -> list[dict]:
     """The run's reconcile requests (newest first) as the Reconciliation section shows
-    them: the attempt log in words, whether a queued request waits for the task queue to
-    come back (``broker_down``), and whether a request that gave up leaves its effect
-    waiting for a human (the newest request of that effect, and the effect still in
-    doubt)."""
-    broker = heartbeat.broker_configured()
-    seen: set[int] = set()
-    rows = []
-    for r in requests:
-        latest = r.effect_id not in seen
-        seen.add(r.effect_id)
-        queued = r.state == ReconcileState.QUEUED
-        rows.append({
-            "req": r,
-            "effect": r.effect,
-            "attempts": [{"a": a, "words": ANSWER_WORDS.get(a.answer, "")}
-                         for a in r.attempt_log.all()],
-            "broker_down": queued and (services.BROKER_DOWN in r.last_error
-                                       or (broker and r.dispatched_at is None)),
-            "waits_for_human": (r.state == ReconcileState.GAVE_UP and latest
-                                and r.effect.state in EffectState.IN_DOUBT),
-        })
+    them: ``nextstep.reconcile_rows`` (``broker_down``, ``waits_for_human``) and each
+    request's attempt log in words."""
+    rows = nextstep.reconcile_rows(requests)
+    for row in rows:
+        row["attempts"] = [{"a": a, "words": ANSWER_WORDS.get(a.answer, "")}
+                           for a in row["req"].attempt_log.all()]
     return rows
-
-
-def _reconcile_step(in_doubt, rows: list[dict], owner: dict | None) -> str:
-    """The next step while an effect is in doubt: wait for a reconciliation under way,
-    wait for a live owner, decide after one gave up, or reconcile."""
-    doubtful = [r for r in rows if r["effect"].state in EffectState.IN_DOUBT]
-    open_rows = [r for r in doubtful if r["req"].state in ReconcileState.OPEN]
-    if any(r["broker_down"] for r in open_rows):
-        return ("Reconciliation is queued and will run when the worker is back (nothing is "
-                "lost); nothing to do meanwhile")
-    waiting = [r["req"].waiting_for_worker_since for r in open_rows
-               if r["req"].waiting_for_worker_since]
-    if waiting:
-        return (f"Reconcile job waiting for a worker since {min(waiting):%Y-%m-%d %H:%M:%S} "
-                f"UTC; the next stale-run sweep sends it again (nothing is lost)")
-    running = [r["effect"] for r in open_rows if r["req"].state == ReconcileState.RUNNING]
-    if running:
-        return f"Reconciliation is asking {_service_names(running)} now; reload in a moment"
-    if open_rows:
-        req = open_rows[0]["req"]
-        when = ago(req.next_attempt_at)
-        when = f"due {when}" if when.startswith("in ") else "due now"
-        return (f"Reconciliation is queued; its next look-up is {when}: "
-                f"wait for the answer")
-    if owner is not None:
-        words = _owner_live_words(owner).rstrip(".")
-        return f"Wait: {words[0].lower()}{words[1:]}"
-    gave_up = [r["effect"] for r in rows if r["waits_for_human"]]
-    if gave_up:
-        e = gave_up[0]
-        return (f"Reconciliation gave up on {e.service} {e.operation_key}: reconcile again, "
-                f"or mark the outcome unknown")
-    return f"Reconcile first: ask {_service_names(in_doubt)} by operation key"
-
-
-#: What a reconciliation that settled an in-flight run's effect leads to, best news first.
-_RECONCILED_STEP = {
-    EffectState.CONFIRMED: ("Reconciliation confirmed {e}: request a retry (it replays the confirmed "
-                  "receipt; not called again) or close the run"),
-    EffectState.NOT_EXECUTED: ("Reconciliation found that {e} never ran: request a retry (it is "
-                     "submitted again with the same key) or close the run"),
-    EffectState.FAILED: ("Reconciliation found that the service refused {e}: request a retry (the run "
-               "follows its failure path) or close the run"),
-}
-
-
-def _reconciled(rows: list[dict]) -> str:
-    """The hint for a run whose effect reconciliation settled, if one did and it still
-    stands (the newest such request; ``confirmed`` before the others)."""
-    for outcome, words in _RECONCILED_STEP.items():
-        for r in rows:
-            req, effect = r["req"], r["effect"]
-            if (req.state == ReconcileState.DONE and req.outcome == outcome
-                    and effect.state == outcome):
-                return words.format(e=f"{effect.service} {effect.operation_key}")
-    return ""
 
 
 def _next_step(detail: selectors.RunDetail, open_retry, *, reconcile_rows=(),
                owner: dict | None = None, may_decide: bool = False,
-               may_withdraw: bool = False, tenant: str = "") -> str:
-    """One short hint at the top of the run page, from the run's state (presentation only:
-    the services decide what is allowed). It leads a reviewer to an end state: the run
-    retried (and finished by its runtime) or closed."""
-    run, effects = detail.run, detail.effects
-    state = run.recovery_state
-    in_doubt = [e for e in effects if e.state in EffectState.IN_DOUBT]
-    unknown = [e for e in effects if e.state == EffectState.UNKNOWN]
-    if run.closed_at is not None:
-        who = run.closed_by.get_username() if run.closed_by else "a reviewer"
-        return (f"Closed by {who}: nothing to do here; a new write by the runtime reopens "
-                f"it")
-    if state == RecoveryState.SCHEMA_MISMATCH:
-        return f"Schema mismatch: {run.recovery_reason or 'unsupported kind or schema version'}"
-    if state == RecoveryState.AWAITING_APPROVAL and open_retry is not None:
-        requester = open_retry.requested_by.get_username()
-        if may_decide:
-            return f"Your decision: {requester} asked for this retry; read the preview, then " \
-                   f"approve or reject it"
-        if may_withdraw:
-            return (f"Waiting for an approver other than {requester} (you); you may "
-                    f"withdraw your request below")
-        return f"Waiting for an approver other than {requester}"
-    if state == RecoveryState.RETRY_APPROVED:
-        if kinds.migration_required(run.kind, run.schema_version):
-            # What the runtime's resume answers (reject / migration_required) until then.
-            return "Approved, but waiting for a migration: " + policy.migration_required_detail(
-                run.kind, run.schema_version, tenant=tenant, run_id=str(run.uuid))
-        return "Approved: the runtime's next resume call will retry"
-    if in_doubt and state in RecoveryState.RETRYABLE:
-        return _reconcile_step(in_doubt, list(reconcile_rows), owner)
-    if unknown and open_retry is None:
-        e = unknown[0]
-        more = f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""
-        return (f"Nobody can tell whether {e.service} ran {e.operation_key}{more}: request a "
-                f"retry (accepts a possible duplicate) or close the run")
-    if (state == RecoveryState.AMBIGUOUS and run.phase_class == PhaseClass.IN_FLIGHT
-            and open_retry is None and all(e.state in EffectState.SETTLED for e in effects)):
-        if not effects:
-            return "No side effect was recorded; a retry re-runs the step, or close the run"
-        return _reconciled(list(reconcile_rows)) or (
-            "Every recorded effect is settled; a retry re-runs the step and replays "
-            "confirmed receipts (not called again), or close the run")
-    if state == RecoveryState.CONFLICTED:
-        return "Refused writes to acknowledge"
-    return ""
+               may_withdraw: bool = False, tenant: str = "") -> nextstep.Step:
+    """The run page's next step (``nextstep.next_step``, the inbox's rule): the run's
+    state, effects, open request and reconciliation, and the viewer's part in an open
+    request."""
+    run = detail.run
+    return nextstep.next_step(nextstep.StepInput(
+        state=run.recovery_state, phase_class=run.phase_class,
+        closed=run.closed_at is not None,
+        closed_by=run.closed_by.get_username() if run.closed_by else "",
+        recovery_reason=run.recovery_reason, kind=run.kind,
+        schema_version=run.schema_version, run_id=str(run.uuid),
+        deleted=run.payloads_deleted_at is not None, effects=detail.effects,
+        open_retry=open_retry,
+        requester=open_retry.requested_by.get_username() if open_retry else "",
+        reconcile_rows=list(reconcile_rows), owner=owner, may_decide=may_decide,
+        may_withdraw=may_withdraw, tenant=tenant))
 
 
 def _retry_blocked(run, open_retry, in_doubt: bool) -> str:
@@ -220,11 +109,37 @@ def _retry_blocked(run, open_retry, in_doubt: bool) -> str:
     return ""
 
 
-def _back_link(run) -> tuple[str, str]:
-    """The run page's back link: the inbox tab of the run's current state."""
+def _asked_back(request: HttpRequest) -> str:
+    """The ``back`` the run page was asked with: a GET's own ``?back=``; an htmx action's,
+    the ``back`` of the page it was sent from (``HX-Current-URL``), so the link still
+    returns there after the action's swap."""
+    if request.method == "GET":
+        return request.GET.get("back", "")
+    current = request.htmx.current_url_abs_path if request.htmx else None
+    values = parse_qs(urlsplit(current or "").query).get("back", [])
+    return values[0] if len(values) == 1 else ""
+
+
+def _back_link(request: HttpRequest, tenant: Tenant, run) -> tuple[str, str]:
+    """The run page's back link ``(href, words)``: the inbox page the reviewer came from
+    (``back``, checked by ``RunPageForm`` and ``back_target``; ``run_detail`` refuses a
+    bad one with a 400, an action's swap ignores it), else the inbox tab of the run's
+    current state."""
+    inbox = reverse("run_list", args=[tenant.slug])
+    form = RunPageForm({"back": _asked_back(request)})
+    target = None
+    if form.is_valid():
+        try:
+            target = back_target(form.cleaned_data["back"], inbox)
+        except InvalidPayload:
+            target = None
+    if target is not None:
+        href, state = target
+        return href, (f"{words(state)} runs" if state in RecoveryState.values else "inbox")
     if run.recovery_state in RecoveryState.INBOX_TABS:
-        return f"?state={run.recovery_state}", f"{run.recovery_state.replace('_', ' ')} runs"
-    return "", "inbox"
+        return (f"{inbox}?state={run.recovery_state}",
+                f"{run.recovery_state.replace('_', ' ')} runs")
+    return inbox, "inbox"
 
 
 def _run_context(request: HttpRequest, tenant: Tenant, run_id, **extra) -> dict:
@@ -286,7 +201,12 @@ def _run_context(request: HttpRequest, tenant: Tenant, run_id, **extra) -> dict:
     # What an approved retry would do, shown before it is requested and before approval.
     preview = services.retry_preview(run) if can_request_retry or deciding else []
     duplicates = sum(1 for p in preview if p["outcome"] == RetryOutcome.POSSIBLE_DUPLICATE)
-    back_query, back_label = _back_link(run)
+    back_href, back_label = _back_link(request, tenant, run)
+    step = _next_step(
+        detail, open_retry, reconcile_rows=reconcile_rows, owner=owner,
+        may_decide=(open_retry is not None and context["can_approve"]
+                    and user.pk != open_retry.requested_by_id),
+        may_withdraw=any(r["can_withdraw"] for r in retries), tenant=tenant.slug)
     context.update(
         run=run,
         checkpoints=checkpoints,
@@ -299,11 +219,10 @@ def _run_context(request: HttpRequest, tenant: Tenant, run_id, **extra) -> dict:
         reconcile_rows=reconcile_rows,
         sweep_interval_s=settings.RECOVERY_SWEEP_INTERVAL_S,
         show_reconciliation=bool(reconcile_rows) or any_in_doubt,
-        next_step=_next_step(
-            detail, open_retry, reconcile_rows=reconcile_rows, owner=owner,
-            may_decide=(open_retry is not None and context["can_approve"]
-                        and user.pk != open_retry.requested_by_id),
-            may_withdraw=any(r["can_withdraw"] for r in retries), tenant=tenant.slug),
+        thread_id=selectors.run_thread_id(user=user, tenant=tenant, run=run,
+                                          checkpoints=detail.checkpoints),
+        next_step=step.text,
+        next_step_short=step.short,
         can_request_retry=can_request_retry,
         retry_blocked=retry_blocked if context["can_review"] else "",
         can_reconcile=can_reconcile,
@@ -317,7 +236,7 @@ def _run_context(request: HttpRequest, tenant: Tenant, run_id, **extra) -> dict:
         show_preview=can_request_retry or deciding,
         preview=preview,
         preview_duplicates=duplicates,
-        back_query=back_query,
+        back_href=back_href,
         back_label=back_label,
         revealed=None,
         revealed_evidence=None,
@@ -337,7 +256,7 @@ def _run_context(request: HttpRequest, tenant: Tenant, run_id, **extra) -> dict:
         context.update(tombstone=selectors.run_tombstone(user=user, tenant=tenant, run=run),
                        can_reveal=False, can_request_retry=False, can_reconcile=False,
                        can_acknowledge=False, can_close=False, show_preview=False,
-                       next_step="")
+                       next_step=step.text)
         deciding = False
         for item in effects:
             item["can_mark_unknown"] = False
@@ -376,8 +295,10 @@ def run_live(request: HttpRequest, tenant: Tenant, run_id: str) -> HttpResponse:
 def run_detail(request: HttpRequest, tenant: Tenant, run_id: str) -> HttpResponse:
     """``/t/<slug>/runs/<run_id>/``: identity, lease, state, checkpoint timeline, effects,
     conflicts, retry requests, audit trail and the actions the viewer's role allows.
-    Takes no parameter (``NoQuery``)."""
-    NoQuery.from_request(request)
+    Takes ``back`` only (``RunPageForm``, ``back_target``: the inbox page to return to;
+    anything else is a 400 naming it)."""
+    form = RunPageForm.from_request(request)
+    back_target(form.cleaned_data["back"], reverse("run_list", args=[tenant.slug]))
     return render(request, "checkpoints/run.html", _run_context(request, tenant, run_id))
 
 

@@ -58,6 +58,11 @@ class AuditEvent(TenantOwned):
     hash_scheme = models.PositiveSmallIntegerField(choices=AuditHashScheme.choices)
     key_id = models.CharField(max_length=16, blank=True, default="",
                               help_text="id of the RECOVERY_AUDIT_KEYS key of the HMAC")
+    incident_ref = models.CharField(
+        max_length=64, null=True, blank=True,
+        help_text="the incident the actor was working on (``INC-2041``), typed in the "
+                  "dashboard and kept in their session (issue 21, item 10); null: none. "
+                  "Covered by the hash when set (``audit.audit_fields``)")
 
     class Meta:
         ordering = ["-seq"]

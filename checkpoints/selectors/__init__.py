@@ -97,6 +97,12 @@ from .migrations import (
     migration_job_get,
     migration_offers,
 )
+from .nextstep import (
+    Step,
+    StepInput,
+    next_step,
+    page_steps,
+)
 from .objects import (
     BulkResult,
     bulk_get,
@@ -126,6 +132,7 @@ from .runs import (
     run_get,
     run_owner_status,
     run_summary,
+    run_thread_id,
 )
 from .search import (
     _SUBSTRING_TERM,

@@ -17,7 +17,7 @@ from django.db.models import (
     QuerySet,
 )
 
-from .. import policy, roles
+from .. import kinds, policy, roles
 from ..dbclock import NOW, db_now
 from ..exceptions import InvalidPayload, NotFound
 from ..models import (
@@ -28,6 +28,7 @@ from ..models import (
     Conflict,
     Effect,
     EffectRevision,
+    GraphCheckpoint,
     ReconcileAttempt,
     ReconcileRequest,
     RetryRequest,
@@ -282,3 +283,16 @@ def run_owner_status(*, user, tenant: Tenant, run: Run) -> OwnerStatus:
                                ambiguity_threshold_s=tenant.ambiguity_threshold_s)
     return OwnerStatus(live=not facts.owner_gone, owner=run.lease_owner,
                        gone_at=facts.owner_gone_at if not facts.owner_gone else None)
+
+
+def run_thread_id(*, user, tenant: Tenant, run: Run, checkpoints: list[Checkpoint]) -> str:
+    """The LangGraph thread id of a run the LangGraph saver wrote (kind
+    ``kinds.LANGGRAPH_KIND``; docs/langgraph.md), from the graph checkpoints kept beside
+    its envelopes ``checkpoints``; ``""`` for any other run (no query) or none found. One
+    query on the envelope's index whatever the thread's length."""
+    require(user, tenant, roles.VIEW)
+    if run.kind != kinds.LANGGRAPH_KIND or not checkpoints:
+        return ""
+    return (GraphCheckpoint.objects.for_tenant(tenant)
+            .filter(envelope_id__in=[c.pk for c in checkpoints])
+            .values_list("thread_id", flat=True).first()) or ""

@@ -27,7 +27,7 @@ from .. import crypto, locks, roles
 from ..audit import audit_record
 from ..dbclock import NOW
 from ..exceptions import InvalidTransition, NotFound
-from ..heartbeat import broker_configured
+from ..heartbeat import BROKER_DOWN, broker_configured
 from ..jsonparse import loads_any
 from ..models import Effect, ReconcileAttempt, ReconcileRequest, ReconcileState, Tenant
 from ..permissions import require
@@ -44,7 +44,6 @@ EXECUTE = "checkpoints.jobs.reconciliation.execute"
 
 #: What ``dispatch`` writes into a request it could not hand to the broker (the run page
 #: says "queued, will run when the worker is back" for it).
-BROKER_DOWN = "broker unavailable"
 _DISPATCH = ("dispatch marks, by primary key, the requests it was handed (read scoped by "
              "the reviewer's action, or by the sweep's re-drive)")
 

@@ -14,6 +14,7 @@ from django.utils.safestring import SafeString, mark_safe
 
 from .. import auditwords
 from ..kinds import USAGE_COUNTERS
+from ..selectors import nextstep
 from ..vocab import BADGE_CLASSES, words
 
 register = template.Library()
@@ -52,17 +53,33 @@ def shortid(value) -> str:
 @register.filter
 def ago(when: datetime | None) -> str:
     """Compact relative time: ``"12 s ago"``, ``"4 min ago"``, ``"3 h ago"``, ``"2 d ago"``;
-    ``"in 5 min"`` for the future; ``"—"`` for none."""
-    if not when:
+    ``"in 5 min"`` for the future; ``"—"`` for none (``selectors.nextstep.ago``, whose
+    next-step sentences say it the same way)."""
+    return nextstep.ago(when)
+
+
+@register.filter
+def duration(seconds) -> str:
+    """A duration for people (issue 21, item 10): seconds as its two largest units,
+    ``287`` -> ``"4 min 47 s"``, ``3600`` -> ``"1 h"``, ``93784`` -> ``"1 d 2 h"``,
+    ``0`` -> ``"0 s"``; a ``timedelta`` too. What is no number shows as it is; ``None``
+    as ``"—"``."""
+    if seconds is None or seconds == "":
         return "—"
-    seconds = int((timezone.now() - when).total_seconds())
-    future = seconds < 0
-    seconds = abs(seconds)
+    if hasattr(seconds, "total_seconds"):
+        seconds = seconds.total_seconds()
+    try:
+        left = abs(int(seconds))
+    except (TypeError, ValueError, OverflowError):
+        return str(seconds)
+    parts = []
     for size, unit in ((86400, "d"), (3600, "h"), (60, "min"), (1, "s")):
-        if seconds >= size or unit == "s":
-            text = f"{seconds // size} {unit}"
+        if left >= size:
+            parts.append(f"{left // size} {unit}")
+            left %= size
+        if len(parts) == 2 or (parts and left == 0):
             break
-    return f"in {text}" if future else f"{text} ago"
+    return " ".join(parts[:2]) or "0 s"
 
 
 def _utc(when: datetime) -> datetime:

@@ -25,8 +25,9 @@
 // ---- Time and words for people (issue 9, item 5) -------------------------------------
 // Times: the server renders <time datetime="…Z" title="… UTC">3 min ago</time>
 // (templatetags/dashboard.py "when"); here each one also shows the time in the browser's
-// zone, "3 min ago · 14:02:11 (Europe/Paris)" (with the date when it is not today), and
-// its title gives the full local time with its UTC offset, then the UTC time.
+// zone, "3 min ago · 14:02:11" (with the date when it is not today), the zone named once
+// in the page's footer (#tz-note), and its title gives the full local time with its UTC
+// offset and zone, then the UTC time.
 // Copy buttons: <button data-copy="value"> copies its value (Clipboard API; a hidden
 // textarea and execCommand where that is refused, e.g. over plain http).
 // Irreversible actions: a <form data-confirm="question"> asks in a dialog; the dialog
@@ -61,7 +62,8 @@
       return;
     }
     var sameDay = day.format(at) === day.format(new Date());
-    var local = (sameDay ? "" : day.format(at) + " ") + clock.format(at) + (zone ? " (" + zone + ")" : "");
+    // The zone is named once per page (the footer, "tzNote"); the title names it too.
+    var local = (sameDay ? "" : day.format(at) + " ") + clock.format(at);
     var rel = document.createElement("span");
     rel.className = "rel";
     rel.textContent = el.textContent;
@@ -85,8 +87,22 @@
     }
   }
 
+  // "Times are in Asia/Tokyo (UTC+9)": the one statement of the page's time zone.
+  function tzNote() {
+    var note = document.getElementById("tz-note");
+    if (!note || note.hasAttribute("data-zone") || !clock) { return; }
+    var minutes = -new Date().getTimezoneOffset();
+    var sign = minutes < 0 ? "-" : "+", abs = Math.abs(minutes);
+    var offset = "UTC" + (minutes ? sign + Math.floor(abs / 60) + (abs % 60 ? ":" + String(abs % 60).padStart(2, "0") : "") : "");
+    var where = !zone ? "your browser's time zone (" + offset + ")"
+              : zone === offset ? zone : zone + " (" + offset + ")";
+    note.textContent = "Times are in " + where + "; hover a time for its date, offset and UTC.";
+    note.setAttribute("data-zone", zone);
+  }
+
   function enhance(root) {
     if (!root || !root.querySelectorAll) { return; }
+    tzNote();
     if (root.matches && root.matches("time[datetime]")) { localise(root); }
     root.querySelectorAll("time[datetime]").forEach(localise);
     if (root.matches && root.matches("form[data-confirm]")) { confirmable(root); }

@@ -105,7 +105,7 @@ def test_the_dashboard_works_under_the_content_security_policy(
     # The run page.
     watch.collect(page)
     page.click(f"a[title='{run_id}']")
-    page.wait_for_url(f"{base}/t/acme/runs/{run_id}/")
+    page.wait_for_url(f"{base}/t/acme/runs/{run_id}/?back=**")
     expect(page.locator("#run-state")).to_have_text("ambiguous")
     mark_document(page)
 

@@ -75,7 +75,7 @@ def test_back_and_forward_after_a_filtered_htmx_navigation_show_whole_current_pa
 
     # Open a run (a full navigation), then Back and Forward.
     page.click(f"a[title='{refund}']")
-    page.wait_for_url(f"{live_server.url}/t/acme/runs/{refund}/")
+    page.wait_for_url(f"{live_server.url}/t/acme/runs/{refund}/?back=**")
     expect(page.locator("#run-state")).to_have_text("ambiguous")
     page.go_back()
     page.wait_for_url("**subject=refund**")
@@ -83,7 +83,7 @@ def test_back_and_forward_after_a_filtered_htmx_navigation_show_whole_current_pa
     expect(page.locator("#inbox-main")).to_have_count(1)
     expect(_rows(page)).to_have_count(2)
     page.go_forward()
-    page.wait_for_url(f"{live_server.url}/t/acme/runs/{refund}/")
+    page.wait_for_url(f"{live_server.url}/t/acme/runs/{refund}/?back=**")
     expect(page.locator("header.topbar")).to_have_count(1)
     expect(page.locator("#run-state")).to_have_text("ambiguous")
     # Back twice more: the unfiltered inbox we started from, whole (opening the run

@@ -30,7 +30,7 @@ def test_it_lets_a_reviewer_request_and_another_person_approve_a_retry(
     # rita finds the run in the ambiguous tab; its charge is in doubt, so no retry yet.
     context, page = login(browser, live_server, "rita")
     page.click(f"a[title='{run_id}']")
-    page.wait_for_url(run_url)
+    page.wait_for_url(run_url + "?back=**")
     expect(page.locator("#run-state")).to_have_text("ambiguous")
     expect(page.locator("#next-step")).to_contain_text("Reconcile first")
     expect(page.locator("#f-retry")).to_have_count(0)
@@ -40,7 +40,8 @@ def test_it_lets_a_reviewer_request_and_another_person_approve_a_retry(
     page.once("dialog", lambda dialog: dialog.accept())  # irreversible: app.js asks first
     unknown.locator("button[type=submit]").click()
     expect(page.locator("#run-state")).to_have_text("unknown outcome")
-    expect(page.locator("#back-link")).to_contain_text("unknown outcome runs")
+    # Back to where she came from: the inbox she landed on (issue 21, item 10).
+    expect(page.locator("#back-link")).to_have_attribute("href", "/t/acme/")
     page.fill("#f-retry input[name=reason]", "worker died after submit; charge unconfirmed")
     page.click("#f-retry button[type=submit]")
     expect(page.locator("#run-state")).to_have_text("awaiting approval")
@@ -54,12 +55,13 @@ def test_it_lets_a_reviewer_request_and_another_person_approve_a_retry(
     context, page = login(browser, live_server, "april")
     expect(page.locator(".tab.active")).to_contain_text("awaiting approval")
     page.click(f"a[title='{run_id}']")
-    page.wait_for_url(run_url)
+    page.wait_for_url(run_url + "?back=**")
     decide = page.locator("form[id^='f-decide-']")
     decide.locator("input[name=reason]").fill("gateway dedupes by operation key")
     decide.locator("button", has_text="Approve").click()
     expect(page.locator("#run-state")).to_have_text("retry approved")
-    expect(page.locator("#back-link")).to_contain_text("retry approved runs")
+    # Back to the inbox she came from, which lands on the next request awaiting approval.
+    expect(page.locator("#back-link")).to_have_attribute("href", "/t/acme/")
     audit = page.locator("#audit-panel")
     expect(audit.locator("tr[data-action='retry.approve']")).to_contain_text("april")
     expect(audit.locator("tr[data-action='retry.request']")).to_contain_text("rita")

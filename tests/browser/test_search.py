@@ -34,7 +34,7 @@ def test_a_reviewer_finds_a_run_by_its_order_id(browser, live_server, acme, rita
     expect(rows).to_have_count(1)
     expect(page.locator("#inbox-q")).to_have_value("A-1003")
     page.click(f"table.runs a[href*='{stuck.run_id}']")
-    page.wait_for_url(f"**/runs/{stuck.run_id}/")
+    page.wait_for_url(f"**/runs/{stuck.run_id}/?back=**")
     context.close()
 
 

@@ -447,6 +447,9 @@ RECIPES: dict[str, list[Op]] = {
     "inbox": [Op("get", lambda w: {}, home_rule, surface="web")],
     "run_list": [Op("get", _s(), page_rule(V, 200), surface="web")],
     "run_counts": [Op("get", _s(), page_rule(V, 200), surface="web")],
+    # The incident a reviewer works on (issue 21, item 10): the session only, no row.
+    "incident_set": [Op("post", _s(), page_rule(V, 302), surface="web",
+                        body={"incident_ref": "INC-2041"})],
     "report": [Op("get", _s(), page_rule(V, 200), surface="web")],
     "audit_log": [Op("get", _s(), page_rule(V, 200), surface="web")],
     "kind_list": [Op("get", _s(), page_rule(V, 200), surface="web")],

@@ -330,6 +330,18 @@ SELECTORS: dict[str, SelectorCell] = {
     "reconcile_attempt_get": SelectorCell(
         lambda w, s, u: selectors.reconcile_attempt_get(user=u, tenant=w.tenant(s),
                                                         attempt_id=w.data[s].attempt_pk)),
+    # The inbox's next steps (issue 21, item 7): one per run of the tenant's own page.
+    "page_steps": SelectorCell(
+        lambda w, s, u: selectors.page_steps(user=u, tenant=w.tenant(s), rows=selectors.run_list(
+            user=u, tenant=w.tenant(s), filters=selectors.RunFilters(), limit=200).rows),
+        _count_is(lambda c: sum(c["runs"].values()), len), shows_mark=False),
+    # The run page's LangGraph thread id (issue 21, item 10), from its own checkpoints.
+    "run_thread_id": SelectorCell(
+        lambda w, s, u: selectors.run_thread_id(
+            user=u, tenant=w.tenant(s), run=_run(w, s),
+            checkpoints=selectors.run_detail(user=u, tenant=w.tenant(s),
+                                             run_id=IDS["r_looked"]).checkpoints),
+        shows_mark=False),
     "run_owner_status": SelectorCell(
         lambda w, s, u: selectors.run_owner_status(user=u, tenant=w.tenant(s), run=_run(w, s)),
         shows_mark=False),
@@ -514,6 +526,7 @@ NOT_TENANT_DATA = {
     "retry_previews": "no user: the preview of runs its caller already read in its tenant "
                       "(tenant_id first); approval_queue's cell and services.retry_preview "
                       "(the run page, the approval) cover it",
+    "next_step": "pure: words from the StepInput its caller read (page_steps has a cell)",
     "tombstone_purge_get": "one purge by its UUID in the asked tenant (for_tenant); the "
                            "twin world holds none: tests/lifecycle/test_tombstone_api.py",
 }
@@ -826,6 +839,8 @@ PAGES: dict[str, Req] = {
     "inbox": Req(),
     "run_list": Req(shows_mark=True),
     "run_counts": Req(),
+    # The incident a reviewer works on (issue 21, item 10): their session, no row.
+    "incident_set": Req(body={"incident_ref": "INC-2041"}),
     "report": Req(),
     "audit_log": Req(shows_mark=True),
     "kind_list": Req(),

@@ -112,6 +112,7 @@ from .runs import (
     ResumeInputSerializer,
     ResumeSerializer,
     RunDetailSerializer,
+    RunListItemSerializer,
     RunPageSerializer,
     RunSerializer,
     resume_usage,

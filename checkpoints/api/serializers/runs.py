@@ -55,11 +55,22 @@ class RunSerializer(Answer):
                                    "more writes (409 run_deleted). Null: not deleted")
 
 
+# Rendered from a ``selectors.run_list`` row with ``next_step`` added (``page_steps``).
+class RunListItemSerializer(RunSerializer):
+    """A run of the list, with what to do next in a few words (the dashboard inbox's
+    reason column, the run page's next step: ``selectors.nextstep``)."""
+
+    next_step = serializers.CharField(
+        help_text='what is true · what a person does, e.g. "payments confirmed · a retry '
+                  'replays it", "nobody can tell · possible duplicate"; "" when nothing '
+                  'waits for a person')
+
+
 class RunPageSerializer(Answer):
     """One keyset page; ``next`` is the URL of the following page, or null on the last;
     ``previous`` the URL of the page before, or null on the first."""
 
-    results = RunSerializer(many=True)
+    results = RunListItemSerializer(many=True)
     next = serializers.URLField(allow_null=True)
     previous = serializers.URLField(allow_null=True)
 

@@ -46,6 +46,10 @@ class RunListApi(TenantApi):
             age_s_min=q["age_s_min"], q=q["q"])
         page = selectors.run_list(user=request.user, tenant=t, filters=filters,
                                   sort=q["sort"], cursor=q["cursor"], limit=q["limit"])
+        # What the dashboard's inbox says to do, the same words (selectors.nextstep).
+        steps = selectors.page_steps(user=request.user, tenant=t, rows=page.rows)
+        for row in page.rows:
+            row["next_step"] = steps[row["id"]].short
         nxt = page_url(request, cursor=page.next_cursor) if page.next_cursor else None
         prev = (page_url(request, cursor=page.previous_cursor)
                 if page.previous_cursor else None)

@@ -1,0 +1,171 @@
+"""A phone and a person (issue 21, item 10), the parts a view test sees: the run page's
+back link returns to the inbox page the reviewer came from (a checked ``back``, never an
+open redirect); an incident reference typed once is kept in the session, stored on each
+audit event the reviewer causes (and covered by the chain's hash), shown in the audit
+log, and the incident's last reason is offered again; durations in human units."""
+
+from __future__ import annotations
+
+import html
+from urllib.parse import quote
+
+import pytest
+from django.urls import reverse
+
+from checkpoints import audit
+from checkpoints.models import AuditEvent
+from checkpoints.templatetags.dashboard import duration
+from tests.views.test_access import REASON
+
+pytestmark = pytest.mark.django_db
+
+
+def _run_url(run_id, back=None):
+    url = reverse("run_detail", args=["acme", run_id])
+    return url if back is None else f"{url}?back={quote(back, safe='')}"
+
+
+def _back_href(body: str) -> str:
+    start = body.index('id="back-link" href="') + len('id="back-link" href="')
+    return html.unescape(body[start:body.index('"', start)])
+
+
+# --- the back link ---------------------------------------------------------------------
+
+def test_the_inbox_links_each_run_with_the_page_it_is_on(login, rita, stuck):
+    response = login(rita).get("/t/acme/", {"state": "ambiguous", "kind": "acme.order"})
+    assert response.context["back"] == "/t/acme/?state=ambiguous&kind=acme.order"
+    body = response.content.decode()
+    assert f'{stuck.run_id}/?back=/t/acme/%3Fstate%3Dambiguous%26kind%3Dacme.order"' in body
+
+
+@pytest.mark.parametrize("back, label", [
+    ("/t/acme/?state=ambiguous&kind=acme.order", "ambiguous runs"),
+    ("/t/acme/?state=all&q=A-1042", "inbox"),
+    ("/t/acme/", "inbox"),
+])
+def test_the_back_link_returns_to_where_the_reviewer_came_from(login, rita, stuck, back,
+                                                               label):
+    response = login(rita).get(_run_url(stuck.run_id, back))
+    assert response.status_code == 200
+    body = response.content.decode()
+    assert _back_href(body) == back
+    assert f"← {label}" in html.unescape(body)
+
+
+@pytest.mark.parametrize("back", [
+    "https://evil.example/t/acme/",       # another site
+    "//evil.example/t/acme/",             # scheme-relative: another site
+    "/\\evil.example/t/acme/",            # a backslash browsers read as a slash
+    "javascript:alert(1)",                # not a path
+    "/t/globex/",                         # another tenant's inbox
+    "/t/acme/runs/x/",                    # not the inbox
+    "/t/acme/?next=//evil.example",       # a parameter the inbox does not take
+    "/t/acme/?state=bogus",               # a value the inbox refuses
+    "/t/acme/?state=ambiguous#x",         # a fragment
+    "/t/acme/?q=a\x01b",                  # a control character
+    "/t/acme/?q=" + "a" * 1100,           # longer than BACK_MAX
+])
+def test_a_back_that_leads_anywhere_else_is_refused(login, rita, stuck, back):
+    response = login(rita).get(_run_url(stuck.run_id, back))
+    assert response.status_code == 400
+    assert "back" in html.unescape(response.content.decode())
+
+
+def test_a_back_given_twice_is_refused(login, rita, stuck):
+    url = reverse("run_detail", args=["acme", stuck.run_id])
+    response = login(rita).get(f"{url}?back=/t/acme/&back=/t/acme/?state=all")
+    assert response.status_code == 400
+
+
+def test_the_back_link_survives_an_action_swap(login, rita, unknown):
+    page = _run_url(unknown.run_id, "/t/acme/?state=unknown_outcome&sort=created")
+    response = login(rita).post(reverse("run_retry_request", args=["acme", unknown.run_id]),
+                                REASON, HTTP_HX_REQUEST="true", HTTP_HX_TRIGGER="f-retry",
+                                HTTP_HX_CURRENT_URL=f"http://testserver{page}")
+    assert response.status_code == 200
+    assert _back_href(response.content.decode()) == "/t/acme/?state=unknown_outcome&sort=created"
+    # A bad back in the page the action came from is ignored (the action is done).
+    bad = _run_url(unknown.run_id, "//evil.example/")
+    response = login(rita).post(reverse("run_close", args=["acme", unknown.run_id]),
+                                {**REASON, "confirm": "on"}, HTTP_HX_REQUEST="true",
+                                HTTP_HX_CURRENT_URL=f"http://testserver{bad}")
+    assert response.status_code == 200
+    assert _back_href(response.content.decode()).startswith("/t/acme/")
+
+
+# --- the incident reference ------------------------------------------------------------
+
+def _set_incident(client, ref, **headers):
+    return client.post(reverse("incident_set", args=["acme"]), {"incident_ref": ref},
+                       **headers)
+
+
+def test_an_incident_ref_is_stored_on_each_audit_event_the_reviewer_causes(
+        login, rita, vic, unknown, acme):
+    client = login(rita)
+    assert _set_incident(client, "INC-2041").status_code == 302
+    before = AuditEvent.objects.count()
+    response = client.post(reverse("run_retry_request", args=["acme", unknown.run_id]),
+                           {"reason": "the gateway has no look-up"},
+                           HTTP_HX_REQUEST="true", HTTP_HX_TRIGGER="f-retry")
+    assert response.status_code == 200
+    new = list(AuditEvent.objects.filter(pk__gt=0).order_by("seq")[before:])
+    assert new and all(e.incident_ref == "INC-2041" for e in new if e.actor_id == rita.pk)
+    # Events recorded before it (the fixture's mark unknown) carry none.
+    assert AuditEvent.objects.filter(action="effect.mark_unknown").get().incident_ref is None
+    # The chain verifies: the reference is covered by the event's hash ...
+    ok, _, problem = audit.audit_verify(tenant=acme)
+    assert ok, problem
+    event = AuditEvent.objects.get(action="retry.request")
+    keys = audit.audit_keys()
+    assert audit._event_problem(event, event.prev_hash, keys, 0) == ""
+    for changed in ("INC-9999", None):  # rewritten or removed: the event no longer verifies
+        event.incident_ref = changed
+        assert "does not match its hash" in audit._event_problem(event, event.prev_hash, keys, 0)
+    # ... and shown in the audit log.
+    body = html.unescape(client.get(reverse("audit_log", args=["acme"])).content.decode())
+    assert '<span class="incident-ref">INC-2041</span>' in body
+    # The incident's last reason is offered again in the action forms.
+    page = client.get(reverse("run_detail", args=["acme", unknown.run_id])).content.decode()
+    assert 'value="the gateway has no look-up"' in html.unescape(page)
+    # Another reviewer's session knows nothing of it.
+    assert 'value="the gateway has no look-up"' not in html.unescape(
+        login(vic).get(reverse("run_detail", args=["acme", unknown.run_id])).content.decode())
+
+
+def test_clearing_or_changing_the_incident_forgets_its_reason(login, rita, unknown):
+    client = login(rita)
+    _set_incident(client, "INC-1")
+    client.post(reverse("run_retry_request", args=["acme", unknown.run_id]),
+                {"reason": "first reason"})
+    assert client.session["recovery.incident_reason"] == "first reason"
+    _set_incident(client, "INC-2")
+    assert "recovery.incident_reason" not in client.session
+    response = _set_incident(client, "", HTTP_HX_REQUEST="true")
+    assert response.status_code == 200 and 'id="incident"' in response.content.decode()
+    assert "recovery.incident_ref" not in client.session
+
+
+@pytest.mark.parametrize("ref", ["INC\x002041", "INC\n2041", "x" * 65, "INC\u20282041"])
+def test_a_bad_incident_ref_is_refused_naming_the_field(login, rita, ref):
+    client = login(rita)
+    response = _set_incident(client, ref)
+    assert response.status_code == 400
+    assert "incident_ref" in html.unescape(response.content.decode())
+    assert "recovery.incident_ref" not in client.session
+
+
+def test_no_incident_no_reference(login, rita, unknown):
+    login(rita).post(reverse("run_retry_request", args=["acme", unknown.run_id]), REASON)
+    assert AuditEvent.objects.get(action="retry.request").incident_ref is None
+
+
+# --- durations -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("seconds, words", [
+    (0, "0 s"), (47, "47 s"), (287, "4 min 47 s"), (3600, "1 h"), (3660, "1 h 1 min"),
+    (93784, "1 d 2 h"), (None, "—"), ("soon", "soon"),
+])
+def test_durations_read_in_human_units(seconds, words):
+    assert duration(seconds) == words
