@@ -7,7 +7,9 @@ One ``Heartbeat`` row per name, its ``at`` written from the database's clock
 - ``sweep.celery`` / ``sweep.inprocess`` / ``sweep.web``: a sweep run by a Celery worker
   (beat's schedule), by the embedded in-process worker, or by a web process catching up
   because the sweep was late (``inprocess.catch_up``);
-- ``job``: a reconcile job a worker finished (``tasks.reconcile_effect``).
+- ``job``: a reconcile job a worker finished (``tasks.reconcile_effect``);
+- ``notify``: a notification round (``jobs.notify.notify_round``: outbox dispatched, due
+  messages sent), whoever ran it.
 
 Read by the dashboard's banner ("background work is not running since ..."), by the web
 process's catch-up sweep, by ``/readyz`` (``worker``) and by ``/metrics``. Ages are
@@ -27,6 +29,7 @@ from .models import Heartbeat
 
 SWEEP = "sweep"
 JOB = "job"
+NOTIFY = "notify"
 #: The sources a sweep may name (``sweep_stale_runs(by=...)``).
 SOURCES = ("celery", "inprocess", "web")
 

@@ -220,7 +220,7 @@ class NotificationMessage(TenantOwned):
         indexes = [
             # The sender's due messages.
             models.Index(fields=["next_attempt_at"], name="notify_message_due_idx",
-                         condition=Q(state="pending")),
+                         condition=Q(state=DeliveryState.PENDING)),
             # The delivery log: an endpoint's messages, newest first.
             models.Index(fields=["endpoint", "-id"], name="notify_message_log_idx"),
         ]
