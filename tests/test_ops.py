@@ -69,7 +69,7 @@ def test_readyz_is_ok_with_the_database_and_no_broker_configured(client, no_brok
     assert response.status_code == 200
     assert response.json() == {"status": "ok", "heartbeat": {},
                                "checks": {"broker": "not configured", "database": "ok",
-                                          "retention": "not configured",
+                                          "notifications": "ok", "retention": "not configured",
                                           "worker": "not configured"}}
 
 
@@ -82,6 +82,7 @@ def test_readyz_names_the_database_when_it_is_down(client, monkeypatch, no_broke
     assert response.json() == {"status": "unavailable", "heartbeat": {},
                                "checks": {"broker": "not configured",
                                           "database": "failed: OperationalError",
+                                          "notifications": "failed: OperationalError",
                                           "retention": "failed: OperationalError",
                                           "worker": "not configured"}}
 
@@ -105,7 +106,7 @@ def test_readyz_is_ok_with_a_live_broker(client):
         response = client.get("/readyz")
     assert response.status_code == 200, response.content
     assert response.json()["checks"] == {"broker": "ok", "database": "ok",
-                                         "retention": "not configured", "worker": "ok"}
+                                         "notifications": "ok", "retention": "not configured", "worker": "ok"}
 
 
 def test_probes_refuse_writes(client):
@@ -229,7 +230,7 @@ def test_each_domain_gauge_counts_the_known_world(client, settings, world, acme,
 def test_the_scrape_costs_the_same_queries_whatever_the_rows(client, settings, world,
                                                              django_assert_max_num_queries):
     settings.RECOVERY_METRICS_TOKEN = TOKEN
-    with django_assert_max_num_queries(7):  # six figures and the heartbeats
+    with django_assert_max_num_queries(9):  # eight figures and the heartbeats
         scrape(client)
 
 
@@ -395,7 +396,7 @@ def test_readyz_names_the_worker_when_no_worker_ever_swept(client, reachable_bro
     assert response.status_code == 503
     assert response["Retry-After"] == "5"
     body = response.json()
-    assert body["checks"] == {"broker": "ok", "database": "ok", "retention": "not configured",
+    assert body["checks"] == {"broker": "ok", "database": "ok", "notifications": "ok", "retention": "not configured",
                               "worker": "failed: WorkerSilent"}
 
 

@@ -37,6 +37,12 @@ ESCAPE_HATCHES = {
     ("services/notify_delivery.py", "record_attempt"):
         "the notification sender records the attempt of the message it claimed, by "
         "primary key",
+    ("services/notify_delivery.py", "notify_health"):
+        "/readyz asks whether any event or due message waits too long (a yes or no, never "
+        "a tenant's rows)",
+    ("metrics.py", "_notification_figures"):
+        "the operator's /metrics scrape counts every tenant's notification messages and "
+        "endpoints in aggregate",
     ("services/notify_delivery.py", "disable_failing"):
         "the notification sender disables any tenant's endpoint failing for days (each "
         "then changed within its own tenant)",

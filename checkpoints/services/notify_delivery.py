@@ -32,7 +32,13 @@ from django.db.models.functions import Coalesce
 from .. import crypto, locks
 from ..audit import audit_record
 from ..dbclock import NOW
-from ..models import NotificationAttempt, NotificationEndpoint, NotificationMessage
+from ..exceptions import DomainError
+from ..models import (
+    NotificationAttempt,
+    NotificationEndpoint,
+    NotificationMessage,
+    NotificationOutbox,
+)
 from ..models.notifications import ERROR_MAX, RESPONSE_HEAD_MAX
 from ..vocab import AuditAction, DeliveryState, NotificationChannel, TargetType
 
@@ -197,3 +203,30 @@ def disable_failing() -> int:
                          after={"enabled": False, "failed_messages": failed})
             done += 1
     return done
+
+
+class NotificationsLate(DomainError, status=503, error="notifications_late"):
+    """``/readyz``'s ``notifications`` check: events or due messages wait too long."""
+
+
+def notify_health() -> str | None:
+    """The ``notifications`` check of ``/readyz``: None (ok) unless an outbox row waited
+    for the dispatcher, or a due message (pending, its endpoint enabled) waited for the
+    sender, longer than ``RECOVERY_NOTIFY_STALE_S`` (database clock); then raises
+    ``NotificationsLate`` saying which and how long. Two queries (the outbox's and the
+    due index)."""
+    stale = timedelta(seconds=settings.RECOVERY_NOTIFY_STALE_S)
+    outbox = (NotificationOutbox.objects.for_all_tenants(
+        reason="/readyz asks whether any event waits too long (a yes or no)")
+        .filter(at__lt=NOW - stale).exists())
+    if outbox:
+        raise NotificationsLate(f"an event waited more than {int(stale.total_seconds())} s in the outbox "
+                                "(is the notification round running?)")
+    waiting = (NotificationMessage.objects.for_all_tenants(
+        reason="/readyz asks whether any due message waits too long (a yes or no)")
+        .filter(state=DeliveryState.PENDING, endpoint__enabled=True,
+                next_attempt_at__lt=NOW - stale).exists())
+    if waiting:
+        raise NotificationsLate(f"a due message waited more than {int(stale.total_seconds())} s for the "
+                                "sender (is the notification round running?)")
+    return None
