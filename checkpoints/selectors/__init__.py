@@ -77,6 +77,9 @@ from .migrations import (
     migration_job_get,
     migration_offers,
 )
+from .notifications import deliveries as notification_deliveries
+from .notifications import endpoint_get as notification_endpoint_get
+from .notifications import endpoint_list as notification_endpoint_list
 from .objects import (
     BulkResult,
     bulk_get,
