@@ -210,12 +210,17 @@ class NotificationsLate(DomainError, status=503, error="notifications_late"):
 
 
 def notify_health() -> str | None:
-    """The ``notifications`` check of ``/readyz``: None (ok) unless an outbox row waited
-    for the dispatcher, or a due message (pending, its endpoint enabled) waited for the
-    sender, longer than ``RECOVERY_NOTIFY_STALE_S`` (database clock); then raises
-    ``NotificationsLate`` saying which and how long. Two queries (the outbox's and the
-    due index)."""
+    """The ``notifications`` check of ``/readyz``: ``"not configured"`` while no tenant
+    has an enabled endpoint (nobody to tell: the outbox's rows are then dropped by the
+    dispatcher whenever it runs); else None (ok) unless an outbox row waited for the
+    dispatcher, or a due message (pending, its endpoint enabled) waited for the sender,
+    longer than ``RECOVERY_NOTIFY_STALE_S`` (database clock); then raises
+    ``NotificationsLate`` saying which. At most three queries."""
     stale = timedelta(seconds=settings.RECOVERY_NOTIFY_STALE_S)
+    if not (NotificationEndpoint.objects.for_all_tenants(
+            reason="/readyz asks whether any tenant has an enabled endpoint (a yes or no)")
+            .filter(enabled=True).exists()):
+        return "not configured"
     outbox = (NotificationOutbox.objects.for_all_tenants(
         reason="/readyz asks whether any event waits too long (a yes or no)")
         .filter(at__lt=NOW - stale).exists())

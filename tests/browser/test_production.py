@@ -225,7 +225,8 @@ def test_the_documented_production_start_serves_the_dashboard_and_api_docs(serve
     ready = json.loads(body)
     # No broker: the in-process worker sweeps (its thread started with the first request).
     assert (status, ready["status"], ready["checks"]) == (200, "ok", {
-        "broker": "not configured", "database": "ok", "notifications": "ok", "retention": "not configured",
+        "broker": "not configured", "database": "ok", "notifications": "not configured",
+        "retention": "not configured",
         "worker": "ok", "static_manifest": "ok"})
     assert set(ready["heartbeat"]) <= {"sweep", "sweep.inprocess", "job", "retention",
                                        "retention.round", "notify"}

@@ -29,7 +29,12 @@ def test_readyz_names_notifications_when_a_due_message_waits(client, acme, adam,
     assert heartbeat.NOTIFY in heartbeat.read()
 
 
-def test_readyz_names_notifications_when_the_outbox_is_not_drained(client, acme, settings):
+def test_readyz_names_notifications_when_the_outbox_is_not_drained(client, acme, adam,
+                                                                  settings):
+    assert client.get("/readyz").json()["checks"]["notifications"] == "not configured"
+    services.endpoint_create(actor=adam, tenant=acme, body={
+        "name": "m", "channel": "email", "email": "ops@example.com",
+        "event_types": ["digest"]})
     NotificationOutbox.objects.create(tenant=acme, event_type="reconcile.gave_up")
     age_world(settings.RECOVERY_NOTIFY_STALE_S + 1)
     assert client.get("/readyz").json()["checks"]["notifications"] == \

@@ -5,6 +5,7 @@ a test event and resends a message of the delivery log."""
 
 from __future__ import annotations
 
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
 from rest_framework import status
 from rest_framework.response import Response
@@ -15,7 +16,7 @@ from .. import serializers as s
 from .common import TENANT, TenantApi, _errors, _only_fields, _path, read_object
 
 ENDPOINT = _path("endpoint_id")
-EVENT = _path("event_id", "str", "the message's event id (webhook-id)")
+EVENT = _path("event_id", OpenApiTypes.STR, "the message's event id (webhook-id)")
 
 
 def _secret_answer(request, tenant, endpoint, secret: str) -> dict:
@@ -23,6 +24,13 @@ def _secret_answer(request, tenant, endpoint, secret: str) -> dict:
                                                    endpoint_id=endpoint.uuid)
     return s.NotificationEndpointSecretSerializer.render(
         {"endpoint": endpoint, "secret": secret or None})
+
+
+def _exists(request, tenant, endpoint_id) -> None:
+    """404 for an unknown endpoint before the body is judged (a bad id is not found,
+    whatever the body)."""
+    selectors.notification_endpoint_get(user=request.user, tenant=tenant,
+                                        endpoint_id=endpoint_id)
 
 
 class NotificationEndpointListApi(TenantApi):
@@ -69,6 +77,7 @@ class NotificationEndpointApi(TenantApi):
                    responses={200: s.NotificationEndpointSerializer, **_errors(400, 413)})
     def patch(self, request, tenant, endpoint_id):
         t = self.tenant(request, tenant, roles.MANAGE)
+        _exists(request, t, endpoint_id)
         body = read_object(request)
         _only_fields(body, set(FIELDS))
         services.endpoint_update(actor=request.user, tenant=t, endpoint_id=endpoint_id,
@@ -94,6 +103,7 @@ class NotificationRotateApi(TenantApi):
                    responses={200: s.NotificationEndpointSecretSerializer, **_errors(422)})
     def post(self, request, tenant, endpoint_id):
         t = self.tenant(request, tenant, roles.MANAGE)
+        _exists(request, t, endpoint_id)
         _only_fields(read_object(request, empty_ok=True), set())
         endpoint, secret = services.endpoint_rotate_secret(actor=request.user, tenant=t,
                                                            endpoint_id=endpoint_id)
@@ -108,6 +118,7 @@ class NotificationTestApi(TenantApi):
                    responses={202: s.NotificationMessageSerializer, **_errors(422)})
     def post(self, request, tenant, endpoint_id):
         t = self.tenant(request, tenant, roles.MANAGE)
+        _exists(request, t, endpoint_id)
         _only_fields(read_object(request, empty_ok=True), set())
         message = services.notification_test(actor=request.user, tenant=t,
                                              endpoint_id=endpoint_id)
@@ -137,6 +148,7 @@ class NotificationResendApi(TenantApi):
                    responses={202: s.NotificationMessageSerializer, **_errors(422)})
     def post(self, request, tenant, endpoint_id, event_id):
         t = self.tenant(request, tenant, roles.MANAGE)
+        _exists(request, t, endpoint_id)
         _only_fields(read_object(request, empty_ok=True), set())
         message = services.notification_resend(actor=request.user, tenant=t,
                                                endpoint_id=endpoint_id, event_id=event_id)
