@@ -17,6 +17,7 @@ class Receiver:
 
     def __init__(self):
         self.seen: list[tuple[dict, bytes]] = []
+        self.at: list[float] = []  # time.monotonic() of each arrival
         self.statuses: list[int] = []
         self.delay_s = 0.0
         self.block: threading.Event | None = None
@@ -29,6 +30,7 @@ class Receiver:
                 length = int(self.headers.get("content-length") or 0)
                 body = self.rfile.read(length)
                 receiver.seen.append(({k.lower(): v for k, v in self.headers.items()}, body))
+                receiver.at.append(time.monotonic())
                 receiver.arrived.set()
                 if receiver.block is not None:
                     receiver.block.wait(30)
