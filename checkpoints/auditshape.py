@@ -48,6 +48,10 @@ _PURGE_STEP = frozenset({"purge", "state", "tombstones", "first_cursor", "last_c
                          "export_through", "fingerprint", "deadline", "reason"})
 _RECONCILER = frozenset({"plugin", "url", "timeout_s", "settle_delay_s"})
 _NONE: frozenset[str] = frozenset()
+#: A notification endpoint as audited: where by scheme and host (a URL) or domain (an
+#: email address) only, never its secret nor a URL's path.
+_ENDPOINT = frozenset({"name", "channel", "destination", "event_types", "kinds", "agents",
+                       "services", "group_window_s", "quiet_period_s", "enabled"})
 
 #: action -> (keys ``before`` may hold, keys ``after`` may hold). ``bulk_id`` is allowed
 #: wherever a review action can run as part of a bulk action (``services._with_bulk``).
@@ -128,6 +132,14 @@ SHAPES: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     A.ERASURE_APPROVE: (_STATE, _STATE),
     A.ERASURE_REJECT: (_STATE, _STATE),
     A.ERASURE_EXECUTE: (_STATE, frozenset({"state", "counts"})),
+    A.NOTIFICATION_ENDPOINT_CREATE: (_NONE, _ENDPOINT),
+    A.NOTIFICATION_ENDPOINT_UPDATE: (_ENDPOINT, _ENDPOINT),
+    A.NOTIFICATION_ENDPOINT_DELETE: (_ENDPOINT, _NONE),
+    A.NOTIFICATION_ENDPOINT_ROTATE: (_NONE, frozenset({"previous_valid_until"})),
+    A.NOTIFICATION_ENDPOINT_DISABLE: (frozenset({"enabled"}),
+                                      frozenset({"enabled", "failed_messages"})),
+    A.NOTIFICATION_TEST: (_NONE, frozenset({"event_id"})),
+    A.NOTIFICATION_RESEND: (frozenset({"state", "attempts"}), frozenset({"state", "endpoint"})),
     A.TOMBSTONE_PURGE_PREPARE: (_NONE, _PURGE_STEP),
     A.TOMBSTONE_PURGE_APPROVE: (_STATE, _PURGE_STEP),
     A.TOMBSTONE_PURGE_REJECT: (_STATE, _PURGE_STEP),

@@ -72,6 +72,12 @@ def target_name(event, names: Names | None = None) -> str:
     return f"{_words(kind)} {_short(ref)}".strip()
 
 
+def _event(ref) -> str:
+    """A notification's event id, short: ``msg_3f2a9c01…`` -> ``3f2a9c01``."""
+    ref = str(ref or "")
+    return ref[4:12] if ref.startswith("msg_") else ref[:12]
+
+
 def _declared(e, t) -> str:
     """A declared kind version by its whole name (the event's ``after``), else ``t`` (an
     event written before they were recorded: ``target_ref``, cut at 64 characters)."""
@@ -415,6 +421,29 @@ SENTENCES: dict[str, Callable[[Any, str], str]] = {
     A.TOMBSTONE_PURGE_REJECT: lambda e, t: f"rejected {t}",
     A.TOMBSTONE_PURGE_EXECUTE: lambda e, t: (
         f"executed {t}: deleted {_n(_get(e.after, 'tombstones') or 0, 'tombstone')}"),
+    # Notifications (issue 21; services.notify_endpoints, services.notify_delivery).
+    A.NOTIFICATION_ENDPOINT_CREATE: lambda e, t: (
+        f"added {_words(_get(e.after, 'channel')) or 'a'} notification endpoint "
+        f"{_get(e.after, 'name') or _short(e.target_ref)!r}"
+        + (f" to {_get(e.after, 'destination')}" if _get(e.after, "destination") else "")),
+    A.NOTIFICATION_ENDPOINT_UPDATE: lambda e, t: (
+        f"changed {', '.join(sorted(_words(k) for k in (e.after or {}))) or 'nothing'} of {t}"),
+    A.NOTIFICATION_ENDPOINT_DELETE: lambda e, t: (
+        f"deleted notification endpoint {_get(e.before, 'name') or _short(e.target_ref)!r}"),
+    A.NOTIFICATION_ENDPOINT_ROTATE: lambda e, t: (
+        f"rotated the signing secret of {t}; the previous one signs until "
+        f"{_get(e.after, 'previous_valid_until') or 'a day later'}"),
+    A.NOTIFICATION_ENDPOINT_DISABLE: lambda e, t: (
+        f"disabled {t}" + (f": {e.reason}" if e.reason else "")
+        + (f" ({_n(_get(e.after, 'failed_messages'), 'waiting message')} failed)"
+           if _get(e.after, "failed_messages") else "")),
+    A.NOTIFICATION_TEST: lambda e, t: (
+        f"sent a test event to {t}"
+        + (f" (event {_event(_get(e.after, 'event_id'))})" if _get(e.after, "event_id")
+           else "")),
+    A.NOTIFICATION_RESEND: lambda e, t: (
+        f"sent notification {_event(e.target_ref)} again with the same event id"
+        + (f" (it was {_words(_get(e.before, 'state'))})" if _get(e.before, "state") else "")),
     # The data lifecycle (issue 20; services.retention, services.lifecycle).
     A.DATA_POLICY_SET: _policy_set,
     A.RUN_PURGE: lambda e, t: (

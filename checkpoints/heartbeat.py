@@ -14,6 +14,8 @@ One ``Heartbeat`` row per name, its ``at`` written from the database's clock
   (no tenant named) finished / found every chain, registry and exported head intact.
   ``audit.verify`` newer than ``audit.intact`` means the last verification found a break
   (the alert ``RecoveryAuditChainBroken``, deploy/prometheus/recovery-rules.yml).
+- ``notify``: a notification round (``jobs.notify.notify_round``: outbox dispatched, due
+  messages sent), whoever ran it.
 
 Read by the dashboard's banner ("background work is not running since ..."), by the web
 process's catch-up sweep, by ``/readyz`` (``worker``) and by ``/metrics``. Ages are
@@ -40,6 +42,7 @@ JOB = "job"
 #: ``verify_audit_chain`` over every tenant finished / found everything intact.
 AUDIT_VERIFY = "audit.verify"
 AUDIT_INTACT = "audit.intact"
+NOTIFY = "notify"
 #: The sources a sweep may name (``sweep_stale_runs(by=...)``).
 SOURCES = ("celery", "inprocess", "web")
 

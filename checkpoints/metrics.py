@@ -23,6 +23,9 @@ Two kinds:
   | ``recovery_reconcile_failing`` | tenant | open requests whose last look-ups could not tell (``failures`` > 0) |
   | ``recovery_audit_events`` | tenant | the audit chain's length (``AuditChainHead.seq``) |
   | ``recovery_migration_jobs`` | tenant, state | ``MigrationJob`` in ``queued``, ``running`` (the queue) or ``failed`` (gave up) |
+  | ``recovery_notification_messages`` | tenant, state | notification messages per delivery state (issue 21) |
+  | ``recovery_notification_endpoints_disabled`` | tenant | endpoints disabled (by an admin or after days of failure) |
+  | ``recovery_notification_oldest_pending_seconds`` | tenant | age of the oldest pending message (since created, database clock; 0 when none) |
 
   | ``recovery_heartbeat_age_seconds`` | name | seconds since background work last finished (``checkpoints.heartbeat``: ``sweep``, ``sweep.celery``, ``sweep.inprocess``, ``sweep.web``, ``job``; ``retention.round``/``retention``: a purge round finished / finished for every tenant; ``audit.verify``/``audit.intact``: ``verify_audit_chain`` over every tenant finished / found every chain intact), database clock |
   | ``recovery_heartbeat_timestamp_seconds`` | name | when it last finished (Unix time, database clock) |
@@ -46,21 +49,24 @@ from __future__ import annotations
 import logging
 
 from django.db import DatabaseError
-from django.db.models import Count, Q, Sum
+from django.db.models import Count, Min, Q, Sum
 from prometheus_client import Counter
 from prometheus_client.core import GaugeMetricFamily
 
 from . import heartbeat
+from .dbclock import NOW
 from .models import (
     AuditChainHead,
     Conflict,
     EffectStateCount,
     MigrationJob,
+    NotificationEndpoint,
+    NotificationMessage,
     ReconcileRequest,
     RunStateCount,
     Tenant,
 )
-from .vocab import EffectState, MigrationJobState, ReconcileState, RecoveryState
+from .vocab import DeliveryState, EffectState, MigrationJobState, ReconcileState, RecoveryState
 
 logger = logging.getLogger(__name__)
 
@@ -88,8 +94,9 @@ def count_resume_decision(*, tenant: Tenant, action: str, mode: str) -> None:
 
 def domain_figures() -> dict[str, dict[tuple[str, ...], int]]:
     """The scrape-time figures: ``{metric name: {label values: value}}`` with the label
-    values in the order of ``DomainCollector.LABELS`` (tenant slug first). Seven queries
-    whatever the number of runs (one per figure, plus the tenant list). Reads only."""
+    values in the order of ``DomainCollector.LABELS`` (tenant slug first). Nine queries
+    whatever the number of runs (one per figure, plus the tenant list; two for the
+    notification gauges). Reads only."""
     slugs = dict(Tenant.objects.values_list("pk", "slug"))
     figures: dict[str, dict[tuple[str, ...], int]] = {
         "recovery_runs": {(s, st): 0 for s in slugs.values() for st in RecoveryState.values},
@@ -101,6 +108,10 @@ def domain_figures() -> dict[str, dict[tuple[str, ...], int]]:
         "recovery_audit_events": {(s,): 0 for s in slugs.values()},
         "recovery_migration_jobs": {(s, st): 0 for s in slugs.values()
                                     for st in MIGRATION_COUNTED},
+        "recovery_notification_messages": {(s, st): 0 for s in slugs.values()
+                                           for st in DeliveryState.values},
+        "recovery_notification_endpoints_disabled": {(s,): 0 for s in slugs.values()},
+        "recovery_notification_oldest_pending_seconds": {(s,): 0 for s in slugs.values()},
     }
 
     def put(name: str, tenant_id: int, *labels: str, value: int | None) -> None:
@@ -136,7 +147,25 @@ def domain_figures() -> dict[str, dict[tuple[str, ...], int]]:
                 .filter(state__in=MIGRATION_COUNTED)
                 .values("tenant_id", "state").annotate(total=Count("id"))):
         put("recovery_migration_jobs", row["tenant_id"], row["state"], value=row["total"])
+    _notification_figures(put)
     return figures
+
+
+def _notification_figures(put) -> None:
+    """The notification gauges (issue 21): two aggregate queries (messages per tenant
+    and state, with the oldest's creation and the database clock; disabled endpoints)."""
+    messages = (NotificationMessage.objects.for_all_tenants(reason=_WHY)
+                .values("tenant_id", "state")
+                .annotate(total=Count("id"), first=Min("created_at"), db_now=NOW))
+    for row in messages:
+        put("recovery_notification_messages", row["tenant_id"], row["state"],
+            value=row["total"])
+        if row["state"] == DeliveryState.PENDING and row["first"] is not None:
+            put("recovery_notification_oldest_pending_seconds", row["tenant_id"],
+                value=max(0, int((row["db_now"] - row["first"]).total_seconds())))
+    for row in (NotificationEndpoint.objects.for_all_tenants(reason=_WHY)
+                .filter(enabled=False).values("tenant_id").annotate(total=Count("id"))):
+        put("recovery_notification_endpoints_disabled", row["tenant_id"], value=row["total"])
 
 
 class DomainCollector:
@@ -155,6 +184,13 @@ class DomainCollector:
         "recovery_audit_events": "The length of the tenant's audit chain (events).",
         "recovery_migration_jobs": "Migration jobs queued, running (the queue) or failed "
                                    "(gave up: a human must look).",
+        "recovery_notification_messages": "Notification messages per delivery state "
+                                          "(pending, delivered, failed).",
+        "recovery_notification_endpoints_disabled": "Notification endpoints disabled (by "
+                                                    "an admin, or after days of failure).",
+        "recovery_notification_oldest_pending_seconds": "Age of the oldest pending "
+                                                        "notification message (seconds, "
+                                                        "database clock; 0 when none).",
     }
     LABELS = {
         "recovery_runs": ["tenant", "state"],
@@ -164,6 +200,9 @@ class DomainCollector:
         "recovery_reconcile_failing": ["tenant"],
         "recovery_audit_events": ["tenant"],
         "recovery_migration_jobs": ["tenant", "state"],
+        "recovery_notification_messages": ["tenant", "state"],
+        "recovery_notification_endpoints_disabled": ["tenant"],
+        "recovery_notification_oldest_pending_seconds": ["tenant"],
     }
 
     def collect(self):

@@ -495,6 +495,27 @@ RECOVERY_SWEEP_WATCHDOG = env_bool("RECOVERY_SWEEP_WATCHDOG", "pytest" not in sy
 # sweep with a broker, else the in-process worker) last swept longer ago than this.
 RECOVERY_WORKER_HEARTBEAT_MAX_AGE_S = env_int("RECOVERY_WORKER_HEARTBEAT_MAX_AGE_S",
                                               6 * RECOVERY_SWEEP_INTERVAL_S, minimum=1)
+# --- Notifications (issue 21; docs/notifications.md) -----------------------------------
+# How often the outbox is dispatched and due messages are sent: Celery beat with a broker,
+# the in-process worker (and the web process's watchdog) without one.
+RECOVERY_NOTIFY_INTERVAL_S = env_int("RECOVERY_NOTIFY_INTERVAL_S", 5, minimum=1)
+# One delivery attempt's whole exchange (connect, send, answer): a 2xx within it delivers.
+RECOVERY_NOTIFY_TIMEOUT_S = env_int("RECOVERY_NOTIFY_TIMEOUT_S", 10, minimum=1)
+# Outbound requests to private, loopback, link-local... addresses are refused (SSRF)
+# unless the operator allows them all (a demo or a test on one machine), or some networks
+# (comma-separated CIDRs, e.g. "10.20.0.0/16,fd00:1::/64").
+RECOVERY_NOTIFY_ALLOW_PRIVATE = env_bool("RECOVERY_NOTIFY_ALLOW_PRIVATE", False)
+RECOVERY_NOTIFY_ALLOW_CIDRS = tuple(
+    c.strip() for c in (env("RECOVERY_NOTIFY_ALLOW_CIDRS") or "").split(",") if c.strip())
+# Endpoint URLs must be https unless this allows plain http.
+RECOVERY_NOTIFY_ALLOW_HTTP = env_bool("RECOVERY_NOTIFY_ALLOW_HTTP", False)
+# An endpoint failing without a single success for this long is disabled (5 days).
+RECOVERY_NOTIFY_DISABLE_AFTER_S = env_int("RECOVERY_NOTIFY_DISABLE_AFTER_S", 5 * 86_400,
+                                          minimum=60)
+# One round sends for at most this long (then the next round goes on).
+RECOVERY_NOTIFY_ROUND_BUDGET_S = env_int("RECOVERY_NOTIFY_ROUND_BUDGET_S", 30, minimum=1)
+# /readyz names `notifications` when an outbox row, or a due message, waited this long.
+RECOVERY_NOTIFY_STALE_S = env_int("RECOVERY_NOTIFY_STALE_S", 600, minimum=1)
 CELERY_BEAT_SCHEDULE = {
     "stale-run-sweep": {
         "task": "checkpoints.tasks.sweep_stale_runs",
@@ -503,6 +524,10 @@ CELERY_BEAT_SCHEDULE = {
     "retention-purge": {
         "task": "checkpoints.tasks.retention_purge",
         "schedule": timedelta(seconds=RECOVERY_RETENTION_INTERVAL_S),
+    },
+    "notify": {
+        "task": "checkpoints.tasks.notify",
+        "schedule": timedelta(seconds=RECOVERY_NOTIFY_INTERVAL_S),
     },
 }
 

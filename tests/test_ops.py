@@ -76,7 +76,8 @@ def test_readyz_is_ok_with_the_database_and_no_broker_configured(client, no_brok
     assert response.status_code == 200
     assert response.json() == {"status": "ok", "heartbeat": {},
                                "checks": {"broker": "not configured", "database": "ok",
-                                          "retention": "not configured",
+                                          "notifications": "not configured",
+        "retention": "not configured",
                                           "worker": "not configured"}}
 
 
@@ -89,6 +90,7 @@ def test_readyz_names_the_database_when_it_is_down(client, monkeypatch, no_broke
     assert response.json() == {"status": "unavailable", "heartbeat": {},
                                "checks": {"broker": "not configured",
                                           "database": "failed: OperationalError",
+                                          "notifications": "failed: OperationalError",
                                           "retention": "failed: OperationalError",
                                           "worker": "not configured"}}
 
@@ -112,7 +114,8 @@ def test_readyz_is_ok_with_a_live_broker(client):
         response = client.get("/readyz")
     assert response.status_code == 200, response.content
     assert response.json()["checks"] == {"broker": "ok", "database": "ok",
-                                         "retention": "not configured", "worker": "ok"}
+                                         "notifications": "not configured",
+        "retention": "not configured", "worker": "ok"}
 
 
 def test_probes_refuse_writes(client):
@@ -252,7 +255,7 @@ def test_migration_jobs_are_counted_queued_running_and_failed(client, settings, 
 def test_the_scrape_costs_the_same_queries_whatever_the_rows(client, settings, world,
                                                              django_assert_max_num_queries):
     settings.RECOVERY_METRICS_TOKEN = TOKEN
-    with django_assert_max_num_queries(8):  # seven figures and the heartbeats
+    with django_assert_max_num_queries(10):  # nine figures and the heartbeats
         scrape(client)
 
 
@@ -418,7 +421,8 @@ def test_readyz_names_the_worker_when_no_worker_ever_swept(client, reachable_bro
     assert response.status_code == 503
     assert response["Retry-After"] == "5"
     body = response.json()
-    assert body["checks"] == {"broker": "ok", "database": "ok", "retention": "not configured",
+    assert body["checks"] == {"broker": "ok", "database": "ok", "notifications": "not configured",
+        "retention": "not configured",
                               "worker": "failed: WorkerSilent"}
 
 

@@ -18,7 +18,12 @@ MODULE_MAX, FUNCTION_MAX = 600, 80
 WHY = "# Long on purpose:"
 
 #: Modules allowed past ``MODULE_MAX`` lines, each with its reason (none today).
-LONG_MODULES: dict[str, str] = {}
+LONG_MODULES: dict[str, str] = {
+    "recovery/settings.py": "every setting read from the environment, in one place "
+                            "(CONTRACT.md 7)",
+    "checkpoints/vocab.py": "every vocabulary word of the code, in one place "
+                            "(tests/test_vocab.py reads it)",
+}
 
 
 def _modules():

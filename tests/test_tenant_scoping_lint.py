@@ -31,6 +31,21 @@ HATCH = "for_all_tenants"
 #: (file, function) -> why it spans tenants. Each ``for_all_tenants`` use must be here,
 #: and each entry must still be used (a stale entry fails too).
 ESCAPE_HATCHES = {
+    ("services/notify_delivery.py", "claim_due"):
+        "the notification sender claims every tenant's due messages (each then sent to "
+        "its own tenant's endpoint)",
+    ("services/notify_delivery.py", "record_attempt"):
+        "the notification sender records the attempt of the message it claimed, by "
+        "primary key",
+    ("services/notify_delivery.py", "notify_health"):
+        "/readyz asks whether any event or due message waits too long (a yes or no, never "
+        "a tenant's rows)",
+    ("metrics.py", "_notification_figures"):
+        "the operator's /metrics scrape counts every tenant's notification messages and "
+        "endpoints in aggregate",
+    ("services/notify_delivery.py", "disable_failing"):
+        "the notification sender disables any tenant's endpoint failing for days (each "
+        "then changed within its own tenant)",
     ("services/retention.py", "retention_purge_all"):
         "the scheduled retention purge visits every tenant with a data policy (each is "
         "then purged within its own tenant, under its own cleanup lease)",

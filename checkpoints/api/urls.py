@@ -77,6 +77,19 @@ urlpatterns = [
          name="tombstone-purge-reject"),
     path(T + "tombstone-purges/<str:purge_id>/execute",
          views.TombstonePurgeExecuteApi.as_view(), name="tombstone-purge-execute"),
+    # Notifications (issue 21; CONTRACT.md 8; docs/notifications.md).
+    path(T + "notification-endpoints", views.NotificationEndpointListApi.as_view(),
+         name="notification-endpoints"),
+    path(T + "notification-endpoints/<str:endpoint_id>", views.NotificationEndpointApi.as_view(),
+         name="notification-endpoint"),
+    path(T + "notification-endpoints/<str:endpoint_id>/rotate-secret",
+         views.NotificationRotateApi.as_view(), name="notification-endpoint-rotate"),
+    path(T + "notification-endpoints/<str:endpoint_id>/test",
+         views.NotificationTestApi.as_view(), name="notification-endpoint-test"),
+    path(T + "notification-endpoints/<str:endpoint_id>/deliveries",
+         views.NotificationDeliveriesApi.as_view(), name="notification-deliveries"),
+    path(T + "notification-endpoints/<str:endpoint_id>/deliveries/<str:event_id>/resend",
+         views.NotificationResendApi.as_view(), name="notification-resend"),
     # The data lifecycle (issue 20; CONTRACT.md 8; docs/security/retention.md).
     path(T + "data-policy", views.DataPolicyApi.as_view(), name="data-policy"),
     # LangGraph threads (issue 10, docs/langgraph.md).

@@ -1,7 +1,8 @@
 """The embedded default's background worker: without a broker (no Celery workers, no
 beat), the web process itself runs the stale-run sweep and the due reconcile requests
-every ``RECOVERY_SWEEP_INTERVAL_S`` (DESIGN.md 4: "something always runs it"), and the
-retention purge every ``RECOVERY_RETENTION_INTERVAL_S`` (issue 20).
+every ``RECOVERY_SWEEP_INTERVAL_S`` (DESIGN.md 4: "something always runs it"), the
+retention purge every ``RECOVERY_RETENTION_INTERVAL_S`` (issue 20), and the notification
+round (issue 21: the outbox dispatched, due messages sent; ``jobs.notify``) each time.
 
 Started once per process by ``InProcessWorkerMiddleware`` on the first request when
 ``RECOVERY_INPROCESS_WORKER`` is on (the default without ``CELERY_BROKER_URL``, off under
@@ -15,7 +16,8 @@ wakes every interval and, when no sweep at all finished in the last two interval
 ``sweep`` heartbeat, database clock), runs the sweep itself (``catch_up``): the same
 service function, in this background thread (never in a request's handling path: a GET
 writes nothing), at most one web process at a time (a PostgreSQL advisory lock, tried
-without waiting). Reconcile jobs still wait for a worker (their look-ups are the
+without waiting); likewise the notification round when no round finished in two
+notification intervals (the ``notify`` heartbeat). Reconcile jobs still wait for a worker (their look-ups are the
 worker's); the run page says so (``ReconcileRequest.waiting_for_worker_since``).
 """
 
@@ -30,6 +32,7 @@ from django.db import close_old_connections, connections
 
 from .. import heartbeat, locks, services
 from ..services.retention import ROUND_HEARTBEAT as RETENTION_HEARTBEAT
+from . import notify
 
 log = logging.getLogger(__name__)
 
@@ -39,14 +42,37 @@ _lock = threading.Lock()
 started_at: list[float] = []
 #: A PostgreSQL advisory lock key: one catch-up sweep at a time across web processes.
 CATCH_UP_LOCK = 0x7265_636F_7665_7279 >> 1  # "recovery", as a positive bigint
+#: Another: one catch-up notification round at a time across web processes.
+NOTIFY_LOCK = CATCH_UP_LOCK - 1
 
 
 def run_once() -> dict:
     """One round: the sweep, which also executes due reconcile requests here; then the
-    retention purge when it is due (``retention_due``)."""
+    retention purge when it is due (``retention_due``); then the notification round."""
     stats = services.sweep_stale_runs(by="inprocess")
     _retention_if_due(stats)
+    _notify(stats)
     return stats
+
+
+def _notify(stats: dict) -> None:
+    """Run the notification round (``jobs.notify.notify_round``), adding its counts to
+    ``stats``; its failure is logged as such (``/readyz`` names ``notifications`` while
+    messages wait)."""
+    try:
+        stats["notify"] = notify.notify_round()
+    except Exception:  # noqa: BLE001 - logged; the next round tries again
+        log.exception("notification round failed; the next round tries again")
+
+
+def notify_late(beats: dict | None = None) -> bool:
+    """Whether no notification round finished in the last two notification intervals
+    (``RECOVERY_NOTIFY_INTERVAL_S``, at least two sweep intervals: the watchdog wakes
+    that often), or none ever did (the ``notify`` heartbeat, database clock)."""
+    beats = heartbeat.read() if beats is None else beats
+    found = beats.get(heartbeat.NOTIFY)
+    late = 2 * max(settings.RECOVERY_NOTIFY_INTERVAL_S, settings.RECOVERY_SWEEP_INTERVAL_S)
+    return found is None or found.age_s > late
 
 
 def _retention_if_due(stats: dict) -> None:
@@ -77,9 +103,15 @@ def catch_up() -> dict | None:
     """One watchdog round (with a broker): when no sweep finished in the last two
     intervals (``heartbeat.sweep_late``, database clock), run ``sweep_stale_runs`` here
     and return its counts; else, or when another web process is already catching up,
-    return None. Never call it from a request's handling path (it writes)."""
-    if not heartbeat.sweep_late():
-        return None
+    return None. Never call it from a request's handling path (it writes). The
+    notification round is caught up with the sweep, and on its own when its heartbeat
+    stopped (``notify_late``): its counts under ``notify`` in what this returns (alone
+    when only it was late)."""
+    beats = heartbeat.read()
+    sweep_late = heartbeat.sweep_late(beats)
+    notified = _notify_catch_up(beats, force=sweep_late)
+    if not sweep_late:
+        return notified
     with locks.try_session_lock(CATCH_UP_LOCK) as mine:
         if not mine:
             return None
@@ -87,7 +119,26 @@ def catch_up() -> dict | None:
                     "sweeps", heartbeat.late_after_s())
         stats = services.sweep_stale_runs(by="web")
         _retention_if_due(stats)  # beat down: its retention round is not coming either
+        if notified:
+            stats.update(notified)
         return stats
+
+
+def _notify_catch_up(beats: dict, *, force: bool) -> dict | None:
+    """The watchdog's notification round, when ``force`` (the sweep is late: beat or the
+    broker is down) or when rounds ran and stopped (``notify_late`` with a ``notify``
+    heartbeat), and no other web process is running one: ``{"notify": counts}``, else
+    None."""
+    if not force and (heartbeat.NOTIFY not in beats or not notify_late(beats)):
+        return None
+    with locks.try_session_lock(NOTIFY_LOCK) as mine:
+        if not mine:
+            return None
+        log.warning("no notification round finished lately (broker or beat down?): this "
+                    "web process runs one")
+        stats: dict = {}
+        _notify(stats)
+        return stats or None
 
 
 def _loop(interval_s: float, stop: threading.Event, round_=run_once) -> None:

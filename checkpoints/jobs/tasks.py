@@ -19,6 +19,7 @@ from .. import heartbeat
 from ..services import retention_purge_all
 from ..services import sweep_stale_runs as sweep
 from . import migrations
+from .notify import notify_round
 from .reconciliation import execute
 
 log = logging.getLogger(__name__)
@@ -68,3 +69,11 @@ def retention_purge() -> dict:
              result["expired"], extra={"purged": result["purged"],
                                        "expired": result["expired"]})
     return {"purged": result["purged"], "expired": result["expired"]}
+
+
+@shared_task(name="checkpoints.tasks.notify")
+def notify() -> dict:
+    """Celery beat entry (every ``RECOVERY_NOTIFY_INTERVAL_S``) for
+    ``jobs.notify.notify_round``: the notification outbox dispatched, due messages sent
+    (issue 21). Records the ``notify`` heartbeat. Safe on several workers at once."""
+    return notify_round()

@@ -55,6 +55,7 @@ from recovery.celery import app
 from .. import heartbeat, services
 from ..jobs import inprocess
 from ..metrics import DomainCollector
+from ..services import notify_delivery
 from .staticcheck import check_static_manifest
 
 log = logging.getLogger("recovery.access")
@@ -147,6 +148,7 @@ def readiness() -> tuple[bool, dict[str, str]]:
         checks["broker"] = "not configured"
     probes.append(("worker", _check_worker))
     probes.append(("retention", services.retention_health))
+    probes.append(("notifications", notify_delivery.notify_health))
     if settings.RECOVERY_STATIC_MANIFEST:  # pages need collectstatic's manifest
         probes.append(("static_manifest", check_static_manifest))
     ready = True

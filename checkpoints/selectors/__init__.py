@@ -103,6 +103,9 @@ from .nextstep import (
     next_step,
     page_steps,
 )
+from .notifications import deliveries as notification_deliveries
+from .notifications import endpoint_get as notification_endpoint_get
+from .notifications import endpoint_list as notification_endpoint_list
 from .objects import (
     BulkResult,
     bulk_get,

@@ -118,6 +118,14 @@ from .migrations import (
     checkpoints_migrate,
     migration_target_check,
 )
+from .notify_endpoints import (
+    endpoint_create,
+    endpoint_delete,
+    endpoint_rotate_secret,
+    endpoint_update,
+    notification_resend,
+    notification_test,
+)
 from .reconcile_requests import BROKER_DOWN, evidence_reveal, run_reconcile
 from .retention import (
     POLICY_FIELDS,

@@ -75,7 +75,9 @@ def ids(api_as, wendy, acme) -> dict:
             "kind": "acme.order", "version": "1", "job_id": str(uuid.uuid4()),
             # Issue 20's routes (legal holds, erasure requests, tombstone purges).
             "hold_id": str(uuid.uuid4()), "request_id": str(uuid.uuid4()),
-            "purge_id": str(uuid.uuid4())}
+            "purge_id": str(uuid.uuid4()),
+            # Issue 21's routes (notification endpoints, their delivery log).
+            "endpoint_id": str(uuid.uuid4()), "event_id": "msg_" + "0" * 32}
 
 
 def _client_for(method: str, path: str, api_as, wendy, adam) -> APIClient:

@@ -31,6 +31,16 @@ BEYOND_CONTRACT = {
     # CONTRACT.md 8 (lifecycle, issue 20 items 2 and 4): legal holds and erasure
     # requests, filed, decided and read back.
     ("POST", "legal-holds"): "CONTRACT.md 8: place a legal hold",
+    # Notifications (issue 21; CONTRACT.md 8 names the CRUD and the deliveries).
+    ("GET", "notification-endpoints"): "CONTRACT.md 8: the tenant's endpoints",
+    ("POST", "notification-endpoints"): "CONTRACT.md 8: add an endpoint",
+    ("GET", "notification-endpoints/{}"): "CONTRACT.md 8: one endpoint",
+    ("PATCH", "notification-endpoints/{}"): "CONTRACT.md 8: change an endpoint",
+    ("DELETE", "notification-endpoints/{}"): "CONTRACT.md 8: delete an endpoint",
+    ("GET", "notification-endpoints/{}/deliveries"): "CONTRACT.md 8: the delivery log",
+    ("POST", "notification-endpoints/{}/rotate-secret"): "issue 21: rotate the secret",
+    ("POST", "notification-endpoints/{}/test"): "issue 21: send a test event",
+    ("POST", "notification-endpoints/{}/deliveries/{}/resend"): "issue 21: resend",
     ("GET", "legal-holds"): "the tenant's legal holds",
     ("GET", "legal-holds/{}"): "one legal hold",
     ("POST", "legal-holds/{}/release"): "CONTRACT.md 8: release a legal hold",

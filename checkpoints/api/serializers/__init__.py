@@ -91,6 +91,14 @@ from .migrations import (
     MigrationJobSerializer,
     MigrationPreviewSerializer,
 )
+from .notifications import (
+    NotificationDeliveriesSerializer,
+    NotificationEndpointInputSerializer,
+    NotificationEndpointListSerializer,
+    NotificationEndpointSecretSerializer,
+    NotificationEndpointSerializer,
+    NotificationMessageSerializer,
+)
 from .reports import ApprovalsSerializer, ReportRangeSerializer, ReportSerializer, StatsSerializer
 from .retention import DataPolicyInputSerializer, DataPolicySerializer
 from .review import (

@@ -58,6 +58,14 @@ from .lifecycle_requests import (
     LegalHoldReleaseApi,
 )
 from .migrations import KindMigrationApi, KindMigrationListApi
+from .notifications import (
+    NotificationDeliveriesApi,
+    NotificationEndpointApi,
+    NotificationEndpointListApi,
+    NotificationResendApi,
+    NotificationRotateApi,
+    NotificationTestApi,
+)
 from .reports import ReportApi
 from .retention import DataPolicyApi
 from .review import (

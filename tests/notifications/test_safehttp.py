@@ -1,0 +1,89 @@
+"""The outbound POST's SSRF rules (issue 21, item 4) and Standard Webhooks signing
+checked against the independent ``standardwebhooks`` package. Pure: no database."""
+
+from __future__ import annotations
+
+import ipaddress
+import time
+from datetime import UTC, datetime
+
+import pytest
+from standardwebhooks import Webhook
+
+from checkpoints import safehttp, webhooksign
+
+REFUSED = [
+    ("http://127.0.0.1/", "loopback"),
+    ("http://10.1.2.3/", "private"),
+    ("http://172.16.0.9/", "private"),
+    ("http://192.168.1.1/", "private"),
+    ("http://169.254.169.254/latest/meta-data/", "link-local"),
+    ("http://[::1]/", "loopback"),
+    ("http://[::ffff:127.0.0.1]/", "loopback"),
+    ("http://[fd00::1]/", "private"),
+    ("http://0.0.0.0/", "unspecified"),
+    ("http://224.0.0.1/", "multicast"),
+    ("http://localhost:9/", "loopback"),  # a name resolving to 127.0.0.1
+    ("http://100.64.0.1/", "not global"),
+]
+
+
+@pytest.mark.parametrize(("url", "why"), REFUSED)
+def test_private_addresses_are_refused_by_default(url, why):
+    result = safehttp.post(url, body=b"{}", headers={}, timeout_s=1)
+    assert not result.ok and result.status is None
+    assert result.error.startswith("refused: ") and f"({why})" in result.error
+
+
+@pytest.mark.parametrize(("url", "why"), REFUSED)
+def test_the_operator_may_allow_them(url, why):
+    host = safehttp.split(url)[1]
+    assert safehttp.host_problem(host) != ""
+    assert safehttp.host_problem(host, allow_private=True) == ""
+
+
+def test_an_allowed_network_lets_only_it_through():
+    nets = safehttp.networks(("10.20.0.0/16",))
+    assert safehttp.host_problem("10.20.3.4", allow_cidrs=nets) == ""
+    assert safehttp.host_problem("10.21.3.4", allow_cidrs=nets) != ""
+    with pytest.raises(ValueError, match="not a network"):
+        safehttp.networks(("ten",))
+
+
+def test_a_public_address_passes_and_mapped_forms_are_judged_as_ipv4():
+    assert safehttp.address_problem(ipaddress.ip_address("93.184.216.34")) == ""
+    assert safehttp.address_problem(ipaddress.ip_address("::ffff:10.0.0.1")) == "private"
+
+
+@pytest.mark.parametrize("url", ["ftp://example.com/", "https://user:pw@example.com/",
+                                 "https:///nohost", "http://[::1"])
+def test_bad_urls_are_refused(url):
+    assert safehttp.post(url, body=b"", headers={}).error.startswith("refused: ")
+
+
+def test_the_connection_goes_to_the_resolved_address_with_the_name_as_host(receiver):
+    url = receiver.url.replace("127.0.0.1", "localhost")
+    result = safehttp.post(url, body=b"{}", headers={}, timeout_s=2, allow_private=True)
+    assert result.ok and result.head == "thanks!"
+    assert receiver.seen[0][0]["host"] == f"localhost:{receiver.server.server_port}"
+
+
+def test_the_response_read_is_bounded(receiver):
+    result = safehttp.post(receiver.url, body=b"{}", headers={}, allow_private=True,
+                           max_bytes=3, head_chars=2)
+    assert result.ok and result.head == "th"
+
+
+def test_signatures_verify_with_standardwebhooks():
+    secret, other = webhooksign.new_secret(), webhooksign.new_secret()
+    body = '{"type":"test","data":{"é":1}}'.encode()
+    now = int(time.time())
+    headers = webhooksign.headers([secret, other], "msg_1", now, body)
+    assert headers["webhook-timestamp"] == str(now)
+    assert all(s.startswith("v1,") for s in headers["webhook-signature"].split(" "))
+    assert Webhook(secret).verify(body, headers) == {"type": "test", "data": {"é": 1}}
+    assert Webhook(other).verify(body, headers)
+    # and the library's own signature equals ours
+    theirs = Webhook(secret).sign("msg_1", datetime.fromtimestamp(now, UTC), body.decode())
+    assert theirs == webhooksign.signature(secret, "msg_1", now, body)
+    assert webhooksign.secret_hint(secret) == f"whsec_…{secret[-4:]}"
