@@ -174,8 +174,10 @@ def post(url: str, *, body: bytes, headers: dict[str, str], timeout_s: float = 1
     except httpx.TimeoutException:
         return Result(None, elapsed_ms(), error=f"timeout: no answer within {timeout_s:g} s")
     except (httpx.HTTPError, OSError, ValueError) as exc:
+        # An error's text may quote the request's URL: its path and query are cut out.
+        words = str(exc).replace(pinned, f"{scheme}://{host}").replace(target, "/…")
         return Result(None, elapsed_ms(),
-                      error=f"{type(exc).__name__}: {str(exc)[:200]} ({host[:100]})")
+                      error=f"{type(exc).__name__}: {words[:200]} ({host[:100]})")
 
 
 def _host_of(location: str) -> str:

@@ -87,3 +87,20 @@ def test_signatures_verify_with_standardwebhooks():
     theirs = Webhook(secret).sign("msg_1", datetime.fromtimestamp(now, UTC), body.decode())
     assert theirs == webhooksign.signature(secret, "msg_1", now, body)
     assert webhooksign.secret_hint(secret) == f"whsec_…{secret[-4:]}"
+
+
+def test_an_error_quoting_the_url_keeps_its_path_and_query_out(monkeypatch):
+    """A Slack or Teams URL's path is its secret: an error whose text quotes the request's
+    URL is logged by host only."""
+    secret = "/services/T000/B000/XXXXsecretXXXX?token=hunter2"
+
+    def fail(self, method, url, **kwargs):
+        raise safehttp.httpx.ConnectError(f"could not reach {url}")
+
+    monkeypatch.setattr(safehttp.httpx.Client, "stream", fail)
+    monkeypatch.setattr(safehttp, "resolve", lambda *a, **k: "127.0.0.1")
+    result = safehttp.post("http://hooks.example.test" + secret, body=b"{}", headers={},
+                           timeout_s=1)
+    assert result.status is None and result.error.startswith("ConnectError")
+    assert "hooks.example.test" in result.error
+    assert "XXXXsecretXXXX" not in result.error and "hunter2" not in result.error
