@@ -17,7 +17,12 @@ from django.test.utils import CaptureQueriesContext
 
 from checkpoints import services
 from checkpoints.jobs import notify
-from checkpoints.models import AuditEvent, NotificationEndpoint, NotificationMessage
+from checkpoints.models import (
+    AuditEvent,
+    NotificationAttempt,
+    NotificationEndpoint,
+    NotificationMessage,
+)
 from checkpoints.vocab import DeliveryState
 from tests.conftest import bearer_client
 from tests.helpers import age_world
@@ -268,8 +273,6 @@ def test_the_delivery_log_shows_each_attempt_and_resend_keeps_the_event_id(
 
 
 def test_a_response_head_is_escaped(login, acme, adam, endpoints):
-    from checkpoints.models import NotificationAttempt
-
     message = services.notification_test(actor=adam, tenant=acme,
                                          endpoint_id=endpoints["hook"].uuid)
     NotificationAttempt.objects.create(tenant=acme, message=message, number=1,
@@ -304,8 +307,6 @@ def test_the_queries_of_a_page_are_bounded(login, acme, adam, endpoints, request
         with CaptureQueriesContext(connection) as captured:
             assert client.get(path).status_code == 200
         return len(captured)
-
-    from checkpoints.models import NotificationAttempt
 
     def add(n):
         for _ in range(n):
