@@ -245,12 +245,14 @@ def _build_reviews(d: TenantData, slug: str, ids: dict, extra: dict) -> None:
         requested_by_name=d.requester.get_username()).uuid)
     # A notification endpoint with one delivered message (issue 21, items 1 and 5),
     # written directly like the hold: each tenant its own endpoint id, the same event id.
+    # Disabled (its reason marked): an enabled one would turn on /readyz's notifications
+    # check, and the world's outbox rows (nobody dispatches them) are aged an hour.
     from checkpoints.models import NotificationEndpoint, NotificationMessage
     from checkpoints.vocab import DeliveryState
     endpoint = NotificationEndpoint.objects.create(
         tenant=t, uuid=uuid.uuid5(uuid.NAMESPACE_OID, f"endpoint/{slug}"), name=f"hook {m}",
         channel="webhook", url=f"https://hooks.example.com/{m}", event_types=["digest"],
-        created_by=d.requester, created_by_name=d.requester.get_username())
+        enabled=False, disabled_reason=f"paused {m}", created_by=d.requester, created_by_name=d.requester.get_username())
     d.endpoint_id = str(endpoint.uuid)
     d.event_id = "msg_" + uuid.uuid5(uuid.NAMESPACE_OID, "twin-message").hex
     NotificationMessage.objects.create(tenant=t, endpoint=endpoint, event_id=d.event_id,

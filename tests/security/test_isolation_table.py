@@ -508,7 +508,8 @@ RECIPES: dict[str, list[Op]] = {
                  "secrets_policy": "warn"})],
     # Notifications (issue 21, items 1 and 5): every role reads the endpoints and the
     # delivery log; the forms are the tenant admin's (as ``api:notification-*``); HOME's
-    # endpoint on the twin's URL finds nothing.
+    # endpoint on the twin's URL finds nothing. The world's endpoint is disabled: the
+    # admin's test event and resend are refused (422), enabling it is a write.
     "notification_list": [Op("get", _s(), page_rule(V, 200), surface="web")],
     "notification_create": [
         Op("post", _s(), page_rule(roles.MANAGE, 303), "write", surface="web",
@@ -520,9 +521,9 @@ RECIPES: dict[str, list[Op]] = {
            tenant=TWIN)],
     "notification_update": [
         Op("post", _s(endpoint_id="endpoint_id"), page_rule(roles.MANAGE, 303), "write",
-           body={"enabled": "false"}, surface="web"),
+           body={"enabled": "true"}, surface="web"),
         Op("post", _s(TWIN, endpoint_id="endpoint_id"), page_rule(roles.MANAGE, 404),
-           body={"enabled": "false"}, surface="web", tenant=TWIN)],
+           body={"enabled": "true"}, surface="web", tenant=TWIN)],
     "notification_rotate": [
         Op("post", _s(endpoint_id="endpoint_id"), page_rule(roles.MANAGE, 200), "write",
            body={}, surface="web"),
@@ -534,13 +535,13 @@ RECIPES: dict[str, list[Op]] = {
         Op("post", _s(TWIN, endpoint_id="endpoint_id"), page_rule(roles.MANAGE, 404),
            body={"confirm": "on"}, surface="web", tenant=TWIN)],
     "notification_send_test": [
-        Op("post", _s(endpoint_id="endpoint_id"), page_rule(roles.MANAGE, 303), "write",
+        Op("post", _s(endpoint_id="endpoint_id"), page_rule(roles.MANAGE, 422),
            body={}, surface="web"),
         Op("post", _s(TWIN, endpoint_id="endpoint_id"), page_rule(roles.MANAGE, 404),
            body={}, surface="web", tenant=TWIN)],
     "notification_resend": [
         Op("post", _s(endpoint_id="endpoint_id", event_id="event_id"),
-           page_rule(roles.MANAGE, 303), "write", body={}, surface="web"),
+           page_rule(roles.MANAGE, 422), body={}, surface="web"),
         Op("post", _s(TWIN, endpoint_id="endpoint_id", event_id="event_id"),
            page_rule(roles.MANAGE, 404), body={}, surface="web", tenant=TWIN)],
     "run_detail": [Op("get", _s(run_id="r_stuck"), page_rule(V, 200), surface="web"),

@@ -871,7 +871,7 @@ PAGES: dict[str, Req] = {
                                      "email": "ops@example.com", "event_types": "digest"},
                                write=True),
     "notification_detail": Req({"endpoint_id": "endpoint_id"}, shows_mark=True),
-    "notification_update": Req({"endpoint_id": "endpoint_id"}, {"enabled": "false"},
+    "notification_update": Req({"endpoint_id": "endpoint_id"}, {"enabled": "true"},
                                write=True),
     "notification_rotate": Req({"endpoint_id": "endpoint_id"}, {}, write=True,
                                shows_mark=True),
