@@ -16,6 +16,7 @@ from .dashboard import (
     kinds,
     lifecycle_requests,
     live,
+    notifications,
     reports,
     run,
 )
@@ -65,6 +66,23 @@ urlpatterns = [
     # The data lifecycle (issue 20): the policy, tombstones, holds, erasure requests.
     path(T + "data/", data.data_page, name="data_page"),
     path(T + "data/policy/", data.data_policy_post, name="data_policy_post"),
+    # Notifications (issue 21, items 1 and 5): the endpoints, the admin's forms, the
+    # delivery log of one endpoint.
+    path(T + "notifications/", notifications.notification_list, name="notification_list"),
+    path(T + "notifications/new/", notifications.notification_create,
+         name="notification_create"),
+    path(T + "notifications/<str:endpoint_id>/", notifications.notification_detail,
+         name="notification_detail"),
+    path(T + "notifications/<str:endpoint_id>/edit/", notifications.notification_update,
+         name="notification_update"),
+    path(T + "notifications/<str:endpoint_id>/rotate/", notifications.notification_rotate,
+         name="notification_rotate"),
+    path(T + "notifications/<str:endpoint_id>/delete/", notifications.notification_delete,
+         name="notification_delete"),
+    path(T + "notifications/<str:endpoint_id>/test/", notifications.notification_send_test,
+         name="notification_send_test"),
+    path(T + "notifications/<str:endpoint_id>/deliveries/<str:event_id>/resend/",
+         notifications.notification_resend, name="notification_resend"),
     path(T + "bulk/", bulk.bulk_submit, name="bulk_submit"),
     path(T + "bulk/<str:bulk_id>/", bulk.bulk_detail, name="bulk_detail"),
     path(T + "runs/<str:run_id>/", run.run_detail, name="run_detail"),

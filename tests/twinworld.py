@@ -83,6 +83,8 @@ class TenantData:
     migration_id: str = ""          # its stored migration job (issue 19, item 2)
     hold_id: str = ""               # its active legal hold on ``r_stable`` (issue 20)
     erasure_id: str = ""            # its erasure request of ``r_closed``, not decided yet
+    endpoint_id: str = ""           # its notification endpoint (issue 21, item 1)
+    event_id: str = ""              # that endpoint's delivered message (the same id in both)
 
 
 @dataclass(frozen=True)
@@ -241,6 +243,21 @@ def _build_reviews(d: TenantData, slug: str, ids: dict, extra: dict) -> None:
         tenant=t, uuid=uuid.uuid5(uuid.NAMESPACE_OID, f"erasure/{slug}"),
         run_uuids=[str(i["r_closed"])], reason=f"erase {m}", requested_by=d.requester,
         requested_by_name=d.requester.get_username()).uuid)
+    # A notification endpoint with one delivered message (issue 21, items 1 and 5),
+    # written directly like the hold: each tenant its own endpoint id, the same event id.
+    # Disabled (its reason marked): an enabled one would turn on /readyz's notifications
+    # check, and the world's outbox rows (nobody dispatches them) are aged an hour.
+    from checkpoints.models import NotificationEndpoint, NotificationMessage
+    from checkpoints.vocab import DeliveryState
+    endpoint = NotificationEndpoint.objects.create(
+        tenant=t, uuid=uuid.uuid5(uuid.NAMESPACE_OID, f"endpoint/{slug}"), name=f"hook {m}",
+        channel="webhook", url=f"https://hooks.example.com/{m}", event_types=["digest"],
+        enabled=False, disabled_reason=f"paused {m}", created_by=d.requester, created_by_name=d.requester.get_username())
+    d.endpoint_id = str(endpoint.uuid)
+    d.event_id = "msg_" + uuid.uuid5(uuid.NAMESPACE_OID, "twin-message").hex
+    NotificationMessage.objects.create(tenant=t, endpoint=endpoint, event_id=d.event_id,
+                                       event_type="digest", state=DeliveryState.DELIVERED,
+                                       subject=f"digest {m}")
     if slug == TWIN:
         services.effect_mark_unknown(actor=d.requester, tenant=t, effect_id=extra["e_more"],
                                      reason=f"more {m}")

@@ -101,6 +101,8 @@ class World:
     migration_id: str = ""  # acme's stored migration job (issue 19, item 2)
     hold_id: str = ""       # acme's active legal hold (issue 20)
     erasure_id: str = ""    # acme's erasure request, not decided yet (issue 20)
+    endpoint_id: str = ""   # acme's notification endpoint (issue 21, item 1)
+    event_id: str = ""      # its delivered message (the twin's has the same event id)
 
 
 @dataclass
@@ -168,7 +170,8 @@ def world(django_db_setup, django_db_blocker):
         try:
             home = build_world(IDS, EXTRA, lg_thread=LG_THREAD, lg_run="lg-run")[HOME]
             yield World(home.retry_pk, home.attempt_pk, _identities(), home.bulk_id,
-                        home.migration_id, home.hold_id, home.erasure_id)
+                        home.migration_id, home.hold_id, home.erasure_id,
+                        home.endpoint_id, home.event_id)
         finally:
             transaction.set_rollback(True)
             outer.__exit__(None, None, None)
@@ -503,6 +506,44 @@ RECIPES: dict[str, list[Op]] = {
         Op("post", _s(), page_rule(roles.MANAGE, 303), "write", surface="web",
            body={"payload_retention_days": "30", "restart_interval_s": "86400",
                  "secrets_policy": "warn"})],
+    # Notifications (issue 21, items 1 and 5): every role reads the endpoints and the
+    # delivery log; the forms are the tenant admin's (as ``api:notification-*``); HOME's
+    # endpoint on the twin's URL finds nothing. The world's endpoint is disabled: the
+    # admin's test event and resend are refused (422), enabling it is a write.
+    "notification_list": [Op("get", _s(), page_rule(V, 200), surface="web")],
+    "notification_create": [
+        Op("post", _s(), page_rule(roles.MANAGE, 303), "write", surface="web",
+           body={"name": "table", "channel": "email", "email": "ops@example.com",
+                 "event_types": "digest"})],
+    "notification_detail": [
+        Op("get", _s(endpoint_id="endpoint_id"), page_rule(V, 200), surface="web"),
+        Op("get", _s(TWIN, endpoint_id="endpoint_id"), page_rule(V, 404), surface="web",
+           tenant=TWIN)],
+    "notification_update": [
+        Op("post", _s(endpoint_id="endpoint_id"), page_rule(roles.MANAGE, 303), "write",
+           body={"enabled": "true"}, surface="web"),
+        Op("post", _s(TWIN, endpoint_id="endpoint_id"), page_rule(roles.MANAGE, 404),
+           body={"enabled": "true"}, surface="web", tenant=TWIN)],
+    "notification_rotate": [
+        Op("post", _s(endpoint_id="endpoint_id"), page_rule(roles.MANAGE, 200), "write",
+           body={}, surface="web"),
+        Op("post", _s(TWIN, endpoint_id="endpoint_id"), page_rule(roles.MANAGE, 404),
+           body={}, surface="web", tenant=TWIN)],
+    "notification_delete": [
+        Op("post", _s(endpoint_id="endpoint_id"), page_rule(roles.MANAGE, 303), "write",
+           body={"confirm": "on"}, surface="web"),
+        Op("post", _s(TWIN, endpoint_id="endpoint_id"), page_rule(roles.MANAGE, 404),
+           body={"confirm": "on"}, surface="web", tenant=TWIN)],
+    "notification_send_test": [
+        Op("post", _s(endpoint_id="endpoint_id"), page_rule(roles.MANAGE, 422),
+           body={}, surface="web"),
+        Op("post", _s(TWIN, endpoint_id="endpoint_id"), page_rule(roles.MANAGE, 404),
+           body={}, surface="web", tenant=TWIN)],
+    "notification_resend": [
+        Op("post", _s(endpoint_id="endpoint_id", event_id="event_id"),
+           page_rule(roles.MANAGE, 422), body={}, surface="web"),
+        Op("post", _s(TWIN, endpoint_id="endpoint_id", event_id="event_id"),
+           page_rule(roles.MANAGE, 404), body={}, surface="web", tenant=TWIN)],
     "run_detail": [Op("get", _s(run_id="r_stuck"), page_rule(V, 200), surface="web"),
                    Op("get", _s(run_id="r_twin"), page_rule(V, 404), surface="web")],
     "run_audit": [Op("get", _s(run_id="r_stuck"), page_rule(V, 200), surface="web")],

@@ -703,7 +703,7 @@ class Req:
                 continue
             out[key] = str(getattr(w.data[slug], source)) if source in (
                 "retry_pk", "attempt_pk", "bulk_id", "migration_id", "hold_id",
-                "erasure_id") else str(IDS[source])
+                "erasure_id", "endpoint_id", "event_id") else str(IDS[source])
         return out
 
 
@@ -864,6 +864,22 @@ PAGES: dict[str, Req] = {
     "data_page": Req(),
     "data_policy_post": Req(body={"payload_retention_days": "30", "restart_interval_s": "86400",
                                   "secrets_policy": "warn"}, write=True),
+    # Notifications (issue 21, items 1 and 5): each tenant's own endpoint and delivery
+    # log; the same event id in both tenants is each one's own message.
+    "notification_list": Req(shows_mark=True),
+    "notification_create": Req(body={"name": "tw", "channel": "email",
+                                     "email": "ops@example.com", "event_types": "digest"},
+                               write=True),
+    "notification_detail": Req({"endpoint_id": "endpoint_id"}, shows_mark=True),
+    "notification_update": Req({"endpoint_id": "endpoint_id"}, {"enabled": "true"},
+                               write=True),
+    "notification_rotate": Req({"endpoint_id": "endpoint_id"}, {}, write=True,
+                               shows_mark=True),
+    "notification_delete": Req({"endpoint_id": "endpoint_id"}, {"confirm": "on"},
+                               write=True),
+    "notification_send_test": Req({"endpoint_id": "endpoint_id"}, {}, write=True),
+    "notification_resend": Req({"endpoint_id": "endpoint_id", "event_id": "event_id"}, {},
+                               write=True),
     "run_detail": Req({"run_id": "r_unknown"}, shows_mark=True),
     "run_audit": Req({"run_id": "r_unknown"}, shows_mark=True),
     "checkpoint_history": Req({"checkpoint_id": "c_stuck"}, shows_mark=True),

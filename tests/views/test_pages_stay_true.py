@@ -56,7 +56,9 @@ def world(acme, rita, april, unknown):
             "attempt_id": "999999", "bulk_id": str(uuid.uuid4()), "kind": "acme.order",
             "version": "1", "job_id": str(uuid.uuid4()),
             # Issue 20's pages: a request and a hold no tenant has (404, still true to htmx).
-            "request_id": str(uuid.uuid4()), "hold_id": str(uuid.uuid4())}
+            "request_id": str(uuid.uuid4()), "hold_id": str(uuid.uuid4()),
+            # Issue 21's Notifications pages: an endpoint and a message no tenant has.
+            "endpoint_id": str(uuid.uuid4()), "event_id": "msg_" + "0" * 32}
 
 
 def _dashboard_urls(values: dict[str, str]) -> list[tuple[str, str]]:

@@ -67,6 +67,9 @@ PAGE_PARAMS: dict[str, tuple[str, ...]] = {
     "run_new": tuple(NewRunsForm.base_fields),
     "run_live": tuple(LiveRunForm.base_fields),
     "approval_queue": (),
+    # Issue 21, items 1 and 5: the Notifications page and an endpoint's delivery log.
+    "notification_list": (),
+    "notification_detail": (),
 }
 NOT_WALKED = {"login", "logout"}
 #: The query a page needs to be a 200 (the preview's target version); the tests add theirs.
@@ -85,11 +88,15 @@ def world(acme, rita, adam, wendy, unknown):
                           body=declared_kind("query strings"))
     job, _ = services.migration_job_submit(actor=adam, tenant=acme, kind="acme.order",
                                            to_version=2, client_token=uuid.uuid4())
+    endpoint, _ = services.endpoint_create(actor=adam, tenant=acme, body={
+        "name": "query strings", "channel": "email", "email": "ops@example.com",
+        "event_types": ["digest"]})
     return {"slug": "acme", "run_id": str(unknown.run_id), "retry_id": "1",
             "effect_id": str(unknown.effect_id), "checkpoint_id": str(unknown.checkpoint_id),
             "attempt_id": "1", "bulk_id": str(bulk.uuid), "kind": "acme.order",
             "version": "1", "job_id": str(job.uuid), "request_id": str(uuid.uuid4()),
-            "hold_id": str(uuid.uuid4())}
+            "hold_id": str(uuid.uuid4()), "endpoint_id": str(endpoint.uuid),
+            "event_id": "msg_" + "0" * 32}
 
 
 def _routes(values: dict[str, str]) -> dict[str, str]:
