@@ -161,7 +161,8 @@ mutants: $(MUTATION_STAMP)
 
 # Benchmarks (issue 8; README "Benchmarks"): `python -m bench` drops and creates its own
 # database (PG_URL's database name + _bench, on the PG_URL server), collects the static
-# files into var/bench/var, runs the write, read (search included) and memory scenarios
+# files into var/bench/var, runs the write, read (search included), memory and
+# notification (bench/bench_notify.py, its own database <db>_notify) scenarios
 # with their references, prints the table and writes var/bench/latest.json.
 # About 10 minutes; `make bench BENCH_ARGS=--full` for the issue's sizes (100,000 runs,
 # 1,000,000 revisions, 100,000 requests), BENCH_ARGS=--smoke the smallest (a minute or

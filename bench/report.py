@@ -186,6 +186,7 @@ def render(result: dict) -> str:
                                       for k, v in sorted(mem["rss_kib"].items(),
                                                          key=lambda kv: int(kv[0]))))
         lines.append("")
+    lines += _notify_lines(result.get("notify"))
     t = result.get("targets") or []
     if t:
         lines.append("TARGETS (issue 8; ratios from this run)")
@@ -194,6 +195,29 @@ def render(result: dict) -> str:
         for x in t:
             lines.append(f"{x['target']:<78} {x['verdict']:<8} {x['measured']}")
     return "\n".join(lines)
+
+
+def _notify_lines(n: dict | None) -> list[str]:
+    """The NOTIFY section (bench/bench_notify.py's JSON), or nothing."""
+    if not n:
+        return []
+    lines = ["NOTIFY  webhook endpoint, window 0, loopback receiver in another process"]
+    for r in n.get("latency") or []:
+        lines.append(f"  latency, a round every {r['interval_s']:g} s, {r['runs']} runs at "
+                     f"{r['rate_per_s']:g}/s: commit -> receiver p50 {r['p50_s']:.2f} s, "
+                     f"p99 {r['p99_s']:.2f} s, max {r['max_s']:.2f} s")
+    t = n.get("throughput")
+    if t:
+        lines.append(f"  {t['events']:,} events: dispatch {t['dispatch_rows_per_s']:,} rows/s, "
+                     f"send {t['send_per_s']:,} messages/s; bare POST reference "
+                     f"{t['reference_per_s']:,}/s ({t['send_per_s'] / t['reference_per_s']:.2f}x), "
+                     f"safehttp.post alone {t['safehttp_per_s']:,}/s")
+    u = n.get("unconfigured")
+    if u:
+        lines.append(f"  a round with {u['events']:,} rows of a tenant with no endpoint: "
+                     f"{u['round_ms']} ms, {u['queries']} queries (empty: "
+                     f"{u['empty_round_ms']} ms, {u['empty_round_queries']} queries)")
+    return [*lines, ""]
 
 
 def _k(size: str) -> str:

@@ -25,7 +25,11 @@
    with ``--long-run-revisions`` revisions and the resume decision are timed (p50/p95)
    with their query counts.
 4. Memory: a web worker's RSS after 1,000 API GETs and after ``--memory-requests``.
-5. Prints one table with ratios to raw and the issue's targets ("holds" / "not yet"), and
+5. Notifications (``bench/bench_notify.py``, in its own process and database
+   ``<db>_notify``): delivery latency from a state change's commit to a loopback
+   receiver (p50/p99, a round every 1 s and 5 s), the outbox's dispatch and send rates
+   against a bare POST reference, and a round's cost for a tenant with no endpoint.
+6. Prints one table with ratios to raw and the issue's targets ("holds" / "not yet"), and
    writes everything to ``var/bench/latest.json``.
 
 Numbers depend on the machine and on what else runs on it: compare rows of one run, not
@@ -79,8 +83,9 @@ def _args(argv=None):
                         "explicit options still override): " + ", ".join(
                             f"--{k.replace('_', '-')} {v}" for k, v in SMOKE.items()))
     p.add_argument("--keep-db", action="store_true", help="keep the database at the end")
-    p.add_argument("--only", default="writes,reads,memory",
-                   help="comma-separated parts: writes, reads, memory")
+    p.add_argument("--only", default="writes,reads,memory,notify",
+                   help="comma-separated parts: writes, reads, memory, notify "
+                        "(bench/bench_notify.py on its own database, <db>_notify)")
     p.add_argument("--full", action="store_true",
                    help="the issue's sizes: 10,000 and 100,000 runs (1,000,000 revisions), "
                         "100,000 memory requests")
@@ -107,7 +112,7 @@ def _args(argv=None):
     if args.db is None:
         args.db = default_db_name(args.pg_url)
     args.parts = {x.strip() for x in args.only.split(",") if x.strip()}
-    unknown = args.parts - {"writes", "reads", "memory"}
+    unknown = args.parts - {"writes", "reads", "memory", "notify"}
     if unknown:
         p.error(f"--only: unknown part(s) {', '.join(sorted(unknown))}")
     sizes = args.sizes or ("10000,100000" if args.full else "10000,40000")
@@ -196,6 +201,8 @@ def main(argv=None) -> None:
             if "memory" in args.parts:
                 say(f"memory: {args.memory_requests:,} API GETs in one process ...")
                 result["memory"] = reads.memory(requests=args.memory_requests, say=say)
+        if "notify" in args.parts:
+            result["notify"] = _notify(args, out_dir)
     finally:
         connections.close_all()
         if not args.keep_db:
@@ -218,6 +225,21 @@ def main(argv=None) -> None:
     if failed:
         say(f"bench: CHECK FAILED (lost update or unrecorded refusal): {', '.join(failed)}")
         sys.exit(1)
+
+
+def _notify(args, out_dir: Path) -> dict:
+    """``bench/bench_notify.py`` in its own process and database (``<db>_notify``, dropped
+    at its end): delivery latency and the outbox's throughput (``--smoke``: its
+    ``SMOKE_ARGS``). Its lines are printed as it goes; returns its JSON."""
+    from bench.bench_notify import SMOKE_ARGS
+
+    out = out_dir / "notify.json"
+    out.unlink(missing_ok=True)
+    say("notifications (bench/bench_notify.py):")
+    argv = [sys.executable, str(ROOT / "bench" / "bench_notify.py"), "--pg-url", args.pg_url,
+            "--db", f"{args.db}_notify", "--json", str(out), *(SMOKE_ARGS if args.smoke else [])]
+    subprocess.run(argv, cwd=ROOT, check=True)
+    return json.loads(out.read_text())
 
 
 def _vacuum(url: str) -> None:

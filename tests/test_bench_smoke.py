@@ -111,3 +111,31 @@ def test_the_retention_bench_runs_end_to_end_and_drops_its_database():
     with psycopg.connect(bench_url(url, "postgres")) as conn:
         left = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [db]).fetchone()
     assert left is None
+
+
+def test_the_notification_bench_runs_end_to_end_and_drops_its_database(tmp_path):
+    """``bench/bench_notify.py`` at its smoke size: every message arrives once (it asserts
+    that itself), latency, rates and the unconfigured round print, its JSON is written,
+    its database is gone at the end."""
+    from bench.bench_notify import SMOKE_ARGS
+
+    url = os.environ["DATABASE_URL"]
+    db = urlsplit(url).path.lstrip("/") + "_notify_smoke_bench"
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("RECOVERY_", "PYTEST_")) and k != "DJANGO_SETTINGS_MODULE"}
+    out = tmp_path / "notify.json"
+    done = subprocess.run(
+        [sys.executable, "bench/bench_notify.py", *SMOKE_ARGS, "--pg-url", url, "--db", db,
+         "--json", str(out)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    assert "commit -> receiver: p50" in done.stdout and "messages/s" in done.stdout
+    result = json.loads(out.read_text())
+    assert result["latency"][0]["runs"] == 20 and result["throughput"]["events"] == 200
+    assert result["unconfigured"]["queries"] == result["unconfigured"]["empty_round_queries"]
+    import psycopg
+
+    from bench.common import bench_url
+
+    with psycopg.connect(bench_url(url, "postgres")) as conn:
+        left = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [db]).fetchone()
+    assert left is None

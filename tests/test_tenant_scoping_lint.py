@@ -97,6 +97,9 @@ ESCAPE_HATCHES = {
     ("services/notify_dispatch.py", "_endpoints_of"):
         "the endpoints of the tenants a claimed batch names, each event matched within its "
         "own tenant",
+    ("services/notify_dispatch.py", "_drop_unconfigured"):
+        "deletes the outbox rows of every tenant with no endpoint (each row's own tenant's "
+        "endpoints checked), unread",
     ("services/notify_dispatch.py", "_drain_batch"):
         "deletes, by primary key, the outbox rows the batch claimed",
     ("services/notify_dispatch.py", "write_runs"):

@@ -2,7 +2,8 @@
 beat), the web process itself runs the stale-run sweep and the due reconcile requests
 every ``RECOVERY_SWEEP_INTERVAL_S`` (DESIGN.md 4: "something always runs it"), the
 retention purge every ``RECOVERY_RETENTION_INTERVAL_S`` (issue 20), and the notification
-round (issue 21: the outbox dispatched, due messages sent; ``jobs.notify``) each time.
+round (issue 21: the outbox dispatched, due messages sent; ``jobs.notify``) each time and
+every ``RECOVERY_NOTIFY_INTERVAL_S`` between (``_loop``).
 
 Started once per process by ``InProcessWorkerMiddleware`` on the first request when
 ``RECOVERY_INPROCESS_WORKER`` is on (the default without ``CELERY_BROKER_URL``, off under
@@ -141,11 +142,23 @@ def _notify_catch_up(beats: dict, *, force: bool) -> dict | None:
         return stats or None
 
 
-def _loop(interval_s: float, stop: threading.Event, round_=run_once) -> None:
-    while not stop.wait(interval_s):
+def _loop(interval_s: float, stop: threading.Event, round_=run_once,
+          notify_s: float | None = None) -> None:
+    """Run ``round_`` every ``interval_s``; with ``notify_s`` shorter (the in-process
+    worker: ``RECOVERY_NOTIFY_INTERVAL_S``, 5 s, under the sweep's 10 s), wake every
+    ``notify_s`` and run the notification round alone between rounds, so a message
+    waits for the notification interval, not the sweep's."""
+    tick = min(interval_s, notify_s) if notify_s else interval_s
+    next_round = time.monotonic() + interval_s
+    while not stop.wait(tick):
         try:
             close_old_connections()
-            round_()
+            now = time.monotonic()
+            if now >= next_round - tick / 10:  # a round is due (a little early is fine)
+                next_round = max(next_round + interval_s, now + tick)
+                round_()
+            else:
+                _notify({})
         except Exception:  # noqa: BLE001 - keep the worker alive; the next round retries
             log.exception("in-process sweep failed; retrying in %s s", interval_s)
         finally:
@@ -164,7 +177,8 @@ def start(stop: threading.Event | None = None, *, watchdog: bool = False) -> boo
     thread = threading.Thread(target=_loop, name="recovery-inprocess-worker", daemon=True,
                               args=(settings.RECOVERY_SWEEP_INTERVAL_S,
                                     stop or threading.Event(),
-                                    catch_up if watchdog else run_once))
+                                    catch_up if watchdog else run_once,
+                                    None if watchdog else settings.RECOVERY_NOTIFY_INTERVAL_S))
     thread.start()
     return True
 

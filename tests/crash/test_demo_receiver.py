@@ -69,3 +69,46 @@ def test_verify_refuses_a_tampered_body_and_a_bad_secret():
     assert not verify(SECRET, "evt_1", ts, raw + b" ", sig)
     assert not verify(SECRET, "evt_2", ts, raw, sig)
     assert not verify("whsec_not base64!", "evt_1", ts, raw, sig)
+
+
+@pytest.mark.django_db
+def test_the_demo_endpoint_is_audited_and_its_secret_verifies_a_crashed_runs_message(
+        tmp_path, acme, adam, wendy, settings):
+    """``manage.py demo``'s acme endpoint: made by the endpoint service (audited as
+    acme-admin's), and the secret it returns, handed to the receiver, verifies what the
+    notification round posts for runs whose worker died (one incident message)."""
+    from checkpoints.jobs import notify
+    from checkpoints.management.commands.demo import DEMO_WINDOW_S, Command
+    from checkpoints.models import AuditEvent, NotificationEndpoint
+    from tests.helpers import age_world, envelope, put_checkpoint, sweep_later
+
+    receiver = Receiver(tmp_path / "demo-receiver.jsonl", "").start()
+    try:
+        command = Command()
+        command.accounts = {"acme-admin": adam}
+        secret = command._webhook_endpoint(receiver.url + "/hook")
+        receiver.secret = secret  # what the demo passes in RECOVERY_DEMO_WEBHOOK_SECRET
+        endpoint = NotificationEndpoint.objects.for_tenant(acme).get()
+        assert secret.startswith("whsec_") and endpoint.group_window_s == DEMO_WINDOW_S
+        event = AuditEvent.objects.filter(tenant=acme,
+                                          action="notification_endpoint.create").get()
+        assert event.actor_name == adam.username and secret not in json.dumps(event.after)
+
+        settings.RECOVERY_NOTIFY_ALLOW_PRIVATE = True  # the demo's web server's environment
+        runs = set()
+        for order in ("A-1", "A-2"):  # two workers die in flight; one sweep finds both
+            body = envelope(payload={"phase": "charging", "order_id": order})
+            put_checkpoint(wendy, acme, body)
+            runs.add(body["run_id"])
+        sweep_later()
+        notify.notify_round()  # the window is open: nothing yet
+        assert receiver.deliveries() == []
+        age_world(DEMO_WINDOW_S)
+        notify.notify_round()
+    finally:
+        receiver.stop()
+    (delivery,) = receiver.deliveries()
+    assert delivery["verified"] and not delivery["duplicate"]
+    body = json.loads(delivery["body"])
+    assert body["type"] == "run.needs_review" and body["data"]["run_count"] == 2
+    assert {run["id"] for run in body["data"]["runs"]} == runs

@@ -25,10 +25,11 @@ Steps:
    v1 run's retry requested (``acme-reviewer``) and approved (``acme-approver``), print
    the runs per recovery state, the stranded run, the URL and the logins, and serve until
    Ctrl-C.
-6. A webhook receiver (``checkpoints.demo.receiver``, a child process on loopback, port
-   + 767) and an acme webhook endpoint posting to it with a short grouping window
-   (``DEMO_WINDOW_S``); the web server may post to loopback
-   (``RECOVERY_NOTIFY_ALLOW_PRIVATE=true``). Its page lists each signed message the
+6. An acme webhook endpoint with a short grouping window (``DEMO_WINDOW_S``), made by
+   acme-admin through the endpoint service (audited), and a webhook receiver
+   (``checkpoints.demo.receiver``, a child process on loopback, port + 767) given the
+   signing secret that service returned; the web server may post to plain http on
+   loopback (``DEMO_NOTIFY_ENV``) and its in-process worker sends (``jobs.notify``). Its page lists each signed message the
    crashed runs produced, with its headers and whether its signature verifies.
 7. While serving, run the stale-run sweep every 10 s and the demo supervisor
    (``checkpoints.demo.supervisor``, a child process): every 3 s it lists each tenant's
@@ -43,7 +44,6 @@ Steps:
 
 from __future__ import annotations
 
-import base64
 import importlib.util
 import os
 import random
@@ -61,10 +61,11 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connections
+from django.test import override_settings
 
-from checkpoints import crypto, selectors, services
+from checkpoints import selectors, services
 from checkpoints.demo.orchestrate import STRANDED, plan, plan_langgraph, run_units
-from checkpoints.models import NotificationEndpoint, Tenant
+from checkpoints.models import Tenant
 from checkpoints.vocab import NotificationChannel, NotificationEventType, Role
 
 PASSWORD = "recovery-demo"
@@ -81,6 +82,9 @@ OFFLINE_KINDS = "acme.order"
 # The demo's webhook endpoint groups the crash's runs for this long (120 s by default):
 # the receiver's page shows the incident's message soon after the sweep.
 DEMO_WINDOW_S = 15
+# The demo's receiver is plain http on loopback, which the sender and the endpoint
+# service refuse by default: the web server's environment allows both (docs/notifications.md).
+DEMO_NOTIFY_ENV = {"RECOVERY_NOTIFY_ALLOW_PRIVATE": "true", "RECOVERY_NOTIFY_ALLOW_HTTP": "true"}
 
 
 def _interrupt(signum, frame):
@@ -168,15 +172,16 @@ class Command(BaseCommand):
 
             receiver_log = var_dir / "demo-receiver.jsonl"
             receiver_log.unlink(missing_ok=True)
-            secret = "whsec_" + base64.b64encode(os.urandom(24)).decode()
+            receiver_url = f"http://127.0.0.1:{receiver_port}"
+            # The endpoint first (the service makes its signing secret and returns it
+            # once), then the receiver that verifies with it.
+            secret = self._webhook_endpoint(f"{receiver_url}/hook")
             receiver = subprocess.Popen(
                 [sys.executable, "-m", "checkpoints.demo.receiver", "--port",
                  str(receiver_port), "--log", str(receiver_log)], cwd=settings.BASE_DIR,
                 env=dict(os.environ, RECOVERY_DEMO_WEBHOOK_SECRET=secret))
             children.append(receiver)
-            receiver_url = f"http://127.0.0.1:{receiver_port}"
             _wait_http(f"{receiver_url}/", 15, receiver)
-            self._webhook_endpoint(f"{receiver_url}/hook", secret)
 
             log_path = var_dir / "demo-server.log"
             # Only the web server's (runtimes ask it; the demo's own sweep never resumes).
@@ -185,8 +190,7 @@ class Command(BaseCommand):
                             OFFLINE_KINDS) if k.strip()))
             # The demo's receiver listens on loopback, which the sender refuses by default.
             # Messages link to this server, whatever its port.
-            env = dict(os.environ, RECOVERY_OFFLINE_KINDS=offline,
-                       RECOVERY_NOTIFY_ALLOW_PRIVATE="true",
+            env = dict(os.environ, RECOVERY_OFFLINE_KINDS=offline, **DEMO_NOTIFY_ENV,
                        RECOVERY_PUBLIC_URL=f"http://127.0.0.1:{port}")
             with open(log_path, "w") as log:
                 server = subprocess.Popen(
@@ -298,19 +302,22 @@ class Command(BaseCommand):
                     tokens[slug] = services.token_issue(user=user)
         return tokens
 
-    def _webhook_endpoint(self, url: str, secret: str) -> None:
-        """acme's webhook endpoint to the demo receiver, every event type, a short window.
-        Written as a row: the endpoint service (``services.notify_endpoints``, audited)
-        replaces this when it is merged (lead: swap in its create call)."""
+    def _webhook_endpoint(self, url: str) -> str:
+        """acme's webhook endpoint to the demo receiver (every event type, a
+        ``DEMO_WINDOW_S`` grouping window), created by ``acme-admin`` through the endpoint
+        service (``services.endpoint_create``: validated, audited). The receiver's URL is
+        plain http on loopback, which the operator allows here as the web server's
+        environment does (``DEMO_NOTIFY_ENV``). Returns the signing secret (``whsec_…``),
+        which the service shows this once."""
         tenant = Tenant.objects.get(slug="acme")
-        admin = self.accounts["acme-admin"]
-        NotificationEndpoint.objects.create(
-            tenant=tenant, uuid=uuid.uuid4(), name="demo receiver",
-            channel=NotificationChannel.WEBHOOK, url=url,
-            secret=crypto.encrypt_text(secret, tenant=tenant),
-            event_types=list(NotificationEventType.SUBSCRIBABLE),
-            group_window_s=DEMO_WINDOW_S, created_by=admin,
-            created_by_name=admin.get_username())
+        with override_settings(RECOVERY_NOTIFY_ALLOW_PRIVATE=True,
+                               RECOVERY_NOTIFY_ALLOW_HTTP=True):
+            _endpoint, secret = services.endpoint_create(
+                actor=self.accounts["acme-admin"], tenant=tenant,
+                body={"channel": NotificationChannel.WEBHOOK, "name": "demo receiver",
+                      "url": url, "event_types": list(NotificationEventType.SUBSCRIBABLE),
+                      "group_window_s": DEMO_WINDOW_S})
+        return secret
 
     def _strand(self, units) -> list[tuple[str, str]]:
         """The stranded v1 runs (``orchestrate.STRANDED`` units whose worker died as
