@@ -15,7 +15,18 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from django.db import connection, transaction
-from django.db.models import Count, Exists, IntegerField, Max, OuterRef, Subquery, Sum
+from django.db.models import (
+    BooleanField,
+    Count,
+    Exists,
+    ExpressionWrapper,
+    IntegerField,
+    Max,
+    OuterRef,
+    Q,
+    Subquery,
+    Sum,
+)
 from django.db.models.functions import Coalesce
 
 from .. import roles
@@ -120,11 +131,16 @@ def run_live(*, user, tenant: Tenant, run_id) -> RunLive:
                      retry_last=Coalesce(one(retries, Max("id")), 0),
                      retry_open=Coalesce(one(retries.filter(
                          state__in=RetryState.OPEN), Max("id")), 0),
-                     migrating=Exists(jobs))
+                     migrating=Exists(jobs),
+                     # A runtime holding a live lease (an approved retry being resumed,
+                     # or a run at work): its end is near, the page waits for it.
+                     lease_live=ExpressionWrapper(
+                         Q(lease_expires_at__gt=NOW) & ~Q(lease_owner=""),
+                         output_field=BooleanField()))
            .values("recovery_state", "state_changed_at", "last_write_at", "closed_at",
                    "unacknowledged_conflicts", "fencing_token", "db_now", "open_reconciles",
                    "reconcile_count", "reconcile_looks", "reconcile_last",
-                   "retry_last", "retry_open", "migrating")
+                   "retry_last", "retry_open", "migrating", "lease_live")
            .first())
     if row is None:
         raise NotFound("no such run")
@@ -137,6 +153,8 @@ def run_live(*, user, tenant: Tenant, run_id) -> RunLive:
         waiting.append("a reconciliation is under way")
     if row["migrating"]:
         waiting.append("a migration of its kind is under way")
+    if row["lease_live"] and row["recovery_state"] == RecoveryState.HEALTHY:
+        waiting.append("its runtime holds it (a live lease)")
     now = row.pop("db_now")
     if now.tzinfo is None:  # SQLite answers its 'now' without a zone
         now = now.replace(tzinfo=UTC)

@@ -249,3 +249,22 @@ def test_a_bulk_close_still_says_done(login, acme, rita, wendy):
                                    client_token=uuid.uuid4(), run_ids=[run])
     body = login(rita).get(reverse("bulk_detail", args=["acme", bulk.uuid])).content.decode()
     assert "1 done" in body and "every 3s" not in body
+
+
+def test_the_run_page_keeps_polling_while_the_runtime_holds_the_resumed_run(
+        login, acme, rita, april, wendy, unknown):
+    """Between the runtime's resume (the run healthy, its lease live) and its last write,
+    the page keeps polling: it stopped there, and the run completed unseen (newcomer)."""
+    retry = services.retry_request(actor=rita, tenant=acme, run_id=unknown.run_id,
+                                   reason="charge unconfirmed")
+    services.retry_approve(actor=april, tenant=acme, retry_id=retry.pk, reason="dedupes")
+    client = login(rita)
+    seen = _marker(client.get(reverse("run_detail", args=["acme", unknown.run_id]))
+                   .content.decode())
+    services.resume_claim(actor=wendy, tenant=acme, run_id=unknown.run_id, asked={})
+    services.lease_acquire(actor=wendy, tenant=acme, run_id=unknown.run_id,
+                           owner="resume-worker-1", ttl_s=30)
+    assert Run.objects.get(uuid=unknown.run_id).recovery_state == RecoveryState.HEALTHY
+    poll = client.get(reverse("run_live", args=["acme", unknown.run_id]), {"seen": seen}, **HX)
+    body = poll.content.decode()
+    assert poll.status_code == 200 and "its runtime holds it" in body and "every 3s" in body
