@@ -516,6 +516,16 @@ RECOVERY_NOTIFY_DISABLE_AFTER_S = env_int("RECOVERY_NOTIFY_DISABLE_AFTER_S", 5 *
 RECOVERY_NOTIFY_ROUND_BUDGET_S = env_int("RECOVERY_NOTIFY_ROUND_BUDGET_S", 30, minimum=1)
 # /readyz names `notifications` when an outbox row, or a due message, waited this long.
 RECOVERY_NOTIFY_STALE_S = env_int("RECOVERY_NOTIFY_STALE_S", 600, minimum=1)
+# Email endpoints go through Django's mail backend: SMTP at EMAIL_HOST:EMAIL_PORT (STARTTLS
+# with EMAIL_USE_TLS, implicit TLS with EMAIL_USE_SSL), from DEFAULT_FROM_EMAIL.
+EMAIL_HOST = env("EMAIL_HOST") or "localhost"
+EMAIL_PORT = env_int("EMAIL_PORT", 25, minimum=1)
+EMAIL_HOST_USER = env("EMAIL_HOST_USER") or ""
+EMAIL_HOST_PASSWORD = env("EMAIL_HOST_PASSWORD") or ""
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+EMAIL_USE_SSL = env_bool("EMAIL_USE_SSL", False)
+EMAIL_TIMEOUT = RECOVERY_NOTIFY_TIMEOUT_S
+DEFAULT_FROM_EMAIL = env("DEFAULT_FROM_EMAIL") or "recovery@localhost"
 CELERY_BEAT_SCHEDULE = {
     "stale-run-sweep": {
         "task": "checkpoints.tasks.sweep_stale_runs",
