@@ -56,6 +56,8 @@ from checkpoints.models import (
     EffectRevision,
     GraphCheckpoint,
     GraphWrite,
+    NotificationEndpoint,
+    NotificationMessage,
     ReconcileAttempt,
     ReconcilerConfig,
     ReconcileRequest,
@@ -69,6 +71,7 @@ from tests.twinworld import (
     HOME,
     LG_IDS,
     TWIN,
+    TWIN_ENDPOINT_ID,
     account,
     build_world,
     declared_kind,
@@ -101,6 +104,9 @@ class World:
     migration_id: str = ""  # acme's stored migration job (issue 19, item 2)
     hold_id: str = ""       # acme's active legal hold (issue 20)
     erasure_id: str = ""    # acme's erasure request, not decided yet (issue 20)
+    endpoint_id: str = ""   # acme's webhook endpoint, the same UUID as globex's (issue 21)
+    event_id: str = ""      # its delivered message, the same event id as globex's
+    twin_endpoint_id: str = str(TWIN_ENDPOINT_ID)  # an endpoint only globex holds
 
 
 @dataclass
@@ -168,7 +174,8 @@ def world(django_db_setup, django_db_blocker):
         try:
             home = build_world(IDS, EXTRA, lg_thread=LG_THREAD, lg_run="lg-run")[HOME]
             yield World(home.retry_pk, home.attempt_pk, _identities(), home.bulk_id,
-                        home.migration_id, home.hold_id, home.erasure_id)
+                        home.migration_id, home.hold_id, home.erasure_id, home.endpoint_id,
+                        home.event_id)
         finally:
             transaction.set_rollback(True)
             outer.__exit__(None, None, None)
@@ -432,6 +439,38 @@ RECIPES: dict[str, list[Op]] = {
         Op("get", _t(), api_rule(V, 200)),
         Op("put", _t(), api_rule(roles.MANAGE, 200), "write",
            body={"payload_retention_days": 30})],
+    # Notification endpoints (issue 21; CONTRACT.md 8): every role reads (no secret; the
+    # URL for the admin only), the tenant admin writes. Both tenants hold an endpoint and a
+    # message under the same ids; an endpoint only globex holds is 404 through acme.
+    "api:notification-endpoints": [
+        Op("get", _t(), api_rule(V, 200)),
+        Op("post", _t(), api_rule(roles.MANAGE, 201), "write",
+           body={"name": "isolation", "channel": "webhook", "url": "https://hooks.example.com/i",
+                 "event_types": ["run.needs_review"]})],
+    "api:notification-endpoint": [
+        Op("get", _t(endpoint_id="endpoint_id"), api_rule(V, 200)),
+        Op("get", _t(endpoint_id="twin_endpoint_id"), api_rule(V, 404)),
+        Op("patch", _t(endpoint_id="endpoint_id"), api_rule(roles.MANAGE, 200), "write",
+           body={"name": "renamed by the isolation table"}),
+        Op("patch", _t(endpoint_id="twin_endpoint_id"), api_rule(roles.MANAGE, 404),
+           body={"name": "renamed by the isolation table"}),
+        Op("delete", _t(endpoint_id="endpoint_id"), api_rule(roles.MANAGE, 204), "write")],
+    "api:notification-endpoint-rotate": [
+        Op("post", _t(endpoint_id="endpoint_id"), api_rule(roles.MANAGE, 200), "write",
+           body={}),
+        Op("post", _t(endpoint_id="twin_endpoint_id"), api_rule(roles.MANAGE, 404), body={})],
+    "api:notification-endpoint-test": [
+        Op("post", _t(endpoint_id="endpoint_id"), api_rule(roles.MANAGE, 202), "write",
+           body={}),
+        Op("post", _t(endpoint_id="twin_endpoint_id"), api_rule(roles.MANAGE, 404), body={})],
+    "api:notification-deliveries": [
+        Op("get", _t(endpoint_id="endpoint_id"), api_rule(V, 200)),
+        Op("get", _t(endpoint_id="twin_endpoint_id"), api_rule(V, 404))],
+    "api:notification-resend": [
+        Op("post", _t(endpoint_id="endpoint_id", event_id="event_id"),
+           api_rule(roles.MANAGE, 202), "write", body={}),
+        Op("post", _t(endpoint_id="twin_endpoint_id", event_id="event_id"),
+           api_rule(roles.MANAGE, 404), body={})],
     "schema": [Op("get", lambda w: {}, schema_rule)],
     "api-docs": [Op("get", lambda w: {}, docs_rule, surface="web")],
     # Operations (checkpoints/ops/health.py): the probes answer anyone and name no tenant; the
@@ -630,6 +669,10 @@ _PER_TENANT = [
     (ReconcilerConfig, ("COUNT(*)",)),
     (GraphCheckpoint, ("COUNT(*)",)),
     (GraphWrite, ("COUNT(*)", "SUM(LENGTH(value_ciphertext))")),
+    (NotificationEndpoint, ("COUNT(*)", "MAX(updated_at)", "SUM(LENGTH(name))",
+                            "SUM(LENGTH(secret))")),
+    (NotificationMessage, ("COUNT(*)", "SUM(attempts)",
+                           "SUM(CASE WHEN state = 'pending' THEN 1 ELSE 0 END)")),
     (AuditEvent, ("COUNT(*)",)),
     (AuditChainHead, ("MAX(seq)", "MAX(last_hash)")),
 ]
