@@ -22,10 +22,18 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
 
-from checkpoints import roles, services
+from checkpoints import crypto, roles, services, webhooksign
 from checkpoints.jobs import reconciliation
-from checkpoints.models import ReconcileAttempt, Tenant
+from checkpoints.models import (
+    NotificationAttempt,
+    NotificationEndpoint,
+    NotificationMessage,
+    ReconcileAttempt,
+    Tenant,
+)
 from checkpoints.reconcile import Answer
+from checkpoints.services import notify_dispatch
+from checkpoints.vocab import DeliveryState
 from tests.helpers import (
     age_world,
     effect_body,
@@ -83,8 +91,8 @@ class TenantData:
     migration_id: str = ""          # its stored migration job (issue 19, item 2)
     hold_id: str = ""               # its active legal hold on ``r_stable`` (issue 20)
     erasure_id: str = ""            # its erasure request of ``r_closed``, not decided yet
-    endpoint_id: str = ""           # its notification endpoint (issue 21, item 1)
-    event_id: str = ""              # that endpoint's delivered message (the same id in both)
+    endpoint_id: str = ""           # its webhook endpoint (``ENDPOINT_ID``, both tenants)
+    event_id: str = ""              # its delivered message to it (``EVENT_ID``, both)
 
 
 @dataclass(frozen=True)
@@ -243,21 +251,6 @@ def _build_reviews(d: TenantData, slug: str, ids: dict, extra: dict) -> None:
         tenant=t, uuid=uuid.uuid5(uuid.NAMESPACE_OID, f"erasure/{slug}"),
         run_uuids=[str(i["r_closed"])], reason=f"erase {m}", requested_by=d.requester,
         requested_by_name=d.requester.get_username()).uuid)
-    # A notification endpoint with one delivered message (issue 21, items 1 and 5),
-    # written directly like the hold: each tenant its own endpoint id, the same event id.
-    # Disabled (its reason marked): an enabled one would turn on /readyz's notifications
-    # check, and the world's outbox rows (nobody dispatches them) are aged an hour.
-    from checkpoints.models import NotificationEndpoint, NotificationMessage
-    from checkpoints.vocab import DeliveryState
-    endpoint = NotificationEndpoint.objects.create(
-        tenant=t, uuid=uuid.uuid5(uuid.NAMESPACE_OID, f"endpoint/{slug}"), name=f"hook {m}",
-        channel="webhook", url=f"https://hooks.example.com/{m}", event_types=["digest"],
-        enabled=False, disabled_reason=f"paused {m}", created_by=d.requester, created_by_name=d.requester.get_username())
-    d.endpoint_id = str(endpoint.uuid)
-    d.event_id = "msg_" + uuid.uuid5(uuid.NAMESPACE_OID, "twin-message").hex
-    NotificationMessage.objects.create(tenant=t, endpoint=endpoint, event_id=d.event_id,
-                                       event_type="digest", state=DeliveryState.DELIVERED,
-                                       subject=f"digest {m}")
     if slug == TWIN:
         services.effect_mark_unknown(actor=d.requester, tenant=t, effect_id=extra["e_more"],
                                      reason=f"more {m}")
@@ -265,17 +258,55 @@ def _build_reviews(d: TenantData, slug: str, ids: dict, extra: dict) -> None:
                                reason=f"more {m}")
 
 
+#: Notification endpoints (issue 21): one webhook endpoint under the same UUID in both
+#: tenants, with one delivered message under the same event id; globex holds one more
+#: endpoint (``TWIN_ENDPOINT_ID``) with a message waiting (``pending``).
+ENDPOINT_ID = uuid.uuid5(uuid.NAMESPACE_OID, "twin-world/endpoint")
+TWIN_ENDPOINT_ID = uuid.uuid5(uuid.NAMESPACE_OID, "twin-world/globex/endpoint")
+EVENT_ID = "msg_" + uuid.uuid5(uuid.NAMESPACE_OID, "twin-world/event").hex
+
+
+def _build_notifications(d: TenantData, slug: str) -> None:
+    """Phase 3: the tenant's notification endpoints and delivery log, written directly
+    like the holds (the world has no admin; the rules are tests/services/test_notify_*.py
+    and tests/api/test_notifications_api.py). Names, hosts, subjects and answers carry the
+    marker; the signing secret is a real one, encrypted under the tenant's data key."""
+    m, t = MARK[slug], d.tenant
+    own = [(ENDPOINT_ID, EVENT_ID, DeliveryState.DELIVERED)]
+    if slug == TWIN:
+        own.append((TWIN_ENDPOINT_ID, EVENT_ID[:-4] + "more", DeliveryState.PENDING))
+    for n, (eid, event_id, state) in enumerate(own):
+        endpoint = NotificationEndpoint.objects.create(
+            tenant=t, uuid=eid, name=f"hooks {n} {m}", channel="webhook",
+            url=f"https://hooks.{m}.example.com/in/{n}",
+            secret=crypto.encrypt_text(webhooksign.new_secret(), tenant=t),
+            event_types=["run.needs_review", "run.resolved"], kinds=[f"kind-{m}"],
+            created_by=d.requester, created_by_name=d.requester.get_username())
+        message = NotificationMessage.objects.create(
+            tenant=t, endpoint=endpoint, event_id=event_id, event_type="run.needs_review",
+            payload={"type": "run.needs_review", "data": {"tenant": slug, "note": m}},
+            subject=f"[recovery] {m} needs review", text=f"review {m}", state=state)
+        NotificationAttempt.objects.create(
+            tenant=t, message=message, number=1, started_at=message.created_at,
+            latency_ms=12, status_code=200, response_head=f"ok {m}")
+    d.endpoint_id, d.event_id = str(ENDPOINT_ID), EVENT_ID
+
+
 def build_world(ids: dict, extra: dict, *, lg_thread: str, lg_run: str) -> dict[str, TenantData]:
     """Both tenants, by slug: ``ids`` (``world_ids``) in each and ``extra`` in globex;
     the LangGraph thread ``lg_thread`` (its checkpoints' metadata naming the run
     ``lg_run``) in each, plus ``<lg_thread>-more`` in globex. Their runtimes write, then
-    an hour passes and the sweep marks the quiet runs, then their reviewers act (globex
-    first each time, so its rows come first)."""
+    an hour passes and the sweep marks the quiet runs, then their reviewers act, then the
+    notification round drains the outbox and their endpoints are added (globex first each
+    time, so its rows come first)."""
     data = {slug: _build_writes(slug, ids, extra, lg_thread, lg_run) for slug in (TWIN, HOME)}
     age_world(3600)
     services.sweep_stale_runs()
     for slug in (TWIN, HOME):
         _build_reviews(data[slug], slug, ids, extra)
+    notify_dispatch.dispatch_round()  # the outbox, drained while no endpoint listens
+    for slug in (TWIN, HOME):
+        _build_notifications(data[slug], slug)
     return data
 
 

@@ -173,7 +173,7 @@ from .tombstones import (
 MODULES = ("common", "accounts", "runs", "checkpoints", "effects", "review",
            "reconcile_requests", "sweep", "keys", "bulk", "migrations", "migration_jobs",
            "kinds", "writepath", "holds", "erasure", "tombstones", "retention",
-           "notify_dispatch")
+           "notify_dispatch", "notify_endpoints", "notify_delivery", "notify_render")
 #: Submodules whose functions are not services: only the services call them (the
 #: checkpoint write's two dialects, below ``checkpoint_put``). The matrices read them to
 #: follow the calls, and never count their functions as services.

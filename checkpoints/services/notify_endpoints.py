@@ -17,6 +17,7 @@ takes the endpoint before a message too: ``services.notify_delivery``).
 
 from __future__ import annotations
 
+import re
 import uuid
 from datetime import timedelta
 from urllib.parse import urlsplit
@@ -37,6 +38,7 @@ from ..models.notifications import (
     ENDPOINT_NAME_MAX,
     ENDPOINT_URL_MAX,
     ENDPOINTS_PER_TENANT_MAX,
+    EVENT_ID_MAX,
     FILTER_VALUE_MAX,
     FILTER_VALUES_MAX,
     GROUP_WINDOW_S_DEFAULT,
@@ -59,6 +61,9 @@ ROTATION_OVERLAP = timedelta(hours=24)
 FIELDS = frozenset({"name", "channel", "url", "email", "event_types", "kinds", "agents",
                     "services", "group_window_s", "quiet_period_s", "enabled"})
 FILTERS = ("kinds", "agents", "services")
+#: What an event id may be (``evt_``/``msg_`` + hex, at most ``EVENT_ID_MAX``): anything
+#: else names no message.
+EVENT_ID_RE = re.compile(rf"[A-Za-z0-9_.:-]{{1,{EVENT_ID_MAX}}}")
 
 
 def operator_allows() -> dict:
@@ -425,7 +430,9 @@ def notification_resend(*, actor, tenant: Tenant, endpoint_id, event_id
     ``notification.resend`` audit event. Raises ``NotFound`` (endpoint or message),
     ``Forbidden``, ``InvalidTransition`` (still pending, or the endpoint disabled)."""
     require(actor, tenant, roles.MANAGE)
-    if not isinstance(event_id, str) or not 1 <= len(event_id) <= 40:
+    # Checked before any query: a NUL (or any character no event id has) would reach
+    # PostgreSQL, which refuses it in a text column (a 500, not "not found").
+    if not isinstance(event_id, str) or not EVENT_ID_RE.fullmatch(event_id):
         raise NotFound("no such notification message")
     with transaction.atomic():
         endpoint = _locked(tenant, endpoint_id)

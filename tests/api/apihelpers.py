@@ -12,6 +12,8 @@ from checkpoints.models import (
     Conflict,
     Effect,
     EffectRevision,
+    NotificationEndpoint,
+    NotificationMessage,
     RetryRequest,
     Run,
 )
@@ -74,6 +76,10 @@ def snapshot() -> dict:
         "conflicts": sorted(Conflict.objects.values_list("pk", "acknowledged_at")),
         "retries": sorted(RetryRequest.objects.values_list("pk", "state")),
         "audit": AuditEvent.objects.count(),
+        "endpoints": sorted(NotificationEndpoint.objects.values_list(
+            "uuid", "name", "enabled", "secret")),
+        "messages": sorted(NotificationMessage.objects.values_list("event_id", "state",
+                                                                   "attempts")),
     }
 
 

@@ -12,7 +12,8 @@ from django.utils.crypto import get_random_string
 from rest_framework.test import APIClient
 
 from checkpoints import services
-from checkpoints.models import Checkpoint
+from checkpoints.models import Checkpoint, NotificationMessage
+from checkpoints.vocab import DeliveryState
 from tests import contract_tables
 from tests.api.apihelpers import new_checkpoint, post, put_cp, snapshot, url, walk
 from tests.helpers import effect_body, envelope, sweep_later
@@ -35,6 +36,8 @@ class World:
     migration: str = ""  # a stored migration job (issue 19, item 2), by an admin
     hold: str = ""       # an active legal hold (issue 20), placed by that admin
     erasure: str = ""    # an erasure request of run ``rid2`` by rita, not decided
+    endpoint: str = ""   # a webhook endpoint (issue 21), by that admin
+    event: str = ""      # a failed message of it (so it may be resent)
 
 
 @pytest.fixture
@@ -60,8 +63,12 @@ def world(api_as, wendy, rita, acme, django_user_model) -> World:
                                      reason="case")
     erasure = services.erasure_request(actor=rita, tenant=acme, runs=[cp2["run_id"]],
                                        reason="art. 17")
+    endpoint, _secret = services.endpoint_create(actor=owner, tenant=acme, body=ENDPOINT)
+    message = services.notification_test(actor=owner, tenant=acme, endpoint_id=endpoint.uuid)
+    NotificationMessage.objects.filter(pk=message.pk).update(state=DeliveryState.FAILED)
     return World(cp["run_id"], cp["id"], fx["id"], retry.json()["id"], cp2["run_id"], fx2["id"],
-                 cp3["run_id"], str(job.uuid), str(hold.uuid), str(erasure.uuid))
+                 cp3["run_id"], str(job.uuid), str(hold.uuid), str(erasure.uuid),
+                 str(endpoint.uuid), message.event_id)
 
 
 # name -> (method, path, body builder or None, headers, success status)
@@ -82,6 +89,9 @@ def _bulk(wd):
 
 
 REASON = {"reason": "because"}
+ENDPOINT = {"name": "ops", "channel": "webhook", "url": "https://hooks.example.com/in",
+            "event_types": ["run.needs_review"]}
+NE = "notification-endpoints"
 OPS = {
     "checkpoint_create": ("put", "checkpoints/{new}", _new_cp, {"HTTP_IF_NONE_MATCH": "*"}, 201),
     "checkpoint_update": ("put", "checkpoints/{cid}", _cp_update, {"HTTP_IF_MATCH": '"0"'}, 200),
@@ -129,6 +139,20 @@ OPS = {
                                lambda wd: {"runs": [wd.rid2], "reason": "because"}, {}, 201),
     "erasure_approve": ("post", "erasure-requests/{erasure}/approve", {}, {}, 200),
     "erasure_reject": ("post", "erasure-requests/{erasure}/reject", REASON, {}, 200),
+    # CONTRACT.md 8 (issue 21): endpoints and their delivery log are read by every role
+    # (without URL or secret below the admin: tests/notifications/test_api.py); the rest
+    # is the admin's.
+    "notification_endpoint_list": ("get", NE, None, {}, 200),
+    "notification_endpoint_create": ("post", NE, dict(ENDPOINT, name="second"), {}, 201),
+    "notification_endpoint_get": ("get", NE + "/{endpoint}", None, {}, 200),
+    "notification_endpoint_update": ("patch", NE + "/{endpoint}", {"name": "renamed"}, {},
+                                     200),
+    "notification_endpoint_delete": ("delete", NE + "/{endpoint}", None, {}, 204),
+    "notification_endpoint_rotate": ("post", NE + "/{endpoint}/rotate-secret", {}, {}, 200),
+    "notification_endpoint_test": ("post", NE + "/{endpoint}/test", {}, {}, 202),
+    "notification_deliveries": ("get", NE + "/{endpoint}/deliveries", None, {}, 200),
+    "notification_resend": ("post", NE + "/{endpoint}/deliveries/{event}/resend", {}, {},
+                            202),
 }
 # CONTRACT.md 4's roles table says what each role "may" in phrases; this is what each
 # phrase means in API operations. A phrase missing here (CONTRACT.md changed) fails
@@ -153,9 +177,14 @@ PHRASE_OPS = {
 # CONTRACT.md 8's lifecycle table (not parsed by contract_tables): what only the admin may
 # ("admin" in its who column), and what every role may read.
 SECTION_8_ADMIN = {"kind_migration_preview", "kind_migration_create", "legal_hold_place",
-                   "legal_hold_release"}
+                   "legal_hold_release", "notification_endpoint_create",
+                   "notification_endpoint_update", "notification_endpoint_delete",
+                   "notification_endpoint_rotate", "notification_endpoint_test",
+                   "notification_resend"}
 SECTION_8_ANY_ROLE = {"kind_migration_get", "legal_hold_list", "legal_hold_get",
-                      "erasure_request_list", "erasure_request_get"}
+                      "erasure_request_list", "erasure_request_get",
+                      "notification_endpoint_list", "notification_endpoint_get",
+                      "notification_deliveries"}
 # "reviewer or admin" and "approver, never the requester" (the world's request is rita's).
 SECTION_8_BY_ROLE = {"reviewer": {"erasure_request_create"},
                      "approver": {"erasure_approve", "erasure_reject"},
@@ -234,7 +263,8 @@ def test_it_answers_404_on_every_path_to_another_tenants_account_and_changes_not
     missing = {k: str(uuid.uuid4()) for k in ("rid", "cid", "eid", "rid2", "eid2", "rid3")}
     missing["retry"] = 987654
     missing["migration"] = str(uuid.uuid4())
-    missing["hold"] = missing["erasure"] = str(uuid.uuid4())
+    missing["hold"] = missing["erasure"] = missing["endpoint"] = str(uuid.uuid4())
+    missing["event"] = "msg_" + uuid.uuid4().hex
     before = snapshot()
     for name in OPS:
         r = call(client, "acme", name, world)

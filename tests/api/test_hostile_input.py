@@ -23,9 +23,11 @@ import pytest
 from drf_spectacular.generators import SchemaGenerator
 from rest_framework.test import APIClient
 
+from checkpoints import services
 from checkpoints.api import params
 from checkpoints.exceptions import InvalidPayload
-from checkpoints.models import Run
+from checkpoints.models import NotificationMessage, Run
+from checkpoints.vocab import DeliveryState
 from tests.api.apihelpers import new_checkpoint, post, put_cp, put_fx, snapshot, url
 from tests.helpers import effect_body, envelope
 from tests.kind_fixtures import fixtures as kind_fixtures
@@ -56,13 +58,17 @@ def _operations() -> list[tuple[str, str]]:
             for method in ops if path.startswith(PREFIX) and method != "head"]
 
 
+#: A webhook endpoint's create body (issue 21).
+ENDPOINT = {"name": "ops", "channel": "webhook", "url": "https://hooks.example.com/in",
+            "event_types": ["run.needs_review"]}
 QUERY_PARAMS = _query_params()
 OPERATIONS = _operations()
 
 
 @pytest.fixture
-def ids(api_as, wendy, acme) -> dict:
-    """A real checkpoint, run and effect of acme for the path templates."""
+def ids(api_as, wendy, adam, acme) -> dict:
+    """A real checkpoint, run and effect of acme for the path templates, and a real
+    notification endpoint of acme with a failed message (it may be resent)."""
     w = api_as(wendy)
     cp = new_checkpoint(w, "acme")
     fx = effect_body(run_id=cp["run_id"])
@@ -70,6 +76,9 @@ def ids(api_as, wendy, acme) -> dict:
     # The issue-19 routes (…/kinds/{kind}/versions/{version}, …/migrations/{job_id}) were
     # missing here, so this sweep raised KeyError on them instead of checking their
     # parameters (attack finding).
+    endpoint, _secret = services.endpoint_create(actor=adam, tenant=acme, body=ENDPOINT)
+    message = services.notification_test(actor=adam, tenant=acme, endpoint_id=endpoint.uuid)
+    NotificationMessage.objects.filter(pk=message.pk).update(state=DeliveryState.FAILED)
     return {"tenant": "acme", "checkpoint_id": cp["id"], "run_id": cp["run_id"],
             "effect_id": fx["id"], "retry_id": "1", "bulk_id": str(uuid.uuid4()),
             "kind": "acme.order", "version": "1", "job_id": str(uuid.uuid4()),
@@ -77,7 +86,7 @@ def ids(api_as, wendy, acme) -> dict:
             "hold_id": str(uuid.uuid4()), "request_id": str(uuid.uuid4()),
             "purge_id": str(uuid.uuid4()),
             # Issue 21's routes (notification endpoints, their delivery log).
-            "endpoint_id": str(uuid.uuid4()), "event_id": "msg_" + "0" * 32}
+            "endpoint_id": str(endpoint.uuid), "event_id": message.event_id}
 
 
 def _client_for(method: str, path: str, api_as, wendy, adam) -> APIClient:
@@ -369,3 +378,79 @@ def test_it_refuses_query_bytes_that_are_not_utf8_naming_the_parameter(api_as, v
     assert r.status_code == 400, r.content
     assert r.json()["error"] == "invalid_payload"
     assert r.json()["detail"].startswith(f"{param}: not UTF-8")
+
+
+# --- notification endpoints (issue 21) --------------------------------------------------------
+
+NE = "notification-endpoints"
+#: (route under the tenant, method, raw body, the field the 400 names): every body of the
+#: routes, each hostile in one field; the create's from a good body.
+
+
+def _create(field: str, raw: str) -> str:
+    """The good create body with ``field``'s value written as ``raw`` (JSON text)."""
+    rest = json.dumps({k: v for k, v in ENDPOINT.items() if k != field})[:-1]
+    return rest + f', "{field}": {raw}' + "}"
+
+
+NOTIFY_BODIES = {
+    "create: surrogate in name": (NE, "post", _create("name", '"o' + SURROGATE + '"'),
+                                  "body.name"),
+    "create: NUL in name": (NE, "post", _create("name", '"o\\u0000ps"'), "body.name"),
+    "create: control character in url": (
+        NE, "post", _create("url", '"https://hooks.example.com/\\u0007"'), "url"),
+    "create: over-long url": (
+        NE, "post", _create("url", '"https://hooks.example.com/' + "a" * 3000 + '"'), "url"),
+    "create: credentials in url": (
+        NE, "post", _create("url", '"https://u:p@hooks.example.com/"'), "url"),
+    "create: a private address": (NE, "post", _create("url", '"https://10.0.0.1/"'), "url"),
+    "create: event_types not a list": (NE, "post", _create("event_types", '"test"'),
+                                       "event_types"),
+    "create: event type test": (NE, "post", _create("event_types", '["test"]'),
+                                "event_types"),
+    "create: a filter of objects": (NE, "post", _create("kinds", '[{"a": 1}]'), "kinds"),
+    "create: a thousand filter values": (
+        NE, "post", _create("agents", json.dumps(["a"] * 1000)), "agents"),
+    "create: a boolean window": (NE, "post", _create("group_window_s", "true"),
+                                 "group_window_s"),
+    "create: a string quiet period": (NE, "post", _create("quiet_period_s", '"60"'),
+                                      "quiet_period_s"),
+    "create: enabled a string": (NE, "post", _create("enabled", '"yes"'), "enabled"),
+    "create: unknown field": (NE, "post", _create("secret", '"whsec_x"'), "secret"),
+    "create: email on a webhook": (NE, "post", _create("email", '"a@example.com"'), "email"),
+    "create: an array": (NE, "post", "[1]", "body"),
+    "create: a duplicate key": (NE, "post", _create("name", '"a", "name": "b"'), "body"),
+    "update: channel": (NE + "/{endpoint_id}", "patch", '{"channel": "slack"}', "channel"),
+    "update: surrogate in name": (NE + "/{endpoint_id}", "patch",
+                                  '{"name": "' + SURROGATE + '"}', "body.name"),
+    "update: null url": (NE + "/{endpoint_id}", "patch", '{"url": null}', "url"),
+    "update: unknown field": (NE + "/{endpoint_id}", "patch", '{"previous_secret": ""}',
+                              "previous_secret"),
+    "rotate: a body": (NE + "/{endpoint_id}/rotate-secret", "post", '{"secret": "x"}', "secret"),
+    "test: a body": (NE + "/{endpoint_id}/test", "post", '{"event_type": "digest"}',
+                     "event_type"),
+    "resend: a body": (NE + "/{endpoint_id}/deliveries/{event_id}/resend", "post",
+                       '{"attempts": 0}', "attempts"),
+}
+
+
+@pytest.mark.parametrize("case", list(NOTIFY_BODIES))
+def test_it_refuses_hostile_notification_bodies_naming_the_field(api_as, adam, ids, case):
+    route, method, raw, field = NOTIFY_BODIES[case]
+    before = snapshot()
+    r = getattr(api_as(adam), method)(url("acme", route.format(**ids)), data=raw,
+                                      content_type="application/json")
+    assert r.status_code == 400, (case, r.status_code, r.content[:300])
+    assert r["Content-Type"] == "application/json"
+    assert r.json()["detail"].startswith(f"{field}: "), (case, r.json())
+    assert snapshot() == before
+
+
+@pytest.mark.parametrize("query", ["a%00b", "x" * 1001, "%ED%A0%80"])
+def test_it_refuses_a_hostile_event_id_in_the_resend_path(api_as, adam, ids, query):
+    """The event id is not a UUID: a NUL, an over-long or a surrogate one is not found."""
+    before = snapshot()
+    route = f"{NE}/{ids['endpoint_id']}/deliveries/{query}/resend"
+    r = api_as(adam).post(url("acme", route), data="{}", content_type="application/json")
+    assert r.status_code == 404 and r.json()["error"] == "not_found", r.content[:200]
+    assert snapshot() == before

@@ -434,6 +434,27 @@ def lg_idx(w: World, v: int) -> Outcome:
     return _json(w, "post", LGW, lg_writes(w.thread, LG_HEAD, "task-1", [(v, "a", 1)]))
 
 
+#: Notification endpoints (issue 21, item 1): a webhook endpoint's numbers.
+NE = T + "notification-endpoints"
+NE_BODY = {"name": "bounds", "channel": "webhook", "url": "https://hooks.example.com/b",
+           "event_types": ["run.needs_review"]}
+
+
+def endpoint_field(method: str, field: str) -> Callable:
+    """``POST …/notification-endpoints`` with ``field`` = v, or ``PATCH`` of an endpoint
+    the recipe creates first (its preparation) with ``field`` alone: every number in the
+    range is an endpoint's, outside it a 400 naming the field."""
+    def send(w: World, v: int) -> Outcome:
+        if method == "post":
+            return _json(w, "post", NE, {**NE_BODY, field: v})
+        made = w.client.post(NE.format(tenant="acme"), data=json.dumps(NE_BODY),
+                             content_type="application/json")
+        assert made.status_code == 201, made.content
+        eid = json.loads(made.content)["endpoint"]["id"]
+        return _json(w, "patch", NE + "/{endpoint_id}", {field: v}, path={"endpoint_id": eid})
+    return send
+
+
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "runifold"
 
 
@@ -524,6 +545,10 @@ RECIPES: dict[Key, Recipe] = {
     # The tombstones' keyset page (issue 20, item 5): a cursor and a page size.
     **{("GET", T + "tombstones", "query", name): Recipe(query(T + "tombstones", name), name)
        for name in ("after", "limit")},
+    # Notification endpoints (issue 21): each number alone, on a create and a change.
+    **{(method.upper(), NE + ("/{endpoint_id}" if method == "patch" else ""), "body", name):
+       Recipe(endpoint_field(method, name), name)
+       for method in ("post", "patch") for name in ("group_window_s", "quiet_period_s")},
     # The fixture line is runifold.agent v1 (the only version of that kind), and a
     # completed effect record at least revision 2 (RUNIFOLD.md 4).
     **{("IMPORT", RUNIFOLD, "checkpoint", name): Recipe(

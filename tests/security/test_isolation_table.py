@@ -56,6 +56,8 @@ from checkpoints.models import (
     EffectRevision,
     GraphCheckpoint,
     GraphWrite,
+    NotificationEndpoint,
+    NotificationMessage,
     ReconcileAttempt,
     ReconcilerConfig,
     ReconcileRequest,
@@ -69,6 +71,7 @@ from tests.twinworld import (
     HOME,
     LG_IDS,
     TWIN,
+    TWIN_ENDPOINT_ID,
     account,
     build_world,
     declared_kind,
@@ -101,8 +104,9 @@ class World:
     migration_id: str = ""  # acme's stored migration job (issue 19, item 2)
     hold_id: str = ""       # acme's active legal hold (issue 20)
     erasure_id: str = ""    # acme's erasure request, not decided yet (issue 20)
-    endpoint_id: str = ""   # acme's notification endpoint (issue 21, item 1)
-    event_id: str = ""      # its delivered message (the twin's has the same event id)
+    endpoint_id: str = ""   # acme's webhook endpoint, the same UUID as globex's (issue 21)
+    event_id: str = ""      # its delivered message, the same event id as globex's
+    twin_endpoint_id: str = str(TWIN_ENDPOINT_ID)  # an endpoint only globex holds
 
 
 @dataclass
@@ -170,8 +174,8 @@ def world(django_db_setup, django_db_blocker):
         try:
             home = build_world(IDS, EXTRA, lg_thread=LG_THREAD, lg_run="lg-run")[HOME]
             yield World(home.retry_pk, home.attempt_pk, _identities(), home.bulk_id,
-                        home.migration_id, home.hold_id, home.erasure_id,
-                        home.endpoint_id, home.event_id)
+                        home.migration_id, home.hold_id, home.erasure_id, home.endpoint_id,
+                        home.event_id)
         finally:
             transaction.set_rollback(True)
             outer.__exit__(None, None, None)
@@ -435,6 +439,38 @@ RECIPES: dict[str, list[Op]] = {
         Op("get", _t(), api_rule(V, 200)),
         Op("put", _t(), api_rule(roles.MANAGE, 200), "write",
            body={"payload_retention_days": 30})],
+    # Notification endpoints (issue 21; CONTRACT.md 8): every role reads (no secret; the
+    # URL for the admin only), the tenant admin writes. Both tenants hold an endpoint and a
+    # message under the same ids; an endpoint only globex holds is 404 through acme.
+    "api:notification-endpoints": [
+        Op("get", _t(), api_rule(V, 200)),
+        Op("post", _t(), api_rule(roles.MANAGE, 201), "write",
+           body={"name": "isolation", "channel": "webhook", "url": "https://hooks.example.com/i",
+                 "event_types": ["run.needs_review"]})],
+    "api:notification-endpoint": [
+        Op("get", _t(endpoint_id="endpoint_id"), api_rule(V, 200)),
+        Op("get", _t(endpoint_id="twin_endpoint_id"), api_rule(V, 404)),
+        Op("patch", _t(endpoint_id="endpoint_id"), api_rule(roles.MANAGE, 200), "write",
+           body={"name": "renamed by the isolation table"}),
+        Op("patch", _t(endpoint_id="twin_endpoint_id"), api_rule(roles.MANAGE, 404),
+           body={"name": "renamed by the isolation table"}),
+        Op("delete", _t(endpoint_id="endpoint_id"), api_rule(roles.MANAGE, 204), "write")],
+    "api:notification-endpoint-rotate": [
+        Op("post", _t(endpoint_id="endpoint_id"), api_rule(roles.MANAGE, 200), "write",
+           body={}),
+        Op("post", _t(endpoint_id="twin_endpoint_id"), api_rule(roles.MANAGE, 404), body={})],
+    "api:notification-endpoint-test": [
+        Op("post", _t(endpoint_id="endpoint_id"), api_rule(roles.MANAGE, 202), "write",
+           body={}),
+        Op("post", _t(endpoint_id="twin_endpoint_id"), api_rule(roles.MANAGE, 404), body={})],
+    "api:notification-deliveries": [
+        Op("get", _t(endpoint_id="endpoint_id"), api_rule(V, 200)),
+        Op("get", _t(endpoint_id="twin_endpoint_id"), api_rule(V, 404))],
+    "api:notification-resend": [
+        Op("post", _t(endpoint_id="endpoint_id", event_id="event_id"),
+           api_rule(roles.MANAGE, 202), "write", body={}),
+        Op("post", _t(endpoint_id="twin_endpoint_id", event_id="event_id"),
+           api_rule(roles.MANAGE, 404), body={})],
     "schema": [Op("get", lambda w: {}, schema_rule)],
     "api-docs": [Op("get", lambda w: {}, docs_rule, surface="web")],
     # Operations (checkpoints/ops/health.py): the probes answer anyone and name no tenant; the
@@ -507,9 +543,9 @@ RECIPES: dict[str, list[Op]] = {
            body={"payload_retention_days": "30", "restart_interval_s": "86400",
                  "secrets_policy": "warn"})],
     # Notifications (issue 21, items 1 and 5): every role reads the endpoints and the
-    # delivery log; the forms are the tenant admin's (as ``api:notification-*``); HOME's
-    # endpoint on the twin's URL finds nothing. The world's endpoint is disabled: the
-    # admin's test event and resend are refused (422), enabling it is a write.
+    # delivery log; the forms are the tenant admin's (as ``api:notification-*``). Both
+    # tenants hold an endpoint and a message under the same ids; the endpoint only globex
+    # holds finds nothing through acme's URLs.
     "notification_list": [Op("get", _s(), page_rule(V, 200), surface="web")],
     "notification_create": [
         Op("post", _s(), page_rule(roles.MANAGE, 303), "write", surface="web",
@@ -517,33 +553,32 @@ RECIPES: dict[str, list[Op]] = {
                  "event_types": "digest"})],
     "notification_detail": [
         Op("get", _s(endpoint_id="endpoint_id"), page_rule(V, 200), surface="web"),
-        Op("get", _s(TWIN, endpoint_id="endpoint_id"), page_rule(V, 404), surface="web",
-           tenant=TWIN)],
+        Op("get", _s(endpoint_id="twin_endpoint_id"), page_rule(V, 404), surface="web")],
     "notification_update": [
         Op("post", _s(endpoint_id="endpoint_id"), page_rule(roles.MANAGE, 303), "write",
-           body={"enabled": "true"}, surface="web"),
-        Op("post", _s(TWIN, endpoint_id="endpoint_id"), page_rule(roles.MANAGE, 404),
-           body={"enabled": "true"}, surface="web", tenant=TWIN)],
+           body={"enabled": "false"}, surface="web"),
+        Op("post", _s(endpoint_id="twin_endpoint_id"), page_rule(roles.MANAGE, 404),
+           body={"enabled": "false"}, surface="web")],
     "notification_rotate": [
         Op("post", _s(endpoint_id="endpoint_id"), page_rule(roles.MANAGE, 200), "write",
            body={}, surface="web"),
-        Op("post", _s(TWIN, endpoint_id="endpoint_id"), page_rule(roles.MANAGE, 404),
-           body={}, surface="web", tenant=TWIN)],
+        Op("post", _s(endpoint_id="twin_endpoint_id"), page_rule(roles.MANAGE, 404),
+           body={}, surface="web")],
     "notification_delete": [
         Op("post", _s(endpoint_id="endpoint_id"), page_rule(roles.MANAGE, 303), "write",
            body={"confirm": "on"}, surface="web"),
-        Op("post", _s(TWIN, endpoint_id="endpoint_id"), page_rule(roles.MANAGE, 404),
-           body={"confirm": "on"}, surface="web", tenant=TWIN)],
+        Op("post", _s(endpoint_id="twin_endpoint_id"), page_rule(roles.MANAGE, 404),
+           body={"confirm": "on"}, surface="web")],
     "notification_send_test": [
-        Op("post", _s(endpoint_id="endpoint_id"), page_rule(roles.MANAGE, 422),
+        Op("post", _s(endpoint_id="endpoint_id"), page_rule(roles.MANAGE, 303), "write",
            body={}, surface="web"),
-        Op("post", _s(TWIN, endpoint_id="endpoint_id"), page_rule(roles.MANAGE, 404),
-           body={}, surface="web", tenant=TWIN)],
+        Op("post", _s(endpoint_id="twin_endpoint_id"), page_rule(roles.MANAGE, 404),
+           body={}, surface="web")],
     "notification_resend": [
         Op("post", _s(endpoint_id="endpoint_id", event_id="event_id"),
-           page_rule(roles.MANAGE, 422), body={}, surface="web"),
-        Op("post", _s(TWIN, endpoint_id="endpoint_id", event_id="event_id"),
-           page_rule(roles.MANAGE, 404), body={}, surface="web", tenant=TWIN)],
+           page_rule(roles.MANAGE, 303), "write", body={}, surface="web"),
+        Op("post", _s(endpoint_id="twin_endpoint_id", event_id="event_id"),
+           page_rule(roles.MANAGE, 404), body={}, surface="web")],
     "run_detail": [Op("get", _s(run_id="r_stuck"), page_rule(V, 200), surface="web"),
                    Op("get", _s(run_id="r_twin"), page_rule(V, 404), surface="web")],
     "run_audit": [Op("get", _s(run_id="r_stuck"), page_rule(V, 200), surface="web")],
@@ -671,6 +706,10 @@ _PER_TENANT = [
     (ReconcilerConfig, ("COUNT(*)",)),
     (GraphCheckpoint, ("COUNT(*)",)),
     (GraphWrite, ("COUNT(*)", "SUM(LENGTH(value_ciphertext))")),
+    (NotificationEndpoint, ("COUNT(*)", "MAX(updated_at)", "SUM(LENGTH(name))",
+                            "SUM(LENGTH(secret))")),
+    (NotificationMessage, ("COUNT(*)", "SUM(attempts)",
+                           "SUM(CASE WHEN state = 'pending' THEN 1 ELSE 0 END)")),
     (AuditEvent, ("COUNT(*)",)),
     (AuditChainHead, ("MAX(seq)", "MAX(last_hash)")),
 ]

@@ -69,6 +69,8 @@ from checkpoints.models import (
     Effect,
     ErasureRequest,
     LegalHold,
+    NotificationEndpoint,
+    NotificationMessage,
     ReconcileRequest,
     RetryRequest,
     Run,
@@ -82,11 +84,14 @@ from tests.helpers import effect_body, envelope, lg_put, lg_writes
 from tests.matrixhelpers import interop_modules, is_internal, service_modules
 from tests.twinworld import (
     DECLARED_KIND,
+    ENDPOINT_ID,
+    EVENT_ID,
     HOME,
     LG_IDS,
     MARK,
     SLUGS,
     TWIN,
+    TWIN_ENDPOINT_ID,
     TenantData,
     build_world,
     declared_kind,
@@ -495,6 +500,29 @@ SELECTORS.update({  # Issue 21, items 8 and 9: the polls' reads and the approver
         else "another tenant's request", shows_mark=False),
 })
 
+def _own_messages(w: World, slug: str, answer) -> str:
+    """The delivery log of the shared endpoint id: this tenant's messages to it only."""
+    endpoint, rows = answer
+    want = NotificationMessage.objects.filter(tenant=w.tenant(slug),
+                                              endpoint__uuid=ENDPOINT_ID).count()
+    if endpoint.tenant_id != w.tenant(slug).pk:
+        return "another tenant's endpoint"
+    return "" if len(rows) == want else f"{len(rows)} messages, own {want}"
+
+
+SELECTORS.update({  # Notification endpoints (issue 21): the same endpoint UUID in both.
+    "notification_endpoint_list": SelectorCell(
+        lambda w, s, u: selectors.notification_endpoint_list(user=u, tenant=w.tenant(s)),
+        _own_rows(NotificationEndpoint, len)),
+    "notification_endpoint_get": SelectorCell(
+        lambda w, s, u: selectors.notification_endpoint_get(user=u, tenant=w.tenant(s),
+                                                            endpoint_id=ENDPOINT_ID)),
+    "notification_deliveries": SelectorCell(
+        lambda w, s, u: selectors.notification_deliveries(user=u, tenant=w.tenant(s),
+                                                          endpoint_id=ENDPOINT_ID),
+        _own_messages),
+})
+
 CROSS_IDS: dict[str, Callable[[World, str, object], object]] = {
     "retry_get": lambda w, s, u: selectors.retry_get(
         user=u, tenant=w.tenant(s), retry_id=w.data[other(s)].retry_pk),
@@ -642,6 +670,10 @@ TWIN_ONLY: dict[str, Callable[[World, str, object], object]] = {
         user=u, tenant=w.tenant(s), checkpoint_id=EXTRA["c_more"]),
     "effect_get": lambda w, s, u: selectors.effect_get(user=u, tenant=w.tenant(s),
                                                        effect_id=EXTRA["e_more"]),
+    "notification_endpoint_get": lambda w, s, u: selectors.notification_endpoint_get(
+        user=u, tenant=w.tenant(s), endpoint_id=TWIN_ENDPOINT_ID),
+    "notification_deliveries": lambda w, s, u: selectors.notification_deliveries(
+        user=u, tenant=w.tenant(s), endpoint_id=TWIN_ENDPOINT_ID),
 }
 
 
@@ -832,6 +864,33 @@ API: dict[str, Req] = {
     f"post {T}tombstone-purges/{{purge_id}}/execute": Req({"purge_id": "new_cp"}, {},
                                                           write=True),
 }
+
+# Notification endpoints (issue 21): the endpoint and message ids are the same in both
+# tenants; the answers carry this tenant's marker (the endpoint's name and host, the
+# messages' subjects); a write changes this tenant's endpoint only.
+NE = f"{T}notification-endpoints"
+EP = {"endpoint_id": "=" + str(ENDPOINT_ID)}
+API.update({
+    f"get {NE}": Req(shows_mark=True, count=lambda w, slug, r: "" if len(
+        r.json()["results"]) == NotificationEndpoint.objects.filter(
+        tenant=w.tenant(slug)).count() else "endpoints count"),
+    f"post {NE}": Req(body={"name": "tw", "channel": "webhook",
+                            "url": "https://hooks.example.com/tw",
+                            "event_types": ["run.needs_review"]}, write=True),
+    f"get {NE}/{{endpoint_id}}": Req(EP, shows_mark=True),
+    f"patch {NE}/{{endpoint_id}}": Req(EP, {"name": "renamed tw"}, write=True,
+                                       shows_mark=True),
+    f"delete {NE}/{{endpoint_id}}": Req(EP, write=True),
+    f"post {NE}/{{endpoint_id}}/rotate-secret": Req(EP, {}, write=True, shows_mark=True),
+    f"post {NE}/{{endpoint_id}}/test": Req(EP, {}, write=True),
+    f"get {NE}/{{endpoint_id}}/deliveries": Req(
+        EP, shows_mark=True, count=lambda w, slug, r: "" if len(r.json()["results"]) ==
+        NotificationMessage.objects.filter(tenant=w.tenant(slug),
+                                           endpoint__uuid=ENDPOINT_ID).count()
+        else "messages count"),
+    f"post {NE}/{{endpoint_id}}/deliveries/{{event_id}}/resend": Req(
+        {**EP, "event_id": "=" + EVENT_ID}, {}, write=True, shows_mark=True),
+})
 
 PAGES: dict[str, Req] = {
     "login": Req(),
@@ -1255,6 +1314,44 @@ SERVICES.update({  # LangGraph threads (issue 10): the shared thread id acts on 
     "graph_thread_copy": [ServiceCell(lambda w, s, a: langgraph.graph_thread_copy(
         actor=_as(w, a, "writer"), tenant=w.tenant(s), source_thread_id=LG_THREAD,
         target_thread_id="tw-copy"))],
+})
+def _foreign_endpoint(call: Callable) -> ServiceCell:
+    """``call`` in acme on the endpoint only globex holds (NotFound), and in globex on an
+    id acme never had (NotFound)."""
+    return ServiceCell(lambda w, s, a: call(w, s, a, TWIN_ENDPOINT_ID if s == HOME
+                                            else IDS["new_cp"]), foreign=True)
+
+
+def _admin_call(fn: Callable, **kw) -> Callable:
+    return lambda w, s, a, eid: fn(actor=_as(w, a, "admin"), tenant=w.tenant(s),
+                                   endpoint_id=eid, **kw)
+
+
+SERVICES.update({  # Notification endpoints (issue 21): the same endpoint id in both.
+    "endpoint_create": [ServiceCell(lambda w, s, a: services.endpoint_create(
+        actor=_as(w, a, "admin"), tenant=w.tenant(s), body={
+            "name": "tw", "channel": "webhook", "url": "https://hooks.example.com/tw",
+            "event_types": ["run.needs_review"]}))],
+    "endpoint_update": [
+        ServiceCell(lambda w, s, a: _admin_call(services.endpoint_update,
+                                                body={"name": "tw"})(w, s, a, ENDPOINT_ID)),
+        _foreign_endpoint(_admin_call(services.endpoint_update, body={"name": "tw"}))],
+    "endpoint_delete": [
+        ServiceCell(lambda w, s, a: _admin_call(services.endpoint_delete)(w, s, a,
+                                                                          ENDPOINT_ID)),
+        _foreign_endpoint(_admin_call(services.endpoint_delete))],
+    "endpoint_rotate_secret": [
+        ServiceCell(lambda w, s, a: _admin_call(services.endpoint_rotate_secret)(
+            w, s, a, ENDPOINT_ID)),
+        _foreign_endpoint(_admin_call(services.endpoint_rotate_secret))],
+    "notification_test": [
+        ServiceCell(lambda w, s, a: _admin_call(services.notification_test)(w, s, a,
+                                                                            ENDPOINT_ID)),
+        _foreign_endpoint(_admin_call(services.notification_test))],
+    "notification_resend": [
+        ServiceCell(lambda w, s, a: _admin_call(services.notification_resend,
+                                                event_id=EVENT_ID)(w, s, a, ENDPOINT_ID)),
+        _foreign_endpoint(_admin_call(services.notification_resend, event_id=EVENT_ID))],
 })
 NOT_SERVICE_CELLS = {
     "export_watermark": "reads one tenant's exports by tenant pk (for_tenant); writes "

@@ -33,15 +33,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from django.conf import settings
 from django.contrib.auth import get_user_model
 
 from checkpoints import audit, selectors, services
+from checkpoints.dbclock import NOW
 from checkpoints.exceptions import DomainError
 from checkpoints.interop import langgraph, runifold
 from checkpoints.jobs import reconciliation
-from checkpoints.models import AuditEvent
+from checkpoints.models import AuditEvent, NotificationEndpoint, NotificationMessage
 from checkpoints.reconcile import Answer
-from checkpoints.services import reconcile_requests
+from checkpoints.services import notify_delivery, reconcile_requests
+from checkpoints.vocab import DeliveryState
 from recovery_client.protocol import thread_run_id
 from tests.faults.conftest import in_doubt_run
 from tests.helpers import (
@@ -670,6 +673,72 @@ def retention_expire(p):
     return Cell(lambda: services.retention_purge(tenant=p.acme), ignore=_LEASE)
 
 
+# Notification endpoints (issue 21): the tenant admin's writes, and the sender's
+# disabling of an endpoint failing for days (audited by the system).
+_ENDPOINT = {"name": "ops", "channel": "webhook", "url": "https://hooks.example.com/in",
+             "event_types": ["run.needs_review"]}
+
+
+def _endpoint_admin(p):
+    """A tenant admin of acme and its webhook endpoint."""
+    admin = services.account_create(username="nadia")
+    services.role_grant(actor=None, tenant=p.acme, user=admin, role="admin")
+    endpoint, _secret = services.endpoint_create(actor=admin, tenant=p.acme, body=_ENDPOINT)
+    return admin, endpoint
+
+
+def endpoint_create(p):
+    admin, _ = _endpoint_admin(p)
+    return Cell(lambda: services.endpoint_create(actor=admin, tenant=p.acme,
+                                                 body=dict(_ENDPOINT, name="second")))
+
+
+def endpoint_update(p):
+    admin, e = _endpoint_admin(p)
+    return Cell(lambda: services.endpoint_update(actor=admin, tenant=p.acme,
+                                                 endpoint_id=e.uuid,
+                                                 body={"name": "renamed", "enabled": False}))
+
+
+def endpoint_delete(p):
+    admin, e = _endpoint_admin(p)
+    services.notification_test(actor=admin, tenant=p.acme, endpoint_id=e.uuid)
+    return Cell(lambda: services.endpoint_delete(actor=admin, tenant=p.acme,
+                                                 endpoint_id=e.uuid))
+
+
+def endpoint_rotate_secret(p):
+    admin, e = _endpoint_admin(p)
+    return Cell(lambda: services.endpoint_rotate_secret(actor=admin, tenant=p.acme,
+                                                        endpoint_id=e.uuid))
+
+
+def notification_test(p):
+    admin, e = _endpoint_admin(p)
+    return Cell(lambda: services.notification_test(actor=admin, tenant=p.acme,
+                                                   endpoint_id=e.uuid))
+
+
+def notification_resend(p):
+    admin, e = _endpoint_admin(p)
+    message = services.notification_test(actor=admin, tenant=p.acme, endpoint_id=e.uuid)
+    NotificationMessage.objects.filter(pk=message.pk).update(state=DeliveryState.FAILED,
+                                                            attempts=8, last_error="503")
+    return Cell(lambda: services.notification_resend(actor=admin, tenant=p.acme,
+                                                     endpoint_id=e.uuid,
+                                                     event_id=message.event_id))
+
+
+def disable_failing(p):
+    """An endpoint whose deliveries have all failed for longer than the bound, with a
+    message waiting: disabled, the message failed, one system audit event."""
+    admin, e = _endpoint_admin(p)
+    services.notification_test(actor=admin, tenant=p.acme, endpoint_id=e.uuid)
+    NotificationEndpoint.objects.filter(pk=e.pk).update(failing_since=NOW)
+    age_world(settings.RECOVERY_NOTIFY_DISABLE_AFTER_S + 60)
+    return Cell(notify_delivery.disable_failing)
+
+
 CELLS: dict[str, dict[str, Callable]] = {
     "checkpoint_put": {"create": checkpoint_create, "update": checkpoint_update,
                        "stale-revision conflict": checkpoint_stale,
@@ -743,6 +812,14 @@ CELLS: dict[str, dict[str, Callable]] = {
     # tombstone and its event (purge), or its rows and the run (expire).
     "data_policy_set": {"set": data_policy_set},
     "retention_purge": {"purge payloads": retention_purge, "expire effects": retention_expire},
+    # Notification endpoints (issue 21).
+    "endpoint_create": {"create": endpoint_create},
+    "endpoint_update": {"update": endpoint_update},
+    "endpoint_delete": {"delete": endpoint_delete},
+    "endpoint_rotate_secret": {"rotate": endpoint_rotate_secret},
+    "notification_test": {"test": notification_test},
+    "notification_resend": {"resend": notification_resend},
+    "disable_failing": {"disable": disable_failing},
 }
 NOT_CELLS = {
     "migration_preview": "a dry run of checkpoints_migrate: writes and audits nothing "

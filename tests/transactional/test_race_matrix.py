@@ -106,8 +106,30 @@ RACED = {
     "legal_hold_release": "tests/lifecycle/test_races.py::test_two_releases_of_one_hold",
     "legal_hold_place": "tests/lifecycle/test_races.py::test_a_hold_racing_an_approval_"
                         "never_lets_a_held_run_go",
+    # Notification endpoints and the sender (issue 21):
+    # tests/transactional/test_notify_endpoint_races.py.
+    "claim_due": "test_notify_endpoint_races.py::test_senders_claiming_at_once_take_each_"
+                 "due_message_once",
+    "notification_resend": "test_notify_endpoint_races.py::test_two_admins_resending_one_"
+                           "message",
+    "endpoint_create": "test_notify_endpoint_races.py::test_creates_racing_for_the_last_"
+                       "endpoint_make_one",
+    "disable_failing": "test_notify_endpoint_races.py::test_senders_disabling_one_failing_"
+                       "endpoint_disable_it_once",
 }
 NOT_RACED = {
+    # Notification endpoints (issue 21): the endpoint row lock, under the audit head.
+    "endpoint_update": "an admin setting under the endpoint's row lock; last write wins by "
+                       "design (the second reads the first's row under the lock)",
+    "endpoint_delete": "under the endpoint's row lock; the second finds nothing (404); a "
+                       "sender recording an attempt meanwhile finds the message gone",
+    "endpoint_rotate_secret": "under the endpoint's row lock: two rotations are serialized "
+                              "(the second's previous secret is the first's new one)",
+    "notification_test": "inserts a new message with a fresh event id under the endpoint's "
+                         "lock; nothing to win (two tests are two messages)",
+    "record_attempt": "locks the endpoint, then its message (the order of every writer of "
+                      "both); the outcome applies only to a message still pending, so a "
+                      "lost claim's late record adds its attempt and changes nothing else",
     "dispatch_round": "raced in tests/transactional/test_notify_races.py: several rounds "
                       "at once write each message, incident and digest once",
     "erasure_request": "inserts a new request under the tenant's audit head; nothing to "

@@ -76,13 +76,16 @@ def test_the_walk_covers_every_dashboard_page(world):
     assert names == views - AUTH_VIEWS and len(names) > 20
 
 
-@pytest.mark.parametrize("who", ["rita", "vic", "anonymous", "foreign"])
-def test_every_dashboard_answer_varies_on_hx_request(world, login, who, rita, vic, omar):
+@pytest.mark.parametrize("who", ["rita", "april", "vic", "anonymous", "foreign"])
+def test_every_dashboard_answer_varies_on_hx_request(world, login, who, rita, april, vic,
+                                                      omar):
     """Each page and action, GET and POST (one of which is 405), empty POST bodies (400
     reason required), a viewer's actions (403), an account of another tenant (404), and
-    an anonymous visitor (login redirect, or the htmx in-place message): each answer
-    carries ``Vary: HX-Request``, and every htmx answer ``no-store``."""
-    client = {"rita": lambda: login(rita), "vic": lambda: login(vic),
+    an anonymous visitor (login redirect, or the htmx in-place message), an approver (its
+    queue, issue 21): each answer carries ``Vary: HX-Request``, and every htmx answer
+    ``no-store``."""
+    client = {"rita": lambda: login(rita), "april": lambda: login(april),
+              "vic": lambda: login(vic),
               "anonymous": Client, "foreign": lambda: login(omar)}[who]()
     statuses = set()
     for name, url in _dashboard_urls(world):
@@ -94,7 +97,8 @@ def test_every_dashboard_answer_varies_on_hx_request(world, login, who, rita, vi
                 statuses.add(response.status_code)
                 _assert_true_to_htmx(response, htmx, f"{who} {method} {name} htmx={htmx} "
                                                      f"({response.status_code})")
-    expected = {"rita": {200, 400, 405}, "vic": {200, 403, 405}, "anonymous": {302, 403, 405},
+    expected = {"rita": {200, 400, 405}, "april": {200, 400, 405}, "vic": {200, 403, 405},
+                "anonymous": {302, 403, 405},
                 "foreign": {404, 405}}[who]
     assert expected <= statuses, statuses
 
