@@ -9,9 +9,7 @@ docs/operations/alerts.md).
   heading in docs/operations/alerts.md, and the unit tests show it firing and quiet.
 - Every ``recovery_*`` metric an expression reads is served by ``/metrics``, with the
   label values the expression matches (state names, heartbeat names), in a world where
-  every kind of background work has run once. The only exceptions are ``NOT_YET_SERVED``:
-  the notification metrics the notifications work will serve (the lead empties the list
-  when it is merged; a test fails as soon as one of them is served, to say so).
+  every kind of background work has run once.
 """
 
 from __future__ import annotations
@@ -36,17 +34,6 @@ RULE_TESTS = ROOT / "deploy" / "prometheus" / "recovery-rules.test.yml"
 ALERTS_DOC = ROOT / "docs" / "operations" / "alerts.md"
 TOKEN = "metrics-token-" + "r" * 30
 SEVERITIES = {"critical", "warning"}
-
-#: Metrics the rules read that ``/metrics`` does not serve yet: the notifications' (issue 21,
-#: items 1-5), written against their announced names and labels. Empty it once they are
-#: served (``test_the_not_yet_served_metrics_are_still_not_served`` says when).
-NOT_YET_SERVED: dict[str, dict[str, set[str] | None]] = {
-    # metric: {label: the values it takes, or None for any (a tenant's slug)}
-    "recovery_notification_messages": {"tenant": None,
-                                       "state": {"pending", "delivered", "failed"}},
-    "recovery_notification_endpoints_disabled": {"tenant": None},
-    "recovery_notification_oldest_pending_seconds": {"tenant": None},
-}
 
 SELECTOR = re.compile(r"\b(recovery_[a-z_]+)\s*(?:\{([^}]*)\})?")
 MATCHER = re.compile(r'(\w+)\s*(=~|!~|!=|=)\s*"([^"]*)"')
@@ -169,9 +156,7 @@ def alternatives(op: str, value: str) -> set[str]:
 def test_every_metric_the_rules_read_is_served_with_the_label_values_they_match(served):
     missing = []
     for alert, metric, matchers in selectors():
-        if metric in NOT_YET_SERVED:
-            labels = NOT_YET_SERVED[metric]
-        elif metric in served:
+        if metric in served:
             labels = served[metric]
         else:
             missing.append(f"{alert}: {metric} is not served by /metrics")
@@ -187,15 +172,3 @@ def test_every_metric_the_rules_read_is_served_with_the_label_values_they_match(
                 missing.append(f"{alert}: {metric}{{{label}={v!r}}} is never served "
                                f"(served: {sorted(known)})")
     assert not missing, "\n".join(missing)
-
-
-@pytest.mark.django_db
-def test_the_not_yet_served_metrics_are_still_not_served(served):
-    now_served = sorted(set(NOT_YET_SERVED) & set(served))
-    assert not now_served, (f"{now_served} are served now: remove them from NOT_YET_SERVED "
-                            "so that their labels are checked against the scrape")
-
-
-def test_the_rules_read_every_not_yet_served_metric():
-    read = {metric for _, metric, _ in selectors()}
-    assert set(NOT_YET_SERVED) <= read

@@ -899,7 +899,7 @@ PAGES: dict[str, Req] = {
     "run_list": Req(shows_mark=True),
     "run_counts": Req(),
     # The incident a reviewer works on (issue 21, item 10): their session, no row.
-    "incident_set": Req(body={"incident_ref": "INC-2041"}),
+    "incident_set": Req(body={"incident_ref": "INC-2041"}, write=True),
     "report": Req(),
     "audit_log": Req(shows_mark=True),
     "kind_list": Req(),
