@@ -249,3 +249,17 @@ def test_a_bulk_close_still_says_done(login, acme, rita, wendy):
                                    client_token=uuid.uuid4(), run_ids=[run])
     body = login(rita).get(reverse("bulk_detail", args=["acme", bulk.uuid])).content.decode()
     assert "1 done" in body and "every 3s" not in body
+
+
+@pytest.mark.parametrize("since", [str(2**62), "253402300800000000", str(2**63 - 1)])
+def test_a_since_past_the_last_datetime_is_a_400_not_a_500(login, rita, since):
+    """Attack (issue 21, item 8): ``since`` took any revision number (to 2^63 - 1) but is
+    turned into a datetime, whose last microsecond is 9999-12-31 (253402300799999999 µs
+    since the epoch): past it the poll answered 500 (OverflowError)."""
+    client = login(rita)
+    client.raise_request_exception = False
+    response = client.get(reverse("run_new", args=["acme"]), {"since": since}, **HX)
+    assert response.status_code == 400 and "since" in response.content.decode()
+    last = client.get(reverse("run_new", args=["acme"]), {"since": "253402300799999999"},
+                      **HX)
+    assert last.status_code == 200
