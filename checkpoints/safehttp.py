@@ -3,7 +3,7 @@ docs/notifications.md "Outbound requests"): the notification sender's only way o
 
 - The host is resolved ONCE; every address it resolves to must be public (not loopback,
   link-local such as 169.254.169.254, private RFC 1918 / fc00::/7, unspecified,
-  multicast, reserved, shared 100.64/10, nor an IPv4-mapped IPv6 form of those), unless
+  multicast, reserved, shared 100.64/10, nor an IPv4-mapped or 6to4 IPv6 form of those), unless
   the operator allows it (``allow_private``, or ``allow_cidrs``: networks let through).
 - The connection goes to that resolved address (no second look-up: DNS rebinding), with
   the name in the ``Host`` header and as the TLS server name (certificate checked
@@ -59,9 +59,10 @@ class Refused(Exception):
 def address_problem(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str:
     """Why ``ip`` is not a public unicast address ("" when it is): ``loopback``,
     ``link-local``, ``private``, ``unspecified``, ``multicast``, ``reserved`` or ``not
-    global``. An IPv4-mapped IPv6 address is judged as the IPv4 address it maps."""
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
+    global``. An IPv4-mapped IPv6 address is judged as the IPv4 address it maps, a 6to4
+    one (2002::/16) as the IPv4 address it embeds."""
+    if isinstance(ip, ipaddress.IPv6Address):
+        ip = ip.ipv4_mapped or ip.sixtofour or ip
     for word, bad in (("unspecified", ip.is_unspecified), ("loopback", ip.is_loopback),
                       ("link-local", ip.is_link_local), ("multicast", ip.is_multicast),
                       ("private", ip.is_private), ("reserved", ip.is_reserved)):

@@ -104,3 +104,19 @@ def test_an_error_quoting_the_url_keeps_its_path_and_query_out(monkeypatch):
     assert result.status is None and result.error.startswith("ConnectError")
     assert "hooks.example.test" in result.error
     assert "XXXXsecretXXXX" not in result.error and "hunter2" not in result.error
+
+
+@pytest.mark.parametrize(("url", "why"), [
+    ("http://[2002:a9fe:a9fe::1]/", "link-local"),  # 6to4 of 169.254.169.254
+    ("http://[2002:7f00:1::]/", "loopback"),  # 6to4 of 127.0.0.1
+    ("http://[2002:0a00:0001::1]/", "private"),  # 6to4 of 10.0.0.1
+])
+def test_a_6to4_address_is_judged_as_the_ipv4_it_embeds(url, why):
+    """Attack (issue 21, item 4): 2002::/16 carries an IPv4 address in bits 16-48; a host
+    with a 6to4 route sends it there. Python calls 2002:a9fe:a9fe::1 global, so the
+    metadata address passed, at creation and at send time."""
+    host = safehttp.split(url)[1]
+    assert why in safehttp.host_problem(host)
+    result = safehttp.post(url, body=b"{}", headers={}, timeout_s=1)
+    assert result.error.startswith("refused: ") and f"({why})" in result.error
+    assert safehttp.address_problem(ipaddress.ip_address("2002:5db8:d822::1")) == ""
