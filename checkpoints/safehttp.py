@@ -209,7 +209,7 @@ def host_problem(host: str, *, allow_private: bool = False, allow_cidrs: tuple =
     """Why a URL's host may not be called, judged without resolving it ("" when it may,
     or when only the resolution at send time can tell): an address literal that is not
     public and not allowed, or a ``localhost`` name."""
-    bare = host.strip("[]").split("%", 1)[0]
+    bare = host.strip("[]").split("%", 1)[0].rstrip(".")  # "localhost." is localhost
     try:
         ip = ipaddress.ip_address(bare)
     except ValueError:

@@ -120,3 +120,11 @@ def test_a_6to4_address_is_judged_as_the_ipv4_it_embeds(url, why):
     result = safehttp.post(url, body=b"{}", headers={}, timeout_s=1)
     assert result.error.startswith("refused: ") and f"({why})" in result.error
     assert safehttp.address_problem(ipaddress.ip_address("2002:5db8:d822::1")) == ""
+
+
+@pytest.mark.parametrize("host", ["localhost.", "LOCALHOST.", "a.localhost.", "127.0.0.1.",
+                                  "169.254.169.254."])
+def test_a_trailing_dot_names_the_same_host(host):
+    """Attack (issue 21, item 4): ``localhost.`` (a fully qualified name) is localhost and
+    ``169.254.169.254.`` the metadata address; creation refused the bare forms only."""
+    assert safehttp.host_problem(host) != ""
