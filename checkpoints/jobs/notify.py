@@ -44,6 +44,13 @@ def body_of(claim: notify_delivery.Claimed) -> bytes:
     return json.dumps(claim.payload, separators=(",", ":"), ensure_ascii=False).encode()
 
 
+def slack_escaped(text: str) -> str:
+    """``text`` as Slack must receive it: ``&``, ``<`` and ``>`` escaped (Slack's
+    "Formatting text" rule), so a name a run's writer chose can neither mention
+    ``<!channel>`` nor show a link under other words (``<https://x|Run page>``)."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
 def _without_local_part(text: str, address: str) -> str:
     """``text`` (a mail failure, which every role of the tenant reads in the delivery
     log) with the address's local part cut out, whatever its case: a mail server quotes
@@ -71,7 +78,10 @@ def send(claim: notify_delivery.Claimed) -> dict:
         headers = webhooksign.headers(claim.secrets, claim.event_id,
                                       int(claim.db_now.timestamp()), body)
     else:  # Slack, Teams: the URL's secret path authenticates; unsigned
-        body = json.dumps({"text": claim.text}, ensure_ascii=False).encode()
+        text = claim.text
+        if claim.channel == NotificationChannel.SLACK:
+            text = slack_escaped(text)
+        body = json.dumps({"text": text}, ensure_ascii=False).encode()
         headers = {}
     headers.update({"Content-Type": "application/json", "User-Agent": USER_AGENT})
     result = safehttp.post(claim.url, body=body, headers=headers,

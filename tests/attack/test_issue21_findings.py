@@ -7,12 +7,15 @@ was written failing and passes since its defect was fixed. One test per defect.
 
 from __future__ import annotations
 
+import json
 import smtplib
+from datetime import UTC, datetime
 
 import pytest
 
-from checkpoints import selectors, services
+from checkpoints import safehttp, selectors, services
 from checkpoints.jobs import notify
+from checkpoints.services import notify_delivery
 
 pytestmark = pytest.mark.django_db
 
@@ -40,3 +43,28 @@ def test_a_failed_emails_error_never_shows_a_viewer_the_address_local_part(
     shown = message.last_error + " ".join(a.error for a in message.attempt_list)
     assert "SMTPRecipientsRefused" in shown
     assert "ops.secret" not in shown.lower()
+
+
+def _claim(channel: str, text: str):
+    return notify_delivery.Claimed(
+        pk=1, tenant_id=1, event_id="evt_x", channel=channel, url="https://hooks.example.com/x",
+        email="", payload={}, subject="s", text=text, secrets=[], db_now=datetime.now(UTC),
+        claimed_until=datetime.now(UTC))
+
+
+def test_a_slack_text_cannot_ping_the_channel_or_disguise_a_link(monkeypatch):
+    """Attack (issue 21, item 5): a message's text carries what a run's writer chose (its
+    agent, workflow, kind, the services of its effects, a reviewer's reason). Slack reads
+    ``<!channel>`` as a mention of everyone and ``<https://evil|Run page>`` as a link
+    labelled "Run page"; Slack's rule is to escape ``&``, ``<`` and ``>`` in text."""
+    sent = {}
+
+    def post(url, *, body, headers, **kwargs):
+        sent["body"] = body
+        return safehttp.Result(200, 1)
+
+    monkeypatch.setattr(notify.safehttp, "post", post)
+    notify.send(_claim("slack", "agent <!channel> & <https://evil.example/|Run page>"))
+    text = json.loads(sent["body"])["text"]
+    assert text == ("agent &lt;!channel&gt; &amp; "
+                    "&lt;https://evil.example/|Run page&gt;")
