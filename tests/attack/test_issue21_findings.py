@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import json
 import smtplib
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
 
 import pytest
 
 from checkpoints import safehttp, selectors, services
 from checkpoints.jobs import notify
+from checkpoints.selectors import nextstep
 from checkpoints.services import notify_delivery
+from checkpoints.vocab import EffectState, ReconcileState
 
 pytestmark = pytest.mark.django_db
 
@@ -68,3 +71,23 @@ def test_a_slack_text_cannot_ping_the_channel_or_disguise_a_link(monkeypatch):
     text = json.loads(sent["body"])["text"]
     assert text == ("agent &lt;!channel&gt; &amp; "
                     "&lt;https://evil.example/|Run page&gt;")
+
+
+def test_a_reconcile_due_by_the_database_clock_is_due_now_whatever_the_web_clock(
+        monkeypatch):
+    """Attack (issue 21, item 7): the next step says a queued reconciliation's look-up is
+    "due in 1 h" or "due now" by comparing its stored ``next_attempt_at`` with the web
+    process's clock; a web server an hour behind the database told the reviewer to wait
+    for a look-up that was already due. The request is read with the database's time
+    (``db_now``); that is the clock to compare with."""
+    db = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+    monkeypatch.setattr(nextstep.timezone, "now", lambda: db - timedelta(hours=1))
+    effect = SimpleNamespace(state=EffectState.SUBMITTED, service="payments",
+                             operation_key="k")
+    req = SimpleNamespace(state=ReconcileState.QUEUED, next_attempt_at=db - timedelta(seconds=5),
+                          waiting_for_worker_since=None, db_now=db)
+    rows = [{"req": req, "effect": effect, "broker_down": False, "waits_for_human": False}]
+    step = nextstep._reconcile_step([effect], rows, None)
+    assert "due now" in step.text, step.text
+    req.next_attempt_at = db + timedelta(minutes=4)
+    assert "due in 4 min" in nextstep._reconcile_step([effect], rows, None).text
