@@ -3,7 +3,7 @@ docs/notifications.md "Outbound requests"): the notification sender's only way o
 
 - The host is resolved ONCE; every address it resolves to must be public (not loopback,
   link-local such as 169.254.169.254, private RFC 1918 / fc00::/7, unspecified,
-  multicast, reserved, shared 100.64/10, nor an IPv4-mapped IPv6 form of those), unless
+  multicast, reserved, shared 100.64/10, nor an IPv4-mapped or 6to4 IPv6 form of those), unless
   the operator allows it (``allow_private``, or ``allow_cidrs``: networks let through).
 - The connection goes to that resolved address (no second look-up: DNS rebinding), with
   the name in the ``Host`` header and as the TLS server name (certificate checked
@@ -27,6 +27,7 @@ import time
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+import httpcore
 import httpx
 
 MAX_BYTES = 64 * 1024
@@ -59,9 +60,10 @@ class Refused(Exception):
 def address_problem(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str:
     """Why ``ip`` is not a public unicast address ("" when it is): ``loopback``,
     ``link-local``, ``private``, ``unspecified``, ``multicast``, ``reserved`` or ``not
-    global``. An IPv4-mapped IPv6 address is judged as the IPv4 address it maps."""
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
+    global``. An IPv4-mapped IPv6 address is judged as the IPv4 address it maps, a 6to4
+    one (2002::/16) as the IPv4 address it embeds."""
+    if isinstance(ip, ipaddress.IPv6Address):
+        ip = ip.ipv4_mapped or ip.sixtofour or ip
     for word, bad in (("unspecified", ip.is_unspecified), ("loopback", ip.is_loopback),
                       ("link-local", ip.is_link_local), ("multicast", ip.is_multicast),
                       ("private", ip.is_private), ("reserved", ip.is_reserved)):
@@ -118,6 +120,69 @@ def split(url: str) -> tuple[str, str, int, str]:
     return parts.scheme, parts.hostname, port, target
 
 
+class _Deadline(httpcore.NetworkBackend):
+    """The network under one deadline (``time.monotonic()`` value): every connect, read
+    and write may wait only what is left of it, so the exchange as a whole ends in time
+    (httpx's timeouts are per operation: a receiver dripping its headers a byte at a
+    time, each within the timeout, would hold the sender for as long as it liked)."""
+
+    def __init__(self, deadline: float):
+        self.deadline = deadline
+        self.inner = httpcore.SyncBackend()
+
+    def left(self, timeout: float | None) -> float:
+        """Seconds the next operation may wait; raises ``httpcore.ReadTimeout`` when the
+        deadline has passed."""
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise httpcore.ReadTimeout("the exchange's deadline passed")
+        return left if timeout is None else min(timeout, left)
+
+    def connect_tcp(self, host, port, timeout=None, local_address=None,
+                    socket_options=None):
+        return _DeadlineStream(self.inner.connect_tcp(host, port, self.left(timeout),
+                                                      local_address, socket_options), self)
+
+    def connect_unix_socket(self, path, timeout=None, socket_options=None):
+        raise httpcore.ConnectError("no unix sockets")
+
+    def sleep(self, seconds: float) -> None:
+        self.inner.sleep(min(seconds, self.left(None)))
+
+
+class _DeadlineStream(httpcore.NetworkStream):
+    def __init__(self, inner, backend: _Deadline):
+        self.inner, self.backend = inner, backend
+
+    def read(self, max_bytes, timeout=None):
+        return self.inner.read(max_bytes, self.backend.left(timeout))
+
+    def write(self, buffer, timeout=None):
+        self.inner.write(buffer, self.backend.left(timeout))
+
+    def close(self):
+        self.inner.close()
+
+    def start_tls(self, ssl_context, server_hostname=None, timeout=None):
+        return _DeadlineStream(self.inner.start_tls(ssl_context, server_hostname,
+                                                    self.backend.left(timeout)), self.backend)
+
+    def get_extra_info(self, info):
+        return self.inner.get_extra_info(info)
+
+
+def _transport(deadline: float, verify) -> httpx.HTTPTransport:
+    """httpx's transport with its connection pool on the ``_Deadline`` network (httpx
+    takes no network backend: its pool, ``_pool``, is replaced; it maps httpcore's
+    errors to its own as for its own pool)."""
+    transport = httpx.HTTPTransport(verify=verify, trust_env=False)
+    context = verify if isinstance(verify, ssl.SSLContext) else httpx.create_ssl_context(
+        verify=verify)
+    transport._pool = httpcore.ConnectionPool(ssl_context=context, max_connections=1,
+                                              network_backend=_Deadline(deadline))
+    return transport
+
+
 @functools.cache
 def _tls() -> ssl.SSLContext:
     """One verifying TLS context per process (building one loads the CA bundle: tens of
@@ -150,8 +215,9 @@ def post(url: str, *, body: bytes, headers: dict[str, str], timeout_s: float = 1
     extensions = {"sni_hostname": host} if scheme == "https" else {}
     timeout = httpx.Timeout(timeout_s)
     try:
+        transport = _transport(started + timeout_s, _tls() if verify is None else verify)
         with httpx.Client(follow_redirects=False, trust_env=False, timeout=timeout,
-                          verify=_tls() if verify is None else verify) as client, \
+                          transport=transport) as client, \
                 client.stream("POST", pinned, content=body, headers=send,
                               extensions=extensions) as response:
             data = b""
@@ -208,7 +274,7 @@ def host_problem(host: str, *, allow_private: bool = False, allow_cidrs: tuple =
     """Why a URL's host may not be called, judged without resolving it ("" when it may,
     or when only the resolution at send time can tell): an address literal that is not
     public and not allowed, or a ``localhost`` name."""
-    bare = host.strip("[]").split("%", 1)[0]
+    bare = host.strip("[]").split("%", 1)[0].rstrip(".")  # "localhost." is localhost
     try:
         ip = ipaddress.ip_address(bare)
     except ValueError:

@@ -176,19 +176,43 @@ def whole_page_for_history(view: Callable) -> Callable:
     return wrapper
 
 
-#: The session keys: the incident reference, and the last reason given while on it.
+#: The session keys: the incident reference, and the last reason given while on it,
+#: each a ``{tenant slug: text}`` (an incident belongs to the tenant it was typed in).
 INCIDENT_KEY = "recovery.incident_ref"
 REASON_KEY = "recovery.incident_reason"
 
 
-def incident_of(request: HttpRequest) -> dict:
-    """``{"ref": the reviewer's incident or "", "reason": the last reason they gave while
-    on it or ""}``, from their session (nothing is read from the database)."""
+def session_get(request: HttpRequest, key: str, tenant_slug: str) -> str:
+    """The session's ``key`` for the tenant ``tenant_slug`` ("" when none)."""
     session = getattr(request, "session", None)
-    if session is None:
-        return {"ref": "", "reason": ""}
-    ref = session.get(INCIDENT_KEY) or ""
-    return {"ref": ref, "reason": (session.get(REASON_KEY) or "") if ref else ""}
+    value = session.get(key) if session is not None else None
+    if not (isinstance(value, dict) and tenant_slug):
+        return ""
+    return value.get(tenant_slug) or ""
+
+
+def session_put(request: HttpRequest, key: str, tenant_slug: str, text: str) -> None:
+    """Set (``text``) or forget (``""``) the session's ``key`` for the tenant
+    ``tenant_slug``."""
+    value = request.session.get(key)
+    value = dict(value) if isinstance(value, dict) else {}
+    if text:
+        value[tenant_slug] = text
+    else:
+        value.pop(tenant_slug, None)
+    if value:
+        request.session[key] = value
+    else:
+        request.session.pop(key, None)
+
+
+def incident_of(request: HttpRequest, tenant_slug: str) -> dict:
+    """``{"ref": the reviewer's incident in the tenant ``tenant_slug`` or "", "reason":
+    the last reason they gave while on it or ""}``, from their session (nothing is read
+    from the database; another tenant's incident is not this one's)."""
+    ref = session_get(request, INCIDENT_KEY, tenant_slug)
+    return {"ref": ref,
+            "reason": session_get(request, REASON_KEY, tenant_slug) if ref else ""}
 
 
 def with_incident(view: Callable) -> Callable:
@@ -199,13 +223,15 @@ def with_incident(view: Callable) -> Callable:
 
     @wraps(view)
     def wrapper(request: HttpRequest, *args, **kwargs):
-        ref = incident_of(request)["ref"]
+        slug = str(kwargs.get("slug") or "")
+        ref = incident_of(request, slug)["ref"]
         with audit.working_on(ref):
             response = view(request, *args, **kwargs)
         if ref and request.method == "POST" and response.status_code < 400:
             form = ReasonForm(request.POST)
-            if form.is_valid() and form.cleaned_data["reason"] != request.session.get(REASON_KEY):
-                request.session[REASON_KEY] = form.cleaned_data["reason"]
+            if form.is_valid() and form.cleaned_data["reason"] != \
+                    session_get(request, REASON_KEY, slug):
+                session_put(request, REASON_KEY, slug, form.cleaned_data["reason"])
         return response
 
     return wrapper
@@ -263,7 +289,7 @@ def _base_context(request: HttpRequest, tenant: Tenant | None, section: str) -> 
         # a template compares against the enums, never a literal state.
         "vocab": vocab,
         # The incident the reviewer works on and its last reason (the action forms' prefill).
-        "incident": incident_of(request),
+        "incident": incident_of(request, tenant.slug if tenant else ""),
     }
 
 

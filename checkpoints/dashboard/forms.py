@@ -22,7 +22,7 @@ from ..intranges import SCHEMA_VERSION
 from ..models import BULK_MAX_RUNS, MAX_REVISION, RecoveryState
 from ..models.lifecycle import PAYLOAD_FLAG_BYTES_MAX, RESTART_INTERVAL_S_MAX, RETENTION_DAYS_MAX
 from ..querystring import single_values
-from ..selectors import DEFAULT_RUN_SORT, RUN_SORTS, SEARCH_MAX, search_terms
+from ..selectors import DEFAULT_RUN_SORT, MICROS_MAX, RUN_SORTS, SEARCH_MAX, search_terms
 from ..vocab import BulkActionKind, SecretsPolicy
 
 #: Inbox "age" filter choices: only runs whose last write is at least this many seconds old.
@@ -441,9 +441,10 @@ class LiveRunForm(QueryForm):
 class NewRunsForm(InboxFilterForm):
     """The inbox's "n new runs" poll: the inbox's own filters (a ``cursor`` is taken and
     ignored: new runs are counted over the tab, not one page) and ``since``, the
-    database time the page was read at, in microseconds since the epoch."""
+    database time the page was read at, in microseconds since the epoch (at most the
+    last datetime, ``selectors.MICROS_MAX``)."""
 
-    since = RevisionNumberField(required=True)
+    since = RevisionNumberField(required=True, max_value=MICROS_MAX)
 
 
 class DecideForm(ReasonForm):

@@ -19,6 +19,8 @@ from .common import (
     dashboard,
     incident_of,
     require_POST,
+    session_get,
+    session_put,
     tenant_page,
 )
 from .forms import IncidentForm, first_error
@@ -37,13 +39,11 @@ def incident_set(request: HttpRequest, tenant: Tenant) -> HttpResponse:
     if not form.is_valid():
         raise InvalidPayload(first_error(form))
     ref = form.cleaned_data["incident_ref"]
-    if ref != request.session.get(INCIDENT_KEY, ""):
-        request.session.pop(REASON_KEY, None)  # a reason belongs to its incident
-    if ref:
-        request.session[INCIDENT_KEY] = ref
-    else:
-        request.session.pop(INCIDENT_KEY, None)
+    if ref != session_get(request, INCIDENT_KEY, tenant.slug):
+        session_put(request, REASON_KEY, tenant.slug, "")  # a reason belongs to its incident
+    session_put(request, INCIDENT_KEY, tenant.slug, ref)
     if request.htmx:
-        context = _base_context(request, tenant, "inbox") | {"incident": incident_of(request)}
+        context = (_base_context(request, tenant, "inbox")
+                   | {"incident": incident_of(request, tenant.slug)})
         return render(request, "checkpoints/_incident.html", context)
     return redirect(_referer(request) or reverse("run_list", args=[tenant.slug]))

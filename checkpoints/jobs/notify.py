@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -43,6 +44,21 @@ def body_of(claim: notify_delivery.Claimed) -> bytes:
     return json.dumps(claim.payload, separators=(",", ":"), ensure_ascii=False).encode()
 
 
+def slack_escaped(text: str) -> str:
+    """``text`` as Slack must receive it: ``&``, ``<`` and ``>`` escaped (Slack's
+    "Formatting text" rule), so a name a run's writer chose can neither mention
+    ``<!channel>`` nor show a link under other words (``<https://x|Run page>``)."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _without_local_part(text: str, address: str) -> str:
+    """``text`` (a mail failure, which every role of the tenant reads in the delivery
+    log) with the address's local part cut out, whatever its case: a mail server quotes
+    the recipient, and only the admin sees more than ``@domain`` (docs/notifications.md)."""
+    local = address.rsplit("@", 1)[0]
+    return re.sub(re.escape(local), "…", text, flags=re.IGNORECASE) if local else text
+
+
 def send(claim: notify_delivery.Claimed) -> dict:
     """Deliver one claimed message once; never raises. Returns ``record_attempt``'s
     keyword arguments: ``ok``, ``status``, ``latency_ms``, ``head``, ``error``."""
@@ -52,7 +68,8 @@ def send(claim: notify_delivery.Claimed) -> dict:
             send_mail(claim.subject or "[recovery] notification", claim.text,
                       settings.DEFAULT_FROM_EMAIL, [claim.email])
         except Exception as exc:  # noqa: BLE001 - a mail failure is an attempt's outcome
-            return {"ok": False, "status": None, "error": f"{type(exc).__name__}: {exc}",
+            return {"ok": False, "status": None,
+                    "error": f"{type(exc).__name__}: {_without_local_part(str(exc), claim.email)}",
                     "latency_ms": int((time.monotonic() - started) * 1000)}
         return {"ok": True, "status": None,
                 "latency_ms": int((time.monotonic() - started) * 1000)}
@@ -61,7 +78,10 @@ def send(claim: notify_delivery.Claimed) -> dict:
         headers = webhooksign.headers(claim.secrets, claim.event_id,
                                       int(claim.db_now.timestamp()), body)
     else:  # Slack, Teams: the URL's secret path authenticates; unsigned
-        body = json.dumps({"text": claim.text}, ensure_ascii=False).encode()
+        text = claim.text
+        if claim.channel == NotificationChannel.SLACK:
+            text = slack_escaped(text)
+        body = json.dumps({"text": text}, ensure_ascii=False).encode()
         headers = {}
     headers.update({"Content-Type": "application/json", "User-Agent": USER_AGENT})
     result = safehttp.post(claim.url, body=body, headers=headers,

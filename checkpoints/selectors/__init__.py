@@ -81,6 +81,7 @@ from .lifecycle_requests import (
     legal_hold_list,
 )
 from .live import (
+    MICROS_MAX,
     NEW_RUNS_CAP,
     RunLive,
     RunOutcome,

@@ -74,8 +74,14 @@ def to_micros(when: datetime) -> int:
     return round(when.timestamp() * 1_000_000)
 
 
+#: The last microsecond a datetime can hold (9999-12-31T23:59:59.999999Z) as
+#: ``to_micros`` writes it: the most a page's ``since`` may say.
+MICROS_MAX = 253_402_300_799_999_999
+
+
 def from_micros(value: int) -> datetime:
-    """The inverse of ``to_micros``: an aware UTC datetime."""
+    """The inverse of ``to_micros``: an aware UTC datetime. ``value``: 0..``MICROS_MAX``
+    (past it ``OverflowError``: a form checks the bound first)."""
     return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=value)
 
 

@@ -68,12 +68,13 @@ class StepInput:
     tenant: str = ""
 
 
-def ago(when) -> str:
+def ago(when, now=None) -> str:
     """``"12 s ago"``, ``"in 4 min"`` (``templatetags.dashboard.ago``'s words, which call
-    this); ``"—"`` for none."""
+    this); ``"—"`` for none. ``now``: the database time the value was read with, when
+    the words decide something (else the web process's clock, for display only)."""
     if not when:
         return "—"
-    seconds = int((timezone.now() - when).total_seconds())
+    seconds = int(((now or timezone.now()) - when).total_seconds())
     future = seconds < 0
     seconds = abs(seconds)
     for size, unit in ((86400, "d"), (3600, "h"), (60, "min"), (1, "s")):
@@ -144,7 +145,8 @@ def _reconcile_step(in_doubt, rows: list[dict], owner: dict | None) -> Step:
         return Step(f"Reconciliation is asking {_services(running)} now; reload in a moment",
                     f"asking {_services(running)} now{DOT}wait for the answer")
     if open_rows:
-        when = ago(open_rows[0]["req"].next_attempt_at)
+        req = open_rows[0]["req"]  # read with the database's time (``db_now``)
+        when = ago(req.next_attempt_at, getattr(req, "db_now", None))
         when = f"due {when}" if when.startswith("in ") else "due now"
         return Step(f"Reconciliation is queued; its next look-up is {when}: wait for the "
                     f"answer", f"reconcile queued{DOT}wait for the answer")

@@ -74,6 +74,7 @@ from .notify_render import (
     render_incident,
     stable_event_id,
 )
+from .runs import effect_label
 
 S = RecoveryState
 #: Outbox rows per transaction, and batches per round (a round stays bounded; the next
@@ -202,11 +203,20 @@ def _facts(run_pks) -> dict[int, RunFacts]:
 
 
 def _without_keys(reason: str, keys) -> str:
-    """``reason`` with each effect's ``"service operation_key"`` label (``policy._effects``)
-    said as its service, and any other mention of a key as ``…``."""
+    """``reason`` with each effect's label (``runs.effect_label``: ``"service
+    operation_key"``, a long key cut with ``…``) said as its service, also a label the
+    reason's column (256 characters) cut short at its end, and any other mention of a key
+    as ``…``."""
     for service, key in sorted(keys, key=lambda pair: -len(pair[1])):
-        if key:
-            reason = reason.replace(f"{service} {key}", service).replace(key, "…")
+        if not key:
+            continue
+        label = effect_label(service, key)
+        reason = reason.replace(label, service)
+        reason = reason.replace(f"{service} {key}", service).replace(key, "…")
+        for n in range(len(label) - 1, len(service), -1):
+            if reason.endswith(label[:n]):
+                reason = reason[:-n] + service
+                break
     return reason
 
 

@@ -139,13 +139,19 @@ def effect_labels(tenant_id: int, run_pk: int) -> dict[str, list[str]]:
         .order_by("created_at", "id").values_list("state", "service", "operation_key")[:20])
 
 
+def effect_label(service: str, key: str) -> str:
+    """How a recovery reason names an effect: ``"service operation_key"``, a key longer
+    than 80 characters cut to 79 and ``…``."""
+    return f"{service} {key if len(key) <= 80 else key[:79] + '…'}"
+
+
 def _labels(rows) -> dict[str, list[str]]:
     """``effect_labels`` of one run's first 20 doubtful ``(state, service, key)`` rows."""
     labels: dict[str, list[str]] = {}
     for state, service, key in rows:
         group = labels.setdefault(state, [])
         if len(group) < 3:
-            group.append(f"{service} {key if len(key) <= 80 else key[:79] + '…'}")
+            group.append(effect_label(service, key))
     return labels
 
 

@@ -4,6 +4,8 @@ checked against the independent ``standardwebhooks`` package. Pure: no database.
 from __future__ import annotations
 
 import ipaddress
+import socket
+import threading
 import time
 from datetime import UTC, datetime
 
@@ -104,3 +106,61 @@ def test_an_error_quoting_the_url_keeps_its_path_and_query_out(monkeypatch):
     assert result.status is None and result.error.startswith("ConnectError")
     assert "hooks.example.test" in result.error
     assert "XXXXsecretXXXX" not in result.error and "hunter2" not in result.error
+
+
+@pytest.mark.parametrize(("url", "why"), [
+    ("http://[2002:a9fe:a9fe::1]/", "link-local"),  # 6to4 of 169.254.169.254
+    ("http://[2002:7f00:1::]/", "loopback"),  # 6to4 of 127.0.0.1
+    ("http://[2002:0a00:0001::1]/", "private"),  # 6to4 of 10.0.0.1
+])
+def test_a_6to4_address_is_judged_as_the_ipv4_it_embeds(url, why):
+    """Attack (issue 21, item 4): 2002::/16 carries an IPv4 address in bits 16-48; a host
+    with a 6to4 route sends it there. Python calls 2002:a9fe:a9fe::1 global, so the
+    metadata address passed, at creation and at send time."""
+    host = safehttp.split(url)[1]
+    assert why in safehttp.host_problem(host)
+    result = safehttp.post(url, body=b"{}", headers={}, timeout_s=1)
+    assert result.error.startswith("refused: ") and f"({why})" in result.error
+    assert safehttp.address_problem(ipaddress.ip_address("2002:5db8:d822::1")) == ""
+
+
+@pytest.mark.parametrize("host", ["localhost.", "LOCALHOST.", "a.localhost.", "127.0.0.1.",
+                                  "169.254.169.254."])
+def test_a_trailing_dot_names_the_same_host(host):
+    """Attack (issue 21, item 4): ``localhost.`` (a fully qualified name) is localhost and
+    ``169.254.169.254.`` the metadata address; creation refused the bare forms only."""
+    assert safehttp.host_problem(host) != ""
+
+
+def test_a_receiver_dripping_its_headers_is_cut_at_the_timeout():
+    """Attack (issue 21, item 4): "one timeout for the whole exchange". httpx's timeout is
+    per read, so a receiver sending its header one byte at a time, each within the
+    timeout, held a sender thread (and the round waiting for it) for as long as it
+    liked: 12 s for a 1 s timeout here, days with 64 KB of header."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+
+    def drip():
+        conn, _ = server.accept()
+        conn.recv(65536)
+        try:
+            conn.sendall(b"HTTP/1.1 200 OK\r\n")
+            for _ in range(30):
+                conn.sendall(b"X")
+                time.sleep(0.2)
+            conn.sendall(b": y\r\nContent-Length: 2\r\n\r\nok")
+        except OSError:
+            pass
+        finally:
+            conn.close()
+
+    thread = threading.Thread(target=drip, daemon=True)
+    thread.start()
+    started = time.monotonic()
+    result = safehttp.post(f"http://127.0.0.1:{server.getsockname()[1]}/", body=b"{}",
+                           headers={}, timeout_s=1, allow_private=True)
+    took = time.monotonic() - started
+    server.close()
+    assert took < 2.5, took
+    assert not result.ok and result.error.startswith("timeout"), result

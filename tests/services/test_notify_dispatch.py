@@ -404,3 +404,30 @@ def test_notify_emit_refuses_what_a_message_must_not_carry():
     with pytest.raises(ValueError):
         nd.notify_emit(tenant=None, event_type=E.RECONCILE_GAVE_UP,
                        detail={"service": "x" * 201})
+
+
+@pytest.mark.django_db
+def test_a_long_operation_key_cut_by_the_reason_never_reaches_a_message(acme, wendy, adam):
+    """Attack (issue 21): an operation key may be 512 characters, the run's reason only
+    256 (``services.runs`` cuts it); a reason cut inside a key held a prefix the
+    dispatcher's whole-key replacement missed, and the message carried it."""
+    endpoint(acme, adam, group_window_s=0)
+    secret = "S3CRET" + uuid.uuid4().hex
+    key = "charge:" + secret * 12  # ~450 characters, the reason's cut falls inside it
+    body = envelope(payload={"phase": "charging"})
+    put_checkpoint(wendy, acme, body)
+    run_id = uuid.UUID(body["run_id"])
+    for n in range(3):  # three labels of ~90 characters: the third is cut at 256
+        fx = effect_body(run_id=run_id, operation_key=f"{key}-{n}", service="payments")
+        put_effect(wendy, acme, fx)
+        put_effect(wendy, acme, dict(fx, revision=1, state="submitted"), expected=0)
+    sweep_later()
+    nd.dispatch_round()
+    run = Run.objects.for_tenant(acme).get(uuid=run_id)
+    assert secret[:20] in run.recovery_reason and key not in run.recovery_reason
+    assert len(run.recovery_reason) == 256 and not run.recovery_reason.endswith("…")
+    sent = messages()
+    assert sent
+    for m in sent:
+        for text in (json.dumps(m.payload), m.subject, m.text):
+            assert "S3CRET" not in text and "charge:" not in text, text

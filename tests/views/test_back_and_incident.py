@@ -12,7 +12,7 @@ from urllib.parse import quote
 import pytest
 from django.urls import reverse
 
-from checkpoints import audit
+from checkpoints import audit, services
 from checkpoints.models import AuditEvent
 from checkpoints.templatetags.dashboard import duration
 from tests.views.test_access import REASON
@@ -139,7 +139,7 @@ def test_clearing_or_changing_the_incident_forgets_its_reason(login, rita, unkno
     _set_incident(client, "INC-1")
     client.post(reverse("run_retry_request", args=["acme", unknown.run_id]),
                 {"reason": "first reason"})
-    assert client.session["recovery.incident_reason"] == "first reason"
+    assert client.session["recovery.incident_reason"] == {"acme": "first reason"}
     _set_incident(client, "INC-2")
     assert "recovery.incident_reason" not in client.session
     response = _set_incident(client, "", HTTP_HX_REQUEST="true")
@@ -169,3 +169,22 @@ def test_no_incident_no_reference(login, rita, unknown):
 ])
 def test_durations_read_in_human_units(seconds, words):
     assert duration(seconds) == words
+
+
+def test_an_incident_typed_in_one_tenant_stays_out_of_another(login, rita, acme, globex):
+    """Attack (issue 21, item 10): a reviewer of two tenants types acme's incident; the
+    session held one reference for every tenant, so globex's pages offered it and
+    globex's audit events would carry acme's incident. It belongs to the tenant it was
+    typed in."""
+    services.role_grant(actor=None, tenant=globex, user=rita, role="reviewer")
+    client = login(rita)
+    assert _set_incident(client, "INC-ACME-7").status_code == 302
+    assert "INC-ACME-7" in client.get(reverse("run_list", args=["acme"])).content.decode()
+    page = client.get(reverse("run_list", args=["globex"]))
+    assert page.status_code == 200 and "INC-ACME-7" not in page.content.decode()
+    assert page.context["incident"] == {"ref": "", "reason": ""}
+    _set = client.post(reverse("incident_set", args=["globex"]), {"incident_ref": "GX-1"})
+    assert _set.status_code == 302
+    assert "GX-1" in client.get(reverse("run_list", args=["globex"])).content.decode()
+    # acme's incident is still acme's after globex's is set
+    assert "INC-ACME-7" in client.get(reverse("run_list", args=["acme"])).content.decode()

@@ -268,3 +268,17 @@ def test_the_run_page_keeps_polling_while_the_runtime_holds_the_resumed_run(
     poll = client.get(reverse("run_live", args=["acme", unknown.run_id]), {"seen": seen}, **HX)
     body = poll.content.decode()
     assert poll.status_code == 200 and "its runtime holds it" in body and "every 3s" in body
+
+
+@pytest.mark.parametrize("since", [str(2**62), "253402300800000000", str(2**63 - 1)])
+def test_a_since_past_the_last_datetime_is_a_400_not_a_500(login, rita, since):
+    """Attack (issue 21, item 8): ``since`` took any revision number (to 2^63 - 1) but is
+    turned into a datetime, whose last microsecond is 9999-12-31 (253402300799999999 µs
+    since the epoch): past it the poll answered 500 (OverflowError)."""
+    client = login(rita)
+    client.raise_request_exception = False
+    response = client.get(reverse("run_new", args=["acme"]), {"since": since}, **HX)
+    assert response.status_code == 400 and "since" in response.content.decode()
+    last = client.get(reverse("run_new", args=["acme"]), {"since": "253402300799999999"},
+                      **HX)
+    assert last.status_code == 200
