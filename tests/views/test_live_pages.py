@@ -196,12 +196,20 @@ def _bulk_reconcile(rita, acme, runs):
 
 
 def test_a_bulk_reconcile_says_requested_until_each_lookup_answers(
-        login, acme, rita, wendy, scripted, monkeypatch):
+        login, acme, rita, wendy, scripted, monkeypatch, api_as):
     monkeypatch.setattr(reconcile_requests, "dispatch",
                         lambda pks, **kw: reconcile_requests.Sent(True, "queued for a worker"))
     runs = [make_stuck_run(wendy, acme, order_id=f"A-{i}", key=f"charge:A-{i}")
             for i in range(2)]
     url = _bulk_reconcile(rita, acme, runs)
+    api = api_as(rita)
+    api_url = "/api/v1/tenants/acme/bulk-actions/" + url.rstrip("/").rsplit("/", 1)[1]
+
+    def api_progress():  # what the dashboard shows, the API shows
+        rows = api.get(api_url).json()["results"]
+        return sorted((r["progress"], r["pending"]) for r in rows)
+
+    assert api_progress() == [("queued", True), ("queued", True)]
     client = login(rita)
     page = client.get(url)
     body = page.content.decode()
@@ -220,6 +228,7 @@ def test_a_bulk_reconcile_says_requested_until_each_lookup_answers(
     reconciliation.execute(first.pk)
     body = client.get(url, **HX).content.decode()
     assert "1 confirmed" in body and "1 requested" in body and "every 3s" in body
+    assert api_progress() == [("confirmed", False), ("queued", True)]
     # The second: nobody can tell (no look-up): unknown; the table stops polling.
     scripted.answers = [Answer.no_lookup()]
     reconciliation.execute(ReconcileRequest.objects.get(run__uuid=runs[1].run_id).pk)
@@ -228,6 +237,7 @@ def test_a_bulk_reconcile_says_requested_until_each_lookup_answers(
     assert "1 confirmed" in body and "1 unknown" in body
     assert 'data-outcome="queued"' not in body and "every 3s" not in body
     assert n == POLL_QUERIES["bulk_live"]
+    assert api_progress() == [("confirmed", False), ("unknown", False)]
 
 
 def test_the_bulk_fragment_costs_the_same_for_more_runs(login, acme, rita, wendy, monkeypatch):

@@ -54,6 +54,13 @@ class BulkResultSerializer(Answer):
     outcome = serializers.ChoiceField(choices=BulkOutcome.values)
     error = serializers.CharField(help_text="the refusal's code; empty when done")
     detail = serializers.CharField(help_text="what happened, in words")
+    progress = serializers.CharField(
+        help_text="what the run came to, as the bulk result page says it: for a reconcile, "
+                  "`queued` or `running` while its look-up is under way, then the effect "
+                  "state it found (`confirmed`, `not_executed`, `unknown`, ...), `gave_up` or "
+                  "`cancelled`; otherwise the outcome")
+    pending = serializers.BooleanField(help_text="a reconcile request of this run is still "
+                                                 "open (the result is not final)")
 
 
 # Rendered from a ``selectors.BulkResult``.

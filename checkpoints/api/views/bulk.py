@@ -114,7 +114,8 @@ class BulkActionListApi(TenantApi):
             if field == "runs" and str(exc.detail).startswith("run_ids:"):
                 raise InvalidPayload("runs:" + str(exc.detail)[len("run_ids:"):]) from None
             raise
-        result = selectors.bulk_get(user=request.user, tenant=t, bulk_id=bulk.uuid)
+        result = _with_progress(request, t, selectors.bulk_get(
+            user=request.user, tenant=t, bulk_id=bulk.uuid))
         return Response(s.BulkActionSerializer.render(result),
                         status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
@@ -129,5 +130,17 @@ class BulkActionApi(TenantApi):
     def get(self, request, tenant, bulk_id):
         t = self.tenant(request, tenant, roles.VIEW)
         bid = url_uuid(bulk_id, "bulk action")
-        result = selectors.bulk_get(user=request.user, tenant=t, bulk_id=bid)
+        result = _with_progress(request, t,
+                                selectors.bulk_get(user=request.user, tenant=t, bulk_id=bid))
         return Response(s.BulkActionSerializer.render(result))
+
+
+def _with_progress(request, tenant, result):
+    """``result`` with each row's ``progress`` and ``pending`` (``selectors.bulk_outcomes``,
+    the bulk result page's own reading): a reconcile's run says ``queued``/``running``
+    until its look-up settles it, then what it found (issue 21, item 8)."""
+    outcomes = selectors.bulk_outcomes(user=request.user, tenant=tenant, items=result.items)
+    for item in result.items:
+        item.progress = outcomes[item.pk].word
+        item.pending = outcomes[item.pk].pending
+    return result
