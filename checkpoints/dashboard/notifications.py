@@ -20,6 +20,7 @@ and the values typed, with the error's status (400, 422), nothing written.
 from __future__ import annotations
 
 import re
+import uuid
 
 from django import forms
 from django.contrib import messages
@@ -42,6 +43,44 @@ FORM_FIELDS = ("name", "channel", "url", "email", "event_types", "kinds", "agent
 _SPLIT = re.compile(r"[,\n\r]+")
 #: A grouped message's runs linked on the delivery log (the count is always whole).
 RUNS_LINKED = 10
+
+
+#: The session key of the create and rotate forms already answered (``form_token`` ->
+#: the endpoint's id; the newest ``FORM_TOKENS_KEPT``): a reload of the page that showed
+#: a secret re-sends its form, which must not add a second endpoint or rotate again.
+FORM_TOKENS_KEY, FORM_TOKENS_KEPT = "notify_forms", 20
+
+
+class FormTokenForm(forms.Form):
+    """The one-time token a create or rotate form carries (absent: no guard, as the API)."""
+
+    form_token = forms.UUIDField(required=False)
+
+
+def _answered(request: HttpRequest, tenant: Tenant) -> tuple[str, str | None]:
+    """``(token, endpoint id or None)``: the form's token ("" without one, 400 naming
+    ``form_token`` when malformed) and the endpoint an earlier post of it created or
+    rotated."""
+    form = FormTokenForm(request.POST)
+    _require_valid(form)
+    token = form.cleaned_data["form_token"]
+    if token is None:
+        return "", None
+    seen = request.session.get(FORM_TOKENS_KEY, {})
+    return f"{tenant.slug}/{token}", seen.get(f"{tenant.slug}/{token}")
+
+
+def _remember(request: HttpRequest, token: str, endpoint_id) -> None:
+    if token:
+        seen = dict(list(request.session.get(FORM_TOKENS_KEY, {}).items())[-FORM_TOKENS_KEPT + 1:])
+        seen[token] = str(endpoint_id)
+        request.session[FORM_TOKENS_KEY] = seen
+
+
+def _already(tenant: Tenant, endpoint_id: str, request: HttpRequest) -> HttpResponse:
+    messages.info(request, "This form was already sent (a reload?): nothing was done again. "
+                           "A secret is shown once; rotate it for a new one.")
+    return _see_other("notification_detail", slug=tenant.slug, endpoint_id=endpoint_id)
 
 
 class DeleteForm(forms.Form):
@@ -123,6 +162,7 @@ def _form_context(request: HttpRequest, tenant: Tenant) -> dict:
         "event_types": NotificationEventType.SUBSCRIBABLE,
         "channels": NotificationChannel.choices, "window_default": GROUP_WINDOW_S_DEFAULT,
         "deliveries_max": DELIVERIES_MAX, "runs_linked": RUNS_LINKED,
+        "form_token": uuid.uuid4(),
         "filter_fields": (("kinds", "Kinds"), ("agents", "Agents / workflows"),
                           ("services", "Services")),
     }
@@ -204,6 +244,9 @@ def notification_create(request: HttpRequest, tenant: Tenant) -> HttpResponse:
     endpoint_create``. A webhook's page is rendered at once with its signing secret,
     shown this once (200; never in a URL or the session); another channel redirects
     (303) to its page. A refusal renders the list with the error beside its field."""
+    token, done = _answered(request, tenant)
+    if done:
+        return _already(tenant, done, request)
     channel = request.POST.get("channel", "")
     body = _body(request.POST, channel=channel, partial=False)
     try:
@@ -215,6 +258,7 @@ def notification_create(request: HttpRequest, tenant: Tenant) -> HttpResponse:
             raise
         form = dict(request.POST.items()) | {"event_types": request.POST.getlist("event_types")}
         return _list_page(request, tenant, form=form, error=error, status=exc.status)
+    _remember(request, token, endpoint.uuid)
     if secret:
         return _endpoint_page(request, tenant, endpoint.uuid, new_secret=secret)
     messages.success(request, f"Endpoint {endpoint.name!r} added (audited).")
@@ -266,8 +310,12 @@ def notification_update(request: HttpRequest, tenant: Tenant, endpoint_id: str) 
 def notification_rotate(request: HttpRequest, tenant: Tenant, endpoint_id: str) -> HttpResponse:
     """``POST …/<uuid>/rotate/``: ``services.endpoint_rotate_secret``; the page is
     rendered with the new secret, shown this once (the previous one signs for 24 h)."""
+    token, done = _answered(request, tenant)
+    if done:
+        return _already(tenant, done, request)
     endpoint, secret = services.endpoint_rotate_secret(actor=request.user, tenant=tenant,
                                                        endpoint_id=endpoint_id)
+    _remember(request, token, endpoint.uuid)
     return _endpoint_page(request, tenant, endpoint.uuid, new_secret=secret)
 
 

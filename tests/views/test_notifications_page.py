@@ -138,6 +138,34 @@ def test_the_admin_creates_a_webhook_and_sees_its_secret_once(login, acme, adam)
     assert new not in _text(client.get(f"{BASE}{endpoint.uuid}/"))
 
 
+def test_a_reloaded_create_or_rotate_form_does_nothing_again(login, acme, adam):
+    """The page that shows a secret answers a POST: a reload sends the form again. Its
+    one-time token makes the second post a 303 to the endpoint, with nothing created or
+    rotated again (newcomer: a reload added a second endpoint with another secret)."""
+    client = login(adam)
+    page = _text(client.get(BASE))
+    [token] = re.findall(r'name="form_token" value="([0-9a-f-]{36})"', page)
+    first = client.post(BASE + "new/", dict(FORM, form_token=token))
+    assert first.status_code == 200 and "whsec_" in _text(first)
+    endpoint = NotificationEndpoint.objects.for_tenant(acme).get()
+    again = client.post(BASE + "new/", dict(FORM, form_token=token))
+    assert again.status_code == 303 and again["Location"] == f"{BASE}{endpoint.uuid}/"
+    assert NotificationEndpoint.objects.for_tenant(acme).count() == 1
+    assert "whsec_" not in again.content.decode()
+    page = _text(client.get(f"{BASE}{endpoint.uuid}/"))
+    assert "already sent" in page
+    [token] = re.findall(r'name="form_token" value="([0-9a-f-]{36})"', page)
+    secret = NotificationEndpoint.objects.for_tenant(acme).get().secret
+    assert client.post(f"{BASE}{endpoint.uuid}/rotate/", {"form_token": token}).status_code == 200
+    rotated = NotificationEndpoint.objects.for_tenant(acme).get().secret
+    assert rotated != secret
+    assert client.post(f"{BASE}{endpoint.uuid}/rotate/", {"form_token": token}).status_code == 303
+    assert NotificationEndpoint.objects.for_tenant(acme).get().secret == rotated
+    bad = client.post(BASE + "new/", dict(FORM, form_token="not-a-uuid"))
+    assert bad.status_code == 400 and "form_token" in bad.content.decode()
+    assert NotificationEndpoint.objects.for_tenant(acme).count() == 1
+
+
 def test_an_email_endpoint_redirects_to_its_page(login, acme, adam):
     form = dict(FORM, channel="email", email="ops@example.com", url="")
     answer = login(adam).post(BASE + "new/", form)
