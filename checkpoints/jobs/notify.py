@@ -51,6 +51,18 @@ def slack_escaped(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
+#: What Teams' markdown would read as a link, an image, emphasis or code: escaped with a
+#: backslash. Our own links are bare URLs, which hold none of these.
+TEAMS_MARKUP = re.compile(r"([\\`*\[\]<>!])")
+
+
+def teams_escaped(text: str) -> str:
+    """``text`` as a Teams incoming webhook must receive it: markdown's ``\\ ` * [ ] < > !``
+    escaped, so a name a run's writer chose cannot show a link under other words
+    (``[Run page](https://x)``), an image, or emphasis; bare URLs stay links."""
+    return TEAMS_MARKUP.sub(r"\\\1", text)
+
+
 def _without_local_part(text: str, address: str) -> str:
     """``text`` (a mail failure, which every role of the tenant reads in the delivery
     log) with the address's local part cut out, whatever its case: a mail server quotes
@@ -81,6 +93,8 @@ def send(claim: notify_delivery.Claimed) -> dict:
         text = claim.text
         if claim.channel == NotificationChannel.SLACK:
             text = slack_escaped(text)
+        elif claim.channel == NotificationChannel.TEAMS:
+            text = teams_escaped(text)
         body = json.dumps({"text": text}, ensure_ascii=False).encode()
         headers = {}
     headers.update({"Content-Type": "application/json", "User-Agent": USER_AGENT})

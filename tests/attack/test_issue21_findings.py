@@ -73,6 +73,23 @@ def test_a_slack_text_cannot_ping_the_channel_or_disguise_a_link(monkeypatch):
                     "&lt;https://evil.example/|Run page&gt;")
 
 
+def test_a_teams_text_cannot_disguise_a_link_and_keeps_our_links(monkeypatch):
+    """Teams renders markdown: ``[Run page](https://evil)`` in an agent's name would be a
+    link labelled "Run page". Its markup is escaped; our own bare URLs stay as they are
+    (attack finding, left open by the attack and fixed after)."""
+    sent = {}
+
+    def post(url, *, body, headers, **kwargs):
+        sent["body"] = body
+        return safehttp.Result(200, 1)
+
+    monkeypatch.setattr(notify.safehttp, "post", post)
+    link = "https://recovery.example/t/acme/?state=unknown_outcome&kind=acme.order"
+    notify.send(_claim("teams", f"agent [Run page](https://evil.example/) *now* {link}"))
+    text = json.loads(sent["body"])["text"]
+    assert text == rf"agent \[Run page\](https://evil.example/) \*now\* {link}"
+
+
 def test_a_reconcile_due_by_the_database_clock_is_due_now_whatever_the_web_clock(
         monkeypatch):
     """Attack (issue 21, item 7): the next step says a queued reconciliation's look-up is
