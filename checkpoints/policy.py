@@ -155,7 +155,8 @@ def recovery_state(facts: RunFacts) -> tuple[str, str]:
     elif facts.owner_gone and facts.phase_class == PhaseClass.IN_FLIGHT:
         applies[RecoveryState.AMBIGUOUS] = "checkpoint in flight, owner gone"
     if facts.unacknowledged_conflicts:
-        applies[RecoveryState.CONFLICTED] = f"{facts.unacknowledged_conflicts} refused write(s)"
+        n = facts.unacknowledged_conflicts
+        applies[RecoveryState.CONFLICTED] = f"{n} refused write{'' if n == 1 else 's'}"
     for state in RecoveryState.PRECEDENCE:
         if state in applies:
             return state, applies[state]

@@ -236,3 +236,10 @@ def test_it_names_the_side_effect_in_doubt_in_the_reason():
                  effect_labels={"unknown": ["crm a", "crm b", "crm c"]})
     assert policy.recovery_state(many) == (
         "unknown_outcome", "4 effects outcome unknown: crm a, crm b, crm c, …")
+
+
+def test_the_conflicted_reason_counts_in_words():
+    assert policy.recovery_state(facts(unacknowledged_conflicts=1)) == (
+        "conflicted", "1 refused write")
+    assert policy.recovery_state(facts(unacknowledged_conflicts=2)) == (
+        "conflicted", "2 refused writes")
