@@ -32,7 +32,6 @@ from ..exceptions import DomainError
 from ..models import Tenant
 from ..models.notifications import GROUP_WINDOW_S_DEFAULT
 from ..selectors.notifications import DELIVERIES_MAX
-from ..services.notify_endpoints import destination
 from ..vocab import DeliveryState, NotificationChannel, NotificationEventType
 from .common import _base_context, _require_valid, dashboard, require_GET, require_POST, tenant_page
 from .forms import NoQuery
@@ -91,14 +90,12 @@ class DeleteForm(forms.Form):
 
 
 def _shown(endpoint) -> dict:
-    """The endpoint as the caller may see it: the API's rule (``url``, ``email`` and
-    ``secret_hint`` for the tenant's admin only, ``destination`` for everyone)."""
-    admin = getattr(endpoint, "is_admin", False)
+    """The endpoint as the selector dressed it for the caller (``url``, ``email`` and
+    ``secret_hint`` blank below the tenant's admin; ``destination`` for everyone)."""
     return {
         "uuid": endpoint.uuid, "name": endpoint.name, "channel": endpoint.channel,
-        "destination": destination(endpoint),
-        "url": endpoint.url if admin else "", "email": endpoint.email if admin else "",
-        "secret_hint": getattr(endpoint, "secret_hint", "") if admin else "",
+        "destination": endpoint.destination,
+        "url": endpoint.url, "email": endpoint.email, "secret_hint": endpoint.secret_hint,
         "event_types": list(endpoint.event_types), "kinds": list(endpoint.kinds),
         "agents": list(endpoint.agents), "services": list(endpoint.services),
         "group_window_s": endpoint.group_window_s, "quiet_period_s": endpoint.quiet_period_s,

@@ -6,6 +6,7 @@ admin (``roles.MANAGE``) gets an endpoint's full URL or address and its secret's
 from __future__ import annotations
 
 import uuid
+from urllib.parse import urlsplit
 
 from django.db.models import Prefetch
 
@@ -13,6 +14,20 @@ from .. import crypto, roles, webhooksign
 from ..exceptions import NotFound
 from ..models import NotificationAttempt, NotificationEndpoint, NotificationMessage, Tenant
 from ..permissions import require, tenant_perms
+from ..vocab import NotificationChannel
+
+
+def destination(endpoint: NotificationEndpoint) -> str:
+    """Where an endpoint sends, safe to show and to audit: a URL's scheme and host
+    (``https://hooks.example.com``), an email address's domain (``@example.com``)."""
+    if endpoint.channel == NotificationChannel.EMAIL:
+        return "@" + endpoint.email.rsplit("@", 1)[-1]
+    try:
+        parts = urlsplit(endpoint.url)
+        return f"{parts.scheme}://{parts.hostname}" if parts.hostname else ""
+    except ValueError:
+        return ""
+
 
 #: The most messages one delivery log answer lists (newest first).
 DELIVERIES_MAX = 100
@@ -23,10 +38,15 @@ def _admin(user, tenant: Tenant) -> bool:
 
 
 def _dress(endpoint: NotificationEndpoint, admin: bool) -> NotificationEndpoint:
-    """Set ``is_admin`` and ``secret_hint`` (admins only; "" otherwise, or when the data
-    key is destroyed) on ``endpoint``."""
+    """Set ``is_admin``, ``destination`` and ``secret_hint`` (admins only; "" otherwise,
+    or when the data key is destroyed) on ``endpoint``, and blank its ``url`` and
+    ``email`` below the admin: the one place the API and the pages learn what a caller
+    may see. The row is never saved from here."""
     endpoint.is_admin = admin
+    endpoint.destination = destination(endpoint)
     endpoint.secret_hint = ""
+    if not admin:  # a Slack or Teams URL's path is its secret; an address, a person's
+        endpoint.url = endpoint.email = ""
     if admin and endpoint.secret:
         try:
             endpoint.secret_hint = webhooksign.secret_hint(

@@ -20,7 +20,6 @@ from __future__ import annotations
 import re
 import uuid
 from datetime import timedelta
-from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -46,6 +45,7 @@ from ..models.notifications import (
     QUIET_PERIOD_S_MAX,
 )
 from ..permissions import require
+from ..selectors.notifications import destination
 from ..vocab import (
     AuditAction,
     DeliveryState,
@@ -127,18 +127,6 @@ def check_url(value, field: str = "url") -> str:
     if problem:
         raise InvalidPayload(f"{field}: {problem}")
     return value
-
-
-def destination(endpoint: NotificationEndpoint) -> str:
-    """Where an endpoint sends, safe to show and to audit: a URL's scheme and host
-    (``https://hooks.example.com``), an email address's domain (``@example.com``)."""
-    if endpoint.channel == NotificationChannel.EMAIL:
-        return "@" + endpoint.email.rsplit("@", 1)[-1]
-    try:
-        parts = urlsplit(endpoint.url)
-        return f"{parts.scheme}://{parts.hostname}" if parts.hostname else ""
-    except ValueError:
-        return ""
 
 
 def _email(value) -> str:

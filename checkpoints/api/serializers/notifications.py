@@ -16,7 +16,7 @@ from ...models.notifications import (
     GROUP_WINDOW_S_MAX,
     QUIET_PERIOD_S_MAX,
 )
-from ...services.notify_endpoints import destination
+from ...selectors.notifications import destination
 from ...vocab import DeliveryState, NotificationChannel, NotificationEventType
 from .common import Answer, IsoDateTimeField
 
@@ -79,7 +79,7 @@ class NotificationEndpointSerializer(Answer):
     created_at = IsoDateTimeField()
 
     def get_destination(self, obj) -> str:
-        return destination(obj)
+        return getattr(obj, "destination", None) or destination(obj)
 
     def get_url(self, obj) -> str | None:
         return obj.url if getattr(obj, "is_admin", False) and obj.url else None
