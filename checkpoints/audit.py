@@ -139,6 +139,8 @@ def audit_fields(e: AuditEvent) -> dict:
         fields["actor_id"] = e.actor_id
         if e.incident_ref:  # only when set: older events hash as they always did
             fields["incident_ref"] = e.incident_ref
+    if e.hash_scheme >= AuditHashScheme.HMAC_SHA256_LEAF:
+        del fields["seq"]  # given by the database after the MAC: the leaf places it
     return fields
 
 
@@ -158,7 +160,10 @@ def event_mac(secret: bytes, *, tenant_id: int, key_id: str, prev_hash: str,
     """
     message = {"purpose": "audit-event", "tenant": tenant_id, "key_id": key_id,
                "prev_hash": prev_hash, "event": fields}
-    if scheme == AuditHashScheme.HMAC_SHA256_ACTOR:
+    if scheme == AuditHashScheme.HMAC_SHA256_LEAF:
+        message = {"purpose": "audit-event", "tenant": tenant_id, "key_id": key_id,
+                   "scheme": int(scheme), "event": fields}
+    elif scheme == AuditHashScheme.HMAC_SHA256_ACTOR:
         message["scheme"] = int(scheme)
     elif scheme != AuditHashScheme.HMAC_SHA256:
         raise ValueError(f"hash_scheme: {scheme} is not a keyed scheme")
@@ -219,31 +224,21 @@ def audit_record(
     before: dict | None = None,
     after: dict | None = None,
 ) -> AuditEvent:
-    """Append one event to the tenant's chain. Must run inside the caller's transaction
-    (the rule of DESIGN.md 5: the change and its audit event commit together).
+    """Append one event to the tenant's audit trail. Must run inside the caller's
+    transaction (the rule of DESIGN.md 5: the change and its audit event commit together).
 
-    Locks the tenant's ``AuditChainHead`` (on PostgreSQL by moving it,
-    ``sql.audit_append``; else ``locks.lock_audit_head``) so events are chained in
-    commit order, keys the event with the newest ``RECOVERY_AUDIT_KEYS`` key and moves
-    the head. Returns the saved event. Raises ``ImproperlyConfigured`` for bad keys.
+    One ``INSERT`` and nothing else: no per-tenant row is read or locked (issue 22, item
+    1). The event is keyed on its own (scheme 4, ``new_event``); the database gives it
+    its ``seq`` and queues it for the sequencer (migration 0035), which integrates it into
+    the tenant's Merkle tree after the commit (``audit_integrate``). Returns the saved
+    event, ``seq`` set. Raises ``ImproperlyConfigured`` for bad keys.
     """
     assert transaction.get_connection().in_atomic_block, "audit_record needs a transaction"
-
-    def build(seq: int, prev_hash: str) -> AuditEvent:
-        return new_event(tenant=tenant, seq=seq, prev_hash=prev_hash,
-                         created_at=timezone.now(), actor=actor, action=action,
-                         target_type=target_type, target_id=target_id, run_id=run_id,
-                         reason=reason, before=before, after=after)
-
-    if sql.available():  # two statements instead of three
-        event = sql.audit_append(tenant=tenant, build=build)
-        if event is not sql.FALLBACK:
-            return event
-    head = locks.lock_audit_head(tenant)
-    event = build(head.seq + 1, head.last_hash)
+    event = new_event(tenant=tenant, created_at=timezone.now(), actor=actor, action=action,
+                      target_type=target_type, target_id=target_id, run_id=run_id,
+                      reason=reason, before=before, after=after)
     event.save()
-    (AuditChainHead.objects.for_tenant(tenant)
-     .filter(pk=head.pk).update(seq=event.seq, last_hash=event.hash))
+    event.seq = event.pk  # what the insert trigger stored (migration 0035)
     return event
 
 
@@ -262,30 +257,21 @@ def audit_record_many(*, tenant: Tenant, actor, events: list[dict]) -> int:
 
     if not events:
         return 0
-    head = locks.lock_audit_head(tenant)
-    seq, prev_hash = head.seq, head.last_hash
     created_at = timezone.now()
-    rows = []
-    for item in events:
-        seq += 1
-        event = new_event(tenant=tenant, seq=seq, prev_hash=prev_hash, created_at=created_at,
-                          actor=actor, **item)
-        rows.append(event)
-        prev_hash = event.hash
+    rows = [new_event(tenant=tenant, created_at=created_at, actor=actor, **item)
+            for item in events]
     fields = [f for f in AuditEvent._meta.concrete_fields if not f.primary_key]
     sql.insert_rows(AuditEvent, [{f.attname: getattr(e, f.attname) for f in fields}
-                                       for e in rows])
-    (AuditChainHead.objects.for_tenant(tenant)
-     .filter(pk=head.pk).update(seq=seq, last_hash=prev_hash))
+                                 for e in rows])
     return len(rows)
 
 
-def new_event(*, tenant: Tenant, seq: int, prev_hash: str, created_at, actor, action: str,
+def new_event(*, tenant: Tenant, created_at, actor, action: str,
               target_type: str, target_id: Any, run_id: uuid.UUID | str | None = None,
               reason: str = "", before: dict | None = None,
               after: dict | None = None) -> AuditEvent:
-    """The unsaved event at position ``seq`` after ``prev_hash``, keyed with the newest
-    ``RECOVERY_AUDIT_KEYS`` key. Every append builds its event here, the ORM one
+    """The unsaved event, keyed on its own (scheme 4: ``event_mac``) with the newest
+    ``RECOVERY_AUDIT_KEYS`` key; ``seq`` is left to the insert trigger (migration 0035). Every append builds its event here, the ORM one
     (``audit_record``) and the checkpoint write's SQL one (``checkpoints.services.writepath``), so
     the two cannot hash differently (and a test that makes the audit store fail breaks
     both here). ``created_at`` is an aware datetime. Raises ``ImproperlyConfigured`` for
@@ -295,7 +281,7 @@ def new_event(*, tenant: Tenant, seq: int, prev_hash: str, created_at, actor, ac
     keys = audit_keys()
     event = AuditEvent(
         tenant=tenant,
-        seq=seq,
+        seq=None,
         created_at=created_at,
         actor=actor,
         actor_name=actor.get_username() if actor is not None else SYSTEM,
@@ -307,13 +293,13 @@ def new_event(*, tenant: Tenant, seq: int, prev_hash: str, created_at, actor, ac
         reason=reason,
         before=before,
         after=after,
-        prev_hash=prev_hash,
-        hash_scheme=AuditHashScheme.HMAC_SHA256_ACTOR,
+        prev_hash="",
+        hash_scheme=AuditHashScheme.HMAC_SHA256_LEAF,
         key_id=keys.newest_id,
         incident_ref=(_INCIDENT.get() or None) if actor is not None else None,
     )
     event.hash = event_mac(keys.newest, tenant_id=tenant.pk, key_id=keys.newest_id,
-                           prev_hash=prev_hash, fields=audit_fields(event),
+                           prev_hash="", fields=audit_fields(event),
                            scheme=event.hash_scheme)
     return event
 

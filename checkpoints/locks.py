@@ -90,12 +90,37 @@ def lock_rows(queryset, *, skip_locked: bool = False):
 
 
 def lock_audit_head(tenant: Tenant | int) -> AuditChainHead:
-    """Lock ``tenant``'s audit chain head (``audit_head`` level), created if missing;
-    the first lock of every write of a tenant. Returns the head as locked."""
+    """Take ``tenant``'s write gate (its ``AuditChainHead`` row, ``audit_head`` level)
+    exclusively, created if missing: a tenant-wide operation (a legal hold, an erasure,
+    a retention pass, a key rotation, a kind declaration ...) that no write of the tenant
+    may overlap. Writes of single runs share the gate (``share_audit_head``), so they
+    run side by side and wait only for such an operation. Returns the row as locked."""
     tenant_id = tenant if isinstance(tenant, int) else tenant.pk
     head, _ = (AuditChainHead.objects.for_tenant(tenant_id)
                .select_for_update(no_key=True).get_or_create(tenant_id=tenant_id))
     return head
+
+
+#: The shared lock a write of one run takes on its tenant's write gate: conflicts with
+#: ``ROW_LOCK`` (a tenant-wide operation), not with another write's.
+SHARE_LOCK = "FOR SHARE"
+
+
+def share_audit_head(tenant: Tenant | int) -> None:
+    """Take ``tenant``'s write gate shared (``SHARE_LOCK``): the first lock of every
+    write of one run (``lock_run`` and friends, the SQL write path's ``run_lock_sql``).
+    Writes of the tenant do not wait for each other here (issue 22, item 1), only for a
+    tenant-wide operation holding the gate (``lock_audit_head``). A tenant without a row
+    yet gets one (exclusively, the first time)."""
+    tenant_id = tenant if isinstance(tenant, int) else tenant.pk
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT 1 FROM {AuditChainHead._meta.db_table} WHERE "
+                       f"{AuditChainHead._meta.get_field('tenant').column} = %s"
+                       + (f" {SHARE_LOCK}" if connection.vendor == "postgresql" else ""),
+                       [tenant_id])
+        found = cursor.fetchone() is not None
+    if not found:
+        lock_audit_head(tenant_id)
 
 
 def lock_audit_heads(tenants: Iterable[Tenant]) -> list[Tenant]:
@@ -133,7 +158,7 @@ def lock_run(tenant: Tenant, run_id: uuid.UUID, *, data_policy: bool = False) ->
     (``run.subject_fields``, ``run.secrets_policy``, ``run.payload_flag_bytes``; ``None``:
     no data policy), so a checkpoint write's screening decision and subject index cost
     no extra query."""
-    lock_audit_head(tenant)
+    share_audit_head(tenant)
     run = _runs(tenant.pk, data_policy=data_policy).filter(uuid=run_id).first()
     if run is not None:
         run.tenant = tenant
@@ -144,7 +169,7 @@ def lock_run_pk(tenant_id: int, pk: int, *, skip_locked: bool = False) -> Run | 
     """Lock the tenant's audit head, then the run with primary key ``pk`` (its tenant
     loaded, not locked; ``db_now`` read). ``None``: no such run, or with ``skip_locked``
     another transaction holds it (the sweep: looked at again on its next pass)."""
-    lock_audit_head(tenant_id)
+    share_audit_head(tenant_id)
     return (lock_rows(Run.objects.for_tenant(tenant_id), skip_locked=skip_locked)
             .annotate(db_now=NOW).select_related("tenant").filter(pk=pk).first())
 
@@ -152,7 +177,7 @@ def lock_run_pk(tenant_id: int, pk: int, *, skip_locked: bool = False) -> Run | 
 def lock_runs(tenant: Tenant, run_ids: Iterable[uuid.UUID]) -> list[Run]:
     """Lock the tenant's audit head, then its runs ``run_ids`` that exist, in ascending
     run id; returns them in that order (each with ``db_now``)."""
-    lock_audit_head(tenant)
+    share_audit_head(tenant)
     runs = list(_runs(tenant.pk).filter(uuid__in=list(run_ids)).order_by("uuid"))
     for run in runs:
         run.tenant = tenant
@@ -162,13 +187,13 @@ def lock_runs(tenant: Tenant, run_ids: Iterable[uuid.UUID]) -> list[Run]:
 def run_lock_sql(*, run_alias: str, head_table: str, head_tenant: str, tenant_param: str
                  ) -> tuple[str, str]:
     """The run lock of the SQL write path (``services.writepath``), as ``lock_run`` takes it: a
-    condition that locks the tenant's audit head first (an uncorrelated ``EXISTS``, run
-    once before the scan; false, so no row and nothing locked, when the tenant has no
-    head yet) and the locking clause for the run row. Returns ``(condition, clause)``."""
+    condition that takes the tenant's write gate shared first (an uncorrelated
+    ``EXISTS``, run once before the scan; false, so no row and nothing locked, when the
+    tenant has no gate row yet) and the locking clause for the run row. Returns
+    ``(condition, clause)``."""
     condition = (f"EXISTS (SELECT 1 FROM {head_table} WHERE {head_tenant} = {tenant_param} "
-                 f"{ROW_LOCK})")
+                 f"{SHARE_LOCK})")
     return condition, f"{ROW_LOCK} OF {run_alias}"
-
 
 
 @contextlib.contextmanager

@@ -1,7 +1,6 @@
 """The store's own SQL on PostgreSQL, below every service: table and column names read
-from ``Model._meta`` (never typed), a server-side binding cursor, ``COPY`` inserts, and
-the audit append in two statements (``audit.audit_record``). ``services.writepath`` builds the
-checkpoint update's statements on the same helpers.
+from ``Model._meta`` (never typed), a server-side binding cursor and ``COPY`` inserts.
+``services.writepath`` builds the checkpoint update's statements on these helpers.
 
 Each helper falls back to the ORM, or says so (``FALLBACK``), where the SQL does not
 apply: SQLite, or ``RECOVERY_SQL_WRITE_PATH`` off.
@@ -10,15 +9,13 @@ apply: SQLite, or ``RECOVERY_SQL_WRITE_PATH`` off.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from functools import lru_cache
 
 import psycopg
 from django.conf import settings
 from django.db import connection, connections
 from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
 
-from .models import AuditChainHead, AuditEvent, Tenant
+from .models import AuditEvent
 
 #: Returned when the fast path does not apply; nothing was written, the caller takes the
 #: ORM path.
@@ -26,8 +23,7 @@ FALLBACK = object()
 
 
 def available() -> bool:
-    """Whether the SQL paths may be used (this module's audit append, ``services.writepath``'s
-    checkpoint update): PostgreSQL (their statements use data-modifying ``WITH``),
+    """Whether the SQL paths may be used (``services.writepath``'s checkpoint update): PostgreSQL (their statements use data-modifying ``WITH``),
     unless ``RECOVERY_SQL_WRITE_PATH`` is off."""
     return connection.vendor == "postgresql" and settings.RECOVERY_SQL_WRITE_PATH
 
@@ -60,23 +56,6 @@ def event_values() -> str:
                      for f in EVENT_FIELDS)
 
 
-@lru_cache(maxsize=1)
-def _audit_sql() -> tuple[str, str]:
-    """``(head_next, append)``: move the tenant's chain head one position (locking it),
-    and insert the event then store its hash as the head's."""
-    head_t, head_tenant = table(AuditChainHead), col(AuditChainHead, "tenant")
-    head_seq, head_hash = col(AuditChainHead, "seq"), col(AuditChainHead, "last_hash")
-    ev = AuditEvent
-    head_next = (f"UPDATE {head_t} SET {head_seq} = {head_seq} + 1 "
-                 f"WHERE {head_tenant} = %(tenant)s RETURNING {head_seq}, {head_hash}")
-    columns = ", ".join(col(ev, f) for f in EVENT_FIELDS)
-    append = (f"WITH ev AS (INSERT INTO {table(ev)} ({columns}) "
-              f"VALUES ({event_values()}) RETURNING {col(ev, 'id')} AS id) "
-              f"UPDATE {head_t} SET {head_hash} = %(ev_hash)s WHERE {head_tenant} = %(tenant)s "
-              f"RETURNING (SELECT id FROM ev)")
-    return head_next, append
-
-
 def event_params(event: AuditEvent) -> dict:
     """The ``%(ev_…)s`` parameters of ``event`` for ``event_values``' insert."""
     return {
@@ -105,25 +84,6 @@ def cursor():
     raw = psycopg.Cursor(connection.connection)
     wrapper = CursorDebugWrapper if connection.queries_logged else CursorWrapper
     return wrapper(raw, connection)
-
-
-def audit_append(*, tenant: Tenant, build: Callable[[int, str], AuditEvent]):
-    """Append one event to ``tenant``'s audit chain in two statements (``audit_record``
-    on PostgreSQL, inside the caller's transaction): move the chain head one position
-    and lock it (``UPDATE … RETURNING`` its position and last hash), then insert the
-    event ``build(seq, prev_hash)`` returns and store its hash as the head's, in one
-    statement. Returns the saved event, or ``FALLBACK`` (nothing written) when the
-    tenant has no chain head yet."""
-    head_next, append = _audit_sql()
-    with cursor() as cur:
-        cur.execute(head_next, {"tenant": tenant.pk})
-        row = cur.fetchone()
-        if row is None:
-            return FALLBACK
-        event = build(row[0], row[1])
-        cur.execute(append, {**event_params(event), "tenant": tenant.pk})
-        event.pk = cur.fetchone()[0]
-    return event
 
 
 def insert_rows(model, rows: list[dict]) -> None:

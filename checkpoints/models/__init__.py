@@ -29,7 +29,16 @@ from ..vocab import (
     RecoveryState,
     RetryState,
 )
-from .audit import AuditChainHead, AuditEvent, AuditHashScheme, AuditTenant
+from .audit import (
+    AuditChainHead,
+    AuditEvent,
+    AuditHashScheme,
+    AuditLeaf,
+    AuditPending,
+    AuditTenant,
+    AuditTreeHead,
+    AuditTreeNode,
+)
 from .bulk import BULK_MAX_RUNS, BulkAction, BulkActionItem
 from .effects import Effect, EffectRevision, EncryptedReceipt, RetryRequest, encrypt_receipt
 from .keys import TenantDataKey

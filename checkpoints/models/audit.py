@@ -16,12 +16,16 @@ class AuditHashScheme(models.IntegerChoices):
     ``HMAC_SHA256`` is keyed with ``RECOVERY_AUDIT_KEYS``; ``key_id`` names the key.
     ``HMAC_SHA256_ACTOR`` (every event written since issue 17, item 13) is the same key and
     also covers the ``actor_id`` column and the scheme itself; events written before keep
-    scheme 2 and verify as they were made.
+    scheme 2 and verify as they were made. ``HMAC_SHA256_LEAF`` (every event written since
+    issue 22, item 1) is the same key over the event alone (no ``prev_hash``, no ``seq``):
+    its place is its leaf in the tenant's Merkle tree (``AuditLeaf``), given by the
+    sequencer after the event's transaction commits, so an append takes no per-tenant row.
     """
 
     SHA256 = 1, "sha256 (legacy, unkeyed)"
     HMAC_SHA256 = 2, "hmac-sha256"
     HMAC_SHA256_ACTOR = 3, "hmac-sha256, actor id covered"
+    HMAC_SHA256_LEAF = 4, "hmac-sha256, Merkle leaf (no chain link)"
 
 
 class AuditEvent(TenantOwned):
@@ -39,7 +43,13 @@ class AuditEvent(TenantOwned):
 
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+",
                                db_index=False)  # (tenant, seq) starts with it
-    seq = models.BigIntegerField(help_text="position in the tenant's chain, from 1")
+    seq = models.BigIntegerField(
+        null=True, blank=True,
+        help_text="the event's number in its tenant, increasing in append order: for the "
+                  "chained events (schemes 1-3) their position in the chain from 1, for "
+                  "scheme 4 the row's id, set by a database trigger at insert (migration "
+                  "0035; never null once stored). The event's place in the Merkle tree is "
+                  "its ``AuditLeaf``")
     created_at = models.DateTimeField()
     actor = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
@@ -113,3 +123,78 @@ class AuditTenant(models.Model):
     created_at = models.DateTimeField()
     key_id = models.CharField(max_length=16)
     mac = models.CharField(max_length=64)
+
+
+class AuditPending(TenantOwned):
+    """An audit event not yet integrated into its tenant's Merkle tree: the sequencer's
+    queue (issue 22, item 1). A database trigger inserts the row with every event
+    (migration 0035), in the event's transaction, so the queue holds exactly the
+    committed events still to integrate; the sequencer deletes the rows it integrates in
+    the transaction that writes their leaves. The only audit table rows are deleted from.
+    """
+
+    event = models.OneToOneField(AuditEvent, on_delete=models.CASCADE, primary_key=True,
+                                 related_name="+")
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+",
+                               db_index=False)  # (tenant, event) starts with it
+
+    class Meta:
+        indexes = [models.Index(fields=["tenant", "event"], name="audit_pending_idx")]
+
+
+class AuditLeaf(TenantOwned):
+    """Leaf ``index`` (from 0) of the tenant's Merkle tree (RFC 6962): the event it holds
+    and the leaf hash, SHA-256(0x00 || leaf input) (``audit.leaf_input``). Append-only
+    (PostgreSQL triggers, migration 0035)."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+",
+                               db_index=False)  # (tenant, index) starts with it
+    index = models.BigIntegerField()
+    event = models.OneToOneField(AuditEvent, on_delete=models.PROTECT, related_name="leaf")
+    hash = models.CharField(max_length=64)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "index"], name="audit_leaf_unique"),
+        ]
+
+
+class AuditTreeNode(TenantOwned):
+    """A stored inner node of the tenant's Merkle tree: the root of the perfect subtree of
+    ``2**level`` leaves starting at leaf ``index * 2**level``, kept for the levels of
+    ``audit.TILE_LEVELS`` once complete, so an inclusion or consistency proof reads a few
+    hundred rows whatever the tree's size. Append-only (PostgreSQL triggers)."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+",
+                               db_index=False)
+    level = models.PositiveSmallIntegerField()
+    index = models.BigIntegerField()
+    hash = models.CharField(max_length=64)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "level", "index"],
+                                    name="audit_node_unique"),
+        ]
+
+
+class AuditTreeHead(TenantOwned):
+    """A signed tree head: the tenant's Merkle tree of ``tree_size`` leaves has root
+    ``root_hash`` (hex), signed with Ed25519 (``signature``, base64) by the key
+    ``key_id`` derived from an audit key (``audit.signing_key``), at the database time
+    ``created_at``. One per sequencer batch; append-only (PostgreSQL triggers). The signed
+    text is a C2SP tlog checkpoint (``audit.checkpoint_text``)."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+",
+                               db_index=False)
+    tree_size = models.BigIntegerField()
+    root_hash = models.CharField(max_length=64)
+    created_at = models.DateTimeField()
+    key_id = models.CharField(max_length=16)
+    signature = models.CharField(max_length=128)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "tree_size"],
+                                    name="audit_tree_head_unique"),
+        ]

@@ -375,12 +375,11 @@ def _sql() -> _Sql:
     run_cols = ["id", "fencing_token", "lease_owner", "lease_expires_at", "closed_at",
                 "recovery_state", "state_changed_at", "unacknowledged_conflicts",
                 "payloads_deleted_at"]
-    head_t = _table(AuditChainHead)
-    head_tenant = _col(AuditChainHead, "tenant")
-    # The store's lock order (``locks.lock_run``): the tenant's audit head, then the run.
-    head_first, run_lock = locks.run_lock_sql(run_alias="r", head_table=head_t,
-                                              head_tenant=head_tenant,
-                                              tenant_param="%(tenant)s")
+    # The store's lock order (``locks.lock_run``): the tenant's write gate shared, then
+    # the run.
+    head_first, run_lock = locks.run_lock_sql(
+        run_alias="r", head_table=_table(AuditChainHead),
+        head_tenant=_col(AuditChainHead, "tenant"), tenant_param="%(tenant)s")
     lock = (
         f"SELECT {', '.join('r.' + _col(r, f) for f in run_cols)}, STATEMENT_TIMESTAMP(), "
         f"c.{_col(c, 'id')}, c.{_col(c, 'run')}, c.{_col(c, 'kind')}, "
@@ -401,7 +400,6 @@ def _sql() -> _Sql:
     sets = ", ".join(f"{_col(c, f)} = %({f})s" for f in ["revision", *written])
     hist_cols = ", ".join(_col(h, f) for f in ["tenant", "checkpoint", "revision", *written])
     hist_vals = ", ".join(f"%({f})s" for f in ["revision", *written])
-    head_seq, head_hash = _col(AuditChainHead, "seq"), _col(AuditChainHead, "last_hash")
     ets, erun = _col(e, "tenant"), _col(e, "run")
     rr = RetryRequest
     cas = (
@@ -409,13 +407,9 @@ def _sql() -> _Sql:
         f"WHERE {_col(c, 'id')} = %(checkpoint_pk)s AND {_col(c, 'revision')} = %(expected)s "
         f"RETURNING {_col(c, 'id')} AS id), "
         f"hist AS (INSERT INTO {_table(h)} ({hist_cols}) "
-        f"SELECT %(tenant)s, upd.id, {hist_vals} FROM upd RETURNING 1), "
-        f"head AS (UPDATE {head_t} SET {head_seq} = {head_seq} + 1 "
-        f"WHERE {head_tenant} = %(tenant)s AND EXISTS (SELECT 1 FROM upd) "
-        f"RETURNING {head_seq} AS seq, {head_hash} AS last_hash) "
+        f"SELECT %(tenant)s, upd.id, {hist_vals} FROM upd RETURNING 1) "
         f"SELECT (SELECT COUNT(*) FROM hist), "
         f"(SELECT {_col(c, 'revision')} FROM {_table(c)} WHERE {_col(c, 'id')} = %(checkpoint_pk)s), "
-        f"(SELECT seq FROM head), (SELECT last_hash FROM head), "
         f"(SELECT COALESCE(json_object_agg(s.state, s.n), '{{}}') FROM "
         f"(SELECT {_col(e, 'state')} AS state, COUNT(*) AS n FROM {_table(e)} "
         f"WHERE {ets} = %(tenant)s AND {erun} = %(run_pk)s AND NOT "
@@ -435,11 +429,9 @@ def _sql() -> _Sql:
         run_set = ", ".join(f"{_col(r, f)} = %(run_{f})s" for f in fields)
         finish[with_identity] = (
             f"WITH ru AS (UPDATE {_table(r)} SET {run_set} WHERE {_col(r, 'id')} = %(run_pk)s "
-            f"RETURNING 1), "
-            f"ev AS (INSERT INTO {_table(ev)} ({', '.join(_col(ev, f) for f in ev_fields)}) "
-            f"VALUES ({ev_vals}) RETURNING 1) "
-            f"UPDATE {head_t} SET {head_hash} = %(ev_hash)s WHERE {head_tenant} = %(tenant)s "
-            f"AND EXISTS (SELECT 1 FROM ru) AND EXISTS (SELECT 1 FROM ev)"
+            f"RETURNING 1) "
+            f"INSERT INTO {_table(ev)} ({', '.join(_col(ev, f) for f in ev_fields)}) "
+            f"SELECT {ev_vals} WHERE EXISTS (SELECT 1 FROM ru)"
         )
     return _Sql(lock=lock, cas=cas, finish=finish)
 
@@ -527,15 +519,12 @@ def checkpoint_update(*, actor, tenant: Tenant, envelope, expected_revision: int
             "expected": expected_revision, "run_pk": run_pk,
             "needs_retry": list(EffectState.NEEDS_RETRY), "open_retry": list(RetryState.OPEN),
         })
-        updated, current, seq, prev_hash, counts, open_retry = cursor.fetchone()
+        updated, current, counts, open_retry = cursor.fetchone()
         if not updated:  # a stale revision: kept as a conflict of the run, and refused
             _keep_conflict(tenant=tenant, run=_held_run(tenant, run_pk, now), actor=actor,
                            envelope=envelope, expected_revision=expected_revision,
                            actual=current)
             return StaleRevision(current)
-        if seq is None:  # no audit chain head yet: the ORM path creates it
-            transaction.set_rollback(True)
-            return FALLBACK
         if isinstance(counts, str):
             counts = json.loads(counts)
 
@@ -559,7 +548,7 @@ def checkpoint_update(*, actor, tenant: Tenant, envelope, expected_revision: int
             "state_changed_at": now if state != old_state else state_changed_at,
         }
         event = audit.new_event(
-            tenant=tenant, seq=seq, prev_hash=prev_hash, created_at=now, actor=actor,
+            tenant=tenant, created_at=now, actor=actor,
             action=AuditAction.CHECKPOINT_WRITE, target_type=TargetType.CHECKPOINT,
             target_id=checkpoint_id, run_id=envelope.run_id,
             **_write_audit(envelope, cls, phase_label, expected_revision,
@@ -568,7 +557,7 @@ def checkpoint_update(*, actor, tenant: Tenant, envelope, expected_revision: int
         params.update(_event_params(event), run_pk=run_pk, tenant=tenant.pk)
         cursor.execute(stmts.finish[cls.supported], params)
         if cursor.rowcount != 1:  # cannot happen under the locks held; never half-write
-            raise RuntimeError("checkpoint write: the run or audit head row vanished")
+            raise RuntimeError("checkpoint write: the run row vanished")
         # A sixth round trip only when the tenant declared subject fields that resolve.
         subjects_index(tenant=tenant, run_pk=run_pk, payload=envelope.payload,
                        fields=subject_fields)
