@@ -4,31 +4,37 @@ path is here (``tests/test_lock_order_lint.py`` fails on one anywhere else).
 
 Why an order: with many clients PostgreSQL's deadlock detector killed API writes and
 sweep passes. Besides the rows a service locks by name, a write takes locks nobody
-writes down: the state counters kept by triggers (migration 0011: rows per tenant, state
-and shard, hit by every run or effect whose state changes), the tenant's audit chain
-head (every audited write moves it), and, at ``COMMIT`` (Django's foreign keys are
-deferred), a ``FOR KEY SHARE`` of every parent row of a row it inserted: the tenant, the
-acting account, the run. The sweep locked the run *and the tenant's row* (a
-``select_related`` under ``FOR UPDATE`` locks both), so a writer holding the audit head
-waited at its commit for the tenant row while the sweep waited for the head; effect
-writes took the counters before the head while checkpoint updates took the head before
-the counters.
+writes down: at ``COMMIT`` (Django's foreign keys are deferred), a ``FOR KEY SHARE`` of
+every parent row of a row it inserted (the tenant, the acting account, the run). Until
+issue 22 a write also moved its tenant's audit chain head and upserted the state counter
+rows; neither is a lock any more: an audit event is one INSERT (the sequencer chains it
+afterwards, ``audit.audit_record``) and a counter change inserts a delta (migration 0040).
 
 The order (``ORDER``), outermost first; a transaction takes what it needs in this order
 and never goes back up:
 
 1. ``account``: the account's row and its tokens (account commands, which then append
-   to the chain of every tenant the account holds a role in).
-2. ``audit_head``: the tenant's audit chain head, **before anything of the tenant**.
-   Every write of a tenant appends an audit event anyway, so the head is the tenant's
-   write lock: whatever a write takes after it (its tenant's runs, their objects, the
-   state counters, the chain) no other write of that tenant holds, so no order among
-   them can close a circle. Several tenants (account commands): ascending tenant id.
+   to the audit trail of every tenant the account holds a role in).
+2. ``audit_head``: the tenant's write gate (its ``AuditChainHead`` row), **before
+   anything of the tenant**, in one of two modes. A write of one run (or of a few runs,
+   ``lock_runs``) takes it shared (``share_audit_head``, ``FOR SHARE``): writes of one
+   tenant never wait for each other here, so a tenant's writers run side by side (issue
+   22). A tenant-wide operation (a legal hold, an erasure decision, the data policy, a
+   kind declaration, a key rotation or shred, a notification endpoint or reconciler
+   change, an account command) takes it exclusively (``lock_audit_head``), so it
+   overlaps no write of the tenant; it takes it first and once, never after a shared
+   hold (an upgrade would deadlock against another upgrader). Several tenants
+   (account commands): ascending tenant id.
 3. ``tenant``: the tenant's own row (its settings).
 4. ``run``: the run row; several runs in ascending run id (``uuid``).
 5. ``run_object``: rows that belong to a locked run (its checkpoint envelope, retry
-   request, reconcile requests, effects), ascending primary key; the state counters
-   and the chain append follow implicitly, under the head.
+   request, reconcile requests, effects), ascending primary key.
+
+Two writes of one tenant share the gate, so what keeps them apart is the run: each
+locks its run(s) in ascending id, then only rows that belong to them; the rows they both
+touch (the state counters, the report's rollups, the audit table, the notification
+outbox) they only INSERT into, and an insert waits for nobody's row lock (two inserts of
+one unique key wait for each other, the later one failing: the create race).
 
 Every row lock is ``FOR NO KEY UPDATE`` (what PostgreSQL's own ``UPDATE`` takes): it
 excludes other lockers and writers as ``FOR UPDATE`` does, but not the ``FOR KEY SHARE``
@@ -54,7 +60,7 @@ by tenant creation before anything else of the new tenant), and ``try_session_lo
 advisory lock, tried without waiting, holding nothing else): one web process at a time
 runs the catch-up sweep (``inprocess.catch_up``), which then takes the order above.
 
-The sweep takes the same order per run (head, then the run with ``SKIP LOCKED``, so a
+The sweep takes the same order per run (the gate shared, then the run with ``SKIP LOCKED``, so a
 sweep pass never queues behind a run some other transaction holds: that run is looked at
 again on the next pass), in ascending run id.
 """
@@ -133,7 +139,7 @@ def lock_audit_heads(tenants: Iterable[Tenant]) -> list[Tenant]:
 
 
 def lock_tenant(tenant: Tenant) -> Tenant:
-    """Lock the tenant's row (its settings), after its audit head."""
+    """Lock the tenant's row (its settings), after taking its write gate exclusively."""
     lock_audit_head(tenant)
     return Tenant.objects.select_for_update(no_key=True).get(pk=tenant.pk)
 
@@ -152,8 +158,8 @@ def _runs(tenant_id: int, *, data_policy: bool = False):
 
 
 def lock_run(tenant: Tenant, run_id: uuid.UUID, *, data_policy: bool = False) -> Run | None:
-    """Lock the tenant's audit head, then its run ``run_id`` (``None``: no such run; the
-    head stays locked). The same query reads the database clock into ``run.db_now`` and,
+    """Take the tenant's write gate shared, then lock its run ``run_id`` (``None``: no
+    such run; the gate stays held). The same query reads the database clock into ``run.db_now`` and,
     with ``data_policy``, the tenant's ``WRITE_POLICY`` columns as attributes of the run
     (``run.subject_fields``, ``run.secrets_policy``, ``run.payload_flag_bytes``; ``None``:
     no data policy), so a checkpoint write's screening decision and subject index cost
@@ -166,7 +172,7 @@ def lock_run(tenant: Tenant, run_id: uuid.UUID, *, data_policy: bool = False) ->
 
 
 def lock_run_pk(tenant_id: int, pk: int, *, skip_locked: bool = False) -> Run | None:
-    """Lock the tenant's audit head, then the run with primary key ``pk`` (its tenant
+    """Take the tenant's write gate shared, then lock the run with primary key ``pk`` (its tenant
     loaded, not locked; ``db_now`` read). ``None``: no such run, or with ``skip_locked``
     another transaction holds it (the sweep: looked at again on its next pass)."""
     share_audit_head(tenant_id)
@@ -175,7 +181,7 @@ def lock_run_pk(tenant_id: int, pk: int, *, skip_locked: bool = False) -> Run | 
 
 
 def lock_runs(tenant: Tenant, run_ids: Iterable[uuid.UUID]) -> list[Run]:
-    """Lock the tenant's audit head, then its runs ``run_ids`` that exist, in ascending
+    """Take the tenant's write gate shared, then lock its runs ``run_ids`` that exist, in ascending
     run id; returns them in that order (each with ``db_now``)."""
     share_audit_head(tenant)
     runs = list(_runs(tenant.pk).filter(uuid__in=list(run_ids)).order_by("uuid"))
@@ -223,3 +229,16 @@ def lock_transaction_key(key: int) -> None:
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_xact_lock(%s)", [key])
+
+
+def try_transaction_key(key: int, sub: int) -> bool:
+    """Try PostgreSQL's transaction advisory lock (``key``, ``sub``: two int4) without
+    waiting; True when this transaction holds it (until it ends). Outside the order,
+    holding nothing of it: "one at a time per tenant" system work (the state counters'
+    compaction, the audit sequencer). Transaction-level, so it works behind a
+    transaction-pooling PgBouncer. SQLite (writes are serial): always True."""
+    if connection.vendor != "postgresql":
+        return True
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_xact_lock(%s, %s)", [key, sub])
+        return bool(cursor.fetchone()[0])

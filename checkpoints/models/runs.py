@@ -228,16 +228,21 @@ class Conflict(TenantOwned):
         ]
 
 
-#: Rows per (tenant, state) of the state counters: concurrent writers in one tenant whose
-#: runs (effects) change state rarely wait on the same row (``id % COUNT_SHARDS``).
+#: Kept for the rows written before migration 0040 (``id % COUNT_SHARDS``); since then a
+#: counter row is a delta (shard 0) or a compacted sum, and nothing waits on one.
 COUNT_SHARDS = 8
 
 
 class StateCounter(TenantOwned):
-    """Abstract base of the state counters: ``n`` rows of ``tenant`` in a state, in shard
-    ``shard`` (``id % COUNT_SHARDS`` of the counted row). Subclasses add ``state``."""
+    """Abstract base of the state counters: rows of ``tenant`` in a state is the SUM of
+    ``n`` over its rows. Since migration 0040 the triggers only INSERT (a delta of +1 or
+    -1 per change: ``n``), so concurrent writers of one tenant never wait on a counter
+    row (issue 22, item 1), and ``counters_compact`` folds a tenant's rows into one per
+    state now and then. ``shard``: the counted row's ``id % COUNT_SHARDS`` before 0040,
+    0 since. Subclasses add ``state``."""
 
-    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+",
+                               db_index=False)  # (tenant, state) starts with it
     shard = models.PositiveSmallIntegerField()
     n = models.BigIntegerField(default=0)
 
@@ -248,7 +253,7 @@ class StateCounter(TenantOwned):
 class RunStateCount(StateCounter):
     """How many of a tenant's runs are in ``state``: the sum of ``n`` over its shards.
 
-    Kept by database triggers (migration 0011) in the same transaction as every insert,
+    Kept by database triggers (migrations 0011, 0040) in the same transaction as every insert,
     delete and ``recovery_state`` change of a run, whichever code makes it (services, the
     SQL write path, ``generate_load``), so the inbox counts and the report read at most
     ``COUNT_SHARDS`` rows per state instead of one index entry per run (issue 8). Nothing
@@ -259,10 +264,7 @@ class RunStateCount(StateCounter):
     state = models.CharField(max_length=24)
 
     class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["tenant", "state", "shard"],
-                                    name="run_state_count_unique"),
-        ]
+        indexes = [models.Index(fields=["tenant", "state"], name="run_state_count_idx")]
 
 
 class EffectStateCount(StateCounter):
@@ -272,10 +274,7 @@ class EffectStateCount(StateCounter):
     state = models.CharField(max_length=16)
 
     class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["tenant", "state", "shard"],
-                                    name="effect_state_count_unique"),
-        ]
+        indexes = [models.Index(fields=["tenant", "state"], name="effect_state_count_idx")]
 
 
 class RunTransition(TenantOwned):

@@ -80,6 +80,7 @@ from .checkpoints import (
     revisions_export,
 )
 from .common import HEX64_RE, SYSTEM, U32_MAX, _actor_name, _require_reason, _with_bulk
+from .counters import counters_compact
 from .effects import KEEP_RECEIPT, EffectBody, _effect_transition, effect_put, parse_effect
 from .erasure import erasure_approve, erasure_reject, erasure_request
 from .holds import legal_hold_place, legal_hold_release
@@ -170,7 +171,7 @@ from .tombstones import (
 
 # The submodules, for tests that read the services' source (the audit, fence and race
 # matrices).
-MODULES = ("common", "accounts", "runs", "checkpoints", "effects", "review",
+MODULES = ("common", "accounts", "runs", "checkpoints", "effects", "review", "counters",
            "reconcile_requests", "sweep", "keys", "bulk", "migrations", "migration_jobs",
            "kinds", "writepath", "holds", "erasure", "tombstones", "retention",
            "notify_dispatch", "notify_endpoints", "notify_delivery", "notify_render")

@@ -24,6 +24,7 @@ from ..vocab import (
     TargetType,
 )
 from . import migration_jobs, reconcile_requests
+from .counters import counters_compact
 from .effects import KEEP_RECEIPT, _effect_transition
 from .runs import run_facts, run_refresh_state
 
@@ -46,7 +47,9 @@ def sweep_stale_runs(*, by: str | None = None) -> dict[str, int]:
     pass. Idempotent and safe on many workers at once.
     Returns counts: ``examined``, ``effects_unresolved``, ``runs_ambiguous`` and the
     re-drive's ``reconcile_redriven``, and ``migrations_redriven``: the stored migration
-    jobs sent again, or run here without a broker (``migration_jobs_redrive``).
+    jobs sent again, or run here without a broker (``migration_jobs_redrive``), and
+    ``counters_compacted``: the tenants whose state counter rows were folded
+    (``counters.counters_compact``).
 
     Once done it records the ``sweep`` heartbeat, and ``sweep.<by>`` when ``by`` names who
     ran it (``heartbeat.SOURCES``: ``celery``, ``inprocess``, ``web``), on the database
@@ -68,15 +71,15 @@ def sweep_stale_runs(*, by: str | None = None) -> dict[str, int]:
     stats = {"examined": 0, "effects_unresolved": 0, "runs_ambiguous": 0}
     for pk, tenant_id in list(candidates):
         stats["examined"] += 1
-        # Judged once without a lock first, so that the sweep takes the tenant's audit
-        # head (every write of the tenant queues on it) only for a run it will change.
+        # Judged once without a lock first, so that the sweep locks only a run it will
+        # change.
         seen = (Run.objects.for_tenant(tenant_id).annotate(db_now=NOW)
                 .select_related("tenant").filter(pk=pk).first())
         if seen is None or not run_facts(seen, seen.db_now).owner_gone:
             continue
         with transaction.atomic():  # each run committed on its own
-            # The store's lock order (``locks``): the tenant's audit head, then the run,
-            # skipped if another transaction holds it (the next pass looks again).
+            # The store's lock order (``locks``): the tenant's write gate shared, then the
+            # run, skipped if another transaction holds it (the next pass looks again).
             run = locks.lock_run_pk(tenant_id, pk, skip_locked=True)
             if run is None:
                 continue
@@ -106,6 +109,7 @@ def sweep_stale_runs(*, by: str | None = None) -> dict[str, int]:
                              after={"recovery_state": ambiguous})
     stats["reconcile_redriven"] = reconcile_requests.redrive()
     stats["migrations_redriven"] = migration_jobs.migration_jobs_redrive()
+    stats["counters_compacted"] = counters_compact()
     heartbeat.beat(*beats)
     return stats
 

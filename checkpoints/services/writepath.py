@@ -222,8 +222,8 @@ def checkpoint_write(*, actor, tenant: Tenant, envelope, expected_revision: int 
     run update it shapes).
 
     ``declared_by``: the payload was classified by the tenant's declared kinds
-    (``DeclaredBy``). The tenant's audit head is taken first, the lock a declaration's
-    change takes too (``services.kind_declare``), and a declaration changed since the
+    (``DeclaredBy``). The tenant's write gate is taken first (shared; a declaration's
+    change takes it exclusively: ``services.kind_declare``), and a declaration changed since the
     classification is read again, so a checkpoint is never stored as classified by a
     declaration that is no longer the one its version has.
 
@@ -232,7 +232,7 @@ def checkpoint_write(*, actor, tenant: Tenant, envelope, expected_revision: int 
     """
     if declared_by is not None:
         with transaction.atomic():
-            locks.lock_audit_head(tenant)
+            locks.share_audit_head(tenant)
             if declared.current_digest(tenant, declared_by.kind,
                                        declared_by.version) != declared_by.digest:
                 form = declared_by.restate()

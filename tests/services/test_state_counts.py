@@ -108,3 +108,23 @@ def test_counts_and_report_cost_the_same_for_few_and_many_runs(acme, wendy,
         put_checkpoint(wendy, acme, envelope())
     costs()
     assert selectors.state_counts(tenant=acme)["healthy"] == 31
+
+
+@pytest.mark.django_db
+def test_compaction_folds_the_deltas_and_keeps_every_count(acme, globex, wendy, wes):
+    for _ in range(4):                                          # runs inserted, then moved
+        put_checkpoint(wendy, acme, dict(envelope(), payload={"phase": "done",
+                                                              "order_id": "A-1"}))
+        ambiguous_run(wendy, acme)
+    put_checkpoint(wes, globex, envelope())
+    before = RunStateCount.objects.for_tenant(acme).count()
+    assert before > 4                                           # one delta per change
+    assert services.counters_compact(above=4) >= 1
+    assert_counts(acme, globex)
+    states = {s for s, n in counted(RunStateCount, acme).items()}
+    assert RunStateCount.objects.for_tenant(acme).count() == len(states) < before
+    assert set(RunStateCount.objects.for_tenant(acme).values_list("shard", flat=True)) == {0}
+    # a tenant below the threshold is left alone; a second pass changes nothing
+    assert RunStateCount.objects.for_tenant(globex).count() == 1
+    assert services.counters_compact(above=4) == 0
+    assert_counts(acme, globex)
