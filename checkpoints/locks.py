@@ -190,16 +190,17 @@ def lock_runs(tenant: Tenant, run_ids: Iterable[uuid.UUID]) -> list[Run]:
     return runs
 
 
-def run_lock_sql(*, run_alias: str, head_table: str, head_tenant: str, tenant_param: str
-                 ) -> tuple[str, str]:
-    """The run lock of the SQL write path (``services.writepath``), as ``lock_run`` takes it: a
-    condition that takes the tenant's write gate shared first (an uncorrelated
-    ``EXISTS``, run once before the scan; false, so no row and nothing locked, when the
-    tenant has no gate row yet) and the locking clause for the run row. Returns
-    ``(condition, clause)``."""
-    condition = (f"EXISTS (SELECT 1 FROM {head_table} WHERE {head_tenant} = {tenant_param} "
-                 f"{SHARE_LOCK})")
-    return condition, f"{ROW_LOCK} OF {run_alias}"
+def write_lock_sql() -> str:
+    """The first statement of the SQL write path (``services.writepath.checkpoint_update``):
+    a call of the database function ``checkpoints_write_lock`` (migration 0041), which
+    takes the tenant's write gate shared (``SHARE_LOCK``), then the run row
+    (``ROW_LOCK``), as ``lock_run`` does, and only then reads the checkpoint, the data
+    policy and the run's facts, so they are current. Named parameters: ``tenant``,
+    ``checkpoint``, ``run`` (uuids), ``needs_retry``, ``open_retry`` (state lists).
+    Returns one row, or none when the tenant has no gate row or the run does not
+    exist."""
+    return ("SELECT * FROM checkpoints_write_lock(%(tenant)s, %(checkpoint)s, %(run)s, "
+            "%(needs_retry)s, %(open_retry)s)")
 
 
 @contextlib.contextmanager

@@ -114,3 +114,37 @@ def insert_rows(model, rows: list[dict]) -> None:
             for row in rows:
                 copy.write_row([save(row.get(name, default), conn)
                                 for name, save, default in prep])
+
+
+class Pipeline:
+    """psycopg's pipeline mode on Django's connection, for one write (issue 22, item 2):
+    statements are sent without waiting, and a round trip is paid only where a result
+    is read (a ``fetch``), at ``COMMIT`` and when leaving. Enter it before
+    ``transaction.atomic()``: ``BEGIN`` then goes out with the first statement and
+    ``COMMIT`` with the last.
+
+    In pipeline mode a cursor's ``rowcount`` is unknown (-1) until the pipeline syncs,
+    and Django's ORM relies on it (``save``, ``update``): ``leave()`` before handing the
+    transaction to ORM code (one round trip). Elsewhere than PostgreSQL, or with
+    ``RECOVERY_SQL_WRITE_PATH`` off, it does nothing."""
+
+    def __init__(self):
+        self._mode = None
+
+    def __enter__(self) -> Pipeline:
+        if available():
+            connection.ensure_connection()
+            self._mode = connection.connection.pipeline()
+            self._mode.__enter__()
+        return self
+
+    def leave(self) -> None:
+        """Leave pipeline mode now (waits for every result sent so far)."""
+        mode, self._mode = self._mode, None
+        if mode is not None:
+            mode.__exit__(None, None, None)
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        mode, self._mode = self._mode, None
+        if mode is not None:
+            mode.__exit__(exc_type, exc, tb)

@@ -36,13 +36,9 @@ from ..audit import audit_record
 from ..exceptions import Fenced, InvalidPayload, NotFound, StaleRevision, UsageDecreased
 from ..jsonparse import content_sha256, dumps
 from ..models import (
-    AuditChainHead,
     AuditEvent,
     Checkpoint,
     CheckpointRevision,
-    DataPolicy,
-    Effect,
-    RetryRequest,
     Run,
     Tenant,
 )
@@ -365,75 +361,43 @@ def _orm_write(actor, tenant, envelope, expected_revision, fencing_token, cls, p
 @dataclass(frozen=True)
 class _Sql:
     lock: str
-    cas: str
-    finish: dict[bool, str]  # by whether the payload's identity is stored
+    write: dict[bool, str]  # by whether the payload's identity is stored
 
 
 @lru_cache(maxsize=1)
 def _sql() -> _Sql:
-    r, c, h, e, dp = Run, Checkpoint, CheckpointRevision, Effect, DataPolicy
-    run_cols = ["id", "fencing_token", "lease_owner", "lease_expires_at", "closed_at",
-                "recovery_state", "state_changed_at", "unacknowledged_conflicts",
-                "payloads_deleted_at"]
-    # The store's lock order (``locks.lock_run``): the tenant's write gate shared, then
-    # the run.
-    head_first, run_lock = locks.run_lock_sql(
-        run_alias="r", head_table=_table(AuditChainHead),
-        head_tenant=_col(AuditChainHead, "tenant"), tenant_param="%(tenant)s")
-    lock = (
-        f"SELECT {', '.join('r.' + _col(r, f) for f in run_cols)}, STATEMENT_TIMESTAMP(), "
-        f"c.{_col(c, 'id')}, c.{_col(c, 'run')}, c.{_col(c, 'kind')}, "
-        f"c.{_col(c, 'revision')}, c.{_col(c, 'usage')}, "
-        # The tenant's data policy (screening's decision, the subject index), joined
-        # once: the row is locked by ``run_lock`` (``OF r``) only.
-        f"p.{_col(dp, 'secrets_policy')}, p.{_col(dp, 'payload_flag_bytes')}, "
-        f"p.{_col(dp, 'subject_fields')} "
-        f"FROM {_table(r)} r LEFT JOIN {_table(c)} c "
-        f"ON c.{_col(c, 'tenant')} = %(tenant)s AND c.{_col(c, 'uuid')} = %(checkpoint)s "
-        f"LEFT JOIN {_table(dp)} p ON p.{_col(dp, 'tenant')} = %(tenant)s "
-        f"WHERE r.{_col(r, 'tenant')} = %(tenant)s AND r.{_col(r, 'uuid')} = %(run)s "
-        f"AND {head_first} {run_lock}"
-    )
+    r, c, h = Run, Checkpoint, CheckpointRevision
     written = ["kind", "schema_version", "payload_ciphertext", "payload_size", "phase_class",
                "phase_label", "updated_at_ms", "usage", "received_at", "written_by",
                "secret_paths", "large_above"]
     sets = ", ".join(f"{_col(c, f)} = %({f})s" for f in ["revision", *written])
     hist_cols = ", ".join(_col(h, f) for f in ["tenant", "checkpoint", "revision", *written])
     hist_vals = ", ".join(f"%({f})s" for f in ["revision", *written])
-    ets, erun = _col(e, "tenant"), _col(e, "run")
-    rr = RetryRequest
-    cas = (
-        f"WITH upd AS (UPDATE {_table(c)} SET {sets} "
-        f"WHERE {_col(c, 'id')} = %(checkpoint_pk)s AND {_col(c, 'revision')} = %(expected)s "
-        f"RETURNING {_col(c, 'id')} AS id), "
-        f"hist AS (INSERT INTO {_table(h)} ({hist_cols}) "
-        f"SELECT %(tenant)s, upd.id, {hist_vals} FROM upd RETURNING 1) "
-        f"SELECT (SELECT COUNT(*) FROM hist), "
-        f"(SELECT {_col(c, 'revision')} FROM {_table(c)} WHERE {_col(c, 'id')} = %(checkpoint_pk)s), "
-        f"(SELECT COALESCE(json_object_agg(s.state, s.n), '{{}}') FROM "
-        f"(SELECT {_col(e, 'state')} AS state, COUNT(*) AS n FROM {_table(e)} "
-        f"WHERE {ets} = %(tenant)s AND {erun} = %(run_pk)s AND NOT "
-        f"({_col(e, 'state')} = ANY(%(needs_retry)s) AND {_col(e, 'retry_authorized_by')} IS NOT NULL) "
-        f"GROUP BY {_col(e, 'state')}) s), "
-        f"(SELECT {_col(rr, 'state')} FROM {_table(rr)} WHERE {_col(rr, 'tenant')} = %(tenant)s "
-        f"AND {_col(rr, 'run')} = %(run_pk)s AND {_col(rr, 'state')} = ANY(%(open_retry)s) LIMIT 1)"
-    )
     ev_fields, ev_vals = sql.EVENT_FIELDS, sql.event_values()
     ev = AuditEvent
     run_sets = ["latest_checkpoint", "kind", "schema_version", "phase_class", "phase_label",
                 "last_write_at", "updated_at", "closed_at", "closed_by", "closed_reason",
                 "recovery_state", "recovery_reason", "state_changed_at"]
-    finish = {}
+    write = {}
     for with_identity in (False, True):
         fields = run_sets + (list(_IDENTITY) if with_identity else [])
         run_set = ", ".join(f"{_col(r, f)} = %(run_{f})s" for f in fields)
-        finish[with_identity] = (
-            f"WITH ru AS (UPDATE {_table(r)} SET {run_set} WHERE {_col(r, 'id')} = %(run_pk)s "
-            f"RETURNING 1) "
-            f"INSERT INTO {_table(ev)} ({', '.join(_col(ev, f) for f in ev_fields)}) "
-            f"SELECT {ev_vals} WHERE EXISTS (SELECT 1 FROM ru)"
+        write[with_identity] = (
+            f"WITH upd AS (UPDATE {_table(c)} SET {sets} "
+            f"WHERE {_col(c, 'id')} = %(checkpoint_pk)s AND {_col(c, 'revision')} = %(expected)s "
+            f"RETURNING {_col(c, 'id')} AS id), "
+            f"hist AS (INSERT INTO {_table(h)} ({hist_cols}) "
+            f"SELECT %(tenant)s, upd.id, {hist_vals} FROM upd RETURNING 1), "
+            f"ru AS (UPDATE {_table(r)} SET {run_set} WHERE {_col(r, 'id')} = %(run_pk)s "
+            f"AND EXISTS (SELECT 1 FROM hist) RETURNING 1), "
+            f"ev AS (INSERT INTO {_table(ev)} ({', '.join(_col(ev, f) for f in ev_fields)}) "
+            f"SELECT {ev_vals} WHERE EXISTS (SELECT 1 FROM ru) RETURNING 1) "
+            # Nothing written (cannot happen under the run lock the first statement
+            # took): fail the statement, so the COMMIT sent with it fails and rolls all
+            # back instead of committing half a write.
+            f"SELECT 1 / (SELECT COUNT(*) FROM ev)::int"
         )
-    return _Sql(lock=lock, cas=cas, finish=finish)
+    return _Sql(lock=locks.write_lock_sql(), write=write)
 
 
 def _held_run(tenant: Tenant, run_pk: int, now) -> Run:
@@ -449,46 +413,47 @@ def checkpoint_update(*, actor, tenant: Tenant, envelope, expected_revision: int
                       size: int, screened: Screened | None = None):
     """Update checkpoint ``envelope.checkpoint_id`` from ``expected_revision`` to
     ``envelope.revision`` (already checked to be ``expected_revision + 1``) in one
-    transaction of five round trips:
+    transaction of two round trips (issue 22, item 2), sent in psycopg's pipeline mode:
 
-    1. ``BEGIN``;
-    2. lock the tenant's audit chain head, then the run row (``locks.run_lock_sql``), with
-       the database time, the checkpoint's id, run and kind, and the tenant's data policy
-       (which decides what screening found: ``SecretDetected``, nothing written) in the
-       same statement;
-    3. the conditional ``UPDATE`` of the checkpoint, the history row, the audit chain
-       head's next position, and the facts the run's recovery state needs (effect states,
-       open retry), in one statement whose parts see one snapshot taken after the lock;
-    4. the run's new state, the audit event (``audit.new_event``, as every other append)
-       and the chain head's new hash, in one statement;
-    5. ``COMMIT``.
+    1. ``BEGIN`` and ``locks.write_lock_sql``: the tenant's write gate shared, the run
+       row locked, then (read after the lock, so current) the database time, the
+       checkpoint's id, run, kind, revision and usage, the tenant's data policy (which
+       decides what screening found: ``SecretDetected``, nothing written) and the facts
+       the run's recovery state needs (effect states, open retry);
+    2. the compare-and-swap ``UPDATE`` of the checkpoint, its history row, the run's
+       new state and the audit event (``audit.new_event``, as every other append), in
+       one statement, and ``COMMIT``.
 
+    A stale revision or a usage counter going back is seen after the first round trip
+    (the revision read under the run lock is the current one): its conflict record is
+    written in the same transaction (a few more statements, the refused path only).
     Returns the updated ``Checkpoint`` (an unsaved instance holding what was written, so
     no re-read); for a stale revision the ``StaleRevision``, for a usage counter going
-    back the ``UsageDecreased``, to raise once its conflict record (same transaction) has
-    committed; or ``FALLBACK`` when nothing was written and
-    the ORM path must decide: no such run or checkpoint, the checkpoint belongs to another
-    run or has another kind (400s the ORM path words), no audit chain head yet. Raises
-    ``Fenced`` (CONTRACT.md 3) like the ORM path; the caller records it.
+    back the ``UsageDecreased``, to raise once its conflict record has committed; or
+    ``FALLBACK`` when nothing was written and the ORM path must decide: no such run or
+    checkpoint, the checkpoint belongs to another run or has another kind (400s the ORM
+    path words), no write gate row yet. Raises ``Fenced`` (CONTRACT.md 3) like the ORM
+    path; the caller records it.
     """
-    # Long on purpose: one transaction of a few round trips whose statements share the
+    # Long on purpose: one transaction of two round trips whose statements share the
     # row read under the lock; _orm_write above mirrors it step by step.
     stmts = _sql()
     checkpoint_id = envelope.checkpoint_id
-    with transaction.atomic(), _cursor() as cursor:
+    with sql.Pipeline() as pipe, transaction.atomic(), _cursor() as cursor:
         cursor.execute(stmts.lock, {"tenant": tenant.pk, "checkpoint": checkpoint_id,
-                                    "run": envelope.run_id})
+                                    "run": envelope.run_id,
+                                    "needs_retry": list(EffectState.NEEDS_RETRY),
+                                    "open_retry": list(RetryState.OPEN)})
         row = cursor.fetchone()
         if row is None:
             return FALLBACK
         (run_pk, token, lease_owner, lease_expires_at, closed_at, old_state, state_changed_at,
          unacknowledged, payloads_deleted_at, now, checkpoint_pk, checkpoint_run, kind,
-         stored_revision, stored_usage, secrets_policy, payload_flag_bytes, subject_fields) = row
+         stored_revision, stored_usage, secrets_policy, payload_flag_bytes, subject_fields,
+         counts, open_retry) = row
         if (checkpoint_pk is None or checkpoint_run != run_pk or kind != envelope.kind
                 or payloads_deleted_at is not None):
-            # A run whose payloads a purge deleted while this write waited for its lock:
-            # the joined checkpoint row is the one read before the wait (PostgreSQL
-            # re-reads only the locked run), so the ORM path refuses it (RunDeleted).
+            # A run whose payloads a purge deleted: the ORM path refuses it (RunDeleted).
             return FALLBACK
         live = policy.lease_live(lease_owner, lease_expires_at, now)
         if policy.fence_refuses(fencing_token, token, live):
@@ -499,35 +464,27 @@ def checkpoint_update(*, actor, tenant: Tenant, envelope, expected_revision: int
             secrets_policy or SecretsPolicy.WARN, payload_flag_bytes)
         if isinstance(stored_usage, str):  # Django reads jsonb as text
             stored_usage = json.loads(stored_usage)
+        if stored_revision != expected_revision:  # stale: kept as a conflict, refused
+            pipe.leave()  # the ORM records it
+            _keep_conflict(tenant=tenant, run=_held_run(tenant, run_pk, now), actor=actor,
+                           envelope=envelope, expected_revision=expected_revision,
+                           actual=stored_revision)
+            return StaleRevision(stored_revision)
         refusal = _usage_refusal(cls, stored_usage, stored_revision, expected_revision)
         if refusal is not None:  # a usage counter going back: kept as a conflict, refused
+            pipe.leave()
             _keep_conflict(tenant=tenant, run=_held_run(tenant, run_pk, now), actor=actor,
                            envelope=envelope, expected_revision=expected_revision,
                            actual=stored_revision,
                            reason=ConflictReason.USAGE_DECREASED)
             return refusal
+        if isinstance(counts, str):
+            counts = json.loads(counts)
 
         written = {"revision": envelope.revision,
                    **_checkpoint_fields(envelope, cls, phase_label, ciphertext, size, now,
                                         screened),
                    "usage": _kept_usage(cls, stored_usage)}
-        cursor.execute(stmts.cas, {
-            **written, "usage": json.dumps(written["usage"]),
-            "secret_paths": json.dumps(written["secret_paths"]),
-            "written_by": actor.pk if actor is not None else None,
-            "tenant": tenant.pk, "checkpoint_pk": checkpoint_pk,
-            "expected": expected_revision, "run_pk": run_pk,
-            "needs_retry": list(EffectState.NEEDS_RETRY), "open_retry": list(RetryState.OPEN),
-        })
-        updated, current, counts, open_retry = cursor.fetchone()
-        if not updated:  # a stale revision: kept as a conflict of the run, and refused
-            _keep_conflict(tenant=tenant, run=_held_run(tenant, run_pk, now), actor=actor,
-                           envelope=envelope, expected_revision=expected_revision,
-                           actual=current)
-            return StaleRevision(current)
-        if isinstance(counts, str):
-            counts = json.loads(counts)
-
         # The run as this write leaves it, for the one RunFacts builder: the new
         # checkpoint's phase, written now, open again (a write reopens a closed run,
         # DESIGN.md 4).
@@ -554,13 +511,16 @@ def checkpoint_update(*, actor, tenant: Tenant, envelope, expected_revision: int
             **_write_audit(envelope, cls, phase_label, expected_revision,
                            reopened=closed_at is not None, screened=screened))
         params = {f"run_{k}": v for k, v in run_values.items()}
-        params.update(_event_params(event), run_pk=run_pk, tenant=tenant.pk)
-        cursor.execute(stmts.finish[cls.supported], params)
-        if cursor.rowcount != 1:  # cannot happen under the locks held; never half-write
-            raise RuntimeError("checkpoint write: the run row vanished")
-        # A sixth round trip only when the tenant declared subject fields that resolve.
-        subjects_index(tenant=tenant, run_pk=run_pk, payload=envelope.payload,
-                       fields=subject_fields)
+        params.update(_event_params(event), **written)
+        params.update(run_pk=run_pk, tenant=tenant.pk, usage=json.dumps(written["usage"]),
+                      secret_paths=json.dumps(written["secret_paths"]),
+                      written_by=actor.pk if actor is not None else None,
+                      checkpoint_pk=checkpoint_pk, expected=expected_revision)
+        if subject_fields:  # the tenant declared subject fields: the ORM indexes them
+            pipe.leave()
+            subjects_index(tenant=tenant, run_pk=run_pk, payload=envelope.payload,
+                           fields=subject_fields)
+        cursor.execute(stmts.write[cls.supported], params)  # its result comes with COMMIT
 
     checkpoint = Checkpoint(pk=checkpoint_pk, tenant=tenant, run_id=run_pk, uuid=checkpoint_id,
                             **written)
