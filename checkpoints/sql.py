@@ -116,6 +116,11 @@ def insert_rows(model, rows: list[dict]) -> None:
                                 for name, save, default in prep])
 
 
+def connection_in_transaction() -> bool:
+    """Whether Django's connection is inside a ``transaction.atomic()`` block."""
+    return connection.in_atomic_block
+
+
 class Pipeline:
     """psycopg's pipeline mode on Django's connection, for one write (issue 22, item 2):
     statements are sent without waiting, and a round trip is paid only where a result
@@ -148,3 +153,53 @@ class Pipeline:
         mode, self._mode = self._mode, None
         if mode is not None:
             mode.__exit__(exc_type, exc, tb)
+
+
+class WriteTransaction:
+    """One transaction of the SQL write path in two round trips (issue 22, item 2), for
+    a caller outside any ``transaction.atomic()`` (Django's connection in autocommit):
+    ``BEGIN`` is sent by hand in psycopg's pipeline mode together with the first
+    statement, whose result the caller reads (round trip 1); ``COMMIT`` goes with the
+    last statements when the block ends, and the pipeline's closing sync brings their
+    results (round trip 2). Django's own ``atomic`` would cost three more waits here
+    (psycopg syncs when autocommit changes, after ``BEGIN`` and after ``COMMIT`` in
+    pipeline mode).
+
+    Inside the block only statements through ``cursor()`` may run: no ORM call (it
+    would read ``rowcount``, unknown in pipeline mode, or open an ``atomic`` of its
+    own). ``abandon()`` rolls back and leaves, for a caller that hands the write to the
+    ORM instead. An exception rolls back and is re-raised; so does a failed statement
+    (raised when the block ends). Nothing of the block is ever left half-written or the
+    session left inside a transaction."""
+
+    def __enter__(self) -> WriteTransaction:
+        assert available() and not connection.in_atomic_block, "WriteTransaction: autocommit only"
+        connection.ensure_connection()
+        self._conn = connection.connection
+        self._mode = self._conn.pipeline()
+        self._mode.__enter__()
+        self._conn.execute("BEGIN")
+        return self
+
+    def abandon(self) -> None:
+        """Roll back and leave pipeline mode now (one round trip)."""
+        mode, self._mode = self._mode, None
+        if mode is not None:
+            try:
+                self._conn.execute("ROLLBACK")
+            finally:
+                mode.__exit__(None, None, None)
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        mode, self._mode = self._mode, None
+        if mode is None:
+            return
+        try:
+            self._conn.execute("ROLLBACK" if exc_type is not None else "COMMIT")
+            mode.__exit__(exc_type, exc, tb)  # the sync: raises a failed statement's error
+        finally:
+            # After an error the server may still hold the aborted transaction (its
+            # COMMIT was skipped): end it, so autocommit statements are not run inside it.
+            if self._conn.pgconn.transaction_status in (
+                    psycopg.pq.TransactionStatus.INTRANS, psycopg.pq.TransactionStatus.INERROR):
+                self._conn.execute("ROLLBACK")

@@ -106,18 +106,18 @@ def pointer_resolve(document, pointer: str):
 MISSING = object()
 
 
-def subjects_index(*, tenant: Tenant | int, run_pk: int, payload, fields: dict | None) -> int:
-    """Index a checkpoint ``payload`` written to run ``run_pk`` by its tenant's declared
-    subject fields (``fields``: ``DataPolicy.subject_fields``, name -> JSON pointer, as
-    the write path read it with the run's lock): for each pointer that resolves to a
-    string or an integer (a boolean is neither), a ``RunSubject`` row (the field's name,
-    the value's keyed digest; never the value) is upserted. No query when ``fields`` is
-    empty or nothing resolves, else one. Inside the write's transaction. Returns how many
-    digests were offered (already indexed ones are kept, not counted apart)."""
+def subject_rows(*, tenant: Tenant | int, run_pk: int, payload,
+                 fields: dict | str | None) -> list[RunSubject]:
+    """The ``RunSubject`` rows (unsaved) of a checkpoint ``payload`` written to run
+    ``run_pk``, by its tenant's declared subject fields (``fields``:
+    ``DataPolicy.subject_fields``, name -> JSON pointer, a dict or its JSON text as the
+    write path read it with the run's lock): one per pointer that resolves to a string or
+    an integer (a boolean is neither), holding the field's name and the value's keyed
+    digest, never the value. No query."""
     if isinstance(fields, str):  # a jsonb column read as text
         fields = json.loads(fields)
     if not fields or not isinstance(fields, dict):
-        return 0
+        return []
     tenant_id = tenant if isinstance(tenant, int) else tenant.pk
     rows = []
     for name, pointer in fields.items():
@@ -126,6 +126,15 @@ def subjects_index(*, tenant: Tenant | int, run_pk: int, payload, fields: dict |
             continue
         rows.append(RunSubject(tenant_id=tenant_id, run_id=run_pk, field=name,
                                digest=subject_digest(tenant_id, name, str(value))))
+    return rows
+
+
+def subjects_index(*, tenant: Tenant | int, run_pk: int, payload, fields: dict | None) -> int:
+    """Index a checkpoint ``payload`` written to run ``run_pk`` by its tenant's declared
+    subject fields: the rows of ``subject_rows`` upserted (already indexed ones are
+    kept). No query when none resolves, else one. Inside the write's transaction.
+    Returns how many digests were offered."""
+    rows = subject_rows(tenant=tenant, run_pk=run_pk, payload=payload, fields=fields)
     if rows:
         RunSubject.objects.bulk_create(rows, ignore_conflicts=True)
     return len(rows)

@@ -40,6 +40,7 @@ from ..models import (
     Checkpoint,
     CheckpointRevision,
     Run,
+    RunSubject,
     Tenant,
 )
 from ..sql import FALLBACK
@@ -55,7 +56,7 @@ from ..vocab import (
     SecretsPolicy,
     TargetType,
 )
-from .lifecycle import subjects_index
+from .lifecycle import subject_rows, subjects_index
 from .runs import (
     _check_fence,
     _drop_if_empty,
@@ -400,20 +401,12 @@ def _sql() -> _Sql:
     return _Sql(lock=locks.write_lock_sql(), write=write)
 
 
-def _held_run(tenant: Tenant, run_pk: int, now) -> Run:
-    """The run the SQL dialect locked in its first statement, as ``_keep_conflict`` needs
-    it (tenant and database time attached) to record a refused write."""
-    run = Run.objects.for_tenant(tenant).get(pk=run_pk)  # locked by stmts.lock
-    run.tenant, run.db_now = tenant, now
-    return run
-
-
 def checkpoint_update(*, actor, tenant: Tenant, envelope, expected_revision: int,
                       fencing_token: int | None, cls, phase_label: str, ciphertext: str,
                       size: int, screened: Screened | None = None):
     """Update checkpoint ``envelope.checkpoint_id`` from ``expected_revision`` to
     ``envelope.revision`` (already checked to be ``expected_revision + 1``) in one
-    transaction of two round trips (issue 22, item 2), sent in psycopg's pipeline mode:
+    transaction of two round trips (issue 22, item 2):
 
     1. ``BEGIN`` and ``locks.write_lock_sql``: the tenant's write gate shared, the run
        row locked, then (read after the lock, so current) the database time, the
@@ -421,108 +414,131 @@ def checkpoint_update(*, actor, tenant: Tenant, envelope, expected_revision: int
        decides what screening found: ``SecretDetected``, nothing written) and the facts
        the run's recovery state needs (effect states, open retry);
     2. the compare-and-swap ``UPDATE`` of the checkpoint, its history row, the run's
-       new state and the audit event (``audit.new_event``, as every other append), in
-       one statement, and ``COMMIT``.
+       new state and the audit event (``audit.new_event``, as every other append) in one
+       statement, the run's subject rows when the tenant declared subject fields, and
+       ``COMMIT``.
 
-    A stale revision or a usage counter going back is seen after the first round trip
-    (the revision read under the run lock is the current one): its conflict record is
-    written in the same transaction (a few more statements, the refused path only).
+    Outside any transaction (the API's write) the two are ``sql.WriteTransaction``'s;
+    inside a caller's (a LangGraph put with its pending writes, a bulk) the same
+    statements run in a savepoint, in pipeline mode.
+
     Returns the updated ``Checkpoint`` (an unsaved instance holding what was written, so
-    no re-read); for a stale revision the ``StaleRevision``, for a usage counter going
-    back the ``UsageDecreased``, to raise once its conflict record has committed; or
-    ``FALLBACK`` when nothing was written and the ORM path must decide: no such run or
-    checkpoint, the checkpoint belongs to another run or has another kind (400s the ORM
-    path words), no write gate row yet. Raises ``Fenced`` (CONTRACT.md 3) like the ORM
-    path; the caller records it.
+    no re-read), or ``FALLBACK`` when nothing was written and the ORM path must decide:
+    no such run or checkpoint, the checkpoint belongs to another run or has another kind
+    (400s the ORM path words), no write gate row yet, and every refusal (a stale
+    revision, a usage counter going back): the ORM path records the conflict (the
+    reference, one place). Raises ``Fenced`` (CONTRACT.md 3) like the ORM path; the
+    caller records it.
     """
+    if sql.connection_in_transaction():
+        with sql.Pipeline() as pipe, transaction.atomic(), _cursor() as cursor:
+            checkpoint = _update(cursor, actor=actor, tenant=tenant, envelope=envelope,
+                                 expected_revision=expected_revision,
+                                 fencing_token=fencing_token, cls=cls,
+                                 phase_label=phase_label, ciphertext=ciphertext, size=size,
+                                 screened=screened)
+            if checkpoint is FALLBACK:
+                transaction.set_rollback(True)
+                pipe.leave()
+            return checkpoint
+    with sql.WriteTransaction() as tx, _cursor() as cursor:
+        checkpoint = _update(cursor, actor=actor, tenant=tenant, envelope=envelope,
+                             expected_revision=expected_revision, fencing_token=fencing_token,
+                             cls=cls, phase_label=phase_label, ciphertext=ciphertext,
+                             size=size, screened=screened)
+        if checkpoint is FALLBACK:
+            tx.abandon()
+        return checkpoint
+
+
+def _update(cursor, *, actor, tenant, envelope, expected_revision, fencing_token, cls,
+            phase_label, ciphertext, size, screened):
+    """``checkpoint_update``'s statements on ``cursor`` (in pipeline mode, no ORM call
+    but ``effect_labels``' read). Returns the ``Checkpoint`` or ``FALLBACK``."""
     # Long on purpose: one transaction of two round trips whose statements share the
     # row read under the lock; _orm_write above mirrors it step by step.
     stmts = _sql()
     checkpoint_id = envelope.checkpoint_id
-    with sql.Pipeline() as pipe, transaction.atomic(), _cursor() as cursor:
-        cursor.execute(stmts.lock, {"tenant": tenant.pk, "checkpoint": checkpoint_id,
-                                    "run": envelope.run_id,
-                                    "needs_retry": list(EffectState.NEEDS_RETRY),
-                                    "open_retry": list(RetryState.OPEN)})
-        row = cursor.fetchone()
-        if row is None:
-            return FALLBACK
-        (run_pk, token, lease_owner, lease_expires_at, closed_at, old_state, state_changed_at,
-         unacknowledged, payloads_deleted_at, now, checkpoint_pk, checkpoint_run, kind,
-         stored_revision, stored_usage, secrets_policy, payload_flag_bytes, subject_fields,
-         counts, open_retry) = row
-        if (checkpoint_pk is None or checkpoint_run != run_pk or kind != envelope.kind
-                or payloads_deleted_at is not None):
-            # A run whose payloads a purge deleted: the ORM path refuses it (RunDeleted).
-            return FALLBACK
-        live = policy.lease_live(lease_owner, lease_expires_at, now)
-        if policy.fence_refuses(fencing_token, token, live):
-            raise Fenced(token, run_pk=run_pk)
-        # The tenant's data policy (read with the lock) decides what screening found:
-        # 422 before any write (nothing was written yet; the transaction rolls back).
-        screened = (screened or Screened()).decided(
-            secrets_policy or SecretsPolicy.WARN, payload_flag_bytes)
-        if isinstance(stored_usage, str):  # Django reads jsonb as text
-            stored_usage = json.loads(stored_usage)
-        if stored_revision != expected_revision:  # stale: kept as a conflict, refused
-            pipe.leave()  # the ORM records it
-            _keep_conflict(tenant=tenant, run=_held_run(tenant, run_pk, now), actor=actor,
-                           envelope=envelope, expected_revision=expected_revision,
-                           actual=stored_revision)
-            return StaleRevision(stored_revision)
-        refusal = _usage_refusal(cls, stored_usage, stored_revision, expected_revision)
-        if refusal is not None:  # a usage counter going back: kept as a conflict, refused
-            pipe.leave()
-            _keep_conflict(tenant=tenant, run=_held_run(tenant, run_pk, now), actor=actor,
-                           envelope=envelope, expected_revision=expected_revision,
-                           actual=stored_revision,
-                           reason=ConflictReason.USAGE_DECREASED)
-            return refusal
-        if isinstance(counts, str):
-            counts = json.loads(counts)
+    cursor.execute(stmts.lock, {"tenant": tenant.pk, "checkpoint": checkpoint_id,
+                                "run": envelope.run_id,
+                                "needs_retry": list(EffectState.NEEDS_RETRY),
+                                "open_retry": list(RetryState.OPEN)})
+    row = cursor.fetchone()
+    if row is None:
+        return FALLBACK
+    (run_pk, token, lease_owner, lease_expires_at, closed_at, old_state, state_changed_at,
+     unacknowledged, payloads_deleted_at, now, checkpoint_pk, checkpoint_run, kind,
+     stored_revision, stored_usage, secrets_policy, payload_flag_bytes, subject_fields,
+     counts, open_retry) = row
+    if (checkpoint_pk is None or checkpoint_run != run_pk or kind != envelope.kind
+            or payloads_deleted_at is not None):
+        # A run whose payloads a purge deleted: the ORM path refuses it (RunDeleted).
+        return FALLBACK
+    live = policy.lease_live(lease_owner, lease_expires_at, now)
+    if policy.fence_refuses(fencing_token, token, live):
+        raise Fenced(token, run_pk=run_pk)
+    # The tenant's data policy (read with the lock) decides what screening found: 422
+    # before any write (nothing was written yet; the transaction rolls back).
+    screened = (screened or Screened()).decided(
+        secrets_policy or SecretsPolicy.WARN, payload_flag_bytes)
+    if isinstance(stored_usage, str):  # Django reads jsonb as text
+        stored_usage = json.loads(stored_usage)
+    if (stored_revision != expected_revision
+            or _usage_refusal(cls, stored_usage, stored_revision, expected_revision)):
+        return FALLBACK  # a refusal: the ORM path records its conflict
+    if isinstance(counts, str):
+        counts = json.loads(counts)
 
-        written = {"revision": envelope.revision,
-                   **_checkpoint_fields(envelope, cls, phase_label, ciphertext, size, now,
-                                        screened),
-                   "usage": _kept_usage(cls, stored_usage)}
-        # The run as this write leaves it, for the one RunFacts builder: the new
-        # checkpoint's phase, written now, open again (a write reopens a closed run,
-        # DESIGN.md 4).
-        written_run = Run(phase_class=cls.phase.phase_class, phase_label=phase_label,
-                          last_write_at=now, lease_owner=lease_owner,
-                          lease_expires_at=lease_expires_at,
-                          unacknowledged_conflicts=unacknowledged, closed_at=None)
-        facts = policy.RunFacts.of(
-            written_run, now=now, ambiguity_threshold_s=tenant.ambiguity_threshold_s,
-            effect_states=counts, open_retry_state=open_retry or "",
-            effect_labels=(effect_labels(tenant.pk, run_pk)
-                           if any(counts.get(s) for s in EffectState.DOUBTFUL) else {}))
-        state, reason = policy.recovery_state(facts)
-        run_values = {
-            "latest_checkpoint": checkpoint_pk, **_run_fields(envelope, cls, phase_label, now),
-            "updated_at": now, "closed_at": None, "closed_by": None, "closed_reason": "",
-            "recovery_state": state, "recovery_reason": reason[:256],
-            "state_changed_at": now if state != old_state else state_changed_at,
-        }
-        event = audit.new_event(
-            tenant=tenant, created_at=now, actor=actor,
-            action=AuditAction.CHECKPOINT_WRITE, target_type=TargetType.CHECKPOINT,
-            target_id=checkpoint_id, run_id=envelope.run_id,
-            **_write_audit(envelope, cls, phase_label, expected_revision,
-                           reopened=closed_at is not None, screened=screened))
-        params = {f"run_{k}": v for k, v in run_values.items()}
-        params.update(_event_params(event), **written)
-        params.update(run_pk=run_pk, tenant=tenant.pk, usage=json.dumps(written["usage"]),
-                      secret_paths=json.dumps(written["secret_paths"]),
-                      written_by=actor.pk if actor is not None else None,
-                      checkpoint_pk=checkpoint_pk, expected=expected_revision)
-        if subject_fields:  # the tenant declared subject fields: the ORM indexes them
-            pipe.leave()
-            subjects_index(tenant=tenant, run_pk=run_pk, payload=envelope.payload,
-                           fields=subject_fields)
-        cursor.execute(stmts.write[cls.supported], params)  # its result comes with COMMIT
+    written = {"revision": envelope.revision,
+               **_checkpoint_fields(envelope, cls, phase_label, ciphertext, size, now,
+                                    screened),
+               "usage": _kept_usage(cls, stored_usage)}
+    # The run as this write leaves it, for the one RunFacts builder: the new checkpoint's
+    # phase, written now, open again (a write reopens a closed run, DESIGN.md 4).
+    written_run = Run(phase_class=cls.phase.phase_class, phase_label=phase_label,
+                      last_write_at=now, lease_owner=lease_owner,
+                      lease_expires_at=lease_expires_at,
+                      unacknowledged_conflicts=unacknowledged, closed_at=None)
+    facts = policy.RunFacts.of(
+        written_run, now=now, ambiguity_threshold_s=tenant.ambiguity_threshold_s,
+        effect_states=counts, open_retry_state=open_retry or "",
+        effect_labels=(effect_labels(tenant.pk, run_pk)
+                       if any(counts.get(s) for s in EffectState.DOUBTFUL) else {}))
+    state, reason = policy.recovery_state(facts)
+    run_values = {
+        "latest_checkpoint": checkpoint_pk, **_run_fields(envelope, cls, phase_label, now),
+        "updated_at": now, "closed_at": None, "closed_by": None, "closed_reason": "",
+        "recovery_state": state, "recovery_reason": reason[:256],
+        "state_changed_at": now if state != old_state else state_changed_at,
+    }
+    event = audit.new_event(
+        tenant=tenant, created_at=now, actor=actor,
+        action=AuditAction.CHECKPOINT_WRITE, target_type=TargetType.CHECKPOINT,
+        target_id=checkpoint_id, run_id=envelope.run_id,
+        **_write_audit(envelope, cls, phase_label, expected_revision,
+                       reopened=closed_at is not None, screened=screened))
+    params = {f"run_{k}": v for k, v in run_values.items()}
+    params.update(_event_params(event), **written)
+    params.update(run_pk=run_pk, tenant=tenant.pk, usage=json.dumps(written["usage"]),
+                  secret_paths=json.dumps(written["secret_paths"]),
+                  written_by=actor.pk if actor is not None else None,
+                  checkpoint_pk=checkpoint_pk, expected=expected_revision)
+    cursor.execute(stmts.write[cls.supported], params)  # its result comes with COMMIT
+    subjects = subject_rows(tenant=tenant, run_pk=run_pk, payload=envelope.payload,
+                            fields=subject_fields)
+    if subjects:  # the tenant declared subject fields that resolve
+        cursor.execute(*_subjects_insert(subjects))
 
     checkpoint = Checkpoint(pk=checkpoint_pk, tenant=tenant, run_id=run_pk, uuid=checkpoint_id,
                             **written)
     checkpoint.written_by = actor
     return checkpoint
+
+
+def _subjects_insert(rows: list[RunSubject]) -> tuple[str, list]:
+    """The ``INSERT … ON CONFLICT DO NOTHING`` of ``rows`` (``lifecycle.subject_rows``),
+    what ``lifecycle.subjects_index`` does through the ORM."""
+    cols = ("tenant", "run", "field", "digest")
+    sql_text = (f"INSERT INTO {_table(RunSubject)} ({', '.join(_col(RunSubject, c) for c in cols)}) "
+                f"VALUES {', '.join(['(%s, %s, %s, %s)'] * len(rows))} ON CONFLICT DO NOTHING")
+    return sql_text, [v for r in rows for v in (r.tenant_id, r.run_id, r.field, r.digest)]
