@@ -223,3 +223,17 @@ def lock_transaction_key(key: int) -> None:
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_xact_lock(%s)", [key])
+
+
+def try_transaction_key(key: int, sub: int) -> bool:
+    """Try PostgreSQL's transaction advisory lock ``(key, sub)`` (two int4s: a class and,
+    say, a tenant id) without waiting; True when taken (held to the end of the
+    transaction, so it works behind a transaction-pooling PgBouncer), False when another
+    transaction holds it. Elsewhere (SQLite, whose writes are serial) always True. Outside
+    the order, holding nothing of it: the audit sequencer's per-tenant lease
+    (``audittree.audit_integrate``, issue 22, item 1)."""
+    if connection.vendor != "postgresql":
+        return True
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_xact_lock(%s, %s)", [key, sub])
+        return bool(cursor.fetchone()[0])
