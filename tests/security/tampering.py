@@ -26,6 +26,8 @@ LEAVES = AuditLeaf._meta.db_table
 NODES = AuditTreeNode._meta.db_table
 TREE_HEADS = AuditTreeHead._meta.db_table
 PENDING = AuditPending._meta.db_table
+#: The tables that only grow (triggers refuse UPDATE, DELETE, TRUNCATE on PostgreSQL).
+TREE = (LEAVES, NODES, TREE_HEADS)
 
 
 def raw(sql: str, params: list | tuple = ()) -> int:

@@ -152,7 +152,7 @@ def test_it_names_the_missing_key_when_an_old_key_is_dropped(settings, db):
     settings.RECOVERY_AUDIT_KEYS = [KEY_B]
     first = events_of(tenant)[0]
     assert verify(tenant) == (
-        f"event seq 1 (id {first.pk}) is signed with unknown audit key id "
+        f"event seq {first.seq} (id {first.pk}) is signed with unknown audit key id "
         f"'{key_id_of(KEY_A.encode())}' (an old key missing from RECOVERY_AUDIT_KEYS?)")
 
 
