@@ -127,6 +127,7 @@ def role_lockdown_sql(*, owner: str, app: str, schema: str = "public") -> list[s
     still change the audit trail. Needs ``role_bootstrap_sql`` first (the roles). Raises
     ``ValueError`` as ``role_bootstrap_sql`` does.
     """
+    # Long on purpose: the lockdown's statements in their order, read as one script.
     _names(owner, app)
     o, a, s = _ident(owner), _ident(app), _ident(schema)
     events, heads = AuditEvent._meta.db_table, AuditChainHead._meta.db_table
