@@ -1,35 +1,25 @@
-"""The tamper-evident audit trail: keyed hash chain, verifier, signed head exports.
+"""The tamper-evident audit trail: keyed events, their keys and hash schemes, the legacy
+chain's pieces, and the tenant registry. The tenant's Merkle tree, its sequencer and the
+verifier are ``checkpoints.audittree``; signed head exports ``checkpoints.audithead``.
+What each piece proves, and what it does not, is written up in docs/security/audit.md;
+the short version:
 
-Every tenant has one chain of ``AuditEvent`` rows (seq 1, 2, ...) and one
-``AuditChainHead`` holding the last seq and hash. What each piece proves, and what it does
-not, is written up in ``docs/security/audit.md``; the short version:
-
-- **Keyed hash.** An event's ``hash`` is HMAC-SHA256 over the tenant, the key id, the
-  previous event's hash and the event's fields, the actor's id included (``hash_scheme``
-  3; events written before issue 17 are scheme 2, without the actor id, and verify as
-  they were made), keyed with a secret
-  from ``RECOVERY_AUDIT_KEYS`` that the database never holds. Someone who can write the
-  table but lacks the key cannot rewrite an event and recompute the chain. Events written
-  before migration 0005 are plain SHA-256 (scheme 1); they verify only inside the range
-  that migration sealed with a key (``AuditChainHead.legacy_seq``/``legacy_mac``), so an
-  attacker cannot "downgrade" newer events to the unkeyed scheme.
+- **Keyed events.** An event's ``hash`` is HMAC-SHA256 with a key from
+  ``RECOVERY_AUDIT_KEYS`` (which the database never holds) over the tenant, the key id
+  and the event's fields, the actor's id included. Events written since issue 22 are
+  keyed alone (scheme 4): their order is their leaf in the tenant's Merkle tree, given
+  after the commit by the sequencer. Events written before are chained (schemes 1-3: the
+  previous event's hash covered, seq 1..n, ``AuditChainHead`` at the last) and verify as
+  they were made; the tree's first head covers them too. Events older than migration
+  0005 are plain SHA-256 (scheme 1), accepted only inside the range that migration sealed.
 - **Key rotation.** Each event names its key (``key_id``: the first 16 hex digits of
-  HMAC-SHA256(key, "recovery.audit.key-id"), which identifies the key without revealing
-  it). Prepend a new key; keep the old ones listed so the events they signed still verify.
-- **Head and count.** The verifier walks seq 1..n without gaps and requires the head to be
-  exactly the last event: events cut from the end (without rewinding the head), events
-  past the head, and a tenant whose chain is missing altogether are all reported. Every
-  tenant has a chain: ``tenant_create`` audits the creation.
+  HMAC-SHA256(key, "recovery.audit.key-id")). Prepend a new key; keep the old ones listed
+  so the events they signed still verify.
 - **Tenant registry.** ``tenant_create`` also registers the tenant (``AuditTenant``: keyed
-  rows numbered 1..n), so ``registry_verify`` names a tenant deleted whole (row, events
-  and head), a deleted registration (a gap) and an unregistered tenant (issue 17).
-- **Signed head exports.** ``audit_head_export`` writes an ``audit.export_head`` event and
-  returns that event's (seq, hash) signed with the newest key; kept outside the database,
-  it proves later (``audit_head_check``) that nothing up to it was cut or rewritten, even
-  by someone who rewound the head.
+  rows numbered 1..n), so ``registry_verify`` names a tenant deleted whole.
 
-``audit_record`` is on every write's hot path: one locked read of the head, one INSERT,
-one UPDATE of the head, and one HMAC; nothing else.
+``audit_record`` is on every write's hot path: one HMAC and one INSERT, no per-tenant row
+read or locked (a trigger gives ``seq`` and queues the event: migration 0035).
 """
 
 from __future__ import annotations
@@ -50,19 +40,15 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from . import auditshape, locks, roles, sql
-from .exceptions import InvalidPayload
-from .jsonparse import dumps, loads_object
+from . import auditshape, locks, sql
+from .jsonparse import dumps
 from .models import AuditChainHead, AuditEvent, AuditHashScheme, AuditTenant, Tenant
-from .permissions import require
-from .vocab import AuditAction, TargetType
 
 SYSTEM = "system"
 GENESIS = "0" * 64
 KEY_MIN_LENGTH = 32
 KEY_ID_LABEL = b"recovery.audit.key-id"
 HEX64_RE = re.compile(r"[0-9a-f]{64}\Z")
-EXPORT_FIELDS = ("tenant", "seq", "last_hash", "exported_at", "key_id", "signature")
 
 
 # --------------------------------------------------------------------------------------
@@ -345,48 +331,6 @@ def _seal_problem(head: AuditChainHead, sealed_hash: str, keys: AuditKeys) -> st
     return ""
 
 
-def audit_verify(*, tenant: Tenant) -> tuple[bool, int, str]:
-    """Check the tenant's whole chain against its head and the audit keys.
-
-    Returns ``(intact, events checked, first problem or "")``. Broken when: the tenant has
-    no head or no events (its creation is always audited); a seq is missing or repeated; an
-    event does not link to the one before, or its hash (HMAC with the key its ``key_id``
-    names; plain SHA-256 only inside the sealed legacy range) does not recompute; a key id
-    is unknown; an event lies past the head; the head's seq or hash is not the last
-    event's. Raises ``ImproperlyConfigured`` for bad ``RECOVERY_AUDIT_KEYS``.
-    """
-    keys = audit_keys()
-    head = AuditChainHead.objects.for_tenant(tenant).first()
-    legacy_seq = head.legacy_seq if head is not None else 0
-    prev, n = GENESIS, 0
-    for e in AuditEvent.objects.for_tenant(tenant).order_by("seq").iterator():
-        n += 1
-        if head is None:
-            return False, n, "the chain head is missing but events exist"
-        if e.seq != n:
-            return False, n, f"gap before seq {e.seq} (seq {n} expected)"
-        if e.seq > head.seq:
-            return False, n, f"event seq {e.seq} is past the chain head (seq {head.seq})"
-        problem = _event_problem(e, prev, keys, legacy_seq)
-        if problem:
-            return False, n, problem
-        if e.seq == legacy_seq:
-            problem = _seal_problem(head, e.hash, keys)
-            if problem:
-                return False, n, problem
-        prev = e.hash
-    if head is None:
-        return False, 0, "no audit chain at all (every tenant's creation is audited)"
-    if head.seq != n:
-        return False, n, (f"the chain head is at seq {head.seq} but the events end at seq {n} "
-                          "(events missing)")
-    if head.last_hash != prev:
-        return False, n, f"the chain head's hash is not event seq {n}'s"
-    if legacy_seq > n:
-        return False, n, f"the legacy seal (seq {legacy_seq}) lies past the last event"
-    return True, n, ""
-
-
 # --------------------------------------------------------------------------------------
 # The tenant registry: every tenant the verifier must find
 # --------------------------------------------------------------------------------------
@@ -488,99 +432,3 @@ def registry_verify(*, slug: str | None = None) -> list[tuple[str, str]]:
             problems.append((s, "the tenant is not in the tenant registry (made outside "
                                 "tenant_create, or its registration was deleted)"))
     return problems
-
-
-# --------------------------------------------------------------------------------------
-# Signed head exports
-# --------------------------------------------------------------------------------------
-
-def _export_signature(secret: bytes, record: dict) -> str:
-    return _mac(secret, {"purpose": "audit-head-export",
-                         **{k: record[k] for k in EXPORT_FIELDS if k != "signature"}})
-
-
-def audit_head_export(*, tenant: Tenant, actor=None) -> dict:
-    """Export a signed checkpoint of the tenant's chain head, to keep outside the database.
-
-    In one transaction: locks the head, writes an ``audit.export_head`` event (an export
-    is an operator action, audited like the others) and returns that event's position:
-    ``{"tenant", "seq", "last_hash", "exported_at", "key_id", "signature"}``, where
-    ``signature`` is HMAC-SHA256 with the newest audit key over the other five fields. The
-    export covers its own event. ``actor`` must be an admin of the tenant, or ``None`` for
-    the operator's command line (``manage.py export_audit_head``); raises
-    ``NotFound``/``Forbidden`` otherwise. Issue 6, fault 2; docs/security/audit.md.
-    """
-    if actor is not None:
-        require(actor, tenant, roles.MANAGE)
-    keys = audit_keys()
-    with transaction.atomic():
-        event = audit_record(tenant=tenant, actor=actor, action=AuditAction.AUDIT_EXPORT_HEAD,
-                             target_type=TargetType.TENANT, target_id=tenant.slug,
-                             after={"key_id": keys.newest_id})
-    record = {"tenant": tenant.slug, "seq": event.seq, "last_hash": event.hash,
-              "exported_at": event.created_at.isoformat(), "key_id": keys.newest_id}
-    record["signature"] = _export_signature(keys.newest, record)
-    return record
-
-
-def audit_head_parse(line: str) -> dict:
-    """Parse one line written by ``export_audit_head`` (a JSON object).
-
-    Returns the record with exactly the fields of ``EXPORT_FIELDS``. Raises
-    ``InvalidPayload`` naming the field: not one strict JSON object (``jsonparse``), a
-    missing or unknown field,
-    ``tenant``/``exported_at``/``key_id`` not strings, ``seq`` not an integer >= 1,
-    ``last_hash``/``signature`` not 64 lower-case hex digits.
-    """
-    record = loads_object(line, max_depth=2, what="line")
-    for name in EXPORT_FIELDS:
-        if name not in record:
-            raise InvalidPayload(f"{name}: missing")
-    for name in record:
-        if name not in EXPORT_FIELDS:
-            raise InvalidPayload(f"{str(name)[:40]}: unknown field")
-    for name in ("tenant", "exported_at", "key_id"):
-        if not isinstance(record[name], str) or not 0 < len(record[name]) <= 200:
-            raise InvalidPayload(f"{name}: must be a non-empty string")
-    if type(record["seq"]) is not int or not 1 <= record["seq"] < 2**63:
-        raise InvalidPayload("seq: must be an integer >= 1")
-    for name in ("last_hash", "signature"):
-        if not isinstance(record[name], str) or not HEX64_RE.match(record[name]):
-            raise InvalidPayload(f"{name}: must be 64 lower-case hex digits")
-    return record
-
-
-def audit_head_check(*, record: dict) -> str:
-    """Check that the chain still holds an exported head; returns the problem, or "".
-
-    ``record`` comes from ``audit_head_parse``. A problem when: the signature is made with
-    an unknown key or does not verify (the line was altered or forged); the tenant does
-    not exist; the chain has no event at ``seq`` (cut), or that event's hash is not
-    ``last_hash`` (rewritten); the head is behind ``seq`` (rewound). Together with
-    ``audit_verify`` (which proves events 1..head link up to the head) this proves nothing
-    up to the export was cut or changed since. Reads only.
-    """
-    keys = audit_keys()
-    secret = keys.by_id.get(record["key_id"])
-    if secret is None:
-        return (f"exported head seq {record['seq']} is signed with unknown audit key id "
-                f"{record['key_id']!r}")
-    if not hmac.compare_digest(_export_signature(secret, record), record["signature"]):
-        return f"exported head seq {record['seq']}: the signature does not verify (altered?)"
-    tenant = Tenant.objects.filter(slug=record["tenant"]).first()
-    if tenant is None:
-        return "the tenant no longer exists"
-    seq = record["seq"]
-    head_seq = (AuditChainHead.objects.for_tenant(tenant)
-                .values_list("seq", flat=True).first())
-    stored = (AuditEvent.objects.for_tenant(tenant).filter(seq=seq)
-              .values_list("hash", flat=True).first())
-    if stored is None:
-        return (f"exported head seq {seq} of {record['exported_at']} is no longer in the "
-                "chain (events were cut)")
-    if not hmac.compare_digest(stored, record["last_hash"]):
-        return (f"event seq {seq} no longer has the hash exported on {record['exported_at']} "
-                "(history was rewritten)")
-    if head_seq is None or head_seq < seq:
-        return f"the chain head (seq {head_seq}) is behind the exported head seq {seq}"
-    return ""

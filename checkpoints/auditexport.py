@@ -29,9 +29,10 @@ from pathlib import Path
 from django.utils.dateparse import parse_datetime
 
 from .audit import GENESIS, HEX64_RE, _event_problem, audit_keys
+from .audittree import event_alone_problem
 from .exceptions import InvalidPayload
 from .jsonparse import dumps, loads_object
-from .models import AuditChainHead, AuditEvent, Tenant, Tombstone
+from .models import AuditChainHead, AuditEvent, AuditHashScheme, Tenant, Tombstone
 from .vocab import AuditAction
 
 FORMAT = "recovery.audit-export.v1"
@@ -216,7 +217,7 @@ def _event_of(line: dict, tenant_id: int) -> AuditEvent:
 
 
 def _check_events(path: Path, m: dict, problems: list[str]) -> None:
-    keys, prev, seq = audit_keys(), GENESIS, 0
+    keys, prev, last, seq, chained = audit_keys(), GENESIS, GENESIS, 0, 0
     with open(path, "rb") as fh:
         for number, raw in enumerate(fh, start=1):
             where = f"{AUDIT_FILE} line {number}"
@@ -228,18 +229,25 @@ def _check_events(path: Path, m: dict, problems: list[str]) -> None:
             except InvalidPayload as exc:
                 problems.append(f"{where}: {exc.detail}")
                 return
-            seq += 1
-            if event.seq != seq:
-                problems.append(f"{where}: seq {event.seq} where {seq} was expected")
-                return
-            problem = _event_problem(event, prev, keys, m["legacy_seq"])
+            if event.hash_scheme == AuditHashScheme.HMAC_SHA256_LEAF:
+                # Keyed alone (issue 22): its MAC, and seq increasing (the row's id).
+                problem = event_alone_problem(event, keys)
+                if not problem and not (type(event.seq) is int and event.seq > seq):
+                    problem = f"seq {event.seq} is not after seq {seq}"
+            else:
+                chained += 1
+                problem = (f"seq {event.seq} where {chained} was expected"
+                           if event.seq != chained
+                           else _event_problem(event, prev, keys, m["legacy_seq"]))
+                prev = event.hash
             if problem:
                 problems.append(f"{where}: {problem.replace(' (id None)', '')}")
                 return
-            prev = event.hash
+            seq = event.seq
+            last = event.hash
     if seq != m["through_seq"]:
         problems.append(f"{AUDIT_FILE}: ends at seq {seq}, the manifest says {m['through_seq']}")
-    elif prev != m["last_hash"]:
+    elif last != m["last_hash"]:
         problems.append(f"{AUDIT_FILE}: the last event's hash is not the manifest's last_hash")
 
 

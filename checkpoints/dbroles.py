@@ -7,9 +7,11 @@ Two roles:
   the audit triggers, so its credentials stay out of the running service.
 - the **app** role is what the web nodes and workers connect as. It has the ordinary
   rights (SELECT, INSERT, UPDATE, DELETE) on every table except the audit trail: on the
-  event table and the tenant registry only SELECT and INSERT, on the chain heads SELECT,
-  INSERT and UPDATE (the head moves with each event; the verifier checks it against the
-  events). It owns
+  event table, the tenant registry and the Merkle tree's leaves, nodes and signed heads
+  only SELECT and INSERT, on the sequencer's queue (``AuditPending``) SELECT, INSERT and
+  DELETE (the sequencer deletes what it integrated; the verifier finds an event neither in
+  the tree nor queued), on the chain heads SELECT, INSERT and UPDATE (the tenant's write
+  gate; the verifier checks the legacy chain's end against the events). It owns
   nothing, is no superuser and no member of the owner, and cannot create objects in the
   schema (which also keeps it from planting functions the owner's migrations would run).
 
@@ -29,10 +31,21 @@ from __future__ import annotations
 
 import re
 
-from .models import AuditChainHead, AuditEvent, AuditTenant
+from .models import (
+    AuditChainHead,
+    AuditEvent,
+    AuditLeaf,
+    AuditPending,
+    AuditTenant,
+    AuditTreeHead,
+    AuditTreeNode,
+)
 
 ROLE_RE = re.compile(r"[a-z_][a-z0-9_]{0,62}\Z")
-TRIGGER_FUNCTIONS = ("checkpoints_audit_append_only()",)
+TRIGGER_FUNCTIONS = ("checkpoints_audit_append_only()", "checkpoints_audit_seq()",
+                     "checkpoints_audit_queue()")
+#: The Merkle tree's tables (issue 22, item 1): the app role may only read and append.
+TREE_TABLES = (AuditLeaf, AuditTreeNode, AuditTreeHead)
 
 
 def _ident(name: str) -> str:
@@ -114,11 +127,19 @@ def role_lockdown_sql(*, owner: str, app: str, schema: str = "public") -> list[s
     still change the audit trail. Needs ``role_bootstrap_sql`` first (the roles). Raises
     ``ValueError`` as ``role_bootstrap_sql`` does.
     """
+    # Long on purpose: the lockdown's statements in their order, read as one script.
     _names(owner, app)
     o, a, s = _ident(owner), _ident(app), _ident(schema)
     events, heads = AuditEvent._meta.db_table, AuditChainHead._meta.db_table
     registry = AuditTenant._meta.db_table
-    functions = ", ".join(f"{schema}.{f}" for f in TRIGGER_FUNCTIONS)
+    pending = AuditPending._meta.db_table
+    tree = ", ".join(f"{s}.{_ident(m._meta.db_table)}" for m in TREE_TABLES)
+    tree_checks = "".join(
+        f"       OR has_table_privilege(app_role, {_lit(schema + '.' + m._meta.db_table)}, '{r}')\n"
+        for m in TREE_TABLES for r in ("UPDATE", "DELETE", "TRUNCATE", "TRIGGER"))
+    tree_checks += "".join(
+        f"       OR has_table_privilege(app_role, {_lit(schema + '.' + pending)}, '{r}')\n"
+        for r in ("UPDATE", "TRUNCATE", "TRIGGER"))
     return [
         # 4. The owner owns every table (their identity sequences follow) and the trigger
         #    function: only it can ALTER, DISABLE or DROP the triggers, or replace the function.
@@ -134,7 +155,7 @@ BEGIN
         EXECUTE format('ALTER TABLE %I.%I OWNER TO %I', {_lit(schema)}, t.relname, {_lit(owner)});
     END LOOP;
 END $$""",
-        f"ALTER FUNCTION {functions} OWNER TO {o}",
+        *(f"ALTER FUNCTION {schema}.{f} OWNER TO {o}" for f in TRIGGER_FUNCTIONS),
         # 5. The app: ordinary rights on the tables that exist ...
         f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {s} TO {a}",
         f"GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA {s} TO {a}",
@@ -144,6 +165,10 @@ END $$""",
         f"GRANT SELECT, INSERT ON {s}.{_ident(events)} TO {a}",
         f"GRANT SELECT, INSERT, UPDATE ON {s}.{_ident(heads)} TO {a}",
         f"GRANT SELECT, INSERT ON {s}.{_ident(registry)} TO {a}",
+        # ... the tree: append leaves, nodes and heads; the queue: also delete from it.
+        f"REVOKE ALL ON {tree}, {s}.{_ident(pending)} FROM PUBLIC, {a}",
+        f"GRANT SELECT, INSERT ON {tree} TO {a}",
+        f"GRANT SELECT, INSERT, DELETE ON {s}.{_ident(pending)} TO {a}",
         # 6. Refuse to finish when the app role could still change the audit trail.
         f"""DO $$
 DECLARE
@@ -172,7 +197,7 @@ BEGIN
        OR has_table_privilege(app_role, heads, 'TRIGGER')
        OR has_table_privilege(app_role, registry, 'UPDATE') OR has_table_privilege(app_role, registry, 'DELETE')
        OR has_table_privilege(app_role, registry, 'TRUNCATE') OR has_table_privilege(app_role, registry, 'TRIGGER')
-    THEN
+{tree_checks}    THEN
         RAISE EXCEPTION 'app role % may still change the audit trail (through PUBLIC or a role it belongs to)', app_role;
     END IF;
 END $$""",

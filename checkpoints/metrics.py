@@ -21,7 +21,7 @@ Two kinds:
   | ``recovery_open_conflicts`` | tenant | unacknowledged ``Conflict`` rows (partial index) |
   | ``recovery_reconcile_requests`` | tenant, state | ``ReconcileRequest`` in ``queued``, ``running`` (the queue) or ``gave_up`` |
   | ``recovery_reconcile_failing`` | tenant | open requests whose last look-ups could not tell (``failures`` > 0) |
-  | ``recovery_audit_events`` | tenant | the audit chain's length (``AuditChainHead.seq``) |
+  | ``recovery_audit_events`` | tenant | the audit trail's length: the newest signed tree head's size plus the events queued for the sequencer (issue 22) |
   | ``recovery_migration_jobs`` | tenant, state | ``MigrationJob`` in ``queued``, ``running`` (the queue) or ``failed`` (gave up) |
   | ``recovery_notification_messages`` | tenant, state | notification messages per delivery state (issue 21) |
   | ``recovery_notification_endpoints_disabled`` | tenant | endpoints disabled (by an admin or after days of failure) |
@@ -49,14 +49,15 @@ from __future__ import annotations
 import logging
 
 from django.db import DatabaseError
-from django.db.models import Count, Min, Q, Sum
+from django.db.models import Count, Max, Min, Q, Sum
 from prometheus_client import Counter
 from prometheus_client.core import GaugeMetricFamily
 
 from . import heartbeat
 from .dbclock import NOW
 from .models import (
-    AuditChainHead,
+    AuditPending,
+    AuditTreeHead,
     Conflict,
     EffectStateCount,
     MigrationJob,
@@ -140,9 +141,18 @@ def domain_figures() -> dict[str, dict[tuple[str, ...], int]]:
             key = (slugs.get(row["tenant_id"]),)
             if key[0] is not None:
                 figures["recovery_reconcile_failing"][key] += row["failing"]
-    for tenant_id, seq in (AuditChainHead.objects.for_all_tenants(reason=_WHY)
-                           .values_list("tenant_id", "seq")):
-        put("recovery_audit_events", tenant_id, value=seq)
+    # The trail's length (issue 22): the newest signed head's size plus the queued events.
+    audit_events: dict[int, int] = {}
+    for tenant_id, size in (AuditTreeHead.objects.for_all_tenants(reason=_WHY)
+                            .values("tenant_id").annotate(size=Max("tree_size"))
+                            .values_list("tenant_id", "size")):
+        audit_events[tenant_id] = size or 0
+    for tenant_id, queued in (AuditPending.objects.for_all_tenants(reason=_WHY)
+                              .values("tenant_id").annotate(n=Count("event_id"))
+                              .values_list("tenant_id", "n")):
+        audit_events[tenant_id] = audit_events.get(tenant_id, 0) + queued
+    for tenant_id, n in audit_events.items():
+        put("recovery_audit_events", tenant_id, value=n)
     for row in (MigrationJob.objects.for_all_tenants(reason=_WHY)
                 .filter(state__in=MIGRATION_COUNTED)
                 .values("tenant_id", "state").annotate(total=Count("id"))):

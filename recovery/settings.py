@@ -526,7 +526,19 @@ EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
 EMAIL_USE_SSL = env_bool("EMAIL_USE_SSL", False)
 EMAIL_TIMEOUT = RECOVERY_NOTIFY_TIMEOUT_S
 DEFAULT_FROM_EMAIL = env("DEFAULT_FROM_EMAIL") or "recovery@localhost"
+# --- Audit sequencer (issue 22, item 1; docs/security/audit.md) ---------------------------
+# How often queued audit events are integrated into each tenant's Merkle tree and a head
+# signed: Celery beat with a broker, the in-process worker without one.
+RECOVERY_AUDIT_INTEGRATE_INTERVAL_S = env_int("RECOVERY_AUDIT_INTEGRATE_INTERVAL_S", 1,
+                                              minimum=1)
+# /readyz fails ("audit") when the oldest queued event is older than this (seconds,
+# database clock): the sequencer is not running.
+RECOVERY_AUDIT_LAG_MAX_S = env_int("RECOVERY_AUDIT_LAG_MAX_S", 60, minimum=1)
 CELERY_BEAT_SCHEDULE = {
+    "audit-integrate": {
+        "task": "checkpoints.tasks.audit_integrate",
+        "schedule": timedelta(seconds=RECOVERY_AUDIT_INTEGRATE_INTERVAL_S),
+    },
     "stale-run-sweep": {
         "task": "checkpoints.tasks.sweep_stale_runs",
         "schedule": timedelta(seconds=RECOVERY_SWEEP_INTERVAL_S),

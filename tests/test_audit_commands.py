@@ -15,7 +15,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db.models import F
 
-from checkpoints import heartbeat
+from checkpoints import audittree, heartbeat, services
 from checkpoints.models import AuditEvent, Heartbeat
 from tests.helpers import envelope, put_checkpoint
 from tests.security import tampering
@@ -34,9 +34,11 @@ def test_it_prints_one_signed_head_per_tenant_and_audits_each(acme, globex):
     records = [json.loads(line) for line in lines]
     assert [r["tenant"] for r in records] == ["acme", "globex"]
     for r in records:
-        assert set(r) == {"tenant", "seq", "last_hash", "exported_at", "key_id", "signature"}
-        event = AuditEvent.objects.get(tenant__slug=r["tenant"], seq=r["seq"])
-        assert (event.action, event.hash) == ("audit.export_head", r["last_hash"])
+        assert set(r) == {"tenant", "origin", "tree_size", "root_hash", "created_at", "key_id",
+                          "public_key", "signature", "checkpoint"}
+        event = AuditEvent.objects.filter(tenant__slug=r["tenant"]).order_by("seq").last()
+        assert event.action == "audit.export_head"
+        assert event.leaf.index == r["tree_size"] - 1  # the head covers the export's event
     assert "acme: intact (2 event(s))" in run("verify_audit_chain")
 
 
@@ -57,15 +59,19 @@ def test_it_appends_to_the_out_file_and_verifies_against_it(acme, globex, tmp_pa
 def test_it_names_the_tenant_and_the_problem_against_a_cut_chain(acme, globex, wendy,
                                                                    tmp_path):
     heads = tmp_path / "heads.jsonl"
+    services.audit_integrate(acme)
+    keep = audittree.newest_head(acme.pk).tree_size
     run("export_audit_head", out=str(heads))
-    acme_seq = json.loads(heads.read_text().splitlines()[0])["seq"]
+    acme_size = json.loads(heads.read_text().splitlines()[0])["tree_size"]
     put_checkpoint(wendy, acme, envelope())
-    tampering.cut_tail(acme, keep=acme_seq - 1)
+    services.audit_integrate(acme)
+    tampering.cut_tree(acme, keep=keep)  # leaves, events and heads past it
     assert "acme: intact" in run("verify_audit_chain")
     with pytest.raises(CommandError) as caught:
         run("verify_audit_chain", against=str(heads))
     assert str(caught.value).startswith(
-        f"audit chain broken for: acme: exported head seq {acme_seq} of ")
+        f"audit chain broken for: acme: the tree (size {keep}) is behind the exported head "
+        f"size {acme_size} (events were cut)")
     assert "globex" not in str(caught.value)
 
 
@@ -170,14 +176,15 @@ def test_the_real_command_line_exits_non_zero_naming_the_tenant(tmp_path):
     for args in (["migrate", "-v", "0"], ["create_tenant", "acme"], ["create_tenant", "globex"]):
         subprocess.run([*manage, *args], env=env, check=True, capture_output=True)
     with sqlite3.connect(db) as con:  # anyone with the file: no trigger on SQLite
-        con.execute("DELETE FROM checkpoints_auditevent WHERE tenant_id = "
-                    "(SELECT id FROM checkpoints_tenant WHERE slug = 'globex')")
+        for table in ("checkpoints_auditpending", "checkpoints_auditevent"):
+            con.execute(f"DELETE FROM {table} WHERE tenant_id = "
+                        "(SELECT id FROM checkpoints_tenant WHERE slug = 'globex')")
     done = subprocess.run([*manage, "verify_audit_chain"], env=env, capture_output=True,
                           text=True)
     assert done.returncode == 1
     assert "acme: intact (1 event(s))" in done.stdout
-    assert ("CommandError: audit chain broken for: globex: the chain head is at seq 1 but the "
-            "events end at seq 0 (events missing)") in done.stderr
+    assert ("CommandError: audit chain broken for: globex: no audit chain at all (every "
+            "tenant's creation is audited)") in done.stderr
     assert "Traceback" not in done.stderr
 
 

@@ -15,12 +15,14 @@ import os
 import re
 import socket
 import uuid
+from datetime import timedelta
 
 import pytest
 from django.conf import settings
 from django.db import OperationalError, connection
 from django.db.models import Count
 from django.test import Client
+from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from checkpoints import heartbeat, services
@@ -37,6 +39,7 @@ from checkpoints.vocab import EffectState, ReconcileState, RecoveryState
 from tests.faults.conftest import in_doubt_run
 from tests.faults.stubs import broker_at
 from tests.helpers import ambiguous_run, envelope, put_checkpoint, sweep_later
+from tests.security import tampering
 
 pytestmark = pytest.mark.django_db
 
@@ -75,7 +78,8 @@ def test_readyz_is_ok_with_the_database_and_no_broker_configured(client, no_brok
     response = client.get("/readyz")
     assert response.status_code == 200
     assert response.json() == {"status": "ok", "heartbeat": {},
-                               "checks": {"broker": "not configured", "database": "ok",
+                               "checks": {"audit": "ok", "broker": "not configured",
+                                          "database": "ok",
                                           "notifications": "not configured",
         "retention": "not configured",
                                           "worker": "not configured"}}
@@ -88,7 +92,8 @@ def test_readyz_names_the_database_when_it_is_down(client, monkeypatch, no_broke
     assert response["Content-Type"] == "application/json"
     assert response["Retry-After"] == "5"
     assert response.json() == {"status": "unavailable", "heartbeat": {},
-                               "checks": {"broker": "not configured",
+                               "checks": {"audit": "failed: OperationalError",
+                                          "broker": "not configured",
                                           "database": "failed: OperationalError",
                                           "notifications": "failed: OperationalError",
                                           "retention": "failed: OperationalError",
@@ -113,7 +118,7 @@ def test_readyz_is_ok_with_a_live_broker(client):
     with broker_at(os.environ["CELERY_BROKER_URL"]):
         response = client.get("/readyz")
     assert response.status_code == 200, response.content
-    assert response.json()["checks"] == {"broker": "ok", "database": "ok",
+    assert response.json()["checks"] == {"audit": "ok", "broker": "ok", "database": "ok",
                                          "notifications": "not configured",
         "retention": "not configured", "worker": "ok"}
 
@@ -255,7 +260,7 @@ def test_migration_jobs_are_counted_queued_running_and_failed(client, settings, 
 def test_the_scrape_costs_the_same_queries_whatever_the_rows(client, settings, world,
                                                              django_assert_max_num_queries):
     settings.RECOVERY_METRICS_TOKEN = TOKEN
-    with django_assert_max_num_queries(10):  # nine figures and the heartbeats
+    with django_assert_max_num_queries(11):  # ten figures (the audit: heads and queue) and the heartbeats
         scrape(client)
 
 
@@ -421,7 +426,8 @@ def test_readyz_names_the_worker_when_no_worker_ever_swept(client, reachable_bro
     assert response.status_code == 503
     assert response["Retry-After"] == "5"
     body = response.json()
-    assert body["checks"] == {"broker": "ok", "database": "ok", "notifications": "not configured",
+    assert body["checks"] == {"audit": "ok", "broker": "ok", "database": "ok",
+                              "notifications": "not configured",
         "retention": "not configured",
                               "worker": "failed: WorkerSilent"}
 
@@ -490,3 +496,18 @@ def test_metrics_carry_the_heartbeat_ages(client, settings, acme):
 
     at = Heartbeat.objects.get(name="sweep.celery").at.timestamp()
     assert got["recovery_heartbeat_timestamp_seconds"][(("name", "sweep.celery"),)] == at
+
+
+def test_readyz_names_the_audit_sequencer_when_events_wait_too_long(client, no_broker, acme,
+                                                                    settings):
+    """Issue 22, item 1: an audit event queued longer than RECOVERY_AUDIT_LAG_MAX_S
+    (database clock) means the sequencer is not running."""
+    assert client.get("/readyz").json()["checks"]["audit"] == "ok"
+    then = timezone.now() - timedelta(seconds=settings.RECOVERY_AUDIT_LAG_MAX_S + 5)
+    tampering.raw("UPDATE checkpoints_auditevent SET created_at = %s WHERE tenant_id = %s",
+                  [then, acme.pk])
+    response = client.get("/readyz")
+    assert response.status_code == 503
+    assert response.json()["checks"]["audit"] == "failed: AuditLate"
+    services.audit_integrate(acme)
+    assert client.get("/readyz").json()["checks"]["audit"] == "ok"

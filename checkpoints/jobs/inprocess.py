@@ -3,7 +3,9 @@ beat), the web process itself runs the stale-run sweep and the due reconcile req
 every ``RECOVERY_SWEEP_INTERVAL_S`` (DESIGN.md 4: "something always runs it"), the
 retention purge every ``RECOVERY_RETENTION_INTERVAL_S`` (issue 20), and the notification
 round (issue 21: the outbox dispatched, due messages sent; ``jobs.notify``) each time and
-every ``RECOVERY_NOTIFY_INTERVAL_S`` between (``_loop``).
+every ``RECOVERY_NOTIFY_INTERVAL_S`` between, and the audit sequencer every
+``RECOVERY_AUDIT_INTEGRATE_INTERVAL_S`` (issue 22: ``services.audit_integrate_all``;
+``_loop``).
 
 Started once per process by ``InProcessWorkerMiddleware`` on the first request when
 ``RECOVERY_INPROCESS_WORKER`` is on (the default without ``CELERY_BROKER_URL``, off under
@@ -142,22 +144,37 @@ def _notify_catch_up(beats: dict, *, force: bool) -> dict | None:
         return stats or None
 
 
+def _integrate() -> None:
+    """Run the audit sequencer over every tenant (``services.audit_integrate_all``); its
+    failure is logged (``/readyz`` names ``audit`` while events wait too long)."""
+    try:
+        services.audit_integrate_all()
+    except Exception:  # noqa: BLE001 - logged; the next tick tries again
+        log.exception("audit integration failed; the next tick tries again")
+
+
 def _loop(interval_s: float, stop: threading.Event, round_=run_once,
-          notify_s: float | None = None) -> None:
+          notify_s: float | None = None, audit_s: float | None = None) -> None:
     """Run ``round_`` every ``interval_s``; with ``notify_s`` shorter (the in-process
-    worker: ``RECOVERY_NOTIFY_INTERVAL_S``, 5 s, under the sweep's 10 s), wake every
-    ``notify_s`` and run the notification round alone between rounds, so a message
-    waits for the notification interval, not the sweep's."""
-    tick = min(interval_s, notify_s) if notify_s else interval_s
+    worker: ``RECOVERY_NOTIFY_INTERVAL_S``, 5 s, under the sweep's 10 s), run the
+    notification round alone between rounds every ``notify_s``, so a message waits for
+    the notification interval, not the sweep's; with ``audit_s`` (the in-process worker:
+    ``RECOVERY_AUDIT_INTEGRATE_INTERVAL_S``, 1 s), run the audit sequencer every
+    ``audit_s`` (issue 22, item 1)."""
+    tick = min(x for x in (interval_s, notify_s, audit_s) if x)
     next_round = time.monotonic() + interval_s
+    next_notify = time.monotonic() + (notify_s or 0)
     while not stop.wait(tick):
         try:
             close_old_connections()
             now = time.monotonic()
+            if audit_s:
+                _integrate()
             if now >= next_round - tick / 10:  # a round is due (a little early is fine)
                 next_round = max(next_round + interval_s, now + tick)
                 round_()
-            else:
+            elif notify_s and now >= next_notify - tick / 10:
+                next_notify = max(next_notify + notify_s, now + tick)
                 _notify({})
         except Exception:  # noqa: BLE001 - keep the worker alive; the next round retries
             log.exception("in-process sweep failed; retrying in %s s", interval_s)
@@ -178,7 +195,9 @@ def start(stop: threading.Event | None = None, *, watchdog: bool = False) -> boo
                               args=(settings.RECOVERY_SWEEP_INTERVAL_S,
                                     stop or threading.Event(),
                                     catch_up if watchdog else run_once,
-                                    None if watchdog else settings.RECOVERY_NOTIFY_INTERVAL_S))
+                                    None if watchdog else settings.RECOVERY_NOTIFY_INTERVAL_S,
+                                    None if watchdog
+                                    else settings.RECOVERY_AUDIT_INTEGRATE_INTERVAL_S))
     thread.start()
     return True
 

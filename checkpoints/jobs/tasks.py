@@ -16,7 +16,7 @@ import logging
 from celery import shared_task
 
 from .. import heartbeat
-from ..services import retention_purge_all
+from ..services import audit_integrate_all, retention_purge_all
 from ..services import sweep_stale_runs as sweep
 from . import migrations
 from .notify import notify_round
@@ -77,3 +77,12 @@ def notify() -> dict:
     ``jobs.notify.notify_round``: the notification outbox dispatched, due messages sent
     (issue 21). Records the ``notify`` heartbeat. Safe on several workers at once."""
     return notify_round()
+
+
+@shared_task(name="checkpoints.tasks.audit_integrate")
+def audit_integrate() -> dict:
+    """Celery beat entry (every ``RECOVERY_AUDIT_INTEGRATE_INTERVAL_S``, 1 s) for
+    ``services.audit_integrate_all``: every tenant's queued audit events integrated into
+    its Merkle tree, a signed head per batch (issue 22, item 1). Records the
+    ``audit.integrate`` heartbeat. Safe on several workers at once (a per-tenant lease)."""
+    return {"integrated": audit_integrate_all()}

@@ -139,6 +139,7 @@ class Migration(migrations.Migration):
                 ('created_at', models.DateTimeField()),
                 ('key_id', models.CharField(max_length=16)),
                 ('signature', models.CharField(max_length=128)),
+                ('frontier', models.JSONField(blank=True, default=list, help_text="the roots (hex) of the perfect subtrees the tree of tree_size leaves splits into, largest first: where the sequencer's next batch starts. A cache: the verifier recomputes every head's root from the leaves")),
                 ('tenant', models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.PROTECT, related_name='+', to='checkpoints.tenant')),
             ],
             options={

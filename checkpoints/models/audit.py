@@ -192,6 +192,11 @@ class AuditTreeHead(TenantOwned):
     created_at = models.DateTimeField()
     key_id = models.CharField(max_length=16)
     signature = models.CharField(max_length=128)
+    frontier = models.JSONField(
+        default=list, blank=True,
+        help_text="the roots (hex) of the perfect subtrees the tree of tree_size leaves "
+                  "splits into, largest first: where the sequencer's next batch starts. A "
+                  "cache: the verifier recomputes every head's root from the leaves")
 
     class Meta:
         constraints = [

@@ -149,6 +149,7 @@ def readiness() -> tuple[bool, dict[str, str]]:
     probes.append(("worker", _check_worker))
     probes.append(("retention", services.retention_health))
     probes.append(("notifications", notify_delivery.notify_health))
+    probes.append(("audit", services.audit_health))
     if settings.RECOVERY_STATIC_MANIFEST:  # pages need collectstatic's manifest
         probes.append(("static_manifest", check_static_manifest))
     ready = True

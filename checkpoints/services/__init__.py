@@ -46,14 +46,9 @@ count and its audit event commit, and ``StaleRevision`` is raised after the comm
 
 # ruff: noqa: F401 - this module is the package's interface: it re-exports every service.
 
-from ..audit import (
-    audit_head_check,
-    audit_head_export,
-    audit_head_parse,
-    audit_record,
-    audit_verify,
-    registry_verify,
-)
+from ..audit import audit_record, registry_verify
+from ..audithead import audit_head_check, audit_head_export, audit_head_parse
+from ..audittree import audit_health, audit_integrate, audit_integrate_all, audit_verify
 from ..exceptions import Forbidden, StaleRevision
 from .accounts import (
     TOKEN_TOUCH_INTERVAL,

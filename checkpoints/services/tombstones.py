@@ -34,7 +34,7 @@ from ..dbclock import db_now
 from ..exceptions import Forbidden, InvalidPayload, NotFound, PurgeRefused
 from ..models import (
     TOMBSTONE_PURGE_MAX,
-    AuditChainHead,
+    AuditEvent,
     AuditExport,
     HeldRun,
     Run,
@@ -86,8 +86,8 @@ def audit_export(*, actor, tenant: Tenant, out_dir: str | Path,
     """
     if actor is not None:
         require(actor, tenant, roles.MANAGE)
-    head_seq = (AuditChainHead.objects.for_tenant(tenant)
-                .values_list("seq", flat=True).first()) or 0
+    # The newest event's seq (issue 22: the chain head no longer moves with appends).
+    head_seq = AuditEvent.objects.for_tenant(tenant).aggregate(last=Max("seq"))["last"] or 0
     if through_seq is None:
         through_seq = head_seq
     if type(through_seq) is not int or not 1 <= through_seq <= max(head_seq, 1):

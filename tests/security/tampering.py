@@ -8,16 +8,43 @@ from __future__ import annotations
 
 from django.db import connection, transaction
 
+from checkpoints import audittree
 from checkpoints.audit import audit_fields, legacy_hash
-from checkpoints.models import AuditChainHead, AuditEvent, AuditHashScheme
+from checkpoints.models import (
+    AuditChainHead,
+    AuditEvent,
+    AuditHashScheme,
+    AuditLeaf,
+    AuditPending,
+    AuditTreeHead,
+    AuditTreeNode,
+)
 
 EVENTS = AuditEvent._meta.db_table
 HEADS = AuditChainHead._meta.db_table
+LEAVES = AuditLeaf._meta.db_table
+NODES = AuditTreeNode._meta.db_table
+TREE_HEADS = AuditTreeHead._meta.db_table
+PENDING = AuditPending._meta.db_table
+#: The tables that only grow (triggers refuse UPDATE, DELETE, TRUNCATE on PostgreSQL).
+TREE = (LEAVES, NODES, TREE_HEADS)
 
 
 def raw(sql: str, params: list | tuple = ()) -> int:
-    """Run ``sql`` with the triggers off (PostgreSQL superuser) or as is (SQLite, which has
-    no triggers); returns the row count."""
+    """Run ``sql`` with the triggers off (PostgreSQL superuser: foreign keys off too) or
+    as is (SQLite, which has no triggers; its foreign keys switched off when outside a
+    transaction, as anyone with the file can: a test that deletes an event a leaf or a
+    queue row names runs with ``transaction=True``); returns the row count."""
+    if connection.vendor == "sqlite" and not connection.in_atomic_block:
+        with connection.cursor() as cur:
+            cur.execute("PRAGMA foreign_keys = OFF")
+        try:
+            with transaction.atomic(), connection.cursor() as cur:
+                cur.execute(sql, params)
+                return cur.rowcount
+        finally:
+            with connection.cursor() as cur:
+                cur.execute("PRAGMA foreign_keys = ON")
     with transaction.atomic(), connection.cursor() as cur:
         if connection.vendor == "postgresql":
             cur.execute("SET LOCAL session_replication_role = replica")
@@ -34,10 +61,11 @@ def set_head(tenant, seq: int, last_hash: str) -> None:
 
 
 def rewrite(tenant, seq: int, *, downgrade: bool = False, **changes) -> None:
-    """Change event ``seq``'s fields, then recompute its hash and every later one with plain
+    """Change chained event ``seq``'s fields (schemes 1-3, written before issue 22), then recompute its hash and every later one with plain
     SHA-256 and move the head along, so that every link and the head agree. With
     ``downgrade`` the rewritten events also claim the unkeyed legacy scheme."""
-    events = list(AuditEvent.objects.filter(tenant=tenant).order_by("seq"))
+    events = list(AuditEvent.objects.filter(tenant=tenant).order_by("seq")
+                  .exclude(hash_scheme=AuditHashScheme.HMAC_SHA256_LEAF))  # the chained ones
     prev = events[seq - 2].hash if seq > 1 else "0" * 64
     for name, value in changes.items():
         setattr(events[seq - 1], name, value)
@@ -51,6 +79,36 @@ def rewrite(tenant, seq: int, *, downgrade: bool = False, **changes) -> None:
             [e.reason, e.actor_name, e.action, e.prev_hash, e.hash, scheme, e.pk])
         prev = e.hash
     set_head(tenant, events[-1].seq, prev)
+
+
+def rewrite_event(event: AuditEvent, *, leaf: bool = False, **changes) -> None:
+    """Change one event (keyed alone, scheme 4) and rehash it with plain SHA-256, the best
+    a key-less attacker can do; with ``leaf``, also recompute its leaf's hash so that the
+    leaf agrees with the rewritten event."""
+    for name, value in changes.items():
+        setattr(event, name, value)
+    event.hash = legacy_hash("", audit_fields(event))
+    raw(f"UPDATE {EVENTS} SET reason = %s, actor_name = %s, action = %s, hash = %s "
+        "WHERE id = %s", [event.reason, event.actor_name, event.action, event.hash, event.pk])
+    if leaf:
+        raw(f"UPDATE {LEAVES} SET hash = %s WHERE event_id = %s",
+            [audittree.event_leaf_hash(event).hex(), event.pk])
+
+
+def cut_tree(tenant, keep: int) -> None:
+    """Delete every leaf from index ``keep`` on, their events, the stored nodes and the
+    signed heads past ``keep`` leaves: a consistent, shorter tree (the newest surviving
+    head covers exactly the leaves left, when a head of that size exists)."""
+    ids = list(AuditLeaf.objects.filter(tenant=tenant, index__gte=keep)
+               .values_list("event_id", flat=True))
+    raw(f"DELETE FROM {LEAVES} WHERE tenant_id = %s AND \"index\" >= %s", [tenant.pk, keep])
+    raw(f"DELETE FROM {TREE_HEADS} WHERE tenant_id = %s AND tree_size > %s", [tenant.pk, keep])
+    for node_id, level, index in AuditTreeNode.objects.filter(tenant=tenant).values_list(
+            "id", "level", "index"):
+        if (index + 1) << level > keep:
+            raw(f"DELETE FROM {NODES} WHERE id = %s", [node_id])
+    for event_id in ids:
+        raw(f"DELETE FROM {EVENTS} WHERE id = %s", [event_id])
 
 
 def cut_tail(tenant, keep: int) -> None:

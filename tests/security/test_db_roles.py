@@ -15,6 +15,7 @@ from django.db import connection
 from checkpoints import services
 from checkpoints.models import AuditEvent, Checkpoint
 from tests.helpers import envelope, put_checkpoint
+from tests.security import tampering
 from tests.security.conftest import django_connected_as, drop_roles
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -48,6 +49,15 @@ REFUSED = [
      "permission denied for table"),
     ("create a table", "CREATE TABLE public.planted (a int)",
      "permission denied for schema public"),
+    # Issue 22: the Merkle tree only grows; the queue may only lose what was integrated.
+    *((f"{verb} the tree ({table})", sql.format(t=table), "permission denied for table")
+      for table in ("checkpoints_auditleaf", "checkpoints_audittreenode",
+                    "checkpoints_audittreehead")
+      for verb, sql in (("delete from", "DELETE FROM {t}"), ("update", "UPDATE {t} SET "
+                        "tenant_id = tenant_id"), ("truncate", "TRUNCATE {t}"))),
+    ("rewrite a queue row", "UPDATE checkpoints_auditpending SET tenant_id = tenant_id",
+     "permission denied for table"),
+    ("truncate the queue", "TRUNCATE checkpoints_auditpending", "permission denied for table"),
 ]
 
 
@@ -98,9 +108,13 @@ def test_it_gives_the_owner_every_table_and_the_trigger_function(db_roles):
 def test_it_still_refuses_the_owner_a_plain_truncate(db_roles, chain):
     """The owner could disable the triggers (so it stays out of the service), but a plain
     TRUNCATE, DELETE or UPDATE by it is refused too."""
+    services.audit_integrate(chain)  # leaves, a head: rows for the row triggers to refuse
     with db_roles.connect(db_roles.owner) as owner, owner.cursor() as cur:
-        for sql in (f"TRUNCATE {EVENTS}", f"DELETE FROM {EVENTS}",
-                    f"UPDATE {EVENTS} SET reason = 'x'", f"TRUNCATE {HEADS}"):
+        # CASCADE: the leaves name the events (issue 22); their own trigger refuses too.
+        for sql in (f"TRUNCATE {EVENTS} CASCADE", f"DELETE FROM {EVENTS}",
+                    f"UPDATE {EVENTS} SET reason = 'x'", f"TRUNCATE {HEADS}",
+                    *(f"DELETE FROM {t}" for t in (tampering.LEAVES, tampering.TREE_HEADS)),
+                    *(f"TRUNCATE {t} CASCADE" for t in tampering.TREE)):
             with pytest.raises(psycopg.errors.InsufficientPrivilege, match="append-only"):
                 cur.execute(sql)
     assert services.audit_verify(tenant=chain)[0]

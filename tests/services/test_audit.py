@@ -10,6 +10,7 @@ from checkpoints import audit, services
 from checkpoints.models import AuditEvent
 from tests.api.apihelpers import snapshot
 from tests.helpers import envelope, put_checkpoint
+from tests.security import tampering
 
 
 @pytest.fixture
@@ -21,13 +22,16 @@ def history(acme, globex, wendy, wes, rita):
     return body
 
 
-def test_it_chains_each_tenants_events_in_order(acme, globex, history):
+def test_it_keys_each_tenants_events_and_integrates_them_in_order(acme, globex, history):
+    """Issue 22: events keyed alone (seq: the row's id, increasing), then integrated by
+    the sequencer as leaves 0..n-1 in seq order."""
     for tenant in (acme, globex):
         events = list(AuditEvent.objects.filter(tenant=tenant).order_by("seq"))
-        assert [e.seq for e in events] == list(range(1, len(events) + 1))
-        assert events[0].prev_hash == "0" * 64
-        for prev, event in zip(events, events[1:], strict=False):
-            assert event.prev_hash == prev.hash
+        assert [e.seq for e in events] == sorted(e.pk for e in events)
+        assert all(e.prev_hash == "" and e.hash_scheme == 4 for e in events)
+        services.audit_integrate(tenant)
+        assert [e.leaf.index for e in AuditEvent.objects.filter(tenant=tenant)
+                .order_by("seq")] == list(range(len(events)))
         assert services.audit_verify(tenant=tenant) == (True, len(events), "")
 
 
@@ -49,12 +53,15 @@ def test_it_detects_an_edited_event(acme, globex, history):
     assert services.audit_verify(tenant=globex)[0]
 
 
+@pytest.mark.django_db(transaction=True)
 def test_it_detects_a_deleted_event(acme, history):
+    services.audit_integrate(acme)
     victim = AuditEvent.objects.filter(tenant=acme).order_by("seq")[1]
-    _tamper(f"DELETE FROM {AuditEvent._meta.db_table} WHERE id = %s", [victim.pk])
+    tampering.raw(f"DELETE FROM {AuditEvent._meta.db_table} WHERE id = %s", [victim.pk])
     intact, _, problem = services.audit_verify(tenant=acme)
     assert not intact
-    assert "gap" in problem
+    assert problem == (f"leaf 1 names event id {victim.pk}, which is not one of the tenant's "
+                       "events (deleted?)")
 
 
 def test_it_detects_a_rewritten_hash_that_breaks_the_next_link(acme, history):

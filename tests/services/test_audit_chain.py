@@ -5,6 +5,7 @@ The triggers and the database roles are tests/security/."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import json
@@ -13,7 +14,7 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
 
-from checkpoints import services
+from checkpoints import audithead, audittree, merkle, services
 from checkpoints.audit import (
     audit_fields,
     audit_keys,
@@ -23,7 +24,14 @@ from checkpoints.audit import (
     seal_legacy_chains,
 )
 from checkpoints.exceptions import Forbidden, InvalidPayload, NotFound
-from checkpoints.models import AuditChainHead, AuditEvent, AuditHashScheme, Tenant
+from checkpoints.models import (
+    AuditChainHead,
+    AuditEvent,
+    AuditHashScheme,
+    AuditPending,
+    AuditTreeHead,
+    Tenant,
+)
 from tests.helpers import envelope, put_checkpoint
 from tests.security import tampering
 
@@ -62,100 +70,67 @@ def note(tenant, action: str = "test.note") -> AuditEvent:
                                      target_type="tenant", target_id=tenant.slug)
 
 
-def test_it_keys_every_new_event_with_the_newest_audit_key(settings, acme, history):
+def test_it_keys_every_new_event_alone_with_the_newest_audit_key(settings, acme, history):
+    """Issue 22: scheme 4, the MAC over the event alone (no previous hash, no seq); the
+    database gives seq (the row's id) and queues it; the chain head does not move."""
     settings.RECOVERY_AUDIT_KEYS = [KEY_A, *settings.RECOVERY_AUDIT_KEYS]
+    head_before = AuditChainHead.objects.get(tenant=acme)
     event = note(acme)
-    assert event.hash_scheme == AuditHashScheme.HMAC_SHA256_ACTOR
+    assert event.hash_scheme == AuditHashScheme.HMAC_SHA256_LEAF
+    assert event.seq == event.pk == AuditEvent.objects.get(pk=event.pk).seq
+    assert event.prev_hash == "" and "seq" not in audit_fields(event)
     assert event.key_id == key_id_of(KEY_A.encode())
     assert audit_fields(event)["actor_id"] is None  # the system; an account's pk otherwise
     assert event.hash == hmac.new(KEY_A.encode(), json.dumps(
-        {"purpose": "audit-event", "scheme": 3, "tenant": acme.pk, "key_id": event.key_id,
-         "prev_hash": event.prev_hash, "event": audit_fields(event)},
+        {"purpose": "audit-event", "scheme": 4, "tenant": acme.pk, "key_id": event.key_id,
+         "event": audit_fields(event)},
         sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode(),
         hashlib.sha256).hexdigest()
-    assert event.hash != legacy_hash(event.prev_hash, audit_fields(event))
-    assert verify(acme) == ""
+    assert AuditPending.objects.filter(event_id=event.pk, tenant=acme).exists()
+    assert verify(acme) == ""  # queued, not yet integrated: fine
     head = AuditChainHead.objects.get(tenant=acme)
-    assert (head.seq, head.last_hash) == (event.seq, event.hash)
+    assert (head.seq, head.last_hash) == (head_before.seq, head_before.last_hash)
 
 
-def test_events_keyed_before_the_actor_id_was_covered_still_verify(acme, wendy):
-    """Issue 17, item 13: events written before carry scheme 2 (no actor id in the MAC)
-    and verify as they were made; the chain then goes on with scheme 3."""
-    from django.utils import timezone
-
-    head = AuditChainHead.objects.get(tenant=acme)
-    keys = audit_keys()
-    e = AuditEvent(tenant=acme, seq=head.seq + 1, created_at=timezone.now(), actor=wendy,
-                   actor_name="wendy", action="test.old", target_type="tenant",
-                   target_ref="acme", prev_hash=head.last_hash,
-                   hash_scheme=AuditHashScheme.HMAC_SHA256, key_id=keys.newest_id)
-    assert "actor_id" not in audit_fields(e)
-    e.hash = event_mac(keys.newest, tenant_id=acme.pk, key_id=keys.newest_id,
-                       prev_hash=e.prev_hash, fields=audit_fields(e),
-                       scheme=AuditHashScheme.HMAC_SHA256)
-    e.save()
-    AuditChainHead.objects.filter(pk=head.pk).update(seq=e.seq, last_hash=e.hash)
-    assert verify(acme) == ""
-    later = note(acme)
-    assert [x.hash_scheme for x in events_of(acme)][-2:] == [2, 3] and later.seq == e.seq + 1
-    assert verify(acme) == ""
-
-
-def test_it_costs_two_queries_per_event_on_postgresql_three_elsewhere(
-        acme, django_assert_num_queries, on_postgres):
-    """audit_record is on every write's hot path. PostgreSQL: move and lock the head
-    (``UPDATE … RETURNING``), then insert and store the hash in one statement; SQLite:
-    lock the head, insert, move the head."""
-    with transaction.atomic(), django_assert_num_queries(2 if on_postgres else 3):
+def test_it_costs_one_query_per_event(acme, django_assert_num_queries):
+    """audit_record is on every write's hot path: one INSERT (a trigger gives seq and
+    queues the event), no per-tenant row read or locked (issue 22, item 1)."""
+    with transaction.atomic(), django_assert_num_queries(1):
         services.audit_record(tenant=acme, actor=None, action="test.cost",
                               target_type="tenant", target_id="acme")
 
 
 def test_it_detects_an_event_rewritten_and_rehashed_without_the_key(acme, globex, history):
-    """The fault: before, a rewritten event with every later hash recomputed verified."""
     victim = events_of(acme)[2]
-    tampering.rewrite(acme, victim.seq, reason="nothing to see", actor_name="mallory")
-    # Every link and the head now agree: only the key tells.
-    events = events_of(acme)
-    assert all(b.prev_hash == a.hash for a, b in zip(events, events[1:], strict=False))
-    assert AuditChainHead.objects.get(tenant=acme).last_hash == events[-1].hash
+    tampering.rewrite_event(victim, reason="nothing to see", actor_name="mallory")
     assert verify(acme) == f"event seq {victim.seq} (id {victim.pk}) does not match its hash (HMAC)"
     assert verify(globex) == ""
 
 
-def test_it_refuses_rewritten_events_that_claim_the_legacy_scheme(acme, history):
-    """A downgrade: rehashed with plain SHA-256 and labelled scheme 1, outside the sealed
-    legacy range (this chain has none)."""
-    tampering.rewrite(acme, 2, downgrade=True, reason="rewritten")
-    assert "uses the unkeyed legacy hash outside the sealed legacy range" in verify(acme)
-    assert "event seq 2 " in verify(acme)
+@pytest.mark.parametrize("scheme", [1, 2, 3])
+def test_it_refuses_an_event_relabelled_with_an_older_scheme(acme, history, scheme):
+    victim = events_of(acme)[1]
+    tampering.raw(f"UPDATE {tampering.EVENTS} SET hash_scheme = %s WHERE id = %s",
+                  [scheme, victim.pk])
+    assert verify(acme).startswith(("gap before seq", "event seq"))
 
 
-def test_it_detects_a_chain_rehashed_with_a_guessed_key(acme, history):
-    """The attacker re-MACs the whole chain, naming the real key id, with a key he guessed."""
+def test_it_detects_events_rehashed_with_a_guessed_key(acme, history):
     events = events_of(acme)
-    prev = "0" * 64
     for e in events:
-        e.prev_hash = prev
-        e.hash = hmac.new(b"guessed", (prev + json.dumps(audit_fields(e))).encode(),
+        e.hash = hmac.new(b"guessed", json.dumps(audit_fields(e)).encode(),
                           hashlib.sha256).hexdigest()
-        tampering.raw(f"UPDATE {tampering.EVENTS} SET prev_hash = %s, hash = %s WHERE id = %s",
-                      [e.prev_hash, e.hash, e.pk])
-        prev = e.hash
-    tampering.set_head(acme, events[-1].seq, prev)
-    assert verify(acme) == f"event seq 1 (id {events[0].pk}) does not match its hash (HMAC)"
+        tampering.raw(f"UPDATE {tampering.EVENTS} SET hash = %s WHERE id = %s", [e.hash, e.pk])
+    assert verify(acme) == f"event seq {events[0].seq} (id {events[0].pk}) does not match its hash (HMAC)"
 
 
-def test_it_ties_each_chain_to_its_tenant(acme, globex, history):
-    """Tenant A's events and head copied over tenant B's do not verify as B's."""
+def test_it_ties_each_event_to_its_tenant(acme, globex, history):
+    """Tenant A's events copied into tenant B do not verify as B's."""
     a_events = events_of(acme)
-    tampering.raw(f"DELETE FROM {tampering.EVENTS} WHERE tenant_id = %s", [globex.pk])
     for e in a_events:  # INSERT is allowed; every field and hash as in acme
-        e.pk, e.tenant = None, globex
+        e.pk, e.tenant, e.seq = None, globex, None
         e.save(force_insert=True)
-    tampering.set_head(globex, a_events[-1].seq, a_events[-1].hash)
-    assert "event seq 1 " in verify(globex) and "(HMAC)" in verify(globex)
+    assert "(HMAC)" in verify(globex)
 
 
 # --- key rotation -----------------------------------------------------------------------
@@ -177,7 +152,7 @@ def test_it_names_the_missing_key_when_an_old_key_is_dropped(settings, db):
     settings.RECOVERY_AUDIT_KEYS = [KEY_B]
     first = events_of(tenant)[0]
     assert verify(tenant) == (
-        f"event seq 1 (id {first.pk}) is signed with unknown audit key id "
+        f"event seq {first.seq} (id {first.pk}) is signed with unknown audit key id "
         f"'{key_id_of(KEY_A.encode())}' (an old key missing from RECOVERY_AUDIT_KEYS?)")
 
 
@@ -218,7 +193,7 @@ def test_it_still_verifies_sha256_events_older_than_the_keyed_scheme(db):
     old = legacy_chain("initech", 3)
     assert verify(old) == ""
     note(old, "test.after_upgrade")  # the chain goes on, keyed
-    assert [e.hash_scheme for e in events_of(old)] == [1, 1, 1, 3]
+    assert [e.hash_scheme for e in events_of(old)] == [1, 1, 1, 4]
     assert services.audit_verify(tenant=old) == (True, 4, "")
     assert seal_legacy_chains(AuditChainHead) == 0  # sealed once only
 
@@ -238,10 +213,15 @@ def test_it_detects_a_rewritten_legacy_event_under_later_keyed_events(db):
 
 
 def test_it_refuses_to_stretch_the_legacy_range(db):
-    """Moving the seal's seq (to pass later, rehashed events off as legacy) breaks its MAC."""
+    """Moving the seal's seq (to pass a later, rehashed event off as legacy) breaks its MAC."""
     old = legacy_chain("initech", 2)
-    note(old, "test.after_upgrade")
-    tampering.rewrite(old, 3, downgrade=True, reason="rewritten")
+    later = note(old, "test.after_upgrade")
+    prev = events_of(old)[1].hash
+    later.seq, later.prev_hash, later.hash_scheme = 3, prev, AuditHashScheme.SHA256
+    later.hash = legacy_hash(prev, audit_fields(later))
+    tampering.raw(f"UPDATE {tampering.EVENTS} SET seq = 3, prev_hash = %s, hash = %s, "
+                  "hash_scheme = 1 WHERE id = %s", [prev, later.hash, later.pk])
+    tampering.set_head(old, 3, later.hash)
     AuditChainHead.objects.filter(tenant=old).update(legacy_seq=3)
     assert verify(old) == "the legacy seal (seq 3) does not match the events"
     AuditChainHead.objects.filter(tenant=old).update(legacy_seq=0, legacy_mac="")
@@ -249,66 +229,103 @@ def test_it_refuses_to_stretch_the_legacy_range(db):
     assert "event seq 1 " in verify(old)
 
 
-# --- the head and the count ---------------------------------------------------------------
+# --- the legacy chain's head and count (events written before issue 22) -------------------
 
-def test_it_finds_a_chain_emptied_under_its_head(acme, history):
-    """The fault: TRUNCATE, then "intact (0 events)"."""
-    n = len(events_of(acme))
-    tampering.raw(f"DELETE FROM {tampering.EVENTS} WHERE tenant_id = %s", [acme.pk])
-    assert services.audit_verify(tenant=acme) == (
-        False, 0, f"the chain head is at seq {n} but the events end at seq 0 (events missing)")
+def keyed_chain(slug: str, n: int, scheme: int = AuditHashScheme.HMAC_SHA256_ACTOR) -> Tenant:
+    """A tenant whose chain was written before issue 22: ``n`` chained keyed events."""
+    from django.utils import timezone
+
+    tenant = Tenant.objects.create(slug=slug, name=slug)
+    keys, prev = audit_keys(), "0" * 64
+    for seq in range(1, n + 1):
+        e = AuditEvent(tenant=tenant, seq=seq, created_at=timezone.now(), actor_name="system",
+                       action="legacy.event", target_type="tenant", target_ref=slug,
+                       reason=f"old event {seq}", prev_hash=prev, hash_scheme=scheme,
+                       key_id=keys.newest_id)
+        e.hash = event_mac(keys.newest, tenant_id=tenant.pk, key_id=keys.newest_id,
+                           prev_hash=prev, fields=audit_fields(e), scheme=scheme)
+        e.save()
+        prev = e.hash
+    AuditChainHead.objects.create(tenant=tenant, seq=n, last_hash=prev)
+    return tenant
 
 
-def test_it_finds_a_tenant_without_any_chain(acme, globex, history):
-    tampering.empty(tampering.EVENTS, tampering.HEADS)
+def test_chained_events_of_every_scheme_verify_and_the_tree_seals_them(db):
+    old = keyed_chain("initech", 3, AuditHashScheme.HMAC_SHA256)
+    assert verify(old) == ""
+    note(old, "test.after_upgrade")
+    assert services.audit_integrate(old) == 4
+    assert [e.hash_scheme for e in events_of(old)] == [2, 2, 2, 4]
+    assert services.audit_verify(tenant=old) == (True, 4, "")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_finds_a_chain_emptied_under_its_head(db):
+    old = keyed_chain("initech", 3)
+    note(old)
+    tampering.raw(f"DELETE FROM {tampering.EVENTS} WHERE tenant_id = %s AND hash_scheme < 4",
+                  [old.pk])
+    assert verify(old) == ("the chain head is at seq 3 but the chained events end at seq 0 "
+                           "(events missing)")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_finds_a_tenant_without_any_event(acme, globex, history):
+    tampering.empty(tampering.LEAVES, tampering.PENDING, tampering.EVENTS, tampering.HEADS)
     for tenant in (acme, globex):
         assert verify(tenant) == "no audit chain at all (every tenant's creation is audited)"
 
 
-def test_it_finds_events_without_a_head(acme, history):
-    tampering.raw(f"DELETE FROM {tampering.HEADS} WHERE tenant_id = %s", [acme.pk])
-    assert verify(acme) == "the chain head is missing but events exist"
+def test_it_finds_chained_events_without_a_head(db):
+    old = keyed_chain("initech", 2)
+    tampering.raw(f"DELETE FROM {tampering.HEADS} WHERE tenant_id = %s", [old.pk])
+    assert verify(old) == "the chain head is missing but chained events exist"
 
 
-def test_it_finds_events_cut_from_the_end_while_the_head_stayed(acme, history):
-    n = len(events_of(acme))
-    tampering.raw(f"DELETE FROM {tampering.EVENTS} WHERE tenant_id = %s AND seq > %s",
-                  [acme.pk, n - 2])
-    assert verify(acme) == (
-        f"the chain head is at seq {n} but the events end at seq {n - 2} (events missing)")
+@pytest.mark.django_db(transaction=True)
+def test_it_finds_chained_events_cut_from_the_end_while_the_head_stayed(db):
+    old = keyed_chain("initech", 4)
+    tampering.raw(f"DELETE FROM {tampering.EVENTS} WHERE tenant_id = %s AND seq > 2", [old.pk])
+    assert verify(old) == ("the chain head is at seq 4 but the chained events end at seq 2 "
+                           "(events missing)")
 
 
-def test_it_finds_events_past_the_head(acme, history):
-    """A rewound head (the service's role may UPDATE the head, not delete events)."""
-    events = events_of(acme)
-    tampering.set_head(acme, events[-2].seq, events[-2].hash)
-    assert verify(acme) == (f"event seq {events[-1].seq} is past the chain head "
-                            f"(seq {events[-2].seq})")
+def test_it_finds_chained_events_past_the_head(db):
+    old = keyed_chain("initech", 3)
+    events = events_of(old)
+    tampering.set_head(old, 2, events[1].hash)
+    assert verify(old) == "event seq 3 is past the chain head (seq 2)"
 
 
-def test_it_finds_a_head_whose_hash_is_not_the_last_events(acme, history):
-    n = len(events_of(acme))
-    tampering.set_head(acme, n, "e" * 64)
-    assert verify(acme) == f"the chain head's hash is not event seq {n}'s"
+def test_it_finds_a_head_whose_hash_is_not_the_last_chained_events(db):
+    old = keyed_chain("initech", 3)
+    tampering.set_head(old, 3, "e" * 64)
+    assert verify(old) == "the chain head's hash is not event seq 3's"
 
 
-def test_it_finds_a_gap(acme, history):
-    tampering.raw(f"DELETE FROM {tampering.EVENTS} WHERE tenant_id = %s AND seq = 2", [acme.pk])
-    assert verify(acme) == "gap before seq 3 (seq 2 expected)"
+@pytest.mark.django_db(transaction=True)
+def test_it_finds_a_gap_in_the_chain(db):
+    old = keyed_chain("initech", 3)
+    tampering.raw(f"DELETE FROM {tampering.EVENTS} WHERE tenant_id = %s AND seq = 2", [old.pk])
+    assert verify(old) == "gap before seq 3 (seq 2 expected)"
 
 
 # --- signed head exports --------------------------------------------------------------------
 
-def test_it_exports_a_signed_head_as_an_audited_event(settings, acme, history):
+def test_it_exports_the_signed_tree_head_that_covers_its_own_event(settings, acme, history):
     settings.RECOVERY_AUDIT_KEYS = [KEY_A, *settings.RECOVERY_AUDIT_KEYS]
     record = services.audit_head_export(tenant=acme)
-    assert set(record) == {"tenant", "seq", "last_hash", "exported_at", "key_id", "signature"}
+    assert set(record) == {"tenant", "origin", "tree_size", "root_hash", "created_at",
+                           "key_id", "public_key", "signature", "checkpoint"}
     event = events_of(acme)[-1]
     assert (event.action, event.actor_name, event.target_ref) == (
         "audit.export_head", "system", "acme")
-    assert (record["tenant"], record["seq"], record["last_hash"], record["key_id"]) == (
-        "acme", event.seq, event.hash, key_id_of(KEY_A.encode()))
-    assert record["exported_at"] == event.created_at.isoformat()
+    assert event.leaf.index == record["tree_size"] - 1  # the head covers the export
+    newest, _ = audittree.signing_keys()
+    assert record["key_id"] == newest.key_id
+    assert record["checkpoint"] == (f"recovery.audit/{acme.pk}\n{record['tree_size']}\n"
+                                    f"{base64.b64encode(bytes.fromhex(record['root_hash'])).decode()}\n")
+    assert merkle.verify_head_line(record) == ""  # with the public key alone
     assert services.audit_head_check(record=record) == ""
     assert verify(acme) == ""
 
@@ -324,43 +341,73 @@ def test_it_lets_only_an_admin_export(acme, globex, adam, rita, omar, history):
     assert len(events_of(acme)) == n
 
 
+def test_a_later_tree_proves_consistent_with_an_exported_head(acme, wendy, history):
+    record = services.audit_head_export(tenant=acme)
+    for _ in range(5):
+        put_checkpoint(wendy, acme, envelope())
+        services.audit_integrate(acme)
+    assert services.audit_head_check(record=record) == ""
+
+
+@pytest.mark.django_db(transaction=True)
 def test_it_proves_a_cut_tail_only_against_an_exported_head(acme, wendy, history):
-    """Deleting the last events *and* rewinding the head leaves a consistent, shorter
-    chain: the verifier alone cannot tell. The exported head can."""
+    """Deleting the newest leaves, their events and the heads past them leaves a
+    consistent, shorter tree: the verifier alone cannot tell. The exported head can."""
+    services.audit_integrate(acme)
+    keep = AuditTreeHead.objects.filter(tenant=acme).order_by("-tree_size")[0].tree_size
     record = services.audit_head_export(tenant=acme)
     put_checkpoint(wendy, acme, envelope())
-    tampering.cut_tail(acme, keep=record["seq"] - 1)
+    services.audit_integrate(acme)
+    tampering.cut_tree(acme, keep=keep)
     assert verify(acme) == ""
     assert services.audit_head_check(record=record) == (
-        f"exported head seq {record['seq']} of {record['exported_at']} is no longer in the "
-        "chain (events were cut)")
+        f"the tree (size {keep}) is behind the exported head size {record['tree_size']} "
+        "(events were cut)")
 
 
-def test_it_proves_a_rewrite_against_an_exported_head(acme, history):
+def test_it_proves_a_rewritten_leaf_against_an_exported_head(acme, history):
     record = services.audit_head_export(tenant=acme)
-    tampering.rewrite(acme, 2, reason="rewritten")
+    tampering.raw(f"UPDATE {tampering.LEAVES} SET hash = %s WHERE tenant_id = %s AND \"index\" = 1",
+                  ["ab" * 32, acme.pk])
     assert services.audit_head_check(record=record) == (
-        f"event seq {record['seq']} no longer has the hash exported on "
-        f"{record['exported_at']} (history was rewritten)")
-
-
-def test_it_proves_a_rewound_head_against_an_exported_head(acme, history):
-    record = services.audit_head_export(tenant=acme)
-    kept = events_of(acme)[-2]
-    tampering.set_head(acme, kept.seq, kept.hash)
-    assert services.audit_head_check(record=record) == (
-        f"the chain head (seq {kept.seq}) is behind the exported head seq {record['seq']}")
+        f"the tree's root at size {record['tree_size']} is not the exported head's (history "
+        "was rewritten)")
 
 
 @pytest.mark.parametrize("change, problem", [
-    ({"seq": 1}, "the signature does not verify"),
-    ({"last_hash": "a" * 64}, "the signature does not verify"),
-    ({"tenant": "globex"}, "the signature does not verify"),
-    ({"key_id": "0123456789abcdef"}, "signed with unknown audit key id '0123456789abcdef'"),
+    ({"tree_size": 1}, "the checkpoint text does not match"),
+    ({"root_hash": "a" * 64}, "the checkpoint text does not match"),
+    ({"checkpoint": "x"}, "the checkpoint text does not match"),
+    ({"tenant": "globex"}, "is another tree's"),
+    ({"key_id": "0123456789abcdef"}, "signed with a key this deployment does not hold"),
+    ({"public_key": base64.b64encode(b"k" * 32).decode()}, "a key this deployment does not hold"),
 ])
 def test_it_refuses_an_altered_export(acme, globex, history, change, problem):
     record = dict(services.audit_head_export(tenant=acme), **change)
     assert problem in services.audit_head_check(record=record)
+
+
+def test_it_refuses_a_re_signed_export_whose_checkpoint_was_changed(acme, history):
+    record = services.audit_head_export(tenant=acme)
+    size = record["tree_size"] - 1
+    root = bytes.fromhex("ab" * 32)
+    record = dict(record, tree_size=size, root_hash=root.hex(),
+                  checkpoint=merkle.checkpoint_text(record["origin"], size, root))
+    assert "the signature does not verify" in services.audit_head_check(record=record)
+
+
+def test_a_head_line_exported_before_the_tree_still_checks(db):
+    """Issue 22: lines exported before (an HMAC over a chained event's position) parse
+    and check as they did."""
+    old = keyed_chain("initech", 3)
+    e = events_of(old)[-1]
+    keys = audit_keys()
+    line = {"tenant": "initech", "seq": 3, "last_hash": e.hash, "exported_at": "then",
+            "key_id": keys.newest_id}
+    line["signature"] = audithead._legacy_signature(keys.newest, line)
+    record = services.audit_head_parse(json.dumps(line))
+    assert services.audit_head_check(record=record) == ""
+    assert "does not verify" in services.audit_head_check(record=dict(record, seq=2))
 
 
 def test_it_finds_an_exported_tenant_that_no_longer_exists(acme, history):

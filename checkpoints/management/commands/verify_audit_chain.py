@@ -4,12 +4,15 @@ chain (docs/security/audit.md).
 Every tenant ever created must still be there: the tenant registry (``AuditTenant``,
 keyed rows numbered without gaps) names each, so a tenant whose row, events and head were
 all deleted is reported by its slug, as is a tenant missing from the registry.
-Every tenant checked (one, or all) must have an intact chain: seq 1..n with no gap, each
-event linked to the one before and matching its HMAC (or its plain SHA-256 inside the
-sealed legacy range), and the chain head exactly at the last event. With ``--against``,
-each head exported earlier by ``export_audit_head`` (JSON lines; for one tenant, only its
-lines) must carry a valid signature and still be in the chain with the same hash, with the
-head at or past it: this is what shows that events were cut from the end.
+Each tenant checked (one, or all) has its queued events integrated first (the sequencer,
+``audit_integrate``), then must have an intact trail (``audittree.audit_verify``): every
+event matching its HMAC, the chained events of before issue 22 linked seq 1..n up to the
+chain head, and the Merkle tree's leaves, stored nodes and signed heads (Ed25519) agreeing
+with the events, every event in the tree or still queued. With ``--against``, each head
+exported earlier by ``export_audit_head`` (JSON lines; for one tenant, only its lines)
+must carry a valid signature, and a consistency proof from it to the newest head must
+verify (RFC 9162); a line exported before the tree must still be in the chain with the
+same hash. This is what shows that events were cut from the end.
 
 Each tenant checked also gets a line saying how many of its events refer to erased data
 (runs whose payloads retention or erasure deleted: their ``Tombstone``): the chain
@@ -89,6 +92,9 @@ class Command(BaseCommand):
             self.stdout.write(f"{slug}: BROKEN at {problem}")
             broken.setdefault(slug, problem)
         for t in tenants:
+            # Everything committed first (issue 22): the sequencer integrates the queue.
+            while services.audit_integrate(t):
+                pass
             intact, n, problem = services.audit_verify(tenant=t)
             if intact:
                 self.stdout.write(f"{t.slug}: intact ({n} event(s))")
@@ -105,6 +111,9 @@ class Command(BaseCommand):
             if problem:
                 self.stdout.write(f"{slug}: BROKEN against {against} line {number}: {problem}")
                 broken.setdefault(slug, problem)
+            elif "tree_size" in record:
+                self.stdout.write(f"{slug}: holds exported head size {record['tree_size']} "
+                                  f"of {record['created_at']} (consistency proof verified)")
             else:
                 self.stdout.write(f"{slug}: holds exported head seq {record['seq']} "
                                   f"of {record['exported_at']}")
