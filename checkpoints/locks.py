@@ -65,6 +65,7 @@ import contextlib
 import uuid
 from collections.abc import Iterable, Iterator
 
+import psycopg
 from django.conf import settings
 from django.db import connection
 from django.db.models import Subquery
@@ -209,8 +210,6 @@ def _side_transaction_lock(key: int) -> Iterator[bool]:
     """``try_session_lock`` behind PgBouncer: a new connection with the default
     connection's parameters (prepared statements off), a transaction on it holding
     ``pg_try_advisory_xact_lock(key)``, ended (and the connection closed) on exit."""
-    import psycopg
-
     params = connection.get_connection_params()
     params.pop("cursor_factory", None)
     params.pop("context", None)
