@@ -1,7 +1,7 @@
 """The pieces of docs/scaling.md's "Two nodes on one machine", started on loopback for
-tests/multinode (issue 22, item 4): a database of its own on the main PostgreSQL cluster,
-a streaming replica of that cluster (``pg_basebackup`` into a temporary directory, its
-own port), PgBouncer in transaction pooling mode, gunicorn nodes, Celery workers and beat.
+tests/multinode (issue 22, item 4): a PostgreSQL cluster of its own (``initdb``), a
+streaming replica of it (``pg_basebackup`` into a temporary directory, its own port),
+PgBouncer in transaction pooling mode, gunicorn nodes, Celery workers and beat.
 
 Every port is picked free at run time, every file lives under the test's temporary
 directory, and ``Cluster.stop`` kills every process this module started (each in a
@@ -139,17 +139,39 @@ def primary_settings(admin_url: str) -> dict[str, str]:
         return {n: conn.execute(f"SHOW {n}").fetchone()[0] for n in names}
 
 
-def replication_allowed(host: str, port: int, user: str) -> str | None:
-    """None when ``user`` may open a replication connection to the primary, else why not."""
-    import psycopg
+HBA = ("local all all trust\nhost all all 127.0.0.1/32 trust\n"
+       "host replication all 127.0.0.1/32 trust\n")
 
-    try:
-        with psycopg.connect(host=host, port=port, user=user, dbname="postgres",
-                             replication="database", autocommit=True) as conn:
-            conn.execute("IDENTIFY_SYSTEM")
-    except psycopg.Error as exc:
-        return str(exc).strip()
-    return None
+
+def start_primary(tmp: Path, *, user: str = "postgres") -> Proc:
+    """A PostgreSQL cluster of the test's own (``initdb`` into ``tmp/primary``, a free
+    port, trusting loopback, replication allowed), started with ``postgres -D`` in the
+    foreground: the streaming replica copies it, so its size (not the machine's main
+    cluster's, which other suites fill) sets how long the copy takes."""
+    data, sockets = tmp / "primary", tmp / "sockets"
+    for d in (tmp, sockets):
+        d.mkdir(exist_ok=True)
+        own(d)
+    done = subprocess.run([pg_bin("initdb"), "-D", str(data), "-U", user, "--auth=trust",
+                           "-E", "UTF8", "--locale=C.UTF-8"],
+                          capture_output=True, text=True, timeout=300, **as_postgres())
+    if done.returncode:
+        raise RuntimeError(f"initdb failed:\n{done.stdout}\n{done.stderr}")
+    port = free_port()
+    with (data / "postgresql.conf").open("a") as conf:
+        conf.write(f"\nport = {port}\nlisten_addresses = '127.0.0.1'\n"
+                   f"unix_socket_directories = '{sockets}'\nwal_level = replica\n"
+                   "max_wal_senders = 5\nmax_connections = 100\nshared_buffers = 64MB\n"
+                   "timezone = 'UTC'\nlogging_collector = off\n")
+    (data / "pg_hba.conf").write_text(HBA)
+    log = tmp / "primary.log"
+    log.touch()
+    own(log)
+    proc = Proc("primary", [pg_bin("postgres"), "-D", str(data)], dict(os.environ), log,
+                port=port, popen_kw=as_postgres())
+    proc.start(timeout=120)
+    wait_accepting(f"postgres://{user}@127.0.0.1:{port}/postgres", proc)
+    return proc
 
 
 def start_replica(tmp: Path, *, host: str, port: int, user: str, admin_url: str) -> Proc:
@@ -181,8 +203,7 @@ def start_replica(tmp: Path, *, host: str, port: int, user: str, admin_url: str)
     # Debian keeps these in /etc/postgresql (not copied); elsewhere the copies are the
     # primary's (its port): ours replace them.
     for name, text in (("postgresql.conf", "\n".join(conf) + "\n"),
-                       ("pg_hba.conf", "local all all trust\nhost all all 127.0.0.1/32 trust\n"
-                                       "host replication all 127.0.0.1/32 trust\n"),
+                       ("pg_hba.conf", HBA),
                        ("pg_ident.conf", "")):
         (data / name).write_text(text)
         own(data / name)
