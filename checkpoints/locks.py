@@ -71,6 +71,8 @@ import contextlib
 import uuid
 from collections.abc import Iterable, Iterator
 
+import psycopg
+from django.conf import settings
 from django.db import connection
 from django.db.models import Subquery
 
@@ -208,9 +210,21 @@ def try_session_lock(key: int) -> Iterator[bool]:
     """Try PostgreSQL's session advisory lock ``key`` (a bigint) without waiting; yield
     whether this session holds it, and release it on exit. On SQLite (the embedded
     default: one process) it yields True. Takes no row lock (module docstring: outside
-    the order); used for "one process at a time" work such as the catch-up sweep."""
+    the order); used for "one process at a time" work such as the catch-up sweep.
+
+    Behind PgBouncer in transaction pooling (``RECOVERY_PGBOUNCER``, issue 22) a session
+    lock would stay on whichever server connection took it (the unlock may run on
+    another): the lock is then ``pg_try_advisory_xact_lock`` in a transaction held open,
+    for the block's duration, on a connection of its own (PgBouncer keeps one server
+    connection for a client while its transaction is open), rolled back and closed on
+    exit or when this process dies. It costs one more server connection per process while
+    a block runs (size PgBouncer's pool for it: docs/scaling.md)."""
     if connection.vendor != "postgresql":
         yield True
+        return
+    if settings.RECOVERY_PGBOUNCER:
+        with _side_transaction_lock(key) as mine:
+            yield mine
         return
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_try_advisory_lock(%s)", [key])
@@ -221,6 +235,22 @@ def try_session_lock(key: int) -> Iterator[bool]:
         if mine:
             with connection.cursor() as cursor:
                 cursor.execute("SELECT pg_advisory_unlock(%s)", [key])
+
+
+@contextlib.contextmanager
+def _side_transaction_lock(key: int) -> Iterator[bool]:
+    """``try_session_lock`` behind PgBouncer: a new connection with the default
+    connection's parameters (prepared statements off), a transaction on it holding
+    ``pg_try_advisory_xact_lock(key)``, ended (and the connection closed) on exit."""
+    params = connection.get_connection_params()
+    params.pop("cursor_factory", None)
+    params.pop("context", None)
+    with psycopg.connect(**params) as side:  # a transaction opens with the first statement
+        try:
+            mine = side.execute("SELECT pg_try_advisory_xact_lock(%s)", [key]).fetchone()[0]
+            yield mine
+        finally:
+            side.rollback()
 
 
 def lock_transaction_key(key: int) -> None:

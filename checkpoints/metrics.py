@@ -53,7 +53,7 @@ from django.db.models import Count, Max, Min, Q, Sum
 from prometheus_client import Counter
 from prometheus_client.core import GaugeMetricFamily
 
-from . import heartbeat
+from . import heartbeat, replica
 from .dbclock import NOW
 from .models import (
     AuditPending,
@@ -238,6 +238,28 @@ class DomainCollector:
             yield family
         if figures is not None:
             yield from heartbeat_families()
+        yield from replica_families()
+
+
+def replica_families() -> list[GaugeMetricFamily]:
+    """With a read replica configured (issue 22; none else): ``recovery_replica_up`` (1
+    when it answers and streams, else 0) and ``recovery_replica_lag_seconds`` (its lag
+    behind the primary's clock, ``replica.lag_s``; absent when it cannot be read)."""
+    if not replica.configured():
+        return []
+    up = GaugeMetricFamily("recovery_replica_up",
+                           "1 when the read replica answers and streams from the primary.")
+    lag = GaugeMetricFamily("recovery_replica_lag_seconds",
+                            "How far the read replica's last replayed commit is behind the "
+                            "primary's clock (seconds; 0 when it replayed all it received).")
+    try:
+        lag.add_metric([], replica.lag_s())
+        up.add_metric([], 1)
+    except Exception:  # noqa: BLE001 - any failure: the replica is not serving
+        logger.warning("metrics: the replica's lag could not be read", exc_info=True)
+        up.add_metric([], 0)
+        return [up]
+    return [up, lag]
 
 
 def heartbeat_families() -> list[GaugeMetricFamily]:

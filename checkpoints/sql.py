@@ -74,12 +74,12 @@ def event_params(event: AuditEvent) -> dict:
 
 def cursor():
     """A cursor for these statements: psycopg's server-side binding cursor (the default
-    Django cursor binds on the client), so psycopg prepares each statement on its fifth
-    use on a connection and PostgreSQL stops re-planning it, about a third of the write's
-    time in ``make bench``. Wrapped like Django's own cursors, so query logging
-    (``CaptureQueriesContext``), ``execute_wrapper`` hooks and error translation still
-    apply. (Behind pgbouncer in transaction mode this needs pgbouncer 1.21 or later with
-    ``max_prepared_statements`` set: docs/scaling.md.)"""
+    Django cursor binds on the client). It prepares nothing: Django connects with
+    psycopg's ``prepare_threshold`` off, and ``RECOVERY_PGBOUNCER`` keeps it off
+    (PgBouncer before 1.21 in transaction mode loses prepared statements between
+    transactions; issue 22, docs/scaling.md). Wrapped like Django's own cursors, so query
+    logging (``CaptureQueriesContext``), ``execute_wrapper`` hooks and error translation
+    still apply."""
     connection.ensure_connection()
     raw = psycopg.Cursor(connection.connection)
     wrapper = CursorDebugWrapper if connection.queries_logged else CursorWrapper

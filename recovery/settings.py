@@ -191,12 +191,47 @@ else:
             "CONN_HEALTH_CHECKS": True,
         }
     }
+# Issue 22, item 4 (docs/scaling.md "PgBouncer"): DATABASE_URL points at PgBouncer in
+# transaction pooling mode. psycopg then never prepares a statement on the server
+# (``prepare_threshold`` None: PgBouncer before 1.21, Debian bookworm's 1.18, hands the next
+# transaction another server connection, where the prepared name does not exist), Django
+# opens no server-side cursor (``.iterator()``: its cursor would outlive the transaction),
+# and ``locks.try_session_lock`` holds a transaction-level advisory lock on a connection
+# of its own instead of a session lock (which would stay on whichever server connection
+# took it). Also ``?pgbouncer=1`` on DATABASE_URL (the option is removed from what
+# psycopg is given).
+RECOVERY_PGBOUNCER = env_bool("RECOVERY_PGBOUNCER", False)
+if DATABASE_URL and re.search(r"[?&]pgbouncer=(1|true)\b", DATABASE_URL):
+    RECOVERY_PGBOUNCER = True
+    DATABASES["default"]["OPTIONS"].pop("pgbouncer", None)
+# Issue 22, item 4 (docs/scaling.md "Read replica"): a streaming replica of the primary,
+# parsed like DATABASE_URL. The inbox, its polls, the report and the API's run list and
+# report read from it (``checkpoints.replica``: an explicit block, never inside a
+# transaction); everything else, writes first, stays on the primary. /readyz fails
+# (``replica``) when it cannot answer or lags more than RECOVERY_REPLICA_MAX_LAG_S seconds.
+RECOVERY_REPLICA_URL = env("RECOVERY_REPLICA_URL")
+RECOVERY_REPLICA_MAX_LAG_S = env_int("RECOVERY_REPLICA_MAX_LAG_S", 30, minimum=1)
+if RECOVERY_REPLICA_URL:
+    if not DATABASE_URL:
+        raise ImproperlyConfigured("RECOVERY_REPLICA_URL needs DATABASE_URL (a PostgreSQL "
+                                   "primary; the embedded SQLite default has no replica)")
+    DATABASES["replica"] = dj_database_url.parse(
+        RECOVERY_REPLICA_URL, conn_max_age=RECOVERY_DB_CONN_MAX_AGE, conn_health_checks=True)
+    DATABASES["replica"]["TEST"] = {"MIRROR": "default"}
+    DATABASE_ROUTERS = ["checkpoints.replica.ReplicaRouter"]
+if RECOVERY_PGBOUNCER:
+    for _alias in DATABASES:
+        if DATABASES[_alias]["ENGINE"].endswith("postgresql"):
+            DATABASES[_alias].setdefault("OPTIONS", {})["prepare_threshold"] = None
+            DATABASES[_alias]["DISABLE_SERVER_SIDE_CURSORS"] = True
 # django-prometheus' database backends (the same Django backends, counting connections,
 # queries, errors and query time for /metrics). RECOVERY_DB_METRICS=0 uses Django's own.
 RECOVERY_DB_METRICS = env_bool("RECOVERY_DB_METRICS", True)
-_engine = DATABASES["default"]["ENGINE"]
-if RECOVERY_DB_METRICS and _engine.startswith("django.db.backends."):
-    DATABASES["default"]["ENGINE"] = "django_prometheus.db.backends." + _engine.rsplit(".", 1)[1]
+for _alias in DATABASES:
+    _engine = DATABASES[_alias]["ENGINE"]
+    if RECOVERY_DB_METRICS and _engine.startswith("django.db.backends."):
+        DATABASES[_alias]["ENGINE"] = ("django_prometheus.db.backends."
+                                       + _engine.rsplit(".", 1)[1])
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTHENTICATION_BACKENDS = [

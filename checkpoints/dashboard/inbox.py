@@ -11,8 +11,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils.http import urlencode
 
-from .. import declared, kinds, roles, selectors
-from ..dbclock import db_now
+from .. import declared, kinds, replica, roles, selectors
 from ..models import BULK_MAX_RUNS, Tenant
 from ..permissions import tenant_perms
 from ..vocab import BulkActionKind, RecoveryState
@@ -197,17 +196,20 @@ def _default_tab(request: HttpRequest, tenant: Tenant, counts: dict[str, int], *
 @require_GET
 @dashboard
 @tenant_page()
+@replica.replica_reads
 def run_list(request: HttpRequest, tenant: Tenant) -> HttpResponse:
     """``/t/<slug>/``: the inbox. One tab per recovery state (landing on
     ``_default_tab``), the search ``q``, filters ``kind``/``subject``/``age``, ``sort``,
     keyset pagination by ``cursor`` (next and previous), all in the URL.
 
-    An htmx request (tab, filter, page) gets only the ``inbox-main`` fragment.
+    An htmx request (tab, filter, page) gets only the ``inbox-main`` fragment. Read from
+    the replica when one is configured (``replica.replica_reads``; its access checked on
+    the primary).
     """
     # One snapshot (issue 21, item 8): the tab counts agree with the list, and ``since``
     # (the database time of that snapshot, its first query) starts the "n new runs" poll.
     with selectors.consistent_read():
-        since = selectors.to_micros(db_now())
+        since = selectors.to_micros(replica.snapshot_now())
         context = _base_context(request, tenant, "inbox") | _inbox_context(request, tenant)
         rejected = selectors.rejected_retries(user=request.user, tenant=tenant,
                                               run_pks=[r["id"] for r in context["rows"]])
@@ -240,6 +242,7 @@ def _migration_offers(request: HttpRequest, tenant: Tenant, context: dict) -> No
 @require_GET
 @dashboard
 @tenant_page()
+@replica.replica_reads
 def run_counts(request: HttpRequest, tenant: Tenant) -> HttpResponse:
     """``/t/<slug>/counts/``: the inbox tabs with live counts, polled by htmx every 10 s.
     Only the counts are read, following the page's filters (checked; no run is listed)."""

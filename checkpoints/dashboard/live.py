@@ -21,7 +21,7 @@ from __future__ import annotations
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from .. import selectors
+from .. import replica, selectors
 from ..models import Tenant
 from .common import dashboard, require_GET, tenant_page
 from .forms import ALL_TAB, NewRunsForm
@@ -65,6 +65,7 @@ def new_runs_context(tenant: Tenant, query: dict, state: str, since: int, n: int
 @require_GET
 @dashboard
 @tenant_page()
+@replica.replica_reads
 def run_new(request: HttpRequest, tenant: Tenant) -> HttpResponse:
     """``/t/<slug>/new-runs/?<inbox filters>&since=<µs>``: the inbox's poll, "2 new runs ·
     show": how many runs passing the page's filters entered its tab after ``since`` (the

@@ -10,7 +10,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils.http import content_disposition_header
 
-from .. import reports, selectors
+from .. import replica, reports, selectors
 from ..models import Tenant
 from ..templatetags.dashboard import label
 from ..vocab import RecoveryState
@@ -20,6 +20,7 @@ from .common import _base_context, dashboard, require_GET, tenant_page
 @require_GET
 @dashboard
 @tenant_page()
+@replica.replica_reads
 def report(request: HttpRequest, tenant: Tenant) -> HttpResponse:
     """``/t/<slug>/report/``: the tenant's numbers now (runs, effects and retries per
     state, open conflicts) and its figures over a range (``reports.figures``), each drawn

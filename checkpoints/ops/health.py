@@ -52,7 +52,7 @@ from prometheus_client import generate_latest as render
 
 from recovery.celery import app
 
-from .. import heartbeat, services
+from .. import heartbeat, replica, services
 from ..jobs import inprocess
 from ..metrics import DomainCollector
 from ..services import notify_delivery
@@ -152,6 +152,8 @@ def readiness() -> tuple[bool, dict[str, str]]:
     probes.append(("audit", services.audit_health))
     if settings.RECOVERY_STATIC_MANIFEST:  # pages need collectstatic's manifest
         probes.append(("static_manifest", check_static_manifest))
+    if replica.configured():  # issue 22: reachable, streaming, lag within its bound
+        probes.append(("replica", replica.replica_check))
     ready = True
     for name, probe in probes:
         try:
@@ -167,13 +169,20 @@ def readiness() -> tuple[bool, dict[str, str]]:
 def readyz(request):
     """Readiness: 200 when the database (and the broker, where configured) answer and
     the background worker's heartbeat is fresh (``_check_worker``), else 503 naming what
-    failed, with ``Retry-After: 5``; ``heartbeat``: each heartbeat's age in seconds."""
+    failed, with ``Retry-After: 5``; ``heartbeat``: each heartbeat's age in seconds; with
+    a read replica configured (issue 22) the ``replica`` check (reachable, streaming, lag
+    within ``RECOVERY_REPLICA_MAX_LAG_S``) and ``replica_lag_s``."""
     ready, checks = readiness()
     body = {"checks": checks}
     try:
         body["heartbeat"] = heartbeat_ages()
     except Exception:  # noqa: BLE001 - the database is down: the checks already say so
         body["heartbeat"] = {}
+    if replica.configured():  # issue 22: the lag in seconds, null when it cannot be read
+        try:
+            body["replica_lag_s"] = round(replica.lag_s(), 2)
+        except Exception:  # noqa: BLE001 - the replica check already says what failed
+            body["replica_lag_s"] = None
     if ready:
         return JsonResponse({"status": "ok", **body})
     response = JsonResponse({"status": "unavailable", **body}, status=503)

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from django.db import connection, transaction
+from django.db import connection, connections, transaction
 from django.db.models import (
     BooleanField,
     Count,
@@ -29,7 +29,7 @@ from django.db.models import (
 )
 from django.db.models.functions import Coalesce
 
-from .. import roles
+from .. import replica, roles
 from ..dbclock import NOW
 from ..exceptions import NotFound
 from ..models import BulkActionItem, MigrationJob, ReconcileRequest, RetryRequest, Run, Tenant
@@ -58,13 +58,15 @@ def consistent_read() -> Iterator[None]:
     reads must agree, e.g. the inbox's tab counts (the trigger-kept counters) and its
     list (the runs): read apart, a run that moved between them shows "ambiguous 2" above
     one row. Inside a transaction already (tests, an action's answer) it reads in that
-    one, as it is."""
+    one, as it is. Inside ``replica_reads`` (issue 22) the snapshot is the replica's
+    (``replica.read_alias``)."""
     if connection.in_atomic_block:
         yield
         return
-    with transaction.atomic():
-        if connection.vendor == "postgresql":
-            with connection.cursor() as cursor:
+    alias = replica.read_alias()
+    with transaction.atomic(using=alias):
+        if connections[alias].vendor == "postgresql":
+            with connections[alias].cursor() as cursor:
                 cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
         yield
 

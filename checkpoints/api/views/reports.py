@@ -5,7 +5,7 @@ from __future__ import annotations
 from drf_spectacular.utils import extend_schema
 from rest_framework.response import Response
 
-from ... import reports, roles, selectors
+from ... import replica, reports, roles, selectors
 from .. import params as p
 from .. import serializers as s
 from .common import TENANT, TenantApi, _errors
@@ -24,7 +24,9 @@ class ReportApi(TenantApi):
     def get(self, request, tenant):
         t = self.tenant(request, tenant, roles.VIEW)
         q = self.query
-        numbers = selectors.report(user=request.user, tenant=t)
-        numbers |= reports.figures(user=request.user, tenant=t, range_name=q["range"] or None,
-                                   start=q["from"] or None, end=q["to"] or None)
+        with replica.replica_reads():  # issue 22: after the access check (primary)
+            numbers = selectors.report(user=request.user, tenant=t)
+            numbers |= reports.figures(user=request.user, tenant=t,
+                                       range_name=q["range"] or None,
+                                       start=q["from"] or None, end=q["to"] or None)
         return Response(s.ReportSerializer.render(numbers))

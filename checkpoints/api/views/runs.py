@@ -6,7 +6,7 @@ from __future__ import annotations
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework.response import Response
 
-from ... import roles, selectors, services
+from ... import replica, roles, selectors, services
 from ...exceptions import Forbidden
 from ...jobs import reconciliation
 from ...permissions import receipts_in_answers
@@ -44,10 +44,11 @@ class RunListApi(TenantApi):
         filters = selectors.RunFilters(
             recovery_state=q["recovery_state"], kind=q["kind"], subject=q["subject"],
             age_s_min=q["age_s_min"], q=q["q"])
-        page = selectors.run_list(user=request.user, tenant=t, filters=filters,
-                                  sort=q["sort"], cursor=q["cursor"], limit=q["limit"])
-        # What the dashboard's inbox says to do, the same words (selectors.nextstep).
-        steps = selectors.page_steps(user=request.user, tenant=t, rows=page.rows)
+        with replica.replica_reads():  # issue 22: after the access check (primary)
+            page = selectors.run_list(user=request.user, tenant=t, filters=filters,
+                                      sort=q["sort"], cursor=q["cursor"], limit=q["limit"])
+            # What the dashboard's inbox says to do, the same words (selectors.nextstep).
+            steps = selectors.page_steps(user=request.user, tenant=t, rows=page.rows)
         for row in page.rows:
             row["next_step"] = steps[row["id"]].short
         nxt = page_url(request, cursor=page.next_cursor) if page.next_cursor else None
