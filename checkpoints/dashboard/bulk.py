@@ -10,6 +10,7 @@ from django.shortcuts import redirect, render
 from .. import roles, selectors, services
 from ..exceptions import AlreadyDone, InvalidPayload
 from ..models import Tenant
+from ..templatetags.dashboard import ago
 from ..vocab import (
     BulkActionKind,
     BulkOutcome,
@@ -18,7 +19,6 @@ from ..vocab import (
     ReconcileAnswer,
     ReconcileState,
 )
-from .actions import acted_first_words
 from .common import _base_context, _require_valid, dashboard, require_GET, require_POST, tenant_page
 from .forms import BULK_MATCHING, BulkForm, InboxFilterForm, NoQuery, ReasonForm
 from .inbox import _run_filters
@@ -76,7 +76,9 @@ def bulk_abort(request: HttpRequest, tenant: Tenant, bulk_id: str) -> HttpRespon
         services.bulk_abort(actor=request.user, tenant=tenant, bulk_id=bulk_id,
                             reason=form.cleaned_data["reason"])
     except AlreadyDone as exc:
-        notice, status = acted_first_words(exc).split(". The page")[0] + ".", exc.status
+        who = f" by {exc.by}" if exc.by else ""
+        when = f" {ago(exc.at)}" if exc.at is not None else ""
+        notice, status = f"Not done: already {exc.what}{who}{when}.", exc.status
     if not request.htmx:
         (messages.success if status == 200 else messages.warning)(request, notice)
         return redirect("bulk_detail", slug=tenant.slug, bulk_id=str(bulk_id))

@@ -152,3 +152,13 @@ def test_over_the_job_maximum_is_400_naming_the_field(acme, rita, monkeypatch):
     assert response.status_code == 400
     assert response.json()["detail"].startswith("run_ids: at most 4 runs")
     assert not BulkAction.objects.exists()
+
+
+def test_abort_of_an_ended_job_from_the_page_says_who_and_when(acme, rita):
+    bulk, _ = job(rita, acme)
+    services.bulk_abort(actor=rita, tenant=acme, bulk_id=bulk.uuid, reason="first")
+    response = logged_in(rita).post(f"/t/acme/bulk/{bulk.uuid}/abort/", {"reason": "again"},
+                                    HTTP_HX_REQUEST="true")
+    assert response.status_code == 422
+    assert "Not done: already aborted by rita" in response.content.decode()
+    assert AuditEvent.objects.filter(action=AuditAction.BULK_ABORT).count() == 1
