@@ -30,7 +30,7 @@ from ..vocab import (
     RetryState,
 )
 from .audit import AuditChainHead, AuditEvent, AuditHashScheme, AuditTenant
-from .bulk import BULK_MAX_RUNS, BulkAction, BulkActionItem
+from .bulk import BULK_JOB_MAX_RUNS, BULK_MAX_RUNS, BulkAction, BulkActionItem
 from .effects import Effect, EffectRevision, EncryptedReceipt, RetryRequest, encrypt_receipt
 from .keys import TenantDataKey
 from .kinds import DeclaredKindVersion

@@ -23,7 +23,7 @@ from ..vocab import (
     RecoveryState,
     TargetType,
 )
-from . import migration_jobs, reconcile_requests
+from . import bulk_jobs, migration_jobs, reconcile_requests
 from .effects import KEEP_RECEIPT, _effect_transition
 from .runs import run_facts, run_refresh_state
 
@@ -46,7 +46,9 @@ def sweep_stale_runs(*, by: str | None = None) -> dict[str, int]:
     pass. Idempotent and safe on many workers at once.
     Returns counts: ``examined``, ``effects_unresolved``, ``runs_ambiguous`` and the
     re-drive's ``reconcile_redriven``, and ``migrations_redriven``: the stored migration
-    jobs sent again, or run here without a broker (``migration_jobs_redrive``).
+    jobs sent again, or run here without a broker (``migration_jobs_redrive``), and
+    ``bulk_jobs_redriven``: the same for bulk actions stored as jobs (``bulk_jobs_redrive``,
+    here for at most one sweep interval).
 
     Once done it records the ``sweep`` heartbeat, and ``sweep.<by>`` when ``by`` names who
     ran it (``heartbeat.SOURCES``: ``celery``, ``inprocess``, ``web``), on the database
@@ -106,6 +108,7 @@ def sweep_stale_runs(*, by: str | None = None) -> dict[str, int]:
                              after={"recovery_state": ambiguous})
     stats["reconcile_redriven"] = reconcile_requests.redrive()
     stats["migrations_redriven"] = migration_jobs.migration_jobs_redrive()
+    stats["bulk_jobs_redriven"] = bulk_jobs.bulk_jobs_redrive()
     heartbeat.beat(*beats)
     return stats
 
