@@ -197,6 +197,9 @@ def main(argv=None) -> None:
                     load = os.getloadavg()[0]
                     say(f"reads at {size:,} runs (load average {load:.2f}):")
                     result["reads"][str(size)] = reads.measure(samples=args.samples, say=say)
+                    from bench import bench_reports  # issue 22: report and broad search targets
+                    result.setdefault("report_targets", {})[str(size)] = bench_reports.measure(
+                        samples=args.samples, say=say)
                     meta.setdefault("load_avg_reads", {})[str(size)] = load
             if "memory" in args.parts:
                 say(f"memory: {args.memory_requests:,} API GETs in one process ...")

@@ -133,6 +133,15 @@ class Checkpoint(TenantOwned):
                                     name="checkpoint_unique_per_tenant"),
             models.CheckConstraint(condition=Q(revision__gte=0), name="checkpoint_revision_gte_0"),
         ]
+        # The report's flagged counts (``selectors.flagged_counts``): partial, so they
+        # hold only the flagged checkpoints and the count reads those, not every
+        # checkpoint of the tenant (issue 22, item 5: 105 ms at 100,000 runs).
+        indexes = [
+            models.Index(fields=["tenant", "run"], condition=~Q(secret_paths=[]),
+                         name="checkpoint_secret_idx"),
+            models.Index(fields=["tenant"], condition=Q(large_above__isnull=False),
+                         name="checkpoint_large_idx"),
+        ]
 
     def __str__(self) -> str:
         return f"checkpoint {self.uuid}@{self.revision}"
@@ -177,6 +186,74 @@ class CheckpointRevision(TenantOwned):
         # (on PostgreSQL covering kind and payload_size, migration 0013).
         indexes = [models.Index(fields=["tenant", "received_at"],
                                 name="checkpoint_revision_recv_idx")]
+
+
+class CheckpointSizeRollup(TenantOwned):
+    """How many revisions of ``kind`` a tenant wrote in a UTC hour (``hours = 1``) or day
+    (``hours = 24``) starting at ``start``, with a payload size in ``bucket``
+    (``reports.sizes.BOUNDS``), and the smallest and largest of those sizes: the report's
+    checkpoint sizes read these instead of every revision (issue 22, item 5).
+
+    Kept by a database trigger on the revision table (migration 0036), in the same
+    transaction as every revision inserted, whichever code inserts it (services, the SQL
+    write path, ``generate_load``). ``shard`` spreads concurrent writers of one tenant
+    over ``ROLLUP_SHARDS`` rows (``pg_backend_pid()`` modulo it on PostgreSQL; 0 on
+    SQLite, which has one writer), so the rollup adds no per-tenant hot row. A count of
+    writes that happened, like a metric: deleting revisions (a purge, retention) does not
+    take them out (docs/reports.md, "Retention").
+    """
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+",
+                               db_index=False)  # the unique constraint starts with it
+    hours = models.PositiveSmallIntegerField()
+    start = models.DateTimeField()
+    kind = models.CharField(max_length=200)
+    bucket = models.PositiveSmallIntegerField()
+    shard = models.PositiveSmallIntegerField()
+    n = models.BigIntegerField()
+    smallest = models.PositiveIntegerField()
+    largest = models.PositiveIntegerField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "hours", "start", "kind", "bucket", "shard"],
+                name="checkpoint_size_rollup_unique"),
+        ]
+
+
+#: Rows per (tenant, hour or day, kind, bucket) of ``CheckpointSizeRollup`` and per
+#: (tenant, hour or day, series, key) of ``ReportCount``.
+ROLLUP_SHARDS = 8
+
+
+class ReportCount(TenantOwned):
+    """How many ``series`` rows with ``key`` a tenant had in a UTC hour (``hours = 1``) or
+    day (``hours = 24``) starting at ``start``: ``runs_entering`` (key: the state
+    entered, one per ``RunTransition``) and ``conflicts`` (key: the reason, one per
+    ``Conflict``). The report's series read these instead of every row (issue 22,
+    item 5).
+
+    Kept by database triggers on the transition and conflict tables (migration 0036) in
+    the same transaction as every insert, sharded like ``CheckpointSizeRollup``. Counts
+    of what happened: a deleted run's transitions stay counted.
+    """
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+",
+                               db_index=False)  # the unique constraint starts with it
+    series = models.CharField(max_length=16)
+    hours = models.PositiveSmallIntegerField()
+    start = models.DateTimeField()
+    key = models.CharField(max_length=24)
+    shard = models.PositiveSmallIntegerField()
+    n = models.BigIntegerField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "series", "hours", "start", "key", "shard"],
+                name="report_count_unique"),
+        ]
 
 
 class Conflict(TenantOwned):
@@ -278,6 +355,11 @@ class EffectStateCount(StateCounter):
         ]
 
 
+#: Where a run's time in doubt ends (``reports.RESOLVED``, the same order: the partial
+#: index below is used only for the same condition).
+RESOLVED_STATES = (RecoveryState.HEALTHY, RecoveryState.COMPLETED, RecoveryState.CLOSED)
+
+
 class RunTransition(TenantOwned):
     """One change of a run's ``recovery_state`` (the report's history, issue 9 item 6):
     ``from_state`` -> ``to_state`` at the database time ``at``. A run's first row has
@@ -310,6 +392,12 @@ class RunTransition(TenantOwned):
             models.Index(fields=["tenant", "at"], name="run_transition_at_idx"),
             # Time from ambiguous to resolved: one run's transitions in order.
             models.Index(fields=["run", "at"], name="run_transition_run_idx"),
+            # ... and the resolutions of a range (``reports._resolution_seconds``):
+            # partial, so a range reads its resolutions, not every transition.
+            models.Index(fields=["tenant", "at"], include=["run"],
+                         condition=(Q(to_state__in=RESOLVED_STATES)
+                                    & ~Q(from_state__in=["", *RESOLVED_STATES])),
+                         name="run_transition_resolved_idx"),
         ]
 
 
