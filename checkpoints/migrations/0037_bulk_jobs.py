@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('checkpoints', '0034_incident_ref'),
+        ('checkpoints', '0036_checkpoint_size_rollups'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
