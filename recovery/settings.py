@@ -197,6 +197,13 @@ RECOVERY_DB_METRICS = env_bool("RECOVERY_DB_METRICS", True)
 _engine = DATABASES["default"]["ENGINE"]
 if RECOVERY_DB_METRICS and _engine.startswith("django.db.backends."):
     DATABASES["default"]["ENGINE"] = "django_prometheus.db.backends." + _engine.rsplit(".", 1)[1]
+# PostgreSQL: the engine above, wrapped so that the per-request health check costs no
+# round trip while a kept connection is quiet (recovery/dbbackend/postgresql/base.py,
+# issue 22 item 3); RECOVERY_DB_QUIET_CHECK=0 keeps Django's SELECT 1 on every request.
+RECOVERY_DB_QUIET_CHECK = env_bool("RECOVERY_DB_QUIET_CHECK", True)
+if DATABASES["default"]["ENGINE"].endswith(".postgresql"):
+    RECOVERY_DB_BASE_ENGINE = DATABASES["default"]["ENGINE"]
+    DATABASES["default"]["ENGINE"] = "recovery.dbbackend.postgresql"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTHENTICATION_BACKENDS = [
