@@ -23,9 +23,9 @@ def _psycopg_connect():
 
 
 def test_the_engine_is_the_wrapped_one(db):
-    from recovery.dbbackend.postgresql.base import DatabaseWrapper
-
     from django.db import connections
+
+    from recovery.dbbackend.postgresql.base import DatabaseWrapper
 
     assert isinstance(connections["default"], DatabaseWrapper)
     assert settings.RECOVERY_DB_BASE_ENGINE.endswith(".postgresql")
