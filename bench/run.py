@@ -1,6 +1,8 @@
 """``make bench`` / ``python -m bench``: the store's benchmarks in one run (issue 8).
 
-    .venv/bin/python -m bench                      # default sizes, about 10 minutes
+    .venv/bin/python -m bench                      # default sizes, about 12 minutes
+    .venv/bin/python -m bench --quick              # short rounds, the small read size
+    .venv/bin/python -m bench --only writes --write-scenarios http,floor
     .venv/bin/python -m bench --full               # 10,000 and 100,000 runs, 100,000 requests
     .venv/bin/python -m bench --only writes --seconds 10
     .venv/bin/python -m bench --pg-url postgres://postgres@127.0.0.1:5432/x --db recovery_bench
@@ -15,10 +17,13 @@
    whose pages need collectstatic's manifest. Logs print errors only (``LOG_LEVEL``,
    no access lines, gunicorn ``--log-level error``).
 2. Writes (``bench/writes.py``): raw psycopg CAS+history (the reference), the Django ORM,
-   ``services.checkpoint_put``, HTTP ``PUT`` through gunicorn, LangGraph's
-   ``PostgresSaver.put``; one writer and four (writer processes), four writers in one
-   tenant against four in four tenants, and 16 writers on 10 checkpoints (raw and
-   services). Each checks for lost updates.
+   ``services.checkpoint_put``, HTTP ``PUT`` through gunicorn, the HTTP floor (a bare WSGI
+   app under the same gunicorn settings, ``bench/floor_wsgi.py``), LangGraph's
+   ``PostgresSaver.put`` and ``RecoverySaver.put``; one writer and four (writer
+   processes), 4 and 16 writers in one tenant against as many in as many tenants, and 16
+   writers on 10 checkpoints (raw and services), in interleaved rounds (each round runs
+   every scenario once). Each checks for lost updates. Ratios are taken within a round,
+   with the round's flush regime (``bench.report.regimes``).
 3. Reads (``bench/reads.py``): ``manage.py generate_load`` builds the data set at each of
    ``--sizes`` (runs in all; the first of 20 tenants holds half of them), then every inbox
    tab, the counts, the report, the API lists, a run page and API run detail of a run
@@ -111,7 +116,7 @@ def _args(argv=None):
     p.add_argument("--full", action="store_true",
                    help="the issue's sizes: 10,000 and 100,000 runs (1,000,000 revisions), "
                         "100,000 memory requests")
-    p.add_argument("--seconds", type=float, default=3.0, help="measured seconds per write "
+    p.add_argument("--seconds", type=float, default=2.0, help="measured seconds per write "
                                                               "scenario and round")
     p.add_argument("--rounds", type=int, default=3,
                    help="every write scenario this many times, interleaved (each round runs "
