@@ -11,8 +11,6 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-pytestmark = pytest.mark.postgres
-
 
 def _psycopg_connect():
     import psycopg
@@ -22,6 +20,7 @@ def _psycopg_connect():
                               if k not in ("cursor_factory", "context")}, autocommit=True)
 
 
+@pytest.mark.postgres
 def test_the_engine_is_the_wrapped_one(db):
     from django.db import connections
 
@@ -32,6 +31,7 @@ def test_the_engine_is_the_wrapped_one(db):
     assert connection.vendor == "postgresql"
 
 
+@pytest.mark.postgres
 def test_quiet_tells_a_live_idle_connection_from_one_the_server_closed(db):
     from recovery.dbbackend.postgresql.base import quiet
 
@@ -56,6 +56,7 @@ def test_quiet_tells_a_live_idle_connection_from_one_the_server_closed(db):
     assert quiet(conn) is None  # closed
 
 
+@pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_a_connection_the_server_closed_is_replaced_before_the_next_request(acme, wendy):
     """The request after ``pg_terminate_backend`` of the kept connection answers 200: the
@@ -79,3 +80,24 @@ def test_a_connection_the_server_closed_is_replaced_before_the_next_request(acme
     close_old_connections()  # what request_started does
     assert put_cp(api, "acme", dict(body, revision=1), match=0).status_code == 200
     assert connection.connection.info.backend_pid != pid
+
+
+def test_a_bearer_put_answers_with_the_same_headers_and_sets_no_cookie(acme, wendy):
+    """The one-statement look-up changes no header: a bearer PUT still varies on Accept
+    only (no session was touched, so no ``Vary: Cookie`` and no cookie), is never cached,
+    and carries its ETag; a refused token still answers 401 with ``WWW-Authenticate``."""
+    from tests.api.apihelpers import put_cp
+    from tests.conftest import bearer_client
+    from tests.helpers import envelope
+
+    api = bearer_client(wendy)
+    body = envelope()
+    created = put_cp(api, "acme", body, create=True)
+    updated = put_cp(api, "acme", dict(body, revision=1), match=0)
+    for r in (created, updated):
+        assert [v.strip() for v in r["Vary"].split(",")] == ["Accept"], r["Vary"]
+        assert "no-store" in r["Cache-Control"] and not r.cookies
+    assert updated["ETag"] == '"1"'
+    api.credentials(HTTP_AUTHORIZATION="Bearer rcv_not_a_token")
+    refused = put_cp(api, "acme", dict(body, revision=2), match=1)
+    assert refused.status_code == 401 and refused["WWW-Authenticate"] == "Bearer"
