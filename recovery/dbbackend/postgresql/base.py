@@ -25,6 +25,7 @@ import select
 from importlib import import_module
 
 from django.conf import settings
+from psycopg import pq
 
 _base = import_module(f"{settings.RECOVERY_DB_BASE_ENGINE}.base")
 
@@ -34,8 +35,6 @@ def quiet(connection) -> bool | None:
     nothing waiting on its socket; ``False`` when something is waiting (the server wrote
     to an idle connection: usually its closing) or the socket is gone; ``None`` when it
     cannot tell (not idle, closed, no socket). Waits for nothing."""
-    from psycopg import pq
-
     try:
         if connection.closed or connection.broken:
             return None
