@@ -21,8 +21,17 @@ Variants (the same ~1.2 KB ``runifold.agent`` payload, ``common.payloads``):
 - ``http``: ``PUT`` through gunicorn (``gunicorn.conf.py``) with the runtime client
   ``recovery_client.client.HttpCheckpointStore`` over one keep-alive connection per process
   (``KeepAliveStore``: the stock client opens a connection per request);
-- ``langgraph``: LangGraph's ``PostgresSaver.put`` (its own tables, same database,
-  append-only, no CAS), the payload as a channel value.
+- ``floor``: the same ``PUT`` and client against ``bench/floor_wsgi.py``, a bare WSGI app
+  under the same gunicorn settings (token, JSON, the product's encryption, one CAS+history
+  statement): the floor of a Python HTTP store on this stack (issue 22);
+- ``services-tenant``: ``services.checkpoint_put`` by 4 and 16 writers in one tenant, and
+  as many in as many tenants (the per-tenant bottleneck, issue 22);
+- ``langgraph`` / ``recoverysaver``: LangGraph's ``PostgresSaver.put`` (its own tables,
+  same database, append-only, no CAS) and ``RecoverySaver.put`` through gunicorn, the same
+  chains of checkpoints (``bench.bench_langgraph``), the payload as a channel value.
+
+Scenarios run in interleaved rounds: each round runs every scenario once, and the report
+(``bench.report``) compares a product with its reference within a round.
 """
 
 from __future__ import annotations
