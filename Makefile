@@ -164,7 +164,10 @@ mutants: $(MUTATION_STAMP)
 # files into var/bench/var, runs the write, read (search included), memory and
 # notification (bench/bench_notify.py, its own database <db>_notify) scenarios
 # with their references, prints the table and writes var/bench/latest.json.
-# About 10 minutes; `make bench BENCH_ARGS=--full` for the issue's sizes (100,000 runs,
+# About 12 minutes (writes in 3 interleaved rounds, every ratio per round with its flush
+# regime, issue 22); BENCH_ARGS=--quick short rounds and the small read size,
+# BENCH_ARGS="--only writes --write-scenarios http,floor" a few groups only;
+# `make bench BENCH_ARGS=--full` for the issue's sizes (100,000 runs,
 # 1,000,000 revisions, 100,000 requests), BENCH_ARGS=--smoke the smallest (a minute or
 # two). Not part of `make test`: nothing asserts a time.
 BENCH_STAMP := $(VENV)/.installed-bench

@@ -1,6 +1,8 @@
 """``make bench`` / ``python -m bench``: the store's benchmarks in one run (issue 8).
 
-    .venv/bin/python -m bench                      # default sizes, about 10 minutes
+    .venv/bin/python -m bench                      # default sizes, about 12 minutes
+    .venv/bin/python -m bench --quick              # short rounds, the small read size
+    .venv/bin/python -m bench --only writes --write-scenarios http,floor
     .venv/bin/python -m bench --full               # 10,000 and 100,000 runs, 100,000 requests
     .venv/bin/python -m bench --only writes --seconds 10
     .venv/bin/python -m bench --pg-url postgres://postgres@127.0.0.1:5432/x --db recovery_bench
@@ -15,10 +17,13 @@
    whose pages need collectstatic's manifest. Logs print errors only (``LOG_LEVEL``,
    no access lines, gunicorn ``--log-level error``).
 2. Writes (``bench/writes.py``): raw psycopg CAS+history (the reference), the Django ORM,
-   ``services.checkpoint_put``, HTTP ``PUT`` through gunicorn, LangGraph's
-   ``PostgresSaver.put``; one writer and four (writer processes), four writers in one
-   tenant against four in four tenants, and 16 writers on 10 checkpoints (raw and
-   services). Each checks for lost updates.
+   ``services.checkpoint_put``, HTTP ``PUT`` through gunicorn, the HTTP floor (a bare WSGI
+   app under the same gunicorn settings, ``bench/floor_wsgi.py``), LangGraph's
+   ``PostgresSaver.put`` and ``RecoverySaver.put``; one writer and four (writer
+   processes), 4 and 16 writers in one tenant against as many in as many tenants, and 16
+   writers on 10 checkpoints (raw and services), in interleaved rounds (each round runs
+   every scenario once). Each checks for lost updates. Ratios are taken within a round,
+   with the round's flush regime (``bench.report.regimes``).
 3. Reads (``bench/reads.py``): ``manage.py generate_load`` builds the data set at each of
    ``--sizes`` (runs in all; the first of 20 tenants holds half of them), then every inbox
    tab, the counts, the report, the API lists, a run page and API run detail of a run
@@ -58,6 +63,20 @@ from bench.common import (
     reset_database,
 )
 
+#: Bench parts of other modules, plugged in by name (``--only NAME``): name -> module.
+#: The module has ``run(args, *, url, env, out_dir, say) -> dict`` (called after the
+#: writes and reads, on the bench database; its answer is kept in the JSON under the
+#: name) and ``targets(result) -> list[dict]`` (rows ``{"target", "value", "measured",
+#: "verdict"}``, verdict one of ``bench.report.HOLDS``, ``NOT_YET``, ``NO_DATA``),
+#: printed with the other targets. Optional ``render(result) -> list[str]``: its lines
+#: in the table.
+PLUGINS: dict[str, str] = {}
+
+#: ``--quick``: every write target's scenarios, short rounds, the small read size; a few
+#: minutes, for a change's before and after (explicit options still override).
+QUICK = {"seconds": 1.5, "rounds": 3, "warmup": 0.3, "sizes": "2000", "samples": 10,
+         "memory_requests": 2000}
+
 #: ``--smoke``: the smallest sizes that still run every part and scenario once (the
 #: end-to-end test, tests/test_bench_smoke.py); numbers of no value.
 SMOKE = {"seconds": 0.3, "rounds": 1, "warmup": 0.1, "sizes": "200", "tenants": 2,
@@ -82,17 +101,26 @@ def _args(argv=None):
                    help="the smallest sizes (every part once, numbers of no value; "
                         "explicit options still override): " + ", ".join(
                             f"--{k.replace('_', '-')} {v}" for k, v in SMOKE.items()))
+    p.add_argument("--quick", action="store_true",
+                   help="short interleaved rounds and the small read size: " + ", ".join(
+                       f"--{k.replace('_', '-')} {v}" for k, v in QUICK.items()))
     p.add_argument("--keep-db", action="store_true", help="keep the database at the end")
-    p.add_argument("--only", default="writes,reads,memory,notify",
+    p.add_argument("--only", default=None,
                    help="comma-separated parts: writes, reads, memory, notify "
-                        "(bench/bench_notify.py on its own database, <db>_notify)")
+                        "(bench/bench_notify.py on its own database, <db>_notify)"
+                        + "".join(f", {n}" for n in PLUGINS) + "; default: all")
+    p.add_argument("--write-scenarios", default=None,
+                   help="comma-separated groups of write scenarios (bench/writes.py GROUPS: "
+                        "raw, orm, services, tenants, http, floor, langgraph, contended); "
+                        "default: all")
     p.add_argument("--full", action="store_true",
                    help="the issue's sizes: 10,000 and 100,000 runs (1,000,000 revisions), "
                         "100,000 memory requests")
-    p.add_argument("--seconds", type=float, default=3.0, help="measured seconds per write "
+    p.add_argument("--seconds", type=float, default=2.0, help="measured seconds per write "
                                                               "scenario and round")
-    p.add_argument("--rounds", type=int, default=2,
-                   help="every write scenario this many times, in turn; the best is shown")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="every write scenario this many times, interleaved (each round runs "
+                        "every scenario); targets are judged per round")
     p.add_argument("--warmup", type=float, default=0.5, help="unmeasured seconds first")
     p.add_argument("--sizes", default=None,
                    help="data set sizes in runs, comma-separated (default 10000,40000; "
@@ -106,15 +134,24 @@ def _args(argv=None):
                    help="API GETs for the memory figure (default 20,000; --full: 100,000)")
     p.add_argument("--out", default=None, help="the JSON (default: latest.json in --var-dir)")
     args = p.parse_args(argv)
-    if args.smoke:  # its sizes as defaults, so that explicit options still win
-        p.set_defaults(**SMOKE)
+    if args.smoke or args.quick:  # their sizes as defaults: explicit options still win
+        p.set_defaults(**(SMOKE if args.smoke else QUICK))
         args = p.parse_args(argv)
     if args.db is None:
         args.db = default_db_name(args.pg_url)
-    args.parts = {x.strip() for x in args.only.split(",") if x.strip()}
-    unknown = args.parts - {"writes", "reads", "memory", "notify"}
+    known = {"writes", "reads", "memory", "notify", *PLUGINS}
+    args.parts = ({x.strip() for x in args.only.split(",") if x.strip()} if args.only
+                  else set(known))
+    unknown = args.parts - known
     if unknown:
         p.error(f"--only: unknown part(s) {', '.join(sorted(unknown))}")
+    from bench.writes import GROUPS
+
+    args.write_groups = ({x.strip() for x in args.write_scenarios.split(",") if x.strip()}
+                         if args.write_scenarios else set(GROUPS))
+    if args.write_groups - set(GROUPS):
+        p.error(f"--write-scenarios: unknown group(s) "
+                f"{', '.join(sorted(args.write_groups - set(GROUPS)))}")
     sizes = args.sizes or ("10000,100000" if args.full else "10000,40000")
     args.size_list = sorted(int(s) for s in sizes.split(",") if s.strip())
     if args.memory_requests is None:
@@ -176,7 +213,8 @@ def main(argv=None) -> None:
             say("writes (writer processes, ~1.2 KB runifold.agent payload):")
             result["writes"] = writes.run_all(dsn=url, env=env, warmup=args.warmup,
                                               seconds=args.seconds, rounds=args.rounds,
-                                              log_dir=out_dir, say=say)
+                                              log_dir=out_dir, say=say,
+                                              groups=args.write_groups)
         if args.parts & {"reads", "memory"}:
             from bench import reads
 
@@ -197,10 +235,20 @@ def main(argv=None) -> None:
                     load = os.getloadavg()[0]
                     say(f"reads at {size:,} runs (load average {load:.2f}):")
                     result["reads"][str(size)] = reads.measure(samples=args.samples, say=say)
+                    from bench import bench_reports  # issue 22: report and broad search targets
+                    result.setdefault("report_targets", {})[str(size)] = bench_reports.measure(
+                        samples=args.samples, say=say)
                     meta.setdefault("load_avg_reads", {})[str(size)] = load
             if "memory" in args.parts:
                 say(f"memory: {args.memory_requests:,} API GETs in one process ...")
                 result["memory"] = reads.memory(requests=args.memory_requests, say=say)
+        for name, module in PLUGINS.items():
+            if name in args.parts:
+                from importlib import import_module
+
+                connections.close_all()
+                result[name] = import_module(module).run(args, url=url, env=env,
+                                                         out_dir=out_dir, say=say)
         if "notify" in args.parts:
             result["notify"] = _notify(args, out_dir)
     finally:

@@ -21,8 +21,17 @@ Variants (the same ~1.2 KB ``runifold.agent`` payload, ``common.payloads``):
 - ``http``: ``PUT`` through gunicorn (``gunicorn.conf.py``) with the runtime client
   ``recovery_client.client.HttpCheckpointStore`` over one keep-alive connection per process
   (``KeepAliveStore``: the stock client opens a connection per request);
-- ``langgraph``: LangGraph's ``PostgresSaver.put`` (its own tables, same database,
-  append-only, no CAS), the payload as a channel value.
+- ``floor``: the same ``PUT`` and client against ``bench/floor_wsgi.py``, a bare WSGI app
+  under the same gunicorn settings (token, JSON, the product's encryption, one CAS+history
+  statement): the floor of a Python HTTP store on this stack (issue 22);
+- ``services-tenant``: ``services.checkpoint_put`` by 4 and 16 writers in one tenant, and
+  as many in as many tenants (the per-tenant bottleneck, issue 22);
+- ``langgraph`` / ``recoverysaver``: LangGraph's ``PostgresSaver.put`` (its own tables,
+  same database, append-only, no CAS) and ``RecoverySaver.put`` through gunicorn, the same
+  chains of checkpoints (``bench.bench_langgraph``), the payload as a channel value.
+
+Scenarios run in interleaved rounds: each round runs every scenario once, and the report
+(``bench.report``) compares a product with its reference within a round.
 """
 
 from __future__ import annotations
@@ -525,11 +534,13 @@ def check_langgraph(dsn: str, threads: list[str], accepted: int) -> dict:
 # --------------------------------------------------------------------------------------
 
 
-def start_gunicorn(env: dict, log_path) -> tuple[subprocess.Popen, str]:
+def start_gunicorn(env: dict, log_path, app: str = "recovery.wsgi") -> tuple[subprocess.Popen, str]:
+    """gunicorn serving ``app`` with the project's ``gunicorn.conf.py`` (read from the
+    project's root, the working directory), once ``/readyz`` answers 200."""
     port = free_port()
     log = open(log_path, "ab")  # noqa: SIM115 - closed with the process
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "recovery.wsgi", "--bind", f"127.0.0.1:{port}",
+        [sys.executable, "-m", "gunicorn", app, "--bind", f"127.0.0.1:{port}",
          *GUNICORN_ARGS],
         cwd=ROOT, env=env, stdout=log, stderr=log)
     wait_for_port(port, proc)
@@ -560,13 +571,25 @@ class Scenario:
     contended: bool = False
     note: str = ""
     rounds: list = field(default_factory=list)
+    #: The group ``--write-scenarios`` selects it by (``GROUPS``).
+    group: str = ""
+
+
+#: Groups of write scenarios, for ``python -m bench --write-scenarios`` (comma-separated):
+#: each issue-22 target needs its own group and the raw reference (``raw``, always run).
+GROUPS = ("raw", "orm", "services", "tenants", "http", "floor", "langgraph", "contended")
 
 
 def run_all(*, dsn: str, env: dict, warmup: float, seconds: float, rounds: int, log_dir,
-            say) -> list[dict]:
-    """Every write scenario, ``rounds`` times in turn (so a slow spell of the machine, or
-    of its disk's flushes, does not fall on one variant only). Each row is a scenario's
-    best round by ops/s; every round is checked and kept in ``rounds``."""
+            say, groups: set[str] | None = None) -> list[dict]:
+    """Every write scenario (of ``groups``, default all of ``GROUPS``; the raw reference
+    always), ``rounds`` times in turn, interleaved: each round runs every scenario once,
+    so a product row and its reference share the round's state of the machine and of its
+    disk's commit flush (issue 22: that flush alternates between about 0.3 ms and 4 ms
+    here and changes every ratio). Every round is checked and kept in ``rounds``, with
+    its ``round`` number; the row's headline figures are its median round (the report
+    compares rounds, ``bench.report``)."""
+    groups = set(GROUPS) if not groups else set(groups) | {"raw"}
     from django.db import connections
 
     from bench.common import payloads as make_payloads
@@ -589,43 +612,76 @@ def run_all(*, dsn: str, env: dict, warmup: float, seconds: float, rounds: int, 
     scenarios: list[Scenario] = []
     for n in (1, 4):
         scenarios.append(Scenario(f"raw CAS+history, {n}w", "raw", n, make_raw, own(
-            n, ["bench-w"], lambda t: {"dsn": dsn, "targets": [t], "payloads": pl})))
+            n, ["bench-w"], lambda t: {"dsn": dsn, "targets": [t], "payloads": pl}),
+            group="raw"))
     for n in (1, 4):
         scenarios.append(Scenario(f"Django ORM, {n}w", "orm", n, make_orm, own(
             n, ["bench-w"], lambda t: {"targets": [t], "payloads": pl,
-                                       "writer_id": fx.writers["bench-w"].pk})))
+                                       "writer_id": fx.writers["bench-w"].pk}), group="orm"))
     for n in (1, 4):
         scenarios.append(Scenario(
             f"services.checkpoint_put, {n}w", "services", n, make_services,
             own(n, ["bench-w"], lambda t: {"targets": [t], "payloads": pl}),
-            note="one tenant" if n > 1 else ""))
-    scenarios.append(Scenario(
-        "services.checkpoint_put, 4w in 4 tenants", "services", 4, make_services,
-        own(4, [f"bench-t{i}" for i in range(4)], lambda t: {"targets": [t], "payloads": pl}),
-        tenants=4, note="one audit chain head per tenant"))
-    server = None
-    base_url = ""
+            note="one tenant" if n > 1 else "", group="services"))
+    for n in (4, 16):  # the per-tenant bottleneck: n writers in one tenant, then in n
+        scenarios.append(Scenario(
+            f"services.checkpoint_put, {n}w in 1 tenant", "services-tenant", n, make_services,
+            own(n, ["bench-w"], lambda t: {"targets": [t], "payloads": pl}),
+            note="one tenant", group="tenants"))
+        scenarios.append(Scenario(
+            f"services.checkpoint_put, {n}w in {n} tenants", "services-tenant", n,
+            make_services,
+            own(n, [f"bench-t{i}" for i in range(n)], lambda t: {"targets": [t], "payloads": pl}),
+            tenants=n, note="one tenant per writer", group="tenants"))
+    server = floor = None
+    urls = {"product": "", "floor": ""}
+    floor_slug = "bench-f"
     for n in (1, 4):
         scenarios.append(Scenario(
             f"HTTP PUT (gunicorn, keep-alive), {n}w", "http", n, make_http,
-            own(n, ["bench-w"], lambda t: {"base_url": base_url, "token": fx.tokens["bench-w"],
+            own(n, ["bench-w"], lambda t: {"base_url": urls["product"],
+                                           "token": fx.tokens["bench-w"],
                                            "targets": [t], "payloads": pl}),
-            note=f"{n} client process(es), gunicorn.conf.py"))
+            note=f"{n} client process(es), gunicorn.conf.py", group="http"))
+        scenarios.append(Scenario(
+            f"HTTP floor: bare WSGI app (gunicorn), {n}w", "floor", n, make_http,
+            own(n, [floor_slug], lambda t: {"base_url": urls["floor"],
+                                            "token": fx.tokens[floor_slug],
+                                            "targets": [t], "payloads": pl}),
+            note="bench/floor_wsgi.py: token, JSON, encryption, one CAS+history",
+            group="floor"))
     skipped = None
     try:
         from langgraph.checkpoint.postgres import PostgresSaver
     except ImportError as exc:
         skipped = f"langgraph-checkpoint-postgres does not import: {exc}"
     else:
+        from bench import bench_langgraph as lg
+
         with PostgresSaver.from_conn_string(dsn) as saver:
             saver.setup()
+        lg_slug = "bench-lg"
+        fx.tenant(lg_slug)
         for n in (1, 4):
-            def prepare(n=n):
+            def prepare_pg(n=n):
                 threads = [f"bench-thread-{uuid.uuid4()}" for _ in range(n)]
                 return ([{"dsn": dsn, "thread_id": th, "payloads": pl} for th in threads],
                         lambda r: check_langgraph(dsn, threads, r["accepted"]))
+
+            def prepare_rs(n=n):
+                threads = [f"bench-thread-{uuid.uuid4()}" for _ in range(n)]
+                tenant = fx.tenants[lg_slug]
+                return ([{"base_url": urls["product"], "tenant": lg_slug,
+                          "token": fx.tokens[lg_slug], "thread_id": th, "payloads": pl}
+                         for th in threads],
+                        lambda r: lg.check_recovery(threads, r["accepted"], tenant))
             scenarios.append(Scenario(f"LangGraph PostgresSaver.put, {n}w", "langgraph", n,
-                                      make_langgraph, prepare, note="append-only, no CAS"))
+                                      lg.make_postgres_put, prepare_pg,
+                                      note="append-only, no CAS", group="langgraph"))
+            scenarios.append(Scenario(f"RecoverySaver.put (HTTP), {n}w", "recoverysaver", n,
+                                      lg.make_recovery_put, prepare_rs,
+                                      note="through gunicorn, one httpx client",
+                                      group="langgraph"))
 
     def contended_raw():
         targets = one_each(10, ["bench-c"])
@@ -639,16 +695,24 @@ def run_all(*, dsn: str, env: dict, warmup: float, seconds: float, rounds: int, 
                                         conflicts_expected=True))
 
     scenarios.append(Scenario("raw CAS contended, 16w on 10", "raw", 16, make_raw,
-                              contended_raw, contended=True))
+                              contended_raw, contended=True, group="contended"))
     scenarios.append(Scenario("services contended, 16w on 10", "services", 16, make_services,
                               contended_services, contended=True,
-                              note="each refusal is a Conflict row, run state, audit event"))
+                              note="each refusal is a Conflict row, run state, audit event",
+                              group="contended"))
+    scenarios = [sc for sc in scenarios if sc.group in groups]
 
     try:
-        server, base_url = start_gunicorn(env, log_dir / "gunicorn.log")
-        # one request first: the workers' imports and connections outside the timing
-        for _ in range(4):
-            keep_alive_store(base_url, "bench-w", fx.tokens["bench-w"]).request("GET", "report")
+        if groups & {"http", "langgraph"}:
+            server, urls["product"] = start_gunicorn(env, log_dir / "gunicorn.log")
+            # one request first: the workers' imports and connections outside the timing
+            for _ in range(4):
+                keep_alive_store(urls["product"], "bench-w",
+                                 fx.tokens["bench-w"]).request("GET", "report")
+        if "floor" in groups:
+            fx.tenant(floor_slug)
+            floor, urls["floor"] = start_gunicorn(env, log_dir / "gunicorn-floor.log",
+                                                  app="bench.floor_wsgi:app")
         for r in range(1, rounds + 1):
             say(f"  round {r} of {rounds}")
             for sc in scenarios:
@@ -661,24 +725,27 @@ def run_all(*, dsn: str, env: dict, warmup: float, seconds: float, rounds: int, 
                                     + row["errors"][0].strip().splitlines()[-1]}
                 else:
                     row["check"] = check(row)
+                row["round"] = r
                 sc.rounds.append(row)
                 say(f"    {sc.name:<42} {row['ops_per_s']:>8,.0f} ops/s  p50 "
                     f"{row['p50_ms']:7.2f} ms  p99 {row['p99_ms']:7.2f} ms  "
                     f"{'ok' if row['check']['ok'] else 'FAILED'}: {row['check']['detail']}")
     finally:
-        if server is not None:
-            stop(server)
+        for proc in (server, floor):
+            if proc is not None:
+                stop(proc)
 
     results: list[dict] = []
     for sc in scenarios:
-        best = max(sc.rounds, key=lambda x: x["ops_per_s"])
+        median = sorted(sc.rounds, key=lambda x: x["ops_per_s"])[(len(sc.rounds) - 1) // 2]
         ok = all(x["check"]["ok"] for x in sc.rounds)
-        check = {"ok": ok, "detail": best["check"]["detail"] if ok else next(
+        check = {"ok": ok, "detail": median["check"]["detail"] if ok else next(
             x["check"]["detail"] for x in sc.rounds if not x["check"]["ok"])}
         results.append({"scenario": sc.name, "variant": sc.variant, "writers": sc.writers,
                         "tenants": sc.tenants, "contended": sc.contended, "note": sc.note,
-                        **{k: v for k, v in best.items() if k != "check"}, "check": check,
-                        "rounds": sc.rounds})
+                        "group": sc.group,
+                        **{k: v for k, v in median.items() if k not in ("check", "round")},
+                        "check": check, "rounds": sc.rounds})
     if skipped:
         say(f"  LangGraph PostgresSaver.put: skipped: {skipped}")
         results.append({"scenario": "LangGraph PostgresSaver.put", "variant": "langgraph",

@@ -361,6 +361,10 @@ SENTENCES: dict[str, Callable[[Any, str], str]] = {
     A.BULK_FINISH: lambda e, t: (
         f"finished bulk {str(e.target_ref)[:8]}: {_get(e.after, 'done') or 0} done, "
         f"{_get(e.after, 'refused') or 0} refused, {_get(e.after, 'failed') or 0} failed"),
+    A.BULK_ABORT: lambda e, t: (
+        f"aborted bulk {str(e.target_ref)[:8]} while "
+        f"{str(_get(e.before, 'state') or 'open').replace('_', ' ')} (the runs done stay "
+        "done)"),
     A.RETRY_CONSUME: lambda e, t: (
         f"resumed the run with approved {t}"
         + (f" (fencing token {_get(e.after, 'fencing_token')})"

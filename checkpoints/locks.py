@@ -8,7 +8,7 @@ writes down: at ``COMMIT`` (Django's foreign keys are deferred), a ``FOR KEY SHA
 every parent row of a row it inserted (the tenant, the acting account, the run). Until
 issue 22 a write also moved its tenant's audit chain head and upserted the state counter
 rows; neither is a lock any more: an audit event is one INSERT (the sequencer chains it
-afterwards, ``audit.audit_record``) and a counter change inserts a delta (migration 0040).
+afterwards, ``audit.audit_record``) and a counter change inserts a delta (migration 0038).
 
 The order (``ORDER``), outermost first; a transaction takes what it needs in this order
 and never goes back up:
@@ -194,7 +194,7 @@ def lock_runs(tenant: Tenant, run_ids: Iterable[uuid.UUID]) -> list[Run]:
 
 def write_lock_sql() -> str:
     """The first statement of the SQL write path (``services.writepath.checkpoint_update``):
-    a call of the database function ``checkpoints_write_lock`` (migration 0041), which
+    a call of the database function ``checkpoints_write_lock`` (migration 0039), which
     takes the tenant's write gate shared (``SHARE_LOCK``), then the run row
     (``ROW_LOCK``), as ``lock_run`` does, and only then reads the checkpoint, the data
     policy and the run's facts, so they are current. Named parameters: ``tenant``,

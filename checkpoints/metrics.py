@@ -23,6 +23,8 @@ Two kinds:
   | ``recovery_reconcile_failing`` | tenant | open requests whose last look-ups could not tell (``failures`` > 0) |
   | ``recovery_audit_events`` | tenant | the audit trail's length: the newest signed tree head's size plus the events queued for the sequencer (issue 22) |
   | ``recovery_migration_jobs`` | tenant, state | ``MigrationJob`` in ``queued``, ``running`` (the queue) or ``failed`` (gave up) |
+  | ``recovery_bulk_jobs`` | tenant, state | bulk actions run as stored jobs (issue 22, item 6) in ``queued``, ``running`` or ``failed`` (gave up) |
+  | ``recovery_bulk_jobs_stalled`` | tenant | bulk jobs ``running`` whose claim passed (the worker vanished; the sweep resumes them), database clock |
   | ``recovery_notification_messages`` | tenant, state | notification messages per delivery state (issue 21) |
   | ``recovery_notification_endpoints_disabled`` | tenant | endpoints disabled (by an admin or after days of failure) |
   | ``recovery_notification_oldest_pending_seconds`` | tenant | age of the oldest pending message (since created, database clock; 0 when none) |
@@ -58,6 +60,7 @@ from .dbclock import NOW
 from .models import (
     AuditPending,
     AuditTreeHead,
+    BulkAction,
     Conflict,
     EffectStateCount,
     MigrationJob,
@@ -67,7 +70,14 @@ from .models import (
     RunStateCount,
     Tenant,
 )
-from .vocab import DeliveryState, EffectState, MigrationJobState, ReconcileState, RecoveryState
+from .vocab import (
+    BulkState,
+    DeliveryState,
+    EffectState,
+    MigrationJobState,
+    ReconcileState,
+    RecoveryState,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -83,6 +93,8 @@ RECONCILE_COUNTED = (*ReconcileState.OPEN, ReconcileState.GAVE_UP)
 #: The migration job states counted: the queue and the jobs that gave up.
 MIGRATION_COUNTED = (MigrationJobState.QUEUED, MigrationJobState.RUNNING,
                      MigrationJobState.FAILED)
+#: The bulk job states counted: the queue and the jobs that gave up (issue 22, item 6).
+BULK_COUNTED = (BulkState.QUEUED, BulkState.RUNNING, BulkState.FAILED)
 
 _WHY = ("the operator's /metrics scrape counts every tenant's rows in aggregate (no row is "
         "returned, only per-tenant totals)")
@@ -95,7 +107,7 @@ def count_resume_decision(*, tenant: Tenant, action: str, mode: str) -> None:
 
 def domain_figures() -> dict[str, dict[tuple[str, ...], int]]:
     """The scrape-time figures: ``{metric name: {label values: value}}`` with the label
-    values in the order of ``DomainCollector.LABELS`` (tenant slug first). Nine queries
+    values in the order of ``DomainCollector.LABELS`` (tenant slug first). Ten queries
     whatever the number of runs (one per figure, plus the tenant list; two for the
     notification gauges). Reads only."""
     slugs = dict(Tenant.objects.values_list("pk", "slug"))
@@ -109,6 +121,8 @@ def domain_figures() -> dict[str, dict[tuple[str, ...], int]]:
         "recovery_audit_events": {(s,): 0 for s in slugs.values()},
         "recovery_migration_jobs": {(s, st): 0 for s in slugs.values()
                                     for st in MIGRATION_COUNTED},
+        "recovery_bulk_jobs": {(s, st): 0 for s in slugs.values() for st in BULK_COUNTED},
+        "recovery_bulk_jobs_stalled": {(s,): 0 for s in slugs.values()},
         "recovery_notification_messages": {(s, st): 0 for s in slugs.values()
                                            for st in DeliveryState.values},
         "recovery_notification_endpoints_disabled": {(s,): 0 for s in slugs.values()},
@@ -157,8 +171,23 @@ def domain_figures() -> dict[str, dict[tuple[str, ...], int]]:
                 .filter(state__in=MIGRATION_COUNTED)
                 .values("tenant_id", "state").annotate(total=Count("id"))):
         put("recovery_migration_jobs", row["tenant_id"], row["state"], value=row["total"])
+    _bulk_job_figures(put)
     _notification_figures(put)
     return figures
+
+
+def _bulk_job_figures(put) -> None:
+    """The bulk job gauges (issue 22, item 6): one aggregate query (jobs per tenant and
+    state, with how many running ones lost their worker: claim passed, database clock)."""
+    for row in (BulkAction.objects.for_all_tenants(reason=_WHY)
+                .filter(background=True, state__in=BULK_COUNTED)
+                .values("tenant_id", "state")
+                .annotate(total=Count("id"),
+                          stalled=Count("id", filter=Q(state=BulkState.RUNNING,
+                                                       claimed_until__lt=NOW)))):
+        put("recovery_bulk_jobs", row["tenant_id"], row["state"], value=row["total"])
+        if row["state"] == BulkState.RUNNING:
+            put("recovery_bulk_jobs_stalled", row["tenant_id"], value=row["stalled"])
 
 
 def _notification_figures(put) -> None:
@@ -194,6 +223,10 @@ class DomainCollector:
         "recovery_audit_events": "The length of the tenant's audit chain (events).",
         "recovery_migration_jobs": "Migration jobs queued, running (the queue) or failed "
                                    "(gave up: a human must look).",
+        "recovery_bulk_jobs": "Bulk actions run as stored jobs, queued, running or failed "
+                              "(gave up: a reviewer must look).",
+        "recovery_bulk_jobs_stalled": "Bulk jobs running whose worker vanished (claim "
+                                      "passed; the sweep resumes them).",
         "recovery_notification_messages": "Notification messages per delivery state "
                                           "(pending, delivered, failed).",
         "recovery_notification_endpoints_disabled": "Notification endpoints disabled (by "
@@ -210,6 +243,8 @@ class DomainCollector:
         "recovery_reconcile_failing": ["tenant"],
         "recovery_audit_events": ["tenant"],
         "recovery_migration_jobs": ["tenant", "state"],
+        "recovery_bulk_jobs": ["tenant", "state"],
+        "recovery_bulk_jobs_stalled": ["tenant"],
         "recovery_notification_messages": ["tenant", "state"],
         "recovery_notification_endpoints_disabled": ["tenant"],
         "recovery_notification_oldest_pending_seconds": ["tenant"],

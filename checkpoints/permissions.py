@@ -63,6 +63,79 @@ def _rights_sql(key: str) -> str:
     return _SQL[key]
 
 
+#: Prefix of the tenant's columns in ``scope_join``'s select list.
+SCOPE_PREFIX = "scope_t_"
+_SCOPE = "_tenant_scope_read"
+
+
+def scope_join(user_id: str) -> tuple[str, str]:
+    """The parts that add "the tenant of a slug and the caller's rights in it" to a query
+    that already reads the caller (issue 22, item 3: the bearer token's look-up reads
+    them in the same statement, one round trip instead of two): ``(columns, joins)``,
+    ``columns`` the tenant's columns (each named ``SCOPE_PREFIX`` + column) and the
+    right's ``codename``, ``joins`` two ``LEFT JOIN``s to append after the caller's table,
+    whose ``id`` column is the SQL expression ``user_id``. Parameters, in the order the
+    joins use them: the slug, then the tenant content type id twice.
+
+    The rows are ``_rights_sql``'s (one per codename held, one with a NULL codename for
+    none, the tenant's columns NULL for no such tenant), read from the same tables with
+    the same conditions; ``scope_rows`` turns them into ``_read``'s answer."""
+    q = connection.ops.quote_name
+    t, gop, perm = Tenant._meta, GroupObjectPermission._meta, Permission._meta
+    member = get_user_model().groups.through._meta
+
+    def col(meta, name):
+        return q(meta.get_field(name).column)
+
+    columns = ", ".join(f"st.{q(f.column)} AS {q(SCOPE_PREFIX + f.column)}"
+                        for f in t.concrete_fields)
+    joins = (
+        f"LEFT JOIN {q(t.db_table)} st ON st.{col(t, 'slug')} = %s "
+        f"LEFT JOIN ("
+        f"SELECT m.{col(member, 'user')} AS user_id, g.{col(gop, 'object_pk')} AS object_pk, "
+        f"p.{col(perm, 'codename')} "
+        f"FROM {q(gop.db_table)} g "
+        f"JOIN {q(member.db_table)} m ON m.{col(member, 'group')} = g.{col(gop, 'group')} "
+        f"JOIN {q(perm.db_table)} p ON p.{col(perm, 'id')} = g.{col(gop, 'permission')}"
+        f" AND p.{col(perm, 'content_type')} = %s "
+        f"WHERE g.{col(gop, 'content_type')} = %s"
+        f") sr ON sr.user_id = {user_id} AND sr.object_pk = CAST(st.{col(t, 'id')} AS VARCHAR(255))")
+    return f"{columns}, sr.{col(perm, 'codename')} AS scope_codename", joins
+
+
+def scope_params(slug: str) -> list:
+    """``scope_join``'s parameters for ``slug``."""
+    tenant_type = ContentType.objects.get_for_model(Tenant).pk  # cached per process
+    return [slug, tenant_type, tenant_type]
+
+
+def scope_rows(user, slug: str, rows: list) -> None:
+    """Keep on ``user`` (the request's caller, whose object lives for one request) what
+    ``scope_join`` read for ``slug`` in ``rows`` (model instances of a raw query carrying
+    its columns as attributes), so that ``access_tenant(user, slug)`` answers from it
+    instead of reading again: exactly ``_read(user, "slug", slug)``'s answer, read in the
+    same request. The attributes are removed from the rows."""
+    tenant = None
+    names = [f.attname for f in Tenant._meta.concrete_fields]
+    first = rows[0]
+    values = [getattr(first, SCOPE_PREFIX + f.column) for f in Tenant._meta.concrete_fields]
+    if values[names.index("id")] is not None:
+        db = first._state.db or "default"
+        converted = []
+        for f, v in zip(Tenant._meta.concrete_fields, values, strict=True):
+            col = f.get_col(Tenant._meta.db_table)
+            for conv in (*connection.ops.get_db_converters(col), *f.get_db_converters(connection)):
+                v = conv(v, col, connection)
+            converted.append(v)
+        tenant = Tenant.from_db(db, names, converted)
+    perms = frozenset(r.scope_codename for r in rows if r.scope_codename in _RIGHTS)
+    for r in rows:
+        for f in Tenant._meta.concrete_fields:
+            r.__dict__.pop(SCOPE_PREFIX + f.column, None)
+        r.__dict__.pop("scope_codename", None)
+    user.__dict__[_SCOPE] = (slug, tenant, perms if tenant is not None else frozenset())
+
+
 def _read(user, key: str, value) -> tuple[Tenant | None, frozenset]:
     """The tenant whose ``key`` is ``value`` (``None`` if none) and ``user``'s rights in
     it (codenames of ``_RIGHTS``), in one query (``_rights_sql``)."""
@@ -132,8 +205,13 @@ def access_tenant(user, slug: str, codename: str = roles.VIEW) -> Tenant:
         raise NotFound("no such tenant")
     if _has_no_rights(user):
         tenant = Tenant.objects.filter(slug=slug).first()
-    else:  # the tenant and the caller's rights in it: one query (issue 8)
-        tenant, perms = _read(user, "slug", slug)
+    else:  # the tenant and the caller's rights in it: one query (issue 8), or none when
+        # the token's look-up read them already (``scope_rows``, issue 22)
+        read = user.__dict__.pop(_SCOPE, None)
+        if read is not None and read[0] == slug:
+            tenant, perms = read[1], read[2]
+        else:
+            tenant, perms = _read(user, "slug", slug)
         if tenant is not None:
             user.__dict__.setdefault(_CACHE, {})[tenant.pk] = perms
     if tenant is None:

@@ -85,6 +85,7 @@ urlpatterns = [
          notifications.notification_resend, name="notification_resend"),
     path(T + "bulk/", bulk.bulk_submit, name="bulk_submit"),
     path(T + "bulk/<str:bulk_id>/", bulk.bulk_detail, name="bulk_detail"),
+    path(T + "bulk/<str:bulk_id>/abort/", bulk.bulk_abort, name="bulk_abort"),
     path(T + "runs/<str:run_id>/", run.run_detail, name="run_detail"),
     path(T + "runs/<str:run_id>/audit/", run.run_audit, name="run_audit"),
     path(T + "runs/<str:run_id>/live/", run.run_live, name="run_live"),

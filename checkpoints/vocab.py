@@ -306,6 +306,7 @@ class AuditAction(TextChoices):
     AUDIT_EXPORT_HEAD = "audit.export_head"
     BULK_SUBMIT = "bulk.submit"
     BULK_FINISH = "bulk.finish"
+    BULK_ABORT = "bulk.abort"
     # LangGraph threads (issue 10, docs/langgraph.md): pending writes on a checkpoint that
     # is not its namespace's head (a head's writes are a ``checkpoint.write``), and the
     # saver's deletions and copies, one event per thread changed.
@@ -428,10 +429,20 @@ BulkActionKind.CONFIRM = frozenset({BulkActionKind.MARK_UNKNOWN, BulkActionKind.
 
 class BulkState(TextChoices):
     """A bulk action's progress: ``running`` from its record until every run has its
-    result, then ``finished``."""
+    result, then ``finished``. A bulk action run as a stored job (more than
+    ``BULK_MAX_RUNS`` runs; issue 22, item 6) is ``queued`` until a worker claims it,
+    ``running`` while one holds its claim, and ends ``finished``, ``aborted`` (a reviewer
+    stopped it: the runs done stay done) or ``failed`` (gave up: ``last_error`` says
+    why)."""
 
+    QUEUED = "queued"
     RUNNING = "running"
     FINISHED = "finished"
+    ABORTED = "aborted"
+    FAILED = "failed"
+
+
+BulkState.OPEN = frozenset({BulkState.QUEUED, BulkState.RUNNING})
 
 
 class BulkOutcome(TextChoices):
@@ -557,7 +568,7 @@ BADGE_CLASSES = {
     _A.OWNER_LIVE: "amber", _A.SETTLING: "amber", _A.MOVED_ON: "grey",
     _P.STABLE: "green", _P.IN_FLIGHT: "amber", _P.UNSUPPORTED: "purple",
     # bulk actions: a run's outcome (done/failed share the words above), the bulk's state
-    BulkOutcome.REFUSED: "orange", BulkState.FINISHED: "green",
+    BulkOutcome.REFUSED: "orange", BulkState.FINISHED: "green", BulkState.ABORTED: "grey",
     # a checkpoint's result in a migration (refused: as above; a job's state: as reconcile)
     MigrationOutcome.MIGRATED: "green", MigrationOutcome.SKIPPED: "grey",
     MigrationOutcome.CONFLICT: "orange",

@@ -232,6 +232,16 @@ for _alias in DATABASES:
     if RECOVERY_DB_METRICS and _engine.startswith("django.db.backends."):
         DATABASES[_alias]["ENGINE"] = ("django_prometheus.db.backends."
                                        + _engine.rsplit(".", 1)[1])
+# PostgreSQL: the engine above, wrapped so that the per-request health check costs no
+# round trip while a kept connection is quiet (recovery/dbbackend/postgresql/base.py,
+# issue 22 item 3); RECOVERY_DB_QUIET_CHECK=0 keeps Django's SELECT 1 on every request.
+# The replica (RECOVERY_REPLICA_URL) has the same engine as the primary, so one base.
+RECOVERY_DB_QUIET_CHECK = env_bool("RECOVERY_DB_QUIET_CHECK", True)
+if DATABASES["default"]["ENGINE"].endswith(".postgresql"):
+    RECOVERY_DB_BASE_ENGINE = DATABASES["default"]["ENGINE"]
+    for _alias in DATABASES:
+        if DATABASES[_alias]["ENGINE"] == RECOVERY_DB_BASE_ENGINE:
+            DATABASES[_alias]["ENGINE"] = "recovery.dbbackend.postgresql"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTHENTICATION_BACKENDS = [

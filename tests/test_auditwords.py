@@ -74,6 +74,8 @@ SAMPLES = {
     A.BULK_FINISH: ("rita", T.BULK_ACTION, "9d2f0c3e-1111-4222-8333-444455556666",
                     {"state": "running"}, {"state": "finished", "done": 2, "refused": 1,
                                            "failed": 0}, ""),
+    A.BULK_ABORT: ("rita", T.BULK_ACTION, "9d2f0c3e-1111-4222-8333-444455556666",
+                   {"state": "running"}, {"state": "aborted"}, "wrong filter"),
     A.RETRY_CONSUME: ("wendy", T.RETRY_REQUEST, "7", {"state": "approved"},
                       {"state": "consumed", "fencing_token": 3}, ""),
     A.EFFECT_MARK_UNKNOWN: ("rita", T.EFFECT, EFFECT, {"state": "unresolved", "revision": 2},
@@ -246,6 +248,8 @@ def test_each_sentence_says_who_did_what_in_words(action):
     (A.RUN_ERASE, "april erased the payloads of the run for erasure request 3e1f5a7c: 1 "
                   "checkpoint, 3 revisions deleted; tombstone #12"),
     (A.BULK_FINISH, "rita finished bulk 9d2f0c3e: 2 done, 1 refused, 0 failed"),
+    (A.BULK_ABORT, "rita aborted bulk 9d2f0c3e while running (the runs done stay done): "
+                   "wrong filter"),
     (A.EFFECT_RECONCILE, "system reconciled charge:A-7 at payments: unresolved → confirmed "
                          "(the service answered found via the http reconciler): charge ch_42 "
                          "succeeded"),

@@ -45,6 +45,13 @@ def test_make_bench_smallest_size_runs_end_to_end_from_a_clean_state(tmp_path):
     assert done.returncode == 0, output[-4000:]
     result = json.loads((var / "latest.json").read_text())
     assert result["writes"] and all(r["check"]["ok"] for r in result["writes"] if "check" in r)
+    # issue 22: the HTTP floor ran beside the product, and every write target names its
+    # reference, judged on ratios within a round
+    assert {"floor", "http"} <= {r.get("variant") for r in result["writes"]}
+    floor = [t for t in result["targets"] if "the floor" in t["target"]]
+    assert floor and floor[0]["reference"].startswith("HTTP floor"), floor
+    # (a round may measure no PUT at this size on a loaded machine: no ratio then)
+    assert all(r["regime"] in ("fast", "slow") for r in floor[0]["ratios"]), floor
     reads = result["reads"]["200"]
     endpoints = {r["endpoint"] for r in reads}
     assert {"inbox tab all", "report page"} <= endpoints  # HTML pages, DEBUG=0

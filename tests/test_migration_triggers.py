@@ -23,12 +23,18 @@ SQLITE = {
     ("checkpoints_runtransition_upd", "checkpoints_run"),
     ("checkpoints_notificationoutbox_ins", "checkpoints_run"),
     ("checkpoints_notificationoutbox_upd", "checkpoints_run"),
+    ("checkpoints_checkpointsizerollup_ins", "checkpoints_checkpointrevision"),
+    ("checkpoints_reportcount_transition_ins", "checkpoints_runtransition"),
+    ("checkpoints_reportcount_conflict_ins", "checkpoints_conflict"),
 }
 POSTGRES = {
     ("checkpoints_runstatecount_keep", "checkpoints_run"),
     ("checkpoints_effectstatecount_keep", "checkpoints_effect"),
     ("checkpoints_runtransition_keep", "checkpoints_run"),
     ("checkpoints_notificationoutbox_keep", "checkpoints_run"),
+    ("checkpoints_checkpointsizerollup_keep", "checkpoints_checkpointrevision"),
+    ("checkpoints_reportcount_transition", "checkpoints_runtransition"),
+    ("checkpoints_reportcount_conflict", "checkpoints_conflict"),
     ("checkpoints_audit_append_only", "checkpoints_auditevent"),
     ("checkpoints_audit_no_truncate", "checkpoints_auditevent"),
     ("checkpoints_audit_head_no_delete", "checkpoints_auditchainhead"),

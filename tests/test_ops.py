@@ -29,6 +29,7 @@ from checkpoints import heartbeat, services
 from checkpoints.exceptions import StaleRevision
 from checkpoints.models import (
     AuditEvent,
+    BulkAction,
     Conflict,
     Effect,
     MigrationJob,
@@ -257,10 +258,33 @@ def test_migration_jobs_are_counted_queued_running_and_failed(client, settings, 
             if dict(k)["tenant"] == "globex"} == {"queued": 0, "running": 0, "failed": 0}
 
 
+def test_bulk_jobs_are_counted_queued_running_failed_and_stalled(client, settings, acme,
+                                                                 globex, rita):
+    # What a worker leaves behind (tests/services/test_bulk_jobs.py drives it); an inline
+    # bulk action (not a job) is not counted.
+    for state, claim in (("queued", None), ("running", 60), ("running", -60), ("failed", None),
+                         ("finished", None), ("aborted", None)):
+        BulkAction.objects.create(
+            tenant=acme, uuid=uuid.uuid4(), client_token=uuid.uuid4(), requested_by=rita,
+            requested_by_name="rita", action="close", reason="r", selection={},
+            fingerprint="0" * 64, total=600, background=True, state=state,
+            claimed_until=None if claim is None else timezone.now() + timedelta(seconds=claim))
+    BulkAction.objects.create(
+        tenant=acme, uuid=uuid.uuid4(), client_token=uuid.uuid4(), requested_by=rita,
+        requested_by_name="rita", action="close", reason="r", selection={},
+        fingerprint="0" * 64, total=2, state="running")
+    settings.RECOVERY_METRICS_TOKEN = TOKEN
+    figures = scrape(client)
+    assert {dict(k)["state"]: v for k, v in figures["recovery_bulk_jobs"].items()
+            if dict(k)["tenant"] == "acme"} == {"queued": 1, "running": 2, "failed": 1}
+    assert gauge(figures, "recovery_bulk_jobs_stalled", tenant="acme") == 1
+    assert gauge(figures, "recovery_bulk_jobs_stalled", tenant="globex") == 0
+
+
 def test_the_scrape_costs_the_same_queries_whatever_the_rows(client, settings, world,
                                                              django_assert_max_num_queries):
     settings.RECOVERY_METRICS_TOKEN = TOKEN
-    with django_assert_max_num_queries(11):  # ten figures (the audit: heads and queue) and the heartbeats
+    with django_assert_max_num_queries(12):  # ten figures (the audit: heads and queue; bulk jobs) and the heartbeats
         scrape(client)
 
 

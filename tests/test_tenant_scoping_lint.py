@@ -46,6 +46,9 @@ ESCAPE_HATCHES = {
     ("services/notify_delivery.py", "notify_health"):
         "/readyz asks whether any event or due message waits too long (a yes or no, never "
         "a tenant's rows)",
+    ("metrics.py", "_bulk_job_figures"):
+        "the operator's /metrics scrape counts every tenant's bulk jobs in aggregate "
+        "(issue 22, item 6)",
     ("metrics.py", "_notification_figures"):
         "the operator's /metrics scrape counts every tenant's notification messages and "
         "endpoints in aggregate",
@@ -92,6 +95,14 @@ ESCAPE_HATCHES = {
     ("jobs/migrations.py", "_jobs"):
         "a worker claims, extends and finishes the migration job it was handed by primary "
         "key; the migration itself runs scoped to that job's tenant",
+    ("services/bulk_jobs.py", "bulk_jobs_redrive"):
+        "the sweep re-drives every tenant's stale or due bulk jobs (issue 22, item 6)",
+    ("services/bulk_jobs.py", "bulk_job_dispatch"):
+        "marks, by primary key, the bulk jobs it was handed (created scoped by the "
+        "reviewer's request, or found by the sweep's re-drive)",
+    ("jobs/bulk.py", "_jobs"):
+        "a worker claims the bulk job it was handed by primary key; each run is then acted "
+        "on scoped to that job's tenant",
     # The notification dispatcher (issue 21) works through every tenant's outbox; each
     # event goes to its own tenant's endpoints only (tests/services/test_notify_dispatch.py).
     ("services/notify_dispatch.py", "_claim"):

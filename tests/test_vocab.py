@@ -18,6 +18,7 @@ import pytest
 from checkpoints import policy, vocab
 from checkpoints.vocab import (
     AuditAction,
+    BulkState,
     EffectState,
     ReconcileAnswer,
     ReconcileState,
@@ -131,6 +132,7 @@ def test_named_sets_are_sets_of_their_enum_and_not_members():
         EffectState: ("IN_DOUBT", "NEEDS_RETRY", "DOUBTFUL", "SETTLED", "WITH_RECEIPT"),
         RetryState: ("OPEN", "DECIDED"),
         ReconcileState: ("OPEN",),
+        BulkState: ("OPEN",),
         RecoveryState: ("PRECEDENCE", "INBOX_TABS", "RETRYABLE"),
         ReconcileAnswer: ("SERVICE", "WITH_RECEIPT"),
         RetryOutcome: ("SENT_AGAIN",),
@@ -151,6 +153,7 @@ def test_the_sets_mean_what_contract_says():
     assert EffectState.NEEDS_RETRY == {"unknown", "not_executed"}
     assert RetryState.OPEN == {"requested", "approved"}
     assert set(ReconcileState.OPEN) == {"queued", "running"}
+    assert BulkState.OPEN == {"queued", "running"}  # a bulk job a reviewer may abort
     assert RecoveryState.RETRYABLE == {"ambiguous", "unknown_outcome"}
     assert ReconcileAnswer.SETTLES == {"found": "confirmed", "failed": "failed",
                                        "not_executed": "not_executed", "no_lookup": "unknown"}

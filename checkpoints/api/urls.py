@@ -42,6 +42,8 @@ urlpatterns = [
          name="retry-withdraw"),
     path(T + "bulk-actions", views.BulkActionListApi.as_view(), name="bulk-actions"),
     path(T + "bulk-actions/<str:bulk_id>", views.BulkActionApi.as_view(), name="bulk-action"),
+    path(T + "bulk-actions/<str:bulk_id>/abort", views.BulkActionAbortApi.as_view(),
+         name="bulk-action-abort"),
     path(T + "audit-events", views.AuditEventListApi.as_view(), name="audit-events"),
     path(T + "report", views.ReportApi.as_view(), name="report"),
     # The kinds in use and the registry's (CONTRACT.md 8; docs/kinds.md).

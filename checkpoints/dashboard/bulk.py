@@ -8,11 +8,19 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
 from .. import roles, selectors, services
-from ..exceptions import InvalidPayload
+from ..exceptions import AlreadyDone, InvalidPayload
 from ..models import Tenant
-from ..vocab import BulkActionKind, BulkOutcome, EffectState, ReconcileAnswer, ReconcileState
+from ..templatetags.dashboard import ago
+from ..vocab import (
+    BulkActionKind,
+    BulkOutcome,
+    BulkState,
+    EffectState,
+    ReconcileAnswer,
+    ReconcileState,
+)
 from .common import _base_context, _require_valid, dashboard, require_GET, require_POST, tenant_page
-from .forms import BULK_MATCHING, BulkForm, InboxFilterForm, NoQuery
+from .forms import BULK_MATCHING, BulkForm, InboxFilterForm, NoQuery, ReasonForm
 from .inbox import _run_filters
 
 
@@ -49,6 +57,33 @@ def bulk_submit(request: HttpRequest, tenant: Tenant) -> HttpResponse:
         messages.info(request, "This bulk action was already submitted: these are its "
                                "results (nothing was done again).")
     return redirect("bulk_detail", slug=tenant.slug, bulk_id=str(bulk.uuid))
+
+
+@require_POST
+@dashboard
+@tenant_page(roles.REVIEW)
+def bulk_abort(request: HttpRequest, tenant: Tenant, bulk_id: str) -> HttpResponse:
+    """``POST /t/<slug>/bulk/<uuid>/abort/``: stop a bulk action running as a stored job
+    (reviewer; a reason: ``ReasonForm``), through ``services.bulk_abort`` (audited
+    ``bulk.abort``); the runs done stay done. Then the result page (post/redirect/get);
+    htmx gets the page's live part. Already ended: the page says by whom and when (422);
+    an inline one: 422 in words. Bad input is a 400 naming the field, nothing written."""
+    form = ReasonForm(request.POST)
+    _require_valid(form)
+    notice = "Aborted: the worker stops before its next run; the runs done stay done."
+    status = 200
+    try:
+        services.bulk_abort(actor=request.user, tenant=tenant, bulk_id=bulk_id,
+                            reason=form.cleaned_data["reason"])
+    except AlreadyDone as exc:
+        who = f" by {exc.by}" if exc.by else ""
+        when = f" {ago(exc.at)}" if exc.at is not None else ""
+        notice, status = f"Not done: already {exc.what}{who}{when}.", exc.status
+    if not request.htmx:
+        (messages.success if status == 200 else messages.warning)(request, notice)
+        return redirect("bulk_detail", slug=tenant.slug, bulk_id=str(bulk_id))
+    context = _detail_context(request, tenant, bulk_id) | {"notice": notice}
+    return render(request, "checkpoints/bulk.html#bulk-live", context, status=status)
 
 
 #: How often a bulk result page with runs still under way asks again, seconds.
@@ -93,20 +128,36 @@ def bulk_detail(request: HttpRequest, tenant: Tenant, bulk_id: str) -> HttpRespo
     itself still runs) the table polls this URL every ``BULK_POLL_S`` seconds; htmx gets
     the table's fragment only (``bulk.html#bulk-live``)."""
     NoQuery.from_request(request)
+    context = _detail_context(request, tenant, bulk_id)
+    template = "checkpoints/bulk.html" + ("#bulk-live" if request.htmx else "")
+    return render(request, template, context)  # Vary: HX-Request (``dashboard``)
+
+
+def _detail_context(request: HttpRequest, tenant: Tenant, bulk_id: str) -> dict:
+    """The result page's context (``bulk_detail``, and ``bulk_abort``'s htmx answer)."""
     result = selectors.bulk_get(user=request.user, tenant=tenant, bulk_id=bulk_id)
     outcomes = selectors.bulk_outcomes(user=request.user, tenant=tenant, items=result.items)
     rows = [{"i": i, "o": outcomes[i.pk], "words": _outcome_words(i, outcomes[i.pk])}
             for i in result.items]
-    tally: dict[tuple[str, str], int] = {}
-    for row in rows:
-        key = (row["words"], row["o"].word)
-        tally[key] = tally.get(key, 0) + 1
-    pending = bool(result.pending) or any(row["o"].pending for row in rows)
-    context = _base_context(request, tenant, "inbox") | {
-        "b": result.bulk, "result": result, "rows": rows, "tally": [{"words": w, "word": c, "n": n} for (w, c), n in sorted(tally.items())],
-        "reconcile": result.bulk.action == BulkActionKind.RECONCILE,
-        "live_pending": pending, "poll_s": BULK_POLL_S}
-    template = "checkpoints/bulk.html"
-    if request.htmx:
-        template += "#bulk-live"
-    return render(request, template, context)
+    b = result.bulk
+    if b.background:
+        # A stored job: the row's counts (every result, listed or not).
+        tally = {(o, o): n for o, n in ((BulkOutcome.DONE, result.done),
+                                        (BulkOutcome.REFUSED, result.refused),
+                                        (BulkOutcome.FAILED, result.failed)) if n}
+    else:
+        tally = {}
+        for row in rows:
+            key = (row["words"], row["o"].word)
+            tally[key] = tally.get(key, 0) + 1
+    open_job = b.background and b.state in BulkState.OPEN
+    pending = open_job or bool(result.pending and not b.background) \
+        or any(row["o"].pending for row in rows)
+    return _base_context(request, tenant, "inbox") | {
+        "b": b, "result": result, "rows": rows,
+        "tally": [{"words": w, "word": c, "n": n} for (w, c), n in sorted(tally.items())],
+        "reconcile": b.action == BulkActionKind.RECONCILE,
+        "live_pending": pending, "poll_s": BULK_POLL_S,
+        "may_abort": open_job,
+        "resulted": b.total - result.pending,
+        "percent": (100 * (b.total - result.pending) // b.total) if b.total else 100}

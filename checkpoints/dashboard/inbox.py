@@ -12,7 +12,7 @@ from django.shortcuts import redirect, render
 from django.utils.http import urlencode
 
 from .. import declared, kinds, replica, roles, selectors
-from ..models import BULK_MAX_RUNS, Tenant
+from ..models import BULK_JOB_MAX_RUNS, BULK_MAX_RUNS, Tenant
 from ..permissions import tenant_perms
 from ..vocab import BulkActionKind, RecoveryState
 from .common import _base_context, dashboard, require_GET, tenant_page
@@ -254,11 +254,13 @@ def _bulk_bar(context: dict) -> dict:
     """What ``checkpoints/_bulk_bar.html`` needs (reviewers only): a fresh client token
     (one per rendered inbox, so submitting this form twice acts once), the current
     filters as a query string (``state`` included) for "every run matching", the
-    actions, the maximum and how many runs match (the tab's count, which follows the
+    actions, the maximum (``BULK_JOB_MAX_RUNS``; above ``BULK_MAX_RUNS`` it runs as a
+    stored job, issue 22, item 6) and how many runs match (the tab's count, which follows the
     filters: no extra query)."""
     query = dict(context["filter_query"], state=context["state"])
     # The tab counts follow every filter; past the count cap the number is unknown.
     matching = None if context["counts_capped"] else context["tab_total"]
     return {"token": uuid.uuid4(), "filters": urlencode(query),
             "confirm_actions": " ".join(sorted(BulkActionKind.CONFIRM)),
-            "actions": BulkActionKind.choices, "max": BULK_MAX_RUNS, "matching": matching}
+            "actions": BulkActionKind.choices, "max": BULK_JOB_MAX_RUNS,
+            "inline_max": BULK_MAX_RUNS, "matching": matching}

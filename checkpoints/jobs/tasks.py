@@ -18,7 +18,7 @@ from celery import shared_task
 from .. import heartbeat
 from ..services import audit_integrate_all, retention_purge_all
 from ..services import sweep_stale_runs as sweep
-from . import migrations
+from . import bulk, migrations
 from .notify import notify_round
 from .reconciliation import execute
 
@@ -55,6 +55,19 @@ def migrate_checkpoints_job(job_pk: int) -> dict:
     heartbeat.beat(heartbeat.JOB)
     log.info("migration job %s: %s", job_pk, result.get("result"),
              extra={"migration_job": job_pk, "result": result.get("result")})
+    return result
+
+
+@shared_task(name="checkpoints.tasks.bulk_job", acks_late=True, reject_on_worker_lost=True)
+def bulk_job(job_pk: int) -> dict:
+    """Run one stored bulk action (``jobs.bulk.execute``; issue 22, item 6), and record
+    the ``job`` heartbeat. A worker killed mid-way leaves the job ``running`` until its
+    claim passes; the sweep sends it again and it goes on from the first run without a
+    result."""
+    result = bulk.execute(job_pk)
+    heartbeat.beat(heartbeat.JOB)
+    log.info("bulk job %s: %s", job_pk, result.get("result"),
+             extra={"bulk_job": job_pk, "result": result.get("result")})
     return result
 
 

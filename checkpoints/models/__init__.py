@@ -39,7 +39,7 @@ from .audit import (
     AuditTreeHead,
     AuditTreeNode,
 )
-from .bulk import BULK_MAX_RUNS, BulkAction, BulkActionItem
+from .bulk import BULK_JOB_MAX_RUNS, BULK_MAX_RUNS, BulkAction, BulkActionItem
 from .effects import Effect, EffectRevision, EncryptedReceipt, RetryRequest, encrypt_receipt
 from .keys import TenantDataKey
 from .kinds import DeclaredKindVersion
@@ -73,10 +73,14 @@ from .reconcile import ReconcileAttempt, ReconcilerConfig, ReconcileRequest
 from .runs import (
     COUNT_SHARDS,
     MAX_REVISION,
+    RESOLVED_STATES,
+    ROLLUP_SHARDS,
     Checkpoint,
     CheckpointRevision,
+    CheckpointSizeRollup,
     Conflict,
     EffectStateCount,
+    ReportCount,
     ResumeDecision,
     Run,
     RunStateCount,

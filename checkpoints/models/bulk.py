@@ -19,6 +19,12 @@ from .tenancy import Tenant, TenantOwned
 #: to "all matching", and a bigger selection is refused (400 naming the field) before
 #: anything is written. Inline in the request, 500 runs take a few seconds (docs/bulk.md).
 BULK_MAX_RUNS = 500
+#: The most runs one bulk action run as a stored job may act on (issue 22, item 6): a
+#: selection above ``BULK_MAX_RUNS`` is not acted on in the request but stored and run by
+#: a worker in batches (``jobs.bulk``; docs/bulk.md "As a stored job"). Run ids sent one
+#: by one also meet the API's body limit (``RECOVERY_MAX_BODY_BYTES``: about 25,000 ids
+#: at the default 1 MiB); "every run matching the filters" reaches this maximum.
+BULK_JOB_MAX_RUNS = 50_000
 
 
 class BulkAction(TenantOwned):
@@ -33,6 +39,16 @@ class BulkAction(TenantOwned):
     from a different request that reuses the token. ``selection`` is what was asked:
     ``{"run_ids": [...]}`` or ``{"filters": {...}}`` (the inbox filters, resolved once to
     at most ``BULK_MAX_RUNS`` runs). Counts are written when the last run has its result.
+
+    Above ``BULK_MAX_RUNS`` (up to ``BULK_JOB_MAX_RUNS``) it is a stored job
+    (``background``; issue 22, item 6), run like a ``MigrationJob``: ``queued``, claimed
+    by a worker with a conditional UPDATE (``attempts + 1``, ``claimed_until`` on the
+    database clock, moved on with each run done), re-driven by the sweep when its message
+    was lost or its worker vanished, retried with back-off after an unexpected error,
+    ``failed`` with ``last_error`` after ``jobs.bulk.MAX_FAILURES`` in a row. Its counts
+    move on in each run's own transaction (always equal to its items'), and a reviewer may
+    abort it (``aborted``, with who and why). ``targets`` is the runs a filter selection
+    resolved to at submission (in order; None when ``selection`` lists them).
     """
 
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+",
@@ -54,9 +70,24 @@ class BulkAction(TenantOwned):
     failed = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(db_default=Now())
     finished_at = models.DateTimeField(null=True, blank=True)
+    # The stored job (issue 22, item 6); inline bulk actions keep the defaults.
+    background = models.BooleanField(default=False,
+                                      help_text="run by a worker (more than BULK_MAX_RUNS)")
+    targets = models.JSONField(null=True, blank=True,
+                               help_text="the run ids a filter selection resolved to")
+    attempts = models.PositiveIntegerField(default=0)
+    failures = models.PositiveIntegerField(default=0)
+    next_attempt_at = models.DateTimeField(db_default=Now())
+    claimed_until = models.DateTimeField(null=True, blank=True)
+    dispatched_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+    updated_at = models.DateTimeField(db_default=Now())
+    aborted_by_name = models.CharField(max_length=150, blank=True)
+    abort_reason = models.TextField(blank=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["state", "next_attempt_at"], name="bulk_job_due_idx")]
         constraints = [
             models.UniqueConstraint(fields=["tenant", "uuid"], name="bulk_unique_per_tenant"),
             models.UniqueConstraint(fields=["tenant", "requested_by", "client_token"],
@@ -67,6 +98,14 @@ class BulkAction(TenantOwned):
 
     def __str__(self) -> str:
         return f"bulk action {self.uuid} ({self.action}, {self.state})"
+
+    @property
+    def run_ids(self) -> list[str]:
+        """The selected runs in order (the job's work list): ``targets`` or the ids of
+        ``selection``."""
+        if self.targets is not None:
+            return self.targets
+        return (self.selection or {}).get("run_ids") or []
 
 
 class BulkActionItem(TenantOwned):

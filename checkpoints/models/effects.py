@@ -113,6 +113,9 @@ class Effect(EncryptedReceipt, TenantOwned, TimestampedModel):
             models.Index(fields=["tenant", "-created_at", "-id"], name="effect_tenant_new_idx"),
             models.Index(fields=["tenant", "service", "-created_at", "-id"],
                          name="effect_service_new_idx"),
+            # The report's flagged counts: only the effects screening flagged (partial).
+            models.Index(fields=["tenant", "run"], condition=~Q(secret_paths=[]),
+                         name="effect_secret_idx"),
         ]
 
     def __str__(self) -> str:

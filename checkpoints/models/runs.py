@@ -133,6 +133,15 @@ class Checkpoint(TenantOwned):
                                     name="checkpoint_unique_per_tenant"),
             models.CheckConstraint(condition=Q(revision__gte=0), name="checkpoint_revision_gte_0"),
         ]
+        # The report's flagged counts (``selectors.flagged_counts``): partial, so they
+        # hold only the flagged checkpoints and the count reads those, not every
+        # checkpoint of the tenant (issue 22, item 5: 105 ms at 100,000 runs).
+        indexes = [
+            models.Index(fields=["tenant", "run"], condition=~Q(secret_paths=[]),
+                         name="checkpoint_secret_idx"),
+            models.Index(fields=["tenant"], condition=Q(large_above__isnull=False),
+                         name="checkpoint_large_idx"),
+        ]
 
     def __str__(self) -> str:
         return f"checkpoint {self.uuid}@{self.revision}"
@@ -177,6 +186,74 @@ class CheckpointRevision(TenantOwned):
         # (on PostgreSQL covering kind and payload_size, migration 0013).
         indexes = [models.Index(fields=["tenant", "received_at"],
                                 name="checkpoint_revision_recv_idx")]
+
+
+class CheckpointSizeRollup(TenantOwned):
+    """How many revisions of ``kind`` a tenant wrote in a UTC hour (``hours = 1``) or day
+    (``hours = 24``) starting at ``start``, with a payload size in ``bucket``
+    (``reports.sizes.BOUNDS``), and the smallest and largest of those sizes: the report's
+    checkpoint sizes read these instead of every revision (issue 22, item 5).
+
+    Kept by a database trigger on the revision table (migration 0036), in the same
+    transaction as every revision inserted, whichever code inserts it (services, the SQL
+    write path, ``generate_load``). ``shard`` spreads concurrent writers of one tenant
+    over ``ROLLUP_SHARDS`` rows (``pg_backend_pid()`` modulo it on PostgreSQL; 0 on
+    SQLite, which has one writer), so the rollup adds no per-tenant hot row. A count of
+    writes that happened, like a metric: deleting revisions (a purge, retention) does not
+    take them out (docs/reports.md, "Retention").
+    """
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+",
+                               db_index=False)  # the unique constraint starts with it
+    hours = models.PositiveSmallIntegerField()
+    start = models.DateTimeField()
+    kind = models.CharField(max_length=200)
+    bucket = models.PositiveSmallIntegerField()
+    shard = models.PositiveSmallIntegerField()
+    n = models.BigIntegerField()
+    smallest = models.PositiveIntegerField()
+    largest = models.PositiveIntegerField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "hours", "start", "kind", "bucket", "shard"],
+                name="checkpoint_size_rollup_unique"),
+        ]
+
+
+#: Rows per (tenant, hour or day, kind, bucket) of ``CheckpointSizeRollup`` and per
+#: (tenant, hour or day, series, key) of ``ReportCount``.
+ROLLUP_SHARDS = 8
+
+
+class ReportCount(TenantOwned):
+    """How many ``series`` rows with ``key`` a tenant had in a UTC hour (``hours = 1``) or
+    day (``hours = 24``) starting at ``start``: ``runs_entering`` (key: the state
+    entered, one per ``RunTransition``) and ``conflicts`` (key: the reason, one per
+    ``Conflict``). The report's series read these instead of every row (issue 22,
+    item 5).
+
+    Kept by database triggers on the transition and conflict tables (migration 0036) in
+    the same transaction as every insert, sharded like ``CheckpointSizeRollup``. Counts
+    of what happened: a deleted run's transitions stay counted.
+    """
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+",
+                               db_index=False)  # the unique constraint starts with it
+    series = models.CharField(max_length=16)
+    hours = models.PositiveSmallIntegerField()
+    start = models.DateTimeField()
+    key = models.CharField(max_length=24)
+    shard = models.PositiveSmallIntegerField()
+    n = models.BigIntegerField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "series", "hours", "start", "key", "shard"],
+                name="report_count_unique"),
+        ]
 
 
 class Conflict(TenantOwned):
@@ -228,17 +305,17 @@ class Conflict(TenantOwned):
         ]
 
 
-#: Kept for the rows written before migration 0040 (``id % COUNT_SHARDS``); since then a
+#: Kept for the rows written before migration 0038 (``id % COUNT_SHARDS``); since then a
 #: counter row is a delta (shard 0) or a compacted sum, and nothing waits on one.
 COUNT_SHARDS = 8
 
 
 class StateCounter(TenantOwned):
     """Abstract base of the state counters: rows of ``tenant`` in a state is the SUM of
-    ``n`` over its rows. Since migration 0040 the triggers only INSERT (a delta of +1 or
+    ``n`` over its rows. Since migration 0038 the triggers only INSERT (a delta of +1 or
     -1 per change: ``n``), so concurrent writers of one tenant never wait on a counter
     row (issue 22, item 1), and ``counters_compact`` folds a tenant's rows into one per
-    state now and then. ``shard``: the counted row's ``id % COUNT_SHARDS`` before 0040,
+    state now and then. ``shard``: the counted row's ``id % COUNT_SHARDS`` before 0038,
     0 since. Subclasses add ``state``."""
 
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+",
@@ -253,7 +330,7 @@ class StateCounter(TenantOwned):
 class RunStateCount(StateCounter):
     """How many of a tenant's runs are in ``state``: the sum of ``n`` over its shards.
 
-    Kept by database triggers (migrations 0011, 0040) in the same transaction as every insert,
+    Kept by database triggers (migrations 0011, 0038) in the same transaction as every insert,
     delete and ``recovery_state`` change of a run, whichever code makes it (services, the
     SQL write path, ``generate_load``), so the inbox counts and the report read at most
     ``COUNT_SHARDS`` rows per state instead of one index entry per run (issue 8). Nothing
@@ -275,6 +352,11 @@ class EffectStateCount(StateCounter):
 
     class Meta:
         indexes = [models.Index(fields=["tenant", "state"], name="effect_state_count_idx")]
+
+
+#: Where a run's time in doubt ends (``reports.RESOLVED``, the same order: the partial
+#: index below is used only for the same condition).
+RESOLVED_STATES = (RecoveryState.HEALTHY, RecoveryState.COMPLETED, RecoveryState.CLOSED)
 
 
 class RunTransition(TenantOwned):
@@ -309,6 +391,12 @@ class RunTransition(TenantOwned):
             models.Index(fields=["tenant", "at"], name="run_transition_at_idx"),
             # Time from ambiguous to resolved: one run's transitions in order.
             models.Index(fields=["run", "at"], name="run_transition_run_idx"),
+            # ... and the resolutions of a range (``reports._resolution_seconds``):
+            # partial, so a range reads its resolutions, not every transition.
+            models.Index(fields=["tenant", "at"], include=["run"],
+                         condition=(Q(to_state__in=RESOLVED_STATES)
+                                    & ~Q(from_state__in=["", *RESOLVED_STATES])),
+                         name="run_transition_resolved_idx"),
         ]
 
 

@@ -12,10 +12,12 @@ up to ``HOURLY_UP_TO`` and days beyond, aligned on UTC; a bucket holds
 Figures (``figures``), each from one aggregate query unless said otherwise:
 
 - ``runs_entering``: runs entering each recovery state, per bucket (``RunTransition``,
-  written by database triggers, migration 0013; a run's creation counts as entering its
-  first state);
+  written by database triggers, migration 0013, counted per hour and day in
+  ``ReportCount`` by triggers, migration 0036, ``rollups``; a run's creation counts as
+  entering its first state);
 - ``schema_mismatches``: the ``schema_mismatch`` row of ``runs_entering`` (no query);
-- ``conflicts``: refused writes per bucket and reason (``Conflict.created_at``);
+- ``conflicts``: refused writes per bucket and reason (``Conflict.created_at``, counted
+  in ``ReportCount``);
 - ``reconcile_outcomes``: reconcile requests finished per bucket, by outcome (the effect
   state reconciliation settled, ``moved_on``, or the request's state when it gave up or
   was cancelled);
@@ -27,7 +29,8 @@ Figures (``figures``), each from one aggregate query unless said otherwise:
 - ``resume_age_ms``: per resume action, the age of the latest checkpoint when a runtime
   claimed a resume decision (``ResumeDecision``): ``{action: {n, p50, p95, max}}``;
 - ``checkpoint_size_bytes``: per kind, the payload size of the revisions accepted in the
-  range (``CheckpointRevision``): ``{kind: {n, p50, p95, max}}``;
+  range (``CheckpointSizeRollup``, a histogram kept from ``CheckpointRevision``: ``n`` and
+  ``max`` exact, percentiles within 12.5 %, ``sizes``): ``{kind: {n, p50, p95, max}}``;
 - ``recovery_cost``: per kind, the usage the interrupted attempts spent beyond their
   checkpoints, summed over the retries consumed in the range
   (``RetryRequest.usage_burnt``): ``{kind: {counter: total}}``;
@@ -36,7 +39,8 @@ Figures (``figures``), each from one aggregate query unless said otherwise:
   still counts as approved).
 
 Percentiles are ``PERCENTILE_CONT`` (linear interpolation) on PostgreSQL; on SQLite the
-values are read in the same one query and interpolated the same way in Python.
+values are read in the same one query and interpolated the same way in Python; checkpoint
+sizes interpolate a histogram (``sizes``, docs/reports.md "Rollups").
 Series are ``{name: [count per bucket]}`` in ``buckets`` order.
 """
 

@@ -27,7 +27,7 @@ from django.db.models.functions import TruncDay, TruncHour
 from .. import roles
 from ..dbclock import db_now
 from ..models import (
-    CheckpointRevision,
+    RESOLVED_STATES,
     Conflict,
     ReconcileAttempt,
     ReconcileRequest,
@@ -43,11 +43,13 @@ from ..vocab import (
     RetryState,
 )
 from .ranges import HOUR, ReportRange, _truncate, window
+from .rollups import rolled_series
+from .sizes import checkpoint_sizes
 
 #: A run in doubt: where the time to resolve starts.
 IN_DOUBT = (RecoveryState.AMBIGUOUS, RecoveryState.UNKNOWN_OUTCOME)
-#: Where it ends.
-RESOLVED = (RecoveryState.HEALTHY, RecoveryState.COMPLETED, RecoveryState.CLOSED)
+#: Where it ends (the partial index ``run_transition_resolved_idx`` has this condition).
+RESOLVED = RESOLVED_STATES
 
 
 
@@ -220,8 +222,8 @@ def figures(*, user, tenant: Tenant, range_name: str | None = None,
     require(user, tenant, roles.VIEW)
     as_of = db_now()
     w = window(range_name, start, end, as_of)
-    entering = _series(RunTransition.objects.for_tenant(tenant), "at", "to_state", w,
-                       names=RecoveryState.INBOX_TABS)
+    entering = rolled_series(tenant, "runs_entering", RunTransition, "at", "to_state", w,
+                             names=RecoveryState.INBOX_TABS)
     in_range = {"gte": w.start, "lt": w.end}
     return {
         "as_of": as_of,
@@ -229,7 +231,7 @@ def figures(*, user, tenant: Tenant, range_name: str | None = None,
         "buckets": w.buckets(),
         "runs_entering": entering,
         "schema_mismatches": entering[RecoveryState.SCHEMA_MISMATCH],
-        "conflicts": _series(Conflict.objects.for_tenant(tenant), "created_at", "reason", w),
+        "conflicts": rolled_series(tenant, "conflicts", Conflict, "created_at", "reason", w),
         "reconcile_outcomes": _reconcile_outcomes(tenant, w),
         "reconcile_answers": _series(ReconcileAttempt.objects.for_tenant(tenant),
                                      "finished_at", "answer", w),
@@ -238,10 +240,8 @@ def figures(*, user, tenant: Tenant, range_name: str | None = None,
             ResumeDecision.objects.for_tenant(tenant).filter(
                 at__gte=in_range["gte"], at__lt=in_range["lt"],
                 checkpoint_age_ms__isnull=False), "action", "checkpoint_age_ms"),
-        "checkpoint_size_bytes": _grouped_stats(
-            CheckpointRevision.objects.for_tenant(tenant).filter(
-                received_at__gte=in_range["gte"], received_at__lt=in_range["lt"]),
-            "kind", "payload_size"),
+        "checkpoint_size_bytes": checkpoint_sizes(tenant, w.start, w.end,
+                                                  open_end=w.end >= as_of),
         "approvals": _approvals(tenant, w),
         "recovery_cost": _recovery_cost(tenant, w),
     }

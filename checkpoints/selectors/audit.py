@@ -81,8 +81,10 @@ def flagged_counts(tenant: Tenant) -> dict[str, int]:
     """What screening flagged in ``tenant``'s stored data (docs/security/secrets.md):
     ``checkpoints`` whose current revision holds a credential-like value, ``effects``
     whose request or receipt does, ``runs`` with either, and ``large_payloads``
-    (checkpoints above the tenant's ``payload_flag_bytes`` when written). Three queries;
-    no index serves them yet (a scan of the tenant's checkpoints and effects)."""
+    (checkpoints above the tenant's ``payload_flag_bytes`` when written). Three queries,
+    each on a partial index holding only the flagged rows (``checkpoint_secret_idx``,
+    ``effect_secret_idx``, ``checkpoint_large_idx``; migration 0036): before them, a scan
+    of every checkpoint and effect of the tenant (105 ms at 100,000 runs)."""
     checkpoints = Checkpoint.objects.for_tenant(tenant)
     secret_cps = checkpoints.exclude(secret_paths=[])
     secret_fxs = Effect.objects.for_tenant(tenant).exclude(secret_paths=[])

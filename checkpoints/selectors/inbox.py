@@ -8,15 +8,14 @@ import base64
 import hashlib
 import json
 import uuid
+from collections import Counter
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import NamedTuple
 
 from django.db.models import (
-    Count,
     Q,
     QuerySet,
-    Subquery,
     Sum,
 )
 
@@ -32,7 +31,7 @@ from ..models import (
 )
 from ..permissions import require
 from .common import RUN_LIST_FIELDS
-from .search import _search_run_ids, search_terms
+from .search import search_match, search_terms
 
 
 def state_counts(*, tenant: Tenant) -> dict[str, int]:
@@ -154,7 +153,7 @@ def _filtered_runs(tenant: Tenant, filters: RunFilters) -> QuerySet:
     if filters.age_s_min:
         qs = qs.filter(last_write_at__lte=NOW - timedelta(seconds=filters.age_s_min))
     if text:
-        qs = qs.filter(id__in=_search_run_ids(tenant, text))
+        qs = qs.filter(search_match(tenant, text))
     return qs
 
 
@@ -267,16 +266,18 @@ def run_state_counts(*, user, tenant: Tenant, filters: RunFilters) -> StateCount
     state).
 
     Without a narrowing filter: the tenant-wide counters (``state_counts``, one query
-    whatever the tenant's size; exact). With one: one ``GROUP BY recovery_state`` over at
-    most ``SEARCH_COUNT_CAP + 1`` filtered runs (a ``LIMIT`` inside, so a search matching
-    half the tenant costs a thousand rows, not all of them)."""
+    whatever the tenant's size; exact). With one: the states of at
+    most ``SEARCH_COUNT_CAP + 1`` filtered runs (their states read with a ``LIMIT`` and
+    counted in Python, so a search matching half the tenant costs a thousand rows, not
+    all of them)."""
     require(user, tenant, roles.VIEW)
     filters = filters.without_state()
     if not filters.narrowing:
         return StateCounts(state_counts(tenant=tenant))
-    first = _filtered_runs(tenant, filters).order_by().values("id")[:SEARCH_COUNT_CAP + 1]
-    found = Run.objects.for_tenant(tenant).filter(id__in=Subquery(first))
-    counts = dict(found.order_by().values_list("recovery_state")
-                  .annotate(n=Count("*")).values_list("recovery_state", "n"))
+    # The states of the first runs found, counted here: a GROUP BY over an
+    # ``id IN (... LIMIT)`` made PostgreSQL hash-join every run of the tenant against
+    # the thousand found (20 ms at 100,000 runs); this reads the thousand and stops.
+    counts = Counter(_filtered_runs(tenant, filters).order_by()
+                     .values_list("recovery_state", flat=True)[:SEARCH_COUNT_CAP + 1])
     return StateCounts({state: counts.get(state, 0) for state in RecoveryState.values},
                        sum(counts.values()) > SEARCH_COUNT_CAP)

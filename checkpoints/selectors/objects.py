@@ -7,6 +7,9 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
+from django.db.models import Case, When
+from django.db.models.fields.json import KeyTransform
+
 from .. import roles
 from ..exceptions import InvalidPayload, NotFound
 from ..models import (
@@ -92,26 +95,49 @@ class BulkResult:
     pending: int
     filters: dict | None
     client_token: uuid.UUID | None = None
+    unlisted: int = 0
+
+
+#: The most result rows a bulk action's page and API answer list (a stored job may have
+#: 50,000): the refused and failed ones first, then the done ones, each in selection
+#: order; every result is counted (issue 22, item 6).
+BULK_RESULTS_LISTED = 500
 
 
 def bulk_get(*, user, tenant: Tenant, bulk_id) -> BulkResult:
     """One bulk action of the tenant with its per-run results (issue 9, item 3): two
     queries whatever the number of runs. Any role that sees the audit log sees it
     (``view_runs``); a malformed or unknown id, or one of another tenant, is
-    ``NotFound``."""
+    ``NotFound``.
+
+    A stored job (``bulk.background``; issue 22, item 6): the counts are the row's (moved
+    on with each run's result, in its transaction), and ``items`` lists at most
+    ``BULK_RESULTS_LISTED`` results, refusals and failures first (``unlisted`` says how
+    many more have a result). Its run list (``targets``, up to 50,000 ids) is not read."""
     require(user, tenant, roles.VIEW)
     bid = _uuid_or_404(bulk_id, "bulk action")
-    bulk = BulkAction.objects.for_tenant(tenant).filter(uuid=bid).first()
+    # The selection is read for its filters only (a job's may list 50,000 run ids).
+    bulk = (BulkAction.objects.for_tenant(tenant).defer("targets", "selection")
+            .annotate(selected_filters=KeyTransform("filters", "selection"))
+            .filter(uuid=bid).first())
     if bulk is None:
         raise NotFound("no such bulk action")
-    items = list(BulkActionItem.objects.for_tenant(tenant).filter(bulk=bulk)
-                 .order_by("position"))
+    rows = BulkActionItem.objects.for_tenant(tenant).filter(bulk=bulk)
+    filters = bulk.selected_filters
+    token = bulk.client_token if bulk.requested_by_id == user.pk else None
+    if bulk.background:
+        done = Case(When(outcome=BulkOutcome.DONE, then=1), default=0)
+        items = list(rows.order_by(done, "position")[:BULK_RESULTS_LISTED])
+        results = bulk.done + bulk.refused + bulk.failed
+        return BulkResult(bulk=bulk, items=items, done=bulk.done, refused=bulk.refused,
+                          failed=bulk.failed, pending=max(0, bulk.total - results),
+                          filters=filters, client_token=token,
+                          unlisted=max(0, results - len(items)))
+    items = list(rows.order_by("position"))
     counts = {outcome: 0 for outcome in BulkOutcome.values}
     for item in items:
         counts[item.outcome] += 1
     return BulkResult(bulk=bulk, items=items, done=counts[BulkOutcome.DONE],
                       refused=counts[BulkOutcome.REFUSED], failed=counts[BulkOutcome.FAILED],
-                      pending=max(0, bulk.total - len(items)),
-                      filters=(bulk.selection or {}).get("filters"),
-                      client_token=(bulk.client_token if bulk.requested_by_id == user.pk
-                                    else None))
+                      pending=max(0, bulk.total - len(items)), filters=filters,
+                      client_token=token)

@@ -9,7 +9,8 @@ reveals, exports), ``effects``, ``review`` (retry, mark unknown, close, acknowle
 ``retention`` (the data policy and the scheduled purge; docs/security/retention.md),
 ``migration_jobs`` (the same as a tenant admin's stored job, its dispatch and re-drive),
 ``reconcile_requests`` (a reviewer's reconcile, dispatch and re-drive, evidence
-reveal), ``sweep``, ``keys`` (key rotation, crypto-shredding), ``bulk`` (one review action on many runs) and
+reveal), ``sweep``, ``keys`` (key rotation, crypto-shredding), ``bulk`` (one review action on many runs; a big one as a stored
+job, ``bulk_jobs`` its dispatch and re-drive) and
 ``common`` (what they share). Everything public is
 re-exported here: callers write ``services.checkpoint_put(...)``. The LangGraph threads
 and the runifold files are a layer above, built on these: ``checkpoints.interop``
@@ -64,7 +65,8 @@ from .accounts import (
     token_issue,
     tokens_revoke,
 )
-from .bulk import bulk_submit
+from .bulk import BulkJobLost, bulk_abort, bulk_job_act, bulk_job_finish, bulk_submit
+from .bulk_jobs import bulk_job_dispatch, bulk_jobs_redrive
 from .checkpoints import (
     Envelope,
     checkpoint_envelope,
@@ -167,7 +169,7 @@ from .tombstones import (
 # The submodules, for tests that read the services' source (the audit, fence and race
 # matrices).
 MODULES = ("common", "accounts", "runs", "checkpoints", "effects", "review", "counters",
-           "reconcile_requests", "sweep", "keys", "bulk", "migrations", "migration_jobs",
+           "reconcile_requests", "sweep", "keys", "bulk", "bulk_jobs", "migrations", "migration_jobs",
            "kinds", "writepath", "holds", "erasure", "tombstones", "retention",
            "notify_dispatch", "notify_endpoints", "notify_delivery", "notify_render")
 #: Submodules whose functions are not services: only the services call them (the

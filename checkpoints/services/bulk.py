@@ -20,13 +20,17 @@ still running when both arrive together: the second one's INSERT waits for the f
 commit and then finds it); the same token with a different request is refused 400
 naming ``client_token``.
 
-Where it runs: inline, in the request that submits it. At most ``BULK_MAX_RUNS`` (500)
+Where it runs: inline, in the request that submits it, up to ``BULK_MAX_RUNS`` (500)
 runs; each run costs one short transaction (a few milliseconds on PostgreSQL), so a full
-bulk answers in seconds (measured in docs/bulk.md), and no task queue stands between the
-reviewer and the result table. A process that dies mid-way leaves the bulk ``running``
-with the results of the runs it finished (each committed with its action), shown as such;
-the reviewer submits a new bulk action for the rest (runs already acted on are then
-refused by their own rule, e.g. "already closed").
+inline bulk answers in seconds (measured in docs/bulk.md). A bigger selection, up to
+``BULK_JOB_MAX_RUNS`` (issue 22, item 6), is stored as a job (``queued``) and run by a
+worker (``jobs.bulk``, through ``bulk_jobs``' dispatch and the sweep's re-drive; the
+in-process worker without a broker): the same per-run step (``_act_on``) in batches, each
+run's transaction also moving the job's counts and claim on (``bulk_job_act``), so a
+worker killed mid-way is resumed from the first run without a result, and a reviewer's
+``bulk_abort`` stops it before its next run. An inline bulk whose process dies mid-way
+stays ``running`` with the results of the runs it finished; the reviewer submits a new
+bulk action for the rest (runs already acted on are then refused by their own rule).
 
 Rights: exactly the single actions' (``roles.REVIEW`` on the tenant, from tenant grants
 only), checked before anything is written and again by each run's service.
@@ -39,17 +43,28 @@ import logging
 import uuid
 from collections.abc import Callable
 from dataclasses import asdict
+from datetime import timedelta
 
 from django.db import IntegrityError, transaction
+from django.db.models import F
 
 from .. import roles, selectors
 from ..audit import audit_record
-from ..dbclock import db_now
-from ..exceptions import DomainError, InvalidPayload, InvalidTransition, NotFound
+from ..dbclock import NOW, db_now
+from ..exceptions import AlreadyDone, DomainError, InvalidPayload, InvalidTransition, NotFound
 from ..jsonparse import dumps
-from ..models import BULK_MAX_RUNS, BulkAction, BulkActionItem, Effect, Run, Tenant
+from ..models import (
+    BULK_JOB_MAX_RUNS,
+    BULK_MAX_RUNS,
+    BulkAction,
+    BulkActionItem,
+    Effect,
+    Run,
+    Tenant,
+)
 from ..permissions import require
 from ..vocab import AuditAction, BulkActionKind, BulkOutcome, BulkState, EffectState, TargetType
+from .bulk_jobs import bulk_job_dispatch
 from .common import _actor_name, _client_token_check, _require_reason, _resubmitted, _run_ids_check
 from .reconcile_requests import run_reconcile
 from .review import conflicts_acknowledge, effect_mark_unknown, retry_request, run_close
@@ -141,8 +156,8 @@ def _refusal_words(exc: DomainError) -> str:
 # --------------------------------------------------------------------------------------
 
 def _run_ids(values) -> list[uuid.UUID]:
-    return _run_ids_check(values, field="run_ids", most=BULK_MAX_RUNS, what="per bulk action",
-                         empty="select at least one run")
+    return _run_ids_check(values, field="run_ids", most=BULK_JOB_MAX_RUNS,
+                         what="per bulk action", empty="select at least one run")
 
 
 def _existing(tenant: Tenant, actor, token: uuid.UUID, fingerprint: str) -> BulkAction | None:
@@ -151,14 +166,33 @@ def _existing(tenant: Tenant, actor, token: uuid.UUID, fingerprint: str) -> Bulk
                        what="bulk request (another action, reason or selection)")
 
 
+def _matching(actor, tenant: Tenant, filters: selectors.RunFilters) -> list[uuid.UUID]:
+    """The runs ``filters`` select, at most ``BULK_JOB_MAX_RUNS``; 400 naming ``filters``
+    when none or too many match."""
+    ids = selectors.run_ids_matching(user=actor, tenant=tenant, filters=filters,
+                                     limit=BULK_JOB_MAX_RUNS + 1)
+    if not ids:
+        raise InvalidPayload("filters: no run matches them")
+    if len(ids) > BULK_JOB_MAX_RUNS:
+        raise InvalidPayload(f"filters: more than {BULK_JOB_MAX_RUNS} runs match; a bulk "
+                             f"action takes at most {BULK_JOB_MAX_RUNS}: narrow the filters")
+    return ids
+
+
 def bulk_submit(*, actor, tenant: Tenant, action: str, reason: str, client_token,
                 run_ids=None, filters: selectors.RunFilters | None = None,
                 ) -> tuple[BulkAction, bool]:
     """Act with ``action`` (a ``BulkActionKind``) on the runs ``run_ids`` (UUIDs or UUID
     strings, duplicates dropped, order kept) or on every run ``filters`` selects (the
-    inbox's filters, newest write first), at most ``BULK_MAX_RUNS``; returns
-    ``(bulk, created)``: ``created`` is false when ``client_token`` was already used for
-    this same request (nothing was done again; ``bulk`` is that first submission).
+    inbox's filters, newest write first); returns ``(bulk, created)``: ``created`` is
+    false when ``client_token`` was already used for this same request (nothing was done
+    again; ``bulk`` is that first submission).
+
+    At most ``BULK_MAX_RUNS`` runs are acted on here, in the request. A bigger selection
+    (up to ``BULK_JOB_MAX_RUNS``; issue 22, item 6) is stored as a job instead:
+    ``queued``, handed to a worker after commit (``bulk_jobs.bulk_job_dispatch``; the
+    in-process worker's sweep without a broker) and answered at once, its results filling
+    in as the worker goes (``jobs.bulk``).
 
     Raises, before writing anything: ``Forbidden``/``NotFound`` (the action's right,
     ``RIGHTS``), ``InvalidPayload`` naming the field (``action`` unknown, ``reason``
@@ -187,29 +221,13 @@ def bulk_submit(*, actor, tenant: Tenant, action: str, reason: str, client_token
     if bulk is not None:
         return bulk, False
     if ids is None:
-        ids = selectors.run_ids_matching(user=actor, tenant=tenant, filters=filters,
-                                         limit=BULK_MAX_RUNS + 1)
-        if not ids:
-            raise InvalidPayload("filters: no run matches them")
-        if len(ids) > BULK_MAX_RUNS:
-            raise InvalidPayload(f"filters: more than {BULK_MAX_RUNS} runs match; a bulk "
-                                 f"action takes at most {BULK_MAX_RUNS}: narrow the filters")
-    try:
-        with transaction.atomic():
-            bulk = BulkAction.objects.create(
-                tenant=tenant, uuid=uuid.uuid4(), client_token=token, requested_by=actor,
-                requested_by_name=_actor_name(actor), action=action, reason=reason,
-                selection=selection, fingerprint=fingerprint, total=len(ids))
-            audit_record(tenant=tenant, actor=actor, action=AuditAction.BULK_SUBMIT,
-                         target_type=TargetType.BULK_ACTION, target_id=bulk.uuid,
-                         reason=reason,
-                         after={"action": action, "runs": len(ids), **selection})
-    except IntegrityError:
-        # The same token, submitted at the same moment: ours waited for theirs to commit.
-        bulk = _existing(tenant, actor, token, fingerprint)
-        if bulk is None:
-            raise
-        return bulk, False
+        ids = _matching(actor, tenant, filters)
+    bulk = _record(actor, tenant, action=action, reason=reason, token=token,
+                   selection=selection, fingerprint=fingerprint, ids=ids)
+    if bulk is None:  # the same token at the same moment: theirs, already recorded
+        return _existing(tenant, actor, token, fingerprint), False
+    if bulk.background:
+        return bulk, True
     counts = {outcome: 0 for outcome in BulkOutcome.values}
     for position, run_id in enumerate(ids):
         counts[_act_on(bulk, actor, tenant, position, run_id)] += 1
@@ -217,9 +235,61 @@ def bulk_submit(*, actor, tenant: Tenant, action: str, reason: str, client_token
     return bulk, True
 
 
-def _act_on(bulk: BulkAction, actor, tenant: Tenant, position: int, run_id: uuid.UUID) -> str:
+def _record(actor, tenant: Tenant, *, action: str, reason: str, token: uuid.UUID,
+            selection: dict, fingerprint: str, ids: list[uuid.UUID]) -> BulkAction | None:
+    """Write the ``BulkAction`` and its ``bulk.submit`` event (one transaction): inline
+    (``running``) up to ``BULK_MAX_RUNS`` runs, else a stored job (``queued``, its run
+    list in ``targets`` when filters chose them, dispatched after commit). Returns None
+    when the same client token was recorded at the same moment (our INSERT waited for
+    theirs to commit)."""
+    background = len(ids) > BULK_MAX_RUNS
+    after = {"action": action, "runs": len(ids), **selection}
+    if background:
+        # A job's ids (up to 50,000) stay on its row; the event names them by the
+        # request's fingerprint (SHA-256 of action, reason and selection).
+        after = {"action": action, "runs": len(ids), "job": True, "fingerprint": fingerprint,
+                 **({"filters": selection["filters"]} if "filters" in selection else {})}
+    try:
+        with transaction.atomic():
+            bulk = BulkAction.objects.create(
+                tenant=tenant, uuid=uuid.uuid4(), client_token=token, requested_by=actor,
+                requested_by_name=_actor_name(actor), action=action, reason=reason,
+                selection=selection, fingerprint=fingerprint, total=len(ids),
+                background=background,
+                state=BulkState.QUEUED if background else BulkState.RUNNING,
+                targets=([str(i) for i in ids] if background and "filters" in selection
+                         else None))
+            audit_record(tenant=tenant, actor=actor, action=AuditAction.BULK_SUBMIT,
+                         target_type=TargetType.BULK_ACTION, target_id=bulk.uuid,
+                         reason=reason, after=after)
+            if background:
+                pk = bulk.pk
+                transaction.on_commit(lambda: bulk_job_dispatch([pk]))
+    except IntegrityError:
+        if _existing(tenant, actor, token, fingerprint) is None:
+            raise
+        return None
+    return bulk
+
+
+def _act_on(bulk: BulkAction, actor, tenant: Tenant, position: int, run_id: uuid.UUID,
+            hold: Callable[[str], None] | None = None) -> str:
     """One run: its action and its result row in one transaction (so ``done`` means
-    committed); a refusal rolls back that run's action only. Returns the outcome."""
+    committed); a refusal rolls back that run's action only. Returns the outcome.
+
+    ``hold`` (a stored job's, ``bulk_jobs.bulk_job_act``): called with the outcome in
+    the same transaction, after the result row; it moves the job's counts on and raises
+    when the job is no longer this worker's (aborted, re-driven), which rolls the run's
+    action and result back."""
+    if hold is None:
+        return _act(bulk, actor, tenant, position, run_id)
+    with transaction.atomic():
+        outcome = _act(bulk, actor, tenant, position, run_id)
+        hold(outcome)
+    return outcome
+
+
+def _act(bulk: BulkAction, actor, tenant: Tenant, position: int, run_id: uuid.UUID) -> str:
     item = dict(tenant=tenant, bulk=bulk, position=position, run_uuid=run_id)
     try:
         with transaction.atomic():
@@ -252,3 +322,107 @@ def _finish(bulk: BulkAction, actor, tenant: Tenant, counts: dict[str, int]) -> 
                      target_type=TargetType.BULK_ACTION, target_id=bulk.uuid,
                      before={"state": BulkState.RUNNING},
                      after={"state": BulkState.FINISHED, **counts})
+
+
+# --------------------------------------------------------------------------------------
+# A stored job's steps (issue 22, item 6): the worker is ``jobs.bulk``
+# --------------------------------------------------------------------------------------
+
+class BulkJobLost(Exception):
+    """The bulk job is no longer this attempt's (a reviewer aborted it, or it was
+    re-driven after its claim passed): the run in progress is rolled back; stop."""
+
+
+def _held(job: BulkAction):
+    """The job's row while this attempt holds it: ``running``, same ``attempts``."""
+    return BulkAction.objects.for_tenant(job.tenant_id).filter(
+        pk=job.pk, state=BulkState.RUNNING, attempts=job.attempts)
+
+
+def bulk_job_act(job: BulkAction, position: int, run_id, *, claim_s: int) -> str:
+    """Act on one run of a claimed bulk job (``job``: its row as claimed, with
+    ``attempts``), as the inline path does (``_act_on``: the action's own service, its
+    result row), and in the same transaction move the job's count of that outcome on by
+    one and its claim to ``claim_s`` seconds from now (database clock), provided the job
+    is still ``running`` under this attempt. Returns the outcome. Raises ``BulkJobLost``
+    (nothing of the run kept) when it is not: aborted, or taken over by another worker
+    (also when the run already has its result row: another attempt acted on it).
+
+    Lock order (``locks``): the action takes the tenant's audit head and the run, then
+    this touches the job's row (``bulk_abort`` and ``bulk_job_finish`` likewise append
+    their event before touching it)."""
+    def hold(outcome: str) -> None:
+        moved = _held(job).update(claimed_until=NOW + timedelta(seconds=claim_s),
+                                  updated_at=NOW, **{outcome: F(outcome) + 1})
+        if moved != 1:
+            raise BulkJobLost(f"bulk job {job.uuid}: no longer this worker's")
+
+    try:
+        return _act_on(job, job.requested_by, job.tenant, position, uuid.UUID(str(run_id)),
+                       hold=hold)
+    except IntegrityError:
+        # The run's result row exists (its unique key): another attempt did this run.
+        raise BulkJobLost(f"bulk job {job.uuid}: run {run_id} already has a result") from None
+
+
+def bulk_job_finish(job: BulkAction) -> dict[str, int]:
+    """End a claimed bulk job whose every run has its result: ``finished`` with its
+    ``bulk.finish`` event (the counts, as the job's row kept them with each run), one
+    transaction. Returns the counts. Raises ``BulkJobLost`` (nothing written) when the job
+    is no longer this attempt's (aborted meanwhile)."""
+    with transaction.atomic():
+        row = (_held(job).values("done", "refused", "failed").first())
+        if row is None:
+            raise BulkJobLost(f"bulk job {job.uuid}: no longer this worker's")
+        counts = {outcome: row[outcome] for outcome in BulkOutcome.values}
+        audit_record(tenant=job.tenant, actor=job.requested_by,
+                     action=AuditAction.BULK_FINISH, target_type=TargetType.BULK_ACTION,
+                     target_id=job.uuid, before={"state": BulkState.RUNNING},
+                     after={"state": BulkState.FINISHED, **counts})
+        if _held(job).update(state=BulkState.FINISHED, finished_at=NOW, claimed_until=None,
+                             updated_at=NOW, failures=0, last_error="") != 1:
+            raise BulkJobLost(f"bulk job {job.uuid}: no longer this worker's")
+    return counts
+
+
+def bulk_abort(*, actor, tenant: Tenant, bulk_id, reason: str) -> BulkAction:
+    """A reviewer stops a bulk action running as a stored job (issue 22, item 6): it
+    becomes ``aborted`` (who, why, when: database clock) with a ``bulk.abort`` audit
+    event, one transaction. The worker stops before its next run (each run's
+    transaction checks the job is still running; a run in progress either commits
+    before the abort or is rolled back); the runs done stay done, the others get no
+    result. Returns the bulk action as aborted.
+
+    Raises, writing nothing: ``NotFound``/``Forbidden`` (``roles.REVIEW``: the right of
+    the actions it runs; an id of another tenant is not found), ``ReasonRequired``,
+    ``InvalidTransition`` (422) for an inline bulk action (at most ``BULK_MAX_RUNS`` runs:
+    it runs in the request that submitted it), ``AlreadyDone`` (422, who and when) when
+    it already finished, failed or was aborted."""
+    require(actor, tenant, roles.REVIEW)
+    reason = _require_reason(reason)
+    try:
+        bid = uuid.UUID(str(bulk_id))
+    except ValueError:
+        raise NotFound("no such bulk action") from None
+    jobs = BulkAction.objects.for_tenant(tenant).defer("selection", "targets")
+    with transaction.atomic():
+        bulk = jobs.filter(uuid=bid).first()
+        if bulk is None:
+            raise NotFound("no such bulk action")
+        if not bulk.background:
+            raise InvalidTransition("bulk: it ran in the request that submitted it (at "
+                                    f"most {BULK_MAX_RUNS} runs); there is nothing to abort")
+        if bulk.state not in BulkState.OPEN:
+            raise AlreadyDone("bulk", what=bulk.state, by=bulk.aborted_by_name,
+                              at=bulk.finished_at, run_id=None)
+        audit_record(tenant=tenant, actor=actor, action=AuditAction.BULK_ABORT,
+                     target_type=TargetType.BULK_ACTION, target_id=bulk.uuid, reason=reason,
+                     before={"state": bulk.state}, after={"state": BulkState.ABORTED})
+        stopped = jobs.filter(pk=bulk.pk, state__in=BulkState.OPEN).update(
+            state=BulkState.ABORTED, finished_at=NOW, claimed_until=None, updated_at=NOW,
+            aborted_by_name=_actor_name(actor), abort_reason=reason)
+        bulk = jobs.get(pk=bulk.pk)
+        if stopped != 1:  # it finished meanwhile: roll the event back, say so
+            raise AlreadyDone("bulk", what=bulk.state, by=bulk.aborted_by_name,
+                              at=bulk.finished_at, run_id=None)
+    return bulk

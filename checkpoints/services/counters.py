@@ -1,6 +1,6 @@
-"""The state counters' compaction (issue 22, item 1; migration 0040).
+"""The state counters' compaction (issue 22, item 1; migration 0038).
 
-The triggers of migration 0040 only ever INSERT a counter row (a +1 or -1 delta), so no
+The triggers of migration 0038 only ever INSERT a counter row (a +1 or -1 delta), so no
 writer waits on another's counter row; readers SUM ``n`` per state. Left alone the
 tenant's rows grow by one or two per state change: ``counters_compact`` folds them into
 one row per state, run by the sweep (every 10 s, or the in-process thread).

@@ -23,7 +23,7 @@ from ..vocab import (
     RecoveryState,
     TargetType,
 )
-from . import migration_jobs, reconcile_requests
+from . import bulk_jobs, migration_jobs, reconcile_requests
 from .counters import counters_compact
 from .effects import KEEP_RECEIPT, _effect_transition
 from .runs import run_facts, run_refresh_state
@@ -41,14 +41,15 @@ def sweep_stale_runs(*, by: str | None = None) -> dict[str, int]:
     whose lease is expired or absent. Under each run's lock the rule is judged again
     (``RunFacts.owner_gone``): ``submitted`` effects become ``unresolved`` (audited, actor
     system), then the state is recomputed. Runs are taken in ascending id, one
-    transaction each, in the store's lock order (``locks``: the tenant's audit head, then
-    the run), and only those the rule, judged first without a lock, says to change; a run
+    transaction each, in the store's lock order (``locks``: the tenant's write gate
+    shared, then the run), and only those the rule, judged first without a lock, says to change; a run
     another transaction holds is skipped (``SKIP LOCKED``) and looked at on the next
     pass. Idempotent and safe on many workers at once.
     Returns counts: ``examined``, ``effects_unresolved``, ``runs_ambiguous`` and the
     re-drive's ``reconcile_redriven``, and ``migrations_redriven``: the stored migration
-    jobs sent again, or run here without a broker (``migration_jobs_redrive``), and
-    ``counters_compacted``: the tenants whose state counter rows were folded
+    jobs sent again, or run here without a broker (``migration_jobs_redrive``),
+    ``bulk_jobs_redriven``: the same for bulk actions stored as jobs (``bulk_jobs_redrive``,
+    here for at most one sweep interval), and ``counters_compacted``: the tenants whose state counter rows were folded
     (``counters.counters_compact``).
 
     Once done it records the ``sweep`` heartbeat, and ``sweep.<by>`` when ``by`` names who
@@ -109,6 +110,7 @@ def sweep_stale_runs(*, by: str | None = None) -> dict[str, int]:
                              after={"recovery_state": ambiguous})
     stats["reconcile_redriven"] = reconcile_requests.redrive()
     stats["migrations_redriven"] = migration_jobs.migration_jobs_redrive()
+    stats["bulk_jobs_redriven"] = bulk_jobs.bulk_jobs_redrive()
     stats["counters_compacted"] = counters_compact()
     heartbeat.beat(*beats)
     return stats

@@ -1,5 +1,5 @@
-"""What an API request costs in queries beyond its service (issue 8): the bearer token and
-its account in one query, the URL's tenant and the caller's rights there in one more,
+"""What an API request costs in queries beyond its service (issue 8, issue 22 item 3): the
+bearer token, its account, the URL's tenant and the caller's rights there in one query,
 nothing while the answer renders; the same for every repetition. And since nothing of
 the caller is kept between requests, a change of rights counts from the very next one.
 
@@ -21,8 +21,8 @@ from tests.conftest import bearer_client
 from tests.helpers import envelope
 
 #: Per request, outside the service or selector it calls: the token with its account,
-#: the tenant with the caller's rights.
-OVERHEAD = 2
+#: the tenant and the caller's rights, in one statement (``api.auth.token_user``).
+OVERHEAD = 1
 
 
 class Counted:
@@ -59,7 +59,7 @@ def writer_api(acme, wendy):
     return api
 
 
-def test_a_checkpoint_update_costs_two_queries_beyond_its_service_every_time(
+def test_a_checkpoint_update_costs_one_query_beyond_its_service_every_time(
         monkeypatch, writer_api):
     counted = Counted(monkeypatch, (services, "checkpoint_put"))
     body = envelope()
@@ -73,7 +73,7 @@ def test_a_checkpoint_update_costs_two_queries_beyond_its_service_every_time(
     assert costs[0][0] == OVERHEAD
 
 
-def test_a_checkpoint_read_costs_two_queries_beyond_its_selector_and_reveal(
+def test_a_checkpoint_read_costs_one_query_beyond_its_selector_and_reveal(
         monkeypatch, writer_api):
     counted = Counted(monkeypatch, (selectors, "checkpoint_get"),
                       (services, "payload_reveal"))
@@ -85,7 +85,7 @@ def test_a_checkpoint_read_costs_two_queries_beyond_its_selector_and_reveal(
     assert costs[0][0] == OVERHEAD
 
 
-def test_a_head_costs_three_queries_and_writes_nothing(writer_api):
+def test_a_head_costs_two_queries_and_writes_nothing(writer_api):
     body = envelope()
     put_cp(writer_api, "acme", body, create=True)
     path = url("acme", f"checkpoints/{body['id']}")

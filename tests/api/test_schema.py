@@ -59,6 +59,9 @@ BEYOND_CONTRACT = {
     # One review action on many runs, and its per-run results (issue 9, item 3).
     ("POST", "bulk-actions"): "bulk review action",
     ("GET", "bulk-actions/{}"): "a bulk action's results",
+    # A bulk action beyond 500 runs runs as a stored job a reviewer may stop (issue 22,
+    # item 6): the review right of CONTRACT.md 4, a reason as for every action (3).
+    ("POST", "bulk-actions/{}/abort"): "abort a bulk job",
     # CONTRACT.md 8 (lifecycle): the tenant's data policy (issue 20; docs/security/retention.md).
     ("GET", "data-policy"): "CONTRACT.md 8: the data policy, for a viewer",
     ("PUT", "data-policy"): "CONTRACT.md 8: set the data policy (admin)",

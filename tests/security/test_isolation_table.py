@@ -347,6 +347,13 @@ RECIPES: dict[str, list[Op]] = {
     "api:bulk-action": [
         Op("get", _t(bulk_id="bulk_id"), api_rule(V, 200)),
         Op("get", _t(TWIN, bulk_id="bulk_id"), api_rule(V, 404), tenant=TWIN)],
+    # Abort (issue 22, item 6): the review right; HOME's bulk ran inline, so a reviewer is
+    # refused 422 (nothing to abort: tests/views/test_bulk_jobs.py aborts a job), the
+    # twin's URL finds nothing.
+    "api:bulk-action-abort": [
+        Op("post", _t(bulk_id="bulk_id"), api_rule(RW, 422), body=REASON),
+        Op("post", _t(TWIN, bulk_id="bulk_id"), api_rule(RW, 404), body=REASON,
+           tenant=TWIN)],
     # LangGraph threads (issue 10): the writer's; the same thread id in the twin is the
     # twin's own thread, never touched.
     "api:langgraph-checkpoints": [
@@ -616,6 +623,10 @@ RECIPES: dict[str, list[Op]] = {
         Op("get", _s(bulk_id="bulk_id"), page_rule(V, 200), surface="web"),
         Op("get", _s(TWIN, bulk_id="bulk_id"), page_rule(V, 404), surface="web",
            tenant=TWIN)],
+    "bulk_abort": [
+        Op("post", _s(bulk_id="bulk_id"), page_rule(RW, 422), body=REASON, surface="web"),
+        Op("post", _s(TWIN, bulk_id="bulk_id"), page_rule(RW, 404), body=REASON,
+           surface="web", tenant=TWIN)],
     # Issue 21: the polls of the inbox and the run page (reads), the approver's queue
     # (its decisions: as ``retry_approve``; a retry of HOME on the twin's URL finds nothing).
     "run_new": [Op("get", _s(), page_rule(V, 200), query="since=1", surface="web")],

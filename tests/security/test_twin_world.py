@@ -806,6 +806,7 @@ API: dict[str, Req] = {
     f"post {T}bulk-actions": Req(body={**R, "action": "close", "run_ids": [str(IDS["r_stuck"])],
                                        "client_token": str(IDS["new_cp"])}, write=True),
     f"get {T}bulk-actions/{{bulk_id}}": Req({"bulk_id": "bulk_id"}, shows_mark=True),
+    f"post {T}bulk-actions/{{bulk_id}}/abort": Req({"bulk_id": "bulk_id"}, R, write=True),
     # Migrations (issue 19, item 2): the shared run ids, this tenant's checkpoints only.
     f"post {T}kinds/{{kind}}/migrations": Req(
         {"kind": "=acme.order"}, {"to_version": 2, "runs": [str(IDS["r_stuck"])],
@@ -961,6 +962,7 @@ PAGES: dict[str, Req] = {
                              "run": str(IDS["r_stuck"]), "client_token": str(IDS["new_cp"])},
                        write=True),
     "bulk_detail": Req({"bulk_id": "bulk_id"}, shows_mark=True),
+    "bulk_abort": Req({"bulk_id": "bulk_id"}, R, write=True),
     # Issue 21: the polls (reads of this tenant's runs) and the approver's queue (its own
     # requests; the twin's request number in a bulk approve is "not found", never decided).
     "run_new": Req(query="since=1"),
@@ -1232,6 +1234,15 @@ SERVICES: dict[str, list[ServiceCell]] = {
     "bulk_submit": [ServiceCell(lambda w, s, a: services.bulk_submit(
         actor=_as(w, a, "reviewer"), tenant=w.tenant(s), action="close", reason="x",
         run_ids=[IDS["r_stuck"], EXTRA["r_more"]], client_token=IDS["new_cp"]))],
+    # The twin's bulk id is not found here (issue 22, item 6); this tenant's own ran inline
+    # (refused: nothing to abort).
+    "bulk_abort": [
+        ServiceCell(lambda w, s, a: services.bulk_abort(
+            actor=_as(w, a, "reviewer"), tenant=w.tenant(s), bulk_id=w.data[s].bulk_id,
+            reason="x")),
+        ServiceCell(lambda w, s, a: services.bulk_abort(
+            actor=_as(w, a, "reviewer"), tenant=w.tenant(s),
+            bulk_id=w.data[other(s)].bulk_id, reason="x"), foreign=True)],
     # A runifold file naming the shared ids: the checkpoint and effect land in this
     # tenant's run (or are refused there), never in the twin's.
     "runifold_import": [ServiceCell(lambda w, s, a: runifold.runifold_import(

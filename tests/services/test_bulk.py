@@ -13,7 +13,7 @@ import pytest
 from checkpoints import selectors, services
 from checkpoints.exceptions import Forbidden, InvalidPayload, ReasonRequired
 from checkpoints.models import (
-    BULK_MAX_RUNS,
+    BULK_JOB_MAX_RUNS,
     AuditEvent,
     BulkAction,
     BulkActionItem,
@@ -242,7 +242,7 @@ def test_a_token_is_per_requester(acme, wendy, rita, adam):
     ({"action": "delete"}, InvalidPayload, "action"),
     ({"runs": []}, InvalidPayload, "run_ids"),
     ({"runs": ["not-a-uuid"]}, InvalidPayload, "run_ids"),
-    ({"runs": [str(uuid.uuid4()) for _ in range(BULK_MAX_RUNS + 1)]}, InvalidPayload,
+    ({"runs": [str(uuid.uuid4()) for _ in range(BULK_JOB_MAX_RUNS + 1)]}, InvalidPayload,
      "run_ids"),
     ({"reason": "  "}, ReasonRequired, "reason"),
     ({"reason": "x" * 4001}, InvalidPayload, "reason"),
@@ -268,7 +268,7 @@ def test_filters_matching_nothing_or_too_many_are_refused(acme, wendy, rita, mon
     with pytest.raises(InvalidPayload, match="^filters: no run matches"):
         submit(rita, acme, "close",
                filters=selectors.RunFilters(recovery_state=RecoveryState.CONFLICTED))
-    monkeypatch.setattr("checkpoints.services.bulk.BULK_MAX_RUNS", 1)
+    monkeypatch.setattr("checkpoints.services.bulk.BULK_JOB_MAX_RUNS", 1)
     with pytest.raises(InvalidPayload, match="^filters: more than 1 runs match"):
         submit(rita, acme, "close",
                filters=selectors.RunFilters(recovery_state=RecoveryState.AMBIGUOUS))

@@ -190,7 +190,8 @@ def test_a_put_whose_parent_is_not_the_head_is_refused_and_kept_as_a_conflict(ac
     assert set(changed) == {"checkpoints.Conflict", "checkpoints.AuditEvent",
                             "checkpoints.AuditChainHead", "checkpoints.Run",
                             "checkpoints.RunTransition", "checkpoints.RunStateCount",
-                            "checkpoints.NotificationOutbox"}  # conflicted: a person acts
+                            "checkpoints.NotificationOutbox",  # conflicted: a person acts
+                            "checkpoints.ReportCount"}  # the report's count of conflicts
     assert changed["checkpoints.Run"] == {"changed": [Run.objects.get().pk]}
     run = Run.objects.get()
     assert (run.unacknowledged_conflicts, run.recovery_state) == (1, "conflicted")
@@ -898,7 +899,8 @@ def test_an_ousted_graph_is_fenced_on_every_langgraph_write_path(acme, wendy, ri
                 events = diff.pop("checkpoints.AuditEvent", {})
                 for derived in ("checkpoints.AuditChainHead", "checkpoints.Run",
                                 "checkpoints.RunStateCount", "checkpoints.RunTransition",
-                                "checkpoints.NotificationOutbox"):  # triggers' rows
+                                "checkpoints.NotificationOutbox",
+                                "checkpoints.ReportCount"):  # triggers' rows
                     diff.pop(derived, None)
                 where = f"{surface}, token {token}"
                 if (status, body) != (409, {"error": "fenced", "fencing_token": now}):

@@ -30,7 +30,7 @@ def test_it_marks_a_quiet_in_flight_run_ambiguous_once(acme, wendy, clock):
     stats = services.sweep_stale_runs()
     assert stats == {"examined": 1, "effects_unresolved": 0, "runs_ambiguous": 1,
                      "reconcile_redriven": 0, "migrations_redriven": 0,
-                     "counters_compacted": 0}
+                     "bulk_jobs_redriven": 0, "counters_compacted": 0}
     assert sorted(Run.objects.values_list("recovery_state", flat=True)) == ["ambiguous",
                                                                             "healthy"]
     event = AuditEvent.objects.get(action="run.ambiguous")

@@ -30,6 +30,7 @@ import tempfile
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -41,7 +42,7 @@ from checkpoints.dbclock import NOW
 from checkpoints.exceptions import DomainError
 from checkpoints.interop import langgraph, runifold
 from checkpoints.jobs import reconciliation
-from checkpoints.models import AuditEvent, NotificationEndpoint, NotificationMessage
+from checkpoints.models import AuditEvent, BulkAction, NotificationEndpoint, NotificationMessage
 from checkpoints.reconcile import Answer
 from checkpoints.services import notify_delivery, reconcile_requests
 from checkpoints.vocab import DeliveryState
@@ -384,6 +385,28 @@ def bulk_submit(p):
     return Cell(lambda: services.bulk_submit(actor=p.rita, tenant=p.acme, action="close",
                                              reason="handled by phone", run_ids=runs,
                                              client_token=uuid.uuid4()))
+
+
+def _bulk_job(p, state):
+    # A stored bulk job (issue 22, item 6) as a worker holds it: the row, not 501 runs.
+    run = ambiguous_run(p.wendy, p.acme)
+    return BulkAction.objects.create(
+        tenant=p.acme, uuid=uuid.uuid4(), client_token=uuid.uuid4(), requested_by=p.rita,
+        requested_by_name="rita", action="close", reason="r", total=1, fingerprint="0" * 64,
+        selection={"run_ids": [str(run)]}, background=True, state=state, attempts=1,
+        claimed_until=NOW + timedelta(seconds=60))
+
+
+def bulk_abort(p):
+    job = _bulk_job(p, "running")
+    return Cell(lambda: services.bulk_abort(actor=p.rita, tenant=p.acme, bulk_id=job.uuid,
+                                            reason="wrong runs"))
+
+
+def bulk_job_finish(p):
+    job = _bulk_job(p, "running")
+    return Cell(lambda: services.bulk_job_finish(
+        BulkAction.objects.select_related("tenant", "requested_by").get(pk=job.pk)))
 
 
 # LangGraph threads (issue 10) -----------------------------------------------------------
@@ -773,6 +796,10 @@ CELLS: dict[str, dict[str, Callable]] = {
     "reconciler_configure": {"configure": reconciler_configure},
     "audit_head_export": {"export": audit_head_export},
     "bulk_submit": {"submit": bulk_submit},
+    "bulk_abort": {"abort": bulk_abort},
+    "bulk_job_finish": {"finish": bulk_job_finish},
+    # (``bulk_job_act``, one run of a job, audits through the run's single service: its
+    # cells above; a failed audit there is that run's failed result, as inline.)
     "graph_put": {"create": graph_create, "update": graph_update,
                   "stale-parent conflict": graph_stale, "id-taken conflict": graph_id_taken,
                   "fenced conflict": graph_fenced},

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from ...models import BULK_MAX_RUNS
+from ...models import BULK_JOB_MAX_RUNS
 from ...vocab import BulkActionKind, BulkOutcome, BulkState, RecoveryState
 from .common import Answer, IsoDateTimeField
 
@@ -32,10 +32,10 @@ class BulkActionInputSerializer(serializers.Serializer):
     action = serializers.ChoiceField(choices=BulkActionKind.values)
     reason = serializers.CharField(max_length=4000)
     runs = serializers.ListField(child=serializers.UUIDField(), required=False,
-                                 min_length=1, max_length=BULK_MAX_RUNS,
+                                 min_length=1, max_length=BULK_JOB_MAX_RUNS,
                                  help_text="the selected run ids (CONTRACT.md 3)")
     run_ids = serializers.ListField(child=serializers.UUIDField(), required=False,
-                                    min_length=1, max_length=BULK_MAX_RUNS,
+                                    min_length=1, max_length=BULK_JOB_MAX_RUNS,
                                     help_text="the older name of `runs` (one of the two)")
     filters = BulkFiltersSerializer(required=False)
     client_token = serializers.UUIDField(
@@ -84,4 +84,19 @@ class BulkActionSerializer(Answer):
     refused = serializers.IntegerField()
     failed = serializers.IntegerField()
     pending = serializers.IntegerField(help_text="runs without a result yet (while running)")
-    results = BulkResultSerializer(source="items", many=True)
+    results = BulkResultSerializer(
+        source="items", many=True,
+        help_text="per-run results in selection order; for a job, at most 500, refused and "
+                  "failed first (``unlisted`` counts the others)")
+    # A stored job (issue 22, item 6): more than 500 runs, run by a worker.
+    job = serializers.BooleanField(source="bulk.background",
+                                   help_text="run by a worker as a stored job (more than 500 "
+                                             "runs): queued, running, then finished, aborted "
+                                             "or failed")
+    unlisted = serializers.IntegerField(help_text="results counted but not in `results`")
+    last_error = serializers.CharField(source="bulk.last_error",
+                                       help_text="a job's last failure (empty when none)")
+    aborted_by = serializers.CharField(source="bulk.aborted_by_name",
+                                       help_text="who aborted the job (empty when nobody)")
+    abort_reason = serializers.CharField(source="bulk.abort_reason")
+

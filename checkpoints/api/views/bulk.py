@@ -13,7 +13,17 @@ from ...exceptions import InvalidPayload, ReasonRequired
 from ...jsonparse import text_problem
 from ...vocab import RecoveryState
 from .. import serializers as s
-from .common import TENANT, TenantApi, _errors, _only_fields, _path, read_object, url_uuid
+from .common import (
+    TENANT,
+    TenantApi,
+    _errors,
+    _only_fields,
+    _path,
+    _reason_operation,
+    read_object,
+    read_reason,
+    url_uuid,
+)
 
 # CONTRACT.md 3 names the selection `runs`; `run_ids` is the name it had first (kept).
 BULK_FIELDS = {"action", "reason", "runs", "run_ids", "filters", "client_token"}
@@ -79,7 +89,8 @@ class BulkActionListApi(TenantApi):
     @extend_schema(
         operation_id="bulk_action_create",
         summary="Reviewer: one review action on many runs (by id, or every run matching "
-                "filters; at most 500), each run acted on and audited on its own",
+                "filters), each run acted on and audited on its own: up to 500 in the "
+                "request, more (up to 50,000) as a stored job answered `queued`",
         parameters=[TENANT, IDEMPOTENCY_KEY],
         request=s.BulkActionInputSerializer,
         responses={201: s.BulkActionSerializer,
@@ -132,6 +143,22 @@ class BulkActionApi(TenantApi):
         bid = url_uuid(bulk_id, "bulk action")
         result = _with_progress(request, t,
                                 selectors.bulk_get(user=request.user, tenant=t, bulk_id=bid))
+        return Response(s.BulkActionSerializer.render(result))
+
+
+class BulkActionAbortApi(TenantApi):
+    @_reason_operation(
+        "bulk_action_abort",
+        "Reviewer: stop a bulk action running as a stored job (more than 500 runs); the "
+        "runs done stay done; audited bulk.abort (422 when it ran inline or already ended)",
+        _path("bulk_id"), s.BulkActionSerializer)
+    def post(self, request, tenant, bulk_id):
+        t = self.tenant(request, tenant, roles.REVIEW)
+        bid = url_uuid(bulk_id, "bulk action")
+        services.bulk_abort(actor=request.user, tenant=t, bulk_id=bid,
+                            reason=read_reason(request))
+        result = _with_progress(request, t, selectors.bulk_get(
+            user=request.user, tenant=t, bulk_id=bid))
         return Response(s.BulkActionSerializer.render(result))
 
 

@@ -102,5 +102,5 @@ def down(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-    dependencies = [("checkpoints", "0040_state_counter_deltas")]
+    dependencies = [("checkpoints", "0038_state_counter_deltas")]
     operations = [migrations.RunPython(up, down)]

@@ -95,7 +95,7 @@ def up(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('checkpoints', '0035_audit_merkle_tree'),
+        ('checkpoints', '0037_bulk_jobs'),
     ]
 
     operations = [

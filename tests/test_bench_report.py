@@ -1,0 +1,53 @@
+"""``make bench``'s judgement of its write targets (issue 22, "Targets"): every ratio is
+taken within one round (a product round against its reference's same round, never a row's
+best round against another row's), each round is labelled with its commit-flush regime
+(the raw 1-writer reference's p50), and a target is judged on its fast-flush rounds."""
+
+from __future__ import annotations
+
+from bench.report import HOLDS, NO_DATA, NOT_YET, judged, regimes, round_ratios, write_targets
+
+
+def _row(variant, writers, per_round, *, p50=None, tenants=1, contended=False, name=None):
+    rounds = [{"round": i + 1, "ops_per_s": ops, "p50_ms": (p50 or [1.0] * 9)[i],
+               "p99_ms": 1.0, "errors": [], "check": {"ok": True, "detail": "ok"}}
+              for i, ops in enumerate(per_round)]
+    return {"scenario": name or f"{variant} {writers}w", "variant": variant,
+            "writers": writers, "tenants": tenants, "contended": contended,
+            "rounds": rounds, "p99_ms": 1.0, "check": {"ok": True, "detail": "ok"}}
+
+
+def test_ratios_pair_rounds_and_name_their_flush_regime():
+    raw = _row("raw", 1, [2000, 250, 1900], p50=[0.4, 4.1, 0.5])
+    svc = _row("services", 1, [400, 200, 380])
+    flush = regimes([raw, svc])
+    assert flush == {1: ("fast", 0.4), 2: ("slow", 4.1), 3: ("fast", 0.5)}
+    ratios = round_ratios(svc, raw, flush)
+    assert [(r["round"], r["ratio"], r["regime"]) for r in ratios] == [
+        (1, 0.2, "fast"), (2, 0.8, "slow"), (3, 0.2, "fast")]
+    # best against best would say 400/2000 = 0.2 here, but the slow round alone 0.8:
+    # judged on the fast-flush rounds only
+    assert judged(ratios) == (0.2, "fast-flush rounds")
+    assert judged([dict(r, regime="slow") for r in ratios])[0] == 0.2  # the median of all
+
+
+def test_each_write_target_names_its_reference_and_verdict():
+    raw1 = _row("raw", 1, [1000, 1000], p50=[0.3, 0.3], name="raw CAS+history, 1w")
+    writes = [raw1, _row("services", 1, [600, 400]),
+              _row("http", 4, [100, 160]), _row("floor", 4, [300, 300], name="HTTP floor, 4w")]
+    by_label = {t["target"]: t for t in write_targets(writes)}
+    one = by_label["services.checkpoint_put >= 0.5x raw CAS+history, 1 writer"]
+    assert (one["verdict"], one["value"], one["reference"]) == (HOLDS, 0.5, "raw CAS+history, 1w")
+    http = by_label["HTTP PUT >= 0.5x the floor (bare WSGI, same gunicorn), 4 keep-alive writers"]
+    assert (http["verdict"], http["reference"]) == (NOT_YET, "HTTP floor, 4w")
+    assert http["value"] == round((100 / 300 + 160 / 300) / 2, 3)
+    assert by_label["RecoverySaver.put >= 0.15x PostgresSaver.put, 1 client"]["verdict"] == NO_DATA
+
+
+def test_a_failed_check_never_holds():
+    raw = _row("raw", 16, [1000], contended=True)
+    svc = _row("services", 16, [900], contended=True)
+    svc["check"] = {"ok": False, "detail": "3 refusals but 2 conflict rows"}
+    target = next(t for t in write_targets([_row("raw", 1, [1]), raw, svc])
+                  if t["target"].startswith("contended"))
+    assert target["verdict"] == NOT_YET and "3 refusals" in target["measured"]
