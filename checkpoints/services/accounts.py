@@ -56,6 +56,7 @@ def tenant_create(*, slug: str, name: str = "", actor=None) -> Tenant:
             raise InvalidPayload(f"slug: tenant {slug!r} already exists")
         tenant = Tenant.objects.create(slug=slug, name=name or slug)
         tenant_register(tenant)  # the verifier must find it, always (issue 17, item 13)
+        locks.lock_audit_head(tenant)  # its write gate (and old chain's end) row, made here
         crypto.data_key_create(tenant, with_tenant=True)  # its first data key (issue 20)
         audit_record(tenant=tenant, actor=actor, action=AuditAction.TENANT_CREATE, target_type=TargetType.TENANT,
                      target_id=tenant.slug, after={"slug": slug, "name": tenant.name})

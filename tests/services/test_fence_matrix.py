@@ -84,6 +84,10 @@ WRITE_PATHS = {
     "migration_preview": "a dry run of checkpoints_migrate (issue 19, item 2): no lock, no "
                          "write (tests/services/test_migration_jobs.py::test_the_preview_"
                          "writes_nothing_and_says_what_the_job_would_do)",
+    "sweep_stale_runs": "system work (the stale-run sweep), carries no token; changes a run "
+                        "only when its owner is gone (RunFacts.owner_gone, under the lock)",
+    "counters_compact": "system work, takes no run lock: found here only because its "
+                        "cursor's execute() has the name of reconciliation's execute",
     # LangGraph threads (issue 10, docs/langgraph.md).
     "graph_put": "fenced: tests/services/test_langgraph.py::"
                  "test_an_ousted_graph_is_fenced_on_every_langgraph_write_path",
@@ -367,6 +371,10 @@ def _check_kept_as_conflict(w: World, a: Attempt, token, before, after, run_befo
     added_conflicts = diff.pop("checkpoints.Conflict", {})
     added_events = diff.pop("checkpoints.AuditEvent", {})
     diff.pop("checkpoints.AuditChainHead", None)
+    # Every event is queued for the audit sequencer by a trigger (migration 0035): the
+    # queue's rows are the events' (its primary key is the event's).
+    if diff.pop("checkpoints.AuditPending", {}) != added_events:
+        problems.append("the audit queue does not hold exactly the events added")
     run_diff = diff.pop("checkpoints.Run", {})
     # The state counters follow the run's state (triggers, migration 0011): derived, so
     # checked against the runs instead of diffed.

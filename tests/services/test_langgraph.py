@@ -188,7 +188,7 @@ def test_a_put_whose_parent_is_not_the_head_is_refused_and_kept_as_a_conflict(ac
     assert refused_body["payload"]["checkpoint_id"] == ids(3)[2]
     changed = db_diff(before, db_state())
     assert set(changed) == {"checkpoints.Conflict", "checkpoints.AuditEvent",
-                            "checkpoints.AuditChainHead", "checkpoints.Run",
+                            "checkpoints.AuditPending", "checkpoints.Run",
                             "checkpoints.RunTransition", "checkpoints.RunStateCount",
                             "checkpoints.NotificationOutbox",  # conflicted: a person acts
                             "checkpoints.ReportCount"}  # the report's count of conflicts
@@ -897,7 +897,7 @@ def test_an_ousted_graph_is_fenced_on_every_langgraph_write_path(acme, wendy, ri
                 diff = db_diff(before, db_state())
                 conflicts = diff.pop("checkpoints.Conflict", {})
                 events = diff.pop("checkpoints.AuditEvent", {})
-                for derived in ("checkpoints.AuditChainHead", "checkpoints.Run",
+                for derived in ("checkpoints.AuditPending", "checkpoints.Run",
                                 "checkpoints.RunStateCount", "checkpoints.RunTransition",
                                 "checkpoints.NotificationOutbox",
                                 "checkpoints.ReportCount"):  # triggers' rows
