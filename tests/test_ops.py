@@ -504,7 +504,7 @@ def test_readyz_names_the_audit_sequencer_when_events_wait_too_long(client, no_b
     (database clock) means the sequencer is not running."""
     assert client.get("/readyz").json()["checks"]["audit"] == "ok"
     then = timezone.now() - timedelta(seconds=settings.RECOVERY_AUDIT_LAG_MAX_S + 5)
-    tampering.raw("UPDATE checkpoints_auditevent SET created_at = %s WHERE tenant_id = %s",
+    tampering.raw("UPDATE checkpoints_auditpending SET queued_at = %s WHERE tenant_id = %s",
                   [then, acme.pk])
     response = client.get("/readyz")
     assert response.status_code == 503
