@@ -22,6 +22,8 @@ Two kinds:
   | ``recovery_reconcile_requests`` | tenant, state | ``ReconcileRequest`` in ``queued``, ``running`` (the queue) or ``gave_up`` |
   | ``recovery_reconcile_failing`` | tenant | open requests whose last look-ups could not tell (``failures`` > 0) |
   | ``recovery_audit_events`` | tenant | the audit trail's length: the newest signed tree head's size plus the events queued for the sequencer (issue 22) |
+  | ``recovery_audit_pending`` | tenant | audit events queued for the sequencer, not yet under a signed tree head (``AuditPending``; issue 22) |
+  | ``recovery_audit_integration_lag_seconds`` | tenant | age of the oldest queued audit event (its ``queued_at`` against the database clock, both the database's; 0 when none queued) |
   | ``recovery_migration_jobs`` | tenant, state | ``MigrationJob`` in ``queued``, ``running`` (the queue) or ``failed`` (gave up) |
   | ``recovery_notification_messages`` | tenant, state | notification messages per delivery state (issue 21) |
   | ``recovery_notification_endpoints_disabled`` | tenant | endpoints disabled (by an admin or after days of failure) |
@@ -93,13 +95,15 @@ def count_resume_decision(*, tenant: Tenant, action: str, mode: str) -> None:
     RESUME_DECISIONS.labels(tenant=tenant.slug, action=action, mode=mode).inc()
 
 
-def domain_figures() -> dict[str, dict[tuple[str, ...], int]]:
+def domain_figures() -> dict[str, dict[tuple[str, ...], float]]:
     """The scrape-time figures: ``{metric name: {label values: value}}`` with the label
     values in the order of ``DomainCollector.LABELS`` (tenant slug first). Nine queries
     whatever the number of runs (one per figure, plus the tenant list; two for the
-    notification gauges). Reads only."""
+    notification gauges; the audit queue's length, pending count and lag in one).
+    Counts are ints, ages (``recovery_audit_integration_lag_seconds``) float seconds.
+    Reads only."""
     slugs = dict(Tenant.objects.values_list("pk", "slug"))
-    figures: dict[str, dict[tuple[str, ...], int]] = {
+    figures: dict[str, dict[tuple[str, ...], float]] = {
         "recovery_runs": {(s, st): 0 for s in slugs.values() for st in RecoveryState.values},
         "recovery_effects": {(s, st): 0 for s in slugs.values() for st in EffectState.values},
         "recovery_open_conflicts": {(s,): 0 for s in slugs.values()},
@@ -107,6 +111,8 @@ def domain_figures() -> dict[str, dict[tuple[str, ...], int]]:
                                         for st in RECONCILE_COUNTED},
         "recovery_reconcile_failing": {(s,): 0 for s in slugs.values()},
         "recovery_audit_events": {(s,): 0 for s in slugs.values()},
+        "recovery_audit_pending": {(s,): 0 for s in slugs.values()},
+        "recovery_audit_integration_lag_seconds": {(s,): 0 for s in slugs.values()},
         "recovery_migration_jobs": {(s, st): 0 for s in slugs.values()
                                     for st in MIGRATION_COUNTED},
         "recovery_notification_messages": {(s, st): 0 for s in slugs.values()
@@ -115,10 +121,11 @@ def domain_figures() -> dict[str, dict[tuple[str, ...], int]]:
         "recovery_notification_oldest_pending_seconds": {(s,): 0 for s in slugs.values()},
     }
 
-    def put(name: str, tenant_id: int, *labels: str, value: int | None) -> None:
+    def put(name: str, tenant_id: int, *labels: str, value: float | None) -> None:
         slug = slugs.get(tenant_id)
         if slug is not None:  # a tenant created after the list was read: next scrape
-            figures[name][(slug, *labels)] = int(value or 0)
+            figures[name][(slug, *labels)] = (value if isinstance(value, float)
+                                              else int(value or 0))
 
     for row in (RunStateCount.objects.for_all_tenants(reason=_WHY)
                 .values("tenant_id", "state").annotate(total=Sum("n"))):
@@ -147,10 +154,16 @@ def domain_figures() -> dict[str, dict[tuple[str, ...], int]]:
                             .values("tenant_id").annotate(size=Max("tree_size"))
                             .values_list("tenant_id", "size")):
         audit_events[tenant_id] = size or 0
-    for tenant_id, queued in (AuditPending.objects.for_all_tenants(reason=_WHY)
-                              .values("tenant_id").annotate(n=Count("event_id"))
-                              .values_list("tenant_id", "n")):
+    # The sequencer's queue: its length and its oldest row's age, one clock (the
+    # database's, queued_at a column default), in the same aggregate.
+    for tenant_id, queued, first, now in (
+            AuditPending.objects.for_all_tenants(reason=_WHY).values("tenant_id")
+            .annotate(n=Count("event_id"), first=Min("queued_at"), db_now=NOW)
+            .values_list("tenant_id", "n", "first", "db_now")):
         audit_events[tenant_id] = audit_events.get(tenant_id, 0) + queued
+        put("recovery_audit_pending", tenant_id, value=queued)
+        put("recovery_audit_integration_lag_seconds", tenant_id,
+            value=max(0.0, (now - first).total_seconds()) if first is not None else 0.0)
     for tenant_id, n in audit_events.items():
         put("recovery_audit_events", tenant_id, value=n)
     for row in (MigrationJob.objects.for_all_tenants(reason=_WHY)
@@ -192,6 +205,11 @@ class DomainCollector:
         "recovery_reconcile_failing": "Open reconcile requests whose last look-ups could "
                                       "not tell (retrying with back-off).",
         "recovery_audit_events": "The length of the tenant's audit chain (events).",
+        "recovery_audit_pending": "Audit events queued for the sequencer, not yet under a "
+                                  "signed tree head.",
+        "recovery_audit_integration_lag_seconds": "Age of the oldest audit event queued for "
+                                                  "the sequencer (seconds, database clock; "
+                                                  "0 when none).",
         "recovery_migration_jobs": "Migration jobs queued, running (the queue) or failed "
                                    "(gave up: a human must look).",
         "recovery_notification_messages": "Notification messages per delivery state "
@@ -209,6 +227,8 @@ class DomainCollector:
         "recovery_reconcile_requests": ["tenant", "state"],
         "recovery_reconcile_failing": ["tenant"],
         "recovery_audit_events": ["tenant"],
+        "recovery_audit_pending": ["tenant"],
+        "recovery_audit_integration_lag_seconds": ["tenant"],
         "recovery_migration_jobs": ["tenant", "state"],
         "recovery_notification_messages": ["tenant", "state"],
         "recovery_notification_endpoints_disabled": ["tenant"],
