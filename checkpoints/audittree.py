@@ -23,6 +23,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -34,12 +35,12 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Min
+from django.db.models import Count, Max, Min
 
-from . import heartbeat, locks, merkle, sql
+from . import heartbeat, intranges, locks, merkle, roles, sql
 from .audit import GENESIS, _event_problem, _seal_problem, audit_fields, audit_keys, event_mac
-from .dbclock import NOW, db_now
-from .exceptions import InvalidPayload
+from .dbclock import NOW
+from .exceptions import InvalidPayload, NotFound, NotIntegrated
 from .jsonparse import dumps
 from .models import (
     AuditChainHead,
@@ -51,6 +52,7 @@ from .models import (
     AuditTreeNode,
     Tenant,
 )
+from .permissions import require
 
 SEED_LABEL = b"recovery.audit.ed25519-seed"
 #: The levels whose complete subtree roots are stored (``AuditTreeNode``): a proof reads
@@ -247,32 +249,31 @@ def audit_integrate_all(*, limit: int = BATCH) -> int:
     return total
 
 
+def _lag(qs) -> tuple[int, float]:
+    """``(queued, age in seconds of the oldest)`` of a queue queryset: one aggregate
+    query, ``queued_at`` (written by the database) against the database clock."""
+    row = qs.aggregate(n=Count("pk"), first=Min("queued_at"), now=Max(NOW))
+    if not row["n"] or row["first"] is None:
+        return 0, 0.0
+    return row["n"], max(0.0, (row["now"] - row["first"]).total_seconds())
+
+
 def integration_lag() -> dict:
     """The sequencer's backlog over every tenant: ``{"pending": n, "lag_s": age of the
-    oldest queued event in seconds (its ``created_at`` against the database clock; 0
-    with none queued)}``. Two queries; for ``/metrics``, ``/readyz`` and the dashboard."""
-    qs = AuditPending.objects.for_all_tenants(reason="the sequencer's backlog, all tenants")
-    pending = qs.count()
-    if not pending:
-        return {"pending": 0, "lag_s": 0.0}
-    oldest = (AuditEvent.objects.for_all_tenants(reason="the oldest queued audit event")
-              .filter(pk=qs.aggregate(first=Min("event_id"))["first"])
-              .values_list("created_at", flat=True).first())
-    lag = max(0.0, (db_now() - oldest).total_seconds()) if oldest else 0.0
+    oldest queued event in seconds (its ``AuditPending.queued_at`` against the database
+    clock, one clock; 0 with none queued)}``. One query; for ``/readyz`` and the
+    dashboard."""
+    pending, lag = _lag(AuditPending.objects.for_all_tenants(
+        reason="the sequencer's backlog, all tenants"))
     return {"pending": pending, "lag_s": lag}
 
 
 def tenant_lag(tenant: Tenant) -> dict:
     """The tenant's backlog and newest head, for the audit page: ``{"pending",
-    "lag_s", "tree_size", "head_at"}`` (lag on the database clock). Reads only."""
-    qs = AuditPending.objects.for_tenant(tenant)
-    pending = qs.count()
-    lag = 0.0
-    if pending:
-        first = qs.aggregate(first=Min("event_id"))["first"]
-        oldest = (AuditEvent.objects.for_tenant(tenant).filter(pk=first)
-                  .values_list("created_at", flat=True).first())
-        lag = max(0.0, (db_now() - oldest).total_seconds()) if oldest else 0.0
+    "lag_s" (the oldest queued event's age, database clock, 0 when none), "tree_size"
+    (the newest signed head's, 0 before the first), "head_at" (its signing time, or
+    None)}``. Two queries; reads only."""
+    pending, lag = _lag(AuditPending.objects.for_tenant(tenant))
     head = newest_head(tenant.pk)
     return {"pending": pending, "lag_s": lag, "tree_size": head.tree_size if head else 0,
             "head_at": head.created_at if head else None}
@@ -297,26 +298,60 @@ def head_json(head: AuditTreeHead) -> dict:
 
 def inclusion(tenant: Tenant, event: AuditEvent, tree_size: int | None = None) -> dict | None:
     """The inclusion proof of ``event`` (the tenant's) under the newest signed head, or
-    under the head of ``tree_size`` leaves: ``{"leaf_index", "leaf_input" (the text whose
-    leaf hash is proved), "leaf_hash", "tree_head" (``head_json``), "audit_path" (hex,
-    bottom up)}``. None when the event is not integrated yet (queued). Raises
-    ``InvalidPayload`` naming ``tree_size`` when no signed head has that size or it does
-    not cover the event. Reads only (it never integrates)."""
+    under the signed head of ``tree_size`` leaves: ``{"leaf_index", "leaf_input" (the
+    text whose leaf hash is proved), "leaf_hash", "tree_head" (``head_json``),
+    "audit_path" (hex, bottom up, RFC 6962 2.1.1)}``. None when the event is not
+    integrated yet (queued). Raises ``InvalidPayload`` naming ``tree_size`` when it is
+    not in ``leaf index + 1`` .. the newest head's size, or no signed head has that size
+    (heads are signed per sequencer batch). Reads only (it never integrates); a proof
+    reads at most a few hundred stored rows per level of the path (``TILE_LEVELS``)."""
     leaf = AuditLeaf.objects.for_tenant(tenant).filter(event_id=event.pk).first()
     if leaf is None:
         return None
-    if tree_size is None:
-        head = newest_head(tenant.pk)
-    else:
-        head = AuditTreeHead.objects.for_tenant(tenant).filter(tree_size=tree_size).first()
+    newest = newest_head(tenant.pk)
+    newest_size = newest.tree_size if newest else 0
+    head = newest
+    if tree_size is not None:
+        if not leaf.index < tree_size <= newest_size:
+            raise InvalidPayload(
+                f"tree_size: must be in {leaf.index + 1}..{newest_size} (the event is leaf "
+                f"{leaf.index}; the newest signed tree head has {newest_size} leaves)")
+        if tree_size != newest_size:
+            head = AuditTreeHead.objects.for_tenant(tenant).filter(tree_size=tree_size).first()
         if head is None:
-            raise InvalidPayload("tree_size: no signed tree head of that size")
-    if head is None or leaf.index >= head.tree_size:
-        raise InvalidPayload(f"tree_size: that head does not cover leaf {leaf.index}")
+            raise InvalidPayload(f"tree_size: no signed tree head has {tree_size} leaves "
+                                 "(a head is signed per sequencer batch)")
+    if head is None or leaf.index >= head.tree_size:  # a leaf past every head: broken tree
+        raise TreeIncomplete(f"leaf {leaf.index} lies past the newest signed tree head")
     path = merkle.inclusion_proof(leaf.index, head.tree_size, perfect_reader(tenant.pk))
     return {"leaf_index": leaf.index, "leaf_input": leaf_input(event).decode("utf-8"),
             "leaf_hash": leaf.hash, "tree_head": head_json(head),
             "audit_path": [h.hex() for h in path]}
+
+
+def audit_proof(*, user, tenant: Tenant, event_id: str, tree_size: int | None = None) -> dict:
+    """``GET …/audit-events/{id}/proof`` (issue 22, item 1; CONTRACT.md 8): the event
+    (``{"event": AuditEvent}``, the id the audit list gives) and its inclusion proof
+    (``inclusion``'s keys) under the newest signed head or the one of ``tree_size``.
+
+    Viewer and up (``roles.VIEW``, from the tenant's grants). Raises ``NotFound`` for an
+    id that is not one of the tenant's events (malformed ids included),
+    ``NotIntegrated`` (409, ``Retry-After``) while the event is queued, ``InvalidPayload``
+    naming ``tree_size`` (``inclusion``). Reads only: a GET never integrates."""
+    require(user, tenant, roles.VIEW)
+    pk = int(event_id) if _ID_RE.fullmatch(event_id or "") else 0
+    event = (AuditEvent.objects.for_tenant(tenant).filter(pk=pk).first()
+             if intranges.ROW_ID.contains(pk) else None)
+    if event is None:
+        raise NotFound("no such audit event")
+    proof = inclusion(tenant, event, tree_size)
+    if proof is None:
+        raise NotIntegrated(f"audit event {event.pk} is queued for the audit sequencer, not "
+                            "yet in a signed tree head: retry after Retry-After seconds")
+    return {"event": event, **proof}
+
+
+_ID_RE = re.compile(r"[1-9][0-9]{0,18}")
 
 
 def consistency_problem(tenant: Tenant, *, size: int, root: bytes) -> str:

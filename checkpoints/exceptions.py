@@ -37,6 +37,11 @@ class DomainError(Exception):
         out.update(self.extra)
         return out
 
+    def headers(self) -> dict[str, str]:
+        """HTTP headers the answer carries (``NotIntegrated``'s ``Retry-After``); none
+        by default."""
+        return {}
+
 
 class InvalidPayload(DomainError, status=400, error="invalid_payload"):
     """Malformed input (CONTRACT.md section 6): 400 naming the field in ``detail``."""
@@ -171,6 +176,17 @@ class OwnerLive(DomainError, status=409, error="owner_live"):
 
     def __init__(self, detail: str, lease_expires_at: str | None):
         super().__init__(detail, lease_expires_at=lease_expires_at)
+
+
+class NotIntegrated(DomainError, status=409, error="not_integrated"):
+    """An audit event's inclusion proof was asked before the sequencer integrated it into
+    the tenant's Merkle tree (issue 22, item 1): 409 ``{"error": "not_integrated"}`` with
+    ``Retry-After`` (``RETRY_AFTER_S`` seconds: the sequencer runs every second)."""
+
+    RETRY_AFTER_S = 1
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.RETRY_AFTER_S)}
 
 
 class KindVersionInUse(DomainError, status=409, error="kind_version_in_use"):

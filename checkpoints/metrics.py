@@ -22,6 +22,8 @@ Two kinds:
   | ``recovery_reconcile_requests`` | tenant, state | ``ReconcileRequest`` in ``queued``, ``running`` (the queue) or ``gave_up`` |
   | ``recovery_reconcile_failing`` | tenant | open requests whose last look-ups could not tell (``failures`` > 0) |
   | ``recovery_audit_events`` | tenant | the audit trail's length: the newest signed tree head's size plus the events queued for the sequencer (issue 22) |
+  | ``recovery_audit_pending`` | tenant | audit events queued for the sequencer, not yet under a signed tree head (``AuditPending``; issue 22) |
+  | ``recovery_audit_integration_lag_seconds`` | tenant | age of the oldest queued audit event (its ``queued_at`` against the database clock, both the database's; 0 when none queued) |
   | ``recovery_migration_jobs`` | tenant, state | ``MigrationJob`` in ``queued``, ``running`` (the queue) or ``failed`` (gave up) |
   | ``recovery_bulk_jobs`` | tenant, state | bulk actions run as stored jobs (issue 22, item 6) in ``queued``, ``running`` or ``failed`` (gave up) |
   | ``recovery_bulk_jobs_stalled`` | tenant | bulk jobs ``running`` whose claim passed (the worker vanished; the sweep resumes them), database clock |
@@ -105,13 +107,15 @@ def count_resume_decision(*, tenant: Tenant, action: str, mode: str) -> None:
     RESUME_DECISIONS.labels(tenant=tenant.slug, action=action, mode=mode).inc()
 
 
-def domain_figures() -> dict[str, dict[tuple[str, ...], int]]:
+def domain_figures() -> dict[str, dict[tuple[str, ...], float]]:
     """The scrape-time figures: ``{metric name: {label values: value}}`` with the label
     values in the order of ``DomainCollector.LABELS`` (tenant slug first). Ten queries
     whatever the number of runs (one per figure, plus the tenant list; two for the
-    notification gauges). Reads only."""
+    notification gauges; the audit queue's length, pending count and lag in one).
+    Counts are ints, ages (``recovery_audit_integration_lag_seconds``) float seconds.
+    Reads only."""
     slugs = dict(Tenant.objects.values_list("pk", "slug"))
-    figures: dict[str, dict[tuple[str, ...], int]] = {
+    figures: dict[str, dict[tuple[str, ...], float]] = {
         "recovery_runs": {(s, st): 0 for s in slugs.values() for st in RecoveryState.values},
         "recovery_effects": {(s, st): 0 for s in slugs.values() for st in EffectState.values},
         "recovery_open_conflicts": {(s,): 0 for s in slugs.values()},
@@ -119,6 +123,8 @@ def domain_figures() -> dict[str, dict[tuple[str, ...], int]]:
                                         for st in RECONCILE_COUNTED},
         "recovery_reconcile_failing": {(s,): 0 for s in slugs.values()},
         "recovery_audit_events": {(s,): 0 for s in slugs.values()},
+        "recovery_audit_pending": {(s,): 0 for s in slugs.values()},
+        "recovery_audit_integration_lag_seconds": {(s,): 0 for s in slugs.values()},
         "recovery_migration_jobs": {(s, st): 0 for s in slugs.values()
                                     for st in MIGRATION_COUNTED},
         "recovery_bulk_jobs": {(s, st): 0 for s in slugs.values() for st in BULK_COUNTED},
@@ -129,10 +135,11 @@ def domain_figures() -> dict[str, dict[tuple[str, ...], int]]:
         "recovery_notification_oldest_pending_seconds": {(s,): 0 for s in slugs.values()},
     }
 
-    def put(name: str, tenant_id: int, *labels: str, value: int | None) -> None:
+    def put(name: str, tenant_id: int, *labels: str, value: float | None) -> None:
         slug = slugs.get(tenant_id)
         if slug is not None:  # a tenant created after the list was read: next scrape
-            figures[name][(slug, *labels)] = int(value or 0)
+            figures[name][(slug, *labels)] = (value if isinstance(value, float)
+                                              else int(value or 0))
 
     for row in (RunStateCount.objects.for_all_tenants(reason=_WHY)
                 .values("tenant_id", "state").annotate(total=Sum("n"))):
@@ -161,10 +168,16 @@ def domain_figures() -> dict[str, dict[tuple[str, ...], int]]:
                             .values("tenant_id").annotate(size=Max("tree_size"))
                             .values_list("tenant_id", "size")):
         audit_events[tenant_id] = size or 0
-    for tenant_id, queued in (AuditPending.objects.for_all_tenants(reason=_WHY)
-                              .values("tenant_id").annotate(n=Count("event_id"))
-                              .values_list("tenant_id", "n")):
+    # The sequencer's queue: its length and its oldest row's age, one clock (the
+    # database's, queued_at a column default), in the same aggregate.
+    for tenant_id, queued, first, now in (
+            AuditPending.objects.for_all_tenants(reason=_WHY).values("tenant_id")
+            .annotate(n=Count("event_id"), first=Min("queued_at"), db_now=NOW)
+            .values_list("tenant_id", "n", "first", "db_now")):
         audit_events[tenant_id] = audit_events.get(tenant_id, 0) + queued
+        put("recovery_audit_pending", tenant_id, value=queued)
+        put("recovery_audit_integration_lag_seconds", tenant_id,
+            value=max(0.0, (now - first).total_seconds()) if first is not None else 0.0)
     for tenant_id, n in audit_events.items():
         put("recovery_audit_events", tenant_id, value=n)
     for row in (MigrationJob.objects.for_all_tenants(reason=_WHY)
@@ -221,6 +234,11 @@ class DomainCollector:
         "recovery_reconcile_failing": "Open reconcile requests whose last look-ups could "
                                       "not tell (retrying with back-off).",
         "recovery_audit_events": "The length of the tenant's audit chain (events).",
+        "recovery_audit_pending": "Audit events queued for the sequencer, not yet under a "
+                                  "signed tree head.",
+        "recovery_audit_integration_lag_seconds": "Age of the oldest audit event queued for "
+                                                  "the sequencer (seconds, database clock; "
+                                                  "0 when none).",
         "recovery_migration_jobs": "Migration jobs queued, running (the queue) or failed "
                                    "(gave up: a human must look).",
         "recovery_bulk_jobs": "Bulk actions run as stored jobs, queued, running or failed "
@@ -242,6 +260,8 @@ class DomainCollector:
         "recovery_reconcile_requests": ["tenant", "state"],
         "recovery_reconcile_failing": ["tenant"],
         "recovery_audit_events": ["tenant"],
+        "recovery_audit_pending": ["tenant"],
+        "recovery_audit_integration_lag_seconds": ["tenant"],
         "recovery_migration_jobs": ["tenant", "state"],
         "recovery_bulk_jobs": ["tenant", "state"],
         "recovery_bulk_jobs_stalled": ["tenant"],

@@ -29,6 +29,7 @@ from checkpoints import heartbeat, services
 from checkpoints.exceptions import StaleRevision
 from checkpoints.models import (
     AuditEvent,
+    AuditPending,
     BulkAction,
     Conflict,
     Effect,
@@ -240,6 +241,32 @@ def test_each_domain_gauge_counts_the_known_world(client, settings, world, acme,
     tenants = {dict(k)["tenant"] for k in figures["recovery_runs"]}
     assert tenants == {"acme", "globex"}
     assert len(figures["recovery_runs"]) == 2 * len(RecoveryState.values)
+
+
+def test_the_audit_queue_is_counted_and_aged_on_the_database_clock(client, settings, world,
+                                                                     acme, globex):
+    """Issue 22: ``recovery_audit_pending`` and ``recovery_audit_integration_lag_seconds``
+    per tenant, the age from ``queued_at`` (the database's) to the database's now; 0 for a
+    tenant with nothing queued."""
+    settings.RECOVERY_METRICS_TOKEN = TOKEN
+    services.audit_integrate(globex)
+    queued = AuditPending.objects.filter(tenant=acme).count()
+    assert queued > 0
+    then = timezone.now() - timedelta(seconds=300)
+    oldest = AuditPending.objects.filter(tenant=acme).order_by("event_id").first()
+    tampering.raw("UPDATE checkpoints_auditpending SET queued_at = %s WHERE event_id = %s",
+                  [then, oldest.event_id])
+    figures = scrape(client)
+    assert gauge(figures, "recovery_audit_pending", tenant="acme") == queued
+    assert 300 <= gauge(figures, "recovery_audit_integration_lag_seconds", tenant="acme") < 400
+    assert gauge(figures, "recovery_audit_pending", tenant="globex") == 0
+    assert gauge(figures, "recovery_audit_integration_lag_seconds", tenant="globex") == 0
+    assert gauge(figures, "recovery_audit_events", tenant="globex") \
+        == AuditEvent.objects.filter(tenant=globex).count()
+    services.audit_integrate(acme)
+    figures = scrape(client)
+    assert gauge(figures, "recovery_audit_pending", tenant="acme") == 0
+    assert gauge(figures, "recovery_audit_integration_lag_seconds", tenant="acme") == 0
 
 
 def test_migration_jobs_are_counted_queued_running_and_failed(client, settings, acme,
@@ -528,7 +555,7 @@ def test_readyz_names_the_audit_sequencer_when_events_wait_too_long(client, no_b
     (database clock) means the sequencer is not running."""
     assert client.get("/readyz").json()["checks"]["audit"] == "ok"
     then = timezone.now() - timedelta(seconds=settings.RECOVERY_AUDIT_LAG_MAX_S + 5)
-    tampering.raw("UPDATE checkpoints_auditevent SET created_at = %s WHERE tenant_id = %s",
+    tampering.raw("UPDATE checkpoints_auditpending SET queued_at = %s WHERE tenant_id = %s",
                   [then, acme.pk])
     response = client.get("/readyz")
     assert response.status_code == 503

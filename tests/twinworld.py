@@ -22,9 +22,10 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
 
-from checkpoints import crypto, roles, services, webhooksign
+from checkpoints import audittree, crypto, roles, services, webhooksign
 from checkpoints.jobs import reconciliation
 from checkpoints.models import (
+    AuditEvent,
     NotificationAttempt,
     NotificationEndpoint,
     NotificationMessage,
@@ -93,6 +94,7 @@ class TenantData:
     erasure_id: str = ""            # its erasure request of ``r_closed``, not decided yet
     endpoint_id: str = ""           # its webhook endpoint (``ENDPOINT_ID``, both tenants)
     event_id: str = ""              # its delivered message to it (``EVENT_ID``, both)
+    audit_event_id: str = ""        # an integrated audit event carrying the marker (issue 22)
 
 
 @dataclass(frozen=True)
@@ -307,7 +309,21 @@ def build_world(ids: dict, extra: dict, *, lg_thread: str, lg_run: str) -> dict[
     notify_dispatch.dispatch_round()  # the outbox, drained while no endpoint listens
     for slug in (TWIN, HOME):
         _build_notifications(data[slug], slug)
+    for slug in (TWIN, HOME):
+        _build_audit_tree(data[slug], slug)
     return data
+
+
+def _build_audit_tree(d: TenantData, slug: str) -> None:
+    """Phase 4: the tenant's queued audit events integrated into its Merkle tree (a
+    signed head), and the id of its first event whose leaf carries the marker: each
+    tenant's ids differ, so one tenant's id on the other's URL finds nothing."""
+    services.audit_integrate(d.tenant)
+    for event in AuditEvent.objects.filter(tenant=d.tenant).order_by("seq"):
+        if MARK[slug] in audittree.leaf_input(event).decode("utf-8"):
+            d.audit_event_id = str(event.pk)
+            return
+    raise AssertionError(f"no audit event of {slug} carries its marker")
 
 
 def holders() -> list[Holder]:

@@ -49,7 +49,7 @@ def exception_handler(exc, context):
     """DRF's exception handler: the JSON answer for ``exc``, or ``None`` to let Django
     handle it (and log it) as a 500 (``server_error``)."""
     if isinstance(exc, DomainError):
-        return Response(error_body(exc), status=exc.status)
+        return Response(error_body(exc), status=exc.status, headers=exc.headers() or None)
     if isinstance(exc, RequestDataTooBig):
         # Django refuses bodies over DATA_UPLOAD_MAX_MEMORY_SIZE; that is our 413, not a 400.
         limit = settings.RECOVERY_MAX_BODY_BYTES

@@ -135,6 +135,14 @@ class AuditListParams(Params):
     limit = _int(1, 200, "page size", default=100)
 
 
+class AuditProofParams(Params):
+    """``GET …/audit-events/{id}/proof``."""
+
+    tree_size = _int(1, 2**63 - 1, "prove under the signed tree head of this many leaves "
+                                   "(from the event's leaf index + 1 to the newest head's "
+                                   "size); default the newest head")
+
+
 class TombstoneListParams(Params):
     """``GET …/tombstones``."""
 

@@ -45,6 +45,8 @@ urlpatterns = [
     path(T + "bulk-actions/<str:bulk_id>/abort", views.BulkActionAbortApi.as_view(),
          name="bulk-action-abort"),
     path(T + "audit-events", views.AuditEventListApi.as_view(), name="audit-events"),
+    path(T + "audit-events/<str:audit_event_id>/proof", views.AuditEventProofApi.as_view(),
+         name="audit-event-proof"),
     path(T + "report", views.ReportApi.as_view(), name="report"),
     # The kinds in use and the registry's (CONTRACT.md 8; docs/kinds.md).
     path(T + "kinds", views.KindListApi.as_view(), name="kind-list"),

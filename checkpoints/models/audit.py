@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.db import models
+from django.db.models.functions import Now
 
 from .tenancy import Tenant, TenantOwned
 
@@ -131,12 +132,18 @@ class AuditPending(TenantOwned):
     (migration 0035), in the event's transaction, so the queue holds exactly the
     committed events still to integrate; the sequencer deletes the rows it integrates in
     the transaction that writes their leaves. The only audit table rows are deleted from.
+    ``queued_at`` is written by the database (a column default: ``STATEMENT_TIMESTAMP()``
+    on PostgreSQL, SQLite's ``'now'`` to the millisecond), so the sequencer's lag
+    (``audittree.integration_lag``) compares one clock with itself (CONTRACT.md 3).
     """
 
     event = models.OneToOneField(AuditEvent, on_delete=models.CASCADE, primary_key=True,
                                  related_name="+")
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+",
                                db_index=False)  # (tenant, event) starts with it
+    queued_at = models.DateTimeField(
+        db_default=Now(), help_text="when the event was queued, database clock (the "
+                                    "column default; never written by a process)")
 
     class Meta:
         indexes = [models.Index(fields=["tenant", "event"], name="audit_pending_idx")]

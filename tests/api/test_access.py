@@ -12,7 +12,7 @@ from django.utils.crypto import get_random_string
 from rest_framework.test import APIClient
 
 from checkpoints import services
-from checkpoints.models import Checkpoint, NotificationMessage
+from checkpoints.models import AuditEvent, Checkpoint, NotificationMessage
 from checkpoints.vocab import DeliveryState
 from tests import contract_tables
 from tests.api.apihelpers import new_checkpoint, post, put_cp, snapshot, url, walk
@@ -38,6 +38,7 @@ class World:
     erasure: str = ""    # an erasure request of run ``rid2`` by rita, not decided
     endpoint: str = ""   # a webhook endpoint (issue 21), by that admin
     event: str = ""      # a failed message of it (so it may be resent)
+    audit: int = 0       # an audit event in a signed tree head (issue 22): its proof
 
 
 @pytest.fixture
@@ -66,9 +67,11 @@ def world(api_as, wendy, rita, acme, django_user_model) -> World:
     endpoint, _secret = services.endpoint_create(actor=owner, tenant=acme, body=ENDPOINT)
     message = services.notification_test(actor=owner, tenant=acme, endpoint_id=endpoint.uuid)
     NotificationMessage.objects.filter(pk=message.pk).update(state=DeliveryState.FAILED)
+    services.audit_integrate(acme)
+    audit = AuditEvent.objects.filter(tenant=acme).order_by("seq").first().pk
     return World(cp["run_id"], cp["id"], fx["id"], retry.json()["id"], cp2["run_id"], fx2["id"],
                  cp3["run_id"], str(job.uuid), str(hold.uuid), str(erasure.uuid),
-                 str(endpoint.uuid), message.event_id)
+                 str(endpoint.uuid), message.event_id, audit)
 
 
 # name -> (method, path, body builder or None, headers, success status)
@@ -117,6 +120,8 @@ OPS = {
     "bulk_action": ("post", "bulk-actions", _bulk, {"HTTP_IDEMPOTENCY_KEY": str(uuid.uuid4())},
                     201),
     "audit_events": ("get", "audit-events?run={rid}", None, {}, 200),
+    # CONTRACT.md 8 (issue 22): an event's inclusion proof, viewer and up.
+    "audit_event_proof": ("get", "audit-events/{audit}/proof", None, {}, 200),
     "report": ("get", "report", None, {}, 200),
     "kind_list": ("get", "kinds", None, {}, 200),
     # CONTRACT.md 8 (issue 19, item 2): the tenant admin's; a job is read by any role.
@@ -184,7 +189,7 @@ SECTION_8_ADMIN = {"kind_migration_preview", "kind_migration_create", "legal_hol
 SECTION_8_ANY_ROLE = {"kind_migration_get", "legal_hold_list", "legal_hold_get",
                       "erasure_request_list", "erasure_request_get",
                       "notification_endpoint_list", "notification_endpoint_get",
-                      "notification_deliveries"}
+                      "notification_deliveries", "audit_event_proof"}
 # "reviewer or admin" and "approver, never the requester" (the world's request is rita's).
 SECTION_8_BY_ROLE = {"reviewer": {"erasure_request_create"},
                      "approver": {"erasure_approve", "erasure_reject"},
@@ -265,6 +270,7 @@ def test_it_answers_404_on_every_path_to_another_tenants_account_and_changes_not
     missing["migration"] = str(uuid.uuid4())
     missing["hold"] = missing["erasure"] = missing["endpoint"] = str(uuid.uuid4())
     missing["event"] = "msg_" + uuid.uuid4().hex
+    missing["audit"] = 987654321
     before = snapshot()
     for name in OPS:
         r = call(client, "acme", name, world)

@@ -26,7 +26,7 @@ from rest_framework.test import APIClient
 from checkpoints import services
 from checkpoints.api import params
 from checkpoints.exceptions import InvalidPayload
-from checkpoints.models import NotificationMessage, Run
+from checkpoints.models import AuditEvent, NotificationMessage, Run
 from checkpoints.vocab import DeliveryState
 from tests.api.apihelpers import new_checkpoint, post, put_cp, put_fx, snapshot, url
 from tests.helpers import effect_body, envelope
@@ -86,7 +86,14 @@ def ids(api_as, wendy, adam, acme) -> dict:
             "hold_id": str(uuid.uuid4()), "request_id": str(uuid.uuid4()),
             "purge_id": str(uuid.uuid4()),
             # Issue 21's routes (notification endpoints, their delivery log).
-            "endpoint_id": str(endpoint.uuid), "event_id": message.event_id}
+            "endpoint_id": str(endpoint.uuid), "event_id": message.event_id,
+            # Issue 22's route (an audit event's inclusion proof): an integrated event.
+            "audit_event_id": str(_integrated_event(acme))}
+
+
+def _integrated_event(tenant) -> int:
+    services.audit_integrate(tenant)
+    return AuditEvent.objects.filter(tenant=tenant).order_by("seq").first().pk
 
 
 def _client_for(method: str, path: str, api_as, wendy, adam) -> APIClient:

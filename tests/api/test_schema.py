@@ -65,6 +65,8 @@ BEYOND_CONTRACT = {
     # CONTRACT.md 8 (lifecycle): the tenant's data policy (issue 20; docs/security/retention.md).
     ("GET", "data-policy"): "CONTRACT.md 8: the data policy, for a viewer",
     ("PUT", "data-policy"): "CONTRACT.md 8: set the data policy (admin)",
+    # CONTRACT.md 8: an audit event's inclusion proof under a signed tree head (issue 22).
+    ("GET", "audit-events/{}/proof"): "CONTRACT.md 8: an audit event's inclusion proof",
     # LangGraph threads (issue 10, docs/langgraph.md): the saver's operations.
     ("POST", "langgraph/checkpoints"): "LangGraph put",
     ("GET", "langgraph/checkpoints"): "LangGraph get_tuple and list (audited read)",

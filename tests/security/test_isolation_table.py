@@ -107,6 +107,7 @@ class World:
     endpoint_id: str = ""   # acme's webhook endpoint, the same UUID as globex's (issue 21)
     event_id: str = ""      # its delivered message, the same event id as globex's
     twin_endpoint_id: str = str(TWIN_ENDPOINT_ID)  # an endpoint only globex holds
+    audit_event_id: str = ""  # acme's integrated audit event (issue 22): its proof
 
 
 @dataclass
@@ -175,7 +176,7 @@ def world(django_db_setup, django_db_blocker):
             home = build_world(IDS, EXTRA, lg_thread=LG_THREAD, lg_run="lg-run")[HOME]
             yield World(home.retry_pk, home.attempt_pk, _identities(), home.bulk_id,
                         home.migration_id, home.hold_id, home.erasure_id, home.endpoint_id,
-                        home.event_id)
+                        home.event_id, audit_event_id=home.audit_event_id)
         finally:
             transaction.set_rollback(True)
             outer.__exit__(None, None, None)
@@ -374,6 +375,11 @@ RECIPES: dict[str, list[Op]] = {
     "api:langgraph-runs-delete": [Op("post", _t(), api_rule(WR, 200), "write",
                                      body={"run_ids": ["lg-run"]})],
     "api:audit-events": [Op("get", _t(), api_rule(V, 200))],
+    # An audit event's inclusion proof (issue 22; CONTRACT.md 8): viewer and up; acme's
+    # event id on globex's URL finds nothing.
+    "api:audit-event-proof": [
+        Op("get", _t(audit_event_id="audit_event_id"), api_rule(V, 200)),
+        Op("get", _t(TWIN, audit_event_id="audit_event_id"), api_rule(V, 404), tenant=TWIN)],
     "api:report": [Op("get", _t(), api_rule(V, 200))],
     # The kinds in use and the registry's (docs/kinds.md): metadata, a viewer's read.
     "api:kind-list": [Op("get", _t(), api_rule(V, 200))],

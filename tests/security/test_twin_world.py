@@ -54,7 +54,7 @@ from django.test import Client
 from django.urls import URLPattern, reverse
 from rest_framework.test import APIClient
 
-from checkpoints import audit, reports, roles, selectors, services
+from checkpoints import audit, audithead, audittree, reports, roles, selectors, services
 from checkpoints import urls as dashboard_urls
 from checkpoints.exceptions import DomainError, Forbidden, NotFound
 from checkpoints.interop import langgraph, runifold
@@ -735,7 +735,8 @@ class Req:
                 continue
             out[key] = str(getattr(w.data[slug], source)) if source in (
                 "retry_pk", "attempt_pk", "bulk_id", "migration_id", "hold_id",
-                "erasure_id", "endpoint_id", "event_id") else str(IDS[source])
+                "erasure_id", "endpoint_id", "event_id", "audit_event_id") \
+                else str(IDS[source])
         return out
 
 
@@ -794,6 +795,9 @@ API: dict[str, Req] = {
                                                          write=True),
     f"get {T}audit-events": Req(query="limit=200", shows_mark=True,
                                 count=_api_count("results", lambda c: c["audit"])),
+    # An audit event's inclusion proof (issue 22): each tenant's own event id.
+    f"get {T}audit-events/{{audit_event_id}}/proof": Req({"audit_event_id": "audit_event_id"},
+                                                         shows_mark=True),
     f"get {T}report": Req(query="range=24h", count=_report_count),
     f"get {T}kinds": Req(count=lambda w, slug, r: _kinds_count(
         w, slug, [(v["checkpoints"], v["schema_mismatch_runs"])
@@ -1227,8 +1231,20 @@ SERVICES: dict[str, list[ServiceCell]] = {
             actor=_as(w, a, "admin"), tenant=w.tenant(s), seconds=60))],
     "reconciler_configure": [ServiceCell(lambda w, s, a: services.reconciler_configure(
         actor=_as(w, a, "admin"), tenant=w.tenant(s), service="payments", plugin="default"))],
-    "audit_head_export": [ServiceCell(lambda w, s, a: audit.audit_head_export(
+    "audit_head_export": [ServiceCell(lambda w, s, a: services.audit_head_export(
         tenant=w.tenant(s)), actor=False)],
+    # The audit Merkle tree (issue 22): the sequencer and the lag read one tenant; a proof
+    # of the twin's event id through this tenant is not found.
+    "audit_integrate": [ServiceCell(lambda w, s, a: audittree.audit_integrate(w.tenant(s)),
+                                    actor=False)],
+    "tenant_lag": [ServiceCell(lambda w, s, a: audittree.tenant_lag(w.tenant(s)),
+                               actor=False)],
+    "audit_proof": [
+        ServiceCell(lambda w, s, a: audittree.audit_proof(
+            user=_as(w, a, "viewer"), tenant=w.tenant(s), event_id=w.data[s].audit_event_id)),
+        ServiceCell(lambda w, s, a: audittree.audit_proof(
+            user=_as(w, a, "viewer"), tenant=w.tenant(s),
+            event_id=w.data[other(s)].audit_event_id), foreign=True)],
     # The shared run ids act on this tenant's runs; a run only the twin holds is "not
     # found" here (its result), never acted on.
     "bulk_submit": [ServiceCell(lambda w, s, a: services.bulk_submit(
@@ -1370,6 +1386,12 @@ NOT_SERVICE_CELLS = {
     "migration_target_check": "reads the kind registry only (the same in every tenant "
                               "until declarative kinds); writes nothing",
     "audit_verify": "reads one tenant's chain by tenant pk: tests/services/test_audit_chain.py",
+    "tree_problem": "audit_verify's check of the tenant's tree (its leaves, nodes and heads "
+                    "read for that tenant only): tests/services/test_audit_tree.py",
+    "inclusion": "the proof of an event audit_proof found in that tenant (audit_proof's "
+                 "cells cover it)",
+    "consistency_problem": "audit_head_check's proof that one tenant's tree extends an "
+                           "exported head: tests/services/test_audit_tree.py",
     "audit_record": "appends to the given tenant's chain; every service above goes through it",
     "audit_record_many": "appends to the given tenant's chain, as audit_record; "
                          "runifold_import's cell goes through it",
@@ -1392,7 +1414,8 @@ NOT_SERVICE_CELLS = {
 
 def _tenant_taking_services() -> set[str]:
     out = set()
-    for module in (*service_modules(), *interop_modules(), reconciliation, audit):
+    for module in (*service_modules(), *interop_modules(), reconciliation, audit, audithead,
+                   audittree):
         if is_internal(module):
             continue
         for name, fn in inspect.getmembers(module, inspect.isfunction):

@@ -7,11 +7,15 @@ are tests/security/)."""
 from __future__ import annotations
 
 import base64
+from datetime import timedelta
+from unittest import mock
 
 import pytest
 from django.db import transaction
+from django.utils import timezone
 
 from checkpoints import audit, audittree, merkle, services
+from checkpoints.dbclock import db_now
 from checkpoints.models import AuditEvent, AuditLeaf, AuditPending, AuditTreeHead
 from tests.helpers import envelope, put_checkpoint
 from tests.security import tampering
@@ -208,3 +212,24 @@ def test_the_lag_is_measured_on_the_database_clock(acme, history):
     services.audit_integrate(acme)
     lag = audittree.tenant_lag(acme)
     assert (lag["pending"], lag["lag_s"]) == (0, 0.0) and lag["tree_size"] > 0
+
+
+def test_the_lag_reads_one_clock_whatever_the_process_clock_says(acme, globex, history):
+    """``queued_at`` is the database's (a column default), so a process whose clock is an
+    hour off changes nothing; the age is the database's now minus the oldest queued_at,
+    per tenant and over every tenant."""
+    services.audit_integrate(acme)
+    services.audit_integrate(globex)
+    ahead = timezone.now() + timedelta(hours=1)
+    with mock.patch("django.utils.timezone.now", return_value=ahead):
+        [queued] = [note(acme)]
+    assert AuditEvent.objects.get(pk=queued.pk).created_at == ahead  # the process's clock
+    lag = audittree.tenant_lag(acme)
+    assert lag["pending"] == 1 and 0 <= lag["lag_s"] < 60
+    assert audittree.tenant_lag(globex)["pending"] == 0
+    then = db_now() - timedelta(seconds=90)
+    tampering.raw(f"UPDATE {tampering.PENDING} SET queued_at = %s WHERE event_id = %s",
+                  [then, queued.pk])
+    assert 90 <= audittree.tenant_lag(acme)["lag_s"] < 150
+    everyone = audittree.integration_lag()
+    assert everyone["pending"] == 1 and 90 <= everyone["lag_s"] < 150

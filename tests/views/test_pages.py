@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
 
 import pytest
 from django.urls import reverse
 
-from checkpoints.models import AuditEvent
+from checkpoints import services
+from checkpoints.dbclock import db_now
+from checkpoints.models import AuditEvent, AuditLeaf, AuditPending
+from tests.security import tampering
 from tests.views.conftest import make_stuck_run
 
 pytestmark = pytest.mark.django_db
@@ -172,3 +176,31 @@ def test_it_pages_the_audit_log_backwards(login, vic, stuck, acme):
     assert first["older"] is None  # fewer than a page here
     older = client.get(url, {"before": first["events"][2].seq}).context["events"]
     assert [e.seq for e in older] == [e.seq for e in first["events"][3:]]
+
+
+def test_the_audit_log_says_how_far_its_events_are_sealed(login, vic, stuck, acme):
+    """Issue 22, item 1: the integration state in words, on the database clock."""
+    client = login(vic)
+    url = reverse("audit_log", args=["acme"])
+    queued = AuditPending.objects.filter(tenant=acme).count()
+    assert queued > 1
+    response = client.get(url)
+    sealing = response.context["sealing"]
+    assert sealing["pending"] == queued and not sealing["late"]
+    assert sealing["words"].startswith(f"{queued} events waiting to be sealed, oldest ")
+    assert "No signed head yet." in response.content.decode()
+    then = db_now() - timedelta(seconds=287)
+    tampering.raw("UPDATE checkpoints_auditpending SET queued_at = %s WHERE tenant_id = %s",
+                  [then, acme.pk])
+    response = client.get(url)
+    assert response.context["sealing"]["words"] == (
+        f"{queued} events waiting to be sealed, oldest 4 min 47 s")
+    assert response.context["sealing"]["late"]
+    assert "The audit sequencer seems stopped" in response.content.decode()
+    services.audit_integrate(acme)
+    response = client.get(url)
+    body = response.content.decode()
+    size = AuditLeaf.objects.filter(tenant=acme).count()
+    assert "All events sealed in the signed log." in body
+    assert f"Newest signed head: {size} events, signed <time" in body
+    assert "seems stopped" not in body

@@ -19,7 +19,12 @@ milliseconds since the epoch.
 
 # ruff: noqa: F401 - the package's interface: views and errors write ``s.RunSerializer``
 
-from .audit import AuditEventSerializer, AuditPageSerializer
+from .audit import (
+    AuditEventSerializer,
+    AuditPageSerializer,
+    AuditProofSerializer,
+    TreeHeadSerializer,
+)
 from .bulk import (
     BulkActionInputSerializer,
     BulkActionSerializer,

@@ -28,3 +28,37 @@ class AuditPageSerializer(Answer):
 
     results = AuditEventSerializer(many=True)
     next = serializers.URLField(allow_null=True)
+
+
+class TreeHeadSerializer(Answer):
+    """A signed tree head of the tenant's audit Merkle tree (``audittree.head_json``):
+    an outsider checks ``signature`` over ``checkpoint`` with ``public_key`` alone
+    (``python -m checkpoints.merkle verify-head``)."""
+
+    origin = serializers.CharField(help_text="the tree's name, recovery.audit/<tenant id>")
+    tree_size = serializers.IntegerField(help_text="leaves the head covers")
+    root_hash = serializers.CharField(help_text="RFC 6962 root, 64 hex digits")
+    created_at = serializers.CharField(help_text="when the sequencer signed it (ISO 8601)")
+    key_id = serializers.CharField(help_text="first 16 hex digits of SHA-256 of the raw "
+                                             "public key")
+    public_key = serializers.CharField(allow_null=True,
+                                       help_text="raw Ed25519 public key, base64")
+    signature = serializers.CharField(help_text="Ed25519 over checkpoint, base64")
+    checkpoint = serializers.CharField(help_text="the signed text: a C2SP tlog checkpoint "
+                                                 "(origin, size, base64 root)")
+
+
+class AuditProofSerializer(Answer):
+    """``GET …/audit-events/{id}/proof``: the event as the audit list gives it, its leaf
+    in the tenant's Merkle tree and the inclusion proof under a signed tree head. Check:
+    SHA-256(0x00 || ``leaf_input``) is ``leaf_hash``; the path from it (RFC 9162
+    2.1.3.2) gives ``tree_head.root_hash``; the head's signature verifies."""
+
+    event = AuditEventSerializer()
+    leaf_index = serializers.IntegerField(help_text="the leaf's index, from 0")
+    leaf_input = serializers.CharField(help_text="the exact canonical JSON text hashed "
+                                                 "into the leaf (UTF-8)")
+    leaf_hash = serializers.CharField(help_text="SHA-256(0x00 || leaf_input), hex")
+    tree_head = TreeHeadSerializer()
+    audit_path = serializers.ListField(child=serializers.CharField(),
+                                       help_text="sibling hashes (hex), bottom up")

@@ -25,7 +25,7 @@ Domain errors (``checkpoints.exceptions``) become their status and body in
 
 # ruff: noqa: F401 - the package's interface: ``urls.py`` writes ``views.RunListApi``
 
-from .audit import AuditEventListApi
+from .audit import AuditEventListApi, AuditEventProofApi
 from .bulk import BulkActionAbortApi, BulkActionApi, BulkActionListApi
 from .checkpoints import CheckpointApi, CheckpointRevisionsApi
 from .common import (
