@@ -29,7 +29,11 @@
    ``<db>_notify``): delivery latency from a state change's commit to a loopback
    receiver (p50/p99, a round every 1 s and 5 s), the outbox's dispatch and send rates
    against a bare POST reference, and a round's cost for a tenant with no endpoint.
-6. Prints one table with ratios to raw and the issue's targets ("holds" / "not yet"), and
+6. The audit sequencer (``bench/bench_audit.py``, in its own process and database
+   ``<db>_audit``): integration throughput against the append alone, and the lag of
+   each event (commit to integration, database clock) under writes with the sequencer
+   every second (target p99 < 2 s).
+7. Prints one table with ratios to raw and the issue's targets ("holds" / "not yet"), and
    writes everything to ``var/bench/latest.json``.
 
 Numbers depend on the machine and on what else runs on it: compare rows of one run, not
@@ -83,9 +87,10 @@ def _args(argv=None):
                         "explicit options still override): " + ", ".join(
                             f"--{k.replace('_', '-')} {v}" for k, v in SMOKE.items()))
     p.add_argument("--keep-db", action="store_true", help="keep the database at the end")
-    p.add_argument("--only", default="writes,reads,memory,notify",
+    p.add_argument("--only", default="writes,reads,memory,notify,audit",
                    help="comma-separated parts: writes, reads, memory, notify "
-                        "(bench/bench_notify.py on its own database, <db>_notify)")
+                        "(bench/bench_notify.py on its own database, <db>_notify), audit "
+                        "(bench/bench_audit.py, <db>_audit)")
     p.add_argument("--full", action="store_true",
                    help="the issue's sizes: 10,000 and 100,000 runs (1,000,000 revisions), "
                         "100,000 memory requests")
@@ -112,7 +117,7 @@ def _args(argv=None):
     if args.db is None:
         args.db = default_db_name(args.pg_url)
     args.parts = {x.strip() for x in args.only.split(",") if x.strip()}
-    unknown = args.parts - {"writes", "reads", "memory", "notify"}
+    unknown = args.parts - {"writes", "reads", "memory", "notify", "audit"}
     if unknown:
         p.error(f"--only: unknown part(s) {', '.join(sorted(unknown))}")
     sizes = args.sizes or ("10000,100000" if args.full else "10000,40000")
@@ -203,6 +208,8 @@ def main(argv=None) -> None:
                 result["memory"] = reads.memory(requests=args.memory_requests, say=say)
         if "notify" in args.parts:
             result["notify"] = _notify(args, out_dir)
+        if "audit" in args.parts:
+            result["audit"] = _own_process(args, out_dir, "audit")
     finally:
         connections.close_all()
         if not args.keep_db:
@@ -238,6 +245,19 @@ def _notify(args, out_dir: Path) -> dict:
     say("notifications (bench/bench_notify.py):")
     argv = [sys.executable, str(ROOT / "bench" / "bench_notify.py"), "--pg-url", args.pg_url,
             "--db", f"{args.db}_notify", "--json", str(out), *(SMOKE_ARGS if args.smoke else [])]
+    subprocess.run(argv, cwd=ROOT, check=True)
+    return json.loads(out.read_text())
+
+
+def _own_process(args, out_dir: Path, part: str) -> dict:
+    """``bench/bench_<part>.py`` in its own process and database (``<db>_<part>``, dropped
+    at its end; ``--smoke``: its ``--smoke``). Its lines are printed as it goes; returns
+    its JSON. ``audit``: the sequencer's throughput and lag (issue 22, item 1)."""
+    out = out_dir / f"{part}.json"
+    out.unlink(missing_ok=True)
+    say(f"{part} (bench/bench_{part}.py):")
+    argv = [sys.executable, str(ROOT / "bench" / f"bench_{part}.py"), "--pg-url", args.pg_url,
+            "--db", f"{args.db}_{part}", "--json", str(out), *(["--smoke"] if args.smoke else [])]
     subprocess.run(argv, cwd=ROOT, check=True)
     return json.loads(out.read_text())
 
