@@ -142,6 +142,11 @@ def targets(result: dict) -> list[dict]:
         first = min(1000, mem["requests"])
         add(f"worker RSS after {mem['requests']:,} requests within 20% of after {first:,}",
             mem["ratio"], mem["ratio"] <= 1.2, f"x{mem['ratio']:.2f}")
+    lag = (result.get("audit") or {}).get("lag")
+    if lag:  # issue 22, item 1 (bench/bench_audit.py)
+        add("audit event integrated: lag p99 < 2 s, sequencer every 1 s, under writes",
+            lag["p99_s"], lag["holds"], f"{lag['p99_s']} s ({lag['events_per_s']:,} events/s, "
+            f"{lag['not_integrated']} not integrated)")
     return out
 
 

@@ -34,7 +34,11 @@
    ``<db>_notify``): delivery latency from a state change's commit to a loopback
    receiver (p50/p99, a round every 1 s and 5 s), the outbox's dispatch and send rates
    against a bare POST reference, and a round's cost for a tenant with no endpoint.
-6. Prints one table with ratios to raw and the issue's targets ("holds" / "not yet"), and
+6. The audit sequencer (``bench/bench_audit.py``, in its own process and database
+   ``<db>_audit``): integration throughput against the append alone, and the lag of
+   each event (commit to integration, database clock) under writes with the sequencer
+   every second (target p99 < 2 s).
+7. Prints one table with ratios to raw and the issue's targets ("holds" / "not yet"), and
    writes everything to ``var/bench/latest.json``.
 
 Numbers depend on the machine and on what else runs on it: compare rows of one run, not
@@ -107,7 +111,8 @@ def _args(argv=None):
     p.add_argument("--keep-db", action="store_true", help="keep the database at the end")
     p.add_argument("--only", default=None,
                    help="comma-separated parts: writes, reads, memory, notify "
-                        "(bench/bench_notify.py on its own database, <db>_notify)"
+                        "(bench/bench_notify.py on its own database, <db>_notify), audit "
+                        "(bench/bench_audit.py, <db>_audit)"
                         + "".join(f", {n}" for n in PLUGINS) + "; default: all")
     p.add_argument("--write-scenarios", default=None,
                    help="comma-separated groups of write scenarios (bench/writes.py GROUPS: "
@@ -139,7 +144,7 @@ def _args(argv=None):
         args = p.parse_args(argv)
     if args.db is None:
         args.db = default_db_name(args.pg_url)
-    known = {"writes", "reads", "memory", "notify", *PLUGINS}
+    known = {"writes", "reads", "memory", "notify", "audit", *PLUGINS}
     args.parts = ({x.strip() for x in args.only.split(",") if x.strip()} if args.only
                   else set(known))
     unknown = args.parts - known
@@ -251,6 +256,8 @@ def main(argv=None) -> None:
                                                          out_dir=out_dir, say=say)
         if "notify" in args.parts:
             result["notify"] = _notify(args, out_dir)
+        if "audit" in args.parts:
+            result["audit"] = _own_process(args, out_dir, "audit")
     finally:
         connections.close_all()
         if not args.keep_db:
@@ -286,6 +293,19 @@ def _notify(args, out_dir: Path) -> dict:
     say("notifications (bench/bench_notify.py):")
     argv = [sys.executable, str(ROOT / "bench" / "bench_notify.py"), "--pg-url", args.pg_url,
             "--db", f"{args.db}_notify", "--json", str(out), *(SMOKE_ARGS if args.smoke else [])]
+    subprocess.run(argv, cwd=ROOT, check=True)
+    return json.loads(out.read_text())
+
+
+def _own_process(args, out_dir: Path, part: str) -> dict:
+    """``bench/bench_<part>.py`` in its own process and database (``<db>_<part>``, dropped
+    at its end; ``--smoke``: its ``--smoke``). Its lines are printed as it goes; returns
+    its JSON. ``audit``: the sequencer's throughput and lag (issue 22, item 1)."""
+    out = out_dir / f"{part}.json"
+    out.unlink(missing_ok=True)
+    say(f"{part} (bench/bench_{part}.py):")
+    argv = [sys.executable, str(ROOT / "bench" / f"bench_{part}.py"), "--pg-url", args.pg_url,
+            "--db", f"{args.db}_{part}", "--json", str(out), *(["--smoke"] if args.smoke else [])]
     subprocess.run(argv, cwd=ROOT, check=True)
     return json.loads(out.read_text())
 

@@ -189,7 +189,8 @@ def audit_integrate(tenant: Tenant | int, *, limit: int = BATCH) -> int:
     """Integrate up to ``limit`` of the tenant's queued audit events into its Merkle tree
     and sign the new head, in one transaction under the tenant's sequencer lease (issue
     22, item 1). Returns how many events it integrated: 0 when none were queued or
-    another sequencer holds the lease (it integrates them). Raises
+    another sequencer holds the lease (it integrates them). A queue row whose event is
+    gone (deleted past the triggers) is left in place for the verifier to name. Raises
     ``ImproperlyConfigured`` for bad ``RECOVERY_AUDIT_KEYS``."""
     tenant_id = tenant if isinstance(tenant, int) else tenant.pk
     with transaction.atomic():
@@ -201,6 +202,8 @@ def audit_integrate(tenant: Tenant | int, *, limit: int = BATCH) -> int:
             return 0
         events = list(AuditEvent.objects.for_tenant(tenant_id).filter(pk__in=queued)
                       .order_by("pk"))
+        if not events:  # only queue rows of deleted events: kept, the verifier names them
+            return 0
         head = newest_head(tenant_id)
         size = head.tree_size if head else 0
         frontier = [bytes.fromhex(h) for h in head.frontier] if head else []
@@ -216,7 +219,10 @@ def audit_integrate(tenant: Tenant | int, *, limit: int = BATCH) -> int:
         sql.insert_rows(AuditLeaf, leaves)
         sql.insert_rows(AuditTreeNode, nodes)
         _sign_head(tenant_id, size, merkle.frontier_root(frontier), frontier)
-        AuditPending.objects.for_tenant(tenant_id).filter(event_id__in=queued).delete()
+        # Only the rows of the events integrated: a row whose event is gone (deleted
+        # past the triggers) stays as evidence (``tree_problem``: "queued event ... gone").
+        AuditPending.objects.for_tenant(tenant_id).filter(
+            event_id__in=[e.pk for e in events]).delete()
     return len(events)
 
 

@@ -10,6 +10,9 @@ One ``Heartbeat`` row per name, its ``at`` written from the database's clock
 - ``job``: a reconcile job a worker finished (``tasks.reconcile_effect``);
 - ``retention.round`` / ``retention``: a purge round over every tenant finished / finished
   for every tenant without a failure (``services.retention_purge_all``);
+- ``audit.integrate``: an audit sequencer round over every tenant with queued events
+  (``audittree.audit_integrate_all``: Celery beat's ``tasks.audit_integrate`` or the
+  in-process worker, every ``RECOVERY_AUDIT_INTEGRATE_INTERVAL_S``);
 - ``audit.verify`` / ``audit.intact``: ``manage.py verify_audit_chain`` over every tenant
   (no tenant named) finished / found every chain, registry and exported head intact.
   ``audit.verify`` newer than ``audit.intact`` means the last verification found a break

@@ -61,6 +61,9 @@ ESCAPE_HATCHES = {
     ("services/retention.py", "retention_health"):
         "/readyz asks whether any tenant's data policy deletes anything (a yes or no, "
         "never a tenant's rows)",
+    ("services/counters.py", "counters_compact"):
+        "the sweep's compaction looks for every tenant with too many state counter rows "
+        "(each tenant's rows are then folded within its own tenant, under its own lock)",
     ("services/sweep.py", "sweep_stale_runs"):
         "the stale-run sweep looks at every tenant's runs (each run is then locked and "
         "changed within its own tenant)",

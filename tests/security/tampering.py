@@ -168,7 +168,8 @@ def results_table(vendor: str) -> list[str]:
     head = ("attack", "by", "result", "how")
     widths = [max(len(r[i]) for r in [head, *RESULTS]) for i in range(4)]
     title = f"tamper set on {vendor}: {len(RESULTS)} attack(s), " + ", ".join(
-        f"{sum(r[2] == o for r in RESULTS)} {o}" for o in ("refused", "detected"))
+        f"{sum(r[2] == o for r in RESULTS)} {o}"
+        for o in ("refused", "detected", *sorted({r[2] for r in RESULTS} - {"refused", "detected"})))
     if vendor != "postgresql":
         title += " (SQLite has no triggers or roles: only the detections apply)"
     rows = [" | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
