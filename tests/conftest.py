@@ -59,6 +59,15 @@ def _flush_past_the_audit_triggers():
 
 
 @pytest.fixture(autouse=True)
+def _no_daily_digest_unless_asked(settings):
+    """The daily digest goes out once the database clock's hour reaches
+    ``RECOVERY_NOTIFY_DIGEST_HOUR`` (UTC), so a test that dispatched notifications after
+    08:00 UTC got a digest it did not ask for and failed by the time of day. Hour 24 is
+    never reached; the digest's own tests set the hour they mean."""
+    settings.RECOVERY_NOTIFY_DIGEST_HOUR = 24
+
+
+@pytest.fixture(autouse=True)
 def _api_answers_match_the_schema(request, monkeypatch):
     """Every answer the test client gets from ``/api/v1/`` must be what the OpenAPI
     schema at ``/api/schema/`` documents for its path, method and status
