@@ -108,12 +108,18 @@ def sweep_stale_runs(*, by: str | None = None) -> dict[str, int]:
                              target_type=TargetType.RUN, target_id=run.uuid, run_id=run.uuid,
                              reason=run.recovery_reason, before={"recovery_state": before},
                              after={"recovery_state": ambiguous})
-    stats["reconcile_redriven"] = reconcile_requests.redrive()
-    stats["migrations_redriven"] = migration_jobs.migration_jobs_redrive()
-    stats["bulk_jobs_redriven"] = bulk_jobs.bulk_jobs_redrive()
-    stats["counters_compacted"] = counters_compact()
+    stats.update(_after_the_runs())
     heartbeat.beat(*beats)
     return stats
+
+
+def _after_the_runs() -> dict[str, int]:
+    """The sweep's other work, once the runs are looked at: the re-drives of stored work
+    and the counters' compaction (the counts ``sweep_stale_runs`` returns)."""
+    return {"reconcile_redriven": reconcile_requests.redrive(),
+            "migrations_redriven": migration_jobs.migration_jobs_redrive(),
+            "bulk_jobs_redriven": bulk_jobs.bulk_jobs_redrive(),
+            "counters_compacted": counters_compact()}
 
 
 def _heartbeat_names(by: str | None) -> list[str]:

@@ -66,7 +66,8 @@ def export_watermark(tenant: Tenant | int) -> tuple[int, int]:
 
 def audit_export(*, actor, tenant: Tenant, out_dir: str | Path,
                  through_seq: int | None = None) -> dict:
-    """Export the tenant's audit events 1..``through_seq`` (default: the chain head) and
+    """Export the tenant's audit events up to ``through_seq`` (default: the newest; lowered
+    to the last event at or below it, so the manifest names an event) and
     its tombstones up to the newest one those events' deletions name, into ``out_dir``
     (created if missing; must not hold an export already): ``audit.jsonl``,
     ``tombstones.jsonl`` and a signed ``manifest.json`` (``checkpoints.auditexport``).
@@ -92,6 +93,10 @@ def audit_export(*, actor, tenant: Tenant, out_dir: str | Path,
         through_seq = head_seq
     if type(through_seq) is not int or not 1 <= through_seq <= max(head_seq, 1):
         raise InvalidPayload(f"through_seq: must be an integer in 1..{head_seq} (the head)")
+    # Events are numbered by their row id since issue 22 (gaps between a tenant's
+    # events): the export ends at the last event at or below the asked number.
+    through_seq = (AuditEvent.objects.for_tenant(tenant).filter(seq__lte=through_seq)
+                   .aggregate(last=Max("seq"))["last"] or 0)
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise InvalidPayload(f"out: {out} is not a directory")

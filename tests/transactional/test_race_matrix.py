@@ -118,6 +118,10 @@ RACED = {
                        "endpoint_disable_it_once",
 }
 NOT_RACED = {
+    "tenant_create": "takes the new tenant's write gate row (locks.lock_audit_head, made "
+                     "there) in the transaction that creates the tenant: no other "
+                     "transaction can see the tenant yet (two creations of one slug meet "
+                     "at the tenant's unique key)",
     "counters_compact": "under the tenant's compaction lock, tried (locks.try_transaction_key): "
                         "a second compaction of the same tenant skips it; writers only insert "
                         "counter rows, and rows committed after the compaction's snapshot "
