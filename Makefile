@@ -167,7 +167,7 @@ mutants: $(MUTATION_STAMP)
 # About 12 minutes (writes in 3 interleaved rounds, every ratio per round with its flush
 # regime, issue 22); BENCH_ARGS=--quick short rounds and the small read size,
 # BENCH_ARGS="--only writes --write-scenarios http,floor" a few groups only;
-# `make bench BENCH_ARGS=--full` for the issue's sizes (100,000 runs,
+# `make bench BENCH_ARGS=--full` for the issues' sizes (10,000 and 100,000 runs,
 # 1,000,000 revisions, 100,000 requests), BENCH_ARGS=--smoke the smallest (a minute or
 # two). Not part of `make test`: nothing asserts a time.
 BENCH_STAMP := $(VENV)/.installed-bench

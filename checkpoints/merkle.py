@@ -264,11 +264,14 @@ def verify_head_line(record: dict) -> str:
         key = Ed25519PublicKey.from_public_bytes(raw)
         signature = base64.b64decode(record["signature"], validate=True)
         root = bytes.fromhex(record["root_hash"])
+        origin, size = record["origin"], record["tree_size"]
+        if not isinstance(origin, str) or type(size) is not int or size < 0:
+            raise ValueError("origin must be a string, tree_size an integer >= 0")
     except (KeyError, ValueError, TypeError) as exc:
         return f"malformed head ({exc})"
     if hashlib.sha256(raw).hexdigest()[:16] != record.get("key_id"):
         return "key_id is not the public key's"
-    text = checkpoint_text(record["origin"], record["tree_size"], root)
+    text = checkpoint_text(origin, size, root)
     if record.get("checkpoint") not in (None, text):
         return "the checkpoint text does not match the tree size and root"
     try:
@@ -283,18 +286,30 @@ def _main(argv: list[str]) -> int:
         print("usage: python -m checkpoints.merkle verify-head HEAD.jsonl", file=sys.stderr)
         return 2
     bad = 0
-    with open(argv[1], encoding="utf-8") as fh:
-        for number, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
+    try:
+        with open(argv[1], encoding="utf-8") as fh:
+            lines = fh.read().splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        print(f"{argv[1]}: cannot read it ({exc})", file=sys.stderr)
+        return 2
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
             record = json.loads(line)
-            if "tree_size" not in record:
-                print(f"line {number}: an HMAC head (before the Merkle tree): needs the key")
-                continue
-            problem = verify_head_line(record)
-            bad += bool(problem)
-            print(f"line {number}: {record.get('tenant')} size {record.get('tree_size')}: "
-                  + (problem or "signature verifies"))
+        except ValueError:
+            record = None
+        if not isinstance(record, dict):
+            bad += 1
+            print(f"line {number}: not a JSON object as export_audit_head writes")
+            continue
+        if "tree_size" not in record:
+            print(f"line {number}: an HMAC head (before the Merkle tree): needs the key")
+            continue
+        problem = verify_head_line(record)
+        bad += bool(problem)
+        print(f"line {number}: {record.get('tenant')} size {record.get('tree_size')}: "
+              + (problem or "signature verifies"))
     return 1 if bad else 0
 
 

@@ -164,3 +164,19 @@ def test_the_frontier_after_appends_is_the_one_read_from_subtrees(size):
         frontier, _ = merkle.append(frontier, i, leaf)
     assert frontier == merkle.frontier_of(size, perfect_over(hashes))
     assert merkle.frontier_root(frontier) == merkle.root_of(hashes)
+
+
+def test_verify_head_says_what_is_wrong_with_a_bad_file_instead_of_a_traceback(tmp_path, capsys):
+    """A newcomer's finding: a missing file or a line that is not a head ended in a
+    traceback. Now each says what it is, and the exit code says the file did not hold."""
+    from checkpoints.merkle import _main
+
+    assert _main(["verify-head", str(tmp_path / "missing.jsonl")]) == 2
+    assert "cannot read it" in capsys.readouterr().err
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('not json\n[1]\n{"tree_size": "3", "origin": 5}\n\n')
+    assert _main(["verify-head", str(bad)]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "line 1: not a JSON object as export_audit_head writes"
+    assert out[1] == "line 2: not a JSON object as export_audit_head writes"
+    assert out[2].startswith("line 3: None size 3: malformed head")

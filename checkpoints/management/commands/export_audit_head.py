@@ -26,7 +26,8 @@ from checkpoints.ops import operatorfiles
 
 
 class Command(BaseCommand):
-    help = "Export a signed checkpoint of each tenant's audit chain head (audited)."
+    help = ("Export each tenant's newest signed tree head (Ed25519, after sealing what is "
+            "queued; audited), to keep outside the database.")
 
     def add_arguments(self, parser):
         parser.add_argument("tenant", nargs="?", help="tenant slug (default: every tenant)")
