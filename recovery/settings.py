@@ -201,9 +201,26 @@ else:
 # took it). Also ``?pgbouncer=1`` on DATABASE_URL (the option is removed from what
 # psycopg is given).
 RECOVERY_PGBOUNCER = env_bool("RECOVERY_PGBOUNCER", False)
-if DATABASE_URL and re.search(r"[?&]pgbouncer=(1|true)\b", DATABASE_URL):
+
+
+def _pgbouncer_option(options: dict, where: str) -> bool | None:
+    """The ``pgbouncer`` query option of a database URL, removed from what psycopg is
+    given (it would refuse it): True/False for 1/0 (also true/false, yes/no, on/off, any
+    case), None when absent; anything else raises ImproperlyConfigured (an attack's
+    finding: ``?pgbouncer=0`` reached psycopg and every connection failed)."""
+    raw = options.pop("pgbouncer", None)
+    if raw is None:
+        return None
+    value = str(raw).strip().lower()
+    if value in {"1", "true", "yes", "on"}:
+        return True
+    if value in {"0", "false", "no", "off"}:
+        return False
+    raise ImproperlyConfigured(f"{where}: pgbouncer must be 0 or 1, not {raw!r}")
+
+
+if DATABASE_URL and _pgbouncer_option(DATABASES["default"].setdefault("OPTIONS", {}), "DATABASE_URL"):
     RECOVERY_PGBOUNCER = True
-    DATABASES["default"]["OPTIONS"].pop("pgbouncer", None)
 # Issue 22, item 4 (docs/scaling.md "Read replica"): a streaming replica of the primary,
 # parsed like DATABASE_URL. The inbox, its polls, the report and the API's run list and
 # report read from it (``checkpoints.replica``: an explicit block, never inside a
@@ -218,6 +235,9 @@ if RECOVERY_REPLICA_URL:
     DATABASES["replica"] = dj_database_url.parse(
         RECOVERY_REPLICA_URL, conn_max_age=RECOVERY_DB_CONN_MAX_AGE, conn_health_checks=True)
     DATABASES["replica"]["TEST"] = {"MIRROR": "default"}
+    if _pgbouncer_option(DATABASES["replica"].setdefault("OPTIONS", {}),
+                         "RECOVERY_REPLICA_URL"):
+        RECOVERY_PGBOUNCER = True
     DATABASE_ROUTERS = ["checkpoints.replica.ReplicaRouter"]
 if RECOVERY_PGBOUNCER:
     for _alias in DATABASES:

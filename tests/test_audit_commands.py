@@ -78,11 +78,26 @@ def test_it_names_the_tenant_and_the_problem_against_a_cut_chain(acme, globex, w
 @pytest.mark.parametrize("content, message", [
     ("not json\n", "line 1: line: malformed JSON"),
     ('\n{"tenant": "acme"}\n', "line 2: seq: missing"),
+    ("", "holds no exported head"),         # a truncated file is no proof (the attack)
+    ("\n  \n", "holds no exported head"),
 ])
 def test_it_names_the_line_and_field_of_a_bad_against_file(acme, tmp_path, content, message):
     heads = tmp_path / "heads.jsonl"
     heads.write_text(content)
     with pytest.raises(CommandError, match=f"--against: {heads} {message}"):
+        run("verify_audit_chain", against=str(heads))
+
+
+def test_an_exported_heads_unsigned_time_must_be_the_stored_heads(acme, tmp_path):
+    """The checkpoint text a head signs has no time: an edited ``created_at`` would be
+    echoed back as fact by the check (the attack's finding), so it must be the stored
+    head's."""
+    heads = tmp_path / "heads.jsonl"
+    run("export_audit_head", "acme", out=str(heads))
+    assert "holds exported head" in run("verify_audit_chain", against=str(heads))
+    record = json.loads(heads.read_text())
+    heads.write_text(json.dumps(dict(record, created_at="1999-01-01T00:00:00+00:00")) + "\n")
+    with pytest.raises(CommandError, match="its created_at is not the signed head's"):
         run("verify_audit_chain", against=str(heads))
 
 

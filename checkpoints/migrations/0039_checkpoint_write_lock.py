@@ -57,7 +57,7 @@ CREATE OR REPLACE FUNCTION checkpoints_write_lock(
 RETURNS TABLE ({returns})
 LANGUAGE plpgsql VOLATILE AS $fn$
 DECLARE
-    v_now timestamptz := statement_timestamp();
+    v_now timestamptz;
     r record;
 BEGIN
     PERFORM 1 FROM {table('AuditChainHead')} h WHERE h.{col('AuditChainHead', 'tenant')} = p_tenant
@@ -71,6 +71,9 @@ BEGIN
     IF NOT FOUND THEN
         RETURN;
     END IF;
+    -- The database time once both locks are held (not the statement's start, which can
+    -- be long before when a tenant-wide operation or another write held them).
+    v_now := clock_timestamp();
     RETURN QUERY SELECT {run_out}, v_now, {cp_out}, {policy_out},
         (SELECT COALESCE(json_object_agg(s.state, s.n), '{{}}'::json) FROM
             (SELECT ef.{col(e, 'state')} AS state, COUNT(*) AS n FROM {table(e)} ef

@@ -94,8 +94,10 @@ def pointer_resolve(document, pointer: str):
                 return MISSING
             document = document[token]
         elif isinstance(document, list):
-            if not token.isdigit() or (token != "0" and token.startswith("0")) \
-                    or int(token) >= len(document):
+            # RFC 6901: "0" or [1-9][0-9]*, ASCII digits only ("²".isdigit() is True,
+            # and int("١") is 1: an attack's finding).
+            if not (token.isascii() and token.isdigit()) \
+                    or (token != "0" and token.startswith("0")) or int(token) >= len(document):
                 return MISSING
             document = document[int(token)]
         else:

@@ -62,6 +62,18 @@ def test_the_settings_read_the_replica_and_pgbouncer(tmp_path):
     assert done.returncode != 0
     assert "RECOVERY_REPLICA_URL needs DATABASE_URL" in done.stderr
 
+    # Any boolean word, any case, is read and never reaches psycopg (an attack's finding:
+    # ?pgbouncer=0 made every connection fail); anything else stops the process.
+    for word, on in (("0", False), ("TRUE", True), ("yes", True), ("off", False)):
+        done = settings_with(tmp_path, DATABASE_URL=f"postgres://u@h:5432/app?pgbouncer={word}",
+                             RECOVERY_REPLICA_URL=f"postgres://u@h:5433/app?pgbouncer={word}")
+        assert done.returncode == 0, done.stderr
+        seen = json.loads(done.stdout)
+        assert seen["bouncer"] is on and "pgbouncer" not in seen["options"], word
+    done = settings_with(tmp_path, DATABASE_URL="postgres://u@h:5432/app?pgbouncer=maybe")
+    assert done.returncode != 0
+    assert "DATABASE_URL: pgbouncer must be 0 or 1, not 'maybe'" in done.stderr
+
 
 @pytest.mark.django_db(transaction=True)  # outside the test's own transaction
 def test_reads_go_to_the_replica_only_inside_the_block_and_outside_a_transaction(monkeypatch):

@@ -149,3 +149,44 @@ def test_a_write_queues_on_the_audit_head_before_it_holds_its_run(acme, wendy, p
     if path == "sweep":
         assert box["result"]["runs_ambiguous"] == 1
         assert Run.objects.get().recovery_state == "ambiguous"
+
+
+def test_the_sql_write_path_stamps_a_write_with_the_time_its_locks_were_held(acme, wendy,
+                                                                               settings):
+    """An attack's finding: the write lock function read the database time when its
+    statement began, so a write that waited for a tenant-wide operation was stamped with
+    a time from before the wait (a run's last write could go back in time). The time is
+    read once both locks are held, so it is after the holder's release."""
+    from checkpoints.dbclock import db_now
+    from checkpoints.models import CheckpointRevision
+
+    settings.RECOVERY_SQL_WRITE_PATH = True
+    body, _fx = _world(acme, wendy)
+    holder_ready, release, released = threading.Event(), threading.Event(), {}
+
+    def hold_head() -> None:
+        try:
+            with transaction.atomic():
+                locks.lock_audit_head(acme)
+                holder_ready.set()
+                release.wait(timeout=30)
+                released["at"] = db_now()  # the database's time just before the commit
+        finally:
+            connection.close()
+
+    holder = threading.Thread(target=hold_head)
+    holder.start()
+    assert holder_ready.wait(timeout=20)
+    try:
+        thread, box = _in_thread(lambda: put_checkpoint(
+            wendy, acme, dict(body, revision=1, payload={"phase": "charging", "n": 1}),
+            expected=0))
+        _wait_until_blocked(box)
+    finally:
+        release.set()
+        holder.join(timeout=30)
+    thread.join(timeout=30)
+    assert "error" not in box, box.get("error")
+    stamped = CheckpointRevision.objects.get(revision=1).received_at
+    assert stamped >= released["at"]
+    assert Run.objects.get().last_write_at == stamped

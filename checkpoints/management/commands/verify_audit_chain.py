@@ -61,6 +61,9 @@ def _read_exports(path: str, tenant: str | None) -> list[tuple[int, dict]]:
             raise CommandError(f"--against: {path} line {number}: {exc.detail}") from None
         if tenant is None or record["tenant"] == tenant:
             records.append((number, record))
+    if not any(line.strip() for line in lines):
+        # A truncated heads file must not pass as "every head holds" (an attack's finding).
+        raise CommandError(f"--against: {path} holds no exported head")
     return records
 
 
