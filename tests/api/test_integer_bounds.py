@@ -357,6 +357,27 @@ def query(path: str, name: str, method: str = "get", **fixed) -> Callable:
     return send
 
 
+PROOF = T + "audit-events/{audit_event_id}/proof"
+
+
+def _sealed_event(w: World) -> int:
+    """An event of the world in a signed tree head (sealed now, before ``sending``)."""
+    from checkpoints import services
+    from checkpoints.models import AuditEvent
+
+    services.audit_integrate(w.tenant)
+    return AuditEvent.objects.for_tenant(w.tenant).order_by("seq").values_list(
+        "pk", flat=True).first()
+
+
+def proof_path(w: World, v: int) -> Outcome:
+    return _get(w, "get", PROOF, {}, audit_event_id=str(v))
+
+
+def proof_tree_size(w: World, v: int) -> Outcome:
+    return _get(w, "get", PROOF, {"tree_size": v}, audit_event_id=str(_sealed_event(w)))
+
+
 def retry_path(action: str) -> Callable:
     def send(w: World, v: int) -> Outcome:
         return _json(w, "post", T + "retry-requests/{retry_id}/" + action, {"reason": "bounds"},
@@ -529,6 +550,13 @@ RECIPES: dict[Key, Recipe] = {
     ("GET", LG, "query", "filter.step"): Recipe(lg_filter, "filter"),
     ("POST", LGW, "header", "Fencing-Token"): Recipe(fencing("lgw"), "Fencing-Token"),
     ("POST", LGW, "body", "writes[].idx"): Recipe(lg_idx, "writes[0].idx"),
+    # The audit proof (issue 22): an id nobody wrote is 404 (as a malformed one), one of
+    # an event not sealed yet 409; a tree size is refused by its value unless a head was
+    # signed at it.
+    ("GET", PROOF, "path", "audit_event_id"): Recipe(proof_path, "audit_event_id",
+                                                      ok=(404, 409)),
+    ("GET", PROOF, "query", "tree_size"): Recipe(proof_tree_size, "tree_size",
+                                                 expect=lambda v: "tree_size"),
     **{("POST", T + f"retry-requests/{{retry_id}}/{action}", "path", "retry_id"): Recipe(
         retry_path(action), "retry_id", ok=(404,)) for action in ("approve", "reject",
                                                                    "withdraw")},
@@ -585,7 +613,7 @@ def values_for(bounds: tuple) -> list[int]:
 def expected(recipe: Recipe, bounds: tuple, v: int) -> tuple[str, str | None]:
     """("ok", None), or ("refused", the field the 400 names)."""
     lo, hi = bounds
-    if recipe.ok == (404,):
+    if set(recipe.ok) <= {404, 409}:  # a path id: unknown or out of range, it is a 404
         return "ok", None
     inside = (lo is None or v >= lo) and (hi is None or v <= hi)
     if not inside:

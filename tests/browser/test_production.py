@@ -225,11 +225,12 @@ def test_the_documented_production_start_serves_the_dashboard_and_api_docs(serve
     ready = json.loads(body)
     # No broker: the in-process worker sweeps (its thread started with the first request).
     assert (status, ready["status"], ready["checks"]) == (200, "ok", {
+        "audit": "ok",
         "broker": "not configured", "database": "ok", "notifications": "not configured",
         "retention": "not configured",
         "worker": "ok", "static_manifest": "ok"})
     assert set(ready["heartbeat"]) <= {"sweep", "sweep.inprocess", "job", "retention",
-                                       "retention.round", "notify"}
+                                       "retention.round", "notify", "audit.integrate"}
 
     # The metrics: closed without the token, summed over both workers with it.
     assert fetch(f"{base}/metrics")[0] == 401

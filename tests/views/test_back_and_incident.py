@@ -12,7 +12,7 @@ from urllib.parse import quote
 import pytest
 from django.urls import reverse
 
-from checkpoints import audit, services
+from checkpoints import audit, audittree, services
 from checkpoints.models import AuditEvent
 from checkpoints.templatetags.dashboard import duration
 from tests.views.test_access import REASON
@@ -115,14 +115,14 @@ def test_an_incident_ref_is_stored_on_each_audit_event_the_reviewer_causes(
     # Events recorded before it (the fixture's mark unknown) carry none.
     assert AuditEvent.objects.filter(action="effect.mark_unknown").get().incident_ref is None
     # The chain verifies: the reference is covered by the event's hash ...
-    ok, _, problem = audit.audit_verify(tenant=acme)
+    ok, _, problem = services.audit_verify(tenant=acme)
     assert ok, problem
     event = AuditEvent.objects.get(action="retry.request")
     keys = audit.audit_keys()
-    assert audit._event_problem(event, event.prev_hash, keys, 0) == ""
+    assert audittree.event_alone_problem(event, keys) == ""
     for changed in ("INC-9999", None):  # rewritten or removed: the event no longer verifies
         event.incident_ref = changed
-        assert "does not match its hash" in audit._event_problem(event, event.prev_hash, keys, 0)
+        assert "does not match its hash" in audittree.event_alone_problem(event, keys)
     # ... and shown in the audit log.
     body = html.unescape(client.get(reverse("audit_log", args=["acme"])).content.decode())
     assert '<span class="incident-ref">INC-2041</span>' in body

@@ -6,7 +6,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework.response import Response
 
-from ... import audittree, roles, selectors
+from ... import audittree, intranges, roles, selectors
 from .. import params as p
 from .. import serializers as s
 from .common import TENANT, TenantApi, _errors, _path, page_url
@@ -57,7 +57,7 @@ class AuditEventProofApi(TenantApi):
                     "(docs/security/audit.md). 400 names tree_size when it is outside the "
                     "event's leaf index + 1 .. the newest head's size, or no head was signed "
                     "at that size.",
-        parameters=[TENANT, _path("audit_event_id", OpenApiTypes.INT,
+        parameters=[TENANT, _path("audit_event_id", intranges.ROW_ID.schema(),
                                   "the event's id, as the audit list gives it"),
                     p.AuditProofParams,
                     OpenApiParameter("Retry-After", OpenApiTypes.INT, OpenApiParameter.HEADER,
