@@ -16,7 +16,6 @@ import logging
 import time
 from datetime import timedelta
 
-from celery import current_app
 from django.conf import settings
 from django.db.models import Q
 from django.utils.module_loading import import_string
@@ -25,7 +24,7 @@ from ..dbclock import NOW
 from ..heartbeat import broker_configured
 from ..models import BulkAction
 from ..vocab import BulkState
-from .migration_jobs import BROKER_DOWN, Sent
+from .migration_jobs import Sent, stored_jobs_send
 
 log = logging.getLogger(__name__)
 
@@ -46,21 +45,8 @@ def bulk_job_dispatch(job_pks: list[int], *, countdown: float | None = None) -> 
     in-process worker's sweep runs due jobs, within ``RECOVERY_SWEEP_INTERVAL_S``)."""
     if not job_pks:
         return Sent(True, "nothing to do")
-    if not broker_configured():
-        return Sent(True, "queued for the in-process worker (it starts within "
-                          f"{settings.RECOVERY_SWEEP_INTERVAL_S} s)")
-    every = BulkAction.objects.for_all_tenants(reason=_DISPATCH)
-    try:
-        for pk in job_pks:
-            current_app.send_task(TASK, args=[pk], countdown=countdown)
-    except Exception as exc:  # noqa: BLE001 - any broker failure: keep the job, say so
-        log.warning("bulk dispatch failed, jobs %s stay queued: %s", job_pks, exc)
-        why = f"{BROKER_DOWN} ({type(exc).__name__}); queued, will run when the worker is back"
-        every.filter(pk__in=job_pks, state=BulkState.QUEUED).update(last_error=why)
-        return Sent(False, "queued; the task queue is unavailable, so it will run when the "
-                           "worker is back (nothing is lost)")
-    every.filter(pk__in=job_pks).update(dispatched_at=NOW)
-    return Sent(True, "queued for a worker")
+    return stored_jobs_send(BulkAction.objects.for_all_tenants(reason=_DISPATCH), job_pks,
+                            task=TASK, queued=BulkState.QUEUED, countdown=countdown)
 
 
 def inprocess_slice_s() -> float:

@@ -139,17 +139,28 @@ def migration_job_dispatch(job_pks: list[int], *, countdown: float | None = None
     now (the in-process worker's sweep runs due jobs, ``migration_jobs_redrive``)."""
     if not job_pks:
         return Sent(True, "nothing to migrate")
+    return stored_jobs_send(MigrationJob.objects.for_all_tenants(reason=_DISPATCH), job_pks,
+                            task=TASK, queued=MigrationJobState.QUEUED, countdown=countdown)
+
+
+def stored_jobs_send(every, job_pks: list[int], *, task: str, queued: str,
+                     countdown: float | None = None) -> Sent:
+    """The one dispatch of stored jobs (migration jobs, bulk jobs: issue 22, item 6).
+    ``every``: the job model's rows (all tenants); ``job_pks`` (non-empty) are sent as
+    one Celery ``task`` message each (by name) and marked ``dispatched_at`` (database
+    clock). A publish error leaves them in state ``queued`` with ``last_error`` saying so
+    (the sweep sends them again); without a broker nothing is sent (the in-process
+    worker's sweep runs due jobs). Returns what to tell the requester (``Sent``)."""
     if not broker_configured():
         return Sent(True, "queued for the in-process worker (it runs within "
                           f"{settings.RECOVERY_SWEEP_INTERVAL_S} s)")
-    every = MigrationJob.objects.for_all_tenants(reason=_DISPATCH)
     try:
         for pk in job_pks:
-            current_app.send_task(TASK, args=[pk], countdown=countdown)
+            current_app.send_task(task, args=[pk], countdown=countdown)
     except Exception as exc:  # noqa: BLE001 - any broker failure: keep the job, say so
-        log.warning("migration dispatch failed, jobs %s stay queued: %s", job_pks, exc)
+        log.warning("dispatch of %s failed, jobs %s stay queued: %s", task, job_pks, exc)
         why = f"{BROKER_DOWN} ({type(exc).__name__}); queued, will run when the worker is back"
-        every.filter(pk__in=job_pks, state=MigrationJobState.QUEUED).update(last_error=why)
+        every.filter(pk__in=job_pks, state=queued).update(last_error=why)
         return Sent(False, "queued; the task queue is unavailable, so it will run when the "
                            "worker is back (nothing is lost)")
     every.filter(pk__in=job_pks).update(dispatched_at=NOW)
