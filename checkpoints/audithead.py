@@ -137,16 +137,19 @@ def audit_head_check(*, record: dict) -> str:
         return "the tenant no longer exists"
     if record["origin"] != audittree.origin_of(tenant.pk):
         return f"exported head size {size} is another tree's ({record['origin']!r})"
-    # ``created_at`` is not signed (the C2SP checkpoint text has no time): it must be the
-    # stored head's, or the line was altered (an attack's finding: an edited date was
-    # echoed back as fact).
+    problem = audittree.consistency_problem(tenant, size=size,
+                                            root=bytes.fromhex(record["root_hash"]))
+    if problem:
+        return problem
+    # ``created_at`` is not signed (the C2SP checkpoint text has no time): with the tree
+    # consistent, it must still be the stored head's, or the line was altered (an
+    # attack's finding: an edited date was echoed back as fact).
     stored = (AuditTreeHead.objects.for_tenant(tenant).filter(tree_size=size)
               .values_list("created_at", flat=True).first())
     if stored is not None and record.get("created_at") not in (None, stored.isoformat()):
         return (f"exported head size {size}: its created_at is not the signed head's "
                 f"({stored.isoformat()}; altered?)")
-    return audittree.consistency_problem(tenant, size=size,
-                                         root=bytes.fromhex(record["root_hash"]))
+    return ""
 
 
 def _legacy_check(record: dict) -> str:
