@@ -7,6 +7,8 @@ test``); this check fails the suite as soon as code moves under an entry, naming
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from tests.mutants import curated
 
 
@@ -89,3 +91,21 @@ def test_a_timeout_in_a_fixtures_set_up_is_an_error_never_a_kill(tmp_path):
     worker.run_mutant(slow, timeout=120, test_timeout=120)
 
     assert slow.status == "error (a test's set-up timed out)", slow.output
+
+
+def test_every_curated_mutant_names_tests_that_exist():
+    """A renamed test left a mutant pointing at nothing: the runner's baseline then fails
+    for every mutant (found when issue 22 renamed a query-count test)."""
+    import tomllib
+
+    root = Path(__file__).resolve().parent.parent
+    data = tomllib.loads((root / "tests" / "mutants" / "curated.toml").read_text())
+    missing = []
+    for mutant in data["mutant"]:
+        for test in mutant["tests"]:
+            path, _, name = test.partition("::")
+            source = root / path
+            name = name.split("[")[0].split("::")[-1]
+            if not source.exists() or (name and f"def {name}(" not in source.read_text()):
+                missing.append(f"{mutant['id']}: {test}")
+    assert not missing, missing
