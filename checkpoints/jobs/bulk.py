@@ -28,7 +28,6 @@ import logging
 import time
 from datetime import timedelta
 
-from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Q
 
@@ -39,13 +38,12 @@ from ..models import BulkAction, BulkActionItem
 from ..permissions import require
 from ..services.bulk import BulkJobLost
 from ..vocab import BulkState
+from .migrations import MAX_FAILURES, attempt_failed  # noqa: F401 - MAX_FAILURES: tests
 
 log = logging.getLogger(__name__)
 
 #: How long a claim lasts without progress (seconds); every run done moves it on.
 CLAIM_S = 120
-#: Unexpected failures in a row before a job is ``failed``.
-MAX_FAILURES = 3
 #: Runs between two checks of the requester's right (and of the in-process budget).
 BATCH = 100
 
@@ -118,15 +116,5 @@ def execute(job_pk: int, *, budget_s: float | None = None) -> dict:
         return {"job": job_pk, "result": "failed"}
     except Exception as exc:  # noqa: BLE001 - an outage or a bug: stored, retried
         log.exception("bulk job %s failed (attempt %s)", job.uuid, job.attempts)
-        failures = job.failures + 1
-        why = f"attempt {job.attempts}: {type(exc).__name__}: {str(exc)[:500]}"
-        if failures >= MAX_FAILURES:
-            _end(job, state=BulkState.FAILED, finished_at=NOW, failures=failures,
-                 last_error=why)
-            return {"job": job_pk, "result": "failed"}
-        base = settings.RECOVERY_RECONCILE_BACKOFF_S
-        delay = min(settings.RECOVERY_RECONCILE_BACKOFF_MAX_S, base * 2 ** (failures - 1))
-        _end(job, state=BulkState.QUEUED, failures=failures, last_error=why,
-             next_attempt_at=NOW + timedelta(seconds=delay))
-        return {"job": job_pk, "result": "retry"}
+        return attempt_failed(job, exc, _end, queued=BulkState.QUEUED, failed=BulkState.FAILED)
     return {"job": job_pk, "result": "finished", "counts": counts}

@@ -100,6 +100,25 @@ def _end(job: MigrationJob, **changes) -> int:
             .update(claimed_until=None, updated_at=NOW, **changes))
 
 
+def attempt_failed(job, exc: Exception, end, *, queued: str, failed: str) -> dict:
+    """What a stored job's failed attempt leaves (migration and bulk jobs, issue 22):
+    its ``failures`` counted and ``last_error`` kept; after ``MAX_FAILURES`` in a row the
+    job is ``failed``, else ``queued`` again after an exponential back-off
+    (``RECOVERY_RECONCILE_BACKOFF_S`` doubling, at most ``…_MAX_S``), on the database
+    clock. ``end(job, **changes)`` moves the job if this attempt still holds it. Returns
+    the task's ``{"job", "result": "failed" | "retry"}``."""
+    failures = job.failures + 1
+    why = f"attempt {job.attempts}: {type(exc).__name__}: {str(exc)[:500]}"
+    if failures >= MAX_FAILURES:
+        end(job, state=failed, finished_at=NOW, failures=failures, last_error=why)
+        return {"job": job.pk, "result": "failed"}
+    base = settings.RECOVERY_RECONCILE_BACKOFF_S
+    delay = min(settings.RECOVERY_RECONCILE_BACKOFF_MAX_S, base * 2 ** (failures - 1))
+    end(job, state=queued, failures=failures, last_error=why,
+        next_attempt_at=NOW + timedelta(seconds=delay))
+    return {"job": job.pk, "result": "retry"}
+
+
 def execute(job_pk: int) -> dict:
     """Run one stored migration job (the Celery task's body; safe to run twice, at once or
     later). Returns ``{"job": pk, "result": ...}``: ``skipped`` (not due, or claimed
@@ -127,17 +146,8 @@ def execute(job_pk: int) -> dict:
         return {"job": job_pk, "result": "failed"}
     except Exception as exc:  # noqa: BLE001 - a step's bug or an outage: stored, retried
         log.exception("migration job %s failed (attempt %s)", job.uuid, job.attempts)
-        failures = job.failures + 1
-        why = f"attempt {job.attempts}: {type(exc).__name__}: {str(exc)[:500]}"
-        if failures >= MAX_FAILURES:
-            _end(job, state=MigrationJobState.FAILED, finished_at=NOW, failures=failures,
-                 last_error=why)
-            return {"job": job_pk, "result": "failed"}
-        base = settings.RECOVERY_RECONCILE_BACKOFF_S
-        delay = min(settings.RECOVERY_RECONCILE_BACKOFF_MAX_S, base * 2 ** (failures - 1))
-        _end(job, state=MigrationJobState.QUEUED, failures=failures, last_error=why,
-             next_attempt_at=NOW + timedelta(seconds=delay))
-        return {"job": job_pk, "result": "retry"}
+        return attempt_failed(job, exc, _end, queued=MigrationJobState.QUEUED,
+                              failed=MigrationJobState.FAILED)
     if not _end(job, state=MigrationJobState.DONE, finished_at=NOW, failures=0,
                 last_error=""):
         return {"job": job_pk, "result": "lost_claim"}
