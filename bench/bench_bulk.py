@@ -16,8 +16,6 @@ asserts nothing (a benchmark, not a test).
 
 from __future__ import annotations
 
-import argparse
-import os
 import sys
 import time
 import uuid
@@ -26,29 +24,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.common import bench_url, drop_database, environ, reset_database  # noqa: E402
+from bench.common import standalone  # noqa: E402
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--runs", type=int, default=500)
-    p.add_argument("--pg-url", default=os.environ.get("PG_URL")
-                   or "postgres://postgres@127.0.0.1:5432/recovery")
-    p.add_argument("--db", default="recovery_bench_bulk")
-    p.add_argument("--keep-db", action="store_true")
-    args = p.parse_args()
-    url = bench_url(args.pg_url, args.db)
-    reset_database(args.pg_url, args.db)
-    os.environ.update(environ(url))
-    os.environ["CELERY_TASK_ALWAYS_EAGER"] = "1"
-    try:
-        run(args.runs)
-    finally:
-        from django.db import connections
-
-        connections.close_all()
-        if not args.keep_db:
-            drop_database(args.pg_url, args.db)
+    standalone(__doc__, run, runs=500, db="recovery_bench_bulk",
+               env={"CELERY_TASK_ALWAYS_EAGER": "1"})
 
 
 def run(n: int) -> None:

@@ -166,3 +166,36 @@ def collect_static() -> None:
     from django.core.management import call_command
 
     call_command("collectstatic", interactive=False, verbosity=0)
+
+
+def standalone(doc: str, run, *, runs: int, db: str, extra=None, env: dict | None = None,
+               whole_args: bool = False) -> None:
+    """The command line of a benchmark that runs on its own PostgreSQL database:
+    ``--runs`` (default ``runs``), ``--pg-url`` (``PG_URL``), ``--db`` (default ``db``;
+    dropped and created, its name must contain "bench"), ``--keep-db``; ``extra(parser)``
+    adds options. Sets the process environment (``environ``, plus ``env``), calls
+    ``run(args)`` with ``whole_args`` else ``run(args.runs)``, then closes the
+    connections and drops the database unless kept."""
+    import argparse
+
+    p = argparse.ArgumentParser(description=doc.splitlines()[0])
+    p.add_argument("--runs", type=int, default=runs)
+    if extra is not None:
+        extra(p)
+    p.add_argument("--pg-url", default=os.environ.get("PG_URL")
+                   or "postgres://postgres@127.0.0.1:5432/recovery")
+    p.add_argument("--db", default=db)
+    p.add_argument("--keep-db", action="store_true")
+    args = p.parse_args()
+    url = bench_url(args.pg_url, args.db)
+    reset_database(args.pg_url, args.db)
+    os.environ.update(environ(url))
+    os.environ.update(env or {})
+    try:
+        run(args if whole_args else args.runs)
+    finally:
+        from django.db import connections  # after django.setup() in run()
+
+        connections.close_all()
+        if not args.keep_db:
+            drop_database(args.pg_url, args.db)
