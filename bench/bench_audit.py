@@ -42,7 +42,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.common import bench_url, drop_database, environ, percentile, reset_database  # noqa: E402
+from bench.common import on_own_database, percentile  # noqa: E402
 
 #: ``python -m bench --smoke`` passes these (every part once, numbers of no value).
 SMOKE_ARGS = ["--events", "500", "--batch", "200", "--rounds", "1", "--writers", "2",
@@ -261,19 +261,8 @@ def main(argv=None) -> None:
         args = p.parse_args([*SMOKE_ARGS, *(argv if argv is not None else sys.argv[1:])])
     if "bench" not in args.db:
         p.error("--db: the name must contain 'bench' (it is dropped)")
-    url = bench_url(args.pg_url, args.db)
-    reset_database(args.pg_url, args.db)
-    os.environ.update(environ(url))
-    os.environ.update({"LOG_LEVEL": "ERROR", "RECOVERY_INPROCESS_WORKER": "false"})
-    os.environ.pop("CELERY_BROKER_URL", None)
-    try:
-        result = run(args)
-    finally:
-        from django.db import connections
-
-        connections.close_all()
-        if not args.keep_db:
-            drop_database(args.pg_url, args.db)
+    result = on_own_database(args, lambda: run(args), drop_env=("CELERY_BROKER_URL",),
+                             env={"LOG_LEVEL": "ERROR", "RECOVERY_INPROCESS_WORKER": "false"})
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(result, indent=1, default=str))

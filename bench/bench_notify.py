@@ -49,15 +49,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.common import (  # noqa: E402
-    bench_url,
-    drop_database,
-    environ,
-    free_port,
-    percentile,
-    reset_database,
-    wait_for_port,
-)
+from bench.common import free_port, on_own_database, percentile, wait_for_port  # noqa: E402
 
 #: ``python -m bench --smoke`` passes these (every part once, numbers of no value).
 SMOKE_ARGS = ["--runs", "20", "--rate", "40", "--intervals", "1", "--events", "200"]
@@ -373,19 +365,8 @@ def main(argv=None) -> None:
     if "bench" not in args.db:
         p.error("--db: the name must contain 'bench' (it is dropped)")
     args.interval_list = [float(x) for x in args.intervals.split(",") if x.strip()]
-    url = bench_url(args.pg_url, args.db)
-    reset_database(args.pg_url, args.db)
-    os.environ.update(environ(url))
-    os.environ.update({"RECOVERY_NOTIFY_ALLOW_PRIVATE": "true", "LOG_LEVEL": "ERROR"})
-    os.environ.pop("CELERY_BROKER_URL", None)
-    try:
-        result = run(args)
-    finally:
-        from django.db import connections  # after django.setup() in run()
-
-        connections.close_all()
-        if not args.keep_db:
-            drop_database(args.pg_url, args.db)
+    result = on_own_database(args, lambda: run(args), drop_env=("CELERY_BROKER_URL",),
+                             env={"RECOVERY_NOTIFY_ALLOW_PRIVATE": "true", "LOG_LEVEL": "ERROR"})
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(result, indent=1))

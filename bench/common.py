@@ -187,14 +187,24 @@ def standalone(doc: str, run, *, runs: int, db: str, extra=None, env: dict | Non
     p.add_argument("--db", default=db)
     p.add_argument("--keep-db", action="store_true")
     args = p.parse_args()
+    on_own_database(args, lambda: run(args if whole_args else args.runs), env=env)
+
+
+def on_own_database(args, work, *, env: dict | None = None, drop_env=()):
+    """Run ``work()`` on the bench's own database ``args.db`` of the server
+    ``args.pg_url`` (dropped and created first; dropped after unless ``args.keep_db``),
+    with the process environment pointing at it (``environ``, plus ``env``, without the
+    names in ``drop_env``). Returns what ``work`` returns."""
     url = bench_url(args.pg_url, args.db)
     reset_database(args.pg_url, args.db)
     os.environ.update(environ(url))
     os.environ.update(env or {})
+    for name in drop_env:
+        os.environ.pop(name, None)
     try:
-        run(args if whole_args else args.runs)
+        return work()
     finally:
-        from django.db import connections  # after django.setup() in run()
+        from django.db import connections  # after django.setup() in work()
 
         connections.close_all()
         if not args.keep_db:
