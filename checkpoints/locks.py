@@ -116,7 +116,7 @@ SHARE_LOCK = "FOR SHARE"
 
 def share_audit_head(tenant: Tenant | int) -> None:
     """Take ``tenant``'s write gate shared (``SHARE_LOCK``): the first lock of every
-    write of one run (``lock_run`` and friends, the SQL write path's ``run_lock_sql``).
+    write of one run (``lock_run`` and friends, the SQL write path's ``write_lock_sql``).
     Writes of the tenant do not wait for each other here (issue 22, item 1), only for a
     tenant-wide operation holding the gate (``lock_audit_head``). A tenant without a row
     yet gets one (exclusively, the first time)."""

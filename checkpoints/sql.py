@@ -116,11 +116,6 @@ def insert_rows(model, rows: list[dict]) -> None:
                                 for name, save, default in prep])
 
 
-def connection_in_transaction() -> bool:
-    """Whether Django's connection is inside a ``transaction.atomic()`` block."""
-    return connection.in_atomic_block
-
-
 class Pipeline:
     """psycopg's pipeline mode on Django's connection, for one write (issue 22, item 2):
     statements are sent without waiting, and a round trip is paid only where a result

@@ -430,7 +430,7 @@ def checkpoint_update(*, actor, tenant: Tenant, envelope, expected_revision: int
     reference, one place). Raises ``Fenced`` (CONTRACT.md 3) like the ORM path; the
     caller records it.
     """
-    if sql.connection_in_transaction():
+    if transaction.get_connection().in_atomic_block:
         with sql.Pipeline() as pipe, transaction.atomic(), _cursor() as cursor:
             checkpoint = _update(cursor, actor=actor, tenant=tenant, envelope=envelope,
                                  expected_revision=expected_revision,
