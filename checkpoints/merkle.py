@@ -28,6 +28,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import re
 import sys
 from collections.abc import Callable
 
@@ -281,6 +282,20 @@ def verify_head_line(record: dict) -> str:
     return ""
 
 
+#: The fields of an exported head line (``audittree.head_json`` plus ``tenant``): the
+#: same line ``audithead.audit_head_parse`` accepts, nothing else.
+HEAD_FIELDS = {"tenant", "origin", "tree_size", "root_hash", "created_at", "key_id",
+               "public_key", "signature", "checkpoint"}
+_HEX64 = re.compile(r"[0-9a-f]{64}\Z")
+
+
+def _no_duplicates(pairs):
+    keys = [k for k, _ in pairs]
+    if len(keys) != len(set(keys)):
+        raise ValueError("duplicated key")
+    return dict(pairs)
+
+
 def _main(argv: list[str]) -> int:
     if len(argv) != 2 or argv[0] != "verify-head":
         print("usage: python -m checkpoints.merkle verify-head HEAD.jsonl", file=sys.stderr)
@@ -296,7 +311,7 @@ def _main(argv: list[str]) -> int:
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
+            record = json.loads(line, object_pairs_hook=_no_duplicates)
         except ValueError:
             record = None
         if not isinstance(record, dict):
@@ -306,9 +321,14 @@ def _main(argv: list[str]) -> int:
         if "tree_size" not in record:
             print(f"line {number}: an HMAC head (before the Merkle tree): needs the key")
             continue
-        problem = verify_head_line(record)
+        unknown = sorted(set(record) - HEAD_FIELDS)
+        problem = (f"unknown field {unknown[0][:40]!r}" if unknown
+                   else "root_hash: must be 64 lower-case hex digits"
+                   if not _HEX64.fullmatch(str(record.get("root_hash", "")))
+                   else verify_head_line(record))
         bad += bool(problem)
-        print(f"line {number}: {record.get('tenant')} size {record.get('tree_size')}: "
+        # The origin is signed; the line's "tenant" is not, so it is not what is named.
+        print(f"line {number}: {record.get('origin')} size {record.get('tree_size')}: "
               + (problem or "signature verifies"))
     return 1 if bad else 0
 

@@ -179,4 +179,21 @@ def test_verify_head_says_what_is_wrong_with_a_bad_file_instead_of_a_traceback(t
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "line 1: not a JSON object as export_audit_head writes"
     assert out[1] == "line 2: not a JSON object as export_audit_head writes"
-    assert out[2].startswith("line 3: None size 3: malformed head")
+    assert out[2].startswith("line 3: 5 size 3: ")
+
+
+def test_verify_head_is_as_strict_as_the_service_and_names_the_signed_origin(tmp_path, capsys):
+    """The second attack: a duplicated key, an unknown field or a root in upper case
+    passed verify-head while verify_audit_chain --against refused them, and the unsigned
+    "tenant" was printed as the head's owner."""
+    from checkpoints.merkle import _main
+
+    lines = ['{"tenant": "a", "tenant": "b"}', '{"extra": 1, "tree_size": 1}',
+             '{"tree_size": 1, "root_hash": "' + "A" * 64 + '"}']
+    heads = tmp_path / "heads.jsonl"
+    heads.write_text("\n".join(lines) + "\n")
+    assert _main(["verify-head", str(heads)]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "line 1: not a JSON object as export_audit_head writes"
+    assert out[1].endswith("unknown field 'extra'")
+    assert out[2].endswith("root_hash: must be 64 lower-case hex digits")
