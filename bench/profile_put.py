@@ -16,7 +16,12 @@ would, with the bench's production-like settings (``DEBUG=0``, ``bench.common.BE
 2. **wall time per PUT** (p50, mean), and the same for the service alone
    (``services.checkpoint_put`` with a parsed envelope): the difference is what the HTTP
    layer costs in-process (no socket, no gunicorn);
-3. with ``--profile N``: ``cProfile`` over N PUTs, the functions with the most cumulative
+3. with ``--wait-split N``: N service calls, then N PUTs, each split into the time spent
+   in psycopg's ``wait`` (sending, the server, receiving) and the rest (Python), with
+   each wait's p50 by the generator that waited (``--keep-db`` and ``PGOPTIONS='-c
+   track_functions=all'`` then show each trigger's time in ``pg_stat_user_functions``);
+   ``--profile-service N``: the service alone under ``cProfile``, by own time;
+4. with ``--profile N``: ``cProfile`` over N PUTs, the functions with the most cumulative
    time that belong to the layers the issue names (DRF, authentication, JSON, encryption,
    logging, metrics, middleware), in ms per PUT.
 """
@@ -243,7 +248,7 @@ def profile(writer: Writer, n: int) -> list[tuple[str, float]]:
         total = sum(v[2] for (file, _line, _name), v in stats.stats.items() if rx.search(file))
         out.append((label, total / n * 1000))
     buf = io.StringIO()
-    pstats.Stats(prof, stream=buf).sort_stats("cumulative").print_stats(45)
+    pstats.Stats(prof, stream=buf).sort_stats(os.environ.get("PROFILE_SORT", "cumulative")).print_stats(45)
     return out, buf.getvalue()
 
 
@@ -258,6 +263,12 @@ def main(argv=None) -> None:
     p.add_argument("--compare", type=int, default=0,
                    help="rounds of the interleaved before/after comparison (VARIANTS)")
     p.add_argument("--print-profile", action="store_true", help="cProfile's own top 45 too")
+    p.add_argument("--wait-split", type=int, default=0,
+                   help="calls of services.checkpoint_put alone, split into the time in "
+                        "psycopg's wait and the rest (Python)")
+    p.add_argument("--profile-service", type=int, default=0,
+                   help="calls of services.checkpoint_put alone under cProfile: its top 45 "
+                        "functions by own time")
     p.add_argument("--keep-db", action="store_true")
     args = p.parse_args(argv)
     url = bench_url(args.pg_url, args.db)
@@ -308,6 +319,53 @@ def main(argv=None) -> None:
         print(f"services.checkpoint_put alone: p50 {svc['p50_ms']} ms, mean "
               f"{svc['mean_ms']} ms; the HTTP layer in-process: "
               f"{http['p50_ms'] - svc['p50_ms']:.3f} ms (p50)")
+        if args.wait_split:
+            import psycopg
+
+            spent = {"wait": 0.0}
+            per_wait: list[float] = []
+            names: list[str] = []
+            real_wait = psycopg.Connection.wait
+
+            def counted(self, gen, *a, **kw):
+                t0 = time.perf_counter()
+                try:
+                    return real_wait(self, gen, *a, **kw)
+                finally:
+                    dt = time.perf_counter() - t0
+                    spent["wait"] += dt
+                    per_wait.append(dt)
+                    names.append(getattr(getattr(gen, "gi_code", None), "co_name", "?"))
+
+            psycopg.Connection.wait = counted
+            try:
+                for label, fn in (("services.checkpoint_put alone", service_put),
+                                  ("PUT through the WSGI handler", writer.put)):
+                    spent["wait"] = 0.0
+                    del per_wait[:], names[:]
+                    t0 = time.perf_counter()
+                    for _ in range(args.wait_split):
+                        fn()
+                    total = time.perf_counter() - t0
+                    n = args.wait_split
+                    print(f"{label}, {n} calls: {total / n * 1e3:.3f} ms each, of which in "
+                          f"psycopg's wait (sending, the server, receiving) "
+                          f"{spent['wait'] / n * 1e3:.3f} ms, Python "
+                          f"{(total - spent['wait']) / n * 1e3:.3f} ms")
+                    k = len(per_wait) // n
+                    print(f"   {k} waits per call; ms each (p50 over the calls): " + ", ".join(
+                        f"{names[i]} {statistics.median(per_wait[i::k]) * 1e3:.3f}"
+                        for i in range(k)))
+            finally:
+                psycopg.Connection.wait = real_wait
+        if args.profile_service:
+            prof = cProfile.Profile()
+            prof.runcall(lambda: [service_put() for _ in range(args.profile_service)])
+            out = io.StringIO()
+            pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(45)
+            print(f"services.checkpoint_put alone, cProfile over {args.profile_service} "
+                  f"calls, by own time:")
+            print(out.getvalue())
         if args.compare:
             print(f"interleaved, {args.compare} rounds of 50 PUTs each (ms per PUT):")
             base = None

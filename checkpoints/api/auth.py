@@ -11,7 +11,7 @@ from django.db.models.sql import Query
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions
 
-from .. import permissions, services
+from .. import permissions, services, sql
 from ..dbclock import NOW
 from ..models import ApiToken, Tenant
 
@@ -78,7 +78,7 @@ def token_user(raw: str, *, tenant_slug: str | None = None):
     scoped = (tenant_slug is not None
               and len(tenant_slug) <= Tenant._meta.get_field("slug").max_length)
     params = [*permissions.scope_params(tenant_slug), digest] if scoped else [digest]
-    found = list(get_user_model().objects.raw(_token_sql(scoped), params))
+    found = list(sql.raw(get_user_model(), _token_sql(scoped), params))
     if not found or not found[0].is_active:
         return None
     user = found[0]

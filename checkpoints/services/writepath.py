@@ -359,6 +359,14 @@ def _orm_write(actor, tenant, envelope, expected_revision, fencing_token, cls, p
 # The SQL dialect (PostgreSQL): an update in five round trips
 # --------------------------------------------------------------------------------------
 
+#: The most parameters the update statement may take: psycopg converts a statement's
+#: ``%(name)s`` placeholders once and caches it only up to 50 parameters
+#: (``psycopg._queries.MAX_CACHED_STATEMENT_PARAMS``); past that, every write parses its
+#: 2.5 KB statement again (about 0.3 ms, measured by ``bench.profile_put``). Held by
+#: tests/services/test_writepath_sql.py.
+WRITE_PARAMS_MAX = 50
+
+
 @dataclass(frozen=True)
 class _Sql:
     lock: str
@@ -374,15 +382,20 @@ def _sql() -> _Sql:
     sets = ", ".join(f"{_col(c, f)} = %({f})s" for f in ["revision", *written])
     hist_cols = ", ".join(_col(h, f) for f in ["tenant", "checkpoint", "revision", *written])
     hist_vals = ", ".join(f"%({f})s" for f in ["revision", *written])
-    ev_fields, ev_vals = sql.EVENT_FIELDS, sql.event_values()
+    # The event's tenant is the write's (one parameter fewer, see WRITE_PARAMS_MAX).
+    ev_fields, ev_vals = sql.EVENT_FIELDS, sql.event_values().replace(
+        "%(ev_tenant)s", "%(tenant)s")
     ev = AuditEvent
     run_sets = ["latest_checkpoint", "kind", "schema_version", "phase_class", "phase_label",
-                "last_write_at", "updated_at", "closed_at", "closed_by", "closed_reason",
-                "recovery_state", "recovery_reason", "state_changed_at"]
+                "last_write_at", "updated_at", "recovery_state", "recovery_reason",
+                "state_changed_at"]
+    # A write reopens a closed run (DESIGN.md 4): constants, not parameters.
+    reopen = (f"{_col(r, 'closed_at')} = NULL, {_col(r, 'closed_by')} = NULL, "
+              f"{_col(r, 'closed_reason')} = ''")
     write = {}
     for with_identity in (False, True):
         fields = run_sets + (list(_IDENTITY) if with_identity else [])
-        run_set = ", ".join(f"{_col(r, f)} = %(run_{f})s" for f in fields)
+        run_set = ", ".join([*(f"{_col(r, f)} = %(run_{f})s" for f in fields), reopen])
         write[with_identity] = (
             f"WITH upd AS (UPDATE {_table(c)} SET {sets} "
             f"WHERE {_col(c, 'id')} = %(checkpoint_pk)s AND {_col(c, 'revision')} = %(expected)s "
@@ -507,8 +520,7 @@ def _update(cursor, *, actor, tenant, envelope, expected_revision, fencing_token
     state, reason = policy.recovery_state(facts)
     run_values = {
         "latest_checkpoint": checkpoint_pk, **_run_fields(envelope, cls, phase_label, now),
-        "updated_at": now, "closed_at": None, "closed_by": None, "closed_reason": "",
-        "recovery_state": state, "recovery_reason": reason[:256],
+        "updated_at": now, "recovery_state": state, "recovery_reason": reason[:256],
         "state_changed_at": now if state != old_state else state_changed_at,
     }
     event = audit.new_event(
@@ -519,6 +531,7 @@ def _update(cursor, *, actor, tenant, envelope, expected_revision, fencing_token
                        reopened=closed_at is not None, screened=screened))
     params = {f"run_{k}": v for k, v in run_values.items()}
     params.update(_event_params(event), **written)
+    del params["ev_tenant"]  # the statement uses %(tenant)s
     params.update(run_pk=run_pk, tenant=tenant.pk, usage=json.dumps(written["usage"]),
                   secret_paths=json.dumps(written["secret_paths"]),
                   written_by=actor.pk if actor is not None else None,

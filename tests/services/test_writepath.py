@@ -10,6 +10,7 @@ compared decrypted). Both audit chains must verify.
 
 from __future__ import annotations
 
+import re
 import uuid
 
 import pytest
@@ -214,3 +215,60 @@ def test_an_accepted_write_is_the_runs_last_write_on_both_dialects(acme, wendy, 
     stored = Checkpoint.objects.for_tenant(acme).get(uuid=CP)
     assert stored.revision == cp.revision == 1
     assert run.last_write_at == stored.received_at
+
+
+@pytest.mark.django_db
+def test_the_update_statement_fits_psycopgs_conversion_cache(acme, wendy, settings):
+    """psycopg converts a statement's ``%(name)s`` placeholders once and caches the result
+    only up to ``MAX_CACHED_STATEMENT_PARAMS`` parameters: past it, every write parses
+    the statement again (issue 22, item 2). Both update statements (with and without the
+    payload's identity) stay within ``WRITE_PARAMS_MAX``, which stays within psycopg's."""
+    from psycopg import _queries
+
+    from checkpoints.services import writepath
+
+    settings.RECOVERY_SQL_WRITE_PATH = True
+    seen = []
+
+    def spy(execute, sql_text, params, many, context):
+        if sql_text.startswith("WITH upd"):
+            seen.append((sql_text, params))
+        return execute(sql_text, params, many, context)
+
+    put_checkpoint(wendy, acme, body(0))
+    with connection.execute_wrapper(spy):
+        put_checkpoint(wendy, acme, body(1), expected=0)
+    assert len(seen) == 1
+    assert writepath.WRITE_PARAMS_MAX <= _queries.MAX_CACHED_STATEMENT_PARAMS
+    for statement in writepath._sql().write.values():
+        names = set(re.findall(r"%\((\w+)\)s", statement))
+        assert len(names) <= writepath.WRITE_PARAMS_MAX, len(names)
+    sql_text, params = seen[0]
+    assert set(params) == set(re.findall(r"%\((\w+)\)s", sql_text))  # nothing unused sent
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_store_statements_are_prepared_once_they_repeat(acme, wendy, settings):
+    """Straight to PostgreSQL (no ``RECOVERY_PGBOUNCER``), the lock, the update and the
+    API's token read are prepared on the server after a few runs on a connection, so
+    they are no longer parsed and planned on every request (issue 22, items 2 and 3);
+    Django's own statements (client-side binding) never are."""
+    from checkpoints.api.auth import token_user
+
+    assert connection.settings_dict["OPTIONS"].get("prepare_threshold") == 5
+    settings.RECOVERY_SQL_WRITE_PATH = True
+    put_checkpoint(wendy, acme, body(0))
+    for rev in range(1, 8):
+        put_checkpoint(wendy, acme, body(rev), expected=rev - 1)
+    raw = services.token_issue(user=wendy)
+    for _ in range(7):
+        user = token_user(raw, tenant_slug=acme.slug)
+        assert user == wendy
+    with connection.cursor() as cursor:
+        for _ in range(7):
+            cursor.execute("SELECT statement FROM pg_prepared_statements")
+        prepared = [row[0] for row in cursor.fetchall()]
+    assert any(s.startswith("WITH upd") for s in prepared), prepared
+    assert any("checkpoints_write_lock" in s for s in prepared), prepared
+    assert any("checkpoints_apitoken" in s for s in prepared), prepared
+    assert not any("pg_prepared_statements" in s for s in prepared), prepared
