@@ -100,12 +100,27 @@ SESSION_STACK = ("django.contrib.sessions.middleware.SessionMiddleware",
                  "django.contrib.auth.middleware.AuthenticationMiddleware",
                  "django.contrib.messages.middleware.MessageMiddleware",
                  "axes.middleware.AxesMiddleware")
+PROMETHEUS = ("django_prometheus.middleware.PrometheusBeforeMiddleware",
+              "django_prometheus.middleware.PrometheusAfterMiddleware")
+REST = ("checkpoints.ops.health.RequestIdMiddleware", "django_guid.middleware.guid_middleware",
+        "django.middleware.security.SecurityMiddleware",
+        "whitenoise.middleware.WhiteNoiseMiddleware", "csp.middleware.CSPMiddleware",
+        "django_permissions_policy.PermissionsPolicyMiddleware",
+        "checkpoints.ops.security.PrivateNoStoreMiddleware",
+        "checkpoints.ops.security.LoginSlotsMiddleware",
+        "django.middleware.common.CommonMiddleware",
+        "django.middleware.clickjacking.XFrameOptionsMiddleware",
+        "django_htmx.middleware.HtmxMiddleware",
+        "checkpoints.jobs.inprocess.InProcessWorkerMiddleware")
 VARIANTS = [
     ("before: SELECT 1 health check, token then tenant+role", False, False, ()),
     ("quiet health check", True, False, ()),
     ("quiet check + token, tenant and role in one statement", True, True, ()),
     ("... and without the session/CSRF/auth/messages/axes middleware", True, True,
      SESSION_STACK),
+    ("... and without django-prometheus' request metrics", True, True,
+     SESSION_STACK + PROMETHEUS),
+    ("... and without every other middleware", True, True, SESSION_STACK + PROMETHEUS + REST),
 ]
 
 

@@ -40,7 +40,7 @@ from django.db.models import Count, Max, Min
 from . import heartbeat, intranges, locks, merkle, roles, sql
 from .audit import GENESIS, _event_problem, _seal_problem, audit_fields, audit_keys, event_mac
 from .dbclock import NOW
-from .exceptions import InvalidPayload, NotFound, NotIntegrated
+from .exceptions import InvalidPayload, NotFound, NotIntegrated, TreeIncomplete
 from .jsonparse import dumps
 from .models import (
     AuditChainHead,
@@ -136,10 +136,6 @@ def leaf_input(e: AuditEvent) -> bytes:
 def event_leaf_hash(e: AuditEvent) -> bytes:
     """``merkle.leaf_hash(leaf_input(e))``."""
     return merkle.leaf_hash(leaf_input(e))
-
-
-class TreeIncomplete(Exception):
-    """A leaf or stored node a proof needs is missing (deleted?)."""
 
 
 def perfect_reader(tenant_id: int):

@@ -189,6 +189,14 @@ class NotIntegrated(DomainError, status=409, error="not_integrated"):
         return {"Retry-After": str(self.RETRY_AFTER_S)}
 
 
+class TreeIncomplete(DomainError, status=409, error="audit_tree_incomplete"):
+    """A leaf or stored node of a tenant's audit Merkle tree that a proof needs is
+    missing, or a leaf lies past every signed head: the stored tree was damaged (rows
+    deleted?), which ``verify_audit_chain`` reports in full. The proof endpoint answers
+    409 ``{"error": "audit_tree_incomplete"}`` instead of a proof it cannot build (an
+    attack's finding: it was a 500)."""
+
+
 class KindVersionInUse(DomainError, status=409, error="kind_version_in_use"):
     """A declared kind version that a checkpoint of the tenant uses cannot change
     (issue 19, item 1): 409; a change of format is a new version."""

@@ -146,3 +146,24 @@ def test_tree_size_must_cover_the_event_and_name_a_signed_head(api_as, vic, acme
     assert r.status_code == 400
     assert r.json()["detail"] == (f"tree_size: no signed tree head has {missing} leaves (a "
                                   "head is signed per sequencer batch)")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_proof_the_damaged_tree_cannot_build_is_409_not_a_500(api_as, vic, acme):
+    """A leaf on the proof's path deleted past the triggers (tests/security/tampering.py):
+    409 ``audit_tree_incomplete`` naming what is missing, and nothing written (an
+    attack's finding: it was a 500)."""
+    from tests.security import tampering
+
+    events = note(acme, 6)
+    services.audit_integrate(acme)
+    target = events[2]
+    assert proof_of(api_as(vic), target.pk).status_code == 200
+    sibling = AuditLeaf.objects.get(tenant=acme, event=events[3])
+    tampering.raw(f'DELETE FROM {tampering.LEAVES} WHERE id = %s', [sibling.pk])
+    before = snapshot()
+    r = proof_of(api_as(vic), target.pk)
+    assert r.status_code == 409, r.content
+    assert r.json()["error"] == "audit_tree_incomplete"
+    assert "not all stored" in r.json()["detail"]
+    assert snapshot() == before

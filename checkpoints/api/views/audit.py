@@ -38,7 +38,9 @@ class AuditEventListApi(TenantApi):
 NOT_INTEGRATED = OpenApiResponse(
     s.ErrorSerializer,
     description="not_integrated: the event is queued for the audit sequencer (it runs every "
-                "second), not yet under a signed tree head; retry after Retry-After seconds",
+                "second), not yet under a signed tree head; retry after Retry-After seconds. "
+                "audit_tree_incomplete: rows of the stored tree the proof needs are missing "
+                "(run verify_audit_chain)",
     )
 
 
@@ -61,8 +63,9 @@ class AuditEventProofApi(TenantApi):
                                   "the event's id, as the audit list gives it"),
                     p.AuditProofParams,
                     OpenApiParameter("Retry-After", OpenApiTypes.INT, OpenApiParameter.HEADER,
-                                     response=[409], required=True,
-                                     description="seconds to wait before asking again")],
+                                     response=[409], required=False,
+                                     description="with not_integrated (always): seconds to "
+                                                 "wait before asking again")],
         responses={200: s.AuditProofSerializer, **_errors(400), 409: NOT_INTEGRATED},
     )
     def get(self, request, tenant, audit_event_id):
