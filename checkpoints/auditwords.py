@@ -415,10 +415,13 @@ SENTENCES: dict[str, Callable[[Any, str], str]] = {
     A.RUN_ERASE: _erased_run,
     # Tombstone governance (issue 20, item 5): the audit export and the four-eyes purge.
     A.AUDIT_EXPORT: lambda e, t: (
-        f"exported the audit of {t} through event {_get(e.after, 'through_seq') or 0} with "
-        f"{_n(_get(e.after, 'tombstones') or 0, 'tombstone')}"
+        f"exported the audit of {t} "
+        + (f"through tree size {_get(e.after, 'through_tree_size')} (events up to seq "
+           f"{_get(e.after, 'through_seq') or 0})" if _get(e.after, "through_tree_size")
+           else f"through event {_get(e.after, 'through_seq') or 0}")
+        + f" with {_n(_get(e.after, 'tombstones') or 0, 'tombstone')}"
         + ("" if _get(e.after, "watermark_moved") is not False
-           else " (behind an earlier export: watermark not moved)")),
+           else " (not past an earlier export: watermark not moved)")),
     A.TOMBSTONE_PURGE_PREPARE: lambda e, t: (
         f"prepared {t} of {_n(_get(e.after, 'tombstones') or 0, 'tombstone')}"),
     A.TOMBSTONE_PURGE_APPROVE: lambda e, t: f"approved {t}",

@@ -154,7 +154,8 @@ SAMPLES = {
                    "counts": {"checkpoints": 1, "revisions": 3}}, ""),
     # Tombstone governance (issue 20, item 5): services.audit_export, tombstone purges.
     A.AUDIT_EXPORT: ("system", T.TENANT, "acme", None,
-                     {"export": 1, "through_seq": 40, "through_tombstone": 3, "events": 40,
+                     {"export": 1, "through_seq": 40, "through_tombstone": 3, "events": 38,
+                      "through_tree_size": 38,
                       "tombstones": 3, "manifest_sha256": "ab" * 32, "key_id": "k",
                       "watermark_moved": True}, ""),
     A.TOMBSTONE_PURGE_PREPARE: ("adam", T.TOMBSTONE_PURGE, PURGE, None,
@@ -256,8 +257,8 @@ def test_each_sentence_says_who_did_what_in_words(action):
     (A.CHECKPOINT_CONFLICT, "wendy was refused writing checkpoint 5c0e1a2b: stale revision "
                             "(sent for revision 2, store at 4)"),
     (A.CHECKPOINT_WRITE, "wendy wrote checkpoint 5c0e1a2b revision 3 at phase charging"),
-    (A.AUDIT_EXPORT, "system exported the audit of tenant acme through event 40 with 3 "
-                     "tombstones"),
+    (A.AUDIT_EXPORT, "system exported the audit of tenant acme through tree size 38 (events "
+                     "up to seq 40) with 3 tombstones"),
     (A.TOMBSTONE_PURGE_EXECUTE, "adam executed tombstone purge 9d2f0c3e: deleted 3 "
                                 "tombstones"),
     (A.TOMBSTONE_PURGE_REJECT, "april rejected tombstone purge 9d2f0c3e: not yet"),

@@ -222,11 +222,17 @@ class Tombstone(TenantOwned):
 class AuditExport(TenantOwned):
     """An export of a tenant's audit events and tombstones up to a watermark
     (``export_audit``: JSON Lines plus a signed manifest), kept so a tombstone purge can
-    require that what it deletes was exported first. Watermarks only move forward."""
+    require that what it deletes was exported first. Watermarks only move forward.
+    Since migration 0040 an export covers the leaves 0..``through_tree_size``-1 of the
+    tenant's Merkle tree (a signed head's size); before, events by seq."""
 
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+",
                                db_index=False)
-    through_seq = models.BigIntegerField(help_text="the last audit event exported")
+    through_seq = models.BigIntegerField(help_text="the highest audit event seq exported")
+    through_tree_size = models.BigIntegerField(
+        default=0, help_text="the size of the signed tree head exported: the export holds "
+                             "the events of leaves 0..through_tree_size-1 (0: an export by "
+                             "seq, before migration 0040)")
     through_tombstone = models.BigIntegerField(help_text="the last tombstone id exported")
     manifest_sha256 = models.CharField(max_length=64)
     exported_at = models.DateTimeField(db_default=Now())

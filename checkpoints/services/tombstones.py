@@ -28,14 +28,14 @@ from pathlib import Path
 from django.db import transaction
 from django.db.models import Max
 
-from .. import auditexport, locks, roles
+from .. import auditexport, audittree, locks, roles
 from ..audit import audit_record
 from ..dbclock import db_now
-from ..exceptions import Forbidden, InvalidPayload, NotFound, PurgeRefused
+from ..exceptions import Forbidden, InvalidPayload, NotFound, NotIntegrated, PurgeRefused
 from ..models import (
     TOMBSTONE_PURGE_MAX,
-    AuditEvent,
     AuditExport,
+    AuditTreeHead,
     HeldRun,
     Run,
     Tenant,
@@ -58,81 +58,130 @@ PURGE_DEADLINE = timedelta(hours=24)
 def export_watermark(tenant: Tenant | int) -> tuple[int, int]:
     """``(through_seq, through_tombstone)`` of the tenant's exports so far: the highest of
     each over every ``AuditExport`` (``(0, 0)``: none). Highest, not newest, so the
-    watermark only moves forward whatever order exports come in. One query."""
+    watermark only moves forward whatever order exports come in. One query.
+
+    Since migration 0040 an export covers a prefix of the tenant's Merkle tree
+    (``through_tree_size``): a larger prefix holds every event of a smaller one, so the
+    highest ``through_seq`` is still the largest export's. ``through_tombstone`` is the
+    newest tombstone the exported deletions name: a tombstone is written with its
+    deletion event, one run at a time under the run's lock and the retention lease or the
+    tenant's gate (``services.lifecycle.purge_run_payloads``), so every tombstone with a
+    lower id was committed, and its event integrated, before it."""
     row = AuditExport.objects.for_tenant(tenant).aggregate(
         seq=Max("through_seq"), tombstone=Max("through_tombstone"))
     return row["seq"] or 0, row["tombstone"] or 0
 
 
-def audit_export(*, actor, tenant: Tenant, out_dir: str | Path,
-                 through_seq: int | None = None) -> dict:
-    """Export the tenant's audit events up to ``through_seq`` (default: the newest; lowered
-    to the last event at or below it, so the manifest names an event) and
-    its tombstones up to the newest one those events' deletions name, into ``out_dir``
-    (created if missing; must not hold an export already): ``audit.jsonl``,
-    ``tombstones.jsonl`` and a signed ``manifest.json`` (``checkpoints.auditexport``).
-    Then, in one transaction under the tenant's audit head, records an ``AuditExport`` row
-    and an ``audit.export`` event (both naming the manifest's SHA-256).
+def _export_head(tenant: Tenant, through_tree_size: int | None) -> AuditTreeHead:
+    """Integrate the tenant's queue (``audittree.audit_integrate``, as the verifier does),
+    then the signed head to export: the newest, or the one of ``through_tree_size``
+    leaves. Raises ``InvalidPayload`` naming ``through_tree_size``, ``NotIntegrated``
+    when the tenant has no signed head yet (another sequencer holds its lease)."""
+    if through_tree_size is not None and (type(through_tree_size) is not int
+                                          or through_tree_size < 1):
+        raise InvalidPayload("through_tree_size: must be an integer >= 1 (the size of a "
+                             "signed tree head)")
+    while audittree.audit_integrate(tenant):
+        pass
+    newest = audittree.newest_head(tenant.pk)
+    if newest is None:
+        raise NotIntegrated("the tenant has no signed audit tree head yet (the sequencer "
+                            "is integrating its events): retry")
+    if through_tree_size is None or through_tree_size == newest.tree_size:
+        return newest
+    head = (AuditTreeHead.objects.for_tenant(tenant).filter(tree_size=through_tree_size)
+            .first() if through_tree_size < newest.tree_size else None)
+    if head is None:
+        sizes = list(AuditTreeHead.objects.for_tenant(tenant).order_by("-tree_size")
+                     .values_list("tree_size", flat=True)[:5])
+        raise InvalidPayload(
+            f"through_tree_size: {through_tree_size} is not the size of a signed tree head "
+            f"(1..{newest.tree_size}; a head is signed per sequencer batch; the newest: "
+            f"{', '.join(map(str, sizes))})")
+    return head
 
-    Every export is recorded; one behind the watermark (``through_seq`` below an earlier
-    export's) writes its files and its row but does not move the watermark
-    (``export_watermark`` is the highest), which the result says (``watermark_moved``).
-    The export's own event comes after ``through_seq``: the next export covers it.
+
+def audit_export(*, actor, tenant: Tenant, out_dir: str | Path,
+                 through_tree_size: int | None = None) -> dict:
+    """Export the prefix of the tenant's sealed audit tree (docs/security/audit.md, "The
+    audit export"): integrate its queue, then write the events of leaves 0..S-1 in leaf
+    order, S the newest signed tree head's size or ``through_tree_size`` (a stored head's),
+    and the tombstones up to the newest one those events' deletions name, into
+    ``out_dir`` (created if missing; must not hold an export already): ``audit.jsonl``,
+    ``tombstones.jsonl`` and a signed ``manifest.json`` holding the signed head
+    (``checkpoints.auditexport``). Then, in one transaction under the tenant's audit head,
+    records an ``AuditExport`` row (``through_tree_size`` S, ``through_seq`` the highest
+    seq exported) and an ``audit.export`` event (both naming the manifest's SHA-256).
+
+    A signed head fixes its leaves for ever and leaves are appended only from committed
+    events, so the export holds every event it claims; an event committed later (even
+    with a lower seq: seq is given at INSERT) is a later leaf, in the next export.
+    Every export is recorded; one not past the watermark (tree size and tombstone) writes
+    its files and its row but does not move it, which the result says
+    (``watermark_moved``). The export's own event comes after the head: the next export
+    covers it.
 
     ``actor``: a tenant admin, or ``None`` for the operator's command line
     (``manage.py export_audit``). Returns the manifest plus ``export`` (the row's id),
     ``watermark_moved`` and ``dir``. Raises ``NotFound``/``Forbidden``,
-    ``InvalidPayload`` (``through_seq`` not an integer in 1..head; ``out``: not a
-    directory, or one holding an export), ``OSError`` from the files (nothing recorded).
+    ``InvalidPayload`` (``through_tree_size`` not a signed head's size; ``out``: not a
+    directory, or one holding an export), ``NotIntegrated`` (no signed head yet),
+    ``audittree.TreeIncomplete`` (the stored tree does not hash to its head), ``OSError``
+    from the files (nothing recorded).
     """
     if actor is not None:
         require(actor, tenant, roles.MANAGE)
-    # The newest event's seq (issue 22: the chain head no longer moves with appends).
-    head_seq = AuditEvent.objects.for_tenant(tenant).aggregate(last=Max("seq"))["last"] or 0
-    if through_seq is None:
-        through_seq = head_seq
-    if type(through_seq) is not int or not 1 <= through_seq <= max(head_seq, 1):
-        raise InvalidPayload(f"through_seq: must be an integer in 1..{head_seq} (the head)")
-    # Events are numbered by their row id since issue 22 (gaps between a tenant's
-    # events): the export ends at the last event at or below the asked number.
-    through_seq = (AuditEvent.objects.for_tenant(tenant).filter(seq__lte=through_seq)
-                   .aggregate(last=Max("seq"))["last"] or 0)
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise InvalidPayload(f"out: {out} is not a directory")
     if any((out / name).exists() for name in (*auditexport.FILES, auditexport.MANIFEST_FILE)):
         raise InvalidPayload(f"out: {out} already holds an export (use a new directory)")
+    head = _export_head(tenant, through_tree_size)
     out.mkdir(parents=True, exist_ok=True)
-    written = auditexport.write_files(tenant, out, through_seq)
+    written = auditexport.write_files(tenant, out, head)
     manifest = auditexport.sign_manifest({
         "format": auditexport.FORMAT, "tenant": tenant.slug, "tenant_id": tenant.pk,
-        "through_seq": through_seq, "last_hash": written["last_hash"],
+        "through_seq": written["through_seq"], "last_hash": written["last_hash"],
         "through_tombstone": written["through_tombstone"],
         "legacy_seq": auditexport.legacy_seq_of(tenant), "counts": written["counts"],
-        "sha256": written["sha256"], "exported_at": db_now().isoformat()})
+        "sha256": written["sha256"], "exported_at": db_now().isoformat(),
+        "through_tree_size": head.tree_size,
+        "tree_head": {"tenant": tenant.slug, **audittree.head_json(head)}})
     text = auditexport.dumps(manifest) + "\n"
     manifest_sha = hashlib.sha256(text.encode("utf-8")).hexdigest()
     with open(out / auditexport.MANIFEST_FILE, "x", encoding="utf-8") as fh:
         fh.write(text)
+    return {**manifest, **_record_export(actor, tenant, manifest, manifest_sha),
+            "dir": str(out)}
+
+
+def _record_export(actor, tenant: Tenant, manifest: dict, manifest_sha: str) -> dict:
+    """The export's ``AuditExport`` row and ``audit.export`` event, in one transaction
+    under the tenant's audit head; returns ``{"export", "watermark_moved"}``."""
+    size, stone = manifest["through_tree_size"], manifest["through_tombstone"]
     with transaction.atomic():
         locks.lock_audit_head(tenant)
-        last_seq, last_tombstone = export_watermark(tenant)
-        moved = through_seq > last_seq or written["through_tombstone"] > last_tombstone
+        last = AuditExport.objects.for_tenant(tenant).aggregate(
+            seq=Max("through_seq"), tombstone=Max("through_tombstone"),
+            size=Max("through_tree_size"))
+        last_seq, last_tombstone, last_size = (last["seq"] or 0, last["tombstone"] or 0,
+                                               last["size"] or 0)
+        moved = size > last_size or stone > last_tombstone
         row = AuditExport.objects.create(
-            tenant=tenant, through_seq=through_seq,
-            through_tombstone=written["through_tombstone"], manifest_sha256=manifest_sha)
+            tenant=tenant, through_seq=manifest["through_seq"], through_tree_size=size,
+            through_tombstone=stone, manifest_sha256=manifest_sha)
         audit_record(
             tenant=tenant, actor=actor, action=AuditAction.AUDIT_EXPORT,
             target_type=TargetType.TENANT, target_id=tenant.slug,
-            before=({"through_seq": last_seq, "through_tombstone": last_tombstone}
-                    if last_seq else None),
-            after={"export": row.pk, "through_seq": through_seq,
-                   "through_tombstone": written["through_tombstone"],
-                   "events": written["counts"]["events"],
-                   "tombstones": written["counts"]["tombstones"],
+            before=({"through_seq": last_seq, "through_tombstone": last_tombstone,
+                     "through_tree_size": last_size} if last_seq else None),
+            after={"export": row.pk, "through_seq": manifest["through_seq"],
+                   "through_tree_size": size, "through_tombstone": stone,
+                   "events": manifest["counts"]["events"],
+                   "tombstones": manifest["counts"]["tombstones"],
                    "manifest_sha256": manifest_sha, "key_id": manifest["key_id"],
                    "watermark_moved": moved})
-    return {**manifest, "export": row.pk, "watermark_moved": moved, "dir": str(out)}
+    return {"export": row.pk, "watermark_moved": moved}
 
 
 # --------------------------------------------------------------------------------------

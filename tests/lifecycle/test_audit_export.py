@@ -55,7 +55,7 @@ def test_an_export_writes_events_tombstones_and_a_signed_manifest(acme, wendy, t
     assert manifest["through_seq"] == before[-1]
     assert manifest["through_tombstone"] == stones[-1].pk
     assert manifest["counts"] == {"events": len(before), "tombstones": 2}
-    assert f"{manifest['counts']['events']} event(s) through seq" in line
+    assert f"exported {manifest['counts']['events']} event(s) (tree size " in line
     events = (out / "audit.jsonl").read_text().splitlines()
     assert [json.loads(x)["seq"] for x in events] == before
     assert [json.loads(x)["id"] for x in (out / "tombstones.jsonl").read_text().splitlines()] \
@@ -129,9 +129,11 @@ def test_watermarks_only_move_forward(acme, wendy, tmp_path):
     services.audit_export(actor=None, tenant=acme, out_dir=tmp_path / "b")
     second = services.export_watermark(acme)
     assert second > first
+    first_size = AuditExport.objects.for_tenant(acme).order_by("id")[0].through_tree_size
     behind = services.audit_export(actor=None, tenant=acme, out_dir=tmp_path / "c",
-                                   through_seq=3)
-    assert behind["watermark_moved"] is False and behind["through_tombstone"] == 0
+                                   through_tree_size=first_size)
+    assert behind["watermark_moved"] is False and behind["through_tree_size"] == first_size
+    assert behind["through_tombstone"] == stones[0].pk
     assert services.export_watermark(acme) == second
     assert AuditExport.objects.for_tenant(acme).count() == 3  # every export is recorded
     assert auditexport.verify_export(tmp_path / "c")[1] == []
@@ -146,11 +148,11 @@ def test_export_refusals(acme, adam, vic, wendy, tmp_path):
     with pytest.raises(InvalidPayload, match="already holds an export"):
         services.audit_export(actor=adam, tenant=acme, out_dir=tmp_path / "a")
     for bad in (0, 10**6, "3", True):
-        with pytest.raises(InvalidPayload, match="through_seq"):
+        with pytest.raises(InvalidPayload, match="^through_tree_size: "):
             services.audit_export(actor=adam, tenant=acme, out_dir=tmp_path / "b",
-                                  through_seq=bad)
-    with pytest.raises(CommandError, match="through_seq"):
-        run("export_audit", "acme", out=str(tmp_path / "c"), through_seq=0)
+                                  through_tree_size=bad)
+    with pytest.raises(CommandError, match="^--through-tree-size: "):
+        run("export_audit", "acme", out=str(tmp_path / "c"), through_tree_size=0)
     with pytest.raises(CommandError, match="no tenant"):
         run("export_audit", "initech", out=str(tmp_path / "d"))
     assert AuditExport.objects.for_tenant(acme).count() == 1

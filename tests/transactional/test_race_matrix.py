@@ -171,8 +171,9 @@ NOT_RACED = {
                        "policy once per pass and re-judges each run under its lock",
     # Issue 20: operator commands and four-eyes steps, each serialized by the tenant's
     # audit head (its first lock) and re-judged under it.
-    "audit_export": "takes the tenant's audit head to read the chain up to a watermark; "
-                    "two exports are two files, the watermark only moves forward",
+    "audit_export": "reads a prefix of the sealed tree (a signed head: fixed for ever, so no "
+                    "lock), then records under the tenant's audit head; two exports are "
+                    "two files, the watermark only moves forward",
     "keyring_restore": "operator command after a restore, all or nothing, under each "
                        "tenant's audit head; a second run finds nothing to do",
     "tenant_shred": "operator command under the tenant's audit head; a second finds the "

@@ -18,8 +18,10 @@ Each tenant checked also gets a line saying how many of its events refer to eras
 (runs whose payloads retention or erasure deleted: their ``Tombstone``): the chain
 verifies all the same, since it holds hashes of what was deleted, never the content
 (issue 20, item 3). With ``--export DIR`` (repeatable), an export written by
-``export_audit`` is checked with the keys alone (manifest signature, file hashes, every
-event's HMAC and link) and against the database (the chain still holds its last event).
+``export_audit`` is checked with the keys alone (manifest signature, the signed tree
+head it carries, file hashes, every event's HMAC and link, the Merkle root of its leaves
+equal to the head's) and against the database (the tree still extends the exported head,
+a consistency proof; the chain still holds its highest event).
 
 Run without a tenant, it records two heartbeats (``checkpoints.heartbeat``, database clock)
 when it finishes: ``audit.verify`` always, then ``audit.intact`` when everything held.
@@ -141,7 +143,10 @@ class Command(BaseCommand):
             self.stdout.write(f"{slug}: BROKEN export {directory}: {problems[0]}")
             broken.setdefault(slug, f"export {directory}: {problems[0]}")
         else:
+            size = manifest.get("through_tree_size")
+            held = (f"tree size {size} under its signed head, seq up to "
+                    if size is not None else "through seq ")
             self.stdout.write(
                 f"{slug}: export {directory} verifies ({manifest['counts']['events']} "
-                f"event(s) through seq {manifest['through_seq']}, "
+                f"event(s), {held}{manifest['through_seq']}, "
                 f"{manifest['counts']['tombstones']} tombstone(s))")
