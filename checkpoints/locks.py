@@ -194,14 +194,15 @@ def lock_runs(tenant: Tenant, run_ids: Iterable[uuid.UUID]) -> list[Run]:
 
 def write_lock_sql() -> str:
     """The first statement of the SQL write path (``services.writepath.checkpoint_update``):
-    a call of the database function ``checkpoints_write_lock`` (migration 0039), which
+    a call of the database function ``checkpoints_write_lock_v2`` (migrations 0039 and
+    0041: also the run's phase, last write, kind and identity), which
     takes the tenant's write gate shared (``SHARE_LOCK``), then the run row
     (``ROW_LOCK``), as ``lock_run`` does, and only then reads the checkpoint, the data
     policy and the run's facts, so they are current. Named parameters: ``tenant``,
     ``checkpoint``, ``run`` (uuids), ``needs_retry``, ``open_retry`` (state lists).
     Returns one row, or none when the tenant has no gate row or the run does not
     exist."""
-    return ("SELECT * FROM checkpoints_write_lock(%(tenant)s, %(checkpoint)s, %(run)s, "
+    return ("SELECT * FROM checkpoints_write_lock_v2(%(tenant)s, %(checkpoint)s, %(run)s, "
             "%(needs_retry)s, %(open_retry)s)")
 
 

@@ -23,8 +23,10 @@ CHECKPOINT_COLUMNS = ["id", "run", "kind", "revision", "usage"]
 POLICY_COLUMNS = ["secrets_policy", "payload_flag_bytes", "subject_fields"]
 
 
-def function_sql(apps, connection) -> str:
-    """The ``CREATE OR REPLACE FUNCTION`` of ``checkpoints_write_lock``."""
+def function_sql(apps, connection, *, name: str = "checkpoints_write_lock",
+                 run_columns: list[str] = RUN_COLUMNS) -> str:
+    """The ``CREATE OR REPLACE FUNCTION`` of ``checkpoints_write_lock`` (migration 0041
+    makes ``name`` with more ``run_columns`` from it)."""
     q = connection.ops.quote_name
     models = {name: apps.get_model("checkpoints", name) for name in
               ("AuditChainHead", "Run", "Checkpoint", "DataPolicy", "Effect", "RetryRequest")}
@@ -41,18 +43,18 @@ def function_sql(apps, connection) -> str:
             f = f.target_field
         return f.rel_db_type(connection) if f.primary_key else f.db_type(connection)
 
-    out = ([(f"o_run_{f}", typ("Run", f)) for f in RUN_COLUMNS] + [("o_now", "timestamptz")]
+    out = ([(f"o_run_{f}", typ("Run", f)) for f in run_columns] + [("o_now", "timestamptz")]
            + [(f"o_cp_{f}", typ("Checkpoint", f)) for f in CHECKPOINT_COLUMNS]
            + [(f"o_p_{f}", typ("DataPolicy", f)) for f in POLICY_COLUMNS]
            + [("o_effect_states", "json"), ("o_open_retry", typ("RetryRequest", "state"))])
     returns = ", ".join(f"{name} {t}" for name, t in out)
-    run_select = ", ".join(f"x.{col('Run', f)}" for f in RUN_COLUMNS)
-    run_out = ", ".join(f"r.{col('Run', f)}" for f in RUN_COLUMNS)
+    run_select = ", ".join(f"x.{col('Run', f)}" for f in run_columns)
+    run_out = ", ".join(f"r.{col('Run', f)}" for f in run_columns)
     cp_out = ", ".join(f"c.{col('Checkpoint', f)}" for f in CHECKPOINT_COLUMNS)
     policy_out = ", ".join(f"p.{col('DataPolicy', f)}" for f in POLICY_COLUMNS)
     e, rr = "Effect", "RetryRequest"
     return f"""
-CREATE OR REPLACE FUNCTION checkpoints_write_lock(
+CREATE OR REPLACE FUNCTION {name}(
     p_tenant bigint, p_checkpoint uuid, p_run uuid, p_needs_retry text[], p_open_retry text[])
 RETURNS TABLE ({returns})
 LANGUAGE plpgsql VOLATILE AS $fn$

@@ -320,6 +320,35 @@ def run_save_many(changes: list[tuple[Run, dict]], now: datetime, *,
     return reopened
 
 
+def conflict_parts(*, tenant, run: Run, actor, target_type: str, target_id, expected,
+                   actual: int | None, attempted: int | None, refused: str, now: datetime,
+                   reason: str | None = None,
+                   token_sent: int | None = None) -> tuple[Conflict, dict]:
+    """The unsaved ``Conflict`` row of a refused write and the keyword arguments of its
+    audit event (``audit_record``/``audit.new_event``): the one builder of both, for
+    ``_record_conflict`` (the ORM) and the SQL write path (``services.writepath``), so
+    the two record a refusal alike. ``run``: the run (its ``pk``, ``uuid`` and
+    ``fencing_token`` are read); ``now``: the database time read with its lock;
+    ``refused``: the refused body's JSON text (stored encrypted; "" for none)."""
+    if reason is None:
+        reason = ConflictReason.ID_EXISTS if expected is None else ConflictReason.STALE_REVISION
+    conflict = Conflict(
+        tenant=tenant, run_id=run.pk, target_type=target_type, target_uuid=target_id,
+        reason=reason, expected_revision=expected, actual_revision=actual,
+        attempted_revision=attempted, fencing_token_sent=token_sent,
+        fencing_token_current=run.fencing_token if reason == ConflictReason.FENCED else None,
+        writer=actor, writer_name=_actor_name(actor),
+        refused_ciphertext=crypto.encrypt_text(refused, tenant=tenant) if refused else "",
+        created_at=now,
+    )
+    event = {"tenant": tenant, "actor": actor, "action": AuditAction.CONFLICT[target_type],
+             "target_type": target_type, "target_id": target_id, "run_id": run.uuid,
+             "before": {"current_revision": actual},
+             "after": {"reason": reason, "expected_revision": expected,
+                       "attempted_revision": attempted, "fencing_token": token_sent}}
+    return conflict, event
+
+
 def _record_conflict(*, tenant, run: Run, actor, target_type: str, target_id, expected,
                      actual: int | None, attempted: int | None, refused: str,
                      reason: str | None = None, token_sent: int | None = None) -> None:
@@ -327,24 +356,15 @@ def _record_conflict(*, tenant, run: Run, actor, target_type: str, target_id, ex
     shown"): the conflict row with the refused body encrypted, the run's count of
     unacknowledged conflicts and its recovery state, and one audit event, in the caller's
     transaction, which holds ``run``'s lock (read with the database time)."""
-    if reason is None:
-        reason = ConflictReason.ID_EXISTS if expected is None else ConflictReason.STALE_REVISION
-    Conflict.objects.create(
-        tenant=tenant, run=run, target_type=target_type, target_uuid=target_id, reason=reason,
-        expected_revision=expected, actual_revision=actual, attempted_revision=attempted,
-        fencing_token_sent=token_sent,
-        fencing_token_current=run.fencing_token if reason == ConflictReason.FENCED else None,
-        writer=actor, writer_name=_actor_name(actor),
-        refused_ciphertext=crypto.encrypt_text(refused, tenant=tenant) if refused else "",
-        created_at=_now_for(run),
-    )
+    now = _now_for(run)
+    conflict, event = conflict_parts(
+        tenant=tenant, run=run, actor=actor, target_type=target_type, target_id=target_id,
+        expected=expected, actual=actual, attempted=attempted, refused=refused, now=now,
+        reason=reason, token_sent=token_sent)
+    conflict.save(force_insert=True)
     # The caller holds the run's lock, so the count read with it is current.
-    run_save(run, _now_for(run), unacknowledged_conflicts=run.unacknowledged_conflicts + 1)
-    audit_record(tenant=tenant, actor=actor, action=AuditAction.CONFLICT[target_type],
-                 target_type=target_type, target_id=target_id, run_id=run.uuid,
-                 before={"current_revision": actual},
-                 after={"reason": reason, "expected_revision": expected,
-                        "attempted_revision": attempted, "fencing_token": token_sent})
+    run_save(run, now, unacknowledged_conflicts=run.unacknowledged_conflicts + 1)
+    audit_record(**event)
 
 
 # --------------------------------------------------------------------------------------

@@ -29,7 +29,7 @@ import uuid
 from dataclasses import dataclass
 from functools import lru_cache
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 
 from .. import audit, declared, locks, policy, sql
 from ..audit import audit_record
@@ -39,6 +39,7 @@ from ..models import (
     AuditEvent,
     Checkpoint,
     CheckpointRevision,
+    Conflict,
     Run,
     RunSubject,
     Tenant,
@@ -62,6 +63,7 @@ from .runs import (
     _drop_if_empty,
     _lock_run,
     _record_conflict,
+    conflict_parts,
     effect_labels,
     run_save,
 )
@@ -371,6 +373,7 @@ WRITE_PARAMS_MAX = 50
 class _Sql:
     lock: str
     write: dict[bool, str]  # by whether the payload's identity is stored
+    refuse: str  # a stale write's conflict, the run's count and state, its audit event
 
 
 @lru_cache(maxsize=1)
@@ -411,7 +414,31 @@ def _sql() -> _Sql:
             # back instead of committing half a write.
             f"SELECT 1 / (SELECT COUNT(*) FROM ev)::int"
         )
-    return _Sql(lock=locks.write_lock_sql(), write=write)
+    cf = [f for f in Conflict._meta.concrete_fields if not f.primary_key]
+    refused_sets = ", ".join(f"{_col(r, f)} = %(run_{f})s" for f in _REFUSAL_RUN_FIELDS)
+    refuse = (
+        f"WITH cf AS (INSERT INTO {_table(Conflict)} ({', '.join(sql.q(f.column) for f in cf)}) "
+        f"VALUES ({', '.join(f'%(cf_{f.attname})s' for f in cf)}) RETURNING 1), "
+        f"ru AS (UPDATE {_table(r)} SET {refused_sets} WHERE {_col(r, 'id')} = %(run_pk)s "
+        f"AND EXISTS (SELECT 1 FROM cf) RETURNING 1), "
+        f"ev AS (INSERT INTO {_table(ev)} ({', '.join(_col(ev, f) for f in ev_fields)}) "
+        f"SELECT {ev_vals} WHERE EXISTS (SELECT 1 FROM ru) RETURNING 1) "
+        f"SELECT 1 / (SELECT COUNT(*) FROM ev)::int"
+    )
+    return _Sql(lock=locks.write_lock_sql(), write=write, refuse=refuse)
+
+
+#: What a refused write changes on its run (``runs.run_save``'s fields for one conflict
+#: more): the count, then the recovery state it gives.
+_REFUSAL_RUN_FIELDS = ("unacknowledged_conflicts", "recovery_state", "recovery_reason",
+                       "updated_at", "state_changed_at")
+#: The run's columns ``checkpoints_write_lock_v2`` returns first, in order (migration
+#: 0041: 0039's, then what the run's facts need).
+_LOCK_RUN_FIELDS = ("id", "fencing_token", "lease_owner", "lease_expires_at", "closed_at",
+                    "recovery_state", "state_changed_at", "unacknowledged_conflicts",
+                    "payloads_deleted_at", "phase_class", "phase_label", "last_write_at",
+                    "kind", "schema_version", "agent", "model", "workflow",
+                    "definition_version")
 
 
 def checkpoint_update(*, actor, tenant: Tenant, envelope, expected_revision: int,
@@ -435,13 +462,15 @@ def checkpoint_update(*, actor, tenant: Tenant, envelope, expected_revision: int
     inside a caller's (a LangGraph put with its pending writes, a bulk) the same
     statements run in a savepoint, in pipeline mode.
 
+    A stale revision is refused in the same two round trips: the second sends its
+    conflict record instead (``_refuse_stale``), and the ``StaleRevision`` is returned.
+
     Returns the updated ``Checkpoint`` (an unsaved instance holding what was written, so
-    no re-read), or ``FALLBACK`` when nothing was written and the ORM path must decide:
-    no such run or checkpoint, the checkpoint belongs to another run or has another kind
-    (400s the ORM path words), no write gate row yet, and every refusal (a stale
-    revision, a usage counter going back): the ORM path records the conflict (the
-    reference, one place). Raises ``Fenced`` (CONTRACT.md 3) like the ORM path; the
-    caller records it.
+    no re-read), that ``StaleRevision``, or ``FALLBACK`` when nothing was written and the
+    ORM path must decide: no such run or checkpoint, the checkpoint belongs to another
+    run or has another kind (400s the ORM path words), no write gate row yet, a usage
+    counter going back (the ORM path records that conflict). Raises ``Fenced``
+    (CONTRACT.md 3) like the ORM path; the caller records it.
     """
     if transaction.get_connection().in_atomic_block:
         with sql.Pipeline() as pipe, transaction.atomic(), _cursor() as cursor:
@@ -479,28 +508,34 @@ def _update(cursor, *, actor, tenant, envelope, expected_revision, fencing_token
     row = cursor.fetchone()
     if row is None:
         return FALLBACK
-    (run_pk, token, lease_owner, lease_expires_at, closed_at, old_state, state_changed_at,
-     unacknowledged, payloads_deleted_at, now, checkpoint_pk, checkpoint_run, kind,
-     stored_revision, stored_usage, secrets_policy, payload_flag_bytes, subject_fields,
-     counts, open_retry) = row
+    n = len(_LOCK_RUN_FIELDS)
+    # The run as stored (read under its lock), for the fence and a refusal's state.
+    stored_run = Run(tenant_id=tenant.pk, uuid=envelope.run_id,
+                     **dict(zip(_LOCK_RUN_FIELDS, row[:n], strict=True)))
+    (now, checkpoint_pk, checkpoint_run, kind, stored_revision, stored_usage, secrets_policy,
+     payload_flag_bytes, subject_fields, counts, open_retry) = row[n:]
+    run_pk = stored_run.pk
     if (checkpoint_pk is None or checkpoint_run != run_pk or kind != envelope.kind
-            or payloads_deleted_at is not None):
+            or stored_run.payloads_deleted_at is not None):
         # A run whose payloads a purge deleted: the ORM path refuses it (RunDeleted).
         return FALLBACK
-    live = policy.lease_live(lease_owner, lease_expires_at, now)
-    if policy.fence_refuses(fencing_token, token, live):
-        raise Fenced(token, run_pk=run_pk)
-    # The tenant's data policy (read with the lock) decides what screening found: 422
-    # before any write (nothing was written yet; the transaction rolls back).
+    # In the ORM path's order: the tenant's data policy (read with the lock) decides what
+    # screening found (422 before any write: the transaction rolls back), then the fence.
     screened = (screened or Screened()).decided(
         secrets_policy or SecretsPolicy.WARN, payload_flag_bytes)
+    live = policy.lease_live(stored_run.lease_owner, stored_run.lease_expires_at, now)
+    if policy.fence_refuses(fencing_token, stored_run.fencing_token, live):
+        raise Fenced(stored_run.fencing_token, run_pk=run_pk)
     if isinstance(stored_usage, str):  # Django reads jsonb as text
         stored_usage = json.loads(stored_usage)
-    if (stored_revision != expected_revision
-            or _usage_refusal(cls, stored_usage, stored_revision, expected_revision)):
-        return FALLBACK  # a refusal: the ORM path records its conflict
     if isinstance(counts, str):
         counts = json.loads(counts)
+    if stored_revision != expected_revision:
+        return _refuse_stale(cursor, actor=actor, tenant=tenant, envelope=envelope,
+                             expected_revision=expected_revision, run=stored_run, now=now,
+                             actual=stored_revision, counts=counts, open_retry=open_retry)
+    if _usage_refusal(cls, stored_usage, stored_revision, expected_revision):
+        return FALLBACK  # the ORM path records the usage conflict
 
     written = {"revision": envelope.revision,
                **_checkpoint_fields(envelope, cls, phase_label, ciphertext, size, now,
@@ -509,26 +544,23 @@ def _update(cursor, *, actor, tenant, envelope, expected_revision, fencing_token
     # The run as this write leaves it, for the one RunFacts builder: the new checkpoint's
     # phase, written now, open again (a write reopens a closed run, DESIGN.md 4).
     written_run = Run(phase_class=cls.phase.phase_class, phase_label=phase_label,
-                      last_write_at=now, lease_owner=lease_owner,
-                      lease_expires_at=lease_expires_at,
-                      unacknowledged_conflicts=unacknowledged, closed_at=None)
-    facts = policy.RunFacts.of(
-        written_run, now=now, ambiguity_threshold_s=tenant.ambiguity_threshold_s,
-        effect_states=counts, open_retry_state=open_retry or "",
-        effect_labels=(effect_labels(tenant.pk, run_pk)
-                       if any(counts.get(s) for s in EffectState.DOUBTFUL) else {}))
-    state, reason = policy.recovery_state(facts)
+                      last_write_at=now, lease_owner=stored_run.lease_owner,
+                      lease_expires_at=stored_run.lease_expires_at,
+                      unacknowledged_conflicts=stored_run.unacknowledged_conflicts,
+                      closed_at=None)
+    state, reason = _state(tenant, written_run, run_pk, now, counts, open_retry)
     run_values = {
         "latest_checkpoint": checkpoint_pk, **_run_fields(envelope, cls, phase_label, now),
         "updated_at": now, "recovery_state": state, "recovery_reason": reason[:256],
-        "state_changed_at": now if state != old_state else state_changed_at,
+        "state_changed_at": (now if state != stored_run.recovery_state
+                             else stored_run.state_changed_at),
     }
     event = audit.new_event(
         tenant=tenant, created_at=now, actor=actor,
         action=AuditAction.CHECKPOINT_WRITE, target_type=TargetType.CHECKPOINT,
         target_id=checkpoint_id, run_id=envelope.run_id,
         **_write_audit(envelope, cls, phase_label, expected_revision,
-                       reopened=closed_at is not None, screened=screened))
+                       reopened=stored_run.closed_at is not None, screened=screened))
     params = {f"run_{k}": v for k, v in run_values.items()}
     params.update(_event_params(event), **written)
     del params["ev_tenant"]  # the statement uses %(tenant)s
@@ -546,6 +578,47 @@ def _update(cursor, *, actor, tenant, envelope, expected_revision, fencing_token
                             **written)
     checkpoint.written_by = actor
     return checkpoint
+
+
+def _state(tenant, run: Run, run_pk: int, now, counts: dict, open_retry) -> tuple[str, str]:
+    """The recovery state and reason of ``run`` (as a write leaves it) at ``now``, from
+    the facts ``checkpoints_write_lock_v2`` read (``policy.RunFacts.of``, the one
+    builder; the labels of effects in doubt read only when there are some)."""
+    facts = policy.RunFacts.of(
+        run, now=now, ambiguity_threshold_s=tenant.ambiguity_threshold_s,
+        effect_states=counts, open_retry_state=open_retry or "",
+        effect_labels=(effect_labels(tenant.pk, run_pk)
+                       if any(counts.get(s) for s in EffectState.DOUBTFUL) else {}))
+    return policy.recovery_state(facts)
+
+
+def _refuse_stale(cursor, *, actor, tenant, envelope, expected_revision: int, run: Run, now,
+                  actual: int, counts: dict, open_retry) -> StaleRevision:
+    """A stale update refused in the update's second round trip (issue 22: "contended at
+    least 0.15x, every refusal recorded"): what ``_keep_conflict`` does through the ORM,
+    in one statement sent with ``COMMIT``: the conflict row (``runs.conflict_parts``, the
+    one builder), the run's count of unacknowledged conflicts and the recovery state that
+    count gives (not reopened: a refusal is no write), and the audit event. ``run`` is
+    the run as read under its lock. Returns the ``StaleRevision`` to raise once it
+    committed."""
+    conflict, event = conflict_parts(
+        tenant=tenant, run=run, actor=actor, target_type=TargetType.CHECKPOINT,
+        target_id=envelope.checkpoint_id, expected=expected_revision, actual=actual,
+        attempted=envelope.revision, refused=dumps(envelope.as_json()), now=now)
+    old_state = run.recovery_state
+    run.unacknowledged_conflicts += 1
+    state, reason = _state(tenant, run, run.pk, now, counts, open_retry)
+    params = {f"cf_{f.attname}": f.get_db_prep_save(f.pre_save(conflict, True), connection)
+              for f in Conflict._meta.concrete_fields if not f.primary_key}
+    params.update({"run_unacknowledged_conflicts": run.unacknowledged_conflicts,
+                   "run_recovery_state": state, "run_recovery_reason": reason[:256],
+                   "run_updated_at": now,
+                   "run_state_changed_at": now if state != old_state else run.state_changed_at},
+                  **_event_params(audit.new_event(created_at=now, **event)))
+    del params["ev_tenant"]  # the statement uses %(tenant)s
+    params.update(tenant=tenant.pk, run_pk=run.pk)
+    cursor.execute(_sql().refuse, params)  # its result comes with COMMIT
+    return StaleRevision(actual)
 
 
 def _subjects_insert(rows: list[RunSubject]) -> tuple[str, list]:

@@ -108,12 +108,14 @@ def sql_path_used(monkeypatch):
     tenants taking the ORM path)."""
     from checkpoints.services import writepath
 
-    calls = {"written": 0}
+    calls = {"written": 0, "refused": 0}
     real = writepath.checkpoint_update
 
     def counting(**kwargs):
         answer = real(**kwargs)
-        if answer is not writepath.FALLBACK:
+        if isinstance(answer, StaleRevision):
+            calls["refused"] += 1
+        elif answer is not writepath.FALLBACK:
             calls["written"] += 1
         return answer
 
@@ -126,10 +128,10 @@ def test_the_sql_path_writes_what_the_orm_path_writes(acme, globex, wendy, wes, 
                                                       settings, sql_path_used):
     settings.RECOVERY_SQL_WRITE_PATH = True
     fast = script(wendy, rita, acme)
-    assert sql_path_used["written"] == 7  # revisions 1 to 7 (a refusal: the ORM path's)
+    assert sql_path_used == {"written": 7, "refused": 1}  # revisions 1 to 7, the stale one
     settings.RECOVERY_SQL_WRITE_PATH = False
     slow = script(wes, omar, globex)
-    assert sql_path_used["written"] == 7  # unchanged: globex took the ORM path
+    assert sql_path_used == {"written": 7, "refused": 1}  # unchanged: globex took the ORM
     assert fast == slow
     assert [a[0] for a in fast].count("Fenced") == 2
     assert [a[0] for a in fast].count("StaleRevision") == 1
@@ -189,6 +191,35 @@ def test_an_update_is_two_round_trips_whatever_the_history(acme, wendy, settings
             put_checkpoint(wendy, acme, body(rev), expected=rev - 1)
     assert counts == [2, 2], "BEGIN + lock; write + COMMIT with the pipeline's closing sync"
     assert Checkpoint.objects.for_tenant(acme).get().revision == 60
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_stale_write_is_refused_and_recorded_in_the_same_two_round_trips(acme, wendy,
+                                                                           settings):
+    """A stale revision: BEGIN + lock, then the conflict row, the run's count and state
+    and the audit event + COMMIT (issue 22: "contended at least 0.15x, every refusal
+    recorded"); the refusal is raised after its record committed."""
+    settings.RECOVERY_SQL_WRITE_PATH = True
+    put_checkpoint(wendy, acme, body(0))
+    put_checkpoint(wendy, acme, body(1), expected=0)
+    events = AuditEvent.objects.for_tenant(acme).count()
+    answers = []
+
+    def stale():
+        try:
+            put_checkpoint(wendy, acme, body(1), expected=0)
+        except StaleRevision as exc:
+            answers.append(exc)
+
+    assert round_trips(connection.connection, stale) == 2
+    assert len(answers) == 1
+    conflict = Conflict.objects.for_tenant(acme).get()
+    assert (conflict.expected_revision, conflict.actual_revision,
+            conflict.attempted_revision, conflict.reason) == (0, 1, 1, "stale_revision")
+    run = Run.objects.for_tenant(acme).get(uuid=RUN)
+    assert run.unacknowledged_conflicts == 1 and run.recovery_state == "conflicted"
+    assert AuditEvent.objects.for_tenant(acme).count() == events + 1
+    assert Checkpoint.objects.for_tenant(acme).get().revision == 1
 
 
 @pytest.mark.django_db
@@ -269,6 +300,6 @@ def test_the_store_statements_are_prepared_once_they_repeat(acme, wendy, setting
             cursor.execute("SELECT statement FROM pg_prepared_statements")
         prepared = [row[0] for row in cursor.fetchall()]
     assert any(s.startswith("WITH upd") for s in prepared), prepared
-    assert any("checkpoints_write_lock" in s for s in prepared), prepared
+    assert any("checkpoints_write_lock_v2" in s for s in prepared), prepared
     assert any("checkpoints_apitoken" in s for s in prepared), prepared
     assert not any("pg_prepared_statements" in s for s in prepared), prepared

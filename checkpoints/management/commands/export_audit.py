@@ -67,12 +67,12 @@ class Command(BaseCommand):
         try:
             result = services.audit_export(actor=None, tenant=t, out_dir=out,
                                            through_tree_size=through_tree_size)
+        except TreeIncomplete as exc:  # a DomainError (the proof endpoint's 409): first
+            raise CommandError(f"the audit tree is broken: {exc.detail}") from None
         except DomainError as exc:
             detail = exc.detail
             raise CommandError(OPTION + detail[len(FIELD):] if detail.startswith(FIELD)
                                else detail) from None
-        except TreeIncomplete as exc:
-            raise CommandError(f"the audit tree is broken: {exc}") from None
         except OSError as exc:
             raise CommandError(f"--out: cannot write {out!r} ({exc})") from None
         moved = "" if result["watermark_moved"] else " (not past the watermark: not moved)"
