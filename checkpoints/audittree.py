@@ -298,6 +298,20 @@ def head_json(head: AuditTreeHead) -> dict:
                                                  bytes.fromhex(head.root_hash))}
 
 
+def head_signature_problem(head: dict) -> str:
+    """"" when the exported head line ``head`` (``head_json``'s keys) is signed with a key
+    this deployment derives from ``RECOVERY_AUDIT_KEYS`` (its id and public key both) and
+    its Ed25519 signature verifies over its checkpoint text (``merkle.verify_head_line``);
+    else what is wrong, in words. For the head checks of ``verify_audit_chain --against``
+    (``audithead``) and of an export's manifest (``auditexport``)."""
+    _, by_id = signing_keys()
+    key = by_id.get(head["key_id"])
+    if key is None or key.public_b64 != head["public_key"]:
+        return f"signed with a key this deployment does not hold (key id {head['key_id']!r})"
+    problem = merkle.verify_head_line(head)
+    return f"{problem} (altered?)" if problem else ""
+
+
 def inclusion(tenant: Tenant, event: AuditEvent, tree_size: int | None = None) -> dict | None:
     """The inclusion proof of ``event`` (the tenant's) under the newest signed head, or
     under the signed head of ``tree_size`` leaves: ``{"leaf_index", "leaf_input" (the
