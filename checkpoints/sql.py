@@ -12,7 +12,7 @@ import json
 
 import psycopg
 from django.conf import settings
-from django.db import DEFAULT_DB_ALIAS, connection, connections
+from django.db import DEFAULT_DB_ALIAS, NotSupportedError, connection, connections
 from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
 from django.db.models.query import RawQuerySet
 from django.db.models.sql import RawQuery
@@ -96,9 +96,21 @@ class _ServerBoundRawQuery(RawQuery):
         conn = connections[self.using]
         if conn.vendor != "postgresql":
             return super()._execute_query()
+        params = tuple(conn.ops.adapt_unknown_value(v) for v in self.params)
         self.cursor = cursor()
-        self.cursor.execute(self.sql, tuple(conn.ops.adapt_unknown_value(v)
-                                            for v in self.params))
+        try:
+            self.cursor.execute(self.sql, params)
+        except NotSupportedError as exc:
+            # "cached plan must not change result type": a migration run by another
+            # process changed the type of a column this prepared statement returns, which
+            # PostgreSQL cannot replan. Outside a transaction, run it again on a fresh
+            # connection, which has prepared nothing (an attack's finding: every bearer
+            # request was a 500 until the connection aged out).
+            if conn.in_atomic_block or getattr(exc.__cause__, "sqlstate", None) != "0A000":
+                raise
+            conn.close()
+            self.cursor = cursor()
+            self.cursor.execute(self.sql, params)
         return None
 
 

@@ -303,3 +303,40 @@ def test_the_store_statements_are_prepared_once_they_repeat(acme, wendy, setting
     assert any("checkpoints_write_lock_v2" in s for s in prepared), prepared
     assert any("checkpoints_apitoken" in s for s in prepared), prepared
     assert not any("pg_prepared_statements" in s for s in prepared), prepared
+
+
+def _other_connection():
+    import psycopg
+
+    s = connection.settings_dict
+    return psycopg.connect(dbname=s["NAME"], user=s["USER"], host=s["HOST"],
+                           port=s["PORT"] or 5432, autocommit=True)
+
+
+@pytest.mark.parametrize("table, column, wide, narrow", [
+    ("auth_user", "last_name", "varchar(300)", "varchar(150)"),
+    ("checkpoints_tenant", "name", "varchar(400)", "varchar(200)"),
+])
+@pytest.mark.django_db(transaction=True)
+def test_the_prepared_token_read_survives_a_migration_run_by_another_process(
+        acme, wendy, table, column, wide, narrow):
+    """A deploy runs ``migrate`` in another process while web processes keep their
+    connections (``CONN_MAX_AGE``): a column the prepared token read returns changes
+    type, which PostgreSQL cannot replan ("cached plan must not change result type").
+    The next request on the same connection still authenticates, and so do the ones
+    after it (an attack's finding: each was a 500 until the connection aged out)."""
+    from checkpoints.api.auth import token_user
+    from checkpoints.models import Tenant
+
+    assert Tenant._meta.get_field("name").max_length == 200  # the narrow type below
+    raw = services.token_issue(user=wendy)
+    for _ in range(7):  # prepared from the 5th run on this connection
+        assert token_user(raw, tenant_slug=acme.slug) == wendy
+    try:
+        with _other_connection() as other:
+            other.execute(f'ALTER TABLE "{table}" ALTER COLUMN "{column}" TYPE {wide}')
+        for _ in range(3):
+            assert token_user(raw, tenant_slug=acme.slug) == wendy
+    finally:
+        with _other_connection() as other:
+            other.execute(f'ALTER TABLE "{table}" ALTER COLUMN "{column}" TYPE {narrow}')
