@@ -307,3 +307,17 @@ def test_an_upgraded_chain_exports_as_the_leaves_it_was_sealed_as(acme, tmp_path
     resign(out)
     assert auditexport.verify_export(out)[1][0].startswith(
         "audit.jsonl line 2: seq 3 where 2 was expected")
+
+
+def test_an_export_whose_manifest_names_another_tenant_is_broken_not_skipped(acme, tmp_path):
+    """The manifest's "tenant" edited: ``verify_audit_chain acme --export DIR`` reports
+    the export BROKEN under acme and fails, instead of skipping it as another tenant's
+    (an attack's finding: it printed nothing and succeeded)."""
+    out = tmp_path / "x"
+    services.audit_export(actor=None, tenant=acme, out_dir=out)
+    manifest = json.loads((out / "manifest.json").read_text())
+    (out / "manifest.json").write_text(json.dumps(dict(manifest, tenant="zzz")))
+    text = io.StringIO()
+    with pytest.raises(CommandError, match="acme: export"):
+        call_command("verify_audit_chain", "acme", export=[str(out)], stdout=text)
+    assert f"acme: BROKEN export {out}" in text.getvalue()

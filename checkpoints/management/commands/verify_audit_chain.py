@@ -133,7 +133,10 @@ class Command(BaseCommand):
         if manifest is None:
             slug = tenant or directory
         else:
-            slug = manifest["tenant"]
+            # A manifest that does not verify names no tenant it can be trusted for: it
+            # is reported under the tenant asked about (an attack's finding: an edited
+            # "tenant" made the check skip the export and succeed).
+            slug = manifest["tenant"] if not problems else (tenant or manifest["tenant"])
             if tenant is not None and slug != tenant:
                 return
             if not problems:
