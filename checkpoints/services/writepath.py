@@ -358,14 +358,14 @@ def _orm_write(actor, tenant, envelope, expected_revision, fencing_token, cls, p
 
 
 # --------------------------------------------------------------------------------------
-# The SQL dialect (PostgreSQL): an update in five round trips
+# The SQL dialect (PostgreSQL): an update, or its refusal, in two round trips
 # --------------------------------------------------------------------------------------
 
 #: The most parameters the update statement may take: psycopg converts a statement's
 #: ``%(name)s`` placeholders once and caches it only up to 50 parameters
 #: (``psycopg._queries.MAX_CACHED_STATEMENT_PARAMS``); past that, every write parses its
 #: 2.5 KB statement again (about 0.3 ms, measured by ``bench.profile_put``). Held by
-#: tests/services/test_writepath_sql.py.
+#: tests/services/test_writepath.py.
 WRITE_PARAMS_MAX = 50
 
 
