@@ -54,9 +54,11 @@ def test_the_settings_read_the_replica_and_pgbouncer(tmp_path):
 
     done = settings_with(tmp_path, DATABASE_URL="postgres://u@127.0.0.1:5432/app")
     assert done.returncode == 0, done.stderr
+    # Straight to PostgreSQL the store's own statements are prepared (issue 22, item 2).
     assert json.loads(done.stdout) == {"aliases": ["default"], "routers": [],
-                                       "bouncer": False, "options": {}, "cursors": False,
-                                       "replica": None, "replica_port": None}
+                                       "bouncer": False, "options": {"prepare_threshold": 5},
+                                       "cursors": False, "replica": None,
+                                       "replica_port": None}
 
     done = settings_with(tmp_path, RECOVERY_REPLICA_URL="postgres://u@127.0.0.1:5433/app")
     assert done.returncode != 0
