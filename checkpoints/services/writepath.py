@@ -462,14 +462,14 @@ def checkpoint_update(*, actor, tenant: Tenant, envelope, expected_revision: int
     inside a caller's (a LangGraph put with its pending writes, a bulk) the same
     statements run in a savepoint, in pipeline mode.
 
-    A stale revision is refused in the same two round trips: the second sends its
-    conflict record instead (``_refuse_stale``), and the ``StaleRevision`` is returned.
+    A refusal (a stale revision, a usage counter going back) takes the same two round
+    trips: the second sends its conflict record instead (``_refuse``), and the
+    ``StaleRevision`` or ``UsageDecreased`` is returned.
 
     Returns the updated ``Checkpoint`` (an unsaved instance holding what was written, so
-    no re-read), that ``StaleRevision``, or ``FALLBACK`` when nothing was written and the
-    ORM path must decide: no such run or checkpoint, the checkpoint belongs to another
-    run or has another kind (400s the ORM path words), no write gate row yet, a usage
-    counter going back (the ORM path records that conflict). Raises ``Fenced``
+    no re-read), that refusal, or ``FALLBACK`` when nothing was written and the ORM
+    path must decide: no such run or checkpoint, the checkpoint belongs to another run
+    or has another kind (400s the ORM path words), no write gate row yet. Raises ``Fenced``
     (CONTRACT.md 3) like the ORM path; the caller records it.
     """
     if transaction.get_connection().in_atomic_block:
@@ -530,12 +530,12 @@ def _update(cursor, *, actor, tenant, envelope, expected_revision, fencing_token
         stored_usage = json.loads(stored_usage)
     if isinstance(counts, str):
         counts = json.loads(counts)
-    if stored_revision != expected_revision:
-        return _refuse_stale(cursor, actor=actor, tenant=tenant, envelope=envelope,
-                             expected_revision=expected_revision, run=stored_run, now=now,
-                             actual=stored_revision, counts=counts, open_retry=open_retry)
-    if _usage_refusal(cls, stored_usage, stored_revision, expected_revision):
-        return FALLBACK  # the ORM path records the usage conflict
+    refusal = (StaleRevision(stored_revision) if stored_revision != expected_revision
+               else _usage_refusal(cls, stored_usage, stored_revision, expected_revision))
+    if refusal is not None:
+        return _refuse(cursor, refusal, actor=actor, tenant=tenant, envelope=envelope,
+                       expected_revision=expected_revision, run=stored_run, now=now,
+                       actual=stored_revision, counts=counts, open_retry=open_retry)
 
     written = {"revision": envelope.revision,
                **_checkpoint_fields(envelope, cls, phase_label, ciphertext, size, now,
@@ -592,19 +592,23 @@ def _state(tenant, run: Run, run_pk: int, now, counts: dict, open_retry) -> tupl
     return policy.recovery_state(facts)
 
 
-def _refuse_stale(cursor, *, actor, tenant, envelope, expected_revision: int, run: Run, now,
-                  actual: int, counts: dict, open_retry) -> StaleRevision:
-    """A stale update refused in the update's second round trip (issue 22: "contended at
-    least 0.15x, every refusal recorded"): what ``_keep_conflict`` does through the ORM,
-    in one statement sent with ``COMMIT``: the conflict row (``runs.conflict_parts``, the
-    one builder), the run's count of unacknowledged conflicts and the recovery state that
-    count gives (not reopened: a refusal is no write), and the audit event. ``run`` is
-    the run as read under its lock. Returns the ``StaleRevision`` to raise once it
-    committed."""
+def _refuse(cursor, refusal: StaleRevision | UsageDecreased, *, actor, tenant, envelope,
+            expected_revision: int, run: Run, now, actual: int, counts: dict,
+            open_retry) -> StaleRevision | UsageDecreased:
+    """An update refused in its second round trip, a stale revision or a usage counter
+    going back (issue 22: "contended at least 0.15x, every refusal recorded"): what
+    ``_keep_conflict`` does through the ORM, in one statement sent with ``COMMIT``: the
+    conflict row (``runs.conflict_parts``, the one builder), the run's count of
+    unacknowledged conflicts and the recovery state that count gives (not reopened: a
+    refusal is no write), and the audit event. ``run`` is the run as read under its
+    lock. Returns ``refusal``, to raise once its record committed."""
+    reason = (ConflictReason.USAGE_DECREASED if isinstance(refusal, UsageDecreased)
+              else None)  # None: stale_revision (conflict_parts)
     conflict, event = conflict_parts(
         tenant=tenant, run=run, actor=actor, target_type=TargetType.CHECKPOINT,
         target_id=envelope.checkpoint_id, expected=expected_revision, actual=actual,
-        attempted=envelope.revision, refused=dumps(envelope.as_json()), now=now)
+        attempted=envelope.revision, refused=dumps(envelope.as_json()), now=now,
+        reason=reason)
     old_state = run.recovery_state
     run.unacknowledged_conflicts += 1
     state, reason = _state(tenant, run, run.pk, now, counts, open_retry)
@@ -618,7 +622,7 @@ def _refuse_stale(cursor, *, actor, tenant, envelope, expected_revision: int, ru
     del params["ev_tenant"]  # the statement uses %(tenant)s
     params.update(tenant=tenant.pk, run_pk=run.pk)
     cursor.execute(_sql().refuse, params)  # its result comes with COMMIT
-    return StaleRevision(actual)
+    return refusal
 
 
 def _subjects_insert(rows: list[RunSubject]) -> tuple[str, list]:

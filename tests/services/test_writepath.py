@@ -17,7 +17,7 @@ import pytest
 from django.db import connection
 
 from checkpoints import crypto, services
-from checkpoints.exceptions import Fenced, StaleRevision
+from checkpoints.exceptions import Fenced, StaleRevision, UsageDecreased
 from checkpoints.models import AuditEvent, Checkpoint, CheckpointRevision, Conflict, Run
 from tests.helpers import age_world, effect_body, envelope, put_checkpoint, walk_effect
 
@@ -113,7 +113,7 @@ def sql_path_used(monkeypatch):
 
     def counting(**kwargs):
         answer = real(**kwargs)
-        if isinstance(answer, StaleRevision):
+        if isinstance(answer, (StaleRevision, UsageDecreased)):
             calls["refused"] += 1
         elif answer is not writepath.FALLBACK:
             calls["written"] += 1
@@ -340,3 +340,29 @@ def test_the_prepared_token_read_survives_a_migration_run_by_another_process(
     finally:
         with _other_connection() as other:
             other.execute(f'ALTER TABLE "{table}" ALTER COLUMN "{column}" TYPE {narrow}')
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_usage_refusal_is_recorded_in_the_same_two_round_trips(acme, wendy, settings):
+    """A usage counter going back (CONTRACT.md 8) is refused like a stale revision: two
+    round trips, its conflict (``usage_decreased``) committed before it is raised."""
+    from checkpoints.exceptions import UsageDecreased
+    from tests.services.test_usage import agent_body
+
+    settings.RECOVERY_SQL_WRITE_PATH = True
+    ids = (uuid.uuid4(), uuid.uuid4())
+    put_checkpoint(wendy, acme, agent_body(0, ids=ids, tokens=100))
+    put_checkpoint(wendy, acme, agent_body(1, ids=ids, tokens=120), expected=0)
+    answers = []
+
+    def lower():
+        try:
+            put_checkpoint(wendy, acme, agent_body(2, ids=ids, tokens=90), expected=1)
+        except UsageDecreased as exc:
+            answers.append(exc)
+
+    assert round_trips(connection.connection, lower) == 2
+    assert [a.body()["counter"] for a in answers] == ["tokens"]
+    conflict = Conflict.objects.for_tenant(acme).get()
+    assert (conflict.reason, conflict.expected_revision, conflict.actual_revision,
+            conflict.attempted_revision) == ("usage_decreased", 1, 1, 2)
