@@ -82,10 +82,29 @@ def cursor():
     statements between transactions; issue 22, docs/scaling.md). Wrapped like Django's own cursors, so query
     logging (``CaptureQueriesContext``), ``execute_wrapper`` hooks and error translation
     still apply."""
+    # Django's per-request health check (CONN_HEALTH_CHECKS) runs in its own cursor(),
+    # which this one bypasses: run it here, so a statement of this cursor that is the
+    # request's first (the token read) finds a connection the server closed replaced.
+    connection.close_if_health_check_failed()
     connection.ensure_connection()
     raw = psycopg.Cursor(connection.connection)
-    wrapper = CursorDebugWrapper if connection.queries_logged else CursorWrapper
+    wrapper = _DebugWrapper if connection.queries_logged else CursorWrapper
     return wrapper(raw, connection)
+
+
+class _DebugWrapper(CursorDebugWrapper):
+    """Django's query-logging wrapper (``connection.queries``, ``CaptureQueriesContext``)
+    for ``cursor()``: it logs each statement composed with its parameters, as Django does
+    for server-side binding (``compose_sql``). Django's own would read psycopg's
+    client-side query text, which a prepared statement does not have (it logged None)."""
+
+    def debug_sql(self, sql=None, params=None, use_last_executed_query=False, many=False):
+        if use_last_executed_query and not many:
+            try:
+                sql = self.db.ops.compose_sql(sql, params)
+            except Exception:  # noqa: BLE001 - the log keeps the statement's own text
+                pass
+        return super().debug_sql(sql, params, use_last_executed_query=False, many=many)
 
 
 class _ServerBoundRawQuery(RawQuery):

@@ -1409,6 +1409,8 @@ NOT_SERVICE_CELLS = {
                    "tests/services/test_notify_dispatch.py)",
     "parse_line": "checks one runifold line and encrypts it under the data key of the "
                   "tenant runifold_import passes (runifold_import's cell covers it)",
+    "conflict_parts": "builds (never saves) a refused write's conflict row and audit event "
+                      "for the tenant and run its caller holds; the writes' cells cover it",
 }
 
 
