@@ -82,14 +82,21 @@ def cursor():
     statements between transactions; issue 22, docs/scaling.md). Wrapped like Django's own cursors, so query
     logging (``CaptureQueriesContext``), ``execute_wrapper`` hooks and error translation
     still apply."""
-    # Django's per-request health check (CONN_HEALTH_CHECKS) runs in its own cursor(),
-    # which this one bypasses: run it here, so a statement of this cursor that is the
-    # request's first (the token read) finds a connection the server closed replaced.
-    connection.close_if_health_check_failed()
-    connection.ensure_connection()
+    _checked_connection()
     raw = psycopg.Cursor(connection.connection)
     wrapper = _DebugWrapper if connection.queries_logged else CursorWrapper
     return wrapper(raw, connection)
+
+
+def _checked_connection() -> None:
+    """Connect if needed, after Django's per-request health check (``CONN_HEALTH_CHECKS``),
+    which runs in Django's own ``cursor()`` and so not for the statements here: a
+    statement of this module that is the request's first (the token read) or the task's
+    first (a write) then finds a connection the server closed replaced. Called before
+    pipeline mode is entered (the check's ``SELECT 1`` must not join a pipeline); once
+    per request, then a no-op."""
+    connection.close_if_health_check_failed()
+    connection.ensure_connection()
 
 
 class _DebugWrapper(CursorDebugWrapper):
@@ -192,7 +199,7 @@ class Pipeline:
 
     def __enter__(self) -> Pipeline:
         if available():
-            connection.ensure_connection()
+            _checked_connection()
             self._mode = connection.connection.pipeline()
             self._mode.__enter__()
         return self
@@ -228,7 +235,7 @@ class WriteTransaction:
 
     def __enter__(self) -> WriteTransaction:
         assert available() and not connection.in_atomic_block, "WriteTransaction: autocommit only"
-        connection.ensure_connection()
+        _checked_connection()
         self._conn = connection.connection
         self._mode = self._conn.pipeline()
         self._mode.__enter__()

@@ -366,3 +366,24 @@ def test_a_usage_refusal_is_recorded_in_the_same_two_round_trips(acme, wendy, se
     conflict = Conflict.objects.for_tenant(acme).get()
     assert (conflict.reason, conflict.expected_revision, conflict.actual_revision,
             conflict.attempted_revision) == ("usage_decreased", 1, 1, 2)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_write_first_after_the_server_closed_the_connection_reconnects(acme, wendy,
+                                                                         settings):
+    """A task whose first statement is the SQL path's write (no request's token read
+    before it): Django's per-request health check runs before the pipeline, so a
+    connection the server closed is replaced instead of failing the write."""
+    import time
+
+    from django.db import close_old_connections
+
+    settings.RECOVERY_SQL_WRITE_PATH = True
+    put_checkpoint(wendy, acme, body(0))
+    pid = connection.connection.info.backend_pid
+    with _other_connection() as killer:
+        killer.execute("SELECT pg_terminate_backend(%s)", [pid])
+    time.sleep(0.3)
+    close_old_connections()  # what a request's or a task's start does
+    assert put_checkpoint(wendy, acme, body(1), expected=0).revision == 1
+    assert connection.connection.info.backend_pid != pid
