@@ -166,6 +166,12 @@ def test_the_clear_shortcut_answers_what_the_whole_walk_answers():
         assert secrets_scan.scan(document) == secrets_scan.scan_all(document)
 
     same()
+    # Short keys and values no prefilter sees: only the credential-name rule finds them
+    # (fixed, so a shortcut that skipped that rule fails here every run, not by chance).
+    for document in ({"secret": "hunter2"}, {"pwd": [{"token": "abc"}]},
+                     {"a": {"api_key": "k-123"}}, {"secret": "${X}"}):
+        assert secrets_scan.scan(document) == secrets_scan.scan_all(document)
+    assert secrets_scan.scan({"secret": "hunter2"}) != []
     for value, place, _path, _type in KINDS.values():
         assert not secrets_scan._clear(place(value))
         assert secrets_scan.scan(place(value)) == secrets_scan.scan_all(place(value)) != []
