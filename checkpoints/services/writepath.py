@@ -562,8 +562,7 @@ def _update(cursor, *, actor, tenant, envelope, expected_revision, fencing_token
         **_write_audit(envelope, cls, phase_label, expected_revision,
                        reopened=stored_run.closed_at is not None, screened=screened))
     params = {f"run_{k}": v for k, v in run_values.items()}
-    params.update(_event_params(event), **written)
-    del params["ev_tenant"]  # the statement uses %(tenant)s
+    params.update(_write_event_params(event), **written)
     params.update(run_pk=run_pk, tenant=tenant.pk, usage=json.dumps(written["usage"]),
                   secret_paths=json.dumps(written["secret_paths"]),
                   written_by=actor.pk if actor is not None else None,
@@ -578,6 +577,14 @@ def _update(cursor, *, actor, tenant, envelope, expected_revision, fencing_token
                             **written)
     checkpoint.written_by = actor
     return checkpoint
+
+
+def _write_event_params(event: AuditEvent) -> dict:
+    """``sql.event_params`` of ``event`` for ``_sql``'s statements, whose event takes the
+    write's ``%(tenant)s`` (one parameter fewer: ``WRITE_PARAMS_MAX``)."""
+    params = _event_params(event)
+    del params["ev_tenant"]
+    return params
 
 
 def _state(tenant, run: Run, run_pk: int, now, counts: dict, open_retry) -> tuple[str, str]:
@@ -618,8 +625,7 @@ def _refuse(cursor, refusal: StaleRevision | UsageDecreased, *, actor, tenant, e
                    "run_recovery_state": state, "run_recovery_reason": reason[:256],
                    "run_updated_at": now,
                    "run_state_changed_at": now if state != old_state else run.state_changed_at},
-                  **_event_params(audit.new_event(created_at=now, **event)))
-    del params["ev_tenant"]  # the statement uses %(tenant)s
+                  **_write_event_params(audit.new_event(created_at=now, **event)))
     params.update(tenant=tenant.pk, run_pk=run.pk)
     cursor.execute(_sql().refuse, params)  # its result comes with COMMIT
     return refusal

@@ -306,11 +306,10 @@ def test_the_store_statements_are_prepared_once_they_repeat(acme, wendy, setting
 
 
 def _other_connection():
-    import psycopg
+    """A connection of its own to the test database (another process's, for DDL or a kill)."""
+    from tests.api.test_lean_path import _psycopg_connect
 
-    s = connection.settings_dict
-    return psycopg.connect(dbname=s["NAME"], user=s["USER"], host=s["HOST"],
-                           port=s["PORT"] or 5432, autocommit=True)
+    return _psycopg_connect()
 
 
 @pytest.mark.parametrize("table, column, wide, narrow", [
