@@ -42,8 +42,8 @@ from django.utils.dateparse import parse_datetime
 from . import audittree, merkle
 from .audit import GENESIS, HEX64_RE, _event_problem, audit_keys
 from .audithead import audit_head_parse
-from .audittree import TreeIncomplete, event_alone_problem, event_leaf_hash
-from .exceptions import InvalidPayload
+from .audittree import event_alone_problem, event_leaf_hash
+from .exceptions import InvalidPayload, TreeIncomplete
 from .jsonparse import dumps, loads_object
 from .models import (
     AuditChainHead,
@@ -130,7 +130,7 @@ def write_files(tenant: Tenant, out: Path, head: AuditTreeHead) -> dict:
     "last_hash" (that event's hash), "through_tombstone", "counts", "sha256"}``.
 
     The leaves' hashes are recomputed from the events written and must fold into
-    ``head``'s root: else the files are removed and ``audittree.TreeIncomplete`` is raised
+    ``head``'s root: else the files are removed and ``exceptions.TreeIncomplete`` is raised
     (the tree is broken: ``verify_audit_chain`` names how). Reads committed, immutable
     rows without locks. Raises ``FileExistsError``/``OSError`` from the files."""
     events = LineWriter(out / AUDIT_FILE)

@@ -126,7 +126,7 @@ def audit_export(*, actor, tenant: Tenant, out_dir: str | Path,
     ``watermark_moved`` and ``dir``. Raises ``NotFound``/``Forbidden``,
     ``InvalidPayload`` (``through_tree_size`` not a signed head's size; ``out``: not a
     directory, or one holding an export), ``NotIntegrated`` (no signed head yet),
-    ``audittree.TreeIncomplete`` (the stored tree does not hash to its head), ``OSError``
+    ``exceptions.TreeIncomplete`` (the stored tree does not hash to its head), ``OSError``
     from the files (nothing recorded).
     """
     if actor is not None:

@@ -30,8 +30,7 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand, CommandError
 
 from checkpoints import services
-from checkpoints.audittree import TreeIncomplete
-from checkpoints.exceptions import DomainError
+from checkpoints.exceptions import DomainError, TreeIncomplete
 from checkpoints.models import Tenant
 
 FIELD, OPTION = "through_tree_size:", "--through-tree-size:"
