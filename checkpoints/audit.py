@@ -209,6 +209,7 @@ def audit_record(
     reason: str = "",
     before: dict | None = None,
     after: dict | None = None,
+    created_at=None,
 ) -> AuditEvent:
     """Append one event to the tenant's audit trail. Must run inside the caller's
     transaction (the rule of DESIGN.md 5: the change and its audit event commit together).
@@ -220,7 +221,10 @@ def audit_record(
     event, ``seq`` set. Raises ``ImproperlyConfigured`` for bad keys.
     """
     assert transaction.get_connection().in_atomic_block, "audit_record needs a transaction"
-    event = new_event(tenant=tenant, created_at=timezone.now(), actor=actor, action=action,
+    # ``created_at``: the database time its caller read with its lock, when it has one
+    # (a refused write's, as the SQL write path stamps it); else this process's clock.
+    event = new_event(tenant=tenant, created_at=created_at or timezone.now(), actor=actor,
+                      action=action,
                       target_type=target_type, target_id=target_id, run_id=run_id,
                       reason=reason, before=before, after=after)
     event.save()

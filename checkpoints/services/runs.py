@@ -364,7 +364,7 @@ def _record_conflict(*, tenant, run: Run, actor, target_type: str, target_id, ex
     conflict.save(force_insert=True)
     # The caller holds the run's lock, so the count read with it is current.
     run_save(run, now, unacknowledged_conflicts=run.unacknowledged_conflicts + 1)
-    audit_record(**event)
+    audit_record(**event, created_at=now)  # the lock's database time, as the SQL path
 
 
 # --------------------------------------------------------------------------------------

@@ -386,3 +386,20 @@ def test_a_write_first_after_the_server_closed_the_connection_reconnects(acme, w
     close_old_connections()  # what a request's or a task's start does
     assert put_checkpoint(wendy, acme, body(1), expected=0).revision == 1
     assert connection.connection.info.backend_pid != pid
+
+
+@pytest.mark.parametrize("sql_path", [True, False], ids=["sql", "orm"])
+@pytest.mark.django_db
+def test_a_refusals_audit_event_is_stamped_with_its_conflicts_database_time(
+        acme, wendy, settings, sql_path):
+    """Both dialects stamp a refused write's conflict and its audit event with the time
+    read with the run's lock (an attack's finding: the ORM path's event took the process
+    clock)."""
+    settings.RECOVERY_SQL_WRITE_PATH = sql_path
+    put_checkpoint(wendy, acme, body(0))
+    put_checkpoint(wendy, acme, body(1), expected=0)
+    with pytest.raises(StaleRevision):
+        put_checkpoint(wendy, acme, body(1), expected=0)
+    conflict = Conflict.objects.for_tenant(acme).get()
+    event = AuditEvent.objects.for_tenant(acme).get(action="checkpoint.conflict")
+    assert event.created_at == conflict.created_at
