@@ -23,7 +23,12 @@ would, with the bench's production-like settings (``DEBUG=0``, ``bench.common.BE
    ``--profile-service N``: the service alone under ``cProfile``, by own time;
 4. with ``--profile N``: ``cProfile`` over N PUTs, the functions with the most cumulative
    time that belong to the layers the issue names (DRF, authentication, JSON, encryption,
-   logging, metrics, middleware), in ms per PUT.
+   logging, metrics, middleware), in ms per PUT;
+5. with ``--langgraph N``: ``RecoverySaver.put`` (``bench.bench_langgraph.Chain``) whose
+   ``httpx`` transport is Django's WSGI handler in this process (``httpx.WSGITransport``):
+   its round trips per put, N puts timed, split into the client's own time (serialising
+   the checkpoint, the request, decoding the answer) and the server's, and the server
+   side under ``cProfile`` by own time when ``--profile-service`` is given too.
 """
 
 from __future__ import annotations
@@ -156,7 +161,41 @@ def compare(fx, slug: str, rounds: int, per: int) -> list[tuple[str, float, floa
                                                                              strict=True)]
 
 
-def round_trips(writer: Writer, n: int) -> dict:
+class SaverWriter:
+    """``RecoverySaver.put`` of one thread's chain, the server in this process: the
+    saver's ``httpx`` transport calls Django's WSGI handler, which ``server_time`` times
+    (seconds, summed)."""
+
+    def __init__(self, fx, slug: str):
+        import httpx
+        from django.core.handlers.wsgi import WSGIHandler
+
+        from bench.bench_langgraph import Chain
+        from recovery_client.langgraph import RecoverySaver
+
+        handler = WSGIHandler()
+        self.server_time = 0.0
+        self.profiler: cProfile.Profile | None = None  # set: the server side runs under it
+
+        def app(environ, start_response):
+            t0 = time.perf_counter()
+            try:
+                if self.profiler is not None:
+                    return self.profiler.runcall(lambda: list(handler(environ,
+                                                                      start_response)))
+                return list(handler(environ, start_response))
+            finally:
+                self.server_time += time.perf_counter() - t0
+
+        saver = RecoverySaver("http://127.0.0.1:8000", slug, fx.tokens[slug], timeout_s=30,
+                              transport=httpx.WSGITransport(app=app))
+        self.chain = Chain(saver, f"thread-{uuid.uuid4()}", fx.payloads)
+
+    def put(self) -> None:
+        self.chain.put()
+
+
+def round_trips(writer, n: int) -> dict:
     """libpq's trace of ``n`` PUTs on this thread's connection: frontend ``Sync`` and
     ``Query`` messages (each waits for the server: a round trip) and the SQL sent."""
     from django.db import connection
@@ -267,6 +306,77 @@ def profile(writer: Writer, n: int) -> list[tuple[str, float]]:
     return out, buf.getvalue()
 
 
+def wait_split(calls: list[tuple[str, object]], n: int) -> None:
+    """``--wait-split``: ``n`` calls of each ``(label, fn)``, each split into the time in
+    psycopg's ``wait`` (sending, the server, receiving) and the rest (Python), with each
+    wait's p50 by the generator that waited."""
+    import psycopg
+
+    spent = {"wait": 0.0}
+    per_wait: list[float] = []
+    names: list[str] = []
+    real_wait = psycopg.Connection.wait
+
+    def counted(self, gen, *a, **kw):
+        t0 = time.perf_counter()
+        try:
+            return real_wait(self, gen, *a, **kw)
+        finally:
+            dt = time.perf_counter() - t0
+            spent["wait"] += dt
+            per_wait.append(dt)
+            names.append(getattr(getattr(gen, "gi_code", None), "co_name", "?"))
+
+    psycopg.Connection.wait = counted
+    try:
+        for label, fn in calls:
+            spent["wait"] = 0.0
+            del per_wait[:], names[:]
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn()
+            total = time.perf_counter() - t0
+            print(f"{label}, {n} calls: {total / n * 1e3:.3f} ms each, of which in "
+                  f"psycopg's wait (sending, the server, receiving) "
+                  f"{spent['wait'] / n * 1e3:.3f} ms, Python "
+                  f"{(total - spent['wait']) / n * 1e3:.3f} ms")
+            k = len(per_wait) // n
+            print(f"   {k} waits per call; ms each (p50 over the calls): " + ", ".join(
+                f"{names[i]} {statistics.median(per_wait[i::k]) * 1e3:.3f}"
+                for i in range(k)))
+    finally:
+        psycopg.Connection.wait = real_wait
+
+
+def langgraph(fx, slug: str, n: int, profile_n: int, split_n: int = 0) -> None:
+    """``--langgraph``: ``RecoverySaver.put`` with its server in this process."""
+    w = SaverWriter(fx, slug)
+    for _ in range(20):
+        w.put()
+    trips = round_trips(w, 20)
+    print(f"round trips per RecoverySaver.put: {trips['round_trips_per_put']:g}")
+    for s in trips["statements"]:
+        print(f"   {s}")
+    w.server_time = 0.0
+    t0 = time.perf_counter()
+    took = timed(w.put, n)
+    total = time.perf_counter() - t0
+    print(f"RecoverySaver.put, {n} puts: p50 {took['p50_ms']} ms, mean {took['mean_ms']} ms; "
+          f"the server (WSGI handler) {w.server_time / n * 1e3:.3f} ms of it, the client "
+          f"{(total - w.server_time) / n * 1e3:.3f} ms")
+    if split_n:
+        wait_split([("RecoverySaver.put", w.put)], split_n)
+    if profile_n:
+        prof = w.profiler = cProfile.Profile()
+        for _ in range(profile_n):
+            w.put()
+        out = io.StringIO()
+        pstats.Stats(prof, stream=out).sort_stats(
+            os.environ.get("PROFILE_SORT", "tottime")).print_stats(45)
+        print(f"the server side of {profile_n} puts under cProfile:")
+        print(out.getvalue())
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(prog="python -m bench.profile_put",
                                 description=__doc__.splitlines()[0])
@@ -284,6 +394,9 @@ def main(argv=None) -> None:
     p.add_argument("--profile-service", type=int, default=0,
                    help="calls of services.checkpoint_put alone under cProfile: its top 45 "
                         "functions by own time")
+    p.add_argument("--langgraph", type=int, default=0,
+                   help="RecoverySaver.put calls, its server in this process: round trips, "
+                        "time split into client and server")
     p.add_argument("--keep-db", action="store_true")
     args = p.parse_args(argv)
     url = bench_url(args.pg_url, args.db)
@@ -304,6 +417,9 @@ def main(argv=None) -> None:
         fx = Fixture()
         fx.payloads = payloads()
         fx.tenant("bench-p")
+        if args.langgraph:
+            return langgraph(fx, "bench-p", args.langgraph, args.profile_service,
+                             args.wait_split)
         writer = Writer(fx, "bench-p")
         for _ in range(20):
             writer.put()
@@ -335,44 +451,8 @@ def main(argv=None) -> None:
               f"{svc['mean_ms']} ms; the HTTP layer in-process: "
               f"{http['p50_ms'] - svc['p50_ms']:.3f} ms (p50)")
         if args.wait_split:
-            import psycopg
-
-            spent = {"wait": 0.0}
-            per_wait: list[float] = []
-            names: list[str] = []
-            real_wait = psycopg.Connection.wait
-
-            def counted(self, gen, *a, **kw):
-                t0 = time.perf_counter()
-                try:
-                    return real_wait(self, gen, *a, **kw)
-                finally:
-                    dt = time.perf_counter() - t0
-                    spent["wait"] += dt
-                    per_wait.append(dt)
-                    names.append(getattr(getattr(gen, "gi_code", None), "co_name", "?"))
-
-            psycopg.Connection.wait = counted
-            try:
-                for label, fn in (("services.checkpoint_put alone", service_put),
-                                  ("PUT through the WSGI handler", writer.put)):
-                    spent["wait"] = 0.0
-                    del per_wait[:], names[:]
-                    t0 = time.perf_counter()
-                    for _ in range(args.wait_split):
-                        fn()
-                    total = time.perf_counter() - t0
-                    n = args.wait_split
-                    print(f"{label}, {n} calls: {total / n * 1e3:.3f} ms each, of which in "
-                          f"psycopg's wait (sending, the server, receiving) "
-                          f"{spent['wait'] / n * 1e3:.3f} ms, Python "
-                          f"{(total - spent['wait']) / n * 1e3:.3f} ms")
-                    k = len(per_wait) // n
-                    print(f"   {k} waits per call; ms each (p50 over the calls): " + ", ".join(
-                        f"{names[i]} {statistics.median(per_wait[i::k]) * 1e3:.3f}"
-                        for i in range(k)))
-            finally:
-                psycopg.Connection.wait = real_wait
+            wait_split([("services.checkpoint_put alone", service_put),
+                        ("PUT through the WSGI handler", writer.put)], args.wait_split)
         if args.profile_service:
             prof = cProfile.Profile()
             prof.runcall(lambda: [service_put() for _ in range(args.profile_service)])

@@ -493,43 +493,98 @@ def checkpoint_update(*, actor, tenant: Tenant, envelope, expected_revision: int
         return checkpoint
 
 
+def lock_params(tenant: Tenant, checkpoint_id: uuid.UUID, run_id: uuid.UUID) -> dict:
+    """The parameters of ``_sql().lock`` (``locks.write_lock_sql``) for a write of
+    checkpoint ``checkpoint_id`` of run ``run_id``."""
+    return {"tenant": tenant.pk, "checkpoint": checkpoint_id, "run": run_id,
+            "needs_retry": list(EffectState.NEEDS_RETRY), "open_retry": list(RetryState.OPEN)}
+
+
+@dataclass
+class Locked:
+    """What ``checkpoints_write_lock_v2`` read under the run's lock: the run as stored
+    (``run``: an unsaved ``Run`` of ``_LOCK_RUN_FIELDS``), the database time, the
+    checkpoint's primary key, run, kind, revision and usage (``None`` when there is no
+    such checkpoint), the tenant's data policy and the run's effect counts by state and
+    open retry state."""
+
+    run: Run
+    now: object
+    checkpoint_pk: int | None
+    checkpoint_run: int | None
+    kind: str | None
+    revision: int | None
+    usage: dict | None
+    secrets_policy: str | None
+    payload_flag_bytes: int | None
+    subject_fields: list | None
+    counts: dict
+    open_retry: str | None
+
+    @classmethod
+    def of(cls, row, tenant: Tenant, run_id: uuid.UUID) -> Locked:
+        n = len(_LOCK_RUN_FIELDS)
+        run = Run(tenant_id=tenant.pk, uuid=run_id,
+                  **dict(zip(_LOCK_RUN_FIELDS, row[:n], strict=True)))
+        locked = cls(run, *row[n:])
+        if isinstance(locked.usage, str):  # Django reads jsonb as text
+            locked.usage = json.loads(locked.usage)
+        if isinstance(locked.counts, str):
+            locked.counts = json.loads(locked.counts)
+        return locked
+
+    def fence_refuses(self, token: int | None) -> bool:
+        """Whether ``token`` is refused by the run's fence (``policy.fence_refuses``)."""
+        run = self.run
+        live = policy.lease_live(run.lease_owner, run.lease_expires_at, self.now)
+        return policy.fence_refuses(token, run.fencing_token, live)
+
+
 def _update(cursor, *, actor, tenant, envelope, expected_revision, fencing_token, cls,
             phase_label, ciphertext, size, screened):
     """``checkpoint_update``'s statements on ``cursor`` (in pipeline mode, no ORM call
-    but ``effect_labels``' read). Returns the ``Checkpoint`` or ``FALLBACK``."""
+    but ``effect_labels``' read): the lock (round trip 1), then ``update_locked``.
+    Returns the ``Checkpoint``, a refusal or ``FALLBACK``."""
+    cursor.execute(_sql().lock, lock_params(tenant, envelope.checkpoint_id, envelope.run_id))
+    row = cursor.fetchone()
+    if row is None:
+        return FALLBACK
+    return update_locked(cursor, Locked.of(row, tenant, envelope.run_id), actor=actor,
+                         tenant=tenant, envelope=envelope,
+                         expected_revision=expected_revision, fencing_token=fencing_token,
+                         cls=cls, phase_label=phase_label, ciphertext=ciphertext, size=size,
+                         screened=screened)
+
+
+def update_locked(cursor, locked: Locked, *, actor, tenant, envelope, expected_revision,
+                  fencing_token, cls, phase_label, ciphertext, size, screened):
+    """The rest of ``checkpoint_update`` once its lock statement was read (``locked``),
+    on ``cursor`` in a ``sql.WriteTransaction`` or pipeline: the checks in the ORM
+    path's order, then the write (or the refusal's record) sent, its result coming with
+    ``COMMIT``. Also the LangGraph put's (``interop.langgraph.put``), which reads the
+    lock itself with its own facts in the same round trip. Returns the ``Checkpoint``,
+    the ``StaleRevision`` or ``UsageDecreased`` to raise once committed, or
+    ``FALLBACK`` (nothing sent: roll back, the ORM path decides). Raises ``Fenced`` and
+    ``SecretDetected`` as ``checkpoint_update``."""
     # Long on purpose: one transaction of two round trips whose statements share the
     # row read under the lock; _orm_write above mirrors it step by step.
     stmts = _sql()
     checkpoint_id = envelope.checkpoint_id
-    cursor.execute(stmts.lock, {"tenant": tenant.pk, "checkpoint": checkpoint_id,
-                                "run": envelope.run_id,
-                                "needs_retry": list(EffectState.NEEDS_RETRY),
-                                "open_retry": list(RetryState.OPEN)})
-    row = cursor.fetchone()
-    if row is None:
-        return FALLBACK
-    n = len(_LOCK_RUN_FIELDS)
     # The run as stored (read under its lock), for the fence and a refusal's state.
-    stored_run = Run(tenant_id=tenant.pk, uuid=envelope.run_id,
-                     **dict(zip(_LOCK_RUN_FIELDS, row[:n], strict=True)))
-    (now, checkpoint_pk, checkpoint_run, kind, stored_revision, stored_usage, secrets_policy,
-     payload_flag_bytes, subject_fields, counts, open_retry) = row[n:]
-    run_pk = stored_run.pk
-    if (checkpoint_pk is None or checkpoint_run != run_pk or kind != envelope.kind
-            or stored_run.payloads_deleted_at is not None):
+    stored_run = locked.run
+    run_pk, now, checkpoint_pk = stored_run.pk, locked.now, locked.checkpoint_pk
+    stored_revision, stored_usage = locked.revision, locked.usage
+    counts, open_retry = locked.counts, locked.open_retry
+    if (checkpoint_pk is None or locked.checkpoint_run != run_pk
+            or locked.kind != envelope.kind or stored_run.payloads_deleted_at is not None):
         # A run whose payloads a purge deleted: the ORM path refuses it (RunDeleted).
         return FALLBACK
     # In the ORM path's order: the tenant's data policy (read with the lock) decides what
     # screening found (422 before any write: the transaction rolls back), then the fence.
     screened = (screened or Screened()).decided(
-        secrets_policy or SecretsPolicy.WARN, payload_flag_bytes)
-    live = policy.lease_live(stored_run.lease_owner, stored_run.lease_expires_at, now)
-    if policy.fence_refuses(fencing_token, stored_run.fencing_token, live):
+        locked.secrets_policy or SecretsPolicy.WARN, locked.payload_flag_bytes)
+    if locked.fence_refuses(fencing_token):
         raise Fenced(stored_run.fencing_token, run_pk=run_pk)
-    if isinstance(stored_usage, str):  # Django reads jsonb as text
-        stored_usage = json.loads(stored_usage)
-    if isinstance(counts, str):
-        counts = json.loads(counts)
     refusal = (StaleRevision(stored_revision) if stored_revision != expected_revision
                else _usage_refusal(cls, stored_usage, stored_revision, expected_revision))
     if refusal is not None:
@@ -569,7 +624,7 @@ def _update(cursor, *, actor, tenant, envelope, expected_revision, fencing_token
                   checkpoint_pk=checkpoint_pk, expected=expected_revision)
     cursor.execute(stmts.write[cls.supported], params)  # its result comes with COMMIT
     subjects = subject_rows(tenant=tenant, run_pk=run_pk, payload=envelope.payload,
-                            fields=subject_fields)
+                            fields=locked.subject_fields)
     if subjects:  # the tenant declared subject fields that resolve
         cursor.execute(*_subjects_insert(subjects))
 

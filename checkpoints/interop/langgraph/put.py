@@ -3,20 +3,31 @@
 Under the run's lock, then the envelope's: the parent must be the namespace's head (else
 ``ThreadConflict``, 412, kept as a conflict), the fencing token must hold (``Fenced``);
 an accepted put writes one ``GraphCheckpoint`` row and one envelope revision.
+
+On PostgreSQL the common put (the next checkpoint of a namespace that has one, fence
+holding) takes two round trips (``_put_sql``, issue 22 item 3): the write path's lock
+with the namespace's head and envelope read in the same round trip, then the envelope's
+compare-and-swap (``writepath.update_locked``), the ``GraphCheckpoint`` row and
+``COMMIT``. Every other case (a first put, a retry, a conflict, a fenced token, a new
+run) is decided by the ORM path below, which is the reference.
 """
 
 from __future__ import annotations
 
 import uuid
+from functools import lru_cache
 
 from django.db import transaction
 
 from recovery_client import protocol as T
 
-from ... import crypto, kinds, roles
+from ... import crypto, kinds, locks, roles, sql
 from ...exceptions import DomainError, Fenced, ThreadConflict
-from ...models import GraphCheckpoint, Run, Tenant
+from ...jsonparse import loads_any
+from ...models import Checkpoint, GraphCheckpoint, Run, Tenant
 from ...permissions import require
+from ...services import writepath
+from ...services.checkpoints import _stored_form
 from ...services.runs import _check_fence, _drop_if_empty, _lock_run
 from ...vocab import ConflictReason
 from .common import (
@@ -60,6 +71,20 @@ def graph_put(*, actor, tenant: Tenant, put: GraphPut,
     checkpoint_ct = crypto.encrypt_text(put.checkpoint_json, tenant=tenant)
     metadata_ct = crypto.encrypt_text(put.metadata_json, tenant=tenant)
     size = len(put.checkpoint_json.encode()) + len(put.metadata_json.encode())
+    if sql.available() and not transaction.get_connection().in_atomic_block:
+        answer = _put_sql(actor, tenant, put, run_id, envelope_id, fencing_token,
+                          checkpoint_ct, metadata_ct, size)
+        if answer is not sql.FALLBACK:
+            return answer, True
+    return _put_orm(actor, tenant, put, run_id, envelope_id, fencing_token, checkpoint_ct,
+                    metadata_ct, size)
+
+
+def _put_orm(actor, tenant: Tenant, put: GraphPut, run_id: uuid.UUID,
+             envelope_id: uuid.UUID, fencing_token: int | None, checkpoint_ct: str,
+             metadata_ct: str, size: int) -> tuple[dict, bool]:
+    """``graph_put`` through the ORM: every case, decided by ``_decide_put`` (the
+    reference; SQLite's only path). Returns and raises as ``graph_put``."""
     refusal: DomainError | None = None
     answer: dict = {}
     created = False
@@ -113,6 +138,98 @@ def graph_put(*, actor, tenant: Tenant, put: GraphPut,
     if refusal is not None:
         raise refusal
     return answer, created
+
+
+def _put_sql(actor, tenant: Tenant, put: GraphPut, run_id: uuid.UUID,
+             envelope_id: uuid.UUID, token: int | None, checkpoint_ct: str, metadata_ct: str,
+             size: int):
+    """The common put in two round trips (module docstring): ``_put_answer``'s dict, or
+    ``sql.FALLBACK`` with nothing written when the put is not the common case (no run,
+    no envelope or no head yet, a parent that is not the head, an id that does not sort
+    after the head's, a token the fence refuses, a kind declared by the tenant). The
+    decisions are ``_decide_put``'s accepting row, read under the same locks, in the
+    same order (write gate, run, envelope). Raises ``SecretDetected`` as
+    ``checkpoint_put`` (nothing written)."""
+    with sql.WriteTransaction() as tx, sql.cursor() as lock, sql.cursor() as facts:
+        lock.execute(locks.write_lock_sql(),
+                     writepath.lock_params(tenant, envelope_id, run_id))
+        facts.execute(_facts_sql(), {"tenant": tenant.pk, "envelope": envelope_id,
+                                     "thread": put.thread_id, "ns": put.checkpoint_ns})
+        row = lock.fetchone()  # round trip 1: both statements' results
+        envelope_ct, head_id = facts.fetchone()
+        locked = None if row is None else writepath.Locked.of(row, tenant, run_id)
+        if (locked is None or locked.checkpoint_pk is None or envelope_ct is None
+                or head_id is None or put.checkpoint_id <= head_id
+                or put.parent_checkpoint_id not in (None, head_id)
+                or locked.fence_refuses(token)):
+            tx.abandon()
+            return sql.FALLBACK
+        run = locked.run
+        run.db_now = locked.now
+        head = loads_any(crypto.decrypt_text(envelope_ct, tenant=tenant))
+        head = head if isinstance(head, dict) else {}
+        identity = put.identity
+        if identity is None:  # as _decide_put: the namespace's previous one, else the run's
+            identity = head.get("identity")
+            if identity is None:
+                identity = {name: getattr(run, name) for name in kinds.IDENTITY_LIMITS
+                            if getattr(run, name)}
+            identity = identity or {}
+        parent_next = head.get("next") if (
+            put.parent_checkpoint_id is not None
+            and head.get("checkpoint_id") == put.parent_checkpoint_id) else None
+        summary = _summary(thread_id=put.thread_id, ns=put.checkpoint_ns,
+                           checkpoint_id=put.checkpoint_id, parent=put.parent_checkpoint_id,
+                           metadata=put.metadata, nxt=put.next, tasks=put.tasks, written=0,
+                           interrupted=False, errored=False, identity=identity,
+                           breakpoint=breakpoint_of(put.checkpoint, put.next, parent_next,
+                                                    put.interrupt_before,
+                                                    put.interrupt_after))
+        env = _envelope(run, put.thread_id, put.checkpoint_ns, summary, locked.revision + 1)
+        form = _stored_form(env, tenant)
+        if form.pop("declared_by") is not None:
+            tx.abandon()
+            return sql.FALLBACK
+        written = writepath.update_locked(
+            lock, locked, actor=actor, tenant=tenant, envelope=env,
+            expected_revision=locked.revision, fencing_token=token, **form)
+        if not isinstance(written, Checkpoint):  # FALLBACK or a refusal: the ORM decides
+            tx.abandon()
+            return sql.FALLBACK
+        lock.execute(_insert_sql(), {
+            "tenant": tenant.pk, "run": run.pk, "envelope": locked.checkpoint_pk,
+            "thread_id": put.thread_id, "checkpoint_ns": put.checkpoint_ns,
+            "checkpoint_id": put.checkpoint_id,
+            "parent_checkpoint_id": put.parent_checkpoint_id or "",
+            "lg_run_id": put.lg_run_id, "checkpoint_ciphertext": checkpoint_ct,
+            "metadata_ciphertext": metadata_ct, "payload_size": size,
+            "envelope_revision": env.revision, "created_at": locked.now,
+            "written_by": actor.pk if actor is not None else None})
+    return _put_answer(put, run_id, env.revision)  # committed: round trip 2
+
+
+@lru_cache(maxsize=1)
+def _facts_sql() -> str:
+    """What ``_put_sql`` reads besides the lock, in its own statement (so after the lock
+    and current: a statement's snapshot is taken when it starts): the envelope's
+    ciphertext and the namespace's head id, each ``NULL`` when there is none."""
+    g, c = GraphCheckpoint, Checkpoint
+    return (f"SELECT (SELECT {sql.col(c, 'payload_ciphertext')} FROM {sql.table(c)} "
+            f"WHERE {sql.col(c, 'tenant')} = %(tenant)s AND {sql.col(c, 'uuid')} = "
+            f"%(envelope)s), (SELECT {sql.col(g, 'checkpoint_id')} FROM {sql.table(g)} "
+            f"WHERE {sql.col(g, 'tenant')} = %(tenant)s AND {sql.col(g, 'thread_id')} = "
+            f"%(thread)s AND {sql.col(g, 'checkpoint_ns')} = %(ns)s "
+            f"ORDER BY {sql.col(g, 'checkpoint_id')} DESC LIMIT 1)")
+
+
+@lru_cache(maxsize=1)
+def _insert_sql() -> str:
+    """The ``INSERT`` of one ``GraphCheckpoint``, every column but the key, as named
+    parameters (the fields' names)."""
+    fields = [f for f in GraphCheckpoint._meta.concrete_fields if not f.primary_key]
+    return (f"INSERT INTO {sql.table(GraphCheckpoint)} "
+            f"({', '.join(sql.q(f.column) for f in fields)}) "
+            f"VALUES ({', '.join(f'%({f.name})s' for f in fields)})")
 
 
 def _put_answer(put: GraphPut, run_id: uuid.UUID, revision: int) -> dict:
