@@ -25,6 +25,7 @@ signature over its checkpoint text (``cryptography``, already a dependency).
 
 from __future__ import annotations
 
+import argparse
 import base64
 import hashlib
 import json
@@ -296,16 +297,36 @@ def _no_duplicates(pairs):
     return dict(pairs)
 
 
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m checkpoints.merkle",
+        description="Check signed audit tree heads with their public keys alone (no "
+                    "database, no secret): the outsider's check of issue 22.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    verify = commands.add_parser(
+        "verify-head", help="verify each head of a file export_audit_head wrote",
+        description="Verify each line of HEAD.jsonl (export_audit_head's output): its "
+                    "Ed25519 signature over the C2SP checkpoint, with the public key the "
+                    "line carries. Exit 0: every head verifies; 1: one does not; 2: the "
+                    "file cannot be read.")
+    verify.add_argument("file", metavar="HEAD.jsonl")
+    return parser
+
+
 def _main(argv: list[str]) -> int:
-    if len(argv) != 2 or argv[0] != "verify-head":
-        print("usage: python -m checkpoints.merkle verify-head HEAD.jsonl", file=sys.stderr)
-        return 2
+    """``python -m checkpoints.merkle verify-head HEAD.jsonl``: prints one line per head;
+    returns 0 when every head verifies, 1 when one does not, 2 for a usage error or a
+    file that cannot be read (``--help``: 0)."""
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as exc:  # --help (0) or a usage error (2), already printed
+        return exc.code if isinstance(exc.code, int) else 2
     bad = 0
     try:
-        with open(argv[1], encoding="utf-8") as fh:
+        with open(args.file, encoding="utf-8") as fh:
             lines = fh.read().splitlines()
     except (OSError, UnicodeDecodeError) as exc:
-        print(f"{argv[1]}: cannot read it ({exc})", file=sys.stderr)
+        print(f"{args.file}: cannot read it ({exc})", file=sys.stderr)
         return 2
     for number, line in enumerate(lines, start=1):
         if not line.strip():

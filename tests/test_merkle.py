@@ -197,3 +197,18 @@ def test_verify_head_is_as_strict_as_the_service_and_names_the_signed_origin(tmp
     assert out[0] == "line 1: not a JSON object as export_audit_head writes"
     assert out[1].endswith("unknown field 'extra'")
     assert out[2].endswith("root_hash: must be 64 lower-case hex digits")
+
+
+def test_verify_head_has_help_and_says_how_to_call_it(capsys):
+    """A newcomer's finding: ``verify-head --help`` tried to open a file named --help
+    (exit 2). Now it prints the command's help (exit 0); a call without a command or
+    with an unknown one prints the usage (exit 2)."""
+    from checkpoints.merkle import _main
+
+    assert _main(["verify-head", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "HEAD.jsonl" in out and "export_audit_head" in out
+    assert _main([]) == 2
+    assert "usage: python -m checkpoints.merkle" in capsys.readouterr().err
+    assert _main(["verify", "heads.jsonl"]) == 2
+    assert "invalid choice" in capsys.readouterr().err
