@@ -14,9 +14,13 @@ run list and report) read from it. The mechanism is narrow and explicit:
   wrote): writes, services, the run page, and everything else stay on the primary;
 - raw SQL through ``django.db.connection`` is the primary's, always (``db_now`` too).
 
-A replica that cannot be reached is not used: the block reads from the primary and the
-replica is not tried again for ``DOWN_S`` seconds (logged); ``/readyz`` names it
-(``replica_check``), and ``/metrics`` serves its lag (``replica_families``). Without
+A replica is used only while it is healthy by ``/readyz``'s own check
+(``replica_check``: it answers, it is a streaming standby, its lag is within
+``RECOVERY_REPLICA_MAX_LAG_S``), checked when a block starts at most every ``DOWN_S``
+seconds per process: one that fails it is not used, the block reads from the primary,
+and the replica is not tried again for ``DOWN_S`` seconds (logged). So a replica that
+fell behind or stopped streaming is not shown as current data, the same rule that fails
+``/readyz``; ``/metrics`` serves its lag (``replica_families``). Without
 ``RECOVERY_REPLICA_URL`` nothing here changes anything: every read is the primary's.
 """
 
@@ -42,7 +46,10 @@ ALIAS = "replica"
 DOWN_S = 5.0
 
 _reading: contextvars.ContextVar[bool] = contextvars.ContextVar("replica_reads", default=False)
+#: Monotonic time until which the replica is left alone (it failed ``replica_check``).
 _down_until = [0.0]
+#: Monotonic time until which the replica's last good ``replica_check`` holds.
+_good_until = [0.0]
 
 
 def configured() -> bool:
@@ -64,16 +71,25 @@ def read_alias() -> str:
 def _block() -> Iterator[None]:
     token = _reading.set(True)
     try:
-        if read_alias() == ALIAS:
-            try:
-                connections[ALIAS].ensure_connection()
-            except DatabaseError:
-                _down_until[0] = time.monotonic() + DOWN_S
-                log.warning("the read replica did not answer: reading from the primary "
-                            "for %s s", DOWN_S, exc_info=True)
+        if read_alias() == ALIAS and time.monotonic() >= _good_until[0]:
+            _recheck()
         yield
     finally:
         _reading.reset(token)
+
+
+def _recheck() -> None:
+    """``replica_check`` now: passed, the replica is used for ``DOWN_S`` seconds without
+    asking again; failed (it does not answer, does not stream, or lags too far), it is
+    left alone for ``DOWN_S`` seconds and the reads go to the primary (logged)."""
+    try:
+        replica_check()
+    except (DatabaseError, ReplicaBroken, ReplicaLagging) as exc:
+        _down_until[0] = time.monotonic() + DOWN_S
+        log.warning("the read replica is not usable (%s: %s): reading from the primary for "
+                    "%s s", type(exc).__name__, exc, DOWN_S)
+    else:
+        _good_until[0] = time.monotonic() + DOWN_S
 
 
 def replica_reads(view: Callable | None = None):

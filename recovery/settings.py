@@ -225,7 +225,8 @@ if DATABASE_URL and _pgbouncer_option(DATABASES["default"].setdefault("OPTIONS",
 # parsed like DATABASE_URL. The inbox, its polls, the report and the API's run list and
 # report read from it (``checkpoints.replica``: an explicit block, never inside a
 # transaction); everything else, writes first, stays on the primary. /readyz fails
-# (``replica``) when it cannot answer or lags more than RECOVERY_REPLICA_MAX_LAG_S seconds.
+# (``replica``) when it cannot answer or lags more than RECOVERY_REPLICA_MAX_LAG_S seconds,
+# and the reads it would serve then go to the primary.
 RECOVERY_REPLICA_URL = env("RECOVERY_REPLICA_URL")
 RECOVERY_REPLICA_MAX_LAG_S = env_int("RECOVERY_REPLICA_MAX_LAG_S", 30, minimum=1)
 if RECOVERY_REPLICA_URL:

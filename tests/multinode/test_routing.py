@@ -102,6 +102,47 @@ def test_reads_go_to_the_replica_only_inside_the_block_and_outside_a_transaction
     assert not router.allow_migrate("replica", "checkpoints")
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_replica_that_fails_the_readyz_check_is_not_read(monkeypatch, caplog):
+    """The rule ``/readyz`` judges the replica by (answers, streams, lags at most
+    ``RECOVERY_REPLICA_MAX_LAG_S``) is the rule the reads follow: a lagging or broken
+    replica is left alone for ``DOWN_S`` seconds and the block reads from the primary
+    (before, only a replica that did not answer was, and the inbox showed a replica
+    minutes behind as current). A good check holds for ``DOWN_S`` seconds."""
+    monkeypatch.setattr(replica, "configured", lambda: True)
+    monkeypatch.setattr(replica, "_down_until", [0.0])
+    monkeypatch.setattr(replica, "_good_until", [0.0])
+    clock = [1000.0]
+    monkeypatch.setattr(replica.time, "monotonic", lambda: clock[0])
+    verdicts = []
+
+    def check():
+        verdict = verdicts.pop(0)
+        if verdict is not None:
+            raise verdict
+    monkeypatch.setattr(replica, "replica_check", check)
+
+    verdicts.append(replica.ReplicaLagging("lag 95.0 s > 30 s"))
+    with replica.replica_reads():
+        assert replica.read_alias() == "default"
+    assert "ReplicaLagging: lag 95.0 s > 30 s" in caplog.text
+    clock[0] += replica.DOWN_S - 1
+    with replica.replica_reads():  # still left alone: not checked again
+        assert replica.read_alias() == "default"
+    clock[0] += 1
+    verdicts.append(replica.ReplicaBroken("the replica is not streaming from the primary"))
+    with replica.replica_reads():
+        assert replica.read_alias() == "default"
+    clock[0] += replica.DOWN_S
+    verdicts.append(None)  # healthy again
+    with replica.replica_reads():
+        assert replica.read_alias() == "replica"
+    clock[0] += replica.DOWN_S - 1
+    with replica.replica_reads():  # the good check holds: not checked again
+        assert replica.read_alias() == "replica"
+    assert verdicts == []
+
+
 @pytest.mark.postgres
 @pytest.mark.django_db
 def test_behind_pgbouncer_the_one_at_a_time_lock_is_a_transaction_lock_of_its_own(settings):
