@@ -224,6 +224,17 @@ def round_trips(writer, n: int) -> dict:
                     : (len(queries) + len(parses)) // n]}
 
 
+def warm_and_trace(writer, label: str) -> None:
+    """20 calls of ``writer.put`` unmeasured, then 20 traced: prints the round trips per
+    call and the statements of one."""
+    for _ in range(20):
+        writer.put()
+    trips = round_trips(writer, 20)
+    print(f"round trips per {label}: {trips['round_trips_per_put']:g}")
+    for s in trips["statements"]:
+        print(f"   {s}")
+
+
 def timed(fn, n: int) -> dict:
     lat = []
     for _ in range(n):
@@ -351,12 +362,7 @@ def wait_split(calls: list[tuple[str, object]], n: int) -> None:
 def langgraph(fx, slug: str, n: int, profile_n: int, split_n: int = 0) -> None:
     """``--langgraph``: ``RecoverySaver.put`` with its server in this process."""
     w = SaverWriter(fx, slug)
-    for _ in range(20):
-        w.put()
-    trips = round_trips(w, 20)
-    print(f"round trips per RecoverySaver.put: {trips['round_trips_per_put']:g}")
-    for s in trips["statements"]:
-        print(f"   {s}")
+    warm_and_trace(w, "RecoverySaver.put")
     w.server_time = 0.0
     t0 = time.perf_counter()
     took = timed(w.put, n)
@@ -421,12 +427,7 @@ def main(argv=None) -> None:
             return langgraph(fx, "bench-p", args.langgraph, args.profile_service,
                              args.wait_split)
         writer = Writer(fx, "bench-p")
-        for _ in range(20):
-            writer.put()
-        trips = round_trips(writer, 20)
-        print(f"round trips per PUT: {trips['round_trips_per_put']:g}")
-        for s in trips["statements"]:
-            print(f"   {s}")
+        warm_and_trace(writer, "PUT")
         http = timed(writer.put, args.n)
 
         from checkpoints import services

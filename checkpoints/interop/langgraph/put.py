@@ -108,17 +108,7 @@ def _put_orm(actor, tenant: Tenant, put: GraphPut, run_id: uuid.UUID,
             answer = outcome
         else:
             envelope, identity = outcome
-            head = _envelope_payload(envelope)
-            parent_next = head.get("next") if (
-                put.parent_checkpoint_id is not None
-                and head.get("checkpoint_id") == put.parent_checkpoint_id) else None
-            summary = _summary(thread_id=put.thread_id, ns=put.checkpoint_ns,
-                               checkpoint_id=put.checkpoint_id, parent=put.parent_checkpoint_id,
-                               metadata=put.metadata, nxt=put.next, tasks=put.tasks, written=0,
-                               interrupted=False, errored=False, identity=identity,
-                               breakpoint=breakpoint_of(put.checkpoint, put.next, parent_next,
-                                                        put.interrupt_before,
-                                                        put.interrupt_after))
+            summary = _accepted_summary(put, _envelope_payload(envelope), identity)
             written = _write_envelope(actor, tenant, run, put.thread_id, put.checkpoint_ns,
                                       summary, envelope.revision if envelope else None,
                                       fencing_token)
@@ -168,23 +158,7 @@ def _put_sql(actor, tenant: Tenant, put: GraphPut, run_id: uuid.UUID,
         run.db_now = locked.now
         head = loads_any(crypto.decrypt_text(envelope_ct, tenant=tenant))
         head = head if isinstance(head, dict) else {}
-        identity = put.identity
-        if identity is None:  # as _decide_put: the namespace's previous one, else the run's
-            identity = head.get("identity")
-            if identity is None:
-                identity = {name: getattr(run, name) for name in kinds.IDENTITY_LIMITS
-                            if getattr(run, name)}
-            identity = identity or {}
-        parent_next = head.get("next") if (
-            put.parent_checkpoint_id is not None
-            and head.get("checkpoint_id") == put.parent_checkpoint_id) else None
-        summary = _summary(thread_id=put.thread_id, ns=put.checkpoint_ns,
-                           checkpoint_id=put.checkpoint_id, parent=put.parent_checkpoint_id,
-                           metadata=put.metadata, nxt=put.next, tasks=put.tasks, written=0,
-                           interrupted=False, errored=False, identity=identity,
-                           breakpoint=breakpoint_of(put.checkpoint, put.next, parent_next,
-                                                    put.interrupt_before,
-                                                    put.interrupt_after))
+        summary = _accepted_summary(put, head, _identity_of(put, head, run))
         env = _envelope(run, put.thread_id, put.checkpoint_ns, summary, locked.revision + 1)
         form = _stored_form(env, tenant)
         if form.pop("declared_by") is not None:
@@ -230,6 +204,36 @@ def _insert_sql() -> str:
     return (f"INSERT INTO {sql.table(GraphCheckpoint)} "
             f"({', '.join(sql.q(f.column) for f in fields)}) "
             f"VALUES ({', '.join(f'%({f.name})s' for f in fields)})")
+
+
+def _identity_of(put: GraphPut, head: dict, run: Run | None) -> dict:
+    """The identity an accepted put's summary carries: the put's own, else the
+    namespace's previous one (``head``: the envelope's payload, ``{}`` for none), else
+    the run's (a new subgraph; ``run`` None: no run yet), else ``{}``."""
+    identity = put.identity
+    if identity is None:
+        identity = head.get("identity")
+        if identity is None and run is not None:
+            identity = {name: getattr(run, name) for name in kinds.IDENTITY_LIMITS
+                        if getattr(run, name)}
+        identity = identity or {}
+    return identity
+
+
+def _accepted_summary(put: GraphPut, head: dict, identity: dict) -> dict:
+    """The envelope summary an accepted put writes (``common._summary``), with the static
+    breakpoint it pauses at (``breakpoint_of``: the tasks that just ran are the parent's
+    next, read from ``head``, the envelope's payload before the put, when the parent is
+    its checkpoint)."""
+    parent_next = head.get("next") if (
+        put.parent_checkpoint_id is not None
+        and head.get("checkpoint_id") == put.parent_checkpoint_id) else None
+    return _summary(thread_id=put.thread_id, ns=put.checkpoint_ns,
+                    checkpoint_id=put.checkpoint_id, parent=put.parent_checkpoint_id,
+                    metadata=put.metadata, nxt=put.next, tasks=put.tasks, written=0,
+                    interrupted=False, errored=False, identity=identity,
+                    breakpoint=breakpoint_of(put.checkpoint, put.next, parent_next,
+                                             put.interrupt_before, put.interrupt_after))
 
 
 def _put_answer(put: GraphPut, run_id: uuid.UUID, revision: int) -> dict:
@@ -283,13 +287,7 @@ def _decide_put(actor, tenant, run: Run | None, put: GraphPut, envelope_id: uuid
                 attempted=None, refused=None, reason=ConflictReason.ID_EXISTS)
         return ThreadConflict(current, head_id, "checkpoint.id: this thread's namespace "
                                                 "holds that id with other content")
-    identity = put.identity
-    if identity is None:  # the namespace's previous one, else the run's (a new subgraph)
-        identity = _envelope_payload(envelope).get("identity")
-        if identity is None and run is not None:
-            identity = {name: getattr(run, name) for name in kinds.IDENTITY_LIMITS
-                        if getattr(run, name)}
-        identity = identity or {}
+    identity = _identity_of(put, _envelope_payload(envelope), run)
     if put.parent_checkpoint_id is not None and put.parent_checkpoint_id != head_id:
         detail = (f"parent_checkpoint_id: not the head of the thread's namespace (the head "
                   f"is {head_id})" if head_id else
