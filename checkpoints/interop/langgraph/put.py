@@ -136,9 +136,11 @@ def _put_sql(actor, tenant: Tenant, put: GraphPut, run_id: uuid.UUID,
     """The common put in two round trips (module docstring): ``_put_answer``'s dict, or
     ``sql.FALLBACK`` with nothing written when the put is not the common case (no run,
     no envelope or no head yet, a parent that is not the head, an id that does not sort
-    after the head's, a token the fence refuses, a kind declared by the tenant). The
-    decisions are ``_decide_put``'s accepting row, read under the same locks, in the
-    same order (write gate, run, envelope). Raises ``SecretDetected`` as
+    after the head's, a token the fence refuses). The decisions are ``_decide_put``'s
+    accepting row. The write gate and the run are locked first, as there; the envelope
+    and the head are then read without the envelope's row lock (its compare-and-swap
+    takes it), which is the same because every writer of an envelope or of the
+    namespace's LangGraph rows holds the run's lock. Raises ``SecretDetected`` as
     ``checkpoint_put`` (nothing written)."""
     with sql.WriteTransaction() as tx, sql.cursor() as lock, sql.cursor() as facts:
         lock.execute(locks.write_lock_sql(),
@@ -161,9 +163,7 @@ def _put_sql(actor, tenant: Tenant, put: GraphPut, run_id: uuid.UUID,
         summary = _accepted_summary(put, head, _identity_of(put, head, run))
         env = _envelope(run, put.thread_id, put.checkpoint_ns, summary, locked.revision + 1)
         form = _stored_form(env, tenant)
-        if form.pop("declared_by") is not None:
-            tx.abandon()
-            return sql.FALLBACK
+        del form["declared_by"]  # None: langgraph.checkpoint is a kind in code
         written = writepath.update_locked(
             lock, locked, actor=actor, tenant=tenant, envelope=env,
             expected_revision=locked.revision, fencing_token=token, **form)
