@@ -15,7 +15,8 @@ from ... import crypto, kinds, locks
 from ...exceptions import DomainError, Fenced, StaleRevision, ThreadConflict
 from ...jsonparse import dumps, loads_any
 from ...models import Checkpoint, GraphCheckpoint, GraphWrite, Run
-from ...services.checkpoints import Envelope, checkpoint_put
+from ...services import writepath
+from ...services.checkpoints import Envelope, _stored_form, checkpoint_put
 from ...services.runs import _record_conflict
 from ...vocab import TargetType
 from .parse import _I63, ERROR, INTERRUPT, NULL_TASK_ID, _task_count, next_nodes
@@ -49,14 +50,18 @@ def _envelope_payload(envelope: Checkpoint | None) -> dict:
 
 
 def _write_facts(tenant, gc_pk: int) -> tuple[int, bool, bool]:
-    """``(written_tasks, interrupted, errored)`` of one checkpoint's pending writes: the
-    distinct tasks that wrote (LangGraph's null task left out), and whether any wrote
-    ``__interrupt__`` / ``__error__``. One query."""
+    """``(written_tasks, interrupted, errored)`` of one checkpoint's pending writes
+    (``facts_of``). One query."""
     pairs = set(GraphWrite.objects.for_tenant(tenant).filter(graph_checkpoint_id=gc_pk)
                 .values_list("task_id", "channel").distinct())
-    tasks = {task for task, _ in pairs if task != NULL_TASK_ID}
-    channels = {channel for _, channel in pairs}
-    return len(tasks), INTERRUPT in channels, ERROR in channels
+    return facts_of({task for task, _ in pairs}, {channel for _, channel in pairs})
+
+
+def facts_of(tasks: set[str], channels: set[str]) -> tuple[int, bool, bool]:
+    """``(written_tasks, interrupted, errored)`` of a checkpoint whose pending writes
+    come from ``tasks`` on ``channels``: the distinct tasks that wrote (LangGraph's null
+    task left out), and whether any wrote ``__interrupt__`` / ``__error__``."""
+    return len(tasks - {NULL_TASK_ID}), INTERRUPT in channels, ERROR in channels
 
 
 def _summary(*, thread_id: str, ns: str, checkpoint_id: str, parent: str | None,
@@ -112,6 +117,25 @@ def _write_envelope(actor, tenant, run: Run, thread_id: str, ns: str, summary: d
     except (StaleRevision, Fenced) as exc:
         return exc
     return checkpoint
+
+
+def _revise_locked(cursor, locked: writepath.Locked, *, actor, tenant, thread_id: str,
+                   ns: str, summary: dict, token: int | None) -> Envelope | None:
+    """The envelope's next revision, ``summary``, on the write path's SQL dialect
+    (``writepath.update_locked``) in the caller's ``sql.WriteTransaction``, whose lock
+    statement read ``locked``: the ``Envelope`` whose write was sent (its result comes
+    with ``COMMIT``), or ``None`` when the write path hands it back (the caller
+    abandons the transaction and the ORM path decides). Raises ``SecretDetected`` as
+    ``checkpoint_put``."""
+    run = locked.run
+    run.db_now = locked.now
+    env = _envelope(run, thread_id, ns, summary, locked.revision + 1)
+    form = _stored_form(env, tenant)
+    del form["declared_by"]  # None: langgraph.checkpoint is a kind in code
+    written = writepath.update_locked(cursor, locked, actor=actor, tenant=tenant,
+                                      envelope=env, expected_revision=locked.revision,
+                                      fencing_token=token, **form)
+    return env if isinstance(written, Checkpoint) else None  # else FALLBACK or a refusal
 
 
 def _refuse(tenant, actor, run: Run, *, envelope_id, expected, actual, attempted,

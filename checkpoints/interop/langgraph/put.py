@@ -27,7 +27,6 @@ from ...jsonparse import loads_any
 from ...models import Checkpoint, GraphCheckpoint, Run, Tenant
 from ...permissions import require
 from ...services import writepath
-from ...services.checkpoints import _stored_form
 from ...services.runs import _check_fence, _drop_if_empty, _lock_run
 from ...vocab import ConflictReason
 from .common import (
@@ -37,6 +36,7 @@ from .common import (
     _head,
     _lock_envelope,
     _refuse,
+    _revise_locked,
     _scoped,
     _summary,
     _write_envelope,
@@ -156,22 +156,17 @@ def _put_sql(actor, tenant: Tenant, put: GraphPut, run_id: uuid.UUID,
                 or locked.fence_refuses(token)):
             tx.abandon()
             return sql.FALLBACK
-        run = locked.run
-        run.db_now = locked.now
         head = loads_any(crypto.decrypt_text(envelope_ct, tenant=tenant))
         head = head if isinstance(head, dict) else {}
-        summary = _accepted_summary(put, head, _identity_of(put, head, run))
-        env = _envelope(run, put.thread_id, put.checkpoint_ns, summary, locked.revision + 1)
-        form = _stored_form(env, tenant)
-        del form["declared_by"]  # None: langgraph.checkpoint is a kind in code
-        written = writepath.update_locked(
-            lock, locked, actor=actor, tenant=tenant, envelope=env,
-            expected_revision=locked.revision, fencing_token=token, **form)
-        if not isinstance(written, Checkpoint):  # FALLBACK or a refusal: the ORM decides
+        summary = _accepted_summary(put, head, _identity_of(put, head, locked.run))
+        env = _revise_locked(lock, locked, actor=actor, tenant=tenant,
+                             thread_id=put.thread_id, ns=put.checkpoint_ns, summary=summary,
+                             token=token)
+        if env is None:
             tx.abandon()
             return sql.FALLBACK
         lock.execute(_insert_sql(), {
-            "tenant": tenant.pk, "run": run.pk, "envelope": locked.checkpoint_pk,
+            "tenant": tenant.pk, "run": locked.run.pk, "envelope": locked.checkpoint_pk,
             "thread_id": put.thread_id, "checkpoint_ns": put.checkpoint_ns,
             "checkpoint_id": put.checkpoint_id,
             "parent_checkpoint_id": put.parent_checkpoint_id or "",
