@@ -256,8 +256,11 @@ class WriteTransaction:
         if mode is None:
             return
         try:
-            self._conn.execute("ROLLBACK" if exc_type is not None else "COMMIT")
-            mode.__exit__(exc_type, exc, tb)  # the sync: raises a failed statement's error
+            # Django's wrapper: a failed statement comes out as Django's error
+            # (``IntegrityError``, ``OperationalError``), as from any other statement.
+            with connection.wrap_database_errors:
+                self._conn.execute("ROLLBACK" if exc_type is not None else "COMMIT")
+                mode.__exit__(exc_type, exc, tb)  # the sync: raises a failed statement's error
         finally:
             # After an error the server may still hold the aborted transaction (its
             # COMMIT was skipped): end it, so autocommit statements are not run inside it.
