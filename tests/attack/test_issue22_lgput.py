@@ -70,13 +70,16 @@ class Both:
     """Runs a scenario in acme through ``_put_sql`` and in globex through the ORM path
     only, and compares what each answered and left."""
 
+    #: The SQL path under test: ``module.name`` (the put's; put_writes' attack subclasses).
+    module, name = put_module, "_put_sql"
+
     def __init__(self, monkeypatch, settings, reference="fallback"):
         self.monkeypatch = monkeypatch
         self.settings = settings
         self.reference = reference
         settings.RECOVERY_SQL_WRITE_PATH = True
         self.calls = {"written": 0, "fallback": 0}
-        self.real = put_module._put_sql
+        self.real = getattr(self.module, self.name)
         self.mode = "sql"
 
         def counting(*args, **kwargs):
@@ -86,7 +89,7 @@ class Both:
             self.calls["fallback" if answer is FALLBACK else "written"] += 1
             return answer
 
-        monkeypatch.setattr(put_module, "_put_sql", counting)
+        monkeypatch.setattr(self.module, self.name, counting)
 
     def run(self, scenario, acme, globex, people_acme, people_globex):
         self.mode = "sql"

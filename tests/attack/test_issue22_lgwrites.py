@@ -34,8 +34,8 @@ from checkpoints.models import (
     Run,
     RunSubject,
 )
-from checkpoints.sql import FALLBACK
 from recovery_client.protocol import thread_checkpoint_id, thread_run_id
+from tests.attack import test_issue22_lgput as lgput
 from tests.attack.test_issue22_lgput import _thread_op, attempt
 from tests.conftest import _person
 from tests.helpers import (
@@ -57,48 +57,15 @@ pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 THREAD = "thread-attack-w"
 
 
-class Both:
-    """A scenario in acme through ``_writes_sql``, in globex through the ORM path only."""
+class Both(lgput.Both):
+    """``lgput.Both`` for ``_writes_sql``: a scenario in acme through it, in globex through
+    the ORM path only; the comparison also covers the pending writes and the audit."""
 
-    def __init__(self, monkeypatch, settings, reference="fallback"):
-        self.settings = settings
-        self.reference = reference
-        settings.RECOVERY_SQL_WRITE_PATH = True
-        self.calls = {"written": 0, "fallback": 0}
-        self.real = writes_module._writes_sql
-        self.mode = "sql"
-
-        def counting(*args, **kwargs):
-            if self.mode == "orm":
-                return FALLBACK
-            answer = self.real(*args, **kwargs)
-            self.calls["fallback" if answer is FALLBACK else "written"] += 1
-            return answer
-
-        monkeypatch.setattr(writes_module, "_writes_sql", counting)
-
-    def run(self, scenario, acme, globex, people_acme, people_globex):
-        self.mode = "sql"
-        fast = scenario(acme, people_acme)
-        written = dict(self.calls)
-        self.mode = "orm"
-        self.settings.RECOVERY_SQL_WRITE_PATH = self.reference != "sql_off"
-        try:
-            slow = scenario(globex, people_globex)
-        finally:
-            self.settings.RECOVERY_SQL_WRITE_PATH = True
-        return fast, slow, written
+    module, name = writes_module, "_writes_sql"
 
     @staticmethod
     def compare(acme, globex, fast, slow):
-        assert fast == slow
-        fast_rows, slow_rows = untimed(rows(acme)), untimed(rows(globex))
-        for tables in (fast_rows, slow_rows):  # a retry's id differs by tenant
-            tables["events"] = [(e[0], e[1], e[2] if e[1] in ("checkpoint", "run") else None,
-                                 *e[3:]) for e in tables["events"]]
-        for table in fast_rows:
-            assert fast_rows[table] == slow_rows[table], table
-        assert graph_rows(acme) == graph_rows(globex)
+        lgput.Both.compare(acme, globex, fast, slow)
         assert write_rows(acme) == write_rows(globex)
         assert services.audit_verify(tenant=acme)[0]
 
