@@ -493,11 +493,26 @@ def checkpoint_update(*, actor, tenant: Tenant, envelope, expected_revision: int
         return checkpoint
 
 
-def lock_params(tenant: Tenant, checkpoint_id: uuid.UUID, run_id: uuid.UUID) -> dict:
+def _lock_params(tenant: Tenant, checkpoint_id: uuid.UUID, run_id: uuid.UUID) -> dict:
     """The parameters of ``_sql().lock`` (``locks.write_lock_sql``) for a write of
     checkpoint ``checkpoint_id`` of run ``run_id``."""
     return {"tenant": tenant.pk, "checkpoint": checkpoint_id, "run": run_id,
             "needs_retry": list(EffectState.NEEDS_RETRY), "open_retry": list(RetryState.OPEN)}
+
+
+def lock_with_facts(lock, facts, *, tenant: Tenant, checkpoint_id: uuid.UUID,
+                    run_id: uuid.UUID, facts_sql: str, facts_params: dict):
+    """Round trip 1 of a write whose caller reads facts of its own under the same lock
+    (the LangGraph put and put_writes, ``interop.langgraph``): on two cursors in a
+    ``sql.WriteTransaction``, the lock statement, then ``facts_sql`` (a statement of its
+    own, so its snapshot is taken after the lock), their results in one round trip.
+    Returns ``(locked, facts_row)``, ``locked`` ``None`` when the lock found no gate row
+    or no run (``Locked`` else, for ``update_locked``)."""
+    lock.execute(_sql().lock, _lock_params(tenant, checkpoint_id, run_id))
+    facts.execute(facts_sql, facts_params)
+    row = lock.fetchone()  # the sync: both statements' results
+    found = facts.fetchone()
+    return (None if row is None else Locked.of(row, tenant, run_id)), found
 
 
 @dataclass
@@ -545,7 +560,7 @@ def _update(cursor, *, actor, tenant, envelope, expected_revision, fencing_token
     """``checkpoint_update``'s statements on ``cursor`` (in pipeline mode, no ORM call
     but ``effect_labels``' read): the lock (round trip 1), then ``update_locked``.
     Returns the ``Checkpoint``, a refusal or ``FALLBACK``."""
-    cursor.execute(_sql().lock, lock_params(tenant, envelope.checkpoint_id, envelope.run_id))
+    cursor.execute(_sql().lock, _lock_params(tenant, envelope.checkpoint_id, envelope.run_id))
     row = cursor.fetchone()
     if row is None:
         return FALLBACK

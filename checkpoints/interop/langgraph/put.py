@@ -21,7 +21,7 @@ from django.db import transaction
 
 from recovery_client import protocol as T
 
-from ... import crypto, kinds, locks, roles, sql
+from ... import crypto, kinds, roles, sql
 from ...exceptions import DomainError, Fenced, ThreadConflict
 from ...jsonparse import loads_any
 from ...models import Checkpoint, GraphCheckpoint, Run, Tenant
@@ -143,13 +143,11 @@ def _put_sql(actor, tenant: Tenant, put: GraphPut, run_id: uuid.UUID,
     namespace's LangGraph rows holds the run's lock. Raises ``SecretDetected`` as
     ``checkpoint_put`` (nothing written)."""
     with sql.WriteTransaction() as tx, sql.cursor() as lock, sql.cursor() as facts:
-        lock.execute(locks.write_lock_sql(),
-                     writepath.lock_params(tenant, envelope_id, run_id))
-        facts.execute(_facts_sql(), {"tenant": tenant.pk, "envelope": envelope_id,
-                                     "thread": put.thread_id, "ns": put.checkpoint_ns})
-        row = lock.fetchone()  # round trip 1: both statements' results
-        envelope_ct, head_id = facts.fetchone()
-        locked = None if row is None else writepath.Locked.of(row, tenant, run_id)
+        locked, (envelope_ct, head_id) = writepath.lock_with_facts(  # round trip 1
+            lock, facts, tenant=tenant, checkpoint_id=envelope_id, run_id=run_id,
+            facts_sql=_facts_sql(), facts_params={
+                "tenant": tenant.pk, "envelope": envelope_id, "thread": put.thread_id,
+                "ns": put.checkpoint_ns})
         if (locked is None or locked.checkpoint_pk is None or envelope_ct is None
                 or head_id is None or put.checkpoint_id <= head_id
                 or put.parent_checkpoint_id not in (None, head_id)

@@ -19,7 +19,7 @@ from django.db import transaction
 
 from recovery_client import protocol as T
 
-from ... import crypto, locks, roles, sql
+from ... import crypto, roles, sql
 from ...audit import audit_record
 from ...exceptions import DomainError, Fenced, NotFound
 from ...jsonparse import loads_any
@@ -114,15 +114,13 @@ def _writes_sql(actor, tenant: Tenant, body: GraphWrites, sealed, run_id, envelo
     lock, which every writer of them holds. Raises ``SecretDetected`` as
     ``checkpoint_put`` (nothing written)."""
     with sql.WriteTransaction() as tx, sql.cursor() as lock, sql.cursor() as facts:
-        lock.execute(locks.write_lock_sql(),
-                     writepath.lock_params(tenant, envelope_id, run_id))
-        facts.execute(_writes_facts_sql(), {
-            "tenant": tenant.pk, "envelope": envelope_id, "thread": body.thread_id,
-            "ns": body.checkpoint_ns, "task": body.task_id,
-            "idxs": [w.idx for w, _, _ in sealed]})
-        row = lock.fetchone()  # round trip 1: both statements' results
-        envelope_ct, head_pk, head_id, taken, tasks, channels = facts.fetchone()
-        locked = None if row is None else writepath.Locked.of(row, tenant, run_id)
+        locked, found = writepath.lock_with_facts(  # round trip 1
+            lock, facts, tenant=tenant, checkpoint_id=envelope_id, run_id=run_id,
+            facts_sql=_writes_facts_sql(), facts_params={
+                "tenant": tenant.pk, "envelope": envelope_id, "thread": body.thread_id,
+                "ns": body.checkpoint_ns, "task": body.task_id,
+                "idxs": [w.idx for w, _, _ in sealed]})
+        envelope_ct, head_pk, head_id, taken, tasks, channels = found
         if (locked is None or locked.checkpoint_pk is None or envelope_ct is None
                 or head_id != body.checkpoint_id or taken or locked.fence_refuses(token)):
             tx.abandon()
