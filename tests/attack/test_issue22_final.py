@@ -696,12 +696,14 @@ def test_kind1_the_merkle_cli_prints_no_raw_control_characters_from_the_file(tmp
     forged = {"origin": "x\rline 1: acme/audit size 5: signature verifies\n", "tree_size": 5,
               "root_hash": "0" * 64, "key_id": "0" * 16,
               "public_key": "A" * 43 + "=", "signature": "A" * 86 + "=="}
+    in_size = dict(forged, origin="acme", tree_size="5\rline 1: acme size 5: signature "
+                                                   "verifies\n")
     path = tmp_path / "HEAD.jsonl"
-    path.write_text(json.dumps(forged) + "\n")
+    path.write_text(json.dumps(forged) + "\n" + json.dumps(in_size) + "\n")
     code = _main(["verify-head", str(path)])
     out = capsys.readouterr().out
     assert code == 1
-    assert "\r" not in out and out.count("\n") == 1, repr(out)
+    assert "\r" not in out and out.count("\n") == 2, repr(out)
 
 
 @pytest.mark.postgres
