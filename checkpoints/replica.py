@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Iterator
 
 from django.conf import settings
-from django.db import DatabaseError, connections
+from django.db import connections
 
 from .dbclock import db_now
 
@@ -81,10 +81,13 @@ def _block() -> Iterator[None]:
 def _recheck() -> None:
     """``replica_check`` now: passed, the replica is used for ``DOWN_S`` seconds without
     asking again; failed (it does not answer, does not stream, or lags too far), it is
-    left alone for ``DOWN_S`` seconds and the reads go to the primary (logged)."""
+    left alone for ``DOWN_S`` seconds and the reads go to the primary (logged). Failed
+    means any exception, as ``/readyz`` judges it (``ops.health.readiness``): Django's
+    ``InterfaceError`` (a closed connection) is not a ``DatabaseError``, and letting it
+    through made every replica read fail while the primary answered."""
     try:
         replica_check()
-    except (DatabaseError, ReplicaBroken, ReplicaLagging) as exc:
+    except Exception as exc:  # noqa: BLE001 - any failure: not usable, as /readyz says
         _down_until[0] = time.monotonic() + DOWN_S
         log.warning("the read replica is not usable (%s: %s): reading from the primary for "
                     "%s s", type(exc).__name__, exc, DOWN_S)
