@@ -313,6 +313,14 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _shown(value) -> str:
+    """A value of the file as printed: a printable string or an integer as it is, any
+    other value as its ``repr`` (no control character of the file reaches the output)."""
+    if (isinstance(value, str) and value.isprintable()) or type(value) is int:
+        return str(value)
+    return repr(value)
+
+
 def _main(argv: list[str]) -> int:
     """``python -m checkpoints.merkle verify-head HEAD.jsonl``: prints one line per head;
     returns 0 when every head verifies, 1 when one does not, 2 for a usage error or a
@@ -349,8 +357,10 @@ def _main(argv: list[str]) -> int:
                    else verify_head_line(record))
         bad += bool(problem)
         # The origin is signed; the line's "tenant" is not, so it is not what is named.
-        print(f"line {number}: {record.get('origin')} size {record.get('tree_size')}: "
-              + (problem or "signature verifies"))
+        # The file is an outsider's: a carriage return or newline shown raw would
+        # rewrite what the reader sees (``_shown``).
+        print(f"line {number}: {_shown(record.get('origin'))} size "
+              f"{_shown(record.get('tree_size'))}: " + (problem or "signature verifies"))
     return 1 if bad else 0
 
 
