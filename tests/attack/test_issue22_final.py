@@ -356,7 +356,12 @@ def test_kind4_nothing_the_fast_paths_store_follows_the_process_clock(fast, writ
     assert put(writer, lg_put("t-1", cid(2), parent=cid(1), nodes=["c"])).status_code == 201
     r = writes(writer, lg_writes("t-1", cid(2), "task-1", [(0, "out", "v"), (-3, "__interrupt__", "i")]))
     assert r.status_code == 200, r.content
-    assert fast[calls:] == [("_put_sql", True), ("_writes_sql", True)]
+    # Writes on a checkpoint that is no longer the head: the ORM path, audited only
+    # (``langgraph.writes``), its event stamped with the lock's database time too.
+    r = writes(writer, lg_writes("t-1", cid(1), "task-2", [(0, "out", "old")]))
+    assert r.status_code == 200, r.content
+    assert fast[calls:] == [("_put_sql", True), ("_writes_sql", True), ("_writes_sql", False)]
+    assert AuditEvent.objects.filter(action="langgraph.writes").count() == 1
     late = []
     for model in (GraphCheckpoint, GraphWrite, Checkpoint, CheckpointRevision, Run, AuditEvent):
         for f in model._meta.concrete_fields:

@@ -209,7 +209,8 @@ def _after_writes(actor, tenant, run: Run, envelope: Checkpoint, gc: dict, body:
                      target_type=TargetType.CHECKPOINT, target_id=envelope.uuid,
                      run_id=run.uuid,
                      after={"checkpoint_id": body.checkpoint_id, "task_id": body.task_id,
-                            "stored": stored})
+                            "stored": stored},
+                     created_at=run.db_now)  # the lock's database time, not the process's
         return None
     payload = _envelope_payload(envelope)
     identity = payload.get("identity") or {}
