@@ -76,7 +76,7 @@ from django.conf import settings
 from django.db import connection
 from django.db.models import Subquery
 
-from .dbclock import NOW
+from .dbclock import LOCKED_NOW
 from .models import AuditChainHead, DataPolicy, Run, Tenant
 
 #: The lock levels, outermost first (module docstring).
@@ -151,7 +151,7 @@ WRITE_POLICY = ("subject_fields", "secrets_policy", "payload_flag_bytes")
 
 
 def _runs(tenant_id: int, *, data_policy: bool = False):
-    runs = lock_rows(Run.objects.for_tenant(tenant_id)).annotate(db_now=NOW)
+    runs = lock_rows(Run.objects.for_tenant(tenant_id)).annotate(db_now=LOCKED_NOW)
     if data_policy:
         policy = DataPolicy.objects.for_tenant(tenant_id)
         runs = runs.annotate(**{name: Subquery(policy.values(name)[:1])
@@ -179,7 +179,7 @@ def lock_run_pk(tenant_id: int, pk: int, *, skip_locked: bool = False) -> Run | 
     another transaction holds it (the sweep: looked at again on its next pass)."""
     share_audit_head(tenant_id)
     return (lock_rows(Run.objects.for_tenant(tenant_id), skip_locked=skip_locked)
-            .annotate(db_now=NOW).select_related("tenant").filter(pk=pk).first())
+            .annotate(db_now=LOCKED_NOW).select_related("tenant").filter(pk=pk).first())
 
 
 def lock_runs(tenant: Tenant, run_ids: Iterable[uuid.UUID]) -> list[Run]:

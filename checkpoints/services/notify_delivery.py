@@ -31,7 +31,7 @@ from django.db.models.functions import Coalesce
 
 from .. import crypto, locks
 from ..audit import audit_record
-from ..dbclock import NOW
+from ..dbclock import LOCKED_NOW, NOW
 from ..exceptions import DomainError
 from ..models import (
     NotificationAttempt,
@@ -140,7 +140,7 @@ def record_attempt(claim: Claimed, *, ok: bool, status: int | None, latency_ms: 
             return "gone"
         endpoints = NotificationEndpoint.objects.for_all_tenants(reason=_ALL)
         locks.lock_rows(endpoints.filter(pk=endpoint_pk)).first()
-        message = locks.lock_rows(every.filter(pk=claim.pk)).annotate(db_now=NOW).first()
+        message = locks.lock_rows(every.filter(pk=claim.pk)).annotate(db_now=LOCKED_NOW).first()
         if message is None:
             return "gone"
         number = (NotificationAttempt.objects.for_tenant(message.tenant_id)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from datetime import timedelta
 
 import pytest
 from django.db import connection, transaction
@@ -190,3 +191,64 @@ def test_the_sql_write_path_stamps_a_write_with_the_time_its_locks_were_held(acm
     stamped = CheckpointRevision.objects.get(revision=1).received_at
     assert stamped >= released["at"]
     assert Run.objects.get().last_write_at == stamped
+
+
+def _hold_run_and_change_it(run_pk: int, holder_ready, release, released) -> None:
+    """Lock the run and change its row, as every committed write of a run does, then
+    wait for ``release`` and note the database time just before committing."""
+    from checkpoints.dbclock import db_now
+
+    try:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(f"SELECT id FROM {Run._meta.db_table} WHERE id = %s "
+                           f"FOR NO KEY UPDATE", [run_pk])
+            cursor.execute(f"UPDATE {Run._meta.db_table} SET updated_at = CLOCK_TIMESTAMP() "
+                           f"WHERE id = %s", [run_pk])
+            holder_ready.set()
+            release.wait(timeout=30)
+            released["at"] = db_now()
+    finally:
+        connection.close()
+
+
+@pytest.mark.parametrize("path", ["checkpoint update (ORM path)", "lease"])
+def test_an_orm_write_that_waited_for_its_run_is_stamped_after_the_wait(acme, wendy, path,
+                                                                       settings):
+    """The ORM path read the database time with its run lock as ``STATEMENT_TIMESTAMP()``,
+    the statement's start, before its wait for the run: a write that waited for another
+    write of its run was stamped before the write it waited for (its run's last write
+    went back in time; the SQL path reads the time once its locks are held). It is now
+    ``dbclock.LOCKED_NOW``, which PostgreSQL computes again once the lock is taken."""
+    from checkpoints.models import CheckpointRevision
+
+    settings.RECOVERY_SQL_WRITE_PATH = False
+    body, _fx = _world(acme, wendy)
+    run = Run.objects.get()
+    run_id = uuid.UUID(body["run_id"])
+    write = {
+        "checkpoint update (ORM path)": lambda: put_checkpoint(
+            wendy, acme, dict(body, revision=1, payload={"phase": "charging", "n": 1}),
+            expected=0),
+        "lease": lambda: services.lease_acquire(actor=wendy, tenant=acme, run_id=run_id,
+                                                owner="w1", ttl_s=60),
+    }[path]
+    holder_ready, release, released = threading.Event(), threading.Event(), {}
+    holder = threading.Thread(target=_hold_run_and_change_it,
+                              args=(run.pk, holder_ready, release, released))
+    holder.start()
+    assert holder_ready.wait(timeout=20)
+    try:
+        thread, box = _in_thread(write)
+        _wait_until_blocked(box)
+    finally:
+        release.set()
+        holder.join(timeout=30)
+    thread.join(timeout=30)
+    assert "error" not in box, box.get("error")
+    run.refresh_from_db()
+    if path == "lease":
+        stamped = run.lease_expires_at - timedelta(seconds=60)
+    else:
+        stamped = CheckpointRevision.objects.get(revision=1).received_at
+        assert run.last_write_at == stamped
+    assert stamped >= released["at"], (path, released["at"] - stamped)
