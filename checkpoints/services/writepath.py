@@ -53,7 +53,6 @@ from ..vocab import (
     AuditAction,
     ConflictReason,
     EffectState,
-    RetryState,
     SecretsPolicy,
     TargetType,
 )
@@ -496,8 +495,7 @@ def checkpoint_update(*, actor, tenant: Tenant, envelope, expected_revision: int
 def _lock_params(tenant: Tenant, checkpoint_id: uuid.UUID, run_id: uuid.UUID) -> dict:
     """The parameters of ``_sql().lock`` (``locks.write_lock_sql``) for a write of
     checkpoint ``checkpoint_id`` of run ``run_id``."""
-    return {"tenant": tenant.pk, "checkpoint": checkpoint_id, "run": run_id,
-            "needs_retry": list(EffectState.NEEDS_RETRY), "open_retry": list(RetryState.OPEN)}
+    return {"tenant": tenant.pk, "checkpoint": checkpoint_id, "run": run_id}
 
 
 def lock_with_facts(lock, facts, *, tenant: Tenant, checkpoint_id: uuid.UUID,
