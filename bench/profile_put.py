@@ -458,9 +458,10 @@ def main(argv=None) -> None:
             prof = cProfile.Profile()
             prof.runcall(lambda: [service_put() for _ in range(args.profile_service)])
             out = io.StringIO()
-            pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(45)
+            pstats.Stats(prof, stream=out).sort_stats(
+                os.environ.get("PROFILE_SORT", "tottime")).print_stats(45)
             print(f"services.checkpoint_put alone, cProfile over {args.profile_service} "
-                  f"calls, by own time:")
+                  f"calls, by {os.environ.get('PROFILE_SORT', 'own time')}:")
             print(out.getvalue())
         if args.compare:
             print(f"interleaved, {args.compare} rounds of 50 PUTs each (ms per PUT):")
