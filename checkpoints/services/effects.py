@@ -248,7 +248,7 @@ def _effect_cas(actor, tenant, body, expected_revision, fencing_token, refused, 
                 tenant=tenant, actor=actor, action=AuditAction.EFFECT_WRITE, target_type=TargetType.EFFECT,
                 target_id=body.effect_id, run_id=run.uuid,
                 before=None if expected_revision is None else {"revision": expected_revision},
-                after=after,
+                after=after, created_at=now,  # the lock's database time, as the write's
             )
     if conflict_at is not None:
         return StaleRevision(conflict_at)

@@ -348,7 +348,7 @@ def _orm_write(actor, tenant, envelope, expected_revision, fencing_token, cls, p
                 action=(AuditAction.CHECKPOINT_WRITE if migration is None
                         else AuditAction.CHECKPOINT_MIGRATE),
                 target_type=TargetType.CHECKPOINT, target_id=envelope.checkpoint_id,
-                run_id=run.uuid,
+                run_id=run.uuid, created_at=now,  # the lock's database time (SQL path too)
                 **_write_audit(envelope, cls, phase_label, expected_revision, reopened,
                                migration, run.fencing_token, screened))
     if conflict_at is not None:

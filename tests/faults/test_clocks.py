@@ -104,3 +104,27 @@ def test_a_clock_behind_does_not_keep_an_expired_lease_alive(acme, wendy, skew):
     second = services.lease_acquire(actor=wendy, tenant=acme, run_id=run.run_id,
                                     owner="worker-2", ttl_s=30)
     assert second.fencing_token == run.token + 1
+
+
+@pytest.mark.parametrize("sql_path", [True, False], ids=["sql path", "orm path"])
+def test_a_runtime_writes_audit_event_carries_the_database_time_not_the_process_clock(
+        acme, wendy, skew, settings, sql_path):
+    """A checkpoint or effect write's audit event is stamped with the time its run lock
+    read (the SQL write path always was; the ORM path, SQLite's only one, took this
+    process's clock): with the process an hour ahead, each event's time is its write's
+    (the checkpoint's ``received_at``, the run's last write)."""
+    from tests.helpers import effect_body, put_effect
+
+    settings.RECOVERY_SQL_WRITE_PATH = sql_path
+    body = envelope(payload={"phase": "charging"})
+    put_checkpoint(wendy, acme, body)
+    skew(3600)
+    checkpoint = put_checkpoint(wendy, acme, dict(body, revision=1,
+                                                  payload={"phase": "charging", "n": 1}),
+                                expected=0)
+    written = AuditEvent.objects.filter(action="checkpoint.write").latest("seq")
+    assert written.created_at == checkpoint.received_at
+    put_effect(wendy, acme, effect_body(run_id=body["run_id"], operation_key="charge:A-1"))
+    effect_event = AuditEvent.objects.filter(action="effect.write").latest("seq")
+    assert effect_event.created_at == Run.objects.get().last_write_at
+    assert effect_event.created_at < timezone.now() - timedelta(minutes=30)
