@@ -388,7 +388,10 @@ def main(argv=None) -> None:
                                 description=__doc__.splitlines()[0])
     p.add_argument("--pg-url", default=(os.environ.get("PG_URL") or os.environ.get(
         "DATABASE_URL") or "postgres://postgres@127.0.0.1:5432/recovery"))
-    p.add_argument("--db", default="recovery_profile_bench")
+    p.add_argument("--db", default="recovery_profile_bench",
+                   help="its own database, DROPPED and created again on every run, and "
+                        "dropped at the end unless --keep-db (its name must contain "
+                        "'bench')")
     p.add_argument("--n", type=int, default=500, help="timed PUTs")
     p.add_argument("--profile", type=int, default=0, help="PUTs under cProfile")
     p.add_argument("--compare", type=int, default=0,

@@ -229,6 +229,23 @@ class Worker:
                 outcome = "test timed out"
         return outcome, seconds, (out or "")[-3000:]
 
+    def drop_databases(self) -> None:
+        """Drop the test database this worker's runs kept (``--reuse-db``), so a finished
+        run leaves nothing on the server (a newcomer's finding: ``make test`` left
+        ``test_recovery_curated_w0`` and ``_w1`` behind)."""
+        if not self.pg_url or "postgres" not in self.db_made:
+            return
+        import psycopg
+
+        parts = urlsplit(self.pg_url)
+        name = "test_" + parts.path.lstrip("/")
+        server = urlunsplit(parts._replace(path="/postgres"))
+        try:
+            with psycopg.connect(server, autocommit=True) as conn:
+                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        except psycopg.Error as exc:  # the run's verdict stands; say what was left
+            print(f"curated: could not drop {name}: {exc}", file=sys.stderr)
+
     def run_mutant(self, m: Mutant, timeout: int, test_timeout: int) -> None:
         path = self.tree / m.file
         original = path.read_text("utf-8")
@@ -352,31 +369,35 @@ def main(argv: list[str] | None = None) -> int:
     jobs = max(1, min(args.jobs, len(mutants) or 1))
     with tempfile.TemporaryDirectory(prefix="curated-mutants-") as scratch:
         workers = [Worker(i, Path(scratch), args.pg_url) for i in range(jobs)]
-        if not args.no_baseline:
-            problems = baseline(workers[0], mutants, args.timeout, args.test_timeout)
-            if problems:
-                print("\n".join(problems), file=sys.stderr)
-                return 2
-        todo: queue.Queue[Mutant] = queue.Queue()
-        for m in mutants:
-            todo.put(m)
-        lock = threading.Lock()
+        try:
+            if not args.no_baseline:
+                problems = baseline(workers[0], mutants, args.timeout, args.test_timeout)
+                if problems:
+                    print("\n".join(problems), file=sys.stderr)
+                    return 2
+            todo: queue.Queue[Mutant] = queue.Queue()
+            for m in mutants:
+                todo.put(m)
+            lock = threading.Lock()
 
-        def work(worker: Worker) -> None:
-            while True:
-                try:
-                    m = todo.get_nowait()
-                except queue.Empty:
-                    return
-                worker.run_mutant(m, args.timeout, args.test_timeout)
-                with lock:
-                    print(line(m), flush=True)
+            def work(worker: Worker) -> None:
+                while True:
+                    try:
+                        m = todo.get_nowait()
+                    except queue.Empty:
+                        return
+                    worker.run_mutant(m, args.timeout, args.test_timeout)
+                    with lock:
+                        print(line(m), flush=True)
 
-        threads = [threading.Thread(target=work, args=(w,)) for w in workers]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+            threads = [threading.Thread(target=work, args=(w,)) for w in workers]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        finally:
+            for w in workers:
+                w.drop_databases()
     wall = time.monotonic() - start
 
     everything = mutants + skipped
