@@ -128,3 +128,33 @@ def test_a_runtime_writes_audit_event_carries_the_database_time_not_the_process_
     effect_event = AuditEvent.objects.filter(action="effect.write").latest("seq")
     assert effect_event.created_at == Run.objects.get().last_write_at
     assert effect_event.created_at < timezone.now() - timedelta(minutes=30)
+
+
+@pytest.mark.parametrize("sql_path", [True, False], ids=["sql path", "orm path"])
+@pytest.mark.parametrize("action", ["lease acquire", "run close"])
+def test_a_runs_audit_events_do_not_go_back_in_time_across_its_writes(
+        acme, wendy, rita, skew, settings, sql_path, action):
+    """(attack-clock) A run's audit trail is one history: a checkpoint write's event now
+    carries its run lock's database time, so every other event of the run written under
+    the run's lock must too, or the trail of one run mixes two clocks and goes back in
+    time. With this process an hour ahead: a checkpoint write, then a lease acquire (or a
+    reviewer's close), then the next checkpoint write; the events in ``seq`` order must
+    not go back."""
+    settings.RECOVERY_SQL_WRITE_PATH = sql_path
+    body = envelope(payload={"phase": "charging"})
+    put_checkpoint(wendy, acme, body)
+    skew(3600)
+    if action == "lease acquire":
+        services.lease_acquire(actor=wendy, tenant=acme, run_id=body["run_id"],
+                               owner="worker-1", ttl_s=30)
+        token = Run.objects.get().fencing_token
+    else:
+        services.run_close(actor=rita, tenant=acme, run_id=body["run_id"], reason="done")
+        token = None
+    put_checkpoint(wendy, acme, dict(body, revision=1, payload={"phase": "charging", "n": 1}),
+                   expected=0, token=token)
+    events = list(AuditEvent.objects.filter(run_uuid=body["run_id"]).order_by("seq")
+                  .values_list("action", "created_at"))
+    assert len(events) == 3, events
+    for (a, at), (b, bt) in zip(events, events[1:], strict=False):
+        assert at <= bt, f"{b} at {bt} is before {a} at {at}"
