@@ -123,7 +123,8 @@ def retry_request(*, actor, tenant: Tenant, run_id: uuid.UUID, reason: str,
                      reason=reason, before={"recovery_state": before},
                      after=_with_bulk({"state": RetryState.REQUESTED,
                                        "recovery_state": run.recovery_state,
-                                       "preview": retry_preview(run)}, bulk_id))
+                                       "preview": retry_preview(run)}, bulk_id),
+                     created_at=run.db_now)
     return retry
 
 
@@ -174,7 +175,8 @@ def _retry_decide(*, actor, tenant: Tenant, retry_id: int, reason: str, approve:
         audit_record(tenant=tenant, actor=actor,
                      action=AuditAction.RETRY_APPROVE if approve else AuditAction.RETRY_REJECT,
                      target_type=TargetType.RETRY_REQUEST, target_id=retry.pk, run_id=run.uuid,
-                     reason=reason, before={"state": RetryState.REQUESTED}, after=after)
+                     reason=reason, before={"state": RetryState.REQUESTED}, after=after,
+                     created_at=run.db_now)
     return retry
 
 
@@ -234,7 +236,7 @@ def retry_withdraw(*, actor, tenant: Tenant, retry_id: int, reason: str) -> Retr
                      reason=reason,
                      before={"state": RetryState.REQUESTED, "recovery_state": before},
                      after={"state": RetryState.WITHDRAWN,
-                            "recovery_state": run.recovery_state})
+                            "recovery_state": run.recovery_state}, created_at=run.db_now)
     return retry
 
 
@@ -280,7 +282,7 @@ def effect_mark_unknown(*, actor, tenant: Tenant, effect_id: uuid.UUID, reason: 
                      target_type=TargetType.EFFECT, target_id=effect.uuid, run_id=run.uuid,
                      reason=reason, before=before,
                      after=_with_bulk({"state": EffectState.UNKNOWN,
-                                       "revision": moved.revision}, bulk_id))
+                                       "revision": moved.revision}, bulk_id), created_at=run.db_now)
     return moved
 
 
@@ -351,7 +353,8 @@ def run_close(*, actor, tenant: Tenant, run_id: uuid.UUID, reason: str,
                      before={"recovery_state": before},
                      after=_with_bulk({"recovery_state": run.recovery_state,
                                        "retry_requests_expired": expired,
-                                       "reconcile_requests_cancelled": cancelled}, bulk_id))
+                                       "reconcile_requests_cancelled": cancelled}, bulk_id),
+                     created_at=run.db_now)
     return run
 
 
@@ -388,7 +391,7 @@ def conflicts_acknowledge(*, actor, tenant: Tenant, run_id: uuid.UUID, reason: s
                      target_type=TargetType.RUN, target_id=run.uuid, run_id=run.uuid, reason=reason,
                      before={"recovery_state": before, "open_conflicts": n},
                      after=_with_bulk({"recovery_state": run.recovery_state,
-                                       "open_conflicts": 0}, bulk_id))
+                                       "open_conflicts": 0}, bulk_id), created_at=run.db_now)
     return n
 
 

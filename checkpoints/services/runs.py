@@ -402,7 +402,8 @@ def lease_acquire(*, actor, tenant: Tenant, run_id: uuid.UUID, owner: str, ttl_s
         if reopened:
             after["reopened"] = True
         audit_record(tenant=tenant, actor=actor, action=AuditAction.LEASE_ACQUIRE, target_type=TargetType.RUN,
-                     target_id=run.uuid, run_id=run.uuid, before=before, after=after)
+                     target_id=run.uuid, run_id=run.uuid, before=before, after=after,
+                     created_at=run.db_now)
     return run
 
 
@@ -506,7 +507,7 @@ def resume_claim(*, actor, tenant: Tenant, run_id: uuid.UUID, asked: dict[str, s
                          target_type=TargetType.RETRY_REQUEST, target_id=retry.pk, run_id=run.uuid,
                          before={"state": RetryState.APPROVED},
                          after={"state": RetryState.CONSUMED, "fencing_token": run.fencing_token,
-                                **({"usage_burnt": burnt} if burnt else {})})
+                                **({"usage_burnt": burnt} if burnt else {})}, created_at=run.db_now)
         answer = _resume_answer(run, decision, tenant)
         _record_resume(run, decision, now)
     # Counted once the claim committed (metrics.RESUME_DECISIONS); a failed one is not.
