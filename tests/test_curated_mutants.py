@@ -109,3 +109,37 @@ def test_every_curated_mutant_names_tests_that_exist():
             if not source.exists() or (name and f"def {name}(" not in source.read_text()):
                 missing.append(f"{mutant['id']}: {test}")
     assert not missing, missing
+
+
+def test_a_worker_drops_the_test_database_pytest_django_made_for_an_encoded_name():
+    """(attack-clock) ``--pg-url`` as Django reads it: dj-database-url decodes the
+    database name (``%2D`` is ``-``), so pytest-django made ``test_<decoded>_curated_w0``;
+    the worker must drop that one, not a database named after the still-encoded text
+    (the run would leave its test database behind)."""
+    import os
+    from urllib.parse import urlsplit, urlunsplit
+
+    import psycopg
+    import pytest
+
+    url = os.environ.get("DATABASE_URL", "")
+    if not url.startswith("postgres"):
+        pytest.skip("needs a PostgreSQL server (DATABASE_URL)")
+    server = urlunsplit(urlsplit(url)._replace(path="/postgres"))
+    made = "test_attack%clock-w_curated_w0"
+    base = urlunsplit(urlsplit(url)._replace(path="/attack%25clock%2Dw"))
+    worker = object.__new__(curated.Worker)
+    worker.number, worker.db_made = 0, {"postgres"}
+    worker.pg_url = curated.pg_url_for(base, 0)
+    with psycopg.connect(server, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{made}"')
+        conn.execute(f'CREATE DATABASE "{made}"')
+    try:
+        worker.drop_databases()
+        with psycopg.connect(server, autocommit=True) as conn:
+            left = conn.execute("SELECT count(*) FROM pg_database WHERE datname = %s",
+                                [made]).fetchone()[0]
+        assert left == 0
+    finally:
+        with psycopg.connect(server, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{made}"')
