@@ -67,7 +67,7 @@ import time
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 ROOT = Path(__file__).resolve().parents[2]
 LIST = Path(__file__).with_name("curated.toml")
@@ -236,13 +236,16 @@ class Worker:
         if not self.pg_url or "postgres" not in self.db_made:
             return
         import psycopg
+        from psycopg import sql
 
         parts = urlsplit(self.pg_url)
-        name = "test_" + parts.path.lstrip("/")
+        # The name as Django reads it (dj-database-url decodes it), quoted as an identifier.
+        name = "test_" + unquote(parts.path.lstrip("/"))
         server = urlunsplit(parts._replace(path="/postgres"))
         try:
             with psycopg.connect(server, autocommit=True) as conn:
-                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+                conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+                    sql.Identifier(name)))
         except psycopg.Error as exc:  # the run's verdict stands; say what was left
             print(f"curated: could not drop {name}: {exc}", file=sys.stderr)
 
