@@ -307,7 +307,8 @@ def _apply(req: ReconcileRequest, effect: Effect, seen_attempt: int,
             svc.audit_record(tenant=run.tenant, actor=None, action=AuditAction.RECONCILE_MOVED_ON,
                              target_type=TargetType.EFFECT, target_id=effect.uuid,
                              run_id=run.uuid, reason=attempt.detail,
-                             after={"request": current.pk, "state": effect.state})
+                             after={"request": current.pk, "state": effect.state},
+                             created_at=now)
         elif wait_until is not None or answer is None:
             # Not asked, or "never saw the key" too early: wait, without counting a failure.
             current.state = ReconcileState.QUEUED
@@ -329,7 +330,7 @@ def _apply(req: ReconcileRequest, effect: Effect, seen_attempt: int,
                     target_type=TargetType.EFFECT, target_id=effect.uuid, run_id=run.uuid,
                     reason=answer.detail[:4000],
                     after={"request": current.pk, "attempts": current.attempts,
-                           "failures": current.failures})
+                           "failures": current.failures}, created_at=now)
                 # Told (issue 21: ``reconcile.gave_up``) in this transaction: a person
                 # decides now. The service's name and the counts, never its answer.
                 notify_dispatch.notify_emit(
@@ -370,7 +371,7 @@ def _apply(req: ReconcileRequest, effect: Effect, seen_attempt: int,
                 reason=answer.detail[:4000], before=before,
                 after={"state": effect.state, "revision": effect.revision,
                        "answer": answer.kind, "request": current.pk,
-                       "reconciler": reconciler_name[:64]})
+                       "reconciler": reconciler_name[:64]}, created_at=now)
         attempt.save()
         svc.run_refresh_state(run, now)
     if broker_configured():

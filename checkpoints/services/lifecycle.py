@@ -262,5 +262,5 @@ def purge_run_payloads(*, actor, tenant: Tenant, run: Run, now: datetime, cause:
     audit_record(tenant=t, actor=actor, action=action, target_type=TargetType.RUN,
                  target_id=run.uuid, run_id=run.uuid,
                  after={"tombstone": tombstone.pk, "cause": cause, "policy": policy,
-                        "counts": counts})
+                        "counts": counts}, created_at=now)
     return Purged(tombstone=tombstone, counts=counts)

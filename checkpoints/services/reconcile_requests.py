@@ -110,7 +110,8 @@ def run_reconcile(*, actor, tenant: Tenant, run_id: uuid.UUID, reason: str,
             target_id=run.uuid, run_id=run.uuid, reason=reason,
             after=_with_bulk({"task_id": str(task_id),
                                   "requests": [r.pk for r in outcome.requests],
-                                  "effects": [str(e.uuid) for e in in_doubt]}, bulk_id))
+                                  "effects": [str(e.uuid) for e in in_doubt]}, bulk_id),
+            created_at=now)
         pks = [r.pk for r in outcome.requests]
 
         def send():

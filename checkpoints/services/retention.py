@@ -399,7 +399,8 @@ def _expire_one(tenant: Tenant, pk: int, token: int, policy: DataPolicy) -> str:
                      target_type=TargetType.RUN, target_id=run.uuid, run_id=run.uuid,
                      after={"cause": DeletionCause.RETENTION, "counts": counts,
                             "policy": {"effect_retention_days": policy.effect_retention_days,
-                                       "restart_interval_s": policy.restart_interval_s}})
+                                       "restart_interval_s": policy.restart_interval_s}},
+                     created_at=now)
     return "expired"
 
 

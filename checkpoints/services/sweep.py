@@ -99,7 +99,7 @@ def sweep_stale_runs(*, by: str | None = None) -> dict[str, int]:
                                  target_type=TargetType.EFFECT, target_id=effect.uuid,
                                  run_id=run.uuid, reason="owner gone (stale-run sweep)",
                                  before={"state": EffectState.SUBMITTED},
-                                 after={"state": EffectState.UNRESOLVED})
+                                 after={"state": EffectState.UNRESOLVED}, created_at=now)
             before = run.recovery_state
             ambiguous = RecoveryState.AMBIGUOUS
             if run_refresh_state(run, now) == ambiguous and before != ambiguous:
@@ -107,7 +107,7 @@ def sweep_stale_runs(*, by: str | None = None) -> dict[str, int]:
                 audit_record(tenant=run.tenant, actor=None, action=AuditAction.RUN_AMBIGUOUS,
                              target_type=TargetType.RUN, target_id=run.uuid, run_id=run.uuid,
                              reason=run.recovery_reason, before={"recovery_state": before},
-                             after={"recovery_state": ambiguous})
+                             after={"recovery_state": ambiguous}, created_at=now)
     stats.update(_after_the_runs())
     heartbeat.beat(*beats)
     return stats

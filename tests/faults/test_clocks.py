@@ -158,3 +158,25 @@ def test_a_runs_audit_events_do_not_go_back_in_time_across_its_writes(
     assert len(events) == 3, events
     for (a, at), (b, bt) in zip(events, events[1:], strict=False):
         assert at <= bt, f"{b} at {bt} is before {a} at {at}"
+
+
+def test_the_sweep_and_a_reconcile_request_stamp_their_events_with_the_database_time(
+        acme, wendy, rita, skew):
+    """The run-scoped events written by the stale-run sweep (``effect.unresolved``,
+    ``run.ambiguous``) and by a reconcile request (``run.reconcile``) carry their run
+    lock's database time, as the run's writes do: with this process an hour ahead none of
+    them is stamped in this process's future (each was, before)."""
+    from tests.faults.conftest import in_doubt_run
+
+    run = in_doubt_run(wendy, acme)
+    age_world(3600)  # the owner went quiet an hour ago
+    skew(3600)
+    services.sweep_stale_runs()
+    services.run_reconcile(actor=rita, tenant=acme, run_id=run.run_id, reason="stuck")
+    events = dict(AuditEvent.objects.filter(
+        action__in=["effect.unresolved", "run.ambiguous", "run.reconcile"])
+        .values_list("action", "created_at"))
+    assert set(events) == {"effect.unresolved", "run.ambiguous", "run.reconcile"}, events
+    db_time = Run.objects.get().updated_at
+    for action, at in events.items():
+        assert at <= db_time + timedelta(seconds=5), (action, at, db_time)

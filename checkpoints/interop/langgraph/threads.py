@@ -138,7 +138,7 @@ def _delete_from_thread(actor, tenant, thread_id: str, rows_qs, action: str,
         audit_record(tenant=tenant, actor=actor, action=action, target_type=TargetType.RUN,
                      target_id=run.uuid, run_id=run.uuid,
                      after={**after, "thread_id": thread_id, "deleted": deleted,
-                            "run": outcome})
+                            "run": outcome}, created_at=run.db_now)
     return deleted
 
 
@@ -248,7 +248,7 @@ def graph_thread_copy(*, actor, tenant: Tenant, source_thread_id: str,
                          after={"source_thread_id": source_thread_id,
                                 "target_thread_id": target_thread_id,
                                 "source_run_id": str(source_run_id), "copied": copied,
-                                "namespaces": len(namespaces)})
+                                "namespaces": len(namespaces)}, created_at=target.db_now)
     if refusal is not None:
         raise refusal
     return copied
