@@ -13,6 +13,7 @@ deterministically, where the load test (``test_lock_order_load.py``) needs luck.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 import uuid
@@ -163,9 +164,9 @@ def test_the_sql_write_path_stamps_a_write_with_the_time_its_locks_were_held(acm
 
     settings.RECOVERY_SQL_WRITE_PATH = True
     body, _fx = _world(acme, wendy)
-    holder_ready, release, released = threading.Event(), threading.Event(), {}
+    released = {}
 
-    def hold_head() -> None:
+    def hold_head(holder_ready, release) -> None:
         try:
             with transaction.atomic():
                 locks.lock_audit_head(acme)
@@ -175,25 +176,34 @@ def test_the_sql_write_path_stamps_a_write_with_the_time_its_locks_were_held(acm
         finally:
             connection.close()
 
-    holder = threading.Thread(target=hold_head)
+    _write_while_held(hold_head, lambda: put_checkpoint(
+        wendy, acme, dict(body, revision=1, payload={"phase": "charging", "n": 1}),
+        expected=0))
+    stamped = CheckpointRevision.objects.get(revision=1).received_at
+    assert stamped >= released["at"]
+    assert Run.objects.get().last_write_at == stamped
+
+
+def _write_while_held(hold, write) -> dict:
+    """Run ``hold(holder_ready, release)`` in a thread until it holds its lock, then
+    ``write`` in another; once ``write`` queues on that lock, release it and wait for
+    both. Returns ``write``'s box (``_in_thread``), which holds no error."""
+    holder_ready, release = threading.Event(), threading.Event()
+    holder = threading.Thread(target=hold, args=(holder_ready, release))
     holder.start()
     assert holder_ready.wait(timeout=20)
     try:
-        thread, box = _in_thread(lambda: put_checkpoint(
-            wendy, acme, dict(body, revision=1, payload={"phase": "charging", "n": 1}),
-            expected=0))
+        thread, box = _in_thread(write)
         _wait_until_blocked(box)
     finally:
         release.set()
         holder.join(timeout=30)
     thread.join(timeout=30)
     assert "error" not in box, box.get("error")
-    stamped = CheckpointRevision.objects.get(revision=1).received_at
-    assert stamped >= released["at"]
-    assert Run.objects.get().last_write_at == stamped
+    return box
 
 
-def _hold_run_and_change_it(run_pk: int, holder_ready, release, released) -> None:
+def _hold_run_and_change_it(run_pk: int, released: dict, holder_ready, release) -> None:
     """Lock the run and change its row, as every committed write of a run does, then
     wait for ``release`` and note the database time just before committing."""
     from checkpoints.dbclock import db_now
@@ -232,19 +242,8 @@ def test_an_orm_write_that_waited_for_its_run_is_stamped_after_the_wait(acme, we
         "lease": lambda: services.lease_acquire(actor=wendy, tenant=acme, run_id=run_id,
                                                 owner="w1", ttl_s=60),
     }[path]
-    holder_ready, release, released = threading.Event(), threading.Event(), {}
-    holder = threading.Thread(target=_hold_run_and_change_it,
-                              args=(run.pk, holder_ready, release, released))
-    holder.start()
-    assert holder_ready.wait(timeout=20)
-    try:
-        thread, box = _in_thread(write)
-        _wait_until_blocked(box)
-    finally:
-        release.set()
-        holder.join(timeout=30)
-    thread.join(timeout=30)
-    assert "error" not in box, box.get("error")
+    released: dict = {}
+    _write_while_held(functools.partial(_hold_run_and_change_it, run.pk, released), write)
     run.refresh_from_db()
     if path == "lease":
         stamped = run.lease_expires_at - timedelta(seconds=60)
