@@ -70,12 +70,12 @@ def _wsgi_environ(path: str, body: bytes, token: str, revision: int) -> dict:
 class Writer:
     """PUTs of one checkpoint through the WSGI handler, revision after revision."""
 
-    def __init__(self, fx, slug: str):
+    def __init__(self, fx, slug: str, app=None):
         from django.core.handlers.wsgi import WSGIHandler
 
         from bench.writes import envelope, payload_at
 
-        self.app = WSGIHandler()
+        self.app = app or WSGIHandler()
         self.fx, self.slug = fx, slug
         self.target = fx.checkpoint(slug)
         self.revision = 0
@@ -159,6 +159,36 @@ def compare(fx, slug: str, rounds: int, per: int) -> list[tuple[str, float, floa
         TenantApi.reads_tenant_with_token = True
     return [(v[0], statistics.median(x), statistics.fmean(x)) for v, x in zip(VARIANTS, lat,
                                                                              strict=True)]
+
+
+def lean(fx, slug: str, rounds: int, per: int) -> None:
+    """``--lean``: the same PUT through the floor (``bench/floor_wsgi.py``), the product's
+    service functions behind a bare WSGI route (``bench/lean_wsgi.py``) and the product
+    (Django's handler), interleaved, in this process: each one's p50 and its ratio to the
+    floor, which is what the HTTP target compares (through gunicorn and 4 writers the
+    ratio also carries gunicorn's own time per request, the same for all three)."""
+    from bench import floor_wsgi, lean_wsgi
+
+    apps = [("floor: bare WSGI, one CAS + history statement", floor_wsgi.app),
+            ("lean: the product's services behind a bare WSGI route", lean_wsgi.app),
+            ("product: Django, DRF and the middleware", None)]
+    writers = [Writer(fx, slug, app) for _, app in apps]
+    for w in writers:
+        for _ in range(20):
+            w.put()
+    lat = [[] for _ in apps]
+    for _ in range(rounds):
+        for i, w in enumerate(writers):
+            for _ in range(per):
+                a = time.perf_counter()
+                w.put()
+                lat[i].append((time.perf_counter() - a) * 1000)
+    floor = statistics.median(lat[0])
+    print(f"in-process PUTs, {rounds} interleaved rounds of {per} each (ms per PUT):")
+    for (name, _), x in zip(apps, lat, strict=True):
+        p50 = statistics.median(x)
+        print(f"   {name:<56} p50 {p50:6.2f}  mean {statistics.fmean(x):6.2f}  "
+              f"floor/this {floor / p50:.2f}")
 
 
 class SaverWriter:
@@ -406,6 +436,10 @@ def main(argv=None) -> None:
     p.add_argument("--langgraph", type=int, default=0,
                    help="RecoverySaver.put calls, its server in this process: round trips, "
                         "time split into client and server")
+    p.add_argument("--lean", type=int, default=0,
+                   help="rounds of 100 PUTs each through the floor, a bare WSGI route to "
+                        "the product's services (bench/lean_wsgi.py) and the product, "
+                        "interleaved")
     p.add_argument("--keep-db", action="store_true")
     args = p.parse_args(argv)
     url = bench_url(args.pg_url, args.db)
@@ -429,6 +463,8 @@ def main(argv=None) -> None:
         if args.langgraph:
             return langgraph(fx, "bench-p", args.langgraph, args.profile_service,
                              args.wait_split)
+        if args.lean:
+            return lean(fx, "bench-p", args.lean, 100)
         writer = Writer(fx, "bench-p")
         warm_and_trace(writer, "PUT")
         http = timed(writer.put, args.n)
