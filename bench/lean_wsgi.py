@@ -10,7 +10,8 @@ caller's rights in one statement (``api.auth.token_user``), the tenant and the `
 right (``permissions.access_tenant``, ``require``), the URL's id, the strict JSON body
 (``jsonparse.loads_object``), ``services.parse_envelope``, ``services.checkpoint_put``
 (the same transaction, audit event and refusals) and the view's answer
-(``CheckpointMetaSerializer.render``, ``ETag``, ``Cache-Control: no-store``).
+(``CheckpointMetaSerializer.render``, ``ETag``, ``Cache-Control: no-store``),
+imported from the API, never copied (``tests/test_bench_lean.py`` holds it to the API).
 
 Everything else a real route would need is left out on purpose, which is what makes it
 a ceiling: no middleware (request id, request metrics, security headers, logging
@@ -33,6 +34,7 @@ def app(environ, start_response):
     from checkpoints import jsonparse, roles, services
     from checkpoints.api.auth import token_user
     from checkpoints.api.serializers import checkpoints as s
+    from checkpoints.api.views.common import _known_account
     from checkpoints.exceptions import StaleRevision
     from checkpoints.permissions import access_tenant, require
 
@@ -60,6 +62,7 @@ def app(environ, start_response):
                                                expected_revision=expected)
     except StaleRevision:
         return _answer(start_response, "412 Precondition Failed")
+    _known_account(cp, "written_by", user)
     data = json.dumps(s.CheckpointMetaSerializer.render(cp, run_id=envelope.run_id)).encode()
     start_response("200 OK", [("Content-Type", "application/json"),
                               ("Content-Length", str(len(data))),
