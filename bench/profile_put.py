@@ -415,7 +415,8 @@ def langgraph(fx, slug: str, n: int, profile_n: int, split_n: int = 0) -> None:
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(prog="python -m bench.profile_put",
-                                description=__doc__.splitlines()[0])
+                                description=__doc__.splitlines()[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--pg-url", default=(os.environ.get("PG_URL") or os.environ.get(
         "DATABASE_URL") or "postgres://postgres@127.0.0.1:5432/recovery"))
     p.add_argument("--db", default="recovery_profile_bench",
