@@ -418,7 +418,9 @@ def main(argv=None) -> None:
                                 description=__doc__.splitlines()[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--pg-url", default=(os.environ.get("PG_URL") or os.environ.get(
-        "DATABASE_URL") or "postgres://postgres@127.0.0.1:5432/recovery"))
+        "DATABASE_URL") or "postgres://postgres@127.0.0.1:5432/recovery"),
+                   help="the PostgreSQL server to use (PG_URL, else DATABASE_URL); the "
+                        "profile runs in its own --db there")
     p.add_argument("--db", default="recovery_profile_bench",
                    help="its own database, DROPPED and created again on every run, and "
                         "dropped at the end unless --keep-db (its name must contain "
