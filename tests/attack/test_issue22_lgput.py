@@ -546,6 +546,18 @@ def _thread_op(other: str, writer, tenant, thread: str, copy: str):
     }[other]
 
 
+def _thread_to_race(writer, tenant, thread: str, copy: str, c: list[str], other: str) -> None:
+    """``thread`` with two checkpoints ``c[0]`` and ``c[1]`` (the second in LangGraph run
+    ``lg-run``), and for ``copy_onto`` the thread ``copy`` holding ``c[0]``: what a thread
+    operation ``other`` (``_thread_op``) races."""
+    graph_put(writer, tenant, lg_put(thread, c[0], nodes=("a",)))
+    graph_put(writer, tenant, lg_put(thread, c[1], parent=c[0], nodes=("a",),
+                                     metadata={"source": "loop", "step": 1, "parents": {},
+                                               "run_id": "lg-run"}))
+    if other == "copy_onto":
+        graph_put(writer, tenant, lg_put(copy, c[0], nodes=("a",)))
+
+
 @pytest.mark.parametrize("other", ["delete", "prune_keep_latest", "prune_delete",
                                    "copy_from", "copy_onto", "runs_delete"])
 def test_a_fast_put_racing_a_thread_operation(acme, wendy, settings, other):
@@ -553,12 +565,7 @@ def test_a_fast_put_racing_a_thread_operation(acme, wendy, settings, other):
     c = ids(4)
     for k in range(3):
         thread, copy = f"{THREAD}-o{k}", f"{THREAD}-copy{k}"
-        graph_put(wendy, acme, lg_put(thread, c[0], nodes=("a",)))
-        graph_put(wendy, acme, lg_put(thread, c[1], parent=c[0], nodes=("a",),
-                                      metadata={"source": "loop", "step": 1, "parents": {},
-                                                "run_id": "lg-run"}))
-        if other == "copy_onto":
-            graph_put(wendy, acme, lg_put(copy, c[0], nodes=("a",)))
+        _thread_to_race(wendy, acme, thread, copy, c, other)
         op = _thread_op(other, wendy, acme, thread, copy)
         results = race(2, lambda i, thread=thread, op=op: graph_put(
             wendy, acme, lg_put(thread, c[2], parent=c[1], nodes=("a",))) if i == 0

@@ -585,12 +585,7 @@ def test_writes_racing_a_thread_operation(acme, wendy, settings, other):
     c = ids(3)
     for k in range(3):
         thread, copy = f"{THREAD}-o{k}", f"{THREAD}-copy{k}"
-        graph_put(wendy, acme, lg_put(thread, c[0], nodes=("a",)))
-        graph_put(wendy, acme, lg_put(thread, c[1], parent=c[0], nodes=("a",),
-                                      metadata={"source": "loop", "step": 1, "parents": {},
-                                                "run_id": "lg-run"}))
-        if other == "copy_onto":
-            graph_put(wendy, acme, lg_put(copy, c[0], nodes=("a",)))
+        lgput._thread_to_race(wendy, acme, thread, copy, c, other)
         if other == "lease":
             def op(thread=thread):
                 return services.lease_acquire(actor=wendy, tenant=acme,
