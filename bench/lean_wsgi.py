@@ -25,19 +25,21 @@ lowering the targets with a figure instead of a guess.
 from __future__ import annotations
 
 import json
+import uuid
+
+# Imported once Django is set up (``profile_put`` and the tests import this module then).
+from checkpoints import jsonparse, roles, services
+from checkpoints.api.auth import token_user
+from checkpoints.api.serializers import checkpoints as s
+from checkpoints.api.views.common import _known_account
+from checkpoints.exceptions import StaleRevision
+from checkpoints.permissions import access_tenant, require
 
 PREFIX = "/api/v1/tenants/"
 
 
 def app(environ, start_response):
-    """The WSGI callable (Django must be set up by the caller)."""
-    from checkpoints import jsonparse, roles, services
-    from checkpoints.api.auth import token_user
-    from checkpoints.api.serializers import checkpoints as s
-    from checkpoints.api.views.common import _known_account
-    from checkpoints.exceptions import StaleRevision
-    from checkpoints.permissions import access_tenant, require
-
+    """The WSGI callable."""
     path = environ.get("PATH_INFO", "")
     parts = path[len(PREFIX):].split("/") if path.startswith(PREFIX) else []
     if environ["REQUEST_METHOD"] != "PUT" or len(parts) != 3 or parts[1] != "checkpoints":
@@ -51,8 +53,6 @@ def app(environ, start_response):
         return _answer(start_response, "401 Unauthorized")
     tenant = access_tenant(user, slug)
     require(user, tenant, roles.WRITE)
-    import uuid
-
     url_id = uuid.UUID(parts[2])
     expected = int(environ["HTTP_IF_MATCH"].strip('"'))
     body = environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
