@@ -180,3 +180,30 @@ def test_the_sweep_and_a_reconcile_request_stamp_their_events_with_the_database_
     db_time = Run.objects.get().updated_at
     for action, at in events.items():
         assert at <= db_time + timedelta(seconds=5), (action, at, db_time)
+
+
+def test_a_runifold_imports_audit_events_carry_the_database_time_of_its_writes(
+        acme, wendy, skew):
+    """(attack-final) A runifold import writes checkpoints and effects of runs under their
+    run locks (``locks.lock_runs``), as the API's writes do, and stamps the rows with the
+    database time; its audit events (``checkpoint.import``, ``effect.import``) must carry
+    that time too, or a run's trail mixes two clocks. With this process an hour ahead the
+    import's events were stamped in this process's future (``audit_record_many`` took
+    ``timezone.now()``), after the API write that followed them."""
+    import io
+    from pathlib import Path
+
+    from checkpoints.interop import runifold
+    from checkpoints.models import Checkpoint
+
+    root = Path(__file__).resolve().parent.parent / "fixtures" / "runifold"
+    first = (root / "history.jsonl").read_bytes().splitlines(keepends=True)[0]
+    skew(3600)
+    report = runifold.runifold_import(actor=wendy, tenant=acme,
+                                      lines=runifold.jsonl_lines(io.BytesIO(first)))
+    assert report.failed == 0, report
+    event = AuditEvent.objects.filter(action="checkpoint.import").get()
+    checkpoint = Checkpoint.objects.get()
+    assert event.created_at == checkpoint.received_at
+    assert event.created_at == Run.objects.get().last_write_at
+    assert event.created_at < timezone.now() - timedelta(minutes=30)
