@@ -232,7 +232,7 @@ def audit_record(
     return event
 
 
-def audit_record_many(*, tenant: Tenant, actor, events: list[dict]) -> int:
+def audit_record_many(*, tenant: Tenant, actor, events: list[dict], created_at=None) -> int:
     """Append ``events`` to the tenant's chain, in their order, inside the caller's
     transaction: what ``audit_record`` does once per event, in three statements for all
     of them (lock the head, one multi-row insert: ``sql.insert_rows``, move the
@@ -242,12 +242,13 @@ def audit_record_many(*, tenant: Tenant, actor, events: list[dict]) -> int:
     ``tenant`` and ``actor``: ``action``, ``target_type``, ``target_id`` and optionally
     ``run_id``, ``reason``, ``before``, ``after``. Events are built by ``new_event``,
     like every other append. Returns how many were appended. Raises
-    ``ImproperlyConfigured`` for bad keys."""
+    ``ImproperlyConfigured`` for bad keys. ``created_at``: as ``audit_record``'s (the
+    database time its caller read under its run locks; else this process's clock)."""
     assert transaction.get_connection().in_atomic_block, "audit_record_many needs a transaction"
 
     if not events:
         return 0
-    created_at = timezone.now()
+    created_at = created_at or timezone.now()
     rows = [new_event(tenant=tenant, created_at=created_at, actor=actor, **item)
             for item in events]
     fields = [f for f in AuditEvent._meta.concrete_fields if not f.primary_key]

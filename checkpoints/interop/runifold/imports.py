@@ -178,7 +178,6 @@ def _import_batch(actor, tenant: Tenant, batch) -> tuple[int, int, list[tuple[in
     cp_lines = [x for x in batch if isinstance(x, CheckpointLine)]
     ef_lines = [x for x in batch if isinstance(x, EffectLine)]
     with transaction.atomic():
-        now = db_now()
         # 1. Which runs the batch may touch. A checkpoint's or an effect's run never
         # changes, so this is read before any lock.
         cp_ids = {x.envelope.checkpoint_id for x in cp_lines} | {
@@ -194,6 +193,9 @@ def _import_batch(actor, tenant: Tenant, batch) -> tuple[int, int, list[tuple[in
         # head, then the runs in ascending id),
         # then read what the batch needs under the locks.
         runs = _lock_runs(tenant, candidates)
+        # The database time once the locks are taken (after any wait for them), for the
+        # rows and the audit events alike, as a run's other writes (``dbclock.LOCKED_NOW``).
+        now = db_now()
         checkpoints = _stored_checkpoints(tenant, cp_ids)
         effects = _stored_effects(tenant, ef_ids)
         keys = _stored_keys(tenant, ef_lines)
@@ -224,7 +226,8 @@ def _import_batch(actor, tenant: Tenant, batch) -> tuple[int, int, list[tuple[in
         _write_effects(actor, tenant, effects, runs, now)
         reopened = _save_runs(tenant, ops, checkpoints, effects, runs, now)
         audit_record_many(tenant=tenant, actor=actor,
-                          events=_events(ops, checkpoints, effects, reopened))
+                          events=_events(ops, checkpoints, effects, reopened),
+                          created_at=now)
     return len(ops), skipped, errors
 
 
