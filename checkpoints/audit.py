@@ -40,7 +40,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from . import auditshape, locks, sql
+from . import auditshape, dbclock, locks, sql
 from .jsonparse import dumps
 from .models import AuditChainHead, AuditEvent, AuditHashScheme, AuditTenant, Tenant
 
@@ -221,9 +221,10 @@ def audit_record(
     event, ``seq`` set. Raises ``ImproperlyConfigured`` for bad keys.
     """
     assert transaction.get_connection().in_atomic_block, "audit_record needs a transaction"
-    # ``created_at``: the database time its caller read with its lock, when it has one
-    # (a refused write's, as the SQL write path stamps it); else this process's clock.
-    event = new_event(tenant=tenant, created_at=created_at or timezone.now(), actor=actor,
+    # ``created_at``: the database time its caller read with its run lock, when it has
+    # one; else the database's time now (one query: a reveal or a tenant-level event),
+    # never this process's clock (docs/security/audit.md, "Clocks").
+    event = new_event(tenant=tenant, created_at=created_at or dbclock.db_now(), actor=actor,
                       action=action,
                       target_type=target_type, target_id=target_id, run_id=run_id,
                       reason=reason, before=before, after=after)
@@ -234,21 +235,20 @@ def audit_record(
 
 def audit_record_many(*, tenant: Tenant, actor, events: list[dict], created_at=None) -> int:
     """Append ``events`` to the tenant's chain, in their order, inside the caller's
-    transaction: what ``audit_record`` does once per event, in three statements for all
-    of them (lock the head, one multi-row insert: ``sql.insert_rows``, move the
-    head). For a service that
+    transaction: what ``audit_record`` does once per event, in one multi-row insert for
+    all of them (``sql.insert_rows``; no per-tenant row is read or locked). For a service that
     writes many objects in one transaction, one event per object (the runifold import,
     issue 10). Each item holds ``audit_record``'s keyword arguments other than
     ``tenant`` and ``actor``: ``action``, ``target_type``, ``target_id`` and optionally
     ``run_id``, ``reason``, ``before``, ``after``. Events are built by ``new_event``,
     like every other append. Returns how many were appended. Raises
     ``ImproperlyConfigured`` for bad keys. ``created_at``: as ``audit_record``'s (the
-    database time its caller read under its run locks; else this process's clock)."""
+    database time its caller read under its run locks; else the database's time now)."""
     assert transaction.get_connection().in_atomic_block, "audit_record_many needs a transaction"
 
     if not events:
         return 0
-    created_at = created_at or timezone.now()
+    created_at = created_at or dbclock.db_now()
     rows = [new_event(tenant=tenant, created_at=created_at, actor=actor, **item)
             for item in events]
     fields = [f for f in AuditEvent._meta.concrete_fields if not f.primary_key]
@@ -370,7 +370,7 @@ def tenant_register(tenant: Tenant) -> None:
     ``ImproperlyConfigured`` for bad keys."""
     assert transaction.get_connection().in_atomic_block, "tenant_register needs a transaction"
     locks.lock_transaction_key(REGISTRY_LOCK)
-    _register(AuditTenant, tenant.pk, tenant.slug, timezone.now())
+    _register(AuditTenant, tenant.pk, tenant.slug, dbclock.db_now())
 
 
 def register_existing_tenants(tenant_model, registry_model) -> int:

@@ -1,4 +1,4 @@
-"""What the reads share: the run list's columns, and a malformed id answered like a missing
+"""What the reads share: the run list's columns, whether a lease is live, and a malformed id answered like a missing
 object.
 """
 
@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import uuid
 
+from django.db.models import BooleanField, ExpressionWrapper, Q
+
+from ..dbclock import NOW
 from ..exceptions import NotFound
 
 RUN_LIST_FIELDS = (
@@ -13,8 +16,15 @@ RUN_LIST_FIELDS = (
     "definition_version", "phase_class", "phase_label", "recovery_state", "recovery_reason",
     "state_changed_at", "last_write_at", "created_at", "lease_owner", "lease_expires_at",
     "fencing_token", "unacknowledged_conflicts", "closed_at", "closed_reason",
-    "closed_by__username", "payloads_deleted_at",
+    "closed_by__username", "payloads_deleted_at", "lease_live",
 )
+
+#: ``policy.lease_live`` as SQL, for a run read to be shown: the run has a lease owner
+#: and its lease expires after the database's time (CONTRACT.md 3), never after the web
+#: process's clock. Annotated as ``lease_live`` (the inbox's rows, ``run_get``, the live
+#: page), so the badge "live"/"expired" a page shows is the rule reconcile applies.
+LEASE_LIVE = ExpressionWrapper(Q(lease_expires_at__gt=NOW) & ~Q(lease_owner=""),
+                               output_field=BooleanField())
 
 
 def _uuid_or_404(value, what: str) -> uuid.UUID:

@@ -30,7 +30,7 @@ from ..models import (
     Tenant,
 )
 from ..permissions import require
-from .common import RUN_LIST_FIELDS
+from .common import LEASE_LIVE, RUN_LIST_FIELDS
 from .search import search_match, search_terms
 
 
@@ -143,7 +143,7 @@ def _filtered_runs(tenant: Tenant, filters: RunFilters) -> QuerySet:
             f"recovery_state: must be one of {', '.join(RecoveryState.values)}")
     text = search_terms(filters.q)
 
-    qs = Run.objects.for_tenant(tenant)
+    qs = Run.objects.for_tenant(tenant).annotate(lease_live=LEASE_LIVE)
     if filters.recovery_state:
         qs = qs.filter(recovery_state=filters.recovery_state)
     if filters.kind:

@@ -16,14 +16,11 @@ from datetime import UTC, datetime, timedelta
 
 from django.db import connection, connections, transaction
 from django.db.models import (
-    BooleanField,
     Count,
     Exists,
-    ExpressionWrapper,
     IntegerField,
     Max,
     OuterRef,
-    Q,
     Subquery,
     Sum,
 )
@@ -41,7 +38,7 @@ from ..vocab import (
     RecoveryState,
     RetryState,
 )
-from .common import _uuid_or_404
+from .common import LEASE_LIVE, _uuid_or_404
 from .inbox import RunFilters, _filtered_runs
 
 #: The run states a page waits on: a person's decision or the runtime's resume.
@@ -142,9 +139,7 @@ def run_live(*, user, tenant: Tenant, run_id) -> RunLive:
                      migrating=Exists(jobs),
                      # A runtime holding a live lease (an approved retry being resumed,
                      # or a run at work): its end is near, the page waits for it.
-                     lease_live=ExpressionWrapper(
-                         Q(lease_expires_at__gt=NOW) & ~Q(lease_owner=""),
-                         output_field=BooleanField()))
+                     lease_live=LEASE_LIVE)
            .values("recovery_state", "state_changed_at", "last_write_at", "closed_at",
                    "unacknowledged_conflicts", "fencing_token", "db_now", "open_reconciles",
                    "reconcile_count", "reconcile_looks", "reconcile_last",

@@ -37,7 +37,7 @@ from ..models import (
     Tenant,
 )
 from ..permissions import require
-from .common import _uuid_or_404
+from .common import LEASE_LIVE, _uuid_or_404
 
 #: Revisions per page of a checkpoint's or an effect's history (run page, history pages).
 HISTORY_PAGE = 50
@@ -46,11 +46,14 @@ CONFLICT_PAGE = 50
 
 
 def run_get(*, user, tenant: Tenant, run_id: uuid.UUID | str) -> Run:
-    """The run, or ``NotFound`` (also for a malformed id)."""
+    """The run, or ``NotFound`` (also for a malformed id). Annotated, in the same query,
+    with ``db_now`` (the database's time) and ``lease_live`` (``LEASE_LIVE``), for what a
+    page says of its lease and state times."""
     require(user, tenant, roles.VIEW)
     rid = _uuid_or_404(run_id, "run")
-    run = Run.objects.for_tenant(tenant).filter(uuid=rid).select_related(
-        "latest_checkpoint", "closed_by").first()
+    run = (Run.objects.for_tenant(tenant).filter(uuid=rid)
+           .annotate(db_now=NOW, lease_live=LEASE_LIVE)
+           .select_related("latest_checkpoint", "closed_by").first())
     if run is None:
         raise NotFound("no such run")
     return run

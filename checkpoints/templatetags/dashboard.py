@@ -217,9 +217,14 @@ def compact_json(value) -> str:
 
 
 @register.filter
-def is_future(when: datetime | None) -> bool:
-    """True when ``when`` is later than now (a live lease; a sweep run with a future clock)."""
-    return bool(when) and when > timezone.now()
+def is_future(when: datetime | None, now: datetime) -> bool:
+    """True when ``when`` is later than ``now``, the database's time the page's row was
+    read with (``selectors.run_get``'s ``db_now``), never this process's clock
+    (CONTRACT.md 3). Raises ``TypeError`` when ``now`` is not a time (a template that
+    did not pass one)."""
+    if not isinstance(now, datetime):
+        raise TypeError(f"is_future needs the database time, got {now!r}")
+    return bool(when) and when > now
 
 
 @register.simple_tag

@@ -207,3 +207,52 @@ def test_a_runifold_imports_audit_events_carry_the_database_time_of_its_writes(
     assert event.created_at == checkpoint.received_at
     assert event.created_at == Run.objects.get().last_write_at
     assert event.created_at < timezone.now() - timedelta(minutes=30)
+
+
+def test_a_reveal_and_a_tenant_level_event_carry_the_database_time(acme, wendy, rita, adam,
+                                                                   skew):
+    """(stop 32) An event with no run lock to read the time from (a payload reveal, a
+    tenant's threshold change, a new tenant's registration) is stamped with the
+    database's time too, never this process's clock: with the process an hour ahead,
+    none of them is in its future (each was, before: ``audit_record``'s fallback)."""
+    from checkpoints.models import AuditTenant, Checkpoint
+
+    put_checkpoint(wendy, acme, envelope(payload={"phase": "charging"}))
+    skew(3600)
+    services.payload_reveal(actor=rita, tenant=acme, checkpoint=Checkpoint.objects.get(),
+                            reason="what did it send?")
+    services.tenant_set_ambiguity_threshold(actor=adam, tenant=acme, seconds=120)
+    services.tenant_create(slug="initech", actor=None)
+    stamped = dict(AuditEvent.objects.filter(
+        action__in=["payload.reveal", "tenant.threshold"]).values_list("action", "created_at"))
+    stamped["registration"] = AuditTenant.objects.get(slug="initech").created_at
+    assert len(stamped) == 3, stamped
+    for what, at in stamped.items():
+        assert at < timezone.now() - timedelta(minutes=30), (what, at)
+
+
+@pytest.mark.parametrize("seconds", [3600, -3600], ids=["clock ahead", "clock behind"])
+def test_the_dashboard_says_live_or_expired_by_the_database_clock(
+        acme, wendy, rita, skew, seconds):
+    """(stop 32) The run page's lease badge and the inbox's "(expired)" were decided by
+    the web process's clock: a node an hour ahead showed a live lease as expired (a
+    reviewer reads "owner gone" where reconcile is refused), one an hour behind showed an
+    expired lease as live. They follow the database's clock, the rule reconcile applies."""
+    from django.test import Client
+
+    body = envelope(payload={"phase": "charging"})
+    put_checkpoint(wendy, acme, body)
+    services.lease_acquire(actor=wendy, tenant=acme, run_id=body["run_id"],
+                           owner="worker-1", ttl_s=60)
+    live = seconds > 0  # behind: the lease is aged past its end, on the database's clock
+    if not live:
+        age_world(120)
+    skew(seconds)
+    client = Client()
+    client.force_login(rita)
+    page = client.get(f"/t/acme/runs/{body['run_id']}/").content.decode()
+    inbox = client.get("/t/acme/?state=all").content.decode()
+    assert ('badge-green">live' in page) is live, page
+    assert ('badge-grey">expired' in page) is not live
+    assert "worker-1" in inbox
+    assert ("(expired)" in inbox) is not live

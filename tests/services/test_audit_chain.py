@@ -23,6 +23,7 @@ from checkpoints.audit import (
     legacy_hash,
     seal_legacy_chains,
 )
+from checkpoints.dbclock import db_now
 from checkpoints.exceptions import Forbidden, InvalidPayload, NotFound
 from checkpoints.models import (
     AuditChainHead,
@@ -94,8 +95,14 @@ def test_it_keys_every_new_event_alone_with_the_newest_audit_key(settings, acme,
 
 def test_it_costs_one_query_per_event(acme, django_assert_num_queries):
     """audit_record is on every write's hot path: one INSERT (a trigger gives seq and
-    queues the event), no per-tenant row read or locked (issue 22, item 1)."""
+    queues the event), no per-tenant row read or locked (issue 22, item 1), when its
+    caller passes the database time it read with its lock, as every write does. Without
+    one (a reveal, a tenant-level event) it asks the database for its time first."""
+    now = db_now()
     with transaction.atomic(), django_assert_num_queries(1):
+        services.audit_record(tenant=acme, actor=None, action="test.cost",
+                              target_type="tenant", target_id="acme", created_at=now)
+    with transaction.atomic(), django_assert_num_queries(2):
         services.audit_record(tenant=acme, actor=None, action="test.cost",
                               target_type="tenant", target_id="acme")
 
