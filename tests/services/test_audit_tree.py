@@ -206,6 +206,26 @@ def test_a_queued_event_deleted_without_its_row_is_found(acme, history):
     tampering.raw(f"DELETE FROM {tampering.PENDING} WHERE event_id = %s", [victim.pk])
 
 
+@pytest.mark.django_db(transaction=True)
+def test_queue_rows_of_deleted_events_do_not_stall_the_sequencer(acme, history):
+    """(stop 32, a newcomer's finding) Queue rows whose events were deleted past the
+    triggers, as many as a batch holds, used to fill every batch (the oldest ``limit``
+    rows were taken, then their events read): the tenant's sealing stopped for good. The
+    rows stay as evidence; the events queued after them are still integrated."""
+    victims = [note(acme) for _ in range(3)]
+    for victim in victims:
+        tampering.raw(f"DELETE FROM {tampering.EVENTS} WHERE id = %s", [victim.pk])
+    later = note(acme)
+    assert audittree.audit_integrate(acme, limit=3) > 0
+    while audittree.audit_integrate(acme, limit=3):
+        pass
+    assert AuditLeaf.objects.filter(event_id=later.pk).exists()
+    assert verify(acme) == (f"queued event id {victims[0].pk} is gone "
+                            "(deleted before it was integrated)")
+    for victim in victims:
+        tampering.raw(f"DELETE FROM {tampering.PENDING} WHERE event_id = %s", [victim.pk])
+
+
 def test_the_lag_is_measured_on_the_database_clock(acme, history):
     lag = audittree.tenant_lag(acme)
     assert lag["pending"] > 0 and lag["lag_s"] >= 0 and lag["tree_size"] == 0
