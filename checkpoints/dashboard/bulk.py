@@ -113,6 +113,17 @@ def _outcome_words(item, outcome: selectors.RunOutcome) -> str:
     return item.outcome
 
 
+def _what_happened(item, outcome: selectors.RunOutcome) -> str:
+    """A result row's "What happened": the bulk's own words for the run (``detail``),
+    and for a reconcile what became of the look-up it requested, so the row never reads
+    "requested" beside an outcome the look-up already settled (a newcomer's finding)."""
+    if item.outcome != BulkOutcome.DONE or item.reconcile_requests is None:
+        return item.detail
+    if outcome.pending:
+        return f"{item.detail}; its look-up has not answered yet"
+    return f"{item.detail}; then its look-up ended it (see Outcome)"
+
+
 @require_GET
 @dashboard
 @tenant_page()
@@ -137,7 +148,8 @@ def _detail_context(request: HttpRequest, tenant: Tenant, bulk_id: str) -> dict:
     """The result page's context (``bulk_detail``, and ``bulk_abort``'s htmx answer)."""
     result = selectors.bulk_get(user=request.user, tenant=tenant, bulk_id=bulk_id)
     outcomes = selectors.bulk_outcomes(user=request.user, tenant=tenant, items=result.items)
-    rows = [{"i": i, "o": outcomes[i.pk], "words": _outcome_words(i, outcomes[i.pk])}
+    rows = [{"i": i, "o": outcomes[i.pk], "words": _outcome_words(i, outcomes[i.pk]),
+             "what": _what_happened(i, outcomes[i.pk])}
             for i in result.items]
     b = result.bulk
     if b.background:

@@ -215,6 +215,8 @@ def test_a_bulk_reconcile_says_requested_until_each_lookup_answers(
     body = page.content.decode()
     assert "2 requested" in body and "done" not in re.sub(r"<[^>]+>", " ", body).split()
     assert 'hx-trigger="every 3s"' in body
+    # "What happened" follows the look-up too, never "requested" beside a settled outcome.
+    assert body.count("its look-up has not answered yet") == 2
 
     client.get(url, **HX)
     before = AuditEvent.objects.count()
@@ -228,6 +230,8 @@ def test_a_bulk_reconcile_says_requested_until_each_lookup_answers(
     reconciliation.execute(first.pk)
     body = client.get(url, **HX).content.decode()
     assert "1 confirmed" in body and "1 requested" in body and "every 3s" in body
+    assert body.count("its look-up has not answered yet") == 1
+    assert body.count("then its look-up ended it") == 1
     assert api_progress() == [("confirmed", False), ("queued", True)]
     # The second: nobody can tell (no look-up): unknown; the table stops polling.
     scripted.answers = [Answer.no_lookup()]
