@@ -207,8 +207,14 @@ def _run_context(request: HttpRequest, tenant: Tenant, run_id, **extra) -> dict:
         may_decide=(open_retry is not None and context["can_approve"]
                     and user.pk != open_retry.requested_by_id),
         may_withdraw=any(r["can_withdraw"] for r in retries), tenant=tenant.slug)
+    # The header's reason says what the next step says an approved retry waits for.
+    state_reason = run.recovery_reason
+    if (run.recovery_state == RecoveryState.RETRY_APPROVED and nextstep.approved_retry_waits_for(
+            run.kind, run.schema_version) == "a migration"):
+        state_reason = "retry approved, waiting for a migration before the runtime can resume"
     context.update(
         run=run,
+        state_reason=state_reason,
         checkpoints=checkpoints,
         effects=effects,
         conflicts=detail.conflicts,

@@ -40,6 +40,7 @@ from ..vocab import (
 )
 from .common import LEASE_LIVE, _uuid_or_404
 from .inbox import RunFilters, _filtered_runs
+from .nextstep import approved_retry_waits_for
 
 #: The run states a page waits on: a person's decision or the runtime's resume.
 WAITING_STATES = frozenset({RecoveryState.AWAITING_APPROVAL, RecoveryState.RETRY_APPROVED})
@@ -141,6 +142,7 @@ def run_live(*, user, tenant: Tenant, run_id) -> RunLive:
                      # or a run at work): its end is near, the page waits for it.
                      lease_live=LEASE_LIVE)
            .values("recovery_state", "state_changed_at", "last_write_at", "closed_at",
+                   "kind", "schema_version",
                    "unacknowledged_conflicts", "fencing_token", "db_now", "open_reconciles",
                    "reconcile_count", "reconcile_looks", "reconcile_last",
                    "retry_last", "retry_open", "migrating", "lease_live")
@@ -151,7 +153,8 @@ def run_live(*, user, tenant: Tenant, run_id) -> RunLive:
     if row["recovery_state"] == RecoveryState.AWAITING_APPROVAL:
         waiting.append("a retry awaits an approver")
     elif row["recovery_state"] == RecoveryState.RETRY_APPROVED:
-        waiting.append("an approved retry waits for the runtime")
+        waiting.append("an approved retry waits for "
+                       + approved_retry_waits_for(row["kind"], row["schema_version"]))
     if row["open_reconciles"]:
         waiting.append("a reconciliation is under way")
     if row["migrating"]:

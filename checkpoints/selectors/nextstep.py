@@ -68,6 +68,15 @@ class StepInput:
     tenant: str = ""
 
 
+def approved_retry_waits_for(kind: str, schema_version: int) -> str:
+    """What a run whose retry is approved waits for, in words: ``"a migration"`` when its
+    kind's version must be migrated before any resume (``kinds.migration_required``: the
+    resume answers ``migration_required`` until then), else ``"the runtime"`` (its next
+    resume call retries). The run page's header, its live line and its next step say the
+    same (a newcomer saw "waiting for the runtime" above "waiting for a migration")."""
+    return "a migration" if kinds.migration_required(kind, schema_version) else "the runtime"
+
+
 def ago(when, now=None) -> str:
     """``"12 s ago"``, ``"in 4 min"`` (``templatetags.dashboard.ago``'s words, which call
     this); ``"—"`` for none. ``now``: the database time the value was read with, when
@@ -242,7 +251,7 @@ def next_step(i: StepInput) -> Step:
     if state == RecoveryState.AWAITING_APPROVAL and i.open_retry is not None:
         return _approval_step(i)
     if state == RecoveryState.RETRY_APPROVED:
-        if kinds.migration_required(i.kind, i.schema_version):
+        if approved_retry_waits_for(i.kind, i.schema_version) == "a migration":
             # What the runtime's resume answers (reject / migration_required) until then.
             return Step("Approved, but waiting for a migration: "
                         + policy.migration_required_detail(i.kind, i.schema_version,

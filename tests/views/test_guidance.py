@@ -182,11 +182,21 @@ def test_an_approved_run_that_must_be_migrated_first_says_how(login, rita, april
     run_id = _settled_in_flight(acme, wendy, rita)  # acme.order v1
     retry = services.retry_request(actor=rita, tenant=acme, run_id=run_id, reason="again")
     services.retry_approve(actor=april, tenant=acme, retry_id=retry.pk, reason="fine")
-    lazy = login(rita).get(_run_url(run_id)).context["next_step"]
+    lazy_page = login(rita).get(_run_url(run_id))
+    lazy = lazy_page.context["next_step"]
     set_offline_kinds(["acme.order"])
-    offline = login(rita).get(_run_url(run_id)).context["next_step"]
+    offline_page = login(rita).get(_run_url(run_id))
+    offline = offline_page.context["next_step"]
 
     assert lazy == "Approved: the runtime's next resume call will retry"
+    # The header and the live line say what the next step says it waits for.
+    lazy_body, offline_body = lazy_page.content.decode(), offline_page.content.decode()
+    assert "waiting for the runtime to resume" in lazy_body
+    assert "an approved retry waits for the runtime" in lazy_body
+    assert "waiting for the runtime" not in offline_body
+    assert "waits for the runtime" not in offline_body
+    assert "waiting for a migration before the runtime can resume" in offline_body
+    assert "an approved retry waits for a migration" in offline_body
     assert offline.startswith("Approved, but waiting for a migration: acme.order v1 must be "
                               "migrated to v2")
     assert (f"python manage.py migrate_checkpoints acme.order --to 2 --tenant acme "
