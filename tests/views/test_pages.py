@@ -202,5 +202,6 @@ def test_the_audit_log_says_how_far_its_events_are_sealed(login, vic, stuck, acm
     body = response.content.decode()
     size = AuditLeaf.objects.filter(tenant=acme).count()
     assert "All events sealed in the signed log." in body
-    assert f"Newest signed head: {size} events, signed <time" in body
+    assert f"Newest signed head: {size} events of this tenant, signed <time" in body
+    assert "its id across the whole service" in body  # why # runs ahead of the count
     assert "seems stopped" not in body
