@@ -8,6 +8,8 @@ found it. This lint parses every module of ``checkpoints/`` with ``ast`` and fai
 naming file:line, on an ``audit_record`` call that names a run (``run_id=``) without
 ``created_at=``, unless its action is a reveal (``AuditAction.REVEALS``: a read, which
 takes no run lock), and on an ``audit_record_many`` call without ``created_at=``.
+(Without it an event still gets the database's time, ``audit_record``'s fallback, but
+read after the lock, later than the history row it explains.)
 """
 
 from __future__ import annotations
