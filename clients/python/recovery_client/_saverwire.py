@@ -35,9 +35,12 @@ from recovery_client.core import (
     decode_answer,
     encode_json,
 )
+from recovery_client.effects import RETRY_CONFIG_KEY
 
 #: Checkpoints remembered as stored, and checkpoints with held writes (``_hold_locked``).
 HELD_MAX = 1024
+#: The resume actions after which a graph is invoked again (``RecoverySaver.resume``).
+RESUME_INVOKES = frozenset({"continue", "retry"})
 #: Seconds writes on a checkpoint not stored yet wait for its put to reach this saver
 #: when none of its puts on the thread is in flight (``RecoverySaver._await_put``): the
 #: moment between one put's answer and the next put's start, generous for a loaded machine.
@@ -350,6 +353,29 @@ class _SaverWire:
         with self._lock:
             self._leases[thread_id] = lease
         return lease
+
+    def _resume_plan(self, config: dict, usage: dict[str, int] | None):
+        """Plan of ``RecoverySaver.resume``: the claim, then the saver's lease forgotten."""
+        configurable = (config or {}).get("configurable") or {}
+        if "thread_id" not in configurable:
+            raise ValueError("config: configurable.thread_id is required")
+        thread_id = str(configurable["thread_id"])
+        body: dict[str, Any] = dict(self._identity(config) or {})
+        if usage is not None:
+            body["usage"] = usage
+        answer = yield _Call("POST", f"runs/{protocol.thread_run_id(thread_id)}/resume",
+                             self._body(body, "resume"),
+                             headers={"Content-Type": "application/json"}, what="resume",
+                             thread_id=thread_id)
+        # A consumed retry fenced every earlier owner, this saver's lease too: the next
+        # write leases the run again.
+        self._forget_lease(thread_id)
+        decision = dict(answer.body)
+        action = decision.get("action")
+        resumed = config
+        if action == "retry":
+            resumed = {**config, "configurable": {**configurable, RETRY_CONFIG_KEY: True}}
+        return {**decision, "invoke": action in RESUME_INVOKES, "config": resumed}
 
     def _forget_lease(self, thread_id: str) -> None:
         with self._lock:

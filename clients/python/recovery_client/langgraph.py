@@ -480,6 +480,28 @@ class RecoverySaver(_SaverWire, BaseCheckpointSaver[str]):
         ``storage``."""
         self._drive(self._put_writes_plan(config, writes, task_id, task_path))
 
+    def resume(self, config: RunnableConfig, *,
+               usage: dict[str, int] | None = None) -> dict:
+        """After a restart, claim the resume decision of ``config``'s thread before
+        invoking its graph again (``POST …/runs/{run_id}/resume``, CONTRACT.md 3;
+        docs/langgraph.md, "Resuming"). LangGraph re-runs an interrupted node as soon as
+        ``invoke(None, config)`` starts, before this saver writes anything, so only this
+        claim can stop a crashed run from running again without a person's approval.
+
+        The run identity (``workflow``, ``definition_version``, ``agent``, ``model``) is
+        read from ``config`` as the saver's writes read it; ``usage`` (the runtime's
+        counters) is sent when given. Returns the service's decision ``{"action",
+        "reason", "checkpoint_id", "revision", "fencing_token"}`` and two keys for the
+        caller: ``"invoke"`` (``True`` for ``continue`` and ``retry``: run
+        ``graph.invoke(None, decision["config"])``; ``False`` for ``replay``, where
+        ``graph.get_state`` holds the recorded result, and for ``reject`` and
+        ``reconcile``, where nothing may run) and ``"config"`` (``config``, with
+        ``recovery_effect_retry: True`` when this claim consumed an approved retry, so
+        the re-run node's recorded effects may be executed again). Raises ``ValueError``
+        without ``configurable.thread_id``, ``CheckpointError`` ``not_found`` when the
+        thread has no run, ``storage`` and ``invalid_payload`` as the other calls."""
+        return self._drive(self._resume_plan(config, usage))
+
     def delete_thread(self, thread_id: str) -> None:
         """Delete every checkpoint and pending write of ``thread_id`` (all namespaces); a
         thread that does not exist is no error. Effect records stay (docs/langgraph.md)."""
@@ -524,6 +546,11 @@ class RecoverySaver(_SaverWire, BaseCheckpointSaver[str]):
                           task_id: str, task_path: str = "") -> None:
         """``put_writes`` on the async client."""
         await self._adrive(self._put_writes_plan(config, writes, task_id, task_path))
+
+    async def aresume(self, config: RunnableConfig, *,
+                      usage: dict[str, int] | None = None) -> dict:
+        """``resume`` on the async client."""
+        return await self._adrive(self._resume_plan(config, usage))
 
     async def adelete_thread(self, thread_id: str) -> None:
         """``delete_thread`` on the async client."""

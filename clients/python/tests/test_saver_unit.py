@@ -589,3 +589,38 @@ def test_put_counts_pending_sends_and_carries_the_graphs_static_breakpoints():
 def test_breakpoints_must_be_star_or_node_names(bad):
     with pytest.raises(ValueError, match="interrupt_before"):
         saver_for(Script(), interrupt_before=bad)
+
+
+@pytest.mark.parametrize(("action", "reason", "invoke"), [
+    ("continue", "stable", True), ("retry", "retry_approved", True),
+    ("replay", "completed", False), ("reject", "in_flight", False),
+    ("reconcile", "effects_in_doubt", False)])
+def test_resume_claims_with_the_configs_identity_and_says_whether_to_invoke(action, reason,
+                                                                          invoke):
+    decision = {"action": action, "reason": reason, "checkpoint_id": "c", "revision": 3,
+                "fencing_token": 4}
+    script = Script((200, decision), (200, decision))
+    saver = saver_for(script)
+    conf = {"configurable": {"thread_id": "t-1", "workflow": "refund",
+                             "definition_version": "7"}}
+    answer = saver.resume(conf, usage={"tokens": 12})
+    assert asyncio.run(saver.aresume(conf)) == answer | {"config": answer["config"]}
+    run_id = protocol.thread_run_id("t-1")
+    assert [(r.method, r.url.path) for r in script.seen] == [
+        ("POST", f"/api/v1/tenants/acme/runs/{run_id}/resume")] * 2
+    assert script.bodies() == [{"workflow": "refund", "definition_version": "7",
+                                "usage": {"tokens": 12}},
+                               {"workflow": "refund", "definition_version": "7"}]
+    assert answer["invoke"] is invoke and answer["action"] == action
+    flagged = answer["config"]["configurable"].get("recovery_effect_retry", False)
+    assert flagged is (action == "retry")
+    assert conf["configurable"].get("recovery_effect_retry") is None  # not changed
+
+
+def test_resume_needs_a_thread_and_a_missing_run_is_not_found():
+    with pytest.raises(ValueError, match="thread_id"):
+        saver_for(Script()).resume({"configurable": {}})
+    script = Script((404, {"error": "not_found", "detail": "no such run"}))
+    with pytest.raises(CheckpointError) as caught:
+        saver_for(script).resume(config())
+    assert caught.value.kind == "not_found"
