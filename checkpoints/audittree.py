@@ -35,7 +35,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Count, Max, Min
+from django.db.models import Count, Exists, Max, Min, OuterRef
 
 from . import heartbeat, intranges, locks, merkle, roles, sql
 from .audit import GENESIS, _event_problem, _seal_problem, audit_fields, audit_keys, event_mac
@@ -253,8 +253,15 @@ def audit_integrate_all(*, limit: int = BATCH) -> int:
 
 def _lag(qs) -> tuple[int, float]:
     """``(queued, age in seconds of the oldest)`` of a queue queryset: one aggregate
-    query, ``queued_at`` (written by the database) against the database clock."""
-    row = qs.aggregate(n=Count("pk"), first=Min("queued_at"), now=Max(NOW))
+    query, ``queued_at`` (written by the database) against the database clock. A queue
+    row whose event is gone (deleted past the triggers) is no backlog: the sequencer
+    skips it (``audit_integrate``) and the verifier names it; counted, one such row
+    failed every node's ``/readyz`` for good, blaming a running sequencer."""
+    events = AuditEvent.objects.for_all_tenants(
+        reason="whether a queued event still exists (the row's own tenant)")
+    row = (qs.filter(Exists(events.filter(pk=OuterRef("event_id"),
+                                          tenant_id=OuterRef("tenant_id"))))
+           .aggregate(n=Count("pk"), first=Min("queued_at"), now=Max(NOW)))
     if not row["n"] or row["first"] is None:
         return 0, 0.0
     return row["n"], max(0.0, (row["now"] - row["first"]).total_seconds())

@@ -226,6 +226,28 @@ def test_queue_rows_of_deleted_events_do_not_stall_the_sequencer(acme, history):
         tampering.raw(f"DELETE FROM {tampering.PENDING} WHERE event_id = %s", [victim.pk])
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_queue_row_of_a_deleted_event_is_no_backlog_for_readyz(acme, history, settings):
+    """(stop 32, the attack's finding) The row is tampering's evidence, which the
+    verifier names; counted as backlog it aged past ``RECOVERY_AUDIT_LAG_MAX_S`` and
+    failed every node's ``/readyz`` for good, saying the running sequencer was down. A
+    real backlog still fails it."""
+    victim = note(acme)
+    tampering.raw(f"DELETE FROM {tampering.EVENTS} WHERE id = %s", [victim.pk])
+    audittree.audit_integrate_all()
+    then = db_now() - timedelta(seconds=3600)
+    tampering.raw(f"UPDATE {tampering.PENDING} SET queued_at = %s", [then])
+    assert audittree.integration_lag() == {"pending": 0, "lag_s": 0.0}
+    assert audittree.tenant_lag(acme)["pending"] == 0
+    assert audittree.audit_health() is None
+    waiting = note(acme)
+    tampering.raw(f"UPDATE {tampering.PENDING} SET queued_at = %s WHERE event_id = %s",
+                  [then, waiting.pk])
+    with pytest.raises(audittree.AuditLate):
+        audittree.audit_health()
+    tampering.raw(f"DELETE FROM {tampering.PENDING} WHERE event_id = %s", [victim.pk])
+
+
 def test_the_lag_is_measured_on_the_database_clock(acme, history):
     lag = audittree.tenant_lag(acme)
     assert lag["pending"] > 0 and lag["lag_s"] >= 0 and lag["tree_size"] == 0
