@@ -33,7 +33,7 @@ import time
 from django.conf import settings
 from django.db import close_old_connections, connections
 
-from .. import heartbeat, locks, services
+from .. import audittree, heartbeat, locks, services
 from ..services.retention import ROUND_HEARTBEAT as RETENTION_HEARTBEAT
 from . import notify
 
@@ -113,6 +113,9 @@ def catch_up() -> dict | None:
     beats = heartbeat.read()
     sweep_late = heartbeat.sweep_late(beats)
     notified = _notify_catch_up(beats, force=sweep_late)
+    sealed = _audit_catch_up(beats, force=sweep_late)
+    if sealed:
+        notified = (notified or {}) | sealed
     if not sweep_late:
         return notified
     with locks.try_session_lock(CATCH_UP_LOCK) as mine:
@@ -125,6 +128,28 @@ def catch_up() -> dict | None:
         if notified:
             stats.update(notified)
         return stats
+
+
+def _audit_catch_up(beats: dict, *, force: bool) -> dict | None:
+    """The watchdog's audit sequencer round, when ``force`` (the sweep is late: beat or
+    the broker is down, and beat's sequencer with them) or when sequencer rounds ran
+    and stopped (``audit.integrate`` heartbeat older than two watchdog intervals):
+    ``{"audit": events integrated}``, else None. Several web processes may run it at
+    once: each tenant's sequencer lease lets one through (``audit_integrate``). Without
+    it a broker outage left every audit event unsealed until beat came back (the
+    attack's finding), past ``RECOVERY_AUDIT_LAG_MAX_S``."""
+    found = beats.get(audittree.HEARTBEAT)
+    stopped = found is not None and found.age_s > 2 * max(
+        settings.RECOVERY_AUDIT_INTEGRATE_INTERVAL_S, settings.RECOVERY_SWEEP_INTERVAL_S)
+    if not (force or stopped):
+        return None
+    log.warning("no audit sequencer round finished lately (broker or beat down?): this "
+                "web process integrates the queued audit events")
+    try:
+        return {"audit": services.audit_integrate_all()}
+    except Exception:  # noqa: BLE001 - logged; the next round tries again
+        log.exception("audit integration failed; /readyz names audit while events wait")
+        return None
 
 
 def _notify_catch_up(beats: dict, *, force: bool) -> dict | None:

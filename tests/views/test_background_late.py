@@ -107,6 +107,32 @@ def test_a_late_sweep_is_run_by_the_web_process_and_every_view_shows_it(
     assert inprocess.catch_up() is None  # the sweep is no longer late: nothing to do
 
 
+@pytest.mark.parametrize("down", ["broker", "sequencer"])
+def test_the_watchdog_seals_the_audit_trail_while_beat_is_down(acme, wendy, with_broker,
+                                                               down):
+    """(stop 32, the attack's finding) Beat's audit sequencer stops with the broker: the
+    watchdog caught up the sweep, retention and notifications, never the sequencer, so
+    every audit event stayed unsealed for the whole outage. Now it integrates them when
+    the sweep is late (``broker``), or when the sequencer's own rounds stopped while
+    sweeps go on (``sequencer``)."""
+    from checkpoints.models import AuditPending
+
+    services.audit_integrate_all()  # beat's sequencer ran ...
+    services.sweep_stale_runs(by="celery")
+    put_checkpoint(wendy, acme, envelope())  # ... then an event waits for it
+    if down == "broker":
+        _age_heartbeats(3600)
+    else:
+        Heartbeat.objects.filter(name="audit.integrate").update(
+            at=F("at") - timedelta(seconds=3600))
+    assert AuditPending.objects.filter(tenant=acme).exists()
+    stats = inprocess.catch_up()
+    assert stats is not None and stats["audit"] >= 1
+    assert not AuditPending.objects.filter(tenant=acme).exists()
+    assert heartbeat.read()["audit.integrate"].age_s < 60
+    assert inprocess.catch_up() is None  # nothing is late any more
+
+
 def test_no_catch_up_and_no_banner_while_the_worker_sweeps(
         acme, wendy, rita, login, with_broker):
     run_id = _crashed_run(wendy, acme)
