@@ -20,7 +20,8 @@ wakes every interval and, when no sweep at all finished in the last two interval
 service function, in this background thread (never in a request's handling path: a GET
 writes nothing), at most one web process at a time (a PostgreSQL advisory lock, tried
 without waiting); likewise the notification round when no round finished in two
-notification intervals (the ``notify`` heartbeat). Reconcile jobs still wait for a worker (their look-ups are the
+notification intervals (the ``notify`` heartbeat), and the audit sequencer with the
+sweep or when its own rounds stopped (``_audit_catch_up``). Reconcile jobs still wait for a worker (their look-ups are the
 worker's); the run page says so (``ReconcileRequest.waiting_for_worker_since``).
 """
 
