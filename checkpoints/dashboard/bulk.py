@@ -113,15 +113,28 @@ def _outcome_words(item, outcome: selectors.RunOutcome) -> str:
     return item.outcome
 
 
+#: What became of a bulk reconcile's look-up, by its settled word (``RunOutcome.words``);
+#: an effect state (the look-up's answer) is ``LOOKUP_ANSWERED``.
+LOOKUP_ENDS = {
+    ReconcileState.GAVE_UP: "its look-up gave up: a person decides",
+    ReconcileState.CANCELLED: "its look-up was cancelled",
+    ReconcileAnswer.MOVED_ON: "the run settled before its look-up answered",
+}
+LOOKUP_ANSWERED = "then its look-up answered (see Outcome)"
+
+
 def _what_happened(item, outcome: selectors.RunOutcome) -> str:
     """A result row's "What happened": the bulk's own words for the run (``detail``),
-    and for a reconcile what became of the look-up it requested, so the row never reads
-    "requested" beside an outcome the look-up already settled (a newcomer's finding)."""
+    and for a reconcile what became of the look-up it requested (``LOOKUP_ENDS``), so
+    the row never reads "requested" beside an outcome the look-up already settled (a
+    newcomer's finding), nor "answered" beside one it gave up on (the attack's)."""
     if item.outcome != BulkOutcome.DONE or item.reconcile_requests is None:
         return item.detail
     if outcome.pending:
         return f"{item.detail}; its look-up has not answered yet"
-    return f"{item.detail}; then its look-up ended it (see Outcome)"
+    ends = dict.fromkeys(LOOKUP_ENDS.get(w, LOOKUP_ANSWERED)
+                         for w in (outcome.words or (outcome.word,)))
+    return f"{item.detail}; " + "; ".join(ends)
 
 
 @require_GET

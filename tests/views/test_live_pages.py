@@ -231,7 +231,7 @@ def test_a_bulk_reconcile_says_requested_until_each_lookup_answers(
     body = client.get(url, **HX).content.decode()
     assert "1 confirmed" in body and "1 requested" in body and "every 3s" in body
     assert body.count("its look-up has not answered yet") == 1
-    assert body.count("then its look-up ended it") == 1
+    assert body.count("then its look-up answered (see Outcome)") == 1
     assert api_progress() == [("confirmed", False), ("queued", True)]
     # The second: nobody can tell (no look-up): unknown; the table stops polling.
     scripted.answers = [Answer.no_lookup()]
@@ -242,6 +242,23 @@ def test_a_bulk_reconcile_says_requested_until_each_lookup_answers(
     assert 'data-outcome="queued"' not in body and "every 3s" not in body
     assert n == POLL_QUERIES["bulk_live"]
     assert api_progress() == [("confirmed", False), ("unknown", False)]
+
+
+def test_a_bulk_reconcile_whose_lookup_gave_up_does_not_say_it_answered(
+        login, acme, rita, wendy, scripted, monkeypatch, settings):
+    """(stop 32, the attack's finding) A look-up that gave up settles nothing: the row's
+    "What happened" says so beside "gave up · waits for a human", never "answered"."""
+    monkeypatch.setattr(reconcile_requests, "dispatch",
+                        lambda pks, **kw: reconcile_requests.Sent(True, "queued for a worker"))
+    settings.RECOVERY_RECONCILE_MAX_FAILURES = 1
+    run = make_stuck_run(wendy, acme, order_id="A-9", key="charge:A-9")
+    url = _bulk_reconcile(rita, acme, [run])
+    scripted.answers = [Answer.cannot_tell("the provider is down")]
+    reconciliation.execute(ReconcileRequest.objects.get(run__uuid=run.run_id).pk)
+    body = login(rita).get(url).content.decode()
+    assert "gave up · waits for a human" in body
+    assert "its look-up gave up: a person decides" in body
+    assert "answered" not in body
 
 
 def test_the_bulk_fragment_costs_the_same_for_more_runs(login, acme, rita, wendy, monkeypatch):
