@@ -208,10 +208,8 @@ def _run_context(request: HttpRequest, tenant: Tenant, run_id, **extra) -> dict:
                     and user.pk != open_retry.requested_by_id),
         may_withdraw=any(r["can_withdraw"] for r in retries), tenant=tenant.slug)
     # The header's reason says what the next step says an approved retry waits for.
-    state_reason = run.recovery_reason
-    if (run.recovery_state == RecoveryState.RETRY_APPROVED and nextstep.approved_retry_waits_for(
-            run.kind, run.schema_version) == "a migration"):
-        state_reason = "retry approved, waiting for a migration before the runtime can resume"
+    state_reason = nextstep.state_reason(run.recovery_state, run.recovery_reason, run.kind,
+                                         run.schema_version)
     context.update(
         run=run,
         state_reason=state_reason,

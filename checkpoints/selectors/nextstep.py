@@ -77,6 +77,24 @@ def approved_retry_waits_for(kind: str, schema_version: int) -> str:
     return "a migration" if kinds.migration_required(kind, schema_version) else "the runtime"
 
 
+#: The reason shown for an approved retry that must wait for a migration (``state_reason``).
+APPROVED_WAITS_FOR_MIGRATION = ("retry approved, waiting for a migration before the runtime "
+                                "can resume")
+
+
+def state_reason(state: str, reason: str, kind: str, schema_version: int | None) -> str:
+    """A run's recovery reason as the dashboard and the API show it: the stored one
+    (``policy.recovery_state``'s, written with the run's state), except for an approved
+    retry whose kind's version must be migrated first (``approved_retry_waits_for``),
+    which the stored words cannot know (the kind can become offline without a write). The
+    run page's header and the API's ``recovery_reason`` say the same (the attack found
+    them apart)."""
+    if (state == RecoveryState.RETRY_APPROVED
+            and approved_retry_waits_for(kind, schema_version) == "a migration"):
+        return APPROVED_WAITS_FOR_MIGRATION
+    return reason
+
+
 def ago(when, now=None) -> str:
     """``"12 s ago"``, ``"in 4 min"`` (``templatetags.dashboard.ago``'s words, which call
     this); ``"—"`` for none. ``now``: the database time the value was read with, when

@@ -173,7 +173,7 @@ def test_it_says_truthfully_that_an_embedded_reconciliation_already_ran(login, r
 
 
 def test_an_approved_run_that_must_be_migrated_first_says_how(login, rita, april, wendy,
-                                                              acme, kind_registry):
+                                                              acme, kind_registry, api_as):
     """An approved retry of an older version of an offline kind (RECOVERY_OFFLINE_KINDS):
     the runtime's resume answers migration_required, so the page says that, with the
     command, instead of promising a retry."""
@@ -197,6 +197,13 @@ def test_an_approved_run_that_must_be_migrated_first_says_how(login, rita, april
     assert "waits for the runtime" not in offline_body
     assert "waiting for a migration before the runtime can resume" in offline_body
     assert "an approved retry waits for a migration" in offline_body
+    # What the dashboard says, the API says (the attack's finding): list and detail.
+    api = api_as(rita)
+    listed = api.get("/api/v1/tenants/acme/runs?recovery_state=retry_approved").json()
+    detail = api.get(f"/api/v1/tenants/acme/runs/{run_id}").json()
+    for run in (listed["results"][0], detail["run"]):
+        assert run["recovery_reason"] == ("retry approved, waiting for a migration before "
+                                          "the runtime can resume")
     assert offline.startswith("Approved, but waiting for a migration: acme.order v1 must be "
                               "migrated to v2")
     assert (f"python manage.py migrate_checkpoints acme.order --to 2 --tenant acme "

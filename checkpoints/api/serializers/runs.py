@@ -9,6 +9,7 @@ from rest_framework import serializers
 
 from ... import intranges
 from ...exceptions import InvalidPayload
+from ...selectors import nextstep
 from ...vocab import RecoveryState, ResumeAction
 from .checkpoints import CheckpointMetaSerializer
 from .common import Answer, IsoDateTimeField, TenantSlugField
@@ -53,6 +54,15 @@ class RunSerializer(Answer):
         allow_null=True, help_text="when retention or erasure deleted the run's payloads and "
                                    "history (its tombstone says why); such a run takes no "
                                    "more writes (409 run_deleted). Null: not deleted")
+
+    def to_representation(self, instance) -> dict:
+        """The fields, ``recovery_reason`` as the dashboard words it
+        (``selectors.nextstep.state_reason``: one rule for both)."""
+        data = super().to_representation(instance)
+        data["recovery_reason"] = nextstep.state_reason(
+            data["recovery_state"], data["recovery_reason"], data["kind"],
+            data["schema_version"])
+        return data
 
 
 # Rendered from a ``selectors.run_list`` row with ``next_step`` added (``page_steps``).
