@@ -6,6 +6,15 @@ from bench.reads import SEARCH_REFERENCE, SEARCH_ROWS
 
 HOLDS, NOT_YET, NO_DATA = "holds", "not yet", "no data"
 
+#: A smoke run (``python -m bench --smoke``, ``meta["smoke"]``) runs every part once at
+#: the smallest sizes: its table says so first, and each printed verdict carries the mark
+#: (the JSON's verdicts stay as judged; ``meta["smoke"]`` says what they are worth).
+SMOKE_HEADER = ("SMOKE RUN (--smoke): every part once at the smallest sizes. Its numbers are of "
+                "no value and its",
+                "verdicts are not the targets' verdicts: those come from `make bench` (--full: "
+                "the issues' sizes).")
+SMOKE_MARK = " (smoke)"
+
 
 def _base(writes: list[dict], row: dict) -> dict | None:
     """The raw reference of a write row: raw with the same writers (contended: raw
@@ -227,6 +236,9 @@ def _f(value: float | None, fmt: str = "{:,.1f}") -> str:
 def render(result: dict) -> str:
     lines: list[str] = []
     meta = result["meta"]
+    smoke = bool(meta.get("smoke"))
+    if smoke:
+        lines += [*SMOKE_HEADER, ""]
     w = result.get("writes") or []
     if w:
         pg = meta.get("postgresql_settings", {})
@@ -293,11 +305,14 @@ def render(result: dict) -> str:
     t = result.get("targets") or []
     if t:
         lines.append("TARGETS (issues 8 and 22; ratios of products and references measured "
-                     "in the same round)")
-        head = f"{'target':<78} {'verdict':<8} measured"
+                     "in the same round)" + ("; SMOKE-SIZED: not the targets' verdicts"
+                                             if smoke else ""))
+        mark = SMOKE_MARK if smoke else ""
+        width = max(len("verdict"), *(len(x["verdict"] + mark) for x in t))
+        head = f"{'target':<78} {'verdict':<{width}} measured"
         lines += [head, "-" * len(head)]
         for x in t:
-            lines.append(f"{x['target']:<78} {x['verdict']:<8} {x['measured']}")
+            lines.append(f"{x['target']:<78} {x['verdict'] + mark:<{width}} {x['measured']}")
     return "\n".join(lines)
 
 

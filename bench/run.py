@@ -38,8 +38,10 @@
    ``<db>_audit``): integration throughput against the append alone, and the lag of
    each event (commit to integration, database clock) under writes with the sequencer
    every second (target p99 < 2 s).
-7. Prints one table with ratios to raw and the issue's targets ("holds" / "not yet"), and
-   writes everything to ``var/bench/latest.json``.
+7. Prints one table with ratios to raw and the issue's targets ("holds" / "not yet"; a
+   ``--smoke`` run's table says first that it is one and marks each verdict "(smoke)":
+   they are not the targets' verdicts), and writes everything to ``var/bench/latest.json``
+   (``meta.smoke``).
 
 Numbers depend on the machine and on what else runs on it: compare rows of one run, not
 runs of different days. Nothing here asserts a timing.
@@ -178,6 +180,9 @@ def main(argv=None) -> None:
     os.environ.pop("CELERY_BROKER_URL", None)
     started = time.monotonic()
     say(f"bench: database {args.db} on {url.rsplit('/', 1)[0]} (dropped and created)")
+    if args.smoke:
+        say("bench: --smoke: every part once at the smallest sizes; every figure and verdict "
+            "printed is of no value (not the targets' verdicts)")
     reset_database(args.pg_url, args.db)
 
     import django
@@ -206,7 +211,7 @@ def main(argv=None) -> None:
         "sizes": args.size_list, "tenants": args.tenants,
         "revisions_per_run": args.revisions_per_run,
         "long_run_revisions": args.long_run_revisions, "samples": args.samples,
-        "memory_requests": args.memory_requests, "full": args.full,
+        "memory_requests": args.memory_requests, "full": args.full, "smoke": args.smoke,
         "web_concurrency": env.get("WEB_CONCURRENCY") or os.cpu_count(),
         "gunicorn_threads": env.get("GUNICORN_THREADS") or 4,
     }

@@ -51,3 +51,27 @@ def test_a_failed_check_never_holds():
     target = next(t for t in write_targets([_row("raw", 1, [1]), raw, svc])
                   if t["target"].startswith("contended"))
     assert target["verdict"] == NOT_YET and "3 refusals" in target["measured"]
+
+
+def test_a_smoke_runs_table_says_its_verdicts_are_not_the_targets():
+    """``--smoke`` (``meta["smoke"]``) runs every part once at the smallest sizes: its table
+    opens by saying so and every verdict it prints is marked, so "lists p95 < 50 ms at 200
+    runs ... not yet" is not read as the target's verdict. The JSON's verdicts are
+    unchanged; a run that is not a smoke run prints no mark."""
+    from bench.report import SMOKE_HEADER, SMOKE_MARK, render
+
+    rows = [{"target": "lists p95 < 50 ms at 200 runs (issue: 100,000)", "value": 61.0,
+             "measured": "worst inbox tab all: 61.0 ms", "verdict": NOT_YET},
+            {"target": "resume decision p50 < 5 ms", "value": 2.0, "measured": "2.0 ms",
+             "verdict": HOLDS}]
+    smoke = render({"meta": {"smoke": True}, "targets": rows}).splitlines()
+    assert smoke[:2] == list(SMOKE_HEADER) and "not the targets' verdicts" in smoke[1]
+    assert SMOKE_MARK == " (smoke)"
+    assert "SMOKE-SIZED: not the targets' verdicts" in smoke[3]
+    lines = {line.split()[0]: line for line in smoke if line.startswith(("lists", "resume"))}
+    assert "not yet (smoke)" in lines["lists"] and "holds (smoke)" in lines["resume"]
+    assert [r["verdict"] for r in rows] == [NOT_YET, HOLDS]
+
+    plain = render({"meta": {"smoke": False}, "targets": rows})
+    assert "(smoke)" not in plain and "SMOKE" not in plain
+    assert plain.splitlines()[0].startswith("TARGETS")

@@ -57,6 +57,14 @@ def test_make_bench_smallest_size_runs_end_to_end_from_a_clean_state(tmp_path):
     assert {"inbox tab all", "report page"} <= endpoints  # HTML pages, DEBUG=0
     assert any(e.startswith("search") for e in endpoints), endpoints
     assert result["memory"]["requests"] == 200
+    # Its table says its verdicts are a smoke run's, not the targets' (a newcomer read
+    # "lists p95 < 50 ms at 200 runs ... not yet" as the target's verdict).
+    assert result["meta"]["smoke"] is True
+    assert "SMOKE RUN (--smoke)" in done.stdout, done.stdout[-4000:]
+    table = done.stdout[done.stdout.index("\nTARGETS"):].split("\nbench: wrote")[0]
+    rows = [line for line in table.splitlines()[4:] if line.strip()]  # after title, head, rule
+    assert "SMOKE-SIZED" in table and rows, table
+    assert all("(smoke)" in row for row in rows), table
     assert (var / "var" / "staticfiles" / "staticfiles.json").is_file()
     # Errors only: no access line per request (recovery.access), no gunicorn INFO lines.
     assert "recovery.access" not in output and '"GET /' not in output, output[-4000:]
