@@ -44,7 +44,8 @@ from .jsonparse import loads_object
 from .models import ReconcilerConfig
 from .vocab import EffectClass, ReconcileAnswer
 
-# The most of an answer a reconciler reads; more is "cannot tell" (a receipt is small).
+# The most of an answer a reconciler reads, and of a plugin's receipt or evidence that is
+# stored; more is "cannot tell" (a receipt is small).
 MAX_ANSWER_BYTES = 256 * 1024
 
 # A plugin's answers (``ReconcileAnswer.SERVICE``), by the names plugins use.

@@ -156,7 +156,18 @@ def _strict(value: Any, what: str) -> Any:
     return loads_object(text, what=what)["v"]
 
 
+def _too_large(value: Any) -> bool:
+    """Whether ``value`` (already strict JSON) is over ``reconcile.MAX_ANSWER_BYTES`` as
+    stored: its ``dumps`` text in UTF-8, before encryption."""
+    return len(dumps(value).encode("utf-8")) > reconcile.MAX_ANSWER_BYTES
+
+
 def _checked(answer: Any, name: str) -> reconcile.Answer:
+    """A plugin's ``answer`` as it may be stored, or ``cannot_tell`` naming what is wrong
+    (CONTRACT.md 6; docs/reconciliation.md "Plugins"): not an ``Answer``, an unknown kind,
+    evidence or a receipt that breaks the API's JSON rules or is larger than
+    ``reconcile.MAX_ANSWER_BYTES`` (the cap on a service's answer; ``evidence larger than
+    N bytes``, and nothing of it kept), a found/refused answer without a receipt object."""
     if not isinstance(answer, reconcile.Answer):
         return reconcile.Answer.cannot_tell(f"{name}: returned {type(answer).__name__}, "
                                             f"not an Answer")
@@ -166,6 +177,12 @@ def _checked(answer: Any, name: str) -> reconcile.Answer:
         evidence = _strict(answer.evidence, "answer") if answer.evidence is not None else None
     except InvalidPayload as exc:
         return reconcile.Answer.cannot_tell(f"{name}: {exc.detail}")
+    # Evidence is stored (encrypted) with the attempt, so it has the receipt's cap. A
+    # found/refused answer's evidence defaults to its receipt: a receipt over the cap
+    # is refused here, as evidence.
+    if evidence is not None and _too_large(evidence):
+        return reconcile.Answer.cannot_tell(f"{name}: evidence larger than "
+                                            f"{reconcile.MAX_ANSWER_BYTES} bytes")
     receipt = answer.receipt
     if answer.kind in ReconcileAnswer.WITH_RECEIPT:
         if not isinstance(receipt, dict):
@@ -175,7 +192,7 @@ def _checked(answer: Any, name: str) -> reconcile.Answer:
             receipt = _strict(receipt, "receipt")
         except InvalidPayload as exc:
             return reconcile.Answer.cannot_tell(f"{name}: {exc.detail}")
-        if len(dumps(receipt).encode("utf-8")) > reconcile.MAX_ANSWER_BYTES:
+        if _too_large(receipt):
             return reconcile.Answer.cannot_tell(f"{name}: receipt larger than "
                                                 f"{reconcile.MAX_ANSWER_BYTES} bytes")
     return reconcile.Answer(answer.kind, receipt, _safe_text(answer.detail, 1000), evidence)

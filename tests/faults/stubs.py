@@ -169,6 +169,10 @@ GARBAGE = {
     "receipt_deep": lambda: reconcile.Answer.found({"x": _deep(5000)}),
     "receipt_huge": lambda: reconcile.Answer.found({"pad": "x" * (2 * 1024 * 1024)}),
     "evidence_object": lambda: reconcile.Answer("cannot_tell", None, "hm", object()),
+    "evidence_huge": lambda: reconcile.Answer.cannot_tell(
+        "hm", evidence={"blob": "a" * (5 * 1024 * 1024)}),
+    "found_evidence_huge": lambda: reconcile.Answer.found(
+        {"charge_id": "ch_1"}, evidence={"blob": "a" * (5 * 1024 * 1024)}),
     "detail_unprintable": lambda: reconcile.Answer("found", {"charge_id": "ch_1"},
                                                    _Unprintable()),
     "exploding_answer": lambda: _Exploding("found", {"charge_id": "ch_1"}),

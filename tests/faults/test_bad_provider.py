@@ -13,7 +13,7 @@ import json
 
 import pytest
 
-from checkpoints import services
+from checkpoints import reconcile, services
 from checkpoints.jobs import reconciliation
 from checkpoints.models import AuditEvent, Effect, EffectRevision, ReconcileRequest
 from tests.api.apihelpers import get, post
@@ -194,3 +194,39 @@ def test_a_plugin_that_returns_garbage_is_cannot_tell_and_never_a_crash(
                                              source="reconciliation").exists()
     assert Effect.objects.get(uuid=sibling.effects["charge:A-1"]).state == "confirmed"
     assert ReconcileRequest.objects.filter(state="running").count() == 0
+
+
+@pytest.mark.parametrize("garbage", ["evidence_huge", "found_evidence_huge"])
+def test_a_plugin_s_evidence_over_the_answer_cap_is_cannot_tell_and_never_stored(
+        acme, wendy, rita, stub, garbage, monkeypatch, django_capture_on_commit_callbacks):
+    """Evidence is kept with the attempt, so it has the cap of a service's answer
+    (``reconcile.MAX_ANSWER_BYTES``): five MiB of it, with a cannot_tell or with a small
+    receipt, is refused like any bad answer and none of it is stored."""
+    monkeypatch.setitem(stubs.GARBAGE_CHOICE, "value", garbage)
+    stubs.use_plugin(acme, "crm", "tests.faults.stubs.GarbagePlugin")
+    stub.answer("charge:A-1", GOOD)
+    run, sibling = _reconcile_crm(acme, wendy, rita, django_capture_on_commit_callbacks)
+    req = request_for(run.effects["note:1"])
+    assert (req.state, req.failures) == ("queued", 1)
+    attempt = req.attempt_log.get()
+    assert attempt.answer == "cannot_tell"
+    assert f"evidence larger than {reconcile.MAX_ANSWER_BYTES} bytes" in attempt.detail
+    assert attempt.evidence_ciphertext == ""
+    _assert_untouched(run.effects["note:1"], 1, "submitted")
+    assert Effect.objects.get(uuid=sibling.effects["charge:A-1"]).state == "confirmed"
+
+
+def test_a_plugin_s_evidence_at_the_answer_cap_is_kept(
+        acme, wendy, rita, stub, monkeypatch, django_capture_on_commit_callbacks):
+    """The cap counts the evidence as stored (its canonical JSON text in UTF-8): exactly
+    ``reconcile.MAX_ANSWER_BYTES`` bytes of it is kept."""
+    pad = reconcile.MAX_ANSWER_BYTES - len('{"blob":""}')
+    monkeypatch.setitem(stubs.GARBAGE, "at_the_cap", lambda: reconcile.Answer.cannot_tell(
+        "hm", evidence={"blob": "a" * pad}))
+    monkeypatch.setitem(stubs.GARBAGE_CHOICE, "value", "at_the_cap")
+    stubs.use_plugin(acme, "crm", "tests.faults.stubs.GarbagePlugin")
+    stub.answer("charge:A-1", GOOD)
+    run, _ = _reconcile_crm(acme, wendy, rita, django_capture_on_commit_callbacks)
+    attempt = request_for(run.effects["note:1"]).attempt_log.get()
+    assert (attempt.answer, attempt.detail) == ("cannot_tell", "hm")
+    assert attempt.evidence_ciphertext
