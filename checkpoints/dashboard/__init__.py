@@ -28,7 +28,8 @@ Caching: every dashboard response carries ``Vary: HX-Request`` (``vary_on_htmx``
 405s of ``require_GET``/``require_POST`` and CSRF failures too), since the same URL
 answers a whole page or a fragment (or an error page or an error fragment) depending on
 that header; every answer is ``no-store`` (``security.PrivateNoStoreMiddleware``). An htmx
-history restore gets the whole page (``whole_page_for_history``).
+history restore gets the whole page (``whole_page_for_history``), so every answer of a
+view under ``@dashboard`` also carries ``Vary: HX-History-Restore-Request``.
 
 Pages that stay true (issue 9): a CSRF failure (``errors.csrf_failure``) or an ended
 session (``htmx_login_redirect``) inside an htmx action is a short message in place; an

@@ -165,13 +165,19 @@ def whole_page_for_history(view: Callable) -> Callable:
     answer in place of the whole ``<body>``: a fragment there would leave a bare fragment
     without header or navigation. Such a request is answered as a plain one (the whole
     page). ``base.html`` turns the snapshots off (``historyCacheSize: 0``) and reloads on
-    a miss (``refreshOnHistoryMiss``), so this is the second line (issue 9, item 4)."""
+    a miss (``refreshOnHistoryMiss``), so this is the second line (issue 9, item 4).
+
+    Every answer then depends on that header too, so each says
+    ``Vary: HX-History-Restore-Request`` (with or without it: a cache must not hand the
+    fragment to a restore, nor the whole page to a swap)."""
 
     @wraps(view)
     def wrapper(request: HttpRequest, *args, **kwargs):
         if request.htmx and request.htmx.history_restore_request:
             request.htmx = _WholePage(request)
-        return view(request, *args, **kwargs)
+        response = view(request, *args, **kwargs)
+        patch_vary_headers(response, ("HX-History-Restore-Request",))
+        return response
 
     return wrapper
 
@@ -239,8 +245,9 @@ def with_incident(view: Callable) -> Callable:
 
 def dashboard(view: Callable) -> Callable:
     """The stack every dashboard view wears: ``Vary: HX-Request``, whole pages for htmx
-    history restores, htmx-aware login, the reviewer's incident on the audit events
-    (``with_incident``), then domain error mapping."""
+    history restores (``Vary: HX-History-Restore-Request``), htmx-aware login, the
+    reviewer's incident on the audit events (``with_incident``), then domain error
+    mapping."""
     return vary_on_htmx(whole_page_for_history(
         htmx_login_redirect(login_required(with_incident(domain_errors(view))))))
 

@@ -5,7 +5,8 @@
   ``checkpoints.urls`` (introspected, so a new page is covered without editing this file)
   with and without ``HX-Request``, on the paths that end in 200/302, 400, 403, 404, 405,
   a CSRF failure and the login redirect;
-- an htmx history restore (``HX-History-Restore-Request``) gets the whole page;
+- an htmx history restore (``HX-History-Restore-Request``) gets the whole page, and the
+  answers say they vary on that header;
 - a CSRF failure or an ended session inside an htmx action is a short message in place,
   never Django's error page or the login page swapped into the run page;
 - an action refused because someone acted first refreshes the run and says who and when;
@@ -83,7 +84,8 @@ def test_every_dashboard_answer_varies_on_hx_request(world, login, who, rita, ap
     reason required), a viewer's actions (403), an account of another tenant (404), and
     an anonymous visitor (login redirect, or the htmx in-place message), an approver (its
     queue, issue 21): each answer carries ``Vary: HX-Request``, and every htmx answer
-    ``no-store``."""
+    ``no-store``; each that the view's ``@dashboard`` stack answered (all but the 405s)
+    ``Vary: HX-History-Restore-Request`` too (``whole_page_for_history``)."""
     client = {"rita": lambda: login(rita), "april": lambda: login(april),
               "vic": lambda: login(vic),
               "anonymous": Client, "foreign": lambda: login(omar)}[who]()
@@ -95,8 +97,10 @@ def test_every_dashboard_answer_varies_on_hx_request(world, login, who, rita, ap
                          "HTTP_HX_CURRENT_URL": "http://testserver" + url} if htmx else {}
                 response = getattr(client, method)(url, **extra)
                 statuses.add(response.status_code)
-                _assert_true_to_htmx(response, htmx, f"{who} {method} {name} htmx={htmx} "
-                                                     f"({response.status_code})")
+                where = f"{who} {method} {name} htmx={htmx} ({response.status_code})"
+                _assert_true_to_htmx(response, htmx, where)
+                if response.status_code != 405:  # past require_GET/POST: @dashboard's
+                    assert "hx-history-restore-request" in _vary(response), where
     expected = {"rita": {200, 400, 405}, "april": {200, 400, 405}, "vic": {200, 403, 405},
                 "anonymous": {302, 403, 405},
                 "foreign": {404, 405}}[who]
@@ -183,13 +187,17 @@ def test_a_history_restore_gets_the_whole_page(world, login, rita):
     puts the answer in place of <body>: it must be the whole page, not the fragment."""
     client = login(rita)
     url = reverse("run_list", args=["acme"]) + "?state=all&kind=acme"
-    fragment = client.get(url, **HX).content.decode()
+    swap = client.get(url, **HX)
+    fragment = swap.content.decode()
     assert 'id="inbox-main"' in fragment and 'class="topbar"' not in fragment
     whole = client.get(url, **HX, HTTP_HX_HISTORY_RESTORE_REQUEST="true")
     assert whole.status_code == 200
     body = whole.content.decode()
     assert "<html" in body and 'class="topbar"' in body and 'id="inbox-main"' in body
     _assert_true_to_htmx(whole, True, "history restore")
+    # Same URL, same HX-Request, two answers: a cache must tell them apart by this header.
+    for response in (swap, whole):
+        assert "hx-history-restore-request" in _vary(response), response.get("Vary")
 
 
 def test_base_turns_htmx_history_snapshots_off(login, rita, acme):
