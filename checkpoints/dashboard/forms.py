@@ -162,7 +162,9 @@ def search_field() -> forms.CharField:
 class InboxFilterForm(QueryForm):
     """Inbox query string: ``state`` (a recovery state or ``all``), ``q`` (the search),
     ``kind``, ``subject`` (agent or workflow, substring), ``age`` (seconds, from
-    ``AGE_CHOICES``), ``sort`` (``selectors.RUN_SORTS``), ``cursor``."""
+    ``AGE_CHOICES``), ``sort`` (``selectors.RUN_SORTS``), ``cursor`` (only bounded here;
+    the inbox, its tab counts and its poll decode it against the tab, the filters and the
+    sort: ``inbox.check_cursor``)."""
 
     state = forms.ChoiceField(
         required=False,
@@ -440,9 +442,10 @@ class LiveRunForm(QueryForm):
 
 class NewRunsForm(InboxFilterForm):
     """The inbox's "n new runs" poll: the inbox's own filters (a ``cursor`` is taken and
-    ignored: new runs are counted over the tab, not one page) and ``since``, the
-    database time the page was read at, in microseconds since the epoch (at most the
-    last datetime, ``selectors.MICROS_MAX``)."""
+    checked as the inbox checks it, ``inbox.check_cursor``, then not used: new runs are
+    counted over the tab, not one page) and ``since``, the database time the page was
+    read at, in microseconds since the epoch (at most the last datetime,
+    ``selectors.MICROS_MAX``)."""
 
     since = RevisionNumberField(required=True, max_value=MICROS_MAX)
 

@@ -52,8 +52,9 @@ ROLE_TABS = {
 
 
 def _inbox_filters(request: HttpRequest, tenant: Tenant) -> tuple[dict, dict]:
-    """The inbox query string checked (``InboxFilterForm``: 400 naming the field) and the
-    tabs: ``(cleaned data, tabs context)``. The tab counts follow the filters
+    """The inbox query string checked (``InboxFilterForm``, and its ``cursor`` by
+    ``check_cursor``: 400 naming the field) and the tabs: ``(cleaned data, tabs
+    context)``. The tab counts follow the filters
     (``selectors.run_state_counts``: the tenant-wide counters without a narrowing
     filter, one GROUP BY with one); the tab is the one asked for, or the landing tab
     (``_default_tab``). ``filter_query`` is what every link of the page keeps: the
@@ -65,6 +66,7 @@ def _inbox_filters(request: HttpRequest, tenant: Tenant) -> tuple[dict, dict]:
     state = data["state"]
     if not request.GET.get("state"):
         state = _default_tab(request, tenant, counts, filtered=filters.narrowing)
+    check_cursor(data, state)
     sort = data["sort"] if data["sort"] != selectors.DEFAULT_RUN_SORT else ""
     query = {k: v for k, v in (("q", data["q"]), ("kind", data["kind"]),
                                ("subject", data["subject"]),
@@ -125,6 +127,19 @@ def _run_filters(data: dict, state: str) -> selectors.RunFilters:
         kind=data["kind"] or None, subject=data["subject"] or None, age_s_min=data["age"],
         q=data["q"] or None,
     )
+
+
+def check_cursor(data: dict, state: str) -> None:
+    """Refuse the ``cursor`` of a cleaned ``InboxFilterForm`` as the inbox's list does
+    (``selectors.decode_cursor`` for the tab ``state``, the filters and the sort): raises
+    ``InvalidPayload`` (400) naming ``cursor`` when it is not a cursor the inbox made, or
+    one made for another sort or other filters. No cursor: nothing to check. The tab
+    counts and the "n new runs" poll page nothing, yet take the inbox's query string and
+    check it the same way (the team's rule: query parameters are validated like bodies),
+    so no malformed ``cursor`` is a 200 anywhere."""
+    if data["cursor"]:
+        selectors.decode_cursor(data["cursor"], sort=data["sort"],
+                                filters=_run_filters(data, state))
 
 
 def _inbox_context(request: HttpRequest, tenant: Tenant) -> dict:
@@ -245,7 +260,8 @@ def _migration_offers(request: HttpRequest, tenant: Tenant, context: dict) -> No
 @replica.replica_reads
 def run_counts(request: HttpRequest, tenant: Tenant) -> HttpResponse:
     """``/t/<slug>/counts/``: the inbox tabs with live counts, polled by htmx every 10 s.
-    Only the counts are read, following the page's filters (checked; no run is listed)."""
+    Only the counts are read, following the page's filters (checked, ``cursor`` included,
+    as the inbox checks them; no run is listed)."""
     context = _base_context(request, tenant, "inbox") | _inbox_filters(request, tenant)[1]
     return render(request, "checkpoints/inbox.html#tabs", context)
 

@@ -25,7 +25,7 @@ from .. import replica, selectors
 from ..models import Tenant
 from .common import dashboard, require_GET, tenant_page
 from .forms import ALL_TAB, NewRunsForm
-from .inbox import INBOX_POLL_S, _run_filters
+from .inbox import INBOX_POLL_S, _run_filters, check_cursor
 
 #: How often a run page with something pending asks again (the template's ``every``).
 RUN_POLL_S = 3
@@ -70,10 +70,11 @@ def run_new(request: HttpRequest, tenant: Tenant) -> HttpResponse:
     """``/t/<slug>/new-runs/?<inbox filters>&since=<µs>``: the inbox's poll, "2 new runs ·
     show": how many runs passing the page's filters entered its tab after ``since`` (the
     database time the page was read at; ``selectors.new_runs``: one query). The
-    filters are checked as the inbox's (400 naming the parameter), ``since`` is
-    required."""
+    filters are checked as the inbox's, ``cursor`` included (``inbox.check_cursor``; 400
+    naming the parameter), ``since`` is required."""
     data = NewRunsForm.from_request(request).cleaned_data
     state = data["state"]
+    check_cursor(data, state)
     filters = _run_filters(data, state)
     since = data["since"]
     n = selectors.new_runs(user=request.user, tenant=tenant, filters=filters,

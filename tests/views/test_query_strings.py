@@ -212,6 +212,29 @@ def test_the_attacks_on_the_inbox(login, rita, acme, path, query, name, words):
     _refused(login(rita).get(f"{path}?{query}"), name, words)
 
 
+@pytest.mark.parametrize("htmx", [False, True], ids=["page", "htmx"])
+@pytest.mark.parametrize("path", ["/t/acme/", "/t/acme/counts/", "/t/acme/new-runs/?since=1"])
+def test_the_inbox_and_its_polls_check_the_cursor_alike(login, rita, wendy, acme, path, htmx,
+                                                        monkeypatch):
+    """The tab counts and the "n new runs" poll take the inbox's query string, ``cursor``
+    included, and check it as the inbox does (``inbox.check_cursor``), though they page
+    nothing: a cursor that is not the inbox's, or one made for other filters, is a 400
+    naming ``cursor``; the page's own next-page cursor is a 200."""
+    for _ in range(3):
+        ambiguous_run(wendy, acme)
+    monkeypatch.setattr(inbox_views, "INBOX_PAGE", 1)
+    client = login(rita)
+    cursor = client.get("/t/acme/?state=ambiguous").context["next_cursor"]
+    assert cursor
+    extra = HX if htmx else {}
+    ok = client.get(_and(path, f"state=ambiguous&cursor={cursor}"), **extra)
+    assert ok.status_code == 200, ok.content.decode()[:500]
+    _refused(client.get(_and(path, "state=ambiguous&cursor=!!!"), **extra),
+             "cursor", "not a cursor returned by this API")
+    _refused(client.get(_and(path, f"state=all&cursor={cursor}"), **extra),
+             "cursor", "made for another sort or other filters")
+
+
 @pytest.mark.parametrize("query,name,words", [
     ("actor=a&actor=b", "actor", "given more than once"),
     ("action=a&action=a", "action", "given more than once"),
