@@ -94,6 +94,20 @@ def text_problem(text: str) -> str:
     return ""
 
 
+def printable_problem(text: str) -> str:
+    """Why ``text`` is no printable reason ("" if it is): ``text_problem``'s, or a control
+    character other than tab, newline and carriage return (an ESC sequence shown to the
+    next reviewer rewrites their terminal or page). The one rule for the reasons people
+    write: review actions (``services.common``) and lifecycle requests
+    (``services.holds``) alike (the attack found the first accepting ``"a\\x1b[2Jb"``)."""
+    problem = text_problem(text)
+    if problem:
+        return problem
+    if any(ch < " " and ch not in "\t\n\r" or ch == "\x7f" for ch in text):
+        return "must be printable (no control characters)"
+    return ""
+
+
 def _check_values(value: Any, path: str) -> None:
     """Refuse U+0000 and unpaired surrogates in strings and keys, and non-finite numbers,
     naming the field."""

@@ -18,7 +18,7 @@ from ..exceptions import (
     InvalidPayload,
     ReasonRequired,
 )
-from ..jsonparse import text_problem
+from ..jsonparse import printable_problem
 from ..models import MAX_REVISION
 
 User = get_user_model()
@@ -74,7 +74,7 @@ def _require_reason(reason: str | None) -> str:
         raise ReasonRequired("reason: a reason is required")
     if len(reason) > 4000:
         raise InvalidPayload("reason: at most 4000 characters")
-    problem = text_problem(reason)
+    problem = printable_problem(reason)
     if problem:
         raise InvalidPayload(f"reason: {problem}")
     return reason

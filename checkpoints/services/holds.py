@@ -19,7 +19,7 @@ from .. import locks, roles
 from ..audit import audit_record
 from ..dbclock import db_now
 from ..exceptions import AlreadyDecided, InvalidPayload, NotFound, ReasonRequired
-from ..jsonparse import text_problem
+from ..jsonparse import printable_problem, text_problem
 from ..models import LIFECYCLE_MAX_RUNS, HeldRun, LegalHold, Run, Tenant, Tombstone
 from ..models.lifecycle import REASON_MAX
 from ..permissions import require
@@ -43,11 +43,9 @@ def _lifecycle_reason(reason, field: str = "reason", *, required: bool = True) -
         if required:
             raise ReasonRequired(f"{field}: a reason is required")
         return ""
-    problem = text_problem(reason)
+    problem = printable_problem(reason)
     if problem:
         raise InvalidPayload(f"{field}: {problem}")
-    if any(ch < " " and ch not in "\t\n\r" or ch == "\x7f" for ch in reason):
-        raise InvalidPayload(f"{field}: must be printable (no control characters)")
     if len(reason.encode("utf-8")) > REASON_MAX:
         raise InvalidPayload(f"{field}: at most {REASON_MAX} bytes (UTF-8)")
     return reason

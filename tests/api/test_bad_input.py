@@ -161,6 +161,23 @@ def test_it_parses_review_bodies_strictly(w, api_as, rita, acme, raw, field):
     assert _counts() == before
 
 
+@pytest.mark.parametrize("reason", ["a\x1b[2Jb", "line\x07bell", "del\x7f"])
+def test_a_review_reason_must_be_printable_as_a_lifecycle_reason_must(w, api_as, rita, acme,
+                                                                       reason):
+    """(stop 32, the attack's finding) One rule for the reasons people write: the
+    review actions took control characters (an ESC sequence shown to the next reviewer)
+    that lifecycle requests refused. Both refuse them now, naming ``reason``; tab and
+    newline stay allowed."""
+    rid = new_checkpoint(w, "acme")["run_id"]
+    before = _counts()
+    r = post(api_as(rita), "acme", f"runs/{rid}/close", {"reason": reason})
+    assert r.status_code == 400 and r.json()["detail"] == (
+        "reason: must be printable (no control characters)")
+    assert _counts() == before
+    assert post(api_as(rita), "acme", f"runs/{rid}/close",
+                {"reason": "tab\there\nnext line"}).status_code == 200
+
+
 @pytest.mark.parametrize("field,value", [("effect_class", '"sometimes"'),
                                          ("request_fingerprint", '"abc"'),
                                          ("state", '"done"'), ("receipt", "[1]"),
