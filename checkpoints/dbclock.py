@@ -11,7 +11,10 @@ call a live owner gone, or settle a look-up early. So every time that is later c
 - ``LOCKED_NOW`` (``CLOCK_TIMESTAMP()``) annotates the row a service locks, so the lock
   and the time arrive in one round trip, the time taken after any wait for the lock
   (``services._lock_run`` sets ``run.db_now``);
-- ``db_now()`` asks for it in a query of its own where no row is locked.
+- ``db_now()`` asks for it in a query of its own where no row is locked;
+- ``page_now()`` is the time one request shows relative times against ("3 min ago",
+  "in 10 min"): read once per request, when first needed, or taken from a selector that
+  read it with its rows (``seed_page_now``); ``PageClockMiddleware`` scopes it.
 
 On the embedded SQLite default the database lives in the process, but its ``'now'`` is
 read by SQLite's C code from the operating system, not through Python's ``time`` or
@@ -20,6 +23,9 @@ read by SQLite's C code from the operating system, not through Python's ``time``
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from datetime import UTC, datetime
 
 from django.db import connection
@@ -59,3 +65,52 @@ def db_now() -> datetime:
             return value if value.tzinfo else value.replace(tzinfo=UTC)
         cursor.execute("SELECT STRFTIME('%Y-%m-%d %H:%M:%f', 'now')")
         return datetime.fromisoformat(cursor.fetchone()[0]).replace(tzinfo=UTC)
+
+
+#: The current request's page clock: ``None`` outside a request (``page_now`` then asks
+#: every time), else a list holding the database time once it was read or seeded.
+_PAGE_NOW: ContextVar[list | None] = ContextVar("recovery_page_now", default=None)
+
+
+@contextmanager
+def page_clock() -> Iterator[None]:
+    """Scope one page clock (one request: ``PageClockMiddleware``); nothing is read
+    until ``page_now`` or ``seed_page_now`` is called."""
+    token = _PAGE_NOW.set([])
+    try:
+        yield
+    finally:
+        _PAGE_NOW.reset(token)
+
+
+def page_now() -> datetime:
+    """The database time a request shows its relative times against (aware UTC): the one
+    seeded or read earlier in the request, else one query (then kept for the request).
+    Outside a request, a query each call. A web node whose clock is off writes "50 min
+    ago" beside a lease the page calls live otherwise (the attack's finding)."""
+    held = _PAGE_NOW.get()
+    if held is None:
+        return db_now()
+    if not held:
+        held.append(db_now())
+    return held[0]
+
+
+def seed_page_now(now: datetime | None) -> None:
+    """Give the request's page clock the database time a selector read with its rows
+    (``run_get``'s ``db_now``), so the page asks no more; ignored outside a request,
+    once the clock holds a time, and for ``None``."""
+    held = _PAGE_NOW.get()
+    if held is not None and not held and now is not None:
+        held.append(now if now.tzinfo else now.replace(tzinfo=UTC))
+
+
+class PageClockMiddleware:
+    """Scopes ``page_now`` to each request (every template rendered within it)."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        with page_clock():
+            return self.get_response(request)

@@ -115,6 +115,8 @@ MIDDLEWARE = [
     # for every log line, echoes it and hands it to Celery tasks; then start the clock.
     "checkpoints.ops.health.RequestIdMiddleware",
     "django_guid.middleware.guid_middleware",
+    # The database time a page's "3 min ago" words are measured against (one per request).
+    "checkpoints.dbclock.PageClockMiddleware",
     "django_prometheus.middleware.PrometheusBeforeMiddleware",
     "django.middleware.security.SecurityMiddleware",
     # Static files (hashed, compressed, cached for a year) before anything per-request.

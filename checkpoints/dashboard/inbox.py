@@ -11,7 +11,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils.http import urlencode
 
-from .. import declared, kinds, replica, roles, selectors
+from .. import dbclock, declared, kinds, replica, roles, selectors
 from ..models import BULK_JOB_MAX_RUNS, BULK_MAX_RUNS, Tenant
 from ..permissions import tenant_perms
 from ..vocab import BulkActionKind, RecoveryState
@@ -224,7 +224,9 @@ def run_list(request: HttpRequest, tenant: Tenant) -> HttpResponse:
     # One snapshot (issue 21, item 8): the tab counts agree with the list, and ``since``
     # (the database time of that snapshot, its first query) starts the "n new runs" poll.
     with selectors.consistent_read():
-        since = selectors.to_micros(replica.snapshot_now())
+        read_at = replica.snapshot_now()
+        dbclock.seed_page_now(read_at)  # the page's "3 min ago" is as of what it shows
+        since = selectors.to_micros(read_at)
         context = _base_context(request, tenant, "inbox") | _inbox_context(request, tenant)
         rejected = selectors.rejected_retries(user=request.user, tenant=tenant,
                                               run_pks=[r["id"] for r in context["rows"]])

@@ -7,6 +7,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 from django.db.models import F, Q
+from django.db.models.functions import Now
 
 from .. import crypto
 from ..jsonparse import dumps, loads_any
@@ -135,7 +136,7 @@ class EffectRevision(EncryptedReceipt, TenantOwned):
     attempt = models.PositiveIntegerField(default=1)
     actor_name = models.CharField(max_length=150, help_text='username, or "system"')
     source = models.CharField(max_length=32, help_text="runtime, reconciliation, sweep, reviewer")
-    created_at = models.DateTimeField(auto_now_add=True)
+    created_at = models.DateTimeField(db_default=Now())  # database clock, as the import's
 
     class Meta:
         ordering = ["effect_id", "revision"]

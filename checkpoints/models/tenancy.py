@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.db import models
+from django.db.models.functions import Now
 
 
 class TenantQuerySet(models.QuerySet):
@@ -60,7 +61,13 @@ class TenantOwned(models.Model):
 
 
 class TimestampedModel(models.Model):
-    created_at = models.DateTimeField(auto_now_add=True)
+    """``created_at`` is the database's time of the insert (``db_default``, read back by
+    ``RETURNING``), never the writing process's clock (CONTRACT.md 3): approvals and
+    effects are listed oldest first by it, and a node whose clock ran an hour ahead put
+    its rows out of order (the attack's finding). ``updated_at`` is still ``auto_now``;
+    the services that compare it write the database's time themselves."""
+
+    created_at = models.DateTimeField(db_default=Now())
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

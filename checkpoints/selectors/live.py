@@ -27,7 +27,7 @@ from django.db.models import (
 from django.db.models.functions import Coalesce
 
 from .. import replica, roles
-from ..dbclock import NOW
+from ..dbclock import NOW, seed_page_now
 from ..exceptions import NotFound
 from ..models import BulkActionItem, MigrationJob, ReconcileRequest, RetryRequest, Run, Tenant
 from ..permissions import require
@@ -164,6 +164,7 @@ def run_live(*, user, tenant: Tenant, run_id) -> RunLive:
     now = row.pop("db_now")
     if now.tzinfo is None:  # SQLite answers its 'now' without a zone
         now = now.replace(tzinfo=UTC)
+    seed_page_now(now)
     raw = "|".join(str(row[k]) for k in sorted(row))
     return RunLive(state=row["recovery_state"], changed_at=row["state_changed_at"],
                    db_now=now, waiting=waiting,

@@ -17,10 +17,8 @@ from dataclasses import dataclass, field
 from datetime import UTC
 from types import SimpleNamespace
 
-from django.utils import timezone
-
 from .. import heartbeat, kinds, policy, roles
-from ..dbclock import NOW, db_now
+from ..dbclock import NOW, db_now, page_now
 from ..models import Effect, ReconcileRequest, RetryRequest, Tenant
 from ..permissions import require
 from ..vocab import EffectState, PhaseClass, ReconcileState, RecoveryState, RetryState
@@ -97,11 +95,13 @@ def state_reason(state: str, reason: str, kind: str, schema_version: int | None)
 
 def ago(when, now=None) -> str:
     """``"12 s ago"``, ``"in 4 min"`` (``templatetags.dashboard.ago``'s words, which call
-    this); ``"—"`` for none. ``now``: the database time the value was read with, when
-    the words decide something (else the web process's clock, for display only)."""
+    this); ``"—"`` for none. ``now``: the database time the value was read with; else
+    the request's (``dbclock.page_now``), never this process's clock."""
     if not when:
         return "—"
-    seconds = int(((now or timezone.now()) - when).total_seconds())
+    if now is not None and now.tzinfo is None:  # SQLite answers its 'now' without a zone
+        now = now.replace(tzinfo=UTC)
+    seconds = int(((now or page_now()) - when).total_seconds())
     future = seconds < 0
     seconds = abs(seconds)
     for size, unit in ((86400, "d"), (3600, "h"), (60, "min"), (1, "s")):

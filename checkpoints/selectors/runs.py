@@ -18,7 +18,7 @@ from django.db.models import (
 )
 
 from .. import kinds, policy, roles
-from ..dbclock import NOW, db_now
+from ..dbclock import NOW, db_now, seed_page_now
 from ..exceptions import InvalidPayload, NotFound
 from ..models import (
     MAX_REVISION,
@@ -56,6 +56,7 @@ def run_get(*, user, tenant: Tenant, run_id: uuid.UUID | str) -> Run:
            .select_related("latest_checkpoint", "closed_by").first())
     if run is None:
         raise NotFound("no such run")
+    seed_page_now(run.db_now)  # the page's relative times, with no query of their own
     return run
 
 

@@ -256,3 +256,53 @@ def test_the_dashboard_says_live_or_expired_by_the_database_clock(
     assert ('badge-grey">expired' in page) is not live
     assert "worker-1" in inbox
     assert ("(expired)" in inbox) is not live
+
+
+def test_rows_are_created_at_the_database_time_so_the_approval_queue_keeps_its_order(
+        acme, wendy, rita, april, skew):
+    """(stop 32, the attack's finding) ``created_at`` of runs, effects, retry and
+    reconcile requests was ``auto_now_add``: the writing process's clock. A retry
+    requested through a node an hour ahead sorted after one requested later through a
+    right one, in the approver's queue ("oldest first"). Now the database stamps it."""
+    from checkpoints import selectors
+    from checkpoints.models import RetryRequest
+    from tests.faults.conftest import in_doubt_run
+
+    first = in_doubt_run(wendy, acme, keys=("charge:A-1",))
+    second = in_doubt_run(wendy, acme, keys=("charge:A-2",))
+    age_world(3600)
+    for run in (first, second):
+        [effect_id] = run.effects.values()
+        services.effect_mark_unknown(actor=rita, tenant=acme, effect_id=effect_id,
+                                     reason="no look-up")
+    skew(3600)
+    services.retry_request(actor=rita, tenant=acme, run_id=first.run_id, reason="first")
+    skew(0)
+    services.retry_request(actor=rita, tenant=acme, run_id=second.run_id, reason="second")
+    queue = selectors.approval_queue(user=april, tenant=acme)
+    assert [row.retry.reason for row in queue.rows] == ["first", "second"]
+    assert RetryRequest.objects.get(reason="first").created_at < timezone.now()
+    assert Run.objects.get(uuid=first.run_id).created_at < timezone.now()
+
+
+def test_a_pages_relative_times_are_measured_on_the_database_clock(acme, wendy, rita, skew):
+    """(stop 32, the attack's finding) "3 min ago" / "in 10 min" were measured against
+    the web process's clock: on a node an hour ahead the run page said a lease "live"
+    that expires "50 min ago", and the owner-live refusal said the same. They are
+    measured against the request's database time (``dbclock.page_now``)."""
+    from django.test import Client
+
+    body = envelope(payload={"phase": "charging"})
+    put_checkpoint(wendy, acme, body)
+    services.lease_acquire(actor=wendy, tenant=acme, run_id=body["run_id"],
+                           owner="worker-1", ttl_s=600)
+    skew(3600)
+    client = Client()
+    client.force_login(rita)
+    page = client.get(f"/t/acme/runs/{body['run_id']}/").content.decode()
+    expires = page.split("<dt>Expires</dt>", 1)[1].split("</dd>", 1)[0]
+    assert ">in 9 min<" in expires or ">in 10 min<" in expires, expires
+    assert 'badge-green">live' in expires
+    inbox = client.get("/t/acme/?state=all").content.decode()
+    assert "min ago" not in inbox.split("worker-1", 1)[0].rsplit("<tr", 1)[-1]
+    assert " h ago<" not in inbox
