@@ -19,7 +19,8 @@ terminal.
   of a kind that migrates offline, ``RECOVERY_OFFLINE_KINDS``): that is not an attempt,
   the run waits for a person to migrate it, never given up on. It is tried again as soon
   as a pass lists it at another schema version than the one refused (migrated: within
-  ``--interval`` seconds), else after the back-off (in case the server's kinds changed).
+  ``--interval`` seconds), else after ``MIGRATION_RECHECK_S`` (600 s, or the back-off if
+  longer: in case the server's kinds changed; each try is an audited payload read).
 - One line per finished resume in the log (``var/demo-supervisor.log`` in the demo):
   time, tenant, run, exit status, outcome, action/reason, revision or error.
 
@@ -53,6 +54,11 @@ from recovery_client.client import CheckpointError, HttpCheckpointStore
 # kind goes to the demo worker, which says which kinds it resumes.
 RESUMER_OF_KIND = {"langgraph.checkpoint": "examples.langgraph_refund.run"}
 WORKER = "checkpoints.demo.worker"
+
+
+#: Seconds before a run answered ``migration_required`` is tried again at the same
+#: schema version (at another one, the next pass tries it at once).
+MIGRATION_RECHECK_S = 600
 
 
 @dataclass
@@ -166,8 +172,14 @@ class Supervisor:
                 self.not_before[key] = time.monotonic() + self.backoff_s
             if not done and result.get("reason") == "migration_required":
                 # A person's step, not a failure: no attempt spent, never given up on.
+                # Its migration is seen on the next pass (another schema version); the
+                # check in case the server's kinds changed comes rarely, since each try
+                # reads the run's payload, an audited read (a newcomer found the
+                # stranded run's trail growing every 30 s while it waited).
                 self.attempts[key] = max(0, self.attempts.get(key, 1) - 1)
                 self.awaiting_migration[key] = resume.schema_version
+                self.not_before[key] = time.monotonic() + max(self.backoff_s,
+                                                              MIGRATION_RECHECK_S)
             lines.append(self._log(self._describe(resume, result, err)))
         return lines
 

@@ -203,3 +203,25 @@ def test_it_runs_as_the_demos_child_process_and_stops_on_sigterm(
     assert f"run={dead.run_id} exit=0 outcome=completed decision=retry/retry_approved" in line
     assert Run.objects.get(uuid=dead.run_id).recovery_state == "completed"
     assert payments.store.executions(dead.order_id) == 1
+
+
+def test_a_run_awaiting_its_migration_is_not_read_again_every_back_off(tmp_path):
+    """(stop 32, the newcomer's finding) Each try reads the run's payload, an audited
+    read: the stranded run's trail grew by one event every 30 s while it waited. A
+    ``migration_required`` answer now waits ``MIGRATION_RECHECK_S`` at the same schema
+    version (its migration is still seen on the next pass)."""
+    import time as clock
+    from types import SimpleNamespace
+
+    from checkpoints.demo.supervisor import MIGRATION_RECHECK_S, Resume
+
+    sup = Supervisor(base_url="http://127.0.0.1:9", payments_url="http://127.0.0.1:9",
+                     tokens={"acme": "t"}, log_path=tmp_path / "sup.log", backoff_s=30)
+    out = '{"outcome": "not_resumed", "action": "reject", "reason": "migration_required"}'
+    proc = SimpleNamespace(poll=lambda: 5, returncode=5, communicate=lambda: (out, ""))
+    key = ("acme", "r-1")
+    sup.running[key] = Resume("acme", "r-1", proc, schema_version=1)
+    before = clock.monotonic()
+    sup.reap()
+    assert sup.awaiting_migration[key] == 1 and sup.attempts.get(key, 0) == 0
+    assert sup.not_before[key] >= before + MIGRATION_RECHECK_S
