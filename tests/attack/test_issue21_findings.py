@@ -98,7 +98,7 @@ def test_a_reconcile_due_by_the_database_clock_is_due_now_whatever_the_web_clock
     for a look-up that was already due. The request is read with the database's time
     (``db_now``); that is the clock to compare with."""
     db = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
-    monkeypatch.setattr(nextstep.timezone, "now", lambda: db - timedelta(hours=1))
+    monkeypatch.setattr("django.utils.timezone.now", lambda: db - timedelta(hours=1))
     effect = SimpleNamespace(state=EffectState.SUBMITTED, service="payments",
                              operation_key="k")
     req = SimpleNamespace(state=ReconcileState.QUEUED, next_attempt_at=db - timedelta(seconds=5),
