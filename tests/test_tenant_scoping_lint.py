@@ -37,6 +37,9 @@ ESCAPE_HATCHES = {
     ("audittree.py", "integration_lag"):
         "/readyz and /metrics ask how long the oldest queued audit event of any tenant "
         "waits (a count and an age, never a tenant's rows)",
+    ("audittree.py", "_lag"):
+        "whether a queued event still exists: correlated with the queue row's own event "
+        "id and tenant, so it reads that row's tenant only (an orphan row is no backlog)",
     ("services/notify_delivery.py", "claim_due"):
         "the notification sender claims every tenant's due messages (each then sent to "
         "its own tenant's endpoint)",

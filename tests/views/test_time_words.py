@@ -33,6 +33,18 @@ def bare_times(html: str) -> list[str]:
 
 # ---- the filters ---------------------------------------------------------------------
 
+@pytest.fixture
+def page_clock():
+    """What a request gives the filters: the database time its relative words are
+    measured against (``dbclock.page_now``), here this process's time, with no query."""
+    from checkpoints import dbclock
+
+    with dbclock.page_clock():
+        dbclock.seed_page_now(timezone.now())
+        yield
+
+
+@pytest.mark.usefixtures("page_clock")
 def test_when_is_a_time_element_with_the_utc_time_in_its_title():
     at = timezone.now() - timedelta(minutes=3, seconds=5)
     html = str(dashboard.when(at))
@@ -44,6 +56,7 @@ def test_when_is_a_time_element_with_the_utc_time_in_its_title():
     assert dashboard.when(None) == "—"
 
 
+@pytest.mark.usefixtures("page_clock")
 def test_ms_time_shows_the_number_and_its_time_and_leaves_non_times_alone():
     html = str(dashboard.ms_time(1764547200000))
     assert html.startswith('<span class="mono">1764547200000</span>')
@@ -53,6 +66,7 @@ def test_ms_time_shows_the_number_and_its_time_and_leaves_non_times_alone():
     assert dashboard.ms_time(True) == "True"
 
 
+@pytest.mark.usefixtures("page_clock")
 def test_json_times_annotates_ms_lines_and_escapes_the_rest():
     text = json.dumps({"charged_at_ms": 1764547200000, "note": "<b>x</b>",
                        "count_ms": "12", "huge_ms": 10 ** 19}, indent=2, sort_keys=True)
