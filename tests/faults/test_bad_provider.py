@@ -177,16 +177,24 @@ def test_a_plugin_that_hangs_past_its_timeout_is_cannot_tell(
     assert Effect.objects.get(uuid=run.effects["note:1"]).state == "submitted"
 
 
-@pytest.mark.parametrize("garbage", sorted(stubs.GARBAGE))
-def test_a_plugin_that_returns_garbage_is_cannot_tell_and_never_a_crash(
-        acme, wendy, rita, stub, garbage, monkeypatch, django_capture_on_commit_callbacks):
+def _garbage_answered(acme, wendy, rita, stub, garbage, monkeypatch, capture):
+    """Reconcile a run whose CRM plugin answers ``stubs.GARBAGE[garbage]`` (a sibling's
+    payment look-up answers well): ``(run, sibling, the one attempt)``, the request
+    queued again after one failure."""
     monkeypatch.setitem(stubs.GARBAGE_CHOICE, "value", garbage)
     stubs.use_plugin(acme, "crm", "tests.faults.stubs.GarbagePlugin")
     stub.answer("charge:A-1", GOOD)
-    run, sibling = _reconcile_crm(acme, wendy, rita, django_capture_on_commit_callbacks)
+    run, sibling = _reconcile_crm(acme, wendy, rita, capture)
     req = request_for(run.effects["note:1"])
     assert (req.state, req.failures) == ("queued", 1)
-    attempt = req.attempt_log.get()
+    return run, sibling, req.attempt_log.get()
+
+
+@pytest.mark.parametrize("garbage", sorted(stubs.GARBAGE))
+def test_a_plugin_that_returns_garbage_is_cannot_tell_and_never_a_crash(
+        acme, wendy, rita, stub, garbage, monkeypatch, django_capture_on_commit_callbacks):
+    run, sibling, attempt = _garbage_answered(acme, wendy, rita, stub, garbage, monkeypatch,
+                                              django_capture_on_commit_callbacks)
     assert attempt.answer == "cannot_tell" and attempt.detail
     assert "\x00" not in attempt.detail
     _assert_untouched(run.effects["note:1"], 1, "submitted")
@@ -202,13 +210,8 @@ def test_a_plugin_s_evidence_over_the_answer_cap_is_cannot_tell_and_never_stored
     """Evidence is kept with the attempt, so it has the cap of a service's answer
     (``reconcile.MAX_ANSWER_BYTES``): five MiB of it, with a cannot_tell or with a small
     receipt, is refused like any bad answer and none of it is stored."""
-    monkeypatch.setitem(stubs.GARBAGE_CHOICE, "value", garbage)
-    stubs.use_plugin(acme, "crm", "tests.faults.stubs.GarbagePlugin")
-    stub.answer("charge:A-1", GOOD)
-    run, sibling = _reconcile_crm(acme, wendy, rita, django_capture_on_commit_callbacks)
-    req = request_for(run.effects["note:1"])
-    assert (req.state, req.failures) == ("queued", 1)
-    attempt = req.attempt_log.get()
+    run, sibling, attempt = _garbage_answered(acme, wendy, rita, stub, garbage, monkeypatch,
+                                              django_capture_on_commit_callbacks)
     assert attempt.answer == "cannot_tell"
     assert f"evidence larger than {reconcile.MAX_ANSWER_BYTES} bytes" in attempt.detail
     assert attempt.evidence_ciphertext == ""
