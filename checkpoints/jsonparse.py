@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import unicodedata
 from typing import Any
 
 from django.conf import settings
@@ -96,16 +97,30 @@ def text_problem(text: str) -> str:
 
 def printable_problem(text: str) -> str:
     """Why ``text`` is no printable reason ("" if it is): ``text_problem``'s, or a control
-    character other than tab, newline and carriage return (an ESC sequence shown to the
-    next reviewer rewrites their terminal or page). The one rule for the reasons people
+    character other than tab, newline and carriage return, C1's included, or a
+    bidirectional control (an ESC sequence shown to the next reviewer rewrites their
+    terminal; a direction override turns the text after it around). The one rule for the reasons people
     write: review actions (``services.common``) and lifecycle requests
     (``services.holds``) alike (the attack found the first accepting ``"a\\x1b[2Jb"``)."""
     problem = text_problem(text)
     if problem:
         return problem
-    if any(ch < " " and ch not in "\t\n\r" or ch == "\x7f" for ch in text):
+    if any(_unprintable(ch) for ch in text):
         return "must be printable (no control characters)"
     return ""
+
+
+#: Unicode's bidirectional controls (embeddings, overrides, isolates and marks): they
+#: turn the text shown after them around ("evil\u202egnp.exe" reads "evilexe.png").
+BIDI_CONTROLS = frozenset("\u200e\u200f\u061c\u202a\u202b\u202c\u202d\u202e"
+                          "\u2066\u2067\u2068\u2069")
+
+
+def _unprintable(ch: str) -> bool:
+    """A control character (Unicode category Cc: C0, DEL and C1, whose U+009B a
+    terminal reads as ``ESC [``) other than tab, newline and carriage return, or a
+    bidirectional control."""
+    return (ch not in "\t\n\r" and unicodedata.category(ch) == "Cc") or ch in BIDI_CONTROLS
 
 
 def _check_values(value: Any, path: str) -> None:

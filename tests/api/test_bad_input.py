@@ -161,7 +161,8 @@ def test_it_parses_review_bodies_strictly(w, api_as, rita, acme, raw, field):
     assert _counts() == before
 
 
-@pytest.mark.parametrize("reason", ["a\x1b[2Jb", "line\x07bell", "del\x7f"])
+@pytest.mark.parametrize("reason", ["a\x1b[2Jb", "line\x07bell", "del\x7f", "a\x9b2Jb",
+                                    "a\x85b", "evil\u202egnp.exe", "mark\u200fx"])
 def test_a_review_reason_must_be_printable_as_a_lifecycle_reason_must(w, api_as, rita, acme,
                                                                        reason):
     """(stop 32, the attack's finding) One rule for the reasons people write: the
