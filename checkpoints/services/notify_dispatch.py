@@ -63,6 +63,7 @@ from ..models import (
     Tenant,
 )
 from ..models.notifications import MESSAGE_RUNS_MAX
+from ..selectors.nextstep import state_reason
 from ..vocab import EffectState, RecoveryState, RetryState
 from ..vocab import NotificationEventType as E
 from .notify_render import (
@@ -188,7 +189,7 @@ def _facts(run_pks) -> dict[int, RunFacts]:
     order or an account, and a message leaves the service."""
     runs = (Run.objects.for_all_tenants(reason=_WHY).filter(pk__in=run_pks)
             .values_list("pk", "uuid", "recovery_state", "recovery_reason", "kind", "agent",
-                         "workflow"))
+                         "workflow", "schema_version"))
     services, keys = defaultdict(set), defaultdict(set)
     for run_id, service, key, state in (Effect.objects.for_all_tenants(reason=_WHY)
                                         .filter(run_id__in=run_pks)
@@ -197,9 +198,11 @@ def _facts(run_pks) -> dict[int, RunFacts]:
         keys[run_id].add((service, key))
         if state in EffectState.DOUBTFUL:
             services[run_id].add(service)
-    return {pk: RunFacts(pk, u, state, _without_keys(reason, keys[pk]), kind, agent,
-                         workflow, tuple(sorted(services[pk])))
-            for pk, u, state, reason, kind, agent, workflow in runs}
+    # The reason as the dashboard and the API say it (``nextstep.state_reason``).
+    return {pk: RunFacts(pk, u, state,
+                         _without_keys(state_reason(state, reason, kind, version), keys[pk]),
+                         kind, agent, workflow, tuple(sorted(services[pk])))
+            for pk, u, state, reason, kind, agent, workflow, version in runs}
 
 
 def _without_keys(reason: str, keys) -> str:

@@ -204,6 +204,11 @@ def test_an_approved_run_that_must_be_migrated_first_says_how(login, rita, april
     for run in (listed["results"][0], detail["run"]):
         assert run["recovery_reason"] == ("retry approved, waiting for a migration before "
                                           "the runtime can resume")
+    # ... and so does a notification about the run (the second attack's finding).
+    from checkpoints.services import notify_dispatch
+
+    pk = Run.objects.get(uuid=run_id).pk
+    assert notify_dispatch._facts([pk])[pk].reason == detail["run"]["recovery_reason"]
     assert offline.startswith("Approved, but waiting for a migration: acme.order v1 must be "
                               "migrated to v2")
     assert (f"python manage.py migrate_checkpoints acme.order --to 2 --tenant acme "
