@@ -306,3 +306,22 @@ def test_a_pages_relative_times_are_measured_on_the_database_clock(acme, wendy, 
     inbox = client.get("/t/acme/?state=all").content.decode()
     assert "min ago" not in inbox.split("worker-1", 1)[0].rsplit("<tr", 1)[-1]
     assert " h ago<" not in inbox
+
+
+def test_bulk_inserted_rows_leave_created_at_to_the_database(acme, wendy, skew):
+    """(stop 32, the second attack) ``sql.insert_rows`` promises a column a row leaves
+    out takes its default; with ``created_at`` a database default, the PostgreSQL path
+    (COPY) passed Django's ``DatabaseDefault`` marker to psycopg and failed, while
+    SQLite's ``bulk_create`` passed. Both now leave it to the database."""
+    import uuid as uuidlib
+
+    from checkpoints import sql
+
+    put_checkpoint(wendy, acme, envelope())
+    skew(3600)
+    stamp = Run.objects.get().last_write_at
+    rid = uuidlib.uuid4()
+    sql.insert_rows(Run, [dict(tenant_id=acme.pk, uuid=rid, last_write_at=stamp,
+                               updated_at=stamp)])
+    created = Run.objects.get(uuid=rid).created_at
+    assert created is not None and created < timezone.now() - timedelta(minutes=30)
