@@ -372,9 +372,11 @@ class _SaverWire:
         self._forget_lease(thread_id)
         decision = dict(answer.body)
         action = decision.get("action")
-        resumed = config
-        if action == "retry":
-            resumed = {**config, "configurable": {**configurable, RETRY_CONFIG_KEY: True}}
+        # Marked for a retry this claim consumed, and only then (a config kept from an
+        # earlier retry must not carry its mark into a ``continue``).
+        resumed = {**config, "configurable": {
+            **{k: v for k, v in configurable.items() if k != RETRY_CONFIG_KEY},
+            **({RETRY_CONFIG_KEY: True} if action == "retry" else {})}}
         return {**decision, "invoke": action in RESUME_INVOKES, "config": resumed}
 
     def _forget_lease(self, thread_id: str) -> None:

@@ -624,3 +624,18 @@ def test_resume_needs_a_thread_and_a_missing_run_is_not_found():
     with pytest.raises(CheckpointError) as caught:
         saver_for(script).resume(config())
     assert caught.value.kind == "not_found"
+
+
+def test_a_continue_after_a_retry_drops_the_retry_mark():
+    """(stop 32, the second attack) A config kept from an earlier retry claim must not
+    carry its mark into a later ``continue``: only the claim that consumed a retry
+    marks the config it returns."""
+    retry = {"action": "retry", "reason": "retry_approved", "checkpoint_id": "c",
+             "revision": 3, "fencing_token": 4}
+    going_on = {"action": "continue", "reason": "stable", "checkpoint_id": "c",
+                "revision": 5, "fencing_token": 5}
+    saver = saver_for(Script((200, retry), (200, going_on)))
+    first = saver.resume(config())
+    assert first["config"]["configurable"]["recovery_effect_retry"] is True
+    second = saver.resume(first["config"])
+    assert "recovery_effect_retry" not in second["config"]["configurable"]
