@@ -11,26 +11,26 @@ would rebuild the table and drop its triggers (the state counters, the transitio
 history: see 0018). Existing rows keep their times.
 """
 
-import django.db.models.functions.datetime
 from django.db import migrations, models
+from django.db.models.functions import Now
 
-TABLES = ("checkpoints_effect", "checkpoints_effectrevision", "checkpoints_reconcilerconfig",
-          "checkpoints_reconcilerequest", "checkpoints_retryrequest", "checkpoints_run",
-          "checkpoints_tenant")
+#: The models whose ``created_at`` changes (each table is ``checkpoints_<model>``).
+MODELS = ("effect", "effectrevision", "reconcilerconfig", "reconcilerequest", "retryrequest",
+          "run", "tenant")
 
 
 def set_defaults(apps, schema_editor):
     if schema_editor.connection.vendor == "postgresql":
-        for table in TABLES:
-            schema_editor.execute(f"ALTER TABLE {table} ALTER COLUMN created_at "
+        for model in MODELS:
+            schema_editor.execute(f"ALTER TABLE checkpoints_{model} ALTER COLUMN created_at "
                                   "SET DEFAULT STATEMENT_TIMESTAMP()", params=None)
 
 
 def drop_defaults(apps, schema_editor):
     if schema_editor.connection.vendor == "postgresql":
-        for table in TABLES:
-            schema_editor.execute(f"ALTER TABLE {table} ALTER COLUMN created_at DROP DEFAULT",
-                                  params=None)
+        for model in MODELS:
+            schema_editor.execute(f"ALTER TABLE checkpoints_{model} ALTER COLUMN created_at "
+                                  "DROP DEFAULT", params=None)
 
 
 class Migration(migrations.Migration):
@@ -43,41 +43,9 @@ class Migration(migrations.Migration):
         migrations.SeparateDatabaseAndState(
             database_operations=[migrations.RunPython(set_defaults, drop_defaults)],
             state_operations=[
-                migrations.AlterField(
-                    model_name='effect',
-                    name='created_at',
-                    field=models.DateTimeField(db_default=django.db.models.functions.datetime.Now()),
-                ),
-                migrations.AlterField(
-                    model_name='effectrevision',
-                    name='created_at',
-                    field=models.DateTimeField(db_default=django.db.models.functions.datetime.Now()),
-                ),
-                migrations.AlterField(
-                    model_name='reconcilerconfig',
-                    name='created_at',
-                    field=models.DateTimeField(db_default=django.db.models.functions.datetime.Now()),
-                ),
-                migrations.AlterField(
-                    model_name='reconcilerequest',
-                    name='created_at',
-                    field=models.DateTimeField(db_default=django.db.models.functions.datetime.Now()),
-                ),
-                migrations.AlterField(
-                    model_name='retryrequest',
-                    name='created_at',
-                    field=models.DateTimeField(db_default=django.db.models.functions.datetime.Now()),
-                ),
-                migrations.AlterField(
-                    model_name='run',
-                    name='created_at',
-                    field=models.DateTimeField(db_default=django.db.models.functions.datetime.Now()),
-                ),
-                migrations.AlterField(
-                    model_name='tenant',
-                    name='created_at',
-                    field=models.DateTimeField(db_default=django.db.models.functions.datetime.Now()),
-                ),
+                migrations.AlterField(model_name=model, name="created_at",
+                                      field=models.DateTimeField(db_default=Now()))
+                for model in MODELS
             ],
         ),
     ]
