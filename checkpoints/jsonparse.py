@@ -110,6 +110,23 @@ def printable_problem(text: str) -> str:
     return ""
 
 
+def name_problem(text: str) -> str:
+    """Why ``text`` is no printable name ("" if it is): ``text_problem``'s, or any
+    control character (Unicode category Cc: C0 with tab and newline, DEL, C1), or a
+    bidirectional control (``BIDI_CONTROLS``). A name is one line shown as it is: a lease
+    owner, an effect's service and operation key, a run identity, a LangGraph thread, a
+    query value, a notification endpoint's name. The one rule for them all (issue 22,
+    stop 33: five checks of their own had drifted apart, the POST resume body's
+    identity taking what its GET query refused); reasons, which may span lines, take
+    ``printable_problem``."""
+    problem = text_problem(text)
+    if problem:
+        return problem
+    if any(_control(ch) for ch in text):
+        return "a control character is not allowed"
+    return ""
+
+
 #: Unicode's bidirectional controls (embeddings, overrides, isolates and marks): they
 #: turn the text shown after them around ("evil\u202egnp.exe" reads "evilexe.png").
 BIDI_CONTROLS = frozenset("\u200e\u200f\u061c\u202a\u202b\u202c\u202d\u202e"
@@ -120,7 +137,12 @@ def _unprintable(ch: str) -> bool:
     """A control character (Unicode category Cc: C0, DEL and C1, whose U+009B a
     terminal reads as ``ESC [``) other than tab, newline and carriage return, or a
     bidirectional control."""
-    return (ch not in "\t\n\r" and unicodedata.category(ch) == "Cc") or ch in BIDI_CONTROLS
+    return ch not in "\t\n\r" and _control(ch)
+
+
+def _control(ch: str) -> bool:
+    """A control character (Unicode category Cc) or a bidirectional control."""
+    return unicodedata.category(ch) == "Cc" or ch in BIDI_CONTROLS
 
 
 def _check_values(value: Any, path: str) -> None:

@@ -12,21 +12,22 @@ Each refusal is ``InvalidPayload`` (400) whose detail names the parameter:
 - a name holding U+0000 or an unpaired surrogate, or one the page or operation does not
   take (``known``): ``unknown parameter``;
 - a name given more than once (like a duplicated JSON key): ``given more than once``;
-- a value holding a control character (U+0001..U+001F, U+007F; U+0000 is the fields'
-  ``text_problem``): no identifier, filter or search the store answers has one, and a
-  log or an audit filter that echoes it could be misread: ``control character``.
+- a value holding a control character (C0, DEL, C1) or a bidirectional control
+  (``jsonparse.name_problem``, the rule of every name; U+0000 and lone surrogates are
+  refused as the fields' ``text_problem``): no identifier, filter or search the store
+  answers has one, and a log or an audit filter that echoes it could be misread:
+  ``control character``.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Collection
 from urllib.parse import unquote_to_bytes
 
 from django.utils.datastructures import MultiValueDict
 
 from .exceptions import InvalidPayload
-from .jsonparse import printable, text_problem
+from .jsonparse import name_problem, printable, text_problem
 
 
 def check_utf8(query_string: str) -> None:
@@ -60,11 +61,8 @@ def single_values(query_string: str, query: MultiValueDict,
             raise InvalidPayload(f"{printable(name)}: unknown parameter")
         if len(values) > 1:
             raise InvalidPayload(f"{printable(name)}: given more than once")
-        if _CONTROL.search(values[0]):
+        if not text_problem(values[0]) and name_problem(values[0]):
             raise InvalidPayload(f"{printable(name)}: a control character is not allowed")
         data[name] = values[0]
     return data
 
-
-#: Control characters a query value may not hold (module doc).
-_CONTROL = re.compile("[\x01-\x1f\x7f]")

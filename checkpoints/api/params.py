@@ -29,7 +29,7 @@ from rest_framework import serializers
 from rest_framework.request import Request
 
 from ..exceptions import InvalidPayload
-from ..jsonparse import printable
+from ..jsonparse import name_problem, printable
 from ..models import MAX_REVISION, AuditEvent, Effect, RecoveryState, Run
 from ..querystring import single_values
 from ..selectors import RUN_SORTS, SEARCH_MAX
@@ -54,6 +54,18 @@ class Text(serializers.CharField):
         if not isinstance(data, str):
             self.fail("invalid")
         return super().to_internal_value(data)
+
+
+class Name(Text):
+    """A ``Text`` that is a name (``jsonparse.name_problem``: one printable line, no
+    control or bidirectional character), the same rule in a query and in a body."""
+
+    def to_internal_value(self, data):
+        value = super().to_internal_value(data)
+        problem = name_problem(value)
+        if problem:
+            raise serializers.ValidationError(problem)
+        return value
 
 
 class PlainInt(serializers.IntegerField):
@@ -116,8 +128,8 @@ class RunListParams(Params):
 class EffectListParams(Params):
     """``GET …/effects``."""
 
-    service = Text(max_length=column_limit(Effect, "service"))
-    operation_key = Text(max_length=column_limit(Effect, "operation_key"))
+    service = Name(max_length=column_limit(Effect, "service"))
+    operation_key = Name(max_length=column_limit(Effect, "operation_key"))
     run = serializers.UUIDField(required=False, help_text="run_id")
     limit = _int(1, 500, "page size", default=100)
 
@@ -164,10 +176,10 @@ class IdentityParams(Params):
     ``POST …/resume`` body. Each at most as long as the run's column (a longer one could
     never match, and CONTRACT.md 6 refuses values the store cannot hold)."""
 
-    agent = Text(max_length=column_limit(Run, "agent"))
-    model = Text(max_length=column_limit(Run, "model"), help_text="provider/name")
-    workflow = Text(max_length=column_limit(Run, "workflow"))
-    definition_version = Text(max_length=column_limit(Run, "definition_version"))
+    agent = Name(max_length=column_limit(Run, "agent"))
+    model = Name(max_length=column_limit(Run, "model"), help_text="provider/name")
+    workflow = Name(max_length=column_limit(Run, "workflow"))
+    definition_version = Name(max_length=column_limit(Run, "definition_version"))
 
 
 

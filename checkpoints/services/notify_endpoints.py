@@ -30,7 +30,7 @@ from .. import crypto, locks, roles, safehttp, webhooksign
 from ..audit import audit_record
 from ..dbclock import NOW, db_now
 from ..exceptions import InvalidPayload, InvalidTransition, NotFound
-from ..jsonparse import text_problem
+from ..jsonparse import name_problem
 from ..models import NotificationEndpoint, NotificationMessage, Tenant
 from ..models.notifications import (
     ENDPOINT_EMAIL_MAX,
@@ -84,11 +84,9 @@ def new_event_id() -> str:
 # --------------------------------------------------------------------------------------
 
 def _printable(value: str, field: str) -> None:
-    problem = text_problem(value)
+    problem = name_problem(value)
     if problem:
         raise InvalidPayload(f"{field}: {problem}")
-    if any(ch < " " or ch == "\x7f" for ch in value):
-        raise InvalidPayload(f"{field}: must be printable (no control characters)")
 
 
 def _name(value) -> str:

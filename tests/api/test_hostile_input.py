@@ -280,6 +280,41 @@ def test_it_refuses_unpaired_surrogates_in_lease_owners_and_resume_identities(
     assert snapshot() == before
 
 
+#: Names with a character no name may hold (``jsonparse.name_problem``): C0 (tab and
+#: newline included), DEL, C1 (U+009B reads as ``ESC [``) and a bidirectional override.
+BAD_NAMES = ["a\x1b[2Jb", "tab\tname", "two\nlines", "del\x7f", "a\x9b2Jb",
+             "evil\u202egnp.exe"]
+
+
+@pytest.mark.parametrize("name", BAD_NAMES)
+def test_every_name_door_refuses_control_and_bidi_characters_naming_the_field(
+        api_as, wendy, acme, name):
+    """(stop 33) One rule for the names a runtime sends (``jsonparse.name_problem``):
+    the lease owner, an effect's service and operation key, and the resume identity in
+    the POST body took what the GET query refused (C0 only) or nothing refused at all,
+    and five checks of their own had drifted apart. Each door answers 400 naming its
+    field and writes nothing; the GET query refuses the same name."""
+    w = api_as(wendy)
+    rid = new_checkpoint(w, "acme")["run_id"]
+    before = snapshot()
+    r = post(w, "acme", f"runs/{rid}/lease", {"owner": name, "ttl_s": 5})
+    assert r.status_code == 400 and r.json()["detail"].startswith("owner: "), r.content
+    r = post(w, "acme", f"runs/{rid}/resume", {"agent": name})
+    assert r.status_code == 400 and r.json()["detail"].startswith("agent: "), r.content
+    r = w.get(url("acme", f"runs/{rid}/resume"), {"model": name})
+    assert r.status_code == 400 and r.json()["detail"].startswith("model: "), r.content
+    for field in ("service", "operation_key"):
+        fx = effect_body(run_id=rid, **{field: name})
+        r = put_fx(w, "acme", fx, create=True)
+        assert r.status_code == 400 and r.json()["detail"].startswith(field), r.content
+        r = w.get(url("acme", "effects"), {field: name})
+        assert r.status_code == 400 and r.json()["detail"].startswith(field), r.content
+    assert snapshot() == before
+    # A plain name still passes every door.
+    assert post(w, "acme", f"runs/{rid}/lease",
+                {"owner": "worker-1@host:42", "ttl_s": 5}).status_code == 200
+
+
 @pytest.mark.parametrize("body,detail", [
     ({"definition_version": "v" * 65}, "definition_version: "),
     ({"agent": "a" * 257}, "agent: "),

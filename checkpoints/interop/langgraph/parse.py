@@ -23,7 +23,7 @@ from recovery_client import protocol as T
 
 from ... import kinds
 from ...exceptions import InvalidPayload
-from ...jsonparse import dumps, loads_object, printable, text_problem
+from ...jsonparse import dumps, loads_object, name_problem, printable
 
 START = "__start__"
 BRANCH_TO = "branch:to:"
@@ -32,8 +32,6 @@ INTERRUPT = "__interrupt__"
 ERROR = "__error__"
 NULL_TASK_ID = "00000000-0000-0000-0000-000000000000"
 
-#: Characters no thread, namespace, checkpoint, task id or channel may hold (C0, DEL, C1).
-_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _I32 = 2**31
 _I63 = 2**63
 
@@ -47,11 +45,9 @@ def _text(value: Any, field: str, *, max_len: int, min_len: int = 1) -> str:
         raise InvalidPayload(f"{field}: must be a string")
     if not min_len <= len(value) <= max_len:
         raise InvalidPayload(f"{field}: must be {min_len}..{max_len} characters")
-    problem = text_problem(value)
+    problem = name_problem(value)
     if problem:
         raise InvalidPayload(f"{field}: {problem}")
-    if _CONTROL_RE.search(value):
-        raise InvalidPayload(f"{field}: control characters are not allowed")
     return value
 
 
