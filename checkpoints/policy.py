@@ -137,15 +137,21 @@ def recovery_state(facts: RunFacts) -> tuple[str, str]:
     applies: dict[str, str] = {}
     if facts.phase_class == PhaseClass.UNSUPPORTED:
         applies[RecoveryState.SCHEMA_MISMATCH] = facts.schema_error or "unsupported schema"
+    # A completed run is replayed, never retried (``resume_decision`` answers replay
+    # before it would consume an approval), so an open retry request no longer applies:
+    # the run read "retry approved, waiting for the runtime" for ever after its runtime
+    # finished (stop 33). Its effects in doubt still need a person (unknown_outcome).
+    open_retry = ("" if facts.phase_class == PhaseClass.COMPLETED
+                  else facts.open_retry_state)
     # An open retry request is the human decision on an unknown outcome in progress, so
     # it shows as awaiting_approval / retry_approved instead (DESIGN.md's precedence would
     # hide every such run from the approvers' tab; see the issue note).
-    if facts.count(EffectState.UNKNOWN) and not facts.open_retry_state:
+    if facts.count(EffectState.UNKNOWN) and not open_retry:
         applies[RecoveryState.UNKNOWN_OUTCOME] = _effects(facts, EffectState.UNKNOWN,
                                                           "outcome unknown")
-    if facts.open_retry_state == RetryState.REQUESTED:
+    if open_retry == RetryState.REQUESTED:
         applies[RecoveryState.AWAITING_APPROVAL] = "retry requested, awaiting a second person"
-    if facts.open_retry_state == RetryState.APPROVED:
+    if open_retry == RetryState.APPROVED:
         applies[RecoveryState.RETRY_APPROVED] = "retry approved, waiting for the runtime to resume"
     if facts.count(EffectState.UNRESOLVED):
         applies[RecoveryState.AMBIGUOUS] = _effects(facts, EffectState.UNRESOLVED, "unresolved")

@@ -78,6 +78,19 @@ def test_it_lets_an_open_retry_request_stand_in_for_an_unknown_outcome():
     assert policy.recovery_state(approved)[0] == "retry_approved"
 
 
+@pytest.mark.parametrize("open_retry", ["requested", "approved"])
+def test_an_open_retry_no_longer_applies_once_the_run_completed(open_retry):
+    """(stop 33) A completed run is replayed, never retried, so its open retry request
+    can never be consumed: the run read "retry approved, waiting for the runtime" for
+    ever. It is completed; an effect still in doubt keeps it before a person."""
+    done = facts(phase_class="completed", open_retry_state=open_retry)
+    assert policy.recovery_state(done) == ("completed", "")
+    assert policy.resume_decision(done, {}).action == "replay"
+    in_doubt = facts(phase_class="completed", open_retry_state=open_retry,
+                     effect_states={"unknown": 1})
+    assert policy.recovery_state(in_doubt)[0] == "unknown_outcome"
+
+
 def test_it_puts_schema_mismatch_above_everything_at_once():
     everything = facts(phase_class="unsupported", effect_states={"unknown": 1, "unresolved": 1},
                        open_retry_state="requested", unacknowledged_conflicts=1)

@@ -27,6 +27,31 @@ def run_id(acme, wendy):
     return ambiguous_run(wendy, acme)
 
 
+@pytest.mark.parametrize("decided", [False, True])
+def test_a_run_that_completes_with_an_open_retry_reads_completed(acme, wendy, rita, april,
+                                                                 decided):
+    """(stop 33) The runtime finished on its own after a retry was requested (or
+    approved): a completed run is replayed, never retried, so the open request can never
+    be consumed, and the run read "retry approved, waiting for the runtime" for ever. The
+    write that completes it (an update: PostgreSQL's SQL path) leaves it completed."""
+    body = envelope(payload={"phase": "charging", "order_id": "A-1042"})
+    put_checkpoint(wendy, acme, body)
+    sweep_later()
+    run_id = uuid.UUID(body["run_id"])
+    retry = services.retry_request(actor=rita, tenant=acme, run_id=run_id, reason="stuck")
+    if decided:
+        services.retry_approve(actor=april, tenant=acme, retry_id=retry.pk, reason="ok")
+    assert Run.objects.get().recovery_state == ("retry_approved" if decided
+                                                else "awaiting_approval")
+    put_checkpoint(wendy, acme, dict(body, revision=1, payload={"phase": "completed",
+                                                                "order_id": "A-1042"}),
+                   expected=0)
+    run = Run.objects.get()
+    assert (run.recovery_state, run.recovery_reason) == ("completed", "")
+    answer = services.resume_claim(actor=wendy, tenant=acme, run_id=run_id, asked={})
+    assert answer["action"] == "replay"
+
+
 def test_it_walks_requested_then_approved(acme, rita, april, run_id):
     retry = services.retry_request(actor=rita, tenant=acme, run_id=run_id, reason="stuck")
     assert (retry.state, retry.requested_by) == ("requested", rita)
