@@ -223,6 +223,17 @@ def back_target(back: str, inbox_path: str) -> tuple[str, str] | None:
         raise InvalidPayload("back: must be a path of this dashboard's inbox")
     form = InboxFilterForm.from_string(parts.query, name="back")
     state = form.data.get("state", "")
+    if form.cleaned_data["cursor"]:
+        # A page after the first (the inbox's paging links always name their tab): its
+        # cursor checked as the inbox checks it, so the link never leads to a 400.
+        from .inbox import check_cursor  # inbox imports this module
+
+        if not state:
+            raise InvalidPayload("back: an inbox page's cursor needs its tab (state)")
+        try:
+            check_cursor(form.cleaned_data, state)
+        except InvalidPayload as exc:
+            raise InvalidPayload(f"back: {exc.detail}") from None
     return (f"{inbox_path}?{parts.query}" if parts.query else inbox_path), state
 
 

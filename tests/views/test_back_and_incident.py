@@ -72,6 +72,31 @@ def test_a_back_that_leads_anywhere_else_is_refused(login, rita, stuck, back):
     assert "back" in html.unescape(response.content.decode())
 
 
+def _cursor(state: str, **filters) -> str:
+    from checkpoints import selectors
+
+    return selectors.encode_cursor(
+        sort=selectors.DEFAULT_RUN_SORT, pk=1,
+        filters=selectors.RunFilters(recovery_state=state, **filters))
+
+
+def test_a_back_to_a_later_inbox_page_has_its_cursor_checked(login, rita, stuck):
+    """(stop 33) The inbox checks its ``cursor`` (``inbox.check_cursor``); the run
+    page's ``back`` took any, so its link could lead to the inbox's 400. A cursor the
+    inbox made for that tab passes; garbage, one made for another tab, or one without
+    its tab is refused naming ``back``."""
+    good = f"/t/acme/?state=ambiguous&cursor={_cursor('ambiguous')}"
+    response = login(rita).get(_run_url(stuck.run_id, good))
+    assert response.status_code == 200 and _back_href(response.content.decode()) == good
+    assert login(rita).get(good).status_code == 200  # the inbox takes it too
+    for back in ("/t/acme/?state=ambiguous&cursor=garbage",
+                 f"/t/acme/?state=conflicted&cursor={_cursor('ambiguous')}",
+                 f"/t/acme/?cursor={_cursor('ambiguous')}"):
+        response = login(rita).get(_run_url(stuck.run_id, back))
+        assert response.status_code == 400, back
+        assert "back: " in html.unescape(response.content.decode()), back
+
+
 def test_a_back_given_twice_is_refused(login, rita, stuck):
     url = reverse("run_detail", args=["acme", stuck.run_id])
     response = login(rita).get(f"{url}?back=/t/acme/&back=/t/acme/?state=all")
