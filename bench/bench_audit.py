@@ -227,7 +227,7 @@ def run(args) -> dict:
         f"{args.seconds:g} s, the sequencer every 1 s ...")
     row = lag(tenants, writers=args.writers, rate=args.rate, seconds=args.seconds)
     result["lag"] = row
-    verdict = "holds" if row["holds"] else "FAILS"
+    verdict = ("holds" if row["holds"] else "FAILS") + (" (smoke)" if args.smoke else "")
     say(f"  {row['events']:,} events ({row['events_per_s']:,}/s), not integrated "
         f"{row['not_integrated']}; commit -> integrated (database clock): p50 "
         f"{row['p50_s']:.2f} s, p99 {row['p99_s']:.2f} s, max {row['max_s']:.2f} s "

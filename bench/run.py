@@ -247,7 +247,7 @@ def main(argv=None) -> None:
                     result["reads"][str(size)] = reads.measure(samples=args.samples, say=say)
                     from bench import bench_reports  # issue 22: report and broad search targets
                     result.setdefault("report_targets", {})[str(size)] = bench_reports.measure(
-                        samples=args.samples, say=say)
+                        samples=args.samples, say=say, smoke=args.smoke)
                     meta.setdefault("load_avg_reads", {})[str(size)] = load
             if "memory" in args.parts:
                 say(f"memory: {args.memory_requests:,} API GETs in one process ...")

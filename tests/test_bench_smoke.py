@@ -65,6 +65,11 @@ def test_make_bench_smallest_size_runs_end_to_end_from_a_clean_state(tmp_path):
     rows = [line for line in table.splitlines()[4:] if line.strip()]  # after title, head, rule
     assert "SMOKE-SIZED" in table and rows, table
     assert all("(smoke)" in row for row in rows), table
+    # So are the verdict lines the parts print as they go (stop 33).
+    verdicts = [line for line in done.stdout.splitlines()
+                if line.strip().startswith("target") and line.rstrip().endswith(
+                    ("holds", "fails", "FAILS", "(smoke)"))]
+    assert verdicts and all(line.endswith("(smoke)") for line in verdicts), verdicts
     assert (var / "var" / "staticfiles" / "staticfiles.json").is_file()
     # Errors only: no access line per request (recovery.access), no gunicorn INFO lines.
     assert "recovery.access" not in output and '"GET /' not in output, output[-4000:]
