@@ -77,3 +77,7 @@ USAGE_COUNTER = IntRange(0, 2**64 - 1)
 LEASE_TTL_S = IntRange(1, 86400)
 #: A retry request's id in a URL (a ``BigAutoField``); outside it: 404, no such request.
 ROW_ID = IntRange(1, I63)
+#: ``payloads_rotate_keys``' rows per transaction (``manage.py rotate_payload_keys
+#: --batch-size``): the query's ``LIMIT``, bounded like the other commands' batches (a
+#: 2^70 reached PostgreSQL as ``bigint out of range``: the attack's finding, stop 33).
+ROTATE_BATCH = IntRange(1, 10_000)

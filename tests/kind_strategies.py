@@ -17,9 +17,14 @@ import string
 
 from hypothesis import strategies as st
 
-from checkpoints import kinds
+from checkpoints import jsonparse, kinds
 
 TEXT = st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00"),
+               max_size=12)
+#: Text a run identity part may be (``jsonparse.name_problem``: no control character,
+#: no bidirectional control); a valid payload's identity is a name.
+NAME = st.text(st.characters(exclude_categories=("Cs", "Cc"),
+                             exclude_characters="".join(jsonparse.BIDI_CONTROLS)),
                max_size=12)
 JSON = st.recursive(st.none() | st.booleans() | st.integers() | TEXT,
                     lambda inner: st.lists(inner, max_size=3)
@@ -40,9 +45,9 @@ def _with_extra(known: st.SearchStrategy, taken: set[str]) -> st.SearchStrategy:
 ACME_V1 = _with_extra(
     st.fixed_dictionaries(
         {"phase": st.sampled_from(sorted(kinds.ACME_PHASES))},
-        optional={"order_id": TEXT, "workflow": TEXT,
+        optional={"order_id": TEXT, "workflow": NAME,
                   "amount_cents": st.integers(min_value=0, max_value=2**70),
-                  "definition_version": st.integers(-10**12, 10**12) | TEXT}),
+                  "definition_version": st.integers(-10**12, 10**12) | NAME}),
     {"phase", "order_id", "workflow", "amount_cents", "definition_version", "amount"})
 
 
@@ -79,7 +84,7 @@ def workflow(draw, version: int) -> dict:
     if state == "completed":
         phase["outcome"] = draw(st.dictionaries(TEXT, JSON, max_size=2))
     known = {
-        "workflow": draw(TEXT.filter(bool)),
+        "workflow": draw(NAME.filter(bool)),
         "workflow_version": draw(st.integers(1, kinds.U32_MAX)),
         "usage": draw(st.fixed_dictionaries(
             {}, optional={counter: U64 for counter in kinds.USAGE_COUNTERS})),

@@ -747,3 +747,27 @@ def test_the_synthetic_file_is_what_the_fixtures_look_like():
     assert [p.status for p in parsed[1:3]] == ["completed", "started"]
     assert len({p.envelope.checkpoint_id for p in parsed if hasattr(p, "envelope")}) == 4
 
+
+
+def _effect_line(key, extension=None) -> dict:
+    return {"revision": 0, "status": {"state": "prepared"}, "run_id": str(uuid.uuid4()),
+            "request": {"effect_id": str(uuid.uuid4()), "invocation_id": str(uuid.uuid4()),
+                        "kind": {"Extension": extension} if extension else "Tool",
+                        "capability_id": str(uuid.uuid4()), "input": {},
+                        "effect_class": "ReadOnly", "idempotency_key": key}}
+
+
+@pytest.mark.django_db
+def test_an_imported_effect_passes_the_names_rule_of_the_api(acme):
+    """(stop 33, the attack's finding) ``PUT …/effects`` refuses a control or
+    bidirectional character in ``operation_key`` and ``service``
+    (``jsonparse.name_problem``); an imported line stored them. Each such line is now an
+    error of its own naming the field, and a plain line still imports."""
+    lines = [_effect_line("charge\x1b[2Jx"), _effect_line("k-1", extension="x\u202eevil"),
+             _effect_line("k-2")]
+    data = "".join(json.dumps(line) + "\n" for line in lines).encode()
+    report, errors = service_import(acme, data)
+    assert [(n, d.split(":")[0]) for n, d in errors] == [
+        (1, "request.idempotency_key"), (2, "request.kind")], errors
+    assert all("control character" in d for _, d in errors)
+    assert list(Effect.objects.values_list("operation_key", flat=True)) == ["k-2"]

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import upcasters
+from ..jsonparse import name_problem, text_problem
 from ..vocab import MigrationMode, PhaseClass
 
 # The migration errors (``upcasters``), under the registry's name too: ``kinds.NotReversible``.
@@ -313,23 +314,20 @@ def _checked_usage(usage: Any) -> dict[str, int]:
 
 def _check_identity(identity: Identity) -> None:
     """Raise ``SchemaError`` naming the identity part that its run column cannot hold:
-    longer than ``IDENTITY_LIMITS``, or not valid text (U+0000, unpaired surrogate)."""
+    longer than ``IDENTITY_LIMITS``, or not valid text (U+0000, unpaired surrogate), or
+    no name (``jsonparse.name_problem``: a control or bidirectional character), which
+    the resume identity that must equal it could never be (the attack's finding, stop
+    33: a stored ``"refund\u202eevil"`` could be matched by no runtime)."""
     for name, limit in IDENTITY_LIMITS.items():
         value = getattr(identity, name)
         if not isinstance(value, str):
             raise SchemaError(f"identity {name} must be a string")
         if len(value) > limit:
             raise SchemaError(f"identity {name} is longer than {limit} characters")
-        if "\x00" in value or _has_surrogate(value):
+        if text_problem(value):
             raise SchemaError(f"identity {name} is not valid text")
-
-
-def _has_surrogate(value: str) -> bool:
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return True
-    return False
+        if name_problem(value):
+            raise SchemaError(f"identity {name}: {name_problem(value)}")
 
 
 # --- migrations between versions (issue 19, item 2; docs/migrations.md) -----------------

@@ -9,7 +9,7 @@ import hmac
 
 from django.db import transaction
 
-from .. import crypto, locks
+from .. import crypto, intranges, locks
 from ..audit import (
     audit_record,
 )
@@ -102,8 +102,9 @@ def payloads_rotate_keys(*, batch_size: int = 500) -> dict[str, int]:
     the counts (actor: system). Returns ``{"rows": legacy ciphertexts moved, "keys": data
     keys re-wrapped, "tenants": tenants touched}``. Raises
     ``cryptography.fernet.InvalidToken`` if a legacy row or a data key fits none of the
-    master keys.
+    master keys, ``InvalidPayload`` for a ``batch_size`` outside ``intranges.ROTATE_BATCH``.
     """
+    intranges.ROTATE_BATCH.check(batch_size, "batch_size")
     keys: dict[int, int] = {}
     last_pk = 0
     while True:

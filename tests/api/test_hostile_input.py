@@ -389,6 +389,30 @@ def test_it_makes_an_overlong_identity_a_schema_error_not_a_database_error(
     assert [x["recovery_state"] for x in listed] == ["schema_mismatch"]
 
 
+@pytest.mark.parametrize("part,value", [("workflow", "refund\u202eevil"),
+                                        ("definition_version", "v\x1b[2J")])
+def test_an_identity_no_resume_could_name_is_a_schema_error(api_as, wendy, acme, part, value):
+    """(stop 33, the attack's finding) A payload's identity holding a control or
+    bidirectional character was stored on the run, while the resume identity that must
+    equal it is refused by the names rule: no runtime could ever resume the run. Such
+    an identity part is now a schema error, like an overlong one, on a create and on an
+    update (PostgreSQL's SQL path)."""
+    w = api_as(wendy)
+    body = envelope(payload={"phase": "ready", "order_id": "A-1"})
+    assert put_cp(w, "acme", body, create=True).status_code == 201
+    body = dict(body, revision=1, payload={"phase": "ready", "order_id": "A-1", part: value})
+    r = put_cp(w, "acme", body, match=0)
+    assert r.status_code == 200, r.content
+    assert r.json()["phase_class"] == "unsupported"
+    assert f"identity {part}: a control character is not allowed" in r.json()["phase_label"]
+    run = Run.objects.get(uuid=body["run_id"])
+    assert run.recovery_state == "schema_mismatch" and value not in (run.workflow,
+                                                                      run.definition_version)
+    fresh = envelope(payload={"phase": "ready", "order_id": "A-2", part: value})
+    r = put_cp(w, "acme", fresh, create=True)
+    assert r.status_code == 201 and r.json()["phase_class"] == "unsupported"
+
+
 def test_it_accepts_identities_of_exactly_the_column_limits(api_as, wendy, acme):
     body = envelope(payload={"phase": "ready", "definition_version": "v" * 64,
                              "workflow": "w" * 256})

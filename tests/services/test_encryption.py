@@ -8,7 +8,7 @@ from cryptography.fernet import Fernet, InvalidToken
 from django.db import connection
 
 from checkpoints import crypto, services
-from checkpoints.exceptions import StaleRevision
+from checkpoints.exceptions import InvalidPayload, StaleRevision
 from checkpoints.models import AuditEvent, Checkpoint, CheckpointRevision, Conflict
 from tests.helpers import envelope, put_checkpoint
 
@@ -104,3 +104,16 @@ def test_it_rotates_every_stored_payload_to_the_newest_key(acme, wendy, settings
     call_command("rotate_payload_keys")  # a second run finds nothing left to rewrite
     assert services.payloads_rotate_keys() == {"rows": 0, "keys": 0, "tenants": 0}
     assert AuditEvent.objects.filter(action="payload.rotate_keys").count() == 1
+
+
+@pytest.mark.parametrize("size", [0, -1, 10_001, 2**70])
+def test_rotate_payload_keys_refuses_a_batch_size_out_of_range_before_any_query(size):
+    """(stop 33, the attack's finding) ``--batch-size 2**70`` reached PostgreSQL's
+    ``LIMIT`` as ``bigint out of range``: a traceback, not the command's error."""
+    from django.core.management import call_command
+    from django.core.management.base import CommandError
+
+    with pytest.raises(CommandError, match=r"--batch-size: must be an integer in 1\.\.10000"):
+        call_command("rotate_payload_keys", "--batch-size", str(size))
+    with pytest.raises(InvalidPayload, match="batch_size"):
+        services.payloads_rotate_keys(batch_size=size)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from cryptography.fernet import InvalidToken
 from django.core.management.base import BaseCommand, CommandError
 
-from checkpoints import services
+from checkpoints import intranges, services
 
 
 class Command(BaseCommand):
@@ -22,8 +22,10 @@ class Command(BaseCommand):
         parser.add_argument("--batch-size", type=int, default=500)
 
     def handle(self, *args, **options):
-        if options["batch_size"] < 1:
-            raise CommandError("--batch-size must be at least 1")
+        batch = intranges.ROTATE_BATCH
+        if not batch.contains(options["batch_size"]):
+            raise CommandError(f"--batch-size: must be an integer in "
+                               f"{batch.minimum}..{batch.maximum}")
         try:
             stats = services.payloads_rotate_keys(batch_size=options["batch_size"])
         except InvalidToken:
