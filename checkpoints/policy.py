@@ -129,6 +129,16 @@ def _effects(facts: RunFacts, state: str, words: str) -> str:
     return text
 
 
+def retry_applies(phase_class: str) -> bool:
+    """Whether a retry request can still be consumed on a run whose latest checkpoint is
+    of ``phase_class``: not once it completed, since ``resume_decision`` answers
+    ``replay`` before it would consume an approval (CONTRACT.md 8). The one rule of
+    ``recovery_state`` (an open request no longer decides a completed run's state), of
+    the write that completes a run (its open request expires: ``runs.run_save``) and of
+    the retry actions (none for a completed run: ``services.review``); stop 33."""
+    return phase_class != PhaseClass.COMPLETED
+
+
 def recovery_state(facts: RunFacts) -> tuple[str, str]:
     """The run's recovery state and a short human reason, by DESIGN.md's precedence;
     ``closed`` (a reviewer's mark, cleared by the run's next write) comes before all."""
@@ -141,8 +151,7 @@ def recovery_state(facts: RunFacts) -> tuple[str, str]:
     # before it would consume an approval), so an open retry request no longer applies:
     # the run read "retry approved, waiting for the runtime" for ever after its runtime
     # finished (stop 33). Its effects in doubt still need a person (unknown_outcome).
-    open_retry = ("" if facts.phase_class == PhaseClass.COMPLETED
-                  else facts.open_retry_state)
+    open_retry = facts.open_retry_state if retry_applies(facts.phase_class) else ""
     # An open retry request is the human decision on an unknown outcome in progress, so
     # it shows as awaiting_approval / retry_approved instead (DESIGN.md's precedence would
     # hide every such run from the approvers' tab; see the issue note).

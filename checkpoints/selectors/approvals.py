@@ -12,7 +12,7 @@ from django.db.models import F, OuterRef, Subquery
 from .. import policy, roles
 from ..models import Effect, RetryRequest, Tenant
 from ..permissions import require
-from ..vocab import RetryOutcome, RetryState
+from ..vocab import PhaseClass, RetryOutcome, RetryState
 
 #: The most open requests the queue lists (oldest first; the page says when more wait).
 QUEUE_MAX = 200
@@ -72,8 +72,11 @@ def approval_queue(*, user, tenant: Tenant) -> ApprovalQueue:
     reads it (``approve_retry``: approvers and admins); ``NotFound``/``Forbidden``
     otherwise."""
     require(user, tenant, roles.APPROVE)
+    # A request left open on a completed run (``policy.retry_applies``: none is
+    # approved) is not the approvers' work: the queue agrees with the tab counts.
     retries = list(RetryRequest.objects.for_tenant(tenant)
                    .filter(state=RetryState.REQUESTED)
+                   .exclude(run__phase_class=PhaseClass.COMPLETED)
                    .select_related("run", "requested_by")
                    .order_by("created_at", "id")[:QUEUE_MAX + 1])
     more = len(retries) > QUEUE_MAX

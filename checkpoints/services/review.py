@@ -8,7 +8,7 @@ import uuid
 
 from django.db import transaction
 
-from .. import locks, roles, selectors
+from .. import locks, policy, roles, selectors
 from ..audit import (
     audit_record,
 )
@@ -69,9 +69,11 @@ def _retry_done(retry: RetryRequest, run: Run, field: str = "state",
         by = _username(retry.decided_by)
     elif state == RetryState.WITHDRAWN:
         by = _username(retry.requested_by)
+    elif state == RetryState.EXPIRED and run.closed_at is None:
+        what = "expired (the run completed)"  # runs.expire_moot_retries
     elif state == RetryState.EXPIRED:
         what = "expired (the run was closed)"
-        by = _username(run.closed_by) if run.closed_at is not None else ""
+        by = _username(run.closed_by)
     elif state == RetryState.CONSUMED:
         what, at = "approved and consumed by the runtime's resume", retry.consumed_at
     else:  # requested
@@ -104,6 +106,9 @@ def retry_request(*, actor, tenant: Tenant, run_id: uuid.UUID, reason: str,
         # A retry fences the current owner, so it is offered only for runs a human must
         # decide; and never over an effect still in doubt, which reconciliation (or
         # "mark unknown") must settle first, or the approval would be spent on it.
+        if not policy.retry_applies(run.phase_class):
+            raise InvalidTransition("run: it completed; a completed run is replayed, never "
+                                    "retried")
         if run.recovery_state not in RecoveryState.RETRYABLE:
             raise InvalidTransition(
                 f"run: a retry is for ambiguous or unknown-outcome runs; this run is "
@@ -154,6 +159,11 @@ def _retry_decide(*, actor, tenant: Tenant, retry_id: int, reason: str, approve:
             raise Forbidden("approver: the requester may not decide their own retry request")
         if retry.state != RetryState.REQUESTED:
             raise _retry_done(retry, run)
+        if approve and not policy.retry_applies(run.phase_class):
+            # A request left open on a completed run (before stop 33 a completing write
+            # did not expire it): it could never be consumed. Rejecting it stays possible.
+            raise InvalidTransition("retry: the run completed; a completed run is "
+                                    "replayed, never retried (reject the request)")
         new_state = RetryState.APPROVED if approve else RetryState.REJECTED
         retry.state = new_state
         retry.decided_by = actor

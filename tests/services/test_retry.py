@@ -8,8 +8,14 @@ import uuid
 import pytest
 from django.db import IntegrityError, connection, transaction
 
-from checkpoints import services
-from checkpoints.exceptions import Forbidden, InvalidTransition, NotFound, ReasonRequired
+from checkpoints import selectors, services
+from checkpoints.exceptions import (
+    AlreadyDone,
+    Forbidden,
+    InvalidTransition,
+    NotFound,
+    ReasonRequired,
+)
 from checkpoints.models import AuditEvent, Effect, RetryRequest, Run
 from tests.api.apihelpers import snapshot
 from tests.helpers import (
@@ -48,8 +54,35 @@ def test_a_run_that_completes_with_an_open_retry_reads_completed(acme, wendy, ri
                    expected=0)
     run = Run.objects.get()
     assert (run.recovery_state, run.recovery_reason) == ("completed", "")
+    # The request could never be consumed: it expired with the write, audited.
+    retry.refresh_from_db()
+    assert retry.state == "expired" and retry.decided_at is not None
+    event = AuditEvent.objects.get(action="retry.expire")
+    assert (event.actor, event.target_ref, event.before, event.after) == (
+        None, str(retry.pk), {"state": "approved" if decided else "requested"},
+        {"state": "expired"})
+    with pytest.raises(AlreadyDone, match="expired"):
+        services.retry_approve(actor=april, tenant=acme, retry_id=retry.pk, reason="late")
     answer = services.resume_claim(actor=wendy, tenant=acme, run_id=run_id, asked={})
     assert answer["action"] == "replay"
+    # And no new request is taken for a completed run.
+    with pytest.raises(InvalidTransition, match="completed"):
+        services.retry_request(actor=rita, tenant=acme, run_id=run_id, reason="again")
+
+
+def test_a_request_left_open_on_a_completed_run_is_not_approved(acme, wendy, rita, april,
+                                                                 run_id):
+    """A request left open on a completed run by an older version (which did not
+    expire it): not in the approvers' queue, refused approval (it could never be
+    consumed), still rejectable."""
+    retry = services.retry_request(actor=rita, tenant=acme, run_id=run_id, reason="stuck")
+    Run.objects.filter(uuid=run_id).update(phase_class="completed")
+    assert selectors.approval_queue(user=april, tenant=acme).rows == []
+    with pytest.raises(InvalidTransition, match="completed"):
+        services.retry_approve(actor=april, tenant=acme, retry_id=retry.pk, reason="ok")
+    services.retry_reject(actor=april, tenant=acme, retry_id=retry.pk, reason="moot")
+    retry.refresh_from_db()
+    assert retry.state == "rejected"
 
 
 def test_it_walks_requested_then_approved(acme, rita, april, run_id):
