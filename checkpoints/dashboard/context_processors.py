@@ -9,6 +9,7 @@ from django.conf import settings
 from django.db import DatabaseError
 
 from .. import heartbeat
+from ..jobs import inprocess
 
 log = logging.getLogger(__name__)
 
@@ -29,8 +30,9 @@ def background(request) -> dict:
         except DatabaseError:
             log.warning("background banner: heartbeats unreadable", exc_info=True)
             return None
-        if not is_late:
-            return None
+        if not is_late or (heartbeat.background_source() == "sweep.inprocess"
+                           and inprocess.first_round_pending(heartbeat.late_after_s())):
+            return None  # the in-process worker's first round may not have come yet
         return {"since": since,
                 "web_sweeps": heartbeat.broker_configured() and settings.RECOVERY_SWEEP_WATCHDOG}
 

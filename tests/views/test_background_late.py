@@ -161,12 +161,29 @@ def test_a_worker_that_never_swept_is_late_too(acme, rita, login, with_broker):
 def test_the_in_process_worker_s_own_heartbeat_counts_without_a_broker(
         acme, rita, login, settings, monkeypatch):
     monkeypatch.setattr(inprocess, "start", lambda **kw: False)  # no thread in the tests
+    monkeypatch.setattr(inprocess, "started_at", [])  # this process started no thread
     settings.RECOVERY_INPROCESS_WORKER = True
     services.sweep_stale_runs(by="inprocess")
     assert BANNER not in login(rita).get("/t/acme/").content.decode()
     _age_heartbeats(3 * settings.RECOVERY_SWEEP_INTERVAL_S)
     page = login(rita).get("/t/acme/").content.decode()
     assert BANNER in page and "sweeps stale runs itself" not in page
+
+
+def test_a_fresh_in_process_worker_gets_its_first_round_before_the_banner(
+        acme, rita, login, settings, monkeypatch):
+    """(stop 33, a newcomer's finding) ``make demo``'s first seconds showed "Background
+    work is not running ... (broker, beat or worker down)" for a demo with no broker,
+    while ``/readyz`` said ``worker: ok``: the banner and the probe now share the grace
+    of a fresh start (``inprocess.first_round_pending``)."""
+    monkeypatch.setattr(inprocess, "start", lambda **kw: False)  # no thread in the tests
+    settings.RECOVERY_INPROCESS_WORKER = True
+    monkeypatch.setattr(inprocess, "started_at", [time.monotonic()])  # just started
+    assert BANNER not in login(rita).get("/t/acme/").content.decode()
+    monkeypatch.setattr(inprocess, "started_at",  # started long ago, never swept
+                        [time.monotonic() - 3 * heartbeat.late_after_s()])
+    page = login(rita).get("/t/acme/").content.decode()
+    assert BANNER in page and "no sweep has finished yet" in page
 
 
 def test_the_web_process_starts_the_watchdog_only_with_a_broker(
