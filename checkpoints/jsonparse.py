@@ -169,9 +169,23 @@ def _check_values(value: Any, path: str) -> None:
 
 
 def printable(key: str) -> str:
-    """A key or name as it may appear in an error message (no NUL, no lone surrogate,
-    at most 60 characters)."""
-    return key[:60].encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\0")
+    """A key or name as it may appear in an error message: ``shown(key, 60)``."""
+    return shown(key, 60)
+
+
+def shown(text: str, limit: int) -> str:
+    """``text`` as one storable, printable line for a person to read: its first
+    ``limit`` characters, NUL as ``\\0``, a lone surrogate as ``\\udc80``, and every
+    character ``name_problem`` refuses (a control or bidirectional character) as its
+    escape (``\\x1b``, ``\\n``, ``\\u202e``), so an error message echoing a client's
+    name, or a reconciler's free-text detail stored and shown on the run page, never
+    carries an ESC sequence or a direction override (stop 33, the attack's doubt)."""
+    text = str(text)[:limit].encode("utf-8", "backslashreplace").decode("utf-8")
+    text = text.replace("\x00", "\\0")
+    if not any(_control(ch) for ch in text):
+        return text
+    return "".join(ch.encode("unicode_escape").decode("ascii") if _control(ch) else ch
+                   for ch in text)
 
 
 def loads_object(raw: bytes | str, *, max_depth: int | None = None, what: str = "body") -> dict:

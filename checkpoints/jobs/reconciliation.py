@@ -44,7 +44,7 @@ from .. import crypto, reconcile, services
 from ..dbclock import NOW
 from ..exceptions import InvalidPayload, NotFound
 from ..heartbeat import broker_configured
-from ..jsonparse import dumps, loads_any, loads_object
+from ..jsonparse import dumps, loads_any, loads_object, shown
 from ..models import (
     Effect,
     ReconcileAttempt,
@@ -142,9 +142,9 @@ def lookup_with_timeout(configured: reconcile.Configured, ref: reconcile.EffectR
 
 
 def _safe_text(text: Any, limit: int) -> str:
-    """One storable line: no NUL, no lone surrogate, at most ``limit`` characters."""
-    text = str(text)[:limit]
-    return text.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\0")
+    """One storable, printable line of at most ``limit`` characters (``jsonparse.shown``:
+    NUL, lone surrogates, control and bidirectional characters escaped)."""
+    return shown(str(text), limit)
 
 
 def _strict(value: Any, what: str) -> Any:

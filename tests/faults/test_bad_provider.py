@@ -233,3 +233,19 @@ def test_a_plugin_s_evidence_at_the_answer_cap_is_kept(
     attempt = request_for(run.effects["note:1"]).attempt_log.get()
     assert (attempt.answer, attempt.detail) == ("cannot_tell", "hm")
     assert attempt.evidence_ciphertext
+
+
+def test_a_plugin_s_detail_is_stored_as_one_printable_line(
+        acme, wendy, rita, stub, monkeypatch, django_capture_on_commit_callbacks):
+    """(stop 33, the attack's doubt) A plugin's free-text detail is shown on the run page
+    and in the audit trail, where people's reasons may hold no ESC sequence or direction
+    override (``printable_problem``): it is stored with every control and bidirectional
+    character escaped (``jsonparse.shown``), the rest as written."""
+    monkeypatch.setitem(stubs.GARBAGE, "hostile_detail", lambda: reconcile.Answer.cannot_tell(
+        "gateway said \x1b[2Jnothing\nto\u202ereport é"))
+    monkeypatch.setitem(stubs.GARBAGE_CHOICE, "value", "hostile_detail")
+    stubs.use_plugin(acme, "crm", "tests.faults.stubs.GarbagePlugin")
+    stub.answer("charge:A-1", GOOD)
+    run, _ = _reconcile_crm(acme, wendy, rita, django_capture_on_commit_callbacks)
+    attempt = request_for(run.effects["note:1"]).attempt_log.get()
+    assert attempt.detail == "gateway said \\x1b[2Jnothing\\nto\\u202ereport é"
