@@ -102,12 +102,7 @@ def printable_problem(text: str) -> str:
     terminal; a direction override turns the text after it around). The one rule for the reasons people
     write: review actions (``services.common``) and lifecycle requests
     (``services.holds``) alike (the attack found the first accepting ``"a\\x1b[2Jb"``)."""
-    problem = text_problem(text)
-    if problem:
-        return problem
-    if any(_unprintable(ch) for ch in text):
-        return "must be printable (no control characters)"
-    return ""
+    return _char_problem(text, _unprintable, "must be printable (no control characters)")
 
 
 def name_problem(text: str) -> str:
@@ -119,12 +114,13 @@ def name_problem(text: str) -> str:
     stop 33: five checks of their own had drifted apart, the POST resume body's
     identity taking what its GET query refused); reasons, which may span lines, take
     ``printable_problem``."""
-    problem = text_problem(text)
-    if problem:
-        return problem
-    if any(_control(ch) for ch in text):
-        return "a control character is not allowed"
-    return ""
+    return _char_problem(text, _control, "a control character is not allowed")
+
+
+def _char_problem(text: str, refused, words: str) -> str:
+    """``text_problem``'s, else ``words`` when ``refused`` (a predicate of one
+    character) holds for a character of ``text``, else ""."""
+    return text_problem(text) or (words if any(refused(ch) for ch in text) else "")
 
 
 #: Unicode's bidirectional controls (embeddings, overrides, isolates and marks): they
