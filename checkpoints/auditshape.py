@@ -92,7 +92,6 @@ SHAPES: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     A.RETRY_CONSUME: (_STATE, frozenset({"state", "fencing_token", "usage_burnt"})),
     A.RETRY_WITHDRAW: (frozenset({"state", "recovery_state"}),
                        frozenset({"state", "recovery_state"})),
-    A.RETRY_EXPIRE: (_STATE, _STATE),
     A.EFFECT_MARK_UNKNOWN: (frozenset({"state", "revision"}),
                             frozenset({"state", "revision", "bulk_id"})),
     A.EFFECT_UNRESOLVED: (_STATE, _STATE),

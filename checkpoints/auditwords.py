@@ -355,7 +355,6 @@ SENTENCES: dict[str, Callable[[Any, str], str]] = {
     A.RETRY_APPROVE: _retry_decision("approved"),
     A.RETRY_REJECT: _retry_decision("rejected"),
     A.RETRY_WITHDRAW: lambda e, t: f"withdrew {t}{_run_state(e, t)}",
-    A.RETRY_EXPIRE: lambda e, t: f"expired {t}: the run completed, so no retry can be consumed",
     A.BULK_SUBMIT: lambda e, t: (
         f"asked for {str(_get(e.after, 'action') or 'an action').replace('_', ' ')} on "
         f"{_n(_get(e.after, 'runs') or 0, 'run')} at once (bulk {str(e.target_ref)[:8]})"),

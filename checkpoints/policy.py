@@ -134,8 +134,12 @@ def retry_applies(phase_class: str) -> bool:
     of ``phase_class``: not once it completed, since ``resume_decision`` answers
     ``replay`` before it would consume an approval (CONTRACT.md 8). The one rule of
     ``recovery_state`` (an open request no longer decides a completed run's state), of
-    the write that completes a run (its open request expires: ``runs.run_save``) and of
-    the retry actions (none for a completed run: ``services.review``); stop 33."""
+    the retry actions (no request and no approval for a completed run:
+    ``services.review``; the run page offers neither), and of the approvers' queue
+    (``selectors.approval_queue``); stop 33. The request itself is left open, not
+    expired: a run's phase is its latest write's, which can complete and go on (a
+    LangGraph subgraph that finishes inside a run that does not), so a derived rule
+    and not a write (the second attack's finding against expiring it)."""
     return phase_class != PhaseClass.COMPLETED
 
 

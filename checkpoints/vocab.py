@@ -294,7 +294,6 @@ class AuditAction(TextChoices):
     RETRY_REJECT = "retry.reject"
     RETRY_CONSUME = "retry.consume"
     RETRY_WITHDRAW = "retry.withdraw"
-    RETRY_EXPIRE = "retry.expire"
     EFFECT_MARK_UNKNOWN = "effect.mark_unknown"
     EFFECT_UNRESOLVED = "effect.unresolved"
     EFFECT_RECONCILE = "effect.reconcile"

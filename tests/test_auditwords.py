@@ -66,8 +66,6 @@ SAMPLES = {
     A.RETRY_WITHDRAW: ("rita", T.RETRY_REQUEST, "7",
                        {"state": "requested", "recovery_state": "awaiting_approval"},
                        {"state": "withdrawn", "recovery_state": "unknown_outcome"}, "not needed"),
-    A.RETRY_EXPIRE: ("system", T.RETRY_REQUEST, "7", {"state": "approved"},
-                     {"state": "expired"}, ""),
     A.BULK_SUBMIT: ("rita", T.BULK_ACTION, "9d2f0c3e-1111-4222-8333-444455556666", None,
                     {"action": "mark_unknown", "runs": 3, "run_ids": []}, "gateway down"),
     A.MIGRATION_SUBMIT: ("adam", T.MIGRATION_JOB, "9d2f0c3e-1111-4222-8333-444455556666",
@@ -240,8 +238,6 @@ def test_each_sentence_says_who_did_what_in_words(action):
     (A.RETRY_APPROVE, "april approved retry request #7: ok"),
     (A.RETRY_WITHDRAW, "rita withdrew retry request #7 (awaiting approval → unknown outcome)"
                        ": not needed"),
-    (A.RETRY_EXPIRE, "system expired retry request #7: the run completed, so no retry can "
-                     "be consumed"),
     (A.BULK_SUBMIT, "rita asked for mark unknown on 3 runs at once (bulk 9d2f0c3e): "
                     "gateway down"),
     (A.MIGRATION_SUBMIT, "adam asked to migrate acme.order's checkpoints to v2 "

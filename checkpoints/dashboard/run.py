@@ -16,7 +16,7 @@ from django.urls import reverse
 from django.views.decorators.cache import never_cache
 from django_htmx.http import reswap, retarget, trigger_client_event
 
-from .. import roles, selectors, services
+from .. import policy, roles, selectors, services
 from ..exceptions import InvalidPayload
 from ..models import Tenant
 from ..selectors import nextstep
@@ -100,7 +100,11 @@ def _retry_blocked(run, open_retry, in_doubt: bool) -> str:
     if open_retry is not None:
         waits = ("an approver" if open_retry.state == RetryState.REQUESTED
                  else "the runtime's resume")
+        if not policy.retry_applies(run.phase_class):
+            waits = "nothing while the run stays completed (replayed, never retried)"
         return f"No new retry: request #{open_retry.pk} is open and awaits {waits}."
+    if not policy.retry_applies(run.phase_class):
+        return "No retry: the run completed; a completed run is replayed, never retried."
     if run.recovery_state not in RecoveryState.RETRYABLE:
         return (f"No retry: it is for ambiguous or unknown-outcome runs, and this one is "
                 f"{run.recovery_state.replace('_', ' ')}.")
@@ -172,6 +176,8 @@ def _run_context(request: HttpRequest, tenant: Tenant, run_id, **extra) -> dict:
         {"retry": r,
          "can_decide": (context["can_approve"] and r.state == RetryState.REQUESTED
                         and r.requested_by_id != user.pk),
+         # A run that completed since is replayed, never retried: reject, not approve.
+         "approvable": policy.retry_applies(run.phase_class),
          "can_withdraw": (context["can_review"] and r.state == RetryState.REQUESTED
                           and r.requested_by_id == user.pk),
          "own": r.requested_by_id == user.pk}

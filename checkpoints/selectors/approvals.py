@@ -72,7 +72,7 @@ def approval_queue(*, user, tenant: Tenant) -> ApprovalQueue:
     reads it (``approve_retry``: approvers and admins); ``NotFound``/``Forbidden``
     otherwise."""
     require(user, tenant, roles.APPROVE)
-    # A request left open on a completed run (``policy.retry_applies``: none is
+    # A request on a run that completed since (``policy.retry_applies``: it is not
     # approved) is not the approvers' work: the queue agrees with the tab counts.
     retries = list(RetryRequest.objects.for_tenant(tenant)
                    .filter(state=RetryState.REQUESTED)

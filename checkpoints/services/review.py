@@ -69,11 +69,9 @@ def _retry_done(retry: RetryRequest, run: Run, field: str = "state",
         by = _username(retry.decided_by)
     elif state == RetryState.WITHDRAWN:
         by = _username(retry.requested_by)
-    elif state == RetryState.EXPIRED and run.closed_at is None:
-        what = "expired (the run completed)"  # runs.expire_moot_retries
     elif state == RetryState.EXPIRED:
         what = "expired (the run was closed)"
-        by = _username(run.closed_by)
+        by = _username(run.closed_by) if run.closed_at is not None else ""
     elif state == RetryState.CONSUMED:
         what, at = "approved and consumed by the runtime's resume", retry.consumed_at
     else:  # requested
@@ -160,8 +158,9 @@ def _retry_decide(*, actor, tenant: Tenant, retry_id: int, reason: str, approve:
         if retry.state != RetryState.REQUESTED:
             raise _retry_done(retry, run)
         if approve and not policy.retry_applies(run.phase_class):
-            # A request left open on a completed run (before stop 33 a completing write
-            # did not expire it): it could never be consumed. Rejecting it stays possible.
+            # The run completed after the request: it could never be consumed while it
+            # stays completed (its runtime may write on, which makes it count again).
+            # Rejecting or withdrawing it stays possible.
             raise InvalidTransition("retry: the run completed; a completed run is "
                                     "replayed, never retried (reject the request)")
         new_state = RetryState.APPROVED if approve else RetryState.REJECTED

@@ -269,44 +269,14 @@ def run_save(run: Run, now: datetime, *, reopen: bool = False, **fields) -> bool
         fields.update(closed_at=None, closed_by=None, closed_reason="")
     for key, value in fields.items():
         setattr(run, key, value)
-    facts = run_facts(run, now)
-    state, reason = policy.recovery_state(facts)
+    state, reason = policy.recovery_state(run_facts(run, now))
     fields.update(recovery_state=state, recovery_reason=reason[:256], updated_at=now)
     if state != run.recovery_state:
         fields["state_changed_at"] = now
     for key, value in fields.items():
         setattr(run, key, value)
     Run.objects.for_tenant(run.tenant_id).filter(pk=run.pk).update(**fields)
-    expire_moot_retries([(run, facts)], now)
     return reopened
-
-
-def expire_moot_retries(runs: list[tuple[Run, policy.RunFacts]], now: datetime) -> int:
-    """Expire the open retry request of each of ``runs`` (locked by the caller, with the
-    facts read under the lock) that completed: ``resume_decision`` answers ``replay`` to
-    a completed run, so its request could never be consumed, and the run read "retry
-    approved, waiting for the runtime" for ever (``policy.retry_applies``; stop 33).
-    Requested or approved becomes ``expired`` (DESIGN.md 4), each audited
-    (``retry.expire``, by the system) in the caller's transaction, at ``now`` (the
-    database time read with the runs). Called by every write that sets a run's phase
-    (``run_save``, ``run_save_many``; the SQL write path hands such a write to the ORM
-    path). Returns how many expired; no query when none is open."""
-    moot = [run for run, facts in runs
-            if facts.open_retry_state and not policy.retry_applies(run.phase_class)]
-    if not moot:
-        return 0
-    tenant = moot[0].tenant
-    retries = list(RetryRequest.objects.for_tenant(tenant).filter(
-        run__in=[run.pk for run in moot], state__in=RetryState.OPEN).values_list(
-        "pk", "state", "run__uuid"))
-    RetryRequest.objects.for_tenant(tenant).filter(pk__in=[pk for pk, _, _ in retries]).update(
-        state=RetryState.EXPIRED, decided_at=now)
-    for pk, state, run_uuid in retries:
-        audit_record(tenant=tenant, actor=None, action=AuditAction.RETRY_EXPIRE,
-                     target_type=TargetType.RETRY_REQUEST, target_id=pk, run_id=run_uuid,
-                     before={"state": state}, after={"state": RetryState.EXPIRED},
-                     created_at=now)
-    return len(retries)
 
 
 def run_save_many(changes: list[tuple[Run, dict]], now: datetime, *,
@@ -348,7 +318,6 @@ def run_save_many(changes: list[tuple[Run, dict]], now: datetime, *,
             cursor.executemany(sql, [
                 [f.get_db_prep_save(getattr(run, f.attname), connection) for f in fields]
                 + [run.pk, run.tenant_id] for run in rows])
-    expire_moot_retries([(run, facts[run.pk]) for run, _ in changes], now)
     return reopened
 
 

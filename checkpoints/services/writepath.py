@@ -468,8 +468,7 @@ def checkpoint_update(*, actor, tenant: Tenant, envelope, expected_revision: int
     Returns the updated ``Checkpoint`` (an unsaved instance holding what was written, so
     no re-read), that refusal, or ``FALLBACK`` when nothing was written and the ORM
     path must decide: no such run or checkpoint, the checkpoint belongs to another run
-    or has another kind (400s the ORM path words), no write gate row yet, a write that
-    completes a run whose retry request is open (the ORM path expires it). Raises ``Fenced``
+    or has another kind (400s the ORM path words), no write gate row yet. Raises ``Fenced``
     (CONTRACT.md 3) like the ORM path; the caller records it.
     """
     if transaction.get_connection().in_atomic_block:
@@ -592,10 +591,6 @@ def update_locked(cursor, locked: Locked, *, actor, tenant, envelope, expected_r
     if (checkpoint_pk is None or locked.checkpoint_run != run_pk
             or locked.kind != envelope.kind or stored_run.payloads_deleted_at is not None):
         # A run whose payloads a purge deleted: the ORM path refuses it (RunDeleted).
-        return FALLBACK
-    if open_retry and not policy.retry_applies(cls.phase.phase_class):
-        # The write completes a run whose retry request is open: the ORM path's
-        # ``run_save`` expires the request (``runs.expire_moot_retries``), once a run.
         return FALLBACK
     # In the ORM path's order: the tenant's data policy (read with the lock) decides what
     # screening found (422 before any write: the transaction rolls back), then the fence.

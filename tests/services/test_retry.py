@@ -10,7 +10,6 @@ from django.db import IntegrityError, connection, transaction
 
 from checkpoints import selectors, services
 from checkpoints.exceptions import (
-    AlreadyDone,
     Forbidden,
     InvalidTransition,
     NotFound,
@@ -37,9 +36,13 @@ def run_id(acme, wendy):
 def test_a_run_that_completes_with_an_open_retry_reads_completed(acme, wendy, rita, april,
                                                                  decided):
     """(stop 33) The runtime finished on its own after a retry was requested (or
-    approved): a completed run is replayed, never retried, so the open request can never
-    be consumed, and the run read "retry approved, waiting for the runtime" for ever. The
-    write that completes it (an update: PostgreSQL's SQL path) leaves it completed."""
+    approved): a completed run is replayed, never retried (``policy.retry_applies``), so
+    the run read "retry approved, waiting for the runtime" for ever and the request sat
+    in the approvers' queue, approvable for nothing. Now the run reads completed, the
+    request leaves the queue and cannot be approved, and no new one is taken. The
+    request stays open, not expired: when the runtime writes on (a run's phase is its
+    latest write's), it counts again. The completing write is an update: PostgreSQL's
+    SQL path."""
     body = envelope(payload={"phase": "charging", "order_id": "A-1042"})
     put_checkpoint(wendy, acme, body)
     sweep_later()
@@ -47,42 +50,34 @@ def test_a_run_that_completes_with_an_open_retry_reads_completed(acme, wendy, ri
     retry = services.retry_request(actor=rita, tenant=acme, run_id=run_id, reason="stuck")
     if decided:
         services.retry_approve(actor=april, tenant=acme, retry_id=retry.pk, reason="ok")
-    assert Run.objects.get().recovery_state == ("retry_approved" if decided
-                                                else "awaiting_approval")
+    waiting = "retry_approved" if decided else "awaiting_approval"
+    assert Run.objects.get().recovery_state == waiting
     put_checkpoint(wendy, acme, dict(body, revision=1, payload={"phase": "completed",
                                                                 "order_id": "A-1042"}),
                    expected=0)
     run = Run.objects.get()
     assert (run.recovery_state, run.recovery_reason) == ("completed", "")
-    # The request could never be consumed: it expired with the write, audited.
+    assert selectors.approval_queue(user=april, tenant=acme).rows == []
+    if not decided:
+        with pytest.raises(InvalidTransition, match="completed"):
+            services.retry_approve(actor=april, tenant=acme, retry_id=retry.pk, reason="ok")
+    assert services.resume_claim(actor=wendy, tenant=acme, run_id=run_id,
+                                 asked={})["action"] == "replay"
     retry.refresh_from_db()
-    assert retry.state == "expired" and retry.decided_at is not None
-    event = AuditEvent.objects.get(action="retry.expire")
-    assert (event.actor, event.target_ref, event.before, event.after) == (
-        None, str(retry.pk), {"state": "approved" if decided else "requested"},
-        {"state": "expired"})
-    with pytest.raises(AlreadyDone, match="expired"):
-        services.retry_approve(actor=april, tenant=acme, retry_id=retry.pk, reason="late")
-    answer = services.resume_claim(actor=wendy, tenant=acme, run_id=run_id, asked={})
-    assert answer["action"] == "replay"
-    # And no new request is taken for a completed run.
+    assert retry.state == ("approved" if decided else "requested")  # open, not consumed
+    # The runtime writes on: the run is in flight again and the request counts again.
+    put_checkpoint(wendy, acme, dict(body, revision=2, payload={"phase": "shipping",
+                                                                "order_id": "A-1042"}),
+                   expected=1)
+    assert Run.objects.get().recovery_state == waiting
+
+
+def test_a_completed_run_takes_no_retry_request(acme, wendy, rita, run_id):
+    """A completed run (with an unknown effect, so a reviewer still decides it) is
+    replayed, never retried: no request is taken, and the run page offers none."""
+    Run.objects.filter(uuid=run_id).update(phase_class="completed")
     with pytest.raises(InvalidTransition, match="completed"):
         services.retry_request(actor=rita, tenant=acme, run_id=run_id, reason="again")
-
-
-def test_a_request_left_open_on_a_completed_run_is_not_approved(acme, wendy, rita, april,
-                                                                 run_id):
-    """A request left open on a completed run by an older version (which did not
-    expire it): not in the approvers' queue, refused approval (it could never be
-    consumed), still rejectable."""
-    retry = services.retry_request(actor=rita, tenant=acme, run_id=run_id, reason="stuck")
-    Run.objects.filter(uuid=run_id).update(phase_class="completed")
-    assert selectors.approval_queue(user=april, tenant=acme).rows == []
-    with pytest.raises(InvalidTransition, match="completed"):
-        services.retry_approve(actor=april, tenant=acme, retry_id=retry.pk, reason="ok")
-    services.retry_reject(actor=april, tenant=acme, retry_id=retry.pk, reason="moot")
-    retry.refresh_from_db()
-    assert retry.state == "rejected"
 
 
 def test_it_walks_requested_then_approved(acme, rita, april, run_id):

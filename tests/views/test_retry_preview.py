@@ -101,3 +101,27 @@ def test_it_says_a_retry_calls_nothing_twice_for_a_run_without_effects(login, ri
     _, body = _page(login(rita), run_id)
     assert 'id="f-retry"' in body
     assert "This run recorded no side effects: a retry re-runs the step" in body
+
+
+def test_a_completed_run_offers_no_retry_and_no_approval(login, acme, wendy, rita, april,
+                                                         unknown):
+    """(stop 33, the second attack's finding) A completed run is replayed, never retried
+    (``policy.retry_applies``): the run page offered "Request retry" (and its next step
+    suggested one) that the service then refused, and an approver was offered an
+    Approve that could never be consumed. A request still open on it may be rejected."""
+    page_url = reverse("run_detail", args=["acme", unknown.run_id])
+    retry = services.retry_request(actor=rita, tenant=acme, run_id=unknown.run_id,
+                                   reason="stuck")
+    put_checkpoint(wendy, acme, envelope(unknown.checkpoint_id, unknown.run_id, 2,
+                                         payload={"phase": "completed", "order_id": "A-1042"}),
+                   expected=1)
+    page = html.unescape(login(april).get(page_url).content.decode())
+    assert f'id="f-decide-{retry.pk}"' in page and ">Approve</button>" not in page
+    assert "the run completed: replayed, never retried" in page and ">Reject</button>" in page
+    services.retry_reject(actor=april, tenant=acme, retry_id=retry.pk, reason="moot")
+    page = html.unescape(login(rita).get(page_url).content.decode())
+    assert Run.objects.get(uuid=unknown.run_id).recovery_state == "unknown_outcome"
+    assert 'id="f-retry"' not in page
+    assert "No retry: the run completed; a completed run is replayed, never retried." in page
+    assert "find out with the service, then close the run" in page
+    assert "request a retry (accepts a possible duplicate)" not in page
