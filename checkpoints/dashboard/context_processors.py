@@ -31,7 +31,7 @@ def background(request) -> dict:
             log.warning("background banner: heartbeats unreadable", exc_info=True)
             return None
         if not is_late or (heartbeat.background_source() == "sweep.inprocess"
-                           and inprocess.first_round_pending(heartbeat.late_after_s())):
+                           and inprocess.first_round_pending()):
             return None  # the in-process worker's first round may not have come yet
         return {"since": since,
                 "web_sweeps": heartbeat.broker_configured() and settings.RECOVERY_SWEEP_WATCHDOG}

@@ -233,14 +233,15 @@ def running_for_s() -> float | None:
     return time.monotonic() - started_at[0] if started_at else None
 
 
-def first_round_pending(bound_s: float) -> bool:
-    """Whether this process's worker thread started at most ``bound_s`` seconds ago, so
-    its first round may not have come yet: the one grace of a fresh start, for
-    ``/readyz``'s ``worker`` check and the dashboard's "background work is not running"
-    banner alike (a newcomer saw the banner blame a broker the demo does not have in its
-    first seconds while ``/readyz`` said ok; stop 33)."""
+def first_round_pending() -> bool:
+    """Whether this process's worker thread started at most
+    ``RECOVERY_WORKER_HEARTBEAT_MAX_AGE_S`` ago, so its first round may not have come
+    yet: the one grace of a fresh start, with one bound, for ``/readyz``'s ``worker``
+    check and the dashboard's "background work is not running" banner alike (a newcomer
+    saw the banner blame a broker the demo does not have in its first seconds while
+    ``/readyz`` said ok; stop 33)."""
     running = running_for_s()
-    return running is not None and running <= bound_s
+    return running is not None and running <= settings.RECOVERY_WORKER_HEARTBEAT_MAX_AGE_S
 
 
 class InProcessWorkerMiddleware:

@@ -126,7 +126,7 @@ def _check_worker() -> str | None:
     found = heartbeat.read().get(source)
     if found is not None and found.age_s <= bound:
         return None
-    if source == "sweep.inprocess" and inprocess.first_round_pending(bound):
+    if source == "sweep.inprocess" and inprocess.first_round_pending():
         return None  # this process's worker has not had its first round yet
     raise WorkerSilent(f"{source}: " + (f"last {found.age_s:.0f} s ago" if found else "never"))
 

@@ -180,10 +180,19 @@ def test_a_fresh_in_process_worker_gets_its_first_round_before_the_banner(
     settings.RECOVERY_INPROCESS_WORKER = True
     monkeypatch.setattr(inprocess, "started_at", [time.monotonic()])  # just started
     assert BANNER not in login(rita).get("/t/acme/").content.decode()
+    # Past the banner's own two intervals, within /readyz's bound: both still wait.
+    from checkpoints.ops import health
+
+    monkeypatch.setattr(inprocess, "started_at",
+                        [time.monotonic() - heartbeat.late_after_s() - 5])
+    assert heartbeat.late_after_s() + 5 < settings.RECOVERY_WORKER_HEARTBEAT_MAX_AGE_S
+    assert BANNER not in login(rita).get("/t/acme/").content.decode()
+    assert health.readiness()[1]["worker"] == "ok"
     monkeypatch.setattr(inprocess, "started_at",  # started long ago, never swept
-                        [time.monotonic() - 3 * heartbeat.late_after_s()])
+                        [time.monotonic() - 2 * settings.RECOVERY_WORKER_HEARTBEAT_MAX_AGE_S])
     page = login(rita).get("/t/acme/").content.decode()
     assert BANNER in page and "no sweep has finished yet" in page
+    assert health.readiness()[1]["worker"] == "failed: WorkerSilent"
 
 
 def test_the_web_process_starts_the_watchdog_only_with_a_broker(
