@@ -35,6 +35,7 @@ its limit, never the value). So no identity reaches a query it cannot be stored 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 from collections.abc import Callable
@@ -42,7 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import upcasters
-from ..jsonparse import name_problem, text_problem
+from ..jsonparse import name_problem, shown, text_problem
 from ..vocab import MigrationMode, PhaseClass
 
 # The migration errors (``upcasters``), under the registry's name too: ``kinds.NotReversible``.
@@ -295,11 +296,15 @@ _KNOWN_PHASES = (PhaseClass.STABLE, PhaseClass.IN_FLIGHT, PhaseClass.COMPLETED)
 def _checked_phase(phase: Any) -> Phase:
     """A kind's ``phase`` answer, held to what the run's columns take: a ``Phase`` whose
     class is stable, in_flight or completed and whose label is text (cut at 256 later).
-    Anything else is the kind's bug (``TypeError``, caught by ``classify``)."""
+    Anything else is the kind's bug (``TypeError``, caught by ``classify``). The label,
+    which kinds build from payload text (a step's name, a declared ``{/field}``), is
+    shown to people as one printable line (``jsonparse.shown``: a control or
+    bidirectional character escaped; the second attack's finding, stop 33)."""
     if (not isinstance(phase, Phase) or phase.phase_class not in _KNOWN_PHASES
             or not isinstance(phase.label, str)):
         raise TypeError("phase() must return a Phase of stable, in_flight or completed")
-    return phase
+    label = shown(phase.label, 256)
+    return phase if label == phase.label else dataclasses.replace(phase, label=label)
 
 
 def _checked_usage(usage: Any) -> dict[str, int]:

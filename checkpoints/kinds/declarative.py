@@ -58,6 +58,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError as JsonSchemaError
 
 from .. import upcasters
+from ..jsonparse import name_problem, shown
 from ..vocab import PhaseClass
 from . import Identity, Phase, SchemaError, VersionSpec  # the registry (it never imports this)
 from .validation import (  # noqa: F401 - the validator's bounds, read as declarative.X too
@@ -105,6 +106,7 @@ class DeclarationError(ValueError):
     ``migration.ops[2].from`` ...), the message why (never a payload value)."""
 
     def __init__(self, field: str, message: str):
+        field = shown(field, 200)  # a client's key, echoed: one printable line (stop 33)
         super().__init__(f"{field}: {message}")
         self.field = field
 
@@ -467,6 +469,8 @@ def _parse_phase(phase: Any):
             raise DeclarationError(f"phase.{cls}", "must be a list of phase values "
                                    "(strings of 1..64 characters)")
         for value in values:
+            if name_problem(value):  # a phase label is shown to people as it is
+                raise DeclarationError(f"phase.{cls}", f"{value!r}: {name_problem(value)}")
             if value in phases:
                 raise DeclarationError(f"phase.{cls}", f"{value!r} is listed twice")
             phases[value] = str(cls)
@@ -475,6 +479,8 @@ def _parse_phase(phase: Any):
     label = phase.get("label", "{phase}")
     if not isinstance(label, str) or not 0 < len(label) <= MAX_LABEL:
         raise DeclarationError("phase.label", f"must be text of 1..{MAX_LABEL} characters")
+    if name_problem(label):
+        raise DeclarationError("phase.label", name_problem(label))
     for name in _LABEL_FIELD_RE.findall(label):
         if name != "phase":
             parse_pointer(name, "phase.label")

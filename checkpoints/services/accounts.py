@@ -26,6 +26,7 @@ from ..exceptions import (
     InvalidPayload,
     InvalidTransition,
 )
+from ..jsonparse import name_problem
 from ..models import (
     ApiToken,
     ReconcilerConfig,
@@ -47,10 +48,16 @@ def tenant_create(*, slug: str, name: str = "", actor=None) -> Tenant:
     """Create a tenant, its audit chain and its first data key (``crypto``).
 
     Raises ``InvalidPayload`` if the slug is not a slug (letters, digits, ``-``, ``_``;
-    at most 64) or is taken.
+    at most 64) or is taken, or the display name is longer than its column or no name
+    (``jsonparse.name_problem``: it is shown on every page of the tenant).
     """
     if not isinstance(slug, str) or not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", slug):
         raise InvalidPayload("slug: letters, digits, '-' and '_' only, 1 to 64 characters")
+    limit = Tenant._meta.get_field("name").max_length
+    if not isinstance(name, str) or len(name) > limit:
+        raise InvalidPayload(f"name: must be text of at most {limit} characters")
+    if name_problem(name):
+        raise InvalidPayload(f"name: {name_problem(name)}")
     with transaction.atomic():
         if Tenant.objects.filter(slug=slug).exists():
             raise InvalidPayload(f"slug: tenant {slug!r} already exists")

@@ -33,6 +33,7 @@ from .. import crypto, locks
 from ..audit import audit_record
 from ..dbclock import LOCKED_NOW, NOW
 from ..exceptions import DomainError
+from ..jsonparse import shown
 from ..models import (
     NotificationAttempt,
     NotificationEndpoint,
@@ -121,8 +122,10 @@ def claim_due(limit: int = 20) -> list[Claimed]:
 
 
 def _clip(text: str, most: int) -> str:
-    text = str(text or "")[:most]
-    return text.encode("utf-8", "replace").decode("utf-8").replace("\x00", "\\0")
+    """A receiver's answer or an error as stored and shown on the endpoint page: one
+    printable line of at most ``most`` characters (``jsonparse.shown``: a control or
+    bidirectional character escaped; the second attack's finding, stop 33)."""
+    return shown(str(text or ""), most)[:most]
 
 
 def record_attempt(claim: Claimed, *, ok: bool, status: int | None, latency_ms: int,

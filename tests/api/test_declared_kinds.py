@@ -516,3 +516,47 @@ def test_a_payload_nested_deeper_than_the_schema_can_check_is_refused_not_overfl
     validate({"state": "ready", "x": nested(40)})
     with pytest.raises(kinds.SchemaError, match="nests deeper than the declared schema"):
         validate({"state": "ready", "x": nested(60)})
+
+
+@pytest.mark.parametrize("where", ["top", "phase", "identity", "usage"])
+def test_a_declaration_error_echoes_a_key_as_one_printable_line(api_as, adam, acme, where):
+    """(stop 33, the second attack's finding) An unknown key was echoed into the 400's
+    detail raw: an ESC sequence and a direction override reached the admin's terminal
+    or page. It is escaped (``jsonparse.shown``), and nothing is declared."""
+    key = "x\x1b[2J\u202eevil"
+    body = copy.deepcopy(V1)
+    if where == "top":
+        body[key] = 1
+    elif where == "phase":
+        body["phase"][key] = 1
+    else:
+        body[where] = {key: "/agent"}
+    before = DeclaredKindVersion.objects.count()
+    r = declare(api_as(adam), 1, body)
+    assert r.status_code == 400, r.content
+    detail = r.json()["detail"]
+    assert "\x1b" not in detail and "\u202e" not in detail and "x\\x1b[2J\\u202eevil" in detail
+    assert DeclaredKindVersion.objects.count() == before
+
+
+@pytest.mark.parametrize("phase", [{"stable": ["ok\u202egnp.exe"]},
+                                   {"label": "\x1b[31m{phase}\x1b[0m"}])
+def test_a_declared_phase_value_or_label_must_be_a_printable_name(api_as, adam, acme, phase):
+    """(stop 33, the second attack's finding) A declared phase value or label is shown
+    to every viewer as the run's phase: one with a control or bidirectional character
+    is refused, naming it."""
+    body = copy.deepcopy(V1)
+    body["phase"] = {**body["phase"], **phase}
+    r = declare(api_as(adam), 1, body)
+    assert r.status_code == 400, r.content
+    assert r.json()["detail"].startswith("phase.")
+    assert "control character" in r.json()["detail"]
+
+
+def test_a_kinds_phase_label_is_one_printable_line():
+    """A built-in kind builds its label from payload text (a workflow's step name): a
+    control or bidirectional character in it is stored escaped (``kinds._checked_phase``)."""
+    phase = kinds._checked_phase(kinds.Phase(PhaseClass.STABLE, "ready next a\x1b[2J\u202eb"))
+    assert phase.label == "ready next a\\x1b[2J\\u202eb"
+    plain = kinds.Phase(PhaseClass.STABLE, "ready next charge é")
+    assert kinds._checked_phase(plain) is plain

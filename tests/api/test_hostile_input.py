@@ -315,6 +315,20 @@ def test_every_name_door_refuses_control_and_bidi_characters_naming_the_field(
                 {"owner": "worker-1@host:42", "ttl_s": 5}).status_code == 200
 
 
+@pytest.mark.parametrize("name,detail", [("Acme\x1b[2J", "name: a control character"),
+                                         ("Acme\u202e", "name: a control character"),
+                                         ("A" * 201, "name: must be text of at most 200")])
+def test_a_tenant_name_is_a_printable_name_that_fits_its_column(db, name, detail):
+    """(stop 33, the second attack's finding) A tenant's display name is shown on every
+    page of the tenant: one with a control or bidirectional character, or longer than
+    its column, is refused naming ``name``, and no tenant is made."""
+    from checkpoints.models import Tenant
+
+    with pytest.raises(InvalidPayload, match=detail):
+        services.tenant_create(slug="evil", name=name)
+    assert not Tenant.objects.filter(slug="evil").exists()
+
+
 @pytest.mark.parametrize("body,detail", [
     ({"definition_version": "v" * 65}, "definition_version: "),
     ({"agent": "a" * 257}, "agent: "),

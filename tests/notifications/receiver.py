@@ -22,6 +22,7 @@ class Receiver:
         self.delay_s = 0.0
         self.block: threading.Event | None = None
         self.redirect_to = ""
+        self.answer = b"thanks!"  # the body every POST is answered with
         self.arrived = threading.Event()
         receiver = self
 
@@ -43,9 +44,9 @@ class Receiver:
                     self.send_response(status)
                     if receiver.redirect_to:
                         self.send_header("Location", receiver.redirect_to)
-                    self.send_header("Content-Length", "7")
+                    self.send_header("Content-Length", str(len(receiver.answer)))
                     self.end_headers()
-                    self.wfile.write(b"thanks!")
+                    self.wfile.write(receiver.answer)
                 except (BrokenPipeError, ConnectionResetError):
                     pass
 

@@ -53,6 +53,19 @@ def test_a_test_event_arrives_signed_and_verifies_with_standardwebhooks(
     assert attempt.latency_ms is not None
 
 
+def test_a_receivers_answer_is_stored_as_one_printable_line(
+        acme, adam, receiver, loopback_allowed):
+    """(stop 33, the second attack's finding) The receiver's answer is shown on the
+    endpoint page and served by the attempts API: its control and bidirectional
+    characters are stored escaped (``jsonparse.shown``), not as an ESC sequence."""
+    endpoint, _ = webhook(adam, acme, receiver.url)
+    receiver.answer = "ok\u202egnp.exe\x1b[2J\nnext é".encode()
+    message = services.notification_test(actor=adam, tenant=acme, endpoint_id=endpoint.uuid)
+    notify.notify_round()
+    [attempt] = NotificationAttempt.objects.for_tenant(acme).filter(message=message)
+    assert attempt.response_head == "ok\\u202egnp.exe\\x1b[2J\\nnext é"
+
+
 def test_a_rotation_signs_with_both_secrets_for_a_day(acme, adam, receiver, loopback_allowed):
     endpoint, old = webhook(adam, acme, receiver.url)
     endpoint, new = services.endpoint_rotate_secret(actor=adam, tenant=acme,
