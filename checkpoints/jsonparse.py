@@ -111,10 +111,19 @@ def name_problem(text: str) -> str:
     bidirectional control (``BIDI_CONTROLS``). A name is one line shown as it is: a lease
     owner, an effect's service and operation key, a run identity, a LangGraph thread, a
     query value, a notification endpoint's name. The one rule for them all (issue 22,
-    stop 33: five checks of their own had drifted apart, the POST resume body's
+    stop 33: four checks of their own had drifted apart, the POST resume body's
     identity taking what its GET query refused); reasons, which may span lines, take
     ``printable_problem``."""
     return _char_problem(text, _control, "a control character is not allowed")
+
+
+def check_name(value: str, field: str) -> str:
+    """``value`` when it is a name (``name_problem``), else ``InvalidPayload`` (400)
+    ``"<field>: <why>"``: the services' and imports' one check of a name they take."""
+    problem = name_problem(value)
+    if problem:
+        raise InvalidPayload(f"{field}: {problem}")
+    return value
 
 
 def _char_problem(text: str, refused, words: str) -> str:

@@ -131,7 +131,7 @@ def lookup_with_timeout(configured: reconcile.Configured, ref: reconcile.EffectR
     if "error" in box:
         exc = box["error"]
         return reconcile.Answer.cannot_tell(
-            f"{configured.name}: {type(exc).__name__}: {_safe_text(str(exc), 300)}")
+            f"{configured.name}: {type(exc).__name__}: {shown(str(exc), 300)}")
     answer = box.get("answer")
     try:
         return _checked(answer, configured.name)
@@ -139,12 +139,6 @@ def lookup_with_timeout(configured: reconcile.Configured, ref: reconcile.EffectR
         # cannot be printed: garbage is "cannot tell", never a crash left "running"
         return reconcile.Answer.cannot_tell(
             f"{configured.name}: unusable answer ({type(exc).__name__})")
-
-
-def _safe_text(text: Any, limit: int) -> str:
-    """One storable, printable line of at most ``limit`` characters (``jsonparse.shown``:
-    NUL, lone surrogates, control and bidirectional characters escaped)."""
-    return shown(str(text), limit)
 
 
 def _strict(value: Any, what: str) -> Any:
@@ -172,7 +166,7 @@ def _checked(answer: Any, name: str) -> reconcile.Answer:
         return reconcile.Answer.cannot_tell(f"{name}: returned {type(answer).__name__}, "
                                             f"not an Answer")
     if answer.kind not in ReconcileAnswer.SERVICE:
-        return reconcile.Answer.cannot_tell(f"{name}: unknown answer {_safe_text(answer.kind, 40)!r}")
+        return reconcile.Answer.cannot_tell(f"{name}: unknown answer {shown(answer.kind, 40)!r}")
     try:
         evidence = _strict(answer.evidence, "answer") if answer.evidence is not None else None
     except InvalidPayload as exc:
@@ -195,7 +189,7 @@ def _checked(answer: Any, name: str) -> reconcile.Answer:
         if _too_large(receipt):
             return reconcile.Answer.cannot_tell(f"{name}: receipt larger than "
                                                 f"{reconcile.MAX_ANSWER_BYTES} bytes")
-    return reconcile.Answer(answer.kind, receipt, _safe_text(answer.detail, 1000), evidence)
+    return reconcile.Answer(answer.kind, receipt, shown(answer.detail, 1000), evidence)
 
 
 def _effect_ref(effect: Effect, tenant_slug: str) -> reconcile.EffectRef:

@@ -279,20 +279,18 @@ def next_step(i: StepInput) -> Step:
                     f"retry approved{DOT}waits for the runtime")
     if in_doubt and state in RecoveryState.RETRYABLE:
         return _reconcile_step(in_doubt, rows, i.owner)
-    if unknown and not policy.retry_applies(i.phase_class):
-        # A completed run is replayed, never retried: what is left is to close it once
-        # someone found out (stop 33, the second attack's finding).
+    if unknown and (i.open_retry is None or not policy.retry_applies(i.phase_class)):
         e = unknown[0]
         more = f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""
-        return Step(f"Nobody can tell whether {e.service} ran {e.operation_key}{more}; the "
-                    f"run completed, so it is replayed, never retried: find out with the "
-                    f"service, then close the run", f"completed{DOT}nobody can tell")
-    if unknown and i.open_retry is None:
-        e = unknown[0]
-        more = f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""
-        return Step(f"Nobody can tell whether {e.service} ran {e.operation_key}{more}: "
-                    f"request a retry (accepts a possible duplicate) or close the run",
-                    f"nobody can tell{DOT}possible duplicate")
+        nobody = f"Nobody can tell whether {e.service} ran {e.operation_key}{more}"
+        if not policy.retry_applies(i.phase_class):
+            # A completed run is replayed, never retried: what is left is to close it
+            # once someone found out (stop 33, the second attack's finding).
+            return Step(f"{nobody}; the run completed, so it is replayed, never retried: "
+                        f"find out with the service, then close the run",
+                        f"completed{DOT}nobody can tell")
+        return Step(f"{nobody}: request a retry (accepts a possible duplicate) or close the "
+                    f"run", f"nobody can tell{DOT}possible duplicate")
     if (state == RecoveryState.AMBIGUOUS and i.phase_class == PhaseClass.IN_FLIGHT
             and i.open_retry is None and all(e.state in EffectState.SETTLED for e in effects)):
         return _settled_step(effects, rows)

@@ -26,7 +26,7 @@ from ..exceptions import (
     InvalidPayload,
     InvalidTransition,
 )
-from ..jsonparse import name_problem
+from ..jsonparse import check_name
 from ..models import (
     ApiToken,
     ReconcilerConfig,
@@ -56,8 +56,7 @@ def tenant_create(*, slug: str, name: str = "", actor=None) -> Tenant:
     limit = Tenant._meta.get_field("name").max_length
     if not isinstance(name, str) or len(name) > limit:
         raise InvalidPayload(f"name: must be text of at most {limit} characters")
-    if name_problem(name):
-        raise InvalidPayload(f"name: {name_problem(name)}")
+    check_name(name, "name")
     with transaction.atomic():
         if Tenant.objects.filter(slug=slug).exists():
             raise InvalidPayload(f"slug: tenant {slug!r} already exists")

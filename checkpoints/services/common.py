@@ -18,7 +18,7 @@ from ..exceptions import (
     InvalidPayload,
     ReasonRequired,
 )
-from ..jsonparse import name_problem, printable_problem
+from ..jsonparse import check_name, printable_problem
 from ..models import MAX_REVISION
 
 User = get_user_model()
@@ -98,10 +98,7 @@ def _str_field(body: dict, key: str, max_len: int) -> str:
         raise InvalidPayload(f"{key}: must be a non-empty string")
     if len(value) > max_len:
         raise InvalidPayload(f"{key}: at most {max_len} characters")
-    problem = name_problem(value)
-    if problem:
-        raise InvalidPayload(f"{key}: {problem}")
-    return value
+    return check_name(value, key)
 
 
 

@@ -30,7 +30,7 @@ from .. import crypto, locks, roles, safehttp, webhooksign
 from ..audit import audit_record
 from ..dbclock import NOW, db_now
 from ..exceptions import InvalidPayload, InvalidTransition, NotFound
-from ..jsonparse import name_problem
+from ..jsonparse import check_name
 from ..models import NotificationEndpoint, NotificationMessage, Tenant
 from ..models.notifications import (
     ENDPOINT_EMAIL_MAX,
@@ -83,19 +83,13 @@ def new_event_id() -> str:
 # Validation (each error names its field; nothing is written before all pass)
 # --------------------------------------------------------------------------------------
 
-def _printable(value: str, field: str) -> None:
-    problem = name_problem(value)
-    if problem:
-        raise InvalidPayload(f"{field}: {problem}")
-
-
 def _name(value) -> str:
     if not isinstance(value, str) or not value.strip():
         raise InvalidPayload("name: must be a non-empty string")
     value = value.strip()
     if len(value) > ENDPOINT_NAME_MAX:
         raise InvalidPayload(f"name: at most {ENDPOINT_NAME_MAX} characters")
-    _printable(value, "name")
+    check_name(value, "name")
     return value
 
 
@@ -111,7 +105,7 @@ def check_url(value, field: str = "url") -> str:
         raise InvalidPayload(f"{field}: must be a non-empty string (an https URL)")
     if len(value) > ENDPOINT_URL_MAX:
         raise InvalidPayload(f"{field}: at most {ENDPOINT_URL_MAX} characters")
-    _printable(value, field)
+    check_name(value, field)
     if any(ch.isspace() for ch in value):
         raise InvalidPayload(f"{field}: must not contain whitespace")
     try:
@@ -132,7 +126,7 @@ def _email(value) -> str:
         raise InvalidPayload("email: must be a non-empty string (an email address)")
     if len(value) > ENDPOINT_EMAIL_MAX:
         raise InvalidPayload(f"email: at most {ENDPOINT_EMAIL_MAX} characters")
-    _printable(value, "email")
+    check_name(value, "email")
     try:
         EmailValidator()(value)
     except ValidationError:
@@ -167,7 +161,7 @@ def _filter(value, field: str) -> list[str]:
             raise InvalidPayload(f"{field}: each value must be a non-empty string")
         if len(item) > FILTER_VALUE_MAX:
             raise InvalidPayload(f"{field}: each value at most {FILTER_VALUE_MAX} characters")
-        _printable(item, field)
+        check_name(item, field)
         if item not in out:
             out.append(item)
     return out

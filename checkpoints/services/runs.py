@@ -25,7 +25,7 @@ from ..exceptions import (
     OwnerLive,
     RunDeleted,
 )
-from ..jsonparse import name_problem
+from ..jsonparse import check_name
 from ..metrics import count_resume_decision
 from ..models import (
     Checkpoint,
@@ -382,8 +382,7 @@ def lease_acquire(*, actor, tenant: Tenant, run_id: uuid.UUID, owner: str, ttl_s
     require(actor, tenant, roles.WRITE)
     if not isinstance(owner, str) or not owner or len(owner) > 256:
         raise InvalidPayload("owner: must be a non-empty string of at most 256 characters")
-    if name_problem(owner):
-        raise InvalidPayload(f"owner: {name_problem(owner)}")
+    check_name(owner, "owner")
     intranges.LEASE_TTL_S.check(ttl_s, "ttl_s")
     with transaction.atomic():
         run = _lock_run(tenant, run_id, create=False)

@@ -18,7 +18,7 @@ from django.conf import settings
 
 from ... import crypto, intranges, kinds
 from ...exceptions import InvalidPayload, SecretDetected
-from ...jsonparse import content_sha256, dumps, loads_object, name_problem, printable
+from ...jsonparse import check_name, content_sha256, dumps, loads_object, printable
 from ...models import Effect
 from ...services import screening
 from ...services.checkpoints import Envelope, parse_envelope
@@ -296,8 +296,7 @@ def _request(request: Any) -> tuple[str, str, str, str]:
     service = f"{word}:{ids['capability_id']}"
     # The names rule of the API's effect service and operation key (``name_problem``):
     # an imported line passes the same checks as a PUT (the attack's finding, stop 33).
-    if name_problem(service):
-        raise InvalidPayload(f"request.kind: {name_problem(service)}")
+    check_name(service, "request.kind")
     limit = Effect._meta.get_field("service").max_length
     if len(service) > limit:
         raise InvalidPayload(f"request.kind: the extension name makes the service "
@@ -308,8 +307,8 @@ def _request(request: Any) -> tuple[str, str, str, str]:
     key = request.get("idempotency_key")
     if key is not None and (not isinstance(key, str) or not key):
         raise InvalidPayload("request.idempotency_key: must be a non-empty string or null")
-    if key is not None and name_problem(key):
-        raise InvalidPayload(f"request.idempotency_key: {name_problem(key)}")
+    if key is not None:
+        check_name(key, "request.idempotency_key")
     limit = Effect._meta.get_field("operation_key").max_length
     if key is not None and len(key) > limit:
         raise InvalidPayload(f"request.idempotency_key: at most {limit} characters (the "
