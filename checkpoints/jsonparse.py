@@ -145,9 +145,15 @@ def _unprintable(ch: str) -> bool:
     return ch not in "\t\n\r" and _control(ch)
 
 
+#: The Unicode categories no name holds: control characters (Cc) and the line and
+#: paragraph separators (Zl, Zp: U+2028 and U+2029 break a name into two lines; the
+#: final attack's finding, stop 33).
+_REFUSED_CATEGORIES = frozenset({"Cc", "Zl", "Zp"})
+
+
 def _control(ch: str) -> bool:
-    """A control character (Unicode category Cc) or a bidirectional control."""
-    return unicodedata.category(ch) == "Cc" or ch in BIDI_CONTROLS
+    """A control character, a line or paragraph separator, or a bidirectional control."""
+    return unicodedata.category(ch) in _REFUSED_CATEGORIES or ch in BIDI_CONTROLS
 
 
 def _check_values(value: Any, path: str) -> None:
@@ -179,18 +185,37 @@ def printable(key: str) -> str:
 
 
 def shown(text: str, limit: int) -> str:
-    """``text`` as one storable, printable line for a person to read: its first
-    ``limit`` characters, NUL as ``\\0``, a lone surrogate as ``\\udc80``, and every
-    character ``name_problem`` refuses (a control or bidirectional character) as its
-    escape (``\\x1b``, ``\\n``, ``\\u202e``), so an error message echoing a client's
-    name, or a reconciler's free-text detail stored and shown on the run page, never
-    carries an ESC sequence or a direction override (stop 33, the attack's doubt)."""
-    text = str(text)[:limit].encode("utf-8", "backslashreplace").decode("utf-8")
-    text = text.replace("\x00", "\\0")
-    if not any(_control(ch) for ch in text):
+    """``text`` as one storable, printable line for a person to read, of at most
+    ``limit`` characters as stored: NUL as ``\\0``, a lone surrogate as ``\\udc80``, and
+    every character ``name_problem`` refuses (a control, separator or bidirectional
+    character) as its escape (``\\x1b``, ``\\n``, ``\\u202e``), so an error message
+    echoing a client's name, or a reconciler's free-text detail stored and shown on the
+    run page, never carries an ESC sequence or a direction override (stop 33). Cut after
+    escaping, on a character's boundary, so the text fits its column and never ends in
+    half an escape (the final attack's finding)."""
+    text = str(text)
+    if len(text) <= limit and text_problem(text) == "" and not any(_control(ch) for ch in text):
         return text
-    return "".join(ch.encode("unicode_escape").decode("ascii") if _control(ch) else ch
-                   for ch in text)
+    out, size = [], 0
+    for ch in text:
+        piece = _escape(ch)
+        if size + len(piece) > limit:
+            break
+        out.append(piece)
+        size += len(piece)
+    return "".join(out)
+
+
+def _escape(ch: str) -> str:
+    """``ch`` as ``shown`` writes it: NUL as ``\\0``, a lone surrogate or a character
+    ``_control`` refuses as its Python escape, anything else as it is."""
+    if ch == "\x00":
+        return "\\0"
+    if _control(ch):
+        return ch.encode("unicode_escape").decode("ascii")
+    if "\ud800" <= ch <= "\udfff":
+        return ch.encode("utf-8", "backslashreplace").decode("utf-8")
+    return ch
 
 
 def loads_object(raw: bytes | str, *, max_depth: int | None = None, what: str = "body") -> dict:

@@ -125,7 +125,7 @@ def _clip(text: str, most: int) -> str:
     """A receiver's answer or an error as stored and shown on the endpoint page: one
     printable line of at most ``most`` characters (``jsonparse.shown``: a control or
     bidirectional character escaped; the second attack's finding, stop 33)."""
-    return shown(str(text or ""), most)[:most]
+    return shown(str(text or ""), most)
 
 
 def record_attempt(claim: Claimed, *, ok: bool, status: int | None, latency_ms: int,

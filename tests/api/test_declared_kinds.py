@@ -560,3 +560,6 @@ def test_a_kinds_phase_label_is_one_printable_line():
     assert phase.label == "ready next a\\x1b[2J\\u202eb"
     plain = kinds.Phase(PhaseClass.STABLE, "ready next charge é")
     assert kinds._checked_phase(plain) is plain
+    # Cut after escaping, on an escape's boundary: it fits the column whole.
+    long = kinds._checked_phase(kinds.Phase(PhaseClass.STABLE, "\u202e" * 100)).label
+    assert len(long) <= 256 and long == "\\u202e" * (256 // 6)

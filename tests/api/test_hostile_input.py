@@ -283,7 +283,7 @@ def test_it_refuses_unpaired_surrogates_in_lease_owners_and_resume_identities(
 #: Names with a character no name may hold (``jsonparse.name_problem``): C0 (tab and
 #: newline included), DEL, C1 (U+009B reads as ``ESC [``) and a bidirectional override.
 BAD_NAMES = ["a\x1b[2Jb", "tab\tname", "two\nlines", "del\x7f", "a\x9b2Jb",
-             "evil\u202egnp.exe"]
+             "evil\u202egnp.exe", "two\u2028lines", "two\u2029paragraphs"]
 
 
 @pytest.mark.parametrize("name", BAD_NAMES)
