@@ -43,6 +43,7 @@ def test_it_creates_a_tenant_with_an_audited_first_event(db):
     (["x" * 65], "slug"),
     (["acme"], "already exists"),
     (["ok", "--name", "n" * 201], "--name"),
+    (["ok", "--name", "  "], "name: must not be blank"),
 ])
 def test_it_refuses_bad_tenants(acme, args, message):
     with pytest.raises(CommandError, match=message):

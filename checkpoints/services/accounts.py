@@ -48,8 +48,9 @@ def tenant_create(*, slug: str, name: str = "", actor=None) -> Tenant:
     """Create a tenant, its audit chain and its first data key (``crypto``).
 
     Raises ``InvalidPayload`` if the slug is not a slug (letters, digits, ``-``, ``_``;
-    at most 64) or is taken, or the display name is longer than its column or no name
-    (``jsonparse.name_problem``: it is shown on every page of the tenant).
+    at most 64) or is taken, or the display name is longer than its column, no name
+    (``jsonparse.name_problem``: it is shown on every page of the tenant) or blank
+    (only spaces: a tenant nobody could pick out; ``""`` takes the slug).
     """
     if not isinstance(slug, str) or not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", slug):
         raise InvalidPayload("slug: letters, digits, '-' and '_' only, 1 to 64 characters")
@@ -57,6 +58,8 @@ def tenant_create(*, slug: str, name: str = "", actor=None) -> Tenant:
     if not isinstance(name, str) or len(name) > limit:
         raise InvalidPayload(f"name: must be text of at most {limit} characters")
     check_name(name, "name")
+    if name and not name.strip():
+        raise InvalidPayload("name: must not be blank (leave it out to show the slug)")
     with transaction.atomic():
         if Tenant.objects.filter(slug=slug).exists():
             raise InvalidPayload(f"slug: tenant {slug!r} already exists")

@@ -317,11 +317,13 @@ def test_every_name_door_refuses_control_and_bidi_characters_naming_the_field(
 
 @pytest.mark.parametrize("name,detail", [("Acme\x1b[2J", "name: a control character"),
                                          ("Acme\u202e", "name: a control character"),
-                                         ("A" * 201, "name: must be text of at most 200")])
+                                         ("A" * 201, "name: must be text of at most 200"),
+                                         ("   ", "name: must not be blank")])
 def test_a_tenant_name_is_a_printable_name_that_fits_its_column(db, name, detail):
     """(stop 33, the second attack's finding) A tenant's display name is shown on every
     page of the tenant: one with a control or bidirectional character, or longer than
-    its column, is refused naming ``name``, and no tenant is made."""
+    its column, is refused naming ``name``, and no tenant is made; so is a blank one
+    (stop 34: only spaces, shown as nothing at all; left out, the slug is shown)."""
     from checkpoints.models import Tenant
 
     with pytest.raises(InvalidPayload, match=detail):
