@@ -10,6 +10,7 @@ import json
 import pytest
 from django.urls import reverse
 
+from checkpoints import services
 from checkpoints.models import AuditEvent, Run
 from tests.helpers import envelope, put_checkpoint
 from tests.views.test_access import _snapshot
@@ -133,3 +134,19 @@ def test_it_lists_a_closed_run_in_the_closed_tab_until_the_runtime_writes_again(
 def test_it_shows_an_empty_closed_tab_with_a_sentence(login, vic, stuck):
     body = login(vic).get(reverse("run_list", args=["acme"]), {"state": "closed"}).content
     assert b"Runs a reviewer closed show here until their runtime writes again." in body
+
+
+def test_a_retry_approved_then_expired_by_the_close_says_when_it_expired(
+        login, rita, april, unknown, acme):
+    """(stop 34, an attack's doubt) Closing a run expires its approved retry request
+    (``close_locked``), which sets the decision's time to the expiry's: the run page
+    read "april <the close's time>" beside the approval's reason, as if april had
+    decided then. It now says who approved and when the request expired."""
+    retry = services.retry_request(actor=rita, tenant=acme, run_id=unknown.run_id,
+                                   reason="the gateway lost it")
+    services.retry_approve(actor=april, tenant=acme, retry_id=retry.pk, reason="go")
+    services.run_close(actor=rita, tenant=acme, run_id=unknown.run_id, reason="by hand")
+    body = html.unescape(login(rita).get(_run_url(unknown.run_id)).content.decode())
+    row = body[body.index('<table class="retries">'):]
+    row = row[:row.index("</tr>", row.index("<tbody>"))]
+    assert "approved by april, " in row and "expired " in row
