@@ -107,14 +107,18 @@ def printable_problem(text: str) -> str:
 
 def name_problem(text: str) -> str:
     """Why ``text`` is no printable name ("" if it is): ``text_problem``'s, or any
-    control character (Unicode category Cc: C0 with tab and newline, DEL, C1), or a
-    bidirectional control (``BIDI_CONTROLS``). A name is one line shown as it is: a lease
+    control character (Unicode category Cc: C0 with tab and newline, DEL, C1), a line or
+    paragraph separator, a bidirectional control (``BIDI_CONTROLS``), or an invisible
+    character (``INVISIBLE``). A name is one line shown as it is: a lease
     owner, an effect's service and operation key, a run identity, a LangGraph thread, a
     query value, a notification endpoint's name. The one rule for them all (issue 22,
     stop 33: four checks of their own had drifted apart, the POST resume body's
     identity taking what its GET query refused); reasons, which may span lines, take
     ``printable_problem``."""
-    return _char_problem(text, _control, "a control character is not allowed")
+    problem = _char_problem(text, _control, "a control character is not allowed")
+    if problem or not any(ch in INVISIBLE for ch in text):
+        return problem
+    return "an invisible character is not allowed"
 
 
 def check_name(value: str, field: str) -> str:
@@ -131,6 +135,14 @@ def _char_problem(text: str, refused, words: str) -> str:
     character) holds for a character of ``text``, else ""."""
     return text_problem(text) or (words if any(refused(ch) for ch in text) else "")
 
+
+#: The invisible characters no name holds (stop 34, the last attack's doubt): a zero-width
+#: space, word joiner, byte order mark, soft hyphen or Mongolian vowel separator shows
+#: nothing, so ``"charge:\u200bA-1042"`` reads as ``charge:A-1042``, another operation key
+#: a reviewer would take for the one they know (and paste into the service's console). The
+#: zero-width joiner and non-joiner (U+200C, U+200D) stay: emoji sequences and several
+#: scripts need them. Reasons, free text, may hold these.
+INVISIBLE = frozenset("\u00ad\u180e\u200b\u2060\ufeff")
 
 #: Unicode's bidirectional controls (embeddings, overrides, isolates and marks): they
 #: turn the text shown after them around ("evil\u202egnp.exe" reads "evilexe.png").
@@ -187,14 +199,15 @@ def printable(key: str) -> str:
 def shown(text: str, limit: int) -> str:
     """``text`` as one storable, printable line for a person to read, of at most
     ``limit`` characters as stored: NUL as ``\\0``, a lone surrogate as ``\\udc80``, and
-    every character ``name_problem`` refuses (a control, separator or bidirectional
-    character) as its escape (``\\x1b``, ``\\n``, ``\\u202e``), so an error message
+    every character ``name_problem`` refuses (a control, separator, bidirectional or
+    invisible character) as its escape (``\\x1b``, ``\\n``, ``\\u202e``), so an error message
     echoing a client's name, or a reconciler's free-text detail stored and shown on the
     run page, never carries an ESC sequence or a direction override (stop 33). Cut after
     escaping, on a character's boundary, so the text fits its column and never ends in
     half an escape (the final attack's finding)."""
     text = str(text)
-    if len(text) <= limit and text_problem(text) == "" and not any(_control(ch) for ch in text):
+    if len(text) <= limit and text_problem(text) == "" and not any(
+            _control(ch) or ch in INVISIBLE for ch in text):
         return text
     out, size = [], 0
     for ch in text:
@@ -208,10 +221,11 @@ def shown(text: str, limit: int) -> str:
 
 def _escape(ch: str) -> str:
     """``ch`` as ``shown`` writes it: NUL as ``\\0``, a lone surrogate or a character
-    ``_control`` refuses as its Python escape, anything else as it is."""
+    ``_control`` refuses or ``INVISIBLE`` holds as its Python escape, anything else as
+    it is."""
     if ch == "\x00":
         return "\\0"
-    if _control(ch):
+    if _control(ch) or ch in INVISIBLE:
         return ch.encode("unicode_escape").decode("ascii")
     if "\ud800" <= ch <= "\udfff":
         return ch.encode("utf-8", "backslashreplace").decode("utf-8")

@@ -22,9 +22,11 @@ from checkpoints import jsonparse, kinds
 TEXT = st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00"),
                max_size=12)
 #: Text a run identity part may be (``jsonparse.name_problem``: no control character,
-#: no bidirectional control); a valid payload's identity is a name.
-NAME = st.text(st.characters(exclude_categories=("Cs", "Cc"),
-                             exclude_characters="".join(jsonparse.BIDI_CONTROLS)),
+#: line or paragraph separator, bidirectional control or invisible character); a valid
+#: payload's identity is a name.
+NAME = st.text(st.characters(exclude_categories=("Cs", "Cc", "Zl", "Zp"),
+                             exclude_characters="".join(jsonparse.BIDI_CONTROLS
+                                                        | jsonparse.INVISIBLE)),
                max_size=12)
 JSON = st.recursive(st.none() | st.booleans() | st.integers() | TEXT,
                     lambda inner: st.lists(inner, max_size=3)

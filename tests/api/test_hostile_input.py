@@ -281,9 +281,11 @@ def test_it_refuses_unpaired_surrogates_in_lease_owners_and_resume_identities(
 
 
 #: Names with a character no name may hold (``jsonparse.name_problem``): C0 (tab and
-#: newline included), DEL, C1 (U+009B reads as ``ESC [``) and a bidirectional override.
+#: newline included), DEL, C1 (U+009B reads as ``ESC [``), a bidirectional override, and
+#: (stop 34) an invisible character: ``charge:\u200bA-1042`` reads as another key.
 BAD_NAMES = ["a\x1b[2Jb", "tab\tname", "two\nlines", "del\x7f", "a\x9b2Jb",
-             "evil\u202egnp.exe", "two\u2028lines", "two\u2029paragraphs"]
+             "evil\u202egnp.exe", "two\u2028lines", "two\u2029paragraphs",
+             "charge:\u200bA-1042", "bom\ufeff", "soft\u00adhyphen"]
 
 
 @pytest.mark.parametrize("name", BAD_NAMES)
@@ -313,6 +315,21 @@ def test_every_name_door_refuses_control_and_bidi_characters_naming_the_field(
     # A plain name still passes every door.
     assert post(w, "acme", f"runs/{rid}/lease",
                 {"owner": "worker-1@host:42", "ttl_s": 5}).status_code == 200
+
+
+def test_invisible_characters_are_refused_in_names_only_and_escaped_when_shown():
+    """(stop 34) The zero-width space, word joiner, byte order mark, soft hyphen and
+    Mongolian vowel separator are refused in a name, never in a reason (free text pasted
+    from documents holds them), and ``shown`` escapes them; the zero-width joiner and
+    non-joiner stay allowed in names (an emoji sequence, Persian text)."""
+    from checkpoints.jsonparse import INVISIBLE, name_problem, printable_problem, shown
+
+    for ch in sorted(INVISIBLE):
+        assert name_problem(f"a{ch}b") == "an invisible character is not allowed"
+        assert printable_problem(f"a{ch}b") == ""
+        assert shown(f"a{ch}b", 40) == "a" + ch.encode("unicode_escape").decode() + "b"
+    assert name_problem("dev-\U0001F469\u200d\U0001F4BB") == ""
+    assert name_problem("\u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645") == ""
 
 
 @pytest.mark.parametrize("name,detail", [("Acme\x1b[2J", "name: a control character"),
