@@ -81,7 +81,8 @@ def test_readyz_is_ok_with_the_database_and_no_broker_configured(client, no_brok
     assert response.status_code == 200
     assert response.json() == {"status": "ok", "heartbeat": {},
                                "checks": {"audit": "ok", "broker": "not configured",
-                                          "database": "ok", "migrations": "ok",
+                                          "database": "ok", "login_slots": "ok",
+                                          "migrations": "ok",
                                           "notifications": "not configured",
         "retention": "not configured",
                                           "worker": "not configured"}}
@@ -97,6 +98,7 @@ def test_readyz_names_the_database_when_it_is_down(client, monkeypatch, no_broke
                                "checks": {"audit": "failed: OperationalError",
                                           "broker": "not configured",
                                           "database": "failed: OperationalError",
+                                          "login_slots": "ok",
                                           "migrations": "failed: OperationalError",
                                           "notifications": "failed: OperationalError",
                                           "retention": "failed: OperationalError",
@@ -121,7 +123,8 @@ def test_readyz_is_ok_with_a_live_broker(client):
     with broker_at(os.environ["CELERY_BROKER_URL"]):
         response = client.get("/readyz")
     assert response.status_code == 200, response.content
-    assert response.json()["checks"] == {"audit": "ok", "broker": "ok", "database": "ok", "migrations": "ok",
+    assert response.json()["checks"] == {"audit": "ok", "broker": "ok", "database": "ok",
+                                         "login_slots": "ok", "migrations": "ok",
                                          "notifications": "not configured",
         "retention": "not configured", "worker": "ok"}
 
@@ -478,7 +481,8 @@ def test_readyz_names_the_worker_when_no_worker_ever_swept(client, reachable_bro
     assert response.status_code == 503
     assert response["Retry-After"] == "5"
     body = response.json()
-    assert body["checks"] == {"audit": "ok", "broker": "ok", "database": "ok", "migrations": "ok",
+    assert body["checks"] == {"audit": "ok", "broker": "ok", "database": "ok",
+                              "login_slots": "ok", "migrations": "ok",
                               "notifications": "not configured",
         "retention": "not configured",
                               "worker": "failed: WorkerSilent"}
@@ -577,3 +581,19 @@ def test_readyz_fails_while_a_migration_of_this_code_is_not_applied(client, no_b
     response = client.get("/readyz")
     assert response.status_code == 503
     assert response.json()["checks"]["migrations"] == "failed: MigrationsPending"
+
+
+@pytest.mark.parametrize("where", ["a-file/login-slots", "a-file"])
+def test_readyz_fails_when_logins_could_not_take_a_slot(client, no_broker, settings, tmp_path,
+                                                       where):
+    """(stop 34, an attack's finding) The login-slot folder below a regular file, or a
+    regular file itself: every login answered 500 while ``/readyz`` said ok. The probe
+    now names ``login_slots``, and makes nothing."""
+    (tmp_path / "a-file").write_text("x")
+    settings.RECOVERY_LOGIN_SLOT_DIR = str(tmp_path / where)
+    response = client.get("/readyz")
+    assert response.status_code == 503
+    assert response.json()["checks"]["login_slots"] == "failed: NotADirectoryError"
+    settings.RECOVERY_LOGIN_SLOT_DIR = str(tmp_path / "fine" / "login-slots")
+    assert client.get("/readyz").json()["checks"]["login_slots"] == "ok"
+    assert not (tmp_path / "fine").exists()

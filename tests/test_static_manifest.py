@@ -48,7 +48,8 @@ def test_readyz_names_a_missing_manifest(production_static):
     assert response["Retry-After"] == "5"
     answer = response.json()
     assert (answer["status"], answer["checks"]) == ("unavailable", {
-        "audit": "ok", "broker": "not configured", "database": "ok", "migrations": "ok",
+        "audit": "ok", "broker": "not configured", "database": "ok", "login_slots": "ok",
+        "migrations": "ok",
         "notifications": "not configured",
         "retention": "not configured",
         "worker": "not configured", "static_manifest": "failed: StaticManifestError"})

@@ -57,6 +57,7 @@ from .. import heartbeat, replica, services
 from ..jobs import inprocess
 from ..metrics import DomainCollector
 from ..services import notify_delivery
+from . import security
 from .staticcheck import check_static_manifest
 
 log = logging.getLogger("recovery.access")
@@ -168,6 +169,7 @@ def readiness() -> tuple[bool, dict[str, str]]:
     probes.append(("retention", services.retention_health))
     probes.append(("notifications", notify_delivery.notify_health))
     probes.append(("audit", services.audit_health))
+    probes.append(("login_slots", security.check_login_slots))  # every login takes one
     if settings.RECOVERY_STATIC_MANIFEST:  # pages need collectstatic's manifest
         probes.append(("static_manifest", check_static_manifest))
     if replica.configured():  # issue 22: reachable, streaming, lag within its bound

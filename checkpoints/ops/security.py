@@ -143,5 +143,28 @@ def acquire_login_slot(wait_s: float) -> int | None:
         time.sleep(LoginSlotsMiddleware.POLL_S)
 
 
+def check_login_slots() -> None:
+    """``/readyz``'s ``login_slots`` check: raises ``NotADirectoryError`` or
+    ``PermissionError`` when a login could not take a slot file
+    (``RECOVERY_LOGIN_SLOT_DIR``, made on the first login: ``acquire_login_slot``), so
+    the probe fails instead of every login answering 500 while ``/readyz`` said ok (an
+    attack's finding, stop 34: the folder below a regular file). Writes nothing: it asks
+    whether the folder, or the nearest one that exists above it, and the slot files
+    there can be written."""
+    directory = Path(settings.RECOVERY_LOGIN_SLOT_DIR)
+    existing = directory
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise NotADirectoryError(f"login slots: {existing} is not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise PermissionError(f"login slots: {existing} cannot be written")
+    if existing == directory:
+        for i in range(settings.RECOVERY_LOGIN_SLOTS):
+            slot = directory / f"slot-{i}"
+            if slot.exists() and not os.access(slot, os.R_OK | os.W_OK):
+                raise PermissionError(f"login slots: {slot} cannot be written")
+
+
 def release_login_slot(fd: int) -> None:
     os.close(fd)  # closing the descriptor releases its lock

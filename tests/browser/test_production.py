@@ -226,7 +226,7 @@ def test_the_documented_production_start_serves_the_dashboard_and_api_docs(serve
     # No broker: the in-process worker sweeps (its thread started with the first request).
     assert (status, ready["status"], ready["checks"]) == (200, "ok", {
         "audit": "ok",
-        "broker": "not configured", "database": "ok", "migrations": "ok",
+        "broker": "not configured", "database": "ok", "login_slots": "ok", "migrations": "ok",
         "notifications": "not configured",
         "retention": "not configured",
         "worker": "ok", "static_manifest": "ok"})
