@@ -108,9 +108,12 @@ def test_the_preview_shows_counts_changes_and_refusals_and_writes_nothing(
     assert response.status_code == 200
     assert db_diff(before, db_state()) == {}
     words = text(response)
-    assert "5 checkpoints of acme.order" in words
+    assert "5 checkpoints of acme.order not at v2 as of now" in words
     assert "3 would be migrated" in words and "2 would be refused" in words
-    assert "0 already at v2" in words and "owner live (1), no path (1)" in words
+    # (stop 34, a newcomer's finding) No "0 already at v2" beside checkpoints at v2: the
+    # preview counts those not at v2; one reaching it meanwhile is named only then.
+    assert "already at v2" not in words and "by the time" not in words
+    assert "owner live (1), no path (1)" in words
     # One diff per distinct change, key paths only: + amount, − amount_cents, 3 of them.
     assert "v1 → v2 3 + amount − amount_cents —" in words
     assert "2599" not in response.content.decode()  # no payload value
