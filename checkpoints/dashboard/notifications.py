@@ -30,7 +30,7 @@ from django.shortcuts import redirect, render
 from .. import roles, selectors, services
 from ..exceptions import DomainError
 from ..models import Tenant
-from ..models.notifications import GROUP_WINDOW_S_DEFAULT
+from ..models.notifications import GROUP_WINDOW_S_DEFAULT, NotificationMessage
 from ..selectors.notifications import DELIVERIES_MAX
 from ..vocab import DeliveryState, NotificationChannel, NotificationEventType
 from .common import _base_context, _require_valid, dashboard, require_GET, require_POST, tenant_page
@@ -41,7 +41,7 @@ FORM_FIELDS = ("name", "channel", "url", "email", "event_types", "kinds", "agent
                "services", "group_window_s", "quiet_period_s", "enabled")
 _SPLIT = re.compile(r"[,\n\r]+")
 #: A grouped message's runs linked on the delivery log (the count is always whole).
-RUNS_LINKED = 10
+RUNS_LINKED = NotificationMessage.RUNS_LISTED
 
 
 #: The session key of the create and rotate forms already answered (``form_token`` ->
@@ -191,12 +191,7 @@ def _endpoint_page(request: HttpRequest, tenant: Tenant, endpoint_id, *,
 def _message(message) -> dict:
     """A message of the delivery log as the page shows it (the API's fields, and for a
     grouped message its run count and first runs from its payload: ids only)."""
-    data = message.payload.get("data") if isinstance(message.payload, dict) else None
-    data = data if isinstance(data, dict) else {}
-    runs = [r.get("id") for r in (data.get("runs") or [])[:RUNS_LINKED]
-            if isinstance(r, dict) and isinstance(r.get("id"), str)]
-    count = data.get("run_count")
-    count = count if isinstance(count, int) and not isinstance(count, bool) else None
+    runs, count = message.listed_runs, message.run_count
     return {"event_id": message.event_id, "event_type": message.event_type,
             "subject": message.subject, "state": message.state,
             "attempts": message.attempts, "created_at": message.created_at,
@@ -205,7 +200,7 @@ def _message(message) -> dict:
                                 if message.state == DeliveryState.PENDING else None),
             "attempt_log": message.attempt_list, "run_count": count,
             "runs": runs, "more": max(0, count - len(runs)) if count is not None else 0,
-            "incident": bool(message.incident_id)}
+            "incident": message.in_incident}
 
 
 def _refused(exc: DomainError, request: HttpRequest) -> tuple[str, str] | None:

@@ -211,6 +211,33 @@ class NotificationMessage(TenantOwned):
     delivered_at = models.DateTimeField(null=True, blank=True)
     last_error = models.CharField(max_length=ERROR_MAX, blank=True)
 
+    #: The runs of a grouped message the delivery log names (``listed_runs``): the first.
+    RUNS_LISTED = 10
+
+    def _data(self) -> dict:
+        data = self.payload.get("data") if isinstance(self.payload, dict) else None
+        return data if isinstance(data, dict) else {}
+
+    @property
+    def run_count(self) -> int | None:
+        """How many runs a grouped message (an incident's, a digest's) is about, from its
+        payload; ``None`` for a message of one run. The delivery log's page and API alike
+        (stop 34: the page showed it, the API did not)."""
+        count = self._data().get("run_count")
+        return count if isinstance(count, int) and not isinstance(count, bool) else None
+
+    @property
+    def listed_runs(self) -> list[str]:
+        """The ids of a grouped message's first ``RUNS_LISTED`` runs (ids only, from its
+        payload); [] for a message of one run."""
+        return [r.get("id") for r in (self._data().get("runs") or [])[:self.RUNS_LISTED]
+                if isinstance(r, dict) and isinstance(r.get("id"), str)]
+
+    @property
+    def in_incident(self) -> bool:
+        """Whether the message is an incident's (grouped runs of one outage)."""
+        return self.incident_id is not None
+
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["tenant", "event_id"], name="notify_message_unique"),

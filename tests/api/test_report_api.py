@@ -33,6 +33,18 @@ def test_the_api_answers_the_figures_of_the_range(api_as, vic, wendy, rita, acme
     assert set(data) >= {"runs", "effects", "retry_requests", "open_conflicts", *reports.FIGURES}
     page = reports.figures(user=vic, tenant=acme, range_name="24h")
     assert data["runs_entering"] == page["runs_entering"]
+    # (stop 34, an attack's finding) the page's credentials and large payloads too.
+    assert data["flagged"] == {"runs": 0, "checkpoints": 0, "effects": 0, "large_payloads": 0}
+
+
+def test_the_api_counts_what_screening_flagged_as_the_page_does(api_as, vic, wendy, acme):
+    from checkpoints.selectors.audit import flagged_counts
+
+    put_checkpoint(wendy, acme, envelope(payload={"phase": "ready",
+                                                  "api_key": "sk_live_51HxQ2abcdefghijkl"}))
+    data = get(api_as(vic), "acme", "report", range="24h").json()
+    assert data["flagged"] == flagged_counts(acme)
+    assert data["flagged"]["checkpoints"] == 1 and data["flagged"]["runs"] == 1
 
 
 def test_a_custom_range(api_as, vic):

@@ -137,6 +137,14 @@ class NotificationMessageSerializer(Answer):
     delivered_at = IsoDateTimeField(allow_null=True)
     last_error = serializers.CharField(allow_null=True)
     attempt_log = NotificationAttemptSerializer(many=True, source="attempt_list")
+    run_count = serializers.IntegerField(
+        allow_null=True, help_text="a grouped message's (an incident's, a digest's) number of "
+                                   "runs; null for a message of one run")
+    runs = serializers.ListField(
+        child=serializers.CharField(), source="listed_runs",
+        help_text="a grouped message's first ten run ids, as the delivery log page links them")
+    incident = serializers.BooleanField(source="in_incident",
+                                        help_text="whether the message is an incident's")
 
     def to_representation(self, instance):
         out = super().to_representation(instance)

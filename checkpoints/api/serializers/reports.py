@@ -35,6 +35,18 @@ class ApprovalsSerializer(Answer):
     rejected = serializers.IntegerField()
 
 
+class FlaggedSerializer(Answer):
+    """What screening flagged in the tenant's stored data (``selectors.flagged_counts``;
+    docs/security/secrets.md), as the report page shows it."""
+
+    runs = serializers.IntegerField(help_text="runs with a credential-like value stored")
+    checkpoints = serializers.IntegerField(
+        help_text="checkpoints whose current revision holds one")
+    effects = serializers.IntegerField(help_text="effects whose request or receipt holds one")
+    large_payloads = serializers.IntegerField(
+        help_text="checkpoints above the data policy's payload_flag_bytes when written")
+
+
 def _series(help_text: str) -> serializers.DictField:
     return serializers.DictField(
         child=serializers.ListField(child=serializers.IntegerField()),
@@ -53,6 +65,9 @@ class ReportSerializer(Answer):
                                     help_text="effect state -> number")
     retry_requests = serializers.DictField(child=serializers.IntegerField())
     open_conflicts = serializers.IntegerField()
+    flagged = FlaggedSerializer(help_text="credentials and large payloads now (the report "
+                                          "page's counts; stop 34: the page had them, the "
+                                          "API did not)")
     as_of = IsoDateTimeField(help_text="the database time the figures were read at")
     range = ReportRangeSerializer()
     buckets = serializers.ListField(child=IsoDateTimeField(),
