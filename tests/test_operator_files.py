@@ -209,6 +209,30 @@ def test_an_export_to_anything_but_a_regular_file_is_refused_and_nothing_replace
     assert db_diff(before, db_state()) == {}
 
 
+@pytest.mark.django_db
+@pytest.mark.parametrize("command", ["export_runifold", "export_keyring"])
+@pytest.mark.parametrize("existing", [False, True])
+def test_an_export_of_payloads_or_keys_is_readable_by_its_owner_only(
+        acme, tmp_path, command, existing):
+    """(stop 34, an attack's doubt) ``export_runifold`` writes decrypted payloads and
+    ``export_keyring`` the wrapped data keys: both were ``-rw-r--r--`` under the usual
+    umask. Each file is 0600, a new one and one written over alike."""
+    path = tmp_path / "out.jsonl"
+    if existing:
+        path.write_text("old\n")
+        path.chmod(0o644)
+    old_umask = os.umask(0o022)
+    try:
+        if command == "export_runifold":
+            _export_runifold(str(path))
+        else:
+            call_command("export_keyring", out=str(path), stdout=io.StringIO())
+    finally:
+        os.umask(old_umask)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert path.read_text() != "old\n"
+
+
 class _Full(io.RawIOBase):
     """A stream whose every write fails as a full disk does."""
 

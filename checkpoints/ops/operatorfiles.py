@@ -192,6 +192,21 @@ def check_output(path: str, *, what: str = "file") -> None:
                            f"or - for standard output")
 
 
+def open_private(path: str, mode: str = "wb") -> IO:
+    """``path`` opened for writing (``mode``: ``"wb"`` or ``"w"``, UTF-8), created or
+    emptied, readable by its owner only (0600 whatever the umask): what an export holding
+    decrypted payloads or wrapped data keys writes (``export_runifold``,
+    ``export_keyring``; an attack found them ``-rw-r--r--``, stop 34). An existing file
+    keeps its owner and is narrowed to 0600 too. Raises ``OSError``."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+        return os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"}))
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def write_error(what: str, target: str, exc: OSError) -> CommandError:
     """The ``CommandError`` for a write that failed (``ENOSPC``, ``EPIPE`` ...)."""
     return CommandError(f"{what}: cannot write {target} ({exc.strerror or exc})")

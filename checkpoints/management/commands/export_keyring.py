@@ -30,7 +30,7 @@ class Command(BaseCommand):
         records = services.keyring_export()
         partial = f"{out}.partial"
         try:
-            with open(partial, "w", encoding="utf-8") as fh:
+            with operatorfiles.open_private(partial, "w") as fh:
                 for record in records:
                     fh.write(json.dumps(record, sort_keys=True) + "\n")
                 fh.flush()

@@ -59,7 +59,7 @@ class Command(BaseCommand):
             operatorfiles.check_output(file)
             operatorfiles.check_output(target)
         try:
-            out = sys.stdout.buffer if to_stdout else open(target, "wb")  # noqa: SIM115
+            out = sys.stdout.buffer if to_stdout else operatorfiles.open_private(target, "wb")
         except OSError as exc:
             raise CommandError(f"file: cannot write {target}: {exc.strerror}") from None
         bar = None
