@@ -115,6 +115,8 @@ def split(url: str) -> tuple[str, str, int, str]:
         raise Refused("the URL has no host")
     if parts.username is not None or parts.password is not None or "@" in parts.netloc:
         raise Refused("the URL must not carry a user name or password")
+    if port == 0:  # "h.example.com:0" was sent to 443 while it read port 0 (stop 34)
+        raise Refused("port 0 is no port to send to (1 to 65535)")
     port = port or (443 if parts.scheme == "https" else 80)
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     return parts.scheme, parts.hostname, port, target

@@ -24,6 +24,7 @@ GOOD = {"name": "on-call", "channel": "webhook", "url": "https://hooks.example.c
     ({"url": "https://localhost/"}, "url"),
     ({"url": "https://" + "a" * 2048 + ".com/"}, "url"),
     ({"url": "https://ex ample.com/"}, "url"),
+    ({"url": "https://hooks.example.com:0/"}, "url"),  # stop 34: was sent to 443
     ({"url": 7}, "url"),
     ({"email": "x@example.com"}, "email"),
     ({"event_types": []}, "event_types"),
