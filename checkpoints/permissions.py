@@ -6,7 +6,9 @@ answered exactly as if it did not exist (CONTRACT.md section 3).
 
 Cost (issue 8): the rights of a request's caller in the URL's tenant are read once, with
 the tenant row, in one query (``access_tenant``), and kept on the user object for the
-rest of the request (``tenant_perms``); the user object lives for one request.
+rest of the request (``tenant_perms``); the user object lives for one request. Work
+that outlives a request and checks again (a stored bulk job, before each batch) reads
+the account anew for each check (``account_now``).
 """
 
 from __future__ import annotations
@@ -178,6 +180,20 @@ def forget_perms(user) -> None:
     deactivation made through this same object)."""
     if user is not None:
         user.__dict__.pop(_CACHE, None)
+
+
+def account_now(user):
+    """A new object of ``user``'s account, read from the database now (``is_active`` as it
+    is now), on which no rights are known yet: ``tenant_perms`` on it reads the tenant
+    grants as they are now, once, and keeps them on that new object. ``None`` when the
+    account no longer exists.
+
+    For a holder that outlives a request (a stored bulk job's worker, before each batch:
+    ``jobs.bulk``): the rights kept on a user object (``tenant_perms``) and its
+    ``is_active`` are those of the moment it was read, right for one request only, and a
+    revocation or a deactivation made through another object of the same account
+    (``services.role_revoke``, ``account_deactivate``) does not clear them."""
+    return get_user_model()._default_manager.filter(pk=user.pk).first()
 
 
 def receipts_in_answers(user, tenant: Tenant) -> bool:

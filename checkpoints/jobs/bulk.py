@@ -8,8 +8,12 @@ broker, a slice at a time; and the re-drive of a lost message or a vanished work
    whose worker vanished (``claimed_until`` passed, database clock), becomes ``running``
    with ``attempts + 1`` and a claim of ``CLAIM_S``. A second delivery finds it running
    and does nothing.
-2. **walk**, ``BATCH`` runs at a time: before each batch the requester's right is checked
-   again (lost: the job ``failed``, nothing more acted on); each run not yet done (no
+2. **walk**, ``BATCH`` runs at a time: before each batch the requester is read again
+   from the database (``permissions.account_now``: ``is_active`` and the tenant grants
+   as they are now, never the rights an earlier object kept) and their review right
+   checked (deactivated, or the right lost: the job ``failed`` with ``last_error``
+   saying which, nothing more acted on); the batch's runs are acted on as that fresh
+   reading, so each run's service checks the same answer. Each run not yet done (no
    result row: the row is the per-run unique key, so a re-drive skips what an earlier
    attempt did) is acted on by ``services.bulk_job_act`` in its own transaction, which
    also moves the job's counts and claim on, and stops the walk when a reviewer aborted
@@ -33,9 +37,9 @@ from django.db.models import F, Q
 
 from .. import roles, services
 from ..dbclock import NOW
-from ..exceptions import DomainError
+from ..exceptions import Forbidden, NotFound
 from ..models import BulkAction, BulkActionItem
-from ..permissions import require
+from ..permissions import account_now, require
 from ..services.bulk import BulkJobLost
 from ..vocab import BulkState
 from .migrations import MAX_FAILURES, attempt_failed  # noqa: F401 - MAX_FAILURES: tests
@@ -46,6 +50,11 @@ log = logging.getLogger(__name__)
 CLAIM_S = 120
 #: Runs between two checks of the requester's right (and of the in-process budget).
 BATCH = 100
+
+
+class RequesterLost(Exception):
+    """The job's requester may no longer act (``_requester``): the job is ``failed`` with
+    these words as its ``last_error``; retrying cannot help."""
 
 
 def _jobs(reason: str):
@@ -75,9 +84,32 @@ def _end(job: BulkAction, **changes) -> int:
             .update(claimed_until=None, updated_at=NOW, **changes))
 
 
+def _requester(job: BulkAction, acted: int):
+    """The job's requester as the database has them now (a new user object: the account's
+    ``is_active`` and tenant grants read now, not what ``job.requested_by`` kept since the
+    claim), provided they may still act: an active account holding ``roles.REVIEW`` in
+    the job's tenant (docs/bulk.md, "Walk"; rights from tenant grants only,
+    ``permissions.tenant_perms``). ``acted``: runs with a result so far, for the words.
+
+    Raises ``RequesterLost`` with the ``last_error`` words otherwise (the account gone or
+    deactivated; no role left in the tenant, or one without the review right)."""
+    user = account_now(job.requested_by)
+    name, rest = job.requested_by_name, (f"stopped after {acted} of {job.total} runs; a "
+                                         "reviewer may submit the rest again")
+    if user is None or not user.is_active:
+        raise RequesterLost(f"{name}'s account was deactivated; {rest}")
+    try:
+        require(user, job.tenant, roles.REVIEW)
+    except (NotFound, Forbidden) as exc:
+        raise RequesterLost(f"{name} no longer holds the review right in this tenant "
+                            f"({exc.error}); {rest}") from None
+    return user
+
+
 def _walk(job: BulkAction, budget_s: float | None) -> bool:
     """Act on every run of the job without a result yet, in order; returns False when
-    the budget ran out first (the job is then back to ``queued``)."""
+    the budget ran out first (the job is then back to ``queued``). Raises
+    ``RequesterLost`` before a batch whose requester may no longer act."""
     done = {str(u) for u in BulkActionItem.objects.for_tenant(job.tenant)
             .filter(bulk=job).values_list("run_uuid", flat=True)}
     todo = [(pos, rid) for pos, rid in enumerate(job.run_ids) if rid not in done]
@@ -86,9 +118,9 @@ def _walk(job: BulkAction, budget_s: float | None) -> bool:
         if deadline is not None and start and time.monotonic() >= deadline:
             _end(job, state=BulkState.QUEUED, next_attempt_at=NOW)
             return False
-        require(job.requested_by, job.tenant, roles.REVIEW)
+        actor = _requester(job, len(done) + start)
         for position, run_id in todo[start:start + BATCH]:
-            services.bulk_job_act(job, position, run_id, claim_s=CLAIM_S)
+            services.bulk_job_act(job, position, run_id, actor=actor, claim_s=CLAIM_S)
     return True
 
 
@@ -108,11 +140,8 @@ def execute(job_pk: int, *, budget_s: float | None = None) -> dict:
         counts = services.bulk_job_finish(job)
     except BulkJobLost:
         return {"job": job_pk, "result": "lost"}
-    except DomainError as exc:
-        # The requester lost the right (``require`` before a batch): retrying cannot help.
-        why = (f"{job.requested_by_name} no longer holds the review right in this tenant "
-               f"({exc.error}); a reviewer may submit the rest again")
-        _end(job, state=BulkState.FAILED, finished_at=NOW, last_error=why[:1000])
+    except RequesterLost as exc:
+        _end(job, state=BulkState.FAILED, finished_at=NOW, last_error=str(exc)[:1000])
         return {"job": job_pk, "result": "failed"}
     except Exception as exc:  # noqa: BLE001 - an outage or a bug: stored, retried
         log.exception("bulk job %s failed (attempt %s)", job.uuid, job.attempts)

@@ -33,7 +33,10 @@ stays ``running`` with the results of the runs it finished; the reviewer submits
 bulk action for the rest (runs already acted on are then refused by their own rule).
 
 Rights: exactly the single actions' (``roles.REVIEW`` on the tenant, from tenant grants
-only), checked before anything is written and again by each run's service.
+only), checked before anything is written and again by each run's service; a stored
+job's worker reads the requester again from the database before each batch and acts on
+that batch's runs as that reading (``jobs.bulk``: deactivated, or the right lost, the
+job ``failed``).
 """
 
 from __future__ import annotations
@@ -339,14 +342,20 @@ def _held(job: BulkAction):
         pk=job.pk, state=BulkState.RUNNING, attempts=job.attempts)
 
 
-def bulk_job_act(job: BulkAction, position: int, run_id, *, claim_s: int) -> str:
+def bulk_job_act(job: BulkAction, position: int, run_id, *, actor, claim_s: int) -> str:
     """Act on one run of a claimed bulk job (``job``: its row as claimed, with
-    ``attempts``), as the inline path does (``_act_on``: the action's own service, its
-    result row), and in the same transaction move the job's count of that outcome on by
+    ``attempts``) as ``actor``, as the inline path does (``_act_on``: the action's own
+    service, which checks ``actor``'s right, and its result row), and in the same
+    transaction move the job's count of that outcome on by
     one and its claim to ``claim_s`` seconds from now (database clock), provided the job
     is still ``running`` under this attempt. Returns the outcome. Raises ``BulkJobLost``
     (nothing of the run kept) when it is not: aborted, or taken over by another worker
     (also when the run already has its result row: another attempt acted on it).
+
+    ``actor``: the job's requester as the worker read them again before this batch
+    (``jobs.bulk._requester``: a fresh user object, never ``job.requested_by`` as loaded
+    at the claim, whose kept rights and ``is_active`` would outlive a revocation or a
+    deactivation).
 
     Lock order (``locks``): the action takes the tenant's audit head and the run, then
     this touches the job's row (``bulk_abort`` and ``bulk_job_finish`` likewise append
@@ -358,8 +367,7 @@ def bulk_job_act(job: BulkAction, position: int, run_id, *, claim_s: int) -> str
             raise BulkJobLost(f"bulk job {job.uuid}: no longer this worker's")
 
     try:
-        return _act_on(job, job.requested_by, job.tenant, position, uuid.UUID(str(run_id)),
-                       hold=hold)
+        return _act_on(job, actor, job.tenant, position, uuid.UUID(str(run_id)), hold=hold)
     except IntegrityError:
         # The run's result row exists (its unique key): another attempt did this run.
         raise BulkJobLost(f"bulk job {job.uuid}: run {run_id} already has a result") from None

@@ -155,12 +155,12 @@ def test_abort_while_a_worker_holds_it_stops_it_before_its_next_run(acme, rita, 
     runs = many_runs(acme, 5)
     bulk, _ = submit(rita, acme, runs)
     job = bulk_job._claim(bulk.pk)
-    assert services.bulk_job_act(job, 0, runs[0], claim_s=60) == BulkOutcome.DONE
+    assert services.bulk_job_act(job, 0, runs[0], actor=rita, claim_s=60) == BulkOutcome.DONE
 
     services.bulk_abort(actor=rita, tenant=acme, bulk_id=bulk.uuid, reason="stop")
 
     with pytest.raises(services.BulkJobLost):
-        services.bulk_job_act(job, 1, runs[1], claim_s=60)
+        services.bulk_job_act(job, 1, runs[1], actor=rita, claim_s=60)
     with pytest.raises(services.BulkJobLost):
         services.bulk_job_finish(job)
     assert closed(runs) == 1  # the run after the abort was rolled back with its result
@@ -175,7 +175,7 @@ def test_a_vanished_worker_is_resumed_without_acting_on_a_run_twice(acme, rita, 
     # A worker claims it, does three runs, and dies (its claim still live).
     job = bulk_job._claim(bulk.pk)
     for position in range(3):
-        services.bulk_job_act(job, position, runs[position], claim_s=60)
+        services.bulk_job_act(job, position, runs[position], actor=rita, claim_s=60)
     assert services.bulk_jobs_redrive() == 0  # a live claim: not taken over
     assert bulk_job.execute(bulk.pk)["result"] == "skipped"
 
@@ -190,7 +190,7 @@ def test_a_vanished_worker_is_resumed_without_acting_on_a_run_twice(acme, rita, 
     assert len(events(bulk, AuditAction.RUN_CLOSE)) == 6  # none closed twice
     # The dead worker's attempt cannot write any more.
     with pytest.raises(services.BulkJobLost):
-        services.bulk_job_act(job, 3, runs[3], claim_s=60)
+        services.bulk_job_act(job, 3, runs[3], actor=rita, claim_s=60)
 
 
 def test_an_outage_is_retried_then_gives_up_visibly(acme, rita, small_jobs, monkeypatch):
@@ -219,6 +219,65 @@ def test_a_requester_who_lost_the_right_fails_the_job(acme, rita, small_jobs):
     bulk.refresh_from_db()
     assert bulk.state == BulkState.FAILED and "no longer holds" in bulk.last_error
     assert closed(runs) == 0
+
+
+def once_acted_on(monkeypatch, position: int, then) -> None:
+    """Have the worker call ``then()`` right after its run at ``position`` committed (in
+    the middle of a batch), as another request would, through its own user object."""
+    act = services.bulk_job_act
+
+    def acting(job, at, run_id, **kwargs):
+        outcome = act(job, at, run_id, **kwargs)
+        if at == position:
+            then()
+        return outcome
+
+    monkeypatch.setattr(services, "bulk_job_act", acting)
+
+
+def stopped_at_the_next_batch(bulk, runs, words: str) -> None:
+    """The job (7 runs, batches of 2, the right lost during the run at position 2) ran
+    its second batch to the end as read before it, then stopped: failed, saying why,
+    nothing acted on after, every count equal to its result rows."""
+    bulk.refresh_from_db()
+    assert bulk.state == BulkState.FAILED and bulk.finished_at is not None
+    assert words in bulk.last_error and "stopped after 4 of 7 runs" in bulk.last_error
+    assert (bulk.done, bulk.refused, bulk.failed) == (4, 0, 0)
+    assert set(Run.objects.filter(uuid__in=runs, closed_at__isnull=False)
+               .values_list("uuid", flat=True)) == set(runs[:4])
+    assert BulkActionItem.objects.filter(bulk=bulk).count() == 4
+    assert len(events(bulk, AuditAction.RUN_CLOSE)) == 4
+    assert not events(bulk, AuditAction.BULK_FINISH)
+
+
+@pytest.mark.parametrize("left", [None, "viewer"])
+def test_a_role_revoked_mid_job_stops_it_at_the_next_batch(acme, rita, small_jobs,
+                                                            monkeypatch, left):
+    # D3: the rights read at the claim were kept on the job's user object, so every later
+    # check (before each batch, and each run's service) answered "reviewer" still.
+    runs = many_runs(acme, 7)
+    bulk, _ = submit(rita, acme, runs)
+    if left:
+        services.role_grant(actor=None, tenant=acme, user=rita, role=left)
+    once_acted_on(monkeypatch, 2, lambda: services.role_revoke(
+        actor=None, tenant=acme, user=rita, role="reviewer"))
+
+    assert bulk_job.execute(bulk.pk)["result"] == "failed"
+
+    stopped_at_the_next_batch(bulk, runs, "rita no longer holds the review right in "
+                              f"this tenant ({'forbidden' if left else 'not_found'})")
+
+
+def test_an_account_deactivated_mid_job_stops_it_at_the_next_batch(acme, rita, small_jobs,
+                                                                   monkeypatch):
+    # D3: the job's user object, read at the claim, kept is_active=True.
+    runs = many_runs(acme, 7)
+    bulk, _ = submit(rita, acme, runs)
+    once_acted_on(monkeypatch, 2, lambda: services.account_deactivate(user=rita))
+
+    assert bulk_job.execute(bulk.pk)["result"] == "failed"
+
+    stopped_at_the_next_batch(bulk, runs, "rita's account was deactivated")
 
 
 def test_abort_rights_and_refusals(acme, globex, rita, vic, omar, small_jobs):
