@@ -37,7 +37,8 @@ tenant and exported back. The format, the mapping and the rules are written up i
   (a conflict, never overwritten); a revision further ahead is an error (a gap), and
   one older than the first stored revision too. Fencing holds: a run that has had an
   owner here (a lease, a fencing token) is not written by an import, which carries no
-  token.
+  token; nor is a run whose payloads retention or erasure deleted (the API's
+  ``run_deleted`` rule, each of its lines an error).
 - **Batches.** Lines are read one at a time and written ``batch_size`` at a time, each
   batch in one transaction: the rights check, the run locks (in id order), the writes,
   the runs' recovery state (``runs.run_save_many``) and one audit event per written line

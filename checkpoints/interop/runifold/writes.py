@@ -40,7 +40,8 @@ def _run_of(line, checkpoints: dict, effects: dict) -> uuid.UUID:
 
 def _create_runs(tenant, ops, checkpoints, effects, runs, now) -> None:
     """Create (race-safe) and lock the runs the written lines name that do not exist
-    yet; ``_Redo`` if one that appeared meanwhile has had an owner."""
+    yet; ``_Redo`` if one that appeared meanwhile has had an owner or had its payloads
+    deleted (the lines are then decided again, one per transaction, and refused)."""
     new = sorted({_run_of(x, checkpoints, effects) for x in ops} - set(runs))
     if not new:
         return
@@ -48,6 +49,8 @@ def _create_runs(tenant, ops, checkpoints, effects, runs, now) -> None:
                             ignore_conflicts=True)
     found = _lock_runs(tenant, set(new))
     for run in found.values():
+        if run.payloads_deleted_at is not None:
+            raise _Redo()
         live = policy.lease_live(run.lease_owner, run.lease_expires_at, now)
         if policy.fence_refuses(None, run.fencing_token, live):
             raise _Redo()
