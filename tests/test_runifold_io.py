@@ -34,6 +34,7 @@ from checkpoints.models import (
     Effect,
     EffectRevision,
     Run,
+    RunSubject,
 )
 from checkpoints.services.runs import run_facts, run_facts_many
 from checkpoints.vocab import AuditAction, EffectClass, EffectState, PhaseClass, RecoveryState
@@ -575,6 +576,40 @@ def test_a_run_deleted_between_the_batch_read_and_its_write_is_not_written(acme,
     report, errors = service_import(acme, json.dumps(line).encode())
     assert (report.imported, report.failed) == (0, 1)
     assert db_diff(before, db_state()) == {}
+
+
+@pytest.mark.django_db
+def test_an_import_indexes_subjects_as_an_api_write_of_the_same_payload(acme, wendy, adam,
+                                                                        rita, april):
+    """docs/security/erasure.md, "Subjects": every checkpoint write indexes the declared
+    subject fields, the import's too, so an erasure or a hold by subject finds imported
+    runs. Each imported run gets the rows an API write of the same payload gets."""
+    services.data_policy_set(actor=adam, tenant=acme, subject_fields={
+        "wf": "/workflow", "version": "/workflow_version", "order": "/value/order_id",
+        "nowhere": "/no/such/field"})
+    report, errors = service_import(acme, (FIXTURES / "workflow.v4.jsonl").read_bytes())
+    assert errors == [] and report.imported == len(records("workflow.v4"))
+
+    def rows_of(run_uuid) -> set:
+        return set(RunSubject.objects.filter(tenant=acme, run__uuid=run_uuid)
+                   .values_list("field", "digest"))
+
+    for record in records("workflow.v4"):
+        twin = {**record, "id": str(uuid.uuid4()), "run_id": str(uuid.uuid4()), "revision": 0}
+        services.checkpoint_put(actor=wendy, tenant=acme, envelope=services.parse_envelope(
+            twin, url_id=uuid.UUID(twin["id"])), expected_revision=None)
+        assert rows_of(record["run_id"]) == rows_of(twin["run_id"]), record["id"]
+        assert ("wf", services.subject_digest(acme, "wf", "refund-approval")) \
+            in rows_of(record["run_id"])
+    # Importing again writes nothing, the index included.
+    before = db_state()
+    service_import(acme, (FIXTURES / "workflow.v4.jsonl").read_bytes())
+    assert db_diff(before, db_state()) == {}
+    # An erasure by subject finds the imported runs (and the API's twins).
+    request = services.erasure_request(actor=rita, tenant=acme, reason="dsr",
+                                       subject={"field": "wf", "value": "refund-approval"})
+    done = services.erasure_approve(actor=april, tenant=acme, request_id=request.uuid)
+    assert done.counts["runs"] == 2 * len(records("workflow.v4"))
 
 
 # --------------------------------------------------------------------------------------

@@ -37,6 +37,7 @@ from .lines import (
 from .writes import (
     _create_runs,
     _events,
+    _index_subjects,
     _lock_runs,
     _Redo,
     _save_runs,
@@ -220,10 +221,12 @@ def _import_batch(actor, tenant: Tenant, batch) -> tuple[int, int, list[tuple[in
                 skipped += 1
         if not ops:
             return 0, skipped, errors
-        # 4. Write: the runs that are new, the checkpoints, the effects, their history,
-        # each touched run's state, one audit event per written line.
+        # 4. Write: the runs that are new, the checkpoints, their subject index, the
+        # effects, their history, each touched run's state, one audit event per written
+        # line.
         _create_runs(tenant, ops, checkpoints, effects, runs, now)
         _write_checkpoints(actor, tenant, checkpoints, runs, now)
+        _index_subjects(tenant, checkpoints, runs)
         _write_effects(actor, tenant, effects, runs, now)
         reopened = _save_runs(tenant, ops, checkpoints, effects, runs, now)
         audit_record_many(tenant=tenant, actor=actor,
