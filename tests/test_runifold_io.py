@@ -24,7 +24,7 @@ from django.core.management.base import CommandError
 from django.db import connection
 
 from checkpoints import services
-from checkpoints.exceptions import Forbidden, NotFound
+from checkpoints.exceptions import Forbidden, NotFound, RunDeleted
 from checkpoints.interop import runifold
 from checkpoints.interop.runifold import jsonl_lines
 from checkpoints.models import (
@@ -34,6 +34,7 @@ from checkpoints.models import (
     Effect,
     EffectRevision,
     Run,
+    RunSubject,
 )
 from checkpoints.services.runs import run_facts, run_facts_many
 from checkpoints.vocab import AuditAction, EffectClass, EffectState, PhaseClass, RecoveryState
@@ -509,6 +510,106 @@ def test_an_import_does_not_write_a_run_that_has_had_an_owner(acme, wendy):
     assert len(errors) == 1 and errors[0][1].startswith(
         f"run_id: run {first['run_id']} has had an owner in this store (fencing token 1)")
     assert db_diff(before, db_state()) == {}
+
+
+C_ID = "0193a5b0-1f2e-7a4b-8c6d-0e1f2a3b4c5d"  # agent.v1: completed, revision 2
+C_RUN = "0193a5b0-1e77-7d01-9a2b-3c4d5e6f7081"
+
+
+def _erase(acme, rita, april, run_id: str) -> None:
+    request = services.erasure_request(actor=rita, tenant=acme, runs=[run_id], reason="art. 17")
+    done = services.erasure_approve(actor=april, tenant=acme, request_id=request.uuid)
+    assert done.counts["erased"] == 1
+    assert Run.objects.get(tenant=acme, uuid=run_id).payloads_deleted_at is not None
+
+
+def _effect_of(run_id: str, effect_id: str, key: str) -> dict:
+    """A settled (``completed``) effect record of ``run_id``: it does not stop an erasure."""
+    record = json.loads(json.dumps(records("effects")[5]))
+    record["run_id"] = run_id
+    record["request"]["effect_id"] = effect_id
+    record["request"]["idempotency_key"] = key
+    return record
+
+
+@pytest.mark.django_db
+def test_an_import_does_not_write_a_run_whose_payloads_were_deleted(acme, wendy, rita, april):
+    """An attack's finding: after an erasure, importing the same file again brought the
+    erased checkpoint back. Every line of such a run (its checkpoint, an effect it kept,
+    a new effect) is refused with the API's ``run_deleted`` detail, and nothing is
+    written; the other lines still compare and are skipped (docs/security/retention.md,
+    "A deleted run")."""
+    kept = _effect_of(C_RUN, "0193a5b0-2a00-7b00-8c00-000000000001", "refund-lookup:C-1")
+    service_import(acme, (FIXTURES / "agent.v1.jsonl").read_bytes() + json.dumps(kept).encode())
+    _erase(acme, rita, april, C_RUN)
+    assert not Checkpoint.objects.filter(tenant=acme, run__uuid=C_RUN).exists()
+    with pytest.raises(RunDeleted) as api:  # what the API answers (409 run_deleted)
+        c_line = next(r for r in records("agent.v1") if r["id"] == C_ID)
+        services.checkpoint_put(actor=wendy, tenant=acme, envelope=services.parse_envelope(
+            {**c_line, "revision": 0}, url_id=uuid.UUID(C_ID)), expected_revision=None)
+    fresh = _effect_of(C_RUN, "0193a5b0-2a00-7b00-8c00-000000000002", "refund-lookup:C-2")
+    before = db_state()
+    with pytest.raises(CommandError, match="1 line") as command:  # the attack, exit 1
+        run_import(FIXTURES / "agent.v1.jsonl")
+    assert command.value.err == f"line 3: {api.value.detail}\n"
+    assert "0 line(s) imported, 2 skipped" in command.value.out
+    report, errors = service_import(acme, "\n".join(
+        json.dumps(r) for r in records("agent.v1") + [kept, fresh]).encode())
+    assert (report.imported, report.skipped, report.failed) == (0, 2, 3)
+    assert errors == [(3, api.value.detail), (4, api.value.detail), (5, api.value.detail)]
+    assert api.value.detail.startswith(f"run_id: the payloads of run {C_RUN} were deleted on ")
+    assert db_diff(before, db_state()) == {}
+    assert not Checkpoint.objects.filter(tenant=acme, uuid=C_ID).exists()
+
+
+@pytest.mark.django_db
+def test_a_run_deleted_between_the_batch_read_and_its_write_is_not_written(acme, rita, april,
+                                                                           monkeypatch):
+    """The batch found no run (simulated by hiding the stored runs from its first lock),
+    so it creates the run, and the creation finds one whose payloads were deleted: the
+    batch is rolled back and nothing is written."""
+    service_import(acme, (FIXTURES / "agent.v1.jsonl").read_bytes())
+    _erase(acme, rita, april, C_RUN)
+    before = db_state()
+    monkeypatch.setattr(runifold.imports, "_lock_runs", lambda tenant, run_ids: {})
+    line = next(r for r in records("agent.v1") if r["id"] == C_ID)
+    report, errors = service_import(acme, json.dumps(line).encode())
+    assert (report.imported, report.failed) == (0, 1)
+    assert db_diff(before, db_state()) == {}
+
+
+@pytest.mark.django_db
+def test_an_import_indexes_subjects_as_an_api_write_of_the_same_payload(acme, wendy, adam,
+                                                                        rita, april):
+    """docs/security/erasure.md, "Subjects": every checkpoint write indexes the declared
+    subject fields, the import's too, so an erasure or a hold by subject finds imported
+    runs. Each imported run gets the rows an API write of the same payload gets."""
+    services.data_policy_set(actor=adam, tenant=acme, subject_fields={
+        "wf": "/workflow", "version": "/workflow_version", "order": "/value/order_id",
+        "nowhere": "/no/such/field"})
+    report, errors = service_import(acme, (FIXTURES / "workflow.v4.jsonl").read_bytes())
+    assert errors == [] and report.imported == len(records("workflow.v4"))
+
+    def rows_of(run_uuid) -> set:
+        return set(RunSubject.objects.filter(tenant=acme, run__uuid=run_uuid)
+                   .values_list("field", "digest"))
+
+    for record in records("workflow.v4"):
+        twin = {**record, "id": str(uuid.uuid4()), "run_id": str(uuid.uuid4()), "revision": 0}
+        services.checkpoint_put(actor=wendy, tenant=acme, envelope=services.parse_envelope(
+            twin, url_id=uuid.UUID(twin["id"])), expected_revision=None)
+        assert rows_of(record["run_id"]) == rows_of(twin["run_id"]), record["id"]
+        assert ("wf", services.subject_digest(acme, "wf", "refund-approval")) \
+            in rows_of(record["run_id"])
+    # Importing again writes nothing, the index included.
+    before = db_state()
+    service_import(acme, (FIXTURES / "workflow.v4.jsonl").read_bytes())
+    assert db_diff(before, db_state()) == {}
+    # An erasure by subject finds the imported runs (and the API's twins).
+    request = services.erasure_request(actor=rita, tenant=acme, reason="dsr",
+                                       subject={"field": "wf", "value": "refund-approval"})
+    done = services.erasure_approve(actor=april, tenant=acme, request_id=request.uuid)
+    assert done.counts["runs"] == 2 * len(records("workflow.v4"))
 
 
 # --------------------------------------------------------------------------------------

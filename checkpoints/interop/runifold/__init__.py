@@ -37,10 +37,11 @@ tenant and exported back. The format, the mapping and the rules are written up i
   (a conflict, never overwritten); a revision further ahead is an error (a gap), and
   one older than the first stored revision too. Fencing holds: a run that has had an
   owner here (a lease, a fencing token) is not written by an import, which carries no
-  token.
+  token; nor is a run whose payloads retention or erasure deleted (the API's
+  ``run_deleted`` rule, each of its lines an error).
 - **Batches.** Lines are read one at a time and written ``batch_size`` at a time, each
   batch in one transaction: the rights check, the run locks (in id order), the writes,
-  the runs' recovery state (``runs.run_save_many``) and one audit event per written line
+  the subject index of the written payloads (as an API write's), the runs' recovery state (``runs.run_save_many``) and one audit event per written line
   (``audit.audit_record_many``). A bad line is reported and left out; the rest of its
   batch is written. If the database refuses a batch (another writer took an id or a key
   meanwhile), the batch is rolled back and written again one line per transaction, so

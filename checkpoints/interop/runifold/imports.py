@@ -16,10 +16,11 @@ from django.db import IntegrityError, transaction
 from ... import crypto, policy, roles, services
 from ...audit import audit_record_many
 from ...dbclock import db_now
-from ...exceptions import InvalidPayload
+from ...exceptions import InvalidPayload, RunDeleted
 from ...jsonparse import dumps, loads_any
 from ...models import Checkpoint, CheckpointRevision, Effect, EffectRevision, Tenant
 from ...permissions import require
+from ...services.runs import raise_deleted
 from .lines import (
     DEFAULT_BATCH,
     IMPORT_MAY_MOVE,
@@ -36,6 +37,7 @@ from .lines import (
 from .writes import (
     _create_runs,
     _events,
+    _index_subjects,
     _lock_runs,
     _Redo,
     _save_runs,
@@ -219,10 +221,12 @@ def _import_batch(actor, tenant: Tenant, batch) -> tuple[int, int, list[tuple[in
                 skipped += 1
         if not ops:
             return 0, skipped, errors
-        # 4. Write: the runs that are new, the checkpoints, the effects, their history,
-        # each touched run's state, one audit event per written line.
+        # 4. Write: the runs that are new, the checkpoints, their subject index, the
+        # effects, their history, each touched run's state, one audit event per written
+        # line.
         _create_runs(tenant, ops, checkpoints, effects, runs, now)
         _write_checkpoints(actor, tenant, checkpoints, runs, now)
+        _index_subjects(tenant, checkpoints, runs)
         _write_effects(actor, tenant, effects, runs, now)
         reopened = _save_runs(tenant, ops, checkpoints, effects, runs, now)
         audit_record_many(tenant=tenant, actor=actor,
@@ -279,6 +283,23 @@ def _check_fence(runs: dict, run_uuid: uuid.UUID, now) -> None:
                         f"so it does not write that run")
 
 
+def _check_deleted(runs: dict, run_uuid: uuid.UUID | None) -> None:
+    """A run whose payloads retention or erasure deleted takes no more writes
+    (docs/security/retention.md, "A deleted run": "Writes are refused ... The run's
+    checkpoint is never recreated"): the API's rule (``runs.raise_deleted``, the
+    ``RunDeleted`` a ``PUT`` answers 409 ``run_deleted``), judged on the run read under
+    the batch's lock, raised as this line's ``LineError`` with the API's detail
+    (``run_id: the payloads of run ... were deleted on ...``). Nothing is compared
+    against such a run: what is left of it (blanked effect records) is not a stored line."""
+    run = runs.get(run_uuid) if run_uuid is not None else None
+    if run is None or run.payloads_deleted_at is None:
+        return
+    try:
+        raise_deleted(run)
+    except RunDeleted as exc:
+        raise LineError(exc.detail) from None
+
+
 def _checkpoint_content(tenant: Tenant, cp: _Checkpoint, revision: int) -> tuple | None:
     """The content (``CheckpointLine.content``) of revision ``revision`` of ``cp``: one
     written earlier in the batch, the stored current one, or a stored older one
@@ -327,8 +348,10 @@ def _is_next(what: str, revision: int, stored_revision: int, stored_content, con
 def _decide_checkpoint(tenant: Tenant, line: CheckpointLine, checkpoints: dict, runs: dict,
                        now) -> bool:
     """Whether ``line`` is written (``True``) or already stored (``False``); raises
-    ``LineError``. Updates ``checkpoints`` as if it were written."""
+    ``LineError`` (also for a run whose payloads were deleted, ``_check_deleted``).
+    Updates ``checkpoints`` as if it were written."""
     env = line.envelope
+    _check_deleted(runs, env.run_id)
     cp = checkpoints.get(env.checkpoint_id)
     if cp is not None:
         if cp.run_uuid != env.run_id:
@@ -394,12 +417,16 @@ def _decide_effect(tenant: Tenant, line: EffectLine, effects: dict, checkpoints:
                    keys: dict, runs: dict, now) -> bool:
     """As ``_decide_checkpoint``, for an effect record: its run (``run_id``, else the
     checkpoint its agent key names), then create, advance (a move runifold makes, out of
-    a state an import may leave), skip, or ``LineError``."""
+    a state an import may leave), skip, or ``LineError`` (first of all for a run whose
+    payloads were deleted: the stored effect's, or the one the line names)."""
     effect = effects.get(line.effect_id)
+    if effect is not None:
+        _check_deleted(runs, effect.run_uuid)
     run_uuid = line.run_id
     if run_uuid is None and line.execution_id is not None:
         cp = checkpoints.get(line.execution_id)
         run_uuid = cp.run_uuid if cp is not None else None
+    _check_deleted(runs, run_uuid)
     if run_uuid is None:
         raise LineError("run_id: required: runifold keeps no run id on an effect record, and "
                         "this record's idempotency key does not start with the id of a "

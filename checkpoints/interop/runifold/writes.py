@@ -1,6 +1,7 @@
 """The writes of one checked runifold import batch (issue 10, item 4;
 ``docs/runifold.md``): the runs it names, created race-safe and locked in id order, the
-checkpoint and effect rows and revisions, the runs' recovery state
+checkpoint and effect rows and revisions, the subject index of the written payloads
+(``lifecycle.subject_rows``, as an API write), the runs' recovery state
 (``runs.run_save_many``) and one audit event per written line.
 """
 
@@ -11,8 +12,17 @@ from typing import Any
 
 from ... import locks, policy, sql
 from ...jsonparse import content_sha256
-from ...models import Checkpoint, CheckpointRevision, Effect, EffectRevision, Run, Tenant
+from ...models import (
+    Checkpoint,
+    CheckpointRevision,
+    Effect,
+    EffectRevision,
+    Run,
+    RunSubject,
+    Tenant,
+)
 from ...services.common import _actor_name
+from ...services.lifecycle import policy_for, subject_rows
 from ...services.runs import run_save_many
 from ...vocab import AuditAction, EffectSource, TargetType
 from .lines import STARTED, CheckpointLine
@@ -40,7 +50,8 @@ def _run_of(line, checkpoints: dict, effects: dict) -> uuid.UUID:
 
 def _create_runs(tenant, ops, checkpoints, effects, runs, now) -> None:
     """Create (race-safe) and lock the runs the written lines name that do not exist
-    yet; ``_Redo`` if one that appeared meanwhile has had an owner."""
+    yet; ``_Redo`` if one that appeared meanwhile has had an owner or had its payloads
+    deleted (the lines are then decided again, one per transaction, and refused)."""
     new = sorted({_run_of(x, checkpoints, effects) for x in ops} - set(runs))
     if not new:
         return
@@ -48,6 +59,8 @@ def _create_runs(tenant, ops, checkpoints, effects, runs, now) -> None:
                             ignore_conflicts=True)
     found = _lock_runs(tenant, set(new))
     for run in found.values():
+        if run.payloads_deleted_at is not None:
+            raise _Redo()
         live = policy.lease_live(run.lease_owner, run.lease_expires_at, now)
         if policy.fence_refuses(None, run.fencing_token, live):
             raise _Redo()
@@ -102,6 +115,34 @@ def _write_checkpoints(actor, tenant, checkpoints: dict, runs: dict, now) -> Non
         dict(tenant_id=tenant.pk, checkpoint_id=cp.pk, revision=line.envelope.revision,
              **_checkpoint_fields(line, actor, now))
         for cp in checkpoints.values() for line in cp.written])
+
+
+def _index_subjects(tenant: Tenant, checkpoints: dict, runs: dict) -> int:
+    """Index every checkpoint line the batch writes by the tenant's declared subject
+    fields (docs/security/erasure.md, "Subjects": "On every checkpoint write, each
+    declared pointer ... adds a RunSubject row"): the rows ``lifecycle.subject_rows``
+    builds for an API write of the same payload to the same run, upserted in one
+    statement (already indexed ones kept, as ``lifecycle.subjects_index`` does), in the
+    batch's transaction. The fields are read under the batch's write gate (shared, taken
+    with its run locks), so a policy change waits for the batch or is seen by it, as an
+    API write reads them with its run's lock. Returns how many rows were offered (0: no
+    checkpoint written, no field declared, or none resolves). No query without a
+    checkpoint line to write, else one for the policy and one for the rows."""
+    written = [(runs[cp.run_uuid].pk, line)
+               for cp in checkpoints.values() for line in cp.written]
+    if not written:
+        return 0
+    fields = policy_for(tenant).subject_fields
+    if not fields:
+        return 0
+    rows: dict[tuple, RunSubject] = {}
+    for run_pk, line in written:
+        for row in subject_rows(tenant=tenant, run_pk=run_pk, payload=line.envelope.payload,
+                                fields=fields):
+            rows.setdefault((row.run_id, row.field, row.digest), row)
+    if rows:
+        RunSubject.objects.bulk_create(list(rows.values()), ignore_conflicts=True)
+    return len(rows)
 
 
 def _write_effects(actor, tenant, effects: dict, runs: dict, now) -> None:
