@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import hashlib
+import re
 import time
 import uuid
+from html.parser import HTMLParser
 
 from checkpoints import services
 from checkpoints.interop import langgraph
@@ -216,3 +218,62 @@ def graph_put(writer, tenant, body: dict, token=None):
 def graph_writes(writer, tenant, body: dict, token=None) -> int:
     return langgraph.graph_put_writes(actor=writer, tenant=tenant,
                                       body=langgraph.parse_writes(body), fencing_token=token)
+
+
+class _FormReader(HTMLParser):
+    """The fields one ``<form id=…>`` of a page would send, as a browser sends them."""
+
+    def __init__(self, form_id: str):
+        super().__init__(convert_charrefs=True)
+        self.form_id, self.inside, self.fields = form_id, False, []
+        self._textarea: list | None = None
+        self._select: list | None = None
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "form":
+            self.inside = a.get("id") == self.form_id
+        if not self.inside or "name" not in a and tag != "option":
+            return
+        if tag == "input" and a.get("type", "text") not in ("submit", "button", "reset"):
+            if a.get("type") not in ("checkbox", "radio") or "checked" in a:
+                self.fields.append((a["name"], a.get("value", "on" if a.get("type") else "")))
+        elif tag == "textarea":
+            self._textarea = [a["name"], ""]
+        elif tag == "select":
+            self._select = [a["name"], None]
+        elif tag == "option" and self._select is not None:
+            if self._select[1] is None or "selected" in a:
+                self._select[1] = a.get("value", "")
+
+    def handle_data(self, data):
+        if self._textarea is not None:
+            self._textarea[1] += data
+
+    def handle_endtag(self, tag):
+        if tag == "form":
+            self.inside = False
+        elif tag == "textarea" and self._textarea is not None:
+            name, text = self._textarea
+            text = text[1:] if text.startswith("\n") else text  # as HTML parses a textarea
+            self.fields.append((name, re.sub(r"\r\n|\r|\n", "\r\n", text)))  # sent as CR LF
+            self._textarea = None
+        elif tag == "select" and self._select is not None:
+            self.fields.append(tuple(self._select))
+            self._select = None
+
+
+def form_fields(page: str, form_id: str) -> dict:
+    """What submitting the form ``form_id`` of the HTML ``page`` unchanged sends: its
+    fields as a browser sends them (checked boxes only, a textarea's lines as CR LF),
+    ``{name: value}``, or ``{name: [values]}`` for a name sent more than once (for
+    ``Client.post``). A test changes one field and posts it: what a person does."""
+    reader = _FormReader(form_id)
+    reader.feed(page)
+    out: dict = {}
+    for name, value in reader.fields:
+        if name in out:
+            out[name] = (out[name] if isinstance(out[name], list) else [out[name]]) + [value]
+        else:
+            out[name] = value
+    return out

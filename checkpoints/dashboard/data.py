@@ -14,11 +14,14 @@ from django.shortcuts import redirect, render
 from .. import roles, selectors, services
 from ..models import Tenant
 from .common import _base_context, _require_valid, dashboard, require_GET, require_POST, tenant_page
-from .forms import DataPolicyForm, TombstonePageForm
+from .forms import DataPolicyForm, TombstonePageForm, subject_line
 
 
-def _subject_lines(fields: dict[str, str]) -> str:
-    return "\n".join(f"{name} = {pointer}" for name, pointer in fields.items())
+def _subject_lines(fields: dict[str, str]) -> list[str]:
+    """The policy's subject fields as the form shows them and reads them back (one
+    ``name = pointer`` a line, a pointer stored before the one-line rule as an escaped
+    JSON string: ``forms.subject_line``); the table of the other roles shows the same."""
+    return [subject_line(name, pointer) for name, pointer in fields.items()]
 
 
 @require_GET
@@ -37,10 +40,11 @@ def data_page(request: HttpRequest, tenant: Tenant) -> HttpResponse:
     if request.htmx and before is not None:
         return render(request, "checkpoints/data.html#tombstones", context)
     policy = selectors.data_policy_get(user=user, tenant=tenant)
+    lines = _subject_lines(policy.subject_fields or {})
     context |= {
         "policy": policy,
         "policy_set": not policy._state.adding,
-        "subject_lines": _subject_lines(policy.subject_fields or {}),
+        "subject_lines": lines, "subject_text": "\n".join(lines),
         "holds": selectors.legal_hold_list(user=user, tenant=tenant, active_only=True,
                                            limit=selectors.HOLDS_SHOWN),
         "erasures": selectors.erasure_request_list(user=user, tenant=tenant,

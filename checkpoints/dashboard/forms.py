@@ -10,6 +10,8 @@ refuses U+0000; integers: at most 2^63-1), so nothing out of range gets to a que
 
 from __future__ import annotations
 
+import json
+import re
 import uuid
 from urllib.parse import urlsplit
 
@@ -17,8 +19,10 @@ from django import forms
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest, QueryDict
 
+from .. import services
 from ..exceptions import InvalidPayload
 from ..intranges import SCHEMA_VERSION
+from ..jsonparse import name_problem
 from ..models import BULK_MAX_RUNS, MAX_REVISION, RecoveryState
 from ..models.lifecycle import PAYLOAD_FLAG_BYTES_MAX, RESTART_INTERVAL_S_MAX, RETENTION_DAYS_MAX
 from ..querystring import single_values
@@ -410,11 +414,60 @@ def _optional_int(most: int) -> forms.IntegerField:
     return PolicyNumberField(required=False, max_value=most)
 
 
+#: A textarea's line breaks, as a browser sends them (CR LF) or a client may (LF, CR):
+#: only these end a line; any other character reaches the service's check.
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+
+
+def subject_line(name: str, pointer: str) -> str:
+    """One line of the Data page's ``subject_fields``: ``name = pointer``, the pointer as
+    stored. A pointer ``services.subject_pointer_problem`` refuses (stored before that
+    rule: a line break, a control, bidirectional or invisible character, surrounding
+    whitespace) is written as a JSON string with those characters escaped
+    (``x = "/a\\nb"``): it takes one line, shows what it holds, and ``DataPolicyForm``
+    reads it back unchanged. No pointer begins with ``"`` (RFC 6901: ``/``)."""
+    if not services.subject_pointer_problem(pointer):
+        return f"{name} = {pointer}"
+    quoted = json.dumps(pointer, ensure_ascii=False)
+    return f"{name} = " + "".join(
+        f"\\u{ord(ch):04x}" if name_problem(ch) or (ch.isspace() and ch != " ") else ch
+        for ch in quoted)
+
+
+def subject_lines(text: str) -> dict[str, str]:
+    """``DataPolicyForm``'s reading of ``subject_fields``: one ``name = pointer`` a line
+    (CR LF, LF or CR; blank lines skipped), the spaces around ``=`` the separator's, the
+    pointer to the line's end as typed (a trailing space is the pointer's: the service
+    refuses it), or a JSON string (``subject_line``). Raises ``ValidationError`` for a
+    line that is none of these or a name given twice (as the API's JSON refuses a
+    duplicated key); every rule of the names and pointers is the service's
+    (``services.data_policy_check``), so the page and ``PUT …/data-policy`` agree."""
+    out: dict[str, str] = {}
+    for line in _LINE_BREAK.split(text):
+        if not line.strip():
+            continue
+        name, eq, pointer = line.partition("=")
+        name, pointer = name.strip(" \t"), pointer.lstrip(" \t")
+        if not eq:
+            raise ValidationError(f"{line.strip()[:64]!r}: write name = /pointer")
+        if pointer.startswith('"'):
+            try:
+                pointer = json.loads(pointer)
+            except ValueError:
+                raise ValidationError(f"{name[:64]!r}: a pointer in quotes must be one JSON "
+                                      'string ("/a\\u202eb")') from None
+        if name in out:
+            raise ValidationError(f"{name[:64]!r} is given twice")
+        out[name] = pointer
+    return out
+
+
 class DataPolicyForm(forms.Form):
     """The Data page's policy form (``data.data_policy_post``), the admin's: the same
-    fields as ``PUT …/data-policy``; ``subject_fields`` one ``name = /pointer`` a line.
-    Every field is sent (the form shows the stored values); the rules are the service's
-    (``services.data_policy_check``, 400 naming the field)."""
+    fields as ``PUT …/data-policy``; ``subject_fields`` one ``name = /pointer`` a line
+    (``subject_lines``, as ``subject_line`` shows them: what the page shows comes back
+    unchanged). Every field is sent (the form shows the stored values); the rules are the
+    service's (``services.data_policy_check``, 400 naming the field)."""
 
     payload_retention_days = _optional_int(RETENTION_DAYS_MAX)
     effect_retention_days = _optional_int(RETENTION_DAYS_MAX)
@@ -422,21 +475,11 @@ class DataPolicyForm(forms.Form):
     tombstone_retention_days = _optional_int(RETENTION_DAYS_MAX)
     secrets_policy = forms.ChoiceField(choices=SecretsPolicy.choices)
     payload_flag_bytes = _optional_int(PAYLOAD_FLAG_BYTES_MAX)
-    subject_fields = forms.CharField(required=False, max_length=20_000, strip=True,
+    subject_fields = forms.CharField(required=False, max_length=20_000, strip=False,
                                      widget=forms.Textarea)
 
     def clean_subject_fields(self) -> dict[str, str]:
-        out: dict[str, str] = {}
-        for line in self.cleaned_data["subject_fields"].splitlines():
-            if not line.strip():
-                continue
-            name, eq, pointer = line.partition("=")
-            if not eq:
-                raise ValidationError(f"{line.strip()[:64]!r}: write name = /pointer")
-            if name.strip() in out:  # as the API refuses a duplicated key
-                raise ValidationError(f"{name.strip()[:64]!r} is given twice")
-            out[name.strip()] = pointer.strip()
-        return out
+        return subject_lines(self.cleaned_data["subject_fields"])
 
 
 # --------------------------------------------------------------------------------------

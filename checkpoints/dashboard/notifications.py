@@ -39,7 +39,10 @@ from .forms import NoQuery
 #: The fields of the create and edit forms, in the order the errors are looked for.
 FORM_FIELDS = ("name", "channel", "url", "email", "event_types", "kinds", "agents",
                "services", "group_window_s", "quiet_period_s", "enabled")
-_SPLIT = re.compile(r"[,\n\r]+")
+#: A filter textarea's line breaks (what a browser sends: CR LF). The values are one a line,
+#: as ``_values`` shows them: a comma or a space belongs to the value (an agent may be
+#: called ``refund, assistant``), so the form sends what it shows and the service judges.
+_LINES = re.compile(r"\r\n|\r|\n")
 #: A grouped message's runs linked on the delivery log (the count is always whole).
 RUNS_LINKED = NotificationMessage.RUNS_LISTED
 
@@ -123,7 +126,9 @@ def _number(raw: str):
 
 def _body(post, *, channel: str, partial: bool) -> dict:
     """The API's body from a create or edit form (the service validates it). Filters are
-    comma- or line-separated; a blank number is left out (the default, or unchanged).
+    one value a line, each line as typed (a blank line is dropped: no value is blank), so
+    a value the API stored comes back unchanged; a blank number is left out (the default,
+    or unchanged).
     ``partial`` (edit): only the fields the form sent (``event_types_sent`` marks the
     checkboxes, which send nothing when none is ticked)."""
     body: dict = {}
@@ -138,7 +143,7 @@ def _body(post, *, channel: str, partial: bool) -> dict:
         body["event_types"] = post.getlist("event_types")
     for field in ("kinds", "agents", "services"):
         if field in post:
-            body[field] = [v.strip() for v in _SPLIT.split(post[field]) if v.strip()]
+            body[field] = [v for v in _LINES.split(post[field]) if v.strip()]
     for field in ("group_window_s", "quiet_period_s"):
         if post.get(field, "").strip():
             body[field] = _number(post[field])

@@ -73,10 +73,20 @@ def _when(text: str, field: str, *, end: bool) -> datetime:
     Raises ``InvalidPayload`` naming ``field``: not a date, or outside
     ``[EARLIEST, LATEST]`` once in UTC.
 
+    The one reading of ``from``/``to`` for the report page and ``GET …/report`` alike
+    (both reach it through ``window`` with the text as given: ``ReportRangeForm`` strips
+    nothing, as the API's ``ReportParams``): a character outside ASCII (``２０２６``,
+    ``٢٠٢٦``: Django's parsers read any Unicode digit) or whitespace around the text
+    (``parse_date``'s ``$`` even takes a trailing newline) is refused, not read (D8: the
+    page took ``2026-01-01T00:00Z `` that the API refused).
+
     The year is checked as written, before any arithmetic or change of zone: Python's
     ``datetime`` ends at the years 1 and 9999, and ``9999-12-31`` as a ``to`` (the
     midnight after it) or ``0001-01-01T00:00+01:00`` in UTC would raise ``OverflowError``
     (a 500) instead of this 400."""
+    if not text.isascii() or text != text.strip():
+        raise InvalidPayload(f"{field}: not an ISO 8601 date or date-time (2026-11-30 or "
+                             "2026-11-30T12:00Z: ASCII digits 0-9, nothing around it)")
     try:  # a date alone first: Python's ``fromisoformat`` would read it as a midnight
         day = parse_date(text)
         moment = None if day else parse_datetime(text)
@@ -137,13 +147,14 @@ def window(range_name: str | None, start: str | None, end: str | None,
 
 class ReportRangeForm(forms.Form):
     """The report page's query string: ``range`` (``24h``/``7d``/``30d``/``custom``),
-    ``from``/``to`` (ISO 8601, at most 32 characters), ``format`` (``html``/``csv``) and
-    ``figure`` (one of ``FIGURES``, required with ``format=csv``). Cross-field rules are
-    ``window``'s. A repeated parameter is refused (400 naming it)."""
+    ``from``/``to`` (ISO 8601, at most 32 characters, as given: ``_when`` reads them for
+    the page and the API alike), ``format`` (``html``/``csv``) and ``figure`` (one of
+    ``FIGURES``, required with ``format=csv``). Cross-field rules are ``window``'s. A
+    repeated parameter is refused (400 naming it)."""
 
     range = forms.ChoiceField(required=False, choices=[(k, k) for k in [*RANGES, CUSTOM]])
-    start = forms.CharField(required=False, max_length=32, strip=True)
-    end = forms.CharField(required=False, max_length=32, strip=True)
+    start = forms.CharField(required=False, max_length=32, strip=False)
+    end = forms.CharField(required=False, max_length=32, strip=False)
     format = forms.ChoiceField(required=False, choices=[("html", "html"), ("csv", "csv")])
     figure = forms.ChoiceField(required=False, choices=[(f, f) for f in FIGURES])
 

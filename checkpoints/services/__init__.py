@@ -132,6 +132,7 @@ from .retention import (
     retention_health,
     retention_purge,
     retention_purge_all,
+    subject_pointer_problem,
 )
 from .review import (
     _get_run,

@@ -43,7 +43,7 @@ from .. import heartbeat, locks, roles
 from ..audit import audit_record
 from ..dbclock import NOW, db_now
 from ..exceptions import InvalidPayload
-from ..jsonparse import text_problem
+from ..jsonparse import name_problem, text_problem
 from ..models import (
     CleanupLease,
     Conflict,
@@ -120,7 +120,29 @@ def _int_or_none(value, field: str, lo: int, hi: int, *, nullable: bool = True):
     return value
 
 
-def _subject_fields(value) -> dict[str, str]:
+def subject_pointer_problem(pointer: str) -> str:
+    """Why ``pointer`` can be no subject field's new pointer beyond RFC 6901's syntax
+    ("" if it can): a name's rule (``jsonparse.name_problem``: no control character, tab
+    and line breaks included, no bidirectional control, no invisible character) and no
+    leading or trailing whitespace. A pointer is one line that a person reads and that the
+    Data page's form shows and sends back as it is: ``"/a\\nb"`` takes two lines of it,
+    ``"/\\u202e"`` shows turned around, ``"/customer id "`` shows as ``/customer id``,
+    another payload key (D6). The one rule of the API and the Data page alike
+    (``_subject_fields``)."""
+    problem = name_problem(pointer)
+    if problem:
+        return problem
+    if pointer != pointer.strip():
+        return "leading or trailing whitespace is not allowed (a form line cannot show it)"
+    return ""
+
+
+def _subject_fields(value, kept: dict[str, str]) -> dict[str, str]:
+    """The checked ``subject_fields``: names ``SUBJECT_NAME_RE`` -> RFC 6901 pointers of
+    at most ``POINTER_MAX`` characters that ``subject_pointer_problem`` passes. A pair
+    ``kept`` already holds (the stored policy) is not judged by ``subject_pointer_problem``
+    again: a pointer stored before that rule stays until the admin changes or removes it,
+    so no other field of the policy is locked behind it (and it is never rewritten)."""
     if not isinstance(value, dict):
         raise InvalidPayload("subject_fields: must be an object of field name -> JSON pointer")
     if len(value) > SUBJECT_FIELDS_MAX:
@@ -136,6 +158,8 @@ def _subject_fields(value) -> dict[str, str]:
         if len(pointer) > POINTER_MAX:
             raise InvalidPayload(f"{where}: at most {POINTER_MAX} characters")
         problem = text_problem(pointer)
+        if not problem and kept.get(name) != pointer:
+            problem = subject_pointer_problem(pointer)
         if problem:
             raise InvalidPayload(f"{where}: {problem}")
         if not pointer or not _POINTER_RE.match(pointer):
@@ -153,7 +177,9 @@ def data_policy_check(fields: dict, current: DataPolicy) -> dict:
     outlive every retry that could reuse it; DESIGN.md 3a), ``secrets_policy`` a
     ``SecretsPolicy``, ``payload_flag_bytes`` 1..2^31-1 or null, ``subject_fields`` at
     most ``SUBJECT_FIELDS_MAX`` names ``[a-z][a-z0-9_]{0,63}`` -> RFC 6901 pointers of at
-    most ``POINTER_MAX`` characters. Returns every field's value; raises
+    most ``POINTER_MAX`` characters, each new or changed one one printable line without
+    surrounding whitespace (``subject_pointer_problem``; a pair ``current`` holds is kept
+    as it is). Returns every field's value; raises
     ``InvalidPayload`` naming the first bad field. Reads nothing."""
     unknown = sorted(set(fields) - set(POLICY_FIELDS))
     if unknown:
@@ -170,7 +196,7 @@ def data_policy_check(fields: dict, current: DataPolicy) -> dict:
                                            PAYLOAD_FLAG_BYTES_MAX)
     if v["secrets_policy"] not in SecretsPolicy.values:
         raise InvalidPayload(f"secrets_policy: must be one of {', '.join(SecretsPolicy.values)}")
-    v["subject_fields"] = _subject_fields(v["subject_fields"])
+    v["subject_fields"] = _subject_fields(v["subject_fields"], current.subject_fields or {})
     effect_days = v["effect_retention_days"]
     if effect_days is not None and effect_days * DAY_S < v["restart_interval_s"]:
         raise InvalidPayload(

@@ -62,6 +62,8 @@ def test_a_custom_range(api_as, vic):
     ({"to": "x" * 33}, "to"),
     ({"range": "7d", "to": "2026-11-01"}, "to"),
     ({"limit": "5"}, "limit"),
+    ({"from": "2026-01-01T00:00Z ", "to": "2026-12-31"}, "from"),  # the page stripped it
+    ({"from": "２０２６-01-01", "to": "2026-12-31"}, "from"),  # full-width digits
 ])
 def test_a_bad_range_is_a_400_naming_the_parameter(api_as, vic, query, field):
     r = get(api_as(vic), "acme", "report", **query)

@@ -5,6 +5,8 @@ run's page says so and offers no reveal and no action."""
 
 from __future__ import annotations
 
+import html
+import json
 import uuid
 
 import pytest
@@ -12,7 +14,7 @@ from django.test import Client
 
 from checkpoints import services
 from checkpoints.models import AuditEvent, DataPolicy, ErasureRequest, Tombstone
-from tests.helpers import age_world
+from tests.helpers import age_world, form_fields
 
 from .retention_world import DAY, completed_run, hold_run, set_policy
 
@@ -77,6 +79,93 @@ def test_the_form_saves_through_the_service_and_bad_input_names_the_field(acme, 
         assert answer.status_code == 400, (field, value)
         assert named + ":" in answer.content.decode()
     assert DataPolicy.objects.for_tenant(acme).get().payload_retention_days == 30
+
+
+POLICY_URL = "/api/v1/tenants/acme/data-policy"
+
+
+def _api_put(api_as, user, body):
+    return api_as(user).put(POLICY_URL, data=json.dumps(body), content_type="application/json")
+
+
+def _page_form(client) -> dict:
+    """What the Data page's policy form sends when saved as the page shows it."""
+    return form_fields(client.get("/t/acme/data/").content.decode(), "f-data-policy")
+
+
+def test_the_form_sends_back_the_pointers_the_api_stored(api_as, acme, adam):
+    """Saving the Data page changing one other field keeps every subject field as the API
+    stored it: a space or ``=`` inside a pointer, non-ASCII keys (D6)."""
+    fields = {"wf": "/workflow", "cust": "/customer id", "odd": "/a=b c/~0~1/é/ü ber"}
+    assert _api_put(api_as, adam, {"subject_fields": fields}).status_code == 200
+    client = as_user(adam)
+    answer = client.post("/t/acme/data/policy/", {**_page_form(client),
+                                                  "payload_flag_bytes": "5000"})
+    assert answer.status_code == 303, answer.content.decode()[:2000]
+    row = DataPolicy.objects.for_tenant(acme).get()
+    assert row.subject_fields == fields and row.payload_flag_bytes == 5000
+    event = AuditEvent.objects.for_tenant(acme).filter(action="data_policy.set").latest("pk")
+    assert event.after["subject_fields"] == event.before["subject_fields"] == fields
+
+
+#: Pointers the API took before they had to be one printable line without surrounding
+#: whitespace (D6): the page showed each of them rewritten or turned around, and saved
+#: the first as another key or refused every save over the second.
+NOT_ONE_LINE = {"cust": "/customer id ", "x": "/a\nb", "bidi": "/\u202e", "tab": "/a\tb",
+                "zw": "/a\u200bb", "ls": "/a\u2028b", "nbsp": "/a\u00a0"}
+
+
+@pytest.mark.parametrize("name, pointer", sorted(NOT_ONE_LINE.items()))
+def test_the_api_and_the_page_refuse_a_pointer_that_is_not_one_printable_line(
+        api_as, acme, adam, name, pointer):
+    answer = _api_put(api_as, adam, {"subject_fields": {"wf": "/workflow", name: pointer}})
+    assert answer.status_code == 400, answer.content
+    assert answer.json()["detail"].startswith(f"subject_fields.{name}: "), answer.json()
+    assert not DataPolicy.objects.for_tenant(acme).exists()
+    if "\n" in pointer:
+        return  # a form line cannot hold it (typed, it is two lines: the form refuses them)
+    page = as_user(adam).post("/t/acme/data/policy/",
+                              {**POLICY, "subject_fields": f"{name} = {pointer}"})
+    assert page.status_code == 400
+    assert f"subject_fields.{name}: " in html.unescape(page.content.decode())
+    assert not DataPolicy.objects.for_tenant(acme).exists()
+
+
+def test_a_pointer_stored_before_the_rule_locks_nothing_and_can_be_fixed(api_as, acme,
+                                                                        adam, vic):
+    """A policy that holds such pointers (stored before the rule) still saves from the
+    page and through the API: each pointer is shown escaped in quotes on one line, comes
+    back unchanged, and is judged again only when the admin changes it."""
+    set_policy(acme, payload_retention_days=30)
+    stored = {"wf": "/workflow", **NOT_ONE_LINE}
+    DataPolicy.objects.for_tenant(acme).update(subject_fields=stored)  # as an old release did
+    client = as_user(adam)
+    form = _page_form(client)
+    lines = form["subject_fields"].split("\r\n")
+    assert 'x = "/a\\nb"' in lines and 'cust = "/customer id "' in lines
+    assert 'bidi = "/\\u202e"' in lines and "wf = /workflow" in lines
+    for page in (client.get("/t/acme/data/"), as_user(vic).get("/t/acme/data/")):
+        text = page.content.decode()
+        assert "\u202e" not in text and "\u2028" not in text and "/a\nb" not in text
+    assert 'bidi = &quot;/\\u202e&quot;' in as_user(vic).get("/t/acme/data/").content.decode()
+    # Another field saves, from the page and through the API; the pointers stay.
+    answer = client.post("/t/acme/data/policy/", {**form, "payload_flag_bytes": "5000"})
+    assert answer.status_code == 303, answer.content.decode()[:2000]
+    assert DataPolicy.objects.for_tenant(acme).get().subject_fields == stored
+    assert _api_put(api_as, adam, {"payload_retention_days": 7}).status_code == 200
+    row = DataPolicy.objects.for_tenant(acme).get()
+    assert (row.payload_retention_days, row.payload_flag_bytes) == (7, 5000)
+    assert row.subject_fields == stored
+    # Changing such a pointer is judged: to another bad one refused, to a good one taken.
+    bad = "\r\n".join(["x = /a\tc" if li.startswith("x = ") else li for li in lines])
+    answer = client.post("/t/acme/data/policy/", {**form, "subject_fields": bad})
+    assert answer.status_code == 400 and "subject_fields.x: " in answer.content.decode()
+    good = "\r\n".join(["x = /a" if li.startswith("x = ") else li for li in lines])
+    assert client.post("/t/acme/data/policy/", {**form, "subject_fields": good}).status_code == 303
+    assert DataPolicy.objects.for_tenant(acme).get().subject_fields == stored | {"x": "/a"}
+    # A quoted pointer that is no JSON string names the field.
+    answer = client.post("/t/acme/data/policy/", {**form, "subject_fields": 'x = "/a'})
+    assert answer.status_code == 400 and "subject_fields: " in answer.content.decode()
 
 
 def test_the_page_links_the_approver_to_the_erasure_queue(acme, april, vic):

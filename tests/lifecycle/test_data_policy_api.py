@@ -56,6 +56,9 @@ def test_a_viewer_reads_the_defaults_then_what_the_admin_set(api_as, acme, vic, 
     ({"payload_retention_days": 0}, "payload_retention_days"),
     ({"effect_retention_days": 1, "restart_interval_s": DAY * 2}, "effect_retention_days"),
     ({"subject_fields": {"c": "nope"}}, "subject_fields.c"),
+    ({"subject_fields": {"c": "/customer id "}}, "subject_fields.c"),  # shown as another key
+    ({"subject_fields": {"c": "/a\nb"}}, "subject_fields.c"),  # two lines of the Data page
+    ({"subject_fields": {"c": "/\u202e"}}, "subject_fields.c"),  # shown turned around
     ({"secrets_policy": None}, "secrets_policy"),
     ({"actor": 1}, "actor"),
     ({"tenant": "globex"}, "tenant"),

@@ -25,7 +25,7 @@ from checkpoints.models import (
 )
 from checkpoints.vocab import DeliveryState
 from tests.conftest import bearer_client
-from tests.helpers import age_world
+from tests.helpers import age_world, form_fields
 from tests.notifications.receiver import Receiver
 
 pytestmark = pytest.mark.django_db
@@ -109,7 +109,8 @@ def test_the_admin_sees_url_address_and_hint(login, adam, endpoints):
 
 FORM = {"name": "ops hook", "channel": "webhook", "url": "https://hooks.example.com/x/1",
         "event_types_sent": "1", "event_types": ["run.needs_review", "reconcile.gave_up"],
-        "kinds": "acme.order, acme.refund\nacme.ticket", "agents": "", "services": "payments",
+        "kinds": "acme.order\r\nacme.refund\nacme.ticket\r\n", "agents": "",
+        "services": "payments",
         "group_window_s": "60", "quiet_period_s": ""}
 
 
@@ -213,6 +214,33 @@ def test_an_edit_is_a_patch_and_a_refusal_names_the_field(login, acme, adam, end
     hook.refresh_from_db()
     assert (hook.name, hook.event_types, hook.kinds) == ("pager 2", ["digest"], [])
     assert hook.url == "https://hooks.example.com/in/abc"  # not sent: unchanged
+
+
+def test_an_edit_of_the_name_keeps_every_filter_value_the_api_stored(login, acme, adam):
+    """The edit form shows the filters one a line and sends each line back as it is: a
+    value holding a comma or a space the API stored survives a save that changes only
+    the name (D5: ``refund, assistant`` came back as two agents, ``refund`` and
+    ``assistant``, and `` padded `` lost its spaces)."""
+    api = bearer_client(adam)
+    agents = ["refund, assistant", "a,b", " padded "]
+    made = api.post("/api/v1/tenants/acme/notification-endpoints", {
+        "name": "comma", "channel": "email", "email": "ops@example.com",
+        "event_types": ["run.needs_review"], "agents": agents, "kinds": ["acme.order"],
+        "services": ["pay, ments"]}, format="json")
+    assert made.status_code == 201, made.content
+    eid = made.json()["endpoint"]["id"]
+    client = login(adam)
+    form = form_fields(_text(client.get(f"{BASE}{eid}/")), "f-endpoint-edit")
+    assert form["agents"] == "refund, assistant\r\na,b\r\n padded "  # one a line
+    answer = client.post(f"{BASE}{eid}/edit/", dict(form, name="renamed"))
+    assert answer.status_code == 303, _text(answer)[:2000]
+    read = api.get(f"/api/v1/tenants/acme/notification-endpoints/{eid}").json()
+    assert read["name"] == "renamed" and read["agents"] == agents
+    assert read["kinds"] == ["acme.order"] and read["services"] == ["pay, ments"]
+    # The create form takes the same values the same way: a line is one value.
+    client.post(BASE + "new/", dict(FORM, name="typed", agents="refund, assistant\r\n\r\nb"))
+    typed = NotificationEndpoint.objects.for_tenant(acme).get(name="typed")
+    assert typed.agents == ["refund, assistant", "b"]
 
 
 def test_disable_shows_the_reason_and_enable_clears_it(login, acme, adam, vic, endpoints):
