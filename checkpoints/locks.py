@@ -42,6 +42,16 @@ a foreign-key check takes, so an insert that names a locked row (an audit event 
 its tenant and account) never waits for it. Only a row's ``DELETE`` takes ``FOR UPDATE``,
 under the head and the run.
 
+A row deleted with the rows that name it (a cascade the ORM collects: a notification
+endpoint with its messages) is locked ``FOR UPDATE`` *before* the collecting
+(``lock_rows_to_delete``), and a transaction that only inserts rows naming it holds it
+``FOR KEY SHARE`` first (``share_rows``; one that changes it holds it with ``lock_rows``).
+Otherwise an insert committed between the collecting and the ``DELETE`` slips past the
+cascade (its foreign-key check's ``FOR KEY SHARE`` does not wait for ``FOR NO KEY
+UPDATE``) and the delete fails at ``COMMIT`` (defect D4). Either lock conflicts with the
+delete's: the writer comes first (the delete waits, then collects what it wrote) or it
+waits for the delete and finds the row gone (it is left out; the writer skips it).
+
 Outside the order, holding one row and waiting for nothing else: a reconcile worker's
 claim of its request (``lock_rows`` on one request), the sweep's re-drive (stale
 requests, ascending id, ``SKIP LOCKED``), the token's ``last_used_at`` touch (one
@@ -52,7 +62,9 @@ tenants' chains in ascending tenant id.
 Also outside the order, holding nothing of the order: the notification dispatcher
 (``services.notify_dispatch``) claims outbox rows (ascending id, ``SKIP LOCKED``), then
 locks the endpoints of the tenants they name (ascending id; its incident flush skips an
-endpoint another transaction holds), and takes no run or audit-head lock.
+endpoint another transaction holds; its digest holds the endpoints it writes to ``FOR KEY
+SHARE``, ascending id), and takes no run or audit-head lock. Every endpoint lock goes
+through ``services.notify_endpoints.hold_endpoints``.
 
 Also outside the order, and not row locks: ``lock_transaction_key`` (a PostgreSQL
 advisory lock held to the end of the transaction: the tenant registry's numbering, taken
@@ -85,6 +97,11 @@ ORDER = ("account", "audit_head", "tenant", "run", "run_object")
 
 #: The SQL form of every row lock here (``select_for_update(no_key=True)``).
 ROW_LOCK = "FOR NO KEY UPDATE"
+#: The lock of a row about to be deleted with what names it (``lock_rows_to_delete``).
+DELETE_LOCK = "FOR UPDATE"
+#: The lock of a row that a transaction only names in rows it inserts (``share_rows``):
+#: what a foreign-key check takes, taken before the insert instead of at ``COMMIT``.
+KEY_SHARE_LOCK = "FOR KEY SHARE"
 
 
 def lock_rows(queryset, *, skip_locked: bool = False):
@@ -96,6 +113,40 @@ def lock_rows(queryset, *, skip_locked: bool = False):
     if not queryset.ordered:
         queryset = queryset.order_by("pk")
     return queryset.select_for_update(no_key=True, of=("self",), skip_locked=skip_locked)
+
+
+def lock_rows_to_delete(queryset):
+    """``queryset`` with its own rows locked ``DELETE_LOCK`` (``FOR UPDATE OF`` its table,
+    ascending primary key unless ordered) when evaluated: for a delete of rows that other
+    rows name (module docstring), taken before the ORM collects those, under the same
+    locks a change of the row would hold (``lock_rows``). It waits for, and makes wait,
+    every other lock of the rows, ``share_rows``' ``FOR KEY SHARE`` (a writer of rows
+    naming them) included. Raises nothing of its own."""
+    if not queryset.ordered:
+        queryset = queryset.order_by("pk")
+    return queryset.select_for_update(of=("self",))
+
+
+def share_rows(queryset, *, skip_locked: bool = False) -> list:
+    """The rows of ``queryset`` held ``KEY_SHARE_LOCK`` (``FOR KEY SHARE OF`` its table)
+    to the end of the caller's transaction, in ascending primary key, as read once held
+    (a second query: the queryset's filters applied to their values then); a row deleted
+    meanwhile is left out. For a transaction that inserts rows naming them and changes
+    nothing of them (module docstring): it waits only for a delete
+    (``lock_rows_to_delete``) or a change of a key, never for ``lock_rows``. The queryset
+    selects plain rows (no ``DISTINCT``, aggregate or ``LIMIT``). ``skip_locked``: rows
+    being deleted are left out instead of waited for. On SQLite (writes are serial) the
+    rows, unlocked."""
+    queryset = queryset.order_by("pk")
+    if connection.vendor != "postgresql":
+        return list(queryset)
+    sql, params = queryset.values_list("pk", flat=True).query.sql_with_params()
+    table = connection.ops.quote_name(queryset.model._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(f"{sql} {KEY_SHARE_LOCK} OF {table}"
+                       + (" SKIP LOCKED" if skip_locked else ""), params)
+        held = [row[0] for row in cursor.fetchall()]
+    return list(queryset.filter(pk__in=held)) if held else []
 
 
 def lock_audit_head(tenant: Tenant | int) -> AuditChainHead:

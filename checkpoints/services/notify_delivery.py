@@ -17,6 +17,9 @@ outside any transaction, and records each attempt here.
   messages fail with that reason.
 
 Lock order: the tenant's audit head (only to disable), the endpoint, then its message.
+The endpoint is held through ``notify_endpoints.hold_endpoints`` (``CHANGE``): an attempt
+of a message whose endpoint an admin is deleting waits for the delete, then finds both
+gone (``record_attempt`` answers ``gone``; defect D4).
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from ..models import (
 )
 from ..models.notifications import ERROR_MAX, RESPONSE_HEAD_MAX
 from ..vocab import AuditAction, DeliveryState, NotificationChannel, TargetType
+from .notify_endpoints import CHANGE, hold_endpoints
 
 #: Seconds to wait after failed attempt n (index n-1): about a day in all; after the
 #: last one the message fails (issue 21, item 4).
@@ -133,16 +137,19 @@ def record_attempt(claim: Claimed, *, ok: bool, status: int | None, latency_ms: 
     """Record one delivery attempt of ``claim`` and its outcome, in one transaction
     (endpoint row, then message row). Returns the message's state afterwards
     (``delivered``, ``pending`` with the next try scheduled, ``failed``), or ``gone``
-    (deleted meanwhile). The attempt is recorded even when the claim was lost (another
-    sender took the message after this claim passed: both sent it, with the same id);
-    the outcome only applies to a message still pending."""
+    (deleted meanwhile, or its endpoint: held first, ``hold_endpoints``, so an endpoint's
+    delete and an attempt of its message never pass each other). The attempt is recorded
+    even when the claim was lost (another sender took the message after this claim
+    passed: both sent it, with the same id); the outcome only applies to a message still
+    pending."""
     every = NotificationMessage.objects.for_all_tenants(reason=_ALL)
     with transaction.atomic():
         endpoint_pk = every.filter(pk=claim.pk).values_list("endpoint_id", flat=True).first()
         if endpoint_pk is None:
             return "gone"
         endpoints = NotificationEndpoint.objects.for_all_tenants(reason=_ALL)
-        locks.lock_rows(endpoints.filter(pk=endpoint_pk)).first()
+        if not hold_endpoints(endpoints.filter(pk=endpoint_pk), hold=CHANGE):
+            return "gone"
         message = locks.lock_rows(every.filter(pk=claim.pk)).annotate(db_now=LOCKED_NOW).first()
         if message is None:
             return "gone"
@@ -186,10 +193,11 @@ def disable_failing() -> int:
     for pk, tenant_id in list(endpoints.filter(failing).values_list("pk", "tenant_id")[:100]):
         with transaction.atomic():
             locks.lock_audit_head(tenant_id)
-            endpoint = locks.lock_rows(endpoints.filter(failing, pk=pk)
-                                       .select_related("tenant")).first()
-            if endpoint is None:
+            held = hold_endpoints(endpoints.filter(failing, pk=pk).select_related("tenant"),
+                                  hold=CHANGE)
+            if not held:
                 continue
+            endpoint = held[0]
             days = settings.RECOVERY_NOTIFY_DISABLE_AFTER_S / 86_400
             reason = (f"disabled by the system: every delivery failed for more than "
                       f"{days:g} day(s) (since {endpoint.failing_since:%Y-%m-%d %H:%M} UTC)")

@@ -36,6 +36,12 @@ The steps of a round:
    before its window ended closes with no message (``_Batch.moved_on``).
 4. The digest (under the aging step's lock): at or after ``RECOVERY_NOTIFY_DIGEST_HOUR``
    (UTC, database clock), one per endpoint and day, its ``event_id`` derived from both.
+   The endpoints it writes to are held ``FOR KEY SHARE`` first (ascending id).
+
+Every step that writes a row naming an endpoint (a message, an incident) holds the
+endpoint first, through ``notify_endpoints.hold_endpoints``: an endpoint an admin is
+deleting is waited for and then skipped (gone), never written to (defect D4: a digest
+written while the endpoint was deleted made the delete fail).
 """
 
 from __future__ import annotations
@@ -66,6 +72,7 @@ from ..models.notifications import MESSAGE_RUNS_MAX
 from ..selectors.nextstep import state_reason
 from ..vocab import EffectState, RecoveryState, RetryState
 from ..vocab import NotificationEventType as E
+from .notify_endpoints import CHANGE, NAME, hold_endpoints
 from .notify_render import (
     Event,
     RunFacts,
@@ -397,10 +404,12 @@ def _claim():
 
 
 def _endpoints_of(tenant_ids) -> dict[int, list[NotificationEndpoint]]:
-    """The tenants' endpoints, locked in ascending id (``locks.lock_rows``)."""
+    """The tenants' endpoints, held in ascending id (``hold_endpoints``, ``CHANGE``: the
+    incidents of one endpoint are changed by one transaction at a time); one being
+    deleted is waited for and then left out."""
     found = defaultdict(list)
-    for endpoint in locks.lock_rows(NotificationEndpoint.objects.for_all_tenants(reason=_WHY)
-                                    .filter(tenant_id__in=tenant_ids)):
+    for endpoint in hold_endpoints(NotificationEndpoint.objects.for_all_tenants(reason=_WHY)
+                                   .filter(tenant_id__in=tenant_ids), hold=CHANGE):
         found[endpoint.tenant_id].append(endpoint)
     return found
 
@@ -450,9 +459,9 @@ def _flush_incidents() -> tuple[int, int]:
         due = (NotificationIncident.objects.for_all_tenants(reason=_WHY)
                .filter(message_at__isnull=True, closed_at__isnull=True, window_ends_at__lte=now))
         endpoint_pks = set(due.values_list("endpoint_id", flat=True).distinct()[:BATCH])
-        endpoints = locks.lock_rows(NotificationEndpoint.objects.for_all_tenants(reason=_WHY)
-                                    .filter(pk__in=endpoint_pks, enabled=True),
-                                    skip_locked=True)
+        endpoints = hold_endpoints(NotificationEndpoint.objects.for_all_tenants(reason=_WHY)
+                                   .filter(pk__in=endpoint_pks, enabled=True),
+                                   hold=CHANGE, skip_locked=True)
         for endpoint in endpoints:
             if _quiet(endpoint, now):
                 continue
@@ -503,9 +512,19 @@ def _incident_message(endpoint, incident: NotificationIncident, slug: str, now) 
 
 # --- aging and the digest ------------------------------------------------------------------
 
-def _subscribed(event_type: str) -> list[NotificationEndpoint]:
-    return [endpoint for endpoint in NotificationEndpoint.objects.for_all_tenants(reason=_WHY)
-            .filter(enabled=True).order_by("pk") if event_type in endpoint.event_types]
+def _subscribed(event_type: str, *, held: bool = False) -> list[NotificationEndpoint]:
+    """The enabled endpoints subscribed to ``event_type``, in ascending id. ``held``: held
+    ``FOR KEY SHARE`` too (``hold_endpoints``, ``NAME``), for a caller that writes
+    messages to them; one deleted meanwhile (waited for) is left out, and so is one
+    disabled or unsubscribed meanwhile (their values are read again once held)."""
+    every = NotificationEndpoint.objects.for_all_tenants(reason=_WHY).filter(enabled=True)
+    found = [endpoint for endpoint in every.order_by("pk")
+             if event_type in endpoint.event_types]
+    if held and found:
+        found = [endpoint for endpoint in hold_endpoints(
+            every.filter(pk__in=[endpoint.pk for endpoint in found]), hold=NAME)
+            if event_type in endpoint.event_types]
+    return found
 
 
 def _emit_aging() -> int:
@@ -533,14 +552,16 @@ def _emit_aging() -> int:
 
 
 def _emit_digests() -> int:
-    """Step 4 of the module docstring, in one transaction: the digests written."""
+    """Step 4 of the module docstring, in one transaction: the digests written. The
+    endpoints are held (``_subscribed``, ``held``) before their digests are read and
+    written: one being deleted gets none (defect D4)."""
     with transaction.atomic():
         now = db_now()
         if now.hour < settings.RECOVERY_NOTIFY_DIGEST_HOUR:
             return 0
         day = now.date().isoformat()
         written = []
-        for endpoint in _subscribed(E.DIGEST):
+        for endpoint in _subscribed(E.DIGEST, held=True):
             event_id = stable_event_id("digest", endpoint.uuid, day)
             if (NotificationMessage.objects.for_tenant(endpoint.tenant_id)
                     .filter(event_id=event_id).exists()):

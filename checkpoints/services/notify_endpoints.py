@@ -12,7 +12,10 @@ nothing. A rotation keeps the previous secret signing for ``ROTATION_OVERLAP`` (
 clock): receivers verify either while they switch.
 
 Lock order: the tenant's audit head, then the endpoint, then its messages (the sender
-takes the endpoint before a message too: ``services.notify_delivery``).
+takes the endpoint before a message too: ``services.notify_delivery``). Every endpoint
+lock, here, in the dispatcher and in the sender, is taken by ``hold_endpoints``: a delete
+holds the endpoint ``FOR UPDATE`` before it collects the rows naming it, and every writer
+of such a row holds the endpoint first, so neither fails (defect D4).
 """
 
 from __future__ import annotations
@@ -228,20 +231,57 @@ def _shape(endpoint: NotificationEndpoint) -> dict:
 # Writes
 # --------------------------------------------------------------------------------------
 
-def _locked(tenant: Tenant, endpoint_id) -> NotificationEndpoint:
-    """The tenant's endpoint ``endpoint_id`` locked, after the tenant's audit head.
-    Raises ``NotFound`` (malformed, unknown, another tenant's)."""
+#: How a transaction holds endpoints (``hold_endpoints``).
+NAME = "name"      # it inserts rows naming them, changes nothing of them: FOR KEY SHARE
+CHANGE = "change"  # it changes them, or must be their one writer: FOR NO KEY UPDATE
+DELETE = "delete"  # it deletes them with every row naming them: FOR UPDATE
+HOLDS = (NAME, CHANGE, DELETE)
+
+
+def hold_endpoints(endpoints, *, hold: str = CHANGE, skip_locked: bool = False
+                   ) -> list[NotificationEndpoint]:
+    """The endpoints of the queryset ``endpoints`` that still exist, held to the end of
+    the caller's transaction, in ascending id, as read once held. The one way anything
+    locks an endpoint: a transaction that writes a row naming one (a message, an
+    incident, a delivery attempt of its message) holds it first, so a delete and a
+    writer never pass each other (defect D4; ``locks`` module docstring: the delete's
+    collected list missed a digest committed meanwhile, and its ``COMMIT`` failed).
+
+    ``hold``: ``NAME`` (``locks.share_rows``, ``FOR KEY SHARE``: the digest, which waits
+    for nothing but a delete), ``CHANGE`` (``locks.lock_rows``: an admin's change, the
+    dispatcher's incidents, the sender's health), ``DELETE``
+    (``locks.lock_rows_to_delete``: ``endpoint_delete``, before the ORM collects the
+    endpoint's messages and incidents). ``DELETE`` conflicts with both others: a writer
+    holding an endpoint makes the delete wait (which then deletes what it wrote); a
+    writer asking after the delete waits for it and finds the endpoint gone, left out
+    here (the caller skips it: a background round neither fails nor retries it).
+    ``skip_locked``: an endpoint another transaction holds in a conflicting mode is left
+    out instead of waited for. Raises ``ValueError`` for an unknown ``hold`` (a
+    programming error)."""
+    if hold == NAME:
+        return locks.share_rows(endpoints, skip_locked=skip_locked)
+    if hold == CHANGE:
+        return list(locks.lock_rows(endpoints, skip_locked=skip_locked))
+    if hold == DELETE:
+        return list(locks.lock_rows_to_delete(endpoints))
+    raise ValueError(f"hold_endpoints: hold must be one of {HOLDS}, not {hold!r}")
+
+
+def _locked(tenant: Tenant, endpoint_id, *, hold: str = CHANGE) -> NotificationEndpoint:
+    """The tenant's endpoint ``endpoint_id`` held (``hold_endpoints``: ``CHANGE``, or
+    ``DELETE`` for its delete), after the tenant's audit head. Raises ``NotFound``
+    (malformed, unknown, another tenant's, deleted meanwhile)."""
     try:
         eid = uuid.UUID(str(endpoint_id))
     except ValueError:
         raise NotFound("no such notification endpoint") from None
     locks.lock_audit_head(tenant)
-    found = locks.lock_rows(NotificationEndpoint.objects.for_tenant(tenant)
-                            .filter(uuid=eid)).first()
-    if found is None:
+    found = hold_endpoints(NotificationEndpoint.objects.for_tenant(tenant).filter(uuid=eid),
+                           hold=hold)
+    if not found:
         raise NotFound("no such notification endpoint")
-    found.tenant = tenant
-    return found
+    found[0].tenant = tenant
+    return found[0]
 
 
 def endpoint_create(*, actor, tenant: Tenant, body: dict) -> tuple[NotificationEndpoint, str]:
@@ -315,12 +355,16 @@ def endpoint_update(*, actor, tenant: Tenant, endpoint_id, body: dict) -> Notifi
 
 
 def endpoint_delete(*, actor, tenant: Tenant, endpoint_id) -> None:
-    """A tenant admin deletes an endpoint, with its messages and their delivery log (a
-    message still pending is never sent). One ``notification_endpoint.delete`` audit
-    event. Raises ``NotFound``, ``Forbidden``."""
+    """A tenant admin deletes an endpoint, with its messages, incidents and their
+    delivery log (a message still pending is never sent). One
+    ``notification_endpoint.delete`` audit event. The endpoint is held ``FOR UPDATE``
+    (``hold_endpoints``, ``DELETE``) before its rows are collected: a dispatcher round or
+    sender writing for it meanwhile either finishes first (its rows are deleted too) or
+    waits and skips the endpoint (defect D4: a digest written at that moment made the
+    delete fail, a 500). Raises ``NotFound``, ``Forbidden``."""
     require(actor, tenant, roles.MANAGE)
     with transaction.atomic():
-        endpoint = _locked(tenant, endpoint_id)
+        endpoint = _locked(tenant, endpoint_id, hold=DELETE)
         before = _shape(endpoint)
         eid = endpoint.uuid
         endpoint.delete()

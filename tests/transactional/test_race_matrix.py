@@ -116,6 +116,13 @@ RACED = {
                        "endpoint_make_one",
     "disable_failing": "test_notify_endpoint_races.py::test_senders_disabling_one_failing_"
                        "endpoint_disable_it_once",
+    # An endpoint's delete against every writer of a row naming it (defect D4):
+    # tests/transactional/test_notify_endpoint_delete_races.py.
+    "endpoint_delete": "test_notify_endpoint_delete_races.py::test_a_writer_during_the_"
+                       "delete_waits_then_skips_the_endpoint (+ a delete during a digest "
+                       "or a drain)",
+    "hold_endpoints": "test_notify_endpoint_delete_races.py (every hold: the digest's, the "
+                      "drain's, the flush's, the sender's, an admin's and the delete's)",
 }
 NOT_RACED = {
     "tenant_create": "takes the new tenant's write gate row (locks.lock_audit_head, made "
@@ -129,17 +136,18 @@ NOT_RACED = {
     # Notification endpoints (issue 21): the endpoint row lock, under the audit head.
     "endpoint_update": "an admin setting under the endpoint's row lock; last write wins by "
                        "design (the second reads the first's row under the lock)",
-    "endpoint_delete": "under the endpoint's row lock; the second finds nothing (404); a "
-                       "sender recording an attempt meanwhile finds the message gone",
     "endpoint_rotate_secret": "under the endpoint's row lock: two rotations are serialized "
                               "(the second's previous secret is the first's new one)",
     "notification_test": "inserts a new message with a fresh event id under the endpoint's "
                          "lock; nothing to win (two tests are two messages)",
     "record_attempt": "locks the endpoint, then its message (the order of every writer of "
                       "both); the outcome applies only to a message still pending, so a "
-                      "lost claim's late record adds its attempt and changes nothing else",
+                      "lost claim's late record adds its attempt and changes nothing else; "
+                      "during the endpoint's delete it waits, then answers gone "
+                      "(test_notify_endpoint_delete_races.py)",
     "dispatch_round": "raced in tests/transactional/test_notify_races.py: several rounds "
-                      "at once write each message, incident and digest once",
+                      "at once write each message, incident and digest once; against "
+                      "an endpoint's delete in test_notify_endpoint_delete_races.py",
     "erasure_request": "inserts a new request under the tenant's audit head; nothing to "
                        "win (two requests are two requests, each decided on its own)",
     "graph_threads_prune": "the delete of graph_thread_delete per thread (same run lock, "
