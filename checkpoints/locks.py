@@ -48,7 +48,7 @@ endpoint with its messages) is locked ``FOR UPDATE`` *before* the collecting
 ``FOR KEY SHARE`` first (``share_rows``; one that changes it holds it with ``lock_rows``).
 Otherwise an insert committed between the collecting and the ``DELETE`` slips past the
 cascade (its foreign-key check's ``FOR KEY SHARE`` does not wait for ``FOR NO KEY
-UPDATE``) and the delete fails at ``COMMIT`` (defect D4). Either lock conflicts with the
+UPDATE``) and the delete fails at ``COMMIT`` (stop 34's attack). Either lock conflicts with the
 delete's: the writer comes first (the delete waits, then collects what it wrote) or it
 waits for the delete and finds the row gone (it is left out; the writer skips it).
 

@@ -77,7 +77,7 @@ def _when(text: str, field: str, *, end: bool) -> datetime:
     (both reach it through ``window`` with the text as given: ``ReportRangeForm`` strips
     nothing, as the API's ``ReportParams``): a character outside ASCII (``２０２６``,
     ``٢٠٢٦``: Django's parsers read any Unicode digit) or whitespace around the text
-    (``parse_date``'s ``$`` even takes a trailing newline) is refused, not read (D8: the
+    (``parse_date``'s ``$`` even takes a trailing newline) is refused, not read (stop 34's attack: the
     page took ``2026-01-01T00:00Z `` that the API refused).
 
     The year is checked as written, before any arithmetic or change of zone: Python's

@@ -19,7 +19,7 @@ outside any transaction, and records each attempt here.
 Lock order: the tenant's audit head (only to disable), the endpoint, then its message.
 The endpoint is held through ``notify_endpoints.hold_endpoints`` (``CHANGE``): an attempt
 of a message whose endpoint an admin is deleting waits for the delete, then finds both
-gone (``record_attempt`` answers ``gone``; defect D4).
+gone (``record_attempt`` answers ``gone``; stop 34's attack).
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ The steps of a round:
 
 Every step that writes a row naming an endpoint (a message, an incident) holds the
 endpoint first, through ``notify_endpoints.hold_endpoints``: an endpoint an admin is
-deleting is waited for and then skipped (gone), never written to (defect D4: a digest
+deleting is waited for and then skipped (gone), never written to (stop 34's attack: a digest
 written while the endpoint was deleted made the delete fail).
 """
 
@@ -554,7 +554,7 @@ def _emit_aging() -> int:
 def _emit_digests() -> int:
     """Step 4 of the module docstring, in one transaction: the digests written. The
     endpoints are held (``_subscribed``, ``held``) before their digests are read and
-    written: one being deleted gets none (defect D4)."""
+    written: one being deleted gets none (stop 34's attack)."""
     with transaction.atomic():
         now = db_now()
         if now.hour < settings.RECOVERY_NOTIFY_DIGEST_HOUR:

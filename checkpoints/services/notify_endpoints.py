@@ -15,7 +15,7 @@ Lock order: the tenant's audit head, then the endpoint, then its messages (the s
 takes the endpoint before a message too: ``services.notify_delivery``). Every endpoint
 lock, here, in the dispatcher and in the sender, is taken by ``hold_endpoints``: a delete
 holds the endpoint ``FOR UPDATE`` before it collects the rows naming it, and every writer
-of such a row holds the endpoint first, so neither fails (defect D4).
+of such a row holds the endpoint first, so neither fails (stop 34's attack).
 """
 
 from __future__ import annotations
@@ -244,7 +244,7 @@ def hold_endpoints(endpoints, *, hold: str = CHANGE, skip_locked: bool = False
     the caller's transaction, in ascending id, as read once held. The one way anything
     locks an endpoint: a transaction that writes a row naming one (a message, an
     incident, a delivery attempt of its message) holds it first, so a delete and a
-    writer never pass each other (defect D4; ``locks`` module docstring: the delete's
+    writer never pass each other (stop 34's attack; ``locks`` module docstring: the delete's
     collected list missed a digest committed meanwhile, and its ``COMMIT`` failed).
 
     ``hold``: ``NAME`` (``locks.share_rows``, ``FOR KEY SHARE``: the digest, which waits
@@ -360,7 +360,7 @@ def endpoint_delete(*, actor, tenant: Tenant, endpoint_id) -> None:
     ``notification_endpoint.delete`` audit event. The endpoint is held ``FOR UPDATE``
     (``hold_endpoints``, ``DELETE``) before its rows are collected: a dispatcher round or
     sender writing for it meanwhile either finishes first (its rows are deleted too) or
-    waits and skips the endpoint (defect D4: a digest written at that moment made the
+    waits and skips the endpoint (stop 34's attack: a digest written at that moment made the
     delete fail, a 500). Raises ``NotFound``, ``Forbidden``."""
     require(actor, tenant, roles.MANAGE)
     with transaction.atomic():

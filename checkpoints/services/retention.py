@@ -127,7 +127,7 @@ def subject_pointer_problem(pointer: str) -> str:
     leading or trailing whitespace. A pointer is one line that a person reads and that the
     Data page's form shows and sends back as it is: ``"/a\\nb"`` takes two lines of it,
     ``"/\\u202e"`` shows turned around, ``"/customer id "`` shows as ``/customer id``,
-    another payload key (D6). The one rule of the API and the Data page alike
+    another payload key (stop 34's attack). The one rule of the API and the Data page alike
     (``_subject_fields``)."""
     problem = name_problem(pointer)
     if problem:

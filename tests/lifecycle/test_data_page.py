@@ -95,7 +95,7 @@ def _page_form(client) -> dict:
 
 def test_the_form_sends_back_the_pointers_the_api_stored(api_as, acme, adam):
     """Saving the Data page changing one other field keeps every subject field as the API
-    stored it: a space or ``=`` inside a pointer, non-ASCII keys (D6)."""
+    stored it: a space or ``=`` inside a pointer, non-ASCII keys (stop 34's attack)."""
     fields = {"wf": "/workflow", "cust": "/customer id", "odd": "/a=b c/~0~1/é/ü ber"}
     assert _api_put(api_as, adam, {"subject_fields": fields}).status_code == 200
     client = as_user(adam)
@@ -109,7 +109,7 @@ def test_the_form_sends_back_the_pointers_the_api_stored(api_as, acme, adam):
 
 
 #: Pointers the API took before they had to be one printable line without surrounding
-#: whitespace (D6): the page showed each of them rewritten or turned around, and saved
+#: whitespace (stop 34's attack): the page showed each of them rewritten or turned around, and saved
 #: the first as another key or refused every save over the second.
 NOT_ONE_LINE = {"cust": "/customer id ", "x": "/a\nb", "bidi": "/\u202e", "tab": "/a\tb",
                 "zw": "/a\u200bb", "ls": "/a\u2028b", "nbsp": "/a\u00a0"}

@@ -253,7 +253,7 @@ def stopped_at_the_next_batch(bulk, runs, words: str) -> None:
 @pytest.mark.parametrize("left", [None, "viewer"])
 def test_a_role_revoked_mid_job_stops_it_at_the_next_batch(acme, rita, small_jobs,
                                                             monkeypatch, left):
-    # D3: the rights read at the claim were kept on the job's user object, so every later
+    # stop 34's attack: the rights read at the claim were kept on the job's user object, so every later
     # check (before each batch, and each run's service) answered "reviewer" still.
     runs = many_runs(acme, 7)
     bulk, _ = submit(rita, acme, runs)
@@ -270,7 +270,7 @@ def test_a_role_revoked_mid_job_stops_it_at_the_next_batch(acme, rita, small_job
 
 def test_an_account_deactivated_mid_job_stops_it_at_the_next_batch(acme, rita, small_jobs,
                                                                    monkeypatch):
-    # D3: the job's user object, read at the claim, kept is_active=True.
+    # stop 34's attack: the job's user object, read at the claim, kept is_active=True.
     runs = many_runs(acme, 7)
     bulk, _ = submit(rita, acme, runs)
     once_acted_on(monkeypatch, 2, lambda: services.account_deactivate(user=rita))

@@ -1,4 +1,4 @@
-"""Deleting a notification endpoint while something writes a row naming it (defect D4,
+"""Deleting a notification endpoint while something writes a row naming it (stop 34's attack,
 found by an attack), on real PostgreSQL: the delete never fails, the writer never fails,
 and nothing of the endpoint is left behind.
 

@@ -116,7 +116,7 @@ RACED = {
                        "endpoint_make_one",
     "disable_failing": "test_notify_endpoint_races.py::test_senders_disabling_one_failing_"
                        "endpoint_disable_it_once",
-    # An endpoint's delete against every writer of a row naming it (defect D4):
+    # An endpoint's delete against every writer of a row naming it (stop 34's attack):
     # tests/transactional/test_notify_endpoint_delete_races.py.
     "endpoint_delete": "test_notify_endpoint_delete_races.py::test_a_writer_during_the_"
                        "delete_waits_then_skips_the_endpoint (+ a delete during a digest "

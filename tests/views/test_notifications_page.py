@@ -219,7 +219,7 @@ def test_an_edit_is_a_patch_and_a_refusal_names_the_field(login, acme, adam, end
 def test_an_edit_of_the_name_keeps_every_filter_value_the_api_stored(login, acme, adam):
     """The edit form shows the filters one a line and sends each line back as it is: a
     value holding a comma or a space the API stored survives a save that changes only
-    the name (D5: ``refund, assistant`` came back as two agents, ``refund`` and
+    the name (stop 34's attack: ``refund, assistant`` came back as two agents, ``refund`` and
     ``assistant``, and `` padded `` lost its spaces)."""
     api = bearer_client(adam)
     agents = ["refund, assistant", "a,b", " padded "]

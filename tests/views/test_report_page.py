@@ -71,7 +71,7 @@ def test_a_bad_query_is_a_400_naming_the_parameter(login, vic, query, field):
     assert f"{field}: " in response.content.decode()
 
 
-#: Dates the page and ``GET …/report`` read with one parser (D8): the page stripped the
+#: Dates the page and ``GET …/report`` read with one parser (stop 34's attack): the page stripped the
 #: space the API refused, and both read other scripts' digits (``２０２６``) as ISO 8601.
 NOT_ISO = [
     ("2026-01-01T00:00Z ", "2026-12-31", "from"),
