@@ -583,17 +583,33 @@ def test_readyz_fails_while_a_migration_of_this_code_is_not_applied(client, no_b
     assert response.json()["checks"]["migrations"] == "failed: MigrationsPending"
 
 
-@pytest.mark.parametrize("where", ["a-file/login-slots", "a-file"])
+@pytest.mark.parametrize(("where", "failure"), [
+    ("a-file/login-slots", "NotADirectoryError"), ("a-file", "NotADirectoryError"),
+    ("slots-dir", "IsADirectoryError"), ("slots-loop", "OSError"),
+    ("slots-dangling", "FileNotFoundError")])
 def test_readyz_fails_when_logins_could_not_take_a_slot(client, no_broker, settings, tmp_path,
-                                                       where):
+                                                       where, failure):
     """(stop 34, an attack's finding) The login-slot folder below a regular file, or a
     regular file itself: every login answered 500 while ``/readyz`` said ok. The probe
-    now names ``login_slots``, and makes nothing."""
+    now names ``login_slots``, and makes nothing. So does a slot a login could not open
+    (the second attack's: a directory, a link in a loop, a link to nothing), and the
+    login then is the 500 the probe warned of."""
     (tmp_path / "a-file").write_text("x")
+    for name in ("slots-dir", "slots-loop", "slots-dangling"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "slots-dir" / "slot-0").mkdir()
+    os.symlink("slot-0", tmp_path / "slots-loop" / "slot-0")
+    os.symlink(tmp_path / "nowhere" / "x", tmp_path / "slots-dangling" / "slot-0")
     settings.RECOVERY_LOGIN_SLOT_DIR = str(tmp_path / where)
+    settings.RECOVERY_LOGIN_SLOTS = 1
     response = client.get("/readyz")
     assert response.status_code == 503
-    assert response.json()["checks"]["login_slots"] == "failed: NotADirectoryError"
+    assert response.json()["checks"]["login_slots"] == f"failed: {failure}"
+    if where.startswith("slots-"):  # what the probe foresaw: the login cannot take it
+        from checkpoints.ops.security import acquire_login_slot
+
+        with pytest.raises(OSError):
+            acquire_login_slot(0)
     settings.RECOVERY_LOGIN_SLOT_DIR = str(tmp_path / "fine" / "login-slots")
     assert client.get("/readyz").json()["checks"]["login_slots"] == "ok"
     assert not (tmp_path / "fine").exists()

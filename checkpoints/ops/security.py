@@ -23,6 +23,7 @@ from __future__ import annotations
 import fcntl
 import ipaddress
 import os
+import stat
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -161,9 +162,25 @@ def check_login_slots() -> None:
         raise PermissionError(f"login slots: {existing} cannot be written")
     if existing == directory:
         for i in range(settings.RECOVERY_LOGIN_SLOTS):
-            slot = directory / f"slot-{i}"
-            if slot.exists() and not os.access(slot, os.R_OK | os.W_OK):
-                raise PermissionError(f"login slots: {slot} cannot be written")
+            _check_slot(directory / f"slot-{i}")
+
+
+def _check_slot(slot: Path) -> None:
+    """Raise what ``acquire_login_slot``'s ``os.open`` of ``slot`` would meet: a directory
+    (``IsADirectoryError``), a link in a loop (``OSError``, ``ELOOP``) or one to nothing
+    (``FileNotFoundError``), another kind of file or one that cannot be written
+    (``PermissionError``); nothing when it is missing (the first login makes it) or a
+    writable regular file (stop 34's second attack: a directory and a link loop passed)."""
+    try:
+        mode = os.stat(slot).st_mode  # follows a link, as os.open does
+    except FileNotFoundError:
+        if os.path.lexists(slot):
+            raise FileNotFoundError(f"login slots: {slot} is a link to nothing") from None
+        return
+    if stat.S_ISDIR(mode):
+        raise IsADirectoryError(f"login slots: {slot} is a directory")
+    if not stat.S_ISREG(mode) or not os.access(slot, os.R_OK | os.W_OK):
+        raise PermissionError(f"login slots: {slot} cannot be written")
 
 
 def release_login_slot(fd: int) -> None:
