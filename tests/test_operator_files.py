@@ -233,6 +233,38 @@ def test_an_export_of_payloads_or_keys_is_readable_by_its_owner_only(
     assert path.read_text() != "old\n"
 
 
+@pytest.mark.django_db
+@pytest.mark.parametrize("command", ["export_runifold", "export_keyring"])
+def test_an_export_never_writes_through_a_link_at_its_partial_name(acme, tmp_path, command):
+    """(stop 34's second attack) ``export_keyring`` checked ``--out`` but not
+    ``<out>.partial``: a link there had the wrapped keys written into its target, then
+    narrowed to 0600. Both exports refuse it, and the target is untouched."""
+    victim = tmp_path / "shared.txt"
+    victim.write_text("shared data\n")
+    victim.chmod(0o644)
+    out = tmp_path / "out.jsonl"
+    os.symlink(victim, f"{out}.partial")
+    with pytest.raises(CommandError, match="is a symbolic link"):
+        if command == "export_runifold":
+            _export_runifold(str(out))
+        else:
+            call_command("export_keyring", out=str(out), stdout=io.StringIO())
+    assert victim.read_text() == "shared data\n"
+    assert stat.S_IMODE(os.stat(victim).st_mode) == 0o644
+    assert not out.exists()
+
+
+def test_open_private_never_follows_a_link(tmp_path):
+    from checkpoints.ops.operatorfiles import open_private
+
+    victim = tmp_path / "victim"
+    victim.write_text("x")
+    os.symlink(victim, tmp_path / "link")
+    with pytest.raises(OSError):
+        open_private(str(tmp_path / "link"))
+    assert victim.read_text() == "x"
+
+
 class _Full(io.RawIOBase):
     """A stream whose every write fails as a full disk does."""
 

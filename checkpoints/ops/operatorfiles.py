@@ -197,8 +197,10 @@ def open_private(path: str, mode: str = "wb") -> IO:
     emptied, readable by its owner only (0600 whatever the umask): what an export holding
     decrypted payloads or wrapped data keys writes (``export_runifold``,
     ``export_keyring``; an attack found them ``-rw-r--r--``, stop 34). An existing file
-    keeps its owner and is narrowed to 0600 too. Raises ``OSError``."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    keeps its owner and is narrowed to 0600 too; a symbolic link is never followed (its
+    target would be written and narrowed: stop 34's second attack). Raises ``OSError``
+    (``ELOOP`` for a link)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
     try:
         os.fchmod(fd, 0o600)
         return os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"}))

@@ -27,8 +27,9 @@ class Command(BaseCommand):
 
     def handle(self, *args, out: str, **options):
         operatorfiles.check_output(out, what="--out")
-        records = services.keyring_export()
         partial = f"{out}.partial"
+        operatorfiles.check_output(partial, what="--out")  # as export_runifold's
+        records = services.keyring_export()
         try:
             with operatorfiles.open_private(partial, "w") as fh:
                 for record in records:
