@@ -61,8 +61,9 @@ def single_values(query_string: str, query: MultiValueDict,
             raise InvalidPayload(f"{printable(name)}: unknown parameter")
         if len(values) > 1:
             raise InvalidPayload(f"{printable(name)}: given more than once")
-        if not text_problem(values[0]) and name_problem(values[0]):
-            raise InvalidPayload(f"{printable(name)}: a control character is not allowed")
+        problem = "" if text_problem(values[0]) else name_problem(values[0])
+        if problem:  # name_problem's words, as a body's name gets them (stop 34)
+            raise InvalidPayload(f"{printable(name)}: {problem}")
         data[name] = values[0]
     return data
 

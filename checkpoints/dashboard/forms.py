@@ -24,9 +24,15 @@ from ..exceptions import InvalidPayload
 from ..intranges import SCHEMA_VERSION
 from ..jsonparse import name_problem
 from ..models import BULK_MAX_RUNS, MAX_REVISION, RecoveryState
-from ..models.lifecycle import PAYLOAD_FLAG_BYTES_MAX, RESTART_INTERVAL_S_MAX, RETENTION_DAYS_MAX
+from ..models.lifecycle import (
+    PAYLOAD_FLAG_BYTES_MAX,
+    RESTART_INTERVAL_S_MAX,
+    RETENTION_DAYS_MAX,
+    SUBJECT_FIELDS_MAX,
+)
 from ..querystring import single_values
 from ..selectors import DEFAULT_RUN_SORT, MICROS_MAX, RUN_SORTS, SEARCH_MAX, search_terms
+from ..services.retention import POINTER_MAX
 from ..vocab import BulkActionKind, SecretsPolicy
 
 #: Inbox "age" filter choices: only runs whose last write is at least this many seconds old.
@@ -475,8 +481,12 @@ class DataPolicyForm(forms.Form):
     tombstone_retention_days = _optional_int(RETENTION_DAYS_MAX)
     secrets_policy = forms.ChoiceField(choices=SecretsPolicy.choices)
     payload_flag_bytes = _optional_int(PAYLOAD_FLAG_BYTES_MAX)
-    subject_fields = forms.CharField(required=False, max_length=20_000, strip=False,
-                                     widget=forms.Textarea)
+    # Room for every line the page can show: 16 names of 64, " = ", a pointer of 512
+    # stored before the one-line rule shown escaped (up to six characters each, in
+    # quotes), and a line break; 20,000 refused saving such a stored policy back (stop 34).
+    subject_fields = forms.CharField(
+        required=False, strip=False, widget=forms.Textarea,
+        max_length=SUBJECT_FIELDS_MAX * (64 + 3 + 6 * POINTER_MAX + 2 + 2))
 
     def clean_subject_fields(self) -> dict[str, str]:
         return subject_lines(self.cleaned_data["subject_fields"])

@@ -321,9 +321,14 @@ def endpoint_create(*, actor, tenant: Tenant, body: dict) -> tuple[NotificationE
     return endpoint, secret
 
 
+#: No stored value (``endpoint_update``: a field the endpoint does not have).
+_UNSET = object()
+
+
 def endpoint_update(*, actor, tenant: Tenant, endpoint_id, body: dict) -> NotificationEndpoint:
     """A tenant admin changes the fields ``body`` carries (those of ``endpoint_create``
-    but ``channel``, which cannot change). ``enabled: true`` on a disabled endpoint
+    but ``channel``, which cannot change); a field sent with its stored value is kept as
+    stored, not judged again (the edit form sends every field). ``enabled: true`` on a disabled endpoint
     clears its disabled reason and failure clock. One ``notification_endpoint.update``
     audit event (before and after; nothing when nothing changed). Raises ``NotFound``,
     ``Forbidden``, ``InvalidPayload`` naming the field."""
@@ -333,7 +338,11 @@ def endpoint_update(*, actor, tenant: Tenant, endpoint_id, body: dict) -> Notifi
         endpoint = _locked(tenant, endpoint_id)
         if "channel" in body and body["channel"] != endpoint.channel:
             raise InvalidPayload("channel: cannot be changed (create another endpoint)")
-        fields = _clean({k: v for k, v in body.items() if k != "channel"},
+        # A field sent back as stored is kept, not judged again: a value stored before a
+        # rule (an invisible character in a filter, a URL's port 0; stop 34) would
+        # otherwise lock the edit form, which sends every field, out of every change.
+        fields = _clean({k: v for k, v in body.items()
+                         if k != "channel" and getattr(endpoint, k, _UNSET) != v},
                         channel=endpoint.channel)
         before = _shape(endpoint)
         for key, value in fields.items():

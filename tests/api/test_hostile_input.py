@@ -317,6 +317,14 @@ def test_every_name_door_refuses_control_and_bidi_characters_naming_the_field(
                 {"owner": "worker-1@host:42", "ttl_s": 5}).status_code == 200
 
 
+def test_a_query_value_gets_the_names_own_words(api_as, rita):
+    """(stop 34's second attack) A query value with an invisible character was refused
+    as "a control character"; it gets ``name_problem``'s words, as a body does."""
+    r = api_as(rita).get(url("acme", "effects"), {"operation_key": "charge:\u200bA-1042"})
+    assert r.status_code == 400
+    assert r.json()["detail"] == "operation_key: an invisible character is not allowed"
+
+
 def test_invisible_characters_are_refused_in_names_only_and_escaped_when_shown():
     """(stop 34) The zero-width space, word joiner, byte order mark, soft hyphen and
     Mongolian vowel separator are refused in a name, never in a reason (free text pasted

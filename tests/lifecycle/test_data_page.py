@@ -168,6 +168,23 @@ def test_a_pointer_stored_before_the_rule_locks_nothing_and_can_be_fixed(api_as,
     assert answer.status_code == 400 and "subject_fields: " in answer.content.decode()
 
 
+def test_the_largest_policy_stored_before_the_rule_still_saves_from_the_page(acme, adam):
+    """(stop 34's second attack) Sixteen pointers of 512 characters, each shown escaped
+    (six characters per control character), made a text the form's 20,000-character limit
+    refused: the page could save no other field. The limit holds every line the page
+    can show."""
+    set_policy(acme, payload_retention_days=30)
+    stored = {f"f{i}": "/" + "\x01" * 511 for i in range(16)}
+    DataPolicy.objects.for_tenant(acme).update(subject_fields=stored)  # as an old release did
+    client = as_user(adam)
+    form = _page_form(client)
+    assert len(form["subject_fields"]) > 20_000
+    answer = client.post("/t/acme/data/policy/", {**form, "payload_flag_bytes": "5000"})
+    assert answer.status_code == 303, answer.content.decode()[:2000]
+    row = DataPolicy.objects.for_tenant(acme).get()
+    assert (row.payload_flag_bytes, row.subject_fields) == (5000, stored)
+
+
 def test_the_page_links_the_approver_to_the_erasure_queue(acme, april, vic):
     """The approver reaches the queue from the Data page (the newcomer found no link)."""
     assert 'href="/t/acme/erasure-requests/">approve or reject' in (

@@ -243,6 +243,37 @@ def test_an_edit_of_the_name_keeps_every_filter_value_the_api_stored(login, acme
     assert typed.agents == ["refund, assistant", "b"]
 
 
+@pytest.mark.parametrize("stored", [{"agents": ["re\u00adfund"]}, {"name": "on\u200bcall"},
+                                    {"url": "https://hooks.example.com:0/x"}])
+def test_an_edit_keeps_a_value_stored_before_a_rule(login, acme, adam, stored):
+    """(stop 34's second attack) An endpoint holding a value a later rule refuses (an
+    invisible character, a URL's port 0) saved no change from its edit form, which sends
+    every field back, while the API's PATCH of another field worked. A field sent as
+    stored is kept, not judged again, by both; changing it is judged."""
+    api = bearer_client(adam)
+    made = api.post("/api/v1/tenants/acme/notification-endpoints", {
+        "name": "hook", "channel": "webhook", "url": "https://hooks.example.com/x",
+        "event_types": ["run.needs_review"], "agents": ["refund"]}, format="json")
+    eid = made.json()["endpoint"]["id"]
+    NotificationEndpoint.objects.for_tenant(acme).filter(uuid=eid).update(**stored)
+    client = login(adam)
+    form = form_fields(_text(client.get(f"{BASE}{eid}/")), "f-endpoint-edit")
+    answer = client.post(f"{BASE}{eid}/edit/", dict(form, group_window_s="30"))
+    assert answer.status_code == 303, _text(answer)[:2000]
+    row = NotificationEndpoint.objects.for_tenant(acme).get(uuid=eid)
+    assert row.group_window_s == 30
+    assert all(getattr(row, k) == v for k, v in stored.items())
+    patched = api.patch(f"/api/v1/tenants/acme/notification-endpoints/{eid}",
+                        {**{k: v for k, v in stored.items()}, "quiet_period_s": 60},
+                        format="json")
+    assert patched.status_code == 200, patched.content
+    [(field, value)] = stored.items()
+    changed = value + ["x\u200by"] if isinstance(value, list) else value + "\u200b"
+    refused = api.patch(f"/api/v1/tenants/acme/notification-endpoints/{eid}",
+                        {field: changed}, format="json")
+    assert refused.status_code == 400 and refused.json()["detail"].startswith(field)
+
+
 def test_disable_shows_the_reason_and_enable_clears_it(login, acme, adam, vic, endpoints):
     client = login(adam)
     hook = endpoints["hook"]
