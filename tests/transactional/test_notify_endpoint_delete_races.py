@@ -24,7 +24,6 @@ finished, whichever comes first.
 
 from __future__ import annotations
 
-import threading
 import time
 
 import pytest
@@ -45,27 +44,9 @@ from checkpoints.vocab import DeliveryState
 from checkpoints.vocab import NotificationEventType as E
 from tests.helpers import age_world, sweep_later
 from tests.services.test_notify_dispatch import WINDOW, endpoint, in_flight
+from tests.transactional.test_lock_order import _in_thread
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
-
-
-def _in_thread(fn) -> tuple[threading.Thread, dict]:
-    """Run ``fn`` on a thread of its own (its own connection, closed at the end); the box
-    gets the connection's ``pid``, then ``result`` or ``error``."""
-    box: dict = {}
-
-    def run() -> None:
-        try:
-            box["pid"] = connection.cursor().connection.info.backend_pid
-            box["result"] = fn()
-        except Exception as exc:  # noqa: BLE001 - asserted on by the caller
-            box["error"] = exc
-        finally:
-            connection.close()
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    return thread, box
 
 
 def _blocked_or_done(box: dict, timeout_s: float = 20) -> str:
