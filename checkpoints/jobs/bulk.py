@@ -9,11 +9,12 @@ broker, a slice at a time; and the re-drive of a lost message or a vanished work
    with ``attempts + 1`` and a claim of ``CLAIM_S``. A second delivery finds it running
    and does nothing.
 2. **walk**, ``BATCH`` runs at a time: before each batch the requester is read again
-   from the database (``permissions.account_now``: ``is_active`` and the tenant grants
-   as they are now, never the rights an earlier object kept) and their review right
-   checked (deactivated, or the right lost: the job ``failed`` with ``last_error``
-   saying which, nothing more acted on); the batch's runs are acted on as that fresh
-   reading, so each run's service checks the same answer. Each run not yet done (no
+   from the database and their review right checked (``migrations.requester_now``, the
+   one rule of stored jobs: ``permissions.account_now``, ``is_active`` and the tenant
+   grants as they are now, never the rights an earlier object kept; deactivated, or the
+   right lost: the job ``failed`` with ``last_error`` saying which, nothing more acted
+   on); the batch's runs are acted on as that fresh reading, so each run's service
+   checks the same answer. Each run not yet done (no
    result row: the row is the per-run unique key, so a re-drive skips what an earlier
    attempt did) is acted on by ``services.bulk_job_act`` in its own transaction, which
    also moves the job's counts and claim on, and stops the walk when a reviewer aborted
@@ -37,12 +38,15 @@ from django.db.models import F, Q
 
 from .. import roles, services
 from ..dbclock import NOW
-from ..exceptions import Forbidden, NotFound
 from ..models import BulkAction, BulkActionItem
-from ..permissions import account_now, require
 from ..services.bulk import BulkJobLost
 from ..vocab import BulkState
-from .migrations import MAX_FAILURES, attempt_failed  # noqa: F401 - MAX_FAILURES: tests
+from .migrations import (
+    MAX_FAILURES,  # noqa: F401 - tests read it here
+    RequesterLost,
+    attempt_failed,
+    requester_now,
+)
 
 log = logging.getLogger(__name__)
 
@@ -50,11 +54,6 @@ log = logging.getLogger(__name__)
 CLAIM_S = 120
 #: Runs between two checks of the requester's right (and of the in-process budget).
 BATCH = 100
-
-
-class RequesterLost(Exception):
-    """The job's requester may no longer act (``_requester``): the job is ``failed`` with
-    these words as its ``last_error``; retrying cannot help."""
 
 
 def _jobs(reason: str):
@@ -85,25 +84,15 @@ def _end(job: BulkAction, **changes) -> int:
 
 
 def _requester(job: BulkAction, acted: int):
-    """The job's requester as the database has them now (a new user object: the account's
-    ``is_active`` and tenant grants read now, not what ``job.requested_by`` kept since the
-    claim), provided they may still act: an active account holding ``roles.REVIEW`` in
-    the job's tenant (docs/bulk.md, "Walk"; rights from tenant grants only,
-    ``permissions.tenant_perms``). ``acted``: runs with a result so far, for the words.
-
-    Raises ``RequesterLost`` with the ``last_error`` words otherwise (the account gone or
-    deactivated; no role left in the tenant, or one without the review right)."""
-    user = account_now(job.requested_by)
-    name, rest = job.requested_by_name, (f"stopped after {acted} of {job.total} runs; a "
-                                         "reviewer may submit the rest again")
-    if user is None or not user.is_active:
-        raise RequesterLost(f"{name}'s account was deactivated; {rest}")
-    try:
-        require(user, job.tenant, roles.REVIEW)
-    except (NotFound, Forbidden) as exc:
-        raise RequesterLost(f"{name} no longer holds the review right in this tenant "
-                            f"({exc.error}); {rest}") from None
-    return user
+    """The job's requester as read now, provided they may still act: an active account
+    holding ``roles.REVIEW`` in the job's tenant (``migrations.requester_now``, the one
+    rule of stored jobs; docs/bulk.md, "Walk"). ``acted``: runs with a result so far, for
+    the words. Raises ``RequesterLost`` with the ``last_error`` words otherwise (the
+    account gone or deactivated; no role left in the tenant, or one without the review
+    right)."""
+    return requester_now(job, roles.REVIEW, "review right",
+                         lambda: (f"stopped after {acted} of {job.total} runs; a reviewer "
+                                  "may submit the rest again"))
 
 
 def _walk(job: BulkAction, budget_s: float | None) -> bool:

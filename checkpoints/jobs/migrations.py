@@ -9,17 +9,23 @@ lost message or a vanished worker with one).
    ``attempts + 1`` and a claim of ``CLAIM_S`` on the database clock. A second delivery
    finds it running and does nothing.
 2. **walk**: ``services.checkpoints_migrate`` with the job's kind, version, direction,
-   runs and its id as ``batch_id``, as the requester (their right is checked again), and
-   an ``on_item`` that, inside each checkpoint's own transaction, checks the claim still
-   holds (else it stops: another worker has the job), moves the claim on, and writes the
-   checkpoint's ``MigrationJobItem``. A kill leaves the checkpoints done committed with
-   their items; the next attempt's walk does not even read them (they are at the target
-   version), and looks again at the ones refused before (their item is replaced).
+   runs and its id as ``batch_id``, ``BATCH`` checkpoints at a time. Before the walk and
+   before each batch the requester is read again from the database (``requester_now``,
+   the one rule of stored jobs: ``permissions.account_now``, then the tenant admin's
+   right, ``roles.MANAGE``, as ``migration_job_submit`` checks it); deactivated, or the
+   right lost: the job ``failed`` with ``last_error`` saying which and how many
+   checkpoints it migrated, nothing more migrated. The batch is written as that fresh
+   reading. An ``on_item``, inside each checkpoint's own transaction, checks the claim
+   still holds (else it stops: another worker has the job), moves the claim on, and
+   writes the checkpoint's ``MigrationJobItem``. A kill leaves the checkpoints done
+   committed with their items; the next attempt's walk does not even read them (they are
+   at the target version), and looks again at the ones refused before (their item is
+   replaced).
 3. **finish**: ``done``; or, after an unexpected error (a bug in a step, an outage),
    ``queued`` again after a back-off (``RECOVERY_RECONCILE_BACKOFF_S`` doubling, capped),
    ``failed`` after ``MAX_FAILURES`` in a row or at once for a refusal of the request
-   itself (``DomainError``: the requester lost the admin's right, the kind is no longer
-   registered), with ``last_error`` shown on the job page and in the API.
+   itself (``RequesterLost``; a ``DomainError``: the kind is no longer registered), with
+   ``last_error`` shown on the job page and in the API.
 """
 
 from __future__ import annotations
@@ -31,12 +37,13 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Q
 
-from .. import services
+from .. import roles, services
 from ..dbclock import NOW
 from ..exceptions import DomainError, Forbidden, NotFound
 from ..models import MigrationJob, MigrationJobItem
+from ..permissions import account_now, require
 from ..services.migrations import MigrationItem
-from ..vocab import MigrationJobState
+from ..vocab import MigrationJobState, MigrationOutcome
 
 log = logging.getLogger(__name__)
 
@@ -44,11 +51,46 @@ log = logging.getLogger(__name__)
 CLAIM_S = 300
 #: Unexpected failures in a row before a job is ``failed``.
 MAX_FAILURES = 3
+#: Checkpoints between two checks of the requester's right (``checkpoints_migrate``'s
+#: ``batch_size``).
+BATCH = 100
 
 
 class LostClaim(Exception):
     """The job's claim is no longer this worker's (it was re-driven after its claim
     passed, or finished meanwhile): stop, rolling back the checkpoint in progress."""
+
+
+class RequesterLost(Exception):
+    """A stored job's requester may no longer act (``requester_now``): the job is
+    ``failed`` with these words as its ``last_error``; retrying cannot help."""
+
+
+def requester_now(job, codename: str, right: str, stopped) -> object:
+    """The one check of a stored job's requester (migration and bulk jobs: before the
+    walk and before each batch; docs/bulk.md and docs/migrations.md, "Walk"). ``job``:
+    a ``MigrationJob`` or ``BulkAction`` (``requested_by``, ``requested_by_name``,
+    ``tenant``); ``codename``: the right the job's submit checked (``roles.MANAGE``,
+    ``roles.REVIEW``), ``right`` its name in the words; ``stopped()``: the words saying
+    how far the job got and what to do, called only when the requester is lost.
+
+    Returns the requester as the database has them now (``permissions.account_now``: a
+    new user object, ``is_active`` and the tenant grants read now, never the rights an
+    earlier object kept since the claim; rights from tenant grants only,
+    ``permissions.tenant_perms``), on which ``codename`` was just checked: the batch is
+    acted on as that reading, so each checkpoint's or run's service checks the same
+    answer. Raises ``RequesterLost`` with the ``last_error`` words otherwise (the account
+    gone or deactivated; no role left in the tenant, or one without ``codename``)."""
+    user = account_now(job.requested_by)
+    name = job.requested_by_name
+    if user is None or not user.is_active:
+        raise RequesterLost(f"{name}'s account was deactivated; {stopped()}")
+    try:
+        require(user, job.tenant, codename)
+    except (NotFound, Forbidden) as exc:
+        raise RequesterLost(f"{name} no longer holds the {right} in this tenant "
+                            f"({exc.error}); {stopped()}") from None
+    return user
 
 
 def _jobs(reason: str):
@@ -93,6 +135,21 @@ def _recorder(job: MigrationJob):
     return record
 
 
+def _requester(job: MigrationJob):
+    """The job's requester as read now, still the tenant's admin (``requester_now`` with
+    ``roles.MANAGE``, the right ``migration_job_submit`` checks). Raises
+    ``RequesterLost``, its words saying how many of the tenant's checkpoints this job
+    migrated (every attempt: its ``migrated`` items), which stay migrated."""
+
+    def stopped() -> str:
+        migrated = (MigrationJobItem.objects.for_tenant(job.tenant)
+                    .filter(job=job, outcome=MigrationOutcome.MIGRATED).count())
+        return (f"stopped after {migrated} checkpoints migrated; an admin may submit the "
+                "migration again (it skips those already migrated)")
+
+    return requester_now(job, roles.MANAGE, "admin right", stopped)
+
+
 def _end(job: MigrationJob, **changes) -> int:
     """Move the job out of ``running`` if this attempt still holds it; returns 1 or 0."""
     return (MigrationJob.objects.for_tenant(job.tenant)
@@ -128,21 +185,21 @@ def execute(job_pk: int) -> dict:
         return {"job": job_pk, "result": "skipped"}
     try:
         report = services.checkpoints_migrate(
-            actor=job.requested_by, tenant=job.tenant, kind=job.kind,
+            actor=_requester(job), tenant=job.tenant, kind=job.kind,
             to_version=job.to_version, run_ids=job.selection.get("runs"),
-            reverse=job.reverse, batch_id=job.uuid, on_item=_recorder(job))
+            reverse=job.reverse, batch_id=job.uuid, batch_size=BATCH,
+            before_batch=lambda: _requester(job), on_item=_recorder(job))
     except LostClaim:
         return {"job": job_pk, "result": "lost_claim"}
+    except RequesterLost as exc:
+        _end(job, state=MigrationJobState.FAILED, finished_at=NOW, last_error=str(exc)[:1000])
+        return {"job": job_pk, "result": "failed"}
     except DomainError as exc:
-        # The request itself is refused now: retrying cannot help. NotFound/Forbidden are
-        # the requester's rights (``checkpoints_migrate`` raises them for nothing else).
-        why = exc.detail
-        if isinstance(exc, NotFound | Forbidden):
-            why = (f"{job.requested_by_name} no longer holds this tenant's admin right (the "
-                   "role was revoked or lowered, or the account deactivated); an admin may "
-                   "submit the migration again")
+        # The request itself is refused now (the kind is no longer registered, or no
+        # longer has that version): retrying cannot help. The requester's rights were
+        # checked just before, by ``_requester``.
         _end(job, state=MigrationJobState.FAILED, finished_at=NOW,
-             last_error=f"{exc.error}: {why}"[:1000])
+             last_error=f"{exc.error}: {exc.detail}"[:1000])
         return {"job": job_pk, "result": "failed"}
     except Exception as exc:  # noqa: BLE001 - a step's bug or an outage: stored, retried
         log.exception("migration job %s failed (attempt %s)", job.uuid, job.attempts)

@@ -35,7 +35,7 @@ from __future__ import annotations
 import uuid
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from django.db import transaction
 
@@ -147,6 +147,7 @@ def checkpoints_migrate(*, actor, tenant: Tenant, kind: str, to_version: int,
                         run_ids=None, dry_run: bool = False, reverse: bool = False,
                         batch_size: int = 100, batch_id: uuid.UUID | None = None,
                         on_item: Callable[[MigrationItem], None] | None = None,
+                        before_batch: Callable[[], object] | None = None,
                         ) -> MigrationReport:
     """Migrate ``tenant``'s checkpoints of ``kind`` to ``to_version`` (only those of the
     runs ``run_ids`` when given), each in its own transaction (module docstring);
@@ -167,7 +168,10 @@ def checkpoints_migrate(*, actor, tenant: Tenant, kind: str, to_version: int,
     transaction, so what it writes commits or rolls back with the migration; an
     exception from it rolls that checkpoint back and stops the walk); the report then
     keeps the counts and examples but not the items (a job of 10,000 checkpoints records
-    them as it goes instead of holding them).
+    them as it goes instead of holding them). ``before_batch``: called before each batch
+    of ``batch_size`` checkpoints, returns the account that batch is written as (a stored
+    job's requester read again, ``jobs.migrations._requester``); an exception from it
+    stops the walk before the batch, the batches before it staying committed.
     """
     if actor is not None:
         require(actor, tenant, roles.MANAGE)
@@ -181,6 +185,10 @@ def checkpoints_migrate(*, actor, tenant: Tenant, kind: str, to_version: int,
     report = MigrationReport(target.batch_id, kind, to_version, bool(reverse), bool(dry_run),
                              keep_items=on_item is None)
     for rows in _candidates(target, runs, batch_size):
+        if before_batch is not None:
+            # A stored job outlives the request that checked its requester: each batch
+            # is written as the account read now (a revoked admin stops the job here).
+            target = replace(target, actor=before_batch())
         for pk, checkpoint_id, run_id in rows:
             if dry_run:
                 item, diff = _preview_one(target, pk, checkpoint_id, run_id)

@@ -162,7 +162,8 @@ def test_an_unexpected_error_is_retried_then_the_job_fails_visibly(acme, adam, s
 def test_a_requester_who_lost_the_right_fails_the_job_at_once_saying_so(acme, adam, stranded,
                                                                        loss):
     """Attack finding (a failure is visible, and says why): the job's ``last_error`` was
-    ``not_found: not found`` for a requester deactivated or no longer in the tenant."""
+    ``not_found: not found`` for a requester deactivated or no longer in the tenant. The
+    words are those of a right lost mid-job (``jobs.migrations.requester_now``)."""
     job, _ = submit(acme, adam)
     if loss == "deactivated":
         adam.is_active = False
@@ -174,9 +175,95 @@ def test_a_requester_who_lost_the_right_fails_the_job_at_once_saying_so(acme, ad
     assert job_layer.execute(job.pk)["result"] == "failed"
     job.refresh_from_db()
     assert job.state == "failed", job.last_error
-    assert job.last_error.startswith(("not_found: ", "forbidden: "))
-    assert "adam no longer holds this tenant's admin right" in job.last_error
+    lost = {"revoked": "adam no longer holds the admin right in this tenant (not_found)",
+            "demoted": "adam no longer holds the admin right in this tenant (forbidden)",
+            "deactivated": "adam's account was deactivated"}[loss]
+    assert job.last_error == (f"{lost}; stopped after 0 checkpoints migrated; an admin may "
+                              "submit the migration again (it skips those already migrated)")
     assert Checkpoint.objects.filter(schema_version=2).count() == 0
+    assert not MigrationJobItem.objects.filter(job=job).exists()
+
+
+@pytest.fixture
+def seven(acme, wendy, monkeypatch):
+    """Seven acme.order v1 checkpoints whose owners are gone; the job walks them in
+    batches of 2 (``jobs.migrations.BATCH``)."""
+    bodies = [order(wendy, acme) for _ in range(7)]
+    age_world(QUIET)
+    monkeypatch.setattr(job_layer, "BATCH", 2)
+    return bodies
+
+
+def once_migrated(monkeypatch, nth: int, then) -> None:
+    """Have the worker call ``then()`` right after its ``nth`` checkpoint (from 1)
+    committed (in the middle of a batch), as another request would, through its own user
+    object."""
+    one, seen = migrations._migrate_one, []
+
+    def migrating(*args, **kwargs):
+        done = one(*args, **kwargs)
+        seen.append(done)
+        if len(seen) == nth:
+            then()
+        return done
+
+    monkeypatch.setattr(migrations, "_migrate_one", migrating)
+
+
+def stopped_at_the_next_batch(job, bodies, words: str) -> None:
+    """The job (7 checkpoints, batches of 2, the right lost after the third) ran its
+    second batch to the end as read before it, then stopped: failed, saying why and how
+    many checkpoints it migrated, nothing migrated after, one item and one audit event
+    per checkpoint migrated."""
+    job.refresh_from_db()
+    assert job.state == "failed" and job.finished_at is not None, job.last_error
+    assert job.claimed_until is None
+    assert words in job.last_error, job.last_error
+    assert "stopped after 4 checkpoints migrated" in job.last_error, job.last_error
+    assert [stored(b).schema_version for b in bodies] == [2, 2, 2, 2, 1, 1, 1]
+    items = MigrationJobItem.objects.filter(job=job)
+    assert sorted(str(i.checkpoint_uuid) for i in items) == sorted(b["id"] for b in bodies[:4])
+    assert {i.outcome for i in items} == {"migrated"}
+    assert AuditEvent.objects.filter(action="checkpoint.migrate").count() == 4
+
+
+@pytest.mark.parametrize("left", [None, "approver"])
+def test_a_role_revoked_mid_job_stops_it_at_the_next_batch(acme, adam, seven, monkeypatch,
+                                                            left):
+    # The requester was checked once per attempt, at its start: an admin revoked
+    # mid-job went on migrating the tenant's checkpoints until the attempt ended.
+    job, _ = submit(acme, adam)
+    if left:
+        services.role_grant(actor=None, tenant=acme, user=adam, role=left)
+    once_migrated(monkeypatch, 3, lambda: services.role_revoke(
+        actor=None, tenant=acme, user=adam, role="admin"))
+
+    assert job_layer.execute(job.pk)["result"] == "failed"
+
+    stopped_at_the_next_batch(job, seven, "adam no longer holds the admin right in this "
+                              f"tenant ({'forbidden' if left else 'not_found'})")
+
+
+def test_an_account_deactivated_mid_job_stops_it_at_the_next_batch(acme, adam, seven,
+                                                                   monkeypatch):
+    job, _ = submit(acme, adam)
+    once_migrated(monkeypatch, 3, lambda: services.account_deactivate(user=adam))
+
+    assert job_layer.execute(job.pk)["result"] == "failed"
+
+    stopped_at_the_next_batch(job, seven, "adam's account was deactivated")
+
+
+def test_unchanged_rights_walk_every_batch_to_the_end(acme, adam, seven):
+    job, _ = submit(acme, adam)
+
+    result = job_layer.execute(job.pk)
+
+    assert result["result"] == "done", result
+    assert result["counts"] == {"migrated": 7, "skipped": 0, "refused": 0, "conflict": 0}
+    job.refresh_from_db()
+    assert (job.state, job.last_error) == ("done", "")
+    assert [stored(b).schema_version for b in seven] == [2] * 7
 
 
 # --- the API ------------------------------------------------------------------------------
