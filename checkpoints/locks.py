@@ -52,6 +52,30 @@ UPDATE``) and the delete fails at ``COMMIT`` (stop 34's attack). Either lock con
 delete's: the writer comes first (the delete waits, then collects what it wrote) or it
 waits for the delete and finds the row gone (it is left out; the writer skips it).
 
+Rows naming a run are the exception: a run's delete (retention's second phase,
+``retention._expire_one``; the LangGraph thread delete, ``_settle_run``) holds the run
+``FOR NO KEY UPDATE`` only (``lock_run``, ``lock_run_pk``), yet no row inserted meanwhile
+slips past its cascade, because every writer of a row naming a run is kept apart
+otherwise:
+
+- a write of the run (a checkpoint, an effect, a transition, a state change's outbox
+  row, ``notify_emit``) holds the run's own lock, which the delete's excludes;
+- the dispatcher's drain writes rows naming a run (its incident runs, its messages) only
+  for a run named by an outbox row it claimed (``lock_rows``, ``SKIP LOCKED``), and the
+  run's cascade deletes its outbox rows *first* (the ORM deletes the rows naming a run in
+  their models' declaration order, ``NotificationOutbox`` before
+  ``NotificationIncidentRun`` and ``NotificationAgingMark``, then sets the messages' run
+  to null). A delete that reaches them after the claim waits for the drain and then
+  deletes what it wrote; a claim after the delete's skips the rows and tells nobody of
+  the run. That declaration order is load-bearing: moved, a drain committed while the
+  delete waits for the claimed row fails the delete's ``COMMIT`` (an ``IntegrityError``
+  on ``checkpoints_notificationincidentrun``), and
+  ``tests/transactional/test_notify_run_delete_races.py`` fails;
+- the dispatcher's aging step names only runs of unknown outcome (an effect of unknown
+  outcome, not closed), which neither delete takes: the LangGraph delete takes a run with
+  no effect, and retention one ended (no effect in doubt) longer ago than its window, so
+  no run it read can be deleted before it commits.
+
 Outside the order, holding one row and waiting for nothing else: a reconcile worker's
 claim of its request (``lock_rows`` on one request), the sweep's re-drive (stale
 requests, ascending id, ``SKIP LOCKED``), the token's ``last_used_at`` touch (one

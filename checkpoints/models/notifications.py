@@ -109,6 +109,10 @@ class NotificationEndpoint(TenantOwned):
         return f"{self.channel} endpoint {self.name!r} of tenant {self.tenant_id}"
 
 
+# Declared before every other model naming a run (incident runs, messages, aging marks):
+# a run's delete cascades to them in declaration order, and deleting its outbox rows first
+# is what keeps it apart from the dispatcher's drain (``locks`` module docstring, "Rows
+# naming a run").
 class NotificationOutbox(TenantOwned):
     """One event waiting for the dispatcher, written in the transaction of the change it
     reports (see the module's docstring). ``event_type`` is blank for a run's state change
