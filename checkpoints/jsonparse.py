@@ -109,16 +109,50 @@ def name_problem(text: str) -> str:
     """Why ``text`` is no printable name ("" if it is): ``text_problem``'s, or any
     control character (Unicode category Cc: C0 with tab and newline, DEL, C1), a line or
     paragraph separator, a bidirectional control (``BIDI_CONTROLS``), or an invisible
-    character (``INVISIBLE``). A name is one line shown as it is: a lease
+    character (``INVISIBLE``: Unicode's default ignorable code points but the joiners and
+    variation selectors; a variation selector only right after a character that shows).
+    Not blankness: ``""`` is a name here, and the callers that refuse a blank one use
+    ``blank``. A name is one line shown as it is: a lease
     owner, an effect's service and operation key, a run identity, a LangGraph thread, a
     query value, a notification endpoint's name. The one rule for them all (issue 22,
     stop 33: four checks of their own had drifted apart, the POST resume body's
     identity taking what its GET query refused); reasons, which may span lines, take
     ``printable_problem``."""
     problem = _char_problem(text, _control, "a control character is not allowed")
-    if problem or not any(ch in INVISIBLE for ch in text):
+    if problem or not _hides(text):
         return problem
     return "an invisible character is not allowed"
+
+
+def _hides(text: str) -> bool:
+    """Whether ``text`` holds a character ``INVISIBLE`` holds, or a variation selector
+    that follows no base character (``VARIATION_SELECTORS``)."""
+    previous = ""
+    for ch in text:
+        if ch in INVISIBLE or (ch in VARIATION_SELECTORS and not _base(previous)):
+            return True
+        previous = ch
+    return False
+
+
+def _base(ch: str) -> bool:
+    """Whether a variation selector may follow ``ch``: a character that shows (not
+    whitespace, not one of ``SHOWS_NOTHING``, not a control), so it selects that
+    character's glyph (``\u2764\ufe0f``, an emoji; a CJK ideograph's variant). None
+    may follow another selector, a joiner or the start of the name: a run of selectors
+    shows nothing and can carry hidden bytes (one selector a byte, "emoji smuggling")."""
+    return bool(ch) and not ch.isspace() and ch not in SHOWS_NOTHING and not _control(ch)
+
+
+def blank(text: str) -> bool:
+    """Whether ``text`` shows nothing at all: every character of it (none, for ``""``)
+    is whitespace (``str.isspace``) or one of ``SHOWS_NOTHING`` (an invisible character,
+    the zero-width joiners and variation selectors a name may hold, the braille blank).
+    The one test behind every "must not be blank" of a name (a tenant's display name, a
+    notification endpoint's name and filter values): ``"\u200d\u200c"`` passes
+    ``name_problem`` but is as blank as ``"  "``. Reasons (free text) keep
+    ``str.strip`` (``services.common``)."""
+    return all(ch.isspace() or ch in SHOWS_NOTHING for ch in text)
 
 
 def check_name(value: str, field: str) -> str:
@@ -136,18 +170,76 @@ def _char_problem(text: str, refused, words: str) -> str:
     return text_problem(text) or (words if any(refused(ch) for ch in text) else "")
 
 
-#: The invisible characters no name holds (stop 34, the last attack's doubt): a zero-width
-#: space, word joiner, byte order mark, soft hyphen or Mongolian vowel separator shows
-#: nothing, so ``"charge:\u200bA-1042"`` reads as ``charge:A-1042``, another operation key
-#: a reviewer would take for the one they know (and paste into the service's console). The
-#: zero-width joiner and non-joiner (U+200C, U+200D) stay: emoji sequences and several
-#: scripts need them. Reasons, free text, may hold these.
-INVISIBLE = frozenset("\u00ad\u180e\u200b\u2060\ufeff")
+def _code_points(ranges) -> frozenset[str]:
+    """The characters of ``ranges`` (pairs of first and last code point, inclusive)."""
+    return frozenset(chr(cp) for first, last in ranges for cp in range(first, last + 1))
+
 
 #: Unicode's bidirectional controls (embeddings, overrides, isolates and marks): they
 #: turn the text shown after them around ("evil\u202egnp.exe" reads "evilexe.png").
 BIDI_CONTROLS = frozenset("\u200e\u200f\u061c\u202a\u202b\u202c\u202d\u202e"
                           "\u2066\u2067\u2068\u2069")
+
+#: Unicode's Default_Ignorable_Code_Point property (DerivedCoreProperties.txt, Unicode
+#: 14.0: the version of Python 3.11's unicodedata): the
+#: characters a renderer shows as nothing when it cannot show them otherwise. Python's
+#: ``unicodedata`` has no such property, hence this table (cross-checked against every
+#: format character, category Cf, by tests/api/test_invisible_names.py).
+DEFAULT_IGNORABLE = (
+    (0x00AD, 0x00AD),    # soft hyphen
+    (0x034F, 0x034F),    # combining grapheme joiner
+    (0x061C, 0x061C),    # Arabic letter mark (a bidirectional control)
+    (0x115F, 0x1160),    # Hangul choseong and jungseong fillers
+    (0x17B4, 0x17B5),    # Khmer inherent vowels AQ, AA
+    (0x180B, 0x180F),    # Mongolian free variation selectors 1-3, vowel separator, FVS 4
+    (0x200B, 0x200F),    # zero-width space, non-joiner, joiner; LRM, RLM
+    (0x202A, 0x202E),    # bidirectional embeddings and overrides
+    (0x2060, 0x206F),    # word joiner, invisible operators, isolates, deprecated formats
+    (0x3164, 0x3164),    # Hangul filler
+    (0xFE00, 0xFE0F),    # variation selectors 1-16
+    (0xFEFF, 0xFEFF),    # zero-width no-break space (byte order mark)
+    (0xFFA0, 0xFFA0),    # halfwidth Hangul filler
+    (0xFFF0, 0xFFF8),    # reserved
+    (0x1BCA0, 0x1BCA3),  # shorthand format controls
+    (0x1D173, 0x1D17A),  # musical symbols begin beam .. end phrase
+    (0xE0000, 0xE0FFF),  # tags (language tag, tag letters, cancel tag), selectors 17-256
+)
+
+#: The variation selectors (Mongolian free variation selectors, VS1-16, VS17-256): a name
+#: may hold one right after a character that shows (``_base``: ``"\u2764\ufe0f"``, an
+#: emoji's presentation; an ideograph's variant), never elsewhere (``name_problem``).
+VARIATION_SELECTORS = _code_points(((0x180B, 0x180D), (0x180F, 0x180F), (0xFE00, 0xFE0F),
+                                    (0xE0100, 0xE01EF)))
+
+#: The zero-width non-joiner and joiner: a name holds them anywhere (emoji ZWJ sequences,
+#: Persian and Indic text need them).
+JOINERS = frozenset("\u200c\u200d")
+
+#: The invisible characters no name holds (stop 34, the last attack's doubt; widened by
+#: the next): a zero-width space, word joiner, byte order mark, soft hyphen or Mongolian
+#: vowel separator shows nothing, so ``"charge:\u200bA-1042"`` reads as ``charge:A-1042``,
+#: another operation key a reviewer would take for the one they know (and paste into the
+#: service's console). The rule is Unicode's, not a list of the characters seen so far:
+#: every Default_Ignorable_Code_Point (``DEFAULT_IGNORABLE``: the invisible operators
+#: U+2061-U+2064, the combining grapheme joiner, the Hangul fillers, the Khmer inherent
+#: vowels, the tag characters, which carry hidden ASCII "tag smuggling" to a language
+#: model, so the three subdivision flag emoji go with them), and the interlinear
+#: annotation controls U+FFF9-U+FFFB (format characters outside that set, but their text
+#: is meant to be hidden or shown apart), but for ``JOINERS`` and
+#: ``VARIATION_SELECTORS``, which ``name_problem`` judges by place, and the bidirectional
+#: controls, refused as controls (``BIDI_CONTROLS``). Left visible:
+#: the prepended concatenation marks (U+0600-U+0605 and the like, format characters that
+#: show) and the Egyptian hieroglyph format controls (the joiners of that script). The
+#: braille blank U+2800 is the braille word space: a name holds it, but it is blank
+#: (``SHOWS_NOTHING``). Reasons, free text, may hold all of these.
+INVISIBLE = (_code_points(DEFAULT_IGNORABLE + ((0xFFF9, 0xFFFB),))
+             - JOINERS - VARIATION_SELECTORS - BIDI_CONTROLS)
+
+#: What shows nothing on its own (``blank``): ``INVISIBLE``, the joiners and variation
+#: selectors a name may hold, the bidirectional controls, the braille blank, the Egyptian
+#: hieroglyph format controls.
+SHOWS_NOTHING = (INVISIBLE | JOINERS | VARIATION_SELECTORS | BIDI_CONTROLS
+                 | _code_points(((0x2800, 0x2800), (0x13430, 0x1343F))))
 
 
 def _unprintable(ch: str) -> bool:
@@ -200,32 +292,35 @@ def shown(text: str, limit: int) -> str:
     """``text`` as one storable, printable line for a person to read, of at most
     ``limit`` characters as stored: NUL as ``\\0``, a lone surrogate as ``\\udc80``, and
     every character ``name_problem`` refuses (a control, separator, bidirectional or
-    invisible character) as its escape (``\\x1b``, ``\\n``, ``\\u202e``), so an error message
+    invisible character, a variation selector after no base character) as its escape
+    (``\\x1b``, ``\\n``, ``\\u202e``), so an error message
     echoing a client's name, or a reconciler's free-text detail stored and shown on the
     run page, never carries an ESC sequence or a direction override (stop 33). Cut after
     escaping, on a character's boundary, so the text fits its column and never ends in
     half an escape (the final attack's finding)."""
     text = str(text)
     if len(text) <= limit and text_problem(text) == "" and not any(
-            _control(ch) or ch in INVISIBLE for ch in text):
+            _control(ch) for ch in text) and not _hides(text):
         return text
-    out, size = [], 0
+    out, size, previous = [], 0, ""
     for ch in text:
-        piece = _escape(ch)
+        piece = _escape(ch, previous)
         if size + len(piece) > limit:
             break
         out.append(piece)
         size += len(piece)
+        previous = ch
     return "".join(out)
 
 
-def _escape(ch: str) -> str:
-    """``ch`` as ``shown`` writes it: NUL as ``\\0``, a lone surrogate or a character
-    ``_control`` refuses or ``INVISIBLE`` holds as its Python escape, anything else as
-    it is."""
+def _escape(ch: str, previous: str) -> str:
+    """``ch`` (after ``previous``, "" at the start) as ``shown`` writes it: NUL as
+    ``\\0``, a lone surrogate, a character ``_control`` refuses or ``INVISIBLE`` holds, or
+    a variation selector after no base character (``_base``) as its Python escape,
+    anything else as it is."""
     if ch == "\x00":
         return "\\0"
-    if _control(ch) or ch in INVISIBLE:
+    if _control(ch) or ch in INVISIBLE or (ch in VARIATION_SELECTORS and not _base(previous)):
         return ch.encode("unicode_escape").decode("ascii")
     if "\ud800" <= ch <= "\udfff":
         return ch.encode("utf-8", "backslashreplace").decode("utf-8")

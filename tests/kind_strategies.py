@@ -22,11 +22,13 @@ from checkpoints import jsonparse, kinds
 TEXT = st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00"),
                max_size=12)
 #: Text a run identity part may be (``jsonparse.name_problem``: no control character,
-#: line or paragraph separator, bidirectional control or invisible character); a valid
+#: line or paragraph separator, bidirectional control, invisible character or
+#: variation selector, which only a name's place judges); a valid
 #: payload's identity is a name.
 NAME = st.text(st.characters(exclude_categories=("Cs", "Cc", "Zl", "Zp"),
-                             exclude_characters="".join(jsonparse.BIDI_CONTROLS
-                                                        | jsonparse.INVISIBLE)),
+                             exclude_characters="".join(
+                                 jsonparse.BIDI_CONTROLS | jsonparse.INVISIBLE
+                                 | jsonparse.VARIATION_SELECTORS)),
                max_size=12)
 JSON = st.recursive(st.none() | st.booleans() | st.integers() | TEXT,
                     lambda inner: st.lists(inner, max_size=3)

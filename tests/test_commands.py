@@ -44,6 +44,7 @@ def test_it_creates_a_tenant_with_an_audited_first_event(db):
     (["acme"], "already exists"),
     (["ok", "--name", "n" * 201], "--name"),
     (["ok", "--name", "  "], "name: must not be blank"),
+    (["ok", "--name", "\u200c\u200d"], "name: must not be blank"),
 ])
 def test_it_refuses_bad_tenants(acme, args, message):
     with pytest.raises(CommandError, match=message):

@@ -26,7 +26,7 @@ from ..exceptions import (
     InvalidPayload,
     InvalidTransition,
 )
-from ..jsonparse import check_name
+from ..jsonparse import blank, check_name
 from ..models import (
     ApiToken,
     ReconcilerConfig,
@@ -50,7 +50,8 @@ def tenant_create(*, slug: str, name: str = "", actor=None) -> Tenant:
     Raises ``InvalidPayload`` if the slug is not a slug (letters, digits, ``-``, ``_``;
     at most 64) or is taken, or the display name is longer than its column, no name
     (``jsonparse.name_problem``: it is shown on every page of the tenant) or blank
-    (only spaces: a tenant nobody could pick out; ``""`` takes the slug).
+    (``jsonparse.blank``: only spaces, joiners and other characters that show nothing; a
+    tenant nobody could pick out; ``""`` takes the slug).
     """
     if not isinstance(slug, str) or not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", slug):
         raise InvalidPayload("slug: letters, digits, '-' and '_' only, 1 to 64 characters")
@@ -58,7 +59,7 @@ def tenant_create(*, slug: str, name: str = "", actor=None) -> Tenant:
     if not isinstance(name, str) or len(name) > limit:
         raise InvalidPayload(f"name: must be text of at most {limit} characters")
     check_name(name, "name")
-    if name and not name.strip():
+    if name and blank(name):
         raise InvalidPayload("name: must not be blank (leave it out to show the slug)")
     with transaction.atomic():
         if Tenant.objects.filter(slug=slug).exists():

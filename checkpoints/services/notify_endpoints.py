@@ -33,7 +33,7 @@ from .. import crypto, locks, roles, safehttp, webhooksign
 from ..audit import audit_record
 from ..dbclock import NOW, db_now
 from ..exceptions import InvalidPayload, InvalidTransition, NotFound
-from ..jsonparse import check_name
+from ..jsonparse import blank, check_name
 from ..models import NotificationEndpoint, NotificationMessage, Tenant
 from ..models.notifications import (
     ENDPOINT_EMAIL_MAX,
@@ -93,6 +93,9 @@ def _name(value) -> str:
     if len(value) > ENDPOINT_NAME_MAX:
         raise InvalidPayload(f"name: at most {ENDPOINT_NAME_MAX} characters")
     check_name(value, "name")
+    # Joiners, selectors, a braille blank: a name that shows nothing is as blank as "  ".
+    if blank(value):
+        raise InvalidPayload("name: must be a non-empty string")
     return value
 
 
@@ -165,6 +168,8 @@ def _filter(value, field: str) -> list[str]:
         if len(item) > FILTER_VALUE_MAX:
             raise InvalidPayload(f"{field}: each value at most {FILTER_VALUE_MAX} characters")
         check_name(item, field)
+        if blank(item):  # as _name: a value that shows nothing is blank
+            raise InvalidPayload(f"{field}: each value must be a non-empty string")
         if item not in out:
             out.append(item)
     return out

@@ -285,7 +285,11 @@ def test_it_refuses_unpaired_surrogates_in_lease_owners_and_resume_identities(
 #: (stop 34) an invisible character: ``charge:\u200bA-1042`` reads as another key.
 BAD_NAMES = ["a\x1b[2Jb", "tab\tname", "two\nlines", "del\x7f", "a\x9b2Jb",
              "evil\u202egnp.exe", "two\u2028lines", "two\u2029paragraphs",
-             "charge:\u200bA-1042", "bom\ufeff", "soft\u00adhyphen"]
+             "charge:\u200bA-1042", "bom\ufeff", "soft\u00adhyphen",
+             # Unicode's default ignorables beyond stop 34's five, an interlinear
+             # annotation, a variation selector with no character before it:
+             "x\u2062y", "cgj\u034f", "\u3164filler", "tag\U000e0041\U000e007f",
+             "khmer\u17b4", "ann\ufff9x\ufffbo", "\ufe0fstart"]
 
 
 @pytest.mark.parametrize("name", BAD_NAMES)
@@ -343,7 +347,10 @@ def test_invisible_characters_are_refused_in_names_only_and_escaped_when_shown()
 @pytest.mark.parametrize("name,detail", [("Acme\x1b[2J", "name: a control character"),
                                          ("Acme\u202e", "name: a control character"),
                                          ("A" * 201, "name: must be text of at most 200"),
-                                         ("   ", "name: must not be blank")])
+                                         ("   ", "name: must not be blank"),
+                                         ("\u200d \u200c", "name: must not be blank"),
+                                         ("\u2800 \u200d", "name: must not be blank"),
+                                         ("\u3164", "name: an invisible character")])
 def test_a_tenant_name_is_a_printable_name_that_fits_its_column(db, name, detail):
     """(stop 33, the second attack's finding) A tenant's display name is shown on every
     page of the tenant: one with a control or bidirectional character, or longer than

@@ -185,6 +185,10 @@ def test_an_email_endpoint_redirects_to_its_page(login, acme, adam):
     ({"quiet_period_s": "-1"}, "quiet_period_s", "quiet_period_s: must be an integer"),
     ({"event_types": []}, "event_types", "event_types: must be a non-empty list"),
     ({"name": " "}, "name", "name: must be a non-empty string"),
+    # Blank too: joiners and a Hangul filler between spaces show nothing (jsonparse.blank).
+    ({"name": "\u200d \u200c"}, "name", "name: must be a non-empty string"),
+    ({"agents": "refund\r\n\u200d\u2800"}, "agents",
+     "agents: each value must be a non-empty string"),
     ({"kinds": "x" * 201}, "kinds", "kinds: each value at most 200"),
     ({"channel": "pigeon"}, "channel", "channel: must be one of"),
 ])
@@ -244,7 +248,9 @@ def test_an_edit_of_the_name_keeps_every_filter_value_the_api_stored(login, acme
 
 
 @pytest.mark.parametrize("stored", [{"agents": ["re\u00adfund"]}, {"name": "on\u200bcall"},
-                                    {"url": "https://hooks.example.com:0/x"}])
+                                    {"url": "https://hooks.example.com:0/x"},
+                                    {"name": "on\u2062call"}, {"name": "\u200d"},
+                                    {"agents": ["re\U000e0041fund", "\u3164"]}])
 def test_an_edit_keeps_a_value_stored_before_a_rule(login, acme, adam, stored):
     """(stop 34's second attack) An endpoint holding a value a later rule refuses (an
     invisible character, a URL's port 0) saved no change from its edit form, which sends

@@ -1,0 +1,173 @@
+"""Names that show nothing (``jsonparse.name_problem``, ``jsonparse.blank``): every
+character the one rule refuses, generated from its tables rather than a few examples,
+and the doors that take a name (a body, a query, a notification endpoint's name and
+filters, a tenant's display name).
+
+The rule: Unicode's Default_Ignorable_Code_Point set and the interlinear annotation
+controls are refused in a name, but for the zero-width joiner and non-joiner (anywhere)
+and the variation selectors (right after a character that shows). A name of nothing but
+whitespace and such characters is blank where a blank name is refused.
+"""
+
+from __future__ import annotations
+
+import sys
+import unicodedata
+
+import pytest
+
+from checkpoints import jsonparse
+from checkpoints.jsonparse import (
+    INVISIBLE,
+    JOINERS,
+    SHOWS_NOTHING,
+    VARIATION_SELECTORS,
+    blank,
+    name_problem,
+    printable_problem,
+    shown,
+)
+from tests.api.apihelpers import new_checkpoint, post, snapshot, url
+
+WORDS = "an invisible character is not allowed"
+CONTROL = "a control character is not allowed"
+
+#: Format characters (category Cf) that show, or join the signs of one script, and so
+#: stay in names: the prepended concatenation marks (Arabic number signs, end of ayah,
+#: Syriac abbreviation mark, Kaithi number signs) and the Egyptian hieroglyph format
+#: controls.
+VISIBLE_FORMATS = frozenset(
+    chr(cp) for first, last in ((0x0600, 0x0605), (0x06DD, 0x06DD), (0x070F, 0x070F),
+                                (0x0890, 0x0891), (0x08E2, 0x08E2), (0x110BD, 0x110BD),
+                                (0x110CD, 0x110CD), (0x13430, 0x1343F))
+    for cp in range(first, last + 1))
+
+#: The characters the task named as passing before this rule, each refused now.
+NAMED = ("\u2061\u2062\u2063\u2064\u034f\u115f\u1160\u3164\uffa0\u17b4\u17b5"
+         "\ufff9\ufffa\ufffb" + "".join(chr(cp) for cp in range(0xE0000, 0xE0080)))
+
+
+def _every_code_point():
+    return (chr(cp) for cp in range(sys.maxunicode + 1) if not 0xD800 <= cp <= 0xDFFF)
+
+
+def test_every_invisible_character_is_refused_in_a_name_and_kept_in_a_reason():
+    """The generated table: every code point of ``INVISIBLE`` (Default_Ignorable but
+    the joiners, selectors and bidirectional controls, and U+FFF9-U+FFFB), anywhere in a
+    name, gets the rule's words; a reason keeps it; ``shown`` writes it as its escape.
+    The bidirectional controls among the default ignorables are refused as controls."""
+    assert len(INVISIBLE) > 3800  # the whole table, tags and reserved planes included
+    for ch in sorted(INVISIBLE):
+        for name in (ch, f"a{ch}b", f"ab{ch}", f"{ch} "):
+            assert name_problem(name) == WORDS, (hex(ord(ch)), name)
+        assert printable_problem(f"a{ch}b") == ""
+        assert shown(f"a{ch}b", 40) == "a" + ch.encode("unicode_escape").decode() + "b"
+    for ch in NAMED:
+        assert ch in INVISIBLE and name_problem(f"x{ch}y") == WORDS, hex(ord(ch))
+    for ch in jsonparse.BIDI_CONTROLS:
+        assert name_problem(f"a{ch}b") == CONTROL
+
+
+def test_every_format_character_is_refused_but_the_joiners_and_those_that_show():
+    """Cross-check of the explicit table against ``unicodedata``: every format character
+    (Cf) of Python's Unicode is refused in a name (as a control or as invisible) but the
+    joiners and ``VISIBLE_FORMATS``; every character of the table is a format
+    character, a mark, a Hangul filler (Lo) or unassigned (Cn), none a letter that shows."""
+    for ch in _every_code_point():
+        if unicodedata.category(ch) == "Cf" and ch not in JOINERS | VISIBLE_FORMATS:
+            assert name_problem(f"a{ch}b"), hex(ord(ch))
+    allowed = {"Cf", "Mn", "Cn"}
+    for ch in INVISIBLE | VARIATION_SELECTORS | JOINERS:
+        assert unicodedata.category(ch) in allowed or ch in "\u115f\u1160\u3164\uffa0", \
+            hex(ord(ch))
+
+
+def test_a_variation_selector_is_a_name_s_only_right_after_a_character_that_shows():
+    """An emoji's presentation selector or an ideograph's variant stays; a selector at
+    the start, after whitespace, after a joiner or after another selector (a run of
+    them carries hidden bytes, one a byte) is refused, each of them."""
+    for vs in sorted(VARIATION_SELECTORS):
+        assert name_problem(f"\u2764{vs}") == "", hex(ord(vs))
+        for name in (vs, f"a {vs}", f"a\u200d{vs}", f"a{vs}{vs}", f"a\u2061{vs}"):
+            assert name_problem(name) == WORDS, (hex(ord(vs)), name)
+            assert "\\u" in shown(name, 80) or "\\U" in shown(name, 80)
+    for name in ("dev-\U0001F469\u200d\U0001F4BB",               # an emoji ZWJ sequence
+                 "\u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645",  # Persian, ZWNJ
+                 "\u2764\ufe0f", "1\ufe0f\u20e3",                 # presentation, keycap
+                 "\U0001F3F3\ufe0f\u200d\U0001F308",              # the rainbow flag
+                 "\u845b\U000E0100",                               # an ideograph variant
+                 "\u1820\u180b",                                   # Mongolian FVS1
+                 "\u2800\u2801 braille", "\u0600\u0661"):          # shows, stays
+        assert name_problem(name) == "", name
+        assert shown(name, 80) == name
+
+
+def test_a_name_of_nothing_that_shows_is_blank():
+    """``blank``: every character whitespace or one of ``SHOWS_NOTHING`` (each of them
+    alone, and mixed with spaces); one character that shows makes it no blank."""
+    assert blank("") and blank("  \t")
+    for ch in sorted(SHOWS_NOTHING):
+        assert blank(ch) and blank(f" {ch}\u3000{ch} "), hex(ord(ch))
+        assert not blank(f"{ch}a"), hex(ord(ch))
+    assert blank("\u200d\u200c") and blank("\u2800\ufe0f")
+    assert not blank("\u2764\ufe0f") and not blank("\u0600")
+
+
+@pytest.mark.parametrize("name", ["x\u2062y", "\u3164", "flag\U000E0067\U000E007F",
+                                  "\ufe0f", "cgj\u034f"])
+def test_each_kind_of_name_door_refuses_them_with_the_rules_words(
+        api_as, wendy, adam, acme, name):
+    """One field of each kind: a body's name (the lease owner, a resume identity), a
+    query value (``querystring.single_values``: the rule's own words), a notification
+    endpoint's name and a filter value; each a 400 naming the field, nothing written."""
+    w = api_as(wendy)
+    rid = new_checkpoint(w, "acme")["run_id"]
+    before = snapshot()
+    r = post(w, "acme", f"runs/{rid}/lease", {"owner": name, "ttl_s": 5})
+    assert r.status_code == 400 and r.json()["detail"] == f"owner: {WORDS}", r.content
+    r = post(w, "acme", f"runs/{rid}/resume", {"agent": name})
+    assert r.status_code == 400 and r.json()["detail"].startswith("agent: "), r.content
+    r = w.get(url("acme", "effects"), {"operation_key": name})
+    assert r.status_code == 400 and r.json()["detail"] == f"operation_key: {WORDS}"
+    a = api_as(adam)
+    base = {"name": "hook", "channel": "webhook", "url": "https://hooks.example.com/x",
+            "event_types": ["run.needs_review"]}
+    for change, field in (({"name": name}, "name"), ({"agents": ["ok", name]}, "agents")):
+        r = a.post(url("acme", "notification-endpoints"), {**base, **change}, format="json")
+        assert r.status_code == 400 and r.json()["detail"] == f"{field}: {WORDS}", r.content
+    assert snapshot() == before
+
+
+@pytest.mark.parametrize("name", ["\u200d", "\u200c \u200d", "\u2800", " \ufe0f"])
+def test_a_blank_of_invisibles_is_refused_with_the_blank_words(api_as, adam, acme, name):
+    """A notification endpoint's name or filter value of joiners, braille blanks and
+    selectors shows nothing: refused as a blank one is ("must be a non-empty string"),
+    by the API (the dashboard form: tests/views/test_notifications_page.py)."""
+    a = api_as(adam)
+    before = snapshot()
+    base = {"name": "hook", "channel": "webhook", "url": "https://hooks.example.com/x",
+            "event_types": ["run.needs_review"]}
+    r = a.post(url("acme", "notification-endpoints"), {**base, "name": name}, format="json")
+    if name_problem(name):  # a selector with no base: the rule's words come first
+        assert r.json()["detail"] == f"name: {WORDS}"
+    else:
+        assert r.json()["detail"] == "name: must be a non-empty string", r.content
+    r = a.post(url("acme", "notification-endpoints"), {**base, "kinds": [name]},
+               format="json")
+    assert r.status_code == 400 and r.json()["detail"].startswith("kinds: ")
+    assert snapshot() == before
+
+
+def test_a_tenant_name_of_joiners_is_blank(db):
+    """A tenant's display name (the create_tenant command's ``--name``: tests/
+    test_commands.py) of zero-width joiners shows as nothing on every page of the
+    tenant: refused with the blank name's words, no tenant made."""
+    from checkpoints import services
+    from checkpoints.exceptions import InvalidPayload
+    from checkpoints.models import Tenant
+
+    for name in ("\u200d", "\u200c\u200d", " \u200d ", "\u2800"):
+        with pytest.raises(InvalidPayload, match="^name: must not be blank"):
+            services.tenant_create(slug="ghost", name=name)
+    assert not Tenant.objects.filter(slug="ghost").exists()
+    assert services.tenant_create(slug="ghost", name="\U0001F469\u200d\U0001F4BB co").name
