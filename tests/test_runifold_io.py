@@ -39,6 +39,7 @@ from checkpoints.models import (
 from checkpoints.services.runs import run_facts, run_facts_many
 from checkpoints.vocab import AuditAction, EffectClass, EffectState, PhaseClass, RecoveryState
 from tests import runifold_synth
+from tests.helpers import age_world
 from tests.matrixhelpers import db_diff, db_state
 
 FIXTURES = Path(__file__).parent / "fixtures" / "runifold"
@@ -565,17 +566,55 @@ def test_an_import_does_not_write_a_run_whose_payloads_were_deleted(acme, wendy,
 @pytest.mark.django_db
 def test_a_run_deleted_between_the_batch_read_and_its_write_is_not_written(acme, rita, april,
                                                                            monkeypatch):
-    """The batch found no run (simulated by hiding the stored runs from its first lock),
-    so it creates the run, and the creation finds one whose payloads were deleted: the
-    batch is rolled back and nothing is written."""
+    """The batch found no run and no tombstone (the run was created and erased after
+    the batch read: simulated by hiding the stored runs from its first lock and the
+    tombstones from its read of them), so it creates the run, and the creation finds one
+    whose payloads were deleted: the batch is rolled back and nothing is written."""
     service_import(acme, (FIXTURES / "agent.v1.jsonl").read_bytes())
     _erase(acme, rita, april, C_RUN)
     before = db_state()
     monkeypatch.setattr(runifold.imports, "_lock_runs", lambda tenant, run_ids: {})
+    monkeypatch.setattr(runifold.imports, "tombstone_dates", lambda tenant, run_ids: {})
     line = next(r for r in records("agent.v1") if r["id"] == C_ID)
     report, errors = service_import(acme, json.dumps(line).encode())
     assert (report.imported, report.failed) == (0, 1)
     assert db_diff(before, db_state()) == {}
+
+
+@pytest.mark.django_db
+def test_an_import_does_not_create_again_a_run_whose_row_retention_deleted(acme, wendy, rita,
+                                                                           april):
+    """Retention's phase 2 deleted the erased run's row; its tombstone stays. Importing
+    the original file again must not create the run anew under the same id: its line is
+    refused with the API's words (the 409 ``run_deleted`` a ``PUT`` gets, the tombstone's
+    date), the lines of another run are still imported, and nothing of the deleted run is
+    written (docs/security/retention.md, "A deleted run")."""
+    service_import(acme, (FIXTURES / "agent.v1.jsonl").read_bytes())
+    _erase(acme, rita, april, C_RUN)
+    services.data_policy_set(actor=None, tenant=acme, effect_retention_days=1)
+    age_world(2 * 86_400)  # two days after the run ended
+    assert services.retention_purge(tenant=acme)["expired"] == 1
+    assert not Run.objects.filter(tenant=acme, uuid=C_RUN).exists()
+    c_line = next(r for r in records("agent.v1") if r["id"] == C_ID)
+    with pytest.raises(RunDeleted) as api:  # what the API answers (409 run_deleted)
+        services.checkpoint_put(actor=wendy, tenant=acme, envelope=services.parse_envelope(
+            {**c_line, "revision": 0}, url_id=uuid.UUID(C_ID)), expected_revision=None)
+    assert api.value.detail.startswith(f"run_id: the payloads of run {C_RUN} were deleted on ")
+    other = {**c_line, "id": str(uuid.uuid4()), "run_id": str(uuid.uuid4())}
+    before = db_state()
+    report, errors = service_import(acme, "\n".join(
+        json.dumps(r) for r in (c_line, other)).encode())
+    assert (report.imported, report.failed) == (1, 1)
+    assert errors == [(1, api.value.detail)]
+    assert not Run.objects.filter(tenant=acme, uuid=C_RUN).exists()
+    assert Checkpoint.objects.get(tenant=acme, uuid=other["id"]).run.uuid == uuid.UUID(
+        other["run_id"])
+    new_run = Run.objects.get(tenant=acme, uuid=other["run_id"])
+    assert db_diff(before, db_state())["checkpoints.Run"] == {"added": [new_run.pk]}
+    with pytest.raises(CommandError, match="1 line") as command:  # the command, exit 1
+        run_import(FIXTURES / "agent.v1.jsonl")
+    assert command.value.err == f"line 3: {api.value.detail}\n"
+    assert not Run.objects.filter(tenant=acme, uuid=C_RUN).exists()
 
 
 @pytest.mark.django_db

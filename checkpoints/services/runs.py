@@ -35,6 +35,7 @@ from ..models import (
     RetryRequest,
     Run,
     Tenant,
+    Tombstone,
 )
 from ..permissions import require
 from ..vocab import (
@@ -65,30 +66,85 @@ def _lock_run(tenant: Tenant, run_id: uuid.UUID, *, create: bool,
     A run whose payloads retention or erasure deleted takes no more writes: raises
     ``RunDeleted`` (409) unless ``deleted_ok`` (a deletion of what is left, which finds
     nothing). Judged under the lock, so a write racing the purge either commits first
-    (and the purge sees it) or is refused; it never recreates the run's checkpoint.
+    (and the purge sees it) or is refused; it never recreates the run's checkpoint. Nor
+    its run: with ``create``, an id whose run row retention's phase 2 deleted is refused
+    the same way by its tombstone (``refuse_tombstoned``) before any row is written.
     """
     run = locks.lock_run(tenant, run_id, data_policy=data_policy)  # tenant set
+    if run is None and create:
+        # Only here, where a row is about to be created: an existing run's writes never
+        # read the tombstones (its own row says whether its payloads were deleted).
+        refuse_tombstoned(tenant, run_id)
+        try:
+            with transaction.atomic():
+                Run.objects.create(tenant=tenant, uuid=run_id, last_write_at=db_now())
+        except IntegrityError:
+            pass  # a concurrent writer created it first; lock theirs (judged below)
+        run = locks.lock_run(tenant, run_id, data_policy=data_policy)
+        if run is None:  # cannot happen: it was created, or a concurrent writer's committed
+            raise Run.DoesNotExist(run_id)
     if run is not None and run.payloads_deleted_at is not None and not deleted_ok:
         raise_deleted(run)
-    if run is not None or not create:
-        return run
-    try:
-        with transaction.atomic():
-            Run.objects.create(tenant=tenant, uuid=run_id, last_write_at=db_now())
-    except IntegrityError:
-        pass  # a concurrent writer created it first; lock theirs
-    run = locks.lock_run(tenant, run_id, data_policy=data_policy)
-    if run is None:  # cannot happen: it was created, or a concurrent writer's committed
-        raise Run.DoesNotExist(run_id)
     return run
+
+
+def run_deleted(run_id: uuid.UUID, deleted_at: datetime) -> RunDeleted:
+    """The ``RunDeleted`` (409 ``run_deleted``) of run ``run_id``, whose payloads were
+    deleted at ``deleted_at``: the one wording of the refusal, for a run row that says so
+    (``raise_deleted``), a run id only a tombstone remembers (``refuse_tombstoned``), and
+    the runifold import's lines (``interop.runifold.imports._check_deleted``)."""
+    return RunDeleted(f"run_id: the payloads of run {run_id} were deleted on "
+                      f"{deleted_at.date().isoformat()} (retention or erasure; "
+                      "see its tombstone); it takes no more writes, start a new run")
 
 
 def raise_deleted(run: Run) -> None:
     """Raise ``RunDeleted`` for ``run``, whose payloads were deleted (its tombstone says
     when and why: docs/security/retention.md)."""
-    raise RunDeleted(f"run_id: the payloads of run {run.uuid} were deleted on "
-                     f"{run.payloads_deleted_at.date().isoformat()} (retention or erasure; "
-                     "see its tombstone); it takes no more writes, start a new run")
+    raise run_deleted(run.uuid, run.payloads_deleted_at)
+
+
+def tombstone_dates(tenant: Tenant | int, run_ids) -> dict[uuid.UUID, datetime]:
+    """``{run id: deleted_at}`` of those of ``run_ids`` (UUIDs) the tenant holds a
+    ``Tombstone`` for (the newest one's, should an id have several); ``{}`` without a
+    query for no ids. One query on ``tombstone_run_idx`` (tenant, run_uuid).
+
+    A tombstone outlives its run row (retention's phase 2 deletes the row, never the
+    tombstone: docs/security/retention.md), so this, not the run row, is what says that
+    an id was deleted once the row is gone. Only a four-eyes ``TombstonePurge`` deletes a
+    tombstone; after it the id is free again."""
+    ids = set(run_ids)
+    if not ids:
+        return {}
+    tenant_id = tenant.pk if isinstance(tenant, Tenant) else tenant
+    return dict(Tombstone.objects.for_tenant(tenant_id).filter(run_uuid__in=ids)
+                .order_by("run_uuid", "deleted_at", "id").values_list("run_uuid", "deleted_at"))
+
+
+def refuse_tombstoned(tenant: Tenant, run_id: uuid.UUID) -> None:
+    """Raise ``RunDeleted`` (409 ``run_deleted``, ``run_deleted``'s words with the
+    tombstone's ``deleted_at``) if ``tenant`` holds a tombstone of ``run_id``: a run id
+    retention or erasure deleted takes no more writes, before retention's phase 2 deleted
+    its run row (the row refuses, ``_lock_run``) and after (this refuses). Call it only
+    where a run row is about to be created, after ``locks.lock_run`` found none
+    (``_lock_run(create=True)``; the runifold import decides its lines of new runs with
+    ``tombstone_dates``, the same lookup).
+
+    Why a creation racing phase 2 cannot slip between the two: phase 2
+    (``retention._expire_one``) deletes only a run whose ``payloads_deleted_at`` is set,
+    and that column is set in the same transaction that wrote the tombstone
+    (``lifecycle.purge_run_payloads``), committed before phase 2 could read it. So by the
+    time a run row is gone, its tombstone is committed. The caller's lock read
+    (``locks.lock_run``, ``FOR NO KEY UPDATE``) either returned the row (refused as a
+    deleted run) or found it gone, having waited for phase 2's commit if phase 2 held
+    it; this query is a later statement, and PostgreSQL's READ COMMITTED takes a new
+    snapshot for it, which holds every transaction committed before, the tombstone's
+    included. SQLite runs one write transaction at a time (``IMMEDIATE``), so there
+    nothing commits between the two reads. (``tests/lifecycle/test_retention_races.py``
+    races a checkpoint create against phase 2's delete on PostgreSQL.)"""
+    deleted_at = tombstone_dates(tenant, [run_id]).get(run_id)
+    if deleted_at is not None:
+        raise run_deleted(run_id, deleted_at)
 
 
 def _drop_if_empty(run: Run) -> None:

@@ -4,7 +4,8 @@ per tenant, and whatever it lets through (a lease taken over mid-way) the fencin
 and the rule judged again under each run's lock leave one tombstone and one audit event
 per run. A purge racing a write to one of its runs: the write commits first and the
 purge leaves the run (no longer ended), or the purge commits first and the write gets
-409 run_deleted; never both."""
+409 run_deleted; never both. A run created anew racing phase 2's delete of the old run
+row under the same id: refused by the tombstone once the row is gone, never created."""
 
 from __future__ import annotations
 
@@ -12,14 +13,15 @@ import threading
 from collections import Counter
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 
-from checkpoints import services
+from checkpoints import locks, services
 from checkpoints.exceptions import RunDeleted
-from checkpoints.models import AuditEvent, Checkpoint, Run, Tombstone
+from checkpoints.models import AuditEvent, Checkpoint, DataPolicy, Run, Tombstone
 from checkpoints.services import retention
-from tests.helpers import age_world, put_checkpoint
+from tests.helpers import age_world, envelope, put_checkpoint
 from tests.services.test_state_counts import assert_counts
+from tests.transactional.test_lock_order import _in_thread, _wait_until_blocked
 
 from .retention_world import DAY, completed_run, set_policy
 
@@ -126,3 +128,30 @@ def _write(writer, tenant, body):
         return put_checkpoint(writer, tenant, body, expected=1)
     except RunDeleted as exc:
         return exc
+
+
+def test_a_run_created_while_phase_2_deletes_its_row_is_refused_by_the_tombstone(acme,
+                                                                                 wendy):
+    """Phase 2 holds the run's lock and deletes the row; a checkpoint create of the same
+    run id queues on that lock, then finds no row. The tombstone (committed by phase 1,
+    long before) refuses it: no new run under the deleted id (``runs.refuse_tombstoned``)."""
+    run = completed_run(wendy, acme, order_id="E-1", effect=False)
+    set_policy(acme, payload_retention_days=1)
+    age_world(2 * DAY)
+    assert services.retention_purge(tenant=acme)["purged"] == 1
+    set_policy(acme, effect_retention_days=1)
+    token = retention._lease_take(acme, "phase-2")
+    policy = DataPolicy.objects.get(tenant=acme)
+    with transaction.atomic():
+        assert locks.lock_run(acme, run.uuid) is not None  # phase 2 has the run
+        thread, box = _in_thread(
+            lambda: put_checkpoint(wendy, acme, envelope(run_id=run.uuid)))
+        _wait_until_blocked(box)  # the create queues on the run's lock
+        assert retention._expire_one(acme, run.pk, token, policy) == "expired"
+    thread.join(timeout=30)
+    assert not thread.is_alive()
+    assert isinstance(box.get("error"), RunDeleted), box
+    assert box["error"].detail.startswith(f"run_id: the payloads of run {run.uuid} were")
+    assert not Run.objects.filter(tenant=acme, uuid=run.uuid).exists()
+    assert Tombstone.objects.filter(tenant=acme, run_uuid=run.uuid).count() == 1
+    assert_counts(acme)

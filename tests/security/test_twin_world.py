@@ -1411,6 +1411,12 @@ NOT_SERVICE_CELLS = {
                   "tenant runifold_import passes (runifold_import's cell covers it)",
     "conflict_parts": "builds (never saves) a refused write's conflict row and audit event "
                       "for the tenant and run its caller holds; the writes' cells cover it",
+    "tombstone_dates": "reads the given tenant's tombstones by tenant pk (for_tenant) for "
+                       "the runs a write would create; writes nothing: "
+                       "tests/lifecycle/test_tombstoned_ids.py (another tenant's tombstone "
+                       "refuses nothing)",
+    "refuse_tombstoned": "tombstone_dates of one run id, raising RunDeleted; the writes' "
+                         "cells cover it (tests/lifecycle/test_tombstoned_ids.py)",
 }
 
 

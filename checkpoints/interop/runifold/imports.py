@@ -20,7 +20,7 @@ from ...exceptions import InvalidPayload, RunDeleted
 from ...jsonparse import dumps, loads_any
 from ...models import Checkpoint, CheckpointRevision, Effect, EffectRevision, Tenant
 from ...permissions import require
-from ...services.runs import raise_deleted
+from ...services.runs import raise_deleted, run_deleted, tombstone_dates
 from .lines import (
     DEFAULT_BATCH,
     IMPORT_MAY_MOVE,
@@ -195,6 +195,14 @@ def _import_batch(actor, tenant: Tenant, batch) -> tuple[int, int, list[tuple[in
         # head, then the runs in ascending id),
         # then read what the batch needs under the locks.
         runs = _lock_runs(tenant, candidates)
+        # The ids of the runs the batch would create whose run row retention deleted
+        # (phase 2) but whose tombstone remains: their lines are refused as a deleted
+        # run's (``_check_deleted``). Read only for ids with no run row (an import of
+        # stored runs reads no tombstone). A tombstone cannot appear for such an id
+        # before the batch commits without its run row appearing too (a run is created,
+        # ended and erased meanwhile): ``_create_runs`` then finds that row and redoes
+        # the batch line by line; phase 2 deletes a row only days after its run ended.
+        gone = tombstone_dates(tenant, candidates - runs.keys())
         # The database time once the locks are taken (after any wait for them), for the
         # rows and the audit events alike, as a run's other writes (``dbclock.LOCKED_NOW``).
         now = db_now()
@@ -208,10 +216,10 @@ def _import_batch(actor, tenant: Tenant, batch) -> tuple[int, int, list[tuple[in
         for line in batch:
             try:
                 if isinstance(line, CheckpointLine):
-                    write = _decide_checkpoint(tenant, line, checkpoints, runs, now)
+                    write = _decide_checkpoint(tenant, line, checkpoints, runs, gone, now)
                 else:
                     write = _decide_effect(tenant, line, effects, checkpoints, keys, runs,
-                                           now)
+                                           gone, now)
             except LineError as exc:
                 errors.append((line.number, exc.detail))
                 continue
@@ -283,16 +291,26 @@ def _check_fence(runs: dict, run_uuid: uuid.UUID, now) -> None:
                         f"so it does not write that run")
 
 
-def _check_deleted(runs: dict, run_uuid: uuid.UUID | None) -> None:
+def _check_deleted(runs: dict, gone: dict, run_uuid: uuid.UUID | None) -> None:
     """A run whose payloads retention or erasure deleted takes no more writes
     (docs/security/retention.md, "A deleted run": "Writes are refused ... The run's
     checkpoint is never recreated"): the API's rule (``runs.raise_deleted``, the
     ``RunDeleted`` a ``PUT`` answers 409 ``run_deleted``), judged on the run read under
     the batch's lock, raised as this line's ``LineError`` with the API's detail
     (``run_id: the payloads of run ... were deleted on ...``). Nothing is compared
-    against such a run: what is left of it (blanked effect records) is not a stored line."""
-    run = runs.get(run_uuid) if run_uuid is not None else None
-    if run is None or run.payloads_deleted_at is None:
+    against such a run: what is left of it (blanked effect records) is not a stored line.
+    Once retention's phase 2 deleted the run row, its tombstone says it (``gone``:
+    ``runs.tombstone_dates`` of the ids without a run row, as ``runs.refuse_tombstoned``
+    for the API): the id is refused with the same words, never created again."""
+    if run_uuid is None:
+        return
+    run = runs.get(run_uuid)
+    if run is None:
+        deleted_at = gone.get(run_uuid)
+        if deleted_at is not None:
+            raise LineError(run_deleted(run_uuid, deleted_at).detail)
+        return
+    if run.payloads_deleted_at is None:
         return
     try:
         raise_deleted(run)
@@ -346,12 +364,12 @@ def _is_next(what: str, revision: int, stored_revision: int, stored_content, con
 
 
 def _decide_checkpoint(tenant: Tenant, line: CheckpointLine, checkpoints: dict, runs: dict,
-                       now) -> bool:
+                       gone: dict, now) -> bool:
     """Whether ``line`` is written (``True``) or already stored (``False``); raises
     ``LineError`` (also for a run whose payloads were deleted, ``_check_deleted``).
     Updates ``checkpoints`` as if it were written."""
     env = line.envelope
-    _check_deleted(runs, env.run_id)
+    _check_deleted(runs, gone, env.run_id)
     cp = checkpoints.get(env.checkpoint_id)
     if cp is not None:
         if cp.run_uuid != env.run_id:
@@ -414,19 +432,19 @@ def _effect_content(tenant: Tenant, effect: _Effect, revision: int) -> tuple | N
 
 
 def _decide_effect(tenant: Tenant, line: EffectLine, effects: dict, checkpoints: dict,
-                   keys: dict, runs: dict, now) -> bool:
+                   keys: dict, runs: dict, gone: dict, now) -> bool:
     """As ``_decide_checkpoint``, for an effect record: its run (``run_id``, else the
     checkpoint its agent key names), then create, advance (a move runifold makes, out of
     a state an import may leave), skip, or ``LineError`` (first of all for a run whose
     payloads were deleted: the stored effect's, or the one the line names)."""
     effect = effects.get(line.effect_id)
     if effect is not None:
-        _check_deleted(runs, effect.run_uuid)
+        _check_deleted(runs, gone, effect.run_uuid)
     run_uuid = line.run_id
     if run_uuid is None and line.execution_id is not None:
         cp = checkpoints.get(line.execution_id)
         run_uuid = cp.run_uuid if cp is not None else None
-    _check_deleted(runs, run_uuid)
+    _check_deleted(runs, gone, run_uuid)
     if run_uuid is None:
         raise LineError("run_id: required: runifold keeps no run id on an effect record, and "
                         "this record's idempotency key does not start with the id of a "
