@@ -155,12 +155,19 @@ def blank(text: str) -> bool:
     return all(ch.isspace() or ch in SHOWS_NOTHING for ch in text)
 
 
-def check_name(value: str, field: str) -> str:
+def check_name(value: str, field: str, *, blank_words: str | None = None) -> str:
     """``value`` when it is a name (``name_problem``), else ``InvalidPayload`` (400)
-    ``"<field>: <why>"``: the services' and imports' one check of a name they take."""
+    ``"<field>: <why>"``: the services' and imports' one check of a name they take.
+
+    ``blank_words``: the name is required, and one that shows nothing (``blank``: only
+    spaces, joiners, braille blanks) is refused as an empty one, ``"<field>:
+    <blank_words>"`` (an operation key or lease owner of ``"\u200d"`` passed the old
+    ``not value`` and showed as nothing on the run page; stop 35)."""
     problem = name_problem(value)
     if problem:
         raise InvalidPayload(f"{field}: {problem}")
+    if blank_words is not None and blank(value):
+        raise InvalidPayload(f"{field}: {blank_words}")
     return value
 
 

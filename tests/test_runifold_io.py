@@ -911,3 +911,16 @@ def test_an_imported_effect_passes_the_names_rule_of_the_api(acme):
         (1, "request.idempotency_key"), (2, "request.kind")], errors
     assert all("control character" in d for _, d in errors)
     assert list(Effect.objects.values_list("operation_key", flat=True)) == ["k-2"]
+
+
+@pytest.mark.django_db
+def test_an_imported_idempotency_key_that_shows_nothing_is_refused_as_an_empty_one(acme):
+    """(stop 35) The API refuses an operation key of spaces or joiners as an empty one
+    (``check_name``'s ``blank_words``); an imported line's idempotency key (the store's
+    operation key) is judged the same, and a plain line still imports."""
+    lines = [_effect_line(" "), _effect_line("\u200d\u200c"), _effect_line("k-3")]
+    data = "".join(json.dumps(line) + "\n" for line in lines).encode()
+    report, errors = service_import(acme, data)
+    assert errors == [(n, "request.idempotency_key: must be a non-empty string or null")
+                      for n in (1, 2)], errors
+    assert list(Effect.objects.values_list("operation_key", flat=True)) == ["k-3"]

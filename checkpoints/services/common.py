@@ -98,7 +98,7 @@ def _str_field(body: dict, key: str, max_len: int) -> str:
         raise InvalidPayload(f"{key}: must be a non-empty string")
     if len(value) > max_len:
         raise InvalidPayload(f"{key}: at most {max_len} characters")
-    return check_name(value, key)
+    return check_name(value, key, blank_words="must be a non-empty string")
 
 
 

@@ -438,7 +438,8 @@ def lease_acquire(*, actor, tenant: Tenant, run_id: uuid.UUID, owner: str, ttl_s
     require(actor, tenant, roles.WRITE)
     if not isinstance(owner, str) or not owner or len(owner) > 256:
         raise InvalidPayload("owner: must be a non-empty string of at most 256 characters")
-    check_name(owner, "owner")
+    check_name(owner, "owner",
+               blank_words="must be a non-empty string of at most 256 characters")
     intranges.LEASE_TTL_S.check(ttl_s, "ttl_s")
     with transaction.atomic():
         run = _lock_run(tenant, run_id, create=False)

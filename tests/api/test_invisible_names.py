@@ -27,7 +27,7 @@ from checkpoints.jsonparse import (
     printable_problem,
     shown,
 )
-from tests.api.apihelpers import new_checkpoint, post, snapshot, url
+from tests.api.apihelpers import new_checkpoint, post, put, snapshot, url
 
 WORDS = "an invisible character is not allowed"
 CONTROL = "a control character is not allowed"
@@ -171,3 +171,28 @@ def test_a_tenant_name_of_joiners_is_blank(db):
             services.tenant_create(slug="ghost", name=name)
     assert not Tenant.objects.filter(slug="ghost").exists()
     assert services.tenant_create(slug="ghost", name="\U0001F469\u200d\U0001F4BB co").name
+
+
+@pytest.mark.parametrize("name", [" ", "\u200d", "\u200c \u200d", "\u2800"])
+def test_a_required_name_of_nothing_that_shows_is_refused_as_an_empty_one(
+        api_as, wendy, name):
+    """(stop 35) An operation key, an effect's service or a lease owner made only of
+    spaces, joiners or braille blanks passed the old ``not value`` and showed as nothing
+    on the run page a reviewer reconciles from. Each is refused with the empty value's
+    words (``check_name(..., blank_words=...)``), nothing written; the import's
+    idempotency key: tests/test_runifold_io.py."""
+    from tests.helpers import effect_body
+
+    w = api_as(wendy)
+    rid = new_checkpoint(w, "acme")["run_id"]
+    before = snapshot()
+    r = post(w, "acme", f"runs/{rid}/lease", {"owner": name, "ttl_s": 5})
+    assert r.status_code == 400, r.content
+    assert r.json()["detail"] == ("owner: must be a non-empty string of at most 256 "
+                                  "characters"), r.content
+    for field in ("operation_key", "service"):
+        body = effect_body(run_id=rid, **{field: name})
+        r = put(w, "acme", "effects", body, create=True)
+        assert r.status_code == 400, r.content
+        assert r.json()["detail"] == f"{field}: must be a non-empty string", r.content
+    assert snapshot() == before

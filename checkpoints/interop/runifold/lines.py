@@ -308,7 +308,8 @@ def _request(request: Any) -> tuple[str, str, str, str]:
     if key is not None and (not isinstance(key, str) or not key):
         raise InvalidPayload("request.idempotency_key: must be a non-empty string or null")
     if key is not None:
-        check_name(key, "request.idempotency_key")
+        check_name(key, "request.idempotency_key",
+                   blank_words="must be a non-empty string or null")
     limit = Effect._meta.get_field("operation_key").max_length
     if key is not None and len(key) > limit:
         raise InvalidPayload(f"request.idempotency_key: at most {limit} characters (the "
