@@ -12,8 +12,8 @@ import uuid
 import pytest
 
 from checkpoints.models import BulkAction, Run
-from tests.api.apihelpers import url
-from tests.helpers import envelope, put_checkpoint
+from tests.api.apihelpers import put_fx, url
+from tests.helpers import effect_body, envelope, put_checkpoint
 
 pytestmark = pytest.mark.django_db
 
@@ -67,3 +67,33 @@ def test_the_bulk_body_refuses_the_same_filter_value(api_as, acme, wendy, rita, 
     assert answer.status_code == 400, (answer.status_code, answer.content)
     assert answer.json()["detail"] == f"filters.{field}: an invisible character is not allowed"
     assert not BulkAction.objects.for_tenant(acme).exists()
+
+
+# --------------------------------------------------------------------------------------
+# Finding 2, kind (k): the name rule's own example, with a character the rule lets
+# through. ``charge:\u200bA-1042`` is refused because it "reads as charge:A-1042, another
+# operation key a reviewer would take for the one they know" (jsonparse.INVISIBLE). A
+# variation selector after an ASCII letter (no standardized variation sequence: it
+# selects nothing and shows nothing) and a zero-width joiner between two ASCII
+# characters (joins nothing) read the same, and are taken as new keys.
+# --------------------------------------------------------------------------------------
+
+LOOKALIKE_KEYS = {
+    "zwsp (reference, refused)": "charge:\u200bA-1042",
+    "vs1 after a letter": "charge:A\ufe00-1042",
+    "vs17 after a letter": "charge:A\U000e0100-1042",
+    "zwj between ascii": "charge:\u200dA-1042",
+}
+
+
+@pytest.mark.parametrize("label", sorted(LOOKALIKE_KEYS))
+def test_an_operation_key_that_reads_as_another_is_refused(api_as, acme, wendy, label):
+    """FINDING (but the zwsp reference): 201, a second effect whose key shows as the
+    first's; expected the 400 ``operation_key: an invisible character is not allowed``."""
+    client = api_as(wendy)
+    first = put_fx(client, "acme", effect_body(operation_key="charge:A-1042"), create=True)
+    assert first.status_code == 201, first.content
+    twin = put_fx(client, "acme", effect_body(operation_key=LOOKALIKE_KEYS[label]),
+                  create=True)
+    assert twin.status_code == 400, (twin.status_code, twin.content)
+    assert twin.json()["detail"] == "operation_key: an invisible character is not allowed"
