@@ -133,22 +133,57 @@ def name_problem(text: str) -> str:
 
 
 def _hides(text: str) -> bool:
-    """Whether ``text`` holds a character ``INVISIBLE`` holds, or a variation selector
-    that follows no base character (``VARIATION_SELECTORS``)."""
-    previous = ""
-    for ch in text:
-        if ch in INVISIBLE or (ch in VARIATION_SELECTORS and not _base(previous)):
-            return True
-        previous = ch
-    return False
+    """Whether ``text`` holds a character a name may not (``_hidden``): one ``INVISIBLE``
+    holds, or a variation selector or joiner out of its place."""
+    last = len(text) - 1
+    return any(_hidden(ch, text[i - 1] if i else "", text[i + 1] if i < last else "")
+               for i, ch in enumerate(text))
+
+
+def _hidden(ch: str, previous: str, following: str) -> bool:
+    """Whether ``ch``, between ``previous`` and ``following`` ("" at either end), hides
+    in a name: one of ``INVISIBLE``; a variation selector that selects nothing
+    (``_selects``); a joiner that joins nothing (``_joins``)."""
+    if ch in INVISIBLE:
+        return True
+    if ch in VARIATION_SELECTORS:
+        return not _selects(previous, ch)
+    return ch in JOINERS and not _joins(previous, following)
+
+
+#: ASCII characters with a presentation selector of their own: the keycap emoji's
+#: digits, ``#`` and ``*`` (``1\ufe0f\u20e3``).
+_KEYCAP_BASES = frozenset("0123456789#*")
+
+
+def _selects(previous: str, selector: str) -> bool:
+    """Whether a variation selector may follow ``previous``: a character that shows
+    (``_base``) and has variants, so it selects that character's glyph (``\u2764\ufe0f``,
+    an emoji; a CJK ideograph's variant; a Mongolian letter's form). No ASCII letter has
+    one (the next attack's finding: ``charge:A\ufe00-1042`` read as ``charge:A-1042``), but
+    for the keycaps' text or emoji presentation (``_KEYCAP_BASES``). None may follow
+    another selector, a joiner or the start of the name: a run of selectors shows
+    nothing and can carry hidden bytes (one selector a byte, "emoji smuggling")."""
+    if previous.isascii():
+        return previous in _KEYCAP_BASES and selector in "\ufe0e\ufe0f"
+    return _base(previous)
+
+
+def _joins(previous: str, following: str) -> bool:
+    """Whether a zero-width joiner or non-joiner between ``previous`` and ``following``
+    joins something: two characters outside ASCII, the one after it showing, the one
+    before it showing or a presentation selector (an emoji ZWJ sequence: ``\U0001F3F3
+    \ufe0f\u200d\U0001F308``; Persian and Indic text). Between ASCII characters, at an
+    end, or beside a space it joins nothing and only hides (the next attack's finding:
+    ``charge:\u200dA-1042`` read as ``charge:A-1042``)."""
+    if not previous or not following or previous.isascii() or following.isascii():
+        return False
+    return _base(following) and (_base(previous) or previous in VARIATION_SELECTORS)
 
 
 def _base(ch: str) -> bool:
-    """Whether a variation selector may follow ``ch``: a character that shows (not
-    whitespace, not one of ``SHOWS_NOTHING``, not a control), so it selects that
-    character's glyph (``\u2764\ufe0f``, an emoji; a CJK ideograph's variant). None
-    may follow another selector, a joiner or the start of the name: a run of selectors
-    shows nothing and can carry hidden bytes (one selector a byte, "emoji smuggling")."""
+    """Whether ``ch`` shows: not whitespace, not one of ``SHOWS_NOTHING``, not a
+    control (so a selector may select its glyph, a joiner join it)."""
     return bool(ch) and not ch.isspace() and ch not in SHOWS_NOTHING and not _control(ch)
 
 
@@ -171,11 +206,11 @@ def check_name(value: str, field: str, *, blank_words: str | None = None) -> str
     spaces, joiners, braille blanks) is refused as an empty one, ``"<field>:
     <blank_words>"`` (an operation key or lease owner of ``"\u200d"`` passed the old
     ``not value`` and showed as nothing on the run page; stop 35)."""
+    if blank_words is not None and blank(value):  # first: "\u200d" is blank, not a hider
+        raise InvalidPayload(f"{field}: {blank_words}")
     problem = name_problem(value)
     if problem:
         raise InvalidPayload(f"{field}: {problem}")
-    if blank_words is not None and blank(value):
-        raise InvalidPayload(f"{field}: {blank_words}")
     return value
 
 
@@ -317,25 +352,23 @@ def shown(text: str, limit: int) -> str:
     if len(text) <= limit and text_problem(text) == "" and not any(
             _control(ch) for ch in text) and not _hides(text):
         return text
-    out, size, previous = [], 0, ""
-    for ch in text:
-        piece = _escape(ch, previous)
+    out, size, last = [], 0, len(text) - 1
+    for i, ch in enumerate(text):
+        piece = _escape(ch, text[i - 1] if i else "", text[i + 1] if i < last else "")
         if size + len(piece) > limit:
             break
         out.append(piece)
         size += len(piece)
-        previous = ch
     return "".join(out)
 
 
-def _escape(ch: str, previous: str) -> str:
-    """``ch`` (after ``previous``, "" at the start) as ``shown`` writes it: NUL as
-    ``\\0``, a lone surrogate, a character ``_control`` refuses or ``INVISIBLE`` holds, or
-    a variation selector after no base character (``_base``) as its Python escape,
-    anything else as it is."""
+def _escape(ch: str, previous: str, following: str) -> str:
+    """``ch`` (between ``previous`` and ``following``, "" at either end) as ``shown``
+    writes it: NUL as ``\\0``, a lone surrogate, a character ``_control`` refuses, or one
+    that hides in a name (``_hidden``) as its Python escape, anything else as it is."""
     if ch == "\x00":
         return "\\0"
-    if _control(ch) or ch in INVISIBLE or (ch in VARIATION_SELECTORS and not _base(previous)):
+    if _control(ch) or _hidden(ch, previous, following):
         return ch.encode("unicode_escape").decode("ascii")
     if "\ud800" <= ch <= "\udfff":
         return ch.encode("utf-8", "backslashreplace").decode("utf-8")

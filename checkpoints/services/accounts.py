@@ -26,7 +26,7 @@ from ..exceptions import (
     InvalidPayload,
     InvalidTransition,
 )
-from ..jsonparse import blank, check_name
+from ..jsonparse import check_name
 from ..models import (
     ApiToken,
     ReconcilerConfig,
@@ -58,9 +58,8 @@ def tenant_create(*, slug: str, name: str = "", actor=None) -> Tenant:
     limit = Tenant._meta.get_field("name").max_length
     if not isinstance(name, str) or len(name) > limit:
         raise InvalidPayload(f"name: must be text of at most {limit} characters")
-    check_name(name, "name")
-    if name and blank(name):
-        raise InvalidPayload("name: must not be blank (leave it out to show the slug)")
+    check_name(name, "name", blank_words=(
+        "must not be blank (leave it out to show the slug)" if name else None))
     with transaction.atomic():
         if Tenant.objects.filter(slug=slug).exists():
             raise InvalidPayload(f"slug: tenant {slug!r} already exists")

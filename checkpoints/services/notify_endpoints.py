@@ -33,7 +33,7 @@ from .. import crypto, locks, roles, safehttp, webhooksign
 from ..audit import audit_record
 from ..dbclock import NOW, db_now
 from ..exceptions import InvalidPayload, InvalidTransition, NotFound
-from ..jsonparse import blank, check_name
+from ..jsonparse import check_name
 from ..models import NotificationEndpoint, NotificationMessage, Tenant
 from ..models.notifications import (
     ENDPOINT_EMAIL_MAX,
@@ -92,11 +92,8 @@ def _name(value) -> str:
     value = value.strip()
     if len(value) > ENDPOINT_NAME_MAX:
         raise InvalidPayload(f"name: at most {ENDPOINT_NAME_MAX} characters")
-    check_name(value, "name")
     # Joiners, selectors, a braille blank: a name that shows nothing is as blank as "  ".
-    if blank(value):
-        raise InvalidPayload("name: must be a non-empty string")
-    return value
+    return check_name(value, "name", blank_words="must be a non-empty string")
 
 
 def check_url(value, field: str = "url") -> str:
@@ -167,9 +164,8 @@ def _filter(value, field: str) -> list[str]:
             raise InvalidPayload(f"{field}: each value must be a non-empty string")
         if len(item) > FILTER_VALUE_MAX:
             raise InvalidPayload(f"{field}: each value at most {FILTER_VALUE_MAX} characters")
-        check_name(item, field)
-        if blank(item):  # as _name: a value that shows nothing is blank
-            raise InvalidPayload(f"{field}: each value must be a non-empty string")
+        # As _name: a value that shows nothing is blank.
+        check_name(item, field, blank_words="each value must be a non-empty string")
         if item not in out:
             out.append(item)
     return out

@@ -350,7 +350,8 @@ def test_invisible_characters_are_refused_in_names_only_and_escaped_when_shown()
                                          ("   ", "name: must not be blank"),
                                          ("\u200d \u200c", "name: must not be blank"),
                                          ("\u2800 \u200d", "name: must not be blank"),
-                                         ("\u3164", "name: an invisible character")])
+                                         ("\u3164", "name: must not be blank"),
+                                         ("\u3164x", "name: an invisible character")])
 def test_a_tenant_name_is_a_printable_name_that_fits_its_column(db, name, detail):
     """(stop 33, the second attack's finding) A tenant's display name is shown on every
     page of the tenant: one with a control or bidirectional character, or longer than

@@ -113,8 +113,8 @@ def test_a_name_of_nothing_that_shows_is_blank():
     assert not blank("\u2764\ufe0f") and not blank("\u0600")
 
 
-@pytest.mark.parametrize("name", ["x\u2062y", "\u3164", "flag\U000E0067\U000E007F",
-                                  "\ufe0f", "cgj\u034f"])
+@pytest.mark.parametrize("name", ["x\u2062y", "\u3164x", "flag\U000E0067\U000E007F",
+                                  "\ufe0fx", "cgj\u034f"])
 def test_each_kind_of_name_door_refuses_them_with_the_rules_words(
         api_as, wendy, adam, acme, name):
     """One field of each kind: a body's name (the lease owner, a resume identity), a
@@ -148,10 +148,8 @@ def test_a_blank_of_invisibles_is_refused_with_the_blank_words(api_as, adam, acm
     base = {"name": "hook", "channel": "webhook", "url": "https://hooks.example.com/x",
             "event_types": ["run.needs_review"]}
     r = a.post(url("acme", "notification-endpoints"), {**base, "name": name}, format="json")
-    if name_problem(name):  # a selector with no base: the rule's words come first
-        assert r.json()["detail"] == f"name: {WORDS}"
-    else:
-        assert r.json()["detail"] == "name: must be a non-empty string", r.content
+    # Blank comes first (``check_name``'s ``blank_words``), a lone selector included.
+    assert r.json()["detail"] == "name: must be a non-empty string", r.content
     r = a.post(url("acme", "notification-endpoints"), {**base, "kinds": [name]},
                format="json")
     assert r.status_code == 400 and r.json()["detail"].startswith("kinds: ")
@@ -196,3 +194,18 @@ def test_a_required_name_of_nothing_that_shows_is_refused_as_an_empty_one(
         assert r.status_code == 400, r.content
         assert r.json()["detail"] == f"{field}: must be a non-empty string", r.content
     assert snapshot() == before
+
+
+def test_no_joiner_or_selector_hides_beside_an_ascii_character():
+    """(stop 35, the attack's finding) The generated table over every printable ASCII
+    character: a joiner beside it (either side) and a variation selector after it are
+    refused, but for a keycap's presentation (``1\\ufe0f\\u20e3``); beside characters
+    outside ASCII both stay (the emoji and Persian names above)."""
+    for c in map(chr, range(0x20, 0x7F)):
+        for joiner in sorted(JOINERS):
+            for name in (f"x{c}{joiner}\u00e9", f"\u00e9{joiner}{c}x", f"{c}{joiner}{c}"):
+                assert name_problem(name) == WORDS, (c, hex(ord(joiner)), name)
+        for vs in sorted(VARIATION_SELECTORS):
+            keycap = c in "0123456789#*" and vs in "\ufe0e\ufe0f"
+            assert (name_problem(f"x{c}{vs}") == "") is keycap, (c, hex(ord(vs)))
+    assert name_problem("\u00e9\u200d\u00e9") == "" and name_problem("\u845b\ufe00") == ""

@@ -10,7 +10,7 @@ from rest_framework.response import Response
 
 from ... import roles, selectors, services
 from ...exceptions import InvalidPayload, ReasonRequired
-from ...jsonparse import text_problem
+from ...jsonparse import name_problem, text_problem
 from ...vocab import RecoveryState
 from .. import serializers as s
 from .common import (
@@ -70,6 +70,14 @@ def _bulk_filters(value) -> selectors.RunFilters:
             raise InvalidPayload(f"filters.{name}: must be a non-empty string of at most "
                                  f"{limit} characters")
         texts[name] = text
+    for name in ("kind", "subject", "q"):
+        # The name rule, as the same filters in a query string get it
+        # (``querystring.single_values``: GET …/runs, the dashboard's bulk bar); the
+        # stop-35 attack's finding: a body took a value the list's query refuses.
+        text = value.get(name)
+        problem = name_problem(text) if isinstance(text, str) else ""
+        if problem:
+            raise InvalidPayload(f"filters.{name}: {problem}")
     age = value.get("age_s_min")
     if age is not None and (type(age) is not int or not 0 <= age <= 10**9):
         raise InvalidPayload("filters.age_s_min: must be an integer in 0..1000000000")
