@@ -48,6 +48,7 @@ from .runs import (
     _lock_run,
     _record_conflict,
     _record_fenced,
+    refuse_tombstoned,
     run_save,
 )
 
@@ -169,6 +170,9 @@ def _effect_cas(actor, tenant, body, expected_revision, fencing_token, refused, 
         existing = Effect.objects.for_tenant(tenant).filter(uuid=body.effect_id).select_related(
             "run").first()
         if expected_revision is not None and existing is None:
+            # Retention's phase 2 deleted the run's effects with its row: its tombstone
+            # says so (409 run_deleted, as before phase 2), not 404.
+            refuse_tombstoned(tenant, body.run_id)
             raise NotFound("no such effect")
         if existing is None:
             if body.state != EffectState.PLANNED:

@@ -64,6 +64,7 @@ from .runs import (
     _record_conflict,
     conflict_parts,
     effect_labels,
+    refuse_tombstoned,
     run_save,
 )
 from .screening import Screened
@@ -266,8 +267,10 @@ def _orm_write(actor, tenant, envelope, expected_revision, fencing_token, cls, p
         existing = (Checkpoint.objects.for_tenant(tenant).filter(uuid=envelope.checkpoint_id)
                     .values("run_id", "run__uuid", "kind").first())
         if expected_revision is not None and existing is None:
-            # Retention or erasure deleted the run's checkpoints: say so (409), not 404.
-            _lock_run(tenant, envelope.run_id, create=False)
+            # Retention or erasure deleted the run's checkpoints: say so (409), not 404,
+            # from the run row or, once retention's phase 2 deleted it, its tombstone.
+            if _lock_run(tenant, envelope.run_id, create=False) is None:
+                refuse_tombstoned(tenant, envelope.run_id)
             raise NotFound("no such checkpoint")
         if existing is not None and expected_revision is not None:
             if existing["run__uuid"] != envelope.run_id:

@@ -149,3 +149,25 @@ def test_after_a_tombstone_purge_the_id_may_be_used_again(acme, adam, april, wen
     put_checkpoint(wendy, acme, body)  # nothing remembers the id: a new run
     run = Run.objects.for_tenant(acme).get(uuid=body["run_id"])
     assert run.payloads_deleted_at is None and run.latest_checkpoint.revision == 0
+
+
+def test_an_update_of_an_expired_run_says_run_deleted_not_not_found(api_as, acme, wendy):
+    """(stop 35, the attack's doubt) A runtime that still holds the run's checkpoint or
+    effect and updates it (``If-Match``) after phase 2 deleted the row gets the same 409
+    ``run_deleted`` it got before phase 2, from the tombstone, not a 404 that reads as a
+    bug of its own; nothing written. An id with no tombstone still gets the 404."""
+    body = expired_run(wendy, acme)
+    run_id = body["run_id"]
+    events = AuditEvent.objects.for_tenant(acme).count()
+    client = api_as(wendy)
+    effect = effect_body(run_id=run_id, operation_key="refund:X-3", revision=1)
+    for answer in (put_cp(client, "acme", {**body, "revision": 2}, match=1),
+                   put_fx(client, "acme", effect, match=0)):
+        assert answer.status_code == 409, answer.content
+        assert answer.json()["error"] == "run_deleted"
+        assert answer.json()["detail"] == words(acme, run_id)
+    nothing_written(acme, run_id, events)
+    other = envelope()
+    for answer in (put_cp(client, "acme", {**other, "revision": 1}, match=0),
+                   put_fx(client, "acme", effect_body(revision=1), match=0)):
+        assert answer.status_code == 404, answer.content
