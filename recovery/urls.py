@@ -11,9 +11,10 @@ broker), ``/metrics`` (Prometheus, bearer ``RECOVERY_METRICS_TOKEN``).
 
 from django.contrib import admin
 from django.contrib.auth.decorators import login_required
-from django.urls import include, path
+from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularSwaggerSplitView
 
+from checkpoints.api import errors as api_errors
 from checkpoints.api.schema import SchemaView
 from checkpoints.ops import health as ops
 
@@ -25,6 +26,10 @@ urlpatterns = [
     path("api/docs/", login_required(SpectacularSwaggerSplitView.as_view(url_name="schema")),
          name="api-docs"),
     path("api/v1/", include("checkpoints.api.urls")),
+    # Any other path of the API: its JSON 404 with DEBUG on too (``make demo``), where
+    # Django would answer its HTML debug page instead of ``handler404`` (CONTRACT.md 6:
+    # API errors are JSON, never a page; the newcomer's finding, stop 35).
+    re_path(r"^api/v1/", api_errors.not_found, {"exception": None}, name="api-not-found"),
     path("admin/", admin.site.urls),
     path("", include("checkpoints.urls")),
 ]

@@ -122,7 +122,11 @@ def test_it_answers_json_even_for_errors_outside_the_api_views(
     assert b"boom-in-middleware" not in page.content
 
 
-def test_it_answers_json_404_for_an_unknown_api_path(w):
+@pytest.mark.parametrize("debug", [False, True])
+def test_it_answers_json_404_for_an_unknown_api_path(w, settings, debug):
+    """With ``DEBUG`` on too (``make demo``), where Django answers its HTML debug page
+    for a path no pattern matched (stop 35, the newcomer's finding)."""
+    settings.DEBUG = debug
     for path in ("/api/v1/nope", "/api/v1/tenants/acme/nope", "/api/v1/tenants/acme/runs/x/y/z"):
         r = w.get(path)
         assert (r.status_code, r["Content-Type"]) == (404, "application/json"), path

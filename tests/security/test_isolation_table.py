@@ -490,6 +490,8 @@ RECIPES: dict[str, list[Op]] = {
     # metrics are off (404) for everyone while RECOVERY_METRICS_TOKEN is unset, and no
     # account's credentials open them (tests/test_ops.py: the token).
     "healthz": [Op("get", lambda w: {}, lambda ident, tenant: 200)],
+    # Any other path under /api/v1/: its JSON 404 (recovery/urls.py), for everyone.
+    "api-not-found": [Op("get", lambda w: {}, lambda ident, tenant: 404)],
     "readyz": [Op("get", lambda w: {}, lambda ident, tenant: 200)],
     "metrics": [Op("get", lambda w: {}, lambda ident, tenant: 404),
                 Op("get", lambda w: {}, lambda ident, tenant: 404, surface="web")],
