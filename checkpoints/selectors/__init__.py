@@ -103,6 +103,7 @@ from .nextstep import (
     StepInput,
     next_step,
     page_steps,
+    run_step,
 )
 from .notifications import deliveries as notification_deliveries
 from .notifications import endpoint_get as notification_endpoint_get

@@ -370,3 +370,17 @@ def page_steps(*, user, tenant: Tenant, rows: list[dict]) -> dict:
             reconcile_rows=reconcile_rows(requests.get(pk, ())),
             owner=owner, tenant=tenant.slug))
     return steps
+
+
+def run_step(*, user, tenant: Tenant, run) -> Step:
+    """The next step of one ``run`` (a ``Run`` of ``tenant``) as the API's run list and
+    the inbox give it (``page_steps`` over the run's ``RUN_LIST_FIELDS`` row, one query
+    more): the API's run detail says what its list says (``run_get``'s ``next_step``;
+    the newcomer's finding, stop 35). Raises what ``permissions.require`` raises."""
+    from ..models import Run
+    from .common import LEASE_LIVE, RUN_LIST_FIELDS
+
+    require(user, tenant, roles.VIEW)
+    row = (Run.objects.for_tenant(tenant).filter(pk=run.pk).annotate(lease_live=LEASE_LIVE)
+           .values(*RUN_LIST_FIELDS).get())
+    return page_steps(user=user, tenant=tenant, rows=[row])[run.pk]

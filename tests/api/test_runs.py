@@ -88,6 +88,9 @@ def test_it_shows_a_run_with_checkpoints_effects_and_open_review_items(w, api_as
     assert items["retry_request"]["state"] == "requested"
     assert items["retry_request"]["requested_by"] == "rita"
     assert [(c["expected_revision"], c["actual_revision"]) for c in items["conflicts"]] == [(0, 1)]
+    # What to do next, in the list's words for the same run (stop 35: the detail had none).
+    listed = {row["run_id"]: row for row in get(api_as(rita), "acme", "runs").json()["results"]}
+    assert data["next_step"] and data["next_step"] == listed[rid]["next_step"]
 
 
 def test_it_answers_404_for_a_missing_or_malformed_run(w, acme):

@@ -65,15 +65,18 @@ class RunSerializer(Answer):
         return data
 
 
+#: ``next_step`` of a run in the list and in its detail (the same words: ``selectors.nextstep``).
+NEXT_STEP_HELP = ('what is true · what a person does, e.g. "payments confirmed · a retry '
+                  'replays it", "nobody can tell · possible duplicate"; "" when nothing '
+                  'waits for a person')
+
+
 # Rendered from a ``selectors.run_list`` row with ``next_step`` added (``page_steps``).
 class RunListItemSerializer(RunSerializer):
     """A run of the list, with what to do next in a few words (the dashboard inbox's
     reason column, the run page's next step: ``selectors.nextstep``)."""
 
-    next_step = serializers.CharField(
-        help_text='what is true · what a person does, e.g. "payments confirmed · a retry '
-                  'replays it", "nobody can tell · possible duplicate"; "" when nothing '
-                  'waits for a person')
+    next_step = serializers.CharField(help_text=NEXT_STEP_HELP)
 
 
 class RunPageSerializer(Answer):
@@ -108,6 +111,7 @@ class RunDetailSerializer(Answer):
     retry_preview = RetryPreviewSerializer(many=True)
     tombstone = TombstoneSerializer(allow_null=True, help_text="the run's tombstone when its "
                                                                "payloads were deleted, else null")
+    next_step = serializers.CharField(help_text=NEXT_STEP_HELP + " (as the run list says)")
 
 
 class LeaseInputSerializer(serializers.Serializer):
