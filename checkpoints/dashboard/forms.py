@@ -403,7 +403,7 @@ class TombstonePageForm(QueryForm):
 
 #: A textarea's line breaks, as a browser sends them (CR LF) or a client may (LF, CR):
 #: only these end a line; any other character reaches the service's check.
-_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+LINE_BREAK = re.compile(r"\r\n|\r|\n")
 
 
 def subject_line(name: str, pointer: str) -> str:
@@ -430,7 +430,7 @@ def subject_lines(text: str) -> dict[str, str]:
     duplicated key); every rule of the names and pointers is the service's
     (``services.data_policy_check``), so the page and ``PUT …/data-policy`` agree."""
     out: dict[str, str] = {}
-    for line in _LINE_BREAK.split(text):
+    for line in LINE_BREAK.split(text):
         if not line.strip():
             continue
         name, eq, pointer = line.partition("=")

@@ -106,3 +106,81 @@ def test_the_old_pointer_sentence_shows_only_when_such_a_pointer_is_stored(login
         subject_fields={"customer": "/customer/id", "x": "/a\nb"})
     page = login(adam).get(DATA).content.decode()
     assert 'id="subject_fields-old"' in page and "A pointer shown in quotes" in page
+
+
+HOLDS, PLACE = "/t/acme/legal-holds/", "/t/acme/legal-holds/place/"
+
+
+def _holds_written(tenant) -> tuple:
+    return (LegalHold.objects.for_tenant(tenant).count(),
+            HeldRun.objects.for_tenant(tenant).count(),
+            AuditEvent.objects.for_tenant(tenant).count())
+
+
+def test_the_data_pages_place_link_leads_to_a_form_that_places_a_hold(login, acme, adam,
+                                                                      wendy):
+    """The Data page says "every hold, place or release" to the admin: the page it links
+    to places one, on runs, on a subject or on the whole tenant, through the service the
+    API uses (one ``legal_hold.place`` audit event each)."""
+    set_policy(acme, subject_fields={"customer": "/customer/id"})
+    run = completed_run(wendy, acme)
+    client = login(adam)
+    assert 'href="/t/acme/legal-holds/">every hold, place or release' in (
+        client.get(DATA).content.decode())
+    page = client.get(HOLDS).content.decode()
+    assert 'id="f-hold-place"' in page and 'action="/t/acme/legal-holds/place/"' in page
+    for body in ({"scope": "runs", "runs": f"\r\n{run.uuid}\r\n", "reason": "case 7"},
+                 {"scope": "subject", "subject_field": "customer", "subject_value": "C-42",
+                  "reason": "case 8"},
+                 {"scope": "tenant", "reason": "case 9"}):
+        answer = client.post(PLACE, body)
+        assert answer.status_code == 303 and answer["Location"] == HOLDS, _text(answer)[:2000]
+    holds = {h.reason: h for h in LegalHold.objects.for_tenant(acme)}
+    assert holds["case 7"].scope == "runs" and holds["case 7"].run_uuids == [str(run.uuid)]
+    assert HeldRun.objects.for_tenant(acme).get().run_uuid == run.uuid
+    assert (holds["case 8"].scope, holds["case 8"].subject_field) == ("subject", "customer")
+    assert "C-42" not in json.dumps([h.subject_digest for h in holds.values()])
+    assert holds["case 9"].scope == "tenant"
+    events = AuditEvent.objects.for_tenant(acme).filter(action="legal_hold.place")
+    assert sorted(e.reason for e in events) == ["case 7", "case 8", "case 9"]
+    assert all(e.actor_id == adam.pk for e in events)
+    listed = client.get(HOLDS).content.decode()
+    assert "C-42" not in listed and "every run of the tenant" in listed
+
+
+@pytest.mark.parametrize("body, field, words", [
+    ({"scope": "runs", "runs": "not-a-run"}, "runs", "runs: "),
+    ({"scope": "runs", "runs": ""}, "runs", "runs: name at least one run"),
+    ({"scope": "subject", "subject_field": "nobody", "subject_value": "C-42"},
+     "subject_field", "subject.field: 'nobody' is not a subject field"),
+    ({"scope": "subject", "subject_field": "customer", "subject_value": ""},
+     "subject_value", "subject.value: must be a string of 1..256"),
+    ({"scope": "tenant", "reason": "  "}, "reason", "reason: a reason is required"),
+    ({"scope": "sky"}, "runs", "runs: give exactly one of runs, subject or tenant"),
+])
+def test_a_refused_hold_is_shown_beside_its_field_and_nothing_is_written(
+        login, acme, adam, body, field, words):
+    set_policy(acme, subject_fields={"customer": "/customer/id"})
+    before = _holds_written(acme)
+    answer = login(adam).post(PLACE, {"reason": "case 7", **body})
+    assert answer.status_code == 400
+    page = _text(answer)
+    assert f'id="hold-{field}-error"' in page and words in page, page[:4000]
+    assert 'id="f-hold-place"' in page and "Check the form" not in page
+    assert "C-42" not in page  # the subject value is not echoed
+    typed = form_fields(answer.content.decode(), "f-hold-place")
+    assert typed["reason"] == body.get("reason", "case 7")
+    assert _holds_written(acme) == before
+
+
+@pytest.mark.parametrize("who, status", [("vic", 403), ("rita", 403), ("april", 403),
+                                         ("wendy", 403), ("omar", 404)])
+def test_only_the_tenants_admin_places_a_hold_and_sees_the_form(request, login, acme, who,
+                                                                status):
+    user = request.getfixturevalue(who)
+    before = _holds_written(acme)
+    answer = login(user).post(PLACE, {"scope": "tenant", "reason": "x"})
+    assert answer.status_code == status
+    assert _holds_written(acme) == before
+    if status == 403:
+        assert 'id="f-hold-place"' not in login(user).get(HOLDS).content.decode()
