@@ -59,6 +59,8 @@ urlpatterns = [
     path(T + "runs/<str:run_id>/erasure-request/", lifecycle_requests.erasure_request_file,
          name="erasure_request_file"),
     path(T + "legal-holds/", lifecycle_requests.legal_holds, name="legal_holds"),
+    path(T + "legal-holds/place/", lifecycle_requests.legal_hold_place,
+         name="legal_hold_place"),
     path(T + "legal-holds/<str:hold_id>/release/", lifecycle_requests.legal_hold_release,
          name="legal_hold_release"),
     path(T + "runs/<str:run_id>/legal-hold/", lifecycle_requests.legal_hold_place_run,

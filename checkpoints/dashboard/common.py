@@ -308,3 +308,27 @@ def _require_valid(form) -> None:
         error = first_error(form)
         raise (ReasonRequired if error.startswith("reason") else InvalidPayload)(error)
 
+
+
+#: The statuses of a service's refusal that a dashboard form shows beside its field
+#: (bad input, a conflict with what is stored, too large, unprocessable); any other
+#: (403, 404, 503) is ``@dashboard``'s to answer.
+FORM_REFUSALS = (400, 409, 413, 422)
+
+
+def form_refusal(exc: DomainError, request: HttpRequest,
+                 fields: dict[str, str]) -> tuple[str, str] | None:
+    """``(field, message)``: where a form shows a service's refusal ``exc`` and in which
+    words (the service's own: ``exc.detail``). The field is the one the message names
+    (``"url: must be …"``), or its nearest parent (``"subject_fields.c: …"`` beside
+    ``subject_fields``), mapped through ``fields`` (the service's name -> the form's
+    field); ``"form"`` when it names none of them. ``None`` when the refusal is not the
+    form's: an htmx request, or a status outside ``FORM_REFUSALS`` (the view re-raises
+    and ``@dashboard`` answers). The one rule of the dashboard's forms that let the
+    service judge (notifications, the Data page, legal holds)."""
+    if request.htmx or exc.status not in FORM_REFUSALS:
+        return None
+    head = (exc.detail or "").split(":", 1)[0]
+    while head and head not in fields:
+        head = head.rpartition(".")[0]
+    return fields.get(head, "form"), exc.detail or exc.error

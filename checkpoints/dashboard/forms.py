@@ -24,16 +24,11 @@ from ..exceptions import InvalidPayload
 from ..intranges import SCHEMA_VERSION
 from ..jsonparse import name_problem
 from ..models import BULK_MAX_RUNS, MAX_REVISION, RecoveryState
-from ..models.lifecycle import (
-    PAYLOAD_FLAG_BYTES_MAX,
-    RESTART_INTERVAL_S_MAX,
-    RETENTION_DAYS_MAX,
-    SUBJECT_FIELDS_MAX,
-)
+from ..models.lifecycle import SUBJECT_FIELDS_MAX
 from ..querystring import single_values
 from ..selectors import DEFAULT_RUN_SORT, MICROS_MAX, RUN_SORTS, SEARCH_MAX, search_terms
 from ..services.retention import POINTER_MAX
-from ..vocab import BulkActionKind, SecretsPolicy
+from ..vocab import BulkActionKind
 
 #: Inbox "age" filter choices: only runs whose last write is at least this many seconds old.
 AGE_CHOICES = [
@@ -406,23 +401,9 @@ class TombstonePageForm(QueryForm):
     before = RevisionNumberField(required=False)
 
 
-class PolicyNumberField(RevisionNumberField):
-    """A policy number as typed in the Data page's form: blank is ``None`` (the API's
-    ``null``: forever / never), else ASCII digits in 1..``max_value``."""
-
-    def to_python(self, value):
-        if isinstance(value, str) and not value.strip():
-            return None
-        return super().to_python(value.strip() if isinstance(value, str) else value)
-
-
-def _optional_int(most: int) -> forms.IntegerField:
-    return PolicyNumberField(required=False, max_value=most)
-
-
 #: A textarea's line breaks, as a browser sends them (CR LF) or a client may (LF, CR):
 #: only these end a line; any other character reaches the service's check.
-_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+LINE_BREAK = re.compile(r"\r\n|\r|\n")
 
 
 def subject_line(name: str, pointer: str) -> str:
@@ -430,7 +411,7 @@ def subject_line(name: str, pointer: str) -> str:
     stored. A pointer ``services.subject_pointer_problem`` refuses (stored before that
     rule: a line break, a control, bidirectional or invisible character, surrounding
     whitespace) is written as a JSON string with those characters escaped
-    (``x = "/a\\nb"``): it takes one line, shows what it holds, and ``DataPolicyForm``
+    (``x = "/a\\nb"``): it takes one line, shows what it holds, and ``policy_fields``
     reads it back unchanged. No pointer begins with ``"`` (RFC 6901: ``/``)."""
     if not services.subject_pointer_problem(pointer):
         return f"{name} = {pointer}"
@@ -441,7 +422,7 @@ def subject_line(name: str, pointer: str) -> str:
 
 
 def subject_lines(text: str) -> dict[str, str]:
-    """``DataPolicyForm``'s reading of ``subject_fields``: one ``name = pointer`` a line
+    """``policy_fields``' reading of ``subject_fields``: one ``name = pointer`` a line
     (CR LF, LF or CR; blank lines skipped), the spaces around ``=`` the separator's, the
     pointer to the line's end as typed (a trailing space is the pointer's: the service
     refuses it), or a JSON string (``subject_line``). Raises ``ValidationError`` for a
@@ -449,7 +430,7 @@ def subject_lines(text: str) -> dict[str, str]:
     duplicated key); every rule of the names and pointers is the service's
     (``services.data_policy_check``), so the page and ``PUT …/data-policy`` agree."""
     out: dict[str, str] = {}
-    for line in _LINE_BREAK.split(text):
+    for line in LINE_BREAK.split(text):
         if not line.strip():
             continue
         name, eq, pointer = line.partition("=")
@@ -468,28 +449,53 @@ def subject_lines(text: str) -> dict[str, str]:
     return out
 
 
-class DataPolicyForm(forms.Form):
-    """The Data page's policy form (``data.data_policy_post``), the admin's: the same
-    fields as ``PUT …/data-policy``; ``subject_fields`` one ``name = /pointer`` a line
-    (``subject_lines``, as ``subject_line`` shows them: what the page shows comes back
-    unchanged). Every field is sent (the form shows the stored values); the rules are the
-    service's (``services.data_policy_check``, 400 naming the field)."""
+#: The Data page's policy fields that are numbers (``policy_fields``).
+POLICY_NUMBERS = ("payload_retention_days", "effect_retention_days", "restart_interval_s",
+                  "tombstone_retention_days", "payload_flag_bytes")
+#: The longest ``subject_fields`` text the form reads: room for every line the page can
+#: show (16 names of 64, " = ", a pointer of 512 stored before the one-line rule shown
+#: escaped, up to six characters each, in quotes, and a line break); 20,000 refused saving
+#: such a stored policy back (stop 34). A bound on the parse, not a policy rule.
+SUBJECT_TEXT_MAX = SUBJECT_FIELDS_MAX * (64 + 3 + 6 * POINTER_MAX + 2 + 2)
 
-    payload_retention_days = _optional_int(RETENTION_DAYS_MAX)
-    effect_retention_days = _optional_int(RETENTION_DAYS_MAX)
-    restart_interval_s = RevisionNumberField(max_value=RESTART_INTERVAL_S_MAX)
-    tombstone_retention_days = _optional_int(RETENTION_DAYS_MAX)
-    secrets_policy = forms.ChoiceField(choices=SecretsPolicy.choices)
-    payload_flag_bytes = _optional_int(PAYLOAD_FLAG_BYTES_MAX)
-    # Room for every line the page can show: 16 names of 64, " = ", a pointer of 512
-    # stored before the one-line rule shown escaped (up to six characters each, in
-    # quotes), and a line break; 20,000 refused saving such a stored policy back (stop 34).
-    subject_fields = forms.CharField(
-        required=False, strip=False, widget=forms.Textarea,
-        max_length=SUBJECT_FIELDS_MAX * (64 + 3 + 6 * POINTER_MAX + 2 + 2))
 
-    def clean_subject_fields(self) -> dict[str, str]:
-        return subject_lines(self.cleaned_data["subject_fields"])
+def typed_number(raw: str) -> int | str | None:
+    """A number as typed in the Data page's form: blank is ``None`` (the API's ``null``:
+    forever / never), ASCII digits (surrounding spaces dropped) an int, anything else the
+    text as typed, which the service refuses in its own words (``services.retention.
+    _int_or_none``: "must be an integer in 1..36500 or null"). No range here: the rule
+    has one home, the service."""
+    text = raw.strip()
+    if not text:
+        return None
+    # 19 digits: past any bound of the policy, and far below Python's int-parse limit.
+    if text.isascii() and text.isdigit() and len(text) <= 19:
+        return int(text)
+    return raw
+
+
+def policy_fields(post: QueryDict) -> dict:
+    """The Data page's policy form as ``services.data_policy_set``'s fields, the API's
+    ``PUT …/data-policy`` body: each field the form sent (one left out keeps its value,
+    as in the API), numbers by ``typed_number``, ``secrets_policy`` as sent,
+    ``subject_fields`` read by ``subject_lines`` (one ``name = /pointer`` a line, as
+    ``subject_line`` shows them: what the page shows comes back unchanged). Every rule
+    of the values is the service's (``services.data_policy_check``): the page and the
+    API refuse the same input in the same words. Raises ``InvalidPayload`` naming
+    ``subject_fields`` for a text that is no list of lines (too long, a line without
+    ``=``, a name twice, a bad quoted pointer)."""
+    fields: dict = {name: typed_number(post[name]) for name in POLICY_NUMBERS if name in post}
+    if "secrets_policy" in post:
+        fields["secrets_policy"] = post["secrets_policy"]
+    if "subject_fields" in post:
+        text = post["subject_fields"]
+        if len(text) > SUBJECT_TEXT_MAX:
+            raise InvalidPayload(f"subject_fields: at most {SUBJECT_TEXT_MAX} characters")
+        try:
+            fields["subject_fields"] = subject_lines(text)
+        except ValidationError as exc:
+            raise InvalidPayload(f"subject_fields: {exc.messages[0]}") from None
+    return fields
 
 
 # --------------------------------------------------------------------------------------

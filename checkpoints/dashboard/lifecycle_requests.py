@@ -2,7 +2,7 @@
 page's forms (a reviewer or admin files an erasure request for the run, an admin places a
 legal hold on it), the approval queue of erasure requests (an approver who did not file a
 request approves it, which erases at once, or rejects it) and the list of legal holds (an
-admin releases one). Each action is one service call; what the page hides the API hides
+admin places one on runs, a subject or the whole tenant, or releases one). Each action is one service call; what the page hides the API hides
 (``services.erasure``, ``services.holds``)."""
 
 from __future__ import annotations
@@ -13,9 +13,19 @@ from django.shortcuts import redirect, render
 from django.utils.translation import ngettext
 
 from .. import roles, selectors, services
+from ..exceptions import DomainError
 from ..models import Tenant
-from .common import _base_context, _reason, dashboard, require_GET, require_POST, tenant_page
-from .forms import NoQuery
+from ..vocab import HoldScope
+from .common import (
+    _base_context,
+    _reason,
+    dashboard,
+    form_refusal,
+    require_GET,
+    require_POST,
+    tenant_page,
+)
+from .forms import LINE_BREAK, NoQuery
 
 
 def _counts_words(counts: dict) -> str:
@@ -83,16 +93,86 @@ def erasure_reject(request: HttpRequest, tenant: Tenant, request_id: str) -> Htt
     return redirect("erasure_requests", slug=tenant.slug)
 
 
+#: Where the place-a-hold form shows a refusal of ``services.legal_hold_place``: the
+#: field its message names (``runs``, ``subject.field``, ``subject.value``, ``tenant``,
+#: ``reason``) -> the form's field (``common.form_refusal``).
+HOLD_FORM_FIELDS = {"runs": "runs", "subject": "subject_field",
+                    "subject.field": "subject_field", "subject.value": "subject_value",
+                    "tenant": "scope", "reason": "reason"}
+
+
+def _holds_page(request: HttpRequest, tenant: Tenant, *, form: dict | None = None,
+                error: tuple[str, str] | None = None, status: int = 200) -> HttpResponse:
+    """The legal holds page; for the tenant's admin the place-a-hold form, showing
+    ``form`` (what was typed, after a refusal) with ``error`` (``(field, message)``)
+    beside its field, and the subject fields the data policy declares."""
+    context = _base_context(request, tenant, "inbox") | {
+        "holds": selectors.legal_hold_list(user=request.user, tenant=tenant),
+        "form": form or {"scope": HoldScope.RUNS}, "error": error, "subject_names": []}
+    if context["can_manage"]:
+        policy = selectors.data_policy_get(user=request.user, tenant=tenant)
+        context["subject_names"] = sorted(policy.subject_fields or {})
+    return render(request, "checkpoints/legal_holds.html", context, status=status)
+
+
+def _hold_scope(post) -> dict:
+    """The place-a-hold form's scope as ``services.legal_hold_place``'s arguments, the
+    API's body: ``tenant`` -> ``whole_tenant=True``; ``subject`` -> ``subject={"field",
+    "value"}``; ``runs`` -> ``runs``, the ids one a line (blank lines dropped, each as
+    typed: the service judges them). Another scope gives none of the three, which the
+    service refuses naming ``runs`` ("give exactly one of …")."""
+    scope = post.get("scope", "")
+    if scope == HoldScope.TENANT:
+        return {"whole_tenant": True}
+    if scope == HoldScope.SUBJECT:
+        return {"subject": {"field": post.get("subject_field", ""),
+                            "value": post.get("subject_value", "")}}
+    if scope == HoldScope.RUNS:
+        return {"runs": [v.strip() for v in LINE_BREAK.split(post.get("runs", "")) if v.strip()]}
+    return {}
+
+
 @require_GET
 @dashboard
 @tenant_page()
 def legal_holds(request: HttpRequest, tenant: Tenant) -> HttpResponse:
     """``/t/<slug>/legal-holds/``: the tenant's legal holds, active first, with what each
-    covers and why; an admin sees Release. Takes no parameter."""
+    covers and why; an admin sees Release and the form that places a hold. Takes no
+    parameter."""
     NoQuery.from_request(request)
-    rows = selectors.legal_hold_list(user=request.user, tenant=tenant)
-    context = _base_context(request, tenant, "inbox") | {"holds": rows}
-    return render(request, "checkpoints/legal_holds.html", context)
+    return _holds_page(request, tenant)
+
+
+@require_POST
+@dashboard
+@tenant_page(roles.MANAGE)
+def legal_hold_place(request: HttpRequest, tenant: Tenant) -> HttpResponse:
+    """``POST /t/<slug>/legal-holds/place/`` (the legal holds page's form; the tenant's
+    admin, as ``POST …/legal-holds``): ``scope`` (``runs``, ``subject`` or ``tenant``)
+    with ``runs`` (ids, one a line) or ``subject_field`` and ``subject_value``, and
+    ``reason``; ``services.legal_hold_place`` judges and writes the hold and its audit
+    event. 303 back to the page. A refusal renders the page again (400) with the
+    service's words beside the field they name and what was typed, but the subject
+    value: the service keeps only its digest, and the page does not echo it either."""
+    try:
+        hold = services.legal_hold_place(actor=request.user, tenant=tenant,
+                                         reason=request.POST.get("reason", ""),
+                                         **_hold_scope(request.POST))
+    except DomainError as exc:
+        error = form_refusal(exc, request, HOLD_FORM_FIELDS)
+        if error is None:
+            raise
+        typed = {name: request.POST.get(name, "")
+                 for name in ("scope", "runs", "subject_field", "reason")}
+        return _holds_page(request, tenant, form=typed, error=error, status=exc.status)
+    covers = {HoldScope.TENANT: "every run of the tenant",
+              HoldScope.SUBJECT: f"every run of this {hold.subject_field}"}.get(
+        hold.scope, ngettext("%d run", "%d runs", len(hold.run_uuids)) % len(hold.run_uuids))
+    messages.success(request, f"Legal hold placed on {covers} (audited): neither retention "
+                              "nor erasure touches it until it is released.")
+    response = redirect("legal_holds", slug=tenant.slug)
+    response.status_code = 303
+    return response
 
 
 @require_POST

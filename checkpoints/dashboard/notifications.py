@@ -33,12 +33,22 @@ from ..models import Tenant
 from ..models.notifications import GROUP_WINDOW_S_DEFAULT, NotificationMessage
 from ..selectors.notifications import DELIVERIES_MAX
 from ..vocab import DeliveryState, NotificationChannel, NotificationEventType
-from .common import _base_context, _require_valid, dashboard, require_GET, require_POST, tenant_page
+from .common import (
+    _base_context,
+    _require_valid,
+    dashboard,
+    form_refusal,
+    require_GET,
+    require_POST,
+    tenant_page,
+)
 from .forms import NoQuery
 
 #: The fields of the create and edit forms, in the order the errors are looked for.
 FORM_FIELDS = ("name", "channel", "url", "email", "event_types", "kinds", "agents",
                "services", "group_window_s", "quiet_period_s", "enabled")
+#: Where a service's refusal is shown: the field its message names (``form_refusal``).
+REFUSAL_FIELDS = {f: f for f in (*FORM_FIELDS, "confirm")}
 #: A filter textarea's line breaks (what a browser sends: CR LF). The values are one a line,
 #: as ``_values`` shows them: a comma or a space belongs to the value (an agent may be
 #: called ``refund, assistant``), so the form sends what it shows and the service judges.
@@ -152,13 +162,6 @@ def _body(post, *, channel: str, partial: bool) -> dict:
     return body
 
 
-def _field_of(exc: DomainError) -> str:
-    """The field a service's error names (``"url: must be …"`` -> ``url``), else
-    ``form``."""
-    head = (exc.detail or "").split(":", 1)[0]
-    return head if head in FORM_FIELDS or head == "confirm" else "form"
-
-
 def _form_context(request: HttpRequest, tenant: Tenant) -> dict:
     return _base_context(request, tenant, "notifications") | {
         "event_types": NotificationEventType.SUBSCRIBABLE,
@@ -210,10 +213,8 @@ def _message(message) -> dict:
 
 def _refused(exc: DomainError, request: HttpRequest) -> tuple[str, str] | None:
     """``(field, message)`` to show beside the form, or None to let ``@dashboard``
-    answer (htmx, a 404 or a 403: those are not the form's)."""
-    if request.htmx or exc.status not in (400, 409, 413, 422):
-        return None
-    return _field_of(exc), exc.detail or exc.error
+    answer (``common.form_refusal``)."""
+    return form_refusal(exc, request, REFUSAL_FIELDS)
 
 
 def _see_other(name: str, **kwargs) -> HttpResponse:

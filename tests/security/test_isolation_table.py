@@ -544,6 +544,9 @@ RECIPES: dict[str, list[Op]] = {
         Op("post", _s(TWIN, request_id="erasure_id"), page_rule(AP, 404), body=REASON,
            surface="web", tenant=TWIN)],
     "legal_holds": [Op("get", _s(), page_rule(V, 200), surface="web")],
+    "legal_hold_place": [Op("post", _s(), page_rule(roles.MANAGE, 303), "write",
+                            body={**REASON, "scope": "runs", "runs": str(IDS["r_stable"])},
+                            surface="web")],
     "legal_hold_place_run": [Op("post", _s(run_id="r_stable"), page_rule(roles.MANAGE, 302),
                                 "write", body=REASON, surface="web")],
     "legal_hold_release": [

@@ -922,6 +922,8 @@ PAGES: dict[str, Req] = {
     "erasure_approve": Req({"request_id": "erasure_id"}, {}, write=True),
     "erasure_reject": Req({"request_id": "erasure_id"}, R, write=True),
     "legal_holds": Req(shows_mark=True),
+    "legal_hold_place": Req(body={**R, "scope": "runs", "runs": str(IDS["r_stable"])},
+                            write=True),
     "legal_hold_place_run": Req({"run_id": "r_stable"}, R, write=True),
     "legal_hold_release": Req({"hold_id": "hold_id"}, R, write=True),
     # The Data page (issue 20): this tenant's policy, tombstones, holds, requests.
