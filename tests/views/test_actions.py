@@ -190,3 +190,31 @@ def test_it_answers_400_for_a_diff_of_a_revision_that_does_not_exist(login, rita
     assert response.status_code == 400 and b"to_rev:" in response.content
     assert login(rita).post(url, {"reason": "x", "from_rev": "a", "to_rev": 1}).status_code == 400
     assert _snapshot(acme) == before
+
+
+def test_the_run_header_says_the_state_s_time_and_the_runtime_s_last_write(
+        login, rita, wendy, acme):
+    """(stop 35, the newcomer's finding) Acknowledging a completed run's conflict moves
+    it into ``completed`` now, so the header's "since" read as "completed 0 s ago" for a
+    run the runtime finished an hour before. It says "in this state since", and the
+    runtime's last write beside it when that is older; not when the write is the
+    state's own time."""
+    from tests.helpers import age_world
+
+    body = envelope(payload={"phase": "completed", "order_id": "A-1"})
+    put_checkpoint(wendy, acme, body)
+    done = {**body, "revision": 1}
+    put_checkpoint(wendy, acme, done, expected=0)
+    page = reverse("run_detail", args=["acme", body["run_id"]])
+    header = login(rita).get(page).content.decode()
+    assert "in this state since" in header and "last write by the runtime" not in header
+    with pytest.raises(services.StaleRevision):
+        put_checkpoint(wendy, acme, done, expected=0)  # a lost race: a conflict
+    age_world(3600)
+    services.conflicts_acknowledge(actor=rita, tenant=acme, run_id=body["run_id"],
+                                   reason="lost race, harmless")
+    run = Run.objects.get(uuid=body["run_id"])
+    assert run.recovery_state == "completed" and run.last_write_at < run.state_changed_at
+    header = login(rita).get(page).content.decode()
+    written = f"{run.last_write_at:%Y-%m-%d %H:%M:%S} UTC"
+    assert f"last write by the runtime <time datetime=" in header and written in header
