@@ -32,7 +32,7 @@ from ..exceptions import InvalidPayload
 from ..jsonparse import name_problem, printable
 from ..models import MAX_REVISION, AuditEvent, Effect, RecoveryState, Run
 from ..querystring import single_values
-from ..selectors import RUN_SORTS, SEARCH_MAX
+from ..selectors import RETRY_LIST_STATES, RETRY_SORTS, RUN_SORTS, SEARCH_MAX
 
 
 def column_limit(model, field: str) -> int:
@@ -132,6 +132,25 @@ class EffectListParams(Params):
     operation_key = Name(max_length=column_limit(Effect, "operation_key"))
     run = serializers.UUIDField(required=False, help_text="run_id")
     limit = _int(1, 500, "page size", default=100)
+
+
+class RetryListParams(Params):
+    """``GET …/retry-requests``."""
+
+    state = serializers.ChoiceField(
+        choices=list(RETRY_LIST_STATES), required=False, default="requested",
+        help_text="requested (default): awaiting a decision, the dashboard's Approvals "
+                  "queue (a request on a run that completed since is not listed there); "
+                  "another state; or all: every state")
+    run = serializers.UUIDField(required=False, help_text="run_id: only this run's requests")
+    sort = serializers.ChoiceField(
+        choices=list(RETRY_SORTS), required=False,
+        help_text="-created: newest request first (default); created: oldest first, the "
+                  "Approvals page's order. Requests are ordered by when they were filed, "
+                  "which no decision changes, so paging never skips or repeats one")
+    cursor = _int(1, 2**63 - 1, "from the previous page's next URL: the id of the last "
+                                "request of that page (only valid with the same sort)")
+    limit = _int(1, 200, "page size", default=50)
 
 
 class AuditListParams(Params):

@@ -34,6 +34,10 @@ urlpatterns = [
     path(T + "runs/<str:run_id>/close", views.RunCloseApi.as_view(), name="run-close"),
     path(T + "runs/<str:run_id>/conflicts/acknowledge", views.ConflictsAcknowledgeApi.as_view(),
          name="run-conflicts-acknowledge"),
+    # The approvers' queue, as the dashboard's Approvals page (CONTRACT.md 5).
+    path(T + "retry-requests", views.RetryRequestListApi.as_view(), name="retry-requests"),
+    path(T + "retry-requests/<str:retry_id>", views.RetryRequestApi.as_view(),
+         name="retry-request"),
     path(T + "retry-requests/<str:retry_id>/approve", views.RetryApproveApi.as_view(),
          name="retry-approve"),
     path(T + "retry-requests/<str:retry_id>/reject", views.RetryRejectApi.as_view(),

@@ -19,13 +19,21 @@ from .accounts import (
     tokens_of_account,
 )
 from .approvals import (
+    DEFAULT_RETRY_SORT,
     QUEUE_MAX,
+    RETRY_LIST_STATES,
+    RETRY_SORTS,
+    RETRY_STATE_ALL,
     ApprovalQueue,
     QueueRow,
     approval_queue,
     duplicates_in,
+    queue_rows,
     rejected_retries,
     retry_previews,
+    retry_request_get,
+    retry_request_list,
+    retry_requests_in,
 )
 from .audit import (
     audit_list,

@@ -5,17 +5,28 @@ page show. Fixed queries whatever the number of requests or effects.
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field
 
-from django.db.models import F, OuterRef, Subquery
+from django.db.models import F, OuterRef, QuerySet, Subquery
 
 from .. import policy, roles
+from ..exceptions import NotFound
 from ..models import Effect, RetryRequest, Tenant
 from ..permissions import require
 from ..vocab import PhaseClass, RetryOutcome, RetryState
 
 #: The most open requests the queue lists (oldest first; the page says when more wait).
 QUEUE_MAX = 200
+
+#: ``GET …/retry-requests?state=``: one state of ``RetryState``, or every state.
+RETRY_STATE_ALL = "all"
+RETRY_LIST_STATES = (*RetryState.values, RETRY_STATE_ALL)
+#: ``GET …/retry-requests?sort=``: the ``RetryRequest.id`` direction. The id is the order
+#: requests were filed in and no decision changes it, so a keyset page never skips or
+#: repeats a request decided while someone pages (as ``inbox.RUN_SORTS``).
+RETRY_SORTS = {"-created": "-id", "created": "id"}
+DEFAULT_RETRY_SORT = "-created"
 
 
 def retry_previews(tenant_id: int, run_pks: list[int]) -> dict[int, list[dict]]:
@@ -47,14 +58,51 @@ def duplicates_in(preview: list[dict]) -> int:
 
 @dataclass
 class QueueRow:
-    """One open retry request in the queue: ``retry`` (with ``run`` and
-    ``requested_by``), its ``preview``, ``duplicates`` (possible duplicates in it) and
-    ``own`` (the reader asked for it: never theirs to decide)."""
+    """One retry request as the queue shows it: ``retry`` (with ``run``,
+    ``requested_by`` and ``decided_by``), its ``preview``, ``duplicates`` (possible
+    duplicates in it) and ``own`` (the reader asked for it: never theirs to decide).
+    ``preview`` is ``None`` (and ``duplicates`` 0) for a request no longer awaiting a
+    decision (``GET …/retry-requests?state=``): what an approval would do now means
+    nothing for it."""
 
     retry: RetryRequest
-    preview: list[dict] = field(default_factory=list)
+    preview: list[dict] | None = field(default_factory=list)
     duplicates: int = 0
     own: bool = False
+
+
+def retry_requests_in(tenant: Tenant, state: str | None) -> QuerySet:
+    """The tenant's retry requests in ``state`` (``None``: every state), unordered, with
+    ``run``, ``requested_by`` and ``decided_by`` loaded: the one queryset of the
+    approvers' queue (``approval_queue``, the Approvals page) and of ``GET
+    …/retry-requests`` (``retry_request_list``), so the two cannot list different rows.
+
+    ``requested`` is the approvers' work: a request left open on a run that completed
+    since is not (``policy.retry_applies``, stop 33; the queue agrees with the tab
+    counts), so it is listed only under every state. No right is checked here: the
+    callers check theirs first."""
+    qs = RetryRequest.objects.for_tenant(tenant)
+    if state is not None:
+        qs = qs.filter(state=state)
+    if state == RetryState.REQUESTED:
+        # ``policy.retry_applies`` as a filter: not once the run's phase is completed.
+        qs = qs.exclude(run__phase_class=PhaseClass.COMPLETED)
+    return qs.select_related("run", "requested_by", "decided_by")
+
+
+def queue_rows(user, tenant: Tenant, retries: list[RetryRequest]) -> list[QueueRow]:
+    """``retries`` as the queue shows them (``QueueRow``): the preview of each one still
+    ``requested`` (``retry_previews``, one query for all), its possible duplicates, and
+    whether ``user`` asked for it. No right is checked here (the callers do)."""
+    waiting = [r for r in retries if r.state == RetryState.REQUESTED]
+    previews = retry_previews(tenant.pk, sorted({r.run_id for r in waiting}))
+    rows = []
+    for r in retries:
+        preview = previews[r.run_id] if r.state == RetryState.REQUESTED else None
+        rows.append(QueueRow(retry=r, preview=preview,
+                             duplicates=duplicates_in(preview) if preview else 0,
+                             own=r.requested_by_id == user.pk))
+    return rows
 
 
 @dataclass
@@ -72,22 +120,47 @@ def approval_queue(*, user, tenant: Tenant) -> ApprovalQueue:
     reads it (``approve_retry``: approvers and admins); ``NotFound``/``Forbidden``
     otherwise."""
     require(user, tenant, roles.APPROVE)
-    # A request on a run that completed since (``policy.retry_applies``: it is not
-    # approved) is not the approvers' work: the queue agrees with the tab counts.
-    retries = list(RetryRequest.objects.for_tenant(tenant)
-                   .filter(state=RetryState.REQUESTED)
-                   .exclude(run__phase_class=PhaseClass.COMPLETED)
-                   .select_related("run", "requested_by")
+    # A request on a run that completed since is not the approvers' work
+    # (``retry_requests_in``, shared with ``GET …/retry-requests``).
+    retries = list(retry_requests_in(tenant, RetryState.REQUESTED)
                    .order_by("created_at", "id")[:QUEUE_MAX + 1])
     more = len(retries) > QUEUE_MAX
-    retries = retries[:QUEUE_MAX]
-    previews = retry_previews(tenant.pk, [r.run_id for r in retries])
-    rows = []
-    for r in retries:
-        preview = previews[r.run_id]
-        rows.append(QueueRow(retry=r, preview=preview, duplicates=duplicates_in(preview),
-                             own=r.requested_by_id == user.pk))
-    return ApprovalQueue(rows=rows, more=more)
+    return ApprovalQueue(rows=queue_rows(user, tenant, retries[:QUEUE_MAX]), more=more)
+
+
+def retry_request_list(*, user, tenant: Tenant, state: str | None = RetryState.REQUESTED,
+                       run_id: uuid.UUID | None = None, sort: str | None = None,
+                       after: int | None = None, limit: int = 50) -> list[QueueRow]:
+    """``GET …/retry-requests``: the tenant's retry requests in ``state``
+    (``RETRY_LIST_STATES``; ``requested``, the default, is exactly the Approvals page's
+    queue, ``all`` or ``None`` every state), of the run ``run_id`` when given, in the
+    order ``sort`` (``RETRY_SORTS``: newest first by default), after the request
+    ``after`` in that order; at most ``limit`` rows as ``queue_rows`` makes them (the
+    page's preview, possible duplicates, own). Two queries whatever the number.
+
+    The Approvals page's right: approvers and admins (``roles.APPROVE``); ``NotFound``
+    without a role in the tenant, ``Forbidden`` for another role. The caller validates
+    ``state`` and ``sort`` (``api.params.RetryListParams``)."""
+    require(user, tenant, roles.APPROVE)
+    qs = retry_requests_in(tenant, None if state in (None, RETRY_STATE_ALL) else state)
+    if run_id is not None:
+        qs = qs.filter(run__uuid=run_id)
+    order = RETRY_SORTS[sort or DEFAULT_RETRY_SORT]
+    if after is not None:
+        qs = qs.filter(id__lt=after) if order.startswith("-") else qs.filter(id__gt=after)
+    retries = list(qs.order_by(order)[:max(0, limit)])
+    return queue_rows(user, tenant, retries)
+
+
+def retry_request_get(*, user, tenant: Tenant, retry_id: int) -> QueueRow:
+    """``GET …/retry-requests/{id}``: one retry request of the tenant, in any state, as
+    ``retry_request_list`` gives it. Approvers and admins (the Approvals page's right);
+    ``NotFound`` for an id the tenant has no request under. Two queries at most."""
+    require(user, tenant, roles.APPROVE)
+    retry = retry_requests_in(tenant, None).filter(pk=retry_id).first()
+    if retry is None:
+        raise NotFound("no such retry request")
+    return queue_rows(user, tenant, [retry])[0]
 
 
 def rejected_retries(*, user, tenant: Tenant, run_pks: list[int]) -> dict[int, RetryRequest]:

@@ -116,6 +116,9 @@ OPS = {
     "conflicts_acknowledge": ("post", "runs/{rid}/conflicts/acknowledge", REASON, {}, 200),
     "run_close": ("post", "runs/{rid2}/close", REASON, {}, 200),
     "retry_withdraw": ("post", "retry-requests/{retry}/withdraw", REASON, {}, 200),
+    # The approvers' queue (the dashboard's Approvals page, its right: approver, admin).
+    "retry_request_list": ("get", "retry-requests", None, {}, 200),
+    "retry_request_get": ("get", "retry-requests/{retry}", None, {}, 200),
     "effect_reveal_receipt": ("post", "effects/{eid}/reveal-receipt", REASON, {}, 200),
     "bulk_action": ("post", "bulk-actions", _bulk, {"HTTP_IDEMPOTENCY_KEY": str(uuid.uuid4())},
                     201),
@@ -172,7 +175,9 @@ PHRASE_OPS = {
     "mark unknown": {"effect_mark_unknown"},
     "reconcile": {"run_reconcile"},
     "acknowledge": {"conflicts_acknowledge"},
-    "approve or reject others' retry requests": {"retry_approve", "retry_reject"},
+    # Reading the queue of requests to decide is the same right (the Approvals page's).
+    "approve or reject others' retry requests": {"retry_approve", "retry_reject",
+                                                 "retry_request_list", "retry_request_get"},
     "write checkpoints and effects": {"checkpoint_create", "checkpoint_update",
                                       "effect_create"},
     "take leases": {"run_lease"},

@@ -385,6 +385,10 @@ def retry_path(action: str) -> Callable:
     return send
 
 
+def retry_get(w: World, v: int) -> Outcome:
+    return _get(w, "get", T + "retry-requests/{retry_id}", {}, retry_id=str(v))
+
+
 #: A declared kind (issue 19, item 1) and a declaration of it any version takes.
 KV = T + "kinds/{kind}/versions/{version}"
 DECLARED = "acme.bounds"
@@ -560,6 +564,12 @@ RECIPES: dict[Key, Recipe] = {
     **{("POST", T + f"retry-requests/{{retry_id}}/{action}", "path", "retry_id"): Recipe(
         retry_path(action), "retry_id", ok=(404,)) for action in ("approve", "reject",
                                                                    "withdraw")},
+    # The approvers' queue: a request nobody filed is 404 whatever the number (as a
+    # malformed id); the list's keyset cursor and page size, each alone.
+    ("GET", T + "retry-requests/{retry_id}", "path", "retry_id"): Recipe(
+        retry_get, "retry_id", ok=(404,)),
+    **{("GET", T + "retry-requests", "query", name): Recipe(
+        query(T + "retry-requests", name), name) for name in ("cursor", "limit")},
     # Declared kinds and migration jobs (issue 19): a GET of a version nobody declared is
     # 404 whatever the number (as a malformed id); the PUT declares it.
     ("GET", KV, "path", "version"): Recipe(kind_version("get"), "version", ok=(404,)),

@@ -56,6 +56,10 @@ BEYOND_CONTRACT = {
     # A reviewer withdraws their own open retry request (issue 9); the reviewer's rights of
     # CONTRACT.md 4 ("request retry") cover taking one's own request back.
     ("POST", "retry-requests/{}/withdraw"): "withdraw your own retry request",
+    # The approvers' queue, the dashboard's Approvals page over the API (issue 21, item
+    # 9): CONTRACT.md 4's approver reads what the page shows (their decisions: above).
+    ("GET", "retry-requests"): "the approvers' queue of retry requests",
+    ("GET", "retry-requests/{}"): "one retry request, as the queue shows it",
     # One review action on many runs, and its per-run results (issue 9, item 3).
     ("POST", "bulk-actions"): "bulk review action",
     ("GET", "bulk-actions/{}"): "a bulk action's results",

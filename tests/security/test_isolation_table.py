@@ -322,6 +322,12 @@ RECIPES: dict[str, list[Op]] = {
     "api:run-close": [Op("post", _t(run_id="r_stuck"), api_rule(RW, 200), "write", body=REASON)],
     "api:run-conflicts-acknowledge": [
         Op("post", _t(run_id="r_stuck"), api_rule(RW, 200), "write", body=REASON)],
+    # The approvers' queue (the dashboard's Approvals page, ``approval_queue`` below):
+    # the page's right; HOME's request on the twin's URL finds nothing.
+    "api:retry-requests": [Op("get", _t(), api_rule(AP, 200), query="state=all")],
+    "api:retry-request": [
+        Op("get", _t(retry_id="retry_pk"), api_rule(AP, 200)),
+        Op("get", _t(TWIN, retry_id="retry_pk"), api_rule(AP, 404), tenant=TWIN)],
     # Integer ids are not shared by the twins: HOME's id on the twin's URL finds nothing,
     # whoever may act in the twin (404), and changes nothing anywhere.
     "api:retry-approve": [

@@ -471,6 +471,41 @@ def _queue_count(w: World, slug: str, answer) -> str:
     return "" if len(rows) == want else f"{len(rows)} requests, own {want}"
 
 
+def _approvers_only(read):
+    """A selector an approver reads (the queue, ``GET …/retry-requests``): another role
+    of the tenant is ``Forbidden``, said as such (the cell checks what an approver is
+    answered)."""
+    def call(w: World, slug: str, user):
+        try:
+            return read(w, slug, user)
+        except Forbidden:
+            return "forbidden"
+    return call
+
+
+def _retry_list_count(w: World, slug: str, answer) -> str:
+    """Every state: all the tenant's requests, none of the twin's."""
+    if answer == "forbidden":
+        return ""
+    t = w.tenant(slug)
+    if any(r.retry.tenant_id != t.pk or r.retry.run.tenant_id != t.pk for r in answer):
+        return "another tenant's request"
+    want = RetryRequest.objects.filter(tenant=t).count()
+    return "" if len(answer) == want else f"{len(answer)} requests, own {want}"
+
+
+SELECTORS.update({  # ``GET …/retry-requests``: the queue's rows over the API.
+    "retry_request_list": SelectorCell(
+        _approvers_only(lambda w, s, u: selectors.retry_request_list(
+            user=u, tenant=w.tenant(s), state=selectors.RETRY_STATE_ALL, limit=500)),
+        _retry_list_count, shows_mark=False),
+    "retry_request_get": SelectorCell(
+        _approvers_only(lambda w, s, u: selectors.retry_request_get(
+            user=u, tenant=w.tenant(s), retry_id=w.data[s].retry_pk)),
+        lambda w, s, a: "" if a == "forbidden" or a.retry.tenant_id == w.tenant(s).pk
+        else "another tenant's request", shows_mark=False),
+})
+
 SELECTORS.update({  # Issue 21, items 8 and 9: the polls' reads and the approver's queue.
     "run_live": SelectorCell(
         lambda w, s, u: selectors.run_live(user=u, tenant=w.tenant(s),
@@ -526,6 +561,9 @@ SELECTORS.update({  # Notification endpoints (issue 21): the same endpoint UUID 
 CROSS_IDS: dict[str, Callable[[World, str, object], object]] = {
     "retry_get": lambda w, s, u: selectors.retry_get(
         user=u, tenant=w.tenant(s), retry_id=w.data[other(s)].retry_pk),
+    # Asked by the tenant's approver (another role is refused before any look-up).
+    "retry_request_get": lambda w, s, u: selectors.retry_request_get(
+        user=_as(w, s, "approver"), tenant=w.tenant(s), retry_id=w.data[other(s)].retry_pk),
     "reconcile_attempt_get": lambda w, s, u: selectors.reconcile_attempt_get(
         user=u, tenant=w.tenant(s), attempt_id=w.data[other(s)].attempt_pk),
     "bulk_get": lambda w, s, u: selectors.bulk_get(user=u, tenant=w.tenant(s),
@@ -551,6 +589,11 @@ NOT_TENANT_DATA = {
     "consistent_read": "a transaction around other reads; reads nothing itself",
     "to_micros": "pure: a time as microseconds", "from_micros": "pure: the inverse",
     "duplicates_in": "pure: counts a preview's possible duplicates",
+    "retry_requests_in": "no user: the queryset of approval_queue and retry_request_list "
+                         "(tenant first, for_tenant), whose cells cover it",
+    "queue_rows": "no user right: lays out requests its caller already read in its "
+                  "tenant, with retry_previews (tenant_id first); the cells of "
+                  "approval_queue and retry_request_list cover it",
     "retry_previews": "no user: the preview of runs its caller already read in its tenant "
                       "(tenant_id first); approval_queue's cell and services.retry_preview "
                       "(the run page, the approval) cover it",
@@ -787,6 +830,11 @@ API: dict[str, Req] = {
     f"post {T}runs/{{run_id}}/reconcile": Req({"run_id": "r_stuck"}, R, write=True),
     f"post {T}runs/{{run_id}}/close": Req({"run_id": "r_stuck"}, R, write=True),
     f"post {T}runs/{{run_id}}/conflicts/acknowledge": Req({"run_id": "r_stuck"}, R, write=True),
+    # The approvers' queue (the Approvals page): every state, the tenant's own only.
+    f"get {T}retry-requests": Req(query="state=all&limit=200", shows_mark=True,
+                                  count=_api_count("results", lambda c: sum(
+                                      c["retry_requests"].values()))),
+    f"get {T}retry-requests/{{retry_id}}": Req({"retry_id": "retry_pk"}, shows_mark=True),
     f"post {T}retry-requests/{{retry_id}}/approve": Req({"retry_id": "retry_pk"}, R,
                                                         write=True, shows_mark=True),
     f"post {T}retry-requests/{{retry_id}}/reject": Req({"retry_id": "retry_pk"}, R,

@@ -114,6 +114,8 @@ from .review import (
     ReconcileAttemptSerializer,
     ReconcileRequestSerializer,
     RetryPreviewSerializer,
+    RetryRequestItemSerializer,
+    RetryRequestPageSerializer,
     RetryRequestSerializer,
     TaskSerializer,
 )

@@ -120,6 +120,52 @@ class RetryPreviewSerializer(Answer):
     words = serializers.CharField()
 
 
+class _QueueItem:
+    """A ``selectors.QueueRow`` read as one object: the request's own attributes from
+    its row, the queue's (``preview``, ``possible_duplicates``, ``own``) from the
+    ``QueueRow``."""
+
+    def __init__(self, row):
+        self._retry = row.retry
+        self.preview = row.preview
+        self.possible_duplicates = row.duplicates
+        self.own = row.own
+
+    def __getattr__(self, name):
+        return getattr(self._retry, name)
+
+
+# Rendered from a ``selectors.QueueRow`` (``selectors.retry_request_list``/``_get``).
+class RetryRequestItemSerializer(RetryRequestSerializer):
+    """A retry request as the dashboard's Approvals page shows it (``GET
+    …/retry-requests``): the request, its run's kind, and while it awaits a decision what
+    an approval would do now (``preview``, the page's rows) and how many of those are
+    possible duplicates; ``own``: you asked for it, so another approver decides."""
+
+    run_kind = serializers.CharField(source="run.kind")
+    preview = RetryPreviewSerializer(
+        many=True, allow_null=True,
+        help_text="state requested: what an approval would do now to each effect, oldest "
+                  "first (the Approvals page's rows); null once the request is decided, "
+                  "withdrawn, expired or consumed")
+    possible_duplicates = serializers.IntegerField(
+        help_text=f"rows of preview whose outcome is {RetryOutcome.POSSIBLE_DUPLICATE} "
+                  f"(what an approval accepts); 0 when preview is null")
+    own = serializers.BooleanField(
+        help_text="you requested it: not yours to decide (four eyes)")
+
+    def to_representation(self, instance):
+        return super().to_representation(_QueueItem(instance))
+
+
+class RetryRequestPageSerializer(Answer):
+    """One keyset page of retry requests in the order asked (``sort``); ``next`` is the
+    URL of the following page (``?cursor=``), null on the last."""
+
+    results = RetryRequestItemSerializer(many=True)
+    next = serializers.URLField(allow_null=True)
+
+
 class ReasonSerializer(serializers.Serializer):
     """Body of every review action; a non-blank reason (at most 4000 characters)."""
 

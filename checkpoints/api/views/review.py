@@ -1,12 +1,13 @@
 """Review actions: retry requests (ask, approve, reject, withdraw), reconcile, close,
 acknowledge conflicts, mark an effect unknown and reveal its receipt (each POSTs a
-``reason``, audited)."""
+``reason``, audited); and the approvers' queue of retry requests, read as the dashboard's
+Approvals page reads it (``GET …/retry-requests``, one, or a list)."""
 
 from __future__ import annotations
 
 import re
 
-from drf_spectacular.utils import extend_schema_view
+from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import status
 from rest_framework.response import Response
 
@@ -14,13 +15,17 @@ from ... import intranges, roles, selectors, services
 from ...exceptions import NotFound
 from ...jobs import reconciliation
 from ...permissions import receipts_in_answers
+from .. import params as p
 from .. import serializers as s
 from .common import (
     OWNER_LIVE,
+    TENANT,
     TenantApi,
+    _errors,
     _known_account,
     _path,
     _reason_operation,
+    page_url,
     read_reason,
     url_uuid,
 )
@@ -79,6 +84,57 @@ def _retry_pk(value: str) -> int:
     if not _PK_RE.match(value) or not intranges.ROW_ID.contains(int(value)):
         raise NotFound("no such retry request")
     return int(value)
+
+
+class RetryRequestListApi(TenantApi):
+    """``GET …/retry-requests``: the approvers' work queue (CONTRACT.md 4's approver;
+    the dashboard's Approvals page, issue 21 item 9) over the API, so a script deciding
+    retries reads what the page shows instead of paging ``GET …/runs`` for the open
+    request of each run awaiting approval."""
+
+    params = {"get": p.RetryListParams}
+
+    @extend_schema(
+        operation_id="retry_request_list",
+        summary="Approver: the tenant's retry requests, awaiting a decision by default "
+                "(the dashboard's Approvals queue), newest first, keyset-paginated",
+        description="The rows of the Approvals page (`selectors.retry_requests_in`, one "
+                    "queryset for both): with `state=requested`, the default, exactly "
+                    "the requests the page lists, each with what an approval would do "
+                    "(`preview`) and its possible duplicates; `own` marks yours, which "
+                    "another approver decides. Approvers and admins, as the page (403 "
+                    "for other roles). Reads only: no audit event.",
+        parameters=[TENANT, p.RetryListParams],
+        responses={200: s.RetryRequestPageSerializer, **_errors(400)},
+    )
+    def get(self, request, tenant):
+        """Keyset pages on the request's id (``selectors.retry_request_list``): a
+        request decided while a client pages keeps its place."""
+        t = self.tenant(request, tenant, roles.APPROVE)
+        q = self.query
+        limit = q["limit"]
+        rows = selectors.retry_request_list(
+            user=request.user, tenant=t, state=q["state"], run_id=q["run"], sort=q["sort"],
+            after=q["cursor"], limit=limit + 1)
+        more = len(rows) > limit
+        rows = rows[:limit]
+        nxt = page_url(request, cursor=str(rows[-1].retry.pk)) if more else None
+        return Response(s.RetryRequestPageSerializer.render({"results": rows, "next": nxt}))
+
+
+class RetryRequestApi(TenantApi):
+    @extend_schema(
+        operation_id="retry_request_get",
+        summary="Approver: one retry request, in any state, as the retry request list "
+                "gives it",
+        parameters=[TENANT, RETRY_ID],
+        responses={200: s.RetryRequestItemSerializer, **_errors()},
+    )
+    def get(self, request, tenant, retry_id):
+        t = self.tenant(request, tenant, roles.APPROVE)
+        row = selectors.retry_request_get(user=request.user, tenant=t,
+                                          retry_id=_retry_pk(retry_id))
+        return Response(s.RetryRequestItemSerializer.render(row))
 
 
 class _RetryDecisionApi(TenantApi):
