@@ -217,4 +217,4 @@ def test_the_run_header_says_the_state_s_time_and_the_runtime_s_last_write(
     assert run.recovery_state == "completed" and run.last_write_at < run.state_changed_at
     header = login(rita).get(page).content.decode()
     written = f"{run.last_write_at:%Y-%m-%d %H:%M:%S} UTC"
-    assert f"last write by the runtime <time datetime=" in header and written in header
+    assert "last write by the runtime <time datetime=" in header and written in header
