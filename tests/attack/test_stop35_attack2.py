@@ -104,3 +104,28 @@ def test_the_policy_form_takes_the_last_of_a_duplicated_field(session_login, acm
     assert DataPolicy.objects.for_tenant(acme).get().payload_retention_days == 30
     assert AuditEvent.objects.for_tenant(acme).count() == events
 
+
+
+# --------------------------------------------------------------------------------------
+# Finding 4, kind (k): "a blank name is refused as blank, one check_name for every
+# required name" (3803463) missed a door: a LangGraph thread id (required, 1..256
+# characters; a run identity shown on the run page and the thread list) takes the name
+# rule through ``interop.langgraph.parse._text`` but no blank check, so a thread of a
+# braille blank or of spaces is stored and shows as nothing.
+# --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("thread", ["\u2800", "   ", " \u2800 "])
+def test_a_langgraph_thread_id_that_shows_nothing_is_stored(wendy, acme, thread):
+    """FINDING: ``parse_put``/``check_thread_id`` accept it and ``graph_put`` stores a
+    thread nobody can read or click. Expected ``InvalidPayload`` naming ``thread_id``
+    (as an operation key or lease owner of the same characters gets); got a stored
+    checkpoint."""
+    from checkpoints.interop import langgraph
+    from tests.helpers import graph_put, lg_put
+
+    with pytest.raises(InvalidPayload, match="^thread_id: "):
+        langgraph.check_thread_id(thread)
+    before = snapshot()
+    with pytest.raises(InvalidPayload, match="^thread_id: "):
+        graph_put(wendy, acme, lg_put(thread, "01"))
+    assert snapshot() == before
