@@ -147,26 +147,63 @@ def _hidden(ch: str, previous: str, following: str) -> bool:
     if ch in INVISIBLE:
         return True
     if ch in VARIATION_SELECTORS:
-        return not _selects(previous, ch)
+        return not _selects(previous, ch, following)
     return ch in JOINERS and not _joins(previous, following)
 
 
 #: ASCII characters with a presentation selector of their own: the keycap emoji's
-#: digits, ``#`` and ``*`` (``1\ufe0f\u20e3``).
+#: digits, ``#`` and ``*``, when the keycap follows (``1\ufe0f\u20e3``).
 _KEYCAP_BASES = frozenset("0123456789#*")
+_KEYCAP = "\u20e3"
+_PRESENTATION = frozenset("\ufe0e\ufe0f")
+_MONGOLIAN_FVS = frozenset("\u180b\u180c\u180d\u180f")
+#: Scripts whose letters have standardized variation sequences (StandardizedVariants.txt):
+#: Myanmar (with its extensions), Phags-pa, Manichaean, Egyptian hieroglyphs; CJK
+#: ideographs are told by name (``_ideograph``).
+_VARIANT_LETTERS = ((0x1000, 0x109F), (0xA9E0, 0xA9FF), (0xAA60, 0xAA7F), (0xA840, 0xA87F),
+                    (0x10AC0, 0x10AFF), (0x13000, 0x1342F))
 
 
-def _selects(previous: str, selector: str) -> bool:
-    """Whether a variation selector may follow ``previous``: a character that shows
-    (``_base``) and has variants, so it selects that character's glyph (``\u2764\ufe0f``,
-    an emoji; a CJK ideograph's variant; a Mongolian letter's form). No ASCII letter has
-    one (the next attack's finding: ``charge:A\ufe00-1042`` read as ``charge:A-1042``), but
-    for the keycaps' text or emoji presentation (``_KEYCAP_BASES``). None may follow
-    another selector, a joiner or the start of the name: a run of selectors shows
-    nothing and can carry hidden bytes (one selector a byte, "emoji smuggling")."""
+def _ideograph(ch: str) -> bool:
+    """A CJK ideograph (unified or compatibility), the base of ideographic variation
+    sequences (``\u845b\U000E0100``)."""
+    return unicodedata.name(ch, "").startswith("CJK ")
+
+
+def _selects(previous: str, selector: str, following: str = "") -> bool:
+    """Whether a variation selector between ``previous`` and ``following`` selects a
+    glyph of ``previous``, rather than hiding (one selector a byte, "emoji smuggling";
+    the stop-35 attacks: ``charge:A\ufe00-1042``, ``charge:A-1\ufe0f042`` and
+    ``charg\u00e9\U000E0100`` read as the names without them). Unicode's variation
+    sequences, by the kinds of base they have (``unicodedata`` has not the table itself):
+
+    - the text or emoji presentation (U+FE0E, U+FE0F) of a symbol or punctuation mark
+      outside ASCII (``\u2764\ufe0f``, ``\u203c\ufe0f``), of ``\u2139`` (the one letter
+      among the emoji), and of a keycap's digit, ``#`` or ``*`` when the keycap follows;
+    - VS1-VS14 after a symbol or punctuation mark outside ASCII (mathematical variants,
+      CJK punctuation), a CJK ideograph or a letter of ``_VARIANT_LETTERS``;
+    - the ideographic variation selectors (VS17-VS256) after a CJK ideograph;
+    - the Mongolian free variation selectors after a Mongolian letter.
+
+    Never after an ASCII character but the keycap's, a letter of another script
+    (``\u00e9``), a mark, a number, whitespace, a joiner, another selector or nothing."""
     if previous.isascii():
-        return previous in _KEYCAP_BASES and selector in "\ufe0e\ufe0f"
-    return _base(previous)
+        return (previous in _KEYCAP_BASES and selector in _PRESENTATION
+                and following == _KEYCAP)
+    if not _base(previous):
+        return False
+    if selector in _MONGOLIAN_FVS:
+        return 0x1800 <= ord(previous) <= 0x18AF
+    if selector >= "\U000E0100":
+        return _ideograph(previous)
+    category = unicodedata.category(previous)
+    if category[0] in "SP":
+        return True
+    if selector in _PRESENTATION and previous == "\u2139":
+        return True
+    return category[0] == "L" and selector not in _PRESENTATION and (
+        _ideograph(previous)
+        or any(first <= ord(previous) <= last for first, last in _VARIANT_LETTERS))
 
 
 def _joins(previous: str, following: str) -> bool:

@@ -474,6 +474,24 @@ def typed_number(raw: str) -> int | str | None:
     return raw
 
 
+def posted(post: QueryDict, names) -> dict[str, str]:
+    """The fields ``names`` a form posted, one value each (those left out are not in
+    the dict); raises ``InvalidPayload`` (400) ``"<name>: given more than once"`` for a
+    field posted twice, as a duplicated JSON key or query parameter is refused
+    (``querystring.single_values``), rather than Django's last value winning (the
+    stop-35 attack: ``payload_retention_days=30&payload_retention_days=`` saved "keep
+    forever"). For the forms whose values a service judges (``policy_fields``, the
+    legal hold's)."""
+    fields = {}
+    for name in names:
+        values = post.getlist(name)
+        if len(values) > 1:
+            raise InvalidPayload(f"{name}: given more than once")
+        if values:
+            fields[name] = values[0]
+    return fields
+
+
 def policy_fields(post: QueryDict) -> dict:
     """The Data page's policy form as ``services.data_policy_set``'s fields, the API's
     ``PUT …/data-policy`` body: each field the form sent (one left out keeps its value,
@@ -483,7 +501,9 @@ def policy_fields(post: QueryDict) -> dict:
     of the values is the service's (``services.data_policy_check``): the page and the
     API refuse the same input in the same words. Raises ``InvalidPayload`` naming
     ``subject_fields`` for a text that is no list of lines (too long, a line without
-    ``=``, a name twice, a bad quoted pointer)."""
+    ``=``, a name twice, a bad quoted pointer), and naming any field posted twice
+    (``posted``)."""
+    post = posted(post, (*POLICY_NUMBERS, "secrets_policy", "subject_fields"))
     fields: dict = {name: typed_number(post[name]) for name in POLICY_NUMBERS if name in post}
     if "secrets_policy" in post:
         fields["secrets_policy"] = post["secrets_policy"]

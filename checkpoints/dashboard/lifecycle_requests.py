@@ -25,7 +25,7 @@ from .common import (
     require_POST,
     tenant_page,
 )
-from .forms import LINE_BREAK, NoQuery
+from .forms import LINE_BREAK, NoQuery, posted
 
 
 def _counts_words(counts: dict) -> str:
@@ -98,7 +98,8 @@ def erasure_reject(request: HttpRequest, tenant: Tenant, request_id: str) -> Htt
 #: ``reason``) -> the form's field (``common.form_refusal``).
 HOLD_FORM_FIELDS = {"runs": "runs", "subject": "subject_field",
                     "subject.field": "subject_field", "subject.value": "subject_value",
-                    "tenant": "scope", "reason": "reason"}
+                    "tenant": "scope", "reason": "reason", "scope": "scope",
+                    "subject_field": "subject_field", "subject_value": "subject_value"}
 
 
 def _holds_page(request: HttpRequest, tenant: Tenant, *, form: dict | None = None,
@@ -115,12 +116,13 @@ def _holds_page(request: HttpRequest, tenant: Tenant, *, form: dict | None = Non
     return render(request, "checkpoints/legal_holds.html", context, status=status)
 
 
-def _hold_scope(post) -> dict:
+def _hold_scope(post: dict) -> dict:
     """The place-a-hold form's scope as ``services.legal_hold_place``'s arguments, the
     API's body: ``tenant`` -> ``whole_tenant=True``; ``subject`` -> ``subject={"field",
     "value"}``; ``runs`` -> ``runs``, the ids one a line (blank lines dropped, each as
     typed: the service judges them). Another scope gives none of the three, which the
-    service refuses naming ``runs`` ("give exactly one of …")."""
+    service refuses naming ``runs`` ("give exactly one of …"). ``post``: the form's
+    fields, one value each (``forms.posted``)."""
     scope = post.get("scope", "")
     if scope == HoldScope.TENANT:
         return {"whole_tenant": True}
@@ -155,9 +157,10 @@ def legal_hold_place(request: HttpRequest, tenant: Tenant) -> HttpResponse:
     service's words beside the field they name and what was typed, but the subject
     value: the service keeps only its digest, and the page does not echo it either."""
     try:
+        post = posted(request.POST, ("scope", "runs", "subject_field", "subject_value",
+                                     "reason"))
         hold = services.legal_hold_place(actor=request.user, tenant=tenant,
-                                         reason=request.POST.get("reason", ""),
-                                         **_hold_scope(request.POST))
+                                         reason=post.get("reason", ""), **_hold_scope(post))
     except DomainError as exc:
         error = form_refusal(exc, request, HOLD_FORM_FIELDS)
         if error is None:

@@ -87,7 +87,11 @@ def test_a_variation_selector_is_a_name_s_only_right_after_a_character_that_show
     the start, after whitespace, after a joiner or after another selector (a run of
     them carries hidden bytes, one a byte) is refused, each of them."""
     for vs in sorted(VARIATION_SELECTORS):
-        assert name_problem(f"\u2764{vs}") == "", hex(ord(vs))
+        # Each kind of selector after a base it has (jsonparse._selects): a symbol takes
+        # VS1-16, an ideograph the ideographic ones, a Mongolian letter the FVS.
+        base = ("\u1820" if vs in "\u180b\u180c\u180d\u180f"
+                else "\u845b" if vs >= "\U000E0100" else "\u2764")
+        assert name_problem(f"{base}{vs}") == "", hex(ord(vs))
         for name in (vs, f"a {vs}", f"a\u200d{vs}", f"a{vs}{vs}", f"a\u2061{vs}"):
             assert name_problem(name) == WORDS, (hex(ord(vs)), name)
             assert "\\u" in shown(name, 80) or "\\U" in shown(name, 80)
@@ -207,5 +211,36 @@ def test_no_joiner_or_selector_hides_beside_an_ascii_character():
                 assert name_problem(name) == WORDS, (c, hex(ord(joiner)), name)
         for vs in sorted(VARIATION_SELECTORS):
             keycap = c in "0123456789#*" and vs in "\ufe0e\ufe0f"
-            assert (name_problem(f"x{c}{vs}") == "") is keycap, (c, hex(ord(vs)))
+            assert name_problem(f"x{c}{vs}") == WORDS, (c, hex(ord(vs)))  # no keycap follows
+            assert (name_problem(f"x{c}{vs}\u20e3") == "") is keycap, (c, hex(ord(vs)))
     assert name_problem("\u00e9\u200d\u00e9") == "" and name_problem("\u845b\ufe00") == ""
+
+
+def test_a_selector_follows_only_a_base_that_has_variants():
+    """(stop 35, the second attack's finding) The generated table over every character
+    of the Basic Multilingual Plane outside ASCII that shows: a selector after a letter of
+    a script with no variation sequences (``charg\u00e9\U000E0100``) hides and is refused;
+    after a symbol or punctuation mark (VS1-16), an ideograph (VS1-14 and the
+    ideographic ones) or a Mongolian letter (its FVS) it stays."""
+    import unicodedata as ud
+
+    for cp in range(0x80, 0x10000):
+        ch = chr(cp)
+        if 0xD800 <= cp <= 0xDFFF or not jsonparse._base(ch):
+            continue
+        category = ud.category(ch)
+        ideograph = ud.name(ch, "").startswith("CJK ")
+        for vs in ("\ufe00", "\ufe0f", "\U000E0100", "\u180b"):
+            if vs == "\u180b":
+                shows = 0x1800 <= cp <= 0x18AF
+            elif vs == "\U000E0100":
+                shows = ideograph
+            elif category[0] in "SP" or (vs == "\ufe0f" and ch == "\u2139"):
+                shows = True
+            else:
+                shows = category[0] == "L" and vs == "\ufe00" and (
+                    ideograph or any(a <= cp <= b for a, b in jsonparse._VARIANT_LETTERS))
+            assert (name_problem(f"{ch}{vs}") == "") is shows, (hex(cp), hex(ord(vs)))
+    for name in ("charg\u00e9\U000E0100:A-1042", "charg\u00e9\ufe00:A-1042",
+                 "\u0430\ufe0f", "\u05d0\ufe00", "\u0661\ufe0f"):  # Latin, Cyrillic, Hebrew, digit
+        assert name_problem(name) == WORDS, name

@@ -157,6 +157,8 @@ def test_the_data_pages_place_link_leads_to_a_form_that_places_a_hold(login, acm
      "subject_value", "subject.value: must be a string of 1..256"),
     ({"scope": "tenant", "reason": "  "}, "reason", "reason: a reason is required"),
     ({"scope": "sky"}, "runs", "runs: give exactly one of runs, subject or tenant"),
+    # A field posted twice is refused, not the last value taken (forms.posted; stop 35).
+    ({"scope": ["runs", "tenant"]}, "scope", "scope: given more than once"),
 ])
 def test_a_refused_hold_is_shown_beside_its_field_and_nothing_is_written(
         login, acme, adam, body, field, words):

@@ -23,7 +23,7 @@ from recovery_client import protocol as T
 
 from ... import kinds
 from ...exceptions import InvalidPayload
-from ...jsonparse import dumps, loads_object, name_problem, printable
+from ...jsonparse import check_name, dumps, loads_object, printable
 
 START = "__start__"
 BRANCH_TO = "branch:to:"
@@ -41,14 +41,16 @@ _I63 = 2**63
 # --------------------------------------------------------------------------------------
 
 def _text(value: Any, field: str, *, max_len: int, min_len: int = 1) -> str:
+    """A LangGraph id of ``min_len..max_len`` characters that is a name
+    (``jsonparse.check_name``); a required one (``min_len`` 1) that shows nothing is
+    refused as blank, as every required name is (the stop-35 attack: a thread id of a
+    braille blank was stored)."""
     if not isinstance(value, str):
         raise InvalidPayload(f"{field}: must be a string")
     if not min_len <= len(value) <= max_len:
         raise InvalidPayload(f"{field}: must be {min_len}..{max_len} characters")
-    problem = name_problem(value)
-    if problem:
-        raise InvalidPayload(f"{field}: {problem}")
-    return value
+    return check_name(value, field, blank_words=(
+        f"must be {min_len}..{max_len} characters that show" if min_len else None))
 
 
 def check_thread_id(value: Any, field: str = "thread_id") -> str:
