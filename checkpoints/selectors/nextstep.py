@@ -376,11 +376,15 @@ def run_step(*, user, tenant: Tenant, run) -> Step:
     """The next step of one ``run`` (a ``Run`` of ``tenant``) as the API's run list and
     the inbox give it (``page_steps`` over the run's ``RUN_LIST_FIELDS`` row, one query
     more): the API's run detail says what its list says (``run_get``'s ``next_step``;
-    the newcomer's finding, stop 35). Raises what ``permissions.require`` raises."""
+    the newcomer's finding, stop 35). Raises what ``permissions.require`` raises, and
+    ``NotFound`` for a run deleted since the caller read it (a 404, as a moment later)."""
+    from ..exceptions import NotFound
     from ..models import Run
     from .common import LEASE_LIVE, RUN_LIST_FIELDS
 
     require(user, tenant, roles.VIEW)
     row = (Run.objects.for_tenant(tenant).filter(pk=run.pk).annotate(lease_live=LEASE_LIVE)
-           .values(*RUN_LIST_FIELDS).get())
+           .values(*RUN_LIST_FIELDS).first())
+    if row is None:  # retention's phase 2 deleted it since the caller read it
+        raise NotFound("no such run")
     return page_steps(user=user, tenant=tenant, rows=[row])[run.pk]

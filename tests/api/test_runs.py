@@ -206,3 +206,21 @@ def test_it_answers_resume_no_checkpoint_for_an_effect_only_run(w, acme):
                                         "checkpoint_id": None, "revision": None,
                                         "fencing_token": 0}
     assert Run.objects.filter(uuid=fx["run_id"]).exists()
+
+
+def test_the_next_step_of_a_run_deleted_meanwhile_is_a_404_not_a_500(acme, rita, wendy):
+    """(stop 35, the second attack's doubt) The run detail reads the run, then its next
+    step (``selectors.run_step``) in a second query: a run retention deleted between the
+    two is ``NotFound`` (the detail's 404), not ``DoesNotExist`` (a 500)."""
+    from checkpoints import selectors
+    from checkpoints.exceptions import NotFound
+    from checkpoints.models import Run
+    from tests.helpers import envelope, put_checkpoint
+
+    body = envelope()
+    put_checkpoint(wendy, acme, body)
+    run = Run.objects.get(uuid=body["run_id"])
+    assert selectors.run_step(user=rita, tenant=acme, run=run).short is not None
+    gone = Run(pk=run.pk + 10**6, tenant=acme, uuid=uuid.uuid4())  # read, then deleted
+    with pytest.raises(NotFound):
+        selectors.run_step(user=rita, tenant=acme, run=gone)
