@@ -19,9 +19,11 @@ from types import SimpleNamespace
 
 from .. import heartbeat, kinds, policy, roles
 from ..dbclock import NOW, db_now, page_now
-from ..models import Effect, ReconcileRequest, RetryRequest, Tenant
+from ..exceptions import NotFound
+from ..models import Effect, ReconcileRequest, RetryRequest, Run, Tenant
 from ..permissions import require
 from ..vocab import EffectState, PhaseClass, ReconcileState, RecoveryState, RetryState
+from .common import LEASE_LIVE, RUN_LIST_FIELDS
 
 #: The separator of a short sentence's two halves: what is true · what a person does.
 DOT = " · "
@@ -378,10 +380,6 @@ def run_step(*, user, tenant: Tenant, run) -> Step:
     more): the API's run detail says what its list says (``run_get``'s ``next_step``;
     the newcomer's finding, stop 35). Raises what ``permissions.require`` raises, and
     ``NotFound`` for a run deleted since the caller read it (a 404, as a moment later)."""
-    from ..exceptions import NotFound
-    from ..models import Run
-    from .common import LEASE_LIVE, RUN_LIST_FIELDS
-
     require(user, tenant, roles.VIEW)
     row = (Run.objects.for_tenant(tenant).filter(pk=run.pk).annotate(lease_live=LEASE_LIVE)
            .values(*RUN_LIST_FIELDS).first())

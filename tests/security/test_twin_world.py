@@ -340,6 +340,10 @@ SELECTORS: dict[str, SelectorCell] = {
         lambda w, s, u: selectors.page_steps(user=u, tenant=w.tenant(s), rows=selectors.run_list(
             user=u, tenant=w.tenant(s), filters=selectors.RunFilters(), limit=200).rows),
         _count_is(lambda c: sum(c["runs"].values()), len), shows_mark=False),
+    # The API run detail's next step (stop 35): its own run's, the list's words.
+    "run_step": SelectorCell(
+        lambda w, s, u: selectors.run_step(user=u, tenant=w.tenant(s), run=_run(w, s)),
+        shows_mark=False),
     # The run page's LangGraph thread id (issue 21, item 10), from its own checkpoints.
     "run_thread_id": SelectorCell(
         lambda w, s, u: selectors.run_thread_id(
