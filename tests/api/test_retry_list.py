@@ -17,18 +17,9 @@ from django.urls import reverse
 from checkpoints import selectors, services
 from tests.api.apihelpers import get, snapshot
 from tests.helpers import ambiguous_run, envelope, put_checkpoint, sweep_later
-from tests.views.conftest import make_stuck_run
+from tests.views.test_approvals import _duplicate_request
 
 pytestmark = pytest.mark.django_db
-
-
-def _duplicate_request(rita, acme, wendy, key="charge:D-1"):
-    """A retry request whose retry sends again an effect nobody can tell happened."""
-    stuck = make_stuck_run(wendy, acme, order_id=key, key=key)
-    services.effect_mark_unknown(actor=rita, tenant=acme, effect_id=stuck.effect_id,
-                                 reason="no lookup")
-    return services.retry_request(actor=rita, tenant=acme, run_id=stuck.run_id,
-                                  reason="charge unconfirmed")
 
 
 def _clean_request(requester, acme, wendy, reason="re-run the step"):
