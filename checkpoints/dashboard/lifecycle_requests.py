@@ -130,7 +130,9 @@ def _hold_scope(post: dict) -> dict:
         return {"subject": {"field": post.get("subject_field", ""),
                             "value": post.get("subject_value", "")}}
     if scope == HoldScope.RUNS:
-        return {"runs": [v.strip() for v in LINE_BREAK.split(post.get("runs", "")) if v.strip()]}
+        # Blank lines dropped; every other line as typed, so the service judges it as the
+        # API would (a stripped control character or Unicode space would pass; stop 35).
+        return {"runs": [v for v in LINE_BREAK.split(post.get("runs", "")) if v.strip()]}
     return {}
 
 

@@ -122,8 +122,10 @@ def approval_queue(*, user, tenant: Tenant) -> ApprovalQueue:
     require(user, tenant, roles.APPROVE)
     # A request on a run that completed since is not the approvers' work
     # (``retry_requests_in``, shared with ``GET …/retry-requests``).
+    # The filing order, ``GET …/retry-requests?sort=created``'s (one order: a request's
+    # ``created_at`` is its transaction's start, which two filings can cross).
     retries = list(retry_requests_in(tenant, RetryState.REQUESTED)
-                   .order_by("created_at", "id")[:QUEUE_MAX + 1])
+                   .order_by(RETRY_SORTS["created"])[:QUEUE_MAX + 1])
     more = len(retries) > QUEUE_MAX
     return ApprovalQueue(rows=queue_rows(user, tenant, retries[:QUEUE_MAX]), more=more)
 
