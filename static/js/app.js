@@ -76,6 +76,43 @@
     el.setAttribute("data-local", local);
   }
 
+  // The relative words of a <time data-now> (templatetags/dashboard.py "when"), kept
+  // true while the page stays open: its age is the server's time when it was drawn
+  // (data-now, the database's clock) plus how long this page has shown it, so a
+  // browser whose clock is off still says what the server would. The words are
+  // selectors/nextstep.py "ago"'s, to the letter (tests/browser/test_ticking_times.py
+  // holds the two to one table).
+  var shownAt = new WeakMap();
+
+  function agoWords(seconds) {
+    var future = seconds < 0, left = Math.abs(seconds), text = "";
+    var units = [[86400, "d"], [3600, "h"], [60, "min"], [1, "s"]];
+    for (var i = 0; i < units.length; i++) {
+      if (left >= units[i][0] || units[i][1] === "s") {
+        text = Math.floor(left / units[i][0]) + " " + units[i][1];
+        break;
+      }
+    }
+    return future ? "in " + text : text + " ago";
+  }
+  window.recoveryAgoWords = agoWords;
+
+  function tick(el) {
+    var now = Date.parse(el.getAttribute("data-now") || "");
+    var at = Date.parse(el.getAttribute("datetime") || "");
+    if (isNaN(now) || isNaN(at)) { return; }
+    if (!shownAt.has(el)) { shownAt.set(el, Date.now()); return; }
+    var words = agoWords(Math.trunc((now + (Date.now() - shownAt.get(el)) - at) / 1000));
+    var rel = el.querySelector(".rel");
+    if (rel) {
+      if (rel.textContent !== words) { rel.textContent = words; }
+    } else if (!el.children.length && el.textContent !== words) {
+      el.textContent = words;
+    }
+  }
+
+  function tickAll() { document.querySelectorAll("time[data-now]").forEach(tick); }
+
   function confirmable(form) {
     if (form.hasAttribute("data-confirm-ready")) { return; }
     form.setAttribute("data-confirm-ready", "");
@@ -105,6 +142,8 @@
     tzNote();
     if (root.matches && root.matches("time[datetime]")) { localise(root); }
     root.querySelectorAll("time[datetime]").forEach(localise);
+    if (root.matches && root.matches("time[data-now]")) { tick(root); }
+    root.querySelectorAll("time[data-now]").forEach(tick);
     if (root.matches && root.matches("form[data-confirm]")) { confirmable(root); }
     root.querySelectorAll("form[data-confirm]").forEach(confirmable);
   }
@@ -158,6 +197,7 @@
     }
   });
 
+  window.setInterval(tickAll, 10000);
   document.addEventListener("htmx:load", function (e) { enhance(e.target); });
   document.addEventListener("htmx:afterSettle", function () { enhance(document); });
   if (document.readyState === "loading") {

@@ -16,12 +16,14 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
+from checkpoints import dbclock
 from checkpoints.models import Effect
 from checkpoints.templatetags import dashboard
 from tests.views.test_access import _snapshot
 
 TIME = re.compile(r'<time datetime="(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)" '
-                  r'title="(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) UTC">([^<]*)</time>')
+                  r'title="(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) UTC" '
+                  r'data-now="(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z)">([^<]*)</time>')
 #: What ``ago`` writes; outside a <time> element it is a time shown without one.
 RELATIVE = re.compile(r"\b\d+ (s|min|h|d) ago\b|\bin \d+ (s|min|h|d)\b")
 
@@ -37,8 +39,6 @@ def bare_times(html: str) -> list[str]:
 def page_clock():
     """What a request gives the filters: the database time its relative words are
     measured against (``dbclock.page_now``), here this process's time, with no query."""
-    from checkpoints import dbclock
-
     with dbclock.page_clock():
         dbclock.seed_page_now(timezone.now())
         yield
@@ -52,7 +52,10 @@ def test_when_is_a_time_element_with_the_utc_time_in_its_title():
     assert match, html
     assert match.group(1) == at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     assert match.group(2) == at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
-    assert match.group(3) == "3 min ago"
+    assert match.group(4) == "3 min ago"
+    # The page's database time, which the script counts on from (static/js/app.js).
+    assert match.group(3) == dbclock.page_now().astimezone(UTC).isoformat(
+        timespec="milliseconds").replace("+00:00", "Z")
     assert dashboard.when(None) == "—"
 
 
@@ -60,7 +63,7 @@ def test_when_is_a_time_element_with_the_utc_time_in_its_title():
 def test_ms_time_shows_the_number_and_its_time_and_leaves_non_times_alone():
     html = str(dashboard.ms_time(1764547200000))
     assert html.startswith('<span class="mono">1764547200000</span>')
-    assert '<time datetime="2025-12-01T00:00:00Z" title="2025-12-01 00:00:00 UTC">' in html
+    assert '<time datetime="2025-12-01T00:00:00Z" title="2025-12-01 00:00:00 UTC" data-now=' in html
     assert dashboard.ms_time(None) == "—"
     assert dashboard.ms_time(2 ** 63 - 1) == str(2 ** 63 - 1)  # no year 9999+: as it is
     assert dashboard.ms_time(True) == "True"
