@@ -146,8 +146,13 @@ class Command(BaseCommand):
         tokens = self._create_tenants()
 
         children: list[subprocess.Popen] = []
-        # SIGTERM (e.g. from a process manager) stops the children like Ctrl-C does.
+        # SIGTERM (e.g. from a process manager) stops the children like Ctrl-C does, and
+        # so does SIGINT when the shell started the demo in the background (``make demo &``
+        # starts it with SIGINT ignored, which Python keeps): otherwise ``kill -INT`` of
+        # its process group stopped only the supervisor, which handles SIGINT itself, and
+        # left the web server and the demo's services running.
         signal.signal(signal.SIGTERM, _interrupt)
+        signal.signal(signal.SIGINT, _interrupt)
         try:
             payments_db = var_dir / "demo-payments.sqlite3"
             for suffix in ("", "-wal", "-shm"):
