@@ -3,7 +3,8 @@
 The schema and the docs page need a login (issue 6): the schema answers 401 JSON to an
 anonymous client (a bearer token or a session works), the docs page redirects a browser
 to the login page. Swagger UI is served from the pinned ``drf-spectacular-sidecar``
-package, never a CDN, with its init script as a separate file (no inline script).
+package, never a CDN, with its init script as a separate file and its page rules as a
+static stylesheet (``templates/api_docs.html``): no inline script or style.
 Errors under ``/api/`` are JSON (``checkpoints.api.errors``), the dashboard's are pages.
 Operations (``checkpoints.ops.health``): ``/healthz`` (liveness), ``/readyz`` (database and
 broker), ``/metrics`` (Prometheus, bearer ``RECOVERY_METRICS_TOKEN``).
@@ -24,7 +25,8 @@ urlpatterns = [
     path("readyz", ops.readyz, name="readyz"),
     path("metrics", ops.metrics, name="metrics"),
     path("api/schema/", SchemaView.as_view(), name="schema"),
-    path("api/docs/", login_required(SpectacularSwaggerSplitView.as_view(url_name="schema")),
+    path("api/docs/", login_required(SpectacularSwaggerSplitView.as_view(
+        url_name="schema", template_name="api_docs.html")),
          name="api-docs"),
     path("api/v1/", include("checkpoints.api.urls")),
     # Any other path of the API: its JSON 404 with DEBUG on too (``make demo``), where

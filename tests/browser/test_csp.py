@@ -144,6 +144,15 @@ def test_the_dashboard_works_under_the_content_security_policy(
     expect(page.locator("svg.bar-svg rect.bar-fill").first).to_be_attached()
     watch.collect(page)
 
+    # The API's Swagger UI (drf-spectacular's split view, its script from /static/): it
+    # draws the schema, with no inline style or script.
+    page.goto(f"{base}/api/docs/")
+    expect(page.locator(".swagger-ui .info .title")).to_contain_text("recovery")
+    expect(page.locator(".swagger-ui .opblock").first).to_be_visible()
+    page.locator(".swagger-ui .opblock-summary").first.click()
+    expect(page.locator(".swagger-ui .opblock-body").first).to_be_visible()
+    watch.collect(page)
+
     # Django's admin login page under the same policy.
     page.goto(f"{base}/admin/login/")
     expect(page.locator("#login-form")).to_be_visible()
