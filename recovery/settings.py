@@ -173,21 +173,26 @@ RECOVERY_SQL_WRITE_PATH = env_bool("RECOVERY_SQL_WRITE_PATH", True)
 # task whatever this says (celery.fixups.django), and the in-process worker thread after
 # every round (checkpoints.jobs.inprocess).
 RECOVERY_DB_CONN_MAX_AGE = env_int("RECOVERY_DB_CONN_MAX_AGE", 60)
+# DESIGN.md section 6: concurrent writers of one SQLite file queue instead of failing
+# ("database is locked"), the embedded default's and a ``sqlite:///`` DATABASE_URL's alike.
+SQLITE_OPTIONS = {
+    "transaction_mode": "IMMEDIATE",
+    "timeout": 30,
+    "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+}
 if DATABASE_URL:
     DATABASES = {"default": dj_database_url.parse(
         DATABASE_URL, conn_max_age=RECOVERY_DB_CONN_MAX_AGE, conn_health_checks=True)}
+    if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+        DATABASES["default"]["OPTIONS"] = {**SQLITE_OPTIONS,
+                                           **DATABASES["default"].get("OPTIONS", {})}
 else:
     VAR_DIR.mkdir(parents=True, exist_ok=True)
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": env("RECOVERY_SQLITE_PATH") or str(VAR_DIR / "recovery.sqlite3"),
-            # DESIGN.md section 6: concurrent demo writers queue instead of failing.
-            "OPTIONS": {
-                "transaction_mode": "IMMEDIATE",
-                "timeout": 30,
-                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
-            },
+            "OPTIONS": dict(SQLITE_OPTIONS),
             "TEST": {"NAME": str(VAR_DIR / "test-recovery.sqlite3")},
             "CONN_MAX_AGE": RECOVERY_DB_CONN_MAX_AGE,
             "CONN_HEALTH_CHECKS": True,
@@ -401,8 +406,8 @@ SECURE_REDIRECT_EXEMPT = [r"^(healthz|readyz|metrics)$"]
 SILENCED_SYSTEM_CHECKS = [
     c.strip() for c in (env("RECOVERY_SILENCED_CHECKS") or "").split(",") if c.strip()
 ]
-if not DATABASE_URL:
-    # The embedded SQLite default: one covering index (RunTransition's resolutions,
+if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+    # SQLite (the embedded default, or a ``sqlite:///`` DATABASE_URL): one covering index (RunTransition's resolutions,
     # ``include=["run"]``) is made there without its extra column, which only PostgreSQL
     # reads. Said on every migrate (models.W040) to every newcomer, it was a known
     # difference, not a fault (stop 33's newcomer).

@@ -148,3 +148,22 @@ def test_the_embedded_default_says_no_known_difference_on_migrate(db):
 
     said = [i.id for i in checks.run_checks(databases=["default"]) if not i.is_silenced()]
     assert "models.W040" not in said
+
+
+def test_a_sqlite_database_url_is_the_embedded_default_to_the_checks_and_writers(tmp_path):
+    """(the older notes' "``DATABASE_URL=sqlite:///…`` still prints W040") A SQLite file
+    named by ``DATABASE_URL`` is SQLite as the embedded default is: no ``models.W040``
+    on ``check`` or ``migrate``, and the same options, so concurrent writers queue
+    (``IMMEDIATE``, a 30 s busy timeout, WAL) instead of failing "database is locked"."""
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "RECOVERY_VAR_DIR": str(tmp_path),
+           "DATABASE_URL": f"sqlite:///{tmp_path / 'named.sqlite3'}"}
+    done = manage(env, "check", "--fail-level", "WARNING")
+    assert done.returncode == 0, done.stderr
+    assert "W040" not in done.stdout + done.stderr
+    shown = manage(env, "shell", "-c",
+                   "import json; from django.conf import settings; "
+                   "print(json.dumps(settings.DATABASES['default']['OPTIONS']))")
+    assert shown.returncode == 0, shown.stderr
+    options = json.loads(shown.stdout.strip().splitlines()[-1])
+    assert options["transaction_mode"] == "IMMEDIATE" and options["timeout"] == 30
+    assert "journal_mode=WAL" in options["init_command"]
