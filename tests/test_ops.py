@@ -25,7 +25,7 @@ from django.test import Client
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
-from checkpoints import heartbeat, services
+from checkpoints import heartbeat, replica, services
 from checkpoints.exceptions import StaleRevision
 from checkpoints.models import (
     AuditEvent,
@@ -37,6 +37,7 @@ from checkpoints.models import (
     ReconcileRequest,
     Run,
 )
+from checkpoints.ops import health
 from checkpoints.vocab import EffectState, ReconcileState, RecoveryState
 from tests.faults.conftest import in_doubt_run
 from tests.faults.stubs import broker_at
@@ -613,3 +614,41 @@ def test_readyz_fails_when_logins_could_not_take_a_slot(client, no_broker, setti
     settings.RECOVERY_LOGIN_SLOT_DIR = str(tmp_path / "fine" / "login-slots")
     assert client.get("/readyz").json()["checks"]["login_slots"] == "ok"
     assert not (tmp_path / "fine").exists()
+
+
+def test_readyz_degrades_but_stays_ready_when_only_the_replica_fails(
+        client, reachable_broker, monkeypatch):
+    """(stop 36; the older notes' "/readyz fails rather than degrades on a bad replica")
+    A node that finds the read replica broken or lagging reads from the primary
+    (``replica._recheck``), so it can serve: 200 ``degraded`` naming the replica, not a
+    503 that would take every node out of its balancer at once. Any other failure still
+    fails the node, with the replica's beside it."""
+    services.sweep_stale_runs(by="celery")
+    monkeypatch.setattr(replica, "configured", lambda: True)
+    monkeypatch.setattr(replica, "lag_s", lambda: 99.0)
+
+    def lagging():
+        raise replica.ReplicaLagging("lag 99.0 s > 30 s")
+
+    monkeypatch.setattr(replica, "replica_check", lagging)
+    response = client.get("/readyz")
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert (body["status"], body["degraded"]) == ("degraded", ["replica"])
+    assert body["checks"]["replica"] == "failed: ReplicaLagging" and body["replica_lag_s"] == 99.0
+    assert all(v in ("ok", "not configured") for k, v in body["checks"].items() if k != "replica")
+
+    monkeypatch.setattr(replica, "replica_check", lambda: None)
+    response = client.get("/readyz")
+    assert response.status_code == 200 and response.json()["status"] == "ok"
+    assert "degraded" not in response.json()
+
+    def down():
+        raise OperationalError("the database is gone")
+
+    monkeypatch.setattr(replica, "replica_check", lagging)
+    monkeypatch.setattr(health, "_check_database", down)
+    response = client.get("/readyz")
+    assert response.status_code == 503
+    assert response.json()["checks"]["database"] == "failed: OperationalError"
+    assert response.json()["checks"]["replica"] == "failed: ReplicaLagging"

@@ -26,7 +26,7 @@ import yaml
 from django.core.management import call_command
 from prometheus_client.parser import text_string_to_metric_families
 
-from checkpoints import services
+from checkpoints import replica, services
 
 ROOT = Path(__file__).resolve().parents[1]
 RULES = ROOT / "deploy" / "prometheus" / "recovery-rules.yml"
@@ -127,10 +127,13 @@ def test_every_alert_is_shown_firing_and_quiet_by_the_unit_tests():
 # --------------------------------------------------------------------------------------
 
 @pytest.fixture
-def served(client, settings, acme, globex) -> dict[str, dict[str, set[str]]]:
+def served(client, settings, acme, globex, monkeypatch) -> dict[str, dict[str, set[str]]]:
     """``{metric: {label: values}}`` of a scrape after every kind of background work the
     rules watch ran once: sweeps by a Celery worker and the embedded worker, a retention
-    round and a verification of every audit chain."""
+    round and a verification of every audit chain; with a read replica configured (its
+    families exist only then), streaming and caught up."""
+    monkeypatch.setattr(replica, "configured", lambda: True)
+    monkeypatch.setattr(replica, "lag_s", lambda: 0.0)
     services.sweep_stale_runs(by="celery")
     services.sweep_stale_runs(by="inprocess")
     services.retention_purge_all()

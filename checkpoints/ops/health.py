@@ -156,9 +156,20 @@ def heartbeat_ages() -> dict[str, float]:
     return {name: round(b.age_s, 1) for name, b in sorted(heartbeat.read().items())}
 
 
+#: Checks whose failure degrades a node but leaves it ready: what it needs has a fallback
+#: that serves the same answers. The read replica: a node that finds it broken or lagging
+#: reads from the primary (``replica._recheck``), so failing ``/readyz`` for it would take
+#: every web node out of its load balancer at once while each could serve (the older
+#: notes' "fails rather than degrades"). The failure is still named, in ``/readyz``'s
+#: ``degraded`` list and in ``/metrics`` (``recovery_replica_up``, the
+#: ``RecoveryReplicaDown`` alert).
+DEGRADING = frozenset({"replica"})
+
+
 def readiness() -> tuple[bool, dict[str, str]]:
     """``(ready, checks)``: each dependency's ``"ok"``, ``"failed: ErrorClass"`` or (the
-    broker without ``CELERY_BROKER_URL``) ``"not configured"``."""
+    broker without ``CELERY_BROKER_URL``) ``"not configured"``. ``ready`` is false when
+    any check failed except those in ``DEGRADING``."""
     checks: dict[str, str] = {}
     probes = [("database", _check_database), ("migrations", _check_migrations)]
     if not settings.CELERY_TASK_ALWAYS_EAGER:  # a broker is configured
@@ -179,7 +190,7 @@ def readiness() -> tuple[bool, dict[str, str]]:
         try:
             checks[name] = probe() or "ok"
         except Exception as exc:  # noqa: BLE001 - any failure means "not ready": say which
-            ready = False
+            ready = ready and name in DEGRADING
             checks[name] = f"failed: {type(exc).__name__}"
             logging.getLogger(__name__).warning("readiness: %s failed: %s", name, exc)
     return ready, dict(sorted(checks.items()))
@@ -191,9 +202,12 @@ def readyz(request):
     the background worker's heartbeat is fresh (``_check_worker``), else 503 naming what
     failed, with ``Retry-After: 5``; ``heartbeat``: each heartbeat's age in seconds; with
     a read replica configured (issue 22) the ``replica`` check (reachable, streaming, lag
-    within ``RECOVERY_REPLICA_MAX_LAG_S``) and ``replica_lag_s``."""
+    within ``RECOVERY_REPLICA_MAX_LAG_S``) and ``replica_lag_s``. A failed ``DEGRADING``
+    check alone answers 200 ``{"status": "degraded", "degraded": ["replica"], ...}``: the
+    node serves (from the primary), and says what it does without."""
     ready, checks = readiness()
     body = {"checks": checks}
+    degraded = sorted(name for name in DEGRADING if checks.get(name, "").startswith("failed"))
     try:
         body["heartbeat"] = heartbeat_ages()
     except Exception:  # noqa: BLE001 - the database is down: the checks already say so
@@ -204,6 +218,8 @@ def readyz(request):
         except Exception:  # noqa: BLE001 - the replica check already says what failed
             body["replica_lag_s"] = None
     if ready:
+        if degraded:
+            return JsonResponse({"status": "degraded", "degraded": degraded, **body})
         return JsonResponse({"status": "ok", **body})
     response = JsonResponse({"status": "unavailable", **body}, status=503)
     response["Retry-After"] = "5"

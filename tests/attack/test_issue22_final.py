@@ -538,15 +538,17 @@ def replica_on(monkeypatch):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_kind9_a_lagging_replica_fails_readyz_while_reads_fall_back(replica_on, client,
-                                                                    api_as, rita):
-    """PASS. Lagging: ``/readyz`` is 503 naming the replica, and the API's run list (a
-    replica read) answers from the primary (the replica alias does not even exist here:
-    reading it would fail). Outside a transaction, as a request runs (inside one the
-    router never picks the replica)."""
+def test_kind9_a_lagging_replica_degrades_readyz_while_reads_fall_back(replica_on, client,
+                                                                       api_as, rita):
+    """PASS. Lagging: ``/readyz`` names the replica as failed and the node as
+    ``degraded`` (200: it serves from the primary, so the balancer keeps it; stop 36,
+    ``ops.health.DEGRADING``), and the API's run list (a replica read) answers from the
+    primary (the replica alias does not even exist here: reading it would fail). Outside
+    a transaction, as a request runs (inside one the router never picks the replica)."""
     replica_on[0] = replica.ReplicaLagging("lag 99.0 s > 30 s")
     r = client.get("/readyz")
-    assert r.status_code == 503 and r.json()["checks"]["replica"] == "failed: ReplicaLagging"
+    assert r.status_code == 200 and r.json()["checks"]["replica"] == "failed: ReplicaLagging"
+    assert r.json()["status"] == "degraded" and r.json()["degraded"] == ["replica"]
     r = api_as(rita).get(url("acme", "runs"))
     assert r.status_code == 200, r.content
     assert replica._down_until[0] > 0.0  # the block checked the replica and left it
@@ -569,7 +571,7 @@ def test_kind9_an_unexpected_replica_check_error_is_not_a_500(replica_on, client
     then be left alone, as for a lag, and the read served by the primary."""
     replica_on[0] = error
     r = client.get("/readyz")
-    assert r.status_code == 503
+    assert r.status_code == 200 and r.json()["status"] == "degraded"  # stop 36: degrades
     assert r.json()["checks"]["replica"] == f"failed: {type(error).__name__}"
     api = api_as(rita)
     api.raise_request_exception = False
