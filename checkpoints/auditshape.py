@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 
 from .vocab import AuditAction as A
-from .vocab import BulkOutcome
+from .vocab import BulkOutcome, MigrationOutcome
 
 #: Set by the test suite: ``audit.new_event`` checks every event it builds.
 ENFORCE = False
@@ -48,6 +48,8 @@ _PURGE_STEP = frozenset({"purge", "state", "tombstones", "first_cursor", "last_c
                          "export_through", "fingerprint", "deadline", "reason"})
 _RECONCILER = frozenset({"plugin", "url", "timeout_s", "settle_delay_s"})
 _NONE: frozenset[str] = frozenset()
+#: A stored job's attempts so far and unexpected failures in a row (``*.fail``).
+_ATTEMPTS = frozenset({"attempts", "failures"})
 #: A notification endpoint as audited: where by scheme and host (a URL) or domain (an
 #: email address) only, never its secret nor a URL's path.
 _ENDPOINT = frozenset({"name", "channel", "destination", "event_types", "kinds", "agents",
@@ -110,6 +112,7 @@ SHAPES: dict[str, tuple[frozenset[str], frozenset[str]]] = {
                                       "fingerprint"})),
     A.BULK_FINISH: (_STATE, frozenset({"state", *BulkOutcome.values})),
     A.BULK_ABORT: (_STATE, _STATE),
+    A.BULK_FAIL: (_STATE, frozenset({"state", *BulkOutcome.values, "total", *_ATTEMPTS})),
     A.LANGGRAPH_WRITES: (_NONE, frozenset({"checkpoint_id", "task_id", "stored"})),
     A.LANGGRAPH_THREAD_DELETE: (_NONE, _THREAD),
     A.LANGGRAPH_THREAD_COPY: (_NONE, frozenset({"source_thread_id", "target_thread_id",
@@ -120,6 +123,8 @@ SHAPES: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     A.KIND_DECLARE: (frozenset({"kind", "version", "digest"}),
                      frozenset({"kind", "version", "digest", "reversible_from_previous"})),
     A.MIGRATION_SUBMIT: (_NONE, frozenset({"kind", "to_version", "reverse", "runs"})),
+    A.MIGRATION_FAIL: (_STATE, frozenset({"state", "kind", "to_version",
+                                          *MigrationOutcome.values, *_ATTEMPTS})),
     A.RUN_PURGE: _PURGE_RUN,
     A.RUN_ERASE: _PURGE_RUN,
     A.AUDIT_EXPORT: (frozenset({"through_seq", "through_tombstone", "through_tree_size"}),

@@ -171,6 +171,12 @@ def _n(n: Any, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
+def _count(d: Any, key: str) -> int:
+    """A count of ``d`` (an event's ``after``), 0 when missing or not a whole number."""
+    n = _get(d, key)
+    return n if type(n) is int else 0
+
+
 def _days(n: Any) -> str:
     return "kept forever" if n is None else f"{_n(n, 'day')}"
 
@@ -365,6 +371,11 @@ SENTENCES: dict[str, Callable[[Any, str], str]] = {
         f"aborted bulk {str(e.target_ref)[:8]} while "
         f"{str(_get(e.before, 'state') or 'open').replace('_', ' ')} (the runs done stay "
         "done)"),
+    A.BULK_FAIL: lambda e, t: (
+        f"gave up bulk {_short(e.target_ref)} after "
+        f"{sum(_count(e.after, k) for k in ('done', 'refused', 'failed'))} of "
+        f"{_n(_count(e.after, 'total'), 'run')} ({_count(e.after, 'done')} done, "
+        f"{_count(e.after, 'refused')} refused, {_count(e.after, 'failed')} failed)"),
     A.RETRY_CONSUME: lambda e, t: (
         f"resumed the run with approved {t}"
         + (f" (fencing token {_get(e.after, 'fencing_token')})"
@@ -402,6 +413,13 @@ SENTENCES: dict[str, Callable[[Any, str], str]] = {
         + (f" back to v{_get(e.after, 'to_version')}" if _get(e.after, "reverse")
            else f" to v{_get(e.after, 'to_version')}")
         + f" (job {_short(e.target_ref)})"),
+    A.MIGRATION_FAIL: lambda e, t: (
+        f"gave up migration job {_short(e.target_ref)}"
+        + (f" ({_get(e.after, 'kind')} to v{_get(e.after, 'to_version')})"
+           if _get(e.after, "kind") and _get(e.after, "to_version") is not None else "")
+        + f" with {_n(_count(e.after, 'migrated'), 'checkpoint')} migrated, "
+          f"{_count(e.after, 'skipped')} skipped, {_count(e.after, 'refused')} refused, "
+          f"{_count(e.after, 'conflict')} in conflict"),
     A.EFFECT_IMPORT: _imported,
     A.RUNIFOLD_EXPORT: _exported,
     # Legal holds and erasure (issue 20): services.holds, services.erasure.

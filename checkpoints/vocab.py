@@ -307,6 +307,11 @@ class AuditAction(TextChoices):
     BULK_SUBMIT = "bulk.submit"
     BULK_FINISH = "bulk.finish"
     BULK_ABORT = "bulk.abort"
+    # A stored job gave up (issue 22 follow-up): ``failed``, by the system, with the
+    # stored reason and how far it got; the job's other ends are ``bulk.finish`` and
+    # ``bulk.abort`` (a migration job's ``done`` writes no event of its own: its
+    # checkpoints are each a ``checkpoint.migrate``).
+    BULK_FAIL = "bulk.fail"
     # LangGraph threads (issue 10, docs/langgraph.md): pending writes on a checkpoint that
     # is not its namespace's head (a head's writes are a ``checkpoint.write``), and the
     # saver's deletions and copies, one event per thread changed.
@@ -327,6 +332,7 @@ class AuditAction(TextChoices):
     # A tenant admin asked for a stored migration job (API or dashboard; its checkpoints
     # are then each a ``checkpoint.migrate`` with the job's id as ``batch_id``).
     MIGRATION_SUBMIT = "migration.submit"
+    MIGRATION_FAIL = "migration.fail"
     # Data lifecycle (issue 20; docs/security/retention.md). A tenant admin set the data
     # policy; a run's payloads deleted by retention or erasure (one event per run, with its
     # tombstone's id and counts, never a value); its effect records expired; legal holds

@@ -76,6 +76,17 @@ SAMPLES = {
                                            "failed": 0}, ""),
     A.BULK_ABORT: ("rita", T.BULK_ACTION, "9d2f0c3e-1111-4222-8333-444455556666",
                    {"state": "running"}, {"state": "aborted"}, "wrong filter"),
+    A.BULK_FAIL: ("system", T.BULK_ACTION, "9d2f0c3e-1111-4222-8333-444455556666",
+                  {"state": "running"}, {"state": "failed", "done": 4, "refused": 1,
+                                         "failed": 0, "total": 7, "attempts": 1,
+                                         "failures": 0},
+                  "rita's account was deactivated; stopped after 5 of 7 runs"),
+    A.MIGRATION_FAIL: ("system", T.MIGRATION_JOB, "9d2f0c3e-1111-4222-8333-444455556666",
+                       {"state": "running"}, {"state": "failed", "kind": "acme.order",
+                                              "to_version": 2, "migrated": 1, "skipped": 0,
+                                              "refused": 2, "conflict": 0, "attempts": 3,
+                                              "failures": 3},
+                       "gave up after 3 failed attempts in a row"),
     A.RETRY_CONSUME: ("wendy", T.RETRY_REQUEST, "7", {"state": "approved"},
                       {"state": "consumed", "fencing_token": 3}, ""),
     A.EFFECT_MARK_UNKNOWN: ("rita", T.EFFECT, EFFECT, {"state": "unresolved", "revision": 2},
@@ -251,6 +262,11 @@ def test_each_sentence_says_who_did_what_in_words(action):
     (A.BULK_FINISH, "rita finished bulk 9d2f0c3e: 2 done, 1 refused, 0 failed"),
     (A.BULK_ABORT, "rita aborted bulk 9d2f0c3e while running (the runs done stay done): "
                    "wrong filter"),
+    (A.BULK_FAIL, "system gave up bulk 9d2f0c3e after 5 of 7 runs (4 done, 1 refused, 0 "
+                  "failed): rita's account was deactivated; stopped after 5 of 7 runs"),
+    (A.MIGRATION_FAIL, "system gave up migration job 9d2f0c3e (acme.order to v2) with 1 "
+                       "checkpoint migrated, 0 skipped, 2 refused, 0 in conflict: gave up "
+                       "after 3 failed attempts in a row"),
     (A.EFFECT_RECONCILE, "system reconciled charge:A-7 at payments: unresolved → confirmed "
                          "(the service answered found via the http reconciler): charge ch_42 "
                          "succeeded"),

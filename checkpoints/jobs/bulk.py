@@ -22,7 +22,10 @@ broker, a slice at a time; and the re-drive of a lost message or a vanished work
 3. **finish**: ``services.bulk_job_finish`` (``finished``, audited ``bulk.finish``); or,
    after an unexpected error outside a run (an outage), ``queued`` again after a back-off
    (``RECOVERY_RECONCILE_BACKOFF_S`` doubling, capped), ``failed`` after ``MAX_FAILURES``
-   in a row, with ``last_error`` on the result page and in the API. With ``budget_s``
+   in a row, with ``last_error`` on the result page and in the API. Every ``failed``
+   (these, and a requester lost before a batch) is ``services.bulk_job_fail``: one
+   ``bulk.fail`` audit event by the system in the same transaction (why, and the
+   counts so far), written once. With ``budget_s``
    (the in-process worker's slice) an unfinished job goes back to ``queued`` between
    batches once the budget is spent, due at once, and the next sweep round goes on.
 """
@@ -130,9 +133,9 @@ def execute(job_pk: int, *, budget_s: float | None = None) -> dict:
     except BulkJobLost:
         return {"job": job_pk, "result": "lost"}
     except RequesterLost as exc:
-        _end(job, state=BulkState.FAILED, finished_at=NOW, last_error=str(exc)[:1000])
+        services.bulk_job_fail(job, last_error=str(exc), reason=str(exc))
         return {"job": job_pk, "result": "failed"}
     except Exception as exc:  # noqa: BLE001 - an outage or a bug: stored, retried
         log.exception("bulk job %s failed (attempt %s)", job.uuid, job.attempts)
-        return attempt_failed(job, exc, _end, queued=BulkState.QUEUED, failed=BulkState.FAILED)
+        return attempt_failed(job, exc, _end, services.bulk_job_fail, queued=BulkState.QUEUED)
     return {"job": job_pk, "result": "finished", "counts": counts}

@@ -25,7 +25,9 @@ lost message or a vanished worker with one).
    ``queued`` again after a back-off (``RECOVERY_RECONCILE_BACKOFF_S`` doubling, capped),
    ``failed`` after ``MAX_FAILURES`` in a row or at once for a refusal of the request
    itself (``RequesterLost``; a ``DomainError``: the kind is no longer registered), with
-   ``last_error`` shown on the job page and in the API.
+   ``last_error`` shown on the job page and in the API, and one ``migration.fail`` audit
+   event by the system in the same transaction (``services.migration_job_fail``: why,
+   and the items per outcome so far). ``done`` writes no event of its own.
 """
 
 from __future__ import annotations
@@ -157,17 +159,23 @@ def _end(job: MigrationJob, **changes) -> int:
             .update(claimed_until=None, updated_at=NOW, **changes))
 
 
-def attempt_failed(job, exc: Exception, end, *, queued: str, failed: str) -> dict:
+def attempt_failed(job, exc: Exception, end, fail, *, queued: str) -> dict:
     """What a stored job's failed attempt leaves (migration and bulk jobs, issue 22):
     its ``failures`` counted and ``last_error`` kept; after ``MAX_FAILURES`` in a row the
-    job is ``failed``, else ``queued`` again after an exponential back-off
-    (``RECOVERY_RECONCILE_BACKOFF_S`` doubling, at most ``…_MAX_S``), on the database
-    clock. ``end(job, **changes)`` moves the job if this attempt still holds it. Returns
-    the task's ``{"job", "result": "failed" | "retry"}``."""
+    job is given up by ``fail`` (``services.migration_job_fail``, ``bulk_job_fail``:
+    ``failed``, with its ``*.fail`` audit event), else ``queued`` again after an
+    exponential back-off (``RECOVERY_RECONCILE_BACKOFF_S`` doubling, at most ``…_MAX_S``),
+    on the database clock. ``end(job, **changes)`` moves the job if this attempt still
+    holds it. The event's reason names the exception's type and the attempt, not its
+    message (which may quote stored data, and an audit event is never erased: it stays
+    in ``last_error``). Returns the task's ``{"job", "result": "failed" | "retry"}``."""
     failures = job.failures + 1
     why = f"attempt {job.attempts}: {type(exc).__name__}: {str(exc)[:500]}"
     if failures >= MAX_FAILURES:
-        end(job, state=failed, finished_at=NOW, failures=failures, last_error=why)
+        fail(job, last_error=why, failures=failures,
+             reason=(f"gave up after {failures} failed attempts in a row; the last (attempt "
+                     f"{job.attempts}) raised {type(exc).__name__} (its message: the job's "
+                     "last error)"))
         return {"job": job.pk, "result": "failed"}
     base = settings.RECOVERY_RECONCILE_BACKOFF_S
     delay = min(settings.RECOVERY_RECONCILE_BACKOFF_MAX_S, base * 2 ** (failures - 1))
@@ -192,19 +200,20 @@ def execute(job_pk: int) -> dict:
     except LostClaim:
         return {"job": job_pk, "result": "lost_claim"}
     except RequesterLost as exc:
-        _end(job, state=MigrationJobState.FAILED, finished_at=NOW, last_error=str(exc)[:1000])
+        services.migration_job_fail(job, last_error=str(exc), reason=str(exc))
         return {"job": job_pk, "result": "failed"}
     except DomainError as exc:
         # The request itself is refused now (the kind is no longer registered, or no
         # longer has that version): retrying cannot help. The requester's rights were
-        # checked just before, by ``_requester``.
-        _end(job, state=MigrationJobState.FAILED, finished_at=NOW,
-             last_error=f"{exc.error}: {exc.detail}"[:1000])
+        # checked just before, by ``_requester``. The service's own words (naming the
+        # field, never a stored value) are both the job's error and the event's reason.
+        words = f"{exc.error}: {exc.detail}"
+        services.migration_job_fail(job, last_error=words, reason=words)
         return {"job": job_pk, "result": "failed"}
     except Exception as exc:  # noqa: BLE001 - a step's bug or an outage: stored, retried
         log.exception("migration job %s failed (attempt %s)", job.uuid, job.attempts)
-        return attempt_failed(job, exc, _end, queued=MigrationJobState.QUEUED,
-                              failed=MigrationJobState.FAILED)
+        return attempt_failed(job, exc, _end, services.migration_job_fail,
+                              queued=MigrationJobState.QUEUED)
     if not _end(job, state=MigrationJobState.DONE, finished_at=NOW, failures=0,
                 last_error=""):
         return {"job": job_pk, "result": "lost_claim"}

@@ -52,12 +52,21 @@ def migration_job_get(*, user, tenant: Tenant, kind: str, job_id) -> MigrationJo
     if job is None:
         raise NotFound("no such migration job")
     items = MigrationJobItem.objects.for_tenant(tenant).filter(job=job)
-    found = dict(items.order_by().values_list("outcome").annotate(n=Count("id")))
-    counts = {outcome: found.get(outcome, 0) for outcome in MigrationOutcome.values}
+    counts = outcome_counts(tenant, job)
     return MigrationJobResult(job=job, items=list(items.order_by("id")[:JOB_ITEMS_SHOWN]),
                               counts=counts, total=sum(counts.values()),
                               client_token=(job.client_token if job.requested_by_id == user.pk
                                             else None))
+
+
+def outcome_counts(tenant: Tenant, job: MigrationJob) -> dict[str, int]:
+    """``job``'s items per ``MigrationOutcome`` (every outcome, 0 when none), over all its
+    attempts: the counts of its page and API (``migration_job_get``) and of its
+    ``migration.fail`` event (``services.migration_job_fail``). One query; no rights
+    checked (the caller read ``job`` in ``tenant`` with them, or is its worker)."""
+    found = dict(MigrationJobItem.objects.for_tenant(tenant).filter(job=job).order_by()
+                 .values_list("outcome").annotate(n=Count("id")))
+    return {outcome: found.get(outcome, 0) for outcome in MigrationOutcome.values}
 
 
 def migration_offers(usage: list[KindUsage]) -> dict[str, int]:

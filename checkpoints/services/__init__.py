@@ -65,7 +65,14 @@ from .accounts import (
     token_issue,
     tokens_revoke,
 )
-from .bulk import BulkJobLost, bulk_abort, bulk_job_act, bulk_job_finish, bulk_submit
+from .bulk import (
+    BulkJobLost,
+    bulk_abort,
+    bulk_job_act,
+    bulk_job_fail,
+    bulk_job_finish,
+    bulk_submit,
+)
 from .bulk_jobs import bulk_job_dispatch, bulk_jobs_redrive
 from .checkpoints import (
     Envelope,
@@ -105,6 +112,7 @@ from .lifecycle import (
 from .migration_jobs import (
     MigrationPreview,
     migration_job_dispatch,
+    migration_job_fail,
     migration_job_submit,
     migration_jobs_redrive,
     migration_preview,

@@ -69,6 +69,7 @@ from ..permissions import require
 from ..vocab import AuditAction, BulkActionKind, BulkOutcome, BulkState, EffectState, TargetType
 from .bulk_jobs import bulk_job_dispatch
 from .common import _actor_name, _client_token_check, _require_reason, _resubmitted, _run_ids_check
+from .migration_jobs import stored_job_fail
 from .reconcile_requests import run_reconcile
 from .review import conflicts_acknowledge, effect_mark_unknown, retry_request, run_close
 
@@ -391,6 +392,24 @@ def bulk_job_finish(job: BulkAction) -> dict[str, int]:
                              updated_at=NOW, failures=0, last_error="") != 1:
             raise BulkJobLost(f"bulk job {job.uuid}: no longer this worker's")
     return counts
+
+
+def bulk_job_fail(job: BulkAction, *, last_error: str, reason: str,
+                  failures: int | None = None) -> bool:
+    """Give up a claimed bulk job (``job``: its row as claimed, with ``attempts``):
+    ``failed`` with ``last_error`` (the words its page and API show) and one
+    ``bulk.fail`` event by the system saying why (``reason``) and how far it got (the
+    job's ``done``/``refused``/``failed`` counts, as its row kept them with each run, and
+    ``total``), one transaction (``migration_jobs.stored_job_fail``, the one failing end
+    of stored jobs). Returns False, writing nothing, when the job is no longer this
+    attempt's (aborted meanwhile: ``bulk.abort`` is then its end; or taken over)."""
+    def progress() -> dict | None:
+        return _held(job).values(*BulkOutcome.values, "total").first()
+
+    return stored_job_fail(
+        job, _held(job), action=AuditAction.BULK_FAIL, target_type=TargetType.BULK_ACTION,
+        running=BulkState.RUNNING, failed=BulkState.FAILED, last_error=last_error,
+        reason=reason, failures=failures, progress=progress)
 
 
 def bulk_abort(*, actor, tenant: Tenant, bulk_id, reason: str) -> BulkAction:

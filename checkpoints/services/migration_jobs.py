@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -36,6 +37,7 @@ from ..heartbeat import broker_configured
 from ..jsonparse import dumps
 from ..models import MIGRATION_MAX_RUNS, MigrationJob, Tenant
 from ..permissions import require
+from ..selectors.migrations import outcome_counts
 from ..vocab import AuditAction, MigrationJobState, MigrationOutcome, TargetType
 from .common import _actor_name, _client_token_check, _resubmitted, _run_ids_check
 from .migrations import checkpoints_migrate, migration_target_check
@@ -165,6 +167,67 @@ def stored_jobs_send(every, job_pks: list[int], *, task: str, queued: str,
                            "worker is back (nothing is lost)")
     every.filter(pk__in=job_pks).update(dispatched_at=NOW)
     return Sent(True, "queued for a worker")
+
+
+class _NotHeld(Exception):
+    """The job is no longer the failing attempt's: its ``*.fail`` event rolls back."""
+
+
+def stored_job_fail(job, held, *, action: str, target_type: str, running: str, failed: str,
+                    last_error: str, reason: str, progress: Callable[[], dict | None],
+                    failures: int | None = None) -> bool:
+    """The one failing end of a stored job (migration and bulk jobs; the worker's
+    ``jobs.migrations`` and ``jobs.bulk`` give up): in one transaction, the job's
+    ``*.fail`` audit event (``action``), then the job ``failed`` (``finished_at`` on the
+    database clock, claim released, ``last_error``, and ``failures`` when given),
+    provided ``held`` (the job's row while the failing attempt holds it: ``running``,
+    its ``attempts``) still matches; else nothing is written (aborted meanwhile, or taken
+    over after the claim passed: that other end, or attempt, is the job's), so a job is
+    failed, and its failure audited, at most once whatever re-delivers or re-drives it.
+
+    The event is by the system (``actor=None``: a worker, like the reconciliation's
+    ``reconcile.gave_up``) about the job (``target_type``, its ``uuid``): ``reason`` says
+    why, ``before`` ``{"state": running}``, ``after`` ``{"state": failed, **progress(),
+    "attempts", "failures"}`` (how far it got: ``progress`` is called inside the
+    transaction and returns the counts, or None when the job is no longer held). Returns
+    whether the job was failed here."""
+    changes = {"state": failed, "finished_at": NOW, "claimed_until": None,
+               "updated_at": NOW, "last_error": last_error[:1000]}
+    if failures is not None:
+        changes["failures"] = failures
+    try:
+        with transaction.atomic():
+            counts = progress()
+            if counts is None:
+                raise _NotHeld
+            audit_record(tenant=job.tenant, actor=None, action=action,
+                         target_type=target_type, target_id=job.uuid, reason=reason[:4000],
+                         before={"state": running},
+                         after={"state": failed, **counts, "attempts": job.attempts,
+                                "failures": job.failures if failures is None else failures})
+            if held.update(**changes) != 1:
+                raise _NotHeld
+    except _NotHeld:
+        return False
+    return True
+
+
+def migration_job_fail(job: MigrationJob, *, last_error: str, reason: str,
+                       failures: int | None = None) -> bool:
+    """Give up a claimed migration job (``job``: its row as claimed, with ``attempts``):
+    ``failed`` with ``last_error`` (the words its page and API show) and one
+    ``migration.fail`` event by the system saying why (``reason``) and how far it got
+    (its kind and target version, its items per ``MigrationOutcome`` over every attempt:
+    ``selectors.migrations.outcome_counts``), one transaction (``stored_job_fail``).
+    Returns False, writing nothing, when the job is no longer this attempt's."""
+    jobs = MigrationJob.objects.for_tenant(job.tenant)
+    held = jobs.filter(pk=job.pk, state=MigrationJobState.RUNNING, attempts=job.attempts)
+    return stored_job_fail(
+        job, held, action=AuditAction.MIGRATION_FAIL, target_type=TargetType.MIGRATION_JOB,
+        running=MigrationJobState.RUNNING, failed=MigrationJobState.FAILED,
+        last_error=last_error, reason=reason, failures=failures,
+        progress=lambda: {"kind": job.kind, "to_version": job.to_version,
+                          **outcome_counts(job.tenant, job)})
 
 
 def migration_jobs_redrive(limit: int = 20) -> int:

@@ -42,7 +42,13 @@ from checkpoints.dbclock import NOW
 from checkpoints.exceptions import DomainError
 from checkpoints.interop import langgraph, runifold
 from checkpoints.jobs import reconciliation
-from checkpoints.models import AuditEvent, BulkAction, NotificationEndpoint, NotificationMessage
+from checkpoints.models import (
+    AuditEvent,
+    BulkAction,
+    MigrationJob,
+    NotificationEndpoint,
+    NotificationMessage,
+)
 from checkpoints.reconcile import Answer
 from checkpoints.services import notify_delivery, reconcile_requests
 from checkpoints.vocab import DeliveryState
@@ -407,6 +413,27 @@ def bulk_job_finish(p):
     job = _bulk_job(p, "running")
     return Cell(lambda: services.bulk_job_finish(
         BulkAction.objects.select_related("tenant", "requested_by").get(pk=job.pk)))
+
+
+def bulk_job_fail(p):
+    # A requester lost, or errors in a row: the job failed with its bulk.fail event, or
+    # (the audit down) still running as the attempt held it.
+    job = _bulk_job(p, "running")
+    return Cell(lambda: services.bulk_job_fail(
+        BulkAction.objects.select_related("tenant").get(pk=job.pk),
+        last_error="rita's account was deactivated", reason="rita's account was deactivated"))
+
+
+def migration_job_fail(p):
+    job = MigrationJob.objects.create(
+        tenant=p.acme, uuid=uuid.uuid4(), client_token=uuid.uuid4(), requested_by=p.rita,
+        requested_by_name="rita", kind="acme.order", to_version=2, selection={},
+        fingerprint="0" * 64, state="running", attempts=1,
+        claimed_until=NOW + timedelta(seconds=60))
+    return Cell(lambda: services.migration_job_fail(
+        MigrationJob.objects.select_related("tenant").get(pk=job.pk),
+        last_error="attempt 1: RuntimeError: x", failures=3,
+        reason="gave up after 3 failed attempts in a row"))
 
 
 # LangGraph threads (issue 10) -----------------------------------------------------------
@@ -801,6 +828,7 @@ CELLS: dict[str, dict[str, Callable]] = {
     "bulk_submit": {"submit": bulk_submit},
     "bulk_abort": {"abort": bulk_abort},
     "bulk_job_finish": {"finish": bulk_job_finish},
+    "bulk_job_fail": {"fail": bulk_job_fail},
     # (``bulk_job_act``, one run of a job, audits through the run's single service: its
     # cells above; a failed audit there is that run's failed result, as inline.)
     "graph_put": {"create": graph_create, "update": graph_update,
@@ -820,6 +848,7 @@ CELLS: dict[str, dict[str, Callable]] = {
     "checkpoints_migrate": {"up": checkpoints_migrate, "down": checkpoints_migrate_down},
     "kind_declare": {"declare": kind_declare},
     "migration_job_submit": {"submit": migration_job_submit},
+    "migration_job_fail": {"fail": migration_job_fail},
     # Legal holds and erasure (issue 20): an approval executes in its own transaction,
     # so a failed audit leaves neither the decision nor any run's deletion.
     "legal_hold_place": {"place": legal_hold_place},
@@ -856,6 +885,8 @@ NOT_CELLS = {
                          "(tests/services/test_migration_jobs.py)",
     "retention_purge_all": "retention_purge for each tenant with a policy (its cells)",
     "audit_record": "the append itself",
+    "stored_job_fail": "the one failing end of stored jobs: bulk_job_fail's and "
+                       "migration_job_fail's cells go through it",
     "counters_compact": "system work that writes no audit event (folds a tenant's state "
                         "counter rows; the counts do not change): the name-based call graph "
                         "reaches the append through a helper's name only",
