@@ -12,6 +12,7 @@ import json
 
 import pytest
 
+from checkpoints import services
 from checkpoints.models import AuditEvent, DataPolicy, HeldRun, LegalHold
 from tests.helpers import form_fields
 from tests.lifecycle.retention_world import completed_run, set_policy
@@ -146,6 +147,25 @@ def test_the_data_pages_place_link_leads_to_a_form_that_places_a_hold(login, acm
     assert all(e.actor_id == adam.pk for e in events)
     listed = client.get(HOLDS).content.decode()
     assert "C-42" not in listed and "every run of the tenant" in listed
+
+
+@pytest.mark.parametrize("length", [256, 257, 4096])
+def test_the_hold_form_takes_a_subject_value_as_typed_at_any_length_the_index_takes(
+        login, acme, adam, length):
+    """The subject index takes a string of any length, unstripped
+    (``services.subject_value``): so does the form, sent as typed to the service, and
+    its input sets no ``maxlength`` of its own (it was 256, the old limit)."""
+    set_policy(acme, subject_fields={"customer": "/customer/id"})
+    value = (" C-42\u00e9 " * length)[:length]
+    client = login(adam)
+    page = client.get(HOLDS).content.decode()
+    field = page[page.index('id="hold-subject_value"'):]
+    assert "maxlength" not in field[:field.index(">")]
+    answer = client.post(PLACE, {"scope": "subject", "subject_field": "customer",
+                                 "subject_value": value, "reason": "case 8"})
+    assert answer.status_code == 303, _text(answer)[:2000]
+    assert LegalHold.objects.for_tenant(acme).get().subject_digest \
+        == services.subject_digest(acme, "customer", value)
 
 
 @pytest.mark.parametrize("body, field, words", [
