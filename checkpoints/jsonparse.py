@@ -86,6 +86,14 @@ def _scan_depth(raw: str, limit: int, what: str = "body") -> None:
             depth -= 1
 
 
+#: JSON's insignificant whitespace (RFC 8259, section 2: space, tab, line feed, carriage
+#: return), what may surround a value in a body, so what the dashboard's forms drop
+#: around a typed number (``dashboard.forms.typed_number``), and nothing else:
+#: ``str.strip`` also drops a vertical tab, a form feed, U+001C-U+001F, a no-break space
+#: and every Unicode space, which a JSON body refuses around a number.
+JSON_WHITESPACE = " \t\n\r"
+
+
 def text_problem(text: str) -> str:
     """Why ``text`` cannot be stored ("" if it can): U+0000, or an unpaired surrogate
     (not a Unicode scalar value, so not valid UTF-8 and refused by PostgreSQL).

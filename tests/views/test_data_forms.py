@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import html
 import json
+import unicodedata
 
 import pytest
 
 from checkpoints import services
+from checkpoints.dashboard.forms import POLICY_NUMBERS
+from checkpoints.jsonparse import JSON_WHITESPACE
 from checkpoints.models import AuditEvent, DataPolicy, HeldRun, LegalHold
 from tests.helpers import form_fields
 from tests.lifecycle.retention_world import completed_run, set_policy
@@ -69,6 +72,61 @@ def test_a_refused_policy_shows_the_page_again_with_the_services_words_beside_th
     if field != "secrets_policy":  # a select shows its options only
         assert again[field] == typed
     assert _written(acme) == before
+
+
+#: Every character a person could type around a number that a JSON body would not take
+#: there: the controls (Cc), Unicode's spaces (Zs) and line/paragraph separators, the
+#: rest of ``str.isspace`` (U+001C-U+001F), a zero-width space and a byte order mark; but
+#: JSON's own whitespace (space, tab, CR, LF: ``jsonparse.JSON_WHITESPACE``).
+AROUND_A_NUMBER = sorted(
+    ({chr(c) for c in range(0x110000)
+      if unicodedata.category(chr(c)) in ("Cc", "Zs", "Zl", "Zp") or chr(c).isspace()}
+     | {"\u200b", "\ufeff"}) - set(JSON_WHITESPACE))
+
+
+def test_a_typed_number_with_a_control_or_unicode_space_around_it_is_refused_as_the_api_does(
+        login, api_as, acme, adam):
+    """Generated over ``AROUND_A_NUMBER``, before and after: ``"30\x0b"`` was read as 30
+    (``str.strip``) where the API refuses the same text; now the form refuses it, 400,
+    in the API's words beside the field, what was typed kept, nothing written."""
+    set_policy(acme, payload_retention_days=30)
+    client = login(adam)
+    form = form_fields(client.get(DATA).content.decode(), "f-data-policy")
+    before = _written(acme)
+    field = "payload_retention_days"
+    assert len(AROUND_A_NUMBER) > 80
+    for ch in AROUND_A_NUMBER:
+        for typed in (f"45{ch}", f"{ch}45"):
+            # The API's JSON layer refuses U+0000 first ("body.<field>: U+0000 is not
+            # allowed"); any other value reaches the service, whose words the form shows.
+            words = "must be an integer in 1..36500 or null" if ch == "\x00" else \
+                _api_words(api_as, adam, {field: typed})
+            answer = client.post(POST, dict(form, **{field: typed}))
+            assert answer.status_code == 400, (hex(ord(ch)), _text(answer)[:2000])
+            page = _text(answer)
+            shown = page.split(f'id="{field}-error"', 1)
+            assert len(shown) == 2 and shown[1].split("</div>", 1)[0].endswith(words), hex(
+                ord(ch))
+            if ch not in "\x00\x0c":  # the HTML reader drops these two; a browser too
+                again = form_fields(answer.content.decode(), "f-data-policy")
+                assert again[field] == typed, hex(ord(ch))
+    assert _written(acme) == before
+
+
+@pytest.mark.parametrize("field", POLICY_NUMBERS)
+def test_json_whitespace_around_a_typed_number_is_what_the_api_takes(
+        login, acme, adam, field):
+    """The whitespace a JSON body may hold around a number (space, tab, CR, LF) the form
+    drops too; ``"\x0b"`` around it is refused on every number of the form."""
+    set_policy(acme, payload_retention_days=30)
+    client = login(adam)
+    form = form_fields(client.get(DATA).content.decode(), "f-data-policy")
+    answer = client.post(POST, dict(form, **{field: "400\x0b"}))
+    assert answer.status_code == 400
+    assert f'id="{field}-error"' in _text(answer)
+    answer = client.post(POST, dict(form, **{field: " \t400\r\n"}))
+    assert answer.status_code == 303, _text(answer)[:2000]
+    assert getattr(DataPolicy.objects.for_tenant(acme).get(), field) == 400
 
 
 def test_effect_retention_zero_says_what_the_api_says(login, api_as, acme, adam):
