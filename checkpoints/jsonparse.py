@@ -259,6 +259,21 @@ def check_name(value: str, field: str, *, blank_words: str | None = None) -> str
     return value
 
 
+def padding_problem(text: str) -> str:
+    """Why ``text`` is no value matched exactly that a form shows one a line ("" if it
+    is): leading or trailing whitespace (``str.isspace``: a space, a tab, a no-break
+    space...), which a person cannot see on the line and which makes the value another
+    one (``"refund "`` matches no agent ``refund``). The one rule of such values, the
+    API's and the dashboard form's alike: a subject field's pointer
+    (``services.retention.subject_pointer_problem``) and a notification endpoint's filter
+    values (``kinds``, ``agents``, ``services``: ``services.notify_endpoints``). Refused,
+    not stripped: a stripped value silently matches something else than what was sent
+    (labels such as an endpoint's name, matched against nothing, are stripped)."""
+    if text != text.strip():
+        return "leading or trailing whitespace is not allowed (a form line cannot show it)"
+    return ""
+
+
 def _char_problem(text: str, refused, words: str) -> str:
     """``text_problem``'s, else ``words`` when ``refused`` (a predicate of one
     character) holds for a character of ``text``, else ""."""
