@@ -140,7 +140,7 @@ def test_text_no_payload_can_hold_is_refused_naming_subject_value(acme, adam, ap
     neither does a hold: the API's body names ``body.subject.value``, the service (the
     dashboard's way in) ``subject.value``."""
     declare(acme, FIELDS)
-    body = '{"subject": {"field": "customer", "value": %s}, "reason": "x"}' % raw
+    body = '{"subject": {"field": "customer", "value": ' + raw + '}, "reason": "x"}'
     r = api_as(adam).post(BASE + "legal-holds", body, content_type="application/json")
     assert r.status_code == 400 and r.json()["detail"].startswith("body.subject.value: ")
     with pytest.raises(InvalidPayload) as caught:
