@@ -86,6 +86,14 @@ def _scan_depth(raw: str, limit: int, what: str = "body") -> None:
             depth -= 1
 
 
+#: JSON's insignificant whitespace (RFC 8259, section 2: space, tab, line feed, carriage
+#: return), what may surround a value in a body, so what the dashboard's forms drop
+#: around a typed number (``dashboard.forms.typed_number``), and nothing else:
+#: ``str.strip`` also drops a vertical tab, a form feed, U+001C-U+001F, a no-break space
+#: and every Unicode space, which a JSON body refuses around a number.
+JSON_WHITESPACE = " \t\n\r"
+
+
 def text_problem(text: str) -> str:
     """Why ``text`` cannot be stored ("" if it can): U+0000, or an unpaired surrogate
     (not a Unicode scalar value, so not valid UTF-8 and refused by PostgreSQL).
@@ -249,6 +257,21 @@ def check_name(value: str, field: str, *, blank_words: str | None = None) -> str
     if problem:
         raise InvalidPayload(f"{field}: {problem}")
     return value
+
+
+def padding_problem(text: str) -> str:
+    """Why ``text`` is no value matched exactly that a form shows one a line ("" if it
+    is): leading or trailing whitespace (``str.isspace``: a space, a tab, a no-break
+    space...), which a person cannot see on the line and which makes the value another
+    one (``"refund "`` matches no agent ``refund``). The one rule of such values, the
+    API's and the dashboard form's alike: a subject field's pointer
+    (``services.retention.subject_pointer_problem``) and a notification endpoint's filter
+    values (``kinds``, ``agents``, ``services``: ``services.notify_endpoints``). Refused,
+    not stripped: a stripped value silently matches something else than what was sent
+    (labels such as an endpoint's name, matched against nothing, are stripped)."""
+    if text != text.strip():
+        return "leading or trailing whitespace is not allowed (a form line cannot show it)"
+    return ""
 
 
 def _char_problem(text: str, refused, words: str) -> str:

@@ -22,7 +22,7 @@ from django.http import HttpRequest, QueryDict
 from .. import services
 from ..exceptions import InvalidPayload
 from ..intranges import SCHEMA_VERSION
-from ..jsonparse import name_problem
+from ..jsonparse import JSON_WHITESPACE, name_problem
 from ..models import BULK_MAX_RUNS, MAX_REVISION, RecoveryState
 from ..models.lifecycle import SUBJECT_FIELDS_MAX
 from ..querystring import single_values
@@ -460,12 +460,16 @@ SUBJECT_TEXT_MAX = SUBJECT_FIELDS_MAX * (64 + 3 + 6 * POINTER_MAX + 2 + 2)
 
 
 def typed_number(raw: str) -> int | str | None:
-    """A number as typed in the Data page's form: blank is ``None`` (the API's ``null``:
-    forever / never), ASCII digits (surrounding spaces dropped) an int, anything else the
-    text as typed, which the service refuses in its own words (``services.retention.
-    _int_or_none``: "must be an integer in 1..36500 or null"). No range here: the rule
-    has one home, the service."""
-    text = raw.strip()
+    """A number as typed in a form (the Data page's policy, a notification endpoint's
+    seconds), read as the API reads the same text as a JSON body's value: empty or only
+    JSON's whitespace (``jsonparse.JSON_WHITESPACE``: space, tab, CR, LF) is ``None``
+    (the API's ``null``: forever / never, or the field's default), ASCII digits with
+    only that whitespace around them an int, anything else the text as typed, which the
+    service refuses in its own words (``services.retention._int_or_none``: "must be an
+    integer in 1..36500 or null"). So ``"30\x0b"``, ``"\u00a030"`` or ``"３０"`` are
+    refused as the API refuses them, never read as 30 (``str.strip`` and ``int`` take
+    them). No range here: the rule has one home, the service."""
+    text = raw.strip(JSON_WHITESPACE)
     if not text:
         return None
     # 19 digits: past any bound of the policy, and far below Python's int-parse limit.

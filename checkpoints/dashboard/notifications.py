@@ -42,7 +42,7 @@ from .common import (
     require_POST,
     tenant_page,
 )
-from .forms import NoQuery
+from .forms import NoQuery, typed_number
 
 #: The fields of the create and edit forms, in the order the errors are looked for.
 FORM_FIELDS = ("name", "channel", "url", "email", "event_types", "kinds", "agents",
@@ -125,20 +125,12 @@ def _values(shown: dict) -> dict:
     return shown | {f: "\n".join(shown[f]) for f in ("kinds", "agents", "services")}
 
 
-def _number(raw: str):
-    """A typed number as an int, else the text as typed: the service judges either
-    (``group_window_s: must be an integer of 0..3600``)."""
-    try:
-        return int(raw.strip())
-    except ValueError:
-        return raw
-
-
 def _body(post, *, channel: str, partial: bool) -> dict:
     """The API's body from a create or edit form (the service validates it). Filters are
     one value a line, each line as typed (a blank line is dropped: no value is blank), so
-    a value the API stored comes back unchanged; a blank number is left out (the default,
-    or unchanged).
+    a value the API stored comes back unchanged; a number is read as the API reads it
+    (``forms.typed_number``: ``"60\x0b"`` is sent as typed and refused, never read as
+    60), a blank one left out (the default, or unchanged).
     ``partial`` (edit): only the fields the form sent (``event_types_sent`` marks the
     checkboxes, which send nothing when none is ticked)."""
     body: dict = {}
@@ -155,8 +147,9 @@ def _body(post, *, channel: str, partial: bool) -> dict:
         if field in post:
             body[field] = [v for v in _LINES.split(post[field]) if v.strip()]
     for field in ("group_window_s", "quiet_period_s"):
-        if post.get(field, "").strip():
-            body[field] = _number(post[field])
+        number = typed_number(post.get(field, ""))
+        if number is not None:
+            body[field] = number
     if post.get("enabled") in ("true", "false"):
         body["enabled"] = post["enabled"] == "true"
     return body

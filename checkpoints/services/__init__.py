@@ -107,6 +107,7 @@ from .lifecycle import (
     purge_run_payloads,
     run_blockers,
     subject_digest,
+    subject_value,
     subjects_index,
 )
 from .migration_jobs import (

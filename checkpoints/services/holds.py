@@ -25,10 +25,7 @@ from ..models.lifecycle import REASON_MAX
 from ..permissions import require
 from ..vocab import AuditAction, HoldScope, TargetType
 from .common import _actor_name, _run_ids_check
-from .lifecycle import policy_for, subject_digest
-
-#: The longest subject value a hold or an erasure request accepts (characters).
-SUBJECT_VALUE_MAX = 256
+from .lifecycle import policy_for, subject_digest, subject_value
 
 
 def _lifecycle_reason(reason, field: str = "reason", *, required: bool = True) -> str:
@@ -73,10 +70,13 @@ def _lifecycle_runs(tenant: Tenant, values, field: str = "runs") -> list[uuid.UU
 
 
 def _lifecycle_subject(tenant: Tenant, value, field: str = "subject") -> tuple[str, str]:
-    """A subject ``{"field": <a declared subject field>, "value": <string of 1..256
-    characters, or an integer>}`` as ``(field name, keyed digest of the value)``: the
-    value itself is never kept, logged nor put in an error. One query (the tenant's data
-    policy). Raises ``InvalidPayload`` naming ``subject.field`` / ``subject.value``."""
+    """A subject ``{"field": <a declared subject field>, "value": <a non-empty string
+    or an integer>}`` as ``(field name, keyed digest of the value)``: the value is judged
+    by the subject index's own rule (``lifecycle.subject_value``: every value a write can
+    index, of any length its body carries, taken as it is, unstripped), so whatever a
+    write indexed can be held and erased by value. The value itself is never kept,
+    logged nor put in an error. One query (the tenant's data policy). Raises
+    ``InvalidPayload`` naming ``subject.field`` / ``subject.value``."""
     if not isinstance(value, dict):
         raise InvalidPayload(f"{field}: must be an object {{\"field\", \"value\"}}")
     unknown = sorted(set(value) - {"field", "value"})
@@ -85,13 +85,10 @@ def _lifecycle_subject(tenant: Tenant, value, field: str = "subject") -> tuple[s
     name = value.get("field")
     if not isinstance(name, str) or not name or len(name) > 64 or text_problem(name):
         raise InvalidPayload(f"{field}.field: must be the name of a declared subject field")
-    raw = value.get("value")
-    if isinstance(raw, int) and not isinstance(raw, bool) and abs(raw) < 10**18:
-        raw = str(raw)
-    if not isinstance(raw, str) or not raw or len(raw) > SUBJECT_VALUE_MAX \
-            or text_problem(raw):
-        raise InvalidPayload(f"{field}.value: must be a string of 1..{SUBJECT_VALUE_MAX} "
-                             "characters (or an integer)")
+    raw = subject_value(value.get("value"))
+    if raw is None:
+        raise InvalidPayload(f"{field}.value: must be a non-empty string or an integer "
+                             "(the value a payload's subject field holds)")
     declared = policy_for(tenant).subject_fields or {}
     if name not in declared:
         raise InvalidPayload(f"{field}.field: {name[:64]!r} is not a subject field of this "

@@ -27,6 +27,7 @@ from django.conf import settings
 from django.db.models import Q
 
 from ..audit import audit_record
+from ..jsonparse import text_problem
 from ..models import (
     Checkpoint,
     CheckpointRevision,
@@ -79,6 +80,35 @@ def subject_digest(tenant: Tenant | int, field: str, value: str) -> str:
     return hmac.new(key, message, hashlib.sha256).hexdigest()
 
 
+def subject_value(value) -> str | None:
+    """The text a subject value is indexed, held and erased under, or ``None`` when
+    ``value`` is no subject value. The one rule of the subject index (``subject_rows``,
+    the write path) and of a hold's or an erasure request's ``subject.value``
+    (``services.holds``), so every value a write indexes can be held and erased by
+    value, and a value refused there is one no write ever indexed:
+
+    - a string (``str``) of at least one character, valid text (``jsonparse.
+      text_problem``: no U+0000, no unpaired surrogate; a written payload holds neither),
+      as it is: not stripped, case-folded nor normalised (``"A@x.com "`` and ``"a@x.com"``
+      are two subjects). No length bound of its own: a write can index any string its
+      body carries (``RECOVERY_MAX_BODY_BYTES``, 1 MiB), so a hold or an erasure takes
+      any string its body carries (issue: a 257-character value was indexed but could be
+      neither held nor erased by value);
+    - an integer (``int``, not a boolean), as its decimal digits (``42`` and ``"42"``
+      are the same subject).
+
+    ``""`` identifies nobody (erasing "every run whose customer id is empty" would erase
+    unrelated people's runs), so it is never indexed. Anything else (``None``, a
+    boolean, a float, an object, a list) is ``None``. Pure: no query."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return str(value)
+    if not isinstance(value, str) or not value or text_problem(value):
+        return None
+    return value
+
+
 def pointer_resolve(document, pointer: str):
     """The value RFC 6901 JSON pointer ``pointer`` names in ``document`` (``""``: the
     whole document; ``~1`` is ``/`` and ``~0`` is ``~`` in a token; an array index is
@@ -113,9 +143,9 @@ def subject_rows(*, tenant: Tenant | int, run_pk: int, payload,
     """The ``RunSubject`` rows (unsaved) of a checkpoint ``payload`` written to run
     ``run_pk``, by its tenant's declared subject fields (``fields``:
     ``DataPolicy.subject_fields``, name -> JSON pointer, a dict or its JSON text as the
-    write path read it with the run's lock): one per pointer that resolves to a string or
-    an integer (a boolean is neither), holding the field's name and the value's keyed
-    digest, never the value. No query."""
+    write path read it with the run's lock): one per pointer that resolves to a subject
+    value (``subject_value``: a non-empty string or an integer, a boolean is neither),
+    holding the field's name and the value's keyed digest, never the value. No query."""
     if isinstance(fields, str):  # a jsonb column read as text
         fields = json.loads(fields)
     if not fields or not isinstance(fields, dict):
@@ -123,11 +153,11 @@ def subject_rows(*, tenant: Tenant | int, run_pk: int, payload,
     tenant_id = tenant if isinstance(tenant, int) else tenant.pk
     rows = []
     for name, pointer in fields.items():
-        value = pointer_resolve(payload, pointer)
-        if isinstance(value, bool) or not isinstance(value, str | int):
+        value = subject_value(pointer_resolve(payload, pointer))
+        if value is None:
             continue
         rows.append(RunSubject(tenant_id=tenant_id, run_id=run_pk, field=name,
-                               digest=subject_digest(tenant_id, name, str(value))))
+                               digest=subject_digest(tenant_id, name, value)))
     return rows
 
 

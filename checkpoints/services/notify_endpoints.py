@@ -33,7 +33,7 @@ from .. import crypto, locks, roles, safehttp, webhooksign
 from ..audit import audit_record
 from ..dbclock import NOW, db_now
 from ..exceptions import InvalidPayload, InvalidTransition, NotFound
-from ..jsonparse import check_name
+from ..jsonparse import check_name, padding_problem
 from ..models import NotificationEndpoint, NotificationMessage, Tenant
 from ..models.notifications import (
     ENDPOINT_EMAIL_MAX,
@@ -166,6 +166,11 @@ def _filter(value, field: str) -> list[str]:
             raise InvalidPayload(f"{field}: each value at most {FILTER_VALUE_MAX} characters")
         # As _name: a value that shows nothing is blank.
         check_name(item, field, blank_words="each value must be a non-empty string")
+        # Matched exactly, shown one a line: "refund " would match no agent "refund"
+        # and show as it (jsonparse.padding_problem; a stored one is kept on an edit).
+        problem = padding_problem(item)
+        if problem:
+            raise InvalidPayload(f"{field}: {problem}")
         if item not in out:
             out.append(item)
     return out

@@ -43,7 +43,7 @@ from .. import heartbeat, locks, roles
 from ..audit import audit_record
 from ..dbclock import NOW, db_now
 from ..exceptions import InvalidPayload
-from ..jsonparse import name_problem, text_problem
+from ..jsonparse import name_problem, padding_problem, text_problem
 from ..models import (
     CleanupLease,
     Conflict,
@@ -129,12 +129,7 @@ def subject_pointer_problem(pointer: str) -> str:
     ``"/\\u202e"`` shows turned around, ``"/customer id "`` shows as ``/customer id``,
     another payload key (stop 34's attack). The one rule of the API and the Data page alike
     (``_subject_fields``)."""
-    problem = name_problem(pointer)
-    if problem:
-        return problem
-    if pointer != pointer.strip():
-        return "leading or trailing whitespace is not allowed (a form line cannot show it)"
-    return ""
+    return name_problem(pointer) or padding_problem(pointer)
 
 
 def _subject_fields(value, kept: dict[str, str]) -> dict[str, str]:

@@ -193,7 +193,7 @@ BAD_HOLDS = [
     ({"subject": "c-1"}, "subject"),
     ({"subject": {"field": "customer"}}, "subject.value"),
     ({"subject": {"field": "customer", "value": ""}}, "subject.value"),
-    ({"subject": {"field": "customer", "value": "x" * 257}}, "subject.value"),
+    ({"subject": {"field": "customer", "value": 1.5}}, "subject.value"),
     ({"subject": {"field": "customer", "value": True}}, "subject.value"),
     ({"subject": {"field": "nope", "value": "c-1"}}, "subject.field"),
     ({"subject": {"field": 1, "value": "c-1"}}, "subject.field"),
@@ -369,7 +369,7 @@ def test_a_subject_erasure_finds_exactly_its_runs_and_never_another_tenants(
     ({"runs": [], "subject": {"field": "customer", "value": "c"}}, "runs"),
     ({"runs": [UNKNOWN_RUN]}, "runs: no such run"),
     ({"subject": {"field": "order", "value": SECRET_CUSTOMER}}, "subject.field"),
-    ({"subject": {"field": "customer", "value": "v" * 300}}, "subject.value"),
+    ({"subject": {"field": "customer", "value": ""}}, "subject.value"),
 ])
 def test_every_bad_erasure_request_is_400_naming_the_field(acme, rita, kwargs, named):
     declare(acme)

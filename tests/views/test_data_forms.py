@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import html
 import json
+import unicodedata
 
 import pytest
 
+from checkpoints import services
+from checkpoints.dashboard.forms import POLICY_NUMBERS
+from checkpoints.jsonparse import JSON_WHITESPACE
 from checkpoints.models import AuditEvent, DataPolicy, HeldRun, LegalHold
 from tests.helpers import form_fields
 from tests.lifecycle.retention_world import completed_run, set_policy
@@ -68,6 +72,61 @@ def test_a_refused_policy_shows_the_page_again_with_the_services_words_beside_th
     if field != "secrets_policy":  # a select shows its options only
         assert again[field] == typed
     assert _written(acme) == before
+
+
+#: Every character a person could type around a number that a JSON body would not take
+#: there: the controls (Cc), Unicode's spaces (Zs) and line/paragraph separators, the
+#: rest of ``str.isspace`` (U+001C-U+001F), a zero-width space and a byte order mark; but
+#: JSON's own whitespace (space, tab, CR, LF: ``jsonparse.JSON_WHITESPACE``).
+AROUND_A_NUMBER = sorted(
+    ({chr(c) for c in range(0x110000)
+      if unicodedata.category(chr(c)) in ("Cc", "Zs", "Zl", "Zp") or chr(c).isspace()}
+     | {"\u200b", "\ufeff"}) - set(JSON_WHITESPACE))
+
+
+def test_a_typed_number_with_a_control_or_unicode_space_around_it_is_refused_as_the_api_does(
+        login, api_as, acme, adam):
+    """Generated over ``AROUND_A_NUMBER``, before and after: ``"30\x0b"`` was read as 30
+    (``str.strip``) where the API refuses the same text; now the form refuses it, 400,
+    in the API's words beside the field, what was typed kept, nothing written."""
+    set_policy(acme, payload_retention_days=30)
+    client = login(adam)
+    form = form_fields(client.get(DATA).content.decode(), "f-data-policy")
+    before = _written(acme)
+    field = "payload_retention_days"
+    assert len(AROUND_A_NUMBER) > 80
+    for ch in AROUND_A_NUMBER:
+        for typed in (f"45{ch}", f"{ch}45"):
+            # The API's JSON layer refuses U+0000 first ("body.<field>: U+0000 is not
+            # allowed"); any other value reaches the service, whose words the form shows.
+            words = "must be an integer in 1..36500 or null" if ch == "\x00" else \
+                _api_words(api_as, adam, {field: typed})
+            answer = client.post(POST, dict(form, **{field: typed}))
+            assert answer.status_code == 400, (hex(ord(ch)), _text(answer)[:2000])
+            page = _text(answer)
+            shown = page.split(f'id="{field}-error"', 1)
+            assert len(shown) == 2 and shown[1].split("</div>", 1)[0].endswith(words), hex(
+                ord(ch))
+            if ch not in "\x00\x0c":  # the HTML reader drops these two; a browser too
+                again = form_fields(answer.content.decode(), "f-data-policy")
+                assert again[field] == typed, hex(ord(ch))
+    assert _written(acme) == before
+
+
+@pytest.mark.parametrize("field", POLICY_NUMBERS)
+def test_json_whitespace_around_a_typed_number_is_what_the_api_takes(
+        login, acme, adam, field):
+    """The whitespace a JSON body may hold around a number (space, tab, CR, LF) the form
+    drops too; ``"\x0b"`` around it is refused on every number of the form."""
+    set_policy(acme, payload_retention_days=30)
+    client = login(adam)
+    form = form_fields(client.get(DATA).content.decode(), "f-data-policy")
+    answer = client.post(POST, dict(form, **{field: "400\x0b"}))
+    assert answer.status_code == 400
+    assert f'id="{field}-error"' in _text(answer)
+    answer = client.post(POST, dict(form, **{field: " \t400\r\n"}))
+    assert answer.status_code == 303, _text(answer)[:2000]
+    assert getattr(DataPolicy.objects.for_tenant(acme).get(), field) == 400
 
 
 def test_effect_retention_zero_says_what_the_api_says(login, api_as, acme, adam):
@@ -148,13 +207,32 @@ def test_the_data_pages_place_link_leads_to_a_form_that_places_a_hold(login, acm
     assert "C-42" not in listed and "every run of the tenant" in listed
 
 
+@pytest.mark.parametrize("length", [256, 257, 4096])
+def test_the_hold_form_takes_a_subject_value_as_typed_at_any_length_the_index_takes(
+        login, acme, adam, length):
+    """The subject index takes a string of any length, unstripped
+    (``services.subject_value``): so does the form, sent as typed to the service, and
+    its input sets no ``maxlength`` of its own (it was 256, the old limit)."""
+    set_policy(acme, subject_fields={"customer": "/customer/id"})
+    value = (" C-42\u00e9 " * length)[:length]
+    client = login(adam)
+    page = client.get(HOLDS).content.decode()
+    field = page[page.index('id="hold-subject_value"'):]
+    assert "maxlength" not in field[:field.index(">")]
+    answer = client.post(PLACE, {"scope": "subject", "subject_field": "customer",
+                                 "subject_value": value, "reason": "case 8"})
+    assert answer.status_code == 303, _text(answer)[:2000]
+    assert LegalHold.objects.for_tenant(acme).get().subject_digest \
+        == services.subject_digest(acme, "customer", value)
+
+
 @pytest.mark.parametrize("body, field, words", [
     ({"scope": "runs", "runs": "not-a-run"}, "runs", "runs: "),
     ({"scope": "runs", "runs": ""}, "runs", "runs: name at least one run"),
     ({"scope": "subject", "subject_field": "nobody", "subject_value": "C-42"},
      "subject_field", "subject.field: 'nobody' is not a subject field"),
     ({"scope": "subject", "subject_field": "customer", "subject_value": ""},
-     "subject_value", "subject.value: must be a string of 1..256"),
+     "subject_value", "subject.value: must be a non-empty string or an integer"),
     ({"scope": "tenant", "reason": "  "}, "reason", "reason: a reason is required"),
     ({"scope": "sky"}, "runs", "runs: give exactly one of runs, subject or tenant"),
     # A field posted twice is refused, not the last value taken (forms.posted; stop 35).

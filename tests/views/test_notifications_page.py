@@ -17,6 +17,7 @@ from django.test.utils import CaptureQueriesContext
 
 from checkpoints import services
 from checkpoints.jobs import notify
+from checkpoints.jsonparse import name_problem
 from checkpoints.models import (
     AuditEvent,
     NotificationAttempt,
@@ -182,6 +183,12 @@ def test_an_email_endpoint_redirects_to_its_page(login, acme, adam):
     ({"channel": "email", "email": "not-an-address"}, "email", "email: not a valid email"),
     ({"group_window_s": "3601"}, "group_window_s", "group_window_s: must be an integer"),
     ({"group_window_s": "soon"}, "group_window_s", "group_window_s: must be an integer"),
+    # Read as the API reads a JSON number (forms.typed_number): int() took all four.
+    ({"group_window_s": "60\x0b"}, "group_window_s", "group_window_s: must be an integer"),
+    ({"quiet_period_s": "\u00a060"}, "quiet_period_s", "quiet_period_s: must be an integer"),
+    ({"group_window_s": "\uff16\uff10"}, "group_window_s", "group_window_s: must be an "
+                                                          "integer"),
+    ({"group_window_s": "6_0"}, "group_window_s", "group_window_s: must be an integer"),
     ({"quiet_period_s": "-1"}, "quiet_period_s", "quiet_period_s: must be an integer"),
     ({"event_types": []}, "event_types", "event_types: must be a non-empty list"),
     ({"name": " "}, "name", "name: must be a non-empty string"),
@@ -229,10 +236,12 @@ def test_an_edit_of_the_name_keeps_every_filter_value_the_api_stored(login, acme
     agents = ["refund, assistant", "a,b", " padded "]
     made = api.post("/api/v1/tenants/acme/notification-endpoints", {
         "name": "comma", "channel": "email", "email": "ops@example.com",
-        "event_types": ["run.needs_review"], "agents": agents, "kinds": ["acme.order"],
+        "event_types": ["run.needs_review"], "agents": agents[:2], "kinds": ["acme.order"],
         "services": ["pay, ments"]}, format="json")
     assert made.status_code == 201, made.content
     eid = made.json()["endpoint"]["id"]
+    # " padded " is refused now (jsonparse.padding_problem); one stored before is kept.
+    NotificationEndpoint.objects.for_tenant(acme).filter(uuid=eid).update(agents=agents)
     client = login(adam)
     form = form_fields(_text(client.get(f"{BASE}{eid}/")), "f-endpoint-edit")
     assert form["agents"] == "refund, assistant\r\na,b\r\n padded "  # one a line
@@ -245,6 +254,47 @@ def test_an_edit_of_the_name_keeps_every_filter_value_the_api_stored(login, acme
     client.post(BASE + "new/", dict(FORM, name="typed", agents="refund, assistant\r\n\r\nb"))
     typed = NotificationEndpoint.objects.for_tenant(acme).get(name="typed")
     assert typed.agents == ["refund, assistant", "b"]
+
+
+#: The whitespace a filter value may not start or end with beyond what ``name_problem``
+#: refuses as a control (tab, line breaks): the space and Unicode's other spaces (Zs).
+PADDING = [ch for ch in map(chr, range(0x110000)) if ch.isspace() and not name_problem(ch)]
+API_ENDPOINTS = "/api/v1/tenants/acme/notification-endpoints"
+
+
+@pytest.mark.parametrize("field", ["kinds", "agents", "services"])
+def test_a_filter_value_with_surrounding_whitespace_is_refused_by_the_api_and_the_form(
+        login, acme, adam, field):
+    """Generated over ``PADDING``, before and after the value: ``"refund "`` matches no
+    agent ``refund`` and shows as it on the form's line; it was stored as typed by the
+    form and the API alike. Both refuse it now, 400 naming the field in the same words,
+    the form keeping what was typed; nothing written."""
+    assert len(PADDING) >= 17 and " " in PADDING and "\u00a0" in PADDING
+    api, client = bearer_client(adam), login(adam)
+    before = _state(acme)
+    for ch in PADDING:
+        for value in (f"acme.order{ch}", f"{ch}acme.order"):
+            body = {"name": "hook", "channel": "email", "email": "ops@example.com",
+                    "event_types": ["run.needs_review"], field: ["payments", value]}
+            answer = api.post(API_ENDPOINTS, body, format="json")
+            assert answer.status_code == 400, (hex(ord(ch)), answer.content)
+            words = answer.json()["detail"]
+            assert words == (f"{field}: leading or trailing whitespace is not allowed (a "
+                             "form line cannot show it)"), words
+            typed = f"payments\r\n{value}\r\n"
+            answer = client.post(BASE + "new/", dict(FORM, **{field: typed}))
+            assert answer.status_code == 400, hex(ord(ch))
+            page = _text(answer)
+            assert f'id="new-{field}-error"' in page and words in page, hex(ord(ch))
+            again = form_fields(answer.content.decode(), "f-endpoint-create")
+            assert again[field] == typed, hex(ord(ch))
+    assert _state(acme) == before
+    # Inside a value a space is part of it (an agent "refund assistant").
+    answer = api.post(API_ENDPOINTS, {"name": "hook", "channel": "email",
+                                      "email": "ops@example.com",
+                                      "event_types": ["run.needs_review"],
+                                      field: ["refund assistant"]}, format="json")
+    assert answer.status_code == 201, answer.content
 
 
 @pytest.mark.parametrize("stored", [{"agents": ["re\u00adfund"]}, {"name": "on\u200bcall"},

@@ -18,8 +18,11 @@ class SubjectInputSerializer(serializers.Serializer):
 
     field = serializers.CharField(max_length=64, help_text="a declared subject field, e.g. "
                                                            "customer")
-    value = serializers.CharField(max_length=256, help_text="its value (a string, or an "
-                                                            "integer); kept as a digest only")
+    value = serializers.CharField(
+        help_text="its value, exactly as the payload holds it: a non-empty string (any "
+                  "length the body carries, not trimmed) or an integer "
+                  "(services.subject_value, the subject index's own rule); kept as a "
+                  "digest only")
 
 
 def _runs_field(**kwargs):

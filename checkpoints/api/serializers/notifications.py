@@ -21,9 +21,12 @@ from ...vocab import DeliveryState, NotificationChannel, NotificationEventType
 from .common import Answer, IsoDateTimeField
 
 
-def _filter(**kwargs):
-    return serializers.ListField(child=serializers.CharField(max_length=FILTER_VALUE_MAX),
-                                 max_length=FILTER_VALUES_MAX, required=False, **kwargs)
+def _filter(help_text: str, **kwargs):
+    return serializers.ListField(
+        child=serializers.CharField(max_length=FILTER_VALUE_MAX, trim_whitespace=False),
+        max_length=FILTER_VALUES_MAX, required=False,
+        help_text=help_text + "; each value matched exactly, with no leading or trailing "
+                              "whitespace (refused, not trimmed)", **kwargs)
 
 
 class NotificationEndpointInputSerializer(serializers.Serializer):
