@@ -13,11 +13,11 @@ from .. import audittree, selectors
 from ..models import Tenant
 from ..templatetags.dashboard import duration
 from ..vocab import AuditAction
-from .common import _base_context, dashboard, require_GET, tenant_page
+from .common import _base_context, dashboard, require_safe, tenant_page
 from .forms import AuditFilterForm
 
 
-@require_GET
+@require_safe
 @dashboard
 @tenant_page()
 def audit_log(request: HttpRequest, tenant: Tenant) -> HttpResponse:
