@@ -22,7 +22,8 @@ from .forms import AuditFilterForm
 @tenant_page()
 def audit_log(request: HttpRequest, tenant: Tenant) -> HttpResponse:
     """``/t/<slug>/audit/``: the tenant's audit events, newest first, filtered by the
-    search ``q`` (events of the runs the inbox search finds) and ``actor``/``action``/
+    search ``q`` (events of the runs the inbox search finds, or of an incident reference
+    starting with it: ``selectors.audit_list``) and ``actor``/``action``/
     ``run``, paged backwards with ``before``."""
     form = AuditFilterForm.from_request(request)
     data = form.cleaned_data
