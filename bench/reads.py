@@ -9,7 +9,7 @@ queries (``CaptureQueriesContext``). The tenant measured is ``load-00``, which h
 
 Memory: a forked process sends API ``GET``\\ s with the writer's bearer token (a run
 list, a resume preview, the report, in turn) and reads its own resident set size after 1,000
-requests and at the end.
+requests (after half of them in a run of fewer than 2,000: ``memory_marks``) and at the end.
 """
 
 from __future__ import annotations
@@ -201,12 +201,32 @@ def _memory_child(n: int, marks: list[int], queue) -> None:
         queue.put({"error": f"{type(exc).__name__}: {exc}"})
 
 
+#: The first RSS reading, after the warm-up (imports, caches, the first queries' plans):
+#: the memory row compares the end with it.
+MEMORY_FIRST = 1000
+
+
+def memory_marks(requests: int) -> tuple[int, list[int]]:
+    """``(first, marks)``: after how many of ``requests`` (>= 2) API GETs the memory run
+    reads its RSS first (``MEMORY_FIRST``, or half of them in a run of fewer than
+    ``2 * MEMORY_FIRST``, so a short run such as ``--smoke``'s 200 still compares two
+    different sizes and its ratio can fail) and every count it reads it at, ending with
+    ``requests``. Raises ``ValueError`` for fewer than 2 requests (nothing to compare)."""
+    if requests < 2:
+        raise ValueError("the memory run needs at least 2 requests: it compares two sizes")
+    first = MEMORY_FIRST if requests >= 2 * MEMORY_FIRST else requests // 2
+    return first, sorted({first, *(m for m in (5000, 10000, 20000, 50000) if m < requests),
+                          requests})
+
+
 def memory(*, requests: int, say) -> dict:
-    """RSS of one process serving ``requests`` API GETs: after 1,000 and at the end."""
+    """RSS of one process serving ``requests`` API GETs: after ``first`` of them
+    (``memory_marks``) and at the end; ``ratio`` is the end's over the first's. Returns
+    ``{"rss_kib": {count: KiB}, "requests", "first", "after_first_kib",
+    "after_last_kib", "ratio", "seconds", "tenant", "urls"}``."""
     from django.db import connections
 
-    first = min(1000, requests)
-    marks = sorted({first, *(m for m in (5000, 10000, 20000, 50000) if m < requests), requests})
+    first, marks = memory_marks(requests)
     connections.close_all()
     ctx = mp.get_context("fork")
     queue = ctx.Queue()
@@ -218,6 +238,7 @@ def memory(*, requests: int, say) -> dict:
         raise SystemExit(f"bench: the memory run failed: {result['error']}")
     rss = result["rss_kib"]
     result["requests"] = requests
+    result["first"] = first
     result["after_first_kib"] = rss[first]
     result["after_last_kib"] = rss[requests]
     result["ratio"] = round(rss[requests] / rss[first], 3)

@@ -29,7 +29,9 @@
    tab, the counts, the report, the API lists, a run page and API run detail of a run
    with ``--long-run-revisions`` revisions and the resume decision are timed (p50/p95)
    with their query counts.
-4. Memory: a web worker's RSS after 1,000 API GETs and after ``--memory-requests``.
+4. Memory: a web worker's RSS after 1,000 API GETs (half of ``--memory-requests`` when
+   fewer than 2,000, as ``--smoke``'s 200: ``reads.memory_marks``) and after
+   ``--memory-requests``.
 5. Notifications (``bench/bench_notify.py``, in its own process and database
    ``<db>_notify``): delivery latency from a state change's commit to a loopback
    receiver (p50/p99, a round every 1 s and 5 s), the outbox's dispatch and send rates
@@ -163,6 +165,8 @@ def _args(argv=None):
     args.size_list = sorted(int(s) for s in sizes.split(",") if s.strip())
     if args.memory_requests is None:
         args.memory_requests = 100_000 if args.full else 20_000
+    if args.memory_requests < 2:
+        p.error("--memory-requests: at least 2 (the memory row compares two sizes)")
     return args
 
 

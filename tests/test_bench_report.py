@@ -5,7 +5,20 @@ best round against another row's), each round is labelled with its commit-flush 
 
 from __future__ import annotations
 
-from bench.report import HOLDS, NO_DATA, NOT_YET, judged, regimes, round_ratios, write_targets
+import pytest
+
+from bench import reads
+from bench.report import (
+    HOLDS,
+    NO_DATA,
+    NOT_YET,
+    judged,
+    regimes,
+    round_ratios,
+    targets,
+    write_targets,
+)
+from bench.run import QUICK, SMOKE
 
 
 def _row(variant, writers, per_round, *, p50=None, tenants=1, contended=False, name=None):
@@ -75,3 +88,24 @@ def test_a_smoke_runs_table_says_its_verdicts_are_not_the_targets():
     plain = render({"meta": {"smoke": False}, "targets": rows})
     assert "(smoke)" not in plain and "SMOKE" not in plain
     assert plain.splitlines()[0].startswith("TARGETS")
+
+
+def test_the_memory_row_compares_two_sizes_at_every_run_size():
+    """``--smoke`` sends 200 requests: the memory row read its first RSS after
+    ``min(1000, 200)`` = 200 requests, so it compared the end with itself (x1.00, a
+    verdict that could not fail: the newcomer's finding). It now reads it after half of
+    a short run; a long run still after 1,000."""
+    first, marks = reads.memory_marks(SMOKE["memory_requests"])
+    assert (first, marks) == (100, [100, 200])
+    assert reads.memory_marks(QUICK["memory_requests"]) == (1000, [1000, 2000])
+    assert reads.memory_marks(20_000) == (1000, [1000, 5000, 10000, 20000])
+    assert reads.memory_marks(2) == (1, [1, 2])
+    with pytest.raises(ValueError):
+        reads.memory_marks(1)
+    grew = {"requests": 200, "first": 100, "rss_kib": {"100": 80_000, "200": 104_000},
+            "ratio": 1.3}
+    row = next(t for t in targets({"memory": grew}) if "RSS" in t["target"])
+    assert row["target"] == "worker RSS after 200 requests within 20% of after 100"
+    assert (row["value"], row["verdict"]) == (1.3, NOT_YET)  # the ratio can fail
+    flat = dict(grew, rss_kib={"100": 80_000, "200": 81_000}, ratio=1.01)
+    assert next(t for t in targets({"memory": flat}) if "RSS" in t["target"])["verdict"] == HOLDS

@@ -162,7 +162,8 @@ class AuditListParams(Params):
     action = Text(max_length=column_limit(AuditEvent, "action"))
     before_seq = _int(1, MAX_REVISION, "from the previous page's next URL")
     q = Text(max_length=SEARCH_MAX,
-             help_text="only events of the runs this search finds (as GET …/runs?q=)")
+             help_text="only events of the runs this search finds (as GET …/runs?q=), and "
+                       "events whose incident reference starts with it (case-insensitive)")
     limit = _int(1, 200, "page size", default=100)
 
 

@@ -25,7 +25,7 @@ One refusal is not an error page: reconcile while the run's owner is live (``Own
 answers 409 with the run page itself, the reason shown where the button was.
 
 Caching: every dashboard response carries ``Vary: HX-Request`` (``vary_on_htmx``; the
-405s of ``require_GET``/``require_POST`` and CSRF failures too), since the same URL
+405s of ``require_safe``/``require_POST`` and CSRF failures too), since the same URL
 answers a whole page or a fragment (or an error page or an error fragment) depending on
 that header; every answer is ``no-store`` (``security.PrivateNoStoreMiddleware``). An htmx
 history restore gets the whole page (``whole_page_for_history``), so every answer of a

@@ -168,17 +168,26 @@ def run_reconcile(request: HttpRequest, tenant: Tenant, run_id: str) -> HttpResp
                                         reason=_reason(request))
     except OwnerLive as exc:
         return _owner_live_refusal(request, tenant, run, exc)
+    return _action_done(request, tenant, run.uuid, reconcile_notice(queued))
+
+
+def reconcile_notice(queued) -> str:
+    """The run page's notice after a reconcile, from ``services.run_reconcile``'s answer:
+    chosen by where the requests went (``dispatch``, the API answer's field of the same
+    name), so the page and the API say the same: ran in this process (the section below
+    shows the answers), handed to a worker (reload to see them), or waiting for the
+    worker (the service's ``detail``)."""
     n = len(queued.requests)
     what = f"Reconciliation of {n} effect{'s' if n != 1 else ''} requested " \
            f"(task {queued.task_id[:8]})"
-    if not queued.dispatched:
-        notice = f"{what}: {queued.detail}."
-    elif queued.results:
-        notice = f"{what}; the section below shows what the services answered."
-    else:
-        notice = (f"{what}; a worker is asking the services, so reload in a moment to see "
-                  f"their answers.")
-    return _action_done(request, tenant, run.uuid, notice)
+    where = services.reconcile_requests
+    if not queued.dispatched or queued.dispatch == where.WAITING:
+        return f"{what}: {queued.detail}."
+    if queued.dispatch == where.IN_PROCESS:
+        return (f"{what} and run in this process; the section below shows what the services "
+                f"answered.")
+    return (f"{what}; a worker is asking the services, so reload in a moment to see their "
+            f"answers.")
 
 
 def _owner_live_refusal(request: HttpRequest, tenant: Tenant, run, exc: OwnerLive):

@@ -19,11 +19,18 @@ from django.urls import reverse
 from .. import roles, selectors, services
 from ..exceptions import DomainError, PossibleDuplicate
 from ..models import Tenant
-from .common import _base_context, _require_valid, dashboard, require_GET, require_POST, tenant_page
+from .common import (
+    _base_context,
+    _require_valid,
+    dashboard,
+    require_POST,
+    require_safe,
+    tenant_page,
+)
 from .forms import BulkApproveForm, DecideForm, NoQuery
 
 
-@require_GET
+@require_safe
 @dashboard
 @tenant_page(roles.APPROVE)
 def approval_queue(request: HttpRequest, tenant: Tenant) -> HttpResponse:

@@ -13,16 +13,17 @@ from .. import audittree, selectors
 from ..models import Tenant
 from ..templatetags.dashboard import duration
 from ..vocab import AuditAction
-from .common import _base_context, dashboard, require_GET, tenant_page
+from .common import _base_context, dashboard, require_safe, tenant_page
 from .forms import AuditFilterForm
 
 
-@require_GET
+@require_safe
 @dashboard
 @tenant_page()
 def audit_log(request: HttpRequest, tenant: Tenant) -> HttpResponse:
     """``/t/<slug>/audit/``: the tenant's audit events, newest first, filtered by the
-    search ``q`` (events of the runs the inbox search finds) and ``actor``/``action``/
+    search ``q`` (events of the runs the inbox search finds, or of an incident reference
+    starting with it: ``selectors.audit_list``) and ``actor``/``action``/
     ``run``, paged backwards with ``before``."""
     form = AuditFilterForm.from_request(request)
     data = form.cleaned_data

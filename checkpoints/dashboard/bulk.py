@@ -19,7 +19,14 @@ from ..vocab import (
     ReconcileAnswer,
     ReconcileState,
 )
-from .common import _base_context, _require_valid, dashboard, require_GET, require_POST, tenant_page
+from .common import (
+    _base_context,
+    _require_valid,
+    dashboard,
+    require_POST,
+    require_safe,
+    tenant_page,
+)
 from .forms import BULK_MATCHING, BulkForm, InboxFilterForm, NoQuery, ReasonForm
 from .inbox import _run_filters
 
@@ -137,7 +144,7 @@ def _what_happened(item, outcome: selectors.RunOutcome) -> str:
     return f"{item.detail}; " + "; ".join(ends)
 
 
-@require_GET
+@require_safe
 @dashboard
 @tenant_page()
 def bulk_detail(request: HttpRequest, tenant: Tenant, bulk_id: str) -> HttpResponse:

@@ -1,5 +1,5 @@
 """What every dashboard view shares: the decorator stack (``dashboard``, ``tenant_page``,
-``require_GET``/``require_POST``), the mapping of domain errors to pages or fragments,
+``require_safe``/``require_POST``), the mapping of domain errors to pages or fragments,
 the message in place for htmx, the POSTed reason and the context every page starts
 from (``_base_context``)."""
 
@@ -139,15 +139,18 @@ def vary_on_htmx(view: Callable) -> Callable:
     return wrapper
 
 
-def require_GET(view: Callable) -> Callable:  # noqa: N802 (Django's name)
-    """Django's ``require_GET`` whose 405 also says ``Vary: HX-Request``: it sits
-    outside ``@dashboard``, and every dashboard answer, errors included, says it."""
-    return vary_on_htmx(http.require_GET(view))
+def require_safe(view: Callable) -> Callable:
+    """Django's ``require_safe`` (GET and HEAD; any other method is a 405) whose 405 also
+    says ``Vary: HX-Request``: it sits outside ``@dashboard``, and every dashboard
+    answer, errors included, says it. HEAD runs the GET view (same status and headers;
+    the server drops the body: gunicorn, runserver and the test client do), so every
+    page that answers GET answers HEAD as the API does, and writes nothing either."""
+    return vary_on_htmx(http.require_safe(view))
 
 
 def require_POST(view: Callable) -> Callable:  # noqa: N802 (Django's name)
     """Django's ``require_POST`` whose 405 also says ``Vary: HX-Request`` (as
-    ``require_GET``)."""
+    ``require_safe``)."""
     return vary_on_htmx(http.require_POST(view))
 
 

@@ -14,7 +14,7 @@ from django.shortcuts import redirect, render
 from .. import roles, selectors, services
 from ..exceptions import DomainError
 from ..models import Tenant
-from .common import _base_context, dashboard, form_refusal, require_GET, require_POST, tenant_page
+from .common import _base_context, dashboard, form_refusal, require_POST, require_safe, tenant_page
 from .forms import POLICY_NUMBERS, TombstonePageForm, policy_fields, subject_line
 
 #: Where the policy form shows a service's refusal: the field its message names.
@@ -61,7 +61,7 @@ def _page(request: HttpRequest, tenant: Tenant, *, before: int | None = None,
     return render(request, "checkpoints/data.html", context, status=status)
 
 
-@require_GET
+@require_safe
 @dashboard
 @tenant_page()
 def data_page(request: HttpRequest, tenant: Tenant) -> HttpResponse:

@@ -261,7 +261,8 @@ class IncidentForm(forms.Form):
 
 
 class AuditFilterForm(QueryForm):
-    """Audit log query string: ``q`` (the events of the runs the inbox search finds),
+    """Audit log query string: ``q`` (the events of the runs the inbox search finds, and
+    those whose incident reference starts with it: ``selectors.audit_list``),
     ``actor`` (username or ``system``), ``action``, ``run`` (a run UUID) and ``before``
     (page backwards from this sequence number)."""
 

@@ -15,11 +15,11 @@ from .. import dbclock, declared, kinds, replica, roles, selectors
 from ..models import BULK_JOB_MAX_RUNS, BULK_MAX_RUNS, Tenant
 from ..permissions import tenant_perms
 from ..vocab import BulkActionKind, RecoveryState
-from .common import _base_context, dashboard, require_GET, tenant_page
+from .common import _base_context, dashboard, require_safe, tenant_page
 from .forms import ALL_TAB, BACK_MAX, DEFAULT_TAB, InboxFilterForm, NoQuery
 
 
-@require_GET
+@require_safe
 @dashboard
 def home(request: HttpRequest) -> HttpResponse:
     """``/``: the first tenant's inbox, or a page saying the account has no role anywhere.
@@ -208,7 +208,7 @@ def _default_tab(request: HttpRequest, tenant: Tenant, counts: dict[str, int], *
     return DEFAULT_TAB
 
 
-@require_GET
+@require_safe
 @dashboard
 @tenant_page()
 @replica.replica_reads
@@ -256,7 +256,7 @@ def _migration_offers(request: HttpRequest, tenant: Tenant, context: dict) -> No
         row["migrate_to"] = offers.get(row["kind"])
 
 
-@require_GET
+@require_safe
 @dashboard
 @tenant_page()
 @replica.replica_reads

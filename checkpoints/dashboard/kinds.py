@@ -28,8 +28,8 @@ from .common import (
     _base_context,
     _require_valid,
     dashboard,
-    require_GET,
     require_POST,
+    require_safe,
     tenant_page,
 )
 from .forms import MigrationForm, MigrationPreviewForm, NoQuery
@@ -37,7 +37,7 @@ from .forms import MigrationForm, MigrationPreviewForm, NoQuery
 T = TypeVar("T")
 
 
-@require_GET
+@require_safe
 @dashboard
 @tenant_page()
 def kind_list(request: HttpRequest, tenant: Tenant) -> HttpResponse:
@@ -69,7 +69,7 @@ def _url_version(value: str) -> int:
         raise NotFound("no such kind version") from None
 
 
-@require_GET
+@require_safe
 @dashboard
 @tenant_page()
 def kind_version(request: HttpRequest, tenant: Tenant, kind: str, version: str) -> HttpResponse:
@@ -103,7 +103,7 @@ def _require_kind(request: HttpRequest, tenant: Tenant, kind: str) -> None:
         raise NotFound("no such kind (neither in code nor declared by this tenant)")
 
 
-@require_GET
+@require_safe
 @dashboard
 @tenant_page(roles.MANAGE)
 def migration_preview_page(request: HttpRequest, tenant: Tenant, kind: str) -> HttpResponse:
@@ -163,7 +163,7 @@ def migration_submit(request: HttpRequest, tenant: Tenant, kind: str) -> HttpRes
     return response
 
 
-@require_GET
+@require_safe
 @dashboard
 @tenant_page()
 def migration_detail(request: HttpRequest, tenant: Tenant, kind: str, job_id: str

@@ -21,8 +21,8 @@ from .common import (
     _reason,
     dashboard,
     form_refusal,
-    require_GET,
     require_POST,
+    require_safe,
     tenant_page,
 )
 from .forms import LINE_BREAK, NoQuery, posted
@@ -42,7 +42,7 @@ def _counts_words(counts: dict) -> str:
     return words
 
 
-@require_GET
+@require_safe
 @dashboard
 @tenant_page()
 def erasure_requests(request: HttpRequest, tenant: Tenant) -> HttpResponse:
@@ -136,7 +136,7 @@ def _hold_scope(post: dict) -> dict:
     return {}
 
 
-@require_GET
+@require_safe
 @dashboard
 @tenant_page()
 def legal_holds(request: HttpRequest, tenant: Tenant) -> HttpResponse:

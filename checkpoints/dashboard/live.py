@@ -23,7 +23,7 @@ from django.shortcuts import render
 
 from .. import replica, selectors
 from ..models import Tenant
-from .common import dashboard, require_GET, tenant_page
+from .common import dashboard, require_safe, tenant_page
 from .forms import ALL_TAB, NewRunsForm
 from .inbox import INBOX_POLL_S, _run_filters, check_cursor
 
@@ -62,7 +62,7 @@ def new_runs_context(tenant: Tenant, query: dict, state: str, since: int, n: int
             "inbox_poll_s": INBOX_POLL_S}
 
 
-@require_GET
+@require_safe
 @dashboard
 @tenant_page()
 @replica.replica_reads

@@ -38,8 +38,8 @@ from .common import (
     _require_valid,
     dashboard,
     form_refusal,
-    require_GET,
     require_POST,
+    require_safe,
     tenant_page,
 )
 from .forms import NoQuery, typed_number
@@ -216,7 +216,7 @@ def _see_other(name: str, **kwargs) -> HttpResponse:
     return response
 
 
-@require_GET
+@require_safe
 @dashboard
 @tenant_page()
 def notification_list(request: HttpRequest, tenant: Tenant) -> HttpResponse:
@@ -256,7 +256,7 @@ def notification_create(request: HttpRequest, tenant: Tenant) -> HttpResponse:
     return _see_other("notification_detail", slug=tenant.slug, endpoint_id=str(endpoint.uuid))
 
 
-@require_GET
+@require_safe
 @dashboard
 @tenant_page()
 def notification_detail(request: HttpRequest, tenant: Tenant, endpoint_id: str) -> HttpResponse:

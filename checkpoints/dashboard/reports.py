@@ -14,10 +14,10 @@ from .. import replica, reports, selectors
 from ..models import Tenant
 from ..templatetags.dashboard import label
 from ..vocab import RecoveryState
-from .common import _base_context, dashboard, require_GET, tenant_page
+from .common import _base_context, dashboard, require_safe, tenant_page
 
 
-@require_GET
+@require_safe
 @dashboard
 @tenant_page()
 @replica.replica_reads

@@ -35,8 +35,8 @@ from .common import (
     _reason,
     _require_valid,
     dashboard,
-    require_GET,
     require_POST,
+    require_safe,
     tenant_page,
 )
 from .forms import DiffForm, HistoryForm, LiveRunForm, NoQuery, RevealForm, RunPageForm, back_target
@@ -117,7 +117,7 @@ def _asked_back(request: HttpRequest) -> str:
     """The ``back`` the run page was asked with: a GET's own ``?back=``; an htmx action's,
     the ``back`` of the page it was sent from (``HX-Current-URL``), so the link still
     returns there after the action's swap."""
-    if request.method == "GET":
+    if request.method in ("GET", "HEAD"):
         return request.GET.get("back", "")
     current = request.htmx.current_url_abs_path if request.htmx else None
     values = parse_qs(urlsplit(current or "").query).get("back", [])
@@ -280,7 +280,7 @@ def _run_context(request: HttpRequest, tenant: Tenant, run_id, **extra) -> dict:
     return context
 
 
-@require_GET
+@require_safe
 @dashboard
 @tenant_page()
 def run_live(request: HttpRequest, tenant: Tenant, run_id: str) -> HttpResponse:
@@ -299,7 +299,7 @@ def run_live(request: HttpRequest, tenant: Tenant, run_id: str) -> HttpResponse:
     return reswap(retarget(response, "#run-body"), "outerHTML")
 
 
-@require_GET
+@require_safe
 @dashboard
 @tenant_page()
 def run_detail(request: HttpRequest, tenant: Tenant, run_id: str) -> HttpResponse:
@@ -329,7 +329,7 @@ def _history(request: HttpRequest, tenant: Tenant, partial: str, run, context: d
     return render(request, "checkpoints/history.html", context)
 
 
-@require_GET
+@require_safe
 @dashboard
 @tenant_page()
 def checkpoint_history(request: HttpRequest, tenant: Tenant, checkpoint_id: str) -> HttpResponse:
@@ -345,7 +345,7 @@ def checkpoint_history(request: HttpRequest, tenant: Tenant, checkpoint_id: str)
                     {"cp": cp, "revisions": page.rows, "older": page.older, "before": before})
 
 
-@require_GET
+@require_safe
 @dashboard
 @tenant_page()
 def effect_history(request: HttpRequest, tenant: Tenant, effect_id: str) -> HttpResponse:
@@ -359,7 +359,7 @@ def effect_history(request: HttpRequest, tenant: Tenant, effect_id: str) -> Http
                     {"e": effect, "history": page.rows, "older": page.older, "before": before})
 
 
-@require_GET
+@require_safe
 @dashboard
 @tenant_page()
 def run_audit(request: HttpRequest, tenant: Tenant, run_id: str) -> HttpResponse:

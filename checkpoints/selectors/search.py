@@ -167,12 +167,13 @@ class _IdAmong(Func):
     planner can combine it with the trigram and uuid conditions in one ``BitmapOr`` (a
     narrow search) or check it row by row while reading an index in the list's order
     (a broad one). An ``IN (subquery)`` inside an ``OR`` is a per-row hashed subplan,
-    which no bitmap can use."""
+    which no bitmap can use. ``column``: another column than ``id`` (the audit log's
+    ``run_uuid``)."""
 
     output_field = BooleanField()
 
-    def __init__(self, subquery: QuerySet):
-        super().__init__(F("id"), subquery)
+    def __init__(self, subquery: QuerySet, column: str = "id"):
+        super().__init__(F(column), subquery)
 
     def as_sql(self, compiler, connection, **extra):
         column, column_params = compiler.compile(self.source_expressions[0])
@@ -214,3 +215,16 @@ def search_match(tenant: Tenant, text: str) -> Q:
         match |= Q(_IdAmong(parts[0].union(*parts[1:], all=True) if len(parts) > 1
                             else parts[0]))
     return match
+
+
+def incident_match(text: str) -> Q:
+    """The audit events a search for ``text`` (as ``search_terms`` returns it) finds by
+    their incident reference (``AuditEvent.incident_ref``, the ``INC-2041`` a reviewer
+    typed, shown on the audit log's rows): a case-insensitive prefix, as the run and
+    checkpoint ids are matched (``INC-2041`` finds ``inc-2041`` and ``INC-2041-b``;
+    ``INC-20`` every incident it starts). On PostgreSQL ``UPPER(incident_ref::text) LIKE
+    UPPER('INC-20%')`` is a range of the partial index ``audit_incident_idx``
+    ``(tenant, UPPER(incident_ref) text_pattern_ops, seq DESC) WHERE incident_ref IS NOT
+    NULL`` (migration 0043). The audit log's one rule for it: its page and
+    ``GET …/audit-events?q=`` both filter through ``audit_list``."""
+    return Q(incident_ref__istartswith=text)

@@ -42,6 +42,15 @@ log = logging.getLogger(__name__)
 #: when there is no broker (the embedded default's in-process worker).
 EXECUTE = "checkpoints.jobs.reconciliation.execute"
 
+#: Where ``dispatch`` handed requests (``Sent.dispatch``, the reconcile answer's
+#: ``dispatch``): ``in_process``: run in this process before the answer (no broker, the
+#: embedded default), each request's own ``state`` says how it ended; ``worker``:
+#: published to the task queue for a Celery worker, which may still be running them;
+#: ``waiting``: handed to nobody yet (the task queue was unavailable, or a delayed send
+#: without a broker): stored ``queued``, the sweep sends them when something can run them.
+IN_PROCESS, WORKER, WAITING = "in_process", "worker", "waiting"
+DISPATCH_WHERE = (IN_PROCESS, WORKER, WAITING)
+
 #: What ``dispatch`` writes into a request it could not hand to the broker (the run page
 #: says "queued, will run when the worker is back" for it).
 _DISPATCH = ("dispatch marks, by primary key, the requests it was handed (read scoped by "
@@ -51,14 +60,17 @@ _DISPATCH = ("dispatch marks, by primary key, the requests it was handed (read s
 @dataclass
 class ReconcileQueued:
     """What ``run_reconcile`` did: the ``task_id`` given to the reviewer, the requests
-    (one per in-doubt effect), and whether they reached a worker (``dispatched``) or
-    wait for one (``detail`` says so in words for people)."""
+    (one per in-doubt effect), whether they were handed to a worker (``dispatched``) or
+    wait for one, where (``dispatch``: one of ``DISPATCH_WHERE``, or "" while the
+    caller's transaction has not committed, as nothing is handed over before), and
+    ``detail``, the same in words for people."""
 
     task_id: str
     requests: list[ReconcileRequest]
     dispatched: bool = True
     detail: str = ""
     results: list[dict] = field(default_factory=list)
+    dispatch: str = ""
 
 def run_reconcile(*, actor, tenant: Tenant, run_id: uuid.UUID, reason: str,
                   bulk_id: uuid.UUID | None = None) -> ReconcileQueued:
@@ -119,6 +131,7 @@ def run_reconcile(*, actor, tenant: Tenant, run_id: uuid.UUID, reason: str,
             outcome.dispatched = sent.ok
             outcome.detail = sent.detail
             outcome.results = sent.results
+            outcome.dispatch = sent.dispatch
 
         transaction.on_commit(send)
     return outcome
@@ -129,21 +142,29 @@ def run_reconcile(*, actor, tenant: Tenant, run_id: uuid.UUID, reason: str,
 
 @dataclass
 class Sent:
+    """What ``dispatch`` did: ``ok`` (false only when the task queue refused), ``detail`` (in
+    words for people), ``results`` (the in-process runs' results) and ``dispatch``, where
+    the requests went (``DISPATCH_WHERE``)."""
+
     ok: bool
     detail: str
     results: list[dict] = field(default_factory=list)
+    dispatch: str = WORKER
 
 
 def dispatch(request_pks: list[int], *, countdown: float | None = None) -> Sent:
     """Hand requests to a worker. With a broker: one ``reconcile_effect`` message each
-    (by task name, so services never import tasks); a publish error leaves them stored
-    and ``queued`` (the sweep sends them later) and says so. Without a broker: run each
-    now, in this process (the embedded default's in-process worker)."""
+    (by task name, so services never import tasks; ``dispatch`` ``worker``); a publish
+    error leaves them stored and ``queued`` (the sweep sends them later) and says so
+    (``ok`` false, ``dispatch`` ``waiting``). Without a broker: run each now, in this
+    process (the embedded default's in-process worker; ``dispatch`` ``in_process``, the
+    requests' own states tell how each ended), or with a ``countdown`` leave them for
+    the sweep (``waiting``)."""
     if not request_pks:
         return Sent(True, "nothing to reconcile")
     if not broker_configured():
         if countdown:
-            return Sent(True, "queued for the in-process worker")
+            return Sent(True, "queued for the in-process worker", dispatch=WAITING)
         results = []
         for pk in request_pks:
             try:
@@ -152,7 +173,8 @@ def dispatch(request_pks: list[int], *, countdown: float | None = None) -> Sent:
                 log.exception("reconcile request %s failed in this process; the sweep will "
                               "run it again", pk)
                 results.append({"request": pk, "result": "error"})
-        return Sent(True, "reconciled in this process", results)
+        return Sent(True, "ran in this process before this answer; each request's state "
+                          "says how it ended", results, IN_PROCESS)
     try:
         for pk in request_pks:
             current_app.send_task("checkpoints.tasks.reconcile_effect", args=[pk],
@@ -164,10 +186,10 @@ def dispatch(request_pks: list[int], *, countdown: float | None = None) -> Sent:
         (ReconcileRequest.objects.for_all_tenants(reason=_DISPATCH)
          .filter(pk__in=request_pks, state=ReconcileState.QUEUED).update(last_error=why[:500]))
         return Sent(False, "queued; the task queue is unavailable, so it will run when the "
-                           "worker is back (nothing is lost)")
+                           "worker is back (nothing is lost)", dispatch=WAITING)
     (ReconcileRequest.objects.for_all_tenants(reason=_DISPATCH).filter(pk__in=request_pks)
      .update(dispatched_at=NOW))
-    return Sent(True, "queued for a worker")
+    return Sent(True, "queued for a worker", dispatch=WORKER)
 
 
 def redrive(limit: int = 200) -> int:

@@ -190,7 +190,7 @@ def test_it_queues_reconciliation_with_202_and_a_task_id(api_as, rita, in_doubt,
     with django_capture_on_commit_callbacks(execute=True) as callbacks:
         r = post(api_as(rita), "acme", f"runs/{rid}/reconcile", {"reason": "check payments"})
     assert r.status_code == 202
-    assert set(r.json()) == {"task_id", "queued", "detail", "requests"}
+    assert set(r.json()) == {"task_id", "queued", "dispatch", "detail", "requests"}
     assert [q["effect_id"] for q in r.json()["requests"]] == [eid]
     assert len(callbacks) == 1
     # The in-process worker asked the service's reconciler; "payments" has no lookup here

@@ -33,7 +33,7 @@ def test_a_broker_outage_answers_202_queued_false_and_loses_nothing(
         r = post(api_as(rita), "acme", f"runs/{run.run_id}/reconcile", {"reason": "died"})
         assert r.status_code == 202, r.content
         body = r.json()
-        assert body["queued"] is False
+        assert (body["queued"], body["dispatch"]) == (False, "waiting")
         assert "queued" in body["detail"] and "worker is back" in body["detail"]
         assert {q["state"] for q in body["requests"]} == {"queued"}
         stored = list(ReconcileRequest.objects.order_by("pk"))

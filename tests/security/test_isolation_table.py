@@ -871,3 +871,55 @@ def test_isolation_row(world, name, index, op):
 # A rule matrix: database-independent, so `make test` runs it once, on PostgreSQL
 # (test-sqlite deselects the `matrix` marker).
 pytestmark = pytest.mark.matrix
+
+
+# --------------------------------------------------------------------------------------
+# HEAD answers as GET does (the newcomer's finding: the dashboard's pages refused HEAD
+# with a 405 while the API answered it)
+# --------------------------------------------------------------------------------------
+
+ROUTES = dict(PATTERNS)
+#: Every recipe's GET of a pattern outside the API: the dashboard's pages and fragments,
+#: the login page, ``/healthz`` and ``/readyz``, the API docs page (the API itself
+#: answers HEAD through ``TenantApi``).
+PAGE_GETS = [(name, i, op) for name, i, op in CASES
+             if op.method == "get" and "api/v1/" not in ROUTES[name]]
+#: Headers a HEAD must answer as its GET does.
+SAME_HEADERS = ("Content-Type", "Location", "Vary", "Cache-Control", "Allow")
+
+
+def test_every_page_get_has_a_head_case():
+    """The HEAD cases are the isolation table's GETs outside the API (every pattern has
+    a recipe: ``test_every_url_pattern_has_a_recipe``), the pages named in the finding
+    among them."""
+    gets = {name for name, _, op in PAGE_GETS}
+    assert {"run_list", "run_detail", "audit_log", "login", "healthz", "readyz"} <= gets
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("name", "index", "op"), PAGE_GETS,
+                         ids=[f"{n}-{i}" for n, i, _ in PAGE_GETS])
+def test_head_answers_as_get(world, name, index, op):
+    """For every identity: HEAD's status and headers are GET's, its body is empty, and
+    it changes nothing (a GET writes nothing, nor does HEAD)."""
+    path = reverse(name, kwargs=op.kwargs(world)) + (f"?{op.query}" if op.query else "")
+    failures = []
+    for ident in world.identities:
+        client = ident.web() if op.surface == "web" else ident.api()
+        with transaction.atomic():
+            before = state()
+            head = client.head(path)
+            after = state()
+            got = client.get(path)
+            transaction.set_rollback(True)
+        if head.status_code != got.status_code:
+            failures.append(f"{ident.name}: HEAD {head.status_code}, GET {got.status_code}")
+        for header in SAME_HEADERS:
+            if head.get(header) != got.get(header):
+                failures.append(f"{ident.name}: {header} {head.get(header)!r} on HEAD, "
+                                f"{got.get(header)!r} on GET")
+        if head.content:
+            failures.append(f"{ident.name}: HEAD answered a body")
+        if after != before:
+            failures.append(f"{ident.name}: HEAD changed something")
+    assert not failures, f"HEAD {path}\n" + "\n".join(failures)

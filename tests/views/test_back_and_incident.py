@@ -15,6 +15,7 @@ from django.urls import reverse
 from checkpoints import audit, audittree, services
 from checkpoints.models import AuditEvent
 from checkpoints.templatetags.dashboard import duration
+from tests.api.apihelpers import get
 from tests.views.test_access import REASON
 
 pytestmark = pytest.mark.django_db
@@ -174,6 +175,42 @@ def test_clearing_or_changing_the_incident_forgets_its_reason(login, rita, unkno
     response = _set_incident(client, "", HTTP_HX_REQUEST="true")
     assert response.status_code == 200 and 'id="incident"' in response.content.decode()
     assert "recovery.incident_ref" not in client.session
+
+
+def test_the_audit_search_finds_the_incident_ref_its_rows_show(login, rita, vic, unknown,
+                                                                api_as, acme):
+    """The audit log shows each event's incident reference; its search box (the page's
+    ``q`` and ``GET …/audit-events?q=``, one rule: ``selectors.search.incident_match``)
+    finds the events by it: a case-insensitive prefix, as run and checkpoint ids."""
+    client = login(rita)
+    _set_incident(client, "INC-2041")
+    client.post(reverse("run_retry_request", args=["acme", unknown.run_id]),
+                {"reason": "the gateway has no look-up"})
+    with audit.working_on("OPS-7"):  # another incident's event of the same run
+        services.run_close(actor=rita, tenant=acme, run_id=unknown.run_id,
+                           reason="handled by hand")
+    assert AuditEvent.objects.filter(incident_ref="OPS-7").exists()
+    tagged = set(AuditEvent.objects.filter(incident_ref="INC-2041").values_list("pk", flat=True))
+    assert tagged
+    for q in ("INC-2041", "inc-2041", "INC-20", " INC-2041 "):
+        page = client.get(reverse("audit_log", args=["acme"]), {"q": q})
+        assert page.status_code == 200
+        assert {e.pk for e in page.context["events"]} == tagged, q
+        assert '<span class="incident-ref">INC-2041</span>' in html.unescape(
+            page.content.decode())
+        api = get(api_as(vic), "acme", "audit-events", q=q)
+        assert api.status_code == 200, api.content
+        assert {e["id"] for e in api.json()["results"]} == tagged, q
+    ops = client.get(reverse("audit_log", args=["acme"]), {"q": "ops-7"}).context["events"]
+    assert [e.incident_ref for e in ops] == ["OPS-7"]
+    # A prefix, not a substring; another incident's events are not found.
+    for q in ("NC-2041", "INC-2042", "OPS-8"):
+        assert not client.get(reverse("audit_log", args=["acme"]), {"q": q}).context["events"]
+        assert get(api_as(vic), "acme", "audit-events", q=q).json()["results"] == []
+    # Query parameters are checked as bodies: a control character is a 400 naming q.
+    assert client.get(reverse("audit_log", args=["acme"]), {"q": "INC\x01"}).status_code == 400
+    bad = get(api_as(vic), "acme", "audit-events", q="INC\x01")
+    assert bad.status_code == 400 and bad.json()["detail"].startswith("q:")
 
 
 @pytest.mark.parametrize("ref", ["INC\x002041", "INC\n2041", "x" * 65, "INC\u20282041"])

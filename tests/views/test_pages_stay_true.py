@@ -99,7 +99,7 @@ def test_every_dashboard_answer_varies_on_hx_request(world, login, who, rita, ap
                 statuses.add(response.status_code)
                 where = f"{who} {method} {name} htmx={htmx} ({response.status_code})"
                 _assert_true_to_htmx(response, htmx, where)
-                if response.status_code != 405:  # past require_GET/POST: @dashboard's
+                if response.status_code != 405:  # past require_safe/POST: @dashboard's
                     assert "hx-history-restore-request" in _vary(response), where
     expected = {"rita": {200, 400, 405}, "april": {200, 400, 405}, "vic": {200, 403, 405},
                 "anonymous": {302, 403, 405},

@@ -174,14 +174,23 @@ class ReasonSerializer(serializers.Serializer):
 
 # Rendered from a dict of ``services.run_reconcile``'s answer and the stored requests.
 class TaskSerializer(Answer):
-    """Reconciliation requested: the task and the stored requests it runs."""
+    """Reconciliation requested: the task, where its requests went (``dispatch``) and the
+    stored requests, each with its own ``state`` as of this answer."""
 
 
     task_id = serializers.CharField()
     queued = serializers.BooleanField(
-        help_text="false when the task queue was unavailable: the requests are stored and "
-                  "run when the worker is back")
-    detail = serializers.CharField()
+        help_text="true: the requests were handed over to a worker (see dispatch: they may "
+                  "already have run); false: the task queue was unavailable, the requests "
+                  "are stored and run when the worker is back")
+    dispatch = serializers.CharField(
+        help_text="where the requests went: in_process (no broker: they ran in this process "
+                  "before this answer, each request's state says how it ended: done, "
+                  "gave_up, or queued again for a later look-up), worker (published for a "
+                  "Celery worker, which may still be running them: follow them on GET "
+                  "…/runs/{run_id}), waiting (the task queue was unavailable: stored, the "
+                  "sweep sends them when it is back)")
+    detail = serializers.CharField(help_text="the same in words for people")
     requests = ReconcileRequestSerializer(many=True)
 
 

@@ -201,6 +201,7 @@ class RunReconcileApi(TenantApi):
         requests = reconciliation.requests_get(t, [r.pk for r in queued.requests])
         return Response(s.TaskSerializer.render({"task_id": queued.task_id,
                                                  "queued": queued.dispatched,
+                                                 "dispatch": queued.dispatch,
                                                  "detail": queued.detail, "requests": requests}),
                         status=status.HTTP_202_ACCEPTED)
 

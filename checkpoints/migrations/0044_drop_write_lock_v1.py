@@ -23,5 +23,5 @@ def recreate(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-    dependencies = [("checkpoints", "0042_created_at_database_clock")]
+    dependencies = [("checkpoints", "0043_audit_incident_search")]
     operations = [migrations.RunPython(drop, recreate)]
