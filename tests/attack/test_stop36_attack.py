@@ -25,9 +25,11 @@ from checkpoints import replica, services
 from checkpoints.dbclock import db_now
 from checkpoints.models import (
     AuditEvent,
+    LegalHold,
     NotificationEndpoint,
     ReconcileAttempt,
     ReconcileRequest,
+    Run,
 )
 from checkpoints.ops import health
 from checkpoints.reconcile import Answer
@@ -252,6 +254,28 @@ def test_kind3_every_dashboard_page_refuses_a_parameter_it_does_not_take(world, 
         if r.status_code != 400 or "zz_unknown" not in r.content.decode():
             ignored.append((url, r.status_code))
     assert ignored == []
+
+
+@pytest.mark.no_schema_check(reason="the schema's own answers are under test")
+@pytest.mark.xfail(strict=True, reason="FINDING: GET /api/schema/ ignores a parameter it does "
+                   "not take, a NUL in lang and a duplicated one; format=bogus is 404")
+@pytest.mark.parametrize("query, name", [("zz_unknown=1", "zz_unknown"), ("lang=%00", "lang"),
+                                         ("lang=en&lang=de", "lang"),
+                                         ("format=bogus", "format")])
+def test_kind3_the_schema_endpoint_validates_its_query_like_every_api_path(adam, query, name):
+    """FINDING. ``GET /api/schema/`` (``checkpoints/api/schema.py`` ``SchemaView``, a
+    drf-spectacular ``SpectacularAPIView``) is the one path under ``/api/`` whose query
+    string nobody checks: ``?zz_unknown=1``, ``?lang=%00`` (U+0000) and ``?lang=en&lang=de``
+    answer 200 with the schema, as if they were not there, and ``?format=bogus`` answers 404
+    ``not_found`` (DRF's unknown format suffix). CONTRACT.md 6 ("... and the same in query
+    parameters: 400 ... naming the field") and ``api.params``' rules (a parameter the
+    endpoint does not take, one given twice, U+0000: 400) hold for every ``/api/v1/`` view
+    (``TenantApi.initial`` -> ``params.validate``) but not here. Right: the view declares
+    its parameters (``format``: json or yaml; ``lang``) as a ``Params`` and validates them
+    first, 400 ``{"error": "invalid_payload", "detail": "<name>: ..."}``."""
+    r = _session(adam).get("/api/schema/?" + query)
+    assert r.status_code == 400, (r.status_code, r.get("Content-Type"))
+    assert r.json()["error"] == "invalid_payload" and name in r.json()["detail"]
 
 
 # --- kind 4: time comparisons use the database clock ---------------------------------------
@@ -495,3 +519,59 @@ def test_kind11_the_reveal_and_diff_forms_read_a_revision_as_every_other_revisio
     assert "revision" in reveal.content.decode() and "to_rev" in diff.content.decode()
     assert AuditEvent.objects.count() == before
 
+
+
+def test_kind10_a_writer_who_logs_in_sees_the_dashboard_as_a_viewer(world, acme, vic):
+    """PASS. CONTRACT.md 4: "a writer account that can log in sees the dashboard as a
+    viewer would". A writer with a password and the viewer vic, every dashboard page by
+    GET: the same status for both, and no page shows the writer a payload or receipt
+    the viewer's page hides (the "Reveal" buttons and their answers)."""
+    writer = services.account_create(username="walt", password="x" * 16)
+    services.role_grant(actor=None, tenant=acme, user=writer, role="writer")
+    as_writer, as_viewer = _session(writer), _session(vic)
+    differ = []
+    for url in _dashboard_pages(world):
+        a, b = as_writer.get(url), as_viewer.get(url)
+        if a.status_code != b.status_code:
+            differ.append((url, a.status_code, b.status_code))
+        elif a.status_code == 200:
+            reveal_w = a.content.decode().count("/reveal/") + a.content.decode().count(
+                "/receipt/")
+            reveal_v = b.content.decode().count("/reveal/") + b.content.decode().count(
+                "/receipt/")
+            if reveal_w != reveal_v:
+                differ.append((url, "reveal", reveal_w, reveal_v))
+    assert differ == []
+
+
+def test_kind6_acme_s_admin_names_a_globex_run_in_every_list_of_runs(
+        world, acme, globex, adam, wes, api_as):
+    """PASS. acme's admin names a globex run (the same UUID shape, a real run of another
+    tenant) in every body that takes a list of run ids: ``POST …/legal-holds``, ``POST
+    …/erasure-requests``, ``POST …/bulk-actions``, the legal-hold and bulk forms, and
+    ``GET …/retry-requests?run=``: globex's run is answered as absent (4xx or a per-run
+    "not found"), and nothing is written about it anywhere."""
+    body = envelope(payload={"phase": "ready", "order_id": "G-1"})
+    put_checkpoint(wes, globex, body)
+    other = body["run_id"]
+    api = api_as(adam)
+    answers = {
+        "hold": post(api, "acme", "legal-holds", {"runs": [other], "reason": "r"}),
+        "erasure": post(api, "acme", "erasure-requests", {"runs": [other], "reason": "r"}),
+        "list": get(api, "acme", "retry-requests", run=other),
+    }
+    bulk = api.post("/api/v1/tenants/acme/bulk-actions",
+                    data=json.dumps({"action": "close", "reason": "r", "runs": [other]}),
+                    content_type="application/json", HTTP_IDEMPOTENCY_KEY=str(uuid.uuid4()))
+    assert answers["hold"].status_code in (400, 404), answers["hold"].content
+    assert answers["erasure"].status_code in (400, 404), answers["erasure"].content
+    assert answers["list"].status_code == 200 and answers["list"].json()["results"] == []
+    if bulk.status_code < 300:
+        results = json.dumps(bulk.json())
+        assert "not_found" in results or "refused" in results, results
+    session = _session(adam)
+    form = session.post("/t/acme/legal-holds/place/", {"scope": "runs", "runs": other,
+                                                       "reason": "r"})
+    assert form.status_code in (400, 404), form.status_code
+    assert not any(other in h.run_uuids for h in LegalHold.objects.all())
+    assert Run.objects.get(uuid=other).recovery_state != "closed"
