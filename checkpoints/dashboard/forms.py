@@ -60,10 +60,32 @@ class ReasonForm(forms.Form):
                              error_messages={"required": "a reason is required"})
 
 
+class RevisionNumberField(forms.IntegerField):
+    """A revision or sequence number in a query string or a form (the reveal and diff
+    forms' revisions): ASCII digits only (Django's
+    ``IntegerField`` would take ``" 7"``, ``"+7"`` or ``"\u0661"``, and the API's
+    parameters do not), ``min_value`` (1 unless given)..``MAX_REVISION`` (the column's
+    range). Given empty
+    (``?before=``) it is refused like any typed API parameter; absent, it is ``None``."""
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("min_value", 1)
+        kwargs.setdefault("max_value", MAX_REVISION)
+        super().__init__(**kwargs)
+
+    def to_python(self, value):
+        if value is not None and not (
+                isinstance(value, str) and value.isascii() and value.isdigit()):
+            raise ValidationError("must be a number (digits 0-9)")
+        return super().to_python(value)
+
+
 class RevealForm(ReasonForm):
     """Reveal one revision of a checkpoint's payload; no ``revision`` means the latest."""
 
-    revision = forms.IntegerField(required=False, min_value=0, max_value=MAX_REVISION)
+    # Read as every other revision field is (``RevisionNumberField``: digits only): Django's
+    # IntegerField revealed "1.0", "+1", " 1" or "\u0661" as revision 1 (stop 36's attack).
+    revision = RevisionNumberField(required=False, min_value=0)
 
 
 class CloseForm(ReasonForm):
@@ -87,8 +109,8 @@ class MarkUnknownForm(ReasonForm):
 class DiffForm(ReasonForm):
     """Diff two revisions (``from_rev`` -> ``to_rev``) of one checkpoint; both are revealed."""
 
-    from_rev = forms.IntegerField(min_value=0, max_value=MAX_REVISION, label="from")
-    to_rev = forms.IntegerField(min_value=0, max_value=MAX_REVISION, label="to")
+    from_rev = RevisionNumberField(min_value=0, label="from")
+    to_rev = RevisionNumberField(min_value=0, label="to")
 
 
 class QueryForm(forms.Form):
@@ -129,24 +151,6 @@ class QueryForm(forms.Form):
 class NoQuery(QueryForm):
     """The query string of a page that takes no parameter (the run page, its audit
     fragment, the bulk result page, ``/``): any parameter is a 400 naming it."""
-
-
-class RevisionNumberField(forms.IntegerField):
-    """A revision or sequence number in a query string: ASCII digits only (Django's
-    ``IntegerField`` would take ``" 7"``, ``"+7"`` or ``"\u0661"``, and the API's
-    parameters do not), 1..``MAX_REVISION`` (the column's range). Given empty
-    (``?before=``) it is refused like any typed API parameter; absent, it is ``None``."""
-
-    def __init__(self, **kwargs):
-        kwargs.setdefault("min_value", 1)
-        kwargs.setdefault("max_value", MAX_REVISION)
-        super().__init__(**kwargs)
-
-    def to_python(self, value):
-        if value is not None and not (
-                isinstance(value, str) and value.isascii() and value.isdigit()):
-            raise ValidationError("must be a number (digits 0-9)")
-        return super().to_python(value)
 
 
 def _searchable(value: str) -> None:
