@@ -12,11 +12,29 @@ from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter
 from drf_spectacular.views import SpectacularAPIView
+from rest_framework import serializers
 from rest_framework.renderers import JSONRenderer
+
+from . import params
+
+
+class SchemaParams(params.Params):
+    """``GET /api/schema/``: ``format`` only (``lang`` is not taken: the service has no
+    translations, ``USE_I18N`` off)."""
+
+    format = serializers.ChoiceField(choices=["yaml", "json"], required=False,
+                                     help_text="yaml (default) or json")
 
 
 class SchemaView(SpectacularAPIView):
-    """``GET /api/schema/``; needs an account (``SERVE_PERMISSIONS``)."""
+    """``GET /api/schema/``; needs an account (``SERVE_PERMISSIONS``). Its query string is
+    checked as every API path's is (``params.validate``; stop 36's attack: an unknown
+    parameter, a repeated or NUL one were ignored, ``?format=bogus`` was DRF's 404), before
+    content negotiation reads ``format``."""
+
+    def initial(self, request, *args, **kwargs):
+        params.validate(request, SchemaParams)
+        super().initial(request, *args, **kwargs)
 
     def finalize_response(self, request, response, *args, **kwargs):
         if response.status_code >= 400:
