@@ -1,8 +1,8 @@
 """Attack (stop 36): one input or more of each fault kind, aimed first at what changed
 since 2026-12-03 (the retry-request list, the forms of the data and notifications pages,
 the ticking relative times, ``/readyz``'s degraded replica). A test whose docstring
-starts "FINDING." fails on the code it was written against (marked ``xfail(strict)``
-until the lead fixes it); "PASS." says what was tried and held.
+starts "FINDING." failed on the code it was written against (each fixed in stop 36,
+its ``xfail(strict)`` mark then removed); "PASS." says what was tried and held.
 """
 
 from __future__ import annotations
@@ -257,8 +257,6 @@ def test_kind3_every_dashboard_page_refuses_a_parameter_it_does_not_take(world, 
 
 
 @pytest.mark.no_schema_check(reason="the schema's own answers are under test")
-@pytest.mark.xfail(strict=True, reason="FINDING: GET /api/schema/ ignores a parameter it does "
-                   "not take, a NUL in lang and a duplicated one; format=bogus is 404")
 @pytest.mark.parametrize("query, name", [("zz_unknown=1", "zz_unknown"), ("lang=%00", "lang"),
                                          ("lang=en&lang=de", "lang"),
                                          ("format=bogus", "format")])
@@ -448,8 +446,6 @@ def test_kind10_the_retry_list_shows_no_request_the_approvals_page_hides(world, 
 
 # --- kind 11: two code paths for one rule drift --------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="FINDING: the notifications form str.strip()s a URL "
-                   "and an address the API refuses")
 @pytest.mark.parametrize("tail", ["\x0b", "\x1c", "\x85", "\u2028", "\u3000"])
 def test_kind11_the_notifications_form_takes_a_url_the_api_refuses(acme, adam, api_as, tail):
     """FINDING. ``checkpoints/dashboard/notifications.py`` ``_body``: ``body[target] =
@@ -474,8 +470,6 @@ def test_kind11_the_notifications_form_takes_a_url_the_api_refuses(acme, adam, a
     assert (form.status_code, NotificationEndpoint.objects.for_tenant(acme).count()) == (400, 0)
 
 
-@pytest.mark.xfail(strict=True, reason="FINDING: the notifications form reads a number with "
-                   "int(), which takes what the data page and the API refuse")
 @pytest.mark.parametrize("typed", ["1_0", "+10", "\u0661\u0660", "\uff11\uff10", "10\u3000"])
 def test_kind11_the_notifications_form_reads_numbers_as_the_data_page_does(acme, adam, typed):
     """FINDING. ``checkpoints/dashboard/notifications.py`` ``_number``: ``int(raw.strip())``
@@ -494,8 +488,6 @@ def test_kind11_the_notifications_form_reads_numbers_as_the_data_page_does(acme,
     assert (r.status_code, NotificationEndpoint.objects.for_tenant(acme).count()) == (400, 0)
 
 
-@pytest.mark.xfail(strict=True, reason="FINDING: the reveal and diff forms read a revision "
-                   "with Django's IntegerField, which takes 1.0, +1, ' 1' and Unicode digits")
 @pytest.mark.parametrize("typed", ["1.0", "+1", " 1", "\u0661", "\uff11"])
 def test_kind11_the_reveal_and_diff_forms_read_a_revision_as_every_other_revision_field(
         world, acme, rita, typed):
