@@ -11,8 +11,10 @@ import json
 import re
 import uuid
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
+from django.conf import settings
 from django.urls import reverse
 from django.utils import timezone
 
@@ -192,3 +194,15 @@ def test_the_api_mark_unknown_body_stays_a_reason(api_as, rita, stuck):
     response = api_as(rita).post(f"/api/v1/tenants/acme/effects/{stuck.effect_id}/mark-unknown",
                                  {"reason": "no lookup"}, format="json")
     assert response.status_code == 200, response.content
+
+
+def test_no_template_writes_a_relative_time_outside_a_time_element():
+    """(stop 36; the attack's note) Every relative time a template writes is ``when``'s
+    ``<time data-now>``, which the page's script keeps true while it stays open and
+    localises; ``|ago`` alone wrote words that never moved (the erasure, legal hold, bulk,
+    migration and kind pages)."""
+    roots = [Path(d) for config in settings.TEMPLATES for d in config.get("DIRS", [])]
+    found = [f"{path.name}:{n}" for root in roots for path in root.rglob("*.html")
+             for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+             if re.search(r"\|\s*ago\b", line)]
+    assert found == []
