@@ -61,7 +61,11 @@
       el.setAttribute("data-local", el.textContent);
       return;
     }
-    var sameDay = day.format(at) === day.format(new Date());
+    // "Today" is the server's (data-now, the database's clock), not this browser's,
+    // whose clock may be off; a time without one falls back to the browser's.
+    var now = new Date(el.getAttribute("data-now") || Date.now());
+    if (isNaN(now.getTime())) { now = new Date(); }
+    var sameDay = day.format(at) === day.format(now);
     // The zone is named once per page (the footer, "tzNote"); the title names it too.
     var local = (sameDay ? "" : day.format(at) + " ") + clock.format(at);
     var rel = document.createElement("span");

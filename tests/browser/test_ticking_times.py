@@ -10,6 +10,7 @@ clock is Playwright's fake one, moved forward: no test sleeps. The script's word
 from __future__ import annotations
 
 import random
+import re
 from datetime import UTC, datetime, timedelta
 
 from checkpoints.selectors import nextstep
@@ -81,4 +82,22 @@ def test_a_run_pages_times_tick_while_it_stays_open(browser, live_server, acme, 
     # Every time on the page moved on, not only the one looked at.
     assert page.locator("time[data-now] .rel", has_text="s ago").count() == 0
     assert page.locator("time[data-now] .rel", has_text="min ago").count() == 0
+    context.close()
+
+
+def test_today_is_the_servers_not_a_browser_clock_that_is_off(browser, live_server, acme, rita,
+                                                              wendy):
+    """A time of the server's today shows its clock time alone ("· 14:02:11"), another
+    day's with its date, judged by ``data-now`` (the database's clock): a browser whose
+    clock runs three days ahead dated every time on the page (the attack's note)."""
+    stuck = make_stuck_run(wendy, acme)
+    context, page = login(browser, live_server, "rita", timezone_id="UTC")
+    page.clock.install(time=datetime.now(UTC) + timedelta(days=3))
+    page.goto(f"{live_server.url}/t/acme/runs/{stuck.run_id}/")
+    last_write = page.locator("dt:text('Last write') + dd time")
+    drawn_now = _parse(last_write.get_attribute("data-now"))
+    at = _parse(last_write.get_attribute("datetime"))
+    shown = last_write.locator(".abs").inner_text()
+    dated = bool(re.search(r"\d{4}", shown))  # "Dec 7, 2026 13:02:11" carries a year
+    assert dated == (at.date() != drawn_now.date()), shown
     context.close()
