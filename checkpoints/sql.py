@@ -267,7 +267,19 @@ class WriteTransaction:
             # Django's wrapper: a failed statement comes out as Django's error
             # (``IntegrityError``, ``OperationalError``), as from any other statement.
             with connection.wrap_database_errors:
-                self._conn.execute("ROLLBACK" if exc_type is not None else "COMMIT")
+                try:
+                    self._conn.execute("ROLLBACK" if exc_type is not None else "COMMIT")
+                except Exception as refused:
+                    # The pipeline refused the end: a failed statement's answer came
+                    # before it (a loaded machine). Leave pipeline mode all the same
+                    # (psycopg's exit always does; with an error in hand it raises none
+                    # of its own), then raise the block's error, else this one: never
+                    # a session left in pipeline mode for the thread's next request.
+                    if exc_type is not None:
+                        mode.__exit__(exc_type, exc, tb)
+                        return
+                    mode.__exit__(type(refused), refused, refused.__traceback__)
+                    raise
                 mode.__exit__(exc_type, exc, tb)  # the sync: raises a failed statement's error
         finally:
             # After an error the server may still hold the aborted transaction (its
