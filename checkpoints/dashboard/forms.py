@@ -62,11 +62,10 @@ class ReasonForm(forms.Form):
 
 class RevisionNumberField(forms.IntegerField):
     """A revision or sequence number in a query string or a form (the reveal and diff
-    forms' revisions): ASCII digits only (Django's
-    ``IntegerField`` would take ``" 7"``, ``"+7"`` or ``"\u0661"``, and the API's
-    parameters do not), ``min_value`` (1 unless given)..``MAX_REVISION`` (the column's
-    range). Given empty
-    (``?before=``) it is refused like any typed API parameter; absent, it is ``None``."""
+    forms' revisions): ASCII digits only (Django's ``IntegerField`` would take ``" 7"``,
+    ``"+7"`` or ``"\u0661"``, and the API's parameters do not), ``min_value`` (1 unless
+    given) to ``MAX_REVISION`` (the column's range). Given empty (``?before=``) it is
+    refused like any typed API parameter; absent, it is ``None``."""
 
     def __init__(self, **kwargs):
         kwargs.setdefault("min_value", 1)
