@@ -56,12 +56,14 @@ def refreshes_when_acted_first(view: Callable) -> Callable:
     return wrapper
 
 
-def acted_first_words(exc: AlreadyDone) -> str:
+def acted_first_words(exc: AlreadyDone,
+                      shown: str = "The page below shows the run as it is now.") -> str:
     """The sentence for ``AlreadyDone``: *Not done: already approved by april 2 min ago.*
-    (who and when as the refusing service read them; either may be unknown)."""
+    (who and when as the refusing service read them; either may be unknown), then
+    ``shown``, what the page under it shows (the run page's words by default)."""
     who = f" by {exc.by}" if exc.by else ""
     when = f" {ago(exc.at)}" if exc.at is not None else ""
-    return f"Not done: already {exc.what}{who}{when}. The page below shows the run as it is now."
+    return f"Not done: already {exc.what}{who}{when}. {shown}"
 
 
 def _run_url(tenant: Tenant, run_id) -> str:

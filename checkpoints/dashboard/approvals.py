@@ -17,8 +17,9 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 
 from .. import roles, selectors, services
-from ..exceptions import DomainError, PossibleDuplicate
+from ..exceptions import AlreadyDone, DomainError, PossibleDuplicate
 from ..models import Tenant
+from .actions import acted_first_words
 from .common import (
     _base_context,
     _require_valid,
@@ -39,13 +40,20 @@ def approval_queue(request: HttpRequest, tenant: Tenant) -> HttpResponse:
     reader's own requests are shown as not theirs to decide. Approvers and admins only
     (403 for other roles of the tenant, 404 without one). Takes no parameter."""
     NoQuery.from_request(request)
+    return _queue_page(request, tenant)
+
+
+def _queue_page(request: HttpRequest, tenant: Tenant, *, refusal: str = "",
+                status: int = 200) -> HttpResponse:
+    """The queue as it is now; ``refusal``: one sentence above it saying why the
+    decision just posted was not made (someone decided first)."""
     queue = selectors.approval_queue(user=request.user, tenant=tenant)
     context = _base_context(request, tenant, "approvals") | {
-        "queue": queue,
+        "queue": queue, "refusal": refusal,
         "decidable": [row for row in queue.rows if not row.own],
         "clean": [row for row in queue.rows if not row.own and not row.duplicates],
     }
-    return render(request, "checkpoints/approvals.html", context)
+    return render(request, "checkpoints/approvals.html", context, status=status)
 
 
 def _next_url(tenant: Tenant, user, after: int | None = None) -> tuple[str, str]:
@@ -66,14 +74,20 @@ def approval_decide(request: HttpRequest, tenant: Tenant, retry_id: int) -> Http
     """``POST /t/<slug>/approvals/<retry_id>/``: approve or reject one request
     (``DecideForm``: ``decision`` and a reason, 400 naming the field) through
     ``services.retry_approve``/``retry_reject``, then the queue at the next request.
-    The service's refusals (your own request: 403; decided meanwhile: 422) are its
-    error page, nothing written."""
+    The service's refusals are its error page (your own request: 403), except a request
+    decided meanwhile (``AlreadyDone``, 422): the queue as it is now, with the run page's
+    sentence for it ("Not done: already approved by april 2 min ago", ``actions.
+    acted_first_words``) instead of the raw refusal and its ISO time. Nothing written."""
     form = DecideForm(request.POST)
     _require_valid(form)
     retry = selectors.retry_get(user=request.user, tenant=tenant, retry_id=retry_id)
     data = form.cleaned_data
     act = services.retry_approve if data["decision"] == "approve" else services.retry_reject
-    act(actor=request.user, tenant=tenant, retry_id=retry.pk, reason=data["reason"])
+    try:
+        act(actor=request.user, tenant=tenant, retry_id=retry.pk, reason=data["reason"])
+    except AlreadyDone as exc:
+        return _queue_page(request, tenant, refusal=acted_first_words(
+            exc, "The queue below is as it is now."), status=exc.status)
     url, next_words = _next_url(tenant, request.user, after=retry.pk)
     done = "approved" if data["decision"] == "approve" else "rejected"
     messages.success(request, f"Retry request #{retry.pk} {done}. {next_words}")

@@ -163,3 +163,25 @@ def test_the_decision_forms_check_their_fields(login, acme, rita, april, wendy):
         response = client.post(bulk, data)
         assert response.status_code == 400 and "retry" in response.content.decode()
     assert RetryRequest.objects.get(pk=retry.pk).state == RetryState.REQUESTED
+
+
+@pytest.mark.parametrize("decision", ["approve", "reject"])
+def test_a_request_decided_first_by_someone_else_says_so_on_the_queue(
+        login, acme, rita, april, adam, wendy, decision):
+    """(stop 36's newcomer) A decision posted for a request another approver decided
+    meanwhile: 422, the queue as it is now with the run page's sentence ("Not done:
+    already approved by adam … ago"), not the generic error page with the refusal's raw
+    ISO time; nothing written."""
+    retry = _clean_request(rita, acme, wendy)
+    services.retry_approve(actor=adam, tenant=acme, retry_id=retry.pk, reason="first")
+    events = AuditEvent.objects.count()
+    response = login(april).post(reverse("approval_decide", args=["acme", retry.pk]),
+                                 {"decision": decision, "reason": "second"})
+    assert response.status_code == 422
+    body = response.content.decode()
+    assert 'id="refusal"' in body and "Retry requests to decide" in body
+    assert "Not done: already approved by adam" in body and "s ago" in body
+    assert "The queue below is as it is now." in body
+    assert "T0" not in body.split('id="refusal"')[1].split("</div>")[0]  # no ISO time
+    assert AuditEvent.objects.count() == events
+    assert RetryRequest.objects.get(pk=retry.pk).state == RetryState.APPROVED
