@@ -166,3 +166,18 @@ def test_it_sets_the_demo_tenants_ambiguity_threshold_audited_and_admin_only(acm
         services.tenant_set_ambiguity_threshold(actor=rita, tenant=acme, seconds=5)
     with pytest.raises(InvalidPayload, match="ambiguity_threshold_s"):
         services.tenant_set_ambiguity_threshold(actor=None, tenant=acme, seconds=0)
+
+
+@pytest.mark.django_db
+def test_the_demo_tenants_declare_the_order_id_as_a_subject_field():
+    """(stop 36's newcomer) The demo's tenants declare ``order`` (``/order_id``) before
+    any run is written, so a hold or an erasure request by an order id can be tried on
+    the demo's runs; it was declared nowhere and every subject request matched nothing."""
+    from checkpoints.management.commands.demo import DEMO_SUBJECT_FIELDS, TENANTS, Command
+    from checkpoints.models import Tenant
+    from checkpoints.services.lifecycle import policy_for
+
+    Command()._create_tenants()
+    for slug in TENANTS:
+        policy = policy_for(Tenant.objects.get(slug=slug))
+        assert policy.subject_fields == DEMO_SUBJECT_FIELDS == {"order": "/order_id"}

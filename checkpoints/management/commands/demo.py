@@ -75,6 +75,10 @@ ACCOUNTS = [("viewer", Role.VIEWER), ("reviewer", Role.REVIEWER), ("approver", R
             ("approver2", Role.APPROVER), ("writer", Role.WRITER), ("admin", Role.ADMIN)]
 LEASE_TTL_S = 5
 THRESHOLD_S = 10
+#: The demo tenants' subject fields (their data policy): an order's id, which the demo's
+#: order runs carry at ``/order_id`` ("A-1001"...), so a hold or an erasure request by
+#: ``{"field": "order", "value": "A-1001"}`` finds its runs.
+DEMO_SUBJECT_FIELDS = {"order": "/order_id"}
 SWEEP_EVERY_S = 10
 SUPERVISE_EVERY_S = 3
 # The web server's: acme.order migrates offline, so the stranded v1 run waits for a person.
@@ -296,6 +300,11 @@ class Command(BaseCommand):
             tenant = services.tenant_create(slug=slug, name=name)
             services.tenant_set_ambiguity_threshold(actor=None, tenant=tenant,
                                                     seconds=THRESHOLD_S)
+            # Declared before any run is written, so legal holds and erasure requests by
+            # subject can be tried on the demo's runs (README "Demo"; the stop-36
+            # newcomer found no subject field declared and nothing to hold by value).
+            services.data_policy_set(actor=None, tenant=tenant,
+                                     subject_fields=DEMO_SUBJECT_FIELDS)
             for suffix, role in ACCOUNTS:
                 service = role == Role.WRITER
                 user = services.account_create(username=f"{slug}-{suffix}",
