@@ -95,15 +95,24 @@ def state_reason(state: str, reason: str, kind: str, schema_version: int | None)
     return reason
 
 
+def words_now():
+    """The time relative words ("3 min ago", "in 10 min") are measured against when the
+    caller gives none (aware UTC): the request's database time (``dbclock.page_now``),
+    never this process's clock (stop 32, the attack's finding: a node an hour ahead
+    called a live lease's expiry "50 min ago"). ``ago`` and the dashboard's ``when``
+    (which also writes it into ``data-now``) both read it here."""
+    return page_now()
+
+
 def ago(when, now=None) -> str:
     """``"12 s ago"``, ``"in 4 min"`` (``templatetags.dashboard.ago``'s words, which call
     this); ``"—"`` for none. ``now``: the database time the value was read with; else
-    the request's (``dbclock.page_now``), never this process's clock."""
+    the request's (``words_now``), never this process's clock."""
     if not when:
         return "—"
     if now is not None and now.tzinfo is None:  # SQLite answers its 'now' without a zone
         now = now.replace(tzinfo=UTC)
-    seconds = int(((now or page_now()) - when).total_seconds())
+    seconds = int(((now or words_now()) - when).total_seconds())
     future = seconds < 0
     seconds = abs(seconds)
     for size, unit in ((86400, "d"), (3600, "h"), (60, "min"), (1, "s")):

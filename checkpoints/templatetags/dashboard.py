@@ -12,7 +12,7 @@ from django.utils import timezone
 from django.utils.html import conditional_escape, format_html
 from django.utils.safestring import SafeString, mark_safe
 
-from .. import auditwords, dbclock
+from .. import auditwords
 from ..kinds import USAGE_COUNTERS
 from ..selectors import nextstep
 from ..vocab import BADGE_CLASSES, words
@@ -91,7 +91,7 @@ def when(value: datetime | None) -> SafeString | str:
     """A time for people (issue 9, item 5): ``<time datetime="2026-12-01T00:27:46Z"
     title="2026-12-01 00:27:46 UTC" data-now="2026-12-01T00:30:46.120Z">3 min ago</time>``;
     ``"—"`` for none. The relative words are ``ago``'s, against the request's database
-    time (``dbclock.page_now``), which ``data-now`` carries; the ``title`` is the absolute
+    time (``nextstep.words_now``), which ``data-now`` carries; the ``title`` is the absolute
     UTC time (what a page without JavaScript shows on hover). ``static/js/app.js`` adds
     the time in the browser's zone beside the words and in the title, and keeps the words
     true while the page stays open: it counts the time since the page showed them onto
@@ -99,7 +99,7 @@ def when(value: datetime | None) -> SafeString | str:
     if not value:
         return "—"
     utc = _utc(value)
-    now = _utc(dbclock.page_now())
+    now = _utc(nextstep.words_now())
     return format_html('<time datetime="{}" title="{} UTC" data-now="{}">{}</time>',
                        utc.strftime("%Y-%m-%dT%H:%M:%SZ"), utc.strftime("%Y-%m-%d %H:%M:%S"),
                        now.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
