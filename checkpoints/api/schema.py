@@ -28,11 +28,15 @@ class SchemaParams(params.Params):
 
 class SchemaView(SpectacularAPIView):
     """``GET /api/schema/``; needs an account (``SERVE_PERMISSIONS``). Its query string is
-    checked as every API path's is (``params.validate``; stop 36's attack: an unknown
+    checked as every API path's is, after authentication (``params.validate``; stop 36's attack: an unknown
     parameter, a repeated or NUL one were ignored, ``?format=bogus`` was DRF's 404), before
     content negotiation reads ``format``."""
 
     def initial(self, request, *args, **kwargs):
+        # Authentication and the account check first (401 before 400, as every API
+        # path: ``TenantApi.initial``), then the query, then DRF's content negotiation.
+        self.perform_authentication(request)
+        self.check_permissions(request)
         params.validate(request, SchemaParams)
         super().initial(request, *args, **kwargs)
 
