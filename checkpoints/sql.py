@@ -269,7 +269,7 @@ class WriteTransaction:
             with connection.wrap_database_errors:
                 try:
                     self._conn.execute("ROLLBACK" if exc_type is not None else "COMMIT")
-                except Exception as refused:
+                except BaseException as refused:  # an interrupt too: never left open
                     # The pipeline refused the end: a failed statement's answer came
                     # before it (a loaded machine). Leave pipeline mode all the same
                     # (psycopg's exit always does; with an error in hand it raises none
