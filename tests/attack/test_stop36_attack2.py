@@ -3,7 +3,7 @@ applies, aimed only at what changed on main since 2026-12-07 02:05 (the Approval
 refusal for a request decided first, ``RevisionNumberField``, the notifications form's
 JSON-whitespace strip, ``/api/schema/``'s ``SchemaParams``, ``sql.WriteTransaction.
 __exit__``, ``nextstep.words_now`` and ``data-now``, the demo's subject field). A test
-marked ``xfail(strict=True, reason="FINDING: ...")`` fails on the code it was written
+marked FINDING failed on the code it was written
 against; an unmarked one is a PASS: what was tried and held.
 """
 
@@ -180,11 +180,6 @@ def test_kind1_an_email_pasted_with_a_newline_is_stored_as_the_address(acme, ada
 # --- kinds 3 and 5: GET /api/schema/ ------------------------------------------------------
 
 @pytest.mark.no_schema_check(reason="the schema's own answers are under test")
-@pytest.mark.xfail(strict=True, reason=(
-    "FINDING: /api/schema/ checks its query before authentication (SchemaView.initial "
-    "calls params.validate before super().initial): anonymous ?zz_unknown=1 is 400, "
-    "where every /api/v1/ path answers 401 first (TenantApi.initial: 'authentication "
-    "first')"))
 def test_kind3_the_schema_endpoint_authenticates_before_it_checks_its_query(acme):
     """FINDING. Anonymous ``GET /api/schema/?zz_unknown=1`` answers 400 naming
     ``zz_unknown`` (and tells a stranger which parameters exist), while anonymous
@@ -260,11 +255,6 @@ def test_kind1_the_demo_subject_field_is_accepted_and_finds_the_demo_orders(acme
 
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.xfail(strict=True, reason=(
-    "FINDING: WriteTransaction.__exit__ catches only Exception around COMMIT: a "
-    "BaseException there (KeyboardInterrupt, SystemExit from a worker abort) skips "
-    "mode.__exit__ and the finally's ROLLBACK (status still ACTIVE in pipeline mode): "
-    "the session is left INTRANS, BEGIN sent and never ended"))
 def test_kind11_an_interrupted_commit_leaves_no_transaction_open(monkeypatch):
     """FINDING. ``sql.WriteTransaction.__exit__`` leaves pipeline mode when the pipeline
     refuses its COMMIT (``except Exception as refused``), but a ``BaseException`` raised
