@@ -95,15 +95,20 @@ def when(value: datetime | None) -> SafeString | str:
     UTC time (what a page without JavaScript shows on hover). ``static/js/app.js`` adds
     the time in the browser's zone beside the words and in the title, and keeps the words
     true while the page stays open: it counts the time since the page showed them onto
-    ``data-now`` (so a browser whose clock is off still says what the server would)."""
+    ``data-now`` (so a browser whose clock is off still says what the server would). The
+    words are measured between the two values as written (the time to the second,
+    ``data-now`` to the millisecond), which the script's first tick reads back."""
     if not value:
         return "—"
-    utc = _utc(value)
+    # The words are measured between exactly the two values the element carries (whole
+    # seconds, milliseconds), so the script's first tick says what the server said.
+    utc = _utc(value).replace(microsecond=0)
     now = _utc(nextstep.words_now())
+    now = now.replace(microsecond=now.microsecond // 1000 * 1000)
     return format_html('<time datetime="{}" title="{} UTC" data-now="{}">{}</time>',
                        utc.strftime("%Y-%m-%dT%H:%M:%SZ"), utc.strftime("%Y-%m-%d %H:%M:%S"),
                        now.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
-                       nextstep.ago(value, now))
+                       nextstep.ago(utc, now))
 
 
 def _from_ms(ms) -> datetime | None:

@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from checkpoints import dbclock
 from checkpoints.models import Effect
+from checkpoints.selectors import nextstep
 from checkpoints.templatetags import dashboard
 from tests.views.test_access import _snapshot
 
@@ -59,6 +60,34 @@ def test_when_is_a_time_element_with_the_utc_time_in_its_title():
     assert match.group(3) == dbclock.page_now().astimezone(UTC).isoformat(
         timespec="milliseconds").replace("+00:00", "Z")
     assert dashboard.when(None) == "—"
+
+
+def test_when_words_are_those_of_the_values_it_writes():
+    """The script's first tick (static/js/app.js ``tick``) measures from the element's
+    ``datetime`` (whole seconds) to its ``data-now`` (milliseconds); the server's words
+    must be that same measure, or a page's times change within a second of loading
+    (stop 36's leftover). Generated over sub-second parts on both sides of each unit's
+    boundary, in both directions."""
+    base = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
+    checked = 0
+    for now_us in (0, 1_000, 300_000, 999_000, 999_999):
+        now = base + timedelta(microseconds=now_us)
+        for age in (0, 1, 59, 60, 3599, 3600, 86399, 86400, -1, -60, -3600):
+            for value_us in (0, 1, 500_000, 700_000, 999_999):
+                value = now - timedelta(seconds=age) + timedelta(
+                    microseconds=value_us - now_us)
+                with dbclock.page_clock():
+                    dbclock.seed_page_now(now)
+                    match = TIME.fullmatch(str(dashboard.when(value)))
+                at = datetime.strptime(match.group(1), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+                shown = datetime.strptime(match.group(3), "%Y-%m-%dT%H:%M:%S.%fZ").replace(
+                    tzinfo=UTC)
+                ms = (shown - at) // timedelta(milliseconds=1)
+                seconds = int(ms / 1000)  # Math.trunc, as the script
+                assert match.group(4) == nextstep.ago(at, at + timedelta(seconds=seconds)), (
+                    now, value)
+                checked += 1
+    assert checked == 275
 
 
 @pytest.mark.usefixtures("page_clock")
