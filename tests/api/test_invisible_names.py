@@ -4,8 +4,9 @@ and the doors that take a name (a body, a query, a notification endpoint's name 
 filters, a tenant's display name).
 
 The rule: Unicode's Default_Ignorable_Code_Point set and the interlinear annotation
-controls are refused in a name, but for the zero-width joiner and non-joiner (anywhere)
-and the variation selectors (right after a character that shows). A name of nothing but
+controls are refused in a name, but for the zero-width joiner and non-joiner where they
+join (after a virama, between joining letters, inside an emoji sequence) and the
+variation selectors (right after a character that has variants). A name of nothing but
 whitespace and such characters is blank where a blank name is refused.
 """
 
@@ -213,7 +214,58 @@ def test_no_joiner_or_selector_hides_beside_an_ascii_character():
             keycap = c in "0123456789#*" and vs in "\ufe0e\ufe0f"
             assert name_problem(f"x{c}{vs}") == WORDS, (c, hex(ord(vs)))  # no keycap follows
             assert (name_problem(f"x{c}{vs}\u20e3") == "") is keycap, (c, hex(ord(vs)))
-    assert name_problem("\u00e9\u200d\u00e9") == "" and name_problem("\u845b\ufe00") == ""
+    assert name_problem("\u845b\ufe00") == ""
+
+
+#: Names that hold a joiner where it joins (RFC 5892 Appendix A; Unicode TS #51).
+JOINED = (
+    "\u0915\u094d\u200d\u0937",                          # Devanagari half form (ZWJ)
+    "\u0915\u094d\u200c\u0937",                          # explicit virama (ZWNJ)
+    "\u0d28\u0d4d\u200d",                                # Malayalam chillu, word-final
+    "\u0dc1\u0dca\u200d\u0dbb",                          # Sinhala (al-lakuna, ZWJ)
+    "\u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645",    # Persian (ZWNJ)
+    "\u0628\u064e\u200c\u0628",                          # a transparent mark between
+    "dev-\U0001F469\u200d\U0001F4BB",                     # emoji ZWJ sequence
+    "\U0001F469\U0001F3FD\u200d\U0001F4BB",                # with a skin tone
+    "\U0001F3F3\ufe0f\u200d\U0001F308",                    # with the emoji selector
+    "\u2764\ufe0f\u200d\U0001F525",
+    "\U0001F468\u200d\U0001F469\u200d\U0001F467",           # a family
+)
+
+
+def test_a_joiner_stays_only_where_it_joins():
+    """(stop 36's judged leftover) A joiner between two letters of a script that neither
+    joins nor has a virama read as the letters (``\u00e9\u200d\u00e9`` as
+    ``\u00e9\u00e9``: a second operation key that looks like the first). Now the rules
+    that say where one belongs decide. The generated table: every letter of the Basic
+    Multilingual Plane that joins no neighbour (no Arabic-style joining type), with
+    either joiner on both sides of it, is refused; the names that need one stay."""
+    # The joining types RFC 5892's rule reads (function-level: this test alone needs them).
+    from idna.idnadata import joining_types
+    from idna.intranges import intranges_contain
+
+
+    for name in JOINED:
+        assert name_problem(name) == "", name
+        assert shown(name, 80) == name
+    refused = 0
+    for cp in range(0x80, 0x10000):
+        ch = chr(cp)
+        if (0xD800 <= cp <= 0xDFFF or not unicodedata.category(ch).startswith("L")
+                or any(intranges_contain(cp, r) for r in joining_types.values())):
+            continue
+        for joiner in sorted(JOINERS):
+            name = f"{ch}{joiner}{ch}"
+            assert name_problem(name) == WORDS, (hex(cp), hex(ord(joiner)))
+            refused += 1
+    assert refused > 80_000  # the table is the plane's letters, not a handful
+    for name in ("\u0627\u200c\u0628",   # alef joins nothing after it
+                 "\u0628\u200c",          # nothing to join to
+                 "\u0915\u200d\u0937",    # no virama before the joiner
+                 "\u2764\u200d",          # an emoji joined to nothing
+                 "\u2764\u200d\u00e9",    # an emoji joined to a letter
+                 "\u200d\U0001F308"):     # at the start
+        assert name_problem(name) == WORDS, name
 
 
 def test_a_selector_follows_only_a_base_that_has_variants():
