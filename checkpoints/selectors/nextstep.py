@@ -112,9 +112,11 @@ def ago(when, now=None) -> str:
         return "—"
     if now is not None and now.tzinfo is None:  # SQLite answers its 'now' without a zone
         now = now.replace(tzinfo=UTC)
-    seconds = int(((now or words_now()) - when).total_seconds())
-    future = seconds < 0
-    seconds = abs(seconds)
+    delta = ((now or words_now()) - when).total_seconds()
+    # A time in the future by under a second is "in 0 s", not "0 s ago" (the newcomer's
+    # finding: a live lease read "Expires 0 s ago live").
+    future = delta < 0
+    seconds = int(abs(delta))
     for size, unit in ((86400, "d"), (3600, "h"), (60, "min"), (1, "s")):
         if seconds >= size or unit == "s":
             text = f"{seconds // size} {unit}"

@@ -89,7 +89,8 @@
   var shownAt = new WeakMap();
 
   function agoWords(seconds) {
-    var future = seconds < 0, left = Math.abs(seconds), text = "";
+    // seconds: a number (fractions too); a time under a second ahead is "in 0 s".
+    var future = seconds < 0, left = Math.floor(Math.abs(seconds)), text = "";
     var units = [[86400, "d"], [3600, "h"], [60, "min"], [1, "s"]];
     for (var i = 0; i < units.length; i++) {
       if (left >= units[i][0] || units[i][1] === "s") {
@@ -106,7 +107,7 @@
     var at = Date.parse(el.getAttribute("datetime") || "");
     if (isNaN(now) || isNaN(at)) { return; }
     if (!shownAt.has(el)) { shownAt.set(el, Date.now()); return; }
-    var words = agoWords(Math.trunc((now + (Date.now() - shownAt.get(el)) - at) / 1000));
+    var words = agoWords((now + (Date.now() - shownAt.get(el)) - at) / 1000);
     var rel = el.querySelector(".rel");
     if (rel) {
       if (rel.textContent !== words) { rel.textContent = words; }

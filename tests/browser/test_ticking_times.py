@@ -24,9 +24,10 @@ def _parse(text: str) -> datetime:
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
-def _seconds_table() -> list[int]:
+def _seconds_table() -> list[float]:
     """Every unit's boundaries (one below, at, one above, and their multiples), both
-    directions, and a seeded sample in between."""
+    directions, and a seeded sample in between; and fractions of a second on both sides
+    of each (a time under a second ahead is "in 0 s", not "0 s ago")."""
     sizes = (1, 60, 3600, 86400)
     table = {0, 1, -1}
     for size in sizes:
@@ -35,6 +36,7 @@ def _seconds_table() -> list[int]:
                 table.update({k * size + d, -(k * size + d)})
     sample = random.Random(36)
     table.update(sample.randint(-10**8, 10**8) for _ in range(300))
+    table.update(s + f for s in list(table) for f in (0.25, -0.75) if abs(s) < 10**6)
     return sorted(table)
 
 

@@ -82,9 +82,8 @@ def test_when_words_are_those_of_the_values_it_writes():
                 at = datetime.strptime(match.group(1), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
                 shown = datetime.strptime(match.group(3), "%Y-%m-%dT%H:%M:%S.%fZ").replace(
                     tzinfo=UTC)
-                ms = (shown - at) // timedelta(milliseconds=1)
-                seconds = int(ms / 1000)  # Math.trunc, as the script
-                assert match.group(4) == nextstep.ago(at, at + timedelta(seconds=seconds)), (
+                ms = (shown - at) // timedelta(milliseconds=1)  # as the script measures
+                assert match.group(4) == nextstep.ago(at, at + timedelta(milliseconds=ms)), (
                     now, value)
                 checked += 1
     assert checked == 275
@@ -235,3 +234,12 @@ def test_no_template_writes_a_relative_time_outside_a_time_element():
              for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
              if re.search(r"\|\s*ago\b", line)]
     assert found == []
+
+
+def test_a_time_under_a_second_ahead_is_in_0_s():
+    """(the stop-37 newcomer's finding) A lease live for another half second read
+    "Expires 0 s ago live": the sign is the exact difference's, not the whole seconds'."""
+    now = datetime(2026, 12, 7, 12, 0, tzinfo=UTC)
+    assert nextstep.ago(now + timedelta(milliseconds=400), now) == "in 0 s"
+    assert nextstep.ago(now - timedelta(milliseconds=400), now) == "0 s ago"
+    assert nextstep.ago(now + timedelta(seconds=61, milliseconds=1), now) == "in 1 min"
