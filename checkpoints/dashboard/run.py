@@ -258,6 +258,7 @@ def _run_context(request: HttpRequest, tenant: Tenant, run_id, **extra) -> dict:
         **live_context(selectors.run_live(user=user, tenant=tenant, run_id=run.uuid)),
         rejected=selectors.rejected_retries(user=user, tenant=tenant,
                                             run_pks=[run.pk]).get(run.pk),
+        legal_holds=selectors.run_legal_holds(user=user, tenant=tenant, run=run),
     )
     if run.payloads_deleted_at is not None:
         # Retention or erasure deleted its payloads (docs/security/retention.md): the page

@@ -77,7 +77,9 @@ from .lifecycle import (
     HOLDS_SHOWN,
     TOMBSTONE_PAGE,
     TombstonePage,
+    covering_holds,
     data_policy_get,
+    run_legal_holds,
     run_tombstone,
     tombstone_page,
 )

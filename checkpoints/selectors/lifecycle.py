@@ -1,16 +1,19 @@
 """Reads of the data lifecycle (issue 20; docs/security/retention.md): the tenant's data
 policy, its tombstones (newest first, a page at a time), its active legal holds and its
 erasure requests, for the Data page and ``GET …/data-policy``; and a deleted run's
-tombstone for its run page. Any role of the tenant reads them: they hold ids, numbers,
+tombstone and a run's legal holds for its run page. Any role of the tenant reads them: they hold ids, numbers,
 reasons and names, never a payload value (what the page shows the API shows)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from django.db.models import Exists, OuterRef, Q
+
 from .. import roles
-from ..models import DataPolicy, Run, Tenant, Tombstone
+from ..models import DataPolicy, HeldRun, LegalHold, Run, RunSubject, Tenant, Tombstone
 from ..permissions import require
+from ..vocab import HoldScope
 
 #: Tombstones per page of the Data page (newest first, keyset on the id).
 TOMBSTONE_PAGE = 50
@@ -60,3 +63,27 @@ def run_tombstone(*, user, tenant: Tenant, run: Run) -> Tombstone | None:
         return None
     return (Tombstone.objects.for_tenant(tenant).filter(run_uuid=run.uuid)
             .order_by("-id").first())
+
+
+def covering_holds(run: Run):
+    """The active legal holds that cover ``run`` (a queryset of ``LegalHold``, newest
+    first): the whole tenant's, those naming it (``HeldRun``), and those of a subject one
+    of its payloads was indexed under (``RunSubject``: the same field and digest). One
+    query. ``services.held_runs_q``'s rule seen from one run (the services' set of held
+    runs, which retention and erasure read): tests/lifecycle/test_run_holds.py holds the
+    two to the same answer."""
+    tenant = run.tenant_id
+    named = HeldRun.objects.for_tenant(tenant).filter(hold=OuterRef("pk"), run_uuid=run.uuid)
+    indexed = RunSubject.objects.for_tenant(tenant).filter(
+        run_id=run.pk, field=OuterRef("subject_field"), digest=OuterRef("subject_digest"))
+    return LegalHold.objects.for_tenant(tenant).filter(released_at__isnull=True).filter(
+        Q(scope=HoldScope.TENANT) | Q(Exists(named), scope=HoldScope.RUNS)
+        | Q(Exists(indexed), scope=HoldScope.SUBJECT))
+
+
+def run_legal_holds(*, user, tenant: Tenant, run: Run) -> list[LegalHold]:
+    """The active legal holds on ``run`` (a run of ``tenant``), newest first, for its page
+    and ``GET …/runs/{run_id}`` (``legal_holds``): any role of the tenant, as the holds'
+    own list. A subject hold is shown by its field, never its value. One query."""
+    require(user, tenant, roles.VIEW)
+    return list(covering_holds(run))

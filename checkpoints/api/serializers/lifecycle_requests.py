@@ -57,27 +57,37 @@ class OptionalReasonSerializer(serializers.Serializer):
                                    help_text="optional (1..1024 bytes)")
 
 
-class LegalHoldSerializer(Answer):
-    """A legal hold: active until released; the row is kept after release."""
+class HeldBySerializer(Answer):
+    """A legal hold as a run it covers shows it (``GET …/runs/{run_id}``'s
+    ``legal_holds``); ``LegalHoldSerializer`` is the whole hold."""
 
     id = serializers.UUIDField(source="uuid")
     scope = serializers.ChoiceField(choices=HoldScope.values)
-    runs = serializers.ListField(source="run_uuids", child=serializers.UUIDField(),
-                                 help_text="the runs held (scope runs); empty otherwise")
     subject_field = serializers.CharField(allow_null=True,
                                           help_text="the subject's field (scope subject); "
                                                     "its value is never shown")
     reason = serializers.CharField()
-    active = serializers.BooleanField()
     placed_by = serializers.CharField(source="placed_by_name")
     placed_at = IsoDateTimeField()
+
+    def to_representation(self, instance):
+        out = super().to_representation(instance)
+        out["subject_field"] = out["subject_field"] or None
+        return out
+
+
+class LegalHoldSerializer(HeldBySerializer):
+    """A legal hold: active until released; the row is kept after release."""
+
+    runs = serializers.ListField(source="run_uuids", child=serializers.UUIDField(),
+                                 help_text="the runs held (scope runs); empty otherwise")
+    active = serializers.BooleanField()
     released_by = serializers.CharField(source="released_by_name", allow_null=True)
     released_at = IsoDateTimeField(allow_null=True)
     release_reason = serializers.CharField(allow_null=True)
 
     def to_representation(self, instance):
         out = super().to_representation(instance)
-        out["subject_field"] = out["subject_field"] or None
         if instance.active:
             out["released_by"] = out["release_reason"] = None
         return out

@@ -14,6 +14,7 @@ from ...vocab import RecoveryState, ResumeAction
 from .checkpoints import CheckpointMetaSerializer
 from .common import Answer, IsoDateTimeField, TenantSlugField
 from .effects import EffectSerializer
+from .lifecycle_requests import HeldBySerializer  # a hold as a run shows it
 from .review import (
     ConflictSerializer,
     ReconcileRequestSerializer,
@@ -112,6 +113,9 @@ class RunDetailSerializer(Answer):
     tombstone = TombstoneSerializer(allow_null=True, help_text="the run's tombstone when its "
                                                                "payloads were deleted, else null")
     next_step = serializers.CharField(help_text=NEXT_STEP_HELP + " (as the run list says)")
+    legal_holds = HeldBySerializer(many=True, help_text=(
+        "the active legal holds that cover the run, newest first (the tenant's, those "
+        "naming it, a subject's it was indexed under): retention and erasure keep it"))
 
 
 class LeaseInputSerializer(serializers.Serializer):

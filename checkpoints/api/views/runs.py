@@ -82,6 +82,7 @@ class RunDetailApi(TenantApi):
             "reconcile_requests": reconciliation.requests_for_run(d.run),
             "retry_preview": services.retry_preview(d.run),
             "tombstone": selectors.run_tombstone(user=request.user, tenant=t, run=d.run),
+            "legal_holds": selectors.run_legal_holds(user=request.user, tenant=t, run=d.run),
             # The list's words for the same run (selectors.nextstep, the inbox's rule).
             "next_step": selectors.run_step(user=request.user, tenant=t, run=d.run).short,
         }, tenant=t, receipts=receipts_in_answers(request.user, t), run_id=rid))
