@@ -22,6 +22,7 @@ from django.db.models import F
 
 from checkpoints import services
 from checkpoints.models import BulkAction, MigrationJob, ReconcileRequest, Run
+from checkpoints.selectors.nextstep import reconcile_rows
 from checkpoints.services import bulk_jobs, migration_jobs, reconcile_requests
 from checkpoints.vocab import PhaseClass, RecoveryState
 from tests.faults.conftest import in_doubt_run
@@ -158,6 +159,10 @@ def test_a_partial_send_of_reconcile_requests_answers_waiting(acme, wendy, rita,
     pks = _requests(acme, wendy, rita, adam, monkeypatch)
     sent = reconcile_requests.dispatch(pks)
     assert (sent.ok, sent.dispatch) == (False, "waiting")
+    # The run page and its next step count only the unsent one as waiting for the queue.
+    shown = reconcile_rows(ReconcileRequest.objects.filter(pk__in=pks)
+                           .select_related("effect").order_by("pk"))
+    assert [row["broker_down"] for row in shown] == [False, False, True]
 
 
 def test_a_broker_refusing_from_the_first_message_keeps_todays_words(kind, three, broker):
