@@ -133,7 +133,7 @@ from .notify_endpoints import (
     notification_resend,
     notification_test,
 )
-from .reconcile_requests import BROKER_DOWN, evidence_reveal, run_reconcile
+from .reconcile_requests import evidence_reveal, run_reconcile
 from .retention import (
     POLICY_FIELDS,
     data_policy_check,
@@ -164,6 +164,7 @@ from .runs import (
     run_refresh_state,
 )
 from .screening import Screened, flag_sentences, screen_effect, screen_payload
+from .stored_send import BROKER_DOWN
 from .sweep import sweep_stale_runs
 from .tombstones import (
     PURGE_DEADLINE,

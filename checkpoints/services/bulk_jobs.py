@@ -39,9 +39,9 @@ _REDRIVE = "the sweep re-drives every tenant's stale or due bulk jobs"
 
 
 def bulk_job_dispatch(job_pks: list[int], *, countdown: float | None = None) -> Sent:
-    """Hand stored bulk jobs to a worker. With a broker: one ``TASK`` message each; a
-    publish error leaves them ``queued`` with ``last_error`` saying so, and the sweep
-    sends them later (``bulk_jobs_redrive``). Without a broker: nothing now (the
+    """Hand stored bulk jobs to a worker. With a broker: one ``TASK`` message each
+    (``stored_jobs_send``); a publish error leaves the jobs not sent yet ``queued`` with
+    ``last_error`` saying so, and the sweep sends them later (``bulk_jobs_redrive``). Without a broker: nothing now (the
     in-process worker's sweep runs due jobs, within ``RECOVERY_SWEEP_INTERVAL_S``)."""
     if not job_pks:
         return Sent(True, "nothing to do")

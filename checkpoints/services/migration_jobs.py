@@ -23,7 +23,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 
-from celery import current_app
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Q
@@ -41,6 +40,7 @@ from ..selectors.migrations import outcome_counts
 from ..vocab import AuditAction, MigrationJobState, MigrationOutcome, TargetType
 from .common import _actor_name, _client_token_check, _resubmitted, _run_ids_check
 from .migrations import checkpoints_migrate, migration_target_check
+from .stored_send import send_stored
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +49,6 @@ log = logging.getLogger(__name__)
 EXECUTE = "checkpoints.jobs.migrations.execute"
 #: Celery's name of the task that runs it (``checkpoints.jobs.tasks``).
 TASK = "checkpoints.tasks.migrate_checkpoints_job"
-BROKER_DOWN = "broker unavailable"
 _DISPATCH = ("dispatch marks, by primary key, the migration jobs it was handed (created "
              "scoped by the admin's request, or found by the sweep's re-drive)")
 _REDRIVE = "the sweep re-drives every tenant's stale or due migration jobs"
@@ -136,8 +135,9 @@ def migration_job_submit(*, actor, tenant: Tenant, kind: str, to_version: int,
 
 def migration_job_dispatch(job_pks: list[int], *, countdown: float | None = None) -> Sent:
     """Hand stored jobs to a worker. With a broker: one ``TASK`` message each (by name:
-    services never import the job layer); a publish error leaves them ``queued`` with
-    ``last_error`` saying so, and the sweep sends them later. Without a broker: nothing
+    services never import the job layer, ``stored_jobs_send``); a publish error leaves
+    the jobs not sent yet ``queued`` with ``last_error`` saying so, and the sweep sends
+    them later. Without a broker: nothing
     now (the in-process worker's sweep runs due jobs, ``migration_jobs_redrive``)."""
     if not job_pks:
         return Sent(True, "nothing to migrate")
@@ -149,24 +149,17 @@ def stored_jobs_send(every, job_pks: list[int], *, task: str, queued: str,
                      countdown: float | None = None) -> Sent:
     """The one dispatch of stored jobs (migration jobs, bulk jobs: issue 22, item 6).
     ``every``: the job model's rows (all tenants); ``job_pks`` (non-empty) are sent as
-    one Celery ``task`` message each (by name) and marked ``dispatched_at`` (database
-    clock). A publish error leaves them in state ``queued`` with ``last_error`` saying so
-    (the sweep sends them again); without a broker nothing is sent (the in-process
-    worker's sweep runs due jobs). Returns what to tell the requester (``Sent``)."""
+    one Celery ``task`` message each (by name) through ``stored_send.send_stored``: each
+    job the broker took is marked ``dispatched_at`` (database clock); on a publish error
+    the jobs not sent yet stay in state ``queued`` with ``last_error`` saying so (the
+    sweep sends them again), the ones sent before it keep no error. Without a broker
+    nothing is sent (the in-process worker's sweep runs due jobs). Returns what to tell
+    the requester (``Sent``: ``ok`` false when any job was not sent)."""
     if not broker_configured():
         return Sent(True, "queued for the in-process worker (it runs within "
                           f"{settings.RECOVERY_SWEEP_INTERVAL_S} s)")
-    try:
-        for pk in job_pks:
-            current_app.send_task(task, args=[pk], countdown=countdown)
-    except Exception as exc:  # noqa: BLE001 - any broker failure: keep the job, say so
-        log.warning("dispatch of %s failed, jobs %s stay queued: %s", task, job_pks, exc)
-        why = f"{BROKER_DOWN} ({type(exc).__name__}); queued, will run when the worker is back"
-        every.filter(pk__in=job_pks, state=queued).update(last_error=why)
-        return Sent(False, "queued; the task queue is unavailable, so it will run when the "
-                           "worker is back (nothing is lost)")
-    every.filter(pk__in=job_pks).update(dispatched_at=NOW)
-    return Sent(True, "queued for a worker")
+    published = send_stored(every, job_pks, task=task, queued=queued, countdown=countdown)
+    return Sent(published.ok, published.detail)
 
 
 class _NotHeld(Exception):

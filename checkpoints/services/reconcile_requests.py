@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from celery import current_app
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
@@ -27,7 +26,7 @@ from .. import crypto, locks, roles
 from ..audit import audit_record
 from ..dbclock import NOW
 from ..exceptions import InvalidTransition, NotFound
-from ..heartbeat import BROKER_DOWN, broker_configured
+from ..heartbeat import broker_configured
 from ..jsonparse import loads_any
 from ..models import Effect, ReconcileAttempt, ReconcileRequest, ReconcileState, Tenant
 from ..permissions import require
@@ -35,19 +34,23 @@ from ..vocab import AuditAction, EffectState, TargetType
 from .common import _actor_name, _require_reason, _with_bulk
 from .review import _get_run
 from .runs import require_owner_gone, run_facts
+from .stored_send import send_stored
 
 log = logging.getLogger(__name__)
 
 #: The job that runs one request, by dotted path: ``dispatch`` runs it in this process
 #: when there is no broker (the embedded default's in-process worker).
 EXECUTE = "checkpoints.jobs.reconciliation.execute"
+#: Celery's name of the task that runs one request (``checkpoints.jobs.tasks``).
+TASK = "checkpoints.tasks.reconcile_effect"
 
 #: Where ``dispatch`` handed requests (``Sent.dispatch``, the reconcile answer's
 #: ``dispatch``): ``in_process``: run in this process before the answer (no broker, the
 #: embedded default), each request's own ``state`` says how it ended; ``worker``:
 #: published to the task queue for a Celery worker, which may still be running them;
-#: ``waiting``: handed to nobody yet (the task queue was unavailable, or a delayed send
-#: without a broker): stored ``queued``, the sweep sends them when something can run them.
+#: ``waiting``: not all handed over yet (the task queue was unavailable, from the first
+#: message or part-way, or a delayed send without a broker): those are stored ``queued``,
+#: the sweep sends them when something can run them.
 IN_PROCESS, WORKER, WAITING = "in_process", "worker", "waiting"
 DISPATCH_WHERE = (IN_PROCESS, WORKER, WAITING)
 
@@ -153,13 +156,18 @@ class Sent:
 
 
 def dispatch(request_pks: list[int], *, countdown: float | None = None) -> Sent:
-    """Hand requests to a worker. With a broker: one ``reconcile_effect`` message each
-    (by task name, so services never import tasks; ``dispatch`` ``worker``); a publish
-    error leaves them stored and ``queued`` (the sweep sends them later) and says so
-    (``ok`` false, ``dispatch`` ``waiting``). Without a broker: run each now, in this
-    process (the embedded default's in-process worker; ``dispatch`` ``in_process``, the
-    requests' own states tell how each ended), or with a ``countdown`` leave them for
-    the sweep (``waiting``)."""
+    """Hand requests to a worker. With a broker: one ``TASK`` message each (by task
+    name, so services never import tasks), through ``stored_send.send_stored``: each
+    request the broker took is marked ``dispatched_at``; a publish error leaves the ones
+    not sent yet stored and ``queued`` with ``last_error`` saying so (the sweep sends
+    them later). ``dispatch`` is ``worker`` when every request was sent; else ``waiting``
+    with ``ok`` false, also when the broker failed part-way: some requests still wait for
+    it, and ``ok``/``waiting`` are what tells the reviewer to look again (the detail
+    says how many of how many went to a worker; each request's ``last_error`` and
+    ``dispatched_at`` tell which). Without a broker: run each now, in this process (the
+    embedded default's in-process worker; ``dispatch`` ``in_process``, the requests' own
+    states tell how each ended), or with a ``countdown`` leave them for the sweep
+    (``waiting``)."""
     if not request_pks:
         return Sent(True, "nothing to reconcile")
     if not broker_configured():
@@ -175,21 +183,11 @@ def dispatch(request_pks: list[int], *, countdown: float | None = None) -> Sent:
                 results.append({"request": pk, "result": "error"})
         return Sent(True, "ran in this process before this answer; each request's state "
                           "says how it ended", results, IN_PROCESS)
-    try:
-        for pk in request_pks:
-            current_app.send_task("checkpoints.tasks.reconcile_effect", args=[pk],
-                                  countdown=countdown)
-    except Exception as exc:  # noqa: BLE001 - any broker failure: keep the job, say so
-        log.warning("reconcile dispatch failed, requests %s stay queued: %s", request_pks, exc)
-        why = f"{BROKER_DOWN} ({type(exc).__name__}); queued, will run when the " \
-              f"worker is back"
-        (ReconcileRequest.objects.for_all_tenants(reason=_DISPATCH)
-         .filter(pk__in=request_pks, state=ReconcileState.QUEUED).update(last_error=why[:500]))
-        return Sent(False, "queued; the task queue is unavailable, so it will run when the "
-                           "worker is back (nothing is lost)", dispatch=WAITING)
-    (ReconcileRequest.objects.for_all_tenants(reason=_DISPATCH).filter(pk__in=request_pks)
-     .update(dispatched_at=NOW))
-    return Sent(True, "queued for a worker", dispatch=WORKER)
+    published = send_stored(ReconcileRequest.objects.for_all_tenants(reason=_DISPATCH),
+                            request_pks, task=TASK, queued=ReconcileState.QUEUED,
+                            countdown=countdown)
+    return Sent(published.ok, published.detail,
+                dispatch=WORKER if published.ok else WAITING)
 
 
 def redrive(limit: int = 200) -> int:

@@ -20,7 +20,7 @@ import pytest
 from django.urls import reverse
 
 from checkpoints.models import ReconcileRequest
-from checkpoints.services import reconcile_requests
+from checkpoints.services import stored_send
 from tests.api.apihelpers import post
 from tests.faults.stubs import broker_at
 
@@ -35,7 +35,7 @@ def published(settings, monkeypatch):
     arguments as published."""
     sent = []
     settings.CELERY_TASK_ALWAYS_EAGER = False
-    monkeypatch.setattr(reconcile_requests, "current_app", SimpleNamespace(
+    monkeypatch.setattr(stored_send, "current_app", SimpleNamespace(
         send_task=lambda name, args, countdown=None: sent.append((name, args))))
     return sent
 

@@ -188,8 +188,9 @@ class TaskSerializer(Answer):
                   "before this answer, each request's state says how it ended: done, "
                   "gave_up, or queued again for a later look-up), worker (published for a "
                   "Celery worker, which may still be running them: follow them on GET "
-                  "…/runs/{run_id}), waiting (the task queue was unavailable: stored, the "
-                  "sweep sends them when it is back)")
+                  "…/runs/{run_id}), waiting (the task queue was unavailable, from the first "
+                  "request or part-way: those not sent are stored, the sweep sends them "
+                  "when it is back)")
     detail = serializers.CharField(help_text="the same in words for people")
     requests = ReconcileRequestSerializer(many=True)
 
