@@ -92,6 +92,10 @@ def send_stored(every, pks: list[int], *, task: str, queued: str,
     with transaction.atomic():
         if sent:
             every.filter(pk__in=sent).update(dispatched_at=NOW)
+            # An earlier send's "broker unavailable" is no longer true of a row on its way
+            # (the helper's finding: a job re-sent after an outage showed it until it
+            # ended); any other error (a look-up's, a batch's) stays.
+            every.filter(pk__in=sent, last_error__startswith=BROKER_DOWN).update(last_error="")
         if unsent:
             why = (f"{BROKER_DOWN} ({type(error).__name__}); queued, will run when the "
                    "worker is back")

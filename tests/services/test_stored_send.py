@@ -208,3 +208,15 @@ def test_the_sweep_sends_what_waits_once_due_and_nothing_before_the_grace(
     stored = rows(kind, three)
     assert all(r.dispatched_at is not None for r in stored.values())
     assert stored[three[2]].state == kind.queued
+
+
+def test_a_row_sent_after_an_outage_loses_the_outages_error(kind, three, broker):
+    """A send that gets through clears the "broker unavailable" an earlier send left
+    (the job page showed it for the job's whole run); another error stays."""
+    broker.up_for = 0
+    kind.dispatch(three)
+    kind.model.objects.filter(pk=three[2]).update(last_error="a look-up answered 500")
+    broker.up_for, broker.taken = 10, []
+    assert kind.dispatch(three).ok
+    assert [rows(kind, three)[pk].last_error for pk in three] == [
+        "", "", "a look-up answered 500"]
