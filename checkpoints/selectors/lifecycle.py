@@ -1,8 +1,9 @@
 """Reads of the data lifecycle (issue 20; docs/security/retention.md): the tenant's data
 policy, its tombstones (newest first, a page at a time), its active legal holds and its
 erasure requests, for the Data page and ``GET …/data-policy``; and a deleted run's
-tombstone and a run's legal holds for its run page. Any role of the tenant reads them: they hold ids, numbers,
-reasons and names, never a payload value (what the page shows the API shows)."""
+tombstone and a run's legal holds for its run page. Any role of the tenant reads them:
+they hold ids, numbers, reasons and names, never a payload value (what the page shows
+the API shows)."""
 
 from __future__ import annotations
 

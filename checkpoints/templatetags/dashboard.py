@@ -100,8 +100,6 @@ def when(value: datetime | None) -> SafeString | str:
     ``data-now`` to the millisecond), which the script's first tick reads back."""
     if not value:
         return "—"
-    # The words are measured between exactly the two values the element carries (whole
-    # seconds, milliseconds), so the script's first tick says what the server said.
     utc = _utc(value).replace(microsecond=0)
     now = _utc(nextstep.words_now())
     now = now.replace(microsecond=now.microsecond // 1000 * 1000)
