@@ -25,7 +25,7 @@ from .common import (
     require_safe,
     tenant_page,
 )
-from .forms import LINE_BREAK, NoQuery, posted
+from .forms import LINE_BREAK, NoQuery, posted, textarea_value
 
 
 def _counts_words(counts: dict) -> str:
@@ -128,7 +128,7 @@ def _hold_scope(post: dict) -> dict:
         return {"whole_tenant": True}
     if scope == HoldScope.SUBJECT:
         return {"subject": {"field": post.get("subject_field", ""),
-                            "value": post.get("subject_value", "")}}
+                            "value": textarea_value(post.get("subject_value", ""))}}
     if scope == HoldScope.RUNS:
         # Blank lines dropped; every other line as typed, so the service judges it as the
         # API would (a stripped control character or Unicode space would pass; stop 35).
