@@ -89,13 +89,15 @@ test-postgres: $(STAMP) services
 # matrices that do not depend on the database: twin world, role matrix, fence matrix,
 # isolation table, schemathesis) ran in test-postgres; they are deselected here to keep
 # `make test` within CI's 30 minutes. `make test-sqlite SQLITE_MARKS=` runs them too.
-# Then the runtime SDK's own tests (clients/python/tests: no Django, no server, about 10 s;
-# all of them whatever PYTEST_ARGS says, whose paths are the server's).
+# Then the runtime SDK's own tests (clients/python/tests: no Django, no server, about 10 s),
+# only for the whole suite: PYTEST_ARGS narrows the run to some of the server's tests
+# (its paths and -k are the server's, so they cannot narrow the SDK's), and a narrowed
+# run leaves the SDK's out rather than run them all each time.
 SQLITE_MARKS ?= not matrix
 test-sqlite: $(STAMP)
 	env -u DATABASE_URL -u CELERY_BROKER_URL RECOVERY_VAR_DIR=$(TEST_VAR_DIR)/sqlite \
 		$(PYTEST) --create-db $(if $(SQLITE_MARKS),-m "$(SQLITE_MARKS)")
-	cd clients/python && $(abspath $(PY)) -m pytest -q -rs --strict-markers tests
+	$(if $(PYTEST_ARGS),@echo "PYTEST_ARGS narrows the run: the SDK's tests (clients/python/tests) are left out",cd clients/python && $(abspath $(PY)) -m pytest -q -rs --strict-markers tests)
 
 test: lint
 	RECOVERY_VAR_DIR=$(TEST_VAR_DIR)/check $(PY) manage.py makemigrations --check --dry-run

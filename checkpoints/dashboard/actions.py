@@ -12,7 +12,7 @@ from functools import wraps
 
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import redirect, render
+from django.shortcuts import render
 from django.urls import reverse
 from django.utils.translation import ngettext
 from django_htmx.http import trigger_client_event
@@ -27,6 +27,7 @@ from .common import (
     _require_valid,
     dashboard,
     require_POST,
+    see_other,
     tenant_page,
 )
 from .forms import CloseForm, MarkUnknownForm
@@ -78,7 +79,7 @@ def _action_done(request: HttpRequest, tenant: Tenant, run_id, notice: str) -> H
         response = render(request, "checkpoints/run.html#run-body", context)
         return trigger_client_event(response, AUDIT_CHANGED)
     messages.success(request, notice)
-    return redirect(_run_url(tenant, run_id))
+    return see_other(_run_url(tenant, run_id))
 
 
 # --------------------------------------------------------------------------------------

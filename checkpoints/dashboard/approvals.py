@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import redirect, render
+from django.shortcuts import render
 from django.urls import reverse
 
 from .. import roles, selectors, services
@@ -26,6 +26,7 @@ from .common import (
     dashboard,
     require_POST,
     require_safe,
+    see_other,
     tenant_page,
 )
 from .forms import BulkApproveForm, DecideForm, NoQuery
@@ -91,7 +92,7 @@ def approval_decide(request: HttpRequest, tenant: Tenant, retry_id: int) -> Http
     url, next_words = _next_url(tenant, request.user, after=retry.pk)
     done = "approved" if data["decision"] == "approve" else "rejected"
     messages.success(request, f"Retry request #{retry.pk} {done}. {next_words}")
-    return redirect(url)
+    return see_other(url)
 
 
 @require_POST
@@ -127,4 +128,4 @@ def approval_bulk(request: HttpRequest, tenant: Tenant) -> HttpResponse:
     url, next_words = _next_url(tenant, request.user)
     if next_words.startswith("Next"):
         messages.info(request, next_words)
-    return redirect(url)
+    return see_other(url)

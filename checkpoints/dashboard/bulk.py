@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import redirect, render
+from django.shortcuts import render
 
 from .. import roles, selectors, services
 from ..exceptions import AlreadyDone, InvalidPayload
@@ -25,6 +25,7 @@ from .common import (
     dashboard,
     require_POST,
     require_safe,
+    see_other,
     tenant_page,
 )
 from .forms import BULK_MATCHING, BulkForm, InboxFilterForm, NoQuery, ReasonForm
@@ -63,7 +64,7 @@ def bulk_submit(request: HttpRequest, tenant: Tenant) -> HttpResponse:
     if not created:
         messages.info(request, "This bulk action was already submitted: these are its "
                                "results (nothing was done again).")
-    return redirect("bulk_detail", slug=tenant.slug, bulk_id=str(bulk.uuid))
+    return see_other("bulk_detail", slug=tenant.slug, bulk_id=str(bulk.uuid))
 
 
 @require_POST
@@ -88,7 +89,7 @@ def bulk_abort(request: HttpRequest, tenant: Tenant, bulk_id: str) -> HttpRespon
         notice, status = f"Not done: already {exc.what}{who}{when}.", exc.status
     if not request.htmx:
         (messages.success if status == 200 else messages.warning)(request, notice)
-        return redirect("bulk_detail", slug=tenant.slug, bulk_id=str(bulk_id))
+        return see_other("bulk_detail", slug=tenant.slug, bulk_id=str(bulk_id))
     context = _detail_context(request, tenant, bulk_id) | {"notice": notice}
     return render(request, "checkpoints/bulk.html#bulk-live", context, status=status)
 

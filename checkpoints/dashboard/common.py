@@ -1,7 +1,7 @@
 """What every dashboard view shares: the decorator stack (``dashboard``, ``tenant_page``,
 ``require_safe``/``require_POST``), the mapping of domain errors to pages or fragments,
-the message in place for htmx, the POSTed reason and the context every page starts
-from (``_base_context``)."""
+the message in place for htmx, the POSTed reason, the redirect after a POST
+(``see_other``) and the context every page starts from (``_base_context``)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.views import redirect_to_login
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+from django.shortcuts import redirect, render
 from django.utils.cache import patch_vary_headers
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators import http
@@ -71,6 +71,17 @@ def htmx_login_redirect(view: Callable) -> Callable:
 
     return wrapper
 
+
+
+def see_other(to, *args, **kwargs) -> HttpResponse:
+    """The answer to every dashboard POST that succeeds without htmx: 303 See Other to
+    ``to`` (a URL, or a URL name with ``args``/``kwargs``, as Django's ``redirect``),
+    which the browser reads with a GET (post/redirect/get; RFC 9110 15.4.4). The one
+    rule: no dashboard POST answers 302 (Django's default, which some answered while
+    others answered 303)."""
+    response = redirect(to, *args, **kwargs)
+    response.status_code = 303
+    return response
 
 
 def _referer(request: HttpRequest) -> str | None:

@@ -9,12 +9,20 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import redirect, render
+from django.shortcuts import render
 
 from .. import roles, selectors, services
 from ..exceptions import DomainError
 from ..models import Tenant
-from .common import _base_context, dashboard, form_refusal, require_POST, require_safe, tenant_page
+from .common import (
+    _base_context,
+    dashboard,
+    form_refusal,
+    require_POST,
+    require_safe,
+    see_other,
+    tenant_page,
+)
 from .forms import POLICY_NUMBERS, TombstonePageForm, policy_fields, subject_line
 
 #: Where the policy form shows a service's refusal: the field its message names.
@@ -100,6 +108,4 @@ def data_policy_post(request: HttpRequest, tenant: Tenant) -> HttpResponse:
         return _page(request, tenant, form=typed, error=error, status=exc.status)
     messages.success(request, "Data policy saved (audited)." if changed
                      else "The data policy already had these values: nothing changed.")
-    response = redirect("data_page", slug=tenant.slug)
-    response.status_code = 303
-    return response
+    return see_other("data_page", slug=tenant.slug)

@@ -410,6 +410,17 @@ class TombstonePageForm(QueryForm):
 LINE_BREAK = re.compile(r"\r\n|\r|\n")
 
 
+def textarea_value(raw: str) -> str:
+    """A textarea's value as typed: every CR LF made LF, nothing else changed. A browser
+    sends each line break of a textarea as CR LF whatever was typed or pasted (HTML's
+    form submission normalises them), while a JSON payload's text, which the subject
+    index holds as it is (``services.subject_value``), breaks its lines with LF. So a
+    value typed over several lines reaches the service as the payload holds it. A lone
+    CR or LF (a client that is no browser) is kept. The cost: a value holding CR LF
+    itself can be held only through the API (``POST …/legal-holds``)."""
+    return raw.replace("\r\n", "\n")
+
+
 def subject_line(name: str, pointer: str) -> str:
     """One line of the Data page's ``subject_fields``: ``name = pointer``, the pointer as
     stored. A pointer ``services.subject_pointer_problem`` refuses (stored before that

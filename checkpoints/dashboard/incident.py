@@ -6,7 +6,7 @@ and the last reason they gave for it offered again in the action forms."""
 from __future__ import annotations
 
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import redirect, render
+from django.shortcuts import render
 from django.urls import reverse
 
 from ..exceptions import InvalidPayload
@@ -19,6 +19,7 @@ from .common import (
     dashboard,
     incident_of,
     require_POST,
+    see_other,
     session_get,
     session_put,
     tenant_page,
@@ -46,4 +47,4 @@ def incident_set(request: HttpRequest, tenant: Tenant) -> HttpResponse:
         context = (_base_context(request, tenant, "inbox")
                    | {"incident": incident_of(request, tenant.slug)})
         return render(request, "checkpoints/_incident.html", context)
-    return redirect(_referer(request) or reverse("run_list", args=[tenant.slug]))
+    return see_other(_referer(request) or reverse("run_list", args=[tenant.slug]))

@@ -16,7 +16,7 @@ from typing import TypeVar
 from django.conf import settings
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import redirect, render
+from django.shortcuts import render
 
 from .. import intranges, roles, selectors, services
 from ..exceptions import InvalidPayload, NotFound
@@ -30,6 +30,7 @@ from .common import (
     dashboard,
     require_POST,
     require_safe,
+    see_other,
     tenant_page,
 )
 from .forms import MigrationForm, MigrationPreviewForm, NoQuery
@@ -158,9 +159,7 @@ def migration_submit(request: HttpRequest, tenant: Tenant, kind: str) -> HttpRes
     if not created:
         messages.info(request, "This migration was already submitted: this is its job "
                                "(nothing was submitted again).")
-    response = redirect("migration_detail", slug=tenant.slug, kind=kind, job_id=str(job.uuid))
-    response.status_code = 303  # See Other: the job's page is read with a GET
-    return response
+    return see_other("migration_detail", slug=tenant.slug, kind=kind, job_id=str(job.uuid))
 
 
 @require_safe

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import redirect, render
+from django.shortcuts import render
 from django.utils.translation import ngettext
 
 from .. import roles, selectors, services
@@ -23,9 +23,10 @@ from .common import (
     form_refusal,
     require_POST,
     require_safe,
+    see_other,
     tenant_page,
 )
-from .forms import LINE_BREAK, NoQuery, posted
+from .forms import LINE_BREAK, NoQuery, posted, textarea_value
 
 
 def _counts_words(counts: dict) -> str:
@@ -64,7 +65,7 @@ def erasure_request_file(request: HttpRequest, tenant: Tenant, run_id: str) -> H
     services.erasure_request(actor=request.user, tenant=tenant, runs=[run.uuid],
                              reason=_reason(request))
     messages.success(request, "Erasure requested; an approver (not you) must decide it.")
-    return redirect("run_detail", slug=tenant.slug, run_id=str(run.uuid))
+    return see_other("run_detail", slug=tenant.slug, run_id=str(run.uuid))
 
 
 @require_POST
@@ -77,7 +78,7 @@ def erasure_approve(request: HttpRequest, tenant: Tenant, request_id: str) -> Ht
     done = services.erasure_approve(actor=request.user, tenant=tenant, request_id=row.uuid,
                                     reason=request.POST.get("reason", ""))
     messages.success(request, f"Erasure approved and executed: {_counts_words(done.counts)}.")
-    return redirect("erasure_requests", slug=tenant.slug)
+    return see_other("erasure_requests", slug=tenant.slug)
 
 
 @require_POST
@@ -90,7 +91,7 @@ def erasure_reject(request: HttpRequest, tenant: Tenant, request_id: str) -> Htt
     services.erasure_reject(actor=request.user, tenant=tenant, request_id=row.uuid,
                             reason=_reason(request))
     messages.success(request, "Erasure request rejected; nothing was erased.")
-    return redirect("erasure_requests", slug=tenant.slug)
+    return see_other("erasure_requests", slug=tenant.slug)
 
 
 #: Where the place-a-hold form shows a refusal of ``services.legal_hold_place``: the
@@ -128,7 +129,7 @@ def _hold_scope(post: dict) -> dict:
         return {"whole_tenant": True}
     if scope == HoldScope.SUBJECT:
         return {"subject": {"field": post.get("subject_field", ""),
-                            "value": post.get("subject_value", "")}}
+                            "value": textarea_value(post.get("subject_value", ""))}}
     if scope == HoldScope.RUNS:
         # Blank lines dropped; every other line as typed, so the service judges it as the
         # API would (a stripped control character or Unicode space would pass; stop 35).
@@ -175,9 +176,7 @@ def legal_hold_place(request: HttpRequest, tenant: Tenant) -> HttpResponse:
         hold.scope, ngettext("%d run", "%d runs", len(hold.run_uuids)) % len(hold.run_uuids))
     messages.success(request, f"Legal hold placed on {covers} (audited): neither retention "
                               "nor erasure touches it until it is released.")
-    response = redirect("legal_holds", slug=tenant.slug)
-    response.status_code = 303
-    return response
+    return see_other("legal_holds", slug=tenant.slug)
 
 
 @require_POST
@@ -190,7 +189,7 @@ def legal_hold_place_run(request: HttpRequest, tenant: Tenant, run_id: str) -> H
                               reason=_reason(request))
     messages.success(request, "Legal hold placed: neither retention nor erasure touches "
                               "this run until it is released.")
-    return redirect("run_detail", slug=tenant.slug, run_id=str(run.uuid))
+    return see_other("run_detail", slug=tenant.slug, run_id=str(run.uuid))
 
 
 @require_POST
@@ -202,4 +201,4 @@ def legal_hold_release(request: HttpRequest, tenant: Tenant, hold_id: str) -> Ht
     services.legal_hold_release(actor=request.user, tenant=tenant, hold_id=hold.uuid,
                                 reason=_reason(request))
     messages.success(request, "Legal hold released.")
-    return redirect("legal_holds", slug=tenant.slug)
+    return see_other("legal_holds", slug=tenant.slug)

@@ -25,7 +25,7 @@ import uuid
 from django import forms
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import redirect, render
+from django.shortcuts import render
 
 from .. import roles, selectors, services
 from ..exceptions import DomainError
@@ -41,6 +41,7 @@ from .common import (
     form_refusal,
     require_POST,
     require_safe,
+    see_other,
     tenant_page,
 )
 from .forms import NoQuery, typed_number
@@ -93,7 +94,7 @@ def _remember(request: HttpRequest, token: str, endpoint_id) -> None:
 def _already(tenant: Tenant, endpoint_id: str, request: HttpRequest) -> HttpResponse:
     messages.info(request, "This form was already sent (a reload?): nothing was done again. "
                            "A secret is shown once; rotate it for a new one.")
-    return _see_other("notification_detail", slug=tenant.slug, endpoint_id=endpoint_id)
+    return see_other("notification_detail", slug=tenant.slug, endpoint_id=endpoint_id)
 
 
 class DeleteForm(forms.Form):
@@ -215,12 +216,6 @@ def _refused(exc: DomainError, request: HttpRequest) -> tuple[str, str] | None:
     return form_refusal(exc, request, REFUSAL_FIELDS)
 
 
-def _see_other(name: str, **kwargs) -> HttpResponse:
-    response = redirect(name, **kwargs)
-    response.status_code = 303
-    return response
-
-
 @require_safe
 @dashboard
 @tenant_page()
@@ -258,7 +253,7 @@ def notification_create(request: HttpRequest, tenant: Tenant) -> HttpResponse:
     if secret:
         return _endpoint_page(request, tenant, endpoint.uuid, new_secret=secret)
     messages.success(request, f"Endpoint {endpoint.name!r} added (audited).")
-    return _see_other("notification_detail", slug=tenant.slug, endpoint_id=str(endpoint.uuid))
+    return see_other("notification_detail", slug=tenant.slug, endpoint_id=str(endpoint.uuid))
 
 
 @require_safe
@@ -297,7 +292,7 @@ def notification_update(request: HttpRequest, tenant: Tenant, endpoint_id: str) 
     words = {True: "enabled", False: "disabled"}.get(body.get("enabled")) if len(body) == 1 \
         else None
     messages.success(request, f"Endpoint {words or 'saved'} (audited).")
-    return _see_other("notification_detail", slug=tenant.slug, endpoint_id=str(endpoint.uuid))
+    return see_other("notification_detail", slug=tenant.slug, endpoint_id=str(endpoint.uuid))
 
 
 @require_POST
@@ -324,7 +319,7 @@ def notification_delete(request: HttpRequest, tenant: Tenant, endpoint_id: str) 
     _require_valid(DeleteForm(request.POST))
     services.endpoint_delete(actor=request.user, tenant=tenant, endpoint_id=endpoint_id)
     messages.success(request, "Endpoint deleted with its delivery log (audited).")
-    return _see_other("notification_list", slug=tenant.slug)
+    return see_other("notification_list", slug=tenant.slug)
 
 
 @require_POST
@@ -338,7 +333,7 @@ def notification_send_test(request: HttpRequest, tenant: Tenant,
                                          endpoint_id=endpoint_id)
     messages.success(request, f"Test event {message.event_id} queued; the delivery log "
                               "below shows each attempt.")
-    return _see_other("notification_detail", slug=tenant.slug, endpoint_id=endpoint_id)
+    return see_other("notification_detail", slug=tenant.slug, endpoint_id=endpoint_id)
 
 
 @require_POST
@@ -351,4 +346,4 @@ def notification_resend(request: HttpRequest, tenant: Tenant, endpoint_id: str,
     message = services.notification_resend(actor=request.user, tenant=tenant,
                                            endpoint_id=endpoint_id, event_id=event_id)
     messages.success(request, f"Message {message.event_id} will be sent again (same id).")
-    return _see_other("notification_detail", slug=tenant.slug, endpoint_id=endpoint_id)
+    return see_other("notification_detail", slug=tenant.slug, endpoint_id=endpoint_id)

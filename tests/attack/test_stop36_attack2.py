@@ -247,7 +247,7 @@ def test_kind1_the_demo_subject_field_is_accepted_and_finds_the_demo_orders(acme
     services.data_policy_set(actor=None, tenant=acme, subject_fields=DEMO_SUBJECT_FIELDS)
     payload = OrderShape(order_id="A-1001", amount_cents=2599, payments_url="http://x",
                          execution_id="e", schema_version=version).initial_payload()
-    (pointer,) = DEMO_SUBJECT_FIELDS.values()
+    pointer = DEMO_SUBJECT_FIELDS["order"]
     assert payload[pointer.lstrip("/")] == "A-1001"
 
 

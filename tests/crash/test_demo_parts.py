@@ -180,4 +180,28 @@ def test_the_demo_tenants_declare_the_order_id_as_a_subject_field():
     Command()._create_tenants()
     for slug in TENANTS:
         policy = policy_for(Tenant.objects.get(slug=slug))
-        assert policy.subject_fields == DEMO_SUBJECT_FIELDS == {"order": "/order_id"}
+        assert policy.subject_fields == DEMO_SUBJECT_FIELDS == {
+            "order": "/order_id", "thread": "/thread_id"}
+
+
+def test_the_demo_langgraph_runs_are_found_by_a_declared_subject_field():
+    """(a reviewer's finding) The LangGraph refund runs' payload is the
+    ``langgraph.checkpoint`` summary (no channel value: no ``/order_id``), so no declared
+    subject field resolved on them and a hold or an erasure request by value never found
+    them. The demo declares ``thread`` (``/thread_id``): each run's thread is its order's
+    (``refund-LG-2001``), indexed on every write of the run."""
+    from checkpoints.interop.langgraph.common import _summary
+    from checkpoints.management.commands.demo import DEMO_SUBJECT_FIELDS
+    from checkpoints.services import subject_digest
+    from checkpoints.services.lifecycle import subject_rows
+
+    for unit in plan_langgraph(4, seed=7):
+        args = unit.commands[0]
+        thread, order = (args[args.index(flag) + 1] for flag in ("--thread-id", "--order-id"))
+        assert thread == f"refund-{order}"
+        summary = _summary(thread_id=thread, ns="", checkpoint_id="1ef", parent=None,
+                           metadata={"step": 1, "source": "loop"}, nxt=["pay"], tasks=1,
+                           written=0, interrupted=False, errored=False, identity={})
+        rows = subject_rows(tenant=1, run_pk=1, payload=summary, fields=DEMO_SUBJECT_FIELDS)
+        assert [(r.field, r.digest) for r in rows] == [
+            ("thread", subject_digest(1, "thread", thread))]

@@ -35,7 +35,7 @@ def test_the_run_page_offers_erasure_to_reviewers_and_holds_to_admins(acme, wend
 def test_file_approve_and_see_the_counts(acme, wendy, rita, april):
     run = completed_run(wendy, acme)
     r = as_(rita).post(f"/t/acme/runs/{run.uuid}/erasure-request/", {"reason": "art. 17"})
-    assert r.status_code == 302
+    assert r.status_code == 303
     request = ErasureRequest.objects.for_tenant(acme).get()
     queue = as_(rita).get("/t/acme/erasure-requests/").content.decode()
     assert "art. 17" in queue and "Approve and erase" not in queue  # not an approver
@@ -67,7 +67,7 @@ def test_place_and_release_a_hold_from_the_dashboard(acme, wendy, adam, rita):
                           {"reason": ""}).status_code == 400
     assert not LegalHold.objects.for_tenant(acme).exists()
     assert as_(adam).post(f"/t/acme/runs/{run.uuid}/legal-hold/",
-                          {"reason": "case 5"}).status_code == 302
+                          {"reason": "case 5"}).status_code == 303
     hold = LegalHold.objects.for_tenant(acme).get()
     listed = as_(rita).get("/t/acme/legal-holds/").content.decode()
     assert "case 5" in listed and "Why release?" not in listed

@@ -24,7 +24,7 @@ def _events(acme, action):
 def test_it_lets_a_reviewer_request_a_retry_and_redirects_back(login, rita, unknown, acme):
     url = reverse("run_retry_request", args=["acme", unknown.run_id])
     response = login(rita).post(url, {"reason": "charge may not have gone through"})
-    assert response.status_code == 302
+    assert response.status_code == 303
     assert response["Location"] == reverse("run_detail", args=["acme", str(unknown.run_id)])
     retry = RetryRequest.objects.get()
     assert retry.state == "requested" and retry.requested_by == rita
@@ -46,7 +46,7 @@ def test_it_lets_an_approver_approve_anothers_request(login, rita, april, unknow
     retry = services.retry_request(actor=rita, tenant=acme, run_id=unknown.run_id, reason="r")
     response = login(april).post(reverse("retry_approve", args=["acme", retry.pk]),
                                  {"reason": "duplicate charge is refundable"})
-    assert response.status_code == 302
+    assert response.status_code == 303
     retry.refresh_from_db()
     assert retry.state == "approved" and retry.decided_by == april
     assert Run.objects.get(uuid=unknown.run_id).recovery_state == "retry_approved"
@@ -57,7 +57,7 @@ def test_it_lets_an_approver_reject_anothers_request(login, rita, april, unknown
     retry = services.retry_request(actor=rita, tenant=acme, run_id=unknown.run_id, reason="r")
     response = login(april).post(reverse("retry_reject", args=["acme", retry.pk]),
                                  {"reason": "customer cancelled"})
-    assert response.status_code == 302
+    assert response.status_code == 303
     retry.refresh_from_db()
     assert retry.state == "rejected"
     assert len(_events(acme, "retry.reject")) == 1
@@ -79,7 +79,7 @@ def test_it_refuses_review_actions_to_an_approver_and_approval_to_a_reviewer(
 def test_it_lets_a_reviewer_mark_an_effect_outcome_unknown(login, rita, stuck, acme):
     url = reverse("effect_mark_unknown", args=["acme", stuck.effect_id])
     assert login(rita).post(url, {"reason": "gateway has no lookup",
-                               "confirm": "yes"}).status_code == 302
+                               "confirm": "yes"}).status_code == 303
     assert Effect.objects.get(uuid=stuck.effect_id).state == "unknown"
     assert Run.objects.get(uuid=stuck.run_id).recovery_state == "unknown_outcome"
     assert len(_events(acme, "effect.mark_unknown")) == 1
@@ -90,7 +90,7 @@ def test_it_lets_a_reviewer_queue_reconciliation(login, rita, stuck, acme,
     url = reverse("run_reconcile", args=["acme", stuck.run_id])
     with django_capture_on_commit_callbacks(execute=True) as callbacks:
         response = login(rita).post(url, {"reason": "ask the payment service"})
-    assert response.status_code == 302
+    assert response.status_code == 303
     assert len(callbacks) == 1
     assert len(_events(acme, "run.reconcile")) == 1
     # No reconciler is configured for "payments": the in-process task answers unknown.
@@ -104,7 +104,7 @@ def test_it_lets_a_reviewer_acknowledge_conflicts(login, rita, wendy, stuck, acm
     body = login(rita).get(reverse("run_detail", args=["acme", stuck.run_id])).content.decode()
     assert "Acknowledge 1 conflict" in body
     url = reverse("conflicts_acknowledge", args=["acme", stuck.run_id])
-    assert login(rita).post(url, {"reason": "lost race, harmless"}).status_code == 302
+    assert login(rita).post(url, {"reason": "lost race, harmless"}).status_code == 303
     assert Conflict.objects.get().acknowledged_by == rita
     assert len(_events(acme, "conflicts.acknowledge")) == 1
 
@@ -140,7 +140,7 @@ def test_it_retargets_an_htmx_error_into_the_forms_error_slot(login, rita, stuck
 def test_it_shows_a_readable_422_for_a_second_retry_request(login, rita, acme, unknown):
     client = login(rita)
     url = reverse("run_retry_request", args=["acme", unknown.run_id])
-    assert client.post(url, REASON).status_code in (200, 302)
+    assert client.post(url, REASON).status_code in (200, 303)
     before = _snapshot(acme)
     response = client.post(url, REASON)
     assert response.status_code == 422

@@ -74,7 +74,7 @@ def test_bulk_approve_skips_a_possible_duplicate_and_says_so(login, acme, rita, 
     # On its own row it is approved, accepting the duplicate.
     response = login(april).post(reverse("approval_decide", args=["acme", dup.pk]),
                                  {"decision": "approve", "reason": "gateway dedupes"})
-    assert response.status_code == 302
+    assert response.status_code == 303
     assert RetryRequest.objects.get(pk=dup.pk).state == RetryState.APPROVED
 
 

@@ -134,7 +134,7 @@ def _set_incident(client, ref, **headers):
 def test_an_incident_ref_is_stored_on_each_audit_event_the_reviewer_causes(
         login, rita, vic, unknown, acme):
     client = login(rita)
-    assert _set_incident(client, "INC-2041").status_code == 302
+    assert _set_incident(client, "INC-2041").status_code == 303
     before = AuditEvent.objects.count()
     response = client.post(reverse("run_retry_request", args=["acme", unknown.run_id]),
                            {"reason": "the gateway has no look-up"},
@@ -244,13 +244,13 @@ def test_an_incident_typed_in_one_tenant_stays_out_of_another(login, rita, acme,
     typed in."""
     services.role_grant(actor=None, tenant=globex, user=rita, role="reviewer")
     client = login(rita)
-    assert _set_incident(client, "INC-ACME-7").status_code == 302
+    assert _set_incident(client, "INC-ACME-7").status_code == 303
     assert "INC-ACME-7" in client.get(reverse("run_list", args=["acme"])).content.decode()
     page = client.get(reverse("run_list", args=["globex"]))
     assert page.status_code == 200 and "INC-ACME-7" not in page.content.decode()
     assert page.context["incident"] == {"ref": "", "reason": ""}
     _set = client.post(reverse("incident_set", args=["globex"]), {"incident_ref": "GX-1"})
-    assert _set.status_code == 302
+    assert _set.status_code == 303
     assert "GX-1" in client.get(reverse("run_list", args=["globex"])).content.decode()
     # acme's incident is still acme's after globex's is set
     assert "INC-ACME-7" in client.get(reverse("run_list", args=["acme"])).content.decode()

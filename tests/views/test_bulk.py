@@ -85,7 +85,7 @@ def test_bulk_close_from_the_inbox_shows_the_per_run_result_table(acme, wendy, r
     data = form("close", [a, b, ghost])
     response = client.post("/t/acme/bulk/", data)
     bulk = BulkAction.objects.get()
-    assert response.status_code == 302
+    assert response.status_code == 303
     assert response["Location"] == f"/t/acme/bulk/{bulk.uuid}/"
     page = client.get(response["Location"])
     html = page.content.decode()
@@ -109,7 +109,7 @@ def test_all_runs_matching_the_filters(acme, wendy, rita):
     calm = healthy_run(wendy, acme)
     response = logged_in(rita).post("/t/acme/bulk/", form(
         "request_retry", scope="matching", filters="state=ambiguous&kind=acme.order"))
-    assert response.status_code == 302
+    assert response.status_code == 303
     bulk = BulkAction.objects.get()
     assert {i.run_uuid for i in BulkActionItem.objects.filter(bulk=bulk)} == stuck
     assert bulk.done == 3 and calm not in {i.run_uuid for i in bulk.items.all()}

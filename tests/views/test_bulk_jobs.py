@@ -41,7 +41,7 @@ def test_every_run_matching_from_the_inbox_becomes_a_job(acme, rita):
     response = logged_in(rita).post("/t/acme/bulk/", {
         "action": "close", "reason": "incident 42", "client_token": str(uuid.uuid4()),
         "scope": "matching", "filters": "state=healthy", "confirm": "yes"})
-    assert response.status_code == 302
+    assert response.status_code == 303
     bulk = BulkAction.objects.get()
     assert bulk.background and bulk.state == BulkState.QUEUED and closed(runs) == 0
     page = logged_in(rita).get(response["Location"]).content.decode()
@@ -83,7 +83,7 @@ def test_abort_from_the_page(acme, rita):
     assert bulk.state == BulkState.ABORTED and closed(runs) == 2
     # Again: who and when, 422, nothing more written.
     again = logged_in(rita).post(url, {"reason": "again"})
-    assert again.status_code == 302  # plain form: back to the page, with the words
+    assert again.status_code == 303  # plain form: back to the page, with the words
     assert AuditEvent.objects.filter(action=AuditAction.BULK_ABORT).count() == 1
     # No reason: 400 naming it, nothing written.
     other, _ = job(rita, acme)

@@ -38,7 +38,7 @@ def test_it_lets_a_reviewer_close_a_run_and_shows_who_when_and_why(login, rita, 
     client = login(rita)
     assert 'id="f-close"' in client.get(_run_url(stuck.run_id)).content.decode()
     response = client.post(_close_url(stuck.run_id), CLOSE)
-    assert response.status_code == 302
+    assert response.status_code == 303
     assert response["Location"] == _run_url(stuck.run_id)
     run = Run.objects.get(uuid=stuck.run_id)
     assert (run.recovery_state, run.closed_by, run.closed_reason) == (

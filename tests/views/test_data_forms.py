@@ -16,7 +16,7 @@ import pytest
 from checkpoints import services
 from checkpoints.dashboard.forms import POLICY_NUMBERS
 from checkpoints.jsonparse import JSON_WHITESPACE
-from checkpoints.models import AuditEvent, DataPolicy, HeldRun, LegalHold
+from checkpoints.models import AuditEvent, DataPolicy, HeldRun, LegalHold, RunSubject
 from tests.helpers import form_fields
 from tests.lifecycle.retention_world import completed_run, set_policy
 
@@ -224,6 +224,33 @@ def test_the_hold_form_takes_a_subject_value_as_typed_at_any_length_the_index_ta
     assert answer.status_code == 303, _text(answer)[:2000]
     assert LegalHold.objects.for_tenant(acme).get().subject_digest \
         == services.subject_digest(acme, "customer", value)
+
+
+def test_the_hold_form_holds_a_subject_value_over_several_lines_as_the_payload_holds_it(
+        login, acme, adam, wendy):
+    """A subject value with a line break (a payload's ``"A-1\\nB-2"``) was refused by
+    the page's one-line input (a browser drops its line breaks): only the API could hold
+    it. The field is a textarea; a browser sends its line breaks as CR LF, which the form
+    reads as the payload's LF (``forms.textarea_value``), so the hold covers the run whose
+    payload holds that value; a lone CR or LF from a client that is no browser is kept."""
+    set_policy(acme, subject_fields={"order": "/order_id"})
+    run = completed_run(wendy, acme, order_id="A-1\nB-2")
+    indexed = RunSubject.objects.for_tenant(acme).get(run=run, field="order").digest
+    assert indexed == services.subject_digest(acme, "order", "A-1\nB-2")
+    client = login(adam)
+    form = form_fields(client.get(HOLDS).content.decode(), "f-hold-place")
+    assert form["subject_value"] == ""
+    page = client.get(HOLDS).content.decode()
+    assert '<textarea id="hold-subject_value" name="subject_value"' in page
+    for typed, held in (("A-1\r\nB-2", "A-1\nB-2"), ("x\ry", "x\ry"), ("x\ny", "x\ny"),
+                        (" C-42\r\n\r\n", " C-42\n\n")):
+        answer = client.post(PLACE, {**form, "scope": "subject", "subject_field": "order",
+                                     "subject_value": typed, "reason": repr(typed)})
+        assert answer.status_code == 303, _text(answer)[:2000]
+        hold = LegalHold.objects.for_tenant(acme).get(reason=repr(typed))
+        assert hold.subject_digest == services.subject_digest(acme, "order", held)
+    assert LegalHold.objects.for_tenant(acme).get(
+        reason=repr("A-1\r\nB-2")).subject_digest == indexed
 
 
 @pytest.mark.parametrize("body, field, words", [

@@ -348,7 +348,7 @@ def test_the_inbox_bulk_filters_are_accepted(login, rita, wendy, acme):
     client = login(rita)
     bar = client.get("/t/acme/?q=acme&sort=created&kind=acme.order").context["bulk"]
     response = client.post("/t/acme/bulk/", _bulk(filters=bar["filters"]))
-    assert response.status_code == 302, response.content.decode()[:500]
+    assert response.status_code == 303, response.content.decode()[:500]
     assert BulkAction.objects.get().done == 1
 
 

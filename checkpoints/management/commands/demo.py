@@ -77,8 +77,12 @@ LEASE_TTL_S = 5
 THRESHOLD_S = 10
 #: The demo tenants' subject fields (their data policy): an order's id, which the demo's
 #: order runs carry at ``/order_id`` ("A-1001"...), so a hold or an erasure request by
-#: ``{"field": "order", "value": "A-1001"}`` finds its runs.
-DEMO_SUBJECT_FIELDS = {"order": "/order_id"}
+#: ``{"field": "order", "value": "A-1001"}`` finds its runs; and the LangGraph refund
+#: runs' thread (``/thread_id``, "refund-LG-2001": one thread per order,
+#: ``orchestrate.plan_langgraph``), since their payload, the ``langgraph.checkpoint``
+#: summary, holds no channel value and so no ``/order_id`` (docs/langgraph.md): by
+#: ``{"field": "thread", "value": "refund-LG-2001"}`` the privacy pages find those too.
+DEMO_SUBJECT_FIELDS = {"order": "/order_id", "thread": "/thread_id"}
 SWEEP_EVERY_S = 10
 SUPERVISE_EVERY_S = 3
 # The web server's: acme.order migrates offline, so the stranded v1 run waits for a person.
