@@ -166,6 +166,9 @@ class RetryRequest(TenantOwned, TimestampedModel):
     )
     decision_reason = models.TextField(blank=True)
     decided_at = models.DateTimeField(null=True, blank=True)
+    # When closing the run expired the request (``services.close_locked``); an approved
+    # one keeps its ``decided_at``, the approval's time.
+    expired_at = models.DateTimeField(null=True, blank=True)
     consumed_at = models.DateTimeField(null=True, blank=True)
     consumed_fencing_token = models.BigIntegerField(null=True, blank=True)
     # What recovery cost (issue 19, item 4): the usage counters the runtime that consumed

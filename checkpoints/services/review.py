@@ -7,6 +7,8 @@ from __future__ import annotations
 import uuid
 
 from django.db import transaction
+from django.db.models import DateTimeField, Value
+from django.db.models.functions import Coalesce
 
 from .. import locks, policy, roles, selectors
 from ..audit import (
@@ -297,13 +299,18 @@ def effect_mark_unknown(*, actor, tenant: Tenant, effect_id: uuid.UUID, reason: 
 
 def close_locked(run: Run, now, *, closed_by, reason: str) -> tuple[int, int]:
     """Mark ``run`` closed (the caller holds its lock and audits): its open retry
-    request expired and its open reconcile requests cancelled, so nothing acts on a
+    request expired (``expired_at``; a requested one's ``decided_at`` too, an approved
+    one's kept) and its open reconcile requests cancelled, so nothing acts on a
     closed run, then its recovery state recomputed. ``now`` is the database time read
     with the run; ``closed_by`` a user or ``None`` (closed by the system, e.g. a
     LangGraph thread deletion, issue 10). Returns ``(expired, cancelled)``. The one
     rule of closing: ``run_close`` and ``interop.langgraph`` call it."""
+    # An approved request keeps its decision's time (the report counts approvals by it;
+    # the stop-37 helper's finding: closing moved april's approval to the close's time).
     expired = RetryRequest.objects.for_tenant(run.tenant_id).filter(
-        run=run, state__in=RetryState.OPEN).update(state=RetryState.EXPIRED, decided_at=now)
+        run=run, state__in=RetryState.OPEN).update(
+        state=RetryState.EXPIRED, expired_at=now,
+        decided_at=Coalesce("decided_at", Value(now, output_field=DateTimeField())))
     cancelled = ReconcileRequest.objects.for_tenant(run.tenant_id).filter(
         run=run, state__in=ReconcileState.OPEN).update(
         state=ReconcileState.CANCELLED, finished_at=now, last_error="the run was closed")

@@ -149,4 +149,25 @@ def test_a_retry_approved_then_expired_by_the_close_says_when_it_expired(
     body = html.unescape(login(rita).get(_run_url(unknown.run_id)).content.decode())
     row = body[body.index('<table class="retries">'):]
     row = row[:row.index("</tr>", row.index("<tbody>"))]
-    assert "approved by april, " in row and "expired " in row
+    assert "approved by april " in row and "expired " in row
+
+
+def test_closing_keeps_an_approvals_time_and_stores_the_expiry_apart(
+        login, rita, april, unknown, acme, api_as):
+    """(stop 37, the ux helper's finding) ``close_locked`` wrote the close's time into
+    an approved request's ``decided_at``: the API said april decided at the close, and
+    the report counted her approval in the close's window. The approval keeps its time;
+    the expiry has ``expired_at``. A request still requested when the run closed takes
+    the close's time as both."""
+    retry = services.retry_request(actor=rita, tenant=acme, run_id=unknown.run_id,
+                                   reason="the gateway lost it")
+    approved = services.retry_approve(actor=april, tenant=acme, retry_id=retry.pk,
+                                      reason="go")
+    services.run_close(actor=rita, tenant=acme, run_id=unknown.run_id, reason="by hand")
+    retry.refresh_from_db()
+    run = Run.objects.for_tenant(acme).get(uuid=unknown.run_id)
+    assert (retry.state, retry.decided_at) == ("expired", approved.decided_at)
+    assert retry.expired_at == run.closed_at and retry.expired_at > retry.decided_at
+    answer = api_as(april).get(f"/api/v1/tenants/acme/retry-requests/{retry.pk}").json()
+    assert answer["decided_by"] == "april"
+    assert answer["decided_at"] < answer["expired_at"]

@@ -51,7 +51,12 @@ class RetryRequestSerializer(Answer):
     reason = serializers.CharField()
     decision_reason = serializers.CharField()
     created_at = IsoDateTimeField()
-    decided_at = IsoDateTimeField(allow_null=True)
+    decided_at = IsoDateTimeField(allow_null=True, help_text=(
+        "when it was approved, rejected or withdrawn; for one expired while still "
+        "requested, when it expired"))
+    expired_at = IsoDateTimeField(allow_null=True, help_text=(
+        "when closing the run expired it (state expired); an approved one keeps its "
+        "decided_at"))
     consumed_at = IsoDateTimeField(allow_null=True)
     usage_burnt = serializers.DictField(
         child=serializers.IntegerField(), read_only=True,
