@@ -153,6 +153,8 @@ def _hidden(text: str, i: int) -> bool:
     ch = text[i]
     previous = text[i - 1] if i else ""
     following = text[i + 1] if i + 1 < len(text) else ""
+    if ch in _TAGS:
+        return not _tag_sequence(text, i)
     if ch in INVISIBLE:
         return True
     if ch in VARIATION_SELECTORS:
@@ -218,9 +220,11 @@ def _selects(previous: str, selector: str, following: str = "") -> bool:
 #: How far ``_joins`` looks on each side of a joiner (RFC 5892's rule skips transparent
 #: marks between it and the letters it joins; no name needs more than a few).
 _CONTEXT = 32
-#: What may follow an emoji inside its ZWJ sequence element (Unicode TS #51): the emoji
-#: presentation selector and the five skin tone modifiers.
+_ZWJ = "\u200d"
+#: What may follow an emoji inside one element of its ZWJ sequence (Unicode TS #51): the
+#: emoji presentation selector and the five skin tone modifiers.
 _EMOJI_TRAILERS = frozenset("\ufe0f\U0001F3FB\U0001F3FC\U0001F3FD\U0001F3FE\U0001F3FF")
+_VIRAMA = 9  # the canonical combining class of a virama
 
 
 def _joins(text: str, i: int, previous: str, following: str) -> bool:
@@ -228,31 +232,89 @@ def _joins(text: str, i: int, previous: str, following: str) -> bool:
     ``following``) joins something, by the rules that say where one belongs:
 
     - RFC 5892 Appendix A (IDNA's CONTEXTJ, via the ``idna`` package): either joiner
-      right after a virama (Indic conjuncts and half forms: ``\u0915\u094d\u200d\u0937``);
-      the non-joiner between a letter that joins to the left and one that joins to the
-      right, transparent marks aside (Persian
-      ``\u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645``);
-    - Unicode TS #51: the joiner between two emoji (symbols, category So), the first
-      perhaps followed by its presentation selector or a skin tone
-      (``\U0001F469\U0001F3FD\u200d\U0001F4BB``, ``\U0001F3F3\ufe0f\u200d\U0001F308``).
+      right after a virama (Indic conjuncts and half forms: ``\u0915\u094d\u200d\u0937``),
+      with a letter or mark of the same kind after it (never ASCII, a space or the end:
+      the stop-37 attack's ``\u0915\u094d\u200c-1042``); the non-joiner between a letter
+      that joins to the left and one that joins to the right, transparent marks aside
+      (Persian ``\u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645``);
+    - the joiner between a letter and a virama (Bengali's ya-phala after RA,
+      ``\u09b0\u200d\u09cd\u09af``: the Unicode Standard, chapter 12);
+    - Unicode TS #51: the joiner inside an emoji ZWJ sequence that Unicode recommends
+      (RGI, via the ``emoji`` package: ``\U0001F469\U0001F3FD\u200d\U0001F4BB``,
+      ``\U0001F3F3\ufe0f\u200d\U0001F308``), the whole sequence, not any two symbols
+      (the attack's ``\u00b0\u200d\u00b0`` and two grinning faces).
 
     Anywhere else it joins nothing and only hides: at the start, beside ASCII (the
     stop-35 attack's ``charge:\u200dA-1042``), and between two letters of a script that
-    neither joins nor has a virama (``\u00e9\u200d\u00e9`` reads as ``\u00e9\u00e9``;
-    stop 36's judged leftover)."""
-    if not previous:
+    neither joins nor has a virama (``\u00e9\u200d\u00e9`` reads as ``\u00e9\u00e9``)."""
+    if not previous or not following:
         return False
-    if text[i] == "\u200d" and following and unicodedata.category(following) == "So":
-        k = i - 1
-        while k > 0 and text[k] in _EMOJI_TRAILERS:
-            k -= 1
-        if unicodedata.category(text[k]) == "So":
-            return True
+    if text[i] == _ZWJ and _emoji_sequence(text, i):
+        return True
+    if unicodedata.combining(following) == _VIRAMA:
+        return text[i] == _ZWJ and unicodedata.category(previous)[0] == "L" and \
+            not previous.isascii()
+    if following.isascii() or unicodedata.category(following)[0] not in "LM":
+        return False
     start = max(0, i - _CONTEXT)
     try:
         return idna.core.valid_contextj(text[start:i + _CONTEXT + 1], i - start)
     except (ValueError, idna.IDNAError):  # an unassigned neighbour: nothing to join
         return False
+
+
+def _rgi() -> dict:
+    """Unicode's emoji sequences (``emoji.EMOJI_DATA``: RGI ZWJ and tag sequences, with
+    their minimally qualified forms)."""
+    # Imported on first use: its table costs about 7 MB and 0.25 s per process, and only
+    # a name holding an emoji's joiner or tag needs it.
+    import emoji
+
+    return emoji.EMOJI_DATA
+
+
+def _emoji_sequence(text: str, i: int) -> bool:
+    """Whether the joiner ``text[i]`` is inside an RGI emoji ZWJ sequence: the elements
+    it joins (each an emoji and its trailers, ``_EMOJI_TRAILERS``), with the elements
+    further joined on either side, are one sequence of ``emoji.EMOJI_DATA``."""
+    start = i
+    while start > 0:
+        start -= 1
+        while start > 0 and text[start] in _EMOJI_TRAILERS:
+            start -= 1
+        if start == 0 or text[start - 1] != _ZWJ:
+            break
+        start -= 1
+    end = i
+    while end + 1 < len(text):
+        end += 1
+        while end + 1 < len(text) and text[end + 1] in _EMOJI_TRAILERS:
+            end += 1
+        if end + 1 >= len(text) or text[end + 1] != _ZWJ:
+            break
+        end += 1
+    return text[start:end + 1] in _rgi()
+
+
+#: The tag characters (U+E0020-U+E007F): hidden, but for an emoji tag sequence's
+#: (a subdivision flag: the black flag, tags naming the region, the cancel tag).
+_TAGS = frozenset(chr(cp) for cp in range(0xE0020, 0xE0080))
+_CANCEL_TAG = "\U000E007F"
+
+
+def _tag_sequence(text: str, i: int) -> bool:
+    """Whether the tag character ``text[i]`` is inside an RGI emoji tag sequence
+    (``\U0001F3F4\U000E0067\U000E0062\U000E0073\U000E0063\U000E0074\U000E007F``, the flag
+    of Scotland: the stop-37 attack's finding), the whole sequence one of
+    ``emoji.EMOJI_DATA``."""
+    start = i
+    while start > 0 and text[start - 1] in _TAGS:
+        start -= 1
+    end = i
+    while end + 1 < len(text) and text[end] != _CANCEL_TAG and text[end + 1] in _TAGS:
+        end += 1
+    return start > 0 and text[end] == _CANCEL_TAG and \
+        text[start - 1:end + 1] in _rgi()
 
 
 def _base(ch: str) -> bool:

@@ -88,7 +88,7 @@ def _utc(when: datetime) -> datetime:
 
 @register.filter
 def when(value: datetime | None) -> SafeString | str:
-    """A time for people (issue 9, item 5): ``<time datetime="2026-12-01T00:27:46Z"
+    """A time for people (issue 9, item 5): ``<time datetime="2026-12-01T00:27:46.000Z"
     title="2026-12-01 00:27:46 UTC" data-now="2026-12-01T00:30:46.120Z">3 min ago</time>``;
     ``"—"`` for none. The relative words are ``ago``'s, against the request's database
     time (``nextstep.words_now``), which ``data-now`` carries; the ``title`` is the absolute
@@ -96,17 +96,25 @@ def when(value: datetime | None) -> SafeString | str:
     the time in the browser's zone beside the words and in the title, and keeps the words
     true while the page stays open: it counts the time since the page showed them onto
     ``data-now`` (so a browser whose clock is off still says what the server would). The
-    words are measured between the two values as written (the time to the second,
-    ``data-now`` to the millisecond), which the script's first tick reads back."""
+    words are measured between the two values as written (both to the millisecond),
+    which the script's first tick reads back: a lease live for another 0.4 s is "in 0 s"
+    on the page and in the script alike (the stop-37 attack's finding)."""
     if not value:
         return "—"
-    utc = _utc(value).replace(microsecond=0)
-    now = _utc(nextstep.words_now())
-    now = now.replace(microsecond=now.microsecond // 1000 * 1000)
+    utc, now = _to_ms(_utc(value)), _to_ms(_utc(nextstep.words_now()))
     return format_html('<time datetime="{}" title="{} UTC" data-now="{}">{}</time>',
-                       utc.strftime("%Y-%m-%dT%H:%M:%SZ"), utc.strftime("%Y-%m-%d %H:%M:%S"),
-                       now.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+                       _iso_ms(utc), utc.strftime("%Y-%m-%d %H:%M:%S"), _iso_ms(now),
                        nextstep.ago(utc, now))
+
+
+def _to_ms(when: datetime) -> datetime:
+    return when.replace(microsecond=when.microsecond // 1000 * 1000)
+
+
+def _iso_ms(when: datetime) -> str:
+    """``2026-12-01T00:27:46.120Z``: a UTC time to the millisecond, as ``<time>`` and the
+    script (``Date.parse``) read it."""
+    return when.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def _from_ms(ms) -> datetime | None:

@@ -221,7 +221,8 @@ def test_no_joiner_or_selector_hides_beside_an_ascii_character():
 JOINED = (
     "\u0915\u094d\u200d\u0937",                          # Devanagari half form (ZWJ)
     "\u0915\u094d\u200c\u0937",                          # explicit virama (ZWNJ)
-    "\u0d28\u0d4d\u200d",                                # Malayalam chillu, word-final
+    "\u09b0\u200d\u09cd\u09af\u09be\u09ac",                  # Bengali ya-phala (ZWJ, virama)
+    "\U0001F3F4\U000E0067\U000E0062\U000E0073\U000E0063\U000E0074\U000E007F",  # Scotland
     "\u0dc1\u0dca\u200d\u0dbb",                          # Sinhala (al-lakuna, ZWJ)
     "\u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645",    # Persian (ZWNJ)
     "\u0628\u064e\u200c\u0628",                          # a transparent mark between
@@ -264,7 +265,12 @@ def test_a_joiner_stays_only_where_it_joins():
                  "\u0915\u200d\u0937",    # no virama before the joiner
                  "\u2764\u200d",          # an emoji joined to nothing
                  "\u2764\u200d\u00e9",    # an emoji joined to a letter
-                 "\u200d\U0001F308"):     # at the start
+                 "\u200d\U0001F308",      # at the start
+                 "\u0915\u094d\u200c-1",  # after a virama, before ASCII (stop 37)
+                 "\u0d28\u0d4d\u200d",    # the old chillu at the end: U+0D7B is its spelling
+                 "\u00b0\u200d\u00b0",    # two symbols that are no emoji
+                 "\U0001F600\u200d\U0001F600",  # two emoji Unicode joins into nothing
+                 "\U0001F3F4\U000E0067\U000E007F"):  # a tag sequence of no flag
         assert name_problem(name) == WORDS, name
 
 

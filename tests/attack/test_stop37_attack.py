@@ -62,21 +62,14 @@ def test_PASS_names_real_users_write_are_kept_and_shown_as_written(name):
     assert shown(name, 100) == name  # what is accepted is shown as it is
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "FINDING: Bengali ra-phala/ya-phala is written RA + ZWJ + VIRAMA + YA "
-    "(\u09b0\u200d\u09cd\u09af\u09be\u09ac, 'RAB', Unicode's own example in ch. 12.2): "
-    "the ZWJ comes BEFORE the virama, so RFC 5892's CONTEXTJ refuses it: 'an invisible "
-    "character is not allowed' and shown() escapes it as \\u200d"))
+# Was a FINDING (fixed in this stop): Bengali ra-phala/ya-phala is written RA + ZWJ + VIRAMA + YA (\u09b0\u200d\u09cd\u09af\u09be\u09ac, 'RAB', Unicode's own example in ch. 12.2): the ZWJ …
 def test_bengali_ya_phala_with_zwj_is_a_name():
     name = "\u09b0\u200d\u09cd\u09af\u09be\u09ac"
     assert name_problem(name) == ""
     assert shown(name, 100) == name
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "FINDING (older than the joiner change, in INVISIBLE): the subdivision flags "
-    "(Scotland, England, Wales: black flag + TAG letters + CANCEL TAG, RGI emoji) are "
-    "refused as invisible and shown as \\U000e0067…; every other flag is a name"))
+# Was a FINDING (fixed in this stop): (older than the joiner change, in INVISIBLE): the subdivision flags (Scotland, England, Wales: black flag + TAG letters + CANCEL TAG, RGI emoji) are r…
 def test_subdivision_flags_are_names():
     scotland = "\U0001F3F4\U000E0067\U000E0062\U000E0073\U000E0063\U000E0074\U000E007F"
     assert name_problem(scotland) == ""
@@ -89,13 +82,7 @@ SYMBOL_TWINS = {"degree signs": ("\u00b0\u200d\u00b0", "\u00b0\u00b0"),
                 "numero signs": ("\u2116\u200d\u2116", "\u2116\u2116")}
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "FINDING (homograph): _joins takes a ZWJ between any two category-So characters as an "
-    "emoji ZWJ sequence, so '\u00b0\\u200d\u00b0' (degree, ZWJ, degree), "
-    "'\u2500\\u200d\u2500' and '\u2116\\u200d\u2116' are names distinct from '\u00b0\u00b0', "
-    "'\u2500\u2500', '\u2116\u2116' and shown() prints the joiner raw: the same look, two "
-    "names (an operation key or lease owner twin). UTS #51 sequences are of emoji "
-    "(Extended_Pictographic), not any symbol"))
+# Was a FINDING (fixed in this stop): (homograph): _joins takes a ZWJ between any two category-So characters as an emoji ZWJ sequence, so '\u00b0\\u200d\u00b0' (degree, ZWJ, degree), '\u25…
 @pytest.mark.parametrize("twin", SYMBOL_TWINS.values(), ids=SYMBOL_TWINS.keys())
 def test_a_joiner_between_two_plain_symbols_is_refused(twin):
     joined, plain = twin
@@ -110,12 +97,7 @@ VIRAMA_ZWNJ_TWINS = {"at the end": ("\u0915\u094d\u200c", "\u0915\u094d"),
                      "before a space": ("\u0915\u094d\u200c \u0915", "\u0915\u094d \u0915")}
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "FINDING (homograph; the stop-35 'beside ASCII' rule regressed): a ZWNJ right after a "
-    "virama is accepted wherever it stands (CONTEXTJ looks only behind): at the end "
-    "('\u0915\u094d\\u200c'), before ASCII ('\u0915\u094d\\u200c-1042') or a space, "
-    "where there is nothing to keep from joining; each reads exactly as the name without "
-    "it, and shown() prints it raw. _joins' own docstring says beside ASCII it hides"))
+# Was a FINDING (fixed in this stop): (homograph; the stop-35 'beside ASCII' rule regressed): a ZWNJ right after a virama is accepted wherever it stands (CONTEXTJ looks only behind): at th…
 @pytest.mark.parametrize("twin", VIRAMA_ZWNJ_TWINS.values(), ids=VIRAMA_ZWNJ_TWINS.keys())
 def test_a_non_joiner_after_a_virama_with_nothing_after_it_is_refused(twin):
     joined, plain = twin
@@ -123,11 +105,7 @@ def test_a_non_joiner_after_a_virama_with_nothing_after_it_is_refused(twin):
     assert name_problem(joined) != "" or "\\u200c" in shown(joined, 100)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "FINDING (homograph, low: a judgement): a ZWJ between two emoji that form no RGI "
-    "sequence ('\U0001F600\\u200d\U0001F600') is accepted and shown raw; every "
-    "platform draws it as '\U0001F600\U0001F600' (UTS #51: a non-RGI sequence shows as "
-    "its parts), so the two are different names that look the same"))
+# Was a FINDING (fixed in this stop): (homograph, low: a judgement): a ZWJ between two emoji that form no RGI sequence ('\U0001F600\\u200d\U0001F600') is accepted and shown raw; every plat…
 def test_a_joiner_between_two_emoji_that_form_no_sequence_is_refused():
     assert name_problem("\U0001F600\U0001F600") == ""
     joined = "\U0001F600\u200d\U0001F600"
@@ -139,11 +117,7 @@ MALAYALAM_CHILLUS = {"n": ("\u0d28\u0d4d\u200d", "\u0d7b"),
                      "l": ("\u0d32\u0d4d\u200d", "\u0d7d")}
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "FINDING (homograph, low: a judgement): a Malayalam chillu written the pre-5.1 way "
-    "(NA VIRAMA ZWJ) and the atomic chillu (U+0D7B) are both accepted and both shown as "
-    "written: two names that look the same (Unicode ch. 12.9 says they are to be treated "
-    "as the same); NFC does not fold them. One of them should be refused or folded"))
+# Was a FINDING (fixed in this stop): (homograph, low: a judgement): a Malayalam chillu written the pre-5.1 way (NA VIRAMA ZWJ) and the atomic chillu (U+0D7B) are both accepted and both sh…
 @pytest.mark.parametrize("twin", MALAYALAM_CHILLUS.values(), ids=MALAYALAM_CHILLUS.keys())
 def test_a_malayalam_chillu_has_one_spelling(twin):
     sequence, atomic = twin
@@ -173,11 +147,7 @@ def test_PASS_shown_agrees_with_name_problem_when_cut():
 NOW = datetime(2026, 12, 7, 10, 0, 0, 500_000, tzinfo=UTC)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "FINDING (the newcomer's 'Expires 0 s ago' again, through the when tag): when() cuts "
-    "the value to whole seconds before measuring, so a lease that expires 0.4 s from now "
-    "(now 10:00:00.500, expiry 10:00:00.900) reads '0 s ago' on every page that shows "
-    "it with |when, while nextstep.ago (owner_live_words, the API) says 'in 0 s'"))
+# Was a FINDING (fixed in this stop): (the newcomer's 'Expires 0 s ago' again, through the when tag): when() cuts the value to whole seconds before measuring, so a lease that expires 0.4 s…
 def test_a_time_in_the_future_reads_in_the_future_through_when(monkeypatch):
     monkeypatch.setattr(nextstep, "words_now", lambda: NOW)
     expires = NOW + timedelta(milliseconds=400)

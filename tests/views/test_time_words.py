@@ -24,7 +24,7 @@ from checkpoints.selectors import nextstep
 from checkpoints.templatetags import dashboard
 from tests.views.test_access import _snapshot
 
-TIME = re.compile(r'<time datetime="(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)" '
+TIME = re.compile(r'<time datetime="(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z)" '
                   r'title="(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) UTC" '
                   r'data-now="(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z)">([^<]*)</time>')
 #: What ``ago`` writes; outside a <time> element it is a time shown without one.
@@ -53,7 +53,8 @@ def test_when_is_a_time_element_with_the_utc_time_in_its_title():
     html = str(dashboard.when(at))
     match = TIME.fullmatch(html)
     assert match, html
-    assert match.group(1) == at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert match.group(1) == at.astimezone(UTC).isoformat(timespec="milliseconds").replace(
+        "+00:00", "Z")
     assert match.group(2) == at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
     assert match.group(4) == "3 min ago"
     # The page's database time, which the script counts on from (static/js/app.js).
@@ -64,7 +65,7 @@ def test_when_is_a_time_element_with_the_utc_time_in_its_title():
 
 def test_when_words_are_those_of_the_values_it_writes():
     """The script's first tick (static/js/app.js ``tick``) measures from the element's
-    ``datetime`` (whole seconds) to its ``data-now`` (milliseconds); the server's words
+    ``datetime`` to its ``data-now`` (both to the millisecond); the server's words
     must be that same measure, or a page's times change within a second of loading
     (stop 36's leftover). Generated over sub-second parts on both sides of each unit's
     boundary, in both directions."""
@@ -79,7 +80,8 @@ def test_when_words_are_those_of_the_values_it_writes():
                 with dbclock.page_clock():
                     dbclock.seed_page_now(now)
                     match = TIME.fullmatch(str(dashboard.when(value)))
-                at = datetime.strptime(match.group(1), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+                at = datetime.strptime(match.group(1), "%Y-%m-%dT%H:%M:%S.%fZ").replace(
+                    tzinfo=UTC)
                 shown = datetime.strptime(match.group(3), "%Y-%m-%dT%H:%M:%S.%fZ").replace(
                     tzinfo=UTC)
                 ms = (shown - at) // timedelta(milliseconds=1)  # as the script measures
@@ -93,7 +95,7 @@ def test_when_words_are_those_of_the_values_it_writes():
 def test_ms_time_shows_the_number_and_its_time_and_leaves_non_times_alone():
     html = str(dashboard.ms_time(1764547200000))
     assert html.startswith('<span class="mono">1764547200000</span>')
-    assert '<time datetime="2025-12-01T00:00:00Z" title="2025-12-01 00:00:00 UTC" data-now=' in html
+    assert '<time datetime="2025-12-01T00:00:00.000Z" title="2025-12-01 00:00:00 UTC" data-now=' in html
     assert dashboard.ms_time(None) == "—"
     assert dashboard.ms_time(2 ** 63 - 1) == str(2 ** 63 - 1)  # no year 9999+: as it is
     assert dashboard.ms_time(True) == "True"
@@ -107,7 +109,7 @@ def test_json_times_annotates_ms_lines_and_escapes_the_rest():
     lines = html.split("\n")
     charged = next(line for line in lines if "charged_at_ms" in line)
     assert charged.startswith('  &quot;charged_at_ms&quot;: 1764547200000,<span class="ms-note"')
-    assert 'datetime="2025-12-01T00:00:00Z"' in charged
+    assert 'datetime="2025-12-01T00:00:00.000Z"' in charged
     assert "&lt;b&gt;x&lt;/b&gt;" in html and "<b>" not in html
     assert html.count("<time") == 1  # a string and an out-of-range number are not times
     assert html.count("\n") == text.count("\n")
@@ -182,10 +184,11 @@ def test_revealed_json_shows_epoch_milliseconds_as_times(login, rita, acme, wend
                                 {"reason": "when was it paid"}, HTTP_HX_REQUEST="true")
     html = response.content.decode()
     assert '"paid_at_ms": 1764547200000,<span class="ms-note"' in html.replace("&quot;", '"')
-    assert 'datetime="2025-12-01T00:00:00Z"' in html
+    assert 'datetime="2025-12-01T00:00:00.000Z"' in html
     written = datetime.fromtimestamp(body["updated_at_ms"] / 1000, tz=UTC)
     assert f'updated_at_ms <span class="mono">{body["updated_at_ms"]}</span>' in html
-    assert written.strftime('datetime="%Y-%m-%dT%H:%M:%SZ"') in html
+    assert 'datetime="' + written.isoformat(timespec="milliseconds").replace(
+        "+00:00", "Z") + '"' in html
 
 
 # ---- mark unknown asks for a confirmation ----------------------------------------------
