@@ -141,7 +141,9 @@ class ErasureRequestSerializer(Answer):
     decision_reason = serializers.CharField(allow_null=True)
     executed_at = IsoDateTimeField(allow_null=True)
     counts = ErasureCountsSerializer(source="executed_counts", allow_null=True,
-                                     help_text="once executed; null before")
+                                     help_text="once executed (runs 0: it matched no run); null "
+                                               "before, and for a rejected request, "
+                                               "which is never counted")
 
     def to_representation(self, instance):
         out = super().to_representation(instance)
