@@ -130,3 +130,27 @@ def test_a_request_that_matched_no_run_says_so_and_one_not_run_yet_says_that(
         assert page.count("not counted yet: counted when approved") == 1, url
         assert page.count("never counted: rejected, nothing erased") == 1, url
         assert "nobody-here" not in page and "someone" not in page
+
+
+def test_a_subject_hold_shows_how_many_runs_it_holds(acme, globex, wendy, wes, adam, vic):
+    """A subject hold's page row, Data page row and API answer say how many of the
+    tenant's runs it holds now (the subject index's count, one query with the list);
+    a runs hold its runs, a tenant hold null. Another tenant's runs of the same value
+    are never counted."""
+    declare(acme)
+    declare(globex)
+    for _ in range(2):
+        completed_run(wendy, acme, customer="c-42")
+    completed_run(wendy, acme, customer="c-43")
+    completed_run(wes, globex, customer="c-42")
+    hold = services.legal_hold_place(actor=adam, tenant=acme, reason="litigation",
+                                     subject={"field": "customer", "value": "c-42"})
+    api = bearer_client(vic)
+    listed = api.get("/api/v1/tenants/acme/legal-holds").json()["results"]
+    assert [h["runs_held"] for h in listed] == [2]
+    one = api.get(f"/api/v1/tenants/acme/legal-holds/{hold.uuid}").json()
+    assert one["runs_held"] == 2
+    for url in ("/t/acme/legal-holds/", "/t/acme/data/"):
+        page = as_(vic).get(url).content.decode()
+        assert "(2 runs now)" in page, url
+        assert "c-42" not in page

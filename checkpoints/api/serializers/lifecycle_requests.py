@@ -88,6 +88,11 @@ class LegalHoldSerializer(Answer):
     subject_field = serializers.CharField(allow_null=True,
                                           help_text="the subject's field (scope subject); "
                                                     "its value is never shown")
+    runs_held = serializers.IntegerField(
+        allow_null=True, help_text="how many runs it holds: scope runs, the runs named; "
+                                   "scope subject, the tenant's runs the subject index "
+                                   "finds for it now (more may come); scope tenant, null "
+                                   "(every run)")
     reason = serializers.CharField()
     active = serializers.BooleanField()
     placed_by = serializers.CharField(source="placed_by_name")
