@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from django.contrib import messages
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import render
 
 from .. import roles, selectors, services
@@ -36,11 +36,19 @@ def _bulk_filters(raw: str) -> selectors.RunFilters:
     """The bulk form's ``filters`` (the inbox's query string) as ``RunFilters``, checked
     by the inbox's own form (``QueryForm.from_string``: unknown, repeated, not UTF-8 or
     invalid): 400 naming ``filters`` and the filter. A ``cursor`` is refused too: the
-    action takes every matching run, never one page, so it would be ignored."""
+    action takes every matching run, never one page, so it would be ignored; and so is
+    an empty ``q=`` (``services.bulk_search``: not "every run"; the inbox never sends
+    one, it leaves an empty search out)."""
     data = InboxFilterForm.from_string(raw, name="filters").cleaned_data
     if data["cursor"]:
         raise InvalidPayload("filters: cursor: not taken (the action takes every run "
                              "matching the filters, never one page)")
+    given = QueryDict(raw)
+    if "q" in given:  # an empty search is refused, not "every run" (the API alike)
+        try:
+            services.bulk_search(given["q"])
+        except InvalidPayload as exc:
+            raise InvalidPayload(f"filters: {exc.detail}") from None
     return _run_filters(data, data["state"])
 
 

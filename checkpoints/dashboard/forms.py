@@ -23,7 +23,7 @@ from .. import services
 from ..exceptions import InvalidPayload
 from ..intranges import SCHEMA_VERSION
 from ..jsonparse import JSON_WHITESPACE, name_problem
-from ..models import BULK_MAX_RUNS, MAX_REVISION, RecoveryState
+from ..models import BULK_MAX_RUNS, MAX_REVISION, RecoveryState, Run
 from ..models.lifecycle import SUBJECT_FIELDS_MAX
 from ..querystring import single_values
 from ..selectors import DEFAULT_RUN_SORT, MICROS_MAX, RUN_SORTS, SEARCH_MAX, search_terms
@@ -167,6 +167,18 @@ def search_field() -> forms.CharField:
                            validators=[_searchable])
 
 
+def name_filter(column: str) -> forms.CharField:
+    """A filter matched against the run column ``column`` (``kind``; ``subject``: agent
+    or workflow), optional: every value a write can store there, as sent. Whitespace is
+    kept, never stripped (a run identity may begin or end with a space: the name rule,
+    ``jsonparse.name_problem``, which ``querystring.single_values`` applies to every
+    query value; a stripped ``"refund "`` also matched ``"refund"``, and ``" "``
+    filtered nothing), as ``GET …/runs`` and a bulk body's ``filters`` keep it; at most
+    the column's length (``Run.<column>.max_length``). Blank: no filter."""
+    return forms.CharField(required=False, max_length=Run._meta.get_field(column).max_length,
+                           strip=False)
+
+
 class InboxFilterForm(QueryForm):
     """Inbox query string: ``state`` (a recovery state or ``all``), ``q`` (the search),
     ``kind``, ``subject`` (agent or workflow, substring), ``age`` (seconds, from
@@ -178,8 +190,8 @@ class InboxFilterForm(QueryForm):
         required=False,
         choices=[(ALL_TAB, ALL_TAB)] + RecoveryState.choices,
     )
-    kind = forms.CharField(required=False, max_length=200, strip=True)
-    subject = forms.CharField(required=False, max_length=256, strip=True)
+    kind = name_filter("kind")
+    subject = name_filter("agent")
     age = forms.ChoiceField(required=False, choices=AGE_CHOICES)
     q = search_field()
     sort = forms.ChoiceField(required=False, choices=[(k, k) for k in RUN_SORTS])

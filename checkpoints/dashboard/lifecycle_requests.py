@@ -15,6 +15,7 @@ from django.utils.translation import ngettext
 from .. import roles, selectors, services
 from ..exceptions import DomainError
 from ..models import Tenant
+from ..templatetags.dashboard import erasure_counts_words
 from ..vocab import HoldScope
 from .common import (
     _base_context,
@@ -27,20 +28,6 @@ from .common import (
     tenant_page,
 )
 from .forms import LINE_BREAK, NoQuery, posted, textarea_value
-
-
-def _counts_words(counts: dict) -> str:
-    """``"2 runs erased; 1 not erased (1 under legal hold)"`` for a notice."""
-    erased = counts.get("erased", 0)
-    words = ngettext("%d run erased", "%d runs erased", erased) % erased
-    stopped = [f"{counts[k]} {label}" for k, label in (
-        ("legal_hold", "under legal hold"), ("not_ended", "not ended"),
-        ("effect_in_doubt", "with an effect in doubt"), ("already_deleted", "already deleted"))
-        if counts.get(k)]
-    if counts.get("blocked"):
-        words += f"; {counts['blocked']} not erased ({', '.join(stopped)}): a new request " \
-                 "is needed once that changes"
-    return words
 
 
 @require_safe
@@ -77,7 +64,7 @@ def erasure_approve(request: HttpRequest, tenant: Tenant, request_id: str) -> Ht
                                         request_id=request_id)
     done = services.erasure_approve(actor=request.user, tenant=tenant, request_id=row.uuid,
                                     reason=request.POST.get("reason", ""))
-    messages.success(request, f"Erasure approved and executed: {_counts_words(done.counts)}.")
+    messages.success(request, f"Erasure approved and executed: {erasure_counts_words(done.counts)}.")
     return see_other("erasure_requests", slug=tenant.slug)
 
 

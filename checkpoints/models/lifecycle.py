@@ -124,6 +124,18 @@ class LegalHold(TenantOwned):
         """Whether the hold still stops deletions (not released)."""
         return self.released_at is None
 
+    @property
+    def runs_held(self) -> int | None:
+        """How many runs the hold names or finds now: a runs hold its list's length; a
+        subject hold the count its selector read (``subject_runs``, annotated by
+        ``selectors.lifecycle_requests``; ``None`` when the row was read without it);
+        a tenant hold ``None`` (every run of the tenant, now and later)."""
+        if self.scope == HoldScope.RUNS:
+            return len(self.run_uuids)
+        if self.scope == HoldScope.SUBJECT:
+            return getattr(self, "subject_runs", None)
+        return None
+
 
 class HeldRun(TenantOwned):
     """One run named by a run-scoped ``LegalHold`` (so "is this run held" is an indexed

@@ -60,7 +60,10 @@ def audit_list(*, user, tenant: Tenant, run_id=None, actor: str | None = None,
         runs = Run.objects.for_tenant(tenant).filter(id__in=_search_run_ids(tenant, text))
         by_run = qs.filter(run_uuid__in=runs.values("uuid"))
         by_incident = qs.filter(incident_match(text))
-        qs = AuditEvent.objects.for_tenant(tenant).filter(
+        # ``qs`` again, not a second ``for_tenant``: the tenant is filtered in one
+        # place (a search's answer was scoped by this line alone, so the curated mutant
+        # ``tenant-audit_list`` survived every test with ``q``).
+        qs = qs.filter(
             Q(_IdAmong(by_run.order_by("-seq").values("id")[:limit]))
             | Q(_IdAmong(by_incident.order_by("-seq").values("id")[:limit])))
     return list(qs.order_by("-seq")[:limit])

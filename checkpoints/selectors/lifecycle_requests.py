@@ -6,26 +6,42 @@ not shown)."""
 
 from __future__ import annotations
 
-from django.db.models import Case, F, IntegerField, Value, When
+from django.db.models import Case, Count, F, IntegerField, OuterRef, QuerySet, Subquery, Value, When
+from django.db.models.functions import Coalesce
 
 from .. import roles
 from ..exceptions import NotFound
-from ..models import ErasureRequest, LegalHold, Tenant
+from ..models import ErasureRequest, LegalHold, RunSubject, Tenant
 from ..permissions import require
-from ..vocab import ErasureState
+from ..vocab import ErasureState, HoldScope
 from .common import _uuid_or_404
 
 #: The most holds or requests one list returns (the newest; active or waiting ones first).
 LIFECYCLE_LIST_MAX = 200
 
 
+def _holds(tenant: Tenant) -> QuerySet:
+    """The tenant's holds, each a subject hold annotated with ``subject_runs``: how many
+    of the tenant's runs the subject index (``RunSubject``) holds for its subject now
+    (a correlated count on ``run_subject_unique`` ``(tenant, field, digest, run)``, in
+    the same query; a purged run's index rows are gone with its payloads). ``None`` for
+    the other scopes (``LegalHold.runs_held`` answers them)."""
+    indexed = (RunSubject.objects.for_tenant(tenant)
+               .filter(field=OuterRef("subject_field"), digest=OuterRef("subject_digest"))
+               .order_by().values("field").annotate(n=Count("run_id")).values("n"))
+    subject = Coalesce(Subquery(indexed, output_field=IntegerField()), Value(0))
+    return LegalHold.objects.for_tenant(tenant).annotate(subject_runs=Case(
+        When(scope=HoldScope.SUBJECT, then=subject), default=Value(None),
+        output_field=IntegerField()))
+
+
 def legal_hold_list(*, user, tenant: Tenant, limit: int = LIFECYCLE_LIST_MAX,
                     active_only: bool = False) -> list[LegalHold]:
     """The tenant's legal holds, active ones first, then newest first; at most ``limit``
     (``LIFECYCLE_LIST_MAX``); ``active_only``: those not released (the Data page). One
-    query."""
+    query, each subject hold counting the runs it holds (``_holds``)."""
     require(user, tenant, roles.VIEW)
-    rows = LegalHold.objects.for_tenant(tenant)
+    rows = _holds(tenant)
     if active_only:
         rows = rows.filter(released_at__isnull=True)
     return list(rows
@@ -35,10 +51,11 @@ def legal_hold_list(*, user, tenant: Tenant, limit: int = LIFECYCLE_LIST_MAX,
 
 def legal_hold_get(*, user, tenant: Tenant, hold_id) -> LegalHold:
     """One legal hold of the tenant by its UUID; a malformed, unknown or other tenant's
-    id is ``NotFound``. One query."""
+    id is ``NotFound``. One query, a subject hold counting the runs it holds
+    (``_holds``)."""
     require(user, tenant, roles.VIEW)
     hid = _uuid_or_404(hold_id, "legal hold")
-    hold = LegalHold.objects.for_tenant(tenant).filter(uuid=hid).first()
+    hold = _holds(tenant).filter(uuid=hid).first()
     if hold is None:
         raise NotFound("no such legal hold")
     return hold

@@ -71,6 +71,7 @@ from .bulk import (
     bulk_job_act,
     bulk_job_fail,
     bulk_job_finish,
+    bulk_search,
     bulk_submit,
 )
 from .bulk_jobs import bulk_job_dispatch, bulk_jobs_redrive

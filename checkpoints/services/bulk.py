@@ -183,6 +183,22 @@ def _matching(actor, tenant: Tenant, filters: selectors.RunFilters) -> list[uuid
     return ids
 
 
+def bulk_search(q: str) -> str:
+    """A bulk action's search ``q`` (its ``filters``' ``q``, given) as the search reads it
+    (``selectors.search_terms``: stripped). The one rule of the API's ``filters.q`` and
+    the dashboard bulk bar's ``filters`` ``q=``: an empty search (``""``, only spaces) is
+    refused, ``InvalidPayload`` ``"q: ..."`` (the caller names where: ``filters.q``), and
+    so is a ``q`` no search can read (``search_terms``'s refusals). A list treats an
+    empty ``q`` as no search; for an action on every matching run that is every run, as
+    ``{}``, from a search box left empty: a foot-gun. Leaving ``q`` out keeps meaning
+    every run the other filters match."""
+    text = selectors.search_terms(q)
+    if not text:
+        raise InvalidPayload("q: an empty search would act on every run; search for "
+                             "something, or leave q out")
+    return text
+
+
 def bulk_submit(*, actor, tenant: Tenant, action: str, reason: str, client_token,
                 run_ids=None, filters: selectors.RunFilters | None = None,
                 ) -> tuple[BulkAction, bool]:

@@ -11,11 +11,12 @@ from django import template
 from django.utils import timezone
 from django.utils.html import conditional_escape, format_html
 from django.utils.safestring import SafeString, mark_safe
+from django.utils.translation import ngettext
 
 from .. import auditwords
 from ..kinds import USAGE_COUNTERS
 from ..selectors import nextstep
-from ..vocab import BADGE_CLASSES, words
+from ..vocab import BADGE_CLASSES, ErasureState, words
 
 register = template.Library()
 
@@ -249,3 +250,37 @@ def query(params: dict, **changes) -> str:
     merged = {**(params or {}), **changes}
     clean = {k: v for k, v in merged.items() if v not in (None, "")}
     return "?" + urlencode(clean) if clean else "?"
+
+
+def erasure_counts_words(counts: dict) -> str:
+    """An executed erasure request's ``counts`` (``services.erasure``) in words, the one
+    wording of the requests page, the Data page and the approval's notice:
+    ``"2 runs erased; 1 not erased (1 under legal hold): a new request is needed once
+    that changes"``; a request that matched no run (``runs`` 0: no run of the tenant
+    was named or found for the subject) ``"it matched no run (0): nothing to erase"``,
+    not "0 runs erased", which read as if something had stopped it."""
+    if not counts.get("runs"):
+        return "it matched no run (0): nothing to erase"
+    erased = counts.get("erased", 0)
+    out = ngettext("%d run erased", "%d runs erased", erased) % erased
+    stopped = [f"{counts[k]} {label}" for k, label in (
+        ("legal_hold", "under legal hold"), ("not_ended", "not ended"),
+        ("effect_in_doubt", "with an effect in doubt"), ("already_deleted", "already deleted"))
+        if counts.get(k)]
+    if counts.get("blocked"):
+        out += f"; {counts['blocked']} not erased ({', '.join(stopped)}): a new request " \
+               "is needed once that changes"
+    return out
+
+
+@register.filter
+def erasure_outcome(request) -> str:
+    """An ``ErasureRequest``'s counts column: ``erasure_counts_words`` once executed;
+    before, why there is no count, as the API's ``counts`` is null then: ``"not counted
+    yet: counted when approved"`` (waiting for a decision), ``"never counted: rejected,
+    nothing erased"``. Counts of the tenant's own runs only, never a subject value."""
+    if request.state == ErasureState.EXECUTED and request.counts:
+        return erasure_counts_words(request.counts)
+    if request.state == ErasureState.REJECTED:
+        return "never counted: rejected, nothing erased"
+    return "not counted yet: counted when approved"

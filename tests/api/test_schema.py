@@ -159,3 +159,15 @@ def test_it_generates_without_warnings_and_validates(tmp_path):
                      "--file", str(tmp_path / "schema.yaml"))
     except Exception as exc:  # noqa: BLE001 - report the generator's complaint
         pytest.fail(f"schema generation warned or failed: {exc}")
+
+
+def test_a_subject_value_is_documented_as_a_string_or_an_integer():
+    """A hold's or an erasure request's ``subject.value`` takes a non-empty string or an
+    integer (``services.subject_value``); the schema said a string only, so a client
+    generated from it could not send ``42``."""
+    schema = SchemaGenerator().get_schema(request=None, public=True)
+    value = schema["components"]["schemas"]["SubjectInput"]["properties"]["value"]
+    assert sorted(option["type"] for option in value["oneOf"]) == ["integer", "string"]
+    assert {"type": "string", "minLength": 1} in value["oneOf"]
+    assert "type" not in value  # not also "a string" beside its oneOf
+    assert schema["components"]["schemas"]["SubjectInput"]["required"] == ["field", "value"]

@@ -7,8 +7,10 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
+from checkpoints import services
 from checkpoints.models import Checkpoint, ErasureRequest, LegalHold
-from tests.lifecycle.test_erasure_holds import completed_run
+from tests.conftest import bearer_client
+from tests.lifecycle.test_erasure_holds import completed_run, declare
 
 pytestmark = pytest.mark.django_db
 
@@ -96,3 +98,59 @@ def test_another_tenants_reviewer_gets_404_everywhere_and_changes_nothing(
     assert ErasureRequest.objects.for_tenant(acme).get().state == "requested"
     assert LegalHold.objects.for_tenant(acme).get().released_at is None
     assert LegalHold.objects.for_tenant(acme).count() == 1
+
+
+def test_a_request_that_matched_no_run_says_so_and_one_not_run_yet_says_that(
+        acme, wendy, rita, april, vic):
+    """An executed erasure request that matched no run says "matched no run" with its 0
+    (the API: ``counts.runs`` 0), on the requests page, the Data page and the approval's
+    notice; one not executed yet (``counts`` null in the API) says it is not counted
+    yet, and a rejected one that it never will be, rather than an unexplained dash."""
+    declare(acme)
+    completed_run(wendy, acme)  # another customer's run: never matched, never named
+    none = services.erasure_request(actor=rita, tenant=acme, reason="art. 17",
+                                    subject={"field": "customer", "value": "nobody-here"})
+    waiting = services.erasure_request(actor=rita, tenant=acme, reason="art. 17",
+                                       subject={"field": "customer", "value": "someone"})
+    rejected = services.erasure_request(actor=rita, tenant=acme, reason="art. 17",
+                                        subject={"field": "customer", "value": "else"})
+    services.erasure_reject(actor=april, tenant=acme, request_id=rejected.uuid, reason="no")
+    r = as_(april).post(f"/t/acme/erasure-requests/{none.uuid}/approve/", {}, follow=True)
+    assert "Erasure approved and executed: it matched no run (0): nothing to erase." in (
+        r.content.decode())
+    api = bearer_client(vic)
+    answer = api.get(f"/api/v1/tenants/acme/erasure-requests/{none.uuid}").json()
+    assert answer["state"] == "executed" and answer["counts"]["runs"] == 0
+    assert answer["counts"]["erased"] == 0
+    assert api.get(f"/api/v1/tenants/acme/erasure-requests/{waiting.uuid}").json()[
+        "counts"] is None
+    for url in ("/t/acme/erasure-requests/", "/t/acme/data/"):
+        page = as_(vic).get(url).content.decode()
+        assert page.count("matched no run (0): nothing to erase") == 1, url
+        assert page.count("not counted yet: counted when approved") == 1, url
+        assert page.count("never counted: rejected, nothing erased") == 1, url
+        assert "nobody-here" not in page and "someone" not in page
+
+
+def test_a_subject_hold_shows_how_many_runs_it_holds(acme, globex, wendy, wes, adam, vic):
+    """A subject hold's page row, Data page row and API answer say how many of the
+    tenant's runs it holds now (the subject index's count, one query with the list);
+    a runs hold its runs, a tenant hold null. Another tenant's runs of the same value
+    are never counted."""
+    declare(acme)
+    declare(globex)
+    for _ in range(2):
+        completed_run(wendy, acme, customer="c-42")
+    completed_run(wendy, acme, customer="c-43")
+    completed_run(wes, globex, customer="c-42")
+    hold = services.legal_hold_place(actor=adam, tenant=acme, reason="litigation",
+                                     subject={"field": "customer", "value": "c-42"})
+    api = bearer_client(vic)
+    listed = api.get("/api/v1/tenants/acme/legal-holds").json()["results"]
+    assert [h["runs_held"] for h in listed] == [2]
+    one = api.get(f"/api/v1/tenants/acme/legal-holds/{hold.uuid}").json()
+    assert one["runs_held"] == 2
+    for url in ("/t/acme/legal-holds/", "/t/acme/data/"):
+        page = as_(vic).get(url).content.decode()
+        assert "(2 runs now)" in page, url
+        assert "c-42" not in page

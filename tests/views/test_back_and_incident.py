@@ -12,10 +12,11 @@ from urllib.parse import quote
 import pytest
 from django.urls import reverse
 
-from checkpoints import audit, audittree, services
+from checkpoints import audit, audittree, selectors, services
 from checkpoints.models import AuditEvent
 from checkpoints.templatetags.dashboard import duration
 from tests.api.apihelpers import get
+from tests.helpers import ambiguous_run
 from tests.views.test_access import REASON
 
 pytestmark = pytest.mark.django_db
@@ -254,3 +255,24 @@ def test_an_incident_typed_in_one_tenant_stays_out_of_another(login, rita, acme,
     assert "GX-1" in client.get(reverse("run_list", args=["globex"])).content.decode()
     # acme's incident is still acme's after globex's is set
     assert "INC-ACME-7" in client.get(reverse("run_list", args=["acme"])).content.decode()
+
+
+def test_the_audit_search_answers_with_its_own_tenant_only(rita, acme, globex, wendy, wes):
+    """``audit_list`` with ``q`` (an incident reference both tenants typed) lists the
+    tenant's own events only: the tenant is filtered in one place, the search's branches
+    included (the curated mutant ``tenant-audit_list`` listed every tenant's events and
+    survived every test with ``q``)."""
+    services.role_grant(actor=None, tenant=globex, user=rita, role="reviewer")
+    own = {}
+    for tenant, writer in ((acme, wendy), (globex, wes)):
+        run_id = ambiguous_run(writer, tenant)
+        with audit.working_on("INC-7"):
+            services.run_close(actor=rita, tenant=tenant, run_id=run_id, reason="by hand")
+        own[tenant.slug] = set(AuditEvent.objects.filter(tenant=tenant, incident_ref="INC-7")
+                               .values_list("pk", flat=True))
+        assert own[tenant.slug]
+    for tenant in (acme, globex):
+        for q in ("INC-7", "inc-7"):
+            events = selectors.audit_list(user=rita, tenant=tenant, q=q, limit=500)
+            assert {e.tenant_id for e in events} == {tenant.pk}, q
+            assert {e.pk for e in events} == own[tenant.slug], q

@@ -128,6 +128,9 @@ def test_all_runs_matching_the_filters(acme, wendy, rita):
     ({"scope": "matching", "filters": "state=nonsense"}, "filters"),
     ({"scope": "matching", "filters": "state=conflicted"}, "filters"),  # matches nothing
     ({"filters": "x" * 2001}, "filters"),
+    # An empty search in the filters is refused, never "every run" (the API alike).
+    ({"scope": "matching", "filters": "state=ambiguous&q="}, "filters: q"),
+    ({"scope": "matching", "filters": "state=ambiguous&q=%20%20"}, "filters: q"),
 ])
 def test_bad_input_is_400_naming_the_field_and_writes_nothing(acme, wendy, rita, change, field):
     a = ambiguous_run(wendy, acme)
@@ -250,6 +253,11 @@ def test_api_bulk_by_filters(acme, wendy, rita):
     ({"action": "close", "reason": "r", "filters": {"age_s_min": True}}, "KEY",
      "filters.age_s_min"),
     ({"action": "close", "reason": "r", "filters": []}, "KEY", "filters"),
+    # An empty search would select every run, as {} does: refused, naming filters.q.
+    ({"action": "close", "reason": "r", "filters": {"q": ""}}, "KEY", "filters.q"),
+    ({"action": "close", "reason": "r", "filters": {"q": "  "}}, "KEY", "filters.q"),
+    ({"action": "close", "reason": "r", "filters": {"recovery_state": "ambiguous", "q": ""}},
+     "KEY", "filters.q"),
     ({"action": "close", "reason": "r", "run_ids": ["RUN"], "extra": 1}, "KEY", "extra"),
     # CONTRACT.md 3's name for the selection, with the same checks under its own name.
     ({"action": "close", "reason": "r", "runs": []}, "KEY", "runs"),

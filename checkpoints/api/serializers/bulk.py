@@ -21,7 +21,8 @@ class BulkFiltersSerializer(Answer):
     age_s_min = serializers.IntegerField(allow_null=True, min_value=0, max_value=10**9,
                                          help_text="last write at least this many seconds ago")
     q = serializers.CharField(allow_null=True, required=False, max_length=512,
-                              help_text="the search, as GET …/runs?q= reads it")
+                              help_text="the search, as GET …/runs?q= reads it; an empty "
+                                        "one (blank) is 400: leave q out instead")
 
 
 class BulkActionInputSerializer(serializers.Serializer):

@@ -5,11 +5,32 @@ its declared field's name only."""
 
 from __future__ import annotations
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from ... import services
 from ...models import LIFECYCLE_MAX_RUNS
 from ...vocab import ErasureState, HoldScope
 from .common import Answer, IsoDateTimeField
+
+
+@extend_schema_field({"oneOf": [{"type": "string", "minLength": 1}, {"type": "integer"}]})
+class SubjectValueField(serializers.Field):
+    """A subject's value: a non-empty string or an integer (not a boolean), the values
+    ``services.subject_value`` (the subject index's one rule) takes, documented in the
+    OpenAPI schema as that ``oneOf`` (a ``CharField`` documented a string only, though
+    ``42`` is taken). Validated as the service validates it: anything else is "must be a
+    non-empty string or an integer"."""
+
+    default_error_messages = {"invalid": "must be a non-empty string or an integer"}
+
+    def to_internal_value(self, data):
+        if services.subject_value(data) is None:
+            self.fail("invalid")
+        return data
+
+    def to_representation(self, value):
+        return value
 
 
 class SubjectInputSerializer(serializers.Serializer):
@@ -18,7 +39,7 @@ class SubjectInputSerializer(serializers.Serializer):
 
     field = serializers.CharField(max_length=64, help_text="a declared subject field, e.g. "
                                                            "customer")
-    value = serializers.CharField(
+    value = SubjectValueField(
         help_text="its value, exactly as the payload holds it: a non-empty string (any "
                   "length the body carries, not trimmed) or an integer "
                   "(services.subject_value, the subject index's own rule); kept as a "
@@ -81,6 +102,11 @@ class LegalHoldSerializer(HeldBySerializer):
 
     runs = serializers.ListField(source="run_uuids", child=serializers.UUIDField(),
                                  help_text="the runs held (scope runs); empty otherwise")
+    runs_held = serializers.IntegerField(
+        allow_null=True, help_text="how many runs it holds: scope runs, the runs named; "
+                                   "scope subject, the tenant's runs the subject index "
+                                   "finds for it now (more may come); scope tenant, null "
+                                   "(every run)")
     active = serializers.BooleanField()
     released_by = serializers.CharField(source="released_by_name", allow_null=True)
     released_at = IsoDateTimeField(allow_null=True)
@@ -130,7 +156,9 @@ class ErasureRequestSerializer(Answer):
     decision_reason = serializers.CharField(allow_null=True)
     executed_at = IsoDateTimeField(allow_null=True)
     counts = ErasureCountsSerializer(source="executed_counts", allow_null=True,
-                                     help_text="once executed; null before")
+                                     help_text="once executed (runs 0: it matched no run); null "
+                                               "before, and for a rejected request, "
+                                               "which is never counted")
 
     def to_representation(self, instance):
         out = super().to_representation(instance)

@@ -86,7 +86,7 @@ def _bulk_filters(value) -> selectors.RunFilters:
         if not isinstance(q, str):
             raise InvalidPayload("filters.q: must be a string (the search of GET …/runs?q=)")
         try:
-            q = selectors.search_terms(q) or None
+            q = services.bulk_search(q)
         except InvalidPayload as exc:
             raise InvalidPayload(f"filters.{exc.detail}") from None
     return selectors.RunFilters(recovery_state=state, kind=texts["kind"],

@@ -66,6 +66,7 @@ class LegalHoldListApi(TenantApi):
         hold = services.legal_hold_place(
             actor=request.user, tenant=t, runs=body.get("runs"), subject=body.get("subject"),
             whole_tenant=body.get("tenant", False), reason=body["reason"])
+        hold = selectors.legal_hold_get(user=request.user, tenant=t, hold_id=hold.uuid)
         return Response(s.LegalHoldSerializer.render(hold), status=status.HTTP_201_CREATED)
 
 
@@ -89,6 +90,7 @@ class LegalHoldReleaseApi(TenantApi):
         reason = read_reason(request)
         hold = services.legal_hold_release(actor=request.user, tenant=t, hold_id=hold_id,
                                            reason=reason)
+        hold = selectors.legal_hold_get(user=request.user, tenant=t, hold_id=hold.uuid)
         return Response(s.LegalHoldSerializer.render(hold))
 
 
