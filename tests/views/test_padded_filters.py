@@ -59,7 +59,7 @@ def test_a_bulk_action_takes_a_padded_name_as_sent(runs, rita):
     response = _logged_in(rita).post("/t/acme/bulk/", {
         "action": "request_retry", "reason": "incident 42", "client_token": str(uuid.uuid4()),
         "scope": "matching", "filters": "state=ambiguous&subject=refund%20", "confirm": "yes"})
-    assert response.status_code == 302, response.content
+    assert response.status_code == 303, response.content  # see_other, as every POST
     bulk = BulkAction.objects.get()
     assert {i.run_uuid for i in BulkActionItem.objects.filter(bulk=bulk)} == {runs["refund "]}
 
