@@ -100,7 +100,7 @@ def test_it_varies_action_answers_and_errors_on_hx_request(login, rita, vic, acm
     response = login(rita).post(reverse("run_close", args=["acme", reconciled]), close, **HTMX)
     assert response.status_code == 200 and "HX-Request" in response["Vary"]
     response = login(rita).post(reverse("run_close", args=["acme", gave_up]), close)
-    assert response.status_code == 302 and "HX-Request" in response["Vary"]
+    assert response.status_code == 303 and "HX-Request" in response["Vary"]
 
 
 def test_it_varies_the_expired_session_answers_on_hx_request(client, acme):
