@@ -157,6 +157,7 @@ from .review import (
 from .runs import (
     _lock_run,
     lease_acquire,
+    lease_revoke,
     require_owner_gone,
     resume_claim,
     resume_preview,
