@@ -106,14 +106,10 @@ class MarkUnknownForm(ReasonForm):
 
 
 class LeaseRevokeForm(ReasonForm):
-    """End the run's live lease (reviewer, the run page's "End the lease"): a reason, a
-    ticked ``confirm`` box like ``CloseForm``'s (the owner's writes are refused from then
-    on; only the owner taking the lease again undoes it), and the ``owner`` the page
-    showed (hidden), so a lease another owner took since is refused, not ended
-    (``services.lease_revoke``'s ``expected_owner``)."""
+    """End the run's live lease (``services.lease_revoke``): a reason, a ticked ``confirm``
+    box as ``CloseForm``'s, and the ``owner`` the page showed (its ``expected_owner``)."""
 
-    owner = forms.CharField(max_length=256, strip=False,
-                            error_messages={"required": "the page showed no owner; reload it"})
+    owner = forms.CharField(max_length=256, error_messages={"required": "reload the page"})
     confirm = forms.BooleanField(
         error_messages={"required": "tick the box to confirm ending the lease"})
 
