@@ -213,6 +213,20 @@ def _lease(e, t) -> str:
     return text
 
 
+def _lease_revoked(e, t) -> str:
+    """*ended worker-1's lease on the run (fencing token 3 → 4): its owner's writes are
+    refused from now on* (``services.lease_revoke``)."""
+    owner = _get(e.before, "owner")
+    old, new = _get(e.before, "fencing_token"), _get(e.after, "fencing_token")
+    who = f"{owner}'s" if owner else "the"
+    text = f"ended {who} lease on {t}"
+    if old is not None and new is not None:
+        text += f" (fencing token {old} → {new})"
+    elif new is not None:
+        text += f" (fencing token {new})"
+    return text + ": its owner's writes are refused from now on"
+
+
 def _retry_decision(verb: str) -> Callable:
     def say(e, t) -> str:
         return f"{verb} {t}{_run_state(e, t)}"
@@ -357,6 +371,7 @@ SENTENCES: dict[str, Callable[[Any, str], str]] = {
     A.RECEIPT_REVEAL: _reveal("receipt"),
     A.EVIDENCE_REVEAL: _reveal("reconciliation evidence"),
     A.LEASE_ACQUIRE: _lease,
+    A.LEASE_REVOKE: _lease_revoked,
     A.RETRY_REQUEST: lambda e, t: f"requested a retry of the run{_run_state(e, t)}",
     A.RETRY_APPROVE: _retry_decision("approved"),
     A.RETRY_REJECT: _retry_decision("rejected"),

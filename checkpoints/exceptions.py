@@ -119,6 +119,11 @@ class LeaseHeld(DomainError, status=409, error="lease_held"):
     """Another owner's lease on the run is live: 409."""
 
 
+class NoLiveLease(DomainError, status=409, error="no_live_lease"):
+    """A reviewer asked to end the run's lease (``services.lease_revoke``) but it holds
+    none that is live (never leased, expired, or already ended): 409, nothing to end."""
+
+
 class OperationExists(DomainError, status=409, error="operation_exists"):
     """Same operation key, same fingerprint, other effect id: 409, continue with that one."""
 

@@ -94,6 +94,8 @@ urlpatterns = [
     path(T + "runs/<str:run_id>/retry/", actions.run_retry_request, name="run_retry_request"),
     path(T + "runs/<str:run_id>/reconcile/", actions.run_reconcile, name="run_reconcile"),
     path(T + "runs/<str:run_id>/close/", actions.run_close, name="run_close"),
+    path(T + "runs/<str:run_id>/lease/revoke/", actions.run_lease_revoke,
+         name="run_lease_revoke"),
     path(T + "runs/<str:run_id>/conflicts/acknowledge/", actions.conflicts_acknowledge,
          name="conflicts_acknowledge"),
     path(T + "retry-requests/<int:retry_id>/approve/", actions.retry_approve, name="retry_approve"),

@@ -289,6 +289,8 @@ class AuditAction(TextChoices):
     RECEIPT_REVEAL = "receipt.reveal"
     EVIDENCE_REVEAL = "evidence.reveal"
     LEASE_ACQUIRE = "lease.acquire"
+    # A reviewer ended a live lease whose owner they know is gone (``services.lease_revoke``).
+    LEASE_REVOKE = "lease.revoke"
     RETRY_REQUEST = "retry.request"
     RETRY_APPROVE = "retry.approve"
     RETRY_REJECT = "retry.reject"

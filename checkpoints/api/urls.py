@@ -26,6 +26,8 @@ urlpatterns = [
     path(T + "runs", views.RunListApi.as_view(), name="run-list"),
     path(T + "runs/<str:run_id>", views.RunDetailApi.as_view(), name="run"),
     path(T + "runs/<str:run_id>/lease", views.RunLeaseApi.as_view(), name="run-lease"),
+    path(T + "runs/<str:run_id>/lease/revoke", views.RunLeaseRevokeApi.as_view(),
+         name="run-lease-revoke"),
     path(T + "runs/<str:run_id>/resume", views.RunResumeApi.as_view(), name="run-resume"),
     path(T + "runs/<str:run_id>/retry-requests", views.RetryRequestCreateApi.as_view(),
          name="run-retry-requests"),

@@ -1,6 +1,6 @@
 """The POST actions on a run (each asks for a reason and calls one service function):
 request, approve, reject or withdraw a retry, mark an effect's outcome unknown,
-reconcile, close, acknowledge conflicts. Each answers the refreshed run page
+reconcile, close, end a lease, acknowledge conflicts. Each answers the refreshed run page
 (``_action_done``); one refused because someone acted first answers it with a sentence
 saying so (``refreshes_when_acted_first``)."""
 
@@ -18,7 +18,7 @@ from django.utils.translation import ngettext
 from django_htmx.http import trigger_client_event
 
 from .. import roles, selectors, services
-from ..exceptions import AlreadyDone, OwnerLive
+from ..exceptions import AlreadyDone, DomainError, OwnerLive
 from ..models import Tenant
 from ..templatetags.dashboard import ago
 from .common import (
@@ -30,7 +30,7 @@ from .common import (
     see_other,
     tenant_page,
 )
-from .forms import CloseForm, MarkUnknownForm
+from .forms import CloseForm, LeaseRevokeForm, MarkUnknownForm
 from .run import _owner_live_words, _run_context
 
 
@@ -224,6 +224,40 @@ def run_close(request: HttpRequest, tenant: Tenant, run_id: str) -> HttpResponse
                        reason=form.cleaned_data["reason"])
     return _action_done(request, tenant, run.uuid,
                         "Run closed. A new write by the runtime reopens it.")
+
+
+@require_POST
+@dashboard
+@tenant_page(roles.REVIEW)
+def run_lease_revoke(request: HttpRequest, tenant: Tenant, run_id: str) -> HttpResponse:
+    """End the run's live lease because the reviewer knows its owner is gone (reviewer; a
+    reason, a ticked confirmation and the owner the page showed, ``LeaseRevokeForm``);
+    ``services.lease_revoke``. Its writes are refused from now on and reconcile is no
+    longer refused for the lease.
+
+    A refusal re-shows the run page as it is now (htmx: its body) with the service's
+    words beside the form (``lease_revoke_error``; the typed reason kept), at the
+    refusal's status: 400 for the form's fields, 409 ``no_live_lease`` (the lease ended
+    or expired meanwhile: the page then shows no form) or ``lease_held`` (another owner
+    took it since: the form shows the new owner). Other refusals (403, 404) are
+    ``@dashboard``'s."""
+    run = selectors.run_get(user=request.user, tenant=tenant, run_id=run_id)
+    form = LeaseRevokeForm(request.POST)
+    try:
+        _require_valid(form)
+        ended = services.lease_revoke(actor=request.user, tenant=tenant, run_id=run.uuid,
+                                      reason=form.cleaned_data["reason"],
+                                      expected_owner=form.cleaned_data["owner"])
+    except DomainError as exc:
+        if exc.status not in (400, 409):
+            raise
+        context = _run_context(request, tenant, run.uuid, lease_revoke_error=exc.detail or exc.error,
+                               lease_revoke_reason=request.POST.get("reason", "")[:4000])
+        template = "checkpoints/run.html" + ("#run-body" if request.htmx else "")
+        return render(request, template, context, status=exc.status)
+    return _action_done(request, tenant, run.uuid,
+                        f"Lease of {ended.lease_owner} ended: its writes are refused from now on "
+                        f"(fencing token {ended.fencing_token}). Reconcile the run next.")
 
 
 @require_POST

@@ -105,6 +105,15 @@ class MarkUnknownForm(ReasonForm):
         error_messages={"required": "tick the box to confirm marking the outcome unknown"})
 
 
+class LeaseRevokeForm(ReasonForm):
+    """End the run's live lease (``services.lease_revoke``): a reason, a ticked ``confirm``
+    box as ``CloseForm``'s, and the ``owner`` the page showed (its ``expected_owner``)."""
+
+    owner = forms.CharField(max_length=256, error_messages={"required": "reload the page"})
+    confirm = forms.BooleanField(
+        error_messages={"required": "tick the box to confirm ending the lease"})
+
+
 class DiffForm(ReasonForm):
     """Diff two revisions (``from_rev`` -> ``to_rev``) of one checkpoint; both are revealed."""
 

@@ -241,6 +241,11 @@ def _run_context(request: HttpRequest, tenant: Tenant, run_id, **extra) -> dict:
         reconcile_refused=False,
         can_acknowledge=context["can_review"] and open_conflicts > 0,
         can_close=context["can_review"] and not closed,
+        # "End the lease" (``services.lease_revoke``): a reviewer, while the lease is live
+        # (``lease_live``: on the database clock, read with the run).
+        can_revoke_lease=context["can_review"] and bool(getattr(run, "lease_live", False)),
+        lease_revoke_error="",
+        lease_revoke_reason="",
         has_open_retry=open_retry is not None,
         has_open_reconcile=any(r["req"].state in ReconcileState.OPEN for r in reconcile_rows),
         show_preview=can_request_retry or deciding,
@@ -267,6 +272,7 @@ def _run_context(request: HttpRequest, tenant: Tenant, run_id, **extra) -> dict:
         context.update(tombstone=selectors.run_tombstone(user=user, tenant=tenant, run=run),
                        can_reveal=False, can_request_retry=False, can_reconcile=False,
                        can_acknowledge=False, can_close=False, show_preview=False,
+                       can_revoke_lease=False,
                        next_step=step.text)
         deciding = False
         for item in effects:

@@ -2,8 +2,8 @@
 
 A package by entity, so each write is found by name: ``accounts`` (tenants, accounts,
 roles, tokens, reconciler settings), ``runs`` (the run lock, fencing, recovery state,
-conflicts, leases, resume decisions), ``checkpoints`` (the compare-and-swap write,
-reveals, exports), ``effects``, ``review`` (retry, mark unknown, close, acknowledge),
+conflicts, resume decisions), ``leases`` (taken by a runtime, ended by a reviewer),
+``checkpoints`` (the compare-and-swap write, reveals, exports), ``effects``, ``review`` (retry, mark unknown, close, acknowledge),
 ``migrations`` (the operator's migration of a kind's checkpoints to another version),
 ``kinds`` (a tenant's declared kinds),
 ``retention`` (the data policy and the scheduled purge; docs/security/retention.md),
@@ -97,6 +97,7 @@ from .keys import (
     tenant_shred,
 )
 from .kinds import kind_declare
+from .leases import lease_acquire, lease_revoke
 from .lifecycle import (
     ENDED,
     Blocker,
@@ -157,7 +158,6 @@ from .review import (
 )
 from .runs import (
     _lock_run,
-    lease_acquire,
     require_owner_gone,
     resume_claim,
     resume_preview,
@@ -180,7 +180,7 @@ from .tombstones import (
 
 # The submodules, for tests that read the services' source (the audit, fence and race
 # matrices).
-MODULES = ("common", "accounts", "runs", "checkpoints", "effects", "review", "counters",
+MODULES = ("common", "accounts", "runs", "leases", "checkpoints", "effects", "review", "counters",
            "reconcile_requests", "sweep", "keys", "bulk", "bulk_jobs", "migrations", "migration_jobs",
            "kinds", "writepath", "holds", "erasure", "tombstones", "retention",
            "notify_dispatch", "notify_endpoints", "notify_delivery", "notify_render")

@@ -1,31 +1,28 @@
-"""Runs: the run lock, fencing, recovery facts and state, conflict records, leases and
-resume decisions (CONTRACT.md 3, DESIGN.md 4).
+"""Runs: the run lock, fencing, recovery facts and state, conflict records and resume
+decisions (CONTRACT.md 3, DESIGN.md 4). Leases, taken and ended: ``services.leases``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import uuid
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Count, F, IntegerField, Value, Window
 from django.db.models.functions import RowNumber
 
-from .. import crypto, intranges, locks, policy, roles
+from .. import crypto, locks, policy, roles
 from ..audit import (
     audit_record,
 )
 from ..dbclock import NOW, db_now
 from ..exceptions import (
     Fenced,
-    InvalidPayload,
-    LeaseHeld,
     NotFound,
     OwnerLive,
     RunDeleted,
 )
-from ..jsonparse import check_name
 from ..metrics import count_resume_decision
 from ..models import (
     Checkpoint,
@@ -425,46 +422,8 @@ def _record_conflict(*, tenant, run: Run, actor, target_type: str, target_id, ex
 
 
 # --------------------------------------------------------------------------------------
-# Leases and resume decisions
+# Resume decisions (leases: ``services.leases``)
 # --------------------------------------------------------------------------------------
-
-def lease_acquire(*, actor, tenant: Tenant, run_id: uuid.UUID, owner: str, ttl_s: int) -> Run:
-    """Take or renew the run's lease (CONTRACT.md 3).
-
-    A new owner (none before, or the previous lease expired) bumps the fencing token; the
-    same owner renewing keeps it. Raises ``NotFound`` for an unknown run, ``LeaseHeld``
-    (409) while another owner's lease is live, ``InvalidPayload`` for a bad owner or ttl.
-    """
-    require(actor, tenant, roles.WRITE)
-    if not isinstance(owner, str) or not owner or len(owner) > 256:
-        raise InvalidPayload("owner: must be a non-empty string of at most 256 characters")
-    check_name(owner, "owner",
-               blank_words="must be a non-empty string of at most 256 characters")
-    intranges.LEASE_TTL_S.check(ttl_s, "ttl_s")
-    with transaction.atomic():
-        run = _lock_run(tenant, run_id, create=False)
-        if run is None:
-            raise NotFound("no such run")
-        now = run.db_now
-        live = policy.lease_live(run.lease_owner, run.lease_expires_at, now)
-        if live and run.lease_owner != owner:
-            raise LeaseHeld(f"owner: the run is leased by another owner until "
-                            f"{run.lease_expires_at.isoformat()}")
-        before = {"owner": run.lease_owner, "fencing_token": run.fencing_token}
-        if not (live and run.lease_owner == owner):
-            run.fencing_token += 1
-        reopened = run_save(run, now, reopen=True, fencing_token=run.fencing_token,
-                            lease_owner=owner, lease_expires_at=now + timedelta(seconds=ttl_s),
-                            last_write_at=now)
-        after = {"owner": owner, "fencing_token": run.fencing_token,
-                 "expires_at": run.lease_expires_at.isoformat()}
-        if reopened:
-            after["reopened"] = True
-        audit_record(tenant=tenant, actor=actor, action=AuditAction.LEASE_ACQUIRE, target_type=TargetType.RUN,
-                     target_id=run.uuid, run_id=run.uuid, before=before, after=after,
-                     created_at=run.db_now)
-    return run
-
 
 def _resume_answer(run: Run, decision: policy.Decision, tenant: Tenant) -> dict:
     """The resume answer's dict: ``{action, reason, checkpoint_id, revision,

@@ -60,6 +60,9 @@ BEYOND_CONTRACT = {
     # 9): CONTRACT.md 4's approver reads what the page shows (their decisions: above).
     ("GET", "retry-requests"): "the approvers' queue of retry requests",
     ("GET", "retry-requests/{}"): "one retry request, as the queue shows it",
+    # A reviewer ends a dead owner's live lease (CONTRACT.md 3's fencing makes it safe;
+    # the review right of CONTRACT.md 4, a reason as for every action).
+    ("POST", "runs/{}/lease/revoke"): "end a dead owner's lease",
     # One review action on many runs, and its per-run results (issue 9, item 3).
     ("POST", "bulk-actions"): "bulk review action",
     ("GET", "bulk-actions/{}"): "a bulk action's results",

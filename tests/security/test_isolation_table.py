@@ -311,6 +311,9 @@ RECIPES: dict[str, list[Op]] = {
                 Op("get", _t(run_id="r_twin"), api_rule(V, 404))],
     "api:run-lease": [Op("post", _t(run_id="r_stable"), api_rule(WR, 200), "write",
                          body={"owner": "table", "ttl_s": 30})],
+    # No run of the world holds a live lease: a reviewer's answer is the refusal (409
+    # no_live_lease, nothing written); the revoke itself: tests/api/test_lease_revoke.py.
+    "api:run-lease-revoke": [Op("post", _t(run_id="r_stuck"), api_rule(RW, 409), body=REASON)],
     "api:run-resume": [
         Op("get", _t(run_id="r_stable"), api_rule(WR, 200)),
         Op("post", _t(run_id="r_stable"), api_rule(WR, 200), body={}),
@@ -616,6 +619,8 @@ RECIPES: dict[str, list[Op]] = {
                          body=REASON, surface="web")],
     "run_close": [Op("post", _s(run_id="r_stuck"), page_rule(RW, 303), "write",
                      body={**REASON, "confirm": "on"}, surface="web")],
+    "run_lease_revoke": [Op("post", _s(run_id="r_stuck"), page_rule(RW, 409),
+                            body={**REASON, "confirm": "on", "owner": "table"}, surface="web")],
     "conflicts_acknowledge": [Op("post", _s(run_id="r_stuck"), page_rule(RW, 303), "write",
                                  body=REASON, surface="web")],
     "retry_approve": [

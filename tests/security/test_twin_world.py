@@ -828,6 +828,9 @@ API: dict[str, Req] = {
     f"get {T}runs/{{run_id}}": Req({"run_id": "r_unknown"}, shows_mark=True),
     f"post {T}runs/{{run_id}}/lease": Req({"run_id": "r_stable"}, {"owner": "tw", "ttl_s": 30},
                                           write=True),
+    # No run of the world holds a live lease: a reviewer's answer is 409 no_live_lease
+    # (its own run, read under its own tenant); the revoke itself: ``lease_revoke`` below.
+    f"post {T}runs/{{run_id}}/lease/revoke": Req({"run_id": "r_stuck"}, R, write=True),
     f"get {T}runs/{{run_id}}/resume": Req({"run_id": "r_stable"}),
     f"post {T}runs/{{run_id}}/resume": Req({"run_id": "r_stable"}, {}, write=True),
     f"post {T}runs/{{run_id}}/retry-requests": Req({"run_id": "r_retry"}, R, write=True),
@@ -1005,6 +1008,8 @@ PAGES: dict[str, Req] = {
     "run_retry_request": Req({"run_id": "r_retry"}, R, write=True),
     "run_reconcile": Req({"run_id": "r_stuck"}, R, write=True),
     "run_close": Req({"run_id": "r_stuck"}, {**R, "confirm": "on"}, write=True),
+    "run_lease_revoke": Req({"run_id": "r_stuck"}, {**R, "confirm": "on", "owner": "tw"},
+                            write=True),
     "conflicts_acknowledge": Req({"run_id": "r_stuck"}, R, write=True),
     "retry_approve": Req({"retry_id": "retry_pk"}, R, write=True),
     "retry_reject": Req({"retry_id": "retry_pk"}, R, write=True),
@@ -1180,6 +1185,17 @@ def _purge_aged(w: World, slug: str, _actor) -> dict:
     return stats
 
 
+def _lease_revoked(w: World, slug: str, acting: str):
+    """A reviewer of ``acting`` ends the lease of ``r_stable`` in ``slug``; in its own
+    tenant a writer of ``slug`` took the lease first (not vacuous: the revoke writes). A
+    persona of the twin finds no run (``NotFound``), and nothing was leased for it."""
+    if acting == slug:
+        services.lease_acquire(actor=_as(w, slug, "writer"), tenant=w.tenant(slug),
+                               run_id=IDS["r_stable"], owner="tw", ttl_s=600)
+    return services.lease_revoke(actor=_as(w, acting, "reviewer"), tenant=w.tenant(slug),
+                                 run_id=IDS["r_stable"], reason="x", expected_owner="tw")
+
+
 def _runifold_lines() -> bytes:
     """A runifold agent checkpoint in the shared run ``r_stable`` (new id ``new_cp``) and
     an effect record naming that run (RUNIFOLD.md 1, 4)."""
@@ -1260,6 +1276,7 @@ SERVICES: dict[str, list[ServiceCell]] = {
         actor=_as(w, a, "reviewer"), tenant=w.tenant(s), run_id=IDS["r_retry"], reason="x"))],
     "run_reconcile": [ServiceCell(lambda w, s, a: services.run_reconcile(
         actor=_as(w, a, "reviewer"), tenant=w.tenant(s), run_id=IDS["r_stuck"], reason="x"))],
+    "lease_revoke": [ServiceCell(_lease_revoked)],
     "lease_acquire": [ServiceCell(lambda w, s, a: services.lease_acquire(
         actor=_as(w, a, "writer"), tenant=w.tenant(s), run_id=IDS["r_stable"], owner="x",
         ttl_s=30))],

@@ -64,6 +64,10 @@ WRITE_PATHS = {
     "effect_put": "fenced: this matrix",
     "lease_acquire": "takes ownership; refused while another owner's lease is live: "
                      "test_an_ousted_owner_cannot_lease_over_the_new_one",
+    "lease_revoke": "reviewer action, carries no token; ends the live lease and bumps the "
+                    "token, so the ousted owner's writes are fenced: tests/services/"
+                    "test_lease_revoke.py::test_the_old_owners_writes_are_refused_as_fenced_"
+                    "and_kept",
     "resume_claim": "takes ownership (consumes an approved retry): the 'retry claimed' "
                     "column; test_a_claim_with_nothing_to_consume_changes_nothing",
     "retry_request": "reviewer action, carries no token; never over a live owner "

@@ -194,6 +194,13 @@ def lease_acquire(p):
                                                owner="w1", ttl_s=60))
 
 
+def lease_revoke(p):
+    body, _ = _leased(p)
+    run_id = uuid.UUID(body["run_id"])
+    return Cell(lambda: services.lease_revoke(actor=p.rita, tenant=p.acme, run_id=run_id,
+                                              reason="w1's host is gone", expected_owner="w1"))
+
+
 def _requested(p):
     run_id = ambiguous_run(p.wendy, p.acme)
     return run_id, services.retry_request(actor=p.rita, tenant=p.acme, run_id=run_id,
@@ -801,6 +808,7 @@ CELLS: dict[str, dict[str, Callable]] = {
                    "stale-revision conflict": effect_stale,
                    "id-exists conflict": effect_id_exists, "fenced conflict": effect_fenced},
     "lease_acquire": {"take": lease_acquire},
+    "lease_revoke": {"end": lease_revoke},
     "resume_claim": {"consume": resume_claim},
     "retry_request": {"request": retry_request},
     "retry_approve": {"approve": retry_approve},

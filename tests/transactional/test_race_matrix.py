@@ -29,7 +29,7 @@ from collections import Counter
 import pytest
 
 from checkpoints import services
-from checkpoints.exceptions import InvalidTransition, LeaseHeld
+from checkpoints.exceptions import InvalidTransition, LeaseHeld, NoLiveLease
 from checkpoints.jobs import reconciliation
 from checkpoints.models import AuditEvent, Conflict, Run
 from checkpoints.services import reconcile_requests
@@ -67,6 +67,7 @@ def audit_count(action: str) -> int:
 
 RACED = {
     "lease_acquire": "test_eight_owners_racing_for_one_lease",
+    "lease_revoke": "test_two_reviewers_ending_one_lease",
     "retry_approve": "test_two_approvers_deciding_one_request",
     "retry_reject": "test_two_approvers_deciding_one_request",
     "retry_withdraw": "test_two_approvers_deciding_one_request[withdraw]",
@@ -247,6 +248,27 @@ def test_eight_owners_racing_for_one_lease(acme, wendy):
         assert all("leased by another owner" in str(r) for r in results
                    if isinstance(r, LeaseHeld))
     assert audit_count("lease.acquire") == ROUNDS
+    assert services.audit_verify(tenant=acme)[0]
+
+
+def test_two_reviewers_ending_one_lease(acme, wendy, rita):
+    """revoke/revoke: one ends the lease, the other finds none live (``NoLiveLease``) and
+    writes nothing; the token goes up once."""
+    rita2 = _person("rita2", acme, "reviewer")
+    reviewers = [rita, rita2]
+    for rnd in range(ROUNDS):
+        body = envelope(payload={"phase": "ready"})
+        put_checkpoint(wendy, acme, body)
+        run_id = uuid.UUID(body["run_id"])
+        services.lease_acquire(actor=wendy, tenant=acme, run_id=run_id, owner=f"o-{rnd}",
+                               ttl_s=600)
+        results = race(2, lambda i, run_id=run_id, rnd=rnd: services.lease_revoke(
+            actor=reviewers[i], tenant=acme, run_id=run_id, reason=f"gone {i}",
+            expected_owner=f"o-{rnd}"))
+        assert kinds_of(results) == {"Run": 1, "NoLiveLease": 1}, results
+        assert all(isinstance(r, (Run, NoLiveLease)) for r in results)
+        assert Run.objects.get(uuid=run_id).fencing_token == 2, "the token moved twice"
+    assert audit_count("lease.revoke") == ROUNDS
     assert services.audit_verify(tenant=acme)[0]
 
 

@@ -122,7 +122,9 @@ from .review import (
 from .runs import (
     RECOVERY_STATES,
     LeaseInputSerializer,
+    LeaseRevokeInputSerializer,
     LeaseSerializer,
+    LeaseStateSerializer,
     OpenReviewItemsSerializer,
     ResumeInputSerializer,
     ResumeSerializer,

@@ -132,6 +132,27 @@ class LeaseSerializer(Answer):
     expires_at = IsoDateTimeField(source="lease_expires_at")
 
 
+class LeaseRevokeInputSerializer(serializers.Serializer):
+    """Body of ``…/lease/revoke``: why (as every review action), and optionally the owner
+    the caller saw, so a lease renewed by another owner since is not ended (409)."""
+
+    reason = serializers.CharField(max_length=4000)
+    owner = serializers.CharField(max_length=256, required=False,
+                                  help_text="the owner whose lease you mean to end; 409 "
+                                            "lease_held if another owner holds it now")
+
+
+# Rendered from the ``Run`` row ``services.lease_revoke`` returns.
+class LeaseStateSerializer(Answer):
+    """The run's lease after a reviewer ended it: who held it (kept as the record), the
+    new fencing token (the old owner's writes are refused) and when it ended (the
+    database time of the revoke); ``LeaseSerializer``'s fields with the owner."""
+
+    owner = serializers.CharField(source="lease_owner", help_text="who held the lease")
+    fencing_token = serializers.IntegerField()
+    expires_at = IsoDateTimeField(source="lease_expires_at")
+
+
 # Rendered from ``services.resume_preview`` / ``resume_claim``.
 class ResumeSerializer(Answer):
     """The resume decision (CONTRACT.md section 3)."""

@@ -79,6 +79,7 @@ from .review import (
     RetryRequestListApi,
     RetryWithdrawApi,
     RunCloseApi,
+    RunLeaseRevokeApi,
     RunReconcileApi,
 )
 from .runs import RunDetailApi, RunLeaseApi, RunListApi, RunResumeApi

@@ -157,8 +157,19 @@ def read_reason(request: Request) -> str:
     Missing or blank -> ``ReasonRequired`` (400 naming ``reason``); not a string or any
     other field -> ``InvalidPayload``. The service trims and length-checks it.
     """
+    return read_reason_body(request)[0]
+
+
+def read_reason_body(request: Request, also: frozenset[str] = frozenset()) -> tuple[str, dict]:
+    """``read_reason`` of a review action whose body may also hold the fields ``also``
+    (``{"reason", "owner"?}`` of ``…/lease/revoke``): ``(reason, body)``, the other
+    fields unchecked (the service checks them)."""
     body = read_object(request, empty_ok=True)
-    _only_fields(body, {"reason"})
+    _only_fields(body, {"reason", *also})
+    return _reason_of(body), body
+
+
+def _reason_of(body: dict) -> str:
     reason = body.get("reason")
     if reason is None or (isinstance(reason, str) and not reason.strip()):
         raise ReasonRequired("reason: a reason is required")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from drf_spectacular.utils import extend_schema, extend_schema_view
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import status
 from rest_framework.response import Response
 
@@ -27,6 +27,7 @@ from .common import (
     _reason_operation,
     page_url,
     read_reason,
+    read_reason_body,
     url_uuid,
 )
 
@@ -216,6 +217,34 @@ class RunCloseApi(TenantApi):
         run = services.run_close(actor=request.user, tenant=t, run_id=rid,
                                  reason=read_reason(request))
         return Response(s.ClosedSerializer.render(run))
+
+
+class RunLeaseRevokeApi(TenantApi):
+    @extend_schema(
+        operation_id="run_lease_revoke",
+        summary="Reviewer: end the run's live lease when you know its owner is gone (its "
+                "writes are refused from now on: the fencing token goes up)",
+        description="For a runtime that took a long lease and died: reconcile, mark "
+                    "unknown and retry requests stop answering owner_live for the lease. "
+                    "A call the owner already made to an outside service may still land, "
+                    "so reconcile the run next. ``owner`` (optional): the owner you saw.",
+        parameters=[TENANT, _path("run_id")],
+        request=s.LeaseRevokeInputSerializer,
+        responses={200: s.LeaseStateSerializer, **_errors(400, 413),
+                   409: OpenApiResponse(s.ErrorSerializer,
+                                        description="no_live_lease: the run holds no live "
+                                                    "lease; lease_held: another owner than "
+                                                    "``owner`` holds it; or run_deleted")},
+    )
+    def post(self, request, tenant, run_id):
+        """``services.lease_revoke``; answers the run's lease ``{owner, fencing_token,
+        expires_at}`` (``RunLeaseApi``'s answer, with the owner)."""
+        t = self.tenant(request, tenant, roles.REVIEW)
+        rid = url_uuid(run_id, "run")
+        reason, body = read_reason_body(request, frozenset({"owner"}))
+        run = services.lease_revoke(actor=request.user, tenant=t, run_id=rid, reason=reason,
+                                    expected_owner=body.get("owner"))
+        return Response(s.LeaseStateSerializer.render(run))
 
 
 class ConflictsAcknowledgeApi(TenantApi):

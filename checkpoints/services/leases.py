@@ -1,0 +1,117 @@
+"""Leases (CONTRACT.md 3): a runtime takes or renews the run's lease
+(``lease_acquire``); a reviewer ends a dead owner's live lease (``lease_revoke``). Both
+under the run's lock (``runs._lock_run``), on the database clock, audited."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+from django.db import transaction
+
+from .. import intranges, policy, roles
+from ..audit import audit_record
+from ..exceptions import InvalidPayload, LeaseHeld, NoLiveLease, NotFound
+from ..jsonparse import check_name
+from ..models import Run, Tenant
+from ..permissions import require
+from ..vocab import AuditAction, TargetType
+from .common import _require_reason
+from .runs import _lock_run, run_save
+
+
+def lease_acquire(*, actor, tenant: Tenant, run_id: uuid.UUID, owner: str, ttl_s: int) -> Run:
+    """Take or renew the run's lease (CONTRACT.md 3).
+
+    A new owner (none before, or the previous lease expired) bumps the fencing token; the
+    same owner renewing keeps it. Raises ``NotFound`` for an unknown run, ``LeaseHeld``
+    (409) while another owner's lease is live, ``InvalidPayload`` for a bad owner or ttl.
+    """
+    require(actor, tenant, roles.WRITE)
+    if not isinstance(owner, str) or not owner or len(owner) > 256:
+        raise InvalidPayload("owner: must be a non-empty string of at most 256 characters")
+    check_name(owner, "owner",
+               blank_words="must be a non-empty string of at most 256 characters")
+    intranges.LEASE_TTL_S.check(ttl_s, "ttl_s")
+    with transaction.atomic():
+        run = _lock_run(tenant, run_id, create=False)
+        if run is None:
+            raise NotFound("no such run")
+        now = run.db_now
+        live = policy.lease_live(run.lease_owner, run.lease_expires_at, now)
+        if live and run.lease_owner != owner:
+            raise LeaseHeld(f"owner: the run is leased by another owner until "
+                            f"{run.lease_expires_at.isoformat()}")
+        before = {"owner": run.lease_owner, "fencing_token": run.fencing_token}
+        if not (live and run.lease_owner == owner):
+            run.fencing_token += 1
+        reopened = run_save(run, now, reopen=True, fencing_token=run.fencing_token,
+                            lease_owner=owner, lease_expires_at=now + timedelta(seconds=ttl_s),
+                            last_write_at=now)
+        after = {"owner": owner, "fencing_token": run.fencing_token,
+                 "expires_at": run.lease_expires_at.isoformat()}
+        if reopened:
+            after["reopened"] = True
+        audit_record(tenant=tenant, actor=actor, action=AuditAction.LEASE_ACQUIRE, target_type=TargetType.RUN,
+                     target_id=run.uuid, run_id=run.uuid, before=before, after=after,
+                     created_at=run.db_now)
+    return run
+
+
+def lease_revoke(*, actor, tenant: Tenant, run_id: uuid.UUID, reason: str,
+                 expected_owner: str | None = None) -> Run:
+    """A reviewer ends the run's live lease, because they know its owner is gone (a
+    runtime that took a long lease and died): ``POST …/runs/{id}/lease/revoke``, the run
+    page's "End the lease". Reviewer's right, the same as reconcile's (``roles.REVIEW``);
+    a reason by the review actions' rule (``_require_reason``).
+
+    Under the run's lock (``_lock_run``), on the database clock: the lease's expiry
+    becomes the database time now and the fencing token goes up by one, so from this
+    transaction on the old owner's writes are refused (``Fenced``, kept as ``fenced``
+    conflicts, CONTRACT.md 3) and reconcile, mark unknown and retry requests are no
+    longer refused ``owner_live`` for the lease. ``lease_owner`` is kept, as the record
+    of who held it: ``policy.RunFacts.owner_gone_at`` reads a leased run's expiry (now,
+    so the owner counts as gone at once), where clearing it would fall back to the quiet
+    time after the last write (``last_write_at`` + the tenant's ambiguity threshold) and
+    keep a run that wrote recently refused; the run page shows the owner with its lease
+    "expired". ``last_write_at`` is left alone: the runtime wrote nothing. The run's
+    recovery state is recomputed (``run_save``; not reopened). A runtime that is in fact
+    alive gets a new token only by taking the lease again (``lease_acquire``: an expired
+    lease, so the token is bumped once more). One audit event ``lease.revoke``: before
+    ``{owner, fencing_token, expires_at}``, after ``{fencing_token, expires_at}``
+    (ISO 8601), the reason.
+
+    ``expected_owner`` (optional): the owner the caller saw (the dashboard form sends the
+    one it showed); a live lease held by another (renewed by a new owner since) is
+    refused, ``LeaseHeld`` (409 ``lease_held``, naming ``owner``). Raises ``NoLiveLease``
+    (409) when the run holds no live lease, ``ReasonRequired``/``InvalidPayload`` (400
+    naming ``reason`` or ``owner``), ``NotFound`` (404, also another tenant's run),
+    ``Forbidden`` (403 without ``review_runs``), ``RunDeleted`` (409). Returns the run
+    (its ``lease_owner``, ``fencing_token``, ``lease_expires_at``).
+    """
+    require(actor, tenant, roles.REVIEW)
+    reason = _require_reason(reason)
+    if expected_owner is not None and (not isinstance(expected_owner, str)
+                                       or not expected_owner or len(expected_owner) > 256):
+        raise InvalidPayload("owner: must be a non-empty string of at most 256 characters")
+    with transaction.atomic():
+        run = _lock_run(tenant, run_id, create=False)
+        if run is None:
+            raise NotFound("no such run")
+        now = run.db_now
+        if not policy.lease_live(run.lease_owner, run.lease_expires_at, now):
+            raise NoLiveLease("run: it holds no live lease (none taken, expired, or already "
+                              "ended); nothing to end")
+        if expected_owner is not None and run.lease_owner != expected_owner:
+            raise LeaseHeld(f"owner: the live lease is {run.lease_owner}'s, not "
+                            f"{expected_owner}'s (taken or renewed since); look again")
+        before = {"owner": run.lease_owner, "fencing_token": run.fencing_token,
+                  "expires_at": run.lease_expires_at.isoformat()}
+        run_save(run, now, fencing_token=run.fencing_token + 1, lease_expires_at=now)
+        audit_record(tenant=tenant, actor=actor, action=AuditAction.LEASE_REVOKE,
+                     target_type=TargetType.RUN, target_id=run.uuid, run_id=run.uuid,
+                     reason=reason, before=before,
+                     after={"fencing_token": run.fencing_token,
+                            "expires_at": run.lease_expires_at.isoformat()},
+                     created_at=now)
+    return run
