@@ -49,7 +49,7 @@ from checkpoints import services
 from checkpoints.api import serializers as s
 from checkpoints.interop import runifold
 from checkpoints.interop.runifold import jsonl_lines
-from checkpoints.models import Checkpoint, Effect, Run, Tenant
+from checkpoints.models import Checkpoint, DataPolicy, Effect, Run, Tenant
 from tests.helpers import effect_body, envelope, lg_put, lg_writes
 from tests.matrixhelpers import SKIPPED_MODELS
 from tests.openapi_check import served_schema
@@ -143,6 +143,10 @@ EXTRA: dict[Key, tuple] = {
     **{("IMPORT", RUNIFOLD, "checkpoint", name): bounds
        for name, bounds in envelope_integers().items()},
     ("IMPORT", RUNIFOLD, "effect", "revision"): (0, MAX63),
+    # A subject's value is matched by its keyed digest, never stored: any integer, as
+    # the payload holds it (services.subject_value).
+    ("POST", T + "legal-holds", "body", "subject.value"): (None, None),
+    ("POST", T + "erasure-requests", "body", "subject.value"): (None, None),
 }
 
 
@@ -514,7 +518,22 @@ def _cas_max(v: int) -> str | None:
     return "If-Match" if v == MAX63 else None
 
 
+def by_subject(route: str) -> Callable[[World, int], Outcome]:
+    """A hold or an erasure request for the subject ``customer`` = ``v`` (the field
+    declared first, in the recipe's savepoint)."""
+    def send(w: World, v: int) -> Outcome:
+        DataPolicy.objects.update_or_create(tenant=w.tenant,
+                                            defaults={"subject_fields": {"customer": "/c"}})
+        return _json(w, "post", T + route, {"subject": {"field": "customer", "value": v},
+                                            "reason": "bounds"})
+    return send
+
+
 RECIPES: dict[Key, Recipe] = {
+    ("POST", T + "legal-holds", "body", "subject.value"): Recipe(
+        by_subject("legal-holds"), "subject.value"),
+    ("POST", T + "erasure-requests", "body", "subject.value"): Recipe(
+        by_subject("erasure-requests"), "subject.value"),
     ("PUT", CP, "body", "revision"): Recipe(cp_revision, "revision"),
     ("PUT", CP, "body", "schema_version"): Recipe(cp_new("schema_version"), "schema_version"),
     ("PUT", CP, "body", "updated_at_ms"): Recipe(cp_new("updated_at_ms"), "updated_at_ms"),

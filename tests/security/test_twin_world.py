@@ -445,6 +445,12 @@ SELECTORS.update({  # The data lifecycle (issue 20): the Data page's reads.
     "tombstone_page": SelectorCell(
         lambda w, s, u: selectors.tombstone_page(user=u, tenant=w.tenant(s)),
         _own_rows(Tombstone, lambda a: a.total), shows_mark=False),
+    "run_legal_holds": SelectorCell(
+        lambda w, s, u: selectors.run_legal_holds(
+            user=u, tenant=w.tenant(s), run=Run.objects.get(tenant=w.tenant(s),
+                                                            uuid=IDS["r_closed"])),
+        lambda w, s, a: "" if all(h.tenant_id == w.tenant(s).pk for h in a)
+        else "another tenant's hold", shows_mark=False),
     "run_tombstone": SelectorCell(
         lambda w, s, u: selectors.run_tombstone(
             user=u, tenant=w.tenant(s), run=Run.objects.get(tenant=w.tenant(s),
@@ -591,6 +597,8 @@ NOT_TENANT_DATA = {
                          "its items are its own tenant's (the API recipe's marker)",
     "migration_offers": "pure: reads the kind_usage answer it is given and the registry",
     "consistent_read": "a transaction around other reads; reads nothing itself",
+    "covering_holds": "one run's holds, by the run's own tenant (run_legal_holds' cell; "
+                      "tests/lifecycle/test_run_holds.py)",
     "to_micros": "pure: a time as microseconds", "from_micros": "pure: the inverse",
     "duplicates_in": "pure: counts a preview's possible duplicates",
     "retry_requests_in": "no user: the queryset of approval_queue and retry_request_list "
