@@ -322,3 +322,41 @@ def test_PASS_mark_unknown_and_retry_are_no_longer_refused_owner_live(acme, wend
     status = selectors.run_owner_status(user=rita, tenant=acme,
                                         run=Run.objects.get(uuid=stuck.run_id))
     assert not status.live
+
+
+# ---- kind 7 / 11: a bulk job selected by a search is stored, the bar and the API alike
+
+def test_PASS_a_searched_bulk_job_is_stored_with_the_same_runs_from_the_bar_and_the_api(
+        acme, rita, monkeypatch):
+    from checkpoints.jobs import bulk as bulk_job  # a test-only module, patched below
+    from tests.services.test_bulk_jobs import many_runs  # its rows, not its tests
+    monkeypatch.setattr("checkpoints.services.bulk.BULK_MAX_RUNS", 3)
+    monkeypatch.setattr(bulk_job, "BATCH", 2)
+    runs = set(many_runs(acme, 5))
+    page = logged_in(rita).post("/t/acme/bulk/", {
+        "action": "close", "reason": "incident 42", "client_token": str(uuid.uuid4()),
+        "scope": "matching", "filters": "state=healthy&q=%20acme.order%20",
+        "confirm": "yes"})
+    assert page.status_code == 303, page.content.decode()[:300]
+    api = bearer_client(rita).post(URL, {"action": "close", "reason": "r", "filters": {
+        "recovery_state": "healthy", "q": " acme.order "}}, format="json",
+        HTTP_IDEMPOTENCY_KEY=str(uuid.uuid4()))
+    assert api.status_code in (200, 201, 202), api.content
+    jobs = list(BulkAction.objects.order_by("pk"))
+    assert len(jobs) == 2 and all(j.background for j in jobs)
+    for j in jobs:
+        assert {uuid.UUID(r) for r in j.targets} == runs and j.total == 5
+        assert j.selection["filters"]["q"] == "acme.order"  # stored as the search reads it
+
+
+# ---- kind 2: a run id that is no UUID is refused before any query ---------------------
+
+@pytest.mark.parametrize("rid", ["not-a-uuid", "x" * 5000, "%00"])
+def test_PASS_a_malformed_run_id_is_404_on_page_and_api(acme, rita, api_as, rid):
+    before = _snapshot(acme)
+    r = post(api_as(rita), "acme", f"runs/{rid}/lease/revoke", {"reason": "x"})
+    assert r.status_code in (400, 404), r.content
+    page = _login(rita).post(f"/t/acme/runs/{rid}/lease/revoke/",
+                             {"reason": "x", "confirm": "yes", "owner": "w"})
+    assert page.status_code in (400, 404)
+    assert _snapshot(acme) == before
