@@ -11,6 +11,7 @@ from __future__ import annotations
 import html
 import json
 import uuid
+from datetime import timedelta
 from urllib.parse import quote
 
 import pytest
@@ -19,12 +20,14 @@ from django.urls import reverse
 
 from checkpoints import selectors, services
 from checkpoints.dbclock import db_now
-from checkpoints.exceptions import Fenced, NoLiveLease, RunDeleted
-from checkpoints.models import AuditEvent, BulkAction, LegalHold, Run
+from checkpoints.exceptions import AlreadyDone, Fenced, NoLiveLease, RunDeleted
+from checkpoints.jobs import bulk as bulk_job
+from checkpoints.models import AuditEvent, BulkAction, LegalHold, RetryRequest, Run
 from tests.api.apihelpers import post
 from tests.conftest import bearer_client
 from tests.helpers import envelope, put_checkpoint
 from tests.lifecycle.test_erasure_holds import SECRET_CUSTOMER, completed_run, declare
+from tests.services.test_bulk_jobs import many_runs
 from tests.views.conftest import make_stuck_run
 from tests.views.test_access import _snapshot
 from tests.views.test_bulk import URL, ambiguous_run, form, logged_in
@@ -328,8 +331,6 @@ def test_PASS_mark_unknown_and_retry_are_no_longer_refused_owner_live(acme, wend
 
 def test_PASS_a_searched_bulk_job_is_stored_with_the_same_runs_from_the_bar_and_the_api(
         acme, rita, monkeypatch):
-    from checkpoints.jobs import bulk as bulk_job  # a test-only module, patched below
-    from tests.services.test_bulk_jobs import many_runs  # its rows, not its tests
     monkeypatch.setattr("checkpoints.services.bulk.BULK_MAX_RUNS", 3)
     monkeypatch.setattr(bulk_job, "BATCH", 2)
     runs = set(many_runs(acme, 5))
@@ -360,3 +361,29 @@ def test_PASS_a_malformed_run_id_is_404_on_page_and_api(acme, rita, api_as, rid)
                              {"reason": "x", "confirm": "yes", "owner": "w"})
     assert page.status_code in (400, 404)
     assert _snapshot(acme) == before
+
+
+# ---- kind 11: a retry expired by closing, its approval time and its expiry -----------
+
+@pytest.mark.xfail(strict=True, reason=(
+    "FINDING: acting on an approved retry request that closing its run expired is "
+    "refused with the approval's time as the expiry's: services.review._retry_done "
+    "reads decided_at for state expired ('already expired (the run was closed) by rita "
+    "at <when april approved>'), while close_locked now keeps the approval's time in "
+    "decided_at and the expiry in expired_at (migration 0045); the dashboard's 'Already "
+    "expired … 1 h ago' is wrong by the approval's age"))
+def test_the_refusal_of_an_expired_retry_says_when_it_expired(acme, wendy, rita, april):
+    stuck = make_stuck_run(wendy, acme)
+    services.effect_mark_unknown(actor=rita, tenant=acme, effect_id=stuck.effect_id,
+                                 reason="gateway has no lookup")
+    retry = services.retry_request(actor=rita, tenant=acme, run_id=stuck.run_id,
+                                   reason="again")
+    services.retry_approve(actor=april, tenant=acme, retry_id=retry.pk, reason="ok")
+    approved_at = db_now() - timedelta(hours=1)  # april approved an hour before the close
+    RetryRequest.objects.filter(pk=retry.pk).update(decided_at=approved_at)
+    services.run_close(actor=rita, tenant=acme, run_id=stuck.run_id, reason="by hand")
+    row = RetryRequest.objects.get(pk=retry.pk)
+    assert row.state == "expired" and row.decided_at == approved_at
+    with pytest.raises(AlreadyDone) as refused:
+        services.retry_reject(actor=april, tenant=acme, retry_id=retry.pk, reason="late")
+    assert refused.value.at == row.expired_at, (refused.value.at, row.expired_at)
