@@ -231,7 +231,8 @@ def run_close(request: HttpRequest, tenant: Tenant, run_id: str) -> HttpResponse
 @tenant_page(roles.REVIEW)
 def run_lease_revoke(request: HttpRequest, tenant: Tenant, run_id: str) -> HttpResponse:
     """End the run's live lease because the reviewer knows its owner is gone (reviewer; a
-    reason, a ticked confirmation and the owner the page showed, ``LeaseRevokeForm``);
+    reason, a ticked confirmation and the owner and token the page showed,
+    ``LeaseRevokeForm``);
     ``services.lease_revoke``. Its writes are refused from now on and reconcile is no
     longer refused for the lease.
 
@@ -247,7 +248,8 @@ def run_lease_revoke(request: HttpRequest, tenant: Tenant, run_id: str) -> HttpR
         _require_valid(form)
         ended = services.lease_revoke(actor=request.user, tenant=tenant, run_id=run.uuid,
                                       reason=form.cleaned_data["reason"],
-                                      expected_owner=form.cleaned_data["owner"])
+                                      expected_owner=form.cleaned_data["owner"],
+                                      expected_token=form.cleaned_data["fencing_token"])
     except DomainError as exc:
         if exc.status not in (400, 409):
             raise

@@ -13,7 +13,7 @@ from django.shortcuts import render
 from django.utils.translation import ngettext
 
 from .. import roles, selectors, services
-from ..exceptions import DomainError
+from ..exceptions import DomainError, InvalidPayload
 from ..models import Tenant
 from ..templatetags.dashboard import erasure_counts_words
 from ..vocab import HoldScope
@@ -104,19 +104,32 @@ def _holds_page(request: HttpRequest, tenant: Tenant, *, form: dict | None = Non
     return render(request, "checkpoints/legal_holds.html", context, status=status)
 
 
+_BREAKS = frozenset("\r\n")
+
+
 def _hold_scope(post: dict) -> dict:
     """The place-a-hold form's scope as ``services.legal_hold_place``'s arguments, the
     API's body: ``tenant`` -> ``whole_tenant=True``; ``subject`` -> ``subject={"field",
     "value"}``; ``runs`` -> ``runs``, the ids one a line (blank lines dropped, each as
-    typed: the service judges them). Another scope gives none of the three, which the
+    typed: the service judges them); a subject value beginning or ending with a line
+    break is refused (``InvalidPayload`` naming ``subject.value``). Another scope gives none of
+    the three, which the
     service refuses naming ``runs`` ("give exactly one of …"). ``post``: the form's
     fields, one value each (``forms.posted``)."""
     scope = post.get("scope", "")
     if scope == HoldScope.TENANT:
         return {"whole_tenant": True}
     if scope == HoldScope.SUBJECT:
-        return {"subject": {"field": post.get("subject_field", ""),
-                            "value": textarea_value(post.get("subject_value", ""))}}
+        value = textarea_value(post.get("subject_value", ""))
+        if value[:1] in _BREAKS or value[-1:] in _BREAKS:
+            # A trailing Enter held "c-42\n", a subject no payload holds, and said nothing
+            # (the stop-37 attack). Refused, not stripped: a value that really begins or
+            # ends with a line break goes, exact, through the API.
+            raise InvalidPayload(
+                "subject.value: a line break before or after the value is not taken here "
+                "(an Enter typed after it?); a value that really holds one: POST "
+                "…/legal-holds")
+        return {"subject": {"field": post.get("subject_field", ""), "value": value}}
     if scope == HoldScope.RUNS:
         # Blank lines dropped; every other line as typed, so the service judges it as the
         # API would (a stripped control character or Unicode space would pass; stop 35).

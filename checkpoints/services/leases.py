@@ -20,6 +20,18 @@ from .common import _require_reason
 from .runs import _lock_run, run_save
 
 
+def owner_check(owner) -> None:
+    """A lease owner's rule (CONTRACT.md 3, ``{"owner": str}``): a non-empty string of at
+    most 256 characters that passes the name rule (``check_name``: no control or
+    invisible character, not blank). Raises ``InvalidPayload`` naming ``owner``. One home
+    for taking a lease and for naming the one a reviewer ends (the stop-37 attack: the
+    revoke's owner skipped the name rule and echoed a bidi override)."""
+    if not isinstance(owner, str) or not owner or len(owner) > 256:
+        raise InvalidPayload("owner: must be a non-empty string of at most 256 characters")
+    check_name(owner, "owner",
+               blank_words="must be a non-empty string of at most 256 characters")
+
+
 def lease_acquire(*, actor, tenant: Tenant, run_id: uuid.UUID, owner: str, ttl_s: int) -> Run:
     """Take or renew the run's lease (CONTRACT.md 3).
 
@@ -28,10 +40,7 @@ def lease_acquire(*, actor, tenant: Tenant, run_id: uuid.UUID, owner: str, ttl_s
     (409) while another owner's lease is live, ``InvalidPayload`` for a bad owner or ttl.
     """
     require(actor, tenant, roles.WRITE)
-    if not isinstance(owner, str) or not owner or len(owner) > 256:
-        raise InvalidPayload("owner: must be a non-empty string of at most 256 characters")
-    check_name(owner, "owner",
-               blank_words="must be a non-empty string of at most 256 characters")
+    owner_check(owner)
     intranges.LEASE_TTL_S.check(ttl_s, "ttl_s")
     with transaction.atomic():
         run = _lock_run(tenant, run_id, create=False)
@@ -59,7 +68,7 @@ def lease_acquire(*, actor, tenant: Tenant, run_id: uuid.UUID, owner: str, ttl_s
 
 
 def lease_revoke(*, actor, tenant: Tenant, run_id: uuid.UUID, reason: str,
-                 expected_owner: str | None = None) -> Run:
+                 expected_owner: str | None = None, expected_token: int | None = None) -> Run:
     """A reviewer ends the run's live lease, because they know its owner is gone (a
     runtime that took a long lease and died): ``POST …/runs/{id}/lease/revoke``, the run
     page's "End the lease". Reviewer's right, the same as reconcile's (``roles.REVIEW``);
@@ -83,7 +92,11 @@ def lease_revoke(*, actor, tenant: Tenant, run_id: uuid.UUID, reason: str,
 
     ``expected_owner`` (optional): the owner the caller saw (the dashboard form sends the
     one it showed); a live lease held by another (renewed by a new owner since) is
-    refused, ``LeaseHeld`` (409 ``lease_held``, naming ``owner``). Raises ``NoLiveLease``
+    refused, ``LeaseHeld`` (409 ``lease_held``, naming ``owner``). ``expected_token``
+    (optional, the dashboard's): the fencing token the caller saw; a lease taken since,
+    even by the same owner, is refused the same way, naming ``fencing_token`` (the
+    stop-37 attack: a stale page ended the lease a live runtime had just taken again).
+    ``expected_owner`` passes the name rule of ``lease_acquire``'s owner. Raises ``NoLiveLease``
     (409) when the run holds no live lease, ``ReasonRequired``/``InvalidPayload`` (400
     naming ``reason`` or ``owner``), ``NotFound`` (404, also another tenant's run),
     ``Forbidden`` (403 without ``review_runs``), ``RunDeleted`` (409). Returns the run
@@ -91,9 +104,8 @@ def lease_revoke(*, actor, tenant: Tenant, run_id: uuid.UUID, reason: str,
     """
     require(actor, tenant, roles.REVIEW)
     reason = _require_reason(reason)
-    if expected_owner is not None and (not isinstance(expected_owner, str)
-                                       or not expected_owner or len(expected_owner) > 256):
-        raise InvalidPayload("owner: must be a non-empty string of at most 256 characters")
+    if expected_owner is not None:
+        owner_check(expected_owner)
     with transaction.atomic():
         run = _lock_run(tenant, run_id, create=False)
         if run is None:
@@ -105,6 +117,10 @@ def lease_revoke(*, actor, tenant: Tenant, run_id: uuid.UUID, reason: str,
         if expected_owner is not None and run.lease_owner != expected_owner:
             raise LeaseHeld(f"owner: the live lease is {run.lease_owner}'s, not "
                             f"{expected_owner}'s (taken or renewed since); look again")
+        if expected_token is not None and run.fencing_token != expected_token:
+            raise LeaseHeld(f"fencing_token: the lease you saw (token {expected_token}) "
+                            f"ended and was taken again since (token {run.fencing_token}); "
+                            "look again")
         before = {"owner": run.lease_owner, "fencing_token": run.fencing_token,
                   "expires_at": run.lease_expires_at.isoformat()}
         run_save(run, now, fencing_token=run.fencing_token + 1, lease_expires_at=now)

@@ -72,7 +72,7 @@ def _retry_done(retry: RetryRequest, run: Run, field: str = "state",
     elif state == RetryState.WITHDRAWN:
         by = _username(retry.requested_by)
     elif state == RetryState.EXPIRED:
-        what = "expired (the run was closed)"
+        what, at = "expired (the run was closed)", retry.expired_at or retry.decided_at
         by = _username(run.closed_by) if run.closed_at is not None else ""
     elif state == RetryState.CONSUMED:
         what, at = "approved and consumed by the runtime's resume", retry.consumed_at

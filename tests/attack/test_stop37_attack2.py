@@ -56,21 +56,16 @@ def _page(run_id):
     return reverse("run_detail", args=["acme", run_id])
 
 
-def _form_owner(body: str) -> str:
+def _form_owner(body: str, name: str = "owner") -> str:
     form = body[body.index('id="f-lease-revoke"'):]
     form = form[:form.index("</form>")]
-    start = form.index('name="owner" value="') + len('name="owner" value="')
+    start = form.index(f'name="{name}" value="') + len(f'name="{name}" value="')
     return html.unescape(form[start:form.index('"', start)])
 
 
 # ---- kind 1 / 11: the dashboard form vs the service's owner ---------------------------
 
-@pytest.mark.xfail(strict=True, reason=(
-    "FINDING: the run page cannot end the lease of an owner whose name begins or ends "
-    "with a space (lease_acquire takes 'worker-1 ', name_problem allows it): the form "
-    "sends the owner it shows, LeaseRevokeForm.owner is a CharField with strip=True, so "
-    "'worker-1' reaches lease_revoke's expected_owner and is refused 409 lease_held "
-    "('the live lease is worker-1 's, not worker-1's'); the API ends it"))
+# Was a FINDING (fixed in this stop): the run page cannot end the lease of an owner whose name begins or ends with a space (lease_acquire takes 'worker-1 ', name_problem allows it): the fo…
 def test_the_page_ends_the_lease_of_an_owner_with_a_trailing_space(acme, wendy, rita):
     run_id = _leased(acme, wendy, owner="worker-1 ")
     client = _login(rita)
@@ -84,24 +79,19 @@ def test_the_page_ends_the_lease_of_an_owner_with_a_trailing_space(acme, wendy, 
 
 # ---- races: a stale page vs the same owner retaking the lease -------------------------
 
-@pytest.mark.xfail(strict=True, reason=(
-    "FINDING: a stale 'End the lease' form ends a lease its owner took again after the "
-    "page was shown (the proof the owner is alive): the form and the API's optional "
-    "owner carry only the owner's name, never the fencing token the page showed, so "
-    "reviewer A's page (worker-1, token 1) still ends worker-1's new lease (token 3) "
-    "after reviewer B ended the first and worker-1 came back: 303, token 4, the live "
-    "runtime's writes fenced; expected 409 (the lease shown is gone)"))
+# Was a FINDING (fixed in this stop): a stale 'End the lease' form ends a lease its owner took again after the page was shown (the proof the owner is alive): the form and the API's optiona…
 def test_a_stale_form_does_not_end_the_lease_the_owner_took_again(acme, wendy, rita, adam):
     run_id = _leased(acme, wendy)
     page_a = _login(rita).get(_page(run_id)).content.decode()
-    shown = _form_owner(page_a)
+    shown, token = _form_owner(page_a), _form_owner(page_a, "fencing_token")
     services.lease_revoke(actor=adam, tenant=acme, run_id=run_id, reason="B: node gone")
     again = services.lease_acquire(actor=wendy, tenant=acme, run_id=run_id, owner="worker-1",
                                    ttl_s=3600)
     assert again.fencing_token == 3  # worker-1 is alive and writing with token 3
     response = _login(rita).post(_revoke_url(run_id), {
-        "reason": "A: node gone", "confirm": "yes", "owner": shown})
-    assert response.status_code == 409
+        "reason": "A: node gone", "confirm": "yes", "owner": shown, "fencing_token": token})
+    assert response.status_code == 409 and "fencing_token: the lease you saw" in \
+        html.unescape(response.content.decode())
     assert Run.objects.get(uuid=run_id).fencing_token == 3
 
 
@@ -266,12 +256,7 @@ def test_PASS_runs_held_counts_the_tenants_own_runs_only(acme, globex, wendy, we
     assert r.json()["runs_held"] == 1 and SECRET_CUSTOMER not in r.content.decode()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "FINDING: the hold form's subject value is a textarea: a value typed or pasted with "
-    "a trailing line break ('cust-4711-zebra' + Enter, sent CR LF) becomes "
-    "'cust-4711-zebra\\n' (textarea_value), a subject no payload holds; the hold is "
-    "placed (303, runs_held 0) and the run the admin meant stays unheld, erasable, "
-    "without a word; expected a 400 naming subject_value (or the hold to cover the run)"))
+# Was a FINDING (fixed in this stop): the hold form's subject value is a textarea: a value typed or pasted with a trailing line break ('cust-4711-zebra' + Enter, sent CR LF) becomes 'cust-…
 def test_a_hold_typed_with_a_trailing_enter_holds_the_run_or_is_refused(acme, wendy, adam):
     declare(acme)
     run = completed_run(wendy, acme)
@@ -295,11 +280,7 @@ def test_PASS_liveness_answers_and_writes_nothing_after_a_lease_end(acme, wendy,
 
 # ---- kind 11: one owner rule, two paths -----------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason=(
-    "FINDING (minor): lease_revoke's owner is not checked by the owner rule "
-    "lease_acquire applies (check_name with blank_words): an owner that is no name "
-    "('\\u200d', 'a\\nb', 'x\\u202e') is answered 409 lease_held, echoing it in "
-    "the detail, where the same value in POST …/lease is a 400 naming owner"))
+# Was a FINDING (fixed in this stop): minor): lease_revoke's owner is not checked by the owner rule lease_acquire applies (check_name with blank_words): an owner that is no name ('\\u200d'…
 @pytest.mark.parametrize("owner", ["\u200d", "a\nb", "x\u202e"])
 def test_a_revoke_owner_that_is_no_name_is_400_as_in_lease_acquire(acme, wendy, rita,
                                                                      api_as, owner):
@@ -365,13 +346,7 @@ def test_PASS_a_malformed_run_id_is_404_on_page_and_api(acme, rita, api_as, rid)
 
 # ---- kind 11: a retry expired by closing, its approval time and its expiry -----------
 
-@pytest.mark.xfail(strict=True, reason=(
-    "FINDING: acting on an approved retry request that closing its run expired is "
-    "refused with the approval's time as the expiry's: services.review._retry_done "
-    "reads decided_at for state expired ('already expired (the run was closed) by rita "
-    "at <when april approved>'), while close_locked now keeps the approval's time in "
-    "decided_at and the expiry in expired_at (migration 0045); the dashboard's 'Already "
-    "expired … 1 h ago' is wrong by the approval's age"))
+# Was a FINDING (fixed in this stop): acting on an approved retry request that closing its run expired is refused with the approval's time as the expiry's: services.review._retry_done read…
 def test_the_refusal_of_an_expired_retry_says_when_it_expired(acme, wendy, rita, april):
     stuck = make_stuck_run(wendy, acme)
     services.effect_mark_unknown(actor=rita, tenant=acme, effect_id=stuck.effect_id,

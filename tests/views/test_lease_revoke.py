@@ -73,7 +73,7 @@ def test_the_form_shows_only_to_a_reviewer_with_a_live_lease(login, acme, wendy,
 def test_a_plain_post_ends_the_lease_and_the_page_says_so(login, rita, leased, acme):
     client = login(rita)
     response = client.post(_url(leased), _ok())
-    assert response.status_code == 302 and response["Location"] == _page(leased)
+    assert response.status_code == 303 and response["Location"] == _page(leased)
     run = Run.objects.get(uuid=leased)
     assert (run.lease_owner, run.fencing_token) == ("worker-1", 2)
     [event] = AuditEvent.objects.filter(tenant=acme, action="lease.revoke")
