@@ -106,6 +106,8 @@ def lease_revoke(*, actor, tenant: Tenant, run_id: uuid.UUID, reason: str,
     reason = _require_reason(reason)
     if expected_owner is not None:
         owner_check(expected_owner)
+    if expected_token is not None:
+        intranges.FENCING_TOKEN.check(expected_token, "fencing_token")
     with transaction.atomic():
         run = _lock_run(tenant, run_id, create=False)
         if run is None:

@@ -529,7 +529,25 @@ def by_subject(route: str) -> Callable[[World, int], Outcome]:
     return send
 
 
+def revoke_token(w: World, v: int) -> Outcome:
+    """End the run's lease naming the token ``v``: the run's own (set to ``v`` when it
+    can hold it) is ended, 200 (``MAX63``: another token, 409); out of range, 400 naming
+    ``fencing_token``."""
+    from django.contrib.auth import get_user_model
+
+    admin = get_user_model().objects.get(username="bounds-admin")
+    run_id = w.cp["run_id"]
+    services.lease_acquire(actor=admin, tenant=w.tenant, run_id=run_id,
+                           owner="bounds-owner", ttl_s=600)
+    if 0 <= v < MAX63:  # the largest token cannot go up: naming it, the lease is another's
+        Run.objects.filter(tenant=w.tenant, uuid=run_id).update(fencing_token=v)
+    return _json(w, "post", T + "runs/{run_id}/lease/revoke",
+                 {"reason": "bounds", "fencing_token": v}, path={"run_id": run_id})
+
+
 RECIPES: dict[Key, Recipe] = {
+    ("POST", T + "runs/{run_id}/lease/revoke", "body", "fencing_token"): Recipe(
+        revoke_token, "fencing_token", ok=(200, 409)),
     ("POST", T + "legal-holds", "body", "subject.value"): Recipe(
         by_subject("legal-holds"), "subject.value"),
     ("POST", T + "erasure-requests", "body", "subject.value"): Recipe(

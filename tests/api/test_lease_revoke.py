@@ -110,3 +110,24 @@ def test_it_is_409_without_a_live_lease_or_for_another_owner(w, api_as, rita, le
     r = post(reviewer, "acme", f"runs/{rid}/lease/revoke", {"reason": "again"})
     assert r.status_code == 409 and r.json()["error"] == "no_live_lease"
     assert snapshot() == before
+
+
+def test_the_token_the_caller_saw_ends_only_that_lease(w, api_as, rita, april, leased):
+    """(stop 37, the second attack) A lease ended and taken again since, even by the same
+    owner, is not ended by a caller who names the old token: 409 naming
+    ``fencing_token``, the live runtime's token untouched; its own token ends it."""
+    rid, _, token = leased
+    reviewer = api_as(rita)
+    assert post(reviewer, "acme", f"runs/{rid}/lease/revoke",
+                {"reason": "gone", "fencing_token": token}).status_code == 200
+    again = post(w, "acme", f"runs/{rid}/lease", {"owner": "worker-1", "ttl_s": 3600})
+    assert again.json()["fencing_token"] == token + 2
+    stale = post(reviewer, "acme", f"runs/{rid}/lease/revoke",
+                 {"reason": "gone", "owner": "worker-1", "fencing_token": token})
+    assert stale.status_code == 409 and stale.json()["error"] == "lease_held"
+    assert stale.json()["detail"].startswith("fencing_token: ")
+    assert Run.objects.get().fencing_token == token + 2
+    for bad in (-1, 2**63, "3", True, 1.5):
+        r = post(reviewer, "acme", f"runs/{rid}/lease/revoke",
+                 {"reason": "gone", "fencing_token": bad})
+        assert r.status_code == 400 and r.json()["detail"].startswith("fencing_token: "), bad

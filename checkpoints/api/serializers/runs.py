@@ -140,6 +140,10 @@ class LeaseRevokeInputSerializer(serializers.Serializer):
     owner = serializers.CharField(max_length=256, required=False,
                                   help_text="the owner whose lease you mean to end; 409 "
                                             "lease_held if another owner holds it now")
+    fencing_token = serializers.IntegerField(
+        **intranges.FENCING_TOKEN.field_kwargs(), required=False,
+        help_text="the lease's token you saw; 409 lease_held if the lease was taken again "
+                  "since (even by the same owner)")
 
 
 # Rendered from the ``Run`` row ``services.lease_revoke`` returns.

@@ -227,7 +227,8 @@ class RunLeaseRevokeApi(TenantApi):
         description="For a runtime that took a long lease and died: reconcile, mark "
                     "unknown and retry requests stop answering owner_live for the lease. "
                     "A call the owner already made to an outside service may still land, "
-                    "so reconcile the run next. ``owner`` (optional): the owner you saw.",
+                    "so reconcile the run next. ``owner`` and ``fencing_token`` (optional): "
+                    "the lease you saw; a lease taken since is not ended (409).",
         parameters=[TENANT, _path("run_id")],
         request=s.LeaseRevokeInputSerializer,
         responses={200: s.LeaseStateSerializer, **_errors(400, 413),
@@ -241,9 +242,10 @@ class RunLeaseRevokeApi(TenantApi):
         expires_at}`` (``RunLeaseApi``'s answer, with the owner)."""
         t = self.tenant(request, tenant, roles.REVIEW)
         rid = url_uuid(run_id, "run")
-        reason, body = read_reason_body(request, frozenset({"owner"}))
+        reason, body = read_reason_body(request, frozenset({"owner", "fencing_token"}))
         run = services.lease_revoke(actor=request.user, tenant=t, run_id=rid, reason=reason,
-                                    expected_owner=body.get("owner"))
+                                    expected_owner=body.get("owner"),
+                                    expected_token=body.get("fencing_token"))
         return Response(s.LeaseStateSerializer.render(run))
 
 
