@@ -89,7 +89,7 @@ def _scan_depth(raw: str, limit: int, what: str = "body") -> None:
 
 #: JSON's insignificant whitespace (RFC 8259, section 2: space, tab, line feed, carriage
 #: return), what may surround a value in a body, so what the dashboard's forms drop
-#: around a typed number (``dashboard.forms.typed_number``), and nothing else:
+#: around a typed number (``dashboard.typed.typed_number``), and nothing else:
 #: ``str.strip`` also drops a vertical tab, a form feed, U+001C-U+001F, a no-break space
 #: and every Unicode space, which a JSON body refuses around a number.
 JSON_WHITESPACE = " \t\n\r"

@@ -23,7 +23,8 @@ from .common import (
     see_other,
     tenant_page,
 )
-from .forms import POLICY_NUMBERS, TombstonePageForm, policy_fields, subject_line
+from .forms import TombstonePageForm
+from .typed import POLICY_NUMBERS, policy_fields, subject_line
 
 #: Where the policy form shows a service's refusal: the field its message names.
 POLICY_FORM_FIELDS = {name: name for name in (*POLICY_NUMBERS, "secrets_policy",
@@ -33,7 +34,7 @@ POLICY_FORM_FIELDS = {name: name for name in (*POLICY_NUMBERS, "secrets_policy",
 def _subject_lines(fields: dict[str, str]) -> list[str]:
     """The policy's subject fields as the form shows them and reads them back (one
     ``name = pointer`` a line, a pointer stored before the one-line rule as an escaped
-    JSON string: ``forms.subject_line``); the table of the other roles shows the same."""
+    JSON string: ``typed.subject_line``); the table of the other roles shows the same."""
     return [subject_line(name, pointer) for name, pointer in fields.items()]
 
 
@@ -92,7 +93,7 @@ def data_page(request: HttpRequest, tenant: Tenant) -> HttpResponse:
 def data_policy_post(request: HttpRequest, tenant: Tenant) -> HttpResponse:
     """``POST /t/<slug>/data/policy/`` (the Data page's form), the tenant's admin only
     (other roles 403, no role 404): the form's fields as the API's body
-    (``forms.policy_fields``), judged and written by ``services.data_policy_set``, then
+    (``typed.policy_fields``), judged and written by ``services.data_policy_set``, then
     303 back to the page saying whether anything changed. A refusal (``InvalidPayload``
     naming the field, in the service's words, the API's) renders the Data page again,
     400, the form showing what was typed and the error beside its field; nothing

@@ -27,7 +27,8 @@ from .common import (
     see_other,
     tenant_page,
 )
-from .forms import LINE_BREAK, NoQuery, posted, textarea_value
+from .forms import NoQuery
+from .typed import LINE_BREAK, posted, textarea_value
 
 
 @require_safe
@@ -115,7 +116,7 @@ def _hold_scope(post: dict) -> dict:
     break is refused (``InvalidPayload`` naming ``subject.value``). Another scope gives none of
     the three, which the
     service refuses naming ``runs`` ("give exactly one of …"). ``post``: the form's
-    fields, one value each (``forms.posted``)."""
+    fields, one value each (``typed.posted``)."""
     scope = post.get("scope", "")
     if scope == HoldScope.TENANT:
         return {"whole_tenant": True}

@@ -44,7 +44,8 @@ from .common import (
     see_other,
     tenant_page,
 )
-from .forms import NoQuery, typed_number
+from .forms import NoQuery
+from .typed import typed_number
 
 #: The fields of the create and edit forms, in the order the errors are looked for.
 FORM_FIELDS = ("name", "channel", "url", "email", "event_types", "kinds", "agents",
@@ -131,7 +132,7 @@ def _body(post, *, channel: str, partial: bool) -> dict:
     """The API's body from a create or edit form (the service validates it). Filters are
     one value a line, each line as typed (a blank line is dropped: no value is blank), so
     a value the API stored comes back unchanged; a number is read as the API reads it
-    (``forms.typed_number``: ``"60\x0b"`` is sent as typed and refused, never read as
+    (``typed.typed_number``: ``"60\x0b"`` is sent as typed and refused, never read as
     60), a blank one left out (the default, or unchanged).
     ``partial`` (edit): only the fields the form sent (``event_types_sent`` marks the
     checkboxes, which send nothing when none is ticked)."""

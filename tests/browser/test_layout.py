@@ -118,7 +118,7 @@ def test_a_reviewer_on_a_phone_reads_times_words_and_long_values(
     reveal.locator("button[type=submit]").click()
     payload = page.locator(".payload-slot pre.payload")
     expect(payload).to_contain_text(f'"charged_at_ms": {CHARGED_MS}')
-    expect(payload.locator(".ms-note time")).to_have_attribute("datetime", "2025-12-01T00:00:00Z")
+    expect(payload.locator(".ms-note time")).to_have_attribute("datetime", "2025-12-01T00:00:00.000Z")
     expect(payload.locator(".ms-note time")).to_contain_text("09:00:00")
     expect(page.locator(".payload-title .writer-clock time")).to_have_attribute("data-local",
                                                                                re.compile("."))

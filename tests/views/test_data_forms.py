@@ -14,7 +14,7 @@ import unicodedata
 import pytest
 
 from checkpoints import services
-from checkpoints.dashboard.forms import POLICY_NUMBERS
+from checkpoints.dashboard.typed import POLICY_NUMBERS
 from checkpoints.jsonparse import JSON_WHITESPACE
 from checkpoints.models import AuditEvent, DataPolicy, HeldRun, LegalHold, RunSubject
 from tests.helpers import form_fields
