@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from celery import current_app
 from django.db import transaction
+from django.db.models import Case, F, TextField, Value, When
 
 from ..dbclock import NOW
 from ..heartbeat import BROKER_DOWN
@@ -91,11 +92,12 @@ def send_stored(every, pks: list[int], *, task: str, queued: str,
     unsent = list(pks[len(sent):])
     with transaction.atomic():
         if sent:
-            every.filter(pk__in=sent).update(dispatched_at=NOW)
             # An earlier send's "broker unavailable" is no longer true of a row on its way
             # (the helper's finding: a job re-sent after an outage showed it until it
-            # ended); any other error (a look-up's, a batch's) stays.
-            every.filter(pk__in=sent, last_error__startswith=BROKER_DOWN).update(last_error="")
+            # ended); any other error (a look-up's, a batch's) stays. One statement.
+            every.filter(pk__in=sent).update(dispatched_at=NOW, last_error=Case(
+                When(last_error__startswith=BROKER_DOWN, then=Value("")),
+                default=F("last_error"), output_field=TextField()))
         if unsent:
             why = (f"{BROKER_DOWN} ({type(error).__name__}); queued, will run when the "
                    "worker is back")
