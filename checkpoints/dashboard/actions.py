@@ -17,7 +17,7 @@ from django.urls import reverse
 from django.utils.translation import ngettext
 from django_htmx.http import trigger_client_event
 
-from .. import roles, selectors, services
+from .. import intranges, roles, selectors, services
 from ..exceptions import AlreadyDone, DomainError, OwnerLive
 from ..models import Tenant
 from ..templatetags.dashboard import ago
@@ -32,6 +32,7 @@ from .common import (
 )
 from .forms import CloseForm, LeaseRevokeForm, MarkUnknownForm
 from .run import _owner_live_words, _run_context
+from .typed import posted
 
 
 def refreshes_when_acted_first(view: Callable) -> Callable:
@@ -245,11 +246,18 @@ def run_lease_revoke(request: HttpRequest, tenant: Tenant, run_id: str) -> HttpR
     run = selectors.run_get(user=request.user, tenant=tenant, run_id=run_id)
     form = LeaseRevokeForm(request.POST)
     try:
+        # The lease the page showed, by its token (the same owner may have taken it again
+        # since: the second attack's stale form fenced a live runtime), read as the API's
+        # integer: ASCII digits in FENCING_TOKEN's range, once, in its words (the third
+        # attack: "1.0", a full-width 1 and a repeated field passed Django's IntegerField).
+        token = posted(request.POST, ("fencing_token",)).get("fencing_token", "")
+        expected_token = intranges.FENCING_TOKEN.parse(token, "fencing_token") \
+            if token != "" else None
         _require_valid(form)
         ended = services.lease_revoke(actor=request.user, tenant=tenant, run_id=run.uuid,
                                       reason=form.cleaned_data["reason"],
                                       expected_owner=form.cleaned_data["owner"],
-                                      expected_token=form.cleaned_data["fencing_token"])
+                                      expected_token=expected_token)
     except DomainError as exc:
         if exc.status not in (400, 409):
             raise

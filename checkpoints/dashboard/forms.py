@@ -101,16 +101,13 @@ class MarkUnknownForm(ReasonForm):
 
 class LeaseRevokeForm(ReasonForm):
     """End the run's live lease (``services.lease_revoke``): a reason, a ticked ``confirm``
-    box as ``CloseForm``'s, and the ``owner`` and ``fencing_token`` the page showed (its
-    ``expected_owner`` and ``expected_token``)."""
+    box as ``CloseForm``'s, and the ``owner`` the page showed (its ``expected_owner``).
+    The token it showed is read by the view as the API reads it (``lease_token``)."""
 
     # As the page showed it: a name may begin or end with a space (the stop-37 attack's
     # "worker-1 " could not be ended from the page).
     owner = forms.CharField(max_length=256, strip=False,
                             error_messages={"required": "reload the page"})
-    # The lease the page showed, by its token: the same owner may have taken it again
-    # since (the attack's stale form fenced a live runtime).
-    fencing_token = forms.IntegerField(min_value=0, max_value=2**63 - 1, required=False)
     confirm = forms.BooleanField(
         error_messages={"required": "tick the box to confirm ending the lease"})
 

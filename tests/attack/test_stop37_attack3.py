@@ -11,7 +11,6 @@ from __future__ import annotations
 import html
 
 import pytest
-from django.urls import reverse
 
 from checkpoints.models import AuditEvent, Run
 from tests.api.apihelpers import post
@@ -36,10 +35,7 @@ def _api(api_as, user, run_id, body, query=""):
 
 # ---- kind: outside data as strict as bodies / values that fit (form) ------------------
 
-@pytest.mark.xfail(strict=True, reason="FINDING: the form reads fencing_token with Django's "
-                   "IntegerField, which takes '1.0', ' 1 ', '１' (fullwidth) and '1_0' as "
-                   "integers the API refuses (\"1\", 1.0 are 400 there); typed_number (typed.py) "
-                   "is the one reading that refuses them, but the form does not use it")
+# Was a FINDING (fixed in this stop): the form reads fencing_token with Django's IntegerField, which takes '1.0', ' 1 ', '１' (fullwidth) and '1_0' as integers the API refuses (\"1\", 1.0 a…
 @pytest.mark.parametrize("typed", ["1.0", " 1 ", "\uff11", "0_1"])
 def test_the_form_refuses_a_token_text_the_api_refuses(acme, wendy, rita, typed):
     run_id = _leased(acme, wendy)
@@ -51,10 +47,7 @@ def test_the_form_refuses_a_token_text_the_api_refuses(acme, wendy, rita, typed)
 
 # ---- kind: one rule in one place (same tokens, same words) ---------------------------
 
-@pytest.mark.xfail(strict=True, reason="FINDING: the form refuses -1 / 2**63 in Django's words "
-                   "('Ensure this value is greater than or equal to 0.'), the API in "
-                   "intranges.FENCING_TOKEN's ('must be an integer in 0..2^63-1'): the range "
-                   "is written twice (min_value=0, max_value=2**63 - 1 in forms.py)")
+# Was a FINDING (fixed in this stop): the form refuses -1 / 2**63 in Django's words ('Ensure this value is greater than or equal to 0.'), the API in intranges.FENCING_TOKEN's ('must be an …
 @pytest.mark.parametrize("bad", [-1, 2**63])
 def test_the_form_and_the_api_refuse_a_token_in_the_same_words(acme, wendy, rita, api_as, bad):
     run_id = _leased(acme, wendy)
@@ -65,10 +58,7 @@ def test_the_form_and_the_api_refuse_a_token_in_the_same_words(acme, wendy, rita
     assert API_WORDS in html.unescape(response.content.decode())
 
 
-@pytest.mark.xfail(strict=True, reason="FINDING: fencing_token posted twice to the form "
-                   "(fencing_token=0&fencing_token=1) is not refused 'given more than once' "
-                   "as typed.posted / a duplicated JSON key is: Django's last value wins and the "
-                   "lease is ended")
+# Was a FINDING (fixed in this stop): fencing_token posted twice to the form (fencing_token=0&fencing_token=1) is not refused 'given more than once' as typed.posted / a duplicated JSON key…
 def test_the_form_refuses_a_token_given_twice(acme, wendy, rita):
     run_id = _leased(acme, wendy)
     response = _login(rita).post(
