@@ -422,6 +422,8 @@ class BulkActionKind(TextChoices):
     single action of the run page, called once per run (``services.bulk``).
 
     ``mark_unknown`` marks every in-doubt (``EffectState.IN_DOUBT``) effect of the run.
+    ``end_lease`` ends the run's live lease held by the owner the request names (its
+    ``lease_owner``: the runtime that is gone; ``services.lease_revoke``).
     Sets: ``CONFIRM`` (cannot be undone by a reviewer: the form asks for a ticked box).
     """
 
@@ -430,6 +432,7 @@ class BulkActionKind(TextChoices):
     REQUEST_RETRY = "request_retry", "request retry"
     CLOSE = "close", "close"
     ACKNOWLEDGE_CONFLICTS = "acknowledge_conflicts", "acknowledge conflicts"
+    END_LEASE = "end_lease", "end the lease"
 
 
 BulkActionKind.CONFIRM = frozenset({BulkActionKind.MARK_UNKNOWN, BulkActionKind.CLOSE})

@@ -68,7 +68,8 @@ def bulk_submit(request: HttpRequest, tenant: Tenant) -> HttpResponse:
     bulk, created = services.bulk_submit(
         actor=request.user, tenant=tenant, action=data["action"], reason=data["reason"],
         client_token=data["client_token"], run_ids=None if matching else data["run"],
-        filters=_bulk_filters(data["filters"]) if matching else None)
+        filters=_bulk_filters(data["filters"]) if matching else None,
+        lease_owner=data["lease_owner"])
     if not created:
         messages.info(request, "This bulk action was already submitted: these are its "
                                "results (nothing was done again).")

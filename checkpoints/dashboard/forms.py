@@ -341,7 +341,9 @@ class BulkForm(ReasonForm):
     ``BulkActionKind``), ``reason``, ``client_token`` (the hidden UUID that makes a
     resubmission answer the first one's results), ``scope`` (``selected``: the ticked
     ``run`` boxes; ``matching``: every run ``filters`` selects, the inbox's query string
-    as a hidden field), and ``confirm`` (required for ``BulkActionKind.CONFIRM``)."""
+    as a hidden field), ``confirm`` (required for ``BulkActionKind.CONFIRM``) and
+    ``lease_owner`` (``end_lease``'s owner, as sent; blank: none, which the service
+    refuses for ``end_lease`` and requires for the others, naming the field)."""
 
     action = forms.ChoiceField(choices=BulkActionKind.choices)
     client_token = forms.UUIDField(
@@ -352,9 +354,12 @@ class BulkForm(ReasonForm):
     run = RunIdsField(required=False)
     filters = forms.CharField(required=False, max_length=2000, strip=False)
     confirm = forms.BooleanField(required=False)
+    lease_owner = forms.CharField(required=False, strip=False,
+                                  max_length=Run._meta.get_field("lease_owner").max_length)
 
     def clean(self) -> dict:
         data = super().clean()
+        data["lease_owner"] = data.get("lease_owner") or None
         if data.get("scope") == BULK_SELECTED and "run" in data and not data["run"]:
             self.add_error("run", "tick at least one run, or choose every run matching the "
                                   "filters")

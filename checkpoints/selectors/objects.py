@@ -96,6 +96,7 @@ class BulkResult:
     filters: dict | None
     client_token: uuid.UUID | None = None
     unlisted: int = 0
+    lease_owner: str | None = None  # end_lease's owner (services.bulk.PARAMETERS)
 
 
 #: The most result rows a bulk action's page and API answer list (a stored job may have
@@ -116,14 +117,17 @@ def bulk_get(*, user, tenant: Tenant, bulk_id) -> BulkResult:
     many more have a result). Its run list (``targets``, up to 50,000 ids) is not read."""
     require(user, tenant, roles.VIEW)
     bid = _uuid_or_404(bulk_id, "bulk action")
-    # The selection is read for its filters only (a job's may list 50,000 run ids).
+    # The selection is read for its filters and the action's owner only (a job's may
+    # list 50,000 run ids).
     bulk = (BulkAction.objects.for_tenant(tenant).defer("targets", "selection")
-            .annotate(selected_filters=KeyTransform("filters", "selection"))
+            .annotate(selected_filters=KeyTransform("filters", "selection"),
+                      selected_lease_owner=KeyTransform("lease_owner", "selection"))
             .filter(uuid=bid).first())
     if bulk is None:
         raise NotFound("no such bulk action")
     rows = BulkActionItem.objects.for_tenant(tenant).filter(bulk=bulk)
     filters = bulk.selected_filters
+    owner = bulk.selected_lease_owner
     token = bulk.client_token if bulk.requested_by_id == user.pk else None
     if bulk.background:
         done = Case(When(outcome=BulkOutcome.DONE, then=1), default=0)
@@ -132,7 +136,7 @@ def bulk_get(*, user, tenant: Tenant, bulk_id) -> BulkResult:
         return BulkResult(bulk=bulk, items=items, done=bulk.done, refused=bulk.refused,
                           failed=bulk.failed, pending=max(0, bulk.total - results),
                           filters=filters, client_token=token,
-                          unlisted=max(0, results - len(items)))
+                          unlisted=max(0, results - len(items)), lease_owner=owner)
     items = list(rows.order_by("position"))
     counts = {outcome: 0 for outcome in BulkOutcome.values}
     for item in items:
@@ -140,4 +144,4 @@ def bulk_get(*, user, tenant: Tenant, bulk_id) -> BulkResult:
     return BulkResult(bulk=bulk, items=items, done=counts[BulkOutcome.DONE],
                       refused=counts[BulkOutcome.REFUSED], failed=counts[BulkOutcome.FAILED],
                       pending=max(0, bulk.total - len(items)), filters=filters,
-                      client_token=token)
+                      client_token=token, lease_owner=owner)

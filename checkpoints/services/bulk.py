@@ -3,7 +3,7 @@
 ``bulk_submit`` records the request (a ``BulkAction`` row and a ``bulk.submit`` audit
 event, one transaction), then acts on each selected run with the run page's own service
 function (``run_reconcile``, ``effect_mark_unknown`` for each in-doubt effect,
-``retry_request``, ``run_close``, ``conflicts_acknowledge``), each run in its own
+``retry_request``, ``run_close``, ``conflicts_acknowledge``, ``lease_revoke``), each run in its own
 transaction together with its ``BulkActionItem`` result, and finally stores the counts
 (``bulk.finish`` audit event). The rules are those functions' rules, not a copy of them:
 a run refused by its rule (owner live, nothing in doubt, not retryable, already closed,
@@ -69,6 +69,7 @@ from ..permissions import require
 from ..vocab import AuditAction, BulkActionKind, BulkOutcome, BulkState, EffectState, TargetType
 from .bulk_jobs import bulk_job_dispatch
 from .common import _actor_name, _client_token_check, _require_reason, _resubmitted, _run_ids_check
+from .leases import lease_revoke, owner_check
 from .migration_jobs import stored_job_fail
 from .reconcile_requests import run_reconcile
 from .review import conflicts_acknowledge, effect_mark_unknown, retry_request, run_close
@@ -128,6 +129,15 @@ def _close(*, actor, tenant, run_id, reason, bulk_id) -> str:
     return "closed; a new write by the runtime reopens it"
 
 
+def _end_lease(*, actor, tenant, run_id, reason, bulk_id, lease_owner) -> str:
+    # expected_owner: a run whose live lease another owner holds (taken since the
+    # selection, or never the gone owner's) is refused lease_held, not ended.
+    run = lease_revoke(actor=actor, tenant=tenant, run_id=run_id, reason=reason,
+                       expected_owner=lease_owner, bulk_id=bulk_id)
+    return (f"lease of {lease_owner} ended; fencing token now {run.fencing_token}: "
+            "its old token is refused")
+
+
 def _acknowledge(*, actor, tenant, run_id, reason, bulk_id) -> str:
     # only_open: a run with nothing left to acknowledge is "refused: already acknowledged
     # by X", not "0 acknowledged" (someone acted first, in words).
@@ -137,14 +147,20 @@ def _acknowledge(*, actor, tenant, run_id, reason, bulk_id) -> str:
 
 
 #: Bulk action -> the call made for each run (keyword arguments ``actor, tenant, run_id,
-#: reason, bulk_id``; returns the result's words, raises the service's ``DomainError``).
+#: reason, bulk_id``, and ``PARAMETERS``' of the action from the request; returns the
+#: result's words, raises the service's ``DomainError``).
 ACTIONS: dict[str, Callable[..., str]] = {
     BulkActionKind.RECONCILE: _reconcile,
     BulkActionKind.MARK_UNKNOWN: _mark_unknown,
     BulkActionKind.REQUEST_RETRY: _request_retry,
     BulkActionKind.CLOSE: _close,
     BulkActionKind.ACKNOWLEDGE_CONFLICTS: _acknowledge,
+    BulkActionKind.END_LEASE: _end_lease,
 }
+
+#: An action's own parameters, required for it and refused for the others; kept in the
+#: request's ``selection`` (so its fingerprint covers them) and passed to each run's call.
+PARAMETERS: dict[str, tuple[str, ...]] = {BulkActionKind.END_LEASE: ("lease_owner",)}
 
 
 def _refusal_words(exc: DomainError) -> str:
@@ -199,14 +215,33 @@ def bulk_search(q: str) -> str:
     return text
 
 
+def _parameters(action: str, lease_owner) -> dict:
+    """The action's own parameters (``PARAMETERS``), checked: ``end_lease`` needs
+    ``lease_owner`` (the owner that is gone: a lease owner's rule, ``owner_check``), no
+    other action takes it. Raises ``InvalidPayload`` naming ``lease_owner``."""
+    if "lease_owner" not in PARAMETERS.get(action, ()):
+        if lease_owner is not None:
+            raise InvalidPayload(f"lease_owner: only {BulkActionKind.END_LEASE} takes an "
+                                 "owner")
+        return {}
+    if lease_owner is None:
+        raise InvalidPayload("lease_owner: required for end_lease: the owner whose leases "
+                             "end (the runtime that is gone); a run leased by another "
+                             "owner is refused, not ended")
+    owner_check(lease_owner, "lease_owner")
+    return {"lease_owner": lease_owner}
+
+
 def bulk_submit(*, actor, tenant: Tenant, action: str, reason: str, client_token,
                 run_ids=None, filters: selectors.RunFilters | None = None,
-                ) -> tuple[BulkAction, bool]:
+                lease_owner: str | None = None) -> tuple[BulkAction, bool]:
     """Act with ``action`` (a ``BulkActionKind``) on the runs ``run_ids`` (UUIDs or UUID
     strings, duplicates dropped, order kept) or on every run ``filters`` selects (the
     inbox's filters, newest write first); returns ``(bulk, created)``: ``created`` is
     false when ``client_token`` was already used for this same request (nothing was done
-    again; ``bulk`` is that first submission).
+    again; ``bulk`` is that first submission). ``lease_owner``: ``end_lease``'s owner
+    (``_parameters``), whose live lease on each run is ended; a run whose live lease
+    another owner holds is refused ``lease_held``, one with none ``no_live_lease``.
 
     At most ``BULK_MAX_RUNS`` runs are acted on here, in the request. A bigger selection
     (up to ``BULK_JOB_MAX_RUNS``; issue 22, item 6) is stored as a job instead:
@@ -218,7 +253,8 @@ def bulk_submit(*, actor, tenant: Tenant, action: str, reason: str, client_token
     ``RIGHTS``), ``InvalidPayload`` naming the field (``action`` unknown, ``reason``
     too long, ``client_token`` not a UUID or used for another request, ``run_ids`` not
     a list of UUIDs, empty or over the maximum, both or neither of ``run_ids`` and
-    ``filters``, ``filters`` matching no run or too many), ``ReasonRequired``. A run's
+    ``filters``, ``filters`` matching no run or too many, ``lease_owner`` missing for
+    ``end_lease``, given for another action, or no owner's name), ``ReasonRequired``. A run's
     own refusal is never raised: it is that run's ``refused`` result.
     """
     if action not in BulkActionKind.values:
@@ -226,6 +262,7 @@ def bulk_submit(*, actor, tenant: Tenant, action: str, reason: str, client_token
     require(actor, tenant, RIGHTS[action])
     reason = _require_reason(reason)
     token = _client_token_check(client_token)
+    params = _parameters(action, lease_owner)
     if (run_ids is None) == (filters is None):
         raise InvalidPayload("run_ids: give the selected runs (run_ids) or the filters "
                              "they match (filters), one of the two")
@@ -235,6 +272,7 @@ def bulk_submit(*, actor, tenant: Tenant, action: str, reason: str, client_token
     else:
         ids = None
         selection = {"filters": asdict(filters)}
+    selection.update(params)
     fingerprint = hashlib.sha256(dumps({"action": action, "reason": reason,
                                         "selection": selection}).encode()).hexdigest()
     bulk = _existing(tenant, actor, token, fingerprint)
@@ -268,7 +306,7 @@ def _record(actor, tenant: Tenant, *, action: str, reason: str, token: uuid.UUID
         # A job's ids (up to 50,000) stay on its row; the event names them by the
         # request's fingerprint (SHA-256 of action, reason and selection).
         after = {"action": action, "runs": len(ids), "job": True, "fingerprint": fingerprint,
-                 **({"filters": selection["filters"]} if "filters" in selection else {})}
+                 **{k: v for k, v in selection.items() if k != "run_ids"}}
     try:
         with transaction.atomic():
             bulk = BulkAction.objects.create(
@@ -313,8 +351,9 @@ def _act(bulk: BulkAction, actor, tenant: Tenant, position: int, run_id: uuid.UU
     item = dict(tenant=tenant, bulk=bulk, position=position, run_uuid=run_id)
     try:
         with transaction.atomic():
+            params = {p: bulk.selection[p] for p in PARAMETERS.get(bulk.action, ())}
             detail = ACTIONS[bulk.action](actor=actor, tenant=tenant, run_id=run_id,
-                                          reason=bulk.reason, bulk_id=bulk.uuid)
+                                          reason=bulk.reason, bulk_id=bulk.uuid, **params)
             BulkActionItem.objects.create(**item, outcome=BulkOutcome.DONE, detail=str(detail),
                                           reconcile_requests=getattr(detail, "requests", None))
         return BulkOutcome.DONE

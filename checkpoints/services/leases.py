@@ -16,19 +16,20 @@ from ..jsonparse import check_name
 from ..models import Run, Tenant
 from ..permissions import require
 from ..vocab import AuditAction, TargetType
-from .common import _require_reason
+from .common import _require_reason, _with_bulk
 from .runs import _lock_run, run_save
 
 
-def owner_check(owner) -> None:
+def owner_check(owner, field: str = "owner") -> None:
     """A lease owner's rule (CONTRACT.md 3, ``{"owner": str}``): a non-empty string of at
     most 256 characters that passes the name rule (``check_name``: no control or
-    invisible character, not blank). Raises ``InvalidPayload`` naming ``owner``. One home
+    invisible character, not blank). Raises ``InvalidPayload`` naming ``field``. One home
     for taking a lease and for naming the one a reviewer ends (the stop-37 attack: the
-    revoke's owner skipped the name rule and echoed a bidi override)."""
+    revoke's owner skipped the name rule and echoed a bidi override), one run's or a bulk
+    action's (``services.bulk``, ``lease_owner``)."""
     if not isinstance(owner, str) or not owner or len(owner) > 256:
-        raise InvalidPayload("owner: must be a non-empty string of at most 256 characters")
-    check_name(owner, "owner",
+        raise InvalidPayload(f"{field}: must be a non-empty string of at most 256 characters")
+    check_name(owner, field,
                blank_words="must be a non-empty string of at most 256 characters")
 
 
@@ -68,7 +69,8 @@ def lease_acquire(*, actor, tenant: Tenant, run_id: uuid.UUID, owner: str, ttl_s
 
 
 def lease_revoke(*, actor, tenant: Tenant, run_id: uuid.UUID, reason: str,
-                 expected_owner: str | None = None, expected_token: int | None = None) -> Run:
+                 expected_owner: str | None = None, expected_token: int | None = None,
+                 bulk_id: uuid.UUID | None = None) -> Run:
     """A reviewer ends the run's live lease, because they know its owner is gone (a
     runtime that took a long lease and died): ``POST …/runs/{id}/lease/revoke``, the run
     page's "End the lease". Reviewer's right, the same as reconcile's (``roles.REVIEW``);
@@ -88,7 +90,8 @@ def lease_revoke(*, actor, tenant: Tenant, run_id: uuid.UUID, reason: str,
     alive gets a new token only by taking the lease again (``lease_acquire``: an expired
     lease, so the token is bumped once more). One audit event ``lease.revoke``: before
     ``{owner, fencing_token, expires_at}``, after ``{fencing_token, expires_at}``
-    (ISO 8601), the reason.
+    (ISO 8601), the reason; ``bulk_id`` in ``after`` when part of a bulk action
+    (``services.bulk``'s ``end_lease``, which names the owner: ``expected_owner``).
 
     ``expected_owner`` (optional): the owner the caller saw (the dashboard form sends the
     one it showed); a live lease held by another (renewed by a new owner since) is
@@ -129,7 +132,8 @@ def lease_revoke(*, actor, tenant: Tenant, run_id: uuid.UUID, reason: str,
         audit_record(tenant=tenant, actor=actor, action=AuditAction.LEASE_REVOKE,
                      target_type=TargetType.RUN, target_id=run.uuid, run_id=run.uuid,
                      reason=reason, before=before,
-                     after={"fencing_token": run.fencing_token,
-                            "expires_at": run.lease_expires_at.isoformat()},
+                     after=_with_bulk({"fencing_token": run.fencing_token,
+                                       "expires_at": run.lease_expires_at.isoformat()},
+                                      bulk_id),
                      created_at=now)
     return run

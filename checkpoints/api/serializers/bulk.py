@@ -39,6 +39,11 @@ class BulkActionInputSerializer(serializers.Serializer):
                                     min_length=1, max_length=BULK_JOB_MAX_RUNS,
                                     help_text="the older name of `runs` (one of the two)")
     filters = BulkFiltersSerializer(required=False)
+    lease_owner = serializers.CharField(
+        required=False, max_length=256, trim_whitespace=False,
+        help_text="`end_lease` only, and required for it: the owner whose live leases end "
+                  "(the runtime that is gone); a run leased by another owner is refused "
+                  "`lease_held`, one without a live lease `no_live_lease`")
     client_token = serializers.UUIDField(
         required=False, help_text="idempotency key; or the Idempotency-Key header (if both, "
                                   "they must be equal)")
@@ -80,6 +85,9 @@ class BulkActionSerializer(Answer):
     finished_at = IsoDateTimeField(source="bulk.finished_at", allow_null=True)
     filters = BulkFiltersSerializer(allow_null=True, help_text="null when runs were selected "
                                                                "by id")
+    lease_owner = serializers.CharField(allow_null=True,
+                                        help_text="`end_lease`'s owner; null for the other "
+                                                  "actions")
     total = serializers.IntegerField(source="bulk.total", help_text="runs selected")
     done = serializers.IntegerField()
     refused = serializers.IntegerField()

@@ -26,7 +26,7 @@ from .common import (
 )
 
 # CONTRACT.md 3 names the selection `runs`; `run_ids` is the name it had first (kept).
-BULK_FIELDS = {"action", "reason", "runs", "run_ids", "filters", "client_token"}
+BULK_FIELDS = {"action", "reason", "runs", "run_ids", "filters", "client_token", "lease_owner"}
 IDEMPOTENCY_KEY = OpenApiParameter(
     "Idempotency-Key", OpenApiTypes.UUID, OpenApiParameter.HEADER,
     description="the request's idempotency key (a UUID), or `client_token` in the body: "
@@ -128,7 +128,8 @@ class BulkActionListApi(TenantApi):
             bulk, created = services.bulk_submit(
                 actor=request.user, tenant=t, action=action, reason=reason,
                 client_token=token, run_ids=body.get(field),
-                filters=_bulk_filters(body["filters"]) if "filters" in body else None)
+                filters=_bulk_filters(body["filters"]) if "filters" in body else None,
+                lease_owner=body.get("lease_owner"))
         except InvalidPayload as exc:
             if field == "runs" and str(exc.detail).startswith("run_ids:"):
                 raise InvalidPayload("runs:" + str(exc.detail)[len("run_ids:"):]) from None
