@@ -133,3 +133,15 @@ def test_a_stored_job_passes_the_owner_to_every_run(acme, wendy, rita, monkeypat
     assert BulkActionItem.objects.get(bulk=bulk, run_uuid=other).error == "lease_held"
     result = selectors.bulk_get(user=rita, tenant=acme, bulk_id=bulk.uuid)
     assert result.lease_owner == "worker-7"
+
+
+def test_a_search_for_the_owner_selects_its_runs(acme, wendy, rita):
+    gone = [leased_run(wendy, acme, "worker-7")[0] for _ in range(2)]
+    other, token = leased_run(wendy, acme, "worker-8")
+    bulk, _ = services.bulk_submit(
+        actor=rita, tenant=acme, action="end_lease", reason="node 3 terminated",
+        client_token=uuid.uuid4(), filters=selectors.RunFilters(q="worker-7"),
+        lease_owner="worker-7")
+    assert sorted(i.run_uuid for i in BulkActionItem.objects.filter(bulk=bulk)) == sorted(gone)
+    assert bulk.selection["filters"]["q"] == "worker-7"
+    assert Run.objects.get(uuid=other).fencing_token == token
