@@ -7,6 +7,7 @@ log, and the incident's last reason is offered again; durations in human units."
 from __future__ import annotations
 
 import html
+import re
 from urllib.parse import quote
 
 import pytest
@@ -157,12 +158,21 @@ def test_an_incident_ref_is_stored_on_each_audit_event_the_reviewer_causes(
     # ... and shown in the audit log.
     body = html.unescape(client.get(reverse("audit_log", args=["acme"])).content.decode())
     assert '<span class="incident-ref">INC-2041</span>' in body
-    # The incident's last reason is offered again in the action forms.
-    page = client.get(reverse("run_detail", args=["acme", unknown.run_id])).content.decode()
-    assert 'value="the gateway has no look-up"' in html.unescape(page)
+    # The incident's last reason is offered again in the action forms, as a suggestion
+    # (a datalist), never filled in: a reason about one run, filled into another run's
+    # form, was one click from the audit log (the stop-38 newcomer's finding).
+    page = html.unescape(client.get(reverse("run_detail", args=["acme", unknown.run_id]))
+                         .content.decode())
+    assert ('<datalist id="incident-reasons"><option value="the gateway has no look-up">'
+            in page)
+    # Every review action's and reveal's reason (the privacy requests' are their own).
+    reasons = re.findall(r'<input name="reason"[^>]*maxlength="4000"[^>]*>', page)
+    assert reasons and all('list="incident-reasons"' in i for i in reasons)
+    assert not [i for i in reasons if 'value="the gateway' in i]
     # Another reviewer's session knows nothing of it.
-    assert 'value="the gateway has no look-up"' not in html.unescape(
-        login(vic).get(reverse("run_detail", args=["acme", unknown.run_id])).content.decode())
+    other = html.unescape(login(vic).get(reverse("run_detail", args=["acme", unknown.run_id]))
+                          .content.decode())
+    assert "incident-reasons" not in other
 
 
 def test_clearing_or_changing_the_incident_forgets_its_reason(login, rita, unknown):
