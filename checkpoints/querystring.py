@@ -67,3 +67,24 @@ def single_values(query_string: str, query: MultiValueDict,
         data[name] = values[0]
     return data
 
+
+
+def refusal_words(field, error) -> str:
+    """The words of a query parameter's refusal by its field: the field's own, and for a
+    choice that is not one also the choices there are ("... is not a valid choice. One
+    of: 24h, 7d, 30d, custom."; the stop-38 newcomer met the bare words on ``?range=`` and
+    ``?recovery_state=`` and guessed). One home for the API (``api.params.check``: a DRF
+    field and its ``ErrorDetail``) and the dashboard (``dashboard.forms.first_error``,
+    ``reports.ReportRangeForm``: a Django form field and its ``ValidationError``)."""
+    words = " ".join(error.messages) if hasattr(error, "messages") else str(error)
+    if getattr(error, "code", "") != "invalid_choice":
+        return words
+    choices = getattr(field, "choices", None)
+    if isinstance(choices, dict):  # DRF: {value: label}
+        values = list(choices)
+    elif isinstance(choices, list | tuple):  # Django: [(value, label), ...]
+        values = [v for v, _ in choices]
+    else:  # a model's or a callable's: not listed
+        return words
+    values = [str(v) for v in values if v not in ("", None)]
+    return f"{words} One of: {', '.join(values)}." if values else words

@@ -31,7 +31,7 @@ from rest_framework.request import Request
 from ..exceptions import InvalidPayload
 from ..jsonparse import name_problem, printable
 from ..models import MAX_REVISION, AuditEvent, Effect, RecoveryState, Run
-from ..querystring import single_values
+from ..querystring import refusal_words, single_values
 from ..selectors import RETRY_LIST_STATES, RETRY_SORTS, RUN_SORTS, SEARCH_MAX
 
 
@@ -138,11 +138,14 @@ class RetryListParams(Params):
     """``GET …/retry-requests``."""
 
     state = serializers.ChoiceField(
-        choices=list(RETRY_LIST_STATES), required=False, default="requested",
-        help_text="requested (default): awaiting a decision, the dashboard's Approvals "
-                  "queue (a request on a run that completed since is not listed there); "
-                  "another state; or all: every state")
-    run = serializers.UUIDField(required=False, help_text="run_id: only this run's requests")
+        choices=list(RETRY_LIST_STATES), required=False,
+        help_text="requested (the default without run): awaiting a decision, the "
+                  "dashboard's Approvals queue (a request on a run that completed since is "
+                  "not listed there); another state; or all: every state (the default "
+                  "with run)")
+    run = serializers.UUIDField(required=False,
+                                help_text="run_id: only this run's requests, in every state "
+                                          "unless state is given")
     sort = serializers.ChoiceField(
         choices=list(RETRY_SORTS), required=False,
         help_text="-created: newest request first (default); created: oldest first, the "
@@ -246,7 +249,7 @@ def check(params_class: type[Params], data: dict) -> dict[str, Any]:
     serializer = params_class(data=data)
     if not serializer.is_valid():
         name, errors = next(iter(serializer.errors.items()))
-        raise InvalidPayload(f"{name}: {errors[0]}")
+        raise InvalidPayload(f"{name}: {refusal_words(fields[name], errors[0])}")
     return {name: serializer.validated_data.get(name) for name in fields}
 
 

@@ -20,7 +20,7 @@ from django.http import HttpRequest, QueryDict
 from ..exceptions import InvalidPayload
 from ..intranges import SCHEMA_VERSION
 from ..models import BULK_MAX_RUNS, MAX_REVISION, RecoveryState, Run
-from ..querystring import single_values
+from ..querystring import refusal_words, single_values
 from ..selectors import DEFAULT_RUN_SORT, MICROS_MAX, RUN_SORTS, SEARCH_MAX, search_terms
 from ..vocab import BulkActionKind
 
@@ -39,10 +39,11 @@ DEFAULT_TAB = RecoveryState.AMBIGUOUS.value
 
 
 def first_error(form: forms.Form) -> str:
-    """``"field: message"`` for the first invalid field of a bound, invalid form."""
-    for field, errors in form.errors.items():
+    """``"field: message"`` for the first invalid field of a bound, invalid form (a
+    refused choice also names the choices: ``querystring.refusal_words``)."""
+    for field, errors in form.errors.as_data().items():
         name = "form" if field == "__all__" else field
-        return f"{name}: {errors[0]}"
+        return f"{name}: {refusal_words(form.fields.get(field), errors[0])}"
     return ""
 
 

@@ -11,7 +11,7 @@ from django import forms
 from django.utils.dateparse import parse_date, parse_datetime
 
 from ..exceptions import InvalidPayload
-from ..querystring import single_values
+from ..querystring import refusal_words, single_values
 
 RANGES = {"24h": timedelta(hours=24), "7d": timedelta(days=7), "30d": timedelta(days=30)}
 #: Every figure a CSV can be asked for (``?figure=``), in the page's order.
@@ -171,9 +171,9 @@ class ReportRangeForm(forms.Form):
         values = single_values(query_string, query, known=cls.NAMES)
         form = cls({cls.NAMES[k]: v for k, v in values.items()})
         if not form.is_valid():
-            field, errors = next(iter(form.errors.items()))
+            field, errors = next(iter(form.errors.as_data().items()))
             name = {v: k for k, v in cls.NAMES.items()}.get(field, field)
-            raise InvalidPayload(f"{name}: {errors[0]}")
+            raise InvalidPayload(f"{name}: {refusal_words(form.fields.get(field), errors[0])}")
         data = form.cleaned_data
         if data["format"] == "csv" and not data["figure"]:
             raise InvalidPayload(f"figure: required with format=csv (one of "

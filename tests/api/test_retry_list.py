@@ -141,7 +141,10 @@ def test_state_and_run_filter(api_as, world, april):
     assert ids(state="requested") == ids() == [world["adam"].pk, world["dup"].pk]
     run = world["rejected"].run.uuid
     assert ids(state="all", run=str(run)) == [world["rejected"].pk]
-    assert ids(run=str(run)) == []  # rejected: not awaiting a decision
+    # One run's requests are all of them unless a state is given (the stop-38
+    # newcomer's ?run= found nothing once the request was decided).
+    assert ids(run=str(run)) == [world["rejected"].pk]
+    assert ids(state="requested", run=str(run)) == []
     assert ids(state="all", run=str(uuid.uuid4())) == []
 
 
@@ -205,6 +208,18 @@ def test_bad_parameters_are_400_naming_them(api_as, world, april, params, name):
     assert answer.json()["error"] == "invalid_payload"
     assert answer.json()["detail"].startswith(f"{name}:")
     assert snapshot() == before
+
+
+@pytest.mark.parametrize("endpoint, params, choices", [
+    ("retry-requests", {"state": "pending"}, "requested, approved, rejected"),
+    ("retry-requests", {"sort": "newest"}, "-created, created"),
+    ("runs", {"recovery_state": "bogus"}, "healthy, ambiguous"),
+])
+def test_a_refused_choice_names_the_choices(api_as, world, april, endpoint, params, choices):
+    answer = get(api_as(april), "acme", endpoint, **params)
+    assert answer.status_code == 400, answer.content
+    detail = answer.json()["detail"]
+    assert "is not a valid choice. One of: " in detail and choices in detail
 
 
 def test_the_detail_takes_no_parameter(api_as, world, april):

@@ -115,7 +115,10 @@ class RetryRequestListApi(TenantApi):
         q = self.query
         limit = q["limit"]
         rows = selectors.retry_request_list(
-            user=request.user, tenant=t, state=q["state"], run_id=q["run"], sort=q["sort"],
+            user=request.user, tenant=t, run_id=q["run"], sort=q["sort"],
+            # One run's requests: all of them, decided too (the stop-38 newcomer's
+            # ?run= found nothing once the request was approved).
+            state=q["state"] or ("all" if q["run"] else "requested"),
             after=q["cursor"], limit=limit + 1)
         more = len(rows) > limit
         rows = rows[:limit]
