@@ -356,8 +356,9 @@ def padding_problem(text: str) -> str:
     space...), which a person cannot see on the line and which makes the value another
     one (``"refund "`` matches no agent ``refund``). The one rule of such values, the
     API's and the dashboard form's alike: a subject field's pointer
-    (``services.retention.subject_pointer_problem``) and a notification endpoint's filter
-    values (``kinds``, ``agents``, ``services``: ``services.notify_endpoints``). Refused,
+    (``services.retention.subject_pointer_problem``). Not a notification endpoint's filter
+    values, which take what a run's column can hold, spaces included (a run's agent may be
+    ``"refund "``: ``services.notify_endpoints._filter``). Refused,
     not stripped: a stripped value silently matches something else than what was sent
     (labels such as an endpoint's name, matched against nothing, are stripped)."""
     if text != text.strip():

@@ -32,7 +32,7 @@ from ..exceptions import InvalidPayload
 from ..jsonparse import name_problem, printable
 from ..models import MAX_REVISION, AuditEvent, Effect, RecoveryState, Run
 from ..querystring import refusal_words, single_values
-from ..selectors import RETRY_LIST_STATES, RETRY_SORTS, RUN_SORTS, SEARCH_MAX
+from ..selectors import RETRY_LIST_STATES, RETRY_SORTS, RUN_SORTS, SEARCH_MAX, filter_limit
 
 
 def column_limit(model, field: str) -> int:
@@ -106,8 +106,8 @@ class RunListParams(Params):
     """``GET …/runs``."""
 
     recovery_state = serializers.ChoiceField(choices=RecoveryState.values, required=False)
-    kind = Text(max_length=column_limit(Run, "kind"))
-    subject = Text(max_length=column_limit(Run, "agent"),
+    kind = Text(max_length=filter_limit("kind"))
+    subject = Text(max_length=filter_limit("subject"),
                    help_text="agent or workflow name, substring")
     age_s_min = _int(0, 10**9, "only runs quiet for at least this many seconds")
     q = Text(max_length=SEARCH_MAX,

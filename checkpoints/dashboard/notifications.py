@@ -130,8 +130,9 @@ def _values(shown: dict) -> dict:
 
 def _body(post, *, channel: str, partial: bool) -> dict:
     """The API's body from a create or edit form (the service validates it). Filters are
-    one value a line, each line as typed (a blank line is dropped: no value is blank), so
-    a value the API stored comes back unchanged; a number is read as the API reads it
+    one value a line, each line as typed, spaces kept (an empty line is dropped: no value
+    is empty; a line of spaces is a value, as a run's agent may be), so a value the API
+    stored comes back unchanged; a number is read as the API reads it
     (``typed.typed_number``: ``"60\x0b"`` is sent as typed and refused, never read as
     60), a blank one left out (the default, or unchanged).
     ``partial`` (edit): only the fields the form sent (``event_types_sent`` marks the
@@ -152,7 +153,7 @@ def _body(post, *, channel: str, partial: bool) -> dict:
         body["event_types"] = post.getlist("event_types")
     for field in ("kinds", "agents", "services"):
         if field in post:
-            body[field] = [v for v in _LINES.split(post[field]) if v.strip()]
+            body[field] = [v for v in _LINES.split(post[field]) if v]
     for field in ("group_window_s", "quiet_period_s"):
         number = typed_number(post.get(field, ""))
         if number is not None:

@@ -29,6 +29,7 @@ from django.db.models import Q
 from django.db.models.functions import Now
 
 from ..vocab import DeliveryState, NotificationChannel
+from .effects import Effect
 from .runs import Run
 from .tenancy import Tenant, TenantOwned
 
@@ -36,10 +37,12 @@ from .tenancy import Tenant, TenantOwned
 ENDPOINT_NAME_MAX = 100
 ENDPOINT_URL_MAX = 2048
 ENDPOINT_EMAIL_MAX = 254
-#: The most values one filter list (kinds, agents/workflows, services) may hold, and a
-#: value's length (a kind name is at most 200 characters).
+#: The most values one filter list (kinds, agents/workflows, services) may hold.
 FILTER_VALUES_MAX = 50
-FILTER_VALUE_MAX = 200
+#: The columns each filter list is matched against (``notify_dispatch``): a value is at
+#: most the longest of them (``filter_value_max``), read from the model, never copied.
+FILTER_COLUMNS = {"kinds": (Run, ("kind",)), "agents": (Run, ("agent", "workflow")),
+                  "services": (Effect, ("service",))}
 GROUP_WINDOW_S_DEFAULT = 120
 GROUP_WINDOW_S_MAX = 3600
 QUIET_PERIOD_S_MAX = 86_400
@@ -51,6 +54,17 @@ ERROR_MAX = 300
 EVENT_ID_MAX = 40
 #: The most runs one grouped message lists by id (the count is always whole).
 MESSAGE_RUNS_MAX = 100
+
+
+def filter_value_max(field: str) -> int:
+    """The most characters a value of the filter list ``field`` (``kinds``, ``agents``,
+    ``services``) may have: the longest column it is matched against (``FILTER_COLUMNS``;
+    ``Run.kind`` 200, ``Run.agent``/``Run.workflow`` 256, ``Effect.service`` 200), so every
+    value a write can store there can be filtered on (issue 22's stop: one copied 200 for
+    all three refused an agent of 201..256 characters). Raises ``KeyError`` for another
+    field."""
+    model, columns = FILTER_COLUMNS[field]
+    return max(model._meta.get_field(column).max_length for column in columns)
 
 
 class NotificationEndpoint(TenantOwned):

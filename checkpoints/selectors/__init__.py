@@ -59,6 +59,7 @@ from .inbox import (
     _sort_or_400,
     decode_cursor,
     encode_cursor,
+    filter_limit,
     run_ids_matching,
     run_list,
     run_position,

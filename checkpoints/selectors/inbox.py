@@ -56,6 +56,20 @@ def _counted(model, tenant: Tenant, states) -> dict[str, int]:
 SEARCH_COUNT_CAP = 1000
 
 
+#: The run columns each text filter of ``RunFilters`` is matched against.
+FILTER_COLUMNS = {"kind": ("kind",), "subject": ("agent", "workflow")}
+
+
+def filter_limit(name: str) -> int:
+    """The most characters the text filter ``name`` (``kind``, ``subject``) of
+    ``RunFilters`` may have: the longest run column it is matched against
+    (``FILTER_COLUMNS``; ``Run.kind`` 200, ``Run.agent``/``Run.workflow`` 256), read
+    from the model's ``_meta``, so a filter never drifts from its column: ``GET …/runs``,
+    a bulk body's ``filters`` (its schema and its check). The search's is ``SEARCH_MAX``.
+    Raises ``KeyError`` for another name."""
+    return max(Run._meta.get_field(column).max_length for column in FILTER_COLUMNS[name])
+
+
 @dataclass(frozen=True)
 class RunFilters:
     """Inbox and ``GET …/runs`` filters, each optional.

@@ -33,7 +33,7 @@ from .. import crypto, locks, roles, safehttp, webhooksign
 from ..audit import audit_record
 from ..dbclock import NOW, db_now
 from ..exceptions import InvalidPayload, InvalidTransition, NotFound
-from ..jsonparse import check_name, padding_problem
+from ..jsonparse import check_name
 from ..models import NotificationEndpoint, NotificationMessage, Tenant
 from ..models.notifications import (
     ENDPOINT_EMAIL_MAX,
@@ -41,11 +41,11 @@ from ..models.notifications import (
     ENDPOINT_URL_MAX,
     ENDPOINTS_PER_TENANT_MAX,
     EVENT_ID_MAX,
-    FILTER_VALUE_MAX,
     FILTER_VALUES_MAX,
     GROUP_WINDOW_S_DEFAULT,
     GROUP_WINDOW_S_MAX,
     QUIET_PERIOD_S_MAX,
+    filter_value_max,
 )
 from ..permissions import require
 from ..selectors.notifications import destination
@@ -154,23 +154,30 @@ def _event_types(value) -> list[str]:
 
 
 def _filter(value, field: str) -> list[str]:
+    """The filter list ``field`` (``kinds``, ``agents``, ``services``) as stored: each
+    value as sent, duplicates dropped. A value is matched exactly against a run's or an
+    effect's column (``notify_dispatch``), so it takes every value a write can store
+    there: a name (``jsonparse.name_problem``, the rule of a run identity and a service)
+    of at most the column's length (``models.notifications.filter_value_max``), spaces
+    kept where they are (a run's agent may be ``"refund "``, which is not ``"refund"``:
+    the inbox's ``name_filter`` keeps them too; issue 22's stop). ``""`` is refused (it
+    would match a run with no agent); a value that shows nothing (``jsonparse.blank``:
+    spaces, a braille blank) only in ``agents``, as a run identity may be one
+    (``kinds._check_identity``), while no kind or service can be (the kind's pattern,
+    ``services.common._str_field``). Raises ``InvalidPayload`` naming ``field``."""
     if not isinstance(value, list):
         raise InvalidPayload(f"{field}: must be a list of strings (empty: every {field[:-1]})")
     if len(value) > FILTER_VALUES_MAX:
         raise InvalidPayload(f"{field}: at most {FILTER_VALUES_MAX} values")
+    most = filter_value_max(field)
     out: list[str] = []
     for item in value:
-        if not isinstance(item, str) or not item.strip():
+        if not isinstance(item, str) or not item:
             raise InvalidPayload(f"{field}: each value must be a non-empty string")
-        if len(item) > FILTER_VALUE_MAX:
-            raise InvalidPayload(f"{field}: each value at most {FILTER_VALUE_MAX} characters")
-        # As _name: a value that shows nothing is blank.
-        check_name(item, field, blank_words="each value must be a non-empty string")
-        # Matched exactly, shown one a line: "refund " would match no agent "refund"
-        # and show as it (jsonparse.padding_problem; a stored one is kept on an edit).
-        problem = padding_problem(item)
-        if problem:
-            raise InvalidPayload(f"{field}: {problem}")
+        if len(item) > most:
+            raise InvalidPayload(f"{field}: each value at most {most} characters")
+        check_name(item, field, blank_words=None if field == "agents"
+                   else "each value must be a non-empty string")
         if item not in out:
             out.append(item)
     return out

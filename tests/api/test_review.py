@@ -17,8 +17,9 @@ from checkpoints.models import (
 from tests.api.apihelpers import get, new_checkpoint, post, put_cp, snapshot, walk
 from tests.helpers import age_world, effect_body, sweep_later
 
+# CONTRACT.md 3's keys, and ``incident_ref`` (the incident the actor worked on, or null).
 AUDIT_KEYS = {"id", "created_at", "actor", "action", "target_type", "target_id", "run_id",
-              "reason", "before", "after"}
+              "reason", "before", "after", "incident_ref"}
 
 
 @pytest.fixture

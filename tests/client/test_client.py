@@ -365,3 +365,47 @@ def test_a_claimed_retry_fences_the_old_owner(acme, rita, april, wendy, make_sto
     assert (fenced.value.kind, fenced.value.error, fenced.value.body["fencing_token"]) == (
         "conflict", "fenced", 2)
     assert restarted.load(first["id"])["payload"]["phase"] == "charged"  # not cancelled
+
+
+def test_a_reviewer_ends_a_dead_owners_lease_and_its_writes_are_fenced(
+        acme, rita, omar, make_store, store):
+    """``revoke_lease`` (``POST …/runs/{id}/lease/revoke``): the lease's end, with its
+    409s as conflicts naming the server's word, both clients."""
+    first = create(store, payload={"phase": "charging", "order_id": "A-9"})
+    run_id = first["run_id"]
+    assert store.lease(run_id, "worker-1", ttl_s=3600)["fencing_token"] == 1
+    reviewer, outsider = make_store(rita), make_store(omar)  # each token issue is audited
+
+    before = snapshot()
+    with pytest.raises(CheckpointError) as held:  # not the lease the reviewer saw
+        reviewer.revoke_lease(run_id, "worker-1 died", owner="worker-2")
+    assert (held.value.kind, held.value.status, held.value.error) == (
+        "conflict", 409, "lease_held")
+    with pytest.raises(CheckpointError) as taken_again:
+        reviewer.revoke_lease(run_id, "worker-1 died", owner="worker-1", fencing_token=7)
+    assert (taken_again.value.kind, taken_again.value.error) == ("conflict", "lease_held")
+    with pytest.raises(CheckpointError) as no_reason:
+        reviewer.revoke_lease(run_id, "")
+    assert (no_reason.value.kind, no_reason.value.status) == ("invalid_payload", 400)
+    with pytest.raises(CheckpointError) as writer:  # the writer's token has no review right
+        store.revoke_lease(run_id, "worker-1 died")
+    assert (writer.value.kind, writer.value.status) == ("storage", 403)
+    for who, rid in ((outsider, run_id), (reviewer, str(uuid.uuid4()))):
+        with pytest.raises(CheckpointError) as missing:
+            who.revoke_lease(rid, "worker-1 died")
+        assert missing.value.kind == "not_found"
+    assert snapshot() == before  # nothing refused wrote anything
+
+    ended = reviewer.revoke_lease(run_id, "worker-1 died", owner="worker-1", fencing_token=1)
+    assert (ended["owner"], ended["fencing_token"]) == ("worker-1", 2)
+    assert isinstance(ended["expires_at"], str)
+    assert reviewer.fencing_token is None  # the reviewer's store holds no lease
+    [event] = AuditEvent.objects.filter(run_uuid=run_id, action="lease.revoke")
+    assert (event.actor_name, event.reason) == ("rita", "worker-1 died")
+    with pytest.raises(CheckpointError) as fenced:  # worker-1 still sends token 1
+        store.compare_and_swap(next_revision(first, {"phase": "charged", "order_id": "A-9"}), 0)
+    assert (fenced.value.kind, fenced.value.error) == ("conflict", "fenced")
+    with pytest.raises(CheckpointError) as again:  # ended once: nothing left to end
+        reviewer.revoke_lease(run_id, "worker-1 died")
+    assert (again.value.kind, again.value.status, again.value.error) == (
+        "conflict", 409, "no_live_lease")

@@ -32,7 +32,8 @@ GOOD = {"name": "on-call", "channel": "webhook", "url": "https://hooks.example.c
     ({"event_types": "run.needs_review"}, "event_types"),
     ({"kinds": ["ok", "bad\x07"]}, "kinds"),
     ({"kinds": ["k"] * 51}, "kinds"),
-    ({"agents": ["a" * 201]}, "agents"),
+    ({"agents": ["a" * 257]}, "agents"),  # Run.agent and Run.workflow hold 256
+    ({"kinds": ["k" * 201]}, "kinds"),  # Run.kind holds 200
     ({"services": [""]}, "services"),
     ({"group_window_s": 3601}, "group_window_s"),
     ({"group_window_s": True}, "group_window_s"),

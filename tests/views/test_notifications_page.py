@@ -194,8 +194,9 @@ def test_an_email_endpoint_redirects_to_its_page(login, acme, adam):
     ({"name": " "}, "name", "name: must be a non-empty string"),
     # Blank too: joiners and a Hangul filler between spaces show nothing (jsonparse.blank).
     ({"name": "\u200d \u200c"}, "name", "name: must be a non-empty string"),
+    # A filter value is a name as a run's agent is (a lone joiner hides; spaces do not).
     ({"agents": "refund\r\n\u200d\u2800"}, "agents",
-     "agents: each value must be a non-empty string"),
+     "agents: an invisible character is not allowed"),
     ({"kinds": "x" * 201}, "kinds", "kinds: each value at most 200"),
     ({"channel": "pigeon"}, "channel", "channel: must be one of"),
 ])
@@ -240,8 +241,9 @@ def test_an_edit_of_the_name_keeps_every_filter_value_the_api_stored(login, acme
         "services": ["pay, ments"]}, format="json")
     assert made.status_code == 201, made.content
     eid = made.json()["endpoint"]["id"]
-    # " padded " is refused now (jsonparse.padding_problem); one stored before is kept.
-    NotificationEndpoint.objects.for_tenant(acme).filter(uuid=eid).update(agents=agents)
+    # " padded " is a value as sent (an agent may be one), kept by the form's save too.
+    assert api.patch(f"/api/v1/tenants/acme/notification-endpoints/{eid}",
+                     {"agents": agents}, format="json").status_code == 200
     client = login(adam)
     form = form_fields(_text(client.get(f"{BASE}{eid}/")), "f-endpoint-edit")
     assert form["agents"] == "refund, assistant\r\na,b\r\n padded "  # one a line
@@ -256,45 +258,34 @@ def test_an_edit_of_the_name_keeps_every_filter_value_the_api_stored(login, acme
     assert typed.agents == ["refund, assistant", "b"]
 
 
-#: The whitespace a filter value may not start or end with beyond what ``name_problem``
-#: refuses as a control (tab, line breaks): the space and Unicode's other spaces (Zs).
+#: The whitespace a name may start or end with (``name_problem`` refuses tab and line
+#: breaks as controls): the space and Unicode's other spaces (Zs).
 PADDING = [ch for ch in map(chr, range(0x110000)) if ch.isspace() and not name_problem(ch)]
 API_ENDPOINTS = "/api/v1/tenants/acme/notification-endpoints"
 
 
 @pytest.mark.parametrize("field", ["kinds", "agents", "services"])
-def test_a_filter_value_with_surrounding_whitespace_is_refused_by_the_api_and_the_form(
+def test_a_filter_value_with_surrounding_whitespace_is_kept_by_the_api_and_the_form(
         login, acme, adam, field):
-    """Generated over ``PADDING``, before and after the value: ``"refund "`` matches no
-    agent ``refund`` and shows as it on the form's line; it was stored as typed by the
-    form and the API alike. Both refuse it now, 400 naming the field in the same words,
-    the form keeping what was typed; nothing written."""
+    """Generated over ``PADDING``, before and after the value: a run's agent may be
+    ``"refund "`` (a name, ``jsonparse.name_problem``), so a filter takes it as sent, the
+    API's body and the form's line alike, and gives it back unchanged (issue 22's stop,
+    item 3: both refused it, 400 ``leading or trailing whitespace``, so no rule could hear
+    such a run; tests/views/test_padded_filters.py matches one end to end)."""
     assert len(PADDING) >= 17 and " " in PADDING and "\u00a0" in PADDING
     api, client = bearer_client(adam), login(adam)
-    before = _state(acme)
-    for ch in PADDING:
-        for value in (f"acme.order{ch}", f"{ch}acme.order"):
-            body = {"name": "hook", "channel": "email", "email": "ops@example.com",
-                    "event_types": ["run.needs_review"], field: ["payments", value]}
-            answer = api.post(API_ENDPOINTS, body, format="json")
-            assert answer.status_code == 400, (hex(ord(ch)), answer.content)
-            words = answer.json()["detail"]
-            assert words == (f"{field}: leading or trailing whitespace is not allowed (a "
-                             "form line cannot show it)"), words
-            typed = f"payments\r\n{value}\r\n"
-            answer = client.post(BASE + "new/", dict(FORM, **{field: typed}))
-            assert answer.status_code == 400, hex(ord(ch))
-            page = _text(answer)
-            assert f'id="new-{field}-error"' in page and words in page, hex(ord(ch))
-            again = form_fields(answer.content.decode(), "f-endpoint-create")
-            assert again[field] == typed, hex(ord(ch))
-    assert _state(acme) == before
-    # Inside a value a space is part of it (an agent "refund assistant").
-    answer = api.post(API_ENDPOINTS, {"name": "hook", "channel": "email",
-                                      "email": "ops@example.com",
-                                      "event_types": ["run.needs_review"],
-                                      field: ["refund assistant"]}, format="json")
-    assert answer.status_code == 201, answer.content
+    for n, ch in enumerate(PADDING):
+        values = [f"acme.order{ch}", f"{ch}acme.order", "acme.order"]
+        body = {"name": f"api {n}", "channel": "email", "email": "ops@example.com",
+                "event_types": ["run.needs_review"], field: values}
+        answer = api.post(API_ENDPOINTS, body, format="json")
+        assert answer.status_code == 201, (hex(ord(ch)), answer.content)
+        assert answer.json()["endpoint"][field] == values, hex(ord(ch))
+        typed = "\r\n".join(values) + "\r\n"
+        answer = client.post(BASE + "new/", dict(FORM, name=f"form {n}", **{field: typed}))
+        assert answer.status_code in (200, 303), hex(ord(ch))
+        stored = NotificationEndpoint.objects.for_tenant(acme).get(name=f"form {n}")
+        assert getattr(stored, field) == values, hex(ord(ch))
 
 
 @pytest.mark.parametrize("stored", [{"agents": ["re\u00adfund"]}, {"name": "on\u200bcall"},

@@ -9,7 +9,8 @@ from .common import Answer, IsoDateTimeField
 
 # Rendered from an ``AuditEvent`` row.
 class AuditEventSerializer(Answer):
-    """An audit event exactly as CONTRACT.md section 3 lists it."""
+    """An audit event as CONTRACT.md section 3 lists it, and ``incident_ref`` (issue 22's
+    stop: the dashboard's audit log showed it, the API did not)."""
 
     id = serializers.IntegerField(source="pk")
     created_at = IsoDateTimeField()
@@ -21,6 +22,13 @@ class AuditEventSerializer(Answer):
     reason = serializers.CharField()
     before = serializers.JSONField(allow_null=True)
     after = serializers.JSONField(allow_null=True)
+    incident_ref = serializers.CharField(
+        allow_null=True,
+        help_text="the incident the actor was working on when they caused the event "
+                  "(INC-2041, typed in the dashboard and covered by the event's hash); "
+                  "null: none (the system's events, and events caused through the API, "
+                  "which has no incident). "
+                  "GET …/audit-events?q= finds events by its prefix (case-insensitive)")
 
 
 class AuditPageSerializer(Answer):

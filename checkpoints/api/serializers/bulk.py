@@ -6,21 +6,23 @@ from __future__ import annotations
 from rest_framework import serializers
 
 from ...models import BULK_JOB_MAX_RUNS
+from ...selectors import SEARCH_MAX, filter_limit
 from ...vocab import BulkActionKind, BulkOutcome, BulkState, RecoveryState
 from .common import Answer, IsoDateTimeField
 
 
 class BulkFiltersSerializer(Answer):
     """The inbox filters a bulk action was asked for ("every run matching"), as in
-    ``GET …/runs``; null means not filtered on."""
+    ``GET …/runs``; null means not filtered on. Lengths: ``selectors.filter_limit`` (the
+    run columns') and ``SEARCH_MAX``, as ``GET …/runs`` and the view's check read them."""
 
     recovery_state = serializers.ChoiceField(choices=RecoveryState.values, allow_null=True)
-    kind = serializers.CharField(allow_null=True, max_length=200)
-    subject = serializers.CharField(allow_null=True, max_length=256,
+    kind = serializers.CharField(allow_null=True, max_length=filter_limit("kind"))
+    subject = serializers.CharField(allow_null=True, max_length=filter_limit("subject"),
                                     help_text="agent or workflow name contains (any case)")
     age_s_min = serializers.IntegerField(allow_null=True, min_value=0, max_value=10**9,
                                          help_text="last write at least this many seconds ago")
-    q = serializers.CharField(allow_null=True, required=False, max_length=512,
+    q = serializers.CharField(allow_null=True, required=False, max_length=SEARCH_MAX,
                               help_text="the search, as GET …/runs?q= reads it; an empty "
                                         "one (blank) is 400: leave q out instead")
 

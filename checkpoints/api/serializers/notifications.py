@@ -11,22 +11,26 @@ from ...models.notifications import (
     ENDPOINT_EMAIL_MAX,
     ENDPOINT_NAME_MAX,
     ENDPOINT_URL_MAX,
-    FILTER_VALUE_MAX,
     FILTER_VALUES_MAX,
     GROUP_WINDOW_S_MAX,
     QUIET_PERIOD_S_MAX,
+    filter_value_max,
 )
 from ...selectors.notifications import destination
 from ...vocab import DeliveryState, NotificationChannel, NotificationEventType
 from .common import Answer, IsoDateTimeField
 
 
-def _filter(help_text: str, **kwargs):
+def _filter(field: str, help_text: str, **kwargs):
+    """The schema of filter list ``field``: its values as long as the column they match
+    (``filter_value_max``), spaces kept (the service, ``notify_endpoints._filter``, is
+    the rule)."""
     return serializers.ListField(
-        child=serializers.CharField(max_length=FILTER_VALUE_MAX, trim_whitespace=False),
+        child=serializers.CharField(max_length=filter_value_max(field), trim_whitespace=False),
         max_length=FILTER_VALUES_MAX, required=False,
-        help_text=help_text + "; each value matched exactly, with no leading or trailing "
-                              "whitespace (refused, not trimmed)", **kwargs)
+        help_text=help_text + "; each value matched exactly, as sent: leading or trailing "
+                              "spaces are kept (a run's agent may be \"refund \", which "
+                              "is not \"refund\")", **kwargs)
 
 
 class NotificationEndpointInputSerializer(serializers.Serializer):
@@ -42,9 +46,10 @@ class NotificationEndpointInputSerializer(serializers.Serializer):
     event_types = serializers.ListField(
         child=serializers.ChoiceField(choices=list(NotificationEventType.SUBSCRIBABLE)),
         min_length=1)
-    kinds = _filter(help_text="only runs of these kinds (empty: every kind)")
-    agents = _filter(help_text="only runs of these agents/workflows (empty: every one)")
-    services = _filter(help_text="only effects at these services (empty: every one)")
+    kinds = _filter("kinds", help_text="only runs of these kinds (empty: every kind)")
+    agents = _filter("agents",
+                     help_text="only runs of these agents/workflows (empty: every one)")
+    services = _filter("services", help_text="only effects at these services (empty: every one)")
     group_window_s = serializers.IntegerField(required=False, min_value=0,
                                               max_value=GROUP_WINDOW_S_MAX)
     quiet_period_s = serializers.IntegerField(required=False, min_value=0,

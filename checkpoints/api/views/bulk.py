@@ -63,7 +63,8 @@ def _bulk_filters(value) -> selectors.RunFilters:
         raise InvalidPayload(
             f"filters.recovery_state: must be one of {', '.join(RecoveryState.values)}")
     texts = {}
-    for name, limit in (("kind", 200), ("subject", 256)):
+    for name in ("kind", "subject"):
+        limit = selectors.filter_limit(name)
         text = value.get(name)
         if text is not None and (not isinstance(text, str) or not text or len(text) > limit
                                  or text_problem(text)):

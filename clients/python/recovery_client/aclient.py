@@ -154,6 +154,13 @@ class AsyncHttpCheckpointStore(StoreCore):
         """As ``HttpCheckpointStore.lease``: ``{"fencing_token", "expires_at"}``."""
         return await self._drive(self._op_lease(run_id, owner, ttl_s))
 
+    async def revoke_lease(self, run_id: str, reason: str, *, owner: str | None = None,
+                           fencing_token: int | None = None) -> dict:
+        """As ``HttpCheckpointStore.revoke_lease``: ends the run's live lease (reviewer);
+        ``{"owner", "fencing_token", "expires_at"}``."""
+        return await self._drive(self._op_revoke_lease(run_id, reason, owner,
+                                                       fencing_token))
+
     async def resume_preview(self, run_id: str, *, agent: str | None = None,
                              model: str | None = None, workflow: str | None = None,
                              definition_version: str | None = None) -> dict:

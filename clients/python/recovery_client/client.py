@@ -24,7 +24,7 @@ Errors: every failure is a ``CheckpointError`` whose ``kind`` is one of runifold
 ``not_found``, ``conflict``, ``invalid_payload``, ``storage``; ``status`` is the HTTP
 status (0 when there was no answer: a network error, or a body refused before sending)
 and ``body`` the decoded JSON answer (``{}`` if none). ``error`` is the server's stable
-word (``conflict``, ``fenced``, ``lease_held``, ``operation_exists``,
+word (``conflict``, ``fenced``, ``lease_held``, ``no_live_lease``, ``operation_exists``,
 ``idempotency_key_reuse``, ``payload_too_large``, ...).
 
 Size limit (issue 10): a body longer than ``max_body_bytes`` (default 1 MiB, the
@@ -42,8 +42,9 @@ never retried. Each operation decides whether resending is safe:
 - reads (``load``, ``revision``, ``revisions``, ``resume_preview``, ``list_runs``,
   ``find_effect``) and ``lease`` (the same owner renewing keeps its fencing token) are
   resent after any of those failures;
-- the ``resume`` claim (it consumes an approved retry) is resent only when the server
-  surely did nothing: the connection could not be opened, or it answered 503/429;
+- the ``resume`` claim (it consumes an approved retry) and ``revoke_lease`` (it ends the
+  lease once; a resend would find none) are resent only when the server surely did
+  nothing: the connection could not be opened, or it answered 503/429;
 - ``compare_and_swap`` and ``put_effect`` are resent safely: at once when the server
   surely did nothing, as above. After a failure the write may have been stored by (a
   timeout, a reset, a 5xx but 503), the store first looks where the record stands,
@@ -323,6 +324,31 @@ class HttpCheckpointStore(StoreCore):
         ``invalid_payload`` (bad owner or ttl).
         """
         return self._drive(self._op_lease(run_id, owner, ttl_s))
+
+    def revoke_lease(self, run_id: str, reason: str, *, owner: str | None = None,
+                     fencing_token: int | None = None) -> dict:
+        """End the run's live lease because its owner is gone (``POST …/runs/{run_id}/
+        lease/revoke``, the run page's "End the lease"; a reviewer's right, so this store's
+        token needs the reviewer role, not the writer's).
+
+        The server sets the lease's expiry to its clock's now and raises the run's fencing
+        token by one: the old owner's writes are refused (``fenced``) from then on, and
+        reconcile, mark unknown and retry requests no longer answer ``owner_live``.
+        ``reason`` is required (audited with the event ``lease.revoke``). ``owner`` and
+        ``fencing_token`` (optional) are the lease you saw: a lease taken or renewed
+        since by another owner, or taken again since (a new token), is not ended.
+
+        Returns ``{"owner": str, "fencing_token": int, "expires_at": str}``: who held the
+        lease, the new token, when it ended (ISO 8601). This store's own
+        ``fencing_token`` is left as it was. Resent only when the server surely did
+        nothing (module docstring). Raises ``CheckpointError``: ``conflict`` (409
+        ``no_live_lease``: the run holds no live lease; ``lease_held``: not the lease
+        ``owner``/``fencing_token`` name; ``run_deleted``), ``not_found`` (no such run, or
+        a tenant this token has no role in), ``invalid_payload`` (400: no reason, a bad
+        owner or token), ``storage`` (403 for a token without the reviewer role, 5xx,
+        network).
+        """
+        return self._drive(self._op_revoke_lease(run_id, reason, owner, fencing_token))
 
     def resume_preview(self, run_id: str, *, agent: str | None = None, model: str | None = None,
                        workflow: str | None = None,

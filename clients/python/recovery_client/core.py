@@ -57,7 +57,8 @@ class CheckpointError(Exception):
     - ``not_found``: 404 (no such checkpoint, effect, run or tenant for this token).
     - ``conflict``: 412 stale revision (``current_revision`` set), 409 ``fenced`` (another
       owner took the run; ``fencing_token`` in ``body``), 409 ``lease_held``, 409
-      ``operation_exists`` (``body["effect_id"]``).
+      ``operation_exists`` (``body["effect_id"]``), 409 ``no_live_lease`` (a lease
+      revoke on a run holding none), 409 ``run_deleted``.
     - ``invalid_payload``: 400, 413, 422 (bad field, invalid effect transition,
       idempotency key reused with another fingerprint), 428; and, with ``status`` 0,
       a body the client refused before sending (longer than ``max_body_bytes``:
@@ -526,6 +527,21 @@ class StoreCore:
         answer = (yield from self._send(call)).body
         self.fencing_token = answer["fencing_token"]
         return answer
+
+    def _op_revoke_lease(self, run_id: str, reason: str, owner: str | None,
+                         fencing_token: int | None) -> Op:
+        """``POST …/runs/{run_id}/lease/revoke`` (the server's ``lease_revoke``): the body
+        is ``reason`` and, only when given, the ``owner`` and ``fencing_token`` the caller
+        saw. Sent again only when the server surely did nothing (``ONCE``): a revoke whose
+        answer was lost may have ended the lease, and its resend would answer 409
+        ``no_live_lease``. The store's own ``fencing_token`` is left as it was."""
+        body: dict = {"reason": reason}
+        if owner is not None:
+            body["owner"] = owner
+        if fencing_token is not None:
+            body["fencing_token"] = fencing_token
+        call = self._call("POST", f"runs/{run_id}/lease/revoke", body)
+        return (yield from self._send(call, ONCE)).body
 
     @staticmethod
     def _identity(agent, model, workflow, definition_version) -> dict:

@@ -159,3 +159,101 @@ def test_client_re_exports_every_public_name_of_the_core():
     assert public <= set(client.__all__), sorted(public - set(client.__all__))
     for name in public:
         assert getattr(client, name) is getattr(core, name), name
+
+
+def _walk(op, answers):
+    """Drive ``op`` answering each ``Call`` from ``answers`` (an exception is thrown in,
+    anything else is the reply); the ``(calls, sleeps, value)`` seen."""
+    steps, calls, sleeps = client.Steps(op), [], []
+    answers = iter(answers)
+    for step in steps:
+        if isinstance(step, client.Call):
+            calls.append(step)
+            answer = next(answers)
+            if isinstance(answer, BaseException):
+                steps.error = answer
+            else:
+                steps.reply = answer
+        else:
+            sleeps.append(step)
+    return calls, sleeps, steps.value
+
+
+LEASE_STATE = {"owner": "worker-7", "fencing_token": 4, "expires_at": "2026-01-02T03:04:05+00:00"}
+
+
+@pytest.mark.parametrize(("kwargs", "body"), [
+    ({}, {"reason": "worker-7 died"}),
+    ({"owner": " worker-7 "}, {"reason": "worker-7 died", "owner": " worker-7 "}),
+    ({"owner": "worker-7", "fencing_token": 0},
+     {"reason": "worker-7 died", "owner": "worker-7", "fencing_token": 0}),
+])
+def test_revoke_lease_posts_the_reason_and_only_the_lease_it_was_given(kwargs, body):
+    store = HttpCheckpointStore("http://127.0.0.1:9", "acme", "t")
+    store.fencing_token = 2
+    calls, _, value = _walk(store._op_revoke_lease("r1", "worker-7 died",
+                                                   kwargs.get("owner"),
+                                                   kwargs.get("fencing_token")),
+                            [client.Answer(200, {}, LEASE_STATE)])
+    [call] = calls
+    assert (call.method, call.url) == (
+        "POST", "http://127.0.0.1:9/api/v1/tenants/acme/runs/r1/lease/revoke")
+    assert json.loads(call.data) == body  # owner and a token of 0 sent as given
+    assert call.headers["Content-Type"] == "application/json"
+    assert "Fencing-Token" not in call.headers
+    assert value == LEASE_STATE
+    assert store.fencing_token == 2  # the store's own token is not the revoked lease's
+
+
+def test_revoke_lease_is_resent_only_when_the_server_surely_did_nothing(monkeypatch):
+    store = HttpCheckpointStore("http://127.0.0.1:9", "acme", "t", retries=3)
+    monkeypatch.setattr(core.random, "uniform", lambda low, high: 0.0)
+    # 503 (it says it did nothing) and a connection never opened: resent.
+    calls, sleeps, value = _walk(store._op_revoke_lease("r1", "why", None, None), [
+        CheckpointError(STORAGE, "down", status=503),
+        CheckpointError(STORAGE, "refused", sent=False),
+        client.Answer(200, {}, LEASE_STATE)])
+    assert (len(calls), len(sleeps), value) == (3, 2, LEASE_STATE)
+    # A timeout after sending, or a 500: the lease may be ended; not resent.
+    for failure in (CheckpointError(STORAGE, "timeout", sent=True),
+                    CheckpointError(STORAGE, "boom", status=500)):
+        with pytest.raises(CheckpointError) as err:
+            _walk(store._op_revoke_lease("r1", "why", None, None), [failure])
+        assert err.value is failure
+
+
+@pytest.mark.parametrize("error", ["no_live_lease", "lease_held", "run_deleted"])
+def test_revoke_lease_409s_are_conflicts_naming_the_servers_word(error):
+    store = HttpCheckpointStore("http://127.0.0.1:9", "acme", "t", retries=3)
+    steps = client.Steps(store._op_revoke_lease("r1", "why", None, None))
+    calls = []
+    with pytest.raises(CheckpointError) as err:
+        for step in steps:
+            calls.append(step)
+            steps.error = _raised(client.decode_answer, step, 409, {}, json.dumps(
+                {"error": error, "detail": "run: it holds no live lease"}).encode())
+    assert len(calls) == 1  # a conflict is never resent
+    assert (err.value.kind, err.value.status, err.value.error) == (CONFLICT, 409, error)
+
+
+def _raised(fn, *args):
+    try:
+        fn(*args)
+    except CheckpointError as exc:
+        return exc
+    raise AssertionError("no error")
+
+
+def test_both_stores_offer_revoke_lease_with_the_same_signature():
+    import inspect
+
+    pytest.importorskip("httpx")
+    from recovery_client.aclient import AsyncHttpCheckpointStore
+
+    sync = inspect.signature(HttpCheckpointStore.revoke_lease)
+    asynchronous = inspect.signature(AsyncHttpCheckpointStore.revoke_lease)
+    assert sync == asynchronous
+    assert list(sync.parameters) == ["self", "run_id", "reason", "owner", "fencing_token"]
+    assert all(sync.parameters[name].kind is inspect.Parameter.KEYWORD_ONLY
+               for name in ("owner", "fencing_token"))
+    assert inspect.iscoroutinefunction(AsyncHttpCheckpointStore.revoke_lease)
