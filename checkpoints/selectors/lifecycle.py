@@ -66,20 +66,41 @@ def run_tombstone(*, user, tenant: Tenant, run: Run) -> Tombstone | None:
             .order_by("-id").first())
 
 
+#: The branch of the coverage rule that names no run: a tenant hold covers every run of
+#: its tenant, now and later (``hold_covers_q``; ``services.held_runs_q`` reads it alone
+#: to say "nothing may be deleted").
+TENANT_WIDE = Q(scope=HoldScope.TENANT)
+
+
+def hold_covers_q(tenant: Tenant | int, run: Run | None = None) -> Q:
+    """The legal-hold coverage rule, its one home (docs/security/retention.md, "Legal
+    holds"): a ``Q`` on ``LegalHold`` matching the tenant's active holds (no
+    ``released_at``) that cover ``run``: the whole tenant's (``TENANT_WIDE``), a runs
+    hold naming its id (``HeldRun``), and a subject hold of a field and digest one of its
+    payloads was indexed under (``RunSubject``).
+
+    ``run``: a ``Run`` (its ``pk`` and ``uuid`` as values: ``covering_holds``), or
+    ``None`` for the ``Run`` row of the enclosing query, for a ``Q(Exists(...))`` on
+    ``Run`` (``services.held_runs_q``: the same rule seen from the tenant's runs). Builds
+    no query of its own; ``tenant`` scopes the subqueries (an id or a ``Tenant``)."""
+    if run is None:  # two levels out: HeldRun/RunSubject -> LegalHold -> Run
+        run_pk, run_uuid = OuterRef(OuterRef("pk")), OuterRef(OuterRef("uuid"))
+    else:
+        run_pk, run_uuid = run.pk, run.uuid
+    named = HeldRun.objects.for_tenant(tenant).filter(hold=OuterRef("pk"), run_uuid=run_uuid)
+    indexed = RunSubject.objects.for_tenant(tenant).filter(
+        run_id=run_pk, field=OuterRef("subject_field"), digest=OuterRef("subject_digest"))
+    return Q(released_at__isnull=True) & (
+        TENANT_WIDE | Q(Exists(named), scope=HoldScope.RUNS)
+        | Q(Exists(indexed), scope=HoldScope.SUBJECT))
+
+
 def covering_holds(run: Run):
     """The active legal holds that cover ``run`` (a queryset of ``LegalHold``, newest
-    first): the whole tenant's, those naming it (``HeldRun``), and those of a subject one
-    of its payloads was indexed under (``RunSubject``: the same field and digest). One
-    query. ``services.held_runs_q``'s rule seen from one run (the services' set of held
-    runs, which retention and erasure read): tests/lifecycle/test_run_holds.py holds the
-    two to the same answer."""
+    first), by ``hold_covers_q``, the rule ``services.held_runs_q`` and
+    ``services.run_blockers`` also read. One query."""
     tenant = run.tenant_id
-    named = HeldRun.objects.for_tenant(tenant).filter(hold=OuterRef("pk"), run_uuid=run.uuid)
-    indexed = RunSubject.objects.for_tenant(tenant).filter(
-        run_id=run.pk, field=OuterRef("subject_field"), digest=OuterRef("subject_digest"))
-    return LegalHold.objects.for_tenant(tenant).filter(released_at__isnull=True).filter(
-        Q(scope=HoldScope.TENANT) | Q(Exists(named), scope=HoldScope.RUNS)
-        | Q(Exists(indexed), scope=HoldScope.SUBJECT))
+    return LegalHold.objects.for_tenant(tenant).filter(hold_covers_q(tenant, run))
 
 
 def run_legal_holds(*, user, tenant: Tenant, run: Run) -> list[LegalHold]:

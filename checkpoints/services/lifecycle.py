@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.conf import settings
-from django.db.models import Q
+from django.db.models import Exists, Q
 
 from ..audit import audit_record
 from ..jsonparse import text_problem
@@ -37,7 +37,6 @@ from ..models import (
     EffectRevision,
     GraphCheckpoint,
     GraphWrite,
-    HeldRun,
     LegalHold,
     ReconcileAttempt,
     Run,
@@ -45,7 +44,8 @@ from ..models import (
     Tenant,
     Tombstone,
 )
-from ..vocab import AuditAction, DeletionCause, EffectState, HoldScope, RecoveryState, TargetType
+from ..selectors.lifecycle import TENANT_WIDE, covering_holds, hold_covers_q
+from ..vocab import AuditAction, DeletionCause, EffectState, RecoveryState, TargetType
 
 #: The recovery states in which a run has ended (retention and erasure may delete it).
 ENDED = frozenset({RecoveryState.COMPLETED, RecoveryState.CLOSED})
@@ -179,18 +179,14 @@ def active_holds(tenant: Tenant | int):
 
 def held_runs_q(tenant: Tenant | int) -> Q | None:
     """A ``Q`` on ``Run`` matching the runs an active legal hold covers, or ``None``
-    when the whole tenant is held (nothing may be deleted). Two queries."""
-    holds = active_holds(tenant)
-    if holds.filter(scope=HoldScope.TENANT).exists():
+    when the whole tenant is held (nothing may be deleted, not even what only a
+    tombstone is left of). The rule is ``selectors.hold_covers_q``'s, read from the
+    tenant's runs (a correlated ``EXISTS`` over the active holds), so it cannot drift
+    from ``selectors.covering_holds`` (the run page, ``GET …/runs/{id}``). One query."""
+    holds = LegalHold.objects.for_tenant(tenant)
+    if holds.filter(Q(released_at__isnull=True) & TENANT_WIDE).exists():
         return None
-    held = HeldRun.objects.for_tenant(tenant).filter(hold__released_at__isnull=True)
-    q = Q(uuid__in=held.values("run_uuid"))
-    subjects = list(holds.filter(scope=HoldScope.SUBJECT)
-                    .values_list("subject_field", "subject_digest"))
-    for field, digest in subjects:
-        q |= Q(pk__in=RunSubject.objects.for_tenant(tenant)
-               .filter(field=field, digest=digest).values("run_id"))
-    return q
+    return Q(Exists(holds.filter(hold_covers_q(tenant))))
 
 
 def run_blockers(run: Run, *, deleted_ok: bool = False) -> list[str]:
@@ -206,8 +202,7 @@ def run_blockers(run: Run, *, deleted_ok: bool = False) -> list[str]:
     if Effect.objects.for_tenant(run.tenant_id).filter(
             run_id=run.pk, state__in=EffectState.DOUBTFUL).exists():
         out.append(Blocker.IN_DOUBT)
-    held = held_runs_q(run.tenant_id)
-    if held is None or Run.objects.for_tenant(run.tenant_id).filter(held, pk=run.pk).exists():
+    if covering_holds(run).exists():  # the rule's one home: selectors.hold_covers_q
         out.append(Blocker.HELD)
     return out
 
