@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.conf import settings
-from django.db.models import Exists, Q
+from django.db.models import Q
 
 from ..audit import audit_record
 from ..jsonparse import text_problem
@@ -44,7 +44,8 @@ from ..models import (
     Tenant,
     Tombstone,
 )
-from ..selectors.lifecycle import TENANT_WIDE, covering_holds, hold_covers_q
+from ..selectors.lifecycle import covering_holds
+from ..selectors.lifecycle import held_runs_q as held_runs_q  # the rule's home
 from ..vocab import AuditAction, DeletionCause, EffectState, RecoveryState, TargetType
 
 #: The recovery states in which a run has ended (retention and erasure may delete it).
@@ -175,18 +176,6 @@ def subjects_index(*, tenant: Tenant | int, run_pk: int, payload, fields: dict |
 def active_holds(tenant: Tenant | int):
     """The tenant's holds not released (a queryset)."""
     return LegalHold.objects.for_tenant(tenant).filter(released_at__isnull=True)
-
-
-def held_runs_q(tenant: Tenant | int) -> Q | None:
-    """A ``Q`` on ``Run`` matching the runs an active legal hold covers, or ``None``
-    when the whole tenant is held (nothing may be deleted, not even what only a
-    tombstone is left of). The rule is ``selectors.hold_covers_q``'s, read from the
-    tenant's runs (a correlated ``EXISTS`` over the active holds), so it cannot drift
-    from ``selectors.covering_holds`` (the run page, ``GET …/runs/{id}``). One query."""
-    holds = LegalHold.objects.for_tenant(tenant)
-    if holds.filter(Q(released_at__isnull=True) & TENANT_WIDE).exists():
-        return None
-    return Q(Exists(holds.filter(hold_covers_q(tenant))))
 
 
 def run_blockers(run: Run, *, deleted_ok: bool = False) -> list[str]:

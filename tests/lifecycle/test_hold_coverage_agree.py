@@ -5,9 +5,9 @@ rule; both now read ``selectors.hold_covers_q``, as ``services.run_blockers`` do
 A generated table: every set of up to two hold kinds (``KINDS``) placed over three runs
 of different attributes (``RUNS``: indexed under a customer and an account, under
 another customer only, under no subject at all). A hand-written oracle (``COVERS``) says
-which runs each kind covers; the run page's hold note, ``GET …/runs/{id}``'s
-``legal_holds``, ``run_blockers`` and then what retention (or erasure) actually deletes
-must all say the same. SQLite and PostgreSQL."""
+which runs each kind covers; ``held_runs_q`` (retention's candidates), the run page's
+hold note, ``GET …/runs/{id}``'s ``legal_holds``, ``run_blockers`` and then what
+retention (or erasure) actually deletes must all say the same. SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -76,8 +76,11 @@ def test_the_page_the_api_and_the_refusals_agree_on_what_a_hold_covers(
         acme, wendy, adam, april, vic, api_as, client, kinds, refusal):
     runs, expected = _world(wendy, adam, acme, kinds)
     client.force_login(vic)
+    held = services.held_runs_q(acme)  # what retention's candidates and the tombstone purge leave
     for key, run in runs.items():
         covered = bool(expected[key])
+        in_set = held is None or Run.objects.for_tenant(acme).filter(held, pk=run.pk).exists()
+        assert in_set is covered, (key, kinds)
         html = client.get(f"/t/acme/runs/{run.uuid}/").content.decode()
         assert ('id="held-note"' in html) is covered, (key, kinds)
         note = html.split('id="held-note"')[1].split("</p>")[0] if covered else ""
