@@ -80,6 +80,8 @@ from .lifecycle import (
     TombstonePage,
     covering_holds,
     data_policy_get,
+    held_runs_q,
+    hold_covers_q,
     run_legal_holds,
     run_tombstone,
     tombstone_page,

@@ -37,7 +37,6 @@ from ..models import (
     EffectRevision,
     GraphCheckpoint,
     GraphWrite,
-    HeldRun,
     LegalHold,
     ReconcileAttempt,
     Run,
@@ -45,7 +44,9 @@ from ..models import (
     Tenant,
     Tombstone,
 )
-from ..vocab import AuditAction, DeletionCause, EffectState, HoldScope, RecoveryState, TargetType
+from ..selectors.lifecycle import covering_holds
+from ..selectors.lifecycle import held_runs_q as held_runs_q  # the rule's home
+from ..vocab import AuditAction, DeletionCause, EffectState, RecoveryState, TargetType
 
 #: The recovery states in which a run has ended (retention and erasure may delete it).
 ENDED = frozenset({RecoveryState.COMPLETED, RecoveryState.CLOSED})
@@ -177,22 +178,6 @@ def active_holds(tenant: Tenant | int):
     return LegalHold.objects.for_tenant(tenant).filter(released_at__isnull=True)
 
 
-def held_runs_q(tenant: Tenant | int) -> Q | None:
-    """A ``Q`` on ``Run`` matching the runs an active legal hold covers, or ``None``
-    when the whole tenant is held (nothing may be deleted). Two queries."""
-    holds = active_holds(tenant)
-    if holds.filter(scope=HoldScope.TENANT).exists():
-        return None
-    held = HeldRun.objects.for_tenant(tenant).filter(hold__released_at__isnull=True)
-    q = Q(uuid__in=held.values("run_uuid"))
-    subjects = list(holds.filter(scope=HoldScope.SUBJECT)
-                    .values_list("subject_field", "subject_digest"))
-    for field, digest in subjects:
-        q |= Q(pk__in=RunSubject.objects.for_tenant(tenant)
-               .filter(field=field, digest=digest).values("run_id"))
-    return q
-
-
 def run_blockers(run: Run, *, deleted_ok: bool = False) -> list[str]:
     """Why ``run`` may not be deleted now (``Blocker`` words, in that order), or ``[]``.
     Call it under the run's lock (``locks.lock_run``) so the answer holds until commit.
@@ -206,8 +191,7 @@ def run_blockers(run: Run, *, deleted_ok: bool = False) -> list[str]:
     if Effect.objects.for_tenant(run.tenant_id).filter(
             run_id=run.pk, state__in=EffectState.DOUBTFUL).exists():
         out.append(Blocker.IN_DOUBT)
-    held = held_runs_q(run.tenant_id)
-    if held is None or Run.objects.for_tenant(run.tenant_id).filter(held, pk=run.pk).exists():
+    if covering_holds(run).exists():  # the rule's one home: selectors.hold_covers_q
         out.append(Blocker.HELD)
     return out
 

@@ -599,6 +599,12 @@ NOT_TENANT_DATA = {
     "consistent_read": "a transaction around other reads; reads nothing itself",
     "covering_holds": "one run's holds, by the run's own tenant (run_legal_holds' cell; "
                       "tests/lifecycle/test_run_holds.py)",
+    "hold_covers_q": "no user, no query: the coverage rule as a Q on LegalHold, its tenant "
+                     "first (for_tenant subqueries); covering_holds' cell and "
+                     "tests/lifecycle/test_hold_coverage_agree.py cover it",
+    "held_runs_q": "no user: the coverage rule as a Q on Run for retention and the "
+                   "tombstone purge (services), its tenant first (for_tenant subqueries); "
+                   "tests/lifecycle/test_hold_coverage_agree.py",
     "to_micros": "pure: a time as microseconds", "from_micros": "pure: the inverse",
     "duplicates_in": "pure: counts a preview's possible duplicates",
     "retry_requests_in": "no user: the queryset of approval_queue and retry_request_list "

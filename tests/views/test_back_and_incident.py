@@ -11,12 +11,14 @@ import re
 from urllib.parse import quote
 
 import pytest
+from django.test import Client
 from django.urls import reverse
 
 from checkpoints import audit, audittree, selectors, services
 from checkpoints.models import AuditEvent
 from checkpoints.templatetags.dashboard import duration
 from tests.api.apihelpers import get
+from tests.conftest import PASSWORD
 from tests.helpers import ambiguous_run
 from tests.views.test_access import REASON
 
@@ -236,6 +238,52 @@ def test_a_bad_incident_ref_is_refused_naming_the_field(login, rita, ref):
 def test_no_incident_no_reference(login, rita, unknown):
     login(rita).post(reverse("run_retry_request", args=["acme", unknown.run_id]), REASON)
     assert AuditEvent.objects.get(action="retry.request").incident_ref is None
+
+
+def _incident_box(body: str) -> str:
+    return html.unescape(body.split('id="incident"')[1].split("</form>")[0])
+
+
+def test_a_new_login_starts_with_no_incident_and_the_page_says_so(rita, unknown, tmp_path,
+                                                                  settings):
+    """(the last stop's note) A reviewer set INC-2041, logged out and in again: the
+    incident was gone from their session (rightly: a login starts clean) and the events
+    they then caused carried none, with nothing on the page saying so. The incident box
+    at the top of every tenant page now says "No incident set" whenever none is, and
+    the set incident otherwise; nothing is carried across a login."""
+    settings.RECOVERY_LOGIN_SLOT_DIR = str(tmp_path)
+    client = Client()
+    assert client.post(reverse("login"), {"username": "rita", "password": PASSWORD}
+                       ).status_code == 302
+    inbox = reverse("run_list", args=["acme"])
+    run_page = reverse("run_detail", args=["acme", unknown.run_id])
+    for url in (inbox, run_page):  # a fresh login: the page says no incident is set
+        box = _incident_box(client.get(url).content.decode())
+        assert 'id="incident-none"' in box and "No incident set" in box, url
+        assert 'id="incident-current"' not in box
+    assert _set_incident(client, "INC-2041").status_code == 303
+    for url in (inbox, run_page):  # set: it shows it, and no longer says none is
+        box = _incident_box(client.get(url).content.decode())
+        assert '<span class="incident-ref" id="incident-current"' in box
+        assert ">INC-2041</span>" in box and 'id="incident-none"' not in box, url
+    htmx = _set_incident(client, "INC-2041", HTTP_HX_REQUEST="true").content.decode()
+    assert ">INC-2041</span>" in htmx and 'id="incident-none"' not in htmx
+    client.post(reverse("run_retry_request", args=["acme", unknown.run_id]), REASON)
+    assert AuditEvent.objects.get(action="retry.request").incident_ref == "INC-2041"
+    # Log out and in again: no incident, and the page says so before anything is done.
+    client.post(reverse("logout"))
+    assert client.post(reverse("login"), {"username": "rita", "password": PASSWORD}
+                       ).status_code == 302
+    assert "recovery.incident_ref" not in client.session
+    box = _incident_box(client.get(run_page).content.decode())
+    assert 'id="incident-none"' in box and 'id="incident-current"' not in box
+    assert 'value="INC-2041"' not in box
+    client.post(reverse("run_close", args=["acme", unknown.run_id]), {**REASON, "confirm": "on"})
+    assert AuditEvent.objects.get(action="run.close").incident_ref is None
+    # Cleared by hand (htmx): the box says so at once.
+    _set_incident(client, "INC-7")
+    cleared = _set_incident(client, "", HTTP_HX_REQUEST="true").content.decode()
+    assert 'id="incident-none"' in cleared and "INC-7" not in cleared
 
 
 # --- durations -------------------------------------------------------------------------
