@@ -189,6 +189,12 @@ def seal_legacy_chains(head_model) -> int:
 _INCIDENT: ContextVar[str] = ContextVar("audit_incident_ref", default="")
 
 
+def incident_now() -> str:
+    """The incident the events recorded now carry ("" when none): ``working_on``'s, for
+    work stored to run later under the same incident (a bulk job: ``services.bulk``)."""
+    return _INCIDENT.get()
+
+
 @contextmanager
 def working_on(incident_ref: str):
     """Events a person causes inside carry ``incident_ref`` (checked: ``IncidentForm``)."""

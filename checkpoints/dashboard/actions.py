@@ -250,7 +250,10 @@ def run_lease_revoke(request: HttpRequest, tenant: Tenant, run_id: str) -> HttpR
         # since: the second attack's stale form fenced a live runtime), read as the API's
         # integer: ASCII digits in FENCING_TOKEN's range, once, in its words (the third
         # attack: "1.0", a full-width 1 and a repeated field passed Django's IntegerField).
-        token = posted(request.POST, ("fencing_token",)).get("fencing_token", "")
+        # The owner and the reason once too (the stop-38 attack: a repeated owner, the
+        # last one winning, ended the lease of the owner the page did not show).
+        token = posted(request.POST, ("fencing_token", "owner", "reason", "confirm")
+                       ).get("fencing_token", "")
         expected_token = intranges.FENCING_TOKEN.parse(token, "fencing_token") \
             if token != "" else None
         _require_valid(form)

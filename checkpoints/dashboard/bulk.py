@@ -30,6 +30,7 @@ from .common import (
 )
 from .forms import BULK_MATCHING, BulkForm, InboxFilterForm, NoQuery, ReasonForm
 from .inbox import _run_filters
+from .typed import posted
 
 
 def _bulk_filters(raw: str) -> selectors.RunFilters:
@@ -61,6 +62,9 @@ def bulk_submit(request: HttpRequest, tenant: Tenant) -> HttpResponse:
     ``services.bulk_submit``; then the result page (post/redirect/get). The same form
     submitted twice (same ``client_token``) acts once and shows the first's results.
     Bad input is a 400 naming the field, with nothing written."""
+    # Each of the form's single fields once (the ticked runs are many): a repeated owner,
+    # the last one winning, ended another owner's leases (the stop-38 attack).
+    posted(request.POST, BulkForm.SINGLE)
     form = BulkForm(request.POST)
     _require_valid(form)
     data = form.cleaned_data

@@ -21,7 +21,14 @@ from ..exceptions import InvalidPayload
 from ..intranges import SCHEMA_VERSION
 from ..models import BULK_MAX_RUNS, MAX_REVISION, RecoveryState, Run
 from ..querystring import refusal_words, single_values
-from ..selectors import DEFAULT_RUN_SORT, MICROS_MAX, RUN_SORTS, SEARCH_MAX, search_terms
+from ..selectors import (
+    DEFAULT_RUN_SORT,
+    MICROS_MAX,
+    RUN_SORTS,
+    SEARCH_MAX,
+    filter_limit,
+    search_terms,
+)
 from ..vocab import BulkActionKind
 
 #: Inbox "age" filter choices: only runs whose last write is at least this many seconds old.
@@ -175,16 +182,17 @@ def search_field() -> forms.CharField:
                            validators=[_searchable])
 
 
-def name_filter(column: str) -> forms.CharField:
-    """A filter matched against the run column ``column`` (``kind``; ``subject``: agent
-    or workflow), optional: every value a write can store there, as sent. Whitespace is
-    kept, never stripped (a run identity may begin or end with a space: the name rule,
-    ``jsonparse.name_problem``, which ``querystring.single_values`` applies to every
-    query value; a stripped ``"refund "`` also matched ``"refund"``, and ``" "``
-    filtered nothing), as ``GET …/runs`` and a bulk body's ``filters`` keep it; at most
-    the column's length (``Run.<column>.max_length``). Blank: no filter."""
-    return forms.CharField(required=False, max_length=Run._meta.get_field(column).max_length,
-                           strip=False)
+def name_filter(name: str) -> forms.CharField:
+    """The inbox's text filter ``name`` (``kind``; ``subject``: agent or workflow),
+    optional: every value a write can store in the run columns it is matched against, as
+    sent. Whitespace is kept, never stripped (a run identity may begin or end with a
+    space: the name rule, ``jsonparse.name_problem``, which ``querystring.single_values``
+    applies to every query value; a stripped ``"refund "`` also matched ``"refund"``, and
+    ``" "`` filtered nothing), as ``GET …/runs`` and a bulk body's ``filters`` keep it; at
+    most ``selectors.filter_limit(name)``, the longest of those columns, as the API's (the
+    stop-38 attack: ``subject`` read ``Run.agent`` alone, so a widened workflow column
+    made the API take a subject the inbox refused). Blank: no filter."""
+    return forms.CharField(required=False, max_length=filter_limit(name), strip=False)
 
 
 class InboxFilterForm(QueryForm):
@@ -199,7 +207,7 @@ class InboxFilterForm(QueryForm):
         choices=[(ALL_TAB, ALL_TAB)] + RecoveryState.choices,
     )
     kind = name_filter("kind")
-    subject = name_filter("agent")
+    subject = name_filter("subject")
     age = forms.ChoiceField(required=False, choices=AGE_CHOICES)
     q = search_field()
     sort = forms.ChoiceField(required=False, choices=[(k, k) for k in RUN_SORTS])
@@ -357,6 +365,9 @@ class BulkForm(ReasonForm):
     confirm = forms.BooleanField(required=False)
     lease_owner = forms.CharField(required=False, strip=False,
                                   max_length=Run._meta.get_field("lease_owner").max_length)
+    #: The fields posted once each (``typed.posted``); ``run`` is the ticked runs, many.
+    SINGLE = ("action", "reason", "client_token", "scope", "filters", "confirm",
+              "lease_owner")
 
     def clean(self) -> dict:
         data = super().clean()

@@ -12,7 +12,7 @@ from django.shortcuts import redirect, render
 from django.utils.http import urlencode
 
 from .. import dbclock, declared, kinds, replica, roles, selectors
-from ..models import BULK_JOB_MAX_RUNS, BULK_MAX_RUNS, Tenant
+from ..models import BULK_JOB_MAX_RUNS, BULK_MAX_RUNS, Run, Tenant
 from ..permissions import tenant_perms
 from ..vocab import BulkActionKind, RecoveryState
 from .common import _base_context, dashboard, require_safe, tenant_page
@@ -281,4 +281,5 @@ def _bulk_bar(context: dict) -> dict:
     return {"token": uuid.uuid4(), "filters": urlencode(query),
             "confirm_actions": " ".join(sorted(BulkActionKind.CONFIRM)),
             "actions": BulkActionKind.choices, "max": BULK_JOB_MAX_RUNS,
+            "owner_max": Run._meta.get_field("lease_owner").max_length,
             "inline_max": BULK_MAX_RUNS, "matching": matching}

@@ -39,7 +39,7 @@ from datetime import timedelta
 from django.db import transaction
 from django.db.models import F, Q
 
-from .. import roles, services
+from .. import audit, roles, services
 from ..dbclock import NOW
 from ..models import BulkAction, BulkActionItem
 from ..services.bulk import BulkJobLost
@@ -126,6 +126,12 @@ def execute(job_pk: int, *, budget_s: float | None = None) -> dict:
     job = _claim(job_pk)
     if job is None:
         return {"job": job_pk, "result": "skipped"}
+    # Its events carry the request's incident, as the request's own did.
+    with audit.working_on(job.incident_ref or ""):
+        return _execute(job, job_pk, budget_s)
+
+
+def _execute(job: BulkAction, job_pk: int, budget_s: float | None) -> dict:
     try:
         if not _walk(job, budget_s):
             return {"job": job_pk, "result": "paused"}

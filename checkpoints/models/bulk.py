@@ -58,6 +58,10 @@ class BulkAction(TenantOwned):
     requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT,
                                      related_name="+")
     requested_by_name = models.CharField(max_length=150)
+    incident_ref = models.CharField(
+        max_length=64, null=True, blank=True,
+        help_text="the incident the requester was working on (AuditEvent.incident_ref), "
+                  "carried by every event a stored job causes as by the request's own")
     action = models.CharField(max_length=24, choices=BulkActionKind.choices)
     reason = models.TextField()
     selection = models.JSONField()

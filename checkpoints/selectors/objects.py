@@ -8,7 +8,7 @@ import uuid
 from dataclasses import dataclass
 
 from django.db.models import Case, When
-from django.db.models.fields.json import KeyTransform
+from django.db.models.fields.json import KT, KeyTransform
 
 from .. import roles
 from ..exceptions import InvalidPayload, NotFound
@@ -121,7 +121,9 @@ def bulk_get(*, user, tenant: Tenant, bulk_id) -> BulkResult:
     # list 50,000 run ids).
     bulk = (BulkAction.objects.for_tenant(tenant).defer("targets", "selection")
             .annotate(selected_filters=KeyTransform("filters", "selection"),
-                      selected_lease_owner=KeyTransform("lease_owner", "selection"))
+                      # As text: SQLite's KeyTransform parses the value as JSON
+                      # ("1e3" came back 1000.0; the stop-38 attack).
+                      selected_lease_owner=KT("selection__lease_owner"))
             .filter(uuid=bid).first())
     if bulk is None:
         raise NotFound("no such bulk action")

@@ -52,7 +52,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 
 from .. import roles, selectors
-from ..audit import audit_record
+from ..audit import audit_record, incident_now
 from ..dbclock import NOW, db_now
 from ..exceptions import AlreadyDone, DomainError, InvalidPayload, InvalidTransition, NotFound
 from ..jsonparse import dumps
@@ -312,6 +312,9 @@ def _record(actor, tenant: Tenant, *, action: str, reason: str, token: uuid.UUID
             bulk = BulkAction.objects.create(
                 tenant=tenant, uuid=uuid.uuid4(), client_token=token, requested_by=actor,
                 requested_by_name=_actor_name(actor), action=action, reason=reason,
+                # A stored job's events carry the request's incident, as an inline
+                # bulk's do (the stop-38 attack: they carried none).
+                incident_ref=incident_now() or None,
                 selection=selection, fingerprint=fingerprint, total=len(ids),
                 background=background,
                 state=BulkState.QUEUED if background else BulkState.RUNNING,

@@ -70,12 +70,12 @@ def _state():
 
 # ---- kind: outside data as strict as bodies (the bulk bar's owner) ---------------------
 
-@pytest.mark.xfail(strict=True, reason=(
-    "FINDING: the bulk bar's lease_owner posted twice (lease_owner=worker-7&lease_owner="
-    "worker-8) is read by Django's last-wins QueryDict: the leases of worker-8 end, where "
-    "a JSON body's repeated key and a repeated query parameter are refused; should be a "
-    "400 'lease_owner: given more than once' with nothing written (dashboard.typed.posted, "
-    "as the run page's fencing_token)"))
+# FIXED (was xfail strict): @pytest.mark.xfail(strict=True, reason=(
+#     "FINDING: the bulk bar's lease_owner posted twice (lease_owner=worker-7&lease_owner="
+#     "worker-8) is read by Django's last-wins QueryDict: the leases of worker-8 end, where "
+#     "a JSON body's repeated key and a repeated query parameter are refused; should be a "
+#     "400 'lease_owner: given more than once' with nothing written (dashboard.typed.posted, "
+#     "as the run page's fencing_token)"))
 def test_the_bulk_bar_refuses_an_owner_posted_twice(acme, wendy, rita):
     seven, _ = leased_run(wendy, acme, "worker-7")
     eight, _ = leased_run(wendy, acme, "worker-8")
@@ -111,12 +111,12 @@ def test_PASS_the_bar_and_the_api_refuse_the_same_bad_owners(acme, wendy, rita, 
 
 # ---- kind: the answer shows what was stored (SQLite's JSON key read) -------------------
 
-@pytest.mark.xfail(ON_SQLITE, strict=True, reason=(
-    "FINDING (SQLite): bulk_get reads the owner with KeyTransform('lease_owner', "
-    "'selection'), which on SQLite is JSON_EXTRACT's bare text, then json.loads'd by "
-    "JSONField: an owner named '1e3', 'true' or 'null' answers lease_owner '1000.0', "
-    "'True', null (the result page says 'the leases of True only', or nothing): should be "
-    "the owner as sent, as on PostgreSQL"))
+# FIXED (was xfail strict): @pytest.mark.xfail(ON_SQLITE, strict=True, reason=(
+#     "FINDING (SQLite): bulk_get reads the owner with KeyTransform('lease_owner', "
+#     "'selection'), which on SQLite is JSON_EXTRACT's bare text, then json.loads'd by "
+#     "JSONField: an owner named '1e3', 'true' or 'null' answers lease_owner '1000.0', "
+#     "'True', null (the result page says 'the leases of True only', or nothing): should be "
+#     "the owner as sent, as on PostgreSQL"))
 @pytest.mark.parametrize("owner", ["1e3", "true", "null", "1.50"])
 def test_the_answer_names_the_owner_as_sent(acme, wendy, rita, owner):
     run, _ = leased_run(wendy, acme, owner)
@@ -141,11 +141,11 @@ def widened(monkeypatch):
     importlib.reload(bulk_shapes)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "FINDING: bulk end_lease's lease_owner limit is a copied 256 (BulkActionInputSerializer"
-    "'s max_length=256, services.leases.owner_check's len > 256) while the bulk bar's "
-    "field reads Run.lease_owner's max_length: widen the column and the API still refuses "
-    "an owner the column (and the bar) takes; should read Run._meta as filter_limit does"))
+# FIXED (was xfail strict): @pytest.mark.xfail(strict=True, reason=(
+#     "FINDING: bulk end_lease's lease_owner limit is a copied 256 (BulkActionInputSerializer"
+#     "'s max_length=256, services.leases.owner_check's len > 256) while the bulk bar's "
+#     "field reads Run.lease_owner's max_length: widen the column and the API still refuses "
+#     "an owner the column (and the bar) takes; should read Run._meta as filter_limit does"))
 def test_a_widened_lease_owner_column_widens_the_bulk_owner(acme, wendy, rita, widened):
     new = Run._meta.get_field("lease_owner").max_length + 44
     widened("lease_owner", new)
@@ -171,12 +171,12 @@ def forms_rebuilt(monkeypatch):
     importlib.reload(dashboard_forms)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "FINDING: the inbox's subject filter (InboxFilterForm.subject = name_filter('agent'): "
-    "the inbox, the bulk bar's 'every run matching') reads Run.agent only, while "
-    "selectors.filter_limit('subject') (GET …/runs?subject=, a bulk body's filters) is "
-    "the longest of Run.agent and Run.workflow: widen workflow alone and the API takes "
-    "a subject the dashboard refuses (a 400 naming subject); should read filter_limit"))
+# FIXED (was xfail strict): @pytest.mark.xfail(strict=True, reason=(
+#     "FINDING: the inbox's subject filter (InboxFilterForm.subject = name_filter('agent'): "
+#     "the inbox, the bulk bar's 'every run matching') reads Run.agent only, while "
+#     "selectors.filter_limit('subject') (GET …/runs?subject=, a bulk body's filters) is "
+#     "the longest of Run.agent and Run.workflow: widen workflow alone and the API takes "
+#     "a subject the dashboard refuses (a 400 naming subject); should read filter_limit"))
 def test_a_widened_workflow_column_widens_the_inbox_subject_too(acme, forms_rebuilt):
     new = Run._meta.get_field("workflow").max_length + 44
     rebuilt = forms_rebuilt("workflow", new)
@@ -435,12 +435,12 @@ def test_PASS_the_form_and_the_api_store_the_same_padded_filters(acme, adam):
 
 # ---- kind: audit events missing a value (a stored job's events and the incident) ---------
 
-@pytest.mark.xfail(strict=True, reason=(
-    "FINDING: a reviewer on INC-2041 ends an owner's leases from the bulk bar; inline "
-    "(<= BULK_MAX_RUNS) each lease.revoke event carries incident_ref INC-2041, as a stored "
-    "job (more runs) only the bulk.submit does: its lease.revoke events are null, so "
-    "GET …/audit-events?q=INC-2041 finds the request but none of the leases it ended; "
-    "should carry the request's incident (stored with the job) whichever the size"))
+# FIXED (was xfail strict): @pytest.mark.xfail(strict=True, reason=(
+#     "FINDING: a reviewer on INC-2041 ends an owner's leases from the bulk bar; inline "
+#     "(<= BULK_MAX_RUNS) each lease.revoke event carries incident_ref INC-2041, as a stored "
+#     "job (more runs) only the bulk.submit does: its lease.revoke events are null, so "
+#     "GET …/audit-events?q=INC-2041 finds the request but none of the leases it ended; "
+#     "should carry the request's incident (stored with the job) whichever the size"))
 def test_a_stored_jobs_events_carry_the_requests_incident(acme, wendy, rita, monkeypatch):
     monkeypatch.setattr("checkpoints.services.bulk.BULK_MAX_RUNS", 1)
     monkeypatch.setattr(bulk_job, "BATCH", 2)

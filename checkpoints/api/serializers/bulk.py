@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from ...models import BULK_JOB_MAX_RUNS
+from ...models import BULK_JOB_MAX_RUNS, Run
 from ...selectors import SEARCH_MAX, filter_limit
 from ...vocab import BulkActionKind, BulkOutcome, BulkState, RecoveryState
 from .common import Answer, IsoDateTimeField
@@ -42,7 +42,8 @@ class BulkActionInputSerializer(serializers.Serializer):
                                     help_text="the older name of `runs` (one of the two)")
     filters = BulkFiltersSerializer(required=False)
     lease_owner = serializers.CharField(
-        required=False, max_length=256, trim_whitespace=False,
+        required=False, max_length=Run._meta.get_field("lease_owner").max_length,
+        trim_whitespace=False,
         help_text="`end_lease` only, and required for it: the owner whose live leases end "
                   "(the runtime that is gone); a run leased by another owner is refused "
                   "`lease_held`, one without a live lease `no_live_lease`")

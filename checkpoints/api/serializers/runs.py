@@ -9,6 +9,7 @@ from rest_framework import serializers
 
 from ... import intranges
 from ...exceptions import InvalidPayload
+from ...models import Run
 from ...selectors import nextstep
 from ...vocab import RecoveryState, ResumeAction
 from .checkpoints import CheckpointMetaSerializer
@@ -119,7 +120,7 @@ class RunDetailSerializer(Answer):
 
 
 class LeaseInputSerializer(serializers.Serializer):
-    owner = serializers.CharField(max_length=256)
+    owner = serializers.CharField(max_length=Run._meta.get_field("lease_owner").max_length)
     ttl_s = serializers.IntegerField(**intranges.LEASE_TTL_S.field_kwargs())
 
 
@@ -137,7 +138,8 @@ class LeaseRevokeInputSerializer(serializers.Serializer):
     the caller saw, so a lease renewed by another owner since is not ended (409)."""
 
     reason = serializers.CharField(max_length=4000)
-    owner = serializers.CharField(max_length=256, required=False,
+    owner = serializers.CharField(max_length=Run._meta.get_field("lease_owner").max_length,
+                                  required=False,
                                   help_text="the owner whose lease you mean to end; 409 "
                                             "lease_held if another owner holds it now")
     fencing_token = serializers.IntegerField(
