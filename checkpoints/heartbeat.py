@@ -20,8 +20,9 @@ One ``Heartbeat`` row per name, its ``at`` written from the database's clock
 - ``notify``: a notification round (``jobs.notify.notify_round``: outbox dispatched, due
   messages sent), whoever ran it.
 
-Read by the dashboard's banner ("background work is not running since ..."), by the web
-process's catch-up sweep, by ``/readyz`` (``worker``) and by ``/metrics``. Ages are
+Read by the dashboard's banner ("background work is not running since ...") and by
+``/readyz`` (``worker``) through one rule (``jobs.workerstatus.worker_status``), by the
+web process's catch-up sweep and by ``/metrics``. Ages are
 computed by the database (``NOW - at``), never by a process's clock.
 """
 
@@ -100,25 +101,10 @@ def background_source() -> str:
 
 
 def late_after_s() -> int:
-    """Seconds after which a sweep is late: two sweep intervals (``RECOVERY_SWEEP_INTERVAL_S``)."""
+    """Seconds after which a sweep by anyone is late, so a web process sweeps itself
+    (``sweep_late``): two sweep intervals (``RECOVERY_SWEEP_INTERVAL_S``). Whether the
+    deployment's worker is late is another rule (``jobs.workerstatus``)."""
     return 2 * settings.RECOVERY_SWEEP_INTERVAL_S
-
-
-def background_late(beats: dict[str, Beat] | None = None) -> tuple[bool, datetime | None]:
-    """``(late, since)``: whether the deployment's background worker (``background_source``)
-    last swept more than two intervals ago (or never did), and when it last did (None:
-    never). Only where a worker is expected (a broker, or the in-process worker): a
-    deployment with neither (``RECOVERY_INPROCESS_WORKER=0`` without a broker, as under
-    the test runner) runs the sweep some other way and is never late here. No query
-    then."""
-    source = background_source()
-    if source == SWEEP:
-        return False, None  # no background worker configured: nothing to be late
-    beats = read() if beats is None else beats
-    found = beats.get(source)
-    if found is None:
-        return True, None
-    return found.age_s > late_after_s(), found.at
 
 
 def sweep_late(beats: dict[str, Beat] | None = None) -> bool:

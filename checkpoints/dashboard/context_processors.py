@@ -5,35 +5,35 @@ from __future__ import annotations
 import functools
 import logging
 
-from django.conf import settings
 from django.db import DatabaseError
 
-from .. import heartbeat
-from ..jobs import inprocess
+from ..jobs import workerstatus
 
 log = logging.getLogger(__name__)
 
 
 def background(request) -> dict:
-    """``background_late``: for a signed-in reviewer, ``{"since": datetime | None, "web_sweeps": bool}`` when
-    the deployment's background worker has not swept for two intervals
-    (``heartbeat.background_late``; the banner "background work is not running since
-    ..." in base.html), else None. Read lazily (one query, only when a page shows it);
-    reads only; None when the database cannot answer."""
+    """``background_late``: for a signed-in reviewer, when the deployment's background
+    worker is late (``workerstatus.worker_status``, the rule ``/readyz``'s ``worker``
+    check reads too; the banner "background work is not running since ..." in
+    base.html), ``{"since": datetime | None, "web_sweeps": bool, "last_any": datetime |
+    None}`` (its last sweep, whether the web processes sweep meanwhile, the last sweep by
+    anyone), else None. Read lazily (one query, only when a page shows it); reads only;
+    None when the database cannot answer."""
 
     @functools.cache
     def late():
         if not getattr(request, "user", None) or not request.user.is_authenticated:
             return None
         try:
-            is_late, since = heartbeat.background_late()
+            status = workerstatus.worker_status()
         except DatabaseError:
             log.warning("background banner: heartbeats unreadable", exc_info=True)
             return None
-        if not is_late or (heartbeat.background_source() == "sweep.inprocess"
-                           and inprocess.first_round_pending()):
-            return None  # the in-process worker's first round may not have come yet
-        return {"since": since,
-                "web_sweeps": heartbeat.broker_configured() and settings.RECOVERY_SWEEP_WATCHDOG}
+        if not status.late:
+            return None
+        return {"since": status.last.at if status.last else None,
+                "web_sweeps": status.web_sweeps,
+                "last_any": status.last_any.at if status.last_any else None}
 
     return {"background_late": late}

@@ -54,7 +54,7 @@ from prometheus_client import generate_latest as render
 from recovery.celery import app
 
 from .. import heartbeat, replica, services
-from ..jobs import inprocess
+from ..jobs import workerstatus
 from ..metrics import DomainCollector
 from ..services import notify_delivery
 from . import security
@@ -117,19 +117,15 @@ class WorkerSilent(Exception):
 
 def _check_worker() -> str | None:
     """The ``worker`` check (kept apart from the others): raises ``WorkerSilent`` when the
-    deployment's background worker has not swept within
-    ``RECOVERY_WORKER_HEARTBEAT_MAX_AGE_S``; returns ``"not configured"`` when no worker
-    is expected, else None (ok)."""
-    source = heartbeat.background_source()
-    if source == heartbeat.SWEEP:
+    deployment's background worker is late (``workerstatus.worker_status``: the rule the
+    dashboard's banner reads too); returns ``"not configured"`` when no worker is
+    expected, else None (ok)."""
+    status = workerstatus.worker_status()
+    if not status.expected:
         return "not configured"
-    bound = settings.RECOVERY_WORKER_HEARTBEAT_MAX_AGE_S
-    found = heartbeat.read().get(source)
-    if found is not None and found.age_s <= bound:
-        return None
-    if source == "sweep.inprocess" and inprocess.first_round_pending():
-        return None  # this process's worker has not had its first round yet
-    raise WorkerSilent(f"{source}: " + (f"last {found.age_s:.0f} s ago" if found else "never"))
+    if status.late:
+        raise WorkerSilent(status.detail())
+    return None
 
 
 class MigrationsPending(Exception):

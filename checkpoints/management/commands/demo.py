@@ -3,12 +3,17 @@
 Steps:
 
 1. Recreate the embedded SQLite database (settings' default DB; with ``DATABASE_URL`` set
-   it must be empty of demo tenants) and migrate it.
+   it uses that database, which must exist and hold no demo tenants: otherwise one
+   paragraph says how to create it or start afresh, ``database_unreachable`` /
+   ``_refuse_filled_database``) and migrate it.
 2. Create tenants ``acme`` and ``globex`` through the services, each with one account per
    role (viewer, reviewer, two approvers, a writer service account with a token, admin)
    and a 10 s ambiguity threshold.
 3. Start the demo payment service and the web server (``runserver --noreload``, with
-   ``RECOVERY_RECONCILERS`` pointing at the payment service) as child processes.
+   ``RECOVERY_RECONCILERS`` pointing at the payment service) as child processes; with
+   ``CELERY_BROKER_URL`` set, also ``celery -A recovery worker --beat`` (log
+   ``var/demo-celery.log``), since the web server then runs no worker of its own: the
+   demo waits for its first sweep before the summary and stops it on exit.
 4. Run about ``--workers`` worker processes through ``recovery_client.client`` (at most
    ``--parallel`` at a time): some finish, some SIGKILL themselves at a random
    write-ahead boundary, some pairs race on one checkpoint. Alongside, ``--langgraph``
@@ -29,9 +34,11 @@ Steps:
    acme-admin through the endpoint service (audited), and a webhook receiver
    (``checkpoints.demo.receiver``, a child process on loopback, port + 767) given the
    signing secret that service returned; the web server may post to plain http on
-   loopback (``DEMO_NOTIFY_ENV``) and its in-process worker sends (``jobs.notify``). Its page lists each signed message the
+   loopback (``DEMO_NOTIFY_ENV``) and its in-process worker (with a broker: the Celery
+   worker, same environment) sends (``jobs.notify``). Its page lists each signed message the
    crashed runs produced, with its headers and whether its signature verifies.
-7. While serving, run the stale-run sweep every 10 s and the demo supervisor
+7. While serving (the in-process worker, or the Celery worker and beat, sweeping every
+   ``RECOVERY_SWEEP_INTERVAL_S``), run the demo supervisor
    (``checkpoints.demo.supervisor``, a child process): every 3 s it lists each tenant's
    ``retry_approved`` runs with the tenant's writer token and starts ``worker --resume``
    for each (one at a time per run; ``examples.langgraph_refund.run --resume`` for a
@@ -60,10 +67,10 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
-from django.db import connections
+from django.db import OperationalError, connections
 from django.test import override_settings
 
-from checkpoints import selectors, services
+from checkpoints import heartbeat, selectors, services
 from checkpoints.demo.orchestrate import STRANDED, plan, plan_langgraph, run_units
 from checkpoints.models import Tenant
 from checkpoints.vocab import NotificationChannel, NotificationEventType, Role
@@ -118,6 +125,74 @@ def _wait_http(url: str, timeout_s: float, proc: subprocess.Popen) -> None:
         except OSError:
             time.sleep(0.2)
     raise CommandError(f"{url} did not answer within {timeout_s:.0f} s")
+
+
+#: Seconds the demo waits for the Celery worker's first sweep (beat sends one every
+#: ``RECOVERY_SWEEP_INTERVAL_S``, the first that long after it starts).
+CELERY_READY_S = 90
+
+
+def _where(db: dict) -> str:
+    """``"recovery_x" on 127.0.0.1:5432``: a database named without user or password
+    (a SQLite database: its file)."""
+    if db["ENGINE"].endswith("sqlite3"):
+        return f"the SQLite file {db['NAME']}"
+    return f'"{db["NAME"]}" on {db.get("HOST") or "localhost"}:{db.get("PORT") or 5432}'
+
+
+def _createdb(db: dict, *, drop: bool = False) -> str:
+    """The shell command that (re)creates the configured PostgreSQL database."""
+    conn = f'-h {db.get("HOST") or "localhost"} -p {db.get("PORT") or 5432}' + (
+        f' -U {db["USER"]}' if db.get("USER") else "")
+    make = f"createdb {conn} {db['NAME']}"
+    return f"dropdb {conn} {db['NAME']} && {make}" if drop else make
+
+
+def database_unreachable(db: dict, exc: Exception) -> str:
+    """One paragraph for ``CommandError`` when migrating the demo's database failed with
+    ``exc`` (an ``OperationalError``): a missing PostgreSQL database names the command
+    that creates it; anything else (server down, refused login) its first line and the
+    way back to the embedded SQLite default. ``db``: ``settings.DATABASES["default"]``."""
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    if db["ENGINE"].endswith("sqlite3"):
+        return (f"the demo's SQLite database {db['NAME']} cannot be opened ({first}): "
+                f"check that RECOVERY_VAR_DIR is a writable directory.")
+    if "does not exist" in first:
+        return (f"the demo uses DATABASE_URL, and database {_where(db)} does not exist: "
+                f"create it ({_createdb(db)}) and run the demo again, or unset "
+                f"DATABASE_URL to use the embedded SQLite file (var/recovery.sqlite3).")
+    return (f"the demo uses DATABASE_URL and cannot reach database {_where(db)} ({first}): "
+            f"start PostgreSQL or fix DATABASE_URL, or unset DATABASE_URL to use the "
+            f"embedded SQLite file (var/recovery.sqlite3).")
+
+
+def background_sentence(celery_log: Path | None) -> str:
+    """What runs the background work while the demo serves, for its "Serving" line:
+    with a broker (``CELERY_BROKER_URL``) the Celery worker and beat the demo started
+    (``celery_log``: their log); without, the web server's in-process worker."""
+    every = settings.RECOVERY_SWEEP_INTERVAL_S
+    if celery_log is not None:
+        return (f"CELERY_BROKER_URL is set: a Celery worker with beat (a child process of "
+                f"the demo, stopped with it; log: {celery_log}) runs the stale-run sweep "
+                f"every {every} s, reconcile jobs and the notification rounds.")
+    return (f"The web server runs the stale-run sweep and reconcile jobs itself every "
+            f"{every} s (no broker: its in-process worker).")
+
+
+def _wait_celery_sweep(proc: subprocess.Popen, log_path: Path, timeout_s: float) -> None:
+    """Wait until a Celery worker ran beat's sweep (the ``sweep.celery`` heartbeat):
+    broker, beat, worker and database all work. Raises ``CommandError`` naming the log
+    when the process exits or ``timeout_s`` passes first."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise CommandError(f"the Celery worker exited with status {proc.returncode}; "
+                               f"see {log_path}")
+        if "sweep.celery" in heartbeat.read():
+            return
+        time.sleep(0.5)
+    raise CommandError(f"the Celery worker ran no sweep within {timeout_s:.0f} s (is the "
+                       f"broker in CELERY_BROKER_URL up?); see {log_path}")
 
 
 class Command(BaseCommand):
@@ -213,6 +288,12 @@ class Command(BaseCommand):
             children.append(server)
             base_url = f"http://127.0.0.1:{port}"
             _wait_http(f"{base_url}/login/", 60, server)
+            # With a broker the web server runs no worker of its own (only the watchdog):
+            # start one, with beat, so reconcile jobs, the sweep and notifications run.
+            celery = celery_log = None
+            if heartbeat.broker_configured():
+                celery, celery_log = self._start_celery(var_dir, env)
+                children.append(celery)
 
             units = plan(opts["workers"], seed, tuple(TENANTS))
             if opts["langgraph"] > 0 and not _langgraph_installed():
@@ -236,6 +317,8 @@ class Command(BaseCommand):
             # The dead workers' leases expire after LEASE_TTL_S; then the sweep (what
             # Celery beat does every RECOVERY_SWEEP_INTERVAL_S) marks their runs ambiguous.
             time.sleep(LEASE_TTL_S + 0.5)
+            if celery is not None:  # beat's first sweep, run by the worker: it works
+                _wait_celery_sweep(celery, celery_log, CELERY_READY_S)
             swept = services.sweep_stale_runs()
             stranded = self._strand(units)
             supervisor_log = var_dir / "demo-supervisor.log"
@@ -253,14 +336,17 @@ class Command(BaseCommand):
                 env=dict(os.environ, RECOVERY_TOKENS=",".join(f"{t}={tok}"
                                                               for t, tok in tokens.items())))
             children.append(supervisor)
-            self.stdout.write("Serving; press Ctrl-C to stop. The web server runs the "
-                              "stale-run sweep and reconcile jobs itself every "
-                              f"{settings.RECOVERY_SWEEP_INTERVAL_S} s (no broker: its "
-                              f"in-process worker); approved retries are resumed within about "
+            self.stdout.write("Serving; press Ctrl-C to stop. " + background_sentence(celery_log)
+                              + " Approved retries are resumed within about "
                               f"{SUPERVISE_EVERY_S} s (log: {supervisor_log}).")
             supervising = True
             while server.poll() is None:
                 time.sleep(SWEEP_EVERY_S)
+                if celery is not None and celery.poll() is not None:
+                    self.stderr.write(f"The Celery worker exited ({celery.returncode}): "
+                                      f"reconcile jobs and notifications wait. See "
+                                      f"{celery_log}.")
+                    celery = None
                 if supervising and supervisor.poll() is not None:
                     supervising = False
                     self.stderr.write(f"The demo supervisor exited ({supervisor.returncode}); "
@@ -290,10 +376,46 @@ class Command(BaseCommand):
             for suffix in ("", "-wal", "-shm"):
                 Path(f"{path}{suffix}").unlink(missing_ok=True)
             self.stdout.write(f"Recreating {path}")
-        call_command("migrate", verbosity=0, interactive=False)
+        else:
+            self.stdout.write(f"Using DATABASE_URL's database {_where(db)} (it must be empty)")
+        try:
+            call_command("migrate", verbosity=0, interactive=False)
+        except OperationalError as exc:
+            raise CommandError(database_unreachable(db, exc)) from None
+        self._refuse_filled_database()
+
+    def _refuse_filled_database(self) -> None:
+        """Raise ``CommandError`` (one paragraph: what to do) when the demo tenants exist
+        already: the demo fills an empty database, it never deletes another's rows."""
         if Tenant.objects.filter(slug__in=list(TENANTS)).exists():
-            raise CommandError("the demo tenants already exist in this database; "
-                               "run the demo on the embedded SQLite default or an empty DB")
+            db = settings.DATABASES["default"]
+            raise CommandError(
+                f"the demo tenants (acme, globex) already exist in {_where(db)}: a demo "
+                f"ran on it before, and the demo only fills an empty database. "
+                + (f"Delete that file (rm {db['NAME']}), point DATABASE_URL at another "
+                   if db["ENGINE"].endswith("sqlite3") else
+                   f"Drop and recreate it ({_createdb(db, drop=True)}), point DATABASE_URL "
+                   f"at another ")
+                + "empty database, or unset DATABASE_URL: the demo then uses the embedded "
+                "SQLite file (var/recovery.sqlite3), which it recreates on every run.")
+
+    def _start_celery(self, var_dir: Path, env: dict) -> tuple[subprocess.Popen, Path]:
+        """Start ``celery -A recovery worker --beat`` (one process, its beat embedded:
+        the demo runs one) with the web server's environment (the demo receiver's
+        loopback http allowed, links to the web server), logging to
+        ``var/demo-celery.log``; returns the process and the log's path."""
+        log_path = var_dir / "demo-celery.log"
+        schedule = var_dir / "demo-celerybeat-schedule"
+        for stale in var_dir.glob(f"{schedule.name}*"):
+            stale.unlink(missing_ok=True)
+        with open(log_path, "w") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "celery", "-A", "recovery", "worker", "--beat",
+                 "--schedule", str(schedule), "--concurrency", "1", "--loglevel", "INFO"],
+                cwd=settings.BASE_DIR, env=env, stdout=log, stderr=subprocess.STDOUT)
+        self.stdout.write(f"CELERY_BROKER_URL is set: started a Celery worker with beat "
+                          f"(log: {log_path}).")
+        return proc, log_path
 
     def _create_tenants(self) -> dict[str, str]:
         """Tenants, accounts and roles through the services; returns writer tokens (the
