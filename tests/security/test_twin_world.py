@@ -589,6 +589,7 @@ NOT_TENANT_DATA = {
     "encode_cursor": "pure: turns a row into a cursor",
     "decode_cursor": "pure: parses a cursor",
     "search_terms": "pure: checks and strips a search",
+    "filter_limit": "pure: a filter's most characters, from the model's columns",
     "search_substring": "pure: whether a search term reads the substring branches",
     "uuid_prefix_range": "pure: the UUID range a prefix spans",
     "tenants_for_user": "the tenants of one account: test_tenants_for_user_lists_only_granted",
