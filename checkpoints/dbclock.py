@@ -14,7 +14,8 @@ call a live owner gone, or settle a look-up early. So every time that is later c
 - ``db_now()`` asks for it in a query of its own where no row is locked;
 - ``page_now()`` is the time one request shows relative times against ("3 min ago",
   "in 10 min"): read once per request, when first needed, or taken from a selector that
-  read it with its rows (``seed_page_now``); ``PageClockMiddleware`` scopes it.
+  read it with its rows (``seed_page_now``, which moves it forward to the latest such
+  time, never back); ``PageClockMiddleware`` scopes it.
 
 On the embedded SQLite default the database lives in the process, but its ``'now'`` is
 read by SQLite's C code from the operating system, not through Python's ``time`` or
@@ -98,11 +99,20 @@ def page_now() -> datetime:
 
 def seed_page_now(now: datetime | None) -> None:
     """Give the request's page clock the database time a selector read with its rows
-    (``run_get``'s ``db_now``), so the page asks no more; ignored outside a request,
-    once the clock holds a time, and for ``None``."""
+    (``run_get``'s ``db_now``), so the page asks no more; ignored outside a request and
+    for ``None``. A later time than the one held moves the clock forward to it, an
+    earlier one is ignored: the page's "now" is the latest database time the request
+    read. An action's page reads its run before the write and again after it; held at
+    the first read, the page called the time the write stamped in between "in 0 s"
+    (the recon newcomer's finding: "in this state since in 0 s" after End the lease)."""
     held = _PAGE_NOW.get()
-    if held is not None and not held and now is not None:
-        held.append(now if now.tzinfo else now.replace(tzinfo=UTC))
+    if held is None or now is None:
+        return
+    now = now if now.tzinfo else now.replace(tzinfo=UTC)
+    if not held:
+        held.append(now)
+    elif now > held[0]:
+        held[0] = now
 
 
 class PageClockMiddleware:

@@ -399,6 +399,18 @@ class ErasureState(TextChoices):
     EXECUTED = "executed"
 
 
+class ErasureOutcome(TextChoices):
+    """What an executed erasure request did, from its ``counts``
+    (``ErasureRequest.outcome``; the API's ``outcome``): the state stays ``executed``
+    whatever was erased, so a request a legal hold blocked entirely says
+    ``nothing_erased`` here (the recon newcomer's finding: "executed" with 0 erased)."""
+
+    ERASED = "erased", "every covered run erased"
+    PARTLY_ERASED = "partly_erased", "some runs erased, the rest blocked"
+    NOTHING_ERASED = "nothing_erased", "nothing erased: every covered run was blocked"
+    MATCHED_NOTHING = "matched_nothing", "it matched no run: nothing to erase"
+
+
 class PurgeState(TextChoices):
     """A tombstone purge: ``prepared`` -> ``approved`` (not by the preparer, before the
     deadline) -> ``executed``; or ``prepared`` -> ``rejected``."""

@@ -16,7 +16,7 @@ from .. import roles, selectors, services
 from ..exceptions import DomainError, InvalidPayload
 from ..models import Tenant
 from ..templatetags.dashboard import erasure_counts_words
-from ..vocab import HoldScope
+from ..vocab import ErasureOutcome, HoldScope
 from .common import (
     _base_context,
     _reason,
@@ -40,6 +40,8 @@ def erasure_requests(request: HttpRequest, tenant: Tenant) -> HttpResponse:
     sees Approve / Reject on the requests someone else filed. Takes no parameter."""
     NoQuery.from_request(request)
     rows = selectors.erasure_request_list(user=request.user, tenant=tenant)
+    for row in rows:  # the approver sees what approving would erase and what would block
+        row.preview = services.erasure_preview(user=request.user, tenant=tenant, request=row)
     context = _base_context(request, tenant, "inbox") | {"requests": rows}
     return render(request, "checkpoints/erasure_requests.html", context)
 
@@ -65,7 +67,11 @@ def erasure_approve(request: HttpRequest, tenant: Tenant, request_id: str) -> Ht
                                         request_id=request_id)
     done = services.erasure_approve(actor=request.user, tenant=tenant, request_id=row.uuid,
                                     reason=request.POST.get("reason", ""))
-    messages.success(request, f"Erasure approved and executed: {erasure_counts_words(done.counts)}.")
+    words = erasure_counts_words(done.counts)
+    if done.outcome == ErasureOutcome.NOTHING_ERASED:  # "executed" alone read as done
+        messages.warning(request, f"Erasure approved, but {words}.")
+    else:
+        messages.success(request, f"Erasure approved and executed: {words}.")
     return see_other("erasure_requests", slug=tenant.slug)
 
 

@@ -147,7 +147,17 @@ def _back_link(request: HttpRequest, tenant: Tenant, run) -> tuple[str, str]:
 
 
 def _run_context(request: HttpRequest, tenant: Tenant, run_id, **extra) -> dict:
-    """Everything the run page shows, with the action flags the viewer's role allows."""
+    """Everything the run page shows, with the action flags the viewer's role allows,
+    read from one snapshot of the database (``selectors.consistent_read``): the run, its
+    effects, the next step and its reconcile requests are of one moment. Read apart, a
+    worker that finished a reconcile between the effects' query and the requests' showed
+    "done · unknown" beside an effect still "unresolved" and "Reconcile first" (the recon
+    newcomer's finding, on the reconcile action's answer with a real Celery worker)."""
+    with selectors.consistent_read():
+        return _run_context_read(request, tenant, run_id, **extra)
+
+
+def _run_context_read(request: HttpRequest, tenant: Tenant, run_id, **extra) -> dict:
     # Long on purpose: the run page's whole context in a fixed number of queries; each
     # part reads what the previous ones loaded.
     detail = selectors.run_detail(user=request.user, tenant=tenant, run_id=run_id)

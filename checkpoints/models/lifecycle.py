@@ -15,7 +15,14 @@ from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
 
-from ..vocab import DeletionCause, ErasureState, HoldScope, PurgeState, SecretsPolicy
+from ..vocab import (
+    DeletionCause,
+    ErasureOutcome,
+    ErasureState,
+    HoldScope,
+    PurgeState,
+    SecretsPolicy,
+)
 from .runs import Run
 from .tenancy import Tenant, TenantOwned
 
@@ -179,6 +186,10 @@ class ErasureRequest(TenantOwned):
     executed_at = models.DateTimeField(null=True, blank=True)
     counts = models.JSONField(default=dict, blank=True)
 
+    #: What approving it now would do (``services.erasure_preview``'s counts), set by the
+    #: reader that asked for it (the API's ``preview``, the dashboard's queue); not stored.
+    preview: dict | None = None
+
     class Meta:
         ordering = ["-requested_at", "-id"]
         constraints = [
@@ -194,6 +205,22 @@ class ErasureRequest(TenantOwned):
     def executed_counts(self) -> dict | None:
         """``counts`` once executed, else ``None`` (the API's ``counts``)."""
         return self.counts or None
+
+    @property
+    def outcome(self) -> str | None:
+        """What the executed request did (``ErasureOutcome``, the API's ``outcome``), from
+        its ``counts``: ``matched_nothing`` (no run covered), ``nothing_erased`` (every
+        covered run blocked: a legal hold, not ended, an effect in doubt, already
+        deleted), ``partly_erased`` or ``erased``; ``None`` before it was executed and
+        for a rejected request."""
+        counts = self.executed_counts
+        if self.state != ErasureState.EXECUTED or counts is None:
+            return None
+        if not counts.get("runs"):
+            return ErasureOutcome.MATCHED_NOTHING
+        if not counts.get("erased"):
+            return ErasureOutcome.NOTHING_ERASED
+        return ErasureOutcome.PARTLY_ERASED if counts.get("blocked") else ErasureOutcome.ERASED
 
 
 class Tombstone(TenantOwned):

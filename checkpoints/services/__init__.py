@@ -87,7 +87,7 @@ from .checkpoints import (
 from .common import HEX64_RE, SYSTEM, U32_MAX, _actor_name, _require_reason, _with_bulk
 from .counters import counters_compact
 from .effects import KEEP_RECEIPT, EffectBody, _effect_transition, effect_put, parse_effect
-from .erasure import erasure_approve, erasure_reject, erasure_request
+from .erasure import erasure_approve, erasure_preview, erasure_reject, erasure_request
 from .holds import legal_hold_place, legal_hold_release
 from .keys import (
     TenantHeld,

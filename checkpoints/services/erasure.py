@@ -33,7 +33,7 @@ from ..permissions import require
 from ..vocab import AuditAction, DeletionCause, ErasureState, TargetType
 from .common import _actor_name
 from .holds import _lifecycle_reason, _lifecycle_runs, _lifecycle_subject
-from .lifecycle import Blocker, NotDeletable, purge_run_payloads
+from .lifecycle import Blocker, NotDeletable, purge_run_payloads, run_blockers
 
 #: The words of an executed request's ``counts`` besides ``runs``, ``erased`` and
 #: ``blocked``: how many runs each blocker stopped (a run may have several).
@@ -143,6 +143,27 @@ def _covered_runs(tenant: Tenant, request: ErasureRequest) -> list[uuid.UUID]:
     return [uuid.UUID(r) for r in request.run_uuids]
 
 
+def _tally(covered: list[uuid.UUID], runs: list[Run], judge) -> dict:
+    """The counts of erasing ``covered`` (run ids) of which ``runs`` still exist:
+    ``{"runs", "erased", "blocked", <each Blocker word>}``; ``judge(run)`` erases the run
+    (or previews it) and returns its blockers (``[]``: erased). A covered run whose
+    records expired since the request (only its tombstone is left) is already deleted.
+    The one count of the execution and of its preview (``erasure_preview``)."""
+    counts = {"runs": len(covered), "erased": 0, "blocked": 0, **dict.fromkeys(BLOCKERS, 0)}
+    gone = len(covered) - len(runs)
+    counts["blocked"] += gone
+    counts[Blocker.DELETED] += gone
+    for run in runs:
+        blockers = judge(run)
+        if blockers:
+            counts["blocked"] += 1
+            for word in blockers:
+                counts[word] += 1
+        else:
+            counts["erased"] += 1
+    return counts
+
+
 def _execute(*, actor, tenant: Tenant, request: ErasureRequest) -> dict:
     """Erase what ``request`` (approved) covers, in the caller's transaction: the runs are
     locked in the store's order (``locks.lock_runs``), each judged and purged or counted
@@ -150,23 +171,17 @@ def _execute(*, actor, tenant: Tenant, request: ErasureRequest) -> dict:
     ``erasure.execute`` event. Returns the counts."""
     covered = _covered_runs(tenant, request)
     runs = locks.lock_runs(tenant, covered)
-    counts = {"runs": len(covered), "erased": 0, "blocked": 0, **dict.fromkeys(BLOCKERS, 0)}
-    # A listed run whose records expired since the request (only its tombstone is left):
-    # already deleted.
-    gone = len(covered) - len(runs)
-    counts["blocked"] += gone
-    counts[Blocker.DELETED] += gone
     policy = {"erasure_request": str(request.uuid)}
-    for run in runs:
+
+    def purge(run: Run) -> list[str]:
         try:  # the core judges the run's blockers, once, under the lock taken above
             purge_run_payloads(actor=actor, tenant=tenant, run=run, now=run.db_now,
                                cause=DeletionCause.ERASURE, policy=policy, erasure=request)
         except NotDeletable as refused:
-            counts["blocked"] += 1
-            for word in refused.blockers:
-                counts[word] += 1
-            continue
-        counts["erased"] += 1
+            return refused.blockers
+        return []
+
+    counts = _tally(covered, runs, purge)
     ErasureRequest.objects.for_tenant(tenant).filter(pk=request.pk).update(
         state=ErasureState.EXECUTED, executed_at=db_now(), counts=counts)
     audit_record(tenant=tenant, actor=actor, action=AuditAction.ERASURE_EXECUTE,
@@ -174,6 +189,25 @@ def _execute(*, actor, tenant: Tenant, request: ErasureRequest) -> dict:
                  before={"state": ErasureState.APPROVED},
                  after={"state": ErasureState.EXECUTED, "counts": counts})
     return counts
+
+
+def erasure_preview(*, user, tenant: Tenant, request: ErasureRequest) -> dict | None:
+    """What approving ``request`` (an erasure request of ``tenant``) now would do, for the
+    approver to see before approving (the dashboard's queue, the API's ``preview``): the
+    counts ``_execute`` would write (``{"runs", "erased", "blocked", "legal_hold",
+    "not_ended", "effect_in_doubt", "already_deleted"}``, run counts), each run judged by
+    ``run_blockers``, the rule ``purge_run_payloads`` applies under the lock (holds:
+    ``selectors.hold_covers_q``), counted by ``_tally``. ``None`` once decided (the
+    request's ``counts`` then say what was done). Read without locks: a hold placed or
+    released before the approval changes the answer. Writes nothing; 1 + 2 queries per
+    covered run (at most ``LIFECYCLE_MAX_RUNS`` for a runs request). Raises what
+    ``permissions.require`` raises (any role of the tenant reads it)."""
+    require(user, tenant, roles.VIEW)
+    if request.state != ErasureState.REQUESTED:
+        return None
+    covered = _covered_runs(tenant, request)
+    runs = list(Run.objects.for_tenant(tenant).filter(uuid__in=covered))
+    return _tally(covered, runs, run_blockers)
 
 
 def _request_uuid(value) -> uuid.UUID:

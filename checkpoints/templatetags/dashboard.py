@@ -252,24 +252,53 @@ def query(params: dict, **changes) -> str:
     return "?" + urlencode(clean) if clean else "?"
 
 
+def _blocked_words(counts: dict) -> str:
+    """How many runs each blocker stopped: ``"1 under legal hold, 2 not ended"``."""
+    return ", ".join(f"{counts[k]} {label}" for k, label in (
+        ("legal_hold", "under legal hold"), ("not_ended", "not ended"),
+        ("effect_in_doubt", "with an effect in doubt"), ("already_deleted", "already deleted"))
+        if counts.get(k))
+
+
 def erasure_counts_words(counts: dict) -> str:
     """An executed erasure request's ``counts`` (``services.erasure``) in words, the one
     wording of the requests page, the Data page and the approval's notice:
     ``"2 runs erased; 1 not erased (1 under legal hold): a new request is needed once
     that changes"``; a request that matched no run (``runs`` 0: no run of the tenant
     was named or found for the subject) ``"it matched no run (0): nothing to erase"``,
-    not "0 runs erased", which read as if something had stopped it."""
+    not "0 runs erased", which read as if something had stopped it; one whose every run
+    was blocked ``"nothing erased: 1 run not erased (1 under legal hold): ..."``
+    (``ErasureOutcome.NOTHING_ERASED``, the recon newcomer's finding)."""
     if not counts.get("runs"):
         return "it matched no run (0): nothing to erase"
     erased = counts.get("erased", 0)
+    blocked = counts.get("blocked", 0)
+    if not erased and blocked:
+        return (ngettext("nothing erased: %d run not erased", "nothing erased: all %d runs "
+                         "not erased", blocked) % blocked
+                + f" ({_blocked_words(counts)}): a new request is needed once that changes")
     out = ngettext("%d run erased", "%d runs erased", erased) % erased
-    stopped = [f"{counts[k]} {label}" for k, label in (
-        ("legal_hold", "under legal hold"), ("not_ended", "not ended"),
-        ("effect_in_doubt", "with an effect in doubt"), ("already_deleted", "already deleted"))
-        if counts.get(k)]
-    if counts.get("blocked"):
-        out += f"; {counts['blocked']} not erased ({', '.join(stopped)}): a new request " \
+    if blocked:
+        out += f"; {blocked} not erased ({_blocked_words(counts)}): a new request " \
                "is needed once that changes"
+    return out
+
+
+def erasure_preview_words(preview: dict) -> str:
+    """A waiting request's preview (``services.erasure_preview``) in words, for the
+    approver before approving: ``"if approved now: 2 runs would be erased; 1 would not
+    (1 under legal hold)"``, ``"if approved now: nothing would be erased (1 run: 1 under
+    legal hold)"``, ``"if approved now: it matches no run: nothing to erase"``."""
+    if not preview.get("runs"):
+        return "if approved now: it matches no run: nothing to erase"
+    erased, blocked = preview.get("erased", 0), preview.get("blocked", 0)
+    if not erased:
+        runs = ngettext("%d run", "%d runs", blocked) % blocked
+        return f"if approved now: nothing would be erased ({runs}: {_blocked_words(preview)})"
+    out = "if approved now: " + ngettext("%d run would be erased", "%d runs would be erased",
+                                         erased) % erased
+    if blocked:
+        out += f"; {blocked} would not ({_blocked_words(preview)})"
     return out
 
 
@@ -277,10 +306,14 @@ def erasure_counts_words(counts: dict) -> str:
 def erasure_outcome(request) -> str:
     """An ``ErasureRequest``'s counts column: ``erasure_counts_words`` once executed;
     before, why there is no count, as the API's ``counts`` is null then: ``"not counted
-    yet: counted when approved"`` (waiting for a decision), ``"never counted: rejected,
-    nothing erased"``. Counts of the tenant's own runs only, never a subject value."""
+    yet: counted when approved"`` (waiting for a decision; with its ``preview`` set,
+    ``erasure_preview_words``: what approving it now would do), ``"never counted:
+    rejected, nothing erased"``. Counts of the tenant's own runs only, never a subject
+    value."""
     if request.state == ErasureState.EXECUTED and request.counts:
         return erasure_counts_words(request.counts)
     if request.state == ErasureState.REJECTED:
         return "never counted: rejected, nothing erased"
+    if request.preview is not None:  # what approving it now would do (the approver's view)
+        return erasure_preview_words(request.preview)
     return "not counted yet: counted when approved"

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import html
 import json
+import re
+import time
 import uuid
 
 import pytest
@@ -14,6 +16,7 @@ from django.urls import reverse
 
 from checkpoints import services
 from checkpoints.models import AuditEvent, Run
+from tests.helpers import envelope, put_checkpoint
 from tests.views.conftest import make_stuck_run
 from tests.views.test_access import _snapshot
 
@@ -135,3 +138,37 @@ def test_other_roles_and_tenants_are_refused(login, vic, omar, leased):
     assert login(omar).post(reverse("run_lease_revoke", args=["acme", uuid.uuid4()]),
                             _ok()).status_code == 404
     assert Run.objects.get(uuid=leased).fencing_token == 1
+
+
+def test_the_state_it_entered_in_this_request_is_never_in_the_future(login, rita, acme, wendy,
+                                                                      monkeypatch):
+    """The action's page read its run (and held the page clock) before the write stamped
+    ``state_changed_at``; the refreshed body then called it "in 0 s" (the recon
+    newcomer's finding). The page clock follows the latest database time the request
+    read (``dbclock.seed_page_now``). The pause makes the write surely later than the
+    first read, at the millisecond the page writes."""
+    revoke = services.lease_revoke
+
+    def later(**kwargs):
+        time.sleep(0.05)
+        return revoke(**kwargs)
+
+    monkeypatch.setattr(services, "lease_revoke", later)
+    # A live owner's checkpoint in flight: healthy until its lease ends, ambiguous after.
+    leased, cp_id = uuid.uuid4(), uuid.uuid4()
+    put_checkpoint(wendy, acme, envelope(cp_id, leased, 0, payload={"phase": "ready"}))
+    put_checkpoint(wendy, acme, envelope(cp_id, leased, 1, payload={"phase": "charging"}),
+                   expected=0)
+    services.lease_acquire(actor=wendy, tenant=acme, run_id=leased, owner="worker-1",
+                           ttl_s=3600)
+    before = Run.objects.get(uuid=leased).recovery_state
+    response = login(rita).post(_url(leased), _ok(), HTTP_HX_REQUEST="true",
+                                HTTP_HX_TRIGGER="f-lease-revoke")
+    assert response.status_code == 200
+    assert Run.objects.get(uuid=leased).recovery_state != before  # the state moved now
+    body = html.unescape(response.content.decode())
+    since = body[body.index('id="state-since"'):]
+    since = since[:since.index("</span>")]
+    stamp = re.search(r'datetime="([^"]+)" title="[^"]+" data-now="([^"]+)">([^<]+)<', since)
+    written, now, words = stamp.groups()
+    assert written <= now and words.endswith(" ago"), since

@@ -10,7 +10,7 @@ from rest_framework import serializers
 
 from ... import services
 from ...models import LIFECYCLE_MAX_RUNS
-from ...vocab import ErasureState, HoldScope
+from ...vocab import ErasureOutcome, ErasureState, HoldScope
 from .common import Answer, IsoDateTimeField
 
 
@@ -159,6 +159,16 @@ class ErasureRequestSerializer(Answer):
                                      help_text="once executed (runs 0: it matched no run); null "
                                                "before, and for a rejected request, "
                                                "which is never counted")
+    outcome = serializers.ChoiceField(
+        choices=ErasureOutcome.values, allow_null=True,
+        help_text="once executed, what it did: erased, partly_erased, nothing_erased "
+                  "(every covered run blocked, e.g. by a legal hold: the state is still "
+                  "executed) or matched_nothing; null before, and for a rejected request")
+    preview = ErasureCountsSerializer(
+        allow_null=True,
+        help_text="while requested: what approving it now would do, in counts' shape "
+                  "(erased: would be erased; blocked and each blocker: would not be), "
+                  "judged by the rule the execution applies; null once decided")
 
     def to_representation(self, instance):
         out = super().to_representation(instance)

@@ -103,6 +103,8 @@ class ErasureRequestListApi(TenantApi):
     def get(self, request, tenant):
         t = self.tenant(request, tenant, roles.VIEW)
         rows = selectors.erasure_request_list(user=request.user, tenant=t)
+        for row in rows:  # what approving it would do, as the dashboard's queue shows
+            row.preview = services.erasure_preview(user=request.user, tenant=t, request=row)
         return Response(s.ErasureRequestListSerializer.render({"results": rows}))
 
     @extend_schema(operation_id="erasure_request_create",
@@ -115,6 +117,7 @@ class ErasureRequestListApi(TenantApi):
         body = _body(request, ERASURE_FIELDS)
         row = services.erasure_request(actor=request.user, tenant=t, runs=body.get("runs"),
                                        subject=body.get("subject"), reason=body["reason"])
+        row.preview = services.erasure_preview(user=request.user, tenant=t, request=row)
         return Response(s.ErasureRequestSerializer.render(row), status=status.HTTP_201_CREATED)
 
 
@@ -125,6 +128,7 @@ class ErasureRequestApi(TenantApi):
     def get(self, request, tenant, request_id):
         t = self.tenant(request, tenant, roles.VIEW)
         row = selectors.erasure_request_get(user=request.user, tenant=t, request_id=request_id)
+        row.preview = services.erasure_preview(user=request.user, tenant=t, request=row)
         return Response(s.ErasureRequestSerializer.render(row))
 
 
