@@ -10,6 +10,7 @@ from rest_framework import serializers
 
 from ... import services
 from ...models import LIFECYCLE_MAX_RUNS
+from ...selectors.lifecycle_requests import HOLD_RUNS_SHOWN
 from ...vocab import ErasureState, HoldScope
 from .common import Answer, IsoDateTimeField
 
@@ -109,8 +110,9 @@ class LegalHoldSerializer(HeldBySerializer):
                                    "(every run)")
     runs_now = serializers.ListField(
         child=serializers.UUIDField(), allow_null=True,
-        help_text="the ids of the runs it holds now, lowest first, at most 50 (runs_held "
-                  "says how many there are): scope runs, the runs named; scope subject, "
+        help_text=f"the ids of the runs it holds now, lowest first, at most "
+                  f"{HOLD_RUNS_SHOWN} (runs_held says how many there are): scope runs, "
+                  "the runs named; scope subject, "
                   "the tenant's runs the subject index finds for it (the coverage rule "
                   "of docs/security/retention.md); empty once released; scope tenant, "
                   "null (every run)")
