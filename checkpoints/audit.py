@@ -41,6 +41,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from . import auditshape, dbclock, locks, sql
+from .exceptions import InvalidPayload
 from .jsonparse import dumps
 from .models import AuditChainHead, AuditEvent, AuditHashScheme, AuditTenant, Tenant
 
@@ -187,6 +188,33 @@ def seal_legacy_chains(head_model) -> int:
 # --------------------------------------------------------------------------------------
 
 _INCIDENT: ContextVar[str] = ContextVar("audit_incident_ref", default="")
+#: The longest incident reference (``INC-2041``): the column's length
+#: (``AuditEvent.incident_ref``), read from the model.
+INCIDENT_REF_MAX = AuditEvent._meta.get_field("incident_ref").max_length
+
+
+def incident_ref_problem(text: str) -> str | None:
+    """What is wrong with ``text`` (already stripped) as an incident reference, in words,
+    or ``None``: the rule, its one home (issue 21, item 10): at most
+    ``INCIDENT_REF_MAX`` characters of printable text (``str.isprintable``: no control
+    character, no line break); "" is no incident. No query."""
+    if len(text) > INCIDENT_REF_MAX:
+        return f"at most {INCIDENT_REF_MAX} characters"
+    if not text.isprintable():
+        return "no control characters"
+    return None
+
+
+def incident_ref_checked(value: str | None, *, name: str) -> str:
+    """``value`` stripped of surrounding white space as an incident reference ("" or
+    ``None``: none), checked by ``incident_ref_problem``. Returns it ("" for none).
+    Raises ``InvalidPayload`` naming ``name`` (the API's ``Incident-Ref`` header; the
+    dashboard's ``IncidentForm`` asks ``incident_ref_problem`` itself)."""
+    text = (value or "").strip()
+    problem = incident_ref_problem(text)
+    if problem:
+        raise InvalidPayload(f"{name}: {problem}")
+    return text
 
 
 def incident_now() -> str:

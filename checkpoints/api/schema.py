@@ -15,6 +15,7 @@ from drf_spectacular.views import SpectacularAPIView
 from rest_framework import serializers
 from rest_framework.renderers import JSONRenderer
 
+from .. import audit
 from . import params
 
 
@@ -53,6 +54,17 @@ RETRY_AFTER = OpenApiParameter("Retry-After", OpenApiTypes.INT, OpenApiParameter
                                description="seconds to wait before retrying")
 
 
+#: The optional header of every write (``views.common.TenantApi.initial``): the incident
+#: the caller works on, stored on each audit event the request causes.
+INCIDENT_REF = OpenApiParameter(
+    "Incident-Ref", OpenApiTypes.STR, OpenApiParameter.HEADER, required=False,
+    description="the incident you are working on (e.g. INC-2041): every audit event this "
+                "request causes carries it as incident_ref, as a reviewer's dashboard "
+                f"incident does. Optional; at most {audit.INCIDENT_REF_MAX} printable "
+                "characters (400 naming "
+                "Incident-Ref otherwise, nothing written). Ignored on GET.")
+
+
 class ApiSchema(AutoSchema):
     """Request bodies are ``application/json`` and nothing else (``views.read_object``
     answers 415 for any other type). The views' parser reads nothing (it accepts ``*/*``
@@ -63,7 +75,8 @@ class ApiSchema(AutoSchema):
         return ["application/json"]
 
     def get_override_parameters(self):
-        return [*super().get_override_parameters(), RETRY_AFTER]
+        writes = [INCIDENT_REF] if self.method not in ("GET", "HEAD", "OPTIONS") else []
+        return [*super().get_override_parameters(), RETRY_AFTER, *writes]
 
 
 

@@ -17,6 +17,7 @@ from django import forms
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest, QueryDict
 
+from .. import audit
 from ..exceptions import InvalidPayload
 from ..intranges import SCHEMA_VERSION
 from ..models import BULK_MAX_RUNS, MAX_REVISION, RecoveryState, Run
@@ -274,8 +275,9 @@ def back_target(back: str, inbox_path: str) -> tuple[str, str] | None:
 
 
 #: An incident reference a reviewer types (``INC-2041``): kept in their session while
-#: they work and stored on each audit event they cause (issue 21, item 10).
-INCIDENT_REF_MAX = 64
+#: they work and stored on each audit event they cause (issue 21, item 10); its rule
+#: and length live in ``audit.incident_ref_checked`` (the API's ``Incident-Ref`` too).
+INCIDENT_REF_MAX = audit.INCIDENT_REF_MAX
 
 
 class IncidentForm(forms.Form):
@@ -286,8 +288,9 @@ class IncidentForm(forms.Form):
 
     def clean_incident_ref(self) -> str:
         value = self.cleaned_data.get("incident_ref") or ""
-        if not value.isprintable():
-            raise ValidationError("no control characters")
+        problem = audit.incident_ref_problem(value)
+        if problem:
+            raise ValidationError(problem)
         return value
 
 

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import difflib
 import json
-from urllib.parse import parse_qs, urlsplit
+import uuid
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 from django.conf import settings
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.cache import never_cache
@@ -326,7 +327,50 @@ def run_detail(request: HttpRequest, tenant: Tenant, run_id: str) -> HttpRespons
     anything else is a 400 naming it)."""
     form = RunPageForm.from_request(request)
     back_target(form.cleaned_data["back"], reverse("run_list", args=[tenant.slug]))
+    try:
+        uuid.UUID(run_id)
+    except ValueError:
+        return _run_by_prefix(request, tenant, run_id)
     return render(request, "checkpoints/run.html", _run_context(request, tenant, run_id))
+
+
+def _run_by_prefix(request: HttpRequest, tenant: Tenant, prefix: str) -> HttpResponse:
+    """The run page's URL with a short id (``/t/<slug>/runs/b2418a1d/``, as the inbox
+    shows ids): one run of ``tenant`` starts with it, 302 to its full URL (the query
+    string kept; nothing written); several, 200 with a page listing them (at most
+    ``selectors.RUN_PREFIX_SHOWN``, then a link to the search); none, or fewer than
+    ``selectors.RUN_PREFIX_MIN`` hex digits, 404 in words with a link to the inbox's search
+    for it. Not a UUID prefix at all: the usual 404 (``NotFound``). Another tenant's runs
+    are never looked at (``selectors.run_prefix_matches``)."""
+    digits = selectors.run_prefix_digits(prefix)
+    if digits is None:
+        return render(request, "checkpoints/error.html",
+                      {"status": 404, "message": f"No run has the id “{prefix}”: a run id is "
+                                                 "hex digits (a UUID, or its first "
+                                                 f"{selectors.RUN_PREFIX_MIN} or more)."},
+                      status=404)
+    search = (reverse("run_list", args=[tenant.slug]) + "?"
+              + urlencode({"state": "all", "q": prefix}))
+    if digits < selectors.RUN_PREFIX_MIN:
+        message = (f"“{prefix}” is too short to name a run: a short run id needs at least "
+                   f"{selectors.RUN_PREFIX_MIN} hex digits (the inbox shows that many).")
+        return render(request, "checkpoints/error.html",
+                      {"status": 404, "message": message, "link": (search, "Search for it")},
+                      status=404)
+    runs = selectors.run_prefix_matches(user=request.user, tenant=tenant, prefix=prefix)
+    if not runs:
+        message = f"No run of {tenant.name} has an id starting with “{prefix}”."
+        return render(request, "checkpoints/error.html",
+                      {"status": 404, "message": message, "link": (search, "Search for it")},
+                      status=404)
+    if len(runs) == 1:
+        target = reverse("run_detail", args=[tenant.slug, str(runs[0].uuid)])
+        query = request.META.get("QUERY_STRING", "")
+        return HttpResponseRedirect(f"{target}?{query}" if query else target)
+    context = _base_context(request, tenant, "inbox") | {
+        "prefix": prefix, "runs": runs[:selectors.RUN_PREFIX_SHOWN],
+        "more": len(runs) > selectors.RUN_PREFIX_SHOWN, "search": search}
+    return render(request, "checkpoints/run_prefix.html", context)
 
 
 def _history_before(request: HttpRequest) -> int | None:

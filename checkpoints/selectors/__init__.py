@@ -132,6 +132,8 @@ from .objects import (
 from .runs import (
     CONFLICT_PAGE,
     HISTORY_PAGE,
+    RUN_PREFIX_MIN,
+    RUN_PREFIX_SHOWN,
     HistoryPage,
     OwnerStatus,
     RunDetail,
@@ -149,6 +151,8 @@ from .runs import (
     run_detail,
     run_get,
     run_owner_status,
+    run_prefix_digits,
+    run_prefix_matches,
     run_summary,
     run_thread_id,
 )

@@ -28,8 +28,12 @@ LEASE_LIVE = ExpressionWrapper(Q(lease_expires_at__gt=NOW) & ~Q(lease_owner=""),
 
 
 def _uuid_or_404(value, what: str) -> uuid.UUID:
-    """``value`` as a UUID; a malformed id is answered like a missing object."""
+    """``value`` as a UUID; a malformed id is answered like a missing object (404), in
+    words saying that ids here are whole UUIDs: the API takes no short id (the 8 hex
+    digits the dashboard shows resolve in its run page URLs only,
+    ``dashboard.run._run_by_prefix``; docs/search.md)."""
     try:
         return uuid.UUID(str(value))
     except ValueError:
-        raise NotFound(f"no such {what}") from None
+        raise NotFound(f"no such {what}: a {what} id is a whole UUID (36 characters); "
+                       "short ids are for the dashboard's run page URLs only") from None

@@ -7,9 +7,11 @@ the API shows)."""
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 
-from django.db.models import Exists, OuterRef, Q
+from django.db.models import Exists, F, OuterRef, Q, Window
+from django.db.models.functions import RowNumber
 
 from .. import roles
 from ..models import DataPolicy, HeldRun, LegalHold, Run, RunSubject, Tenant, Tombstone
@@ -121,6 +123,46 @@ def held_runs_q(tenant: Tenant | int) -> Q | None:
                                  subject_digest=OuterRef("digest"))
     indexed = _indexed(tenant).filter(Exists(subject_holds))
     return Q(uuid__in=named.values("run_uuid")) | Q(pk__in=indexed.values("run_id"))
+
+
+def holds_runs_now(tenant: Tenant | int, holds: list[LegalHold],
+                   limit: int) -> dict[int, list[uuid.UUID]]:
+    """hold pk -> the ids of the runs each of ``holds`` (holds of ``tenant``) covers now,
+    by the rule above, lowest id first, at most ``limit`` per hold: a runs hold the runs
+    its ``HeldRun`` rows name (``_named``), a subject hold the runs the subject index
+    finds for its field and digest (``_indexed``). A released hold covers none (``[]``);
+    a tenant hold is every run of the tenant, now and later, and is not listed (absent).
+    At most two queries whatever the number of holds (one per scope present), each list
+    bounded in the database (``ROW_NUMBER()`` over the hold, or over the subject)."""
+    active = [h for h in holds if h.released_at is None]
+    out: dict[int, list[uuid.UUID]] = {h.pk: [] for h in holds
+                                       if h.scope != HoldScope.TENANT}
+    named = [h.pk for h in active if h.scope == HoldScope.RUNS]
+    if named:
+        rows = (_named(tenant, hold__in=named)
+                .annotate(n=Window(RowNumber(), partition_by=[F("hold_id")],
+                                   order_by=F("run_uuid").asc()))
+                .filter(n__lte=limit).order_by("hold_id", "run_uuid")
+                .values_list("hold_id", "run_uuid"))
+        for hold_id, run_uuid in rows:
+            out[hold_id].append(run_uuid)
+    subjects: dict[tuple[str, str], list[int]] = {}
+    for h in active:
+        if h.scope == HoldScope.SUBJECT:
+            subjects.setdefault((h.subject_field, h.subject_digest), []).append(h.pk)
+    if subjects:
+        which = Q()
+        for field, digest in subjects:
+            which |= Q(field=field, digest=digest)
+        rows = (_indexed(tenant).filter(which)
+                .annotate(n=Window(RowNumber(), partition_by=[F("field"), F("digest")],
+                                   order_by=F("run__uuid").asc()))
+                .filter(n__lte=limit).order_by("field", "digest", "run__uuid")
+                .values_list("field", "digest", "run__uuid"))
+        for field, digest, run_uuid in rows:
+            for hold_id in subjects[(field, digest)]:
+                out[hold_id].append(run_uuid)
+    return out
 
 
 def covering_holds(run: Run):

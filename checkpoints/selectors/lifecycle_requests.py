@@ -15,9 +15,23 @@ from ..models import ErasureRequest, LegalHold, RunSubject, Tenant
 from ..permissions import require
 from ..vocab import ErasureState, HoldScope
 from .common import _uuid_or_404
+from .lifecycle import holds_runs_now
 
 #: The most holds or requests one list returns (the newest; active or waiting ones first).
 LIFECYCLE_LIST_MAX = 200
+#: The most runs a hold's answer names (``LegalHold.runs_now``; ``runs_held`` counts them).
+HOLD_RUNS_SHOWN = 50
+
+
+def _with_runs_now(tenant: Tenant, holds: list[LegalHold]) -> list[LegalHold]:
+    """``holds`` (in place and returned), each given ``runs_now``: the ids of the first
+    ``HOLD_RUNS_SHOWN`` runs it covers now (``lifecycle.holds_runs_now``, the coverage
+    rule's home), or ``None`` for a tenant hold (every run). At most two queries for the
+    whole list, never one per hold."""
+    listed = holds_runs_now(tenant, holds, HOLD_RUNS_SHOWN)
+    for hold in holds:
+        hold.runs_now = listed.get(hold.pk)
+    return holds
 
 
 def _holds(tenant: Tenant) -> QuerySet:
@@ -39,26 +53,27 @@ def legal_hold_list(*, user, tenant: Tenant, limit: int = LIFECYCLE_LIST_MAX,
                     active_only: bool = False) -> list[LegalHold]:
     """The tenant's legal holds, active ones first, then newest first; at most ``limit``
     (``LIFECYCLE_LIST_MAX``); ``active_only``: those not released (the Data page). One
-    query, each subject hold counting the runs it holds (``_holds``)."""
+    query, each subject hold counting the runs it holds (``_holds``), then at most two
+    naming them (``runs_now``, ``_with_runs_now``)."""
     require(user, tenant, roles.VIEW)
     rows = _holds(tenant)
     if active_only:
         rows = rows.filter(released_at__isnull=True)
-    return list(rows
-                .order_by(F("released_at").asc(nulls_first=True), "-placed_at", "-id")
-                [:min(limit, LIFECYCLE_LIST_MAX)])
+    return _with_runs_now(tenant, list(
+        rows.order_by(F("released_at").asc(nulls_first=True), "-placed_at", "-id")
+        [:min(limit, LIFECYCLE_LIST_MAX)]))
 
 
 def legal_hold_get(*, user, tenant: Tenant, hold_id) -> LegalHold:
     """One legal hold of the tenant by its UUID; a malformed, unknown or other tenant's
     id is ``NotFound``. One query, a subject hold counting the runs it holds
-    (``_holds``)."""
+    (``_holds``), and one naming them (``runs_now``, ``_with_runs_now``)."""
     require(user, tenant, roles.VIEW)
     hid = _uuid_or_404(hold_id, "legal hold")
     hold = _holds(tenant).filter(uuid=hid).first()
     if hold is None:
         raise NotFound("no such legal hold")
-    return hold
+    return _with_runs_now(tenant, [hold])[0]
 
 
 def erasure_request_list(*, user, tenant: Tenant, limit: int = LIFECYCLE_LIST_MAX,

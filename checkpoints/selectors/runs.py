@@ -38,11 +38,17 @@ from ..models import (
 )
 from ..permissions import require
 from .common import LEASE_LIVE, _uuid_or_404
+from .search import uuid_prefix_range
 
 #: Revisions per page of a checkpoint's or an effect's history (run page, history pages).
 HISTORY_PAGE = 50
 #: Conflicts the run page lists (the newest; the open ones are counted).
 CONFLICT_PAGE = 50
+#: The fewest hex digits of a run id that a run page URL resolves as a prefix: the
+#: inbox, the audit log and the Data page show run ids as their first 8 (``shortid``).
+RUN_PREFIX_MIN = 8
+#: The most runs the page of an ambiguous prefix lists (``run_prefix_matches``).
+RUN_PREFIX_SHOWN = 20
 
 
 def run_get(*, user, tenant: Tenant, run_id: uuid.UUID | str) -> Run:
@@ -58,6 +64,33 @@ def run_get(*, user, tenant: Tenant, run_id: uuid.UUID | str) -> Run:
         raise NotFound("no such run")
     seed_page_now(run.db_now)  # the page's relative times, with no query of their own
     return run
+
+
+def run_prefix_digits(text: str) -> int | None:
+    """How many hex digits ``text`` holds when it can start a run id
+    (``search.uuid_prefix_range``: hex digits, dashes only where a UUID has them), else
+    ``None`` (not a prefix of any UUID). No query."""
+    if uuid_prefix_range(text) is None:
+        return None
+    return len(text.replace("-", ""))
+
+
+def run_prefix_matches(*, user, tenant: Tenant, prefix: str,
+                       limit: int = RUN_PREFIX_SHOWN) -> list[Run]:
+    """The runs of ``tenant`` whose id starts with ``prefix`` (at least
+    ``RUN_PREFIX_MIN`` hex digits), lowest id first, at most ``limit + 1`` of them (one
+    more than a page shows, to say there are more). Only ``tenant``'s runs: another
+    tenant's run is never found, whoever asks. One query, a range of the ``(tenant,
+    uuid)`` unique index (as the search's id prefix branch). Raises ``NotFound`` for a
+    ``prefix`` that is no UUID prefix or is shorter than ``RUN_PREFIX_MIN`` digits, and
+    what ``permissions.require`` raises. The run page's short URLs
+    (``dashboard.run.run_detail``); the API takes full ids only."""
+    require(user, tenant, roles.VIEW)
+    digits = run_prefix_digits(prefix)
+    if digits is None or digits < RUN_PREFIX_MIN:
+        raise NotFound("no such run")
+    return list(Run.objects.for_tenant(tenant).filter(uuid__range=uuid_prefix_range(prefix))
+                .order_by("uuid").select_related("latest_checkpoint")[:limit + 1])
 
 
 @dataclass

@@ -70,6 +70,7 @@ OTHER_HEADERS = {
     "Content-Length": "the body's size, checked against RECOVERY_MAX_BODY_BYTES "
                       "(tests/test_input_limits.py); a bad one is 400 naming it",
     "Authorization": "a bearer token",
+    "Incident-Ref": "printable text, the incident rule (tests/views/test_incident_ref_header.py)",
 }
 
 BASE_VALUES = [-1, 0, 2**31 - 1, 2**31, 2**32 - 1, 2**32, 2**53 + 1, 2**63 - 1, 2**63, 2**64]

@@ -10,6 +10,7 @@ from rest_framework import serializers
 
 from ... import services
 from ...models import LIFECYCLE_MAX_RUNS
+from ...selectors.lifecycle_requests import HOLD_RUNS_SHOWN
 from ...vocab import ErasureOutcome, ErasureState, HoldScope
 from .common import Answer, IsoDateTimeField
 
@@ -107,6 +108,14 @@ class LegalHoldSerializer(HeldBySerializer):
                                    "scope subject, the tenant's runs the subject index "
                                    "finds for it now (more may come); scope tenant, null "
                                    "(every run)")
+    runs_now = serializers.ListField(
+        child=serializers.UUIDField(), allow_null=True,
+        help_text=f"the ids of the runs it holds now, lowest first, at most "
+                  f"{HOLD_RUNS_SHOWN} (runs_held says how many there are): scope runs, "
+                  "the runs named; scope subject, "
+                  "the tenant's runs the subject index finds for it (the coverage rule "
+                  "of docs/security/retention.md); empty once released; scope tenant, "
+                  "null (every run)")
     active = serializers.BooleanField()
     released_by = serializers.CharField(source="released_by_name", allow_null=True)
     released_at = IsoDateTimeField(allow_null=True)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from contextlib import ExitStack
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
@@ -20,10 +21,11 @@ from drf_spectacular.utils import (
 )
 from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.parsers import BaseParser
+from rest_framework.permissions import SAFE_METHODS
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
-from ... import intranges
+from ... import audit, intranges
 from ...exceptions import (
     InvalidPayload,
     LengthRequired,
@@ -288,6 +290,11 @@ class _NoFormatOverride(DefaultContentNegotiation):
         URL_FORMAT_OVERRIDE = None
 
 
+#: The request header naming the incident an API client works on (``INC-2041``); the
+#: schema documents it on every write (``schema.INCIDENT_REF``).
+INCIDENT_REF_HEADER = "Incident-Ref"
+
+
 class TenantApi(APIView):
     """Base of every endpoint: raw bodies only (no DRF parsing), tenant resolved first,
     then the query parameters checked, every answer ``Cache-Control: no-store``.
@@ -314,9 +321,25 @@ class TenantApi(APIView):
     #: ``access_tenant`` then uses instead of reading them again.
     reads_tenant_with_token = True
 
+    def dispatch(self, request, *args, **kwargs):
+        # ``initial`` enters the request's incident (``Incident-Ref``) here, so that it
+        # covers the handler and ends with the request.
+        with ExitStack() as self._incident:
+            return super().dispatch(request, *args, **kwargs)
+
     def initial(self, request: Request, *args, **kwargs) -> None:
+        """Authentication (401 before 404), the URL's tenant through the caller's grants
+        (404), then on a write (any method but GET, HEAD, OPTIONS) the optional
+        ``Incident-Ref`` header: every audit event the request causes carries it
+        (``audit.working_on``), checked by the dashboard's rule
+        (``audit.incident_ref_checked``: 400 naming the header, before anything is
+        written). A GET writes nothing and ignores it."""
         super().initial(request, *args, **kwargs)  # authentication first: 401 before 404
         self.scope_tenant = access_tenant(request.user, kwargs["tenant"])
+        if request.method not in SAFE_METHODS:
+            ref = audit.incident_ref_checked(request.META.get("HTTP_INCIDENT_REF"),
+                                             name=INCIDENT_REF_HEADER)
+            self._incident.enter_context(audit.working_on(ref))
 
     def tenant(self, request: Request, slug: str, right: str) -> Tenant:
         """The tenant ``initial`` resolved, or 403 (role lacks ``right``); then the query
