@@ -292,9 +292,14 @@ def require_owner_gone(run: Run, facts: policy.RunFacts, doing: str) -> None:
         return
     gone_at = facts.owner_gone_at
     owner = run.lease_owner or "(no lease; it wrote recently)"
+    # A lease a reviewer can end: say how (the stop-38 newcomer's 409 gave no way out).
+    way_out = ("; if you know it is gone, end its lease (POST …/runs/{id}/lease/revoke, "
+               "or End the lease on the run page)"
+               if run.lease_owner and facts.lease_live else "")
     raise OwnerLive(
         f"run: its owner {owner} is live until "
-        f"{gone_at.isoformat() if gone_at else 'now'}; {doing} only after it is gone",
+        f"{gone_at.isoformat() if gone_at else 'now'}; {doing} only after it is gone"
+        f"{way_out}",
         gone_at.isoformat() if gone_at else None)
 
 

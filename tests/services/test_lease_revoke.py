@@ -176,3 +176,21 @@ def test_another_tenants_run_is_not_found(acme, globex, wendy, omar):
 def test_an_unknown_run_is_not_found(acme, rita):
     with pytest.raises(NotFound):
         revoke(rita, acme, envelope())
+
+
+def test_owner_live_says_how_to_end_a_lease_and_only_for_a_lease(acme, wendy, rita):
+    # The stop-38 newcomer: the API's 409 owner_live gave no way out.
+    body, _, _ = _leased_in_flight(wendy, acme)
+    with pytest.raises(OwnerLive) as exc:
+        services.run_reconcile(actor=rita, tenant=acme, run_id=uuid.UUID(body["run_id"]),
+                               reason="look it up")
+    assert "if you know it is gone, end its lease (POST" in str(exc.value.detail)
+    # A run that only wrote recently holds no lease to end: no such words.
+    run_id = uuid.uuid4()
+    put_checkpoint(wendy, acme, envelope(uuid.uuid4(), run_id, 0,
+                                         payload={"phase": "charging", "order_id": "B-1"}))
+    walk_effect(wendy, acme, effect_body(uuid.uuid4(), run_id, operation_key="charge:B-1"),
+                "submitted")
+    with pytest.raises(OwnerLive) as exc:
+        services.run_reconcile(actor=rita, tenant=acme, run_id=run_id, reason="look it up")
+    assert "end its lease" not in str(exc.value.detail)

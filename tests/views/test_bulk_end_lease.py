@@ -95,3 +95,18 @@ def test_the_bulk_bar_refuses_end_lease_without_an_owner(acme, wendy, rita):
     assert r.status_code == 400
     assert "lease_owner" in r.content.decode()
     assert not BulkAction.objects.exists()
+
+
+def test_the_result_page_says_what_the_filters_searched_for(acme, wendy, rita):
+    # The stop-38 newcomer: "every run matching any state, the leases of worker-7 only"
+    # read as if every run had been acted on; the search that chose them was not shown.
+    leased_run(wendy, acme, "worker-7")
+    api = bearer_client(rita)
+    r = api.post(URL, {"action": "end_lease", "lease_owner": "worker-7",
+                       "reason": "node 3 terminated", "filters": {"q": "worker-7"}},
+                 format="json", HTTP_IDEMPOTENCY_KEY=str(uuid.uuid4()))
+    assert r.status_code == 201, r.content
+    client = Client()
+    client.force_login(rita)
+    page = client.get(f"/t/acme/bulk/{r.json()['id']}/").content.decode()
+    assert 'searched for “<span class="mono">worker-7</span>”' in page

@@ -79,3 +79,27 @@ def test_the_schema_documents_the_header_on_writes_only(api_as, vic):
                 writes += 1
                 assert "Incident-Ref" in names, (method, path)
     assert writes > 20 and reads > 20
+
+
+def _as_wsgi(text: str) -> str:
+    """A header's value as a WSGI server gives it: its UTF-8 bytes read as ISO-8859-1."""
+    return text.encode().decode("latin-1")
+
+
+def test_a_utf8_incident_ref_is_kept_as_sent_and_found(api_as, rita, stuck):
+    # The stop-38 newcomer: INC-2041-é was stored as INC-2041-Ã© (a second spelling of
+    # the incident the dashboard's box stores as typed), and q=INC-2041-é found nothing.
+    client = api_as(rita)
+    r = _post(client, f"effects/{stuck.effect_id}/mark-unknown", _as_wsgi("INC-2041-é"))
+    assert r.status_code == 200, r.content
+    assert AuditEvent.objects.get(action="effect.mark_unknown").incident_ref == "INC-2041-é"
+    found = client.get(url("acme", "audit-events"), {"q": "INC-2041-é"}).json()["results"]
+    assert [e["action"] for e in found] == ["effect.mark_unknown"]
+
+
+def test_an_incident_ref_whose_bytes_are_not_utf8_is_a_400(api_as, rita, stuck):
+    before = snapshot()
+    r = _post(api_as(rita), f"effects/{stuck.effect_id}/mark-unknown", "INC-\xe9")
+    assert r.status_code == 400, r.content
+    assert r.json() == {"error": "invalid_payload", "detail": "Incident-Ref: not UTF-8"}
+    assert snapshot() == before

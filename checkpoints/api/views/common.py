@@ -295,6 +295,21 @@ class _NoFormatOverride(DefaultContentNegotiation):
 INCIDENT_REF_HEADER = "Incident-Ref"
 
 
+def _utf8_header(request: Request, key: str) -> str | None:
+    """The request header ``key`` (a ``META`` name) as the client sent it in UTF-8: WSGI
+    gives each header's bytes decoded as ISO-8859-1 (PEP 3333), so ``INC-2041-é`` came
+    out ``INC-2041-Ã©`` and one incident had two spellings (the stop-38 newcomer).
+    Raises ``InvalidPayload`` naming the header when its bytes are not UTF-8."""
+    value = request.META.get(key)
+    if value is None:
+        return None
+    try:
+        return value.encode("latin-1").decode("utf-8")
+    except UnicodeError:
+        name = key.removeprefix("HTTP_").replace("_", "-").title()
+        raise InvalidPayload(f"{name}: not UTF-8") from None
+
+
 class TenantApi(APIView):
     """Base of every endpoint: raw bodies only (no DRF parsing), tenant resolved first,
     then the query parameters checked, every answer ``Cache-Control: no-store``.
@@ -337,7 +352,7 @@ class TenantApi(APIView):
         super().initial(request, *args, **kwargs)  # authentication first: 401 before 404
         self.scope_tenant = access_tenant(request.user, kwargs["tenant"])
         if request.method not in SAFE_METHODS:
-            ref = audit.incident_ref_checked(request.META.get("HTTP_INCIDENT_REF"),
+            ref = audit.incident_ref_checked(_utf8_header(request, "HTTP_INCIDENT_REF"),
                                              name=INCIDENT_REF_HEADER)
             self._incident.enter_context(audit.working_on(ref))
 
