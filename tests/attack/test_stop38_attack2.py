@@ -1,0 +1,248 @@
+"""Stop 38's second attack, on 466f4af..6c0dd69: short run ids in run page URLs
+(``selectors.run_prefix_matches``, ``dashboard.run._run_by_prefix``), the API's
+``Incident-Ref`` header (``TenantApi.initial``, ``audit.incident_ref_checked``) and a
+stored bulk job's ``incident_ref``, holds naming their runs (``runs_now``), the erasure
+preview and outcome, the lease owner's length read from ``Run.lease_owner`` everywhere.
+
+A finding is ``xfail(strict=True)`` with its reason (it fails today, passes once fixed);
+a probe that held is ``test_PASS_…``."""
+
+from __future__ import annotations
+
+import importlib
+import uuid
+
+import pytest
+from django.test import Client
+
+from checkpoints import selectors, services
+from checkpoints.exceptions import NotFound
+from checkpoints.jobs import bulk as bulk_job
+from checkpoints.models import AuditEvent, BulkAction, BulkActionItem, Run
+from checkpoints.vocab import AuditAction
+from tests.api.apihelpers import get, url
+from tests.conftest import bearer_client
+from tests.helpers import envelope, put_checkpoint
+from tests.lifecycle.test_erasure_holds import SECRET_CUSTOMER, completed_run, declare
+from tests.services.test_bulk_end_lease import leased_run
+
+pytestmark = pytest.mark.django_db
+
+BULK = "/api/v1/tenants/acme/bulk-actions"
+
+
+def _state():
+    return (AuditEvent.objects.count(), BulkAction.objects.count(),
+            BulkActionItem.objects.count(),
+            sorted(Run.objects.values_list("uuid", "fencing_token", "lease_expires_at")))
+
+
+def _end_leases(user, runs, **headers):
+    return bearer_client(user).post(
+        BULK, {"action": "end_lease", "reason": "node 3 terminated", "lease_owner": "worker-7",
+               "runs": [str(r) for r in runs]},
+        format="json", HTTP_IDEMPOTENCY_KEY=str(uuid.uuid4()), **headers)
+
+
+def _login(user) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+# ---- kind: outside data as strict as bodies (the Incident-Ref header) ------------------
+
+#: What Django's WSGI handler gives a view for the header bytes ``INC-é`` sent as UTF-8
+#: (PEP 3333: header values are decoded as ISO-8859-1), exactly as a real server does.
+UTF8_AS_WSGI = "INC-é".encode().decode("latin-1")  # "INC-Ã©"
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "FINDING: an API write with 'Incident-Ref: INC-é' (UTF-8 bytes, as curl sends them) "
+    "reaches audit.incident_ref_checked as WSGI's latin-1 text 'INC-Ã©', which passes "
+    "str.isprintable: the write is 201 and every event carries incident_ref 'INC-Ã©', so "
+    "the dashboard's incident 'INC-é' (a UTF-8 form) and ?q=INC-é never find them, where a "
+    "body's bytes are strictly UTF-8; should be a 400 naming Incident-Ref for a non-ASCII "
+    "header (or the bytes read as UTF-8), nothing written"))
+def test_a_utf8_incident_ref_header_is_not_stored_as_mojibake(acme, wendy, rita):
+    run, _ = leased_run(wendy, acme, "worker-7")
+    before = _state()
+    r = _end_leases(rita, [run], HTTP_INCIDENT_REF=UTF8_AS_WSGI)
+    if r.status_code == 400:  # refused: naming the header, nothing written
+        assert "Incident-Ref" in r.json()["detail"], r.content
+        assert _state() == before
+        return
+    assert r.status_code == 201, r.content
+    refs = set(AuditEvent.objects.filter(actor=rita).values_list("incident_ref", flat=True))
+    assert refs == {"INC-é"}, refs
+
+
+def test_PASS_a_bad_incident_ref_on_a_bulk_write_is_a_400_with_nothing_written(
+        acme, wendy, rita):
+    run, _ = leased_run(wendy, acme, "worker-7")
+    before = _state()
+    for ref in ("INC\u00852041", "I" * 65, "INC-\u202e1"):
+        r = _end_leases(rita, [run], HTTP_INCIDENT_REF=ref)
+        assert r.status_code == 400 and r.json()["detail"].startswith("Incident-Ref:"), \
+            (ref, r.content)
+    assert _state() == before
+
+
+# ---- kind: a column's length copied (a generated table of the lease owner's fields) ----
+
+@pytest.fixture
+def forms_rebuilt(monkeypatch):
+    """``rebuild(column, n)``: ``Run.<column>`` as if a migration made it ``n`` long, the
+    dashboard's forms module built again under it (and again as it was afterwards)."""
+    from checkpoints.api.serializers import runs as run_shapes
+    from checkpoints.dashboard import forms as dashboard_forms
+
+    def rebuild(column: str, n: int):
+        monkeypatch.setattr(Run._meta.get_field(column), "max_length", n)
+        importlib.reload(run_shapes)
+        return importlib.reload(dashboard_forms)
+
+    yield rebuild
+    monkeypatch.undo()
+    importlib.reload(dashboard_forms)
+    importlib.reload(run_shapes)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "FINDING: the run page's End the lease form (dashboard.forms.LeaseRevokeForm.owner) "
+    "keeps a copied max_length=256, which b1396de's 'the lease owner's length read from "
+    "Run.lease_owner everywhere' missed: widen Run.lease_owner and the API's revoke body, "
+    "owner_check and the bulk bar take an owner the run page's form refuses (a 400 naming "
+    "owner: that lease cannot be ended from its page); should read "
+    "Run._meta.get_field('lease_owner').max_length"))
+def test_a_widened_lease_owner_column_widens_the_run_pages_revoke_form(acme, forms_rebuilt):
+    new = Run._meta.get_field("lease_owner").max_length + 44
+    rebuilt = forms_rebuilt("lease_owner", new)
+    from checkpoints.api.serializers import runs as run_shapes  # rebuilt too
+    table = {
+        "LeaseRevokeForm.owner": rebuilt.LeaseRevokeForm.base_fields["owner"].max_length,
+        "BulkForm.lease_owner": rebuilt.BulkForm.base_fields["lease_owner"].max_length,
+        "LeaseRevokeInputSerializer.owner":
+            run_shapes.LeaseRevokeInputSerializer().fields["owner"].max_length,
+    }
+    assert table == dict.fromkeys(table, new), table
+
+
+def test_PASS_the_generated_table_of_lease_owner_lengths_holds_today(acme):
+    """Today every lease owner field is the column's 256 (the copy above only drifts once
+    the column changes)."""
+    from checkpoints.api.serializers import bulk as bulk_shapes
+    from checkpoints.api.serializers import runs as run_shapes
+    from checkpoints.dashboard import forms as dashboard_forms
+    column = Run._meta.get_field("lease_owner").max_length
+    assert {dashboard_forms.LeaseRevokeForm.base_fields["owner"].max_length,
+            dashboard_forms.BulkForm.base_fields["lease_owner"].max_length,
+            run_shapes.LeaseRevokeInputSerializer().fields["owner"].max_length,
+            run_shapes.LeaseInputSerializer().fields["owner"].max_length,
+            bulk_shapes.BulkActionInputSerializer().fields["lease_owner"].max_length} == {column}
+
+
+# ---- kind: background work stored, retried, visible; audit values ----------------------
+
+def test_PASS_an_api_stored_jobs_events_carry_the_headers_incident(acme, wendy, rita,
+                                                                     monkeypatch):
+    monkeypatch.setattr("checkpoints.services.bulk.BULK_MAX_RUNS", 1)
+    monkeypatch.setattr(bulk_job, "BATCH", 2)
+    runs = [leased_run(wendy, acme, "worker-7")[0] for _ in range(3)]
+    r = _end_leases(rita, runs, HTTP_INCIDENT_REF="  INC-2041 ")
+    assert r.status_code in (201, 202), r.content
+    bulk = BulkAction.objects.get()
+    assert bulk.background and bulk.incident_ref == "INC-2041"
+    seen = bearer_client(rita).get(f"{BULK}/{bulk.uuid}").json()
+    assert seen["state"] == "queued", seen
+    # the next request carries no incident: the context ended with the first one
+    assert AuditEvent.objects.filter(incident_ref="INC-2041").count() >= 1
+    assert bulk_job.execute(bulk.pk)["result"] == "finished"
+    refs = list(AuditEvent.objects.filter(action=AuditAction.LEASE_REVOKE)
+                .values_list("incident_ref", flat=True))
+    assert refs == ["INC-2041"] * 3
+    found = get(bearer_client(rita), "acme", "audit-events", q="INC-2041").json()["results"]
+    assert len(found) >= 4  # bulk.submit and the three lease.revoke
+
+
+# ---- kind: a 500 anywhere; a GET that writes; query parameters (short run ids) ---------
+
+@pytest.mark.parametrize("text", [
+    "\uff11" * 8, "\uff11" * 32, "b2418a1d-b", "-" * 8, "0" * 33, "0" * 31 + "g",
+    "b2418a1d%E2%80%AE", "%00" * 8, "urn:uuid:b2418a1d", "{b2418a1d}", "B2418A1D",
+    "b2418a1d-0000-4000-8000-0000000000011",
+])
+def test_PASS_an_odd_short_id_is_a_404_or_a_redirect_never_a_500(acme, wendy, rita, text):
+    put_checkpoint(wendy, acme, envelope(run_id=uuid.UUID("b2418a1d-0000-4000-8000-000000000001")))
+    before = _state()
+    r = _login(rita).get(f"/t/acme/runs/{text}/")
+    assert r.status_code in (302, 404), (text, r.status_code)
+    assert _state() == before
+
+
+def test_PASS_a_short_id_checks_its_query_before_redirecting(acme, wendy, rita):
+    put_checkpoint(wendy, acme, envelope(run_id=uuid.UUID("b2418a1d-0000-4000-8000-000000000001")))
+    client = _login(rita)
+    assert client.get("/t/acme/runs/b2418a1d/?back=%2Ft%2Facme%2F").status_code == 302
+    for query in ("?back=/t/acme/&back=/t/acme/", "?nope=1", "?back=https://evil.example/"):
+        r = client.get(f"/t/acme/runs/b2418a1d/{query}")
+        assert r.status_code == 400, (query, r.status_code)
+
+
+def test_PASS_another_tenants_run_is_never_found_by_its_short_id(acme, globex, wes, rita, vic):
+    rid = uuid.UUID("d00dfeed-0000-4000-8000-000000000001")
+    put_checkpoint(wes, globex, envelope(run_id=rid))
+    for user in (rita, vic):
+        r = _login(user).get("/t/acme/runs/d00dfeed/")
+        assert r.status_code == 404 and b"d00dfeed-0000" not in r.content
+    with pytest.raises(NotFound):  # rita has no grant on globex
+        selectors.run_prefix_matches(user=rita, tenant=globex, prefix="d00dfeed")
+
+
+# ---- kind: what the dashboard shows, the API shows (the erasure preview) ---------------
+
+def test_PASS_the_api_and_the_queue_preview_the_same_and_reading_writes_nothing(
+        acme, wendy, adam, rita, vic):
+    declare(acme)
+    completed_run(wendy, acme)
+    completed_run(wendy, acme)
+    subject = {"field": "customer", "value": SECRET_CUSTOMER}
+    services.legal_hold_place(actor=adam, tenant=acme, subject=subject, reason="litigation")
+    request = services.erasure_request(actor=rita, tenant=acme, subject=subject, reason="x")
+    before = _state()
+    api = bearer_client(vic).get(url("acme", f"erasure-requests/{request.uuid}")).json()
+    listed = bearer_client(vic).get(url("acme", "erasure-requests")).json()["results"]
+    page = _login(vic).get("/t/acme/erasure-requests/")
+    assert _state() == before
+    assert api["preview"] == listed[0]["preview"]
+    assert api["preview"]["blocked"] == 2 and api["preview"]["legal_hold"] == 2
+    assert "nothing would be erased (2 runs: 2 under legal hold)" in page.content.decode()
+    assert SECRET_CUSTOMER not in page.content.decode() and SECRET_CUSTOMER not in str(api)
+
+
+# ---- kind: two code paths for one rule (the hold rule: runs_held beside runs_now) ------
+
+@pytest.mark.xfail(strict=True, reason=(
+    "FINDING: a released subject hold answers runs_now [] (holds_runs_now applies the "
+    "coverage rule's ACTIVE) beside runs_held 2 (selectors.lifecycle_requests._holds "
+    "counts the subject index with no ACTIVE), and the Legal holds page says '(2 runs "
+    "now)' on the released hold: 'how many runs it holds' is read by a second rule that "
+    "drifted from the coverage rule's home; should be 0 once released, as runs_now (and "
+    "hold_covers_q) say"))
+def test_a_released_holds_count_agrees_with_the_runs_it_names(acme, wendy, adam, rita):
+    from checkpoints.models import DataPolicy
+    DataPolicy.objects.create(tenant=acme, subject_fields={"order": "/order_id"})
+    for _ in range(2):
+        put_checkpoint(wendy, acme, envelope(payload={"phase": "ready", "order_id": "A-1"}))
+    hold = services.legal_hold_place(actor=adam, tenant=acme, reason="litigation",
+                                     subject={"field": "order", "value": "A-1"})
+    client = bearer_client(rita)
+    active = client.get(url("acme", f"legal-holds/{hold.uuid}")).json()
+    assert (len(active["runs_now"]), active["runs_held"]) == (2, 2)  # agree while active
+    services.legal_hold_release(actor=adam, tenant=acme, hold_id=hold.uuid, reason="settled")
+    released = client.get(url("acme", f"legal-holds/{hold.uuid}")).json()
+    listed = client.get(url("acme", "legal-holds")).json()["results"][0]
+    page = _login(rita).get("/t/acme/legal-holds/").content.decode()
+    assert released["runs_now"] == [] and listed["runs_now"] == []
+    assert (released["runs_held"], listed["runs_held"]) == (0, 0), (released, listed)
+    assert "(2 runs now)" not in page
