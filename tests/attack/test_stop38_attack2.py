@@ -13,6 +13,7 @@ import importlib
 import uuid
 
 import pytest
+from django.conf import settings
 from django.test import Client
 from django.urls import reverse
 
@@ -383,3 +384,52 @@ def test_PASS_an_erasure_whose_audit_write_fails_leaves_nothing_half_written(
     assert not Tombstone.objects.filter(run_uuid=run.uuid).exists()
     preview = services.erasure_preview(user=april, tenant=acme, request=again)
     assert preview["erased"] == 1 and preview["blocked"] == 0
+
+
+# ---- kind: a GET that (b)locks like a write (the run page's snapshot on SQLite) --------
+
+ON_SQLITE = "sqlite" in settings.DATABASES["default"]["ENGINE"]
+
+
+@pytest.mark.xfail(ON_SQLITE, strict=True, reason=(
+    "FINDING (SQLite, the embedded default): the run page's GET reads in "
+    "selectors.consistent_read, a transaction.atomic() that SQLITE_OPTIONS' "
+    "transaction_mode IMMEDIATE opens as BEGIN IMMEDIATE: a page view takes the "
+    "database's write lock for its whole read, so every writer (a runtime's checkpoint "
+    "PUT, the worker: 802821f's test saw it) waits until the page is read, up to the 30 s "
+    "busy timeout; in WAL mode a deferred read transaction gives the same snapshot "
+    "without holding writers out (as PostgreSQL's READ ONLY does); should not lock"))
+@pytest.mark.django_db(transaction=True)
+def test_the_run_pages_snapshot_does_not_hold_writers_out(acme, wendy, rita, monkeypatch):
+    import threading
+
+    from django.db import connection as default_connection
+    from django.db import connections
+
+    body = envelope()
+    put_checkpoint(wendy, acme, body)
+    waited = []
+    read_requests = selectors.reconcile_requests
+
+    def write_meanwhile(**kwargs):
+        def run():
+            try:
+                Run.objects.filter(uuid=body["run_id"]).update(phase_label="written")
+            finally:
+                connections.close_all()
+
+        writer = threading.Thread(target=run)
+        writer.start()
+        writer.join(timeout=3)
+        waited.append((writer, writer.is_alive()))  # alive: held out by the page's read
+        return read_requests(**kwargs)
+
+    monkeypatch.setattr(selectors, "reconcile_requests", write_meanwhile)
+    assert not default_connection.in_atomic_block
+    r = _login(rita).get(f"/t/acme/runs/{body['run_id']}/")
+    assert r.status_code == 200
+    for writer, _ in waited:
+        writer.join(timeout=60)
+        assert not writer.is_alive(), "the writer is stuck"
+    assert [held_out for _, held_out in waited] == [False]
+    assert Run.objects.get(uuid=body["run_id"]).phase_label == "written"
