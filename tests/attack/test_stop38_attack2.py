@@ -433,3 +433,13 @@ def test_the_run_pages_snapshot_does_not_hold_writers_out(acme, wendy, rita, mon
         assert not writer.is_alive(), "the writer is stuck"
     assert [held_out for _, held_out in waited] == [False]
     assert Run.objects.get(uuid=body["run_id"]).phase_label == "written"
+
+
+def test_PASS_the_new_answers_check_their_query_parameters(acme, vic):
+    client = bearer_client(vic)
+    for rest in ("erasure-requests", "legal-holds"):
+        for query in ({"preview": "1"}, {"limit": "5"}):
+            r = client.get(url("acme", rest), query)
+            assert r.status_code == 400, (rest, query, r.status_code)
+    r = _login(vic).get("/t/acme/erasure-requests/?preview=1")
+    assert r.status_code == 400
