@@ -54,15 +54,15 @@ RETRY_AFTER = OpenApiParameter("Retry-After", OpenApiTypes.INT, OpenApiParameter
                                description="seconds to wait before retrying")
 
 
-#: The optional header of every write (``views.common.TenantApi.initial``): the incident
-#: the caller works on, stored on each audit event the request causes.
+#: The optional header of every operation (``views.common.TenantApi.initial``): the
+#: incident the caller works on, stored on each audit event the request causes.
 INCIDENT_REF = OpenApiParameter(
     "Incident-Ref", OpenApiTypes.STR, OpenApiParameter.HEADER, required=False,
     description="the incident you are working on (e.g. INC-2041): every audit event this "
-                "request causes carries it as incident_ref, as a reviewer's dashboard "
-                f"incident does. Optional; at most {audit.INCIDENT_REF_MAX} printable "
-                "characters (400 naming "
-                "Incident-Ref otherwise, nothing written). Ignored on GET.")
+                "request causes (a write's, a payload reveal's) carries it as "
+                "incident_ref, as a reviewer's dashboard incident does. Optional; at most "
+                f"{audit.INCIDENT_REF_MAX} printable characters, UTF-8 (400 naming "
+                "Incident-Ref otherwise, nothing written).")
 
 
 class ApiSchema(AutoSchema):
@@ -75,8 +75,8 @@ class ApiSchema(AutoSchema):
         return ["application/json"]
 
     def get_override_parameters(self):
-        writes = [INCIDENT_REF] if self.method not in ("GET", "HEAD", "OPTIONS") else []
-        return [*super().get_override_parameters(), RETRY_AFTER, *writes]
+        incident = [INCIDENT_REF] if self.method not in ("HEAD", "OPTIONS") else []
+        return [*super().get_override_parameters(), RETRY_AFTER, *incident]
 
 
 

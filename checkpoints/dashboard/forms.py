@@ -115,7 +115,8 @@ class LeaseRevokeForm(ReasonForm):
 
     # As the page showed it: a name may begin or end with a space (the stop-37 attack's
     # "worker-1 " could not be ended from the page).
-    owner = forms.CharField(max_length=256, strip=False,
+    owner = forms.CharField(max_length=Run._meta.get_field("lease_owner").max_length,
+                            strip=False,
                             error_messages={"required": "reload the page"})
     confirm = forms.BooleanField(
         error_messages={"required": "tick the box to confirm ending the lease"})

@@ -13,6 +13,7 @@ from ..vocab import (
     BulkOutcome,
     BulkState,
 )
+from .audit import AuditEvent
 from .tenancy import Tenant, TenantOwned
 
 #: The most runs one bulk action may act on (issue 9, item 3): the dashboard says so next
@@ -59,7 +60,8 @@ class BulkAction(TenantOwned):
                                      related_name="+")
     requested_by_name = models.CharField(max_length=150)
     incident_ref = models.CharField(
-        max_length=64, null=True, blank=True,
+        max_length=AuditEvent._meta.get_field("incident_ref").max_length, null=True,
+        blank=True,
         help_text="the incident the requester was working on (AuditEvent.incident_ref), "
                   "carried by every event a stored job causes as by the request's own")
     action = models.CharField(max_length=24, choices=BulkActionKind.choices)

@@ -44,7 +44,10 @@ def _holds(tenant: Tenant) -> QuerySet:
                .filter(field=OuterRef("subject_field"), digest=OuterRef("subject_digest"))
                .order_by().values("field").annotate(n=Count("run_id")).values("n"))
     subject = Coalesce(Subquery(indexed, output_field=IntegerField()), Value(0))
+    # A released hold holds nothing now: 0, as its runs_now (the coverage rule's ACTIVE;
+    # the stop-38 attack: "(2 runs now)" beside an empty list on a released hold).
     return LegalHold.objects.for_tenant(tenant).annotate(subject_runs=Case(
+        When(scope=HoldScope.SUBJECT, released_at__isnull=False, then=Value(0)),
         When(scope=HoldScope.SUBJECT, then=subject), default=Value(None),
         output_field=IntegerField()))
 

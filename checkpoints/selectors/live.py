@@ -52,7 +52,8 @@ NEW_RUNS_CAP = 100
 def consistent_read() -> Iterator[None]:
     """Every query inside reads one snapshot of the database: on PostgreSQL a
     ``REPEATABLE READ READ ONLY`` transaction (its first query fixes the snapshot), on
-    SQLite a transaction (a reader keeps its snapshot until it ends). Used where two
+    SQLite a deferred transaction (a reader keeps its snapshot until it ends, and takes
+    no write lock). Reads only: a write inside is not supported. Used where two
     reads must agree, e.g. the inbox's tab counts (the trigger-kept counters) and its
     list (the runs): read apart, a run that moved between them shows "ambiguous 2" above
     one row. Inside a transaction already (tests, an action's answer) it reads in that
@@ -62,9 +63,23 @@ def consistent_read() -> Iterator[None]:
         yield
         return
     alias = replica.read_alias()
+    db = connections[alias]
+    if db.vendor == "sqlite":
+        # A deferred transaction: its first read fixes the snapshot (WAL) and it takes no
+        # lock, where Django's atomic() is BEGIN IMMEDIATE here (the write lock, so a
+        # page view held every writer out until it was read: the stop-38 attack).
+        db.ensure_connection()
+        with db.cursor() as cursor:
+            cursor.execute("BEGIN DEFERRED")
+        try:
+            yield
+        finally:
+            with db.cursor() as cursor:
+                cursor.execute("COMMIT")
+        return
     with transaction.atomic(using=alias):
-        if connections[alias].vendor == "postgresql":
-            with connections[alias].cursor() as cursor:
+        if db.vendor == "postgresql":
+            with db.cursor() as cursor:
                 cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
         yield
 

@@ -203,6 +203,8 @@ def erasure_preview(*, user, tenant: Tenant, request: ErasureRequest) -> dict | 
     covered run (at most ``LIFECYCLE_MAX_RUNS`` for a runs request). Raises what
     ``permissions.require`` raises (any role of the tenant reads it)."""
     require(user, tenant, roles.VIEW)
+    if request.tenant_id != tenant.pk:  # another tenant's request is not this one's
+        raise NotFound("no such erasure request")
     if request.state != ErasureState.REQUESTED:
         return None
     covered = _covered_runs(tenant, request)

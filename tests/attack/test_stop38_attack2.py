@@ -59,13 +59,13 @@ def _login(user) -> Client:
 UTF8_AS_WSGI = "INC-é".encode().decode("latin-1")  # "INC-Ã©"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "FINDING: an API write with 'Incident-Ref: INC-é' (UTF-8 bytes, as curl sends them) "
-    "reaches audit.incident_ref_checked as WSGI's latin-1 text 'INC-Ã©', which passes "
-    "str.isprintable: the write is 201 and every event carries incident_ref 'INC-Ã©', so "
-    "the dashboard's incident 'INC-é' (a UTF-8 form) and ?q=INC-é never find them, where a "
-    "body's bytes are strictly UTF-8; should be a 400 naming Incident-Ref for a non-ASCII "
-    "header (or the bytes read as UTF-8), nothing written"))
+# FIXED (was xfail strict): @pytest.mark.xfail(strict=True, reason=(
+#     "FINDING: an API write with 'Incident-Ref: INC-é' (UTF-8 bytes, as curl sends them) "
+#     "reaches audit.incident_ref_checked as WSGI's latin-1 text 'INC-Ã©', which passes "
+#     "str.isprintable: the write is 201 and every event carries incident_ref 'INC-Ã©', so "
+#     "the dashboard's incident 'INC-é' (a UTF-8 form) and ?q=INC-é never find them, where a "
+#     "body's bytes are strictly UTF-8; should be a 400 naming Incident-Ref for a non-ASCII "
+#     "header (or the bytes read as UTF-8), nothing written"))
 def test_a_utf8_incident_ref_header_is_not_stored_as_mojibake(acme, wendy, rita):
     run, _ = leased_run(wendy, acme, "worker-7")
     before = _state()
@@ -110,13 +110,13 @@ def forms_rebuilt(monkeypatch):
     importlib.reload(run_shapes)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "FINDING: the run page's End the lease form (dashboard.forms.LeaseRevokeForm.owner) "
-    "keeps a copied max_length=256, which b1396de's 'the lease owner's length read from "
-    "Run.lease_owner everywhere' missed: widen Run.lease_owner and the API's revoke body, "
-    "owner_check and the bulk bar take an owner the run page's form refuses (a 400 naming "
-    "owner: that lease cannot be ended from its page); should read "
-    "Run._meta.get_field('lease_owner').max_length"))
+# FIXED (was xfail strict): @pytest.mark.xfail(strict=True, reason=(
+#     "FINDING: the run page's End the lease form (dashboard.forms.LeaseRevokeForm.owner) "
+#     "keeps a copied max_length=256, which b1396de's 'the lease owner's length read from "
+#     "Run.lease_owner everywhere' missed: widen Run.lease_owner and the API's revoke body, "
+#     "owner_check and the bulk bar take an owner the run page's form refuses (a 400 naming "
+#     "owner: that lease cannot be ended from its page); should read "
+#     "Run._meta.get_field('lease_owner').max_length"))
 def test_a_widened_lease_owner_column_widens_the_run_pages_revoke_form(acme, forms_rebuilt):
     new = Run._meta.get_field("lease_owner").max_length + 44
     rebuilt = forms_rebuilt("lease_owner", new)
@@ -224,13 +224,13 @@ def test_PASS_the_api_and_the_queue_preview_the_same_and_reading_writes_nothing(
 
 # ---- kind: two code paths for one rule (the hold rule: runs_held beside runs_now) ------
 
-@pytest.mark.xfail(strict=True, reason=(
-    "FINDING: a released subject hold answers runs_now [] (holds_runs_now applies the "
-    "coverage rule's ACTIVE) beside runs_held 2 (selectors.lifecycle_requests._holds "
-    "counts the subject index with no ACTIVE), and the Legal holds page says '(2 runs "
-    "now)' on the released hold: 'how many runs it holds' is read by a second rule that "
-    "drifted from the coverage rule's home; should be 0 once released, as runs_now (and "
-    "hold_covers_q) say"))
+# FIXED (was xfail strict): @pytest.mark.xfail(strict=True, reason=(
+#     "FINDING: a released subject hold answers runs_now [] (holds_runs_now applies the "
+#     "coverage rule's ACTIVE) beside runs_held 2 (selectors.lifecycle_requests._holds "
+#     "counts the subject index with no ACTIVE), and the Legal holds page says '(2 runs "
+#     "now)' on the released hold: 'how many runs it holds' is read by a second rule that "
+#     "drifted from the coverage rule's home; should be 0 once released, as runs_now (and "
+#     "hold_covers_q) say"))
 def test_a_released_holds_count_agrees_with_the_runs_it_names(acme, wendy, adam, rita):
     from checkpoints.models import DataPolicy
     DataPolicy.objects.create(tenant=acme, subject_fields={"order": "/order_id"})
@@ -252,13 +252,13 @@ def test_a_released_holds_count_agrees_with_the_runs_it_names(acme, wendy, adam,
 
 # ---- kind: audit events missing a value (a GET that causes events ignores the header) --
 
-@pytest.mark.xfail(strict=True, reason=(
-    "FINDING: GET …/checkpoints/{id} by a reviewer records payload.reveal (an audit event "
-    "the request causes), but TenantApi.initial reads Incident-Ref on writes only: with "
-    "'Incident-Ref: INC-2041' the reveal's incident_ref is null, while the same reviewer's "
-    "dashboard reveal carries the session's INC-2041, so GET …/audit-events?q=INC-2041 "
-    "misses exactly the payload reads of the incident; should tag (and check) the header "
-    "on every request that records events, GET included"))
+# FIXED (was xfail strict): @pytest.mark.xfail(strict=True, reason=(
+#     "FINDING: GET …/checkpoints/{id} by a reviewer records payload.reveal (an audit event "
+#     "the request causes), but TenantApi.initial reads Incident-Ref on writes only: with "
+#     "'Incident-Ref: INC-2041' the reveal's incident_ref is null, while the same reviewer's "
+#     "dashboard reveal carries the session's INC-2041, so GET …/audit-events?q=INC-2041 "
+#     "misses exactly the payload reads of the incident; should tag (and check) the header "
+#     "on every request that records events, GET included"))
 def test_an_api_reveal_carries_the_incident_as_the_dashboards_does(acme, wendy, rita):
     body = envelope()
     put_checkpoint(wendy, acme, body)
@@ -391,14 +391,14 @@ def test_PASS_an_erasure_whose_audit_write_fails_leaves_nothing_half_written(
 ON_SQLITE = "sqlite" in settings.DATABASES["default"]["ENGINE"]
 
 
-@pytest.mark.xfail(ON_SQLITE, strict=True, reason=(
-    "FINDING (SQLite, the embedded default): the run page's GET reads in "
-    "selectors.consistent_read, a transaction.atomic() that SQLITE_OPTIONS' "
-    "transaction_mode IMMEDIATE opens as BEGIN IMMEDIATE: a page view takes the "
-    "database's write lock for its whole read, so every writer (a runtime's checkpoint "
-    "PUT, the worker: 802821f's test saw it) waits until the page is read, up to the 30 s "
-    "busy timeout; in WAL mode a deferred read transaction gives the same snapshot "
-    "without holding writers out (as PostgreSQL's READ ONLY does); should not lock"))
+# FIXED (was xfail strict): @pytest.mark.xfail(ON_SQLITE, strict=True, reason=(
+#     "FINDING (SQLite, the embedded default): the run page's GET reads in "
+#     "selectors.consistent_read, a transaction.atomic() that SQLITE_OPTIONS' "
+#     "transaction_mode IMMEDIATE opens as BEGIN IMMEDIATE: a page view takes the "
+#     "database's write lock for its whole read, so every writer (a runtime's checkpoint "
+#     "PUT, the worker: 802821f's test saw it) waits until the page is read, up to the 30 s "
+#     "busy timeout; in WAL mode a deferred read transaction gives the same snapshot "
+#     "without holding writers out (as PostgreSQL's READ ONLY does); should not lock"))
 @pytest.mark.django_db(transaction=True)
 def test_the_run_pages_snapshot_does_not_hold_writers_out(acme, wendy, rita, monkeypatch):
     import threading

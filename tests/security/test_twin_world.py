@@ -437,6 +437,15 @@ def _own_rows(model, got_of: Callable) -> Callable:
     return check
 
 
+SELECTORS.update({  # Short run ids (the run page's URLs): the shared run id's prefix.
+    "run_prefix_matches": SelectorCell(
+        lambda w, s, u: selectors.run_prefix_matches(user=u, tenant=w.tenant(s),
+                                                     prefix=str(IDS["r_closed"])[:8]),
+        lambda w, s, a: "" if a and all(r.tenant_id == w.tenant(s).pk for r in a)
+        else "another tenant's run, or none", shows_mark=False),
+})
+
+
 SELECTORS.update({  # The data lifecycle (issue 20): the Data page's reads.
     "data_policy_get": SelectorCell(
         lambda w, s, u: selectors.data_policy_get(user=u, tenant=w.tenant(s)),
@@ -589,6 +598,7 @@ NOT_TENANT_DATA = {
     "encode_cursor": "pure: turns a row into a cursor",
     "decode_cursor": "pure: parses a cursor",
     "search_terms": "pure: checks and strips a search",
+    "run_prefix_digits": "pure: the hex digits a short run id holds",
     "filter_limit": "pure: a filter's most characters, from the model's columns",
     "search_substring": "pure: whether a search term reads the substring branches",
     "uuid_prefix_range": "pure: the UUID range a prefix spans",
@@ -1438,6 +1448,13 @@ def _foreign_endpoint(call: Callable) -> ServiceCell:
 def _admin_call(fn: Callable, **kw) -> Callable:
     return lambda w, s, a, eid: fn(actor=_as(w, a, "admin"), tenant=w.tenant(s),
                                    endpoint_id=eid, **kw)
+
+
+SERVICES.update({  # The erasure preview: another tenant's request is NotFound.
+    "erasure_preview": [ServiceCell(lambda w, s, a: services.erasure_preview(
+        user=_as(w, a, "reviewer"), tenant=w.tenant(s),
+        request=ErasureRequest.objects.get(tenant=w.tenant(other(s)))), foreign=True)],
+})
 
 
 SERVICES.update({  # Notification endpoints (issue 21): the same endpoint id in both.

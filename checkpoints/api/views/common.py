@@ -21,7 +21,6 @@ from drf_spectacular.utils import (
 )
 from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.parsers import BaseParser
-from rest_framework.permissions import SAFE_METHODS
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
@@ -291,7 +290,7 @@ class _NoFormatOverride(DefaultContentNegotiation):
 
 
 #: The request header naming the incident an API client works on (``INC-2041``); the
-#: schema documents it on every write (``schema.INCIDENT_REF``).
+#: schema documents it on every operation (``schema.INCIDENT_REF``).
 INCIDENT_REF_HEADER = "Incident-Ref"
 
 
@@ -344,17 +343,17 @@ class TenantApi(APIView):
 
     def initial(self, request: Request, *args, **kwargs) -> None:
         """Authentication (401 before 404), the URL's tenant through the caller's grants
-        (404), then on a write (any method but GET, HEAD, OPTIONS) the optional
-        ``Incident-Ref`` header: every audit event the request causes carries it
-        (``audit.working_on``), checked by the dashboard's rule
-        (``audit.incident_ref_checked``: 400 naming the header, before anything is
-        written). A GET writes nothing and ignores it."""
+        (404), then the optional ``Incident-Ref`` header: every audit event the request
+        causes carries it (``audit.working_on``; a write's, a payload reveal's), checked
+        by the dashboard's rule (``audit.incident_ref_checked``: 400 naming the header,
+        before anything is written), on every method."""
         super().initial(request, *args, **kwargs)  # authentication first: 401 before 404
         self.scope_tenant = access_tenant(request.user, kwargs["tenant"])
-        if request.method not in SAFE_METHODS:
-            ref = audit.incident_ref_checked(_utf8_header(request, "HTTP_INCIDENT_REF"),
-                                             name=INCIDENT_REF_HEADER)
-            self._incident.enter_context(audit.working_on(ref))
+        # Every method: a GET may record events too (a payload's reveal; the stop-38
+        # attack: an API reveal was untagged where the dashboard's carried the incident).
+        ref = audit.incident_ref_checked(_utf8_header(request, "HTTP_INCIDENT_REF"),
+                                         name=INCIDENT_REF_HEADER)
+        self._incident.enter_context(audit.working_on(ref))
 
     def tenant(self, request: Request, slug: str, right: str) -> Tenant:
         """The tenant ``initial`` resolved, or 403 (role lacks ``right``); then the query
