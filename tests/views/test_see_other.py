@@ -1,7 +1,7 @@
 """After a dashboard POST that succeeds without htmx: 303 See Other, every one
 (``common.see_other``; a reviewer's finding: the hold form answered 303, the hold's
 release on the same page 302). Django's ``redirect`` answers 302; only ``see_other``
-and the ``GET /`` of ``inbox.home`` (no POST) call it. The isolation table
+and two GETs (``inbox.home``'s ``/``, a run page's short id) call it. The isolation table
 (tests/security/test_isolation_table.py) checks each POST's answer; this keeps a new
 view from calling ``redirect`` itself."""
 
@@ -17,8 +17,10 @@ from tests.lifecycle.retention_world import completed_run, set_policy
 
 DASHBOARD = Path(__file__).resolve().parent.parent.parent / "checkpoints" / "dashboard"
 
-#: The functions that may call Django's ``redirect`` (302 unless told).
-MAY_REDIRECT = {"common.py:see_other", "inbox.py:home"}
+#: The functions that may call Django's ``redirect`` (302 unless told): ``see_other``,
+#: and two GETs: ``/`` (``inbox.home``) and a run page's short id (``run._run_by_prefix``,
+#: to the run's full URL; a GET, so a 302 changes no method).
+MAY_REDIRECT = {"common.py:see_other", "inbox.py:home", "run.py:_run_by_prefix"}
 
 
 def redirect_callers() -> set[str]:
