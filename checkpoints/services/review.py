@@ -88,6 +88,7 @@ def retry_request(*, actor, tenant: Tenant, run_id: uuid.UUID, reason: str,
 
     Raises ``InvalidTransition`` (422) unless the run is ``ambiguous`` or
     ``unknown_outcome`` with no effect ``submitted``/``unresolved`` and no open request;
+    ``OwnerLive`` (409) while the run's owner is live, whatever its state (CONTRACT.md 3);
     ``ReasonRequired`` (400), ``NotFound``/``Forbidden``. ``bulk_id``: the bulk action
     this is part of, written into the audit event's ``after``.
     """
@@ -109,12 +110,15 @@ def retry_request(*, actor, tenant: Tenant, run_id: uuid.UUID, reason: str,
         if not policy.retry_applies(run.phase_class):
             raise InvalidTransition("run: it completed; a completed run is replayed, never "
                                     "retried")
+        # A retry fences the owner: never over one that is alive (it may come back).
+        # Judged before the state: a run whose owner is live reads healthy, and
+        # CONTRACT.md 3 answers its retry request 409 owner_live, as reconcile's (a
+        # newcomer's finding, stop 39: it was 422 "this run is healthy").
+        require_owner_gone(run, run_facts(run), "request a retry")
         if run.recovery_state not in RecoveryState.RETRYABLE:
             raise InvalidTransition(
                 f"run: a retry is for ambiguous or unknown-outcome runs; this run is "
                 f"{run.recovery_state}")
-        # A retry fences the owner: never over one that is alive (it may come back).
-        require_owner_gone(run, run_facts(run), "request a retry")
         if (Effect.objects.for_tenant(run.tenant_id)
             .filter(run=run, state__in=EffectState.IN_DOUBT).exists()):
             raise InvalidTransition(

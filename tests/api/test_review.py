@@ -286,3 +286,18 @@ def test_it_writes_the_audit_event_in_the_same_transaction_as_the_action(
     assert snapshot() == before
     assert not RetryRequest.objects.exists()
     assert Checkpoint.objects.count() == checkpoints
+
+
+def test_a_retry_request_on_a_run_that_just_crashed_is_owner_live_not_its_state(
+        api_as, rita, in_doubt):
+    """CONTRACT.md 3: retry requests answer 409 owner_live, as reconcile does, while the
+    run's owner is live. A run whose owner is live reads healthy, and the request was
+    refused 422 "this run is healthy", which said nothing of the owner or when it goes
+    (a newcomer's finding, stop 39)."""
+    rid, eid = in_doubt  # written just now: the owner counts as live for 300 s
+    assert Run.objects.get(uuid=rid).recovery_state == "healthy"
+    before = snapshot()
+    r = post(api_as(rita), "acme", f"runs/{rid}/retry-requests", {"reason": "retry it"})
+    assert r.status_code == 409, r.content
+    assert r.json()["error"] == "owner_live" and r.json()["lease_expires_at"]
+    assert snapshot() == before

@@ -140,8 +140,10 @@ def test_bulk_retry_request_asks_for_in_doubt_runs_and_says_why_not_for_healthy_
 
     got = results(bulk)
     assert got[stuck][0] == BulkOutcome.DONE
-    assert got[calm][:2] == (BulkOutcome.REFUSED, "invalid_transition")
-    assert "this run is healthy" in got[calm][2]
+    # Written just now, its owner counts as live: refused owner_live before its state
+    # (CONTRACT.md 3; stop 39), which says when the owner is gone.
+    assert got[calm][:2] == (BulkOutcome.REFUSED, "owner_live")
+    assert "live until" in got[calm][2]
     assert RetryRequest.objects.get().run.uuid == stuck
     assert [e.action for e in bulk_events(bulk)] == [AuditAction.RETRY_REQUEST]
 

@@ -13,6 +13,7 @@ from checkpoints.exceptions import (
     Forbidden,
     InvalidTransition,
     NotFound,
+    OwnerLive,
     ReasonRequired,
 )
 from checkpoints.models import AuditEvent, Effect, RetryRequest, Run
@@ -108,13 +109,23 @@ def test_it_rejects_and_closes_the_request(acme, rita, april, run_id):
 
 
 def test_it_refuses_a_retry_of_a_run_that_needs_no_human(acme, wendy, rita):
-    """A retry fences the owner, so a healthy run with a live worker is never retried."""
+    """A retry fences the owner, so a run with a live worker is never retried: 409
+    owner_live, as reconcile answers (CONTRACT.md 3; it was 422 "healthy" until a
+    newcomer's finding, stop 39). A healthy run whose owner is gone (stable, quiet) is
+    refused for its state."""
     body = envelope(payload={"phase": "charging"})
     put_checkpoint(wendy, acme, body)
     services.lease_acquire(actor=wendy, tenant=acme, run_id=uuid.UUID(body["run_id"]),
                            owner="live-worker", ttl_s=300)
-    with pytest.raises(InvalidTransition) as exc:
+    with pytest.raises(OwnerLive):
         services.retry_request(actor=rita, tenant=acme, run_id=uuid.UUID(body["run_id"]),
+                               reason="just because")
+    stable = envelope(payload={"phase": "ready"})
+    put_checkpoint(wendy, acme, stable)
+    sweep_later()
+    assert Run.objects.get(uuid=stable["run_id"]).recovery_state == "healthy"
+    with pytest.raises(InvalidTransition) as exc:
+        services.retry_request(actor=rita, tenant=acme, run_id=uuid.UUID(stable["run_id"]),
                                reason="just because")
     assert "healthy" in exc.value.detail
     assert not RetryRequest.objects.exists()
