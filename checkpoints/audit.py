@@ -188,6 +188,9 @@ def seal_legacy_chains(head_model) -> int:
 # --------------------------------------------------------------------------------------
 
 _INCIDENT: ContextVar[str] = ContextVar("audit_incident_ref", default="")
+#: Whether the system's events (``actor=None``) carry ``_INCIDENT`` too: inside a stored
+#: job a person's request started (``working_on(..., system=True)``).
+_SYSTEM_TOO: ContextVar[bool] = ContextVar("audit_incident_system_too", default=False)
 #: The longest incident reference (``INC-2041``): the column's length
 #: (``AuditEvent.incident_ref``), read from the model.
 INCIDENT_REF_MAX = AuditEvent._meta.get_field("incident_ref").max_length
@@ -219,17 +222,26 @@ def incident_ref_checked(value: str | None, *, name: str) -> str:
 
 def incident_now() -> str:
     """The incident the events recorded now carry ("" when none): ``working_on``'s, for
-    work stored to run later under the same incident (a bulk job: ``services.bulk``)."""
+    work stored to run later under the same incident (a bulk job: ``services.bulk``; a
+    reconcile request: ``services.reconcile_requests``; a migration job:
+    ``services.migration_jobs``), read back by its job (``working_on(..., system=True)``)."""
     return _INCIDENT.get()
 
 
 @contextmanager
-def working_on(incident_ref: str):
-    """Events a person causes inside carry ``incident_ref`` (checked: ``IncidentForm``)."""
+def working_on(incident_ref: str, *, system: bool = False):
+    """Events a person causes inside carry ``incident_ref`` (checked: ``IncidentForm``).
+    ``system``: the system's events too (``actor=None``: a reconcile request's answer, a
+    stored job's ``*.fail``), for a stored job run on behalf of the request that stored
+    its incident (bulk, reconcile and migration jobs; the newcomer's finding: the
+    answers to an on-call engineer's reconcile carried no incident). Outside, in a
+    request, the system's events carry none (what the service does on its own)."""
     token = _INCIDENT.set(incident_ref or "")
+    system_token = _SYSTEM_TOO.set(system)
     try:
         yield
     finally:
+        _SYSTEM_TOO.reset(system_token)
         _INCIDENT.reset(token)
 
 def audit_record(
@@ -321,7 +333,8 @@ def new_event(*, tenant: Tenant, created_at, actor, action: str,
         prev_hash="",
         hash_scheme=AuditHashScheme.HMAC_SHA256_LEAF,
         key_id=keys.newest_id,
-        incident_ref=(_INCIDENT.get() or None) if actor is not None else None,
+        incident_ref=((_INCIDENT.get() or None) if actor is not None or _SYSTEM_TOO.get()
+                      else None),
     )
     event.hash = event_mac(keys.newest, tenant_id=tenant.pk, key_id=keys.newest_id,
                            prev_hash="", fields=audit_fields(event),

@@ -126,8 +126,9 @@ def execute(job_pk: int, *, budget_s: float | None = None) -> dict:
     job = _claim(job_pk)
     if job is None:
         return {"job": job_pk, "result": "skipped"}
-    # Its events carry the request's incident, as the request's own did.
-    with audit.working_on(job.incident_ref or ""):
+    # Its events carry the request's incident, as the request's own did, the system's
+    # (``bulk.fail``) too.
+    with audit.working_on(job.incident_ref or "", system=True):
         return _execute(job, job_pk, budget_s)
 
 

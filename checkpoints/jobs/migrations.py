@@ -39,7 +39,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Q
 
-from .. import roles, services
+from .. import audit, roles, services
 from ..dbclock import NOW
 from ..exceptions import DomainError, Forbidden, NotFound
 from ..models import MigrationJob, MigrationJobItem
@@ -191,6 +191,13 @@ def execute(job_pk: int) -> dict:
     job = _claim(job_pk)
     if job is None:
         return {"job": job_pk, "result": "skipped"}
+    # Its events carry the request's incident, as the request's own did, the system's
+    # (``migration.fail``) too.
+    with audit.working_on(job.incident_ref or "", system=True):
+        return _execute(job, job_pk)
+
+
+def _execute(job: MigrationJob, job_pk: int) -> dict:
     try:
         report = services.checkpoints_migrate(
             actor=_requester(job), tenant=job.tenant, kind=job.kind,

@@ -40,7 +40,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Prefetch, Q
 
-from .. import crypto, reconcile, services
+from .. import audit, crypto, reconcile, services
 from ..dbclock import NOW
 from ..exceptions import InvalidPayload, NotFound
 from ..heartbeat import broker_configured
@@ -216,6 +216,13 @@ def execute(request_pk: int) -> dict:
     if claimed is None:
         return {"request": request_pk, "result": "skipped"}
     req, started = claimed
+    # The answer's events (by the system) carry the request's incident, as the
+    # reviewer's ``run.reconcile`` did (the newcomer's finding: they carried none).
+    with audit.working_on(req.incident_ref or "", system=True):
+        return _execute(req, started)
+
+
+def _execute(req: ReconcileRequest, started: datetime) -> dict:
     svc = services
     effect = (Effect.objects.for_tenant(req.tenant_id).select_related("run", "tenant")
               .get(pk=req.effect_id))

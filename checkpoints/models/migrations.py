@@ -9,6 +9,7 @@ from django.db.models import Q
 from django.db.models.functions import Now
 
 from ..vocab import MigrationJobState, MigrationOutcome
+from .audit import AuditEvent
 from .tenancy import Tenant, TenantOwned
 
 #: The most runs one migration job may name in ``runs`` (the bulk actions' bound).
@@ -40,6 +41,11 @@ class MigrationJob(TenantOwned):
     requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT,
                                      related_name="+")
     requested_by_name = models.CharField(max_length=150)
+    incident_ref = models.CharField(
+        max_length=AuditEvent._meta.get_field("incident_ref").max_length, null=True,
+        blank=True,
+        help_text="the incident the requester was working on (AuditEvent.incident_ref), "
+                  "carried by every event the stored job records, the system's included")
     kind = models.CharField(max_length=200)
     to_version = models.PositiveBigIntegerField()  # schema versions: 0..2^32-1
     reverse = models.BooleanField(default=False)

@@ -13,6 +13,7 @@ from django.db.models import Q
 from ..vocab import (
     ReconcileState,
 )
+from .audit import AuditEvent
 from .effects import Effect
 from .runs import Run
 from .tenancy import Tenant, TenantOwned, TimestampedModel
@@ -41,6 +42,12 @@ class ReconcileRequest(TenantOwned, TimestampedModel):
         related_name="+")
     requested_by_name = models.CharField(max_length=150)
     reason = models.TextField(blank=True)
+    incident_ref = models.CharField(
+        max_length=AuditEvent._meta.get_field("incident_ref").max_length, null=True,
+        blank=True,
+        help_text="the incident the requester was working on (AuditEvent.incident_ref), "
+                  "carried by every event the request's job records, the system's answer "
+                  "included")
     state = models.CharField(max_length=16, choices=ReconcileState.choices,
                              default=ReconcileState.QUEUED)
     attempts = models.PositiveIntegerField(default=0)

@@ -29,7 +29,7 @@ from django.db.models import Q
 from django.utils.module_loading import import_string
 
 from .. import roles
-from ..audit import audit_record
+from ..audit import audit_record, incident_now
 from ..dbclock import NOW
 from ..exceptions import InvalidPayload
 from ..heartbeat import broker_configured
@@ -116,7 +116,9 @@ def migration_job_submit(*, actor, tenant: Tenant, kind: str, to_version: int,
         with transaction.atomic():
             job = MigrationJob.objects.create(
                 tenant=tenant, uuid=uuid.uuid4(), client_token=token, requested_by=actor,
-                requested_by_name=_actor_name(actor), kind=kind, to_version=to_version,
+                requested_by_name=_actor_name(actor),
+                # The job's events carry the request's incident, as its own event does.
+                incident_ref=incident_now() or None, kind=kind, to_version=to_version,
                 reverse=reverse, selection=selection, fingerprint=fingerprint)
             audit_record(tenant=tenant, actor=actor, action=AuditAction.MIGRATION_SUBMIT,
                          target_type=TargetType.MIGRATION_JOB, target_id=job.uuid,

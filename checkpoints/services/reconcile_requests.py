@@ -23,7 +23,7 @@ from django.db.models import Q
 from django.utils.module_loading import import_string
 
 from .. import crypto, locks, roles
-from ..audit import audit_record
+from ..audit import audit_record, incident_now
 from ..dbclock import NOW
 from ..exceptions import InvalidTransition, NotFound
 from ..heartbeat import broker_configured
@@ -119,7 +119,10 @@ def run_reconcile(*, actor, tenant: Tenant, run_id: uuid.UUID, reason: str,
                 continue
             outcome.requests.append(ReconcileRequest.objects.create(
                 tenant=tenant, run=run, effect=effect, task_uuid=task_id, requested_by=actor,
-                requested_by_name=_actor_name(actor), reason=reason, next_attempt_at=now))
+                requested_by_name=_actor_name(actor), reason=reason, next_attempt_at=now,
+                # The answer's events (by the system) carry the request's incident, as
+                # the request's own does (jobs.reconciliation.execute).
+                incident_ref=incident_now() or None))
         audit_record(
             tenant=tenant, actor=actor, action=AuditAction.RUN_RECONCILE, target_type=TargetType.RUN,
             target_id=run.uuid, run_id=run.uuid, reason=reason,

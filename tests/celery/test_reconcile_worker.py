@@ -24,7 +24,7 @@ import signal
 import pytest
 from django.conf import settings
 
-from checkpoints import services
+from checkpoints import audit, services
 from checkpoints.jobs import reconciliation
 from checkpoints.models import AuditEvent, Effect, EffectRevision, ReconcileRequest, Run
 from tests.api.apihelpers import post
@@ -89,6 +89,23 @@ def test_it_reconciles_in_doubt_effects_in_a_real_worker(acme, wendy, rita, stub
     assert Run.objects.get(uuid=run.run_id).recovery_reason == \
         "checkpoint in flight, owner gone"  # nothing left in doubt
     assert services.audit_verify(tenant=acme)[0]
+
+
+def test_a_workers_answer_carries_the_requests_incident(acme, wendy, rita, stub, start_worker):
+    # The newcomer's finding: the answer a worker records (by ``system``) carried no
+    # incident; the request stores it (``ReconcileRequest.incident_ref``) for the worker.
+    worker = start_worker()
+    stub.answer(KEY, RECEIPT)
+    run = in_doubt_run(wendy, acme, keys=(KEY,))
+    age_world(3600)
+    with audit.working_on("INC-2041"):
+        queued = services.run_reconcile(actor=rita, tenant=acme, run_id=run.run_id,
+                                        reason="worker died after the charge")
+    assert queued.dispatched
+    wait_for(_settled(run.effects[KEY]), worker, what="the effect to settle")
+    event = _reconciled_once(run.effects[KEY]) and AuditEvent.objects.get(
+        action="effect.reconcile", target_ref=str(run.effects[KEY]))
+    assert (event.actor_name, event.incident_ref) == ("system", "INC-2041")
 
 
 def _slow_lookup_started(acme, wendy, rita, stub, worker) -> tuple:

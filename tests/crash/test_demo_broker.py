@@ -75,3 +75,31 @@ def test_the_demo_with_a_broker_runs_a_worker_and_beat_and_stops_them(tmp_path):
         if _group_alive(demo.pid):
             os.killpg(demo.pid, signal.SIGKILL)
         demo.stdout.close()
+
+
+def test_the_demo_empties_the_brokers_queue_of_an_earlier_run_before_its_worker_starts():
+    # A second demo's worker ran the jobs a first demo left queued (or delivered and not
+    # acknowledged, restored later by kombu) against the new database, whose rows they do
+    # not name. The demo purges the queue, and with Redis kombu's unacked keys, on the
+    # broker URL's own database, before it starts its worker.
+    import io
+
+    import redis
+    from celery import current_app
+
+    from checkpoints.management.commands.demo import Command
+
+    client = redis.Redis.from_url(os.environ["CELERY_BROKER_URL"])
+    for pk in (101, 102):  # an earlier demo's reconcile requests
+        current_app.send_task("checkpoints.tasks.reconcile_effect", args=[pk])
+    client.hset("unacked", "stale-tag", "an earlier demo's delivered message")
+    client.zadd("unacked_index", {"stale-tag": 1})
+    queue = current_app.conf.task_default_queue
+    assert client.llen(queue) >= 2
+
+    command = Command(stdout=io.StringIO())
+    command._purge_broker()
+
+    assert client.llen(queue) == 0
+    assert not client.exists("unacked", "unacked_index")
+    assert "message(s) of an earlier run dropped" in command.stdout.getvalue()

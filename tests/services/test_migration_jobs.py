@@ -343,7 +343,7 @@ def _bound(model, field: str) -> int:
     """The longest value the issue-19 services write into ``model.field`` (their source)."""
     from django.contrib.auth import get_user_model
 
-    from checkpoints import kinds
+    from checkpoints import audit, kinds
     from checkpoints.vocab import MigrationJobState, MigrationOutcome, MigrationRefusal
 
     sources = {
@@ -352,6 +352,7 @@ def _bound(model, field: str) -> int:
         "state": max(map(len, MigrationJobState.values)),
         "outcome": max(map(len, MigrationOutcome.values)),
         "reason": max(map(len, MigrationRefusal.values)),
+        "incident_ref": audit.INCIDENT_REF_MAX,  # the request's, checked by its rule
     }
     return sources[field]
 

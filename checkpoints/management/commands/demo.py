@@ -64,6 +64,7 @@ import urllib.request
 import uuid
 from pathlib import Path
 
+from celery import current_app
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
@@ -226,6 +227,8 @@ class Command(BaseCommand):
         var_dir.mkdir(parents=True, exist_ok=True)
 
         self._reset_database()
+        if heartbeat.broker_configured():
+            self._purge_broker()
         tokens = self._create_tenants()
 
         children: list[subprocess.Popen] = []
@@ -383,6 +386,31 @@ class Command(BaseCommand):
         except OperationalError as exc:
             raise CommandError(database_unreachable(db, exc)) from None
         self._refuse_filled_database()
+
+    def _purge_broker(self) -> None:
+        """Empty the broker's task queue before the demo's worker starts: a message left
+        by a previous demo (its worker stopped, or killed, with jobs queued) names rows of
+        the database just dropped, and the new worker ran it against this one (a
+        newcomer's finding). ``control.purge`` empties the queue; with Redis, kombu's
+        keys of delivered but unacknowledged messages (restored to the queue later) are
+        deleted too, on the broker URL's own database only. The worker and beat are not
+        running yet, so nothing of this demo is lost."""
+        app = current_app
+        with app.connection_for_write() as conn:
+            try:
+                conn.ensure_connection(max_retries=2)
+            except Exception as exc:  # noqa: BLE001 - kombu's errors differ by transport
+                raise CommandError(f"the broker in CELERY_BROKER_URL does not answer "
+                                   f"({type(exc).__name__}): is it up?") from None
+            purged = app.control.purge(connection=conn)
+            channel = conn.default_channel
+            unacked = [getattr(channel, k) for k in
+                       ("unacked_key", "unacked_index_key", "unacked_mutex_key")
+                       if hasattr(channel, k)]
+            if unacked:  # kombu's Redis transport
+                channel.client.delete(*unacked)
+        self.stdout.write(f"Emptied the broker's task queue ({purged} message(s) of an "
+                          "earlier run dropped).")
 
     def _refuse_filled_database(self) -> None:
         """Raise ``CommandError`` (one paragraph: what to do) when the demo tenants exist
