@@ -20,11 +20,12 @@ pytestmark = pytest.mark.django_db
 URL = "/api/v1/tenants/acme/bulk-actions"
 
 
-def submit(user, runs, action="close", **extra) -> dict:
-    """One bulk action of ``user`` on ``runs`` through the API; its answer."""
+def submit(user, runs, action="close", url=URL, **extra) -> dict:
+    """One bulk action of ``user`` on ``runs`` through the API (``url``: its tenant's);
+    its answer."""
     body = {"action": action, "reason": "incident 42", "run_ids": [str(r) for r in runs],
             "client_token": str(uuid.uuid4()), **extra}
-    response = bearer_client(user).post(URL, body, format="json")
+    response = bearer_client(user).post(url, body, format="json")
     assert response.status_code == 201, response.content
     return response.json()
 
