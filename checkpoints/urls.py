@@ -86,6 +86,7 @@ urlpatterns = [
     path(T + "notifications/<str:endpoint_id>/deliveries/<str:event_id>/resend/",
          notifications.notification_resend, name="notification_resend"),
     path(T + "bulk/", bulk.bulk_submit, name="bulk_submit"),
+    path(T + "bulk-actions/", bulk.bulk_list, name="bulk_list"),
     path(T + "bulk/<str:bulk_id>/", bulk.bulk_detail, name="bulk_detail"),
     path(T + "bulk/<str:bulk_id>/abort/", bulk.bulk_abort, name="bulk_abort"),
     path(T + "runs/<str:run_id>/", run.run_detail, name="run_detail"),

@@ -30,9 +30,18 @@ from rest_framework.request import Request
 
 from ..exceptions import InvalidPayload
 from ..jsonparse import name_problem, printable
-from ..models import MAX_REVISION, AuditEvent, Effect, RecoveryState, Run
+from ..models import MAX_REVISION, AuditEvent, BulkAction, Effect, RecoveryState, Run
 from ..querystring import refusal_words, single_values
-from ..selectors import RETRY_LIST_STATES, RETRY_SORTS, RUN_SORTS, SEARCH_MAX, filter_limit
+from ..selectors import (
+    BULK_LIST_MAX,
+    BULK_LIST_PAGE,
+    RETRY_LIST_STATES,
+    RETRY_SORTS,
+    RUN_SORTS,
+    SEARCH_MAX,
+    filter_limit,
+)
+from ..vocab import BulkActionKind, BulkState
 
 
 def column_limit(model, field: str) -> int:
@@ -154,6 +163,21 @@ class RetryListParams(Params):
     cursor = _int(1, 2**63 - 1, "from the previous page's next URL: the id of the last "
                                 "request of that page (only valid with the same sort)")
     limit = _int(1, 200, "page size", default=50)
+
+
+class BulkListParams(Params):
+    """``GET …/bulk-actions`` (``selectors.bulk_list``)."""
+
+    action = serializers.ChoiceField(choices=BulkActionKind.values, required=False,
+                                     help_text="only bulk actions doing this")
+    state = serializers.ChoiceField(choices=BulkState.values, required=False,
+                                    help_text="only bulk actions in this state")
+    requested_by = Name(max_length=column_limit(BulkAction, "requested_by_name"),
+                        help_text="only those this username submitted (exact); blank: "
+                                  "everyone's")
+    cursor = _int(1, 2**63 - 1, "from the previous page's next URL (only valid with the "
+                                "same filters)")
+    limit = _int(1, BULK_LIST_MAX, "page size", default=BULK_LIST_PAGE)
 
 
 class AuditListParams(Params):

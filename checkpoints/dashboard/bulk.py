@@ -1,5 +1,6 @@
 """Bulk actions (issue 9, item 3): the inbox's bulk bar posts here (the bar itself is
-``inbox._bulk_bar``), and the result page shows each run's outcome."""
+``inbox._bulk_bar``), the result page shows each run's outcome, and the list finds
+them again."""
 
 from __future__ import annotations
 
@@ -28,7 +29,14 @@ from .common import (
     see_other,
     tenant_page,
 )
-from .forms import BULK_MATCHING, BulkForm, InboxFilterForm, NoQuery, ReasonForm
+from .forms import (
+    BULK_MATCHING,
+    BulkForm,
+    BulkListForm,
+    InboxFilterForm,
+    NoQuery,
+    ReasonForm,
+)
 from .inbox import _run_filters
 from .typed import posted
 
@@ -105,6 +113,30 @@ def bulk_abort(request: HttpRequest, tenant: Tenant, bulk_id: str) -> HttpRespon
         return see_other("bulk_detail", slug=tenant.slug, bulk_id=str(bulk_id))
     context = _detail_context(request, tenant, bulk_id) | {"notice": notice}
     return render(request, "checkpoints/bulk.html#bulk-live", context, status=status)
+
+
+@require_safe
+@dashboard
+@tenant_page()
+def bulk_list(request: HttpRequest, tenant: Tenant) -> HttpResponse:
+    """``/t/<slug>/bulk-actions/``: the tenant's bulk actions, newest first, each linking
+    to its result page (a newcomer's finding: one submitted from a script, or from a tab
+    since closed, could be found again by its id only). The rows and filters of
+    ``GET …/bulk-actions`` (``selectors.bulk_list``, one query; ``BulkListForm``: a bad
+    filter is 400 naming it), paged backwards with ``cursor``. Reads only; any role."""
+    data = BulkListForm.from_request(request).cleaned_data
+    page_size = selectors.BULK_LIST_PAGE
+    rows = selectors.bulk_list(user=request.user, tenant=tenant, action=data["action"] or None,
+                               state=data["state"] or None,
+                               requested_by=data["requested_by"] or None,
+                               before=data["cursor"], limit=page_size + 1)
+    older = rows[page_size - 1].pk if len(rows) > page_size else None
+    query = {k: data[k] for k in ("action", "state", "requested_by") if data[k]}
+    context = _base_context(request, tenant, "inbox") | {
+        "bulks": rows[:page_size], "older": older, "filter_query": query, "filters": data,
+        "paged": data["cursor"] is not None, "actions": BulkActionKind.choices,
+        "states": BulkState.values}
+    return render(request, "checkpoints/bulk_list.html", context)  # Vary (``dashboard``)
 
 
 #: How often a bulk result page with runs still under way asks again, seconds.

@@ -20,7 +20,7 @@ from django.http import HttpRequest, QueryDict
 from .. import audit
 from ..exceptions import InvalidPayload
 from ..intranges import SCHEMA_VERSION
-from ..models import BULK_MAX_RUNS, MAX_REVISION, RecoveryState, Run
+from ..models import BULK_MAX_RUNS, MAX_REVISION, BulkAction, RecoveryState, Run
 from ..querystring import refusal_words, single_values
 from ..selectors import (
     DEFAULT_RUN_SORT,
@@ -30,7 +30,7 @@ from ..selectors import (
     filter_limit,
     search_terms,
 )
-from ..vocab import BulkActionKind
+from ..vocab import BulkActionKind, BulkState
 
 #: Inbox "age" filter choices: only runs whose last write is at least this many seconds old.
 AGE_CHOICES = [
@@ -384,6 +384,21 @@ class BulkForm(ReasonForm):
                                       f"{BulkActionKind(data['action']).label} cannot be "
                                       f"undone from the dashboard")
         return data
+
+
+class BulkListForm(QueryForm):
+    """The bulk actions page's query string (``bulk.bulk_list``), the filters of
+    ``GET …/bulk-actions`` (``api.params.BulkListParams``, ``selectors.bulk_list``):
+    ``action`` (a ``BulkActionKind``), ``state`` (a ``BulkState``), ``requested_by`` (a
+    username, exact, as sent; blank: everyone's) and ``cursor`` (the previous page's
+    last id). A value outside a choice is 400 naming the parameter and the choices."""
+
+    action = forms.ChoiceField(required=False, choices=BulkActionKind.choices)
+    state = forms.ChoiceField(required=False, choices=BulkState.choices)
+    requested_by = forms.CharField(
+        required=False, strip=False,
+        max_length=BulkAction._meta.get_field("requested_by_name").max_length)
+    cursor = RevisionNumberField(required=False, max_value=2**63 - 1)
 
 
 class SchemaVersionField(RevisionNumberField):

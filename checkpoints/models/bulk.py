@@ -93,7 +93,10 @@ class BulkAction(TenantOwned):
 
     class Meta:
         ordering = ["-created_at", "-id"]
-        indexes = [models.Index(fields=["state", "next_attempt_at"], name="bulk_job_due_idx")]
+        indexes = [models.Index(fields=["state", "next_attempt_at"], name="bulk_job_due_idx"),
+                   # The list (``selectors.bulk_list``): a tenant's newest first, one index
+                   # scan stopped by the page's LIMIT.
+                   models.Index(fields=["tenant", "-id"], name="bulk_tenant_newest_idx")]
         constraints = [
             models.UniqueConstraint(fields=["tenant", "uuid"], name="bulk_unique_per_tenant"),
             models.UniqueConstraint(fields=["tenant", "requested_by", "client_token"],

@@ -122,8 +122,11 @@ from .notifications import deliveries as notification_deliveries
 from .notifications import endpoint_get as notification_endpoint_get
 from .notifications import endpoint_list as notification_endpoint_list
 from .objects import (
+    BULK_LIST_MAX,
+    BULK_LIST_PAGE,
     BulkResult,
     bulk_get,
+    bulk_list,
     checkpoint_get,
     effect_find,
     effect_get,

@@ -1,5 +1,5 @@
 """Single objects by id, tenant first: a checkpoint, an effect (also by service and
-operation key), a retry request, a bulk action.
+operation key), a retry request, a bulk action; and the list of the tenant's bulk actions.
 """
 
 from __future__ import annotations
@@ -7,8 +7,9 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
-from django.db.models import Case, When
+from django.db.models import Case, Count, F, IntegerField, OuterRef, Subquery, When
 from django.db.models.fields.json import KT, KeyTransform
+from django.db.models.functions import Coalesce
 
 from .. import roles
 from ..exceptions import InvalidPayload, NotFound
@@ -21,7 +22,7 @@ from ..models import (
     Tenant,
 )
 from ..permissions import require
-from ..vocab import BulkOutcome
+from ..vocab import BulkOutcome, BulkState
 from .common import _uuid_or_404
 
 
@@ -147,3 +148,65 @@ def bulk_get(*, user, tenant: Tenant, bulk_id) -> BulkResult:
                       refused=counts[BulkOutcome.REFUSED], failed=counts[BulkOutcome.FAILED],
                       pending=max(0, bulk.total - len(items)), filters=filters,
                       client_token=token, lease_owner=owner)
+
+
+#: ``GET …/bulk-actions?limit=`` and the dashboard's list: the page size and its bound.
+BULK_LIST_PAGE = 50
+BULK_LIST_MAX = 200
+
+
+def _item_count(tenant: Tenant, outcome: str) -> Subquery:
+    """How many results of ``outcome`` the outer bulk action has (a correlated count on
+    ``bulk_item_once_per_run`` ``(bulk, run_uuid)``)."""
+    rows = (BulkActionItem.objects.for_tenant(tenant).filter(bulk=OuterRef("pk"), outcome=outcome).order_by()
+            .values("bulk").annotate(n=Count("id")).values("n"))
+    return Subquery(rows, output_field=IntegerField())
+
+
+def _count(tenant: Tenant, outcome: str, column: str) -> Case:
+    """One count of a listed bulk action: the row's ``column`` (a stored job moves it on
+    with each result; an inline one writes it when its last run has its result), or,
+    for an inline one still ``running``, its results counted (at most ``BULK_MAX_RUNS``
+    rows), as ``bulk_get`` counts them."""
+    return Case(When(background=False, state=BulkState.RUNNING,
+                     then=Coalesce(_item_count(tenant, outcome), 0)),
+                default=F(column), output_field=IntegerField())
+
+
+def bulk_list(*, user, tenant: Tenant, action: str | None = None, state: str | None = None,
+              requested_by: str | None = None, before: int | None = None,
+              limit: int = BULK_LIST_PAGE) -> list[BulkAction]:
+    """The tenant's bulk actions, newest first (``GET …/bulk-actions``, the dashboard's
+    Bulk actions page; a newcomer's finding: one submitted from a script, or from a tab
+    since closed, could be found again by its id only). Filters, each exact and
+    optional: ``action`` (``BulkActionKind``), ``state`` (``BulkState``),
+    ``requested_by`` (the requester's username). Keyset pages on the row's id, which
+    grows with each submission: ``before`` is the previous page's last id; at most
+    ``limit`` rows (1..``BULK_LIST_MAX`` + 1: a caller asks one more than its page to
+    tell whether another follows).
+
+    Each row has the counts ``bulk_get`` gives (``n_done``, ``n_refused``, ``n_failed``;
+    ``pending`` is ``total`` minus them) and ``selected_lease_owner`` (``end_lease``'s
+    owner, else ``None``); never its per-run results, its run list (``targets``) nor the
+    ``client_token``. One query whatever the page's size. Any role of the tenant
+    (``view_runs``, as ``bulk_get``); ``NotFound`` without one. The caller validates the
+    filters (``api.params.BulkListParams``, ``dashboard.forms.BulkListForm``)."""
+    require(user, tenant, roles.VIEW)
+    rows = BulkAction.objects.for_tenant(tenant).defer("targets", "selection", "client_token")
+    if action:
+        rows = rows.filter(action=action)
+    if state:
+        rows = rows.filter(state=state)
+    if requested_by:
+        rows = rows.filter(requested_by_name=requested_by)
+    if before is not None:
+        rows = rows.filter(id__lt=before)
+    rows = rows.annotate(
+        selected_lease_owner=KT("selection__lease_owner"),
+        n_done=_count(tenant, BulkOutcome.DONE, "done"),
+        n_refused=_count(tenant, BulkOutcome.REFUSED, "refused"),
+        n_failed=_count(tenant, BulkOutcome.FAILED, "failed"))
+    listed = list(rows.order_by("-id")[:max(1, min(limit, BULK_LIST_MAX + 1))])
+    for bulk in listed:
+        bulk.pending = max(0, bulk.total - bulk.n_done - bulk.n_refused - bulk.n_failed)
+    return listed

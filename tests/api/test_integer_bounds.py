@@ -608,6 +608,9 @@ RECIPES: dict[Key, Recipe] = {
         retry_get, "retry_id", ok=(404,)),
     **{("GET", T + "retry-requests", "query", name): Recipe(
         query(T + "retry-requests", name), name) for name in ("cursor", "limit")},
+    # The bulk actions' list: its keyset cursor and page size, each alone.
+    **{("GET", T + "bulk-actions", "query", name): Recipe(
+        query(T + "bulk-actions", name), name) for name in ("cursor", "limit")},
     # Declared kinds and migration jobs (issue 19): a GET of a version nobody declared is
     # 404 whatever the number (as a malformed id); the PUT declares it.
     ("GET", KV, "path", "version"): Recipe(kind_version("get"), "version", ok=(404,)),

@@ -349,8 +349,9 @@ RECIPES: dict[str, list[Op]] = {
         Op("post", _t(TWIN, retry_id="retry_pk"), api_rule(RW, 404), body=REASON,
            tenant=TWIN)],
     # Bulk actions (issue 9, item 3): the single actions' right; HOME's bulk id on the
-    # twin's URL finds nothing.
+    # twin's URL finds nothing. The list: any role, as one bulk action's read.
     "api:bulk-actions": [
+        Op("get", _t(), api_rule(V, 200)),
         Op("post", _t(), api_rule(RW, 201), "write",
            body={**REASON, "action": "close", "run_ids": [str(IDS["r_stuck"])],
                  "client_token": str(IDS["new_cp"])})],
@@ -641,6 +642,7 @@ RECIPES: dict[str, list[Op]] = {
                        body={**REASON, "action": "close", "scope": "selected",
                              "run": str(IDS["r_stuck"]), "confirm": "yes",
                              "client_token": str(IDS["new_cp"])}, surface="web")],
+    "bulk_list": [Op("get", _s(), page_rule(V, 200), surface="web")],
     "bulk_detail": [
         Op("get", _s(bulk_id="bulk_id"), page_rule(V, 200), surface="web"),
         Op("get", _s(TWIN, bulk_id="bulk_id"), page_rule(V, 404), surface="web",

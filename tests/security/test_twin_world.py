@@ -384,6 +384,11 @@ SELECTORS: dict[str, SelectorCell] = {
     "bulk_get": SelectorCell(
         lambda w, s, u: selectors.bulk_get(user=u, tenant=w.tenant(s),
                                            bulk_id=w.data[s].bulk_id)),
+    # The tenant's bulk actions (the list): its own one, never the twin's.
+    "bulk_list": SelectorCell(
+        lambda w, s, u: selectors.bulk_list(user=u, tenant=w.tenant(s)),
+        lambda w, s, a: "" if [str(b.uuid) for b in a] == [w.data[s].bulk_id]
+        else f"bulk actions {[str(b.uuid) for b in a]}"),
     "kind_usage": SelectorCell(
         lambda w, s, u: selectors.kind_usage(user=u, tenant=w.tenant(s)),
         lambda w, s, a: _kinds_count(w, s, [(v.checkpoints, v.schema_mismatch_runs)
@@ -889,6 +894,7 @@ API: dict[str, Req] = {
         {"kind": f"={DECLARED_KIND}", "version": "=3"}, declared_kind("tw"), write=True),
     f"post {T}bulk-actions": Req(body={**R, "action": "close", "run_ids": [str(IDS["r_stuck"])],
                                        "client_token": str(IDS["new_cp"])}, write=True),
+    f"get {T}bulk-actions": Req(shows_mark=True),
     f"get {T}bulk-actions/{{bulk_id}}": Req({"bulk_id": "bulk_id"}, shows_mark=True),
     f"post {T}bulk-actions/{{bulk_id}}/abort": Req({"bulk_id": "bulk_id"}, R, write=True),
     # Migrations (issue 19, item 2): the shared run ids, this tenant's checkpoints only.
@@ -1049,6 +1055,7 @@ PAGES: dict[str, Req] = {
     "bulk_submit": Req(body={**R, "action": "close", "scope": "selected", "confirm": "yes",
                              "run": str(IDS["r_stuck"]), "client_token": str(IDS["new_cp"])},
                        write=True),
+    "bulk_list": Req(shows_mark=True),
     "bulk_detail": Req({"bulk_id": "bulk_id"}, shows_mark=True),
     "bulk_abort": Req({"bulk_id": "bulk_id"}, R, write=True),
     # Issue 21: the polls (reads of this tenant's runs) and the approver's queue (its own

@@ -27,7 +27,9 @@ from .audit import (
 )
 from .bulk import (
     BulkActionInputSerializer,
+    BulkActionPageSerializer,
     BulkActionSerializer,
+    BulkActionSummarySerializer,
     BulkFiltersSerializer,
     BulkResultSerializer,
 )

@@ -112,3 +112,39 @@ class BulkActionSerializer(Answer):
                                        help_text="who aborted the job (empty when nobody)")
     abort_reason = serializers.CharField(source="bulk.abort_reason")
 
+
+
+# Rendered from a ``models.BulkAction`` of ``selectors.bulk_list``.
+class BulkActionSummarySerializer(Answer):
+    """A bulk action as the list gives it: what, who, when, and its counts; never its
+    per-run results (``GET …/bulk-actions/{id}`` has them) nor its client token."""
+
+    id = serializers.UUIDField(source="uuid")
+    action = serializers.ChoiceField(choices=BulkActionKind.values)
+    reason = serializers.CharField()
+    state = serializers.ChoiceField(choices=BulkState.values)
+    requested_by = serializers.CharField(source="requested_by_name")
+    incident_ref = serializers.CharField(
+        allow_null=True, help_text="the incident the requester tagged the request with "
+                                   "(Incident-Ref), or null")
+    created_at = IsoDateTimeField()
+    finished_at = IsoDateTimeField(allow_null=True)
+    lease_owner = serializers.CharField(source="selected_lease_owner", allow_null=True,
+                                        help_text="`end_lease`'s owner; null for the other "
+                                                  "actions")
+    job = serializers.BooleanField(source="background",
+                                   help_text="run by a worker as a stored job (more than 500 "
+                                             "runs)")
+    total = serializers.IntegerField(help_text="runs selected")
+    done = serializers.IntegerField(source="n_done")
+    refused = serializers.IntegerField(source="n_refused")
+    failed = serializers.IntegerField(source="n_failed")
+    pending = serializers.IntegerField(help_text="runs without a result yet (while running)")
+
+
+class BulkActionPageSerializer(Answer):
+    """One keyset page of bulk actions, newest first; ``next`` is the URL of the
+    following page (``?cursor=``), null on the last."""
+
+    results = BulkActionSummarySerializer(many=True)
+    next = serializers.URLField(allow_null=True)

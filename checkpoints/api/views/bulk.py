@@ -12,6 +12,7 @@ from ... import roles, selectors, services
 from ...exceptions import InvalidPayload, ReasonRequired
 from ...jsonparse import name_problem, text_problem
 from ...vocab import RecoveryState
+from .. import params as p
 from .. import serializers as s
 from .common import (
     TENANT,
@@ -20,6 +21,7 @@ from .common import (
     _only_fields,
     _path,
     _reason_operation,
+    page_url,
     read_object,
     read_reason,
     url_uuid,
@@ -95,6 +97,32 @@ def _bulk_filters(value) -> selectors.RunFilters:
 
 
 class BulkActionListApi(TenantApi):
+    params = {"get": p.BulkListParams}
+
+    @extend_schema(
+        operation_id="bulk_action_list",
+        summary="The tenant's bulk actions, newest first, keyset-paginated: what, who, "
+                "when and the counts of each (its per-run results: GET …/bulk-actions/{id})",
+        description="Any role of the tenant, as one bulk action's read. Filters are exact: "
+                    "`action`, `state` (a value outside their choices is 400 naming the "
+                    "parameter and listing them), `requested_by` (a username). Reads only.",
+        parameters=[TENANT, p.BulkListParams],
+        responses={200: s.BulkActionPageSerializer, **_errors(400)},
+    )
+    def get(self, request, tenant):
+        """Keyset pages on the row's id (``selectors.bulk_list``): a bulk action
+        submitted while a client pages never moves the ones after it."""
+        t = self.tenant(request, tenant, roles.VIEW)
+        q = self.query
+        limit = q["limit"]
+        rows = selectors.bulk_list(user=request.user, tenant=t, action=q["action"],
+                                   state=q["state"], requested_by=q["requested_by"],
+                                   before=q["cursor"], limit=limit + 1)
+        more = len(rows) > limit
+        rows = rows[:limit]
+        nxt = page_url(request, cursor=str(rows[-1].pk)) if more else None
+        return Response(s.BulkActionPageSerializer.render({"results": rows, "next": nxt}))
+
     @extend_schema(
         operation_id="bulk_action_create",
         summary="Reviewer: one review action on many runs (by id, or every run matching "
