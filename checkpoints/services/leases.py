@@ -63,8 +63,8 @@ def lease_acquire(*, actor, tenant: Tenant, run_id: uuid.UUID, owner: str, ttl_s
             run.fencing_token += 1
         reopened = run_save(run, now, reopen=True, fencing_token=run.fencing_token,
                             lease_owner=owner, lease_expires_at=now + timedelta(seconds=ttl_s),
-                            last_write_at=now, lease_ended_at=None, lease_ended_by="",
-                            lease_ended_reason="")
+                            last_write_at=now, lease_ended_at=None, lease_ended_by=None,
+                            lease_ended_reason=None)
         after = {"owner": owner, "fencing_token": run.fencing_token,
                  "expires_at": run.lease_expires_at.isoformat()}
         if reopened:

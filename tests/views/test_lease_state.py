@@ -109,7 +109,7 @@ def test_a_runtime_taking_the_lease_again_makes_it_live(login, acme, wendy, rita
     services.lease_acquire(actor=wendy, tenant=acme, run_id=run_id, owner=owner, ttl_s=3600)
     stored = Run.objects.get(uuid=run_id)
     assert (stored.lease_ended_at, stored.lease_ended_by, stored.lease_ended_reason) == \
-        (None, "", "")
+        (None, None, None)
     client = login(rita)
     card = _lease_card(client, run_id)
     assert "live</span>" in card and 'id="lease-ended"' not in card
