@@ -14,7 +14,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('checkpoints', '0047_bulk_incident_ref'),
+        ('checkpoints', '0048_job_incident_ref'),
     ]
 
     operations = [
