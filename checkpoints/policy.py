@@ -15,6 +15,7 @@ from . import kinds
 from .vocab import (
     EffectSource,
     EffectState,
+    LeaseState,
     PhaseClass,
     RecoveryState,
     ResumeAction,
@@ -28,6 +29,28 @@ def lease_live(owner: str, expires_at: datetime | None, now: datetime) -> bool:
     """Whether a run's lease is live at ``now`` (the database's time, CONTRACT.md 3): it
     has an owner and expires after ``now``."""
     return bool(owner) and expires_at is not None and expires_at > now
+
+
+def lease_state(owner: str, expires_at: datetime | None, ended_at: datetime | None,
+                live: bool) -> str:
+    """The word for a run's lease (a ``LeaseState``, or ``""`` when the run has no lease
+    owner): the one rule of the run page, the inbox and the API's run
+    (``RunSerializer.lease_state``); the newcomer's finding that a lease a reviewer ended
+    read "expired", exactly as one that timed out.
+
+    ``live`` is ``lease_live`` at the database's time (the reads annotate it,
+    ``selectors.common.LEASE_LIVE``). ``ended`` when a reviewer ended it:
+    ``services.lease_revoke`` sets ``Run.lease_ended_at`` and the expiry to the same
+    database time, and whatever takes the lease since (``lease_acquire``, which also
+    clears the record; a retry's resume, which drops the owner) moves the expiry, so a
+    record left behind never calls a later lease ended. Otherwise ``expired``."""
+    if not owner:
+        return ""
+    if live:
+        return LeaseState.LIVE
+    if ended_at is not None and ended_at == expires_at:
+        return LeaseState.ENDED
+    return LeaseState.EXPIRED
 
 
 @dataclass(frozen=True)

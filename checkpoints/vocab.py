@@ -429,6 +429,18 @@ class DeletionCause(TextChoices):
     ERASURE = "erasure"
 
 
+class LeaseState(TextChoices):
+    """What a run's lease is now, as every page and the API say it
+    (``policy.lease_state``, the one rule; ``RunSerializer.lease_state``): ``live`` (its
+    owner holds it), ``expired`` (it timed out: the owner stopped renewing) or ``ended``
+    (a reviewer ended it, ``services.lease_revoke``: who, when and why are on the run).
+    A run with no lease owner has none of these."""
+
+    LIVE = "live"
+    EXPIRED = "expired"
+    ENDED = "ended"
+
+
 class BulkActionKind(TextChoices):
     """What a bulk action does to each selected run (issue 9, item 3): each is the
     single action of the run page, called once per run (``services.bulk``).

@@ -380,6 +380,9 @@ SECURE_REFERRER_POLICY = "same-origin"
 SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
 X_FRAME_OPTIONS = "DENY"
 CSRF_COOKIE_HTTPONLY = True  # htmx sends the token from the page (hx-headers), not the cookie
+# Flash messages: Django's cookie-then-session storage, whose cookie is deleted with the
+# attributes it was set with (HttpOnly, Secure, SameSite; checkpoints.ops.security).
+MESSAGE_STORAGE = "checkpoints.ops.security.MessageStorage"
 # A stale token (logout/login in another tab) answers a short message in place for htmx,
 # a readable page otherwise, never Django's error page inside the run page (issue 9).
 CSRF_FAILURE_VIEW = "checkpoints.dashboard.errors.csrf_failure"

@@ -88,7 +88,7 @@ def walk_effect(writer, tenant, body: dict, *states, token=None):
 # Every stored time that a rule compares with the database's clock (checkpoints.dbclock).
 _AGED = {
     "Run": ("last_write_at", "lease_expires_at", "state_changed_at", "closed_at",
-            "payloads_deleted_at"),
+            "payloads_deleted_at", "lease_ended_at"),
     "CleanupLease": ("expires_at",),
     "Effect": ("submitted_at", "state_changed_at"),
     "ReconcileRequest": ("next_attempt_at", "claimed_until"),

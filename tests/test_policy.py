@@ -256,3 +256,18 @@ def test_the_conflicted_reason_counts_in_words():
         "conflicted", "1 refused write")
     assert policy.recovery_state(facts(unacknowledged_conflicts=2)) == (
         "conflicted", "2 refused writes")
+
+
+@pytest.mark.parametrize(("owner", "expires_at", "ended_at", "live", "word"), [
+    ("", None, None, False, ""),  # no lease owner: no lease state
+    ("w-1", NOW + timedelta(hours=1), None, True, "live"),
+    ("w-1", QUIET, None, False, "expired"),  # it timed out
+    ("w-1", QUIET, QUIET, False, "ended"),  # a reviewer ended it (lease_revoke)
+    # A record left behind by a later lease (its expiry moved) is not an ending.
+    ("w-1", QUIET + timedelta(hours=1), QUIET, False, "expired"),
+    ("w-1", NOW + timedelta(hours=1), QUIET, True, "live"),
+])
+def test_the_lease_state_word(owner, expires_at, ended_at, live, word):
+    """The newcomer's finding: a lease a reviewer ended read "expired" (policy.lease_state,
+    the run page's, the inbox's and the API's one rule)."""
+    assert policy.lease_state(owner, expires_at, ended_at, live) == word

@@ -58,6 +58,13 @@ class Run(TenantOwned, TimestampedModel):
     lease_owner = models.CharField(max_length=256, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     fencing_token = models.BigIntegerField(default=0)
+    # A reviewer ended the lease (``services.lease_revoke``): when (the expiry it set),
+    # who (the username, as ``AuditEvent.actor_name``) and why; null again when a runtime
+    # takes the lease again (``lease_acquire``). ``policy.lease_state`` reads them.
+    # Nullable, so adding them rebuilds no table on SQLite (migration 0049).
+    lease_ended_at = models.DateTimeField(null=True, blank=True)
+    lease_ended_by = models.CharField(max_length=150, null=True, blank=True)
+    lease_ended_reason = models.TextField(null=True, blank=True)
     unacknowledged_conflicts = models.PositiveIntegerField(default=0)
     # A reviewer closed the run (handled outside the system); cleared by its next write.
     closed_at = models.DateTimeField(null=True, blank=True)

@@ -16,6 +16,11 @@
 - ``PrivateNoStoreMiddleware``: every dynamic response is ``Cache-Control: no-store,
   private`` unless its view said otherwise: pages, fragments and API answers carry
   per-account data (revealed payloads, receipts), which no browser or proxy may keep.
+- ``MessageStorage`` (``MESSAGE_STORAGE``): Django's cookie-then-session flash messages,
+  whose cookie is deleted with the attributes it was set with (``HttpOnly``, ``Secure``
+  when set, ``SameSite``); Django's own deletion (``response.delete_cookie``) leaves out
+  ``HttpOnly`` and ``Secure`` (the newcomer's finding: ``Set-Cookie: messages="";
+  expires=...`` without them, after one with ``HttpOnly``).
 """
 
 from __future__ import annotations
@@ -29,6 +34,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from django.conf import settings
+from django.contrib.messages.storage.cookie import CookieStorage
+from django.contrib.messages.storage.fallback import FallbackStorage
+from django.contrib.messages.storage.session import SessionStorage
 from django.core import checks
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
@@ -185,3 +193,30 @@ def _check_slot(slot: Path) -> None:
 
 def release_login_slot(fd: int) -> None:
     os.close(fd)  # closing the descriptor releases its lock
+
+
+class _MessageCookieStorage(CookieStorage):
+    """Django's ``CookieStorage`` whose cookie, once its messages are read, is deleted
+    with the attributes it is set with: ``HttpOnly`` (``SESSION_COOKIE_HTTPONLY``),
+    ``Secure`` (``SESSION_COOKIE_SECURE``), ``SameSite``, the domain; as
+    ``delete_cookie`` does (an empty value, ``Max-Age=0``, expired in 1970) with the two
+    it leaves out."""
+
+    def _update_cookie(self, encoded_data, response) -> None:
+        if encoded_data:
+            super()._update_cookie(encoded_data, response)
+            return
+        response.set_cookie(
+            self.cookie_name, "", max_age=0, expires="Thu, 01 Jan 1970 00:00:00 GMT",
+            domain=settings.SESSION_COOKIE_DOMAIN,
+            secure=settings.SESSION_COOKIE_SECURE or None,
+            httponly=settings.SESSION_COOKIE_HTTPONLY or None,
+            samesite=settings.SESSION_COOKIE_SAMESITE)
+
+
+class MessageStorage(FallbackStorage):
+    """``MESSAGE_STORAGE``: Django's default (messages in a cookie, what does not fit in
+    the session), its cookie set and deleted with the same attributes
+    (``_MessageCookieStorage``)."""
+
+    storage_classes = (_MessageCookieStorage, SessionStorage)

@@ -1,5 +1,5 @@
-"""What the reads share: the run list's columns, whether a lease is live, and a malformed id answered like a missing
-object.
+"""What the reads share: the run list's columns, whether a lease is live and the word for
+it, and a malformed id answered like a missing object.
 """
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ import uuid
 
 from django.db.models import BooleanField, ExpressionWrapper, Q
 
+from .. import policy
 from ..dbclock import NOW
 from ..exceptions import NotFound
 
@@ -16,7 +17,8 @@ RUN_LIST_FIELDS = (
     "definition_version", "phase_class", "phase_label", "recovery_state", "recovery_reason",
     "state_changed_at", "last_write_at", "created_at", "lease_owner", "lease_expires_at",
     "fencing_token", "unacknowledged_conflicts", "closed_at", "closed_reason",
-    "closed_by__username", "payloads_deleted_at", "lease_live",
+    "closed_by__username", "payloads_deleted_at", "lease_live", "lease_ended_at",
+    "lease_ended_by",
 )
 
 #: ``policy.lease_live`` as SQL, for a run read to be shown: the run has a lease owner
@@ -25,6 +27,17 @@ RUN_LIST_FIELDS = (
 #: page), so the badge "live"/"expired" a page shows is the rule reconcile applies.
 LEASE_LIVE = ExpressionWrapper(Q(lease_expires_at__gt=NOW) & ~Q(lease_owner=""),
                                output_field=BooleanField())
+
+
+def lease_state_of(run) -> str:
+    """``policy.lease_state`` (the one rule: ``live``, ``expired``, ``ended``, ``""`` with no
+    owner) of a run read to be shown: a ``RUN_LIST_FIELDS`` row (a dict) or a ``Run``
+    annotated with ``lease_live`` (``LEASE_LIVE``: the database's clock). No query.
+    ``selectors.run_list`` puts it on each row and ``run_get`` on the run
+    (``lease_state``), which the run page, the inbox and ``RunSerializer`` read."""
+    get = run.get if isinstance(run, dict) else lambda name: getattr(run, name)
+    return policy.lease_state(get("lease_owner"), get("lease_expires_at"),
+                              get("lease_ended_at"), bool(get("lease_live")))
 
 
 def _uuid_or_404(value, what: str) -> uuid.UUID:

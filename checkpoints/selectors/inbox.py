@@ -30,7 +30,7 @@ from ..models import (
     Tenant,
 )
 from ..permissions import require
-from .common import LEASE_LIVE, RUN_LIST_FIELDS
+from .common import LEASE_LIVE, RUN_LIST_FIELDS, lease_state_of
 from .search import search_match, search_terms
 
 
@@ -206,9 +206,20 @@ def run_list(*, user, tenant: Tenant, filters: RunFilters, sort: str | None = No
     the cursor on and stops after ``limit + 1`` rows at any depth; ``kind``/``subject``/
     ``age_s_min`` filter the rows it reads, ``q`` is a semi-join with the search's
     indexed subquery (``_search_run_ids``).
+
+    Each row also has ``lease_state`` (``common.lease_state_of``: live, expired, ended or
+    "", read from the row: no query), as the inbox and the API's run say it.
     """
     require(user, tenant, roles.VIEW)
-    sort = _sort_or_400(sort)
+    page = _run_page(tenant, filters, _sort_or_400(sort), cursor, limit)
+    for row in page.rows:
+        row["lease_state"] = lease_state_of(row)
+    return page
+
+
+def _run_page(tenant: Tenant, filters: RunFilters, sort: str, cursor: str | None,
+              limit: int) -> RunPage:
+    """``run_list``'s page (its keyset read), without the words it adds."""
     qs = _filtered_runs(tenant, filters)
     limit = max(1, min(limit, 200))
     order = RUN_SORTS[sort]

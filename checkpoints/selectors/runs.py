@@ -37,7 +37,7 @@ from ..models import (
     Tenant,
 )
 from ..permissions import require
-from .common import LEASE_LIVE, _uuid_or_404
+from .common import LEASE_LIVE, _uuid_or_404, lease_state_of
 from .search import uuid_prefix_range
 
 #: Revisions per page of a checkpoint's or an effect's history (run page, history pages).
@@ -54,7 +54,8 @@ RUN_PREFIX_SHOWN = 20
 def run_get(*, user, tenant: Tenant, run_id: uuid.UUID | str) -> Run:
     """The run, or ``NotFound`` (also for a malformed id). Annotated, in the same query,
     with ``db_now`` (the database's time) and ``lease_live`` (``LEASE_LIVE``), for what a
-    page says of its lease and state times."""
+    page says of its lease and state times; ``lease_state`` set (``lease_state_of``:
+    live, expired, ended or "")."""
     require(user, tenant, roles.VIEW)
     rid = _uuid_or_404(run_id, "run")
     run = (Run.objects.for_tenant(tenant).filter(uuid=rid)
@@ -62,6 +63,7 @@ def run_get(*, user, tenant: Tenant, run_id: uuid.UUID | str) -> Run:
            .select_related("latest_checkpoint", "closed_by").first())
     if run is None:
         raise NotFound("no such run")
+    run.lease_state = lease_state_of(run)
     seed_page_now(run.db_now)  # the page's relative times, with no query of their own
     return run
 

@@ -39,8 +39,11 @@ def owner_check(owner, field: str = "owner") -> None:
 def lease_acquire(*, actor, tenant: Tenant, run_id: uuid.UUID, owner: str, ttl_s: int) -> Run:
     """Take or renew the run's lease (CONTRACT.md 3).
 
-    A new owner (none before, or the previous lease expired) bumps the fencing token; the
-    same owner renewing keeps it. Raises ``NotFound`` for an unknown run, ``LeaseHeld``
+    A new owner (none before, or the previous lease expired or was ended) bumps the
+    fencing token; the same owner renewing keeps it. A lease a reviewer ended
+    (``lease_revoke``) is live again: its record (``Run.lease_ended_at``/``_by``/
+    ``_reason``) is cleared, so every page and the API say ``live``
+    (``policy.lease_state``). Raises ``NotFound`` for an unknown run, ``LeaseHeld``
     (409) while another owner's lease is live, ``InvalidPayload`` for a bad owner or ttl.
     """
     require(actor, tenant, roles.WRITE)
@@ -60,7 +63,8 @@ def lease_acquire(*, actor, tenant: Tenant, run_id: uuid.UUID, owner: str, ttl_s
             run.fencing_token += 1
         reopened = run_save(run, now, reopen=True, fencing_token=run.fencing_token,
                             lease_owner=owner, lease_expires_at=now + timedelta(seconds=ttl_s),
-                            last_write_at=now)
+                            last_write_at=now, lease_ended_at=None, lease_ended_by=None,
+                            lease_ended_reason=None)
         after = {"owner": owner, "fencing_token": run.fencing_token,
                  "expires_at": run.lease_expires_at.isoformat()}
         if reopened:
@@ -87,8 +91,11 @@ def lease_revoke(*, actor, tenant: Tenant, run_id: uuid.UUID, reason: str,
     of who held it: ``policy.RunFacts.owner_gone_at`` reads a leased run's expiry (now,
     so the owner counts as gone at once), where clearing it would fall back to the quiet
     time after the last write (``last_write_at`` + the tenant's ambiguity threshold) and
-    keep a run that wrote recently refused; the run page shows the owner with its lease
-    "expired". ``last_write_at`` is left alone: the runtime wrote nothing. The run's
+    keep a run that wrote recently refused. Who ended it, when (the new expiry) and why
+    are kept on the run (``Run.lease_ended_by``, the actor's username;
+    ``lease_ended_at``; ``lease_ended_reason``), so the run page, the inbox and the API
+    say the lease was ``ended``, not ``expired`` (``policy.lease_state``; the
+    newcomer's finding), until a runtime takes it again. ``last_write_at`` is left alone: the runtime wrote nothing. The run's
     recovery state is recomputed (``run_save``; not reopened). A runtime that is in fact
     alive gets a new token only by taking the lease again (``lease_acquire``: an expired
     lease, so the token is bumped once more). One audit event ``lease.revoke``: before
@@ -131,7 +138,9 @@ def lease_revoke(*, actor, tenant: Tenant, run_id: uuid.UUID, reason: str,
                             "look again")
         before = {"owner": run.lease_owner, "fencing_token": run.fencing_token,
                   "expires_at": run.lease_expires_at.isoformat()}
-        run_save(run, now, fencing_token=run.fencing_token + 1, lease_expires_at=now)
+        run_save(run, now, fencing_token=run.fencing_token + 1, lease_expires_at=now,
+                 lease_ended_at=now, lease_ended_by=actor.get_username(),
+                 lease_ended_reason=reason)
         audit_record(tenant=tenant, actor=actor, action=AuditAction.LEASE_REVOKE,
                      target_type=TargetType.RUN, target_id=run.uuid, run_id=run.uuid,
                      reason=reason, before=before,

@@ -19,7 +19,7 @@ from django.urls.resolvers import RoutePattern
 
 from checkpoints import services
 from checkpoints.models import ReconcileAttempt
-from tests.views.conftest import reconcile
+from tests.views.conftest import make_stuck_run, reconcile
 
 pytestmark = pytest.mark.django_db
 
@@ -192,3 +192,30 @@ def test_the_inline_code_check_finds_what_it_looks_for():
         with pytest.raises(AssertionError):
             assert_no_inline_code(sample, "sample")
     assert_no_inline_code('<script src="/static/js/app.js" defer></script>', "sample")
+
+
+@pytest.mark.parametrize("secure", [False, True])
+def test_the_flash_message_cookie_is_deleted_with_the_attributes_it_was_set_with(
+        settings, acme, wendy, rita, secure):
+    """The newcomer's finding: ``Set-Cookie: messages=""; expires=...`` came without
+    ``HttpOnly`` (and ``Secure``) while the cookie set before had them
+    (``checkpoints.ops.security.MessageStorage``)."""
+    settings.SESSION_COOKIE_SECURE = secure
+    run_id = make_stuck_run(wendy, acme).run_id
+    services.lease_acquire(actor=wendy, tenant=acme, run_id=run_id, owner="worker-1",
+                           ttl_s=3600)
+    client = Client()
+    client.force_login(rita)
+    posted = client.post(f"/t/acme/runs/{run_id}/lease/revoke/",
+                         {"reason": "drained", "confirm": "yes", "owner": "worker-1"})
+    assert posted.status_code == 303  # the flash message "Lease of worker-1 ended"
+    stored = posted.cookies["messages"]
+    read = client.get(posted["Location"])  # shows the message: the cookie is deleted
+    assert "Lease of worker-1 ended" in read.content.decode()
+    deleted = read.cookies["messages"]
+    assert stored.value and not deleted.value and deleted["max-age"] == 0
+    for attribute in ("httponly", "secure", "samesite", "domain", "path"):
+        assert deleted[attribute] == stored[attribute], attribute
+    header = deleted.OutputString()
+    assert "HttpOnly" in header and "SameSite=Lax" in header
+    assert ("Secure" in header) == secure

@@ -11,7 +11,7 @@ from ... import intranges
 from ...exceptions import InvalidPayload
 from ...models import Run
 from ...selectors import nextstep
-from ...vocab import RecoveryState, ResumeAction
+from ...vocab import LeaseState, RecoveryState, ResumeAction
 from .checkpoints import CheckpointMetaSerializer
 from .common import Answer, IsoDateTimeField, TenantSlugField
 from .effects import EffectSerializer
@@ -52,6 +52,17 @@ class RunSerializer(Answer):
     last_write_at = IsoDateTimeField(allow_null=True)
     created_at = IsoDateTimeField()
     lease_expires_at = IsoDateTimeField(allow_null=True)
+    lease_state = serializers.ChoiceField(
+        choices=LeaseState.values, allow_null=True,
+        help_text="live (its owner holds it), expired (it timed out) or ended (a reviewer "
+                  "ended it: lease_ended_by, lease_ended_at); null when the run has no "
+                  "lease owner. The run page's and the inbox's word (policy.lease_state)")
+    lease_ended_by = serializers.CharField(
+        allow_null=True, help_text="the reviewer who ended the lease (username); null "
+                                   "unless lease_state is ended")
+    lease_ended_at = IsoDateTimeField(
+        allow_null=True, help_text="when a reviewer ended the lease (the database's time, "
+                                   "its lease_expires_at); null unless lease_state is ended")
     payloads_deleted_at = IsoDateTimeField(
         allow_null=True, help_text="when retention or erasure deleted the run's payloads and "
                                    "history (its tombstone says why); such a run takes no "
@@ -59,8 +70,13 @@ class RunSerializer(Answer):
 
     def to_representation(self, instance) -> dict:
         """The fields, ``recovery_reason`` as the dashboard words it
-        (``selectors.nextstep.state_reason``: one rule for both)."""
+        (``selectors.nextstep.state_reason``: one rule for both); ``lease_state`` the
+        row's (``selectors.common.lease_state_of``), null with no owner, and who ended
+        the lease and when only while it says ``ended``."""
         data = super().to_representation(instance)
+        data["lease_state"] = data["lease_state"] or None
+        if data["lease_state"] != LeaseState.ENDED:
+            data["lease_ended_by"] = data["lease_ended_at"] = None
         data["recovery_reason"] = nextstep.state_reason(
             data["recovery_state"], data["recovery_reason"], data["kind"],
             data["schema_version"])
