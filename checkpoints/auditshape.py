@@ -90,6 +90,8 @@ SHAPES: dict[str, tuple[frozenset[str], frozenset[str]]] = {
                       frozenset({"owner", "fencing_token", "expires_at", "reopened"})),
     A.LEASE_REVOKE: (frozenset({"owner", "fencing_token", "expires_at"}),
                      frozenset({"fencing_token", "expires_at", "bulk_id"})),
+    A.LEASE_RELEASE: (frozenset({"owner", "fencing_token", "expires_at"}),
+                      frozenset({"fencing_token", "expires_at"})),
     A.RETRY_REQUEST: (_RECOVERY, frozenset({"state", "recovery_state", "preview", "bulk_id"})),
     A.RETRY_APPROVE: _RETRY_DECIDED,
     A.RETRY_REJECT: _RETRY_DECIDED,

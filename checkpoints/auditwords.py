@@ -227,6 +227,17 @@ def _lease_revoked(e, t) -> str:
     return text + ": its owner's writes are refused from now on"
 
 
+def _lease_released(e, t) -> str:
+    """*gave back worker-1's lease on the run (fencing token 3 → 4)*, by the account of
+    the runtime that held it (``services.lease_release``)."""
+    owner = _get(e.before, "owner")
+    old, new = _get(e.before, "fencing_token"), _get(e.after, "fencing_token")
+    text = f"gave back {owner + chr(39) + 's' if owner else 'its'} lease on {t}"
+    if old is not None and new is not None:
+        text += f" (fencing token {old} → {new})"
+    return text
+
+
 def _retry_decision(verb: str) -> Callable:
     def say(e, t) -> str:
         return f"{verb} {t}{_run_state(e, t)}"
@@ -372,6 +383,7 @@ SENTENCES: dict[str, Callable[[Any, str], str]] = {
     A.EVIDENCE_REVEAL: _reveal("reconciliation evidence"),
     A.LEASE_ACQUIRE: _lease,
     A.LEASE_REVOKE: _lease_revoked,
+    A.LEASE_RELEASE: _lease_released,
     A.RETRY_REQUEST: lambda e, t: f"requested a retry of the run{_run_state(e, t)}",
     A.RETRY_APPROVE: _retry_decision("approved"),
     A.RETRY_REJECT: _retry_decision("rejected"),

@@ -291,6 +291,8 @@ class AuditAction(TextChoices):
     LEASE_ACQUIRE = "lease.acquire"
     # A reviewer ended a live lease whose owner they know is gone (``services.lease_revoke``).
     LEASE_REVOKE = "lease.revoke"
+    # The runtime holding a live lease gave it back (``services.lease_release``).
+    LEASE_RELEASE = "lease.release"
     RETRY_REQUEST = "retry.request"
     RETRY_APPROVE = "retry.approve"
     RETRY_REJECT = "retry.reject"

@@ -60,6 +60,9 @@ SAMPLES = {
                                           "expires_at": "2026-12-07T04:00:00+00:00"},
                      {"fencing_token": 2, "expires_at": "2026-12-07T03:10:00+00:00"},
                      "its node was drained"),
+    A.LEASE_RELEASE: ("wendy", T.RUN, RUN, {"owner": "worker-1", "fencing_token": 1,
+                                            "expires_at": "2026-12-07T04:00:00+00:00"},
+                      {"fencing_token": 2, "expires_at": "2026-12-07T03:10:00+00:00"}, ""),
     A.RETRY_REQUEST: ("rita", T.RETRY_REQUEST, "7", {"recovery_state": "unknown_outcome"},
                       {"state": "requested", "recovery_state": "awaiting_approval",
                        "preview": []}, "worker died"),
@@ -298,6 +301,7 @@ def test_each_sentence_says_who_did_what_in_words(action):
     (A.LEASE_ACQUIRE, "wendy gave the run's lease to worker-1, fencing token 1"),
     (A.LEASE_REVOKE, "rita ended worker-1's lease on the run (fencing token 1 → 2): its "
                      "owner's writes are refused from now on: its node was drained"),
+    (A.LEASE_RELEASE, "wendy gave back worker-1's lease on the run (fencing token 1 → 2)"),
     (A.CONFLICTS_ACKNOWLEDGE, "rita acknowledged 2 conflicts of the run "
                               "(conflicted → healthy): seen"),
     (A.LANGGRAPH_THREAD_DELETE, "wendy deleted LangGraph thread t-1: 3 checkpoints; the "

@@ -28,6 +28,8 @@ urlpatterns = [
     path(T + "runs/<str:run_id>/lease", views.RunLeaseApi.as_view(), name="run-lease"),
     path(T + "runs/<str:run_id>/lease/revoke", views.RunLeaseRevokeApi.as_view(),
          name="run-lease-revoke"),
+    path(T + "runs/<str:run_id>/lease/release", views.RunLeaseReleaseApi.as_view(),
+         name="run-lease-release"),
     path(T + "runs/<str:run_id>/resume", views.RunResumeApi.as_view(), name="run-resume"),
     path(T + "runs/<str:run_id>/retry-requests", views.RetryRequestCreateApi.as_view(),
          name="run-retry-requests"),

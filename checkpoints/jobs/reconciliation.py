@@ -219,10 +219,10 @@ def execute(request_pk: int) -> dict:
     # The answer's events (by the system) carry the request's incident, as the
     # reviewer's ``run.reconcile`` did (the newcomer's finding: they carried none).
     with audit.working_on(req.incident_ref or "", system=True):
-        return _execute(req, started)
+        return _execute_request(req, started)
 
 
-def _execute(req: ReconcileRequest, started: datetime) -> dict:
+def _execute_request(req: ReconcileRequest, started: datetime) -> dict:
     svc = services
     effect = (Effect.objects.for_tenant(req.tenant_id).select_related("run", "tenant")
               .get(pk=req.effect_id))

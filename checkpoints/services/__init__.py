@@ -97,7 +97,7 @@ from .keys import (
     tenant_shred,
 )
 from .kinds import kind_declare
-from .leases import lease_acquire, lease_revoke
+from .leases import lease_acquire, lease_release, lease_revoke
 from .lifecycle import (
     ENDED,
     Blocker,

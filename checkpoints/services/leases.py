@@ -1,6 +1,7 @@
 """Leases (CONTRACT.md 3): a runtime takes or renews the run's lease
-(``lease_acquire``); a reviewer ends a dead owner's live lease (``lease_revoke``). Both
-under the run's lock (``runs._lock_run``), on the database clock, audited."""
+(``lease_acquire``) and gives it back when it is done (``lease_release``); a reviewer
+ends a dead owner's live lease (``lease_revoke``). All under the run's lock
+(``runs._lock_run``), on the database clock, audited."""
 
 from __future__ import annotations
 
@@ -147,5 +148,68 @@ def lease_revoke(*, actor, tenant: Tenant, run_id: uuid.UUID, reason: str,
                      after=_with_bulk({"fencing_token": run.fencing_token,
                                        "expires_at": run.lease_expires_at.isoformat()},
                                       bulk_id),
+                     created_at=now)
+    return run
+
+
+#: The record a released lease leaves on the run (``Run.lease_ended_reason``): the page
+#: and the API read it as any ended lease, by the writer account that released it.
+RELEASED_WORDS = "released by its owner"
+
+
+def lease_release(*, actor, tenant: Tenant, run_id: uuid.UUID, owner, held_token) -> Run:
+    """The runtime holding the run's live lease gives it back (``POST …/runs/{id}/lease/
+    release``; a newcomer's finding, stop 39: a worker shutting down cleanly could not, and
+    the next worker waited out the lease's ttl; a writer may not revoke). Writer's right,
+    as taking the lease (``roles.WRITE``). ``owner`` and ``fencing_token`` are the lease
+    it holds (the API's ``owner`` and ``fencing_token``, ``held_token`` here: this is no
+    fenced write, ``tests/services/test_fence_matrix.py``), both required: they prove it
+    is the holder (``owner_check``'s rule; a token in 0..2^63-1).
+
+    Under the run's lock, on the database clock, as ``lease_revoke``: the expiry becomes
+    now and the fencing token goes up by one, so a write still on its way from the
+    releasing process is refused (``Fenced``) and the next owner takes the lease at once
+    (a new owner bumps the token again, ``lease_acquire``). The owner counts as gone
+    from now (``policy.RunFacts.owner_gone_at``): a run released while its checkpoint is
+    in flight is ambiguous at once, as it would be after the lease expired. The record
+    (``Run.lease_ended_*``: the account, now, ``RELEASED_WORDS``) makes the page, the
+    inbox and the API say ``ended``, by whom (``policy.lease_state``). One audit event
+    ``lease.release``: before ``{owner, fencing_token, expires_at}``, after
+    ``{fencing_token, expires_at}``.
+
+    Raises ``NoLiveLease`` (409) when no lease is live (expired, ended, none taken),
+    ``LeaseHeld`` (409 ``lease_held``) when the live lease is another owner's (naming
+    ``owner``) or was taken again since (another token, naming ``fencing_token``),
+    ``InvalidPayload`` (400 naming ``owner`` or ``fencing_token``), ``NotFound`` (404,
+    also another tenant's run), ``Forbidden`` (403), ``RunDeleted`` (409). Returns the
+    run (its ``lease_owner``, ``fencing_token``, ``lease_expires_at``)."""
+    require(actor, tenant, roles.WRITE)
+    owner_check(owner)
+    intranges.FENCING_TOKEN.check(held_token, "fencing_token")
+    with transaction.atomic():
+        run = _lock_run(tenant, run_id, create=False)
+        if run is None:
+            raise NotFound("no such run")
+        now = run.db_now
+        if not policy.lease_live(run.lease_owner, run.lease_expires_at, now):
+            raise NoLiveLease("run: it holds no live lease (none taken, expired, or already "
+                              "ended); nothing to release")
+        if run.lease_owner != owner:
+            raise LeaseHeld(f"owner: the live lease is {run.lease_owner}'s, not {owner}'s; "
+                            "only its holder releases it")
+        if run.fencing_token != held_token:
+            raise LeaseHeld(f"fencing_token: the live lease's token is {run.fencing_token}, "
+                            f"not {held_token} (taken again since); only its holder "
+                            "releases it")
+        before = {"owner": run.lease_owner, "fencing_token": run.fencing_token,
+                  "expires_at": run.lease_expires_at.isoformat()}
+        run_save(run, now, fencing_token=run.fencing_token + 1, lease_expires_at=now,
+                 lease_ended_at=now, lease_ended_by=actor.get_username(),
+                 lease_ended_reason=RELEASED_WORDS)
+        audit_record(tenant=tenant, actor=actor, action=AuditAction.LEASE_RELEASE,
+                     target_type=TargetType.RUN, target_id=run.uuid, run_id=run.uuid,
+                     before=before,
+                     after={"fencing_token": run.fencing_token,
+                            "expires_at": run.lease_expires_at.isoformat()},
                      created_at=now)
     return run

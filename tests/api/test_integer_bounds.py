@@ -546,7 +546,25 @@ def revoke_token(w: World, v: int) -> Outcome:
                  {"reason": "bounds", "fencing_token": v}, path={"run_id": run_id})
 
 
+def release_token(w, v):
+    """A writer gives back the lease it holds, with token ``v``: in range, the lease's own
+    (the largest cannot go up: naming it, the lease holds another, 409); out of range,
+    400 naming ``fencing_token``."""
+    from django.contrib.auth import get_user_model
+
+    admin = get_user_model().objects.get(username="bounds-admin")
+    run_id = w.cp["run_id"]
+    services.lease_acquire(actor=admin, tenant=w.tenant, run_id=run_id,
+                           owner="bounds-owner", ttl_s=600)
+    if 0 <= v < MAX63:
+        Run.objects.filter(tenant=w.tenant, uuid=run_id).update(fencing_token=v)
+    return _json(w, "post", T + "runs/{run_id}/lease/release",
+                 {"owner": "bounds-owner", "fencing_token": v}, path={"run_id": run_id})
+
+
 RECIPES: dict[Key, Recipe] = {
+    ("POST", T + "runs/{run_id}/lease/release", "body", "fencing_token"): Recipe(
+        release_token, "fencing_token", ok=(200, 409)),
     ("POST", T + "runs/{run_id}/lease/revoke", "body", "fencing_token"): Recipe(
         revoke_token, "fencing_token", ok=(200, 409)),
     ("POST", T + "legal-holds", "body", "subject.value"): Recipe(

@@ -63,9 +63,14 @@ BEYOND_CONTRACT = {
     # A reviewer ends a dead owner's live lease (CONTRACT.md 3's fencing makes it safe;
     # the review right of CONTRACT.md 4, a reason as for every action).
     ("POST", "runs/{}/lease/revoke"): "end a dead owner's lease",
+    # The runtime holding a lease gives it back (stop 39): CONTRACT.md 4's writer takes
+    # leases, and gives them back; fenced as a revoke.
+    ("POST", "runs/{}/lease/release"): "a runtime gives back its lease",
     # One review action on many runs, and its per-run results (issue 9, item 3).
     ("POST", "bulk-actions"): "bulk review action",
     ("GET", "bulk-actions/{}"): "a bulk action's results",
+    # Their list, to find one again (stop 39; a newcomer's finding).
+    ("GET", "bulk-actions"): "the tenant's bulk actions",
     # A bulk action beyond 500 runs runs as a stored job a reviewer may stop (issue 22,
     # item 6): the review right of CONTRACT.md 4, a reason as for every action (3).
     ("POST", "bulk-actions/{}/abort"): "abort a bulk job",

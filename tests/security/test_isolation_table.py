@@ -314,6 +314,10 @@ RECIPES: dict[str, list[Op]] = {
     # No run of the world holds a live lease: a reviewer's answer is the refusal (409
     # no_live_lease, nothing written); the revoke itself: tests/api/test_lease_revoke.py.
     "api:run-lease-revoke": [Op("post", _t(run_id="r_stuck"), api_rule(RW, 409), body=REASON)],
+    # Likewise a writer's release: 409 no_live_lease, nothing written; the release
+    # itself: tests/api/test_lease_release.py.
+    "api:run-lease-release": [Op("post", _t(run_id="r_stable"), api_rule(WR, 409),
+                                 body={"owner": "table", "fencing_token": 1})],
     "api:run-resume": [
         Op("get", _t(run_id="r_stable"), api_rule(WR, 200)),
         Op("post", _t(run_id="r_stable"), api_rule(WR, 200), body={}),

@@ -861,6 +861,11 @@ API: dict[str, Req] = {
     # No run of the world holds a live lease: a reviewer's answer is 409 no_live_lease
     # (its own run, read under its own tenant); the revoke itself: ``lease_revoke`` below.
     f"post {T}runs/{{run_id}}/lease/revoke": Req({"run_id": "r_stuck"}, R, write=True),
+    # A writer's release, likewise 409 no_live_lease; the release itself:
+    # ``lease_release`` below.
+    f"post {T}runs/{{run_id}}/lease/release": Req({"run_id": "r_stable"},
+                                                  {"owner": "tw", "fencing_token": 1},
+                                                  write=True),
     f"get {T}runs/{{run_id}}/resume": Req({"run_id": "r_stable"}),
     f"post {T}runs/{{run_id}}/resume": Req({"run_id": "r_stable"}, {}, write=True),
     f"post {T}runs/{{run_id}}/retry-requests": Req({"run_id": "r_retry"}, R, write=True),
@@ -1228,6 +1233,19 @@ def _lease_revoked(w: World, slug: str, acting: str):
                                  run_id=IDS["r_stable"], reason="x", expected_owner="tw")
 
 
+def _lease_released(w: World, slug: str, acting: str):
+    """A writer of ``acting`` gives back the lease of ``r_stable`` in ``slug``, which a
+    writer of ``slug`` took first in its own tenant (not vacuous: the release writes). A
+    persona of the twin finds no run (``NotFound``)."""
+    token = 1
+    if acting == slug:
+        token = services.lease_acquire(actor=_as(w, slug, "writer"), tenant=w.tenant(slug),
+                                       run_id=IDS["r_stable"], owner="tw",
+                                       ttl_s=600).fencing_token
+    return services.lease_release(actor=_as(w, acting, "writer"), tenant=w.tenant(slug),
+                                  run_id=IDS["r_stable"], owner="tw", held_token=token)
+
+
 def _runifold_lines() -> bytes:
     """A runifold agent checkpoint in the shared run ``r_stable`` (new id ``new_cp``) and
     an effect record naming that run (RUNIFOLD.md 1, 4)."""
@@ -1309,6 +1327,7 @@ SERVICES: dict[str, list[ServiceCell]] = {
     "run_reconcile": [ServiceCell(lambda w, s, a: services.run_reconcile(
         actor=_as(w, a, "reviewer"), tenant=w.tenant(s), run_id=IDS["r_stuck"], reason="x"))],
     "lease_revoke": [ServiceCell(_lease_revoked)],
+    "lease_release": [ServiceCell(_lease_released)],
     "lease_acquire": [ServiceCell(lambda w, s, a: services.lease_acquire(
         actor=_as(w, a, "writer"), tenant=w.tenant(s), run_id=IDS["r_stable"], owner="x",
         ttl_s=30))],

@@ -68,6 +68,10 @@ WRITE_PATHS = {
                     "token, so the ousted owner's writes are fenced: tests/services/"
                     "test_lease_revoke.py::test_the_old_owners_writes_are_refused_as_fenced_"
                     "and_kept",
+    "lease_release": "the holder gives its lease back with its own token (stop 39); bumps "
+                     "the token, so a write still on its way is fenced: tests/api/"
+                     "test_lease_release.py::test_the_holder_gives_the_lease_back_and_the_"
+                     "next_owner_takes_it_at_once",
     "resume_claim": "takes ownership (consumes an approved retry): the 'retry claimed' "
                     "column; test_a_claim_with_nothing_to_consume_changes_nothing",
     "retry_request": "reviewer action, carries no token; never over a live owner "

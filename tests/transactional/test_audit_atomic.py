@@ -201,6 +201,13 @@ def lease_revoke(p):
                                               reason="w1's host is gone", expected_owner="w1"))
 
 
+def lease_release(p):
+    body, token = _leased(p)
+    run_id = uuid.UUID(body["run_id"])
+    return Cell(lambda: services.lease_release(actor=p.wendy, tenant=p.acme, run_id=run_id,
+                                               owner="w1", held_token=token))
+
+
 def _requested(p):
     run_id = ambiguous_run(p.wendy, p.acme)
     return run_id, services.retry_request(actor=p.rita, tenant=p.acme, run_id=run_id,
@@ -809,6 +816,7 @@ CELLS: dict[str, dict[str, Callable]] = {
                    "id-exists conflict": effect_id_exists, "fenced conflict": effect_fenced},
     "lease_acquire": {"take": lease_acquire},
     "lease_revoke": {"end": lease_revoke},
+    "lease_release": {"give back": lease_release},
     "resume_claim": {"consume": resume_claim},
     "retry_request": {"request": retry_request},
     "retry_approve": {"approve": retry_approve},

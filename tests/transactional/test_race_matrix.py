@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
+from functools import partial
 
 import pytest
 
@@ -68,6 +69,7 @@ def audit_count(action: str) -> int:
 RACED = {
     "lease_acquire": "test_eight_owners_racing_for_one_lease",
     "lease_revoke": "test_two_reviewers_ending_one_lease",
+    "lease_release": "test_the_owner_giving_its_lease_back_while_a_reviewer_ends_it",
     "retry_approve": "test_two_approvers_deciding_one_request",
     "retry_reject": "test_two_approvers_deciding_one_request",
     "retry_withdraw": "test_two_approvers_deciding_one_request[withdraw]",
@@ -269,6 +271,27 @@ def test_two_reviewers_ending_one_lease(acme, wendy, rita):
         assert all(isinstance(r, (Run, NoLiveLease)) for r in results)
         assert Run.objects.get(uuid=run_id).fencing_token == 2, "the token moved twice"
     assert audit_count("lease.revoke") == ROUNDS
+    assert services.audit_verify(tenant=acme)[0]
+
+
+def test_the_owner_giving_its_lease_back_while_a_reviewer_ends_it(acme, wendy, rita):
+    """release/revoke (stop 39): one ends the lease, the other finds none live
+    (``NoLiveLease``) and writes nothing; the token goes up once, one event in all."""
+    for rnd in range(ROUNDS):
+        body = envelope(payload={"phase": "ready"})
+        put_checkpoint(wendy, acme, body)
+        run_id = uuid.UUID(body["run_id"])
+        token = services.lease_acquire(actor=wendy, tenant=acme, run_id=run_id,
+                                       owner=f"o-{rnd}", ttl_s=600).fencing_token
+        owner = f"o-{rnd}"
+        calls = [partial(services.lease_release, actor=wendy, tenant=acme, run_id=run_id,
+                         owner=owner, held_token=token),
+                 partial(services.lease_revoke, actor=rita, tenant=acme, run_id=run_id,
+                         reason="gone", expected_owner=owner)]
+        results = race(2, lambda i, calls=calls: calls[i]())
+        assert kinds_of(results) == {"Run": 1, "NoLiveLease": 1}, results
+        assert Run.objects.get(uuid=run_id).fencing_token == token + 1, "moved twice"
+    assert audit_count("lease.release") + audit_count("lease.revoke") == ROUNDS
     assert services.audit_verify(tenant=acme)[0]
 
 

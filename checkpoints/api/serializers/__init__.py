@@ -124,6 +124,7 @@ from .review import (
 from .runs import (
     RECOVERY_STATES,
     LeaseInputSerializer,
+    LeaseReleaseInputSerializer,
     LeaseRevokeInputSerializer,
     LeaseSerializer,
     LeaseStateSerializer,

@@ -164,7 +164,17 @@ class LeaseRevokeInputSerializer(serializers.Serializer):
                   "since (even by the same owner)")
 
 
-# Rendered from the ``Run`` row ``services.lease_revoke`` returns.
+class LeaseReleaseInputSerializer(serializers.Serializer):
+    """Body of ``…/lease/release``: the lease the caller holds, both required."""
+
+    owner = serializers.CharField(max_length=Run._meta.get_field("lease_owner").max_length,
+                                  help_text="the owner that holds the live lease")
+    fencing_token = serializers.IntegerField(
+        **intranges.FENCING_TOKEN.field_kwargs(),
+        help_text="the live lease's fencing token (the one taking it answered)")
+
+
+# Rendered from the ``Run`` row ``services.lease_revoke`` (and ``lease_release``) returns.
 class LeaseStateSerializer(Answer):
     """The run's lease after a reviewer ended it: who held it (kept as the record), the
     new fencing token (the old owner's writes are refused) and when it ended (the

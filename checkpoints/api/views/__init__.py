@@ -82,7 +82,7 @@ from .review import (
     RunLeaseRevokeApi,
     RunReconcileApi,
 )
-from .runs import RunDetailApi, RunLeaseApi, RunListApi, RunResumeApi
+from .runs import RunDetailApi, RunLeaseApi, RunLeaseReleaseApi, RunListApi, RunResumeApi
 from .tombstones import (
     TombstoneListApi,
     TombstonePurgeApi,

@@ -7,7 +7,7 @@ from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework.response import Response
 
 from ... import replica, roles, selectors, services
-from ...exceptions import Forbidden
+from ...exceptions import Forbidden, InvalidPayload
 from ...jobs import reconciliation
 from ...permissions import receipts_in_answers
 from .. import params as p
@@ -108,6 +108,38 @@ class RunLeaseApi(TenantApi):
         run = services.lease_acquire(actor=request.user, tenant=t, run_id=rid,
                                      owner=body.get("owner"), ttl_s=body.get("ttl_s"))
         return Response(s.LeaseSerializer.render(run))
+
+
+class RunLeaseReleaseApi(TenantApi):
+    @extend_schema(
+        operation_id="run_lease_release",
+        summary="Give back the run's live lease you hold (a runtime done with the run, or "
+                "shutting down): the next owner takes it at once",
+        description="``owner`` and ``fencing_token``: the lease you hold. The fencing "
+                    "token goes up, so a write still on its way with the old one is "
+                    "refused. A run released while its checkpoint is in flight is "
+                    "ambiguous at once. Audited lease.release.",
+        parameters=[TENANT, _path("run_id")],
+        request=s.LeaseReleaseInputSerializer,
+        responses={200: s.LeaseStateSerializer, **_errors(400, 413),
+                   409: OpenApiResponse(s.ErrorSerializer,
+                                        description="no_live_lease: the run holds no live "
+                                                    "lease; lease_held: another owner or "
+                                                    "token holds it; or run_deleted")},
+    )
+    def post(self, request, tenant, run_id):
+        """``services.lease_release``; answers the lease ``{owner, fencing_token,
+        expires_at}`` as ``…/lease/revoke`` does."""
+        t = self.tenant(request, tenant, roles.WRITE)
+        rid = url_uuid(run_id, "run")
+        body = read_object(request)
+        _only_fields(body, {"owner", "fencing_token"})
+        for field in ("owner", "fencing_token"):
+            if field not in body:
+                raise InvalidPayload(f"{field}: required (the lease you hold)")
+        run = services.lease_release(actor=request.user, tenant=t, run_id=rid,
+                                     owner=body["owner"], held_token=body["fencing_token"])
+        return Response(s.LeaseStateSerializer.render(run))
 
 
 class RunResumeApi(TenantApi):
