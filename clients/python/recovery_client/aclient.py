@@ -62,7 +62,7 @@ class AsyncHttpCheckpointStore(StoreCore):
     answers and ``CheckpointError`` kinds; see each sync method for its contract.
 
     ``max_connections`` bounds the pool (kept-alive connections are reused by every
-    request; tasks of one event loop may share one store and its fencing token).
+    request; tasks of one event loop may share one store and its per-run fencing tokens).
     ``sleep`` is the pause coroutine function (``asyncio.sleep``; tests pass their own),
     ``transport`` an httpx transport (e.g. ``httpx.MockTransport`` in tests; default:
     httpx's own, which honours ``HTTP_PROXY`` and friends as ``urllib`` does). Use the

@@ -9,7 +9,7 @@ checkpoint store (RUNIFOLD.md section 1, DESIGN.md section 1)::
 
     with HttpCheckpointStore("http://127.0.0.1:8000", "acme", token) as store:
         store.compare_and_swap(envelope, None)            # create revision 0
-        store.lease(run_id, "worker-7", ttl_s=5)           # later writes carry Fencing-Token
+        store.lease(run_id, owner, ttl_s=5)                # its writes carry Fencing-Token
         store.compare_and_swap(next_envelope, 0)          # revision 0 -> 1
         receipt = perform_effect(store, run_id=run_id, service="payments",
                                  operation_key="charge:A-1042",
@@ -82,6 +82,7 @@ from .core import (
     IDEMPOTENT,
     INVALID_PAYLOAD,
     MAX_BODY_BYTES,
+    MAX_RUN_TOKENS,
     NOT_FOUND,
     ONCE,
     STORAGE,
@@ -113,7 +114,8 @@ from .core import (
 # import them from ``recovery_client.client`` as they did before the core had a module.
 __all__ = [
     "EffectFailed", "EffectInDoubt", "HttpCheckpointStore", "effect_walk", "perform_effect",
-    "CONFLICT", "IDEMPOTENT", "INVALID_PAYLOAD", "MAX_BODY_BYTES", "NOT_FOUND", "ONCE",
+    "CONFLICT", "IDEMPOTENT", "INVALID_PAYLOAD", "MAX_BODY_BYTES", "MAX_RUN_TOKENS", "NOT_FOUND",
+    "ONCE",
     "STORAGE", "UNECHOED_FIELDS", "Answer", "Call", "CheckpointError", "Invoke", "Op",
     "Sleep", "Steps", "StoreCore", "decode_answer", "encode_body", "encode_json",
     "etag_revision", "fingerprint", "header", "kind_for_status", "may_have_acted",
@@ -126,10 +128,13 @@ class HttpCheckpointStore(StoreCore):
 
     ``base_url`` is the server root (``http://127.0.0.1:8000``), ``tenant`` the tenant's
     slug, ``token`` a bearer token of an account with the writer role, ``timeout_s`` the
-    per-request socket timeout in seconds. ``fencing_token`` is ``None`` until ``lease``
-    (or ``resume`` claiming a ``retry``) sets it; from then on every write sends it in
-    ``Fencing-Token``. ``resume_preview`` only looks. Not thread-safe: use one store per
-    worker thread.
+    per-request socket timeout in seconds. Fencing tokens are kept per run: a write sends,
+    in ``Fencing-Token``, the token of its record's run that this store got from ``lease``
+    or from ``resume`` claiming a ``retry`` (``fencing_token_of(run_id)``), and none for
+    a run it never leased or claimed, so one store may loop over many runs (a ``fenced``
+    answer forgets that run's token). ``fencing_token`` (deprecated) is the token of the
+    last lease or claim, whichever run it was: informational, never sent for another
+    run. ``resume_preview`` only looks. Not thread-safe: use one store per worker thread.
 
     Retries and the size check (module docstring): ``retries`` (default 3), ``backoff_s``
     (0.2) and ``max_backoff_s`` (5.0) in seconds, ``max_body_bytes`` (1 MiB; ``None``:
@@ -318,9 +323,10 @@ class HttpCheckpointStore(StoreCore):
         """Take or renew the run's lease for ``ttl_s`` seconds as ``owner``.
 
         Returns ``{"fencing_token": int, "expires_at": str}`` and remembers the token for
-        later writes. Retried like a read: the same owner renewing keeps its token.
-        Raises ``CheckpointError``: ``conflict`` (409 ``lease_held``: another owner's
-        lease is live), ``not_found`` (the run has no checkpoint or effect yet),
+        later writes to this run (``fencing_token_of(run_id)``; other runs' are kept).
+        Retried like a read: the same owner renewing keeps its token. Raises
+        ``CheckpointError``: ``conflict`` (409 ``lease_held``: another owner's lease is
+        live), ``not_found`` (the run has no checkpoint or effect yet),
         ``invalid_payload`` (bad owner or ttl).
         """
         return self._drive(self._op_lease(run_id, owner, ttl_s))
@@ -385,8 +391,8 @@ class HttpCheckpointStore(StoreCore):
         ``retry`` means this call consumed an approved retry: the server bumped the
         fencing token (the old owner is fenced), dropped the lease, and authorised
         ``unknown``/``not_executed`` effects to go back to ``planned``. The returned
-        ``fencing_token`` is remembered and sent with every later write (a ``lease``
-        afterwards replaces it with a newer one). Only one caller gets ``retry`` for one
+        ``fencing_token`` is remembered as this run's and sent with every later write to
+        it (a ``lease`` afterwards replaces it with a newer one). Only one caller gets ``retry`` for one
         approval. For any other action the store's fencing token is left as it was.
         The claim is resent only when the server surely did nothing (not sent, 503, 429):
         a claim whose answer was lost may have consumed the approval.

