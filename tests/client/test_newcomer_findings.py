@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from recovery_client.client import CheckpointError, next_revision
-from tests.helpers import envelope
+from tests.helpers import effect_body, envelope
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -35,3 +35,17 @@ def test_one_store_looping_over_runs_sends_each_runs_own_token(wendy, make_store
     assert other.compare_and_swap(next_revision(y, {"phase": "charging"}), 0) == 1
     assert other.load(y["id"])["payload"]["phase"] == "charging"
     assert (store.fencing_token_of(x["run_id"]), store.fencing_token_of(z["run_id"])) == (1, None)
+
+
+def test_an_effect_read_back_is_written_back_as_its_next_revision(store):
+    first = create(store)
+    effect = effect_body(run_id=first["run_id"], operation_key="charge:A-5")
+    assert store.put_effect(effect, None) == 0
+    assert store.put_effect(dict(effect, revision=1, state="submitted"), 0) == 1
+
+    read = store.find_effect("payments", "charge:A-5")
+    assert set(read) - set(effect)  # the server's extra fields (attempt, times, ...)
+    nxt = dict(read, revision=read["revision"] + 1, state="confirmed",
+               receipt={"charge_id": "ch_5"})
+    assert store.put_effect(nxt, read["revision"]) == 2
+    assert store.find_effect("payments", "charge:A-5")["receipt"] == {"charge_id": "ch_5"}

@@ -43,6 +43,7 @@ from .client import (
     Steps,
     StoreCore,
     decode_answer,
+    effect_fields,
     effect_walk,
     fingerprint,
     network_error,
@@ -188,9 +189,11 @@ class AsyncHttpCheckpointStore(StoreCore):
     # --- effects ------------------------------------------------------------------------
 
     async def put_effect(self, effect: dict, expected_revision: int | None) -> int:
-        """As ``HttpCheckpointStore.put_effect``: the stored revision."""
-        return await self._drive(self._op_write(f"effects/{effect['id']}", effect,
-                                                expected_revision, look_with_head=False))
+        """As ``HttpCheckpointStore.put_effect``: the stored revision (only the writable
+        fields are sent, ``effect_fields``)."""
+        return await self._drive(self._op_write(f"effects/{effect['id']}",
+                                                effect_fields(effect), expected_revision,
+                                                look_with_head=False))
 
     async def find_effect(self, service: str, operation_key: str) -> dict | None:
         """As ``HttpCheckpointStore.find_effect``: the record, or ``None``."""

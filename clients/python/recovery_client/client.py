@@ -113,7 +113,8 @@ from .core import (
 # This module's own names, then every public name of ``core`` it re-exports: callers
 # import them from ``recovery_client.client`` as they did before the core had a module.
 __all__ = [
-    "EffectFailed", "EffectInDoubt", "HttpCheckpointStore", "effect_walk", "perform_effect",
+    "EffectFailed", "EffectInDoubt", "HttpCheckpointStore", "effect_fields", "effect_walk",
+    "perform_effect",
     "CONFLICT", "IDEMPOTENT", "INVALID_PAYLOAD", "MAX_BODY_BYTES", "MAX_RUN_TOKENS", "NOT_FOUND",
     "ONCE",
     "STORAGE", "UNECHOED_FIELDS", "Answer", "Call", "CheckpointError", "Invoke", "Op",
@@ -424,13 +425,16 @@ class HttpCheckpointStore(StoreCore):
         checkpoints; a lost answer is looked up with one ``GET``, which audits nothing).
 
         ``effect``: ``{id, run_id, revision, operation_key, service, effect_class,
-        request_fingerprint, state, receipt}``. Returns the stored revision. Besides the
+        request_fingerprint, state, receipt}`` and optionally ``request``; only those
+        fields are sent (``effect_fields``), so a record ``find_effect`` read back, with
+        the server's extra fields, can be written back as its next revision.
+        Returns the stored revision. Besides the
         checkpoint errors: ``conflict`` with ``error == "operation_exists"`` (another
         effect id holds the key with the same fingerprint: ``body["effect_id"]``),
         ``invalid_payload`` with ``error`` ``idempotency_key_reuse`` or
         ``invalid_transition``.
         """
-        return self._drive(self._op_write(f"effects/{effect['id']}", effect,
+        return self._drive(self._op_write(f"effects/{effect['id']}", effect_fields(effect),
                                           expected_revision, look_with_head=False))
 
     def find_effect(self, service: str, operation_key: str) -> dict | None:
@@ -457,6 +461,13 @@ class EffectInDoubt(Exception):
 
 _EFFECT_FIELDS = ("id", "run_id", "revision", "operation_key", "service", "effect_class",
                   "request_fingerprint", "state", "receipt")
+
+
+def effect_fields(effect: dict) -> dict:
+    """The fields of ``effect`` a write sends (``_EFFECT_FIELDS``, and ``request`` if
+    present): a record read back (``find_effect``: ``attempt``, times, ...) minus what the
+    server would refuse as unknown fields (400; the SDK newcomer's finding 5)."""
+    return {k: v for k, v in effect.items() if k in _EFFECT_FIELDS or k == "request"}
 
 
 def effect_walk(store: StoreCore, *, run_id: str, service: str, operation_key: str,

@@ -6,6 +6,8 @@ written back (5); ``definition_version`` as an integer and 403 as ``forbidden`` 
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from recovery_client import client, core
@@ -85,3 +87,35 @@ def test_the_store_remembers_a_bounded_number_of_runs(monkeypatch):
     for i, run_id in enumerate(("r1", "r2", "r3"), start=1):
         _walk(store._op_lease(run_id, "a", 30), [_lease(i)])
     assert [store.fencing_token_of(r) for r in ("r1", "r2", "r3")] == [None, 2, 3]
+
+
+class _Transport(list):
+    """A fake exchange for a sync store (``store._exchange``): records each ``Call`` and
+    answers from ``answers`` (an exception is raised)."""
+
+    def __init__(self, store, answers):
+        super().__init__()
+        self.answers = iter(answers)
+        store._exchange = self
+
+    def __call__(self, call):
+        self.append(call)
+        answer = next(self.answers)
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+
+READ_BACK = {"id": "e1", "run_id": "r1", "revision": 1, "operation_key": "charge:A-1",
+             "service": "payments", "effect_class": "non_idempotent",
+             "request_fingerprint": "f" * 64, "state": "submitted", "receipt": None,
+             "attempt": 1, "created_at": "2026-01-01T00:00:00Z", "source": "runtime"}
+
+
+def test_a_read_back_effect_is_written_back_with_only_its_writable_fields():
+    store = _store()
+    sent = _Transport(store, [client.Answer(200, {"ETag": '"2"'}, {})])
+    nxt = dict(READ_BACK, revision=2, state="confirmed", receipt={"charge_id": "ch_1"})
+    assert store.put_effect(nxt, 1) == 2
+    assert json.loads(sent[0].data) == {k: nxt[k] for k in client._EFFECT_FIELDS}
+    assert client.effect_fields(dict(nxt, request={"a": 1}))["request"] == {"a": 1}
