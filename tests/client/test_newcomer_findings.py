@@ -5,10 +5,15 @@ effect written back (5). The unit tests are ``clients/python/tests/test_newcomer
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
+from checkpoints import services
+from checkpoints.models import Effect
 from recovery_client.client import CheckpointError, next_revision
-from tests.helpers import effect_body, envelope
+from tests.client.drivers import Driven, perform
+from tests.helpers import age_world, effect_body, envelope
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -49,3 +54,29 @@ def test_an_effect_read_back_is_written_back_as_its_next_revision(store):
                receipt={"charge_id": "ch_5"})
     assert store.put_effect(nxt, read["revision"]) == 2
     assert store.find_effect("payments", "charge:A-5")["receipt"] == {"charge_id": "ch_5"}
+
+
+def _outlast_the_lease():
+    age_world(3600)  # the call took longer than the lease (database clock; no sleeping)
+    assert services.sweep_stale_runs()["effects_unresolved"] == 1
+
+
+def test_a_call_that_outlasts_the_lease_still_records_its_receipt(store):
+    first = create(store, payload={"phase": "charging", "order_id": "A-6"})
+    store.lease(first["run_id"], "worker-1", ttl_s=5)
+
+    def charge(key):
+        _outlast_the_lease()
+        return {"charge_id": "ch_6"}
+
+    async def charge_async(key):  # the async store's call: the ORM off the event loop
+        await asyncio.to_thread(_outlast_the_lease)
+        return {"charge_id": "ch_6"}
+
+    receipt = perform(store, run_id=first["run_id"], service="payments",
+                      operation_key="charge:A-6", effect_class="non_idempotent",
+                      request={"amount_cents": 6},
+                      call=charge_async if isinstance(store, Driven) else charge)
+    assert receipt == {"charge_id": "ch_6"}
+    effect = Effect.objects.get(operation_key="charge:A-6")
+    assert (effect.state, effect.receipt) == ("confirmed", {"charge_id": "ch_6"})

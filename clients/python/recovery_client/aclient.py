@@ -24,6 +24,7 @@ needs httpx (``pip install 'recovery-client[async]'``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -31,6 +32,7 @@ from typing import Any
 import httpx
 
 from .client import (
+    CONFLICT,
     MAX_BODY_BYTES,
     Answer,
     Call,
@@ -39,6 +41,7 @@ from .client import (
     EffectInDoubt,
     Invoke,
     Op,
+    ReceiptNotRecorded,
     Sleep,
     Steps,
     StoreCore,
@@ -52,7 +55,7 @@ from .client import (
 )
 
 __all__ = ["AsyncHttpCheckpointStore", "CheckpointError", "EffectFailed", "EffectInDoubt",
-           "fingerprint", "next_revision", "now_ms", "perform_effect"]
+           "ReceiptNotRecorded", "fingerprint", "next_revision", "now_ms", "perform_effect"]
 
 #: httpx errors raised before the request left this process: nothing reached the server.
 _UNSENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol)
@@ -154,6 +157,33 @@ class AsyncHttpCheckpointStore(StoreCore):
     async def lease(self, run_id: str, owner: str, ttl_s: int) -> dict:
         """As ``HttpCheckpointStore.lease``: ``{"fencing_token", "expires_at"}``."""
         return await self._drive(self._op_lease(run_id, owner, ttl_s))
+
+    @contextlib.asynccontextmanager
+    async def keep_leased(self, run_id: str, owner: str, ttl_s: int, *,
+                          every_s: float | None = None):
+        """As ``HttpCheckpointStore.keep_leased``, for ``async with``: the renewals are a
+        task of this event loop on this store's pool; the same yielded ``{"error"}``."""
+        await self.lease(run_id, owner, ttl_s)
+        state: dict = {"error": None}
+
+        async def renew() -> None:
+            while True:
+                await asyncio.sleep(ttl_s / 3 if every_s is None else every_s)
+                try:
+                    await self.lease(run_id, owner, ttl_s)
+                    state["error"] = None
+                except CheckpointError as exc:
+                    state["error"] = exc
+                    if exc.kind == CONFLICT:
+                        return
+
+        task = asyncio.create_task(renew())
+        try:
+            yield state
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
     async def revoke_lease(self, run_id: str, reason: str, *, owner: str | None = None,
                            fencing_token: int | None = None) -> dict:

@@ -7,6 +7,8 @@ written back (5); ``definition_version`` as an integer and 403 as ``forbidden`` 
 from __future__ import annotations
 
 import json
+import threading
+import time
 
 import pytest
 
@@ -119,3 +121,118 @@ def test_a_read_back_effect_is_written_back_with_only_its_writable_fields():
     assert store.put_effect(nxt, 1) == 2
     assert json.loads(sent[0].data) == {k: nxt[k] for k in client._EFFECT_FIELDS}
     assert client.effect_fields(dict(nxt, request={"a": 1}))["request"] == {"a": 1}
+
+
+def _put(revision):
+    return client.Answer(200, {"ETag": f'"{revision}"'}, {})
+
+
+def _refused(status, error, **body):
+    return CheckpointError(core.kind_for_status(status), error, status=status,
+                           body={"error": error, **body})
+
+
+def _effect_steps(store, answers):
+    sent = _Transport(store, answers)
+    calls = []
+    receipt = client.perform_effect(
+        store, run_id="r1", service="payments", operation_key="charge:A-1",
+        effect_class="non_idempotent", request={"amount_cents": 5}, effect_id="e1",
+        call=lambda key: calls.append(key) or {"charge_id": "ch_1"})
+    return sent, calls, receipt
+
+
+def _swept(revision=2):
+    record = dict(READ_BACK, revision=revision, state="unresolved")
+    return client.Answer(200, {}, {"results": [record]})
+
+
+def test_a_confirm_refused_because_the_sweep_moved_the_effect_is_recorded_from_unresolved():
+    store = _store()
+    sent, calls, receipt = _effect_steps(store, [
+        _put(0), _put(1), _refused(412, "conflict", current_revision=2), _swept(), _put(3)])
+    assert (calls, receipt) == (["charge:A-1"], {"charge_id": "ch_1"})
+    last = sent[-1]
+    assert (last.method, last.headers["If-Match"]) == ("PUT", '"2"')
+    assert {k: json.loads(last.data)[k] for k in ("revision", "state", "receipt")} == {
+        "revision": 3, "state": "confirmed", "receipt": {"charge_id": "ch_1"}}
+    assert sent[3].method == "GET"  # the call is never made again
+
+
+@pytest.mark.parametrize("after_412", [
+    [_swept(), _refused(422, "invalid_transition")],  # refused from unresolved too
+    [client.Answer(200, {}, {"results": [dict(READ_BACK, revision=2, state="unknown")]})],
+])
+def test_a_receipt_that_cannot_be_recorded_is_raised_with_the_receipt(after_412):
+    store = _store()
+    with pytest.raises(client.ReceiptNotRecorded) as err:
+        _effect_steps(store, [_put(0), _put(1), _refused(412, "conflict", current_revision=2),
+                              *after_412])
+    assert err.value.receipt == {"charge_id": "ch_1"}
+    assert isinstance(err.value, CheckpointError) and err.value.status in (412, 422)
+    assert err.value.effect["id"] == "e1"
+
+
+def test_keep_leased_renews_the_lease_on_its_own_thread_until_the_block_ends(monkeypatch):
+    leases, renewed = [], threading.Event()
+
+    def exchange(self, call):
+        leases.append((call.method, call.path, json.loads(call.data)))
+        if len(leases) >= 3:
+            renewed.set()
+        return _lease(4)
+
+    monkeypatch.setattr(HttpCheckpointStore, "_exchange", exchange)
+    store = _store()
+    with store.keep_leased("r1", "w-1", 30, every_s=0.01) as kept:
+        assert store.fencing_token_of("r1") == 4  # taken before the block runs
+        assert renewed.wait(5)
+    count = len(leases)
+    time.sleep(0.05)
+    assert len(leases) == count  # stopped with the block
+    assert all(lease == ("POST", "runs/r1/lease", {"owner": "w-1", "ttl_s": 30})
+               for lease in leases)
+    assert kept["error"] is None
+
+
+def test_keep_leased_stops_renewing_once_another_owner_holds_the_run(monkeypatch):
+    answers = iter([_lease(4), _refused(409, "lease_held")])
+    seen = []
+
+    def exchange(self, call):
+        seen.append(call)
+        answer = next(answers)
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+    monkeypatch.setattr(HttpCheckpointStore, "_exchange", exchange)
+    with _store().keep_leased("r1", "w-1", 30, every_s=0.01) as kept:
+        time.sleep(0.2)
+    assert (len(seen), kept["error"].error) == (2, "lease_held")
+
+
+def test_the_async_store_keeps_the_lease_with_a_task():
+    httpx = pytest.importorskip("httpx")
+    import asyncio
+
+    from recovery_client.aclient import AsyncHttpCheckpointStore
+
+    seen = []
+
+    def handler(request):
+        seen.append(json.loads(request.content))
+        return httpx.Response(200, json={"fencing_token": 2, "expires_at": "x"})
+
+    async def main():
+        store = AsyncHttpCheckpointStore("http://x", "acme", "t",
+                                         transport=httpx.MockTransport(handler))
+        async with store.keep_leased("r1", "w-1", 30, every_s=0.01) as kept:
+            await asyncio.sleep(0.1)
+        count = len(seen)
+        await asyncio.sleep(0.05)
+        await store.aclose()
+        return kept, count, store.fencing_token_of("r1")
+
+    kept, count, token = asyncio.run(main())
+    assert count >= 3 and len(seen) == count and token == 2 and kept["error"] is None
