@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import contextlib
 import http.client
+import os
 import select
 import socket
 import threading
@@ -104,7 +105,7 @@ from .core import (
 # import them from ``recovery_client.client`` as they did before the core had a module.
 __all__ = [
     "EffectFailed", "EffectInDoubt", "HttpCheckpointStore", "ReceiptNotRecorded",
-    "effect_fields", "effect_walk", "perform_effect",
+    "effect_fields", "effect_walk", "owner_name", "perform_effect",
     "CONFLICT", "IDEMPOTENT", "INVALID_PAYLOAD", "MAX_BODY_BYTES", "MAX_RUN_TOKENS", "NOT_FOUND",
     "ONCE",
     "STORAGE", "UNECHOED_FIELDS", "Answer", "Call", "CheckpointError", "Invoke", "Op",
@@ -112,6 +113,19 @@ __all__ = [
     "etag_revision", "fingerprint", "header", "kind_for_status", "may_have_acted",
     "network_error", "next_revision", "now_ms", "retry_after_seconds", "retryable",
 ]
+
+
+def owner_name(prefix: str | None = None) -> str:
+    """A lease owner name unique to this process's lifetime: ``[prefix:]host:pid:uuid4``
+    (at most 256 characters, the server's limit). A restarted worker must not lease as
+    the owner it was: the server keeps the token when the same owner renews, so the
+    zombie of a fixed name would not be fenced (the SDK newcomer's finding 3;
+    ``RecoverySaver``'s default owner). Raises ``ValueError`` for a prefix too long."""
+    name = f"{socket.gethostname()[:150]}:{os.getpid()}:{uuid.uuid4()}"
+    name = name if prefix is None else f"{prefix}:{name}"
+    if len(name) > 256:
+        raise ValueError("prefix: the owner name would be longer than 256 characters")
+    return name
 
 
 class HttpCheckpointStore(StoreCore):

@@ -236,3 +236,16 @@ def test_the_async_store_keeps_the_lease_with_a_task():
 
     kept, count, token = asyncio.run(main())
     assert count >= 3 and len(seen) == count and token == 2 and kept["error"] is None
+
+
+def test_owner_names_are_unique_per_process_lifetime_and_fit_the_servers_column():
+    import os
+    import socket
+
+    first, second = client.owner_name("order-worker"), client.owner_name("order-worker")
+    assert first != second  # a restarted worker never leases as its zombie
+    prefix, host, pid, _ = first.split(":")
+    assert (prefix, host, pid) == ("order-worker", socket.gethostname()[:150], str(os.getpid()))
+    assert client.owner_name().count(":") == 2 and len(client.owner_name("x" * 40)) <= 256
+    with pytest.raises(ValueError, match="prefix"):
+        client.owner_name("x" * 250)
