@@ -86,6 +86,7 @@ from .core import (
     Sleep,
     Steps,
     StoreCore,
+    UnreadableWrite,
     decode_answer,
     encode_body,
     encode_json,
@@ -99,6 +100,7 @@ from .core import (
     now_ms,
     retry_after_seconds,
     retryable,
+    warn_if_unreadable,
 )
 
 # This module's own names, then every public name of ``core`` it re-exports: callers
@@ -109,9 +111,10 @@ __all__ = [
     "CONFLICT", "IDEMPOTENT", "INVALID_PAYLOAD", "MAX_BODY_BYTES", "MAX_RUN_TOKENS", "NOT_FOUND",
     "ONCE",
     "STORAGE", "UNECHOED_FIELDS", "Answer", "Call", "CheckpointError", "Invoke", "Op",
-    "Sleep", "Steps", "StoreCore", "decode_answer", "encode_body", "encode_json",
+    "Sleep", "Steps", "StoreCore", "UnreadableWrite", "decode_answer", "encode_body", "encode_json",
     "etag_revision", "fingerprint", "header", "kind_for_status", "may_have_acted",
     "network_error", "next_revision", "now_ms", "retry_after_seconds", "retryable",
+    "warn_if_unreadable",
 ]
 
 

@@ -35,6 +35,7 @@ import json
 import random
 import time
 import urllib.parse
+import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Generator, Mapping
 from typing import Any, NamedTuple
@@ -142,6 +143,21 @@ def next_revision(checkpoint: dict, payload: Any) -> dict:
 
 
 # --- steps and their outcomes (module docstring, "Shapes") ------------------------------
+
+
+class UnreadableWrite(UserWarning):
+    """Warned when the server stored a checkpoint it cannot read (an unregistered kind, an
+    unsupported ``schema_version``, a payload failing the declared schema): the write
+    returns its revision as any other, but the run reads as ``schema_mismatch``. The
+    message names ``phase_label``, the server's reason (the SDK newcomer's finding 4)."""
+
+
+def warn_if_unreadable(path: str, stored: Any) -> None:
+    """Warn ``UnreadableWrite`` if a write's answer ``stored`` says ``phase_class``
+    ``unsupported``."""
+    if isinstance(stored, dict) and stored.get("phase_class") == "unsupported":
+        warnings.warn(UnreadableWrite(f"PUT {path}: stored, but unreadable: "
+                                      f"{stored.get('phase_label')}"), stacklevel=2)
 
 
 class Answer(NamedTuple):
@@ -283,14 +299,10 @@ def _surrogate_at(value: Any, where: str) -> str | None:
 
 
 def encode_json(value: Any, what: str = "body") -> bytes:
-    """``value`` as compact UTF-8 JSON bytes (no spaces, non-ASCII text as UTF-8, not
-    ``\\uXXXX``), as both clients and ``RecoverySaver`` send bodies, so their size checks
-    count the bytes the server counts (CONTRACT.md 6, issue 10).
-
-    Raises ``CheckpointError`` ``invalid_payload`` (``sent`` false) when ``value`` is not
-    JSON (NaN, a set, ...) or a string in it holds an unpaired surrogate (UTF-8 cannot
-    carry it; the server refuses it too, CONTRACT.md 6): the message names where
-    (``what`` then the path, e.g. ``body.payload.note``)."""
+    """``value`` as compact UTF-8 JSON bytes (no spaces, non-ASCII as UTF-8), as every
+    client sends bodies, so size checks count the server's bytes (CONTRACT.md 6, issue
+    10). Raises ``CheckpointError`` ``invalid_payload`` (``sent`` false) for a value that
+    is not JSON or holds an unpaired surrogate, naming where (``body.payload.note``)."""
     try:
         text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
         return text.encode("utf-8")
@@ -511,6 +523,7 @@ class StoreCore:
                     raise
                 failure = exc
                 continue
+            warn_if_unreadable(path, answer.body)
             revision = etag_revision(answer.headers)
             return wrote if revision is None else revision
 

@@ -249,3 +249,16 @@ def test_owner_names_are_unique_per_process_lifetime_and_fit_the_servers_column(
     assert client.owner_name().count(":") == 2 and len(client.owner_name("x" * 40)) <= 256
     with pytest.raises(ValueError, match="prefix"):
         client.owner_name("x" * 250)
+
+
+def test_a_write_the_server_cannot_read_returns_its_revision_and_warns(recwarn):
+    store = _store()
+    unreadable = {"phase_class": "unsupported", "phase_label": "kind acme.x is not registered"}
+    _Transport(store, [client.Answer(201, {"ETag": '"0"'}, unreadable),
+                       client.Answer(201, {"ETag": '"0"'}, {"phase_class": "stable"})])
+    envelope = {"id": "c1", "run_id": "r1", "revision": 0, "kind": "acme.x",
+                "schema_version": 1, "payload": {}}
+    with pytest.warns(client.UnreadableWrite, match="kind acme.x is not registered"):
+        assert store.compare_and_swap(envelope, None) == 0
+    assert store.compare_and_swap(dict(envelope, id="c2"), None) == 0
+    assert not [w for w in recwarn if issubclass(w.category, client.UnreadableWrite)]
