@@ -194,13 +194,13 @@ class AsyncHttpCheckpointStore(StoreCore):
 
     async def resume_preview(self, run_id: str, *, agent: str | None = None,
                              model: str | None = None, workflow: str | None = None,
-                             definition_version: str | None = None) -> dict:
+                             definition_version: str | int | None = None) -> dict:
         """As ``HttpCheckpointStore.resume_preview``: looks, claims nothing."""
         identity = self._identity(agent, model, workflow, definition_version)
         return await self._drive(self._op_resume_preview(run_id, identity))
 
     async def resume(self, run_id: str, *, agent: str | None = None, model: str | None = None,
-                     workflow: str | None = None, definition_version: str | None = None,
+                     workflow: str | None = None, definition_version: str | int | None = None,
                      usage: dict[str, int] | None = None) -> dict:
         """As ``HttpCheckpointStore.resume``: claims the decision (``retry`` fences;
         ``usage`` must suit it)."""

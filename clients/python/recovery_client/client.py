@@ -405,7 +405,7 @@ class HttpCheckpointStore(StoreCore):
 
     def resume_preview(self, run_id: str, *, agent: str | None = None, model: str | None = None,
                        workflow: str | None = None,
-                       definition_version: str | None = None) -> dict:
+                       definition_version: str | int | None = None) -> dict:
         """What ``resume`` would answer now, without claiming anything (``GET …/resume``).
 
         Same arguments as ``resume``. Returns ``{"action", "reason", "checkpoint_id",
@@ -420,7 +420,7 @@ class HttpCheckpointStore(StoreCore):
         return self._drive(self._op_resume_preview(run_id, identity))
 
     def resume(self, run_id: str, *, agent: str | None = None, model: str | None = None,
-               workflow: str | None = None, definition_version: str | None = None,
+               workflow: str | None = None, definition_version: str | int | None = None,
                usage: dict[str, int] | None = None) -> dict:
         """Claim the resume decision for ``run_id`` after a restart (``POST …/resume``).
 

@@ -65,7 +65,8 @@ class CheckpointError(Exception):
       idempotency key reused with another fingerprint), 428; and, with ``status`` 0,
       a body the client refused before sending (longer than ``max_body_bytes``:
       ``error == "payload_too_large"``; or not JSON).
-    - ``storage``: network error, timeout, 5xx, 429, 401/403 or an unreadable answer.
+    - ``storage``: network error, timeout, 5xx, 429, 401/403 (``forbidden`` true) or an
+      unreadable answer.
 
     ``sent`` is ``False`` when the request never left this process (the connection
     could not be opened, or the body was refused before sending), so the server surely
@@ -87,6 +88,13 @@ class CheckpointError(Exception):
         """The answer's ``body[key]`` if it is a ``kind``, else ``None``."""
         value = self.body.get(key)
         return value if isinstance(value, kind) else None
+
+    @property
+    def forbidden(self) -> bool:
+        """Whether the server refused the token (401) or its role (403): still kind
+        ``storage`` (runifold's four kinds), never retried; a token or role to fix, not
+        an outage (the SDK newcomer's finding 7)."""
+        return self.status in (401, 403)
 
     @property
     def current_revision(self) -> int | None:
@@ -579,6 +587,10 @@ class StoreCore:
 
     @staticmethod
     def _identity(agent, model, workflow, definition_version) -> dict:
+        """The identity given; ``definition_version`` may be an ``int`` (kinds number
+        their versions) and is sent as its decimal string, the run's form."""
+        if type(definition_version) is int:
+            definition_version = str(definition_version)
         given = {"agent": agent, "model": model, "workflow": workflow,
                  "definition_version": definition_version}
         return {k: v for k, v in given.items() if v is not None}

@@ -262,3 +262,23 @@ def test_a_write_the_server_cannot_read_returns_its_revision_and_warns(recwarn):
         assert store.compare_and_swap(envelope, None) == 0
     assert store.compare_and_swap(dict(envelope, id="c2"), None) == 0
     assert not [w for w in recwarn if issubclass(w.category, client.UnreadableWrite)]
+
+
+@pytest.mark.parametrize("version", [3, "3"])
+def test_resume_takes_the_definition_version_as_an_int_or_a_str(version):
+    store = _store()
+    decision = {"action": "continue", "reason": "stable", "fencing_token": 1}
+    calls, _ = _walk(store._op_resume("r1", store._identity(None, None, None, version)),
+                     [client.Answer(200, {}, decision)])
+    assert json.loads(calls[0].data) == {"definition_version": "3"}
+    calls, _ = _walk(store._op_resume_preview("r1", store._identity(None, None, None, version)),
+                     [client.Answer(200, {}, decision)])
+    assert calls[0].url.endswith("/runs/r1/resume?definition_version=3")
+
+
+@pytest.mark.parametrize(("status", "forbidden"), [(401, True), (403, True), (500, False),
+                                                   (404, False)])
+def test_a_refused_token_or_role_says_so_and_keeps_its_kind(status, forbidden):
+    exc = CheckpointError(core.kind_for_status(status), "x", status=status)
+    assert exc.forbidden is forbidden
+    assert exc.kind == ("not_found" if status == 404 else "storage")  # compatible
