@@ -7,10 +7,13 @@ imports ``core`` relatively (``recovery_client/aclient.py`` is the asyncio varia
 httpx; docs/client.md). It speaks CONTRACT.md section 3 and mirrors runifold-core's
 checkpoint store (RUNIFOLD.md section 1, DESIGN.md section 1)::
 
+    owner = owner_name("order-worker")                    # unique per process lifetime
+    envelope = new_checkpoint("acme.order", 1, {"phase": "ready"})  # a declared kind
+    run_id = envelope["run_id"]
     with HttpCheckpointStore("http://127.0.0.1:8000", "acme", token) as store:
         store.compare_and_swap(envelope, None)            # create revision 0
         store.lease(run_id, owner, ttl_s=5)                # its writes carry Fencing-Token
-        store.compare_and_swap(next_envelope, 0)          # revision 0 -> 1
+        store.compare_and_swap(next_revision(envelope, {"phase": "charging"}), 0)
         receipt = perform_effect(store, run_id=run_id, service="payments",
                                  operation_key="charge:A-1042",
                                  effect_class="non_idempotent",
@@ -107,7 +110,7 @@ from .core import (
 # import them from ``recovery_client.client`` as they did before the core had a module.
 __all__ = [
     "EffectFailed", "EffectInDoubt", "HttpCheckpointStore", "ReceiptNotRecorded",
-    "effect_fields", "effect_walk", "owner_name", "perform_effect",
+    "effect_fields", "effect_walk", "new_checkpoint", "owner_name", "perform_effect",
     "CONFLICT", "IDEMPOTENT", "INVALID_PAYLOAD", "MAX_BODY_BYTES", "MAX_RUN_TOKENS", "NOT_FOUND",
     "ONCE",
     "STORAGE", "UNECHOED_FIELDS", "Answer", "Call", "CheckpointError", "Invoke", "Op",
@@ -129,6 +132,18 @@ def owner_name(prefix: str | None = None) -> str:
     if len(name) > 256:
         raise ValueError("prefix: the owner name would be longer than 256 characters")
     return name
+
+
+def new_checkpoint(kind: str, schema_version: int, payload: Any, *,
+                   run_id: str | None = None, checkpoint_id: str | None = None) -> dict:
+    """The first envelope (revision 0) of a checkpoint (CONTRACT.md 2), for
+    ``compare_and_swap(envelope, None)``: ``id`` and ``run_id`` a fresh ``uuid4`` each
+    unless given (any UUID is accepted; runifold uses UUIDv7), ``updated_at_ms`` now.
+    ``kind`` must be declared on the server (docs/kinds.md), else the run reads as
+    ``schema_mismatch`` (``UnreadableWrite``). Later revisions: ``next_revision``."""
+    return {"id": str(checkpoint_id or uuid.uuid4()), "run_id": str(run_id or uuid.uuid4()),
+            "revision": 0, "kind": kind, "schema_version": schema_version,
+            "payload": payload, "updated_at_ms": now_ms()}
 
 
 class HttpCheckpointStore(StoreCore):

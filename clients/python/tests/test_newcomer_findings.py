@@ -282,3 +282,17 @@ def test_a_refused_token_or_role_says_so_and_keeps_its_kind(status, forbidden):
     exc = CheckpointError(core.kind_for_status(status), "x", status=status)
     assert exc.forbidden is forbidden
     assert exc.kind == ("not_found" if status == 404 else "storage")  # compatible
+
+
+def test_new_checkpoint_builds_the_first_envelope_of_the_contract():
+    import uuid
+
+    first = client.new_checkpoint("acme.order", 1, {"phase": "ready"})
+    assert set(first) == {"id", "run_id", "revision", "kind", "schema_version", "payload",
+                          "updated_at_ms"}
+    assert (first["revision"], first["kind"], first["schema_version"]) == (0, "acme.order", 1)
+    uuid.UUID(first["id"]), uuid.UUID(first["run_id"])
+    assert first["id"] != first["run_id"]
+    again = client.new_checkpoint("acme.order", 1, {}, run_id=first["run_id"], checkpoint_id="c")
+    assert (again["run_id"], again["id"]) == (first["run_id"], "c")
+    assert client.next_revision(first, {"phase": "charging"})["revision"] == 1
