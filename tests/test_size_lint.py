@@ -23,6 +23,12 @@ LONG_MODULES: dict[str, str] = {
                             "(CONTRACT.md 7)",
     "checkpoints/vocab.py": "every vocabulary word of the code, in one place "
                             "(tests/test_vocab.py reads it)",
+    "clients/python/recovery_client/core.py": "the sans-IO protocol core of the vendored "
+                                              "pair (core.py, client.py): two files, not "
+                                              "more (tests/test_vendoring.py)",
+    "clients/python/recovery_client/client.py": "the standard-library runtime client a "
+                                                "runtime vendors with core.py: two files, "
+                                                "not more (tests/test_vendoring.py)",
     "checkpoints/services/writepath.py": "the checkpoint write's two dialects side by side, "
                                          "the ORM reference and the SQL path that mirrors "
                                          "it step by step (one rule, read in one place)",

@@ -215,7 +215,8 @@ def test_it_refuses_a_body_over_the_limit_without_sending_anything(fake_server, 
     with pytest.raises(CheckpointError) as err:
         store.compare_and_swap(over, None)
     with pytest.raises(CheckpointError) as effect:
-        store.put_effect(dict(over, state="planned"), None)
+        # (put_effect sends only an effect's fields: the padding rides in the receipt)
+        store.put_effect(dict(over, state="planned", receipt={"pad": "x" * 4097}), None)
 
     assert (err.value.kind, err.value.status, err.value.sent) == ("invalid_payload", 0, False)
     assert err.value.error == "payload_too_large"

@@ -24,6 +24,7 @@ needs httpx (``pip install 'recovery-client[async]'``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -31,6 +32,7 @@ from typing import Any
 import httpx
 
 from .client import (
+    CONFLICT,
     MAX_BODY_BYTES,
     Answer,
     Call,
@@ -39,10 +41,12 @@ from .client import (
     EffectInDoubt,
     Invoke,
     Op,
+    ReceiptNotRecorded,
     Sleep,
     Steps,
     StoreCore,
     decode_answer,
+    effect_fields,
     effect_walk,
     fingerprint,
     network_error,
@@ -51,7 +55,7 @@ from .client import (
 )
 
 __all__ = ["AsyncHttpCheckpointStore", "CheckpointError", "EffectFailed", "EffectInDoubt",
-           "fingerprint", "next_revision", "now_ms", "perform_effect"]
+           "ReceiptNotRecorded", "fingerprint", "next_revision", "now_ms", "perform_effect"]
 
 #: httpx errors raised before the request left this process: nothing reached the server.
 _UNSENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol)
@@ -62,7 +66,7 @@ class AsyncHttpCheckpointStore(StoreCore):
     answers and ``CheckpointError`` kinds; see each sync method for its contract.
 
     ``max_connections`` bounds the pool (kept-alive connections are reused by every
-    request; tasks of one event loop may share one store and its fencing token).
+    request; tasks of one event loop may share one store and its per-run fencing tokens).
     ``sleep`` is the pause coroutine function (``asyncio.sleep``; tests pass their own),
     ``transport`` an httpx transport (e.g. ``httpx.MockTransport`` in tests; default:
     httpx's own, which honours ``HTTP_PROXY`` and friends as ``urllib`` does). Use the
@@ -154,6 +158,33 @@ class AsyncHttpCheckpointStore(StoreCore):
         """As ``HttpCheckpointStore.lease``: ``{"fencing_token", "expires_at"}``."""
         return await self._drive(self._op_lease(run_id, owner, ttl_s))
 
+    @contextlib.asynccontextmanager
+    async def keep_leased(self, run_id: str, owner: str, ttl_s: int, *,
+                          every_s: float | None = None):
+        """As ``HttpCheckpointStore.keep_leased``, for ``async with``: the renewals are a
+        task of this event loop on this store's pool; the same yielded ``{"error"}``."""
+        await self.lease(run_id, owner, ttl_s)
+        state: dict = {"error": None}
+
+        async def renew() -> None:
+            while True:
+                await asyncio.sleep(ttl_s / 3 if every_s is None else every_s)
+                try:
+                    await self.lease(run_id, owner, ttl_s)
+                    state["error"] = None
+                except CheckpointError as exc:
+                    state["error"] = exc
+                    if exc.kind == CONFLICT:
+                        return
+
+        task = asyncio.create_task(renew())
+        try:
+            yield state
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
     async def revoke_lease(self, run_id: str, reason: str, *, owner: str | None = None,
                            fencing_token: int | None = None) -> dict:
         """As ``HttpCheckpointStore.revoke_lease``: ends the run's live lease (reviewer);
@@ -163,13 +194,13 @@ class AsyncHttpCheckpointStore(StoreCore):
 
     async def resume_preview(self, run_id: str, *, agent: str | None = None,
                              model: str | None = None, workflow: str | None = None,
-                             definition_version: str | None = None) -> dict:
+                             definition_version: str | int | None = None) -> dict:
         """As ``HttpCheckpointStore.resume_preview``: looks, claims nothing."""
         identity = self._identity(agent, model, workflow, definition_version)
         return await self._drive(self._op_resume_preview(run_id, identity))
 
     async def resume(self, run_id: str, *, agent: str | None = None, model: str | None = None,
-                     workflow: str | None = None, definition_version: str | None = None,
+                     workflow: str | None = None, definition_version: str | int | None = None,
                      usage: dict[str, int] | None = None) -> dict:
         """As ``HttpCheckpointStore.resume``: claims the decision (``retry`` fences;
         ``usage`` must suit it)."""
@@ -188,9 +219,11 @@ class AsyncHttpCheckpointStore(StoreCore):
     # --- effects ------------------------------------------------------------------------
 
     async def put_effect(self, effect: dict, expected_revision: int | None) -> int:
-        """As ``HttpCheckpointStore.put_effect``: the stored revision."""
-        return await self._drive(self._op_write(f"effects/{effect['id']}", effect,
-                                                expected_revision, look_with_head=False))
+        """As ``HttpCheckpointStore.put_effect``: the stored revision (only the writable
+        fields are sent, ``effect_fields``)."""
+        return await self._drive(self._op_write(f"effects/{effect['id']}",
+                                                effect_fields(effect), expected_revision,
+                                                look_with_head=False))
 
     async def find_effect(self, service: str, operation_key: str) -> dict | None:
         """As ``HttpCheckpointStore.find_effect``: the record, or ``None``."""

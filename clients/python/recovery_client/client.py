@@ -7,10 +7,13 @@ imports ``core`` relatively (``recovery_client/aclient.py`` is the asyncio varia
 httpx; docs/client.md). It speaks CONTRACT.md section 3 and mirrors runifold-core's
 checkpoint store (RUNIFOLD.md section 1, DESIGN.md section 1)::
 
+    owner = owner_name("order-worker")                    # unique per process lifetime
+    envelope = new_checkpoint("acme.order", 1, {"phase": "ready"})  # a declared kind
+    run_id = envelope["run_id"]
     with HttpCheckpointStore("http://127.0.0.1:8000", "acme", token) as store:
         store.compare_and_swap(envelope, None)            # create revision 0
-        store.lease(run_id, "worker-7", ttl_s=5)           # later writes carry Fencing-Token
-        store.compare_and_swap(next_envelope, 0)          # revision 0 -> 1
+        store.lease(run_id, owner, ttl_s=5)                # its writes carry Fencing-Token
+        store.compare_and_swap(next_revision(envelope, {"phase": "charging"}), 0)
         receipt = perform_effect(store, run_id=run_id, service="payments",
                                  operation_key="charge:A-1042",
                                  effect_class="non_idempotent",
@@ -20,12 +23,8 @@ checkpoint store (RUNIFOLD.md section 1, DESIGN.md section 1)::
         decision = store.resume(run_id, workflow="acme.order")  # claim (POST); on "retry"
                                                            # the old owner is fenced
 
-Errors: every failure is a ``CheckpointError`` whose ``kind`` is one of runifold's
-``not_found``, ``conflict``, ``invalid_payload``, ``storage``; ``status`` is the HTTP
-status (0 when there was no answer: a network error, or a body refused before sending)
-and ``body`` the decoded JSON answer (``{}`` if none). ``error`` is the server's stable
-word (``conflict``, ``fenced``, ``lease_held``, ``no_live_lease``, ``operation_exists``,
-``idempotency_key_reuse``, ``payload_too_large``, ...).
+Errors: every failure is a ``CheckpointError`` (``core.CheckpointError``: ``kind``,
+``status``, ``body``, and ``error``, the server's stable word: ``fenced``, ...).
 
 Size limit (issue 10): a body longer than ``max_body_bytes`` (default 1 MiB, the
 server's default ``RECOVERY_MAX_BODY_BYTES``, CONTRACT.md 6) is refused before anything
@@ -46,19 +45,11 @@ never retried. Each operation decides whether resending is safe:
   lease once; a resend would find none) are resent only when the server surely did
   nothing: the connection could not be opened, or it answered 503/429;
 - ``compare_and_swap`` and ``put_effect`` are resent safely: at once when the server
-  surely did nothing, as above. After a failure the write may have been stored by (a
-  timeout, a reset, a 5xx but 503), the store first looks where the record stands,
-  writing nothing: a ``HEAD`` of the checkpoint (its revision), then, if it is the
-  revision this write made, a ``GET`` (an audited payload read) compared with what was
-  sent; for an effect one ``GET``. If the store holds exactly this write, the call
-  succeeds without resending (and no conflict is recorded). Otherwise the write is
-  resent, and if that resend is refused with 412 and ``current_revision`` equal to the
-  revision it wrote (the first request landed after the look, e.g. a slow server past
-  the client's timeout), the record is read back once more: the call succeeds if it
-  holds exactly what was sent (the server has then kept the refused resend as a
-  conflict of the run), else the 412 is raised as the conflict it is. Only the fields
-  the write sent are compared (an effect's ``request`` is stored encrypted and never
-  answered, so it is left out). A look that fails counts as one of the retries.
+  surely did nothing; after a failure the write may have been stored by (a timeout, a
+  reset, a 5xx but 503), only once a look (``HEAD`` then ``GET`` of a checkpoint, one
+  ``GET`` of an effect; writing nothing) found the store does not hold exactly this
+  write, and a resend refused 412 at the revision it wrote is read back once more
+  (docs/client.md "Retries", the whole rule). A look that fails counts as a retry.
 
 Connections: ``HttpCheckpointStore`` keeps one HTTP/1.1 connection (issue 8);
 ``close()`` or ``with store:`` closes it. The async store keeps a pool (httpx).
@@ -66,9 +57,12 @@ Connections: ``HttpCheckpointStore`` keeps one HTTP/1.1 connection (issue 8);
 
 from __future__ import annotations
 
+import contextlib
 import http.client
+import os
 import select
 import socket
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -82,6 +76,7 @@ from .core import (
     IDEMPOTENT,
     INVALID_PAYLOAD,
     MAX_BODY_BYTES,
+    MAX_RUN_TOKENS,
     NOT_FOUND,
     ONCE,
     STORAGE,
@@ -94,6 +89,7 @@ from .core import (
     Sleep,
     Steps,
     StoreCore,
+    UnreadableWrite,
     decode_answer,
     encode_body,
     encode_json,
@@ -107,18 +103,47 @@ from .core import (
     now_ms,
     retry_after_seconds,
     retryable,
+    warn_if_unreadable,
 )
 
 # This module's own names, then every public name of ``core`` it re-exports: callers
 # import them from ``recovery_client.client`` as they did before the core had a module.
 __all__ = [
-    "EffectFailed", "EffectInDoubt", "HttpCheckpointStore", "effect_walk", "perform_effect",
-    "CONFLICT", "IDEMPOTENT", "INVALID_PAYLOAD", "MAX_BODY_BYTES", "NOT_FOUND", "ONCE",
+    "EffectFailed", "EffectInDoubt", "HttpCheckpointStore", "ReceiptNotRecorded",
+    "effect_fields", "effect_walk", "new_checkpoint", "owner_name", "perform_effect",
+    "CONFLICT", "IDEMPOTENT", "INVALID_PAYLOAD", "MAX_BODY_BYTES", "MAX_RUN_TOKENS", "NOT_FOUND",
+    "ONCE",
     "STORAGE", "UNECHOED_FIELDS", "Answer", "Call", "CheckpointError", "Invoke", "Op",
-    "Sleep", "Steps", "StoreCore", "decode_answer", "encode_body", "encode_json",
+    "Sleep", "Steps", "StoreCore", "UnreadableWrite", "decode_answer", "encode_body", "encode_json",
     "etag_revision", "fingerprint", "header", "kind_for_status", "may_have_acted",
     "network_error", "next_revision", "now_ms", "retry_after_seconds", "retryable",
+    "warn_if_unreadable",
 ]
+
+
+def owner_name(prefix: str | None = None) -> str:
+    """A lease owner name unique to this process's lifetime: ``[prefix:]host:pid:uuid4``
+    (at most 256 characters, the server's limit). A restarted worker must not lease as
+    the owner it was: the server keeps the token when the same owner renews, so the
+    zombie of a fixed name would not be fenced (the SDK newcomer's finding 3;
+    ``RecoverySaver``'s default owner). Raises ``ValueError`` for a prefix too long."""
+    name = f"{socket.gethostname()[:150]}:{os.getpid()}:{uuid.uuid4()}"
+    name = name if prefix is None else f"{prefix}:{name}"
+    if len(name) > 256:
+        raise ValueError("prefix: the owner name would be longer than 256 characters")
+    return name
+
+
+def new_checkpoint(kind: str, schema_version: int, payload: Any, *,
+                   run_id: str | None = None, checkpoint_id: str | None = None) -> dict:
+    """The first envelope (revision 0) of a checkpoint (CONTRACT.md 2), for
+    ``compare_and_swap(envelope, None)``: ``id`` and ``run_id`` a fresh ``uuid4`` each
+    unless given (any UUID is accepted; runifold uses UUIDv7), ``updated_at_ms`` now.
+    ``kind`` must be declared on the server (docs/kinds.md), else the run reads as
+    ``schema_mismatch`` (``UnreadableWrite``). Later revisions: ``next_revision``."""
+    return {"id": str(checkpoint_id or uuid.uuid4()), "run_id": str(run_id or uuid.uuid4()),
+            "revision": 0, "kind": kind, "schema_version": schema_version,
+            "payload": payload, "updated_at_ms": now_ms()}
 
 
 class HttpCheckpointStore(StoreCore):
@@ -126,10 +151,13 @@ class HttpCheckpointStore(StoreCore):
 
     ``base_url`` is the server root (``http://127.0.0.1:8000``), ``tenant`` the tenant's
     slug, ``token`` a bearer token of an account with the writer role, ``timeout_s`` the
-    per-request socket timeout in seconds. ``fencing_token`` is ``None`` until ``lease``
-    (or ``resume`` claiming a ``retry``) sets it; from then on every write sends it in
-    ``Fencing-Token``. ``resume_preview`` only looks. Not thread-safe: use one store per
-    worker thread.
+    per-request socket timeout in seconds. Fencing tokens are kept per run: a write sends,
+    in ``Fencing-Token``, the token of its record's run that this store got from ``lease``
+    or from ``resume`` claiming a ``retry`` (``fencing_token_of(run_id)``), and none for
+    a run it never leased or claimed, so one store may loop over many runs (a ``fenced``
+    answer forgets that run's token). ``fencing_token`` (deprecated) is the token of the
+    last lease or claim, whichever run it was: informational, never sent for another
+    run. ``resume_preview`` only looks. Not thread-safe: use one store per worker thread.
 
     Retries and the size check (module docstring): ``retries`` (default 3), ``backoff_s``
     (0.2) and ``max_backoff_s`` (5.0) in seconds, ``max_body_bytes`` (1 MiB; ``None``:
@@ -318,12 +346,52 @@ class HttpCheckpointStore(StoreCore):
         """Take or renew the run's lease for ``ttl_s`` seconds as ``owner``.
 
         Returns ``{"fencing_token": int, "expires_at": str}`` and remembers the token for
-        later writes. Retried like a read: the same owner renewing keeps its token.
-        Raises ``CheckpointError``: ``conflict`` (409 ``lease_held``: another owner's
-        lease is live), ``not_found`` (the run has no checkpoint or effect yet),
+        later writes to this run (``fencing_token_of(run_id)``; other runs' are kept).
+        Retried like a read: the same owner renewing keeps its token. Raises
+        ``CheckpointError``: ``conflict`` (409 ``lease_held``: another owner's lease is
+        live), ``not_found`` (the run has no checkpoint or effect yet),
         ``invalid_payload`` (bad owner or ttl).
         """
         return self._drive(self._op_lease(run_id, owner, ttl_s))
+
+    @contextlib.contextmanager
+    def keep_leased(self, run_id: str, owner: str, ttl_s: int, *,
+                    every_s: float | None = None):
+        """``with store.keep_leased(run_id, owner, ttl_s):`` takes the run's lease (as
+        ``lease``: its errors raise here), then renews it every ``every_s`` seconds
+        (default ``ttl_s / 3``) on a thread of its own, with a store of its own (a store
+        is not thread-safe), until the block ends: a call that outlasts ``ttl_s``
+        (``perform_effect``'s) does not let the sweep make its effect ``unresolved``.
+        The same owner renewing keeps the token, so this store's writes go on. Yields a
+        dict whose ``"error"`` is the last renewal's ``CheckpointError`` (``None``
+        while all went well); a ``conflict`` (another owner took the run) stops the
+        renewals. The lease is not given up at the end (the SDK newcomer's finding 2)."""
+        self.lease(run_id, owner, ttl_s)
+        state: dict = {"error": None}
+        stop = threading.Event()
+        renewer = HttpCheckpointStore(self.base_url, self.tenant, self.token, self.timeout_s,
+                                      self.keep_alive, retries=self.retries,
+                                      backoff_s=self.backoff_s,
+                                      max_backoff_s=self.max_backoff_s, sleep=self._sleep)
+
+        def renew() -> None:
+            while not stop.wait(ttl_s / 3 if every_s is None else every_s):
+                try:
+                    renewer.lease(run_id, owner, ttl_s)
+                    state["error"] = None
+                except CheckpointError as exc:
+                    state["error"] = exc
+                    if exc.kind == CONFLICT:
+                        return
+
+        thread = threading.Thread(target=renew, name=f"lease {run_id}", daemon=True)
+        thread.start()
+        try:
+            yield state
+        finally:
+            stop.set()
+            thread.join()
+            renewer.close()
 
     def revoke_lease(self, run_id: str, reason: str, *, owner: str | None = None,
                      fencing_token: int | None = None) -> dict:
@@ -352,7 +420,7 @@ class HttpCheckpointStore(StoreCore):
 
     def resume_preview(self, run_id: str, *, agent: str | None = None, model: str | None = None,
                        workflow: str | None = None,
-                       definition_version: str | None = None) -> dict:
+                       definition_version: str | int | None = None) -> dict:
         """What ``resume`` would answer now, without claiming anything (``GET …/resume``).
 
         Same arguments as ``resume``. Returns ``{"action", "reason", "checkpoint_id",
@@ -367,7 +435,7 @@ class HttpCheckpointStore(StoreCore):
         return self._drive(self._op_resume_preview(run_id, identity))
 
     def resume(self, run_id: str, *, agent: str | None = None, model: str | None = None,
-               workflow: str | None = None, definition_version: str | None = None,
+               workflow: str | None = None, definition_version: str | int | None = None,
                usage: dict[str, int] | None = None) -> dict:
         """Claim the resume decision for ``run_id`` after a restart (``POST …/resume``).
 
@@ -385,8 +453,8 @@ class HttpCheckpointStore(StoreCore):
         ``retry`` means this call consumed an approved retry: the server bumped the
         fencing token (the old owner is fenced), dropped the lease, and authorised
         ``unknown``/``not_executed`` effects to go back to ``planned``. The returned
-        ``fencing_token`` is remembered and sent with every later write (a ``lease``
-        afterwards replaces it with a newer one). Only one caller gets ``retry`` for one
+        ``fencing_token`` is remembered as this run's and sent with every later write to
+        it (a ``lease`` afterwards replaces it with a newer one). Only one caller gets ``retry`` for one
         approval. For any other action the store's fencing token is left as it was.
         The claim is resent only when the server surely did nothing (not sent, 503, 429):
         a claim whose answer was lost may have consumed the approval.
@@ -418,13 +486,16 @@ class HttpCheckpointStore(StoreCore):
         checkpoints; a lost answer is looked up with one ``GET``, which audits nothing).
 
         ``effect``: ``{id, run_id, revision, operation_key, service, effect_class,
-        request_fingerprint, state, receipt}``. Returns the stored revision. Besides the
+        request_fingerprint, state, receipt}`` and optionally ``request``; only those
+        fields are sent (``effect_fields``), so a record ``find_effect`` read back, with
+        the server's extra fields, can be written back as its next revision.
+        Returns the stored revision. Besides the
         checkpoint errors: ``conflict`` with ``error == "operation_exists"`` (another
         effect id holds the key with the same fingerprint: ``body["effect_id"]``),
         ``invalid_payload`` with ``error`` ``idempotency_key_reuse`` or
         ``invalid_transition``.
         """
-        return self._drive(self._op_write(f"effects/{effect['id']}", effect,
+        return self._drive(self._op_write(f"effects/{effect['id']}", effect_fields(effect),
                                           expected_revision, look_with_head=False))
 
     def find_effect(self, service: str, operation_key: str) -> dict | None:
@@ -449,8 +520,62 @@ class EffectInDoubt(Exception):
         self.effect = effect
 
 
+class ReceiptNotRecorded(CheckpointError):
+    """The service was called and answered, but its outcome could not be recorded:
+    ``receipt`` is its answer (log it: reconciliation or a reviewer needs it, and the
+    call must not be made again), ``effect`` the record as last seen; ``kind``,
+    ``status``, ``body`` and ``error`` are those of the refused write (the SDK newcomer's
+    finding 2)."""
+
+    def __init__(self, exc: CheckpointError, receipt: dict | None, effect: dict):
+        super().__init__(exc.kind, f"{exc.message}; the call was made, its receipt is not "
+                                   f"recorded", status=exc.status, body=exc.body,
+                         sent=exc.sent, retry_after_s=exc.retry_after_s)
+        self.receipt = receipt
+        self.effect = dict(effect)
+
+
 _EFFECT_FIELDS = ("id", "run_id", "revision", "operation_key", "service", "effect_class",
                   "request_fingerprint", "state", "receipt")
+
+
+def effect_fields(effect: dict) -> dict:
+    """The fields of ``effect`` a write sends (``_EFFECT_FIELDS``, and ``request`` if
+    present): a record read back (``find_effect``: ``attempt``, times, ...) minus what the
+    server would refuse as unknown fields (400; the SDK newcomer's finding 5)."""
+    return {k: v for k, v in effect.items() if k in _EFFECT_FIELDS or k == "request"}
+
+
+def _advance(store: StoreCore, record: dict, new_state: str, receipt: dict | None,
+             fencing_token: int | None) -> Op:
+    """Write ``record``'s next revision in ``new_state`` with ``receipt``; on success
+    ``record`` is updated to it."""
+    nxt = dict(record, revision=record["revision"] + 1, state=new_state, receipt=receipt)
+    yield from store._op_write(f"effects/{record['id']}", nxt, record["revision"],
+                               look_with_head=False, fencing_token=fencing_token)
+    record.update(nxt)
+
+
+def _record_outcome(store: StoreCore, record: dict, new_state: str, receipt: dict | None,
+                    fencing_token: int | None) -> Op:
+    """``_advance`` after the call. Refused 412 because the record moved on meanwhile
+    (the sweep made it ``unresolved`` once the lease ran out), it is read again and, if
+    ``unresolved``, the outcome is written from there (the server decides; a runtime
+    reconciling by itself may, checkpoints/policy.py). Any refusal left raises
+    ``ReceiptNotRecorded`` holding the receipt (the SDK newcomer's finding 2)."""
+    try:
+        try:
+            yield from _advance(store, record, new_state, receipt, fencing_token)
+        except CheckpointError as exc:
+            if exc.status != 412:
+                raise
+            now = yield from store._op_find_effect(record["service"], record["operation_key"])
+            if not now or now.get("state") != "unresolved":
+                raise
+            record.update({k: now.get(k) for k in _EFFECT_FIELDS})
+            yield from _advance(store, record, new_state, receipt, fencing_token)
+    except CheckpointError as exc:
+        raise ReceiptNotRecorded(exc, receipt, record) from exc
 
 
 def effect_walk(store: StoreCore, *, run_id: str, service: str, operation_key: str,
@@ -492,10 +617,7 @@ def effect_walk(store: StoreCore, *, run_id: str, service: str, operation_key: s
         raise EffectFailed(f"effect {record['id']} failed", record.get("receipt"))
 
     def advance_to(new_state: str, receipt: dict | None) -> Op:
-        nxt = dict(record, revision=record["revision"] + 1, state=new_state, receipt=receipt)
-        yield from store._op_write(f"effects/{record['id']}", nxt, record["revision"],
-                                   look_with_head=False, fencing_token=fencing_token)
-        record.update(nxt)
+        return _advance(store, record, new_state, receipt, fencing_token)
 
     def step(name: str) -> Op:
         if on_step is not None:
@@ -511,10 +633,10 @@ def effect_walk(store: StoreCore, *, run_id: str, service: str, operation_key: s
     try:
         receipt = yield Invoke(call, (operation_key,))
     except EffectFailed as exc:
-        yield from advance_to("failed", exc.receipt)
+        yield from _record_outcome(store, record, "failed", exc.receipt, fencing_token)
         raise
     yield from step("called")
-    yield from advance_to("confirmed", receipt)
+    yield from _record_outcome(store, record, "confirmed", receipt, fencing_token)
     yield from step("confirmed")
     return receipt
 
@@ -555,6 +677,10 @@ def perform_effect(
        If ``call`` raises ``EffectFailed`` the record becomes ``failed`` (the service
        refused); any other exception leaves it ``submitted`` (in doubt) and propagates.
     5. ``submitted`` -> ``confirmed`` with the receipt; ``on_step("confirmed")``.
+       If the sweep made the record ``unresolved`` meanwhile (the call outlasted the
+       lease: keep it renewed, ``keep_leased``), the outcome is recorded from
+       ``unresolved``; a refusal left raises ``ReceiptNotRecorded`` (a
+       ``CheckpointError``) whose ``receipt`` is the service's answer: log it.
 
     Every record write is a ``put_effect``, so its ``storage`` failures are retried and
     lost answers resolved as there; ``call`` itself is never repeated by this function.

@@ -22,10 +22,7 @@ generator (``Op``) that yields what it needs done and receives the outcome:
 ``client.HttpCheckpointStore`` with http.client/urllib and ``time.sleep``,
 ``aclient.AsyncHttpCheckpointStore`` with httpx and ``asyncio.sleep``.
 
-Errors: every failure is a ``CheckpointError`` whose ``kind`` is one of runifold's
-``not_found``, ``conflict``, ``invalid_payload``, ``storage`` (``kind_for_status``);
-``status`` is the HTTP status (0: no answer, or a body refused before sending: ``sent``
-false), ``body`` the decoded JSON answer and ``error`` the server's stable word. What is
+Errors: every failure is a ``CheckpointError`` (its docstring: the kinds); what is
 retried, and how a lost answer is resolved, is the module docstring of ``client.py``.
 """
 
@@ -38,6 +35,8 @@ import json
 import random
 import time
 import urllib.parse
+import warnings
+from collections import OrderedDict
 from collections.abc import Callable, Generator, Mapping
 from typing import Any, NamedTuple
 
@@ -49,6 +48,9 @@ MAX_BODY_BYTES = 1024 * 1024
 #: is stored encrypted for the replay reconciler): left out when a lost answer is
 #: checked against the stored record.
 UNECHOED_FIELDS = frozenset({"request"})
+#: How many runs' fencing tokens one store remembers (least recently used dropped first:
+#: a dropped run's writes then carry no token and are refused ``fenced``, never let by).
+MAX_RUN_TOKENS = 4096
 
 
 class CheckpointError(Exception):
@@ -63,7 +65,8 @@ class CheckpointError(Exception):
       idempotency key reused with another fingerprint), 428; and, with ``status`` 0,
       a body the client refused before sending (longer than ``max_body_bytes``:
       ``error == "payload_too_large"``; or not JSON).
-    - ``storage``: network error, timeout, 5xx, 429, 401/403 or an unreadable answer.
+    - ``storage``: network error, timeout, 5xx, 429, 401/403 (``forbidden`` true) or an
+      unreadable answer.
 
     ``sent`` is ``False`` when the request never left this process (the connection
     could not be opened, or the body was refused before sending), so the server surely
@@ -85,6 +88,13 @@ class CheckpointError(Exception):
         """The answer's ``body[key]`` if it is a ``kind``, else ``None``."""
         value = self.body.get(key)
         return value if isinstance(value, kind) else None
+
+    @property
+    def forbidden(self) -> bool:
+        """Whether the server refused the token (401) or its role (403): still kind
+        ``storage`` (runifold's four kinds), never retried; a token or role to fix, not
+        an outage (the SDK newcomer's finding 7)."""
+        return self.status in (401, 403)
 
     @property
     def current_revision(self) -> int | None:
@@ -141,6 +151,21 @@ def next_revision(checkpoint: dict, payload: Any) -> dict:
 
 
 # --- steps and their outcomes (module docstring, "Shapes") ------------------------------
+
+
+class UnreadableWrite(UserWarning):
+    """Warned when the server stored a checkpoint it cannot read (an unregistered kind, an
+    unsupported ``schema_version``, a payload failing the declared schema): the write
+    returns its revision as any other, but the run reads as ``schema_mismatch``. The
+    message names ``phase_label``, the server's reason (the SDK newcomer's finding 4)."""
+
+
+def warn_if_unreadable(path: str, stored: Any) -> None:
+    """Warn ``UnreadableWrite`` if a write's answer ``stored`` says ``phase_class``
+    ``unsupported``."""
+    if isinstance(stored, dict) and stored.get("phase_class") == "unsupported":
+        warnings.warn(UnreadableWrite(f"PUT {path}: stored, but unreadable: "
+                                      f"{stored.get('phase_label')}"), stacklevel=2)
 
 
 class Answer(NamedTuple):
@@ -282,14 +307,10 @@ def _surrogate_at(value: Any, where: str) -> str | None:
 
 
 def encode_json(value: Any, what: str = "body") -> bytes:
-    """``value`` as compact UTF-8 JSON bytes (no spaces, non-ASCII text as UTF-8, not
-    ``\\uXXXX``), as both clients and ``RecoverySaver`` send bodies, so their size checks
-    count the bytes the server counts (CONTRACT.md 6, issue 10).
-
-    Raises ``CheckpointError`` ``invalid_payload`` (``sent`` false) when ``value`` is not
-    JSON (NaN, a set, ...) or a string in it holds an unpaired surrogate (UTF-8 cannot
-    carry it; the server refuses it too, CONTRACT.md 6): the message names where
-    (``what`` then the path, e.g. ``body.payload.note``)."""
+    """``value`` as compact UTF-8 JSON bytes (no spaces, non-ASCII as UTF-8), as every
+    client sends bodies, so size checks count the server's bytes (CONTRACT.md 6, issue
+    10). Raises ``CheckpointError`` ``invalid_payload`` (``sent`` false) for a value that
+    is not JSON or holds an unpaired surrogate, naming where (``body.payload.note``)."""
     try:
         text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
         return text.encode("utf-8")
@@ -303,11 +324,9 @@ def encode_json(value: Any, what: str = "body") -> bytes:
 
 
 def encode_body(body: Any, limit: int | None, method: str, path: str) -> bytes:
-    """``body`` as the JSON bytes to send (``encode_json``: UTF-8, compact), measured as
-    sent. Raises ``CheckpointError`` ``invalid_payload`` (``sent`` false, nothing sent)
-    when it is not JSON (NaN, a set, ...), holds an unpaired surrogate (the message names
-    the field), or is longer than ``limit`` bytes (``error == "payload_too_large"``; the
-    server would answer 413)."""
+    """``body`` as the JSON bytes to send (``encode_json``), measured as sent. Raises
+    ``CheckpointError`` ``invalid_payload`` (``sent`` false) as ``encode_json`` does, or
+    when longer than ``limit`` bytes (``error == "payload_too_large"``: the server's 413)."""
     try:
         data = encode_json(body, "body")
     except CheckpointError as exc:
@@ -336,16 +355,9 @@ def _same_write(sent: dict, stored: Any) -> bool:
 
 
 class StoreCore:
-    """What ``HttpCheckpointStore`` and ``AsyncHttpCheckpointStore`` share: settings,
-    the fencing token, and every operation as a generator of steps (no I/O here).
-
-    ``base_url`` is the server root, ``tenant`` the tenant's slug, ``token`` a bearer
-    token of an account with the writer role, ``timeout_s`` the per-request timeout in
-    seconds. ``retries`` (>= 0) is how many times a retryable failure is tried again,
-    ``backoff_s`` the base of the full-jitter pause and ``max_backoff_s`` its cap (also
-    of ``Retry-After``), in seconds; ``max_body_bytes`` the largest body sent (``None``:
-    no check). Raises ``ValueError`` for a setting out of range.
-    """
+    """What ``HttpCheckpointStore`` and ``AsyncHttpCheckpointStore`` share: settings (the
+    stores' docstrings), each run's fencing token, and every operation as a generator of
+    steps (no I/O here). Raises ``ValueError`` for a setting out of range."""
 
     def __init__(self, base_url: str, tenant: str, token: str, *, timeout_s: float,
                  retries: int, backoff_s: float, max_backoff_s: float,
@@ -364,7 +376,26 @@ class StoreCore:
         self.backoff_s = backoff_s
         self.max_backoff_s = max_backoff_s
         self.max_body_bytes = max_body_bytes
+        #: The token of the last ``lease`` or claimed ``retry``, whichever run it was
+        #: (deprecated, informational: writes send ``fencing_token_of(their run)``).
         self.fencing_token: int | None = None
+        self._run_tokens: OrderedDict[str, int] = OrderedDict()
+
+    def fencing_token_of(self, run_id: str) -> int | None:
+        """The token this store's writes to ``run_id`` send (its last ``lease`` or claimed
+        ``retry`` of it), or ``None``: never leased nor claimed, or ``fenced`` since."""
+        return self._run_tokens.get(str(run_id))
+
+    def _hold_token(self, run_id: str, token: int | None) -> None:
+        """Remember ``token`` as run ``run_id``'s (``None``: forget it), and as the
+        deprecated ``fencing_token``."""
+        run_id = str(run_id)
+        self._run_tokens.pop(run_id, None)
+        if token is None:
+            return
+        self.fencing_token = self._run_tokens[run_id] = token
+        while len(self._run_tokens) > MAX_RUN_TOKENS:
+            self._run_tokens.popitem(last=False)
 
     # --- steps ------------------------------------------------------------------------
 
@@ -386,14 +417,16 @@ class StoreCore:
         all_headers.update(headers or {})
         return Call(method, path, self._url(path, query), data, all_headers)
 
-    def _write_headers(self, expected_revision: int | None,
-                       fencing_token: int | None = None) -> dict:
+    def _write_headers(self, expected_revision: int | None, fencing_token: int | None = None,
+                       run_id: str | None = None) -> dict:
         """The conditional headers of a write, and ``Fencing-Token``: ``fencing_token``
         when given (a call made for another holder of the run's lease, e.g. a LangGraph
-        saver's), else the store's own token once it has one."""
+        saver's), else this store's token of run ``run_id`` if it holds one."""
         headers = ({"If-None-Match": "*"} if expected_revision is None
                    else {"If-Match": f'"{expected_revision}"'})
-        token = self.fencing_token if fencing_token is None else fencing_token
+        token = fencing_token
+        if token is None and run_id is not None:
+            token = self.fencing_token_of(run_id)
         if token is not None:
             headers["Fencing-Token"] = str(token)
         return headers
@@ -458,9 +491,20 @@ class StoreCore:
         """Compare-and-swap ``record`` at ``path``; returns the stored revision. Retries
         and lost answers as ``client.py``'s module docstring says; ``look_with_head``: a
         HEAD tells the revision before any GET (a checkpoint's GET is an audited payload
-        read)."""
+        read). A ``fenced`` answer to this store's own token of the run forgets it."""
+        run_id = record.get("run_id")
+        try:
+            return (yield from self._op_write_once(path, record, expected_revision,
+                                                   look_with_head, fencing_token, run_id))
+        except CheckpointError as exc:
+            if exc.error == "fenced" and fencing_token is None and run_id is not None:
+                self._hold_token(run_id, None)
+            raise
+
+    def _op_write_once(self, path, record, expected_revision, look_with_head, fencing_token,
+                       run_id) -> Op:
         call = self._call("PUT", path, record,
-                          self._write_headers(expected_revision, fencing_token))
+                          self._write_headers(expected_revision, fencing_token, run_id))
         sent, wrote = json.loads(call.data), record["revision"]
         tries, failure = 0, None
         while True:
@@ -487,6 +531,7 @@ class StoreCore:
                     raise
                 failure = exc
                 continue
+            warn_if_unreadable(path, answer.body)
             revision = etag_revision(answer.headers)
             return wrote if revision is None else revision
 
@@ -525,16 +570,13 @@ class StoreCore:
     def _op_lease(self, run_id: str, owner: str, ttl_s: int) -> Op:
         call = self._call("POST", f"runs/{run_id}/lease", {"owner": owner, "ttl_s": ttl_s})
         answer = (yield from self._send(call)).body
-        self.fencing_token = answer["fencing_token"]
+        self._hold_token(run_id, answer["fencing_token"])
         return answer
 
     def _op_revoke_lease(self, run_id: str, reason: str, owner: str | None,
                          fencing_token: int | None) -> Op:
-        """``POST …/runs/{run_id}/lease/revoke`` (the server's ``lease_revoke``): the body
-        is ``reason`` and, only when given, the ``owner`` and ``fencing_token`` the caller
-        saw. Sent again only when the server surely did nothing (``ONCE``): a revoke whose
-        answer was lost may have ended the lease, and its resend would answer 409
-        ``no_live_lease``. The store's own ``fencing_token`` is left as it was."""
+        """``POST …/runs/{run_id}/lease/revoke`` (``HttpCheckpointStore.revoke_lease``),
+        resent only when the server surely did nothing (``ONCE``)."""
         body: dict = {"reason": reason}
         if owner is not None:
             body["owner"] = owner
@@ -545,6 +587,10 @@ class StoreCore:
 
     @staticmethod
     def _identity(agent, model, workflow, definition_version) -> dict:
+        """The identity given; ``definition_version`` may be an ``int`` (kinds number
+        their versions) and is sent as its decimal string, the run's form."""
+        if type(definition_version) is int:
+            definition_version = str(definition_version)
         given = {"agent": agent, "model": model, "workflow": workflow,
                  "definition_version": definition_version}
         return {k: v for k, v in given.items() if v is not None}
@@ -558,7 +604,7 @@ class StoreCore:
         answer = (yield from self._send(self._call("POST", f"runs/{run_id}/resume", body),
                                         ONCE)).body
         if answer.get("action") == "retry":
-            self.fencing_token = answer.get("fencing_token")
+            self._hold_token(run_id, answer.get("fencing_token"))
         return answer
 
     @staticmethod

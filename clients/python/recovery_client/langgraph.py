@@ -47,11 +47,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import os
 import random
-import socket
 import threading
-import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 from urllib.parse import quote
@@ -73,6 +70,7 @@ from langgraph.checkpoint.serde.types import TASKS
 
 from recovery_client import protocol
 from recovery_client._saverwire import ThreadConflict, _Call, _encode_json, _Lease, _SaverWire
+from recovery_client.client import owner_name
 from recovery_client.core import NOT_FOUND, CheckpointError, Steps
 
 __all__ = ["RecoverySaver", "ThreadConflict"]
@@ -153,8 +151,7 @@ class RecoverySaver(_SaverWire, BaseCheckpointSaver[str]):
         self.base_url = base_url.rstrip("/")
         self.tenant = tenant
         self.lease_ttl_s = lease_ttl_s
-        self.owner = owner or (f"{socket.gethostname()[:150]}:{os.getpid()}:"
-                               f"{uuid.uuid4()}")
+        self.owner = owner or owner_name()
         self.timeout_s = timeout_s
         self.max_body_bytes = max_body_bytes
         self._root = f"{self.base_url}/api/v1/tenants/{quote(tenant, safe='')}/"
