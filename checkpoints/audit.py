@@ -68,6 +68,10 @@ class AuditKeys:
         return self.by_id[self.newest_id]
 
 
+#: What an unknown key id most often means (the operator's walk, item 5).
+MISSING_KEY_HINT = "(an old audit key missing from RECOVERY_AUDIT_KEYS?)"
+
+
 def key_id_of(secret: bytes) -> str:
     """The public id of an audit key: 16 hex digits of HMAC-SHA256(key, label)."""
     return hmac.new(secret, KEY_ID_LABEL, hashlib.sha256).hexdigest()[:16]
@@ -464,7 +468,7 @@ def registry_verify(*, slug: str | None = None) -> list[tuple[str, str]]:
         secret = keys.by_id.get(r.key_id)
         if secret is None:
             problems.append((r.slug, f"{where} is signed with unknown audit key id "
-                                     f"{r.key_id!r}"))
+                                     f"{r.key_id!r} {MISSING_KEY_HINT}"))
             continue
         mac = registry_mac(secret, seq=r.seq, tenant_pk=r.tenant_pk, slug=r.slug,
                            created_at=r.created_at.isoformat(), key_id=r.key_id)

@@ -40,7 +40,7 @@ from pathlib import Path
 from django.utils.dateparse import parse_datetime
 
 from . import audittree, merkle
-from .audit import GENESIS, HEX64_RE, _event_problem, audit_keys
+from .audit import GENESIS, HEX64_RE, MISSING_KEY_HINT, _event_problem, audit_keys
 from .audithead import audit_head_parse
 from .audittree import event_alone_problem, event_leaf_hash
 from .exceptions import InvalidPayload, TreeIncomplete
@@ -400,7 +400,8 @@ def verify_export(directory: str | Path) -> tuple[dict | None, list[str]]:
         return None, [exc.detail]
     secret = audit_keys().by_id.get(m["key_id"])
     if secret is None:
-        return m, [f"manifest: signed with unknown audit key id {m['key_id']!r}"]
+        return m, [f"manifest: signed with unknown audit key id {m['key_id']!r} "
+                   f"{MISSING_KEY_HINT}"]
     if not hmac.compare_digest(manifest_signature(secret, m), m["signature"]):
         return m, ["manifest: the signature does not verify (altered?)"]
     problem = tree_head_problem(m) if m["format"] == FORMAT else ""

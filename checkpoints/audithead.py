@@ -16,7 +16,7 @@ import time
 from django.db import transaction
 
 from . import audittree, roles
-from .audit import HEX64_RE, _mac, audit_keys, audit_record
+from .audit import HEX64_RE, MISSING_KEY_HINT, _mac, audit_keys, audit_record
 from .exceptions import InvalidPayload
 from .jsonparse import loads_object
 from .models import AuditChainHead, AuditEvent, AuditLeaf, AuditTreeHead, Tenant
@@ -152,7 +152,7 @@ def _legacy_check(record: dict) -> str:
     secret = keys.by_id.get(record["key_id"])
     if secret is None:
         return (f"exported head seq {record['seq']} is signed with unknown audit key id "
-                f"{record['key_id']!r}")
+                f"{record['key_id']!r} {MISSING_KEY_HINT}")
     if not hmac.compare_digest(_legacy_signature(secret, record), record["signature"]):
         return f"exported head seq {record['seq']}: the signature does not verify (altered?)"
     tenant = Tenant.objects.filter(slug=record["tenant"]).first()

@@ -313,8 +313,13 @@ def head_signature_problem(head: dict) -> str:
     (``audithead``) and of an export's manifest (``auditexport``)."""
     _, by_id = signing_keys()
     key = by_id.get(head["key_id"])
-    if key is None or key.public_b64 != head["public_key"]:
-        return f"signed with a key this deployment does not hold (key id {head['key_id']!r})"
+    if key is None:  # a head's id is its Ed25519 key's, not the audit key's (audit.md)
+        return (f"signed with a key this deployment does not hold (Ed25519 key id "
+                f"{head['key_id']!r}, derived from an audit key: an old audit key missing "
+                f"from RECOVERY_AUDIT_KEYS?)")
+    if key.public_b64 != head["public_key"]:
+        return (f"signed with a key this deployment does not hold (key id "
+                f"{head['key_id']!r} names another public key: altered?)")
     problem = merkle.verify_head_line(head)
     return f"{problem} (altered?)" if problem else ""
 

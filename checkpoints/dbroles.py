@@ -239,3 +239,46 @@ def role_setup_script(*, owner: str, app: str, schema: str = "public") -> str:
             f"-- Part 2: after `python manage.py migrate` as {owner} (needs its tables):\n"
             "-- ownership, the audit trail's rights, the final check\n"
             f"BEGIN;\n\n{part2};\n\nCOMMIT;\n")
+
+
+#: The paragraph every refusal of ``migrate`` ends with (the operator's walk, item 2).
+MIGRATE_AS_OWNER = (
+    "Migrations change the tables, and only their owner may: run migrate with the owner "
+    "role's DATABASE_URL (not the service's app role), then `manage.py "
+    "setup_database_roles --owner OWNER --app APP` as a superuser "
+    "(docs/security/audit.md, database roles).")
+
+
+def migrate_refusal(cursor, schema: str = "public") -> str | None:
+    """Why the connected role cannot run ``migrate`` here, in one paragraph, or ``None``.
+
+    ``None`` when every table of ``schema`` belongs to a role the connected role has the
+    rights of (its own, a role it is a member of, or any for a superuser), and on an empty
+    database. Otherwise names the connected role, a table and its owner, and what to do:
+    with a non-superuser owner, migrate as that owner, then ``setup_database_roles``;
+    with a superuser owner (a restore as the superuser, docs/operations/backup.md),
+    ``setup_database_roles`` first. ``cursor`` is a PostgreSQL cursor; one query over
+    ``pg_class``. Rule: the operator's walk, item 2 (``migrate`` as the app role was a
+    raw ``must be owner of table`` traceback).
+    """
+    cursor.execute(
+        "SELECT current_user, current_database(), c.relname, r.rolname, r.rolsuper "
+        "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "JOIN pg_roles r ON r.oid = c.relowner "
+        "WHERE n.nspname = %s AND c.relkind IN ('r', 'p') "
+        "AND NOT pg_has_role(current_user, c.relowner, 'USAGE') "
+        "ORDER BY c.relname LIMIT 1", [schema])
+    row = cursor.fetchone()
+    if row is None:
+        return None
+    user, database, table, owner, owner_super = row
+    if owner_super:
+        return (f"migrate: connected as {user}, and the tables belong to {owner}, a "
+                f"superuser (table {table}): a restore as the superuser, or a database set "
+                f"up without the roles. First run `manage.py setup_database_roles --owner "
+                f"OWNER --app APP` as a superuser, which gives the tables to the owner; "
+                f"then migrate as the owner, then setup_database_roles again "
+                f"(docs/operations/backup.md). Nothing was migrated.")
+    return (f"migrate: connected as {user}, which does not own the tables (table {table} "
+            f"belongs to {owner}). {MIGRATE_AS_OWNER} E.g. DATABASE_URL=postgres://"
+            f"{owner}@HOST:PORT/{database} python manage.py migrate. Nothing was migrated.")

@@ -45,3 +45,31 @@ def test_the_readme_runs_those_commands_and_points_to_the_units():
         assert name.removesuffix(".service") in production
     assert "deploy/systemd/" in production
     assert set(COMMANDS) == {p.name for p in UNITS.glob("*.service")}
+
+
+def _environment(name: str) -> dict[str, str]:
+    """Every ``Environment=`` of a unit (configparser keeps only the last of a key)."""
+    found = {}
+    for line in (UNITS / name).read_text().splitlines():
+        if line.startswith("Environment="):
+            key, _, value = line.removeprefix("Environment=").partition("=")
+            found[key] = value
+    return found
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_each_unit_gives_the_service_a_writable_var_dir(name):
+    """(the operator's walk, item 4) ``User=recovery`` in /opt/recovery without
+    ``RECOVERY_VAR_DIR``: the login-slot folder was var/login-slots in the checkout, not
+    the user's, and every login answered 500. Each unit sets it to the folder systemd
+    makes for the user (``StateDirectory=recovery`` is /var/lib/recovery), and beat keeps
+    its schedule there, not in the checkout; the header and the README say so."""
+    unit = _unit(name)
+    assert _environment(name)["RECOVERY_VAR_DIR"] == "/var/lib/recovery"
+    assert unit["Service"]["StateDirectory"] == "recovery"
+    assert unit["Service"]["User"] == "recovery"
+    assert "RECOVERY_VAR_DIR" in (UNITS / name).read_text().split("[Unit]")[0]
+    if name == "recovery-beat.service":
+        assert "--schedule /var/lib/recovery/" in unit["Service"]["ExecStart"]
+    production = (ROOT / "README.md").read_text().split("## Production")[1]
+    assert "RECOVERY_VAR_DIR=/var/lib/recovery" in production

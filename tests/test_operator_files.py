@@ -226,7 +226,8 @@ def test_an_export_of_payloads_or_keys_is_readable_by_its_owner_only(
         if command == "export_runifold":
             _export_runifold(str(path))
         else:
-            call_command("export_keyring", out=str(path), stdout=io.StringIO())
+            call_command("export_keyring", out=str(path), force=existing,
+                         stdout=io.StringIO())
     finally:
         os.umask(old_umask)
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
@@ -298,3 +299,23 @@ def test_the_makefiles_mutant_selection_names_files_that_exist():
     sample = re.search(r"^MUTANTS_SAMPLE \?= (.*)$", text, re.M).group(1).split()
     paths = [f"checkpoints/{m}.py" for m in full] + [s.rsplit(":", 1)[0] for s in sample]
     assert [p for p in paths if not (root / p).is_file()] == []
+
+
+@pytest.mark.django_db
+def test_export_keyring_refuses_to_replace_a_keyring_without_force(acme, tmp_path):
+    """(the operator's walk, item 3) ``export_keyring --out`` replaced an existing file
+    without a word, where ``export_audit_head --out`` appends: a keyring kept beside older
+    backups is precious. Refused, naming ``--out`` and ``--force``, the file untouched and
+    no ``.partial`` left; ``--force`` replaces it."""
+    path = tmp_path / "keyring.jsonl"
+    path.write_text("the keyring of last week\n")
+    with pytest.raises(CommandError) as caught:
+        call_command("export_keyring", out=str(path), stdout=io.StringIO())
+    assert str(caught.value).startswith("--out: ") and "--force" in str(caught.value)
+    assert path.read_text() == "the keyring of last week\n"
+    assert not list(tmp_path.glob("*.partial"))
+    call_command("export_keyring", out=str(path), force=True, stdout=io.StringIO())
+    assert "key_id" in path.read_text()
+    fresh = tmp_path / "new.jsonl"
+    call_command("export_keyring", out=str(fresh), stdout=io.StringIO())
+    assert fresh.read_text() == path.read_text()

@@ -143,7 +143,8 @@ def _check_migrations() -> str | None:
     if plan:
         first = plan[0][0]
         raise MigrationsPending(f"{len(plan)} migration(s) not applied, first "
-                                f"{first.app_label}.{first.name}: run manage.py migrate")
+                                f"{first.app_label}.{first.name}: run manage.py migrate as the "
+                                "owner role, then setup_database_roles")
     return None
 
 

@@ -60,6 +60,26 @@ class TenantHeld(DomainError, status=409, error="legal_hold"):
     """A tenant with an active legal hold cannot be crypto-shredded: 409."""
 
 
+#: How many holds ``TenantHeld``'s message names (then "and N more").
+HELD_NAMED = 5
+
+
+def _refuse_if_held(tenant: Tenant) -> None:
+    """Raise ``TenantHeld`` naming the tenant's active holds (id, scope, who placed it,
+    the reason's first 80 characters; the oldest ``HELD_NAMED``), else nothing. The
+    operator's walk, item 6: "the tenant has an active legal hold" named none."""
+    holds = list(active_holds(tenant).order_by("placed_at", "pk")[:HELD_NAMED + 1])
+    if not holds:
+        return
+    named = "; ".join(
+        f"{h.uuid} (scope {h.scope}, placed by {h.placed_by_name}: "
+        f"{h.reason[:80]!r})" for h in holds[:HELD_NAMED])
+    more = active_holds(tenant).count() - HELD_NAMED if len(holds) > HELD_NAMED else 0
+    what = ("an active legal hold: release it first" if len(holds) == 1
+            else "active legal holds: release them first")
+    raise TenantHeld(f"the tenant has {what}: {named}" + (f"; and {more} more" if more else ""))
+
+
 def _legacy_rows(model, column: str, tenant_id: int | None):
     rows = (model.objects.for_all_tenants(reason=_ROTATION) if tenant_id is None
             else model.objects.for_tenant(tenant_id))
@@ -159,15 +179,13 @@ def tenant_shred(*, actor, tenant: Tenant, confirm_slug: str,
         raise Forbidden("only an operator may crypto-shred a tenant")
     if confirm_slug != tenant.slug:
         raise InvalidPayload("confirm_slug: must repeat the tenant's slug")
-    if active_holds(tenant).exists():
-        raise TenantHeld("the tenant has an active legal hold: release it first")
+    _refuse_if_held(tenant)
     moved: dict[int, int] = {}
     _move_legacy(tenant.pk, batch_size, moved)
     crypto.forget(tenant.pk)
     with transaction.atomic():
         locks.lock_audit_head(tenant)
-        if active_holds(tenant).exists():
-            raise TenantHeld("the tenant has an active legal hold: release it first")
+        _refuse_if_held(tenant)
         _move_legacy(tenant.pk, batch_size, moved)  # written meanwhile by an old process
         live = TenantDataKey.objects.for_tenant(tenant).filter(destroyed_at__isnull=True)
         key_ids = sorted(live.values_list("key_id", flat=True))

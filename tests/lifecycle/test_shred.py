@@ -127,9 +127,20 @@ def test_a_legal_hold_stops_the_shredding(acme, adam, wendy):
                                     reason="litigation", placed_by=adam, placed_by_name="adam")
     with pytest.raises(services.TenantHeld):
         services.tenant_shred(actor=None, tenant=acme, confirm_slug="acme")
-    with pytest.raises(CommandError, match="legal hold"):
+    with pytest.raises(CommandError, match="legal hold") as refused:
         call_command("shred_tenant", "acme", "--confirm", "acme")
+    # (the operator's walk, item 6) the refusal names the hold: id, scope, who, reason
+    assert (f"release it first: {hold.uuid} (scope tenant, placed by adam: 'litigation')"
+            in str(refused.value))
     assert not TenantDataKey.objects.filter(destroyed_at__isnull=False).exists()
+    second = LegalHold.objects.create(tenant=acme, uuid=uuid.uuid4(), scope="runs",
+                                      run_uuids=[], reason="audit 2026", placed_by=adam,
+                                      placed_by_name="adam")
+    with pytest.raises(services.TenantHeld) as refused:
+        services.tenant_shred(actor=None, tenant=acme, confirm_slug="acme")
+    assert "active legal holds: release them first" in str(refused.value)
+    assert str(hold.uuid) in str(refused.value) and str(second.uuid) in str(refused.value)
+    LegalHold.objects.filter(pk=second.pk).update(released_at=second.placed_at)
     LegalHold.objects.filter(pk=hold.pk).update(released_at=hold.placed_at)
     call_command("shred_tenant", "acme", "--confirm", "acme")
     assert TenantDataKey.objects.filter(tenant=acme, destroyed_at__isnull=False).count() == 1

@@ -8,10 +8,13 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import io
 import json
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
+from django.core.management import call_command
+from django.core.management.base import CommandError
 from django.db import transaction
 
 from checkpoints import audithead, audittree, merkle, services
@@ -448,3 +451,26 @@ def test_it_names_the_field_of_a_malformed_export_line(line, field):
         services.audit_head_parse(line)
     assert field in caught.value.detail
     assert services.audit_head_parse(json.dumps(good)) == good
+
+
+def test_a_dropped_key_points_to_the_fix_in_every_message(settings, db, tmp_path):
+    """(the operator's walk, item 5) With only the new key listed, ``verify_audit_chain
+    --against`` said "signed with a key this deployment does not hold (key id …)" of the
+    exported head and "tenant registry seq 1 … is signed with unknown audit key id …" of
+    the registry, one key under two ids, and neither said what audit.md's table does.
+    Each message now ends with the hint; the head's names its id as the Ed25519 key's."""
+    settings.RECOVERY_AUDIT_KEYS = [KEY_A]
+    services.tenant_create(slug="initech")
+    heads = tmp_path / "heads.jsonl"
+    call_command("export_audit_head", out=str(heads), stdout=io.StringIO())
+    settings.RECOVERY_AUDIT_KEYS = [KEY_B]
+    out = io.StringIO()
+    with pytest.raises(CommandError) as caught:
+        call_command("verify_audit_chain", against=str(heads), stdout=out)
+    text = out.getvalue() + "\n" + str(caught.value)
+    hint = "an old audit key missing from RECOVERY_AUDIT_KEYS?"
+    head = [x for x in text.splitlines() if "does not hold" in x]
+    registry = [x for x in text.splitlines() if "tenant registry seq 1" in x]
+    assert head and registry, text
+    assert all(hint in x for x in head + registry), text
+    assert "(Ed25519 key id" in head[0]

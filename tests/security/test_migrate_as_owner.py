@@ -1,0 +1,76 @@
+"""``manage.py migrate`` as a role that may not change the tables (the operator's walk,
+item 2): during an upgrade, migrate with the app role's ``DATABASE_URL`` was a raw
+``ProgrammingError: must be owner of table …`` traceback. It now refuses before any
+migration, naming the role, the owner and the next steps (``dbroles.migrate_refusal``);
+a privilege error met while migrating says the same."""
+
+from __future__ import annotations
+
+import os
+import secrets
+
+import psycopg
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.core.management.commands import migrate as django_migrate
+from django.db import ProgrammingError
+
+from tests.security.conftest import django_connected_as, drop_roles
+
+
+def test_migrate_as_the_app_role_refuses_naming_the_owner(db_roles):
+    with django_connected_as(db_roles.app), pytest.raises(CommandError) as refused:
+        call_command("migrate", verbosity=0)
+    text = str(refused.value)
+    assert f"connected as {db_roles.app}, which does not own the tables" in text
+    assert f"DATABASE_URL=postgres://{db_roles.owner}@" in text
+    assert "setup_database_roles" in text and "Nothing was migrated" in text
+    with django_connected_as(db_roles.app):  # only reads: not refused
+        call_command("migrate", check_unapplied=True, verbosity=0)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_migrate_on_a_superusers_tables_says_setup_database_roles_first(on_postgres):
+    """A restore as the superuser, then migrate as the owner (before setup_database_roles):
+    was ``permission denied for table django_migrations``."""
+    if not on_postgres:
+        pytest.skip("roles need PostgreSQL (set DATABASE_URL)")
+    role = f"rcv_bare_{os.getpid()}_{secrets.token_hex(3)}"
+    from django.db import connection
+
+    with connection.cursor() as cur:
+        cur.execute(f'CREATE ROLE "{role}" LOGIN')
+    try:
+        with django_connected_as(role), pytest.raises(CommandError) as refused:
+            call_command("migrate", verbosity=0)
+        text = str(refused.value)
+        assert f"connected as {role}, and the tables belong to" in text
+        assert "a superuser" in text and "First run `manage.py setup_database_roles" in text
+    finally:
+        drop_roles(role)
+
+
+@pytest.mark.django_db
+def test_a_privilege_error_while_migrating_says_what_to_do(monkeypatch):
+    """The fallback (both backends): SQLSTATE 42501 met by a migration is a CommandError
+    with the same paragraph, not a traceback; any other database error is left alone."""
+    def refused(self, *args, **options):
+        try:
+            raise psycopg.errors.InsufficientPrivilege("must be owner of table t")
+        except psycopg.Error as exc:
+            raise ProgrammingError("must be owner of table checkpoints_bulkaction") from exc
+
+    monkeypatch.setattr(django_migrate.Command, "handle", refused)
+    monkeypatch.setattr("checkpoints.dbroles.migrate_refusal", lambda cur: None)
+    with pytest.raises(CommandError) as caught:
+        call_command("migrate", verbosity=0)
+    assert "must be owner of table checkpoints_bulkaction" in str(caught.value)
+    assert "run migrate with the owner role's DATABASE_URL" in str(caught.value)
+
+    def other(self, *args, **options):
+        raise ProgrammingError("syntax error")
+
+    monkeypatch.setattr(django_migrate.Command, "handle", other)
+    with pytest.raises(ProgrammingError):
+        call_command("migrate", verbosity=0)
