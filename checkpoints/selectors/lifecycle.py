@@ -10,7 +10,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
-from django.db.models import Exists, F, OuterRef, Q, Window
+from django.db.models import BooleanField, Exists, F, Func, OuterRef, Q, Window
 from django.db.models.functions import RowNumber
 
 from .. import roles
@@ -77,8 +77,9 @@ def run_tombstone(*, user, tenant: Tenant, run: Run) -> Tombstone | None:
 #     digest (``_indexed``).
 # ``hold_covers_q`` reads it from one run (which holds: the run page, the API's
 # ``legal_holds``, ``services.run_blockers``), ``held_runs_q`` from the tenant's holds
-# (which runs: retention's candidates, the tombstone purge). Both are composed of the
-# parts below and nothing else; tests/lifecycle/test_hold_coverage_agree.py holds them
+# (which runs: retention's candidates; ``held_q`` reads it over a run or a tombstone,
+# whose run may be gone: the tombstone purge). Both are composed of the parts below and
+# nothing else; tests/lifecycle/test_hold_coverage_agree.py holds them
 # to one hand-written table. (``held_runs_q`` as an ``EXISTS`` of ``hold_covers_q`` per
 # run was measured 25-45 times slower on 20,000 runs: the set form stays.)
 # --------------------------------------------------------------------------------------
@@ -110,19 +111,91 @@ def hold_covers_q(tenant: Tenant | int, run: Run) -> Q:
                      | Q(Exists(indexed), scope=HoldScope.SUBJECT))
 
 
-def held_runs_q(tenant: Tenant | int) -> Q | None:
-    """A ``Q`` on ``Run`` matching the runs an active legal hold of ``tenant`` covers (the
-    rule above, read from the holds), or ``None`` when a hold covers the whole tenant
-    (nothing may be deleted, not even what only a tombstone is left of). One query (the
-    tenant-wide check); the ``Q`` holds two uncorrelated subqueries."""
+@dataclass(frozen=True)
+class _Keys:
+    """Where a row of a model the rule reads from the holds carries the keys a run and its
+    tombstone share: ``run_id`` its run's public id; ``indexed`` (the row's field, the
+    ``RunSubject`` path) how its run's subject index reaches it; ``pairs`` the JSON
+    ``[[field, digest]]`` copy of that index kept on the row (``None``: none)."""
+
+    run_id: str
+    indexed: tuple[str, str]
+    pairs: str | None = None
+
+
+#: The two models the rule is read over from the holds: a run (its index rows), and a
+#: tombstone, whose run may be gone (its id and the index copied onto it by retention,
+#: ``services.purge_run_payloads``; its run's index while that run is still there).
+_KEYS = {Run: _Keys(run_id="uuid", indexed=("pk", "run_id")),
+         Tombstone: _Keys(run_id="run_uuid", indexed=("run_uuid", "run__uuid"),
+                          pairs="subjects")}
+
+
+class _PairIn(Func):
+    """SQL boolean: the JSON list of ``[field, digest]`` pairs ``pairs`` (a ``jsonb`` /
+    JSON text column) has the pair (``field``, ``digest``), both elements compared
+    exactly (PostgreSQL ``jsonb_array_elements``, SQLite ``json_each``; no containment
+    operator, which would match the pair reversed)."""
+
+    arity = 3
+    output_field = BooleanField()
+
+    def as_sql(self, compiler, connection, **extra):
+        parts, params = [], []
+        for expression in self.get_source_expressions():
+            sql, p = compiler.compile(expression)
+            parts.append(sql)
+            params.extend(p)
+        pairs, field, digest = parts
+        if connection.vendor == "postgresql":
+            return (f"EXISTS (SELECT 1 FROM jsonb_array_elements({pairs}) AS pair "
+                    f"WHERE pair.value ->> 0 = {field} AND pair.value ->> 1 = {digest})",
+                    params)
+        return (f"EXISTS (SELECT 1 FROM json_each({pairs}) AS pair "
+                f"WHERE json_extract(pair.value, '$[0]') = {field} "
+                f"AND json_extract(pair.value, '$[1]') = {digest})", params)
+
+
+def held_q(tenant: Tenant | int, model=Run) -> Q | None:
+    """A ``Q`` on ``model`` (``Run`` or ``Tombstone``) matching the rows an active legal
+    hold of ``tenant`` covers (the rule above, read from the holds, over the keys a run
+    and its tombstone share, ``_KEYS``): the run id a runs hold names (``_named``, its
+    run there or gone), or a run the subject index finds for a subject hold
+    (``_indexed``), or, for a tombstone, a pair of the index retention copied onto it
+    (``Tombstone.subjects``). ``None`` when a hold covers the whole tenant (nothing may
+    be deleted, not even what only a tombstone is left of). One query (the tenant-wide
+    check); the ``Q`` holds uncorrelated subqueries, and for a tombstone one ``EXISTS``
+    over the tenant's active subject holds (issue 20; DESIGN.md 3a: "a legal hold stops
+    all of them"; RUNIFOLD.md 5: a purge needs "no active legal hold")."""
+    keys = _KEYS[model]
     holds = LegalHold.objects.for_tenant(tenant).filter(ACTIVE)
     if holds.filter(TENANT_WIDE).exists():
         return None
     named = _named(tenant, hold__in=holds.filter(scope=HoldScope.RUNS))
-    subject_holds = holds.filter(scope=HoldScope.SUBJECT, subject_field=OuterRef("field"),
-                                 subject_digest=OuterRef("digest"))
-    indexed = _indexed(tenant).filter(Exists(subject_holds))
-    return Q(uuid__in=named.values("run_uuid")) | Q(pk__in=indexed.values("run_id"))
+    subject_holds = holds.filter(scope=HoldScope.SUBJECT)
+    indexed = _indexed(tenant).filter(Exists(subject_holds.filter(
+        subject_field=OuterRef("field"), subject_digest=OuterRef("digest"))))
+    own, via = keys.indexed
+    q = (Q(**{f"{keys.run_id}__in": named.values("run_uuid")})
+         | Q(**{f"{own}__in": indexed.values(via)}))
+    if keys.pairs is not None:
+        q |= Q(Exists(subject_holds.filter(_PairIn(OuterRef(keys.pairs), F("subject_field"),
+                                                   F("subject_digest")))))
+    return q
+
+
+def held_runs_q(tenant: Tenant | int) -> Q | None:
+    """A ``Q`` on ``Run`` matching the runs an active legal hold of ``tenant`` covers
+    (``held_q`` over runs: retention's candidates), or ``None`` when a hold covers the
+    whole tenant. One query (the tenant-wide check)."""
+    return held_q(tenant, Run)
+
+
+def held_tombstones_q(tenant: Tenant | int) -> Q | None:
+    """A ``Q`` on ``Tombstone`` matching the tombstones an active legal hold of ``tenant``
+    covers (``held_q`` over tombstones: the tombstone purge), or ``None`` when a hold
+    covers the whole tenant. One query (the tenant-wide check)."""
+    return held_q(tenant, Tombstone)
 
 
 def holds_runs_now(tenant: Tenant | int, holds: list[LegalHold],

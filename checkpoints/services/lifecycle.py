@@ -46,6 +46,7 @@ from ..models import (
 )
 from ..selectors.lifecycle import covering_holds
 from ..selectors.lifecycle import held_runs_q as held_runs_q  # the rule's home
+from ..selectors.lifecycle import held_tombstones_q as held_tombstones_q
 from ..vocab import AuditAction, DeletionCause, EffectState, RecoveryState, TargetType
 
 #: The recovery states in which a run has ended (retention and erasure may delete it).
