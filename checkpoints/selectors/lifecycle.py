@@ -10,8 +10,22 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
-from django.db.models import BooleanField, Exists, F, Func, OuterRef, Q, Window
-from django.db.models.functions import RowNumber
+from django.db.models import (
+    BooleanField,
+    Case,
+    Count,
+    Exists,
+    F,
+    Func,
+    IntegerField,
+    OuterRef,
+    Q,
+    Subquery,
+    Value,
+    When,
+    Window,
+)
+from django.db.models.functions import Coalesce, RowNumber
 
 from .. import roles
 from ..models import DataPolicy, HeldRun, LegalHold, Run, RunSubject, Tenant, Tombstone
@@ -236,6 +250,23 @@ def holds_runs_now(tenant: Tenant | int, holds: list[LegalHold],
             for hold_id in subjects[(field, digest)]:
                 out[hold_id].append(run_uuid)
     return out
+
+
+def subject_runs_count(tenant: Tenant | int) -> Case:
+    """An expression on ``LegalHold`` (the tenant's holds): how many runs a subject hold
+    covers now by the rule above, the length of its ``holds_runs_now`` list uncut: the
+    runs the subject index finds for its field and digest (``_indexed``; a correlated
+    count on ``run_subject_unique``), 0 once released (``ACTIVE``); ``None`` for the other
+    scopes (``LegalHold.runs_held`` answers them). Adds no query: it goes in the holds'
+    own (``selectors.lifecycle_requests``: the legal holds page, the Data page, the API's
+    ``runs_held``)."""
+    indexed = (_indexed(tenant, field=OuterRef("subject_field"),
+                        digest=OuterRef("subject_digest"))
+               .order_by().values("field").annotate(n=Count("run_id")).values("n"))
+    subject = Coalesce(Subquery(indexed, output_field=IntegerField()), Value(0))
+    return Case(When(ACTIVE, scope=HoldScope.SUBJECT, then=subject),
+                When(scope=HoldScope.SUBJECT, then=Value(0)), default=Value(None),
+                output_field=IntegerField())
 
 
 def covering_holds(run: Run):
