@@ -89,12 +89,17 @@ def run_tombstone(*, user, tenant: Tenant, run: Run) -> Tombstone | None:
 #   - its scope is ``runs``: a ``HeldRun`` row of the hold names the run's id (``_named``);
 #   - its scope is ``subject``: a ``RunSubject`` row of the run has the hold's field and
 #     digest (``_indexed``).
+# A tombstone is covered when its run would be, by the keys they share: the run's id
+# (named by a runs hold, the run there or gone), the run's subject index while the run
+# is there, and the copy of that index retention kept on the tombstone
+# (``Tombstone.subjects``; an erasure's tombstone keeps none).
 # ``hold_covers_q`` reads it from one run (which holds: the run page, the API's
-# ``legal_holds``, ``services.run_blockers``), ``held_runs_q`` from the tenant's holds
-# (which runs: retention's candidates; ``held_q`` reads it over a run or a tombstone,
-# whose run may be gone: the tombstone purge). Both are composed of the parts below and
-# nothing else; tests/lifecycle/test_hold_coverage_agree.py holds them
-# to one hand-written table. (``held_runs_q`` as an ``EXISTS`` of ``hold_covers_q`` per
+# ``legal_holds``), ``held_q`` from the tenant's holds over a run or a tombstone (which
+# runs: ``held_runs_q``, retention's candidates and ``services.runs_blockers``; which
+# tombstones: ``held_tombstones_q``, the tombstone purge). Both are composed of the parts
+# below and nothing else; tests/lifecycle/test_hold_coverage_agree.py and
+# test_hold_rule_everywhere.py hold them to hand-written tables. (``held_runs_q`` as an
+# ``EXISTS`` of ``hold_covers_q`` per
 # run was measured 25-45 times slower on 20,000 runs: the set form stays.)
 # --------------------------------------------------------------------------------------
 
