@@ -160,19 +160,20 @@ class _PairIn(Func):
     output_field = BooleanField()
 
     def as_sql(self, compiler, connection, **extra):
-        parts, params = [], []
-        for expression in self.get_source_expressions():
-            sql, p = compiler.compile(expression)
-            parts.append(sql)
-            params.extend(p)
-        pairs, field, digest = parts
+        (pairs, p_pairs), (field, p_field), (digest, p_digest) = (
+            compiler.compile(e) for e in self.get_source_expressions())
+        # Anything but a list of pairs (a null, an object, a scalar element) holds none.
+        params = [*p_pairs, *p_pairs, *p_field, *p_digest]
         if connection.vendor == "postgresql":
-            return (f"EXISTS (SELECT 1 FROM jsonb_array_elements({pairs}) AS pair "
+            return (f"EXISTS (SELECT 1 FROM jsonb_array_elements(CASE WHEN "
+                    f"jsonb_typeof({pairs}) = 'array' THEN {pairs} END) AS pair "
                     f"WHERE pair.value ->> 0 = {field} AND pair.value ->> 1 = {digest})",
                     params)
-        return (f"EXISTS (SELECT 1 FROM json_each({pairs}) AS pair "
-                f"WHERE json_extract(pair.value, '$[0]') = {field} "
-                f"AND json_extract(pair.value, '$[1]') = {digest})", params)
+        return (f"EXISTS (SELECT 1 FROM json_each(CASE WHEN json_type({pairs}) = 'array' "
+                f"THEN {pairs} ELSE '[]' END) AS pair WHERE "
+                f"CASE WHEN pair.type = 'array' THEN json_extract(pair.value, '$[0]') END "
+                f"= {field} AND CASE WHEN pair.type = 'array' THEN "
+                f"json_extract(pair.value, '$[1]') END = {digest})", params)
 
 
 def held_q(tenant: Tenant | int, model=Run) -> Q | None:

@@ -54,6 +54,8 @@ OBJECTS = {
     "gone a": {"run": False, "index": [], "stone": [CA]},
     "gone acct+b": {"run": False, "index": [], "stone": [AA, CB]},
     "gone erased": {"run": False, "index": [], "stone": []},
+    # Not a list of pairs (a row written by hand): holds no subject, and breaks nothing.
+    "gone flat": {"run": False, "index": [], "stone": [], "raw": list(CA)},
 }
 ALL = set(OBJECTS)
 #: Hold kind -> (tenant "acme"/"globex", scope, what it names: object keys or a pair,
@@ -111,7 +113,8 @@ def _object(tenant, key: str) -> tuple[uuid.UUID, Run | None, Tombstone | None]:
     if spec["stone"] is not None:
         stone = Tombstone.objects.create(
             tenant=tenant, run_uuid=run_uuid, kind="acme.order", final_state="completed",
-            cause="retention", run_created_at=timezone.now(), deleted_at=timezone.now(), subjects=[list(p) for p in spec["stone"]])
+            cause="retention", run_created_at=timezone.now(), deleted_at=timezone.now(),
+            subjects=spec.get("raw", [list(p) for p in spec["stone"]]))
         if run is not None:
             Run.objects.filter(pk=run.pk).update(payloads_deleted_at=timezone.now())
             run.refresh_from_db()
