@@ -6,16 +6,15 @@ not shown)."""
 
 from __future__ import annotations
 
-from django.db.models import Case, Count, F, IntegerField, OuterRef, QuerySet, Subquery, Value, When
-from django.db.models.functions import Coalesce
+from django.db.models import Case, F, IntegerField, QuerySet, Value, When
 
 from .. import roles
 from ..exceptions import NotFound
-from ..models import ErasureRequest, LegalHold, RunSubject, Tenant
+from ..models import ErasureRequest, LegalHold, Tenant
 from ..permissions import require
-from ..vocab import ErasureState, HoldScope
+from ..vocab import ErasureState
 from .common import _uuid_or_404
-from .lifecycle import holds_runs_now
+from .lifecycle import holds_runs_now, subject_runs_count
 
 #: The most holds or requests one list returns (the newest; active or waiting ones first).
 LIFECYCLE_LIST_MAX = 200
@@ -36,20 +35,11 @@ def _with_runs_now(tenant: Tenant, holds: list[LegalHold]) -> list[LegalHold]:
 
 def _holds(tenant: Tenant) -> QuerySet:
     """The tenant's holds, each a subject hold annotated with ``subject_runs``: how many
-    of the tenant's runs the subject index (``RunSubject``) holds for its subject now
-    (a correlated count on ``run_subject_unique`` ``(tenant, field, digest, run)``, in
-    the same query; a purged run's index rows are gone with its payloads). ``None`` for
-    the other scopes (``LegalHold.runs_held`` answers them)."""
-    indexed = (RunSubject.objects.for_tenant(tenant)
-               .filter(field=OuterRef("subject_field"), digest=OuterRef("subject_digest"))
-               .order_by().values("field").annotate(n=Count("run_id")).values("n"))
-    subject = Coalesce(Subquery(indexed, output_field=IntegerField()), Value(0))
-    # A released hold holds nothing now: 0, as its runs_now (the coverage rule's ACTIVE;
-    # the stop-38 attack: "(2 runs now)" beside an empty list on a released hold).
-    return LegalHold.objects.for_tenant(tenant).annotate(subject_runs=Case(
-        When(scope=HoldScope.SUBJECT, released_at__isnull=False, then=Value(0)),
-        When(scope=HoldScope.SUBJECT, then=subject), default=Value(None),
-        output_field=IntegerField()))
+    runs it covers now (``lifecycle.subject_runs_count``, the coverage rule's count, in
+    the same query; 0 once released). ``None`` for the other scopes
+    (``LegalHold.runs_held`` answers them)."""
+    return LegalHold.objects.for_tenant(tenant).annotate(
+        subject_runs=subject_runs_count(tenant))
 
 
 def legal_hold_list(*, user, tenant: Tenant, limit: int = LIFECYCLE_LIST_MAX,

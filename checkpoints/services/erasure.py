@@ -5,10 +5,10 @@ approves it (four eyes; also a database check) or rejects it; the approval execu
 
 Execution (``erasure_approve``, in the approval's transaction): every run the request
 covers (its run ids, or the runs the subject index ``RunSubject`` finds for the subject's
-digest) is locked (the tenant's audit head, then the runs in ascending id), judged by
-``services.run_blockers`` and, when nothing blocks it, purged by the one deletion core
-``services.purge_run_payloads`` (``cause=erasure``: a tombstone linked to the request and
-a ``run.erase`` audit event each). A run something blocks (a legal hold, not ended, an
+digest) is locked (the tenant's audit head, then the runs in ascending id), judged at
+once by ``services.runs_blockers`` and, when nothing blocks it, purged by the one
+deletion core ``services.purge_run_payloads`` (``cause=erasure``: a tombstone linked to
+the request and a ``run.erase`` audit event each). A run something blocks (a legal hold, not ended, an
 effect in doubt, already deleted) is **not** erased and not retried later: the request
 ends ``executed`` with ``counts`` saying how many runs were erased and how many each
 blocker stopped; erasing them needs a new request once the blocker is gone (the hold
@@ -33,7 +33,7 @@ from ..permissions import require
 from ..vocab import AuditAction, DeletionCause, ErasureState, TargetType
 from .common import _actor_name
 from .holds import _lifecycle_reason, _lifecycle_runs, _lifecycle_subject
-from .lifecycle import Blocker, NotDeletable, purge_run_payloads, run_blockers
+from .lifecycle import Blocker, NotDeletable, purge_run_payloads, runs_blockers
 
 #: The words of an executed request's ``counts`` besides ``runs``, ``erased`` and
 #: ``blocked``: how many runs each blocker stopped (a run may have several).
@@ -143,18 +143,24 @@ def _covered_runs(tenant: Tenant, request: ErasureRequest) -> list[uuid.UUID]:
     return [uuid.UUID(r) for r in request.run_uuids]
 
 
-def _tally(covered: list[uuid.UUID], runs: list[Run], judge) -> dict:
+def _tally(tenant: Tenant, covered: list[uuid.UUID], runs: list[Run], erase=None) -> dict:
     """The counts of erasing ``covered`` (run ids) of which ``runs`` still exist:
-    ``{"runs", "erased", "blocked", <each Blocker word>}``; ``judge(run)`` erases the run
-    (or previews it) and returns its blockers (``[]``: erased). A covered run whose
-    records expired since the request (only its tombstone is left) is already deleted.
-    The one count of the execution and of its preview (``erasure_preview``)."""
+    ``{"runs", "erased", "blocked", <each Blocker word>}``. Every run is judged at once by
+    ``runs_blockers`` (the one judgement of a deletion, set-based: at most three queries
+    whatever the number of runs); ``erase(run)``, when given, erases a run nothing blocks
+    and returns the blockers its deletion core found (``[]``: erased); without it (the
+    preview) such a run counts as erased. A covered run whose records expired since the
+    request (only its tombstone is left) is already deleted. The one count of the
+    execution and of its preview (``erasure_preview``)."""
     counts = {"runs": len(covered), "erased": 0, "blocked": 0, **dict.fromkeys(BLOCKERS, 0)}
     gone = len(covered) - len(runs)
     counts["blocked"] += gone
     counts[Blocker.DELETED] += gone
+    judged = runs_blockers(tenant, runs)
     for run in runs:
-        blockers = judge(run)
+        blockers = judged[run.pk]
+        if not blockers and erase is not None:
+            blockers = erase(run)
         if blockers:
             counts["blocked"] += 1
             for word in blockers:
@@ -166,22 +172,22 @@ def _tally(covered: list[uuid.UUID], runs: list[Run], judge) -> dict:
 
 def _execute(*, actor, tenant: Tenant, request: ErasureRequest) -> dict:
     """Erase what ``request`` (approved) covers, in the caller's transaction: the runs are
-    locked in the store's order (``locks.lock_runs``), each judged and purged or counted
-    (module docstring); the request ends ``executed`` with its counts and one
-    ``erasure.execute`` event. Returns the counts."""
+    locked in the store's order (``locks.lock_runs``), judged (``_tally``) and each one
+    nothing blocks purged, or counted (module docstring); the request ends ``executed``
+    with its counts and one ``erasure.execute`` event. Returns the counts."""
     covered = _covered_runs(tenant, request)
     runs = locks.lock_runs(tenant, covered)
     policy = {"erasure_request": str(request.uuid)}
 
     def purge(run: Run) -> list[str]:
-        try:  # the core judges the run's blockers, once, under the lock taken above
+        try:  # the core judges the run's blockers again, under the lock taken above
             purge_run_payloads(actor=actor, tenant=tenant, run=run, now=run.db_now,
                                cause=DeletionCause.ERASURE, policy=policy, erasure=request)
         except NotDeletable as refused:
             return refused.blockers
         return []
 
-    counts = _tally(covered, runs, purge)
+    counts = _tally(tenant, covered, runs, purge)
     ErasureRequest.objects.for_tenant(tenant).filter(pk=request.pk).update(
         state=ErasureState.EXECUTED, executed_at=db_now(), counts=counts)
     audit_record(tenant=tenant, actor=actor, action=AuditAction.ERASURE_EXECUTE,
@@ -195,13 +201,15 @@ def erasure_preview(*, user, tenant: Tenant, request: ErasureRequest) -> dict | 
     """What approving ``request`` (an erasure request of ``tenant``) now would do, for the
     approver to see before approving (the dashboard's queue, the API's ``preview``): the
     counts ``_execute`` would write (``{"runs", "erased", "blocked", "legal_hold",
-    "not_ended", "effect_in_doubt", "already_deleted"}``, run counts), each run judged by
-    ``run_blockers``, the rule ``purge_run_payloads`` applies under the lock (holds:
-    ``selectors.hold_covers_q``), counted by ``_tally``. ``None`` once decided (the
-    request's ``counts`` then say what was done). Read without locks: a hold placed or
-    released before the approval changes the answer. Writes nothing; 1 + 2 queries per
-    covered run (at most ``LIFECYCLE_MAX_RUNS`` for a runs request). Raises what
-    ``permissions.require`` raises (any role of the tenant reads it)."""
+    "not_ended", "effect_in_doubt", "already_deleted"}``, run counts), computed by the
+    execution's own ``_tally`` (``runs_blockers``, the judgement ``purge_run_payloads``
+    applies under the lock; holds: ``selectors.held_runs_q``) without erasing. ``None``
+    once decided (the request's ``counts`` then say what was done). Read without locks:
+    a hold placed or released before the approval changes the answer. Writes nothing; a
+    bounded number of queries whatever the number of covered runs (the covered runs,
+    then at most three; issue 20). Raises what
+    ``permissions.require`` raises (any role of the tenant reads it), ``NotFound`` for
+    another tenant's request."""
     require(user, tenant, roles.VIEW)
     if request.tenant_id != tenant.pk:  # another tenant's request is not this one's
         raise NotFound("no such erasure request")
@@ -209,7 +217,7 @@ def erasure_preview(*, user, tenant: Tenant, request: ErasureRequest) -> dict | 
         return None
     covered = _covered_runs(tenant, request)
     runs = list(Run.objects.for_tenant(tenant).filter(uuid__in=covered))
-    return _tally(covered, runs, run_blockers)
+    return _tally(tenant, covered, runs)
 
 
 def _request_uuid(value) -> uuid.UUID:

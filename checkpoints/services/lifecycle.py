@@ -44,8 +44,8 @@ from ..models import (
     Tenant,
     Tombstone,
 )
-from ..selectors.lifecycle import covering_holds
 from ..selectors.lifecycle import held_runs_q as held_runs_q  # the rule's home
+from ..selectors.lifecycle import held_tombstones_q as held_tombstones_q
 from ..vocab import AuditAction, DeletionCause, EffectState, RecoveryState, TargetType
 
 #: The recovery states in which a run has ended (retention and erasure may delete it).
@@ -178,22 +178,47 @@ def active_holds(tenant: Tenant | int):
     return LegalHold.objects.for_tenant(tenant).filter(released_at__isnull=True)
 
 
-def run_blockers(run: Run, *, deleted_ok: bool = False) -> list[str]:
-    """Why ``run`` may not be deleted now (``Blocker`` words, in that order), or ``[]``.
-    Call it under the run's lock (``locks.lock_run``) so the answer holds until commit.
+def runs_blockers(tenant: Tenant | int, runs: list[Run], *,
+                  deleted_ok: bool = False) -> dict[int, list[str]]:
+    """Why each of ``runs`` (runs of ``tenant``) may not be deleted now: run pk ->
+    ``Blocker`` words, in that order (``[]``: nothing stops it). The one judgement of a
+    deletion (issue 20; DESIGN.md 3a), set-based: at most three queries whatever the
+    number of runs (the effects in doubt; the tenant-wide hold check and the held runs,
+    ``selectors.lifecycle.held_runs_q``, the coverage rule's home), none without runs.
+    Under the runs' locks (``locks.lock_run``/``lock_runs``) the answer holds until
+    commit; without them (an erasure's preview) it is what they would say now.
     ``deleted_ok``: a run whose payloads are already deleted is judged on the other rules
     (the retention purge's second phase, which expires what such a run has left)."""
-    out = []
-    if run.payloads_deleted_at is not None and not deleted_ok:
-        return [Blocker.DELETED]
-    if run.recovery_state not in ENDED:
-        out.append(Blocker.NOT_ENDED)
-    if Effect.objects.for_tenant(run.tenant_id).filter(
-            run_id=run.pk, state__in=EffectState.DOUBTFUL).exists():
-        out.append(Blocker.IN_DOUBT)
-    if covering_holds(run).exists():  # the rule's one home: selectors.hold_covers_q
-        out.append(Blocker.HELD)
+    out: dict[int, list[str]] = {}
+    judged = []
+    for run in runs:
+        if run.payloads_deleted_at is not None and not deleted_ok:
+            out[run.pk] = [Blocker.DELETED]
+        else:
+            out[run.pk] = [] if run.recovery_state in ENDED else [Blocker.NOT_ENDED]
+            judged.append(run.pk)
+    if not judged:
+        return out
+    doubtful = set(Effect.objects.for_tenant(tenant).filter(
+        run_id__in=judged, state__in=EffectState.DOUBTFUL).values_list("run_id", flat=True))
+    held = held_runs_q(tenant)
+    held_pks = (set(judged) if held is None else set(
+        Run.objects.for_tenant(tenant).filter(held, pk__in=judged)
+        .values_list("pk", flat=True)))
+    for pk in judged:
+        if pk in doubtful:
+            out[pk].append(Blocker.IN_DOUBT)
+        if pk in held_pks:
+            out[pk].append(Blocker.HELD)
     return out
+
+
+def run_blockers(run: Run, *, deleted_ok: bool = False) -> list[str]:
+    """Why ``run`` may not be deleted now (``Blocker`` words, in that order), or ``[]``:
+    ``runs_blockers`` of this one run (at most three queries). Call it under the run's
+    lock (``locks.lock_run``) so the answer holds until commit. ``deleted_ok``: as
+    ``runs_blockers``."""
+    return runs_blockers(run.tenant_id, [run], deleted_ok=deleted_ok)[run.pk]
 
 
 class NotDeletable(Exception):

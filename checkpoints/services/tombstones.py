@@ -36,16 +36,14 @@ from ..models import (
     TOMBSTONE_PURGE_MAX,
     AuditExport,
     AuditTreeHead,
-    HeldRun,
-    Run,
     Tenant,
     Tombstone,
     TombstonePurge,
 )
 from ..permissions import require
-from ..vocab import AuditAction, HoldScope, PurgeState, TargetType
+from ..vocab import AuditAction, PurgeState, TargetType
 from .holds import _lifecycle_reason
-from .lifecycle import active_holds, held_runs_q, policy_for
+from .lifecycle import held_tombstones_q, policy_for
 
 #: How long a prepared purge waits for its approval and execution (RUNIFOLD.md 5).
 PURGE_DEADLINE = timedelta(hours=24)
@@ -194,41 +192,18 @@ def purge_fingerprint(tenant_id: int, stones: list[tuple[int, uuid.UUID]]) -> st
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def _held_run_uuids(tenant: Tenant):
-    """A queryset of the run ids an active legal hold covers among the runs still there;
-    raises ``PurgeRefused`` (``legal_hold``) when the whole tenant is held."""
-    q = held_runs_q(tenant)
-    if q is None:
-        raise PurgeRefused("a legal hold covers the whole tenant: nothing may be purged",
-                           "legal_hold")
-    return Run.objects.for_tenant(tenant).filter(q).values("uuid")
-
-
-def _held_subjects(tenant: Tenant) -> set[tuple[str, str]]:
-    """The (field, digest) pairs of the tenant's active subject holds. One query."""
-    return set(active_holds(tenant).filter(scope=HoldScope.SUBJECT)
-               .values_list("subject_field", "subject_digest"))
-
-
 def _free(tenant: Tenant, stones, limit: int) -> list[tuple[int, uuid.UUID]]:
     """(id, run id) of at most ``limit`` of ``stones`` (a queryset of tombstones, in id
-    order) no active legal hold covers: not its run (a run the hold names, even when only
-    its tombstone is left; a held subject's run still there: ``_held_run_uuids``), nor one
-    of the subjects retention copied onto it (``Tombstone.subjects``)."""
-    held = _held_subjects(tenant)
-    named = HeldRun.objects.for_tenant(tenant).filter(hold__released_at__isnull=True)
-    out = []
-    for stone_id, run_uuid, subjects in (stones.exclude(run_uuid__in=_held_run_uuids(tenant))
-                                         .exclude(run_uuid__in=named.values("run_uuid"))
-                                         .order_by("id")
-                                         .values_list("id", "run_uuid", "subjects")
-                                         .iterator(chunk_size=2000)):
-        if held and any(tuple(pair) in held for pair in subjects or []):
-            continue
-        out.append((stone_id, run_uuid))
-        if len(out) >= limit:
-            break
-    return out
+    order) no active legal hold covers, by the one coverage rule read over tombstones
+    (``selectors.lifecycle.held_tombstones_q``: the run id a runs hold names, even when
+    only its tombstone is left; a held subject's run still there; a held subject retention
+    copied onto it, ``Tombstone.subjects``). Raises ``PurgeRefused`` (``legal_hold``) when
+    a hold covers the whole tenant. Two queries."""
+    held = held_tombstones_q(tenant)
+    if held is None:
+        raise PurgeRefused("a legal hold covers the whole tenant: nothing may be purged",
+                           "legal_hold")
+    return list(stones.exclude(held).order_by("id").values_list("id", "run_uuid")[:limit])
 
 
 def _step(purge: TombstonePurge, **extra) -> dict:

@@ -619,8 +619,14 @@ NOT_TENANT_DATA = {
                      "first (for_tenant subqueries); covering_holds' cell and "
                      "tests/lifecycle/test_hold_coverage_agree.py cover it",
     "held_runs_q": "no user: the coverage rule as a Q on Run for retention and the "
-                   "tombstone purge (services), its tenant first (for_tenant subqueries); "
+                   "deletion's blockers (services), its tenant first (for_tenant subqueries); "
                    "tests/lifecycle/test_hold_coverage_agree.py",
+    "held_q": "no user: the coverage rule as a Q on Run or Tombstone (held_runs_q, "
+              "held_tombstones_q), its tenant first (for_tenant subqueries); "
+              "tests/lifecycle/test_hold_rule_everywhere.py",
+    "held_tombstones_q": "no user: the coverage rule as a Q on Tombstone for the tombstone "
+                         "purge (services), its tenant first (for_tenant subqueries); "
+                         "tests/lifecycle/test_hold_rule_everywhere.py",
     "to_micros": "pure: a time as microseconds", "from_micros": "pure: the inverse",
     "duplicates_in": "pure: counts a preview's possible duplicates",
     "retry_requests_in": "no user: the queryset of approval_queue and retry_request_list "
