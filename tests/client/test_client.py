@@ -409,3 +409,29 @@ def test_a_reviewer_ends_a_dead_owners_lease_and_its_writes_are_fenced(
         reviewer.revoke_lease(run_id, "worker-1 died")
     assert (again.value.kind, again.value.status, again.value.error) == (
         "conflict", 409, "no_live_lease")
+
+
+def test_a_runtime_gives_back_its_lease_and_the_next_takes_the_run_at_once(
+        wendy, make_store, store):
+    """``release_lease`` (``POST …/runs/{id}/lease/release``, stop 39): the token this
+    store holds is sent, then forgotten; a write still on its way with it is fenced; the
+    next worker takes the lease at once. Both clients."""
+    first = create(store, payload={"phase": "ready", "order_id": "A-10"})
+    run_id = first["run_id"]
+    with pytest.raises(CheckpointError) as none_held:  # nothing leased yet: nothing sent
+        store.release_lease(run_id, "worker-1")
+    assert (none_held.value.kind, none_held.value.sent) == ("invalid_payload", False)
+    assert store.lease(run_id, "worker-1", ttl_s=3600)["fencing_token"] == 1
+    with pytest.raises(CheckpointError) as not_holder:
+        store.release_lease(run_id, "worker-2")
+    assert (not_holder.value.kind, not_holder.value.error) == ("conflict", "lease_held")
+
+    given = store.release_lease(run_id, "worker-1")
+    assert (given["owner"], given["fencing_token"]) == ("worker-1", 2)
+    assert store.fencing_token_of(run_id) is None
+    [event] = AuditEvent.objects.filter(run_uuid=run_id, action="lease.release")
+    assert event.actor_name == "wendy"
+    other = make_store(wendy)
+    assert other.lease(run_id, "worker-2", ttl_s=60)["fencing_token"] == 3
+    assert other.compare_and_swap(next_revision(first, {"phase": "ready", "order_id": "A-10"}),
+                                  0) == 1

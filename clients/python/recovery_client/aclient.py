@@ -192,6 +192,11 @@ class AsyncHttpCheckpointStore(StoreCore):
         return await self._drive(self._op_revoke_lease(run_id, reason, owner,
                                                        fencing_token))
 
+    async def release_lease(self, run_id: str, owner: str) -> dict:
+        """As ``HttpCheckpointStore.release_lease``: gives back the lease this store holds
+        (writer); ``{"owner", "fencing_token", "expires_at"}``."""
+        return await self._drive(self._op_release_lease(run_id, owner))
+
     async def resume_preview(self, run_id: str, *, agent: str | None = None,
                              model: str | None = None, workflow: str | None = None,
                              definition_version: str | int | None = None) -> dict:

@@ -41,9 +41,10 @@ never retried. Each operation decides whether resending is safe:
 - reads (``load``, ``revision``, ``revisions``, ``resume_preview``, ``list_runs``,
   ``find_effect``) and ``lease`` (the same owner renewing keeps its fencing token) are
   resent after any of those failures;
-- the ``resume`` claim (it consumes an approved retry) and ``revoke_lease`` (it ends the
-  lease once; a resend would find none) are resent only when the server surely did
-  nothing: the connection could not be opened, or it answered 503/429;
+- the ``resume`` claim (it consumes an approved retry), ``revoke_lease`` and
+  ``release_lease`` (each ends the lease once; a resend would find none) are resent only
+  when the server surely did nothing: the connection could not be opened, or it
+  answered 503/429;
 - ``compare_and_swap`` and ``put_effect`` are resent safely: at once when the server
   surely did nothing; after a failure the write may have been stored by (a timeout, a
   reset, a 5xx but 503), only once a look (``HEAD`` then ``GET`` of a checkpoint, one
@@ -417,6 +418,24 @@ class HttpCheckpointStore(StoreCore):
         network).
         """
         return self._drive(self._op_revoke_lease(run_id, reason, owner, fencing_token))
+
+    def release_lease(self, run_id: str, owner: str) -> dict:
+        """Give back the run's live lease this store holds as ``owner`` (``POST …/runs/
+        {run_id}/lease/release``, writer): when the runtime is done with the run or shuts
+        down cleanly, so the next worker takes the run at once instead of waiting out the
+        ttl. Sends the token this store holds for the run (``fencing_token_of``), which
+        it then forgets: the server raises the run's token, so a write still on its way
+        from this process is refused (``fenced``). A run released while its checkpoint
+        is in flight is ambiguous at once (a reviewer's), as after the lease expired.
+
+        Returns ``{"owner": str, "fencing_token": int, "expires_at": str}`` (the new
+        token, the lease's end). Resent only when the server surely did nothing. Raises
+        ``CheckpointError``: ``invalid_payload`` (this store holds no lease of the run:
+        nothing sent; a bad owner), ``conflict`` (409 ``no_live_lease``: it expired or
+        was ended; ``lease_held``: another owner or token holds it now), ``not_found``,
+        ``storage`` (403 without the writer role, 5xx, network).
+        """
+        return self._drive(self._op_release_lease(run_id, owner))
 
     def resume_preview(self, run_id: str, *, agent: str | None = None, model: str | None = None,
                        workflow: str | None = None,

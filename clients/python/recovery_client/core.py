@@ -585,6 +585,21 @@ class StoreCore:
         call = self._call("POST", f"runs/{run_id}/lease/revoke", body)
         return (yield from self._send(call, ONCE)).body
 
+    def _op_release_lease(self, run_id: str, owner: str) -> Op:
+        """``POST …/runs/{run_id}/lease/release`` with the token this store holds for the
+        run (``HttpCheckpointStore.release_lease``), resent only when the server surely
+        did nothing (``ONCE``); the run's token is forgotten once released."""
+        token = self.fencing_token_of(run_id)
+        if token is None:
+            raise CheckpointError(INVALID_PAYLOAD, f"release_lease: this store holds no "
+                                                   f"lease of run {run_id}; nothing was sent",
+                                  sent=False)
+        call = self._call("POST", f"runs/{run_id}/lease/release",
+                          {"owner": owner, "fencing_token": token})
+        answer = (yield from self._send(call, ONCE)).body
+        self._hold_token(run_id, None)
+        return answer
+
     @staticmethod
     def _identity(agent, model, workflow, definition_version) -> dict:
         """The identity given; ``definition_version`` may be an ``int`` (kinds number
