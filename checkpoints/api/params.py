@@ -168,10 +168,14 @@ class RetryListParams(Params):
 class BulkListParams(Params):
     """``GET …/bulk-actions`` (``selectors.bulk_list``)."""
 
+    # Blank is "any", as the page's filter form sends it (``dashboard.forms.BulkListForm``;
+    # the stop-39 attack: the page's own URL answered 400 here).
     action = serializers.ChoiceField(choices=BulkActionKind.values, required=False,
-                                     help_text="only bulk actions doing this")
+                                     allow_blank=True,
+                                     help_text="only bulk actions doing this; blank: any")
     state = serializers.ChoiceField(choices=BulkState.values, required=False,
-                                    help_text="only bulk actions in this state")
+                                    allow_blank=True,
+                                    help_text="only bulk actions in this state; blank: any")
     requested_by = Name(max_length=column_limit(BulkAction, "requested_by_name"),
                         help_text="only those this username submitted (exact); blank: "
                                   "everyone's")

@@ -94,8 +94,11 @@ def _next_step(detail: selectors.RunDetail, open_retry, *, reconcile_rows=(),
         may_withdraw=may_withdraw, tenant=tenant))
 
 
-def _retry_blocked(run, open_retry, in_doubt: bool) -> str:
-    """Why "Request retry" is not offered (mirrors ``services.retry_request``'s refusals)."""
+def _retry_blocked(run, open_retry, in_doubt: bool, owner: dict | None) -> str:
+    """Why "Request retry" is not offered (mirrors ``services.retry_request``'s refusals,
+    in its order: a live ``owner``, ``{"owner", "until"}`` as ``_owner_live_words``
+    reads it, before the run's state; the stop-39 attack found the page still giving
+    the state where the service answers 409 owner_live)."""
     if run.closed_at is not None:
         return "No retry: the run is closed; a new write by the runtime reopens it."
     if open_retry is not None:
@@ -106,6 +109,8 @@ def _retry_blocked(run, open_retry, in_doubt: bool) -> str:
         return f"No new retry: request #{open_retry.pk} is open and awaits {waits}."
     if not policy.retry_applies(run.phase_class):
         return "No retry: the run completed; a completed run is replayed, never retried."
+    if owner is not None:
+        return "No retry yet: " + _owner_live_words(owner, "request a retry")
     if run.recovery_state not in RecoveryState.RETRYABLE:
         return (f"No retry: it is for ambiguous or unknown-outcome runs, and this one is "
                 f"{run.recovery_state.replace('_', ' ')}.")
@@ -199,7 +204,9 @@ def _run_context_read(request: HttpRequest, tenant: Tenant, run_id, **extra) -> 
     # Reconcile is refused while the owner is live (``OwnerLive``): ask the database's
     # clock only when there is something to reconcile.
     owner = None
-    if any_in_doubt and not closed:
+    # ... and so is a retry request (judged before the run's state, as the service does).
+    if not closed and (any_in_doubt or (open_retry is None
+                                        and policy.retry_applies(run.phase_class))):
         status = selectors.run_owner_status(user=user, tenant=tenant, run=run)
         if status.live:
             owner = {"owner": status.owner, "until": status.gone_at}
@@ -212,7 +219,7 @@ def _run_context_read(request: HttpRequest, tenant: Tenant, run_id, **extra) -> 
         reconcile_blocked = ("No reconcile: the run is closed; a new write by the runtime "
                              "reopens it." if closed else _owner_live_words(owner))
     open_conflicts = detail.open_conflicts
-    retry_blocked = _retry_blocked(run, open_retry, any_in_doubt)
+    retry_blocked = _retry_blocked(run, open_retry, any_in_doubt, owner)
     can_request_retry = context["can_review"] and not retry_blocked
     deciding = any(r["can_decide"] for r in retries)
     # What an approved retry would do, shown before it is requested and before approval.

@@ -124,16 +124,16 @@ def ago(when, now=None) -> str:
     return f"in {text}" if future else f"{text} ago"
 
 
-def owner_live_words(owner: dict) -> str:
+def owner_live_words(owner: dict, doing: str = "reconcile") -> str:
     """The sentence for a live owner: *The owner X is live until T (in 4 min); reconcile
     after it is gone.* ``owner`` is ``{"owner": lease owner or "", "until": when it counts
-    as gone, or None}``."""
+    as gone, or None}``; ``doing``: what waits for it (``request a retry``)."""
     who = (f"The owner {owner['owner']}" if owner["owner"]
            else "The run's owner (no lease; it wrote recently)")
     until = owner["until"]
     when = (f" until {until.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC ({ago(until)})"
             if until else "")
-    return f"{who} is live{when}; reconcile after it is gone."
+    return f"{who} is live{when}; {doing} after it is gone."
 
 
 def reconcile_rows(requests) -> list[dict]:

@@ -80,8 +80,8 @@ def test_page_query_table(acme, wendy, rita, query, name):
         assert name in r.content.decode()
 
 
-@pytest.mark.xfail(strict=True, reason="FINDING: GET …/bulk-actions refuses the blank "
-                   "action/state the page's own filter form sends (400), the page takes them")
+# FIXED FINDING: GET …/bulk-actions refused the blank action/state the page's own filter
+# form sends (400), the page took them.
 @pytest.mark.parametrize("query", ["action=&state=&requested_by=", "state=", "action="])
 def test_the_api_takes_the_query_string_the_page_sends(acme, wendy, rita, query):
     """Two code paths for one rule: the page (``BulkListForm``) and the API
@@ -95,8 +95,8 @@ def test_the_api_takes_the_query_string_the_page_sends(acme, wendy, rita, query)
     assert api.status_code == page.status_code, api.content
 
 
-@pytest.mark.xfail(strict=True, reason="FINDING: the run page still says 'No retry: ... this "
-                   "one is healthy' where retry_request now answers 409 owner_live")
+# FIXED FINDING: the run page still said 'No retry: ... this one is healthy' where
+# retry_request answers 409 owner_live.
 def test_the_run_page_says_why_no_retry_as_the_service_refuses_it(acme, wendy, rita):
     """Two code paths for one rule: ``dashboard.run._retry_blocked`` "mirrors
     ``services.retry_request``'s refusals", but stop 39 moved the owner-live refusal
