@@ -13,6 +13,7 @@ from unittest import mock
 from celery.beat import Scheduler
 from django.conf import settings
 
+from checkpoints.jobs import tasks  # registers the tasks beat names
 from recovery.celery import app
 
 
@@ -41,7 +42,7 @@ def test_beat_sends_each_task_with_its_expiry():
     assert sent == {name: entry["options"]["expires"]
                     for name, entry in settings.CELERY_BEAT_SCHEDULE.items()}
     # Celery turns the seconds into a deadline when it builds the message.
-    message = app.amqp.as_task_v2("id-1", "checkpoints.tasks.audit_integrate",
+    message = app.amqp.as_task_v2("id-1", tasks.audit_integrate.name,
                                   expires=sent["audit-integrate"])
     deadline = datetime.fromisoformat(message.headers["expires"])
     left = (deadline - datetime.now(UTC)).total_seconds()
