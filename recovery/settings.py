@@ -624,23 +624,27 @@ RECOVERY_AUDIT_INTEGRATE_INTERVAL_S = env_int("RECOVERY_AUDIT_INTEGRATE_INTERVAL
 # /readyz fails ("audit") when the oldest queued event is older than this (seconds,
 # database clock): the sequencer is not running.
 RECOVERY_AUDIT_LAG_MAX_S = env_int("RECOVERY_AUDIT_LAG_MAX_S", 60, minimum=1)
+# A periodic task beat sent and no worker took in time is dropped, not run late: with the
+# worker down beat keeps sending (one audit task a second, ~86,000 a day), and without an
+# expiry every one ran on restart. The work is idempotent and the next tick sends a fresh
+# one, so a task older than twice its interval (10 s at least, for the 1 s ones) is
+# skipped by the worker (Celery's ``expires``, an execution option of the entry; Redis
+# keeps the message until a worker reads and discards it).
+BEAT_EXPIRES_MIN_S = 10
+
+
+def _beat(task: str, interval_s: int) -> dict:
+    return {"task": task, "schedule": timedelta(seconds=interval_s),
+            "options": {"expires": max(2 * interval_s, BEAT_EXPIRES_MIN_S)}}
+
+
 CELERY_BEAT_SCHEDULE = {
-    "audit-integrate": {
-        "task": "checkpoints.tasks.audit_integrate",
-        "schedule": timedelta(seconds=RECOVERY_AUDIT_INTEGRATE_INTERVAL_S),
-    },
-    "stale-run-sweep": {
-        "task": "checkpoints.tasks.sweep_stale_runs",
-        "schedule": timedelta(seconds=RECOVERY_SWEEP_INTERVAL_S),
-    },
-    "retention-purge": {
-        "task": "checkpoints.tasks.retention_purge",
-        "schedule": timedelta(seconds=RECOVERY_RETENTION_INTERVAL_S),
-    },
-    "notify": {
-        "task": "checkpoints.tasks.notify",
-        "schedule": timedelta(seconds=RECOVERY_NOTIFY_INTERVAL_S),
-    },
+    "audit-integrate": _beat("checkpoints.tasks.audit_integrate",
+                             RECOVERY_AUDIT_INTEGRATE_INTERVAL_S),
+    "stale-run-sweep": _beat("checkpoints.tasks.sweep_stale_runs", RECOVERY_SWEEP_INTERVAL_S),
+    "retention-purge": _beat("checkpoints.tasks.retention_purge",
+                             RECOVERY_RETENTION_INTERVAL_S),
+    "notify": _beat("checkpoints.tasks.notify", RECOVERY_NOTIFY_INTERVAL_S),
 }
 
 # --- DRF --------------------------------------------------------------------------------

@@ -2,12 +2,13 @@
 
 - ``GET /healthz``: the process answers (no database, no broker): 200 ``{"status": "ok"}``.
   For a liveness probe: restart the process when it stops answering.
-- ``GET /readyz``: the database answers ``SELECT 1``, and the Celery broker accepts a
+- ``GET /readyz`` (``?scope=node`` for a load balancer: only ``NODE_CHECKS`` fail it, see
+  ``readyz``): the database answers ``SELECT 1``, and the Celery broker accepts a
   connection where ``CELERY_BROKER_URL`` is configured: 200 ``{"status": "ok", "checks":
   {...}}``, else 503 ``{"status": "unavailable", "checks": {"database": "ok", "broker":
   "failed: OperationalError"}}`` naming what failed (the exception's class only: no host,
-  no password) with ``Retry-After``. For a readiness probe: take the node out of the load
-  balancer, not restart it. ``worker`` (issue 17, item 11): with a broker, a Celery
+  no password) with ``Retry-After``. For monitoring and alerts; a balancer's readiness
+  probe reads ``?scope=node`` and takes the node out, not restart it. ``worker`` (issue 17, item 11): with a broker, a Celery
   worker ran beat's stale-run sweep within ``RECOVERY_WORKER_HEARTBEAT_MAX_AGE_S`` (the
   ``sweep.celery`` heartbeat, database clock), else ``failed: WorkerSilent``; in the
   embedded mode the in-process worker's (``sweep.inprocess``; a process whose worker
@@ -42,11 +43,12 @@ import hmac
 import logging
 import re
 import time
+from urllib.parse import unquote_plus
 
 from django.conf import settings
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
-from django.http import HttpResponse, JsonResponse
+from django.http import HttpResponse, JsonResponse, QueryDict
 from django.views.decorators.http import require_safe
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, multiprocess
 from prometheus_client import generate_latest as render
@@ -54,8 +56,11 @@ from prometheus_client import generate_latest as render
 from recovery.celery import app
 
 from .. import heartbeat, replica, services
+from ..exceptions import InvalidPayload
 from ..jobs import workerstatus
+from ..jsonparse import printable
 from ..metrics import DomainCollector
+from ..querystring import single_values
 from ..services import notify_delivery
 from . import security
 from .staticcheck import check_static_manifest
@@ -162,11 +167,36 @@ def heartbeat_ages() -> dict[str, float]:
 #: ``RecoveryReplicaDown`` alert).
 DEGRADING = frozenset({"replica"})
 
+#: The checks that say whether THIS node can serve requests (``/readyz?scope=node``, for
+#: a load balancer; the operator's walk: one stopped worker failed ``/readyz`` on every
+#: web node while each served): ``database`` (no page or call answers without it; down
+#: for all, no node can serve, so taking them all out loses nothing), ``migrations``
+#: (this node's code against the schema: a node deployed ahead of ``migrate`` answers
+#: 500s), ``login_slots`` and ``static_manifest`` (this
+#: node's files: logins, pages) and ``replica`` (this node's fallback, degrading as in
+#: the deployment scope). The others, ``broker``, ``worker``, ``retention``,
+#: ``notifications`` and ``audit``, are the deployment's shared pieces and background
+#: work: every node gives the same answer, none serves better by being taken out, and
+#: work waiting for the broker is stored and sent when it is back (a reconcile answers
+#: 202 ``queued: false``, tests/faults/test_broker_down.py), so a broker outage taking
+#: every node out of the balancer would turn a delay into an outage.
+NODE_CHECKS = frozenset({"database", "migrations", "login_slots", "static_manifest",
+                         "replica"})
+#: ``/readyz``'s ``scope`` values: ``deployment`` (the default: every check, for
+#: monitoring and alerts) and ``node`` (``NODE_CHECKS``, for load balancers).
+SCOPES = ("deployment", "node")
 
-def readiness() -> tuple[bool, dict[str, str]]:
+
+def _lenient(name: str, scope: str) -> bool:
+    """Whether a failure of check ``name`` leaves the answer ready in ``scope``."""
+    return name in DEGRADING or (scope == "node" and name not in NODE_CHECKS)
+
+
+def readiness(scope: str = "deployment") -> tuple[bool, dict[str, str]]:
     """``(ready, checks)``: each dependency's ``"ok"``, ``"failed: ErrorClass"`` or (the
     broker without ``CELERY_BROKER_URL``) ``"not configured"``. ``ready`` is false when
-    any check failed except those in ``DEGRADING``."""
+    any check failed except those in ``DEGRADING``; with ``scope="node"`` (``SCOPES``)
+    also except those not in ``NODE_CHECKS``. Every check runs in both scopes."""
     checks: dict[str, str] = {}
     probes = [("database", _check_database), ("migrations", _check_migrations)]
     if not settings.CELERY_TASK_ALWAYS_EAGER:  # a broker is configured
@@ -187,10 +217,27 @@ def readiness() -> tuple[bool, dict[str, str]]:
         try:
             checks[name] = probe() or "ok"
         except Exception as exc:  # noqa: BLE001 - any failure means "not ready": say which
-            ready = ready and name in DEGRADING
+            ready = ready and _lenient(name, scope)
             checks[name] = f"failed: {type(exc).__name__}"
             logging.getLogger(__name__).warning("readiness: %s failed: %s", name, exc)
     return ready, dict(sorted(checks.items()))
+
+
+def readyz_scope(request) -> str:
+    """The ``scope`` query parameter of ``/readyz``: one of ``SCOPES``, ``"deployment"``
+    when absent. Checked as every query parameter (``querystring.single_values``: UTF-8,
+    given once, no control character), then against ``SCOPES``; raises ``InvalidPayload``
+    naming ``scope`` and its choices. Other parameters are ignored, as before ``scope``
+    existed (a probe's cache-buster)."""
+    raw = "&".join(pair for pair in request.META.get("QUERY_STRING", "").split("&")
+                   if unquote_plus(pair.partition("=")[0]) == "scope")
+    given = single_values(raw, QueryDict(raw)).get("scope")
+    if given is None:
+        return "deployment"
+    if given not in SCOPES:
+        raise InvalidPayload(f"scope: {printable(given)!r} is not a valid choice. "
+                             f"One of: {', '.join(SCOPES)}.")
+    return given
 
 
 @require_safe
@@ -201,10 +248,21 @@ def readyz(request):
     a read replica configured (issue 22) the ``replica`` check (reachable, streaming, lag
     within ``RECOVERY_REPLICA_MAX_LAG_S``) and ``replica_lag_s``. A failed ``DEGRADING``
     check alone answers 200 ``{"status": "degraded", "degraded": ["replica"], ...}``: the
-    node serves (from the primary), and says what it does without."""
-    ready, checks = readiness()
-    body = {"checks": checks}
-    degraded = sorted(name for name in DEGRADING if checks.get(name, "").startswith("failed"))
+    node serves (from the primary), and says what it does without.
+
+    ``?scope=node`` (``readyz_scope``; the body then says ``"scope": "node"``): the same
+    checks, but only ``NODE_CHECKS`` fail it; a failed deployment-wide one (the worker,
+    retention, notifications, audit) answers 200 ``"degraded"`` naming it, for a load
+    balancer (the operator's walk). A bad ``scope``: 400 ``{"error":
+    "invalid_payload", "detail": "scope: ..."}``, no check run."""
+    try:
+        scope = readyz_scope(request)
+    except InvalidPayload as exc:
+        return JsonResponse({"error": exc.error, "detail": str(exc)}, status=exc.status)
+    ready, checks = readiness(scope)
+    body = {"checks": checks} if scope == "deployment" else {"scope": scope, "checks": checks}
+    degraded = sorted(name for name, words in checks.items()
+                      if words.startswith("failed") and _lenient(name, scope))
     try:
         body["heartbeat"] = heartbeat_ages()
     except Exception:  # noqa: BLE001 - the database is down: the checks already say so

@@ -322,19 +322,23 @@ def _not_held(qs, tenant: Tenant):
     return qs.none() if held is None else qs.exclude(held)
 
 
-def _payload_candidates(tenant: Tenant, policy: DataPolicy, now):
-    """Phase 1's candidates (a queryset of ``Run``, unlocked): ended runs not yet deleted
-    whose end is older than the payload retention at the database time ``now``, not
-    held, without an effect in doubt. Empty when the retention is unset."""
+def _payload_due(tenant: Tenant, policy: DataPolicy, now):
+    """Phase 1's rule but the holds (a queryset of ``Run``, unlocked): ended runs not yet
+    deleted whose end is older than the payload retention at the database time ``now``,
+    without an effect in doubt. Empty when the retention is unset."""
     runs = Run.objects.for_tenant(tenant)
     if policy.payload_retention_days is None:
         return runs.none()
     cutoff = now - timedelta(days=policy.payload_retention_days)
     doubtful = Effect.objects.for_tenant(tenant).filter(state__in=EffectState.DOUBTFUL)
-    qs = (runs.filter(_ended_before(cutoff), payloads_deleted_at__isnull=True,
-                      recovery_state__in=ENDED)
-          .exclude(pk__in=doubtful.values("run_id")))
-    return _not_held(qs, tenant)
+    return (runs.filter(_ended_before(cutoff), payloads_deleted_at__isnull=True,
+                        recovery_state__in=ENDED)
+            .exclude(pk__in=doubtful.values("run_id")))
+
+
+def _payload_candidates(tenant: Tenant, policy: DataPolicy, now):
+    """Phase 1's candidates: ``_payload_due``, not held."""
+    return _not_held(_payload_due(tenant, policy, now), tenant)
 
 
 def expiry_window_s(policy: DataPolicy) -> int | None:
@@ -345,16 +349,34 @@ def expiry_window_s(policy: DataPolicy) -> int | None:
     return max(policy.effect_retention_days * DAY_S, policy.restart_interval_s)
 
 
-def _expiry_candidates(tenant: Tenant, policy: DataPolicy, now):
-    """Phase 2's candidates: runs whose payloads are deleted and whose end is older than
-    ``expiry_window_s``, not held. Empty when the effect retention is unset."""
+def _expiry_due(tenant: Tenant, policy: DataPolicy, now, *, purging=None):
+    """Phase 2's rule but the holds: runs whose payloads are deleted and whose end is
+    older than ``expiry_window_s``. Empty when the effect retention is unset.
+    ``purging``: phase 1's candidates of the same round, counted as deleted (the dry run:
+    a real round's phase 2 runs after its phase 1, and expires what that just purged)."""
     window = expiry_window_s(policy)
     runs = Run.objects.for_tenant(tenant)
     if window is None:
         return runs.none()
     cutoff = now - timedelta(seconds=window)
-    return _not_held(runs.filter(_ended_before(cutoff), payloads_deleted_at__isnull=False),
-                     tenant)
+    deleted = Q(payloads_deleted_at__isnull=False)
+    if purging is not None:
+        deleted |= Q(pk__in=purging.values("pk"))
+    return runs.filter(_ended_before(cutoff), deleted)
+
+
+def _expiry_candidates(tenant: Tenant, policy: DataPolicy, now, *, purging=None):
+    """Phase 2's candidates: ``_expiry_due``, not held."""
+    return _not_held(_expiry_due(tenant, policy, now, purging=purging), tenant)
+
+
+def _kept_by_holds(tenant: Tenant, policy: DataPolicy, now) -> int:
+    """How many runs a legal hold keeps from a round at ``now``: runs either phase's rule
+    would delete (``_payload_due``, ``_expiry_due``) that an active hold covers (the one
+    rule, ``held_runs_q``; a tenant hold covers them all). Two or three queries."""
+    due = _payload_due(tenant, policy, now) | _expiry_due(tenant, policy, now)
+    held = held_runs_q(tenant)
+    return (due if held is None else due.filter(held)).count()
 
 
 def _purge_one(tenant: Tenant, pk: int, token: int, policy: DataPolicy) -> str:
@@ -453,11 +475,15 @@ def retention_purge(*, tenant: Tenant, batch_size: int = BATCH_MAX, dry_run: boo
     """Apply ``tenant``'s data policy now (module docstring: phase 1 then phase 2).
 
     ``batch_size``: 1..``BATCH_MAX`` runs read per batch; each run is deleted in its own
-    transaction. ``dry_run``: count the candidates (on the database clock) and write
-    nothing, not even the lease. Returns ``{"tenant", "purged", "expired", "skipped",
-    "batches", "fenced", "lease"}`` (``lease``: ``"taken"``, ``"held"`` when another
-    purger holds it and nothing was done, ``"dry_run"``); with ``dry_run`` also
-    ``"eligible_payloads"`` and ``"eligible_expiry"``. Safe to run again at any time
+    transaction. ``dry_run``: count what the real round would do now (on the database
+    clock, with the same selection: ``eligible_expiry`` counts the runs phase 1 would
+    purge whose effect window has passed too) and write nothing, not even the lease.
+    Returns ``{"tenant", "purged", "expired", "skipped", "batches", "kept_by_hold",
+    "fenced", "lease"}`` (``kept_by_hold``: runs a phase would delete but for an active
+    legal hold, counted as the round starts, 0 when the lease was held; ``lease``:
+    ``"taken"``, ``"held"`` when another purger holds it and nothing was done,
+    ``"dry_run"``); with ``dry_run`` also ``"eligible_payloads"`` and
+    ``"eligible_expiry"`` (the operator's walk: the dry run under-reported). Safe to run again at any time
     (a killed purge is resumed by the next one once its lease expires), and on many
     workers at once: the lease lets one through per tenant, and the fencing check and
     the rule judged again under each run's lock make every run go exactly once."""
@@ -465,11 +491,14 @@ def retention_purge(*, tenant: Tenant, batch_size: int = BATCH_MAX, dry_run: boo
         raise InvalidPayload(f"batch_size: must be an integer in 1..{BATCH_MAX}")
     policy = policy_for(tenant)
     stats = {"tenant": tenant.slug, "purged": 0, "expired": 0, "skipped": 0, "batches": 0,
-             "fenced": False, "lease": "dry_run" if dry_run else "taken"}
-    if dry_run:
+             "kept_by_hold": 0, "fenced": False, "lease": "dry_run" if dry_run else "taken"}
+    if dry_run:  # the real round's selection, phase 2 seeing what phase 1 would purge
         now = db_now()
-        stats["eligible_payloads"] = _payload_candidates(tenant, policy, now).count()
-        stats["eligible_expiry"] = _expiry_candidates(tenant, policy, now).count()
+        purging = _payload_candidates(tenant, policy, now)
+        stats["eligible_payloads"] = purging.count()
+        stats["eligible_expiry"] = _expiry_candidates(tenant, policy, now,
+                                                      purging=purging).count()
+        stats["kept_by_hold"] = _kept_by_holds(tenant, policy, now)
         return stats
     token = _lease_take(tenant, holder or f"purge-{uuid.uuid4()}")
     if token is None:
@@ -477,6 +506,7 @@ def retention_purge(*, tenant: Tenant, batch_size: int = BATCH_MAX, dry_run: boo
         return stats
     try:
         now = db_now()
+        stats["kept_by_hold"] = _kept_by_holds(tenant, policy, now)
         if _phase(tenant, _payload_candidates(tenant, policy, now), token, policy,
                   batch_size, stats, "purged"):
             now = db_now()

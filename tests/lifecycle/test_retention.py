@@ -158,8 +158,8 @@ def test_effect_records_stay_inside_the_idempotency_window_then_the_run_expires(
                restart_interval_s=10 * DAY)
     age_world(2 * DAY)
     assert services.retention_purge(tenant=acme) | {"tenant": "", "lease": ""} == {
-        "tenant": "", "purged": 1, "expired": 0, "skipped": 0, "batches": 1, "fenced": False,
-        "lease": ""}
+        "tenant": "", "purged": 1, "expired": 0, "skipped": 0, "batches": 1,
+        "kept_by_hold": 0, "fenced": False, "lease": ""}
     # Inside the window the key still answers: the same operation on a new run is the
     # effect already recorded, not a second charge.
     body = effect_body(run_id=uuid.uuid4(), operation_key=effect.operation_key)
@@ -223,7 +223,7 @@ def test_a_live_lease_keeps_a_second_purger_out_and_a_stale_one_is_fenced(acme, 
     assert first == 1 and retention._lease_take(acme, "second") is None
     assert services.retention_purge(tenant=acme) == {
         "tenant": "acme", "purged": 0, "expired": 0, "skipped": 0, "batches": 0,
-        "fenced": False, "lease": "held"}
+        "kept_by_hold": 0, "fenced": False, "lease": "held"}
     age_world(retention.LEASE_TTL_S + 1)  # the first purger stalled past its lease
     second = retention._lease_take(acme, "second")
     assert second == 2

@@ -4,8 +4,10 @@ scheduled purge does (Celery beat, or the in-process worker).
 
 Everything is done by ``services.retention_purge_all`` (the fenced cleanup lease per
 tenant, one transaction per run, a tombstone and an audit event each); this command reads
-the arguments and prints one line per tenant. ``--dry-run`` counts the eligible runs on
-the database clock and writes nothing. Exit status 1 for an unknown tenant or a bad
+the arguments and prints one line per tenant, with how many runs a legal hold keeps.
+``--dry-run`` counts what the real run would do now (the same selection, on the database
+clock: a run phase 1 would purge and phase 2 then expire counts in both) and writes
+nothing. Exit status 1 for an unknown tenant or a bad
 batch size, before anything is done; 0 otherwise (a tenant whose lease another purger
 holds is named, and left to it).
 """
@@ -44,18 +46,19 @@ class Command(BaseCommand):
                               else "no tenant with a data policy: nothing to do")
         for stats in result["tenants"]:
             slug = stats["tenant"]
+            held = f"{stats['kept_by_hold']} kept by a legal hold"
             if dry_run:
                 self.stdout.write(
                     f"{slug}: {stats['eligible_payloads']} run(s) eligible for payload "
-                    f"deletion, {stats['eligible_expiry']} for expiry (dry run: nothing "
-                    "written)")
+                    f"deletion, {stats['eligible_expiry']} for expiry, {held} (dry run: "
+                    "nothing written)")
             elif stats["lease"] == "held":
                 self.stdout.write(f"{slug}: another purge holds the cleanup lease; left to it")
             else:
                 fenced = " (stopped: the lease was taken over)" if stats["fenced"] else ""
                 self.stdout.write(f"{slug}: {stats['purged']} run(s)' payloads deleted, "
                                   f"{stats['expired']} run(s) expired, {stats['skipped']} "
-                                  f"skipped{fenced}")
+                                  f"skipped, {held}{fenced}")
         if result["failed"]:
             raise CommandError("the purge failed for " + ", ".join(result["failed"])
                                + " (the log has the traceback); the other tenants were purged")
