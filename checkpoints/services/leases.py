@@ -122,34 +122,15 @@ def lease_revoke(*, actor, tenant: Tenant, run_id: uuid.UUID, reason: str,
         owner_check(expected_owner)
     if expected_token is not None:
         intranges.FENCING_TOKEN.check(expected_token, "fencing_token")
-    with transaction.atomic():
-        run = _lock_run(tenant, run_id, create=False)
-        if run is None:
-            raise NotFound("no such run")
-        now = run.db_now
-        if not policy.lease_live(run.lease_owner, run.lease_expires_at, now):
-            raise NoLiveLease("run: it holds no live lease (none taken, expired, or already "
-                              "ended); nothing to end")
-        if expected_owner is not None and run.lease_owner != expected_owner:
-            raise LeaseHeld(f"owner: the live lease is {run.lease_owner}'s, not "
-                            f"{expected_owner}'s (taken or renewed since); look again")
-        if expected_token is not None and run.fencing_token != expected_token:
-            raise LeaseHeld(f"fencing_token: the lease you saw (token {expected_token}) "
-                            f"ended and was taken again since (token {run.fencing_token}); "
-                            "look again")
-        before = {"owner": run.lease_owner, "fencing_token": run.fencing_token,
-                  "expires_at": run.lease_expires_at.isoformat()}
-        run_save(run, now, fencing_token=run.fencing_token + 1, lease_expires_at=now,
-                 lease_ended_at=now, lease_ended_by=actor.get_username(),
-                 lease_ended_reason=reason)
-        audit_record(tenant=tenant, actor=actor, action=AuditAction.LEASE_REVOKE,
-                     target_type=TargetType.RUN, target_id=run.uuid, run_id=run.uuid,
-                     reason=reason, before=before,
-                     after=_with_bulk({"fencing_token": run.fencing_token,
-                                       "expires_at": run.lease_expires_at.isoformat()},
-                                      bulk_id),
-                     created_at=now)
-    return run
+    return _end_live_lease(
+        actor=actor, tenant=tenant, run_id=run_id, owner=expected_owner,
+        token=expected_token, action=AuditAction.LEASE_REVOKE, reason=reason,
+        record=reason, bulk_id=bulk_id, verb="end",
+        other_owner=lambda held: (f"owner: the live lease is {held}'s, not "
+                                  f"{expected_owner}'s (taken or renewed since); look again"),
+        other_token=lambda held: (f"fencing_token: the lease you saw (token {expected_token}) "
+                                  f"ended and was taken again since (token {held}); "
+                                  "look again"))
 
 
 #: The record a released lease leaves on the run (``Run.lease_ended_reason``): the page
@@ -186,6 +167,28 @@ def lease_release(*, actor, tenant: Tenant, run_id: uuid.UUID, owner, held_token
     require(actor, tenant, roles.WRITE)
     owner_check(owner)
     intranges.FENCING_TOKEN.check(held_token, "fencing_token")
+    return _end_live_lease(
+        actor=actor, tenant=tenant, run_id=run_id, owner=owner, token=held_token,
+        action=AuditAction.LEASE_RELEASE, reason="", record=RELEASED_WORDS, bulk_id=None,
+        verb="release",
+        other_owner=lambda held: (f"owner: the live lease is {held}'s, not {owner}'s; only "
+                                  "its holder releases it"),
+        other_token=lambda held: (f"fencing_token: the live lease's token is {held}, not "
+                                  f"{held_token} (taken again since); only its holder "
+                                  "releases it"))
+
+
+def _end_live_lease(*, actor, tenant: Tenant, run_id: uuid.UUID, owner: str | None,
+                    token: int | None, action: str, reason: str, record: str,
+                    bulk_id: uuid.UUID | None, verb: str, other_owner, other_token) -> Run:
+    """The one way a live lease ends before its time, ``lease_revoke``'s and
+    ``lease_release``'s: under the run's lock, on the database clock, a live lease
+    (``NoLiveLease`` naming ``verb`` else) held by ``owner`` with ``token`` when given
+    (``LeaseHeld`` with ``other_owner(held owner)`` / ``other_token(held token)``'s
+    words else) ends now: the token one up, the expiry now, the record on the run
+    (``Run.lease_ended_*``: the actor's username, now, ``record``), one audit event
+    ``action`` (before ``{owner, fencing_token, expires_at}``, after ``{fencing_token,
+    expires_at}`` and ``bulk_id`` when given, ``reason``). Returns the run."""
     with transaction.atomic():
         run = _lock_run(tenant, run_id, create=False)
         if run is None:
@@ -193,23 +196,20 @@ def lease_release(*, actor, tenant: Tenant, run_id: uuid.UUID, owner, held_token
         now = run.db_now
         if not policy.lease_live(run.lease_owner, run.lease_expires_at, now):
             raise NoLiveLease("run: it holds no live lease (none taken, expired, or already "
-                              "ended); nothing to release")
-        if run.lease_owner != owner:
-            raise LeaseHeld(f"owner: the live lease is {run.lease_owner}'s, not {owner}'s; "
-                            "only its holder releases it")
-        if run.fencing_token != held_token:
-            raise LeaseHeld(f"fencing_token: the live lease's token is {run.fencing_token}, "
-                            f"not {held_token} (taken again since); only its holder "
-                            "releases it")
+                              f"ended); nothing to {verb}")
+        if owner is not None and run.lease_owner != owner:
+            raise LeaseHeld(other_owner(run.lease_owner))
+        if token is not None and run.fencing_token != token:
+            raise LeaseHeld(other_token(run.fencing_token))
         before = {"owner": run.lease_owner, "fencing_token": run.fencing_token,
                   "expires_at": run.lease_expires_at.isoformat()}
         run_save(run, now, fencing_token=run.fencing_token + 1, lease_expires_at=now,
                  lease_ended_at=now, lease_ended_by=actor.get_username(),
-                 lease_ended_reason=RELEASED_WORDS)
-        audit_record(tenant=tenant, actor=actor, action=AuditAction.LEASE_RELEASE,
-                     target_type=TargetType.RUN, target_id=run.uuid, run_id=run.uuid,
-                     before=before,
-                     after={"fencing_token": run.fencing_token,
-                            "expires_at": run.lease_expires_at.isoformat()},
+                 lease_ended_reason=record)
+        audit_record(tenant=tenant, actor=actor, action=action, target_type=TargetType.RUN,
+                     target_id=run.uuid, run_id=run.uuid, reason=reason, before=before,
+                     after=_with_bulk({"fencing_token": run.fencing_token,
+                                       "expires_at": run.lease_expires_at.isoformat()},
+                                      bulk_id),
                      created_at=now)
     return run
