@@ -30,3 +30,46 @@ def test_a_run_leased_in_another_spelling_of_its_id_keeps_its_token(store):  # n
     assert taken["fencing_token"] == 1
     assert store.compare_and_swap(next_revision(first, {"phase": "charging"}), 0) == 1
     assert store.fencing_token_of(run_id) == 1
+
+
+@pytest.mark.xfail(strict=True, reason="FINDING: beat's expires is a deadline on beat's host "
+                   "clock that the worker judges on its own: a worker 15 s ahead drops every "
+                   "audit-integrate and notify tick as expired (10 s), so neither ever runs")
+def test_a_beat_tick_runs_on_a_worker_whose_clock_is_a_little_ahead():
+    """``_beat``'s ``expires`` (recovery/settings.py, stop 39): Celery turns the seconds
+    into an absolute time on the sender's clock (beat's), and the worker's
+    ``Request.maybe_expire`` compares it with ``datetime.now()`` on its own host: no
+    database clock between them. Each entry's tick must survive a skew of 15 s between
+    two hosts (no NTP in a container), not be revoked on arrival."""
+    import uuid
+    from datetime import datetime, timedelta
+    from unittest import mock
+
+    from celery.worker.request import Request, revoked_tasks
+    from django.conf import settings
+    from kombu import Message
+
+    from checkpoints.jobs import tasks  # registers the tasks beat names
+    from recovery.celery import app
+
+    real = datetime
+
+    class Ahead(datetime):  # the worker host's clock, 15 s ahead of beat's
+        @classmethod
+        def now(cls, tz=None):
+            return real.now(tz) + timedelta(seconds=15)
+
+    dropped = []
+    for name, entry in settings.CELERY_BEAT_SCHEDULE.items():
+        task_id = f"attack2-{uuid.uuid4()}"
+        sent = app.amqp.as_task_v2(task_id, entry["task"], expires=entry["options"]["expires"])
+        message = Message(body=sent.body, headers=sent.headers,
+                          content_type="application/json", content_encoding="utf-8")
+        request = Request(message, app=app, task=app.tasks[entry["task"]], body=sent.body,
+                          headers=sent.headers, decoded=True)
+        with mock.patch("celery.worker.request.datetime", Ahead):
+            if request.maybe_expire():
+                dropped.append(name)
+        revoked_tasks.discard(task_id)
+    assert tasks.audit_integrate.name in app.tasks
+    assert dropped == []
