@@ -76,9 +76,9 @@ def test_a_beat_tick_runs_on_a_worker_whose_clock_is_a_little_ahead():
 
 
 @pytest.mark.xfail(strict=True, reason="FINDING: MAX_RUN_TOKENS drops the run least recently "
-                   "LEASED, not used, as core.py and docs/client.md say: a run this store "
-                   "writes all along loses its token to newer leases, and its next write is "
-                   "fenced")
+                   "LEASED, not used as core.py says: a run this store writes all along "
+                   "(renewed by keep_leased's own store) loses its token to newer leases, "
+                   "and its next write is fenced")
 def test_the_store_forgets_the_token_of_the_run_least_recently_used(store, monkeypatch):  # noqa: F811
     """``core.MAX_RUN_TOKENS`` ("least recently used dropped first"), here 2: a long run X
     (its lease renewed by ``keep_leased``'s own store, so never leased again through
@@ -94,3 +94,22 @@ def test_the_store_forgets_the_token_of_the_run_least_recently_used(store, monke
     x1 = next_revision(x, {"phase": "step-1"})
     assert store.compare_and_swap(next_revision(x1, {"phase": "step-2"}), 1) == 2
     assert store.fencing_token_of(y["run_id"]) is None
+
+
+@pytest.mark.xfail(strict=True, reason="FINDING: owner_name(prefix) checks only the prefix's "
+                   "length: a NUL or a bidi override makes a name every lease then refuses "
+                   "400, instead of ValueError at once")
+@pytest.mark.parametrize("prefix", ["order\x00worker", "order\u202eworker", "order\nworker"])
+def test_owner_name_refuses_a_prefix_the_server_would_refuse(prefix):
+    """``owner_name`` (clients/python/recovery_client/client.py, stop 39) raises
+    ``ValueError`` for a prefix too long for the server's rule; a prefix the same rule
+    refuses otherwise (``services.leases.owner_check``: the name rule) must be refused as
+    early, not answer a name that fails at the first ``lease``."""
+    from checkpoints.exceptions import InvalidPayload
+    from checkpoints.services.leases import owner_check
+    from recovery_client.client import owner_name
+
+    with pytest.raises(InvalidPayload):  # the server's rule refuses such an owner
+        owner_check(f"{prefix}:host:1:uuid")
+    with pytest.raises(ValueError):
+        owner_name(prefix)
