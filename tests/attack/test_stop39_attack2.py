@@ -113,3 +113,33 @@ def test_owner_name_refuses_a_prefix_the_server_would_refuse(prefix):
         owner_check(f"{prefix}:host:1:uuid")
     with pytest.raises(ValueError):
         owner_name(prefix)
+
+
+@pytest.mark.xfail(strict=True, reason="FINDING: release_lease inside keep_leased is undone: "
+                   "the renewer thread's next lease() takes the released lease again (a new "
+                   "token, live for ttl_s), so the next worker waits out the ttl after all")
+def test_a_lease_released_inside_keep_leased_stays_released(live_server, wendy):
+    """docs/client.md: keep the lease renewed while a long call runs
+    (``keep_leased``), and give it back when done or shutting down (``release_lease``).
+    Released inside the block, a renewal must not take it again. Sync client (its
+    renewals run on a thread with a store of their own)."""
+    import time
+
+    from checkpoints import services
+    from checkpoints.models import Run
+    from recovery_client.client import HttpCheckpointStore
+
+    with HttpCheckpointStore(live_server.url, "acme",
+                             services.token_issue(user=wendy)) as sync:
+        first = _create(sync)
+        run_id = first["run_id"]
+        with sync.keep_leased(run_id, "worker-1", ttl_s=3600, every_s=0.2) as kept:
+            given = sync.release_lease(run_id, "worker-1")
+            for _ in range(30):  # 3 s: many renewals' time, even on a loaded machine
+                time.sleep(0.1)
+                if Run.objects.get(uuid=run_id).fencing_token != given["fencing_token"]:
+                    break
+        assert kept["error"] is None
+    run = Run.objects.get(uuid=run_id)
+    assert run.fencing_token == given["fencing_token"]  # nothing took it since
+    assert run.lease_ended_at is not None
