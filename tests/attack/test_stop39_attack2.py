@@ -143,3 +143,28 @@ def test_a_lease_released_inside_keep_leased_stays_released(live_server, wendy):
     run = Run.objects.get(uuid=run_id)
     assert run.fencing_token == given["fencing_token"]  # nothing took it since
     assert run.lease_ended_at is not None
+
+
+@pytest.mark.xfail(strict=True, reason="FINDING: lease/release's proof of holding (owner, "
+                   "fencing_token) is what GET …/runs/{id} shows every role: another writer "
+                   "reads it and ends a live runtime's lease, a reviewer's right (revoke)")
+def test_a_writer_who_is_not_the_holder_cannot_end_a_live_lease(api_as, wendy, acme):
+    """``services.lease_release``: "``owner`` and ``fencing_token`` ... prove it is the
+    holder"; ending another's live lease is ``lease_revoke``, a reviewer's. A second writer
+    account (another team's runtime) reads the run, then releases the lease wendy's
+    runtime holds: it must stay live (refused), not end with the holder fenced."""
+    from checkpoints.models import Run
+    from tests.api.apihelpers import get, new_checkpoint, post
+    from tests.conftest import _person
+
+    holder = api_as(wendy)
+    body = new_checkpoint(holder, "acme", payload={"phase": "ready"})
+    rid = body["run_id"]
+    r = post(holder, "acme", f"runs/{rid}/lease", {"owner": "worker-1", "ttl_s": 3600})
+    assert r.status_code == 200, r.content
+    other = api_as(_person("attack2_writer", acme, "writer"))
+    seen = get(other, "acme", f"runs/{rid}").json()["run"]
+    r = post(other, "acme", f"runs/{rid}/lease/release",
+             {"owner": seen["lease_owner"], "fencing_token": seen["fencing_token"]})
+    assert r.status_code in (403, 409), r.content
+    assert Run.objects.get(uuid=rid).fencing_token == 1  # the holder's writes go on
