@@ -5,10 +5,27 @@ attacks that failed (kept where they cover something not yet tested)."""
 
 from __future__ import annotations
 
-import pytest
+import time
+import uuid
+from datetime import datetime, timedelta
+from unittest import mock
 
-from recovery_client.client import next_revision
+import pytest
+from celery.worker.request import Request, revoked_tasks
+from django.conf import settings
+from kombu import Message
+
+from checkpoints import services
+from checkpoints.exceptions import InvalidPayload
+from checkpoints.jobs import tasks  # registers the tasks beat names
+from checkpoints.models import Run
+from checkpoints.services.leases import owner_check
+from recovery.celery import app
+from recovery_client import core
+from recovery_client.client import HttpCheckpointStore, next_revision, owner_name
+from tests.api.apihelpers import get, new_checkpoint, post
 from tests.client.conftest import make_store, open_store, store  # noqa: F401 - fixtures
+from tests.conftest import _person
 from tests.helpers import envelope
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -41,17 +58,6 @@ def test_a_beat_tick_runs_on_a_worker_whose_clock_is_a_little_ahead():
     ``Request.maybe_expire`` compares it with ``datetime.now()`` on its own host: no
     database clock between them. Each entry's tick must survive a skew of 15 s between
     two hosts (no NTP in a container), not be revoked on arrival."""
-    import uuid
-    from datetime import datetime, timedelta
-    from unittest import mock
-
-    from celery.worker.request import Request, revoked_tasks
-    from django.conf import settings
-    from kombu import Message
-
-    from checkpoints.jobs import tasks  # registers the tasks beat names
-    from recovery.celery import app
-
     real = datetime
 
     class Ahead(datetime):  # the worker host's clock, 15 s ahead of beat's
@@ -84,7 +90,6 @@ def test_the_store_forgets_the_token_of_the_run_least_recently_used(store, monke
     (its lease renewed by ``keep_leased``'s own store, so never leased again through
     this one) is written after Y was leased; leasing Z must drop Y, untouched since, not
     X, whose writes go on."""
-    from recovery_client import core
     monkeypatch.setattr(core, "MAX_RUN_TOKENS", 2)
     x, y, z = _create(store), _create(store), _create(store)
     store.lease(x["run_id"], "worker-1", ttl_s=3600)
@@ -105,10 +110,6 @@ def test_owner_name_refuses_a_prefix_the_server_would_refuse(prefix):
     ``ValueError`` for a prefix too long for the server's rule; a prefix the same rule
     refuses otherwise (``services.leases.owner_check``: the name rule) must be refused as
     early, not answer a name that fails at the first ``lease``."""
-    from checkpoints.exceptions import InvalidPayload
-    from checkpoints.services.leases import owner_check
-    from recovery_client.client import owner_name
-
     with pytest.raises(InvalidPayload):  # the server's rule refuses such an owner
         owner_check(f"{prefix}:host:1:uuid")
     with pytest.raises(ValueError):
@@ -123,12 +124,6 @@ def test_a_lease_released_inside_keep_leased_stays_released(live_server, wendy):
     (``keep_leased``), and give it back when done or shutting down (``release_lease``).
     Released inside the block, a renewal must not take it again. Sync client (its
     renewals run on a thread with a store of their own)."""
-    import time
-
-    from checkpoints import services
-    from checkpoints.models import Run
-    from recovery_client.client import HttpCheckpointStore
-
     with HttpCheckpointStore(live_server.url, "acme",
                              services.token_issue(user=wendy)) as sync:
         first = _create(sync)
@@ -153,10 +148,6 @@ def test_a_writer_who_is_not_the_holder_cannot_end_a_live_lease(api_as, wendy, a
     holder"; ending another's live lease is ``lease_revoke``, a reviewer's. A second writer
     account (another team's runtime) reads the run, then releases the lease wendy's
     runtime holds: it must stay live (refused), not end with the holder fenced."""
-    from checkpoints.models import Run
-    from tests.api.apihelpers import get, new_checkpoint, post
-    from tests.conftest import _person
-
     holder = api_as(wendy)
     body = new_checkpoint(holder, "acme", payload={"phase": "ready"})
     rid = body["run_id"]
