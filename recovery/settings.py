@@ -627,10 +627,12 @@ RECOVERY_AUDIT_LAG_MAX_S = env_int("RECOVERY_AUDIT_LAG_MAX_S", 60, minimum=1)
 # A periodic task beat sent and no worker took in time is dropped, not run late: with the
 # worker down beat keeps sending (one audit task a second, ~86,000 a day), and without an
 # expiry every one ran on restart. The work is idempotent and the next tick sends a fresh
-# one, so a task older than twice its interval (10 s at least, for the 1 s ones) is
+# one, so a task older than twice its interval (30 s at least, for the 1 s ones) is
 # skipped by the worker (Celery's ``expires``, an execution option of the entry; Redis
-# keeps the message until a worker reads and discards it).
-BEAT_EXPIRES_MIN_S = 10
+# keeps the message until a worker reads and discards it). The expiry is an absolute time
+# of beat's clock judged on the worker's: 30 s leaves room for hosts whose clocks differ
+# (the stop-39 attack: at 10 s, a worker 15 s ahead dropped every audit tick).
+BEAT_EXPIRES_MIN_S = 30
 
 
 def _beat(task: str, interval_s: int) -> dict:

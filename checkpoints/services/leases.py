@@ -12,9 +12,9 @@ from django.db import transaction
 
 from .. import intranges, policy, roles
 from ..audit import audit_record
-from ..exceptions import InvalidPayload, LeaseHeld, NoLiveLease, NotFound
+from ..exceptions import Forbidden, InvalidPayload, LeaseHeld, NoLiveLease, NotFound
 from ..jsonparse import check_name
-from ..models import Run, Tenant
+from ..models import AuditEvent, Run, Tenant
 from ..permissions import require
 from ..vocab import AuditAction, TargetType
 from .common import _require_reason, _with_bulk
@@ -162,8 +162,9 @@ def lease_release(*, actor, tenant: Tenant, run_id: uuid.UUID, owner, held_token
     ``LeaseHeld`` (409 ``lease_held``) when the live lease is another owner's (naming
     ``owner``) or was taken again since (another token, naming ``fencing_token``),
     ``InvalidPayload`` (400 naming ``owner`` or ``fencing_token``), ``NotFound`` (404,
-    also another tenant's run), ``Forbidden`` (403), ``RunDeleted`` (409). Returns the
-    run (its ``lease_owner``, ``fencing_token``, ``lease_expires_at``)."""
+    also another tenant's run), ``Forbidden`` (403: no writer role, or another account
+    than the one whose runtime took the lease, ``_taken_by``), ``RunDeleted`` (409).
+    Returns the run (its ``lease_owner``, ``fencing_token``, ``lease_expires_at``)."""
     require(actor, tenant, roles.WRITE)
     owner_check(owner)
     intranges.FENCING_TOKEN.check(held_token, "fencing_token")
@@ -173,19 +174,36 @@ def lease_release(*, actor, tenant: Tenant, run_id: uuid.UUID, owner, held_token
         verb="release",
         other_owner=lambda held: (f"owner: the live lease is {held}'s, not {owner}'s; only "
                                   "its holder releases it"),
-        other_token=lambda held: (f"fencing_token: the live lease's token is {held}, not "
-                                  f"{held_token} (taken again since); only its holder "
-                                  "releases it"))
+        other_token=lambda held: (f"fencing_token: the live lease holds another token "
+                                  f"than {held_token} (taken again since); only its holder "
+                                  "releases it"),
+        holder=_taken_by)
+
+
+def _taken_by(run: Run, actor) -> None:
+    """Refuse a release by another account than the one whose runtime took the lease
+    (the newest ``lease.acquire`` of the run: one indexed read, ``audit_run_idx``): the
+    owner name and token are no secret (every role reads them on the run), so a second
+    writer of the tenant could otherwise end a live lease, which is a reviewer's
+    ``lease_revoke`` (the stop-39 attack). Raises ``Forbidden`` (403)."""
+    taker = (AuditEvent.objects.for_tenant(run.tenant_id)
+             .filter(run_uuid=run.uuid, action=AuditAction.LEASE_ACQUIRE)
+             .order_by("-seq").values_list("actor_id", flat=True).first())
+    if taker != actor.pk:
+        raise Forbidden("owner: only the account whose runtime took the lease gives it back; "
+                        "a reviewer ends another's (POST …/runs/{id}/lease/revoke)")
 
 
 def _end_live_lease(*, actor, tenant: Tenant, run_id: uuid.UUID, owner: str | None,
                     token: int | None, action: str, reason: str, record: str,
-                    bulk_id: uuid.UUID | None, verb: str, other_owner, other_token) -> Run:
+                    bulk_id: uuid.UUID | None, verb: str, other_owner, other_token,
+                    holder=None) -> Run:
     """The one way a live lease ends before its time, ``lease_revoke``'s and
     ``lease_release``'s: under the run's lock, on the database clock, a live lease
     (``NoLiveLease`` naming ``verb`` else) held by ``owner`` with ``token`` when given
     (``LeaseHeld`` with ``other_owner(held owner)`` / ``other_token(held token)``'s
-    words else) ends now: the token one up, the expiry now, the record on the run
+    words else), and ``holder(run, actor)`` raising for another account when given,
+    ends now: the token one up, the expiry now, the record on the run
     (``Run.lease_ended_*``: the actor's username, now, ``record``), one audit event
     ``action`` (before ``{owner, fencing_token, expires_at}``, after ``{fencing_token,
     expires_at}`` and ``bulk_id`` when given, ``reason``). Returns the run."""
@@ -201,6 +219,8 @@ def _end_live_lease(*, actor, tenant: Tenant, run_id: uuid.UUID, owner: str | No
             raise LeaseHeld(other_owner(run.lease_owner))
         if token is not None and run.fencing_token != token:
             raise LeaseHeld(other_token(run.fencing_token))
+        if holder is not None:
+            holder(run, actor)
         before = {"owner": run.lease_owner, "fencing_token": run.fencing_token,
                   "expires_at": run.lease_expires_at.isoformat()}
         run_save(run, now, fencing_token=run.fencing_token + 1, lease_expires_at=now,

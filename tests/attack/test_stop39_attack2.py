@@ -37,9 +37,9 @@ def _create(store) -> dict:  # noqa: F811 - the fixture's name
     return body
 
 
-@pytest.mark.xfail(strict=True, reason="FINDING: the SDK keys its per-run fencing tokens by "
-                   "the run id's spelling: a run leased as its upper-case UUID (which the "
-                   "server takes) has its own writes sent without a token and fenced")
+# FIXED FINDING: the SDK keys its per-run fencing tokens by the run id's spelling: a run
+# leased as its upper-case UUID (which the server takes) has its own writes sent without a
+# token and fenced
 def test_a_run_leased_in_another_spelling_of_its_id_keeps_its_token(store):  # noqa: F811
     first = _create(store)
     run_id = first["run_id"]
@@ -49,9 +49,9 @@ def test_a_run_leased_in_another_spelling_of_its_id_keeps_its_token(store):  # n
     assert store.fencing_token_of(run_id) == 1
 
 
-@pytest.mark.xfail(strict=True, reason="FINDING: beat's expires is a deadline on beat's host "
-                   "clock that the worker judges on its own: a worker 15 s ahead drops every "
-                   "audit-integrate and notify tick as expired (10 s), so neither ever runs")
+# FIXED FINDING: beat's expires is a deadline on beat's host clock that the worker judges on
+# its own: a worker 15 s ahead drops every audit-integrate and notify tick as expired (10
+# s), so neither ever runs
 def test_a_beat_tick_runs_on_a_worker_whose_clock_is_a_little_ahead():
     """``_beat``'s ``expires`` (recovery/settings.py, stop 39): Celery turns the seconds
     into an absolute time on the sender's clock (beat's), and the worker's
@@ -81,10 +81,9 @@ def test_a_beat_tick_runs_on_a_worker_whose_clock_is_a_little_ahead():
     assert dropped == []
 
 
-@pytest.mark.xfail(strict=True, reason="FINDING: MAX_RUN_TOKENS drops the run least recently "
-                   "LEASED, not used as core.py says: a run this store writes all along "
-                   "(renewed by keep_leased's own store) loses its token to newer leases, "
-                   "and its next write is fenced")
+# FIXED FINDING: MAX_RUN_TOKENS drops the run least recently LEASED, not used as core.py
+# says: a run this store writes all along (renewed by keep_leased's own store) loses its
+# token to newer leases, and its next write is fenced
 def test_the_store_forgets_the_token_of_the_run_least_recently_used(store, monkeypatch):  # noqa: F811
     """``core.MAX_RUN_TOKENS`` ("least recently used dropped first"), here 2: a long run X
     (its lease renewed by ``keep_leased``'s own store, so never leased again through
@@ -101,9 +100,8 @@ def test_the_store_forgets_the_token_of_the_run_least_recently_used(store, monke
     assert store.fencing_token_of(y["run_id"]) is None
 
 
-@pytest.mark.xfail(strict=True, reason="FINDING: owner_name(prefix) checks only the prefix's "
-                   "length: a NUL or a bidi override makes a name every lease then refuses "
-                   "400, instead of ValueError at once")
+# FIXED FINDING: owner_name(prefix) checks only the prefix's length: a NUL or a bidi
+# override makes a name every lease then refuses 400, instead of ValueError at once
 @pytest.mark.parametrize("prefix", ["order\x00worker", "order\u202eworker", "order\nworker"])
 def test_owner_name_refuses_a_prefix_the_server_would_refuse(prefix):
     """``owner_name`` (clients/python/recovery_client/client.py, stop 39) raises
@@ -116,9 +114,9 @@ def test_owner_name_refuses_a_prefix_the_server_would_refuse(prefix):
         owner_name(prefix)
 
 
-@pytest.mark.xfail(strict=True, reason="FINDING: release_lease inside keep_leased is undone: "
-                   "the renewer thread's next lease() takes the released lease again (a new "
-                   "token, live for ttl_s), so the next worker waits out the ttl after all")
+# FIXED FINDING: release_lease inside keep_leased is undone: the renewer thread's next
+# lease() takes the released lease again (a new token, live for ttl_s), so the next worker
+# waits out the ttl after all
 def test_a_lease_released_inside_keep_leased_stays_released(live_server, wendy):
     """docs/client.md: keep the lease renewed while a long call runs
     (``keep_leased``), and give it back when done or shutting down (``release_lease``).
@@ -140,9 +138,9 @@ def test_a_lease_released_inside_keep_leased_stays_released(live_server, wendy):
     assert run.lease_ended_at is not None
 
 
-@pytest.mark.xfail(strict=True, reason="FINDING: lease/release's proof of holding (owner, "
-                   "fencing_token) is what GET …/runs/{id} shows every role: another writer "
-                   "reads it and ends a live runtime's lease, a reviewer's right (revoke)")
+# FIXED FINDING: lease/release's proof of holding (owner, fencing_token) is what GET
+# …/runs/{id} shows every role: another writer reads it and ends a live runtime's lease, a
+# reviewer's right (revoke)
 def test_a_writer_who_is_not_the_holder_cannot_end_a_live_lease(api_as, wendy, acme):
     """``services.lease_release``: "``owner`` and ``fencing_token`` ... prove it is the
     holder"; ending another's live lease is ``lease_revoke``, a reviewer's. A second writer

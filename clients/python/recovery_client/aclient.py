@@ -169,6 +169,8 @@ class AsyncHttpCheckpointStore(StoreCore):
         async def renew() -> None:
             while True:
                 await asyncio.sleep(ttl_s / 3 if every_s is None else every_s)
+                if self.fencing_token_of(run_id) is None:  # released or fenced: stay so
+                    return
                 try:
                     await self.lease(run_id, owner, ttl_s)
                     state["error"] = None

@@ -127,7 +127,11 @@ def owner_name(prefix: str | None = None) -> str:
     (at most 256 characters, the server's limit). A restarted worker must not lease as
     the owner it was: the server keeps the token when the same owner renews, so the
     zombie of a fixed name would not be fenced (the SDK newcomer's finding 3;
-    ``RecoverySaver``'s default owner). Raises ``ValueError`` for a prefix too long."""
+    ``RecoverySaver``'s default owner). Raises ``ValueError`` for a prefix too long, or
+    one the server's name rule refuses (a control, format or line-separating character:
+    not ``str.isprintable``; blank), so no lease is tried with it (the stop-39 attack)."""
+    if prefix is not None and (not prefix.isprintable() or not prefix.strip()):
+        raise ValueError("prefix: printable characters only, not blank")
     name = f"{socket.gethostname()[:150]}:{os.getpid()}:{uuid.uuid4()}"
     name = name if prefix is None else f"{prefix}:{name}"
     if len(name) > 256:
@@ -366,7 +370,10 @@ class HttpCheckpointStore(StoreCore):
         The same owner renewing keeps the token, so this store's writes go on. Yields a
         dict whose ``"error"`` is the last renewal's ``CheckpointError`` (``None``
         while all went well); a ``conflict`` (another owner took the run) stops the
-        renewals. The lease is not given up at the end (the SDK newcomer's finding 2)."""
+        renewals, and so does this store no longer holding the run's token
+        (``release_lease`` inside the block, or a ``fenced`` write: the renewer does not
+        take the lease back; the stop-39 attack). The lease is not given up at the end
+        (the SDK newcomer's finding 2)."""
         self.lease(run_id, owner, ttl_s)
         state: dict = {"error": None}
         stop = threading.Event()
@@ -377,6 +384,8 @@ class HttpCheckpointStore(StoreCore):
 
         def renew() -> None:
             while not stop.wait(ttl_s / 3 if every_s is None else every_s):
+                if self.fencing_token_of(run_id) is None:  # released or fenced: stay so
+                    return
                 try:
                     renewer.lease(run_id, owner, ttl_s)
                     state["error"] = None

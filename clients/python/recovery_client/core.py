@@ -35,6 +35,7 @@ import json
 import random
 import time
 import urllib.parse
+import uuid
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Generator, Mapping
@@ -51,6 +52,16 @@ UNECHOED_FIELDS = frozenset({"request"})
 #: How many runs' fencing tokens one store remembers (least recently used dropped first:
 #: a dropped run's writes then carry no token and are refused ``fenced``, never let by).
 MAX_RUN_TOKENS = 4096
+
+
+def _run_key(run_id) -> str:
+    """One key per run whatever the spelling of its id (the server reads any UUID form:
+    the stop-39 attack leased ``RUN.upper()`` and its lower-case writes went without
+    their token); a value that is no UUID keys as itself (the server refuses it)."""
+    try:
+        return str(uuid.UUID(str(run_id)))
+    except ValueError:
+        return str(run_id)
 
 
 class CheckpointError(Exception):
@@ -383,13 +394,24 @@ class StoreCore:
 
     def fencing_token_of(self, run_id: str) -> int | None:
         """The token this store's writes to ``run_id`` send (its last ``lease`` or claimed
-        ``retry`` of it), or ``None``: never leased nor claimed, or ``fenced`` since."""
-        return self._run_tokens.get(str(run_id))
+        ``retry`` of it), or ``None``: never leased nor claimed, or ``fenced`` since.
+        Any spelling of the run's UUID names the same run (upper case, no dashes)."""
+        return self._run_tokens.get(_run_key(run_id))
+
+    def _token_for_write(self, run_id: str) -> int | None:
+        """``fencing_token_of(run_id)``, the run then the most recently used: a run
+        written all along is not the one dropped past ``MAX_RUN_TOKENS`` (the stop-39
+        attack: it was the least recently leased)."""
+        key = _run_key(run_id)
+        token = self._run_tokens.get(key)
+        if token is not None:
+            self._run_tokens.move_to_end(key)
+        return token
 
     def _hold_token(self, run_id: str, token: int | None) -> None:
         """Remember ``token`` as run ``run_id``'s (``None``: forget it), and as the
         deprecated ``fencing_token``."""
-        run_id = str(run_id)
+        run_id = _run_key(run_id)
         self._run_tokens.pop(run_id, None)
         if token is None:
             return
@@ -426,7 +448,7 @@ class StoreCore:
                    else {"If-Match": f'"{expected_revision}"'})
         token = fencing_token
         if token is None and run_id is not None:
-            token = self.fencing_token_of(run_id)
+            token = self._token_for_write(run_id)
         if token is not None:
             headers["Fencing-Token"] = str(token)
         return headers
