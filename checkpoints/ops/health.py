@@ -251,8 +251,8 @@ def readyz(request):
     node serves (from the primary), and says what it does without.
 
     ``?scope=node`` (``readyz_scope``; the body then says ``"scope": "node"``): the same
-    checks, but only ``NODE_CHECKS`` fail it; a failed deployment-wide one (the worker,
-    retention, notifications, audit) answers 200 ``"degraded"`` naming it, for a load
+    checks, but only ``NODE_CHECKS`` fail it; a failed deployment-wide one (the broker,
+    the worker, retention, notifications, audit) answers 200 ``"degraded"`` naming it, for a load
     balancer (the operator's walk). A bad ``scope``: 400 ``{"error":
     "invalid_payload", "detail": "scope: ..."}``, no check run."""
     try:
