@@ -82,5 +82,6 @@ def test_a_retry_request_on_a_live_run_is_still_refused(acme, wendy, rita, api_a
     put_checkpoint(wendy, acme, body)
     age_world(290)  # short of the 300 s threshold: the owner counts as live
     r = post(api_as(rita), "acme", f"runs/{body['run_id']}/retry-requests", {"reason": "x"})
-    assert r.status_code == 422, r.content
+    # 409 owner_live, judged before the run's state (CONTRACT.md 3; stop 39: it was 422)
+    assert (r.status_code, r.json()["error"]) == (409, "owner_live"), r.content
     assert Run.objects.get(uuid=body["run_id"]).recovery_state == "healthy"

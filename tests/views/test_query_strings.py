@@ -25,6 +25,7 @@ from checkpoints import urls as dashboard_urls
 from checkpoints.dashboard import inbox as inbox_views
 from checkpoints.dashboard.forms import (
     AuditFilterForm,
+    BulkListForm,
     HistoryForm,
     InboxFilterForm,
     LiveRunForm,
@@ -56,6 +57,7 @@ PAGE_PARAMS: dict[str, tuple[str, ...]] = {
     "migration_preview": tuple(MigrationPreviewForm.base_fields),
     "migration_detail": (),
     "bulk_detail": (),
+    "bulk_list": tuple(BulkListForm.base_fields),  # stop 39: the bulk actions list
     "erasure_requests": (),  # issue 20: the approval queue and the holds list
     "legal_holds": (),
     "run_detail": (),
