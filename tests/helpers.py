@@ -277,3 +277,17 @@ def form_fields(page: str, form_id: str) -> dict:
         else:
             out[name] = value
     return out
+
+
+def documented_block(doc, marker: str) -> str:
+    """The ```sh block that follows ``marker`` in the document ``doc`` (a ``Path``): what
+    a doc-driven test runs verbatim (tests/lifecycle/test_restore_doc.py,
+    tests/security/test_role_setup_doc.py). Fails the test when the marker or its block
+    is gone."""
+    import re
+
+    text = doc.read_text(encoding="utf-8")
+    assert marker in text, f"the tested block's marker is gone from {doc.name}"
+    match = re.search(r"```sh\n(.*?)```", text[text.index(marker):], re.S)
+    assert match, "no ```sh block after the marker"
+    return match.group(1)

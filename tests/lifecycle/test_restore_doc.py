@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import secrets
 import shutil
 import subprocess
@@ -33,7 +32,7 @@ from django.core.management import call_command
 from django.db import connection
 
 from checkpoints.ops import restoredrill
-from tests.helpers import envelope, put_checkpoint
+from tests.helpers import documented_block, envelope, put_checkpoint
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True),
               pytest.mark.timeout(900)]
@@ -45,11 +44,7 @@ MARKER = "<!-- tests/lifecycle/test_restore_doc.py runs this block verbatim"
 
 def documented_steps() -> str:
     """The shell block that follows the marker in docs/operations/backup.md."""
-    text = DOC.read_text(encoding="utf-8")
-    assert MARKER in text, "the tested block's marker is gone from docs/operations/backup.md"
-    match = re.search(r"```sh\n(.*?)```", text[text.index(MARKER):], re.S)
-    assert match, "no ```sh block after the marker"
-    return match.group(1)
+    return documented_block(DOC, MARKER)
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import secrets
 import subprocess
 import sys
@@ -21,6 +20,8 @@ from pathlib import Path
 import psycopg
 import pytest
 from django.db import connection
+
+from tests.helpers import documented_block
 
 pytestmark = [pytest.mark.postgres]
 
@@ -66,11 +67,7 @@ print(json.dumps({
 
 def documented_steps() -> str:
     """The shell block that follows the marker in docs/security/audit.md."""
-    text = DOC.read_text(encoding="utf-8")
-    assert MARKER in text, "the tested block's marker is gone from docs/security/audit.md"
-    match = re.search(r"```sh\n(.*?)```", text[text.index(MARKER):], re.S)
-    assert match, "no ```sh block after the marker"
-    return match.group(1)
+    return documented_block(DOC, MARKER)
 
 
 @pytest.fixture
