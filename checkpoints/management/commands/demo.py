@@ -226,9 +226,11 @@ class Command(BaseCommand):
         var_dir = Path(settings.VAR_DIR)
         var_dir.mkdir(parents=True, exist_ok=True)
 
-        self._reset_database()
+        # The broker first: a demo whose broker does not answer stops before it drops
+        # the database it would recreate (a finding of stop 39's review).
         if heartbeat.broker_configured():
             self._purge_broker()
+        self._reset_database()
         tokens = self._create_tenants()
 
         children: list[subprocess.Popen] = []
