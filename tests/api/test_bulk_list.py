@@ -70,6 +70,9 @@ def test_end_lease_shows_its_owner_and_the_incident(acme, wendy, rita):
     assert bulk.status_code == 201, bulk.content
     row = bearer_client(rita).get(URL).json()["results"][0]
     assert (row["lease_owner"], row["incident_ref"]) == ("worker-7", "INC-2041")
+    # The single GET gives the incident the list gives (stop 39's open item).
+    single = bearer_client(rita).get(f"{URL}/{bulk.json()['id']}").json()
+    assert (single["lease_owner"], single["incident_ref"]) == ("worker-7", "INC-2041")
 
 
 def test_filters(acme, wendy, rita, adam):

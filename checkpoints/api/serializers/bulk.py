@@ -81,6 +81,10 @@ class BulkActionSerializer(Answer):
     reason = serializers.CharField(source="bulk.reason")
     state = serializers.ChoiceField(source="bulk.state", choices=BulkState.values)
     requested_by = serializers.CharField(source="bulk.requested_by_name")
+    incident_ref = serializers.CharField(
+        source="bulk.incident_ref", allow_null=True,
+        help_text="the incident the requester tagged the request with (Incident-Ref), or "
+                  "null; the list gives it too")
     client_token = serializers.UUIDField(
         allow_null=True, help_text="the requester's idempotency key, shown to the requester "
                                    "only (null for everyone else)")
