@@ -36,22 +36,36 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session", autouse=True)
 def _flush_past_the_audit_triggers():
-    """Let the test runner empty the PostgreSQL test database between transactional tests.
+    """Let the test runner empty the PostgreSQL test database between transactional tests,
+    quickly.
 
     The audit tables refuse TRUNCATE (migration 0005), and Django's flush truncates every
     table. The test database's superuser switches triggers off for the flush only
     (``SET LOCAL session_replication_role = replica``, which only a superuser may do): the
     same escape hatch docs/security/audit.md lists among what the audit cannot stop.
+
+    With the triggers off, foreign keys are not checked either (PostgreSQL enforces them
+    with triggers), so each table is emptied with ``DELETE`` in any order instead of one
+    ``TRUNCATE`` of all of them: a transactional test leaves a few rows, and TRUNCATE
+    makes new files for every table and index each time. Measured (stop 40): five test
+    files with about 40 transactional tests among 180 took 59 s instead of 93 s, and
+    the whole PostgreSQL pass had grown to 72 minutes, flushes the most common sample.
+    ``reset_sequences`` (TRUNCATE … RESTART IDENTITY) keeps Django's statements.
     """
     from django.db.backends.postgresql.operations import DatabaseOperations
 
     original = DatabaseOperations.sql_flush
 
-    def sql_flush(self, style, tables, **kwargs):
-        statements = original(self, style, tables, **kwargs)
-        # execute_sql_flush runs these in one transaction: SET LOCAL covers the TRUNCATE.
-        return ["SET LOCAL session_replication_role = replica", *statements] if statements \
-            else statements
+    def sql_flush(self, style, tables, *, reset_sequences=False, allow_cascade=False):
+        if not tables:
+            return []
+        if reset_sequences:
+            statements = original(self, style, tables, reset_sequences=True,
+                                  allow_cascade=allow_cascade)
+        else:
+            statements = [f"DELETE FROM {self.quote_name(table)}" for table in tables]
+        # execute_sql_flush runs these in one transaction: SET LOCAL covers them all.
+        return ["SET LOCAL session_replication_role = replica", *statements]
 
     DatabaseOperations.sql_flush = sql_flush
     yield
