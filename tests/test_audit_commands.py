@@ -181,6 +181,8 @@ def test_it_runs_roles_only_on_postgresql(db, on_postgres):
         run("setup_database_roles", owner="rcv_owner", app="rcv_app")
 
 
+# Its own SQLite file in a child process whichever pass runs it: make test runs it once.
+@pytest.mark.once
 def test_the_real_command_line_exits_non_zero_naming_the_tenant(tmp_path):
     """``manage.py verify_audit_chain`` on a tampered embedded database: exit 1, one line
     naming the tenant and its first problem, no traceback."""

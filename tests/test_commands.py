@@ -144,6 +144,8 @@ def test_it_verifies_the_audit_chain_and_fails_when_broken(acme, globex, wendy):
         run("verify_audit_chain")
 
 
+# Its own SQLite file in a child process whichever pass runs it: make test runs it once.
+@pytest.mark.once
 def test_it_exits_non_zero_with_a_message_not_a_traceback(tmp_path):
     """The real command line: an unknown role exits 1 and prints one clear line."""
     env = {"PATH": "/usr/bin:/bin", "RECOVERY_VAR_DIR": str(tmp_path),

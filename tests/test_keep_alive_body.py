@@ -41,6 +41,11 @@ def _manage(env, *args, stdin=None) -> str:
     return done.stdout
 
 
+# Its servers run on their own SQLite file whichever pass runs this module: make test runs
+# it once (the `once` mark).
+pytestmark = pytest.mark.once
+
+
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     """``(environment, token)`` of a migrated SQLite database with tenant acme."""

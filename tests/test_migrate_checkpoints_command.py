@@ -115,6 +115,8 @@ def test_it_refuses_bad_arguments_before_doing_anything(acme, wendy, args, messa
     assert db_diff(before, db_state()) == {}
 
 
+# Its own SQLite file in a child process whichever pass runs it: make test runs it once.
+@pytest.mark.once
 def test_the_real_command_line_exits_1_with_a_message(tmp_path):
     env = {"PATH": "/usr/bin:/bin", "RECOVERY_VAR_DIR": str(tmp_path),
            "RECOVERY_SQLITE_PATH": str(tmp_path / "cli.sqlite3")}

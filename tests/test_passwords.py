@@ -73,6 +73,8 @@ def test_the_demo_and_test_passwords_satisfy_the_rules(db, password):
         services.account_create(username=username, password=password)
 
 
+# Its own SQLite file in a child process whichever pass runs it: make test runs it once.
+@pytest.mark.once
 def test_the_command_line_exits_non_zero_with_the_rule_not_a_traceback(tmp_path):
     env = {"PATH": "/usr/bin:/bin", "RECOVERY_VAR_DIR": str(tmp_path),
            "RECOVERY_SQLITE_PATH": str(tmp_path / "cli.sqlite3")}

@@ -18,6 +18,9 @@ CHROMIUM_ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-backg
 
 BROWSER = [
     pytest.mark.browser,
+    # What a page does in a browser does not depend on the database behind it: make test
+    # runs these in the SQLite pass only (the PostgreSQL pass was the longer by far).
+    pytest.mark.once,
     pytest.mark.django_db(transaction=True),
     pytest.mark.skipif(not os.path.exists(CHROMIUM),
                        reason=f"{CHROMIUM} is missing: apt-get install -y chromium"),
