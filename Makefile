@@ -78,8 +78,8 @@ services:
 # set, which start a real worker. With DATABASE_URL set nothing marked `postgres` is
 # skipped; a missing server is an error, never a skip. A subset (PYTEST_ARGS) may hold no
 # celery_worker test: only then is that run's "no tests collected" (exit 5) accepted.
-# The `once` tests (database-independent and costly: the twin world, the browser tests)
-# run in the SQLite pass only: measured at stop 40, this pass took 72 minutes and the
+# The `once` tests (database-independent and costly: the twin world, the browser tests,
+# command lines on a SQLite file of their own) run in the SQLite pass only: measured at stop 40, this pass took 72 minutes and the
 # SQLite pass 30 side by side. `make test-postgres PG_MARKS="not celery_worker"` runs them.
 PG_MARKS ?= not celery_worker and not once
 test-postgres: $(STAMP) services
