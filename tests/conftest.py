@@ -63,7 +63,12 @@ def _flush_past_the_audit_triggers():
             statements = original(self, style, tables, reset_sequences=True,
                                   allow_cascade=allow_cascade)
         else:
-            statements = [f"DELETE FROM {self.quote_name(table)}" for table in tables]
+            # The lock TRUNCATE took: the flush waits for every other session's open
+            # transaction on these tables (a thread of the test still writing), so no row
+            # committed after the DELETE's snapshot is left behind. Locks make no files.
+            names = ", ".join(self.quote_name(table) for table in tables)
+            statements = [f"LOCK TABLE {names} IN ACCESS EXCLUSIVE MODE",
+                          *(f"DELETE FROM {self.quote_name(table)}" for table in tables)]
         # execute_sql_flush runs these in one transaction: SET LOCAL covers them all.
         return ["SET LOCAL session_replication_role = replica", *statements]
 

@@ -1154,9 +1154,15 @@ REQUEST_CASES = [("api", k) for k in API] + [("page", k) for k in PAGES]
 @pytest.mark.parametrize(("kind", "key"), REQUEST_CASES,
                          ids=[f"{k}:{x}" for k, x in REQUEST_CASES])
 def test_a_request_shows_nothing_of_the_twin(world, kind, key):
-    req = (API if kind == "api" else PAGES)[key]
+    check_request(world, kind, key, (API if kind == "api" else PAGES)[key])
+
+
+def check_request(world: World, kind: str, key: str, req: Req) -> list[int]:
+    """Send ``req`` (``key`` names its method and URL) in each tenant as every persona and
+    assert nothing of the twin shows or changes (tests/security/test_twin_world_sql.py
+    sends requests of its own through it). Returns the answers' status codes."""
     scoped = _scoped(kind, key)
-    failures = []
+    failures, statuses = [], []
     # The viewer of both tenants on the tenant's own API URLs (a page's tenant switcher
     # names both of its tenants, and the names carry the markers).
     personas = [*world.personas, world.both] if scoped and kind == "api" else world.personas
@@ -1172,6 +1178,7 @@ def test_a_request_shows_nothing_of_the_twin(world, kind, key):
             forbidden = [MARK[s] for s in SLUGS if s != allowed]
             with transaction.atomic():
                 path, response = _request(kind, key, req, world, slug, p)
+                statuses.append(response.status_code)
                 text = response.content.decode("utf-8", "replace") + "\n" + "\n".join(
                     f"{k}: {v}" for k, v in response.items())
                 for mark in forbidden:
@@ -1190,6 +1197,7 @@ def test_a_request_shows_nothing_of_the_twin(world, kind, key):
                     failures.append(f"{slug}/{p.name} {path}: 200 for a persona of the twin")
                 transaction.set_rollback(True)
     assert not failures, f"{kind} {key}:\n" + "\n".join(failures[:40])
+    return statuses
 
 
 # --------------------------------------------------------------------------------------
