@@ -78,8 +78,9 @@ services:
 # set, which start a real worker. With DATABASE_URL set nothing marked `postgres` is
 # skipped; a missing server is an error, never a skip. A subset (PYTEST_ARGS) may hold no
 # celery_worker test: only then is that run's "no tests collected" (exit 5) accepted.
-# The `once` tests (database-independent and costly: the twin world, the browser tests,
-# command lines on a SQLite file of their own) run in the SQLite pass only: measured at stop 40, this pass took 72 minutes and the
+# The `once` tests (database-independent and costly: the twin world, the access matrix,
+# schemathesis, the browser tests, the demo and command lines on a SQLite file of their
+# own) run in the SQLite pass only: measured at stop 40, this pass took 72 minutes and the
 # SQLite pass 30 side by side. `make test-postgres PG_MARKS="not celery_worker"` runs them.
 PG_MARKS ?= not celery_worker and not once
 test-postgres: $(STAMP) services
@@ -90,8 +91,8 @@ test-postgres: $(STAMP) services
 
 # The embedded default: SQLite; `postgres` tests skip with a stated reason and the
 # celery_worker tests skip because no broker is configured. The `matrix` tests (rule
-# matrices that do not depend on the database: role matrix, fence matrix, isolation
-# table, schemathesis) ran in test-postgres; they are deselected here to keep `make test`
+# matrices whose cases reach PostgreSQL-only SQL: the fence matrix, the isolation table)
+# ran in test-postgres; they are deselected here to keep `make test`
 # within CI's time. `make test-sqlite SQLITE_MARKS=` runs them too.
 # Then the runtime SDK's own tests (clients/python/tests: no Django, no server, about 10 s),
 # only for the whole suite: PYTEST_ARGS narrows the run to some of the server's tests

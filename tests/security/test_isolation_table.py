@@ -879,8 +879,8 @@ def test_isolation_row(world, name, index, op):
     assert not failures, f"{row}\n" + "\n".join(failures)
 
 
-# A rule matrix: database-independent, so `make test` runs it once, on PostgreSQL
-# (test-sqlite deselects the `matrix` marker).
+# A rule matrix whose cases reach PostgreSQL-only SQL (the write path's statements), so
+# `make test` runs it once, on PostgreSQL (test-sqlite deselects the `matrix` marker).
 pytestmark = pytest.mark.matrix
 
 

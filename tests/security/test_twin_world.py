@@ -1622,8 +1622,6 @@ def test_a_service_in_one_tenant_never_touches_the_twin(world, name, index):
     assert not failures, f"{name}:\n" + "\n".join(failures)
 
 
-# A rule matrix: database-independent, so `make test` runs it once, on PostgreSQL
-# (test-sqlite deselects the `matrix` marker).
 # Database-independent (tenant scoping is in the queries Django builds for either
 # backend): make test runs it once, in the SQLite pass, which had time to spare.
 pytestmark = pytest.mark.once

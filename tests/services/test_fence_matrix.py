@@ -536,6 +536,6 @@ def test_a_claim_with_nothing_to_consume_changes_nothing(acme, wendy, rita, apri
                .values_list("run__uuid", "action")) == {(w.run_id, answer["action"])}
 
 
-# A rule matrix: database-independent, so `make test` runs it once, on PostgreSQL
-# (test-sqlite deselects the `matrix` marker).
+# A rule matrix whose cases reach PostgreSQL-only SQL (the write path's statements), so
+# `make test` runs it once, on PostgreSQL (test-sqlite deselects the `matrix` marker).
 pytestmark = pytest.mark.matrix
