@@ -48,8 +48,9 @@ def _flush_past_the_audit_triggers():
     with triggers), so each table is emptied with ``DELETE`` in any order instead of one
     ``TRUNCATE`` of all of them: a transactional test leaves a few rows, and TRUNCATE
     makes new files for every table and index each time. Measured (stop 40): five test
-    files with about 40 transactional tests among 180 took 59 s instead of 93 s, and
-    the whole PostgreSQL pass had grown to 72 minutes, flushes the most common sample.
+    files with about 40 transactional tests among 180 took 53 s instead of 93 s (the
+    lock below included); the whole PostgreSQL pass had grown to 72 minutes, and the
+    flush was py-spy's most common sample in it.
     ``reset_sequences`` (TRUNCATE … RESTART IDENTITY) keeps Django's statements.
     """
     from django.db.backends.postgresql.operations import DatabaseOperations
