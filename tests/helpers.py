@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import socket
 import time
 import uuid
 from html.parser import HTMLParser
@@ -291,3 +292,11 @@ def documented_block(doc, marker: str) -> str:
     match = re.search(r"```sh\n(.*?)```", text[text.index(marker):], re.S)
     assert match, "no ```sh block after the marker"
     return match.group(1)
+
+
+def closed_port() -> int:
+    """A local TCP port nothing listens on (bound, then closed again): a server that is
+    down, for the outage tests."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]

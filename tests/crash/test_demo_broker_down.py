@@ -5,17 +5,12 @@ then find the broker down, leaving the operator with neither)."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 
+from tests.helpers import closed_port
+
 from .conftest import ROOT
-
-
-def _closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]  # closed again when the block ends
 
 
 def test_a_demo_whose_broker_does_not_answer_keeps_the_database(tmp_path):
@@ -23,7 +18,7 @@ def test_a_demo_whose_broker_does_not_answer_keeps_the_database(tmp_path):
     database.write_bytes(b"an earlier demo's database")
     env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
     env.update(RECOVERY_VAR_DIR=str(tmp_path),
-               CELERY_BROKER_URL=f"redis://127.0.0.1:{_closed_port()}/0")
+               CELERY_BROKER_URL=f"redis://127.0.0.1:{closed_port()}/0")
     proc = subprocess.run([sys.executable, "manage.py", "demo", "--no-serve"], cwd=ROOT,
                           env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0

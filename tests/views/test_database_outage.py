@@ -10,7 +10,6 @@ where nothing listens."""
 
 from __future__ import annotations
 
-import socket
 import sqlite3
 import uuid
 
@@ -18,19 +17,13 @@ import pytest
 from django.db import InterfaceError, OperationalError, connection, connections
 from django.test import Client
 
-from tests.helpers import ambiguous_run
+from tests.helpers import ambiguous_run, closed_port
 
 DRIVER_ERROR = sqlite3.OperationalError
 if connection.vendor == "postgresql":
     import psycopg
 
     DRIVER_ERROR = psycopg.OperationalError
-
-
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture
@@ -116,7 +109,7 @@ def test_pages_answer_503_when_the_database_server_is_unreachable(pages, acme):
     conn = connections["default"]
     saved = dict(conn.settings_dict)
     conn.close()
-    conn.settings_dict["PORT"] = str(_closed_port())
+    conn.settings_dict["PORT"] = str(closed_port())
     try:
         for path in [*paths, f"/t/{acme.slug}/runs/{uuid.uuid4()}/"]:
             _assert_outage_page(client.get(path), path)
