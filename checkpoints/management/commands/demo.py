@@ -226,11 +226,16 @@ class Command(BaseCommand):
         var_dir = Path(settings.VAR_DIR)
         var_dir.mkdir(parents=True, exist_ok=True)
 
-        # The broker first: a demo whose broker does not answer stops before it drops
-        # the database it would recreate (a finding of stop 39's review).
+        # SQLite: the broker first, so a demo whose broker does not answer stops before it
+        # deletes the database it would recreate (stop 39's review). PostgreSQL: the
+        # database first, so a filled one is refused before its broker's queue is emptied.
+        sqlite = settings.DATABASES["default"]["ENGINE"].endswith("sqlite3")
+        if not sqlite:
+            self._reset_database()
         if heartbeat.broker_configured():
             self._purge_broker()
-        self._reset_database()
+        if sqlite:
+            self._reset_database()
         tokens = self._create_tenants()
 
         children: list[subprocess.Popen] = []
@@ -398,12 +403,13 @@ class Command(BaseCommand):
         deleted too, on the broker URL's own database only. The worker and beat are not
         running yet, so nothing of this demo is lost."""
         app = current_app
-        with app.connection_for_write() as conn:
-            try:
-                conn.ensure_connection(max_retries=2)
-            except Exception as exc:  # noqa: BLE001 - kombu's errors differ by transport
-                raise CommandError(f"the broker in CELERY_BROKER_URL does not answer "
-                                   f"({type(exc).__name__}): is it up?") from None
+        try:  # a URL kombu cannot read (an unknown scheme: KeyError) is refused the same way
+            conn = app.connection_for_write()
+            conn.ensure_connection(max_retries=2)
+        except Exception as exc:  # noqa: BLE001 - kombu's errors differ by transport
+            raise CommandError(f"the broker in CELERY_BROKER_URL does not answer "
+                               f"({type(exc).__name__}): is it up?") from None
+        with conn:
             purged = app.control.purge(connection=conn)
             channel = conn.default_channel
             unacked = [getattr(channel, k) for k in
