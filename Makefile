@@ -82,9 +82,13 @@ services:
 # schemathesis, the browser tests, the demo and command lines on a SQLite file of their
 # own) run in the SQLite pass only: measured at stop 40, this pass took 72 minutes and the
 # SQLite pass 30 side by side. `make test-postgres PG_MARKS="not celery_worker"` runs them.
+# Under `make test` (CLAIMS set) the pass is shared with a second PostgreSQL process that
+# the SQLite lane starts when its own tests end: each claims test files from its end of
+# the list (tests/claims.py), so the two lanes end together.
 PG_MARKS ?= not celery_worker and not once
+CLAIMS ?=
 test-postgres: $(STAMP) services
-	DATABASE_URL=$(PG_URL) RECOVERY_VAR_DIR=$(TEST_VAR_DIR)/pg \
+	DATABASE_URL=$(PG_URL) RECOVERY_VAR_DIR=$(TEST_VAR_DIR)/pg $(if $(CLAIMS),RECOVERY_TEST_CLAIMS=$(CLAIMS)) \
 		$(PYTEST) --create-db -m "$(PG_MARKS)"
 	DATABASE_URL=$(PG_URL) CELERY_BROKER_URL=$(REDIS_URL) RECOVERY_VAR_DIR=$(TEST_VAR_DIR)/pg \
 		$(PYTEST) --create-db -m celery_worker $(if $(PYTEST_ARGS),|| test $$? -eq 5)
@@ -103,20 +107,27 @@ test-sqlite: $(STAMP)
 	env -u DATABASE_URL -u CELERY_BROKER_URL RECOVERY_VAR_DIR=$(TEST_VAR_DIR)/sqlite \
 		$(PYTEST) --create-db $(if $(SQLITE_MARKS),-m "$(SQLITE_MARKS)")
 	$(if $(PYTEST_ARGS),@echo "PYTEST_ARGS narrows the run: the SDK's tests (clients/python/tests) are left out",cd clients/python && $(abspath $(PY)) -m pytest -q -rs --strict-markers tests)
+	$(if $(CLAIMS),DATABASE_URL=$(PG_URL)_b RECOVERY_VAR_DIR=$(TEST_VAR_DIR)/pg-b RECOVERY_TEST_CLAIMS=$(CLAIMS) RECOVERY_TEST_CLAIM_ORDER=reverse \
+		$(PYTEST) --create-db -m "$(PG_MARKS)")
 
 test: lint
 	RECOVERY_VAR_DIR=$(TEST_VAR_DIR)/check $(PY) manage.py makemigrations --check --dry-run
 	$(MAKE) --no-print-directory services
-	$(MAKE) --no-print-directory -j2 --output-sync=line test-postgres test-sqlite
+	rm -rf $(TEST_VAR_DIR)/claims && mkdir -p $(TEST_VAR_DIR)/claims
+	$(MAKE) --no-print-directory -j2 --output-sync=line test-postgres test-sqlite \
+		CLAIMS=$(TEST_VAR_DIR)/claims
 	$(MAKE) --no-print-directory mutants-curated $(if $(PYTEST_ARGS),,CURATED_ARGS=--no-baseline)
 
-# `make test` runs the PostgreSQL pass and the SQLite pass side by side (make -j2; the
-# SQLite pass never touches the PostgreSQL server), then the curated mutants: the
-# PostgreSQL pass keeps one core busy with pytest and leaves the other mostly idle, and
-# run one after another the three took over CI's 30 minutes. (Running the curated
-# PostgreSQL mutants beside the PostgreSQL pass broke the pass's test database.) Each part's output is printed when that command ends (make -O);
-# any failure fails the target.
-# Each keeps to its own databases and var dir.
+# `make test` runs two lanes side by side (make -j2), then the curated mutants. Lane one
+# is the PostgreSQL pass; lane two the SQLite pass (which never touches the PostgreSQL
+# server), the SDK's tests, then a second PostgreSQL process on its own test database
+# (test_recovery_b) that takes test files from the end of the PostgreSQL pass's list
+# while lane one takes them from the start (tests/claims.py): the SQLite pass ends about
+# twenty minutes before the PostgreSQL pass alone would, and that core was left idle
+# (stop 40: 34 and 55 minutes). Each part's output is printed when that command ends
+# (make -O); any failure fails the target. Each keeps to its own databases and var dir.
+# (Running the curated PostgreSQL mutants beside the PostgreSQL pass broke the pass's
+# test database once: they ran at its database name.)
 
 # Curated rule mutants (issue 7): each breaks one rule of CONTRACT.md in a private copy of
 # the tree and runs its narrow test selection, which must fail. A survivor, a stale entry

@@ -24,6 +24,15 @@ PASSWORD = "pw-for-tests"
 auditshape.ENFORCE = True
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session):
+    """Two PostgreSQL processes share one pass file by file under ``make test``
+    (``tests/claims.py``); otherwise pytest's own loop."""
+    from tests import claims
+
+    return claims.runtestloop(session)
+
+
 def pytest_collection_modifyitems(config, items):
     from django.conf import settings
 
