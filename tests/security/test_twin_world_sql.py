@@ -15,7 +15,8 @@ here with the same world and the same checks:
 
 A review of the split (stop 40) found that the twin world never reaches the LangGraph
 SQL fast paths themselves (``_put_sql``, ``_writes_sql``): they run only outside a
-transaction, and every twin-world request runs inside one. The note of stop 40 lists it.
+transaction, and every twin-world request runs inside one:
+tests/security/test_twin_world_lg_fast.py sends those posts in a committed world.
 """
 
 from __future__ import annotations
