@@ -1,6 +1,8 @@
 """``make demo`` with ``CELERY_BROKER_URL`` naming a broker that does not answer: it
 refuses before it recreates the SQLite database (it used to delete the database first,
-then find the broker down, leaving the operator with neither)."""
+then find the broker down, leaving the operator with neither); on PostgreSQL, where the
+database is checked first, a filled database is refused before the broker's queue is
+emptied."""
 
 from __future__ import annotations
 
@@ -30,3 +32,22 @@ def test_a_demo_whose_broker_does_not_answer_keeps_the_database(tmp_path, broker
     assert "Traceback" not in proc.stderr
     assert "the broker in CELERY_BROKER_URL does not answer" in proc.stderr
     assert database.read_bytes() == b"an earlier demo's database"
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)  # the demo closes its connections
+def test_on_postgresql_a_filled_database_is_refused_before_the_broker_is_emptied(
+        acme, settings, monkeypatch, tmp_path):
+    # Stop 40's attack: on PostgreSQL the demo emptied the broker's queue first, then found
+    # the database filled (a live deployment's) and refused, its queue already gone.
+    from django.core.management import CommandError, call_command
+
+    from checkpoints.management.commands import demo
+
+    purged = []
+    monkeypatch.setattr(demo.Command, "_purge_broker", lambda self: purged.append(True))
+    settings.CELERY_TASK_ALWAYS_EAGER = False  # a broker is configured
+    settings.VAR_DIR = tmp_path
+    with pytest.raises(CommandError, match="the demo tenants .* already exist"):
+        call_command("demo", "--no-serve")
+    assert purged == []
