@@ -6,6 +6,7 @@ a privilege error met while migrating says the same."""
 
 from __future__ import annotations
 
+import io
 import os
 import secrets
 
@@ -19,15 +20,37 @@ from django.db import ProgrammingError
 from tests.security.conftest import django_connected_as, drop_roles
 
 
+def _before_latest() -> str:
+    """The name of the checkpoints app's second latest migration."""
+    from django.db import connection
+    from django.db.migrations.loader import MigrationLoader
+
+    graph = MigrationLoader(connection).graph
+    (latest,) = graph.leaf_nodes("checkpoints")
+    (before,) = [p.key for p in graph.node_map[latest].parents if p.key[0] == "checkpoints"]
+    return before[1]
+
+
 def test_migrate_as_the_app_role_refuses_naming_the_owner(db_roles):
+    # Unapplying the latest migration: a migrate with work to do (the test database has
+    # every migration applied).
     with django_connected_as(db_roles.app), pytest.raises(CommandError) as refused:
-        call_command("migrate", verbosity=0)
+        call_command("migrate", "checkpoints", _before_latest(), verbosity=0)
     text = str(refused.value)
     assert f"connected as {db_roles.app}, which does not own the tables" in text
     assert f"DATABASE_URL=postgres://{db_roles.owner}@" in text
     assert "setup_database_roles" in text and "Nothing was migrated" in text
     with django_connected_as(db_roles.app):  # only reads: not refused
         call_command("migrate", check_unapplied=True, verbosity=0)
+
+
+def test_a_plain_migrate_with_nothing_to_apply_runs_as_the_app_role(db_roles):
+    """An entrypoint that runs ``migrate`` at every start as the app role (stop 40's
+    note): with nothing to apply it changes no table, and is not refused."""
+    out = io.StringIO()
+    with django_connected_as(db_roles.app):
+        call_command("migrate", stdout=out)
+    assert "No migrations to apply." in out.getvalue()
 
 
 @pytest.mark.django_db(transaction=True)
