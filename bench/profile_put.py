@@ -100,7 +100,8 @@ class Writer:
 #: ``--compare``: each change of the lean path switched off in turn (issue 22, item 3).
 #: A variant is (name, quiet health check, token+tenant+role in one statement, the
 #: middleware names left out).
-SESSION_STACK = ("django.contrib.sessions.middleware.SessionMiddleware",
+SESSION_STACK = ("checkpoints.ops.security.SessionCookieDeletionMiddleware",
+                 "django.contrib.sessions.middleware.SessionMiddleware",
                  "django.middleware.csrf.CsrfViewMiddleware",
                  "django.contrib.auth.middleware.AuthenticationMiddleware",
                  "django.contrib.messages.middleware.MessageMiddleware",

@@ -125,6 +125,8 @@ MIDDLEWARE = [
     "django_permissions_policy.PermissionsPolicyMiddleware",
     "checkpoints.ops.security.PrivateNoStoreMiddleware",
     "checkpoints.ops.security.LoginSlotsMiddleware",
+    # Just outside the sessions middleware: its cookie deleted with HttpOnly and Secure too.
+    "checkpoints.ops.security.SessionCookieDeletionMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",

@@ -21,6 +21,8 @@
   when set, ``SameSite``); Django's own deletion (``response.delete_cookie``) leaves out
   ``HttpOnly`` and ``Secure`` (the newcomer's finding: ``Set-Cookie: messages="";
   expires=...`` without them, after one with ``HttpOnly``).
+- ``SessionCookieDeletionMiddleware``: Django's deletion of the session cookie (a logout)
+  carries ``HttpOnly`` and ``Secure`` as the cookie it deletes did (same reason).
 """
 
 from __future__ import annotations
@@ -220,3 +222,25 @@ class MessageStorage(FallbackStorage):
     (``_MessageCookieStorage``)."""
 
     storage_classes = (_MessageCookieStorage, SessionStorage)
+
+
+
+class SessionCookieDeletionMiddleware:
+    """Placed just outside ``django.contrib.sessions``' middleware (which stays in
+    ``MIDDLEWARE`` by its own name: Django's session-cookie deploy checks look for it):
+    its deletion of the session cookie (an emptied session: a logout; ``delete_cookie``:
+    an empty value, ``Max-Age=0``) then also says ``HttpOnly``
+    (``SESSION_COOKIE_HTTPONLY``) and ``Secure`` (``SESSION_COOKIE_SECURE``), as the
+    cookie it deletes did. A session key is never empty, so an empty value is always
+    the deletion."""
+
+    def __init__(self, get_response: Callable):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        response = self.get_response(request)
+        morsel = response.cookies.get(settings.SESSION_COOKIE_NAME)
+        if morsel is not None and morsel.value == "":
+            morsel["httponly"] = settings.SESSION_COOKIE_HTTPONLY or ""
+            morsel["secure"] = settings.SESSION_COOKIE_SECURE or ""
+        return response

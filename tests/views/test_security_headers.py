@@ -19,6 +19,7 @@ from django.urls.resolvers import RoutePattern
 
 from checkpoints import services
 from checkpoints.models import ReconcileAttempt
+from tests.conftest import PASSWORD
 from tests.views.conftest import make_stuck_run, reconcile
 
 pytestmark = pytest.mark.django_db
@@ -219,3 +220,20 @@ def test_the_flash_message_cookie_is_deleted_with_the_attributes_it_was_set_with
     header = deleted.OutputString()
     assert "HttpOnly" in header and "SameSite=Lax" in header
     assert ("Secure" in header) == secure
+
+
+@pytest.mark.parametrize("secure", [False, True])
+def test_the_session_cookie_is_deleted_with_the_attributes_it_was_set_with(settings, rita,
+                                                                            secure):
+    """A logout's ``Set-Cookie: sessionid=""; …`` came without ``HttpOnly`` and ``Secure``
+    (Django's ``delete_cookie``; stop 40's note; ``checkpoints.ops.security.SessionCookieDeletionMiddleware``)."""
+    settings.SESSION_COOKIE_SECURE = secure
+    client = Client()
+    logged_in = client.post("/login/", {"username": rita.username, "password": PASSWORD})
+    stored = logged_in.cookies[settings.SESSION_COOKIE_NAME]
+    deleted = client.post("/logout/").cookies[settings.SESSION_COOKIE_NAME]
+    assert stored.value and not deleted.value and deleted["max-age"] == 0
+    for attribute in ("httponly", "secure", "samesite", "domain", "path"):
+        assert bool(deleted[attribute]) == bool(stored[attribute]), attribute
+    header = deleted.OutputString()
+    assert "HttpOnly" in header and ("Secure" in header) == secure
