@@ -84,11 +84,14 @@ services:
 # SQLite pass 30 side by side. `make test-postgres PG_MARKS="not celery_worker"` runs them.
 # Under `make test` (CLAIMS set) the pass is shared with a second PostgreSQL process that
 # the SQLite lane starts when its own tests end: each claims test files from its end of
-# the list (tests/claims.py), so the two lanes end together.
+# the list (tests/claims.py), so the two lanes end together. The claims go in a folder of
+# CLAIMS named for this make invocation, so a CLAIMS folder used before never holds this
+# run's claims (a newcomer's finding: a reused folder ran nothing, and passed).
 PG_MARKS ?= not celery_worker and not once
 CLAIMS ?=
+CLAIMS_RUN := $(shell date +%s%N)
 test-postgres: $(STAMP) services
-	DATABASE_URL=$(PG_URL) RECOVERY_VAR_DIR=$(TEST_VAR_DIR)/pg $(if $(CLAIMS),RECOVERY_TEST_CLAIMS=$(CLAIMS)) \
+	DATABASE_URL=$(PG_URL) RECOVERY_VAR_DIR=$(TEST_VAR_DIR)/pg $(if $(CLAIMS),RECOVERY_TEST_CLAIMS=$(CLAIMS)/$(CLAIMS_RUN)) \
 		$(PYTEST) --create-db -m "$(PG_MARKS)"
 	DATABASE_URL=$(PG_URL) CELERY_BROKER_URL=$(REDIS_URL) RECOVERY_VAR_DIR=$(TEST_VAR_DIR)/pg \
 		$(PYTEST) --create-db -m celery_worker $(if $(PYTEST_ARGS),|| test $$? -eq 5)
@@ -107,7 +110,7 @@ test-sqlite: $(STAMP)
 	env -u DATABASE_URL -u CELERY_BROKER_URL RECOVERY_VAR_DIR=$(TEST_VAR_DIR)/sqlite \
 		$(PYTEST) --create-db $(if $(SQLITE_MARKS),-m "$(SQLITE_MARKS)")
 	$(if $(PYTEST_ARGS),@echo "PYTEST_ARGS narrows the run: the SDK's tests (clients/python/tests) are left out",cd clients/python && $(abspath $(PY)) -m pytest -q -rs --strict-markers tests)
-	$(if $(CLAIMS),DATABASE_URL=$(PG_URL)_b RECOVERY_VAR_DIR=$(TEST_VAR_DIR)/pg-b RECOVERY_TEST_CLAIMS=$(CLAIMS) RECOVERY_TEST_CLAIM_ORDER=reverse \
+	$(if $(CLAIMS),DATABASE_URL=$(PG_URL)_b RECOVERY_VAR_DIR=$(TEST_VAR_DIR)/pg-b RECOVERY_TEST_CLAIMS=$(CLAIMS)/$(CLAIMS_RUN) RECOVERY_TEST_CLAIM_ORDER=reverse \
 		$(PYTEST) --create-db -m "$(PG_MARKS)")
 
 test: lint

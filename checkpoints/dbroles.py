@@ -249,7 +249,7 @@ MIGRATE_AS_OWNER = (
     "(docs/security/audit.md, database roles).")
 
 
-def migrate_refusal(cursor, schema: str = "public") -> str | None:
+def migrate_refusal(cursor, schema: str = "public", args: str = "") -> str | None:
     """Why the connected role cannot run ``migrate`` here, in one paragraph, or ``None``.
 
     ``None`` when every table of ``schema`` belongs to a role the connected role has the
@@ -259,7 +259,8 @@ def migrate_refusal(cursor, schema: str = "public") -> str | None:
     with a superuser owner (a restore as the superuser, docs/operations/backup.md),
     ``setup_database_roles`` first. ``cursor`` is a PostgreSQL cursor; one query over
     ``pg_class``. Rule: the operator's walk, item 2 (``migrate`` as the app role was a
-    raw ``must be owner of table`` traceback).
+    raw ``must be owner of table`` traceback). ``args``: the arguments ``migrate`` was given
+    (``"checkpoints 0049"``), repeated in the command the paragraph suggests.
     """
     cursor.execute(
         "SELECT current_user, current_database(), c.relname, r.rolname, r.rolsuper "
@@ -281,4 +282,5 @@ def migrate_refusal(cursor, schema: str = "public") -> str | None:
                 f"(docs/operations/backup.md). Nothing was migrated.")
     return (f"migrate: connected as {user}, which does not own the tables (table {table} "
             f"belongs to {owner}). {MIGRATE_AS_OWNER} E.g. DATABASE_URL=postgres://"
-            f"{owner}@HOST:PORT/{database} python manage.py migrate. Nothing was migrated.")
+            f"{owner}@HOST:PORT/{database} python manage.py migrate{' ' + args if args else ''}. "
+            f"Nothing was migrated.")

@@ -39,6 +39,8 @@ def test_migrate_as_the_app_role_refuses_naming_the_owner(db_roles):
     text = str(refused.value)
     assert f"connected as {db_roles.app}, which does not own the tables" in text
     assert f"DATABASE_URL=postgres://{db_roles.owner}@" in text
+    # The command it suggests is the one given (the newcomer's finding: a bare migrate).
+    assert f"python manage.py migrate checkpoints {_before_latest()}." in text
     assert "setup_database_roles" in text and "Nothing was migrated" in text
     with django_connected_as(db_roles.app):  # only reads: not refused
         call_command("migrate", check_unapplied=True, verbosity=0)
@@ -47,10 +49,11 @@ def test_migrate_as_the_app_role_refuses_naming_the_owner(db_roles):
 def test_a_plain_migrate_with_nothing_to_apply_runs_as_the_app_role(db_roles):
     """An entrypoint that runs ``migrate`` at every start as the app role (stop 40's
     note): with nothing to apply it changes no table, and is not refused."""
-    out = io.StringIO()
-    with django_connected_as(db_roles.app):
-        call_command("migrate", stdout=out)
-    assert "No migrations to apply." in out.getvalue()
+    for args in ((), ("checkpoints",)):
+        out = io.StringIO()
+        with django_connected_as(db_roles.app):
+            call_command("migrate", *args, stdout=out)
+        assert "No migrations to apply." in out.getvalue(), args
 
 
 @pytest.mark.django_db(transaction=True)
@@ -85,7 +88,7 @@ def test_a_privilege_error_while_migrating_says_what_to_do(monkeypatch):
             raise ProgrammingError("must be owner of table checkpoints_bulkaction") from exc
 
     monkeypatch.setattr(django_migrate.Command, "handle", refused)
-    monkeypatch.setattr("checkpoints.dbroles.migrate_refusal", lambda cur: None)
+    monkeypatch.setattr("checkpoints.dbroles.migrate_refusal", lambda cur, **kw: None)
     with pytest.raises(CommandError) as caught:
         call_command("migrate", verbosity=0)
     assert "must be owner of table checkpoints_bulkaction" in str(caught.value)

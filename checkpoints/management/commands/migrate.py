@@ -11,7 +11,8 @@ naming the role, the table's owner and the next steps (migrate as the owner, the
 for lack of privilege (SQLSTATE 42501) exits 1 with the same paragraph and the
 database's first line; the migrations applied before it stay applied (each runs in its
 own transaction). ``--plan`` and ``--check`` only read, and are not refused; nor is a
-plain ``migrate`` (no app label) with nothing to apply, which changes no table: an
+``migrate`` with nothing to apply (no arguments, or an app label alone: to the latest
+migrations), which changes no table: an
 entrypoint that runs ``migrate`` at every start as the app role (stop 40's note) then
 starts, and still stops when an upgrade brings a migration. Everything else, and every
 option, is Django's.
@@ -35,7 +36,8 @@ class Command(migrate.Command):
         if (conn.vendor == "postgresql" and not (options["plan"] or options["check_unapplied"])
                 and not _nothing_to_apply(conn, options)):
             with conn.cursor() as cur:
-                refusal = dbroles.migrate_refusal(cur)
+                given = (options["app_label"], options["migration_name"])
+                refusal = dbroles.migrate_refusal(cur, args=" ".join(a for a in given if a))
             if refusal:
                 raise CommandError(refusal)
         try:
@@ -49,14 +51,16 @@ class Command(migrate.Command):
 
 
 def _nothing_to_apply(conn, options) -> bool:
-    """Whether a plain ``migrate`` (no app label, so every app to its latest migration)
-    has no migration to apply or unapply on ``conn``. A migrate naming an app or a
+    """Whether ``migrate`` to the latest migrations (of every app, or of the app label
+    given alone) has no migration to apply or unapply on ``conn``. A migrate naming a
     migration, or a role that may not even read the applied migrations, is judged as
-    before (``False``)."""
-    if options.get("app_label"):
+    before (``False``); so is an unknown app label (Django's own error then says so)."""
+    app = options.get("app_label")
+    if options.get("migration_name"):
         return False
     try:
         executor = MigrationExecutor(conn)
     except DatabaseError:  # e.g. no right to read django_migrations: the refusal says why
         return False
-    return not executor.migration_plan(executor.loader.graph.leaf_nodes())
+    targets = [key for key in executor.loader.graph.leaf_nodes() if app in (None, key[0])]
+    return bool(targets) and not executor.migration_plan(targets)

@@ -66,7 +66,7 @@ class Command(BaseCommand):
                 f"owner's future tables will give the app its rights; the database has no "
                 f"{', '.join(missing)} yet.\n"
                 f"Next: run `python manage.py migrate` as {owner} (DATABASE_URL="
-                f"postgres://{owner}@HOST/{connection.settings_dict['NAME']}), then this "
+                f"postgres://{owner}@HOST:PORT/{connection.settings_dict['NAME']}), then this "
                 "command again: it hands the remaining tables to the owner, limits the app "
                 "role on the audit trail and checks it.")
             return
