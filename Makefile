@@ -130,7 +130,7 @@ test: lint
 # (stop 40: 34 and 55 minutes). Each part's output is printed when that command ends
 # (make -O); any failure fails the target. Each keeps to its own databases and var dir.
 # (Running the curated PostgreSQL mutants beside the PostgreSQL pass broke the pass's
-# test database once: they ran at its database name.)
+# test database once, cause not found: they run after both lanes.)
 
 # Curated rule mutants (issue 7): each breaks one rule of CONTRACT.md in a private copy of
 # the tree and runs its narrow test selection, which must fail. A survivor, a stale entry

@@ -23,7 +23,8 @@ import os
 from itertools import groupby
 from pathlib import Path
 
-#: The directory the two processes claim in (made empty by ``make test``).
+#: The directory the two processes claim in (``make``: a new subfolder of ``CLAIMS`` per
+#: invocation, so it is empty when the run starts).
 CLAIMS_ENV = "RECOVERY_TEST_CLAIMS"
 #: ``reverse``: walk the files from the last one.
 ORDER_ENV = "RECOVERY_TEST_CLAIM_ORDER"
@@ -78,7 +79,7 @@ def runtestloop(session) -> bool | None:
     todo = claimed()
     item = next(todo, None)
     while item is not None:
-        nextitem = next(todo, None)  # claims the next run before this test's teardown
+        nextitem = next(todo, None)  # at a run's last test: claims the next run first
         item.config.hook.pytest_runtest_protocol(item=item, nextitem=nextitem)
         if session.shouldfail:
             raise session.Failed(session.shouldfail)

@@ -224,7 +224,6 @@ class MessageStorage(FallbackStorage):
     storage_classes = (_MessageCookieStorage, SessionStorage)
 
 
-
 class SessionCookieDeletionMiddleware:
     """Placed just outside ``django.contrib.sessions``' middleware (which stays in
     ``MIDDLEWARE`` by its own name: Django's session-cookie deploy checks look for it):

@@ -12,10 +12,9 @@ for lack of privilege (SQLSTATE 42501) exits 1 with the same paragraph and the
 database's first line; the migrations applied before it stay applied (each runs in its
 own transaction). ``--plan`` and ``--check`` only read, and are not refused; nor is a
 ``migrate`` with nothing to apply (no arguments, or an app label alone: to the latest
-migrations), which changes no table: an
-entrypoint that runs ``migrate`` at every start as the app role (stop 40's note) then
-starts, and still stops when an upgrade brings a migration. Everything else, and every
-option, is Django's.
+migrations), which changes no table: an entrypoint that runs ``migrate`` at every start
+as the app role (stop 40's note) then starts, and still stops when an upgrade brings a
+migration. Everything else, and every option, is Django's.
 """
 
 from __future__ import annotations
