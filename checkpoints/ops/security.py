@@ -197,6 +197,20 @@ def release_login_slot(fd: int) -> None:
     os.close(fd)  # closing the descriptor releases its lock
 
 
+def delete_cookie_as_set(response, name: str, path: str = "/") -> None:
+    """Delete cookie ``name`` (at ``path``) as ``response.delete_cookie`` does (an empty
+    value, ``Max-Age=0``, expired in 1970) with the attributes the session settings set
+    it with, ``HttpOnly`` and ``Secure`` included, which ``delete_cookie`` leaves out:
+    the flash-message cookie (``_MessageCookieStorage``) and the session cookie
+    (``SessionCookieDeletionMiddleware``)."""
+    response.set_cookie(
+        name, "", max_age=0, path=path, expires="Thu, 01 Jan 1970 00:00:00 GMT",
+        domain=settings.SESSION_COOKIE_DOMAIN,
+        secure=settings.SESSION_COOKIE_SECURE or None,
+        httponly=settings.SESSION_COOKIE_HTTPONLY or None,
+        samesite=settings.SESSION_COOKIE_SAMESITE)
+
+
 class _MessageCookieStorage(CookieStorage):
     """Django's ``CookieStorage`` whose cookie, once its messages are read, is deleted
     with the attributes it is set with: ``HttpOnly`` (``SESSION_COOKIE_HTTPONLY``),
@@ -208,12 +222,7 @@ class _MessageCookieStorage(CookieStorage):
         if encoded_data:
             super()._update_cookie(encoded_data, response)
             return
-        response.set_cookie(
-            self.cookie_name, "", max_age=0, expires="Thu, 01 Jan 1970 00:00:00 GMT",
-            domain=settings.SESSION_COOKIE_DOMAIN,
-            secure=settings.SESSION_COOKIE_SECURE or None,
-            httponly=settings.SESSION_COOKIE_HTTPONLY or None,
-            samesite=settings.SESSION_COOKIE_SAMESITE)
+        delete_cookie_as_set(response, self.cookie_name)
 
 
 class MessageStorage(FallbackStorage):
@@ -240,6 +249,6 @@ class SessionCookieDeletionMiddleware:
         response = self.get_response(request)
         morsel = response.cookies.get(settings.SESSION_COOKIE_NAME)
         if morsel is not None and morsel.value == "":
-            morsel["httponly"] = settings.SESSION_COOKIE_HTTPONLY or ""
-            morsel["secure"] = settings.SESSION_COOKIE_SECURE or ""
+            delete_cookie_as_set(response, settings.SESSION_COOKIE_NAME,
+                                 path=settings.SESSION_COOKIE_PATH)
         return response
