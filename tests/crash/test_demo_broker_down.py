@@ -45,9 +45,34 @@ def test_on_postgresql_a_filled_database_is_refused_before_the_broker_is_emptied
     from checkpoints.management.commands import demo
 
     purged = []
-    monkeypatch.setattr(demo.Command, "_purge_broker", lambda self: purged.append(True))
+    monkeypatch.setattr(demo.Command, "_broker_connection", lambda self: "a connection")
+    monkeypatch.setattr(demo.Command, "_purge_broker",
+                        lambda self, conn=None: purged.append(True))
     settings.CELERY_TASK_ALWAYS_EAGER = False  # a broker is configured
     settings.VAR_DIR = tmp_path
-    with pytest.raises(CommandError, match="the demo tenants .* already exist"):
+    with pytest.raises(CommandError, match="tenants already exist .*acme"):
+        call_command("demo", "--no-serve")
+    assert purged == []
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)  # the demo closes its connections
+def test_a_deployments_database_is_refused_before_its_queue_is_emptied(
+        settings, monkeypatch, tmp_path):
+    # Stop 41's attack: "filled" meant the demo's own tenants; a live deployment's
+    # database (tenants of its own) had its queue emptied and the demo tenants added.
+    from django.core.management import CommandError, call_command
+
+    from checkpoints import services
+    from checkpoints.management.commands import demo
+
+    services.tenant_create(slug="prod", name="a deployment's tenant")
+    purged = []
+    monkeypatch.setattr(demo.Command, "_broker_connection", lambda self: "a connection")
+    monkeypatch.setattr(demo.Command, "_purge_broker",
+                        lambda self, conn=None: purged.append(True))
+    settings.CELERY_TASK_ALWAYS_EAGER = False
+    settings.VAR_DIR = tmp_path
+    with pytest.raises(CommandError, match=r"tenants already exist .*\(prod\)"):
         call_command("demo", "--no-serve")
     assert purged == []

@@ -226,16 +226,14 @@ class Command(BaseCommand):
         var_dir = Path(settings.VAR_DIR)
         var_dir.mkdir(parents=True, exist_ok=True)
 
-        # SQLite: the broker first, so a demo whose broker does not answer stops before it
-        # deletes the database it would recreate (stop 39's review). PostgreSQL: the
-        # database first, so a filled one is refused before its broker's queue is emptied.
-        sqlite = settings.DATABASES["default"]["ENGINE"].endswith("sqlite3")
-        if not sqlite:
-            self._reset_database()
-        if heartbeat.broker_configured():
-            self._purge_broker()
-        if sqlite:
-            self._reset_database()
+        # The broker is reached first, so a demo whose broker does not answer stops before
+        # it deletes (SQLite) or migrates (PostgreSQL) a database (stop 39's review); its
+        # queue is emptied only after the database was found empty, so a deployment's
+        # database is refused with its queue untouched (stop 41's attack).
+        broker = self._broker_connection() if heartbeat.broker_configured() else None
+        self._reset_database()
+        if broker is not None:
+            self._purge_broker(broker)
         tokens = self._create_tenants()
 
         children: list[subprocess.Popen] = []
@@ -394,7 +392,19 @@ class Command(BaseCommand):
             raise CommandError(database_unreachable(db, exc)) from None
         self._refuse_filled_database()
 
-    def _purge_broker(self) -> None:
+    def _broker_connection(self):
+        """A connection to ``CELERY_BROKER_URL``'s broker, or ``CommandError`` saying it
+        does not answer (a URL kombu cannot read, an unknown scheme's ``KeyError``,
+        included)."""
+        try:
+            conn = current_app.connection_for_write()
+            conn.ensure_connection(max_retries=2)
+        except Exception as exc:  # noqa: BLE001 - kombu's errors differ by transport
+            raise CommandError(f"the broker in CELERY_BROKER_URL does not answer "
+                               f"({type(exc).__name__}): is it up?") from None
+        return conn
+
+    def _purge_broker(self, conn=None) -> None:
         """Empty the broker's task queue before the demo's worker starts: a message left
         by a previous demo (its worker stopped, or killed, with jobs queued) names rows of
         the database just dropped, and the new worker ran it against this one (a
@@ -403,12 +413,7 @@ class Command(BaseCommand):
         deleted too, on the broker URL's own database only. The worker and beat are not
         running yet, so nothing of this demo is lost."""
         app = current_app
-        try:  # a URL kombu cannot read (an unknown scheme: KeyError) is refused the same way
-            conn = app.connection_for_write()
-            conn.ensure_connection(max_retries=2)
-        except Exception as exc:  # noqa: BLE001 - kombu's errors differ by transport
-            raise CommandError(f"the broker in CELERY_BROKER_URL does not answer "
-                               f"({type(exc).__name__}): is it up?") from None
+        conn = conn or self._broker_connection()
         with conn:
             purged = app.control.purge(connection=conn)
             channel = conn.default_channel
@@ -421,13 +426,18 @@ class Command(BaseCommand):
                           "earlier run dropped).")
 
     def _refuse_filled_database(self) -> None:
-        """Raise ``CommandError`` (one paragraph: what to do) when the demo tenants exist
-        already: the demo fills an empty database, it never deletes another's rows."""
-        if Tenant.objects.filter(slug__in=list(TENANTS)).exists():
+        """Raise ``CommandError`` (one paragraph: what to do) when the database holds any
+        tenant already (an earlier demo's, or a deployment's: stop 41's attack found a
+        live database with tenants of its own taken, and its queue emptied): the demo
+        fills an empty database, it never writes among another's rows."""
+        held = list(Tenant.objects.order_by("slug").values_list("slug", flat=True)[:4])
+        if held:
             db = settings.DATABASES["default"]
+            named = ", ".join(held[:3]) + (", ..." if len(held) > 3 else "")
             raise CommandError(
-                f"the demo tenants (acme, globex) already exist in {_where(db)}: a demo "
-                f"ran on it before, and the demo only fills an empty database. "
+                f"tenants already exist in {_where(db)} ({named}): a demo ran on it "
+                f"before, or it is a deployment's, and the demo only fills an empty "
+                f"database. "
                 + (f"Delete that file (rm {db['NAME']}), point DATABASE_URL at another "
                    if db["ENGINE"].endswith("sqlite3") else
                    f"Drop and recreate it ({_createdb(db, drop=True)}), point DATABASE_URL "
