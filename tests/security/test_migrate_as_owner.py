@@ -56,6 +56,23 @@ def test_a_plain_migrate_with_nothing_to_apply_runs_as_the_app_role(db_roles):
         assert "No migrations to apply." in out.getvalue(), args
 
 
+def test_what_writes_without_a_migration_is_still_refused_and_named_whole(db_roles):
+    """Stop 41's attack: ``migrate checkpoints --prune`` as the app role deleted rows of
+    ``django_migrations`` (nothing to apply, so not refused); the refusal's suggested
+    command left out ``--fake`` (pasted as the owner, it would really unapply); an unknown
+    app label got the ownership paragraph instead of Django's own error."""
+    with django_connected_as(db_roles.app), pytest.raises(CommandError) as refused:
+        call_command("migrate", "checkpoints", prune=True, verbosity=0)
+    assert "which does not own the tables" in str(refused.value)
+    assert "python manage.py migrate checkpoints --prune." in str(refused.value)
+    with django_connected_as(db_roles.app), pytest.raises(CommandError) as refused:
+        call_command("migrate", "checkpoints", _before_latest(), fake=True, verbosity=0)
+    assert f"migrate checkpoints {_before_latest()} --fake." in str(refused.value)
+    with django_connected_as(db_roles.app), pytest.raises(CommandError) as refused:
+        call_command("migrate", "no such app", verbosity=0)
+    assert "No installed app with label 'no such app'" in str(refused.value)
+
+
 @pytest.mark.django_db(transaction=True)
 def test_migrate_on_a_superusers_tables_says_setup_database_roles_first(on_postgres):
     """A restore as the superuser, then migrate as the owner (before setup_database_roles):
